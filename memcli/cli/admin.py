@@ -1,0 +1,134 @@
+"""`history`, `purge`, `forget`, `restore`, `stats`, `artifact`, `demo`."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from memcli.cli.common import open_memory
+from memcli.cli.output import DbOpt, Format, FormatOpt, JsonOpt, emit, errors, resolve_format
+
+
+def _history_text(rows: list[dict]) -> None:
+    for r in rows:
+        ref = f"{r['old_ref'] or ''} -> {r['new_ref'] or ''}".strip()
+        print(f"{r['ts']}  {r['op']:<7} memory={r['memory_id']} {ref} by {r['actor']}")
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("history")
+    def history_cmd(
+        memory_id: Annotated[int | None, typer.Argument(help="A memory id.")] = None,
+        user: Annotated[str | None, typer.Option("--user")] = None,
+        tenant: Annotated[str | None, typer.Option("--tenant")] = None,
+        session: Annotated[str | None, typer.Option("--session")] = None,
+        limit: Annotated[int, typer.Option("--limit", min=1)] = 100,
+        db: DbOpt = None, fmt: FormatOpt = None, as_json: JsonOpt = False,
+    ) -> None:
+        """Show what happened to a memory, or in a scope, newest first (--format jsonl exports)."""
+        with errors(), open_memory(db, with_embedder=False) as memory:
+            rows = memory.history(memory_id, tenant_id=tenant, user_id=user,
+                                  session_id=session, limit=limit)
+            emit(rows, resolve_format(fmt, as_json), _history_text)
+
+    @app.command("purge")
+    def purge_cmd(
+        memory_id: Annotated[int | None, typer.Option("--memory", help="One memory id.")] = None,
+        session: Annotated[str | None, typer.Option("--session")] = None,
+        user: Annotated[str | None, typer.Option("--user")] = None,
+        tenant: Annotated[str | None, typer.Option("--tenant")] = None,
+        app_id: Annotated[str | None, typer.Option("--app")] = None,
+        dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the plan only.")] = False,
+        db: DbOpt = None, fmt: FormatOpt = None, as_json: JsonOpt = False,
+    ) -> None:
+        """Delete a scope for good: events, memories, index rows, vectors, entity links."""
+        scope = {"memory_id": memory_id, "session_id": session, "user_id": user,
+                 "tenant_id": tenant, "app_id": app_id}
+        with errors(), open_memory(db, with_embedder=False) as memory:
+            plan = memory.plan_purge(**scope)
+            if dry_run:
+                out = {k: v for k, v in plan.items() if k != "memory_ids"} | {"dry_run": True}
+            else:
+                out = memory.purge(**scope) | {"dry_run": False}
+            emit(out, resolve_format(fmt, as_json), lambda p: print(
+                f"{'would purge' if p['dry_run'] else 'purged'} {p['events']} event(s), "
+                f"{p['memories']} memories, {p['artifacts']} artifact(s)"))
+
+    @app.command("forget")
+    def forget_cmd(
+        memory_id: Annotated[int, typer.Argument(help="A memory id.")],
+        db: DbOpt = None, fmt: FormatOpt = None, as_json: JsonOpt = False,
+    ) -> None:
+        """Soft-delete a memory (hidden from queries; `restore` brings it back for 30 days)."""
+        with errors(), open_memory(db, with_embedder=False) as memory:
+            emit(memory.forget(memory_id), resolve_format(fmt, as_json),
+                 lambda p: print(f"forgot {p['id']} (purge after {p['purge_at']})"))
+
+    @app.command("restore")
+    def restore_cmd(
+        memory_id: Annotated[int, typer.Argument(help="A memory id.")],
+        db: DbOpt = None, fmt: FormatOpt = None, as_json: JsonOpt = False,
+    ) -> None:
+        """Bring back a soft-deleted memory."""
+        with errors(), open_memory(db, with_embedder=False) as memory:
+            emit(memory.restore(memory_id), resolve_format(fmt, as_json),
+                 lambda p: print(f"restored {p['id']}"))
+
+    @app.command("stats")
+    def stats_cmd(db: DbOpt = None, fmt: FormatOpt = None, as_json: JsonOpt = False) -> None:
+        """Counts by kind and state, database size, embedder in use."""
+        from memcli.config import load_settings
+
+        with errors():
+            settings = load_settings(db)
+            with open_memory(db, with_embedder=False) as memory:
+                out = memory.stats()
+            out["embedder"]["configured"] = settings.embedder.provider
+            out["db"] = str(settings.db)
+            emit(out, resolve_format(fmt, as_json))
+
+    @app.command("artifact")
+    def artifact_cmd(
+        artifact_id: Annotated[str, typer.Argument(help="An artifact id from a tool result.")],
+        db: DbOpt = None,
+    ) -> None:
+        """Print the full output kept for a truncated tool result."""
+        from memcli.errors import NotFoundError
+        from memcli.store.events import get_artifact
+
+        with errors(), open_memory(db, with_embedder=False) as memory:
+            art = get_artifact(memory.db, artifact_id)
+            if art is None:
+                raise NotFoundError(f"no artifact {artifact_id}")
+            sys.stdout.buffer.write(art["body"])
+
+    @app.command("demo")
+    def demo_cmd(
+        question: Annotated[str, typer.Argument(help="A question about the example.")] = (
+            "What does Priya want to do after work?"),
+        db: DbOpt = None, fmt: FormatOpt = None, as_json: JsonOpt = False,
+    ) -> None:
+        """Ingest the bundled example conversation into a scratch database and query it."""
+        import tempfile
+
+        from memcli.config import bundled_text
+        from memcli.ingest import parse_records
+
+        with errors(), tempfile.TemporaryDirectory() as tmp:
+            path = db or Path(tmp) / "demo.db"
+            with open_memory(path) as memory:
+                report = memory.ingest(parse_records(bundled_text("data/example.jsonl")))
+                print(f"memcli demo: ingested {len(report.created)} events into {path}",
+                      file=sys.stderr)
+                result = memory.query(question, filters=memory.filters(user_id="priya"),
+                                      top_k=3)
+            resolved = resolve_format(fmt, as_json)
+            if resolved is Format.text:
+                print(f"Q: {question}")
+                for i, hit in enumerate(result.hits, start=1):
+                    print(f"{i}. ({hit.score:.2f}) {hit.text}")
+            else:
+                emit([h.model_dump() for h in result.hits], resolved)

@@ -1,0 +1,86 @@
+"""`memcli ingest`, `memcli embed`, `memcli reindex`."""
+
+from __future__ import annotations
+
+import sys
+from typing import Annotated
+
+import typer
+
+from memcli.cli.common import open_memory
+from memcli.cli.output import DbOpt, FormatOpt, JsonOpt, emit, errors, read_inputs, resolve_format
+
+
+def _ingest_text(report: dict) -> None:
+    print(f"created {len(report['created'])} event(s), {len(report['memory_ids'])} memories; "
+          f"skipped {len(report['skipped'])}; rejected {len(report['rejected'])}")
+    for item in report["redacted"]:
+        print(f"  redacted {', '.join(item['kinds'])} in {item['event_id']}")
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("ingest")
+    def ingest_cmd(
+        paths: Annotated[list[str] | None, typer.Argument(
+            help="JSON / NDJSON files to read; `-` reads stdin.", show_default=False)] = None,
+        text: Annotated[str | None, typer.Option("--text", "-t",
+                                                 help="Record one message with this text.")] = None,
+        session: Annotated[str | None, typer.Option("--session", help="Default session id.")] = None,
+        user: Annotated[str | None, typer.Option("--user", help="Default user id.")] = None,
+        tenant: Annotated[str | None, typer.Option("--tenant", help="Default tenant id.")] = None,
+        agent: Annotated[str | None, typer.Option("--agent", help="Default agent id.")] = None,
+        app_id: Annotated[str | None, typer.Option("--app", help="Default app id.")] = None,
+        run: Annotated[str | None, typer.Option("--run", help="Default run id.")] = None,
+        channel: Annotated[str | None, typer.Option(
+            "--channel", help="Default channel: private, public, team or agent.")] = None,
+        category: Annotated[str | None, typer.Option("--category",
+                                                     help="Default category.")] = None,
+        strict: Annotated[bool, typer.Option(
+            "--strict", help="All or nothing: one bad record rejects the batch.")] = False,
+        defer_embed: Annotated[bool, typer.Option(
+            "--defer-embed", help="Store without vectors now; `memcli embed` adds them.")] = False,
+        db: DbOpt = None,
+        fmt: FormatOpt = None,
+        as_json: JsonOpt = False,
+    ) -> None:
+        """Record events (messages, tool calls, results, decisions) as memories."""
+        from memcli.ingest import parse_records
+
+        with errors():
+            sources = read_inputs(paths or [], text)
+            if not sources:
+                from memcli.errors import UsageError
+
+                raise UsageError("nothing to ingest", "give a file, `-` for stdin, or --text")
+            records = [(line, value, name) for name, body in sources
+                       for line, value in parse_records(body)]
+            defaults = {"session_id": session, "user_id": user, "tenant_id": tenant,
+                        "agent_id": agent, "app_id": app_id, "run_id": run, "channel": channel,
+                        "category": category}
+            with open_memory(db) as memory:
+                report = memory.ingest(records, defaults=defaults, strict=strict,
+                                       defer_embed=defer_embed)
+            payload = report.model_dump()
+            emit(payload, resolve_format(fmt, as_json), _ingest_text)
+            for problem in report.rejected:
+                where = f"{problem.source}:" if problem.source else "record "
+                print(f"memcli: error: {where}{problem.line}: {problem.reason}", file=sys.stderr)
+            if report.rejected:
+                raise typer.Exit(2)
+
+    @app.command("embed")
+    def embed_cmd(db: DbOpt = None, fmt: FormatOpt = None, as_json: JsonOpt = False) -> None:
+        """Add vectors to memories stored with --defer-embed."""
+        with errors(), open_memory(db) as memory:
+            done = memory.embed_pending()
+            emit({"embedded": done}, resolve_format(fmt, as_json),
+                 lambda p: print(f"embedded {p['embedded']} memories"))
+
+    @app.command("reindex")
+    def reindex_cmd(db: DbOpt = None, fmt: FormatOpt = None, as_json: JsonOpt = False) -> None:
+        """Re-embed every memory with the configured embedder (after changing models)."""
+        with errors(), open_memory(db, check_embedder=False) as memory:
+            done = memory.reindex()
+            emit({"embedded": done, "model": memory.embedder.model_id},
+                 resolve_format(fmt, as_json),
+                 lambda p: print(f"re-embedded {p['embedded']} memories with {p['model']}"))

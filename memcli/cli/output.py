@@ -1,0 +1,108 @@
+"""The CLI's single place for output, input and errors.
+
+stdout carries only the payload (JSON when piped, a rich table on a terminal); warnings and
+errors go to stderr as `memcli: error: <what> (<hint>)`; exit codes: 0 ok, 1 runtime error,
+2 usage/bad input, 75 database busy.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from enum import Enum
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from memcli.errors import MemcliError
+
+
+class Format(str, Enum):
+    json = "json"
+    jsonl = "jsonl"
+    text = "text"
+
+
+DbOpt = Annotated[
+    Path | None,
+    typer.Option("--db", help="Database file (default: $MEMCLI_DB, then the user data dir).",
+                 show_default=False),
+]
+FormatOpt = Annotated[
+    Format | None,
+    typer.Option("--format", "-f", help="Output format (default: text on a terminal, else json)."),
+]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Same as --format json.")]
+
+
+def resolve_format(fmt: Format | None, as_json: bool) -> Format:
+    if as_json:
+        return Format.json
+    if fmt is not None:
+        return fmt
+    return Format.text if sys.stdout.isatty() else Format.json
+
+
+def warn(message: str) -> None:
+    print(f"memcli: warning: {message}", file=sys.stderr)
+
+
+def fail(message: str, code: int = 1) -> typer.Exit:
+    print(f"memcli: error: {message}", file=sys.stderr)
+    return typer.Exit(code)
+
+
+@contextmanager
+def errors() -> Iterator[None]:
+    """Turn every expected failure into one line on stderr and its exit code (no tracebacks)."""
+    try:
+        yield
+    except MemcliError as exc:
+        raise fail(str(exc), exc.exit_code) from None
+    except KeyboardInterrupt:
+        raise fail("interrupted", 130) from None
+    except BrokenPipeError:
+        raise typer.Exit(0) from None
+    except OSError as exc:
+        raise fail(f"{exc.strerror or exc}: {exc.filename or ''}".rstrip(": "), 1) from None
+    except Exception as exc:  # apsw errors and anything unforeseen: one line, exit 1
+        name = type(exc).__name__
+        raise fail(f"{name}: {str(exc).splitlines()[0] if str(exc) else name}", 1) from None
+
+
+def emit(payload: Any, fmt: Format, text: Callable[[Any], None] | None = None) -> None:
+    """Print the payload: JSON, one JSON value per line, or a human rendering."""
+    if fmt is Format.json:
+        sys.stdout.write(json.dumps(payload, ensure_ascii=False, indent=2) + "\n")
+    elif fmt is Format.jsonl:
+        items = payload if isinstance(payload, list) else [payload]
+        for item in items:
+            sys.stdout.write(json.dumps(item, ensure_ascii=False) + "\n")
+    elif text is not None:
+        text(payload)
+    else:
+        from rich.console import Console
+        from rich.pretty import Pretty
+
+        Console().print(Pretty(payload))
+
+
+def read_inputs(paths: list[str], text: str | None) -> list[tuple[str, str]]:
+    """(source name, text) from --text and files; stdin only when a path is `-`."""
+    parts: list[tuple[str, str]] = []
+    if text is not None:
+        parts.append(("--text", json.dumps({"text": text}, ensure_ascii=False)))
+    for p in paths:
+        if p == "-":
+            parts.append(("<stdin>", sys.stdin.read()))
+            continue
+        try:
+            parts.append((p, Path(p).read_text(encoding="utf-8")))
+        except UnicodeDecodeError:
+            raise fail(f"{p} is not UTF-8 text", 2) from None
+        except OSError as exc:
+            raise fail(f"cannot read {p}: {exc.strerror}", 2) from None
+    return parts

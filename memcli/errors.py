@@ -1,0 +1,58 @@
+"""Error tree for memcli: every error knows the exit code the CLI maps it to.
+
+Only `memcli.cli` turns these into exit codes and one-line messages; the library raises them.
+"""
+
+from __future__ import annotations
+
+
+class MemcliError(Exception):
+    """Base of every error memcli raises on purpose."""
+
+    exit_code = 1
+
+    def __init__(self, message: str, hint: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.hint = hint
+
+    def __str__(self) -> str:  # one line: "<what> (<hint>)"
+        return f"{self.message} ({self.hint})" if self.hint else self.message
+
+
+class UsageError(MemcliError):
+    """Bad input or flags: exit 2."""
+
+    exit_code = 2
+
+
+class ValidationError(UsageError):
+    """An input record failed validation."""
+
+
+class NotAllowedError(UsageError):
+    """A request outside an agent's category allowlist."""
+
+
+class NotFoundError(MemcliError):
+    """A memory, event or artifact id that does not exist."""
+
+    exit_code = 1
+
+
+class SchemaError(MemcliError):
+    """The database file is newer than this code, or not a memcli database."""
+
+    exit_code = 1
+
+
+class EmbedderMismatchError(MemcliError):
+    """Stored vectors were made by another model than the configured one."""
+
+    exit_code = 1
+
+
+class DatabaseBusyError(MemcliError):
+    """Another process holds the write lock longer than busy_timeout: exit 75 (EX_TEMPFAIL)."""
+
+    exit_code = 75

@@ -1,0 +1,265 @@
+"""Ingest: parse -> validate -> redact -> normalise tool output -> chunk -> entities -> embed -> write.
+
+Every record of a batch is validated first. Good records are written in one transaction (each
+inside its own savepoint, so a failing record never leaves half a write); with `strict`, one bad
+record rejects the whole batch before anything is written.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import uuid
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import pydantic
+
+from memcli.chunking import chunk_text
+from memcli.entities import extract_entities
+from memcli.errors import ValidationError
+from memcli.models import EventIn, IngestReport, RecordProblem, utcnow
+from memcli.redact import redact_json
+from memcli.store import events as ev
+from memcli.store import memories as mem
+from memcli.store import vectors as vec
+
+if TYPE_CHECKING:
+    from memcli.providers.embedders import Embedder
+    from memcli.store.connection import Database
+
+EXCERPT_BYTES = 64 * 1024
+CHUNK_TOKENS = 512
+
+
+def parse_records(text: str) -> list[tuple[int, Any]]:
+    """(line or item number, parsed value or an Exception) for a JSON object, array or NDJSON."""
+    stripped = text.strip()
+    if not stripped:
+        return []
+    try:
+        value = json.loads(stripped)
+    except json.JSONDecodeError:
+        value = None
+    else:
+        if isinstance(value, list):
+            return [(i, item) for i, item in enumerate(value, start=1)]
+        return [(1, value)]
+    out: list[tuple[int, Any]] = []
+    for number, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            out.append((number, json.loads(line)))
+        except json.JSONDecodeError as exc:
+            out.append((number, ValueError(f"invalid JSON: {exc.msg} at column {exc.colno}")))
+    return out
+
+
+def _reason(exc: pydantic.ValidationError) -> str:
+    first = exc.errors()[0]
+    where = ".".join(str(p) for p in first["loc"]) or "record"
+    return f"{where}: {first['msg']}"
+
+
+def event_text(kind: str, content: dict[str, Any]) -> str:
+    """The text an episode remembers for an event."""
+    for key in ("text", "output", "summary"):
+        value = content.get(key)
+        if isinstance(value, str) and value.strip():
+            return value
+    if kind == "tool_call" and "name" in content:
+        args = json.dumps(content.get("args", content.get("arguments", {})), ensure_ascii=False)
+        return f"{content['name']}({args})"
+    return json.dumps(content, ensure_ascii=False, sort_keys=True)
+
+
+@dataclass
+class Prepared:
+    line: int
+    record: EventIn
+    event_id: str
+    content: dict[str, Any]
+    content_hash: str
+    redactions: list[str]
+    artifact: dict[str, Any] | None = None
+    chunks: list[Any] = field(default_factory=list)
+    vectors: list[bytes] = field(default_factory=list)
+    source: str | None = None
+
+
+def _content_hash(rec: EventIn, content: dict[str, Any]) -> str:
+    key = {
+        "scope": [rec.tenant_id, rec.user_id, rec.agent_id, rec.session_id, rec.app_id,
+                  rec.run_id, rec.channel],
+        "actor": [rec.actor.type, rec.actor.id],
+        "kind": rec.kind,
+        "content": content,
+        "ts": rec.ts,  # only set when the record gave one: then repeats at other times differ
+    }
+    return hashlib.sha256(json.dumps(key, sort_keys=True, ensure_ascii=False).encode()).hexdigest()
+
+
+def _normalise_tool_result(prep: Prepared, now: str) -> None:
+    """Keep a 64 KB excerpt in the event and the full output in `artifacts`."""
+    key = "output" if isinstance(prep.content.get("output"), str) else "text"
+    full = prep.content.get(key)
+    if not isinstance(full, str):
+        return
+    raw = full.encode("utf-8")
+    if len(raw) <= EXCERPT_BYTES:
+        return
+    excerpt = raw[:EXCERPT_BYTES].decode("utf-8", errors="ignore")
+    if "\n" in excerpt:
+        excerpt = excerpt[: excerpt.rindex("\n")]
+    artifact_id = "art_" + hashlib.sha256(raw).hexdigest()[:24]
+    prep.content = {
+        **prep.content,
+        key: excerpt,
+        "truncated": True,
+        "line_range": [1, excerpt.count("\n") + 1],
+        "total_lines": full.count("\n") + 1,
+        "artifact_id": artifact_id,
+    }
+    prep.artifact = {
+        "artifact_id": artifact_id, "event_id": prep.event_id, "mime": "text/plain",
+        "bytes": len(raw), "sha256": hashlib.sha256(raw).hexdigest(), "body": raw,
+        "created_at": now,
+    }
+
+
+def prepare(number: int, value: Any, defaults: dict[str, Any], now: str) -> Prepared:
+    if isinstance(value, Exception):
+        raise ValidationError(str(value))
+    if not isinstance(value, dict):
+        raise ValidationError("a record must be a JSON object")
+    data = {**{k: v for k, v in defaults.items() if v is not None}, **value}
+    try:
+        rec = EventIn.model_validate(data)
+    except pydantic.ValidationError as exc:
+        raise ValidationError(_reason(exc)) from exc
+    event_id = rec.event_id or f"evt_{uuid.uuid4().hex}"
+    if rec.sensitivity == "secret":
+        # Secret content is never stored: the event keeps only that something was said.
+        content, kinds = {"text": "[REDACTED:secret]"}, ["secret"]
+    else:
+        content, findings = redact_json(rec.content)
+        kinds = sorted({f.kind for f in findings})
+    prep = Prepared(number, rec, event_id, content, _content_hash(rec, content), kinds)
+    if rec.kind == "tool_result":
+        _normalise_tool_result(prep, now)
+    if rec.sensitivity != "secret":
+        prep.chunks = chunk_text(event_text(rec.kind, prep.content), max_tokens=CHUNK_TOKENS)
+    return prep
+
+
+def ingest(db: Database, values: list[tuple], *, embedder: Embedder | None,
+           defaults: dict[str, Any] | None = None, strict: bool = False,
+           defer_embed: bool = False) -> IngestReport:
+    report = IngestReport()
+    now = utcnow()
+    prepared: list[Prepared] = []
+    for number, value, *source in values:
+        try:
+            prep = prepare(number, value, defaults or {}, now)
+        except ValidationError as exc:
+            ident = value.get("event_id") if isinstance(value, dict) else None
+            report.rejected.append(RecordProblem(source=source[0] if source else None,
+                                                 line=number, reason=str(exc), event_id=ident))
+            continue
+        prep.source = source[0] if source else None
+        prepared.append(prep)
+    if strict and report.rejected:
+        return report
+
+    # Skip what is already stored (same event id or content hash) before paying for embeddings.
+    fresh: list[Prepared] = []
+    seen: set[str] = set()
+    for prep in prepared:
+        dup = ev.existing_event(db, prep.event_id, prep.content_hash)
+        if dup or prep.event_id in seen or prep.content_hash in seen:
+            report.skipped.append(dup or prep.event_id)
+            continue
+        seen.update((prep.event_id, prep.content_hash))
+        fresh.append(prep)
+
+    if embedder is not None and not defer_embed:
+        texts = [c.text for p in fresh for c in p.chunks]
+        if texts:
+            matrix = embedder.embed_documents(texts).astype("float32")
+            rows = iter(matrix)
+            for prep in fresh:
+                prep.vectors = [next(rows).tobytes() for _ in prep.chunks]
+
+    threads: dict[str, list[tuple[str, int | None, str]]] = {}
+    with db.transaction():
+        for prep in fresh:
+            try:
+                with db.conn:  # savepoint: a record is written whole or not at all
+                    _write(db, prep, now, report, threads)
+            except Exception as exc:  # noqa: BLE001 - reported per record, batch goes on
+                if strict:
+                    raise
+                report.rejected.append(
+                    RecordProblem(source=prep.source, line=prep.line,
+                                  reason=f"write failed: {exc}", event_id=prep.event_id)
+                )
+        for key, changes in threads.items():
+            mem.bump_revision(db, key, changes)
+    if defer_embed and embedder is not None:
+        report.deferred_embedding = sum(len(p.chunks) for p in fresh)
+    return report
+
+
+def _write(db: Database, prep: Prepared, now: str, report: IngestReport,
+           threads: dict[str, list[tuple[str, int | None, str]]]) -> None:
+    rec = prep.record
+    ts = rec.ts or now
+    seq = ev.insert_event(db, {
+        "event_id": prep.event_id, "ts": ts, "recorded_at": now, "tenant_id": rec.tenant_id,
+        "user_id": rec.user_id, "agent_id": rec.agent_id, "session_id": rec.session_id,
+        "app_id": rec.app_id, "run_id": rec.run_id, "channel": rec.channel,
+        "actor_type": rec.actor.type, "actor_id": rec.actor.id, "kind": rec.kind,
+        "sensitivity": rec.sensitivity, "tags": rec.tags, "content": prep.content,
+        "refs": rec.refs, "content_hash": prep.content_hash, "redactions": prep.redactions,
+    })
+    if prep.artifact:
+        ev.insert_artifact(db, prep.artifact)
+        report.artifacts.append(prep.artifact["artifact_id"])
+    if rec.session_id:
+        ev.touch_session(db, rec.tenant_id, rec.session_id, rec.user_id, ts)
+    scope = {"tenant_id": rec.tenant_id, "user_id": rec.user_id, "session_id": rec.session_id}
+    key = mem.thread_key(rec.tenant_id, rec.user_id, rec.session_id)
+    attributes: dict[str, Any] = {"tags": rec.tags, "event_kind": rec.kind}
+    if prep.redactions:
+        attributes["redactions"] = prep.redactions
+    if prep.artifact:
+        attributes["artifact_id"] = prep.artifact["artifact_id"]
+    context = mem.previous_turn(db, rec.tenant_id, rec.session_id)
+    vectors: list[tuple[int, bytes]] = []
+    for index, chunk in enumerate(prep.chunks):
+        memory_id = mem.insert_memory(db, {
+            "kind": "episode", "category": rec.category or "event", "content": chunk.text,
+            "tenant_id": rec.tenant_id, "user_id": rec.user_id, "agent_id": rec.agent_id,
+            "session_id": rec.session_id, "app_id": rec.app_id, "run_id": rec.run_id,
+            "channel": rec.channel, "sensitivity": rec.sensitivity,
+            "actor_type": rec.actor.type, "actor_id": rec.actor.id,
+            "event_id": prep.event_id, "event_seq": seq, "chunk_index": index,
+            "token_count": chunk.token_estimate, "importance": rec.importance,
+            "pinned": int(rec.pinned), "event_time": ts, "created_at": now, "updated_at": now,
+            "valid_from": ts, "source_ids": [prep.event_id], "attributes": attributes,
+        }, context=context)
+        context = chunk.text
+        mem.link_entities(db, memory_id, extract_entities(chunk.text), now)
+        mem.add_history(db, memory_id, "ADD", event_id=prep.event_id, new_ref=str(memory_id),
+                        scope=scope)
+        threads.setdefault(key, []).append(("created", memory_id, chunk.text))
+        report.memory_ids.append(memory_id)
+        if prep.vectors:
+            vectors.append((memory_id, prep.vectors[index]))
+    if vectors:
+        vec.insert_vectors(db, vectors)
+        report.embedded += len(vectors)
+    report.created.append(prep.event_id)
+    if prep.redactions:
+        report.redacted.append({"event_id": prep.event_id, "kinds": prep.redactions})

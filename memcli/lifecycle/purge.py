@@ -1,0 +1,77 @@
+"""Purge (hard delete of a scope, events included), forget (soft delete) and restore."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+from memcli.errors import NotFoundError, UsageError
+from memcli.models import format_ts, utcnow
+from memcli.store import memories as mem
+from memcli.store import purge as sql
+
+if TYPE_CHECKING:
+    from memcli.store.connection import Database
+
+SCOPES = ("memory_id", "session_id", "user_id", "tenant_id", "app_id")
+SOFT_DELETE_GRACE_DAYS = 30
+
+
+def plan_purge(db: Database, **scope: Any) -> dict[str, Any]:
+    given = {k: v for k, v in scope.items() if k in SCOPES and v is not None}
+    if not given:
+        raise UsageError(
+            "purge needs a scope", "give --memory, --session, --user, --tenant or --app"
+        )
+    event_ids, memory_ids = sql.select_scope(db, given)
+    return {
+        "scope": given,
+        "events": len(event_ids),
+        "memories": len(memory_ids),
+        "artifacts": sql.count_artifacts(db, event_ids),
+        "event_ids": event_ids,
+        "memory_ids": memory_ids,
+    }
+
+
+def apply_purge(db: Database, plan: dict[str, Any], actor: str = "cli") -> dict[str, Any]:
+    with db.transaction():
+        sql.delete_everything(db, plan["event_ids"], plan["memory_ids"], plan["scope"])
+        mem.add_history(db, None, "PURGE", actor=actor, meta={
+            "scope": plan["scope"], "events": plan["events"], "memories": plan["memories"],
+        })
+    return {k: v for k, v in plan.items() if k not in ("event_ids", "memory_ids")}
+
+
+def forget(db: Database, memory_id: int, actor: str = "cli") -> dict[str, Any]:
+    row = _get(db, memory_id)
+    purge_at = format_ts(datetime.now(UTC) + timedelta(days=SOFT_DELETE_GRACE_DAYS))
+    with db.transaction():
+        mem.set_state(db, memory_id, "soft_deleted", purge_at)
+        mem.add_history(db, memory_id, "DELETE", old_ref=row["state"], new_ref="soft_deleted",
+                        actor=actor, scope=row, meta={"purge_at": purge_at})
+        mem.bump_revision(db, mem.thread_key(row["tenant_id"], row["user_id"],
+                                             row["session_id"]),
+                          [("deleted", memory_id, row["content"])])
+    return {"id": memory_id, "state": "soft_deleted", "purge_at": purge_at}
+
+
+def restore(db: Database, memory_id: int, actor: str = "cli") -> dict[str, Any]:
+    row = _get(db, memory_id)
+    if row["state"] != "soft_deleted":
+        raise UsageError(f"memory {memory_id} is {row['state']}, not soft-deleted")
+    with db.transaction():
+        mem.set_state(db, memory_id, "active", None)
+        mem.add_history(db, memory_id, "RESTORE", old_ref="soft_deleted", new_ref="active",
+                        actor=actor, scope=row)
+        mem.bump_revision(db, mem.thread_key(row["tenant_id"], row["user_id"],
+                                             row["session_id"]),
+                          [("restored", memory_id, row["content"])])
+    return {"id": memory_id, "state": "active", "restored_at": utcnow()}
+
+
+def _get(db: Database, memory_id: int) -> dict[str, Any]:
+    row = mem.get_memories(db, [memory_id]).get(memory_id)
+    if row is None:
+        raise NotFoundError(f"no memory with id {memory_id}")
+    return row

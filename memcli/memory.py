@@ -1,0 +1,235 @@
+"""The library's front door: `Memory` opens a database and offers every operation.
+
+    from memcli import Memory
+    with Memory.open("memory.db") as m:
+        m.ingest([{"text": "Alice likes green tea", "session_id": "s1", "user_id": "alice"}])
+        result = m.query("what does Alice drink?", user_id="alice")
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from memcli import ingest as ingest_mod
+from memcli.categories import Categories, load_categories
+from memcli.config import RetrievalSettings, Settings
+from memcli.errors import UsageError
+from memcli.lifecycle import purge as purge_mod
+from memcli.models import Hit, IngestReport, QueryResult
+from memcli.retrieval import search
+from memcli.retrieval.text import has_recall_cue
+from memcli.store import memories as mem
+from memcli.store import vectors as vec
+from memcli.store.connection import Database
+from memcli.store.filters import Filters
+from memcli.store.history import list_history
+
+if TYPE_CHECKING:
+    from memcli.providers.embedders import Embedder
+
+BULLET_CHARS = 280
+
+
+def make_embedder(settings: Settings) -> Embedder | None:
+    from memcli.providers.embedders import get_embedder
+
+    cfg = settings.embedder
+    if cfg.provider == "none":
+        return None
+    options: dict[str, Any] = {}
+    if cfg.provider == "openai":
+        if not (cfg.base_url and cfg.model and cfg.dimension):
+            raise UsageError("the openai embedder needs base_url, model and dimension",
+                             "set MEMCLI_EMBED_BASE_URL, MEMCLI_EMBED_MODEL, "
+                             "MEMCLI_EMBED_DIMENSION")
+        options = {"base_url": cfg.base_url, "model": cfg.model, "dimension": cfg.dimension,
+                   "api_key": cfg.api_key}
+    elif cfg.provider == "hash" and cfg.dimension:
+        options = {"dimension": cfg.dimension}
+    return get_embedder(cfg.provider, **options)
+
+
+class Memory:
+    def __init__(self, db: Database, *, embedder: Embedder | None = None,
+                 retrieval: RetrievalSettings | None = None,
+                 categories: Categories | None = None, encoding: str = "cl100k_base",
+                 check_embedder: bool = True) -> None:
+        self.db = db
+        self.embedder = embedder
+        self.retrieval = retrieval or RetrievalSettings()
+        self.categories = categories or load_categories(None)
+        self.encoding = encoding
+        if embedder is not None and check_embedder:
+            vec.check_embedder(db, embedder.model_id, embedder.dimension)
+
+    @classmethod
+    def open(cls, path: str | Path, *, embedder: Embedder | None = None,
+             settings: Settings | None = None, check_embedder: bool = True) -> Memory:
+        settings = settings or Settings(db=Path(path))
+        return cls(Database(path), embedder=embedder, retrieval=settings.retrieval,
+                   categories=load_categories(settings.categories_file),
+                   encoding=settings.encoding, check_embedder=check_embedder)
+
+    def __enter__(self) -> Memory:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self.db.close()
+
+    # -- writing -------------------------------------------------------------------------------
+    def ingest(self, records: list[dict[str, Any]] | list[tuple[int, Any]], *,
+               defaults: dict[str, Any] | None = None, strict: bool = False,
+               defer_embed: bool = False) -> IngestReport:
+        """Record events. `records` are dicts, or (line number, parsed value) pairs."""
+        numbered = [
+            r if isinstance(r, tuple) else (i, r) for i, r in enumerate(records, start=1)
+        ]
+        return ingest_mod.ingest(self.db, numbered, embedder=self.embedder, defaults=defaults,
+                                 strict=strict, defer_embed=defer_embed)
+
+    def embed_pending(self, batch_size: int = 256) -> int:
+        """Embed memories stored without vectors (after --defer-embed); returns how many."""
+        if self.embedder is None:
+            raise UsageError("no embedder configured", "set MEMCLI_EMBEDDER")
+        done = 0
+        while True:
+            rows = mem.memories_without_vectors(self.db, batch_size)
+            if not rows:
+                return done
+            matrix = self.embedder.embed_documents([text for _, text in rows]).astype("float32")
+            with self.db.transaction():
+                vec.insert_vectors(self.db, [(mid, v.tobytes()) for (mid, _), v
+                                             in zip(rows, matrix, strict=True)])
+            done += len(rows)
+
+    def reindex(self) -> int:
+        """Drop every vector, record the configured embedder, and embed everything again."""
+        if self.embedder is None:
+            raise UsageError("no embedder configured", "set MEMCLI_EMBEDDER")
+        with self.db.transaction():
+            vec.reset_vectors(self.db, self.embedder.model_id, self.embedder.dimension)
+        return self.embed_pending()
+
+    # -- reading -------------------------------------------------------------------------------
+    def filters(self, agent: str | None = None, **kwargs: Any) -> Filters:
+        """Filters for a query, with the agent's category allowlist enforced."""
+        categories = tuple(kwargs.pop("categories", None) or ())
+        self.categories.check(agent, categories)
+        allowed = self.categories.allowed(agent)
+        kwargs = {k: (tuple(v) if isinstance(v, list) else v) for k, v in kwargs.items()
+                  if v is not None and v != ()}
+        return Filters(categories=categories, allowed_categories=allowed, **kwargs)
+
+    def query(self, text: str, *, filters: Filters | None = None, top_k: int = 10,
+              threshold: float | None = None, budget_tokens: int | None = None,
+              return_format: str = "full", widen: bool = True, record_access: bool = True
+              ) -> QueryResult:
+        t0 = time.perf_counter()
+        filters = filters or Filters()
+        scope = "session" if filters.session_id else ("user" if filters.user_id else "all")
+        legs = search.run_legs(self.db, self.embedder, text, filters, self.retrieval)
+        ranked = search.rank(self.db, legs, self.retrieval)
+        if filters.session_id and widen and (
+            has_recall_cue(text) or len(ranked) < self.retrieval.min_session_hits
+        ):
+            wider = filters.widen_to_user()
+            if wider.user_id is None:
+                user = self.db.scalar(
+                    "SELECT user_id FROM sessions WHERE session_id = ? LIMIT 1",
+                    (filters.session_id,))
+                wider = replace(wider, user_id=user)
+            legs = search.run_legs(self.db, self.embedder, text, wider, self.retrieval)
+            ranked = search.rank(self.db, legs, self.retrieval)
+            scope = "user" if wider.user_id else "all"
+        if threshold is not None:
+            ranked = [c for c in ranked if c.score >= threshold]
+        ranked = ranked[:top_k]
+        hits = [self._hit(c, return_format) for c in ranked]
+        used = 0
+        if budget_tokens is not None:
+            from memcli.tokens import count_tokens
+
+            kept = []
+            for hit in hits:
+                cost = count_tokens(hit.text, self.encoding)
+                if used + cost > budget_tokens:
+                    break  # rank order: a lower hit never jumps over a higher one
+                used += cost
+                hit.tokens = cost
+                kept.append(hit)
+            hits = kept
+        if record_access and hits:
+            self._record_access([h.id for h in hits])
+        return QueryResult(
+            query=text, scope=scope, hits=hits, legs={k: len(v) for k, v in legs.items()},
+            fusion=self.retrieval.fusion, budget_tokens=budget_tokens, tokens_used=used,
+            latency_ms=round((time.perf_counter() - t0) * 1000, 3),
+        )
+
+    def _record_access(self, ids: list[int]) -> None:
+        from memcli.errors import DatabaseBusyError
+
+        try:
+            with self.db.transaction():
+                mem.record_access(self.db, ids)
+        except DatabaseBusyError:
+            pass  # access counts are a hint; a busy writer must not fail a read
+
+    @staticmethod
+    def _hit(cand: search.Candidate, return_format: str) -> Hit:
+        import json
+
+        row = cand.row
+        text = row["content"]
+        if return_format == "bullets":
+            first = " ".join(text.split())
+            if len(first) > BULLET_CHARS:
+                first = first[: BULLET_CHARS - 1].rstrip() + "…"
+            text = f"[{row['category']}] {first}" if row["category"] else first
+        return Hit(
+            id=row["id"], kind=row["kind"], category=row["category"], text=text,
+            score=round(cand.score, 6),
+            scores={leg: {"rank": r, "score": round(s, 6)} for leg, (r, s) in cand.legs.items()},
+            boosts=cand.boosts, event_id=row["event_id"], tenant_id=row["tenant_id"],
+            user_id=row["user_id"], agent_id=row["agent_id"], session_id=row["session_id"],
+            app_id=row["app_id"], run_id=row["run_id"], channel=row["channel"],
+            sensitivity=row["sensitivity"], actor_type=row["actor_type"],
+            actor_id=row["actor_id"], event_time=row["event_time"],
+            importance=row["importance"], pinned=bool(row["pinned"]),
+            tokens=row["token_count"], source_ids=json.loads(row["source_ids"]),
+        )
+
+    # -- audit and lifecycle -------------------------------------------------------------------
+    def history(self, memory_id: int | None = None, **scope: Any) -> list[dict[str, Any]]:
+        return list_history(self.db, memory_id=memory_id, **scope)
+
+    def plan_purge(self, **scope: Any) -> dict[str, Any]:
+        return purge_mod.plan_purge(self.db, **scope)
+
+    def purge(self, **scope: Any) -> dict[str, Any]:
+        return purge_mod.apply_purge(self.db, purge_mod.plan_purge(self.db, **scope))
+
+    def forget(self, memory_id: int) -> dict[str, Any]:
+        return purge_mod.forget(self.db, memory_id)
+
+    def restore(self, memory_id: int) -> dict[str, Any]:
+        return purge_mod.restore(self.db, memory_id)
+
+    def stats(self) -> dict[str, Any]:
+        out = mem.stats(self.db)
+        out["db_bytes"] = self.db.size_bytes()
+        out["schema_version"] = int(self.db.scalar("PRAGMA user_version"))
+        out["embedder"] = {
+            "configured": self.embedder.model_id if self.embedder else None,
+            "stored": self.db.get_meta("embedder_model"),
+            "dimension": self.db.get_meta("embedder_dimension"),
+            "pending": mem.count_without_vectors(self.db),
+        }
+        out["vector_search"] = self.db.vec_enabled
+        return out

@@ -1,0 +1,160 @@
+"""Pydantic models for what goes in (event records) and what comes out (hits, reports)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+Channel = Literal["private", "public", "team", "agent"]
+EventKind = Literal["message", "tool_call", "tool_result", "decision", "task_update", "artifact"]
+Sensitivity = Literal["none", "low", "high", "secret"]
+MemoryKind = Literal[
+    "episode", "fact", "summary", "insight", "reflection", "procedural", "decision", "task"
+]
+SCOPE_FIELDS = ("tenant_id", "user_id", "agent_id", "session_id", "app_id", "run_id")
+
+
+def utcnow() -> str:
+    return format_ts(datetime.now(UTC))
+
+
+def format_ts(dt: datetime) -> str:
+    """One timestamp format everywhere, so ISO strings sort as times."""
+    if dt.tzinfo is None:
+        dt = dt.replace(tzinfo=UTC)
+    return dt.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def parse_ts(value: str | datetime) -> str:
+    if isinstance(value, datetime):
+        return format_ts(value)
+    text = value.strip()
+    if text.endswith("Z"):
+        text = text[:-1] + "+00:00"
+    try:
+        return format_ts(datetime.fromisoformat(text))
+    except ValueError as exc:
+        raise ValueError(f"not an ISO 8601 time: {value!r}") from exc
+
+
+class Actor(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    type: str = "human"
+    id: str | None = None
+
+
+class EventIn(BaseModel):
+    """One event to record: the `record_event` request, plus `ts` and the `{"text": ...}` shorthand."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    event_id: str | None = Field(default=None, min_length=1, max_length=200)
+    ts: str | None = None
+    tenant_id: str = "default"
+    user_id: str | None = None
+    agent_id: str | None = None
+    session_id: str | None = None
+    app_id: str | None = None
+    run_id: str | None = None
+    channel: Channel = "private"
+    actor: Actor = Field(default_factory=Actor)
+    kind: EventKind = "message"
+    sensitivity: Sensitivity = "none"
+    tags: list[str] = Field(default_factory=list)
+    content: dict[str, Any] = Field(default_factory=dict)
+    refs: list[Any] = Field(default_factory=list)
+    # Optional hints for the derived memory.
+    category: str | None = None
+    importance: float | None = Field(default=None, ge=0.0, le=1.0)
+    pinned: bool = False
+
+    @model_validator(mode="before")
+    @classmethod
+    def _shorthand(cls, data: Any) -> Any:
+        # {"text": "..."} is short for {"content": {"text": "..."}}; "role" for actor.type.
+        if isinstance(data, dict):
+            data = dict(data)
+            if "text" in data:
+                text = data.pop("text")
+                content = dict(data.get("content") or {})
+                content.setdefault("text", text)
+                data["content"] = content
+            if "role" in data and "actor" not in data:
+                data["actor"] = {"type": data.pop("role")}
+        return data
+
+    @field_validator("ts")
+    @classmethod
+    def _ts(cls, value: str | None) -> str | None:
+        return None if value is None else parse_ts(value)
+
+    @model_validator(mode="after")
+    def _has_content(self) -> EventIn:
+        if not self.content:
+            raise ValueError("content is empty (give content.text or text)")
+        text = self.content.get("text")
+        if text is not None and not isinstance(text, str):
+            raise ValueError("content.text must be a string")
+        return self
+
+
+class ChannelScore(BaseModel):
+    rank: int
+    score: float
+
+
+class Hit(BaseModel):
+    id: int
+    kind: str
+    category: str | None
+    text: str
+    score: float
+    scores: dict[str, ChannelScore] = Field(default_factory=dict)
+    boosts: dict[str, float] = Field(default_factory=dict)
+    event_id: str | None
+    tenant_id: str
+    user_id: str | None
+    agent_id: str | None
+    session_id: str | None
+    app_id: str | None
+    run_id: str | None
+    channel: str
+    sensitivity: str
+    actor_type: str | None
+    actor_id: str | None
+    event_time: str
+    importance: float
+    pinned: bool
+    tokens: int
+    source_ids: list[Any] = Field(default_factory=list)
+
+
+class RecordProblem(BaseModel):
+    source: str | None = None
+    line: int
+    reason: str
+    event_id: str | None = None
+
+
+class IngestReport(BaseModel):
+    created: list[str] = Field(default_factory=list)  # event ids
+    memory_ids: list[int] = Field(default_factory=list)
+    skipped: list[str] = Field(default_factory=list)
+    rejected: list[RecordProblem] = Field(default_factory=list)
+    redacted: list[dict[str, Any]] = Field(default_factory=list)  # {event_id, kinds}
+    artifacts: list[str] = Field(default_factory=list)
+    embedded: int = 0
+    deferred_embedding: int = 0
+
+
+class QueryResult(BaseModel):
+    query: str
+    scope: str  # session | user | all
+    hits: list[Hit]
+    legs: dict[str, int] = Field(default_factory=dict)  # candidates per leg
+    fusion: str
+    budget_tokens: int | None = None
+    tokens_used: int = 0
+    latency_ms: float = 0.0

@@ -1,0 +1,1 @@
+"""Providers: embedders (and later LLM clients) behind small Protocols."""

@@ -1,0 +1,1 @@
+"""Retrieval shared by `query` and `acb build`: legs, fusion, then ranking stages."""

@@ -1,0 +1,218 @@
+-- memcli schema: the whole database in one readable file.
+--
+-- Ground truth is `events` (append-only). Everything else is derived from it and can be
+-- rebuilt: memories, their full-text and vector indexes, entities, relations and history.
+-- The vector table `vec_memories` is created on open because its dimension comes from the
+-- embedder (see memcli/store/connection.py); `meta` records which model made the vectors.
+--
+-- Schema versions live in PRAGMA user_version; memcli/store/migrations.py upgrades older files.
+
+CREATE TABLE IF NOT EXISTS meta (
+    key   TEXT PRIMARY KEY,
+    value TEXT NOT NULL
+) WITHOUT ROWID;
+
+-- Ground truth: one row per recorded event, never updated, deleted only by `purge`.
+CREATE TABLE IF NOT EXISTS events (
+    seq          INTEGER PRIMARY KEY,            -- insertion order, stable
+    event_id     TEXT NOT NULL UNIQUE,
+    ts           TEXT NOT NULL,                  -- when it happened (ISO 8601, UTC)
+    recorded_at  TEXT NOT NULL,                  -- when memcli stored it
+    tenant_id    TEXT NOT NULL DEFAULT 'default',
+    user_id      TEXT,
+    agent_id     TEXT,
+    session_id   TEXT,
+    app_id       TEXT,
+    run_id       TEXT,
+    channel      TEXT NOT NULL DEFAULT 'private'
+                 CHECK (channel IN ('private', 'public', 'team', 'agent')),
+    actor_type   TEXT NOT NULL DEFAULT 'human',
+    actor_id     TEXT,
+    kind         TEXT NOT NULL DEFAULT 'message'
+                 CHECK (kind IN ('message', 'tool_call', 'tool_result', 'decision',
+                                 'task_update', 'artifact')),
+    sensitivity  TEXT NOT NULL DEFAULT 'none'
+                 CHECK (sensitivity IN ('none', 'low', 'high', 'secret')),
+    tags         TEXT NOT NULL DEFAULT '[]',     -- JSON array
+    content      TEXT NOT NULL DEFAULT '{}',     -- JSON object, secrets already redacted
+    refs         TEXT NOT NULL DEFAULT '[]',     -- JSON array
+    content_hash TEXT NOT NULL,                  -- sha256 of scope + kind + actor + content (+ ts)
+    redactions   TEXT NOT NULL DEFAULT '[]'      -- JSON: what the secret detector removed (kinds only)
+);
+CREATE INDEX IF NOT EXISTS events_scope ON events (tenant_id, user_id, session_id, ts);
+CREATE INDEX IF NOT EXISTS events_session ON events (session_id, seq);
+CREATE INDEX IF NOT EXISTS events_app ON events (app_id) WHERE app_id IS NOT NULL;
+CREATE UNIQUE INDEX IF NOT EXISTS events_content_hash ON events (content_hash);
+
+-- Append-only: UPDATE is always refused, DELETE only while `purge` holds its guard row.
+CREATE TRIGGER IF NOT EXISTS events_no_update BEFORE UPDATE ON events
+BEGIN
+    SELECT RAISE(ABORT, 'events are append-only');
+END;
+CREATE TRIGGER IF NOT EXISTS events_no_delete BEFORE DELETE ON events
+WHEN (SELECT value FROM meta WHERE key = 'purge_guard') IS NULL
+BEGIN
+    SELECT RAISE(ABORT, 'events are append-only (use memcli purge)');
+END;
+
+-- Full output of tool results whose excerpt was truncated in the event.
+CREATE TABLE IF NOT EXISTS artifacts (
+    artifact_id TEXT PRIMARY KEY,
+    event_id    TEXT NOT NULL REFERENCES events (event_id) ON DELETE CASCADE,
+    mime        TEXT NOT NULL DEFAULT 'text/plain',
+    bytes       INTEGER NOT NULL,
+    sha256      TEXT NOT NULL,
+    body        BLOB NOT NULL,
+    created_at  TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS artifacts_event ON artifacts (event_id);
+
+-- Derived memories: episodes cut from events, and facts, summaries, insights made from them.
+CREATE TABLE IF NOT EXISTS memories (
+    id            INTEGER PRIMARY KEY,
+    kind          TEXT NOT NULL DEFAULT 'episode'
+                  CHECK (kind IN ('episode', 'fact', 'summary', 'insight', 'reflection',
+                                  'procedural', 'decision', 'task')),
+    category      TEXT,
+    content       TEXT NOT NULL,
+    tenant_id     TEXT NOT NULL DEFAULT 'default',
+    user_id       TEXT,
+    agent_id      TEXT,
+    session_id    TEXT,
+    app_id        TEXT,
+    run_id        TEXT,
+    channel       TEXT NOT NULL DEFAULT 'private',
+    sensitivity   TEXT NOT NULL DEFAULT 'none',
+    actor_type    TEXT,
+    actor_id      TEXT,
+    event_id      TEXT,                          -- the event an episode was cut from
+    event_seq     INTEGER,                       -- that event's order, for neighbouring turns
+    chunk_index   INTEGER NOT NULL DEFAULT 0,
+    token_count   INTEGER NOT NULL DEFAULT 0,
+    importance    REAL NOT NULL DEFAULT 0.5 CHECK (importance BETWEEN 0 AND 1),
+    pinned        INTEGER NOT NULL DEFAULT 0 CHECK (pinned IN (0, 1)),
+    confidence    REAL NOT NULL DEFAULT 1.0,
+    decay_rate    REAL NOT NULL DEFAULT 0.01,
+    access_count  INTEGER NOT NULL DEFAULT 0,
+    last_accessed TEXT,
+    event_time    TEXT NOT NULL,                 -- when the remembered thing happened
+    created_at    TEXT NOT NULL,
+    updated_at    TEXT NOT NULL,
+    valid_from    TEXT,
+    valid_to      TEXT,
+    state         TEXT NOT NULL DEFAULT 'active'
+                  CHECK (state IN ('active', 'soft_deleted', 'superseded')),
+    purge_at      TEXT,
+    source_ids    TEXT NOT NULL DEFAULT '[]',    -- JSON: event ids / memory ids it cites
+    attributes    TEXT NOT NULL DEFAULT '{}'     -- JSON: tags, redactions, artifact refs ...
+);
+CREATE INDEX IF NOT EXISTS memories_scope ON memories (tenant_id, user_id, session_id, state);
+CREATE INDEX IF NOT EXISTS memories_session_order ON memories (session_id, event_seq, chunk_index);
+CREATE INDEX IF NOT EXISTS memories_event ON memories (event_id);
+CREATE INDEX IF NOT EXISTS memories_app ON memories (app_id) WHERE app_id IS NOT NULL;
+CREATE INDEX IF NOT EXISTS memories_updated ON memories (updated_at);
+
+-- Lexical indexes. Contentless (the text lives in `memories`) with contentless_delete so a
+-- purge can remove a row by id. Columns: the turn itself and its context (the previous turn
+-- of the same session), so a match on context still returns the turn.
+CREATE VIRTUAL TABLE IF NOT EXISTS memories_fts USING fts5 (
+    content, context,
+    content = '',
+    contentless_delete = 1,
+    tokenize = 'porter unicode61 remove_diacritics 2'
+);
+-- Trigram index: substring recall and scripts without spaces (Chinese, Japanese).
+CREATE VIRTUAL TABLE IF NOT EXISTS memories_trigram USING fts5 (
+    content,
+    content = '',
+    contentless_delete = 1,
+    tokenize = 'trigram remove_diacritics 1'
+);
+
+-- Float vectors for exact reranking (a plain BLOB copy: reading vectors back out of vec0 is slow).
+CREATE TABLE IF NOT EXISTS memory_vectors (
+    memory_id INTEGER PRIMARY KEY REFERENCES memories (id) ON DELETE CASCADE,
+    embedding BLOB NOT NULL                      -- float32, L2-normalised
+);
+
+-- Entities found in memories, with aliases, linked through memory_entities.
+CREATE TABLE IF NOT EXISTS entities (
+    id         INTEGER PRIMARY KEY,
+    kind       TEXT NOT NULL,
+    norm       TEXT NOT NULL,
+    display    TEXT NOT NULL,
+    created_at TEXT NOT NULL,
+    UNIQUE (kind, norm)
+);
+CREATE INDEX IF NOT EXISTS entities_norm ON entities (norm);
+CREATE TABLE IF NOT EXISTS entity_aliases (
+    alias     TEXT NOT NULL,
+    entity_id INTEGER NOT NULL REFERENCES entities (id) ON DELETE CASCADE,
+    PRIMARY KEY (alias, entity_id)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS memory_entities (
+    memory_id INTEGER NOT NULL REFERENCES memories (id) ON DELETE CASCADE,
+    entity_id INTEGER NOT NULL REFERENCES entities (id) ON DELETE CASCADE,
+    PRIMARY KEY (memory_id, entity_id)
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS memory_entities_entity ON memory_entities (entity_id, memory_id);
+
+-- Typed edges between memories (related, supersedes, merged_into ...), one per pair and kind.
+CREATE TABLE IF NOT EXISTS relations (
+    src_id     INTEGER NOT NULL REFERENCES memories (id) ON DELETE CASCADE,
+    dst_id     INTEGER NOT NULL REFERENCES memories (id) ON DELETE CASCADE,
+    kind       TEXT NOT NULL DEFAULT 'related',
+    strength   REAL NOT NULL DEFAULT 1.0,
+    created_at TEXT NOT NULL,
+    PRIMARY KEY (src_id, dst_id, kind)
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS relations_dst ON relations (dst_id);
+
+CREATE TABLE IF NOT EXISTS sessions (
+    tenant_id        TEXT NOT NULL DEFAULT 'default',
+    session_id       TEXT NOT NULL,
+    user_id          TEXT,
+    started_at       TEXT NOT NULL,
+    last_event_at    TEXT NOT NULL,
+    event_count      INTEGER NOT NULL DEFAULT 0,
+    consolidated_at  TEXT,
+    summary          TEXT,                       -- JSON structured summary, when consolidated
+    PRIMARY KEY (tenant_id, session_id)
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS sessions_user ON sessions (tenant_id, user_id, last_event_at);
+
+-- Audit trail of every change to a memory, newest last.
+CREATE TABLE IF NOT EXISTS history (
+    id        INTEGER PRIMARY KEY,
+    memory_id INTEGER,                           -- kept after purge (no foreign key on purpose)
+    event_id  TEXT,
+    op        TEXT NOT NULL CHECK (op IN ('ADD', 'UPDATE', 'DELETE', 'MERGE', 'LINK', 'TTL',
+                                          'RESTORE', 'PURGE')),
+    old_ref   TEXT,
+    new_ref   TEXT,
+    actor     TEXT NOT NULL DEFAULT 'memcli',
+    tenant_id TEXT,
+    user_id   TEXT,
+    session_id TEXT,
+    meta      TEXT NOT NULL DEFAULT '{}',
+    ts        TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS history_memory ON history (memory_id, id);
+CREATE INDEX IF NOT EXISTS history_scope ON history (tenant_id, user_id, session_id, id);
+
+-- Per-thread revision counter and what changed at each revision (for delta headers).
+CREATE TABLE IF NOT EXISTS threads (
+    thread_key TEXT PRIMARY KEY,                 -- tenant/user/session
+    revision   INTEGER NOT NULL DEFAULT 0,
+    updated_at TEXT NOT NULL
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS change_log (
+    id         INTEGER PRIMARY KEY,
+    thread_key TEXT NOT NULL,
+    revision   INTEGER NOT NULL,
+    op         TEXT NOT NULL,
+    memory_id  INTEGER,
+    summary    TEXT NOT NULL DEFAULT '',
+    ts         TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS change_log_thread ON change_log (thread_key, revision);

@@ -1,0 +1,76 @@
+"""SQL for the ground truth: events, artifacts and sessions."""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from memcli.store.connection import Database
+
+
+def existing_event(db: Database, event_id: str | None, content_hash: str) -> str | None:
+    """The id of an already stored event with this id or content hash (idempotent ingest)."""
+    row = db.scalar(
+        "SELECT event_id FROM events WHERE event_id = ? OR content_hash = ? LIMIT 1",
+        (event_id, content_hash),
+    )
+    return row
+
+
+def insert_event(db: Database, row: dict[str, Any]) -> int:
+    """Append one event; returns its sequence number."""
+    db.execute(
+        """INSERT INTO events (event_id, ts, recorded_at, tenant_id, user_id, agent_id,
+               session_id, app_id, run_id, channel, actor_type, actor_id, kind, sensitivity,
+               tags, content, refs, content_hash, redactions)
+           VALUES (:event_id, :ts, :recorded_at, :tenant_id, :user_id, :agent_id, :session_id,
+               :app_id, :run_id, :channel, :actor_type, :actor_id, :kind, :sensitivity,
+               :tags, :content, :refs, :content_hash, :redactions)""",
+        {
+            **row,
+            "tags": json.dumps(row["tags"], ensure_ascii=False),
+            "content": json.dumps(row["content"], ensure_ascii=False),
+            "refs": json.dumps(row["refs"], ensure_ascii=False),
+            "redactions": json.dumps(row["redactions"]),
+        },
+    )
+    return db.conn.last_insert_rowid()
+
+
+def insert_artifact(db: Database, artifact: dict[str, Any]) -> None:
+    db.execute(
+        "INSERT INTO artifacts (artifact_id, event_id, mime, bytes, sha256, body, created_at) "
+        "VALUES (:artifact_id, :event_id, :mime, :bytes, :sha256, :body, :created_at)",
+        artifact,
+    )
+
+
+def get_artifact(db: Database, artifact_id: str) -> dict[str, Any] | None:
+    rows = db.query("SELECT * FROM artifacts WHERE artifact_id = ?", (artifact_id,))
+    return rows[0] if rows else None
+
+
+def touch_session(db: Database, tenant_id: str, session_id: str, user_id: str | None,
+                  ts: str) -> None:
+    db.execute(
+        """INSERT INTO sessions (tenant_id, session_id, user_id, started_at, last_event_at,
+               event_count) VALUES (?, ?, ?, ?, ?, 1)
+           ON CONFLICT (tenant_id, session_id) DO UPDATE SET
+               last_event_at = max(last_event_at, excluded.last_event_at),
+               started_at = min(started_at, excluded.started_at),
+               user_id = coalesce(sessions.user_id, excluded.user_id),
+               event_count = event_count + 1""",
+        (tenant_id, session_id, user_id, ts, ts),
+    )
+
+
+def get_events(db: Database, event_ids: list[str]) -> list[dict[str, Any]]:
+    if not event_ids:
+        return []
+    marks = ",".join("?" * len(event_ids))
+    rows = db.query(f"SELECT * FROM events WHERE event_id IN ({marks}) ORDER BY seq", event_ids)
+    for row in rows:
+        for key in ("tags", "content", "refs", "redactions"):
+            row[key] = json.loads(row[key])
+    return rows

@@ -1,0 +1,76 @@
+"""Query filters rendered as one SQL WHERE clause over `memories m` (never applied after the fact)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+
+@dataclass(frozen=True)
+class Filters:
+    tenant_id: str | None = None
+    user_id: str | None = None
+    agent_id: str | None = None
+    session_id: str | None = None
+    app_id: str | None = None
+    run_id: str | None = None
+    actor_id: str | None = None
+    role: str | None = None  # actor type: human, assistant, tool ...
+    categories: tuple[str, ...] = ()
+    allowed_categories: tuple[str, ...] | None = None  # agent allowlist; None = all
+    kinds: tuple[str, ...] = ()
+    channels: tuple[str, ...] = ()
+    sensitivities: tuple[str, ...] = ("none", "low", "high")  # secret is never returned
+    pinned: bool | None = None
+    importance_min: float | None = None
+    importance_max: float | None = None
+    updated_after: str | None = None
+    updated_before: str | None = None
+    states: tuple[str, ...] = field(default=("active",))
+
+    def widen_to_user(self) -> Filters:
+        return replace(self, session_id=None)
+
+    def sql(self, alias: str = "m") -> tuple[str, list]:
+        """WHERE clause text (without the keyword) and its parameters."""
+        clauses: list[str] = []
+        params: list = []
+        for column in (
+            "tenant_id", "user_id", "agent_id", "session_id", "app_id", "run_id", "actor_id",
+        ):
+            value = getattr(self, column)
+            if value is not None:
+                clauses.append(f"{alias}.{column} = ?")
+                params.append(value)
+        if self.role is not None:
+            clauses.append(f"{alias}.actor_type = ?")
+            params.append(self.role)
+        for column, values in (
+            ("category", self.categories),
+            ("kind", self.kinds),
+            ("channel", self.channels),
+            ("sensitivity", self.sensitivities),
+            ("state", self.states),
+        ):
+            if values:
+                clauses.append(f"{alias}.{column} IN ({','.join('?' * len(values))})")
+                params.extend(values)
+        if self.allowed_categories is not None:
+            allowed = self.allowed_categories
+            if allowed:
+                clauses.append(f"{alias}.category IN ({','.join('?' * len(allowed))})")
+                params.extend(allowed)
+            else:
+                clauses.append("0")
+        if self.pinned is not None:
+            clauses.append(f"{alias}.pinned = ?")
+            params.append(int(self.pinned))
+        for op, value, column in (
+            (">=", self.importance_min, "importance"),
+            ("<=", self.importance_max, "importance"),
+            (">", self.updated_after, "updated_at"),
+            ("<", self.updated_before, "updated_at"),
+        ):
+            if value is not None:
+                clauses.append(f"{alias}.{column} {op} ?")
+                params.append(value)
+        return (" AND ".join(clauses) or "1"), params

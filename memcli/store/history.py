@@ -1,0 +1,29 @@
+"""SQL for the audit trail, newest first."""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from memcli.store.connection import Database
+
+
+def list_history(db: Database, *, memory_id: int | None = None, tenant_id: str | None = None,
+                 user_id: str | None = None, session_id: str | None = None,
+                 limit: int = 100) -> list[dict[str, Any]]:
+    clauses, params = [], []
+    for column, value in (("memory_id", memory_id), ("tenant_id", tenant_id),
+                          ("user_id", user_id), ("session_id", session_id)):
+        if value is not None:
+            clauses.append(f"{column} = ?")
+            params.append(value)
+    where = " AND ".join(clauses) or "1"
+    rows = db.query(
+        f"SELECT id, memory_id, event_id, op, old_ref, new_ref, actor, tenant_id, user_id,"
+        f" session_id, meta, ts FROM history WHERE {where} ORDER BY id DESC LIMIT ?",
+        [*params, limit],
+    )
+    for row in rows:
+        row["meta"] = json.loads(row["meta"])
+    return rows

@@ -1,0 +1,165 @@
+"""SQL for derived memories: rows, their FTS/trigram/vector index entries, entities, history."""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, Any
+
+from memcli.models import utcnow
+
+if TYPE_CHECKING:
+    from memcli.store.connection import Database
+
+MEMORY_COLUMNS = (
+    "kind", "category", "content", "tenant_id", "user_id", "agent_id", "session_id", "app_id",
+    "run_id", "channel", "sensitivity", "actor_type", "actor_id", "event_id", "event_seq",
+    "chunk_index", "token_count", "importance", "pinned", "confidence", "decay_rate",
+    "event_time", "created_at", "updated_at", "valid_from", "source_ids", "attributes",
+)
+_INSERT_SQL = (
+    f"INSERT INTO memories ({', '.join(MEMORY_COLUMNS)}) VALUES "
+    f"({', '.join(':' + c for c in MEMORY_COLUMNS)})"
+)
+
+
+def insert_memory(db: Database, row: dict[str, Any], context: str = "") -> int:
+    """Insert a memory and its lexical index entries; returns the new id."""
+    values = {c: row.get(c) for c in MEMORY_COLUMNS}
+    values["source_ids"] = json.dumps(row.get("source_ids", []), ensure_ascii=False)
+    values["attributes"] = json.dumps(row.get("attributes", {}), ensure_ascii=False)
+    for key, default in (("importance", 0.5), ("pinned", 0), ("confidence", 1.0),
+                         ("decay_rate", 0.01), ("chunk_index", 0), ("token_count", 0)):
+        if values[key] is None:
+            values[key] = default
+    db.execute(_INSERT_SQL, values)
+    memory_id = db.conn.last_insert_rowid()
+    db.execute(
+        "INSERT INTO memories_fts (rowid, content, context) VALUES (?, ?, ?)",
+        (memory_id, row["content"], context),
+    )
+    db.execute(
+        "INSERT INTO memories_trigram (rowid, content) VALUES (?, ?)",
+        (memory_id, row["content"]),
+    )
+    return memory_id
+
+
+def previous_turn(db: Database, tenant_id: str, session_id: str | None) -> str:
+    """The latest memory text of a session: the context key of the next turn."""
+    if session_id is None:
+        return ""
+    text = db.scalar(
+        "SELECT content FROM memories WHERE tenant_id = ? AND session_id = ? AND kind = 'episode'"
+        " ORDER BY event_seq DESC, chunk_index DESC LIMIT 1",
+        (tenant_id, session_id),
+    )
+    return text or ""
+
+
+def link_entities(db: Database, memory_id: int, entities: list, now: str) -> None:
+    for ent in entities:
+        db.execute(
+            "INSERT INTO entities (kind, norm, display, created_at) VALUES (?, ?, ?, ?) "
+            "ON CONFLICT (kind, norm) DO NOTHING",
+            (ent.kind, ent.norm, ent.value, now),
+        )
+        entity_id = db.scalar(
+            "SELECT id FROM entities WHERE kind = ? AND norm = ?", (ent.kind, ent.norm)
+        )
+        db.execute(
+            "INSERT OR IGNORE INTO entity_aliases (alias, entity_id) VALUES (?, ?)",
+            (ent.value.lower(), entity_id),
+        )
+        db.execute(
+            "INSERT OR IGNORE INTO memory_entities (memory_id, entity_id) VALUES (?, ?)",
+            (memory_id, entity_id),
+        )
+
+
+def add_history(db: Database, memory_id: int | None, op: str, *, event_id: str | None = None,
+                old_ref: str | None = None, new_ref: str | None = None, actor: str = "memcli",
+                scope: dict[str, Any] | None = None, meta: dict | None = None) -> None:
+    scope = scope or {}
+    db.execute(
+        "INSERT INTO history (memory_id, event_id, op, old_ref, new_ref, actor, tenant_id,"
+        " user_id, session_id, meta, ts) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+        (memory_id, event_id, op, old_ref, new_ref, actor, scope.get("tenant_id"),
+         scope.get("user_id"), scope.get("session_id"), json.dumps(meta or {}), utcnow()),
+    )
+
+
+def thread_key(tenant_id: str | None, user_id: str | None, session_id: str | None) -> str:
+    return f"{tenant_id or 'default'}/{user_id or '-'}/{session_id or '-'}"
+
+
+def bump_revision(db: Database, key: str, changes: list[tuple[str, int | None, str]]) -> int:
+    """Increment a thread's revision once and log what changed at it (same transaction)."""
+    now = utcnow()
+    db.execute(
+        "INSERT INTO threads (thread_key, revision, updated_at) VALUES (?, 1, ?) "
+        "ON CONFLICT (thread_key) DO UPDATE SET revision = revision + 1, updated_at = ?",
+        (key, now, now),
+    )
+    revision = int(db.scalar("SELECT revision FROM threads WHERE thread_key = ?", (key,)))
+    db.executemany(
+        "INSERT INTO change_log (thread_key, revision, op, memory_id, summary, ts)"
+        " VALUES (?, ?, ?, ?, ?, ?)",
+        [(key, revision, op, mid, summary[:200], now) for op, mid, summary in changes],
+    )
+    return revision
+
+
+def get_memories(db: Database, ids: list[int]) -> dict[int, dict[str, Any]]:
+    if not ids:
+        return {}
+    marks = ",".join("?" * len(ids))
+    rows = db.query(f"SELECT * FROM memories WHERE id IN ({marks})", ids)
+    return {row["id"]: row for row in rows}
+
+
+def record_access(db: Database, ids: list[int]) -> None:
+    if ids:
+        marks = ",".join("?" * len(ids))
+        db.execute(
+            f"UPDATE memories SET access_count = access_count + 1, last_accessed = ?"
+            f" WHERE id IN ({marks})",
+            [utcnow(), *ids],
+        )
+
+
+def set_state(db: Database, memory_id: int, state: str, purge_at: str | None) -> None:
+    db.execute(
+        "UPDATE memories SET state = ?, purge_at = ?, updated_at = ? WHERE id = ?",
+        (state, purge_at, utcnow(), memory_id),
+    )
+
+
+def memories_without_vectors(db: Database, limit: int) -> list[tuple[int, str]]:
+    return list(db.execute(
+        "SELECT m.id, m.content FROM memories m LEFT JOIN memory_vectors v ON v.memory_id = m.id"
+        " WHERE v.memory_id IS NULL AND m.state != 'soft_deleted' ORDER BY m.id LIMIT ?",
+        (limit,),
+    ))
+
+
+def count_without_vectors(db: Database) -> int:
+    return int(db.scalar(
+        "SELECT count(*) FROM memories m LEFT JOIN memory_vectors v ON v.memory_id = m.id"
+        " WHERE v.memory_id IS NULL"
+    ))
+
+
+def stats(db: Database) -> dict[str, Any]:
+    by_kind = {k: n for k, n in db.execute("SELECT kind, count(*) FROM memories GROUP BY kind")}
+    by_state = {k: n for k, n in db.execute(
+        "SELECT state, count(*) FROM memories GROUP BY state")}
+    return {
+        "events": int(db.scalar("SELECT count(*) FROM events")),
+        "memories": int(db.scalar("SELECT count(*) FROM memories")),
+        "by_kind": by_kind,
+        "by_state": by_state,
+        "entities": int(db.scalar("SELECT count(*) FROM entities")),
+        "sessions": int(db.scalar("SELECT count(*) FROM sessions")),
+        "artifacts": int(db.scalar("SELECT count(*) FROM artifacts")),
+        "vectors": int(db.scalar("SELECT count(*) FROM memory_vectors")),
+    }

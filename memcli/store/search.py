@@ -1,0 +1,98 @@
+"""SQL for each retrieval leg. Every leg applies the same Filters inside its own query."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from memcli.store.connection import Database
+    from memcli.store.filters import Filters
+
+# Above this many candidate rows the dense leg uses the bit-quantized prefilter instead of an
+# exact scan (an exact cosine over a few thousand float vectors costs a couple of ms).
+EXACT_SCAN_MAX = 4000
+PREFILTER_K = 2000  # shortlist size from vec0 before the exact rerank
+
+
+def count_candidates(db: Database, filters: Filters) -> int:
+    where, params = filters.sql()
+    return int(db.scalar(f"SELECT count(*) FROM memories m WHERE {where}", params))
+
+
+def lexical(db: Database, match: str, filters: Filters, limit: int,
+            context_weight: float = 0.5) -> list[tuple[int, float]]:
+    """BM25 over the turn (weight 1) and its context column; higher score is better."""
+    where, params = filters.sql()
+    rows = db.execute(
+        f"SELECT m.id, -bm25(memories_fts, 1.0, ?) AS s FROM memories_fts"
+        f" JOIN memories m ON m.id = memories_fts.rowid"
+        f" WHERE memories_fts MATCH ? AND {where} ORDER BY s DESC, m.id LIMIT ?",
+        [context_weight, match, *params, limit],
+    )
+    return [(int(i), float(s)) for i, s in rows]
+
+
+def trigram(db: Database, match: str, filters: Filters, limit: int) -> list[tuple[int, float]]:
+    where, params = filters.sql()
+    rows = db.execute(
+        f"SELECT m.id, -bm25(memories_trigram) AS s FROM memories_trigram"
+        f" JOIN memories m ON m.id = memories_trigram.rowid"
+        f" WHERE memories_trigram MATCH ? AND {where} ORDER BY s DESC, m.id LIMIT ?",
+        [match, *params, limit],
+    )
+    return [(int(i), float(s)) for i, s in rows]
+
+
+def entity(db: Database, keys: list[str], filters: Filters, limit: int
+           ) -> list[tuple[int, float]]:
+    """Memories linked to entities the query names; rarer entities count more (idf-like)."""
+    if not keys:
+        return []
+    where, params = filters.sql()
+    marks = ",".join("?" * len(keys))
+    rows = db.execute(
+        f"""WITH hit AS (
+                SELECT DISTINCT e.id AS eid FROM entities e
+                WHERE e.norm IN ({marks})
+                UNION SELECT entity_id FROM entity_aliases WHERE alias IN ({marks})),
+            df AS (SELECT me.entity_id AS eid, count(*) AS n FROM memory_entities me
+                   WHERE me.entity_id IN (SELECT eid FROM hit) GROUP BY me.entity_id)
+            SELECT m.id, sum(1.0 / (1.0 + ln(df.n))) AS s
+            FROM memory_entities me JOIN df ON df.eid = me.entity_id
+            JOIN memories m ON m.id = me.memory_id
+            WHERE {where} GROUP BY m.id ORDER BY s DESC, m.id DESC LIMIT ?""",
+        [*keys, *keys, *params, limit],
+    )
+    return [(int(i), float(s)) for i, s in rows]
+
+
+def dense(db: Database, query_blob: bytes, filters: Filters, limit: int
+          ) -> list[tuple[int, float]]:
+    """Cosine similarity (1 - distance), exact on small scopes, bit prefilter on large ones."""
+    where, params = filters.sql()
+    use_prefilter = (
+        db.vec_enabled
+        and db.scalar("SELECT 1 FROM sqlite_schema WHERE name = 'vec_memories'")
+        and count_candidates(db, filters) > EXACT_SCAN_MAX
+    )
+    if use_prefilter:
+        rows = db.execute(
+            f"""WITH short AS (
+                    SELECT memory_id FROM vec_memories
+                    WHERE embedding MATCH vec_quantize_binary(?) AND k = ?)
+                SELECT m.id, 1.0 - vec_distance_cosine(v.embedding, ?) AS s
+                FROM short JOIN memories m ON m.id = short.memory_id
+                JOIN memory_vectors v ON v.memory_id = m.id
+                WHERE {where} ORDER BY s DESC, m.id LIMIT ?""",
+            [query_blob, PREFILTER_K, query_blob, *params, limit],
+        )
+    elif db.vec_enabled:
+        rows = db.execute(
+            f"SELECT m.id, 1.0 - vec_distance_cosine(v.embedding, ?) AS s FROM memories m"
+            f" JOIN memory_vectors v ON v.memory_id = m.id WHERE {where}"
+            f" ORDER BY s DESC, m.id LIMIT ?",
+            [query_blob, *params, limit],
+        )
+    else:
+        return []
+    return [(int(i), float(s)) for i, s in rows]

@@ -1,0 +1,1 @@
+memcli/schema.sql

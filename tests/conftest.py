@@ -1,0 +1,65 @@
+"""Shared fixtures: an isolated home, real database files in tmp_path, the real CLI."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from memcli import Memory
+from memcli.providers.embedders import HashEmbedder
+
+
+@pytest.fixture(autouse=True)
+def isolated_env(tmp_path_factory, monkeypatch):
+    """No test reads the developer's config or data dir, and onnxruntime caches stay in tmp."""
+    home = tmp_path_factory.mktemp("home")
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("XDG_DATA_HOME", str(home / "data"))
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(home / "config"))
+    for var in ("MEMCLI_DB", "MEMCLI_CONFIG", "MEMCLI_EMBEDDER", "MEMCLI_LLM_BASE_URL",
+                "MEMCLI_LLM_API_KEY", "OPENAI_API_KEY", "MEMCLI_CATEGORIES"):
+        monkeypatch.delenv(var, raising=False)
+    return home
+
+
+@pytest.fixture
+def db_path(tmp_path) -> Path:
+    return tmp_path / "memory.db"
+
+
+@pytest.fixture
+def memory(db_path):
+    """A Memory with the deterministic test embedder (real SQLite file, real code path)."""
+    with Memory.open(db_path, embedder=HashEmbedder(64)) as m:
+        yield m
+
+
+@pytest.fixture
+def cli(monkeypatch, db_path):
+    """Run the real CLI in-process with the hash embedder; returns a function(args, input)."""
+    monkeypatch.setenv("MEMCLI_EMBEDDER", "hash")
+    monkeypatch.setenv("MEMCLI_DB", str(db_path))
+    from memcli.cli.app import app
+
+    runner = CliRunner()
+
+    def run(*args: str, input: str | None = None):
+        return runner.invoke(app, list(args), input=input, catch_exceptions=False)
+
+    return run
+
+
+def turns(session: str, texts: list[str], user: str = "u1", **extra) -> list[dict]:
+    """Records for a conversation, one turn a minute, with stable event ids."""
+    return [
+        {"event_id": f"{session}-{i}", "session_id": session, "user_id": user,
+         "ts": f"2025-01-01T10:{i:02d}:00Z", "content": {"text": text}, **extra}
+        for i, text in enumerate(texts)
+    ]
+
+
+def ndjson(records: list[dict]) -> str:
+    return "\n".join(json.dumps(r) for r in records) + "\n"
