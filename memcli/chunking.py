@@ -46,9 +46,10 @@ _WORD_RE = re.compile(r"\S+")
 _BLANK_LINE_RE = re.compile(r"\n[^\S\n]*\n")
 # Inside a run of non-space text (CJK has no spaces): after a sentence mark, or a clause mark,
 # plus any closing quotes or brackets that belong to it.
-_CJK_BREAK_RE = re.compile(
-    r"(?:(?P<sent>[。！？]+)|(?P<clause>[，、；：]))[」』”’）】》]*"
-)
+_CJK_BREAK_RE = re.compile(r"(?:(?P<sent>[。！？]+)|(?P<clause>[，、；：]))[」』”’）】》]*")
+_CJK_MARK_RE = re.compile(r"[。！？，、；：]")
+_SENTENCE_MARKS = frozenset(".!?…。！？")
+_CLOSERS = frozenset("\"'”’)]」』）】》")
 _SENTENCE_END_RE = re.compile(r"[.!?…。！？][\"'”’)\]」』）】》]*$")
 
 
@@ -57,49 +58,52 @@ def _units(text: str, piece: int) -> tuple[list[int], list[int], list[int]]:
     starts: list[int] = []
     ends: list[int] = []
     gaps: list[int] = []  # gaps[k]: strength of the cut between unit k and unit k + 1
-
-    def add(start: int, end: int, strength_before: int) -> None:
-        if starts:
-            gaps.append(strength_before)
-        starts.append(start)
-        ends.append(end)
-
+    # One scan up front lets plain (non-CJK) text skip the per-word punctuation search: this loop
+    # runs once per word, so it dominates the cost on large inputs.
+    has_cjk_marks = _CJK_MARK_RE.search(text) is not None
     prev_end = 0
     for m in _WORD_RE.finditer(text):
-        gap = text[prev_end : m.start()]
-        if _BLANK_LINE_RE.search(gap):
-            before = _PARAGRAPH
-        elif "\n" in gap or _SENTENCE_END_RE.search(
-            text, max(0, prev_end - 4), prev_end
-        ):
-            before = _SENTENCE  # a line break usually ends a sentence, list item or chat turn
-        else:
-            before = _SPACE
-        prev_end = m.end()
-        # Split the word at CJK punctuation, then cut whatever is still longer than `piece`.
-        word_start, cut_strength = m.start(), before
-        bounds: list[
-            tuple[int, int, int]
-        ] = []  # (start, end, strength of the gap before it)
-        for p in _CJK_BREAK_RE.finditer(text, m.start(), m.end()):
-            if p.end() < m.end():
-                bounds.append((word_start, p.end(), cut_strength))
-                word_start = p.end()
-                cut_strength = _SENTENCE if p.group("sent") else _CLAUSE
-        bounds.append((word_start, m.end(), cut_strength))
-        for start, end, strength in bounds:
-            for offset in range(start, end, piece):
-                add(
-                    offset,
-                    min(offset + piece, end),
-                    strength if offset == start else _HARD,
-                )
+        start, end = m.span()
+        if starts:
+            gap = text[prev_end:start]
+            if "\n" in gap:
+                # A line break usually ends a sentence, list item or chat turn; a blank line ends
+                # a paragraph.
+                gaps.append(_PARAGRAPH if _BLANK_LINE_RE.search(gap) else _SENTENCE)
+            elif text[prev_end - 1] in _SENTENCE_MARKS or (
+                text[prev_end - 1] in _CLOSERS
+                and _SENTENCE_END_RE.search(text, max(0, prev_end - 4), prev_end)
+            ):
+                gaps.append(_SENTENCE)
+            else:
+                gaps.append(_SPACE)
+        prev_end = end
+        if end - start <= piece and not has_cjk_marks:
+            starts.append(start)
+            ends.append(end)
+            continue
+        # Split the word after CJK punctuation, then cut what is still longer than `piece`.
+        bounds: list[tuple[int, int, int]] = []  # (start, end, strength of the gap before it)
+        strength = -1  # the gap before the word itself is already recorded
+        if has_cjk_marks:
+            for p in _CJK_BREAK_RE.finditer(text, start, end):
+                if p.end() < end:
+                    bounds.append((start, p.end(), strength))
+                    start = p.end()
+                    strength = _SENTENCE if p.group("sent") else _CLAUSE
+        bounds.append((start, end, strength))
+        for b_start, b_end, b_strength in bounds:
+            for offset in range(b_start, b_end, piece):
+                if offset != b_start:
+                    gaps.append(_HARD)
+                elif b_strength >= 0:
+                    gaps.append(b_strength)
+                starts.append(offset)
+                ends.append(min(offset + piece, b_end))
     return starts, ends, gaps
 
 
-def chunk_text(
-    text: str, max_tokens: int = 512, overlap_tokens: int = 32
-) -> list[Chunk]:
+def chunk_text(text: str, max_tokens: int = 512, overlap_tokens: int = 32) -> list[Chunk]:
     """Split `text` into chunks of at most `max_tokens` (estimated), overlapping by up to
     `overlap_tokens`.
 
@@ -119,9 +123,7 @@ def chunk_text(
         return []
     if len(stripped) <= max_chars:
         start = len(text) - len(text.lstrip())
-        return [
-            Chunk(stripped, start, start + len(stripped), estimate_tokens(stripped))
-        ]
+        return [Chunk(stripped, start, start + len(stripped), estimate_tokens(stripped))]
 
     # Over-long words are cut into pieces small enough to serve as overlap, so overlap still works
     # inside a huge word or an unpunctuated CJK run.
@@ -139,16 +141,12 @@ def chunk_text(
         if limit == n - 1:
             last = limit
         else:
-            last = _best_cut(
-                starts, ends, gaps, first, max(first, last_end + 1), limit, max_chars
-            )
+            last = _best_cut(starts, ends, gaps, first, max(first, last_end + 1), limit, max_chars)
         body = text[starts[first] : ends[last]]
         chunks.append(Chunk(body, starts[first], ends[last], estimate_tokens(body)))
         if last == n - 1:
             return chunks
-        first = _overlap_start(
-            starts, ends, gaps, first, last, overlap_chars, max_chars
-        )
+        first = _overlap_start(starts, ends, gaps, first, last, overlap_chars, max_chars)
         last_end = last
 
 

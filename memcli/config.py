@@ -44,14 +44,25 @@ class RetrievalSettings(BaseModel):
     fusion: Literal["zscore", "rrf"] = "zscore"
     rrf_k: int = 60
     leg_weights: dict[str, float] = Field(
-        default_factory=lambda: {"lexical": 1.0, "dense": 1.0, "entity": 0.5, "trigram": 0.5}
+        default_factory=lambda: {
+            "lexical": 1.0, "sparse": 1.0, "dense": 1.0, "entity": 0.5, "trigram": 0.5,
+        }
     )
+    # Sparse query terms found in more than max(sparse_max_df, ratio * memories) memories are
+    # dropped: their posting lists are long and they carry little signal.
+    sparse_max_df: int = 2000
+    sparse_max_df_ratio: float = 0.05
     candidates_per_leg: int = 200
     alpha: float = 1.0  # relevance
     beta: float = 0.1  # recency
     gamma: float = 0.1  # importance
     recency_half_life_days: float = 30.0
     min_session_hits: int = 3
+    neighbour_weight: float = 0.5
+    neighbour_pool: int = 50  # how many top candidates pull their neighbours into the pool
+    session_weight: float = 0.25
+    time_boost: float = 1.3  # "when" questions: turns holding a time expression
+    speaker_boost: float = 1.1  # turns by a speaker the question names
 
 
 class Settings(BaseModel):

@@ -14,6 +14,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from datetime import date
+from typing import NamedTuple
 
 __all__ = ["Entity", "extract_entities", "query_entity_keys", "ENTITY_KINDS"]
 
@@ -72,9 +73,7 @@ _DATE_PATTERNS: tuple[re.Pattern[str], ...] = (
     re.compile(
         rf"(?i)\b(?P<d>\d{{1,2}}){_ORD}(?:\s+of)?\s+(?P<mon>{_MONTH_ALT})\.?,?\s+(?P<y>\d{{4}})\b"
     ),
-    re.compile(
-        rf"(?i)\b(?P<mon>{_MONTH_ALT})\.?\s+(?P<d>\d{{1,2}}){_ORD},?\s+(?P<y>\d{{4}})\b"
-    ),
+    re.compile(rf"(?i)\b(?P<mon>{_MONTH_ALT})\.?\s+(?P<d>\d{{1,2}}){_ORD},?\s+(?P<y>\d{{4}})\b"),
     re.compile(rf"(?i)\b(?P<mon>{_MONTH_ALT})\.?,?\s+(?P<y>\d{{4}})\b"),
 )
 
@@ -82,10 +81,10 @@ _DATE_PATTERNS: tuple[re.Pattern[str], ...] = (
 _WORD_RE = re.compile(r"[^\W\d_]+(?:['’-][^\W\d_]+)*")
 
 _TRAILING_WORD_RE = re.compile(r"(?<![^\W\d_])[^\W\d_]+$")
+# Lower-case words that may sit inside a multi-word name: "Game of Thrones", "Ludwig van Beethoven".
+_CONNECTORS = frozenset("of the de van von der den da di du del della la le al bin".split())
 _CONTRACTION_SUFFIXES = frozenset({"m", "ll", "d", "ve", "re", "t"})
-_HONORIFICS = frozenset(
-    {"mr", "mrs", "ms", "dr", "prof", "st", "sr", "jr", "mt", "rev", "gen"}
-)
+_HONORIFICS = frozenset({"mr", "mrs", "ms", "dr", "prof", "st", "sr", "jr", "mt", "rev", "gen"})
 _OPENERS = "\"'“‘«([{*•>–—-"  # skipped when looking back for the start of a sentence
 _SENTENCE_END = ".!?…:\n\r"
 
@@ -118,6 +117,14 @@ _STOPWORDS = frozenset(
     january february march april may june july august september october november december
     jan feb mar apr jun jul aug sep sept oct nov dec
     mr mrs ms dr prof sr jr st mt rev gen
+    bye goodbye woah whoa haha hah hehe lol omg aww aw ah uh um hmm yay gosh oops ugh yo dude
+    guys hiya cheers happy merry birthday day week weekend month year
+    user assistant system human bot tool agent model speaker author owner name date time
+    note notes summary update error warning example answer question result results output input
+    reason status context task goal problem solution issue description details title subject
+    location source step info tip hint important ps re fwd response request query reply message
+    comment feedback observation action thought plan decision outcome conclusion background
+    overview prompt tags category priority
     """.split()
 )
 
@@ -148,9 +155,7 @@ def _date_norm(m: re.Match[str]) -> str | None:
     year = int(groups["y"])
     month = int(groups["m"]) if groups.get("m") else _MONTHS[groups["mon"].lower()]
     if groups.get("mon") and not groups["mon"][0].isupper():
-        return (
-            None  # "may 2023" in lower case is far more often the verb than the month
-        )
+        return None  # "may 2023" in lower case is far more often the verb than the month
     if groups.get("d") is None:
         return f"{year:04d}-{month:02d}" if 1 <= month <= 12 else None
     try:
@@ -200,40 +205,65 @@ def _norm_name(value: str) -> str:
     return " ".join(value.replace("’", "'").lower().split())
 
 
-def _name_runs(text: str) -> list[tuple[int, int, list[str], bool]]:
-    """Runs of consecutive capitalised, non-stopword words on one line.
+class _Run(NamedTuple):
+    start: int
+    end: int
+    words: list[str]  # the capitalised words only, connectors left out
+    at_sentence_start: bool
+    speaker_label: bool  # "Caroline: ..." at the start of a line
 
-    Returns (start, end, words, at_sentence_start) per run; stopwords and punctuation break runs.
+
+def _at_line_start(text: str, pos: int) -> bool:
+    line_start = max(text.rfind("\n", 0, pos), text.rfind("\r", 0, pos)) + 1
+    return all(c.isspace() or c in _OPENERS for c in text[line_start:pos])
+
+
+def _name_runs(text: str) -> list[_Run]:
+    """Runs of capitalised, non-stopword words joined by spaces (and inner connectors).
+
+    Stopwords, punctuation and line breaks end a run; lower-case connectors ("of", "the", "van")
+    may sit inside one, so "Lord of the Rings" and "Bank of America" stay whole.
     """
-    runs: list[tuple[int, int, list[str], bool]] = []
-    current: list[tuple[int, int, str]] = []
+    runs: list[_Run] = []
+    current: list[tuple[int, int, str]] = []  # (start, end, capitalised word)
+    pending: list[int] = []  # ends of connectors waiting for a capitalised word to follow
 
     def flush() -> None:
         if current:
-            start = current[0][0]
+            start, end = current[0][0], current[-1][1]
             runs.append(
-                (
+                _Run(
                     start,
-                    current[-1][1],
+                    end,
                     [w for _, _, w in current],
                     _is_sentence_start(text, start),
+                    text.startswith(":", end) and _at_line_start(text, start),
                 )
             )
             current.clear()
+        pending.clear()
+
+    def joined(start: int) -> bool:
+        # Only plain spaces may join words into one name: a comma or newline separates names.
+        prev_end = pending[-1] if pending else current[-1][1]
+        gap = text[prev_end:start]
+        return bool(gap) and not gap.strip(" \t\u00a0")
 
     for m in _WORD_RE.finditer(text):
-        word = _name_word(m.group())
+        raw = m.group()
+        word = _name_word(raw)
         if word is None:
-            flush()
+            if current and raw in _CONNECTORS and len(pending) < 2 and joined(m.start()):
+                pending.append(m.end())
+            else:
+                flush()
             continue
         start, end = m.start(), m.start() + len(word)
-        # Only plain spaces may join words into one name: a comma or newline separates names.
-        if current and text[current[-1][1] : start].strip(" \t\u00a0"):
+        if current and not joined(start):
             flush()
+        pending.clear()
         current.append((start, end, word))
-        if (
-            end != m.end()
-        ):  # a possessive ends the name: "Melanie's Dog" is not one name
+        if end != m.end():  # a possessive ends the name: "Melanie's Dog" is not one name
             flush()
     flush()
     return runs
@@ -243,23 +273,23 @@ def _names(text: str, *, query: bool) -> list[tuple[int, str, str]]:
     """(position, value, norm) of names; `query` relaxes the sentence-start rule."""
     found: list[tuple[int, str, str]] = []
     deferred: list[tuple[int, str, str]] = []
-    for start, end, words, at_start in _name_runs(text):
-        if len(words) > 3:
+    for run in _name_runs(text):
+        if len(run.words) > 3:
             continue  # a Title Case Heading, not a name
-        value = " ".join(words) if len(words) > 1 else text[start:end]
-        norm = _norm_name(value)
+        value = text[run.start : run.end]
+        item = (run.start, value, _norm_name(value))
         if query:
-            found.append((start, value, norm))
-            if len(words) > 1:
+            found.append(item)
+            if len(run.words) > 1:
                 # Stored memories may name the person by one part only ("Caroline").
-                found.extend((start, w, _norm_name(w)) for w in words)
-        elif len(words) == 1 and at_start:
-            deferred.append((start, value, norm))
+                found.extend((run.start, w, _norm_name(w)) for w in run.words)
+        elif len(run.words) == 1 and run.at_sentence_start and not run.speaker_label:
+            deferred.append(item)
         else:
-            found.append((start, value, norm))
+            found.append(item)
     if deferred:
         # A capitalised word at a sentence start is accepted once the text also uses it where a
-        # capital does mean a name ("Caroline: hi ... thanks, Caroline").
+        # capital does mean a name ("Hi Caroline. ... Caroline went home.").
         known = {norm for _, _, norm in found}
         found.extend(item for item in deferred if item[2] in known)
     return found

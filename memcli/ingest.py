@@ -1,4 +1,4 @@
-"""Ingest: parse -> validate -> redact -> normalise tool output -> chunk -> entities -> embed -> write.
+"""Ingest: parse, validate, redact, normalise tool output, chunk, entities, embed, write.
 
 Every record of a batch is validated first. Good records are written in one transaction (each
 inside its own savepoint, so a failing record never leaves half a write); with `strict`, one bad
@@ -22,10 +22,12 @@ from memcli.models import EventIn, IngestReport, RecordProblem, utcnow
 from memcli.redact import redact_json
 from memcli.store import events as ev
 from memcli.store import memories as mem
+from memcli.store import sparse as sparse_sql
 from memcli.store import vectors as vec
 
 if TYPE_CHECKING:
     from memcli.providers.embedders import Embedder
+    from memcli.providers.splade import SpladeEncoder
     from memcli.store.connection import Database
 
 EXCERPT_BYTES = 64 * 1024
@@ -85,6 +87,7 @@ class Prepared:
     artifact: dict[str, Any] | None = None
     chunks: list[Any] = field(default_factory=list)
     vectors: list[bytes] = field(default_factory=list)
+    sparse: list[dict[int, float]] = field(default_factory=list)
     source: str | None = None
 
 
@@ -154,8 +157,8 @@ def prepare(number: int, value: Any, defaults: dict[str, Any], now: str) -> Prep
 
 
 def ingest(db: Database, values: list[tuple], *, embedder: Embedder | None,
-           defaults: dict[str, Any] | None = None, strict: bool = False,
-           defer_embed: bool = False) -> IngestReport:
+           sparse: SpladeEncoder | None = None, defaults: dict[str, Any] | None = None,
+           strict: bool = False, defer_embed: bool = False) -> IngestReport:
     report = IngestReport()
     now = utcnow()
     prepared: list[Prepared] = []
@@ -191,6 +194,15 @@ def ingest(db: Database, values: list[tuple], *, embedder: Embedder | None,
             for prep in fresh:
                 prep.vectors = [next(rows).tobytes() for _ in prep.chunks]
 
+    if sparse is not None and not defer_embed:
+        texts = [c.text for p in fresh for c in p.chunks]
+        if texts:
+            encoded = iter(sparse.encode_documents(texts))
+            with db.transaction():
+                sparse_sql.record_vocab(db, sparse.vocab_hash)
+            for prep in fresh:
+                prep.sparse = [next(encoded) for _ in prep.chunks]
+
     threads: dict[str, list[tuple[str, int | None, str]]] = {}
     with db.transaction():
         for prep in fresh:
@@ -206,7 +218,7 @@ def ingest(db: Database, values: list[tuple], *, embedder: Embedder | None,
                 )
         for key, changes in threads.items():
             mem.bump_revision(db, key, changes)
-    if defer_embed and embedder is not None:
+    if defer_embed and (embedder is not None or sparse is not None):
         report.deferred_embedding = sum(len(p.chunks) for p in fresh)
     return report
 
@@ -237,6 +249,7 @@ def _write(db: Database, prep: Prepared, now: str, report: IngestReport,
         attributes["artifact_id"] = prep.artifact["artifact_id"]
     context = mem.previous_turn(db, rec.tenant_id, rec.session_id)
     vectors: list[tuple[int, bytes]] = []
+    postings: list[tuple[int, dict[int, float]]] = []
     for index, chunk in enumerate(prep.chunks):
         memory_id = mem.insert_memory(db, {
             "kind": "episode", "category": rec.category or "event", "content": chunk.text,
@@ -257,6 +270,10 @@ def _write(db: Database, prep: Prepared, now: str, report: IngestReport,
         report.memory_ids.append(memory_id)
         if prep.vectors:
             vectors.append((memory_id, prep.vectors[index]))
+        if prep.sparse:
+            postings.append((memory_id, prep.sparse[index]))
+    if postings:
+        sparse_sql.insert_postings(db, postings)
     if vectors:
         vec.insert_vectors(db, vectors)
         report.embedded += len(vectors)

@@ -20,8 +20,10 @@ from memcli.errors import UsageError
 from memcli.lifecycle import purge as purge_mod
 from memcli.models import Hit, IngestReport, QueryResult
 from memcli.retrieval import search
+from memcli.retrieval.stages import Candidate, RankContext
 from memcli.retrieval.text import has_recall_cue
 from memcli.store import memories as mem
+from memcli.store import sparse as sparse_sql
 from memcli.store import vectors as vec
 from memcli.store.connection import Database
 from memcli.store.filters import Filters
@@ -29,6 +31,7 @@ from memcli.store.history import list_history
 
 if TYPE_CHECKING:
     from memcli.providers.embedders import Embedder
+    from memcli.providers.splade import SpladeEncoder
 
 BULLET_CHARS = 280
 
@@ -52,9 +55,17 @@ def make_embedder(settings: Settings) -> Embedder | None:
     return get_embedder(cfg.provider, **options)
 
 
+def make_sparse(settings: Settings) -> SpladeEncoder | None:
+    if settings.retrieval.leg_weights.get("sparse", 0) <= 0:
+        return None
+    from memcli.providers.splade import SpladeEncoder
+
+    return SpladeEncoder()
+
+
 class Memory:
     def __init__(self, db: Database, *, embedder: Embedder | None = None,
-                 retrieval: RetrievalSettings | None = None,
+                 sparse: SpladeEncoder | None = None, retrieval: RetrievalSettings | None = None,
                  categories: Categories | None = None, encoding: str = "cl100k_base",
                  check_embedder: bool = True) -> None:
         self.db = db
@@ -62,14 +73,19 @@ class Memory:
         self.retrieval = retrieval or RetrievalSettings()
         self.categories = categories or load_categories(None)
         self.encoding = encoding
+        self.sparse = sparse
         if embedder is not None and check_embedder:
             vec.check_embedder(db, embedder.model_id, embedder.dimension)
+        if sparse is not None and check_embedder:
+            sparse_sql.check_model(db, sparse.model_id)
 
     @classmethod
     def open(cls, path: str | Path, *, embedder: Embedder | None = None,
-             settings: Settings | None = None, check_embedder: bool = True) -> Memory:
+             sparse: SpladeEncoder | None = None, settings: Settings | None = None,
+             check_embedder: bool = True) -> Memory:
         settings = settings or Settings(db=Path(path))
-        return cls(Database(path), embedder=embedder, retrieval=settings.retrieval,
+        return cls(Database(path), embedder=embedder, sparse=sparse,
+                   retrieval=settings.retrieval,
                    categories=load_categories(settings.categories_file),
                    encoding=settings.encoding, check_embedder=check_embedder)
 
@@ -90,13 +106,17 @@ class Memory:
         numbered = [
             r if isinstance(r, tuple) else (i, r) for i, r in enumerate(records, start=1)
         ]
-        return ingest_mod.ingest(self.db, numbered, embedder=self.embedder, defaults=defaults,
+        return ingest_mod.ingest(self.db, numbered, embedder=self.embedder, sparse=self.sparse,
+                                 defaults=defaults,
                                  strict=strict, defer_embed=defer_embed)
 
     def embed_pending(self, batch_size: int = 256) -> int:
-        """Embed memories stored without vectors (after --defer-embed); returns how many."""
-        if self.embedder is None:
+        """Embed memories stored without vectors or sparse terms (after --defer-embed)."""
+        if self.embedder is None and self.sparse is None:
             raise UsageError("no embedder configured", "set MEMCLI_EMBEDDER")
+        done = self._sparse_pending(batch_size) if self.sparse is not None else 0
+        if self.embedder is None:
+            return done
         done = 0
         while True:
             rows = mem.memories_without_vectors(self.db, batch_size)
@@ -108,12 +128,28 @@ class Memory:
                                              in zip(rows, matrix, strict=True)])
             done += len(rows)
 
+    def _sparse_pending(self, batch_size: int) -> int:
+        assert self.sparse is not None
+        done = 0
+        while True:
+            rows = sparse_sql.memories_without_sparse(self.db, batch_size)
+            if not rows:
+                return done
+            encoded = self.sparse.encode_documents([text for _, text in rows])
+            with self.db.transaction():
+                sparse_sql.record_vocab(self.db, self.sparse.vocab_hash)
+                sparse_sql.insert_postings(
+                    self.db, [(mid, v) for (mid, _), v in zip(rows, encoded, strict=True)])
+            done += len(rows)
+
     def reindex(self) -> int:
         """Drop every vector, record the configured embedder, and embed everything again."""
         if self.embedder is None:
             raise UsageError("no embedder configured", "set MEMCLI_EMBEDDER")
         with self.db.transaction():
             vec.reset_vectors(self.db, self.embedder.model_id, self.embedder.dimension)
+            if self.sparse is not None:
+                sparse_sql.reset(self.db, self.sparse.model_id)
         return self.embed_pending()
 
     # -- reading -------------------------------------------------------------------------------
@@ -133,8 +169,9 @@ class Memory:
         t0 = time.perf_counter()
         filters = filters or Filters()
         scope = "session" if filters.session_id else ("user" if filters.user_id else "all")
-        legs = search.run_legs(self.db, self.embedder, text, filters, self.retrieval)
-        ranked = search.rank(self.db, legs, self.retrieval)
+        legs = search.run_legs(self.db, self.embedder, text, filters, self.retrieval,
+                               sparse=self.sparse)
+        ranked = search.rank(RankContext(self.db, filters, text, self.retrieval), legs)
         if filters.session_id and widen and (
             has_recall_cue(text) or len(ranked) < self.retrieval.min_session_hits
         ):
@@ -144,8 +181,9 @@ class Memory:
                     "SELECT user_id FROM sessions WHERE session_id = ? LIMIT 1",
                     (filters.session_id,))
                 wider = replace(wider, user_id=user)
-            legs = search.run_legs(self.db, self.embedder, text, wider, self.retrieval)
-            ranked = search.rank(self.db, legs, self.retrieval)
+            legs = search.run_legs(self.db, self.embedder, text, wider, self.retrieval,
+                                   sparse=self.sparse)
+            ranked = search.rank(RankContext(self.db, wider, text, self.retrieval), legs)
             scope = "user" if wider.user_id else "all"
         if threshold is not None:
             ranked = [c for c in ranked if c.score >= threshold]
@@ -182,7 +220,7 @@ class Memory:
             pass  # access counts are a hint; a busy writer must not fail a read
 
     @staticmethod
-    def _hit(cand: search.Candidate, return_format: str) -> Hit:
+    def _hit(cand: Candidate, return_format: str) -> Hit:
         import json
 
         row = cand.row

@@ -46,7 +46,7 @@ class Actor(BaseModel):
 
 
 class EventIn(BaseModel):
-    """One event to record: the `record_event` request, plus `ts` and the `{"text": ...}` shorthand."""
+    """One event: the `record_event` request, plus `ts` and the `{"text": ...}` shorthand."""
 
     model_config = ConfigDict(extra="forbid")
 

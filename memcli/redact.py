@@ -114,38 +114,25 @@ _PEM_RE = re.compile(
     re.DOTALL,
 )
 
-# Fixed-prefix token formats. `(?<![\w-])` stops matches inside longer identifiers.
-_PREFIXED: tuple[tuple[str, re.Pattern[str], bool], ...] = (
-    # (kind, pattern, needs the _looks_like_credential check)
-    ("anthropic_key", re.compile(r"(?<![\w-])sk-ant-[A-Za-z0-9_-]{20,}"), False),
+# Fixed-prefix token formats: (kind, pattern, needs the _looks_like_credential check). Patterns
+# start with their literal prefix, which lets `re` skip ahead quickly; the "not glued to a longer
+# identifier" check is done in code because a leading lookbehind would disable that fast path.
+_PREFIXED: tuple[tuple[str, str, re.Pattern[str], bool], ...] = (
+    # (kind, lower-case needle, pattern, needs the _looks_like_credential check)
+    ("anthropic_key", "sk-ant-", re.compile(r"sk-ant-[A-Za-z0-9_-]{20,}"), False),
     (
         "openai_key",
-        re.compile(
-            r"(?<![\w-])sk-(?!ant-)(?:proj-|svcacct-|admin-)?[A-Za-z0-9_-]{20,}"
-        ),
+        "sk-",
+        re.compile(r"sk-(?!ant-)(?:proj-|svcacct-|admin-)?[A-Za-z0-9_-]{20,}"),
         True,  # "sk-" + 20 letters could be a long hyphenated slug; real keys carry digits
     ),
-    ("github_token", re.compile(r"(?<![\w-])gh[pousr]_[A-Za-z0-9]{30,}"), False),
-    ("github_token", re.compile(r"(?<![\w-])github_pat_[A-Za-z0-9_]{30,}"), False),
-    ("slack_token", re.compile(r"(?<![\w-])xox[baprs]-[A-Za-z0-9-]{10,}"), False),
-    ("google_api_key", re.compile(r"(?<![\w-])AIza[0-9A-Za-z_-]{30,}"), False),
-    (
-        "stripe_key",
-        re.compile(r"(?<![\w-])(?:sk|rk)_(?:live|test)_[0-9A-Za-z]{16,}"),
-        False,
-    ),
-    (
-        "aws_access_key_id",
-        re.compile(r"(?<![A-Za-z0-9])(?:AKIA|ASIA)[A-Z0-9]{16}(?![A-Za-z0-9])"),
-        False,
-    ),
-    (
-        "jwt",
-        re.compile(
-            r"(?<![\w-])eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]*"
-        ),
-        False,
-    ),
+    ("github_token", "gh", re.compile(r"gh[pousr]_[A-Za-z0-9]{30,}"), False),
+    ("github_token", "github_pat_", re.compile(r"github_pat_[A-Za-z0-9_]{30,}"), False),
+    ("slack_token", "xox", re.compile(r"xox[baprs]-[A-Za-z0-9-]{10,}"), False),
+    ("google_api_key", "aiza", re.compile(r"AIza[0-9A-Za-z_-]{30,}"), False),
+    ("stripe_key", "k_", re.compile(r"[rs]k_(?:live|test)_[0-9A-Za-z]{16,}"), False),
+    ("aws_access_key_id", "a", re.compile(r"A(?:KIA|SIA)[A-Z0-9]{16}(?![A-Za-z0-9])"), False),
+    ("jwt", "eyj", re.compile(r"eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]*"), False),
 )
 
 _AWS_SECRET_RE = re.compile(
@@ -171,9 +158,7 @@ _AUTHORIZATION_RE = re.compile(
 
 # scheme://user:password@host — the password may itself contain '@', so it is greedy and the last
 # '@' before the host wins; '/', '?', '#' and whitespace end the authority.
-_URL_PASSWORD_RE = re.compile(
-    r"(?i)\b[a-z][a-z0-9+.-]{0,20}://[^\s:/?#@]{0,200}:(?P<v>[^\s/?#]{1,200})@(?=[^\s@/?#:]+)"
-)
+_URL_PASSWORD_RE = re.compile(r"://[^\s:/?#@]{0,200}:(?P<v>[^\s/?#]{1,200})@(?=[^\s@/?#:])")
 
 _KEY_TERMS = (
     r"password|passwd|passphrase|secret(?:[_-]?key)?|client[_-]?secret"
@@ -182,7 +167,7 @@ _KEY_TERMS = (
 # `key = value`, `"key": "value"`, `KEY=value`, `key == "value"`, `?token=value&`.
 _ASSIGNMENT_RE = re.compile(
     rf"""(?ix)
-    (?<![A-Za-z0-9])(?P<key>[A-Za-z0-9_.-]{{0,40}}?(?:{_KEY_TERMS}))
+    (?P<key>{_KEY_TERMS})
     ["']?[ \t]{{0,10}}(?P<sep>===?|=>|:=|=|:)[ \t]{{0,10}}
     (?:
         "(?P<dq>[^"\r\n]{{0,512}})"
@@ -214,11 +199,7 @@ def _kind_for_key(key: str) -> str:
 def _trim_closers(value: str) -> str:
     """Drop trailing brackets that close something opened before the value (`{password=x}`)."""
     pairs = {")": "(", "]": "[", "}": "{", ">": "<"}
-    while (
-        value
-        and value[-1] in pairs
-        and value.count(value[-1]) > value.count(pairs[value[-1]])
-    ):
+    while value and value[-1] in pairs and value.count(value[-1]) > value.count(pairs[value[-1]]):
         value = value[:-1]
     return value
 
@@ -233,11 +214,20 @@ def _find_pem(text: str) -> Iterator[Span]:
         yield "private_key", m.start(), m.end()
 
 
-def _find_prefixed(text: str) -> Iterator[Span]:
-    for kind, pattern, check in _PREFIXED:
+def _glued(text: str, pos: int) -> bool:
+    """True if the character before `pos` continues an identifier (so no token starts here)."""
+    return pos > 0 and (text[pos - 1].isalnum() or text[pos - 1] in "_-")
+
+
+def _prefixed_detector(
+    kind: str, pattern: re.Pattern[str], check: bool
+) -> Callable[[str], Iterator[Span]]:
+    def detect(text: str) -> Iterator[Span]:
         for m in pattern.finditer(text):
-            if not check or _looks_like_credential(m.group()):
+            if not _glued(text, m.start()) and (not check or _looks_like_credential(m.group())):
                 yield kind, m.start(), m.end()
+
+    return detect
 
 
 def _find_aws_secret(text: str) -> Iterator[Span]:
@@ -294,16 +284,21 @@ def _find_assignments(text: str) -> Iterator[Span]:
         yield kind, start, start + len(value)
 
 
+# (needles, detector): a detector runs only if one of its lower-case needles occurs in the text,
+# a substring test that is far cheaper than a regex scan, so ordinary prose costs little.
 # Order matters only for ties when two detectors report the same span: the first one names it.
-_DETECTORS: tuple[Callable[[str], Iterator[Span]], ...] = (
-    _find_private,
-    _find_pem,
-    _find_prefixed,
-    _find_aws_secret,
-    _find_bearer,
-    _find_authorization,
-    _find_url_password,
-    _find_assignments,
+_DETECTORS: tuple[tuple[tuple[str, ...], Callable[[str], Iterator[Span]]], ...] = (
+    (("<private",), _find_private),
+    (("-----begin",), _find_pem),
+    *(
+        ((needle,), _prefixed_detector(kind, pattern, check))
+        for kind, needle, pattern, check in _PREFIXED
+    ),
+    (("secret",), _find_aws_secret),
+    (("bearer",), _find_bearer),
+    (("authorization",), _find_authorization),
+    (("://",), _find_url_password),
+    (("pass", "secret", "key", "token"), _find_assignments),
 )
 
 
@@ -327,7 +322,10 @@ def _merge(spans: list[tuple[int, int, int, str]]) -> list[tuple[int, int, str]]
 def _spans(text: str) -> list[tuple[int, int, str]]:
     markers = [(m.start(), m.end()) for m in _MARKER_RE.finditer(text)]
     found: list[tuple[int, int, int, str]] = []
-    for order, detector in enumerate(_DETECTORS):
+    lowered = text.lower()
+    for order, (needles, detector) in enumerate(_DETECTORS):
+        if not any(needle in lowered for needle in needles):
+            continue
         for kind, start, end in detector(text):
             if end <= start:
                 continue
@@ -375,14 +373,11 @@ def redact_json(value: Any) -> tuple[Any, tuple[Finding, ...]]:
                 findings.append(Finding(kind, 0, len(node), path))
                 return _marker(kind)
             result = redact(node)
-            findings.extend(
-                Finding(f.kind, f.start, f.end, path) for f in result.findings
-            )
+            findings.extend(Finding(f.kind, f.start, f.end, path) for f in result.findings)
             return result.text
         if isinstance(node, dict):
             return {
-                k: walk(v, (*path, k), k if isinstance(k, str) else None)
-                for k, v in node.items()
+                k: walk(v, (*path, k), k if isinstance(k, str) else None) for k, v in node.items()
             }
         if isinstance(node, list | tuple):
             items = [walk(v, (*path, i), None) for i, v in enumerate(node)]

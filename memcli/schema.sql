@@ -135,6 +135,27 @@ CREATE TABLE IF NOT EXISTS memory_vectors (
     embedding BLOB NOT NULL                      -- float32, L2-normalised
 );
 
+-- Learned-sparse (SPLADE) index: an inverted table of (vocabulary term, memory, weight).
+-- Weights are stored as integers (x100): SQLite keeps small integers in 1-2 bytes.
+CREATE TABLE IF NOT EXISTS sparse_postings (
+    term_id   INTEGER NOT NULL,
+    memory_id INTEGER NOT NULL,
+    weight    INTEGER NOT NULL,
+    PRIMARY KEY (term_id, memory_id)
+) WITHOUT ROWID;
+-- Per memory, its term ids (packed uint16): what to delete from the postings on purge, without
+-- a second index over millions of postings.
+CREATE TABLE IF NOT EXISTS memory_sparse (
+    memory_id INTEGER PRIMARY KEY REFERENCES memories (id) ON DELETE CASCADE,
+    terms     BLOB NOT NULL
+);
+-- Document frequency per term: query terms in too many memories are pruned (the long posting
+-- lists of frequent terms are the whole cost of a sparse query at scale).
+CREATE TABLE IF NOT EXISTS sparse_df (
+    term_id INTEGER PRIMARY KEY,
+    df      INTEGER NOT NULL
+);
+
 -- Entities found in memories, with aliases, linked through memory_entities.
 CREATE TABLE IF NOT EXISTS entities (
     id         INTEGER PRIMARY KEY,

@@ -11,14 +11,17 @@ if TYPE_CHECKING:
     from memcli.memory import Memory
 
 
-def open_memory(db: Path | None, *, with_embedder: bool = True,
+def open_memory(db: Path | None, *, with_embedder: bool = True, with_sparse: bool | None = None,
                 check_embedder: bool = True) -> Memory:
+    """Open the configured memory; models are only constructed (they load lazily on use)."""
     from memcli.config import load_settings
-    from memcli.memory import Memory, make_embedder
+    from memcli.memory import Memory, make_embedder, make_sparse
 
     settings = load_settings(db)
     embedder = make_embedder(settings) if with_embedder else None
-    memory = Memory.open(settings.db, embedder=embedder, settings=settings,
+    use_sparse = with_embedder if with_sparse is None else with_sparse
+    sparse = make_sparse(settings) if use_sparse else None
+    memory = Memory.open(settings.db, embedder=embedder, sparse=sparse, settings=settings,
                          check_embedder=check_embedder)
     if memory.db.vec_warning:
         warn(memory.db.vec_warning)

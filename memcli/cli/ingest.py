@@ -25,7 +25,8 @@ def register(app: typer.Typer) -> None:
             help="JSON / NDJSON files to read; `-` reads stdin.", show_default=False)] = None,
         text: Annotated[str | None, typer.Option("--text", "-t",
                                                  help="Record one message with this text.")] = None,
-        session: Annotated[str | None, typer.Option("--session", help="Default session id.")] = None,
+        session: Annotated[str | None, typer.Option(
+            "--session", help="Default session id.")] = None,
         user: Annotated[str | None, typer.Option("--user", help="Default user id.")] = None,
         tenant: Annotated[str | None, typer.Option("--tenant", help="Default tenant id.")] = None,
         agent: Annotated[str | None, typer.Option("--agent", help="Default agent id.")] = None,

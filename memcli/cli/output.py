@@ -11,7 +11,7 @@ import json
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from enum import Enum
+from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -20,7 +20,7 @@ import typer
 from memcli.errors import MemcliError
 
 
-class Format(str, Enum):
+class Format(StrEnum):
     json = "json"
     jsonl = "jsonl"
     text = "text"

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from enum import Enum
+from enum import StrEnum
 from typing import Annotated
 
 import typer
@@ -11,7 +11,7 @@ from memcli.cli.common import open_memory
 from memcli.cli.output import DbOpt, FormatOpt, JsonOpt, emit, errors, resolve_format
 
 
-class ReturnMode(str, Enum):
+class ReturnMode(StrEnum):
     bullets = "bullets"
     full = "full"
 
@@ -68,7 +68,8 @@ def register(app: typer.Typer) -> None:
         budget_tokens: Annotated[int | None, typer.Option(
             "--budget-tokens", min=1, help="Stop adding hits before this many tokens.")] = None,
         legs: Annotated[str | None, typer.Option(
-            "--legs", help="Comma-separated legs to use (lexical,dense,entity,trigram).")] = None,
+            "--legs",
+            help="Comma-separated legs to use (lexical,sparse,dense,entity,trigram).")] = None,
         no_widen: Annotated[bool, typer.Option(
             "--no-widen", help="Never widen a session query to the user.")] = False,
         explain: Annotated[bool, typer.Option(
@@ -89,12 +90,13 @@ def register(app: typer.Typer) -> None:
             if not text.strip():
                 raise UsageError("empty query")
             wanted = {p.strip() for p in legs.split(",")} if legs else None
-            if wanted and not wanted <= {"lexical", "dense", "entity", "trigram"}:
+            if wanted and not wanted <= {"lexical", "sparse", "dense", "entity", "trigram"}:
                 raise UsageError(f"unknown leg in --legs: {legs}",
-                                 "use lexical, dense, entity, trigram")
+                                 "use lexical, sparse, dense, entity, trigram")
             after = parse_ts(updated_after) if updated_after else None
             before = parse_ts(updated_before) if updated_before else None
-            with open_memory(db, with_embedder=wanted is None or "dense" in wanted) as memory:
+            with open_memory(db, with_embedder=wanted is None or "dense" in wanted,
+                             with_sparse=wanted is None or "sparse" in wanted) as memory:
                 if wanted is not None:
                     memory.retrieval.leg_weights = {
                         k: v for k, v in memory.retrieval.leg_weights.items() if k in wanted}

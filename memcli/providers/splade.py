@@ -185,14 +185,14 @@ class _Model:
         # Padded keys get a large negative score so softmax gives them zero weight.
         key_bias = ((1.0 - mask) * -1e9).astype(np.float32)[:, None, None, :]
         for layer in self.layers:
-            qkv = x @ layer["qkv"][0] + layer["qkv"][1]
+            qkv = _dense(x, layer["qkv"])
             # (tokens, 3 * hidden) -> 3 x (batch, heads, length, head_dim)
             q, k, v = qkv.reshape(batch, length, 3, self.heads, head_dim).transpose(2, 0, 3, 1, 4)
             probs = self._softmax((q @ k.transpose(0, 1, 3, 2)) * scale + key_bias)
             ctx = (probs @ v).transpose(0, 2, 1, 3).reshape(batch * length, hidden)
-            x = self._layer_norm(ctx @ layer["o"][0] + layer["o"][1] + x, layer["ln1"])
-            inner = self._gelu(x @ layer["ffn_in"][0] + layer["ffn_in"][1])
-            x = self._layer_norm(inner @ layer["ffn_out"][0] + layer["ffn_out"][1] + x, layer["ln2"])
+            x = self._layer_norm(_dense(ctx, layer["o"]) + x, layer["ln1"])
+            inner = self._gelu(_dense(x, layer["ffn_in"]))
+            x = self._layer_norm(_dense(inner, layer["ffn_out"]) + x, layer["ln2"])
         return x.reshape(batch, length, hidden)
 
     def pooled_logits(self, ids: np.ndarray, mask: np.ndarray) -> np.ndarray:
@@ -206,13 +206,18 @@ class _Model:
         lengths = mask.sum(axis=1).astype(np.int64).tolist()
         out = np.empty((len(lengths), self.decoder.shape[1]), dtype=np.float32)
         for row, n in enumerate(lengths):
-            t = self._gelu(states[row, :n] @ self.head_dense[0] + self.head_dense[1])
+            t = self._gelu(_dense(states[row, :n], self.head_dense))
             t = self._layer_norm(t, self.head_norm)
             # One text at a time: its (n, 30522) logits stay in cache for the max, which measured
             # ~2x faster than one batch-wide product followed by a segmented max.
             np.max(t @ self.decoder, axis=0, out=out[row])
         out += self.decoder_bias
         return out
+
+
+def _dense(x: np.ndarray, params: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
+    """A linear layer, weights already transposed to (in, out)."""
+    return x @ params[0] + params[1]
 
 
 def _read_metadata(raw: bytes) -> dict[str, str]:

@@ -1,4 +1,4 @@
-"""Query filters rendered as one SQL WHERE clause over `memories m` (never applied after the fact)."""
+"""Query filters as one SQL WHERE clause over `memories m` (never applied after the fact)."""
 
 from __future__ import annotations
 

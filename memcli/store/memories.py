@@ -150,9 +150,9 @@ def count_without_vectors(db: Database) -> int:
 
 
 def stats(db: Database) -> dict[str, Any]:
-    by_kind = {k: n for k, n in db.execute("SELECT kind, count(*) FROM memories GROUP BY kind")}
-    by_state = {k: n for k, n in db.execute(
-        "SELECT state, count(*) FROM memories GROUP BY state")}
+    by_kind = dict(db.execute("SELECT kind, count(*) FROM memories GROUP BY kind"))
+    by_state = dict(db.execute(
+        "SELECT state, count(*) FROM memories GROUP BY state"))
     return {
         "events": int(db.scalar("SELECT count(*) FROM events")),
         "memories": int(db.scalar("SELECT count(*) FROM memories")),

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from memcli.store.sparse import delete_postings
 from memcli.store.vectors import delete_vectors
 
 if TYPE_CHECKING:
@@ -52,6 +53,7 @@ def delete_everything(db: Database, event_ids: list[str], memory_ids: list[int],
         db.execute(f"DELETE FROM memories_fts WHERE rowid IN ({m})", ids)
         db.execute(f"DELETE FROM memories_trigram WHERE rowid IN ({m})", ids)
         delete_vectors(db, ids)
+        delete_postings(db, ids)
         db.execute(f"DELETE FROM relations WHERE src_id IN ({m}) OR dst_id IN ({m})", ids + ids)
         db.execute(f"DELETE FROM memory_entities WHERE memory_id IN ({m})", ids)
         db.execute(f"DELETE FROM change_log WHERE memory_id IN ({m})", ids)

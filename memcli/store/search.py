@@ -96,3 +96,25 @@ def dense(db: Database, query_blob: bytes, filters: Filters, limit: int
     else:
         return []
     return [(int(i), float(s)) for i, s in rows]
+
+
+def session_neighbours(db: Database, ids: list[int], filters: Filters
+                       ) -> dict[int, tuple[int | None, int | None]]:
+    """For each memory, the previous and next memory of its session that pass the filters."""
+    if not ids:
+        return {}
+    where_p, params_p = filters.sql("p")
+    marks = ",".join("?" * len(ids))
+    order = "(p.event_seq, p.chunk_index) {op} (m.event_seq, m.chunk_index)"
+    rows = db.execute(
+        f"""SELECT m.id,
+              (SELECT p.id FROM memories p WHERE p.session_id = m.session_id
+                 AND p.tenant_id = m.tenant_id AND {order.format(op='<')} AND {where_p}
+                 ORDER BY p.event_seq DESC, p.chunk_index DESC LIMIT 1),
+              (SELECT p.id FROM memories p WHERE p.session_id = m.session_id
+                 AND p.tenant_id = m.tenant_id AND {order.format(op='>')} AND {where_p}
+                 ORDER BY p.event_seq, p.chunk_index LIMIT 1)
+            FROM memories m WHERE m.id IN ({marks}) AND m.session_id IS NOT NULL""",
+        [*params_p, *params_p, *ids],
+    )
+    return {int(mid): (prev, nxt) for mid, prev, nxt in rows}

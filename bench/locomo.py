@@ -1,0 +1,486 @@
+"""LoCoMo evidence recall for memcli's retrieval, through the public library API.
+
+    python bench/locomo.py [--embedder e5-small|minilm|hash] [--configs fts,vector,...]
+                           [--data PATH] [--rebuild] [--smoke]
+
+Protocol (the paper's turn-level retrieval, Table 3): every turn of the 10 LoCoMo conversations
+is ingested with `Memory.ingest`, one event per turn (`<speaker>: <text>` plus the image
+caption), in conversation order with its session's date as the event time. Each question with
+evidence is asked with `Memory.query` inside its own conversation (`tenant_id` = sample id);
+recall@k is the share of the question's evidence turns among the top k hits, averaged over
+questions. Recall within a token budget takes hits in rank order while their texts (counted with
+`memcli.tokens.count_tokens`) still fit, and scores those.
+
+Configurations change only `memory.retrieval` (leg weights and fusion); the recency and
+importance weights stay at memcli's defaults. Built databases are cached per embedder under
+`bench/.cache/` and rebuilt when the data or the code that decides what is stored changes.
+Results go to stdout and to `bench/results/locomo-<embedder>.{md,json}`.
+
+`--smoke` (for CI) ingests one conversation's first three sessions with the hash embedder into
+a temporary directory and checks that every number is a recall in [0, 1].
+
+LoCoMo is CC BY-NC 4.0: it is read from `../shared/data/locomo10.json` (or `--data`) and never
+copied into this repository.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import math
+import platform
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections import defaultdict
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO_ROOT))  # run as a script from a checkout, installed or not
+
+from memcli import Memory  # noqa: E402
+from memcli.config import RetrievalSettings  # noqa: E402
+from memcli.providers.embedders import get_embedder  # noqa: E402
+from memcli.tokens import count_tokens  # noqa: E402
+
+DEFAULT_DATA = REPO_ROOT.parent / "shared" / "data" / "locomo10.json"
+CACHE_DIR = REPO_ROOT / "bench" / ".cache"
+RESULTS_DIR = REPO_ROOT / "bench" / "results"
+
+KS = (5, 10, 25, 50)
+BUDGETS = (500, 1000, 2000)
+TOP_K = 50
+TURN_SPACING_S = 5  # turns of one session share its date; a few seconds apart keeps them ordered
+CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop", 5: "adversarial"}
+DRAGON = {5: 56.7, 10: 66.2, 25: 76.7, 50: 82.7}  # Maharana et al. 2024, Table 3, all categories
+
+# Bump when the way this script builds a database changes, so old caches are not reused.
+BUILD_VERSION = 1
+# Code that decides what ends up stored (a change here invalidates cached databases); ranking
+# code is deliberately absent, since changing it needs no re-ingest.
+STORAGE_CODE = (
+    "memcli/ingest.py", "memcli/chunking.py", "memcli/entities.py", "memcli/redact.py",
+    "memcli/models.py", "memcli/schema.sql", "memcli/providers/embedders.py", "memcli/store",
+)
+
+SESSION_KEY = re.compile(r"session_(\d+)")
+EVIDENCE_ID = re.compile(r"D:?(\d+):0*(\d+)")  # also accepts the malformed `D:11:26`, `D30:05`
+
+
+def config_settings(name: str) -> RetrievalSettings:
+    """The RetrievalSettings of one configuration: defaults except legs and fusion."""
+    default = RetrievalSettings()
+    if name == "fts":
+        weights = dict.fromkeys(default.leg_weights, 0.0) | {"lexical": 1.0}
+        return default.model_copy(update={"leg_weights": weights})
+    if name == "vector":
+        weights = dict.fromkeys(default.leg_weights, 0.0) | {"dense": 1.0}
+        return default.model_copy(update={"leg_weights": weights})
+    if name == "hybrid-rrf":
+        return default.model_copy(update={"fusion": "rrf"})
+    if name == "hybrid-zscore":
+        return default.model_copy(update={"fusion": "zscore"})
+    raise ValueError(f"unknown config {name!r}")
+
+
+CONFIGS = ("fts", "vector", "hybrid-rrf", "hybrid-zscore")
+
+
+# --------------------------------------------------------------------------- data
+
+
+def parse_session_date(text: str) -> datetime:
+    """'1:56 pm on 8 May, 2023' -> a naive datetime (memcli stores naive times as UTC)."""
+    return datetime.strptime(text.strip(), "%I:%M %p on %d %B, %Y")
+
+
+def sessions(conversation: dict[str, Any]) -> list[tuple[int, list[dict[str, Any]]]]:
+    found = []
+    for key, turns in conversation.items():
+        m = SESSION_KEY.fullmatch(key)
+        if m and isinstance(turns, list):
+            found.append((int(m.group(1)), turns))
+    return sorted(found)
+
+
+def turn_records(sample: dict[str, Any], max_sessions: int | None = None) -> list[dict[str, Any]]:
+    """One memcli event per turn, sessions and turns in conversation order."""
+    sample_id = sample["sample_id"]
+    conv = sample["conversation"]
+    records = []
+    for n, turns in sessions(conv)[:max_sessions]:
+        start = parse_session_date(conv[f"session_{n}_date_time"])
+        for i, turn in enumerate(turns):
+            text = f"{turn['speaker']}: {turn['text']}"
+            if turn.get("blip_caption"):
+                text += f" [image: {turn['blip_caption']}]"
+            records.append({
+                "event_id": f"{sample_id}:{turn['dia_id']}",
+                "tenant_id": sample_id,
+                "user_id": sample_id,
+                "session_id": f"{sample_id}:session_{n}",
+                "ts": (start + timedelta(seconds=TURN_SPACING_S * i)).isoformat(),
+                "actor": {"type": "human", "id": turn["speaker"]},
+                "content": {"text": text},
+            })
+    return records
+
+
+def normalise_evidence(raw: list[str], turns: set[str]) -> tuple[list[str], int]:
+    """Parseable evidence ids that name existing turns, and how many raw pieces were dropped.
+
+    Malformed entries seen in the data: several ids in one string (`D8:6; D9:17`), a stray
+    colon (`D:11:26`), a zero-padded turn (`D30:05`), a bare `D`, and ids of missing turns.
+    """
+    kept: list[str] = []
+    dropped = 0
+    for entry in raw:
+        for piece in re.split(r"[;,\s]+", entry.strip()):
+            if not piece:
+                continue
+            m = EVIDENCE_ID.fullmatch(piece)
+            dia_id = f"D{m.group(1)}:{m.group(2)}" if m else None
+            if dia_id is None or dia_id not in turns:
+                dropped += 1
+            elif dia_id not in kept:
+                kept.append(dia_id)
+    return kept, dropped
+
+
+def questions(data: list[dict[str, Any]], ingested: dict[str, set[str]]
+              ) -> tuple[list[dict[str, Any]], dict[str, int]]:
+    """QA items with at least one usable evidence turn, plus counts of what was dropped."""
+    out = []
+    counts = {"qa_items": 0, "evidence_ids_dropped": 0, "questions_without_evidence": 0}
+    for sample in data:
+        turns = ingested.get(sample["sample_id"])
+        if turns is None:
+            continue
+        for qa in sample["qa"]:
+            counts["qa_items"] += 1
+            evidence, dropped = normalise_evidence(qa.get("evidence") or [], turns)
+            counts["evidence_ids_dropped"] += dropped
+            if not evidence:
+                counts["questions_without_evidence"] += 1
+                continue
+            out.append({"sample_id": sample["sample_id"], "question": qa["question"],
+                        "category": int(qa["category"]), "evidence": evidence})
+    counts["questions"] = len(out)
+    return out, counts
+
+
+# --------------------------------------------------------------------------- database
+
+
+def storage_fingerprint(data_path: Path, embedder_id: str) -> str:
+    h = hashlib.sha256(f"{BUILD_VERSION}|{embedder_id}|".encode())
+    h.update(data_path.read_bytes())
+    for rel in STORAGE_CODE:
+        path = REPO_ROOT / rel
+        files = sorted(path.rglob("*.py")) if path.is_dir() else [path]
+        for f in files:
+            h.update(str(f.relative_to(REPO_ROOT)).encode())
+            h.update(f.read_bytes())
+    return h.hexdigest()
+
+
+def build_database(path: Path, embedder: Any, data: list[dict[str, Any]],
+                   max_sessions: int | None) -> dict[str, Any]:
+    """Ingest every conversation into a fresh database at `path`; returns ingest stats."""
+    for suffix in ("", "-wal", "-shm"):
+        Path(f"{path}{suffix}").unlink(missing_ok=True)
+    stats: dict[str, Any] = {"turns": 0, "created": 0, "memories": 0, "rejected": 0,
+                             "skipped": 0, "per_sample_s": {}}
+    t0 = time.perf_counter()
+    with Memory.open(path, embedder=embedder) as memory:
+        for sample in data:
+            records = turn_records(sample, max_sessions)
+            t = time.perf_counter()
+            # One call per conversation: the library embeds the batch, writes in order, and
+            # each turn's context key (its previous turn) comes from the same session.
+            report = memory.ingest(records)
+            stats["per_sample_s"][sample["sample_id"]] = round(time.perf_counter() - t, 2)
+            stats["turns"] += len(records)
+            stats["created"] += len(report.created)
+            stats["memories"] += len(report.memory_ids)
+            stats["rejected"] += len(report.rejected)
+            stats["skipped"] += len(report.skipped)
+            for problem in report.rejected[:3]:
+                print(f"  rejected {problem.event_id}: {problem.reason}", file=sys.stderr)
+            print(f"  ingested {sample['sample_id']}: {len(records)} turns in "
+                  f"{stats['per_sample_s'][sample['sample_id']]} s", file=sys.stderr)
+    stats["ingest_s"] = round(time.perf_counter() - t0, 2)
+    return stats
+
+
+def cached_database(data_path: Path, embedder: Any, name: str, data: list[dict[str, Any]],
+                    rebuild: bool) -> tuple[Path, dict[str, Any]]:
+    """The cached database for this embedder, built first if missing or stale."""
+    db_path = CACHE_DIR / f"locomo-{name}.db"
+    meta_path = CACHE_DIR / f"locomo-{name}.json"
+    fingerprint = storage_fingerprint(data_path, embedder.model_id)
+    if not rebuild and db_path.exists() and meta_path.exists():
+        meta = json.loads(meta_path.read_text(encoding="utf-8"))
+        if meta.get("fingerprint") == fingerprint:
+            meta["cached"] = True
+            return db_path, meta
+    print(f"building {db_path.relative_to(REPO_ROOT)} with {embedder.model_id} ...",
+          file=sys.stderr)
+    # Build under a temporary name so an interrupted build is never mistaken for a cache.
+    tmp = db_path.with_suffix(".building.db")
+    stats = build_database(tmp, embedder, data, None)
+    tmp.replace(db_path)
+    meta = {"fingerprint": fingerprint, "embedder": embedder.model_id,
+            "built_at": datetime.now().astimezone().isoformat(timespec="seconds"), **stats}
+    meta_path.write_text(json.dumps(meta, indent=2), encoding="utf-8")
+    meta["cached"] = False
+    return db_path, meta
+
+
+# --------------------------------------------------------------------------- scoring
+
+
+def dia_id_of(event_id: str | None, sample_id: str) -> str | None:
+    prefix = f"{sample_id}:"
+    if event_id and event_id.startswith(prefix):
+        return event_id[len(prefix):]
+    return None
+
+
+def evaluate(memory: Memory, qs: list[dict[str, Any]], config: str) -> dict[str, Any]:
+    """Ask every question under one configuration; per-question recalls and latencies."""
+    memory.retrieval = config_settings(config)
+    rows = []
+    latencies = []
+    for n, q in enumerate(qs, start=1):
+        t = time.perf_counter()
+        result = memory.query(q["question"], filters=memory.filters(tenant_id=q["sample_id"]),
+                              top_k=TOP_K, record_access=False)
+        latencies.append((time.perf_counter() - t) * 1000)
+        ranked = [dia_id_of(h.event_id, q["sample_id"]) for h in result.hits]
+        evidence = set(q["evidence"])
+        row: dict[str, Any] = {"category": q["category"]}
+        for k in KS:
+            row[f"r@{k}"] = len(evidence & set(ranked[:k])) / len(evidence)
+        costs = [count_tokens(h.text, memory.encoding) for h in result.hits]
+        for budget in BUDGETS:
+            taken: set[str | None] = set()
+            used = 0
+            for dia_id, cost in zip(ranked, costs, strict=True):
+                if used + cost > budget:
+                    break  # rank order: a lower hit never jumps over a higher one
+                used += cost
+                taken.add(dia_id)
+            row[f"b{budget}"] = len(evidence & taken) / len(evidence)
+        # When all hits fit, the budget figure is capped by top_k rather than by tokens.
+        row["tokens_top_k"] = sum(costs)
+        rows.append(row)
+        if n % 250 == 0:
+            print(f"  {config}: {n}/{len(qs)} questions", file=sys.stderr)
+    return {"rows": rows, "latencies_ms": latencies}
+
+
+def mean_pct(values: list[float]) -> float:
+    return round(100 * sum(values) / len(values), 1) if values else float("nan")
+
+
+def summarise(run: dict[str, Any]) -> dict[str, Any]:
+    rows = run["rows"]
+    metrics = [f"r@{k}" for k in KS] + [f"b{b}" for b in BUDGETS]
+    by_cat: dict[int, list[dict[str, Any]]] = defaultdict(list)
+    for row in rows:
+        by_cat[row["category"]].append(row)
+    lat = sorted(run["latencies_ms"])
+    return {
+        "overall": {m: mean_pct([r[m] for r in rows]) for m in metrics},
+        "by_category": {
+            CATEGORIES.get(c, str(c)): {"n": len(rs), **{m: mean_pct([r[m] for r in rs])
+                                                         for m in metrics}}
+            for c, rs in sorted(by_cat.items())
+        },
+        "budget_capped_by_top_k": {
+            str(b): round(sum(r["tokens_top_k"] <= b for r in rows) / len(rows), 3)
+            for b in BUDGETS
+        },
+        "mean_tokens_top_k": round(statistics.mean(r["tokens_top_k"] for r in rows), 1),
+        "latency_ms": {
+            "mean": round(statistics.mean(lat), 2),
+            "p50": round(lat[len(lat) // 2], 2),
+            "p95": round(lat[min(len(lat) - 1, math.ceil(0.95 * len(lat)) - 1)], 2),
+        },
+    }
+
+
+# --------------------------------------------------------------------------- report
+
+
+def git_revision() -> str:
+    try:
+        rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO_ROOT,
+                             capture_output=True, text=True, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--", "memcli"], cwd=REPO_ROOT,
+                               capture_output=True, text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+    return f"{rev}{' + uncommitted memcli changes' if dirty else ''}"
+
+
+def render_markdown(meta: dict[str, Any], results: dict[str, dict[str, Any]]) -> str:
+    ing = meta["ingest"]
+    lines = [
+        f"# LoCoMo evidence recall: memcli, embedder `{meta['embedder']}`",
+        "",
+        f"Measured {meta['date']} with `python bench/locomo.py --embedder {meta['embedder_name']}`"
+        f" (memcli {meta['revision']}; {meta['machine']}).",
+        f"{meta['counts']['questions']:,} questions with evidence out of "
+        f"{meta['counts']['qa_items']:,} QA items ({meta['counts']['questions_without_evidence']}"
+        f" without usable evidence, {meta['counts']['evidence_ids_dropped']} unusable evidence"
+        f" ids dropped); {ing['turns']:,} turns ingested as {ing['memories']:,} memories"
+        f" ({ing['rejected']} rejected) in {ing['ingest_s']} s wall time"
+        f"{' (cached database; time of its build)' if ing.get('cached') else ''}.",
+        "Recall in %; the question's evidence turns found in the top k hits (R@k) or in the hits"
+        " that fit a token budget (cl100k tokens of the hit texts, rank order, top "
+        f"{TOP_K} hits at most). Latency: mean wall time of one `Memory.query` call.",
+        "",
+        "| config | R@5 | R@10 | R@25 | R@50 | 500 tok | 1000 tok | 2000 tok | query ms |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for name, res in results.items():
+        o = res["overall"]
+        lines.append(
+            f"| {name} | " + " | ".join(f"{o[f'r@{k}']:.1f}" for k in KS) + " | "
+            + " | ".join(f"{o[f'b{b}']:.1f}" for b in BUDGETS)
+            + f" | {res['latency_ms']['mean']:.1f} |"
+        )
+    lines.append("| DRAGON (paper, Table 3) | " + " | ".join(f"{DRAGON[k]:.1f}" for k in KS)
+                 + " | | | | |")
+    lines += ["", "## By category (R@5 / R@10 / R@25 / R@50)", ""]
+    cats = next(iter(results.values()))["by_category"]
+    lines.append("| config | " + " | ".join(f"{c} (n={v['n']})" for c, v in cats.items()) + " |")
+    lines.append("|---" * (len(cats) + 1) + "|")
+    for name, res in results.items():
+        cells = [" / ".join(f"{v[f'r@{k}']:.1f}" for k in KS)
+                 for v in res["by_category"].values()]
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    capped = {name: res["budget_capped_by_top_k"]["2000"] for name, res in results.items()}
+    lines += [
+        "",
+        f"Share of questions whose top {TOP_K} hits total at most 2,000 tokens (the 2,000-token"
+        " figure is then capped by top_k, not by the budget): "
+        + ", ".join(f"{n} {100 * v:.0f}%" for n, v in capped.items()) + ".",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------- main
+
+
+def run(args: argparse.Namespace) -> int:
+    data_path = Path(args.data)
+    if not data_path.exists():
+        print(f"LoCoMo data not found at {data_path} (pass --data PATH)", file=sys.stderr)
+        return 2
+    data = json.loads(data_path.read_text(encoding="utf-8"))
+    configs = [c.strip() for c in args.configs.split(",") if c.strip()]
+    for c in configs:
+        config_settings(c)  # fail on a typo before minutes of ingest
+
+    embedder_name = "hash" if args.smoke else args.embedder
+    embedder = get_embedder(embedder_name)
+    tmpdir = None
+    if args.smoke:
+        data = data[:1]
+        max_sessions: int | None = 3
+        tmpdir = tempfile.TemporaryDirectory(prefix="memcli-locomo-")
+        db_path = Path(tmpdir.name) / "locomo.db"
+        ingest = build_database(db_path, embedder, data, max_sessions) | {"cached": False}
+    else:
+        max_sessions = None
+        db_path, ingest = cached_database(data_path, embedder, embedder_name, data, args.rebuild)
+
+    ingested = {
+        s["sample_id"]: {t["dia_id"] for _, turns in sessions(s["conversation"])[:max_sessions]
+                         for t in turns}
+        for s in data
+    }
+    qs, counts = questions(data, ingested)
+    print(f"{counts['questions']} questions ({counts})", file=sys.stderr)
+
+    results: dict[str, dict[str, Any]] = {}
+    with Memory.open(db_path, embedder=embedder) as memory:
+        count_tokens("warm up", memory.encoding)  # load the encoding outside the timings
+        if any(c != "fts" for c in configs):
+            embedder.embed_query("warm up")  # model load is not query latency
+        for config in configs:
+            t = time.perf_counter()
+            results[config] = summarise(evaluate(memory, qs, config))
+            print(f"  {config}: {time.perf_counter() - t:.1f} s", file=sys.stderr)
+
+    meta = {
+        "benchmark": "locomo-evidence-recall",
+        "embedder_name": embedder_name,
+        "embedder": embedder.model_id,
+        "date": datetime.now().astimezone().strftime("%Y-%m-%d"),
+        "revision": git_revision(),
+        "machine": f"{platform.machine()}, {_cpus()} CPUs, Python {platform.python_version()}",
+        "data": str(data_path),
+        "top_k": TOP_K,
+        "counts": counts,
+        "ingest": {k: v for k, v in ingest.items() if k not in ("fingerprint", "per_sample_s")},
+        "dragon": DRAGON,
+    }
+    markdown = render_markdown(meta, results)
+    print(markdown)
+
+    if args.smoke:
+        numbers = [v for res in results.values() for v in res["overall"].values()]
+        numbers += [v for res in results.values() for cat in res["by_category"].values()
+                    for key, v in cat.items() if key != "n"]
+        assert counts["questions"] > 0, "smoke: no questions"
+        assert ingest["rejected"] == 0, "smoke: ingest rejected turns"
+        assert all(0.0 <= v <= 100.0 for v in numbers), f"smoke: recall out of range {numbers}"
+        if tmpdir is not None:
+            tmpdir.cleanup()
+        print("smoke OK", file=sys.stderr)
+        return 0
+
+    RESULTS_DIR.mkdir(parents=True, exist_ok=True)
+    out = RESULTS_DIR / f"locomo-{embedder_name}"
+    if set(configs) == set(CONFIGS):
+        out.with_suffix(".md").write_text(markdown, encoding="utf-8")
+        out.with_suffix(".json").write_text(
+            json.dumps({"meta": meta, "results": results}, indent=2) + "\n", encoding="utf-8")
+        print(f"wrote {out.relative_to(REPO_ROOT)}.md and .json", file=sys.stderr)
+    else:
+        # A partial run must not overwrite the committed full measurement.
+        print("partial --configs: results not written", file=sys.stderr)
+    return 0
+
+
+def _cpus() -> int:
+    import os
+
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--data", default=str(DEFAULT_DATA), help="path to locomo10.json")
+    parser.add_argument("--embedder", default="e5-small", choices=("e5-small", "minilm", "hash"))
+    parser.add_argument("--configs", default=",".join(CONFIGS),
+                        help=f"comma-separated subset of {', '.join(CONFIGS)}")
+    parser.add_argument("--rebuild", action="store_true", help="ignore the cached database")
+    parser.add_argument("--smoke", action="store_true",
+                        help="CI check: 1 conversation, 3 sessions, hash embedder, temp dir")
+    return run(parser.parse_args(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

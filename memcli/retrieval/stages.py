@@ -1,0 +1,161 @@
+"""Ranking stages after fusion: small functions over the candidate pool, applied in order.
+
+Each stage records what it added in `Candidate.boosts`, so `--explain` can show it. Defaults and
+the measurements behind them are in README.md ("Retrieval").
+  neighbours  conversation evidence clusters: a turn next to a strong match is often the answer,
+              so f(i) += w * max(f(i-1), f(i+1)) within a session (neighbours join the pool)
+  session     questions tend to concern one session: f(i) += w * best f in the turn's session
+  when        "when ..." questions: turns that hold a date or time expression get x w
+  speaker     turns by a speaker the question names get x w
+  recency / importance  final = alpha*relevance + beta*recency + gamma*importance
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+from memcli.store import search as sql
+
+if TYPE_CHECKING:
+    from memcli.config import RetrievalSettings
+    from memcli.store.connection import Database
+    from memcli.store.filters import Filters
+
+
+@dataclass
+class Candidate:
+    id: int
+    legs: dict[str, tuple[int, float]] = field(default_factory=dict)  # leg -> (rank, score)
+    fused: float = 0.0
+    boosts: dict[str, float] = field(default_factory=dict)
+    score: float = 0.0
+    row: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class RankContext:
+    db: Database
+    filters: Filters
+    text: str
+    settings: RetrievalSettings
+    now: datetime = field(default_factory=lambda: datetime.now(UTC))
+
+
+def _shift(cands: list[Candidate]) -> None:
+    """Make fused scores non-negative so that propagation only ever adds."""
+    if cands:
+        lo = min(c.fused for c in cands)
+        for cand in cands:
+            cand.fused -= lo
+
+
+def neighbours(cands: list[Candidate], ctx: RankContext) -> list[Candidate]:
+    weight = ctx.settings.neighbour_weight
+    if weight <= 0 or not cands:
+        return cands
+    _shift(cands)
+    top = sorted(cands, key=lambda c: -c.fused)[: ctx.settings.neighbour_pool]
+    links = sql.session_neighbours(ctx.db, [c.id for c in top], ctx.filters)
+    pool = {c.id: c for c in cands}
+    new_ids = {n for pair in links.values() for n in pair if n is not None and n not in pool}
+    for mid in new_ids:
+        pool[mid] = Candidate(mid)
+    if new_ids:
+        links.update(sql.session_neighbours(ctx.db, list(new_ids), ctx.filters))
+    base = {mid: c.fused for mid, c in pool.items()}
+    for mid, cand in pool.items():
+        prev_id, next_id = links.get(mid, (None, None))
+        best = max(base.get(prev_id, 0.0) if prev_id else 0.0,
+                   base.get(next_id, 0.0) if next_id else 0.0)
+        if best > 0:
+            cand.boosts["neighbours"] = round(weight * best, 6)
+            cand.fused += weight * best
+    return list(pool.values())
+
+
+def session(cands: list[Candidate], ctx: RankContext) -> list[Candidate]:
+    weight = ctx.settings.session_weight
+    if weight <= 0:
+        return cands
+    _shift(cands)
+    best: dict[Any, float] = {}
+    for cand in cands:
+        key = cand.row.get("session_id")
+        if key is not None:
+            best[key] = max(best.get(key, 0.0), cand.fused)
+    for cand in cands:
+        key = cand.row.get("session_id")
+        if key is not None and best[key] > 0:
+            cand.boosts["session"] = round(weight * best[key], 6)
+            cand.fused += weight * best[key]
+    return cands
+
+
+_WHEN = re.compile(r"^\s*(when|what (time|date|year|month|day)|how long ago)\b", re.I)
+_TIME_EXPR = re.compile(
+    r"\b(\d{4}|\d{1,2}:\d{2}|yesterday|today|tomorrow|tonight|last (week|month|year|night|"
+    r"weekend)|next (week|month|year|weekend)|ago|monday|tuesday|wednesday|thursday|friday|"
+    r"saturday|sunday|january|february|march|april|may|june|july|august|september|october|"
+    r"november|december|weekend|morning|evening|\d+ (days?|weeks?|months?|years?))\b", re.I)
+
+
+def when_question(cands: list[Candidate], ctx: RankContext) -> list[Candidate]:
+    factor = ctx.settings.time_boost
+    if factor == 1.0 or not _WHEN.search(ctx.text):
+        return cands
+    _shift(cands)
+    for cand in cands:
+        if _TIME_EXPR.search(cand.row.get("content", "")):
+            cand.boosts["when"] = factor
+            cand.fused *= factor
+    return cands
+
+
+def speaker(cands: list[Candidate], ctx: RankContext) -> list[Candidate]:
+    factor = ctx.settings.speaker_boost
+    if factor == 1.0:
+        return cands
+    words = {w.lower() for w in re.findall(r"\w+", ctx.text)}
+    _shift(cands)
+    for cand in cands:
+        actor = (cand.row.get("actor_id") or "").lower()
+        if actor and actor in words:
+            cand.boosts["speaker"] = factor
+            cand.fused *= factor
+    return cands
+
+
+def _age_days(ts: str, now: datetime) -> float:
+    try:
+        then = datetime.fromisoformat(ts.replace("Z", "+00:00"))
+    except ValueError:
+        return 0.0
+    return max(0.0, (now - then).total_seconds() / 86400)
+
+
+def recency_importance(cands: list[Candidate], ctx: RankContext) -> list[Candidate]:
+    """final = (alpha*relevance + beta*recency + gamma*importance) / (alpha+beta+gamma)."""
+    s = ctx.settings
+    if not cands:
+        return cands
+    lo = min(c.fused for c in cands)
+    span = max(c.fused for c in cands) - lo
+    half_life = max(s.recency_half_life_days, 1e-6)
+    total = (s.alpha + s.beta + s.gamma) or 1.0
+    for cand in cands:
+        relevance = (cand.fused - lo) / span if span > 0 else 1.0
+        recency = 0.5 ** (_age_days(cand.row["event_time"], ctx.now) / half_life)
+        importance = float(cand.row["importance"])
+        cand.boosts["relevance"] = round(s.alpha * relevance / total, 6)
+        cand.boosts["recency"] = round(s.beta * recency / total, 6)
+        cand.boosts["importance"] = round(s.gamma * importance / total, 6)
+        cand.score = (s.alpha * relevance + s.beta * recency + s.gamma * importance) / total
+    return cands
+
+
+# Stages that need memory rows run after rows are loaded; `neighbours` may add candidates.
+POOL_STAGES = [neighbours]
+ROW_STAGES = [session, when_question, speaker, recency_importance]

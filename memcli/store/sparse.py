@@ -1,0 +1,117 @@
+"""SQL for the learned-sparse index: postings, per-memory term lists, document frequencies."""
+
+from __future__ import annotations
+
+import array
+from collections import Counter
+from typing import TYPE_CHECKING
+
+from memcli.errors import EmbedderMismatchError
+
+if TYPE_CHECKING:
+    from memcli.store.connection import Database
+    from memcli.store.filters import Filters
+
+SCALE = 100  # stored weight = round(weight * SCALE)
+
+
+def check_model(db: Database, model_id: str) -> None:
+    """Lock the sparse model in meta, like the embedder (its vocabulary hash is recorded with
+    the first postings, when the model is loaded anyway)."""
+    stored = db.get_meta("sparse_model")
+    if stored is None:
+        with db.transaction():
+            db.set_meta("sparse_model", model_id)
+        return
+    if stored != model_id:
+        raise EmbedderMismatchError(
+            f"this database's sparse index was made by {stored}, not {model_id}",
+            "run `memcli reindex` to rebuild it",
+        )
+
+
+def record_vocab(db: Database, vocab_hash: str) -> None:
+    stored = db.get_meta("sparse_vocab")
+    if stored is None:
+        db.set_meta("sparse_vocab", vocab_hash)
+    elif stored != vocab_hash:
+        raise EmbedderMismatchError("the sparse model's vocabulary changed",
+                                    "run `memcli reindex` to rebuild the sparse index")
+
+
+def insert_postings(db: Database, docs: list[tuple[int, dict[int, float]]]) -> None:
+    postings = []
+    packed = []
+    df: Counter[int] = Counter()
+    for memory_id, vec in docs:
+        kept = {t: max(1, round(w * SCALE)) for t, w in vec.items()}
+        postings.extend((t, memory_id, w) for t, w in kept.items())
+        packed.append((memory_id, array.array("H", sorted(kept)).tobytes()))
+        df.update(kept.keys())
+    db.executemany(
+        "INSERT OR REPLACE INTO sparse_postings (term_id, memory_id, weight) VALUES (?, ?, ?)",
+        postings,
+    )
+    db.executemany("INSERT OR REPLACE INTO memory_sparse (memory_id, terms) VALUES (?, ?)", packed)
+    db.executemany(
+        "INSERT INTO sparse_df (term_id, df) VALUES (?, ?)"
+        " ON CONFLICT (term_id) DO UPDATE SET df = df + excluded.df",
+        list(df.items()),
+    )
+
+
+def delete_postings(db: Database, memory_ids: list[int]) -> None:
+    for memory_id in memory_ids:
+        blob = db.scalar("SELECT terms FROM memory_sparse WHERE memory_id = ?", (memory_id,))
+        if blob is None:
+            continue
+        terms = array.array("H")
+        terms.frombytes(blob)
+        db.executemany(
+            "DELETE FROM sparse_postings WHERE term_id = ? AND memory_id = ?",
+            [(t, memory_id) for t in terms],
+        )
+        db.executemany("UPDATE sparse_df SET df = df - 1 WHERE term_id = ?", [(t,) for t in terms])
+        db.execute("DELETE FROM memory_sparse WHERE memory_id = ?", (memory_id,))
+
+
+def reset(db: Database, model_id: str) -> None:
+    db.execute("DELETE FROM sparse_postings")
+    db.execute("DELETE FROM memory_sparse")
+    db.execute("DELETE FROM sparse_df")
+    db.execute("DELETE FROM meta WHERE key = 'sparse_vocab'")
+    db.set_meta("sparse_model", model_id)
+
+
+def memories_without_sparse(db: Database, limit: int) -> list[tuple[int, str]]:
+    return list(db.execute(
+        "SELECT m.id, m.content FROM memories m LEFT JOIN memory_sparse s ON s.memory_id = m.id"
+        " WHERE s.memory_id IS NULL AND m.state != 'soft_deleted' ORDER BY m.id LIMIT ?",
+        (limit,),
+    ))
+
+
+def search(db: Database, query: dict[int, float], filters: Filters, limit: int,
+           max_df: int) -> list[tuple[int, float]]:
+    """Dot product of the query with each memory's postings, frequent terms pruned."""
+    if not query:
+        return []
+    terms = list(query)
+    marks = ",".join("?" * len(terms))
+    frequent = {t for (t,) in db.execute(
+        f"SELECT term_id FROM sparse_df WHERE term_id IN ({marks}) AND df > ?", [*terms, max_df])}
+    kept = [(t, w) for t, w in query.items() if t not in frequent]
+    if not kept:
+        return []
+    values = ",".join("(?, ?)" for _ in kept)
+    where, params = filters.sql()
+    rows = db.execute(
+        f"""WITH q(term, w) AS (VALUES {values}),
+                 s AS (SELECT p.memory_id AS id, sum(q.w * p.weight) AS score
+                       FROM q JOIN sparse_postings p ON p.term_id = q.term
+                       GROUP BY p.memory_id)
+            SELECT m.id, s.score / {SCALE}.0 FROM s JOIN memories m ON m.id = s.id
+            WHERE {where} ORDER BY s.score DESC, m.id LIMIT ?""",
+        [v for pair in kept for v in pair] + [*params, limit],
+    )
+    return [(int(i), float(s)) for i, s in rows]
