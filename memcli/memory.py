@@ -169,6 +169,7 @@ class Memory:
         t0 = time.perf_counter()
         filters = filters or Filters()
         scope = "session" if filters.session_id else ("user" if filters.user_id else "all")
+        path = scope
         legs = search.run_legs(self.db, self.embedder, text, filters, self.retrieval,
                                sparse=self.sparse)
         ranked = search.rank(RankContext(self.db, filters, text, self.retrieval), legs)
@@ -185,6 +186,7 @@ class Memory:
                                    sparse=self.sparse)
             ranked = search.rank(RankContext(self.db, wider, text, self.retrieval), legs)
             scope = "user" if wider.user_id else "all"
+            path = f"{path}>{scope}"
         if threshold is not None:
             ranked = [c for c in ranked if c.score >= threshold]
         ranked = ranked[:top_k]
@@ -202,22 +204,36 @@ class Memory:
                 hit.tokens = cost
                 kept.append(hit)
             hits = kept
-        if record_access and hits:
-            self._record_access([h.id for h in hits])
-        return QueryResult(
+        result = QueryResult(
             query=text, scope=scope, hits=hits, legs={k: len(v) for k, v in legs.items()},
             fusion=self.retrieval.fusion, budget_tokens=budget_tokens, tokens_used=used,
             latency_ms=round((time.perf_counter() - t0) * 1000, 3),
         )
+        if record_access:
+            self._after_read([h.id for h in hits], {
+                "command": "query", "tenant_id": filters.tenant_id, "user_id": filters.user_id,
+                "session_id": filters.session_id,
+                "lexical_hits": len(legs.get("lexical", [])),
+                "sparse_hits": len(legs.get("sparse", [])),
+                "vector_hits": len(legs.get("dense", [])),
+                "entity_hits": len(legs.get("entity", [])),
+                "retrieval_path": path, "fallbacks": path.count(">"), "items": len(hits),
+                "tokens_used": used, "truncated": int(len(hits) < min(top_k, len(ranked))),
+                "latency_ms": result.latency_ms,
+            })
+        return result
 
-    def _record_access(self, ids: list[int]) -> None:
+    def _after_read(self, ids: list[int], metrics: dict[str, Any]) -> None:
+        """Access counts and the request-metrics row, in one short write."""
         from memcli.errors import DatabaseBusyError
+        from memcli.store.metrics import record_request
 
         try:
             with self.db.transaction():
                 mem.record_access(self.db, ids)
+                record_request(self.db, metrics)
         except DatabaseBusyError:
-            pass  # access counts are a hint; a busy writer must not fail a read
+            pass  # both are hints; a busy writer must not fail a read
 
     @staticmethod
     def _hit(cand: Candidate, return_format: str) -> Hit:

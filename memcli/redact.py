@@ -329,8 +329,9 @@ def _spans(text: str) -> list[tuple[int, int, str]]:
         for kind, start, end in detector(text):
             if end <= start:
                 continue
-            # Anything lying entirely inside an existing marker is our own output.
-            if any(ms <= start and end <= me for ms, me in markers):
+            # A span touching one of our own markers is a re-run on redacted output (the marker
+            # already stands for the secret): redacting again would break idempotency.
+            if any(start < me and ms < end for ms, me in markers):
                 continue
             found.append((start, end, order, kind))
     return _merge(found)

@@ -237,3 +237,25 @@ CREATE TABLE IF NOT EXISTS change_log (
     ts         TEXT NOT NULL
 );
 CREATE INDEX IF NOT EXISTS change_log_thread ON change_log (thread_key, revision);
+
+-- One row per `query` / `acb build`, for `memcli stats --requests`.
+CREATE TABLE IF NOT EXISTS request_metrics (
+    id             INTEGER PRIMARY KEY,
+    ts             TEXT NOT NULL,
+    command        TEXT NOT NULL,                -- query | acb
+    tenant_id      TEXT,
+    user_id        TEXT,
+    session_id     TEXT,
+    lexical_hits   INTEGER NOT NULL DEFAULT 0,
+    sparse_hits    INTEGER NOT NULL DEFAULT 0,
+    vector_hits    INTEGER NOT NULL DEFAULT 0,
+    entity_hits    INTEGER NOT NULL DEFAULT 0,
+    retrieval_path TEXT NOT NULL DEFAULT '',     -- e.g. session, session>user, none
+    fallbacks      INTEGER NOT NULL DEFAULT 0,   -- how many times the scope widened
+    items          INTEGER NOT NULL DEFAULT 0,
+    tokens_used    INTEGER NOT NULL DEFAULT 0,
+    truncated      INTEGER NOT NULL DEFAULT 0,
+    latency_ms     REAL NOT NULL DEFAULT 0,
+    error_stage    TEXT
+);
+CREATE INDEX IF NOT EXISTS request_metrics_ts ON request_metrics (ts);

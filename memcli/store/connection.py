@@ -10,7 +10,7 @@ from pathlib import Path
 import apsw
 
 from memcli.errors import DatabaseBusyError, MemcliError, SchemaError
-from memcli.store import migrations
+from memcli.store import migrations, vectors
 
 BUSY_TIMEOUT_MS = 5000
 
@@ -51,6 +51,8 @@ class Database:
                 self.execute("PRAGMA synchronous = NORMAL")
             if not readonly:
                 migrations.migrate(self)
+                if self.vec_enabled and self.get_meta(vectors.VEC_STALE):
+                    vectors.sync_vec_index(self)
             else:
                 migrations.check_version(self)
         except apsw.BusyError as exc:

@@ -163,3 +163,10 @@ def stats(db: Database) -> dict[str, Any]:
         "artifacts": int(db.scalar("SELECT count(*) FROM artifacts")),
         "vectors": int(db.scalar("SELECT count(*) FROM memory_vectors")),
     }
+
+
+def mark_superseded(db: Database, memory_id: int, now: str) -> None:
+    db.execute(
+        "UPDATE memories SET state = 'superseded', valid_to = ?, updated_at = ? WHERE id = ?",
+        (now, now, memory_id),
+    )

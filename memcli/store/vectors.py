@@ -15,15 +15,42 @@ if TYPE_CHECKING:
     from memcli.store.connection import Database
 
 
+# Set when vectors change while sqlite-vec is not loaded: vec_memories then lags memory_vectors
+# (missing rows, or rows of purged memories) until a connection with sqlite-vec syncs it.
+VEC_STALE = "vec_index_stale"
+
+
+def _has_vec_table(db: Database) -> bool:
+    return bool(db.scalar("SELECT 1 FROM sqlite_schema WHERE name = 'vec_memories'"))
+
+
 def ensure_vec_table(db: Database, dimension: int) -> None:
     if not db.vec_enabled:
         return
-    exists = db.scalar("SELECT 1 FROM sqlite_schema WHERE name = 'vec_memories'")
-    if not exists:
+    if not _has_vec_table(db):
         db.execute(
             "CREATE VIRTUAL TABLE vec_memories USING vec0("
             f"memory_id INTEGER PRIMARY KEY, embedding bit[{int(dimension)}])"
         )
+        # Vectors stored while sqlite-vec was missing get their bit copies now.
+        sync_vec_index(db)
+
+
+def sync_vec_index(db: Database) -> None:
+    """Make vec_memories hold exactly the memories of memory_vectors (after writes without vec)."""
+    if not db.vec_enabled:
+        return
+    with db.transaction():
+        if _has_vec_table(db):
+            db.execute("DELETE FROM vec_memories WHERE memory_id NOT IN"
+                       " (SELECT memory_id FROM memory_vectors)")
+            # Row by row: INSERT ... SELECT would drop the bit subtype vec_quantize_binary sets.
+            missing = list(db.execute(
+                "SELECT memory_id, embedding FROM memory_vectors"
+                " WHERE memory_id NOT IN (SELECT memory_id FROM vec_memories)"))
+            db.executemany("INSERT INTO vec_memories (memory_id, embedding)"
+                           " VALUES (?, vec_quantize_binary(?))", missing)
+        db.execute("DELETE FROM meta WHERE key = ?", (VEC_STALE,))
 
 
 def check_embedder(db: Database, model_id: str, dimension: int, *, adopt: bool = True) -> None:
@@ -66,6 +93,8 @@ def insert_vectors(db: Database, rows: list[tuple[int, bytes]]) -> None:
             " VALUES (?, vec_quantize_binary(?))",
             rows,
         )
+    elif rows:
+        db.set_meta(VEC_STALE, "1")
 
 
 def delete_vectors(db: Database, memory_ids: list[int]) -> None:
@@ -73,5 +102,9 @@ def delete_vectors(db: Database, memory_ids: list[int]) -> None:
         return
     marks = ",".join("?" * len(memory_ids))
     db.execute(f"DELETE FROM memory_vectors WHERE memory_id IN ({marks})", memory_ids)
-    if db.vec_enabled and db.scalar("SELECT 1 FROM sqlite_schema WHERE name = 'vec_memories'"):
+    if not _has_vec_table(db):
+        return
+    if db.vec_enabled:
         db.execute(f"DELETE FROM vec_memories WHERE memory_id IN ({marks})", memory_ids)
+    else:
+        db.set_meta(VEC_STALE, "1")  # vec0 rows can only be deleted with the module loaded

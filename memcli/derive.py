@@ -1,0 +1,101 @@
+"""Writing derived memories (facts, summaries, insights, decisions ...) the one right way.
+
+Every derived memory: cites its sources, is indexed in every leg (FTS, trigram, sparse, vector),
+links its entities, records history and a change-log entry, and is linked to its closest
+semantic neighbours in `relations`. Consolidation, reflection, decisions and `remember` all
+write through `write_memory`, inside the caller's transaction.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from memcli.entities import extract_entities
+from memcli.models import utcnow
+from memcli.store import memories as mem
+from memcli.store import relations as rel
+from memcli.store import sparse as sparse_sql
+from memcli.store import vectors as vec
+
+if TYPE_CHECKING:
+    from memcli.memory import Memory
+
+SEMANTIC_KINDS = ("fact", "summary", "insight", "reflection", "procedural", "decision", "task")
+LINK_TOP_K = 3
+LINK_MIN = 0.80  # cosine similarity for a `related` edge (e5-small scores unrelated text ~0.7)
+
+
+def write_memory(memory: Memory, *, content: str, kind: str, source_ids: list[Any],
+                 tenant_id: str = "default", user_id: str | None = None,
+                 agent_id: str | None = None, session_id: str | None = None,
+                 app_id: str | None = None, run_id: str | None = None,
+                 category: str | None = None, channel: str = "private",
+                 sensitivity: str = "none", importance: float = 0.5, pinned: bool = False,
+                 confidence: float = 1.0, decay_rate: float = 0.01,
+                 event_time: str | None = None, valid_from: str | None = None,
+                 attributes: dict[str, Any] | None = None, actor: str = "memcli",
+                 link: bool = True) -> int:
+    """Insert one derived memory with all its index rows; returns its id.
+
+    Call inside `memory.db.transaction()` when several writes must land together.
+    """
+    db = memory.db
+    now = utcnow()
+    with db.transaction():
+        memory_id = mem.insert_memory(db, {
+            "kind": kind, "category": category, "content": content, "tenant_id": tenant_id,
+            "user_id": user_id, "agent_id": agent_id, "session_id": session_id,
+            "app_id": app_id, "run_id": run_id, "channel": channel,
+            "sensitivity": sensitivity, "actor_type": "memcli", "actor_id": actor,
+            "event_id": None, "event_seq": None, "chunk_index": 0,
+            "token_count": max(1, (len(content) + 3) // 4), "importance": importance,
+            "pinned": int(pinned), "confidence": confidence, "decay_rate": decay_rate,
+            "event_time": event_time or now, "created_at": now, "updated_at": now,
+            "valid_from": valid_from or event_time or now, "source_ids": source_ids,
+            "attributes": attributes or {},
+        })
+        mem.link_entities(db, memory_id, extract_entities(content), now)
+        if memory.sparse is not None:
+            sparse_sql.insert_postings(db, [(memory_id, memory.sparse.encode_documents(
+                [content])[0])])
+        vector = None
+        if memory.embedder is not None:
+            vector = memory.embedder.embed_documents([content])[0].astype("float32")
+            vec.insert_vectors(db, [(memory_id, vector.tobytes())])
+        scope = {"tenant_id": tenant_id, "user_id": user_id, "session_id": session_id}
+        mem.add_history(db, memory_id, "ADD", new_ref=str(memory_id), actor=actor, scope=scope,
+                        meta={"kind": kind, "sources": source_ids[:20]})
+        mem.bump_revision(db, mem.thread_key(tenant_id, user_id, session_id),
+                          [("created", memory_id, content)])
+        if link and vector is not None and kind in SEMANTIC_KINDS:
+            link_related(memory, memory_id, vector.tobytes(), tenant_id, user_id)
+    return memory_id
+
+
+def link_related(memory: Memory, memory_id: int, vector_blob: bytes, tenant_id: str,
+                 user_id: str | None) -> list[tuple[int, float]]:
+    """Edges to the top-K semantic neighbours with similarity >= LINK_MIN (one per pair)."""
+    db = memory.db
+    near = rel.semantic_neighbours(db, memory_id, vector_blob, tenant_id, user_id,
+                                   SEMANTIC_KINDS, LINK_TOP_K)
+    edges = [(other, score) for other, score in near if score >= LINK_MIN]
+    for other, score in edges:
+        rel.add_edge(db, memory_id, other, "related", score)
+        mem.add_history(db, memory_id, "LINK", new_ref=str(other), meta={"strength": score})
+    return edges
+
+
+def supersede(memory: Memory, old_id: int, new_id: int, *, actor: str = "memcli",
+              reason: str = "") -> None:
+    """The new memory replaces the old: old gets valid_to + state superseded; nothing deleted."""
+    db = memory.db
+    now = utcnow()
+    with db.transaction():
+        old = mem.get_memories(db, [old_id])[old_id]
+        mem.mark_superseded(db, old_id, now)
+        rel.add_edge(db, new_id, old_id, "supersedes", 1.0)
+        mem.add_history(db, old_id, "UPDATE", old_ref=str(old_id), new_ref=str(new_id),
+                        actor=actor, scope=old, meta={"superseded_by": new_id, "reason": reason})
+        mem.bump_revision(db, mem.thread_key(old["tenant_id"], old["user_id"],
+                                             old["session_id"]),
+                          [("updated", new_id, f"superseded #{old_id}")])

@@ -1,0 +1,46 @@
+"""SQL for typed edges between memories."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from memcli.models import utcnow
+
+if TYPE_CHECKING:
+    from memcli.store.connection import Database
+
+
+def add_edge(db: Database, src: int, dst: int, kind: str, strength: float) -> None:
+    """One edge per pair and kind: `related` is symmetric, so it is stored once (low id first)."""
+    if kind == "related" and src > dst:
+        src, dst = dst, src
+    db.execute(
+        "INSERT INTO relations (src_id, dst_id, kind, strength, created_at) VALUES (?,?,?,?,?)"
+        " ON CONFLICT (src_id, dst_id, kind) DO UPDATE SET"
+        " strength = max(strength, excluded.strength)",
+        (src, dst, kind, float(strength), utcnow()),
+    )
+
+
+def edges_of(db: Database, memory_id: int) -> list[dict[str, Any]]:
+    return db.query(
+        "SELECT src_id, dst_id, kind, strength, created_at FROM relations"
+        " WHERE src_id = ? OR dst_id = ? ORDER BY strength DESC, src_id, dst_id",
+        (memory_id, memory_id),
+    )
+
+
+def semantic_neighbours(db: Database, memory_id: int, vector_blob: bytes, tenant_id: str,
+                        user_id: str | None, kinds: tuple[str, ...], k: int
+                        ) -> list[tuple[int, float]]:
+    if not db.vec_enabled:
+        return []
+    marks = ",".join("?" * len(kinds))
+    rows = db.execute(
+        f"SELECT m.id, 1.0 - vec_distance_cosine(v.embedding, ?) AS s FROM memories m"
+        f" JOIN memory_vectors v ON v.memory_id = m.id"
+        f" WHERE m.id != ? AND m.tenant_id = ? AND m.user_id IS ? AND m.state = 'active'"
+        f" AND m.kind IN ({marks}) ORDER BY s DESC LIMIT ?",
+        [vector_blob, memory_id, tenant_id, user_id, *kinds, k],
+    )
+    return [(int(i), float(s)) for i, s in rows]

@@ -1,0 +1,258 @@
+"""The store: connection pragmas, migrations, the append-only event log, sqlite-vec, embedder checks."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import re
+
+import apsw
+import pytest
+from conftest import ndjson, turns
+
+from memcli import Memory
+from memcli.errors import EmbedderMismatchError, SchemaError
+from memcli.providers.embedders import HashEmbedder
+from memcli.store import migrations
+from memcli.store.connection import Database
+
+
+def _schema(path) -> list[tuple[str, str, str]]:
+    """Every schema object of a file, its SQL with whitespace collapsed, sorted by name."""
+    conn = apsw.Connection(str(path))
+    try:
+        rows = conn.execute(
+            "SELECT type, name, sql FROM sqlite_schema WHERE name NOT LIKE 'sqlite_%'"
+        ).fetchall()
+    finally:
+        conn.close()
+    return sorted((t, n, re.sub(r"\s+", " ", s or "").strip()) for t, n, s in rows)
+
+
+def _set_user_version(path, version: int) -> None:
+    conn = apsw.Connection(str(path))
+    conn.execute(f"PRAGMA user_version = {version}")
+    conn.close()
+
+
+@pytest.fixture
+def without_sqlite_vec(monkeypatch):
+    """Make the sqlite_vec package look uninstalled, exactly as find_spec reports a missing one."""
+    real = importlib.util.find_spec
+
+    def find_spec(name, *args, **kwargs):
+        return None if name == "sqlite_vec" else real(name, *args, **kwargs)
+
+    monkeypatch.setattr(importlib.util, "find_spec", find_spec)
+
+
+# -- connection -------------------------------------------------------------------------------
+
+
+def test_connection_pragmas(db_path):
+    db = Database(db_path)
+    try:
+        assert db.scalar("PRAGMA journal_mode") == "wal"
+        assert db.scalar("PRAGMA foreign_keys") == 1
+        assert db.scalar("PRAGMA busy_timeout") >= 1000
+        assert db.scalar("PRAGMA user_version") == migrations.LATEST
+        assert db.vec_enabled is True
+        assert db.vec_warning is None
+    finally:
+        db.close()
+
+
+def test_foreign_keys_cascade_from_memories(memory):
+    memory.ingest(turns("s1", ["Alice met Bob in Paris"]))
+    mid = memory.db.scalar("SELECT id FROM memories")
+    assert memory.db.scalar("SELECT count(*) FROM memory_entities WHERE memory_id = ?", (mid,))
+    memory.db.execute("DELETE FROM memories WHERE id = ?", (mid,))
+    assert memory.db.scalar("SELECT count(*) FROM memory_entities") == 0
+    assert memory.db.scalar("SELECT count(*) FROM memory_vectors") == 0
+
+
+# -- migrations -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("readonly", [False, True])
+def test_newer_database_is_refused(db_path, readonly):
+    Database(db_path).close()
+    _set_user_version(db_path, migrations.LATEST + 1)
+    with pytest.raises(SchemaError, match="newer than this memcli"):
+        Database(db_path, readonly=readonly)
+
+
+def test_newer_database_is_refused_by_the_cli(cli, db_path):
+    Database(db_path).close()
+    _set_user_version(db_path, migrations.LATEST + 1)
+    for args in (("query", "anything"), ("ingest", "--text", "hello"), ("stats",)):
+        result = cli(*args)
+        assert result.exit_code == 1, args
+        assert result.stdout == ""
+        lines = result.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("memcli: error: "), result.stderr
+        assert "newer than this memcli" in lines[0] and "Traceback" not in result.stderr
+
+
+def test_not_a_database_is_a_one_line_error(cli, db_path):
+    db_path.write_bytes(b"this is not sqlite at all" * 100)
+    result = cli("stats")
+    assert result.exit_code == 1
+    assert result.stderr.startswith("memcli: error: ")
+    assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_fresh_schema_equals_one_upgraded_through_every_migration(tmp_path):
+    fresh = tmp_path / "fresh.db"
+    Database(fresh).close()
+
+    upgraded = tmp_path / "upgraded.db"
+    # A Database whose constructor did not run (so nothing migrated on open): each migration
+    # function is applied by hand, one transaction per version, as migrate() does for old files.
+    db = Database.__new__(Database)
+    db.path = str(upgraded)
+    db.conn = apsw.Connection(str(upgraded))
+    db.vec_enabled = False
+    for version, step in enumerate(migrations.MIGRATIONS, start=1):
+        with db.transaction():
+            step(db)
+            db.conn.execute(f"PRAGMA user_version = {version}")
+    db.conn.close()
+
+    assert _schema(fresh) == _schema(upgraded)
+    assert len(_schema(fresh)) > 10
+    # Opening the upgraded file is a no-op for migrations and leaves it at LATEST.
+    again = Database(upgraded)
+    assert again.scalar("PRAGMA user_version") == migrations.LATEST
+    again.close()
+    assert _schema(fresh) == _schema(upgraded)
+
+
+def test_migrate_reopens_without_changes(db_path):
+    Database(db_path).close()
+    before = _schema(db_path)
+    db = Database(db_path)
+    assert migrations.migrate(db) == migrations.LATEST
+    db.close()
+    assert _schema(db_path) == before
+
+
+# -- the append-only event log ----------------------------------------------------------------
+
+
+def test_events_cannot_be_updated(memory):
+    memory.ingest(turns("s1", ["hello there"]))
+    with pytest.raises(apsw.ConstraintError, match="append-only"):
+        memory.db.execute("UPDATE events SET content = '{}'")
+    assert json.loads(memory.db.scalar("SELECT content FROM events"))["text"] == "hello there"
+
+
+def test_events_cannot_be_deleted_outside_purge(memory):
+    memory.ingest(turns("s1", ["hello there"]))
+    with pytest.raises(apsw.ConstraintError, match="append-only"):
+        memory.db.execute("DELETE FROM events")
+    assert memory.db.scalar("SELECT count(*) FROM events") == 1
+    # Purge may delete them, and leaves no guard behind that would let others do so later.
+    memory.purge(session_id="s1")
+    assert memory.db.scalar("SELECT count(*) FROM events") == 0
+    assert memory.db.get_meta("purge_guard") is None
+    memory.ingest(turns("s2", ["again"]))
+    with pytest.raises(apsw.ConstraintError):
+        memory.db.execute("DELETE FROM events")
+
+
+# -- sqlite-vec missing -----------------------------------------------------------------------
+
+
+def test_missing_sqlite_vec_disables_vector_search_only(db_path, without_sqlite_vec):
+    db = Database(db_path)
+    assert db.vec_enabled is False
+    assert "sqlite-vec" in db.vec_warning and "vector search is disabled" in db.vec_warning
+    with Memory(db, embedder=HashEmbedder(64)) as m:
+        report = m.ingest(turns("s1", ["the blue heron nests by the river"]))
+        assert report.created == ["s1-0"]
+        hits = m.query("heron").hits
+        assert [h.text for h in hits] == ["the blue heron nests by the river"]
+        assert "dense" not in hits[0].scores and "lexical" in hits[0].scores
+
+
+def test_missing_sqlite_vec_warns_once_on_stderr(cli, without_sqlite_vec):
+    result = cli("ingest", "-", input=ndjson(turns("s1", ["the blue heron nests by the river"])))
+    assert result.exit_code == 0, result.stderr
+    warnings = [line for line in result.stderr.splitlines() if "sqlite-vec" in line]
+    assert len(warnings) == 1 and warnings[0].startswith("memcli: warning: ")
+    json.loads(result.stdout)  # the warning never reaches stdout
+
+    result = cli("query", "heron")
+    assert result.exit_code == 0
+    assert len([ln for ln in result.stderr.splitlines() if "sqlite-vec" in ln]) == 1
+    hits = json.loads(result.stdout)
+    assert [h["event_id"] for h in hits] == ["s1-0"]
+
+
+def test_vectors_written_without_sqlite_vec_reach_the_vec_index_later(db_path, monkeypatch):
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a, **k: None if name == "sqlite_vec" else real(name, *a, **k))
+    with Memory.open(db_path, embedder=HashEmbedder(64)) as m:
+        m.ingest(turns("s1", ["first turn", "second turn", "third turn"]))
+    monkeypatch.setattr(importlib.util, "find_spec", real)
+    with Memory.open(db_path, embedder=HashEmbedder(64)) as m:
+        assert m.db.vec_enabled
+        ids = sorted(r[0] for r in m.db.execute("SELECT memory_id FROM vec_memories"))
+        assert ids == sorted(r[0] for r in m.db.execute("SELECT id FROM memories"))
+
+
+def test_purge_without_sqlite_vec_leaves_no_vec_rows_behind(db_path, monkeypatch):
+    with Memory.open(db_path, embedder=HashEmbedder(64)) as m:
+        m.ingest(turns("s1", ["first turn", "second turn"]) + turns("s2", ["other"]))
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a, **k: None if name == "sqlite_vec" else real(name, *a, **k))
+    with Memory.open(db_path) as m:
+        m.purge(session_id="s1")
+    monkeypatch.setattr(importlib.util, "find_spec", real)
+    with Memory.open(db_path) as m:
+        assert m.db.vec_enabled
+        ids = sorted(r[0] for r in m.db.execute("SELECT memory_id FROM vec_memories"))
+        assert ids == sorted(r[0] for r in m.db.execute("SELECT id FROM memories"))
+        assert len(ids) == 1
+
+
+# -- embedder identity ------------------------------------------------------------------------
+
+
+def test_embedder_is_recorded_and_a_mismatch_refused(db_path):
+    with Memory.open(db_path, embedder=HashEmbedder(64)) as m:
+        m.ingest(turns("s1", ["hello world"]))
+        assert m.db.get_meta("embedder_model") == "test/hash-64"
+        assert m.db.get_meta("embedder_dimension") == "64"
+    with pytest.raises(EmbedderMismatchError) as info:
+        Memory.open(db_path, embedder=HashEmbedder(32))
+    assert "memcli reindex" in str(info.value)
+    assert "test/hash-64" in str(info.value) and "test/hash-32" in str(info.value)
+
+
+def test_embedder_mismatch_in_the_cli_and_reindex_fixes_it(cli, db_path, monkeypatch):
+    assert cli("ingest", "-", input=ndjson(turns("s1", ["alpha beta", "gamma delta"]))
+               ).exit_code == 0
+    monkeypatch.setenv("MEMCLI_EMBED_DIMENSION", "32")
+    result = cli("query", "alpha")
+    assert result.exit_code == 1
+    assert result.stdout == ""
+    assert result.stderr.startswith("memcli: error: ") and "memcli reindex" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+
+    result = cli("reindex")
+    assert result.exit_code == 0, result.stderr
+    assert json.loads(result.stdout) == {"embedded": 2, "model": "test/hash-32"}
+
+    result = cli("query", "alpha")
+    assert result.exit_code == 0, result.stderr
+    hits = json.loads(result.stdout)
+    assert hits[0]["text"] == "alpha beta" and "dense" in hits[0]["scores"]
+    with Memory.open(db_path, embedder=HashEmbedder(32)) as m:
+        assert m.db.get_meta("embedder_dimension") == "32"
+        assert m.db.scalar("SELECT count(*) FROM memory_vectors") == 2
+        assert m.db.scalar("SELECT count(*) FROM vec_memories") == 2
+        assert {len(b) for (b,) in m.db.execute("SELECT embedding FROM memory_vectors")} == {32 * 4}
