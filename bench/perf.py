@@ -3,7 +3,7 @@
     python bench/perf.py                 # full: 10k (e5-small) + 100k databases, the real numbers
     python bench/perf.py --quick         # 1k memories, hash embedder, < 60 s: a CI smoke test
     python bench/perf.py --rebuild       # ignore cached databases under bench/.cache/
-    python bench/perf.py --profile       # also cProfile ingest and query (bench/.cache/perf-profile.txt)
+    python bench/perf.py --profile       # also cProfile ingest and query (see --help)
 
 What it measures (the issue's targets in brackets):
 
@@ -249,17 +249,33 @@ def log(msg: str) -> None:
     print(f"[perf {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
 
 
-def make_embedder(name: str) -> Any:
-    from memcli.providers.embedders import get_embedder
+def memory_settings(path: Path, embedder_name: str) -> Any:
+    from memcli.config import EmbedderSettings, Settings
 
-    return get_embedder(name)
+    return Settings(db=path, embedder=EmbedderSettings(provider=embedder_name))
 
 
-def open_memory(path: Path, embedder: Any) -> Any:
+def make_models(embedder_name: str, sparse: bool) -> tuple[Any, Any]:
+    """The embedder and SPLADE encoder the default configuration builds (both lazy)."""
+    from memcli.memory import make_embedder, make_sparse
+
+    settings = memory_settings(Path("unused.db"), embedder_name)
+    return make_embedder(settings), (make_sparse(settings) if sparse else None)
+
+
+def warm_models(embedder: Any, sparse: Any) -> None:
+    """Load the models: loading is start-up cost, not throughput or query latency."""
+    if embedder is not None:
+        embedder.embed_query("load the model")
+    if sparse is not None:
+        sparse.encode_query("load the model")
+
+
+def open_memory(path: Path, embedder: Any, sparse: Any = None) -> Any:
     from memcli.config import Settings
     from memcli.memory import Memory
 
-    return Memory.open(path, embedder=embedder, settings=Settings(db=path))
+    return Memory.open(path, embedder=embedder, sparse=sparse, settings=Settings(db=path))
 
 
 def remove_db(path: Path) -> None:
@@ -280,216 +296,378 @@ def batches(items: Sequence[Any], size: int) -> Iterator[Sequence[Any]]:
         yield items[i : i + size]
 
 
-def ingest_batches(memory: Any, events: Sequence[dict], *, defer: bool, label: str) -> float:
-    """Seconds to ingest `events` in batches of BATCH (every record must be created)."""
-    total = 0.0
+def ingest_batches(memory: Any, events: Sequence[dict], *, defer: bool, label: str
+                   ) -> tuple[float, float]:
+    """(wall seconds, CPU seconds of this process) to ingest `events` in batches of BATCH."""
+    wall = cpu = 0.0
     done = 0
     last_log = time.perf_counter()
     for chunk in batches(events, BATCH):
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         report = memory.ingest(list(chunk), defer_embed=defer)
-        total += time.perf_counter() - t0
+        wall += time.perf_counter() - t0
+        cpu += time.process_time() - c0
         if report.rejected or len(report.created) != len(chunk):
             raise SystemExit(f"{label}: ingest rejected records: {report.rejected[:3]}")
         done += len(chunk)
         if time.perf_counter() - last_log > 30:
             last_log = time.perf_counter()
-            log(f"{label}: {done}/{len(events)} events, {done / total:.0f}/s")
-    return total
+            log(f"{label}: {done}/{len(events)} events, {done / wall:.0f}/s")
+    return wall, cpu
 
 
 # ----------------------------------------------------------------------------- 1. ingest
 
 
-def build_embedded_db(path: Path, events: list[dict], embedder_name: str,
-                      rebuild: bool) -> dict[str, Any]:
-    """The query database with real vectors; returns the ingest measurement made building it."""
+def cached_meta(path: Path, events: int, rebuild: bool, config: dict[str, Any]
+                ) -> dict[str, Any] | None:
     meta_path = Path(str(path) + ".json")
-    if not rebuild and path.exists() and meta_path.exists():
-        meta = json.loads(meta_path.read_text())
-        if meta.get("data_version") == DATA_VERSION and meta.get("events") == len(events):
-            log(f"reusing {path.name} (built {meta['built_at']})")
-            meta["cached"] = True
-            return meta
-    remove_db(path)
-    log(f"building {path.name}: {len(events)} events with {embedder_name} (batches of {BATCH})")
-    embedder = make_embedder(embedder_name)
-    embedder.embed_query("load the model")  # model load is start-up, not throughput
-    with open_memory(path, embedder) as memory:
-        seconds = ingest_batches(memory, events, defer=False, label=f"ingest {embedder_name}")
-        vectors = int(memory.db.scalar("SELECT count(*) FROM memory_vectors"))
-    meta = {"data_version": DATA_VERSION, "events": len(events), "seconds": seconds,
-            "events_per_s": len(events) / seconds, "vectors": vectors,
-            "embedder": embedder.model_id, "built_at": datetime.now(UTC).isoformat(),
-            "cached": False}
-    meta_path.write_text(json.dumps(meta, indent=1))
+    if rebuild or not path.exists() or not meta_path.exists():
+        return None
+    meta = json.loads(meta_path.read_text())
+    if (meta.get("data_version") != DATA_VERSION or meta.get("events") != events
+            or meta.get("config") != config):
+        return None
+    log(f"reusing {path.name} (built {meta['built_at']}; --rebuild to measure again)")
+    meta["cached"] = True
     return meta
 
 
-def embedder_speed(embedder_name: str, texts: list[str]) -> dict[str, Any]:
-    """The embedder's own embed_documents speed (batches of BATCH) and embed_query latency."""
-    embedder = make_embedder(embedder_name)
-    embedder.embed_documents(texts[:8])  # load + warm
-    t0 = time.perf_counter()
-    for chunk in batches(texts, BATCH):
-        embedder.embed_documents(list(chunk))
-    seconds = time.perf_counter() - t0
-    return {"texts": len(texts), "texts_per_s": len(texts) / seconds}
+def build_embedded_db(path: Path, events: list[dict], embedder_name: str, use_sparse: bool,
+                      rebuild: bool) -> dict[str, Any]:
+    """The query database with real vectors; returns the ingest measurement made building it."""
+    config = {"embedder": embedder_name, "sparse": use_sparse}
+    meta = cached_meta(path, len(events), rebuild, config)
+    if meta:
+        return meta
+    remove_db(path)
+    log(f"building {path.name}: {len(events)} events, embedder {embedder_name}, "
+        f"sparse {use_sparse} (batches of {BATCH})")
+    embedder, sparse = make_models(embedder_name, use_sparse)
+    warm_models(embedder, sparse)
+    with open_memory(path, embedder, sparse) as memory:
+        seconds, cpu = ingest_batches(memory, events, defer=False,
+                                      label=f"ingest {embedder_name}")
+        vectors = int(memory.db.scalar("SELECT count(*) FROM memory_vectors"))
+    meta = {"data_version": DATA_VERSION, "events": len(events), "config": config,
+            "seconds": seconds, "cpu_seconds": cpu, "events_per_s": len(events) / seconds,
+            "vectors": vectors,
+            "built_at": datetime.now(UTC).isoformat(timespec="seconds"), "load": loadavg(),
+            "cached": False}
+    Path(str(path) + ".json").write_text(json.dumps(meta, indent=1))
+    return meta
 
 
-def defer_ingest(path: Path, events: list[dict], single: list[dict],
-                 embedder_name: str) -> dict[str, Any]:
+def model_speed(embedder_name: str, use_sparse: bool, texts: list[str]) -> dict[str, Any]:
+    """Each model's own document speed (calls of BATCH texts, as ingest makes them)."""
+    embedder, sparse = make_models(embedder_name, use_sparse)
+    warm_models(embedder, sparse)
+    out: dict[str, Any] = {"texts": len(texts)}
+    for name, fn in (("embedder", getattr(embedder, "embed_documents", None)),
+                     ("sparse", getattr(sparse, "encode_documents", None))):
+        if fn is None:
+            continue
+        t0, c0 = time.perf_counter(), time.process_time()
+        for chunk in batches(texts, BATCH):
+            fn(list(chunk))
+        out[name] = len(texts) / (time.perf_counter() - t0)
+        out[f"{name}_cpu_seconds"] = time.process_time() - c0
+        log(f"{name} alone: {out[name]:.1f} texts/s")
+    return out
+
+
+def defer_ingest(path: Path, events: list[dict], single: list[dict], embedder_name: str,
+                 use_sparse: bool) -> dict[str, Any]:
     """Batch ingest with defer_embed, then one event per Memory.ingest call."""
     remove_db(path)
-    embedder = make_embedder(embedder_name)  # configured but never loaded: embedding deferred
-    with open_memory(path, embedder) as memory:
-        seconds = ingest_batches(memory, events, defer=True, label="defer ingest")
+    embedder, sparse = make_models(embedder_name, use_sparse)  # configured, never loaded
+    with open_memory(path, embedder, sparse) as memory:
+        seconds, cpu = ingest_batches(memory, events, defer=True, label="defer ingest")
         warm, measured = single[:20], single[20:]
         for rec in warm:
             memory.ingest([rec], defer_embed=True)
-        times = []
+        times, cpus = [], []
         for rec in measured:
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.process_time()
             memory.ingest([rec], defer_embed=True)
             times.append((time.perf_counter() - t0) * 1000)
-    return {"events": len(events), "seconds": seconds, "events_per_s": len(events) / seconds,
-            "single_ms": summary(times)}
+            cpus.append((time.process_time() - c0) * 1000)
+    return {"events": len(events), "seconds": seconds, "cpu_seconds": cpu,
+            "events_per_s": len(events) / seconds, "single_ms": summary(times),
+            "single_cpu_ms": summary(cpus)}
+
+
+def ingest_large(path: Path, events: list[dict], embedder_name: str, use_sparse: bool,
+                 rebuild: bool) -> dict[str, Any]:
+    """Step one of the large database: defer_embed ingest (cached on its own)."""
+    config = {"embedder": embedder_name, "sparse": use_sparse, "stage": "ingested"}
+    meta = cached_meta(path, len(events), rebuild, config)
+    if meta:
+        return meta
+    remove_db(path)
+    log(f"building {path.name}: {len(events)} events with defer_embed (batches of {BATCH})")
+    with open_memory(path, *make_models(embedder_name, use_sparse)) as memory:
+        seconds, cpu = ingest_batches(memory, events, defer=True,
+                                      label="defer ingest (large)")
+    meta = {"data_version": DATA_VERSION, "events": len(events), "config": config,
+            "seconds": seconds, "cpu_seconds": cpu, "events_per_s": len(events) / seconds,
+            "built_at": datetime.now(UTC).isoformat(timespec="seconds"), "load": loadavg(),
+            "cached": False}
+    Path(str(path) + ".json").write_text(json.dumps(meta, indent=1))
+    return meta
 
 
 def build_large_db(path: Path, events: list[dict], source_db: Path, embedder_name: str,
-                   rebuild: bool) -> dict[str, Any]:
-    """The 100k database: defer_embed ingest, vectors copied (with noise) from the 10k db."""
+                   use_sparse: bool, rebuild: bool) -> dict[str, Any]:
+    """The large database: defer_embed ingest, then vectors and SPLADE postings copied from
+    the small database (vectors with noise for the memories beyond it)."""
     import apsw
     import numpy as np
 
+    from memcli.store import sparse as sparse_sql
     from memcli.store import vectors as vec
 
-    meta_path = Path(str(path) + ".json")
-    if not rebuild and path.exists() and meta_path.exists():
-        meta = json.loads(meta_path.read_text())
-        if meta.get("data_version") == DATA_VERSION and meta.get("events") == len(events):
-            log(f"reusing {path.name} (built {meta['built_at']})")
-            meta["cached"] = True
-            return meta
-    remove_db(path)
-    log(f"building {path.name}: {len(events)} events with defer_embed (batches of {BATCH})")
+    config = {"embedder": embedder_name, "sparse": use_sparse, "source": source_db.name}
+    meta = cached_meta(path, len(events), rebuild, config)
+    if meta:
+        return meta
+    meta = ingest_large(path, events, embedder_name, use_sparse, rebuild)
+    log(f"{path.name}: copying vectors{' and postings' if use_sparse else ''} "
+        f"from {source_db.name}")
     src = apsw.Connection(str(source_db), flags=apsw.SQLITE_OPEN_READONLY)
     rows = list(src.execute("SELECT memory_id, embedding FROM memory_vectors ORDER BY memory_id"))
+    postings: dict[int, dict[int, float]] = {}
+    if use_sparse:
+        for term, mid, weight in src.execute(
+                "SELECT term_id, memory_id, weight FROM sparse_postings"):
+            postings.setdefault(int(mid), {})[int(term)] = weight / sparse_sql.SCALE
+    vocab = src.execute("SELECT value FROM meta WHERE key = 'sparse_vocab'").fetchone()
     src.close()
+    if not rows or [r[0] for r in rows] != list(range(1, len(rows) + 1)):
+        raise SystemExit(f"{source_db.name}: memory ids are not 1..n, cannot map vectors")
     base = np.stack([np.frombuffer(blob, dtype=np.float32) for _, blob in rows])
-    embedder = make_embedder(embedder_name)
     rng = np.random.default_rng(3)
-    with open_memory(path, embedder) as memory:
-        seconds = ingest_batches(memory, events, defer=True, label="defer ingest (large)")
+    with open_memory(path, *make_models(embedder_name, use_sparse)) as memory:
         ids = [int(r[0]) for r in memory.db.execute("SELECT id FROM memories ORDER BY id")]
         t0 = time.perf_counter()
+        with memory.db.transaction():
+            memory.db.execute("DELETE FROM memory_vectors")
+            if memory.db.scalar("SELECT 1 FROM sqlite_schema WHERE name = 'vec_memories'"):
+                memory.db.execute("DELETE FROM vec_memories")
+            if use_sparse:
+                for table in ("sparse_postings", "memory_sparse", "sparse_df"):
+                    memory.db.execute(f"DELETE FROM {table}")
+            if vocab:
+                memory.db.set_meta("sparse_vocab", vocab[0])
         for chunk in batches(ids, 5000):
             idx = np.array([(i - 1) % len(base) for i in chunk])
             mat = base[idx].copy()
             noisy = np.array([i > len(base) for i in chunk])
             mat[noisy] += rng.normal(0, 0.015, size=(int(noisy.sum()), base.shape[1]))
-            mat /= np.linalg.norm(mat, axis=1, keepdims=True)
-            mat = mat.astype(np.float32)
+            mat = (mat / np.linalg.norm(mat, axis=1, keepdims=True)).astype(np.float32)
             with memory.db.transaction():
                 vec.insert_vectors(memory.db, [(i, v.tobytes()) for i, v in zip(chunk, mat,
                                                                                 strict=True)])
-        vector_seconds = time.perf_counter() - t0
-    meta = {"data_version": DATA_VERSION, "events": len(events), "seconds": seconds,
-            "events_per_s": len(events) / seconds, "vectors": len(ids),
-            "vector_fill_seconds": vector_seconds, "vector_source": source_db.name,
-            "built_at": datetime.now(UTC).isoformat(), "cached": False}
-    meta_path.write_text(json.dumps(meta, indent=1))
+                if postings:
+                    sparse_sql.insert_postings(memory.db, [
+                        (i, postings.get(int(j) + 1, {})) for i, j in zip(chunk, idx,
+                                                                           strict=True)])
+        meta["fill_seconds"] = time.perf_counter() - t0
+    meta.update({"config": config, "vectors": len(ids)})  # "cached" as the ingest step says
+    Path(str(path) + ".json").write_text(json.dumps(meta, indent=1))
     return meta
 
 
 # ----------------------------------------------------------------------------- 2. query
 
 
+def default_legs() -> dict[str, float]:
+    from memcli.config import RetrievalSettings
+
+    return dict(RetrievalSettings().leg_weights)
+
+
 def query_latency(memory: Any, queries: list[dict], *, legs: dict[str, float],
                   user_scope: bool, warmup: int) -> dict[str, float]:
     memory.retrieval.leg_weights = dict(legs)
-    times = []
+    times, cpus = [], []
     for i, q in enumerate(queries):
         filters = memory.filters(tenant_id=q["tenant_id"],
                                  user_id=q["user_id"] if user_scope else None)
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         memory.query(q["text"], filters=filters)
-        ms = (time.perf_counter() - t0) * 1000
         if i >= warmup:
-            times.append(ms)
-    return summary(times)
+            times.append((time.perf_counter() - t0) * 1000)
+            cpus.append((time.process_time() - c0) * 1000)
+    out = summary(times)
+    out["cpu_p50"], out["cpu_p95"] = pct(cpus, 50), pct(cpus, 95)
+    return out
 
 
-def query_breakdown(memory: Any, queries: list[dict], *, user_scope: bool,
-                    warmup: int) -> dict[str, dict[str, float]]:
-    """Each step of Memory.query timed on its own (same calls, same order)."""
-    from memcli.entities import query_entity_keys
-    from memcli.retrieval import search
+class _Proxy:
+    """Delegates to `inner`, timing the named methods into `sink`."""
+
+    def __init__(self, inner: Any, methods: dict[str, str], sink: dict[str, list[float]]
+                 ) -> None:
+        self._inner, self._methods, self._sink = inner, methods, sink
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self._inner, name)
+        label = self._methods.get(name)
+        if label is None:
+            return attr
+        return _timed(attr, label, self._sink)
+
+
+def _timed(fn: Callable[..., Any], label: str, sink: dict[str, list[float]]
+           ) -> Callable[..., Any]:
+    """Wrap fn so each call adds its [wall ms, CPU ms] to sink[label]."""
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        t0, c0 = time.perf_counter(), time.process_time()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            acc = sink.setdefault(label, [0.0, 0.0])
+            acc[0] += (time.perf_counter() - t0) * 1000
+            acc[1] += (time.process_time() - c0) * 1000
+    wrapper.__name__ = getattr(fn, "__name__", label)
+    return wrapper
+
+
+# Steps of Memory.query, timed by wrapping the functions it calls through module attributes.
+# (module, attribute, label, nested): nested steps run inside another step and are shown for
+# detail only; the others add up, with "other" the rest of the call.
+_STEPS = (
+    ("memcli.retrieval.search", "query_entity_keys", "query parsing: entity keys", False),
+    ("memcli.retrieval.text", "fts_match", "query parsing: FTS match", False),
+    ("memcli.retrieval.text", "trigram_match", "query parsing: trigram match", False),
+    ("memcli.store.search", "lexical", "leg lexical (SQL)", False),
+    ("memcli.store.search", "trigram", "leg trigram (SQL)", False),
+    ("memcli.store.search", "entity", "leg entity (SQL)", False),
+    ("", "embed_query", "dense: embed_query (model)", False),
+    ("memcli.store.search", "dense", "leg dense (SQL)", False),
+    ("memcli.store.search", "count_candidates", "  dense: count_candidates", True),
+    ("", "encode_query", "sparse: SPLADE encode_query (model)", False),
+    ("memcli.store.sparse", "search", "leg sparse (SQL)", False),
+    ("memcli.retrieval.search", "rank", "rank (fusion + stages)", False),
+    ("memcli.retrieval.search", "fuse", "  rank: fuse", True),
+    ("memcli.store.memories", "get_memories", "  rank: get_memories", True),
+    ("memcli.store.search", "session_neighbours",
+     "  rank: session_neighbours SQL (in neighbours)", True),
+)
+
+
+def query_breakdown(memory: Any, queries: list[dict], *, legs: dict[str, float],
+                    user_scope: bool, warmup: int) -> dict[str, dict[str, float]]:
+    """Run the real Memory.query with its steps wrapped in timers: per step, wall ms
+    summary plus CPU p50 (this process's CPU time)."""
+    import importlib
+
+    from memcli.retrieval import stages
+
+    memory.retrieval.leg_weights = dict(legs)
+    sink: dict[str, list[float]] = {}
+    nested = {label for *_, label, is_nested in _STEPS if is_nested}
+    saved: list[tuple[Any, str, Any]] = []
+    write_name = "_after_read" if hasattr(memory, "_after_read") else "_record_access"
+    parts: dict[str, list[tuple[float, float]]] = {}
+    models = (memory.embedder, memory.sparse)
+    pool, row = list(stages.POOL_STAGES), list(stages.ROW_STAGES)
+    try:
+        for module_name, attr, label, _ in _STEPS:
+            if not module_name:
+                continue  # a model method: wrapped through a proxy below
+            module = importlib.import_module(module_name)
+            if hasattr(module, attr):
+                saved.append((module, attr, getattr(module, attr)))
+                setattr(module, attr, _timed(getattr(module, attr), label, sink))
+        stages.POOL_STAGES[:] = [_timed(f, f"  rank: stage {f.__name__}", sink) for f in pool]
+        stages.ROW_STAGES[:] = [_timed(f, f"  rank: stage {f.__name__}", sink) for f in row]
+        nested.update(f"  rank: stage {f.__name__}" for f in pool + row)
+        if memory.embedder is not None:
+            memory.embedder = _Proxy(memory.embedder,
+                                     {"embed_query": "dense: embed_query (model)"}, sink)
+        if memory.sparse is not None:
+            memory.sparse = _Proxy(memory.sparse,
+                                   {"encode_query": "sparse: SPLADE encode_query (model)"}, sink)
+        memory._hit = _timed(type(memory)._hit, "build hits", sink)
+        setattr(memory, write_name, _timed(getattr(memory, write_name),
+                                           "after-read write (access counts, metrics)", sink))
+        for i, q in enumerate(queries):
+            f = memory.filters(tenant_id=q["tenant_id"],
+                               user_id=q["user_id"] if user_scope else None)
+            sink.clear()
+            t0, c0 = time.perf_counter(), time.process_time()
+            memory.query(q["text"], filters=f)
+            total = ((time.perf_counter() - t0) * 1000, (time.process_time() - c0) * 1000)
+            if i < warmup:
+                continue
+            step = {k: (v[0], v[1]) for k, v in sink.items()}
+            top = [v for k, v in step.items() if k not in nested]
+            step["other (Memory.query itself)"] = (total[0] - sum(v[0] for v in top),
+                                                   total[1] - sum(v[1] for v in top))
+            step["total"] = total
+            for k, v in step.items():
+                parts.setdefault(k, []).append(v)
+    finally:
+        for module, attr, fn in saved:
+            setattr(module, attr, fn)
+        stages.POOL_STAGES[:] = pool
+        stages.ROW_STAGES[:] = row
+        memory.embedder, memory.sparse = models
+        del memory._hit
+        delattr(memory, write_name)
+    order = [label for *_, label, _ in _STEPS]
+    at = order.index("  rank: session_neighbours SQL (in neighbours)")
+    order[at:at] = [f"  rank: stage {f.__name__}" for f in pool + row]
+    order += ["build hits", "after-read write (access counts, metrics)",
+              "other (Memory.query itself)", "total"]
+    out: dict[str, dict[str, float]] = {}
+    n = len(queries) - warmup
+    for label in [x for x in order if x in parts] + [x for x in parts if x not in order]:
+        walls = [w for w, _ in parts[label]] + [0.0] * (n - len(parts[label]))
+        cpus = [c for _, c in parts[label]] + [0.0] * (n - len(parts[label]))
+        out[label] = {**summary(walls), "cpu_p50": pct(cpus, 50), "cpu_p95": pct(cpus, 95),
+                      "calls": len(parts[label])}
+    return out
+
+
+def fts_matches(memory: Any, queries: list[dict]) -> dict[str, float]:
+    """How many rows each query's FTS expression matches (the lexical leg's work)."""
     from memcli.retrieval import text as qtext
-    from memcli.store import memories as mem
-    from memcli.store import search as sql
 
-    memory.retrieval.leg_weights = {"lexical": 1.0, "dense": 1.0, "entity": 0.5, "trigram": 0.5}
-    n = memory.retrieval.candidates_per_leg
-    parts: dict[str, list[float]] = {}
-
-    def timed(name: str, i: int, fn: Callable[[], Any]) -> Any:
-        t0 = time.perf_counter()
-        out = fn()
-        if i >= warmup:
-            parts.setdefault(name, []).append((time.perf_counter() - t0) * 1000)
-        return out
-
-    for i, q in enumerate(queries):
-        text = q["text"]
-        f = memory.filters(tenant_id=q["tenant_id"], user_id=q["user_id"] if user_scope else None)
-        legs: dict[str, list] = {}
-        match = timed("parse query (fts/trigram/entity keys)", i, lambda: (
-            qtext.fts_match(text), qtext.trigram_match(text), query_entity_keys(text)))
-        fts, tri, keys = match
-        if fts:
-            legs["lexical"] = timed("lexical leg (FTS5)", i,
-                                    lambda: sql.lexical(memory.db, fts, f, n))
-        if tri:
-            legs["trigram"] = timed("trigram leg", i, lambda: sql.trigram(memory.db, tri, f, n))
-        if keys:
-            legs["entity"] = timed("entity leg", i, lambda: sql.entity(memory.db, keys, f, n))
-        if memory.embedder is not None and memory.db.vec_enabled:
-            blob = timed("embed_query", i, lambda: memory.embedder.embed_query(text)
-                         .astype("float32").tobytes())
-            legs["dense"] = timed("dense leg (SQL)", i, lambda: sql.dense(memory.db, blob, f, n))
-        ranked = timed("fuse + rank (get_memories, stages)", i,
-                       lambda: search.rank(memory.db, legs, memory.retrieval))[:10]
-        timed("build hits", i, lambda: [memory._hit(c, "full") for c in ranked])
-        ids = [c.id for c in ranked]
-
-        def access() -> None:
-            with memory.db.transaction():
-                mem.record_access(memory.db, ids)
-        timed("record_access (write txn)", i, access)
-    return {k: summary(v) for k, v in parts.items()}
+    counts = []
+    for q in queries:
+        match = qtext.fts_match(q["text"])
+        if match:
+            counts.append(float(memory.db.scalar(
+                "SELECT count(*) FROM memories_fts WHERE memories_fts MATCH ?", (match,))))
+    return summary(counts)
 
 
-def run_query_benches(path: Path, embedder_name: str, queries: list[dict],
+def run_query_benches(path: Path, embedder_name: str, use_sparse: bool, queries: list[dict],
                       warmup: int) -> dict[str, Any]:
-    embedder = make_embedder(embedder_name)
-    embedder.embed_query("load the model")
+    embedder, sparse = make_models(embedder_name, use_sparse)
+    warm_models(embedder, sparse)
     out: dict[str, Any] = {}
-    with open_memory(path, embedder) as memory:
-        memory.db.execute("PRAGMA optimize")
-        for legs_name, legs in (("all legs", None), ("FTS-only", FTS_ONLY)):
-            for scope_name, user_scope in (("tenant+user", True), ("no user filter", False)):
-                weights = legs or {"lexical": 1.0, "dense": 1.0, "entity": 0.5, "trigram": 0.5}
+    with open_memory(path, embedder, sparse) as memory:
+        for legs_name, legs in (("all legs", default_legs()), ("FTS-only", FTS_ONLY)):
+            for scope_name, user_scope in (("tenant+user", True), ("tenant only", False)):
                 log(f"  {path.name}: {legs_name}, {scope_name}")
                 out[f"{legs_name} | {scope_name}"] = query_latency(
-                    memory, queries, legs=weights, user_scope=user_scope, warmup=warmup)
-        for scope_name, user_scope in (("tenant+user", True), ("no user filter", False)):
-            out[f"breakdown | {scope_name}"] = query_breakdown(
-                memory, queries, user_scope=user_scope, warmup=warmup)
+                    memory, queries, legs=legs, user_scope=user_scope, warmup=warmup)
+        for legs_name, legs in (("all legs", default_legs()), ("FTS-only", FTS_ONLY)):
+            for scope_name, user_scope in (("tenant+user", True), ("tenant only", False)):
+                log(f"  {path.name}: breakdown, {legs_name}, {scope_name}")
+                out[f"breakdown | {legs_name} | {scope_name}"] = query_breakdown(
+                    memory, queries, legs=legs, user_scope=user_scope, warmup=warmup)
         memories = int(memory.db.scalar("SELECT count(*) FROM memories"))
+        out["fts_matches"] = fts_matches(memory, queries)
         per_user = memory.db.query(
             "SELECT count(*) AS n FROM memories GROUP BY tenant_id, user_id ORDER BY n")
     out["memories"] = memories
+    out["legs"] = sorted(k for k, v in default_legs().items() if v > 0
+                         and (k != "sparse" or use_sparse))
     out["scope_sizes"] = {"min": per_user[0]["n"], "median": per_user[len(per_user) // 2]["n"],
                           "max": per_user[-1]["n"]}
     return out
@@ -506,17 +684,31 @@ def cli_env(embedder_name: str) -> dict[str, str]:
     return env
 
 
-def time_process(argv: list[str], env: dict[str, str]) -> float:
+def time_process(argv: list[str], env: dict[str, str]) -> tuple[float, float]:
+    """(wall ms, CPU ms of the child: user + system from its rusage)."""
+    import resource
+
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
     proc = subprocess.run(argv, env=env, cwd=REPO_ROOT, capture_output=True, text=True)
     ms = (time.perf_counter() - t0) * 1000
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if proc.returncode != 0:
         raise SystemExit(f"{' '.join(argv)} failed ({proc.returncode}): {proc.stderr[-800:]}")
-    return ms
+    cpu = (after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime) * 1000
+    return ms, cpu
 
 
-def cli_benches(path: Path, embedder_name: str, queries: list[dict], runs: int
-                ) -> dict[str, Any]:
+def process_summary(runs: list[tuple[float, float]]) -> dict[str, float]:
+    out = summary([w for w, _ in runs])
+    cpus = [c for _, c in runs]
+    out.update({"min": min(w for w, _ in runs), "cpu_p50": pct(cpus, 50),
+                "cpu_p95": pct(cpus, 95)})
+    return out
+
+
+def cli_benches(path: Path, embedder_name: str, queries: list[dict], runs: int,
+                warm: int = 2, import_runs: int = 5) -> dict[str, Any]:
     env = cli_env(embedder_name)
     py = sys.executable
     out: dict[str, Any] = {}
@@ -527,26 +719,25 @@ def cli_benches(path: Path, embedder_name: str, queries: list[dict], runs: int
         return argv + (["--legs", legs] if legs else [])
 
     for label, legs in (("with embedder", None), ("FTS-only", CLI_FTS_LEGS)):
-        times = []
-        for i, q in enumerate(queries[: runs + 2]):
-            ms = time_process(query_argv(q, legs), env)
-            if i >= 2:
-                times.append(ms)
-        out[label] = summary(times)
+        measured = [time_process(query_argv(q, legs), env) for q in queries[: runs + warm]]
+        out[label] = process_summary(measured[warm:])
     for label, code in (("python -c pass", "pass"),
                         ("python -c 'import memcli.cli.app'", "import memcli.cli.app")):
-        times = [time_process([py, "-c", code], env) for _ in range(runs + 2)][2:]
-        out[label] = summary(times)
-    out["importtime"] = import_offenders(query_argv(queries[0], CLI_FTS_LEGS), env)
+        measured = [time_process([py, "-c", code], env) for _ in range(runs + warm)]
+        out[label] = process_summary(measured[warm:])
+    out["importtime"] = import_offenders(query_argv(queries[0], CLI_FTS_LEGS), env,
+                                         runs=import_runs)
+    out["warm"], out["import_runs"] = warm, import_runs
     return out
 
 
 _IMPORT_LINE = re.compile(r"import time:\s+(\d+)\s+\|\s+(\d+)\s+\|(\s*)(\S+)")
 
 
-def import_offenders(argv: list[str], env: dict[str, str], runs: int = 3,
+def import_offenders(argv: list[str], env: dict[str, str], runs: int = 5,
                      top: int = 10) -> list[dict[str, Any]]:
-    """Top cumulative imports of the command (median over `runs`), with their nesting depth."""
+    """Top cumulative imports of the command, with their nesting depth. Each module's time is
+    its minimum over `runs`: the least disturbed run when other jobs share the machine."""
     cumulative: dict[str, list[int]] = {}
     selfs: dict[str, list[int]] = {}
     depth: dict[str, int] = {}
@@ -560,8 +751,8 @@ def import_offenders(argv: list[str], env: dict[str, str], runs: int = 3,
                 selfs.setdefault(name, []).append(int(m.group(1)))
                 cumulative.setdefault(name, []).append(int(m.group(2)))
                 depth[name] = len(m.group(3)) // 2
-    rows = [{"module": k, "cumulative_ms": statistics.median(v) / 1000,
-             "self_ms": statistics.median(selfs[k]) / 1000, "depth": depth[k]}
+    rows = [{"module": k, "cumulative_ms": min(v) / 1000, "self_ms": min(selfs[k]) / 1000,
+             "depth": depth[k]}
             for k, v in cumulative.items()]
     rows.sort(key=lambda r: -r["cumulative_ms"])
     return rows[:top]
@@ -587,14 +778,16 @@ def db_size(path: Path) -> dict[str, Any]:
 # ----------------------------------------------------------------------------- profiling
 
 
-def profile_paths(db: Path, events: list[dict], queries: list[dict], embedder_name: str,
-                  out_path: Path) -> None:
-    """cProfile the defer-embed ingest of 2,000 events and 100 queries of each kind."""
+def profile_paths(db: Path, queries: list[dict], embedder_name: str,
+                  use_sparse: bool, out_path: Path) -> None:
+    """cProfile (CPU time, so other jobs on the machine do not count) the defer-embed ingest
+    of 2,000 events, 300 single-event ingests and 100 queries of each kind."""
     import cProfile
     import io
     import pstats
 
     buf = io.StringIO()
+    events = generate_events(BATCH * 5 + 300, seed=11)
 
     def dump(title: str, prof: cProfile.Profile) -> None:
         buf.write(f"\n===== {title} =====\n")
@@ -604,37 +797,36 @@ def profile_paths(db: Path, events: list[dict], queries: list[dict], embedder_na
 
     with tempfile.TemporaryDirectory(dir=CACHE_DIR) as tmp:
         path = Path(tmp) / "profile.db"
-        with open_memory(path, make_embedder(embedder_name)) as memory:
+        with open_memory(path, *make_models(embedder_name, use_sparse)) as memory:
             memory.ingest(events[:BATCH], defer_embed=True)
-            prof = cProfile.Profile()
+            prof = cProfile.Profile(time.process_time)
             prof.enable()
             for chunk in batches(events[BATCH : BATCH * 5], BATCH):
                 memory.ingest(list(chunk), defer_embed=True)
             prof.disable()
             dump("ingest, defer_embed, 2,000 events in batches of 500", prof)
-            prof = cProfile.Profile()
+            prof = cProfile.Profile(time.process_time)
             prof.enable()
             for rec in events[BATCH * 5 : BATCH * 5 + 300]:
                 memory.ingest([rec], defer_embed=True)
             prof.disable()
             dump("ingest, defer_embed, 300 single-event calls", prof)
-    embedder = make_embedder(embedder_name)
-    embedder.embed_query("warm")
-    with open_memory(db, embedder) as memory:
-        for legs_name, legs in (("all legs", None), ("FTS-only", FTS_ONLY)):
+    embedder, sparse = make_models(embedder_name, use_sparse)
+    warm_models(embedder, sparse)
+    with open_memory(db, embedder, sparse) as memory:
+        for legs_name, legs in (("all legs", default_legs()), ("FTS-only", FTS_ONLY)):
             for user_scope in (True, False):
-                memory.retrieval.leg_weights = legs or {"lexical": 1.0, "dense": 1.0,
-                                                        "entity": 0.5, "trigram": 0.5}
+                memory.retrieval.leg_weights = legs
                 for q in queries[:10]:
                     memory.query(q["text"])
-                prof = cProfile.Profile()
+                prof = cProfile.Profile(time.process_time)
                 prof.enable()
                 for q in queries[:100]:
                     f = memory.filters(tenant_id=q["tenant_id"],
                                        user_id=q["user_id"] if user_scope else None)
                     memory.query(q["text"], filters=f)
                 prof.disable()
-                scope = "tenant+user" if user_scope else "no user filter"
+                scope = "tenant+user" if user_scope else "tenant only"
                 dump(f"query {db.name}, {legs_name}, {scope}, 100 queries", prof)
     out_path.write_text(buf.getvalue())
     log(f"profile written to {out_path}")
@@ -653,130 +845,194 @@ def verdict(ok: bool) -> str:
 
 def render(res: dict[str, Any]) -> str:
     quick = res["mode"] == "quick"
-    small, large = res["sizes"][0], res["sizes"][-1]
+    sizes = res["sizes"]
+    small, large = sizes[0], sizes[-1]
+    k = lambda n: f"{n // 1000}k"  # noqa: E731
+    models = f"`{res['embedder']}`" + (" + SPLADE-tiny (the default sparse leg)"
+                                       if res["sparse"] else " (no SPLADE sparse leg)")
     lines = [
         "# memcli performance" + (" (quick smoke run: not the real numbers)" if quick else ""),
         "",
-        f"Measured {res['date']} by `python bench/perf.py{' --quick' if quick else ''}`: "
-        f"{res['machine']}. Load average before / after: {res['load_before']} / "
-        f"{res['load_after']} (other jobs shared the machine when it was above the core count: "
-        "read latencies as upper bounds).",
+        f"Measured {res['date']} with `python bench/perf.py{' --quick' if quick else ''}` on "
+        f"{res['machine']}. Load average (1, 5, 15 min) before: {res['load_before']}, after: "
+        f"{res['load_after']}. Other jobs shared this machine during the run whenever the "
+        "load was above the core count: read latencies as upper bounds.",
         "",
-        f"Data: synthetic chat turns of 20-40 words (names, dates, @mentions, #tags, ~3 % "
-        f"Chinese), 40 users in 2 tenants, sessions of 8-40 turns; one memory per event. "
-        f"Embedder: `{res['embedder']}`. Ingest through `Memory.ingest` in batches of {BATCH}. "
-        f"Queries: {res['n_queries']} varied queries, the first {res['warmup']} of each pass are "
-        f"warm-up and not counted. Times in ms unless marked.",
+        "Data: synthetic chat turns of 20-40 words (names, dates, @mentions, #tags, ~3 % "
+        "Chinese), 40 users in 2 tenants, sessions of 8-40 turns, one memory per event. "
+        f"Models: {models}. Ingest goes through `Memory.ingest` in batches of {BATCH}. "
+        f"Queries: {res['n_queries']} varied queries per pass (names, places, projects, tags, "
+        f"dates, long questions, ~4 % Chinese), after {res['warmup']} warm-up queries that are "
+        "not counted; top 10, default ranking. Times in ms unless marked.",
     ]
-    if not quick and len(res["sizes"]) > 1:
+    if len(sizes) > 1:
         lines += [
             "",
-            f"The {large // 1000}k database was ingested with `defer_embed=True`; its vectors "
-            f"are the e5-small vectors of the {small // 1000}k database (the same first "
-            f"{small // 1000}k events), copied with small Gaussian noise (sigma 0.015 per "
-            f"dimension) and renormalised for the other memories, written through "
-            f"`memcli.store.vectors.insert_vectors`. KNN cost depends on how many vectors there "
-            f"are, not on what they mean.",
+            f"The {k(large)} database was ingested with `defer_embed=True`; its vectors are the "
+            f"{res['embedder']} vectors of the {k(small)} database (its first {k(small)} events "
+            "are the same events), copied with small Gaussian noise (sigma 0.015 per dimension) "
+            "and renormalised for the other memories, and written through "
+            "`memcli.store.vectors.insert_vectors`"
+            + (" (SPLADE postings copied the same way, through `insert_postings`)"
+               if res["sparse"] else "")
+            + ". KNN cost depends on how many vectors there are, not on what they mean.",
         ]
 
     ing = res["ingest"]
-    emb, defer, speed = ing["embedded"], ing["defer"], ing["embedder_speed"]
-    lines += ["", "## Targets", "", "| target | measured | verdict |", "|---|---|---|"]
-    lines.append(f"| ingest with embedder >= 100 events/s | {fmt(emb['events_per_s'])} events/s "
-                 f"(embedder alone: {fmt(speed['texts_per_s'])} texts/s) | "
-                 f"{verdict(emb['events_per_s'] >= 100)} |")
-    lines.append(f"| ingest `defer_embed`, batches of {BATCH} >= 2,000 events/s | "
-                 f"{fmt(defer['events_per_s'], 0)} events/s | "
-                 f"{verdict(defer['events_per_s'] >= 2000)} |")
-    lines.append(f"| one event per `ingest` call p95 <= 50 ms | "
-                 f"{fmt(defer['single_ms']['p95'], 2)} ms | "
-                 f"{verdict(defer['single_ms']['p95'] <= 50)} |")
-    q = res["query"][str(large)]
-    for key in ("all legs | tenant+user", "all legs | no user filter",
-                "FTS-only | tenant+user", "FTS-only | no user filter"):
-        p95 = q[key]["p95"]
-        lines.append(f"| library query p95 <= 20 ms at {large // 1000}k ({key}) | "
-                     f"{fmt(p95)} ms | {verdict(p95 <= 20)} |")
-    cli = res["cli"]
-    lines.append(f"| `memcli query` p50 <= 400 ms with embedder | "
-                 f"{fmt(cli['with embedder']['p50'], 0)} ms | "
-                 f"{verdict(cli['with embedder']['p50'] <= 400)} |")
-    lines.append(f"| `memcli query --legs {CLI_FTS_LEGS}` p50 <= 200 ms | "
-                 f"{fmt(cli['FTS-only']['p50'], 0)} ms | "
-                 f"{verdict(cli['FTS-only']['p50'] <= 200)} |")
+    emb, defer, speed = ing["embedded"], ing["defer"], ing["model_speed"]
+    alone = [f"{res['embedder']} alone {fmt(speed['embedder'])} texts/s"]
+    if "sparse" in speed:
+        alone.append(f"SPLADE alone {fmt(speed['sparse'])} texts/s")
+    lines += ["", "## Targets", "",
+              "Wall time is the measure. The CPU column is the process's own CPU time (all its "
+              "threads), which other jobs on the machine do not inflate as much: read it as "
+              "an estimate of an unloaded machine (for e5-small, which runs on both cores, "
+              "CPU time overstates the wall time it would take).", "",
+              "| target | measured (wall) | verdict | CPU-time estimate | verdict on CPU |",
+              "|---|---|---|---|---|"]
 
-    lines += ["", "## 1. Ingest", "", "| what | events | time | throughput |", "|---|---|---|---|"]
-    cached = " (measured when the cached database was built)" if emb.get("cached") else ""
-    lines.append(f"| with `{res['embedder']}`{cached} | {emb['events']:,} | "
-                 f"{fmt(emb['seconds'])} s | {fmt(emb['events_per_s'])} events/s |")
-    lines.append(f"| the embedder alone, `embed_documents` in batches of {BATCH} | "
-                 f"{speed['texts']:,} texts | {fmt(speed['texts'] / speed['texts_per_s'])} s | "
-                 f"{fmt(speed['texts_per_s'])} texts/s |")
-    lines.append(f"| `defer_embed=True` | {defer['events']:,} | {fmt(defer['seconds'], 2)} s | "
+    def target(name: str, wall: float, cpu: float, ok: Callable[[float], bool],
+               unit: str, digits: int = 1) -> None:
+        lines.append(f"| {name} | {fmt(wall, digits)} {unit} | {verdict(ok(wall))} | "
+                     f"{fmt(cpu, digits)} {unit} | {verdict(ok(cpu))} |")
+
+    target("ingest with the default models >= 100 events/s", emb["events_per_s"],
+           emb["events"] / emb.get("cpu_seconds", float("nan")), lambda v: v >= 100, "events/s")
+    target(f"ingest `defer_embed=True`, batches of {BATCH}, >= 2,000 events/s",
+           defer["events_per_s"], defer["events"] / defer["cpu_seconds"], lambda v: v >= 2000,
+           "events/s", 0)
+    target("`Memory.ingest([record])` p95 <= 50 ms", defer["single_ms"]["p95"],
+           defer["single_cpu_ms"]["p95"], lambda v: v <= 50, "ms", 2)
+    q = res["query"][str(large)]
+    for key in ("all legs | tenant+user", "all legs | tenant only",
+                "FTS-only | tenant+user", "FTS-only | tenant only"):
+        target(f"library query p95 <= 20 ms at {k(large)} ({key})", q[key]["p95"],
+               q[key]["cpu_p95"], lambda v: v <= 20, "ms")
+    cli = res["cli"]
+    target("`memcli query` p50 <= 400 ms with the embedder", cli["with embedder"]["p50"],
+           cli["with embedder"]["cpu_p50"], lambda v: v <= 400, "ms", 0)
+    target(f"`memcli query --legs {CLI_FTS_LEGS}` p50 <= 200 ms", cli["FTS-only"]["p50"],
+           cli["FTS-only"]["cpu_p50"], lambda v: v <= 200, "ms", 0)
+    lines.append("")
+    lines.append(f"Ingest with the models: {'; '.join(alone)}.")
+
+    lines += ["", "## 1. Ingest", "",
+              "Wall time is the measure; CPU is this process's CPU time (all its threads), "
+              "a hint of the cost without the other jobs on the machine.", "",
+              "| what | count | wall | CPU | throughput |", "|---|---|---|---|---|"]
+    cached = (f" (measured when the cached database was built, {emb['built_at']}, load "
+              f"{emb.get('load', '?')})" if emb.get("cached") else "")
+    lines.append(f"| `Memory.ingest`, {models}{cached} | {emb['events']:,} events | "
+                 f"{fmt(emb['seconds'])} s | {fmt(emb.get('cpu_seconds', float('nan')))} s | "
+                 f"{fmt(emb['events_per_s'])} events/s |")
+    for key, name, call in (("embedder", res["embedder"], "embed_documents"),
+                            ("sparse", "SPLADE-tiny", "encode_documents")):
+        if key in speed:
+            lines.append(f"| {name} alone, `{call}` in calls of {BATCH} | "
+                         f"{speed['texts']:,} texts | {fmt(speed['texts'] / speed[key])} s | "
+                         f"{fmt(speed[key + '_cpu_seconds'])} s | {fmt(speed[key])} texts/s |")
+    lines.append(f"| `Memory.ingest(defer_embed=True)` | {defer['events']:,} events | "
+                 f"{fmt(defer['seconds'], 2)} s | {fmt(defer['cpu_seconds'], 2)} s | "
                  f"{fmt(defer['events_per_s'], 0)} events/s |")
     if "large" in ing:
         lg = ing["large"]
         cached = " (cached build)" if lg.get("cached") else ""
-        lines.append(f"| `defer_embed=True`, {large // 1000}k database{cached} | "
-                     f"{lg['events']:,} | {fmt(lg['seconds'], 1)} s | "
+        lines.append(f"| `Memory.ingest(defer_embed=True)` into the {k(large)} database"
+                     f"{cached} | {lg['events']:,} events | {fmt(lg['seconds'], 1)} s | "
+                     f"{fmt(lg.get('cpu_seconds', float('nan')), 1)} s | "
                      f"{fmt(lg['events_per_s'], 0)} events/s |")
-    s = defer["single_ms"]
-    lines += ["", f"One event per `Memory.ingest([record])` call, `defer_embed=True`, on the "
-              f"{small // 1000}k database ({s['n']} calls after 20 warm-up): p50 "
-              f"{fmt(s['p50'], 2)} ms, p95 {fmt(s['p95'], 2)} ms, mean {fmt(s['mean'], 2)} ms."]
-    embed_share = emb["events_per_s"] / speed["texts_per_s"]  # embed time / ingest time
-    lines += ["", f"With the embedder, embedding is the bound: at "
-              f"{fmt(speed['texts_per_s'])} texts/s alone the model caps ingest at that rate; "
-              f"everything else costs {fmt(1000 / defer['events_per_s'], 2)} ms per event "
-              f"(the `defer_embed` rate), so ingest runs at {fmt(emb['events_per_s'])} events/s "
-              f"({fmt(100 * embed_share, 0)} % of the time in the embedder)."]
+    s, c = defer["single_ms"], defer["single_cpu_ms"]
+    lines += ["", f"One event per `Memory.ingest([record])` call with `defer_embed=True`, into "
+              f"the {k(small)} database ({s['n']} calls after 20 warm-up): p50 "
+              f"{fmt(s['p50'], 2)} ms, p95 {fmt(s['p95'], 2)} ms, mean {fmt(s['mean'], 2)} ms "
+              f"(CPU p50 {fmt(c['p50'], 2)} ms, p95 {fmt(c['p95'], 2)} ms)."]
+    per_event = {"everything but the models": 1000 / defer["events_per_s"],
+                 f"{res['embedder']}": 1000 / speed["embedder"]}
+    if "sparse" in speed:
+        per_event["SPLADE"] = 1000 / speed["sparse"]
+    predicted = sum(per_event.values())
+    lines += ["", "Cost per event, from the rows above: " + ", ".join(
+        f"{name} {fmt(ms, 2)} ms" for name, ms in per_event.items())
+        + f"; sum {fmt(predicted, 1)} ms = {fmt(1000 / predicted)} events/s predicted, "
+        f"{fmt(emb['events_per_s'])} measured."]
 
-    lines += ["", "## 2. Library query latency (`Memory.query`, top 10, defaults)", "",
-              "| database | legs | scope | p50 | p95 | mean |", "|---|---|---|---|---|---|"]
-    for size in res["sizes"]:
-        qs = res["query"][str(size)]
-        for key, val in qs.items():
+    lines += ["", "## 2. Library query latency (`Memory.query`)", "",
+              f"All legs = the defaults ({', '.join(q['legs'])}); FTS-only = "
+              f"`leg_weights = {FTS_ONLY}`. The query embedding is inside the call.", "",
+              "| database | legs | scope | p50 | p95 | mean | CPU p50 | CPU p95 |",
+              "|---|---|---|---|---|---|---|---|"]
+    for size in sizes:
+        for key, val in res["query"][str(size)].items():
             if " | " not in key or key.startswith("breakdown"):
                 continue
             legs, scope = key.split(" | ")
-            lines.append(f"| {size // 1000}k | {legs} | {scope} | {fmt(val['p50'], 2)} | "
-                         f"{fmt(val['p95'], 2)} | {fmt(val['mean'], 2)} |")
-    for size in res["sizes"]:
+            lines.append(f"| {k(size)} | {legs} | {scope} | {fmt(val['p50'], 2)} | "
+                         f"{fmt(val['p95'], 2)} | {fmt(val['mean'], 2)} | "
+                         f"{fmt(val['cpu_p50'], 2)} | {fmt(val['cpu_p95'], 2)} |")
+    lines.append("")
+    for size in sizes:
         sc = res["query"][str(size)]["scope_sizes"]
-        lines.append("")
-        lines.append(f"{size // 1000}k: memories per tenant+user scope min / median / max: "
-                     f"{sc['min']:,} / {sc['median']:,} / {sc['max']:,}.")
-    lines += ["", "Where the time goes (all legs, each step timed on its own, p50 / p95):", "",
-              "| database | scope | step | p50 | p95 |", "|---|---|---|---|---|"]
-    for size in res["sizes"]:
-        qs = res["query"][str(size)]
-        for scope in ("tenant+user", "no user filter"):
-            for step, val in qs[f"breakdown | {scope}"].items():
-                lines.append(f"| {size // 1000}k | {scope} | {step} | {fmt(val['p50'], 2)} | "
-                             f"{fmt(val['p95'], 2)} |")
+        lines.append(f"{k(size)}: memories per tenant+user scope, min / median / max: "
+                     f"{sc['min']:,} / {sc['median']:,} / {sc['max']:,}. ")
+    for legs_name in ("all legs", "FTS-only"):
+        lines += ["", f"Where the time goes, {legs_name}: the real `Memory.query` with each "
+                  "step wrapped in a timer. Cells: wall p50 / p95 (CPU p50), ms over all "
+                  "measured queries (0 when a step did not run); indented rows are part of "
+                  "the row above them.", "",
+                  "| step | " + " | ".join(f"{k(size)}, {scope}" for size in sizes
+                                         for scope in ("tenant+user", "tenant only"))
+                  + " |", "|---|" + "---|" * (2 * len(sizes))]
+        tables = [res["query"][str(size)][f"breakdown | {legs_name} | {scope}"]
+                  for size in sizes for scope in ("tenant+user", "tenant only")]
+        steps: list[str] = []
+        for table in tables:
+            steps += [step for step in table if step not in steps]
+        for step in steps:
+            cells = [f"{fmt(t[step]['p50'], 2)} / {fmt(t[step]['p95'], 2)} "
+                     f"({fmt(t[step]['cpu_p50'], 2)})" if step in t else "-" for t in tables]
+            name = step.strip().replace("|", "/")
+            name = f"**{name}**" if step == "total" else (
+                f"&nbsp;&nbsp;{name}" if step.startswith("  ") else name)
+            lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    lines.append("")
+    for size in sizes:
+        fts = res["query"][str(size)]["fts_matches"]
+        lines.append(f"{k(size)}: rows matching a query's FTS expression (whole database, "
+                     f"before filters): median {fts['p50']:,.0f}, p95 {fts['p95']:,.0f} "
+                     f"({100 * fts['p50'] / res['query'][str(size)]['memories']:.0f} % of "
+                     "the memories at the median). ")
 
-    lines += ["", f"## 3. Whole process (`python -m memcli query`, {small // 1000}k database)", "",
-              "| command | runs | p50 | p95 |", "|---|---|---|---|"]
+    lines += ["", f"## 3. Whole process (`python -m memcli query ... --tenant --user --json`, "
+              f"{k(small)} database)", "",
+              f"A fresh interpreter per run; {cli['warm']} warm-up run(s) first (OS page "
+              "cache). CPU = the child's user + system time.", "",
+              "| command | runs | wall p50 | wall p95 | wall min | CPU p50 |",
+              "|---|---|---|---|---|---|"]
     for label in ("with embedder", "FTS-only", "python -c pass",
                   "python -c 'import memcli.cli.app'"):
         val = cli[label]
-        name = {"with embedder": f"`memcli query` (MEMCLI_EMBEDDER={res['embedder']})",
+        name = {"with embedder": f"`memcli query` (MEMCLI_EMBEDDER={res['embedder']}, "
+                                 "default legs)",
                 "FTS-only": f"`memcli query --legs {CLI_FTS_LEGS}`"}.get(label, f"`{label}`")
-        lines.append(f"| {name} | {val['n']} | {fmt(val['p50'], 0)} | {fmt(val['p95'], 0)} |")
-    lines += ["", f"Top 10 cumulative imports, `python -X importtime -m memcli query ... --legs "
-              f"{CLI_FTS_LEGS}` (median of 3 runs; depth 0 = imported by memcli itself):", "",
+        lines.append(f"| {name} | {val['n']} | {fmt(val['p50'], 0)} | {fmt(val['p95'], 0)} | "
+                     f"{fmt(val['min'], 0)} | {fmt(val['cpu_p50'], 0)} |")
+    lines += ["", f"Top 10 cumulative imports of `python -X importtime -m memcli query ... "
+              f"--legs {CLI_FTS_LEGS}` (each module's minimum over {cli['import_runs']} runs; "
+              "depth 0 = a top-level "
+              "import; cumulative includes the imports below it):", "",
               "| module | depth | cumulative ms | self ms |", "|---|---|---|---|"]
     for row in cli["importtime"]:
         lines.append(f"| `{row['module']}` | {row['depth']} | {fmt(row['cumulative_ms'])} | "
                      f"{fmt(row['self_ms'])} |")
 
-    lines += ["", "## 4. Database size", "", "| database | memories | file bytes | bytes/memory "
-              "| largest objects |", "|---|---|---|---|---|"]
-    for size in res["sizes"]:
+    lines += ["", "## 4. Database size (after a WAL checkpoint)", "",
+              "| database | memories | file bytes | bytes/memory | largest objects, bytes/memory |",
+              "|---|---|---|---|---|"]
+    for size in sizes:
         d = res["size"][str(size)]
-        largest = ", ".join(f"{n} {b / d['memories']:,.0f}" for n, b in d["largest"][:6])
-        lines.append(f"| {size // 1000}k | {d['memories']:,} | {d['bytes']:,} | "
-                     f"{d['bytes_per_memory']:,.0f} | {largest} (bytes/memory) |")
+        largest = ", ".join(f"{n} {b / d['memories']:,.0f}" for n, b in d["largest"][:8])
+        lines.append(f"| {k(size)} | {d['memories']:,} | {d['bytes']:,} | "
+                     f"{d['bytes_per_memory']:,.0f} | {largest} |")
     lines.append("")
     return "\n".join(lines)
 
@@ -794,37 +1050,41 @@ def loadavg() -> str:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true",
-                    help="1k memories, hash embedder, few queries (< 60 s)")
+                    help="1k memories, hash embedder, no SPLADE, few queries (< 60 s)")
     ap.add_argument("--embedder", default=None, help="default: e5-small (full), hash (quick)")
+    ap.add_argument("--no-sparse", action="store_true",
+                    help="leave out the SPLADE sparse leg (default: on in full mode)")
     ap.add_argument("--sizes", default=None, help="comma-separated database sizes")
-    ap.add_argument("--queries", type=int, default=None, help="queries per pass")
+    ap.add_argument("--queries", type=int, default=None, help="measured queries per pass")
     ap.add_argument("--cli-runs", type=int, default=None, help="measured CLI runs")
-    ap.add_argument("--embed-sample", type=int, default=None,
-                    help="texts for the embedder's own speed")
+    ap.add_argument("--model-sample", type=int, default=None,
+                    help="texts for each model's own speed")
     ap.add_argument("--rebuild", action="store_true", help="ignore cached databases")
-    ap.add_argument("--profile", action="store_true", help="also cProfile ingest and query")
+    ap.add_argument("--profile", action="store_true",
+                    help="also cProfile ingest and query (bench/.cache/perf-profile.txt)")
     ap.add_argument("--out", type=Path, default=None,
                     help=f"markdown results (default {RESULTS.relative_to(REPO_ROOT)}; "
-                    "quick mode writes only when given)")
+                    "quick mode writes a file only when given)")
     args = ap.parse_args(argv)
 
     quick = args.quick
     embedder_name = args.embedder or ("hash" if quick else "e5-small")
+    use_sparse = not (quick or args.no_sparse)
     sizes = [int(s) for s in args.sizes.split(",")] if args.sizes else (
         [1000] if quick else [10_000, 100_000])
     n_queries = args.queries or (30 if quick else 200)
     warmup = 5 if quick else 10
     cli_runs = args.cli_runs or (5 if quick else 15)
-    embed_sample = args.embed_sample or (1000 if quick else 2000)
+    sample = args.model_sample or 500
     out_path = args.out or (None if quick else RESULTS)
     CACHE_DIR.mkdir(parents=True, exist_ok=True)
-    tag = f"{'quick-' if quick else ''}{embedder_name}"
+    tag = f"{'quick-' if quick else ''}{embedder_name}{'-splade' if use_sparse else ''}"
 
     import apsw
 
     res: dict[str, Any] = {
-        "mode": "quick" if quick else "full", "embedder": embedder_name, "sizes": sizes,
-        "n_queries": n_queries, "warmup": warmup,
+        "mode": "quick" if quick else "full", "embedder": embedder_name, "sparse": use_sparse,
+        "sizes": sizes, "n_queries": n_queries, "warmup": warmup,
         "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"), "load_before": loadavg(),
         "machine": f"{os.cpu_count()} cores, {platform.machine()}, Python "
                    f"{platform.python_version()}, SQLite {apsw.sqlite_lib_version()}",
@@ -836,20 +1096,20 @@ def main(argv: list[str] | None = None) -> int:
     small_events = all_events[:small]
     scopes = sorted({(e["tenant_id"], e["user_id"]) for e in small_events})
     queries = generate_queries(n_queries + warmup, scopes)
-    log(f"mode {res['mode']}, embedder {embedder_name}, sizes {sizes}, "
+    log(f"mode {res['mode']}, embedder {embedder_name}, sparse {use_sparse}, sizes {sizes}, "
         f"{len(queries)} queries, load {res['load_before']}")
 
     # 1. ingest
     small_db = CACHE_DIR / f"perf-{small}-{tag}.db"
     res["ingest"]["embedded"] = build_embedded_db(small_db, small_events, embedder_name,
-                                                  args.rebuild)
-    log(f"ingest with embedder: {res['ingest']['embedded']['events_per_s']:.1f} events/s")
-    res["ingest"]["embedder_speed"] = embedder_speed(
-        embedder_name, [e["content"]["text"] for e in small_events[:embed_sample]])
-    log(f"embedder alone: {res['ingest']['embedder_speed']['texts_per_s']:.1f} texts/s")
+                                                  use_sparse, args.rebuild)
+    log(f"ingest with models: {res['ingest']['embedded']['events_per_s']:.1f} events/s")
+    res["ingest"]["model_speed"] = model_speed(
+        embedder_name, use_sparse, [e["content"]["text"] for e in small_events[:sample]])
     scratch = CACHE_DIR / f"perf-scratch-{tag}.db"
     res["ingest"]["defer"] = defer_ingest(scratch, small_events,
-                                          all_events[sizes[-1] : sizes[-1] + 520], embedder_name)
+                                          all_events[sizes[-1] : sizes[-1] + 520],
+                                          embedder_name, use_sparse)
     log(f"defer ingest: {res['ingest']['defer']['events_per_s']:.0f} events/s, single p95 "
         f"{res['ingest']['defer']['single_ms']['p95']:.2f} ms")
     remove_db(scratch)
@@ -858,21 +1118,23 @@ def main(argv: list[str] | None = None) -> int:
     for size in sizes[1:]:
         path = CACHE_DIR / f"perf-{size}-{tag}.db"
         res["ingest"]["large"] = build_large_db(path, all_events[:size], small_db,
-                                                embedder_name, args.rebuild)
+                                                embedder_name, use_sparse, args.rebuild)
         dbs[size] = path
 
     # 2. query, 4. size
     for size, path in dbs.items():
         log(f"query latency on {path.name}")
-        res["query"][str(size)] = run_query_benches(path, embedder_name, queries, warmup)
+        res["query"][str(size)] = run_query_benches(path, embedder_name, use_sparse, queries,
+                                                    warmup)
         res["size"][str(size)] = db_size(path)
 
     # 3. CLI
     log("whole-process CLI runs")
-    res["cli"] = cli_benches(small_db, embedder_name, queries, cli_runs)
+    res["cli"] = cli_benches(small_db, embedder_name, queries, cli_runs,
+                             warm=1 if quick else 2, import_runs=3 if quick else 5)
 
     if args.profile:
-        profile_paths(dbs[sizes[-1]], all_events, queries, embedder_name,
+        profile_paths(dbs[sizes[-1]], queries, embedder_name, use_sparse,
                       CACHE_DIR / "perf-profile.txt")
 
     res["load_after"] = loadavg()

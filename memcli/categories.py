@@ -7,29 +7,52 @@ from pathlib import Path
 
 from memcli.errors import NotAllowedError, UsageError
 
+# Categories an agent only sees when its allowlist names them: "*" is not enough. Procedures are
+# execution hints for agents that act (seed: "excluded from default conversational context").
+RESTRICTED = ("procedural",)
+
 
 @dataclass(frozen=True)
 class Categories:
     names: tuple[str, ...]
     allowlists: dict[str, tuple[str, ...]]
+    restricted: tuple[str, ...] = RESTRICTED
+
+    def _allowlist(self, agent: str) -> tuple[str, ...]:
+        return self.allowlists.get(agent, self.allowlists.get("default", ("*",)))
 
     def allowed(self, agent: str | None) -> tuple[str, ...] | None:
-        """Categories an agent may read; None means all of them."""
+        """Categories an agent may read; None means all of them (see `hidden` for the rest)."""
         if agent is None:
             return None
-        allow = self.allowlists.get(agent, self.allowlists.get("default", ("*",)))
+        allow = self._allowlist(agent)
         return None if "*" in allow else allow
 
+    def hidden(self, agent: str | None, requested: tuple[str, ...] = ()) -> tuple[str, ...]:
+        """Restricted categories to leave out of a query's results.
+
+        An agent sees a restricted category only when its allowlist names it; a query with no
+        agent (a person at the shell) sees it only when it asks for it with --category.
+        """
+        if agent is None:
+            return tuple(c for c in self.restricted if c not in requested)
+        allow = self._allowlist(agent)
+        return tuple(c for c in self.restricted if c not in allow)
+
     def check(self, agent: str | None, requested: tuple[str, ...]) -> None:
-        allowed = self.allowed(agent)
-        if allowed is None:
+        if agent is None:
             return
-        refused = [c for c in requested if c not in allowed]
+        allowed = self.allowed(agent)
+        hidden = self.hidden(agent)
+        refused = [c for c in requested
+                   if c in hidden or (allowed is not None and c not in allowed)]
         if refused:
+            shown = self._allowlist(agent)
             raise NotAllowedError(
                 f"agent {agent!r} may not read categor{'ies' if len(refused) > 1 else 'y'} "
                 f"{', '.join(refused)}",
-                f"its allowlist is: {', '.join(allowed) or 'empty'}",
+                f"its allowlist is: {', '.join(shown) or 'empty'}"
+                + (f"; {', '.join(hidden)} must be named explicitly" if hidden else ""),
             )
 
 
@@ -51,4 +74,5 @@ def load_categories(path: Path | None) -> Categories:
         str(agent): tuple(str(c) for c in (cats or []))
         for agent, cats in (data.get("allowlists") or {}).items()
     }
-    return Categories(names, allowlists)
+    restricted = tuple(str(c) for c in data.get("restricted", RESTRICTED) or ())
+    return Categories(names, allowlists, restricted)

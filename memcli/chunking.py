@@ -131,10 +131,8 @@ def chunk_text(text: str, max_tokens: int = 512, overlap_tokens: int = 32) -> li
     starts, ends, gaps = _units(text, piece)
     n = len(starts)
     chunks: list[Chunk] = []
-    first, last_end = (
-        0,
-        -1,
-    )  # first unit of the current chunk; last unit of the previous one
+    first = 0  # first unit of the current chunk
+    last_end = -1  # last unit of the previous chunk: the next one must end beyond it
     while True:
         # Furthest unit that still fits in a chunk beginning at `first`.
         limit = bisect_right(ends, starts[first] + max_chars) - 1
@@ -191,15 +189,23 @@ def _overlap_start(
 ) -> int:
     """First unit of the next chunk: as far back as the overlap budget allows.
 
-    The overlap must end at `last`, fit in `overlap_chars`, leave room for at least the next new
-    unit, and begin at a word boundary unless the previous chunk itself ended inside a word.
+    The overlap must end at `last`, fit in `overlap_chars`, begin at a word boundary unless the
+    previous chunk itself ended inside a word, and leave room for the whole next word (when that
+    word fits in a chunk at all), so overlap never forces a cut inside a word.
     """
     nxt = last + 1
+    # End of the word that starts at `nxt`: its units are joined by raw character cuts.
+    need = ends[nxt]
+    j = nxt
+    while j < len(gaps) and gaps[j] == _HARD and ends[j + 1] - starts[nxt] <= max_chars:
+        j += 1
+    if j == len(gaps) or gaps[j] != _HARD:
+        need = ends[j]  # the whole word fits in one chunk: keep room for all of it
     best = nxt
     inside_word = gaps[last] == _HARD
     k = last
     while k > first and ends[last] - starts[k] <= overlap_chars:
-        if ends[nxt] - starts[k] <= max_chars and (inside_word or gaps[k - 1] != _HARD):
+        if need - starts[k] <= max_chars and (inside_word or gaps[k - 1] != _HARD):
             best = k
         k -= 1
     return best

@@ -12,7 +12,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field, ValidationError
+from pydantic import BaseModel, Field, ValidationError, field_validator
 
 from memcli.errors import UsageError
 
@@ -35,7 +35,42 @@ class LLMSettings(BaseModel):
     timeout: float = 30.0
     price_in_per_mtok: float = 0.0
     price_out_per_mtok: float = 0.0
-    daily_token_cap: int | None = None
+    daily_token_cap: int | None = None  # tokens (in + out) per tenant per UTC day; None: no cap
+    tenant_token_caps: dict[str, int] = Field(default_factory=dict)  # per-tenant overrides
+    max_retries: int = Field(default=1, ge=0)
+
+
+class LifecycleSettings(BaseModel):
+    """consolidate / decay / reflect / insights knobs (`lifecycle:` in config.yaml).
+
+    README "Lifecycle" explains each; the defaults come from the design seeds (Jaccard 0.75,
+    14-day pair fingerprints, 0.05 decay floor, 60-day TTL, 30-day grace, 6-day reflections).
+    """
+
+    episodes_per_prompt: int = Field(default=40, ge=1)
+    max_facts_per_session: int = Field(default=60, ge=1)
+    jaccard_merge: float = 0.75  # near-duplicate without asking a model
+    jaccard_check: float = 0.3  # from here up to jaccard_merge: ask the model (same/contradicts)
+    cosine_merge: float = 0.95  # same, in embedding space (depends on the embedder)
+    cosine_check: float = 0.85
+    pairs_per_prompt: int = Field(default=8, ge=1, le=20)
+    max_pair_checks_per_user: int = Field(default=50, ge=0)
+    pair_recheck_days: int = Field(default=14, ge=0)
+    max_llm_failures: int = Field(default=3, ge=1)  # then a session is summarised extractively
+    app_memory_limit: int = Field(default=10, ge=1)
+    app_memory_limits: dict[str, int] = Field(default_factory=dict)  # per-app overrides
+    decay_threshold: float = Field(default=0.05, ge=0, le=1)
+    decay_kinds: list[str] = Field(
+        default_factory=lambda: ["fact", "decision", "task", "summary", "insight"])
+    ttl_days: int = Field(default=60, ge=1)
+    ttl_importance: float = Field(default=0.3, ge=0, le=1)
+    soft_delete_days: int = Field(default=30, ge=0)
+    reflection_min_days: float = 6.0
+    reflection_min_facts: int = 3
+    reflection_window_days: int = 7
+    insight_min_hours: float = 24.0
+    proposal_days: int = Field(default=7, ge=1)
+    lock_minutes: float = Field(default=30.0, gt=0)
 
 
 class RetrievalSettings(BaseModel):
@@ -65,13 +100,62 @@ class RetrievalSettings(BaseModel):
     speaker_boost: float = 1.1  # turns by a speaker the question names
 
 
+class SectionSettings(BaseModel):
+    cap: int = Field(ge=0)
+    priority: int = 0
+
+
+# Context bundle sections: cap (tokens) and priority (higher fills first), from the PRD's 65K
+# allocation. `app_memories` only appears with `acb build --app`.
+DEFAULT_SECTIONS: dict[str, tuple[int, int]] = {
+    "identity": (1200, 10), "rules": (6000, 9), "app_memories": (2000, 9),
+    "task_state": (3000, 8), "decision_ledger": (4000, 7), "handoff_packet": (6000, 7),
+    "retrieved_evidence": (28000, 6), "recent_window": (8000, 5),
+}
+
+
+class AcbSettings(BaseModel):
+    """Context bundle knobs (`acb:` in config.yaml); README "Context bundles" explains them."""
+
+    max_tokens: int = Field(default=65000, ge=1)
+    reserve: int = Field(default=8800, ge=0)  # headroom left to the caller at max_tokens
+    sections: dict[str, SectionSettings] = Field(
+        default_factory=lambda: {k: SectionSettings(cap=c, priority=p)
+                                 for k, (c, p) in DEFAULT_SECTIONS.items()})
+    recent_turns: int = Field(default=40, ge=0)  # newest session turns considered
+    pool_max: int = Field(default=2000, ge=1)  # candidate pool over all legs
+    scored_max: int = Field(default=200, ge=1)  # ranked candidates considered for packing
+    w_rel: float = 0.05  # boost per unit of the strongest `related` edge
+    related_bullets: int = Field(default=2, ge=0)  # related memories shown under an item
+    app_memory_limit: int = Field(default=10, ge=1)  # seed 001: at most N memories per app
+
+    @field_validator("sections", mode="before")
+    @classmethod
+    def _merge_sections(cls, value: Any) -> Any:
+        # A config file overriding one cap must not drop the other sections or the priority.
+        if not isinstance(value, dict):
+            return value
+        merged = {k: {"cap": c, "priority": p} for k, (c, p) in DEFAULT_SECTIONS.items()}
+        for name, override in value.items():
+            if isinstance(override, SectionSettings):
+                override = override.model_dump()
+            if isinstance(override, int):
+                override = {"cap": override}
+            merged[name] = {**merged.get(name, {"priority": 0}), **(override or {})}
+        return merged
+
+
 class Settings(BaseModel):
     db: Path
     embedder: EmbedderSettings = Field(default_factory=EmbedderSettings)
     llm: LLMSettings = Field(default_factory=LLMSettings)
     retrieval: RetrievalSettings = Field(default_factory=RetrievalSettings)
+    lifecycle: LifecycleSettings = Field(default_factory=LifecycleSettings)
+    acb: AcbSettings = Field(default_factory=AcbSettings)
     categories_file: Path | None = None
     encoding: str = "cl100k_base"
+    # Where the user's editable identity/rules files live (bundled defaults otherwise).
+    context_dir: Path | None = None
 
 
 def _data_dir() -> Path:
@@ -118,6 +202,7 @@ _ENV = {
     "MEMCLI_LLM_MODEL": ("llm", "model"),
     "MEMCLI_LLM_API_KEY": ("llm", "api_key"),
     "MEMCLI_LLM_TIMEOUT": ("llm", "timeout"),
+    "MEMCLI_LLM_DAILY_TOKEN_CAP": ("llm", "daily_token_cap"),
 }
 
 
@@ -133,6 +218,8 @@ def load_settings(db: str | Path | None = None, **overrides: Any) -> Settings:
     if os.environ.get("MEMCLI_CATEGORIES"):
         data["categories_file"] = os.environ["MEMCLI_CATEGORIES"]
     data["db"] = db or os.environ.get("MEMCLI_DB") or data.get("db") or default_db_path()
+    data["context_dir"] = (os.environ.get("MEMCLI_CONTEXT_DIR") or data.get("context_dir")
+                           or _config_dir())
     for key, value in overrides.items():
         if value is not None:
             data[key] = value
@@ -142,6 +229,11 @@ def load_settings(db: str | Path | None = None, **overrides: Any) -> Settings:
         first = exc.errors()[0]
         where = ".".join(str(p) for p in first["loc"])
         raise UsageError(f"invalid setting {where}: {first['msg']}", "check memcli config") from exc
+
+
+def editor_command() -> str:
+    """The user's editor for `memcli acb edit` ($VISUAL, then $EDITOR, then vi)."""
+    return os.environ.get("VISUAL") or os.environ.get("EDITOR") or "vi"
 
 
 def bundled_text(name: str) -> str:

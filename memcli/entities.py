@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from datetime import date
 from typing import NamedTuple
 
 __all__ = ["Entity", "extract_entities", "query_entity_keys", "ENTITY_KINDS"]
@@ -34,7 +33,8 @@ class Entity:
 
 _URL_RE = re.compile(r"\b(?:https?://|www\.)[^\s<>\"'`]+", re.IGNORECASE)
 _EMAIL_RE = re.compile(
-    r"(?<![\w.+-])[A-Za-z0-9._%+-]{1,64}@[A-Za-z0-9-]{1,63}(?:\.[A-Za-z0-9-]{1,63})*\.[A-Za-z]{2,24}\b"
+    r"(?<![\w.+-])[A-Za-z0-9._%+-]{1,64}"  # local part
+    r"@[A-Za-z0-9-]{1,63}(?:\.[A-Za-z0-9-]{1,63})*\.[A-Za-z]{2,24}\b"  # domain
 )
 # Lookbehinds keep "bob@example" (an email) and "x.com/@user" paths out of mentions.
 _MENTION_RE = re.compile(r"(?<![\w@./+-])@(?P<v>\w+(?:[.-]\w+)*)")
@@ -42,39 +42,27 @@ _MENTION_RE = re.compile(r"(?<![\w@./+-])@(?P<v>\w+(?:[.-]\w+)*)")
 _TAG_RE = re.compile(r"(?<![\w#&/])#(?P<v>\w+(?:-\w+)*)")
 _HEX_COLOUR_RE = re.compile(r"(?:[0-9a-fA-F]{3}|[0-9a-fA-F]{6}|[0-9a-fA-F]{8})")
 
+_MONTH_NAMES = (
+    "january february march april may june july august september october november december"
+).split()
 _MONTHS: dict[str, int] = {}
-for _i, _name in enumerate(
-    (
-        "january",
-        "february",
-        "march",
-        "april",
-        "may",
-        "june",
-        "july",
-        "august",
-        "september",
-        "october",
-        "november",
-        "december",
-    ),
-    start=1,
-):
-    _MONTHS[_name] = _i
-    _MONTHS[_name[:3]] = _i
+for _number, _name in enumerate(_MONTH_NAMES, start=1):
+    _MONTHS[_name] = _number
+    _MONTHS[_name[:3]] = _number  # jan, feb, ...
 _MONTHS["sept"] = 9
 _MONTH_ALT = "|".join(sorted(_MONTHS, key=len, reverse=True))
 _ORD = r"(?:st|nd|rd|th)?"
 
 # Most specific first: a full date must win over the "May 2023" inside "May 8, 2023".
+# ASCII mode: `\d` must not match other scripts' digits, nor IGNORECASE let "ſ" match "s".
 _DATE_PATTERNS: tuple[re.Pattern[str], ...] = (
-    re.compile(r"(?<![\d-])(?P<y>\d{4})-(?P<m>\d{2})-(?P<d>\d{2})(?!\d)"),
-    re.compile(r"(?<![\d/])(?P<y>\d{4})/(?P<m>\d{2})/(?P<d>\d{2})(?![\d/])"),
+    re.compile(r"(?a)(?<![\d-])(?P<y>\d{4})-(?P<m>\d{2})-(?P<d>\d{2})(?!\d)"),
+    re.compile(r"(?a)(?<![\d/])(?P<y>\d{4})/(?P<m>\d{2})/(?P<d>\d{2})(?![\d/])"),
     re.compile(
-        rf"(?i)\b(?P<d>\d{{1,2}}){_ORD}(?:\s+of)?\s+(?P<mon>{_MONTH_ALT})\.?,?\s+(?P<y>\d{{4}})\b"
+        rf"(?ai)\b(?P<d>\d{{1,2}}){_ORD}(?:\s+of)?\s+(?P<mon>{_MONTH_ALT})\.?,?\s+(?P<y>\d{{4}})\b"
     ),
-    re.compile(rf"(?i)\b(?P<mon>{_MONTH_ALT})\.?\s+(?P<d>\d{{1,2}}){_ORD},?\s+(?P<y>\d{{4}})\b"),
-    re.compile(rf"(?i)\b(?P<mon>{_MONTH_ALT})\.?,?\s+(?P<y>\d{{4}})\b"),
+    re.compile(rf"(?ai)\b(?P<mon>{_MONTH_ALT})\.?\s+(?P<d>\d{{1,2}}){_ORD},?\s+(?P<y>\d{{4}})\b"),
+    re.compile(rf"(?ai)\b(?P<mon>{_MONTH_ALT})\.?,?\s+(?P<y>\d{{4}})\b"),
 )
 
 # Letters only (no digits/underscore), with inner apostrophes and hyphens: O'Brien, Jean-Luc.
@@ -86,6 +74,7 @@ _CONNECTORS = frozenset("of the de van von der den da di du del della la le al b
 _CONTRACTION_SUFFIXES = frozenset({"m", "ll", "d", "ve", "re", "t"})
 _HONORIFICS = frozenset({"mr", "mrs", "ms", "dr", "prof", "st", "sr", "jr", "mt", "rev", "gen"})
 _OPENERS = "\"'“‘«([{*•>–—-"  # skipped when looking back for the start of a sentence
+# A colon counts: after "Note:" or "Caroline:" a capital says nothing about names.
 _SENTENCE_END = ".!?…:\n\r"
 
 # Capitalised words that are rarely names: they start sentences, are days/months, or are titles.
@@ -150,6 +139,13 @@ def _norm_url(url: str) -> str:
     return url.lower().rstrip("/")
 
 
+def _days_in_month(year: int, month: int) -> int:
+    # Written out rather than importing datetime, to keep this module's import cheap.
+    if month == 2:
+        return 29 if year % 4 == 0 and (year % 100 != 0 or year % 400 == 0) else 28
+    return 30 if month in (4, 6, 9, 11) else 31
+
+
 def _date_norm(m: re.Match[str]) -> str | None:
     groups = m.groupdict()
     year = int(groups["y"])
@@ -158,10 +154,10 @@ def _date_norm(m: re.Match[str]) -> str | None:
         return None  # "may 2023" in lower case is far more often the verb than the month
     if groups.get("d") is None:
         return f"{year:04d}-{month:02d}" if 1 <= month <= 12 else None
-    try:
-        return date(year, month, int(groups["d"])).isoformat()
-    except ValueError:
+    day = int(groups["d"])
+    if not (1 <= month <= 12 and 1 <= day <= _days_in_month(year, month)) or year < 1:
         return None  # 2023-02-30, 2023-13-01: not a date
+    return f"{year:04d}-{month:02d}-{day:02d}"
 
 
 def _is_sentence_start(text: str, pos: int) -> bool:
@@ -214,8 +210,13 @@ class _Run(NamedTuple):
 
 
 def _at_line_start(text: str, pos: int) -> bool:
-    line_start = max(text.rfind("\n", 0, pos), text.rfind("\r", 0, pos)) + 1
-    return all(c.isspace() or c in _OPENERS for c in text[line_start:pos])
+    """True if only whitespace or opening punctuation precedes `pos` on its line."""
+    i = pos - 1
+    while i >= 0 and text[i] not in "\n\r":
+        if not (text[i].isspace() or text[i] in _OPENERS):
+            return False
+        i -= 1
+    return True
 
 
 def _name_runs(text: str) -> list[_Run]:

@@ -115,7 +115,9 @@ def _normalise_tool_result(prep: Prepared, now: str) -> None:
     excerpt = raw[:EXCERPT_BYTES].decode("utf-8", errors="ignore")
     if "\n" in excerpt:
         excerpt = excerpt[: excerpt.rindex("\n")]
-    artifact_id = "art_" + hashlib.sha256(raw).hexdigest()[:24]
+    # Per event (the same output can come back in two sessions, and purging one must not
+    # take the other's artifact with it).
+    artifact_id = "art_" + hashlib.sha256(prep.event_id.encode() + b"\0" + raw).hexdigest()[:24]
     prep.content = {
         **prep.content,
         key: excerpt,
@@ -148,7 +150,12 @@ def prepare(number: int, value: Any, defaults: dict[str, Any], now: str) -> Prep
     else:
         content, findings = redact_json(rec.content)
         kinds = sorted({f.kind for f in findings})
-    prep = Prepared(number, rec, event_id, content, _content_hash(rec, content), kinds)
+    # Redacted secrets all look alike, so their hash also takes the event id: two different
+    # secrets said in one session are two events (the secret itself is never hashed: a hash of
+    # a short secret could be brute-forced from the file).
+    digest = _content_hash(rec, content if rec.sensitivity != "secret"
+                           else {**content, "event_id": event_id})
+    prep = Prepared(number, rec, event_id, content, digest, kinds)
     if rec.kind == "tool_result":
         _normalise_tool_result(prep, now)
     if rec.sensitivity != "secret":
@@ -177,13 +184,14 @@ def ingest(db: Database, values: list[tuple], *, embedder: Embedder | None,
 
     # Skip what is already stored (same event id or content hash) before paying for embeddings.
     fresh: list[Prepared] = []
-    seen: set[str] = set()
+    seen: dict[str, str] = {}  # event id or content hash -> the event id kept for it
     for prep in prepared:
-        dup = ev.existing_event(db, prep.event_id, prep.content_hash)
-        if dup or prep.event_id in seen or prep.content_hash in seen:
-            report.skipped.append(dup or prep.event_id)
+        dup = (ev.existing_event(db, prep.event_id, prep.content_hash)
+               or seen.get(prep.event_id) or seen.get(prep.content_hash))
+        if dup:
+            report.skipped.append(dup)  # the stored (or kept) event this record repeats
             continue
-        seen.update((prep.event_id, prep.content_hash))
+        seen[prep.event_id] = seen[prep.content_hash] = prep.event_id
         fresh.append(prep)
 
     if embedder is not None and not defer_embed:

@@ -158,9 +158,11 @@ class Memory:
         categories = tuple(kwargs.pop("categories", None) or ())
         self.categories.check(agent, categories)
         allowed = self.categories.allowed(agent)
+        hidden = self.categories.hidden(agent, categories)
         kwargs = {k: (tuple(v) if isinstance(v, list) else v) for k, v in kwargs.items()
                   if v is not None and v != ()}
-        return Filters(categories=categories, allowed_categories=allowed, **kwargs)
+        return Filters(categories=categories, allowed_categories=allowed,
+                       excluded_categories=hidden, **kwargs)
 
     def query(self, text: str, *, filters: Filters | None = None, top_k: int = 10,
               threshold: float | None = None, budget_tokens: int | None = None,
@@ -173,19 +175,13 @@ class Memory:
         legs = search.run_legs(self.db, self.embedder, text, filters, self.retrieval,
                                sparse=self.sparse)
         ranked = search.rank(RankContext(self.db, filters, text, self.retrieval), legs)
-        if filters.session_id and widen and (
-            has_recall_cue(text) or len(ranked) < self.retrieval.min_session_hits
-        ):
-            wider = filters.widen_to_user()
-            if wider.user_id is None:
-                user = self.db.scalar(
-                    "SELECT user_id FROM sessions WHERE session_id = ? LIMIT 1",
-                    (filters.session_id,))
-                wider = replace(wider, user_id=user)
+        wider = self._wider_scope(filters) if filters.session_id and widen and (
+            has_recall_cue(text) or len(ranked) < self.retrieval.min_session_hits) else None
+        if wider is not None:
             legs = search.run_legs(self.db, self.embedder, text, wider, self.retrieval,
                                    sparse=self.sparse)
             ranked = search.rank(RankContext(self.db, wider, text, self.retrieval), legs)
-            scope = "user" if wider.user_id else "all"
+            scope = "user"
             path = f"{path}>{scope}"
         if threshold is not None:
             ranked = [c for c in ranked if c.score >= threshold]
@@ -222,6 +218,25 @@ class Memory:
                 "latency_ms": result.latency_ms,
             })
         return result
+
+    def _wider_scope(self, filters: Filters) -> Filters | None:
+        """The session's user scope, or None when the session has no (unambiguous) owner:
+        "everyone" is never a session's user."""
+        wider = filters.widen_to_user()
+        if wider.user_id is None:
+            wider = replace(wider, user_id=self._session_user(filters))
+        return wider if wider.user_id is not None else None
+
+    def _session_user(self, filters: Filters) -> str | None:
+        """The user a session belongs to, looked up in the query's tenant."""
+        if filters.tenant_id is not None:
+            return self.db.scalar(
+                "SELECT user_id FROM sessions WHERE tenant_id = ? AND session_id = ?",
+                (filters.tenant_id, filters.session_id))
+        users = {r[0] for r in self.db.execute(
+            "SELECT user_id FROM sessions WHERE session_id = ?", (filters.session_id,))}
+        # Ambiguous across tenants: do not guess whose memories to read.
+        return users.pop() if len(users) == 1 else None
 
     def _after_read(self, ids: list[int], metrics: dict[str, Any]) -> None:
         """Access counts and the request-metrics row, in one short write."""

@@ -7,13 +7,15 @@ needs a distinctive anchor) and replaces each with `[REDACTED:<kind>]`. A `Findi
 kind and the position in the original text, never the secret itself, so findings can be logged and
 stored safely.
 
-Redaction is idempotent: running it on its own output changes nothing, because every detector
-skips a value that already is a `[REDACTED:...]` marker.
+Redaction is idempotent: running it on its own output changes nothing, because a detection that
+touches an existing `[REDACTED:...]` marker is dropped, and a rejected match never hides a later
+one (see `_detect`).
 """
 
 from __future__ import annotations
 
 import re
+from bisect import bisect_right
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -103,7 +105,8 @@ def _is_placeholder(value: str) -> bool:
 
 Span = tuple[str, int, int]
 
-# Bounded repetition ({0,40}, {8,512}) keeps every pattern linear on adversarial input.
+# Repetitions that could backtrack against each other are bounded ({0,40}, {0,512}), which keeps
+# the scans linear on adversarial input.
 _PRIVATE_RE = re.compile(
     r"<private\b[^>]{0,200}>.*?(?:</private\s*>|\Z)", re.IGNORECASE | re.DOTALL
 )
@@ -114,9 +117,9 @@ _PEM_RE = re.compile(
     re.DOTALL,
 )
 
-# Fixed-prefix token formats: (kind, pattern, needs the _looks_like_credential check). Patterns
-# start with their literal prefix, which lets `re` skip ahead quickly; the "not glued to a longer
-# identifier" check is done in code because a leading lookbehind would disable that fast path.
+# Fixed-prefix token formats. Each pattern starts with its literal prefix, which lets `re` skip
+# ahead quickly; the "not glued to a longer identifier" check is done in code because a leading
+# lookbehind would disable that fast path.
 _PREFIXED: tuple[tuple[str, str, re.Pattern[str], bool], ...] = (
     # (kind, lower-case needle, pattern, needs the _looks_like_credential check)
     ("anthropic_key", "sk-ant-", re.compile(r"sk-ant-[A-Za-z0-9_-]{20,}"), False),
@@ -204,102 +207,135 @@ def _trim_closers(value: str) -> str:
     return value
 
 
-def _find_private(text: str) -> Iterator[Span]:
-    for m in _PRIVATE_RE.finditer(text):
-        yield "private", m.start(), m.end()
-
-
-def _find_pem(text: str) -> Iterator[Span]:
-    for m in _PEM_RE.finditer(text):
-        yield "private_key", m.start(), m.end()
-
-
 def _glued(text: str, pos: int) -> bool:
     """True if the character before `pos` continues an identifier (so no token starts here)."""
-    return pos > 0 and (text[pos - 1].isalnum() or text[pos - 1] in "_-")
+    # '-' deliberately does not glue: a PEM block ends in "-----", and a token right after one
+    # must be found both before and after the block is redacted (idempotency).
+    return pos > 0 and (text[pos - 1].isalnum() or text[pos - 1] == "_")
 
 
-def _prefixed_detector(
-    kind: str, pattern: re.Pattern[str], check: bool
-) -> Callable[[str], Iterator[Span]]:
-    def detect(text: str) -> Iterator[Span]:
-        for m in pattern.finditer(text):
-            if not _glued(text, m.start()) and (not check or _looks_like_credential(m.group())):
-                yield kind, m.start(), m.end()
-
-    return detect
+# A checker turns a regex match into the span to redact, or None to reject the match.
+Checker = Callable[[re.Match[str], str], Span | None]
 
 
-def _find_aws_secret(text: str) -> Iterator[Span]:
-    for m in _AWS_SECRET_RE.finditer(text):
-        yield "aws_secret_access_key", m.start("v"), m.end("v")
+def _whole(kind: str) -> Checker:
+    return lambda m, text: (kind, m.start(), m.end())
 
 
-def _find_bearer(text: str) -> Iterator[Span]:
-    for m in _BEARER_RE.finditer(text):
-        if _looks_like_credential(m.group("v")):
-            yield "bearer_token", m.start("v"), m.end("v")
+def _value(kind: str) -> Checker:
+    return lambda m, text: (kind, m.start("v"), m.end("v"))
 
 
-def _find_authorization(text: str) -> Iterator[Span]:
-    for m in _AUTHORIZATION_RE.finditer(text):
-        if m.group("digest") is not None:
-            value, start = m.group("digest").rstrip(), m.start("digest")
-        else:
-            value, start = m.group("v"), m.start("v")
-            # A bare scheme word ("Authorization: Bearer") is not a credential; prose such as
-            # "authorization: required" is filtered by the credential heuristic.
-            if not _looks_like_credential(value):
-                continue
-        if not _is_placeholder(value):
-            yield "authorization", start, start + len(value)
+def _check_prefixed(kind: str, credential_check: bool) -> Checker:
+    def check(m: re.Match[str], text: str) -> Span | None:
+        if _glued(text, m.start()):
+            return None
+        if credential_check and not _looks_like_credential(m.group()):
+            return None
+        return kind, m.start(), m.end()
+
+    return check
 
 
-def _find_url_password(text: str) -> Iterator[Span]:
-    for m in _URL_PASSWORD_RE.finditer(text):
-        if not m.group("v").startswith(MARKER_PREFIX):
-            yield "url_password", m.start("v"), m.end("v")
+def _check_bearer(m: re.Match[str], text: str) -> Span | None:
+    if not _looks_like_credential(m.group("v")):
+        return None
+    return "bearer_token", m.start("v"), m.end("v")
 
 
-def _find_assignments(text: str) -> Iterator[Span]:
-    for m in _ASSIGNMENT_RE.finditer(text):
-        kind = _kind_for_key(m.group("key"))
-        group = (
-            m.lastgroup or "bare"
-        )  # the value alternatives close last, so this names the one hit
-        value, start = m.group(group), m.start(group)
-        if group == "bare":
-            value = _trim_closers(value)
-        if _is_placeholder(value):
-            continue
-        # `key: value` is also how prose introduces things ("Token: a unit of text"): for labels
-        # other than passwords, require the value to look machine-generated.
-        if (
-            m.group("sep") == ":"
-            and group == "bare"
-            and kind != "password"
-            and not _looks_like_credential(value)
-        ):
-            continue
-        yield kind, start, start + len(value)
+def _check_authorization(m: re.Match[str], text: str) -> Span | None:
+    if m.group("digest") is not None:
+        value, start = m.group("digest").rstrip(), m.start("digest")
+    else:
+        value, start = m.group("v"), m.start("v")
+        # A bare scheme word ("Authorization: Bearer") is not a credential; prose such as
+        # "authorization: required" is filtered by the credential heuristic.
+        if not _looks_like_credential(value):
+            return None
+    if _is_placeholder(value):
+        return None
+    return "authorization", start, start + len(value)
 
 
-# (needles, detector): a detector runs only if one of its lower-case needles occurs in the text,
-# a substring test that is far cheaper than a regex scan, so ordinary prose costs little.
+def _check_url_password(m: re.Match[str], text: str) -> Span | None:
+    if m.group("v").startswith(MARKER_PREFIX):
+        return None
+    return "url_password", m.start("v"), m.end("v")
+
+
+def _check_assignment(m: re.Match[str], text: str) -> Span | None:
+    kind = _kind_for_key(m.group("key"))
+    group = m.lastgroup or "bare"  # the value alternatives close last, so this names the one hit
+    value, start = m.group(group), m.start(group)
+    if group == "bare":
+        value = _trim_closers(value)
+    if _is_placeholder(value):
+        return None
+    # `key: value` is also how prose introduces things ("Token: a unit of text"): for labels
+    # other than passwords, require the value to look machine-generated.
+    if (
+        m.group("sep") == ":"
+        and group == "bare"
+        and kind != "password"
+        and not _looks_like_credential(value)
+    ):
+        return None
+    return kind, start, start + len(value)
+
+
+# (needles, pattern, checker). A detector runs only if one of its lower-case needles occurs in the
+# text: a substring test is far cheaper than a regex scan, so ordinary prose costs little.
 # Order matters only for ties when two detectors report the same span: the first one names it.
-_DETECTORS: tuple[tuple[tuple[str, ...], Callable[[str], Iterator[Span]]], ...] = (
-    (("<private",), _find_private),
-    (("-----begin",), _find_pem),
+_DETECTORS: tuple[tuple[tuple[str, ...], re.Pattern[str], Checker], ...] = (
+    (("<private",), _PRIVATE_RE, _whole("private")),
+    (("-----begin",), _PEM_RE, _whole("private_key")),
     *(
-        ((needle,), _prefixed_detector(kind, pattern, check))
+        ((needle,), pattern, _check_prefixed(kind, check))
         for kind, needle, pattern, check in _PREFIXED
     ),
-    (("secret",), _find_aws_secret),
-    (("bearer",), _find_bearer),
-    (("authorization",), _find_authorization),
-    (("://",), _find_url_password),
-    (("pass", "secret", "key", "token"), _find_assignments),
+    (("secret",), _AWS_SECRET_RE, _value("aws_secret_access_key")),
+    (("bearer",), _BEARER_RE, _check_bearer),
+    (("authorization",), _AUTHORIZATION_RE, _check_authorization),
+    (("://",), _URL_PASSWORD_RE, _check_url_password),
+    (("pass", "secret", "key", "token"), _ASSIGNMENT_RE, _check_assignment),
 )
+
+
+class _Markers:
+    """The `[REDACTED:...]` markers already in a text, for fast overlap tests."""
+
+    def __init__(self, text: str) -> None:
+        found = [m.span() for m in _MARKER_RE.finditer(text)] if MARKER_PREFIX in text else []
+        self.starts = [start for start, _ in found]
+        self.ends = [end for _, end in found]
+
+    def touch(self, start: int, end: int) -> bool:
+        # Markers do not overlap, so their ends are sorted too.
+        i = bisect_right(self.ends, start)
+        return i < len(self.starts) and self.starts[i] < end
+
+
+def _detect(
+    pattern: re.Pattern[str], check: Checker, text: str, markers: _Markers
+) -> Iterator[Span]:
+    """Like `finditer`, except that a rejected match consumes nothing.
+
+    With plain `finditer`, a rejected match would hide a real secret starting inside it, and that
+    secret would then surface on a second run once redaction shortened the text around it.
+    A detection touching one of our own markers is rejected: it is a re-run on redacted output
+    (the marker already stands for the secret), and redacting again would break idempotency.
+    """
+    pos = 0
+    while pos <= len(text):
+        m = pattern.search(text, pos)
+        if m is None:
+            return
+        span = check(m, text)
+        if span is None or span[2] <= span[1] or markers.touch(span[1], span[2]):
+            pos = m.start() + 1
+        else:
+            yield span
+            pos = max(m.end(), m.start() + 1)
 
 
 def _merge(spans: list[tuple[int, int, int, str]]) -> list[tuple[int, int, str]]:
@@ -320,19 +356,13 @@ def _merge(spans: list[tuple[int, int, int, str]]) -> list[tuple[int, int, str]]
 
 
 def _spans(text: str) -> list[tuple[int, int, str]]:
-    markers = [(m.start(), m.end()) for m in _MARKER_RE.finditer(text)]
+    markers = _Markers(text)
     found: list[tuple[int, int, int, str]] = []
     lowered = text.lower()
-    for order, (needles, detector) in enumerate(_DETECTORS):
+    for order, (needles, pattern, check) in enumerate(_DETECTORS):
         if not any(needle in lowered for needle in needles):
             continue
-        for kind, start, end in detector(text):
-            if end <= start:
-                continue
-            # A span touching one of our own markers is a re-run on redacted output (the marker
-            # already stands for the secret): redacting again would break idempotency.
-            if any(start < me and ms < end for ms, me in markers):
-                continue
+        for kind, start, end in _detect(pattern, check, text, markers):
             found.append((start, end, order, kind))
     return _merge(found)
 
@@ -357,13 +387,19 @@ def redact(text: str) -> Redaction:
     return Redaction("".join(parts), tuple(findings))
 
 
+def _key_name(key: object) -> str | None:
+    return key if isinstance(key, str) else None
+
+
 def redact_json(value: Any) -> tuple[Any, tuple[Finding, ...]]:
     """Redact every string inside a JSON-like value (dicts, lists, tuples, scalars).
 
     Returns a new value (the input is not modified) and all findings, each with `path` set to the
     location of its string. A string stored under a secret-looking key (`"password"`,
     `"api_key"`, `"GITHUB_TOKEN"`...) is redacted whole, since the key already says what it is.
-    Dict keys themselves are kept as they are. Non-string scalars pass through unchanged.
+    List items inherit their list's key. Numbers under password keys are replaced by the marker
+    string too; other non-string scalars pass through unchanged, and dict keys are kept as they
+    are.
     """
     findings: list[Finding] = []
 
@@ -378,11 +414,24 @@ def redact_json(value: Any) -> tuple[Any, tuple[Finding, ...]]:
             return result.text
         if isinstance(node, dict):
             return {
-                k: walk(v, (*path, k), k if isinstance(k, str) else None) for k, v in node.items()
+                k: walk(v, (*path, k if isinstance(k, str | int) else str(k)), _key_name(k))
+                for k, v in node.items()
             }
         if isinstance(node, list | tuple):
-            items = [walk(v, (*path, i), None) for i, v in enumerate(node)]
+            # Items inherit the list's key: {"tokens": [...]} holds tokens too.
+            items = [walk(v, (*path, i), key) for i, v in enumerate(node)]
             return items if isinstance(node, list) else tuple(items)
+        if (
+            key is not None
+            and isinstance(node, int | float)
+            and not isinstance(node, bool)
+            and is_secret_key(key)
+            and _kind_for_key(key) == "password"
+        ):
+            # A numeric PIN or password must not survive just because it was not quoted. Only
+            # password keys: "max_token": 512 is a setting, not a secret.
+            findings.append(Finding("password", 0, len(str(node)), path))
+            return _marker("password")
         return node
 
     return walk(value, (), None), tuple(findings)

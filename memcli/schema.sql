@@ -259,3 +259,161 @@ CREATE TABLE IF NOT EXISTS request_metrics (
     error_stage    TEXT
 );
 CREATE INDEX IF NOT EXISTS request_metrics_ts ON request_metrics (ts);
+
+-- Context assembly (acb, decisions, tasks, checkpoints)
+-- Decisions and tasks are ledger rows over a derived memory (kind decision / task) that carries
+-- their text, scope, sensitivity and index entries: purging the memory removes the row.
+CREATE TABLE IF NOT EXISTS decisions (
+    id            INTEGER PRIMARY KEY,
+    memory_id     INTEGER REFERENCES memories (id) ON DELETE CASCADE,
+    tenant_id     TEXT NOT NULL DEFAULT 'default',
+    user_id       TEXT,
+    session_id    TEXT,
+    agent_id      TEXT,
+    app_id        TEXT,
+    status        TEXT NOT NULL DEFAULT 'active' CHECK (status IN ('active', 'superseded')),
+    scope         TEXT NOT NULL DEFAULT 'project' CHECK (scope IN ('project', 'user', 'global')),
+    decision      TEXT NOT NULL,
+    rationale     TEXT NOT NULL DEFAULT '[]',    -- JSON arrays of strings
+    constraints   TEXT NOT NULL DEFAULT '[]',
+    alternatives  TEXT NOT NULL DEFAULT '[]',
+    consequences  TEXT NOT NULL DEFAULT '[]',
+    refs          TEXT NOT NULL DEFAULT '[]',    -- evidence: event ids, memory ids
+    supersedes    INTEGER REFERENCES decisions (id) ON DELETE SET NULL,
+    superseded_by INTEGER REFERENCES decisions (id) ON DELETE SET NULL,
+    created_at    TEXT NOT NULL,
+    updated_at    TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS decisions_scope ON decisions (tenant_id, status, user_id);
+CREATE INDEX IF NOT EXISTS decisions_memory ON decisions (memory_id);
+CREATE TABLE IF NOT EXISTS tasks (
+    id          INTEGER PRIMARY KEY,
+    memory_id   INTEGER REFERENCES memories (id) ON DELETE CASCADE,  -- the current version
+    tenant_id   TEXT NOT NULL DEFAULT 'default',
+    user_id     TEXT,
+    session_id  TEXT,
+    agent_id    TEXT,
+    app_id      TEXT,
+    status      TEXT NOT NULL DEFAULT 'open' CHECK (status IN ('open', 'doing', 'done')),
+    title       TEXT NOT NULL,
+    details     TEXT NOT NULL DEFAULT '',
+    refs        TEXT NOT NULL DEFAULT '[]',
+    created_at  TEXT NOT NULL,
+    updated_at  TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS tasks_scope ON tasks (tenant_id, status, user_id);
+CREATE INDEX IF NOT EXISTS tasks_memory ON tasks (memory_id);
+-- An agent's state blob per (user, thread), for resuming work; one row, overwritten on save.
+CREATE TABLE IF NOT EXISTS checkpoints (
+    tenant_id   TEXT NOT NULL DEFAULT 'default',
+    user_id     TEXT NOT NULL,
+    thread_id   TEXT NOT NULL,
+    data        TEXT NOT NULL,                   -- JSON
+    sensitivity TEXT NOT NULL DEFAULT 'none'
+                CHECK (sensitivity IN ('none', 'low', 'high')),
+    version     INTEGER NOT NULL DEFAULT 1,      -- saves so far
+    created_at  TEXT NOT NULL,
+    updated_at  TEXT NOT NULL,
+    PRIMARY KEY (tenant_id, user_id, thread_id)
+) WITHOUT ROWID;
+-- The thread revision each caller (agent) last received in a bundle: the delta header's base.
+CREATE TABLE IF NOT EXISTS acb_seen (
+    caller     TEXT NOT NULL,
+    thread_key TEXT NOT NULL,
+    revision   INTEGER NOT NULL,
+    updated_at TEXT NOT NULL,
+    PRIMARY KEY (caller, thread_key)
+) WITHOUT ROWID;
+
+-- Lifecycle (consolidation, usage, proposals, locks)
+
+-- How far each session has been consolidated: episodes with event_seq above last_seq are new.
+-- Goes with its session when `purge` deletes the session row.
+CREATE TABLE IF NOT EXISTS session_consolidation (
+    tenant_id       TEXT NOT NULL,
+    session_id      TEXT NOT NULL,
+    last_seq        INTEGER NOT NULL DEFAULT 0,
+    method          TEXT CHECK (method IN ('llm', 'extractive')),
+    consolidated_at TEXT,
+    failures        INTEGER NOT NULL DEFAULT 0,  -- model failures since the last success
+    last_error      TEXT,
+    PRIMARY KEY (tenant_id, session_id),
+    FOREIGN KEY (tenant_id, session_id) REFERENCES sessions (tenant_id, session_id)
+        ON DELETE CASCADE
+) WITHOUT ROWID;
+
+-- One row per model reply (failed ones included): `memcli stats --usage`, daily token caps.
+CREATE TABLE IF NOT EXISTS llm_usage (
+    id         INTEGER PRIMARY KEY,
+    ts         TEXT NOT NULL,
+    day        TEXT NOT NULL,                    -- UTC date, YYYY-MM-DD
+    tenant_id  TEXT NOT NULL DEFAULT 'default',
+    command    TEXT NOT NULL,                    -- consolidate | reflect | insights
+    task       TEXT NOT NULL,                    -- extract | same_fact | compact | reflect | insights
+    model      TEXT NOT NULL,
+    tokens_in  INTEGER NOT NULL,
+    tokens_out INTEGER NOT NULL,
+    cost_usd   REAL NOT NULL DEFAULT 0,
+    latency_ms REAL NOT NULL DEFAULT 0,
+    estimated  INTEGER NOT NULL DEFAULT 0 CHECK (estimated IN (0, 1))  -- chars/4, no server count
+);
+CREATE INDEX IF NOT EXISTS llm_usage_tenant_day ON llm_usage (tenant_id, day);
+
+-- Same-fact checks already asked of the model: a pair is not asked again for 14 days.
+CREATE TABLE IF NOT EXISTS pair_checks (
+    fingerprint TEXT PRIMARY KEY,                -- sha256 of both normalised texts + rounded score
+    verdict     TEXT NOT NULL CHECK (verdict IN ('same', 'contradicts', 'unrelated')),
+    memory_id   INTEGER,                         -- the stored side of the pair
+    score       REAL,
+    checked_at  TEXT NOT NULL
+) WITHOUT ROWID;
+
+-- Changes to sensitive profile fields wait here for consent; pending ones expire after 7 days.
+CREATE TABLE IF NOT EXISTS proposals (
+    id            INTEGER PRIMARY KEY,
+    tenant_id     TEXT NOT NULL DEFAULT 'default',
+    user_id       TEXT,
+    field         TEXT NOT NULL
+                  CHECK (field IN ('preferred_name', 'pronouns', 'city', 'language')),
+    value         TEXT NOT NULL,
+    text          TEXT NOT NULL,                 -- the fact to write if accepted
+    old_memory_id INTEGER,                       -- the profile fact it would replace
+    old_text      TEXT,
+    session_id    TEXT,
+    source_ids    TEXT NOT NULL DEFAULT '[]',
+    origin        TEXT NOT NULL DEFAULT 'consolidate',
+    status        TEXT NOT NULL DEFAULT 'pending'
+                  CHECK (status IN ('pending', 'accepted', 'rejected', 'expired')),
+    created_at    TEXT NOT NULL,
+    expires_at    TEXT NOT NULL,
+    decided_at    TEXT,
+    decided_by    TEXT,
+    memory_id     INTEGER,                       -- the fact written on accept
+    reason        TEXT
+);
+CREATE INDEX IF NOT EXISTS proposals_scope ON proposals (tenant_id, user_id, status);
+
+-- Every consolidate / decay / reflect / insights run, for skip rules and the audit.
+CREATE TABLE IF NOT EXISTS lifecycle_runs (
+    id          INTEGER PRIMARY KEY,
+    command     TEXT NOT NULL,
+    tenant_id   TEXT,
+    user_id     TEXT,
+    started_at  TEXT NOT NULL,
+    finished_at TEXT,
+    status      TEXT NOT NULL DEFAULT 'running',  -- running | ok | skipped | failed | stopped
+    report      TEXT NOT NULL DEFAULT '{}'        -- JSON counts (never memory text)
+);
+CREATE INDEX IF NOT EXISTS lifecycle_runs_scope
+    ON lifecycle_runs (command, tenant_id, user_id, started_at);
+
+-- One holder per lifecycle command, so two cron runs never overlap (a crashed holder's lock
+-- expires, or is taken over when its pid is gone on the same host).
+CREATE TABLE IF NOT EXISTS run_locks (
+    name        TEXT PRIMARY KEY,
+    holder      TEXT NOT NULL,
+    host        TEXT NOT NULL,
+    pid         INTEGER NOT NULL,
+    acquired_at TEXT NOT NULL,
+    expires_at  TEXT NOT NULL
+) WITHOUT ROWID;

@@ -198,6 +198,14 @@ def test_e5_batches_match_single_calls(e5: E5SmallEmbedder) -> None:
     )
 
 
+def test_e5_thread_cap_gives_the_same_vectors(e5: E5SmallEmbedder) -> None:
+    texts = ["the user moved to Lisbon", "用户搬到了里斯本"]
+    one_thread = E5SmallEmbedder(threads=1)
+    np.testing.assert_allclose(
+        one_thread.embed_documents(texts), e5.embed_documents(texts), atol=1e-4
+    )
+
+
 def test_e5_edge_inputs(e5: E5SmallEmbedder) -> None:
     assert e5.embed_documents([]).shape == (0, 384)
     docs = e5.embed_documents(["", "a\x00b", "x " * 600])

@@ -2,17 +2,41 @@
 
 from __future__ import annotations
 
+import functools
 import json
 from pathlib import Path
 
 import apsw
 import pytest
+import sqlite_vec
+import typer.main
+import typer.testing
 from conftest import ndjson, turns
+
+
+@pytest.fixture(autouse=True)
+def fast_cli(tmp_path, monkeypatch):
+    """SPLADE runs a real model (a second per large batch); a config file turns its leg off here.
+    test_purge.py and test_query.py keep it on where it matters.
+
+    Typer also rebuilds the click command from the app on every invoke (~50 ms); a process
+    builds it once, and so do these tests."""
+    config = tmp_path / "config.yaml"
+    config.write_text(
+        "retrieval:\n  leg_weights: {lexical: 1.0, dense: 1.0, entity: 0.5, trigram: 0.5}\n"
+    )
+    monkeypatch.setenv("MEMCLI_CONFIG", str(config))
+    monkeypatch.setattr(typer.testing, "_get_command", _build_command)
+
+
+_build_command = functools.cache(typer.main.get_command)
 
 
 def rows(db_path: Path, sql: str, params: tuple = ()) -> list[tuple]:
     """Read the database with a plain connection of its own (not through memcli)."""
     conn = apsw.Connection(str(db_path))
+    conn.enable_load_extension(True)
+    conn.load_extension(sqlite_vec.loadable_path())
     try:
         return conn.execute(sql, params).fetchall()
     finally:
@@ -30,8 +54,9 @@ def file_bytes(db_path: Path) -> bytes:
 
 
 def ingest(cli, records, *flags):
-    return cli("ingest", "-", *flags, input=ndjson(records) if isinstance(records, list)
-               else records)
+    return cli(
+        "ingest", "-", *flags, input=ndjson(records) if isinstance(records, list) else records
+    )
 
 
 def fts_count(db_path: Path, table: str, term: str) -> int:
@@ -56,7 +81,11 @@ def test_json_array_and_pretty_printed_object(cli, db_path):
     assert cli("ingest", "-", input=json.dumps(records, indent=2)).exit_code == 0
     assert cli("ingest", "-", input=json.dumps({"text": "pretty"}, indent=4)).exit_code == 0
     assert [r[0] for r in rows(db_path, "SELECT content FROM memories ORDER BY id")] == [
-        "first", "second", "third", "pretty"]
+        "first",
+        "second",
+        "third",
+        "pretty",
+    ]
 
 
 def test_ndjson_from_stdin(cli, db_path):
@@ -71,23 +100,23 @@ def test_text_option_and_files(cli, db_path, tmp_path):
     array.write_text(json.dumps(turns("sa", ["from the array file"])))
     lines = tmp_path / "b.jsonl"
     lines.write_text(ndjson(turns("sb", ["from the ndjson file", "and its second line"])))
-    result = cli("ingest", str(array), str(lines), "--text", "from the flag",
-                 "--session", "st")
+    result = cli("ingest", str(array), str(lines), "--text", "from the flag", "--session", "st")
     assert result.exit_code == 0, result.stderr
     assert json.loads(result.stdout)["created"][1:] == ["sa-0", "sb-0", "sb-1"]
     stored = dict(rows(db_path, "SELECT content, session_id FROM memories"))
-    assert stored == {"from the flag": "st", "from the array file": "sa",
-                      "from the ndjson file": "sb", "and its second line": "sb"}
+    assert stored == {
+        "from the flag": "st",
+        "from the array file": "sa",
+        "from the ndjson file": "sb",
+        "and its second line": "sb",
+    }
 
 
 def test_stdin_is_read_only_when_asked(cli, db_path):
     result = cli("ingest", input=ndjson(turns("s1", ["should not be read"])))
     assert result.exit_code == 2
     assert result.stderr.startswith("memcli: error: nothing to ingest")
-    assert rows(db_path, "SELECT count(*) FROM sqlite_schema WHERE name = 'events'") in (
-        [], [(0,)], [(1,)])
-    if db_path.exists():
-        assert rows(db_path, "SELECT count(*) FROM events") == [(0,)]
+    assert not db_path.exists()
 
 
 def test_missing_file_is_a_usage_error(cli, tmp_path):
@@ -105,31 +134,65 @@ def test_shorthand_text_and_role(cli, db_path):
 
 
 def test_scope_flags_fill_missing_fields_only(cli, db_path):
-    records = [{"event_id": "bare", "text": "no scope given"},
-               {"event_id": "own", "text": "has its own", "user_id": "u1", "session_id": "s1",
-                "channel": "public"}]
-    result = ingest(cli, records, "--user", "u9", "--session", "s9", "--tenant", "t9",
-                    "--app", "a9", "--run", "r9", "--agent", "ag9", "--channel", "team",
-                    "--category", "goals")
+    records = [
+        {"event_id": "bare", "text": "no scope given"},
+        {
+            "event_id": "own",
+            "text": "has its own",
+            "user_id": "u1",
+            "session_id": "s1",
+            "channel": "public",
+        },
+    ]
+    result = ingest(
+        cli,
+        records,
+        "--user",
+        "u9",
+        "--session",
+        "s9",
+        "--tenant",
+        "t9",
+        "--app",
+        "a9",
+        "--run",
+        "r9",
+        "--agent",
+        "ag9",
+        "--channel",
+        "team",
+        "--category",
+        "goals",
+    )
     assert result.exit_code == 0, result.stderr
-    got = {r[0]: r[1:] for r in rows(
-        db_path, "SELECT event_id, tenant_id, user_id, session_id, app_id, run_id, agent_id,"
-                 " channel, category FROM memories")}
+    got = {
+        r[0]: r[1:]
+        for r in rows(
+            db_path,
+            "SELECT event_id, tenant_id, user_id, session_id, app_id, run_id, agent_id,"
+            " channel, category FROM memories",
+        )
+    }
     assert got["bare"] == ("t9", "u9", "s9", "a9", "r9", "ag9", "team", "goals")
     assert got["own"] == ("t9", "u1", "s1", "a9", "r9", "ag9", "public", "goals")
 
 
 # -- validation -----------------------------------------------------------------------------
 
-BAD_BATCH = "\n".join([
-    json.dumps({"event_id": "good-1", "text": "a good record"}),
-    "{not json",
-    json.dumps({"event_id": "bad-kind", "text": "x", "kind": "bogus"}),
-    json.dumps({"event_id": "good-2", "text": "another good record"}),
-    json.dumps({"event_id": "bad-ts", "text": "y", "ts": "yesterday-ish"}),
-    json.dumps({"event_id": "empty"}),
-    json.dumps([1, 2]),
-]) + "\n"
+BAD_BATCH = (
+    "\n".join(
+        [
+            json.dumps({"event_id": "good-1", "text": "a good record"}),
+            "{not json",
+            json.dumps({"event_id": "bad-kind", "text": "x", "kind": "bogus"}),
+            json.dumps({"event_id": "good-2", "text": "another good record"}),
+            json.dumps({"event_id": "bad-ts", "text": "y", "ts": "yesterday-ish"}),
+            json.dumps({"event_id": "empty"}),
+            json.dumps([1, 2]),
+        ]
+    )
+    + "\n"
+)
 
 
 def test_bad_records_are_reported_and_good_ones_kept(cli, db_path):
@@ -148,7 +211,9 @@ def test_bad_records_are_reported_and_good_ones_kept(cli, db_path):
     assert report["created"] == ["good-1", "good-2"]
     assert [p["line"] for p in report["rejected"]] == [2, 3, 5, 6, 7]
     assert sorted(r[0] for r in rows(db_path, "SELECT event_id FROM events")) == [
-        "good-1", "good-2"]
+        "good-1",
+        "good-2",
+    ]
 
 
 def test_strict_stores_nothing_when_one_record_is_bad(cli, db_path):
@@ -165,17 +230,19 @@ def test_file_errors_name_the_file(cli, tmp_path):
     result = cli("ingest", str(path))
     assert result.exit_code == 2
     assert result.stderr.strip() == (
-        f"memcli: error: {path}:2: " + result.stderr.strip().split(f"{path}:2: ", 1)[1])
+        f"memcli: error: {path}:2: " + result.stderr.strip().split(f"{path}:2: ", 1)[1]
+    )
     assert "text" in result.stderr
 
 
 def test_naive_timestamps_are_utc_and_stored_normalised(cli, db_path):
-    records = [{"event_id": "z", "text": "zulu", "ts": "2025-03-04T05:06:07Z"},
-               {"event_id": "o", "text": "offset", "ts": "2025-03-04T07:06:07+02:00"},
-               {"event_id": "n", "text": "naive", "ts": "2025-03-04T05:06:07"}]
+    records = [
+        {"event_id": "z", "text": "zulu", "ts": "2025-03-04T05:06:07Z"},
+        {"event_id": "o", "text": "offset", "ts": "2025-03-04T07:06:07+02:00"},
+        {"event_id": "n", "text": "naive", "ts": "2025-03-04T05:06:07"},
+    ]
     assert ingest(cli, records).exit_code == 0
-    assert set(r[0] for r in rows(db_path, "SELECT ts FROM events")) == {
-        "2025-03-04T05:06:07.000000Z"}
+    assert {r[0] for r in rows(db_path, "SELECT ts FROM events")} == {"2025-03-04T05:06:07.000000Z"}
 
 
 # -- idempotency ----------------------------------------------------------------------------
@@ -198,12 +265,16 @@ def test_same_content_in_same_scope_is_skipped_other_session_created(cli, db_pat
     other = json.loads(ingest(cli, [{**record, "session_id": "s2"}]).stdout)
     assert len(other["created"]) == 1
     assert rows(db_path, "SELECT session_id, count(*) FROM memories GROUP BY session_id") == [
-        ("s1", 1), ("s2", 1)]
+        ("s1", 1),
+        ("s2", 1),
+    ]
 
 
 def test_same_text_at_another_time_is_a_new_event(cli, db_path):
-    records = [{"text": "ok", "session_id": "s1", "ts": "2025-01-01T10:00:00Z"},
-               {"text": "ok", "session_id": "s1", "ts": "2025-01-01T10:05:00Z"}]
+    records = [
+        {"text": "ok", "session_id": "s1", "ts": "2025-01-01T10:00:00Z"},
+        {"text": "ok", "session_id": "s1", "ts": "2025-01-01T10:05:00Z"},
+    ]
     assert len(json.loads(ingest(cli, records).stdout)["created"]) == 2
 
 
@@ -212,8 +283,9 @@ def test_same_text_at_another_time_is_a_new_event(cli, db_path):
 
 def test_secret_sensitivity_is_never_stored(cli, db_path):
     secret = "PIN 8675309 for QUOKKAVAULT"
-    result = ingest(cli, [{"event_id": "sec", "text": secret, "sensitivity": "secret",
-                           "session_id": "s1"}])
+    result = ingest(
+        cli, [{"event_id": "sec", "text": secret, "sensitivity": "secret", "session_id": "s1"}]
+    )
     assert result.exit_code == 0, result.stderr
     assert secret not in result.stdout
     (content,) = rows(db_path, "SELECT content FROM events WHERE event_id = 'sec'")[0]
@@ -227,8 +299,10 @@ def test_secret_sensitivity_is_never_stored(cli, db_path):
 
 
 def test_two_different_secrets_in_one_session_are_both_recorded(cli, db_path):
-    records = [{"text": "first secret AAA111", "sensitivity": "secret", "session_id": "s1"},
-               {"text": "second secret BBB222", "sensitivity": "secret", "session_id": "s1"}]
+    records = [
+        {"text": "first secret AAA111", "sensitivity": "secret", "session_id": "s1"},
+        {"text": "second secret BBB222", "sensitivity": "secret", "session_id": "s1"},
+    ]
     report = json.loads(ingest(cli, records).stdout)
     assert len(report["created"]) == 2 and report["skipped"] == []
     assert rows(db_path, "SELECT count(*) FROM events") == [(2,)]
@@ -251,7 +325,9 @@ def test_api_keys_and_private_spans_are_redacted_everywhere(cli, db_path):
     (content,) = rows(db_path, "SELECT content FROM events")[0]
     assert "[REDACTED:openai_key]" in content and "[REDACTED:private]" in content
     assert json.loads(rows(db_path, "SELECT redactions FROM events")[0][0]) == [
-        "openai_key", "private"]
+        "openai_key",
+        "private",
+    ]
     (memory,) = rows(db_path, "SELECT content FROM memories")[0]
     assert "Zq81Xv72" not in memory and "ZANZIBAR" not in memory and "tell Alice" in memory
 
@@ -281,9 +357,18 @@ def test_redactions_are_listed_in_text_output(cli):
 def test_large_tool_result_keeps_an_excerpt_and_an_artifact(cli, db_path):
     big = "\n".join(f"line {i:05d}: " + "lorem ipsum dolor " * 3 for i in range(3000))
     assert len(big.encode()) > 64 * 1024
-    result = ingest(cli, [{"event_id": "tr", "kind": "tool_result", "session_id": "s1",
-                           "actor": {"type": "tool", "id": "grep"},
-                           "content": {"output": big}}])
+    result = ingest(
+        cli,
+        [
+            {
+                "event_id": "tr",
+                "kind": "tool_result",
+                "session_id": "s1",
+                "actor": {"type": "tool", "id": "grep"},
+                "content": {"output": big},
+            }
+        ],
+    )
     assert result.exit_code == 0, result.stderr
     report = json.loads(result.stdout)
     assert len(report["artifacts"]) == 1
@@ -304,6 +389,35 @@ def test_large_tool_result_keeps_an_excerpt_and_an_artifact(cli, db_path):
     assert missing.exit_code == 1 and "no artifact art_nope" in missing.stderr
 
 
+def test_same_large_output_in_two_sessions(cli, db_path):
+    big = "x" * 70_000
+    records = [
+        {"event_id": f"tr-{s}", "session_id": s, "kind": "tool_result", "content": {"output": big}}
+        for s in ("s1", "s2")
+    ]
+    result = ingest(cli, records)
+    assert result.exit_code == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert report["created"] == ["tr-s1", "tr-s2"] and len(set(report["artifacts"])) == 2
+    cli("purge", "--session", "s1")
+    (content,) = rows(db_path, "SELECT content FROM events WHERE event_id = 'tr-s2'")[0]
+    result = cli("artifact", json.loads(content)["artifact_id"])
+    assert result.exit_code == 0 and result.stdout_bytes == big.encode()
+
+
+def test_secrets_are_redacted_in_the_artifact_too(cli, db_path):
+    big = "\n".join(["ok"] * 40_000 + [f"export OPENAI_API_KEY={KEY}"])
+    result = ingest(cli, [{"event_id": "tr", "kind": "tool_result", "content": {"output": big}}])
+    assert result.exit_code == 0, result.stderr
+    artifact = json.loads(result.stdout)["artifacts"][0]
+    body = cli("artifact", artifact).stdout
+    assert body.endswith("export OPENAI_API_KEY=[REDACTED:openai_key]") or (
+        "[REDACTED:" in body.splitlines()[-1]
+    )
+    assert KEY not in body
+    assert KEY.encode() not in file_bytes(db_path)
+
+
 def test_small_tool_result_is_kept_whole(cli, db_path):
     ingest(cli, [{"event_id": "tr", "kind": "tool_result", "content": {"output": "3 files"}}])
     event = json.loads(rows(db_path, "SELECT content FROM events")[0][0])
@@ -317,8 +431,10 @@ def test_small_tool_result_is_kept_whole(cli, db_path):
 def test_entities_are_linked(cli, db_path):
     text = "Alice Johnson met @bob about #launch-plan on 2024-05-01, see https://example.com/x"
     assert ingest(cli, [{"event_id": "e1", "text": text}]).exit_code == 0
-    linked = rows(db_path, "SELECT e.kind, e.norm FROM memory_entities me"
-                           " JOIN entities e ON e.id = me.entity_id")
+    linked = rows(
+        db_path,
+        "SELECT e.kind, e.norm FROM memory_entities me JOIN entities e ON e.id = me.entity_id",
+    )
     kinds = {k for k, _ in linked}
     norms = {n for _, n in linked}
     assert {"name", "mention", "tag", "date", "url"} <= kinds
@@ -347,13 +463,16 @@ def test_history_and_sessions(cli, db_path):
     records = turns("s1", ["one", "two", "three"], user="alice")
     records[1]["ts"] = "2025-01-01T09:00:00Z"  # out of order: started_at is the earliest
     assert ingest(cli, records).exit_code == 0
-    history = rows(db_path, "SELECT op, memory_id, event_id, user_id, session_id FROM history"
-                            " ORDER BY id")
+    history = rows(
+        db_path, "SELECT op, memory_id, event_id, user_id, session_id FROM history ORDER BY id"
+    )
     mids = [r[0] for r in rows(db_path, "SELECT id FROM memories ORDER BY id")]
     assert history == [("ADD", mids[i], f"s1-{i}", "alice", "s1") for i in range(3)]
-    assert rows(db_path, "SELECT user_id, started_at, last_event_at, event_count FROM sessions"
-                         " WHERE session_id = 's1'") == [
-        ("alice", "2025-01-01T09:00:00.000000Z", "2025-01-01T10:02:00.000000Z", 3)]
+    assert rows(
+        db_path,
+        "SELECT user_id, started_at, last_event_at, event_count FROM sessions"
+        " WHERE session_id = 's1'",
+    ) == [("alice", "2025-01-01T09:00:00.000000Z", "2025-01-01T10:02:00.000000Z", 3)]
     assert ingest(cli, turns("s1", ["one"], user="alice")).exit_code == 0  # a skip
     assert rows(db_path, "SELECT event_count FROM sessions") == [(3,)]
     result = cli("history", "--user", "alice")

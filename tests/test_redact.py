@@ -54,7 +54,7 @@ def spans(text: str) -> list[tuple[str, str]]:
         (f"stripe {STRIPE} charge", STRIPE, "stripe_key"),
         (f"restricted {STRIPE_RK}", STRIPE_RK, "stripe_key"),
         (f"id={AWS_KEY_ID}", AWS_KEY_ID, "aws_access_key_id"),
-        (f"creds ASIAY34FZKBOKMUTVV7A here", "ASIAY34FZKBOKMUTVV7A", "aws_access_key_id"),
+        ("creds ASIAY34FZKBOKMUTVV7A here", "ASIAY34FZKBOKMUTVV7A", "aws_access_key_id"),
         (f"aws_secret_access_key = {AWS_SECRET}", AWS_SECRET, "aws_secret_access_key"),
         (f'"AWS_SECRET_ACCESS_KEY": "{AWS_SECRET}"', AWS_SECRET, "aws_secret_access_key"),
         (f"session {JWT} expired", JWT, "jwt"),
@@ -220,6 +220,21 @@ def test_redact_json_walks_values_and_uses_key_names() -> None:
     assert redact_json(value) == (value, ())
 
 
+def test_redact_json_lists_inherit_the_key_and_numeric_passwords_go() -> None:
+    value, findings = redact_json(
+        {"tokens": ["x", "y"], "PASSWORD": 123456, "max_token": 512, "secret": False}
+    )
+    assert value == {
+        "tokens": ["x", "y"],  # "tokens" is not a secret key name
+        "PASSWORD": "[REDACTED:password]",
+        "max_token": 512,
+        "secret": False,
+    }
+    assert [f.path for f in findings] == [("PASSWORD",)]
+    value, _ = redact_json({"api_key": ["k1", "k2"]})
+    assert value == {"api_key": ["[REDACTED:api_key]", "[REDACTED:api_key]"]}
+
+
 def test_redact_json_scalars() -> None:
     assert redact_json(None) == (None, ())
     assert redact_json(3.5) == (3.5, ())
@@ -254,7 +269,7 @@ WRAPPERS = st.sampled_from(
 )
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=60, deadline=None)
 @given(st.text(max_size=200))
 def test_redact_never_raises_and_is_idempotent_on_any_text(text: str) -> None:
     once = redact(text)
@@ -263,7 +278,7 @@ def test_redact_never_raises_and_is_idempotent_on_any_text(text: str) -> None:
         assert 0 <= f.start < f.end <= len(text)
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(st.text(max_size=40), SECRETS, WRAPPERS, st.text(max_size=40))
 def test_embedded_secret_never_survives(before: str, secret: str, wrapper: str, after: str) -> None:
     text = before + " " + wrapper.format(secret) + " " + after
@@ -281,7 +296,7 @@ FRAGMENTS = st.sampled_from(
 )  # fmt: skip
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=120, deadline=None)
 @given(st.lists(FRAGMENTS, max_size=12).map("".join))
 def test_redact_is_idempotent_on_secret_like_text(text: str) -> None:
     once = redact(text)

@@ -21,6 +21,9 @@ from memcli.providers.splade import (
     sparse_dot,
 )
 
+# Every test here but two loads the real model (~0.3 s once per process).
+pytestmark = pytest.mark.slow
+
 DOG_DOC = "Melanie: I adopted a dog last week, his name is Max."
 OTHER_DOC = "Caroline: The weather in Paris was rainy all weekend."
 

@@ -1,13 +1,16 @@
-"""The store: connection pragmas, migrations, the append-only event log, sqlite-vec, embedder checks."""
+"""The store: pragmas, migrations, the append-only event log, sqlite-vec, embedder checks."""
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import json
 import re
 
 import apsw
 import pytest
+import typer.main
+import typer.testing
 from conftest import ndjson, turns
 
 from memcli import Memory
@@ -15,6 +18,23 @@ from memcli.errors import EmbedderMismatchError, SchemaError
 from memcli.providers.embedders import HashEmbedder
 from memcli.store import migrations
 from memcli.store.connection import Database
+
+
+@pytest.fixture(autouse=True)
+def fast_cli(tmp_path, monkeypatch):
+    """SPLADE runs a real model; these tests are about the store, so a config file turns it off.
+
+    Typer also rebuilds the click command from the app on every invoke (~50 ms); a process
+    builds it once, and so do these tests."""
+    config = tmp_path / "config.yaml"
+    config.write_text(
+        "retrieval:\n  leg_weights: {lexical: 1.0, dense: 1.0, entity: 0.5, trigram: 0.5}\n"
+    )
+    monkeypatch.setenv("MEMCLI_CONFIG", str(config))
+    monkeypatch.setattr(typer.testing, "_get_command", _build_command)
+
+
+_build_command = functools.cache(typer.main.get_command)
 
 
 def _schema(path) -> list[tuple[str, str, str]]:
@@ -56,6 +76,7 @@ def test_connection_pragmas(db_path):
         assert db.scalar("PRAGMA foreign_keys") == 1
         assert db.scalar("PRAGMA busy_timeout") >= 1000
         assert db.scalar("PRAGMA user_version") == migrations.LATEST
+        assert db.scalar("PRAGMA secure_delete") == 2  # FAST: deleted cells are zeroed
         assert db.vec_enabled is True
         assert db.vec_warning is None
     finally:
@@ -156,6 +177,7 @@ def test_events_cannot_be_deleted_outside_purge(memory):
     memory.purge(session_id="s1")
     assert memory.db.scalar("SELECT count(*) FROM events") == 0
     assert memory.db.get_meta("purge_guard") is None
+    assert memory.db.scalar("PRAGMA secure_delete") == 2  # purge's full mode was put back
     memory.ingest(turns("s2", ["again"]))
     with pytest.raises(apsw.ConstraintError):
         memory.db.execute("DELETE FROM events")
@@ -192,8 +214,11 @@ def test_missing_sqlite_vec_warns_once_on_stderr(cli, without_sqlite_vec):
 
 def test_vectors_written_without_sqlite_vec_reach_the_vec_index_later(db_path, monkeypatch):
     real = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec",
-                        lambda name, *a, **k: None if name == "sqlite_vec" else real(name, *a, **k))
+    monkeypatch.setattr(
+        importlib.util,
+        "find_spec",
+        lambda name, *a, **k: None if name == "sqlite_vec" else real(name, *a, **k),
+    )
     with Memory.open(db_path, embedder=HashEmbedder(64)) as m:
         m.ingest(turns("s1", ["first turn", "second turn", "third turn"]))
     monkeypatch.setattr(importlib.util, "find_spec", real)
@@ -207,8 +232,11 @@ def test_purge_without_sqlite_vec_leaves_no_vec_rows_behind(db_path, monkeypatch
     with Memory.open(db_path, embedder=HashEmbedder(64)) as m:
         m.ingest(turns("s1", ["first turn", "second turn"]) + turns("s2", ["other"]))
     real = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec",
-                        lambda name, *a, **k: None if name == "sqlite_vec" else real(name, *a, **k))
+    monkeypatch.setattr(
+        importlib.util,
+        "find_spec",
+        lambda name, *a, **k: None if name == "sqlite_vec" else real(name, *a, **k),
+    )
     with Memory.open(db_path) as m:
         m.purge(session_id="s1")
     monkeypatch.setattr(importlib.util, "find_spec", real)
@@ -234,8 +262,9 @@ def test_embedder_is_recorded_and_a_mismatch_refused(db_path):
 
 
 def test_embedder_mismatch_in_the_cli_and_reindex_fixes_it(cli, db_path, monkeypatch):
-    assert cli("ingest", "-", input=ndjson(turns("s1", ["alpha beta", "gamma delta"]))
-               ).exit_code == 0
+    assert (
+        cli("ingest", "-", input=ndjson(turns("s1", ["alpha beta", "gamma delta"]))).exit_code == 0
+    )
     monkeypatch.setenv("MEMCLI_EMBED_DIMENSION", "32")
     result = cli("query", "alpha")
     assert result.exit_code == 1

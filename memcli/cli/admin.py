@@ -78,11 +78,38 @@ def register(app: typer.Typer) -> None:
                  lambda p: print(f"restored {p['id']}"))
 
     @app.command("stats")
-    def stats_cmd(db: DbOpt = None, fmt: FormatOpt = None, as_json: JsonOpt = False) -> None:
-        """Counts by kind and state, database size, embedder in use."""
+    def stats_cmd(
+        requests: Annotated[bool, typer.Option(
+            "--requests", help="Query and acb request metrics: hit rate, fallback and "
+                               "truncation shares, p50/p95 latency.")] = False,
+        since: Annotated[str | None, typer.Option(
+            "--since", help="With --requests: a window like 24h, 7d, 30m, or an ISO time "
+                            "(default: all).")] = None,
+        usage: Annotated[bool, typer.Option(
+            "--usage", help="LLM calls, tokens and cost per command and per day.")] = False,
+        db: DbOpt = None, fmt: FormatOpt = None, as_json: JsonOpt = False,
+    ) -> None:
+        """Counts by kind and state, database size, embedder in use (--requests: metrics)."""
         from memcli.config import load_settings
 
         with errors():
+            if usage:
+                from memcli.lifecycle.llm_usage import usage_report
+
+                with open_memory(db, with_embedder=False) as memory:
+                    emit(usage_report(memory.db), resolve_format(fmt, as_json))
+                return
+            if requests:
+                from memcli.acb_stats import request_stats, since_timestamp
+
+                window = since_timestamp(since)
+                with open_memory(db, with_embedder=False) as memory:
+                    emit(request_stats(memory.db, window), resolve_format(fmt, as_json))
+                return
+            if since is not None:
+                from memcli.errors import UsageError
+
+                raise UsageError("--since needs --requests")
             settings = load_settings(db)
             with open_memory(db, with_embedder=False) as memory:
                 out = memory.stats()

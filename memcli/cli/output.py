@@ -60,6 +60,8 @@ def errors() -> Iterator[None]:
     """Turn every expected failure into one line on stderr and its exit code (no tracebacks)."""
     try:
         yield
+    except (typer.Exit, typer.Abort):
+        raise  # a command's own exit (already reported) keeps its code
     except MemcliError as exc:
         raise fail(str(exc), exc.exit_code) from None
     except KeyboardInterrupt:

@@ -93,8 +93,11 @@ def register(app: typer.Typer) -> None:
             if wanted and not wanted <= {"lexical", "sparse", "dense", "entity", "trigram"}:
                 raise UsageError(f"unknown leg in --legs: {legs}",
                                  "use lexical, sparse, dense, entity, trigram")
-            after = parse_ts(updated_after) if updated_after else None
-            before = parse_ts(updated_before) if updated_before else None
+            try:
+                after = parse_ts(updated_after) if updated_after else None
+                before = parse_ts(updated_before) if updated_before else None
+            except ValueError as exc:  # a bad flag value is a usage error (exit 2), not a crash
+                raise UsageError(str(exc), "use ISO 8601, e.g. 2025-01-31T09:00:00Z") from None
             with open_memory(db, with_embedder=wanted is None or "dense" in wanted,
                              with_sparse=wanted is None or "sparse" in wanted) as memory:
                 if wanted is not None:

@@ -35,11 +35,18 @@ def plan_purge(db: Database, **scope: Any) -> dict[str, Any]:
 
 
 def apply_purge(db: Database, plan: dict[str, Any], actor: str = "cli") -> dict[str, Any]:
-    with db.transaction():
-        sql.delete_everything(db, plan["event_ids"], plan["memory_ids"], plan["scope"])
-        mem.add_history(db, None, "PURGE", actor=actor, meta={
-            "scope": plan["scope"], "events": plan["events"], "memories": plan["memories"],
-        })
+    # A purge must not leave the purged text readable in the file: zero what is deleted, and
+    # afterwards empty the WAL (best effort: a long reader may keep old frames a while longer).
+    previous = sql.secure_delete(db, 1)
+    try:
+        with db.transaction():
+            sql.delete_everything(db, plan["event_ids"], plan["memory_ids"], plan["scope"])
+            mem.add_history(db, None, "PURGE", actor=actor, meta={
+                "scope": plan["scope"], "events": plan["events"], "memories": plan["memories"],
+            })
+    finally:
+        sql.secure_delete(db, previous)
+    sql.checkpoint(db)
     return {k: v for k, v in plan.items() if k not in ("event_ids", "memory_ids")}
 
 

@@ -45,11 +45,16 @@ class RankContext:
 
 
 def _shift(cands: list[Candidate]) -> None:
-    """Make fused scores non-negative so that propagation only ever adds."""
+    """Make fused scores positive so that propagation only ever adds.
+
+    The floor sits one unit below the weakest candidate, so even the weakest matched turn keeps
+    a score above a neighbour that matched nothing (which enters the pool at 0).
+    """
     if cands:
         lo = min(c.fused for c in cands)
-        for cand in cands:
-            cand.fused -= lo
+        if lo <= 0 or lo > 1:
+            for cand in cands:
+                cand.fused -= lo - 1.0
 
 
 def neighbours(cands: list[Candidate], ctx: RankContext) -> list[Candidate]:

@@ -46,6 +46,9 @@ class Database:
         self.vec_warning: str | None = None
         try:
             self.execute("PRAGMA foreign_keys = ON")
+            # Zero deleted and moved cells inside the pages being written anyway (no extra I/O):
+            # otherwise copies of rows that `purge` removes linger in free space of the file.
+            self.execute("PRAGMA secure_delete = FAST")
             if not readonly and self.path != ":memory:":
                 self.execute("PRAGMA journal_mode = WAL")
                 self.execute("PRAGMA synchronous = NORMAL")

@@ -17,6 +17,7 @@ class Filters:
     role: str | None = None  # actor type: human, assistant, tool ...
     categories: tuple[str, ...] = ()
     allowed_categories: tuple[str, ...] | None = None  # agent allowlist; None = all
+    excluded_categories: tuple[str, ...] = ()  # restricted ones this asker may not see
     kinds: tuple[str, ...] = ()
     channels: tuple[str, ...] = ()
     sensitivities: tuple[str, ...] = ("none", "low", "high")  # secret is never returned
@@ -61,6 +62,10 @@ class Filters:
                 params.extend(allowed)
             else:
                 clauses.append("0")
+        if self.excluded_categories:
+            marks = ",".join("?" * len(self.excluded_categories))
+            clauses.append(f"coalesce({alias}.category, '') NOT IN ({marks})")
+            params.extend(self.excluded_categories)
         if self.pinned is not None:
             clauses.append(f"{alias}.pinned = ?")
             params.append(int(self.pinned))

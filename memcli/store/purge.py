@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 from typing import TYPE_CHECKING, Any
 
+import apsw
+
+from memcli.errors import MemcliError
 from memcli.store.sparse import delete_postings
 from memcli.store.vectors import delete_vectors
 
@@ -18,11 +22,13 @@ def _marks(values: list) -> str:
 def select_scope(db: Database, scope: dict[str, Any]) -> tuple[list[str], list[int]]:
     """Event ids and memory ids inside a purge scope (a memory id takes its whole event)."""
     if "memory_id" in scope:
-        event_ids = [r[0] for r in db.execute(
-            "SELECT event_id FROM memories WHERE id = ? AND event_id IS NOT NULL",
-            (int(scope["memory_id"]),))]
-        memory_ids = {int(scope["memory_id"])} if db.scalar(
-            "SELECT 1 FROM memories WHERE id = ?", (int(scope["memory_id"]),)) else set()
+        # Other scope keys given with a memory id narrow it: they never widen the purge.
+        others = {k: v for k, v in scope.items() if k != "memory_id"}
+        where = " AND ".join(["id = ?", *(f"{k} = ?" for k in others)])
+        params = [int(scope["memory_id"]), *others.values()]
+        rows = list(db.execute(f"SELECT id, event_id FROM memories WHERE {where}", params))
+        event_ids = [e for _, e in rows if e is not None]
+        memory_ids = {i for i, _ in rows}
     else:
         clauses = " AND ".join(f"{k} = ?" for k in scope)
         params = list(scope.values())
@@ -47,6 +53,12 @@ def count_artifacts(db: Database, event_ids: list[str]) -> int:
 def delete_everything(db: Database, event_ids: list[str], memory_ids: list[int],
                       scope: dict[str, Any]) -> None:
     """Delete memories with their index rows, links and change-log text, then the events."""
+    touched: list[tuple[str, str]] = []
+    for start in range(0, len(event_ids), 500):
+        ids = event_ids[start:start + 500]
+        touched.extend(db.execute(
+            f"SELECT DISTINCT tenant_id, session_id FROM events"
+            f" WHERE event_id IN ({_marks(ids)}) AND session_id IS NOT NULL", ids))
     for start in range(0, len(memory_ids), 500):
         ids = memory_ids[start:start + 500]
         m = _marks(ids)
@@ -67,7 +79,41 @@ def delete_everything(db: Database, event_ids: list[str], memory_ids: list[int],
             db.execute(f"DELETE FROM artifacts WHERE event_id IN ({_marks(ids)})", ids)
             db.execute(f"DELETE FROM events WHERE event_id IN ({_marks(ids)})", ids)
         db.execute("DELETE FROM meta WHERE key = 'purge_guard'")
-    if "session_id" in scope or "user_id" in scope or "tenant_id" in scope:
-        clauses = " AND ".join(f"{k} = ?" for k in scope if k != "app_id")
-        db.execute(f"DELETE FROM sessions WHERE {clauses}",
-                   [v for k, v in scope.items() if k != "app_id"])
+    # Sessions follow their events (a scope-wide DELETE would also hit sessions that keep
+    # events outside an --app scope, or fail on a memory_id scope).
+    _fix_sessions(db, touched)
+    # FTS5 keeps a deleted row's terms in its segments (contentless_delete only adds a
+    # tombstone) until the segments are merged: rewrite both indexes so the text really goes.
+    db.execute("INSERT INTO memories_fts (memories_fts) VALUES ('optimize')")
+    db.execute("INSERT INTO memories_trigram (memories_trigram) VALUES ('optimize')")
+
+
+def _fix_sessions(db: Database, touched: list[tuple[str, str]]) -> None:
+    """Sessions that lost events: drop the empty ones, recount the rest and forget their summary
+    (it was written from events that no longer exist)."""
+    for tenant_id, session_id in touched:
+        row = db.execute(
+            "SELECT count(*), min(ts), max(ts) FROM events WHERE tenant_id = ? AND session_id = ?",
+            (tenant_id, session_id)).fetchone()
+        if not row[0]:
+            db.execute("DELETE FROM sessions WHERE tenant_id = ? AND session_id = ?",
+                       (tenant_id, session_id))
+        else:
+            db.execute(
+                "UPDATE sessions SET event_count = ?, started_at = ?, last_event_at = ?,"
+                " summary = NULL, consolidated_at = NULL WHERE tenant_id = ? AND session_id = ?",
+                (*row, tenant_id, session_id))
+
+
+def secure_delete(db: Database, mode: int) -> int:
+    """Set PRAGMA secure_delete (1: overwrite deleted content with zeros); returns the old mode."""
+    old = int(db.scalar("PRAGMA secure_delete"))
+    db.execute(f"PRAGMA secure_delete = {('OFF', 'ON', 'FAST')[int(mode)]}")  # 2 is not FAST
+    return old
+
+
+def checkpoint(db: Database) -> None:
+    """Fold the WAL into the database and truncate it, so old page images leave the WAL too.
+    Best effort: a reader that holds an old snapshot keeps those frames until it finishes."""
+    with contextlib.suppress(apsw.Error, MemcliError):
+        db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()

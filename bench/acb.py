@@ -1,0 +1,358 @@
+"""Context-bundle benchmark: `acb build` latency at 10k and 100k memories, 65K-token budget.
+
+    python bench/acb.py              # 10k and 100k memories: the numbers in bench/results/acb.md
+    python bench/acb.py --quick      # 2k memories, fewer runs, < 60 s: a CI smoke test
+    python bench/acb.py --rebuild    # ignore the cached databases in bench/.cache/
+
+What it measures (the issue's targets in brackets), per database size:
+
+1. Library `memcli.acb.build_acb` p50/p95, warm process, one `Memory` open:
+   - fast path: no query text, so no retrieval (identity, rules, tasks, decisions, the
+     session's recent turns, delta header) [p95 <= 15 ms];
+   - retrieval path: a query, so the same hybrid retrieval as `memcli query` runs on top
+     (candidate pool <= 2,000, scored <= 200, relations boost, related bullets) [p95 <= 50 ms].
+   Each request is a random (tenant, user, session) of the data with `max_tokens` 65,000 and
+   `track` on, as an agent calls it; a second pass times the stages (retrieval, packing, final
+   count and the metrics write) to show where the time goes.
+2. Whole-process `python -m memcli acb build` p50, a fresh interpreter per run (two warm-up runs
+   first, for the OS page cache), fast and retrieval path.
+
+The databases: synthetic chat events from bench/perf.py's generator (varied 20-40 word turns,
+40 users in 2 tenants, sessions of 8-40 turns), ingested through `Memory.ingest` with
+`defer_embed=True` (the fast hot path), then vectors added by `Memory.embed_pending` with the
+deterministic 64-d hash embedder: embedding 100k texts with e5-small would take most of an hour on
+two cores, and the vector leg's cost depends on the number and size of vectors, not on what they
+mean. The SPLADE sparse leg is off (no encoder): encoding 100k documents is the same hour, and
+its query cost is measured by bench/perf.py. Each of 20 users also gets 3 decisions and 2 tasks
+(through the ledger, so with linked memories). Databases are cached in bench/.cache/.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO_ROOT))
+sys.path.insert(0, str(REPO_ROOT / "bench"))
+
+from perf import generate_events, generate_queries, pct  # noqa: E402
+
+CACHE_DIR = REPO_ROOT / "bench" / ".cache"
+RESULTS = REPO_ROOT / "bench" / "results" / "acb.md"
+DATA_VERSION = 1  # bump when the database recipe changes: cached databases are rebuilt
+BUDGET = 65000
+DIM = 64
+LEDGER_USERS = 20
+
+
+def log(msg: str) -> None:
+    print(f"[acb {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+def loadavg() -> str:
+    try:
+        return " ".join(f"{x:.1f}" for x in os.getloadavg())
+    except OSError:
+        return "n/a"
+
+
+def open_memory(path: Path) -> Any:
+    from memcli import Memory
+    from memcli.providers.embedders import HashEmbedder
+
+    return Memory.open(path, embedder=HashEmbedder(DIM))
+
+
+# ----------------------------------------------------------------------------- the databases
+def build_db(path: Path, events: int, rebuild: bool) -> dict[str, Any]:
+    meta_path = Path(str(path) + ".json")
+    if not rebuild and path.exists() and meta_path.exists():
+        meta = json.loads(meta_path.read_text())
+        if meta.get("data_version") == DATA_VERSION and meta.get("events") == events:
+            log(f"reusing {path.name} (built {meta['built_at']}; --rebuild to build again)")
+            return meta
+    for suffix in ("", "-wal", "-shm", ".json"):
+        Path(str(path) + suffix).unlink(missing_ok=True)
+    from memcli import ledger
+
+    records = generate_events(events)
+    log(f"building {path.name}: {events} events, defer_embed, then hash vectors")
+    t0 = time.perf_counter()
+    with open_memory(path) as memory:
+        for start in range(0, len(records), 500):
+            report = memory.ingest(records[start : start + 500], defer_embed=True)
+            if report.rejected:
+                raise SystemExit(f"ingest rejected records: {report.rejected[:3]}")
+        ingest_s = time.perf_counter() - t0
+        t1 = time.perf_counter()
+        memory.embed_pending(batch_size=1000)
+        embed_s = time.perf_counter() - t1
+        rng = random.Random(7)
+        scopes = sorted({(r["tenant_id"], r["user_id"]) for r in records})
+        for tenant, user in rng.sample(scopes, min(LEDGER_USERS, len(scopes))):
+            for i in range(3):
+                ledger.add_decision(
+                    memory,
+                    f"Decision {i} for {user}: ship the {rng.choice(['atlas', 'orion'])} "
+                    f"release behind a feature flag",
+                    rationale=["lower risk", "easy rollback"],
+                    tenant_id=tenant,
+                    user_id=user,
+                )
+            for i in range(2):
+                ledger.add_task(
+                    memory,
+                    f"Task {i} for {user}: review the migration plan",
+                    tenant_id=tenant,
+                    user_id=user,
+                    status=("open", "doing")[i],
+                )
+        memories = int(memory.db.scalar("SELECT count(*) FROM memories"))
+    meta = {
+        "data_version": DATA_VERSION,
+        "events": events,
+        "memories": memories,
+        "ingest_s": round(ingest_s, 1),
+        "embed_s": round(embed_s, 1),
+        "built_at": datetime.now(UTC).isoformat(timespec="seconds"),
+        "load": loadavg(),
+    }
+    meta_path.write_text(json.dumps(meta, indent=1))
+    log(f"built {path.name}: {memories} memories, ingest {ingest_s:.0f} s, embed {embed_s:.0f} s")
+    return meta
+
+
+def requests_for(path: Path, n: int, seed: int) -> tuple[list[dict], list[dict]]:
+    """(fast, retrieval) requests on random sessions of the data, deterministic per seed."""
+    import apsw
+
+    conn = apsw.Connection(str(path), flags=apsw.SQLITE_OPEN_READONLY)
+    sessions = list(
+        conn.execute(
+            "SELECT tenant_id, user_id, session_id FROM sessions ORDER BY tenant_id, session_id"
+        )
+    )
+    conn.close()
+    rng = random.Random(seed)
+    by_user: dict[tuple[str, str], list[str]] = {}
+    for tenant, user, session in sessions:
+        by_user.setdefault((tenant, user), []).append(session)
+    queries = generate_queries(n, sorted(by_user), seed=seed)
+    fast, slow = [], []
+    for q in queries:
+        session = rng.choice(by_user[(q["tenant_id"], q["user_id"])])
+        base = {
+            "tenant_id": q["tenant_id"],
+            "user_id": q["user_id"],
+            "session_id": session,
+            "agent_id": "bench",
+            "max_tokens": BUDGET,
+        }
+        fast.append(base)
+        slow.append({**base, "query_text": q["text"]})
+    return fast, slow
+
+
+# ----------------------------------------------------------------------------- measurements
+def summary(ms: list[float]) -> dict[str, float]:
+    return {
+        "n": len(ms),
+        "p50": round(pct(ms, 50), 2),
+        "p95": round(pct(ms, 95), 2),
+        "mean": round(statistics.fmean(ms), 2),
+    }
+
+
+def library_latency(path: Path, requests: list[dict], warmup: int) -> dict[str, Any]:
+    from memcli.acb import build_acb
+
+    times, cpu, tokens, items = [], [], [], []
+    with open_memory(path) as memory:
+        for req in requests[:warmup]:
+            build_acb(memory, req)
+        for req in requests[warmup:]:
+            c0, t0 = time.process_time(), time.perf_counter()
+            bundle = build_acb(memory, req)
+            times.append((time.perf_counter() - t0) * 1000)
+            cpu.append((time.process_time() - c0) * 1000)
+            if bundle["token_used"] > BUDGET:
+                raise SystemExit(f"budget exceeded: {bundle['token_used']} > {BUDGET}")
+            tokens.append(bundle["token_used"])
+            items.append(sum(len(s["items"]) for s in bundle["sections"]))
+    return {
+        **summary(times),
+        "cpu": summary(cpu),
+        "tokens_mean": round(statistics.fmean(tokens)),
+        "items_mean": round(statistics.fmean(items), 1),
+    }
+
+
+def stage_breakdown(path: Path, requests: list[dict]) -> dict[str, float]:
+    """Mean ms per stage, by wrapping the module functions build_acb calls."""
+    import memcli.acb as acb
+    from memcli import acb_pack, acb_sections
+
+    sink: dict[str, float] = {}
+
+    def timed(fn: Callable[..., Any], label: str) -> Callable[..., Any]:
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            t0 = time.perf_counter()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                sink[label] = sink.get(label, 0.0) + (time.perf_counter() - t0) * 1000
+
+        return wrapper
+
+    patches = [
+        (acb_sections, "retrieve", "retrieval"),
+        (acb_sections, "evidence_items", "evidence + related"),
+        (acb, "_static_sections", "views, ledger, recent turns"),
+        (acb, "_delta", "delta header"),
+        (acb_pack, "pack", "token counts + packing"),
+        (acb_pack, "finish", "render + final count"),
+        (acb, "_record", "metrics/access/seen write"),
+    ]
+    originals = [(mod, name, getattr(mod, name)) for mod, name, _ in patches]
+    try:
+        for mod, name, label in patches:
+            setattr(mod, name, timed(getattr(mod, name), label))
+        with open_memory(path) as memory:
+            for req in requests[:5]:
+                acb.build_acb(memory, req)
+            sink.clear()
+            t0 = time.perf_counter()
+            for req in requests:
+                acb.build_acb(memory, req)
+            sink["total"] = (time.perf_counter() - t0) * 1000
+    finally:
+        for mod, name, fn in originals:
+            setattr(mod, name, fn)
+    return {k: round(v / len(requests), 2) for k, v in sink.items()}
+
+
+def process_latency(path: Path, requests: list[dict], runs: int) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory() as tmp:
+        config = Path(tmp) / "config.yaml"
+        config.write_text(
+            "retrieval:\n  leg_weights: {lexical: 1.0, dense: 1.0, entity: 0.5, trigram: 0.5}\n"
+        )
+        env = {
+            **os.environ,
+            "MEMCLI_DB": str(path),
+            "MEMCLI_EMBEDDER": "hash",
+            "MEMCLI_EMBED_DIMENSION": str(DIM),
+            "MEMCLI_CONFIG": str(config),
+            "XDG_CONFIG_HOME": tmp,
+            "XDG_DATA_HOME": tmp,
+        }
+        times = []
+        for i, req in enumerate(requests[: runs + 2]):
+            args = [sys.executable, "-m", "memcli", "acb", "build", "-", "--json"]
+            t0 = time.perf_counter()
+            done = subprocess.run(
+                args, input=json.dumps(req), env=env, capture_output=True, text=True, check=False
+            )
+            elapsed = (time.perf_counter() - t0) * 1000
+            if done.returncode != 0:
+                raise SystemExit(f"memcli acb build failed: {done.stderr.strip()}")
+            if i >= 2:
+                times.append(elapsed)
+    return summary(times)
+
+
+def measure(path: Path, meta: dict[str, Any], runs: int, process_runs: int) -> dict[str, Any]:
+    fast, slow = requests_for(path, runs + 20, seed=11)
+    out: dict[str, Any] = {"memories": meta["memories"], "build": meta}
+    log(f"{path.name}: library fast path ({runs} builds)")
+    out["library_fast"] = library_latency(path, fast, 20)
+    log(f"{path.name}: library retrieval path ({runs} builds)")
+    out["library_retrieval"] = library_latency(path, slow, 20)
+    log(f"{path.name}: stage breakdown")
+    out["stages_fast"] = stage_breakdown(path, fast[: max(20, runs // 4)])
+    out["stages_retrieval"] = stage_breakdown(path, slow[: max(20, runs // 4)])
+    log(f"{path.name}: whole process ({process_runs} runs each)")
+    out["process_fast"] = process_latency(path, fast, process_runs)
+    out["process_retrieval"] = process_latency(path, slow, process_runs)
+    return out
+
+
+# ----------------------------------------------------------------------------- report
+def report(results: dict[str, Any], quick: bool) -> str:
+    lines = [
+        "# `acb build` latency" + (" (quick smoke run)" if quick else ""),
+        "",
+        f"Measured {datetime.now(UTC).strftime('%Y-%m-%d %H:%M UTC')}, load average "
+        f"{loadavg()} on {os.cpu_count()} cores (shared with other benchmarks: wall times are "
+        "comparable within one run only; the CPU columns count this process's CPU time, which a "
+        "busy machine inflates much less). Budget 65,000 tokens (cl100k_base), hash embedder "
+        f"({DIM}-d), SPLADE leg off. See bench/README.md.",
+        "",
+        "| memories | path | library p50 ms | library p95 ms | target p95 | library CPU p50 / "
+        "p95 ms | process p50 ms | tokens used (mean) | items (mean) |",
+        "|---:|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for size, r in results.items():
+        for path_name, target in (("fast", 15), ("retrieval", 50)):
+            lib, proc = r[f"library_{path_name}"], r[f"process_{path_name}"]
+            ok = "ok" if lib["p95"] <= target else "MISSED"
+            lines.append(
+                f"| {r['memories']:,} ({size}) | {path_name} | {lib['p50']} | "
+                f"{lib['p95']} | {target} ({ok}) | {lib['cpu']['p50']} / {lib['cpu']['p95']} | "
+                f"{proc['p50']} | "
+                f"{lib['tokens_mean']:,} | {lib['items_mean']} |"
+            )
+    lines += ["", "Mean ms per stage (a separate pass, so totals differ a little):", ""]
+    for size, r in results.items():
+        for path_name in ("fast", "retrieval"):
+            stages = ", ".join(f"{k} {v}" for k, v in r[f"stages_{path_name}"].items())
+            lines.append(f"- {size} {path_name}: {stages}")
+    lines += ["", "Databases (built once, cached):", ""]
+    for size, r in results.items():
+        b = r["build"]
+        lines.append(
+            f"- {size}: {b['events']:,} events -> {b['memories']:,} memories; ingest "
+            f"with defer_embed {b['ingest_s']} s, hash vectors {b['embed_s']} s "
+            f"(built {b['built_at']}, load {b['load']})"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--quick", action="store_true", help="2k memories, fewer runs (< 60 s)")
+    ap.add_argument("--rebuild", action="store_true", help="rebuild the cached databases")
+    ap.add_argument("--runs", type=int, default=None, help="library builds per path")
+    args = ap.parse_args(argv)
+    CACHE_DIR.mkdir(parents=True, exist_ok=True)
+    sizes = {"2k": 2000} if args.quick else {"10k": 10_000, "100k": 100_000}
+    runs = args.runs or (60 if args.quick else 300)
+    process_runs = 4 if args.quick else 10
+    results = {}
+    for name, events in sizes.items():
+        path = CACHE_DIR / f"acb-{name}.db"
+        meta = build_db(path, events, args.rebuild)
+        results[name] = measure(path, meta, runs, process_runs)
+    text = report(results, args.quick)
+    print(text)
+    if not args.quick:
+        RESULTS.parent.mkdir(parents=True, exist_ok=True)
+        RESULTS.write_text(text)
+        RESULTS.with_suffix(".json").write_text(json.dumps(results, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,399 @@
+"""Active context bundles: what an agent puts in front of its model, budgeted to the token.
+
+    bundle = build_acb(memory, {"user_id": "u1", "session_id": "s1", "query_text": "..."})
+
+Sections (cap, priority; config `acb.sections`): identity, rules, app_memories (`app_id` only),
+task_state, decision_ledger, handoff_packet, retrieved_evidence, recent_window. Sections fill by
+priority; inside one, items are taken best first while they fit the section's cap and what is
+left of the budget (an item that does not fit is skipped, and the next, smaller one may fit). The
+budget is `max_tokens` minus a reserve for the caller; every count is tiktoken's, on exactly the
+text the markdown rendering prints, and the rendered block is counted once more at the end.
+
+Privacy runs in SQL through one `Filters`: the channel picks the sensitivities (public and agent:
+none/low; private and team: none/low/high; secret never exists), the agent's category allowlist
+applies to every section, and `app_id` confines the whole bundle to one app.
+
+Determinism: no wall clock reaches the bundle. Ranking ages memories against the newest
+`updated_at` in the database, ids and sort keys are stable, and `acb_id` hashes the request, the
+thread revisions and the body. Reading a bundle writes only access counts, a request-metrics row
+and, when tracking, the revision the caller has now seen (the delta header's base next time).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from dataclasses import replace
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pydantic
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from memcli import acb_pack
+from memcli import acb_render as render
+from memcli import acb_sections as gather
+from memcli.config import AcbSettings
+from memcli.errors import DatabaseBusyError, UsageError
+from memcli.models import Channel
+from memcli.retrieval.text import terms
+from memcli.store import acb as sql
+from memcli.store import memories as mem
+
+if TYPE_CHECKING:
+    from memcli.memory import Memory
+    from memcli.store.filters import Filters
+
+CHANNEL_SENSITIVITIES: dict[str, tuple[str, ...]] = {
+    "public": ("none", "low"),
+    "agent": ("none", "low"),
+    "private": ("none", "low", "high"),
+    "team": ("none", "low", "high"),
+}
+DELTA_BULLETS = 3
+
+
+class AcbRequest(BaseModel):
+    """One `acb build` request (flags or a JSON object on stdin)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    tenant_id: str = "default"
+    user_id: str | None = None
+    session_id: str | None = None
+    agent_id: str | None = None  # the asking agent: its allowlist applies; the delta caller
+    channel: Channel = "private"
+    intent: str | None = None
+    query_text: str | None = None
+    max_tokens: int | None = Field(default=None, ge=1)
+    caps: dict[str, int] = Field(default_factory=dict)  # per-section cap overrides
+    categories: list[str] = Field(default_factory=list)  # restrict retrieved evidence
+    app_id: str | None = None  # app mode: the app's block, and nothing of other apps
+    since: int | dict[str, int] | None = None  # delta base: a revision, or {thread: revision}
+    track: bool = True  # remember the revision served, as the caller's next delta base
+    handoff: list[str] = Field(default_factory=list)
+    include_checkpoint: bool = False
+    as_of: str | None = None  # ranking clock; default: the newest memory update
+
+    @model_validator(mode="before")
+    @classmethod
+    def _aliases(cls, data: Any) -> Any:
+        # Short names as on the command line: query, agent, tenant, user, session, app.
+        if isinstance(data, dict):
+            data = dict(data)
+            for short, full in (
+                ("query", "query_text"),
+                ("agent", "agent_id"),
+                ("tenant", "tenant_id"),
+                ("user", "user_id"),
+                ("session", "session_id"),
+                ("app", "app_id"),
+            ):
+                if short in data and full not in data:
+                    data[full] = data.pop(short)
+            if isinstance(data.get("handoff"), str):
+                data["handoff"] = [data["handoff"]]
+        return data
+
+
+def parse_request(data: Any) -> AcbRequest:
+    if isinstance(data, AcbRequest):
+        return data
+    if not isinstance(data, dict):
+        raise UsageError("an acb request must be a JSON object")
+    try:
+        return AcbRequest.model_validate(data)
+    except pydantic.ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"]) or "request"
+        raise UsageError(f"bad acb request: {where}: {first['msg']}") from exc
+
+
+def thread_keys(req: AcbRequest) -> list[str]:
+    """The threads whose changes a bundle reports: the session, its user, the tenant."""
+    keys = []
+    if req.session_id:
+        keys.append(mem.thread_key(req.tenant_id, req.user_id, req.session_id))
+    if req.user_id:
+        keys.append(mem.thread_key(req.tenant_id, req.user_id, None))
+    keys.append(mem.thread_key(req.tenant_id, None, None))
+    return list(dict.fromkeys(keys))
+
+
+def build_acb(
+    memory: Memory,
+    request: AcbRequest | dict[str, Any],
+    *,
+    settings: AcbSettings | None = None,
+    context_dir: Path | None = None,
+) -> dict[str, Any]:
+    """Assemble one bundle; records a request-metrics row (with the failing stage on error)."""
+    t0 = time.perf_counter()
+    settings = settings or AcbSettings()
+    metrics: dict[str, Any] = {"command": "acb", "retrieval_path": "none"}
+    stage = "request"
+    try:
+        req = parse_request(request)
+        metrics.update(tenant_id=req.tenant_id, user_id=req.user_id, session_id=req.session_id)
+        plan = _plan(req, settings)
+        stage = "filters"
+        memory.categories.check(req.agent_id, tuple(req.categories))
+        base = memory.filters(
+            agent=req.agent_id,
+            tenant_id=req.tenant_id,
+            app_id=req.app_id,
+            sensitivities=CHANNEL_SENSITIVITIES[req.channel],
+        )
+        stage = "delta"
+        keys = thread_keys(req)
+        revisions = sql.thread_revisions(memory.db, keys)
+        delta = _delta(memory, req, keys, revisions, replace(base, states=()))
+        stage = "sections"
+        candidates, views = _static_sections(memory, req, base, settings, context_dir)
+        stage = "retrieval"
+        recent = {i["memory_id"] for i in candidates["recent_window"]}
+        covered = len(recent) < settings.recent_turns  # the window holds the whole session
+        found, now = _retrieval(memory, req, base, settings, recent, covered)
+        candidates["decision_ledger"] = gather.decision_items(
+            memory, base, req.user_id, {c.id: c.score for c in found.ranked}
+        )
+        evidence_filters = replace(
+            base, user_id=req.user_id, session_id=req.session_id, categories=tuple(req.categories)
+        )
+        candidates["retrieved_evidence"] = gather.evidence_items(
+            memory, found, evidence_filters, settings
+        )
+        metrics.update(
+            retrieval_path=found.path,
+            fallbacks=found.fallbacks,
+            lexical_hits=found.legs.get("lexical", 0),
+            sparse_hits=found.legs.get("sparse", 0),
+            vector_hits=found.legs.get("dense", 0),
+            entity_hits=found.legs.get("entity", 0),
+        )
+        stage = "pack"
+        max_tokens = req.max_tokens or settings.max_tokens
+        bundle = acb_pack.pack(
+            plan,
+            candidates,
+            delta,
+            max_tokens=max_tokens,
+            # The caller's reserve shrinks with small budgets (it is 13.5 % at the default).
+            reserve=min(settings.reserve, settings.reserve * max_tokens // settings.max_tokens),
+            enc=memory.encoding,
+            app_id=req.app_id,
+        )
+        stage = "render"
+        bundle["revision"] = revisions
+        bundle["provenance"] = _provenance(
+            memory, req, base, found, now, views, settings, bundle.pop("_deduped")
+        )
+        acb_pack.finish(bundle, plan, memory.encoding, req.model_dump(exclude={"track"}))
+    except Exception:
+        metrics.update(error_stage=stage, latency_ms=_ms(t0))
+        with contextlib.suppress(Exception):  # the build's own error is the one to report
+            _record(memory, metrics, [], None)
+        raise
+    metrics.update(
+        items=sum(len(s["items"]) for s in bundle["sections"]),
+        tokens_used=bundle["token_used"],
+        truncated=int(
+            any(o["reason"] in ("section_cap", "budget", "truncated") for o in bundle["omissions"])
+        ),
+        latency_ms=_ms(t0),
+    )
+    ids = sorted(
+        {
+            i["memory_id"]
+            for s in bundle["sections"]
+            for i in s["items"]
+            if i.get("memory_id") is not None
+        }
+    )
+    _record(memory, metrics, ids, (req.agent_id or "default", revisions) if req.track else None)
+    return bundle
+
+
+def _ms(t0: float) -> float:
+    return round((time.perf_counter() - t0) * 1000, 3)
+
+
+def _record(
+    memory: Memory, metrics: dict[str, Any], ids: list[int], seen: tuple[str, dict[str, int]] | None
+) -> None:
+    """Access counts, the metrics row and the caller's revision, in one short write."""
+    from memcli.store.metrics import record_request
+
+    try:
+        with memory.db.transaction():
+            mem.record_access(memory.db, ids)
+            record_request(memory.db, metrics)
+            if seen is not None:
+                sql.mark_seen(memory.db, *seen)
+    except DatabaseBusyError:
+        pass  # hints only: a busy writer must not fail a read
+
+
+def _plan(req: AcbRequest, settings: AcbSettings) -> list[dict[str, Any]]:
+    """Sections of this bundle with their caps, in fill order (priority, then render order)."""
+    unknown = sorted(set(req.caps) - set(settings.sections))
+    if unknown:
+        raise UsageError(
+            f"unknown section in caps: {', '.join(unknown)}",
+            f"sections are: {', '.join(acb_pack.ORDER)}",
+        )
+    if any(v < 0 for v in req.caps.values()):
+        raise UsageError("a section cap cannot be negative")
+    names = [
+        n for n in acb_pack.ORDER if n in settings.sections and (n != "app_memories" or req.app_id)
+    ]
+    names += sorted(n for n in settings.sections if n not in acb_pack.ORDER)  # configured extras
+    plan = [
+        {
+            "name": n,
+            "cap": req.caps.get(n, settings.sections[n].cap),
+            "priority": settings.sections[n].priority,
+        }
+        for n in names
+    ]
+    rank = {n: i for i, n in enumerate(names)}
+    return sorted(plan, key=lambda p: (-p["priority"], rank[p["name"]]))
+
+
+def _static_sections(
+    memory: Memory, req: AcbRequest, base: Filters, settings: AcbSettings, context_dir: Path | None
+) -> tuple[dict[str, list], dict[str, str]]:
+    candidates: dict[str, list[dict[str, Any]]] = {}
+    views: dict[str, str] = {}
+    for name in gather.VIEW_NAMES:
+        candidates[name], views[name] = gather.view_items(name, context_dir)
+    candidates["task_state"] = gather.task_items(memory, base, req.user_id)
+    candidates["handoff_packet"] = gather.handoff_items(
+        memory,
+        req.handoff,
+        req.include_checkpoint,
+        req.tenant_id,
+        req.user_id,
+        req.session_id,
+        base.sensitivities,
+    )
+    candidates["recent_window"] = gather.recent_items(
+        memory, replace(base, session_id=req.session_id), settings.recent_turns
+    )
+    if req.app_id:
+        candidates["app_memories"] = gather.app_items(memory, base, settings.app_memory_limit)
+    return candidates, views
+
+
+def _retrieval(
+    memory: Memory,
+    req: AcbRequest,
+    base: Filters,
+    settings: AcbSettings,
+    recent: set[int],
+    covered: bool,
+) -> tuple[gather.Retrieval, str | None]:
+    """Retrieval runs only for a query (no query: the fast path)."""
+    now = req.as_of or sql.data_now(memory.db)
+    if not (req.query_text and req.query_text.strip()):
+        return gather.Retrieval(), now
+    try:
+        clock = (
+            datetime.fromisoformat(now.replace("Z", "+00:00"))
+            if now
+            else datetime(1970, 1, 1, tzinfo=UTC)
+        )
+    except ValueError as exc:
+        raise UsageError(f"as_of is not an ISO 8601 time: {now!r}") from exc
+    filters = replace(
+        base, user_id=req.user_id, session_id=req.session_id, categories=tuple(req.categories)
+    )
+    found = gather.retrieve(memory, req.query_text, filters, settings, clock, recent, covered)
+    return found, now
+
+
+def _delta(
+    memory: Memory, req: AcbRequest, keys: list[str], revisions: dict[str, int], filters: Filters
+) -> dict[str, Any] | None:
+    """At most 3 bullets of what changed since the caller's last revision of each thread.
+
+    No base (first bundle for this caller and no `since`): no header, the bundle is the
+    full picture. More than 3 changes: the 2 newest and one "and N more" bullet."""
+    stored = sql.seen_revisions(memory.db, req.agent_id or "default", keys)
+    if isinstance(req.since, int):
+        stored[keys[0]] = req.since
+    elif isinstance(req.since, dict):
+        stored.update({k: int(v) for k, v in req.since.items() if k in keys})
+    rows: list[dict[str, Any]] = []
+    counts: dict[str, int] = {}
+    for key in keys:
+        if key in stored and revisions[key] > stored[key]:
+            found = sql.changes_since(memory.db, key, stored[key], filters, DELTA_BULLETS)
+            rows.extend({**r, "thread": key} for r in found)
+            for op, n in sql.count_changes_since(memory.db, key, stored[key], filters).items():
+                counts[op] = counts.get(op, 0) + n
+    total = sum(counts.values())
+    if total == 0:
+        return None
+    rows.sort(key=lambda r: (-r["id"], r["thread"]))
+    if total <= DELTA_BULLETS:
+        bullets = [render.delta_bullet(r) for r in rows[:DELTA_BULLETS]]
+    else:
+        shown = rows[: DELTA_BULLETS - 1]
+        rest = dict(counts)
+        for r in shown:
+            rest[r["op"]] -= 1
+        bullets = [render.delta_bullet(r) for r in shown] + [render.delta_rest(rest)]
+    return {
+        "since": {k: stored[k] for k in keys if k in stored},
+        "since_primary": stored.get(keys[0], min(stored.values())),
+        "changes": total,
+        "bullets": bullets,
+    }
+
+
+def _provenance(
+    memory: Memory,
+    req: AcbRequest,
+    base: Filters,
+    found: gather.Retrieval,
+    now: str | None,
+    views: dict[str, str],
+    settings: AcbSettings,
+    deduped: int,
+) -> dict[str, Any]:
+    r = memory.retrieval
+    return {
+        "intent": req.intent,
+        "query_terms": terms(req.query_text or ""),
+        "retrieval_path": found.path,
+        "legs": found.legs,
+        "candidate_pool_size": found.pool_size,
+        "scored": len(found.ranked),
+        "deduped": deduped,
+        "as_of": now,
+        "filters": {
+            "tenant_id": req.tenant_id,
+            "user_id": req.user_id,
+            "session_id": req.session_id,
+            "app_id": req.app_id,
+            "channel": req.channel,
+            "agent": req.agent_id,
+            "sensitivity_allowed": list(base.sensitivities),
+            "categories_allowed": (
+                None if base.allowed_categories is None else list(base.allowed_categories)
+            ),
+            "categories": list(req.categories),
+        },
+        "weights": {
+            "fusion": r.fusion,
+            "legs": dict(sorted(r.leg_weights.items())),
+            "alpha": r.alpha,
+            "beta": r.beta,
+            "gamma": r.gamma,
+            "half_life_days": r.recency_half_life_days,
+            "w_rel": settings.w_rel,
+        },
+        "views": views,
+    }

@@ -1,0 +1,252 @@
+"""What each context-bundle section can hold: candidates, best first, before packing.
+
+Each function returns items `{"type", "text", "refs", ...}` (tokens are counted later, in one
+batch, by `memcli.acb`). Every memory-backed section reads through the bundle's `Filters`, so
+channel sensitivities, the agent's category allowlist and the app scope apply in SQL.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from dataclasses import dataclass, field, replace
+from datetime import datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from memcli import acb_render as render
+from memcli.retrieval import search
+from memcli.retrieval.stages import Candidate, RankContext
+from memcli.retrieval.text import has_recall_cue
+from memcli.store import acb as sql
+from memcli.store import ledger as ledger_sql
+
+if TYPE_CHECKING:
+    from memcli.config import AcbSettings
+    from memcli.memory import Memory
+    from memcli.store.filters import Filters
+
+VIEW_NAMES = ("identity", "rules")
+VIEW_SUFFIXES = (".md", ".yaml", ".yml", ".txt")
+LEDGER_LIMIT = 200  # rows read per ledger section; the section cap decides what is shown
+
+
+# -- identity and rules: human-editable files ------------------------------------------------
+def view_path(name: str, context_dir: Path | None) -> Path | None:
+    """The user's copy of a view (identity.md, rules.yaml ...), if there is one."""
+    if context_dir is None:
+        return None
+    for suffix in VIEW_SUFFIXES:
+        path = context_dir / f"{name}{suffix}"
+        if path.is_file():
+            return path
+    return None
+
+
+@functools.cache
+def bundled_view(name: str) -> str:
+    from memcli.config import bundled_text
+
+    return bundled_text(f"context/{name}.md")
+
+
+def load_view(name: str, context_dir: Path | None) -> tuple[str, str]:
+    """(text, source): the user's file when present, else the bundled default."""
+    path = view_path(name, context_dir)
+    if path is not None:
+        return path.read_text(encoding="utf-8"), str(path)
+    return bundled_view(name), "bundled"
+
+
+def view_items(name: str, context_dir: Path | None) -> tuple[list[dict[str, Any]], str]:
+    text, source = load_view(name, context_dir)
+    text = text.strip()
+    items = [{"type": "view", "text": text, "refs": [f"view:{name}"]}] if text else []
+    return items, source
+
+
+# -- ledger ----------------------------------------------------------------------------------
+def task_items(memory: Memory, filters: Filters, user_id: str | None) -> list[dict[str, Any]]:
+    rows = ledger_sql.bundle_tasks(memory.db, filters, user_id, LEDGER_LIMIT)
+    return [
+        {
+            "type": "task",
+            "text": render.task_item_text(r),
+            "task_id": r["id"],
+            "status": r["status"],
+            "memory_id": r["memory_id"],
+            "refs": [f"task:{r['id']}", f"mem:{r['memory_id']}", *r["refs"]],
+        }
+        for r in rows
+    ]
+
+
+def decision_items(
+    memory: Memory, filters: Filters, user_id: str | None, relevance: dict[int, float]
+) -> list[dict[str, Any]]:
+    """Active decisions; with a query, the ones retrieval found come first, by score."""
+    rows = ledger_sql.bundle_decisions(memory.db, filters, user_id, LEDGER_LIMIT)
+    order = {mid: i for i, mid in enumerate(sorted(relevance, key=lambda m: (-relevance[m], m)))}
+    rows.sort(key=lambda r: order.get(r["memory_id"], len(order)))  # stable: newest first next
+    return [
+        {
+            "type": "decision",
+            "text": render.decision_item_text(r),
+            "decision_id": r["id"],
+            "memory_id": r["memory_id"],
+            "refs": [f"decision:{r['id']}", f"mem:{r['memory_id']}", *r["refs"]],
+        }
+        for r in rows
+    ]
+
+
+def handoff_items(
+    memory: Memory,
+    texts: list[str],
+    checkpoint: bool,
+    tenant_id: str,
+    user_id: str | None,
+    session_id: str | None,
+    sensitivities: tuple[str, ...],
+) -> list[dict[str, Any]]:
+    items = [
+        {"type": "text", "text": t.strip(), "refs": ["request:handoff"]} for t in texts if t.strip()
+    ]
+    if checkpoint and user_id and session_id:
+        row = ledger_sql.get_checkpoint(memory.db, tenant_id, user_id, session_id)
+        if row is not None and row["sensitivity"] in sensitivities:
+            data = json.dumps(json.loads(row["data"]), ensure_ascii=False, sort_keys=True)
+            items.append(
+                {
+                    "type": "checkpoint",
+                    "text": f"Checkpoint v{row['version']} ({row['updated_at'][:19]}):\n{data}",
+                    "refs": [f"checkpoint:{user_id}/{session_id}"],
+                }
+            )
+    return items
+
+
+# -- conversation ----------------------------------------------------------------------------
+def recent_items(memory: Memory, filters: Filters, limit: int) -> list[dict[str, Any]]:
+    """The session's newest turns, newest first (the packer keeps the newest; the renderer
+    shows them oldest first)."""
+    if filters.session_id is None or limit <= 0:
+        return []
+    rows = sql.recent_turns(memory.db, filters, limit)
+    return [_memory_item("turn", r, render.turn_text(r)) for r in rows]
+
+
+def app_items(memory: Memory, filters: Filters, limit: int) -> list[dict[str, Any]]:
+    rows = sql.app_memories(memory.db, filters, limit)
+    return [
+        {
+            "type": "app_memory",
+            "text": render.app_memory_text(i, r),
+            "memory_id": r["id"],
+            "refs": [f"mem:{r['id']}"],
+        }
+        for i, r in enumerate(rows, start=1)
+    ]
+
+
+def _memory_item(kind: str, row: dict[str, Any], text: str) -> dict[str, Any]:
+    refs = [f"mem:{row['id']}"]
+    if row.get("event_id"):
+        refs.append(f"event:{row['event_id']}")
+    item = {"type": kind, "text": text, "memory_id": row["id"], "refs": refs}
+    attributes = row.get("attributes")
+    if attributes:
+        artifact = json.loads(attributes).get("artifact_id")
+        if artifact:
+            item["artifact_id"] = artifact  # a truncated tool output: the full one is kept
+    return item
+
+
+# -- retrieval -------------------------------------------------------------------------------
+@dataclass
+class Retrieval:
+    ranked: list[Candidate] = field(default_factory=list)
+    legs: dict[str, int] = field(default_factory=dict)
+    path: str = "none"
+    fallbacks: int = 0
+    pool_size: int = 0
+
+
+def retrieve(
+    memory: Memory,
+    text: str,
+    filters: Filters,
+    settings: AcbSettings,
+    now: datetime,
+    recent: set[int] | frozenset[int] = frozenset(),
+    session_covered: bool = False,
+) -> Retrieval:
+    """The same legs and ranking stages as `query`, bounded (pool <= pool_max, scored <=
+    scored_max), on a clock taken from the data, then the relations boost.
+
+    Like `query`, a session search widens to its user on a recall cue or when thin; here
+    "thin" does not count the `recent` turns, which the recent window already shows. When the
+    recent window holds every turn of the session (`session_covered`) or the text has a recall
+    cue, the session pass could only be thrown away, so it is skipped (the user pass finds the
+    session's other memories too)."""
+    legs_on = [k for k, w in memory.retrieval.leg_weights.items() if w > 0]
+    per_leg = max(
+        1, min(memory.retrieval.candidates_per_leg, settings.pool_max // max(1, len(legs_on)))
+    )
+    retrieval = memory.retrieval.model_copy(update={"candidates_per_leg": per_leg})
+    path = "session" if filters.session_id else ("user" if filters.user_id else "all")
+    widen = bool(filters.session_id) and (session_covered or has_recall_cue(text))
+    legs: dict[str, list[tuple[int, float]]] = {}
+    ranked: list[Candidate] = []
+    if not widen:
+        legs = search.run_legs(
+            memory.db, memory.embedder, text, filters, retrieval, sparse=memory.sparse
+        )
+        ranked = search.rank(RankContext(memory.db, filters, text, retrieval, now=now), legs)
+        fresh = sum(1 for c in ranked if c.id not in recent)
+        widen = bool(filters.session_id) and fresh < memory.retrieval.min_session_hits
+    if widen:
+        wider = filters.widen_to_user()
+        if wider.user_id is None and filters.tenant_id and filters.session_id:
+            wider = replace(
+                wider, user_id=sql.session_user(memory.db, filters.tenant_id, filters.session_id)
+            )
+        legs = search.run_legs(
+            memory.db, memory.embedder, text, wider, retrieval, sparse=memory.sparse
+        )
+        ranked = search.rank(RankContext(memory.db, wider, text, retrieval, now=now), legs)
+        path = f"{path}>{'user' if wider.user_id else 'all'}"
+    pool = len(ranked)
+    ranked = ranked[: settings.pool_max][: settings.scored_max]
+    if settings.w_rel:
+        strongest = sql.max_related_strength(memory.db, [c.id for c in ranked])
+        for cand in ranked:
+            if cand.id in strongest:
+                cand.boosts["related"] = round(settings.w_rel * strongest[cand.id], 6)
+                cand.score += settings.w_rel * strongest[cand.id]
+        ranked.sort(key=lambda c: (-c.score, c.id))
+    return Retrieval(
+        ranked, {k: len(v) for k, v in sorted(legs.items())}, path, path.count(">"), pool
+    )
+
+
+def evidence_items(
+    memory: Memory, found: Retrieval, filters: Filters, settings: AcbSettings
+) -> list[dict[str, Any]]:
+    """Ranked memories with up to `related_bullets` related memories each (same filters)."""
+    ids = [c.id for c in found.ranked]
+    related = sql.related_bullets(
+        memory.db, ids, replace(filters, session_id=None, categories=()), settings.related_bullets
+    )
+    in_pool = set(ids)
+    items = []
+    for cand in found.ranked:
+        extra = [r for r in related.get(cand.id, []) if r["id"] not in in_pool]
+        item = _memory_item("memory", cand.row, render.evidence_text(cand.row, extra))
+        item["score"] = round(cand.score, 6)
+        item["boosts"] = dict(sorted(cand.boosts.items()))  # what each ranking stage added
+        if extra:
+            item["related"] = [{"id": r["id"], "strength": round(r["strength"], 4)} for r in extra]
+            item["refs"].extend(f"mem:{r['id']}" for r in extra)
+        items.append(item)
+    return items

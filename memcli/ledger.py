@@ -1,0 +1,357 @@
+"""Decisions, tasks and checkpoints: the ledger a context bundle reads from.
+
+A decision or a task is a row in its table plus a derived memory (kind `decision` / `task`,
+category `decisions` / `tasks`) written through `memcli.derive.write_memory`, so it is searchable,
+linked to its neighbours, audited in `history`, and moves the thread revision (delta header).
+Superseding a decision keeps the old one: its status becomes `superseded`, both rows point at each
+other, and the old memory is superseded by the new one with a `supersedes` edge. A task update
+writes a new version of the task's memory and supersedes the previous version the same way.
+Checkpoints are opaque JSON state blobs per (tenant, user, thread), overwritten on save.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, Any
+
+from memcli import derive
+from memcli.errors import NotFoundError, UsageError
+from memcli.store import ledger as sql
+
+if TYPE_CHECKING:
+    from memcli.memory import Memory
+
+DECISION_SCOPES = ("project", "user", "global")
+TASK_STATUSES = ("open", "doing", "done")
+SENSITIVITIES = ("none", "low", "high")  # secret is never stored
+DECISION_IMPORTANCE = 0.8  # decisions > tasks > messages (PRD 8.2, gamma term)
+TASK_IMPORTANCE = 0.7
+
+
+def _check_sensitivity(value: str) -> None:
+    if value == "secret":
+        raise UsageError("secret content is never stored", "leave the secret out")
+    if value not in SENSITIVITIES:
+        raise UsageError(f"unknown sensitivity {value!r}", "use none, low or high")
+
+
+def _clean(items: list[str] | tuple[str, ...] | None) -> list[str]:
+    return [s.strip() for s in (items or []) if s and s.strip()]
+
+
+def decision_text(row: dict[str, Any]) -> str:
+    """The memory text of a decision: what was decided, then why and with what trade-offs."""
+    lines = [f"Decision: {row['decision']}"]
+    for key, label in (
+        ("rationale", "Rationale"),
+        ("constraints", "Constraints"),
+        ("alternatives", "Alternatives"),
+        ("consequences", "Consequences"),
+    ):
+        if row.get(key):
+            lines.append(f"{label}: " + "; ".join(row[key]))
+    return "\n".join(lines)
+
+
+def add_decision(
+    memory: Memory,
+    decision: str,
+    *,
+    rationale: list[str] | None = None,
+    constraints: list[str] | None = None,
+    alternatives: list[str] | None = None,
+    consequences: list[str] | None = None,
+    refs: list[str] | None = None,
+    scope: str = "project",
+    tenant_id: str = "default",
+    user_id: str | None = None,
+    session_id: str | None = None,
+    agent_id: str | None = None,
+    app_id: str | None = None,
+    channel: str = "private",
+    sensitivity: str = "none",
+    importance: float = DECISION_IMPORTANCE,
+    supersedes: int | None = None,
+) -> dict[str, Any]:
+    """Record an active decision; returns its row (with `memory_id`)."""
+    if not decision.strip():
+        raise UsageError("empty decision", "say what was decided")
+    if scope not in DECISION_SCOPES:
+        raise UsageError(f"unknown decision scope {scope!r}", "use project, user or global")
+    _check_sensitivity(sensitivity)
+    evidence = _clean(refs)
+    row = {
+        "decision": decision.strip(),
+        "rationale": _clean(rationale),
+        "constraints": _clean(constraints),
+        "alternatives": _clean(alternatives),
+        "consequences": _clean(consequences),
+        "refs": evidence,
+        "scope": scope,
+        "tenant_id": tenant_id,
+        "user_id": user_id,
+        "session_id": session_id,
+        "agent_id": agent_id,
+        "app_id": app_id,
+        "supersedes": supersedes,
+    }
+    with memory.db.transaction():
+        decision_id = sql.insert_decision(memory.db, row)
+        memory_id = derive.write_memory(
+            memory,
+            content=decision_text(row),
+            kind="decision",
+            source_ids=evidence,
+            tenant_id=tenant_id,
+            user_id=user_id,
+            agent_id=agent_id,
+            session_id=session_id,
+            app_id=app_id,
+            category="decisions",
+            channel=channel,
+            sensitivity=sensitivity,
+            importance=importance,
+            attributes={"decision_id": decision_id, "scope": scope},
+            actor=agent_id or "memcli",
+        )
+        sql.set_decision_memory(memory.db, decision_id, memory_id)
+    return get_decision(memory, decision_id)
+
+
+def supersede_decision(
+    memory: Memory, old_id: int, decision: str, *, reason: str = "", **fields: Any
+) -> dict[str, Any]:
+    """A new decision replaces `old_id`; the old one stays, marked superseded and linked."""
+    old = get_decision(memory, old_id)
+    if old["status"] != "active":
+        raise UsageError(
+            f"decision {old_id} is already superseded by {old['superseded_by']}",
+            f"supersede decision {old['superseded_by']} instead",
+        )
+    old_mem = memory.db.query(
+        "SELECT channel, sensitivity FROM memories WHERE id = ?", (old["memory_id"],)
+    )
+    inherited = {
+        k: old[k] for k in ("tenant_id", "user_id", "session_id", "agent_id", "app_id", "scope")
+    }
+    if old_mem:
+        inherited.update(old_mem[0])
+    args = {**inherited, **{k: v for k, v in fields.items() if v is not None}}
+    with memory.db.transaction():
+        new = add_decision(memory, decision, supersedes=old_id, **args)
+        sql.mark_decision_superseded(memory.db, old_id, new["id"])
+        if old["memory_id"] is not None:
+            derive.supersede(
+                memory,
+                old["memory_id"],
+                new["memory_id"],
+                actor=args.get("agent_id") or "memcli",
+                reason=reason or f"decision {new['id']} supersedes {old_id}",
+            )
+    return get_decision(memory, new["id"])
+
+
+def get_decision(memory: Memory, decision_id: int) -> dict[str, Any]:
+    row = sql.get_decision(memory.db, decision_id)
+    if row is None:
+        raise NotFoundError(f"no decision with id {decision_id}")
+    return row
+
+
+def list_decisions(
+    memory: Memory,
+    *,
+    status: str | None = "active",
+    tenant_id: str | None = None,
+    user_id: str | None = None,
+    app_id: str | None = None,
+    limit: int = 100,
+) -> list[dict[str, Any]]:
+    if status not in (None, "active", "superseded"):
+        raise UsageError(f"unknown decision status {status!r}", "use active, superseded or all")
+    return sql.list_decisions(
+        memory.db, status=status, tenant_id=tenant_id, user_id=user_id, app_id=app_id, limit=limit
+    )
+
+
+# -- tasks -----------------------------------------------------------------------------------
+def task_text(row: dict[str, Any]) -> str:
+    text = f"Task [{row['status']}]: {row['title']}"
+    return f"{text}\n{row['details']}" if row.get("details") else text
+
+
+def _check_status(status: str) -> None:
+    if status not in TASK_STATUSES:
+        raise UsageError(f"unknown task status {status!r}", "use open, doing or done")
+
+
+def add_task(
+    memory: Memory,
+    title: str,
+    *,
+    details: str = "",
+    status: str = "open",
+    refs: list[str] | None = None,
+    tenant_id: str = "default",
+    user_id: str | None = None,
+    session_id: str | None = None,
+    agent_id: str | None = None,
+    app_id: str | None = None,
+    channel: str = "private",
+    sensitivity: str = "none",
+) -> dict[str, Any]:
+    if not title.strip():
+        raise UsageError("empty task title")
+    _check_status(status)
+    _check_sensitivity(sensitivity)
+    row = {
+        "title": title.strip(),
+        "details": details.strip(),
+        "status": status,
+        "refs": _clean(refs),
+        "tenant_id": tenant_id,
+        "user_id": user_id,
+        "session_id": session_id,
+        "agent_id": agent_id,
+        "app_id": app_id,
+    }
+    with memory.db.transaction():
+        task_id = sql.insert_task(memory.db, row)
+        memory_id = _write_task_memory(memory, {**row, "id": task_id}, channel, sensitivity)
+        sql.update_task(memory.db, task_id, {"memory_id": memory_id})
+    return get_task(memory, task_id)
+
+
+def _write_task_memory(memory: Memory, row: dict[str, Any], channel: str, sensitivity: str) -> int:
+    return derive.write_memory(
+        memory,
+        content=task_text(row),
+        kind="task",
+        source_ids=list(row.get("refs") or []),
+        tenant_id=row["tenant_id"],
+        user_id=row["user_id"],
+        agent_id=row["agent_id"],
+        session_id=row["session_id"],
+        app_id=row["app_id"],
+        category="tasks",
+        channel=channel,
+        sensitivity=sensitivity,
+        importance=TASK_IMPORTANCE,
+        attributes={"task_id": row["id"], "status": row["status"]},
+        actor=row["agent_id"] or "memcli",
+    )
+
+
+def update_task(
+    memory: Memory,
+    task_id: int,
+    *,
+    status: str | None = None,
+    title: str | None = None,
+    details: str | None = None,
+    refs: list[str] | None = None,
+) -> dict[str, Any]:
+    """Change a task; its memory gets a new version that supersedes the previous one."""
+    task = get_task(memory, task_id)
+    changes: dict[str, Any] = {}
+    if status is not None:
+        _check_status(status)
+        changes["status"] = status
+    if title is not None:
+        if not title.strip():
+            raise UsageError("empty task title")
+        changes["title"] = title.strip()
+    if details is not None:
+        changes["details"] = details.strip()
+    if refs is not None:
+        changes["refs"] = sorted(set(task["refs"]) | set(_clean(refs)))
+    changes = {k: v for k, v in changes.items() if task.get(k) != v}
+    if not changes:
+        raise UsageError(
+            f"task {task_id} already looks like that", "give --status, --title, --details or --ref"
+        )
+    old_mem = memory.db.query(
+        "SELECT channel, sensitivity FROM memories WHERE id = ?", (task["memory_id"],)
+    )
+    channel, sensitivity = (
+        (old_mem[0]["channel"], old_mem[0]["sensitivity"]) if old_mem else ("private", "none")
+    )
+    with memory.db.transaction():
+        merged = {**task, **changes}
+        new_memory = _write_task_memory(memory, merged, channel, sensitivity)
+        sql.update_task(memory.db, task_id, {**changes, "memory_id": new_memory})
+        if task["memory_id"] is not None:
+            derive.supersede(
+                memory,
+                task["memory_id"],
+                new_memory,
+                reason=f"task {task_id}: " + ", ".join(sorted(changes)),
+            )
+    return get_task(memory, task_id)
+
+
+def get_task(memory: Memory, task_id: int) -> dict[str, Any]:
+    row = sql.get_task(memory.db, task_id)
+    if row is None:
+        raise NotFoundError(f"no task with id {task_id}")
+    return row
+
+
+def list_tasks(
+    memory: Memory,
+    *,
+    statuses: tuple[str, ...] = (),
+    tenant_id: str | None = None,
+    user_id: str | None = None,
+    app_id: str | None = None,
+    limit: int = 100,
+) -> list[dict[str, Any]]:
+    for status in statuses:
+        _check_status(status)
+    return sql.list_tasks(
+        memory.db,
+        statuses=tuple(statuses),
+        tenant_id=tenant_id,
+        user_id=user_id,
+        app_id=app_id,
+        limit=limit,
+    )
+
+
+# -- checkpoints -----------------------------------------------------------------------------
+def save_checkpoint(
+    memory: Memory,
+    data: Any,
+    *,
+    user_id: str,
+    thread_id: str,
+    tenant_id: str = "default",
+    sensitivity: str = "none",
+) -> dict[str, Any]:
+    """Store an agent's state for (user, thread), replacing the previous one."""
+    if not user_id or not thread_id:
+        raise UsageError("a checkpoint needs a user and a thread", "give --user and --thread")
+    _check_sensitivity(sensitivity)
+    try:
+        blob = json.dumps(data, ensure_ascii=False, sort_keys=True)
+    except (TypeError, ValueError) as exc:
+        raise UsageError(f"checkpoint data is not JSON: {exc}") from exc
+    with memory.db.transaction():
+        row = sql.save_checkpoint(memory.db, tenant_id, user_id, thread_id, blob, sensitivity)
+    return _decode_checkpoint(row)
+
+
+def load_checkpoint(
+    memory: Memory, *, user_id: str, thread_id: str, tenant_id: str = "default"
+) -> dict[str, Any]:
+    row = sql.get_checkpoint(memory.db, tenant_id, user_id, thread_id)
+    if row is None:
+        raise NotFoundError(
+            f"no checkpoint for user {user_id!r} thread {thread_id!r}",
+            "save one with memcli checkpoint save",
+        )
+    return _decode_checkpoint(row)
+
+
+def _decode_checkpoint(row: dict[str, Any]) -> dict[str, Any]:
+    return {**row, "data": json.loads(row["data"])}

@@ -1,0 +1,388 @@
+"""`memcli consolidate`: turn finished sessions into durable, deduplicated, current memories.
+
+For each pending session (see `store.lifecycle.pending_sessions`), a plan is computed first,
+with no write: the model extracts facts, preferences, decisions, todos, entities and a summary;
+new facts are deduplicated (`dedup.py`); uncertain pairs get a batched same-fact / contradiction
+check. The plan is then applied in ONE transaction per session (facts, merges, supersessions,
+consent proposals, the structured summary, and the session's consolidation mark), so a session
+is either fully consolidated or untouched. A malformed reply, an unreachable model or a used-up
+budget leaves the session pending for the next run; a session whose replies keep failing
+(`max_llm_failures`) is summarised extractively instead, and says so.
+
+Without a model: an extractive summary per session (selected turns, labelled `"method":
+"extractive"`), model-free near-duplicate merging, linking. A later run with a model picks
+those sessions up again and replaces the extractive summary. Then the app memory limit
+(`compaction.py`).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+from memcli.errors import NotFoundError
+from memcli.lifecycle import dedup
+from memcli.lifecycle.compaction import compact_apps
+from memcli.lifecycle.consolidate_apply import apply_plan, dedup_store
+from memcli.lifecycle.dedup import NewFact, PairStats
+from memcli.lifecycle.extract import (
+    KINDS,
+    Extraction,
+    chunk_episodes,
+    cited,
+    extractive_summary,
+    system_prompt,
+    user_prompt,
+)
+from memcli.lifecycle.proposals import SENSITIVE_FIELDS
+from memcli.lifecycle.textrules import jaccard, normalise, tokens
+from memcli.models import format_ts
+from memcli.providers.llm import LLMBadReply, LLMBudgetExceeded, LLMError
+from memcli.store import lifecycle as lsql
+
+if TYPE_CHECKING:
+    from memcli.config import LifecycleSettings
+    from memcli.lifecycle.llm_usage import Model
+    from memcli.lifecycle.runlock import RunLock
+    from memcli.memory import Memory
+
+_SENSITIVITY = {"none": 0, "low": 1, "high": 2, "secret": 3}
+
+
+@dataclass
+class SessionPlan:
+    tenant_id: str
+    session_id: str
+    user_id: str | None
+    method: str  # llm | extractive
+    episodes: list[dict[str, Any]]
+    summary_text: str = ""
+    structured: dict[str, Any] = field(default_factory=dict)
+    summary_sources: list[int] = field(default_factory=list)
+    facts: list[NewFact] = field(default_factory=list)
+    proposals: list[dict[str, Any]] = field(default_factory=list)
+    replaces_summaries: list[int] = field(default_factory=list)
+    duplicates_in_batch: int = 0
+    pairs: PairStats = field(default_factory=PairStats)
+    note: str = ""
+
+    @property
+    def last_seq(self) -> int:
+        return max(int(e["event_seq"]) for e in self.episodes)
+
+    @property
+    def app_id(self) -> str | None:
+        apps = Counter(e["app_id"] for e in self.episodes if e["app_id"])
+        return apps.most_common(1)[0][0] if apps else None
+
+    def scope(self, sources: list[int]) -> dict[str, Any]:
+        """Where a derived memory lives: the session's scope, its sources' channel/sensitivity."""
+        eps = [e for e in self.episodes if e["id"] in set(sources)] or self.episodes
+        channel = Counter(e["channel"] for e in eps).most_common(1)[0][0]
+        sensitivity = max((e["sensitivity"] for e in eps), key=lambda s: _SENSITIVITY.get(s, 0))
+        return {
+            "tenant_id": self.tenant_id,
+            "user_id": self.user_id,
+            "session_id": self.session_id,
+            "app_id": self.app_id,
+            "channel": channel,
+            "sensitivity": sensitivity,
+        }
+
+    def as_json(self) -> dict[str, Any]:
+        facts = self.facts
+        return {
+            "tenant_id": self.tenant_id,
+            "session_id": self.session_id,
+            "user_id": self.user_id,
+            "method": self.method,
+            "episodes": len(self.episodes),
+            "add": [_fact_json(f) for f in facts if f.action == "add"],
+            "merge": [{**_fact_json(f), "into": f.target} for f in facts if f.action == "merge"],
+            "supersede": [
+                {**_fact_json(f), "old_ids": f.supersedes} for f in facts if f.action == "supersede"
+            ],
+            "proposals": [
+                *self.proposals,
+                *(
+                    {
+                        "field": f.profile_field,
+                        "value": f.text,
+                        "text": f.text,
+                        "replaces": f.supersedes,
+                    }
+                    for f in facts
+                    if f.action == "propose"
+                ),
+            ],
+            "summary": {
+                "text": self.summary_text,
+                "structured": self.structured,
+                "replaces": self.replaces_summaries,
+            },
+            "duplicates_in_batch": self.duplicates_in_batch,
+            "pairs": vars(self.pairs),
+            **({"note": self.note} if self.note else {}),
+        }
+
+
+def _fact_json(f: NewFact) -> dict[str, Any]:
+    return {
+        "kind": f.kind,
+        "category": f.category,
+        "text": f.text,
+        "importance": round(f.importance, 3),
+        "source_ids": f.sources,
+        **({"reason": f.reason} if f.reason else {}),
+    }
+
+
+# -- planning
+
+
+def plan_llm(
+    memory: Memory,
+    model: Model,
+    cfg: LifecycleSettings,
+    row: dict[str, Any],
+    episodes: list[dict[str, Any]],
+    pairs_left: int,
+    *,
+    cache: bool,
+) -> SessionPlan:
+    """Extract, deduplicate and check; no write except pair-verdict caching (when `cache`)."""
+    tenant, user, sid = row["tenant_id"], row["user_id"], row["session_id"]
+    plan = SessionPlan(tenant, sid, user, "llm", episodes)
+    names = list(memory.categories.names) or ["knowledge"]
+    chunks = chunk_episodes(episodes, cfg.episodes_per_prompt)
+    summaries: list[str] = []
+    lists: dict[str, list[str]] = {name: [] for name in KINDS}
+    entities: dict[str, None] = {}
+    raw: list[NewFact] = []
+    profile: list[dict[str, Any]] = []
+    for n, chunk in enumerate(chunks, start=1):
+        ext = model.ask(
+            "extract",
+            system_prompt(names),
+            user_prompt(sid, chunk, (n, len(chunks))),
+            Extraction,
+            tenant_id=tenant,
+        )
+        summaries.append(ext.summary)
+        for ent in ext.entities:
+            entities.setdefault(" ".join(ent.split()), None)
+        for list_name, (kind, default_category) in KINDS.items():
+            for item in getattr(ext, list_name):
+                category = (
+                    item.category
+                    if (list_name == "facts" and item.category in names)
+                    else default_category
+                )
+                raw.append(
+                    NewFact(kind, category, item.text, item.importance, cited(item.turns, chunk))
+                )
+                lists[list_name].append(item.text)
+        for change in ext.profile:
+            profile.append(
+                {
+                    "field": change.field,
+                    "value": change.value,
+                    "text": change.text,
+                    "source_ids": cited(change.turns, chunk),
+                }
+            )
+    plan.summary_text = " ".join(summaries)
+    plan.summary_sources = [e["id"] for e in episodes]
+    plan.structured = {
+        "method": "llm",
+        "model": model.name,
+        "summary": plan.summary_text,
+        **lists,
+        "entities": [e for e in entities if e][:50],
+        "profile": [{"field": p["field"], "value": p["value"]} for p in profile],
+    }
+    plan.proposals = _unique_profile(profile)
+    # A profile change goes through consent only: drop its echo among the plain facts.
+    consent = [tokens(p["text"]) for p in plan.proposals]
+    raw = [f for f in raw if not any(jaccard(f.tokens, c) >= cfg.jaccard_merge for c in consent)]
+    facts, plan.duplicates_in_batch = dedup.dedup_batch(
+        raw[: cfg.max_facts_per_session], cfg.jaccard_merge
+    )
+    plan.facts = facts
+    _embed(memory, facts)
+    stored = dedup.load_store(memory.db, tenant, user, memory.embedder is not None)
+    for fact in facts:
+        dedup.classify(fact, stored, cfg)
+    uncertain = [f for f in facts if f.action == "add" and f.checks]
+    if uncertain:
+        plan.pairs = dedup.check_pairs(
+            model, memory.db, uncertain, cfg, tenant_id=tenant, budget_left=pairs_left, cache=cache
+        )
+    by_id = {s.id: s for s in stored}
+    for fact in facts:
+        if fact.action != "supersede":
+            continue
+        guarded = [
+            i
+            for i in fact.supersedes
+            if by_id[i].attributes.get("profile_field") in SENSITIVE_FIELDS
+        ]
+        if guarded:  # changing a sensitive profile field needs consent, not a supersession
+            fact.action, fact.supersedes = "propose", guarded
+            fact.profile_field = by_id[guarded[0]].attributes["profile_field"]
+    return plan
+
+
+def _unique_profile(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    seen: dict[tuple[str, str], dict[str, Any]] = {}
+    for item in items:
+        seen.setdefault((item["field"], normalise(item["value"])), item)
+    return list(seen.values())
+
+
+def _embed(memory: Memory, facts: list[NewFact]) -> None:
+    if memory.embedder is None or not facts:
+        return
+    matrix = memory.embedder.embed_documents([f.text for f in facts]).astype("float32")
+    for fact, vector in zip(facts, matrix, strict=True):
+        fact.vector = vector
+
+
+def plan_extractive(
+    row: dict[str, Any], episodes: list[dict[str, Any]], note: str = ""
+) -> SessionPlan:
+    plan = SessionPlan(
+        row["tenant_id"], row["session_id"], row["user_id"], "extractive", episodes, note=note
+    )
+    plan.summary_text, plan.structured, plan.summary_sources = extractive_summary(
+        row["session_id"], episodes
+    )
+    if note:
+        plan.structured["note"] = note
+    return plan
+
+
+# -- the run
+
+
+def consolidate(
+    memory: Memory,
+    model: Model | None,
+    cfg: LifecycleSettings,
+    *,
+    tenant_id: str | None = None,
+    user_id: str | None = None,
+    session_id: str | None = None,
+    idle_hours: float | None = None,
+    dry_run: bool = False,
+    lock: RunLock | None = None,
+) -> dict[str, Any]:
+    """Consolidate every pending session in scope; returns the report (or the plan, dry-run)."""
+    db = memory.db
+    idle_before = None
+    if idle_hours is not None:
+        idle_before = format_ts(datetime.now(UTC) - timedelta(hours=idle_hours))
+    rows = lsql.pending_sessions(
+        db,
+        tenant_id=tenant_id,
+        user_id=user_id,
+        session_id=session_id,
+        idle_before=idle_before,
+        upgrade_extractive=model is not None,
+    )
+    if session_id is not None and not rows and not lsql.session_exists(db, session_id, tenant_id):
+        raise NotFoundError(f"no session {session_id!r}", "check the id with `memcli history`")
+    report: dict[str, Any] = {
+        "dry_run": dry_run,
+        "method": "llm" if model else "extractive",
+        "model": model.name if model else None,
+        "sessions": [],
+        "up_to_date": [],
+        "compaction": [],
+        "dedup": [],
+        "errors": [],
+        "stopped": None,
+    }
+    if session_id is not None and not rows:
+        report["up_to_date"].append(session_id)
+    pairs_used: Counter[tuple[str, str | None]] = Counter()
+    apps: set[str] = set()
+    users: set[tuple[str, str | None]] = set()
+    for row in rows:
+        if lock is not None:
+            lock.refresh()
+        upgrade = model is not None and row["method"] == "extractive"
+        episodes = lsql.session_episodes(
+            db, row["tenant_id"], row["session_id"], 0 if upgrade else int(row["last_seq"])
+        )
+        if not episodes:
+            report["up_to_date"].append(row["session_id"])
+            continue
+        scope = (row["tenant_id"], row["user_id"])
+        try:
+            if model is None:
+                plan = plan_extractive(row, episodes)
+            else:
+                plan = plan_llm(
+                    memory,
+                    model,
+                    cfg,
+                    row,
+                    episodes,
+                    max(cfg.max_pair_checks_per_user - pairs_used[scope], 0),
+                    cache=not dry_run,
+                )
+                pairs_used[scope] += plan.pairs.asked
+        except LLMBudgetExceeded as exc:
+            report["stopped"] = str(exc)
+            break
+        except LLMBadReply as exc:
+            error = {
+                "session_id": row["session_id"],
+                "task": exc.task,
+                "reason": exc.reason,
+                "raw": exc.raw[:200],
+            }
+            report["errors"].append(error)
+            if dry_run:
+                continue
+            with db.transaction():
+                failures = lsql.record_failure(
+                    db, row["tenant_id"], row["session_id"], f"{exc.task}: {exc.reason}"
+                )
+            error["failures"] = failures
+            if failures < cfg.max_llm_failures:
+                continue  # stays pending; nothing of it was written
+            plan = plan_extractive(
+                row,
+                episodes,
+                note=f"the model failed {failures} times "
+                f"(last: {exc.reason}); summarised extractively",
+            )
+        except LLMError as exc:  # unreachable, bad key, unknown model: no use going on
+            report["errors"].append({"session_id": row["session_id"], "reason": str(exc)})
+            report["stopped"] = str(exc)
+            break
+        if upgrade:
+            plan.replaces_summaries = lsql.session_summaries(
+                db, row["tenant_id"], row["session_id"]
+            )
+        users.add(scope)
+        if plan.app_id:
+            apps.add(plan.app_id)
+        if dry_run:
+            report["sessions"].append(plan.as_json())
+        else:
+            report["sessions"].append(apply_plan(memory, plan))
+    if user_id is not None:
+        users.add((tenant_id or "default", user_id))
+    report["dedup"] = dedup_store(memory, cfg, users, dry_run=dry_run)
+    if apps:
+        if lock is not None:
+            lock.refresh()
+        report["compaction"] = compact_apps(memory, model, cfg, sorted(apps), dry_run=dry_run)
+    if model is not None:
+        report["usage"] = model.spend.as_dict()
+    return report

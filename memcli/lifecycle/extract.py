@@ -1,0 +1,176 @@
+"""What consolidation reads from a session: with a model, structured JSON; without, chosen turns.
+
+The model gets the session's turns numbered [1]..[n] and answers with one JSON object:
+`summary`, `facts`, `preferences`, `decisions`, `todos`, `entities` and `profile` (changes to
+sensitive profile fields, which only ever become consent proposals). Every text must pass the
+writing policy (`textrules.check_memory_text`); a reply that does not is refused whole.
+
+Without a model, `extractive_summary` picks the most informative turns verbatim and labels the
+result `"method": "extractive"`: nothing here pretends a model ran.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Any, Literal
+
+from pydantic import AfterValidator, BaseModel, Field
+
+from memcli.entities import extract_entities
+from memcli.lifecycle.textrules import check_memory_text, clip
+
+TURN_CHARS = 1500  # a turn longer than this is clipped in the prompt (tool output, pastes)
+PROMPT_CHARS = 14000  # turns per prompt stop here even before episodes_per_prompt
+
+FactText = Annotated[str, AfterValidator(check_memory_text)]
+SummaryText = Annotated[
+    str, AfterValidator(lambda v: check_memory_text(v, max_chars=800, max_sentences=5))
+]
+
+
+class Item(BaseModel):
+    text: FactText
+    importance: float = Field(default=0.5, ge=0, le=1)
+    turns: list[int] = Field(default_factory=list, max_length=50)
+    category: str | None = None
+
+
+class ProfileChange(BaseModel):
+    field: Literal["preferred_name", "pronouns", "city", "language"]
+    value: str = Field(min_length=1, max_length=100)
+    text: FactText
+    turns: list[int] = Field(default_factory=list, max_length=50)
+
+
+class Extraction(BaseModel):
+    summary: SummaryText
+    facts: list[Item] = Field(default_factory=list, max_length=40)
+    preferences: list[Item] = Field(default_factory=list, max_length=20)
+    decisions: list[Item] = Field(default_factory=list, max_length=20)
+    todos: list[Item] = Field(default_factory=list, max_length=20)
+    entities: list[Annotated[str, Field(max_length=100)]] = Field(
+        default_factory=list, max_length=50
+    )
+    profile: list[ProfileChange] = Field(default_factory=list, max_length=8)
+
+
+# list name -> (memory kind, default category)
+KINDS = {
+    "facts": ("fact", "knowledge"),
+    "preferences": ("fact", "preferences"),
+    "decisions": ("decision", "decisions"),
+    "todos": ("task", "tasks"),
+}
+
+SYSTEM = (
+    "You turn a conversation into long-term memory for an assistant. Extract what is worth "
+    "remembering in later conversations:\n"
+    "- facts: about the people (life, work, family, health, plans, events, possessions), "
+    "with dates when the conversation gives them;\n"
+    "- preferences: likes, dislikes, habits, wishes;\n"
+    "- decisions: what someone decided;\n"
+    "- todos: what someone committed to do;\n"
+    "- entities: names of people, places, organisations, projects, things mentioned;\n"
+    "- profile: only when a person states their own preferred name, pronouns, city or language "
+    "(or a change of them): field, value, and a fact text.\n"
+    "Every text: complete and self-contained, third person naming the person (never I, me, my, "
+    "you, your, we, our), neutral, 1-2 sentences, at most 280 characters. Do not invent "
+    "anything; skip small talk. `turns` lists the [n] numbers each item comes from. "
+    "`importance` is 0-1 (1: core identity or commitments). `category` (facts only) is one "
+    "of: {categories}. `summary`: 1-5 sentences, past tense, third person, on what was "
+    "discussed, decided or done."
+)
+
+
+def system_prompt(categories: list[str]) -> str:
+    return SYSTEM.format(categories=", ".join(categories))
+
+
+def speaker(ep: dict[str, Any]) -> str:
+    return ep.get("actor_id") or ep.get("actor_type") or "someone"
+
+
+def chunk_episodes(episodes: list[dict[str, Any]], per_prompt: int) -> list[list[dict]]:
+    """Consecutive windows of turns small enough for one prompt each."""
+    chunks: list[list[dict]] = []
+    current: list[dict] = []
+    size = 0
+    for ep in episodes:
+        length = min(len(ep["content"]), TURN_CHARS) + 40
+        if current and (len(current) >= per_prompt or size + length > PROMPT_CHARS):
+            chunks.append(current)
+            current, size = [], 0
+        current.append(ep)
+        size += length
+    if current:
+        chunks.append(current)
+    return chunks
+
+
+def user_prompt(session_id: str, chunk: list[dict[str, Any]], part: tuple[int, int]) -> str:
+    first = chunk[0]["event_time"][:10]
+    people = sorted({speaker(e) for e in chunk})
+    head = f"Session {session_id}, {first}; participants: {', '.join(people)}"
+    if part[1] > 1:
+        head += f" (part {part[0]} of {part[1]})"
+    lines = [head, ""]
+    for n, ep in enumerate(chunk, start=1):
+        when = ep["event_time"][:16].replace("T", " ")
+        lines.append(f"[{n}] {speaker(ep)} ({when}): {clip(ep['content'], TURN_CHARS)}")
+    return "\n".join(lines)
+
+
+def cited(turns: list[int], chunk: list[dict[str, Any]]) -> list[int]:
+    """Episode ids for the [n] turn numbers an item cites (the whole chunk when none are valid)."""
+    ids = [chunk[n - 1]["id"] for n in turns if 1 <= n <= len(chunk)]
+    return list(dict.fromkeys(ids)) or [ep["id"] for ep in chunk]
+
+
+_TIME = re.compile(
+    r"\b\d{1,4}\b|\b(?:today|tomorrow|yesterday|monday|tuesday|wednesday|thursday|"
+    r"friday|saturday|sunday|january|february|march|april|may|june|july|august|"
+    r"september|october|november|december)\b",
+    re.IGNORECASE,
+)
+
+
+def extractive_summary(
+    session_id: str, episodes: list[dict[str, Any]], *, max_turns: int = 5, max_chars: int = 1000
+) -> tuple[str, dict[str, Any], list[int]]:
+    """(text, structured, episode ids) from selected turns, chosen without any model.
+
+    A turn scores for the entities it names, for times and numbers, and for length (longer turns
+    carry more content than "ok, thanks"); the best few are kept in conversation order.
+    """
+    scored = []
+    names: dict[str, None] = {}
+    for i, ep in enumerate(episodes):
+        ents = extract_entities(ep["content"])
+        for ent in ents:
+            names.setdefault(ent.value, None)
+        score = (
+            len(ents) + 0.5 * len(_TIME.findall(ep["content"])) + min(len(ep["content"]), 300) / 150
+        )
+        scored.append((score, i))
+    keep = sorted(i for _, i in sorted(scored, key=lambda t: (-t[0], t[1]))[:max_turns])
+    date = episodes[0]["event_time"][:10] if episodes else ""
+    lines = [f"Session {session_id} ({date}), selected turns:"]
+    used = len(lines[0])
+    chosen: list[int] = []
+    for i in keep:
+        ep = episodes[i]
+        line = f"- {speaker(ep)}: {clip(ep['content'], 200)}"
+        if used + len(line) > max_chars and chosen:
+            break
+        lines.append(line)
+        used += len(line) + 1
+        chosen.append(ep["id"])
+    structured = {
+        "method": "extractive",
+        "facts": [],
+        "preferences": [],
+        "decisions": [],
+        "todos": [],
+        "entities": list(names)[:50],
+    }
+    return "\n".join(lines), structured, chosen

@@ -1,0 +1,191 @@
+"""Consent for sensitive profile fields: changes are proposed, never applied silently.
+
+A change to a person's preferred name, pronouns, city or language (from consolidation, or from
+`memcli remember --field`) becomes a pending proposal. `memcli proposals accept ID` writes the
+profile fact (superseding the old value, which stays in history); `reject` records the refusal;
+a proposal nobody answers expires after 7 days. The audit trail holds every decision.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+from memcli.derive import supersede, write_memory
+from memcli.errors import NotFoundError, UsageError
+from memcli.lifecycle.textrules import normalise
+from memcli.models import format_ts, utcnow
+from memcli.store import lifecycle as lsql
+from memcli.store import memories as mem
+from memcli.store import proposals as sql
+
+if TYPE_CHECKING:
+    from memcli.memory import Memory
+    from memcli.store.connection import Database
+
+SENSITIVE_FIELDS = ("preferred_name", "pronouns", "city", "language")
+STATUSES = ("pending", "accepted", "rejected", "expired")
+
+
+def propose(
+    db: Database,
+    *,
+    tenant_id: str,
+    user_id: str | None,
+    field: str,
+    value: str,
+    text: str,
+    source_ids: list[Any] | None = None,
+    session_id: str | None = None,
+    origin: str = "consolidate",
+    days: int = 7,
+    now: str | None = None,
+) -> dict[str, Any]:
+    """Queue a change (call inside the caller's transaction). Returns what happened to it.
+
+    No proposal when the field already holds this value, or an identical one is pending.
+    """
+    if field not in SENSITIVE_FIELDS:
+        raise UsageError(
+            f"{field!r} is not a sensitive profile field",
+            f"use one of {', '.join(SENSITIVE_FIELDS)}",
+        )
+    value = " ".join(value.split())
+    if not value:
+        raise UsageError("a proposal needs a value")
+    now = now or utcnow()
+    current = lsql.profile_fact(db, tenant_id, user_id, field)
+    if current is not None and normalise(str(current["attributes"].get("value", ""))) == normalise(
+        value
+    ):
+        return {"status": "unchanged", "memory_id": current["id"], "field": field}
+    same = sql.pending_same(db, tenant_id, user_id, field, value)
+    if same is not None:
+        return {"status": "already_pending", "proposal_id": same, "field": field}
+    expires = format_ts(datetime.fromisoformat(now.replace("Z", "+00:00")) + timedelta(days=days))
+    proposal_id = sql.insert_proposal(
+        db,
+        {
+            "tenant_id": tenant_id,
+            "user_id": user_id,
+            "field": field,
+            "value": value,
+            "text": text,
+            "old_memory_id": current["id"] if current else None,
+            "old_text": current["content"] if current else None,
+            "session_id": session_id,
+            "source_ids": source_ids or [],
+            "origin": origin,
+            "created_at": now,
+            "expires_at": expires,
+        },
+    )
+    return {
+        "status": "pending",
+        "proposal_id": proposal_id,
+        "field": field,
+        "value": value,
+        "expires_at": expires,
+    }
+
+
+def list_proposals(
+    db: Database,
+    *,
+    status: str | None = "pending",
+    tenant_id: str | None = None,
+    user_id: str | None = None,
+    limit: int = 100,
+) -> list[dict[str, Any]]:
+    if status is not None and status not in STATUSES:
+        raise UsageError(f"unknown status {status!r}", f"use {', '.join(STATUSES)} or all")
+    with db.transaction():
+        sql.expire(db, utcnow())
+    return sql.list_proposals(db, status=status, tenant_id=tenant_id, user_id=user_id, limit=limit)
+
+
+def _pending(db: Database, proposal_id: int) -> dict[str, Any]:
+    sql.expire(db, utcnow())
+    row = sql.get_proposal(db, proposal_id)
+    if row is None:
+        raise NotFoundError(f"no proposal with id {proposal_id}")
+    if row["status"] != "pending":
+        raise UsageError(
+            f"proposal {proposal_id} is {row['status']}, not pending",
+            "only pending proposals can be accepted or rejected",
+        )
+    return row
+
+
+def accept(memory: Memory, proposal_id: int, *, by: str = "cli") -> dict[str, Any]:
+    """Apply a proposal: write the profile fact and supersede the field's old value."""
+    db = memory.db
+    with db.transaction():
+        row = _pending(db, proposal_id)
+        current = lsql.profile_fact(db, row["tenant_id"], row["user_id"], row["field"])
+        new_id = write_memory(
+            memory,
+            content=row["text"],
+            kind="fact",
+            category="profile",
+            source_ids=row["source_ids"],
+            tenant_id=row["tenant_id"],
+            user_id=row["user_id"],
+            session_id=row["session_id"],
+            importance=0.8,
+            decay_rate=0.0,
+            attributes={
+                "profile_field": row["field"],
+                "value": row["value"],
+                "proposal_id": proposal_id,
+                "consent": by,
+            },
+            actor=by,
+        )
+        if current is not None:
+            supersede(
+                memory,
+                current["id"],
+                new_id,
+                actor=by,
+                reason=f"consent: proposal {proposal_id} accepted",
+            )
+        mem.add_history(
+            db,
+            new_id,
+            "UPDATE",
+            new_ref=str(new_id),
+            actor=by,
+            scope=row,
+            meta={"proposal_id": proposal_id, "decision": "accepted", "field": row["field"]},
+        )
+        sql.decide(db, proposal_id, "accepted", utcnow(), by, memory_id=new_id)
+    return {
+        "id": proposal_id,
+        "status": "accepted",
+        "memory_id": new_id,
+        "superseded": current["id"] if current else None,
+    }
+
+
+def reject(
+    db: Database, proposal_id: int, *, by: str = "cli", reason: str | None = None
+) -> dict[str, Any]:
+    with db.transaction():
+        row = _pending(db, proposal_id)
+        sql.decide(db, proposal_id, "rejected", utcnow(), by, reason=reason)
+        # The refusal goes in the audit trail too (no memory id: nothing was written).
+        mem.add_history(
+            db,
+            row["old_memory_id"],
+            "UPDATE",
+            actor=by,
+            scope=row,
+            meta={
+                "proposal_id": proposal_id,
+                "decision": "rejected",
+                "field": row["field"],
+                "reason": reason,
+            },
+        )
+    return {"id": proposal_id, "status": "rejected"}

@@ -1,0 +1,295 @@
+"""`memcli reflect` (weekly reflection) and `memcli insights` (relationship, preference patterns).
+
+Reflection, per user: skipped when the last reflection is younger than 6 days or fewer than 3
+facts arrived in the last 7 days; otherwise the model reads the week's facts and writes one
+reflection, stored as kind `reflection` with decay_rate 0 (it never decays) and the ids of the
+facts it drew on.
+
+Insights, per user with new material: skipped when an insights run finished in the last 24 h;
+otherwise the model reads the latest session summaries, the newest facts and a short recent
+conversation snippet, and writes 1-3 insights (<= 280 chars, third person), stored as kind
+`insight`, category `relationship_dynamic`, importance 0.2. Retrieval ranks by
+relevance, recency and importance, so the low importance is what gives them their low weight.
+
+Both need a model; without one they say so and do nothing (no pretend output).
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING, Annotated, Any
+
+from pydantic import AfterValidator, BaseModel, Field
+
+from memcli.derive import write_memory
+from memcli.lifecycle.extract import FactText
+from memcli.lifecycle.textrules import check_memory_text, clip, jaccard, tokens
+from memcli.models import format_ts, utcnow
+from memcli.providers.llm import LLMBadReply, LLMBudgetExceeded, LLMError
+from memcli.store import lifecycle as lsql
+
+if TYPE_CHECKING:
+    from memcli.config import LifecycleSettings
+    from memcli.lifecycle.llm_usage import Model
+    from memcli.memory import Memory
+
+INSIGHT_IMPORTANCE = 0.2
+REFLECTION_FACTS = 200
+SEMANTIC = ("fact", "decision", "task")
+
+ReflectionText = Annotated[
+    str, AfterValidator(lambda v: check_memory_text(v, max_chars=1200, max_sentences=8))
+]
+
+
+class Reflection(BaseModel):
+    reflection: ReflectionText
+    themes: list[Annotated[str, Field(max_length=60)]] = Field(default_factory=list, max_length=6)
+
+
+class Insight(BaseModel):
+    summary: FactText
+    tags: list[Annotated[str, Field(max_length=40)]] = Field(default_factory=list, max_length=5)
+
+
+class Insights(BaseModel):
+    insights: list[Insight] = Field(default_factory=list, max_length=3)
+
+
+REFLECT_SYSTEM = (
+    "You write a weekly reflection for an assistant's long-term memory about one person: what "
+    "the week's facts show about their situation, priorities, changes and open threads, and "
+    "what the assistant should keep in mind. Third person naming the person (never I, you, "
+    "we), neutral, at most 8 sentences and 1200 characters. `themes`: up to 6 short labels. "
+    "Use only the facts given."
+)
+INSIGHT_SYSTEM = (
+    "You look for latent patterns in a person's recent interactions: relationship dynamics "
+    "(trust, tension, closeness), and how preferences evolve. Write 1-3 insights only when the "
+    "material supports them (an empty list is fine). Each: third person naming the person, "
+    "never refers to the assistant or AI, no I/you/we, 1-2 sentences, at most 280 characters; "
+    "`tags`: up to 5 short labels."
+)
+
+
+def _scope_label(tenant: str, user: str | None) -> dict[str, Any]:
+    return {"tenant_id": tenant, "user_id": user}
+
+
+def reflect(
+    memory: Memory,
+    model: Model | None,
+    cfg: LifecycleSettings,
+    *,
+    tenant_id: str | None = None,
+    user_id: str | None = None,
+    force: bool = False,
+    dry_run: bool = False,
+    now: datetime | None = None,
+) -> dict[str, Any]:
+    db = memory.db
+    now = now or datetime.now(UTC)
+    since = format_ts(now - timedelta(days=cfg.reflection_window_days))
+    recent_cut = format_ts(now - timedelta(days=cfg.reflection_min_days))
+    counts = {
+        (r["tenant_id"], r["user_id"]): r["facts"]
+        for r in lsql.semantic_counts_since(db, since, tenant_id, user_id)
+    }
+    if user_id is not None:
+        counts.setdefault((tenant_id or "default", user_id), 0)
+    report: dict[str, Any] = {
+        "dry_run": dry_run,
+        "model": model.name if model else None,
+        "created": [],
+        "skipped": [],
+        "errors": [],
+        "stopped": None,
+    }
+    for (tenant, user), facts in sorted(counts.items(), key=lambda t: (t[0][0], t[0][1] or "")):
+        scope = _scope_label(tenant, user)
+        last = lsql.latest_of_kind(db, tenant, user, "reflection")
+        if not force and last is not None and last > recent_cut:
+            report["skipped"].append({**scope, "reason": "recent", "last": last})
+            continue
+        if not force and facts < cfg.reflection_min_facts:
+            report["skipped"].append({**scope, "reason": "too_few_facts", "facts": facts})
+            continue
+        if model is None:
+            report["skipped"].append({**scope, "reason": "no_llm"})
+            continue
+        rows = list(
+            reversed(lsql.recent_memories(db, tenant, user, SEMANTIC, since, REFLECTION_FACTS))
+        )
+        if not rows:
+            report["skipped"].append({**scope, "reason": "too_few_facts", "facts": 0})
+            continue
+        prompt = "\n".join(f"[{r['created_at'][:10]}] ({r['kind']}) {r['content']}" for r in rows)
+        try:
+            reply = model.ask(
+                "reflect",
+                REFLECT_SYSTEM,
+                f"Facts from {since[:10]} to {format_ts(now)[:10]}:\n{prompt}",
+                Reflection,
+                tenant_id=tenant,
+            )
+        except LLMBudgetExceeded as exc:
+            report["stopped"] = str(exc)
+            break
+        except LLMBadReply as exc:
+            report["errors"].append({**scope, "task": exc.task, "reason": exc.reason})
+            continue
+        except LLMError as exc:
+            report["errors"].append({**scope, "reason": str(exc)})
+            report["stopped"] = str(exc)
+            break
+        item = {
+            **scope,
+            "text": reply.reflection,
+            "themes": reply.themes,
+            "source_ids": [r["id"] for r in rows],
+        }
+        if not dry_run:
+            item["id"] = write_memory(
+                memory,
+                content=reply.reflection,
+                kind="reflection",
+                category="activity",
+                source_ids=item["source_ids"],
+                tenant_id=tenant,
+                user_id=user,
+                importance=0.6,
+                decay_rate=0.0,
+                actor="reflect",
+                attributes={
+                    "tags": ["weekly"],
+                    "themes": reply.themes,
+                    "method": "llm",
+                    "model": model.name,
+                    "period": [since, format_ts(now)],
+                },
+            )
+        report["created"].append(item)
+    if model is not None:
+        report["usage"] = model.spend.as_dict()
+    return report
+
+
+def insights(
+    memory: Memory,
+    model: Model | None,
+    cfg: LifecycleSettings,
+    *,
+    tenant_id: str | None = None,
+    user_id: str | None = None,
+    force: bool = False,
+    dry_run: bool = False,
+    now: datetime | None = None,
+) -> dict[str, Any]:
+    db = memory.db
+    now = now or datetime.now(UTC)
+    cut = format_ts(now - timedelta(hours=cfg.insight_min_hours))
+    window = format_ts(now - timedelta(days=cfg.reflection_window_days))
+    scopes = lsql.active_users(db, window, tenant_id, user_id)
+    if user_id is not None and not scopes:
+        scopes = [(tenant_id or "default", user_id)]
+    report: dict[str, Any] = {
+        "dry_run": dry_run,
+        "model": model.name if model else None,
+        "created": [],
+        "skipped": [],
+        "errors": [],
+        "stopped": None,
+    }
+    for tenant, user in scopes:
+        scope = _scope_label(tenant, user)
+        last = lsql.last_run(db, "insights", tenant, user)
+        if not force and last is not None and last > cut:
+            report["skipped"].append({**scope, "reason": "recent", "last": last})
+            continue
+        material = _insight_material(db, tenant, user, window)
+        if material is None:
+            report["skipped"].append({**scope, "reason": "no_material"})
+            continue
+        if model is None:
+            report["skipped"].append({**scope, "reason": "no_llm"})
+            continue
+        run_id = None
+        if not dry_run:
+            with db.transaction():
+                run_id = lsql.start_run(db, "insights", tenant, user, utcnow())
+        try:
+            reply = model.ask("insights", INSIGHT_SYSTEM, material, Insights, tenant_id=tenant)
+        except LLMError as exc:
+            if run_id is not None:
+                with db.transaction():
+                    lsql.finish_run(db, run_id, "failed", {"error": type(exc).__name__}, utcnow())
+            if isinstance(exc, LLMBadReply):
+                report["errors"].append({**scope, "task": exc.task, "reason": exc.reason})
+                continue
+            report["stopped"] = str(exc)
+            if not isinstance(exc, LLMBudgetExceeded):
+                report["errors"].append({**scope, "reason": str(exc)})
+            break
+        existing = [
+            tokens(r["content"])
+            for r in lsql.recent_memories(db, tenant, user, ("insight",), None, 200)
+        ]
+        created = []
+        for ins in reply.insights:
+            toks = tokens(ins.summary)
+            if any(jaccard(toks, e) >= cfg.jaccard_merge for e in existing):
+                report["skipped"].append(
+                    {**scope, "reason": "duplicate_insight", "text": ins.summary}
+                )
+                continue
+            existing.append(toks)
+            item = {**scope, "text": ins.summary, "tags": ins.tags}
+            if not dry_run:
+                item["id"] = write_memory(
+                    memory,
+                    content=ins.summary,
+                    kind="insight",
+                    category="relationship_dynamic",
+                    source_ids=[],
+                    tenant_id=tenant,
+                    user_id=user,
+                    importance=INSIGHT_IMPORTANCE,
+                    actor="insights",
+                    attributes={"tags": ins.tags, "method": "llm", "model": model.name},
+                )
+            created.append(item)
+        report["created"].extend(created)
+        if run_id is not None:
+            with db.transaction():
+                lsql.finish_run(db, run_id, "ok", {"insights": len(created)}, utcnow())
+    if model is not None:
+        report["usage"] = model.spend.as_dict()
+    return report
+
+
+def _insight_material(db: Any, tenant: str, user: str | None, since: str) -> str | None:
+    """Latest activity (<= 5 summaries), new semantic items (<= 3), a <= 1000-char snippet."""
+    summaries = lsql.recent_memories(db, tenant, user, ("summary",), since, 5)
+    facts = lsql.recent_memories(db, tenant, user, SEMANTIC, since, 3)
+    turns = list(reversed(lsql.recent_memories(db, tenant, user, ("episode",), since, 12)))
+    if not (summaries or facts or turns):
+        return None
+    parts = []
+    if summaries:
+        parts.append(
+            "Recent activity:\n"
+            + "\n".join(f"- {clip(r['content'], 400)}" for r in reversed(summaries))
+        )
+    if facts:
+        parts.append("New facts:\n" + "\n".join(f"- {r['content']}" for r in facts))
+    if turns:
+        snippet, used = [], 0
+        for r in reversed(turns):  # newest turns first until 1000 characters
+            line = f"{r['actor_id'] or r['actor_type'] or 'someone'}: {clip(r['content'], 300)}"
+            if used + len(line) > 1000:
+                break
+            snippet.insert(0, line)
+            used += len(line)
+        if snippet:
+            parts.append("Recent conversation:\n" + "\n".join(snippet))
+    return "\n\n".join(parts)

@@ -1,0 +1,213 @@
+"""Explicit memory curation: `remember` (facts and procedures), `confirm`, `pin` / `unpin`.
+
+- `remember TEXT` stores a fact through the derived-memory writer, unless it is a near-duplicate
+  of an active fact of the same user (then the existing one is reinforced and cited instead).
+- `remember --procedural` stores numbered how-to steps (kind and category `procedural`, never
+  decaying); only agents whose allowlist names `procedural` get them back.
+- `remember --field city ...` on a sensitive profile field queues a consent proposal.
+- `confirm` protects a memory (decay_rate 0, confidence 1); `pin` keeps it out of decay, TTL
+  and app compaction; both leave a history row.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import TYPE_CHECKING, Any
+
+from memcli.derive import write_memory
+from memcli.errors import NotFoundError, UsageError
+from memcli.lifecycle import dedup
+from memcli.lifecycle.proposals import SENSITIVE_FIELDS, propose
+from memcli.lifecycle.textrules import jaccard, normalise, safe_merge, tokens
+from memcli.models import utcnow
+from memcli.store import lifecycle as lsql
+from memcli.store import memories as mem
+
+if TYPE_CHECKING:
+    from memcli.config import LifecycleSettings
+    from memcli.memory import Memory
+
+MAX_FACT = 280
+MAX_STEPS = 30
+MAX_STEP_CHARS = 300
+_NUMBERED = re.compile(r"^\s*(?:\d+[.)]|[-*•])\s*")
+
+
+def procedure_steps(text: str | None, steps: list[str] | None) -> list[str]:
+    """Steps from repeated --step options, or from the lines of TEXT (numbers/bullets dropped)."""
+    if steps:
+        raw = list(steps)
+    else:
+        lines = [ln for ln in (text or "").splitlines() if ln.strip()]
+        raw = lines if len(lines) > 1 else re.split(r"\s*;\s*", (text or "").strip())
+    out = [" ".join(_NUMBERED.sub("", s).split()) for s in raw]
+    out = [s for s in out if s]
+    if not out:
+        raise UsageError(
+            "a procedure needs at least one step",
+            "give numbered lines, `;`-separated steps, or --step ... --step ...",
+        )
+    if len(out) > MAX_STEPS:
+        raise UsageError(f"{len(out)} steps, at most {MAX_STEPS}")
+    long = [i for i, s in enumerate(out, start=1) if len(s) > MAX_STEP_CHARS]
+    if long:
+        raise UsageError(f"step {long[0]} is longer than {MAX_STEP_CHARS} characters")
+    return out
+
+
+def remember(
+    memory: Memory,
+    cfg: LifecycleSettings,
+    *,
+    text: str | None,
+    procedural: bool = False,
+    steps: list[str] | None = None,
+    field: str | None = None,
+    tenant_id: str = "default",
+    user_id: str | None = None,
+    agent_id: str | None = None,
+    session_id: str | None = None,
+    app_id: str | None = None,
+    category: str | None = None,
+    importance: float | None = None,
+    pinned: bool = False,
+    title: str | None = None,
+) -> dict[str, Any]:
+    scope = {
+        "tenant_id": tenant_id,
+        "user_id": user_id,
+        "agent_id": agent_id,
+        "session_id": session_id,
+        "app_id": app_id,
+    }
+    if procedural:
+        numbered = procedure_steps(text if steps is None else None, steps)
+        body = "\n".join(f"{i}. {s}" for i, s in enumerate(numbered, start=1))
+        content = f"{title.strip()}\n{body}" if title and title.strip() else body
+        new_id = write_memory(
+            memory,
+            content=content,
+            kind="procedural",
+            category="procedural",
+            source_ids=[],
+            importance=0.6 if importance is None else importance,
+            pinned=pinned,
+            decay_rate=0.0,
+            actor="remember",
+            attributes={"steps": numbered, "title": title, "method": "explicit"},
+            **scope,
+        )
+        return {"id": new_id, "kind": "procedural", "steps": len(numbered), "status": "created"}
+    clean = " ".join((text or "").split())
+    if not clean:
+        raise UsageError("nothing to remember", "give the text, or `-` to read it from stdin")
+    if len(clean) > MAX_FACT:
+        raise UsageError(
+            f"a fact is at most {MAX_FACT} characters ({len(clean)} given)",
+            "split it, or use --procedural for steps",
+        )
+    if field is not None:
+        if field not in SENSITIVE_FIELDS:
+            raise UsageError(f"--field must be one of {', '.join(SENSITIVE_FIELDS)}")
+        with memory.db.transaction():
+            return propose(
+                memory.db,
+                tenant_id=tenant_id,
+                user_id=user_id,
+                field=field,
+                value=_field_value(clean),
+                text=clean,
+                session_id=session_id,
+                origin="remember",
+                days=cfg.proposal_days,
+            )
+    toks = tokens(clean)
+    for stored in dedup.load_store(memory.db, tenant_id, user_id, with_vectors=False):
+        same = normalise(stored.text) == normalise(clean)
+        if same or (
+            jaccard(toks, stored.tokens) >= cfg.jaccard_merge
+            and safe_merge(clean, stored.text, toks, stored.tokens)
+        ):
+            with memory.db.transaction():
+                lsql.merge_into(
+                    memory.db,
+                    stored.id,
+                    clean,
+                    [],
+                    utcnow(),
+                    "remember",
+                    {"reason": "remembered again"},
+                )
+            return {"id": stored.id, "kind": stored.kind, "status": "merged"}
+    new_id = write_memory(
+        memory,
+        content=clean,
+        kind="fact",
+        category=category or "knowledge",
+        source_ids=[],
+        importance=0.7 if importance is None else importance,
+        pinned=pinned,
+        actor="remember",
+        attributes={"method": "explicit"},
+        **scope,
+    )
+    return {"id": new_id, "kind": "fact", "status": "created"}
+
+
+def _field_value(text: str) -> str:
+    # "city=Porto" / "city: Porto" give the value explicitly; otherwise the whole text is it.
+    m = re.match(r"^\s*\w+\s*[:=]\s*(.+)$", text)
+    return m.group(1).strip() if m else text
+
+
+def _get(memory: Memory, memory_id: int) -> dict[str, Any]:
+    row = mem.get_memories(memory.db, [memory_id]).get(memory_id)
+    if row is None:
+        raise NotFoundError(f"no memory with id {memory_id}")
+    return row
+
+
+def confirm(memory: Memory, memory_id: int, actor: str = "cli") -> dict[str, Any]:
+    db = memory.db
+    with db.transaction():
+        row = _get(memory, memory_id)
+        if row["state"] != "active":
+            raise UsageError(
+                f"memory {memory_id} is {row['state']}",
+                "restore it first" if row["state"] == "soft_deleted" else None,
+            )
+        lsql.protect(db, memory_id, utcnow())
+        mem.add_history(
+            db,
+            memory_id,
+            "UPDATE",
+            old_ref=str(memory_id),
+            new_ref=str(memory_id),
+            actor=actor,
+            scope=row,
+            meta={
+                "confirmed": True,
+                "decay_rate": [row["decay_rate"], 0.0],
+                "confidence": [row["confidence"], 1.0],
+            },
+        )
+    return {"id": memory_id, "protected": True, "decay_rate": 0.0, "confidence": 1.0}
+
+
+def set_pin(memory: Memory, memory_id: int, pinned: bool, actor: str = "cli") -> dict[str, Any]:
+    db = memory.db
+    with db.transaction():
+        row = _get(memory, memory_id)
+        if bool(row["pinned"]) != pinned:
+            lsql.set_pinned(db, memory_id, pinned, utcnow())
+            mem.add_history(
+                db,
+                memory_id,
+                "UPDATE",
+                old_ref=str(memory_id),
+                new_ref=str(memory_id),
+                actor=actor,
+                scope=row,
+                meta={"pinned": pinned},
+            )
+    return {"id": memory_id, "pinned": pinned, "changed": bool(row["pinned"]) != pinned}

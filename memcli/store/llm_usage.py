@@ -1,0 +1,66 @@
+"""SQL for model spend: one row per reply, daily totals per tenant, reports per command and day."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from memcli.store.connection import Database
+
+
+def record_usage(db: Database, row: dict[str, Any]) -> None:
+    db.execute(
+        "INSERT INTO llm_usage (ts, day, tenant_id, command, task, model, tokens_in, tokens_out,"
+        " cost_usd, latency_ms, estimated) VALUES (:ts, :day, :tenant_id, :command, :task,"
+        " :model, :tokens_in, :tokens_out, :cost_usd, :latency_ms, :estimated)",
+        row,
+    )
+
+
+def tokens_on_day(db: Database, tenant_id: str, day: str) -> int:
+    """Tokens in + out a tenant used on one UTC day (what the daily cap counts)."""
+    return int(
+        db.scalar(
+            "SELECT coalesce(sum(tokens_in + tokens_out), 0) FROM llm_usage"
+            " WHERE tenant_id = ? AND day = ?",
+            (tenant_id, day),
+        )
+    )
+
+
+_TOTALS = (
+    "count(*) AS calls, sum(tokens_in) AS tokens_in, sum(tokens_out) AS tokens_out,"
+    " round(sum(cost_usd), 6) AS cost_usd, sum(estimated) AS estimated_calls,"
+    " round(sum(latency_ms), 1) AS latency_ms"
+)
+
+
+def usage_report(
+    db: Database, since_day: str | None = None, tenant_id: str | None = None
+) -> dict[str, Any]:
+    where, params = ["day >= ?"], [since_day or ""]
+    if tenant_id is not None:
+        where.append("tenant_id = ?")
+        params.append(tenant_id)
+    cond = " AND ".join(where)
+    by_day_command = db.query(
+        f"SELECT day, command, tenant_id, group_concat(DISTINCT model) AS models, {_TOTALS}"
+        f" FROM llm_usage WHERE {cond} GROUP BY day, command, tenant_id"
+        f" ORDER BY day DESC, command, tenant_id",
+        params,
+    )
+    by_command = db.query(
+        f"SELECT command, {_TOTALS} FROM llm_usage WHERE {cond} GROUP BY command ORDER BY command",
+        params,
+    )
+    by_day = db.query(
+        f"SELECT day, {_TOTALS} FROM llm_usage WHERE {cond} GROUP BY day ORDER BY day DESC", params
+    )
+    total = db.query(f"SELECT {_TOTALS} FROM llm_usage WHERE {cond}", params)[0]
+    total = {k: (v or 0) for k, v in total.items()}
+    return {
+        "by_day_command": by_day_command,
+        "by_command": by_command,
+        "by_day": by_day,
+        "total": total,
+    }

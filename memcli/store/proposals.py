@@ -1,0 +1,97 @@
+"""SQL for consent proposals: queued changes to sensitive profile fields."""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from memcli.store.connection import Database
+
+_COLUMNS = (
+    "tenant_id",
+    "user_id",
+    "field",
+    "value",
+    "text",
+    "old_memory_id",
+    "old_text",
+    "session_id",
+    "source_ids",
+    "origin",
+    "created_at",
+    "expires_at",
+)
+
+
+def insert_proposal(db: Database, row: dict[str, Any]) -> int:
+    values = {c: row.get(c) for c in _COLUMNS}
+    values["source_ids"] = json.dumps(row.get("source_ids") or [], ensure_ascii=False)
+    db.execute(
+        f"INSERT INTO proposals ({', '.join(_COLUMNS)}) VALUES"
+        f" ({', '.join(':' + c for c in _COLUMNS)})",
+        values,
+    )
+    return db.conn.last_insert_rowid()
+
+
+def pending_same(
+    db: Database, tenant_id: str, user_id: str | None, field: str, value: str
+) -> int | None:
+    """A pending proposal already asking for this exact change (case-insensitive value)."""
+    return db.scalar(
+        "SELECT id FROM proposals WHERE tenant_id = ? AND user_id IS ? AND field = ?"
+        " AND lower(value) = lower(?) AND status = 'pending' ORDER BY id DESC LIMIT 1",
+        (tenant_id, user_id, field, value),
+    )
+
+
+def expire(db: Database, now: str) -> int:
+    db.execute(
+        "UPDATE proposals SET status = 'expired', decided_at = ?, decided_by = 'memcli',"
+        " reason = 'no answer within the consent window'"
+        " WHERE status = 'pending' AND expires_at <= ?",
+        (now, now),
+    )
+    return db.conn.changes()
+
+
+def get_proposal(db: Database, proposal_id: int) -> dict[str, Any] | None:
+    rows = db.query("SELECT * FROM proposals WHERE id = ?", (proposal_id,))
+    if not rows:
+        return None
+    rows[0]["source_ids"] = json.loads(rows[0]["source_ids"])
+    return rows[0]
+
+
+def list_proposals(
+    db: Database, *, status: str | None, tenant_id: str | None, user_id: str | None, limit: int
+) -> list[dict[str, Any]]:
+    clauses, params = ["1"], []
+    for column, value in (("status", status), ("tenant_id", tenant_id), ("user_id", user_id)):
+        if value is not None:
+            clauses.append(f"{column} = ?")
+            params.append(value)
+    rows = db.query(
+        f"SELECT * FROM proposals WHERE {' AND '.join(clauses)} ORDER BY id DESC LIMIT ?",
+        [*params, limit],
+    )
+    for row in rows:
+        row["source_ids"] = json.loads(row["source_ids"])
+    return rows
+
+
+def decide(
+    db: Database,
+    proposal_id: int,
+    status: str,
+    now: str,
+    by: str,
+    memory_id: int | None = None,
+    reason: str | None = None,
+) -> None:
+    db.execute(
+        "UPDATE proposals SET status = ?, decided_at = ?, decided_by = ?, memory_id = ?,"
+        " reason = ? WHERE id = ?",
+        (status, now, by, memory_id, reason, proposal_id),
+    )

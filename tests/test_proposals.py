@@ -1,0 +1,185 @@
+"""Consent: changes to preferred name, pronouns, city and language wait for a person's answer."""
+
+from __future__ import annotations
+
+import json
+
+import apsw
+import pytest
+from conftest import ndjson
+from lifecycle_support import conversation, extraction, memory_rows, model_for, settings, verdicts
+from llmstub import make_stub
+
+from memcli.lifecycle.consolidate import consolidate
+from memcli.lifecycle.proposals import accept, list_proposals, propose, reject
+
+LISBON = {"field": "city", "value": "Lisbon", "text": "Priya lives in Lisbon.", "turns": [1]}
+
+
+@pytest.fixture
+def stub():
+    """The scripted OpenAI-compatible server on 127.0.0.1 (tests/llmstub.py)."""
+    with make_stub() as server:
+        yield server
+
+
+@pytest.fixture
+def pcli(cli, monkeypatch, tmp_path, stub):
+    config = tmp_path / "config.yaml"
+    config.write_text(
+        "retrieval: {leg_weights: {lexical: 1, sparse: 0, dense: 1}}\n", encoding="utf-8"
+    )
+    monkeypatch.setenv("MEMCLI_CONFIG", str(config))
+    monkeypatch.setenv("MEMCLI_LLM_BASE_URL", stub.base_url)
+    return cli
+
+
+def test_a_sensitive_change_waits_for_consent(pcli, stub, db_path):
+    records = (
+        conversation("s1", ["I live in Lisbon now."])
+        + conversation("s2", ["I just moved to Porto!"], day=2)
+        + conversation("s3", ["hi"], day=3)
+    )
+    pcli("ingest", "-", input=ndjson(records))
+    stub.enqueue_json(extraction(profile=[LISBON]))
+    stub.enqueue_json(
+        extraction(profile=[{**LISBON, "value": "Porto", "text": "Priya lives in Porto."}])
+    )
+    out = pcli("consolidate", "--json")
+    assert out.exit_code == 0, out.stderr
+    # Nothing applied yet: no profile fact, two pending proposals.
+    assert memory_rows(db_path, "kind = 'fact'") == []
+    pending = json.loads(pcli("proposals", "list", "--json").stdout)
+    assert [(p["field"], p["value"], p["status"]) for p in pending] == [
+        ("city", "Porto", "pending"),
+        ("city", "Lisbon", "pending"),
+    ]
+    lisbon, porto = pending[1]["id"], pending[0]["id"]
+
+    accepted = json.loads(pcli("proposals", "accept", str(lisbon), "--json").stdout)
+    (city,) = memory_rows(db_path, "kind = 'fact'")
+    assert accepted["memory_id"] == city["id"] and city["category"] == "profile"
+    assert city["attributes"]["profile_field"] == "city" and city["decay_rate"] == 0
+    out = pcli("proposals", "accept", str(porto), "--json")
+    assert out.exit_code == 0
+    assert json.loads(out.stdout)["superseded"] == city["id"]
+    old, new = memory_rows(db_path, "kind = 'fact'")
+    assert (old["state"], new["state"], new["content"]) == (
+        "superseded",
+        "active",
+        "Priya lives in Porto.",
+    )
+    decisions = [
+        h["meta"].get("decision")
+        for h in json.loads(pcli("history", "--user", "priya", "--json").stdout)
+    ]
+    assert decisions.count("accepted") == 2
+    again = pcli("proposals", "accept", str(porto))
+    assert again.exit_code == 2 and "is accepted, not pending" in again.stderr
+
+
+def test_a_contradicting_fact_about_a_sensitive_field_becomes_a_proposal(
+    memory,
+    stub,
+    db_path,
+):
+    memory.ingest(conversation("s1", ["x"]) + conversation("s2", ["y"], day=2))
+    with memory.db.transaction():
+        (prop,) = [
+            propose(
+                memory.db,
+                tenant_id="default",
+                user_id="priya",
+                field="city",
+                value="Lisbon",
+                text="Priya lives in Lisbon.",
+            )
+        ]
+    accept(memory, prop["proposal_id"])
+    stub.enqueue_json(extraction(facts=["Priya lives in Porto."]))
+    stub.enqueue_json(verdicts("contradicts"))
+    report = consolidate(memory, model_for(memory, stub), settings())
+    (s1,) = report["sessions"]
+    assert s1["superseded"] == [] and s1["added"] == []
+    assert s1["proposals"][0]["status"] == "pending"
+    (city,) = memory_rows(db_path, "kind = 'fact'")
+    assert city["content"] == "Priya lives in Lisbon." and city["state"] == "active"
+
+
+def test_reject_changes_nothing_and_is_recorded(pcli, db_path):
+    out = pcli("remember", "city: Porto", "--user", "priya", "--field", "city", "--json")
+    assert out.exit_code == 0, out.stderr
+    queued = json.loads(out.stdout)
+    assert queued["status"] == "pending" and queued["value"] == "Porto"
+    again = json.loads(
+        pcli("remember", "city: porto", "--user", "priya", "--field", "city", "--json").stdout
+    )
+    assert again == {
+        "status": "already_pending",
+        "proposal_id": queued["proposal_id"],
+        "field": "city",
+    }
+    out = pcli("proposals", "reject", str(queued["proposal_id"]), "--reason", "wrong", "--json")
+    assert json.loads(out.stdout) == {"id": queued["proposal_id"], "status": "rejected"}
+    assert memory_rows(db_path) == []
+    (row,) = json.loads(pcli("proposals", "list", "--status", "all", "--json").stdout)
+    assert (row["status"], row["reason"], row["decided_by"]) == ("rejected", "wrong", "cli")
+    history = json.loads(pcli("history", "--user", "priya", "--json").stdout)
+    assert history[0]["meta"]["decision"] == "rejected"
+    bad = pcli("remember", "Priya is 34", "--user", "priya", "--field", "age")
+    assert bad.exit_code == 2 and "--field must be one of" in bad.stderr
+
+
+def test_pending_proposals_expire_after_seven_days(memory, db_path):
+    with memory.db.transaction():
+        old = propose(
+            memory.db,
+            tenant_id="default",
+            user_id="priya",
+            field="language",
+            value="Portuguese",
+            text="Priya speaks Portuguese.",
+            now="2020-01-01T00:00:00.000000Z",
+        )
+        fresh = propose(
+            memory.db,
+            tenant_id="default",
+            user_id="priya",
+            field="pronouns",
+            value="she/her",
+            text="Priya uses she/her pronouns.",
+        )
+    assert old["expires_at"] == "2020-01-08T00:00:00.000000Z"
+    assert [p["id"] for p in list_proposals(memory.db)] == [fresh["proposal_id"]]
+    (expired,) = list_proposals(memory.db, status="expired")
+    assert expired["id"] == old["proposal_id"]
+    with pytest.raises(Exception, match="is expired, not pending"):
+        accept(memory, old["proposal_id"])
+    with pytest.raises(Exception, match="is expired"):
+        reject(memory.db, old["proposal_id"])
+
+
+def test_an_unchanged_value_is_not_proposed(memory):
+    with memory.db.transaction():
+        first = propose(
+            memory.db,
+            tenant_id="default",
+            user_id="priya",
+            field="city",
+            value="Lisbon",
+            text="Priya lives in Lisbon.",
+        )
+    accept(memory, first["proposal_id"])
+    with memory.db.transaction():
+        same = propose(
+            memory.db,
+            tenant_id="default",
+            user_id="priya",
+            field="city",
+            value=" lisbon ",
+            text="Priya lives in Lisbon.",
+        )
+    assert same["status"] == "unchanged"
+    conn = apsw.Connection(memory.db.path)
+    assert conn.execute("SELECT count(*) FROM proposals").fetchall() == [(1,)]
+    conn.close()
