@@ -97,7 +97,7 @@ def pack(
             start = 0 if taken else heading
             cap_left = p["cap"] - sec_used - start
             total_left = available - used - start
-            room = total_left
+            room = min(cap_left, total_left)
             if empty:
                 omit(name, "budget", item)
             elif item["tokens"] <= room:
