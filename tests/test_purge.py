@@ -434,3 +434,20 @@ def test_purge_removes_soft_deleted_memories_too(cli, db_path, populated):
     assert cli("purge", "--session", "s2").exit_code == 0
     assert scalar(db_path, "SELECT count(*) FROM memories WHERE event_id = 'b1'") == 0
     assert orphan_counts(connect(db_path)) == dict.fromkeys(orphan_counts(connect(db_path)), 0)
+
+
+def test_user_purge_takes_checkpoints_and_thread_state(cli, db_path):
+    from memcli.store.connection import Database
+
+    assert cli("ingest", "--text", "my plan is secret-ish", "--user", "zed",
+               "--session", "z1").exit_code == 0
+    assert cli("checkpoint", "save", "--user", "zed", "--thread", "z1",
+               "--data", '{"step": 3, "note": "half way"}').exit_code == 0
+    assert cli("checkpoint", "save", "--user", "amy", "--thread", "a1",
+               "--data", '{"step": 1}').exit_code == 0
+    assert cli("purge", "--user", "zed").exit_code == 0
+    db = Database(db_path)
+    assert db.scalar("SELECT count(*) FROM checkpoints WHERE user_id = 'zed'") == 0
+    assert db.scalar("SELECT count(*) FROM checkpoints WHERE user_id = 'amy'") == 1
+    assert db.scalar("SELECT count(*) FROM threads WHERE thread_key LIKE '%/zed/%'") == 0
+    db.close()

@@ -82,10 +82,31 @@ def delete_everything(db: Database, event_ids: list[str], memory_ids: list[int],
     # Sessions follow their events (a scope-wide DELETE would also hit sessions that keep
     # events outside an --app scope, or fail on a memory_id scope).
     _fix_sessions(db, touched)
+    _delete_scoped_state(db, scope)
     # FTS5 keeps a deleted row's terms in its segments (contentless_delete only adds a
     # tombstone) until the segments are merged: rewrite both indexes so the text really goes.
     db.execute("INSERT INTO memories_fts (memories_fts) VALUES ('optimize')")
     db.execute("INSERT INTO memories_trigram (memories_trigram) VALUES ('optimize')")
+
+
+def _delete_scoped_state(db: Database, scope: dict[str, Any]) -> None:
+    """Per-user state that is not a memory: checkpoints, consent proposals, what each caller
+    has seen. It holds the user's words too, so a user, tenant or session purge takes it."""
+    keys = {k: v for k, v in scope.items() if k in ("tenant_id", "user_id", "session_id")}
+    if not keys or "memory_id" in scope or "app_id" in scope:
+        return
+    where = " AND ".join(f"{k} = ?" for k in keys)
+    params = list(keys.values())
+    db.execute(f"DELETE FROM proposals WHERE {where}", params)
+    if "session_id" not in keys:
+        db.execute(f"DELETE FROM checkpoints WHERE {where}", params)
+    # Thread keys are "tenant/user/session"; match their parts exactly (ids may hold % or _).
+    want = (keys.get("tenant_id"), keys.get("user_id"), keys.get("session_id"))
+    for table in ("acb_seen", "threads"):
+        doomed = [(k,) for (k,) in db.execute(f"SELECT DISTINCT thread_key FROM {table}")
+                  if all(w is None or w == part for w, part in zip(want, k.split("/", 2),
+                                                                    strict=False))]
+        db.executemany(f"DELETE FROM {table} WHERE thread_key = ?", doomed)
 
 
 def _fix_sessions(db: Database, touched: list[tuple[str, str]]) -> None:
