@@ -1,0 +1,118 @@
+"""Each retrieval stage has a fixture where only that stage finds or orders the answer.
+
+Every test runs the same query twice, with the stage on and off, so it fails if the stage is
+broken (or silently does nothing).
+"""
+
+from __future__ import annotations
+
+import pytest
+from conftest import turns
+
+from memcli import Memory
+from memcli.config import RetrievalSettings
+from memcli.providers.splade import SpladeEncoder
+
+LEXICAL = {"lexical": 1.0}
+
+
+def ranked(memory: Memory, text: str, **settings) -> list[str]:
+    memory.retrieval = RetrievalSettings(**settings)
+    return [h.text for h in memory.query(text, top_k=20, record_access=False).hits]
+
+
+def test_neighbour_turn_holding_the_answer_is_pulled_in(memory):
+    # The answer comes *before* the matching turn, so the contextual key (previous turn) of the
+    # matching turn does not reach it: only neighbour propagation can.
+    memory.ingest(turns("s1", [
+        "Unrelated: the quarterly report is due Monday.",
+        "Yes! We named her Pixel and she sleeps all day.",
+        "Is that the greyhound you adopted?",
+    ]) + turns("s2", ["Pixel is also the name of my phone."]))
+    question = "did they adopt the greyhound"
+    off = ranked(memory, question, leg_weights=LEXICAL, neighbour_weight=0, session_weight=0)
+    on = ranked(memory, question, leg_weights=LEXICAL, neighbour_weight=0.5, session_weight=0)
+    answer = "Yes! We named her Pixel and she sleeps all day."
+    assert answer not in off  # no shared word: lexical alone cannot find it
+    assert answer in on[:2]
+
+
+def test_session_boost_prefers_the_session_of_the_strongest_match(memory):
+    memory.ingest(
+        turns("a", ["We planned the Lisbon trip in detail", "Flights are booked for May",
+                    "filler one", "filler two"])
+        + turns("b", ["A trip to the dentist", "flights of stairs everywhere"])
+    )
+    question = "Lisbon trip flights"
+    off = ranked(memory, question, leg_weights=LEXICAL, neighbour_weight=0, session_weight=0)
+    on = ranked(memory, question, leg_weights=LEXICAL, neighbour_weight=0, session_weight=2.0)
+    # Without the boost the lone "flights" match of session b can outrank session a's.
+    assert on.index("Flights are booked for May") < on.index("flights of stairs everywhere")
+    assert on != off
+
+
+def test_when_questions_prefer_turns_with_a_time_expression(memory):
+    memory.ingest(turns("s1", [
+        "The concert was amazing, the concert crowd loved the concert encore",
+        "We went to the concert on 12 March 2024",
+    ]))
+    question = "when was the concert"
+    base = {"leg_weights": LEXICAL, "neighbour_weight": 0, "session_weight": 0}
+    off = ranked(memory, question, time_boost=1.0, **base)
+    on = ranked(memory, question, time_boost=3.0, **base)
+    assert off[0].startswith("The concert was amazing")
+    assert on[0] == "We went to the concert on 12 March 2024"
+
+
+def test_speaker_named_in_the_question_is_preferred(memory):
+    records = turns("s1", ["Maria asked if I love hiking: I love hiking, Maria!",
+                           "I love hiking too, mostly hills"])
+    records[0]["actor"] = {"type": "human", "id": "bob"}
+    records[1]["actor"] = {"type": "human", "id": "maria"}
+    memory.ingest(records)
+    question = "does maria love hiking"
+    base = {"leg_weights": LEXICAL, "neighbour_weight": 0, "session_weight": 0, "beta": 0,
+            "gamma": 0}
+    off = ranked(memory, question, speaker_boost=1.0, **base)
+    on = ranked(memory, question, speaker_boost=5.0, **base)
+    assert off[0].startswith("Maria asked")  # more matching words
+    assert on[0] == "I love hiking too, mostly hills"  # said by the speaker the question names
+
+
+def test_contextual_key_finds_a_turn_by_its_previous_turn(memory):
+    memory.ingest(turns("s1", ["What is your favourite board game?", "Definitely Catan."]))
+    question = "favourite board game"
+    hits = {h.text: h for h in memory.query(question, top_k=10).hits}
+    # The answer shares no word with the question; its context column (the previous turn) does.
+    assert "lexical" in hits["Definitely Catan."].scores
+    memory.retrieval = RetrievalSettings(leg_weights=LEXICAL, neighbour_weight=0)
+    from memcli.retrieval.text import fts_match
+    from memcli.store.search import lexical
+
+    with_ctx = dict(lexical(memory.db, fts_match(question), memory.filters(), 10, 0.5))
+    without = dict(lexical(memory.db, fts_match(question), memory.filters(), 10, 0.0))
+    answer_id = hits["Definitely Catan."].id
+    assert answer_id in with_ctx
+    assert with_ctx[answer_id] > without.get(answer_id, 0.0)
+
+
+@pytest.mark.slow
+def test_sparse_leg_matches_without_shared_words(db_path):
+    with Memory.open(db_path, sparse=SpladeEncoder()) as memory:
+        memory.ingest(turns("s1", ["Melanie adopted a puppy last spring",
+                                   "The budget meeting ran long"]))
+        memory.retrieval = RetrievalSettings(leg_weights={"sparse": 1.0}, neighbour_weight=0,
+                                             session_weight=0)
+        hits = memory.query("does Melanie have a dog", top_k=5).hits
+        assert hits and hits[0].text == "Melanie adopted a puppy last spring"
+        assert "sparse" in hits[0].scores
+        memory.retrieval = RetrievalSettings(leg_weights=LEXICAL, neighbour_weight=0)
+        lexical_only = memory.query("dog pet", top_k=5).hits
+        assert lexical_only == []  # "puppy" is no lexical match for "dog": SPLADE expands it
+
+
+def test_zscore_and_rrf_fusion_both_rank_and_differ_in_scores(memory):
+    memory.ingest(turns("s1", ["alpha beta gamma", "alpha beta", "alpha", "delta"]))
+    z = ranked(memory, "alpha beta gamma", fusion="zscore")
+    r = ranked(memory, "alpha beta gamma", fusion="rrf")
+    assert z[0] == r[0] == "alpha beta gamma"
