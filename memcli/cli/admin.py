@@ -135,7 +135,7 @@ def register(app: typer.Typer) -> None:
     @app.command("demo")
     def demo_cmd(
         question: Annotated[str, typer.Argument(help="A question about the example.")] = (
-            "What does Priya want to do after work?"),
+            "When does Anika visit?"),
         db: DbOpt = None, fmt: FormatOpt = None, as_json: JsonOpt = False,
     ) -> None:
         """Ingest the bundled example conversation into a scratch database and query it."""
