@@ -96,6 +96,7 @@ class RetrievalSettings(BaseModel):
     gamma: float = 0.1  # importance
     recency_half_life_days: float = 30.0
     min_session_hits: int = 3
+    context_weight: float = 0.5  # BM25 weight of the previous-turn column (contextual key)
     neighbour_weight: float = 0.5
     neighbour_pool: int = 50  # how many top candidates pull their neighbours into the pool
     session_weight: float = 0.25

@@ -247,6 +247,7 @@ def test_minilm_batching_keeps_order_and_values(minilm: MiniLMEmbedder) -> None:
 
 
 def test_minilm_missing_file_is_clear(tmp_path: Path) -> None:
+    pytest.importorskip("onnxruntime", reason="the optional minilm extra is not installed")
     embedder = MiniLMEmbedder(model_path=str(tmp_path / "nope.onnx"))
     with pytest.raises(EmbedderError, match="not found"):
         embedder.embed_query("x")

@@ -49,7 +49,7 @@ def run_legs(db: Database, embedder: Embedder | None, text: str, filters: Filter
 
     match = qtext.fts_match(text)
     if match:
-        timed("lexical", lambda: sql.lexical(db, match, filters, n))
+        timed("lexical", lambda: sql.lexical(db, match, filters, n, settings.context_weight))
     tri = qtext.trigram_match(text)
     if tri:
         timed("trigram", lambda: sql.trigram(db, tri, filters, n))
