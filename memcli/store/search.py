@@ -14,9 +14,14 @@ EXACT_SCAN_MAX = 4000
 PREFILTER_K = 2000  # shortlist size from vec0 before the exact rerank
 
 
-def count_candidates(db: Database, filters: Filters) -> int:
+def count_candidates(db: Database, filters: Filters, cap: int | None = None) -> int:
+    """Memories passing the filters; with `cap`, counting stops there (all the caller needs)."""
     where, params = filters.sql()
-    return int(db.scalar(f"SELECT count(*) FROM memories m WHERE {where}", params))
+    if cap is None:
+        return int(db.scalar(f"SELECT count(*) FROM memories m WHERE {where}", params))
+    return int(db.scalar(
+        f"SELECT count(*) FROM (SELECT 1 FROM memories m WHERE {where} LIMIT ?)",
+        [*params, cap + 1]))
 
 
 def lexical(db: Database, match: str, filters: Filters, limit: int,
@@ -73,7 +78,7 @@ def dense(db: Database, query_blob: bytes, filters: Filters, limit: int
     use_prefilter = (
         db.vec_enabled
         and db.scalar("SELECT 1 FROM sqlite_schema WHERE name = 'vec_memories'")
-        and count_candidates(db, filters) > EXACT_SCAN_MAX
+        and count_candidates(db, filters, cap=EXACT_SCAN_MAX) > EXACT_SCAN_MAX
     )
     if use_prefilter:
         rows = db.execute(
