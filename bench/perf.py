@@ -326,7 +326,7 @@ def cached_meta(path: Path, events: int, rebuild: bool, config: dict[str, Any]
         return None
     meta = json.loads(meta_path.read_text())
     if (meta.get("data_version") != DATA_VERSION or meta.get("events") != events
-            or meta.get("config") != config):
+            or meta.get("config") != config or "cpu_seconds" not in meta):
         return None
     log(f"reusing {path.name} (built {meta['built_at']}; --rebuild to measure again)")
     meta["cached"] = True
@@ -373,6 +373,61 @@ def model_speed(embedder_name: str, use_sparse: bool, texts: list[str]) -> dict[
         out[name] = len(texts) / (time.perf_counter() - t0)
         out[f"{name}_cpu_seconds"] = time.process_time() - c0
         log(f"{name} alone: {out[name]:.1f} texts/s")
+    return out
+
+
+def model_ingest_sample(path: Path, events: list[dict], embedder_name: str,
+                        use_sparse: bool) -> dict[str, Any]:
+    """Memory.ingest with the models on a sample, into a fresh database, in this run (the
+    cached big build may have been measured under other conditions)."""
+    remove_db(path)
+    embedder, sparse = make_models(embedder_name, use_sparse)
+    warm_models(embedder, sparse)
+    with open_memory(path, embedder, sparse) as memory:
+        seconds, cpu = ingest_batches(memory, events, defer=False, label="ingest sample")
+    remove_db(path)
+    return {"events": len(events), "seconds": seconds, "cpu_seconds": cpu,
+            "events_per_s": len(events) / seconds}
+
+
+def query_models_child(embedder_name: str, use_sparse: bool, n: int) -> None:
+    """Runs in a fresh interpreter: embed_query / encode_query latency, one JSON line."""
+    embedder, sparse = make_models(embedder_name, use_sparse)
+    warm_models(embedder, sparse)
+    texts = [q["text"] for q in generate_queries(n + 5, users())]
+    out: dict[str, Any] = {}
+    for name, fn in (("embed_query", getattr(embedder, "embed_query", None)),
+                     ("encode_query", getattr(sparse, "encode_query", None))):
+        if fn is None:
+            continue
+        walls, cpus = [], []
+        for text in texts:
+            t0, c0 = time.perf_counter(), time.process_time()
+            fn(text)
+            walls.append((time.perf_counter() - t0) * 1000)
+            cpus.append((time.process_time() - c0) * 1000)
+        out[name] = {**summary(walls[5:]), "cpu_p50": pct(cpus[5:], 50)}
+    print(json.dumps(out))
+
+
+def query_models(embedder_name: str, use_sparse: bool, n: int = 60) -> dict[str, Any]:
+    """Query-side model latency in fresh processes, with the OpenMP wait policy the library
+    leaves alone (default: threads spin) and with OMP_WAIT_POLICY=PASSIVE (what the CLI sets)."""
+    out = {}
+    for label, policy in (("OpenMP default", None), ("OMP_WAIT_POLICY=PASSIVE", "PASSIVE")):
+        env = dict(os.environ)
+        env.pop("OMP_WAIT_POLICY", None)
+        if policy:
+            env["OMP_WAIT_POLICY"] = policy
+        argv = [sys.executable, str(Path(__file__).resolve()), "--child", "query-models",
+                "--embedder", embedder_name, "--queries", str(n)]
+        if not use_sparse:
+            argv.append("--no-sparse")
+        proc = subprocess.run(argv, env=env, capture_output=True, text=True, cwd=REPO_ROOT)
+        if proc.returncode != 0:
+            raise SystemExit(f"query-models child failed: {proc.stderr[-800:]}")
+        out[label] = json.loads(proc.stdout.strip().splitlines()[-1])
+        log(f"query models, {label}: {out[label]}")
     return out
 
 
@@ -725,8 +780,8 @@ def cli_benches(path: Path, embedder_name: str, queries: list[dict], runs: int,
                         ("python -c 'import memcli.cli.app'", "import memcli.cli.app")):
         measured = [time_process([py, "-c", code], env) for _ in range(runs + warm)]
         out[label] = process_summary(measured[warm:])
-    out["importtime"] = import_offenders(query_argv(queries[0], CLI_FTS_LEGS), env,
-                                         runs=import_runs)
+    out["importtime"], out["import_packages"] = import_offenders(
+        query_argv(queries[0], CLI_FTS_LEGS), env, runs=import_runs)
     out["warm"], out["import_runs"] = warm, import_runs
     return out
 
@@ -734,10 +789,11 @@ def cli_benches(path: Path, embedder_name: str, queries: list[dict], runs: int,
 _IMPORT_LINE = re.compile(r"import time:\s+(\d+)\s+\|\s+(\d+)\s+\|(\s*)(\S+)")
 
 
-def import_offenders(argv: list[str], env: dict[str, str], runs: int = 5,
-                     top: int = 10) -> list[dict[str, Any]]:
-    """Top cumulative imports of the command, with their nesting depth. Each module's time is
-    its minimum over `runs`: the least disturbed run when other jobs share the machine."""
+def import_offenders(argv: list[str], env: dict[str, str], runs: int = 5, top: int = 10
+                     ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Top cumulative imports of the command with their nesting depth, and self time summed
+    per top-level package. Each module's time is its minimum over `runs`: the least
+    disturbed run when other jobs share the machine."""
     cumulative: dict[str, list[int]] = {}
     selfs: dict[str, list[int]] = {}
     depth: dict[str, int] = {}
@@ -755,7 +811,16 @@ def import_offenders(argv: list[str], env: dict[str, str], runs: int = 5,
              "depth": depth[k]}
             for k, v in cumulative.items()]
     rows.sort(key=lambda r: -r["cumulative_ms"])
-    return rows[:top]
+    packages: dict[str, list[float]] = {}
+    for row in rows:
+        name = row["module"]
+        key = ".".join(name.split(".")[:2]) if name.startswith("memcli.") else name.split(".")[0]
+        acc = packages.setdefault(key, [0.0, 0])
+        acc[0] += row["self_ms"]
+        acc[1] += 1
+    by_package = sorted(({"package": k, "self_ms": v[0], "modules": v[1]}
+                         for k, v in packages.items()), key=lambda r: -r["self_ms"])
+    return rows[:top], by_package[:top]
 
 
 # ----------------------------------------------------------------------------- 4. size
@@ -896,8 +961,10 @@ def render(res: dict[str, Any]) -> str:
         lines.append(f"| {name} | {fmt(wall, digits)} {unit} | {verdict(ok(wall))} | "
                      f"{fmt(cpu, digits)} {unit} | {verdict(ok(cpu))} |")
 
-    target("ingest with the default models >= 100 events/s", emb["events_per_s"],
-           emb["events"] / emb.get("cpu_seconds", float("nan")), lambda v: v >= 100, "events/s")
+    sample = ing["sample"]
+    target(f"ingest with the default models >= 100 events/s ({sample['events']:,} events)",
+           sample["events_per_s"], sample["events"] / sample["cpu_seconds"],
+           lambda v: v >= 100, "events/s")
     target(f"ingest `defer_embed=True`, batches of {BATCH}, >= 2,000 events/s",
            defer["events_per_s"], defer["events"] / defer["cpu_seconds"], lambda v: v >= 2000,
            "events/s", 0)
@@ -922,8 +989,12 @@ def render(res: dict[str, Any]) -> str:
               "| what | count | wall | CPU | throughput |", "|---|---|---|---|---|"]
     cached = (f" (measured when the cached database was built, {emb['built_at']}, load "
               f"{emb.get('load', '?')})" if emb.get("cached") else "")
-    lines.append(f"| `Memory.ingest`, {models}{cached} | {emb['events']:,} events | "
-                 f"{fmt(emb['seconds'])} s | {fmt(emb.get('cpu_seconds', float('nan')))} s | "
+    lines.append(f"| `Memory.ingest`, {models}, this run | {sample['events']:,} events | "
+                 f"{fmt(sample['seconds'])} s | {fmt(sample['cpu_seconds'])} s | "
+                 f"{fmt(sample['events_per_s'])} events/s |")
+    lines.append(f"| `Memory.ingest`, {models}, the {k(small)} query database{cached} | "
+                 f"{emb['events']:,} events | {fmt(emb['seconds'])} s | "
+                 f"{fmt(emb.get('cpu_seconds', float('nan')))} s | "
                  f"{fmt(emb['events_per_s'])} events/s |")
     for key, name, call in (("embedder", res["embedder"], "embed_documents"),
                             ("sparse", "SPLADE-tiny", "encode_documents")):
@@ -954,7 +1025,7 @@ def render(res: dict[str, Any]) -> str:
     lines += ["", "Cost per event, from the rows above: " + ", ".join(
         f"{name} {fmt(ms, 2)} ms" for name, ms in per_event.items())
         + f"; sum {fmt(predicted, 1)} ms = {fmt(1000 / predicted)} events/s predicted, "
-        f"{fmt(emb['events_per_s'])} measured."]
+        f"{fmt(sample['events_per_s'])} measured in this run."]
 
     lines += ["", "## 2. Library query latency (`Memory.query`)", "",
               f"All legs = the defaults ({', '.join(q['legs'])}); FTS-only = "
@@ -969,6 +1040,15 @@ def render(res: dict[str, Any]) -> str:
             lines.append(f"| {k(size)} | {legs} | {scope} | {fmt(val['p50'], 2)} | "
                          f"{fmt(val['p95'], 2)} | {fmt(val['mean'], 2)} | "
                          f"{fmt(val['cpu_p50'], 2)} | {fmt(val['cpu_p95'], 2)} |")
+    lines += ["", "The query-side models alone, in a fresh process per row (the library leaves "
+              "OpenMP's wait policy alone; `memcli`'s `main()` sets `OMP_WAIT_POLICY=PASSIVE`):",
+              "", "| model call | OpenMP policy | p50 | p95 | CPU p50 |", "|---|---|---|---|---|"]
+    for policy, calls in res["query_models"].items():
+        for call, val in calls.items():
+            name = {"embed_query": f"{res['embedder']} `embed_query`",
+                    "encode_query": "SPLADE-tiny `encode_query`"}.get(call, call)
+            lines.append(f"| {name} | {policy} | {fmt(val['p50'], 2)} | {fmt(val['p95'], 2)} | "
+                         f"{fmt(val['cpu_p50'], 2)} |")
     lines.append("")
     for size in sizes:
         sc = res["query"][str(size)]["scope_sizes"]
@@ -1025,6 +1105,13 @@ def render(res: dict[str, Any]) -> str:
         lines.append(f"| `{row['module']}` | {row['depth']} | {fmt(row['cumulative_ms'])} | "
                      f"{fmt(row['self_ms'])} |")
 
+    lines += ["", "The same runs, self time summed per top-level package (memcli per subpackage), "
+              "top 10:", "", "| package | modules | self ms |", "|---|---|---|"]
+    for row in cli["import_packages"]:
+        lines.append(f"| `{row['package']}` | {row['modules']} | {fmt(row['self_ms'])} |")
+    total_self = sum(r["self_ms"] for r in cli["import_packages"])
+    lines.append(f"| (these 10) | | {fmt(total_self)} |")
+
     lines += ["", "## 4. Database size (after a WAL checkpoint)", "",
               "| database | memories | file bytes | bytes/memory | largest objects, bytes/memory |",
               "|---|---|---|---|---|"]
@@ -1065,7 +1152,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, default=None,
                     help=f"markdown results (default {RESULTS.relative_to(REPO_ROOT)}; "
                     "quick mode writes a file only when given)")
+    ap.add_argument("--ingest-sample", type=int, default=None,
+                    help="events for the fresh with-models ingest measurement (default 1000)")
+    ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
+    if args.child == "query-models":
+        query_models_child(args.embedder or "e5-small", not args.no_sparse, args.queries or 60)
+        return 0
 
     quick = args.quick
     embedder_name = args.embedder or ("hash" if quick else "e5-small")
@@ -1106,6 +1199,12 @@ def main(argv: list[str] | None = None) -> int:
     log(f"ingest with models: {res['ingest']['embedded']['events_per_s']:.1f} events/s")
     res["ingest"]["model_speed"] = model_speed(
         embedder_name, use_sparse, [e["content"]["text"] for e in small_events[:sample]])
+    n_sample = args.ingest_sample or (500 if quick else 1000)
+    res["ingest"]["sample"] = model_ingest_sample(
+        CACHE_DIR / f"perf-sample-{tag}.db", all_events[-520 - n_sample : -520], embedder_name,
+        use_sparse)
+    log(f"ingest sample with models: {res['ingest']['sample']['events_per_s']:.1f} events/s")
+    res["query_models"] = query_models(embedder_name, use_sparse)
     scratch = CACHE_DIR / f"perf-scratch-{tag}.db"
     res["ingest"]["defer"] = defer_ingest(scratch, small_events,
                                           all_events[sizes[-1] : sizes[-1] + 520],
