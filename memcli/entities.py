@@ -65,6 +65,9 @@ _DATE_PATTERNS: tuple[re.Pattern[str], ...] = (
     re.compile(rf"(?ai)\b(?P<mon>{_MONTH_ALT})\.?,?\s+(?P<y>\d{{4}})\b"),
 )
 
+# Every date pattern has a four-digit year: a text without one skips them all.
+_YEAR_HINT_RE = re.compile(r"(?a)\d{4}")
+
 # Letters only (no digits/underscore), with inner apostrophes and hyphens: O'Brien, Jean-Luc.
 _WORD_RE = re.compile(r"[^\W\d_]+(?:['’-][^\W\d_]+)*")
 
@@ -252,6 +255,8 @@ def _name_runs(text: str) -> list[_Run]:
 
     for m in _WORD_RE.finditer(text):
         raw = m.group()
+        if not current and not raw[0].isupper():
+            continue  # the common case: a lower-case word outside any run (nothing to flush)
         word = _name_word(raw)
         if word is None:
             if current and raw in _CONNECTORS and len(pending) < 2 and joined(m.start()):
@@ -303,26 +308,39 @@ def _scan(text: str, *, query: bool) -> list[tuple[int, Entity]]:
     # no "example" name from a URL, no mention from an email. NUL is neither a word character nor
     # whitespace, so blanked spans also break name runs.
     chars = list(text)
+    dirty = False
 
     def blank(start: int, end: int) -> None:
+        nonlocal dirty
         chars[start:end] = "\0" * (end - start)
+        dirty = True
 
-    for m in _URL_RE.finditer(text):
+    def remask(masked: str) -> str:
+        nonlocal dirty
+        if not dirty:
+            return masked
+        dirty = False
+        return "".join(chars)
+
+    # Cheap substring checks first: most texts have no URL, @, # or year, and the scans cost.
+    has_url = "://" in text or "www." in text.lower()
+    for m in _URL_RE.finditer(text) if has_url else ():
         url = _trim_url(m.group())
         if len(url) > len("https://"):
             found.append((m.start(), Entity("url", url, _norm_url(url))))
             blank(m.start(), m.start() + len(url))
-    masked = "".join(chars)
-    for m in _EMAIL_RE.finditer(masked):
+    masked = remask(text)
+    has_at = "@" in masked
+    for m in _EMAIL_RE.finditer(masked) if has_at else ():
         found.append((m.start(), Entity("email", m.group(), m.group().lower())))
         blank(m.start(), m.end())
-    masked = "".join(chars)
-    for m in _MENTION_RE.finditer(masked):
+    masked = remask(masked)
+    for m in _MENTION_RE.finditer(masked) if has_at else ():
         value = m.group("v").rstrip(".-")
         if value and not value.isdigit():
             found.append((m.start(), Entity("mention", "@" + value, value.lower())))
             blank(m.start(), m.start() + 1 + len(value))
-    for m in _TAG_RE.finditer(masked):
+    for m in _TAG_RE.finditer(masked) if "#" in masked else ():
         value = m.group("v")
         if (
             any(c.isalpha() for c in value)
@@ -331,14 +349,14 @@ def _scan(text: str, *, query: bool) -> list[tuple[int, Entity]]:
         ):
             found.append((m.start(), Entity("tag", "#" + value, value.lower())))
             blank(m.start(), m.end())
-    masked = "".join(chars)
-    for pattern in _DATE_PATTERNS:
+    masked = remask(masked)
+    for pattern in _DATE_PATTERNS if _YEAR_HINT_RE.search(masked) else ():
         for m in pattern.finditer(masked):
             norm = _date_norm(m)
             if norm is not None:
                 found.append((m.start(), Entity("date", m.group(), norm)))
                 blank(m.start(), m.end())
-        masked = "".join(chars)
+        masked = remask(masked)
     for pos, value, norm in _names(masked, query=query):
         found.append((pos, Entity("name", value, norm)))
     return found

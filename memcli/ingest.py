@@ -1,8 +1,9 @@
 """Ingest: parse, validate, redact, normalise tool output, chunk, entities, embed, write.
 
-Every record of a batch is validated first. Good records are written in one transaction (each
-inside its own savepoint, so a failing record never leaves half a write); with `strict`, one bad
-record rejects the whole batch before anything is written.
+Every record of a batch is validated first. Good records are written in one transaction, first
+all in one savepoint; if a record fails, that is rolled back and the batch is written again
+record by record, so a failing record never leaves half a write and the others still land. With
+`strict`, one bad record rejects the whole batch before anything is written.
 """
 
 from __future__ import annotations
@@ -213,17 +214,37 @@ def ingest(db: Database, values: list[tuple], *, embedder: Embedder | None,
 
     threads: dict[str, list[tuple[str, int | None, str]]] = {}
     with db.transaction():
-        for prep in fresh:
-            try:
-                with db.conn:  # savepoint: a record is written whole or not at all
-                    _write(db, prep, now, report, threads)
-            except Exception as exc:  # noqa: BLE001 - reported per record, batch goes on
-                if strict:
-                    raise
-                report.rejected.append(
-                    RecordProblem(source=prep.source, line=prep.line,
-                                  reason=f"write failed: {exc}", event_id=prep.event_id)
-                )
+        # Fast path: the whole batch in one savepoint. If any record fails, roll that back and
+        # write record by record, each in its own savepoint, so only the failing one is lost.
+        marks = report.marks()
+        try:
+            with db.conn:
+                cache = _BatchCache()
+                for prep in fresh:
+                    _write(db, prep, now, report, threads, cache)
+        except Exception:
+            if strict:
+                raise
+            report.reset_to(marks)
+            threads.clear()
+            cache = _BatchCache()
+            for prep in fresh:
+                record_marks = report.marks()
+                record_threads = {k: len(v) for k, v in threads.items()}
+                try:
+                    with db.conn:
+                        _write(db, prep, now, report, threads, cache)
+                except Exception as exc:  # noqa: BLE001 - reported per record, batch goes on
+                    report.reset_to(record_marks)
+                    for key in list(threads):
+                        del threads[key][record_threads.get(key, 0):]
+                        if not threads[key]:
+                            del threads[key]
+                    cache = _BatchCache()  # ids it learnt inside the rolled-back savepoint
+                    report.rejected.append(
+                        RecordProblem(source=prep.source, line=prep.line,
+                                      reason=f"write failed: {exc}", event_id=prep.event_id)
+                    )
         for key, changes in threads.items():
             mem.bump_revision(db, key, changes)
     if defer_embed and (embedder is not None or sparse is not None):
@@ -231,8 +252,18 @@ def ingest(db: Database, values: list[tuple], *, embedder: Embedder | None,
     return report
 
 
+class _BatchCache:
+    """What one batch's writes learn and reuse: each session's latest turn (the next turn's
+    context key) and entity ids. Dropped whenever a savepoint it saw is rolled back."""
+
+    def __init__(self) -> None:
+        self.previous: dict[tuple[str, str | None], str] = {}
+        self.entities: dict[tuple[str, str], int] = {}
+        self.aliases: set[tuple[str, int]] = set()
+
+
 def _write(db: Database, prep: Prepared, now: str, report: IngestReport,
-           threads: dict[str, list[tuple[str, int | None, str]]]) -> None:
+           threads: dict[str, list[tuple[str, int | None, str]]], cache: _BatchCache) -> None:
     rec = prep.record
     ts = rec.ts or now
     seq = ev.insert_event(db, {
@@ -255,7 +286,10 @@ def _write(db: Database, prep: Prepared, now: str, report: IngestReport,
         attributes["redactions"] = prep.redactions
     if prep.artifact:
         attributes["artifact_id"] = prep.artifact["artifact_id"]
-    context = mem.previous_turn(db, rec.tenant_id, rec.session_id)
+    session = (rec.tenant_id, rec.session_id)
+    context = cache.previous.get(session)
+    if context is None:
+        context = mem.previous_turn(db, rec.tenant_id, rec.session_id)
     vectors: list[tuple[int, bytes]] = []
     postings: list[tuple[int, dict[int, float]]] = []
     for index, chunk in enumerate(prep.chunks):
@@ -271,7 +305,8 @@ def _write(db: Database, prep: Prepared, now: str, report: IngestReport,
             "valid_from": ts, "source_ids": [prep.event_id], "attributes": attributes,
         }, context=context)
         context = chunk.text
-        mem.link_entities(db, memory_id, extract_entities(chunk.text), now)
+        mem.link_entities(db, memory_id, extract_entities(chunk.text), now,
+                          ids=cache.entities, aliases=cache.aliases)
         mem.add_history(db, memory_id, "ADD", event_id=prep.event_id, new_ref=str(memory_id),
                         scope=scope)
         threads.setdefault(key, []).append(("created", memory_id, chunk.text))
@@ -280,6 +315,8 @@ def _write(db: Database, prep: Prepared, now: str, report: IngestReport,
             vectors.append((memory_id, prep.vectors[index]))
         if prep.sparse:
             postings.append((memory_id, prep.sparse[index]))
+    if rec.session_id is not None and prep.chunks:
+        cache.previous[session] = context
     if postings:
         sparse_sql.insert_postings(db, postings)
     if vectors:

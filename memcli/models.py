@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -147,6 +147,18 @@ class IngestReport(BaseModel):
     artifacts: list[str] = Field(default_factory=list)
     embedded: int = 0
     deferred_embedding: int = 0
+
+    _WRITTEN: ClassVar[tuple[str, ...]] = ("created", "memory_ids", "redacted", "artifacts")
+
+    def marks(self) -> tuple[int, ...]:
+        """Where the lists a write appends to end now, for `reset_to` after a rollback."""
+        return (*(len(getattr(self, name)) for name in self._WRITTEN), self.embedded)
+
+    def reset_to(self, marks: tuple[int, ...]) -> None:
+        """Forget what writes added after `marks` (their savepoint was rolled back)."""
+        for name, n in zip(self._WRITTEN, marks, strict=False):
+            del getattr(self, name)[n:]
+        self.embedded = marks[-1]
 
 
 class QueryResult(BaseModel):

@@ -56,20 +56,31 @@ def previous_turn(db: Database, tenant_id: str, session_id: str | None) -> str:
     return text or ""
 
 
-def link_entities(db: Database, memory_id: int, entities: list, now: str) -> None:
+def link_entities(db: Database, memory_id: int, entities: list, now: str, *,
+                  ids: dict[tuple[str, str], int] | None = None,
+                  aliases: set[tuple[str, int]] | None = None) -> None:
+    """Link a memory to its entities, creating entities and aliases as needed.
+
+    `ids` and `aliases` are optional caches a caller writing many memories in one transaction
+    passes in (and drops if that transaction's savepoint is rolled back).
+    """
+    ids = {} if ids is None else ids
+    aliases = set() if aliases is None else aliases
     for ent in entities:
-        db.execute(
-            "INSERT INTO entities (kind, norm, display, created_at) VALUES (?, ?, ?, ?) "
-            "ON CONFLICT (kind, norm) DO NOTHING",
-            (ent.kind, ent.norm, ent.value, now),
-        )
-        entity_id = db.scalar(
-            "SELECT id FROM entities WHERE kind = ? AND norm = ?", (ent.kind, ent.norm)
-        )
-        db.execute(
-            "INSERT OR IGNORE INTO entity_aliases (alias, entity_id) VALUES (?, ?)",
-            (ent.value.lower(), entity_id),
-        )
+        key = (ent.kind, ent.norm)
+        entity_id = ids.get(key)
+        if entity_id is None:
+            entity_id = db.scalar(
+                "INSERT INTO entities (kind, norm, display, created_at) VALUES (?, ?, ?, ?) "
+                "ON CONFLICT (kind, norm) DO UPDATE SET kind = excluded.kind RETURNING id",
+                (ent.kind, ent.norm, ent.value, now),
+            )
+            ids[key] = entity_id
+        alias = (ent.value.lower(), entity_id)
+        if alias not in aliases:
+            db.execute("INSERT OR IGNORE INTO entity_aliases (alias, entity_id) VALUES (?, ?)",
+                       alias)
+            aliases.add(alias)
         db.execute(
             "INSERT OR IGNORE INTO memory_entities (memory_id, entity_id) VALUES (?, ?)",
             (memory_id, entity_id),
