@@ -114,9 +114,11 @@ CREATE INDEX IF NOT EXISTS memories_updated ON memories (updated_at);
 
 -- Lexical indexes. Contentless (the text lives in `memories`) with contentless_delete so a
 -- purge can remove a row by id. Columns: the turn itself and its context (the previous turn
--- of the same session), so a match on context still returns the turn.
+-- of the same session), so a match on context still returns the turn; and `scope`, hashed
+-- tenant/user/session tokens (see memcli/store/search.py) that a query ANDs into its MATCH so
+-- BM25 only scores rows of the asker's scope (its weight in bm25() is 0).
 CREATE VIRTUAL TABLE IF NOT EXISTS memories_fts USING fts5 (
-    content, context,
+    content, context, scope,
     content = '',
     contentless_delete = 1,
     tokenize = 'porter unicode61 remove_diacritics 2'

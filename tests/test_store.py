@@ -149,6 +149,69 @@ def test_fresh_schema_equals_one_upgraded_through_every_migration(tmp_path):
     assert _schema(fresh) == _schema(upgraded)
 
 
+def _lexical_ranking(db, match, filters, scoped: bool):
+    from memcli.store import search
+
+    if scoped:
+        return search.lexical(db, match, filters, 50)
+    # The same BM25 over the whole index, with the scope applied only by the SQL filter.
+    where, params = filters.sql()
+    rows = db.execute(
+        "SELECT m.id, -bm25(memories_fts, 1.0, 0.5, 0.0) AS s FROM memories_fts"
+        " JOIN memories m ON m.id = memories_fts.rowid WHERE memories_fts MATCH ?"
+        f" AND {where} ORDER BY s DESC, m.id LIMIT 50",
+        ["{content context} : (" + match + ")", *params])
+    return [(int(i), float(sc)) for i, sc in rows]
+
+
+def _two_tenants(memory):
+    texts = ["Anika visits Berlin in May", "the migration script failed again",
+             "coffee with Anika about the migration", "Berlin trip booked, migration done",
+             "nothing to do with it", "Anika said the script works now"]
+    for tenant in ("t1", "t2"):
+        for user in ("u1", "u2"):
+            memory.ingest(turns(f"{tenant}-{user}-a", texts, user=user, tenant_id=tenant))
+            memory.ingest(turns(f"{tenant}-{user}-b", texts[::-1], user=user, tenant_id=tenant))
+
+
+def test_scope_tokens_prefilter_without_changing_the_lexical_ranking(memory):
+    _two_tenants(memory)
+    match = '"anika" OR "migration" OR "berlin"'
+    for scope in ({"tenant_id": "t1"}, {"tenant_id": "t2", "user_id": "u1"},
+                  {"tenant_id": "t1", "session_id": "t1-u2-b"}, {"user_id": "u2"}, {}):
+        filters = memory.filters(**scope)
+        scoped = _lexical_ranking(memory.db, match, filters, scoped=True)
+        assert scoped, scope
+        assert scoped == _lexical_ranking(memory.db, match, filters, scoped=False)
+    # The prefilter really narrows the match: a user's token finds only that user's rows.
+    from memcli.store.search import scope_terms
+
+    token = scope_terms(None, "u1", None)
+    ids = {r[0] for r in memory.db.execute(
+        "SELECT rowid FROM memories_fts WHERE memories_fts MATCH ?", [f'scope : "{token}"'])}
+    users = {r[0] for r in memory.db.execute(
+        f"SELECT DISTINCT user_id FROM memories WHERE id IN ({','.join(map(str, ids))})")}
+    assert users == {"u1"} and len(ids) == 2 * 2 * 6
+
+
+def test_v2_rebuilds_the_lexical_index_as_ingest_wrote_it(memory):
+    _two_tenants(memory)
+    db = memory.db
+    before = list(db.execute("SELECT rowid FROM memories_fts WHERE memories_fts MATCH ?"
+                             " ORDER BY rowid", ['context : "berlin"']))
+    queries = {scope: _lexical_ranking(db, '"anika" OR "script"', memory.filters(**dict(scope)),
+                                       scoped=True)
+               for scope in ((("tenant_id", "t1"),), (("tenant_id", "t2"), ("user_id", "u2")))}
+    assert before and all(queries.values())
+    with db.transaction():
+        migrations.MIGRATIONS[1](db)  # drop and rebuild memories_fts from memories
+    assert list(db.execute("SELECT rowid FROM memories_fts WHERE memories_fts MATCH ?"
+                           " ORDER BY rowid", ['context : "berlin"'])) == before
+    for scope, ranking in queries.items():
+        assert _lexical_ranking(db, '"anika" OR "script"', memory.filters(**dict(scope)),
+                                scoped=True) == ranking
+
+
 def test_migrate_reopens_without_changes(db_path):
     Database(db_path).close()
     before = _schema(db_path)

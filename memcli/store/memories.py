@@ -6,6 +6,7 @@ import json
 from typing import TYPE_CHECKING, Any
 
 from memcli.models import utcnow
+from memcli.store.search import scope_terms
 
 if TYPE_CHECKING:
     from memcli.store.connection import Database
@@ -34,8 +35,9 @@ def insert_memory(db: Database, row: dict[str, Any], context: str = "") -> int:
     db.execute(_INSERT_SQL, values)
     memory_id = db.conn.last_insert_rowid()
     db.execute(
-        "INSERT INTO memories_fts (rowid, content, context) VALUES (?, ?, ?)",
-        (memory_id, row["content"], context),
+        "INSERT INTO memories_fts (rowid, content, context, scope) VALUES (?, ?, ?, ?)",
+        (memory_id, row["content"], context,
+         scope_terms(row.get("tenant_id"), row.get("user_id"), row.get("session_id"))),
     )
     db.execute(
         "INSERT INTO memories_trigram (rowid, content) VALUES (?, ?)",

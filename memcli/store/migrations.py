@@ -23,12 +23,37 @@ def schema_sql() -> str:
 
 
 def _v1(db: Database) -> None:
-    # Version 1 is the first released schema: everything in schema.sql as of 0.1.
-    db.conn.execute(schema_sql())
+    # Version 1, the first schema, frozen in its own file.
+    db.conn.execute(
+        resources.files("memcli.store").joinpath("schema_v1.sql").read_text(encoding="utf-8"))
+
+
+def _v2(db: Database) -> None:
+    # memories_fts gains a `scope` column of hashed tenant/user/session tokens. An FTS5 table
+    # cannot add a column, so it is rebuilt from `memories` (it is derived): the context column
+    # is again each episode's previous episode in its session, as ingest writes it.
+    from memcli.store.search import register_scope_function
+
+    register_scope_function(db)
+    db.conn.execute("DROP TABLE memories_fts")
+    db.conn.execute("""CREATE VIRTUAL TABLE memories_fts USING fts5 (
+        content, context, scope,
+        content = '',
+        contentless_delete = 1,
+        tokenize = 'porter unicode61 remove_diacritics 2'
+    )""")
+    db.conn.execute("""
+        INSERT INTO memories_fts (rowid, content, context, scope)
+        SELECT id, content,
+               CASE WHEN kind = 'episode' AND session_id IS NOT NULL THEN coalesce(lag(content)
+                    OVER (PARTITION BY tenant_id, session_id, kind = 'episode'
+                          ORDER BY event_seq, chunk_index), '') ELSE '' END,
+               memcli_scope_terms(tenant_id, user_id, session_id)
+        FROM memories""")
 
 
 # Append only. Never edit a released migration: add a new one and update schema.sql to match.
-MIGRATIONS: list[Callable[[Database], None]] = [_v1]
+MIGRATIONS: list[Callable[[Database], None]] = [_v1, _v2]
 LATEST = len(MIGRATIONS)
 
 
