@@ -116,3 +116,28 @@ def test_zscore_and_rrf_fusion_both_rank_and_differ_in_scores(memory):
     z = ranked(memory, "alpha beta gamma", fusion="zscore")
     r = ranked(memory, "alpha beta gamma", fusion="rrf")
     assert z[0] == r[0] == "alpha beta gamma"
+
+
+def test_sparse_leg_query_plans_agree(memory):
+    """The small-scope plan (score only in-scope postings) and the large-scope plan (score all,
+    walk best first until `limit` pass the filters) must return the same hits in the same order."""
+    import random
+
+    from memcli.store import sparse as sparse_sql
+
+    for user in ("u1", "u2", "u3"):
+        memory.ingest(turns(f"s-{user}", [f"turn {i} of {user}" for i in range(30)], user=user))
+    ids = [r[0] for r in memory.db.execute("SELECT id FROM memories ORDER BY id")]
+    rng = random.Random(7)
+    with memory.db.transaction():
+        sparse_sql.insert_postings(memory.db, [
+            (mid, {t: rng.uniform(0.1, 3.0) for t in rng.sample(range(40), 6)}) for mid in ids])
+    query = {t: rng.uniform(0.5, 2.0) for t in range(0, 40, 3)}
+    for scope in ({"user_id": "u2"}, {}, {"session_id": "s-u3"}):
+        filters = memory.filters(**scope)
+        for limit in (3, 10, 200):
+            small = sparse_sql.search(memory.db, query, filters, limit, 10**6, small_scope=True)
+            large = sparse_sql.search(memory.db, query, filters, limit, 10**6, small_scope=False)
+            assert small and (limit > 3 or len(small) == 3)
+            assert small == large, (scope, limit)
+            assert [s for _, s in small] == sorted((s for _, s in small), reverse=True)

@@ -13,6 +13,8 @@ if TYPE_CHECKING:
 # exact scan (an exact cosine over a few thousand float vectors costs a couple of ms).
 EXACT_SCAN_MAX = 4000
 PREFILTER_K = 2000  # shortlist size from vec0 before the exact rerank
+# run_legs counts the memories passing the filters up to this cap, once per query.
+SCOPE_COUNT_CAP = 8000
 
 
 def _scope_token(prefix: str, value: str) -> str:
@@ -107,14 +109,18 @@ def entity(db: Database, keys: list[str], filters: Filters, limit: int
     return [(int(i), float(s)) for i, s in rows]
 
 
-def dense(db: Database, query_blob: bytes, filters: Filters, limit: int
-          ) -> list[tuple[int, float]]:
-    """Cosine similarity (1 - distance), exact on small scopes, bit prefilter on large ones."""
+def dense(db: Database, query_blob: bytes, filters: Filters, limit: int,
+          scope_rows: int | None = None) -> list[tuple[int, float]]:
+    """Cosine similarity (1 - distance), exact on small scopes, bit prefilter on large ones.
+
+    `scope_rows`: memories passing the filters if the caller counted them already."""
     where, params = filters.sql()
+    if scope_rows is None:
+        scope_rows = count_candidates(db, filters, cap=EXACT_SCAN_MAX)
     use_prefilter = (
         db.vec_enabled
+        and scope_rows > EXACT_SCAN_MAX
         and db.scalar("SELECT 1 FROM sqlite_schema WHERE name = 'vec_memories'")
-        and count_candidates(db, filters, cap=EXACT_SCAN_MAX) > EXACT_SCAN_MAX
     )
     if use_prefilter:
         rows = db.execute(
