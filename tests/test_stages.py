@@ -141,3 +141,21 @@ def test_sparse_leg_query_plans_agree(memory):
             assert small and (limit > 3 or len(small) == 3)
             assert small == large, (scope, limit)
             assert [s for _, s in small] == sorted((s for _, s in small), reverse=True)
+
+
+def test_entity_leg_query_plans_agree(memory):
+    from memcli.store import search
+
+    names = ["Anika", "Priya", "Tomas", "Berlin", "Lisbon"]
+    for user in ("u1", "u2", "u3"):
+        memory.ingest(turns(f"s-{user}", [
+            f"{names[i % 5]} met {names[(i * 3 + 1) % 5]} about item {i} for {user}"
+            for i in range(25)], user=user))
+    keys = ["anika", "lisbon", "tomas"]
+    for scope in ({"user_id": "u2"}, {}, {"session_id": "s-u3"}):
+        filters = memory.filters(**scope)
+        for limit in (2, 7, 200):
+            small = search.entity(memory.db, keys, filters, limit, small_scope=True)
+            large = search.entity(memory.db, keys, filters, limit, small_scope=False)
+            assert small and (limit > 2 or len(small) == 2)
+            assert small == large, (scope, limit)

@@ -54,14 +54,16 @@ def run_legs(db: Database, embedder: Embedder | None, text: str, filters: Filter
     if tri:
         timed("trigram", lambda: sql.trigram(db, tri, filters, n))
     keys = query_entity_keys(text)
-    if keys:
-        timed("entity", lambda: sql.entity(db, keys, filters, n))
-    # How many memories pass the filters (counting stops at the cap): the dense and sparse legs
-    # pick their query plan by it. Counted once per query, only if one of them runs.
+    # How many memories pass the filters (counting stops at the cap): the entity, sparse and
+    # dense legs pick their query plan by it. Counted once per query, only if one of them runs.
     scope_rows = 0
-    if (sparse is not None and weights.get("sparse", 0) > 0) or (
+    if (keys and weights.get("entity", 0) > 0) or (
+            sparse is not None and weights.get("sparse", 0) > 0) or (
             embedder is not None and db.vec_enabled and weights.get("dense", 0) > 0):
         scope_rows = sql.count_candidates(db, filters, cap=sql.SCOPE_COUNT_CAP)
+    small_scope = scope_rows <= sql.SMALL_SCOPE
+    if keys:
+        timed("entity", lambda: sql.entity(db, keys, filters, n, small_scope=small_scope))
     if sparse is not None:
         def sparse_leg() -> list[tuple[int, float]]:
             # The highest memory id bounds the memory count from above and costs one b-tree
@@ -69,7 +71,7 @@ def run_legs(db: Database, embedder: Embedder | None, text: str, filters: Filter
             total = int(db.scalar("SELECT coalesce(max(id), 0) FROM memories"))
             max_df = max(settings.sparse_max_df, int(settings.sparse_max_df_ratio * total))
             return sparse_sql.search(db, sparse.encode_query(text), filters, n, max_df,
-                                     small_scope=scope_rows <= sparse_sql.SMALL_SCOPE)
+                                     small_scope=small_scope)
         timed("sparse", sparse_leg)
     if embedder is not None and db.vec_enabled:
         def dense() -> list[tuple[int, float]]:

@@ -13,8 +13,11 @@ if TYPE_CHECKING:
 # exact scan (an exact cosine over a few thousand float vectors costs a couple of ms).
 EXACT_SCAN_MAX = 4000
 PREFILTER_K = 2000  # shortlist size from vec0 before the exact rerank
-# run_legs counts the memories passing the filters up to this cap, once per query.
-SCOPE_COUNT_CAP = 8000
+# run_legs counts the memories passing the filters up to this cap, once per query. Up to
+# SMALL_SCOPE of them, the entity and sparse legs score only in-scope rows; above it, they
+# score everything and walk it best first (see `entity` and memcli.store.sparse.search).
+SMALL_SCOPE = 8000
+SCOPE_COUNT_CAP = SMALL_SCOPE
 
 
 def _scope_token(prefix: str, value: str) -> str:
@@ -86,26 +89,40 @@ def trigram(db: Database, match: str, filters: Filters, limit: int) -> list[tupl
     return [(int(i), float(s)) for i, s in rows]
 
 
-def entity(db: Database, keys: list[str], filters: Filters, limit: int
-           ) -> list[tuple[int, float]]:
-    """Memories linked to entities the query names; rarer entities count more (idf-like)."""
+def entity(db: Database, keys: list[str], filters: Filters, limit: int,
+           small_scope: bool = True) -> list[tuple[int, float]]:
+    """Memories linked to entities the query names; rarer entities count more (idf-like).
+
+    Two plans with the same result, as in the sparse leg: with `small_scope` only links of
+    memories passing the filters are scored; otherwise all links are scored and sorted, and
+    memories are checked best first until `limit` pass.
+    """
     if not keys:
         return []
     where, params = filters.sql()
     marks = ",".join("?" * len(keys))
-    rows = db.execute(
-        f"""WITH hit AS (
-                SELECT DISTINCT e.id AS eid FROM entities e
-                WHERE e.norm IN ({marks})
+    hits = f"""hit AS (
+                SELECT DISTINCT e.id AS eid FROM entities e WHERE e.norm IN ({marks})
                 UNION SELECT entity_id FROM entity_aliases WHERE alias IN ({marks})),
-            df AS (SELECT me.entity_id AS eid, count(*) AS n FROM memory_entities me
-                   WHERE me.entity_id IN (SELECT eid FROM hit) GROUP BY me.entity_id)
-            SELECT m.id, sum(1.0 / (1.0 + ln(df.n))) AS s
-            FROM memory_entities me JOIN df ON df.eid = me.entity_id
-            JOIN memories m ON m.id = me.memory_id
-            WHERE {where} GROUP BY m.id ORDER BY s DESC, m.id DESC LIMIT ?""",
-        [*keys, *keys, *params, limit],
-    )
+            df AS MATERIALIZED (
+                SELECT me.entity_id AS eid, 1.0 / (1.0 + ln(count(*))) AS w
+                FROM memory_entities me WHERE me.entity_id IN (SELECT eid FROM hit)
+                GROUP BY me.entity_id)"""
+    if small_scope:
+        sql_text = f"""WITH {hits}
+            SELECT me.memory_id, sum(df.w) AS s FROM df CROSS JOIN memory_entities me
+                ON me.entity_id = df.eid
+            WHERE me.memory_id IN (SELECT m.id FROM memories m WHERE {where})
+            GROUP BY me.memory_id ORDER BY s DESC, me.memory_id DESC LIMIT ?"""
+    else:
+        sql_text = f"""WITH {hits},
+            scored AS MATERIALIZED (
+                SELECT me.memory_id AS id, sum(df.w) AS s FROM df CROSS JOIN memory_entities me
+                    ON me.entity_id = df.eid
+                GROUP BY me.memory_id ORDER BY s DESC, me.memory_id DESC)
+            SELECT m.id, scored.s FROM scored CROSS JOIN memories m ON m.id = scored.id
+            WHERE {where} LIMIT ?"""
+    rows = db.execute(sql_text, [*keys, *keys, *params, limit])
     return [(int(i), float(s)) for i, s in rows]
 
 

@@ -91,11 +91,6 @@ def memories_without_sparse(db: Database, limit: int) -> list[tuple[int, str]]:
     ))
 
 
-# At most this many memories in scope: score only their postings (an IN over the scope's ids).
-# Above it: score every posting, then walk the scores best first until `limit` pass the filters.
-SMALL_SCOPE = 8000
-
-
 def search(db: Database, query: dict[int, float], filters: Filters, limit: int,
            max_df: int, small_scope: bool = True) -> list[tuple[int, float]]:
     """Dot product of the query with each memory's postings, frequent terms pruned.
