@@ -348,3 +348,54 @@ def test_embedder_mismatch_in_the_cli_and_reindex_fixes_it(cli, db_path, monkeyp
         assert m.db.scalar("SELECT count(*) FROM memory_vectors") == 2
         assert m.db.scalar("SELECT count(*) FROM vec_memories") == 2
         assert {len(b) for (b,) in m.db.execute("SELECT embedding FROM memory_vectors")} == {32 * 4}
+
+
+def _dense_db(memory):
+    for tenant in ("t1", "t2"):
+        for user in ("u1", "u2"):
+            memory.ingest(turns(f"{tenant}{user}", [f"note {i} by {user} in {tenant}: topic {i % 7}"
+                                                   for i in range(15)], user=user,
+                                tenant_id=tenant))
+
+
+def test_dense_prefilter_respects_partitions_and_filters(memory, monkeypatch):
+    from memcli.store import search
+
+    _dense_db(memory)
+    target = "note 3 by u2 in t1: topic 3"
+    blob = memory.embedder.embed_query(target).astype("float32").tobytes()
+    exact = {}
+    for scope in ({"tenant_id": "t1", "user_id": "u2"}, {"tenant_id": "t2"}):
+        exact[str(scope)] = search.dense(memory.db, blob, memory.filters(**scope), 10)
+    monkeypatch.setattr(search, "EXACT_SCAN_MAX", 0)
+    monkeypatch.setattr(search, "PARTITION_EXACT_MAX", 0)
+    for scope in ({"tenant_id": "t1", "user_id": "u2"}, {"tenant_id": "t2"}):
+        hits = search.dense(memory.db, blob, memory.filters(**scope), 10)
+        assert len(hits) == 10
+        ids = ",".join(str(i) for i, _ in hits)
+        rows = set(memory.db.execute(
+            f"SELECT DISTINCT tenant_id, user_id FROM memories WHERE id IN ({ids})"))
+        if "user_id" in scope:
+            assert rows == {("t1", "u2")}
+        else:
+            assert {t for t, _ in rows} == {"t2"}
+        # The shortlist is 2 x limit of a 15- or 30-row scope: the exact top hits survive it.
+        assert hits[:3] == exact[str(scope)][:3]
+    top = exact[str({"tenant_id": "t1", "user_id": "u2"})][0][0]
+    assert memory.db.scalar("SELECT content FROM memories WHERE id = ?", (top,)) == target
+
+
+def test_an_old_layout_vec_index_is_rebuilt_with_partitions(db_path):
+    with Memory.open(db_path, embedder=HashEmbedder(64)) as m:
+        _dense_db(m)
+        before = sorted(r[0] for r in m.db.execute("SELECT memory_id FROM vec_memories"))
+        with m.db.transaction():
+            m.db.execute("DROP TABLE vec_memories")
+            m.db.execute("CREATE VIRTUAL TABLE vec_memories USING vec0("
+                         "memory_id INTEGER PRIMARY KEY, embedding bit[64])")
+    with Memory.open(db_path, embedder=HashEmbedder(64)) as m:
+        assert "partition key" in m.db.scalar(
+            "SELECT sql FROM sqlite_schema WHERE name = 'vec_memories'")
+        assert sorted(r[0] for r in m.db.execute("SELECT memory_id FROM vec_memories")) == before
+        keys = set(m.db.execute("SELECT DISTINCT user_key, tenant_key FROM vec_memories"))
+        assert ("t1\x1fu2", "t1") in keys and len(keys) == 4

@@ -12,7 +12,9 @@ if TYPE_CHECKING:
 # Above this many candidate rows the dense leg uses the bit-quantized prefilter instead of an
 # exact scan (an exact cosine over a few thousand float vectors costs a couple of ms).
 EXACT_SCAN_MAX = 4000
-PREFILTER_K = 2000  # shortlist size from vec0 before the exact rerank
+# Within one user's vec0 partition the bit KNN is cheap (~2 ms), so it takes over sooner.
+PARTITION_EXACT_MAX = 1000
+PREFILTER_FACTOR = 2  # the bit KNN shortlists this many times `limit` for the exact rerank
 # run_legs counts the memories passing the filters up to this cap, once per query. Up to
 # SMALL_SCOPE of them, the entity and sparse legs score only in-scope rows; above it, they
 # score everything and walk it best first (see `entity` and memcli.store.sparse.search).
@@ -128,37 +130,45 @@ def entity(db: Database, keys: list[str], filters: Filters, limit: int,
 
 def dense(db: Database, query_blob: bytes, filters: Filters, limit: int,
           scope_rows: int | None = None) -> list[tuple[int, float]]:
-    """Cosine similarity (1 - distance), exact on small scopes, bit prefilter on large ones.
+    """Cosine similarity (1 - distance): an exact scan on small scopes; on large ones a KNN over
+    the bit vectors (within the user's partition, or the tenant's rows) shortlists
+    `PREFILTER_FACTOR * limit` memories for the exact rerank.
 
-    `scope_rows`: memories passing the filters if the caller counted them already."""
+    `scope_rows`: memories passing the filters, if the caller counted them already."""
+    from memcli.store.vectors import user_key
+
     where, params = filters.sql()
     if scope_rows is None:
         scope_rows = count_candidates(db, filters, cap=EXACT_SCAN_MAX)
-    use_prefilter = (
-        db.vec_enabled
-        and scope_rows > EXACT_SCAN_MAX
-        and db.scalar("SELECT 1 FROM sqlite_schema WHERE name = 'vec_memories'")
-    )
-    if use_prefilter:
+    if not db.vec_enabled:
+        return []
+    in_partition = filters.user_id is not None and filters.tenant_id is not None
+    exact_max = PARTITION_EXACT_MAX if in_partition else EXACT_SCAN_MAX
+    if scope_rows > exact_max and db.scalar(
+            "SELECT 1 FROM sqlite_schema WHERE name = 'vec_memories'"):
+        knn = "embedding MATCH vec_quantize_binary(?) AND k = ?"
+        knn_params: list = [query_blob, PREFILTER_FACTOR * limit]
+        if in_partition:
+            knn += " AND user_key = ?"
+            knn_params.append(user_key(filters.tenant_id, filters.user_id))
+        elif filters.tenant_id is not None:
+            knn += " AND tenant_key = ?"
+            knn_params.append(filters.tenant_id)
         rows = db.execute(
-            f"""WITH short AS (
-                    SELECT memory_id FROM vec_memories
-                    WHERE embedding MATCH vec_quantize_binary(?) AND k = ?)
+            f"""WITH short AS (SELECT memory_id FROM vec_memories WHERE {knn})
                 SELECT m.id, 1.0 - vec_distance_cosine(v.embedding, ?) AS s
                 FROM short JOIN memories m ON m.id = short.memory_id
                 JOIN memory_vectors v ON v.memory_id = m.id
                 WHERE {where} ORDER BY s DESC, m.id LIMIT ?""",
-            [query_blob, PREFILTER_K, query_blob, *params, limit],
+            [*knn_params, query_blob, *params, limit],
         )
-    elif db.vec_enabled:
+    else:
         rows = db.execute(
             f"SELECT m.id, 1.0 - vec_distance_cosine(v.embedding, ?) AS s FROM memories m"
             f" JOIN memory_vectors v ON v.memory_id = m.id WHERE {where}"
             f" ORDER BY s DESC, m.id LIMIT ?",
             [query_blob, *params, limit],
         )
-    else:
-        return []
     return [(int(i), float(s)) for i, s in rows]
 
 

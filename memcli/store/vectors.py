@@ -1,8 +1,11 @@
 """SQL for vectors: the vec0 table (binary-quantized prefilter) and exact float copies.
 
-`vec_memories` holds one bit vector per memory (sign of each dimension). At 100k memories a
-KNN over bits takes ~5 ms where float KNN takes 60-80 ms, so it serves as the prefilter; the
-shortlist is then reranked exactly against the float32 copies in `memory_vectors`.
+`vec_memories` holds one bit vector per memory (sign of each dimension), partitioned by the
+memory's (tenant, user) and tagged with its tenant. A KNN over the bits of one user's partition
+takes ~2 ms at 100k memories, over one tenant's ~40 ms (metadata filter), so it serves as the
+prefilter; the shortlist is then reranked exactly against the float32 copies in
+`memory_vectors`. The table is derived: it is rebuilt from `memory_vectors` whenever its layout
+is older than this code (see `ensure_vec_table`).
 """
 
 from __future__ import annotations
@@ -18,22 +21,64 @@ if TYPE_CHECKING:
 # Set when vectors change while sqlite-vec is not loaded: vec_memories then lags memory_vectors
 # (missing rows, or rows of purged memories) until a connection with sqlite-vec syncs it.
 VEC_STALE = "vec_index_stale"
+# Small chunks: every (tenant, user) partition allocates at least one chunk of this many slots,
+# and a scan over a tenant measured faster with 128 than with vec0's default of 1024.
+CHUNK_SIZE = 128
+_LAYOUT_MARK = "user_key text partition key"
+
+
+def user_key(tenant_id: str | None, user_id: str | None) -> str:
+    """The partition key of a (tenant, user) pair: exact, no hashing (unit separator)."""
+    return f"{tenant_id or ''}\x1f{user_id or ''}"
+
+
+def _vec_sql(db: Database) -> str | None:
+    return db.scalar("SELECT sql FROM sqlite_schema WHERE name = 'vec_memories'")
 
 
 def _has_vec_table(db: Database) -> bool:
-    return bool(db.scalar("SELECT 1 FROM sqlite_schema WHERE name = 'vec_memories'"))
+    return _vec_sql(db) is not None
 
 
 def ensure_vec_table(db: Database, dimension: int) -> None:
     if not db.vec_enabled:
         return
-    if not _has_vec_table(db):
+    current = _vec_sql(db)
+    if current is not None and _LAYOUT_MARK in current:
+        return
+    with db.transaction():
+        if current is not None:
+            db.execute("DROP TABLE vec_memories")  # an older layout: rebuilt below
         db.execute(
             "CREATE VIRTUAL TABLE vec_memories USING vec0("
-            f"memory_id INTEGER PRIMARY KEY, embedding bit[{int(dimension)}])"
+            f"memory_id INTEGER PRIMARY KEY, embedding bit[{int(dimension)}], "
+            f"{_LAYOUT_MARK}, tenant_key text, chunk_size={CHUNK_SIZE})"
         )
-        # Vectors stored while sqlite-vec was missing get their bit copies now.
-        sync_vec_index(db)
+    # Vectors stored while sqlite-vec was missing (or under the old layout) get bit copies now.
+    sync_vec_index(db)
+
+
+_INSERT_VEC = (
+    "INSERT INTO vec_memories (memory_id, embedding, user_key, tenant_key)"
+    " VALUES (?, vec_quantize_binary(?), ?, ?)"
+)
+
+
+def _with_keys(db: Database, rows: list[tuple[int, bytes]]) -> list[tuple]:
+    if not rows:
+        return []
+    ids = [mid for mid, _ in rows]
+    scopes = {}
+    for start in range(0, len(ids), 500):
+        part = ids[start:start + 500]
+        marks = ",".join("?" * len(part))
+        scopes.update((mid, (tenant, user)) for mid, tenant, user in db.execute(
+            f"SELECT id, tenant_id, user_id FROM memories WHERE id IN ({marks})", part))
+    out = []
+    for mid, blob in rows:
+        tenant, user = scopes.get(mid, (None, None))
+        out.append((mid, blob, user_key(tenant, user), tenant or ""))
+    return out
 
 
 def sync_vec_index(db: Database) -> None:
@@ -48,8 +93,7 @@ def sync_vec_index(db: Database) -> None:
             missing = list(db.execute(
                 "SELECT memory_id, embedding FROM memory_vectors"
                 " WHERE memory_id NOT IN (SELECT memory_id FROM vec_memories)"))
-            db.executemany("INSERT INTO vec_memories (memory_id, embedding)"
-                           " VALUES (?, vec_quantize_binary(?))", missing)
+            db.executemany(_INSERT_VEC, _with_keys(db, missing))
         db.execute("DELETE FROM meta WHERE key = ?", (VEC_STALE,))
 
 
@@ -88,11 +132,13 @@ def insert_vectors(db: Database, rows: list[tuple[int, bytes]]) -> None:
         "INSERT OR REPLACE INTO memory_vectors (memory_id, embedding) VALUES (?, ?)", rows
     )
     if db.vec_enabled:
-        db.executemany(
-            "INSERT OR REPLACE INTO vec_memories (memory_id, embedding)"
-            " VALUES (?, vec_quantize_binary(?))",
-            rows,
-        )
+        for start in range(0, len(rows), 500):
+            keyed = _with_keys(db, rows[start:start + 500])
+            # vec0 has no INSERT OR REPLACE: a re-embedded memory's old bits go first.
+            marks = ",".join("?" * len(keyed))
+            db.execute(f"DELETE FROM vec_memories WHERE memory_id IN ({marks})",
+                       [r[0] for r in keyed])
+            db.executemany(_INSERT_VEC, keyed)
     elif rows:
         db.set_meta(VEC_STALE, "1")
 
