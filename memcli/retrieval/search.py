@@ -14,9 +14,11 @@ its boost for --explain.
 from __future__ import annotations
 
 import math
+import threading
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from concurrent.futures import Future, ThreadPoolExecutor, wait
+from typing import TYPE_CHECKING, Any
 
 from memcli.entities import query_entity_keys
 from memcli.retrieval import text as qtext
@@ -32,12 +34,41 @@ if TYPE_CHECKING:
     from memcli.store.filters import Filters
 
 
+_MODEL_POOL: ThreadPoolExecutor | None = None
+_MODEL_POOL_LOCK = threading.Lock()
+
+
+def _model_pool() -> ThreadPoolExecutor:
+    """One worker thread for query-side model calls, shared by every query in the process."""
+    global _MODEL_POOL
+    if _MODEL_POOL is None:
+        with _MODEL_POOL_LOCK:
+            if _MODEL_POOL is None:
+                _MODEL_POOL = ThreadPoolExecutor(max_workers=1,
+                                                 thread_name_prefix="memcli-query-models")
+    return _MODEL_POOL
+
+
 def run_legs(db: Database, embedder: Embedder | None, text: str, filters: Filters,
              settings: RetrievalSettings, timings: dict[str, float] | None = None,
              sparse: SpladeEncoder | None = None) -> dict[str, list[tuple[int, float]]]:
     n = settings.candidates_per_leg
     weights = settings.leg_weights
     legs: dict[str, list[tuple[int, float]]] = {}
+    use_sparse = sparse is not None and weights.get("sparse", 0) > 0
+    use_dense = embedder is not None and db.vec_enabled and weights.get("dense", 0) > 0
+
+    # The query-side models (SPLADE, then the embedder) run on a worker thread while this
+    # thread runs the SQL legs: both release the GIL, so their time mostly overlaps the SQL's.
+    pool = _model_pool() if use_sparse or use_dense else None
+    sparse_vec: Future[dict[int, float]] | None = None
+    dense_vec: Future[Any] | None = None
+    if pool is not None and use_sparse:
+        assert sparse is not None
+        sparse_vec = pool.submit(sparse.encode_query, text)
+    if pool is not None and use_dense:
+        assert embedder is not None
+        dense_vec = pool.submit(embedder.embed_query, text)
 
     def timed(name: str, fn: Callable[[], list[tuple[int, float]]]) -> None:
         if weights.get(name, 0) <= 0:
@@ -47,38 +78,42 @@ def run_legs(db: Database, embedder: Embedder | None, text: str, filters: Filter
         if timings is not None:
             timings[name] = (time.perf_counter() - t0) * 1000
 
-    match = qtext.fts_match(text)
-    if match:
-        timed("lexical", lambda: sql.lexical(db, match, filters, n, settings.context_weight))
-    tri = qtext.trigram_match(text)
-    if tri:
-        timed("trigram", lambda: sql.trigram(db, tri, filters, n))
-    keys = query_entity_keys(text)
-    # How many memories pass the filters (counting stops at the cap): the entity, sparse and
-    # dense legs pick their query plan by it. Counted once per query, only if one of them runs.
-    scope_rows = 0
-    if (keys and weights.get("entity", 0) > 0) or (
-            sparse is not None and weights.get("sparse", 0) > 0) or (
-            embedder is not None and db.vec_enabled and weights.get("dense", 0) > 0):
-        scope_rows = sql.count_candidates(db, filters, cap=sql.SCOPE_COUNT_CAP)
-    small_scope = scope_rows <= sql.SMALL_SCOPE
-    if keys:
-        timed("entity", lambda: sql.entity(db, keys, filters, n, small_scope=small_scope))
-    if sparse is not None:
-        def sparse_leg() -> list[tuple[int, float]]:
-            # The highest memory id bounds the memory count from above and costs one b-tree
-            # seek (a count(*) costs ~8 ms at 100k); it only scales the df cut-off.
-            total = int(db.scalar("SELECT coalesce(max(id), 0) FROM memories"))
-            max_df = max(settings.sparse_max_df, int(settings.sparse_max_df_ratio * total))
-            return sparse_sql.search(db, sparse.encode_query(text), filters, n, max_df,
-                                     small_scope=small_scope)
-        timed("sparse", sparse_leg)
-    if embedder is not None and db.vec_enabled:
-        def dense() -> list[tuple[int, float]]:
-            vector = embedder.embed_query(text)
-            return sql.dense(db, vector.astype("float32").tobytes(), filters, n,
-                             scope_rows=scope_rows)
-        timed("dense", dense)
+    try:
+        match = qtext.fts_match(text)
+        if match:
+            timed("lexical", lambda: sql.lexical(db, match, filters, n, settings.context_weight))
+        tri = qtext.trigram_match(text)
+        if tri:
+            timed("trigram", lambda: sql.trigram(db, tri, filters, n))
+        keys = query_entity_keys(text)
+        # How many memories pass the filters (counting stops at the cap): the entity, sparse
+        # and dense legs pick their query plan by it. Counted once, only if one of them runs.
+        scope_rows = 0
+        if (keys and weights.get("entity", 0) > 0) or use_sparse or use_dense:
+            scope_rows = sql.count_candidates(db, filters, cap=sql.SCOPE_COUNT_CAP)
+        small_scope = scope_rows <= sql.SMALL_SCOPE
+        if keys:
+            timed("entity", lambda: sql.entity(db, keys, filters, n, small_scope=small_scope))
+        if sparse_vec is not None:
+            def sparse_leg() -> list[tuple[int, float]]:
+                # The highest memory id bounds the memory count from above and costs one b-tree
+                # seek (a count(*) costs ~8 ms at 100k); it only scales the df cut-off.
+                total = int(db.scalar("SELECT coalesce(max(id), 0) FROM memories"))
+                max_df = max(settings.sparse_max_df, int(settings.sparse_max_df_ratio * total))
+                return sparse_sql.search(db, sparse_vec.result(), filters, n, max_df,
+                                         small_scope=small_scope)
+            timed("sparse", sparse_leg)
+        if dense_vec is not None:
+            def dense() -> list[tuple[int, float]]:
+                vector = dense_vec.result()
+                return sql.dense(db, vector.astype("float32").tobytes(), filters, n,
+                                 scope_rows=scope_rows)
+            timed("dense", dense)
+    finally:
+        # On an error in a SQL leg, never leave a model call running into the next query.
+        for future in (sparse_vec, dense_vec):
+            if future is not None and not future.cancel():
+                wait([future])
     return legs
 
 
