@@ -284,6 +284,34 @@ def test_python_dash_m(tmp_path):
     assert version.stdout.strip() == f"memcli {memcli.__version__}"
 
 
+def test_each_command_maps_to_the_module_that_registers_it():
+    """main() registers only the group named on the command line; the map must not drift."""
+    from memcli.cli import app as app_module
+
+    everything = {p[0] for p in COMMANDS}
+    assert set(app_module.COMMAND_MODULES) == everything
+    for module in app_module.MODULES:
+        group = typer.main.get_command(app_module.build_app((module,)))
+        owned = {n for n, m in app_module.COMMAND_MODULES.items() if m is module}
+        assert set(group.commands) == owned, module.__name__
+
+
+def test_a_single_group_process_behaves_like_the_full_app(tmp_path):
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "MEMCLI_DB": str(tmp_path / "m.db"),
+           "MEMCLI_EMBEDDER": "hash"}
+
+    def run(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "memcli", *args], cwd=ROOT, env=env,
+                              input=stdin, capture_output=True, text=True, timeout=60)
+
+    assert run("ingest", "-", stdin=ndjson(turns("s1", ["kiwi pie", "fig tart"]))).returncode == 0
+    hits = json.loads(run("query", "kiwi", "--legs", "lexical", "--json").stdout)
+    assert hits[0]["text"] == "kiwi pie"
+    bad = run("query", "kiwi", "--no-such-flag")
+    assert bad.returncode == 2 and "No such option" in bad.stderr
+    assert run("query", "--help").stdout.startswith("Usage: memcli query [OPTIONS]")
+
+
 # -- demo ---------------------------------------------------------------------------------------
 
 
