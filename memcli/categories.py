@@ -63,7 +63,8 @@ def load_categories(path: Path | None) -> Categories:
 
     try:
         text = path.read_text(encoding="utf-8") if path else bundled_text("categories.yaml")
-        data = yaml.safe_load(text) or {}
+        # libyaml's loader when PyYAML has it: the same result, several times faster.
+        data = yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)) or {}
     except (OSError, yaml.YAMLError) as exc:
         raise UsageError(f"cannot read categories file {path}: {exc}".splitlines()[0]) from exc
     names = tuple(

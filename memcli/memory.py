@@ -13,7 +13,6 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from memcli import ingest as ingest_mod
 from memcli.categories import Categories, load_categories
 from memcli.config import RetrievalSettings, Settings
 from memcli.errors import UsageError
@@ -106,6 +105,8 @@ class Memory:
         numbered = [
             r if isinstance(r, tuple) else (i, r) for i, r in enumerate(records, start=1)
         ]
+        from memcli import ingest as ingest_mod  # not on the query path's start-up
+
         return ingest_mod.ingest(self.db, numbered, embedder=self.embedder, sparse=self.sparse,
                                  defaults=defaults,
                                  strict=strict, defer_embed=defer_embed)
