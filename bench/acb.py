@@ -3,6 +3,8 @@
     python bench/acb.py              # 10k and 100k memories: the numbers in bench/results/acb.md
     python bench/acb.py --quick      # 2k memories, fewer runs, < 60 s: a CI smoke test
     python bench/acb.py --rebuild    # ignore the cached databases in bench/.cache/
+    python bench/acb.py --models     # the default models (e5-small + SPLADE-tiny) on copies of
+                                     # bench/perf.py's databases (run that first)
 
 What it measures (the issue's targets in brackets), per database size:
 
@@ -25,6 +27,10 @@ two cores, and the vector leg's cost depends on the number and size of vectors, 
 mean. The SPLADE sparse leg is off (no encoder): encoding 100k documents is the same hour, and
 its query cost is measured by bench/perf.py. Each of 20 users also gets 3 decisions and 2 tasks
 (through the ledger, so with linked memories). Databases are cached in bench/.cache/.
+
+`--models` measures the same with the default models: copies of bench/perf.py's 10k and 100k
+databases (real e5-small vectors and SPLADE postings for 10k memories, noisy copies of them for
+the rest; see bench/perf.py), plus the same ledger items; results in bench/results/acb-models.md.
 """
 
 from __future__ import annotations
@@ -51,6 +57,9 @@ from perf import generate_events, generate_queries, pct  # noqa: E402
 
 CACHE_DIR = REPO_ROOT / "bench" / ".cache"
 RESULTS = REPO_ROOT / "bench" / "results" / "acb.md"
+MODEL_RESULTS = REPO_ROOT / "bench" / "results" / "acb-models.md"
+# --models: open databases with the default models instead of the hash embedder.
+MODELS = {"on": False}
 DATA_VERSION = 1  # bump when the database recipe changes: cached databases are rebuilt
 BUDGET = 65000
 DIM = 64
@@ -72,7 +81,63 @@ def open_memory(path: Path) -> Any:
     from memcli import Memory
     from memcli.providers.embedders import HashEmbedder
 
+    if MODELS["on"]:
+        from memcli.providers.embedders import get_embedder
+        from memcli.providers.splade import SpladeEncoder
+
+        return Memory.open(path, embedder=get_embedder("e5-small"), sparse=SpladeEncoder())
     return Memory.open(path, embedder=HashEmbedder(DIM))
+
+
+def add_ledger(memory: Any, scopes: list[tuple[str, str]]) -> None:
+    """3 decisions and 2 tasks for each of LEDGER_USERS random users."""
+    from memcli import ledger
+
+    rng = random.Random(7)
+    for tenant, user in rng.sample(scopes, min(LEDGER_USERS, len(scopes))):
+        for i in range(3):
+            ledger.add_decision(
+                memory,
+                f"Decision {i} for {user}: ship the {rng.choice(['atlas', 'orion'])} "
+                f"release behind a feature flag",
+                rationale=["lower risk", "easy rollback"],
+                tenant_id=tenant,
+                user_id=user,
+            )
+        for i in range(2):
+            ledger.add_task(
+                memory,
+                f"Task {i} for {user}: review the migration plan",
+                tenant_id=tenant,
+                user_id=user,
+                status=("open", "doing")[i],
+            )
+
+
+def model_db(name: str, events: int) -> tuple[Path, dict[str, Any]]:
+    """A copy of bench/perf.py's database of this size, with the ledger items added."""
+    import shutil
+
+    source = CACHE_DIR / f"perf-{events}-e5-small-splade.db"
+    path = CACHE_DIR / f"acb-models-{name}.db"
+    meta_path = Path(str(path) + ".json")
+    if not source.exists():
+        raise SystemExit(f"{source} is missing: run `python bench/perf.py` first")
+    if path.exists() and meta_path.exists():
+        log(f"reusing {path.name}")
+        return path, json.loads(meta_path.read_text())
+    log(f"copying {source.name} to {path.name} and adding the ledger items")
+    shutil.copyfile(source, path)
+    with open_memory(path) as memory:
+        scopes = [(t, u) for t, u in memory.db.execute(
+            "SELECT DISTINCT tenant_id, user_id FROM memories ORDER BY 1, 2")]
+        add_ledger(memory, scopes)
+        memories = int(memory.db.scalar("SELECT count(*) FROM memories"))
+    meta = {"data_version": DATA_VERSION, "events": events, "memories": memories,
+            "ingest_s": "see bench/results/perf.md", "embed_s": "e5-small + SPLADE (perf.py)",
+            "built_at": datetime.now(UTC).isoformat(timespec="seconds"), "load": loadavg()}
+    meta_path.write_text(json.dumps(meta, indent=1))
+    return path, meta
 
 
 # ----------------------------------------------------------------------------- the databases
@@ -85,8 +150,6 @@ def build_db(path: Path, events: int, rebuild: bool) -> dict[str, Any]:
             return meta
     for suffix in ("", "-wal", "-shm", ".json"):
         Path(str(path) + suffix).unlink(missing_ok=True)
-    from memcli import ledger
-
     records = generate_events(events)
     log(f"building {path.name}: {events} events, defer_embed, then hash vectors")
     t0 = time.perf_counter()
@@ -99,26 +162,7 @@ def build_db(path: Path, events: int, rebuild: bool) -> dict[str, Any]:
         t1 = time.perf_counter()
         memory.embed_pending(batch_size=1000)
         embed_s = time.perf_counter() - t1
-        rng = random.Random(7)
-        scopes = sorted({(r["tenant_id"], r["user_id"]) for r in records})
-        for tenant, user in rng.sample(scopes, min(LEDGER_USERS, len(scopes))):
-            for i in range(3):
-                ledger.add_decision(
-                    memory,
-                    f"Decision {i} for {user}: ship the {rng.choice(['atlas', 'orion'])} "
-                    f"release behind a feature flag",
-                    rationale=["lower risk", "easy rollback"],
-                    tenant_id=tenant,
-                    user_id=user,
-                )
-            for i in range(2):
-                ledger.add_task(
-                    memory,
-                    f"Task {i} for {user}: review the migration plan",
-                    tenant_id=tenant,
-                    user_id=user,
-                    status=("open", "doing")[i],
-                )
+        add_ledger(memory, sorted({(r["tenant_id"], r["user_id"]) for r in records}))
         memories = int(memory.db.scalar("SELECT count(*) FROM memories"))
     meta = {
         "data_version": DATA_VERSION,
@@ -258,6 +302,9 @@ def process_latency(path: Path, requests: list[dict], runs: int) -> dict[str, An
             "XDG_CONFIG_HOME": tmp,
             "XDG_DATA_HOME": tmp,
         }
+        if MODELS["on"]:  # the defaults: e5-small and SPLADE, no config file
+            for var in ("MEMCLI_EMBEDDER", "MEMCLI_EMBED_DIMENSION", "MEMCLI_CONFIG"):
+                env.pop(var)
         times = []
         for i, req in enumerate(requests[: runs + 2]):
             args = [sys.executable, "-m", "memcli", "acb", "build", "-", "--json"]
@@ -297,8 +344,10 @@ def report(results: dict[str, Any], quick: bool) -> str:
         f"Measured {datetime.now(UTC).strftime('%Y-%m-%d %H:%M UTC')}, load average "
         f"{loadavg()} on {os.cpu_count()} cores (shared with other benchmarks: wall times are "
         "comparable within one run only; the CPU columns count this process's CPU time, which a "
-        "busy machine inflates much less). Budget 65,000 tokens (cl100k_base), hash embedder "
-        f"({DIM}-d), SPLADE leg off. See bench/README.md.",
+        "busy machine inflates much less). Budget 65,000 tokens (cl100k_base), "
+        + ("the default models: e5-small and SPLADE-tiny, all five legs (databases: copies of "
+           "bench/perf.py's)" if MODELS["on"] else f"hash embedder ({DIM}-d), SPLADE leg off")
+        + ". See bench/README.md.",
         "",
         "| memories | path | library p50 ms | library p95 ms | target p95 | library CPU p50 / "
         "p95 ms | process p50 ms | tokens used (mean) | items (mean) |",
@@ -335,22 +384,30 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quick", action="store_true", help="2k memories, fewer runs (< 60 s)")
     ap.add_argument("--rebuild", action="store_true", help="rebuild the cached databases")
     ap.add_argument("--runs", type=int, default=None, help="library builds per path")
+    ap.add_argument("--models", action="store_true",
+                    help="e5-small + SPLADE on copies of bench/perf.py's databases")
     args = ap.parse_args(argv)
     CACHE_DIR.mkdir(parents=True, exist_ok=True)
+    MODELS["on"] = args.models
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # as the CLI and Memory.configured
     sizes = {"2k": 2000} if args.quick else {"10k": 10_000, "100k": 100_000}
     runs = args.runs or (60 if args.quick else 300)
     process_runs = 4 if args.quick else 10
     results = {}
     for name, events in sizes.items():
-        path = CACHE_DIR / f"acb-{name}.db"
-        meta = build_db(path, events, args.rebuild)
+        if args.models:
+            path, meta = model_db(name, events)
+        else:
+            path = CACHE_DIR / f"acb-{name}.db"
+            meta = build_db(path, events, args.rebuild)
         results[name] = measure(path, meta, runs, process_runs)
     text = report(results, args.quick)
     print(text)
     if not args.quick:
-        RESULTS.parent.mkdir(parents=True, exist_ok=True)
-        RESULTS.write_text(text)
-        RESULTS.with_suffix(".json").write_text(json.dumps(results, indent=1))
+        out = MODEL_RESULTS if args.models else RESULTS
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(text)
+        out.with_suffix(".json").write_text(json.dumps(results, indent=1))
     return 0
 
 

@@ -703,10 +703,10 @@ def fts_matches(memory: Any, queries: list[dict]) -> dict[str, float]:
     return summary(counts)
 
 
-# The library query passes run in a fresh process with the environment `memcli query` sets
-# for itself: one OpenMP thread (the query embedding runs on a worker thread beside the SQL
-# legs, and two OpenMP threads would fight SQLite for the two cores) and passive waiting.
-QUERY_ENV = {"OMP_NUM_THREADS": "1", "OMP_WAIT_POLICY": "PASSIVE"}
+# The library query passes run in a fresh process (the ingest passes before them leave the
+# page cache and the models' threads warm in odd ways) with the OpenMP wait policy that
+# `memcli` and `Memory.configured` set.
+QUERY_ENV = {"OMP_WAIT_POLICY": "PASSIVE"}
 
 
 def query_benches_in_child(path: Path, embedder_name: str, use_sparse: bool,

