@@ -34,10 +34,12 @@ def write_memory(memory: Memory, *, content: str, kind: str, source_ids: list[An
                  confidence: float = 1.0, decay_rate: float = 0.01,
                  event_time: str | None = None, valid_from: str | None = None,
                  attributes: dict[str, Any] | None = None, actor: str = "memcli",
-                 link: bool = True) -> int:
+                 link: bool = True, vector: Any = None) -> int:
     """Insert one derived memory with all its index rows; returns its id.
 
-    Call inside `memory.db.transaction()` when several writes must land together.
+    Call inside `memory.db.transaction()` when several writes must land together. `vector`:
+    the content's embedding by `memory.embedder` if the caller has it already (consolidation
+    embeds candidate facts to deduplicate them), so it is not embedded twice.
     """
     db = memory.db
     now = utcnow()
@@ -58,9 +60,12 @@ def write_memory(memory: Memory, *, content: str, kind: str, source_ids: list[An
         if memory.sparse is not None:
             sparse_sql.insert_postings(db, [(memory_id, memory.sparse.encode_documents(
                 [content])[0])])
-        vector = None
-        if memory.embedder is not None:
-            vector = memory.embedder.embed_documents([content])[0].astype("float32")
+        if memory.embedder is None:
+            vector = None
+        else:
+            if vector is None:
+                vector = memory.embedder.embed_documents([content])[0]
+            vector = vector.astype("float32")
             vec.insert_vectors(db, [(memory_id, vector.tobytes())])
         scope = {"tenant_id": tenant_id, "user_id": user_id, "session_id": session_id}
         mem.add_history(db, memory_id, "ADD", new_ref=str(memory_id), actor=actor, scope=scope,

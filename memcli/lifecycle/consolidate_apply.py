@@ -150,6 +150,7 @@ def _apply_fact(
         attributes=attributes,
         actor=ACTOR,
         event_time=_latest_time(plan, fact.sources),
+        vector=fact.vector,  # embedded once already, for deduplication
         **plan.scope(fact.sources),
     )
     out["added"].append({"id": new_id, "kind": fact.kind, "text": fact.text})
