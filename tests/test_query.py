@@ -557,3 +557,24 @@ def test_filters_object_renders_one_where_clause():
     assert where.count("?") == len(params)
     assert params[:1] == ["u1"] and {"a", "b", 1} <= set(params)
     assert "0" in where.split(" AND ")  # an empty allowlist matches nothing
+
+
+def test_preload_loads_models_on_the_query_worker_thread():
+    import threading
+
+    from memcli.retrieval import search
+
+    seen: list[str] = []
+
+    class Model:
+        def load(self) -> None:
+            seen.append(threading.current_thread().name)
+
+    class Broken:
+        def load(self) -> None:
+            raise RuntimeError("no weights")  # reported later by the query's own call
+
+    search.preload_models(Model(), Broken())
+    search.preload_models(None, None)  # nothing to do
+    search._model_pool().submit(lambda: None).result(timeout=10)  # the queue has drained
+    assert seen and seen[0].startswith("memcli-query-models")

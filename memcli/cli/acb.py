@@ -179,7 +179,8 @@ def register(app: typer.Typer) -> None:
                 data["include_checkpoint"] = True
             req = parse_request(data)
             settings = load_settings(db)
-            with open_memory(db, with_embedder=bool(req.query_text)) as memory:
+            with open_memory(db, with_embedder=bool(req.query_text),
+                             preload=bool(req.query_text)) as memory:
                 bundle = build_acb(
                     memory, req, settings=settings.acb, context_dir=settings.context_dir
                 )

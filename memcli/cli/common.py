@@ -12,8 +12,11 @@ if TYPE_CHECKING:
 
 
 def open_memory(db: Path | None, *, with_embedder: bool = True, with_sparse: bool | None = None,
-                check_embedder: bool = True) -> Memory:
-    """Open the configured memory; models are only constructed (they load lazily on use)."""
+                check_embedder: bool = True, preload: bool = False) -> Memory:
+    """Open the configured memory; models are only constructed (they load lazily on use).
+
+    `preload`: the command is about to query, so the models start loading on the query worker
+    thread right away, overlapping the database open and the SQL legs."""
     from memcli.config import load_settings
     from memcli.memory import Memory, make_embedder, make_sparse
 
@@ -21,6 +24,10 @@ def open_memory(db: Path | None, *, with_embedder: bool = True, with_sparse: boo
     embedder = make_embedder(settings) if with_embedder else None
     use_sparse = with_embedder if with_sparse is None else with_sparse
     sparse = make_sparse(settings) if use_sparse else None
+    if preload:
+        from memcli.retrieval.search import preload_models
+
+        preload_models(embedder, sparse)
     memory = Memory.open(settings.db, embedder=embedder, sparse=sparse, settings=settings,
                          check_embedder=check_embedder)
     if memory.db.vec_warning:

