@@ -105,11 +105,12 @@ def run_legs(db: Database, embedder: Embedder | None, text: str, filters: Filter
         if tri:
             timed("trigram", lambda: sql.trigram(db, tri, filters, n))
         keys = query_entity_keys(text)
-        # How many memories pass the filters (counting stops at the cap): the entity, sparse
-        # and dense legs pick their query plan by it. Counted once, only if one of them runs.
+        # How many memories the scope holds (an upper bound from the scope index, counting
+        # stops at the cap): the entity, sparse and dense legs pick their query plan by it.
+        # Counted once, only if one of them runs.
         scope_rows = 0
         if (keys and weights.get("entity", 0) > 0) or use_sparse or use_dense:
-            scope_rows = sql.count_candidates(db, filters, cap=sql.SCOPE_COUNT_CAP)
+            scope_rows = sql.estimate_scope(db, filters, cap=sql.SCOPE_COUNT_CAP)
         small_scope = scope_rows <= sql.SMALL_SCOPE
         if keys:
             timed("entity", lambda: sql.entity(db, keys, filters, n, small_scope=small_scope))

@@ -57,6 +57,25 @@ def scoped_match(match: str, filters: Filters) -> str:
     return f"{{content context}} : ({match})"
 
 
+def estimate_scope(db: Database, filters: Filters, cap: int) -> int:
+    """An upper bound of the memories passing the filters, from the scope index alone
+    (tenant, user, session, state; no table rows read), counting stops past `cap`. Enough to
+    pick a query plan whose result does not depend on the choice."""
+    clauses, params = [], []
+    for column in ("tenant_id", "user_id", "session_id"):
+        value = getattr(filters, column)
+        if value is not None:
+            clauses.append(f"{column} = ?")
+            params.append(value)
+    if filters.states:
+        clauses.append(f"state IN ({','.join('?' * len(filters.states))})")
+        params.extend(filters.states)
+    where = " AND ".join(clauses) or "1"
+    return int(db.scalar(
+        f"SELECT count(*) FROM (SELECT 1 FROM memories INDEXED BY memories_scope WHERE {where}"
+        " LIMIT ?)", [*params, cap + 1]))
+
+
 def count_candidates(db: Database, filters: Filters, cap: int | None = None) -> int:
     """Memories passing the filters; with `cap`, counting stops there (all the caller needs)."""
     where, params = filters.sql()
@@ -134,16 +153,19 @@ def dense(db: Database, query_blob: bytes, filters: Filters, limit: int,
     the bit vectors (within the user's partition, or the tenant's rows) shortlists
     `PREFILTER_FACTOR * limit` memories for the exact rerank.
 
-    `scope_rows`: memories passing the filters, if the caller counted them already."""
+    `scope_rows`: an upper bound of the memories passing the filters, if the caller has one
+    (small enough means an exact scan without counting again)."""
     from memcli.store.vectors import user_key
 
     where, params = filters.sql()
-    if scope_rows is None:
-        scope_rows = count_candidates(db, filters, cap=EXACT_SCAN_MAX)
     if not db.vec_enabled:
         return []
     in_partition = filters.user_id is not None and filters.tenant_id is not None
     exact_max = PARTITION_EXACT_MAX if in_partition else EXACT_SCAN_MAX
+    if scope_rows is None or scope_rows > exact_max:
+        # `scope_rows` may be an upper bound (estimate_scope): the prefilter is only worth it,
+        # and only safe for recall, when many memories really pass every filter.
+        scope_rows = count_candidates(db, filters, cap=exact_max)
     if scope_rows > exact_max and db.scalar(
             "SELECT 1 FROM sqlite_schema WHERE name = 'vec_memories'"):
         knn = "embedding MATCH vec_quantize_binary(?) AND k = ?"
