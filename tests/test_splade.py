@@ -164,3 +164,31 @@ def test_vendored_files_match_notice() -> None:
     assert set(expected) == {"model.fp16.safetensors", "tokenizer.json", "LICENSE"}
     for name, digest in expected.items():
         assert hashlib.sha256(folder.joinpath(name).read_bytes()).hexdigest() == digest, name
+
+
+def test_a_query_encodes_on_one_blas_thread(encoder: SpladeEncoder, monkeypatch) -> None:
+    """encode_query limits BLAS to one thread while it runs (and only then)."""
+    from threadpoolctl import threadpool_info
+
+    from memcli.providers import splade
+
+    def blas_threads() -> list[int]:
+        return [i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas"]
+
+    before = blas_threads()
+    if not before:
+        pytest.skip("numpy has no BLAS threadpool threadpoolctl can see")
+    seen: list[list[int]] = []
+    real = splade._Model.pooled_logits
+
+    def spy(self, ids, mask):
+        seen.append(blas_threads())
+        return real(self, ids, mask)
+
+    monkeypatch.setattr(splade._Model, "pooled_logits", spy)
+    assert encoder.encode_query("does Melanie have a dog")
+    assert seen and all(n == 1 for n in seen[0])
+    assert blas_threads() == before
+    seen.clear()
+    encoder.encode_documents(["Melanie adopted a puppy"])
+    assert seen and seen[0] == before

@@ -216,6 +216,20 @@ class _Model:
         return out
 
 
+_BLAS: dict[str, Any] = {}
+
+
+def _blas_single_thread() -> Any:
+    """A context that limits numpy's BLAS to one thread (threadpoolctl; the controller that
+    finds the loaded BLAS libraries is built once per process)."""
+    controller = _BLAS.get("controller")
+    if controller is None:
+        from threadpoolctl import ThreadpoolController
+
+        controller = _BLAS["controller"] = ThreadpoolController()
+    return controller.limit(limits=1, user_api="blas")
+
+
 def _dense(x: np.ndarray, params: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
     """A linear layer, weights already transposed to (in, out)."""
     return x @ params[0] + params[1]
@@ -276,8 +290,13 @@ class SpladeEncoder:
         return self._encode(texts, self.doc_max_tokens, batch_size, self.max_terms)
 
     def encode_query(self, text: str) -> dict[int, float]:
-        """The sparse vector of one query (truncated at ``query_max_tokens``)."""
-        return self._encode([text], self.query_max_tokens, 1, None)[0]
+        """The sparse vector of one query (truncated at ``query_max_tokens``).
+
+        On one BLAS thread: a query's matrices are tiny, and OpenBLAS's helper threads
+        busy-wait after each call, taking a core from the SQL legs running beside it
+        (measured: a 100k query's p50 went from 88 to 47 ms)."""
+        with _blas_single_thread():
+            return self._encode([text], self.query_max_tokens, 1, None)[0]
 
     def load(self) -> None:
         """Load the weights now (they otherwise load on the first encode)."""
