@@ -129,6 +129,12 @@ def model_db(name: str, events: int) -> tuple[Path, dict[str, Any]]:
     log(f"copying {source.name} to {path.name} and adding the ledger items")
     shutil.copyfile(source, path)
     with open_memory(path) as memory:
+        # perf.py's cached files may predate tables added to schema version 1 before release
+        # (decisions, tasks, ...): schema.sql only creates what is missing.
+        from memcli.store.migrations import schema_sql
+
+        with memory.db.transaction():
+            memory.db.conn.execute(schema_sql())
         scopes = [(t, u) for t, u in memory.db.execute(
             "SELECT DISTINCT tenant_id, user_id FROM memories ORDER BY 1, 2")]
         add_ledger(memory, scopes)

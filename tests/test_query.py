@@ -578,3 +578,25 @@ def test_preload_loads_models_on_the_query_worker_thread():
     search.preload_models(None, None)  # nothing to do
     search._model_pool().submit(lambda: None).result(timeout=10)  # the queue has drained
     assert seen and seen[0].startswith("memcli-query-models")
+
+
+def test_a_widened_query_embeds_its_text_once(memory):
+    """A session search that widens to the user runs the legs twice, on one query vector."""
+    from conftest import turns
+
+    calls: list[str] = []
+    inner = memory.embedder.embed_query
+
+    def counting(text):
+        calls.append(text)
+        return inner(text)
+
+    memory.embedder.embed_query = counting
+    memory.ingest(turns("s1", ["the budget meeting ran long"]))
+    memory.ingest(turns("s2", ["we talked about the garden before"]))
+    result = memory.query("what did we say before about the garden",
+                          filters=memory.filters(session_id="s1", user_id="u1"))
+    assert result.scope == "user" and result.hits
+    assert calls == ["what did we say before about the garden"]
+    memory.query("another question", filters=memory.filters(user_id="u1"))
+    assert len(calls) == 2  # a new text is embedded again

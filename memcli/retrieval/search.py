@@ -49,6 +49,24 @@ def _model_pool() -> ThreadPoolExecutor:
     return _MODEL_POOL
 
 
+# The last result of each query-side model method: a session search that widens to its user
+# runs the legs again for the same text, and must not embed it twice.
+_LAST_CALL: dict[tuple[int, str], tuple[Any, str, Future[Any]]] = {}
+
+
+def _query_model_call(model: Any, method: str, text: str) -> Future[Any]:
+    """`model.method(text)` on the worker thread, or the finished result of the same call."""
+    key = (id(model), method)
+    last = _LAST_CALL.get(key)
+    if last is not None and last[0] is model and last[1] == text:
+        done = last[2]
+        if done.done() and not done.cancelled() and done.exception() is None:
+            return done
+    future = _model_pool().submit(getattr(model, method), text)
+    _LAST_CALL[key] = (model, text, future)
+    return future
+
+
 def preload_models(embedder: Embedder | None, sparse: SpladeEncoder | None) -> None:
     """Start loading the query-side models on the worker thread, so a process that is about to
     query loads them while it opens the database and runs the SQL legs. Models without a
@@ -79,15 +97,14 @@ def run_legs(db: Database, embedder: Embedder | None, text: str, filters: Filter
 
     # The query-side models (SPLADE, then the embedder) run on a worker thread while this
     # thread runs the SQL legs: both release the GIL, so their time mostly overlaps the SQL's.
-    pool = _model_pool() if use_sparse or use_dense else None
     sparse_vec: Future[dict[int, float]] | None = None
     dense_vec: Future[Any] | None = None
-    if pool is not None and use_sparse:
+    if use_sparse:
         assert sparse is not None
-        sparse_vec = pool.submit(sparse.encode_query, text)
-    if pool is not None and use_dense:
+        sparse_vec = _query_model_call(sparse, "encode_query", text)
+    if use_dense:
         assert embedder is not None
-        dense_vec = pool.submit(embedder.embed_query, text)
+        dense_vec = _query_model_call(embedder, "embed_query", text)
 
     def timed(name: str, fn: Callable[[], list[tuple[int, float]]]) -> None:
         if weights.get(name, 0) <= 0:
