@@ -128,12 +128,14 @@ def count_tokens(text: str, encoding: str = DEFAULT_ENCODING) -> int:
 
 
 def count_tokens_many(texts: Sequence[str], encoding: str = DEFAULT_ENCODING) -> list[int]:
-    """Exact token counts for many texts; tiktoken encodes the batch on several threads."""
+    """Exact token counts for many texts.
+
+    A plain loop: tiktoken's `encode_ordinary_batch` hands the texts to a Python thread pool,
+    which measured 2x slower than this for a bundle's ~200 short texts on 2 cores."""
     if isinstance(texts, str):
         raise TypeError("count_tokens_many() takes a sequence of strings, not a single str")
-    if not texts:
-        return []
-    return [len(ids) for ids in get_encoding(encoding).encode_ordinary_batch(list(texts))]
+    encode = get_encoding(encoding).encode_ordinary
+    return [len(encode(text)) for text in texts]
 
 
 def truncate_to_tokens(text: str, max_tokens: int, encoding: str = DEFAULT_ENCODING) -> str:
