@@ -50,6 +50,9 @@ from pathlib import Path
 from typing import Any
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
+# The thread settings `memcli` and `Memory.configured` use, before anything imports numpy.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 sys.path.insert(0, str(REPO_ROOT))
 sys.path.insert(0, str(REPO_ROOT / "bench"))
 
@@ -396,7 +399,6 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     CACHE_DIR.mkdir(parents=True, exist_ok=True)
     MODELS["on"] = args.models
-    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # as the CLI and Memory.configured
     sizes = {"2k": 2000} if args.quick else {"10k": 10_000, "100k": 100_000}
     runs = args.runs or (60 if args.quick else 300)
     process_runs = 4 if args.quick else 10
