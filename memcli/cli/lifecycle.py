@@ -243,67 +243,11 @@ def register(app: typer.Typer) -> None:
                 ),
             )
 
-    @app.command("reflect")
-    def reflect_cmd(
-        tenant: TenantOpt = None,
-        user: UserOpt = None,
-        force: ForceOpt = False,
-        dry_run: DryRunOpt = False,
-        db: DbOpt = None,
-        fmt: FormatOpt = None,
-        as_json: JsonOpt = False,
-    ) -> None:
-        """Weekly reflection per user over the last 7 days of facts (cron: weekly)."""
-        from memcli.lifecycle.reflect import reflect
-
-        with errors():
-            settings = _settings(db)
-            with (
-                open_memory(db) as memory,
-                _model(memory, settings, "reflect", what="needs a model; skipped") as model,
-                _locked_run(memory, settings, "reflect", dry_run) as (_lock, result),
-            ):
-                result["report"] = reflect(
-                    memory,
-                    model,
-                    settings.lifecycle,
-                    tenant_id=tenant,
-                    user_id=user,
-                    force=force,
-                    dry_run=dry_run,
-                )
-            _finish(result["report"], fmt, as_json, _created_text)
-
-    @app.command("insights")
-    def insights_cmd(
-        tenant: TenantOpt = None,
-        user: UserOpt = None,
-        force: ForceOpt = False,
-        dry_run: DryRunOpt = False,
-        db: DbOpt = None,
-        fmt: FormatOpt = None,
-        as_json: JsonOpt = False,
-    ) -> None:
-        """1-3 relationship and preference insights per active user (at most once a day)."""
-        from memcli.lifecycle.reflect import insights
-
-        with errors():
-            settings = _settings(db)
-            with (
-                open_memory(db) as memory,
-                _model(memory, settings, "insights", what="needs a model; skipped") as model,
-                _locked_run(memory, settings, "insights", dry_run) as (_lock, result),
-            ):
-                result["report"] = insights(
-                    memory,
-                    model,
-                    settings.lifecycle,
-                    tenant_id=tenant,
-                    user_id=user,
-                    force=force,
-                    dry_run=dry_run,
-                )
-            _finish(result["report"], fmt, as_json, _created_text)
+    app.command("reflect")(_reflection_command(
+        "reflect", "Weekly reflection per user over the last 7 days of facts (cron: weekly)."))
+    app.command("insights")(_reflection_command(
+        "insights",
+        "1-3 relationship and preference insights per active user (at most once a day)."))
 
     @app.command("remember")
     def remember_cmd(
@@ -393,6 +337,44 @@ def register(app: typer.Typer) -> None:
     app.command("pin")(_pin_command(True))
     app.command("unpin")(_pin_command(False))
     app.add_typer(_proposals_app(), name="proposals")
+
+
+def _reflection_command(name: str, doc: str) -> Callable[..., None]:
+    """`reflect` and `insights`: the same per-user LLM job shape, run under a lock."""
+
+    def command(
+        tenant: TenantOpt = None,
+        user: UserOpt = None,
+        force: ForceOpt = False,
+        dry_run: DryRunOpt = False,
+        db: DbOpt = None,
+        fmt: FormatOpt = None,
+        as_json: JsonOpt = False,
+    ) -> None:
+        from memcli.lifecycle import reflect as jobs
+
+        job = getattr(jobs, name)
+        with errors():
+            settings = _settings(db)
+            with (
+                open_memory(db) as memory,
+                _model(memory, settings, name, what="needs a model; skipped") as model,
+                _locked_run(memory, settings, name, dry_run) as (_lock, result),
+            ):
+                result["report"] = job(
+                    memory,
+                    model,
+                    settings.lifecycle,
+                    tenant_id=tenant,
+                    user_id=user,
+                    force=force,
+                    dry_run=dry_run,
+                )
+            _finish(result["report"], fmt, as_json, _created_text)
+
+    command.__doc__ = doc
+    command.__name__ = f"{name}_cmd"
+    return command
 
 
 def _pin_command(flag: bool) -> Callable[..., None]:
