@@ -603,7 +603,7 @@ _STEPS = (
     ("memcli.store.sparse", "search", "leg sparse (SQL)", False),
     ("memcli.store.search", "dense", "leg dense (SQL)", False),
     ("", "encode_query", "  worker thread: SPLADE encode_query", True),
-    ("", "embed_query", "  worker thread: e5 embed_query", True),
+    ("", "embed_query", "  worker thread: embed_query (dense model)", True),
     ("memcli.retrieval.search", "rank", "rank (fusion + stages)", False),
     ("memcli.retrieval.search", "fuse", "  rank: fuse", True),
     ("memcli.store.memories", "get_memories", "  rank: get_memories", True),
@@ -644,7 +644,7 @@ def query_breakdown(memory: Any, queries: list[dict], *, legs: dict[str, float],
         nested.update(f"  rank: stage {f.__name__}" for f in pool + row)
         if memory.embedder is not None:
             memory.embedder = _Proxy(memory.embedder,
-                                     {"embed_query": "  worker thread: e5 embed_query"}, sink)
+                                     {"embed_query": "  worker thread: embed_query (dense model)"}, sink)
         if memory.sparse is not None:
             memory.sparse = _Proxy(memory.sparse,
                                    {"encode_query": "  worker thread: SPLADE encode_query"},
