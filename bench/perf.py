@@ -643,8 +643,9 @@ def query_breakdown(memory: Any, queries: list[dict], *, legs: dict[str, float],
         stages.ROW_STAGES[:] = [_timed(f, f"  rank: stage {f.__name__}", sink) for f in row]
         nested.update(f"  rank: stage {f.__name__}" for f in pool + row)
         if memory.embedder is not None:
-            memory.embedder = _Proxy(memory.embedder,
-                                     {"embed_query": "  worker thread: embed_query (dense model)"}, sink)
+            memory.embedder = _Proxy(
+                memory.embedder, {"embed_query": "  worker thread: embed_query (dense model)"},
+                sink)
         if memory.sparse is not None:
             memory.sparse = _Proxy(memory.sparse,
                                    {"encode_query": "  worker thread: SPLADE encode_query"},
