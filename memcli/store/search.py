@@ -5,9 +5,10 @@ from __future__ import annotations
 import hashlib
 from typing import TYPE_CHECKING
 
+from memcli.store.filters import Filters
+
 if TYPE_CHECKING:
     from memcli.store.connection import Database
-    from memcli.store.filters import Filters
 
 # Above this many candidate rows the dense leg uses the bit-quantized prefilter instead of an
 # exact scan (an exact cosine over a few thousand float vectors costs a couple of ms).
@@ -58,22 +59,13 @@ def scoped_match(match: str, filters: Filters) -> str:
 
 
 def estimate_scope(db: Database, filters: Filters, cap: int) -> int:
-    """An upper bound of the memories passing the filters, from the scope index alone
-    (tenant, user, session, state; no table rows read), counting stops past `cap`. Enough to
-    pick a query plan whose result does not depend on the choice."""
-    clauses, params = [], []
-    for column in ("tenant_id", "user_id", "session_id"):
-        value = getattr(filters, column)
-        if value is not None:
-            clauses.append(f"{column} = ?")
-            params.append(value)
-    if filters.states:
-        clauses.append(f"state IN ({','.join('?' * len(filters.states))})")
-        params.extend(filters.states)
-    where = " AND ".join(clauses) or "1"
-    return int(db.scalar(
-        f"SELECT count(*) FROM (SELECT 1 FROM memories INDEXED BY memories_scope WHERE {where}"
-        " LIMIT ?)", [*params, cap + 1]))
+    """An upper bound of the memories passing the filters: `count_candidates` on their scope
+    columns alone (tenant, user, session, state), which the `memories_scope` index answers
+    without reading table rows. Enough to pick a query plan whose result does not depend on
+    the choice."""
+    scope_only = Filters(tenant_id=filters.tenant_id, user_id=filters.user_id,
+                         session_id=filters.session_id, states=filters.states, sensitivities=())
+    return count_candidates(db, scope_only, cap=cap)
 
 
 def count_candidates(db: Database, filters: Filters, cap: int | None = None) -> int:
