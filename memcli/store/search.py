@@ -102,41 +102,53 @@ def trigram(db: Database, match: str, filters: Filters, limit: int) -> list[tupl
     return [(int(i), float(s)) for i, s in rows]
 
 
+def best_in_scope(db: Database, ctes: str, scored: str, params: list, filters: Filters,
+                  limit: int, small_scope: bool, ties: str = "ASC") -> list[tuple[int, float]]:
+    """The `limit` best (id, score) rows of an aggregate that pass the filters, by one of two
+    plans with the same result (tests check they agree):
+
+    - `small_scope`: only rows of memories passing the filters are aggregated (cheap when few
+      do): `scored` gets the condition through its `{in_scope}` placeholder.
+    - otherwise everything is aggregated and sorted, and memories are checked best first until
+      `limit` pass (cheap when many do): the CROSS JOIN keeps the sorted scores as the outer
+      loop, so rows come out in score order and the LIMIT stops the walk early.
+
+    `ctes`: WITH-clause definitions (their parameters are `params`); `scored`: a SELECT of
+    `id` and `score` over them, grouped by id, with `WHERE {in_scope}`; `ties`: the id order
+    among equal scores.
+    """
+    where, filter_params = filters.sql()
+    if small_scope:
+        body = scored.format(in_scope=f"id IN (SELECT m.id FROM memories m WHERE {where})")
+        sql_text = f"WITH {ctes} {body} ORDER BY score DESC, id {ties} LIMIT ?"
+    else:
+        sql_text = f"""WITH {ctes}, scored AS MATERIALIZED (
+                {scored.format(in_scope="1")} ORDER BY score DESC, id {ties})
+            SELECT m.id, scored.score FROM scored CROSS JOIN memories m ON m.id = scored.id
+            WHERE {where} LIMIT ?"""
+    rows = db.execute(sql_text, [*params, *filter_params, limit])
+    return [(int(i), float(sc)) for i, sc in rows]
+
+
 def entity(db: Database, keys: list[str], filters: Filters, limit: int,
            small_scope: bool = True) -> list[tuple[int, float]]:
     """Memories linked to entities the query names; rarer entities count more (idf-like).
-
-    Two plans with the same result, as in the sparse leg: with `small_scope` only links of
-    memories passing the filters are scored; otherwise all links are scored and sorted, and
-    memories are checked best first until `limit` pass.
-    """
+    `small_scope` picks the plan (see `best_in_scope`)."""
     if not keys:
         return []
-    where, params = filters.sql()
     marks = ",".join("?" * len(keys))
-    hits = f"""hit AS (
+    ctes = f"""hit AS (
                 SELECT DISTINCT e.id AS eid FROM entities e WHERE e.norm IN ({marks})
                 UNION SELECT entity_id FROM entity_aliases WHERE alias IN ({marks})),
             df AS MATERIALIZED (
                 SELECT me.entity_id AS eid, 1.0 / (1.0 + ln(count(*))) AS w
                 FROM memory_entities me WHERE me.entity_id IN (SELECT eid FROM hit)
-                GROUP BY me.entity_id)"""
-    if small_scope:
-        sql_text = f"""WITH {hits}
-            SELECT me.memory_id, sum(df.w) AS s FROM df CROSS JOIN memory_entities me
-                ON me.entity_id = df.eid
-            WHERE me.memory_id IN (SELECT m.id FROM memories m WHERE {where})
-            GROUP BY me.memory_id ORDER BY s DESC, me.memory_id DESC LIMIT ?"""
-    else:
-        sql_text = f"""WITH {hits},
-            scored AS MATERIALIZED (
-                SELECT me.memory_id AS id, sum(df.w) AS s FROM df CROSS JOIN memory_entities me
-                    ON me.entity_id = df.eid
-                GROUP BY me.memory_id ORDER BY s DESC, me.memory_id DESC)
-            SELECT m.id, scored.s FROM scored CROSS JOIN memories m ON m.id = scored.id
-            WHERE {where} LIMIT ?"""
-    rows = db.execute(sql_text, [*keys, *keys, *params, limit])
-    return [(int(i), float(s)) for i, s in rows]
+                GROUP BY me.entity_id),
+            links AS (SELECT me.memory_id AS id, df.w AS w
+                      FROM df CROSS JOIN memory_entities me ON me.entity_id = df.eid)"""
+    scored = "SELECT id, sum(w) AS score FROM links WHERE {in_scope} GROUP BY id"
+    return best_in_scope(db, ctes, scored, [*keys, *keys], filters, limit, small_scope,
+                         ties="DESC")
 
 
 def dense(db: Database, query_blob: bytes, filters: Filters, limit: int,

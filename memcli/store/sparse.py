@@ -7,6 +7,7 @@ from collections import Counter
 from typing import TYPE_CHECKING
 
 from memcli.errors import EmbedderMismatchError
+from memcli.store.search import best_in_scope
 
 if TYPE_CHECKING:
     from memcli.store.connection import Database
@@ -94,11 +95,7 @@ def memories_without_sparse(db: Database, limit: int) -> list[tuple[int, str]]:
 def search(db: Database, query: dict[int, float], filters: Filters, limit: int,
            max_df: int, small_scope: bool = True) -> list[tuple[int, float]]:
     """Dot product of the query with each memory's postings, frequent terms pruned.
-
-    Two plans with the same result: `small_scope` aggregates only postings of memories that
-    pass the filters (cheap when few do); otherwise all postings are aggregated and sorted, and
-    memories are checked best first until `limit` pass (cheap when many do).
-    """
+    `small_scope` picks the plan (see memcli.store.search.best_in_scope)."""
     if not query:
         return []
     terms = list(query)
@@ -109,28 +106,9 @@ def search(db: Database, query: dict[int, float], filters: Filters, limit: int,
     if not kept:
         return []
     values = ",".join("(?, ?)" for _ in kept)
-    where, params = filters.sql()
-    weights = [v for pair in kept for v in pair]
-    if small_scope:
-        rows = db.execute(
-            f"""WITH q(term, w) AS (VALUES {values})
-                SELECT p.memory_id, sum(q.w * p.weight) / {SCALE}.0 AS score
-                FROM q JOIN sparse_postings p ON p.term_id = q.term
-                WHERE p.memory_id IN (SELECT m.id FROM memories m WHERE {where})
-                GROUP BY p.memory_id ORDER BY score DESC, p.memory_id LIMIT ?""",
-            [*weights, *params, limit],
-        )
-    else:
-        # The CROSS JOIN keeps the sorted scores as the outer loop, so rows come out in score
-        # order and the LIMIT stops the walk early (tests check both plans agree).
-        rows = db.execute(
-            f"""WITH q(term, w) AS (VALUES {values}),
-                 s AS MATERIALIZED (
-                     SELECT p.memory_id AS id, sum(q.w * p.weight) AS score
-                     FROM q JOIN sparse_postings p ON p.term_id = q.term
-                     GROUP BY p.memory_id ORDER BY score DESC, p.memory_id)
-                SELECT m.id, s.score / {SCALE}.0 FROM s CROSS JOIN memories m ON m.id = s.id
-                WHERE {where} LIMIT ?""",
-            [*weights, *params, limit],
-        )
-    return [(int(i), float(s)) for i, s in rows]
+    ctes = f"""q(term, w) AS (VALUES {values}),
+            hits AS (SELECT p.memory_id AS id, q.w * p.weight AS w
+                     FROM q JOIN sparse_postings p ON p.term_id = q.term)"""
+    scored = f"SELECT id, sum(w) / {SCALE}.0 AS score FROM hits WHERE {{in_scope}} GROUP BY id"
+    return best_in_scope(db, ctes, scored, [v for pair in kept for v in pair], filters, limit,
+                         small_scope)
