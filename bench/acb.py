@@ -50,10 +50,11 @@ from pathlib import Path
 from typing import Any
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-# The thread settings `memcli` and `Memory.configured` use, before anything imports numpy.
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 sys.path.insert(0, str(REPO_ROOT))
+# The thread settings `memcli` and `Memory.configured` use, before anything imports numpy.
+from memcli.config import thread_defaults  # noqa: E402
+
+thread_defaults()
 sys.path.insert(0, str(REPO_ROOT / "bench"))
 
 from perf import generate_events, generate_queries, page_cache_warm, pct  # noqa: E402

