@@ -1,5 +1,5 @@
 """`python -m memcli`: the same as the `memcli` command."""
 
-from memcli.cli.app import main
+from memcli.cli.entry import main
 
 main()

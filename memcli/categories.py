@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from memcli.errors import NotAllowedError, UsageError
 
@@ -56,16 +58,34 @@ class Categories:
             )
 
 
-def load_categories(path: Path | None) -> Categories:
+# The bundled categories.yaml, parsed, for the common case of no categories file of one's own:
+# importing PyYAML costs ~20 ms of every `query`. Regenerate with
+# `python -m memcli.categories --write` after editing categories.yaml (a test checks the two).
+DEFAULT_JSON = Path(__file__).with_name("categories_default.json")
+
+
+def parse_categories(text: str, source: str) -> dict[str, Any]:
+    """The mapping in a categories YAML text."""
     import yaml
 
-    from memcli.config import bundled_text
-
     try:
-        text = path.read_text(encoding="utf-8") if path else bundled_text("categories.yaml")
         # libyaml's loader when PyYAML has it: the same result, several times faster.
         data = yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)) or {}
-    except (OSError, yaml.YAMLError) as exc:
+    except yaml.YAMLError as exc:
+        raise UsageError(f"cannot read categories file {source}: {exc}".splitlines()[0]) from exc
+    if not isinstance(data, dict):
+        raise UsageError(f"categories file {source} must hold a mapping")
+    return data
+
+
+def load_categories(path: Path | None) -> Categories:
+    """The user's categories file, else the bundled default."""
+    try:
+        if path is None:
+            data = json.loads(DEFAULT_JSON.read_text(encoding="utf-8"))
+        else:
+            data = parse_categories(path.read_text(encoding="utf-8"), str(path))
+    except OSError as exc:
         raise UsageError(f"cannot read categories file {path}: {exc}".splitlines()[0]) from exc
     names = tuple(
         str(item["name"]) if isinstance(item, dict) else str(item)
@@ -77,3 +97,21 @@ def load_categories(path: Path | None) -> Categories:
     }
     restricted = tuple(str(c) for c in data.get("restricted", RESTRICTED) or ())
     return Categories(names, allowlists, restricted)
+
+
+def default_json_text() -> str:
+    """categories_default.json's content, from the bundled categories.yaml."""
+    from memcli.config import bundled_text
+
+    data = parse_categories(bundled_text("categories.yaml"), "categories.yaml")
+    return json.dumps(data, indent=1, sort_keys=True, ensure_ascii=False) + "\n"
+
+
+if __name__ == "__main__":
+    import sys
+
+    if sys.argv[1:] == ["--write"]:
+        DEFAULT_JSON.write_text(default_json_text(), encoding="utf-8")
+        print(f"wrote {DEFAULT_JSON}")
+    else:
+        sys.stdout.write(default_json_text())

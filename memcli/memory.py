@@ -18,7 +18,6 @@ from typing import TYPE_CHECKING, Any
 from memcli.categories import Categories, load_categories
 from memcli.config import RetrievalSettings, Settings
 from memcli.errors import UsageError
-from memcli.lifecycle import purge as purge_mod
 from memcli.models import Hit, IngestReport, QueryResult
 from memcli.retrieval import search
 from memcli.retrieval.stages import Candidate, RankContext
@@ -294,15 +293,23 @@ class Memory:
         return list_history(self.db, memory_id=memory_id, **scope)
 
     def plan_purge(self, **scope: Any) -> dict[str, Any]:
+        from memcli.lifecycle import purge as purge_mod
+
         return purge_mod.plan_purge(self.db, **scope)
 
     def purge(self, **scope: Any) -> dict[str, Any]:
+        from memcli.lifecycle import purge as purge_mod
+
         return purge_mod.apply_purge(self.db, purge_mod.plan_purge(self.db, **scope))
 
     def forget(self, memory_id: int) -> dict[str, Any]:
+        from memcli.lifecycle import purge as purge_mod
+
         return purge_mod.forget(self.db, memory_id)
 
     def restore(self, memory_id: int) -> dict[str, Any]:
+        from memcli.lifecycle import purge as purge_mod
+
         return purge_mod.restore(self.db, memory_id)
 
     def stats(self) -> dict[str, Any]:

@@ -40,7 +40,7 @@ def parse_ts(value: str | datetime) -> str:
 
 
 class Actor(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)
     type: str = "human"
     id: str | None = None
 
@@ -48,7 +48,8 @@ class Actor(BaseModel):
 class EventIn(BaseModel):
     """One event: the `record_event` request, plus `ts` and the `{"text": ...}` shorthand."""
 
-    model_config = ConfigDict(extra="forbid")
+    # Built on first use (ingest), not at import: `query` never validates a record.
+    model_config = ConfigDict(extra="forbid", defer_build=True)
 
     event_id: str | None = Field(default=None, min_length=1, max_length=200)
     ts: str | None = None
@@ -132,6 +133,7 @@ class Hit(BaseModel):
 
 
 class RecordProblem(BaseModel):
+    model_config = ConfigDict(defer_build=True)
     source: str | None = None
     line: int
     reason: str
@@ -139,6 +141,7 @@ class RecordProblem(BaseModel):
 
 
 class IngestReport(BaseModel):
+    model_config = ConfigDict(defer_build=True)
     created: list[str] = Field(default_factory=list)  # event ids
     memory_ids: list[int] = Field(default_factory=list)
     skipped: list[str] = Field(default_factory=list)

@@ -574,10 +574,15 @@ def test_preload_loads_models_on_the_query_worker_thread():
         def load(self) -> None:
             raise RuntimeError("no weights")  # reported later by the query's own call
 
-    search.preload_models(Model(), Broken())
+    model, broken = Model(), Broken()
+    search.preload_models(model, broken)
     search.preload_models(None, None)  # nothing to do
-    search._model_pool().submit(lambda: None).result(timeout=10)  # the queue has drained
-    assert seen and seen[0].startswith("memcli-query-models")
+    for m in (model, broken):  # each model's queue has drained
+        search._model_worker(m).submit(lambda: None).result(timeout=10)
+    assert seen == ["memcli-Model_0"]
+    # One worker per model class: the two models load side by side, each on its own thread.
+    assert search._model_worker(model) is search._model_worker(Model())
+    assert search._model_worker(model) is not search._model_worker(broken)
 
 
 def test_a_widened_query_embeds_its_text_once(memory):

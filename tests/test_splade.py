@@ -181,9 +181,9 @@ def test_a_query_encodes_on_one_blas_thread(encoder: SpladeEncoder, monkeypatch)
     seen: list[list[int]] = []
     real = splade._Model.pooled_logits
 
-    def spy(self, ids, mask):
+    def spy(self, ids, mask, **kwargs):
         seen.append(blas_threads())
-        return real(self, ids, mask)
+        return real(self, ids, mask, **kwargs)
 
     monkeypatch.setattr(splade._Model, "pooled_logits", spy)
     assert encoder.encode_query("does Melanie have a dog")

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import sys
 from enum import StrEnum
-from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
 from memcli.cli.common import open_memory
-from memcli.cli.output import DbOpt, Format, JsonOpt, emit, errors, resolve_format
+from memcli.cli.options import DbOpt, JsonOpt
+from memcli.cli.output import Format, emit, errors, resolve_format
 
 
 class BundleFormat(StrEnum):
@@ -38,36 +38,6 @@ FormatOpt = Annotated[
     Format | None,
     typer.Option("--format", "-f", help="Output format (default: text on a terminal, else json)."),
 ]
-
-
-def _parse_caps(values: list[str]) -> dict[str, int]:
-    from memcli.errors import UsageError
-
-    caps: dict[str, int] = {}
-    for value in values:
-        name, _, number = value.partition("=")
-        if not number.strip().isdigit():
-            raise UsageError(f"bad --cap {value!r}", "write --cap SECTION=TOKENS")
-        caps[name.strip()] = int(number)
-    return caps
-
-
-def _read_request(source: str | None) -> dict[str, Any]:
-    """The JSON request object from stdin (`-`) or a file, or {}."""
-    import json
-
-    from memcli.errors import UsageError
-
-    if source is None:
-        return {}
-    text = sys.stdin.read() if source == "-" else Path(source).read_text(encoding="utf-8")
-    try:
-        data = json.loads(text) if text.strip() else {}
-    except json.JSONDecodeError as exc:
-        raise UsageError(f"the acb request is not JSON: {exc.msg} at line {exc.lineno}") from exc
-    if not isinstance(data, dict):
-        raise UsageError("the acb request must be one JSON object")
-    return data
 
 
 def register(app: typer.Typer) -> None:
@@ -150,47 +120,14 @@ def register(app: typer.Typer) -> None:
         as_json: JsonOpt = False,
     ) -> None:
         """Build a context bundle for the next model call (JSON, or a markdown prompt block)."""
-        from memcli.acb import build_acb, parse_request
-        from memcli.acb_render import render_markdown
-        from memcli.config import load_settings
+        from memcli.cli import run as body
 
-        with errors():
-            data = _read_request(request)
-            flags = {
-                "query_text": query,
-                "tenant_id": tenant,
-                "user_id": user,
-                "session_id": session,
-                "agent_id": agent,
-                "channel": channel,
-                "intent": intent,
-                "max_tokens": max_tokens,
-                "app_id": app_id,
-                "since": since,
-                "categories": category or None,
-                "handoff": handoff or None,
-            }
-            data.update({k: v for k, v in flags.items() if v is not None})
-            if cap:
-                data["caps"] = {**data.get("caps", {}), **_parse_caps(cap)}
-            if no_track:
-                data["track"] = False
-            if checkpoint:
-                data["include_checkpoint"] = True
-            req = parse_request(data)
-            settings = load_settings(db)
-            with open_memory(db, with_embedder=bool(req.query_text),
-                             preload=bool(req.query_text)) as memory:
-                bundle = build_acb(
-                    memory, req, settings=settings.acb, context_dir=settings.context_dir
-                )
-            chosen = (BundleFormat.json if as_json else fmt) or (
-                BundleFormat.markdown if sys.stdout.isatty() else BundleFormat.json
-            )
-            if chosen in (BundleFormat.markdown, BundleFormat.text):
-                sys.stdout.write(render_markdown(bundle))
-            else:
-                emit(bundle, Format(chosen.value))
+        body.acb_build(
+            request, query=query, tenant=tenant, user=user, session=session, agent=agent,
+            channel=channel, intent=intent, max_tokens=max_tokens, cap=cap, category=category,
+            app_id=app_id, since=since, no_track=no_track, handoff=handoff,
+            checkpoint=checkpoint, db=db, fmt=fmt, as_json=as_json,
+        )
 
     @acb.command("show")
     def show_cmd(

@@ -9,7 +9,8 @@ from typing import Annotated
 import typer
 
 from memcli.cli.common import open_memory
-from memcli.cli.output import DbOpt, Format, FormatOpt, JsonOpt, emit, errors, resolve_format
+from memcli.cli.options import DbOpt, FormatOpt, JsonOpt
+from memcli.cli.output import Format, emit, errors, resolve_format
 
 
 def _history_text(rows: list[dict]) -> None:

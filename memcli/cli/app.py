@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import sys
 from types import ModuleType
 from typing import Annotated
@@ -60,13 +59,8 @@ def build_app(modules: tuple[ModuleType, ...] = MODULES) -> typer.Typer:
 app = build_app()
 
 
-def main() -> None:
-    from memcli.config import thread_defaults
-
-    thread_defaults()  # before any native library loads
-    # pydantic otherwise scans every installed package's entry points for plugins (~20 ms of
-    # each start-up); memcli uses none.
-    os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
+def run_typer() -> None:
+    """Parse sys.argv with Typer and run the command (`memcli.cli.entry.main` comes first)."""
     command = sys.argv[1] if len(sys.argv) > 1 else None
     # Typer turns every registered command into a click command before parsing (~60 ms for
     # all of them): a named command only needs its own group. Help, completion and unknown

@@ -8,7 +8,8 @@ from typing import Annotated
 import typer
 
 from memcli.cli.common import open_memory
-from memcli.cli.output import DbOpt, FormatOpt, JsonOpt, emit, errors, read_inputs, resolve_format
+from memcli.cli.options import DbOpt, FormatOpt, JsonOpt
+from memcli.cli.output import emit, errors, read_inputs, resolve_format
 
 
 def _ingest_text(report: dict) -> None:

@@ -11,7 +11,8 @@ from typing import Annotated, Any
 import typer
 
 from memcli.cli.common import open_memory
-from memcli.cli.output import DbOpt, FormatOpt, JsonOpt, emit, errors, resolve_format
+from memcli.cli.options import DbOpt, FormatOpt, JsonOpt
+from memcli.cli.output import emit, errors, resolve_format
 
 Tenant = Annotated[str, typer.Option("--tenant", help="Tenant id.")]
 User = Annotated[str | None, typer.Option("--user", help="User id (none: tenant-wide).")]

@@ -17,7 +17,8 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from memcli.cli.common import open_memory
-from memcli.cli.output import DbOpt, FormatOpt, JsonOpt, emit, errors, resolve_format, warn
+from memcli.cli.options import DbOpt, FormatOpt, JsonOpt
+from memcli.cli.output import emit, errors, resolve_format, warn
 from memcli.errors import MemcliError
 
 if TYPE_CHECKING:

@@ -13,9 +13,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated, Any
-
-import typer
+from typing import Any
 
 from memcli.errors import MemcliError
 
@@ -24,18 +22,6 @@ class Format(StrEnum):
     json = "json"
     jsonl = "jsonl"
     text = "text"
-
-
-DbOpt = Annotated[
-    Path | None,
-    typer.Option("--db", help="Database file (default: $MEMCLI_DB, then the user data dir).",
-                 show_default=False),
-]
-FormatOpt = Annotated[
-    Format | None,
-    typer.Option("--format", "-f", help="Output format (default: text on a terminal, else json)."),
-]
-JsonOpt = Annotated[bool, typer.Option("--json", help="Same as --format json.")]
 
 
 def resolve_format(fmt: Format | None, as_json: bool) -> Format:
@@ -50,9 +36,17 @@ def warn(message: str) -> None:
     print(f"memcli: warning: {message}", file=sys.stderr)
 
 
-def fail(message: str, code: int = 1) -> typer.Exit:
+def fail(message: str, code: int = 1) -> SystemExit:
+    """Print the one-line error; the caller raises what this returns (the exit code)."""
     print(f"memcli: error: {message}", file=sys.stderr)
-    return typer.Exit(code)
+    return SystemExit(code)
+
+
+def _own_exit(exc: Exception) -> bool:
+    """A Typer/click exit or abort raised by a command (already reported): it keeps its code.
+    (Typer is not imported on the fast path, and then none of its exceptions can exist.)"""
+    typer = sys.modules.get("typer")
+    return typer is not None and isinstance(exc, (typer.Exit, typer.Abort))
 
 
 @contextmanager
@@ -60,17 +54,17 @@ def errors() -> Iterator[None]:
     """Turn every expected failure into one line on stderr and its exit code (no tracebacks)."""
     try:
         yield
-    except (typer.Exit, typer.Abort):
-        raise  # a command's own exit (already reported) keeps its code
     except MemcliError as exc:
         raise fail(str(exc), exc.exit_code) from None
     except KeyboardInterrupt:
         raise fail("interrupted", 130) from None
     except BrokenPipeError:
-        raise typer.Exit(0) from None
+        raise SystemExit(0) from None
     except OSError as exc:
         raise fail(f"{exc.strerror or exc}: {exc.filename or ''}".rstrip(": "), 1) from None
     except Exception as exc:  # apsw errors and anything unforeseen: one line, exit 1
+        if _own_exit(exc):
+            raise
         name = type(exc).__name__
         raise fail(f"{name}: {str(exc).splitlines()[0] if str(exc) else name}", 1) from None
 

@@ -1,4 +1,4 @@
-"""`memcli query`: hybrid retrieval with filters applied in SQL."""
+"""`memcli query`: its Typer declaration (the body is `memcli.cli.run.query`)."""
 
 from __future__ import annotations
 
@@ -7,33 +7,12 @@ from typing import Annotated
 
 import typer
 
-from memcli.cli.common import open_memory
-from memcli.cli.output import DbOpt, FormatOpt, JsonOpt, emit, errors, resolve_format
+from memcli.cli.options import DbOpt, FormatOpt, JsonOpt
 
 
 class ReturnMode(StrEnum):
     bullets = "bullets"
     full = "full"
-
-
-def _render(payload: dict, explain: bool) -> None:
-    from rich.console import Console
-    from rich.table import Table
-
-    table = Table(title=f"{payload['query']}  [scope: {payload['scope']}]", show_lines=False)
-    for col in ("#", "id", "score", "session", "text"):
-        table.add_column(col, overflow="fold")
-    if explain:
-        table.add_column("legs / boosts", overflow="fold")
-    for i, hit in enumerate(payload["hits"], start=1):
-        row = [str(i), str(hit["id"]), f"{hit['score']:.3f}", hit["session_id"] or "",
-               hit["text"]]
-        if explain:
-            legs = " ".join(f"{k}#{v['rank']}={v['score']:.3g}" for k, v in hit["scores"].items())
-            boosts = " ".join(f"{k}={v:.3g}" for k, v in hit["boosts"].items())
-            row.append(f"{legs}\n{boosts}")
-        table.add_row(*row)
-    Console().print(table)
 
 
 def register(app: typer.Typer) -> None:
@@ -79,47 +58,14 @@ def register(app: typer.Typer) -> None:
         as_json: JsonOpt = False,
     ) -> None:
         """Find memories: full-text, vector and entity search fused, then reranked."""
-        import sys
+        from memcli.cli import run as body
 
-        from memcli.errors import UsageError
-        from memcli.models import parse_ts
-
-        with errors():
-            if text == "-":
-                text = sys.stdin.read()
-            if not text.strip():
-                raise UsageError("empty query")
-            wanted = {p.strip() for p in legs.split(",")} if legs else None
-            if wanted and not wanted <= {"lexical", "sparse", "dense", "entity", "trigram"}:
-                raise UsageError(f"unknown leg in --legs: {legs}",
-                                 "use lexical, sparse, dense, entity, trigram")
-            try:
-                after = parse_ts(updated_after) if updated_after else None
-                before = parse_ts(updated_before) if updated_before else None
-            except ValueError as exc:  # a bad flag value is a usage error (exit 2), not a crash
-                raise UsageError(str(exc), "use ISO 8601, e.g. 2025-01-31T09:00:00Z") from None
-            with open_memory(db, with_embedder=wanted is None or "dense" in wanted,
-                             with_sparse=wanted is None or "sparse" in wanted,
-                             preload=True) as memory:
-                if wanted is not None:
-                    memory.retrieval.leg_weights = {
-                        k: v for k, v in memory.retrieval.leg_weights.items() if k in wanted}
-                filters = memory.filters(
-                    agent=agent, tenant_id=tenant, user_id=user, agent_id=agent_id,
-                    session_id=session, app_id=app_id, run_id=run, actor_id=actor, role=role,
-                    categories=category, kinds=kind, channels=channel,
-                    **({"sensitivities": tuple(sensitivity)} if sensitivity else {}),
-                    pinned=pinned, importance_min=importance_min,
-                    importance_max=importance_max, updated_after=after,
-                    updated_before=before,
-                )
-                result = memory.query(text, filters=filters, top_k=top_k, threshold=threshold,
-                                      budget_tokens=budget_tokens,
-                                      return_format=return_mode.value, widen=not no_widen)
-            resolved = resolve_format(fmt, as_json)
-            payload = result.model_dump()
-            if resolved.value == "text":
-                emit(payload, resolved, lambda p: _render(p, explain))
-            else:
-                # The JSON contract: an array of hits (each explains itself).
-                emit(payload["hits"], resolved)
+        body.query(
+            text, session=session, user=user, tenant=tenant, agent=agent, agent_id=agent_id,
+            run=run, actor=actor, role=role, app_id=app_id, category=category, kind=kind,
+            channel=channel, sensitivity=sensitivity, pinned=pinned,
+            importance_min=importance_min, importance_max=importance_max,
+            updated_after=updated_after, updated_before=updated_before, top_k=top_k,
+            threshold=threshold, return_mode=return_mode, budget_tokens=budget_tokens,
+            legs=legs, no_widen=no_widen, explain=explain, db=db, fmt=fmt, as_json=as_json,
+        )

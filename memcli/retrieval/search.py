@@ -34,19 +34,25 @@ if TYPE_CHECKING:
     from memcli.store.filters import Filters
 
 
-_MODEL_POOL: ThreadPoolExecutor | None = None
-_MODEL_POOL_LOCK = threading.Lock()
+_MODEL_WORKERS: dict[type, ThreadPoolExecutor] = {}
+_MODEL_WORKERS_LOCK = threading.Lock()
 
 
-def _model_pool() -> ThreadPoolExecutor:
-    """One worker thread for query-side model calls, shared by every query in the process."""
-    global _MODEL_POOL
-    if _MODEL_POOL is None:
-        with _MODEL_POOL_LOCK:
-            if _MODEL_POOL is None:
-                _MODEL_POOL = ThreadPoolExecutor(max_workers=1,
-                                                 thread_name_prefix="memcli-query-models")
-    return _MODEL_POOL
+def _model_worker(model: Any) -> ThreadPoolExecutor:
+    """The worker thread of one kind of query-side model, shared by every query in the process.
+
+    One thread per model class: SPLADE and the embedder load and encode side by side (on two
+    cores, beside the SQL legs on the calling thread), while the calls of one model never run
+    concurrently, whatever the engine's thread safety."""
+    kind = type(model)
+    worker = _MODEL_WORKERS.get(kind)
+    if worker is None:
+        with _MODEL_WORKERS_LOCK:
+            worker = _MODEL_WORKERS.get(kind)
+            if worker is None:
+                worker = _MODEL_WORKERS[kind] = ThreadPoolExecutor(
+                    max_workers=1, thread_name_prefix=f"memcli-{kind.__name__}")
+    return worker
 
 
 # The last result of each query-side model method: a session search that widens to its user
@@ -62,28 +68,27 @@ def _query_model_call(model: Any, method: str, text: str) -> Future[Any]:
         done = last[2]
         if done.done() and not done.cancelled() and done.exception() is None:
             return done
-    future = _model_pool().submit(getattr(model, method), text)
+    future = _model_worker(model).submit(getattr(model, method), text)
     _LAST_CALL[key] = (model, text, future)
     return future
 
 
 def preload_models(embedder: Embedder | None, sparse: SpladeEncoder | None) -> None:
-    """Start loading the query-side models on the worker thread, so a process that is about to
-    query loads them while it opens the database and runs the SQL legs. Models without a
+    """Start loading the query-side models on their worker threads, so a process that is about
+    to query loads them while it opens the database and runs the SQL legs. Models without a
     `load()` (remote or test embedders) load on first use as before."""
-    loaders = [getattr(m, "load", None) for m in (sparse, embedder) if m is not None]
-    loaders = [f for f in loaders if callable(f)]
-    if not loaders:
-        return
+    for model in (sparse, embedder):
+        load = getattr(model, "load", None)
+        if model is None or not callable(load):
+            continue
 
-    def load_all() -> None:
-        for load in loaders:
+        def quiet(load: Callable[[], None] = load) -> None:
             try:
                 load()
             except Exception:  # noqa: BLE001 - the query's own call reports it properly
-                continue
+                pass
 
-    _model_pool().submit(load_all)
+        _model_worker(model).submit(quiet)
 
 
 def run_legs(db: Database, embedder: Embedder | None, text: str, filters: Filters,
@@ -95,8 +100,8 @@ def run_legs(db: Database, embedder: Embedder | None, text: str, filters: Filter
     use_sparse = sparse is not None and weights.get("sparse", 0) > 0
     use_dense = embedder is not None and db.vec_enabled and weights.get("dense", 0) > 0
 
-    # The query-side models (SPLADE, then the embedder) run on a worker thread while this
-    # thread runs the SQL legs: both release the GIL, so their time mostly overlaps the SQL's.
+    # The query-side models (SPLADE and the embedder) run on their worker threads while this
+    # thread runs the SQL legs: they release the GIL, so their time mostly overlaps the SQL's.
     sparse_vec: Future[dict[int, float]] | None = None
     dense_vec: Future[Any] | None = None
     if use_sparse:

@@ -9,7 +9,7 @@ and an upgraded one end up with the same schema.
 from __future__ import annotations
 
 from collections.abc import Callable
-from importlib import resources
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from memcli.errors import SchemaError
@@ -19,13 +19,13 @@ if TYPE_CHECKING:
 
 
 def schema_sql() -> str:
-    return resources.files("memcli").joinpath("schema.sql").read_text(encoding="utf-8")
+    return (Path(__file__).resolve().parents[1] / "schema.sql").read_text(encoding="utf-8")
 
 
 def _v1(db: Database) -> None:
     # Version 1, the first schema, frozen in its own file.
     db.conn.execute(
-        resources.files("memcli.store").joinpath("schema_v1.sql").read_text(encoding="utf-8"))
+        (Path(__file__).resolve().parent / "schema_v1.sql").read_text(encoding="utf-8"))
 
 
 def _v2(db: Database) -> None:

@@ -1,1 +1,1 @@
-"""Model weights shipped inside the package, read with importlib.resources (no code here)."""
+"""Model weights shipped inside the package, read as files by memcli.providers.splade."""

@@ -1,0 +1,181 @@
+"""The bodies of `memcli query` and `memcli acb build`, free of Typer.
+
+Agents call these two commands before every model call, so they also run on the fast path
+(`memcli.cli.fast`), which parses their flags without importing Typer. Both entry points, the
+Typer commands and the fast path, call the functions here with the same parsed values: choices
+arrive as plain strings (or Typer's str enums, which compare equal), `db` as a Path or None.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+from memcli.cli.common import open_memory
+from memcli.cli.output import Format, emit, errors, resolve_format
+
+LEGS = ("lexical", "sparse", "dense", "entity", "trigram")
+
+
+def _render_hits(payload: dict, explain: bool) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"{payload['query']}  [scope: {payload['scope']}]", show_lines=False)
+    for col in ("#", "id", "score", "session", "text"):
+        table.add_column(col, overflow="fold")
+    if explain:
+        table.add_column("legs / boosts", overflow="fold")
+    for i, hit in enumerate(payload["hits"], start=1):
+        row = [str(i), str(hit["id"]), f"{hit['score']:.3f}", hit["session_id"] or "",
+               hit["text"]]
+        if explain:
+            legs = " ".join(f"{k}#{v['rank']}={v['score']:.3g}" for k, v in hit["scores"].items())
+            boosts = " ".join(f"{k}={v:.3g}" for k, v in hit["boosts"].items())
+            row.append(f"{legs}\n{boosts}")
+        table.add_row(*row)
+    Console().print(table)
+
+
+def query(
+    text: str, *, session: str | None = None, user: str | None = None,
+    tenant: str | None = None, agent: str | None = None, agent_id: str | None = None,
+    run: str | None = None, actor: str | None = None, role: str | None = None,
+    app_id: str | None = None, category: list[str] | None = None,
+    kind: list[str] | None = None, channel: list[str] | None = None,
+    sensitivity: list[str] | None = None, pinned: bool | None = None,
+    importance_min: float | None = None, importance_max: float | None = None,
+    updated_after: str | None = None, updated_before: str | None = None, top_k: int = 10,
+    threshold: float | None = None, return_mode: str = "full",
+    budget_tokens: int | None = None, legs: str | None = None, no_widen: bool = False,
+    explain: bool = False, db: Path | None = None, fmt: str | None = None,
+    as_json: bool = False,
+) -> None:
+    """`memcli query`: hybrid retrieval with filters applied in SQL."""
+    from memcli.errors import UsageError
+    from memcli.models import parse_ts
+
+    with errors():
+        if text == "-":
+            text = sys.stdin.read()
+        if not text.strip():
+            raise UsageError("empty query")
+        wanted = {p.strip() for p in legs.split(",")} if legs else None
+        if wanted and not wanted <= set(LEGS):
+            raise UsageError(f"unknown leg in --legs: {legs}", "use " + ", ".join(LEGS))
+        try:
+            after = parse_ts(updated_after) if updated_after else None
+            before = parse_ts(updated_before) if updated_before else None
+        except ValueError as exc:  # a bad flag value is a usage error (exit 2), not a crash
+            raise UsageError(str(exc), "use ISO 8601, e.g. 2025-01-31T09:00:00Z") from None
+        with open_memory(db, with_embedder=wanted is None or "dense" in wanted,
+                         with_sparse=wanted is None or "sparse" in wanted,
+                         preload=True) as memory:
+            if wanted is not None:
+                memory.retrieval.leg_weights = {
+                    k: v for k, v in memory.retrieval.leg_weights.items() if k in wanted}
+            filters = memory.filters(
+                agent=agent, tenant_id=tenant, user_id=user, agent_id=agent_id,
+                session_id=session, app_id=app_id, run_id=run, actor_id=actor, role=role,
+                categories=category or None, kinds=kind or None, channels=channel or None,
+                **({"sensitivities": tuple(sensitivity)} if sensitivity else {}),
+                pinned=pinned, importance_min=importance_min,
+                importance_max=importance_max, updated_after=after,
+                updated_before=before,
+            )
+            result = memory.query(text, filters=filters, top_k=top_k, threshold=threshold,
+                                  budget_tokens=budget_tokens,
+                                  return_format=str(return_mode), widen=not no_widen)
+        resolved = resolve_format(Format(fmt) if fmt is not None else None, as_json)
+        payload = result.model_dump()
+        if resolved is Format.text:
+            emit(payload, resolved, lambda p: _render_hits(p, explain))
+        else:
+            # The JSON contract: an array of hits (each explains itself).
+            emit(payload["hits"], resolved)
+
+
+def parse_caps(values: list[str]) -> dict[str, int]:
+    """`--cap SECTION=TOKENS` values as a dict."""
+    from memcli.errors import UsageError
+
+    caps: dict[str, int] = {}
+    for value in values:
+        name, _, number = value.partition("=")
+        if not number.strip().isdigit():
+            raise UsageError(f"bad --cap {value!r}", "write --cap SECTION=TOKENS")
+        caps[name.strip()] = int(number)
+    return caps
+
+
+def read_request(source: str | None) -> dict[str, Any]:
+    """The JSON request object from stdin (`-`) or a file, or {}."""
+    import json
+
+    from memcli.errors import UsageError
+
+    if source is None:
+        return {}
+    text = sys.stdin.read() if source == "-" else Path(source).read_text(encoding="utf-8")
+    try:
+        data = json.loads(text) if text.strip() else {}
+    except json.JSONDecodeError as exc:
+        raise UsageError(f"the acb request is not JSON: {exc.msg} at line {exc.lineno}") from exc
+    if not isinstance(data, dict):
+        raise UsageError("the acb request must be one JSON object")
+    return data
+
+
+def acb_build(
+    request: str | None = None, *, query: str | None = None, tenant: str | None = None,
+    user: str | None = None, session: str | None = None, agent: str | None = None,
+    channel: str | None = None, intent: str | None = None, max_tokens: int | None = None,
+    cap: list[str] | None = None, category: list[str] | None = None,
+    app_id: str | None = None, since: int | None = None, no_track: bool = False,
+    handoff: list[str] | None = None, checkpoint: bool = False, db: Path | None = None,
+    fmt: str | None = None, as_json: bool = False,
+) -> None:
+    """`memcli acb build`: a context bundle for the next model call."""
+    from memcli.acb import build_acb, parse_request
+    from memcli.config import load_settings
+
+    with errors():
+        data = read_request(request)
+        flags = {
+            "query_text": query,
+            "tenant_id": tenant,
+            "user_id": user,
+            "session_id": session,
+            "agent_id": agent,
+            "channel": channel,
+            "intent": intent,
+            "max_tokens": max_tokens,
+            "app_id": app_id,
+            "since": since,
+            "categories": category or None,
+            "handoff": handoff or None,
+        }
+        data.update({k: v for k, v in flags.items() if v is not None})
+        if cap:
+            data["caps"] = {**data.get("caps", {}), **parse_caps(cap)}
+        if no_track:
+            data["track"] = False
+        if checkpoint:
+            data["include_checkpoint"] = True
+        req = parse_request(data)
+        settings = load_settings(db)
+        with open_memory(db, with_embedder=bool(req.query_text),
+                         preload=bool(req.query_text)) as memory:
+            bundle = build_acb(
+                memory, req, settings=settings.acb, context_dir=settings.context_dir
+            )
+        chosen = "json" if as_json else (str(fmt) if fmt is not None else None)
+        if chosen is None:
+            chosen = "markdown" if sys.stdout.isatty() else "json"
+        if chosen in ("markdown", "text"):
+            from memcli.acb_render import render_markdown
+
+            sys.stdout.write(render_markdown(bundle))
+        else:
+            emit(bundle, Format(chosen))
