@@ -112,10 +112,15 @@ def config_settings(name: str) -> RetrievalSettings:
         return default.model_copy(update={"fusion": "rrf"})
     if name == "hybrid-zscore":
         return default.model_copy(update={"fusion": "zscore"})
+    if name == "hybrid-no-dense":
+        # The default without its dense leg: what the query embedding (most of a query's
+        # time) buys.
+        weights = {k: v for k, v in default.leg_weights.items() if k != "dense"}
+        return default.model_copy(update={"fusion": "zscore", "leg_weights": weights})
     raise ValueError(f"unknown config {name!r}")
 
 
-CONFIGS = ("fts", "sparse", "vector", "hybrid-rrf", "hybrid-zscore")
+CONFIGS = ("fts", "sparse", "vector", "hybrid-rrf", "hybrid-no-dense", "hybrid-zscore")
 
 
 # --------------------------------------------------------------------------- data

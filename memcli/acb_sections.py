@@ -217,12 +217,12 @@ def retrieve(
         ranked = search.rank(RankContext(memory.db, wider, text, retrieval, now=now), legs)
         path = f"{path}>{'user' if wider.user_id else 'all'}"
     pool = len(ranked)
-    ranked = ranked[: settings.pool_max][: settings.scored_max]
+    ranked = search.load_rows(memory.db, ranked[: settings.pool_max][: settings.scored_max])
     if settings.w_rel:
         strongest = sql.max_related_strength(memory.db, [c.id for c in ranked])
         for cand in ranked:
             if cand.id in strongest:
-                cand.boosts["related"] = round(settings.w_rel * strongest[cand.id], 6)
+                cand.boosts["related"] = settings.w_rel * strongest[cand.id]
                 cand.score += settings.w_rel * strongest[cand.id]
         ranked.sort(key=lambda c: (-c.score, c.id))
     return Retrieval(
@@ -244,7 +244,7 @@ def evidence_items(
         extra = [r for r in related.get(cand.id, []) if r["id"] not in in_pool]
         item = _memory_item("memory", cand.row, render.evidence_text(cand.row, extra))
         item["score"] = round(cand.score, 6)
-        item["boosts"] = dict(sorted(cand.boosts.items()))  # what each ranking stage added
+        item["boosts"] = dict(sorted(cand.shown_boosts().items()))  # what each ranking stage added
         if extra:
             item["related"] = [{"id": r["id"], "strength": round(r["strength"], 4)} for r in extra]
             item["refs"].extend(f"mem:{r['id']}" for r in extra)

@@ -199,7 +199,7 @@ class Memory:
             path = f"{path}>{scope}"
         if threshold is not None:
             ranked = [c for c in ranked if c.score >= threshold]
-        ranked = ranked[:top_k]
+        ranked = search.load_rows(self.db, ranked[:top_k])
         hits = [self._hit(c, return_format) for c in ranked]
         used = 0
         if budget_tokens is not None:
@@ -279,7 +279,7 @@ class Memory:
             id=row["id"], kind=row["kind"], category=row["category"], text=text,
             score=round(cand.score, 6),
             scores={leg: {"rank": r, "score": round(s, 6)} for leg, (r, s) in cand.legs.items()},
-            boosts=cand.boosts, event_id=row["event_id"], tenant_id=row["tenant_id"],
+            boosts=cand.shown_boosts(), event_id=row["event_id"], tenant_id=row["tenant_id"],
             user_id=row["user_id"], agent_id=row["agent_id"], session_id=row["session_id"],
             app_id=row["app_id"], run_id=row["run_id"], channel=row["channel"],
             sensitivity=row["sensitivity"], actor_type=row["actor_type"],

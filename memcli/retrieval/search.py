@@ -22,7 +22,13 @@ from typing import TYPE_CHECKING, Any
 
 from memcli.entities import query_entity_keys
 from memcli.retrieval import text as qtext
-from memcli.retrieval.stages import POOL_STAGES, ROW_STAGES, Candidate, RankContext
+from memcli.retrieval.stages import (
+    POOL_STAGES,
+    RANK_COLUMNS,
+    ROW_STAGES,
+    Candidate,
+    RankContext,
+)
 from memcli.store import search as sql
 from memcli.store import sparse as sparse_sql
 
@@ -189,17 +195,31 @@ def fuse(legs: dict[str, list[tuple[int, float]]], settings: RetrievalSettings
 
 
 def rank(ctx: RankContext, legs: dict[str, list[tuple[int, float]]]) -> list[Candidate]:
-    """Fuse the legs, run the ranking stages, and return candidates best first."""
+    """Fuse the legs, run the ranking stages, and return candidates best first.
+
+    Each candidate's `row` holds only the columns the stages read (RANK_COLUMNS): a pool is
+    hundreds of memories, of which a caller shows a few. `load_rows` fills in whole rows for
+    the candidates a caller keeps."""
     from memcli.store.memories import get_memories
 
     cands = list(fuse(legs, ctx.settings).values())
     for stage in POOL_STAGES:
         cands = stage(cands, ctx)
-    rows = get_memories(ctx.db, [c.id for c in cands])
+    rows = get_memories(ctx.db, [c.id for c in cands], RANK_COLUMNS)
     cands = [c for c in cands if c.id in rows]
     for cand in cands:
         cand.row = rows[cand.id]
     for stage in ROW_STAGES:
         cands = stage(cands, ctx)
     cands.sort(key=lambda c: (-c.score, -c.fused, c.id))
+    return cands
+
+
+def load_rows(db: Database, cands: list[Candidate]) -> list[Candidate]:
+    """Whole memory rows for the ranked candidates a caller keeps (see `rank`)."""
+    from memcli.store.memories import get_memories
+
+    rows = get_memories(db, [c.id for c in cands])
+    for cand in cands:
+        cand.row = rows.get(cand.id, cand.row)
     return cands

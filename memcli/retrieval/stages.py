@@ -27,12 +27,19 @@ if TYPE_CHECKING:
 
 @dataclass
 class Candidate:
+    """One memory being ranked. Scores and boosts are kept unrounded (a pool is hundreds of
+    candidates); output rounds the few it shows, with `shown_boosts`."""
+
     id: int
     legs: dict[str, tuple[int, float]] = field(default_factory=dict)  # leg -> (rank, score)
     fused: float = 0.0
     boosts: dict[str, float] = field(default_factory=dict)
     score: float = 0.0
     row: dict[str, Any] = field(default_factory=dict)
+
+    def shown_boosts(self) -> dict[str, float]:
+        """The boosts as output shows them (6 decimals)."""
+        return {k: round(v, 6) for k, v in self.boosts.items()}
 
 
 @dataclass
@@ -76,7 +83,7 @@ def neighbours(cands: list[Candidate], ctx: RankContext) -> list[Candidate]:
         best = max(base.get(prev_id, 0.0) if prev_id else 0.0,
                    base.get(next_id, 0.0) if next_id else 0.0)
         if best > 0:
-            cand.boosts["neighbours"] = round(weight * best, 6)
+            cand.boosts["neighbours"] = weight * best
             cand.fused += weight * best
     return list(pool.values())
 
@@ -94,7 +101,7 @@ def session(cands: list[Candidate], ctx: RankContext) -> list[Candidate]:
     for cand in cands:
         key = cand.row.get("session_id")
         if key is not None and best[key] > 0:
-            cand.boosts["session"] = round(weight * best[key], 6)
+            cand.boosts["session"] = weight * best[key]
             cand.fused += weight * best[key]
     return cands
 
@@ -135,7 +142,7 @@ def speaker(cands: list[Candidate], ctx: RankContext) -> list[Candidate]:
 
 def _age_days(ts: str, now: datetime) -> float:
     try:
-        then = datetime.fromisoformat(ts.replace("Z", "+00:00"))
+        then = datetime.fromisoformat(ts)  # Python 3.11+ reads the trailing "Z"
     except ValueError:
         return 0.0
     return max(0.0, (now - then).total_seconds() / 86400)
@@ -154,9 +161,9 @@ def recency_importance(cands: list[Candidate], ctx: RankContext) -> list[Candida
         relevance = (cand.fused - lo) / span if span > 0 else 1.0
         recency = 0.5 ** (_age_days(cand.row["event_time"], ctx.now) / half_life)
         importance = float(cand.row["importance"])
-        cand.boosts["relevance"] = round(s.alpha * relevance / total, 6)
-        cand.boosts["recency"] = round(s.beta * recency / total, 6)
-        cand.boosts["importance"] = round(s.gamma * importance / total, 6)
+        cand.boosts["relevance"] = s.alpha * relevance / total
+        cand.boosts["recency"] = s.beta * recency / total
+        cand.boosts["importance"] = s.gamma * importance / total
         cand.score = (s.alpha * relevance + s.beta * recency + s.gamma * importance) / total
     return cands
 
@@ -164,3 +171,5 @@ def recency_importance(cands: list[Candidate], ctx: RankContext) -> list[Candida
 # Stages that need memory rows run after rows are loaded; `neighbours` may add candidates.
 POOL_STAGES = [neighbours]
 ROW_STAGES = [session, when_question, speaker, recency_importance]
+# The memory columns ROW_STAGES read (a stage reading another one must add it here).
+RANK_COLUMNS = ("id", "session_id", "content", "actor_id", "event_time", "importance")

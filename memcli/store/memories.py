@@ -124,11 +124,14 @@ def bump_revision(db: Database, key: str, changes: list[tuple[str, int | None, s
     return revision
 
 
-def get_memories(db: Database, ids: list[int]) -> dict[int, dict[str, Any]]:
+def get_memories(db: Database, ids: list[int], columns: tuple[str, ...] | None = None
+                 ) -> dict[int, dict[str, Any]]:
+    """Rows by id: every column, or only `columns` (which must include "id")."""
     if not ids:
         return {}
     marks = ",".join("?" * len(ids))
-    rows = db.query(f"SELECT * FROM memories WHERE id IN ({marks})", ids)
+    wanted = ", ".join(columns) if columns else "*"
+    rows = db.query(f"SELECT {wanted} FROM memories WHERE id IN ({marks})", ids)
     return {row["id"]: row for row in rows}
 
 
