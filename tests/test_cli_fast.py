@@ -185,3 +185,18 @@ def test_a_users_categories_file_is_still_yaml(tmp_path):
     path.write_text("- just\n- a list\n", encoding="utf-8")
     with pytest.raises(UsageError, match="must hold a mapping"):
         load_categories(path)
+
+
+def test_fast_path_renders_text_and_markdown(cli, proc_env):
+    """The human formats work on the fast path too (a rich table; the prompt block)."""
+    assert cli("ingest", "-", input=ndjson(turns("s1", ["Ines moved the zephyr deadline."])))\
+        .exit_code == 0
+    table = _run(["query", "zephyr", "--user", "u1", "--format", "text", "--explain"], proc_env)
+    assert table.returncode == 0, table.stderr
+    assert "zephyr" in table.stdout and "lexical#1" in table.stdout
+    assert table.stderr.strip().endswith("FAST")
+    block = _run(["acb", "build", "--query", "zephyr", "--user", "u1", "--no-track",
+                  "-f", "markdown"], proc_env)
+    assert block.returncode == 0, block.stderr
+    assert block.stdout.lstrip().startswith("#") and "zephyr" in block.stdout
+    assert block.stderr.strip().endswith("FAST")
