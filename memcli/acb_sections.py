@@ -200,7 +200,8 @@ def retrieve(
     ranked: list[Candidate] = []
     if not widen:
         legs = search.run_legs(
-            memory.db, memory.embedder, text, filters, retrieval, sparse=memory.sparse
+            memory.db, memory.embedder, text, filters, retrieval, sparse=memory.sparse,
+            reader=memory.reader(),
         )
         ranked = search.rank(RankContext(memory.db, filters, text, retrieval, now=now), legs)
         fresh = sum(1 for c in ranked if c.id not in recent)
@@ -212,7 +213,8 @@ def retrieve(
                 wider, user_id=sql.session_user(memory.db, filters.tenant_id, filters.session_id)
             )
         legs = search.run_legs(
-            memory.db, memory.embedder, text, wider, retrieval, sparse=memory.sparse
+            memory.db, memory.embedder, text, wider, retrieval, sparse=memory.sparse,
+            reader=memory.reader(),
         )
         ranked = search.rank(RankContext(memory.db, wider, text, retrieval, now=now), legs)
         path = f"{path}>{'user' if wider.user_id else 'all'}"

@@ -74,6 +74,7 @@ class Memory:
         self.categories = categories or load_categories(None)
         self.encoding = encoding
         self.sparse = sparse
+        self._reader: Database | None = None
         if embedder is not None and check_embedder:
             vec.check_embedder(db, embedder.model_id, embedder.dimension)
         if sparse is not None and check_embedder:
@@ -108,7 +109,20 @@ class Memory:
         self.close()
 
     def close(self) -> None:
+        if self._reader is not None:
+            self._reader.close()
+            self._reader = None
         self.db.close()
+
+    def reader(self) -> Database | None:
+        """A second, read-only connection to the same file, for a SQL leg that runs on another
+        thread beside the others (WAL lets readers run side by side). None when that would not
+        see what this connection sees: an in-memory database, or an open write transaction."""
+        if self.db.path == ":memory:" or self.db.conn.in_transaction:
+            return None
+        if self._reader is None:
+            self._reader = Database(self.db.path, readonly=True)
+        return self._reader
 
     # -- writing -------------------------------------------------------------------------------
     def ingest(self, records: list[dict[str, Any]] | list[tuple[int, Any]], *,
@@ -187,13 +201,13 @@ class Memory:
         scope = "session" if filters.session_id else ("user" if filters.user_id else "all")
         path = scope
         legs = search.run_legs(self.db, self.embedder, text, filters, self.retrieval,
-                               sparse=self.sparse)
+                               sparse=self.sparse, reader=self.reader())
         ranked = search.rank(RankContext(self.db, filters, text, self.retrieval), legs)
         wider = self._wider_scope(filters) if filters.session_id and widen and (
             has_recall_cue(text) or len(ranked) < self.retrieval.min_session_hits) else None
         if wider is not None:
             legs = search.run_legs(self.db, self.embedder, text, wider, self.retrieval,
-                                   sparse=self.sparse)
+                                   sparse=self.sparse, reader=self.reader())
             ranked = search.rank(RankContext(self.db, wider, text, self.retrieval), legs)
             scope = "user"
             path = f"{path}>{scope}"

@@ -605,3 +605,48 @@ def test_a_widened_query_embeds_its_text_once(memory):
     assert calls == ["what did we say before about the garden"]
     memory.query("another question", filters=memory.filters(user_id="u1"))
     assert len(calls) == 2  # a new text is embedded again
+
+
+def test_lexical_leg_on_the_reader_connection_gives_the_same_hits(memory, monkeypatch):
+    """With a reader connection the lexical leg runs on another thread; same lists either way."""
+    import threading
+
+    from conftest import turns
+
+    from memcli.retrieval import search
+
+    seen: list[tuple[str, bool]] = []
+    real = search.sql.lexical
+
+    def spy(db, *args, **kwargs):
+        seen.append((threading.current_thread().name, db is memory._reader))
+        return real(db, *args, **kwargs)
+
+    monkeypatch.setattr(search.sql, "lexical", spy)
+
+    texts = [f"the zephyr review number {i} with Ines and the budget" for i in range(30)]
+    memory.ingest(turns("s1", texts) + turns("s2", ["zephyr budget again", "other"]))
+    filters = memory.filters(user_id="u1")
+    reader = memory.reader()
+    assert reader is not None and reader is memory.reader()  # opened once, then reused
+    together = search.run_legs(memory.db, memory.embedder, "zephyr budget review", filters,
+                               memory.retrieval, reader=reader)
+    alone = search.run_legs(memory.db, memory.embedder, "zephyr budget review", filters,
+                            memory.retrieval)
+    assert together["lexical"] and together == alone
+    assert list(together) == list(alone)  # the same leg order, so fusion adds the same way
+    assert seen[0][0].startswith("memcli-sql") and seen[0][1]  # on the reader, other thread
+    assert seen[1] == (threading.current_thread().name, False)
+
+
+def test_no_reader_inside_a_write_transaction(memory):
+    """The reader would not see uncommitted rows: a query inside a transaction stays on db."""
+    from conftest import turns
+
+    with memory.db.transaction():
+        assert memory.reader() is None
+        memory.ingest(turns("s9", ["a quokka named Quentin"]))
+        hits = memory.query("quokka", filters=memory.filters(user_id="u1"),
+                            record_access=False).hits
+        assert [h.text for h in hits] == ["a quokka named Quentin"]
+    assert memory.reader() is not None

@@ -97,9 +97,29 @@ def preload_models(embedder: Embedder | None, sparse: SpladeEncoder | None) -> N
         _model_worker(model).submit(quiet)
 
 
+def _sql_worker() -> ThreadPoolExecutor:
+    """The thread that runs the lexical leg on a reader connection (see `run_legs`)."""
+    global _SQL_WORKER
+    if _SQL_WORKER is None:
+        with _MODEL_WORKERS_LOCK:
+            if _SQL_WORKER is None:
+                _SQL_WORKER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="memcli-sql")
+    return _SQL_WORKER
+
+
+_SQL_WORKER: ThreadPoolExecutor | None = None
+
+
 def run_legs(db: Database, embedder: Embedder | None, text: str, filters: Filters,
              settings: RetrievalSettings, timings: dict[str, float] | None = None,
-             sparse: SpladeEncoder | None = None) -> dict[str, list[tuple[int, float]]]:
+             sparse: SpladeEncoder | None = None, reader: Database | None = None,
+             ) -> dict[str, list[tuple[int, float]]]:
+    """Each leg's (memory id, score) list, best first.
+
+    `reader`: a second connection to the same database. The lexical leg, the most expensive
+    SQL leg, then runs on it on another thread, beside the other legs on `db` (apsw releases
+    the GIL while SQLite works): at 100k memories that took a one-user FTS-only query's legs
+    from p50 7.7 / p95 14.5 to 5.7 / 10.7 ms."""
     n = settings.candidates_per_leg
     weights = settings.leg_weights
     legs: dict[str, list[tuple[int, float]]] = {}
@@ -125,9 +145,18 @@ def run_legs(db: Database, embedder: Embedder | None, text: str, filters: Filter
         if timings is not None:
             timings[name] = (time.perf_counter() - t0) * 1000
 
+    lexical_on_reader: Future[list[tuple[int, float]]] | None = None
     try:
         match = qtext.fts_match(text)
-        if match:
+        if match and reader is not None and weights.get("lexical", 0) > 0:
+            def lexical_leg() -> list[tuple[int, float]]:
+                t0 = time.perf_counter()
+                hits = sql.lexical(reader, match, filters, n, settings.context_weight)
+                if timings is not None:
+                    timings["lexical"] = (time.perf_counter() - t0) * 1000
+                return hits
+            lexical_on_reader = _sql_worker().submit(lexical_leg)
+        elif match:
             timed("lexical", lambda: sql.lexical(db, match, filters, n, settings.context_weight))
         tri = qtext.trigram_match(text)
         if tri:
@@ -157,9 +186,12 @@ def run_legs(db: Database, embedder: Embedder | None, text: str, filters: Filter
                 return sql.dense(db, vector.astype("float32").tobytes(), filters, n,
                                  scope_rows=scope_rows)
             timed("dense", dense)
+        if lexical_on_reader is not None:
+            legs = {"lexical": lexical_on_reader.result(), **legs}
     finally:
-        # On an error in a SQL leg, never leave a model call running into the next query.
-        for future in (sparse_vec, dense_vec):
+        # On an error in a SQL leg, never leave a model call or the reader's leg running
+        # into the next query.
+        for future in (sparse_vec, dense_vec, lexical_on_reader):
             if future is not None and not future.cancel():
                 wait([future])
     return legs
