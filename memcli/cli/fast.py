@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 SPEC_FILE = Path(__file__).with_name("fast_spec.json")
-# argv prefix -> (spec key, body function in memcli.cli.run)
+# argv prefix -> its key in fast_spec.json, which is also its body's name in memcli.cli.run
 COMMANDS: dict[tuple[str, ...], str] = {("query",): "query", ("acb", "build"): "acb_build"}
 _INVALID = object()
 
@@ -161,12 +161,11 @@ def export_spec() -> dict[str, Any]:
     from memcli.cli.app import build_app
 
     group = typer.main.get_command(build_app((query, acb)))
-    commands = {
-        "query": group.commands["query"],  # type: ignore[attr-defined]
-        "acb_build": group.commands["acb"].commands["build"],  # type: ignore[attr-defined]
-    }
     spec: dict[str, Any] = {}
-    for key, command in commands.items():
+    for prefix, key in COMMANDS.items():
+        command: Any = group
+        for name in prefix:  # e.g. ("acb", "build"): the build command of the acb group
+            command = command.commands[name]
         spec[key] = {"params": [_param_entry(key, p) for p in command.params]}
     return spec
 
