@@ -40,25 +40,30 @@ if TYPE_CHECKING:
     from memcli.store.filters import Filters
 
 
-_MODEL_WORKERS: dict[type, ThreadPoolExecutor] = {}
-_MODEL_WORKERS_LOCK = threading.Lock()
+_WORKERS: dict[object, ThreadPoolExecutor] = {}
+_WORKERS_LOCK = threading.Lock()
+
+
+def _worker(key: object, label: str) -> ThreadPoolExecutor:
+    """The single thread (`memcli-<label>`) that runs everything submitted under `key`, shared
+    by every query in the process."""
+    worker = _WORKERS.get(key)
+    if worker is None:
+        with _WORKERS_LOCK:
+            worker = _WORKERS.get(key)
+            if worker is None:
+                worker = _WORKERS[key] = ThreadPoolExecutor(
+                    max_workers=1, thread_name_prefix=f"memcli-{label}")
+    return worker
 
 
 def _model_worker(model: Any) -> ThreadPoolExecutor:
-    """The worker thread of one kind of query-side model, shared by every query in the process.
+    """The worker thread of one kind of query-side model.
 
     One thread per model class: SPLADE and the embedder load and encode side by side (on two
     cores, beside the SQL legs on the calling thread), while the calls of one model never run
     concurrently, whatever the engine's thread safety."""
-    kind = type(model)
-    worker = _MODEL_WORKERS.get(kind)
-    if worker is None:
-        with _MODEL_WORKERS_LOCK:
-            worker = _MODEL_WORKERS.get(kind)
-            if worker is None:
-                worker = _MODEL_WORKERS[kind] = ThreadPoolExecutor(
-                    max_workers=1, thread_name_prefix=f"memcli-{kind.__name__}")
-    return worker
+    return _worker(type(model), type(model).__name__)
 
 
 # The last result of each query-side model method: a session search that widens to its user
@@ -97,19 +102,6 @@ def preload_models(embedder: Embedder | None, sparse: SpladeEncoder | None) -> N
         _model_worker(model).submit(quiet)
 
 
-def _sql_worker() -> ThreadPoolExecutor:
-    """The thread that runs the lexical leg on a reader connection (see `run_legs`)."""
-    global _SQL_WORKER
-    if _SQL_WORKER is None:
-        with _MODEL_WORKERS_LOCK:
-            if _SQL_WORKER is None:
-                _SQL_WORKER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="memcli-sql")
-    return _SQL_WORKER
-
-
-_SQL_WORKER: ThreadPoolExecutor | None = None
-
-
 def run_legs(db: Database, embedder: Embedder | None, text: str, filters: Filters,
              settings: RetrievalSettings, timings: dict[str, float] | None = None,
              sparse: SpladeEncoder | None = None, reader: Database | None = None,
@@ -137,25 +129,24 @@ def run_legs(db: Database, embedder: Embedder | None, text: str, filters: Filter
         assert embedder is not None
         dense_vec = _query_model_call(embedder, "embed_query", text)
 
-    def timed(name: str, fn: Callable[[], list[tuple[int, float]]]) -> None:
-        if weights.get(name, 0) <= 0:
-            return
+    def measured(name: str, fn: Callable[[], list[tuple[int, float]]]
+                 ) -> list[tuple[int, float]]:
         t0 = time.perf_counter()
-        legs[name] = fn()
+        hits = fn()
         if timings is not None:
             timings[name] = (time.perf_counter() - t0) * 1000
+        return hits
+
+    def timed(name: str, fn: Callable[[], list[tuple[int, float]]]) -> None:
+        if weights.get(name, 0) > 0:
+            legs[name] = measured(name, fn)
 
     lexical_on_reader: Future[list[tuple[int, float]]] | None = None
     try:
         match = qtext.fts_match(text)
         if match and reader is not None and weights.get("lexical", 0) > 0:
-            def lexical_leg() -> list[tuple[int, float]]:
-                t0 = time.perf_counter()
-                hits = sql.lexical(reader, match, filters, n, settings.context_weight)
-                if timings is not None:
-                    timings["lexical"] = (time.perf_counter() - t0) * 1000
-                return hits
-            lexical_on_reader = _sql_worker().submit(lexical_leg)
+            lexical_on_reader = _worker("sql", "sql").submit(measured, "lexical", lambda: (
+                sql.lexical(reader, match, filters, n, settings.context_weight)))
         elif match:
             timed("lexical", lambda: sql.lexical(db, match, filters, n, settings.context_weight))
         tri = qtext.trigram_match(text)
