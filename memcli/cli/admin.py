@@ -112,7 +112,7 @@ def register(app: typer.Typer) -> None:
 
                 raise UsageError("--since needs --requests")
             settings = load_settings(db)
-            with open_memory(db, with_embedder=False) as memory:
+            with open_memory(db, with_embedder=False, settings=settings) as memory:
                 out = memory.stats()
             out["embedder"]["configured"] = settings.embedder.provider
             out["db"] = str(settings.db)

@@ -8,19 +8,22 @@ from typing import TYPE_CHECKING
 from memcli.cli.output import warn
 
 if TYPE_CHECKING:
+    from memcli.config import Settings
     from memcli.memory import Memory
 
 
 def open_memory(db: Path | None, *, with_embedder: bool = True, with_sparse: bool | None = None,
-                check_embedder: bool = True, preload: bool = False) -> Memory:
+                check_embedder: bool = True, preload: bool = False,
+                settings: Settings | None = None) -> Memory:
     """Open the configured memory; models are only constructed (they load lazily on use).
 
-    `preload`: the command is about to query, so the models start loading on the query worker
-    thread right away, overlapping the database open and the SQL legs."""
+    `preload`: the command is about to query, so the models start loading on their worker
+    threads right away, overlapping the database open and the SQL legs. `settings`: the
+    command's `load_settings(db)` if it has them already."""
     from memcli.config import load_settings
     from memcli.memory import Memory, make_embedder, make_sparse
 
-    settings = load_settings(db)
+    settings = settings or load_settings(db)
     embedder = make_embedder(settings) if with_embedder else None
     use_sparse = with_embedder if with_sparse is None else with_sparse
     sparse = make_sparse(settings) if use_sparse else None

@@ -175,7 +175,7 @@ def register(app: typer.Typer) -> None:
         with errors():
             settings = _settings(db)
             with (
-                open_memory(db) as memory,
+                open_memory(db, settings=settings) as memory,
                 _model(
                     memory,
                     settings,
@@ -226,7 +226,7 @@ def register(app: typer.Typer) -> None:
         with errors():
             settings = _settings(db)
             with (
-                open_memory(db, with_embedder=False) as memory,
+                open_memory(db, with_embedder=False, settings=settings) as memory,
                 _locked_run(memory, settings, "decay", dry_run) as (_lock, result),
             ):
                 run = plan_decay if dry_run else apply_decay
@@ -294,7 +294,7 @@ def register(app: typer.Typer) -> None:
 
                 raise UsageError("nothing to remember", "give TEXT, `-` for stdin, or --step")
             settings = _settings(db)
-            with open_memory(db) as memory:
+            with open_memory(db, settings=settings) as memory:
                 out = remember(
                     memory,
                     settings.lifecycle,
@@ -358,7 +358,7 @@ def _reflection_command(name: str, doc: str) -> Callable[..., None]:
         with errors():
             settings = _settings(db)
             with (
-                open_memory(db) as memory,
+                open_memory(db, settings=settings) as memory,
                 _model(memory, settings, name, what="needs a model; skipped") as model,
                 _locked_run(memory, settings, name, dry_run) as (_lock, result),
             ):

@@ -166,7 +166,7 @@ def acb_build(
         req = parse_request(data)
         settings = load_settings(db)
         with open_memory(db, with_embedder=bool(req.query_text),
-                         preload=bool(req.query_text)) as memory:
+                         preload=bool(req.query_text), settings=settings) as memory:
             bundle = build_acb(
                 memory, req, settings=settings.acb, context_dir=settings.context_dir
             )
