@@ -258,9 +258,14 @@ def editor_command() -> str:
     return os.environ.get("VISUAL") or os.environ.get("EDITOR") or "vi"
 
 
-def bundled_text(name: str) -> str:
-    """A data file shipped inside the package (schema.sql, categories.yaml, example data).
+def package_path(name: str) -> Path:
+    """A file shipped inside the package (schema.sql, categories.yaml, example data, weights).
 
-    Read beside this module rather than through importlib.resources, whose import costs ~10 ms
-    of every start-up: memcli is always installed as files (never run from a zip)."""
-    return (PACKAGE_DIR / name).read_text(encoding="utf-8")
+    Found beside this module rather than through importlib.resources, whose import costs
+    ~10 ms of every start-up: memcli is always installed as files (never run from a zip)."""
+    return PACKAGE_DIR / name
+
+
+def bundled_text(name: str) -> str:
+    """The text of a file shipped inside the package (see `package_path`)."""
+    return package_path(name).read_text(encoding="utf-8")

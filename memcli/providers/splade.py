@@ -18,7 +18,6 @@ import math
 import struct
 import threading
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from memcli.errors import MemcliError
@@ -37,8 +36,8 @@ QUERY_MAX_TOKENS = 64
 # lost 1.2 R@10, so there is no top-N cap by default). Check with bench/splade_check.py.
 MIN_WEIGHT = 0.05
 
-# Where the weights live (package data, read as files): one place to change if they move.
-_WEIGHTS_DIR = Path(__file__).resolve().parents[1] / "weights" / "splade_tiny"
+# Where the weights live inside the package: one place to change if they move.
+_WEIGHTS_DIR = "weights/splade_tiny"
 _WEIGHTS_FILE = "model.fp16.safetensors"
 _TOKENIZER_FILE = "tokenizer.json"
 
@@ -76,12 +75,15 @@ class _Model:
                 hint="pip install numpy tokenizers safetensors",
             ) from exc
 
+        from memcli.config import package_path
+
+        folder = package_path(_WEIGHTS_DIR)
         try:
-            raw = (_WEIGHTS_DIR / _WEIGHTS_FILE).read_bytes()
-            tokenizer_json = (_WEIGHTS_DIR / _TOKENIZER_FILE).read_text(encoding="utf-8")
+            raw = (folder / _WEIGHTS_FILE).read_bytes()
+            tokenizer_json = (folder / _TOKENIZER_FILE).read_text(encoding="utf-8")
         except OSError as exc:
             raise SpladeUnavailableError(
-                f"SPLADE model files missing from {_WEIGHTS_DIR}",
+                f"SPLADE model files missing from {folder}",
                 hint="reinstall memcli",
             ) from exc
 

@@ -9,7 +9,6 @@ and an upgraded one end up with the same schema.
 from __future__ import annotations
 
 from collections.abc import Callable
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from memcli.errors import SchemaError
@@ -19,13 +18,16 @@ if TYPE_CHECKING:
 
 
 def schema_sql() -> str:
-    return (Path(__file__).resolve().parents[1] / "schema.sql").read_text(encoding="utf-8")
+    from memcli.config import bundled_text
+
+    return bundled_text("schema.sql")
 
 
 def _v1(db: Database) -> None:
     # Version 1, the first schema, frozen in its own file.
-    db.conn.execute(
-        (Path(__file__).resolve().parent / "schema_v1.sql").read_text(encoding="utf-8"))
+    from memcli.config import bundled_text
+
+    db.conn.execute(bundled_text("store/schema_v1.sql"))
 
 
 def _v2(db: Database) -> None:
