@@ -52,6 +52,20 @@ def cli(monkeypatch, db_path):
     return run
 
 
+def record_calls(obj, name: str) -> list:
+    """Wrap `obj.<name>` so each call's first argument is recorded (the call still goes
+    through); returns the list the arguments are appended to."""
+    calls: list = []
+    inner = getattr(obj, name)
+
+    def recording(first, *args, **kwargs):
+        calls.append(first)
+        return inner(first, *args, **kwargs)
+
+    setattr(obj, name, recording)
+    return calls
+
+
 def turns(session: str, texts: list[str], user: str = "u1", **extra) -> list[dict]:
     """Records for a conversation, one turn a minute, with stable event ids."""
     return [

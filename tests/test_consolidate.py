@@ -11,7 +11,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import ndjson
+from conftest import ndjson, record_calls
 from lifecycle_support import (
     conversation,
     extraction,
@@ -508,20 +508,14 @@ def test_a_held_lock_exits_75_and_a_dead_holder_is_taken_over(lcli, db_path):
 def test_each_new_fact_is_embedded_once(memory, stub):
     """Consolidation embeds candidate facts to deduplicate them; writing one reuses that
     vector instead of embedding it again."""
-    embedded: list[str] = []
-    inner = memory.embedder.embed_documents
-
-    def counting(texts):
-        embedded.extend(texts)
-        return inner(texts)
-
-    memory.embedder.embed_documents = counting
+    batches = record_calls(memory.embedder, "embed_documents")
     memory.ingest(conversation("s1", ["I am a nurse and love tea."])
                   + conversation("s2", ["Bye"], day=2))
-    embedded.clear()
+    batches.clear()
     stub.enqueue_json(extraction(facts=[NURSE], preferences=[TEA]))
     report = consolidate(memory, model_for(memory, stub), settings())
     assert [a["text"] for a in report["sessions"][0]["added"]] == [NURSE, TEA]
+    embedded = [text for batch in batches for text in batch]
     assert embedded.count(NURSE) == 1 and embedded.count(TEA) == 1
     stored = memory.db.scalar(
         "SELECT count(*) FROM memory_vectors v JOIN memories m ON m.id = v.memory_id"

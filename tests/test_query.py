@@ -587,16 +587,9 @@ def test_preload_loads_models_on_the_query_worker_thread():
 
 def test_a_widened_query_embeds_its_text_once(memory):
     """A session search that widens to the user runs the legs twice, on one query vector."""
-    from conftest import turns
+    from conftest import record_calls, turns
 
-    calls: list[str] = []
-    inner = memory.embedder.embed_query
-
-    def counting(text):
-        calls.append(text)
-        return inner(text)
-
-    memory.embedder.embed_query = counting
+    calls = record_calls(memory.embedder, "embed_query")
     memory.ingest(turns("s1", ["the budget meeting ran long"]))
     memory.ingest(turns("s2", ["we talked about the garden before"]))
     result = memory.query("what did we say before about the garden",
