@@ -1,10 +1,1 @@
-_memcli_completion() {
-    local IFS=$'
-'
-    COMPREPLY=( $( env COMP_WORDS="${COMP_WORDS[*]}" \
-                   COMP_CWORD=$COMP_CWORD \
-                   _MEMCLI_COMPLETE=complete_bash $1 ) )
-    return 0
-}
-
-complete -o default -F _memcli_completion memcli
+complete --command memcli --no-files --arguments "(env _MEMCLI_COMPLETE=complete_fish _TYPER_COMPLETE_FISH_ACTION=get-args _TYPER_COMPLETE_ARGS=(commandline -cp) memcli)" --condition "env _MEMCLI_COMPLETE=complete_fish _TYPER_COMPLETE_FISH_ACTION=is-args _TYPER_COMPLETE_ARGS=(commandline -cp) memcli"

@@ -15,6 +15,7 @@ from importlib import resources
 import pytest
 
 from memcli.providers.splade import (
+    MIN_WEIGHT,
     MODEL_ID,
     VOCAB_SIZE,
     SpladeEncoder,
@@ -121,13 +122,26 @@ def test_batching_and_padding_do_not_change_vectors(encoder: SpladeEncoder) -> N
         assert max(abs(a[t] - b[t]) for t in common) < 1e-4
 
 
+def _assert_same_terms(a: dict[int, float], b: dict[int, float]) -> None:
+    """The same weights within float32 noise: the same tokens encoded in another batch take
+    other BLAS kernels (on other CPUs too), which differ in the last bits; a term that sits on
+    the weight threshold may then appear on one side only, with a weight at the threshold."""
+    assert len(a.keys() & b.keys()) >= 0.97 * max(len(a), len(b))
+    for term in a.keys() | b.keys():
+        x, y = a.get(term), b.get(term)
+        if x is not None and y is not None:
+            assert abs(x - y) <= 1e-4
+        else:
+            assert (x if y is None else y) <= MIN_WEIGHT + 1e-4
+
+
 def test_truncation() -> None:
     # Words past the token limit cannot matter. Small limits exercise the same code cheaply.
     small = SpladeEncoder(doc_max_tokens=16, query_max_tokens=8)
     filler = "alpha " * 40
-    assert small.encode_query(filler + "zebra") == small.encode_query(filler)
+    _assert_same_terms(small.encode_query(filler + "zebra"), small.encode_query(filler))
     (long_doc, same) = small.encode_documents([filler + "zebra", filler])
-    assert long_doc == same
+    _assert_same_terms(long_doc, same)
     assert (SpladeEncoder().doc_max_tokens, SpladeEncoder().query_max_tokens) == (256, 64)
 
 
