@@ -45,7 +45,8 @@ def register(app: typer.Typer) -> None:
         dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the plan only.")] = False,
         db: DbOpt = None, fmt: FormatOpt = None, as_json: JsonOpt = False,
     ) -> None:
-        """Delete a scope for good: events, memories, index rows, vectors, entity links."""
+        """Delete a scope for good: events, memories, index rows, vectors, entity links, and
+        every copy in the file (VACUUM, WAL emptied; exit 75 if a reader keeps old pages)."""
         scope = {"memory_id": memory_id, "session_id": session, "user_id": user,
                  "tenant_id": tenant, "app_id": app_id}
         with errors(), open_memory(db, with_embedder=False) as memory:
@@ -57,6 +58,14 @@ def register(app: typer.Typer) -> None:
             emit(out, resolve_format(fmt, as_json), lambda p: print(
                 f"{'would purge' if p['dry_run'] else 'purged'} {p['events']} event(s), "
                 f"{p['memories']} memories, {p['artifacts']} artifact(s)"))
+            if out.get("complete") is False:
+                from memcli.errors import DatabaseBusyError
+
+                # Deleted and committed, but a reader's old snapshot still pins copies.
+                raise DatabaseBusyError(
+                    "purged, but another connection holds an old snapshot: purged text may "
+                    "remain in the file and its WAL until it finishes",
+                    "run the same purge again when readers are done; exit code 75")
 
     @app.command("forget")
     def forget_cmd(

@@ -35,8 +35,15 @@ def plan_purge(db: Database, **scope: Any) -> dict[str, Any]:
 
 
 def apply_purge(db: Database, plan: dict[str, Any], actor: str = "cli") -> dict[str, Any]:
-    # A purge must not leave the purged text readable in the file: zero what is deleted, and
-    # afterwards empty the WAL (best effort: a long reader may keep old frames a while longer).
+    """Delete the scope, then make sure no copy of its text stays in the file before reporting.
+
+    `secure_delete = ON` for the whole operation zeroes deleted cells and freed pages; VACUUM
+    rewrites every page (page splits leave stale bytes in live pages that secure_delete never
+    sees, and rows deleted earlier in FAST mode may sit in free pages); a TRUNCATE checkpoint,
+    waiting up to busy_timeout for readers, empties the WAL. A reader that holds an old snapshot
+    past that wait keeps its pages: `complete` is then False (the CLI exits 75); running the
+    same purge again once it finishes completes it.
+    """
     previous = sql.secure_delete(db, 1)
     try:
         with db.transaction():
@@ -44,10 +51,14 @@ def apply_purge(db: Database, plan: dict[str, Any], actor: str = "cli") -> dict[
             mem.add_history(db, None, "PURGE", actor=actor, meta={
                 "scope": plan["scope"], "events": plan["events"], "memories": plan["memories"],
             })
+        # Every purge vacuums, even one that found nothing: it is also how a purge that
+        # stopped before its VACUUM (crash, reader) is finished.
+        sql.vacuum(db)
+        complete = sql.checkpoint(db)
     finally:
         sql.secure_delete(db, previous)
-    sql.checkpoint(db)
-    return {k: v for k, v in plan.items() if k not in ("event_ids", "memory_ids")}
+    return {k: v for k, v in plan.items() if k not in ("event_ids", "memory_ids")} | {
+        "complete": complete}
 
 
 def forget(db: Database, memory_id: int, actor: str = "cli") -> dict[str, Any]:

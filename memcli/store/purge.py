@@ -1,8 +1,33 @@
-"""SQL for purge: find a scope's events and memories, then delete every row derived from them."""
+"""SQL for purge: find a scope's events and memories, then delete every row derived from them.
+
+What a purge does with each table of schema.sql (content = text a person wrote or a model wrote
+about them; a scope is a memory, session, user, tenant or app):
+
+| table | on purge |
+|---|---|
+| events, artifacts | deleted (the ground truth of the scope) |
+| memories (+ soft-deleted, superseded, summaries, facts) | deleted, with every memory cut from the events |
+| memories_fts, memories_trigram | rows deleted, then both indexes 'optimize'd (old segments go) |
+| memory_vectors, vec_memories, memory_sparse, sparse_postings | deleted; sparse_df recounted |
+| entities, entity_aliases | deleted when no remaining memory mentions them |
+| memory_entities, relations | deleted |
+| sessions, session_consolidation | empty sessions deleted (consolidation state cascades); kept ones lose summary and last_error |
+| history | rows of the purged memories, events and scope kept as audit (op, ids, actor, ts) with meta emptied ('{}'); one PURGE row with the scope and counts is added |
+| threads, change_log, acb_seen | deleted for the scope's thread keys; change_log also by memory id |
+| decisions, tasks | deleted (their memory cascades; rows of the scope without one too) |
+| checkpoints, proposals | deleted for the scope (proposals also by the memory they name) |
+| pair_checks | deleted for the purged memories (a fingerprint is a hash of their text) |
+| request_metrics | kept (counts for `stats --requests`); user and session ids set to NULL (tenant too on a tenant purge); no query text is stored |
+| llm_usage, lifecycle_runs | kept: tokens, cost and counts only, no content |
+| meta, run_locks | no content |
+
+Then the file: `secure_delete = ON` for the whole purge, VACUUM (rewrites every page, so no
+copy stays in free pages or in cells that page splits moved), and a TRUNCATE checkpoint that
+waits for readers (busy_timeout): see memcli/lifecycle/purge.py.
+"""
 
 from __future__ import annotations
 
-import contextlib
 from typing import TYPE_CHECKING, Any
 
 import apsw
@@ -82,6 +107,8 @@ def delete_everything(db: Database, event_ids: list[str], memory_ids: list[int],
     # Sessions follow their events (a scope-wide DELETE would also hit sessions that keep
     # events outside an --app scope, or fail on a memory_id scope).
     _fix_sessions(db, touched)
+    _scrub_history(db, event_ids, memory_ids, scope)
+    _delete_ledger_rows(db, memory_ids, scope)
     _delete_scoped_state(db, scope)
     # FTS5 keeps a deleted row's terms in its segments (contentless_delete only adds a
     # tombstone) until the segments are merged: rewrite both indexes so the text really goes.
@@ -98,15 +125,52 @@ def _delete_scoped_state(db: Database, scope: dict[str, Any]) -> None:
     where = " AND ".join(f"{k} = ?" for k in keys)
     params = list(keys.values())
     db.execute(f"DELETE FROM proposals WHERE {where}", params)
+    # Metrics keep their counts for `stats --requests` but no longer say whose they were.
+    tenant_sql = ", tenant_id = NULL" if "tenant_id" in keys else ""
+    db.execute(f"UPDATE request_metrics SET user_id = NULL, session_id = NULL{tenant_sql}"
+               f" WHERE {where}", params)
     if "session_id" not in keys:
         db.execute(f"DELETE FROM checkpoints WHERE {where}", params)
     # Thread keys are "tenant/user/session"; match their parts exactly (ids may hold % or _).
     want = (keys.get("tenant_id"), keys.get("user_id"), keys.get("session_id"))
-    for table in ("acb_seen", "threads"):
+    for table in ("acb_seen", "threads", "change_log"):
         doomed = [(k,) for (k,) in db.execute(f"SELECT DISTINCT thread_key FROM {table}")
                   if all(w is None or w == part for w, part in zip(want, k.split("/", 2),
                                                                     strict=False))]
         db.executemany(f"DELETE FROM {table} WHERE thread_key = ?", doomed)
+
+
+def _scrub_history(db: Database, event_ids: list[str], memory_ids: list[int],
+                   scope: dict[str, Any]) -> None:
+    """Audit rows stay (what happened, to which id, when, by whom); their meta, which may quote
+    the text (a MERGE's merged_text, a compaction's reason), is emptied."""
+    for column, values in (("memory_id", memory_ids), ("event_id", event_ids)):
+        for start in range(0, len(values), 500):
+            ids = values[start:start + 500]
+            db.execute(f"UPDATE history SET meta = '{{}}' WHERE {column} IN ({_marks(ids)})"
+                       " AND meta != '{}'", ids)
+    keys = {k: v for k, v in scope.items() if k in ("tenant_id", "user_id", "session_id")}
+    if keys and "memory_id" not in scope and "app_id" not in scope:
+        where = " AND ".join(f"{k} = ?" for k in keys)
+        db.execute(f"UPDATE history SET meta = '{{}}' WHERE {where} AND meta != '{{}}'"
+                   " AND op != 'PURGE'", list(keys.values()))
+
+
+def _delete_ledger_rows(db: Database, memory_ids: list[int], scope: dict[str, Any]) -> None:
+    """Decisions and tasks go with their memory (foreign key cascade); rows of the scope without
+    one go too. Proposals and pair checks that name a purged memory carry its text or a hash."""
+    for start in range(0, len(memory_ids), 500):
+        ids = memory_ids[start:start + 500]
+        m = _marks(ids)
+        db.execute(f"DELETE FROM pair_checks WHERE memory_id IN ({m})", ids)
+        db.execute(f"DELETE FROM proposals WHERE memory_id IN ({m}) OR old_memory_id IN ({m})",
+                   ids + ids)
+    keys = {k: v for k, v in scope.items()
+            if k in ("tenant_id", "user_id", "session_id", "app_id")}
+    if keys and "memory_id" not in scope:
+        where = " AND ".join(f"{k} = ?" for k in keys)
+        for table in ("decisions", "tasks"):
+            db.execute(f"DELETE FROM {table} WHERE {where}", list(keys.values()))
 
 
 def _fix_sessions(db: Database, touched: list[tuple[str, str]]) -> None:
@@ -124,6 +188,8 @@ def _fix_sessions(db: Database, touched: list[tuple[str, str]]) -> None:
                 "UPDATE sessions SET event_count = ?, started_at = ?, last_event_at = ?,"
                 " summary = NULL, consolidated_at = NULL WHERE tenant_id = ? AND session_id = ?",
                 (*row, tenant_id, session_id))
+            db.execute("UPDATE session_consolidation SET last_error = NULL"
+                       " WHERE tenant_id = ? AND session_id = ?", (tenant_id, session_id))
 
 
 def secure_delete(db: Database, mode: int) -> int:
@@ -133,8 +199,19 @@ def secure_delete(db: Database, mode: int) -> int:
     return old
 
 
-def checkpoint(db: Database) -> None:
+def vacuum(db: Database) -> None:
+    """Rewrite the whole file: free pages, and stale bytes that page splits leave in the unused
+    middle of live pages (secure_delete cannot reach those), are gone afterwards."""
+    db.execute("VACUUM")
+
+
+def checkpoint(db: Database) -> bool:
     """Fold the WAL into the database and truncate it, so old page images leave the WAL too.
-    Best effort: a reader that holds an old snapshot keeps those frames until it finishes."""
-    with contextlib.suppress(apsw.Error, MemcliError):
-        db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+    TRUNCATE waits for readers through the busy handler (busy_timeout); False when a reader still
+    holds an old snapshot after that wait (its frames, and the pages it reads, stay)."""
+    try:
+        row = db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+    except (apsw.Error, MemcliError):
+        return False
+    # (busy, frames in the WAL, frames checkpointed): -1 frames when not in WAL mode.
+    return row is None or (row[0] == 0 and row[1] <= 0)

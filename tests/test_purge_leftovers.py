@@ -1,0 +1,172 @@
+"""Purge leaves nothing of the scope in the file: not in history, change log, metrics or ledger
+rows, not in free pages of the database, not in the WAL, even while another connection is open.
+
+Unique marker words are written for two users through every write path (ingest, remember,
+decisions, tasks, checkpoints, consolidate --no-llm, queries); one user is purged while a second
+connection is open; then the raw bytes of the .db and -wal are searched.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from pathlib import Path
+
+import apsw
+import pytest
+import typer.main
+import typer.testing
+from conftest import ndjson
+
+
+@pytest.fixture(autouse=True)
+def fast_cli(tmp_path, monkeypatch):
+    """No SPLADE leg (a real model, ~0.3 s a call); the click command built once per process."""
+    config = tmp_path / "config.yaml"
+    config.write_text(
+        "retrieval:\n  leg_weights: {lexical: 1.0, dense: 1.0, entity: 0.5, trigram: 0.5}\n"
+    )
+    monkeypatch.setenv("MEMCLI_CONFIG", str(config))
+    monkeypatch.setattr(typer.testing, "_get_command", _build_command)
+
+
+_build_command = functools.cache(typer.main.get_command)
+
+PATHS = ("ingest", "ingest2", "remember", "decision", "rationale", "task", "taskdetails",
+         "taskupdate", "checkpoint", "city")
+# Query text is never stored (request_metrics keeps counts and ids only): checked below.
+QUERY_PATHS = ("query", "acb")
+
+
+def marker(user: str, path: str) -> str:
+    return f"zq{user}{path}mark"
+
+
+def plant(cli, user: str) -> list[str]:
+    """Write one marker per path for `user` (tenant default, session s-<user>); returns them."""
+    m = functools.partial(marker, user)
+    session = f"s-{user}"
+    records = [
+        {"event_id": f"{user}-1", "user_id": user, "session_id": session, "role": "user",
+         "text": f"I am a vegetarian and I like {m('ingest')} a lot."},
+        {"event_id": f"{user}-2", "user_id": user, "session_id": session, "role": "user",
+         "text": f"I am a vegetarian and I like {m('ingest')} a lot, really."},
+        {"event_id": f"{user}-3", "user_id": user, "session_id": session, "role": "assistant",
+         "text": f"Noted: {m('ingest2')} is on the list for Priya Raman."},
+    ]
+    steps = [
+        ("ingest", "-"),
+        ("remember", f"The user prefers {m('remember')} for breakfast.", "--user", user,
+         "--session", session),
+        # Remembered again: a MERGE whose history meta quotes the text.
+        ("remember", f"The user prefers {m('remember')} for breakfast!", "--user", user,
+         "--session", session),
+        ("remember", f"I live in {m('city')}", "--field", "city", "--user", user),
+        ("decision", "add", f"Use {m('decision')} for storage", "-r", f"because {m('rationale')}",
+         "--user", user, "--session", session),
+        ("task", "add", f"Ship {m('task')}", "--details", f"see {m('taskdetails')}",
+         "--user", user, "--session", session),
+        ("checkpoint", "save", "--data", json.dumps({"step": m("checkpoint")}), "--user", user,
+         "--thread", session),
+        ("consolidate", "--no-llm", "--session", session),
+        ("query", f"what about {m('query')}", "--user", user),
+        ("acb", "build", "--user", user, "--session", session, "--query", f"{m('acb')} plans"),
+    ]
+    for step in steps:
+        result = cli(*step, input=ndjson(records) if step[-1] == "-" else None)
+        assert result.exit_code == 0, (step, result.stderr)
+    tasks = json.loads(cli("task", "list", "--user", user, "--json").stdout)
+    result = cli("task", "update", str(tasks[0]["id"]), "--details", f"now {m('taskupdate')}")
+    assert result.exit_code == 0, result.stderr
+    return [m(p) for p in PATHS]
+
+
+def raw(db_path: Path) -> bytes:
+    """The bytes of the database file and its WAL, read as they are (no checkpoint first)."""
+    wal = Path(str(db_path) + "-wal")
+    return db_path.read_bytes() + (wal.read_bytes() if wal.exists() else b"")
+
+
+def found(db_path: Path, markers: list[str]) -> list[str]:
+    data = raw(db_path).lower()
+    return [w for w in markers if w.lower().encode() in data]
+
+
+@pytest.fixture
+def planted(cli, db_path):
+    gone, kept = plant(cli, "alice"), plant(cli, "bob")
+    assert found(db_path, gone) == gone and found(db_path, kept) == kept
+    assert found(db_path, [marker(u, p) for u in ("alice", "bob") for p in QUERY_PATHS]) == []
+    return gone, kept
+
+
+def test_purge_with_an_idle_connection_leaves_no_copy(cli, db_path, planted):
+    gone, kept = planted
+    other = apsw.Connection(str(db_path))  # another process's connection, idle
+    try:
+        assert other.execute("SELECT count(*) FROM memories").fetchone()[0] > 0
+        result = cli("purge", "--user", "alice", "--json")
+        assert result.exit_code == 0, result.stderr
+        out = json.loads(result.stdout)
+        assert out["complete"] is True
+        # Read at once, with the other connection still open: no later command checkpointed.
+        assert found(db_path, gone) == []
+        assert found(db_path, kept) == kept
+    finally:
+        other.close()
+
+
+def test_history_of_a_purged_user_has_no_text(cli, db_path, planted):
+    assert cli("purge", "--user", "alice").exit_code == 0
+    rows = json.loads(cli("history", "--user", "alice", "--json", "--limit", "1000").stdout)
+    text = json.dumps(rows, ensure_ascii=False)
+    assert not any(m in text for m in planted[0])
+    assert "vegetarian" not in text and "Priya" not in text
+    bob = json.dumps(json.loads(cli("history", "--user", "bob", "--json").stdout))
+    assert "merged_text" in bob and marker("bob", "remember") in bob
+
+
+def test_scope_rows_of_every_table_go(cli, db_path, planted):
+    """Table by table (see memcli/store/purge.py): nothing that names alice's content stays."""
+    assert cli("purge", "--user", "alice").exit_code == 0
+    conn = apsw.Connection(str(db_path))
+    try:
+        def count(sql: str) -> int:
+            return conn.execute(sql).fetchone()[0]
+
+        for table in ("decisions", "tasks", "checkpoints", "proposals", "events", "memories"):
+            assert count(f"SELECT count(*) FROM {table} WHERE user_id = 'alice'") == 0, table
+        assert count("SELECT count(*) FROM sessions WHERE session_id = 's-alice'") == 0
+        assert count("SELECT count(*) FROM session_consolidation"
+                     " WHERE session_id = 's-alice'") == 0
+        assert count("SELECT count(*) FROM change_log WHERE thread_key LIKE '%/alice/%'") == 0
+        assert count("SELECT count(*) FROM request_metrics WHERE user_id = 'alice'") == 0
+        assert count("SELECT count(*) FROM request_metrics") > 0  # counts kept, anonymous
+        assert count("SELECT count(*) FROM history WHERE user_id = 'alice'"
+                     " AND meta != '{}' AND op != 'PURGE'") == 0
+        assert count("SELECT count(*) FROM history WHERE op = 'PURGE'") == 1
+    finally:
+        conn.close()
+
+
+def test_purge_with_a_reader_mid_transaction_says_text_may_remain(cli, db_path, planted):
+    """A reader holding an old snapshot keeps the old pages: purge waits a bounded time, then
+    exits 75 with the result and `complete: false`; run again once readers finish: all gone."""
+    gone, kept = planted
+    reader = apsw.Connection(str(db_path))
+    reader.execute("BEGIN")
+    reader.execute("SELECT count(*) FROM memories").fetchone()  # the snapshot is now held
+    try:
+        result = cli("purge", "--user", "alice", "--json")
+        assert result.exit_code == 75, result.stderr
+        out = json.loads(result.stdout)
+        assert out["complete"] is False and out["events"] == 3
+        assert "may remain" in result.stderr
+    finally:
+        reader.execute("COMMIT")
+        reader.close()
+    result = cli("purge", "--user", "alice", "--json")
+    assert result.exit_code == 0, result.stderr
+    assert json.loads(result.stdout)["complete"] is True
+    assert found(db_path, gone) == []
+    assert found(db_path, kept) == kept
