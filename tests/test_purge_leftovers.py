@@ -107,11 +107,10 @@ def test_purge_with_an_idle_connection_leaves_no_copy(cli, db_path, planted):
         assert other.execute("SELECT count(*) FROM memories").fetchone()[0] > 0
         result = cli("purge", "--user", "alice", "--json")
         assert result.exit_code == 0, result.stderr
-        out = json.loads(result.stdout)
-        assert out["complete"] is True
         # Read at once, with the other connection still open: no later command checkpointed.
         assert found(db_path, gone) == []
         assert found(db_path, kept) == kept
+        assert json.loads(result.stdout)["complete"] is True
     finally:
         other.close()
 

@@ -1,0 +1,84 @@
+"""`memcli doctor`: checks the memory file and says, in plain words, what to run (see
+memcli/doctor.py). Exit 0 healthy, 1 problems found, 2 usage (e.g. no database at the path)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import typer
+
+from memcli.cli.options import DbOpt, FormatOpt, JsonOpt
+from memcli.cli.output import emit, errors, resolve_format
+
+_MARK = {"ok": ("ok", "green"), "info": ("info", "cyan"), "problem": ("PROBLEM", "bold red")}
+
+
+def _text(report: dict[str, Any]) -> None:
+    from rich.console import Console
+    from rich.markup import escape
+
+    console = Console(highlight=False, soft_wrap=True)
+    console.print(f"memcli doctor: {escape(report['db'])}")
+    if report.get("fixed"):
+        fixed = report["fixed"]
+        console.print(f"  fixed: rebuilt {', '.join(fixed['rebuilt'])}; deleted orphans "
+                      f"{fixed['orphans_deleted'] or 'none'}")
+    for c in report["checks"]:
+        word, style = _MARK[c["status"]]
+        console.print(f"  [{style}]{word:<8}[/] {escape(c['check']):<26} {escape(c['detail'])}")
+        if c["fix"]:
+            console.print(f"  {'':<8} {'':<26} run: [bold]{escape(c['fix'])}[/]")
+    verdict = ("[green]healthy[/]" if report["healthy"]
+               else f"[bold red]{report['problems']} problem(s) found[/]")
+    console.print(f"verdict: {verdict}")
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("doctor")
+    def doctor_cmd(
+        full: Annotated[bool, typer.Option(
+            "--full", help="integrity_check (reads every index) instead of quick_check.")] = False,
+        fix: Annotated[bool, typer.Option(
+            "--fix", help="Rebuild the full-text indexes, delete derived rows without a memory, "
+                          "checkpoint the WAL; then check.")] = False,
+        db: DbOpt = None, fmt: FormatOpt = None, as_json: JsonOpt = False,
+    ) -> None:
+        """Check integrity, schema, models, indexes vs memories, WAL and the request metrics'
+        upgrade triggers; say what to run for each problem (exit 1 when there is one)."""
+        from memcli import doctor
+        from memcli.config import load_settings
+        from memcli.errors import MemcliError, UsageError
+        from memcli.memory import make_embedder, make_sparse
+        from memcli.store.connection import Database
+
+        with errors():
+            settings = load_settings(db)
+            # A read command: never create a database where there is none.
+            if not settings.db.is_file():
+                raise UsageError(f"no database at {settings.db}",
+                                 "give --db PATH or set MEMCLI_DB")
+            embedder, model_problem = None, None
+            try:
+                embedder = make_embedder(settings)
+            except MemcliError as exc:
+                model_problem = doctor.check("embedder", "problem",
+                                             f"the configured embedder is unusable: {exc}",
+                                             "fix the embedder settings (MEMCLI_EMBEDDER ...)")
+            sparse = make_sparse(settings)
+            database = Database(settings.db, readonly=not fix)
+            try:
+                fixed = doctor.repair(database) if fix else None
+                report = doctor.diagnose(database, embedder=embedder, full=full,
+                                         sparse_model=sparse.model_id if sparse else None)
+            finally:
+                database.close()
+            if model_problem is not None:
+                report["checks"] = [c for c in report["checks"] if c["check"] != "embedder"]
+                report["checks"].insert(2, model_problem)
+                report["problems"] += 1
+                report["healthy"] = False
+            if fixed is not None:
+                report["fixed"] = fixed
+            emit(report, resolve_format(fmt, as_json), _text)
+        if not report["healthy"]:
+            raise typer.Exit(1)

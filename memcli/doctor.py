@@ -1,0 +1,195 @@
+"""`memcli doctor`: is this memory file sound, and if not, what to run.
+
+Each check gives a status (`ok`, `problem`, `info`), a sentence a person understands and, for a
+problem, the command that fixes it. Checks: SQLite's integrity (quick_check; `full` runs
+integrity_check), the schema version against this code, the embedder and SPLADE model stored in
+`meta` against the configured ones, derived rows without their memory and memories without their
+derived rows (full-text, trigram, vectors, sparse terms, entity links, edges), memories whose
+event is gone, the WAL's size, and seed 002's upgrade triggers over the last 7 days of
+`request_metrics`:
+
+| metric (seed 002) | trigger | meaning |
+|---|---|---|
+| share of retrieving requests with < 3 full-text hits | > 30 % | lexical retrieval insufficient |
+| share of requests that widened scope (fallback) | > 50 % | full text no longer the main path |
+| share of requests that truncated items | > 40 % | context budget pressure |
+| p95 latency | > 3 s | needs caching or splitting |
+
+The metric checks need at least MIN_REQUESTS requests in the window (fewer: `info`).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from memcli.store import doctor as sql
+from memcli.store import migrations
+
+if TYPE_CHECKING:
+    from memcli.store.connection import Database
+
+MIN_REQUESTS = 20
+WINDOW = "7d"
+WAL_WARN_BYTES = 64 * 1024 * 1024
+FIX = "memcli doctor --fix"
+
+
+def check(name: str, status: str, detail: str, fix: str | None = None,
+          **extra: Any) -> dict[str, Any]:
+    return {"check": name, "status": status, "detail": detail, "fix": fix, **extra}
+
+
+def _integrity(db: Database, full: bool) -> dict[str, Any]:
+    lines = sql.integrity(db, full=full)
+    name = "integrity_check" if full else "quick_check"
+    if lines == ["ok"]:
+        return check("integrity", "ok", f"{name}: ok")
+    return check("integrity", "problem", f"{name} found damage: {'; '.join(lines[:3])}",
+                 "restore a backup, or salvage with `sqlite3 DB .recover`", errors=lines)
+
+
+def _schema(db: Database) -> dict[str, Any]:
+    version = sql.schema_version(db)
+    if version == migrations.LATEST:
+        return check("schema", "ok", f"schema version {version} (current)")
+    if version > migrations.LATEST:
+        return check("schema", "problem", f"schema version {version} is newer than this "
+                     f"memcli ({migrations.LATEST})", "upgrade memcli")
+    return check("schema", "problem", f"schema version {version}, this memcli writes "
+                 f"{migrations.LATEST}", "run any write command once, e.g. `memcli embed`")
+
+
+def _models(db: Database, embedder: Any, sparse_model: str | None) -> list[dict[str, Any]]:
+    stored = sql.stored_models(db)
+    out = []
+    if embedder is None:
+        out.append(check("embedder", "info", "no embedder configured: vector search is off"))
+    elif stored["embedder_model"] is None:
+        out.append(check("embedder", "ok", f"{embedder.model_id} configured; no vectors yet"))
+    elif (stored["embedder_model"], stored["embedder_dimension"]) != (
+            embedder.model_id, str(embedder.dimension)):
+        out.append(check(
+            "embedder", "problem",
+            f"vectors were made by {stored['embedder_model']} "
+            f"(dimension {stored['embedder_dimension']}), the configured embedder is "
+            f"{embedder.model_id} (dimension {embedder.dimension})", "memcli reindex",
+            stored=stored["embedder_model"], configured=embedder.model_id))
+    else:
+        out.append(check("embedder", "ok", f"{embedder.model_id}, dimension {embedder.dimension}"))
+    if sparse_model is None:
+        out.append(check("sparse", "info", "SPLADE leg off (retrieval.leg_weights.sparse = 0)"))
+    elif stored["sparse_model"] not in (None, sparse_model):
+        out.append(check("sparse", "problem", f"sparse terms were made by "
+                         f"{stored['sparse_model']}, the configured model is {sparse_model}",
+                         "memcli reindex", stored=stored["sparse_model"],
+                         configured=sparse_model))
+    else:
+        out.append(check("sparse", "ok", sparse_model))
+    return out
+
+
+def _derived(db: Database, *, vectors: bool, sparse: bool) -> list[dict[str, Any]]:
+    out = []
+    for table, ids in sql.orphans(db).items():
+        if ids:
+            out.append(check(f"orphans:{table}", "problem",
+                             f"{len(ids)} {table} row(s) belong to no memory", FIX,
+                             ids=ids[:20]))
+    wanted = ("memories_fts", "memories_trigram") + (("memory_vectors",) if vectors else ()) + (
+        ("memory_sparse",) if sparse else ())
+    for table, ids in sql.missing(db, wanted).items():
+        if not ids:
+            continue
+        fix = FIX if table.startswith("memories_") else "memcli embed"
+        what = {"memory_vectors": "have no vector", "memory_sparse": "have no sparse terms"}.get(
+            table, f"are missing from {table}")
+        out.append(check(f"missing:{table}", "problem", f"{len(ids)} memories {what}", fix,
+                         ids=ids[:20]))
+    lost = sql.memories_without_event(db)
+    if lost:
+        out.append(check("orphans:memories", "problem",
+                         f"{len(lost)} memories were cut from events that no longer exist",
+                         " && ".join(f"memcli purge --memory {i}" for i in lost[:5]),
+                         ids=lost[:20]))
+    if not out:
+        out.append(check("derived", "ok", f"indexes, vectors and links match "
+                         f"{sql.count_memories(db)} memories"))
+    return out
+
+
+def _wal(path: str) -> dict[str, Any]:
+    wal = Path(path + "-wal")
+    size = wal.stat().st_size if wal.exists() else 0
+    if size > WAL_WARN_BYTES:
+        return check("wal", "problem", f"the WAL holds {size / 1e6:.0f} MB: a long-lived reader "
+                     "keeps it from being reset", f"stop idle readers, then `{FIX}`", bytes=size)
+    return check("wal", "ok", f"WAL {size / 1e6:.1f} MB", bytes=size)
+
+
+def _metrics(db: Database) -> list[dict[str, Any]]:
+    from memcli.acb_stats import percentile, since_timestamp
+    from memcli.store.acb import requests_since
+
+    rows = requests_since(db, since_timestamp(WINDOW))
+    if len(rows) < MIN_REQUESTS:
+        return [check("requests", "info", f"{len(rows)} requests in the last {WINDOW}: too few "
+                      f"to judge seed 002's upgrade triggers (needs {MIN_REQUESTS})")]
+    retrieving = [r for r in rows if r["retrieval_path"] not in ("", "none")]
+    low = sum(1 for r in retrieving if r["lexical_hits"] < 3) / max(len(retrieving), 1)
+    fallback = sum(1 for r in rows if r["fallbacks"] > 0) / len(rows)
+    truncated = sum(1 for r in rows if r["truncated"]) / len(rows)
+    p95 = percentile([float(r["latency_ms"]) for r in rows if not r["error_stage"]], 95) or 0.0
+    stats = f"`memcli stats --requests --since {WINDOW}`"
+    triggers = [
+        ("requests:fulltext", low, 0.30, "of retrieving requests got fewer than 3 full-text hits",
+         f"lexical retrieval is insufficient: keep the dense and sparse legs on and embedded "
+         f"(`memcli embed`), and see {stats}"),
+        ("requests:fallback", fallback, 0.50, "of requests widened their scope",
+         f"full text is no longer the main path: consolidate into user-level facts "
+         f"(`memcli consolidate`), and see {stats}"),
+        ("requests:truncation", truncated, 0.40, "of requests truncated items",
+         f"context budget pressure: raise --budget-tokens or the acb section budgets, "
+         f"consolidate (`memcli consolidate`), and see {stats}"),
+    ]
+    out = []
+    for name, share, limit, words, fix in triggers:
+        detail = f"{share:.0%} {words} (trigger > {limit:.0%})"
+        out.append(check(name, "problem", detail, fix, value=round(share, 4), threshold=limit)
+                   if share > limit else check(name, "ok", detail, value=round(share, 4),
+                                               threshold=limit))
+    detail = f"p95 latency {p95:.0f} ms (trigger > 3000 ms)"
+    out.append(check("requests:latency", "problem", detail,
+                     "ingest with --defer-embed and run `memcli embed` from cron; cache or "
+                     f"split the store; see {stats}", value=p95, threshold=3000.0)
+               if p95 > 3000 else check("requests:latency", "ok", detail, value=p95,
+                                        threshold=3000.0))
+    return out
+
+
+def diagnose(db: Database, *, embedder: Any = None, sparse_model: str | None = None,
+             full: bool = False) -> dict[str, Any]:
+    """Every check; `healthy` is False when one has status `problem`."""
+    checks = [_integrity(db, full), _schema(db)]
+    checks += _models(db, embedder, sparse_model)
+    checks += _derived(db, vectors=embedder is not None and bool(db.get_meta("embedder_model")),
+                       sparse=sparse_model is not None and bool(db.get_meta("sparse_model")))
+    if db.path != ":memory:":
+        checks.append(_wal(db.path))
+    checks += _metrics(db)
+    problems = [c for c in checks if c["status"] == "problem"]
+    return {"db": db.path, "healthy": not problems, "problems": len(problems), "checks": checks}
+
+
+def repair(db: Database) -> dict[str, Any]:
+    """`doctor --fix`: rebuild both lexical indexes, delete derived rows without a memory, and
+    checkpoint the WAL. Events and memories are never touched (embedding is `memcli embed`)."""
+    from memcli.store.purge import checkpoint
+
+    found = sql.orphans(db)
+    with db.transaction():
+        sql.delete_orphans(db, found)
+        sql.rebuild_lexical(db)
+    return {"rebuilt": ["memories_fts", "memories_trigram"],
+            "orphans_deleted": {k: len(v) for k, v in found.items() if v},
+            "wal_reset": checkpoint(db)}

@@ -1,0 +1,118 @@
+"""SQL for `memcli doctor`: integrity, stored model ids, derived rows that lost their memory or
+that a memory lacks, and the repairs `doctor --fix` may run (derived rows only, never events)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from memcli.store import sparse as sparse_sql
+from memcli.store import vectors as vec
+
+if TYPE_CHECKING:
+    from memcli.store.connection import Database
+
+
+def integrity(db: Database, *, full: bool = False) -> list[str]:
+    """SQLite's own check: ["ok"] when sound (quick_check skips index-content comparisons)."""
+    pragma = "integrity_check" if full else "quick_check"
+    return [str(r[0]) for r in db.execute(f"PRAGMA {pragma}(20)")]
+
+
+def schema_version(db: Database) -> int:
+    return int(db.scalar("PRAGMA user_version"))
+
+
+def stored_models(db: Database) -> dict[str, str | None]:
+    return {key: db.get_meta(key) for key in
+            ("embedder_model", "embedder_dimension", "sparse_model", "sparse_vocab")}
+
+
+def _ids(db: Database, sql: str) -> list[int]:
+    return [int(r[0]) for r in db.execute(sql)]
+
+
+# (name, rows that lost their memory) and (name, memories without their row). The lexical
+# indexes hold every memory (any state); vectors and sparse terms skip soft-deleted ones.
+ORPHANS = {
+    "memories_fts": "SELECT rowid FROM memories_fts WHERE rowid NOT IN (SELECT id FROM memories)",
+    "memories_trigram": "SELECT rowid FROM memories_trigram"
+                        " WHERE rowid NOT IN (SELECT id FROM memories)",
+    "memory_vectors": "SELECT memory_id FROM memory_vectors"
+                      " WHERE memory_id NOT IN (SELECT id FROM memories)",
+    "memory_sparse": "SELECT memory_id FROM memory_sparse"
+                     " WHERE memory_id NOT IN (SELECT id FROM memories)",
+    "sparse_postings": "SELECT DISTINCT memory_id FROM sparse_postings"
+                       " WHERE memory_id NOT IN (SELECT id FROM memories)",
+    "memory_entities": "SELECT memory_id FROM memory_entities"
+                       " WHERE memory_id NOT IN (SELECT id FROM memories)"
+                       " OR entity_id NOT IN (SELECT id FROM entities)",
+    "relations": "SELECT src_id FROM relations WHERE src_id NOT IN (SELECT id FROM memories)"
+                 " OR dst_id NOT IN (SELECT id FROM memories)",
+}
+VEC_ORPHANS = ("SELECT memory_id FROM vec_memories"
+               " WHERE memory_id NOT IN (SELECT memory_id FROM memory_vectors)")
+MISSING = {
+    "memories_fts": "SELECT id FROM memories WHERE id NOT IN (SELECT rowid FROM memories_fts)",
+    "memories_trigram": "SELECT id FROM memories"
+                        " WHERE id NOT IN (SELECT rowid FROM memories_trigram)",
+    "memory_vectors": "SELECT id FROM memories WHERE state != 'soft_deleted'"
+                      " AND id NOT IN (SELECT memory_id FROM memory_vectors)",
+    "memory_sparse": "SELECT id FROM memories WHERE state != 'soft_deleted'"
+                     " AND id NOT IN (SELECT memory_id FROM memory_sparse)",
+}
+
+
+def orphans(db: Database) -> dict[str, list[int]]:
+    found = {name: _ids(db, sql) for name, sql in ORPHANS.items()}
+    if db.vec_enabled and vec._has_vec_table(db):
+        found["vec_memories"] = _ids(db, VEC_ORPHANS)
+    return found
+
+
+def missing(db: Database, names: tuple[str, ...]) -> dict[str, list[int]]:
+    return {name: _ids(db, MISSING[name]) for name in names}
+
+
+def memories_without_event(db: Database) -> list[int]:
+    """Memories cut from an event that no longer exists (purge takes both, so: leftovers)."""
+    return _ids(db, "SELECT id FROM memories WHERE event_id IS NOT NULL"
+                    " AND event_id NOT IN (SELECT event_id FROM events) ORDER BY id")
+
+
+def count_memories(db: Database) -> int:
+    return int(db.scalar("SELECT count(*) FROM memories"))
+
+
+# -- repairs (doctor --fix): derived rows only -------------------------------------------------
+def rebuild_lexical(db: Database) -> None:
+    """Both lexical indexes again from `memories` (the same rows ingest writes)."""
+    from memcli.store.search import register_scope_function
+
+    register_scope_function(db)
+    db.execute("INSERT INTO memories_fts (memories_fts) VALUES ('delete-all')")
+    db.execute("INSERT INTO memories_trigram (memories_trigram) VALUES ('delete-all')")
+    db.execute("""
+        INSERT INTO memories_fts (rowid, content, context, scope)
+        SELECT id, content,
+               CASE WHEN kind = 'episode' AND session_id IS NOT NULL THEN coalesce(lag(content)
+                    OVER (PARTITION BY tenant_id, session_id, kind = 'episode'
+                          ORDER BY event_seq, chunk_index), '') ELSE '' END,
+               memcli_scope_terms(tenant_id, user_id, session_id)
+        FROM memories""")
+    db.execute("INSERT INTO memories_trigram (rowid, content) SELECT id, content FROM memories")
+
+
+def delete_orphans(db: Database, found: dict[str, list[int]]) -> None:
+    """Derived rows whose memory is gone: vectors, sparse terms, entity links, edges."""
+    vector_ids = sorted(set(found.get("memory_vectors", [])) | set(found.get("vec_memories", [])))
+    for start in range(0, len(vector_ids), 500):
+        vec.delete_vectors(db, vector_ids[start:start + 500])
+    sparse_sql.delete_postings(db, found.get("memory_sparse", []))
+    db.execute("DELETE FROM sparse_postings WHERE memory_id NOT IN (SELECT id FROM memories)")
+    db.execute("UPDATE sparse_df SET df = (SELECT count(*) FROM sparse_postings p"
+               " WHERE p.term_id = sparse_df.term_id)")
+    db.execute("DELETE FROM memory_entities WHERE memory_id NOT IN (SELECT id FROM memories)"
+               " OR entity_id NOT IN (SELECT id FROM entities)")
+    db.execute("DELETE FROM entities WHERE id NOT IN (SELECT entity_id FROM memory_entities)")
+    db.execute("DELETE FROM relations WHERE src_id NOT IN (SELECT id FROM memories)"
+               " OR dst_id NOT IN (SELECT id FROM memories)")

@@ -1,0 +1,157 @@
+"""`memcli doctor`: a healthy file exits 0; each kind of problem is named with the command that
+fixes it and exits 1; running that command makes the file healthy again."""
+
+from __future__ import annotations
+
+import functools
+import json
+from pathlib import Path
+
+import apsw
+import pytest
+import sqlite_vec
+import typer.main
+import typer.testing
+from conftest import ndjson
+
+from memcli.models import utcnow
+
+
+@pytest.fixture(autouse=True)
+def fast_cli(tmp_path, monkeypatch):
+    """No SPLADE leg (a real model, ~0.3 s a call); the click command built once per process."""
+    config = tmp_path / "config.yaml"
+    config.write_text(
+        "retrieval:\n  leg_weights: {lexical: 1.0, dense: 1.0, entity: 0.5, trigram: 0.5}\n"
+    )
+    monkeypatch.setenv("MEMCLI_CONFIG", str(config))
+    monkeypatch.setattr(typer.testing, "_get_command", _build_command)
+
+
+_build_command = functools.cache(typer.main.get_command)
+
+RECORDS = [
+    {"event_id": f"e{i}", "user_id": "priya", "session_id": "s1",
+     "text": f"Turn {i}: Priya talks about the garden and the trip to Lisbon number {i}."}
+    for i in range(6)
+]
+
+
+@pytest.fixture
+def filled(cli, db_path):
+    assert cli("ingest", "-", input=ndjson(RECORDS)).exit_code == 0
+    assert cli("decision", "add", "Use SQLite", "--user", "priya").exit_code == 0
+    assert cli("consolidate", "--no-llm", "--session", "s1").exit_code == 0
+    assert cli("query", "garden", "--user", "priya").exit_code == 0
+    return db_path
+
+
+def sql(db_path: Path, statement: str, params: tuple = ()) -> None:
+    conn = apsw.Connection(str(db_path))
+    conn.enable_load_extension(True)
+    conn.load_extension(sqlite_vec.loadable_path())
+    try:
+        conn.execute(statement, params)
+    finally:
+        conn.close()
+
+
+def doctor(cli, *flags: str) -> tuple[int, dict]:
+    result = cli("doctor", "--json", *flags)
+    assert result.exit_code in (0, 1), result.stderr
+    return result.exit_code, json.loads(result.stdout)
+
+
+def problems(report: dict) -> dict[str, str | None]:
+    return {c["check"]: c["fix"] for c in report["checks"] if c["status"] == "problem"}
+
+
+def test_a_healthy_file_exits_0(cli, filled):
+    code, report = doctor(cli)
+    assert (code, report["healthy"], problems(report)) == (0, True, {})
+    names = {c["check"] for c in report["checks"]}
+    assert {"integrity", "schema", "embedder", "derived", "wal", "requests"} <= names
+    assert doctor(cli, "--full")[0] == 0
+    text = cli("doctor", "--format", "text").stdout
+    assert "verdict: healthy" in text and "quick_check: ok" in text
+
+
+def test_no_database_is_a_usage_error_and_creates_nothing(cli, tmp_path):
+    missing = tmp_path / "nowhere" / "memory.db"
+    result = cli("doctor", "--db", str(missing))
+    assert result.exit_code == 2
+    assert "no database at" in result.stderr
+    assert not missing.parent.exists()
+
+
+def test_a_missing_fulltext_row_is_found_and_fixed(cli, filled):
+    sql(filled, "DELETE FROM memories_fts WHERE rowid = (SELECT min(id) FROM memories)")
+    code, report = doctor(cli)
+    assert code == 1 and problems(report) == {"missing:memories_fts": "memcli doctor --fix"}
+    text = cli("doctor", "--format", "text").stdout
+    assert "run: memcli doctor --fix" in text and "1 problem(s) found" in text
+    code, report = doctor(cli, "--fix")
+    assert code == 0 and report["fixed"]["rebuilt"] == ["memories_fts", "memories_trigram"]
+    assert json.loads(cli("query", "garden", "--user", "priya").stdout)
+
+
+def test_an_orphan_trigram_row_is_found(cli, filled):
+    sql(filled, "INSERT INTO memories_trigram (rowid, content) VALUES (99999, 'stray text')")
+    code, report = doctor(cli)
+    assert code == 1 and problems(report) == {"orphans:memories_trigram": "memcli doctor --fix"}
+    assert doctor(cli, "--fix")[0] == 0
+
+
+def test_a_missing_vector_is_found_and_embed_fixes_it(cli, filled):
+    sql(filled, "DELETE FROM memory_vectors WHERE memory_id = (SELECT min(id) FROM memories)")
+    sql(filled, "DELETE FROM vec_memories WHERE memory_id = (SELECT min(id) FROM memories)")
+    code, report = doctor(cli)
+    assert code == 1 and problems(report) == {"missing:memory_vectors": "memcli embed"}
+    assert cli("embed").exit_code == 0
+    assert doctor(cli)[0] == 0
+
+
+def test_another_embedder_in_meta_says_reindex(cli, filled):
+    sql(filled, "UPDATE meta SET value = 'someone/else-model' WHERE key = 'embedder_model'")
+    code, report = doctor(cli)
+    assert code == 1 and problems(report) == {"embedder": "memcli reindex"}
+    assert "someone/else-model" in report["checks"][2]["detail"]
+    assert cli("reindex").exit_code == 0
+    assert doctor(cli)[0] == 0
+
+
+def test_a_memory_whose_event_is_gone(cli, filled):
+    sql(filled, "INSERT INTO meta (key, value) VALUES ('purge_guard', '1')")
+    sql(filled, "DELETE FROM events WHERE event_id = 'e0'")
+    sql(filled, "DELETE FROM meta WHERE key = 'purge_guard'")
+    code, report = doctor(cli)
+    fixes = problems(report)
+    assert code == 1 and list(fixes) == ["orphans:memories"]
+    assert fixes["orphans:memories"].startswith("memcli purge --memory ")
+    for command in fixes["orphans:memories"].split(" && "):
+        assert cli(*command.split()[1:]).exit_code == 0
+    assert doctor(cli)[0] == 0
+
+
+def metrics(db_path: Path, n: int, **values) -> None:
+    row = {"lexical_hits": 5, "retrieval_path": "user", "fallbacks": 0, "truncated": 0,
+           "latency_ms": 40.0} | values
+    for _ in range(n):
+        sql(db_path, "INSERT INTO request_metrics (ts, command, lexical_hits, retrieval_path,"
+                     " fallbacks, truncated, latency_ms) VALUES (?, 'query', ?, ?, ?, ?, ?)",
+            (utcnow(), *row.values()))
+
+
+@pytest.mark.parametrize(("values", "name"), [
+    ({"truncated": 1}, "requests:truncation"),
+    ({"fallbacks": 1}, "requests:fallback"),
+    ({"lexical_hits": 1}, "requests:fulltext"),
+    ({"latency_ms": 4500.0}, "requests:latency"),
+])
+def test_seed_002_triggers(cli, filled, values, name):
+    metrics(filled, 25)  # under every trigger
+    assert doctor(cli)[0] == 0
+    metrics(filled, 40, **values)  # 40 of ~66 requests: over each threshold
+    code, report = doctor(cli)
+    assert code == 1 and list(problems(report)) == [name]
+    assert "memcli" in problems(report)[name]
