@@ -3,23 +3,28 @@
 What a purge does with each table of schema.sql (content = text a person wrote or a model wrote
 about them; a scope is a memory, session, user, tenant or app):
 
-| table | on purge |
-|---|---|
-| events, artifacts | deleted (the ground truth of the scope) |
-| memories (+ soft-deleted, superseded, summaries, facts) | deleted, with every memory cut from the events |
-| memories_fts, memories_trigram | rows deleted, then both indexes 'optimize'd (old segments go) |
-| memory_vectors, vec_memories, memory_sparse, sparse_postings | deleted; sparse_df recounted |
-| entities, entity_aliases | deleted when no remaining memory mentions them |
-| memory_entities, relations | deleted |
-| sessions, session_consolidation | empty sessions deleted (consolidation state cascades); kept ones lose summary and last_error |
-| history | rows of the purged memories, events and scope kept as audit (op, ids, actor, ts) with meta emptied ('{}'); one PURGE row with the scope and counts is added |
-| threads, change_log, acb_seen | deleted for the scope's thread keys; change_log also by memory id |
-| decisions, tasks | deleted (their memory cascades; rows of the scope without one too) |
-| checkpoints, proposals | deleted for the scope (proposals also by the memory they name) |
-| pair_checks | deleted for the purged memories (a fingerprint is a hash of their text) |
-| request_metrics | kept (counts for `stats --requests`); user and session ids set to NULL (tenant too on a tenant purge); no query text is stored |
-| llm_usage, lifecycle_runs | kept: tokens, cost and counts only, no content |
-| meta, run_locks | no content |
+table                               on purge
+events, artifacts                   deleted (the scope's ground truth)
+memories (any state, any kind)      deleted, with every memory cut from the events
+memories_fts, memories_trigram      rows deleted, then both 'optimize'd (old segments go)
+memory_vectors, vec_memories,       deleted; sparse_df counts go down
+  memory_sparse, sparse_postings
+entities, entity_aliases            deleted when no remaining memory mentions them
+memory_entities, relations          deleted
+sessions, session_consolidation     empty sessions deleted (their consolidation row cascades);
+                                    kept ones lose summary and last_error
+history                             rows of the purged memories, events and scope stay as audit
+                                    (op, ids, actor, ts) with meta emptied to '{}'; one PURGE
+                                    row with the scope and counts is added
+threads, change_log, acb_seen       deleted for the scope's thread keys (change_log also by
+                                    memory id)
+decisions, tasks                    deleted (cascade from their memory; scope rows without one)
+checkpoints, proposals              deleted for the scope (proposals also by memory id)
+pair_checks                         deleted for the purged memories (a hash of their text)
+request_metrics                     kept for `stats --requests`; user and session ids set to
+                                    NULL (tenant too on a tenant purge); holds no query text
+llm_usage, lifecycle_runs           kept: tokens, cost and counts only, no content
+meta, run_locks                     no content
 
 Then the file: `secure_delete = ON` for the whole purge, VACUUM (rewrites every page, so no
 copy stays in free pages or in cells that page splits moved), and a TRUNCATE checkpoint that
