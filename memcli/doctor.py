@@ -172,8 +172,9 @@ def diagnose(db: Database, *, embedder: Any = None, sparse_model: str | None = N
     """Every check; `healthy` is False when one has status `problem`."""
     checks = [_integrity(db, full), _schema(db)]
     checks += _models(db, embedder, sparse_model)
-    checks += _derived(db, vectors=embedder is not None and bool(db.get_meta("embedder_model")),
-                       sparse=sparse_model is not None and bool(db.get_meta("sparse_model")))
+    # A configured model whose rows are missing is a problem even when it never ran here
+    # (e.g. a file written through the library without it): its leg finds nothing.
+    checks += _derived(db, vectors=embedder is not None, sparse=sparse_model is not None)
     if db.path != ":memory:":
         checks.append(_wal(db.path))
     checks += _metrics(db)
