@@ -61,9 +61,10 @@ def register(app: typer.Typer) -> None:
             if out.get("complete") is False:
                 from memcli.errors import DatabaseBusyError
 
-                # Deleted and committed, but a reader's old snapshot still pins copies.
+                # Deleted and committed, but a reader's old snapshot (or a writer holding the
+                # lock) kept the file from being rewritten and its WAL from being emptied.
                 raise DatabaseBusyError(
-                    "purged, but another connection holds an old snapshot: purged text may "
+                    "purged, but another connection kept the file busy: purged text may "
                     "remain in the file and its WAL until it finishes",
                     "run the same purge again when readers are done; exit code 75")
 

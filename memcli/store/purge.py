@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any
 
 import apsw
 
-from memcli.errors import MemcliError
+from memcli.errors import DatabaseBusyError, MemcliError
 from memcli.store.sparse import delete_postings
 from memcli.store.vectors import delete_vectors
 
@@ -204,10 +204,15 @@ def secure_delete(db: Database, mode: int) -> int:
     return old
 
 
-def vacuum(db: Database) -> None:
+def vacuum(db: Database) -> bool:
     """Rewrite the whole file: free pages, and stale bytes that page splits leave in the unused
-    middle of live pages (secure_delete cannot reach those), are gone afterwards."""
-    db.execute("VACUUM")
+    middle of live pages (secure_delete cannot reach those), are gone afterwards. False when
+    another writer kept the lock past busy_timeout."""
+    try:
+        db.execute("VACUUM")
+    except DatabaseBusyError:
+        return False
+    return True
 
 
 def checkpoint(db: Database) -> bool:
