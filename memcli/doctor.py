@@ -171,6 +171,12 @@ def diagnose(db: Database, *, embedder: Any = None, sparse_model: str | None = N
              full: bool = False) -> dict[str, Any]:
     """Every check; `healthy` is False when one has status `problem`."""
     checks = [_integrity(db, full), _schema(db)]
+    if sql.schema_version(db) == 0:
+        # Not (yet) a memcli database: none of the other checks has tables to read.
+        checks[1] = check("schema", "problem", "no memcli schema in this file (version 0)",
+                          "give the path of a memcli database with --db")
+        return {"db": db.path, "healthy": False, "problems": 1 + (checks[0]["status"] ==
+                                                                   "problem"), "checks": checks}
     checks += _models(db, embedder, sparse_model)
     # A configured model whose rows are missing is a problem even when it never ran here
     # (e.g. a file written through the library without it): its leg finds nothing.

@@ -155,3 +155,16 @@ def test_seed_002_triggers(cli, filled, values, name):
     code, report = doctor(cli)
     assert code == 1 and list(problems(report)) == [name]
     assert "memcli" in problems(report)[name]
+
+
+def test_a_sqlite_file_that_is_not_memcli(cli, tmp_path):
+    other = tmp_path / "other.db"
+    conn = apsw.Connection(str(other))
+    conn.execute("CREATE TABLE notes (body TEXT)")
+    conn.close()
+    before = other.read_bytes()
+    result = cli("doctor", "--json", "--db", str(other))
+    assert result.exit_code == 1
+    assert problems(json.loads(result.stdout)) == {
+        "schema": "give the path of a memcli database with --db"}
+    assert other.read_bytes() == before
