@@ -156,6 +156,7 @@ def test_scope_rows_of_every_table_go(cli, db_path, planted):
         assert count("SELECT count(*) FROM change_log WHERE thread_key LIKE '%/alice/%'") == 0
         assert count("SELECT count(*) FROM request_metrics WHERE user_id = 'alice'") == 0
         assert count("SELECT count(*) FROM request_metrics") > 0  # counts kept, anonymous
+        assert count("SELECT count(*) FROM lifecycle_runs WHERE user_id = 'alice'") == 0
         assert count("SELECT count(*) FROM history WHERE user_id = 'alice'"
                      " AND meta != '{}' AND op != 'PURGE'") == 0
         assert count("SELECT count(*) FROM history WHERE op = 'PURGE'") == 1

@@ -23,7 +23,8 @@ checkpoints, proposals              deleted for the scope (proposals also by mem
 pair_checks                         deleted for the purged memories (a hash of their text)
 request_metrics                     kept for `stats --requests`; user and session ids set to
                                     NULL (tenant too on a tenant purge); holds no query text
-llm_usage, lifecycle_runs           kept: tokens, cost and counts only, no content
+llm_usage                           kept: tokens and cost per tenant, no content
+lifecycle_runs                      kept (counts only); user id (tenant too) set to NULL
 meta, run_locks                     no content
 
 Then the file: `secure_delete = ON` for the whole purge, VACUUM (rewrites every page, so no
@@ -136,6 +137,9 @@ def _delete_scoped_state(db: Database, scope: dict[str, Any]) -> None:
                f" WHERE {where}", params)
     if "session_id" not in keys:
         db.execute(f"DELETE FROM checkpoints WHERE {where}", params)
+        # Lifecycle runs keep their counts (the audit of what ran), not whom they ran for.
+        db.execute(f"UPDATE lifecycle_runs SET user_id = NULL{tenant_sql} WHERE {where}",
+                   params)
     # Thread keys are "tenant/user/session"; match their parts exactly (ids may hold % or _).
     want = (keys.get("tenant_id"), keys.get("user_id"), keys.get("session_id"))
     for table in ("acb_seen", "threads", "change_log"):
