@@ -140,7 +140,7 @@ def build_acb(
         if req.user_id is None and req.session_id:
             # A session's bundle is its user's: their tasks, decisions and app notes, not the
             # whole tenant's (a session never mixes users).
-            owner = sql.session_user(memory.db, req.tenant_id, req.session_id)
+            owner = sql.session_user(memory.db, req.tenant_id or memory.tenant, req.session_id)
             if owner is not None:
                 req = req.model_copy(update={"user_id": owner})
         metrics.update(tenant_id=req.tenant_id, user_id=req.user_id, session_id=req.session_id)
@@ -281,7 +281,7 @@ def _static_sections(
         memory,
         req.handoff,
         req.include_checkpoint,
-        req.tenant_id,
+        req.tenant_id or memory.tenant,
         req.user_id,
         req.session_id,
         base.sensitivities,

@@ -311,3 +311,16 @@ def test_app_bundle_shows_the_users_own_and_app_wide_notes(cli):
     (section,) = [s for s in anonymous["sections"] if s["name"] == "app_memories"]
     assert [i["text"] for i in section["items"]] and all(
         "books trains" in i["text"] for i in section["items"])
+
+
+def test_recent_window_keeps_to_the_user_in_a_file_written_before_the_rule(cli, db_path):
+    ok(cli, "ingest", "--text", "alice asks about kiwis", "--user", "alice", "--session", "s1")
+    ok(cli, "ingest", "--text", "bob talks about mangos", "--user", "bob", "--session", "s9")
+    # An older memcli let bob write into alice's session id: make the file look like that.
+    with Memory.open(db_path) as m, m.db.transaction():
+        m.db.execute("UPDATE memories SET session_id = 's1' WHERE user_id = 'bob'")
+    for args in (("--user", "alice", "--session", "s1"), ("--session", "s1")):
+        bundle = json.loads(ok(cli, "acb", "build", *args))
+        (window,) = [s for s in bundle["sections"] if s["name"] == "recent_window"]
+        texts = " ".join(i["text"] for i in window["items"])
+        assert "kiwis" in texts and "mangos" not in texts, args
