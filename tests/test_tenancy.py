@@ -161,6 +161,8 @@ def test_no_read_returns_another_scopes_marker(cli, planted):
             if other != t:
                 result = cli("related", str(planted[other]), *flag, "--json")
                 assert result.exit_code == 1 and not markers(result.stdout)
+                assert json.loads(ok(cli, "history", str(planted[other]), *flag)) == []
+        assert rows_in_scope(ok(cli, "history", str(planted[t]), *flag), t)
         seen_tenants.add(t)
     assert checks == len(TENANTS) * len(USERS) * len(APPS) * 9
     out = ok(cli, "stats")

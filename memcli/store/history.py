@@ -18,16 +18,16 @@ def list_history(db: Database, *, memory_id: int | None = None, tenant_id: str |
     for column, value in (("memory_id", memory_id), ("user_id", user_id),
                           ("session_id", session_id)):
         if value is not None:
-            clauses.append(f"{column} = ?")
+            clauses.append(f"h.{column} = ?")
             params.append(value)
     if tenant_id is not None:
-        clauses.append("(tenant_id = ? OR (tenant_id IS NULL AND memory_id IN"
-                       " (SELECT id FROM memories WHERE tenant_id = ?)))")
+        clauses.append("(h.tenant_id = ? OR (h.tenant_id IS NULL AND EXISTS (SELECT 1 FROM"
+                       " memories m WHERE m.id = h.memory_id AND m.tenant_id = ?)))")
         params.extend((tenant_id, tenant_id))
     where = " AND ".join(clauses) or "1"
     rows = db.query(
         f"SELECT id, memory_id, event_id, op, old_ref, new_ref, actor, tenant_id, user_id,"
-        f" session_id, meta, ts FROM history WHERE {where} ORDER BY id DESC LIMIT ?",
+        f" session_id, meta, ts FROM history h WHERE {where} ORDER BY id DESC LIMIT ?",
         [*params, limit],
     )
     for row in rows:
