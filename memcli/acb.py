@@ -59,7 +59,7 @@ class AcbRequest(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    tenant_id: str = "default"
+    tenant_id: str | None = Field(default=None, min_length=1)  # None: the memory's tenant
     user_id: str | None = None
     session_id: str | None = None
     agent_id: str | None = None  # the asking agent: its allowlist applies; the delta caller
@@ -135,6 +135,14 @@ def build_acb(
     stage = "request"
     try:
         req = parse_request(request)
+        if req.tenant_id is None:  # a bundle always reads one tenant: the configured one
+            req = req.model_copy(update={"tenant_id": memory.tenant})
+        if req.user_id is None and req.session_id:
+            # A session's bundle is its user's: their tasks, decisions and app notes, not the
+            # whole tenant's (a session never mixes users).
+            owner = sql.session_user(memory.db, req.tenant_id or memory.tenant, req.session_id)
+            if owner is not None:
+                req = req.model_copy(update={"user_id": owner})
         metrics.update(tenant_id=req.tenant_id, user_id=req.user_id, session_id=req.session_id)
         plan = _plan(req, settings)
         stage = "filters"
@@ -273,16 +281,18 @@ def _static_sections(
         memory,
         req.handoff,
         req.include_checkpoint,
-        req.tenant_id,
+        req.tenant_id or memory.tenant,
         req.user_id,
         req.session_id,
         base.sensitivities,
     )
     candidates["recent_window"] = gather.recent_items(
-        memory, replace(base, session_id=req.session_id), settings.recent_turns
+        memory, replace(base, session_id=req.session_id), req.user_id, settings.recent_turns
     )
     if req.app_id:
-        candidates["app_memories"] = gather.app_items(memory, base, settings.app_memory_limit)
+        candidates["app_memories"] = gather.app_items(
+            memory, base, req.user_id, settings.app_memory_limit
+        )
     return candidates, views
 
 

@@ -127,17 +127,25 @@ def handoff_items(
 
 
 # -- conversation ----------------------------------------------------------------------------
-def recent_items(memory: Memory, filters: Filters, limit: int) -> list[dict[str, Any]]:
+def recent_items(
+    memory: Memory, filters: Filters, user_id: str | None, limit: int
+) -> list[dict[str, Any]]:
     """The session's newest turns, newest first (the packer keeps the newest; the renderer
-    shows them oldest first)."""
+    shows them oldest first): only the asking user's, or, with no user asked, the session
+    owner's."""
     if filters.session_id is None or limit <= 0:
         return []
-    rows = sql.recent_turns(memory.db, filters, limit)
+    owner = user_id
+    if owner is None and filters.tenant_id is not None:
+        owner = sql.session_user(memory.db, filters.tenant_id, filters.session_id)
+    rows = sql.recent_turns(memory.db, filters, owner, limit)
     return [_memory_item("turn", r, render.turn_text(r)) for r in rows]
 
 
-def app_items(memory: Memory, filters: Filters, limit: int) -> list[dict[str, Any]]:
-    rows = sql.app_memories(memory.db, filters, limit)
+def app_items(
+    memory: Memory, filters: Filters, user_id: str | None, limit: int
+) -> list[dict[str, Any]]:
+    rows = sql.app_memories(memory.db, filters, user_id, limit)
     return [
         {
             "type": "app_memory",

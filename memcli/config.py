@@ -151,6 +151,8 @@ class AcbSettings(BaseModel):
 
 class Settings(BaseModel):
     db: Path
+    # The tenant every command reads and writes when it is given no --tenant (README "Tenants").
+    tenant: str = Field(default="default", min_length=1)
     embedder: EmbedderSettings = Field(default_factory=EmbedderSettings)
     llm: LLMSettings = Field(default_factory=LLMSettings)
     retrieval: RetrievalSettings = Field(default_factory=RetrievalSettings)
@@ -239,6 +241,8 @@ def load_settings(db: str | Path | None = None, **overrides: Any) -> Settings:
         data.setdefault("llm", {}).setdefault("api_key", os.environ["OPENAI_API_KEY"])
     if os.environ.get("MEMCLI_CATEGORIES"):
         data["categories_file"] = os.environ["MEMCLI_CATEGORIES"]
+    if os.environ.get("MEMCLI_TENANT"):
+        data["tenant"] = os.environ["MEMCLI_TENANT"]
     data["db"] = db or os.environ.get("MEMCLI_DB") or data.get("db") or default_db_path()
     data["context_dir"] = (os.environ.get("MEMCLI_CONTEXT_DIR") or data.get("context_dir")
                            or _config_dir())

@@ -25,6 +25,7 @@ from memcli.store import events as ev
 from memcli.store import memories as mem
 from memcli.store import sparse as sparse_sql
 from memcli.store import vectors as vec
+from memcli.store.sessions import check_session_user
 
 if TYPE_CHECKING:
     from memcli.providers.embedders import Embedder
@@ -266,6 +267,7 @@ def _write(db: Database, prep: Prepared, now: str, report: IngestReport,
            threads: dict[str, list[tuple[str, int | None, str]]], cache: _BatchCache) -> None:
     rec = prep.record
     ts = rec.ts or now
+    check_session_user(db, rec.tenant_id, rec.session_id, rec.user_id)  # never mix users
     seq = ev.insert_event(db, {
         "event_id": prep.event_id, "ts": ts, "recorded_at": now, "tenant_id": rec.tenant_id,
         "user_id": rec.user_id, "agent_id": rec.agent_id, "session_id": rec.session_id,
@@ -289,7 +291,7 @@ def _write(db: Database, prep: Prepared, now: str, report: IngestReport,
     session = (rec.tenant_id, rec.session_id)
     context = cache.previous.get(session)
     if context is None:
-        context = mem.previous_turn(db, rec.tenant_id, rec.session_id)
+        context = mem.previous_turn(db, rec.tenant_id, rec.session_id, rec.user_id)
     vectors: list[tuple[int, bytes]] = []
     postings: list[tuple[int, dict[int, float]]] = []
     for index, chunk in enumerate(prep.chunks):

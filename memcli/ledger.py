@@ -63,7 +63,7 @@ def add_decision(
     consequences: list[str] | None = None,
     refs: list[str] | None = None,
     scope: str = "project",
-    tenant_id: str = "default",
+    tenant_id: str | None = None,  # None: the memory's tenant
     user_id: str | None = None,
     session_id: str | None = None,
     agent_id: str | None = None,
@@ -80,6 +80,7 @@ def add_decision(
         raise UsageError(f"unknown decision scope {scope!r}", "use project, user or global")
     _check_sensitivity(sensitivity)
     evidence = _clean(refs)
+    tenant_id = tenant_id or memory.tenant
     row = {
         "decision": decision.strip(),
         "rationale": _clean(rationale),
@@ -162,16 +163,25 @@ def list_decisions(
     memory: Memory,
     *,
     status: str | None = "active",
-    tenant_id: str | None = None,
+    tenant_id: str | None = None,  # None: the memory's tenant
+    all_tenants: bool = False,
     user_id: str | None = None,
     app_id: str | None = None,
     limit: int = 100,
 ) -> list[dict[str, Any]]:
+    _one_tenant_or_all(tenant_id, all_tenants)
     if status not in (None, "active", "superseded"):
         raise UsageError(f"unknown decision status {status!r}", "use active, superseded or all")
     return sql.list_decisions(
-        memory.db, status=status, tenant_id=tenant_id, user_id=user_id, app_id=app_id, limit=limit
+        memory.db, status=status, tenant_id=None if all_tenants else tenant_id or memory.tenant,
+        user_id=user_id, app_id=app_id, limit=limit
     )
+
+
+def _one_tenant_or_all(tenant_id: str | None, all_tenants: bool) -> None:
+    if all_tenants and tenant_id is not None:
+        raise UsageError("a tenant and all tenants exclude each other",
+                         "give --tenant or --all-tenants, not both")
 
 
 # -- tasks -----------------------------------------------------------------------------------
@@ -192,7 +202,7 @@ def add_task(
     details: str = "",
     status: str = "open",
     refs: list[str] | None = None,
-    tenant_id: str = "default",
+    tenant_id: str | None = None,  # None: the memory's tenant
     user_id: str | None = None,
     session_id: str | None = None,
     agent_id: str | None = None,
@@ -204,6 +214,7 @@ def add_task(
         raise UsageError("empty task title")
     _check_status(status)
     _check_sensitivity(sensitivity)
+    tenant_id = tenant_id or memory.tenant
     row = {
         "title": title.strip(),
         "details": details.strip(),
@@ -301,17 +312,19 @@ def list_tasks(
     memory: Memory,
     *,
     statuses: tuple[str, ...] = (),
-    tenant_id: str | None = None,
+    tenant_id: str | None = None,  # None: the memory's tenant
+    all_tenants: bool = False,
     user_id: str | None = None,
     app_id: str | None = None,
     limit: int = 100,
 ) -> list[dict[str, Any]]:
+    _one_tenant_or_all(tenant_id, all_tenants)
     for status in statuses:
         _check_status(status)
     return sql.list_tasks(
         memory.db,
         statuses=tuple(statuses),
-        tenant_id=tenant_id,
+        tenant_id=None if all_tenants else tenant_id or memory.tenant,
         user_id=user_id,
         app_id=app_id,
         limit=limit,
@@ -325,7 +338,7 @@ def save_checkpoint(
     *,
     user_id: str,
     thread_id: str,
-    tenant_id: str = "default",
+    tenant_id: str | None = None,  # None: the memory's tenant
     sensitivity: str = "none",
 ) -> dict[str, Any]:
     """Store an agent's state for (user, thread), replacing the previous one."""
@@ -337,14 +350,15 @@ def save_checkpoint(
     except (TypeError, ValueError) as exc:
         raise UsageError(f"checkpoint data is not JSON: {exc}") from exc
     with memory.db.transaction():
-        row = sql.save_checkpoint(memory.db, tenant_id, user_id, thread_id, blob, sensitivity)
+        row = sql.save_checkpoint(memory.db, tenant_id or memory.tenant, user_id, thread_id, blob,
+                                  sensitivity)
     return _decode_checkpoint(row)
 
 
 def load_checkpoint(
-    memory: Memory, *, user_id: str, thread_id: str, tenant_id: str = "default"
+    memory: Memory, *, user_id: str, thread_id: str, tenant_id: str | None = None
 ) -> dict[str, Any]:
-    row = sql.get_checkpoint(memory.db, tenant_id, user_id, thread_id)
+    row = sql.get_checkpoint(memory.db, tenant_id or memory.tenant, user_id, thread_id)
     if row is None:
         raise NotFoundError(
             f"no checkpoint for user {user_id!r} thread {thread_id!r}",

@@ -26,7 +26,7 @@ from memcli.store import memories as mem
 from memcli.store import sparse as sparse_sql
 from memcli.store import vectors as vec
 from memcli.store.connection import Database
-from memcli.store.filters import Filters
+from memcli.store.filters import DEFAULT_TENANT, Filters
 from memcli.store.history import list_history
 
 if TYPE_CHECKING:
@@ -67,8 +67,10 @@ class Memory:
     def __init__(self, db: Database, *, embedder: Embedder | None = None,
                  sparse: SpladeEncoder | None = None, retrieval: RetrievalSettings | None = None,
                  categories: Categories | None = None, encoding: str = "cl100k_base",
-                 check_embedder: bool = True) -> None:
+                 check_embedder: bool = True, tenant: str = DEFAULT_TENANT) -> None:
         self.db = db
+        # The tenant of every read and write that names none (never "all tenants").
+        self.tenant = tenant
         self.embedder = embedder
         self.retrieval = retrieval or RetrievalSettings()
         self.categories = categories or load_categories(None)
@@ -88,7 +90,8 @@ class Memory:
         return cls(Database(path), embedder=embedder, sparse=sparse,
                    retrieval=settings.retrieval,
                    categories=load_categories(settings.categories_file),
-                   encoding=settings.encoding, check_embedder=check_embedder)
+                   encoding=settings.encoding, check_embedder=check_embedder,
+                   tenant=settings.tenant)
 
     @classmethod
     def configured(cls, path: str | Path | None = None, **overrides: Any) -> Memory:
@@ -134,6 +137,9 @@ class Memory:
         ]
         from memcli import ingest as ingest_mod  # not on the query path's start-up
 
+        defaults = dict(defaults or {})
+        if defaults.get("tenant_id") is None:
+            defaults["tenant_id"] = self.tenant  # a record naming no tenant: the configured one
         return ingest_mod.ingest(self.db, numbered, embedder=self.embedder, sparse=self.sparse,
                                  defaults=defaults,
                                  strict=strict, defer_embed=defer_embed)
@@ -181,8 +187,15 @@ class Memory:
         return self.embed_pending()
 
     # -- reading -------------------------------------------------------------------------------
-    def filters(self, agent: str | None = None, **kwargs: Any) -> Filters:
-        """Filters for a query, with the agent's category allowlist enforced."""
+    def filters(self, agent: str | None = None, *, all_tenants: bool = False,
+                **kwargs: Any) -> Filters:
+        """Filters for a query, with the agent's category allowlist enforced. No `tenant_id`:
+        this memory's tenant; reading across tenants takes `all_tenants=True`."""
+        if all_tenants and kwargs.get("tenant_id") is not None:
+            raise UsageError("a tenant and all tenants exclude each other",
+                             "give --tenant or --all-tenants, not both")
+        if not all_tenants and kwargs.get("tenant_id") is None:
+            kwargs["tenant_id"] = self.tenant
         categories = tuple(kwargs.pop("categories", None) or ())
         self.categories.check(agent, categories)
         allowed = self.categories.allowed(agent)
@@ -190,14 +203,14 @@ class Memory:
         kwargs = {k: (tuple(v) if isinstance(v, list) else v) for k, v in kwargs.items()
                   if v is not None and v != ()}
         return Filters(categories=categories, allowed_categories=allowed,
-                       excluded_categories=hidden, **kwargs)
+                       excluded_categories=hidden, all_tenants=all_tenants, **kwargs)
 
     def query(self, text: str, *, filters: Filters | None = None, top_k: int = 10,
               threshold: float | None = None, budget_tokens: int | None = None,
               return_format: str = "full", widen: bool = True, record_access: bool = True
               ) -> QueryResult:
         t0 = time.perf_counter()
-        filters = filters or Filters()
+        filters = filters or self.filters()
         scope = "session" if filters.session_id else ("user" if filters.user_id else "all")
         path = scope
         legs = search.run_legs(self.db, self.embedder, text, filters, self.retrieval,
@@ -303,7 +316,15 @@ class Memory:
         )
 
     # -- audit and lifecycle -------------------------------------------------------------------
-    def history(self, memory_id: int | None = None, **scope: Any) -> list[dict[str, Any]]:
+    def history(self, memory_id: int | None = None, *, all_tenants: bool = False,
+                **scope: Any) -> list[dict[str, Any]]:
+        """The audit trail of a memory or a scope, in this memory's tenant unless another one is
+        named (or `all_tenants`)."""
+        if all_tenants and scope.get("tenant_id") is not None:
+            raise UsageError("a tenant and all tenants exclude each other",
+                             "give --tenant or --all-tenants, not both")
+        if not all_tenants and scope.get("tenant_id") is None:
+            scope["tenant_id"] = self.tenant
         return list_history(self.db, memory_id=memory_id, **scope)
 
     def plan_purge(self, **scope: Any) -> dict[str, Any]:

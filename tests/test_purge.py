@@ -193,7 +193,8 @@ def _found(db_path: Path, group: str) -> dict[str, bool]:
             ("entity", f"what about {person}?", person),
         ):
             m.retrieval = RetrievalSettings(leg_weights={leg: 1.0})
-            hits = m.query(text, top_k=100, record_access=False).hits
+            hits = m.query(text, top_k=100, record_access=False,
+                           filters=m.filters(all_tenants=True)).hits
             found[leg] = any(needle in h.text for h in hits)
     return found
 
@@ -234,7 +235,7 @@ def test_purge_a_scope_leaves_nothing_of_it(cli, db_path, populated, flags, gone
         if a[0] not in gone and b[0] not in gone
     )
 
-    history = json.loads(cli("history").stdout)
+    history = json.loads(cli("history", "--all-tenants").stdout)
     assert history[0]["op"] == "PURGE" and history[0]["memory_id"] is None
     assert history[0]["meta"]["events"] == len(gone_events)
 
@@ -244,8 +245,10 @@ def test_purge_cli_legs(cli, db_path, populated):
 
     def legs(group):
         word, _, person = MARKERS[group]
-        dense = json.loads(cli("query", word, "--legs", "dense", "--top-k", "100").stdout)
-        entity = json.loads(cli("query", f"what about {person}?", "--legs", "entity").stdout)
+        dense = json.loads(cli("query", word, "--legs", "dense", "--top-k", "100",
+                               "--all-tenants").stdout)
+        entity = json.loads(cli("query", f"what about {person}?", "--legs", "entity",
+                                "--all-tenants").stdout)
         return any(word in h["text"] for h in dense), any(person in h["text"] for h in entity)
 
     assert legs("b") == (True, True) and legs("c") == (True, True)
@@ -376,13 +379,15 @@ def test_purge_clears_the_sparse_index(db_path):
             ]
         )
         assert m.db.scalar("SELECT count(*) FROM memory_sparse") == len(RECORDS)
-        before = m.query("qxbravoword Bronislava", top_k=3).hits
+        everywhere = m.filters(all_tenants=True)
+        before = m.query("qxbravoword Bronislava", top_k=3, filters=everywhere).hits
         assert before[0].text.startswith("bravo") and "sparse" in before[0].scores
         m.purge(user_id="u1")
         assert orphan_counts(m) == dict.fromkeys(orphan_counts(m), 0)
         assert m.db.scalar("SELECT count(*) FROM memory_sparse") == 1
         m.retrieval.leg_weights = {"sparse": 1.0}
-        assert [h.text[:7] for h in m.query("bravo alpha delta charlie").hits] == ["charlie"]
+        assert [h.text[:7] for h in m.query("bravo alpha delta charlie",
+                                            filters=everywhere).hits] == ["charlie"]
 
 
 # -- forget and restore -----------------------------------------------------------------------
@@ -390,7 +395,8 @@ def test_purge_clears_the_sparse_index(db_path):
 
 def test_forget_hides_restore_brings_back(cli, db_path, populated):
     mid = populated["b1"]
-    assert any(h["id"] == mid for h in json.loads(cli("query", "qxbravoword").stdout))
+    found = json.loads(cli("query", "qxbravoword", "--all-tenants").stdout)
+    assert any(h["id"] == mid for h in found)
     result = cli("forget", str(mid))
     assert result.exit_code == 0
     forgot = json.loads(result.stdout)
@@ -404,6 +410,7 @@ def test_forget_hides_restore_brings_back(cli, db_path, populated):
                 legs,
                 "--top-k",
                 "100",
+                "--all-tenants",
             ).stdout
         )
         assert mid not in {h["id"] for h in hits}, legs
@@ -412,10 +419,11 @@ def test_forget_hides_restore_brings_back(cli, db_path, populated):
 
     result = cli("restore", str(mid))
     assert result.exit_code == 0 and json.loads(result.stdout)["state"] == "active"
-    assert any(h["id"] == mid for h in json.loads(cli("query", "qxbravoword").stdout))
-    ops = [r["op"] for r in json.loads(cli("history", str(mid)).stdout)]
+    restored = json.loads(cli("query", "qxbravoword", "--all-tenants").stdout)
+    assert any(h["id"] == mid for h in restored)
+    ops = [r["op"] for r in json.loads(cli("history", str(mid), "--all-tenants").stdout)]
     assert ops == ["RESTORE", "DELETE", "ADD"]
-    text = cli("history", str(mid), "--format", "text").stdout
+    text = cli("history", str(mid), "--all-tenants", "--format", "text").stdout
     assert "RESTORE" in text and "DELETE" in text and "soft_deleted -> active" in text
 
 

@@ -163,9 +163,10 @@ FILTER_CASES = [
         ["--channel", "team", "--channel", "public"],
         lambda r: _field(r, "channel") in ("team", "public"),
     ),
-    (["--app", "app-x"], lambda r: _field(r, "app_id") == "app-x"),
+    (["--app", "app-x", "--tenant", "t2"], lambda r: _field(r, "app_id") == "app-x"),
     (["--run", "r1"], lambda r: _field(r, "run_id") == "r1"),
-    (["--agent-id", "planner-1"], lambda r: _field(r, "agent_id") == "planner-1"),
+    (["--agent-id", "planner-1", "--tenant", "t2"],
+     lambda r: _field(r, "agent_id") == "planner-1"),
     (["--kind", "episode", "--user", "u2"], lambda r: _field(r, "user_id") == "u2"),
     (
         ["--user", "u1", "--tenant", "default", "--role", "human"],
@@ -182,14 +183,17 @@ FILTER_CASES = [
 )
 def test_filters_are_respected(cli, corpus, flags, keep):
     hits = query(cli, "kiwi", "--top-k", "50", *flags)
-    expected = sorted(r["event_id"] for r in CORPUS if keep(r))
+    # No --tenant: the default tenant only (seed 003 9.3: every query filters by tenant).
+    tenant = flags[flags.index("--tenant") + 1] if "--tenant" in flags else "default"
+    expected = sorted(
+        r["event_id"] for r in CORPUS if keep(r) and _field(r, "tenant_id") == tenant)
     assert expected, "a filter case must keep something"
     assert sorted(h["event_id"] for h in hits) == expected
 
 
 def test_updated_after_and_before(cli, corpus):
-    after = query(cli, "kiwi", "--top-k", "50", "--updated-after", corpus)
-    before = query(cli, "kiwi", "--top-k", "50", "--updated-before", corpus)
+    after = query(cli, "kiwi", "--top-k", "50", "--updated-after", corpus, "--all-tenants")
+    before = query(cli, "kiwi", "--top-k", "50", "--updated-before", corpus, "--all-tenants")
     assert sorted(h["event_id"] for h in after) == ["D", "E", "F"]
     assert sorted(h["event_id"] for h in before) == ["A", "B", "C"]
     bad = cli("query", "kiwi", "--updated-after", "last tuesday")
@@ -216,7 +220,7 @@ def test_kind_filter_sees_non_episode_memories(cli, corpus, db_path):
         )
     facts = query(cli, "kiwi", "--kind", "fact")
     assert [(h["kind"], h["event_id"]) for h in facts] == [("fact", None)]
-    episodes = query(cli, "kiwi", "--kind", "episode", "--top-k", "50")
+    episodes = query(cli, "kiwi", "--kind", "episode", "--top-k", "50", "--all-tenants")
     assert len(episodes) == len(CORPUS) and {h["kind"] for h in episodes} == {"episode"}
 
 
@@ -332,7 +336,7 @@ def test_agent_queries_stay_inside_its_allowlist(cli, corpus):
     assert {h["category"] for h in hits} == {"goals", "tasks"}
     stylist = query(cli, "kiwi", "--agent", "stylist", "--top-k", "50")
     assert [h["event_id"] for h in stylist] == ["C"]
-    anyone = query(cli, "kiwi", "--agent", "someone-unlisted", "--top-k", "50")
+    anyone = query(cli, "kiwi", "--agent", "someone-unlisted", "--top-k", "50", "--all-tenants")
     assert len(anyone) == len(CORPUS)
 
 
@@ -416,7 +420,7 @@ def test_threshold(cli, five):
 def test_bullets(cli, corpus):
     long = "kiwi " + "and a very long digression " * 40
     assert cli("ingest", "--text", long, "--category", "knowledge").exit_code == 0
-    hits = query(cli, "kiwi", "--return", "bullets", "--top-k", "50")
+    hits = query(cli, "kiwi", "--return", "bullets", "--top-k", "50", "--all-tenants")
     assert len(hits) == len(CORPUS) + 1
     for hit in hits:
         assert hit["text"].startswith(f"[{hit['category']}] ")
@@ -555,7 +559,10 @@ def test_filters_object_renders_one_where_clause():
         user_id="u1", categories=("a", "b"), pinned=True, allowed_categories=()
     ).sql()
     assert where.count("?") == len(params)
-    assert params[:1] == ["u1"] and {"a", "b", 1} <= set(params)
+    # No tenant named: the default tenant, never all of them.
+    assert params[:2] == ["default", "u1"] and {"a", "b", 1} <= set(params)
+    everywhere, params = Filters(all_tenants=True).sql()
+    assert "tenant_id" not in everywhere
     assert "0" in where.split(" AND ")  # an empty allowlist matches nothing
 
 

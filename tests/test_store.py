@@ -181,7 +181,8 @@ def test_scope_tokens_prefilter_without_changing_the_lexical_ranking(memory):
     _two_tenants(memory)
     match = '"anika" OR "migration" OR "berlin"'
     for scope in ({"tenant_id": "t1"}, {"tenant_id": "t2", "user_id": "u1"},
-                  {"tenant_id": "t1", "session_id": "t1-u2-b"}, {"user_id": "u2"}, {}):
+                  {"tenant_id": "t1", "session_id": "t1-u2-b"},
+                  {"user_id": "u2", "all_tenants": True}, {"all_tenants": True}):
         filters = memory.filters(**scope)
         scoped = _lexical_ranking(memory.db, match, filters, scoped=True)
         assert scoped, scope

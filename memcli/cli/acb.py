@@ -190,6 +190,8 @@ def register(app: typer.Typer) -> None:
             str | None,
             typer.Option("--kind", help="Only edges of this kind (related, supersedes ...)."),
         ] = None,
+        tenant: Annotated[str | None, typer.Option(
+            "--tenant", help="The memory's tenant (default: the configured one).")] = None,
         db: DbOpt = None,
         fmt: FormatOpt = None,
         as_json: JsonOpt = False,
@@ -199,11 +201,12 @@ def register(app: typer.Typer) -> None:
         from memcli.store.acb import edges_with_memories, memory_exists
 
         with errors(), open_memory(db, with_embedder=False) as memory:
-            if not memory_exists(memory.db, memory_id):
-                raise NotFoundError(f"no memory with id {memory_id}")
+            tenant = tenant or memory.tenant  # an id of another tenant is not found
+            if not memory_exists(memory.db, memory_id, tenant):
+                raise NotFoundError(f"no memory with id {memory_id} in tenant {tenant!r}")
             rows = [
                 r
-                for r in edges_with_memories(memory.db, memory_id)
+                for r in edges_with_memories(memory.db, memory_id, tenant)
                 if kind is None or r["kind"] == kind
             ]
             emit(rows, resolve_format(fmt, as_json), _related_text)

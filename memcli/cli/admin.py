@@ -24,15 +24,18 @@ def register(app: typer.Typer) -> None:
     def history_cmd(
         memory_id: Annotated[int | None, typer.Argument(help="A memory id.")] = None,
         user: Annotated[str | None, typer.Option("--user")] = None,
-        tenant: Annotated[str | None, typer.Option("--tenant")] = None,
+        tenant: Annotated[str | None, typer.Option(
+            "--tenant", help="Tenant to read (default: the configured one).")] = None,
+        all_tenants: Annotated[bool, typer.Option(
+            "--all-tenants", help="Every tenant's trail (an operator's audit).")] = False,
         session: Annotated[str | None, typer.Option("--session")] = None,
         limit: Annotated[int, typer.Option("--limit", min=1)] = 100,
         db: DbOpt = None, fmt: FormatOpt = None, as_json: JsonOpt = False,
     ) -> None:
         """Show what happened to a memory, or in a scope, newest first (--format jsonl exports)."""
         with errors(), open_memory(db, with_embedder=False) as memory:
-            rows = memory.history(memory_id, tenant_id=tenant, user_id=user,
-                                  session_id=session, limit=limit)
+            rows = memory.history(memory_id, tenant_id=tenant, all_tenants=all_tenants,
+                                  user_id=user, session_id=session, limit=limit)
             emit(rows, resolve_format(fmt, as_json), _history_text)
 
     @app.command("purge")
@@ -161,8 +164,8 @@ def register(app: typer.Typer) -> None:
                 report = memory.ingest(parse_records(bundled_text("data/example.jsonl")))
                 print(f"memcli demo: ingested {len(report.created)} events into {path}",
                       file=sys.stderr)
-                result = memory.query(question, filters=memory.filters(user_id="priya"),
-                                      top_k=3)
+                result = memory.query(question, top_k=3, filters=memory.filters(
+                    tenant_id="demo", user_id="priya"))  # the example's own scope
             resolved = resolve_format(fmt, as_json)
             if resolved is Format.text:
                 print(f"Q: {question}")

@@ -14,7 +14,12 @@ from memcli.cli.common import open_memory
 from memcli.cli.options import DbOpt, FormatOpt, JsonOpt
 from memcli.cli.output import emit, errors, resolve_format
 
-Tenant = Annotated[str, typer.Option("--tenant", help="Tenant id.")]
+Tenant = Annotated[
+    str | None, typer.Option("--tenant", help="Tenant id (default: the configured one).")
+]
+AllTenants = Annotated[
+    bool, typer.Option("--all-tenants", help="List every tenant's (an operator's view).")
+]
 User = Annotated[str | None, typer.Option("--user", help="User id (none: tenant-wide).")]
 Session = Annotated[str | None, typer.Option("--session", help="Session it came from.")]
 Agent = Annotated[str | None, typer.Option("--agent", help="Agent that recorded it.")]
@@ -75,7 +80,7 @@ def register(app: typer.Typer) -> None:
         scope: Annotated[str, typer.Option("--scope", help="project, user or global.")] = (
             "project"
         ),
-        tenant: Tenant = "default",
+        tenant: Tenant = None,
         user: User = None,
         session: Session = None,
         agent: Agent = None,
@@ -143,7 +148,8 @@ def register(app: typer.Typer) -> None:
     @decision.command("list")
     def decision_list(
         status: Annotated[DecisionStatus, typer.Option("--status")] = DecisionStatus.active,
-        tenant: Annotated[str | None, typer.Option("--tenant")] = None,
+        tenant: Tenant = None,
+        all_tenants: AllTenants = False,
         user: Annotated[str | None, typer.Option("--user")] = None,
         app_id: AppId = None,
         limit: Annotated[int, typer.Option("--limit", min=1)] = 100,
@@ -159,6 +165,7 @@ def register(app: typer.Typer) -> None:
                 memory,
                 status=None if status is DecisionStatus.all else status.value,
                 tenant_id=tenant,
+                all_tenants=all_tenants,
                 user_id=user,
                 app_id=app_id,
                 limit=limit,
@@ -171,7 +178,7 @@ def register(app: typer.Typer) -> None:
         details: Annotated[str, typer.Option("--details")] = "",
         status: Annotated[str, typer.Option("--status", help="open, doing or done.")] = "open",
         ref: Refs = None,
-        tenant: Tenant = "default",
+        tenant: Tenant = None,
         user: User = None,
         session: Session = None,
         agent: Agent = None,
@@ -228,7 +235,8 @@ def register(app: typer.Typer) -> None:
             list[str] | None,
             typer.Option("--status", help="open, doing or done (repeatable; default all)."),
         ] = None,
-        tenant: Annotated[str | None, typer.Option("--tenant")] = None,
+        tenant: Tenant = None,
+        all_tenants: AllTenants = False,
         user: Annotated[str | None, typer.Option("--user")] = None,
         app_id: AppId = None,
         limit: Annotated[int, typer.Option("--limit", min=1)] = 100,
@@ -244,6 +252,7 @@ def register(app: typer.Typer) -> None:
                 memory,
                 statuses=tuple(status or ()),
                 tenant_id=tenant,
+                all_tenants=all_tenants,
                 user_id=user,
                 app_id=app_id,
                 limit=limit,
@@ -257,7 +266,7 @@ def register(app: typer.Typer) -> None:
         ] = None,
         thread: Annotated[str, typer.Option("--thread", help="Thread (session) id.")] = "",
         user: Annotated[str, typer.Option("--user", help="User id.")] = "",
-        tenant: Tenant = "default",
+        tenant: Tenant = None,
         data: Annotated[str | None, typer.Option("--data", help="The state as JSON text.")] = None,
         sensitivity: Sensitivity = "none",
         db: DbOpt = None,
@@ -305,7 +314,7 @@ def register(app: typer.Typer) -> None:
     def checkpoint_load(
         thread: Annotated[str, typer.Option("--thread", help="Thread (session) id.")] = "",
         user: Annotated[str, typer.Option("--user", help="User id.")] = "",
-        tenant: Tenant = "default",
+        tenant: Tenant = None,
         db: DbOpt = None,
         fmt: FormatOpt = None,
         as_json: JsonOpt = False,

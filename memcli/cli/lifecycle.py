@@ -271,7 +271,8 @@ def register(app: typer.Typer) -> None:
                 "language): queued for consent.",
             ),
         ] = None,
-        tenant: Annotated[str, typer.Option("--tenant")] = "default",
+        tenant: Annotated[str | None, typer.Option(
+            "--tenant", help="Tenant (default: the configured one).")] = None,
         user: Annotated[str | None, typer.Option("--user")] = None,
         agent_id: Annotated[str | None, typer.Option("--agent-id")] = None,
         session: Annotated[str | None, typer.Option("--session")] = None,

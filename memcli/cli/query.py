@@ -22,7 +22,12 @@ def register(app: typer.Typer) -> None:
         session: Annotated[str | None, typer.Option(
             "--session", help="Search this session first, widening to its user when thin.")] = None,
         user: Annotated[str | None, typer.Option("--user")] = None,
-        tenant: Annotated[str | None, typer.Option("--tenant")] = None,
+        tenant: Annotated[str | None, typer.Option(
+            "--tenant", help="Tenant to read (default: the configured one, else `default`).")
+        ] = None,
+        all_tenants: Annotated[bool, typer.Option(
+            "--all-tenants", help="Read every tenant (an operator's search; not with --tenant).")
+        ] = False,
         agent: Annotated[str | None, typer.Option(
             "--agent", help="The asking agent: its category allowlist applies.")] = None,
         agent_id: Annotated[str | None, typer.Option(
@@ -61,8 +66,9 @@ def register(app: typer.Typer) -> None:
         from memcli.cli import run as body
 
         body.query(
-            text, session=session, user=user, tenant=tenant, agent=agent, agent_id=agent_id,
-            run=run, actor=actor, role=role, app_id=app_id, category=category, kind=kind,
+            text, session=session, user=user, tenant=tenant, all_tenants=all_tenants,
+            agent=agent, agent_id=agent_id, run=run, actor=actor, role=role, app_id=app_id,
+            category=category, kind=kind,
             channel=channel, sensitivity=sensitivity, pinned=pinned,
             importance_min=importance_min, importance_max=importance_max,
             updated_after=updated_after, updated_before=updated_before, top_k=top_k,

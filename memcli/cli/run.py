@@ -40,9 +40,9 @@ def _render_hits(payload: dict, explain: bool) -> None:
 
 def query(
     text: str, *, session: str | None = None, user: str | None = None,
-    tenant: str | None = None, agent: str | None = None, agent_id: str | None = None,
-    run: str | None = None, actor: str | None = None, role: str | None = None,
-    app_id: str | None = None, category: list[str] | None = None,
+    tenant: str | None = None, all_tenants: bool = False, agent: str | None = None,
+    agent_id: str | None = None, run: str | None = None, actor: str | None = None,
+    role: str | None = None, app_id: str | None = None, category: list[str] | None = None,
     kind: list[str] | None = None, channel: list[str] | None = None,
     sensitivity: list[str] | None = None, pinned: bool | None = None,
     importance_min: float | None = None, importance_max: float | None = None,
@@ -76,8 +76,9 @@ def query(
                 memory.retrieval.leg_weights = {
                     k: v for k, v in memory.retrieval.leg_weights.items() if k in wanted}
             filters = memory.filters(
-                agent=agent, tenant_id=tenant, user_id=user, agent_id=agent_id,
-                session_id=session, app_id=app_id, run_id=run, actor_id=actor, role=role,
+                agent=agent, tenant_id=tenant, all_tenants=all_tenants, user_id=user,
+                agent_id=agent_id, session_id=session, app_id=app_id, run_id=run,
+                actor_id=actor, role=role,
                 categories=category or None, kinds=kind or None, channels=channel or None,
                 **({"sensitivities": tuple(sensitivity)} if sensitivity else {}),
                 pinned=pinned, importance_min=importance_min,

@@ -1,4 +1,7 @@
-"""The app memory limit: an app keeps at most N (default 10) derived memories.
+"""The app memory limit: an app scope keeps at most N (default 10) derived memories.
+
+An app scope is (tenant, user, app): each user's memories of an app, plus the app-wide ones
+(no user) shared by the app's users in that tenant; never across tenants.
 
 When an app has more, the model is asked to pick ONE action: delete the least useful memory, or
 merge two overlapping ones into a new text. Any failure (no model, unreachable, over budget, a
@@ -25,6 +28,7 @@ if TYPE_CHECKING:
     from memcli.config import LifecycleSettings
     from memcli.lifecycle.llm_usage import Model
     from memcli.memory import Memory
+    from memcli.store.lifecycle import AppKey
 
 APP_KINDS = ("fact", "decision", "task", "summary", "insight")
 
@@ -47,7 +51,7 @@ SYSTEM = (
 
 
 def _prompt(rows: list[dict[str, Any]], limit: int) -> str:
-    lines = [f"Limit: {limit} memories; the app has {len(rows)}.", ""]
+    lines = [f"Limit: {limit} memories; there are {len(rows)}.", ""]
     for r in rows:
         flag = " (pinned, not choosable)" if r["pinned"] else ""
         lines.append(f"[id {r['id']}] {r['created_at'][:10]} {r['kind']}{flag}: {r['content']}")
@@ -70,33 +74,39 @@ def compact_apps(
     memory: Memory,
     model: Model | None,
     cfg: LifecycleSettings,
-    app_ids: list[str],
+    scopes: list[AppKey],
     *,
     dry_run: bool = False,
 ) -> list[dict[str, Any]]:
-    """Bring each app back to its limit; returns one report per app that was over it."""
+    """Bring each app scope back to its limit; one report per scope that was over it.
+
+    An app scope is (tenant, user, app): a user's memories of an app, or the app-wide ones
+    (user None) that all its users of the tenant share. Counting, the prompt and the choice
+    never reach past the scope, so one tenant's (or user's) memories never push out, or are
+    shown to a model beside, another's (README "App memory")."""
     db = memory.db
     out = []
-    counts = lsql.app_counts(db, sorted(set(app_ids)), APP_KINDS)
-    for app_id in sorted(counts):
+    for key in sorted(set(scopes), key=lambda k: (k[0], k[1] or "", k[1] is not None, k[2])):
+        tenant_id, user_id, app_id = key
         limit = cfg.app_memory_limits.get(app_id, cfg.app_memory_limit)
-        count = counts[app_id]
+        count = lsql.app_count(db, key, APP_KINDS)
         if count <= limit:
             continue
-        report: dict[str, Any] = {"app_id": app_id, "limit": limit, "before": count, "actions": []}
+        report: dict[str, Any] = {"tenant_id": tenant_id, "user_id": user_id, "app_id": app_id,
+                                  "limit": limit, "before": count, "actions": []}
         out.append(report)
         if dry_run:
             report["over"] = count - limit
             continue
         while count > limit:
-            rows = lsql.app_memories(db, app_id, APP_KINDS)
+            rows = lsql.app_memories(db, key, APP_KINDS)
             choosable = [r for r in rows if not r["pinned"]]
             if not choosable:
                 report["note"] = "every remaining memory is pinned: the limit cannot be met"
                 break
             decision, method, failure = _decide(model, rows, choosable, limit)
             report["actions"].append(_apply(memory, decision, method, failure, rows, cfg))
-            count = lsql.app_counts(db, [app_id], APP_KINDS).get(app_id, 0)
+            count = lsql.app_count(db, key, APP_KINDS)
         report["after"] = count
     return out
 

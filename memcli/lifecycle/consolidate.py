@@ -308,7 +308,7 @@ def consolidate(
     if session_id is not None and not rows:
         report["up_to_date"].append(session_id)
     pairs_used: Counter[tuple[str, str | None]] = Counter()
-    apps: set[str] = set()
+    apps: set[tuple[str, str | None, str]] = set()  # (tenant, user, app) scopes to compact
     users: set[tuple[str, str | None]] = set()
     for row in rows:
         if lock is not None:
@@ -371,7 +371,7 @@ def consolidate(
             )
         users.add(scope)
         if plan.app_id:
-            apps.add(plan.app_id)
+            apps.add((row["tenant_id"], row["user_id"], plan.app_id))
         if dry_run:
             report["sessions"].append(plan.as_json())
         else:

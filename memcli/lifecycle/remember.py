@@ -63,7 +63,7 @@ def remember(
     procedural: bool = False,
     steps: list[str] | None = None,
     field: str | None = None,
-    tenant_id: str = "default",
+    tenant_id: str | None = None,  # None: the memory's tenant
     user_id: str | None = None,
     agent_id: str | None = None,
     session_id: str | None = None,
@@ -73,6 +73,7 @@ def remember(
     pinned: bool = False,
     title: str | None = None,
 ) -> dict[str, Any]:
+    tenant_id = tenant_id or memory.tenant
     scope = {
         "tenant_id": tenant_id,
         "user_id": user_id,

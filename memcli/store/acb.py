@@ -21,25 +21,32 @@ def data_now(db: Database) -> str | None:
     return db.scalar("SELECT max(updated_at) FROM memories")
 
 
-def recent_turns(db: Database, filters: Filters, limit: int) -> list[dict[str, Any]]:
-    """The session's newest episodes (filters carry tenant, session and privacy), newest first."""
+def recent_turns(
+    db: Database, filters: Filters, owner: str | None, limit: int
+) -> list[dict[str, Any]]:
+    """The session's newest episodes (filters carry tenant, session and privacy), newest first,
+    only `owner`'s (None: the turns without a user). Ingest never lets a session mix users; this
+    keeps a file written before that rule from showing one user another's turns."""
     where, params = filters.sql()
     return db.query(
         f"SELECT m.id, m.content, m.event_id, m.actor_type, m.actor_id, m.event_time,"
         f" m.attributes, m.sensitivity FROM memories m WHERE m.kind = 'episode' AND {where}"
-        f" ORDER BY m.event_seq DESC, m.chunk_index DESC, m.id DESC LIMIT ?",
-        (*params, limit),
+        f" AND m.user_id IS ? ORDER BY m.event_seq DESC, m.chunk_index DESC, m.id DESC LIMIT ?",
+        (*params, owner, limit),
     )
 
 
-def app_memories(db: Database, filters: Filters, limit: int) -> list[dict[str, Any]]:
-    """An app's remembered notes (derived memories, not raw turns), newest first."""
+def app_memories(
+    db: Database, filters: Filters, user_id: str | None, limit: int
+) -> list[dict[str, Any]]:
+    """An app's remembered notes (derived memories, not raw turns), newest first: the app-wide
+    ones (no user) and, with `user_id`, that user's own (README "App memory")."""
     where, params = filters.sql()
     return db.query(
         f"SELECT m.id, m.content, m.category, m.created_at, m.source_ids FROM memories m"
-        f" WHERE m.kind != 'episode' AND {where}"
+        f" WHERE m.kind != 'episode' AND {where} AND (m.user_id IS NULL OR m.user_id IS ?)"
         f" ORDER BY m.updated_at DESC, m.id DESC LIMIT ?",
-        (*params, limit),
+        (*params, user_id, limit),
     )
 
 
@@ -95,8 +102,9 @@ def related_bullets(
     return out
 
 
-def edges_with_memories(db: Database, memory_id: int) -> list[dict[str, Any]]:
-    """Every edge of a memory with the other end's kind, state and text (for `memcli related`)."""
+def edges_with_memories(db: Database, memory_id: int, tenant_id: str) -> list[dict[str, Any]]:
+    """Every edge of a memory with the other end's kind, state and text (for `memcli related`),
+    both ends in `tenant_id` (an edge never leads a reader into another tenant)."""
     return db.query(
         """SELECT r.kind, r.strength, r.src_id, r.dst_id, r.created_at,
                   CASE WHEN r.src_id = :id THEN r.dst_id ELSE r.src_id END AS other_id,
@@ -105,9 +113,10 @@ def edges_with_memories(db: Database, memory_id: int) -> list[dict[str, Any]]:
                   o.content AS other_text
            FROM relations r
            JOIN memories o ON o.id = CASE WHEN r.src_id = :id THEN r.dst_id ELSE r.src_id END
-           WHERE r.src_id = :id OR r.dst_id = :id
+           WHERE (r.src_id = :id OR r.dst_id = :id) AND o.tenant_id = :tenant
+             AND EXISTS (SELECT 1 FROM memories s WHERE s.id = :id AND s.tenant_id = :tenant)
            ORDER BY r.strength DESC, other_id, r.kind""",
-        {"id": memory_id},
+        {"id": memory_id, "tenant": tenant_id},
     )
 
 
@@ -119,8 +128,9 @@ def session_user(db: Database, tenant_id: str, session_id: str) -> str | None:
     )
 
 
-def memory_exists(db: Database, memory_id: int) -> bool:
-    return bool(db.scalar("SELECT 1 FROM memories WHERE id = ?", (memory_id,)))
+def memory_exists(db: Database, memory_id: int, tenant_id: str) -> bool:
+    return bool(db.scalar(
+        "SELECT 1 FROM memories WHERE id = ? AND tenant_id = ?", (memory_id, tenant_id)))
 
 
 # -- revisions and the delta header ------------------------------------------------------------

@@ -4,10 +4,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
+# The tenant of a record or a read that names none (seed 003 9.3: every query filters by tenant).
+DEFAULT_TENANT = "default"
+
 
 @dataclass(frozen=True)
 class Filters:
+    """A read's scope and conditions. The tenant is never open by omission: `tenant_id=None`
+    means DEFAULT_TENANT; only `all_tenants=True` reads across tenants (and then no tenant
+    may be named)."""
+
     tenant_id: str | None = None
+    all_tenants: bool = False
     user_id: str | None = None
     agent_id: str | None = None
     session_id: str | None = None
@@ -27,6 +35,12 @@ class Filters:
     updated_after: str | None = None
     updated_before: str | None = None
     states: tuple[str, ...] = field(default=("active",))
+
+    def __post_init__(self) -> None:
+        if self.all_tenants and self.tenant_id is not None:
+            raise ValueError("a tenant and all_tenants exclude each other")
+        if self.tenant_id is None and not self.all_tenants:
+            object.__setattr__(self, "tenant_id", DEFAULT_TENANT)
 
     def widen_to_user(self) -> Filters:
         return replace(self, session_id=None)

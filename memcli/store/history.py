@@ -12,16 +12,22 @@ if TYPE_CHECKING:
 def list_history(db: Database, *, memory_id: int | None = None, tenant_id: str | None = None,
                  user_id: str | None = None, session_id: str | None = None,
                  limit: int = 100) -> list[dict[str, Any]]:
+    """History rows, newest first; `tenant_id` None: every tenant. A row written without its
+    scope (a link, a merge) belongs to the tenant of its memory."""
     clauses, params = [], []
-    for column, value in (("memory_id", memory_id), ("tenant_id", tenant_id),
-                          ("user_id", user_id), ("session_id", session_id)):
+    for column, value in (("memory_id", memory_id), ("user_id", user_id),
+                          ("session_id", session_id)):
         if value is not None:
-            clauses.append(f"{column} = ?")
+            clauses.append(f"h.{column} = ?")
             params.append(value)
+    if tenant_id is not None:
+        clauses.append("(h.tenant_id = ? OR (h.tenant_id IS NULL AND EXISTS (SELECT 1 FROM"
+                       " memories m WHERE m.id = h.memory_id AND m.tenant_id = ?)))")
+        params.extend((tenant_id, tenant_id))
     where = " AND ".join(clauses) or "1"
     rows = db.query(
         f"SELECT id, memory_id, event_id, op, old_ref, new_ref, actor, tenant_id, user_id,"
-        f" session_id, meta, ts FROM history WHERE {where} ORDER BY id DESC LIMIT ?",
+        f" session_id, meta, ts FROM history h WHERE {where} ORDER BY id DESC LIMIT ?",
         [*params, limit],
     )
     for row in rows:

@@ -249,25 +249,27 @@ def profile_fact(
 # -- app memory limit
 
 
-def app_counts(db: Database, app_ids: list[str], kinds: tuple[str, ...]) -> dict[str, int]:
-    if not app_ids:
-        return {}
-    return dict(
-        db.execute(
-            f"SELECT app_id, count(*) FROM memories WHERE app_id IN ({_marks(app_ids)})"
-            f" AND state = 'active' AND kind IN ({_marks(kinds)}) GROUP BY app_id",
-            [*app_ids, *kinds],
-        )
-    )
+AppKey = tuple[str, str | None, str]  # (tenant, user or None for app-wide, app)
 
 
-def app_memories(db: Database, app_id: str, kinds: tuple[str, ...]) -> list[dict[str, Any]]:
-    """An app's active derived memories, oldest first (the FIFO order)."""
+def app_count(db: Database, key: AppKey, kinds: tuple[str, ...]) -> int:
+    """Active derived memories of one app scope: a tenant's app, for one user (or app-wide)."""
+    tenant_id, user_id, app_id = key
+    return int(db.scalar(
+        f"SELECT count(*) FROM memories WHERE tenant_id = ? AND user_id IS ? AND app_id = ?"
+        f" AND state = 'active' AND kind IN ({_marks(kinds)})",
+        (tenant_id, user_id, app_id, *kinds),
+    ))
+
+
+def app_memories(db: Database, key: AppKey, kinds: tuple[str, ...]) -> list[dict[str, Any]]:
+    """One app scope's active derived memories, oldest first (the FIFO order)."""
+    tenant_id, user_id, app_id = key
     return db.query(
         f"SELECT id, kind, category, content, pinned, created_at, tenant_id, user_id, session_id,"
-        f" source_ids FROM memories WHERE app_id = ? AND state = 'active'"
-        f" AND kind IN ({_marks(kinds)}) ORDER BY created_at, id",
-        (app_id, *kinds),
+        f" source_ids FROM memories WHERE tenant_id = ? AND user_id IS ? AND app_id = ?"
+        f" AND state = 'active' AND kind IN ({_marks(kinds)}) ORDER BY created_at, id",
+        (tenant_id, user_id, app_id, *kinds),
     )
 
 

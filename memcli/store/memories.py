@@ -46,14 +46,16 @@ def insert_memory(db: Database, row: dict[str, Any], context: str = "") -> int:
     return memory_id
 
 
-def previous_turn(db: Database, tenant_id: str, session_id: str | None) -> str:
-    """The latest memory text of a session: the context key of the next turn."""
+def previous_turn(db: Database, tenant_id: str, session_id: str | None,
+                  user_id: str | None = None) -> str:
+    """The latest memory text of the user's session: the context key of the next turn (never
+    another user's turn, even in a file written before sessions were kept to one user)."""
     if session_id is None:
         return ""
     text = db.scalar(
         "SELECT content FROM memories WHERE tenant_id = ? AND session_id = ? AND kind = 'episode'"
-        " ORDER BY event_seq DESC, chunk_index DESC LIMIT 1",
-        (tenant_id, session_id),
+        " AND user_id IS ? ORDER BY event_seq DESC, chunk_index DESC LIMIT 1",
+        (tenant_id, session_id, user_id),
     )
     return text or ""
 

@@ -1,0 +1,42 @@
+"""Session ownership: a session id belongs to one user of its tenant, never two.
+
+The `sessions` table is keyed by (tenant, session id) and so are the session's readers (the
+recent window, the previous-turn context key, consolidation, checkpoints by thread). Rather than
+re-key all of them, ingest refuses a record whose session already belongs to someone else.
+The first record of a session fixes its user; "no user" counts as a user of its own, so an
+anonymous record cannot join a user's session, nor a user's record an anonymous one.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from memcli.errors import ValidationError
+
+if TYPE_CHECKING:
+    from memcli.store.connection import Database
+
+_NOBODY = object()
+
+
+def check_session_user(db: Database, tenant_id: str, session_id: str | None,
+                       user_id: str | None) -> None:
+    """Raise ValidationError when `session_id` belongs to another user than `user_id` in this
+    tenant. Called inside the write transaction, before the record's rows, so two writers cannot
+    both claim a new session."""
+    if session_id is None:
+        return
+    row = db.execute(
+        "SELECT user_id FROM sessions WHERE tenant_id = ? AND session_id = ?",
+        (tenant_id, session_id),
+    ).fetchone()
+    owner = _NOBODY if row is None else row[0]
+    if owner is _NOBODY or owner == user_id:
+        return
+    whose = "a user" if owner is not None else "no user"
+    asked = f"user {user_id!r}" if user_id is not None else "no user"
+    raise ValidationError(
+        f"session {session_id!r} of tenant {tenant_id!r} belongs to {whose}, this record "
+        f"to {asked}: a session never mixes users",
+        "use a session id of this user's own",
+    )
