@@ -7,6 +7,7 @@ import json
 from typing import TYPE_CHECKING, Any
 
 from memcli.store import memories as mem
+from memcli.store.crypto import seal_json_if, session_has_high
 
 if TYPE_CHECKING:
     from memcli.store.connection import Database
@@ -124,7 +125,9 @@ def mark_consolidated(
     db.execute(
         "UPDATE sessions SET consolidated_at = ?, summary = ?"
         " WHERE tenant_id = ? AND session_id = ?",
-        (now, json.dumps(summary, ensure_ascii=False), tenant_id, session_id),
+        # The summary quotes the session's turns: encrypted when any of them is `high`.
+        (now, seal_json_if(db, session_has_high(db, tenant_id, session_id), summary),
+         tenant_id, session_id),
     )
 
 
