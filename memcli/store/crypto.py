@@ -81,10 +81,15 @@ class Sealer:
             self._key = load_key(create)
             self._loaded = True
             if self._key is not None:
-                self._check(self._key)
+                self.check(self._key)
         return self._key
 
-    def _check(self, key: Key) -> None:
+    def use(self, key: Key) -> None:
+        """Read and write with `key` from now on (after a rotation)."""
+        self._key, self._loaded = key, True
+
+    def check(self, key: Key) -> None:
+        """A one-line error when `key` is not the key this database was sealed with."""
         stored = self.db.get_meta(META_KEY_ID)
         if stored is not None and stored != key.id:
             raise EncryptionError(

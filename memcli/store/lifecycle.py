@@ -7,7 +7,7 @@ import json
 from typing import TYPE_CHECKING, Any
 
 from memcli.store import memories as mem
-from memcli.store.crypto import seal_json_if, session_has_high
+from memcli.store.crypto import high_memory_ids, seal_json_if, session_has_high
 
 if TYPE_CHECKING:
     from memcli.store.connection import Database
@@ -226,6 +226,8 @@ def merge_into(
         actor=actor,
         scope=row,
         meta={"merged_text": text, **meta},
+        # the merged text may come from a `high` source even when the target is not
+        seal=bool(high_memory_ids(db, [s for s in sources if isinstance(s, int)])),
     )
 
 

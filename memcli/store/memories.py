@@ -106,10 +106,12 @@ def link_entities(db: Database, memory_id: int, entities: list, now: str, *,
 
 def add_history(db: Database, memory_id: int | None, op: str, *, event_id: str | None = None,
                 old_ref: str | None = None, new_ref: str | None = None, actor: str = "memcli",
-                scope: dict[str, Any] | None = None, meta: dict | None = None) -> None:
+                scope: dict[str, Any] | None = None, meta: dict | None = None,
+                seal: bool = False) -> None:
+    """One audit row; its meta is encrypted when the memory is `high` or `seal` says so."""
     scope = scope or {}
     text = json.dumps(meta or {})
-    if meta and high_memory_ids(db, [memory_id] if memory_id is not None else []):
+    if meta and (seal or high_memory_ids(db, [memory_id] if memory_id is not None else [])):
         text = seal_if(db, True, text)  # e.g. a merged text of a `high` memory
     db.execute(
         "INSERT INTO history (memory_id, event_id, op, old_ref, new_ref, actor, tenant_id,"
