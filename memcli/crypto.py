@@ -106,7 +106,7 @@ def read_key_file(path: Path) -> bytes | None:
     """The key in `path`, or None when there is no such file."""
     try:
         text = path.read_text(encoding="ascii")
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):
         return None
     except (OSError, UnicodeDecodeError) as exc:
         raise EncryptionError(f"cannot read the key file {path}: {exc}",
@@ -119,7 +119,8 @@ def write_key_file(path: Path, key: bytes, *, replace: bool = False) -> None:
     file must not exist (O_EXCL: two processes creating it at once cannot both win); with
     `replace`, a temporary file is renamed over it atomically."""
     try:
-        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        if not path.parent.is_dir():
+            path.parent.mkdir(parents=True, mode=0o700)
         target = path.with_name(path.name + ".tmp") if replace else path
         flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL
         if replace and target.exists():
@@ -132,7 +133,10 @@ def write_key_file(path: Path, key: bytes, *, replace: bool = False) -> None:
         if replace:
             os.replace(target, path)
     except FileExistsError:
-        raise
+        if path.parent.is_dir():
+            raise  # the key file itself: another process created it first
+        raise EncryptionError(f"cannot create the key file {path}: a parent is not a folder",
+                              "set MEMCLI_KEY_FILE to a writable place, or MEMCLI_KEY") from None
     except OSError as exc:
         raise EncryptionError(f"cannot create the key file {path}: {exc.strerror or exc}",
                         "set MEMCLI_KEY_FILE to a writable place, or MEMCLI_KEY") from exc

@@ -212,6 +212,8 @@ def ingest(db: Database, values: list[tuple], *, embedder: Embedder | None,
             for prep in fresh:
                 prep.sparse = [next(encoded) for _ in prep.chunks]
 
+    if any(p.record.sensitivity == "high" for p in fresh):
+        db.crypto.key(create=True)  # first use creates the key file; else exit 1 before writing
     threads: dict[str, list[tuple[str, int | None, str]]] = {}
     with db.transaction():
         # Fast path: the whole batch in one savepoint. If any record fails, roll that back and

@@ -52,6 +52,9 @@ def load_key(create: bool = False) -> Key | None:
         except FileExistsError:
             pass  # another process created it first: use theirs
         raw = read_key_file(path)
+        if raw is None:
+            raise EncryptionError(f"cannot create the key file {path}",
+                                  "set MEMCLI_KEY_FILE to a writable place, or MEMCLI_KEY")
     return Key(raw, str(path)) if raw is not None else None
 
 

@@ -242,7 +242,9 @@ def profile_fact(
     rows = db.query(
         "SELECT id, content, attributes FROM memories WHERE tenant_id = ? AND user_id IS ?"
         " AND kind = 'fact' AND state = 'active'"
-        " AND json_extract(attributes, '$.profile_field') = ? ORDER BY id DESC LIMIT 1",
+        # json_valid: a `high` memory's attributes are encrypted (not JSON) in the file
+        " AND json_valid(attributes) AND json_extract(attributes, '$.profile_field') = ?"
+        " ORDER BY id DESC LIMIT 1",
         (tenant_id, user_id, field),
     )
     if not rows:

@@ -27,19 +27,19 @@ _INSERT_SQL = (
 def insert_memory(db: Database, row: dict[str, Any], context: str = "") -> int:
     """Insert a memory and its lexical index entries; returns the new id.
 
-    A `high` memory's content is stored encrypted and its full-text rows are empty (FTS5
-    keeps the terms of what it indexes in plain text): it is found by its vector and sparse
-    terms only. Its own context column is empty too: that would index the previous turn."""
+    A `high` memory's content and attributes are stored encrypted and its full-text rows are
+    empty (FTS5 keeps the terms of what it indexes in plain text): it is found by its vector
+    and sparse terms only. Its own context column is empty too: that would index the
+    previous turn."""
     high = row.get("sensitivity") == "high"
     text = "" if high else row["content"]
     context = "" if high else context
     values = {c: row.get(c) for c in MEMORY_COLUMNS}
     values["content"] = seal_if(db, high, row["content"])
     values["source_ids"] = json.dumps(row.get("source_ids", []), ensure_ascii=False)
-    attributes = row.get("attributes", {})
-    if high and "tags" in attributes:  # free text; a `high` event keeps them, encrypted
-        attributes = {k: v for k, v in attributes.items() if k != "tags"}
-    values["attributes"] = json.dumps(attributes, ensure_ascii=False)
+    # Attributes carry text too (tags, a summary's entities, notes): sealed as a whole.
+    values["attributes"] = seal_if(db, high, json.dumps(row.get("attributes", {}),
+                                                        ensure_ascii=False))
     for key, default in (("importance", 0.5), ("pinned", 0), ("confidence", 1.0),
                          ("decay_rate", 0.01), ("chunk_index", 0), ("token_count", 0)):
         if values[key] is None:
