@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import base64
 import binascii
+import functools
 import hashlib
 import os
-import secrets
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -65,19 +65,20 @@ class Key:
     raw: bytes
     source: str  # "env MEMCLI_KEY" or the key file's path
 
-    @property
+    @functools.cached_property
     def id(self) -> str:
         return key_id(self.raw)
 
+    @functools.cached_property
     def _aead(self):
         from cryptography.hazmat.primitives.ciphers.aead import AESGCM  # lazy: ~30 ms
 
         return AESGCM(self.raw)
 
     def encrypt(self, text: str) -> str:
-        nonce = secrets.token_bytes(NONCE_BYTES)
+        nonce = os.urandom(NONCE_BYTES)
         kid = self.id
-        sealed = self._aead().encrypt(nonce, text.encode("utf-8"), _aad(kid))
+        sealed = self._aead.encrypt(nonce, text.encode("utf-8"), _aad(kid))
         return f"{PREFIX}{kid}:{base64.b64encode(nonce + sealed).decode('ascii')}"
 
     def decrypt(self, value: str) -> str:
@@ -91,7 +92,7 @@ class Key:
 
         try:
             raw = base64.b64decode(body, validate=True)
-            plain = self._aead().decrypt(raw[:NONCE_BYTES], raw[NONCE_BYTES:], _aad(kid))
+            plain = self._aead.decrypt(raw[:NONCE_BYTES], raw[NONCE_BYTES:], _aad(kid))
         except (binascii.Error, ValueError, InvalidTag) as exc:
             raise EncryptionError("an encrypted value does not decrypt (damaged file?)",
                             "run memcli key status") from exc
@@ -143,4 +144,4 @@ def write_key_file(path: Path, key: bytes, *, replace: bool = False) -> None:
 
 
 def new_key() -> bytes:
-    return secrets.token_bytes(KEY_BYTES)
+    return os.urandom(KEY_BYTES)  # the OS CSPRNG, as `secrets.token_bytes` uses

@@ -28,7 +28,8 @@ def _raw(db_path: Path) -> bytes:
 
 
 def _records() -> list[dict]:
-    long_output = "\n".join(f"line {i} {SECRET} output" for i in range(6000))  # > 64 KB
+    # > 64 KB (an artifact keeps the whole), in few tokens: long runs of one letter
+    long_output = "\n".join([f"first {SECRET}", *["a" * 1000] * 70, f"last {SECRET}"])
     return [
         {"event_id": "h0", "session_id": "s1", "user_id": "u1", "sensitivity": "high",
          "ts": "2025-01-01T10:00:00Z", "tags": [f"tag-{SECRET}"], "refs": [f"ref-{SECRET}"],
@@ -202,3 +203,12 @@ def test_cryptography_is_not_imported_by_plain_commands(db_path, tmp_path):
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
                          text=True, timeout=120, check=False)
     assert out.stderr.strip().endswith("False"), out.stderr
+
+
+def test_purge_without_the_key_still_removes_high_items(cli, stored, monkeypatch, tmp_path):
+    monkeypatch.setenv("MEMCLI_KEY_FILE", str(tmp_path / "no-such-key"))
+    result = cli("purge", "--user", "u1", "--format", "json")
+    assert result.exit_code == 0, result.stderr
+    monkeypatch.delenv("MEMCLI_KEY_FILE")
+    status = json.loads(cli("key", "status", "--format", "json").stdout)
+    assert not {"events.content", "memories.content", "artifacts.body"} & set(status["by_column"])
