@@ -222,3 +222,15 @@ def test_purge_without_the_key_still_removes_high_items(cli, stored, monkeypatch
     monkeypatch.delenv("MEMCLI_KEY_FILE")
     status = json.loads(cli("key", "status", "--format", "json").stdout)
     assert not {"events.content", "memories.content", "artifacts.body"} & set(status["by_column"])
+
+
+def test_a_rotation_stopped_before_the_key_swap_says_so(cli, stored, isolated_env):
+    key = _key_file(isolated_env)
+    rotated = json.loads(cli("key", "rotate", "--format", "json").stdout)
+    # As if the process died after the commit, before renaming the key files.
+    key.rename(key.with_name("key.new"))
+    Path(rotated["backup"]).rename(key)
+    result = cli("query", "doctor diagnosed syndrome", "--user", "u1")
+    assert result.exit_code == 1
+    assert "rotation stopped half-way" in result.stderr and "key.new" in result.stderr
+    assert json.loads(cli("key", "status", "--format", "json").stdout)["pending_key_file"]

@@ -25,6 +25,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from memcli.crypto import PREFIX, EncryptionError, Key, is_encrypted
+from memcli.errors import UsageError
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -95,6 +96,7 @@ class Sealer:
         """A one-line error when `key` is not the key this database was sealed with."""
         stored = self.db.get_meta(META_KEY_ID)
         if stored is not None and stored != key.id:
+            _pending_rotation(stored)
             raise EncryptionError(
                 f"the encryption key from {key.source} (id {key.id}) is not this database's "
                 f"key (id {stored})",
@@ -124,6 +126,22 @@ class Sealer:
                 self.notice(NO_KEY_NOTICE)
             return None
         return tuple(key.decrypt(v) if is_encrypted(v) else v for v in row)
+
+
+def _pending_rotation(stored: str) -> None:
+    """A rotation that committed but stopped before swapping the key files leaves the
+    database's new key in `key.new`: say so instead of a bare mismatch."""
+    from memcli.crypto import key_id, read_key_file
+
+    pending = key_file_path().with_name(key_file_path().name + ".new")
+    try:
+        raw = read_key_file(pending)
+    except (EncryptionError, UsageError):
+        return
+    if raw is not None and key_id(raw) == stored:
+        raise EncryptionError(f"a key rotation stopped half-way: {pending} holds this "
+                              f"database's key (id {stored})",
+                              f"move it to {key_file_path()}")
 
 
 # -- write helpers the store modules call ------------------------------------------------------
