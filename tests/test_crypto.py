@@ -234,3 +234,15 @@ def test_a_rotation_stopped_before_the_key_swap_says_so(cli, stored, isolated_en
     assert result.exit_code == 1
     assert "rotation stopped half-way" in result.stderr and "key.new" in result.stderr
     assert json.loads(cli("key", "status", "--format", "json").stdout)["pending_key_file"]
+
+
+def test_consolidate_without_the_key_leaves_high_sessions_for_later(cli, stored, monkeypatch,
+                                                                      tmp_path):
+    monkeypatch.setenv("MEMCLI_KEY_FILE", str(tmp_path / "no-such-key"))
+    first = cli("consolidate", "--no-llm", "--session", "s1", "--format", "json")
+    assert first.exit_code == 0, first.stderr
+    assert json.loads(first.stdout)["sessions"] == []
+    monkeypatch.delenv("MEMCLI_KEY_FILE")
+    again = cli("consolidate", "--no-llm", "--session", "s1", "--format", "json")
+    assert again.exit_code == 0, again.stderr
+    assert len(json.loads(again.stdout)["sessions"]) == 1

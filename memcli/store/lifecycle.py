@@ -85,13 +85,17 @@ def session_exists(db: Database, session_id: str, tenant_id: str | None) -> bool
 def session_episodes(
     db: Database, tenant_id: str, session_id: str, after_seq: int
 ) -> list[dict[str, Any]]:
-    return db.query(
+    skipped = db.crypto.skipped
+    rows = db.query(
         "SELECT id, event_id, event_seq, chunk_index, content, actor_type, actor_id, event_time,"
         " user_id, agent_id, app_id, run_id, channel, sensitivity FROM memories"
         " WHERE session_id = ? AND tenant_id = ? AND kind = 'episode' AND state = 'active'"
         " AND event_seq > ? ORDER BY event_seq, chunk_index",
         (session_id, tenant_id, after_seq),
     )
+    # `high` turns unreadable without the key: leave the whole session for a run that has it
+    # (consolidating the rest would mark those turns as done).
+    return [] if db.crypto.skipped > skipped else rows
 
 
 def session_summaries(db: Database, tenant_id: str, session_id: str) -> list[int]:
