@@ -160,7 +160,7 @@ def high_memory_ids(db: Database, ids: list[int]) -> set[int]:
         return set()
     marks = ",".join("?" * len(ids))
     return {int(r[0]) for r in db.execute(
-        f"SELECT id FROM memories WHERE id IN ({marks}) AND sensitivity = 'high'", ids)}
+        f"SELECT id FROM memories WHERE id IN ({marks}) AND sensitivity = 'high'", tuple(ids))}
 
 
 def session_has_high(db: Database, tenant_id: str, session_id: str) -> bool:
@@ -226,8 +226,9 @@ def reseal_all(db: Database, old: Key, new: Key) -> int:
     dropped and re-created inside the same transaction."""
     done = 0
 
-    def reseal(value: Any) -> Any:
+    def reseal(*values: Any) -> Any:
         nonlocal done
+        value = values[0]
         if not is_encrypted(value):
             return value
         done += 1
