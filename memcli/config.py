@@ -183,6 +183,15 @@ def config_file_path() -> Path:
     return Path(env) if env else _config_dir() / "config.yaml"
 
 
+def encryption_key_source() -> tuple[str | None, Path]:
+    """Where the key for `high` content comes from: `MEMCLI_KEY` (base64 of 32 bytes) if set,
+    and the key file, `$MEMCLI_KEY_FILE` else `<config dir>/key` (created on first use). The
+    key lives under the config dir, not beside the database, so a copy of the data folder
+    does not carry its key."""
+    file = os.environ.get("MEMCLI_KEY_FILE")
+    return os.environ.get("MEMCLI_KEY") or None, Path(file) if file else _config_dir() / "key"
+
+
 def _read_config_file(path: Path) -> dict[str, Any]:
     if not path.exists():
         return {}

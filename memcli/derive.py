@@ -56,7 +56,8 @@ def write_memory(memory: Memory, *, content: str, kind: str, source_ids: list[An
             "valid_from": valid_from or event_time or now, "source_ids": source_ids,
             "attributes": attributes or {},
         })
-        mem.link_entities(db, memory_id, extract_entities(content), now)
+        if sensitivity != "high":  # entity names are stored in plain text
+            mem.link_entities(db, memory_id, extract_entities(content), now)
         if memory.sparse is not None:
             sparse_sql.insert_postings(db, [(memory_id, memory.sparse.encode_documents(
                 [content])[0])])

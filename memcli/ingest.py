@@ -213,6 +213,8 @@ def ingest(db: Database, values: list[tuple], *, embedder: Embedder | None,
             for prep in fresh:
                 prep.sparse = [next(encoded) for _ in prep.chunks]
 
+    if any(p.record.sensitivity == "high" for p in fresh):
+        db.crypto.key(create=True)  # first use creates the key file; else exit 1 before writing
     threads: dict[str, list[tuple[str, int | None, str]]] = {}
     with db.transaction():
         # Fast path: the whole batch in one savepoint. If any record fails, roll that back and
@@ -306,9 +308,11 @@ def _write(db: Database, prep: Prepared, now: str, report: IngestReport,
             "pinned": int(rec.pinned), "event_time": ts, "created_at": now, "updated_at": now,
             "valid_from": ts, "source_ids": [prep.event_id], "attributes": attributes,
         }, context=context)
-        context = chunk.text
-        mem.link_entities(db, memory_id, extract_entities(chunk.text), now,
-                          ids=cache.entities, aliases=cache.aliases)
+        high = rec.sensitivity == "high"  # kept out of plain-text indexes (store/crypto.py)
+        context = "" if high else chunk.text
+        if not high:
+            mem.link_entities(db, memory_id, extract_entities(chunk.text), now,
+                              ids=cache.entities, aliases=cache.aliases)
         mem.add_history(db, memory_id, "ADD", event_id=prep.event_id, new_ref=str(memory_id),
                         scope=scope)
         threads.setdefault(key, []).append(("created", memory_id, chunk.text))

@@ -95,6 +95,7 @@ def add_decision(
         "agent_id": agent_id,
         "app_id": app_id,
         "supersedes": supersedes,
+        "sensitivity": sensitivity,  # `high`: the store encrypts the row's texts
     }
     with memory.db.transaction():
         decision_id = sql.insert_decision(memory.db, row)
@@ -225,6 +226,7 @@ def add_task(
         "session_id": session_id,
         "agent_id": agent_id,
         "app_id": app_id,
+        "sensitivity": sensitivity,  # `high`: the store encrypts the row's texts
     }
     with memory.db.transaction():
         task_id = sql.insert_task(memory.db, row)

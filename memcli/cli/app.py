@@ -9,7 +9,7 @@ from typing import Annotated
 import typer
 
 from memcli import __version__
-from memcli.cli import acb, admin, doctor, ingest, ledger, lifecycle, query
+from memcli.cli import acb, admin, doctor, ingest, keys, ledger, lifecycle, query
 
 
 def _version(value: bool) -> None:
@@ -26,7 +26,7 @@ def _root(
 
 
 # Every command group, in help order. Each module's register() adds its commands to an app.
-MODULES = (ingest, query, admin, acb, ledger, lifecycle, doctor)
+MODULES = (ingest, query, admin, acb, ledger, lifecycle, doctor, keys)
 # Top-level command name -> the module registering it (tests check this matches the modules).
 COMMAND_MODULES: dict[str, ModuleType] = {
     **dict.fromkeys(("ingest", "embed", "reindex"), ingest),
@@ -38,6 +38,7 @@ COMMAND_MODULES: dict[str, ModuleType] = {
     **dict.fromkeys(("consolidate", "decay", "reflect", "insights", "remember", "confirm", "pin",
                      "unpin", "proposals"), lifecycle),
     "doctor": doctor,
+    "key": keys,
 }
 
 

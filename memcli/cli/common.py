@@ -35,4 +35,5 @@ def open_memory(db: Path | None, *, with_embedder: bool = True, with_sparse: boo
                          check_embedder=check_embedder)
     if memory.db.vec_warning:
         warn(memory.db.vec_warning)
+    memory.db.crypto.notice = warn  # once, if `high` rows are skipped for want of a key
     return memory

@@ -62,6 +62,9 @@ class Database:
             raise DatabaseBusyError("database is busy", "another memcli holds the lock") from exc
         except apsw.NotADBError as exc:
             raise SchemaError(f"{self.path} is not a SQLite database") from exc
+        from memcli.store.crypto import Sealer  # `high` values: seal on write, open on read
+
+        self.crypto = Sealer(self)
         if not self.vec_enabled:
             self.vec_warning = (
                 "sqlite-vec could not be loaded: vector search is disabled "

@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
+from memcli.store.crypto import seal_if, seal_json_if
+
 if TYPE_CHECKING:
     from memcli.store.connection import Database
 
@@ -19,7 +21,9 @@ def existing_event(db: Database, event_id: str | None, content_hash: str) -> str
 
 
 def insert_event(db: Database, row: dict[str, Any]) -> int:
-    """Append one event; returns its sequence number."""
+    """Append one event; returns its sequence number. A `high` event's content, tags and refs
+    are stored encrypted (they can all carry what was said)."""
+    high = row.get("sensitivity") == "high"
     db.execute(
         """INSERT INTO events (event_id, ts, recorded_at, tenant_id, user_id, agent_id,
                session_id, app_id, run_id, channel, actor_type, actor_id, kind, sensitivity,
@@ -29,9 +33,9 @@ def insert_event(db: Database, row: dict[str, Any]) -> int:
                :tags, :content, :refs, :content_hash, :redactions)""",
         {
             **row,
-            "tags": json.dumps(row["tags"], ensure_ascii=False),
-            "content": json.dumps(row["content"], ensure_ascii=False),
-            "refs": json.dumps(row["refs"], ensure_ascii=False),
+            "tags": seal_json_if(db, high, row["tags"]),
+            "content": seal_json_if(db, high, row["content"]),
+            "refs": seal_json_if(db, high, row["refs"]),
             "redactions": json.dumps(row["redactions"]),
         },
     )
@@ -39,15 +43,23 @@ def insert_event(db: Database, row: dict[str, Any]) -> int:
 
 
 def insert_artifact(db: Database, artifact: dict[str, Any]) -> None:
+    """Store a tool output; the output of a `high` event (inserted first) is encrypted."""
+    high = db.scalar("SELECT sensitivity FROM events WHERE event_id = ?",
+                     (artifact["event_id"],)) == "high"
+    body = artifact["body"]
+    if high:  # sealed text in the BLOB column; get_artifact turns it back into bytes
+        body = seal_if(db, True, body.decode("utf-8", errors="surrogateescape"))
     db.execute(
         "INSERT INTO artifacts (artifact_id, event_id, mime, bytes, sha256, body, created_at) "
         "VALUES (:artifact_id, :event_id, :mime, :bytes, :sha256, :body, :created_at)",
-        artifact,
+        {**artifact, "body": body},
     )
 
 
 def get_artifact(db: Database, artifact_id: str) -> dict[str, Any] | None:
     rows = db.query("SELECT * FROM artifacts WHERE artifact_id = ?", (artifact_id,))
+    if rows and isinstance(rows[0]["body"], str):  # decrypted by the connection's row tracer
+        rows[0]["body"] = rows[0]["body"].encode("utf-8", errors="surrogateescape")
     return rows[0] if rows else None
 
 

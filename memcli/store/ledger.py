@@ -10,6 +10,7 @@ import json
 from typing import TYPE_CHECKING, Any
 
 from memcli.models import utcnow
+from memcli.store.crypto import seal_if
 
 if TYPE_CHECKING:
     from memcli.store.connection import Database
@@ -42,6 +43,9 @@ def insert_decision(db: Database, row: dict[str, Any]) -> int:
         )
     }
     values.update({k: json.dumps(list(row.get(k) or []), ensure_ascii=False) for k in _LIST_FIELDS})
+    if row.get("sensitivity") == "high":
+        for key in ("decision", *_LIST_FIELDS):
+            values[key] = seal_if(db, True, values[key])
     db.execute(
         "INSERT INTO decisions (tenant_id, user_id, session_id, agent_id, app_id, status, scope,"
         " decision, rationale, constraints, alternatives, consequences, refs, supersedes,"
@@ -123,6 +127,10 @@ def bundle_decisions(
 # -- tasks -----------------------------------------------------------------------------------
 def insert_task(db: Database, row: dict[str, Any]) -> int:
     now = utcnow()
+    if row.get("sensitivity") == "high":
+        row = {**row, **{k: seal_if(db, True, row.get(k) or "") for k in ("title", "details")},
+               "refs": seal_if(db, True, json.dumps(list(row.get("refs") or []),
+                                                    ensure_ascii=False))}
     db.execute(
         "INSERT INTO tasks (tenant_id, user_id, session_id, agent_id, app_id, status, title,"
         " details, refs, created_at, updated_at) VALUES (:tenant_id, :user_id, :session_id,"
@@ -141,7 +149,8 @@ def insert_task(db: Database, row: dict[str, Any]) -> int:
                     "details",
                 )
             },
-            "refs": json.dumps(list(row.get("refs") or []), ensure_ascii=False),
+            "refs": row["refs"] if isinstance(row.get("refs"), str)
+            else json.dumps(list(row.get("refs") or []), ensure_ascii=False),
             "now": now,
         },
     )
@@ -155,6 +164,10 @@ def update_task(db: Database, task_id: int, changes: dict[str, Any]) -> None:
         for k, v in changes.items()
         if k in allowed
     }
+    if db.scalar("SELECT m.sensitivity FROM tasks t JOIN memories m ON m.id = t.memory_id"
+                 " WHERE t.id = ?", (task_id,)) == "high":
+        sets = {k: (seal_if(db, True, v) if k in {"title", "details", "refs"} else v)
+                for k, v in sets.items()}
     sets["updated_at"] = utcnow()
     assignments = ", ".join(f"{k} = :{k}" for k in sets)
     db.execute(f"UPDATE tasks SET {assignments} WHERE id = :id", {**sets, "id": task_id})
@@ -222,7 +235,8 @@ def save_checkpoint(
         " ON CONFLICT (tenant_id, user_id, thread_id) DO UPDATE SET data = excluded.data,"
         " sensitivity = excluded.sensitivity, version = version + 1,"
         " updated_at = excluded.updated_at",
-        (tenant_id, user_id, thread_id, data, sensitivity, now, now),
+        (tenant_id, user_id, thread_id, seal_if(db, sensitivity == "high", data), sensitivity,
+         now, now),
     )
     return get_checkpoint(db, tenant_id, user_id, thread_id) or {}
 

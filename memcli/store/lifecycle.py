@@ -7,6 +7,7 @@ import json
 from typing import TYPE_CHECKING, Any
 
 from memcli.store import memories as mem
+from memcli.store.crypto import high_memory_ids, seal_json_if, session_has_high
 
 if TYPE_CHECKING:
     from memcli.store.connection import Database
@@ -84,13 +85,17 @@ def session_exists(db: Database, session_id: str, tenant_id: str | None) -> bool
 def session_episodes(
     db: Database, tenant_id: str, session_id: str, after_seq: int
 ) -> list[dict[str, Any]]:
-    return db.query(
+    skipped = db.crypto.skipped
+    rows = db.query(
         "SELECT id, event_id, event_seq, chunk_index, content, actor_type, actor_id, event_time,"
         " user_id, agent_id, app_id, run_id, channel, sensitivity FROM memories"
         " WHERE session_id = ? AND tenant_id = ? AND kind = 'episode' AND state = 'active'"
         " AND event_seq > ? ORDER BY event_seq, chunk_index",
         (session_id, tenant_id, after_seq),
     )
+    # `high` turns unreadable without the key: leave the whole session for a run that has it
+    # (consolidating the rest would mark those turns as done).
+    return [] if db.crypto.skipped > skipped else rows
 
 
 def session_summaries(db: Database, tenant_id: str, session_id: str) -> list[int]:
@@ -124,7 +129,9 @@ def mark_consolidated(
     db.execute(
         "UPDATE sessions SET consolidated_at = ?, summary = ?"
         " WHERE tenant_id = ? AND session_id = ?",
-        (now, json.dumps(summary, ensure_ascii=False), tenant_id, session_id),
+        # The summary quotes the session's turns: encrypted when any of them is `high`.
+        (now, seal_json_if(db, session_has_high(db, tenant_id, session_id), summary),
+         tenant_id, session_id),
     )
 
 
@@ -223,6 +230,8 @@ def merge_into(
         actor=actor,
         scope=row,
         meta={"merged_text": text, **meta},
+        # the merged text may come from a `high` source even when the target is not
+        seal=bool(high_memory_ids(db, [s for s in sources if isinstance(s, int)])),
     )
 
 
@@ -237,7 +246,9 @@ def profile_fact(
     rows = db.query(
         "SELECT id, content, attributes FROM memories WHERE tenant_id = ? AND user_id IS ?"
         " AND kind = 'fact' AND state = 'active'"
-        " AND json_extract(attributes, '$.profile_field') = ? ORDER BY id DESC LIMIT 1",
+        # json_valid: a `high` memory's attributes are encrypted (not JSON) in the file
+        " AND json_valid(attributes) AND json_extract(attributes, '$.profile_field') = ?"
+        " ORDER BY id DESC LIMIT 1",
         (tenant_id, user_id, field),
     )
     if not rows:

@@ -6,6 +6,7 @@ import json
 from typing import TYPE_CHECKING, Any
 
 from memcli.models import utcnow
+from memcli.store.crypto import high_memory_ids, seal_if
 from memcli.store.search import scope_terms
 
 if TYPE_CHECKING:
@@ -24,10 +25,21 @@ _INSERT_SQL = (
 
 
 def insert_memory(db: Database, row: dict[str, Any], context: str = "") -> int:
-    """Insert a memory and its lexical index entries; returns the new id."""
+    """Insert a memory and its lexical index entries; returns the new id.
+
+    A `high` memory's content and attributes are stored encrypted and its full-text rows are
+    empty (FTS5 keeps the terms of what it indexes in plain text): it is found by its vector
+    and sparse terms only. Its own context column is empty too: that would index the
+    previous turn."""
+    high = row.get("sensitivity") == "high"
+    text = "" if high else row["content"]
+    context = "" if high else context
     values = {c: row.get(c) for c in MEMORY_COLUMNS}
+    values["content"] = seal_if(db, high, row["content"])
     values["source_ids"] = json.dumps(row.get("source_ids", []), ensure_ascii=False)
-    values["attributes"] = json.dumps(row.get("attributes", {}), ensure_ascii=False)
+    # Attributes carry text too (tags, a summary's entities, notes): sealed as a whole.
+    values["attributes"] = seal_if(db, high, json.dumps(row.get("attributes", {}),
+                                                        ensure_ascii=False))
     for key, default in (("importance", 0.5), ("pinned", 0), ("confidence", 1.0),
                          ("decay_rate", 0.01), ("chunk_index", 0), ("token_count", 0)):
         if values[key] is None:
@@ -36,12 +48,12 @@ def insert_memory(db: Database, row: dict[str, Any], context: str = "") -> int:
     memory_id = db.conn.last_insert_rowid()
     db.execute(
         "INSERT INTO memories_fts (rowid, content, context, scope) VALUES (?, ?, ?, ?)",
-        (memory_id, row["content"], context,
+        (memory_id, text, context,
          scope_terms(row.get("tenant_id"), row.get("user_id"), row.get("session_id"))),
     )
     db.execute(
         "INSERT INTO memories_trigram (rowid, content) VALUES (?, ?)",
-        (memory_id, row["content"]),
+        (memory_id, text),
     )
     return memory_id
 
@@ -52,12 +64,14 @@ def previous_turn(db: Database, tenant_id: str, session_id: str | None,
     another user's turn, even in a file written before sessions were kept to one user)."""
     if session_id is None:
         return ""
-    text = db.scalar(
-        "SELECT content FROM memories WHERE tenant_id = ? AND session_id = ? AND kind = 'episode'"
-        " AND user_id IS ? ORDER BY event_seq DESC, chunk_index DESC LIMIT 1",
+    row = db.execute(
+        "SELECT content, sensitivity FROM memories WHERE tenant_id = ? AND session_id = ?"
+        " AND kind = 'episode' AND user_id IS ? ORDER BY event_seq DESC, chunk_index DESC"
+        " LIMIT 1",
         (tenant_id, session_id, user_id),
-    )
-    return text or ""
+    ).fetchone()
+    # A `high` turn is never the (plain-text, indexed) context of the next one.
+    return row[0] if row is not None and row[1] != "high" else ""
 
 
 def link_entities(db: Database, memory_id: int, entities: list, now: str, *,
@@ -95,13 +109,18 @@ def link_entities(db: Database, memory_id: int, entities: list, now: str, *,
 
 def add_history(db: Database, memory_id: int | None, op: str, *, event_id: str | None = None,
                 old_ref: str | None = None, new_ref: str | None = None, actor: str = "memcli",
-                scope: dict[str, Any] | None = None, meta: dict | None = None) -> None:
+                scope: dict[str, Any] | None = None, meta: dict | None = None,
+                seal: bool = False) -> None:
+    """One audit row; its meta is encrypted when the memory is `high` or `seal` says so."""
     scope = scope or {}
+    text = json.dumps(meta or {})
+    if meta and (seal or high_memory_ids(db, [memory_id] if memory_id is not None else [])):
+        text = seal_if(db, True, text)  # e.g. a merged text of a `high` memory
     db.execute(
         "INSERT INTO history (memory_id, event_id, op, old_ref, new_ref, actor, tenant_id,"
         " user_id, session_id, meta, ts) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
         (memory_id, event_id, op, old_ref, new_ref, actor, scope.get("tenant_id"),
-         scope.get("user_id"), scope.get("session_id"), json.dumps(meta or {}), utcnow()),
+         scope.get("user_id"), scope.get("session_id"), text, utcnow()),
     )
 
 
@@ -118,10 +137,12 @@ def bump_revision(db: Database, key: str, changes: list[tuple[str, int | None, s
         (key, now, now),
     )
     revision = int(db.scalar("SELECT revision FROM threads WHERE thread_key = ?", (key,)))
+    high = high_memory_ids(db, [mid for _, mid, _ in changes])
     db.executemany(
         "INSERT INTO change_log (thread_key, revision, op, memory_id, summary, ts)"
         " VALUES (?, ?, ?, ?, ?, ?)",
-        [(key, revision, op, mid, summary[:200], now) for op, mid, summary in changes],
+        [(key, revision, op, mid, seal_if(db, mid in high, summary[:200]), now)
+         for op, mid, summary in changes],
     )
     return revision
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
+from memcli.store.crypto import high_memory_ids, seal_if
+
 if TYPE_CHECKING:
     from memcli.store.connection import Database
 
@@ -27,6 +29,11 @@ _COLUMNS = (
 def insert_proposal(db: Database, row: dict[str, Any]) -> int:
     values = {c: row.get(c) for c in _COLUMNS}
     values["source_ids"] = json.dumps(row.get("source_ids") or [], ensure_ascii=False)
+    sources = [s for s in row.get("source_ids") or [] if isinstance(s, int)]
+    if high_memory_ids(db, sources):  # a fact read from a `high` turn: encrypted (no dedup)
+        for key in ("value", "text", "old_text"):
+            if values[key] is not None:
+                values[key] = seal_if(db, True, values[key])
     db.execute(
         f"INSERT INTO proposals ({', '.join(_COLUMNS)}) VALUES"
         f" ({', '.join(':' + c for c in _COLUMNS)})",
