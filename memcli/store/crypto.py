@@ -74,7 +74,9 @@ class Sealer:
         self._loaded = False
         self.skipped = 0
         self.notice: Callable[[str], None] | None = None  # the CLI sets its stderr warning
-        if db.get_meta(META_KEY_ID) is not None:
+        # A file without memcli's tables (doctor reads one to say so) has no key id either.
+        has_meta = db.scalar("SELECT 1 FROM sqlite_schema WHERE type = 'table' AND name = 'meta'")
+        if has_meta and db.get_meta(META_KEY_ID) is not None:
             self.install()
 
     def install(self) -> None:
