@@ -21,11 +21,11 @@ from memcli.errors import UsageError
 from memcli.models import Hit, IngestReport, QueryResult
 from memcli.retrieval import search
 from memcli.retrieval.stages import Candidate, RankContext
-from memcli.retrieval.text import has_recall_cue
+from memcli.retrieval.text import bound_query, has_recall_cue
 from memcli.store import memories as mem
 from memcli.store import sparse as sparse_sql
 from memcli.store import vectors as vec
-from memcli.store.connection import Database
+from memcli.store.connection import Database, environment_error
 from memcli.store.filters import Filters
 from memcli.store.history import list_history
 
@@ -83,9 +83,11 @@ class Memory:
     @classmethod
     def open(cls, path: str | Path, *, embedder: Embedder | None = None,
              sparse: SpladeEncoder | None = None, settings: Settings | None = None,
-             check_embedder: bool = True) -> Memory:
+             check_embedder: bool = True, must_exist: bool = False) -> Memory:
+        """`must_exist`: for reading only: no database at `path` raises NoDatabaseError and
+        nothing is created there."""
         settings = settings or Settings(db=Path(path))
-        return cls(Database(path), embedder=embedder, sparse=sparse,
+        return cls(Database(path, must_exist=must_exist), embedder=embedder, sparse=sparse,
                    retrieval=settings.retrieval,
                    categories=load_categories(settings.categories_file),
                    encoding=settings.encoding, check_embedder=check_embedder)
@@ -105,8 +107,12 @@ class Memory:
     def __enter__(self) -> Memory:
         return self
 
-    def __exit__(self, *exc: object) -> None:
+    def __exit__(self, exc_type: object, exc: BaseException | None, tb: object) -> None:
         self.close()
+        # A read-only file, a full disk or an I/O error is said as such, with the path.
+        failure = environment_error(exc, self.db.path) if exc is not None else None
+        if failure is not None:
+            raise failure from exc
 
     def close(self) -> None:
         if self._reader is not None:
@@ -197,6 +203,7 @@ class Memory:
               return_format: str = "full", widen: bool = True, record_access: bool = True
               ) -> QueryResult:
         t0 = time.perf_counter()
+        text = bound_query(text)  # ranking reads the text too: the same bound as the legs
         filters = filters or Filters()
         scope = "session" if filters.session_id else ("user" if filters.user_id else "all")
         path = scope
@@ -271,6 +278,8 @@ class Memory:
         from memcli.errors import DatabaseBusyError
         from memcli.store.metrics import record_request
 
+        if self.db.read_only:
+            return  # a write-protected file still answers; these hints are skipped
         try:
             with self.db.transaction():
                 mem.record_access(self.db, ids)
