@@ -246,7 +246,10 @@ def ingest(db: Database, values: list[tuple], *, embedder: Embedder | None,
                 cache = _BatchCache()
                 for prep in fresh:
                     _write(db, prep, now, report, threads, cache)
-        except Exception:
+        except Exception as exc:
+            failure = environment_error(exc, db.path)
+            if failure is not None:  # read-only file, full disk: no record would fare better
+                raise failure from exc
             if strict:
                 raise
             report.reset_to(marks)

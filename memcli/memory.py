@@ -75,6 +75,13 @@ class Memory:
         self.encoding = encoding
         self.sparse = sparse
         self._reader: Database | None = None
+        if db.read_only and check_embedder:
+            # A write-protected file cannot record the models: a leg whose model it has not
+            # recorded is left out rather than run against an index that is not there.
+            if db.get_meta("embedder_model") is None:
+                self.embedder = embedder = None
+            if db.get_meta("sparse_model") is None:
+                self.sparse = sparse = None
         if embedder is not None and check_embedder:
             vec.check_embedder(db, embedder.model_id, embedder.dimension)
         if sparse is not None and check_embedder:
@@ -87,10 +94,17 @@ class Memory:
         """`must_exist`: for reading only: no database at `path` raises NoDatabaseError and
         nothing is created there."""
         settings = settings or Settings(db=Path(path))
-        return cls(Database(path, must_exist=must_exist), embedder=embedder, sparse=sparse,
-                   retrieval=settings.retrieval,
-                   categories=load_categories(settings.categories_file),
-                   encoding=settings.encoding, check_embedder=check_embedder)
+        db = Database(path, must_exist=must_exist)
+        try:
+            return cls(db, embedder=embedder, sparse=sparse, retrieval=settings.retrieval,
+                       categories=load_categories(settings.categories_file),
+                       encoding=settings.encoding, check_embedder=check_embedder)
+        except BaseException as exc:
+            db.close()  # never leave the file open behind an error
+            failure = environment_error(exc, db.path)
+            if failure is not None:
+                raise failure from exc
+            raise
 
     @classmethod
     def configured(cls, path: str | Path | None = None, **overrides: Any) -> Memory:

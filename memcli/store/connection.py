@@ -180,7 +180,9 @@ class Database:
         try:
             yield
         except BaseException:
-            self.conn.execute("ROLLBACK")
+            # SQLite may have rolled back already (a full disk does): keep the first error.
+            if self.conn.in_transaction:
+                self.conn.execute("ROLLBACK")
             raise
         else:
             self.conn.execute("COMMIT")
@@ -251,6 +253,11 @@ def environment_error(exc: BaseException, path: str) -> StorageError | None:
     """The one-line error for a failure of the environment (permissions, disk, I/O), or None
     when `exc` is not one. Used on open, by Memory on the way out, and by ingest so that a
     full disk stops the batch instead of rejecting each record in turn."""
+    seen = 0
+    # A full disk rolls the transaction back, and the savepoint's own rollback then fails
+    # with "no such savepoint": the cause is the exception that one was raised during.
+    while isinstance(exc, apsw.SQLError) and exc.__context__ is not None and seen < 5:
+        exc, seen = exc.__context__, seen + 1
     if isinstance(exc, apsw.ReadOnlyError):
         return StorageError(f"database is read-only: {path}",
                             "check the permissions of the file and its folder")
