@@ -182,6 +182,7 @@ def acb_build(
     """`memcli acb build`: a context bundle for the next model call."""
     from memcli.acb import build_acb, parse_request
     from memcli.config import load_settings
+    from memcli.errors import UsageError
 
     with errors():
         _check_flags({"query": query, "tenant": tenant, "user": user, "session": session,
@@ -204,7 +205,10 @@ def acb_build(
         }
         data.update({k: v for k, v in flags.items() if v is not None})
         if cap:
-            data["caps"] = {**data.get("caps", {}), **parse_caps(cap)}
+            caps = data.get("caps") or {}
+            if not isinstance(caps, dict):
+                raise UsageError("bad acb request: caps must be an object of SECTION: TOKENS")
+            data["caps"] = {**caps, **parse_caps(cap)}
         if no_track:
             data["track"] = False
         if checkpoint:
