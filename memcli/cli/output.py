@@ -32,13 +32,25 @@ def resolve_format(fmt: Format | None, as_json: bool) -> Format:
     return Format.text if sys.stdout.isatty() else Format.json
 
 
+# Every character str.splitlines() breaks a line at (and the other C0 controls): user text
+# quoted in a message (a record key, a flag value) must not split it into several lines.
+_BREAKS = {c: repr(chr(c))[1:-1] for c in (*range(0x20), 0x7F, 0x85, 0x2028, 0x2029)}
+
+
+def one_line(text: str) -> str:
+    """`text` with line breaks and control characters escaped (`\\r`, `\\x1c`), and lone
+    surrogates (bytes that were not UTF-8) escaped too, so stderr can always print it."""
+    text = text.translate(_BREAKS)
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
 def warn(message: str) -> None:
-    print(f"memcli: warning: {message}", file=sys.stderr)
+    print(f"memcli: warning: {one_line(message)}", file=sys.stderr)
 
 
 def fail(message: str, code: int = 1) -> SystemExit:
     """Print the one-line error; the caller raises what this returns (the exit code)."""
-    print(f"memcli: error: {message}", file=sys.stderr)
+    print(f"memcli: error: {one_line(message)}", file=sys.stderr)
     return SystemExit(code)
 
 
