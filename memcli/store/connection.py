@@ -128,6 +128,9 @@ class Database:
         except apsw.Error:
             self.conn.close()
             return False
+        except MemcliError:
+            self.conn.close()
+            raise
         return True
 
     def _load_vec(self) -> bool:
