@@ -233,6 +233,8 @@ def _record(
     """Access counts, the metrics row and the caller's revision, in one short write."""
     from memcli.store.metrics import record_request
 
+    if memory.db.read_only:
+        return  # a write-protected file still gets its bundle; these hints are skipped
     try:
         with memory.db.transaction():
             mem.record_access(memory.db, ids)

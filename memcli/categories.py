@@ -75,7 +75,30 @@ def parse_categories(text: str, source: str) -> dict[str, Any]:
         raise UsageError(f"cannot read categories file {source}: {exc}".splitlines()[0]) from exc
     if not isinstance(data, dict):
         raise UsageError(f"categories file {source} must hold a mapping")
+    _check_shape(data, source)
     return data
+
+
+def _check_shape(data: dict[str, Any], source: str) -> None:
+    """categories: a list of names or {name: ...}; allowlists: agent -> list of categories;
+    restricted: a list. Anything else is the file's mistake (exit 2), said as such."""
+    def bad(what: str) -> UsageError:
+        return UsageError(f"categories file {source}: {what}", "see categories.yaml")
+
+    items = data.get("categories") or []
+    if not isinstance(items, list):
+        raise bad("`categories` must be a list")
+    for item in items:
+        if isinstance(item, dict) and "name" not in item:
+            raise bad("each category needs a `name`")
+        if not isinstance(item, str | int | float | dict):
+            raise bad(f"a category must be a name, not {item!r}")
+    allowlists = data.get("allowlists") or {}
+    if not isinstance(allowlists, dict) or not all(
+            isinstance(cats, list | None) for cats in allowlists.values()):
+        raise bad("`allowlists` must map each agent to a list of categories")
+    if not isinstance(data.get("restricted") or [], list):
+        raise bad("`restricted` must be a list")
 
 
 def load_categories(path: Path | None) -> Categories:

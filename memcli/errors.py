@@ -56,3 +56,16 @@ class DatabaseBusyError(MemcliError):
     """Another process holds the write lock longer than busy_timeout: exit 75 (EX_TEMPFAIL)."""
 
     exit_code = 75
+
+
+class NoDatabaseError(MemcliError):
+    """A read command pointed at a path with no memcli database: nothing is created there."""
+
+    exit_code = 1
+
+
+class StorageError(MemcliError):
+    """The environment refuses the database: read-only file or folder, disk full, I/O error.
+    Exit 1 (a runtime failure, not bad input: the same command works once that is fixed)."""
+
+    exit_code = 1

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import pydantic
 
+from memcli import inputs
 from memcli.chunking import chunk_text
 from memcli.entities import extract_entities
 from memcli.errors import ValidationError
@@ -25,6 +26,7 @@ from memcli.store import events as ev
 from memcli.store import memories as mem
 from memcli.store import sparse as sparse_sql
 from memcli.store import vectors as vec
+from memcli.store.connection import environment_error
 from memcli.store.sessions import check_session_user
 
 if TYPE_CHECKING:
@@ -42,8 +44,8 @@ def parse_records(text: str) -> list[tuple[int, Any]]:
     if not stripped:
         return []
     try:
-        value = json.loads(stripped)
-    except json.JSONDecodeError:
+        value = json.loads(stripped, parse_int=_parse_int)
+    except (ValueError, RecursionError):  # not one JSON document: read it as NDJSON
         value = None
     else:
         if isinstance(value, list):
@@ -53,11 +55,26 @@ def parse_records(text: str) -> list[tuple[int, Any]]:
     for number, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
             continue
-        try:
-            out.append((number, json.loads(line)))
-        except json.JSONDecodeError as exc:
-            out.append((number, ValueError(f"invalid JSON: {exc.msg} at column {exc.colno}")))
+        out.append((number, _parse_line(line)))
     return out
+
+
+def _parse_int(digits: str) -> int | inputs.HugeNumber:
+    # Python refuses to convert integers of more than 4,300 digits; kept as a marker instead,
+    # so only the record holding one is rejected, not the whole document.
+    return int(digits) if len(digits) <= inputs.MAX_INT_DIGITS else inputs.HugeNumber(digits)
+
+
+def _parse_line(line: str) -> Any:
+    """One NDJSON line's value, or the ValueError saying why it is not one (per record)."""
+    try:
+        return json.loads(line, parse_int=_parse_int)
+    except json.JSONDecodeError as exc:
+        return ValueError(f"invalid JSON: {exc.msg} at column {exc.colno}")
+    except RecursionError:
+        return ValueError(f"nested deeper than {inputs.MAX_DEPTH} levels")
+    except ValueError as exc:  # e.g. an integer of more than 4,300 digits
+        return ValueError(f"invalid JSON: {exc}".splitlines()[0])
 
 
 def _reason(exc: pydantic.ValidationError) -> str:
@@ -141,10 +158,15 @@ def prepare(number: int, value: Any, defaults: dict[str, Any], now: str) -> Prep
     if not isinstance(value, dict):
         raise ValidationError("a record must be a JSON object")
     data = {**{k: v for k, v in defaults.items() if v is not None}, **value}
+    reason = inputs.problem(data)  # before any step that recurses or encodes
+    if reason is not None:
+        raise ValidationError(reason)
     try:
         rec = EventIn.model_validate(data)
     except pydantic.ValidationError as exc:
         raise ValidationError(_reason(exc)) from exc
+    except (ValueError, TypeError, OverflowError) as exc:  # raised inside a validator
+        raise ValidationError(f"invalid record: {exc}".splitlines()[0]) from exc
     event_id = rec.event_id or f"evt_{uuid.uuid4().hex}"
     if rec.sensitivity == "secret":
         # Secret content is never stored: the event keeps only that something was said.
@@ -176,6 +198,8 @@ def ingest(db: Database, values: list[tuple], *, embedder: Embedder | None,
             prep = prepare(number, value, defaults or {}, now)
         except ValidationError as exc:
             ident = value.get("event_id") if isinstance(value, dict) else None
+            if not isinstance(ident, str) or inputs.has_bad_text(ident):
+                ident = None  # the report shows a usable event id or none
             report.rejected.append(RecordProblem(source=source[0] if source else None,
                                                  line=number, reason=str(exc), event_id=ident))
             continue
@@ -225,7 +249,10 @@ def ingest(db: Database, values: list[tuple], *, embedder: Embedder | None,
                 cache = _BatchCache()
                 for prep in fresh:
                     _write(db, prep, now, report, threads, cache)
-        except Exception:
+        except Exception as exc:
+            failure = environment_error(exc, db.path)
+            if failure is not None:  # read-only file, full disk: no record would fare better
+                raise failure from exc
             if strict:
                 raise
             report.reset_to(marks)
@@ -238,6 +265,9 @@ def ingest(db: Database, values: list[tuple], *, embedder: Embedder | None,
                     with db.conn:
                         _write(db, prep, now, report, threads, cache)
                 except Exception as exc:  # noqa: BLE001 - reported per record, batch goes on
+                    failure = environment_error(exc, db.path)
+                    if failure is not None:  # read-only file, full disk: not this record's fault
+                        raise failure from exc
                     report.reset_to(record_marks)
                     for key in list(threads):
                         del threads[key][record_threads.get(key, 0):]

@@ -21,11 +21,11 @@ from memcli.errors import UsageError
 from memcli.models import Hit, IngestReport, QueryResult
 from memcli.retrieval import search
 from memcli.retrieval.stages import Candidate, RankContext
-from memcli.retrieval.text import has_recall_cue
+from memcli.retrieval.text import bound_query, has_recall_cue
 from memcli.store import memories as mem
 from memcli.store import sparse as sparse_sql
 from memcli.store import vectors as vec
-from memcli.store.connection import Database
+from memcli.store.connection import Database, environment_error
 from memcli.store.filters import DEFAULT_TENANT, Filters
 from memcli.store.history import list_history
 
@@ -77,6 +77,13 @@ class Memory:
         self.encoding = encoding
         self.sparse = sparse
         self._reader: Database | None = None
+        if db.read_only and check_embedder:
+            # A write-protected file cannot record the models: a leg whose model it has not
+            # recorded is left out rather than run against an index that is not there.
+            if db.get_meta("embedder_model") is None:
+                self.embedder = embedder = None
+            if db.get_meta("sparse_model") is None:
+                self.sparse = sparse = None
         if embedder is not None and check_embedder:
             vec.check_embedder(db, embedder.model_id, embedder.dimension)
         if sparse is not None and check_embedder:
@@ -85,13 +92,22 @@ class Memory:
     @classmethod
     def open(cls, path: str | Path, *, embedder: Embedder | None = None,
              sparse: SpladeEncoder | None = None, settings: Settings | None = None,
-             check_embedder: bool = True) -> Memory:
+             check_embedder: bool = True, must_exist: bool = False) -> Memory:
+        """`must_exist`: for reading only: no database at `path` raises NoDatabaseError and
+        nothing is created there."""
         settings = settings or Settings(db=Path(path))
-        return cls(Database(path), embedder=embedder, sparse=sparse,
-                   retrieval=settings.retrieval,
-                   categories=load_categories(settings.categories_file),
-                   encoding=settings.encoding, check_embedder=check_embedder,
-                   tenant=settings.tenant)
+        db = Database(path, must_exist=must_exist)
+        try:
+            return cls(db, embedder=embedder, sparse=sparse, retrieval=settings.retrieval,
+                       categories=load_categories(settings.categories_file),
+                       encoding=settings.encoding, check_embedder=check_embedder,
+                       tenant=settings.tenant)
+        except BaseException as exc:
+            db.close()  # never leave the file open behind an error
+            failure = environment_error(exc, db.path)
+            if failure is not None:
+                raise failure from exc
+            raise
 
     @classmethod
     def configured(cls, path: str | Path | None = None, **overrides: Any) -> Memory:
@@ -108,8 +124,12 @@ class Memory:
     def __enter__(self) -> Memory:
         return self
 
-    def __exit__(self, *exc: object) -> None:
+    def __exit__(self, exc_type: object, exc: BaseException | None, tb: object) -> None:
         self.close()
+        # A read-only file, a full disk or an I/O error is said as such, with the path.
+        failure = environment_error(exc, self.db.path) if exc is not None else None
+        if failure is not None:
+            raise failure from exc
 
     def close(self) -> None:
         if self._reader is not None:
@@ -210,6 +230,7 @@ class Memory:
               return_format: str = "full", widen: bool = True, record_access: bool = True
               ) -> QueryResult:
         t0 = time.perf_counter()
+        text = bound_query(text)  # ranking reads the text too: the same bound as the legs
         filters = filters or self.filters()
         scope = "session" if filters.session_id else ("user" if filters.user_id else "all")
         path = scope
@@ -284,6 +305,8 @@ class Memory:
         from memcli.errors import DatabaseBusyError
         from memcli.store.metrics import record_request
 
+        if self.db.read_only:
+            return  # a write-protected file still answers; these hints are skipped
         try:
             with self.db.transaction():
                 mem.record_access(self.db, ids)

@@ -37,6 +37,8 @@ def parse_ts(value: str | datetime) -> str:
         return format_ts(datetime.fromisoformat(text))
     except ValueError as exc:
         raise ValueError(f"not an ISO 8601 time: {value!r}") from exc
+    except OverflowError as exc:  # e.g. 0001-01-01T00:00:00+01:00 is before year 1 in UTC
+        raise ValueError(f"time out of range: {value!r}") from exc
 
 
 class Actor(BaseModel):
@@ -77,7 +79,7 @@ class EventIn(BaseModel):
         # {"text": "..."} is short for {"content": {"text": "..."}}; "role" for actor.type.
         if isinstance(data, dict):
             data = dict(data)
-            if "text" in data:
+            if "text" in data and isinstance(data.get("content"), dict | None):
                 text = data.pop("text")
                 content = dict(data.get("content") or {})
                 content.setdefault("text", text)

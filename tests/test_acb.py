@@ -313,7 +313,8 @@ def test_the_allowlist_applies_to_every_section(memory):
     )
 
 
-def test_cli_disallowed_category_exits_2(cli):
+def test_cli_disallowed_category_exits_2(cli, db_path):
+    Memory.open(db_path).close()  # a database to read (a missing one is exit 1)
     result = cli("acb", "build", "--agent", "planner", "--category", "event", "-q", "x")
     assert result.exit_code == 2
     assert result.stdout == ""
@@ -603,7 +604,8 @@ def test_handoff_packet_and_checkpoint(memory):
 
 
 # -- views ------------------------------------------------------------------------------------
-def test_views_show_and_edit(cli, isolated_env, monkeypatch, tmp_path):
+def test_views_show_and_edit(cli, isolated_env, monkeypatch, tmp_path, db_path):
+    Memory.open(db_path).close()  # a database to build from (a missing one is exit 1)
     shown = cli("acb", "show", "rules", "-f", "text")
     assert shown.exit_code == 0 and "decision ledger" in shown.stdout
     edited = cli("acb", "edit", "rules", "--no-editor")
@@ -676,7 +678,8 @@ def test_stats_requests_window(cli):
     assert cli("stats", "--since", "1h").exit_code == 2
 
 
-def test_config_overrides_one_cap_and_keeps_the_rest(tmp_path, monkeypatch, cli):
+def test_config_overrides_one_cap_and_keeps_the_rest(tmp_path, monkeypatch, cli, db_path):
+    Memory.open(db_path).close()  # a database to build from (a missing one is exit 1)
     config = tmp_path / "config.yaml"
     config.write_text(
         "retrieval:\n  leg_weights: {lexical: 1.0}\n"

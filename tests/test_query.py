@@ -519,7 +519,8 @@ def test_fts_hostile_queries_through_the_cli(cli):
         assert [h["text"] for h in hits] == ["kiwi pie for the picnic"], text
 
 
-def test_empty_result_is_an_empty_array(cli):
+def test_empty_result_is_an_empty_array(cli, db_path):
+    Memory.open(db_path).close()  # an empty memcli database (a missing one is an error)
     result = cli("query", "anything at all")
     assert result.exit_code == 0 and result.stdout.strip() == "[]"
     assert cli("ingest", "--text", "kiwi", "--user", "u1").exit_code == 0

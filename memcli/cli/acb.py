@@ -200,7 +200,7 @@ def register(app: typer.Typer) -> None:
         from memcli.errors import NotFoundError
         from memcli.store.acb import edges_with_memories, memory_exists
 
-        with errors(), open_memory(db, with_embedder=False) as memory:
+        with errors(), open_memory(db, with_embedder=False, must_exist=True) as memory:
             tenant = tenant or memory.tenant  # an id of another tenant is not found
             if not memory_exists(memory.db, memory_id, tenant):
                 raise NotFoundError(f"no memory with id {memory_id} in tenant {tenant!r}")

@@ -33,7 +33,7 @@ def register(app: typer.Typer) -> None:
         db: DbOpt = None, fmt: FormatOpt = None, as_json: JsonOpt = False,
     ) -> None:
         """Show what happened to a memory, or in a scope, newest first (--format jsonl exports)."""
-        with errors(), open_memory(db, with_embedder=False) as memory:
+        with errors(), open_memory(db, with_embedder=False, must_exist=True) as memory:
             rows = memory.history(memory_id, tenant_id=tenant, all_tenants=all_tenants,
                                   user_id=user, session_id=session, limit=limit)
             emit(rows, resolve_format(fmt, as_json), _history_text)
@@ -110,14 +110,14 @@ def register(app: typer.Typer) -> None:
             if usage:
                 from memcli.lifecycle.llm_usage import usage_report
 
-                with open_memory(db, with_embedder=False) as memory:
+                with open_memory(db, with_embedder=False, must_exist=True) as memory:
                     emit(usage_report(memory.db), resolve_format(fmt, as_json))
                 return
             if requests:
                 from memcli.acb_stats import request_stats, since_timestamp
 
                 window = since_timestamp(since)
-                with open_memory(db, with_embedder=False) as memory:
+                with open_memory(db, with_embedder=False, must_exist=True) as memory:
                     emit(request_stats(memory.db, window), resolve_format(fmt, as_json))
                 return
             if since is not None:
@@ -125,7 +125,8 @@ def register(app: typer.Typer) -> None:
 
                 raise UsageError("--since needs --requests")
             settings = load_settings(db)
-            with open_memory(db, with_embedder=False, settings=settings) as memory:
+            with open_memory(db, with_embedder=False, settings=settings,
+                             must_exist=True) as memory:
                 out = memory.stats()
             out["embedder"]["configured"] = settings.embedder.provider
             out["db"] = str(settings.db)
@@ -140,7 +141,7 @@ def register(app: typer.Typer) -> None:
         from memcli.errors import NotFoundError
         from memcli.store.events import get_artifact
 
-        with errors(), open_memory(db, with_embedder=False) as memory:
+        with errors(), open_memory(db, with_embedder=False, must_exist=True) as memory:
             art = get_artifact(memory.db, artifact_id)
             if art is None:
                 raise NotFoundError(f"no artifact {artifact_id}")

@@ -9,7 +9,7 @@ import typer
 
 from memcli.cli.common import open_memory
 from memcli.cli.options import DbOpt, FormatOpt, JsonOpt
-from memcli.cli.output import emit, errors, read_inputs, resolve_format
+from memcli.cli.output import emit, errors, one_line, read_inputs, resolve_format
 
 
 def _ingest_text(report: dict) -> None:
@@ -66,7 +66,8 @@ def register(app: typer.Typer) -> None:
             emit(payload, resolve_format(fmt, as_json), _ingest_text)
             for problem in report.rejected:
                 where = f"{problem.source}:" if problem.source else "record "
-                print(f"memcli: error: {where}{problem.line}: {problem.reason}", file=sys.stderr)
+                print(f"memcli: error: {one_line(f'{where}{problem.line}: {problem.reason}')}",
+                      file=sys.stderr)
             if report.rejected:
                 raise typer.Exit(2)
 

@@ -160,7 +160,7 @@ def register(app: typer.Typer) -> None:
         """List decisions, newest first (--status all shows superseded ones and their links)."""
         from memcli import ledger
 
-        with errors(), open_memory(db, with_embedder=False) as memory:
+        with errors(), open_memory(db, with_embedder=False, must_exist=True) as memory:
             rows = ledger.list_decisions(
                 memory,
                 status=None if status is DecisionStatus.all else status.value,
@@ -247,7 +247,7 @@ def register(app: typer.Typer) -> None:
         """List tasks, newest first."""
         from memcli import ledger
 
-        with errors(), open_memory(db, with_embedder=False) as memory:
+        with errors(), open_memory(db, with_embedder=False, must_exist=True) as memory:
             rows = ledger.list_tasks(
                 memory,
                 statuses=tuple(status or ()),
@@ -322,6 +322,6 @@ def register(app: typer.Typer) -> None:
         """Print the saved state of (user, thread) with its version and time."""
         from memcli import ledger
 
-        with errors(), open_memory(db, with_embedder=False) as memory:
+        with errors(), open_memory(db, with_embedder=False, must_exist=True) as memory:
             row = ledger.load_checkpoint(memory, user_id=user, thread_id=thread, tenant_id=tenant)
             emit(row, resolve_format(fmt, as_json))

@@ -423,7 +423,7 @@ def _proposals_app() -> typer.Typer:
         """Proposed changes to preferred name, pronouns, city, language (pending: 7 days)."""
         from memcli.lifecycle.proposals import list_proposals
 
-        with errors(), open_memory(db, with_embedder=False) as memory:
+        with errors(), open_memory(db, with_embedder=False, must_exist=True) as memory:
             rows = list_proposals(
                 memory.db,
                 status=None if status == "all" else status,

@@ -32,13 +32,25 @@ def resolve_format(fmt: Format | None, as_json: bool) -> Format:
     return Format.text if sys.stdout.isatty() else Format.json
 
 
+# Every character str.splitlines() breaks a line at (and the other C0 controls): user text
+# quoted in a message (a record key, a flag value) must not split it into several lines.
+_BREAKS = {c: repr(chr(c))[1:-1] for c in (*range(0x20), 0x7F, 0x85, 0x2028, 0x2029)}
+
+
+def one_line(text: str) -> str:
+    """`text` with line breaks and control characters escaped (`\\r`, `\\x1c`), and lone
+    surrogates (bytes that were not UTF-8) escaped too, so stderr can always print it."""
+    text = text.translate(_BREAKS)
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
 def warn(message: str) -> None:
-    print(f"memcli: warning: {message}", file=sys.stderr)
+    print(f"memcli: warning: {one_line(message)}", file=sys.stderr)
 
 
 def fail(message: str, code: int = 1) -> SystemExit:
     """Print the one-line error; the caller raises what this returns (the exit code)."""
-    print(f"memcli: error: {message}", file=sys.stderr)
+    print(f"memcli: error: {one_line(message)}", file=sys.stderr)
     return SystemExit(code)
 
 
@@ -62,11 +74,16 @@ def errors() -> Iterator[None]:
         raise SystemExit(0) from None
     except OSError as exc:
         raise fail(f"{exc.strerror or exc}: {exc.filename or ''}".rstrip(": "), 1) from None
-    except Exception as exc:  # apsw errors and anything unforeseen: one line, exit 1
+    except RecursionError:
+        raise fail("input nested too deeply", 2) from None
+    except Exception as exc:  # anything unforeseen: one line, exit 1, no exception name
         if _own_exit(exc):
             raise
         name = type(exc).__name__
-        raise fail(f"{name}: {str(exc).splitlines()[0] if str(exc) else name}", 1) from None
+        text = str(exc).splitlines()[0] if str(exc) else ""
+        text = text[len(name) + 2:] if text.startswith(name + ": ") else text
+        raise fail(f"unexpected error: {text or 'no message'} (a bug in memcli: please "
+                   "report it with the command that failed)", 1) from None
 
 
 def emit(payload: Any, fmt: Format, text: Callable[[Any], None] | None = None) -> None:
@@ -86,6 +103,21 @@ def emit(payload: Any, fmt: Format, text: Callable[[Any], None] | None = None) -
         Console().print(Pretty(payload))
 
 
+def read_stdin() -> str:
+    """All of stdin as text. Bytes that are not UTF-8 become lone surrogates (surrogateescape)
+    instead of failing the whole read: ingest then rejects only the records holding them, and
+    a query or request says it is not UTF-8."""
+    buffer = getattr(sys.stdin, "buffer", None)
+    if buffer is None:
+        return sys.stdin.read()
+    return _decode(buffer.read())
+
+
+def _decode(data: bytes) -> str:
+    text = data.decode("utf-8", errors="surrogateescape")
+    return text[1:] if text.startswith("\ufeff") else text  # a BOM is not content
+
+
 def read_inputs(paths: list[str], text: str | None) -> list[tuple[str, str]]:
     """(source name, text) from --text and files; stdin only when a path is `-`."""
     parts: list[tuple[str, str]] = []
@@ -93,12 +125,10 @@ def read_inputs(paths: list[str], text: str | None) -> list[tuple[str, str]]:
         parts.append(("--text", json.dumps({"text": text}, ensure_ascii=False)))
     for p in paths:
         if p == "-":
-            parts.append(("<stdin>", sys.stdin.read()))
+            parts.append(("<stdin>", read_stdin()))
             continue
         try:
-            parts.append((p, Path(p).read_text(encoding="utf-8")))
-        except UnicodeDecodeError:
-            raise fail(f"{p} is not UTF-8 text", 2) from None
+            parts.append((p, _decode(Path(p).read_bytes())))
         except OSError as exc:
             raise fail(f"cannot read {p}: {exc.strerror}", 2) from None
     return parts

@@ -13,9 +13,31 @@ from pathlib import Path
 from typing import Any
 
 from memcli.cli.common import open_memory
-from memcli.cli.output import Format, emit, errors, resolve_format
+from memcli.cli.output import Format, emit, errors, read_stdin, resolve_format, warn
 
 LEGS = ("lexical", "sparse", "dense", "entity", "trigram")
+
+
+def _check_flags(values: dict[str, Any]) -> None:
+    """Every text flag must be valid UTF-8: argv bytes that are not arrive as lone surrogates,
+    which SQLite and the tokenizers cannot take."""
+    from memcli.inputs import check_text
+
+    for name, value in values.items():
+        for item in value if isinstance(value, list) else [value]:
+            if isinstance(item, str):
+                check_text(item, f"--{name.replace('_', '-')}")
+
+
+def _bounded(text: str) -> tuple[str, str | None]:
+    """The query cut to what the legs use, and the note saying so (None when not cut)."""
+    from memcli.retrieval.text import MAX_QUERY_CHARS, bound_query
+
+    kept = bound_query(text)
+    if kept == text:
+        return text, None
+    return kept, (f"query truncated to its first {MAX_QUERY_CHARS} of {len(text)} characters "
+                  "(what the search legs can use)")
 
 
 def _render_hits(payload: dict, explain: bool) -> None:
@@ -54,13 +76,23 @@ def query(
 ) -> None:
     """`memcli query`: hybrid retrieval with filters applied in SQL."""
     from memcli.errors import UsageError
+    from memcli.inputs import check_text
     from memcli.models import parse_ts
 
     with errors():
+        _check_flags({"session": session, "user": user, "tenant": tenant, "agent": agent,
+                      "agent_id": agent_id, "run": run, "actor": actor, "role": role,
+                      "app": app_id, "category": category, "kind": kind, "channel": channel,
+                      "sensitivity": sensitivity, "updated_after": updated_after,
+                      "updated_before": updated_before, "legs": legs})
         if text == "-":
-            text = sys.stdin.read()
+            text = read_stdin()
+        check_text(text, "the query")
         if not text.strip():
             raise UsageError("empty query")
+        text, note = _bounded(text)
+        if note:
+            warn(note)
         wanted = {p.strip() for p in legs.split(",")} if legs else None
         if wanted and not wanted <= set(LEGS):
             raise UsageError(f"unknown leg in --legs: {legs}", "use " + ", ".join(LEGS))
@@ -71,7 +103,7 @@ def query(
             raise UsageError(str(exc), "use ISO 8601, e.g. 2025-01-31T09:00:00Z") from None
         with open_memory(db, with_embedder=wanted is None or "dense" in wanted,
                          with_sparse=wanted is None or "sparse" in wanted,
-                         preload=True) as memory:
+                         preload=True, must_exist=True) as memory:
             if wanted is not None:
                 memory.retrieval.leg_weights = {
                     k: v for k, v in memory.retrieval.leg_weights.items() if k in wanted}
@@ -91,6 +123,8 @@ def query(
         resolved = resolve_format(Format(fmt) if fmt is not None else None, as_json)
         payload = result.model_dump()
         if resolved is Format.text:
+            if note and explain:
+                payload["query"] = f"{payload['query'][:60]}... [{note}]"
             emit(payload, resolved, lambda p: _render_hits(p, explain))
         else:
             # The JSON contract: an array of hits (each explains itself).
@@ -115,17 +149,26 @@ def read_request(source: str | None) -> dict[str, Any]:
     import json
 
     from memcli.errors import UsageError
+    from memcli.inputs import check_value
 
     if source is None:
         return {}
-    text = sys.stdin.read() if source == "-" else Path(source).read_text(encoding="utf-8")
+    try:
+        text = read_stdin() if source == "-" else Path(source).read_bytes().decode(
+            "utf-8", errors="surrogateescape")
+    except OSError as exc:
+        raise UsageError(f"cannot read {source}: {exc.strerror}") from exc
     try:
         data = json.loads(text) if text.strip() else {}
     except json.JSONDecodeError as exc:
         raise UsageError(f"the acb request is not JSON: {exc.msg} at line {exc.lineno}") from exc
+    except RecursionError as exc:
+        raise UsageError("the acb request is nested too deeply") from exc
+    except ValueError as exc:  # e.g. an integer of more than 4,300 digits
+        raise UsageError(f"the acb request is not usable JSON: {exc}".splitlines()[0]) from exc
     if not isinstance(data, dict):
         raise UsageError("the acb request must be one JSON object")
-    return data
+    return check_value(data, "the acb request")
 
 
 def acb_build(
@@ -140,8 +183,12 @@ def acb_build(
     """`memcli acb build`: a context bundle for the next model call."""
     from memcli.acb import build_acb, parse_request
     from memcli.config import load_settings
+    from memcli.errors import UsageError
 
     with errors():
+        _check_flags({"query": query, "tenant": tenant, "user": user, "session": session,
+                      "agent": agent, "channel": channel, "intent": intent, "cap": cap,
+                      "category": category, "app": app_id, "handoff": handoff})
         data = read_request(request)
         flags = {
             "query_text": query,
@@ -159,18 +206,29 @@ def acb_build(
         }
         data.update({k: v for k, v in flags.items() if v is not None})
         if cap:
-            data["caps"] = {**data.get("caps", {}), **parse_caps(cap)}
+            caps = data.get("caps") or {}
+            if not isinstance(caps, dict):
+                raise UsageError("bad acb request: caps must be an object of SECTION: TOKENS")
+            data["caps"] = {**caps, **parse_caps(cap)}
         if no_track:
             data["track"] = False
         if checkpoint:
             data["include_checkpoint"] = True
         req = parse_request(data)
+        note = None
+        if req.query_text:
+            req.query_text, note = _bounded(req.query_text)
+            if note:
+                warn(note)
         settings = load_settings(db)
         with open_memory(db, with_embedder=bool(req.query_text),
-                         preload=bool(req.query_text), settings=settings) as memory:
+                         preload=bool(req.query_text), settings=settings,
+                         must_exist=True) as memory:
             bundle = build_acb(
                 memory, req, settings=settings.acb, context_dir=settings.context_dir
             )
+        if note and isinstance(bundle.get("provenance"), dict):
+            bundle["provenance"]["query_truncated"] = note
         chosen = "json" if as_json else (str(fmt) if fmt is not None else None)
         if chosen is None:
             chosen = "markdown" if sys.stdout.isatty() else "json"

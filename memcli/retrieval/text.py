@@ -15,7 +15,19 @@ STOPWORDS = frozenset(
     who whom why will with would you your yours yourself""".split()
 )
 _WORD = re.compile(r"\w+", re.UNICODE)
+# Bounds on a query (a 100,000-character query ran past 60 s, in e5's window averaging and
+# an OR of thousands of terms). What each leg can use: e5 reads 512 tokens per window
+# (~2,000 characters of English; longer text is averaged over windows, blurring the vector),
+# SPLADE keeps 64 query tokens, and BM25 scores an OR of terms, where the first 64 distinct
+# terms carry a question. Longer queries are cut there, and the CLI says so.
+MAX_QUERY_CHARS = 2000
+MAX_QUERY_TERMS = 64
 _CJK = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff]+")
+
+
+def bound_query(text: str) -> str:
+    """The query as the legs search it: its first MAX_QUERY_CHARS characters."""
+    return text if len(text) <= MAX_QUERY_CHARS else text[:MAX_QUERY_CHARS]
 
 
 def quote(term: str) -> str:
@@ -40,7 +52,7 @@ def fts_match(text: str) -> str | None:
     words = terms(text)
     if not words:
         words = terms(text, drop_stopwords=False)
-    return " OR ".join(quote(w) for w in words) or None
+    return " OR ".join(quote(w) for w in words[:MAX_QUERY_TERMS]) or None
 
 
 def has_cjk(text: str) -> bool:
@@ -52,6 +64,8 @@ def trigram_match(text: str) -> str | None:
     grams: dict[str, None] = {}
     for run in _CJK.findall(text):
         for i in range(max(0, len(run) - 2)):
+            if len(grams) >= MAX_QUERY_TERMS:
+                break
             grams.setdefault(run[i:i + 3], None)
     return " OR ".join(quote(g) for g in grams) or None
 

@@ -4,12 +4,20 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
+import os
 from collections.abc import Iterator
 from pathlib import Path
+from urllib.parse import quote
 
 import apsw
 
-from memcli.errors import DatabaseBusyError, MemcliError, SchemaError
+from memcli.errors import (
+    DatabaseBusyError,
+    MemcliError,
+    NoDatabaseError,
+    SchemaError,
+    StorageError,
+)
 from memcli.store import migrations, vectors
 
 BUSY_TIMEOUT_MS = 5000
@@ -30,38 +38,42 @@ def _vec_extension_path() -> str | None:
 class Database:
     """One apsw connection to a memcli database, migrated and ready."""
 
-    def __init__(self, path: str | Path, *, readonly: bool = False) -> None:
+    def __init__(self, path: str | Path, *, readonly: bool = False,
+                 must_exist: bool = False) -> None:
+        """`readonly`: a second connection for reading only. `must_exist`: a read command's
+        open: no database at `path` is an error, and nothing is created there."""
         self.path = str(path)
+        # True when the file cannot be written (permissions): read commands still answer.
+        self.read_only = readonly
         if self.path != ":memory:":
-            Path(self.path).parent.mkdir(parents=True, exist_ok=True)
-        flags = apsw.SQLITE_OPEN_READONLY if readonly else (
-            apsw.SQLITE_OPEN_READWRITE | apsw.SQLITE_OPEN_CREATE
-        )
+            _check_path(Path(self.path), create=not (readonly or must_exist))
+        flags = apsw.SQLITE_OPEN_READONLY if readonly else apsw.SQLITE_OPEN_READWRITE
+        if not (readonly or must_exist):
+            flags |= apsw.SQLITE_OPEN_CREATE
         try:
             self.conn = apsw.Connection(self.path, flags=flags)
         except apsw.Error as exc:
-            raise MemcliError(f"cannot open database {self.path}: {exc}") from exc
+            raise environment_error(exc, self.path) or MemcliError(
+                f"cannot open database {self.path}: {_plain(exc)}") from exc
         self.conn.setbusytimeout(BUSY_TIMEOUT_MS)
         self.vec_enabled = self._load_vec()
         self.vec_warning: str | None = None
         try:
-            self.execute("PRAGMA foreign_keys = ON")
-            # Zero deleted and moved cells inside the pages being written anyway (no extra I/O):
-            # otherwise copies of rows that `purge` removes linger in free space of the file.
-            self.execute("PRAGMA secure_delete = FAST")
-            if not readonly and self.path != ":memory:":
-                self.execute("PRAGMA journal_mode = WAL")
-                self.execute("PRAGMA synchronous = NORMAL")
-            if not readonly:
-                migrations.migrate(self)
-                if self.vec_enabled and self.get_meta(vectors.VEC_STALE):
-                    vectors.sync_vec_index(self)
-            else:
-                migrations.check_version(self)
+            self._prepare(readonly, must_exist)
         except apsw.BusyError as exc:
+            self.conn.close()
             raise DatabaseBusyError("database is busy", "another memcli holds the lock") from exc
         except apsw.NotADBError as exc:
-            raise SchemaError(f"{self.path} is not a SQLite database") from exc
+            self.conn.close()
+            raise SchemaError(f"{self.path} is not a SQLite database",
+                              "choose another --db; memcli leaves this file alone") from exc
+        except apsw.Error as exc:
+            self.conn.close()
+            if not self._open_immutable(exc, readonly or must_exist):
+                raise environment_error(exc, self.path) or exc from exc
+        except MemcliError:
+            self.conn.close()
+            raise
         from memcli.store.crypto import Sealer  # `high` values: seal on write, open on read
 
         self.crypto = Sealer(self)
@@ -70,6 +82,59 @@ class Database:
                 "sqlite-vec could not be loaded: vector search is disabled "
                 "(full-text and entity search still work)"
             )
+
+    def _prepare(self, readonly: bool, must_exist: bool) -> None:
+        """Pragmas and migrations, after checking the file is memcli's (or new): nothing is
+        written to a file that belongs to another program."""
+        self.execute("PRAGMA foreign_keys = ON")
+        # Zero deleted and moved cells inside the pages being written anyway (no extra I/O):
+        # otherwise copies of rows that `purge` removes linger in free space of the file.
+        self.execute("PRAGMA secure_delete = FAST")
+        if self.path != ":memory:":
+            tables = _foreign_check(self)
+            if not tables and (readonly or must_exist):
+                raise NoDatabaseError(f"no memcli database at {self.path} (the file is empty)",
+                                      "check --db or MEMCLI_DB; `memcli ingest` creates one")
+        if not readonly and self.conn.readonly("main"):
+            self.read_only = True  # the file or its folder is write-protected
+            if migrations.check_version(self) < migrations.LATEST:
+                raise StorageError(f"database is read-only: {self.path}",
+                                   "it needs a schema upgrade; check its permissions")
+            return
+        if not readonly and self.path != ":memory:":
+            self.execute("PRAGMA journal_mode = WAL")
+            self.execute("PRAGMA synchronous = NORMAL")
+        if not readonly:
+            migrations.migrate(self)
+            if self.vec_enabled and self.get_meta(vectors.VEC_STALE):
+                vectors.sync_vec_index(self)
+        else:
+            migrations.check_version(self)
+
+    def _open_immutable(self, exc: apsw.Error, reading: bool) -> bool:
+        """A read in a write-protected folder: SQLite cannot create the -shm file a WAL
+        database needs, but with no -wal file beside it the main file holds everything, and
+        `immutable` reads it without one. True when that worked."""
+        if not (reading and isinstance(exc, apsw.CantOpenError | apsw.ReadOnlyError)):
+            return False
+        if Path(self.path + "-wal").exists():
+            return False
+        uri = "file:" + quote(str(Path(self.path).resolve())) + "?immutable=1"
+        try:
+            self.conn = apsw.Connection(uri, flags=apsw.SQLITE_OPEN_READONLY
+                                        | apsw.SQLITE_OPEN_URI)
+            self.conn.setbusytimeout(BUSY_TIMEOUT_MS)
+            self.vec_enabled = self._load_vec()
+            self.read_only = True
+            _foreign_check(self)
+            migrations.check_version(self)
+        except apsw.Error:
+            self.conn.close()
+            return False
+        except MemcliError:
+            self.conn.close()
+            raise
+        return True
 
     def _load_vec(self) -> bool:
         path = _vec_extension_path()
@@ -121,7 +186,9 @@ class Database:
         try:
             yield
         except BaseException:
-            self.conn.execute("ROLLBACK")
+            # SQLite may have rolled back already (a full disk does): keep the first error.
+            if self.conn.in_transaction:
+                self.conn.execute("ROLLBACK")
             raise
         else:
             self.conn.execute("COMMIT")
@@ -149,3 +216,69 @@ class Database:
     def close(self) -> None:
         self.conn.close()
 
+
+
+def _plain(exc: BaseException) -> str:
+    """An exception's message without apsw's "XxxError: " prefix (no class names for users)."""
+    text = str(exc).splitlines()[0] if str(exc) else ""
+    name = type(exc).__name__
+    return text[len(name) + 2:] if text.startswith(name + ": ") else (text or name)
+
+
+def _check_path(path: Path, *, create: bool) -> None:
+    """Before SQLite sees the path: a read never creates a file (or its folders), a folder is
+    not a database, and a missing folder is made only for a command that writes."""
+    if path.is_dir():
+        raise StorageError(f"cannot open {path}: it is a folder", "give a file path to --db")
+    if path.exists():
+        return
+    if not create:
+        raise NoDatabaseError(f"no memcli database at {path}",
+                              "check --db or MEMCLI_DB; `memcli ingest` creates one")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise StorageError(f"cannot open {path}: cannot create its folder ({exc.strerror})",
+                           "check --db and the folder's permissions") from exc
+
+
+def _foreign_check(db: Database) -> list[str]:
+    """The file's tables; raises SchemaError when they are not memcli's (another program's
+    SQLite file is never switched to WAL or migrated). An empty file has none: it is new."""
+    tables = [r[0] for r in db.conn.execute(
+        "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'")]
+    if tables and ("meta" not in tables or "events" not in tables
+                   or migrations.current_version(db) == 0):
+        shown = ", ".join(sorted(tables)[:5]) + (", ..." if len(tables) > 5 else "")
+        raise SchemaError(f"{db.path} is a SQLite database of another program "
+                          f"(tables: {shown})", "choose another --db; memcli leaves it alone")
+    return tables
+
+
+def environment_error(exc: BaseException, path: str) -> StorageError | None:
+    """The one-line error for a failure of the environment (permissions, disk, I/O), or None
+    when `exc` is not one. Used on open, by Memory on the way out, and by ingest so that a
+    full disk stops the batch instead of rejecting each record in turn."""
+    seen = 0
+    # A full disk rolls the transaction back, and the savepoint's own rollback then fails
+    # with "no such savepoint": the cause is the exception that one was raised during.
+    while isinstance(exc, apsw.SQLError) and exc.__context__ is not None and seen < 5:
+        exc, seen = exc.__context__, seen + 1
+    if isinstance(exc, apsw.ReadOnlyError):
+        return StorageError(f"database is read-only: {path}",
+                            "check the permissions of the file and its folder")
+    if isinstance(exc, apsw.FullError):
+        return StorageError(f"disk full: cannot write {path}", "free some space and retry")
+    if isinstance(exc, apsw.CantOpenError):
+        folder = Path(path).parent
+        if path != ":memory:" and not os.access(folder, os.W_OK):
+            return StorageError(f"cannot open {path}: its folder is not writable",
+                                "memcli keeps its -wal and -shm files beside the database")
+        return StorageError(f"cannot open {path}: {_plain(exc)}",
+                            "check the path and its permissions")
+    if isinstance(exc, apsw.IOError):
+        return StorageError(f"I/O error on {path}: {_plain(exc)}",
+                            "check the disk and the file's permissions")
+    if isinstance(exc, apsw.PermissionsError | apsw.AuthError):
+        return StorageError(f"permission denied: {path}", "check its permissions")
+    return None
