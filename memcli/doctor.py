@@ -167,6 +167,12 @@ def _metrics(db: Database) -> list[dict[str, Any]]:
     return out
 
 
+def unusable(path: Any, exc: Exception) -> dict[str, Any]:
+    """The report for a file memcli will not open (another program's SQLite file)."""
+    checks = [check("schema", "problem", str(exc), "give the path of a memcli database with --db")]
+    return {"db": str(path), "healthy": False, "problems": 1, "checks": checks}
+
+
 def diagnose(db: Database, *, embedder: Any = None, sparse_model: str | None = None,
              full: bool = False) -> dict[str, Any]:
     """Every check; `healthy` is False when one has status `problem`."""

@@ -76,11 +76,11 @@ def test_a_healthy_file_exits_0(cli, filled):
     assert "verdict: healthy" in text and "quick_check: ok" in text
 
 
-def test_no_database_is_a_usage_error_and_creates_nothing(cli, tmp_path):
+def test_no_database_is_an_error_and_creates_nothing(cli, tmp_path):
     missing = tmp_path / "nowhere" / "memory.db"
     result = cli("doctor", "--db", str(missing))
-    assert result.exit_code == 2
-    assert "no database at" in result.stderr
+    assert result.exit_code == 1  # as every read command (NoDatabaseError)
+    assert "no memcli database at" in result.stderr
     assert not missing.parent.exists()
 
 

@@ -47,16 +47,12 @@ def register(app: typer.Typer) -> None:
         upgrade triggers; say what to run for each problem (exit 1 when there is one)."""
         from memcli import doctor
         from memcli.config import load_settings
-        from memcli.errors import MemcliError, UsageError
+        from memcli.errors import MemcliError, SchemaError
         from memcli.memory import make_embedder, make_sparse
         from memcli.store.connection import Database
 
         with errors():
             settings = load_settings(db)
-            # A read command: never create a database where there is none.
-            if not settings.db.is_file():
-                raise UsageError(f"no database at {settings.db}",
-                                 "give --db PATH or set MEMCLI_DB")
             embedder, model_problem = None, None
             try:
                 embedder = make_embedder(settings)
@@ -65,13 +61,19 @@ def register(app: typer.Typer) -> None:
                                              f"the configured embedder is unusable: {exc}",
                                              "fix the embedder settings (MEMCLI_EMBEDDER ...)")
             sparse = make_sparse(settings)
-            database = Database(settings.db, readonly=not fix)
+            fixed = None
             try:
-                fixed = doctor.repair(database) if fix else None
-                report = doctor.diagnose(database, embedder=embedder, full=full,
-                                         sparse_model=sparse.model_id if sparse else None)
-            finally:
-                database.close()
+                # A read command: never creates a database (a missing one is NoDatabaseError).
+                database = Database(settings.db, readonly=not fix, must_exist=True)
+            except SchemaError as exc:  # another program's file, left untouched: one problem
+                report = doctor.unusable(settings.db, exc)
+            else:
+                try:
+                    fixed = doctor.repair(database) if fix else None
+                    report = doctor.diagnose(database, embedder=embedder, full=full,
+                                             sparse_model=sparse.model_id if sparse else None)
+                finally:
+                    database.close()
             if model_problem is not None:
                 report["checks"] = [c for c in report["checks"] if c["check"] != "embedder"]
                 report["checks"].insert(2, model_problem)
