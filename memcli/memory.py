@@ -85,8 +85,8 @@ class Memory:
              sparse: SpladeEncoder | None = None, settings: Settings | None = None,
              check_embedder: bool = True) -> Memory:
         settings = settings or Settings(db=Path(path))
-        return cls(Database(path), embedder=embedder, sparse=sparse,
-                   retrieval=settings.retrieval,
+        db = Database(path, busy_timeout=settings.busy_timeout)
+        return cls(db, embedder=embedder, sparse=sparse, retrieval=settings.retrieval,
                    categories=load_categories(settings.categories_file),
                    encoding=settings.encoding, check_embedder=check_embedder)
 

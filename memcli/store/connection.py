@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -12,7 +13,11 @@ import apsw
 from memcli.errors import DatabaseBusyError, MemcliError, SchemaError
 from memcli.store import migrations, vectors
 
-BUSY_TIMEOUT_MS = 5000
+# How long a writer waits for the write lock before the command gives up with exit 75
+# (`MEMCLI_BUSY_TIMEOUT`, seconds). Write transactions are short (models and embeddings run
+# before the lock is taken), so a wait this long means something holds the lock abnormally.
+BUSY_TIMEOUT = 30.0
+_RETRY_PAUSE = 0.05  # between attempts when SQLite returns busy without waiting
 
 
 def _vec_extension_path() -> str | None:
@@ -30,8 +35,10 @@ def _vec_extension_path() -> str | None:
 class Database:
     """One apsw connection to a memcli database, migrated and ready."""
 
-    def __init__(self, path: str | Path, *, readonly: bool = False) -> None:
+    def __init__(self, path: str | Path, *, readonly: bool = False,
+                 busy_timeout: float = BUSY_TIMEOUT) -> None:
         self.path = str(path)
+        self.busy_timeout = busy_timeout
         if self.path != ":memory:":
             Path(self.path).parent.mkdir(parents=True, exist_ok=True)
         flags = apsw.SQLITE_OPEN_READONLY if readonly else (
@@ -41,7 +48,7 @@ class Database:
             self.conn = apsw.Connection(self.path, flags=flags)
         except apsw.Error as exc:
             raise MemcliError(f"cannot open database {self.path}: {exc}") from exc
-        self.conn.setbusytimeout(BUSY_TIMEOUT_MS)
+        self.conn.setbusytimeout(int(busy_timeout * 1000))
         self.vec_enabled = self._load_vec()
         self.vec_warning: str | None = None
         try:
@@ -59,7 +66,7 @@ class Database:
             else:
                 migrations.check_version(self)
         except apsw.BusyError as exc:
-            raise DatabaseBusyError("database is busy", "another memcli holds the lock") from exc
+            raise self._busy() from exc
         except apsw.NotADBError as exc:
             raise SchemaError(f"{self.path} is not a SQLite database") from exc
         if not self.vec_enabled:
@@ -85,7 +92,13 @@ class Database:
         try:
             return self.conn.execute(sql, params)
         except apsw.BusyError as exc:
-            raise DatabaseBusyError("database is busy", "retry later; exit code 75") from exc
+            raise self._busy() from exc
+
+    def _busy(self) -> DatabaseBusyError:
+        return DatabaseBusyError(
+            f"database is busy: another process held its write lock for {self.busy_timeout:g} s",
+            "retry later, or wait longer with MEMCLI_BUSY_TIMEOUT=<seconds>",
+        )
 
     def executemany(self, sql: str, seq) -> apsw.Cursor:
         return self.conn.executemany(sql, seq)
@@ -111,10 +124,7 @@ class Database:
             with self.conn:
                 yield
             return
-        try:
-            self.conn.execute("BEGIN IMMEDIATE")
-        except apsw.BusyError as exc:
-            raise DatabaseBusyError("database is busy", "retry later; exit code 75") from exc
+        self._begin_immediate()
         try:
             yield
         except BaseException:
@@ -122,6 +132,22 @@ class Database:
             raise
         else:
             self.conn.execute("COMMIT")
+
+    def _begin_immediate(self) -> None:
+        """Take the write lock, waiting up to `busy_timeout` seconds in all.
+
+        SQLite's busy handler does the waiting in the usual case; in a few cases it returns
+        busy at once (e.g. while another connection recovers the WAL index), so the attempt
+        is repeated until the deadline rather than failing a writer that only had to wait."""
+        deadline = time.monotonic() + self.busy_timeout
+        while True:
+            try:
+                self.conn.execute("BEGIN IMMEDIATE")
+                return
+            except apsw.BusyError as exc:
+                if time.monotonic() + _RETRY_PAUSE >= deadline:
+                    raise self._busy() from exc
+                time.sleep(_RETRY_PAUSE)
 
     def get_meta(self, key: str) -> str | None:
         return self.scalar("SELECT value FROM meta WHERE key = ?", (key,))
