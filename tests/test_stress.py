@@ -16,8 +16,7 @@ import time
 from collections import Counter
 
 import pytest
-
-from tests.trust_support import (
+from trust_support import (
     Procs,
     check_database,
     marker,

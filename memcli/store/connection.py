@@ -35,6 +35,8 @@ def _vec_extension_path() -> str | None:
 class Database:
     """One apsw connection to a memcli database, migrated and ready."""
 
+    busy_timeout: float = BUSY_TIMEOUT
+
     def __init__(self, path: str | Path, *, readonly: bool = False,
                  busy_timeout: float = BUSY_TIMEOUT) -> None:
         self.path = str(path)
