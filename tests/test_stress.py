@@ -15,6 +15,7 @@ import threading
 import time
 from collections import Counter
 
+import apsw
 import pytest
 from trust_support import (
     Procs,
@@ -39,7 +40,8 @@ def _same_content_race(tmp_path, processes: int) -> None:
     batch = write_batch(tmp_path / "same.jsonl",
                         [record(n, with_id=False) for n in range(5)])
     with Procs(env) as procs:
-        assert procs.run("stats")[0] == 0  # the database exists: the race is about events
+        # The database exists: the race is about the events.
+        assert procs.run("ingest", "--text", "warm-up")[0] == 0
         started = [procs.start("ingest", str(batch), "--json") for _ in range(processes)]
         results = [procs.finish(p) for p in started]
     for code, _, err in results:
@@ -49,7 +51,8 @@ def _same_content_race(tmp_path, processes: int) -> None:
     assert len(created) == 5  # each event created by exactly one process
     for r in reports:
         assert len(r["created"]) + len(r["skipped"]) == 5 and not r["rejected"]
-    assert sorted(stored_events(db).values()) == sorted(marker(n) for n in range(5))
+    stored = [m for m in stored_events(db).values() if m]
+    assert sorted(stored) == sorted(marker(n) for n in range(5))
     assert check_database(db) == []
 
 
@@ -58,6 +61,41 @@ def test_processes_ingesting_the_same_content_all_succeed_once_each(tmp_path):
     error (exit 2) in the process that lost the race."""
     for round_ in range(2 if not FULL else 12):
         _same_content_race(tmp_path / f"r{round_}", processes=4)
+
+
+def test_a_writer_waits_for_the_lock_then_writes(tmp_path):
+    db = tmp_path / "memory.db"
+    with Procs(memcli_env(tmp_path / "home", db)) as procs:
+        assert procs.run("ingest", "--text", "warm-up")[0] == 0
+        holder = apsw.Connection(str(db))
+        holder.execute("BEGIN IMMEDIATE")  # another process holds the write lock
+        try:
+            waiting = procs.start("ingest", "--text", "after the wait", "--json")
+            time.sleep(2)
+            assert waiting.poll() is None  # waiting, not failed
+        finally:
+            holder.execute("ROLLBACK")
+            holder.close()
+        code, out, err = procs.finish(waiting)
+    assert code == 0, err
+    assert len(json.loads(out)["created"]) == 1
+
+
+def test_busy_past_the_timeout_exits_75_and_writes_nothing(tmp_path):
+    db = tmp_path / "memory.db"
+    env = {**memcli_env(tmp_path / "home", db), "MEMCLI_BUSY_TIMEOUT": "0.5"}
+    with Procs(env) as procs:
+        assert procs.run("ingest", "--text", "warm-up")[0] == 0
+        holder = apsw.Connection(str(db))
+        holder.execute("BEGIN IMMEDIATE")
+        try:
+            code, out, err = procs.run("ingest", "--text", "blocked", "--json")
+        finally:
+            holder.execute("ROLLBACK")
+            holder.close()
+    assert code == 75 and out == ""
+    assert err.count("\n") == 1 and "0.5 s" in err and "MEMCLI_BUSY_TIMEOUT" in err
+    assert len(stored_events(db)) == 1
 
 
 class Tally:
