@@ -4,6 +4,11 @@ Every record of a batch is validated first. Good records are written in one tran
 all in one savepoint; if a record fails, that is rolled back and the batch is written again
 record by record, so a failing record never leaves half a write and the others still land. With
 `strict`, one bad record rejects the whole batch before anything is written.
+
+Several processes may ingest into one file at once. Embeddings and sparse terms are computed
+before the write lock is taken, which is held only to write; whether a record repeats a stored
+event is decided again under the lock, so a repeat another process stored meanwhile is
+`skipped`, not an error. Waiting for the lock is bounded by the database's busy timeout.
 """
 
 from __future__ import annotations

@@ -269,10 +269,11 @@ class Memory:
     def _after_read(self, ids: list[int], metrics: dict[str, Any]) -> None:
         """Access counts and the request-metrics row, in one short write."""
         from memcli.errors import DatabaseBusyError
+        from memcli.store.connection import HINT_WAIT
         from memcli.store.metrics import record_request
 
         try:
-            with self.db.transaction():
+            with self.db.transaction(wait=HINT_WAIT):
                 mem.record_access(self.db, ids)
                 record_request(self.db, metrics)
         except DatabaseBusyError:

@@ -7,9 +7,12 @@ writer waiting on it behind the lock is what made concurrent ingests exit 75.
 
 from __future__ import annotations
 
+import time
+
 import apsw
 from conftest import turns
 from lifecycle_support import settings
+from trust_support import Procs, memcli_env
 
 from memcli import Memory
 from memcli.lifecycle.consolidate import consolidate
@@ -54,3 +57,24 @@ def test_consolidate_embeds_before_taking_the_write_lock(db_path):
         report = consolidate(m, None, settings(), session_id="s1")
     assert report["sessions"] and probe.calls > calls  # the summary was embedded
     assert probe.under_lock == []
+
+
+def test_a_read_does_not_wait_the_writers_timeout_for_its_access_counts(tmp_path):
+    """Access counts and metrics are hints: a query behind a held write lock gives them up
+    after a second (HINT_WAIT) and answers, rather than waiting MEMCLI_BUSY_TIMEOUT."""
+    db = tmp_path / "memory.db"
+    env = {**memcli_env(tmp_path / "home", db), "MEMCLI_BUSY_TIMEOUT": "60"}
+    with Procs(env) as procs:
+        assert procs.run("ingest", "--text", "Alice likes green tea")[0] == 0
+        holder = apsw.Connection(str(db))
+        holder.execute("BEGIN IMMEDIATE")
+        try:
+            started = time.monotonic()
+            code, out, err = procs.run("query", "green tea", "--json", timeout=120)
+            elapsed = time.monotonic() - started
+        finally:
+            holder.execute("ROLLBACK")
+            holder.close()
+    assert code == 0, err
+    assert "green tea" in out
+    assert elapsed < 40  # not the 60 s a writer would wait

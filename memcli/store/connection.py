@@ -18,6 +18,9 @@ from memcli.store import migrations, vectors
 # before the lock is taken), so a wait this long means something holds the lock abnormally.
 BUSY_TIMEOUT = 30.0
 _RETRY_PAUSE = 0.05  # between attempts when SQLite returns busy without waiting
+# Read commands record access counts and metrics in passing: hints, dropped after this wait
+# rather than holding up the answer behind a long write.
+HINT_WAIT = 1.0
 
 
 def _vec_extension_path() -> str | None:
@@ -96,9 +99,10 @@ class Database:
         except apsw.BusyError as exc:
             raise self._busy() from exc
 
-    def _busy(self) -> DatabaseBusyError:
+    def _busy(self, waited: float | None = None) -> DatabaseBusyError:
+        waited = self.busy_timeout if waited is None else waited
         return DatabaseBusyError(
-            f"database is busy: another process held its write lock for {self.busy_timeout:g} s",
+            f"database is busy: another process held its write lock for {waited:g} s",
             "retry later, or wait longer with MEMCLI_BUSY_TIMEOUT=<seconds>",
         )
 
@@ -119,14 +123,16 @@ class Database:
         return None if row is None else row[0]
 
     @contextlib.contextmanager
-    def transaction(self) -> Iterator[None]:
-        """One atomic unit of work (IMMEDIATE, so writers queue on busy_timeout, not mid-way)."""
+    def transaction(self, *, wait: float | None = None) -> Iterator[None]:
+        """One atomic unit of work (IMMEDIATE, so writers queue for the lock, not mid-way).
+        `wait`: seconds to wait for the write lock instead of `busy_timeout` (HINT_WAIT for
+        writes a read command makes in passing, which give up rather than stall the read)."""
         if self.conn.in_transaction:
             # Nested use joins the outer transaction through a savepoint.
             with self.conn:
                 yield
             return
-        self._begin_immediate()
+        self._begin_immediate(self.busy_timeout if wait is None else wait)
         try:
             yield
         except BaseException:
@@ -135,21 +141,27 @@ class Database:
         else:
             self.conn.execute("COMMIT")
 
-    def _begin_immediate(self) -> None:
-        """Take the write lock, waiting up to `busy_timeout` seconds in all.
+    def _begin_immediate(self, wait: float) -> None:
+        """Take the write lock, waiting up to `wait` seconds in all.
 
         SQLite's busy handler does the waiting in the usual case; in a few cases it returns
         busy at once (e.g. while another connection recovers the WAL index), so the attempt
         is repeated until the deadline rather than failing a writer that only had to wait."""
-        deadline = time.monotonic() + self.busy_timeout
-        while True:
-            try:
-                self.conn.execute("BEGIN IMMEDIATE")
-                return
-            except apsw.BusyError as exc:
-                if time.monotonic() + _RETRY_PAUSE >= deadline:
-                    raise self._busy() from exc
-                time.sleep(_RETRY_PAUSE)
+        deadline = time.monotonic() + wait
+        if wait != self.busy_timeout:
+            self.conn.setbusytimeout(int(wait * 1000))
+        try:
+            while True:
+                try:
+                    self.conn.execute("BEGIN IMMEDIATE")
+                    return
+                except apsw.BusyError as exc:
+                    if time.monotonic() + _RETRY_PAUSE >= deadline:
+                        raise self._busy(wait) from exc
+                    time.sleep(_RETRY_PAUSE)
+        finally:
+            if wait != self.busy_timeout:
+                self.conn.setbusytimeout(int(self.busy_timeout * 1000))
 
     def get_meta(self, key: str) -> str | None:
         return self.scalar("SELECT value FROM meta WHERE key = ?", (key,))
