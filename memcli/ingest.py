@@ -237,6 +237,8 @@ def _write_batch(db: Database, fresh: list[Prepared], now: str, report: IngestRe
     """Write the batch in one short transaction (waiting for the lock up to the database's
     busy timeout). Duplicates are decided here, under the lock: a record whose event id or
     content hash another process stored since `_unseen` is `skipped`, its embeddings unused."""
+    if not fresh:
+        return  # every record repeats a stored event: no need for the lock
     threads: dict[str, list[tuple[str, int | None, str]]] = {}
     with db.transaction():
         if vocab_hash is not None and any(p.sparse for p in fresh):

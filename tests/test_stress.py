@@ -98,6 +98,17 @@ def test_busy_past_the_timeout_exits_75_and_writes_nothing(tmp_path):
     assert len(stored_events(db)) == 1
 
 
+def test_processes_creating_a_new_database_at_once(tmp_path):
+    """Four processes open a file that does not exist yet: one creates the schema, all write."""
+    db = tmp_path / "memory.db"
+    with Procs(memcli_env(tmp_path / "home", db)) as procs:
+        started = [procs.start("ingest", "--text", f"process {i}", "--json") for i in range(4)]
+        results = [procs.finish(p) for p in started]
+    assert [code for code, _, _ in results] == [0] * 4, [err for _, _, err in results]
+    assert len(stored_events(db)) == 4
+    assert check_database(db) == []
+
+
 class Tally:
     """Exit codes, acknowledged events and failures, collected from the worker threads."""
 

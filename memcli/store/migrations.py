@@ -81,11 +81,8 @@ def migrate(db: Database) -> int:
         return start
     if start == 0 and not _has_tables(db):
         with db.transaction():
-            # Several processes may open a new file at once: the first to get the write lock
-            # creates the schema, the others find it there once they have the lock.
-            if not _has_tables(db):
-                db.conn.execute(schema_sql())
-                db.conn.execute(f"PRAGMA user_version = {LATEST}")
+            db.conn.execute(schema_sql())
+            db.conn.execute(f"PRAGMA user_version = {LATEST}")
         return start
     for version in range(start + 1, LATEST + 1):
         with db.transaction():
