@@ -40,6 +40,7 @@ from memcli.models import Channel
 from memcli.retrieval.text import terms
 from memcli.store import acb as sql
 from memcli.store import memories as mem
+from memcli.store.connection import HINT_WAIT
 
 if TYPE_CHECKING:
     from memcli.memory import Memory
@@ -236,7 +237,7 @@ def _record(
     if memory.db.read_only:
         return  # a write-protected file still gets its bundle; these hints are skipped
     try:
-        with memory.db.transaction():
+        with memory.db.transaction(wait=HINT_WAIT):
             mem.record_access(memory.db, ids)
             record_request(memory.db, metrics)
             if seen is not None:

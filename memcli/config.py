@@ -162,6 +162,8 @@ class Settings(BaseModel):
     encoding: str = "cl100k_base"
     # Where the user's editable identity/rules files live (bundled defaults otherwise).
     context_dir: Path | None = None
+    # Seconds a writer waits for the write lock before exiting 75 (MEMCLI_BUSY_TIMEOUT).
+    busy_timeout: float = Field(default=30.0, gt=0)
 
 
 def _data_dir() -> Path:
@@ -252,6 +254,8 @@ def load_settings(db: str | Path | None = None, **overrides: Any) -> Settings:
         data["categories_file"] = os.environ["MEMCLI_CATEGORIES"]
     if os.environ.get("MEMCLI_TENANT"):
         data["tenant"] = os.environ["MEMCLI_TENANT"]
+    if os.environ.get("MEMCLI_BUSY_TIMEOUT"):
+        data["busy_timeout"] = os.environ["MEMCLI_BUSY_TIMEOUT"]
     data["db"] = db or os.environ.get("MEMCLI_DB") or data.get("db") or default_db_path()
     data["context_dir"] = (os.environ.get("MEMCLI_CONTEXT_DIR") or data.get("context_dir")
                            or _config_dir())

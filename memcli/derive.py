@@ -34,15 +34,24 @@ def write_memory(memory: Memory, *, content: str, kind: str, source_ids: list[An
                  confidence: float = 1.0, decay_rate: float = 0.01,
                  event_time: str | None = None, valid_from: str | None = None,
                  attributes: dict[str, Any] | None = None, actor: str = "memcli",
-                 link: bool = True, vector: Any = None) -> int:
+                 link: bool = True, vector: Any = None,
+                 sparse_terms: dict[int, float] | None = None) -> int:
     """Insert one derived memory with all its index rows; returns its id.
 
-    Call inside `memory.db.transaction()` when several writes must land together. `vector`:
-    the content's embedding by `memory.embedder` if the caller has it already (consolidation
-    embeds candidate facts to deduplicate them), so it is not embedded twice.
+    Call inside `memory.db.transaction()` when several writes must land together. `vector`
+    and `sparse_terms`: the content's embedding and SPLADE terms if the caller has them already
+    (from `encode_ahead`, or consolidation's deduplication), so they are not computed twice,
+    and not while the caller's transaction holds the write lock. Otherwise they are computed
+    here before this function's own transaction begins.
     """
     db = memory.db
     now = utcnow()
+    if memory.sparse is not None and sparse_terms is None:
+        sparse_terms = memory.sparse.encode_documents([content])[0]
+    if memory.embedder is None:
+        vector = None
+    elif vector is None:
+        vector = memory.embedder.embed_documents([content])[0]
     with db.transaction():
         memory_id = mem.insert_memory(db, {
             "kind": kind, "category": category, "content": content, "tenant_id": tenant_id,
@@ -58,14 +67,9 @@ def write_memory(memory: Memory, *, content: str, kind: str, source_ids: list[An
         })
         if sensitivity != "high":  # entity names are stored in plain text
             mem.link_entities(db, memory_id, extract_entities(content), now)
-        if memory.sparse is not None:
-            sparse_sql.insert_postings(db, [(memory_id, memory.sparse.encode_documents(
-                [content])[0])])
-        if memory.embedder is None:
-            vector = None
-        else:
-            if vector is None:
-                vector = memory.embedder.embed_documents([content])[0]
+        if sparse_terms is not None:
+            sparse_sql.insert_postings(db, [(memory_id, sparse_terms)])
+        if vector is not None:
             vector = vector.astype("float32")
             vec.insert_vectors(db, [(memory_id, vector.tobytes())])
         scope = {"tenant_id": tenant_id, "user_id": user_id, "session_id": session_id}
@@ -76,6 +80,24 @@ def write_memory(memory: Memory, *, content: str, kind: str, source_ids: list[An
         if link and vector is not None and kind in SEMANTIC_KINDS:
             link_related(memory, memory_id, vector.tobytes(), tenant_id, user_id)
     return memory_id
+
+
+def encode_ahead(memory: Memory, texts: list[str],
+                 known: dict[str, Any] | None = None) -> dict[str, tuple[Any, Any]]:
+    """text -> (vector, sparse terms) for memories about to be written, computed before the
+    caller takes the write lock (a batch of writes in one transaction passes them on to
+    `write_memory`, which then runs no model while other writers wait). `known`: vectors the
+    caller has already (text -> vector), not embedded again."""
+    known = known or {}
+    unique = list(dict.fromkeys(texts))
+    vectors = dict(known)
+    todo = [t for t in unique if t not in known]
+    if memory.embedder is not None and todo:
+        vectors.update(zip(todo, memory.embedder.embed_documents(todo), strict=True))
+    terms = {}
+    if memory.sparse is not None and unique:
+        terms = dict(zip(unique, memory.sparse.encode_documents(unique), strict=True))
+    return {t: (vectors.get(t), terms.get(t)) for t in unique}
 
 
 def link_related(memory: Memory, memory_id: int, vector_blob: bytes, tenant_id: str,

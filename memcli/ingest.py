@@ -4,6 +4,11 @@ Every record of a batch is validated first. Good records are written in one tran
 all in one savepoint; if a record fails, that is rolled back and the batch is written again
 record by record, so a failing record never leaves half a write and the others still land. With
 `strict`, one bad record rejects the whole batch before anything is written.
+
+Several processes may ingest into one file at once. Embeddings and sparse terms are computed
+before the write lock is taken, which is held only to write; whether a record repeats a stored
+event is decided again under the lock, so a repeat another process stored meanwhile is
+`skipped`, not an error. Waiting for the lock is bounded by the database's busy timeout.
 """
 
 from __future__ import annotations
@@ -19,7 +24,7 @@ import pydantic
 from memcli import inputs
 from memcli.chunking import chunk_text
 from memcli.entities import extract_entities
-from memcli.errors import ValidationError
+from memcli.errors import DatabaseBusyError, ValidationError
 from memcli.models import EventIn, IngestReport, RecordProblem, utcnow
 from memcli.redact import redact_json
 from memcli.store import events as ev
@@ -208,7 +213,20 @@ def ingest(db: Database, values: list[tuple], *, embedder: Embedder | None,
     if strict and report.rejected:
         return report
 
-    # Skip what is already stored (same event id or content hash) before paying for embeddings.
+    fresh = _unseen(db, prepared, report)
+    if not defer_embed:
+        _encode(fresh, embedder, sparse)  # the models run here, before any lock is taken
+    _write_batch(db, fresh, now, report, strict,
+                 None if sparse is None or defer_embed else sparse.vocab_hash)
+    if defer_embed and (embedder is not None or sparse is not None):
+        report.deferred_embedding = sum(len(p.chunks) for p in fresh)
+    return report
+
+
+def _unseen(db: Database, prepared: list[Prepared], report: IngestReport) -> list[Prepared]:
+    """The records not repeating an earlier one of the batch or a stored event (same event id
+    or content hash), so no embedding is paid for a repeat. Only a first pass: another process
+    may store the same event meanwhile, and `_write_batch` decides again under the lock."""
     fresh: list[Prepared] = []
     seen: dict[str, str] = {}  # event id or content hash -> the event id kept for it
     for prep in prepared:
@@ -219,36 +237,56 @@ def ingest(db: Database, values: list[tuple], *, embedder: Embedder | None,
             continue
         seen[prep.event_id] = seen[prep.content_hash] = prep.event_id
         fresh.append(prep)
+    return fresh
 
-    if embedder is not None and not defer_embed:
-        texts = [c.text for p in fresh for c in p.chunks]
-        if texts:
-            matrix = embedder.embed_documents(texts).astype("float32")
-            rows = iter(matrix)
-            for prep in fresh:
-                prep.vectors = [next(rows).tobytes() for _ in prep.chunks]
 
-    if sparse is not None and not defer_embed:
-        texts = [c.text for p in fresh for c in p.chunks]
-        if texts:
-            encoded = iter(sparse.encode_documents(texts))
-            with db.transaction():
-                sparse_sql.record_vocab(db, sparse.vocab_hash)
-            for prep in fresh:
-                prep.sparse = [next(encoded) for _ in prep.chunks]
+def _encode(fresh: list[Prepared], embedder: Embedder | None,
+            sparse: SpladeEncoder | None) -> None:
+    """Dense vectors and sparse terms for every chunk, outside any transaction: embedding
+    takes seconds under load, and other writers must not wait for it."""
+    texts = [c.text for p in fresh for c in p.chunks]
+    if not texts:
+        return
+    if embedder is not None:
+        rows = iter(embedder.embed_documents(texts).astype("float32"))
+        for prep in fresh:
+            prep.vectors = [next(rows).tobytes() for _ in prep.chunks]
+    if sparse is not None:
+        encoded = iter(sparse.encode_documents(texts))
+        for prep in fresh:
+            prep.sparse = [next(encoded) for _ in prep.chunks]
 
+
+def _write_batch(db: Database, fresh: list[Prepared], now: str, report: IngestReport,
+                 strict: bool, vocab_hash: str | None) -> None:
+    """Write the batch in one short transaction (waiting for the lock up to the database's
+    busy timeout). Duplicates are decided here, under the lock: a record whose event id or
+    content hash another process stored since `_unseen` is `skipped`, its embeddings unused."""
+    if not fresh:
+        return  # every record repeats a stored event: no need for the lock
     if any(p.record.sensitivity == "high" for p in fresh):
         db.crypto.key(create=True)  # first use creates the key file; else exit 1 before writing
     threads: dict[str, list[tuple[str, int | None, str]]] = {}
     with db.transaction():
+        if vocab_hash is not None and any(p.sparse for p in fresh):
+            sparse_sql.record_vocab(db, vocab_hash)
+        todo = []
+        for prep in fresh:
+            dup = ev.existing_event(db, prep.event_id, prep.content_hash)
+            if dup:
+                report.skipped.append(dup)
+            else:
+                todo.append(prep)
         # Fast path: the whole batch in one savepoint. If any record fails, roll that back and
         # write record by record, each in its own savepoint, so only the failing one is lost.
         marks = report.marks()
         try:
             with db.conn:
                 cache = _BatchCache()
-                for prep in fresh:
+                for prep in todo:
                     _write(db, prep, now, report, threads, cache)
+        except DatabaseBusyError:
+            raise  # not the record's fault: the whole batch is retried or exits 75
         except Exception as exc:
             failure = environment_error(exc, db.path)
             if failure is not None:  # read-only file, full disk: no record would fare better
@@ -258,12 +296,14 @@ def ingest(db: Database, values: list[tuple], *, embedder: Embedder | None,
             report.reset_to(marks)
             threads.clear()
             cache = _BatchCache()
-            for prep in fresh:
+            for prep in todo:
                 record_marks = report.marks()
                 record_threads = {k: len(v) for k, v in threads.items()}
                 try:
                     with db.conn:
                         _write(db, prep, now, report, threads, cache)
+                except DatabaseBusyError:
+                    raise
                 except Exception as exc:  # noqa: BLE001 - reported per record, batch goes on
                     failure = environment_error(exc, db.path)
                     if failure is not None:  # read-only file, full disk: not this record's fault
@@ -280,9 +320,6 @@ def ingest(db: Database, values: list[tuple], *, embedder: Embedder | None,
                     )
         for key, changes in threads.items():
             mem.bump_revision(db, key, changes)
-    if defer_embed and (embedder is not None or sparse is not None):
-        report.deferred_embedding = sum(len(p.chunks) for p in fresh)
-    return report
 
 
 class _BatchCache:

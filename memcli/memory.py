@@ -96,7 +96,7 @@ class Memory:
         """`must_exist`: for reading only: no database at `path` raises NoDatabaseError and
         nothing is created there."""
         settings = settings or Settings(db=Path(path))
-        db = Database(path, must_exist=must_exist)
+        db = Database(path, must_exist=must_exist, busy_timeout=settings.busy_timeout)
         try:
             return cls(db, embedder=embedder, sparse=sparse, retrieval=settings.retrieval,
                        categories=load_categories(settings.categories_file),
@@ -303,12 +303,13 @@ class Memory:
     def _after_read(self, ids: list[int], metrics: dict[str, Any]) -> None:
         """Access counts and the request-metrics row, in one short write."""
         from memcli.errors import DatabaseBusyError
+        from memcli.store.connection import HINT_WAIT
         from memcli.store.metrics import record_request
 
         if self.db.read_only:
             return  # a write-protected file still answers; these hints are skipped
         try:
-            with self.db.transaction():
+            with self.db.transaction(wait=HINT_WAIT):
                 mem.record_access(self.db, ids)
                 record_request(self.db, metrics)
         except DatabaseBusyError:

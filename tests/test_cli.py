@@ -168,9 +168,7 @@ def test_bad_option_is_exit_2(cli):
 
 
 def test_busy_database_exits_75(cli, db_path, stored, monkeypatch):
-    from memcli.store import connection
-
-    monkeypatch.setattr(connection, "BUSY_TIMEOUT_MS", 50)
+    monkeypatch.setenv("MEMCLI_BUSY_TIMEOUT", "0.2")
     holder = apsw.Connection(str(db_path))
     holder.execute("BEGIN IMMEDIATE")  # another process holds the write lock
     try:

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, Field
 
-from memcli.derive import supersede, write_memory
+from memcli.derive import encode_ahead, supersede, write_memory
 from memcli.lifecycle.extract import FactText
 from memcli.models import format_ts, utcnow
 from memcli.providers.llm import LLMError
@@ -154,6 +154,9 @@ def _apply(
     if failure:
         action["fallback_because"] = failure
     now = utcnow()
+    merged = str(decision.new_content)
+    # The merged text's embedding is computed before the write lock is taken.
+    ahead = encode_ahead(memory, [merged]) if decision.action != "delete" else {}
     with db.transaction():
         if decision.action == "delete":
             purge_at = format_ts(datetime.now(UTC) + timedelta(days=cfg.soft_delete_days))
@@ -182,7 +185,7 @@ def _apply(
             other = by_id[int(decision.merge_with_id or 0)]
             new_id = write_memory(
                 memory,
-                content=str(decision.new_content),
+                content=merged,
                 kind=target["kind"],
                 category=target["category"],
                 source_ids=[target["id"], other["id"]],
@@ -197,6 +200,8 @@ def _apply(
                 },
                 actor="compaction",
                 event_time=now,
+                vector=ahead[merged][0],
+                sparse_terms=ahead[merged][1],
             )
             for old in (target["id"], other["id"]):
                 supersede(memory, old, new_id, actor="compaction", reason="app_limit merge")

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from memcli.derive import supersede, write_memory
+from memcli.derive import encode_ahead, supersede, write_memory
 from memcli.lifecycle import dedup
 from memcli.lifecycle.proposals import propose
 from memcli.models import utcnow
@@ -45,6 +45,9 @@ def apply_plan(memory: Memory, plan: SessionPlan) -> dict[str, Any]:
     if plan.note:
         out["note"] = plan.note
     model_name = plan.structured.get("model")
+    # Models run now, before the session's transaction takes the write lock.
+    ahead = encode_ahead(memory, [plan.summary_text, *(f.text for f in plan.facts)],
+                         known={f.text: f.vector for f in plan.facts if f.vector is not None})
     with db.transaction():
         summary_id = write_memory(
             memory,
@@ -61,6 +64,8 @@ def apply_plan(memory: Memory, plan: SessionPlan) -> dict[str, Any]:
                 "structured": plan.structured,
                 "seq_range": [int(plan.episodes[0]["event_seq"]), plan.last_seq],
             },
+            vector=ahead[plan.summary_text][0],
+            sparse_terms=ahead[plan.summary_text][1],
             **plan.scope(plan.summary_sources),
         )
         out["summary_id"] = summary_id
@@ -74,7 +79,7 @@ def apply_plan(memory: Memory, plan: SessionPlan) -> dict[str, Any]:
                     reason="model summary replaces the extractive one",
                 )
         for fact in plan.facts:
-            _apply_fact(memory, plan, fact, model_name, now, out)
+            _apply_fact(memory, plan, fact, model_name, now, out, ahead[fact.text])
         for item in plan.proposals:
             res = propose(
                 db,
@@ -102,6 +107,7 @@ def _apply_fact(
     model_name: str | None,
     now: str,
     out: dict[str, Any],
+    encoded: tuple[Any, Any],
 ) -> None:
     db = memory.db
     if fact.action == "merge" and fact.target is not None and lsql.is_active(db, fact.target):
@@ -150,7 +156,8 @@ def _apply_fact(
         attributes=attributes,
         actor=ACTOR,
         event_time=_latest_time(plan, fact.sources),
-        vector=fact.vector,  # embedded once already, for deduplication
+        vector=encoded[0],
+        sparse_terms=encoded[1],
         **plan.scope(fact.sources),
     )
     out["added"].append({"id": new_id, "kind": fact.kind, "text": fact.text})

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import os
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import quote
@@ -20,7 +21,14 @@ from memcli.errors import (
 )
 from memcli.store import migrations, vectors
 
-BUSY_TIMEOUT_MS = 5000
+# How long a writer waits for the write lock before the command gives up with exit 75
+# (`MEMCLI_BUSY_TIMEOUT`, seconds). Write transactions are short (models and embeddings run
+# before the lock is taken), so a wait this long means something holds the lock abnormally.
+BUSY_TIMEOUT = 30.0
+_RETRY_PAUSE = 0.05  # between attempts when SQLite returns busy without waiting
+# Read commands record access counts and metrics in passing: hints, dropped after this wait
+# rather than holding up the answer behind a long write.
+HINT_WAIT = 1.0
 
 
 def _vec_extension_path() -> str | None:
@@ -38,11 +46,15 @@ def _vec_extension_path() -> str | None:
 class Database:
     """One apsw connection to a memcli database, migrated and ready."""
 
+    busy_timeout: float = BUSY_TIMEOUT
+
     def __init__(self, path: str | Path, *, readonly: bool = False,
-                 must_exist: bool = False) -> None:
+                 must_exist: bool = False, busy_timeout: float = BUSY_TIMEOUT) -> None:
         """`readonly`: a second connection for reading only. `must_exist`: a read command's
-        open: no database at `path` is an error, and nothing is created there."""
+        open: no database at `path` is an error, and nothing is created there. `busy_timeout`:
+        seconds a writer waits for the write lock before exit 75."""
         self.path = str(path)
+        self.busy_timeout = busy_timeout
         # True when the file cannot be written (permissions): read commands still answer.
         self.read_only = readonly
         if self.path != ":memory:":
@@ -55,14 +67,14 @@ class Database:
         except apsw.Error as exc:
             raise environment_error(exc, self.path) or MemcliError(
                 f"cannot open database {self.path}: {_plain(exc)}") from exc
-        self.conn.setbusytimeout(BUSY_TIMEOUT_MS)
+        self.conn.setbusytimeout(int(busy_timeout * 1000))
         self.vec_enabled = self._load_vec()
         self.vec_warning: str | None = None
         try:
             self._prepare(readonly, must_exist)
         except apsw.BusyError as exc:
             self.conn.close()
-            raise DatabaseBusyError("database is busy", "another memcli holds the lock") from exc
+            raise self._busy() from exc
         except apsw.NotADBError as exc:
             self.conn.close()
             raise SchemaError(f"{self.path} is not a SQLite database",
@@ -123,7 +135,7 @@ class Database:
         try:
             self.conn = apsw.Connection(uri, flags=apsw.SQLITE_OPEN_READONLY
                                         | apsw.SQLITE_OPEN_URI)
-            self.conn.setbusytimeout(BUSY_TIMEOUT_MS)
+            self.conn.setbusytimeout(int(self.busy_timeout * 1000))
             self.vec_enabled = self._load_vec()
             self.read_only = True
             _foreign_check(self)
@@ -153,7 +165,14 @@ class Database:
         try:
             return self.conn.execute(sql, params)
         except apsw.BusyError as exc:
-            raise DatabaseBusyError("database is busy", "retry later; exit code 75") from exc
+            raise self._busy() from exc
+
+    def _busy(self, waited: float | None = None) -> DatabaseBusyError:
+        waited = self.busy_timeout if waited is None else waited
+        return DatabaseBusyError(
+            f"database is busy: another process held its write lock for {waited:g} s",
+            "retry later, or wait longer with MEMCLI_BUSY_TIMEOUT=<seconds>",
+        )
 
     def executemany(self, sql: str, seq) -> apsw.Cursor:
         return self.conn.executemany(sql, seq)
@@ -172,17 +191,16 @@ class Database:
         return None if row is None else row[0]
 
     @contextlib.contextmanager
-    def transaction(self) -> Iterator[None]:
-        """One atomic unit of work (IMMEDIATE, so writers queue on busy_timeout, not mid-way)."""
+    def transaction(self, *, wait: float | None = None) -> Iterator[None]:
+        """One atomic unit of work (IMMEDIATE, so writers queue for the lock, not mid-way).
+        `wait`: seconds to wait for the write lock instead of `busy_timeout` (HINT_WAIT for
+        writes a read command makes in passing, which give up rather than stall the read)."""
         if self.conn.in_transaction:
             # Nested use joins the outer transaction through a savepoint.
             with self.conn:
                 yield
             return
-        try:
-            self.conn.execute("BEGIN IMMEDIATE")
-        except apsw.BusyError as exc:
-            raise DatabaseBusyError("database is busy", "retry later; exit code 75") from exc
+        self._begin_immediate(self.busy_timeout if wait is None else wait)
         try:
             yield
         except BaseException:
@@ -192,6 +210,28 @@ class Database:
             raise
         else:
             self.conn.execute("COMMIT")
+
+    def _begin_immediate(self, wait: float) -> None:
+        """Take the write lock, waiting up to `wait` seconds in all.
+
+        SQLite's busy handler does the waiting in the usual case; in a few cases it returns
+        busy at once (e.g. while another connection recovers the WAL index), so the attempt
+        is repeated until the deadline rather than failing a writer that only had to wait."""
+        deadline = time.monotonic() + wait
+        if wait != self.busy_timeout:
+            self.conn.setbusytimeout(int(wait * 1000))
+        try:
+            while True:
+                try:
+                    self.conn.execute("BEGIN IMMEDIATE")
+                    return
+                except apsw.BusyError as exc:
+                    if time.monotonic() + _RETRY_PAUSE >= deadline:
+                        raise self._busy(wait) from exc
+                    time.sleep(_RETRY_PAUSE)
+        finally:
+            if wait != self.busy_timeout:
+                self.conn.setbusytimeout(int(self.busy_timeout * 1000))
 
     def get_meta(self, key: str) -> str | None:
         return self.scalar("SELECT value FROM meta WHERE key = ?", (key,))
