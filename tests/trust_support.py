@@ -100,8 +100,10 @@ def record(n: int, *, with_id: bool = True, session: str | None = None) -> dict[
     words = ("Alice", "Bob", "Priya", "Berlin", "Lisbon", "tea", "coffee", "the roadmap")
     text = (f"Note {marker(n)}: {words[n % len(words)]} met {words[(n * 3 + 1) % len(words)]}"
             f" about item {n} on day {n % 28 + 1}.")
+    session = session or f"s{n % 7}"
     rec: dict[str, Any] = {
-        "session_id": session or f"s{n % 7}", "user_id": f"u{n % 3}",
+        # A session belongs to one user (ingest refuses another user's session id).
+        "session_id": session, "user_id": f"u{sum(map(ord, session)) % 3}",
         "ts": f"2025-03-{n % 28 + 1:02d}T{n % 24:02d}:{n % 60:02d}:00Z",
         "content": {"text": text},
     }
