@@ -164,10 +164,13 @@ def test_scope_rows_of_every_table_go(cli, db_path, planted):
         conn.close()
 
 
-def test_purge_with_a_reader_mid_transaction_says_text_may_remain(cli, db_path, planted):
-    """A reader holding an old snapshot keeps the old pages: purge waits a bounded time, then
-    exits 75 with the result and `complete: false`; run again once readers finish: all gone."""
+def test_purge_with_a_reader_mid_transaction_says_text_may_remain(cli, db_path, planted,
+                                                                   monkeypatch):
+    """A reader holding an old snapshot keeps the old pages: purge waits a bounded time (the
+    busy timeout), then exits 75 with the result and `complete: false`; run again once
+    readers finish: all gone."""
     gone, kept = planted
+    monkeypatch.setenv("MEMCLI_BUSY_TIMEOUT", "1")  # the wait, shortened from 30 s
     reader = apsw.Connection(str(db_path))
     reader.execute("BEGIN")
     reader.execute("SELECT count(*) FROM memories").fetchone()  # the snapshot is now held
