@@ -7,6 +7,8 @@ Superseding a decision keeps the old one: its status becomes `superseded`, both 
 other, and the old memory is superseded by the new one with a `supersedes` edge. A task update
 writes a new version of the task's memory and supersedes the previous version the same way.
 Checkpoints are opaque JSON state blobs per (tenant, user, thread), overwritten on save.
+Every text a write receives (and every key of a checkpoint) is redacted first (`memcli.scrub`);
+each write returns the kinds it removed as `redacted`.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from memcli import derive
 from memcli.errors import NotFoundError, UsageError
+from memcli.scrub import kinds, redact_fields, redact_record, redact_text
 from memcli.store import ledger as sql
 
 if TYPE_CHECKING:
@@ -24,6 +27,9 @@ if TYPE_CHECKING:
 DECISION_SCOPES = ("project", "user", "global")
 TASK_STATUSES = ("open", "doing", "done")
 SENSITIVITIES = ("none", "low", "high")  # secret is never stored
+# The fields a person or agent wrote: redacted on every write (memcli.scrub); ids are not.
+_DECISION_TEXT = ("decision", "rationale", "constraints", "alternatives", "consequences", "refs")
+_TASK_TEXT = ("title", "details", "refs")
 DECISION_IMPORTANCE = 0.8  # decisions > tasks > messages (PRD 8.2, gamma term)
 TASK_IMPORTANCE = 0.7
 
@@ -95,13 +101,14 @@ def add_decision(
         "app_id": app_id,
         "supersedes": supersedes,
     }
+    row, redacted = redact_fields(row, _DECISION_TEXT)
     with memory.db.transaction():
         decision_id = sql.insert_decision(memory.db, row)
         memory_id = derive.write_memory(
             memory,
             content=decision_text(row),
             kind="decision",
-            source_ids=evidence,
+            source_ids=row["refs"],
             tenant_id=tenant_id,
             user_id=user_id,
             agent_id=agent_id,
@@ -115,7 +122,7 @@ def add_decision(
             actor=agent_id or "memcli",
         )
         sql.set_decision_memory(memory.db, decision_id, memory_id)
-    return get_decision(memory, decision_id)
+    return {**get_decision(memory, decision_id), "redacted": redacted}
 
 
 def supersede_decision(
@@ -137,6 +144,7 @@ def supersede_decision(
     if old_mem:
         inherited.update(old_mem[0])
     args = {**inherited, **{k: v for k, v in fields.items() if v is not None}}
+    reason, reason_kinds = redact_text(reason)
     with memory.db.transaction():
         new = add_decision(memory, decision, supersedes=old_id, **args)
         sql.mark_decision_superseded(memory.db, old_id, new["id"])
@@ -148,7 +156,8 @@ def supersede_decision(
                 actor=args.get("agent_id") or "memcli",
                 reason=reason or f"decision {new['id']} supersedes {old_id}",
             )
-    return get_decision(memory, new["id"])
+    redacted = sorted({*new["redacted"], *reason_kinds})
+    return {**get_decision(memory, new["id"]), "redacted": redacted}
 
 
 def get_decision(memory: Memory, decision_id: int) -> dict[str, Any]:
@@ -215,11 +224,12 @@ def add_task(
         "agent_id": agent_id,
         "app_id": app_id,
     }
+    row, redacted = redact_fields(row, _TASK_TEXT)
     with memory.db.transaction():
         task_id = sql.insert_task(memory.db, row)
         memory_id = _write_task_memory(memory, {**row, "id": task_id}, channel, sensitivity)
         sql.update_task(memory.db, task_id, {"memory_id": memory_id})
-    return get_task(memory, task_id)
+    return {**get_task(memory, task_id), "redacted": redacted}
 
 
 def _write_task_memory(memory: Memory, row: dict[str, Any], channel: str, sensitivity: str) -> int:
@@ -264,7 +274,10 @@ def update_task(
     if details is not None:
         changes["details"] = details.strip()
     if refs is not None:
-        changes["refs"] = sorted(set(task["refs"]) | set(_clean(refs)))
+        changes["refs"] = _clean(refs)
+    changes, redacted = redact_fields(changes, _TASK_TEXT)
+    if "refs" in changes:
+        changes["refs"] = sorted(set(task["refs"]) | set(changes["refs"]))
     changes = {k: v for k, v in changes.items() if task.get(k) != v}
     if not changes:
         raise UsageError(
@@ -287,7 +300,7 @@ def update_task(
                 new_memory,
                 reason=f"task {task_id}: " + ", ".join(sorted(changes)),
             )
-    return get_task(memory, task_id)
+    return {**get_task(memory, task_id), "redacted": redacted}
 
 
 def get_task(memory: Memory, task_id: int) -> dict[str, Any]:
@@ -332,13 +345,14 @@ def save_checkpoint(
     if not user_id or not thread_id:
         raise UsageError("a checkpoint needs a user and a thread", "give --user and --thread")
     _check_sensitivity(sensitivity)
+    data, findings = redact_record(data)  # keys too: agents keep state under any name
     try:
         blob = json.dumps(data, ensure_ascii=False, sort_keys=True)
     except (TypeError, ValueError) as exc:
         raise UsageError(f"checkpoint data is not JSON: {exc}") from exc
     with memory.db.transaction():
         row = sql.save_checkpoint(memory.db, tenant_id, user_id, thread_id, blob, sensitivity)
-    return _decode_checkpoint(row)
+    return {**_decode_checkpoint(row), "redacted": kinds(findings)}
 
 
 def load_checkpoint(

@@ -12,7 +12,7 @@ import typer
 
 from memcli.cli.common import open_memory
 from memcli.cli.options import DbOpt, FormatOpt, JsonOpt
-from memcli.cli.output import emit, errors, resolve_format
+from memcli.cli.output import emit, errors, resolve_format, warn_redacted
 
 Tenant = Annotated[str, typer.Option("--tenant", help="Tenant id.")]
 User = Annotated[str | None, typer.Option("--user", help="User id (none: tenant-wide).")]
@@ -46,7 +46,11 @@ def _task_text(rows: list[dict[str, Any]]) -> None:
 
 
 def _one(fmt: Any, as_json: bool, render: Any) -> Any:
-    return lambda row: emit(row, resolve_format(fmt, as_json), lambda r: render([r]))
+    def out(row: dict[str, Any]) -> None:
+        warn_redacted(row)
+        emit(row, resolve_format(fmt, as_json), lambda r: render([r]))
+
+    return out
 
 
 def register(app: typer.Typer) -> None:
@@ -293,6 +297,7 @@ def register(app: typer.Typer) -> None:
                     sensitivity=sensitivity,
                 )
             out = {k: v for k, v in row.items() if k != "data"}
+            warn_redacted(out)
             emit(
                 out,
                 resolve_format(fmt, as_json),
