@@ -79,7 +79,7 @@ def redact_record(value: Any) -> tuple[Any, tuple[Finding, ...]]:
                     before = len(findings)
                     new_key = text(k, ())
                     if new_key != k:
-                        new_key = _unique(new_key, out)
+                        new_key = _unique(new_key, out, node)
                         # Point the key's findings at its redacted name, never the secret.
                         findings[before:] = [_at(f, (*path, new_key)) for f in findings[before:]]
                 sub = (*path, new_key if isinstance(new_key, str | int) else str(new_key))
@@ -108,13 +108,14 @@ def _at(finding: Finding, path: Path) -> Finding:
     return Finding(finding.kind, finding.start, finding.end, path)
 
 
-def _unique(key: str, taken: dict[Any, Any]) -> str:
-    if key not in taken:
-        return key
-    n = 2
-    while f"{key}#{n}" in taken:
+def _unique(key: str, done: dict[Any, Any], original: dict[Any, Any]) -> str:
+    """`key`, or `key#2`, `key#3`...: free among the keys written so far and the keys still to
+    come (which keep their names), so no value overwrites another."""
+    candidate, n = key, 1
+    while candidate in done or candidate in original:
         n += 1
-    return f"{key}#{n}"
+        candidate = f"{key}#{n}"
+    return candidate
 
 
 def kinds(findings: Iterable[Finding]) -> list[str]:
