@@ -86,7 +86,7 @@ def add_decision(
         raise UsageError(f"unknown decision scope {scope!r}", "use project, user or global")
     _check_sensitivity(sensitivity)
     evidence = _clean(refs)
-    row = {
+    row: dict[str, Any] = {
         "decision": decision.strip(),
         "rationale": _clean(rationale),
         "constraints": _clean(constraints),
