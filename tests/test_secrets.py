@@ -366,3 +366,46 @@ def test_checkpoint_never_stores_or_prints_a_secret(cli, files, case):
     assert '"checkpoint"' in bundle.stdout  # the handoff does show the checkpoint
     _check(files, "checkpoint save + acb build", needles, loaded.stdout, bundle.stdout)
     assert out["redacted"], out
+
+
+# -- what a model writes ---------------------------------------------------------------------
+@pytest.fixture
+def model_cli(cli, monkeypatch, tmp_path):
+    """The CLI with the scripted model stub (tests/llmstub.py), sparse leg off for speed."""
+    from llmstub import make_stub
+
+    config = tmp_path / "config.yaml"
+    config.write_text(
+        "retrieval: {leg_weights: {lexical: 1, sparse: 0, dense: 1, entity: 0.5, trigram: 0.5}}\n",
+        encoding="utf-8",
+    )
+    monkeypatch.setenv("MEMCLI_CONFIG", str(config))
+    with make_stub() as stub:
+        monkeypatch.setenv("MEMCLI_LLM_BASE_URL", stub.base_url)
+        monkeypatch.setenv("MEMCLI_LLM_MODEL", "stub-model")
+        yield cli, stub
+
+
+def test_text_a_model_writes_is_redacted_too(model_cli, files):
+    """A model can reconstruct a secret (or be told one): consolidation's summary, facts, todos,
+    entities and structured JSON go through the same path as everything else."""
+    from lifecycle_support import conversation, extraction
+
+    cli, stub = model_cli
+    needles = [f"Zq{i}x7Hk2Lm9Pw4Rt6Yv8Nb3Cd5" for i in range(5)]
+    records = conversation("s1", ["I deploy on Fridays.", "The staging box is slow."])
+    _ok(cli("ingest", "-", "--json", input="\n".join(json.dumps(r) for r in records)))
+    stub.enqueue_json(
+        extraction(
+            f"Priya deploys with sk-proj-{needles[0]} on Fridays.",
+            facts=[f"Priya's deploy token is ghp_{needles[1]}{needles[1]}."],
+            todos=[f"Rotate the key AIza{needles[2]}{needles[2][:9]} soon."],
+            entities=[f"password={needles[3]}"],
+            decisions=[f"Use postgres://deploy:{needles[4]}@db.example.com/prod for staging."],
+        )
+    )
+    result = cli("consolidate", "--session", "s1", "--json")
+    assert result.exit_code == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert report["sessions"] and report["sessions"][0]["added"], report
+    _check(files, "consolidate (model text)", needles, result.stdout)
