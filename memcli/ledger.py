@@ -14,7 +14,7 @@ each write returns the kinds it removed as `redacted`.
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from memcli import derive
 from memcli.errors import NotFoundError, UsageError
@@ -86,7 +86,7 @@ def add_decision(
         raise UsageError(f"unknown decision scope {scope!r}", "use project, user or global")
     _check_sensitivity(sensitivity)
     evidence = _clean(refs)
-    row: dict[str, Any] = {
+    row = {
         "decision": decision.strip(),
         "rationale": _clean(rationale),
         "constraints": _clean(constraints),
@@ -108,7 +108,7 @@ def add_decision(
             memory,
             content=decision_text(row),
             kind="decision",
-            source_ids=row["refs"],
+            source_ids=cast("list[str]", row["refs"]),
             tenant_id=tenant_id,
             user_id=user_id,
             agent_id=agent_id,
@@ -332,7 +332,15 @@ def list_tasks(
 
 
 # -- checkpoints -----------------------------------------------------------------------------
-def save_checkpoint(
+def save_checkpoint(memory: Memory, data: Any, **options: Any) -> dict[str, Any]:
+    """Store an agent's state for (user, thread), replacing the previous one (options: those of
+    `_save_checkpoint`). The state is redacted first, keys too, since agents keep state under
+    any name (memcli.scrub); the result lists the kinds removed as `redacted`."""
+    clean, findings = redact_record(data)
+    return {**_save_checkpoint(memory, clean, **options), "redacted": kinds(findings)}
+
+
+def _save_checkpoint(
     memory: Memory,
     data: Any,
     *,
@@ -345,14 +353,13 @@ def save_checkpoint(
     if not user_id or not thread_id:
         raise UsageError("a checkpoint needs a user and a thread", "give --user and --thread")
     _check_sensitivity(sensitivity)
-    data, findings = redact_record(data)  # keys too: agents keep state under any name
     try:
         blob = json.dumps(data, ensure_ascii=False, sort_keys=True)
     except (TypeError, ValueError) as exc:
         raise UsageError(f"checkpoint data is not JSON: {exc}") from exc
     with memory.db.transaction():
         row = sql.save_checkpoint(memory.db, tenant_id, user_id, thread_id, blob, sensitivity)
-    return {**_decode_checkpoint(row), "redacted": kinds(findings)}
+    return _decode_checkpoint(row)
 
 
 def load_checkpoint(

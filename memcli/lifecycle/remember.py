@@ -61,6 +61,23 @@ def remember(
     cfg: LifecycleSettings,
     *,
     text: str | None,
+    steps: list[str] | None = None,
+    title: str | None = None,
+    **options: Any,
+) -> dict[str, Any]:
+    """Store a fact (or merge it into a near-duplicate), a procedure, or a consent proposal
+    (options: those of `_remember`). The text, steps and title are redacted first
+    (memcli.scrub); the result lists the kinds removed as `redacted`."""
+    (text, steps, title), found = redact_record((text, steps, title))
+    out = _remember(memory, cfg, text=text, steps=steps, title=title, **options)
+    return {**out, "redacted": kinds(found)}
+
+
+def _remember(
+    memory: Memory,
+    cfg: LifecycleSettings,
+    *,
+    text: str | None,
     procedural: bool = False,
     steps: list[str] | None = None,
     field: str | None = None,
@@ -73,37 +90,6 @@ def remember(
     importance: float | None = None,
     pinned: bool = False,
     title: str | None = None,
-) -> dict[str, Any]:
-    """Store a fact (or merge it into a near-duplicate), a procedure, or a consent proposal.
-
-    The text, steps and title are redacted first (memcli.scrub); the result lists the kinds
-    removed as `redacted`.
-    """
-    (text, steps, title), found = redact_record((text, steps, title))
-    out = _remember(memory, cfg, text=text, procedural=procedural, steps=steps, field=field,
-                    tenant_id=tenant_id, user_id=user_id, agent_id=agent_id,
-                    session_id=session_id, app_id=app_id, category=category,
-                    importance=importance, pinned=pinned, title=title)
-    return {**out, "redacted": kinds(found)}
-
-
-def _remember(
-    memory: Memory,
-    cfg: LifecycleSettings,
-    *,
-    text: str | None,
-    procedural: bool,
-    steps: list[str] | None,
-    field: str | None,
-    tenant_id: str,
-    user_id: str | None,
-    agent_id: str | None,
-    session_id: str | None,
-    app_id: str | None,
-    category: str | None,
-    importance: float | None,
-    pinned: bool,
-    title: str | None,
 ) -> dict[str, Any]:
     scope = {
         "tenant_id": tenant_id,
