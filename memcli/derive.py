@@ -43,11 +43,11 @@ def write_memory(memory: Memory, *, content: str, kind: str, source_ids: list[An
     the content's embedding by `memory.embedder` if the caller has it already (consolidation
     embeds candidate facts to deduplicate them), so it is not embedded twice.
     """
-    db = memory.db
-    now = utcnow()
     # Model-written text (facts, summaries, insights) is redacted here, before it is indexed,
     # embedded or linked to entities; a caller's already redacted input passes unchanged.
     (content, attributes, source_ids), _ = redact_record((content, attributes or {}, source_ids))
+    db = memory.db
+    now = utcnow()
     with db.transaction():
         memory_id = mem.insert_memory(db, {
             "kind": kind, "category": category, "content": content, "tenant_id": tenant_id,
