@@ -185,7 +185,9 @@ def cli(cli, command):
 
 @pytest.fixture
 def files(cli, db_path):
-    assert cli("stats", "--json").exit_code == 0  # creates the database
+    # A write that plants nothing creates the database (read commands may refuse a missing one).
+    setup = cli("checkpoint", "save", "--user", "setup", "--thread", "setup", "--data", "{}")
+    assert setup.exit_code == 0, setup.stderr
     f = Files(db_path)
     yield f
     f.close()
