@@ -3,7 +3,8 @@
 Every derived memory: cites its sources, is indexed in every leg (FTS, trigram, sparse, vector),
 links its entities, records history and a change-log entry, and is linked to its closest
 semantic neighbours in `relations`. Consolidation, reflection, decisions and `remember` all
-write through `write_memory`, inside the caller's transaction.
+write through `write_memory`, inside the caller's transaction. It is also a redaction choke point
+(see `memcli.scrub`): text a model wrote is redacted before anything is derived from it.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from memcli.entities import extract_entities
 from memcli.models import utcnow
+from memcli.scrub import redact_record, redact_text
 from memcli.store import memories as mem
 from memcli.store import relations as rel
 from memcli.store import sparse as sparse_sql
@@ -44,6 +46,9 @@ def write_memory(memory: Memory, *, content: str, kind: str, source_ids: list[An
     and not while the caller's transaction holds the write lock. Otherwise they are computed
     here before this function's own transaction begins.
     """
+    # Model-written text (facts, summaries, insights) is redacted here, before it is indexed,
+    # embedded or linked to entities; a caller's already redacted input passes unchanged.
+    (content, attributes, source_ids), _ = redact_record((content, attributes or {}, source_ids))
     db = memory.db
     now = utcnow()
     if memory.sparse is not None and sparse_terms is None:
@@ -118,6 +123,7 @@ def supersede(memory: Memory, old_id: int, new_id: int, *, actor: str = "memcli"
     """The new memory replaces the old: old gets valid_to + state superseded; nothing deleted."""
     db = memory.db
     now = utcnow()
+    reason, _ = redact_text(reason)
     with db.transaction():
         old = mem.get_memories(db, [old_id])[old_id]
         mem.mark_superseded(db, old_id, now)

@@ -26,7 +26,7 @@ from memcli.chunking import chunk_text
 from memcli.entities import extract_entities
 from memcli.errors import DatabaseBusyError, ValidationError
 from memcli.models import EventIn, IngestReport, RecordProblem, utcnow
-from memcli.redact import redact_json
+from memcli.scrub import redact_event
 from memcli.store import events as ev
 from memcli.store import memories as mem
 from memcli.store import sparse as sparse_sql
@@ -173,12 +173,12 @@ def prepare(number: int, value: Any, defaults: dict[str, Any], now: str) -> Prep
     except (ValueError, TypeError, OverflowError) as exc:  # raised inside a validator
         raise ValidationError(f"invalid record: {exc}".splitlines()[0]) from exc
     event_id = rec.event_id or f"evt_{uuid.uuid4().hex}"
+    rec, kinds = redact_event(rec)  # every text field, keys too (memcli.scrub)
     if rec.sensitivity == "secret":
         # Secret content is never stored: the event keeps only that something was said.
         content, kinds = {"text": "[REDACTED:secret]"}, ["secret"]
     else:
-        content, findings = redact_json(rec.content)
-        kinds = sorted({f.kind for f in findings})
+        content = rec.content
     # Redacted secrets all look alike, so their hash also takes the event id: two different
     # secrets said in one session are two events (the secret itself is never hashed: a hash of
     # a short secret could be brute-forced from the file).

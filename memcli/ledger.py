@@ -7,15 +7,18 @@ Superseding a decision keeps the old one: its status becomes `superseded`, both 
 other, and the old memory is superseded by the new one with a `supersedes` edge. A task update
 writes a new version of the task's memory and supersedes the previous version the same way.
 Checkpoints are opaque JSON state blobs per (tenant, user, thread), overwritten on save.
+Every text a write receives (and every key of a checkpoint) is redacted first (`memcli.scrub`);
+each write returns the kinds it removed as `redacted`.
 """
 
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from memcli import derive
 from memcli.errors import NotFoundError, UsageError
+from memcli.scrub import kinds, redact_fields, redact_record, redact_text
 from memcli.store import ledger as sql
 
 if TYPE_CHECKING:
@@ -24,6 +27,9 @@ if TYPE_CHECKING:
 DECISION_SCOPES = ("project", "user", "global")
 TASK_STATUSES = ("open", "doing", "done")
 SENSITIVITIES = ("none", "low", "high")  # secret is never stored
+# The fields a person or agent wrote: redacted on every write (memcli.scrub); ids are not.
+_DECISION_TEXT = ("decision", "rationale", "constraints", "alternatives", "consequences", "refs")
+_TASK_TEXT = ("title", "details", "refs")
 DECISION_IMPORTANCE = 0.8  # decisions > tasks > messages (PRD 8.2, gamma term)
 TASK_IMPORTANCE = 0.7
 
@@ -97,13 +103,14 @@ def add_decision(
         "supersedes": supersedes,
         "sensitivity": sensitivity,  # `high`: the store encrypts the row's texts
     }
+    row, redacted = redact_fields(row, _DECISION_TEXT)
     with memory.db.transaction():
         decision_id = sql.insert_decision(memory.db, row)
         memory_id = derive.write_memory(
             memory,
             content=decision_text(row),
             kind="decision",
-            source_ids=evidence,
+            source_ids=cast("list[str]", row["refs"]),
             tenant_id=tenant_id,
             user_id=user_id,
             agent_id=agent_id,
@@ -117,7 +124,7 @@ def add_decision(
             actor=agent_id or "memcli",
         )
         sql.set_decision_memory(memory.db, decision_id, memory_id)
-    return get_decision(memory, decision_id)
+    return {**get_decision(memory, decision_id), "redacted": redacted}
 
 
 def supersede_decision(
@@ -139,6 +146,7 @@ def supersede_decision(
     if old_mem:
         inherited.update(old_mem[0])
     args = {**inherited, **{k: v for k, v in fields.items() if v is not None}}
+    reason, reason_kinds = redact_text(reason)
     with memory.db.transaction():
         new = add_decision(memory, decision, supersedes=old_id, **args)
         sql.mark_decision_superseded(memory.db, old_id, new["id"])
@@ -150,7 +158,8 @@ def supersede_decision(
                 actor=args.get("agent_id") or "memcli",
                 reason=reason or f"decision {new['id']} supersedes {old_id}",
             )
-    return get_decision(memory, new["id"])
+    redacted = sorted({*new["redacted"], *reason_kinds})
+    return {**get_decision(memory, new["id"]), "redacted": redacted}
 
 
 def get_decision(memory: Memory, decision_id: int) -> dict[str, Any]:
@@ -228,11 +237,12 @@ def add_task(
         "app_id": app_id,
         "sensitivity": sensitivity,  # `high`: the store encrypts the row's texts
     }
+    row, redacted = redact_fields(row, _TASK_TEXT)
     with memory.db.transaction():
         task_id = sql.insert_task(memory.db, row)
         memory_id = _write_task_memory(memory, {**row, "id": task_id}, channel, sensitivity)
         sql.update_task(memory.db, task_id, {"memory_id": memory_id})
-    return get_task(memory, task_id)
+    return {**get_task(memory, task_id), "redacted": redacted}
 
 
 def _write_task_memory(memory: Memory, row: dict[str, Any], channel: str, sensitivity: str) -> int:
@@ -277,7 +287,10 @@ def update_task(
     if details is not None:
         changes["details"] = details.strip()
     if refs is not None:
-        changes["refs"] = sorted(set(task["refs"]) | set(_clean(refs)))
+        changes["refs"] = _clean(refs)
+    changes, redacted = redact_fields(changes, _TASK_TEXT)
+    if "refs" in changes:
+        changes["refs"] = sorted(set(task["refs"]) | set(changes["refs"]))
     changes = {k: v for k, v in changes.items() if task.get(k) != v}
     if not changes:
         raise UsageError(
@@ -300,7 +313,7 @@ def update_task(
                 new_memory,
                 reason=f"task {task_id}: " + ", ".join(sorted(changes)),
             )
-    return get_task(memory, task_id)
+    return {**get_task(memory, task_id), "redacted": redacted}
 
 
 def get_task(memory: Memory, task_id: int) -> dict[str, Any]:
@@ -334,7 +347,15 @@ def list_tasks(
 
 
 # -- checkpoints -----------------------------------------------------------------------------
-def save_checkpoint(
+def save_checkpoint(memory: Memory, data: Any, **options: Any) -> dict[str, Any]:
+    """Store an agent's state for (user, thread), replacing the previous one (options: those of
+    `_save_checkpoint`). The state is redacted first, keys too, since agents keep state under
+    any name (memcli.scrub); the result lists the kinds removed as `redacted`."""
+    clean, findings = redact_record(data)
+    return {**_save_checkpoint(memory, clean, **options), "redacted": kinds(findings)}
+
+
+def _save_checkpoint(
     memory: Memory,
     data: Any,
     *,

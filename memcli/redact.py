@@ -10,6 +10,9 @@ stored safely.
 Redaction is idempotent: running it on its own output changes nothing, because a detection that
 touches an existing `[REDACTED:...]` marker is dropped, and a rejected match never hides a later
 one (see `_detect`).
+
+This module looks at one string; `memcli.scrub` walks whole records (keys too) and is the path
+every write takes.
 """
 
 from __future__ import annotations
@@ -18,14 +21,15 @@ import re
 from bisect import bisect_right
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any
 
 __all__ = [
     "Finding",
     "Redaction",
     "redact",
-    "redact_json",
+    "is_placeholder",
     "is_secret_key",
+    "marker",
+    "secret_kind",
     "MARKER_PREFIX",
 ]
 
@@ -36,8 +40,8 @@ MARKER_PREFIX = "[REDACTED:"
 class Finding:
     """One redacted secret: its kind and `[start, end)` in the original string.
 
-    `path` is empty for `redact()`; `redact_json()` sets it to the JSON path (dict keys and list
-    indexes) of the string the positions refer to.
+    `path` is empty for `redact()`; `memcli.scrub.redact_record()` sets it to the JSON path (dict
+    keys and list indexes) of the string the positions refer to.
     """
 
     kind: str
@@ -64,7 +68,8 @@ class Redaction:
 _MARKER_RE = re.compile(r"\[REDACTED:[a-z_]+\]")
 
 
-def _marker(kind: str) -> str:
+def marker(kind: str) -> str:
+    """The text that stands for a removed secret of `kind`."""
     return f"{MARKER_PREFIX}{kind}]"
 
 
@@ -95,7 +100,8 @@ _PLACEHOLDER_RE = re.compile(
 )
 
 
-def _is_placeholder(value: str) -> bool:
+def is_placeholder(value: str) -> bool:
+    """True for values that are plainly not secrets (empty, `${VAR}`, `<token>`, `***`...)."""
     return not value or bool(_PLACEHOLDER_RE.match(value))
 
 
@@ -188,7 +194,8 @@ def is_secret_key(name: str) -> bool:
     return bool(_SECRET_KEY_RE.match(name))
 
 
-def _kind_for_key(key: str) -> str:
+def secret_kind(key: str) -> str:
+    """The kind a secret stored under the field `key` is reported as."""
     key = key.lower()
     if "pass" in key:
         return "password"
@@ -252,7 +259,7 @@ def _check_authorization(m: re.Match[str], text: str) -> Span | None:
         # "authorization: required" is filtered by the credential heuristic.
         if not _looks_like_credential(value):
             return None
-    if _is_placeholder(value):
+    if is_placeholder(value):
         return None
     return "authorization", start, start + len(value)
 
@@ -264,12 +271,12 @@ def _check_url_password(m: re.Match[str], text: str) -> Span | None:
 
 
 def _check_assignment(m: re.Match[str], text: str) -> Span | None:
-    kind = _kind_for_key(m.group("key"))
+    kind = secret_kind(m.group("key"))
     group = m.lastgroup or "bare"  # the value alternatives close last, so this names the one hit
     value, start = m.group(group), m.start(group)
     if group == "bare":
         value = _trim_closers(value)
-    if _is_placeholder(value):
+    if is_placeholder(value):
         return None
     # `key: value` is also how prose introduces things ("Token: a unit of text"): for labels
     # other than passwords, require the value to look machine-generated.
@@ -380,58 +387,8 @@ def redact(text: str) -> Redaction:
     pos = 0
     for start, end, kind in spans:
         parts.append(text[pos:start])
-        parts.append(_marker(kind))
+        parts.append(marker(kind))
         findings.append(Finding(kind, start, end))
         pos = end
     parts.append(text[pos:])
     return Redaction("".join(parts), tuple(findings))
-
-
-def _key_name(key: object) -> str | None:
-    return key if isinstance(key, str) else None
-
-
-def redact_json(value: Any) -> tuple[Any, tuple[Finding, ...]]:
-    """Redact every string inside a JSON-like value (dicts, lists, tuples, scalars).
-
-    Returns a new value (the input is not modified) and all findings, each with `path` set to the
-    location of its string. A string stored under a secret-looking key (`"password"`,
-    `"api_key"`, `"GITHUB_TOKEN"`...) is redacted whole, since the key already says what it is.
-    List items inherit their list's key. Numbers under password keys are replaced by the marker
-    string too; other non-string scalars pass through unchanged, and dict keys are kept as they
-    are.
-    """
-    findings: list[Finding] = []
-
-    def walk(node: Any, path: tuple[str | int, ...], key: str | None) -> Any:
-        if isinstance(node, str):
-            if key is not None and is_secret_key(key) and not _is_placeholder(node):
-                kind = _kind_for_key(key)
-                findings.append(Finding(kind, 0, len(node), path))
-                return _marker(kind)
-            result = redact(node)
-            findings.extend(Finding(f.kind, f.start, f.end, path) for f in result.findings)
-            return result.text
-        if isinstance(node, dict):
-            return {
-                k: walk(v, (*path, k if isinstance(k, str | int) else str(k)), _key_name(k))
-                for k, v in node.items()
-            }
-        if isinstance(node, list | tuple):
-            # Items inherit the list's key: {"tokens": [...]} holds tokens too.
-            items = [walk(v, (*path, i), key) for i, v in enumerate(node)]
-            return items if isinstance(node, list) else tuple(items)
-        if (
-            key is not None
-            and isinstance(node, int | float)
-            and not isinstance(node, bool)
-            and is_secret_key(key)
-            and _kind_for_key(key) == "password"
-        ):
-            # A numeric PIN or password must not survive just because it was not quoted. Only
-            # password keys: "max_token": 512 is a setting, not a secret.
-            findings.append(Finding("password", 0, len(str(node)), path))
-            return _marker("password")
-        return node
-
-    return walk(value, (), None), tuple(findings)

@@ -118,6 +118,7 @@ def test_reject_changes_nothing_and_is_recorded(pcli, db_path):
         "status": "already_pending",
         "proposal_id": queued["proposal_id"],
         "field": "city",
+        "redacted": [],
     }
     out = pcli("proposals", "reject", str(queued["proposal_id"]), "--reason", "wrong", "--json")
     assert json.loads(out.stdout) == {"id": queued["proposal_id"], "status": "rejected"}

@@ -9,7 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from memcli.redact import Finding, Redaction, is_secret_key, redact, redact_json
+from memcli.redact import Finding, Redaction, is_secret_key, redact
+from memcli.scrub import redact_record
 
 # Published example credentials (AWS docs, jwt.io) and made-up ones in the real formats.
 AWS_KEY_ID = "AKIAIOSFODNN7EXAMPLE"
@@ -196,7 +197,7 @@ def test_is_secret_key() -> None:
         assert not is_secret_key(name), name
 
 
-def test_redact_json_walks_values_and_uses_key_names() -> None:
+def test_redact_record_walks_values_and_uses_key_names() -> None:
     payload = {
         "text": f"deploy with {GITHUB}",
         "env": {"DB_PASSWORD": "hunter2", "EMPTY_TOKEN": "", "HOME": "/root"},
@@ -204,7 +205,7 @@ def test_redact_json_walks_values_and_uses_key_names() -> None:
         "max_tokens": 512,
     }
     original = repr(payload)
-    value, findings = redact_json(payload)
+    value, findings = redact_record(payload)
     assert repr(payload) == original  # input untouched
     assert value == {
         "text": "deploy with [REDACTED:github_token]",
@@ -217,11 +218,11 @@ def test_redact_json_walks_values_and_uses_key_names() -> None:
         ("password", ("env", "DB_PASSWORD")),
         ("jwt", ("items", 3, 1)),
     ]
-    assert redact_json(value) == (value, ())
+    assert redact_record(value) == (value, ())
 
 
-def test_redact_json_lists_inherit_the_key_and_numeric_passwords_go() -> None:
-    value, findings = redact_json(
+def test_redact_record_lists_inherit_the_key_and_numeric_passwords_go() -> None:
+    value, findings = redact_record(
         {"tokens": ["x", "y"], "PASSWORD": 123456, "max_token": 512, "secret": False}
     )
     assert value == {
@@ -231,14 +232,14 @@ def test_redact_json_lists_inherit_the_key_and_numeric_passwords_go() -> None:
         "secret": False,
     }
     assert [f.path for f in findings] == [("PASSWORD",)]
-    value, _ = redact_json({"api_key": ["k1", "k2"]})
+    value, _ = redact_record({"api_key": ["k1", "k2"]})
     assert value == {"api_key": ["[REDACTED:api_key]", "[REDACTED:api_key]"]}
 
 
-def test_redact_json_scalars() -> None:
-    assert redact_json(None) == (None, ())
-    assert redact_json(3.5) == (3.5, ())
-    assert redact_json("password=x")[0] == "password=[REDACTED:password]"
+def test_redact_record_scalars() -> None:
+    assert redact_record(None) == (None, ())
+    assert redact_record(3.5) == (3.5, ())
+    assert redact_record("password=x")[0] == "password=[REDACTED:password]"
 
 
 # --- properties ----------------------------------------------------------------------------------

@@ -12,7 +12,7 @@ import typer
 
 from memcli.cli.common import open_memory
 from memcli.cli.options import DbOpt, FormatOpt, JsonOpt
-from memcli.cli.output import emit, errors, resolve_format
+from memcli.cli.output import emit, errors, resolve_format, warn_redacted
 
 Tenant = Annotated[
     str | None, typer.Option("--tenant", help="Tenant id (default: the configured one).")
@@ -51,7 +51,11 @@ def _task_text(rows: list[dict[str, Any]]) -> None:
 
 
 def _one(fmt: Any, as_json: bool, render: Any) -> Any:
-    return lambda row: emit(row, resolve_format(fmt, as_json), lambda r: render([r]))
+    def out(row: dict[str, Any]) -> None:
+        warn_redacted(row)
+        emit(row, resolve_format(fmt, as_json), lambda r: render([r]))
+
+    return out
 
 
 def register(app: typer.Typer) -> None:
@@ -302,6 +306,7 @@ def register(app: typer.Typer) -> None:
                     sensitivity=sensitivity,
                 )
             out = {k: v for k, v in row.items() if k != "data"}
+            warn_redacted(out)
             emit(
                 out,
                 resolve_format(fmt, as_json),

@@ -18,7 +18,7 @@ import typer
 
 from memcli.cli.common import open_memory
 from memcli.cli.options import DbOpt, FormatOpt, JsonOpt
-from memcli.cli.output import emit, errors, resolve_format, warn
+from memcli.cli.output import emit, errors, resolve_format, warn, warn_redacted
 from memcli.errors import MemcliError
 
 if TYPE_CHECKING:
@@ -313,6 +313,7 @@ def register(app: typer.Typer) -> None:
                     pinned=pin,
                     title=title,
                 )
+            warn_redacted(out)
             emit(
                 out,
                 resolve_format(fmt, as_json),

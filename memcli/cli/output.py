@@ -48,6 +48,13 @@ def warn(message: str) -> None:
     print(f"memcli: warning: {one_line(message)}", file=sys.stderr)
 
 
+def warn_redacted(row: dict[str, Any]) -> None:
+    """Say on stderr what a write redacted (its `redacted` kinds), so a text-format user sees it
+    too; the JSON on stdout keeps the list, always present."""
+    if row.get("redacted"):
+        warn(f"redacted {', '.join(row['redacted'])} before storing (the secret was not stored)")
+
+
 def fail(message: str, code: int = 1) -> SystemExit:
     """Print the one-line error; the caller raises what this returns (the exit code)."""
     print(f"memcli: error: {one_line(message)}", file=sys.stderr)

@@ -40,6 +40,7 @@ from memcli.lifecycle.proposals import SENSITIVE_FIELDS
 from memcli.lifecycle.textrules import jaccard, normalise, tokens
 from memcli.models import format_ts
 from memcli.providers.llm import LLMBadReply, LLMBudgetExceeded, LLMError
+from memcli.scrub import redact_text
 from memcli.store import lifecycle as lsql
 
 if TYPE_CHECKING:
@@ -349,9 +350,9 @@ def consolidate(
             if dry_run:
                 continue
             with db.transaction():
-                failures = lsql.record_failure(
-                    db, row["tenant_id"], row["session_id"], f"{exc.task}: {exc.reason}"
-                )
+                # The reason may quote the model's reply: stored text, so redacted.
+                reason, _ = redact_text(f"{exc.task}: {exc.reason}")
+                failures = lsql.record_failure(db, row["tenant_id"], row["session_id"], reason)
             error["failures"] = failures
             if failures < cfg.max_llm_failures:
                 continue  # stays pending; nothing of it was written

@@ -14,6 +14,7 @@ from memcli.derive import encode_ahead, supersede, write_memory
 from memcli.lifecycle import dedup
 from memcli.lifecycle.proposals import propose
 from memcli.models import utcnow
+from memcli.scrub import redact_record
 from memcli.store import lifecycle as lsql
 
 if TYPE_CHECKING:
@@ -29,6 +30,7 @@ def apply_plan(memory: Memory, plan: SessionPlan) -> dict[str, Any]:
     """Write one session's plan in one transaction; returns what was written."""
     db = memory.db
     now = utcnow()
+    _redact_plan(plan)
     out: dict[str, Any] = {
         "tenant_id": plan.tenant_id,
         "session_id": plan.session_id,
@@ -98,6 +100,16 @@ def apply_plan(memory: Memory, plan: SessionPlan) -> dict[str, Any]:
             db, plan.tenant_id, plan.session_id, plan.last_seq, plan.method, now, summary
         )
     return out
+
+
+def _redact_plan(plan: SessionPlan) -> None:
+    """A plan carries model text to places `write_memory` does not cover (merge history, the
+    session summary, the run report, proposals): redact it all once, here (memcli.scrub)."""
+    (plan.summary_text, plan.structured, plan.proposals), _ = redact_record(
+        (plan.summary_text, plan.structured, plan.proposals)
+    )
+    for fact in plan.facts:
+        (fact.text, fact.reason), _ = redact_record((fact.text, fact.reason))
 
 
 def _apply_fact(

@@ -15,6 +15,7 @@ from memcli.derive import supersede, write_memory
 from memcli.errors import NotFoundError, UsageError
 from memcli.lifecycle.textrules import normalise
 from memcli.models import format_ts, utcnow
+from memcli.scrub import redact_record, redact_text
 from memcli.store import lifecycle as lsql
 from memcli.store import memories as mem
 from memcli.store import proposals as sql
@@ -50,6 +51,8 @@ def propose(
             f"{field!r} is not a sensitive profile field",
             f"use one of {', '.join(SENSITIVE_FIELDS)}",
         )
+    # Consolidation proposes what a model read: redact it like any other write (memcli.scrub).
+    (value, text), _ = redact_record((value, text))
     value = " ".join(value.split())
     if not value:
         raise UsageError("a proposal needs a value")
@@ -171,6 +174,8 @@ def accept(memory: Memory, proposal_id: int, *, by: str = "cli") -> dict[str, An
 def reject(
     db: Database, proposal_id: int, *, by: str = "cli", reason: str | None = None
 ) -> dict[str, Any]:
+    if reason is not None:
+        reason, _ = redact_text(reason)
     with db.transaction():
         row = _pending(db, proposal_id)
         sql.decide(db, proposal_id, "rejected", utcnow(), by, reason=reason)

@@ -20,6 +20,7 @@ from memcli.lifecycle import dedup
 from memcli.lifecycle.proposals import SENSITIVE_FIELDS, propose
 from memcli.lifecycle.textrules import jaccard, normalise, safe_merge, tokens
 from memcli.models import utcnow
+from memcli.scrub import kinds, redact_record
 from memcli.store import lifecycle as lsql
 from memcli.store import memories as mem
 
@@ -56,6 +57,23 @@ def procedure_steps(text: str | None, steps: list[str] | None) -> list[str]:
 
 
 def remember(
+    memory: Memory,
+    cfg: LifecycleSettings,
+    *,
+    text: str | None,
+    steps: list[str] | None = None,
+    title: str | None = None,
+    **options: Any,
+) -> dict[str, Any]:
+    """Store a fact (or merge it into a near-duplicate), a procedure, or a consent proposal
+    (options: those of `_remember`). The text, steps and title are redacted first
+    (memcli.scrub); the result lists the kinds removed as `redacted`."""
+    (text, steps, title), found = redact_record((text, steps, title))
+    out = _remember(memory, cfg, text=text, steps=steps, title=title, **options)
+    return {**out, "redacted": kinds(found)}
+
+
+def _remember(
     memory: Memory,
     cfg: LifecycleSettings,
     *,
