@@ -80,6 +80,30 @@ def add_decision(
     supersedes: int | None = None,
 ) -> dict[str, Any]:
     """Record an active decision; returns its row (with `memory_id`)."""
+    row, redacted = _decision_row(
+        memory, decision, rationale=rationale, constraints=constraints,
+        alternatives=alternatives, consequences=consequences, refs=refs, scope=scope,
+        tenant_id=tenant_id, user_id=user_id, session_id=session_id, agent_id=agent_id,
+        app_id=app_id, sensitivity=sensitivity, supersedes=supersedes)
+    encoded = _encode(memory, decision_text(row))  # the models run before the write lock
+    with memory.db.transaction():
+        decision_id = _store_decision(memory, row, encoded, channel, importance)
+    return {**get_decision(memory, decision_id), "redacted": redacted}
+
+
+def _encode(memory: Memory, text: str) -> tuple[Any, Any]:
+    """(vector, sparse terms) of a ledger memory's text, computed before its transaction, so
+    no other writer waits for a model (`derive.encode_ahead`)."""
+    return derive.encode_ahead(memory, [text])[text]
+
+
+def _decision_row(memory: Memory, decision: str, *, rationale: list[str] | None,
+                  constraints: list[str] | None, alternatives: list[str] | None,
+                  consequences: list[str] | None, refs: list[str] | None, scope: str,
+                  tenant_id: str | None, user_id: str | None, session_id: str | None,
+                  agent_id: str | None, app_id: str | None, sensitivity: str,
+                  supersedes: int | None) -> tuple[dict[str, Any], list[str]]:
+    """A checked, redacted decision row and the kinds of secret removed from it."""
     if not decision.strip():
         raise UsageError("empty decision", "say what was decided")
     if scope not in DECISION_SCOPES:
@@ -103,28 +127,34 @@ def add_decision(
         "supersedes": supersedes,
         "sensitivity": sensitivity,  # `high`: the store encrypts the row's texts
     }
-    row, redacted = redact_fields(row, _DECISION_TEXT)
-    with memory.db.transaction():
-        decision_id = sql.insert_decision(memory.db, row)
-        memory_id = derive.write_memory(
-            memory,
-            content=decision_text(row),
-            kind="decision",
-            source_ids=cast("list[str]", row["refs"]),
-            tenant_id=tenant_id,
-            user_id=user_id,
-            agent_id=agent_id,
-            session_id=session_id,
-            app_id=app_id,
-            category="decisions",
-            channel=channel,
-            sensitivity=sensitivity,
-            importance=importance,
-            attributes={"decision_id": decision_id, "scope": scope},
-            actor=agent_id or "memcli",
-        )
-        sql.set_decision_memory(memory.db, decision_id, memory_id)
-    return {**get_decision(memory, decision_id), "redacted": redacted}
+    return redact_fields(row, _DECISION_TEXT)
+
+
+def _store_decision(memory: Memory, row: dict[str, Any], encoded: tuple[Any, Any],
+                    channel: str, importance: float) -> int:
+    """Insert the decision and its memory (inside the caller's transaction); its id."""
+    decision_id = sql.insert_decision(memory.db, row)
+    memory_id = derive.write_memory(
+        memory,
+        content=decision_text(row),
+        kind="decision",
+        source_ids=cast("list[str]", row["refs"]),
+        tenant_id=row["tenant_id"],
+        user_id=row["user_id"],
+        agent_id=row["agent_id"],
+        session_id=row["session_id"],
+        app_id=row["app_id"],
+        category="decisions",
+        channel=channel,
+        sensitivity=row["sensitivity"],
+        importance=importance,
+        attributes={"decision_id": decision_id, "scope": row["scope"]},
+        actor=row["agent_id"] or "memcli",
+        vector=encoded[0],
+        sparse_terms=encoded[1],
+    )
+    sql.set_decision_memory(memory.db, decision_id, memory_id)
+    return decision_id
 
 
 def supersede_decision(
@@ -145,21 +175,36 @@ def supersede_decision(
     }
     if old_mem:
         inherited.update(old_mem[0])
+    unknown = set(fields) - {*_ROW_ARGS, "scope", "sensitivity", "channel", "importance"}
+    if unknown:
+        raise TypeError(f"supersede_decision() got unexpected fields {sorted(unknown)}")
     args = {**inherited, **{k: v for k, v in fields.items() if v is not None}}
     reason, reason_kinds = redact_text(reason)
+    channel = args.pop("channel", "private")
+    importance = args.pop("importance", DECISION_IMPORTANCE)
+    args = {k: args.get(k) for k in _ROW_ARGS} | {"scope": args.get("scope") or "project",
+                                                  "sensitivity": args.get("sensitivity") or "none"}
+    row, row_kinds = _decision_row(memory, decision, supersedes=old_id, **args)
+    encoded = _encode(memory, decision_text(row))  # the models run before the write lock
     with memory.db.transaction():
-        new = add_decision(memory, decision, supersedes=old_id, **args)
-        sql.mark_decision_superseded(memory.db, old_id, new["id"])
+        new_id = _store_decision(memory, row, encoded, channel, importance)
+        new = get_decision(memory, new_id)
+        sql.mark_decision_superseded(memory.db, old_id, new_id)
         if old["memory_id"] is not None:
             derive.supersede(
                 memory,
                 old["memory_id"],
                 new["memory_id"],
-                actor=args.get("agent_id") or "memcli",
-                reason=reason or f"decision {new['id']} supersedes {old_id}",
+                actor=row["agent_id"] or "memcli",
+                reason=reason or f"decision {new_id} supersedes {old_id}",
             )
-    redacted = sorted({*new["redacted"], *reason_kinds})
-    return {**get_decision(memory, new["id"]), "redacted": redacted}
+    redacted = sorted({*row_kinds, *reason_kinds})
+    return {**get_decision(memory, new_id), "redacted": redacted}
+
+
+# The keyword arguments of `_decision_row` besides decision, scope, sensitivity and supersedes.
+_ROW_ARGS = ("rationale", "constraints", "alternatives", "consequences", "refs", "tenant_id",
+             "user_id", "session_id", "agent_id", "app_id")
 
 
 def get_decision(memory: Memory, decision_id: int) -> dict[str, Any]:
@@ -238,14 +283,17 @@ def add_task(
         "sensitivity": sensitivity,  # `high`: the store encrypts the row's texts
     }
     row, redacted = redact_fields(row, _TASK_TEXT)
+    encoded = _encode(memory, task_text(row))  # the models run before the write lock
     with memory.db.transaction():
         task_id = sql.insert_task(memory.db, row)
-        memory_id = _write_task_memory(memory, {**row, "id": task_id}, channel, sensitivity)
+        memory_id = _write_task_memory(memory, {**row, "id": task_id}, channel, sensitivity,
+                                       encoded)
         sql.update_task(memory.db, task_id, {"memory_id": memory_id})
     return {**get_task(memory, task_id), "redacted": redacted}
 
 
-def _write_task_memory(memory: Memory, row: dict[str, Any], channel: str, sensitivity: str) -> int:
+def _write_task_memory(memory: Memory, row: dict[str, Any], channel: str, sensitivity: str,
+                       encoded: tuple[Any, Any]) -> int:
     return derive.write_memory(
         memory,
         content=task_text(row),
@@ -262,6 +310,8 @@ def _write_task_memory(memory: Memory, row: dict[str, Any], channel: str, sensit
         importance=TASK_IMPORTANCE,
         attributes={"task_id": row["id"], "status": row["status"]},
         actor=row["agent_id"] or "memcli",
+        vector=encoded[0],
+        sparse_terms=encoded[1],
     )
 
 
@@ -302,9 +352,10 @@ def update_task(
     channel, sensitivity = (
         (old_mem[0]["channel"], old_mem[0]["sensitivity"]) if old_mem else ("private", "none")
     )
+    merged = {**task, **changes}
+    encoded = _encode(memory, task_text(merged))  # the models run before the write lock
     with memory.db.transaction():
-        merged = {**task, **changes}
-        new_memory = _write_task_memory(memory, merged, channel, sensitivity)
+        new_memory = _write_task_memory(memory, merged, channel, sensitivity, encoded)
         sql.update_task(memory.db, task_id, {**changes, "memory_id": new_memory})
         if task["memory_id"] is not None:
             derive.supersede(

@@ -59,6 +59,19 @@ def test_consolidate_embeds_before_taking_the_write_lock(db_path):
     assert probe.under_lock == []
 
 
+def test_ledger_writes_embed_before_taking_the_write_lock(db_path):
+    from memcli import ledger
+
+    probe = ProbingEmbedder(db_path)
+    with Memory.open(db_path, embedder=probe) as m:
+        first = ledger.add_decision(m, "Use SQLite", rationale=["offline"], user_id="u1")
+        ledger.supersede_decision(m, first["id"], "Use SQLite in WAL mode", reason="readers")
+        task = ledger.add_task(m, "Book the flights", user_id="u1")
+        ledger.update_task(m, task["id"], status="doing")
+    assert probe.calls >= 4  # each wrote a memory with a vector
+    assert probe.under_lock == []
+
+
 def test_a_read_does_not_wait_the_writers_timeout_for_its_access_counts(tmp_path):
     """Access counts and metrics are hints: a query behind a held write lock gives them up
     after a second (HINT_WAIT) and answers, rather than waiting MEMCLI_BUSY_TIMEOUT."""
