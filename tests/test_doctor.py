@@ -3,6 +3,7 @@ fixes it and exits 1; running that command makes the file healthy again."""
 
 from __future__ import annotations
 
+import base64
 import functools
 import json
 from pathlib import Path
@@ -93,6 +94,36 @@ def test_a_missing_fulltext_row_is_found_and_fixed(cli, filled):
     code, report = doctor(cli, "--fix")
     assert code == 0 and report["fixed"]["rebuilt"] == ["memories_fts", "memories_trigram"]
     assert json.loads(cli("query", "garden", "--user", "priya").stdout)
+
+
+def _vocab(db_path: Path) -> list[tuple]:
+    """Every (term, column, row) the lexical indexes hold."""
+    conn = apsw.Connection(str(db_path))
+    try:
+        rows = []
+        for table in ("memories_fts", "memories_trigram"):
+            conn.execute(f"CREATE VIRTUAL TABLE temp.v USING fts5vocab(main, {table}, instance)")
+            rows += [(table, *r) for r in conn.execute(
+                "SELECT term, doc, col, offset FROM temp.v ORDER BY 1, 2, 3, 4")]
+            conn.execute("DROP TABLE temp.v")
+        return rows
+    finally:
+        conn.close()
+
+
+def test_fix_rebuilds_the_lexical_indexes_ingest_wrote(cli, filled, monkeypatch):
+    """--fix writes the rows ingest writes: a `high` turn's rows stay empty (its text is
+    encrypted and never indexed) and it is not the next turn's context."""
+    monkeypatch.setenv("MEMCLI_KEY", base64.b64encode(b"k" * 32).decode())
+    late = [{"event_id": f"h{i}", "user_id": "priya", "session_id": "s9",
+             "sensitivity": "high" if i == 1 else "none", "text": f"Harbour note {i} zebra{i}"}
+            for i in range(3)]
+    assert cli("ingest", "-", input=ndjson(late)).exit_code == 0
+    written = _vocab(filled)
+    assert not any("zebra1" in str(r[1]) for r in written)  # the high turn, nowhere
+    sql(filled, "DELETE FROM memories_fts WHERE rowid = (SELECT min(id) FROM memories)")
+    assert doctor(cli, "--fix")[0] == 0
+    assert _vocab(filled) == written
 
 
 def test_an_orphan_trigram_row_is_found(cli, filled):

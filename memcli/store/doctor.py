@@ -85,21 +85,30 @@ def count_memories(db: Database) -> int:
 
 # -- repairs (doctor --fix): derived rows only -------------------------------------------------
 def rebuild_lexical(db: Database) -> None:
-    """Both lexical indexes again from `memories` (the same rows ingest writes)."""
+    """Both lexical indexes again from `memories` (the same rows ingest writes: a `high`
+    memory's rows are empty, and it is nobody's context, as `memories.insert_memory` does)."""
     from memcli.store.search import register_scope_function
 
     register_scope_function(db)
     db.execute("INSERT INTO memories_fts (memories_fts) VALUES ('delete-all')")
     db.execute("INSERT INTO memories_trigram (memories_trigram) VALUES ('delete-all')")
     db.execute("""
+        WITH plain AS (
+            SELECT id, kind, session_id, tenant_id, user_id, event_seq, chunk_index,
+                   sensitivity = 'high' AS high,
+                   CASE WHEN sensitivity = 'high' THEN '' ELSE content END AS text
+            FROM memories)
         INSERT INTO memories_fts (rowid, content, context, scope)
-        SELECT id, content,
-               CASE WHEN kind = 'episode' AND session_id IS NOT NULL THEN coalesce(lag(content)
-                    OVER (PARTITION BY tenant_id, session_id, kind = 'episode'
-                          ORDER BY event_seq, chunk_index), '') ELSE '' END,
+        SELECT id, text,
+               CASE WHEN kind = 'episode' AND session_id IS NOT NULL AND NOT high
+                    THEN coalesce(lag(text) OVER (PARTITION BY tenant_id, session_id,
+                                                  kind = 'episode'
+                                                  ORDER BY event_seq, chunk_index), '')
+                    ELSE '' END,
                memcli_scope_terms(tenant_id, user_id, session_id)
-        FROM memories""")
-    db.execute("INSERT INTO memories_trigram (rowid, content) SELECT id, content FROM memories")
+        FROM plain""")
+    db.execute("INSERT INTO memories_trigram (rowid, content) SELECT id,"
+               " CASE WHEN sensitivity = 'high' THEN '' ELSE content END FROM memories")
 
 
 def delete_orphans(db: Database, found: dict[str, list[int]]) -> None:
