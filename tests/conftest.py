@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import functools
 import json
 from pathlib import Path
 
 import pytest
+import typer.main
+import typer.testing
 from typer.testing import CliRunner
 
 from memcli import Memory
@@ -23,6 +26,22 @@ def isolated_env(tmp_path_factory, monkeypatch):
                 "MEMCLI_LLM_API_KEY", "OPENAI_API_KEY", "MEMCLI_CATEGORIES", "MEMCLI_TENANT"):
         monkeypatch.delenv(var, raising=False)
     return home
+
+
+_build_command = functools.cache(typer.main.get_command)
+
+
+@pytest.fixture
+def fast_cli(tmp_path, monkeypatch):
+    """For tests about the CLI rather than ranking (`pytestmark = usefixtures("fast_cli")`):
+    a config file turns the SPLADE leg off (a real model, ~0.3 s a call), and the click command
+    is built once per process, as a real process does, not on every invoke (~50 ms)."""
+    config = tmp_path / "config.yaml"
+    config.write_text(
+        "retrieval:\n  leg_weights: {lexical: 1.0, dense: 1.0, entity: 0.5, trigram: 0.5}\n"
+    )
+    monkeypatch.setenv("MEMCLI_CONFIG", str(config))
+    monkeypatch.setattr(typer.testing, "_get_command", _build_command)
 
 
 @pytest.fixture

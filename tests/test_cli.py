@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 import json
 import re
 import subprocess
@@ -22,21 +21,7 @@ ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
 
 
-@pytest.fixture(autouse=True)
-def fast_cli(tmp_path, monkeypatch):
-    """SPLADE runs a real model; these tests are about the CLI, so a config file turns it off.
-
-    Typer also rebuilds the click command from the app on every invoke (~50 ms); a process
-    builds it once, and so do these tests."""
-    config = tmp_path / "config.yaml"
-    config.write_text(
-        "retrieval:\n  leg_weights: {lexical: 1.0, dense: 1.0, entity: 0.5, trigram: 0.5}\n"
-    )
-    monkeypatch.setenv("MEMCLI_CONFIG", str(config))
-    monkeypatch.setattr(typer.testing, "_get_command", _build_command)
-
-
-_build_command = functools.cache(typer.main.get_command)
+pytestmark = pytest.mark.usefixtures("fast_cli")  # conftest: no SPLADE, one click command
 
 
 def command_paths() -> list[tuple[str, ...]]:

@@ -4,32 +4,17 @@ fixes it and exits 1; running that command makes the file healthy again."""
 from __future__ import annotations
 
 import base64
-import functools
 import json
 from pathlib import Path
 
 import apsw
 import pytest
 import sqlite_vec
-import typer.main
-import typer.testing
 from conftest import ndjson
 
 from memcli.models import utcnow
 
-
-@pytest.fixture(autouse=True)
-def fast_cli(tmp_path, monkeypatch):
-    """No SPLADE leg (a real model, ~0.3 s a call); the click command built once per process."""
-    config = tmp_path / "config.yaml"
-    config.write_text(
-        "retrieval:\n  leg_weights: {lexical: 1.0, dense: 1.0, entity: 0.5, trigram: 0.5}\n"
-    )
-    monkeypatch.setenv("MEMCLI_CONFIG", str(config))
-    monkeypatch.setattr(typer.testing, "_get_command", _build_command)
-
-
-_build_command = functools.cache(typer.main.get_command)
+pytestmark = pytest.mark.usefixtures("fast_cli")  # conftest: no SPLADE, one click command
 
 RECORDS = [
     {"event_id": f"e{i}", "user_id": "priya", "session_id": "s1",

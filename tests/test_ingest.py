@@ -2,34 +2,15 @@
 
 from __future__ import annotations
 
-import functools
 import json
 from pathlib import Path
 
 import apsw
 import pytest
 import sqlite_vec
-import typer.main
-import typer.testing
 from conftest import ndjson, turns
 
-
-@pytest.fixture(autouse=True)
-def fast_cli(tmp_path, monkeypatch):
-    """SPLADE runs a real model (a second per large batch); a config file turns its leg off here.
-    test_purge.py and test_query.py keep it on where it matters.
-
-    Typer also rebuilds the click command from the app on every invoke (~50 ms); a process
-    builds it once, and so do these tests."""
-    config = tmp_path / "config.yaml"
-    config.write_text(
-        "retrieval:\n  leg_weights: {lexical: 1.0, dense: 1.0, entity: 0.5, trigram: 0.5}\n"
-    )
-    monkeypatch.setenv("MEMCLI_CONFIG", str(config))
-    monkeypatch.setattr(typer.testing, "_get_command", _build_command)
-
-
-_build_command = functools.cache(typer.main.get_command)
+pytestmark = pytest.mark.usefixtures("fast_cli")  # conftest: no SPLADE, one click command
 
 
 def rows(db_path: Path, sql: str, params: tuple = ()) -> list[tuple]:

@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-import functools
 import json
 from pathlib import Path
 
 import apsw
 import pytest
 import sqlite_vec
-import typer.main
-import typer.testing
 from conftest import ndjson
 
 from memcli import Memory
@@ -18,23 +15,7 @@ from memcli.config import RetrievalSettings
 from memcli.providers.embedders import HashEmbedder
 from memcli.store import relations as rel
 
-
-@pytest.fixture(autouse=True)
-def fast_cli(tmp_path, monkeypatch):
-    """SPLADE runs a real model (~0.3 s a CLI call): the CLI tests here run without its leg;
-    test_purge_clears_the_sparse_index runs it through the library.
-
-    Typer also rebuilds the click command from the app on every invoke (~50 ms); a process
-    builds it once, and so do these tests."""
-    config = tmp_path / "config.yaml"
-    config.write_text(
-        "retrieval:\n  leg_weights: {lexical: 1.0, dense: 1.0, entity: 0.5, trigram: 0.5}\n"
-    )
-    monkeypatch.setenv("MEMCLI_CONFIG", str(config))
-    monkeypatch.setattr(typer.testing, "_get_command", _build_command)
-
-
-_build_command = functools.cache(typer.main.get_command)
+pytestmark = pytest.mark.usefixtures("fast_cli")  # conftest: no SPLADE, one click command
 
 
 def connect(db_path: Path) -> apsw.Connection:

@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-import functools
 import json
 import shutil
 import time
 
 import pytest
-import typer.main
-import typer.testing
 from conftest import ndjson, turns
 
 from memcli import Memory
@@ -21,23 +18,7 @@ from memcli.store.connection import Database
 from memcli.store.filters import Filters
 from memcli.tokens import count_tokens
 
-
-@pytest.fixture(autouse=True)
-def fast_cli(tmp_path, monkeypatch):
-    """SPLADE runs a real model (~0.3 s a CLI call); the config file turns its leg off for the
-    CLI here. The library tests below run the sparse leg explicitly where filters matter.
-
-    Typer also rebuilds the click command from the app on every invoke (~50 ms); a process
-    builds it once, and so do these tests."""
-    config = tmp_path / "config.yaml"
-    config.write_text(
-        "retrieval:\n  leg_weights: {lexical: 1.0, dense: 1.0, entity: 0.5, trigram: 0.5}\n"
-    )
-    monkeypatch.setenv("MEMCLI_CONFIG", str(config))
-    monkeypatch.setattr(typer.testing, "_get_command", _build_command)
-
-
-_build_command = functools.cache(typer.main.get_command)
+pytestmark = pytest.mark.usefixtures("fast_cli")  # conftest: no SPLADE, one click command
 
 
 def query(cli, *args, input=None) -> list[dict]:

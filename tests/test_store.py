@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 import importlib.util
 import json
 import os
@@ -12,8 +11,6 @@ import sys
 
 import apsw
 import pytest
-import typer.main
-import typer.testing
 from conftest import ndjson, turns
 
 from memcli import Memory
@@ -22,22 +19,7 @@ from memcli.providers.embedders import HashEmbedder
 from memcli.store import migrations
 from memcli.store.connection import Database
 
-
-@pytest.fixture(autouse=True)
-def fast_cli(tmp_path, monkeypatch):
-    """SPLADE runs a real model; these tests are about the store, so a config file turns it off.
-
-    Typer also rebuilds the click command from the app on every invoke (~50 ms); a process
-    builds it once, and so do these tests."""
-    config = tmp_path / "config.yaml"
-    config.write_text(
-        "retrieval:\n  leg_weights: {lexical: 1.0, dense: 1.0, entity: 0.5, trigram: 0.5}\n"
-    )
-    monkeypatch.setenv("MEMCLI_CONFIG", str(config))
-    monkeypatch.setattr(typer.testing, "_get_command", _build_command)
-
-
-_build_command = functools.cache(typer.main.get_command)
+pytestmark = pytest.mark.usefixtures("fast_cli")  # conftest: no SPLADE, one click command
 
 
 def _schema(path) -> list[tuple[str, str, str]]:
