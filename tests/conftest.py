@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 from pathlib import Path
 
+import apsw
 import pytest
 import typer.main
 import typer.testing
@@ -96,3 +98,15 @@ def turns(session: str, texts: list[str], user: str = "u1", **extra) -> list[dic
 
 def ndjson(records: list[dict]) -> str:
     return "\n".join(json.dumps(r) for r in records) + "\n"
+
+
+@contextlib.contextmanager
+def write_lock_held(db_path):
+    """Another connection holds the database's write lock for the duration of the block."""
+    holder = apsw.Connection(str(db_path))
+    holder.execute("BEGIN IMMEDIATE")
+    try:
+        yield
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()

@@ -8,11 +8,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-import apsw
 import pytest
 import typer.main
 import typer.testing
-from conftest import ndjson, turns
+from conftest import ndjson, turns, write_lock_held
 
 import memcli
 from memcli.cli.app import app
@@ -154,16 +153,11 @@ def test_bad_option_is_exit_2(cli):
 
 def test_busy_database_exits_75(cli, db_path, stored, monkeypatch):
     monkeypatch.setenv("MEMCLI_BUSY_TIMEOUT", "0.2")
-    holder = apsw.Connection(str(db_path))
-    holder.execute("BEGIN IMMEDIATE")  # another process holds the write lock
-    try:
+    with write_lock_held(db_path):  # as another process would
         line = _one_error_line(cli("ingest", "--text", "blocked"), 75)
         assert "busy" in line
         # Reading still works while a writer holds the lock (WAL), and access counting yields.
         assert cli("query", "kiwi").exit_code == 0
-    finally:
-        holder.execute("ROLLBACK")
-        holder.close()
     assert cli("ingest", "--text", "unblocked").exit_code == 0
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 
 import apsw
-from conftest import turns
+from conftest import turns, write_lock_held
 from lifecycle_support import settings
 from trust_support import Procs, memcli_env
 
@@ -79,15 +79,10 @@ def test_a_read_does_not_wait_the_writers_timeout_for_its_access_counts(tmp_path
     env = {**memcli_env(tmp_path / "home", db), "MEMCLI_BUSY_TIMEOUT": "60"}
     with Procs(env) as procs:
         assert procs.run("ingest", "--text", "Alice likes green tea")[0] == 0
-        holder = apsw.Connection(str(db))
-        holder.execute("BEGIN IMMEDIATE")
-        try:
+        with write_lock_held(db):
             started = time.monotonic()
             code, out, err = procs.run("query", "green tea", "--json", timeout=120)
             elapsed = time.monotonic() - started
-        finally:
-            holder.execute("ROLLBACK")
-            holder.close()
     assert code == 0, err
     assert "green tea" in out
     assert elapsed < 40  # not the 60 s a writer would wait

@@ -15,8 +15,8 @@ import threading
 import time
 from collections import Counter
 
-import apsw
 import pytest
+from conftest import write_lock_held
 from trust_support import (
     Procs,
     check_database,
@@ -67,15 +67,10 @@ def test_a_writer_waits_for_the_lock_then_writes(tmp_path):
     db = tmp_path / "memory.db"
     with Procs(memcli_env(tmp_path / "home", db)) as procs:
         assert procs.run("ingest", "--text", "warm-up")[0] == 0
-        holder = apsw.Connection(str(db))
-        holder.execute("BEGIN IMMEDIATE")  # another process holds the write lock
-        try:
+        with write_lock_held(db):  # as another process would
             waiting = procs.start("ingest", "--text", "after the wait", "--json")
             time.sleep(2)
             assert waiting.poll() is None  # waiting, not failed
-        finally:
-            holder.execute("ROLLBACK")
-            holder.close()
         code, out, err = procs.finish(waiting)
     assert code == 0, err
     assert len(json.loads(out)["created"]) == 1
@@ -86,13 +81,8 @@ def test_busy_past_the_timeout_exits_75_and_writes_nothing(tmp_path):
     env = {**memcli_env(tmp_path / "home", db), "MEMCLI_BUSY_TIMEOUT": "0.5"}
     with Procs(env) as procs:
         assert procs.run("ingest", "--text", "warm-up")[0] == 0
-        holder = apsw.Connection(str(db))
-        holder.execute("BEGIN IMMEDIATE")
-        try:
+        with write_lock_held(db):
             code, out, err = procs.run("ingest", "--text", "blocked", "--json")
-        finally:
-            holder.execute("ROLLBACK")
-            holder.close()
     assert code == 75 and out == ""
     assert err.count("\n") == 1 and "0.5 s" in err and "MEMCLI_BUSY_TIMEOUT" in err
     assert len(stored_events(db)) == 1
