@@ -181,11 +181,13 @@ def _found(db_path: Path, group: str) -> dict[str, bool]:
 
 
 SCOPES = [
-    (["--session", "s1"], {"a"}),
-    (["--user", "u1"], {"a", "b", "d"}),
+    (["--session", "s1", "--tenant", "t1"], {"a"}),
+    (["--user", "u1", "--all-tenants"], {"a", "b", "d"}),
     (["--user", "u1", "--tenant", "t1"], {"a", "b"}),
+    # The configured tenant (`default`) has no u1: u1 of t1 and t2 are other people.
+    (["--user", "u1"], set()),
     (["--tenant", "t1"], {"a", "b", "c"}),
-    (["--app", "app1"], {"a", "c"}),
+    (["--app", "app1", "--tenant", "t1"], {"a", "c"}),
 ]
 
 
@@ -233,7 +235,7 @@ def test_purge_cli_legs(cli, db_path, populated):
         return any(word in h["text"] for h in dense), any(person in h["text"] for h in entity)
 
     assert legs("b") == (True, True) and legs("c") == (True, True)
-    assert cli("purge", "--session", "s2").exit_code == 0
+    assert cli("purge", "--session", "s2", "--tenant", "t1").exit_code == 0
     assert legs("b") == (False, False) and legs("c") == (True, True)
 
 
@@ -249,9 +251,9 @@ def test_purged_text_is_gone_from_the_file(cli, db_path, populated):
 
 def test_purge_one_memory_takes_its_event(cli, db_path, populated):
     mid = populated["b1"]
-    result = cli("purge", "--memory", str(mid))
+    result = cli("purge", "--memory", str(mid), "--tenant", "t1")
     assert result.exit_code == 0, result.stderr
-    assert json.loads(result.stdout)["scope"] == {"memory_id": mid}
+    assert json.loads(result.stdout)["scope"] == {"memory_id": mid, "tenant_id": "t1"}
     assert scalar(db_path, "SELECT count(*) FROM memories WHERE id = ?", (mid,)) == 0
     assert scalar(db_path, "SELECT count(*) FROM events WHERE event_id = 'b1'") == 0
     assert not any(_found(db_path, "b").values())
@@ -260,12 +262,13 @@ def test_purge_one_memory_takes_its_event(cli, db_path, populated):
 
 
 def test_other_scope_keys_narrow_a_memory_purge(cli, db_path, populated):
-    result = cli("purge", "--memory", str(populated["b1"]), "--user", "u2")
+    result = cli("purge", "--memory", str(populated["b1"]), "--user", "u2", "--tenant", "t1")
     assert result.exit_code == 0, result.stderr
     assert json.loads(result.stdout)["events"] == 0
     assert scalar(db_path, "SELECT count(*) FROM events") == len(RECORDS)
     assert scalar(db_path, "SELECT count(*) FROM sessions") == 4
-    result = cli("purge", "--memory", str(populated["b1"]), "--user", "u1")
+    result = cli("purge", "--memory", str(populated["b1"]), "--user", "u1",
+                 "--tenant", "t1")
     assert json.loads(result.stdout)["events"] == 1
     assert scalar(db_path, "SELECT count(*) FROM events WHERE event_id = 'b1'") == 0
     assert scalar(db_path, "SELECT group_concat(session_id) FROM sessions") == "s1,s3,s4"
@@ -286,7 +289,7 @@ def test_purge_part_of_a_session_recounts_it(cli, db_path, populated):
     conn = connect(db_path)
     conn.execute("UPDATE sessions SET summary = '{\"text\": \"mentions qxalphaword\"}'")
     conn.close()
-    assert cli("purge", "--memory", str(populated["a1"])).exit_code == 0
+    assert cli("purge", "--memory", str(populated["a1"]), "--tenant", "t1").exit_code == 0
     conn = connect(db_path)
     row = conn.execute(
         "SELECT event_count, started_at, summary FROM sessions WHERE session_id = 's1'"
@@ -325,7 +328,7 @@ def test_dry_run_prints_the_plan_and_deletes_nothing(cli, db_path, populated):
         }
 
     before = counts()
-    result = cli("purge", "--session", "s1", "--dry-run")
+    result = cli("purge", "--session", "s1", "--tenant", "t1", "--dry-run")
     assert result.exit_code == 0, result.stderr
     plan = json.loads(result.stdout)
     assert plan["dry_run"] is True
@@ -334,7 +337,7 @@ def test_dry_run_prints_the_plan_and_deletes_nothing(cli, db_path, populated):
     assert (plan["events"], plan["memories"], plan["artifacts"]) == (2, in_s1, 1)
     assert sorted(plan["event_ids"]) == ["a1", "a2"]
     assert counts() == before
-    text = cli("purge", "--session", "s1", "--dry-run", "--format", "text")
+    text = cli("purge", "--session", "s1", "--tenant", "t1", "--dry-run", "--format", "text")
     assert text.stdout.strip() == f"would purge 2 event(s), {in_s1} memories, 1 artifact(s)"
     assert counts() == before
 
@@ -420,7 +423,7 @@ def test_forget_and_restore_errors(cli, populated):
 
 def test_purge_removes_soft_deleted_memories_too(cli, db_path, populated):
     assert cli("forget", str(populated["b1"])).exit_code == 0
-    assert cli("purge", "--session", "s2").exit_code == 0
+    assert cli("purge", "--session", "s2", "--tenant", "t1").exit_code == 0
     assert scalar(db_path, "SELECT count(*) FROM memories WHERE event_id = 'b1'") == 0
     assert orphan_counts(connect(db_path)) == dict.fromkeys(orphan_counts(connect(db_path)), 0)
 

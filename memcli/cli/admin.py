@@ -45,14 +45,26 @@ def register(app: typer.Typer) -> None:
         user: Annotated[str | None, typer.Option("--user")] = None,
         tenant: Annotated[str | None, typer.Option("--tenant")] = None,
         app_id: Annotated[str | None, typer.Option("--app")] = None,
+        all_tenants: Annotated[bool, typer.Option(
+            "--all-tenants", help="A --user/--session/--app/--memory scope in every tenant.")
+        ] = False,
         dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the plan only.")] = False,
         db: DbOpt = None, fmt: FormatOpt = None, as_json: JsonOpt = False,
     ) -> None:
         """Delete a scope for good: events, memories, index rows, vectors, entity links, and
         every copy in the file (VACUUM, WAL emptied; exit 75 if a reader keeps old pages)."""
-        scope = {"memory_id": memory_id, "session_id": session, "user_id": user,
-                 "tenant_id": tenant, "app_id": app_id}
+        from memcli.errors import UsageError
+
         with errors(), open_memory(db, with_embedder=False) as memory:
+            if all_tenants and tenant is not None:
+                raise UsageError("--all-tenants and --tenant exclude each other")
+            # "alice" of another tenant is another person: a narrower scope stays in the
+            # configured tenant unless --all-tenants says otherwise (as reads do).
+            narrower = any(v is not None for v in (memory_id, session, user, app_id))
+            if tenant is None and narrower and not all_tenants:
+                tenant = memory.tenant
+            scope = {"memory_id": memory_id, "session_id": session, "user_id": user,
+                     "tenant_id": tenant, "app_id": app_id}
             plan = memory.plan_purge(**scope)
             if dry_run:
                 out = {k: v for k, v in plan.items() if k != "memory_ids"} | {"dry_run": True}
