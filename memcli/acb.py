@@ -52,6 +52,11 @@ CHANNEL_SENSITIVITIES: dict[str, tuple[str, ...]] = {
     "private": ("none", "low", "high"),
     "team": ("none", "low", "high"),
 }
+# Seed 003 9.1: a public channel "excludes preferences, private decisions". The agent channel
+# (inter-agent messages) also leaves out decisions taken on a private channel, but keeps
+# preferences: the agent's allowlist already says whether it may read them (a stylist must).
+CHANNEL_EXCLUDED_CATEGORIES: dict[str, tuple[str, ...]] = {"public": ("preferences",)}
+CHANNEL_HIDES_PRIVATE_DECISIONS = frozenset({"public", "agent"})
 DELTA_BULLETS = 3
 
 
@@ -111,6 +116,18 @@ def parse_request(data: Any) -> AcbRequest:
         raise UsageError(f"bad acb request: {where}: {first['msg']}") from exc
 
 
+def channel_rules(base: Filters, channel: str) -> Filters:
+    """The channel's exclusions on top of its sensitivities, for every section (in SQL)."""
+    extra = tuple(
+        c for c in CHANNEL_EXCLUDED_CATEGORIES.get(channel, ()) if c not in base.excluded_categories
+    )
+    return replace(
+        base,
+        excluded_categories=base.excluded_categories + extra,
+        hide_private_decisions=channel in CHANNEL_HIDES_PRIVATE_DECISIONS,
+    )
+
+
 def thread_keys(req: AcbRequest) -> list[str]:
     """The threads whose changes a bundle reports: the session, its user, the tenant."""
     keys = []
@@ -154,6 +171,7 @@ def build_acb(
             app_id=req.app_id,
             sensitivities=CHANNEL_SENSITIVITIES[req.channel],
         )
+        base = channel_rules(base, req.channel)
         stage = "delta"
         keys = thread_keys(req)
         revisions = sql.thread_revisions(memory.db, keys)
@@ -279,6 +297,8 @@ def _static_sections(
     views: dict[str, str] = {}
     for name in gather.VIEW_NAMES:
         candidates[name], views[name] = gather.view_items(name, context_dir)
+    candidates["profile"] = gather.profile_items(memory, base, req.user_id, settings.profile_limit)
+    candidates["reflection"] = gather.reflection_items(memory, base, req.user_id)
     candidates["task_state"] = gather.task_items(memory, base, req.user_id)
     candidates["handoff_packet"] = gather.handoff_items(
         memory,
