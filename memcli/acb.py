@@ -2,16 +2,18 @@
 
     bundle = build_acb(memory, {"user_id": "u1", "session_id": "s1", "query_text": "..."})
 
-Sections (cap, priority; config `acb.sections`): identity, rules, app_memories (`app_id` only),
-task_state, decision_ledger, handoff_packet, retrieved_evidence, recent_window. Sections fill by
+Sections (cap, priority; config `acb.sections`): identity, rules, profile (`context: all`
+categories), reflection (the latest), app_memories (`app_id` only), task_state, decision_ledger,
+handoff_packet, retrieved_evidence (duplicates collapsed), recent_window. Sections fill by
 priority; inside one, items are taken best first while they fit the section's cap and what is
 left of the budget (an item that does not fit is skipped, and the next, smaller one may fit). The
 budget is `max_tokens` minus a reserve for the caller; every count is tiktoken's, on exactly the
 text the markdown rendering prints, and the rendered block is counted once more at the end.
 
 Privacy runs in SQL through one `Filters`: the channel picks the sensitivities (public and agent:
-none/low; private and team: none/low/high; secret never exists), the agent's category allowlist
-applies to every section, and `app_id` confines the whole bundle to one app.
+none/low; private and team: none/low/high; secret never exists), public also drops preferences
+and both public and agent drop private decisions (`channel_rules`), the agent's category
+allowlist applies to every section, and `app_id` confines the whole bundle to one app.
 
 Determinism: no wall clock reaches the bundle. Ranking ages memories against the newest
 `updated_at` in the database, ids and sort keys are stable, and `acb_id` hashes the request, the

@@ -15,6 +15,8 @@ take one evidence slot, not three. Two memories are duplicates when
 The kept item is the best-ranked one; it cites the refs of every duplicate. Candidates are
 found with a prefix filter (for Jaccard >= t, two sets share a token among the first
 |A| - ceil(t |A|) + 1 of each in one fixed order), so a bundle never compares all pairs.
+Signatures are computed only for items about to take a slot (a duplicate of an item that did
+not fit would not fit either), and ASCII text skips NFKC (which cannot change it).
 """
 
 from __future__ import annotations
@@ -29,24 +31,30 @@ _WORD = re.compile(r"\w+")
 # Word tokens split "don't" into "don" and "t": the lone "t" stands for every n't.
 NEGATIONS = frozenset("no not never none nothing nobody nor neither without cannot t".split())
 
-Signature = tuple[str, frozenset[str]]
+Signature = tuple[str, frozenset[str], tuple[str, ...]]  # text, token set, prefix
 
 
 def signature(text: str) -> Signature:
-    """(normalised text, token set) of a memory's text."""
-    tokens = _WORD.findall(unicodedata.normalize("NFKC", text).casefold())
-    return " ".join(tokens), frozenset(tokens)
+    """(normalised text, token set, prefix-filter tokens) of a memory's text.
 
-
-def _prefix(tokens: frozenset[str]) -> list[str]:
-    ordered = sorted(tokens)
-    return ordered[: len(ordered) - math.ceil(NEAR_JACCARD * len(ordered)) + 1]
+    The prefix order is longest word first, then the word (a total order, the same in every
+    process): any fixed order is exact, and long words, being rarer, keep the lists a text is
+    compared against short ("the" would make every text a candidate of every other)."""
+    words = _WORD.findall(
+        text.lower() if text.isascii() else unicodedata.normalize("NFKC", text).casefold()
+    )
+    unique = frozenset(words)
+    ordered = sorted(sorted(unique), key=len, reverse=True)  # stable: ties stay alphabetical
+    keep = len(ordered) - math.ceil(NEAR_JACCARD * len(ordered)) + 1
+    return " ".join(words), unique, tuple(ordered[:keep])
 
 
 def near(a: frozenset[str], b: frozenset[str]) -> bool:
+    """Jaccard >= NEAR_JACCARD, and no digit or negation among the tokens that differ."""
     if not a or not b or min(len(a), len(b)) < NEAR_JACCARD * max(len(a), len(b)):
         return False
-    if len(a & b) < NEAR_JACCARD * len(a | b):
+    shared = len(a & b)
+    if shared < NEAR_JACCARD * (len(a) + len(b) - shared):
         return False
     return not any(t in NEGATIONS or any(c.isdigit() for c in t) for t in a ^ b)
 
@@ -56,30 +64,34 @@ class Collapser:
 
     def __init__(self) -> None:
         self._exact: dict[str, dict[str, Any]] = {}
-        self._by_token: dict[str, list[tuple[frozenset[str], dict[str, Any]]]] = {}
+        self._by_token: dict[str, list[tuple[int, frozenset[str], dict[str, Any]]]] = {}
+        self._count = 0
 
     def find(self, sig: Signature) -> dict[str, Any] | None:
-        text, tokens = sig
+        text, tokens, prefix = sig
         if not text:
             return None
         if text in self._exact:
             return self._exact[text]
-        seen: set[int] = set()
-        for token in _prefix(tokens):
-            for other, item in self._by_token.get(token, ()):
-                if id(item) not in seen:
-                    seen.add(id(item))
+        # The earliest kept match, whatever the order of the lookups (near is not transitive).
+        best: tuple[int, dict[str, Any]] | None = None
+        size = len(tokens)
+        low, high = NEAR_JACCARD * size, size / NEAR_JACCARD  # the sizes Jaccard allows
+        for token in prefix:
+            for rank, other, item in self._by_token.get(token, ()):
+                if (best is None or rank < best[0]) and low <= len(other) <= high:
                     if near(tokens, other):
-                        return item
-        return None
+                        best = (rank, item)
+        return None if best is None else best[1]
 
     def add(self, sig: Signature, item: dict[str, Any]) -> None:
-        text, tokens = sig
+        text, tokens, prefix = sig
         if not text:
             return
         self._exact.setdefault(text, item)
-        for token in _prefix(tokens):
-            self._by_token.setdefault(token, []).append((tokens, item))
+        self._count += 1
+        for token in prefix:
+            self._by_token.setdefault(token, []).append((self._count, tokens, item))
 
 
 def absorb(kept: dict[str, Any], duplicate: dict[str, Any]) -> None:

@@ -93,24 +93,27 @@ def pack(
         sec_used = 0
         for item in candidates.get(name, []):
             mid = item.get("memory_id")
-            sig = item.pop("_dup", None)
+            content = item.pop("_dup", None)  # evidence: its text, to collapse repeats
             if mid is not None and (
                 mid in packed_ids or (name == "retrieved_evidence" and mid in reserved)
             ):
                 deduped += 1
-                continue
-            kept = None if sig is None else collapser.find(sig)
-            if kept is not None:  # the same sentence again: one item citing every ref
-                acb_dedup.absorb(kept, item)
-                deduped += 1
-                if mid is not None:
-                    packed_ids.add(mid)
                 continue
             full_tokens = item["tokens"]
             start = 0 if taken else heading
             cap_left = p["cap"] - sec_used - start
             total_left = available - used - start
             room = min(cap_left, total_left)
+            sig = None
+            if content is not None and not empty and item["tokens"] <= room:
+                sig = acb_dedup.signature(content)
+                kept = collapser.find(sig)
+                if kept is not None:  # the same sentence again: one item citing every ref
+                    acb_dedup.absorb(kept, item)
+                    deduped += 1
+                    if mid is not None:
+                        packed_ids.add(mid)
+                    continue
             if empty:
                 omit(name, "budget", item)
             elif item["tokens"] <= room:

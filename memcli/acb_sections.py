@@ -14,7 +14,6 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from memcli import acb_dedup
 from memcli import acb_render as render
 from memcli.retrieval import search
 from memcli.retrieval.stages import Candidate, RankContext
@@ -274,7 +273,7 @@ def evidence_items(
         item = _memory_item("memory", cand.row, render.evidence_text(cand.row, extra))
         item["score"] = round(cand.score, 6)
         item["boosts"] = dict(sorted(cand.shown_boosts().items()))  # what each ranking stage added
-        item["_dup"] = acb_dedup.signature(cand.row["content"])  # the packer collapses repeats
+        item["_dup"] = cand.row["content"]  # the packer collapses repeated sentences
         if extra:
             item["related"] = [{"id": r["id"], "strength": round(r["strength"], 4)} for r in extra]
             item["refs"].extend(f"mem:{r['id']}" for r in extra)
