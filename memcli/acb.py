@@ -2,16 +2,18 @@
 
     bundle = build_acb(memory, {"user_id": "u1", "session_id": "s1", "query_text": "..."})
 
-Sections (cap, priority; config `acb.sections`): identity, rules, app_memories (`app_id` only),
-task_state, decision_ledger, handoff_packet, retrieved_evidence, recent_window. Sections fill by
+Sections (cap, priority; config `acb.sections`): identity, rules, profile (`context: all`
+categories), reflection (the latest), app_memories (`app_id` only), task_state, decision_ledger,
+handoff_packet, retrieved_evidence (duplicates collapsed), recent_window. Sections fill by
 priority; inside one, items are taken best first while they fit the section's cap and what is
 left of the budget (an item that does not fit is skipped, and the next, smaller one may fit). The
 budget is `max_tokens` minus a reserve for the caller; every count is tiktoken's, on exactly the
 text the markdown rendering prints, and the rendered block is counted once more at the end.
 
 Privacy runs in SQL through one `Filters`: the channel picks the sensitivities (public and agent:
-none/low; private and team: none/low/high; secret never exists), the agent's category allowlist
-applies to every section, and `app_id` confines the whole bundle to one app.
+none/low; private and team: none/low/high; secret never exists), public also drops preferences
+and both public and agent drop private decisions (`channel_rules`), the agent's category
+allowlist applies to every section, and `app_id` confines the whole bundle to one app.
 
 Determinism: no wall clock reaches the bundle. Ranking ages memories against the newest
 `updated_at` in the database, ids and sort keys are stable, and `acb_id` hashes the request, the
@@ -52,6 +54,11 @@ CHANNEL_SENSITIVITIES: dict[str, tuple[str, ...]] = {
     "private": ("none", "low", "high"),
     "team": ("none", "low", "high"),
 }
+# Seed 003 9.1: a public channel "excludes preferences, private decisions". The agent channel
+# (inter-agent messages) also leaves out decisions taken on a private channel, but keeps
+# preferences: the agent's allowlist already says whether it may read them (a stylist must).
+CHANNEL_EXCLUDED_CATEGORIES: dict[str, tuple[str, ...]] = {"public": ("preferences",)}
+CHANNEL_HIDES_PRIVATE_DECISIONS = frozenset({"public", "agent"})
 DELTA_BULLETS = 3
 
 
@@ -111,6 +118,18 @@ def parse_request(data: Any) -> AcbRequest:
         raise UsageError(f"bad acb request: {where}: {first['msg']}") from exc
 
 
+def channel_rules(base: Filters, channel: str) -> Filters:
+    """The channel's exclusions on top of its sensitivities, for every section (in SQL)."""
+    extra = tuple(
+        c for c in CHANNEL_EXCLUDED_CATEGORIES.get(channel, ()) if c not in base.excluded_categories
+    )
+    return replace(
+        base,
+        excluded_categories=base.excluded_categories + extra,
+        hide_private_decisions=channel in CHANNEL_HIDES_PRIVATE_DECISIONS,
+    )
+
+
 def thread_keys(req: AcbRequest) -> list[str]:
     """The threads whose changes a bundle reports: the session, its user, the tenant."""
     keys = []
@@ -154,6 +173,7 @@ def build_acb(
             app_id=req.app_id,
             sensitivities=CHANNEL_SENSITIVITIES[req.channel],
         )
+        base = channel_rules(base, req.channel)
         stage = "delta"
         keys = thread_keys(req)
         revisions = sql.thread_revisions(memory.db, keys)
@@ -279,6 +299,8 @@ def _static_sections(
     views: dict[str, str] = {}
     for name in gather.VIEW_NAMES:
         candidates[name], views[name] = gather.view_items(name, context_dir)
+    candidates["profile"] = gather.profile_items(memory, base, req.user_id, settings.profile_limit)
+    candidates["reflection"] = gather.reflection_items(memory, base, req.user_id)
     candidates["task_state"] = gather.task_items(memory, base, req.user_id)
     candidates["handoff_packet"] = gather.handoff_items(
         memory,

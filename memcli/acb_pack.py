@@ -12,6 +12,7 @@ import hashlib
 import json
 from typing import Any
 
+from memcli import acb_dedup
 from memcli import acb_render as render
 from memcli.tokens import count_tokens, get_encoding, truncate_to_tokens
 
@@ -19,6 +20,8 @@ from memcli.tokens import count_tokens, get_encoding, truncate_to_tokens
 ORDER = (
     "identity",
     "rules",
+    "profile",
+    "reflection",
     "app_memories",
     "task_state",
     "decision_ledger",
@@ -26,7 +29,8 @@ ORDER = (
     "retrieved_evidence",
     "recent_window",
 )
-TRUNCATABLE = frozenset({"view", "text", "checkpoint"})  # files and free text can be cut
+# Files, free text and the reflection (prose, seed 004 wants it in every call) can be cut.
+TRUNCATABLE = frozenset({"view", "text", "checkpoint", "reflection"})
 MIN_TRUNCATED = 8  # fewer tokens than this of a cut file is noise, not context
 NEAR_LIMIT = 64
 
@@ -80,6 +84,7 @@ def pack(
         reserved.add(item["memory_id"])
     packed_ids: set[int] = set()
     deduped = 0
+    collapser = acb_dedup.Collapser()  # evidence taken so far, by (near-)duplicate text
     sections: dict[str, dict[str, Any]] = {}
     for p in plan:
         name = p["name"]
@@ -88,6 +93,7 @@ def pack(
         sec_used = 0
         for item in candidates.get(name, []):
             mid = item.get("memory_id")
+            content = item.pop("_dup", None)  # evidence: its text, to collapse repeats
             if mid is not None and (
                 mid in packed_ids or (name == "retrieved_evidence" and mid in reserved)
             ):
@@ -98,6 +104,16 @@ def pack(
             cap_left = p["cap"] - sec_used - start
             total_left = available - used - start
             room = min(cap_left, total_left)
+            sig = None
+            if content is not None and not empty and item["tokens"] <= room:
+                sig = acb_dedup.signature(content)
+                kept = collapser.find(sig)
+                if kept is not None:  # the same sentence again: one item citing every ref
+                    acb_dedup.absorb(kept, item)
+                    deduped += 1
+                    if mid is not None:
+                        packed_ids.add(mid)
+                    continue
             if empty:
                 omit(name, "budget", item)
             elif item["tokens"] <= room:
@@ -117,6 +133,8 @@ def pack(
                 used += start + item["tokens"]
                 if mid is not None:
                     packed_ids.add(mid)
+                if sig is not None:
+                    collapser.add(sig, item)
         if name == "recent_window":
             taken.reverse()  # packed newest first, shown oldest first
         sections[name] = {
@@ -126,18 +144,25 @@ def pack(
             "tokens": sec_used,
             "items": taken,
         }
-    tool_omissions = [
-        {
-            "section": s["name"],
-            "reason": "truncated_tool_output",
-            "refs": i["refs"][1:2],
-            "artifact_id": i["artifact_id"],
-            "hint": f"memcli artifact {i['artifact_id']}",
-        }
-        for s in sections.values()
-        for i in s["items"]
-        if i.get("artifact_id")
-    ]
+    # One entry per (section, artifact): a long tool output is many chunks of one artifact.
+    tool: dict[tuple[str, str], dict[str, Any]] = {}
+    for s in sections.values():
+        for i in s["items"]:
+            if i.get("artifact_id"):
+                entry = tool.setdefault(
+                    (s["name"], i["artifact_id"]),
+                    {
+                        "section": s["name"],
+                        "reason": "truncated_tool_output",
+                        "count": 0,
+                        "refs": [],
+                        "artifact_id": i["artifact_id"],
+                        "hint": f"memcli artifact {i['artifact_id']}",
+                    },
+                )
+                entry["count"] += 1
+                entry["refs"].extend(r for r in i["refs"][1:2] if r not in entry["refs"])
+    tool_omissions = list(tool.values())
     return {
         "acb_id": None,
         "budget_tokens": max_tokens,
@@ -198,15 +223,22 @@ def finish(
         victim["tokens"] -= dropped["tokens"]
         if not victim["items"]:
             victim["tokens"] = 0  # its heading goes too
-        bundle["omissions"].append(
-            {
-                "section": victim["name"],
-                "reason": "budget",
-                "count": 1,
-                "tokens": dropped["tokens"],
-                "refs": dropped["refs"][:1],
-            }
+        group = next(
+            (
+                o
+                for o in bundle["omissions"]
+                if o["section"] == victim["name"] and o["reason"] == "budget"
+            ),
+            None,
         )
+        if group is None:
+            group = {"section": victim["name"], "reason": "budget", "count": 0, "tokens": 0,
+                     "refs": []}
+            bundle["omissions"].append(group)
+        group["count"] += 1
+        group["tokens"] += dropped["tokens"]
+        if len(group["refs"]) < 20:
+            group["refs"].append(dropped["refs"][0])
     bundle.pop("empty")
 
 

@@ -110,6 +110,14 @@ def evidence_text(row: dict[str, Any], related: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def profile_text(row: dict[str, Any]) -> str:
+    return f"[{row['category']}] {row['content'].strip()}"
+
+
+def reflection_text(row: dict[str, Any]) -> str:
+    return f"Reflection of {row['event_time'][:10]} (#{row['id']}): {row['content'].strip()}"
+
+
 def turn_text(row: dict[str, Any]) -> str:
     who = row.get("actor_id") or row.get("actor_type") or "?"
     return f"[{row['event_time'][:16]}] {who}: {row['content'].strip()}"

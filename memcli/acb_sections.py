@@ -126,6 +126,24 @@ def handoff_items(
     return items
 
 
+# -- who the user is: profile and latest reflection ---------------------------------------
+def profile_items(
+    memory: Memory, filters: Filters, user_id: str | None, limit: int
+) -> list[dict[str, Any]]:
+    """The user's memories of the `context: all` categories of categories.yaml, each category
+    bounded by its `rag_length` (else `limit`); no query needed. No user: no profile."""
+    if user_id is None:
+        return []
+    rows = sql.profile_memories(memory.db, filters, user_id, memory.categories.always, limit)
+    return [_memory_item("profile", r, render.profile_text(r)) for r in rows]
+
+
+def reflection_items(memory: Memory, filters: Filters, user_id: str | None) -> list[dict[str, Any]]:
+    """The user's latest reflection (seed 004 appends it before every call)."""
+    row = None if user_id is None else sql.latest_reflection(memory.db, filters, user_id)
+    return [] if row is None else [_memory_item("reflection", row, render.reflection_text(row))]
+
+
 # -- conversation ----------------------------------------------------------------------------
 def recent_items(
     memory: Memory, filters: Filters, user_id: str | None, limit: int
@@ -255,6 +273,7 @@ def evidence_items(
         item = _memory_item("memory", cand.row, render.evidence_text(cand.row, extra))
         item["score"] = round(cand.score, 6)
         item["boosts"] = dict(sorted(cand.shown_boosts().items()))  # what each ranking stage added
+        item["_dup"] = cand.row["content"]  # the packer collapses repeated sentences
         if extra:
             item["related"] = [{"id": r["id"], "strength": round(r["strength"], 4)} for r in extra]
             item["refs"].extend(f"mem:{r['id']}" for r in extra)

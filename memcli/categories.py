@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +19,9 @@ class Categories:
     names: tuple[str, ...]
     allowlists: dict[str, tuple[str, ...]]
     restricted: tuple[str, ...] = RESTRICTED
+    # `context: all` categories, each with its bound (`rag_length`, else None): the bundle's
+    # profile section loads them whole, without a query (seed 000 section 5).
+    always: dict[str, int | None] = field(default_factory=dict)
 
     def _allowlist(self, agent: str) -> tuple[str, ...]:
         return self.allowlists.get(agent, self.allowlists.get("default", ("*",)))
@@ -119,7 +122,19 @@ def load_categories(path: Path | None) -> Categories:
         for agent, cats in (data.get("allowlists") or {}).items()
     }
     restricted = tuple(str(c) for c in data.get("restricted", RESTRICTED) or ())
-    return Categories(names, allowlists, restricted)
+    return Categories(names, allowlists, restricted, context_all(data.get("categories", [])))
+
+
+def context_all(items: list[Any]) -> dict[str, int | None]:
+    """{category: rag_length or None} for the categories marked `context: all`."""
+    out: dict[str, int | None] = {}
+    for item in items:
+        if isinstance(item, dict) and str(item.get("context", "rag")).lower() == "all":
+            bound = item.get("rag_length")
+            if bound is not None and (not isinstance(bound, int) or bound < 0):
+                raise UsageError(f"category {item['name']}: rag_length must be a whole number >= 0")
+            out[str(item["name"])] = bound
+    return out
 
 
 def default_json_text() -> str:

@@ -112,9 +112,10 @@ class SectionSettings(BaseModel):
 # Context bundle sections: cap (tokens) and priority (higher fills first), from the PRD's 65K
 # allocation. `app_memories` only appears with `acb build --app`.
 DEFAULT_SECTIONS: dict[str, tuple[int, int]] = {
-    "identity": (1200, 10), "rules": (6000, 9), "app_memories": (2000, 9),
+    "identity": (1200, 10), "rules": (6000, 9), "profile": (2000, 9), "reflection": (800, 8),
+    "app_memories": (2000, 9),
     "task_state": (3000, 8), "decision_ledger": (4000, 7), "handoff_packet": (6000, 7),
-    "retrieved_evidence": (28000, 6), "recent_window": (8000, 5),
+    "retrieved_evidence": (25200, 6), "recent_window": (8000, 5),
 }
 
 
@@ -132,6 +133,7 @@ class AcbSettings(BaseModel):
     w_rel: float = 0.05  # boost per unit of the strongest `related` edge
     related_bullets: int = Field(default=2, ge=0)  # related memories shown under an item
     app_memory_limit: int = Field(default=10, ge=1)  # seed 001: at most N memories per app
+    profile_limit: int = Field(default=50, ge=0)  # per `context: all` category without rag_length
 
     @field_validator("sections", mode="before")
     @classmethod

@@ -159,10 +159,12 @@ def test_default_budget_and_caps(memory):
     assert caps == {
         "identity": 1200,
         "rules": 6000,
+        "profile": 2000,
+        "reflection": 800,
         "task_state": 3000,
         "decision_ledger": 4000,
         "handoff_packet": 6000,
-        "retrieved_evidence": 28000,
+        "retrieved_evidence": 25200,
         "recent_window": 8000,
     }
     assert [s["name"] for s in bundle["sections"]][-1] == "recent_window"

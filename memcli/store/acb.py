@@ -50,6 +50,47 @@ def app_memories(
     )
 
 
+def profile_memories(
+    db: Database, filters: Filters, user_id: str, bounds: dict[str, int | None], limit: int
+) -> list[dict[str, Any]]:
+    """The user's memories of the `context: all` categories (`bounds`: category -> rag_length,
+    None for `limit`), pinned first, then by importance, newest first; at most that many per
+    category. The user's own only: a profile is about one person."""
+    if not bounds:
+        return []
+    where, params = filters.sql()
+    marks = ",".join("?" * len(bounds))
+    cases = " ".join("WHEN ? THEN ?" for _ in bounds)
+    case_params = [v for c, n in sorted(bounds.items()) for v in (c, limit if n is None else n)]
+    return db.query(
+        f"""WITH p AS (
+                SELECT m.id, m.content, m.category, m.kind, m.event_id, m.event_time,
+                       m.attributes, row_number() OVER (
+                           PARTITION BY m.category
+                           ORDER BY m.pinned DESC, m.importance DESC, m.updated_at DESC, m.id DESC
+                       ) AS n
+                FROM memories m
+                WHERE m.user_id = ? AND m.kind != 'episode' AND m.category IN ({marks})
+                  AND {where})
+            SELECT id, content, category, kind, event_id, event_time, attributes FROM p
+            WHERE n <= CASE category {cases} END
+            ORDER BY category, n""",
+        (user_id, *sorted(bounds), *params, *case_params),
+    )
+
+
+def latest_reflection(db: Database, filters: Filters, user_id: str) -> dict[str, Any] | None:
+    """The user's newest active reflection (seed 004 injects it before every call)."""
+    where, params = filters.sql()
+    rows = db.query(
+        f"SELECT m.id, m.content, m.category, m.kind, m.event_id, m.event_time, m.attributes"
+        f" FROM memories m WHERE m.user_id = ? AND m.kind = 'reflection' AND {where}"
+        f" ORDER BY m.created_at DESC, m.id DESC LIMIT 1",
+        (user_id, *params),
+    )
+    return rows[0] if rows else None
+
+
 def max_related_strength(db: Database, ids: list[int]) -> dict[int, float]:
     """Strength of each memory's strongest `related` edge to an active memory."""
     if not ids:

@@ -35,6 +35,8 @@ class Filters:
     updated_after: str | None = None
     updated_before: str | None = None
     states: tuple[str, ...] = field(default=("active",))
+    # Decisions recorded on a private channel stay out (a bundle for a public or agent channel).
+    hide_private_decisions: bool = False
 
     def __post_init__(self) -> None:
         if self.all_tenants and self.tenant_id is not None:
@@ -80,6 +82,11 @@ class Filters:
             marks = ",".join("?" * len(self.excluded_categories))
             clauses.append(f"coalesce({alias}.category, '') NOT IN ({marks})")
             params.extend(self.excluded_categories)
+        if self.hide_private_decisions:
+            clauses.append(
+                f"NOT ({alias}.channel = 'private' AND ({alias}.kind = 'decision'"
+                f" OR coalesce({alias}.category, '') = 'decisions'))"
+            )
         if self.pinned is not None:
             clauses.append(f"{alias}.pinned = ?")
             params.append(int(self.pinned))
