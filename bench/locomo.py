@@ -40,6 +40,7 @@ import sys
 import tempfile
 import time
 from collections import defaultdict
+from collections.abc import Callable
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -57,6 +58,7 @@ from memcli import Memory  # noqa: E402
 from memcli.config import RetrievalSettings, Settings  # noqa: E402
 from memcli.memory import make_sparse  # noqa: E402
 from memcli.providers.embedders import get_embedder  # noqa: E402
+from memcli.retrieval.text import has_recall_cue  # noqa: E402
 from memcli.tokens import count_tokens  # noqa: E402
 
 DEFAULT_DATA = REPO_ROOT.parent / "shared" / "data" / "locomo10.json"
@@ -336,26 +338,37 @@ def dia_id_of(event_id: str | None, sample_id: str) -> str | None:
     return None
 
 
-def evaluate(memory: Memory, qs: list[dict[str, Any]], config: str) -> dict[str, Any]:
+def ask_conversation(memory: Memory, q: dict[str, Any]) -> tuple[list[Any], bool]:
+    """The protocol's query: the whole conversation (its tenant). (hits, widened)"""
+    result = memory.query(
+        q["question"],
+        filters=memory.filters(tenant_id=q["sample_id"]),
+        top_k=TOP_K,
+        record_access=False,
+    )
+    return result.hits, False
+
+
+def evaluate(
+    memory: Memory,
+    qs: list[dict[str, Any]],
+    config: str,
+    ask: Callable[[Memory, dict[str, Any]], tuple[list[Any], bool]] = ask_conversation,
+) -> dict[str, Any]:
     """Ask every question under one configuration; per-question recalls and latencies."""
     memory.retrieval = config_settings(config)
     rows = []
     latencies = []
     for n, q in enumerate(qs, start=1):
         t = time.perf_counter()
-        result = memory.query(
-            q["question"],
-            filters=memory.filters(tenant_id=q["sample_id"]),
-            top_k=TOP_K,
-            record_access=False,
-        )
+        hits, widened = ask(memory, q)
         latencies.append((time.perf_counter() - t) * 1000)
-        ranked = [dia_id_of(h.event_id, q["sample_id"]) for h in result.hits]
+        ranked = [dia_id_of(h.event_id, q["sample_id"]) for h in hits]
         evidence = set(q["evidence"])
-        row: dict[str, Any] = {"category": q["category"]}
+        row: dict[str, Any] = {"category": q["category"], "widened": widened}
         for k in KS:
             row[f"r@{k}"] = len(evidence & set(ranked[:k])) / len(evidence)
-        costs = [count_tokens(h.text, memory.encoding) for h in result.hits]
+        costs = [count_tokens(h.text, memory.encoding) for h in hits]
         for budget in BUDGETS:
             taken: set[str | None] = set()
             used = 0
@@ -397,12 +410,84 @@ def summarise(run: dict[str, Any]) -> dict[str, Any]:
             str(b): round(sum(r["tokens_top_k"] <= b for r in rows) / len(rows), 3) for b in BUDGETS
         },
         "mean_tokens_top_k": round(statistics.mean(r["tokens_top_k"] for r in rows), 1),
+        "widened_share": round(sum(r["widened"] for r in rows) / len(rows), 3),
         "latency_ms": {
             "mean": round(statistics.mean(lat), 2),
             "p50": round(lat[len(lat) // 2], 2),
             "p95": round(lat[min(len(lat) - 1, math.ceil(0.95 * len(lat)) - 1)], 2),
         },
     }
+
+
+# --------------------------------------------------------------------------- session-scoped
+
+# How a question asked inside the conversation's last session may widen to the user:
+#   none       never (`widen=False`): the last session only
+#   all-legs   memcli's rule before issue #14: a recall cue, or fewer than `min_session_hits`
+#              ranked hits over every leg (emulated: the session pass, then the user pass)
+#   full-text  the rule now (seed 002): a recall cue, or fewer than `min_session_hits`
+#              full-text (lexical + trigram) hits in the session (`Memory.query` as shipped)
+SESSION_RULES = ("none", "all-legs", "full-text")
+
+
+def last_sessions(data: list[dict[str, Any]], max_sessions: int | None) -> dict[str, str]:
+    """Each conversation's last ingested session id."""
+    last = {}
+    for sample in data:
+        number = sessions(sample["conversation"])[:max_sessions][-1][0]
+        last[sample["sample_id"]] = f"{sample['sample_id']}:session_{number}"
+    return last
+
+
+def session_ask(
+    rule: str, last: dict[str, str]
+) -> Callable[[Memory, dict[str, Any]], tuple[list[Any], bool]]:
+    """The question asked with the session set to its conversation's last session."""
+
+    def ask(memory: Memory, q: dict[str, Any]) -> tuple[list[Any], bool]:
+        session = memory.filters(tenant_id=q["sample_id"], session_id=last[q["sample_id"]])
+        if rule == "full-text":
+            result = memory.query(q["question"], filters=session, top_k=TOP_K, record_access=False)
+            return result.hits, result.scope == "user"
+        result = memory.query(
+            q["question"], filters=session, top_k=TOP_K, widen=False, record_access=False
+        )
+        thin = len(result.hits) < memory.retrieval.min_session_hits  # top_k 50 > 3: = ranked
+        if rule == "all-legs" and (has_recall_cue(q["question"]) or thin):
+            user = memory.filters(tenant_id=q["sample_id"], user_id=q["sample_id"])
+            result = memory.query(
+                q["question"], filters=user, top_k=TOP_K, widen=False, record_access=False
+            )
+            return result.hits, True
+        return result.hits, False
+
+    return ask
+
+
+def render_session_markdown(meta: dict[str, Any], results: dict[str, dict[str, Any]]) -> str:
+    lines = [
+        "## Session-scoped questions (session = the conversation's last session)",
+        "",
+        "Each question asked with `session_id` set to its conversation's last session, under"
+        " each widening rule: `none` (the session only), `all-legs` (memcli before issue #14:"
+        " a recall cue or fewer than 3 ranked hits over every leg), `full-text` (now, seed 002:"
+        " a recall cue or fewer than 3 lexical/trigram hits in the session). `widened`: share"
+        " of questions that widened to the user.",
+        "",
+        "| config / rule | R@5 | R@10 | R@25 | R@50 | 500 tok | 1000 tok | 2000 tok"
+        " | widened | query ms |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for name, res in results.items():
+        o = res["overall"]
+        lines.append(
+            f"| {name} | "
+            + " | ".join(f"{o[f'r@{k}']:.1f}" for k in KS)
+            + " | "
+            + " | ".join(f"{o[f'b{b}']:.1f}" for b in BUDGETS)
+            + f" | {100 * res['widened_share']:.0f}% | {res['latency_ms']['mean']:.1f} |"
+        )
+    return "\n".join(lines) + "\n"
 
 
 # --------------------------------------------------------------------------- report
@@ -539,6 +624,17 @@ def run(args: argparse.Namespace) -> int:
             t = time.perf_counter()
             results[config] = summarise(evaluate(memory, qs, config))
             print(f"  {config}: {time.perf_counter() - t:.1f} s", file=sys.stderr)
+        session_results: dict[str, dict[str, Any]] = {}
+        if args.session_scoped or args.smoke:
+            last = last_sessions(data, max_sessions)
+            for config in configs if args.smoke else args.session_configs.split(","):
+                for rule in SESSION_RULES:
+                    t = time.perf_counter()
+                    name = f"{config} / {rule}"
+                    session_results[name] = summarise(
+                        evaluate(memory, qs, config.strip(), session_ask(rule, last))
+                    )
+                    print(f"  {name}: {time.perf_counter() - t:.1f} s", file=sys.stderr)
 
     meta = {
         "benchmark": "locomo-evidence-recall",
@@ -558,12 +654,16 @@ def run(args: argparse.Namespace) -> int:
     }
     markdown = render_markdown(meta, results)
     print(markdown)
+    session_markdown = render_session_markdown(meta, session_results) if session_results else ""
+    if session_markdown:
+        print(session_markdown)
 
     if args.smoke:
-        numbers = [v for res in results.values() for v in res["overall"].values()]
+        every = [*results.values(), *session_results.values()]
+        numbers = [v for res in every for v in res["overall"].values()]
         numbers += [
             v
-            for res in results.values()
+            for res in every
             for cat in res["by_category"].values()
             for key, v in cat.items()
             if key != "n"
@@ -578,6 +678,14 @@ def run(args: argparse.Namespace) -> int:
 
     RESULTS_DIR.mkdir(parents=True, exist_ok=True)
     out = RESULTS_DIR / f"locomo-{embedder_name}"
+    if session_results:
+        session_out = RESULTS_DIR / f"locomo-{embedder_name}-session"
+        session_out.with_suffix(".md").write_text(session_markdown, encoding="utf-8")
+        session_out.with_suffix(".json").write_text(
+            json.dumps({"meta": meta, "results": session_results}, indent=2) + "\n",
+            encoding="utf-8",
+        )
+        print(f"wrote {session_out.relative_to(REPO_ROOT)}.md and .json", file=sys.stderr)
     if set(configs) == set(CONFIGS):
         out.with_suffix(".md").write_text(markdown, encoding="utf-8")
         out.with_suffix(".json").write_text(
@@ -608,6 +716,17 @@ def main(argv: list[str] | None = None) -> int:
         help=f"comma-separated subset of {', '.join(CONFIGS)}",
     )
     parser.add_argument("--rebuild", action="store_true", help="ignore the cached database")
+    parser.add_argument(
+        "--session-scoped",
+        action="store_true",
+        help="also ask every question inside its conversation's last session, under each"
+        " widening rule (none, all-legs, full-text); results to locomo-<embedder>-session.md",
+    )
+    parser.add_argument(
+        "--session-configs",
+        default="hybrid-zscore",
+        help="comma-separated configurations for --session-scoped (default: hybrid-zscore)",
+    )
     parser.add_argument(
         "--smoke",
         action="store_true",

@@ -15,9 +15,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from memcli import acb_render as render
-from memcli.retrieval import search
+from memcli.retrieval import scope, search
 from memcli.retrieval.stages import Candidate, RankContext
-from memcli.retrieval.text import has_recall_cue
 from memcli.store import acb as sql
 from memcli.store import ledger as ledger_sql
 
@@ -210,18 +209,21 @@ def retrieve(
     """The same legs and ranking stages as `query`, bounded (pool <= pool_max, scored <=
     scored_max), on a clock taken from the data, then the relations boost.
 
-    Like `query`, a session search widens to its user on a recall cue or when thin; here
-    "thin" does not count the `recent` turns, which the recent window already shows. When the
-    recent window holds every turn of the session (`session_covered`) or the text has a recall
-    cue, the session pass could only be thrown away, so it is skipped (the user pass finds the
-    session's other memories too)."""
+    Like `query`, a session search widens to its user on a recall cue or when it has too little
+    full-text evidence (memcli.retrieval.scope); here the count leaves out the `recent` turns,
+    which the recent window already shows. When the recent window holds every turn of the
+    session (`session_covered`) or the text has a recall cue, the session pass could only be
+    thrown away, so it is skipped (the user pass finds the session's other memories too)."""
     legs_on = [k for k, w in memory.retrieval.leg_weights.items() if w > 0]
     per_leg = max(
         1, min(memory.retrieval.candidates_per_leg, settings.pool_max // max(1, len(legs_on)))
     )
     retrieval = memory.retrieval.model_copy(update={"candidates_per_leg": per_leg})
     path = "session" if filters.session_id else ("user" if filters.user_id else "all")
-    widen = bool(filters.session_id) and (session_covered or has_recall_cue(text))
+    # One widening rule with `query` (memcli.retrieval.scope): a session with no owner never
+    # widens; a recall cue, or a recent window holding the whole session, widens at once.
+    wider = scope.wider_scope(memory.db, filters)
+    widen = wider is not None and (session_covered or scope.widen_before_search(text))
     legs: dict[str, list[tuple[int, float]]] = {}
     ranked: list[Candidate] = []
     if not widen:
@@ -230,20 +232,16 @@ def retrieve(
             reader=memory.reader(),
         )
         ranked = search.rank(RankContext(memory.db, filters, text, retrieval, now=now), legs)
-        fresh = sum(1 for c in ranked if c.id not in recent)
-        widen = bool(filters.session_id) and fresh < memory.retrieval.min_session_hits
-    if widen:
-        wider = filters.widen_to_user()
-        if wider.user_id is None and filters.tenant_id and filters.session_id:
-            wider = replace(
-                wider, user_id=sql.session_user(memory.db, filters.tenant_id, filters.session_id)
-            )
+        widen = wider is not None and scope.session_is_thin(
+            legs, [c.id for c in ranked], memory.retrieval.min_session_hits, exclude=recent
+        )
+    if widen and wider is not None:
         legs = search.run_legs(
             memory.db, memory.embedder, text, wider, retrieval, sparse=memory.sparse,
             reader=memory.reader(),
         )
         ranked = search.rank(RankContext(memory.db, wider, text, retrieval, now=now), legs)
-        path = f"{path}>{'user' if wider.user_id else 'all'}"
+        path = f"{path}>user"
     pool = len(ranked)
     ranked = search.load_rows(memory.db, ranked[: settings.pool_max][: settings.scored_max])
     if settings.w_rel:

@@ -11,7 +11,6 @@
 from __future__ import annotations
 
 import time
-from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -19,9 +18,10 @@ from memcli.categories import Categories, load_categories
 from memcli.config import RetrievalSettings, Settings
 from memcli.errors import UsageError
 from memcli.models import Hit, IngestReport, QueryResult
+from memcli.retrieval import scope as widening
 from memcli.retrieval import search
 from memcli.retrieval.stages import Candidate, RankContext
-from memcli.retrieval.text import bound_query, has_recall_cue
+from memcli.retrieval.text import bound_query
 from memcli.store import memories as mem
 from memcli.store import sparse as sparse_sql
 from memcli.store import vectors as vec
@@ -237,8 +237,12 @@ class Memory:
         legs = search.run_legs(self.db, self.embedder, text, filters, self.retrieval,
                                sparse=self.sparse, reader=self.reader())
         ranked = search.rank(RankContext(self.db, filters, text, self.retrieval), legs)
-        wider = self._wider_scope(filters) if filters.session_id and widen and (
-            has_recall_cue(text) or len(ranked) < self.retrieval.min_session_hits) else None
+        # Seed 002: widen on a recall cue or when the session has too little full-text
+        # evidence (memcli.retrieval.scope, the rule `acb build` uses too).
+        wider = None
+        if widen and filters.session_id and widening.should_widen(
+                text, legs, [c.id for c in ranked], self.retrieval.min_session_hits):
+            wider = widening.wider_scope(self.db, filters)
         if wider is not None:
             legs = search.run_legs(self.db, self.embedder, text, wider, self.retrieval,
                                    sparse=self.sparse, reader=self.reader())
@@ -248,7 +252,7 @@ class Memory:
         if threshold is not None:
             ranked = [c for c in ranked if c.score >= threshold]
         ranked = search.load_rows(self.db, ranked[:top_k])
-        hits = [self._hit(c, return_format) for c in ranked]
+        hits = [self._hit(c, return_format, scope) for c in ranked]
         used = 0
         if budget_tokens is not None:
             from memcli.tokens import count_tokens
@@ -263,7 +267,8 @@ class Memory:
                 kept.append(hit)
             hits = kept
         result = QueryResult(
-            query=text, scope=scope, hits=hits, legs={k: len(v) for k, v in legs.items()},
+            query=text, scope=scope, path=path, hits=hits,
+            legs={k: len(v) for k, v in legs.items()},
             fusion=self.retrieval.fusion, budget_tokens=budget_tokens, tokens_used=used,
             latency_ms=round((time.perf_counter() - t0) * 1000, 3),
         )
@@ -281,25 +286,6 @@ class Memory:
             })
         return result
 
-    def _wider_scope(self, filters: Filters) -> Filters | None:
-        """The session's user scope, or None when the session has no (unambiguous) owner:
-        "everyone" is never a session's user."""
-        wider = filters.widen_to_user()
-        if wider.user_id is None:
-            wider = replace(wider, user_id=self._session_user(filters))
-        return wider if wider.user_id is not None else None
-
-    def _session_user(self, filters: Filters) -> str | None:
-        """The user a session belongs to, looked up in the query's tenant."""
-        if filters.tenant_id is not None:
-            return self.db.scalar(
-                "SELECT user_id FROM sessions WHERE tenant_id = ? AND session_id = ?",
-                (filters.tenant_id, filters.session_id))
-        users = {r[0] for r in self.db.execute(
-            "SELECT user_id FROM sessions WHERE session_id = ?", (filters.session_id,))}
-        # Ambiguous across tenants: do not guess whose memories to read.
-        return users.pop() if len(users) == 1 else None
-
     def _after_read(self, ids: list[int], metrics: dict[str, Any]) -> None:
         """Access counts and the request-metrics row, in one short write."""
         from memcli.errors import DatabaseBusyError
@@ -316,7 +302,7 @@ class Memory:
             pass  # both are hints; a busy writer must not fail a read
 
     @staticmethod
-    def _hit(cand: Candidate, return_format: str) -> Hit:
+    def _hit(cand: Candidate, return_format: str, scope: str) -> Hit:
         import json
 
         row = cand.row
@@ -336,7 +322,7 @@ class Memory:
             sensitivity=row["sensitivity"], actor_type=row["actor_type"],
             actor_id=row["actor_id"], event_time=row["event_time"],
             importance=row["importance"], pinned=bool(row["pinned"]),
-            tokens=row["token_count"], source_ids=json.loads(row["source_ids"]),
+            tokens=row["token_count"], source_ids=json.loads(row["source_ids"]), scope=scope,
         )
 
     # -- audit and lifecycle -------------------------------------------------------------------

@@ -132,6 +132,14 @@ class Hit(BaseModel):
     pinned: bool
     tokens: int
     source_ids: list[Any] = Field(default_factory=list)
+    # The scope of the search that answered (session | user | all), on every hit, so a JSON
+    # array says whether a session query widened to its user.
+    scope: str | None = None
+
+    def bullet(self) -> dict[str, Any]:
+        """Seed 000's bullet: `{id, category, text}`, plus the scope every hit carries."""
+        return {"id": self.id, "category": self.category, "text": self.text,
+                "scope": self.scope}
 
 
 class RecordProblem(BaseModel):
@@ -168,7 +176,8 @@ class IngestReport(BaseModel):
 
 class QueryResult(BaseModel):
     query: str
-    scope: str  # session | user | all
+    scope: str  # session | user | all: the scope that answered
+    path: str = ""  # the scopes searched, e.g. "session>user" when a session query widened
     hits: list[Hit]
     legs: dict[str, int] = Field(default_factory=dict)  # candidates per leg
     fusion: str

@@ -18,7 +18,9 @@ class ReturnMode(StrEnum):
 def register(app: typer.Typer) -> None:
     @app.command("query")
     def query_cmd(
-        text: Annotated[str, typer.Argument(help="What to look for; `-` reads it from stdin.")],
+        text: Annotated[str, typer.Argument(
+            help="What to look for; `-` reads stdin: a seed-000 memory.query JSON request "
+                 "when it starts with `{`, else the query text.")],
         session: Annotated[str | None, typer.Option(
             "--session", help="Search this session first, widening to its user when thin.")] = None,
         user: Annotated[str | None, typer.Option("--user")] = None,
@@ -45,10 +47,13 @@ def register(app: typer.Typer) -> None:
         importance_max: Annotated[float | None, typer.Option("--importance-max")] = None,
         updated_after: Annotated[str | None, typer.Option("--updated-after")] = None,
         updated_before: Annotated[str | None, typer.Option("--updated-before")] = None,
-        top_k: Annotated[int, typer.Option("--top-k", "-k", min=1, max=1000)] = 10,
+        top_k: Annotated[int | None, typer.Option(
+            "--top-k", "-k", min=1, max=1000, help="How many hits (default 10).")] = None,
         threshold: Annotated[float | None, typer.Option(
             "--threshold", help="Drop hits whose final score (0-1) is below this.")] = None,
-        return_mode: Annotated[ReturnMode, typer.Option("--return")] = ReturnMode.full,
+        return_mode: Annotated[ReturnMode | None, typer.Option(
+            "--return", help="full: whole hits; bullets: {id, category, text, scope} "
+                             "(default full).")] = None,
         budget_tokens: Annotated[int | None, typer.Option(
             "--budget-tokens", min=1, help="Stop adding hits before this many tokens.")] = None,
         legs: Annotated[str | None, typer.Option(

@@ -43,8 +43,14 @@ def _bounded(text: str) -> tuple[str, str | None]:
 def _render_hits(payload: dict, explain: bool) -> None:
     from rich.console import Console
     from rich.table import Table
+    from rich.text import Text
 
-    table = Table(title=f"{payload['query']}  [scope: {payload['scope']}]", show_lines=False)
+    scope = payload["scope"]
+    searched = payload.get("path") or scope
+    if ">" in searched:  # a session query that widened: say so
+        scope = f"{scope}, widened from {searched.split('>')[0]}"
+    # Text, not markup: a query or a hit holding "[...]" (every bullet does) is shown as is.
+    table = Table(title=Text(f"{payload['query']}  [scope: {scope}]"), show_lines=False)
     for col in ("#", "id", "score", "session", "text"):
         table.add_column(col, overflow="fold")
     if explain:
@@ -56,79 +62,140 @@ def _render_hits(payload: dict, explain: bool) -> None:
             legs = " ".join(f"{k}#{v['rank']}={v['score']:.3g}" for k, v in hit["scores"].items())
             boosts = " ".join(f"{k}={v:.3g}" for k, v in hit["boosts"].items())
             row.append(f"{legs}\n{boosts}")
-        table.add_row(*row)
+        table.add_row(*(Text(cell) for cell in row))
     Console().print(table)
 
 
-def query(
-    text: str, *, session: str | None = None, user: str | None = None,
-    tenant: str | None = None, all_tenants: bool = False, agent: str | None = None,
-    agent_id: str | None = None, run: str | None = None, actor: str | None = None,
-    role: str | None = None, app_id: str | None = None, category: list[str] | None = None,
-    kind: list[str] | None = None, channel: list[str] | None = None,
-    sensitivity: list[str] | None = None, pinned: bool | None = None,
-    importance_min: float | None = None, importance_max: float | None = None,
-    updated_after: str | None = None, updated_before: str | None = None, top_k: int = 10,
-    threshold: float | None = None, return_mode: str = "full",
-    budget_tokens: int | None = None, legs: str | None = None, no_widen: bool = False,
-    explain: bool = False, db: Path | None = None, fmt: str | None = None,
-    as_json: bool = False,
-) -> None:
-    """`memcli query`: hybrid retrieval with filters applied in SQL."""
-    from memcli.errors import UsageError
-    from memcli.inputs import check_text
-    from memcli.models import parse_ts
+# The `query` parameters a seed-000 JSON request on stdin can also give (flags win).
+REQUEST_FIELDS = (
+    "agent", "category", "tenant", "user", "agent_id", "session", "app_id", "run", "actor",
+    "role", "kind", "channel", "pinned", "importance_min", "importance_max", "updated_after",
+    "updated_before", "top_k", "return_mode", "budget_tokens", "threshold",
+)
 
+
+def _json_object(text: str, what: str) -> dict[str, Any]:
+    """One JSON object parsed from `text`, or a one-line UsageError (exit 2)."""
+    import json
+
+    from memcli.errors import UsageError
+    from memcli.inputs import check_value
+
+    try:
+        data = json.loads(text) if text.strip() else {}
+    except json.JSONDecodeError as exc:
+        raise UsageError(f"{what} is not JSON: {exc.msg} at line {exc.lineno}") from exc
+    except RecursionError as exc:
+        raise UsageError(f"{what} is nested too deeply") from exc
+    except ValueError as exc:  # e.g. an integer of more than 4,300 digits
+        raise UsageError(f"{what} is not usable JSON: {exc}".splitlines()[0]) from exc
+    if not isinstance(data, dict):
+        raise UsageError(f"{what} must be one JSON object")
+    return check_value(data, what)
+
+
+def _stdin_query(values: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    """`query -`: stdin starting with `{` is one seed-000 `memory.query` request (a flag given
+    on the command line wins over the same field); anything else is the query text."""
+    from memcli.query_request import parse_query_request
+
+    raw = read_stdin()
+    if not raw.lstrip().startswith("{"):
+        return raw, values
+    request = parse_query_request(_json_object(raw, "the query request")).as_flags()
+    merged = {name: values[name] if values[name] is not None else request[name]
+              for name in REQUEST_FIELDS}
+    return request["text"], merged
+
+
+def query(text: str, *, session: str | None = None, user: str | None = None,
+          tenant: str | None = None, all_tenants: bool = False, agent: str | None = None,
+          agent_id: str | None = None, run: str | None = None, actor: str | None = None,
+          role: str | None = None, app_id: str | None = None,
+          category: list[str] | None = None, kind: list[str] | None = None,
+          channel: list[str] | None = None, sensitivity: list[str] | None = None,
+          pinned: bool | None = None, importance_min: float | None = None,
+          importance_max: float | None = None, updated_after: str | None = None,
+          updated_before: str | None = None, top_k: int | None = None,
+          threshold: float | None = None, return_mode: str | None = None,
+          budget_tokens: int | None = None, legs: str | None = None, no_widen: bool = False,
+          explain: bool = False, db: Path | None = None, fmt: str | None = None,
+          as_json: bool = False) -> None:
+    """`memcli query`: hybrid retrieval with filters applied in SQL."""
     with errors():
         _check_flags({"session": session, "user": user, "tenant": tenant, "agent": agent,
                       "agent_id": agent_id, "run": run, "actor": actor, "role": role,
                       "app": app_id, "category": category, "kind": kind, "channel": channel,
                       "sensitivity": sensitivity, "updated_after": updated_after,
                       "updated_before": updated_before, "legs": legs})
+        values: dict[str, Any] = {
+            "agent": agent, "category": category, "tenant": tenant, "user": user,
+            "agent_id": agent_id, "session": session, "app_id": app_id, "run": run,
+            "actor": actor, "role": role, "kind": kind, "channel": channel, "pinned": pinned,
+            "importance_min": importance_min, "importance_max": importance_max,
+            "updated_after": updated_after, "updated_before": updated_before, "top_k": top_k,
+            "return_mode": return_mode, "budget_tokens": budget_tokens, "threshold": threshold,
+        }
         if text == "-":
-            text = read_stdin()
-        check_text(text, "the query")
-        if not text.strip():
-            raise UsageError("empty query")
-        text, note = _bounded(text)
-        if note:
-            warn(note)
-        wanted = {p.strip() for p in legs.split(",")} if legs else None
-        if wanted and not wanted <= set(LEGS):
-            raise UsageError(f"unknown leg in --legs: {legs}", "use " + ", ".join(LEGS))
-        try:
-            after = parse_ts(updated_after) if updated_after else None
-            before = parse_ts(updated_before) if updated_before else None
-        except ValueError as exc:  # a bad flag value is a usage error (exit 2), not a crash
-            raise UsageError(str(exc), "use ISO 8601, e.g. 2025-01-31T09:00:00Z") from None
-        with open_memory(db, with_embedder=wanted is None or "dense" in wanted,
-                         with_sparse=wanted is None or "sparse" in wanted,
-                         preload=True, must_exist=True) as memory:
-            if wanted is not None:
-                memory.retrieval.leg_weights = {
-                    k: v for k, v in memory.retrieval.leg_weights.items() if k in wanted}
-            filters = memory.filters(
-                agent=agent, tenant_id=tenant, all_tenants=all_tenants, user_id=user,
-                agent_id=agent_id, session_id=session, app_id=app_id, run_id=run,
-                actor_id=actor, role=role,
-                categories=category or None, kinds=kind or None, channels=channel or None,
-                **({"sensitivities": tuple(sensitivity)} if sensitivity else {}),
-                pinned=pinned, importance_min=importance_min,
-                importance_max=importance_max, updated_after=after,
-                updated_before=before,
-            )
-            result = memory.query(text, filters=filters, top_k=top_k, threshold=threshold,
-                                  budget_tokens=budget_tokens,
-                                  return_format=str(return_mode), widen=not no_widen)
-        resolved = resolve_format(Format(fmt) if fmt is not None else None, as_json)
+            text, values = _stdin_query(values)
+        _query(text, values, all_tenants=all_tenants, sensitivity=sensitivity, legs=legs,
+               no_widen=no_widen, explain=explain, db=db, fmt=fmt, as_json=as_json)
+
+
+def _query(text: str, v: dict[str, Any], *, all_tenants: bool, sensitivity: list[str] | None,
+           legs: str | None, no_widen: bool, explain: bool, db: Path | None,
+           fmt: str | None, as_json: bool) -> None:
+    """The query itself, once the text and its parameters (`v`, REQUEST_FIELDS) are known."""
+    from memcli.errors import UsageError
+    from memcli.inputs import check_text
+    from memcli.models import parse_ts
+
+    check_text(text, "the query")
+    if not text.strip():
+        raise UsageError("empty query")
+    text, note = _bounded(text)
+    if note:
+        warn(note)
+    wanted = {p.strip() for p in legs.split(",")} if legs else None
+    if wanted and not wanted <= set(LEGS):
+        raise UsageError(f"unknown leg in --legs: {legs}", "use " + ", ".join(LEGS))
+    try:
+        after = parse_ts(v["updated_after"]) if v["updated_after"] else None
+        before = parse_ts(v["updated_before"]) if v["updated_before"] else None
+    except ValueError as exc:  # a bad flag value is a usage error (exit 2), not a crash
+        raise UsageError(str(exc), "use ISO 8601, e.g. 2025-01-31T09:00:00Z") from None
+    return_mode = str(v["return_mode"] or "full")
+    with open_memory(db, with_embedder=wanted is None or "dense" in wanted,
+                     with_sparse=wanted is None or "sparse" in wanted,
+                     preload=True, must_exist=True) as memory:
+        if wanted is not None:
+            memory.retrieval.leg_weights = {
+                k: w for k, w in memory.retrieval.leg_weights.items() if k in wanted}
+        filters = memory.filters(
+            agent=v["agent"], tenant_id=v["tenant"], all_tenants=all_tenants,
+            user_id=v["user"], agent_id=v["agent_id"], session_id=v["session"],
+            app_id=v["app_id"], run_id=v["run"], actor_id=v["actor"], role=v["role"],
+            categories=v["category"] or None, kinds=v["kind"] or None,
+            channels=v["channel"] or None,
+            **({"sensitivities": tuple(sensitivity)} if sensitivity else {}),
+            pinned=v["pinned"], importance_min=v["importance_min"],
+            importance_max=v["importance_max"], updated_after=after, updated_before=before,
+        )
+        result = memory.query(text, filters=filters, top_k=v["top_k"] or 10,
+                              threshold=v["threshold"], budget_tokens=v["budget_tokens"],
+                              return_format=return_mode, widen=not no_widen)
+    resolved = resolve_format(Format(fmt) if fmt is not None else None, as_json)
+    if resolved is Format.text:
         payload = result.model_dump()
-        if resolved is Format.text:
-            if note and explain:
-                payload["query"] = f"{payload['query'][:60]}... [{note}]"
-            emit(payload, resolved, lambda p: _render_hits(p, explain))
-        else:
-            # The JSON contract: an array of hits (each explains itself).
-            emit(payload["hits"], resolved)
+        if note and explain:
+            payload["query"] = f"{payload['query'][:60]}... [{note}]"
+        emit(payload, resolved, lambda p: _render_hits(p, explain))
+    elif return_mode == "bullets":
+        # Seed 000's bullets: {id, category, text}, plus the scope that answered.
+        emit([hit.bullet() for hit in result.hits], resolved)
+    else:
+        # The JSON contract: an array of hits (each explains itself, its scope included).
+        emit([hit.model_dump() for hit in result.hits], resolved)
 
 
 def parse_caps(values: list[str]) -> dict[str, int]:
@@ -146,10 +213,7 @@ def parse_caps(values: list[str]) -> dict[str, int]:
 
 def read_request(source: str | None) -> dict[str, Any]:
     """The JSON request object from stdin (`-`) or a file, or {}."""
-    import json
-
     from memcli.errors import UsageError
-    from memcli.inputs import check_value
 
     if source is None:
         return {}
@@ -158,17 +222,7 @@ def read_request(source: str | None) -> dict[str, Any]:
             "utf-8", errors="surrogateescape")
     except OSError as exc:
         raise UsageError(f"cannot read {source}: {exc.strerror}") from exc
-    try:
-        data = json.loads(text) if text.strip() else {}
-    except json.JSONDecodeError as exc:
-        raise UsageError(f"the acb request is not JSON: {exc.msg} at line {exc.lineno}") from exc
-    except RecursionError as exc:
-        raise UsageError("the acb request is nested too deeply") from exc
-    except ValueError as exc:  # e.g. an integer of more than 4,300 digits
-        raise UsageError(f"the acb request is not usable JSON: {exc}".splitlines()[0]) from exc
-    if not isinstance(data, dict):
-        raise UsageError("the acb request must be one JSON object")
-    return check_value(data, "the acb request")
+    return _json_object(text, "the acb request")
 
 
 def acb_build(

@@ -40,3 +40,16 @@ def check_session_user(db: Database, tenant_id: str, session_id: str | None,
         f"to {asked}: a session never mixes users",
         "use a session id of this user's own",
     )
+
+
+def session_owner(db: Database, session_id: str, tenant_id: str | None) -> str | None:
+    """The user a session belongs to in `tenant_id`; across every tenant (None), the one user
+    all the session ids of that name share, else None (do not guess whose memories to read)."""
+    if tenant_id is not None:
+        return db.scalar(
+            "SELECT user_id FROM sessions WHERE tenant_id = ? AND session_id = ?",
+            (tenant_id, session_id),
+        )
+    users = {r[0] for r in db.execute(
+        "SELECT user_id FROM sessions WHERE session_id = ?", (session_id,))}
+    return users.pop() if len(users) == 1 else None
