@@ -13,13 +13,12 @@ each write returns the kinds it removed as `redacted`.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, cast
 
 from memcli import derive
 from memcli.errors import NotFoundError, UsageError
-from memcli.scrub import kinds, redact_fields, redact_record, redact_text
+from memcli.scrub import redact_fields, redact_text
 from memcli.store import ledger as sql
 
 if TYPE_CHECKING:
@@ -35,7 +34,7 @@ DECISION_IMPORTANCE = 0.8  # decisions > tasks > messages (PRD 8.2, gamma term)
 TASK_IMPORTANCE = 0.7
 
 
-def _check_sensitivity(value: str) -> None:
+def check_sensitivity(value: str) -> None:
     if value == "secret":
         raise UsageError("secret content is never stored", "leave the secret out")
     if value not in SENSITIVITIES:
@@ -156,7 +155,7 @@ def _decision_row(memory: Memory, decision: str, *, rationale: list[str] | None,
         raise UsageError("empty decision", "say what was decided")
     if scope not in DECISION_SCOPES:
         raise UsageError(f"unknown decision scope {scope!r}", "use project, user or global")
-    _check_sensitivity(sensitivity)
+    check_sensitivity(sensitivity)
     evidence = _clean(refs)
     tenant_id = tenant_id or memory.tenant
     row = {
@@ -344,7 +343,7 @@ def prepare_task(memory: Memory, title: str, *, details: str = "", status: str =
     if not title.strip():
         raise UsageError("empty task title")
     _check_status(status)
-    _check_sensitivity(sensitivity)
+    check_sensitivity(sensitivity)
     tenant_id = tenant_id or memory.tenant
     row = {
         "title": title.strip(),
@@ -481,49 +480,17 @@ def list_tasks(
     )
 
 
-# -- checkpoints -----------------------------------------------------------------------------
+# -- checkpoints (memcli.checkpoints; here too, as part of the ledger's API) --------------------
 def save_checkpoint(memory: Memory, data: Any, **options: Any) -> dict[str, Any]:
-    """Store an agent's state for (user, thread), replacing the previous one (options: those of
-    `_save_checkpoint`). The state is redacted first, keys too, since agents keep state under
-    any name (memcli.scrub); the result lists the kinds removed as `redacted`."""
-    clean, findings = redact_record(data)
-    return {**_save_checkpoint(memory, clean, **options), "redacted": kinds(findings)}
+    """Store an agent's state for (user, thread), replacing the previous one (redacted first);
+    see `memcli.checkpoints.save_checkpoint`."""
+    from memcli import checkpoints
+
+    return checkpoints.save_checkpoint(memory, data, **options)
 
 
-def _save_checkpoint(
-    memory: Memory,
-    data: Any,
-    *,
-    user_id: str,
-    thread_id: str,
-    tenant_id: str | None = None,  # None: the memory's tenant
-    sensitivity: str = "none",
-) -> dict[str, Any]:
-    """Store an agent's state for (user, thread), replacing the previous one."""
-    if not user_id or not thread_id:
-        raise UsageError("a checkpoint needs a user and a thread", "give --user and --thread")
-    _check_sensitivity(sensitivity)
-    try:
-        blob = json.dumps(data, ensure_ascii=False, sort_keys=True)
-    except (TypeError, ValueError) as exc:
-        raise UsageError(f"checkpoint data is not JSON: {exc}") from exc
-    with memory.db.transaction():
-        row = sql.save_checkpoint(memory.db, tenant_id or memory.tenant, user_id, thread_id, blob,
-                                  sensitivity)
-    return _decode_checkpoint(row)
+def load_checkpoint(memory: Memory, **options: Any) -> dict[str, Any]:
+    """The saved state of (user, thread); see `memcli.checkpoints.load_checkpoint`."""
+    from memcli import checkpoints
 
-
-def load_checkpoint(
-    memory: Memory, *, user_id: str, thread_id: str, tenant_id: str | None = None
-) -> dict[str, Any]:
-    row = sql.get_checkpoint(memory.db, tenant_id or memory.tenant, user_id, thread_id)
-    if row is None:
-        raise NotFoundError(
-            f"no checkpoint for user {user_id!r} thread {thread_id!r}",
-            "save one with memcli checkpoint save",
-        )
-    return _decode_checkpoint(row)
-
-
-def _decode_checkpoint(row: dict[str, Any]) -> dict[str, Any]:
-    return {**row, "data": json.loads(row["data"])}
+    return checkpoints.load_checkpoint(memory, **options)
