@@ -37,7 +37,7 @@ def mention_summary(db: Database, entity_ids: list[int], tenant_id: str,
     row = db.query(
         f"SELECT count(DISTINCT m.id) AS mentions, min(m.event_time) AS first_seen,"
         f" max(m.event_time) AS last_seen FROM memory_entities me"
-        f" JOIN memories m ON m.id = me.memory_id WHERE {where}", params)
+        f" JOIN memories m ON m.id = me.memory_id WHERE {where}", tuple(params))
     return row[0] if row else {"mentions": 0, "first_seen": None, "last_seen": None}
 
 
