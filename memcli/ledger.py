@@ -13,12 +13,12 @@ each write returns the kinds it removed as `redacted`.
 
 from __future__ import annotations
 
-import json
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, cast
 
 from memcli import derive
 from memcli.errors import NotFoundError, UsageError
-from memcli.scrub import kinds, redact_fields, redact_record, redact_text
+from memcli.scrub import redact_fields, redact_text
 from memcli.store import ledger as sql
 
 if TYPE_CHECKING:
@@ -34,7 +34,7 @@ DECISION_IMPORTANCE = 0.8  # decisions > tasks > messages (PRD 8.2, gamma term)
 TASK_IMPORTANCE = 0.7
 
 
-def _check_sensitivity(value: str) -> None:
+def check_sensitivity(value: str) -> None:
     if value == "secret":
         raise UsageError("secret content is never stored", "leave the secret out")
     if value not in SENSITIVITIES:
@@ -59,6 +59,20 @@ def decision_text(row: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+@dataclass
+class PendingWrite:
+    """A decision or task checked, redacted and encoded, not yet written: `prepare_*` runs the
+    models before any write lock; `store_*` writes it inside the caller's transaction."""
+
+    row: dict[str, Any]
+    redacted: list[str]
+    encoded: tuple[Any, Any]
+    channel: str = "private"
+    importance: float = DECISION_IMPORTANCE
+    actor: str | None = None  # history's actor (default: the agent, else "memcli")
+    attributes: dict[str, Any] = field(default_factory=dict)  # extra memory attributes
+
+
 def add_decision(
     memory: Memory,
     decision: str,
@@ -80,15 +94,48 @@ def add_decision(
     supersedes: int | None = None,
 ) -> dict[str, Any]:
     """Record an active decision; returns its row (with `memory_id`)."""
-    row, redacted = _decision_row(
+    pending = prepare_decision(
         memory, decision, rationale=rationale, constraints=constraints,
         alternatives=alternatives, consequences=consequences, refs=refs, scope=scope,
         tenant_id=tenant_id, user_id=user_id, session_id=session_id, agent_id=agent_id,
-        app_id=app_id, sensitivity=sensitivity, supersedes=supersedes)
-    encoded = _encode(memory, decision_text(row))  # the models run before the write lock
+        app_id=app_id, channel=channel, sensitivity=sensitivity, importance=importance,
+        supersedes=supersedes)
     with memory.db.transaction():
-        decision_id = _store_decision(memory, row, encoded, channel, importance)
-    return {**get_decision(memory, decision_id), "redacted": redacted}
+        decision_id = store_decision(memory, pending)
+        compaction = _app_limit(memory, pending.row)
+    return {**get_decision(memory, decision_id), "redacted": pending.redacted, **compaction}
+
+
+def prepare_decision(memory: Memory, decision: str, *, channel: str = "private",
+                     importance: float = DECISION_IMPORTANCE, actor: str | None = None,
+                     attributes: dict[str, Any] | None = None,
+                     **fields: Any) -> PendingWrite:
+    """Check, redact and encode a decision (fields: those of `add_decision`); no write."""
+    args: dict[str, Any] = dict.fromkeys((*_ROW_ARGS, "supersedes"))
+    args.update(scope="project", sensitivity="none")
+    unknown = set(fields) - set(args)
+    if unknown:
+        raise TypeError(f"prepare_decision() got unexpected fields {sorted(unknown)}")
+    args.update(fields)
+    row, redacted = _decision_row(memory, decision, **args)
+    encoded = _encode(memory, decision_text(row))  # the models run before the write lock
+    return PendingWrite(row, redacted, encoded, channel, importance, actor, attributes or {})
+
+
+def store_decision(memory: Memory, pending: PendingWrite) -> int:
+    """Write a prepared decision (inside the caller's transaction); its id."""
+    return _store_decision(memory, pending.row, pending.encoded, pending.channel,
+                           pending.importance, actor=pending.actor, extra=pending.attributes)
+
+
+def _app_limit(memory: Memory, row: dict[str, Any]) -> dict[str, Any]:
+    """The app limit after a write to an app scope (`{"compaction": [...]}` when it acted)."""
+    if not row.get("app_id"):
+        return {}
+    from memcli.lifecycle.applimit import enforce_app_limit
+
+    done = enforce_app_limit(memory, row["tenant_id"], row.get("user_id"), row["app_id"])
+    return {"compaction": done} if done else {}
 
 
 def _encode(memory: Memory, text: str) -> tuple[Any, Any]:
@@ -108,7 +155,7 @@ def _decision_row(memory: Memory, decision: str, *, rationale: list[str] | None,
         raise UsageError("empty decision", "say what was decided")
     if scope not in DECISION_SCOPES:
         raise UsageError(f"unknown decision scope {scope!r}", "use project, user or global")
-    _check_sensitivity(sensitivity)
+    check_sensitivity(sensitivity)
     evidence = _clean(refs)
     tenant_id = tenant_id or memory.tenant
     row = {
@@ -131,7 +178,8 @@ def _decision_row(memory: Memory, decision: str, *, rationale: list[str] | None,
 
 
 def _store_decision(memory: Memory, row: dict[str, Any], encoded: tuple[Any, Any],
-                    channel: str, importance: float) -> int:
+                    channel: str, importance: float, *, actor: str | None = None,
+                    extra: dict[str, Any] | None = None) -> int:
     """Insert the decision and its memory (inside the caller's transaction); its id."""
     decision_id = sql.insert_decision(memory.db, row)
     memory_id = derive.write_memory(
@@ -148,8 +196,8 @@ def _store_decision(memory: Memory, row: dict[str, Any], encoded: tuple[Any, Any
         channel=channel,
         sensitivity=row["sensitivity"],
         importance=importance,
-        attributes={"decision_id": decision_id, "scope": row["scope"]},
-        actor=row["agent_id"] or "memcli",
+        attributes={**(extra or {}), "decision_id": decision_id, "scope": row["scope"]},
+        actor=actor or row["agent_id"] or "memcli",
         vector=encoded[0],
         sparse_terms=encoded[1],
     )
@@ -187,19 +235,28 @@ def supersede_decision(
     row, row_kinds = _decision_row(memory, decision, supersedes=old_id, **args)
     encoded = _encode(memory, decision_text(row))  # the models run before the write lock
     with memory.db.transaction():
-        new_id = _store_decision(memory, row, encoded, channel, importance)
-        new = get_decision(memory, new_id)
-        sql.mark_decision_superseded(memory.db, old_id, new_id)
-        if old["memory_id"] is not None:
-            derive.supersede(
-                memory,
-                old["memory_id"],
-                new["memory_id"],
-                actor=row["agent_id"] or "memcli",
-                reason=reason or f"decision {new_id} supersedes {old_id}",
-            )
+        new_id = store_superseding(memory, PendingWrite(row, row_kinds, encoded, channel,
+                                                        importance), old, reason)
     redacted = sorted({*row_kinds, *reason_kinds})
     return {**get_decision(memory, new_id), "redacted": redacted}
+
+
+def store_superseding(memory: Memory, pending: PendingWrite, old: dict[str, Any],
+                      reason: str = "") -> int:
+    """Write a prepared decision that replaces the active decision `old` (inside the caller's
+    transaction): the old row is marked superseded, its memory superseded by the new one."""
+    new_id = store_decision(memory, pending)
+    new = get_decision(memory, new_id)
+    sql.mark_decision_superseded(memory.db, old["id"], new_id)
+    if old["memory_id"] is not None:
+        derive.supersede(
+            memory,
+            old["memory_id"],
+            new["memory_id"],
+            actor=pending.actor or pending.row["agent_id"] or "memcli",
+            reason=reason or f"decision {new_id} supersedes {old['id']}",
+        )
+    return new_id
 
 
 # The keyword arguments of `_decision_row` besides decision, scope, sensitivity and supersedes.
@@ -265,10 +322,28 @@ def add_task(
     channel: str = "private",
     sensitivity: str = "none",
 ) -> dict[str, Any]:
+    pending = prepare_task(memory, title, details=details, status=status, refs=refs,
+                           tenant_id=tenant_id, user_id=user_id, session_id=session_id,
+                           agent_id=agent_id, app_id=app_id, channel=channel,
+                           sensitivity=sensitivity)
+    with memory.db.transaction():
+        task_id = store_task(memory, pending)
+        compaction = _app_limit(memory, pending.row)
+    return {**get_task(memory, task_id), "redacted": pending.redacted, **compaction}
+
+
+def prepare_task(memory: Memory, title: str, *, details: str = "", status: str = "open",
+                 refs: list[str] | None = None, tenant_id: str | None = None,
+                 user_id: str | None = None, session_id: str | None = None,
+                 agent_id: str | None = None, app_id: str | None = None,
+                 channel: str = "private", sensitivity: str = "none",
+                 actor: str | None = None,
+                 attributes: dict[str, Any] | None = None) -> PendingWrite:
+    """Check, redact and encode a task; no write (`store_task` writes it)."""
     if not title.strip():
         raise UsageError("empty task title")
     _check_status(status)
-    _check_sensitivity(sensitivity)
+    check_sensitivity(sensitivity)
     tenant_id = tenant_id or memory.tenant
     row = {
         "title": title.strip(),
@@ -284,16 +359,24 @@ def add_task(
     }
     row, redacted = redact_fields(row, _TASK_TEXT)
     encoded = _encode(memory, task_text(row))  # the models run before the write lock
-    with memory.db.transaction():
-        task_id = sql.insert_task(memory.db, row)
-        memory_id = _write_task_memory(memory, {**row, "id": task_id}, channel, sensitivity,
-                                       encoded)
-        sql.update_task(memory.db, task_id, {"memory_id": memory_id})
-    return {**get_task(memory, task_id), "redacted": redacted}
+    return PendingWrite(row, redacted, encoded, channel, TASK_IMPORTANCE, actor,
+                        attributes or {})
+
+
+def store_task(memory: Memory, pending: PendingWrite) -> int:
+    """Write a prepared task (inside the caller's transaction); its id."""
+    row = pending.row
+    task_id = sql.insert_task(memory.db, row)
+    memory_id = _write_task_memory(memory, {**row, "id": task_id}, pending.channel,
+                                   row["sensitivity"], pending.encoded, actor=pending.actor,
+                                   extra=pending.attributes)
+    sql.update_task(memory.db, task_id, {"memory_id": memory_id})
+    return task_id
 
 
 def _write_task_memory(memory: Memory, row: dict[str, Any], channel: str, sensitivity: str,
-                       encoded: tuple[Any, Any]) -> int:
+                       encoded: tuple[Any, Any], *, actor: str | None = None,
+                       extra: dict[str, Any] | None = None) -> int:
     return derive.write_memory(
         memory,
         content=task_text(row),
@@ -308,8 +391,8 @@ def _write_task_memory(memory: Memory, row: dict[str, Any], channel: str, sensit
         channel=channel,
         sensitivity=sensitivity,
         importance=TASK_IMPORTANCE,
-        attributes={"task_id": row["id"], "status": row["status"]},
-        actor=row["agent_id"] or "memcli",
+        attributes={**(extra or {}), "task_id": row["id"], "status": row["status"]},
+        actor=actor or row["agent_id"] or "memcli",
         vector=encoded[0],
         sparse_terms=encoded[1],
     )
@@ -397,49 +480,17 @@ def list_tasks(
     )
 
 
-# -- checkpoints -----------------------------------------------------------------------------
+# -- checkpoints (memcli.checkpoints; here too, as part of the ledger's API) --------------------
 def save_checkpoint(memory: Memory, data: Any, **options: Any) -> dict[str, Any]:
-    """Store an agent's state for (user, thread), replacing the previous one (options: those of
-    `_save_checkpoint`). The state is redacted first, keys too, since agents keep state under
-    any name (memcli.scrub); the result lists the kinds removed as `redacted`."""
-    clean, findings = redact_record(data)
-    return {**_save_checkpoint(memory, clean, **options), "redacted": kinds(findings)}
+    """Store an agent's state for (user, thread), replacing the previous one (redacted first);
+    see `memcli.checkpoints.save_checkpoint`."""
+    from memcli import checkpoints
+
+    return checkpoints.save_checkpoint(memory, data, **options)
 
 
-def _save_checkpoint(
-    memory: Memory,
-    data: Any,
-    *,
-    user_id: str,
-    thread_id: str,
-    tenant_id: str | None = None,  # None: the memory's tenant
-    sensitivity: str = "none",
-) -> dict[str, Any]:
-    """Store an agent's state for (user, thread), replacing the previous one."""
-    if not user_id or not thread_id:
-        raise UsageError("a checkpoint needs a user and a thread", "give --user and --thread")
-    _check_sensitivity(sensitivity)
-    try:
-        blob = json.dumps(data, ensure_ascii=False, sort_keys=True)
-    except (TypeError, ValueError) as exc:
-        raise UsageError(f"checkpoint data is not JSON: {exc}") from exc
-    with memory.db.transaction():
-        row = sql.save_checkpoint(memory.db, tenant_id or memory.tenant, user_id, thread_id, blob,
-                                  sensitivity)
-    return _decode_checkpoint(row)
+def load_checkpoint(memory: Memory, **options: Any) -> dict[str, Any]:
+    """The saved state of (user, thread); see `memcli.checkpoints.load_checkpoint`."""
+    from memcli import checkpoints
 
-
-def load_checkpoint(
-    memory: Memory, *, user_id: str, thread_id: str, tenant_id: str | None = None
-) -> dict[str, Any]:
-    row = sql.get_checkpoint(memory.db, tenant_id or memory.tenant, user_id, thread_id)
-    if row is None:
-        raise NotFoundError(
-            f"no checkpoint for user {user_id!r} thread {thread_id!r}",
-            "save one with memcli checkpoint save",
-        )
-    return _decode_checkpoint(row)
-
-
-def _decode_checkpoint(row: dict[str, Any]) -> dict[str, Any]:
-    return {**row, "data": json.loads(row["data"])}
+    return checkpoints.load_checkpoint(memory, **options)

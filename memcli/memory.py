@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from memcli.categories import Categories, load_categories
-from memcli.config import RetrievalSettings, Settings
+from memcli.config import LifecycleSettings, RetrievalSettings, Settings
 from memcli.errors import UsageError
 from memcli.models import Hit, IngestReport, QueryResult
 from memcli.retrieval import scope as widening
@@ -67,8 +67,11 @@ class Memory:
     def __init__(self, db: Database, *, embedder: Embedder | None = None,
                  sparse: SpladeEncoder | None = None, retrieval: RetrievalSettings | None = None,
                  categories: Categories | None = None, encoding: str = "cl100k_base",
-                 check_embedder: bool = True, tenant: str = DEFAULT_TENANT) -> None:
+                 check_embedder: bool = True, tenant: str = DEFAULT_TENANT,
+                 lifecycle: LifecycleSettings | None = None) -> None:
         self.db = db
+        # The app limit every app write enforces (memcli.lifecycle.applimit).
+        self.lifecycle = lifecycle or LifecycleSettings()
         # The tenant of every read and write that names none (never "all tenants").
         self.tenant = tenant
         self.embedder = embedder
@@ -101,7 +104,7 @@ class Memory:
             return cls(db, embedder=embedder, sparse=sparse, retrieval=settings.retrieval,
                        categories=load_categories(settings.categories_file),
                        encoding=settings.encoding, check_embedder=check_embedder,
-                       tenant=settings.tenant)
+                       tenant=settings.tenant, lifecycle=settings.lifecycle)
         except BaseException as exc:
             db.close()  # never leave the file open behind an error
             failure = environment_error(exc, db.path)

@@ -101,7 +101,9 @@ def test_facts_cite_their_turns_and_the_summary_is_structured(lcli, stub, db_pat
     assert facts[NURSE]["category"] == "activity" and facts[NURSE]["importance"] == 0.8
     assert facts[TEA]["source_ids"] == [episodes["s1-1"]]
     assert facts[TEA]["category"] == "preferences"
-    assert facts["Priya will send the rota."]["kind"] == "task"
+    # A todo is a ledger task: its memory is the ledger's text, citing the turn as `mem:ID`.
+    task = facts["Task [open]: Priya will send the rota."]
+    assert task["kind"] == "task" and task["source_ids"] == [f"mem:{episodes['s1-0']}"]
     assert facts[NURSE]["attributes"]["method"] == "llm"
     (summary,) = memory_rows(db_path, "kind = 'summary'")
     assert summary["attributes"]["method"] == "llm"

@@ -9,7 +9,7 @@ from typing import Annotated
 import typer
 
 from memcli import __version__
-from memcli.cli import acb, admin, doctor, ingest, keys, ledger, lifecycle, query
+from memcli.cli import acb, admin, doctor, facts, ingest, keys, ledger, lifecycle, query
 
 
 def _version(value: bool) -> None:
@@ -26,7 +26,7 @@ def _root(
 
 
 # Every command group, in help order. Each module's register() adds its commands to an app.
-MODULES = (ingest, query, admin, acb, ledger, lifecycle, doctor, keys)
+MODULES = (ingest, query, admin, acb, ledger, lifecycle, facts, doctor, keys)
 # Top-level command name -> the module registering it (tests check this matches the modules).
 COMMAND_MODULES: dict[str, ModuleType] = {
     **dict.fromkeys(("ingest", "embed", "reindex"), ingest),
@@ -37,6 +37,7 @@ COMMAND_MODULES: dict[str, ModuleType] = {
     **dict.fromkeys(("decision", "task", "checkpoint"), ledger),
     **dict.fromkeys(("consolidate", "decay", "reflect", "insights", "remember", "confirm", "pin",
                      "unpin", "proposals"), lifecycle),
+    **dict.fromkeys(("correct", "entity"), facts),
     "doctor": doctor,
     "key": keys,
 }

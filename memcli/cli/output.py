@@ -53,6 +53,11 @@ def warn_redacted(row: dict[str, Any]) -> None:
     too; the JSON on stdout keeps the list, always present."""
     if row.get("redacted"):
         warn(f"redacted {', '.join(row['redacted'])} before storing (the secret was not stored)")
+    # A write to an app scope over its limit dropped the oldest memory (`compaction`).
+    for report in row.get("compaction") or []:
+        dropped = ", ".join(str(a["target_id"]) for a in report.get("actions", []))
+        warn(f"app {report['app_id']} is over its limit of {report['limit']}: "
+             f"soft-deleted the oldest memory {dropped} (`memcli restore ID` brings it back)")
 
 
 def fail(message: str, code: int = 1) -> SystemExit:

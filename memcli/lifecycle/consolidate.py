@@ -26,6 +26,7 @@ from memcli.errors import NotFoundError
 from memcli.lifecycle import dedup
 from memcli.lifecycle.compaction import compact_apps
 from memcli.lifecycle.consolidate_apply import apply_plan, dedup_store
+from memcli.lifecycle.consolidate_ledger import match_ledger
 from memcli.lifecycle.dedup import NewFact, PairStats
 from memcli.lifecycle.extract import (
     KINDS,
@@ -216,6 +217,8 @@ def plan_llm(
     stored = dedup.load_store(memory.db, tenant, user, memory.embedder is not None)
     for fact in facts:
         dedup.classify(fact, stored, cfg)
+    # A decision or todo repeating one of the user's ledger rows joins it, no model asked.
+    match_ledger(memory, facts, tenant, user, cfg.jaccard_merge)
     uncertain = [f for f in facts if f.action == "add" and f.checks]
     if uncertain:
         plan.pairs = dedup.check_pairs(

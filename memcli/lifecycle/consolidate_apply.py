@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from memcli.derive import encode_ahead, supersede, write_memory
-from memcli.lifecycle import dedup
+from memcli.lifecycle import consolidate_ledger, dedup
 from memcli.lifecycle.proposals import propose
 from memcli.models import utcnow
 from memcli.scrub import redact_record
@@ -50,6 +50,8 @@ def apply_plan(memory: Memory, plan: SessionPlan) -> dict[str, Any]:
     # Models run now, before the session's transaction takes the write lock.
     ahead = encode_ahead(memory, [plan.summary_text, *(f.text for f in plan.facts)],
                          known={f.text: f.vector for f in plan.facts if f.vector is not None})
+    # Decisions and todos go into the ledger; prepared (redacted, encoded) before the lock too.
+    ledger_writes = consolidate_ledger.prepare(memory, plan)
     with db.transaction():
         summary_id = write_memory(
             memory,
@@ -81,7 +83,10 @@ def apply_plan(memory: Memory, plan: SessionPlan) -> dict[str, Any]:
                     reason="model summary replaces the extractive one",
                 )
         for fact in plan.facts:
-            _apply_fact(memory, plan, fact, model_name, now, out, ahead[fact.text])
+            if id(fact) in ledger_writes:
+                consolidate_ledger.store(memory, fact, ledger_writes[id(fact)], out)
+            else:
+                _apply_fact(memory, plan, fact, model_name, now, out, ahead[fact.text])
         for item in plan.proposals:
             res = propose(
                 db,

@@ -14,9 +14,10 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING, Any
 
-from memcli.derive import write_memory
+from memcli.derive import encode_ahead, write_memory
 from memcli.errors import NotFoundError, UsageError
 from memcli.lifecycle import dedup
+from memcli.lifecycle.applimit import enforce_app_limit
 from memcli.lifecycle.proposals import SENSITIVE_FIELDS, propose
 from memcli.lifecycle.textrules import jaccard, normalise, safe_merge, tokens
 from memcli.models import utcnow
@@ -158,19 +159,26 @@ def _remember(
                     {"reason": "remembered again"},
                 )
             return {"id": stored.id, "kind": stored.kind, "status": "merged"}
-    new_id = write_memory(
-        memory,
-        content=clean,
-        kind="fact",
-        category=category or "knowledge",
-        source_ids=[],
-        importance=0.7 if importance is None else importance,
-        pinned=pinned,
-        actor="remember",
-        attributes={"method": "explicit"},
-        **scope,
-    )
-    return {"id": new_id, "kind": "fact", "status": "created"}
+    vector, terms = encode_ahead(memory, [clean])[clean]  # before the write lock
+    with memory.db.transaction():
+        new_id = write_memory(
+            memory,
+            content=clean,
+            kind="fact",
+            category=category or "knowledge",
+            source_ids=[],
+            importance=0.7 if importance is None else importance,
+            pinned=pinned,
+            actor="remember",
+            attributes={"method": "explicit"},
+            vector=vector,
+            sparse_terms=terms,
+            **scope,
+        )
+        # Seed 001's app limit holds after every app write, not only after consolidation.
+        compaction = enforce_app_limit(memory, tenant_id, user_id, app_id, cfg) if app_id else []
+    out: dict[str, Any] = {"id": new_id, "kind": "fact", "status": "created"}
+    return {**out, "compaction": compaction} if compaction else out
 
 
 def _field_value(text: str) -> str:

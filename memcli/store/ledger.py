@@ -250,3 +250,10 @@ def get_checkpoint(
         (tenant_id, user_id, thread_id),
     )
     return rows[0] if rows else None
+
+
+def active_decision_of_memory(db: Database, memory_id: int) -> dict[str, Any] | None:
+    """The active decision whose memory this is, if any (consolidation supersedes it)."""
+    rows = db.query("SELECT * FROM decisions WHERE memory_id = ? AND status = 'active'",
+                    (memory_id,))
+    return _decode(rows[0]) if rows else None

@@ -1,0 +1,67 @@
+"""`memcli correct ID TEXT` (replace a wrong memory with a linked fix) and `memcli entity NAME`
+(an entity's profile and the memories that mention it), seed 004's `correct_fact` and
+`get_entity_info`."""
+
+from __future__ import annotations
+
+import sys
+from typing import Annotated, Any
+
+import typer
+
+from memcli.cli.common import open_memory
+from memcli.cli.options import DbOpt, FormatOpt, JsonOpt
+from memcli.cli.output import emit, errors, resolve_format, warn_redacted
+
+Tenant = Annotated[
+    str | None, typer.Option("--tenant", help="Tenant id (default: the configured one).")
+]
+
+
+def _entity_text(p: dict[str, Any]) -> None:
+    kind = p["type"] or "untyped"
+    print(f"{p['name']} ({kind}; {p['mentions']} mention(s), {p['first_seen'][:10]} .. "
+          f"{p['last_seen'][:10]}; aliases: {', '.join(p['aliases']) or '-'})")
+    for m in p["memories"]:
+        print(f"  #{m['id']} [{m['kind']}] {m['event_time'][:10]} {' '.join(m['text'].split())}")
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("correct")
+    def correct_cmd(
+        memory_id: Annotated[int, typer.Argument(help="The memory to correct.")],
+        text: Annotated[str, typer.Argument(help="The corrected text; `-` reads stdin.")],
+        reason: Annotated[str, typer.Option("--reason", help="Why it was wrong.")] = "",
+        tenant: Tenant = None,
+        db: DbOpt = None,
+        fmt: FormatOpt = None,
+        as_json: JsonOpt = False,
+    ) -> None:
+        """Replace a wrong fact: a new memory supersedes it (linked, both kept in history)."""
+        from memcli.lifecycle.correct import correct_fact
+
+        with errors():
+            if text == "-":
+                text = sys.stdin.read()
+            with open_memory(db) as memory:
+                out = correct_fact(memory, memory_id, text, reason=reason, tenant_id=tenant)
+            warn_redacted(out)
+            emit(out, resolve_format(fmt, as_json),
+                 lambda p: print(f"corrected {p['supersedes']} -> {p['id']}"))
+
+    @app.command("entity")
+    def entity_cmd(
+        name: Annotated[str, typer.Argument(help="A name, @handle, #tag, email or URL.")],
+        user: Annotated[str | None, typer.Option("--user", help="Only this user's.")] = None,
+        tenant: Tenant = None,
+        limit: Annotated[int, typer.Option("--limit", min=1, help="Memories shown.")] = 20,
+        db: DbOpt = None,
+        fmt: FormatOpt = None,
+        as_json: JsonOpt = False,
+    ) -> None:
+        """An entity's profile (type, aliases, first/last seen, mentions) and its memories."""
+        from memcli.entity_info import get_entity_info
+
+        with errors(), open_memory(db, with_embedder=False, must_exist=True) as memory:
+            out = get_entity_info(memory, name, tenant_id=tenant, user_id=user, limit=limit)
+            emit(out, resolve_format(fmt, as_json), _entity_text)

@@ -1,0 +1,79 @@
+"""`memcli correct ID TEXT` (seed 004 `correct_fact`): replace a wrong memory with a linked fix.
+
+The correction is a new memory of the same kind, category and scope (tenant, user, session,
+app, channel, sensitivity, importance, pin) that supersedes the old one exactly as
+consolidation's supersession does (`derive.supersede`): the old memory gets `valid_to` and state
+`superseded`, a `supersedes` relation links new -> old, and history records both (ADD for the
+new one, UPDATE on the old one naming its replacement). Nothing is deleted, so the wrong value
+stays auditable. Seed 004 soft-deletes the old fact; superseding keeps the link between them.
+
+Conversation turns (episodes) are ground truth and never rewritten, and ledger rows have their
+own way (`decision supersede`, `task update`): both are refused with the command to use.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from memcli.derive import encode_ahead, supersede, write_memory
+from memcli.errors import NotFoundError, UsageError
+from memcli.scrub import kinds, redact_record
+from memcli.store import lifecycle as lsql
+from memcli.store import memories as mem
+
+if TYPE_CHECKING:
+    from memcli.memory import Memory
+
+CORRECTABLE = ("fact", "summary", "insight", "reflection", "procedural")
+MAX_FACT = 280
+ACTOR = "correct"
+
+
+def correct_fact(memory: Memory, memory_id: int, text: str, *, reason: str = "",
+                 tenant_id: str | None = None) -> dict[str, Any]:
+    """Supersede memory `memory_id` (in the tenant) with `text`; the new memory's summary."""
+    (text, reason), found = redact_record((text, reason))
+    clean = text.strip() if "\n" in text.strip() else " ".join(text.split())
+    if not clean:
+        raise UsageError("empty correction", "give the corrected text, or `-` for stdin")
+    old = _get(memory, memory_id, tenant_id or memory.tenant)
+    if old["kind"] == "fact" and len(clean) > MAX_FACT:
+        raise UsageError(f"a fact is at most {MAX_FACT} characters ({len(clean)} given)")
+    vector, terms = encode_ahead(memory, [clean])[clean]  # before the write lock
+    with memory.db.transaction():
+        if not lsql.is_active(memory.db, memory_id):  # changed since it was read
+            raise UsageError(f"memory {memory_id} is no longer active", "read it again")
+        new_id = write_memory(
+            memory, content=clean, kind=old["kind"], category=old["category"], source_ids=[],
+            tenant_id=old["tenant_id"], user_id=old["user_id"], agent_id=old["agent_id"],
+            session_id=old["session_id"], app_id=old["app_id"], run_id=old["run_id"],
+            channel=old["channel"], sensitivity=old["sensitivity"],
+            importance=old["importance"], pinned=bool(old["pinned"]),
+            decay_rate=old["decay_rate"],
+            attributes={"method": "explicit", "corrects": memory_id,
+                        **({"reason": reason} if reason else {})},
+            actor=ACTOR, vector=vector, sparse_terms=terms,
+        )
+        supersede(memory, memory_id, new_id, actor=ACTOR, reason=reason or "corrected")
+    return {"id": new_id, "supersedes": memory_id, "kind": old["kind"], "text": clean,
+            "redacted": kinds(found)}
+
+
+def _get(memory: Memory, memory_id: int, tenant_id: str) -> dict[str, Any]:
+    row = mem.get_memories(memory.db, [memory_id]).get(memory_id)
+    if row is None or row["tenant_id"] != tenant_id:  # another tenant's id: as if absent
+        raise NotFoundError(f"no memory with id {memory_id} in tenant {tenant_id!r}")
+    if row["kind"] == "episode":
+        raise UsageError(f"memory {memory_id} is a conversation turn, and turns are never "
+                         "rewritten", "correct the fact derived from it, or `memcli remember`")
+    if row["kind"] == "decision":
+        raise UsageError(f"memory {memory_id} is a decision",
+                         "use `memcli decision supersede`")
+    if row["kind"] == "task":
+        raise UsageError(f"memory {memory_id} is a task", "use `memcli task update`")
+    if row["kind"] not in CORRECTABLE:
+        raise UsageError(f"memory {memory_id} is a {row['kind']}, which cannot be corrected")
+    if row["state"] != "active":
+        raise UsageError(f"memory {memory_id} is {row['state']}",
+                         "correct the memory that replaced it (see `memcli history`)")
+    return row
