@@ -5,6 +5,8 @@ from __future__ import annotations
 import contextlib
 import functools
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import apsw
@@ -110,3 +112,28 @@ def write_lock_held(db_path):
     finally:
         holder.execute("ROLLBACK")
         holder.close()
+
+
+_ENTRY_POINT = (
+    "import atexit, os, sys\n"
+    # Says on stderr whether Typer was imported: at exit on Typer's route, and just before
+    # the fast path's os._exit (which skips atexit).
+    "atexit.register(lambda: print('TYPER' if 'typer' in sys.modules else 'FAST',"
+    " file=sys.stderr))\n"
+    "real_exit = os._exit\n"
+    "def marked_exit(code):\n"
+    "    print('TYPER' if 'typer' in sys.modules else 'FAST', file=sys.stderr)\n"
+    "    sys.stderr.flush()\n"
+    "    real_exit(code)\n"
+    "os._exit = marked_exit\n"
+    "from memcli.cli.entry import main\n"
+    "main()\n"
+)
+
+
+def run_entry_point(args: list[str], env: dict, stdin: str | None = None
+                    ) -> subprocess.CompletedProcess:
+    """The installed `memcli` entry point's code in a child process; its stderr ends with
+    FAST or TYPER, the route the command took."""
+    return subprocess.run([sys.executable, "-c", _ENTRY_POINT, *args], input=stdin, env=env,
+                          capture_output=True, text=True, timeout=120)

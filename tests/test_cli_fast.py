@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from enum import Enum
 from pathlib import Path
 
 import pytest
+from conftest import run_entry_point
 from typer.testing import CliRunner
 
 from memcli.cli import fast
@@ -100,19 +99,7 @@ def test_shell_completion_is_left_to_typer(monkeypatch):
     assert fast.route(["query", "hi"]) is None
 
 
-def _run(args: list[str], env: dict, stdin: str | None = None) -> subprocess.CompletedProcess:
-    # The fast path ends with os._exit: report there whether Typer was ever imported.
-    code = ("import os, sys\n"
-            "real_exit = os._exit\n"
-            "def marked_exit(code):\n"
-            "    print('TYPER' if 'typer' in sys.modules else 'FAST', file=sys.stderr)\n"
-            "    sys.stderr.flush()\n"
-            "    real_exit(code)\n"
-            "os._exit = marked_exit\n"
-            "from memcli.cli.entry import main\n"
-            "main()\n")
-    return subprocess.run([sys.executable, "-c", code, *args], input=stdin, env=env,
-                          capture_output=True, text=True, timeout=120)
+_run = run_entry_point  # conftest
 
 
 @pytest.fixture

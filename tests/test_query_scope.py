@@ -6,12 +6,10 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from conftest import ndjson, turns
+from conftest import ndjson, run_entry_point, turns
 
 from memcli import Memory
 from memcli.acb import build_acb
@@ -203,23 +201,7 @@ def test_plain_text_on_stdin_is_still_the_query(cli, chats):
 
 
 # -- the same on the fast path -------------------------------------------------------------------
-def _fast(args: list[str], env: dict, stdin: str | None = None) -> subprocess.CompletedProcess:
-    """The installed entry point's code path in a child process; says on stderr whether
-    Typer was imported (it must not be, on the fast path)."""
-    code = ("import atexit, sys\n"
-            "atexit.register(lambda: print('TYPER' if 'typer' in sys.modules else 'FAST',"
-            " file=sys.stderr))\n"
-            "import os\n"
-            "real_exit = os._exit\n"
-            "def marked_exit(code):\n"
-            "    print('TYPER' if 'typer' in sys.modules else 'FAST', file=sys.stderr)\n"
-            "    sys.stderr.flush()\n"
-            "    real_exit(code)\n"
-            "os._exit = marked_exit\n"
-            "from memcli.cli.entry import main\n"
-            "main()\n")
-    return subprocess.run([sys.executable, "-c", code, *args], input=stdin, env=env,
-                          capture_output=True, text=True, timeout=120)
+_fast = run_entry_point  # conftest
 
 
 @pytest.fixture
