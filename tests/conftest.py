@@ -13,6 +13,7 @@ import apsw
 import pytest
 import typer.main
 import typer.testing
+from llmstub import make_stub
 from typer.testing import CliRunner
 
 from memcli import Memory
@@ -33,6 +34,28 @@ def isolated_env(tmp_path_factory, monkeypatch):
 
 
 _build_command = functools.cache(typer.main.get_command)
+
+
+@pytest.fixture
+def stub():
+    """The scripted OpenAI-compatible server on 127.0.0.1 (tests/llmstub.py), stopped after
+    the test."""
+    with make_stub() as server:
+        yield server
+
+
+# A config file's retrieval line for tests that need no SPLADE leg (a real model, slow).
+NO_SPARSE_CONFIG = (
+    "retrieval: {leg_weights: {lexical: 1, sparse: 0, dense: 1, entity: 0.5, trigram: 0.5}}\n")
+
+
+def use_stub_model(monkeypatch, tmp_path, stub, config: str) -> None:
+    """Point the CLI at `stub` as its model, with `config` as its config file."""
+    path = tmp_path / "config.yaml"
+    path.write_text(config, encoding="utf-8")
+    monkeypatch.setenv("MEMCLI_CONFIG", str(path))
+    monkeypatch.setenv("MEMCLI_LLM_BASE_URL", stub.base_url)
+    monkeypatch.setenv("MEMCLI_LLM_MODEL", "stub-model")
 
 
 @pytest.fixture

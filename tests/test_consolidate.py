@@ -11,7 +11,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import ndjson, record_calls
+from conftest import NO_SPARSE_CONFIG, ndjson, record_calls, use_stub_model
 from lifecycle_support import (
     conversation,
     extraction,
@@ -22,7 +22,6 @@ from lifecycle_support import (
     snapshot,
     verdicts,
 )
-from llmstub import make_stub
 from pydantic import ValidationError
 
 from memcli.lifecycle import dedup
@@ -35,24 +34,10 @@ NURSE = "Priya works as a nurse at Santa Maria hospital."
 
 
 @pytest.fixture
-def stub():
-    """The scripted OpenAI-compatible server on 127.0.0.1 (tests/llmstub.py)."""
-    with make_stub() as server:
-        yield server
-
-
-@pytest.fixture
 def lcli(cli, monkeypatch, tmp_path, stub):
     """The real CLI with the stub as its model, sparse leg off (test speed), small app limit."""
-    config = tmp_path / "config.yaml"
-    config.write_text(
-        "retrieval: {leg_weights: {lexical: 1, sparse: 0, dense: 1, entity: 0.5, trigram: 0.5}}\n"
-        "lifecycle: {app_memory_limit: 3}\n",
-        encoding="utf-8",
-    )
-    monkeypatch.setenv("MEMCLI_CONFIG", str(config))
-    monkeypatch.setenv("MEMCLI_LLM_BASE_URL", stub.base_url)
-    monkeypatch.setenv("MEMCLI_LLM_MODEL", "stub-model")
+    use_stub_model(monkeypatch, tmp_path, stub,
+                   NO_SPARSE_CONFIG + "lifecycle: {app_memory_limit: 3}\n")
     return cli
 
 

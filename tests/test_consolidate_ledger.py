@@ -8,30 +8,16 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import ndjson
+from conftest import NO_SPARSE_CONFIG, ndjson, use_stub_model
 from lifecycle_support import conversation, extraction
-from llmstub import make_stub
 
 DECISION = "Priya decided to use Postgres for the billing service."
 TODO = "Priya will send the rota to the team."
 
 
 @pytest.fixture
-def stub():
-    with make_stub() as server:
-        yield server
-
-
-@pytest.fixture
 def lcli(cli, monkeypatch, tmp_path, stub):
-    config = tmp_path / "config.yaml"
-    config.write_text(
-        "retrieval: {leg_weights: {lexical: 1, sparse: 0, dense: 1, entity: 0.5, trigram: 0.5}}\n",
-        encoding="utf-8",
-    )
-    monkeypatch.setenv("MEMCLI_CONFIG", str(config))
-    monkeypatch.setenv("MEMCLI_LLM_BASE_URL", stub.base_url)
-    monkeypatch.setenv("MEMCLI_LLM_MODEL", "stub-model")
+    use_stub_model(monkeypatch, tmp_path, stub, NO_SPARSE_CONFIG)
     return cli
 
 

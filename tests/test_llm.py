@@ -9,11 +9,10 @@ import struct
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from llmstub import LLMStub, make_stub, stub_embedding
+from llmstub import LLMStub, stub_embedding
 from pydantic import BaseModel
 
 from memcli.errors import MemcliError
@@ -40,12 +39,6 @@ class Facts(BaseModel):
 
 
 GOOD = {"facts": [{"text": "Ana prefers tea", "importance": 0.7}]}
-
-
-@pytest.fixture
-def stub() -> Iterator[LLMStub]:
-    with make_stub() as s:
-        yield s
 
 
 def make_client(

@@ -8,19 +8,11 @@ import apsw
 import pytest
 from conftest import ndjson
 from lifecycle_support import conversation, extraction, memory_rows, model_for, settings, verdicts
-from llmstub import make_stub
 
 from memcli.lifecycle.consolidate import consolidate
 from memcli.lifecycle.proposals import accept, list_proposals, propose, reject
 
 LISBON = {"field": "city", "value": "Lisbon", "text": "Priya lives in Lisbon.", "turns": [1]}
-
-
-@pytest.fixture
-def stub():
-    """The scripted OpenAI-compatible server on 127.0.0.1 (tests/llmstub.py)."""
-    with make_stub() as server:
-        yield server
 
 
 @pytest.fixture

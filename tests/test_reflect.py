@@ -7,7 +7,6 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 from lifecycle_support import memory_rows, model_for, settings
-from llmstub import make_stub
 
 from memcli.categories import load_categories
 from memcli.derive import write_memory
@@ -20,13 +19,6 @@ REFLECTION = {
     "Anika visits often.",
     "themes": ["work", "family"],
 }
-
-
-@pytest.fixture
-def stub():
-    """The scripted OpenAI-compatible server on 127.0.0.1 (tests/llmstub.py)."""
-    with make_stub() as server:
-        yield server
 
 
 def facts(memory, texts: list[str], user: str = "priya") -> list[int]:
