@@ -101,6 +101,19 @@ def test_query_and_acb_bad_input_is_a_usage_error(env, args, stdin):
         assert len(_lines(result.stderr)) == 1
 
 
+@pytest.mark.parametrize("args", [
+    ["remember", "-"],
+    ["checkpoint", "save", "-", "--user", "u1", "--thread", "t1"],
+])
+def test_write_commands_reading_stdin_refuse_invalid_utf8(env, args):
+    """Text read from stdin goes through the same decoding and check as `query -`."""
+    result = run_cli(args, b"abc \xff def")
+    assert result.exit_code == 2
+    assert _lines(result.stderr) == [
+        f"memcli: error: the {'state' if 'checkpoint' in args else 'text'} on stdin is not valid"
+        " UTF-8 (an invalid byte or a lone surrogate) (send UTF-8 text)"]
+
+
 # -- point 10: long queries are bounded and say so ----------------------------------------------
 def test_long_query_is_truncated_with_a_note(env):
     run_cli(["ingest", "--text", "kiwi pie"])

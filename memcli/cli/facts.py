@@ -4,14 +4,14 @@
 
 from __future__ import annotations
 
-import sys
 from typing import Annotated, Any
 
 import typer
 
 from memcli.cli.common import open_memory
 from memcli.cli.options import DbOpt, FormatOpt, JsonOpt
-from memcli.cli.output import emit, errors, resolve_format, warn_redacted
+from memcli.cli.output import emit, errors, read_stdin, resolve_format, warn_redacted
+from memcli.inputs import check_text
 
 Tenant = Annotated[
     str | None, typer.Option("--tenant", help="Tenant id (default: the configured one).")
@@ -42,7 +42,7 @@ def register(app: typer.Typer) -> None:
 
         with errors():
             if text == "-":
-                text = sys.stdin.read()
+                text = check_text(read_stdin(), "the text on stdin")
             with open_memory(db) as memory:
                 out = correct_fact(memory, memory_id, text, reason=reason, tenant_id=tenant)
             warn_redacted(out)

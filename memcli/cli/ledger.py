@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import sys
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any
@@ -12,7 +11,8 @@ import typer
 
 from memcli.cli.common import open_memory
 from memcli.cli.options import DbOpt, FormatOpt, JsonOpt
-from memcli.cli.output import emit, errors, resolve_format, warn_redacted
+from memcli.cli.output import emit, errors, read_stdin, resolve_format, warn_redacted
+from memcli.inputs import check_text
 
 Tenant = Annotated[
     str | None, typer.Option("--tenant", help="Tenant id (default: the configured one).")
@@ -288,7 +288,7 @@ def register(app: typer.Typer) -> None:
                 raise UsageError("give the state once", "a file, `-` for stdin, or --data")
             if data is None:
                 data = (
-                    sys.stdin.read()
+                    check_text(read_stdin(), "the state on stdin")
                     if source == "-"
                     else Path(str(source)).read_text(encoding="utf-8")
                 )

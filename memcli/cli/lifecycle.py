@@ -8,7 +8,6 @@ line when none is configured, and run only their model-free parts.
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -18,8 +17,9 @@ import typer
 
 from memcli.cli.common import open_memory
 from memcli.cli.options import DbOpt, FormatOpt, JsonOpt
-from memcli.cli.output import emit, errors, resolve_format, warn, warn_redacted
+from memcli.cli.output import emit, errors, read_stdin, resolve_format, warn, warn_redacted
 from memcli.errors import MemcliError
+from memcli.inputs import check_text
 
 if TYPE_CHECKING:
     from memcli.config import Settings
@@ -289,7 +289,7 @@ def register(app: typer.Typer) -> None:
 
         with errors():
             if text == "-":
-                text = sys.stdin.read()
+                text = check_text(read_stdin(), "the text on stdin")
             if text is None and not step:
                 from memcli.errors import UsageError
 
