@@ -464,6 +464,13 @@ def session_ask(
     return ask
 
 
+def _recall_row(name: str, res: dict[str, Any], *extra: str) -> str:
+    """A table row: R@k, recall within each token budget, any extra cells, mean query ms."""
+    o = res["overall"]
+    cells = [f"{o[f'r@{k}']:.1f}" for k in KS] + [f"{o[f'b{b}']:.1f}" for b in BUDGETS]
+    return f"| {name} | " + " | ".join([*cells, *extra, f"{res['latency_ms']['mean']:.1f}"]) + " |"
+
+
 def render_session_markdown(meta: dict[str, Any], results: dict[str, dict[str, Any]]) -> str:
     lines = [
         "## Session-scoped questions (session = the conversation's last session)",
@@ -479,14 +486,7 @@ def render_session_markdown(meta: dict[str, Any], results: dict[str, dict[str, A
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for name, res in results.items():
-        o = res["overall"]
-        lines.append(
-            f"| {name} | "
-            + " | ".join(f"{o[f'r@{k}']:.1f}" for k in KS)
-            + " | "
-            + " | ".join(f"{o[f'b{b}']:.1f}" for b in BUDGETS)
-            + f" | {100 * res['widened_share']:.0f}% | {res['latency_ms']['mean']:.1f} |"
-        )
+        lines.append(_recall_row(name, res, f"{100 * res['widened_share']:.0f}%"))
     return "\n".join(lines) + "\n"
 
 
@@ -540,14 +540,7 @@ def render_markdown(meta: dict[str, Any], results: dict[str, dict[str, Any]]) ->
         "|---|---|---|---|---|---|---|---|---|",
     ]
     for name, res in results.items():
-        o = res["overall"]
-        lines.append(
-            f"| {name} | "
-            + " | ".join(f"{o[f'r@{k}']:.1f}" for k in KS)
-            + " | "
-            + " | ".join(f"{o[f'b{b}']:.1f}" for b in BUDGETS)
-            + f" | {res['latency_ms']['mean']:.1f} |"
-        )
+        lines.append(_recall_row(name, res))
     lines.append(
         "| DRAGON (paper, Table 3) | " + " | ".join(f"{DRAGON[k]:.1f}" for k in KS) + " | | | | |"
     )
