@@ -230,7 +230,7 @@ def summary(ms: list[float]) -> dict[str, float]:
 
 
 def library_latency(path: Path, requests: list[dict], warmup: int) -> dict[str, Any]:
-    from memcli.acb import build_acb
+    from memcli.acb.build import build_acb
 
     times, cpu, tokens, items = [], [], [], []
     with open_memory(path) as memory:
@@ -255,8 +255,9 @@ def library_latency(path: Path, requests: list[dict], warmup: int) -> dict[str, 
 
 def stage_breakdown(path: Path, requests: list[dict]) -> dict[str, float]:
     """Mean ms per stage, by wrapping the module functions build_acb calls."""
-    import memcli.acb as acb
-    from memcli import acb_pack, acb_sections
+    import memcli.acb.build as acb
+    from memcli.acb import pack as acb_pack
+    from memcli.acb import sections as acb_sections
 
     sink: dict[str, float] = {}
 

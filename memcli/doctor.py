@@ -128,7 +128,7 @@ def _wal(path: str) -> dict[str, Any]:
 
 
 def _metrics(db: Database) -> list[dict[str, Any]]:
-    from memcli.acb_stats import percentile, since_timestamp
+    from memcli.acb.stats import percentile, since_timestamp
     from memcli.store.acb import requests_since
 
     rows = requests_since(db, since_timestamp(WINDOW))

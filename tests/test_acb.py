@@ -14,8 +14,8 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 from memcli import Memory, derive, ledger
-from memcli.acb import build_acb
-from memcli.acb_render import render_markdown
+from memcli.acb.build import build_acb
+from memcli.acb.render import render_markdown
 from memcli.config import AcbSettings
 from memcli.errors import NotAllowedError, UsageError
 from memcli.providers.embedders import HashEmbedder
@@ -147,7 +147,7 @@ def test_the_budget_is_never_exceeded(
 
 
 def item_line(item):
-    from memcli.acb_render import item_line as line
+    from memcli.acb.render import item_line as line
 
     return line(item)
 

@@ -14,7 +14,7 @@ import pytest
 from conftest import ndjson, turns
 
 from memcli import Memory, derive, ledger
-from memcli.acb import build_acb
+from memcli.acb.build import build_acb
 from memcli.providers.embedders import HashEmbedder
 
 pytestmark = pytest.mark.usefixtures("fast_cli")
@@ -114,7 +114,7 @@ def test_the_same_sentence_three_times_is_one_evidence_item(cli):
 
 
 def test_near_duplicate_rule():
-    from memcli.acb_dedup import near, signature
+    from memcli.acb.dedup import near, signature
 
     a = "we agreed that the quarterly offsite for the whole platform team will be held in lisbon"
     assert near(signature(a)[1], signature(a + " too")[1])  # one extra word in 16

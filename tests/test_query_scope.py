@@ -12,7 +12,7 @@ import pytest
 from conftest import ndjson, run_entry_point, turns
 
 from memcli import Memory
-from memcli.acb import build_acb
+from memcli.acb.build import build_acb
 from memcli.config import AcbSettings
 from memcli.providers.embedders import HashEmbedder
 

@@ -137,7 +137,7 @@ def register(app: typer.Typer) -> None:
         as_json: JsonOpt = False,
     ) -> None:
         """Print the identity or rules text bundles use (your copy, else the default)."""
-        from memcli.acb_sections import load_view
+        from memcli.acb.sections import load_view
         from memcli.config import load_settings
 
         with errors():
@@ -164,7 +164,7 @@ def register(app: typer.Typer) -> None:
         import shlex
         import subprocess
 
-        from memcli.acb_sections import bundled_view, view_path
+        from memcli.acb.sections import bundled_view, view_path
         from memcli.config import editor_command, load_settings
         from memcli.errors import MemcliError
 
@@ -213,7 +213,7 @@ def register(app: typer.Typer) -> None:
 
 
 def _related_text(rows: list[dict[str, Any]]) -> None:
-    from memcli.acb_render import short
+    from memcli.acb.render import short
 
     for r in rows:
         arrow = "->" if r["direction"] == "out" else "<-"

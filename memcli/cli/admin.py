@@ -126,7 +126,7 @@ def register(app: typer.Typer) -> None:
                     emit(usage_report(memory.db), resolve_format(fmt, as_json))
                 return
             if requests:
-                from memcli.acb_stats import request_stats, since_timestamp
+                from memcli.acb.stats import request_stats, since_timestamp
 
                 window = since_timestamp(since)
                 with open_memory(db, with_embedder=False, must_exist=True) as memory:

@@ -235,7 +235,7 @@ def acb_build(
     fmt: str | None = None, as_json: bool = False,
 ) -> None:
     """`memcli acb build`: a context bundle for the next model call."""
-    from memcli.acb import build_acb, parse_request
+    from memcli.acb.build import build_acb, parse_request
     from memcli.config import load_settings
     from memcli.errors import UsageError
 
@@ -287,7 +287,7 @@ def acb_build(
         if chosen is None:
             chosen = "markdown" if sys.stdout.isatty() else "json"
         if chosen in ("markdown", "text"):
-            from memcli.acb_render import render_markdown
+            from memcli.acb.render import render_markdown
 
             sys.stdout.write(render_markdown(bundle))
         else:

@@ -14,7 +14,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from memcli import acb_render as render
+from memcli.acb import render
 from memcli.retrieval import scope, search
 from memcli.retrieval.stages import Candidate, RankContext
 from memcli.store import acb as sql

@@ -1,7 +1,7 @@
 """Packing a context bundle: sections by priority, items by token count, under the budget.
 
-The token count of an item is tiktoken's count of exactly the line `memcli.acb_render` prints for
-it, and the rendered block's count is the sum of its parts' (see acb_render). Only a bundle that
+The token count of an item is tiktoken's count of exactly the line `memcli.acb.render` prints for
+it, and the rendered block's count is the sum of its parts' (see render). Only a bundle that
 comes within NEAR_LIMIT tokens of its budget is encoded whole once more, as a guard: any excess
 (none has been seen) is trimmed from the lowest-priority section.
 """
@@ -12,8 +12,7 @@ import hashlib
 import json
 from typing import Any
 
-from memcli import acb_dedup
-from memcli import acb_render as render
+from memcli.acb import dedup, render
 from memcli.tokens import count_tokens, get_encoding, truncate_to_tokens
 
 # Render order (fill order is by priority); recent turns last, next to the model's next turn.
@@ -84,7 +83,7 @@ def pack(
         reserved.add(item["memory_id"])
     packed_ids: set[int] = set()
     deduped = 0
-    collapser = acb_dedup.Collapser()  # evidence taken so far, by (near-)duplicate text
+    collapser = dedup.Collapser()  # evidence taken so far, by (near-)duplicate text
     sections: dict[str, dict[str, Any]] = {}
     for p in plan:
         name = p["name"]
@@ -106,10 +105,10 @@ def pack(
             room = min(cap_left, total_left)
             sig = None
             if content is not None and not empty and item["tokens"] <= room:
-                sig = acb_dedup.signature(content)
+                sig = dedup.signature(content)
                 kept = collapser.find(sig)
                 if kept is not None:  # the same sentence again: one item citing every ref
-                    acb_dedup.absorb(kept, item)
+                    dedup.absorb(kept, item)
                     deduped += 1
                     if mid is not None:
                         packed_ids.add(mid)

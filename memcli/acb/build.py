@@ -33,9 +33,9 @@ from typing import TYPE_CHECKING, Any
 import pydantic
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from memcli import acb_pack
-from memcli import acb_render as render
-from memcli import acb_sections as gather
+from memcli.acb import pack as acb_pack
+from memcli.acb import render
+from memcli.acb import sections as gather
 from memcli.config import AcbSettings
 from memcli.errors import DatabaseBusyError, UsageError
 from memcli.models import Channel
