@@ -13,6 +13,7 @@ import apsw
 import pytest
 import typer.main
 import typer.testing
+from daemon_support import no_stray_daemons  # noqa: F401 - autouse: no test leaves a daemon
 from llmstub import make_stub
 from typer.testing import CliRunner
 
@@ -27,8 +28,11 @@ def isolated_env(tmp_path_factory, monkeypatch):
     monkeypatch.setenv("HOME", str(home))
     monkeypatch.setenv("XDG_DATA_HOME", str(home / "data"))
     monkeypatch.setenv("XDG_CONFIG_HOME", str(home / "config"))
+    # memcli's daemon sockets: never a developer's running `memcli serve`.
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(home / "run"))
     for var in ("MEMCLI_DB", "MEMCLI_CONFIG", "MEMCLI_EMBEDDER", "MEMCLI_LLM_BASE_URL",
-                "MEMCLI_LLM_API_KEY", "OPENAI_API_KEY", "MEMCLI_CATEGORIES", "MEMCLI_TENANT"):
+                "MEMCLI_LLM_API_KEY", "OPENAI_API_KEY", "MEMCLI_CATEGORIES", "MEMCLI_TENANT",
+                "MEMCLI_SOCKET", "MEMCLI_NO_DAEMON"):
         monkeypatch.delenv(var, raising=False)
     return home
 
