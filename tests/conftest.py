@@ -141,26 +141,12 @@ def write_lock_held(db_path):
         holder.close()
 
 
-_ENTRY_POINT = (
-    "import atexit, os, sys\n"
-    # Says on stderr whether Typer was imported: at exit on Typer's route, and just before
-    # the fast path's os._exit (which skips atexit).
-    "atexit.register(lambda: print('TYPER' if 'typer' in sys.modules else 'FAST',"
-    " file=sys.stderr))\n"
-    "real_exit = os._exit\n"
-    "def marked_exit(code):\n"
-    "    print('TYPER' if 'typer' in sys.modules else 'FAST', file=sys.stderr)\n"
-    "    sys.stderr.flush()\n"
-    "    real_exit(code)\n"
-    "os._exit = marked_exit\n"
-    "from memcli.cli.entry import main\n"
-    "main()\n"
-)
+_ENTRY_POINT = "from memcli.cli.entry import main\nmain()\n"
 
 
 def run_entry_point(args: list[str], env: dict, stdin: str | None = None
                     ) -> subprocess.CompletedProcess:
-    """The installed `memcli` entry point's code in a child process; its stderr ends with
-    FAST or TYPER, the route the command took."""
+    """The installed `memcli` entry point's code in a child process (in-process route unless
+    a test started a daemon for the database: tests/daemon_support.py)."""
     return subprocess.run([sys.executable, "-c", _ENTRY_POINT, *args], input=stdin, env=env,
                           capture_output=True, text=True, timeout=120)

@@ -37,8 +37,9 @@ from daemon_support import (
 )
 
 README = ROOT / "README.md"
-# Fenced `sh` blocks that are not memcli usage: installing, benchmarks, development, a script.
-NOT_USAGE = ("pip install", "#!/bin/sh", "bench/", "pytest")
+# Fenced `sh` blocks that are not memcli usage (installing, benchmarks, development, a script),
+# or that start and stop a daemon themselves (the tests below do that).
+NOT_USAGE = ("pip install", "#!/bin/sh", "bench/", "pytest", "memcli serve")
 CONVERSATION = "".join(json.dumps(r) + "\n" for r in [
     {"text": "We deploy on Fridays after the planning call", "session_id": "s2",
      "role": "assistant", "category": "tasks"},
@@ -386,3 +387,14 @@ def test_daemon_with_the_default_models_answers_like_in_process(tmp_path):
             assert via.returncode == local.returncode == 0, via.stderr
             assert via.stdout == local.stdout
             assert via.stderr == local.stderr
+
+
+def test_local_models_are_shared_by_every_memory_in_a_process():
+    """A daemon (or a library user) opening many Memory objects loads each model once."""
+    from memcli.config import load_settings
+    from memcli.memory import make_embedder, make_sparse
+
+    settings = load_settings("unused.db")
+    assert make_embedder(settings) is make_embedder(settings)
+    first, second = make_sparse(settings), make_sparse(settings)
+    assert first is not None and first._model() is second._model()

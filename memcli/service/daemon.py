@@ -29,6 +29,7 @@ from typing import Any
 from memcli.errors import MemcliError, UsageError
 from memcli.service import paths, runctx
 from memcli.service.server import CliServer, bind_unix
+from memcli.store.writers import KeepOpen, checkpoint_wal
 
 CHECKPOINT_WAIT = 5.0  # seconds the exit's WAL checkpoint may wait for other connections
 
@@ -197,7 +198,14 @@ def serve(settings: Any, ep: paths.Endpoint, *, idle_exit: float | None = None,
     web: HttpServer | None = None
     try:
         runctx.install()
-        cli = CliServer(Path(ep.socket), on_request=activity.touch)
+        keeper = KeepOpen(str(settings.db))
+
+        def on_request() -> None:
+            activity.touch()
+            keeper.ensure()
+
+        keeper.ensure()
+        cli = CliServer(Path(ep.socket), on_request=on_request)
         web = HttpServer.build(settings, ep, http or HttpOptions(), activity, grace)
         threading.Thread(target=warm_up, args=(settings, log), name="memcli-warm-up",
                          daemon=True).start()
@@ -220,7 +228,7 @@ def serve(settings: Any, ep: paths.Endpoint, *, idle_exit: float | None = None,
             stop.set()
         while not stop.wait(0.5):
             pass
-        return _shutdown(settings, ep, cli, grace, log)
+        return _shutdown(settings, ep, cli, grace, log, keeper)
     finally:
         if cli is not None:
             cli.close()
@@ -243,13 +251,12 @@ def _idle_watch(stop: threading.Event, web: HttpServer | None, cli: CliServer,
 
 
 def _shutdown(settings: Any, ep: paths.Endpoint, cli: CliServer, grace: float,
-              log: Callable[[str], None]) -> int:
-    from memcli.store.writers import checkpoint_wal
-
+              log: Callable[[str], None], keeper: KeepOpen) -> int:
     cli.close()
     if not cli.wait_idle(grace):
         log(f"memcli: warning: {cli.active} request(s) still running after {grace:g} s; "
             "exiting anyway (their transactions roll back)")
+    keeper.close()
     if Path(settings.db).exists():
         checkpoint_wal(str(settings.db), CHECKPOINT_WAIT)
     log("memcli: serve stopped")

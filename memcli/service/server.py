@@ -228,6 +228,7 @@ class CliServer:
     def _run_watched(self, conn: socket.socket, header: dict[str, Any], fds: list[int]) -> int:
         """Run the command on this thread while another watches the connection."""
         done = threading.Event()
+        state = threading.Lock()  # no interrupt once the command has returned
         me = threading.current_thread()
 
         def watch() -> None:
@@ -239,18 +240,22 @@ class CliServer:
                     data = conn.recv(64)
                 except OSError:
                     data = b""
-                if not done.is_set() and (not data or b"I" in data):
-                    _interrupt(me)
+                if not data or b"I" in data:
+                    with state:
+                        if not done.is_set():
+                            _interrupt(me)
                 if not data:
                     return
 
         watcher = threading.Thread(target=watch, name="memcli-watch", daemon=True)
         watcher.start()
+        code = 1
         try:
-            return run_command(header, fds, self.gate)
+            code = run_command(header, fds, self.gate)
         except BaseException as exc:  # noqa: BLE001 - e.g. the caller's folder is gone
             print(f"memcli: warning: request failed before its command ran: {exc!r}",
                   file=sys.stderr)
-            return 1
         finally:
-            done.set()
+            with state:
+                done.set()
+        return code
