@@ -136,7 +136,7 @@ class HttpServer:
 
     @classmethod
     def build(cls, settings: Any, ep: paths.Endpoint, opts: HttpOptions, activity: Activity,
-              grace: float) -> HttpServer | None:
+              grace: float, log: Callable[[str], None]) -> HttpServer | None:
         try:
             import uvicorn
 
@@ -149,6 +149,9 @@ class HttpServer:
             return None
         auth = load_auth(host=opts.host, port=opts.port, token_file=opts.token_file,
                          no_token=opts.no_token, settings=settings)
+        notice = getattr(auth, "notice", None)
+        if notice and opts.port is not None:  # the unix socket needs no token
+            log(f"memcli: {notice}")
         app = _tracked(build_app(settings, auth), activity)
         sockets = [bind_unix(Path(ep.http_socket))]
         if opts.port is not None:
@@ -206,7 +209,7 @@ def serve(settings: Any, ep: paths.Endpoint, *, idle_exit: float | None = None,
 
         keeper.ensure()
         cli = CliServer(Path(ep.socket), on_request=on_request)
-        web = HttpServer.build(settings, ep, http or HttpOptions(), activity, grace)
+        web = HttpServer.build(settings, ep, http or HttpOptions(), activity, grace, log)
         threading.Thread(target=warm_up, args=(settings, log), name="memcli-warm-up",
                          daemon=True).start()
 
