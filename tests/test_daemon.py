@@ -398,3 +398,24 @@ def test_local_models_are_shared_by_every_memory_in_a_process():
     assert make_embedder(settings) is make_embedder(settings)
     first, second = make_sparse(settings), make_sparse(settings)
     assert first is not None and first._model() is second._model()
+
+
+def test_serve_status_is_answered_by_the_daemon(tmp_path):
+    db = tmp_path / "s.db"
+    env = daemon_env(tmp_path / "home", db)
+    routes = tmp_path / "routes.log"
+
+    def status() -> tuple[int, dict]:
+        done = run_client(["serve", "status"], env, routes=routes)
+        return done.returncode, json.loads(done.stdout)
+
+    with Daemon(db, env) as daemon:
+        assert wait_until(lambda: status()[1].get("models_ready") is True, timeout=60)
+        code, state = status()
+        assert last_route(routes).startswith("daemon")
+        assert code == 0 and state["running"] and state["pid"] == daemon.pid
+        assert state["requests"] >= 1
+        stop(daemon.proc)
+    code, state = status()
+    assert code == 1 and state["running"] is False
+    assert last_route(routes) == "inprocess"

@@ -22,7 +22,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +36,55 @@ CHECKPOINT_WAIT = 5.0  # seconds the exit's WAL checkpoint may wait for other co
 
 class AlreadyServing(MemcliError):
     exit_code = 75
+
+
+@dataclass
+class State:
+    """What `memcli serve status` reports, kept by the running daemon (None elsewhere)."""
+
+    db: str
+    ep: paths.Endpoint
+    started: float = field(default_factory=time.time)
+    models_ready: threading.Event = field(default_factory=threading.Event)
+    cli: CliServer | None = None
+    activity: Activity | None = None
+    http: str | None = None
+
+
+_STATE: State | None = None
+
+
+def status(ep: paths.Endpoint) -> dict[str, Any]:
+    """The state of the daemon of `ep`: this process's own when it is that daemon (`serve
+    status` is forwarded to it), else whether another process holds its lock."""
+    state = _STATE
+    if state is not None and state.ep.socket == ep.socket:
+        served = (state.cli.served if state.cli else 0) + (
+            state.activity.http_requests if state.activity else 0)
+        return {"running": True, "pid": os.getpid(), "db": state.db, "socket": ep.socket,
+                "http_socket": ep.http_socket if state.http is not None else None,
+                "http_url": state.http or None, "models_ready": state.models_ready.is_set(),
+                "requests": served, "uptime_s": round(time.time() - state.started, 1)}
+    pid = _lock_holder(ep)
+    return {"running": pid is not None, "pid": pid, "socket": ep.socket, "answered": False}
+
+
+def _lock_holder(ep: paths.Endpoint) -> int | None:
+    """The pid in the pidfile when a process holds the daemon lock, else None."""
+    try:
+        fd = os.open(ep.lock, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        try:
+            return int(Path(ep.pid).read_text(encoding="ascii").strip())
+        except (OSError, ValueError):
+            return -1
+    finally:
+        os.close(fd)
+    return None
 
 
 @dataclass
@@ -53,11 +102,13 @@ class Activity:
         self._lock = threading.Lock()
         self.last = time.monotonic()
         self.running = 0
+        self.http_requests = 0
 
     @contextlib.contextmanager
     def request(self) -> Iterator[None]:
         with self._lock:
             self.running += 1
+            self.http_requests += 1
         try:
             yield
         finally:
@@ -93,7 +144,7 @@ def take_lock(ep: paths.Endpoint) -> int:
     return fd
 
 
-def warm_up(settings: Any, log: Callable[[str], None]) -> None:
+def warm_up(settings: Any, log: Callable[[str], None], ready: threading.Event) -> None:
     """Import the command modules and load the configured models, so the first request is
     warm. Failures are left to the request that needs the model (it reports them)."""
     try:
@@ -109,6 +160,7 @@ def warm_up(settings: Any, log: Callable[[str], None]) -> None:
         get_encoding(settings.encoding)
     except Exception as exc:  # noqa: BLE001 - a warm-up only
         log(f"memcli: warning: warm-up incomplete: {exc}".splitlines()[0])
+    ready.set()
 
 
 def _tcp_socket(host: str, port: int) -> socket.socket:
@@ -210,8 +262,11 @@ def serve(settings: Any, ep: paths.Endpoint, *, idle_exit: float | None = None,
         keeper.ensure()
         cli = CliServer(Path(ep.socket), on_request=on_request)
         web = HttpServer.build(settings, ep, http or HttpOptions(), activity, grace, log)
-        threading.Thread(target=warm_up, args=(settings, log), name="memcli-warm-up",
-                         daemon=True).start()
+        global _STATE
+        _STATE = State(db=str(settings.db), ep=ep, cli=cli, activity=activity,
+                       http=(web.tcp_address or "") if web is not None else None)
+        threading.Thread(target=warm_up, args=(settings, log, _STATE.models_ready),
+                         name="memcli-warm-up", daemon=True).start()
 
         def on_signal(signum: int, _frame: Any) -> None:
             stop.set()

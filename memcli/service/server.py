@@ -150,6 +150,7 @@ class CliServer:
         self.gate = runctx.CwdGate()
         self._closing = threading.Event()
         self._active = 0
+        self.served = 0  # commands answered (for `memcli serve status`)
         self._cond = threading.Condition()
         self._thread = threading.Thread(target=self._accept_loop, name="memcli-cli-accept",
                                         daemon=True)
@@ -214,6 +215,7 @@ class CliServer:
                     os.close(fd)
                 return
             code = self._run_watched(conn, header, fds)
+            self.served += 1
             try:
                 conn.sendall(b"E%d\n" % code)
             except OSError:
