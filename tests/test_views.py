@@ -249,6 +249,12 @@ def test_an_item_changed_in_the_database_since_the_export_is_not_overwritten(
     assert js(cli("view", "apply", str(view), "--json"))["changes"] == []  # untouched: fine
     assert state(db_path, later) == "active"  # written after the export: not a deleted line
     assert "Alice runs marathons" in (view / "facts.md").read_text()  # exported again
+    # A task keeps its id when it changes: its value, not its presence, tells it moved on.
+    js(cli("task", "update", str(seeded["task"]), "--status", "doing"))
+    edit(view / "tasks.md", "Write the report", "Write the annual report")
+    result = cli("view", "apply", str(view))
+    assert result.exit_code == 2 and "changed in the database since the export" in result.stderr
+    assert js(cli("task", "list", "--user", "alice", "--json"))[0]["title"] == "Write the report"
 
 
 def test_dry_run_prints_the_plan_and_writes_nothing(cli, seeded, tmp_path, db_path):
