@@ -43,7 +43,7 @@ def view_memories(db: Database, *, tenant_id: str, user_id: str | None, app_id: 
         where += " AND coalesce(m.category, '') != ?"
         params.append(not_category)
     return db.query(f"SELECT {_MEMORY_COLUMNS} FROM memories m WHERE {where}"
-                    " ORDER BY coalesce(m.category, ''), m.id", params)
+                    " ORDER BY coalesce(m.category, ''), m.id", tuple(params))
 
 
 def view_decisions(db: Database, *, tenant_id: str, user_id: str | None, app_id: str | None,
@@ -51,7 +51,7 @@ def view_decisions(db: Database, *, tenant_id: str, user_id: str | None, app_id:
     """Active decisions whose memory is active, oldest first."""
     where, params = _owner("d", tenant_id, user_id, app_id, sensitivities)
     rows = db.query("SELECT d.* FROM decisions d JOIN memories m ON m.id = d.memory_id"
-                    f" WHERE d.status = 'active' AND {where} ORDER BY d.id", params)
+                    f" WHERE d.status = 'active' AND {where} ORDER BY d.id", tuple(params))
     return [_decode(r) for r in rows]
 
 
@@ -60,5 +60,6 @@ def view_tasks(db: Database, *, tenant_id: str, user_id: str | None, app_id: str
     """Open and in-progress tasks whose memory is active, oldest first."""
     where, params = _owner("t", tenant_id, user_id, app_id, sensitivities)
     rows = db.query("SELECT t.* FROM tasks t JOIN memories m ON m.id = t.memory_id"
-                    f" WHERE t.status IN ('open', 'doing') AND {where} ORDER BY t.id", params)
+                    f" WHERE t.status IN ('open', 'doing') AND {where} ORDER BY t.id",
+                    tuple(params))
     return [_decode(r) for r in rows]

@@ -96,7 +96,7 @@ def read_manifest(directory: Path) -> dict[str, Any]:
 def _read(directory: Path, name: str) -> str:
     path = directory / name
     try:
-        return path.read_text(encoding="utf-8")
+        return path.read_text(encoding="utf-8-sig")  # an editor's BOM is not content
     except FileNotFoundError:
         raise UsageError(f"{path}: missing",
                          "restore it; to forget every item in it, leave it empty") from None
@@ -127,7 +127,10 @@ def plan_apply(memory: Memory, directory: Path, *, tenant: str | None = None,
     if fmt not in ("md", "yaml"):
         raise UsageError(f"{MANIFEST}: unknown format {fmt!r}", "export the view again")
     files = manifest.get("files") or {}
-    current = {kind: {i.ref: i for i in items} for kind, items in collect(memory, scope).items()}
+    current: dict[str, dict[str, Item]] = {
+        kind: {i.ref: i for i in items if i.ref}
+        for kind, items in collect(memory, scope).items()
+    }
     owner = {ref: name for name, f in files.items() for ref in (f.get("items") or {})}
     seen: dict[str, str] = {}
     changes: list[Change] = []
@@ -151,13 +154,14 @@ def plan_apply(memory: Memory, directory: Path, *, tenant: str | None = None,
             if item.digest() == base["digest"]:
                 unchanged += 1
                 continue
-            old = _still(current[kind], item.ref, base, where)
+            old = _still(current[kind], item.ref, base, where, scope.include_high)
             _check_edit(memory, old, item, where)
             changes.append(Change("edit", name, item.line, kind, item.ref, new=item, old=old))
         for ref in sorted(set(exported) - {r for r in seen if seen[r].startswith(name + ":")}):
             base = exported[ref]
             where = f"{name}:{base['line']}"
-            old = _still(current[kind], ref, base, f"{where} (deleted line)")
+            old = _still(current[kind], ref, base, f"{where} (deleted line)",
+                         scope.include_high)
             changes.append(Change("delete", name, base["line"], kind, ref, old=old))
     texts = load_texts(context_dir)
     for view in TEXT_VIEWS:
@@ -187,12 +191,14 @@ def _foreign(kind: str, ref: str, where: str, home: str | None) -> NoReturn:
               "a changed or copied marker? keep each marker as exported, or export again")
 
 
-def _still(current: dict[str, Item], ref: str, base: dict[str, Any], where: str) -> Item:
+def _still(current: dict[str, Item], ref: str, base: dict[str, Any], where: str,
+           high: bool) -> Item:
     """The database's item `ref`, if it still holds the exported value."""
     item = current.get(ref)
     if item is None or item.digest() != base["digest"]:
+        key = " (a `high` item needs the key)" if high and item is None else ""
         raise bad(where, f"{ref} changed in the database since the export",
-                  "export the view again and redo this edit")
+                  f"export the view again and redo this edit{key}")
     return item
 
 
@@ -259,7 +265,8 @@ def _apply(memory: Memory, scope: Scope, change: Change) -> dict[str, Any]:
     from memcli.lifecycle.remember import remember
     from memcli.views.format import render_procedure_text
 
-    owner = {"tenant_id": scope.tenant_id, "user_id": scope.user_id, "app_id": scope.app_id}
+    owner: dict[str, Any] = {"tenant_id": scope.tenant_id, "user_id": scope.user_id,
+                             "app_id": scope.app_id}
     old, new, kind, reason = change.old, change.new, change.kind, change.reason
     if change.action == "delete":
         assert old is not None

@@ -74,8 +74,8 @@ def file_name(kind: str, fmt: str) -> str:
 def collect(memory: Memory, scope: Scope) -> dict[str, list[Item]]:
     """The scope's current items, by kind, in file order."""
     db = memory.db
-    owner = {"tenant_id": scope.tenant_id, "user_id": scope.user_id, "app_id": scope.app_id,
-             "sensitivities": scope.sensitivities()}
+    owner: dict[str, Any] = {"tenant_id": scope.tenant_id, "user_id": scope.user_id,
+                             "app_id": scope.app_id, "sensitivities": scope.sensitivities()}
     out: dict[str, list[Item]] = {}
     facts = sql.view_memories(db, kind="fact", not_category="preferences", **owner)
     out["facts"] = [_memory_item("facts", r, {"category": r["category"],
@@ -154,13 +154,21 @@ def _round_trip(kind: str, items: list[Item], scope: Scope, fmt: str
                 ) -> tuple[str, list[Item], list[Item]]:
     """(file text, items with their lines, items left out): an item whose text cannot be a
     line (it holds a marker of its own, say) is left out, not shown wrong."""
-    kept, left_out = [], []
-    for item in items:
-        try:
-            ok = [i.value for i in parse(kind, "x", render(kind, [item], scope, fmt), fmt)]
-        except Exception:  # whatever a strange text does to the parser: leave it out
-            ok = []
-        (kept if ok == [item.value] else left_out).append(item)
+    kept: list[Item] = []
+    left_out: list[Item] = []
+    try:  # the usual case: the whole file reads back as written
+        whole = [i.value for i in parse(kind, "x", render(kind, items, scope, fmt), fmt)]
+    except Exception:  # whatever a strange text does to the parser: item by item below
+        whole = []
+    if whole == [i.value for i in items]:
+        kept = list(items)
+    else:
+        for item in items:
+            try:
+                ok = [i.value for i in parse(kind, "x", render(kind, [item], scope, fmt), fmt)]
+            except Exception:
+                ok = []
+            (kept if ok == [item.value] else left_out).append(item)
     text = render(kind, kept, scope, fmt)
     parsed = parse(kind, file_name(kind, fmt), text, fmt)
     for item, back in zip(kept, parsed, strict=True):

@@ -200,7 +200,8 @@ def _heading(line: str) -> str | None:
 
 
 def _facts(kind: str, name: str, lines: list[tuple[int, str]]) -> list[Item]:
-    items, category = [], DEFAULT_CATEGORY
+    items: list[Item] = []
+    category: str | None = DEFAULT_CATEGORY
     for n, line in lines:
         where = f"{name}:{n}"
         heading = _heading(line)
@@ -277,7 +278,8 @@ def _procedures(kind: str, name: str, lines: list[tuple[int, str]]) -> list[Item
         if heading is not None:
             body, ref = split_marker(heading, where)
             title = norm(body)
-            value = {"title": None if title in ("", UNTITLED) else title, "steps": []}
+            value: dict[str, Any] = {"title": None if title in ("", UNTITLED) else title,
+                                     "steps": []}
             items.append(Item(kind, ref, value, n))
             continue
         m = _STEP.match(line)
