@@ -383,6 +383,11 @@ def test_a_view_needs_its_manifest_and_its_files(cli, seeded, tmp_path):
     (view / "tasks.md").unlink()
     gone = cli("view", "apply", str(view))
     assert gone.exit_code == 2 and "tasks.md: missing" in gone.stderr
+    manifest = json.loads((view / "view.json").read_text())
+    manifest["files"]["facts.md"]["items"] = ["m:1"]
+    (view / "view.json").write_text(json.dumps(manifest))
+    damaged = cli("view", "apply", str(view))
+    assert damaged.exit_code == 2 and "view.json: damaged" in damaged.stderr
 
 
 def test_an_item_that_cannot_be_a_line_is_left_out_not_lost(cli, seeded, tmp_path, db_path):

@@ -90,7 +90,22 @@ def read_manifest(directory: Path) -> dict[str, Any]:
     if not isinstance(manifest, dict) or manifest.get("memcli_view") != VERSION:
         raise UsageError(f"{path}: not a view manifest of this memcli version",
                          "export the view again")
+    if not _well_formed(manifest.get("files")):
+        raise UsageError(f"{path}: damaged (it is memcli's record of the export, not for "
+                         "editing)", "export the view again (--force) and redo the edits")
     return manifest
+
+
+def _well_formed(files: Any) -> bool:
+    if not isinstance(files, dict) or not all(isinstance(f, dict) for f in files.values()):
+        return False
+    for f in files.values():
+        items = f.get("items", {})
+        if not isinstance(items, dict) or not all(
+                isinstance(v, dict) and isinstance(v.get("digest"), str)
+                and isinstance(v.get("line"), int) for v in items.values()):
+            return False
+    return True
 
 
 def _read(directory: Path, name: str) -> str:
