@@ -11,13 +11,17 @@ from typing import Annotated, Any
 import typer
 
 from memcli.cli.common import open_memory
-from memcli.cli.options import DbOpt, JsonOpt
+from memcli.cli.options import DbOpt
 from memcli.cli.output import emit, errors, resolve_format, warn
 
 Tenant = Annotated[
     str | None, typer.Option("--tenant", help="Tenant id (default: the configured one).")
 ]
-Dir = Annotated[Path, typer.Argument(help="The view's folder.", show_default=False)]
+Dir = Annotated[Path, typer.Argument(help="The view's folder.", metavar="DIR",
+                                     show_default=False)]
+# `--format` names the files' format here, so the summary's JSON has only --json.
+JsonOpt = Annotated[bool, typer.Option(
+    "--json", help="The summary as JSON (the default when stdout is not a terminal).")]
 
 
 class ViewFormat(StrEnum):
