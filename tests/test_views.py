@@ -423,3 +423,24 @@ def test_every_item_text_reads_back_as_written(kind, texts, fmt):
     scope = Scope("default", "alice")
     back = parse(kind, "f", render(kind, items, scope, fmt), fmt)
     assert [(i.ref, i.value) for i in back] == [(i.ref, i.value) for i in items]
+
+
+def test_a_failure_half_way_leaves_nothing_applied(cli, seeded, tmp_path, db_path):
+    """Every write of an apply is one transaction: a write that fails after others (here a
+    trigger refuses one insert) rolls back the ones before it."""
+    view = tmp_path / "view"
+    js(cli("view", "export", str(view), "--user", "alice"))
+    edit(view / "facts.md", f"- Alice works on Phoenix <!-- m:{seeded['phoenix']} -->\n", "")
+    edit(view / "facts.md", "Alice lives in Porto", "Alice lives in Lisbon")
+    with (view / "preferences.md").open("a") as f:
+        f.write("- Alice likes the refused text\n")
+    conn = apsw.Connection(str(db_path))
+    conn.execute("CREATE TRIGGER refuse BEFORE INSERT ON memories WHEN"
+                 " NEW.content LIKE '%refused text%' BEGIN SELECT RAISE(ABORT, 'no'); END")
+    conn.close()
+    trail = history_count(db_path)
+    result = cli("view", "apply", str(view))
+    assert result.exit_code == 1 and len(result.stderr.splitlines()) == 1
+    assert history_count(db_path) == trail
+    assert state(db_path, seeded["phoenix"]) == "active"
+    assert state(db_path, seeded["porto"]) == "active"
