@@ -89,6 +89,7 @@ def _readme_world(tmp: Path, name: str) -> tuple[dict, Path, Path]:
     (cwd / "state.json").write_text(STATE)
     db = home / "agent" / "memory.db"
     env = daemon_env(home, db)
+    env["EDITOR"] = env["VISUAL"] = "true"  # `$EDITOR file` in an example: leave it as it is
     return env, cwd, db
 
 

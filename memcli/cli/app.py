@@ -22,6 +22,7 @@ from memcli.cli import (
     lifecycle,
     query,
     serve,
+    views,
 )
 
 
@@ -39,7 +40,7 @@ def _root(
 
 
 # Every command group, in help order. Each module's register() adds its commands to an app.
-MODULES = (ingest, query, admin, acb, ledger, lifecycle, facts, doctor, keys, serve)
+MODULES = (ingest, query, admin, acb, ledger, lifecycle, facts, doctor, keys, views, serve)
 # Top-level command name -> the module registering it (tests check this matches the modules).
 COMMAND_MODULES: dict[str, ModuleType] = {
     **dict.fromkeys(("ingest", "embed", "reindex"), ingest),
@@ -53,6 +54,7 @@ COMMAND_MODULES: dict[str, ModuleType] = {
     **dict.fromkeys(("correct", "entity"), facts),
     "doctor": doctor,
     "key": keys,
+    "view": views,
     "serve": serve,
 }
 
