@@ -41,8 +41,8 @@ def checkpoint_wal(path: str, wait: float) -> bool:
         return False
     try:
         conn.setbusytimeout(int(wait * 1000))
-        busy, _log, _done = conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
-        return busy == 0
+        row = conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+        return row is not None and row[0] == 0  # (busy, log frames, checkpointed frames)
     except apsw.Error:
         return False
     finally:
