@@ -134,6 +134,12 @@ def test_bad_query_parameters_and_models(server) -> None:
         bad = c.post("/api/v1/acb/build", json={"max_tokens": "lots"})
         assert bad.status_code == 422 and bad.json()["error"].startswith("bad acb request")
         assert c.post("/api/v1/tasks", json={"status": "done"}).status_code == 422
+        # A lone surrogate (\ud800 in the JSON text) is not text SQLite or a model can take.
+        lone = c.post("/api/v1/acb/build", content=b'{"query_text": "a\\ud800b"}',
+                      headers={"Content-Type": "application/json"})
+        assert lone.status_code == 422, lone.text
+        empty = c.get("/api/v1/decisions/query", headers={"X-Memcli-Tenant": ""})
+        assert empty.status_code == 400 and "empty tenant" in empty.json()["error"]
 
 
 def test_busy_database_is_503_with_retry_after(tmp_path, monkeypatch) -> None:
@@ -268,3 +274,18 @@ def test_openapi_lists_every_route_with_its_models(server) -> None:
     assert "EventIn" in doc["components"]["schemas"]
     params = {p["name"] for p in doc["paths"]["/api/v1/decisions/query"]["get"]["parameters"]}
     assert {"status", "limit", "tenant_id"} <= params
+
+
+def test_the_agent_header_applies_its_allowlist_server_side(server) -> None:
+    with server.client() as c:
+        c.post("/api/v1/events", json=_event("the quarterly offsite is in Lisbon"))
+        assert c.post("/api/v1/query", json={"query": "offsite Lisbon"}).json()
+    # The planner's allowlist (goals, tasks, projects, decisions) has no `event`: the header
+    # binds the agent, so its queries never return an event, and asking for one is refused.
+    with server.client(OPERATOR, **{"X-Memcli-Agent": "planner"}) as planner:
+        assert planner.post("/api/v1/query", json={"query": "offsite Lisbon"}).json() == []
+        asked = planner.post("/api/v1/query", json={"query": "offsite",
+                                                    "categories": ["event"]})
+        assert asked.status_code == 403
+        other = planner.post("/api/v1/query", json={"query": "offsite", "agent": "supervisor"})
+        assert other.status_code == 403

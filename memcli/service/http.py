@@ -200,6 +200,9 @@ def _caller(request: Request, auth: Auth) -> api.Scope | None:
         return None
     bound = {name: request.headers[h] for h, name in SCOPE_HEADERS.items()
              if h in request.headers}
+    for name, value in bound.items():
+        if not value.strip():
+            raise api.BadRequest(f"an empty {name} header", "leave the header out instead")
     return token.scope().narrowed(**bound)
 
 
