@@ -29,11 +29,17 @@ T2_TOKEN = "tenant-two-token-0123456789abcd"
 
 
 @contextlib.contextmanager
-def serving(app, host: str = "127.0.0.1") -> Iterator[str]:
-    """`app` served by uvicorn on a free port of `host`; yields its base URL."""
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.bind((host, 0))
-    port = sock.getsockname()[1]
+def serving(app, host: str = "127.0.0.1", uds: Path | None = None) -> Iterator[str]:
+    """`app` served by uvicorn on a free port of `host` (or on the Unix socket `uds`); yields
+    its base URL."""
+    if uds is not None:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.bind(str(uds))
+        uds.chmod(0o600)
+    else:
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.bind((host, 0))
+    port = 0 if uds is not None else sock.getsockname()[1]
     server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on"))
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
@@ -43,7 +49,7 @@ def serving(app, host: str = "127.0.0.1") -> Iterator[str]:
             if not thread.is_alive() or time.monotonic() > deadline:
                 raise RuntimeError("uvicorn did not start")
             time.sleep(0.01)
-        yield f"http://{host}:{port}"
+        yield "http://localhost" if uds is not None else f"http://{host}:{port}"
     finally:
         server.should_exit = True
         thread.join(20)
@@ -63,15 +69,19 @@ class Api:
 
     url: str
     db: Path
+    uds: Path | None = None
 
     def client(self, token: str | None = OPERATOR, **headers: str) -> httpx.Client:
         if token is not None:
             headers["Authorization"] = f"Bearer {token}"
-        return httpx.Client(base_url=self.url, headers=headers, timeout=60)
+        transport = httpx.HTTPTransport(uds=str(self.uds)) if self.uds else None
+        return httpx.Client(base_url=self.url, headers=headers, timeout=60,
+                            transport=transport)
 
 
 @contextlib.contextmanager
-def running_api(tmp_path: Path, monkeypatch, **auth_options) -> Iterator[Api]:
+def running_api(tmp_path: Path, monkeypatch, uds: Path | None = None,
+                **auth_options) -> Iterator[Api]:
     """The HTTP API over a fresh database in tmp_path (hash embedder, no SPLADE leg), with a
     token file holding OPERATOR, T1_TOKEN (tenant t1) and T2_TOKEN (tenant t2)."""
     config = tmp_path / "config.yaml"
@@ -84,5 +94,5 @@ def running_api(tmp_path: Path, monkeypatch, **auth_options) -> Iterator[Api]:
         "# tokens for the tests", OPERATOR, f"{T1_TOKEN} tenant=t1", f"{T2_TOKEN} tenant=t2"]),
         "no_token": False, **auth_options}
     auth = load_auth(host="127.0.0.1", port=0, settings=settings, **options)
-    with serving(build_app(settings, auth)) as url:
-        yield Api(url, db)
+    with serving(build_app(settings, auth), uds=uds) as url:
+        yield Api(url, db, uds)

@@ -289,3 +289,17 @@ def test_the_agent_header_applies_its_allowlist_server_side(server) -> None:
         assert asked.status_code == 403
         other = planner.post("/api/v1/query", json={"query": "offsite", "agent": "supervisor"})
         assert other.status_code == 403
+
+
+def test_the_unix_socket_needs_no_token_but_keeps_a_tokens_binding(tmp_path, monkeypatch
+                                                                    ) -> None:
+    # The daemon's 0600 Unix socket: only its user can connect (as to the CLI socket).
+    with running_api(tmp_path, monkeypatch, uds=tmp_path / "http.sock") as api:
+        with api.client(None) as c:
+            assert c.post("/api/v1/events", json=_event("socket one", tenant_id="t1")
+                          ).status_code == 200
+        with api.client("wrong-token-0123456789abcdef") as c:
+            assert c.get("/api/v1/decisions/query").status_code == 401
+        with api.client(T2_TOKEN) as c:
+            r = c.post("/api/v1/query", json={"query": "socket", "filters": {"tenant_id": "t1"}})
+            assert r.status_code == 403

@@ -12,8 +12,10 @@ say (memcli.service.api.Scope only narrows). Without --token-file, serve generat
 stores it 0600 in the config dir (`Auth.notice` says where) and reuses it next time.
 
 Binding anything but loopback requires a token; loopback without one takes the explicit
-`--no-token`. The Host header must name the bound host (or a loopback name on loopback), so a
-DNS-rebinding page cannot reach the API through a name it controls. Tokens are compared in
+`--no-token`. A request arriving on the daemon's Unix socket (mode 0600: only its user can
+connect, as to the CLI socket) needs no token; one that sends a token gets that token's
+binding. The Host header must name the bound host or a loopback name, so a DNS-rebinding
+page cannot reach the API through a name it controls. Tokens are compared in
 constant time, against every token (the time does not say which one nearly matched).
 """
 
@@ -71,10 +73,11 @@ class Auth:
     def required(self) -> bool:
         return bool(self.tokens)
 
-    def check(self, authorization: str | None) -> Token | None:
+    def check(self, authorization: str | None, *, unix_socket: bool = False) -> Token | None:
         """The token an `Authorization: Bearer ...` header carries, or None (refused). With no
-        token required, every caller is the unbound operator."""
-        if not self.tokens:
+        token required, or on the 0600 Unix socket without a token, the caller is the unbound
+        operator."""
+        if not self.tokens or (unix_socket and not authorization):
             return Token()
         if not authorization:
             return None
@@ -101,15 +104,16 @@ def is_loopback(host: str) -> bool:
 
 
 def allowed_hosts(host: str) -> tuple[str, ...]:
-    """The Host header names the API answers to when bound to `host`: the loopback names on
-    loopback; on a wildcard bind, those plus this machine's names; otherwise the host itself."""
+    """The Host header names the API answers to when bound to `host`: the loopback names
+    always (a rebinding attack needs a name the attacker controls; the daemon's Unix socket
+    clients say `localhost`), plus the host itself, or this machine's names on a wildcard."""
     name = host.strip("[]").lower()
     if is_loopback(name):
         return LOOPBACK_NAMES
     if name in ("0.0.0.0", "::", ""):
         names = {socket.gethostname().lower(), socket.getfqdn().lower()}
         return (*LOOPBACK_NAMES, *sorted(n for n in names if n))
-    return (name, f"[{name}]") if ":" in name else (name,)
+    return (*LOOPBACK_NAMES, *((name, f"[{name}]") if ":" in name else (name,)))
 
 
 def load_auth(*, host: str, port: int | None, token_file: Path | str | None, no_token: bool,

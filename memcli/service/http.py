@@ -195,7 +195,10 @@ def _caller(request: Request, auth: Auth) -> api.Scope | None:
     if origin is not None and _origin_host(origin) not in auth.allowed_hosts:
         # A browser page of another site: refused even with a valid token (CSRF).
         raise NotAllowedError(f"requests from origin {origin} are refused")
-    token = auth.check(request.headers.get("authorization"))
+    # uvicorn gives a Unix socket's server as (path, None), a TCP one as (host, port).
+    server = request.scope.get("server")
+    unix_socket = bool(server) and server[1] is None
+    token = auth.check(request.headers.get("authorization"), unix_socket=unix_socket)
     if token is None:
         return None
     bound = {name: request.headers[h] for h, name in SCOPE_HEADERS.items()
