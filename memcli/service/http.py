@@ -14,6 +14,7 @@ thread pool (SQLite, the models), so a slow bundle never blocks other requests.
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
@@ -175,15 +176,16 @@ def _endpoint(route: Route, svc: api.Service, auth: Auth) -> Callable[[Request],
                                     headers={"WWW-Authenticate": "Bearer"})
             payload = await _input(request, route)
             out = await run_in_threadpool(svc.run, route.operation, scope, payload)
+            # A batch of events with rejected records is answered 422 with the whole report
+            # (what was stored and what was not), as the CLI exits 2 after printing it.
+            status = 422 if isinstance(out, dict) and out.get("rejected") else 200
+            return JSONResponse(out, status_code=status)
         except (MemcliError, RecursionError) as exc:
             return _error(exc if isinstance(exc, MemcliError)
                           else api.BadRequest("the request is nested too deeply"))
-        except Exception as exc:  # a bug: one line, status 500, never a traceback
+        except Exception as exc:  # a bug: one line and 500 to the client, the trace to the log
+            logging.getLogger(__name__).exception("%s failed", route.path)
             return _error(exc)
-        # A batch of events with rejected records is answered 422 with the whole report
-        # (what was stored and what was not), as the CLI exits 2 after printing it.
-        status = 422 if isinstance(out, dict) and out.get("rejected") else 200
-        return JSONResponse(out, status_code=status)
 
     endpoint.__name__ = route.operation.__name__
     return endpoint
