@@ -6,6 +6,8 @@ cross-site refusals, the OpenAPI document, and the auth decision for hosts off l
 from __future__ import annotations
 
 import json
+import threading
+import time
 
 import pytest
 from conftest import write_lock_held
@@ -303,3 +305,26 @@ def test_the_unix_socket_needs_no_token_but_keeps_a_tokens_binding(tmp_path, mon
         with api.client(T2_TOKEN) as c:
             r = c.post("/api/v1/query", json={"query": "socket", "filters": {"tenant_id": "t1"}})
             assert r.status_code == 403
+
+
+def test_a_request_waiting_on_the_database_does_not_block_others(tmp_path, monkeypatch
+                                                                  ) -> None:
+    monkeypatch.setenv("MEMCLI_BUSY_TIMEOUT", "30")
+    with running_api(tmp_path, monkeypatch) as api, api.client() as c:
+        assert c.post("/api/v1/events", json=_event("first")).status_code == 200
+        answers: list[int] = []
+        with write_lock_held(api.db):
+            writer = threading.Thread(target=lambda: answers.append(
+                api.client().post("/api/v1/events", json=_event("queued")).status_code))
+            writer.start()
+            time.sleep(0.5)  # let the write reach the server and wait for the lock
+            # The write waits on a worker thread; the event loop still answers other
+            # requests meanwhile (a read included). Were it blocked, these would wait for the
+            # lock this test holds, until the write gave up (503) and the writer ended.
+            assert c.get("/healthz").status_code == 200
+            assert c.get("/api/v1/decisions/query").status_code == 200
+            assert writer.is_alive() and answers == []
+        writer.join(60)  # the lock is released: the queued write goes through
+        assert answers == [200]  # queued, then written: never dropped
+        hits = c.post("/api/v1/query", json={"query": "queued"}).json()
+        assert hits[0]["text"] == "queued"
