@@ -328,3 +328,16 @@ def test_a_request_waiting_on_the_database_does_not_block_others(tmp_path, monke
         assert answers == [200]  # queued, then written: never dropped
         hits = c.post("/api/v1/query", json={"query": "queued"}).json()
         assert hits[0]["text"] == "queued"
+
+
+def test_a_missing_token_file_is_created_0600(tmp_path) -> None:
+    from memcli.config import load_settings
+
+    path = tmp_path / "new" / "tokens"
+    auth = load_auth(host="10.1.2.3", port=1, token_file=path, no_token=False,
+                     settings=load_settings(tmp_path / "m.db"))
+    assert auth.required and str(path) in (auth.notice or "")
+    assert path.stat().st_mode & 0o777 == 0o600
+    again = load_auth(host="10.1.2.3", port=1, token_file=path, no_token=False,
+                      settings=load_settings(tmp_path / "m.db"))
+    assert again.tokens == auth.tokens and again.notice is None
