@@ -108,6 +108,16 @@ def test_get_artifact_only_in_its_tenant(service) -> None:
     assert got["bytes"] >= 70_000 and got["text"].startswith("x")
     with pytest.raises(NotFoundError):
         service.run(api.get_artifact, T2, {"artifact_id": art})
+    # An event of kind `artifact` is fetched by its event id, in its tenant only.
+    service.run(api.record_events, T1, _event("the design doc, v3", kind="artifact",
+                                               event_id="evt_doc"))
+    doc = service.run(api.get_artifact, T1, {"artifact_id": "evt_doc"})
+    assert doc["text"] == "the design doc, v3"
+    with pytest.raises(NotFoundError):
+        service.run(api.get_artifact, T2, {"artifact_id": "evt_doc"})
+    service.run(api.record_events, T1, _event("just a message", event_id="evt_msg"))
+    with pytest.raises(NotFoundError):  # an event of another kind is not an artifact
+        service.run(api.get_artifact, T1, {"artifact_id": "evt_msg"})
 
 
 def test_decisions_tasks_remember_forget_history(service) -> None:
