@@ -55,6 +55,11 @@ def test_record_events_is_ingest_with_per_record_problems_and_dedupe(service) ->
 def test_record_events_refuses_a_record_of_another_tenant(service) -> None:
     with pytest.raises(NotAllowedError):
         service.run(api.record_events, T1, _event("x", tenant_id="t2"))
+    # A bound user cannot be escaped by an explicit null (a tenant-wide write).
+    bound_user = api.Scope(tenant="t1", user_id="u1")
+    service.run(api.record_events, bound_user, {"user_id": None, "text": "null user note"})
+    rows = service.run(api.query, T1, {"query": "null user note"})
+    assert rows[0]["user_id"] == "u1"
     out = service.run(api.record_events, T1, _event("defaults to the bound tenant"))
     rows = service.run(api.query, T1, {"query": "defaults bound tenant"})
     assert out["memory_ids"] and rows and {r["tenant_id"] for r in rows} == {"t1"}

@@ -123,13 +123,16 @@ def record_events(ctx: Context, scope: Scope, request: Any) -> dict[str, Any]:
     the bound scope; one naming another tenant, user, agent or app is refused whole."""
     import json
 
-    records = request if isinstance(request, list) else [request]
-    for record in records:
+    records = list(request) if isinstance(request, list) else [request]
+    keys = (("tenant_id", "tenant"), ("user_id", "user_id"), ("agent_id", "agent"),
+            ("app_id", "app_id"))
+    for i, record in enumerate(records):
         if isinstance(record, dict):
-            for key, name in (("tenant_id", "tenant"), ("user_id", "user_id"),
-                              ("agent_id", "agent"), ("app_id", "app_id")):
+            for key, name in keys:
                 value = record.get(key)
-                _bind(name, getattr(scope, name), None if value is None else str(value))
+                bound = _bind(name, getattr(scope, name), None if value is None else str(value))
+                if bound is not None and value is None:  # an explicit null cannot escape it
+                    records[i] = record = {**record, key: bound}
     defaults = {"tenant_id": scope.tenant, "user_id": scope.user_id, "agent_id": scope.agent,
                 "app_id": scope.app_id}
     from memcli.operations import ingest_payload
@@ -156,7 +159,8 @@ def build_acb(ctx: Context, scope: Scope, request: dict[str, Any]) -> dict[str, 
 
 def get_artifact(ctx: Context, scope: Scope, request: dict[str, Any]) -> dict[str, Any]:
     """The full output kept for a truncated tool result (`memcli artifact ID`), in the caller's
-    tenant only: `{artifact_id, mime, bytes, text}` (text decoded as UTF-8, bad bytes replaced)."""
+    tenant only: `{artifact_id, tenant_id, bytes, text}` (text decoded as UTF-8, bad bytes
+    replaced). An event of kind `artifact` is found by its event id too."""
     from memcli.operations import artifact_body
     from memcli.service.models import ArtifactQuery
 
