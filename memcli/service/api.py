@@ -265,6 +265,8 @@ def memory_history(ctx: Context, scope: Scope, request: dict[str, Any]) -> list[
     from memcli.service.models import HistoryQuery
 
     req = validate(HistoryQuery, request, "history request")
+    if scope.user_id is not None or scope.app_id is not None:
+        _memory_row(ctx, scope, req.memory_id, req.tenant_id)  # another user's: not found
     return ctx.memory.history(req.memory_id, tenant_id=_tenant(ctx, scope, req.tenant_id),
                               limit=req.limit)
 
@@ -308,7 +310,7 @@ def _memory_row(ctx: Context, scope: Scope, memory_id: int, tenant: str | None,
     row = get_memories(ctx.memory.db, [memory_id],
                        ("id", "tenant_id", "user_id", "app_id")).get(memory_id)
     wanted = {"tenant_id": _tenant(ctx, scope, tenant), "user_id": scope.user_id,
-              "app_id": app_id}
+              "app_id": app_id or scope.app_id}
     if row is None or any(v is not None and row[k] != v for k, v in wanted.items()):
         raise NotFoundError(f"no memory with id {memory_id}")
     return row
