@@ -341,3 +341,22 @@ def test_a_missing_token_file_is_created_0600(tmp_path) -> None:
     again = load_auth(host="10.1.2.3", port=1, token_file=path, no_token=False,
                       settings=load_settings(tmp_path / "m.db"))
     assert again.tokens == auth.tokens and again.notice is None
+
+
+def test_http_answers_with_the_json_the_cli_prints(tmp_path, monkeypatch, cli) -> None:
+    # `cli` runs the real CLI on the same file (tmp_path/memory.db) as this server.
+    with running_api(tmp_path, monkeypatch) as api, api.client(T1_TOKEN) as c:
+        c.post("/api/v1/events", json=_event("the staging database listens on port 5433"))
+        c.post("/api/v1/decisions", json={"decision": "Use SQLite", "rationale": ["one file"]})
+        request = {"query": "staging database port", "top_k": 3}
+        over_http = c.post("/api/v1/query", json=request).json()
+        decisions = c.get("/api/v1/decisions/query").json()
+        history = c.get(f"/api/v1/memories/{over_http[0]['id']}/history").json()
+    in_cli = json.loads(cli("query", "-", "--json", "--tenant", "t1",
+                            input=json.dumps(request)).stdout)
+    for hit in (*over_http, *in_cli):  # a query counts an access, which moves the boosts
+        hit.pop("score"), hit.pop("scores"), hit.pop("boosts")
+    assert over_http == in_cli and over_http
+    assert decisions == json.loads(cli("decision", "list", "--json", "--tenant", "t1").stdout)
+    assert history == json.loads(cli("history", str(in_cli[0]["id"]), "--json",
+                                     "--tenant", "t1").stdout)
