@@ -360,3 +360,39 @@ def test_http_answers_with_the_json_the_cli_prints(tmp_path, monkeypatch, cli) -
     assert decisions == json.loads(cli("decision", "list", "--json", "--tenant", "t1").stdout)
     assert history == json.loads(cli("history", str(in_cli[0]["id"]), "--json",
                                      "--tenant", "t1").stdout)
+
+
+# -- any body -----------------------------------------------------------------------------------
+def _json_values():
+    from hypothesis import strategies as st
+
+    keys = st.sampled_from(["query", "text", "content", "filters", "tenant_id", "user_id",
+                            "top_k", "return", "categories", "query_text", "max_tokens",
+                            "caps", "since", "decision", "supersedes", "task_id", "title",
+                            "status", "kind", "event_id", "ts", "steps", "agent"]) | st.text(
+        max_size=8)
+    leaves = (st.none() | st.booleans() | st.integers(-2**70, 2**70)
+              | st.floats() | st.text(max_size=20))
+    return st.recursive(leaves, lambda inner: st.lists(inner, max_size=4)
+                        | st.dictionaries(keys, inner, max_size=5), max_leaves=12)
+
+
+def test_any_json_body_is_answered_without_a_500(server) -> None:
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+
+    posts = [r.path for r in ROUTES if r.method == "POST"]
+
+    @settings(max_examples=120, deadline=None, derandomize=True,
+              suppress_health_check=[HealthCheck.function_scoped_fixture,
+                                     HealthCheck.too_slow])
+    @given(path=st.sampled_from(posts), body=_json_values())
+    def check(path: str, body) -> None:
+        with server.client() as c:  # NaN and Infinity too: Python's json reads them
+            r = c.post(path, content=json.dumps(body).encode(),
+                       headers={"Content-Type": "application/json"})
+        assert r.status_code in (200, 400, 403, 404, 422), (path, body, r.text)
+        if r.status_code != 200:
+            assert "\n" not in r.json().get("error", "")
+
+    check()
