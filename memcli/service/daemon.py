@@ -199,8 +199,11 @@ class HttpServer:
                 raise UsageError(f"the HTTP API is not available ({exc})",
                                  "install memcli with its service dependencies") from exc
             return None
-        auth = load_auth(host=opts.host, port=opts.port, token_file=opts.token_file,
-                         no_token=opts.no_token, settings=settings)
+        # Only the 0600 unix socket: no token to make (the socket's mode is the access rule).
+        unix_only = opts.port is None and opts.token_file is None
+        auth = load_auth(host="127.0.0.1" if unix_only else opts.host, port=opts.port,
+                         token_file=opts.token_file, no_token=opts.no_token or unix_only,
+                         settings=settings)
         notice = getattr(auth, "notice", None)
         if notice and opts.port is not None:  # the unix socket needs no token
             log(f"memcli: {notice}")
