@@ -453,3 +453,25 @@ def _ok(client) -> bool:
         return client.get("/healthz").status_code == 200
     except Exception:  # noqa: BLE001 - not listening yet
         return False
+
+
+def test_a_connection_kept_open_reads_high_rows_sealed_after_it_opened(tmp_path):
+    """The daemon's HTTP service keeps one connection per thread: the database's first `high`
+    write, made by another connection (a forwarded CLI command), must not show it `enc:v1:`."""
+    from memcli import Memory
+    from memcli.config import load_settings
+    from memcli.providers.embedders import HashEmbedder
+    from memcli.service.api import Service
+
+    db = tmp_path / "c.db"
+    with Memory.open(db, embedder=HashEmbedder(64)) as first:
+        first.ingest([{"text": "plain note about tea"}])
+    service = Service(load_settings(db, embedder={"provider": "hash"},
+                                    retrieval={"leg_weights": {"lexical": 1.0, "dense": 1.0}}))
+    kept = service.memory()  # opened before any `high` write
+    with Memory.open(db, embedder=HashEmbedder(64)) as other:
+        other.ingest([{"text": "secret diary about tea", "sensitivity": "high"}])
+    assert service.memory() is kept
+    texts = [h.text for h in kept.query("tea").hits]
+    assert "secret diary about tea" in texts
+    assert not [t for t in texts if t.startswith("enc:")]

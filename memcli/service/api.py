@@ -388,6 +388,7 @@ class Service:
             self._local.memory = memory
             with self._guard:
                 self._opened.append(memory)
+        memory.db.crypto.refresh()  # kept open: see `high` rows another connection sealed since
         return memory
 
     @contextmanager

@@ -75,12 +75,30 @@ class Sealer:
         self.skipped = 0
         self.notice: Callable[[str], None] | None = None  # the CLI sets its stderr warning
         # A file without memcli's tables (doctor reads one to say so) has no key id either.
+        self._installed = False
+        self._data_version: int | None = None
         has_meta = db.scalar("SELECT 1 FROM sqlite_schema WHERE type = 'table' AND name = 'meta'")
         if has_meta and db.get_meta(META_KEY_ID) is not None:
             self.install()
+        elif has_meta:
+            self._data_version = db.scalar("PRAGMA data_version")
 
     def install(self) -> None:
         self.db.conn.row_trace = self._trace
+        self._installed = True
+
+    def refresh(self) -> None:
+        """For a connection kept open across requests (a server's): install the tracer once
+        another connection has made the database's first `high` write, which it could not
+        see when it opened (it would read `enc:v1:` strings). Cheap: `data_version` changes
+        only when another connection commits."""
+        if self._installed or self._data_version is None:
+            return
+        version = self.db.scalar("PRAGMA data_version")
+        if version != self._data_version:
+            self._data_version = version
+            if self.db.get_meta(META_KEY_ID) is not None:
+                self.install()
 
     def key(self, create: bool = False) -> Key | None:
         if not self._loaded or (self._key is None and create):
