@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import resource
 import signal
@@ -84,7 +85,9 @@ class Daemon:
     def requests_served(self) -> Any:
         argv = [sys.executable, "-m", "memcli", "serve", "status", "--db", str(self.db)]
         done = subprocess.run(argv, env=self.env, capture_output=True, text=True, check=False)
-        return done.stdout.strip() if done.returncode == 0 else None
+        if done.returncode != 0:
+            raise SystemExit(f"memcli serve status failed: {done.stderr.strip()}")
+        return json.loads(done.stdout)["requests"]
 
     def __exit__(self, *exc: object) -> None:
         assert self.proc is not None
