@@ -350,19 +350,15 @@ def delete_app_memories(ctx: Context, scope: Scope, request: dict[str, Any]) -> 
 
 
 # -- running an operation ----------------------------------------------------------------------
-# Operations that write: one at a time inside the process (queued on a lock, never dropped).
-WRITES: frozenset[Callable[..., Any]] = frozenset({
-    record_events, record_decision, record_task, remember, forget, delete_app_memories})
-
-
 @dataclass
 class Service:
     """The open database for a server's worker threads: one Memory per thread (apsw
-    connections are not shared between threads), the models built once and shared, and one
-    write lock so writes queue instead of failing on SQLite's lock."""
+    connections are not shared between threads) and the models built once and shared. Writes
+    queue on the process-wide writer lock `Database.transaction` takes (memcli/store/writers.py),
+    bounded by the busy timeout (then 503, exit 75), and only around the transaction: a write's
+    models run before it, as in the CLI, so one request's embedding never holds up another's."""
 
     settings: Settings
-    write_lock: threading.Lock = field(default_factory=threading.Lock)
     _local: threading.local = field(default_factory=threading.local)
     _opened: list[Memory] = field(default_factory=list)
     _models: tuple[Any, Any] | None = None
@@ -392,18 +388,13 @@ class Service:
         return memory
 
     @contextmanager
-    def context(self, *, write: bool = False) -> Iterator[Context]:
-        ctx = Context(self.memory(), self.settings)
-        if write:
-            with self.write_lock:
-                yield ctx
-        else:
-            yield ctx
+    def context(self) -> Iterator[Context]:
+        yield Context(self.memory(), self.settings)
 
     def run(self, operation: Callable[[Context, Scope, Any], Any], scope: Scope,
             request: Any) -> Any:
         """Run one operation for one caller (on the calling thread)."""
-        with self.context(write=operation in WRITES) as ctx:
+        with self.context() as ctx:
             return operation(ctx, scope, request)
 
     def close(self) -> None:
