@@ -48,6 +48,15 @@ def _dump(path, skip: tuple[str, ...] = ()) -> dict[str, list]:
         db.close()
 
 
+def _edges(path) -> list[tuple]:
+    db = Database(path)
+    try:
+        return list(db.execute("SELECT src_id, dst_id, kind, strength FROM relations"
+                               " ORDER BY src_id, dst_id, kind"))
+    finally:
+        db.close()
+
+
 def _json(result) -> object:
     assert result.exit_code == 0, result.stderr
     return json.loads(result.stdout)
@@ -129,7 +138,7 @@ def _damage(path, *, episodes: bool = True) -> None:
             for table in ("memories_fts", "memories_trigram", "vec_memories", "memory_sparse"):
                 db.execute(f"DROP TABLE IF EXISTS {table}")
             for table in ("sparse_postings", "sparse_df", "memory_vectors", "memory_entities",
-                          "entity_aliases", "entities"):
+                          "entity_aliases", "entities", "relations"):
                 db.execute(f"DELETE FROM {table}")
             if episodes:
                 db.execute("DELETE FROM memories WHERE event_id IS NOT NULL")
@@ -146,8 +155,11 @@ def _rebuild(cli, *args: str) -> dict:
 def test_rebuild_after_dropping_everything_derived(cli, db_path, built):
     before = _results(cli)
     rows_before = _dump(db_path, skip=LAYOUT)
+    edges = _edges(db_path)
+    assert sorted(e[2] for e in edges) == ["related", "supersedes"]
     _damage(db_path)
     report = _rebuild(cli)
+    assert report["relations_restored"] == 2
     assert report["episodes"]["restored"] == report["episodes"]["expected"]
     assert report["episodes"]["new"] == 0  # every id came back
     assert set(report["tables_recreated"]) >= {"memories_fts", "memories_trigram",
@@ -169,7 +181,8 @@ def test_rebuild_after_dropping_everything_derived(cli, db_path, built):
     # Rows the queries above do not show: the same (access counts aside, which the
     # queries themselves change, and episode state columns the event does not hold).
     after = _dump(db_path, skip=LAYOUT)
-    for table in ("events", "artifacts", "history", "decisions", "relations", "sessions",
+    assert _edges(db_path) == edges  # from history (created_at: the history row's time)
+    for table in ("events", "artifacts", "history", "decisions", "sessions",
                   "sparse_postings", "sparse_df", "memory_sparse", "memory_vectors",
                   "memory_entities", "entity_aliases"):
         assert after[table] == rows_before[table], table
@@ -290,3 +303,28 @@ def test_without_the_key_a_high_database_is_refused(cli, db_path, built, monkeyp
     assert result.exit_code == 2
     assert "encryption key" in result.stderr
     assert _dump(db_path) == rows
+
+
+def _doctor(cli) -> tuple[int, dict]:
+    result = cli("doctor", "--format", "json")
+    return result.exit_code, {c["check"]: c for c in json.loads(result.stdout)["checks"]}
+
+
+def test_doctor_points_to_rebuild(cli, db_path, built):
+    _damage(db_path)
+    code, checks = _doctor(cli)
+    assert code == 1
+    assert checks["missing:tables"]["fix"] == "memcli rebuild"
+    _rebuild(cli)
+    code, checks = _doctor(cli)
+    assert code == 0, checks
+    db = Database(db_path)
+    try:
+        with db.transaction():
+            db.execute("DELETE FROM memories WHERE event_id = 's1-1'")
+    finally:
+        db.close()
+    code, checks = _doctor(cli)
+    assert code == 1
+    assert checks["missing:episodes"]["fix"] == "memcli rebuild"
+    assert checks["missing:episodes"]["ids"] == [built["pinned"]]
