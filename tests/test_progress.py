@@ -102,6 +102,11 @@ def test_bar_on_a_terminal(tmp_path, records):
     assert code == 0
     assert "embedding" in err.decode("utf-8", "replace")
     assert json.loads(out)["embedded"] == 300
+    code, out, err = _run(["rebuild", "--db", str(tmp_path / "t.db")], env, "", tty=True)
+    assert code == 0
+    text = err.decode("utf-8", "replace")
+    assert "rebuild" in text and "entities" in text and "sparse terms" in text
+    assert json.loads(out)["episodes"]["expected"] == 300
 
 
 def test_no_bar_on_a_dumb_terminal(tmp_path, records):
