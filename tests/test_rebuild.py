@@ -328,3 +328,33 @@ def test_doctor_points_to_rebuild(cli, db_path, built):
     assert code == 1
     assert checks["missing:episodes"]["fix"] == "memcli rebuild"
     assert checks["missing:episodes"]["ids"] == [built["pinned"]]
+
+
+def test_a_dropped_memories_table(cli, db_path, built):
+    """The worst case: the memories table itself is dropped (its foreign keys take every
+    derived row with it). Episodes come back with their ids and state; the fact, its
+    correction and the decision existed only there: reported by id and kind."""
+    before = _results(cli)
+    db = Database(db_path)
+    try:
+        with db.transaction():
+            db.execute("DROP TABLE memories")
+    finally:
+        db.close()
+    rows = _dump(db_path)
+    plan = _rebuild(cli, "--dry-run")
+    assert plan["tables_to_recreate"] == ["memories"]
+    assert _dump(db_path) == rows
+    report = _rebuild(cli)
+    assert report["episodes"]["new"] == 0
+    lost = [c for c in report["cannot_rebuild"] if "not cut from events" in c["what"]][0]
+    assert {item["id"] for item in lost["ids"]} >= {built["fact"], built["corrected"]}
+    after = _results(cli)
+    for key in ("q:bob:Paris trip", "q:bob:hiking plans"):  # bob has only episodes
+        assert [i for i, _ in after[key]] == [i for i, _ in before[key]]
+    db = Database(db_path)
+    try:
+        assert db.scalar("SELECT state FROM memories WHERE id = ?", (built["forgotten"],)) == \
+            "soft_deleted"
+    finally:
+        db.close()

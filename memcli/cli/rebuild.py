@@ -42,6 +42,8 @@ def register(app: typer.Typer) -> None:
             with progress_bar() as progress:
                 out = rebuild(memory, dry_run=dry_run, progress=progress)
             emit(out, resolve_format(fmt, as_json), _text)
+            for item in out["skipped"]:
+                warn(f"skipped {item['stage']}: {item['why']}")
             for item in out["cannot_rebuild"]:
                 count = item.get("count", len(item.get("ids", [])))
                 warn(f"cannot rebuild: {item['what']} ({count}): {item['why']}")

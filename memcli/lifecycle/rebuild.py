@@ -53,6 +53,7 @@ be read, and their derived rows would be lost (the rebuild refuses instead).
 from __future__ import annotations
 
 import json
+from contextlib import nullcontext
 from typing import TYPE_CHECKING, Any
 
 from memcli.chunking import chunk_text
@@ -207,19 +208,48 @@ def _episodes_summary(plan: dict[str, Any]) -> dict[str, Any]:
 
 
 # -- the run ---------------------------------------------------------------------------------
+class _DryRun(Exception):
+    """Raised to roll back the tables a dry run had to create to read its plan."""
+
+
 def plan_rebuild(memory: Memory) -> dict[str, Any]:
+    """The plan and counts; writes nothing. With a table missing (the memories table
+    dropped, say), the plan is read inside a transaction that creates the missing tables
+    and is rolled back."""
     db = memory.db
     _require_key(db)
-    episodes = plan_episodes(db)
-    return {
-        "dry_run": True,
-        **sql.memory_counts(db),
-        "episodes": _episodes_summary(episodes),
-        "derived_rows_now": sql.count_rows(db),
-        "stages": _stages(memory),
-        "kept": KEPT,
-        "cannot_rebuild": _cannot(db, episodes),
-    }
+    out: dict[str, Any] = {"dry_run": True, "derived_rows_now": sql.count_rows(db)}
+    missing = doctor_sql.missing_tables(db)
+    try:
+        with db.transaction() if missing else nullcontext():
+            if missing:
+                sql.create_missing(db)
+            episodes = plan_episodes(db)
+            out.update({
+                **sql.memory_counts(db),
+                "episodes": _episodes_summary(episodes),
+                "tables_to_recreate": missing,
+                "stages": _stages(memory),
+                "skipped": _skipped(memory),
+                "kept": KEPT,
+                "cannot_rebuild": _cannot(db, episodes),
+            })
+            if missing:
+                raise _DryRun
+    except _DryRun:
+        pass
+    return out
+
+
+def _skipped(memory: Memory) -> list[dict[str, str]]:
+    out = []
+    if memory.sparse is None:
+        out.append({"stage": "sparse", "why": "the SPLADE leg is off (leg_weights.sparse = 0): "
+                    "sparse terms are left as they are"})
+    if memory.embedder is None:
+        out.append({"stage": "vectors", "why": "no embedder configured: vectors are left as "
+                    "they are"})
+    return out
 
 
 def _stages(memory: Memory) -> list[str]:
@@ -260,7 +290,8 @@ def rebuild(memory: Memory, *, dry_run: bool = False,
         return plan_rebuild(memory)
     db = memory.db
     _require_key(db)
-    out: dict[str, Any] = {"dry_run": False, "stages": _stages(memory)}
+    out: dict[str, Any] = {"dry_run": False, "stages": _stages(memory),
+                           "skipped": _skipped(memory)}
     steps = len(out["stages"])
     report(progress, "rebuild", 0, steps)
     with db.transaction():

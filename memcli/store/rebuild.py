@@ -276,10 +276,14 @@ def write_vectors(db: Database, rows: list[tuple[int, bytes]]) -> None:
 def remake_vec_index(db: Database, dimension: int) -> None:
     """Drop the bit index and fill it again from memory_vectors (call in a transaction: no
     reader sees it missing). Its rows, including any a damage left wrong, are all new."""
-    from memcli.store.vectors import ensure_vec_table
+    from memcli.store.vectors import VEC_STALE, ensure_vec_table
 
     if not db.vec_enabled:
-        return  # a vec0 table can only be written with sqlite-vec loaded (vec_index_stale)
+        # A vec0 table can only be written with sqlite-vec loaded: the next connection that
+        # has it syncs the index (memcli.store.vectors.sync_vec_index).
+        if "vec_memories" in table_names(db):
+            db.set_meta(VEC_STALE, "1")
+        return
     db.execute("DROP TABLE IF EXISTS vec_memories")
     ensure_vec_table(db, dimension)
 
