@@ -65,11 +65,10 @@ def count_rows(db: Database) -> dict[str, int | None]:
     out: dict[str, int | None] = {}
     for name in DERIVED_TABLES:
         source = f"{name}_docsize" if name in LEXICAL_TABLES else name
-        if name not in names or source not in names and name != "vec_memories":
+        # (a vec0 table can only be read with sqlite-vec loaded)
+        unreadable = name == "vec_memories" and not db.vec_enabled
+        if name not in names or source not in names or unreadable:
             out[name] = None
-            continue
-        if name == "vec_memories" and not db.vec_enabled:
-            out[name] = None  # a vec0 table can only be read with sqlite-vec loaded
             continue
         out[name] = int(db.scalar(f"SELECT count(*) FROM {source}"))
     return out
