@@ -110,15 +110,17 @@ def acb_payload(memory: Memory, req: AcbRequest, note: str | None, *, settings: 
 # -- ingest ----------------------------------------------------------------------------------
 def ingest_payload(memory: Memory, sources: list[tuple[str, str]], *,
                    defaults: dict[str, Any], strict: bool = False,
-                   defer_embed: bool = False) -> dict[str, Any]:
+                   defer_embed: bool = False, progress: Any = None) -> dict[str, Any]:
     """Record the records of each (source name, text) (one JSON object, an array, or NDJSON):
-    the ingest report, per-record problems in `rejected`, duplicates in `skipped`."""
+    the ingest report, per-record problems in `rejected`, duplicates in `skipped`. `progress`:
+    the optional callback of memcli/progress.py (the CLI's bar on a terminal)."""
     from memcli.ingest import parse_records
 
     # (line, value, source name): the source names each rejected record's origin.
     records: list[Any] = [(line, value, name) for name, body in sources
                for line, value in parse_records(body)]
-    report = memory.ingest(records, defaults=defaults, strict=strict, defer_embed=defer_embed)
+    report = memory.ingest(records, defaults=defaults, strict=strict, defer_embed=defer_embed,
+                           progress=progress)
     return report.model_dump()
 
 

@@ -21,6 +21,7 @@ from memcli.cli import (
     ledger,
     lifecycle,
     query,
+    rebuild,
     serve,
     views,
 )
@@ -40,7 +41,8 @@ def _root(
 
 
 # Every command group, in help order. Each module's register() adds its commands to an app.
-MODULES = (ingest, query, admin, acb, ledger, lifecycle, facts, doctor, keys, views, serve)
+MODULES = (ingest, query, admin, acb, ledger, lifecycle, facts, doctor, keys, rebuild, views,
+           serve)
 # Top-level command name -> the module registering it (tests check this matches the modules).
 COMMAND_MODULES: dict[str, ModuleType] = {
     **dict.fromkeys(("ingest", "embed", "reindex"), ingest),
@@ -54,6 +56,7 @@ COMMAND_MODULES: dict[str, ModuleType] = {
     **dict.fromkeys(("correct", "entity"), facts),
     "doctor": doctor,
     "key": keys,
+    "rebuild": rebuild,
     "view": views,
     "serve": serve,
 }
