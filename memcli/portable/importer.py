@@ -1,0 +1,380 @@
+"""`memcli import`: load an export file into a new or existing database, idempotently.
+
+The whole file is read and checked first (header version, every line against its kind's
+fields, every ciphertext against the header's key id); a bad line stops the import before the
+database is touched, with its line number. Then everything is written in one transaction.
+
+Identity, so that importing twice adds nothing: an event is its `event_id` (or content hash,
+as ingest decides); a memory is its event's chunk (episodes) or its tenant, kind, creation
+time and stored content (everything else); a decision or task is the one over the same memory;
+a proposal its tenant, user, field, creation time and value; checkpoints, sessions, artifacts
+and relations their primary keys. A row already present is left as it is (import only adds).
+Ids (memories, decisions, tasks, proposals) are kept when free in the target, so an import
+into an empty database answers queries with the same ids; a taken id gets a new one, and the
+references to it in the file (history, relations, ledger rows, proposals, `source_ids`) follow.
+
+Derived data is recomputed through the write paths ingest uses: full-text and trigram rows,
+entity links, then vectors and SPLADE terms with this side's models (`Memory.embed_pending`,
+what `memcli embed` runs; `--defer-embed` leaves that to `memcli embed`).
+
+Every text a record carries goes through `memcli.scrub.redact_record` (key fields excepted),
+so a hand-made file cannot plant a secret. `high` values stay the ciphertext they are; the
+header's `key_id` must be the target's key id, and a configured key must be that key, or the
+import is refused: the rows would be unreadable there.
+"""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from memcli.crypto import envelope_key_id, is_encrypted
+from memcli.entities import extract_entities
+from memcli.errors import UsageError
+from memcli.models import utcnow
+from memcli.portable import format as fmt
+from memcli.scrub import redact_fields
+from memcli.store import events as ev
+from memcli.store import memories as mem
+from memcli.store import portable as sql
+from memcli.store.crypto import META_KEY_ID
+from memcli.store.sessions import check_session_user
+
+if TYPE_CHECKING:
+    from memcli.memory import Memory
+    from memcli.store.connection import Database
+
+Record = dict[str, Any]
+
+
+# -- reading and checking -------------------------------------------------------------------------
+def parse(text: str) -> tuple[dict[str, Any], list[tuple[int, Record]]]:
+    """The header and (line number, record) of every record line; FormatError on the first
+    bad line. Lines end at "\\n" only (a record may hold U+2028 and the like unescaped)."""
+    lines = text.split("\n")
+    if lines and lines[0].startswith("\ufeff"):
+        lines[0] = lines[0][1:]
+    if not lines or not lines[0].strip():
+        raise fmt.FormatError(1, "empty file: no memcli export header")
+    head = fmt.parse_header(lines[0])
+    out: list[tuple[int, Record]] = []
+    key_id = head.get("key_id")
+    for number, line in enumerate(lines[1:], start=2):
+        line = line.rstrip("\r")
+        if not line.strip():
+            continue
+        try:
+            line.encode("utf-8")
+        except UnicodeEncodeError:  # bytes that were not UTF-8 (read with surrogateescape)
+            raise fmt.FormatError(number, "not UTF-8") from None
+        rec = fmt.parse_record(line, number)
+        for value in _strings(rec):
+            if is_encrypted(value) and envelope_key_id(value) != key_id:
+                raise fmt.FormatError(number, f"a value sealed with key {envelope_key_id(value)}"
+                                              f", not the header's key_id {key_id!r}")
+        out.append((number, rec))
+    return head, out
+
+
+def _strings(value: Any):
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, dict):
+        for item in value.values():
+            yield from _strings(item)
+    elif isinstance(value, list):
+        for item in value:
+            yield from _strings(item)
+
+
+def scrub(rec: Record) -> bool:
+    """Redact every text field in place (ids and hashes are keys, left alone); True when
+    anything was redacted (a secret in a hand-made or edited file)."""
+    kind = rec[fmt.RECORD]
+    fields = [f for f in fmt.SPECS[kind] if f not in fmt.KEY_FIELDS and f != "history"]
+    clean, found = redact_fields(rec, fields)
+    changed = bool(found)
+    rec.update({f: clean[f] for f in fields})
+    if kind == "memory":
+        for item in rec["history"]:
+            hist_fields = [f for f in fmt.HISTORY if f not in fmt.KEY_FIELDS]
+            cleaned, hits = redact_fields(item, hist_fields)
+            item.update(cleaned)
+            changed = changed or bool(hits)
+    return changed
+
+
+def check_key(db: Database, key_id: str | None) -> str | None:
+    """Refuse a file whose `high` rows could not be read in the target; a warning when no key
+    is configured (the rows are imported sealed, readable once the key is set)."""
+    if key_id is None:
+        return None
+    stored = db.get_meta(META_KEY_ID)
+    if stored is not None and stored != key_id:
+        raise UsageError(f"the file's `high` items are sealed with key {key_id}, this database's "
+                         f"key is {stored}", "import into a database of that key (memcli key "
+                         "status), or export from one with this key")
+    key = db.crypto.key()
+    if key is not None and key.id != key_id:
+        raise UsageError(f"the file's `high` items are sealed with key {key_id}, the configured "
+                         f"key is {key.id}", "set MEMCLI_KEY or MEMCLI_KEY_FILE to the key the "
+                         "export was made with")
+    if key is None:
+        return (f"`high` items are imported sealed with key {key_id}; no key is configured, so "
+                "they stay unread (and unembedded) until MEMCLI_KEY or MEMCLI_KEY_FILE gives it")
+    return None
+
+
+# -- writing --------------------------------------------------------------------------------------
+class _Loader:
+    def __init__(self, memory: Memory, records: list[tuple[int, Record]],
+                 progress: Callable[[str], None] | None) -> None:
+        self.memory = memory
+        self.db = memory.db
+        self.by_kind: dict[str, list[Record]] = {k: [] for k in fmt.KINDS}
+        for _, rec in records:
+            self.by_kind[rec[fmt.RECORD]].append(rec)
+        self.counts = {k: {"added": 0, "skipped": 0} for k in fmt.KINDS}
+        self.history_added = 0
+        self.progress = progress
+        self.events: dict[str, str] = {}
+        self.ids: dict[str, dict[int, int]] = {"memory": {}, "decision": {}, "task": {},
+                                               "proposal": {}}
+        self.added_memories: list[tuple[int, Record]] = []
+
+    def _count(self, kind: str, added: bool) -> None:
+        self.counts[kind]["added" if added else "skipped"] += 1
+        if self.progress is not None:
+            self.progress(kind)
+
+    @staticmethod
+    def _row(kind: str, rec: Record, skip: tuple[str, ...] = ()) -> dict[str, Any]:
+        spec = fmt.SPECS[kind]
+        return {f: fmt.to_column(kind, f, spec[f], rec[f]) for f in spec
+                if f not in skip and spec[f] != "history"}
+
+    def run(self) -> None:
+        sql.defer_foreign_keys(self.db)
+        fresh = self._sessions()
+        self._events(fresh)
+        self._artifacts()
+        self._consolidations()
+        self._memories()
+        self._relations()
+        self._ledger("decision", "decisions", "decision")
+        self._ledger("task", "tasks", "title")
+        self._proposals()
+        self._checkpoints()
+
+    def _sessions(self) -> set[tuple[str, str]]:
+        fresh = set()
+        for rec in self.by_kind["session"]:
+            key = {"tenant_id": rec["tenant_id"], "session_id": rec["session_id"]}
+            added = not sql.exists(self.db, "sessions", key)
+            if added:
+                sql.insert_row(self.db, "sessions", self._row("session", rec))
+                fresh.add((rec["tenant_id"], rec["session_id"]))
+            self._count("session", added)
+        return fresh
+
+    def _events(self, fresh: set[tuple[str, str]]) -> None:
+        for rec in self.by_kind["event"]:
+            found = ev.existing_event(self.db, rec["event_id"], rec["content_hash"])
+            if found:
+                self.events[rec["event_id"]] = found
+                self._count("event", False)
+                continue
+            check_session_user(self.db, rec["tenant_id"], rec["session_id"], rec["user_id"])
+            sql.insert_row(self.db, "events", self._row("event", rec))
+            self.events[rec["event_id"]] = rec["event_id"]
+            if rec["session_id"] is not None and (rec["tenant_id"], rec["session_id"]) not in fresh:
+                # A session this import did not bring whole: counted as ingest counts it.
+                ev.touch_session(self.db, rec["tenant_id"], rec["session_id"], rec["user_id"],
+                                 rec["ts"])
+            self._count("event", True)
+
+    def _artifacts(self) -> None:
+        for rec in self.by_kind["artifact"]:
+            added = not sql.exists(self.db, "artifacts", {"artifact_id": rec["artifact_id"]})
+            if added:
+                row = self._row("artifact", rec, skip=("body_encoding",))
+                row["event_id"] = self.events.get(rec["event_id"], rec["event_id"])
+                if rec["body_encoding"] == "base64":
+                    row["body"] = base64.b64decode(rec["body"])
+                elif rec["body_encoding"] == "utf-8":
+                    row["body"] = rec["body"].encode("utf-8")
+                sql.insert_row(self.db, "artifacts", row)
+            self._count("artifact", added)
+
+    def _consolidations(self) -> None:
+        for rec in self.by_kind["consolidation"]:
+            key = {"tenant_id": rec["tenant_id"], "session_id": rec["session_id"]}
+            added = not sql.exists(self.db, "session_consolidation", key)
+            if added:
+                row = self._row("consolidation", rec, skip=("last_event_id",))
+                last = rec["last_event_id"]
+                row["last_seq"] = sql.event_seq(self.db, self.events.get(last, last)) or 0
+                sql.insert_row(self.db, "session_consolidation", row)
+            self._count("consolidation", added)
+
+    def _allocate(self, kind: str, table: str, todo: list[Record]) -> None:
+        """Keep each file id free in the target; give the others ids above both sides'."""
+        wanted = [r["id"] for r in todo]
+        taken = sql.taken_ids(self.db, table, wanted)
+        following = max([sql.max_id(self.db, table), *wanted]) + 1
+        used: set[int] = set()
+        for rec in todo:
+            new = rec["id"]
+            if new in taken or new in used:
+                new, following = following, following + 1
+            used.add(new)
+            self.ids[kind][rec["id"]] = new
+
+    def _map_memory(self, value: Any, *, keep: bool = True) -> Any:
+        if value is None:
+            return None
+        return self.ids["memory"].get(value, value if keep else None)
+
+    def _sources(self, values: Any) -> Any:
+        if not isinstance(values, list):
+            return values  # sealed, or not a list: as it is
+        return [self.ids["memory"].get(v, v) if isinstance(v, int) and not isinstance(v, bool)
+                else self.events.get(v, v) if isinstance(v, str) else v for v in values]
+
+    def _ref(self, value: str | None) -> str | None:
+        if value is not None and value.isdigit():
+            return str(self.ids["memory"].get(int(value), int(value)))
+        return value
+
+    def _memories(self) -> None:
+        todo = []
+        for rec in self.by_kind["memory"]:
+            rec["event_id"] = self.events.get(rec["event_id"], rec["event_id"])
+            found = sql.memory_by_key(self.db, rec)
+            if found is not None:
+                self.ids["memory"][rec["id"]] = found
+                self._count("memory", False)
+            else:
+                todo.append(rec)
+        self._allocate("memory", "memories", todo)
+        for rec in todo:
+            rec["source_ids"] = self._sources(rec["source_ids"])
+            row = self._row("memory", rec)
+            row["id"] = self.ids["memory"][rec["id"]]
+            row["event_seq"] = sql.event_seq(self.db, rec["event_id"])
+            sql.insert_row(self.db, "memories", row)
+            for item in rec["history"]:
+                hist = {f: fmt.to_column("history", f, fmt.HISTORY[f], item[f])
+                        for f in fmt.HISTORY}
+                hist.update(memory_id=row["id"], old_ref=self._ref(item["old_ref"]),
+                            new_ref=self._ref(item["new_ref"]),
+                            event_id=self.events.get(item["event_id"], item["event_id"]))
+                sql.insert_row(self.db, "history", hist)
+                self.history_added += 1
+            self.added_memories.append((row["id"], rec))
+            self._count("memory", True)
+        ids = [mid for mid, _ in self.added_memories]
+        sql.index_lexical(self.db, ids)
+        now, cache, aliases = utcnow(), {}, set()
+        for mid, rec in self.added_memories:
+            if rec["sensitivity"] != "high":  # entity names are plain text: never a `high` one's
+                mem.link_entities(self.db, mid, extract_entities(rec["content"]), now,
+                                  ids=cache, aliases=aliases)
+
+    def _relations(self) -> None:
+        for rec in self.by_kind["relation"]:
+            row = self._row("relation", rec)
+            row["src_id"], row["dst_id"] = (self._map_memory(rec["src_id"]),
+                                            self._map_memory(rec["dst_id"]))
+            key = {k: row[k] for k in ("src_id", "dst_id", "kind")}
+            added = not sql.exists(self.db, "relations", key)
+            if added:
+                sql.insert_row(self.db, "relations", row)
+            self._count("relation", added)
+
+    def _ledger(self, kind: str, table: str, text_field: str) -> None:
+        todo = []
+        for rec in self.by_kind[kind]:
+            rec["memory_id"] = self._map_memory(rec["memory_id"], keep=False)
+            found = sql.ledger_by_key(self.db, table, rec, text_field)
+            if found is not None:
+                self.ids[kind][rec["id"]] = found
+                self._count(kind, False)
+            else:
+                todo.append(rec)
+        self._allocate(kind, table, todo)
+        for rec in todo:
+            row = self._row(kind, rec)
+            row["id"] = self.ids[kind][rec["id"]]
+            for field in ("supersedes", "superseded_by"):  # foreign keys: mapped or none
+                if field in row and row[field] is not None:
+                    row[field] = self.ids[kind].get(row[field])
+            sql.insert_row(self.db, table, row)
+            self._count(kind, True)
+
+    def _proposals(self) -> None:
+        todo = []
+        for rec in self.by_kind["proposal"]:
+            found = sql.proposal_by_key(self.db, rec)
+            if found is not None:
+                self.ids["proposal"][rec["id"]] = found
+                self._count("proposal", False)
+            else:
+                todo.append(rec)
+        self._allocate("proposal", "proposals", todo)
+        for rec in todo:
+            rec["source_ids"] = self._sources(rec["source_ids"])
+            row = self._row("proposal", rec)
+            row["id"] = self.ids["proposal"][rec["id"]]
+            row["memory_id"] = self._map_memory(rec["memory_id"])
+            row["old_memory_id"] = self._map_memory(rec["old_memory_id"])
+            sql.insert_row(self.db, "proposals", row)
+            self._count("proposal", True)
+
+    def _checkpoints(self) -> None:
+        for rec in self.by_kind["checkpoint"]:
+            key = {k: rec[k] for k in ("tenant_id", "user_id", "thread_id")}
+            added = not sql.exists(self.db, "checkpoints", key)
+            if added:
+                sql.insert_row(self.db, "checkpoints", self._row("checkpoint", rec))
+            self._count("checkpoint", added)
+
+
+def load(memory: Memory, text: str, *, defer_embed: bool = False,
+         progress: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """Check the whole file, then load it in one transaction; returns the report."""
+    head, records = parse(text)
+    redacted = sum(scrub(rec) for _, rec in records)
+    db = memory.db
+    notes: list[str] = []
+    note = check_key(db, head.get("key_id"))
+    if note:
+        notes.append(note)
+    loader = _Loader(memory, records, progress)
+    with db.transaction():
+        if head.get("key_id") and db.get_meta(META_KEY_ID) is None:
+            db.set_meta(META_KEY_ID, head["key_id"])  # the file's sealed rows' key
+            db.crypto.install()
+        loader.run()
+    embedded = 0
+    models = memory.embedder is not None or memory.sparse is not None
+    if loader.added_memories and models and not defer_embed:
+        embedded = memory.embed_pending()
+    ours = memory.embedder.model_id if memory.embedder is not None else None
+    if head.get("embedder") and ours and head["embedder"] != ours and loader.added_memories:
+        notes.append(f"the export was embedded with {head['embedder']}; vectors are "
+                     f"recomputed with {ours}")
+    if defer_embed and loader.added_memories:
+        notes.append("embeddings deferred: run `memcli embed` to compute them")
+    return {
+        "format": fmt.FORMAT, "version": head["version"],
+        "counts": loader.counts,
+        "added": sum(c["added"] for c in loader.counts.values()),
+        "skipped": sum(c["skipped"] for c in loader.counts.values()),
+        "history_added": loader.history_added,
+        "redacted_records": redacted,
+        "embedded": embedded,
+        "deferred_embedding": len(loader.added_memories) if defer_embed else 0,
+        "notes": notes,
+    }
