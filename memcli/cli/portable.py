@@ -73,7 +73,7 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Load an export into this database (new or not). Importing twice adds nothing;
         a bad line refuses the whole file (exit 2, nothing loaded)."""
-        from memcli.portable.importer import load
+        from memcli.portable.importer import load_parsed, parse
 
         with errors():
             if path == "-":
@@ -86,8 +86,9 @@ def register(app: typer.Typer) -> None:
 
                     raise UsageError(f"cannot read {path}: {exc.strerror}",
                                      "give an export file or `-`") from None
+            head, records = parse(text)  # a bad file: refused before the database is opened
             with open_memory(db, with_embedder=not defer_embed) as memory:
-                report = load(memory, text, defer_embed=defer_embed)
+                report = load_parsed(memory, head, records, defer_embed=defer_embed)
             for note in report["notes"]:
                 warn(note)
             emit(report, resolve_format(fmt, as_json), _import_text)

@@ -96,6 +96,8 @@ def scrub(rec: Record) -> bool:
     clean, found = redact_fields(rec, fields)
     changed = bool(found)
     rec.update({f: clean[f] for f in fields})
+    if kind == "event" and found and isinstance(rec["redactions"], list):
+        rec["redactions"] = sorted({*map(str, rec["redactions"]), *found})
     if kind == "memory":
         for item in rec["history"]:
             hist_fields = [f for f in fmt.HISTORY if f not in fmt.KEY_FIELDS]
@@ -249,9 +251,16 @@ class _Loader:
 
     def _memories(self) -> None:
         todo = []
+        # Memories not cut from an event, by natural key: one read, not a scan per memory.
+        derived = sql.derived_memory_keys(self.db) if any(
+            r["event_id"] is None for r in self.by_kind["memory"]) else {}
         for rec in self.by_kind["memory"]:
             rec["event_id"] = self.events.get(rec["event_id"], rec["event_id"])
-            found = sql.memory_by_key(self.db, rec)
+            if rec["event_id"] is None:
+                found = derived.get((rec["tenant_id"], rec["kind"], rec["created_at"],
+                                     rec["content"]))
+            else:
+                found = sql.episode_id(self.db, rec["event_id"], rec["chunk_index"], rec["kind"])
             if found is not None:
                 self.ids["memory"][rec["id"]] = found
                 self._count("memory", False)
@@ -277,10 +286,16 @@ class _Loader:
         ids = [mid for mid, _ in self.added_memories]
         sql.index_lexical(self.db, ids)
         now, cache, aliases = utcnow(), {}, set()
+        threads: dict[str, list[tuple[str, int | None, str]]] = {}
         for mid, rec in self.added_memories:
-            if rec["sensitivity"] != "high":  # entity names are plain text: never a `high` one's
-                mem.link_entities(self.db, mid, extract_entities(rec["content"]), now,
-                                  ids=cache, aliases=aliases)
+            if rec["sensitivity"] == "high":
+                continue  # entity names and change-log lines are plain text: never a `high` one's
+            mem.link_entities(self.db, mid, extract_entities(rec["content"]), now,
+                              ids=cache, aliases=aliases)
+            key = mem.thread_key(rec["tenant_id"], rec["user_id"], rec["session_id"])
+            threads.setdefault(key, []).append(("created", mid, rec["content"]))
+        for key, changes in threads.items():  # an agent's next delta bundle sees them
+            mem.bump_revision(self.db, key, changes)
 
     def _relations(self) -> None:
         for rec in self.by_kind["relation"]:
@@ -341,10 +356,40 @@ class _Loader:
             self._count("checkpoint", added)
 
 
+def _embed_forgotten(memory: Memory, ids: list[int]) -> int:
+    """Vectors (and sparse terms) for imported soft-deleted memories too, as the source had
+    them: `memcli restore` does not embed, so without these a restored one would miss the
+    dense leg."""
+    from memcli.store import sparse as sparse_sql
+    from memcli.store import vectors as vec
+
+    rows = sql.unembedded_forgotten(memory.db, ids)
+    if not rows or memory.embedder is None:
+        return 0
+    texts = [text for _, text in rows]
+    matrix = memory.embedder.embed_documents(texts).astype("float32")
+    encoded = memory.sparse.encode_documents(texts) if memory.sparse is not None else None
+    with memory.db.transaction():
+        vec.insert_vectors(memory.db, [(mid, v.tobytes()) for (mid, _), v
+                                       in zip(rows, matrix, strict=True)])
+        if encoded is not None and memory.sparse is not None:
+            sparse_sql.record_vocab(memory.db, memory.sparse.vocab_hash)
+            sparse_sql.insert_postings(memory.db, [(mid, terms) for (mid, _), terms
+                                                   in zip(rows, encoded, strict=True)])
+    return len(rows)
+
+
 def load(memory: Memory, text: str, *, defer_embed: bool = False,
          progress: Callable[[str], None] | None = None) -> dict[str, Any]:
     """Check the whole file, then load it in one transaction; returns the report."""
     head, records = parse(text)
+    return load_parsed(memory, head, records, defer_embed=defer_embed, progress=progress)
+
+
+def load_parsed(memory: Memory, head: dict[str, Any], records: list[tuple[int, Record]], *,
+                defer_embed: bool = False, progress: Callable[[str], None] | None = None
+                ) -> dict[str, Any]:
+    """Load what `parse` read (the CLI parses before it opens, or creates, the database)."""
     redacted = sum(scrub(rec) for _, rec in records)
     db = memory.db
     notes: list[str] = []
@@ -360,7 +405,8 @@ def load(memory: Memory, text: str, *, defer_embed: bool = False,
     embedded = 0
     models = memory.embedder is not None or memory.sparse is not None
     if loader.added_memories and models and not defer_embed:
-        embedded = memory.embed_pending()
+        embedded = memory.embed_pending() + _embed_forgotten(
+            memory, [mid for mid, _ in loader.added_memories])
     ours = memory.embedder.model_id if memory.embedder is not None else None
     if head.get("embedder") and ours and head["embedder"] != ours and loader.added_memories:
         notes.append(f"the export was embedded with {head['embedder']}; vectors are "
@@ -369,6 +415,7 @@ def load(memory: Memory, text: str, *, defer_embed: bool = False,
         notes.append("embeddings deferred: run `memcli embed` to compute them")
     return {
         "format": fmt.FORMAT, "version": head["version"],
+        "tenants": sorted({rec["tenant_id"] for _, rec in records if "tenant_id" in rec}),
         "counts": loader.counts,
         "added": sum(c["added"] for c in loader.counts.values()),
         "skipped": sum(c["skipped"] for c in loader.counts.values()),

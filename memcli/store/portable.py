@@ -172,16 +172,18 @@ def event_seq(db: Database, event_id: str | None) -> int | None:
     return db.scalar("SELECT seq FROM events WHERE event_id = ?", (event_id,))
 
 
-def memory_by_key(db: Database, row: dict[str, Any]) -> int | None:
-    """The stored memory that is this one: an episode is its event's chunk; any other memory
-    is its tenant, kind, creation time and content as stored."""
-    if row["event_id"] is not None:
-        return db.scalar("SELECT id FROM memories WHERE event_id = ? AND chunk_index = ?"
-                         " AND kind = ? LIMIT 1", (row["event_id"], row["chunk_index"],
-                                                   row["kind"]))
-    return db.scalar("SELECT id FROM memories WHERE tenant_id = ? AND kind = ? AND created_at = ?"
-                     " AND content = ? LIMIT 1", (row["tenant_id"], row["kind"],
-                                                  row["created_at"], row["content"]))
+def episode_id(db: Database, event_id: str, chunk_index: int, kind: str) -> int | None:
+    """The stored memory cut from this chunk of this event."""
+    return db.scalar("SELECT id FROM memories WHERE event_id = ? AND chunk_index = ?"
+                     " AND kind = ? LIMIT 1", (event_id, chunk_index, kind))
+
+
+def derived_memory_keys(db: Database) -> dict[tuple[str, str, str, str], int]:
+    """(tenant, kind, created_at, content as stored) -> id of every memory not cut from an
+    event (facts, summaries, decisions ...): what identifies one across databases."""
+    return {(r["tenant_id"], r["kind"], r["created_at"], r["content"]): r["id"] for r in _raw(
+        db, "SELECT id, tenant_id, kind, created_at, content FROM memories"
+            " WHERE event_id IS NULL ORDER BY id DESC")}
 
 
 def ledger_by_key(db: Database, table: str, row: dict[str, Any], text_field: str) -> int | None:
@@ -280,3 +282,18 @@ def index_lexical(db: Database, ids: list[int]) -> None:
                " CASE WHEN sensitivity = 'high' THEN '' ELSE content END FROM memories"
                " WHERE id IN (SELECT id FROM temp.portable_ids)")
     db.execute("DELETE FROM temp.portable_ids")
+
+
+def unembedded_forgotten(db: Database, ids: list[int]) -> list[tuple[int, str]]:
+    """(id, text) of these memories that are soft-deleted and have no vector: `memcli embed`
+    skips them, but the database they came from had theirs (a restore brings them back).
+    Read through the row tracer: a `high` text is embedded from its plain text (or skipped
+    without the key)."""
+    out: list[tuple[int, str]] = []
+    for start in range(0, len(ids), 500):
+        part = ids[start:start + 500]
+        marks = ",".join("?" * len(part))
+        out.extend((r[0], r[1]) for r in db.execute(
+            f"SELECT id, content FROM memories WHERE id IN ({marks}) AND state = 'soft_deleted'"
+            f" AND id NOT IN (SELECT memory_id FROM memory_vectors) ORDER BY id", tuple(part)))
+    return out
