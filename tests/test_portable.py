@@ -266,6 +266,11 @@ def test_a_wrongly_typed_field_names_its_line(source, tmp_path, cli):
     lines[number] = json.dumps({**rec, "id": "seven"})
     result = cli("import", "--db", str(tmp_path / "b.db"), "-", input="\n".join(lines))
     assert result.exit_code == 2 and f"line {number + 1}: memory.id" in result.stderr
+    # A value the database refuses (a state outside its list) names its line too.
+    lines[number] = json.dumps({**rec, "state": "gone"})
+    result = cli("import", "--db", str(tmp_path / "b.db"), "-", input="\n".join(lines))
+    assert result.exit_code == 2 and f"line {number + 1}: cannot be stored" in result.stderr
+    assert count(tmp_path / "b.db", "memories") == 0
 
 
 # -- secrets and keys -----------------------------------------------------------------------------

@@ -200,5 +200,21 @@ def parse_record(text: str, line: int) -> dict[str, Any]:
     if problem is not None:
         raise FormatError(line, problem)
     _check(SPECS[kind], obj, line, kind)
+    if kind == "artifact":
+        _check_body(obj, line)
     obj[RECORD] = kind
     return obj
+
+
+def _check_body(obj: dict[str, Any], line: int) -> None:
+    encoding = obj["body_encoding"]
+    if encoding not in ("utf-8", "base64", "text"):
+        raise FormatError(line, f"artifact.body_encoding {encoding!r} is not utf-8, base64 or text")
+    if encoding == "base64":
+        import base64
+        import binascii
+
+        try:
+            base64.b64decode(obj["body"], validate=True)
+        except (binascii.Error, ValueError):
+            raise FormatError(line, "artifact.body is not base64") from None

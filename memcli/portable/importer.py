@@ -29,6 +29,8 @@ import base64
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+import apsw
+
 from memcli.crypto import envelope_key_id, is_encrypted
 from memcli.entities import extract_entities
 from memcli.errors import UsageError
@@ -46,6 +48,7 @@ if TYPE_CHECKING:
     from memcli.store.connection import Database
 
 Record = dict[str, Any]
+_NUMBERED = ("memory", "decision", "task", "proposal")
 
 
 # -- reading and checking -------------------------------------------------------------------------
@@ -59,6 +62,7 @@ def parse(text: str) -> tuple[dict[str, Any], list[tuple[int, Record]]]:
         raise fmt.FormatError(1, "empty file: no memcli export header")
     head = fmt.parse_header(lines[0])
     out: list[tuple[int, Record]] = []
+    numbered: set[tuple[str, int]] = set()  # ids are labels references use: one each
     key_id = head.get("key_id")
     for number, line in enumerate(lines[1:], start=2):
         line = line.rstrip("\r")
@@ -73,6 +77,11 @@ def parse(text: str) -> tuple[dict[str, Any], list[tuple[int, Record]]]:
             if is_encrypted(value) and envelope_key_id(value) != key_id:
                 raise fmt.FormatError(number, f"a value sealed with key {envelope_key_id(value)}"
                                               f", not the header's key_id {key_id!r}")
+        ident = rec.get("id") if rec[fmt.RECORD] in _NUMBERED else None
+        if ident is not None:
+            if (rec[fmt.RECORD], ident) in numbered:
+                raise fmt.FormatError(number, f"a second {rec[fmt.RECORD]} with id {ident}")
+            numbered.add((rec[fmt.RECORD], ident))
         out.append((number, rec))
     return head, out
 
@@ -135,8 +144,11 @@ class _Loader:
         self.memory = memory
         self.db = memory.db
         self.by_kind: dict[str, list[Record]] = {k: [] for k in fmt.KINDS}
-        for _, rec in records:
+        self.lines: dict[int, int] = {}  # id(record) -> its line, for a row SQLite refuses
+        self.line = 0
+        for number, rec in records:
             self.by_kind[rec[fmt.RECORD]].append(rec)
+            self.lines[id(rec)] = number
         self.counts = {k: {"added": 0, "skipped": 0} for k in fmt.KINDS}
         self.history_added = 0
         self.progress = progress
@@ -144,6 +156,10 @@ class _Loader:
         self.ids: dict[str, dict[int, int]] = {"memory": {}, "decision": {}, "task": {},
                                                "proposal": {}}
         self.added_memories: list[tuple[int, Record]] = []
+
+    def _at(self, rec: Record) -> Record:
+        self.line = self.lines[id(rec)]
+        return rec
 
     def _count(self, kind: str, added: bool) -> None:
         self.counts[kind]["added" if added else "skipped"] += 1
@@ -157,6 +173,13 @@ class _Loader:
                 if f not in skip and spec[f] != "history"}
 
     def run(self) -> None:
+        try:
+            self._run()
+        except apsw.ConstraintError as exc:  # e.g. a value outside a column's CHECK list
+            reason = str(exc).split(": ", 1)[-1]
+            raise fmt.FormatError(self.line, f"cannot be stored ({reason})") from None
+
+    def _run(self) -> None:
         sql.defer_foreign_keys(self.db)
         fresh = self._sessions()
         self._events(fresh)
@@ -171,7 +194,7 @@ class _Loader:
 
     def _sessions(self) -> set[tuple[str, str]]:
         fresh = set()
-        for rec in self.by_kind["session"]:
+        for rec in map(self._at, self.by_kind["session"]):
             key = {"tenant_id": rec["tenant_id"], "session_id": rec["session_id"]}
             added = not sql.exists(self.db, "sessions", key)
             if added:
@@ -181,7 +204,7 @@ class _Loader:
         return fresh
 
     def _events(self, fresh: set[tuple[str, str]]) -> None:
-        for rec in self.by_kind["event"]:
+        for rec in map(self._at, self.by_kind["event"]):
             found = ev.existing_event(self.db, rec["event_id"], rec["content_hash"])
             if found:
                 self.events[rec["event_id"]] = found
@@ -197,11 +220,14 @@ class _Loader:
             self._count("event", True)
 
     def _artifacts(self) -> None:
-        for rec in self.by_kind["artifact"]:
+        for rec in map(self._at, self.by_kind["artifact"]):
             added = not sql.exists(self.db, "artifacts", {"artifact_id": rec["artifact_id"]})
             if added:
                 row = self._row("artifact", rec, skip=("body_encoding",))
-                row["event_id"] = self.events.get(rec["event_id"], rec["event_id"])
+                row["event_id"] = self.events.get(rec["event_id"])
+                if row["event_id"] is None:
+                    raise fmt.FormatError(self.line, "an artifact of an event the file does not "
+                                                     "hold")
                 if rec["body_encoding"] == "base64":
                     row["body"] = base64.b64decode(rec["body"])
                 elif rec["body_encoding"] == "utf-8":
@@ -210,7 +236,7 @@ class _Loader:
             self._count("artifact", added)
 
     def _consolidations(self) -> None:
-        for rec in self.by_kind["consolidation"]:
+        for rec in map(self._at, self.by_kind["consolidation"]):
             key = {"tenant_id": rec["tenant_id"], "session_id": rec["session_id"]}
             added = not sql.exists(self.db, "session_consolidation", key)
             if added:
@@ -226,7 +252,7 @@ class _Loader:
         taken = sql.taken_ids(self.db, table, wanted)
         following = max([sql.max_id(self.db, table), *wanted]) + 1
         used: set[int] = set()
-        for rec in todo:
+        for rec in map(self._at, todo):
             new = rec["id"]
             if new in taken or new in used:
                 new, following = following, following + 1
@@ -254,7 +280,7 @@ class _Loader:
         # Memories not cut from an event, by natural key: one read, not a scan per memory.
         derived = sql.derived_memory_keys(self.db) if any(
             r["event_id"] is None for r in self.by_kind["memory"]) else {}
-        for rec in self.by_kind["memory"]:
+        for rec in map(self._at, self.by_kind["memory"]):
             rec["event_id"] = self.events.get(rec["event_id"], rec["event_id"])
             if rec["event_id"] is None:
                 found = derived.get((rec["tenant_id"], rec["kind"], rec["created_at"],
@@ -267,7 +293,7 @@ class _Loader:
             else:
                 todo.append(rec)
         self._allocate("memory", "memories", todo)
-        for rec in todo:
+        for rec in map(self._at, todo):
             rec["source_ids"] = self._sources(rec["source_ids"])
             row = self._row("memory", rec)
             row["id"] = self.ids["memory"][rec["id"]]
@@ -298,10 +324,12 @@ class _Loader:
             mem.bump_revision(self.db, key, changes)
 
     def _relations(self) -> None:
-        for rec in self.by_kind["relation"]:
+        for rec in map(self._at, self.by_kind["relation"]):
             row = self._row("relation", rec)
-            row["src_id"], row["dst_id"] = (self._map_memory(rec["src_id"]),
-                                            self._map_memory(rec["dst_id"]))
+            row["src_id"], row["dst_id"] = (self._map_memory(rec["src_id"], keep=False),
+                                            self._map_memory(rec["dst_id"], keep=False))
+            if row["src_id"] is None or row["dst_id"] is None:
+                raise fmt.FormatError(self.line, "a relation to a memory the file does not hold")
             key = {k: row[k] for k in ("src_id", "dst_id", "kind")}
             added = not sql.exists(self.db, "relations", key)
             if added:
@@ -310,7 +338,7 @@ class _Loader:
 
     def _ledger(self, kind: str, table: str, text_field: str) -> None:
         todo = []
-        for rec in self.by_kind[kind]:
+        for rec in map(self._at, self.by_kind[kind]):
             rec["memory_id"] = self._map_memory(rec["memory_id"], keep=False)
             found = sql.ledger_by_key(self.db, table, rec, text_field)
             if found is not None:
@@ -319,7 +347,7 @@ class _Loader:
             else:
                 todo.append(rec)
         self._allocate(kind, table, todo)
-        for rec in todo:
+        for rec in map(self._at, todo):
             row = self._row(kind, rec)
             row["id"] = self.ids[kind][rec["id"]]
             for field in ("supersedes", "superseded_by"):  # foreign keys: mapped or none
@@ -330,7 +358,7 @@ class _Loader:
 
     def _proposals(self) -> None:
         todo = []
-        for rec in self.by_kind["proposal"]:
+        for rec in map(self._at, self.by_kind["proposal"]):
             found = sql.proposal_by_key(self.db, rec)
             if found is not None:
                 self.ids["proposal"][rec["id"]] = found
@@ -338,7 +366,7 @@ class _Loader:
             else:
                 todo.append(rec)
         self._allocate("proposal", "proposals", todo)
-        for rec in todo:
+        for rec in map(self._at, todo):
             rec["source_ids"] = self._sources(rec["source_ids"])
             row = self._row("proposal", rec)
             row["id"] = self.ids["proposal"][rec["id"]]
@@ -348,7 +376,7 @@ class _Loader:
             self._count("proposal", True)
 
     def _checkpoints(self) -> None:
-        for rec in self.by_kind["checkpoint"]:
+        for rec in map(self._at, self.by_kind["checkpoint"]):
             key = {k: rec[k] for k in ("tenant_id", "user_id", "thread_id")}
             added = not sql.exists(self.db, "checkpoints", key)
             if added:
@@ -397,11 +425,15 @@ def load_parsed(memory: Memory, head: dict[str, Any], records: list[tuple[int, R
     if note:
         notes.append(note)
     loader = _Loader(memory, records, progress)
-    with db.transaction():
-        if head.get("key_id") and db.get_meta(META_KEY_ID) is None:
-            db.set_meta(META_KEY_ID, head["key_id"])  # the file's sealed rows' key
-            db.crypto.install()
-        loader.run()
+    try:
+        with db.transaction():
+            if head.get("key_id") and db.get_meta(META_KEY_ID) is None:
+                db.set_meta(META_KEY_ID, head["key_id"])  # the file's sealed rows' key
+                db.crypto.install()
+            loader.run()
+    except apsw.ConstraintError:  # a deferred foreign key, checked at commit (rolled back)
+        raise UsageError("the file refers to rows it does not hold (a session, event or "
+                         "memory)", "nothing was imported; re-export the file") from None
     embedded = 0
     models = memory.embedder is not None or memory.sparse is not None
     if loader.added_memories and models and not defer_embed:
