@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from memcli.crypto import is_encrypted
+from memcli.crypto import envelope_key_id, is_encrypted
 from memcli.errors import UsageError
 
 FORMAT = "memcli-export"
@@ -218,3 +218,53 @@ def _check_body(obj: dict[str, Any], line: int) -> None:
             base64.b64decode(obj["body"], validate=True)
         except (binascii.Error, ValueError):
             raise FormatError(line, "artifact.body is not base64") from None
+
+
+# -- a whole file -------------------------------------------------------------------------------
+Record = dict[str, Any]
+_NUMBERED = ("memory", "decision", "task", "proposal")
+
+
+def parse(text: str) -> tuple[dict[str, Any], list[tuple[int, Record]]]:
+    """The header and (line number, record) of every record line; FormatError on the first
+    bad line. Lines end at "\\n" only (a record may hold U+2028 and the like unescaped)."""
+    lines = text.split("\n")
+    if lines and lines[0].startswith("\ufeff"):
+        lines[0] = lines[0][1:]
+    if not lines or not lines[0].strip():
+        raise FormatError(1, "empty file: no memcli export header")
+    head = parse_header(lines[0])
+    out: list[tuple[int, Record]] = []
+    numbered: set[tuple[str, int]] = set()  # ids are labels references use: one each
+    key_id = head.get("key_id")
+    for number, line in enumerate(lines[1:], start=2):
+        line = line.rstrip("\r")
+        if not line.strip():
+            continue
+        try:
+            line.encode("utf-8")
+        except UnicodeEncodeError:  # bytes that were not UTF-8 (read with surrogateescape)
+            raise FormatError(number, "not UTF-8") from None
+        rec = parse_record(line, number)
+        for value in _strings(rec):
+            if is_encrypted(value) and envelope_key_id(value) != key_id:
+                raise FormatError(number, f"a value sealed with key {envelope_key_id(value)}"
+                                              f", not the header's key_id {key_id!r}")
+        ident = rec.get("id") if rec[RECORD] in _NUMBERED else None
+        if ident is not None:
+            if (rec[RECORD], ident) in numbered:
+                raise FormatError(number, f"a second {rec[RECORD]} with id {ident}")
+            numbered.add((rec[RECORD], ident))
+        out.append((number, rec))
+    return head, out
+
+
+def _strings(value: Any):
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, dict):
+        for item in value.values():
+            yield from _strings(item)
+    elif isinstance(value, list):
+        for item in value:
+            yield from _strings(item)

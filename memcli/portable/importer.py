@@ -1,8 +1,8 @@
 """`memcli import`: load an export file into a new or existing database, idempotently.
 
-The whole file is read and checked first (header version, every line against its kind's
-fields, every ciphertext against the header's key id); a bad line stops the import before the
-database is touched, with its line number. Then everything is written in one transaction.
+The whole file is read and checked first (`format.parse`: header version, every line against
+its kind's fields, every ciphertext against the header's key id); a bad line stops the import
+before the database is touched, with its line number. Then everything is written in one transaction.
 
 Identity, so that importing twice adds nothing: an event is its `event_id` (or content hash,
 as ingest decides); a memory is its event's chunk (episodes) or its tenant, kind, creation
@@ -31,11 +31,11 @@ from typing import TYPE_CHECKING, Any
 
 import apsw
 
-from memcli.crypto import envelope_key_id, is_encrypted
 from memcli.entities import extract_entities
 from memcli.errors import UsageError
 from memcli.models import utcnow
 from memcli.portable import format as fmt
+from memcli.portable.format import parse
 from memcli.scrub import redact_fields
 from memcli.store import events as ev
 from memcli.store import memories as mem
@@ -48,55 +48,9 @@ if TYPE_CHECKING:
     from memcli.store.connection import Database
 
 Record = dict[str, Any]
-_NUMBERED = ("memory", "decision", "task", "proposal")
 
 
-# -- reading and checking -------------------------------------------------------------------------
-def parse(text: str) -> tuple[dict[str, Any], list[tuple[int, Record]]]:
-    """The header and (line number, record) of every record line; FormatError on the first
-    bad line. Lines end at "\\n" only (a record may hold U+2028 and the like unescaped)."""
-    lines = text.split("\n")
-    if lines and lines[0].startswith("\ufeff"):
-        lines[0] = lines[0][1:]
-    if not lines or not lines[0].strip():
-        raise fmt.FormatError(1, "empty file: no memcli export header")
-    head = fmt.parse_header(lines[0])
-    out: list[tuple[int, Record]] = []
-    numbered: set[tuple[str, int]] = set()  # ids are labels references use: one each
-    key_id = head.get("key_id")
-    for number, line in enumerate(lines[1:], start=2):
-        line = line.rstrip("\r")
-        if not line.strip():
-            continue
-        try:
-            line.encode("utf-8")
-        except UnicodeEncodeError:  # bytes that were not UTF-8 (read with surrogateescape)
-            raise fmt.FormatError(number, "not UTF-8") from None
-        rec = fmt.parse_record(line, number)
-        for value in _strings(rec):
-            if is_encrypted(value) and envelope_key_id(value) != key_id:
-                raise fmt.FormatError(number, f"a value sealed with key {envelope_key_id(value)}"
-                                              f", not the header's key_id {key_id!r}")
-        ident = rec.get("id") if rec[fmt.RECORD] in _NUMBERED else None
-        if ident is not None:
-            if (rec[fmt.RECORD], ident) in numbered:
-                raise fmt.FormatError(number, f"a second {rec[fmt.RECORD]} with id {ident}")
-            numbered.add((rec[fmt.RECORD], ident))
-        out.append((number, rec))
-    return head, out
-
-
-def _strings(value: Any):
-    if isinstance(value, str):
-        yield value
-    elif isinstance(value, dict):
-        for item in value.values():
-            yield from _strings(item)
-    elif isinstance(value, list):
-        for item in value:
-            yield from _strings(item)
-
-
+# -- checking -------------------------------------------------------------------------------------
 def scrub(rec: Record) -> bool:
     """Redact every text field in place (ids and hashes are keys, left alone); True when
     anything was redacted (a secret in a hand-made or edited file)."""
