@@ -120,14 +120,23 @@ def header(db: Database, scope: Scope) -> dict[str, Any]:
     )
 
 
+# Records between two progress reports (a report per line would cost more than the line).
+REPORT_EVERY = 256
+
+
 def export(db: Database, scope: Scope, out: IO[str],
-           progress: Callable[[str], None] | None = None) -> dict[str, int]:
-    """Write the header and every record of `scope` to `out`; returns the count per kind."""
+           progress: Callable[[str, int, int | None], None] | None = None) -> dict[str, int]:
+    """Write the header and every record of `scope` to `out`; returns the count per kind.
+    `progress(stage, done, total)`: memcli.progress's callback (total unknown here: None)."""
     counts = dict.fromkeys(fmt.KINDS, 0)
     out.write(fmt.dumps(header(db, scope)) + "\n")
+    done = 0
     for kind, row in records(db, scope):
         out.write(fmt.dumps({fmt.RECORD: kind, **row}) + "\n")
         counts[kind] += 1
-        if progress is not None:
-            progress(kind)
+        done += 1
+        if progress is not None and done % REPORT_EVERY == 0:
+            progress("exporting", done, None)
+    if progress is not None:
+        progress("exporting", done, None)
     return counts

@@ -48,6 +48,9 @@ if TYPE_CHECKING:
     from memcli.store.connection import Database
 
 Record = dict[str, Any]
+# progress(stage, done, total), the callback of memcli.progress (a rich bar on a terminal).
+Progress = Callable[[str, int, "int | None"], None]
+REPORT_EVERY = 256
 
 
 # -- checking -------------------------------------------------------------------------------------
@@ -94,7 +97,7 @@ def check_key(db: Database, key_id: str | None) -> str | None:
 # -- writing --------------------------------------------------------------------------------------
 class _Loader:
     def __init__(self, memory: Memory, records: list[tuple[int, Record]],
-                 progress: Callable[[str], None] | None) -> None:
+                 progress: Progress | None) -> None:
         self.memory = memory
         self.db = memory.db
         self.by_kind: dict[str, list[Record]] = {k: [] for k in fmt.KINDS}
@@ -106,6 +109,7 @@ class _Loader:
         self.counts = {k: {"added": 0, "skipped": 0} for k in fmt.KINDS}
         self.history_added = 0
         self.progress = progress
+        self.done, self.total = 0, len(records)
         self.events: dict[str, str] = {}
         self.ids: dict[str, dict[int, int]] = {"memory": {}, "decision": {}, "task": {},
                                                "proposal": {}}
@@ -117,8 +121,10 @@ class _Loader:
 
     def _count(self, kind: str, added: bool) -> None:
         self.counts[kind]["added" if added else "skipped"] += 1
-        if self.progress is not None:
-            self.progress(kind)
+        self.done += 1
+        if self.progress is not None and (self.done % REPORT_EVERY == 0
+                                          or self.done == self.total):
+            self.progress("importing", self.done, self.total)
 
     @staticmethod
     def _row(kind: str, rec: Record, skip: tuple[str, ...] = ()) -> dict[str, Any]:
@@ -265,7 +271,9 @@ class _Loader:
             self._count("memory", True)
         ids = [mid for mid, _ in self.added_memories]
         sql.index_lexical(self.db, ids)
-        now, cache, aliases = utcnow(), {}, set()
+        now = utcnow()
+        cache: dict[tuple[str, str], int] = {}
+        aliases: set[tuple[str, int]] = set()
         threads: dict[str, list[tuple[str, int | None, str]]] = {}
         for mid, rec in self.added_memories:
             if rec["sensitivity"] == "high":
@@ -362,14 +370,14 @@ def _embed_forgotten(memory: Memory, ids: list[int]) -> int:
 
 
 def load(memory: Memory, text: str, *, defer_embed: bool = False,
-         progress: Callable[[str], None] | None = None) -> dict[str, Any]:
+         progress: Progress | None = None) -> dict[str, Any]:
     """Check the whole file, then load it in one transaction; returns the report."""
     head, records = parse(text)
     return load_parsed(memory, head, records, defer_embed=defer_embed, progress=progress)
 
 
 def load_parsed(memory: Memory, head: dict[str, Any], records: list[tuple[int, Record]], *,
-                defer_embed: bool = False, progress: Callable[[str], None] | None = None
+                defer_embed: bool = False, progress: Progress | None = None
                 ) -> dict[str, Any]:
     """Load what `parse` read (the CLI parses before it opens, or creates, the database)."""
     redacted = sum(scrub(rec) for _, rec in records)
