@@ -281,12 +281,22 @@ def test_a_planted_secret_is_redacted_on_import(source, tmp_path, cli):
     number = next(i for i, line in enumerate(lines) if "alice likes green tea" in line
                   and '"record": "memory"' in line)
     lines[number] = lines[number].replace("alice likes green tea", f"token {secret}")
+    event = next(i for i, line in enumerate(lines) if '"record": "event"' in line
+                 and "paris weather" in line)
+    lines[event] = lines[event].replace("paris weather", f"paris {secret}")
+    point = next(i for i, line in enumerate(lines) if '"record": "checkpoint"' in line
+                 and '"step one' in line)
+    rec = json.loads(lines[point])
+    lines[point] = json.dumps({**rec, "data": {**rec["data"], "password": "hunter2pass"}})
     target = tmp_path / "b.db"
     result = cli("import", "--db", str(target), "-", "--json", input="\n".join(lines))
     assert result.exit_code == 0, result.stderr
-    assert json.loads(result.stdout)["redacted_records"] == 1
+    assert json.loads(result.stdout)["redacted_records"] == 3
     raw = b"".join(p.read_bytes() for p in tmp_path.glob("b.db*"))
-    assert secret.encode() not in raw
+    assert secret.encode() not in raw and b"hunter2pass" not in raw
+    with open_memory(target) as memory:  # the event says what was removed, as ingest would
+        kinds = memory.db.scalar("SELECT redactions FROM events WHERE content LIKE '%paris%'")
+        assert "github_token" in kinds or "token" in kinds, kinds
 
 
 def test_a_different_key_is_refused_and_no_key_leaves_items_sealed(source, tmp_path, cli,
@@ -303,8 +313,13 @@ def test_a_different_key_is_refused_and_no_key_leaves_items_sealed(source, tmp_p
     result = cli("import", "--db", str(keyless), "-", input=text)
     assert result.exit_code == 0 and "stay unread" in result.stderr
     assert not (tmp_path / "no-such-key").exists()  # no new key was made up
-    monkeypatch.setenv("MEMCLI_KEY", KEY)  # with the key, the file is whole again
+    # The export never decrypts: without the key it is the same file, ciphertext as it was.
     assert cli("export", "--db", str(keyless), "--all-tenants").stdout == text
+    monkeypatch.setenv("MEMCLI_KEY", KEY)  # with the key, `memcli embed` does the rest
+    assert cli("embed", "--db", str(keyless)).exit_code == 0
+    with open_memory(keyless) as memory:
+        assert "my card number is private" in [h.text for h in memory.query(
+            "card number", filters=memory.filters(user_id="u1")).hits]
 
 
 # -- embeddings -----------------------------------------------------------------------------------

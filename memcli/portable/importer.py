@@ -100,7 +100,8 @@ def check_key(db: Database, key_id: str | None) -> str | None:
                          "export was made with")
     if key is None:
         return (f"`high` items are imported sealed with key {key_id}; no key is configured, so "
-                "they stay unread (and unembedded) until MEMCLI_KEY or MEMCLI_KEY_FILE gives it")
+                "they stay unread and unembedded until MEMCLI_KEY or MEMCLI_KEY_FILE gives it "
+                "(then run `memcli embed`)")
     return None
 
 
