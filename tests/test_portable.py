@@ -84,10 +84,10 @@ def test_round_trip_is_byte_identical_and_import_is_idempotent(tmp_path_factory,
         first = dump(a)
         per_tenant = {t: dump(a, t) for t in ("default", "t2")}
     with open_memory(folder / "b.db") as b:
-        report = load(b, first)
+        report = load(b, first, all_tenants=True)
         assert report["skipped"] == 0
         assert dump(b) == first
-        again = load(b, first)
+        again = load(b, first, all_tenants=True)
         assert again["added"] == 0 and again["history_added"] == 0
         assert again["skipped"] == report["added"]
         assert dump(b) == first
@@ -115,7 +115,7 @@ def test_rich_history_round_trips_with_every_kind(source, tmp_path, cli):
     assert result.exit_code == 0, result.stderr
     assert out.read_text(encoding="utf-8") == text
     target = tmp_path / "b.db"
-    result = cli("import", "--db", str(target), str(out), "--json")
+    result = cli("import", "--db", str(target), str(out), "--json", "--all-tenants")
     assert result.exit_code == 0, result.stderr
     report = json.loads(result.stdout)
     assert report["tenants"] == ["default", "t2"] and report["skipped"] == 0
@@ -145,7 +145,7 @@ def test_consolidation_output_round_trips(cli, monkeypatch, tmp_path, stub, db_p
     summary = [r for r in records(text) if r["record"] == "session"][0]["summary"]
     assert summary is not None
     target = tmp_path / "b.db"
-    assert cli("import", "--db", str(target), "-", input=text).exit_code == 0
+    assert cli("import", "--db", str(target), "-", "--all-tenants", input=text).exit_code == 0
     assert cli("export", "--db", str(target)).stdout == text
 
 
@@ -197,7 +197,7 @@ def test_import_into_a_database_with_overlapping_content_remaps_ids(cli, tmp_pat
 def test_query_results_on_the_imported_database_equal_the_original(source, tmp_path, cli):
     path, text = source
     target = tmp_path / "b.db"
-    assert cli("import", "--db", str(target), "-", input=text).exit_code == 0
+    assert cli("import", "--db", str(target), "-", "--all-tenants", input=text).exit_code == 0
     for args in (("green tea",), ("paris",), ("coffee tokyo", "--tenant", "t2"),
                  ("sqlite postgres", "--user", "u1"), ("release build", "--all-tenants"),
                  ("card number", "--user", "u1", "--session", "u1-s0")):
@@ -228,13 +228,27 @@ def test_scope_filters_never_include_another_tenants_rows(source, cli):
     assert both.exit_code == 2
 
 
+def test_import_stays_in_one_tenant_unless_told(source, tmp_path, cli):
+    path, text = source
+    target = tmp_path / "b.db"
+    result = cli("import", "--db", str(target), "-", input=text)
+    assert result.exit_code == 2 and "a row of tenant 't2', not 'default'" in result.stderr
+    assert "--all-tenants" in result.stderr and not target.exists()
+    t2 = cli("export", "--db", str(path), "--tenant", "t2").stdout
+    assert cli("import", "--db", str(target), "-", input=t2).exit_code == 2
+    result = cli("import", "--db", str(target), "-", "--tenant", "t2", "--json", input=t2)
+    assert result.exit_code == 0 and json.loads(result.stdout)["tenants"] == ["t2"]
+    assert cli("export", "--db", str(target), "--tenant", "t2").stdout == t2
+    assert cli("export", "--db", str(target)).stdout.count("\n") == 1  # default: header only
+
+
 # -- refused files --------------------------------------------------------------------------------
 def test_a_corrupt_line_is_refused_with_its_number_and_nothing_is_loaded(source, tmp_path, cli):
     _, text = source
     lines = text.split("\n")
     lines[4] = lines[4][:40]  # truncated JSON on line 5
     target = tmp_path / "b.db"
-    result = cli("import", "--db", str(target), "-", input="\n".join(lines))
+    result = cli("import", "--db", str(target), "-", "--all-tenants", input="\n".join(lines))
     assert result.exit_code == 2
     assert result.stderr.count("\n") == 1 and "line 5" in result.stderr
     assert not target.exists()  # refused before the database was even created
@@ -242,7 +256,7 @@ def test_a_corrupt_line_is_refused_with_its_number_and_nothing_is_loaded(source,
     assert cli("ingest", "--db", str(target), "--text", "hello there").exit_code == 0
     lines = text.split("\n")
     lines[-2] = lines[-2].replace('"record": "session"', '"record": "sessionx"')
-    result = cli("import", "--db", str(target), "-", input="\n".join(lines))
+    result = cli("import", "--db", str(target), "-", "--all-tenants", input="\n".join(lines))
     assert result.exit_code == 2 and f"line {len(lines) - 1}" in result.stderr
     assert count(target, "events") == 1 and count(target, "memories") == 1
 
@@ -251,7 +265,7 @@ def test_an_unknown_format_version_is_refused(source, tmp_path, cli):
     _, text = source
     head, rest = text.split("\n", 1)
     bumped = json.dumps({**json.loads(head), "version": 99}) + "\n" + rest
-    result = cli("import", "--db", str(tmp_path / "b.db"), "-", input=bumped)
+    result = cli("import", "--db", str(tmp_path / "b.db"), "-", "--all-tenants", input=bumped)
     assert result.exit_code == 2
     assert "line 1: unknown format version 99" in result.stderr
     result = cli("import", "--db", str(tmp_path / "b.db"), "-", input='{"hello": 1}\n')
@@ -264,11 +278,13 @@ def test_a_wrongly_typed_field_names_its_line(source, tmp_path, cli):
     number = next(i for i, line in enumerate(lines) if '"record": "memory"' in line)
     rec = json.loads(lines[number])
     lines[number] = json.dumps({**rec, "id": "seven"})
-    result = cli("import", "--db", str(tmp_path / "b.db"), "-", input="\n".join(lines))
+    result = cli("import", "--db", str(tmp_path / "b.db"), "-", "--all-tenants",
+                 input="\n".join(lines))
     assert result.exit_code == 2 and f"line {number + 1}: memory.id" in result.stderr
     # A value the database refuses (a state outside its list) names its line too.
     lines[number] = json.dumps({**rec, "state": "gone"})
-    result = cli("import", "--db", str(tmp_path / "b.db"), "-", input="\n".join(lines))
+    result = cli("import", "--db", str(tmp_path / "b.db"), "-", "--all-tenants",
+                 input="\n".join(lines))
     assert result.exit_code == 2 and f"line {number + 1}: cannot be stored" in result.stderr
     assert count(tmp_path / "b.db", "memories") == 0
 
@@ -289,7 +305,8 @@ def test_a_planted_secret_is_redacted_on_import(source, tmp_path, cli):
     rec = json.loads(lines[point])
     lines[point] = json.dumps({**rec, "data": {**rec["data"], "password": "hunter2pass"}})
     target = tmp_path / "b.db"
-    result = cli("import", "--db", str(target), "-", "--json", input="\n".join(lines))
+    result = cli("import", "--db", str(target), "-", "--all-tenants", "--json",
+                 input="\n".join(lines))
     assert result.exit_code == 0, result.stderr
     assert json.loads(result.stdout)["redacted_records"] == 3
     raw = b"".join(p.read_bytes() for p in tmp_path.glob("b.db*"))
@@ -304,13 +321,13 @@ def test_a_different_key_is_refused_and_no_key_leaves_items_sealed(source, tmp_p
     _, text = source
     monkeypatch.setenv("MEMCLI_KEY", OTHER_KEY)
     other = tmp_path / "other.db"
-    result = cli("import", "--db", str(other), "-", input=text)
+    result = cli("import", "--db", str(other), "-", "--all-tenants", input=text)
     assert result.exit_code == 2 and "sealed with key" in result.stderr
     assert count(other, "events") == 0
     monkeypatch.delenv("MEMCLI_KEY")
     monkeypatch.setenv("MEMCLI_KEY_FILE", str(tmp_path / "no-such-key"))
     keyless = tmp_path / "keyless.db"
-    result = cli("import", "--db", str(keyless), "-", input=text)
+    result = cli("import", "--db", str(keyless), "-", "--all-tenants", input=text)
     assert result.exit_code == 0 and "stay unread" in result.stderr
     assert not (tmp_path / "no-such-key").exists()  # no new key was made up
     # The export never decrypts: without the key it is the same file, ciphertext as it was.
@@ -326,7 +343,8 @@ def test_a_different_key_is_refused_and_no_key_leaves_items_sealed(source, tmp_p
 def test_defer_embed_then_embed(source, tmp_path, cli):
     path, text = source
     target = tmp_path / "b.db"
-    result = cli("import", "--db", str(target), "-", "--defer-embed", "--json", input=text)
+    result = cli("import", "--db", str(target), "-", "--all-tenants", "--defer-embed", "--json",
+                 input=text)
     assert result.exit_code == 0 and "memcli embed" in result.stderr
     assert json.loads(result.stdout)["deferred_embedding"] > 0
     assert count(target, "memory_vectors") == 0
@@ -340,6 +358,6 @@ def test_defer_embed_then_embed(source, tmp_path, cli):
 def test_another_embedder_recomputes_and_says_so(source, tmp_path, cli, monkeypatch):
     _, text = source
     monkeypatch.setenv("MEMCLI_EMBED_DIMENSION", "32")
-    result = cli("import", "--db", str(tmp_path / "b.db"), "-", input=text)
+    result = cli("import", "--db", str(tmp_path / "b.db"), "-", "--all-tenants", input=text)
     assert result.exit_code == 0
     assert "embedded with test/hash-64; vectors are recomputed with test/hash-32" in result.stderr

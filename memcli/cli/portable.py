@@ -66,14 +66,21 @@ def register(app: typer.Typer) -> None:
     @app.command("import")
     def import_cmd(
         path: Annotated[str, typer.Argument(help="An export file; `-` reads stdin.")],
+        tenant: Annotated[str | None, typer.Option(
+            "--tenant", help="The tenant the file's rows must be of (default: the configured "
+                             "one).")] = None,
+        all_tenants: Annotated[bool, typer.Option(
+            "--all-tenants", help="Load the rows of every tenant in the file.")] = False,
         defer_embed: Annotated[bool, typer.Option(
             "--defer-embed", help="Load without vectors now; `memcli embed` adds them.")
         ] = False,
         db: DbOpt = None, fmt: FormatOpt = None, as_json: JsonOpt = False,
     ) -> None:
         """Load an export into this database (new or not). Importing twice adds nothing;
-        a bad line refuses the whole file (exit 2, nothing loaded)."""
-        from memcli.portable.importer import load_parsed, parse
+        a bad line, or a row of another tenant without --all-tenants, refuses the whole file
+        (exit 2, nothing loaded)."""
+        from memcli.config import load_settings
+        from memcli.portable.importer import check_tenants, load_parsed, parse
 
         with errors():
             if path == "-":
@@ -87,8 +94,12 @@ def register(app: typer.Typer) -> None:
                     raise UsageError(f"cannot read {path}: {exc.strerror}",
                                      "give an export file or `-`") from None
             head, records = parse(text)  # a bad file: refused before the database is opened
-            with open_memory(db, with_embedder=not defer_embed) as memory:
-                report = load_parsed(memory, head, records, defer_embed=defer_embed)
+            settings = load_settings(db)
+            if not all_tenants:
+                check_tenants(records, tenant or settings.tenant)
+            with open_memory(db, with_embedder=not defer_embed, settings=settings) as memory:
+                report = load_parsed(memory, head, records, tenant_id=tenant,
+                                     all_tenants=all_tenants, defer_embed=defer_embed)
             for note in report["notes"]:
                 warn(note)
             emit(report, resolve_format(fmt, as_json), _import_text)

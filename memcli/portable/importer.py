@@ -21,6 +21,10 @@ Every text a record carries goes through `memcli.scrub.redact_record` (key field
 so a hand-made file cannot plant a secret. `high` values stay the ciphertext they are; the
 header's `key_id` must be the target's key id, and a configured key must be that key, or the
 import is refused: the rows would be unreadable there.
+
+Writes stay in one tenant, as every write does: the file's rows must all be of the configured
+tenant (or `--tenant`); a file of several tenants takes an explicit `--all-tenants`. Tenant ids
+are never rewritten (that would merge two scopes).
 """
 
 from __future__ import annotations
@@ -380,17 +384,34 @@ def _embed_forgotten(memory: Memory, ids: list[int]) -> int:
     return len(rows)
 
 
-def load(memory: Memory, text: str, *, defer_embed: bool = False,
-         progress: Progress | None = None) -> dict[str, Any]:
+def load(memory: Memory, text: str, *, tenant_id: str | None = None, all_tenants: bool = False,
+         defer_embed: bool = False, progress: Progress | None = None) -> dict[str, Any]:
     """Check the whole file, then load it in one transaction; returns the report."""
     head, records = parse(text)
-    return load_parsed(memory, head, records, defer_embed=defer_embed, progress=progress)
+    return load_parsed(memory, head, records, tenant_id=tenant_id, all_tenants=all_tenants,
+                       defer_embed=defer_embed, progress=progress)
+
+
+def check_tenants(records: list[tuple[int, Record]], tenant_id: str) -> None:
+    """Writes stay in one tenant unless asked: a row of another tenant refuses the file."""
+    for number, rec in records:
+        if rec.get("tenant_id", tenant_id) != tenant_id:
+            raise UsageError(f"line {number}: a row of tenant {rec['tenant_id']!r}, not "
+                             f"{tenant_id!r}", "give --tenant, or --all-tenants to load every "
+                             "tenant of the file")
 
 
 def load_parsed(memory: Memory, head: dict[str, Any], records: list[tuple[int, Record]], *,
+                tenant_id: str | None = None, all_tenants: bool = False,
                 defer_embed: bool = False, progress: Progress | None = None
                 ) -> dict[str, Any]:
-    """Load what `parse` read (the CLI parses before it opens, or creates, the database)."""
+    """Load what `parse` read (the CLI parses before it opens, or creates, the database).
+    Every row must be of `tenant_id` (default: the memory's tenant) unless `all_tenants`."""
+    if all_tenants and tenant_id is not None:
+        raise UsageError("a tenant and all tenants exclude each other",
+                         "give --tenant or --all-tenants, not both")
+    if not all_tenants:
+        check_tenants(records, tenant_id or memory.tenant)
     redacted = sum(scrub(rec) for _, rec in records)
     db = memory.db
     notes: list[str] = []
