@@ -129,14 +129,15 @@ def export(db: Database, scope: Scope, out: IO[str],
     """Write the header and every record of `scope` to `out`; returns the count per kind.
     `progress(stage, done, total)`: memcli.progress's callback (total unknown here: None)."""
     counts = dict.fromkeys(fmt.KINDS, 0)
-    out.write(fmt.dumps(header(db, scope)) + "\n")
     done = 0
-    for kind, row in records(db, scope):
-        out.write(fmt.dumps({fmt.RECORD: kind, **row}) + "\n")
-        counts[kind] += 1
-        done += 1
-        if progress is not None and done % REPORT_EVERY == 0:
-            progress("exporting", done, None)
+    with sql.snapshot(db):
+        out.write(fmt.dumps(header(db, scope)) + "\n")
+        for kind, row in records(db, scope):
+            out.write(fmt.dumps({fmt.RECORD: kind, **row}) + "\n")
+            counts[kind] += 1
+            done += 1
+            if progress is not None and done % REPORT_EVERY == 0:
+                progress("exporting", done, None)
     if progress is not None:
         progress("exporting", done, None)
     return counts

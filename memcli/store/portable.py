@@ -9,6 +9,7 @@ row of another tenant never reaches the exporter.
 
 from __future__ import annotations
 
+import contextlib
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -63,6 +64,21 @@ def _cols(fields: list[str], alias: str) -> str:
 
 
 # -- export reads ---------------------------------------------------------------------------------
+@contextlib.contextmanager
+def snapshot(db: Database) -> Iterator[None]:
+    """One read transaction around the whole export: every query sees the same committed
+    state (a writer committing meanwhile cannot leave a memory without its event), and no
+    write lock is taken. Inside a caller's transaction, that one is the snapshot."""
+    if db.conn.in_transaction:
+        yield
+        return
+    db.execute("BEGIN")
+    try:
+        yield
+    finally:
+        db.execute("ROLLBACK")
+
+
 def has_high(db: Database, scope: Scope) -> bool:
     for table, columns in (("events", None), ("memories", None),
                            ("checkpoints", ("tenant_id", "user_id"))):
