@@ -98,6 +98,11 @@ def apply_ops(memory: Memory, history: list[tuple]) -> None:
                 memory.ingest([{"tenant_id": tenant, "user_id": user, "session_id": f"{user}-s0",
                                 "kind": "tool_result", "content": {"output": lines},
                                 "ts": f"2025-01-01T10:{step:02d}:00Z"}])
+            elif name == "app_turn":
+                tenant, user, app, text = args
+                memory.ingest([{"tenant_id": tenant, "user_id": user, "app_id": app,
+                                "session_id": f"{user}-{app}", "content": {"text": text},
+                                "ts": f"2025-01-01T10:{step:02d}:00Z"}])
             elif name == "remember":
                 tenant, user, text = args
                 remember(memory, LifecycleSettings(), text=f"{user} likes {text}",

@@ -29,6 +29,7 @@ RICH = [
     ("turn", "t2", "u1", 0, "message", "none", "bob prefers coffee in tokyo"),
     ("turn", "t2", "u2", 1, "artifact", "none", "release build log"),
     ("big_result", "default", "u1"),
+    ("app_turn", "default", "u2", "a1", "the a1 app remembers the blue theme"),
     ("remember", "default", "u1", "sqlite"),
     ("remember", "t2", "u2", "postgres"),
     ("correct", 0, "nurse"),
@@ -224,6 +225,10 @@ def test_scope_filters_never_include_another_tenants_rows(source, cli):
     s0 = records(cli("export", "--db", str(path), "--session", "u1-s0").stdout)
     assert s0 and all(r.get("session_id", "u1-s0") == "u1-s0" for r in s0)
     assert not [r for r in s0 if r["record"] == "checkpoint"]  # a checkpoint names no session
+    a1 = records(cli("export", "--db", str(path), "--app", "a1").stdout)
+    assert {r["record"] for r in a1} == {"event", "memory", "session"}
+    assert all(r["app_id"] == "a1" for r in a1 if r["record"] != "session")
+    assert [r["session_id"] for r in a1 if r["record"] == "session"] == ["u2-a1"]
     both = cli("export", "--db", str(path), "--tenant", "t2", "--all-tenants")
     assert both.exit_code == 2
 
