@@ -33,6 +33,7 @@ MIN_REQUESTS = 20
 WINDOW = "7d"
 WAL_WARN_BYTES = 64 * 1024 * 1024
 FIX = "memcli doctor --fix"
+REBUILD = "memcli rebuild"  # what --fix cannot repair: dropped tables, lost episodes
 
 
 def check(name: str, status: str, detail: str, fix: str | None = None,
@@ -118,6 +119,19 @@ def _derived(db: Database, *, vectors: bool, sparse: bool) -> list[dict[str, Any
     return out
 
 
+def _rebuild_needed(db: Database) -> list[dict[str, Any]]:
+    """Damage beyond `--fix`: derived tables dropped, memories cut from events gone."""
+    tables = sql.missing_tables(db)
+    if tables:
+        return [check("missing:tables", "problem", f"derived tables are missing: "
+                      f"{', '.join(tables)}", REBUILD, tables=tables)]
+    lost = sql.lost_episodes(db)
+    if lost:
+        return [check("missing:episodes", "problem", f"{len(lost)} memories cut from events "
+                      "are gone (history recorded them, no purge did)", REBUILD, ids=lost[:20])]
+    return []
+
+
 def _wal(path: str) -> dict[str, Any]:
     wal = Path(path + "-wal")
     size = wal.stat().st_size if wal.exists() else 0
@@ -186,7 +200,10 @@ def diagnose(db: Database, *, embedder: Any = None, sparse_model: str | None = N
     checks += _models(db, embedder, sparse_model)
     # A configured model whose rows are missing is a problem even when it never ran here
     # (e.g. a file written through the library without it): its leg finds nothing.
-    checks += _derived(db, vectors=embedder is not None, sparse=sparse_model is not None)
+    lost = _rebuild_needed(db)
+    checks += lost
+    if not any(c["check"] == "missing:tables" for c in lost):  # its queries need the tables
+        checks += _derived(db, vectors=embedder is not None, sparse=sparse_model is not None)
     if db.path != ":memory:":
         checks.append(_wal(db.path))
     checks += _metrics(db)

@@ -26,6 +26,8 @@ from memcli.chunking import chunk_text
 from memcli.entities import extract_entities
 from memcli.errors import DatabaseBusyError, ValidationError
 from memcli.models import EventIn, IngestReport, RecordProblem, utcnow
+from memcli.progress import report as report_progress
+from memcli.progress import slices
 from memcli.scrub import redact_event
 from memcli.store import events as ev
 from memcli.store import memories as mem
@@ -35,12 +37,17 @@ from memcli.store.connection import environment_error
 from memcli.store.sessions import check_session_user
 
 if TYPE_CHECKING:
+    from memcli.progress import Progress
     from memcli.providers.embedders import Embedder
     from memcli.providers.splade import SpladeEncoder
     from memcli.store.connection import Database
 
 EXCERPT_BYTES = 64 * 1024
 CHUNK_TOKENS = 512
+# Texts per embed_documents call: a progress step, and a bound on the matrices held at once
+# (the same size as `memcli embed`'s batches). Fixed, so vectors never depend on whether a
+# terminal shows the bar.
+ENCODE_SLICE = 256
 
 
 def parse_records(text: str) -> list[tuple[int, Any]]:
@@ -194,7 +201,9 @@ def prepare(number: int, value: Any, defaults: dict[str, Any], now: str) -> Prep
 
 def ingest(db: Database, values: list[tuple], *, embedder: Embedder | None,
            sparse: SpladeEncoder | None = None, defaults: dict[str, Any] | None = None,
-           strict: bool = False, defer_embed: bool = False) -> IngestReport:
+           strict: bool = False, defer_embed: bool = False,
+           progress: Progress | None = None) -> IngestReport:
+    """`progress`: called as records are embedded and written (memcli/progress.py)."""
     report = IngestReport()
     now = utcnow()
     prepared: list[Prepared] = []
@@ -215,9 +224,10 @@ def ingest(db: Database, values: list[tuple], *, embedder: Embedder | None,
 
     fresh = _unseen(db, prepared, report)
     if not defer_embed:
-        _encode(fresh, embedder, sparse)  # the models run here, before any lock is taken
+        # the models run here, before any lock is taken
+        _encode(fresh, embedder, sparse, progress)
     _write_batch(db, fresh, now, report, strict,
-                 None if sparse is None or defer_embed else sparse.vocab_hash)
+                 None if sparse is None or defer_embed else sparse.vocab_hash, progress)
     if defer_embed and (embedder is not None or sparse is not None):
         report.deferred_embedding = sum(len(p.chunks) for p in fresh)
     return report
@@ -241,24 +251,28 @@ def _unseen(db: Database, prepared: list[Prepared], report: IngestReport) -> lis
 
 
 def _encode(fresh: list[Prepared], embedder: Embedder | None,
-            sparse: SpladeEncoder | None) -> None:
+            sparse: SpladeEncoder | None, progress: Progress | None = None) -> None:
     """Dense vectors and sparse terms for every chunk, outside any transaction: embedding
     takes seconds under load, and other writers must not wait for it."""
     texts = [c.text for p in fresh for c in p.chunks]
     if not texts:
         return
     if embedder is not None:
-        rows = iter(embedder.embed_documents(texts).astype("float32"))
+        matrix = [row for part in slices(texts, ENCODE_SLICE, progress, "embedding")
+                  for row in embedder.embed_documents(part).astype("float32")]
+        rows = iter(matrix)
         for prep in fresh:
             prep.vectors = [next(rows).tobytes() for _ in prep.chunks]
     if sparse is not None:
-        encoded = iter(sparse.encode_documents(texts))
+        encoded = iter([terms for part in slices(texts, ENCODE_SLICE, progress, "sparse terms")
+                        for terms in sparse.encode_documents(part)])
         for prep in fresh:
             prep.sparse = [next(encoded) for _ in prep.chunks]
 
 
 def _write_batch(db: Database, fresh: list[Prepared], now: str, report: IngestReport,
-                 strict: bool, vocab_hash: str | None) -> None:
+                 strict: bool, vocab_hash: str | None,
+                 progress: Progress | None = None) -> None:
     """Write the batch in one short transaction (waiting for the lock up to the database's
     busy timeout). Duplicates are decided here, under the lock: a record whose event id or
     content hash another process stored since `_unseen` is `skipped`, its embeddings unused."""
@@ -283,8 +297,10 @@ def _write_batch(db: Database, fresh: list[Prepared], now: str, report: IngestRe
         try:
             with db.conn:
                 cache = _BatchCache()
-                for prep in todo:
+                for done, prep in enumerate(todo, start=1):
                     _write(db, prep, now, report, threads, cache)
+                    if done % 64 == 0 or done == len(todo):
+                        report_progress(progress, "writing", done, len(todo))
         except DatabaseBusyError:
             raise  # not the record's fault: the whole batch is retried or exits 75
         except Exception as exc:

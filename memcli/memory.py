@@ -30,6 +30,7 @@ from memcli.store.filters import DEFAULT_TENANT, Filters
 from memcli.store.history import list_history
 
 if TYPE_CHECKING:
+    from memcli.progress import Progress
     from memcli.providers.embedders import Embedder
     from memcli.providers.splade import SpladeEncoder
 
@@ -153,8 +154,9 @@ class Memory:
     # -- writing -------------------------------------------------------------------------------
     def ingest(self, records: list[dict[str, Any]] | list[tuple[int, Any]], *,
                defaults: dict[str, Any] | None = None, strict: bool = False,
-               defer_embed: bool = False) -> IngestReport:
-        """Record events. `records` are dicts, or (line number, parsed value) pairs."""
+               defer_embed: bool = False, progress: Progress | None = None) -> IngestReport:
+        """Record events. `records` are dicts, or (line number, parsed value) pairs.
+        `progress`: a callback for long batches (memcli/progress.py)."""
         numbered = [
             r if isinstance(r, tuple) else (i, r) for i, r in enumerate(records, start=1)
         ]
@@ -165,17 +167,21 @@ class Memory:
             defaults["tenant_id"] = self.tenant  # a record naming no tenant: the configured one
         return ingest_mod.ingest(self.db, numbered, embedder=self.embedder, sparse=self.sparse,
                                  defaults=defaults,
-                                 strict=strict, defer_embed=defer_embed)
+                                 strict=strict, defer_embed=defer_embed, progress=progress)
 
-    def embed_pending(self, batch_size: int = 256) -> int:
+    def embed_pending(self, batch_size: int = 256, progress: Progress | None = None) -> int:
         """Embed memories stored without vectors or sparse terms (after --defer-embed)."""
+        from memcli.progress import report
+
         if self.embedder is None and self.sparse is None:
             raise UsageError("no embedder configured", "set MEMCLI_EMBEDDER")
-        done = self._sparse_pending(batch_size) if self.sparse is not None else 0
+        done = self._sparse_pending(batch_size, progress) if self.sparse is not None else 0
         if self.embedder is None:
             return done
         done = 0
+        total = mem.count_without_vectors(self.db, active_only=True) if progress else None
         while True:
+            report(progress, "embedding", done, total)
             rows = mem.memories_without_vectors(self.db, batch_size)
             if not rows:
                 return done
@@ -185,10 +191,14 @@ class Memory:
                                              in zip(rows, matrix, strict=True)])
             done += len(rows)
 
-    def _sparse_pending(self, batch_size: int) -> int:
+    def _sparse_pending(self, batch_size: int, progress: Progress | None = None) -> int:
+        from memcli.progress import report
+
         assert self.sparse is not None
         done = 0
+        total = sparse_sql.count_without_sparse(self.db) if progress else None
         while True:
+            report(progress, "sparse terms", done, total)
             rows = sparse_sql.memories_without_sparse(self.db, batch_size)
             if not rows:
                 return done
@@ -199,7 +209,7 @@ class Memory:
                     self.db, [(mid, v) for (mid, _), v in zip(rows, encoded, strict=True)])
             done += len(rows)
 
-    def reindex(self) -> int:
+    def reindex(self, progress: Progress | None = None) -> int:
         """Drop every vector, record the configured embedder, and embed everything again."""
         if self.embedder is None:
             raise UsageError("no embedder configured", "set MEMCLI_EMBEDDER")
@@ -207,7 +217,7 @@ class Memory:
             vec.reset_vectors(self.db, self.embedder.model_id, self.embedder.dimension)
             if self.sparse is not None:
                 sparse_sql.reset(self.db, self.sparse.model_id)
-        return self.embed_pending()
+        return self.embed_pending(progress=progress)
 
     # -- reading -------------------------------------------------------------------------------
     def filters(self, agent: str | None = None, *, all_tenants: bool = False,

@@ -9,7 +9,19 @@ from typing import Annotated
 import typer
 
 from memcli import __version__
-from memcli.cli import acb, admin, doctor, facts, ingest, keys, ledger, lifecycle, portable, query
+from memcli.cli import (
+    acb,
+    admin,
+    doctor,
+    facts,
+    ingest,
+    keys,
+    ledger,
+    lifecycle,
+    portable,
+    query,
+    rebuild,
+)
 
 
 def _version(value: bool) -> None:
@@ -26,7 +38,7 @@ def _root(
 
 
 # Every command group, in help order. Each module's register() adds its commands to an app.
-MODULES = (ingest, query, admin, acb, ledger, lifecycle, facts, doctor, keys, portable)
+MODULES = (ingest, query, admin, acb, ledger, lifecycle, facts, doctor, keys, rebuild, portable)
 # Top-level command name -> the module registering it (tests check this matches the modules).
 COMMAND_MODULES: dict[str, ModuleType] = {
     **dict.fromkeys(("ingest", "embed", "reindex"), ingest),
@@ -40,6 +52,7 @@ COMMAND_MODULES: dict[str, ModuleType] = {
     **dict.fromkeys(("correct", "entity"), facts),
     "doctor": doctor,
     "key": keys,
+    "rebuild": rebuild,
     **dict.fromkeys(("export", "import"), portable),
 }
 

@@ -10,6 +10,7 @@ import typer
 from memcli.cli.common import open_memory
 from memcli.cli.options import DbOpt, FormatOpt, JsonOpt
 from memcli.cli.output import emit, errors, one_line, read_inputs, resolve_format
+from memcli.cli.progress import progress_bar
 
 
 def _ingest_text(report: dict) -> None:
@@ -59,9 +60,9 @@ def register(app: typer.Typer) -> None:
             defaults = {"session_id": session, "user_id": user, "tenant_id": tenant,
                         "agent_id": agent, "app_id": app_id, "run_id": run, "channel": channel,
                         "category": category}
-            with open_memory(db) as memory:
+            with open_memory(db) as memory, progress_bar() as progress:
                 report = memory.ingest(records, defaults=defaults, strict=strict,
-                                       defer_embed=defer_embed)
+                                       defer_embed=defer_embed, progress=progress)
             payload = report.model_dump()
             emit(payload, resolve_format(fmt, as_json), _ingest_text)
             for problem in report.rejected:
@@ -75,7 +76,8 @@ def register(app: typer.Typer) -> None:
     def embed_cmd(db: DbOpt = None, fmt: FormatOpt = None, as_json: JsonOpt = False) -> None:
         """Add vectors to memories stored with --defer-embed."""
         with errors(), open_memory(db) as memory:
-            done = memory.embed_pending()
+            with progress_bar() as progress:
+                done = memory.embed_pending(progress=progress)
             emit({"embedded": done}, resolve_format(fmt, as_json),
                  lambda p: print(f"embedded {p['embedded']} memories"))
 
@@ -83,7 +85,8 @@ def register(app: typer.Typer) -> None:
     def reindex_cmd(db: DbOpt = None, fmt: FormatOpt = None, as_json: JsonOpt = False) -> None:
         """Re-embed every memory with the configured embedder (after changing models)."""
         with errors(), open_memory(db, check_embedder=False) as memory:
-            done = memory.reindex()
+            with progress_bar() as progress:
+                done = memory.reindex(progress=progress)
             emit({"embedded": done, "model": memory.embedder.model_id},
                  resolve_format(fmt, as_json),
                  lambda p: print(f"re-embedded {p['embedded']} memories with {p['model']}"))

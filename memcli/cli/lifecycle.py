@@ -170,6 +170,7 @@ def register(app: typer.Typer) -> None:
         as_json: JsonOpt = False,
     ) -> None:
         """Turn finished sessions into deduplicated facts and summaries (cron: nightly)."""
+        from memcli.cli.progress import progress_bar
         from memcli.lifecycle.consolidate import consolidate
 
         with errors():
@@ -184,6 +185,7 @@ def register(app: typer.Typer) -> None:
                     what="writes extractive summaries, deduplicates and links; no facts",
                 ) as model,
                 _locked_run(memory, settings, "consolidate", dry_run) as (lock, result),
+                progress_bar() as progress,
             ):
                 result["report"] = consolidate(
                     memory,
@@ -195,6 +197,7 @@ def register(app: typer.Typer) -> None:
                     idle_hours=idle_hours,
                     dry_run=dry_run,
                     lock=lock,
+                    progress=progress,
                 )
             _finish(result["report"], fmt, as_json, _consolidate_text)
 

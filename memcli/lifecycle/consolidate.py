@@ -40,6 +40,7 @@ from memcli.lifecycle.extract import (
 from memcli.lifecycle.proposals import SENSITIVE_FIELDS
 from memcli.lifecycle.textrules import jaccard, normalise, tokens
 from memcli.models import format_ts
+from memcli.progress import report as report_progress
 from memcli.providers.llm import LLMBadReply, LLMBudgetExceeded, LLMError
 from memcli.scrub import redact_text
 from memcli.store import lifecycle as lsql
@@ -49,6 +50,7 @@ if TYPE_CHECKING:
     from memcli.lifecycle.llm_usage import Model
     from memcli.lifecycle.runlock import RunLock
     from memcli.memory import Memory
+    from memcli.progress import Progress
 
 _SENSITIVITY = {"none": 0, "low": 1, "high": 2, "secret": 3}
 
@@ -282,8 +284,10 @@ def consolidate(
     idle_hours: float | None = None,
     dry_run: bool = False,
     lock: RunLock | None = None,
+    progress: Progress | None = None,
 ) -> dict[str, Any]:
-    """Consolidate every pending session in scope; returns the report (or the plan, dry-run)."""
+    """Consolidate every pending session in scope; returns the report (or the plan, dry-run).
+    `progress`: called after each session (memcli/progress.py)."""
     db = memory.db
     idle_before = None
     if idle_hours is not None:
@@ -314,7 +318,8 @@ def consolidate(
     pairs_used: Counter[tuple[str, str | None]] = Counter()
     apps: set[tuple[str, str | None, str]] = set()  # (tenant, user, app) scopes to compact
     users: set[tuple[str, str | None]] = set()
-    for row in rows:
+    for done, row in enumerate(rows):
+        report_progress(progress, "sessions", done, len(rows))
         if lock is not None:
             lock.refresh()
         upgrade = model is not None and row["method"] == "extractive"
@@ -380,6 +385,7 @@ def consolidate(
             report["sessions"].append(plan.as_json())
         else:
             report["sessions"].append(apply_plan(memory, plan))
+    report_progress(progress, "sessions", len(rows), len(rows))
     if user_id is not None:
         users.add((tenant_id or "default", user_id))
     report["dedup"] = dedup_store(memory, cfg, users, dry_run=dry_run)

@@ -79,6 +79,28 @@ def memories_without_event(db: Database) -> list[int]:
                     " AND event_id NOT IN (SELECT event_id FROM events) ORDER BY id")
 
 
+# Derived tables schema.sql creates (vec_memories is created on open, for the embedder's size).
+DERIVED_TABLES = ("memories", "memories_fts", "memories_trigram", "memory_vectors",
+                  "sparse_postings", "memory_sparse", "sparse_df", "entities", "entity_aliases",
+                  "memory_entities", "relations", "sessions")
+
+
+def missing_tables(db: Database) -> list[str]:
+    present = {r[0] for r in db.execute("SELECT name FROM sqlite_schema WHERE type = 'table'")}
+    return [name for name in DERIVED_TABLES if name not in present]
+
+
+def lost_episodes(db: Database) -> list[int]:
+    """Memories cut from a stored event that history added and never purged, and that are
+    gone: `memcli rebuild` cuts them again with the same ids."""
+    return _ids(db, "SELECT h.memory_id FROM history h JOIN events e ON e.event_id = h.event_id"
+                    " WHERE h.op = 'ADD' AND h.memory_id IS NOT NULL"
+                    " AND h.memory_id NOT IN (SELECT id FROM memories)"
+                    " AND h.memory_id NOT IN (SELECT memory_id FROM history"
+                    "                         WHERE op = 'PURGE' AND memory_id IS NOT NULL)"
+                    " ORDER BY h.memory_id")
+
+
 def count_memories(db: Database) -> int:
     return int(db.scalar("SELECT count(*) FROM memories"))
 

@@ -183,10 +183,11 @@ def memories_without_vectors(db: Database, limit: int) -> list[tuple[int, str]]:
     ))
 
 
-def count_without_vectors(db: Database) -> int:
+def count_without_vectors(db: Database, active_only: bool = False) -> int:
+    """Memories without a vector (`active_only`: those `memories_without_vectors` returns)."""
     return int(db.scalar(
         "SELECT count(*) FROM memories m LEFT JOIN memory_vectors v ON v.memory_id = m.id"
-        " WHERE v.memory_id IS NULL"
+        " WHERE v.memory_id IS NULL" + (" AND m.state != 'soft_deleted'" if active_only else "")
     ))
 
 

@@ -92,6 +92,13 @@ def memories_without_sparse(db: Database, limit: int) -> list[tuple[int, str]]:
     ))
 
 
+def count_without_sparse(db: Database) -> int:
+    """How many memories `memories_without_sparse` has left to return."""
+    return int(db.scalar(
+        "SELECT count(*) FROM memories m LEFT JOIN memory_sparse s ON s.memory_id = m.id"
+        " WHERE s.memory_id IS NULL AND m.state != 'soft_deleted'"))
+
+
 def search(db: Database, query: dict[int, float], filters: Filters, limit: int,
            max_df: int, small_scope: bool = True) -> list[tuple[int, float]]:
     """Dot product of the query with each memory's postings, frequent terms pruned.

@@ -1,0 +1,319 @@
+"""SQL for `memcli rebuild`: read the ground truth (events, history), rewrite derived tables.
+
+Every function here is called by memcli/lifecycle/rebuild.py inside that stage's transaction
+(or, for the reads of a plan, outside any). Nothing here deletes or changes an event, a history
+row, or a memory's state columns.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import TYPE_CHECKING, Any
+
+from memcli.store.crypto import seal_if
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+    from memcli.store.connection import Database
+
+# The lexical indexes are dropped and created again (a damaged FTS5 b-tree cannot always be
+# emptied); their DDL is schema.sql's own.
+LEXICAL_TABLES = ("memories_fts", "memories_trigram")
+# Row counts a plan shows, per derived table.
+DERIVED_TABLES = ("memories_fts", "memories_trigram", "memory_vectors", "vec_memories",
+                  "sparse_postings", "memory_sparse", "sparse_df", "entities",
+                  "entity_aliases", "memory_entities", "relations", "sessions")
+
+
+def table_names(db: Database) -> set[str]:
+    return {r[0] for r in db.execute("SELECT name FROM sqlite_schema WHERE type = 'table'")}
+
+
+def create_missing(db: Database) -> list[str]:
+    """Run schema.sql again (every statement is IF NOT EXISTS): dropped tables, indexes and
+    triggers come back empty, existing ones are left alone. Returns the tables it created."""
+    from memcli.store.migrations import schema_sql
+
+    before = table_names(db)
+    db.conn.execute(schema_sql())
+    return sorted(table_names(db) - before)
+
+
+def _create_statement(name: str) -> str:
+    from memcli.store.migrations import schema_sql
+
+    match = re.search(rf"CREATE VIRTUAL TABLE IF NOT EXISTS {name} USING fts5 \(.*?\);",
+                      schema_sql(), re.S)
+    assert match is not None, name  # schema.sql defines both lexical tables
+    return match.group(0)
+
+
+def drop_lexical(db: Database) -> None:
+    """Drop and re-create both lexical indexes, empty (filled by doctor.rebuild_lexical)."""
+    for name in LEXICAL_TABLES:
+        db.execute(f"DROP TABLE IF EXISTS {name}")
+        db.conn.execute(_create_statement(name))
+
+
+def count_rows(db: Database) -> dict[str, int | None]:
+    """Rows per derived table (None: the table is missing). FTS5 tables are counted by their
+    docsize shadow table: a contentless table cannot be scanned, and its docsize holds one
+    row per indexed memory."""
+    names = table_names(db)
+    out: dict[str, int | None] = {}
+    for name in DERIVED_TABLES:
+        source = f"{name}_docsize" if name in LEXICAL_TABLES else name
+        # (a vec0 table can only be read with sqlite-vec loaded)
+        unreadable = name == "vec_memories" and not db.vec_enabled
+        if name not in names or source not in names or unreadable:
+            out[name] = None
+            continue
+        out[name] = int(db.scalar(f"SELECT count(*) FROM {source}"))
+    return out
+
+
+def memory_counts(db: Database) -> dict[str, int]:
+    return {
+        "events": int(db.scalar("SELECT count(*) FROM events")),
+        "episode_memories": int(db.scalar(
+            "SELECT count(*) FROM memories WHERE event_id IS NOT NULL")),
+        "derived_memories": int(db.scalar(
+            "SELECT count(*) FROM memories WHERE event_id IS NULL")),
+    }
+
+
+# -- episodes --------------------------------------------------------------------------------
+def events_in_order(db: Database) -> Iterator[dict[str, Any]]:
+    """Every event, oldest first (the row tracer opens `high` ones; rebuild checks the key)."""
+    cursor = db.conn.cursor()
+    cursor.execute(
+        "SELECT seq, event_id, ts, recorded_at, tenant_id, user_id, agent_id, session_id,"
+        " app_id, run_id, channel, actor_type, actor_id, kind, sensitivity, tags, content,"
+        " redactions FROM events ORDER BY seq")
+    columns = [d[0] for d in cursor.getdescription()]
+    for row in cursor:
+        yield dict(zip(columns, row, strict=True))
+
+
+def episodes_by_event(db: Database) -> dict[str, dict[int, tuple[int, str]]]:
+    """event id -> chunk index -> (memory id, content) of the memories cut from events."""
+    out: dict[str, dict[int, tuple[int, str]]] = {}
+    for mid, event_id, index, content in db.execute(
+            "SELECT id, event_id, chunk_index, content FROM memories"
+            " WHERE event_id IS NOT NULL ORDER BY id"):
+        out.setdefault(event_id, {})[int(index)] = (int(mid), content)
+    return out
+
+
+def added_ids(db: Database) -> dict[str, list[int]]:
+    """event id -> the memory ids its ADD history rows recorded, in order (= chunk order)."""
+    out: dict[str, list[int]] = {}
+    for event_id, mid in db.execute(
+            "SELECT event_id, memory_id FROM history WHERE op = 'ADD' AND event_id IS NOT NULL"
+            " AND memory_id IS NOT NULL ORDER BY memory_id"):
+        out.setdefault(event_id, []).append(int(mid))
+    return out
+
+
+def purged_ids(db: Database) -> set[int]:
+    """Memory ids a person or decay deleted for good (a PURGE row names them)."""
+    return {int(r[0]) for r in db.execute(
+        "SELECT memory_id FROM history WHERE op = 'PURGE' AND memory_id IS NOT NULL")}
+
+
+def existing_ids(db: Database, ids: list[int]) -> set[int]:
+    found: set[int] = set()
+    for start in range(0, len(ids), 500):
+        part = ids[start:start + 500]
+        marks = ",".join("?" * len(part))
+        found |= {int(r[0]) for r in db.execute(
+            f"SELECT id FROM memories WHERE id IN ({marks})", part)}
+    return found
+
+
+def history_of(db: Database, ids: list[int]) -> dict[int, list[dict[str, Any]]]:
+    """Each memory's history rows, oldest first (meta parsed; the tracer opens sealed ones)."""
+    out: dict[int, list[dict[str, Any]]] = {}
+    for start in range(0, len(ids), 500):
+        part = ids[start:start + 500]
+        marks = ",".join("?" * len(part))
+        for row in db.query(f"SELECT memory_id, op, old_ref, new_ref, meta, ts FROM history"
+                            f" WHERE memory_id IN ({marks}) ORDER BY id", part):
+            try:
+                row["meta"] = json.loads(row["meta"] or "{}")
+            except ValueError:
+                row["meta"] = {}
+            out.setdefault(int(row["memory_id"]), []).append(row)
+    return out
+
+
+_EPISODE_COLUMNS = (
+    "id", "kind", "category", "content", "tenant_id", "user_id", "agent_id", "session_id",
+    "app_id", "run_id", "channel", "sensitivity", "actor_type", "actor_id", "event_id",
+    "event_seq", "chunk_index", "token_count", "importance", "pinned", "confidence",
+    "decay_rate", "event_time", "created_at", "updated_at", "valid_from", "valid_to", "state",
+    "purge_at", "source_ids", "attributes",
+)
+
+
+def insert_episode(db: Database, row: dict[str, Any]) -> int:
+    """One memory cut from an event, with the id it had (`row["id"]`) or a new one (None).
+    Only the memories row: the index stages that follow write its index rows."""
+    high = row["sensitivity"] == "high"
+    values = {c: row.get(c) for c in _EPISODE_COLUMNS}
+    values["content"] = seal_if(db, high, row["content"])
+    values["source_ids"] = json.dumps(row["source_ids"], ensure_ascii=False)
+    values["attributes"] = seal_if(db, high, json.dumps(row["attributes"], ensure_ascii=False))
+    db.execute(f"INSERT INTO memories ({', '.join(_EPISODE_COLUMNS)}) VALUES"
+               f" ({', '.join(':' + c for c in _EPISODE_COLUMNS)})", values)
+    return int(db.conn.last_insert_rowid())
+
+
+def rewrite_content(db: Database, memory_id: int, content: str, token_count: int,
+                    high: bool) -> None:
+    """An episode whose text no longer matches its event's chunk gets the chunk's text."""
+    db.execute("UPDATE memories SET content = ?, token_count = ? WHERE id = ?",
+               (seal_if(db, high, content), token_count, memory_id))
+
+
+def refresh_sessions(db: Database) -> int:
+    """Each session's event-derived columns again from its events (first and last event time,
+    count, user); its consolidation state (consolidated_at, summary) is kept."""
+    db.execute("""
+        INSERT INTO sessions (tenant_id, session_id, user_id, started_at, last_event_at,
+                              event_count)
+        SELECT tenant_id, session_id, max(user_id), min(ts), max(ts), count(*)
+        FROM events WHERE session_id IS NOT NULL GROUP BY tenant_id, session_id
+        ON CONFLICT (tenant_id, session_id) DO UPDATE SET
+            started_at = excluded.started_at, last_event_at = excluded.last_event_at,
+            event_count = excluded.event_count,
+            user_id = coalesce(sessions.user_id, excluded.user_id)""")
+    return int(db.conn.changes())
+
+
+# -- relations -------------------------------------------------------------------------------
+def edges_in_history(db: Database) -> list[tuple[int, int, str, float, str]]:
+    """(src, dst, kind, strength, created_at) of every edge history recorded: a LINK row is a
+    `related` edge, an UPDATE naming `superseded_by` a `supersedes` edge (new -> old)."""
+    edges = []
+    for row in db.query("SELECT memory_id, op, new_ref, meta, ts FROM history"
+                        " WHERE op IN ('LINK', 'UPDATE') AND memory_id IS NOT NULL ORDER BY id"):
+        try:
+            meta = json.loads(row["meta"] or "{}")
+        except ValueError:
+            continue
+        if row["op"] == "LINK" and row["new_ref"] and "strength" in meta:
+            src, dst = sorted((int(row["memory_id"]), int(row["new_ref"])))
+            edges.append((src, dst, "related", float(meta["strength"]), row["ts"]))
+        elif row["op"] == "UPDATE" and isinstance(meta.get("superseded_by"), int):
+            edges.append((meta["superseded_by"], int(row["memory_id"]), "supersedes", 1.0,
+                          row["ts"]))
+    return edges
+
+
+def restore_edges(db: Database, edges: list[tuple[int, int, str, float, str]]) -> int:
+    """Add the edges that are missing and whose two memories exist; returns how many."""
+    before = int(db.scalar("SELECT count(*) FROM relations"))
+    db.executemany(
+        "INSERT OR IGNORE INTO relations (src_id, dst_id, kind, strength, created_at)"
+        " SELECT ?1, ?2, ?3, ?4, ?5 WHERE EXISTS (SELECT 1 FROM memories WHERE id = ?1)"
+        " AND EXISTS (SELECT 1 FROM memories WHERE id = ?2)", edges)
+    return int(db.scalar("SELECT count(*) FROM relations")) - before
+
+
+# -- entities, sparse, vectors ---------------------------------------------------------------
+def memory_texts(db: Database, after_id: int = 0) -> list[tuple[int, str, str]]:
+    """(id, content, sensitivity) of every memory above `after_id`, any state, by id."""
+    return [(int(i), c, s) for i, c, s in db.execute(
+        "SELECT id, content, sensitivity FROM memories WHERE id > ? ORDER BY id", (after_id,))]
+
+
+def reset_entity_links(db: Database) -> None:
+    """Links and aliases go; entity rows stay, so an entity keeps its id while it is used."""
+    db.execute("DELETE FROM memory_entities")
+    db.execute("DELETE FROM entity_aliases")
+
+
+def drop_unused_entities(db: Database) -> int:
+    db.execute("DELETE FROM entities WHERE id NOT IN (SELECT entity_id FROM memory_entities)")
+    return int(db.conn.changes())
+
+
+def reset_sparse(db: Database) -> None:
+    """Empty the sparse index (the model and vocabulary stay recorded in meta)."""
+    db.execute("DELETE FROM sparse_postings")
+    db.execute("DELETE FROM memory_sparse")
+    db.execute("DELETE FROM sparse_df")
+
+
+def recount_df(db: Database) -> None:
+    """Document frequencies again from the postings (exact, whatever happened before)."""
+    db.execute("DELETE FROM sparse_df")
+    db.execute("INSERT INTO sparse_df (term_id, df) SELECT term_id, count(*)"
+               " FROM sparse_postings GROUP BY term_id")
+
+
+def stored_vectors(db: Database, ids: list[int]) -> dict[int, bytes]:
+    found: dict[int, bytes] = {}
+    for start in range(0, len(ids), 500):
+        part = ids[start:start + 500]
+        marks = ",".join("?" * len(part))
+        found.update((int(i), bytes(b)) for i, b in db.execute(
+            f"SELECT memory_id, embedding FROM memory_vectors WHERE memory_id IN ({marks})",
+            part))
+    return found
+
+
+def write_vectors(db: Database, rows: list[tuple[int, bytes]]) -> None:
+    """Float vectors only: the vec0 index is made again from them in one go at the end."""
+    db.executemany(
+        "INSERT OR REPLACE INTO memory_vectors (memory_id, embedding) VALUES (?, ?)", rows)
+
+
+def remake_vec_index(db: Database, dimension: int) -> None:
+    """Drop the bit index and fill it again from memory_vectors (call in a transaction: no
+    reader sees it missing). Its rows, including any a damage left wrong, are all new."""
+    from memcli.store.vectors import VEC_STALE, ensure_vec_table
+
+    if not db.vec_enabled:
+        # A vec0 table can only be written with sqlite-vec loaded: the next connection that
+        # has it syncs the index (memcli.store.vectors.sync_vec_index).
+        if "vec_memories" in table_names(db):
+            db.set_meta(VEC_STALE, "1")
+        return
+    db.execute("DROP TABLE IF EXISTS vec_memories")
+    ensure_vec_table(db, dimension)
+
+
+def delete_orphan_vectors(db: Database) -> list[int]:
+    """Vectors whose memory is gone."""
+    from memcli.store.vectors import delete_vectors
+
+    ids = [int(r[0]) for r in db.execute(
+        "SELECT memory_id FROM memory_vectors WHERE memory_id NOT IN (SELECT id FROM memories)")]
+    for start in range(0, len(ids), 500):
+        delete_vectors(db, ids[start:start + 500])
+    return ids
+
+
+# -- what only exists as derived data --------------------------------------------------------
+def lost_derived(db: Database) -> list[dict[str, Any]]:
+    """Memories not cut from events (facts, summaries ...) that history says were written and
+    that are gone without a purge: their text existed only in their memories row. A purge
+    empties the meta of the rows it covers, so a purged memory is not listed."""
+    rows = db.query(
+        "SELECT h.memory_id AS id, h.meta FROM history h WHERE h.op = 'ADD'"
+        " AND h.event_id IS NULL AND h.memory_id IS NOT NULL AND h.meta != '{}'"
+        " AND h.memory_id NOT IN (SELECT id FROM memories)"
+        " AND h.memory_id NOT IN (SELECT memory_id FROM history WHERE op = 'PURGE'"
+        "                         AND memory_id IS NOT NULL) ORDER BY h.memory_id")
+    out = []
+    for row in rows:
+        try:
+            kind = json.loads(row["meta"]).get("kind")
+        except (ValueError, AttributeError):
+            kind = None
+        out.append({"id": int(row["id"]), "kind": kind})
+    return out
