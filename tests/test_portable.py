@@ -366,3 +366,24 @@ def test_another_embedder_recomputes_and_says_so(source, tmp_path, cli, monkeypa
     result = cli("import", "--db", str(tmp_path / "b.db"), "-", "--all-tenants", input=text)
     assert result.exit_code == 0
     assert "embedded with test/hash-64; vectors are recomputed with test/hash-32" in result.stderr
+
+
+# -- progress -------------------------------------------------------------------------------------
+def test_progress_bar_on_a_terminal_nothing_on_a_pipe(source, tmp_path):
+    from test_progress import _env, _run
+
+    _, text = source
+    env = {**_env(tmp_path, "xterm-256color"), "MEMCLI_KEY": KEY,
+           "MEMCLI_CONFIG": str(tmp_path / "config.yaml")}
+    (tmp_path / "config.yaml").write_text(NO_SPARSE_CONFIG)
+    args = ["import", "-", "--all-tenants"]
+    piped = _run([*args, "--db", str(tmp_path / "p.db")], env, text, tty=False)
+    assert piped[0] == 0 and piped[2] == b""  # not one byte on stderr through a pipe
+    shown = _run([*args, "--db", str(tmp_path / "t.db")], env, text, tty=True)
+    assert shown[0] == 0 and shown[1] == piped[1]  # the payload is the same either way
+    err = shown[2].decode("utf-8", "replace")
+    assert "importing" in err and "embedding" in err
+    total = len(records(text))
+    assert f"{total}/{total}" in err
+    out = _run(["export", "--all-tenants", "--db", str(tmp_path / "t.db")], env, "", tty=True)
+    assert out[0] == 0 and out[1].decode("utf-8") == text and "exporting" in out[2].decode()

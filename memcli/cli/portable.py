@@ -11,6 +11,7 @@ import typer
 from memcli.cli.common import open_memory
 from memcli.cli.options import DbOpt, FormatOpt, JsonOpt
 from memcli.cli.output import emit, errors, read_stdin, resolve_format, warn
+from memcli.cli.progress import progress_bar
 
 
 def _import_text(report: dict) -> None:
@@ -49,14 +50,16 @@ def register(app: typer.Typer) -> None:
                 scope = Scope(None if all_tenants else (tenant or memory.tenant),
                               user_id=user, app_id=app_id, session_id=session)
                 if out is None:
-                    export(memory.db, scope, sys.stdout)
+                    with progress_bar() as progress:  # on stderr, and only on a terminal
+                        export(memory.db, scope, sys.stdout, progress=progress)
                     return
                 partial = out.with_name(out.name + ".partial")
                 # Written beside the target and renamed when complete: an interrupted export
                 # never leaves a file that looks whole.
                 try:
-                    with open(partial, "w", encoding="utf-8", newline="\n") as handle:
-                        counts = export(memory.db, scope, handle)
+                    with (open(partial, "w", encoding="utf-8", newline="\n") as handle,
+                          progress_bar() as progress):
+                        counts = export(memory.db, scope, handle, progress=progress)
                     partial.replace(out)
                 finally:
                     partial.unlink(missing_ok=True)
@@ -93,13 +96,16 @@ def register(app: typer.Typer) -> None:
 
                     raise UsageError(f"cannot read {path}: {exc.strerror}",
                                      "give an export file or `-`") from None
-            head, records = parse(text)  # a bad file: refused before the database is opened
+            with progress_bar() as progress:  # a bad file: refused before the database opens
+                head, records = parse(text, progress)
             settings = load_settings(db)
             if not all_tenants:
                 check_tenants(records, tenant or settings.tenant)
-            with open_memory(db, with_embedder=not defer_embed, settings=settings) as memory:
+            with (open_memory(db, with_embedder=not defer_embed, settings=settings) as memory,
+                  progress_bar() as progress):
                 report = load_parsed(memory, head, records, tenant_id=tenant,
-                                     all_tenants=all_tenants, defer_embed=defer_embed)
+                                     all_tenants=all_tenants, defer_embed=defer_embed,
+                                     progress=progress)
             for note in report["notes"]:
                 warn(note)
             emit(report, resolve_format(fmt, as_json), _import_text)

@@ -41,6 +41,7 @@ from collections.abc import Callable, Iterator
 from typing import IO, TYPE_CHECKING, Any
 
 from memcli.portable import format as fmt
+from memcli.progress import Progress, report
 from memcli.store import portable as sql
 from memcli.store.crypto import META_KEY_ID
 from memcli.store.migrations import current_version
@@ -125,9 +126,9 @@ REPORT_EVERY = 256
 
 
 def export(db: Database, scope: Scope, out: IO[str],
-           progress: Callable[[str, int, int | None], None] | None = None) -> dict[str, int]:
+           progress: Progress | None = None) -> dict[str, int]:
     """Write the header and every record of `scope` to `out`; returns the count per kind.
-    `progress(stage, done, total)`: memcli.progress's callback (total unknown here: None)."""
+    `progress`: memcli.progress's callback (the total is not known ahead: None)."""
     counts = dict.fromkeys(fmt.KINDS, 0)
     done = 0
     with sql.snapshot(db):
@@ -136,8 +137,7 @@ def export(db: Database, scope: Scope, out: IO[str],
             out.write(fmt.dumps({fmt.RECORD: kind, **row}) + "\n")
             counts[kind] += 1
             done += 1
-            if progress is not None and done % REPORT_EVERY == 0:
-                progress("exporting", done, None)
-    if progress is not None:
-        progress("exporting", done, None)
+            if done % REPORT_EVERY == 0:
+                report(progress, "exporting", done, None)
+    report(progress, "exporting", done, None)
     return counts

@@ -21,6 +21,7 @@ from typing import Any
 
 from memcli.crypto import PREFIX, envelope_key_id, is_encrypted
 from memcli.errors import UsageError
+from memcli.progress import Progress, report
 
 FORMAT = "memcli-export"
 # The key naming a line's record kind ("kind" is a field of events, memories and relations).
@@ -229,7 +230,8 @@ Record = dict[str, Any]
 _NUMBERED = ("memory", "decision", "task", "proposal")
 
 
-def parse(text: str) -> tuple[dict[str, Any], list[tuple[int, Record]]]:
+def parse(text: str, progress: Progress | None = None
+          ) -> tuple[dict[str, Any], list[tuple[int, Record]]]:
     """The header and (line number, record) of every record line; FormatError on the first
     bad line. Lines end at "\\n" only (a record may hold U+2028 and the like unescaped)."""
     lines = text.split("\n")
@@ -242,6 +244,8 @@ def parse(text: str) -> tuple[dict[str, Any], list[tuple[int, Record]]]:
     numbered: set[tuple[str, int]] = set()  # ids are labels references use: one each
     key_id = head.get("key_id")
     for number, line in enumerate(lines[1:], start=2):
+        if number % 256 == 0:
+            report(progress, "checking", number, len(lines))
         line = line.rstrip("\r")
         if not line.strip():
             continue
@@ -260,6 +264,7 @@ def parse(text: str) -> tuple[dict[str, Any], list[tuple[int, Record]]]:
                 raise FormatError(number, f"a second {rec[RECORD]} with id {ident}")
             numbered.add((rec[RECORD], ident))
         out.append((number, rec))
+    report(progress, "checking", len(lines), len(lines))
     return head, out
 
 

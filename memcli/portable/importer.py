@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import base64
 import re
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import apsw
@@ -41,6 +40,7 @@ from memcli.errors import UsageError
 from memcli.models import utcnow
 from memcli.portable import format as fmt
 from memcli.portable.format import parse
+from memcli.progress import Progress, report
 from memcli.scrub import redact_fields
 from memcli.store import events as ev
 from memcli.store import memories as mem
@@ -53,9 +53,7 @@ if TYPE_CHECKING:
     from memcli.store.connection import Database
 
 Record = dict[str, Any]
-# progress(stage, done, total), the callback of memcli.progress (a rich bar on a terminal).
-Progress = Callable[[str, int, "int | None"], None]
-REPORT_EVERY = 256
+REPORT_EVERY = 256  # records between two progress reports
 
 
 # -- checking -------------------------------------------------------------------------------------
@@ -137,9 +135,8 @@ class _Loader:
     def _count(self, kind: str, added: bool) -> None:
         self.counts[kind]["added" if added else "skipped"] += 1
         self.done += 1
-        if self.progress is not None and (self.done % REPORT_EVERY == 0
-                                          or self.done == self.total):
-            self.progress("importing", self.done, self.total)
+        if self.done % REPORT_EVERY == 0 or self.done == self.total:
+            report(self.progress, "importing", self.done, self.total)
 
     @staticmethod
     def _row(kind: str, rec: Record, skip: tuple[str, ...] = ()) -> dict[str, Any]:
@@ -431,7 +428,7 @@ def load_parsed(memory: Memory, head: dict[str, Any], records: list[tuple[int, R
     embedded = 0
     models = memory.embedder is not None or memory.sparse is not None
     if loader.added_memories and models and not defer_embed:
-        embedded = memory.embed_pending() + _embed_forgotten(
+        embedded = memory.embed_pending(progress=progress) + _embed_forgotten(
             memory, [mid for mid, _ in loader.added_memories])
     ours = memory.embedder.model_id if memory.embedder is not None else None
     if head.get("embedder") and ours and head["embedder"] != ours and loader.added_memories:
