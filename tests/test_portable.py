@@ -387,3 +387,14 @@ def test_progress_bar_on_a_terminal_nothing_on_a_pipe(source, tmp_path):
     assert f"{total}/{total}" in err
     out = _run(["export", "--all-tenants", "--db", str(tmp_path / "t.db")], env, "", tty=True)
     assert out[0] == 0 and out[1].decode("utf-8") == text and "exporting" in out[2].decode()
+
+
+def test_rebuild_of_an_imported_database_changes_nothing_exported(source, tmp_path, cli):
+    _, text = source
+    target = tmp_path / "b.db"
+    assert cli("import", "--db", str(target), "-", "--all-tenants", input=text).exit_code == 0
+    result = cli("rebuild", "--db", str(target), "--json")
+    assert result.exit_code == 0, result.stderr
+    episodes = json.loads(result.stdout)["episodes"]
+    assert episodes["rewritten"] == episodes["restored"] == episodes["new"] == 0
+    assert cli("export", "--db", str(target), "--all-tenants").stdout == text
