@@ -20,6 +20,7 @@ from memcli.cli import (
     keys,
     ledger,
     lifecycle,
+    portable,
     query,
     rebuild,
     serve,
@@ -41,8 +42,8 @@ def _root(
 
 
 # Every command group, in help order. Each module's register() adds its commands to an app.
-MODULES = (ingest, query, admin, acb, ledger, lifecycle, facts, doctor, keys, rebuild, views,
-           serve)
+MODULES = (ingest, query, admin, acb, ledger, lifecycle, facts, doctor, keys, rebuild, portable,
+           views, serve)
 # Top-level command name -> the module registering it (tests check this matches the modules).
 COMMAND_MODULES: dict[str, ModuleType] = {
     **dict.fromkeys(("ingest", "embed", "reindex"), ingest),
@@ -57,6 +58,7 @@ COMMAND_MODULES: dict[str, ModuleType] = {
     "doctor": doctor,
     "key": keys,
     "rebuild": rebuild,
+    **dict.fromkeys(("export", "import"), portable),
     "view": views,
     "serve": serve,
 }
