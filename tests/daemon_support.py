@@ -28,7 +28,8 @@ _LIVE: set[subprocess.Popen] = set()
 
 # The entry point as installed, plus a record of the route: a forwarded command ends in
 # os._exit (entry._exit_now) and writes "daemon <heavy modules loaded>", an in-process one
-# writes "inprocess" at exit.
+# writes "inprocess" at exit ("inprocess other-db" when its command line names a database with
+# --db: the README's export/import examples move a memory to another file, no daemon's).
 _CLIENT = (
     "import atexit, os, sys\n"
     "log = os.environ['MEMCLI_TEST_ROUTE_LOG']\n"
@@ -39,7 +40,8 @@ _CLIENT = (
     "        f.write('daemon ' + ','.join(m for m in heavy if m in sys.modules) + '\\n')\n"
     "    real_exit(code)\n"
     "os._exit = marked\n"
-    "atexit.register(lambda: open(log, 'a').write('inprocess\\n'))\n"
+    "other = ' other-db' if any(a.startswith('--db') for a in sys.argv) else ''\n"
+    "atexit.register(lambda: open(log, 'a').write('inprocess' + other + '\\n'))\n"
     "from memcli.cli.entry import main\n"
     "main()\n"
 )
@@ -141,7 +143,8 @@ def run_client(args: list[str], env: dict[str, str], *, routes: Path, stdin: str
 
 
 def last_route(routes: Path) -> str:
-    return routes.read_text().splitlines()[-1]
+    """The route of the last command: "daemon <heavy modules>" or "inprocess"."""
+    return routes.read_text().splitlines()[-1].removesuffix(" other-db")
 
 
 def serve_processes() -> list[int]:
