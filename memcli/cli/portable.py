@@ -86,6 +86,7 @@ def register(app: typer.Typer) -> None:
         from memcli.portable.importer import check_tenants, load_parsed, parse
 
         with errors():
+            settings = load_settings(db)  # a bad location or config first, as every command
             if path == "-":
                 text = read_stdin()
             else:
@@ -98,7 +99,6 @@ def register(app: typer.Typer) -> None:
                                      "give an export file or `-`") from None
             with progress_bar() as progress:  # a bad file: refused before the database opens
                 head, records = parse(text, progress)
-            settings = load_settings(db)
             if not all_tenants:
                 check_tenants(records, tenant or settings.tenant)
             with (open_memory(db, with_embedder=not defer_embed, settings=settings) as memory,
