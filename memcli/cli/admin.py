@@ -53,35 +53,16 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Delete a scope for good: events, memories, index rows, vectors, entity links, and
         every copy in the file (VACUUM, WAL emptied; exit 75 if a reader keeps old pages)."""
-        from memcli.errors import UsageError
+        from memcli.operations import check_purged, purge_payload
 
         with errors(), open_memory(db, with_embedder=False) as memory:
-            if all_tenants and tenant is not None:
-                raise UsageError("--all-tenants and --tenant exclude each other")
-            # "alice" of another tenant is another person: a narrower scope stays in the
-            # configured tenant unless --all-tenants says otherwise (as reads do).
-            narrower = any(v is not None for v in (memory_id, session, user, app_id))
-            if tenant is None and narrower and not all_tenants:
-                tenant = memory.tenant
-            scope = {"memory_id": memory_id, "session_id": session, "user_id": user,
-                     "tenant_id": tenant, "app_id": app_id}
-            plan = memory.plan_purge(**scope)
-            if dry_run:
-                out = {k: v for k, v in plan.items() if k != "memory_ids"} | {"dry_run": True}
-            else:
-                out = memory.purge(**scope) | {"dry_run": False}
+            out = purge_payload(memory, memory_id=memory_id, session=session, user=user,
+                                tenant=tenant, app_id=app_id, all_tenants=all_tenants,
+                                dry_run=dry_run)
             emit(out, resolve_format(fmt, as_json), lambda p: print(
                 f"{'would purge' if p['dry_run'] else 'purged'} {p['events']} event(s), "
                 f"{p['memories']} memories, {p['artifacts']} artifact(s)"))
-            if out.get("complete") is False:
-                from memcli.errors import DatabaseBusyError
-
-                # Deleted and committed, but a reader's old snapshot (or a writer holding the
-                # lock) kept the file from being rewritten and its WAL from being emptied.
-                raise DatabaseBusyError(
-                    "purged, but another connection kept the file busy: purged text may "
-                    "remain in the file and its WAL until it finishes",
-                    "run the same purge again when readers are done; exit code 75")
+            check_purged(out)
 
     @app.command("forget")
     def forget_cmd(
@@ -150,14 +131,10 @@ def register(app: typer.Typer) -> None:
         db: DbOpt = None,
     ) -> None:
         """Print the full output kept for a truncated tool result."""
-        from memcli.errors import NotFoundError
-        from memcli.store.events import get_artifact
+        from memcli.operations import artifact_body
 
         with errors(), open_memory(db, with_embedder=False, must_exist=True) as memory:
-            art = get_artifact(memory.db, artifact_id)
-            if art is None:
-                raise NotFoundError(f"no artifact {artifact_id}")
-            sys.stdout.buffer.write(art["body"])
+            sys.stdout.buffer.write(artifact_body(memory, artifact_id))
 
     @app.command("demo")
     def demo_cmd(

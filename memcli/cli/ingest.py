@@ -46,7 +46,7 @@ def register(app: typer.Typer) -> None:
         as_json: JsonOpt = False,
     ) -> None:
         """Record events (messages, tool calls, results, decisions) as memories."""
-        from memcli.ingest import parse_records
+        from memcli.operations import ingest_payload
 
         with errors():
             sources = read_inputs(paths or [], text)
@@ -54,21 +54,18 @@ def register(app: typer.Typer) -> None:
                 from memcli.errors import UsageError
 
                 raise UsageError("nothing to ingest", "give a file, `-` for stdin, or --text")
-            records = [(line, value, name) for name, body in sources
-                       for line, value in parse_records(body)]
             defaults = {"session_id": session, "user_id": user, "tenant_id": tenant,
                         "agent_id": agent, "app_id": app_id, "run_id": run, "channel": channel,
                         "category": category}
             with open_memory(db) as memory:
-                report = memory.ingest(records, defaults=defaults, strict=strict,
-                                       defer_embed=defer_embed)
-            payload = report.model_dump()
+                payload = ingest_payload(memory, sources, defaults=defaults, strict=strict,
+                                         defer_embed=defer_embed)
             emit(payload, resolve_format(fmt, as_json), _ingest_text)
-            for problem in report.rejected:
-                where = f"{problem.source}:" if problem.source else "record "
-                print(f"memcli: error: {one_line(f'{where}{problem.line}: {problem.reason}')}",
-                      file=sys.stderr)
-            if report.rejected:
+            for problem in payload["rejected"]:
+                where = f"{problem['source']}:" if problem["source"] else "record "
+                message = f"{where}{problem['line']}: {problem['reason']}"
+                print(f"memcli: error: {one_line(message)}", file=sys.stderr)
+            if payload["rejected"]:
                 raise typer.Exit(2)
 
     @app.command("embed")

@@ -29,17 +29,6 @@ def _check_flags(values: dict[str, Any]) -> None:
                 check_text(item, f"--{name.replace('_', '-')}")
 
 
-def _bounded(text: str) -> tuple[str, str | None]:
-    """The query cut to what the legs use, and the note saying so (None when not cut)."""
-    from memcli.retrieval.text import MAX_QUERY_CHARS, bound_query
-
-    kept = bound_query(text)
-    if kept == text:
-        return text, None
-    return kept, (f"query truncated to its first {MAX_QUERY_CHARS} of {len(text)} characters "
-                  "(what the search legs can use)")
-
-
 def _render_hits(payload: dict, explain: bool) -> None:
     from rich.console import Console
     from rich.table import Table
@@ -147,23 +136,15 @@ def _query(text: str, v: dict[str, Any], *, all_tenants: bool, sensitivity: list
            fmt: str | None, as_json: bool) -> None:
     """The query itself, once the text and its parameters (`v`, REQUEST_FIELDS) are known."""
     from memcli.errors import UsageError
-    from memcli.inputs import check_text
-    from memcli.models import parse_ts
+    from memcli.operations import check_query, hits_payload, query_window, run_query
 
-    check_text(text, "the query")
-    if not text.strip():
-        raise UsageError("empty query")
-    text, note = _bounded(text)
+    text, note = check_query(text)
     if note:
         warn(note)
     wanted = {p.strip() for p in legs.split(",")} if legs else None
     if wanted and not wanted <= set(LEGS):
         raise UsageError(f"unknown leg in --legs: {legs}", "use " + ", ".join(LEGS))
-    try:
-        after = parse_ts(v["updated_after"]) if v["updated_after"] else None
-        before = parse_ts(v["updated_before"]) if v["updated_before"] else None
-    except ValueError as exc:  # a bad flag value is a usage error (exit 2), not a crash
-        raise UsageError(str(exc), "use ISO 8601, e.g. 2025-01-31T09:00:00Z") from None
+    query_window(v)  # a bad time is a usage error before the database is opened
     return_mode = str(v["return_mode"] or "full")
     with open_memory(db, with_embedder=wanted is None or "dense" in wanted,
                      with_sparse=wanted is None or "sparse" in wanted,
@@ -171,31 +152,17 @@ def _query(text: str, v: dict[str, Any], *, all_tenants: bool, sensitivity: list
         if wanted is not None:
             memory.retrieval.leg_weights = {
                 k: w for k, w in memory.retrieval.leg_weights.items() if k in wanted}
-        filters = memory.filters(
-            agent=v["agent"], tenant_id=v["tenant"], all_tenants=all_tenants,
-            user_id=v["user"], agent_id=v["agent_id"], session_id=v["session"],
-            app_id=v["app_id"], run_id=v["run"], actor_id=v["actor"], role=v["role"],
-            categories=v["category"] or None, kinds=v["kind"] or None,
-            channels=v["channel"] or None,
-            **({"sensitivities": tuple(sensitivity)} if sensitivity else {}),
-            pinned=v["pinned"], importance_min=v["importance_min"],
-            importance_max=v["importance_max"], updated_after=after, updated_before=before,
-        )
-        result = memory.query(text, filters=filters, top_k=v["top_k"] or 10,
-                              threshold=v["threshold"], budget_tokens=v["budget_tokens"],
-                              return_format=return_mode, widen=not no_widen)
+        result = run_query(memory, text, v, all_tenants=all_tenants, sensitivity=sensitivity,
+                           no_widen=no_widen)
     resolved = resolve_format(Format(fmt) if fmt is not None else None, as_json)
     if resolved is Format.text:
         payload = result.model_dump()
         if note and explain:
             payload["query"] = f"{payload['query'][:60]}... [{note}]"
         emit(payload, resolved, lambda p: _render_hits(p, explain))
-    elif return_mode == "bullets":
-        # Seed 000's bullets: {id, category, text}, plus the scope that answered.
-        emit([hit.bullet() for hit in result.hits], resolved)
     else:
-        # The JSON contract: an array of hits (each explains itself, its scope included).
-        emit([hit.model_dump() for hit in result.hits], resolved)
+        # The JSON contract (memcli.operations.hits_payload): hits, or seed 000's bullets.
+        emit(hits_payload(result, return_mode), resolved)
 
 
 def parse_caps(values: list[str]) -> dict[str, int]:
@@ -235,9 +202,9 @@ def acb_build(
     fmt: str | None = None, as_json: bool = False,
 ) -> None:
     """`memcli acb build`: a context bundle for the next model call."""
-    from memcli.acb.build import build_acb, parse_request
     from memcli.config import load_settings
     from memcli.errors import UsageError
+    from memcli.operations import acb_payload, prepare_acb
 
     with errors():
         _check_flags({"query": query, "tenant": tenant, "user": user, "session": session,
@@ -268,21 +235,14 @@ def acb_build(
             data["track"] = False
         if checkpoint:
             data["include_checkpoint"] = True
-        req = parse_request(data)
-        note = None
-        if req.query_text:
-            req.query_text, note = _bounded(req.query_text)
-            if note:
-                warn(note)
+        req, note = prepare_acb(data)
+        if note:
+            warn(note)
         settings = load_settings(db)
         with open_memory(db, with_embedder=bool(req.query_text),
                          preload=bool(req.query_text), settings=settings,
                          must_exist=True) as memory:
-            bundle = build_acb(
-                memory, req, settings=settings.acb, context_dir=settings.context_dir
-            )
-        if note and isinstance(bundle.get("provenance"), dict):
-            bundle["provenance"]["query_truncated"] = note
+            bundle = acb_payload(memory, req, note, settings=settings)
         chosen = "json" if as_json else (str(fmt) if fmt is not None else None)
         if chosen is None:
             chosen = "markdown" if sys.stdout.isatty() else "json"

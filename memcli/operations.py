@@ -1,0 +1,170 @@
+"""The bodies of the operations that both the CLI and the service (`memcli.service.api`) run.
+
+Each step here returns what the CLI prints as JSON, so `memcli query --json` and
+`POST /api/v1/query` answer with one payload built by one function. The CLI keeps only what is
+its own: flags, stdin, warnings on stderr, the text rendering. Nothing here prints, reads stdin
+or imports Typer; the module imports nothing heavy at load (the query fast path imports it).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from memcli.errors import DatabaseBusyError
+
+if TYPE_CHECKING:
+
+    from memcli.acb.build import AcbRequest
+    from memcli.config import Settings
+    from memcli.memory import Memory
+    from memcli.models import QueryResult
+
+
+# -- query -----------------------------------------------------------------------------------
+def bounded(text: str) -> tuple[str, str | None]:
+    """The query cut to what the legs use, and the note saying so (None when not cut)."""
+    from memcli.retrieval.text import MAX_QUERY_CHARS, bound_query
+
+    kept = bound_query(text)
+    if kept == text:
+        return text, None
+    return kept, (f"query truncated to its first {MAX_QUERY_CHARS} of {len(text)} characters "
+                  "(what the search legs can use)")
+
+
+def check_query(text: str) -> tuple[str, str | None]:
+    """The query text checked (valid UTF-8, not blank) and bounded, with the note if cut."""
+    from memcli.errors import UsageError
+    from memcli.inputs import check_text
+
+    check_text(text, "the query")
+    if not text.strip():
+        raise UsageError("empty query")
+    return bounded(text)
+
+
+def query_window(values: dict[str, Any]) -> tuple[str | None, str | None]:
+    """`updated_after` / `updated_before` parsed; a bad one is a usage error (exit 2)."""
+    from memcli.errors import UsageError
+    from memcli.models import parse_ts
+
+    try:
+        after = parse_ts(values["updated_after"]) if values["updated_after"] else None
+        before = parse_ts(values["updated_before"]) if values["updated_before"] else None
+    except ValueError as exc:
+        raise UsageError(str(exc), "use ISO 8601, e.g. 2025-01-31T09:00:00Z") from None
+    return after, before
+
+
+def run_query(memory: Memory, text: str, v: dict[str, Any], *, all_tenants: bool = False,
+              sensitivity: list[str] | None = None, no_widen: bool = False) -> QueryResult:
+    """The query once its text is checked and its parameters (`v`: the query command's
+    REQUEST_FIELDS) are known. The agent's category allowlist is enforced by `Memory.filters`."""
+    after, before = query_window(v)
+    filters = memory.filters(
+        agent=v["agent"], tenant_id=v["tenant"], all_tenants=all_tenants,
+        user_id=v["user"], agent_id=v["agent_id"], session_id=v["session"],
+        app_id=v["app_id"], run_id=v["run"], actor_id=v["actor"], role=v["role"],
+        categories=v["category"] or None, kinds=v["kind"] or None,
+        channels=v["channel"] or None,
+        **({"sensitivities": tuple(sensitivity)} if sensitivity else {}),
+        pinned=v["pinned"], importance_min=v["importance_min"],
+        importance_max=v["importance_max"], updated_after=after, updated_before=before,
+    )
+    return memory.query(text, filters=filters, top_k=v["top_k"] or 10,
+                        threshold=v["threshold"], budget_tokens=v["budget_tokens"],
+                        return_format=str(v["return_mode"] or "full"), widen=not no_widen)
+
+
+def hits_payload(result: QueryResult, return_mode: str | None) -> list[dict[str, Any]]:
+    """The JSON contract of a query: an array of hits (each explains itself, its scope
+    included), or seed 000's bullets `{id, category, text}` plus the scope that answered."""
+    if str(return_mode or "full") == "bullets":
+        return [hit.bullet() for hit in result.hits]
+    return [hit.model_dump() for hit in result.hits]
+
+
+# -- acb build -------------------------------------------------------------------------------
+def prepare_acb(data: dict[str, Any]) -> tuple[AcbRequest, str | None]:
+    """The validated acb request with its query bounded, and the note if it was cut."""
+    from memcli.acb.build import parse_request
+
+    req = parse_request(data)
+    note = None
+    if req.query_text:
+        req.query_text, note = bounded(req.query_text)
+    return req, note
+
+
+def acb_payload(memory: Memory, req: AcbRequest, note: str | None, *, settings: Settings
+                ) -> dict[str, Any]:
+    """The bundle `acb build --json` prints."""
+    from memcli.acb.build import build_acb
+
+    bundle = build_acb(memory, req, settings=settings.acb, context_dir=settings.context_dir)
+    if note and isinstance(bundle.get("provenance"), dict):
+        bundle["provenance"]["query_truncated"] = note
+    return bundle
+
+
+# -- ingest ----------------------------------------------------------------------------------
+def ingest_payload(memory: Memory, sources: list[tuple[str, str]], *,
+                   defaults: dict[str, Any], strict: bool = False,
+                   defer_embed: bool = False) -> dict[str, Any]:
+    """Record the records of each (source name, text) (one JSON object, an array, or NDJSON):
+    the ingest report, per-record problems in `rejected`, duplicates in `skipped`."""
+    from memcli.ingest import parse_records
+
+    records = [(line, value, name) for name, body in sources
+               for line, value in parse_records(body)]
+    report = memory.ingest(records, defaults=defaults, strict=strict, defer_embed=defer_embed)
+    return report.model_dump()
+
+
+# -- purge -----------------------------------------------------------------------------------
+def purge_payload(memory: Memory, *, memory_id: int | None = None, session: str | None = None,
+                  user: str | None = None, tenant: str | None = None, app_id: str | None = None,
+                  all_tenants: bool = False, dry_run: bool = False) -> dict[str, Any]:
+    """`memcli purge`: the plan (dry run) or what was deleted (then `check_purged`)."""
+    from memcli.errors import UsageError
+
+    if all_tenants and tenant is not None:
+        raise UsageError("--all-tenants and --tenant exclude each other")
+    # "alice" of another tenant is another person: a narrower scope stays in the configured
+    # tenant unless --all-tenants says otherwise (as reads do).
+    narrower = any(v is not None for v in (memory_id, session, user, app_id))
+    if tenant is None and narrower and not all_tenants:
+        tenant = memory.tenant
+    scope = {"memory_id": memory_id, "session_id": session, "user_id": user,
+             "tenant_id": tenant, "app_id": app_id}
+    plan = memory.plan_purge(**scope)
+    if dry_run:
+        return {k: v for k, v in plan.items() if k != "memory_ids"} | {"dry_run": True}
+    return memory.purge(**scope) | {"dry_run": False}
+
+
+def check_purged(out: dict[str, Any]) -> None:
+    """A purge that deleted and committed, but could not rewrite the file (a reader's old
+    snapshot, or a writer holding the lock, kept its WAL from being emptied): exit 75."""
+    if out.get("complete") is False:
+        raise DatabaseBusyError(
+            "purged, but another connection kept the file busy: purged text may remain in the "
+            "file and its WAL until it finishes",
+            "run the same purge again when readers are done; exit code 75")
+
+
+def artifact_body(memory: Memory, artifact_id: str, tenant: str | None = None) -> bytes:
+    """The full output kept for a truncated tool result; with `tenant`, only that tenant's
+    (another tenant's artifact is "not found", never shown)."""
+    from memcli.errors import NotFoundError
+    from memcli.store.events import get_artifact, get_events
+
+    art = get_artifact(memory.db, artifact_id)
+    if art is not None and tenant is not None:
+        owners = get_events(memory.db, [art["event_id"]])
+        if not owners or owners[0]["tenant_id"] != tenant:
+            art = None
+    if art is None:
+        raise NotFoundError(f"no artifact {artifact_id}")
+    return bytes(art["body"])
+

@@ -1,0 +1,440 @@
+"""The service's operations, shared by the HTTP API and the MCP server (no HTTP in here).
+
+Each operation is `op(ctx, scope, request) -> payload`: `ctx` holds an open Memory and the
+settings, `scope` is what the server bound for this caller (a token's tenant, a header, a path
+segment), `request` the caller's JSON object (a dict, validated here by the same pydantic models
+the CLI uses). The payload is the JSON the CLI prints for the same operation, built by the same
+function (memcli.operations, memcli.ledger, ...).
+
+The bound scope only narrows: a request naming another tenant, user, agent or app than the one
+bound is refused (NotAllowedError, HTTP 403), never answered from the other scope. Errors are
+memcli.errors types with their CLI exit code; `status_for` maps them to HTTP statuses once, for
+HTTP and MCP alike.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any
+
+from memcli.errors import (
+    DatabaseBusyError,
+    MemcliError,
+    NoDatabaseError,
+    NotAllowedError,
+    NotFoundError,
+    UsageError,
+    ValidationError,
+)
+
+if TYPE_CHECKING:
+    from pydantic import BaseModel
+
+    from memcli.config import Settings
+    from memcli.memory import Memory
+
+
+@dataclass(frozen=True)
+class Scope:
+    """What the server bound for a caller. None: not bound (the request may name it; a read that
+    names no tenant reads the configured one). `categories`: a category allowlist that narrows
+    every read further (None: the agent's own allowlist only)."""
+
+    tenant: str | None = None
+    user_id: str | None = None
+    agent: str | None = None  # the asking agent: its category allowlist applies (seed 000)
+    app_id: str | None = None
+    categories: tuple[str, ...] | None = None
+
+    def narrowed(self, **bound: str | None) -> Scope:
+        """This scope with more keys bound (a header or path segment); a key bound already
+        to another value is refused."""
+        values = {k: _bind(k, getattr(self, k), v) for k, v in bound.items()}
+        return replace(self, **values)
+
+
+@dataclass
+class Context:
+    """What an operation runs against: one open Memory (its thread's) and the settings."""
+
+    memory: Memory
+    settings: Settings
+
+
+_NAMES = {"tenant": "tenant", "user_id": "user", "agent": "agent", "app_id": "app"}
+
+
+def _bind(key: str, bound: str | None, requested: str | None) -> str | None:
+    """The value a request may use for a scope key: the bound one, or the request's own when
+    nothing is bound. Naming another value than the bound one is refused."""
+    if bound is None:
+        return requested
+    if requested is not None and requested != bound:
+        name = _NAMES.get(key, key)
+        raise NotAllowedError(f"this caller is bound to {name} {bound!r}, the request names "
+                              f"{requested!r}", f"use {name} {bound!r} or another token")
+    return bound
+
+
+def _tenant(ctx: Context, scope: Scope, requested: str | None) -> str:
+    """The one tenant a request reads or writes (never all tenants through the service)."""
+    return _bind("tenant", scope.tenant, requested) or ctx.memory.tenant
+
+
+def _categories(scope: Scope, requested: list[str] | None) -> list[str] | None:
+    """The categories a read may see: the request's, inside the bound allowlist."""
+    if scope.categories is None:
+        return requested
+    if requested is None:
+        return list(scope.categories)
+    outside = sorted(set(requested) - set(scope.categories))
+    if outside:
+        raise NotAllowedError(f"categories outside this caller's allowlist: {', '.join(outside)}",
+                              "ask for " + ", ".join(scope.categories))
+    return requested
+
+
+def validate(model: type[BaseModel], data: Any, what: str) -> Any:
+    """`data` as a `model`, or a one-line UsageError naming the first problem (HTTP 422)."""
+    import pydantic
+
+    from memcli.inputs import check_value
+
+    if not isinstance(data, dict):
+        raise UsageError(f"the {what} must be one JSON object")
+    check_value(data, f"the {what}")
+    try:
+        return model.model_validate(data)
+    except pydantic.ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"]) or "request"
+        message = first["msg"].removeprefix("Value error, ")
+        more = f" (and {exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
+        raise UsageError(f"bad {what}: {where}: {message}{more}") from None
+
+
+# -- seed 003: events, bundles, artifacts, decisions, tasks ------------------------------------
+def record_events(ctx: Context, scope: Scope, request: Any) -> dict[str, Any]:
+    """Seed 003's `record_event`: one record (a JSON object) or a list of them, as `memcli
+    ingest` reads them (same validation, same redaction, duplicates in `skipped`, per-record
+    problems in `rejected`: the caller answers 422 when any was rejected). Records default to
+    the bound scope; one naming another tenant, user, agent or app is refused whole."""
+    import json
+
+    records = request if isinstance(request, list) else [request]
+    for record in records:
+        if isinstance(record, dict):
+            for key, name in (("tenant_id", "tenant"), ("user_id", "user_id"),
+                              ("agent_id", "agent"), ("app_id", "app_id")):
+                value = record.get(key)
+                _bind(name, getattr(scope, name), None if value is None else str(value))
+    defaults = {"tenant_id": scope.tenant, "user_id": scope.user_id, "agent_id": scope.agent,
+                "app_id": scope.app_id}
+    from memcli.operations import ingest_payload
+
+    body = json.dumps(records, ensure_ascii=False)
+    return ingest_payload(ctx.memory, [("request", body)], defaults=defaults)
+
+
+def build_acb(ctx: Context, scope: Scope, request: dict[str, Any]) -> dict[str, Any]:
+    """Seed 003's `build_acb`: the bundle `memcli acb build --json` prints for this request."""
+    from memcli.operations import acb_payload, prepare_acb
+
+    if not isinstance(request, dict):
+        raise UsageError("the acb request must be one JSON object")
+    req, note = prepare_acb(dict(request))
+    req.tenant_id = _tenant(ctx, scope, req.tenant_id)
+    req.user_id = _bind("user_id", scope.user_id, req.user_id)
+    req.agent_id = _bind("agent", scope.agent, req.agent_id)
+    req.app_id = _bind("app_id", scope.app_id, req.app_id)
+    req.categories = _categories(scope, req.categories or None) or []
+    return acb_payload(ctx.memory, req, note, settings=ctx.settings)
+
+
+def get_artifact(ctx: Context, scope: Scope, request: dict[str, Any]) -> dict[str, Any]:
+    """The full output kept for a truncated tool result (`memcli artifact ID`), in the caller's
+    tenant only: `{artifact_id, mime, bytes, text}` (text decoded as UTF-8, bad bytes replaced)."""
+    from memcli.operations import artifact_body
+    from memcli.service.models import ArtifactQuery
+
+    req = validate(ArtifactQuery, request, "artifact request")
+    tenant = _tenant(ctx, scope, req.tenant_id)
+    body = artifact_body(ctx.memory, req.artifact_id, tenant)
+    return {"artifact_id": req.artifact_id, "tenant_id": tenant, "bytes": len(body),
+            "text": body.decode("utf-8", errors="replace")}
+
+
+def record_decision(ctx: Context, scope: Scope, request: dict[str, Any]) -> dict[str, Any]:
+    """`memcli decision add` (or `decision supersede` with `supersedes`): the decision's row."""
+    from memcli import ledger
+    from memcli.service.models import DecisionRequest
+
+    req = validate(DecisionRequest, request, "decision")
+    lists = {"rationale": req.rationale, "constraints": req.constraints,
+             "alternatives": req.alternatives, "consequences": req.consequences,
+             "refs": req.refs}
+    if req.supersedes is not None:
+        _own(ctx, scope, ledger.get_decision(ctx.memory, req.supersedes), "decision")
+        return ledger.supersede_decision(ctx.memory, req.supersedes, req.decision,
+                                         reason=req.reason, **lists)
+    return ledger.add_decision(
+        ctx.memory, req.decision, scope=req.scope, channel=req.channel,
+        sensitivity=req.sensitivity, **_write_scope(ctx, scope, req), **lists)
+
+
+def query_decisions(ctx: Context, scope: Scope, request: dict[str, Any]) -> list[dict[str, Any]]:
+    """`memcli decision list`: the caller's tenant's decisions, newest first."""
+    from memcli import ledger
+    from memcli.service.models import DecisionsQuery
+
+    req = validate(DecisionsQuery, request, "decisions query")
+    return ledger.list_decisions(
+        ctx.memory, status=None if req.status == "all" else req.status,
+        tenant_id=_tenant(ctx, scope, req.tenant_id),
+        user_id=_bind("user_id", scope.user_id, req.user_id),
+        app_id=_bind("app_id", scope.app_id, req.app_id), limit=req.limit)
+
+
+def record_task(ctx: Context, scope: Scope, request: dict[str, Any]) -> dict[str, Any]:
+    """`memcli task add`, or `memcli task update` when `task_id` names a task: the task's row."""
+    from memcli import ledger
+    from memcli.service.models import TaskRequest
+
+    req = validate(TaskRequest, request, "task")
+    if req.task_id is not None:
+        _own(ctx, scope, ledger.get_task(ctx.memory, req.task_id), "task")
+        return ledger.update_task(ctx.memory, req.task_id, status=req.status, title=req.title,
+                                  details=req.details, refs=req.refs or None)
+    if req.title is None:
+        raise UsageError("bad task: title: a new task needs a title",
+                         "give task_id to update one")
+    return ledger.add_task(
+        ctx.memory, req.title, details=req.details or "", status=req.status or "open",
+        refs=req.refs, channel=req.channel, sensitivity=req.sensitivity,
+        **_write_scope(ctx, scope, req))
+
+
+def _write_scope(ctx: Context, scope: Scope, req: Any) -> dict[str, Any]:
+    """The scope keys of a write: the request's, inside the bound scope."""
+    return {"tenant_id": _tenant(ctx, scope, req.tenant_id),
+            "user_id": _bind("user_id", scope.user_id, req.user_id),
+            "session_id": req.session_id,
+            "agent_id": _bind("agent", scope.agent, req.agent_id),
+            "app_id": _bind("app_id", scope.app_id, req.app_id)}
+
+
+def _own(ctx: Context, scope: Scope, row: dict[str, Any], what: str) -> None:
+    """A row another tenant (or bound user/app) holds is "not found" for this caller."""
+    keys = (("tenant_id", scope.tenant or ctx.memory.tenant), ("user_id", scope.user_id),
+            ("app_id", scope.app_id))
+    if any(bound is not None and row.get(key) != bound for key, bound in keys):
+        raise NotFoundError(f"no {what} with id {row['id']}")
+
+
+# -- seed 000: query and history ---------------------------------------------------------------
+def query(ctx: Context, scope: Scope, request: dict[str, Any]) -> list[dict[str, Any]]:
+    """Seed 000's `memory.query`: the request shape `memcli query -` reads, answered with what
+    `memcli query --json` prints (hits, or bullets with `"return": "bullets"`; each hit names
+    the scope that answered)."""
+    from memcli.inputs import check_value
+    from memcli.operations import check_query, hits_payload, run_query
+    from memcli.query_request import parse_query_request
+
+    if not isinstance(request, dict):
+        raise UsageError("the query request must be one JSON object")
+    values = parse_query_request(check_value(request, "the query request")).as_flags()
+    text, _note = check_query(values.pop("text"))
+    values["tenant"] = _tenant(ctx, scope, values["tenant"])
+    values["user"] = _bind("user_id", scope.user_id, values["user"])
+    values["agent"] = _bind("agent", scope.agent, values["agent"])
+    values["app_id"] = _bind("app_id", scope.app_id, values["app_id"])
+    values["category"] = _categories(scope, values["category"])
+    result = run_query(ctx.memory, text, values)
+    return hits_payload(result, values["return_mode"])
+
+
+def memory_history(ctx: Context, scope: Scope, request: dict[str, Any]) -> list[dict[str, Any]]:
+    """`memcli history ID`: what happened to a memory, newest first, in the caller's tenant."""
+    from memcli.service.models import HistoryQuery
+
+    req = validate(HistoryQuery, request, "history request")
+    return ctx.memory.history(req.memory_id, tenant_id=_tenant(ctx, scope, req.tenant_id),
+                              limit=req.limit)
+
+
+# -- remember / forget -------------------------------------------------------------------------
+def remember(ctx: Context, scope: Scope, request: dict[str, Any]) -> dict[str, Any]:
+    """`memcli remember`: store a fact or a procedure (near-duplicates merged)."""
+    from memcli.inputs import check_text
+    from memcli.lifecycle.remember import remember as remember_fact
+    from memcli.service.models import RememberRequest
+
+    req = validate(RememberRequest, request, "remember request")
+    if req.text is None and not req.steps:
+        raise UsageError("nothing to remember", "give text or steps")
+    if req.text is not None:
+        check_text(req.text, "the text")
+    where = _write_scope(ctx, scope, req)
+    return remember_fact(
+        ctx.memory, ctx.settings.lifecycle, text=req.text, procedural=req.procedural,
+        steps=req.steps or None, field=req.field, tenant_id=where["tenant_id"],
+        user_id=where["user_id"], agent_id=where["agent_id"], session_id=req.session_id,
+        app_id=where["app_id"], category=req.category, importance=req.importance,
+        pinned=req.pinned, title=req.title)
+
+
+def forget(ctx: Context, scope: Scope, request: dict[str, Any]) -> dict[str, Any]:
+    """`memcli forget ID`: soft-delete one of the caller's memories."""
+    from memcli.service.models import ForgetRequest
+
+    req = validate(ForgetRequest, request, "forget request")
+    _memory_row(ctx, scope, req.memory_id, req.tenant_id)
+    return ctx.memory.forget(req.memory_id)
+
+
+def _memory_row(ctx: Context, scope: Scope, memory_id: int, tenant: str | None,
+                app_id: str | None = None) -> dict[str, Any]:
+    """A memory of the caller's tenant (and bound user, and `app_id`), or NotFoundError: another
+    tenant's memory is never touched, nor said to exist."""
+    from memcli.store.memories import get_memories
+
+    row = get_memories(ctx.memory.db, [memory_id],
+                       ("id", "tenant_id", "user_id", "app_id")).get(memory_id)
+    wanted = {"tenant_id": _tenant(ctx, scope, tenant), "user_id": scope.user_id,
+              "app_id": app_id}
+    if row is None or any(v is not None and row[k] != v for k, v in wanted.items()):
+        raise NotFoundError(f"no memory with id {memory_id}")
+    return row
+
+
+# -- seed 001: an app's memories ---------------------------------------------------------------
+def app_memories(ctx: Context, scope: Scope, request: dict[str, Any]) -> dict[str, Any]:
+    """Seed 001's `GET /apps/{app_id}/memories`: the app's active memories, newest first."""
+    from memcli.service.models import AppMemoriesQuery
+    from memcli.store.apps import list_app_memories
+
+    req = validate(AppMemoriesQuery, request, "app memories request")
+    app_id = _bind("app_id", scope.app_id, req.app_id) or req.app_id
+    tenant = _tenant(ctx, scope, req.tenant_id)
+    rows = list_app_memories(ctx.memory.db, tenant_id=tenant, app_id=app_id,
+                             user_id=_bind("user_id", scope.user_id, req.user_id),
+                             limit=req.limit)
+    return {"tenant_id": tenant, "app_id": app_id, "memories": rows}
+
+
+def delete_app_memories(ctx: Context, scope: Scope, request: dict[str, Any]) -> dict[str, Any]:
+    """Seed 001's admin purge: `memcli purge --app APP` (one memory with `memory_id`: `purge
+    --memory ID --app APP`, which takes the event it was cut from with it). Deleted for good."""
+    from memcli.operations import check_purged, purge_payload
+    from memcli.service.models import AppMemoriesQuery
+
+    req = validate(AppMemoriesQuery, request, "app memories request")
+    app_id = _bind("app_id", scope.app_id, req.app_id) or req.app_id
+    tenant = _tenant(ctx, scope, req.tenant_id)
+    user = _bind("user_id", scope.user_id, req.user_id)
+    if req.memory_id is not None:
+        _memory_row(ctx, scope, req.memory_id, tenant, app_id)
+    out = purge_payload(ctx.memory, memory_id=req.memory_id, user=user, tenant=tenant,
+                        app_id=app_id)
+    check_purged(out)
+    return out
+
+
+# -- running an operation ----------------------------------------------------------------------
+# Operations that write: one at a time inside the process (queued on a lock, never dropped).
+WRITES: frozenset[Callable[..., Any]] = frozenset({
+    record_events, record_decision, record_task, remember, forget, delete_app_memories})
+
+
+@dataclass
+class Service:
+    """The open database for a server's worker threads: one Memory per thread (apsw
+    connections are not shared between threads), the models built once and shared, and one
+    write lock so writes queue instead of failing on SQLite's lock."""
+
+    settings: Settings
+    write_lock: threading.Lock = field(default_factory=threading.Lock)
+    _local: threading.local = field(default_factory=threading.local)
+    _opened: list[Memory] = field(default_factory=list)
+    _models: tuple[Any, Any] | None = None
+    _guard: threading.Lock = field(default_factory=threading.Lock)
+
+    def models(self) -> tuple[Any, Any]:
+        """The embedder and SPLADE encoder, constructed once (they load lazily, thread-safe)."""
+        with self._guard:
+            if self._models is None:
+                from memcli.memory import make_embedder, make_sparse
+
+                self._models = (make_embedder(self.settings), make_sparse(self.settings))
+            return self._models
+
+    def memory(self) -> Memory:
+        memory = getattr(self._local, "memory", None)
+        if memory is None:
+            from memcli.memory import Memory
+
+            embedder, sparse = self.models()
+            memory = Memory.open(self.settings.db, embedder=embedder, sparse=sparse,
+                                 settings=self.settings)
+            self._local.memory = memory
+            with self._guard:
+                self._opened.append(memory)
+        return memory
+
+    @contextmanager
+    def context(self, *, write: bool = False) -> Iterator[Context]:
+        ctx = Context(self.memory(), self.settings)
+        if write:
+            with self.write_lock:
+                yield ctx
+        else:
+            yield ctx
+
+    def run(self, operation: Callable[[Context, Scope, Any], Any], scope: Scope,
+            request: Any) -> Any:
+        """Run one operation for one caller (on the calling thread)."""
+        with self.context(write=operation in WRITES) as ctx:
+            return operation(ctx, scope, request)
+
+    def close(self) -> None:
+        with self._guard:
+            opened, self._opened = self._opened, []
+        for memory in opened:
+            memory.close()
+
+
+# -- errors ------------------------------------------------------------------------------------
+def status_for(exc: BaseException) -> tuple[int, dict[str, str]]:
+    """The HTTP status (and headers) of an error, from its kind and CLI exit code:
+    not found 404, outside the caller's scope 403, bad input (exit 2) 422, busy (exit 75) 503
+    with Retry-After, anything else 500."""
+    if isinstance(exc, NotFoundError):
+        return 404, {}
+    if isinstance(exc, NotAllowedError):
+        return 403, {}
+    if isinstance(exc, BadRequest):
+        return 400, {}
+    if isinstance(exc, DatabaseBusyError):
+        return 503, {"Retry-After": "1"}
+    if isinstance(exc, NoDatabaseError):
+        return 503, {}
+    if isinstance(exc, UsageError | ValidationError):
+        return 422, {}
+    return 500, {}
+
+
+class BadRequest(UsageError):
+    """A request that is not even JSON (HTTP 400; a JSON body that fails its model is 422)."""
+
+
+def error_payload(exc: BaseException) -> dict[str, Any]:
+    """`{"error": <one line>, "exit_code": N}`: the CLI's message and code, never a traceback."""
+    if isinstance(exc, MemcliError):
+        return {"error": str(exc).splitlines()[0] if str(exc) else "error",
+                "exit_code": exc.exit_code}
+    text = str(exc).splitlines()[0] if str(exc) else "no message"
+    return {"error": f"unexpected error: {text} (a bug in memcli: please report it)",
+            "exit_code": 1}
