@@ -9,7 +9,7 @@ from typing import Annotated
 import typer
 
 from memcli import __version__
-from memcli.cli import acb, admin, doctor, facts, ingest, keys, ledger, lifecycle, query
+from memcli.cli import acb, admin, doctor, facts, hook, ingest, keys, ledger, lifecycle, mcp, query
 
 
 def _version(value: bool) -> None:
@@ -26,7 +26,7 @@ def _root(
 
 
 # Every command group, in help order. Each module's register() adds its commands to an app.
-MODULES = (ingest, query, admin, acb, ledger, lifecycle, facts, doctor, keys)
+MODULES = (ingest, query, admin, acb, ledger, lifecycle, facts, doctor, keys, mcp, hook)
 # Top-level command name -> the module registering it (tests check this matches the modules).
 COMMAND_MODULES: dict[str, ModuleType] = {
     **dict.fromkeys(("ingest", "embed", "reindex"), ingest),
@@ -40,6 +40,8 @@ COMMAND_MODULES: dict[str, ModuleType] = {
     **dict.fromkeys(("correct", "entity"), facts),
     "doctor": doctor,
     "key": keys,
+    "mcp": mcp,
+    "hook": hook,
 }
 
 

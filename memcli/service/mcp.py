@@ -54,7 +54,7 @@ TOOLS: dict[str, ToolSpec] = {
         lists=("categories",)),
     "memory.build_acb": ToolSpec(
         "build_acb", "Build a context bundle (rules, decisions, tasks, relevant memories) "
-        "for the task at hand, under a token budget.", read_only=False,
+        "for the task at hand, under a token budget.", read_only=True,
         aliases=(("query", "intent"), ("text", "intent"), ("task", "intent"),
                  ("budget", "max_tokens"), ("token_budget", "max_tokens"),
                  ("category", "categories")),
@@ -197,6 +197,31 @@ def build_mcp(settings: Settings, scope: Scope, tools: tuple[str, ...] | None = 
                                         open_world_hint=False))
     server.middleware.append(_Forgiving(service, scope, narrow))
     return server
+
+
+def http_routes(settings: Settings, service: Service, tools: tuple[str, ...] | None = None, *,
+                scope: Scope | None = None,
+                request_scope: Callable[[Any, Scope], Scope] | None = None,
+                path: str = "/mcp", allowed_hosts: tuple[str, ...] = ()) -> tuple[list[Any], Any]:
+    """The MCP endpoint for an HTTP app (memcli.service.http): `(routes, lifespan)`. Add the
+    routes to the app and enter `lifespan()` in the app's lifespan (it runs the SDK's session
+    manager). Stateless, JSON responses: every POST is answered in its own response, so a
+    stdio bridge (`memcli mcp` forwarding to a daemon) maps one line to one request.
+    `allowed_hosts`: Host headers accepted besides loopback's (DNS-rebinding protection)."""
+    from mcp.server.transport_security import TransportSecuritySettings
+
+    from memcli.service.api import Scope
+
+    server = build_mcp(settings, scope or Scope(), tools, service=service,
+                       request_scope=request_scope)
+    loopback = ("127.0.0.1", "localhost", "[::1]")
+    security = TransportSecuritySettings(
+        enable_dns_rebinding_protection=True,
+        allowed_hosts=[*loopback, *(f"{h}:*" for h in loopback), *allowed_hosts],
+        allowed_origins=[f"http://{h}:*" for h in loopback])
+    app = server.streamable_http_app(streamable_http_path=path, stateless_http=True,
+                                     json_response=True, transport_security=security)
+    return list(app.routes), server.session_manager.run
 
 
 def headers_scope(request: Any, scope: Scope) -> Scope:
