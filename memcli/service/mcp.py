@@ -166,12 +166,17 @@ def scope_payload(scope: Scope, tenant: str) -> dict[str, Any]:
 
 def build_mcp(settings: Settings, scope: Scope, tools: tuple[str, ...] | None = None, *,
               service: Service | None = None,
-              request_scope: Callable[[Any, Scope], Scope] | None = None) -> MCPServer:
-    """The MCP server over `settings.db`, answering for `scope`.
+              request_scope: Callable[[Any, Scope], Scope] | None = None,
+              selectable: bool = False) -> MCPServer:
+    """The MCP server over `settings.db`, answering for `scope` with the tools `tools`
+    (default: DEFAULT_TOOLS).
 
     `service`: the process's open service (the daemon shares its one writer with HTTP); None
     opens one for this server. `request_scope(request, scope)`: for HTTP, the scope narrowed by
-    the request (its token, headers); the default reads the `X-Memcli-*` headers."""
+    the request (its token, headers); the default reads the `X-Memcli-*` headers.
+    `selectable`: every tool is registered and a request's `X-Memcli-Tools` header (as
+    `--tools`) picks the ones it sees, `tools` when it has none (one daemon serves agents
+    configured with different tool sets)."""
     from mcp.server import MCPServer
     from mcp_types import ToolAnnotations
 
@@ -186,7 +191,8 @@ def build_mcp(settings: Settings, scope: Scope, tools: tuple[str, ...] | None = 
         instructions="Long-term memory. Search it with memory.query before answering from "
                      "memory; build a context bundle with memory.build_acb at the start of "
                      "a task; store durable facts with memory.remember.")
-    for name in tools or DEFAULT_TOOLS:
+    enabled = tools or DEFAULT_TOOLS
+    for name in TOOLS if selectable else enabled:
         spec = TOOLS[name]
         server.add_tool(
             _tool_function(name, spec, service, scope, narrow), name=name,
@@ -195,7 +201,7 @@ def build_mcp(settings: Settings, scope: Scope, tools: tuple[str, ...] | None = 
                                         destructive_hint=spec.destructive,
                                         idempotent_hint=spec.read_only,
                                         open_world_hint=False))
-    server.middleware.append(_Forgiving(service, scope, narrow))
+    server.middleware.append(_Forgiving(service, scope, narrow, enabled))
     return server
 
 
@@ -213,7 +219,7 @@ def http_routes(settings: Settings, service: Service, tools: tuple[str, ...] | N
     from memcli.service.api import Scope
 
     server = build_mcp(settings, scope or Scope(), tools, service=service,
-                       request_scope=request_scope)
+                       request_scope=request_scope, selectable=True)
     loopback = ("127.0.0.1", "localhost", "[::1]")
     security = TransportSecuritySettings(
         enable_dns_rebinding_protection=True,
@@ -268,23 +274,38 @@ async def _call(spec: ToolSpec, service: Service, scope: Scope,
 
 
 class _Forgiving:
-    """SDK middleware, before the SDK validates a call: tool arguments normalised (aliases,
-    bare strings for lists), scope keys in them checked against the binding and dropped, and
-    the models warmed once the client has initialized (so `initialize` never waits for them)."""
+    """SDK middleware, before the SDK validates a call: the tool list narrowed to the enabled
+    tools, tool arguments normalised (aliases, bare strings for lists), scope keys in them
+    checked against the binding and dropped, and the models warmed once the client has
+    initialized (so `initialize` never waits for them)."""
 
-    def __init__(self, service: Service, scope: Scope,
-                 narrow: Callable[[Any, Scope], Scope]) -> None:
-        self.service, self.scope, self.narrow = service, scope, narrow
+    def __init__(self, service: Service, scope: Scope, narrow: Callable[[Any, Scope], Scope],
+                 enabled: tuple[str, ...]) -> None:
+        self.service, self.scope, self.narrow, self.enabled = service, scope, narrow, enabled
         self.warmed = False
+
+    def tools_for(self, request: Any) -> tuple[str, ...]:
+        headers = getattr(request, "headers", None)
+        wanted = headers.get("x-memcli-tools") if headers is not None else None
+        return select_tools(wanted) if wanted else self.enabled
 
     async def __call__(self, ctx: Any, call_next: Callable[[Any], Any]) -> Any:
         if ctx.method == "notifications/initialized" and not self.warmed:
             self.warmed = True
             threading.Thread(target=_warm, args=(self.service,), daemon=True).start()
+        if ctx.method == "tools/list":
+            result = await call_next(ctx)
+            enabled = set(self.tools_for(ctx.request))
+            if hasattr(result, "tools"):
+                result.tools = [t for t in result.tools if t.name in enabled]
+            return result
         params = ctx.params
         if ctx.method != "tools/call" or not isinstance(params, dict):
             return await call_next(ctx)
         name, arguments = params.get("name"), params.get("arguments")
+        if isinstance(name, str) and name in TOOLS and name not in self.tools_for(ctx.request):
+            return _refusal(f"tool {name} is not enabled on this server "
+                            "(memcli mcp --tools all, or --tools with its name)")
         if not (isinstance(name, str) and isinstance(arguments, dict)):
             return await call_next(ctx)
         rest, named = split_identity(name, normalise(name, arguments))
