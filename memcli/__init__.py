@@ -7,11 +7,14 @@ light commands and `import memcli.tokens` do not pay for pydantic and the whole 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
-
 from memcli.errors import MemcliError
 
+# Not `from typing import TYPE_CHECKING`: every command's start imports this package first
+# (the daemon client runs before anything else), and `typing` costs a few ms there.
+TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from typing import Any
+
     from memcli.memory import Memory
 
 __all__ = ["Memory", "MemcliError", "__version__"]

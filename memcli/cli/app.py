@@ -9,7 +9,20 @@ from typing import Annotated
 import typer
 
 from memcli import __version__
-from memcli.cli import acb, admin, doctor, facts, hook, ingest, keys, ledger, lifecycle, mcp, query
+from memcli.cli import (
+    acb,
+    admin,
+    doctor,
+    facts,
+    hook,
+    ingest,
+    keys,
+    ledger,
+    lifecycle,
+    mcp,
+    query,
+    serve,
+)
 
 
 def _version(value: bool) -> None:
@@ -26,7 +39,7 @@ def _root(
 
 
 # Every command group, in help order. Each module's register() adds its commands to an app.
-MODULES = (ingest, query, admin, acb, ledger, lifecycle, facts, doctor, keys, mcp, hook)
+MODULES = (ingest, query, admin, acb, ledger, lifecycle, facts, doctor, keys, serve, mcp, hook)
 # Top-level command name -> the module registering it (tests check this matches the modules).
 COMMAND_MODULES: dict[str, ModuleType] = {
     **dict.fromkeys(("ingest", "embed", "reindex"), ingest),
@@ -40,6 +53,7 @@ COMMAND_MODULES: dict[str, ModuleType] = {
     **dict.fromkeys(("correct", "entity"), facts),
     "doctor": doctor,
     "key": keys,
+    "serve": serve,
     "mcp": mcp,
     "hook": hook,
 }
@@ -64,12 +78,14 @@ def build_app(modules: tuple[ModuleType, ...] = MODULES) -> typer.Typer:
 app = build_app()
 
 
-def run_typer() -> None:
-    """Parse sys.argv with Typer and run the command (`memcli.cli.entry.main` comes first)."""
-    command = sys.argv[1] if len(sys.argv) > 1 else None
+def run_typer(argv: list[str] | None = None) -> None:
+    """Parse `argv` (default: sys.argv[1:]) with Typer and run the command: the in-process
+    path of `memcli.cli.entry.main`, and what `memcli serve` runs for a forwarded command."""
+    args = sys.argv[1:] if argv is None else argv
+    command = args[0] if args else None
     # Typer turns every registered command into a click command before parsing (~60 ms for
     # all of them): a named command only needs its own group. Help, completion and unknown
     # names get the whole app.
     module = COMMAND_MODULES.get(command or "")
     target = build_app((module,)) if module is not None else app
-    target(prog_name="memcli")
+    target(args=args, prog_name="memcli")

@@ -1,4 +1,8 @@
-"""The `memcli` entry point: the fast path for `query` and `acb build`, else the Typer app."""
+"""The `memcli` entry point: a running `memcli serve` answers the command, else the Typer app.
+
+Only the standard library is imported until the daemon client (`memcli.service.client`) knows
+whether a daemon answered: forwarding must not pay for pydantic, numpy or Typer.
+"""
 
 from __future__ import annotations
 
@@ -7,30 +11,28 @@ import sys
 
 
 def main() -> None:
+    from memcli.service.client import main_hook
+
+    code, argv = main_hook(sys.argv[1:])
+    if code is not None:
+        _exit_now(code)
     from memcli.config import thread_defaults
 
     thread_defaults()  # before any native library loads
     # pydantic otherwise scans every installed package's entry points for plugins (~20 ms of
     # each start-up); memcli uses none.
     os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
-    from memcli.cli import fast
-
-    if fast.run(sys.argv[1:]):
-        _exit_now()
     from memcli.cli.app import run_typer
 
-    run_typer()
+    run_typer(argv)
 
 
-def _exit_now() -> None:
-    """End a finished fast-path command without the interpreter's teardown.
-
-    Everything is written and closed by now (the database inside the command's `with`), and
-    tearing down the modules a query imports (pydantic, numpy, the models) measured ~40 ms of
-    a ~250 ms process: more than parsing the command line. Output is flushed first."""
+def _exit_now(code: int) -> None:
+    """End a forwarded command: its output went straight from the daemon to our stdout and
+    stderr, so there is nothing to flush but our own (nothing) and no teardown worth running."""
     try:
         sys.stdout.flush()
         sys.stderr.flush()
-    except BrokenPipeError:  # the reader went away: as `errors()` does, not an error
+    except BrokenPipeError:
         pass
-    os._exit(0)
+    os._exit(code)

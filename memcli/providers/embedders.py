@@ -549,15 +549,36 @@ _FACTORIES: dict[str, Callable[..., Embedder]] = {
 EMBEDDER_NAMES: tuple[str, ...] = tuple(_FACTORIES)
 
 
+# The local models hold their weights in the instance: one instance per (name, options) in the
+# process, so a long-running process (`memcli serve`, a library user opening many `Memory`
+# objects) loads each model once and every later command finds it warm. Both lock their calls.
+_SHARED = {"e5-small", "minilm"}
+_INSTANCES: dict[tuple[str, tuple[tuple[str, Any], ...]], Embedder] = {}
+_INSTANCES_LOCK = threading.Lock()
+
+
 def get_embedder(name: str = DEFAULT_EMBEDDER, **options: Any) -> Embedder:
     """Build the embedder called `name` with constructor `options`; loading stays lazy.
+    The local models (e5-small, minilm) are built once per process and shared.
 
     Raises EmbedderError for an unknown name or options the embedder does not take.
     """
     factory = _FACTORIES.get(name)
     if factory is None:
         raise EmbedderError(f"unknown embedder {name!r} (valid names: {', '.join(EMBEDDER_NAMES)})")
+    key = (name, tuple(sorted(options.items())))
+    shared = name in _SHARED
     try:
-        return factory(**options)
-    except TypeError as exc:
-        raise EmbedderError(f"bad options for embedder {name!r}: {exc}") from exc
+        hash(key)
+    except TypeError:  # an unhashable option value: a private instance
+        shared = False
+    with _INSTANCES_LOCK:
+        if shared and key in _INSTANCES:
+            return _INSTANCES[key]
+        try:
+            embedder = factory(**options)
+        except TypeError as exc:
+            raise EmbedderError(f"bad options for embedder {name!r}: {exc}") from exc
+        if shared:
+            _INSTANCES[key] = embedder
+        return embedder

@@ -20,6 +20,7 @@ from memcli.errors import (
     StorageError,
 )
 from memcli.store import migrations, vectors
+from memcli.store.writers import writer_lock
 
 # How long a writer waits for the write lock before the command gives up with exit 75
 # (`MEMCLI_BUSY_TIMEOUT`, seconds). Write transactions are short (models and embeddings run
@@ -200,19 +201,30 @@ class Database:
             with self.conn:
                 yield
             return
-        self._begin_immediate(self.busy_timeout if wait is None else wait)
+        wait = self.busy_timeout if wait is None else wait
+        # Threads of this process queue here first (memcli serve), within the same wait.
+        lock = writer_lock(self.path)
+        deadline = time.monotonic() + wait
+        if lock is not None and not lock.acquire(timeout=wait):
+            raise self._busy(wait)
         try:
-            yield
-        except BaseException:
-            # SQLite may have rolled back already (a full disk does): keep the first error.
-            if self.conn.in_transaction:
-                self.conn.execute("ROLLBACK")
-            raise
-        else:
-            self.conn.execute("COMMIT")
+            self._begin_immediate(max(deadline - time.monotonic(), 0.0), wait)
+            try:
+                yield
+            except BaseException:
+                # SQLite may have rolled back already (a full disk does): keep the first error.
+                if self.conn.in_transaction:
+                    self.conn.execute("ROLLBACK")
+                raise
+            else:
+                self.conn.execute("COMMIT")
+        finally:
+            if lock is not None:
+                lock.release()
 
-    def _begin_immediate(self, wait: float) -> None:
-        """Take the write lock, waiting up to `wait` seconds in all.
+    def _begin_immediate(self, wait: float, reported: float) -> None:
+        """Take the write lock, waiting up to `wait` seconds in all (`reported`: the wait the
+        busy error names, which includes any time spent queueing in this process).
 
         SQLite's busy handler does the waiting in the usual case; in a few cases it returns
         busy at once (e.g. while another connection recovers the WAL index), so the attempt
@@ -227,7 +239,7 @@ class Database:
                     return
                 except apsw.BusyError as exc:
                     if time.monotonic() + _RETRY_PAUSE >= deadline:
-                        raise self._busy(wait) from exc
+                        raise self._busy(reported) from exc
                     time.sleep(_RETRY_PAUSE)
         finally:
             if wait != self.busy_timeout:

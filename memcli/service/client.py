@@ -1,0 +1,156 @@
+"""The CLI's client of `memcli serve` (standard library only: it runs before anything heavy).
+
+`memcli.cli.entry.main()` calls `main_hook(argv)` first. When a daemon serves the database the
+command targets (`paths.guess_db`), the command line, the full environment, the working folder
+and the caller's file descriptors 0, 1 and 2 (passed with SCM_RIGHTS, as Mercurial's chg does)
+go over its unix socket; the daemon runs the same Typer app on them and sends the exit code
+back. Output is byte-identical by construction: same code, same streams, same environment.
+
+Never forwarded: `serve`, `mcp`, shell completion, commands that start an editor (`acb edit`),
+`--no-daemon` (removed from the command line) and `MEMCLI_NO_DAEMON=1`. No socket, a refused
+connection, or a daemon that closes before it starts the command: the command runs in-process
+at once. Ctrl-C is passed on: the daemon interrupts the command as it would be in-process.
+
+Wire format (`encode_request` / `decode_request`): a 4-byte big-endian length, sent together
+with the three fds, then NUL-separated fields (argv, environment, cwd, umask, the encoding and
+error handler of stdin, stdout and stderr) as the raw bytes the OS gave this process. The
+daemon answers b"R" when the command starts, then b"E<exit code>\\n". Only `_socket` (not
+`socket`, whose enums cost ~10 ms) and no json: this module is on every command's path.
+"""
+
+from __future__ import annotations
+
+import _socket
+import os
+import struct
+import sys
+from array import array
+
+from memcli.service import paths
+
+NO_DAEMON_FLAG = "--no-daemon"
+NEVER_ROUTED = {"serve", "mcp"}
+CONNECT_TIMEOUT = 1.0
+MAGIC = b"memcli/1"
+
+
+def _routable(argv: list[str]) -> bool:
+    if os.environ.get("MEMCLI_NO_DAEMON", "") not in ("", "0"):
+        return False
+    if any(key.startswith("_MEMCLI") and key.endswith("_COMPLETE") for key in os.environ):
+        return False
+    words = [a for a in argv if not a.startswith("-")]
+    if words and words[0] in NEVER_ROUTED:
+        return False
+    # `acb edit` runs $EDITOR on the caller's terminal: always in the caller's process.
+    return not (words and words[0] == "acb" and "edit" in words)
+
+
+def strip_no_daemon(argv: list[str]) -> tuple[list[str], bool]:
+    """argv without `--no-daemon` (before any `--`), and whether it was there."""
+    end = argv.index("--") if "--" in argv else len(argv)
+    if NO_DAEMON_FLAG not in argv[:end]:
+        return argv, False
+    return [a for i, a in enumerate(argv) if not (i < end and a == NO_DAEMON_FLAG)], True
+
+
+def socket_path(argv: list[str]) -> str:
+    return os.environ.get("MEMCLI_SOCKET") or paths.endpoint(
+        paths.guess_db(argv, os.environ), os.environ).socket
+
+
+def encode_request(argv: list[str]) -> bytes:
+    umask = os.umask(0)
+    os.umask(umask)
+    fields = [MAGIC, str(len(argv)).encode(), *map(os.fsencode, argv),
+              str(len(os.environ)).encode(),
+              *(os.fsencode(k) + b"=" + os.fsencode(v) for k, v in os.environ.items()),
+              os.fsencode(os.getcwd()), str(umask).encode()]
+    for stream in (sys.stdin, sys.stdout, sys.stderr):
+        fields.append((getattr(stream, "encoding", None) or "").encode())
+        fields.append((getattr(stream, "errors", None) or "").encode())
+    return b"\0".join(fields)
+
+
+def decode_request(data: bytes) -> dict:
+    """The daemon's view of a request: argv, env, cwd, umask, stdio [(encoding, errors)]."""
+    fields = data.split(b"\0")
+    if fields[0] != MAGIC:
+        raise ValueError("not a memcli request")
+    n = int(fields[1])
+    argv = [os.fsdecode(f) for f in fields[2:2 + n]]
+    i = 2 + n
+    m = int(fields[i])
+    env = dict(os.fsdecode(f).partition("=")[::2] for f in fields[i + 1:i + 1 + m])
+    i += 1 + m
+    cwd, umask = os.fsdecode(fields[i]), int(fields[i + 1])
+    rest = [f.decode() or None for f in fields[i + 2:i + 8]]
+    stdio = [(rest[j], rest[j + 1]) for j in (0, 2, 4)]
+    return {"argv": argv, "env": env, "cwd": cwd, "umask": umask, "stdio": stdio}
+
+
+def forward(argv: list[str]) -> int | None:
+    """The exit code of `argv` run by a daemon, or None: run it in-process."""
+    if not _routable(argv):
+        return None
+    try:
+        sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
+    except OSError:
+        return None
+    try:
+        return _talk(sock, argv)
+    finally:
+        sock.close()
+
+
+def _talk(sock: _socket.socket, argv: list[str]) -> int | None:
+    try:
+        sock.settimeout(CONNECT_TIMEOUT)
+        sock.connect(socket_path(argv))
+        request = encode_request(argv)
+        fds = array("i", [0, 1, 2])
+        sock.sendmsg([struct.pack("!I", len(request))],
+                     [(_socket.SOL_SOCKET, _socket.SCM_RIGHTS, fds.tobytes())])
+        sock.sendall(request)
+        sock.settimeout(None)
+        started = sock.recv(4096)
+    except (OSError, ValueError):  # no daemon, refused, a closed fd 0-2, cwd deleted...
+        return None
+    if not started.startswith(b"R"):
+        return None  # the daemon closed before starting the command (it is shutting down)
+    return _wait_exit(sock, started[1:])
+
+
+def _wait_exit(sock: _socket.socket, data: bytes) -> int:
+    """Wait for the exit code; Ctrl-C is sent on to the daemon (which interrupts the command
+    and reports what the in-process command would); a second Ctrl-C leaves at once."""
+    interrupted = False
+    while b"\n" not in data:
+        try:
+            chunk = sock.recv(4096)
+        except KeyboardInterrupt:
+            if interrupted:
+                return 130
+            interrupted = True
+            try:
+                sock.sendall(b"I")
+            except OSError:
+                return 130
+            continue
+        except OSError:
+            chunk = b""
+        if not chunk:
+            sys.stderr.write("memcli: error: the memcli daemon stopped during the command "
+                             "(check `memcli serve`; the command may have been cut short)\n")
+            return 1
+        data += chunk
+    line = data.split(b"\n", 1)[0]
+    return int(line[1:]) if line[:1] == b"E" and line[1:].isdigit() else 1
+
+
+def main_hook(argv: list[str]) -> tuple[int | None, list[str]]:
+    """(exit code from a daemon, or None to run in-process; argv for the in-process run)."""
+    argv, forced = strip_no_daemon(argv)
+    if forced:
+        return None, argv
+    return forward(argv), argv

@@ -1,0 +1,108 @@
+"""Where a daemon listens, shared by `memcli serve` and the CLI client (standard library only).
+
+One daemon per database: its files live in the user's runtime dir (`$XDG_RUNTIME_DIR/memcli/`,
+else `/tmp/memcli-$UID/`, a 0700 folder the user must own), named by a hash of the database's
+real path, so every client that targets the same file finds the same socket:
+
+    <key>.sock       the CLI socket (requests carry argv, environment, cwd and the caller's fds)
+    <key>.http.sock  the HTTP API (and MCP) on a unix socket
+    <key>.lock       held (flock) by the running daemon: a second `serve` refuses
+    <key>.pid        the running daemon's pid, for the messages and `kill`
+
+`--socket PATH` (and `MEMCLI_SOCKET` for the client) names the CLI socket instead; the other
+three files then sit beside it, named after it. The client runs before `memcli.config` may be
+imported (pydantic), so this module reads the few environment variables it needs itself, with
+the same default database rule as `config.default_db_path`.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from collections.abc import Mapping, Sequence
+
+try:  # the builtin module: hashlib loads OpenSSL (~7 ms of the client's start)
+    from _sha256 import sha256
+except ImportError:  # pragma: no cover - an interpreter without it
+    from hashlib import sha256
+
+APP = "memcli"
+
+
+class RuntimeDirError(Exception):
+    """The runtime folder cannot be used safely (someone else owns it, or others can enter)."""
+
+
+class Endpoint:
+    """The four files of one daemon (paths as strings: no pathlib on the client's route)."""
+
+    __slots__ = ("socket", "http_socket", "lock", "pid")
+
+    def __init__(self, socket: str, http_socket: str, lock: str, pid: str) -> None:
+        self.socket = socket
+        self.http_socket = http_socket
+        self.lock = lock
+        self.pid = pid
+
+
+def runtime_dir(env: Mapping[str, str] = os.environ) -> str:
+    base = env.get("XDG_RUNTIME_DIR")
+    if base:
+        return os.path.join(base, APP)
+    return os.path.join("/tmp", f"{APP}-{os.getuid()}")
+
+
+def ensure_private_dir(folder: str) -> None:
+    """Create `folder` 0700 if missing; refuse one owned by another user or open to others
+    (a socket there could be replaced by someone else's)."""
+    try:
+        os.makedirs(folder, mode=0o700, exist_ok=True)
+        info = os.lstat(folder)
+    except OSError as exc:
+        raise RuntimeDirError(f"cannot create {folder}: {exc.strerror}") from exc
+    if not stat.S_ISDIR(info.st_mode):
+        raise RuntimeDirError(f"{folder} is not a folder")
+    if info.st_uid != os.getuid():
+        raise RuntimeDirError(f"{folder} belongs to another user (uid {info.st_uid})")
+    if info.st_mode & 0o077:
+        raise RuntimeDirError(f"{folder} is open to other users (mode {info.st_mode & 0o777:o})")
+
+
+def db_key(db: str | os.PathLike[str], cwd: str | None = None) -> str:
+    """A short stable name for a database: a hash of its real path (symlinks resolved, relative
+    to `cwd`), so `./memory.db` and its absolute path meet at the same daemon."""
+    path = os.path.join(cwd or os.getcwd(), os.fspath(db))
+    return sha256(os.fsencode(os.path.realpath(path))).hexdigest()[:16]
+
+
+def endpoint_for_socket(socket_path: str | os.PathLike[str]) -> Endpoint:
+    sock = os.fspath(socket_path)
+    base = sock[: -len(".sock")] if sock.endswith(".sock") else sock
+    return Endpoint(sock, base + ".http.sock", base + ".lock", base + ".pid")
+
+
+def endpoint(db: str | os.PathLike[str], env: Mapping[str, str] = os.environ,
+             cwd: str | None = None) -> Endpoint:
+    """The daemon files of database `db` in the runtime folder."""
+    return endpoint_for_socket(os.path.join(runtime_dir(env), f"{db_key(db, cwd)}.sock"))
+
+
+def default_db(env: Mapping[str, str] = os.environ) -> str:
+    """`config.default_db_path()`, without importing config (pydantic)."""
+    data = env.get("XDG_DATA_HOME") or os.path.join(
+        env.get("HOME") or os.path.expanduser("~"), ".local", "share")
+    return os.path.join(data, APP, "memory.db")
+
+
+def guess_db(argv: Sequence[str], env: Mapping[str, str] = os.environ) -> str:
+    """The database a command line targets, cheaply: `--db X` / `--db=X`, else `MEMCLI_DB`,
+    else the default path. A config file's `db:` is not read (that needs yaml): such a command
+    misses the daemon and runs in-process, which is correct, only slower."""
+    for i, arg in enumerate(argv):
+        if arg == "--":
+            break
+        if arg == "--db" and i + 1 < len(argv):
+            return argv[i + 1]
+        if arg.startswith("--db="):
+            return arg[len("--db="):]
+    return env.get("MEMCLI_DB") or default_db(env)
