@@ -15,6 +15,7 @@ from typing import Annotated, Any
 
 import typer
 
+from memcli.cli.mcp import AgentOpt, AppOpt, TenantOpt, UserOpt
 from memcli.cli.options import DbOpt
 
 StrictOpt = Annotated[bool, typer.Option(
@@ -74,8 +75,6 @@ def _scope(tenant: str | None, user: str | None, agent: str | None, app_id: str 
 
 
 def register(app: typer.Typer) -> None:
-    from memcli.cli.mcp import AgentOpt, AppOpt, TenantOpt, UserOpt
-
     hook_app = typer.Typer(help="Commands for a coding agent's hooks (read the hook JSON on "
                                 "stdin; never fail the agent: errors go to hooks.log, exit 0).",
                            no_args_is_help=True)

@@ -33,33 +33,20 @@ ToolsOpt = Annotated[str | None, typer.Option(
                     "record_decision,record_task,history,app_memories,purge_app).")]
 
 
-def _http_socket(db: Path | None) -> str | None:
-    """The daemon's HTTP socket for this database, if a daemon answers there."""
-    import os
-
-    from memcli.cli.mcp_bridge import daemon_answers
-
-    try:
-        from memcli.service import paths
-    except ImportError:  # no daemon support in this build
-        return None
-    override = os.environ.get("MEMCLI_SOCKET")
-    if override:
-        endpoint = paths.endpoint_for_socket(override)
-    else:
-        target = str(db) if db is not None else paths.guess_db([], os.environ)
-        endpoint = paths.endpoint(target, os.environ)
-    path = str(endpoint.http_socket)
-    return path if os.path.exists(path) and daemon_answers(path) else None
-
-
 def serve_stdio(db: Path | None, tenant: str | None, user: str | None, agent: str | None,
                 app: str | None, tools: str | None, no_daemon: bool) -> int:
     """Forward to the daemon, else serve in-process. Returns the exit code."""
+    import os
+
     from memcli.cli import mcp_bridge
 
-    socket_path = None if no_daemon else _http_socket(db)
-    if socket_path is not None:
+    # The entry point removes `--no-daemon` from the argv Typer sees (memcli.service.client):
+    # the original command line and MEMCLI_NO_DAEMON still say it.
+    no_daemon = (no_daemon or "--no-daemon" in sys.argv[1:]
+                 or os.environ.get("MEMCLI_NO_DAEMON", "") not in ("", "0"))
+    socket_path = None if no_daemon else mcp_bridge.daemon_http_socket(
+        str(db) if db is not None else None, os.environ)
+    if socket_path is not None:  # the entry point's bridge missed it (e.g. a late daemon)
         headers = mcp_bridge.scope_headers(tenant, user, agent, app)
         if tools:
             headers["X-Memcli-Tools"] = tools

@@ -17,9 +17,11 @@ from __future__ import annotations
 
 import http.client
 import json
+import os
 import socket
 import sys
 import threading
+from collections.abc import Mapping
 from typing import BinaryIO
 
 MCP_PATH = "/mcp"
@@ -178,3 +180,69 @@ def scope_headers(tenant: str | None, user: str | None, agent: str | None,
 def forward(socket_path: str, headers: dict[str, str]) -> int:
     """Bridge this process's stdin/stdout to the daemon until stdin closes."""
     return Bridge(socket_path, headers, sys.stdout.buffer).run(sys.stdin.buffer)
+
+
+# `memcli mcp`'s options, as (flag, header); the header carries it to the daemon.
+_FLAGS = {"--tenant": "X-Memcli-Tenant", "--user": "X-Memcli-User",
+          "--agent": "X-Memcli-Agent", "--app": "X-Memcli-App", "--tools": "X-Memcli-Tools",
+          "--db": None}
+_ENV = {"MEMCLI_TENANT": "X-Memcli-Tenant", "MEMCLI_USER": "X-Memcli-User",
+        "MEMCLI_AGENT": "X-Memcli-Agent", "MEMCLI_APP": "X-Memcli-App"}
+
+
+def parse_argv(argv: list[str], env: Mapping[str, str]) -> tuple[str | None, dict[str, str]] | None:
+    """(database, headers) of a plain `memcli mcp [OPTIONS]` line, or None for anything else
+    (a subcommand, --help, --no-daemon, an unknown option): Typer handles those."""
+    if not argv or argv[0] != "mcp":
+        return None
+    headers = {header: env[var] for var, header in _ENV.items() if env.get(var)}
+    db = None
+    rest = argv[1:]
+    i = 0
+    while i < len(rest):
+        flag, value = rest[i], None
+        if "=" in flag and flag.split("=", 1)[0] in _FLAGS:
+            flag, value = flag.split("=", 1)
+            i += 1
+        elif flag in _FLAGS and i + 1 < len(rest):
+            value = rest[i + 1]
+            i += 2
+        else:
+            return None
+        if flag == "--db":
+            db = value
+        else:
+            headers[_FLAGS[flag]] = value  # type: ignore[index]
+    return db, headers
+
+
+def daemon_http_socket(db: str | None, env: Mapping[str, str]) -> str | None:
+    """The HTTP socket of the daemon serving `db` (None: the default database), if one
+    answers there (`MEMCLI_SOCKET` names the daemon's CLI socket instead, as for the CLI)."""
+    from memcli.service import paths
+
+    if env.get("MEMCLI_NO_DAEMON", "") not in ("", "0"):
+        return None
+    override = env.get("MEMCLI_SOCKET")
+    try:
+        if override:
+            endpoint = paths.endpoint_for_socket(override)
+        else:
+            endpoint = paths.endpoint(db or env.get("MEMCLI_DB") or paths.default_db(env), env)
+    except OSError:
+        return None
+    path = str(endpoint.http_socket)
+    return path if os.path.exists(path) and daemon_answers(path) else None
+
+
+def main_hook(argv: list[str], env: Mapping[str, str] = os.environ) -> int | None:
+    """`memcli mcp` before anything else is imported: bridge to the daemon when one answers
+    and return the exit code; None to go on in-process (the Typer command)."""
+    parsed = parse_argv(argv, env)
+    if parsed is None:
+        return None
+    db, headers = parsed
+    socket_path = daemon_http_socket(db, env)
+    if socket_path is None:
+        return None
+    return forward(socket_path, headers)
