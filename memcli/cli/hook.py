@@ -85,6 +85,9 @@ def register(app: typer.Typer) -> None:
         agent: AgentOpt = None, app_id: AppOpt = None,
         max_tokens: Annotated[int, typer.Option(
             "--max-tokens", min=1, help="Budget of the injected bundle.")] = 4000,
+        query: Annotated[str | None, typer.Option(
+            "--query", help="What to retrieve evidence for (default: the project folder's "
+                            "name, from the hook's cwd).")] = None,
         strict: StrictOpt = False,
     ) -> None:
         """SessionStart: print a context bundle as the agent's additional context."""
@@ -92,12 +95,15 @@ def register(app: typer.Typer) -> None:
             import json
 
             from memcli.service import api
-            from memcli.service.hooks import session_context
+            from memcli.service.hooks import session_context, session_topic
 
             payload = _read_payload()
             request: dict[str, Any] = {"max_tokens": max_tokens}
-            if payload.get("session_id"):
-                request["session_id"] = str(payload["session_id"])
+            # Not the session's id: a bundle for a session narrows its evidence to that
+            # session, and a new one has none yet.
+            topic = query or session_topic(payload)
+            if topic:
+                request["query_text"] = topic
             service = _service(db)
             try:
                 bundle = service.run(api.build_acb, _scope(tenant, user, agent, app_id),

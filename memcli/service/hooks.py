@@ -111,6 +111,18 @@ def turns_from(payload: dict[str, Any]) -> list[dict[str, Any]]:
     return turns
 
 
+def session_topic(payload: dict[str, Any]) -> str | None:
+    """What a new session is probably about: its project folder's name (from the hook's
+    `cwd`), with separators as spaces so the lexical leg matches its words."""
+    cwd = payload.get("cwd")
+    if not isinstance(cwd, str) or not cwd.strip():
+        return None
+    name = Path(cwd).name
+    for sep in "-_.":
+        name = name.replace(sep, " ")
+    return name.strip() or None
+
+
 def session_context(bundle: dict[str, Any]) -> dict[str, Any]:
     """The SessionStart hook output for a bundle."""
     from memcli.acb.render import render_markdown

@@ -296,6 +296,9 @@ class _Forgiving:
         if ctx.method == "tools/list":
             result = await call_next(ctx)
             enabled = set(self.tools_for(ctx.request))
+            if isinstance(result, dict) and isinstance(result.get("tools"), list):
+                return {**result, "tools": [t for t in result["tools"]
+                                            if isinstance(t, dict) and t.get("name") in enabled]}
             if hasattr(result, "tools"):
                 result.tools = [t for t in result.tools if t.name in enabled]
             return result
@@ -336,9 +339,13 @@ def _refusal(text: str) -> Any:
 
 
 def _warm(service: Service) -> None:
-    """Open the database and construct the models in the background; a failure here is
-    reported by the first tool call instead."""
+    """Construct the models and start loading them in the background, so the first tool call
+    does not pay for them. The database is not opened here: a second connection racing the
+    first call's on a new file can stall both (one holds the process's writer lock, the other
+    SQLite's) until the busy timeout. A failure here is reported by the first call instead."""
     try:
-        service.memory()
+        from memcli.retrieval.search import preload_models
+
+        preload_models(*service.models())
     except Exception:  # noqa: BLE001, S110
         pass
