@@ -196,6 +196,12 @@ def encryption_key_source() -> tuple[str | None, Path]:
     return os.environ.get("MEMCLI_KEY") or None, Path(file) if file else _config_dir() / "key"
 
 
+def serve_token_path() -> Path:
+    """Where `memcli serve` keeps the bearer token it generates when given no --token-file
+    (0600, under the config dir like the encryption key)."""
+    return _config_dir() / "serve-token"
+
+
 def _read_config_file(path: Path) -> dict[str, Any]:
     if not path.exists():
         return {}

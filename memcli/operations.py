@@ -115,7 +115,8 @@ def ingest_payload(memory: Memory, sources: list[tuple[str, str]], *,
     the ingest report, per-record problems in `rejected`, duplicates in `skipped`."""
     from memcli.ingest import parse_records
 
-    records = [(line, value, name) for name, body in sources
+    # (line, value, source name): the source names each rejected record's origin.
+    records: list[Any] = [(line, value, name) for name, body in sources
                for line, value in parse_records(body)]
     report = memory.ingest(records, defaults=defaults, strict=strict, defer_embed=defer_embed)
     return report.model_dump()

@@ -23,7 +23,6 @@ from typing import TYPE_CHECKING, Any
 from memcli.errors import (
     DatabaseBusyError,
     MemcliError,
-    NoDatabaseError,
     NotAllowedError,
     NotFoundError,
     UsageError,
@@ -52,7 +51,7 @@ class Scope:
     def narrowed(self, **bound: str | None) -> Scope:
         """This scope with more keys bound (a header or path segment); a key bound already
         to another value is refused."""
-        values = {k: _bind(k, getattr(self, k), v) for k, v in bound.items()}
+        values: dict[str, Any] = {k: _bind(k, getattr(self, k), v) for k, v in bound.items()}
         return replace(self, **values)
 
 
@@ -141,11 +140,12 @@ def record_events(ctx: Context, scope: Scope, request: Any) -> dict[str, Any]:
 
 def build_acb(ctx: Context, scope: Scope, request: dict[str, Any]) -> dict[str, Any]:
     """Seed 003's `build_acb`: the bundle `memcli acb build --json` prints for this request."""
+    from memcli.inputs import check_value
     from memcli.operations import acb_payload, prepare_acb
 
     if not isinstance(request, dict):
         raise UsageError("the acb request must be one JSON object")
-    req, note = prepare_acb(dict(request))
+    req, note = prepare_acb(check_value(dict(request), "the acb request"))
     req.tenant_id = _tenant(ctx, scope, req.tenant_id)
     req.user_id = _bind("user_id", scope.user_id, req.user_id)
     req.agent_id = _bind("agent", scope.agent, req.agent_id)
@@ -419,8 +419,6 @@ def status_for(exc: BaseException) -> tuple[int, dict[str, str]]:
         return 400, {}
     if isinstance(exc, DatabaseBusyError):
         return 503, {"Retry-After": "1"}
-    if isinstance(exc, NoDatabaseError):
-        return 503, {}
     if isinstance(exc, UsageError | ValidationError):
         return 422, {}
     return 500, {}

@@ -1,0 +1,305 @@
+"""The HTTP API through a real uvicorn server on 127.0.0.1 and a real client (httpx).
+
+Every route, validation errors, bearer tokens (required, tenant-bound), DNS-rebinding and
+cross-site refusals, the OpenAPI document, and the auth decision for hosts off loopback."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from conftest import write_lock_held
+from http_support import OPERATOR, T1_TOKEN, T2_TOKEN, running_api, write_token_file
+
+from memcli.errors import UsageError
+from memcli.service.auth import is_loopback, load_auth
+from memcli.service.http import ROUTES
+
+
+@pytest.fixture
+def server(tmp_path, monkeypatch):
+    with running_api(tmp_path, monkeypatch) as api:
+        yield api
+
+
+def _event(text: str, **extra) -> dict:
+    return {"session_id": "s1", "user_id": "u1", "content": {"text": text}, **extra}
+
+
+def _path(route) -> str:
+    """A concrete path for a route's template."""
+    return (route.path.replace("{memory_id:int}", "1").replace("{artifact_id}", "art_x")
+            .replace("{app_id}", "a1"))
+
+
+# -- every route ------------------------------------------------------------------------------
+def test_events_record_dedupe_and_per_record_errors(server) -> None:
+    with server.client() as c:
+        r = c.post("/api/v1/events", json=_event("we deploy blue-green on Fridays",
+                                                 event_id="e1", tenant_id="t1"))
+        assert r.status_code == 200, r.text
+        assert r.json()["created"] == ["e1"] and r.json()["rejected"] == []
+        again = c.post("/api/v1/events", json=[_event("we deploy blue-green on Fridays",
+                                                      event_id="e1", tenant_id="t1")])
+        assert again.json()["skipped"] == ["e1"]
+        mixed = c.post("/api/v1/events", json=[_event("fine", tenant_id="t1"),
+                                               {"kind": "nonsense", "text": "x"}])
+        assert mixed.status_code == 422
+        report = mixed.json()
+        assert len(report["created"]) == 1 and [p["line"] for p in report["rejected"]] == [2]
+
+
+def test_acb_build_query_and_history(server) -> None:
+    with server.client(T1_TOKEN) as c:
+        c.post("/api/v1/events", json=_event("the staging database listens on port 5433"))
+        hits = c.post("/api/v1/query", json={"query": "staging database port", "top_k": 3})
+        assert hits.status_code == 200, hits.text
+        assert hits.json()[0]["text"].startswith("the staging database")
+        assert hits.json()[0]["tenant_id"] == "t1"
+        bullets = c.post("/api/v1/query", json={"query": "staging port", "return": "bullets"})
+        assert set(bullets.json()[0]) == {"id", "category", "text", "scope"}
+        bundle = c.post("/api/v1/acb/build", json={"query_text": "staging port",
+                                                   "session_id": "s1", "user_id": "u1"})
+        assert bundle.status_code == 200, bundle.text
+        assert "5433" in json.dumps(bundle.json()["sections"])
+        memory_id = hits.json()[0]["id"]
+        history = c.get(f"/api/v1/memories/{memory_id}/history")
+        assert history.status_code == 200 and history.json()[0]["op"] == "ADD"
+
+
+def test_artifacts_decisions_tasks_remember_forget(server) -> None:
+    with server.client(T1_TOKEN) as c:
+        out = c.post("/api/v1/events", json=_event("y" * 70_000, kind="tool_result")).json()
+        art = c.get(f"/api/v1/artifacts/{out['artifacts'][0]}")
+        assert art.status_code == 200 and art.json()["bytes"] >= 70_000
+        assert c.get("/api/v1/artifacts/art_nope").status_code == 404
+        d = c.post("/api/v1/decisions", json={"decision": "Use SQLite", "rationale": ["one file"]})
+        assert d.status_code == 200 and d.json()["tenant_id"] == "t1"
+        listed = c.get("/api/v1/decisions/query", params={"status": "all", "limit": "5"})
+        assert [x["id"] for x in listed.json()] == [d.json()["id"]]
+        task = c.post("/api/v1/tasks", json={"title": "write the HTTP tests"}).json()
+        done = c.post("/api/v1/tasks", json={"task_id": task["id"], "status": "done"})
+        assert done.json()["status"] == "done"
+        fact = c.post("/api/v1/memories", json={"text": "Priya prefers green tea"})
+        assert fact.status_code == 200 and fact.json()["status"] == "created"
+        gone = c.delete(f"/api/v1/memories/{fact.json()['id']}")
+        assert gone.status_code == 200 and gone.json()["state"] == "soft_deleted"
+
+
+def test_app_memories_list_delete_one_and_all(server) -> None:
+    with server.client(T1_TOKEN) as c:
+        ids = [c.post("/api/v1/memories", json={"text": t, "app_id": "a1"}).json()["id"]
+               for t in ("The billing export runs nightly", "Priya owns the release list")]
+        c.post("/api/v1/memories", json={"text": "Weather widget uses Celsius", "app_id": "a2"})
+        listed = c.get("/apps/a1/memories").json()
+        assert sorted(m["id"] for m in listed["memories"]) == sorted(ids)
+        assert c.delete(f"/apps/a2/memories/{ids[0]}").status_code == 404  # not a2's
+        one = c.delete(f"/apps/a1/memories/{ids[0]}")
+        assert one.status_code == 200 and one.json()["memories"] == 1
+        assert c.delete("/apps/a1/memories").json()["memories"] == 1
+        assert c.get("/apps/a1/memories").json()["memories"] == []
+        assert len(c.get("/apps/a2/memories").json()["memories"]) == 1
+
+
+def test_healthz_and_unknown_routes(server) -> None:
+    with server.client(None) as c:
+        assert c.get("/healthz").json()["status"] == "ok"
+        missing = c.get("/api/v1/nothing")
+        assert missing.status_code == 404 and "error" in missing.json()
+        assert c.get("/api/v1/events").status_code == 405
+
+
+# -- validation --------------------------------------------------------------------------------
+@pytest.mark.parametrize(("body", "headers", "status", "message"), [
+    (b"{not json", {"Content-Type": "application/json"}, 400, "not JSON"),
+    (b'{"query": "x"}', {"Content-Type": "text/plain"}, 400, "must be JSON"),
+    (b"[1, 2]", {"Content-Type": "application/json"}, 400, "one JSON object"),
+    (b'{"query": ""}', {"Content-Type": "application/json"}, 422, "bad query request: query"),
+    (b'{"query": "x", "filters": {"colour": "red"}}', {"Content-Type": "application/json"},
+     422, "filters.colour"),
+    (b'{"query": "x", "top_k": "many"}', {"Content-Type": "application/json"}, 422, "top_k"),
+])
+def test_bad_bodies_are_one_line_errors(server, body, headers, status, message) -> None:
+    with server.client() as c:
+        r = c.post("/api/v1/query", content=body, headers=headers)
+    assert r.status_code == status, r.text
+    error = r.json()["error"]
+    assert message in error and "\n" not in error and "Traceback" not in r.text
+
+
+def test_bad_query_parameters_and_models(server) -> None:
+    with server.client() as c:
+        assert c.get("/api/v1/decisions/query", params={"limit": "0"}).status_code == 422
+        assert c.get("/api/v1/decisions/query", params={"colour": "red"}).status_code == 422
+        bad = c.post("/api/v1/acb/build", json={"max_tokens": "lots"})
+        assert bad.status_code == 422 and bad.json()["error"].startswith("bad acb request")
+        assert c.post("/api/v1/tasks", json={"status": "done"}).status_code == 422
+        # A lone surrogate (\ud800 in the JSON text) is not text SQLite or a model can take.
+        lone = c.post("/api/v1/acb/build", content=b'{"query_text": "a\\ud800b"}',
+                      headers={"Content-Type": "application/json"})
+        assert lone.status_code == 422, lone.text
+        empty = c.get("/api/v1/decisions/query", headers={"X-Memcli-Tenant": ""})
+        assert empty.status_code == 400 and "empty tenant" in empty.json()["error"]
+
+
+def test_busy_database_is_503_with_retry_after(tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv("MEMCLI_BUSY_TIMEOUT", "0.2")
+    with running_api(tmp_path, monkeypatch) as api, api.client() as c:
+        assert c.post("/api/v1/events", json=_event("first")).status_code == 200
+        with write_lock_held(api.db):
+            r = c.post("/api/v1/events", json=_event("second"))
+        assert r.status_code == 503, r.text
+        assert r.headers["Retry-After"] == "1" and r.json()["exit_code"] == 75
+
+
+# -- tokens and tenants ------------------------------------------------------------------------
+@pytest.mark.parametrize("route", ROUTES, ids=lambda r: f"{r.method} {r.path}")
+def test_every_api_route_needs_the_token(server, route) -> None:
+    for token in (None, "wrong-token-0123456789abcdef"):
+        with server.client(token) as c:
+            r = c.request(route.method, _path(route), json={} if route.method == "POST" else None)
+        assert r.status_code == 401, (token, r.text)
+        assert r.headers["WWW-Authenticate"] == "Bearer"
+
+
+def test_a_tenant_bound_token_never_reads_another_tenant(server) -> None:
+    with server.client(T1_TOKEN) as one, server.client(T2_TOKEN) as two:
+        one.post("/api/v1/events", json=_event("tenant one launch codeword is walrus"))
+        one.post("/api/v1/decisions", json={"decision": "tenant one picks walrus"})
+        two.post("/api/v1/events", json=_event("tenant two launch codeword is heron"))
+        hits = two.post("/api/v1/query", json={"query": "launch codeword"}).json()
+        assert hits and {h["tenant_id"] for h in hits} == {"t2"}
+        assert "walrus" not in json.dumps(hits)
+        # Naming the other tenant, in a header or in the body, is refused, never answered.
+        sneaky = server.client(T2_TOKEN, **{"X-Memcli-Tenant": "t1"})
+        with sneaky:
+            r = sneaky.post("/api/v1/query", json={"query": "launch codeword"})
+        assert r.status_code == 403 and "walrus" not in r.text
+        r = two.post("/api/v1/query", json={"query": "codeword",
+                                            "filters": {"tenant_id": "t1"}})
+        assert r.status_code == 403
+        assert two.get("/api/v1/decisions/query", params={"tenant_id": "t1"}).status_code == 403
+        assert two.get("/api/v1/decisions/query").json() == []
+        r = two.post("/api/v1/events", json=_event("planted", tenant_id="t1"))
+        assert r.status_code == 403
+        bundle = two.post("/api/v1/acb/build", json={"query_text": "launch codeword"})
+        assert bundle.status_code == 200 and "walrus" not in bundle.text
+    # The operator token (unbound) may narrow itself to a tenant with the header.
+    with server.client(OPERATOR, **{"X-Memcli-Tenant": "t1"}) as op:
+        assert "walrus" in op.post("/api/v1/query", json={"query": "launch codeword"}).text
+
+
+def test_host_header_rebinding_and_cross_site_origins_are_refused(server) -> None:
+    with server.client() as c:
+        rebound = c.get("/api/v1/decisions/query", headers={"Host": "evil.example"})
+        assert rebound.status_code == 400
+        ok = c.get("/api/v1/decisions/query", headers={"Host": "localhost"})
+        assert ok.status_code == 200
+        cross = c.get("/api/v1/decisions/query", headers={"Origin": "https://evil.example"})
+        assert cross.status_code == 403
+        same = c.get("/api/v1/decisions/query", headers={"Origin": "http://127.0.0.1"})
+        assert same.status_code == 200
+
+
+def test_no_token_on_loopback_only_with_the_flag(tmp_path, monkeypatch) -> None:
+    with running_api(tmp_path, monkeypatch, token_file=None, no_token=True) as api:
+        with api.client(None) as c:
+            assert c.get("/api/v1/decisions/query").status_code == 200
+
+
+def test_the_auth_decision_off_loopback(tmp_path) -> None:
+    from memcli.config import load_settings
+
+    settings = load_settings(tmp_path / "m.db")
+    for host in ("0.0.0.0", "192.168.1.20", "::"):
+        assert not is_loopback(host)
+        with pytest.raises(UsageError, match="without a token"):
+            load_auth(host=host, port=8080, token_file=None, no_token=True, settings=settings)
+        # No token file: one is generated (0600) and required.
+        auth = load_auth(host=host, port=8080, token_file=None, no_token=False,
+                         settings=settings)
+        assert auth.required and auth.token_file is not None
+        assert auth.token_file.stat().st_mode & 0o077 == 0
+        assert auth.check(None) is None and auth.check("Bearer nope") is None
+        secret = auth.token_file.read_text().strip()
+        assert auth.check(f"Bearer {secret}") is not None
+    assert "evil.example" not in load_auth(host="192.168.1.20", port=1, token_file=None,
+                                           no_token=False, settings=settings).allowed_hosts
+    for host in ("127.0.0.1", "::1", "localhost"):
+        assert is_loopback(host)
+        assert load_auth(host=host, port=1, token_file=None, no_token=True,
+                         settings=settings).required is False
+
+
+def test_token_files_are_checked(tmp_path) -> None:
+    from memcli.config import load_settings
+
+    settings = load_settings(tmp_path / "m.db")
+
+    def load(path):
+        return load_auth(host="127.0.0.1", port=1, token_file=path, no_token=False,
+                         settings=settings)
+
+    readable = write_token_file(tmp_path / "open", [OPERATOR], mode=0o644)
+    with pytest.raises(UsageError, match="readable by others"):
+        load(readable)
+    with pytest.raises(UsageError, match="at least 16"):
+        load(write_token_file(tmp_path / "short", ["abc"]))
+    with pytest.raises(UsageError, match="bad binding"):
+        load(write_token_file(tmp_path / "bad", [f"{OPERATOR} colour=red"]))
+    with pytest.raises(UsageError, match="no token"):
+        load(write_token_file(tmp_path / "empty", ["# nothing"]))
+    with pytest.raises(UsageError, match="exclude"):
+        load_auth(host="127.0.0.1", port=1, token_file=readable, no_token=True,
+                  settings=settings)
+    auth = load(write_token_file(tmp_path / "ok", [
+        OPERATOR, f"{T1_TOKEN} tenant=t1 agent=planner categories=tasks,notes"]))
+    bound = auth.check(f"Bearer {T1_TOKEN}")
+    assert bound is not None and bound.tenant == "t1" and bound.categories == ("tasks", "notes")
+    assert auth.check(f"Bearer {OPERATOR}").tenant is None
+    assert auth.check(f"Basic {OPERATOR}") is None
+
+
+# -- OpenAPI -----------------------------------------------------------------------------------
+def test_openapi_lists_every_route_with_its_models(server) -> None:
+    with server.client(None) as c:
+        doc = c.get("/openapi.json").json()
+    served = {(r.method.lower(), r.path.replace(":int}", "}")) for r in ROUTES}
+    listed = {(m, p) for p, ops in doc["paths"].items() for m in ops if p != "/healthz"}
+    assert listed == served and len(served) == 13
+    body = doc["paths"]["/api/v1/query"]["post"]["requestBody"]["content"]["application/json"]
+    assert body["schema"]["$ref"] == "#/components/schemas/QueryRequest"
+    assert "filters" in doc["components"]["schemas"]["QueryRequest"]["properties"]
+    assert "query_text" in doc["components"]["schemas"]["AcbRequest"]["properties"]
+    assert "EventIn" in doc["components"]["schemas"]
+    params = {p["name"] for p in doc["paths"]["/api/v1/decisions/query"]["get"]["parameters"]}
+    assert {"status", "limit", "tenant_id"} <= params
+
+
+def test_the_agent_header_applies_its_allowlist_server_side(server) -> None:
+    with server.client() as c:
+        c.post("/api/v1/events", json=_event("the quarterly offsite is in Lisbon"))
+        assert c.post("/api/v1/query", json={"query": "offsite Lisbon"}).json()
+    # The planner's allowlist (goals, tasks, projects, decisions) has no `event`: the header
+    # binds the agent, so its queries never return an event, and asking for one is refused.
+    with server.client(OPERATOR, **{"X-Memcli-Agent": "planner"}) as planner:
+        assert planner.post("/api/v1/query", json={"query": "offsite Lisbon"}).json() == []
+        asked = planner.post("/api/v1/query", json={"query": "offsite",
+                                                    "categories": ["event"]})
+        assert asked.status_code == 403
+        other = planner.post("/api/v1/query", json={"query": "offsite", "agent": "supervisor"})
+        assert other.status_code == 403
+
+
+def test_the_unix_socket_needs_no_token_but_keeps_a_tokens_binding(tmp_path, monkeypatch
+                                                                    ) -> None:
+    # The daemon's 0600 Unix socket: only its user can connect (as to the CLI socket).
+    with running_api(tmp_path, monkeypatch, uds=tmp_path / "http.sock") as api:
+        with api.client(None) as c:
+            assert c.post("/api/v1/events", json=_event("socket one", tenant_id="t1")
+                          ).status_code == 200
+        with api.client("wrong-token-0123456789abcdef") as c:
+            assert c.get("/api/v1/decisions/query").status_code == 401
+        with api.client(T2_TOKEN) as c:
+            r = c.post("/api/v1/query", json={"query": "socket", "filters": {"tenant_id": "t1"}})
+            assert r.status_code == 403
