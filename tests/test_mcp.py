@@ -131,31 +131,46 @@ def test_identity_cannot_be_overridden_by_arguments(env):
     anyio.run(main)
 
 
-def test_streamable_http_binds_identity_from_headers(db, env, monkeypatch):
-    for key, value in env.items():
-        if key.startswith(("MEMCLI_", "HOME", "XDG_")):
-            monkeypatch.setenv(key, value)
+def test_streamable_http_in_the_api_binds_identity_from_token_and_headers(tmp_path,
+                                                                          monkeypatch):
+    """/mcp of the real HTTP app: the bearer token is required, a tenant-bound token answers
+    for its tenant only, the scope headers narrow it, X-Memcli-Tools picks the tool list."""
+    from http_support import OPERATOR, T1_TOKEN, running_api
+
+    auth = {"Authorization": f"Bearer {T1_TOKEN}"}
 
     async def main(url):
-        async with http_client(url + "/mcp", {"X-Memcli-User": "carol"}) as client:
-            names = {t.name for t in (await client.list_tools()).tools}
-            assert names == DEFAULT
+        async with http_client(url, {**auth, "X-Memcli-User": "carol"}) as client:
+            assert {t.name for t in (await client.list_tools()).tools} == DEFAULT
             stored = payload(await client.call_tool("memory.remember",
                                                     {"text": "Carol reviews on Fridays"}))
-            assert stored["scope"]["user"] == "carol"
-            refused = await client.call_tool("memory.query", {"query": "Fridays",
-                                                              "user": "dave"})
-            assert refused.is_error
+            assert stored["scope"] == {"tenant": "t1", "user": "carol", "agent": None,
+                                       "app": None}
+            for arguments in ({"user": "dave"}, {"tenant_id": "t2"}):
+                refused = await client.call_tool("memory.query", {"query": "Fridays",
+                                                                  **arguments})
+                assert "identity is bound by the server" in error_text(refused)
             hidden = await client.call_tool("memory.purge_app", {"app_id": "x"})
             assert "not enabled" in error_text(hidden)
-        async with http_client(url + "/mcp", {"X-Memcli-User": "dave",
-                                              "X-Memcli-Tools": "all"}) as client:
+        async with http_client(url, {**auth, "X-Memcli-User": "dave",
+                                     "X-Memcli-Tools": "all"}) as client:
             assert {t.name for t in (await client.list_tools()).tools} == set(TOOLS)
             found = payload(await client.call_tool("memory.query", {"query": "Fridays"}))
             assert found["scope"]["user"] == "dave" and found["result"] == []
+        async with http_client(url, {"Authorization": f"Bearer {OPERATOR}",
+                                     "X-Memcli-Tenant": "t2"}) as client:
+            other = payload(await client.call_tool("memory.query", {"query": "Fridays"}))
+            assert other["scope"]["tenant"] == "t2" and other["result"] == []
 
-    with serving(mcp_app(db)) as url:
+    with running_api(tmp_path, monkeypatch) as api:
+        url = api.url + "/mcp"
         anyio.run(main, url)
+        body = {"jsonrpc": "2.0", "id": 1, "method": "tools/list"}
+        accept = {"Accept": "application/json, text/event-stream"}
+        with api.client(token=None, **accept) as http:
+            assert http.post("/mcp", json=body).status_code == 401
+        with api.client(token=T1_TOKEN, **accept, **{"X-Memcli-Tenant": "t2"}) as http:
+            assert http.post("/mcp", json=body).status_code == 403
 
 
 def test_memcli_mcp_bridges_to_a_daemon_socket(tmp_path, db, env, monkeypatch):

@@ -206,28 +206,78 @@ def build_mcp(settings: Settings, scope: Scope, tools: tuple[str, ...] | None = 
 
 
 def http_routes(settings: Settings, service: Service, tools: tuple[str, ...] | None = None, *,
-                scope: Scope | None = None,
-                request_scope: Callable[[Any, Scope], Scope] | None = None,
+                caller: Callable[[Any], Scope | None] | None = None,
                 path: str = "/mcp", allowed_hosts: tuple[str, ...] = ()) -> tuple[list[Any], Any]:
-    """The MCP endpoint for an HTTP app (memcli.service.http): `(routes, lifespan)`. Add the
+    """The MCP endpoint of an HTTP app (memcli.service.http): `(routes, lifespan)`. Add the
     routes to the app and enter `lifespan()` in the app's lifespan (it runs the SDK's session
     manager). Stateless, JSON responses: every POST is answered in its own response, so a
     stdio bridge (`memcli mcp` forwarding to a daemon) maps one line to one request.
-    `allowed_hosts`: Host headers accepted besides loopback's (DNS-rebinding protection)."""
+
+    `caller(request)`: the HTTP app's own check (bearer token, scope headers): the caller's
+    Scope, None for "no token" (answered 401), or a MemcliError (answered with its status);
+    by default the `X-Memcli-*` headers narrow an unbound scope. `allowed_hosts`: Host names
+    accepted besides loopback's (DNS-rebinding protection, as the app's)."""
     from mcp.server.transport_security import TransportSecuritySettings
 
     from memcli.service.api import Scope
 
-    server = build_mcp(settings, scope or Scope(), tools, service=service,
-                       request_scope=request_scope, selectable=True)
-    loopback = ("127.0.0.1", "localhost", "[::1]")
+    server = build_mcp(settings, Scope(), tools, service=service, request_scope=_bound_scope,
+                       selectable=True)
+    hosts = ("127.0.0.1", "localhost", "[::1]", *allowed_hosts)
     security = TransportSecuritySettings(
         enable_dns_rebinding_protection=True,
-        allowed_hosts=[*loopback, *(f"{h}:*" for h in loopback), *allowed_hosts],
-        allowed_origins=[f"http://{h}:*" for h in loopback])
+        allowed_hosts=[*hosts, *(f"{h}:*" for h in hosts)],
+        allowed_origins=[f"{scheme}://{h}{port}" for h in hosts for scheme in ("http", "https")
+                         for port in ("", ":*")])
     app = server.streamable_http_app(streamable_http_path=path, stateless_http=True,
                                      json_response=True, transport_security=security)
-    return list(app.routes), server.session_manager.run
+    guard = caller or (lambda request: headers_scope(request, Scope()))
+    routes = [_guarded(route, guard) for route in app.routes]
+    return routes, server.session_manager.run
+
+
+def _guarded(route: Any, caller: Callable[[Any], Scope | None]) -> Any:
+    """The SDK's /mcp route behind the HTTP app's caller check: the caller's scope is kept in
+    the request state, where the tools read it (`_bound_scope`)."""
+    from starlette.routing import Route
+
+    return Route(route.path, endpoint=_Guard(route.endpoint, caller), methods=route.methods,
+                 name="mcp")
+
+
+class _Guard:
+    """ASGI: refuse a caller the HTTP app refuses (401/403, as its API routes answer), else
+    bind its scope in the request state and hand over to the SDK."""
+
+    def __init__(self, app: Any, caller: Callable[[Any], Scope | None]) -> None:
+        self.app, self.caller = app, caller
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        from starlette.requests import Request
+        from starlette.responses import JSONResponse
+
+        from memcli.service import api
+
+        try:
+            bound = self.caller(Request(scope))
+        except Exception as exc:  # noqa: BLE001 - refused: the same answer as the API's
+            status, headers = api.status_for(exc)
+            response = JSONResponse(api.error_payload(exc), status_code=status, headers=headers)
+            return await response(scope, receive, send)
+        if bound is None:
+            response = JSONResponse({"error": "a bearer token is required (Authorization: "
+                                     "Bearer <token>)", "exit_code": 2}, status_code=401,
+                                    headers={"WWW-Authenticate": "Bearer"})
+            return await response(scope, receive, send)
+        scope.setdefault("state", {})["memcli_scope"] = bound
+        await self.app(scope, receive, send)
+
+
+def _bound_scope(request: Any, scope: Scope) -> Scope:
+    """For HTTP: the scope the guard bound for this request."""
+    state = getattr(request, "scope", {}).get("state", {}) if request is not None else {}
+    bound = state.get("memcli_scope")
+    return bound if bound is not None else scope
 
 
 def headers_scope(request: Any, scope: Scope) -> Scope:
