@@ -327,3 +327,37 @@ def test_hooks_never_fail_the_agent(env, tmp_path):
     assert log.read_text(encoding="utf-8").count("hook ") >= 2
     strict = _memcli(env, "hook", "session-start", "--db", str(not_a_db), "--strict")
     assert strict.returncode != 0 and strict.stderr.startswith("memcli: error:")
+
+
+def test_sessions_share_a_running_memcli_serve(tmp_path, db, env):
+    """Two agent sessions (`memcli mcp` children) against a real `memcli serve`: both write
+    through the daemon, each under its own bound user, and both writes land once. The
+    children get a broken config file: served in-process they would fail on it, the bridge
+    never reads it."""
+    from mcp_support import daemon
+
+    broken = tmp_path / "broken.yaml"
+    broken.write_text("retrieval: [\n", encoding="utf-8")
+    children = {**env, "MEMCLI_CONFIG": str(broken)}
+
+    async def session(user: str) -> None:
+        async with _stdio(children, "--db", str(db), "--user", user) as client:
+            stored = payload(await client.call_tool(
+                "memory.record_event", {"text": f"{user} ran the daemon test",
+                                        "event_id": f"ev-{user}"}))
+            assert stored["scope"]["user"] == user
+            again = payload(await client.call_tool(
+                "memory.record_event", {"text": f"{user} ran the daemon test",
+                                        "event_id": f"ev-{user}"}))
+            assert again["result"]["skipped"] == [f"ev-{user}"]
+
+    async def main():
+        async with anyio.create_task_group() as tasks:
+            for user in ("ann", "ben"):
+                tasks.start_soon(session, user)
+
+    with daemon(env, db):
+        anyio.run(main)
+    with apsw.Connection(str(db)) as conn:
+        rows = conn.execute("SELECT event_id, user_id FROM events ORDER BY event_id").fetchall()
+    assert rows == [("ev-ann", "ann"), ("ev-ben", "ben")]
