@@ -46,11 +46,11 @@ def serve_stdio(db: Path | None, tenant: str | None, user: str | None, agent: st
                  or os.environ.get("MEMCLI_NO_DAEMON", "") not in ("", "0"))
     socket_path = None if no_daemon else mcp_bridge.daemon_http_socket(
         str(db) if db is not None else None, os.environ)
-    if socket_path is not None:  # the entry point's bridge missed it (e.g. a late daemon)
-        headers = mcp_bridge.scope_headers(tenant, user, agent, app)
-        if tools:
-            headers["X-Memcli-Tools"] = tools
-        return mcp_bridge.forward(socket_path, headers)
+    headers = mcp_bridge.scope_headers(tenant, user, agent, app)
+    if tools:
+        headers["X-Memcli-Tools"] = tools
+    if socket_path is not None and all(v.isascii() for v in headers.values()):
+        return mcp_bridge.forward(socket_path, headers)  # the entry point's bridge missed it
     from memcli.cli.output import errors
 
     with errors():

@@ -90,7 +90,7 @@ class Bridge:
     def forward(self, line: bytes, message: dict | None) -> None:
         try:
             status, content_type, body = self.post(line.strip())
-        except OSError as exc:
+        except (OSError, http.client.HTTPException, ValueError) as exc:
             self.fail(message, f"the memcli daemon did not answer: {exc}")
             return
         if status == 202 or not body.strip():
@@ -242,6 +242,8 @@ def main_hook(argv: list[str], env: Mapping[str, str] = os.environ) -> int | Non
     if parsed is None:
         return None
     db, headers = parsed
+    if not all(value.isascii() for value in headers.values()):
+        return None  # HTTP headers carry ASCII: the in-process server binds such a scope
     socket_path = daemon_http_socket(db, env)
     if socket_path is None:
         return None
