@@ -166,6 +166,8 @@ class Settings(BaseModel):
     context_dir: Path | None = None
     # Seconds a writer waits for the write lock before exiting 75 (MEMCLI_BUSY_TIMEOUT).
     busy_timeout: float = Field(default=30.0, gt=0)
+    # The MCP tools offered when `memcli mcp --tools` is not given: "default", "all" or a list.
+    mcp_tools: str | None = None
 
 
 def _data_dir() -> Path:

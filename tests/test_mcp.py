@@ -61,6 +61,12 @@ def test_default_tools_and_their_hints_over_stdio(env):
         async with _stdio(env, "--tools", "all") as client:
             names = {t.name for t in (await client.list_tools()).tools}
         assert names == set(TOOLS) and "memory.purge_app" in names
+        config = Path(env["MEMCLI_CONFIG"])
+        config.write_text(config.read_text(encoding="utf-8") + "mcp_tools: query,remember\n",
+                          encoding="utf-8")
+        async with _stdio(env) as client:
+            names = {t.name for t in (await client.list_tools()).tools}
+        assert names == {"memory.query", "memory.remember"}
 
     anyio.run(main)
 

@@ -58,8 +58,8 @@ def serve_stdio(db: Path | None, tenant: str | None, user: str | None, agent: st
         from memcli.service.api import Scope
         from memcli.service.mcp import build_mcp, select_tools
 
-        selected = select_tools(tools)
         settings = load_settings(db)
+        selected = select_tools(tools or settings.mcp_tools)
         server = build_mcp(settings, Scope(tenant=tenant, user_id=user, agent=agent, app_id=app),
                            selected)
         server.run("stdio")

@@ -221,8 +221,8 @@ def http_routes(settings: Settings, service: Service, tools: tuple[str, ...] | N
 
     from memcli.service.api import Scope
 
-    server = build_mcp(settings, Scope(), tools, service=service, request_scope=_bound_scope,
-                       selectable=True)
+    server = build_mcp(settings, Scope(), tools or select_tools(settings.mcp_tools),
+                       service=service, request_scope=_bound_scope, selectable=True)
     hosts = ("127.0.0.1", "localhost", "[::1]", *allowed_hosts)
     security = TransportSecuritySettings(
         enable_dns_rebinding_protection=True,
