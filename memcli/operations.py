@@ -155,17 +155,25 @@ def check_purged(out: dict[str, Any]) -> None:
 
 
 def artifact_body(memory: Memory, artifact_id: str, tenant: str | None = None) -> bytes:
-    """The full output kept for a truncated tool result; with `tenant`, only that tenant's
-    (another tenant's artifact is "not found", never shown)."""
+    """The full output kept for a truncated tool result (`art_...`), or the content of an event
+    of kind `artifact` by its event id (its text, else its content as JSON). With `tenant`,
+    only that tenant's: another tenant's is "not found", never shown."""
+    import json
+
     from memcli.errors import NotFoundError
     from memcli.store.events import get_artifact, get_events
 
     art = get_artifact(memory.db, artifact_id)
-    if art is not None and tenant is not None:
-        owners = get_events(memory.db, [art["event_id"]])
-        if not owners or owners[0]["tenant_id"] != tenant:
-            art = None
-    if art is None:
-        raise NotFoundError(f"no artifact {artifact_id}")
-    return bytes(art["body"])
-
+    if art is not None:
+        owner = get_events(memory.db, [art["event_id"]]) if tenant is not None else None
+        if owner is None or (owner and owner[0]["tenant_id"] == tenant):
+            return bytes(art["body"])
+    else:
+        events = get_events(memory.db, [artifact_id])
+        event = events[0] if events and events[0]["kind"] == "artifact" else None
+        if event is not None and tenant in (None, event["tenant_id"]):
+            text = event["content"].get("text")
+            if not isinstance(text, str):
+                text = json.dumps(event["content"], ensure_ascii=False)
+            return text.encode("utf-8", errors="surrogateescape")
+    raise NotFoundError(f"no artifact {artifact_id}")

@@ -6,6 +6,8 @@ cross-site refusals, the OpenAPI document, and the auth decision for hosts off l
 from __future__ import annotations
 
 import json
+import threading
+import time
 
 import pytest
 from conftest import write_lock_held
@@ -303,3 +305,94 @@ def test_the_unix_socket_needs_no_token_but_keeps_a_tokens_binding(tmp_path, mon
         with api.client(T2_TOKEN) as c:
             r = c.post("/api/v1/query", json={"query": "socket", "filters": {"tenant_id": "t1"}})
             assert r.status_code == 403
+
+
+def test_a_request_waiting_on_the_database_does_not_block_others(tmp_path, monkeypatch
+                                                                  ) -> None:
+    monkeypatch.setenv("MEMCLI_BUSY_TIMEOUT", "30")
+    with running_api(tmp_path, monkeypatch) as api, api.client() as c:
+        assert c.post("/api/v1/events", json=_event("first")).status_code == 200
+        answers: list[int] = []
+        with write_lock_held(api.db):
+            writer = threading.Thread(target=lambda: answers.append(
+                api.client().post("/api/v1/events", json=_event("queued")).status_code))
+            writer.start()
+            time.sleep(0.5)  # let the write reach the server and wait for the lock
+            # The write waits on a worker thread; the event loop still answers other
+            # requests meanwhile (a read included). Were it blocked, these would wait for the
+            # lock this test holds, until the write gave up (503) and the writer ended.
+            assert c.get("/healthz").status_code == 200
+            assert c.get("/api/v1/decisions/query").status_code == 200
+            assert writer.is_alive() and answers == []
+        writer.join(60)  # the lock is released: the queued write goes through
+        assert answers == [200]  # queued, then written: never dropped
+        hits = c.post("/api/v1/query", json={"query": "queued"}).json()
+        assert hits[0]["text"] == "queued"
+
+
+def test_a_missing_token_file_is_created_0600(tmp_path) -> None:
+    from memcli.config import load_settings
+
+    path = tmp_path / "new" / "tokens"
+    auth = load_auth(host="10.1.2.3", port=1, token_file=path, no_token=False,
+                     settings=load_settings(tmp_path / "m.db"))
+    assert auth.required and str(path) in (auth.notice or "")
+    assert path.stat().st_mode & 0o777 == 0o600
+    again = load_auth(host="10.1.2.3", port=1, token_file=path, no_token=False,
+                      settings=load_settings(tmp_path / "m.db"))
+    assert again.tokens == auth.tokens and again.notice is None
+
+
+def test_http_answers_with_the_json_the_cli_prints(tmp_path, monkeypatch, cli) -> None:
+    # `cli` runs the real CLI on the same file (tmp_path/memory.db) as this server.
+    with running_api(tmp_path, monkeypatch) as api, api.client(T1_TOKEN) as c:
+        c.post("/api/v1/events", json=_event("the staging database listens on port 5433"))
+        c.post("/api/v1/decisions", json={"decision": "Use SQLite", "rationale": ["one file"]})
+        request = {"query": "staging database port", "top_k": 3}
+        over_http = c.post("/api/v1/query", json=request).json()
+        decisions = c.get("/api/v1/decisions/query").json()
+        history = c.get(f"/api/v1/memories/{over_http[0]['id']}/history").json()
+    in_cli = json.loads(cli("query", "-", "--json", "--tenant", "t1",
+                            input=json.dumps(request)).stdout)
+    for hit in (*over_http, *in_cli):  # a query counts an access, which moves the boosts
+        hit.pop("score"), hit.pop("scores"), hit.pop("boosts")
+    assert over_http == in_cli and over_http
+    assert decisions == json.loads(cli("decision", "list", "--json", "--tenant", "t1").stdout)
+    assert history == json.loads(cli("history", str(in_cli[0]["id"]), "--json",
+                                     "--tenant", "t1").stdout)
+
+
+# -- any body -----------------------------------------------------------------------------------
+def _json_values():
+    from hypothesis import strategies as st
+
+    keys = st.sampled_from(["query", "text", "content", "filters", "tenant_id", "user_id",
+                            "top_k", "return", "categories", "query_text", "max_tokens",
+                            "caps", "since", "decision", "supersedes", "task_id", "title",
+                            "status", "kind", "event_id", "ts", "steps", "agent"]) | st.text(
+        max_size=8)
+    leaves = (st.none() | st.booleans() | st.integers(-2**70, 2**70)
+              | st.floats() | st.text(max_size=20))
+    return st.recursive(leaves, lambda inner: st.lists(inner, max_size=4)
+                        | st.dictionaries(keys, inner, max_size=5), max_leaves=12)
+
+
+def test_any_json_body_is_answered_without_a_500(server) -> None:
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+
+    posts = [r.path for r in ROUTES if r.method == "POST"]
+
+    @settings(max_examples=120, deadline=None, derandomize=True,
+              suppress_health_check=[HealthCheck.function_scoped_fixture,
+                                     HealthCheck.too_slow])
+    @given(path=st.sampled_from(posts), body=_json_values())
+    def check(path: str, body) -> None:
+        with server.client() as c:  # NaN and Infinity too: Python's json reads them
+            r = c.post(path, content=json.dumps(body).encode(),
+                       headers={"Content-Type": "application/json"})
+        assert r.status_code in (200, 400, 403, 404, 422), (path, body, r.text)
+        if r.status_code != 200:
+            assert "\n" not in r.json().get("error", "")
+
+    check()

@@ -55,6 +55,11 @@ def test_record_events_is_ingest_with_per_record_problems_and_dedupe(service) ->
 def test_record_events_refuses_a_record_of_another_tenant(service) -> None:
     with pytest.raises(NotAllowedError):
         service.run(api.record_events, T1, _event("x", tenant_id="t2"))
+    # A bound user cannot be escaped by an explicit null (a tenant-wide write).
+    bound_user = api.Scope(tenant="t1", user_id="u1")
+    service.run(api.record_events, bound_user, {"user_id": None, "text": "null user note"})
+    rows = service.run(api.query, T1, {"query": "null user note"})
+    assert rows[0]["user_id"] == "u1"
     out = service.run(api.record_events, T1, _event("defaults to the bound tenant"))
     rows = service.run(api.query, T1, {"query": "defaults bound tenant"})
     assert out["memory_ids"] and rows and {r["tenant_id"] for r in rows} == {"t1"}
@@ -108,6 +113,16 @@ def test_get_artifact_only_in_its_tenant(service) -> None:
     assert got["bytes"] >= 70_000 and got["text"].startswith("x")
     with pytest.raises(NotFoundError):
         service.run(api.get_artifact, T2, {"artifact_id": art})
+    # An event of kind `artifact` is fetched by its event id, in its tenant only.
+    service.run(api.record_events, T1, _event("the design doc, v3", kind="artifact",
+                                               event_id="evt_doc"))
+    doc = service.run(api.get_artifact, T1, {"artifact_id": "evt_doc"})
+    assert doc["text"] == "the design doc, v3"
+    with pytest.raises(NotFoundError):
+        service.run(api.get_artifact, T2, {"artifact_id": "evt_doc"})
+    service.run(api.record_events, T1, _event("just a message", event_id="evt_msg"))
+    with pytest.raises(NotFoundError):  # an event of another kind is not an artifact
+        service.run(api.get_artifact, T1, {"artifact_id": "evt_msg"})
 
 
 def test_decisions_tasks_remember_forget_history(service) -> None:
@@ -131,6 +146,13 @@ def test_decisions_tasks_remember_forget_history(service) -> None:
     ops = [r["op"] for r in service.run(api.memory_history, T1, {"memory_id": fact["id"]})]
     assert ops == ["DELETE", "ADD"]
     assert service.run(api.memory_history, T2, {"memory_id": fact["id"]}) == []
+    # A caller bound to a user or an app sees and forgets only that user's or app's memories.
+    note = service.run(api.remember, T1, {"text": "Ravi's note on the roadmap", "user_id": "ravi"})
+    for bound in (api.Scope(tenant="t1", user_id="priya"), api.Scope(tenant="t1", app_id="a1")):
+        with pytest.raises(NotFoundError):
+            service.run(api.memory_history, bound, {"memory_id": note["id"]})
+        with pytest.raises(NotFoundError):
+            service.run(api.forget, bound, {"memory_id": note["id"]})
 
 
 def test_app_memories_list_and_delete(service) -> None:

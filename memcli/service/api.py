@@ -123,13 +123,16 @@ def record_events(ctx: Context, scope: Scope, request: Any) -> dict[str, Any]:
     the bound scope; one naming another tenant, user, agent or app is refused whole."""
     import json
 
-    records = request if isinstance(request, list) else [request]
-    for record in records:
+    records = list(request) if isinstance(request, list) else [request]
+    keys = (("tenant_id", "tenant"), ("user_id", "user_id"), ("agent_id", "agent"),
+            ("app_id", "app_id"))
+    for i, record in enumerate(records):
         if isinstance(record, dict):
-            for key, name in (("tenant_id", "tenant"), ("user_id", "user_id"),
-                              ("agent_id", "agent"), ("app_id", "app_id")):
+            for key, name in keys:
                 value = record.get(key)
-                _bind(name, getattr(scope, name), None if value is None else str(value))
+                bound = _bind(name, getattr(scope, name), None if value is None else str(value))
+                if bound is not None and value is None:  # an explicit null cannot escape it
+                    records[i] = record = {**record, key: bound}
     defaults = {"tenant_id": scope.tenant, "user_id": scope.user_id, "agent_id": scope.agent,
                 "app_id": scope.app_id}
     from memcli.operations import ingest_payload
@@ -156,7 +159,8 @@ def build_acb(ctx: Context, scope: Scope, request: dict[str, Any]) -> dict[str, 
 
 def get_artifact(ctx: Context, scope: Scope, request: dict[str, Any]) -> dict[str, Any]:
     """The full output kept for a truncated tool result (`memcli artifact ID`), in the caller's
-    tenant only: `{artifact_id, mime, bytes, text}` (text decoded as UTF-8, bad bytes replaced)."""
+    tenant only: `{artifact_id, tenant_id, bytes, text}` (text decoded as UTF-8, bad bytes
+    replaced). An event of kind `artifact` is found by its event id too."""
     from memcli.operations import artifact_body
     from memcli.service.models import ArtifactQuery
 
@@ -261,6 +265,8 @@ def memory_history(ctx: Context, scope: Scope, request: dict[str, Any]) -> list[
     from memcli.service.models import HistoryQuery
 
     req = validate(HistoryQuery, request, "history request")
+    if scope.user_id is not None or scope.app_id is not None:
+        _memory_row(ctx, scope, req.memory_id, req.tenant_id)  # another user's: not found
     return ctx.memory.history(req.memory_id, tenant_id=_tenant(ctx, scope, req.tenant_id),
                               limit=req.limit)
 
@@ -304,7 +310,7 @@ def _memory_row(ctx: Context, scope: Scope, memory_id: int, tenant: str | None,
     row = get_memories(ctx.memory.db, [memory_id],
                        ("id", "tenant_id", "user_id", "app_id")).get(memory_id)
     wanted = {"tenant_id": _tenant(ctx, scope, tenant), "user_id": scope.user_id,
-              "app_id": app_id}
+              "app_id": app_id or scope.app_id}
     if row is None or any(v is not None and row[k] != v for k, v in wanted.items()):
         raise NotFoundError(f"no memory with id {memory_id}")
     return row

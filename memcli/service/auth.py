@@ -9,7 +9,8 @@ optionally followed by its binding:
 
 A bound token can never read or write outside its binding, whatever the request or its headers
 say (memcli.service.api.Scope only narrows). Without --token-file, serve generates one token,
-stores it 0600 in the config dir (`Auth.notice` says where) and reuses it next time.
+stores it 0600 in the config dir (`Auth.notice` says where: serve prints it on stderr) and
+reuses it next time; a --token-file that does not exist is created the same way.
 
 Binding anything but loopback requires a token; loopback without one takes the explicit
 `--no-token`. A request arriving on the daemon's Unix socket (mode 0600: only its user can
@@ -129,12 +130,14 @@ def load_auth(*, host: str, port: int | None, token_file: Path | str | None, no_
             raise UsageError(f"refusing to serve {host}:{port} without a token",
                              "--no-token is for loopback only; give --token-file")
         return Auth(tokens=(), allowed_hosts=hosts)
-    if token_file is not None:
-        path = Path(token_file)
-        return Auth(tokens=read_token_file(path), allowed_hosts=hosts, token_file=path)
-    path, created = _generated_token()
-    notice = (f"{'generated a' if created else 'using the'} bearer token in {path} "
-              "(send it as `Authorization: Bearer <token>`)")
+    # A --token-file that does not exist yet is created with one new token (as the default
+    # one is), so `--token-file PATH` both sets up and reuses a token.
+    given = Path(token_file) if token_file is not None else None
+    path, created = _generated_token(given)
+    notice = None
+    if created or given is None:  # say where the token is when serve chose or made it
+        notice = (f"{'generated a' if created else 'using the'} bearer token in {path} "
+                  "(send it as `Authorization: Bearer <token>`)")
     return Auth(tokens=read_token_file(path), allowed_hosts=hosts, token_file=path,
                 notice=notice)
 
@@ -174,12 +177,13 @@ def _parse_line(line: str, path: Path, number: int) -> Token:
     return Token(secret=secret, **binding)  # type: ignore[arg-type]
 
 
-def _generated_token() -> tuple[Path, bool]:
-    """The config dir's serve token, created 0600 on first use (never world-readable, not even
-    for a moment: the file is created with its mode)."""
+def _generated_token(path: Path | None = None) -> tuple[Path, bool]:
+    """`path` (default: the config dir's serve token), created 0600 with one new token if it
+    does not exist (never readable by others, not even for a moment: the file is created with
+    its mode); whether it was created."""
     from memcli.config import serve_token_path
 
-    path = serve_token_path()
+    path = path or serve_token_path()
     if path.exists():
         return path, False
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
@@ -187,6 +191,8 @@ def _generated_token() -> tuple[Path, bool]:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     except FileExistsError:  # another serve made it first: use theirs
         return path, False
+    except OSError as exc:
+        raise UsageError(f"cannot create token file {path}: {exc.strerror}") from None
     with os.fdopen(fd, "w", encoding="utf-8") as out:
         out.write(secrets.token_urlsafe(32) + "\n")
     return path, True
