@@ -84,6 +84,7 @@ STORAGE_CODE = (
     "memcli/models.py",
     "memcli/schema.sql",
     "memcli/providers/embedders.py",
+    "memcli/providers/minilm.py",
     "memcli/providers/splade.py",
     "memcli/weights",
     "memcli/store/connection.py",

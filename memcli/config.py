@@ -267,6 +267,7 @@ def load_settings(db: str | Path | None = None, **overrides: Any) -> Settings:
     if os.environ.get("MEMCLI_BUSY_TIMEOUT"):
         data["busy_timeout"] = os.environ["MEMCLI_BUSY_TIMEOUT"]
     data["db"] = db or os.environ.get("MEMCLI_DB") or data.get("db") or default_db_path()
+    _refuse_db_url(db, data["db"])
     data["context_dir"] = (os.environ.get("MEMCLI_CONTEXT_DIR") or data.get("context_dir")
                            or _config_dir())
     for key, value in overrides.items():
@@ -278,6 +279,16 @@ def load_settings(db: str | Path | None = None, **overrides: Any) -> Settings:
         first = exc.errors()[0]
         where = ".".join(str(p) for p in first["loc"])
         raise UsageError(f"invalid setting {where}: {first['msg']}", "check memcli config") from exc
+
+
+def _refuse_db_url(flag: str | Path | None, db: Any) -> None:
+    """A URL as the database location is refused, naming where it came from (see
+    memcli/store/location.py): nothing may be created at a path made from it."""
+    from memcli.store.location import refuse_url
+
+    source = ("--db" if flag else "MEMCLI_DB" if os.environ.get("MEMCLI_DB")
+              else f"db in {config_file_path()}")
+    refuse_url(db, source)
 
 
 def editor_command() -> str:

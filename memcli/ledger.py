@@ -406,8 +406,10 @@ def update_task(
     title: str | None = None,
     details: str | None = None,
     refs: list[str] | None = None,
+    reason: str = "",
 ) -> dict[str, Any]:
-    """Change a task; its memory gets a new version that supersedes the previous one."""
+    """Change a task; its memory gets a new version that supersedes the previous one
+    (`reason`: the supersession's history reason, default `task ID: <fields changed>`)."""
     task = get_task(memory, task_id)
     changes: dict[str, Any] = {}
     if status is not None:
@@ -445,7 +447,7 @@ def update_task(
                 memory,
                 task["memory_id"],
                 new_memory,
-                reason=f"task {task_id}: " + ", ".join(sorted(changes)),
+                reason=reason or f"task {task_id}: " + ", ".join(sorted(changes)),
             )
     return {**get_task(memory, task_id), "redacted": redacted}
 

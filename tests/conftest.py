@@ -13,6 +13,7 @@ import apsw
 import pytest
 import typer.main
 import typer.testing
+from daemon_support import no_stray_daemons  # noqa: F401 - autouse: no test leaves a daemon
 from llmstub import make_stub
 from typer.testing import CliRunner
 
@@ -27,8 +28,11 @@ def isolated_env(tmp_path_factory, monkeypatch):
     monkeypatch.setenv("HOME", str(home))
     monkeypatch.setenv("XDG_DATA_HOME", str(home / "data"))
     monkeypatch.setenv("XDG_CONFIG_HOME", str(home / "config"))
+    # memcli's daemon sockets: never a developer's running `memcli serve`.
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(home / "run"))
     for var in ("MEMCLI_DB", "MEMCLI_CONFIG", "MEMCLI_EMBEDDER", "MEMCLI_LLM_BASE_URL",
-                "MEMCLI_LLM_API_KEY", "OPENAI_API_KEY", "MEMCLI_CATEGORIES", "MEMCLI_TENANT"):
+                "MEMCLI_LLM_API_KEY", "OPENAI_API_KEY", "MEMCLI_CATEGORIES", "MEMCLI_TENANT",
+                "MEMCLI_SOCKET", "MEMCLI_NO_DAEMON"):
         monkeypatch.delenv(var, raising=False)
     return home
 
@@ -137,26 +141,12 @@ def write_lock_held(db_path):
         holder.close()
 
 
-_ENTRY_POINT = (
-    "import atexit, os, sys\n"
-    # Says on stderr whether Typer was imported: at exit on Typer's route, and just before
-    # the fast path's os._exit (which skips atexit).
-    "atexit.register(lambda: print('TYPER' if 'typer' in sys.modules else 'FAST',"
-    " file=sys.stderr))\n"
-    "real_exit = os._exit\n"
-    "def marked_exit(code):\n"
-    "    print('TYPER' if 'typer' in sys.modules else 'FAST', file=sys.stderr)\n"
-    "    sys.stderr.flush()\n"
-    "    real_exit(code)\n"
-    "os._exit = marked_exit\n"
-    "from memcli.cli.entry import main\n"
-    "main()\n"
-)
+_ENTRY_POINT = "from memcli.cli.entry import main\nmain()\n"
 
 
 def run_entry_point(args: list[str], env: dict, stdin: str | None = None
                     ) -> subprocess.CompletedProcess:
-    """The installed `memcli` entry point's code in a child process; its stderr ends with
-    FAST or TYPER, the route the command took."""
+    """The installed `memcli` entry point's code in a child process (in-process route unless
+    a test started a daemon for the database: tests/daemon_support.py)."""
     return subprocess.run([sys.executable, "-c", _ENTRY_POINT, *args], input=stdin, env=env,
                           capture_output=True, text=True, timeout=120)

@@ -64,7 +64,7 @@ def run_cli(args: list[str], stdin: bytes | None = None, env: dict[str, str] | N
 
 def run_process(args: list[str], stdin: bytes | None, env: dict[str, str],
                 timeout: float = 120) -> subprocess.CompletedProcess:
-    """The installed `memcli` entry point (fast path included) as a real process."""
+    """The installed `memcli` entry point as a real process."""
     cmd = [sys.executable, "-c", "from memcli.cli.entry import main; main()", *args]
     full_env = {**os.environ, **env}
     return subprocess.run(cmd, input=stdin or b"", env=full_env, capture_output=True,

@@ -1,6 +1,6 @@
 """Context fidelity of bundles (issue 14): the profile and the latest reflection without a query,
 the public channel's exclusions, duplicate evidence collapsed, grouped tool-output omissions.
-Real SQLite files, the real CLI (in process, and one fast-path process)."""
+Real SQLite files, the real CLI (in process, and one process of its own)."""
 
 from __future__ import annotations
 
@@ -51,7 +51,7 @@ def test_a_bundle_without_a_query_knows_the_user(cli, db_path, tmp_path):
     # The allowlist applies: a planner may not read `profile` nor `activity` (the reflection's).
     planner = bundle_json(cli, "--user", "priya", "--agent", "planner")
     assert not section(planner, "profile")["items"] and not section(planner, "reflection")["items"]
-    # The same through the fast command-line path, in a process of its own.
+    # The same through the installed entry point, in a process of its own.
     env = {k: v for k, v in os.environ.items() if not k.startswith("_MEMCLI")}
     env.update(MEMCLI_EMBEDDER="hash", MEMCLI_DB=str(db_path),
                PYTHONPATH=str(Path(__file__).resolve().parents[1]))

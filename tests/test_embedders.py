@@ -21,11 +21,11 @@ from memcli.providers.embedders import (
     Embedder,
     EmbedderError,
     HashEmbedder,
-    MiniLMEmbedder,
-    OpenAIEmbedder,
     _package_dir,
     get_embedder,
 )
+from memcli.providers.minilm import MiniLMEmbedder
+from memcli.providers.openai_embedder import OpenAIEmbedder
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 

@@ -276,7 +276,7 @@ def test_categories_files(env, tmp_path, text, command):
     assert result.exit_code in (0, 2), result.stderr
 
 
-# -- the real process: byte-level stdin, the fast path --------------------------------------------
+# -- the real process: byte-level stdin ---------------------------------------------------------
 PROCESS_CASES = [
     (["ingest", "-"], b'{"event_id":"p1","text":"good"}\n{"text":"b\xff"}\n', 2),
     (["ingest", "-"], b'{"event_id":"p2","text":"good"}\n{"text":"b","event_id":0}\n', 2),

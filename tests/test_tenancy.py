@@ -216,8 +216,8 @@ def markers_text(out: str) -> list[str]:
     return [h["text"] for h in json.loads(out)]
 
 
-def test_fast_path_reads_one_tenant_unless_all_tenants(tmp_path, without_sparse_leg):
-    db = tmp_path / "fast.db"
+def test_a_query_process_reads_one_tenant_unless_all_tenants(tmp_path, without_sparse_leg):
+    db = tmp_path / "proc.db"
     env = {k: v for k, v in os.environ.items() if not k.startswith("MEMCLI_")}
     env.update(MEMCLI_DB=str(db), MEMCLI_EMBEDDER="hash", MEMCLI_CONFIG=str(without_sparse_leg))
     with Memory.open(db, embedder=HashEmbedder(64)) as m:

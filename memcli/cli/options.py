@@ -1,5 +1,5 @@
-"""Typer option types shared by the command groups (kept apart from `output`, which the
-Typer-free fast path imports)."""
+"""Typer option types shared by the command groups (kept apart from `output`, which has no
+Typer import)."""
 
 from __future__ import annotations
 

@@ -68,7 +68,7 @@ def fail(message: str, code: int = 1) -> SystemExit:
 
 def _own_exit(exc: Exception) -> bool:
     """A Typer/click exit or abort raised by a command (already reported): it keeps its code.
-    (Typer is not imported on the fast path, and then none of its exceptions can exist.)"""
+    (Looked up, not imported: where Typer is not loaded, none of its exceptions can exist.)"""
     typer = sys.modules.get("typer")
     return typer is not None and isinstance(exc, (typer.Exit, typer.Abort))
 

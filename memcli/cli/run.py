@@ -1,9 +1,8 @@
 """The bodies of `memcli query` and `memcli acb build`, free of Typer.
 
-Agents call these two commands before every model call, so they also run on the fast path
-(`memcli.cli.fast`), which parses their flags without importing Typer. Both entry points, the
-Typer commands and the fast path, call the functions here with the same parsed values: choices
-arrive as plain strings (or Typer's str enums, which compare equal), `db` as a Path or None.
+The Typer commands (and the HTTP/MCP service, through the library) call the functions here
+with parsed values: choices arrive as plain strings (or Typer's str enums, which compare
+equal), `db` as a Path or None.
 """
 
 from __future__ import annotations

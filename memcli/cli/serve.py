@@ -1,4 +1,4 @@
-"""`memcli serve`: the long-running daemon (memcli.service.daemon) for one database."""
+"""`memcli serve` (the daemon, memcli.service.daemon) and `memcli serve status`."""
 
 from __future__ import annotations
 
@@ -10,17 +10,25 @@ from typing import Annotated
 import typer
 
 from memcli.cli.options import DbOpt
-from memcli.cli.output import errors, fail
+from memcli.cli.output import emit, errors, fail, resolve_format
+
+SocketOpt = Annotated[Path | None, typer.Option(
+    "--socket", help="CLI socket path (default: in $XDG_RUNTIME_DIR/memcli/, named after the "
+    "database; clients find it through MEMCLI_SOCKET).", show_default=False)]
 
 
 def register(app: typer.Typer) -> None:
-    @app.command("serve")
+    serve = typer.Typer(
+        help="One warm process for the database: the CLI forwards commands to it, and it "
+        "serves the HTTP API (and MCP). Stop it with SIGTERM or Ctrl-C.",
+        invoke_without_command=True, no_args_is_help=False)
+    app.add_typer(serve, name="serve")
+
+    @serve.callback(invoke_without_command=True)
     def serve_cmd(
+        ctx: typer.Context,
         db: DbOpt = None,
-        socket: Annotated[Path | None, typer.Option(
-            "--socket", help="CLI socket path (default: in $XDG_RUNTIME_DIR/memcli/, named "
-            "after the database; clients find it through MEMCLI_SOCKET).",
-            show_default=False)] = None,
+        socket: SocketOpt = None,
         idle_exit: Annotated[float | None, typer.Option(
             "--idle-exit", min=0, metavar="MINUTES",
             help="Exit after this many minutes without a request.", show_default=False)] = None,
@@ -41,26 +49,49 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Run one warm process for the database: the CLI forwards commands to it, and it
         serves the HTTP API (and MCP). Stop it with SIGTERM or Ctrl-C."""
-        from memcli.config import load_settings
-        from memcli.service import paths
+        if ctx.invoked_subcommand is not None:
+            return
         from memcli.service.daemon import HttpOptions
         from memcli.service.daemon import serve as run
 
         code = 1
         with errors():
-            settings = load_settings(db)
-            if socket is not None:
-                ep = paths.endpoint_for_socket(socket.absolute())
-                socket.absolute().parent.mkdir(parents=True, exist_ok=True)
-            else:
-                ep = paths.endpoint(settings.db)
-                try:
-                    paths.ensure_private_dir(os.path.dirname(ep.socket))
-                except paths.RuntimeDirError as exc:
-                    raise fail(f"{exc} (set XDG_RUNTIME_DIR, or pass --socket)", 1) from None
+            settings, ep = _endpoint(db, socket, create=True)
             http = HttpOptions(port=port, host=host, token_file=token_file, no_token=no_token)
             code = run(settings, ep, idle_exit=idle_exit, grace=grace, http=http)
         # Threads of requests that outlived the grace period must not hold up the exit.
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(code)
+
+    @serve.command("status")
+    def status_cmd(db: DbOpt = None, socket: SocketOpt = None) -> None:
+        """Whether a daemon serves the database: pid, sockets, models loaded, requests
+        answered (JSON). Exit 0 when one runs, 1 when none does."""
+        from memcli.service import daemon
+
+        with errors():
+            settings, ep = _endpoint(db, socket, create=False)
+            state = daemon.status(ep)
+            emit(state, resolve_format(None, True))
+            if not state["running"]:
+                raise SystemExit(1)
+
+
+def _endpoint(db: Path | None, socket: Path | None, *, create: bool):
+    """The settings and the daemon files for `--db` / `--socket`."""
+    from memcli.config import load_settings
+    from memcli.service import paths
+
+    settings = load_settings(db)
+    if socket is not None:
+        if create:
+            socket.absolute().parent.mkdir(parents=True, exist_ok=True)
+        return settings, paths.endpoint_for_socket(socket.absolute())
+    ep = paths.endpoint(settings.db)
+    if create:
+        try:
+            paths.ensure_private_dir(os.path.dirname(ep.socket))
+        except paths.RuntimeDirError as exc:
+            raise fail(f"{exc} (set XDG_RUNTIME_DIR, or pass --socket)", 1) from None
+    return settings, ep

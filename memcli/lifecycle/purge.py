@@ -61,13 +61,15 @@ def apply_purge(db: Database, plan: dict[str, Any], actor: str = "cli") -> dict[
         "complete": complete}
 
 
-def forget(db: Database, memory_id: int, actor: str = "cli") -> dict[str, Any]:
+def forget(db: Database, memory_id: int, actor: str = "cli", reason: str = "") -> dict[str, Any]:
+    """Soft-delete a memory; `reason` goes into its history row (e.g. the view line)."""
     row = _get(db, memory_id)
     purge_at = format_ts(datetime.now(UTC) + timedelta(days=SOFT_DELETE_GRACE_DAYS))
     with db.transaction():
         mem.set_state(db, memory_id, "soft_deleted", purge_at)
         mem.add_history(db, memory_id, "DELETE", old_ref=row["state"], new_ref="soft_deleted",
-                        actor=actor, scope=row, meta={"purge_at": purge_at})
+                        actor=actor, scope=row,
+                        meta={"purge_at": purge_at, **({"reason": reason} if reason else {})})
         mem.bump_revision(db, mem.thread_key(row["tenant_id"], row["user_id"],
                                              row["session_id"]),
                           [("deleted", memory_id, row["content"])])

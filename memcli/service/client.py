@@ -41,7 +41,8 @@ def _routable(argv: list[str]) -> bool:
         return False
     words = [a for a in argv if not a.startswith("-")]
     if words and words[0] in NEVER_ROUTED:
-        return False
+        # `serve status` asks the daemon itself (in-process it can only see the lock).
+        return words[0] == "serve" and "status" in words[1:]
     # `acb edit` runs $EDITOR on the caller's terminal: always in the caller's process.
     return not (words and words[0] == "acb" and "edit" in words)
 

@@ -22,19 +22,69 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from memcli.errors import MemcliError, UsageError
 from memcli.service import paths, runctx
 from memcli.service.server import CliServer, bind_unix
+from memcli.store.writers import KeepOpen, checkpoint_wal
 
 CHECKPOINT_WAIT = 5.0  # seconds the exit's WAL checkpoint may wait for other connections
 
 
 class AlreadyServing(MemcliError):
     exit_code = 75
+
+
+@dataclass
+class State:
+    """What `memcli serve status` reports, kept by the running daemon (None elsewhere)."""
+
+    db: str
+    ep: paths.Endpoint
+    started: float = field(default_factory=time.time)
+    models_ready: threading.Event = field(default_factory=threading.Event)
+    cli: CliServer | None = None
+    activity: Activity | None = None
+    http: str | None = None
+
+
+_STATE: State | None = None
+
+
+def status(ep: paths.Endpoint) -> dict[str, Any]:
+    """The state of the daemon of `ep`: this process's own when it is that daemon (`serve
+    status` is forwarded to it), else whether another process holds its lock."""
+    state = _STATE
+    if state is not None and state.ep.socket == ep.socket:
+        served = (state.cli.served if state.cli else 0) + (
+            state.activity.http_requests if state.activity else 0)
+        return {"running": True, "pid": os.getpid(), "db": state.db, "socket": ep.socket,
+                "http_socket": ep.http_socket if state.http is not None else None,
+                "http_url": state.http or None, "models_ready": state.models_ready.is_set(),
+                "requests": served, "uptime_s": round(time.time() - state.started, 1)}
+    pid = _lock_holder(ep)
+    return {"running": pid is not None, "pid": pid, "socket": ep.socket, "answered": False}
+
+
+def _lock_holder(ep: paths.Endpoint) -> int | None:
+    """The pid in the pidfile when a process holds the daemon lock, else None."""
+    try:
+        fd = os.open(ep.lock, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        try:
+            return int(Path(ep.pid).read_text(encoding="ascii").strip())
+        except (OSError, ValueError):
+            return -1
+    finally:
+        os.close(fd)
+    return None
 
 
 @dataclass
@@ -52,11 +102,13 @@ class Activity:
         self._lock = threading.Lock()
         self.last = time.monotonic()
         self.running = 0
+        self.http_requests = 0
 
     @contextlib.contextmanager
     def request(self) -> Iterator[None]:
         with self._lock:
             self.running += 1
+            self.http_requests += 1
         try:
             yield
         finally:
@@ -92,7 +144,7 @@ def take_lock(ep: paths.Endpoint) -> int:
     return fd
 
 
-def warm_up(settings: Any, log: Callable[[str], None]) -> None:
+def warm_up(settings: Any, log: Callable[[str], None], ready: threading.Event) -> None:
     """Import the command modules and load the configured models, so the first request is
     warm. Failures are left to the request that needs the model (it reports them)."""
     try:
@@ -108,6 +160,7 @@ def warm_up(settings: Any, log: Callable[[str], None]) -> None:
         get_encoding(settings.encoding)
     except Exception as exc:  # noqa: BLE001 - a warm-up only
         log(f"memcli: warning: warm-up incomplete: {exc}".splitlines()[0])
+    ready.set()
 
 
 def _tcp_socket(host: str, port: int) -> socket.socket:
@@ -135,7 +188,7 @@ class HttpServer:
 
     @classmethod
     def build(cls, settings: Any, ep: paths.Endpoint, opts: HttpOptions, activity: Activity,
-              grace: float) -> HttpServer | None:
+              grace: float, log: Callable[[str], None]) -> HttpServer | None:
         try:
             import uvicorn
 
@@ -148,6 +201,9 @@ class HttpServer:
             return None
         auth = load_auth(host=opts.host, port=opts.port, token_file=opts.token_file,
                          no_token=opts.no_token, settings=settings)
+        notice = getattr(auth, "notice", None)
+        if notice and opts.port is not None:  # the unix socket needs no token
+            log(f"memcli: {notice}")
         app = _tracked(build_app(settings, auth), activity)
         sockets = [bind_unix(Path(ep.http_socket))]
         if opts.port is not None:
@@ -197,10 +253,20 @@ def serve(settings: Any, ep: paths.Endpoint, *, idle_exit: float | None = None,
     web: HttpServer | None = None
     try:
         runctx.install()
-        cli = CliServer(Path(ep.socket), on_request=activity.touch)
-        web = HttpServer.build(settings, ep, http or HttpOptions(), activity, grace)
-        threading.Thread(target=warm_up, args=(settings, log), name="memcli-warm-up",
-                         daemon=True).start()
+        keeper = KeepOpen(str(settings.db))
+
+        def on_request() -> None:
+            activity.touch()
+            keeper.ensure()
+
+        keeper.ensure()
+        cli = CliServer(Path(ep.socket), on_request=on_request)
+        web = HttpServer.build(settings, ep, http or HttpOptions(), activity, grace, log)
+        global _STATE
+        _STATE = State(db=str(settings.db), ep=ep, cli=cli, activity=activity,
+                       http=(web.tcp_address or "") if web is not None else None)
+        threading.Thread(target=warm_up, args=(settings, log, _STATE.models_ready),
+                         name="memcli-warm-up", daemon=True).start()
 
         def on_signal(signum: int, _frame: Any) -> None:
             stop.set()
@@ -220,7 +286,7 @@ def serve(settings: Any, ep: paths.Endpoint, *, idle_exit: float | None = None,
             stop.set()
         while not stop.wait(0.5):
             pass
-        return _shutdown(settings, ep, cli, grace, log)
+        return _shutdown(settings, ep, cli, grace, log, keeper)
     finally:
         if cli is not None:
             cli.close()
@@ -243,13 +309,12 @@ def _idle_watch(stop: threading.Event, web: HttpServer | None, cli: CliServer,
 
 
 def _shutdown(settings: Any, ep: paths.Endpoint, cli: CliServer, grace: float,
-              log: Callable[[str], None]) -> int:
-    from memcli.store.writers import checkpoint_wal
-
+              log: Callable[[str], None], keeper: KeepOpen) -> int:
     cli.close()
     if not cli.wait_idle(grace):
         log(f"memcli: warning: {cli.active} request(s) still running after {grace:g} s; "
             "exiting anyway (their transactions roll back)")
+    keeper.close()
     if Path(settings.db).exists():
         checkpoint_wal(str(settings.db), CHECKPOINT_WAIT)
     log("memcli: serve stopped")

@@ -150,6 +150,7 @@ class CliServer:
         self.gate = runctx.CwdGate()
         self._closing = threading.Event()
         self._active = 0
+        self.served = 0  # commands answered (for `memcli serve status`)
         self._cond = threading.Condition()
         self._thread = threading.Thread(target=self._accept_loop, name="memcli-cli-accept",
                                         daemon=True)
@@ -214,6 +215,7 @@ class CliServer:
                     os.close(fd)
                 return
             code = self._run_watched(conn, header, fds)
+            self.served += 1
             try:
                 conn.sendall(b"E%d\n" % code)
             except OSError:
@@ -228,6 +230,7 @@ class CliServer:
     def _run_watched(self, conn: socket.socket, header: dict[str, Any], fds: list[int]) -> int:
         """Run the command on this thread while another watches the connection."""
         done = threading.Event()
+        state = threading.Lock()  # no interrupt once the command has returned
         me = threading.current_thread()
 
         def watch() -> None:
@@ -239,18 +242,22 @@ class CliServer:
                     data = conn.recv(64)
                 except OSError:
                     data = b""
-                if not done.is_set() and (not data or b"I" in data):
-                    _interrupt(me)
+                if not data or b"I" in data:
+                    with state:
+                        if not done.is_set():
+                            _interrupt(me)
                 if not data:
                     return
 
         watcher = threading.Thread(target=watch, name="memcli-watch", daemon=True)
         watcher.start()
+        code = 1
         try:
-            return run_command(header, fds, self.gate)
+            code = run_command(header, fds, self.gate)
         except BaseException as exc:  # noqa: BLE001 - e.g. the caller's folder is gone
             print(f"memcli: warning: request failed before its command ran: {exc!r}",
                   file=sys.stderr)
-            return 1
         finally:
-            done.set()
+            with state:
+                done.set()
+        return code

@@ -20,6 +20,7 @@ from memcli.errors import (
     StorageError,
 )
 from memcli.store import migrations, vectors
+from memcli.store.location import refuse_url
 from memcli.store.writers import writer_lock
 
 # How long a writer waits for the write lock before the command gives up with exit 75
@@ -54,6 +55,7 @@ class Database:
         """`readonly`: a second connection for reading only. `must_exist`: a read command's
         open: no database at `path` is an error, and nothing is created there. `busy_timeout`:
         seconds a writer waits for the write lock before exit 75."""
+        refuse_url(path, "database")  # before anything is created from it
         self.path = str(path)
         self.busy_timeout = busy_timeout
         # True when the file cannot be written (permissions): read commands still answer.

@@ -41,9 +41,43 @@ def checkpoint_wal(path: str, wait: float) -> bool:
         return False
     try:
         conn.setbusytimeout(int(wait * 1000))
-        busy, _log, _done = conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
-        return busy == 0
+        row = conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+        return row is not None and row[0] == 0  # (busy, log frames, checkpointed frames)
     except apsw.Error:
         return False
     finally:
         conn.close()
+
+
+class KeepOpen:
+    """One idle connection a daemon holds to its database for its whole life.
+
+    When the last connection to a WAL database closes, SQLite checkpoints and deletes the WAL:
+    with one connection per request, every request paid that (~15 ms). With this one open, a
+    request's connection is never the last; the WAL is checkpointed as usual when it grows,
+    and once more when the daemon exits (`checkpoint_wal`)."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.conn: apsw.Connection | None = None
+        self._lock = threading.Lock()
+
+    def ensure(self) -> None:
+        """Open it if the database exists by now (it may be created by a later request)."""
+        if self.conn is not None or not os.path.exists(self.path):
+            return
+        with self._lock:
+            if self.conn is not None:
+                return
+            try:
+                conn = apsw.Connection(self.path, flags=apsw.SQLITE_OPEN_READWRITE)
+                conn.execute("PRAGMA schema_version").fetchall()  # joins the WAL: a shared lock
+            except apsw.Error:
+                return
+            self.conn = conn
+
+    def close(self) -> None:
+        with self._lock:
+            if self.conn is not None:
+                self.conn.close()
+                self.conn = None

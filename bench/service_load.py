@@ -1,0 +1,225 @@
+"""Load on one `memcli serve`: concurrent agents over HTTP and MCP, then an exactly-once check.
+
+    python bench/service_load.py              # 10 agents for 60 s on a copy of perf.py's 10k db
+    python bench/service_load.py --quick      # CI smoke: 4 agents for 8 s, 1k hash db, no file
+    python bench/service_load.py --agents 10 --seconds 60 --size 10000
+
+Half the agents speak HTTP (`httpx`, the `/api/v1` routes), half MCP (the SDK's own client over
+streamable HTTP at `/mcp`), all to one daemon started with `--port` on 127.0.0.1. Each agent has
+its own user and session and loops until time is up: record an event (a unique `event_id`),
+then build a bundle with a query about what it has said (the retrieval path), then run a query.
+Reported per transport and operation: count, p50 and p95 wall ms as the client saw them, and
+failures (any non-2xx status, MCP error result or exception; the issue's bar is zero). Targets
+(seed 003, the issue's): the retrieval path p95 <= 500 ms, target <= 150 ms.
+
+After the run the daemon is stopped (SIGTERM: in-flight requests finish, WAL checkpointed) and
+the database is read directly: every event an agent saw acknowledged must be there exactly once,
+with its memory; nothing unacknowledged may be counted as lost.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import socket
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO_ROOT))
+sys.path.insert(0, str(REPO_ROOT / "bench"))
+
+from perf import loadavg, pct  # noqa: E402
+from service import database  # noqa: E402
+from service_support import Daemon, cli_env  # noqa: E402
+
+RESULTS = REPO_ROOT / "bench" / "results" / "service-load.md"
+TENANT = "load"
+WORDS = ("deploy", "budget", "lisbon", "postgres", "review", "invoice", "migration", "roadmap")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class Stats:
+    def __init__(self) -> None:
+        self.ms: dict[str, list[float]] = {}
+        self.failures: dict[str, list[str]] = {}
+        self.acked: list[str] = []
+
+    def add(self, key: str, ms: float) -> None:
+        self.ms.setdefault(key, []).append(ms)
+
+    def fail(self, key: str, why: str) -> None:
+        self.failures.setdefault(key, []).append(why[:200])
+
+
+def event(agent: int, i: int) -> dict[str, Any]:
+    word = WORDS[(agent + i) % len(WORDS)]
+    return {"event_id": f"load-{agent}-{i}", "tenant_id": TENANT, "user_id": f"agent{agent}",
+            "session_id": f"load-{agent}", "kind": "message",
+            "actor": {"type": "human", "id": f"agent{agent}"},
+            "content": {"text": f"note {i} from agent {agent}: the {word} item is due soon"}}
+
+
+async def http_agent(n: int, base: str, deadline: float, stats: Stats) -> None:
+    import httpx
+
+    headers = {"X-Memcli-Tenant": TENANT}
+    async with httpx.AsyncClient(base_url=base, headers=headers, timeout=60) as client:
+        i = 0
+        while time.monotonic() < deadline:
+            ev = event(n, i)
+            word = WORDS[(n + i) % len(WORDS)]
+            calls = (
+                ("record_event", "/api/v1/events", ev),
+                ("build_acb", "/api/v1/acb/build",
+                 {"tenant_id": TENANT, "user_id": ev["user_id"], "session_id": ev["session_id"],
+                  "agent_id": f"agent{n}", "query_text": f"what about the {word} item?"}),
+                ("query", "/api/v1/query",
+                 {"query": f"{word} item", "filters": {"user_id": ev["user_id"]}, "top_k": 5}),
+            )
+            for op, path, body in calls:
+                key = f"http | {op}"
+                t0 = time.perf_counter()
+                try:
+                    r = await client.post(path, json=body)
+                    stats.add(key, (time.perf_counter() - t0) * 1000)
+                    if r.status_code != 200:
+                        stats.fail(key, f"{r.status_code} {r.text}")
+                    elif op == "record_event":
+                        stats.acked.append(ev["event_id"])
+                except Exception as exc:  # a failed request is a result here, not a crash
+                    stats.fail(key, repr(exc))
+            i += 1
+
+
+async def mcp_agent(n: int, base: str, deadline: float, stats: Stats) -> None:
+    import httpx2
+    from mcp import Client
+    from mcp.client.streamable_http import streamable_http_client
+
+    headers = {"X-Memcli-Tenant": TENANT, "X-Memcli-User": f"agent{n}",
+               "X-Memcli-Agent": f"agent{n}"}
+    transport = streamable_http_client(f"{base}/mcp", http_client=httpx2.AsyncClient(
+        headers=headers, timeout=60))
+    async with Client(transport, mode="legacy") as client:
+        i = 0
+        while time.monotonic() < deadline:
+            ev = event(n, i)
+            word = WORDS[(n + i) % len(WORDS)]
+            calls = (
+                ("record_event", "memory.record_event",
+                 {"text": ev["content"]["text"], "event_id": ev["event_id"],
+                  "session_id": ev["session_id"]}),
+                ("build_acb", "memory.build_acb",
+                 {"intent": f"what about the {word} item?", "session_id": ev["session_id"]}),
+                ("query", "memory.query", {"query": f"{word} item", "top_k": 5}),
+            )
+            for op, tool, args in calls:
+                key = f"mcp | {op}"
+                t0 = time.perf_counter()
+                try:
+                    result = await client.call_tool(tool, args)
+                    stats.add(key, (time.perf_counter() - t0) * 1000)
+                    if result.is_error:
+                        stats.fail(key, str(result.content)[:200])
+                    elif op == "record_event":
+                        stats.acked.append(ev["event_id"])
+                except Exception as exc:
+                    stats.fail(key, repr(exc))
+            i += 1
+
+
+async def run_agents(agents: int, base: str, seconds: float) -> Stats:
+    stats = Stats()
+    deadline = time.monotonic() + seconds
+    tasks = [(http_agent if n % 2 == 0 else mcp_agent)(n, base, deadline, stats)
+             for n in range(agents)]
+    await asyncio.gather(*tasks)
+    return stats
+
+
+def exactly_once(db: Path, acked: list[str]) -> dict[str, int]:
+    import apsw
+
+    conn = apsw.Connection(str(db), flags=apsw.SQLITE_OPEN_READONLY)
+    try:
+        counts = dict(conn.execute(
+            "SELECT event_id, count(*) FROM events WHERE tenant_id = ? AND event_id LIKE 'load-%'"
+            " GROUP BY event_id", (TENANT,)))
+        with_memory = {row[0] for row in conn.execute(
+            "SELECT DISTINCT e.event_id FROM events e JOIN memories m ON m.event_id = e.event_id "
+            "AND m.tenant_id = e.tenant_id WHERE e.tenant_id = ? AND e.event_id LIKE 'load-%'",
+            (TENANT,))}
+    finally:
+        conn.close()
+    return {"acknowledged": len(acked), "acknowledged twice": len(acked) - len(set(acked)),
+            "found once": sum(1 for e in set(acked) if counts.get(e) == 1),
+            "missing": sum(1 for e in set(acked) if e not in counts),
+            "duplicated": sum(1 for n in counts.values() if n > 1),
+            "without a memory": sum(1 for e in set(acked) if e not in with_memory)}
+
+
+def render(res: dict[str, Any], quick: bool) -> str:
+    lines = ["# memcli serve under load: agents over HTTP and MCP", "",
+             f"Measured {time.strftime('%Y-%m-%d')}{' (quick smoke)' if quick else ''}: "
+             f"{res['agents']} agents for {res['seconds']:.0f} s against one daemon on a "
+             f"{res['size']:,}-memory database; load average before/after "
+             f"{res['load_before']} / {res['load_after']}.", "",
+             "| transport | operation | requests | p50 ms | p95 ms | failed |",
+             "|---|---|---|---|---|---|"]
+    for key, row in sorted(res["ops"].items()):
+        transport, op = key.split(" | ")
+        lines.append(f"| {transport} | {op} | {row['n']} | {row['p50']:.1f} | {row['p95']:.1f} "
+                     f"| {row['failed']} |")
+    lines += ["", "Events: " + ", ".join(f"{k} {v}" for k, v in res["events"].items()) + "."]
+    for key, why in res["failure_samples"].items():
+        lines.append(f"- first failure of {key}: `{why}`")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--quick", action="store_true", help="4 agents, 8 s, 1k hash db, no file")
+    ap.add_argument("--agents", type=int, default=None)
+    ap.add_argument("--seconds", type=float, default=None)
+    ap.add_argument("--size", type=int, default=None, help="database size (perf.py's)")
+    args = ap.parse_args(argv)
+    agents = args.agents or (4 if args.quick else 10)
+    seconds = args.seconds or (8.0 if args.quick else 60.0)
+    size = args.size or (1000 if args.quick else 10000)
+    res: dict[str, Any] = {"agents": agents, "seconds": seconds, "size": size,
+                           "load_before": loadavg()}
+    with tempfile.TemporaryDirectory(prefix="memcli-load-") as tmp:
+        env = cli_env(Path(tmp), hash_embedder=args.quick)
+        db = database(size, args.quick)
+        port = free_port()
+        with Daemon(db, env, "--port", str(port), "--no-token") as daemon:
+            daemon.wait_ready()
+            stats = asyncio.run(run_agents(agents, f"http://127.0.0.1:{port}", seconds))
+        res["events"] = exactly_once(db, stats.acked)
+    res["load_after"] = loadavg()
+    res["ops"] = {k: {"n": len(v), "p50": pct(v, 50), "p95": pct(v, 95),
+                      "failed": len(stats.failures.get(k, []))} for k, v in stats.ms.items()}
+    res["failure_samples"] = {k: v[0] for k, v in stats.failures.items()}
+    text = render(res, args.quick)
+    print(text)
+    if not args.quick:
+        RESULTS.write_text(text + "\n")
+        RESULTS.with_suffix(".json").write_text(json.dumps(res, indent=1) + "\n")
+    failed = sum(len(v) for v in stats.failures.values())
+    ev = res["events"]
+    bad = ev["missing"] + ev["duplicated"] + ev["without a memory"]
+    return 1 if failed or bad else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

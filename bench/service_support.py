@@ -1,0 +1,98 @@
+"""What bench/service.py and bench/service_load.py share: a `memcli serve` process and timing."""
+
+from __future__ import annotations
+
+import os
+import resource
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+
+def cli_env(tmp: Path, *, hash_embedder: bool) -> dict[str, str]:
+    """The environment of every process the benchmark starts: no user config, private dirs."""
+    env = dict(os.environ)
+    for var in [v for v in env if v.startswith("MEMCLI_")]:
+        env.pop(var)
+    env.update({
+        "MEMCLI_CONFIG": str(tmp / "missing.yaml"),
+        "XDG_RUNTIME_DIR": str(tmp / "run"),
+        "XDG_CONFIG_HOME": str(tmp / "config"),
+        "XDG_DATA_HOME": str(tmp / "data"),
+        "HOME": str(tmp / "home"),
+        "PYTHONPATH": str(REPO_ROOT),
+    })
+    for sub in ("run", "config", "data", "home"):
+        (tmp / sub).mkdir(mode=0o700, exist_ok=True)
+    if hash_embedder:
+        env["MEMCLI_EMBEDDER"] = "hash"
+    return env
+
+
+def process_ms(argv: list[str], env: dict[str, str], stdin: str | None
+               ) -> tuple[float, float, str]:
+    """(wall ms, the child's CPU ms from its rusage, stdout) of one process; exits on failure."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t0 = time.perf_counter()
+    done = subprocess.run(argv, env=env, input=stdin, capture_output=True, text=True,
+                          cwd=REPO_ROOT, check=False)
+    wall = (time.perf_counter() - t0) * 1000
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if done.returncode != 0:
+        raise SystemExit(f"{' '.join(argv[:6])} ... exit {done.returncode}: "
+                         f"{done.stderr.strip()[-600:]}")
+    cpu = (after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime) * 1000
+    return wall, cpu, done.stdout
+
+
+class Daemon:
+    """`memcli serve` for one database, stopped (SIGTERM, then SIGKILL) when the block ends."""
+
+    def __init__(self, db: Path, env: dict[str, str], *extra: str) -> None:
+        self.db, self.env, self.extra = db, env, list(extra)
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.log = Path(env["XDG_RUNTIME_DIR"]) / f"serve-{db.name}.log"
+
+    def __enter__(self) -> Daemon:
+        argv = [sys.executable, "-m", "memcli", "serve", "--db", str(self.db), *self.extra]
+        self._log = open(self.log, "wb")  # noqa: SIM115 (closed in __exit__)
+        self.proc = subprocess.Popen(argv, env=self.env, stdout=self._log,
+                                     stderr=subprocess.STDOUT, cwd=REPO_ROOT)
+        return self
+
+    def wait_ready(self, timeout: float = 120.0) -> None:
+        """Until the daemon answers a command (`memcli serve status`) and its models are warm."""
+        deadline = time.monotonic() + timeout
+        argv = [sys.executable, "-m", "memcli", "serve", "status", "--db", str(self.db)]
+        while time.monotonic() < deadline:
+            assert self.proc is not None
+            if self.proc.poll() is not None:
+                raise SystemExit(f"memcli serve exited {self.proc.returncode}: "
+                                 f"{self.log.read_text()[-800:]}")
+            done = subprocess.run(argv, env=self.env, capture_output=True, text=True,
+                                  check=False)
+            if done.returncode == 0 and '"models_ready": true' in done.stdout:
+                return
+            time.sleep(0.25)
+        raise SystemExit(f"memcli serve not ready after {timeout:.0f} s")
+
+    def requests_served(self) -> Any:
+        argv = [sys.executable, "-m", "memcli", "serve", "status", "--db", str(self.db)]
+        done = subprocess.run(argv, env=self.env, capture_output=True, text=True, check=False)
+        return done.stdout.strip() if done.returncode == 0 else None
+
+    def __exit__(self, *exc: object) -> None:
+        assert self.proc is not None
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self._log.close()

