@@ -1,9 +1,10 @@
-"""`memcli mcp` (an MCP server on stdio), `memcli mcp install` and `memcli hook ...`.
+"""`memcli mcp` (an MCP server on stdio) and `memcli mcp install` (client config snippets).
 
 `memcli mcp` forwards to the daemon (`memcli serve`) when one serves the database: a stdlib
 bridge (memcli/cli/mcp_bridge.py), so the agent's `initialize` is answered by a warm process
 and every session shares one writer. Without a daemon it serves in-process with the MCP SDK
-(memcli/service/mcp.py), its imports paid once per session.
+(memcli/service/mcp.py), its imports paid once per session. The identity options are shared
+with `memcli hook` (memcli/cli/hook.py).
 """
 
 from __future__ import annotations

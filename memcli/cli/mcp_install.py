@@ -91,7 +91,7 @@ def write(client: str, path: Path, name: str, command: str, args: list[str],
     else:
         try:
             document = json.loads(old) if old and old.strip() else {}
-        except ValueError as exc:
+        except json.JSONDecodeError as exc:
             raise UsageError(f"{path} is not valid JSON ({exc.msg}, line {exc.lineno})",
                              "fix it or pass another --config-path") from None
         if not isinstance(document, dict):

@@ -115,7 +115,7 @@ def select_tools(spec: str | None) -> tuple[str, ...]:
         return DEFAULT_TOOLS
     if spec.strip() == "all":
         return tuple(TOOLS)
-    names = []
+    names: list[str] = []
     for part in (p.strip() for p in spec.split(",")):
         if not part:
             continue
