@@ -110,6 +110,9 @@ def register(app: typer.Typer) -> None:
         from memcli.errors import UsageError
 
         with errors():
+            from memcli.config import load_settings
+
+            load_settings(db)  # a config the server could not start with is refused here
             if client not in mcp_install.CLIENTS:
                 raise UsageError(f"unknown client: {client}",
                                  "choose " + ", ".join(mcp_install.CLIENTS))
