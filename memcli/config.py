@@ -166,6 +166,8 @@ class Settings(BaseModel):
     context_dir: Path | None = None
     # Seconds a writer waits for the write lock before exiting 75 (MEMCLI_BUSY_TIMEOUT).
     busy_timeout: float = Field(default=30.0, gt=0)
+    # The MCP tools offered when `memcli mcp --tools` is not given: "default", "all" or a list.
+    mcp_tools: str | None = None
 
 
 def _data_dir() -> Path:
@@ -305,3 +307,31 @@ def package_path(name: str) -> Path:
 def bundled_text(name: str) -> str:
     """The text of a file shipped inside the package (see `package_path`)."""
     return package_path(name).read_text(encoding="utf-8")
+
+
+def hook_log_path() -> Path:
+    """Where `memcli hook ...` logs the errors it swallows (a hook must never break the
+    agent's session): `<data dir>/hooks.log`."""
+    return _data_dir() / "hooks.log"
+
+
+def mcp_client_config_paths() -> dict[str, Path]:
+    """Each coding agent's MCP config file, for `memcli mcp install --write` (the agents'
+    documented locations; `--config-path` overrides): Claude Desktop's per platform, Cursor's
+    global one, VS Code's and Claude Code's in the project (the working directory), Codex's
+    under `$CODEX_HOME` (default ~/.codex)."""
+    import sys
+
+    home = Path.home()
+    if sys.platform == "darwin":
+        desktop = home / "Library" / "Application Support" / "Claude"
+    elif sys.platform == "win32":
+        desktop = Path(os.environ.get("APPDATA") or home / "AppData" / "Roaming") / "Claude"
+    else:
+        desktop = Path(os.environ.get("XDG_CONFIG_HOME") or home / ".config") / "Claude"
+    codex = Path(os.environ.get("CODEX_HOME") or home / ".codex")
+    return {"claude-desktop": desktop / "claude_desktop_config.json",
+            "cursor": home / ".cursor" / "mcp.json",
+            "vscode": Path.cwd() / ".vscode" / "mcp.json",
+            "claude-code": Path.cwd() / ".mcp.json",
+            "codex": codex / "config.toml"}

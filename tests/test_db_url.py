@@ -34,6 +34,7 @@ ARGS = {
     ("checkpoint", "save"): ["--data", "{}", "--user", "u", "--thread", "t"],
     ("acb", "show"): ["rules"],
     ("acb", "edit"): ["rules"],
+    ("mcp", "install"): ["--client", "cursor"],
 }
 
 
@@ -89,6 +90,12 @@ def test_every_command_refuses_a_url(tmp_path, monkeypatch, source):
         if line[0] == "demo" and source != "flag":
             continue  # without --db, demo uses a scratch file of its own, never MEMCLI_DB
         result = runner.invoke(app, [*line, *extra])
+        if line[0] == "hook":
+            # A hook never fails the agent's session (exit 2 would block its prompt or its
+            # stop): it logs the refusal to hooks.log and exits 0, having created nothing.
+            if result.exit_code != 0 or result.stdout or any(cwd.iterdir()):
+                wrong.append((" ".join(line), result.exit_code, result.stderr[-200:]))
+            continue
         expected = (f"memcli: error: {where[source]} {SHOWN} is a URL; the PostgreSQL backend "
                     "is not built yet (issue #16; give a file path for SQLite)\n")
         if result.exit_code != 2 or result.stderr != expected or result.stdout:

@@ -16,10 +16,12 @@ from memcli.cli import (
     admin,
     doctor,
     facts,
+    hook,
     ingest,
     keys,
     ledger,
     lifecycle,
+    mcp,
     portable,
     query,
     rebuild,
@@ -43,7 +45,7 @@ def _root(
 
 # Every command group, in help order. Each module's register() adds its commands to an app.
 MODULES = (ingest, query, admin, acb, ledger, lifecycle, facts, doctor, keys, rebuild, portable,
-           views, serve)
+           views, serve, mcp, hook)
 # Top-level command name -> the module registering it (tests check this matches the modules).
 COMMAND_MODULES: dict[str, ModuleType] = {
     **dict.fromkeys(("ingest", "embed", "reindex"), ingest),
@@ -61,6 +63,8 @@ COMMAND_MODULES: dict[str, ModuleType] = {
     **dict.fromkeys(("export", "import"), portable),
     "view": views,
     "serve": serve,
+    "mcp": mcp,
+    "hook": hook,
 }
 
 

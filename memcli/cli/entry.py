@@ -11,6 +11,12 @@ import sys
 
 
 def main() -> None:
+    if sys.argv[1:2] == ["mcp"]:  # an agent's MCP session: bridge to a daemon (mcp_bridge.py)
+        from memcli.cli.mcp_bridge import main_hook as mcp_hook
+
+        code = mcp_hook(sys.argv[1:])
+        if code is not None:
+            _exit_now(code)
     from memcli.service.client import main_hook
 
     code, argv = main_hook(sys.argv[1:])

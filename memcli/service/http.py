@@ -126,11 +126,18 @@ def build_app(settings: Settings, auth: Auth, *, service: api.Service | None = N
         return JSONResponse(document)
 
     table.append(StarletteRoute("/openapi.json", openapi_json, methods=["GET"]))
+    # The MCP server (streamable HTTP) at /mcp, behind the same token and scope headers.
+    from memcli.service.mcp import http_routes
+
+    mcp_routes, mcp_lifespan = http_routes(settings, svc, caller=lambda r: _caller(r, auth),
+                                           allowed_hosts=tuple(auth.allowed_hosts))
+    table.extend(mcp_routes)
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         try:
             async with AsyncExitStack() as stack:
+                await stack.enter_async_context(mcp_lifespan())
                 for enter in lifespans:
                     await stack.enter_async_context(enter(app))
                 yield

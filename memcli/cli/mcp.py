@@ -1,0 +1,151 @@
+"""`memcli mcp` (an MCP server on stdio) and `memcli mcp install` (client config snippets).
+
+`memcli mcp` forwards to the daemon (`memcli serve`) when one serves the database: a stdlib
+bridge (memcli/cli/mcp_bridge.py), so the agent's `initialize` is answered by a warm process
+and every session shares one writer. Without a daemon it serves in-process with the MCP SDK
+(memcli/service/mcp.py), its imports paid once per session. The identity options are shared
+with `memcli hook` (memcli/cli/hook.py).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from memcli.cli.options import DbOpt
+
+TenantOpt = Annotated[str | None, typer.Option(
+    "--tenant", envvar="MEMCLI_TENANT", show_envvar=True,
+    help="Tenant this server answers for (default: the configured tenant).")]
+UserOpt = Annotated[str | None, typer.Option(
+    "--user", envvar="MEMCLI_USER", show_envvar=True,
+    help="User the tools read and write as (default: not bound: the tenant's memories).")]
+AgentOpt = Annotated[str | None, typer.Option(
+    "--agent", envvar="MEMCLI_AGENT", show_envvar=True,
+    help="Agent id: its category allowlist applies, its events are tagged with it.")]
+AppOpt = Annotated[str | None, typer.Option(
+    "--app", envvar="MEMCLI_APP", show_envvar=True, help="App id (seed 001 app mode).")]
+ToolsOpt = Annotated[str | None, typer.Option(
+    "--tools", help="Tools to offer: 'default', 'all', or a comma-separated list "
+                    "(query,build_acb,record_event,get_artifact,query_decisions,remember,forget,"
+                    "record_decision,record_task,history,app_memories,purge_app).")]
+
+
+def serve_stdio(db: Path | None, tenant: str | None, user: str | None, agent: str | None,
+                app: str | None, tools: str | None, no_daemon: bool) -> int:
+    """Forward to the daemon, else serve in-process. Returns the exit code."""
+    import os
+
+    from memcli.cli import mcp_bridge
+
+    # The entry point removes `--no-daemon` from the argv Typer sees (memcli.service.client):
+    # the original command line and MEMCLI_NO_DAEMON still say it.
+    no_daemon = (no_daemon or "--no-daemon" in sys.argv[1:]
+                 or os.environ.get("MEMCLI_NO_DAEMON", "") not in ("", "0"))
+    socket_path = None if no_daemon else mcp_bridge.daemon_http_socket(
+        str(db) if db is not None else None, os.environ)
+    headers = mcp_bridge.scope_headers(tenant, user, agent, app)
+    if tools:
+        headers["X-Memcli-Tools"] = tools
+    if socket_path is not None and all(v.isascii() for v in headers.values()):
+        return mcp_bridge.forward(socket_path, headers)  # the entry point's bridge missed it
+    from memcli.cli.output import errors
+
+    with errors():
+        from memcli.config import load_settings
+        from memcli.service.api import Scope
+        from memcli.service.mcp import build_mcp, select_tools
+
+        settings = load_settings(db)
+        selected = select_tools(tools or settings.mcp_tools)
+        server = build_mcp(settings, Scope(tenant=tenant, user_id=user, agent=agent, app_id=app),
+                           selected)
+        server.run("stdio")
+    return 0
+
+
+def register(app: typer.Typer) -> None:
+    mcp_app = typer.Typer(help="MCP server for coding agents (stdio), and its client config.",
+                          invoke_without_command=True, no_args_is_help=False)
+
+    @mcp_app.callback()
+    def mcp_cmd(
+        ctx: typer.Context,
+        db: DbOpt = None, tenant: TenantOpt = None, user: UserOpt = None,
+        agent: AgentOpt = None, app_id: AppOpt = None, tools: ToolsOpt = None,
+        no_daemon: Annotated[bool, typer.Option(
+            "--no-daemon", help="Serve in-process even when `memcli serve` runs.")] = False,
+    ) -> None:
+        """Serve memcli's memory tools over MCP on stdin/stdout (what a coding agent starts).
+
+        Forwards to `memcli serve` when it runs for the database (fast start, one writer for
+        every session); else serves in-process. Identity is bound here, never by the model."""
+        if ctx.invoked_subcommand is not None:
+            return
+        raise typer.Exit(serve_stdio(db, tenant, user, agent, app_id, tools, no_daemon))
+
+    @mcp_app.command("install")
+    def install_cmd(
+        client: Annotated[str, typer.Option(
+            "--client", help="claude-code, claude-desktop, cursor, vscode or codex.")],
+        write: Annotated[bool, typer.Option(
+            "--write", help="Merge into the client's config file (old file kept as .bak) "
+                            "instead of printing.")] = False,
+        config_path: Annotated[Path | None, typer.Option(
+            "--config-path", help="The client's config file (default: where the client "
+                                  "reads it).")] = None,
+        name: Annotated[str, typer.Option("--name", help="Server name in the config.")] = "memcli",
+        command: Annotated[str | None, typer.Option(
+            "--command", help="Command the client starts (default: this memcli, by its "
+                              "absolute path).")] = None,
+        db: DbOpt = None, tenant: TenantOpt = None, user: UserOpt = None,
+        agent: AgentOpt = None, app_id: AppOpt = None, tools: ToolsOpt = None,
+    ) -> None:
+        """Print (or --write) the config snippet that makes a coding agent start `memcli mcp`."""
+        from memcli.cli import mcp_install
+        from memcli.cli.output import errors
+        from memcli.errors import UsageError
+
+        with errors():
+            from memcli.config import load_settings
+
+            load_settings(db)  # a config the server could not start with is refused here
+            if client not in mcp_install.CLIENTS:
+                raise UsageError(f"unknown client: {client}",
+                                 "choose " + ", ".join(mcp_install.CLIENTS))
+            if tools:
+                from memcli.service.mcp import select_tools
+
+                select_tools(tools)
+            args = ["mcp"]
+            for flag, value in (("--db", str(db.expanduser().resolve()) if db else None),
+                                ("--tenant", tenant), ("--user", user), ("--agent", agent),
+                                ("--app", app_id), ("--tools", tools)):
+                if value:
+                    args += [flag, value]
+            program = command or _this_program()
+            if not write:
+                print(mcp_install.snippet(client, name, program, args))
+                return
+            from memcli.config import mcp_client_config_paths
+
+            path = config_path or mcp_client_config_paths()[client]
+            import json
+
+            done = mcp_install.write(client, path, name, program, args)
+            print(json.dumps(done, ensure_ascii=False))
+
+    app.add_typer(mcp_app, name="mcp")
+
+
+def _this_program() -> str:
+    """This memcli's absolute path, so a client with a short PATH finds it (else `memcli`)."""
+    import shutil
+
+    argv0 = Path(sys.argv[0])
+    if argv0.name == "memcli" and argv0.exists():
+        return str(argv0.resolve())
+    return shutil.which("memcli") or "memcli"
