@@ -120,7 +120,7 @@ async def mcp_agent(n: int, base: str, deadline: float, stats: Stats) -> None:
                  {"text": ev["content"]["text"], "event_id": ev["event_id"],
                   "session_id": ev["session_id"]}),
                 ("build_acb", "memory.build_acb",
-                 {"intent": f"what about the {word} item?", "session_id": ev["session_id"]}),
+                 {"query": f"what about the {word} item?", "session_id": ev["session_id"]}),
                 ("query", "memory.query", {"query": f"{word} item", "top_k": 5}),
             )
             for op, tool, args in calls:

@@ -55,7 +55,7 @@ TOOLS: dict[str, ToolSpec] = {
     "memory.build_acb": ToolSpec(
         "build_acb", "Build a context bundle (rules, decisions, tasks, relevant memories) "
         "for the task at hand, under a token budget.", read_only=True,
-        aliases=(("query", "intent"), ("text", "intent"), ("task", "intent"),
+        aliases=(("query_text", "query"), ("text", "query"), ("task", "query"),
                  ("budget", "max_tokens"), ("token_budget", "max_tokens"),
                  ("category", "categories")),
         lists=("categories",)),

@@ -25,11 +25,14 @@ def query(query: str, top_k: int = 10, categories: list[str] | None = None,
                   filters=filters or None) | {"return": return_format}
 
 
-def build_acb(intent: str | None = None, max_tokens: int | None = None,
-              session_id: str | None = None, categories: list[str] | None = None,
+def build_acb(query: str | None = None, intent: str | None = None,
+              max_tokens: int | None = None, session_id: str | None = None,
+              categories: list[str] | None = None,
               include_checkpoint: bool = False) -> dict[str, Any]:
-    return _given(intent=intent, max_tokens=max_tokens, session_id=session_id,
-                  categories=categories, include_checkpoint=include_checkpoint or None)
+    # seed 003: `query_text` is what the evidence is retrieved for; `intent` only labels it.
+    return _given(query_text=query, intent=intent, max_tokens=max_tokens,
+                  session_id=session_id, categories=categories,
+                  include_checkpoint=include_checkpoint or None)
 
 
 def record_events(text: str, role: Role = "user",
