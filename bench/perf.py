@@ -812,7 +812,7 @@ def process_summary(runs: list[tuple[float, float]]) -> dict[str, float]:
 
 # Reference processes beside `memcli query`: the interpreter alone; pydantic's BaseModel, which
 # the query path needs (settings, results) and nothing can start faster than; and the Typer app
-# with every command, which `query` and `acb build` skip (memcli.cli.fast).
+# with every command, which an in-process command builds only in part (its own group).
 REFERENCE_PROCESSES = (
     ("python -c pass", "pass"),
     ("python -c 'from pydantic import BaseModel'",  # with the plugin scan off, as memcli does

@@ -3,7 +3,7 @@
 Each step here returns what the CLI prints as JSON, so `memcli query --json` and
 `POST /api/v1/query` answer with one payload built by one function. The CLI keeps only what is
 its own: flags, stdin, warnings on stderr, the text rendering. Nothing here prints, reads stdin
-or imports Typer; the module imports nothing heavy at load (the query fast path imports it).
+or imports Typer; the module imports nothing heavy at load.
 """
 
 from __future__ import annotations
