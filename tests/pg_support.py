@@ -76,6 +76,34 @@ def _as_root() -> bool:
     return os.geteuid() == 0
 
 
+def _reachable_bin_dir(binaries: Path) -> Path:
+    """`binaries`, or a copy of the wheel's `pginstall` the server's user can run.
+
+    As root the server runs as PG_USER, who cannot enter a virtualenv inside a 0700 folder
+    (a CI clone made by `mktemp -d`, a home directory). Then the whole `pginstall` (~40 MB:
+    the server finds `lib/` and `share/` next to its `bin/`) is copied once to a world-readable
+    folder under /tmp, named by the install it copies."""
+    probe = subprocess.run(["runuser", "-u", PG_USER, "--", "test", "-x",
+                            str(binaries / "initdb")], capture_output=True, check=False)
+    if probe.returncode == 0:
+        return binaries
+    install = binaries.parent
+    stamp = f"{install.stat().st_ino}-{int((binaries / 'postgres').stat().st_mtime)}"
+    target = Path(tempfile.gettempdir()) / f"memcli-pginstall-{stamp}"
+    if not (target / "bin" / "postgres").is_file():
+        staging = Path(tempfile.mkdtemp(prefix="memcli-pginstall-", dir=target.parent))
+        shutil.copytree(install, staging / "pginstall", symlinks=True)
+        for path in [staging, *staging.rglob("*")]:
+            if path.is_dir() and not path.is_symlink():
+                path.chmod(0o755)
+        try:
+            (staging / "pginstall").rename(target)
+        except OSError:  # another test run copied it meanwhile
+            pass
+        shutil.rmtree(staging, ignore_errors=True)
+    return target / "bin"
+
+
 def _ensure_user() -> None:
     """The system user a root test run starts the server as (created once, no home)."""
     try:
@@ -177,6 +205,7 @@ def running_server() -> Iterator[PgServer]:
         if shutil.which("runuser") is None or shutil.which("useradd") is None:
             raise PgUnavailable("running as root needs runuser and useradd to start PostgreSQL")
         _ensure_user()
+        binaries = _reachable_bin_dir(binaries)
     started = time.perf_counter()
     folder = Path(tempfile.mkdtemp(prefix="mpg-", dir="/tmp"))
     data = folder / "data"
