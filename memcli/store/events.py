@@ -24,13 +24,13 @@ def insert_event(db: Database, row: dict[str, Any]) -> int:
     """Append one event; returns its sequence number. A `high` event's content, tags and refs
     are stored encrypted (they can all carry what was said)."""
     high = row.get("sensitivity") == "high"
-    db.execute(
+    return db.insert(
         """INSERT INTO events (event_id, ts, recorded_at, tenant_id, user_id, agent_id,
                session_id, app_id, run_id, channel, actor_type, actor_id, kind, sensitivity,
                tags, content, refs, content_hash, redactions)
            VALUES (:event_id, :ts, :recorded_at, :tenant_id, :user_id, :agent_id, :session_id,
                :app_id, :run_id, :channel, :actor_type, :actor_id, :kind, :sensitivity,
-               :tags, :content, :refs, :content_hash, :redactions)""",
+               :tags, :content, :refs, :content_hash, :redactions) RETURNING seq""",
         {
             **row,
             "tags": seal_json_if(db, high, row["tags"]),
@@ -39,7 +39,6 @@ def insert_event(db: Database, row: dict[str, Any]) -> int:
             "redactions": json.dumps(row["redactions"]),
         },
     )
-    return db.conn.last_insert_rowid()
 
 
 def insert_artifact(db: Database, artifact: dict[str, Any]) -> None:

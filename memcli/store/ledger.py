@@ -46,15 +46,14 @@ def insert_decision(db: Database, row: dict[str, Any]) -> int:
     if row.get("sensitivity") == "high":
         for key in ("decision", *_LIST_FIELDS):
             values[key] = seal_if(db, True, values[key])
-    db.execute(
+    return db.insert(
         "INSERT INTO decisions (tenant_id, user_id, session_id, agent_id, app_id, status, scope,"
         " decision, rationale, constraints, alternatives, consequences, refs, supersedes,"
         " created_at, updated_at) VALUES (:tenant_id, :user_id, :session_id, :agent_id, :app_id,"
         " 'active', :scope, :decision, :rationale, :constraints, :alternatives, :consequences,"
-        " :refs, :supersedes, :now, :now)",
+        " :refs, :supersedes, :now, :now) RETURNING id",
         {**values, "now": now},
     )
-    return db.conn.last_insert_rowid()
 
 
 def set_decision_memory(db: Database, decision_id: int, memory_id: int) -> None:
@@ -131,10 +130,10 @@ def insert_task(db: Database, row: dict[str, Any]) -> int:
         row = {**row, **{k: seal_if(db, True, row.get(k) or "") for k in ("title", "details")},
                "refs": seal_if(db, True, json.dumps(list(row.get("refs") or []),
                                                     ensure_ascii=False))}
-    db.execute(
+    return db.insert(
         "INSERT INTO tasks (tenant_id, user_id, session_id, agent_id, app_id, status, title,"
         " details, refs, created_at, updated_at) VALUES (:tenant_id, :user_id, :session_id,"
-        " :agent_id, :app_id, :status, :title, :details, :refs, :now, :now)",
+        " :agent_id, :app_id, :status, :title, :details, :refs, :now, :now) RETURNING id",
         {
             **{
                 k: row.get(k)
@@ -154,7 +153,6 @@ def insert_task(db: Database, row: dict[str, Any]) -> int:
             "now": now,
         },
     )
-    return db.conn.last_insert_rowid()
 
 
 def update_task(db: Database, task_id: int, changes: dict[str, Any]) -> None:

@@ -307,11 +307,11 @@ def protect(db: Database, memory_id: int, now: str) -> None:
 def start_run(
     db: Database, command: str, tenant_id: str | None, user_id: str | None, now: str
 ) -> int:
-    db.execute(
-        "INSERT INTO lifecycle_runs (command, tenant_id, user_id, started_at) VALUES (?, ?, ?, ?)",
+    return db.insert(
+        "INSERT INTO lifecycle_runs (command, tenant_id, user_id, started_at)"
+        " VALUES (?, ?, ?, ?) RETURNING id",
         (command, tenant_id, user_id, now),
     )
-    return db.conn.last_insert_rowid()
 
 
 def finish_run(db: Database, run_id: int, status: str, report: dict[str, Any], now: str) -> None:

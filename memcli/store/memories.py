@@ -20,7 +20,7 @@ MEMORY_COLUMNS = (
 )
 _INSERT_SQL = (
     f"INSERT INTO memories ({', '.join(MEMORY_COLUMNS)}) VALUES "
-    f"({', '.join(':' + c for c in MEMORY_COLUMNS)})"
+    f"({', '.join(':' + c for c in MEMORY_COLUMNS)}) RETURNING id"
 )
 
 
@@ -44,8 +44,7 @@ def insert_memory(db: Database, row: dict[str, Any], context: str = "") -> int:
                          ("decay_rate", 0.01), ("chunk_index", 0), ("token_count", 0)):
         if values[key] is None:
             values[key] = default
-    db.execute(_INSERT_SQL, values)
-    memory_id = db.conn.last_insert_rowid()
+    memory_id = db.insert(_INSERT_SQL, values)
     db.execute(
         "INSERT INTO memories_fts (rowid, content, context, scope) VALUES (?, ?, ?, ?)",
         (memory_id, text, context,
@@ -92,9 +91,9 @@ def link_entities(db: Database, memory_id: int, entities: list, now: str, *,
             # measured ~0.3 ms against ~0.01 ms for the indexed lookup.
             entity_id = db.scalar("SELECT id FROM entities WHERE kind = ? AND norm = ?", key)
             if entity_id is None:
-                db.execute("INSERT INTO entities (kind, norm, display, created_at)"
-                           " VALUES (?, ?, ?, ?)", (ent.kind, ent.norm, ent.value, now))
-                entity_id = db.conn.last_insert_rowid()
+                entity_id = db.insert("INSERT INTO entities (kind, norm, display, created_at)"
+                                      " VALUES (?, ?, ?, ?) RETURNING id",
+                                      (ent.kind, ent.norm, ent.value, now))
             ids[key] = entity_id
         alias = (ent.value.lower(), entity_id)
         if alias not in aliases:

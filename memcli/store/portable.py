@@ -253,15 +253,14 @@ def defer_foreign_keys(db: Database) -> None:
     db.execute("PRAGMA defer_foreign_keys = ON")
 
 
-def insert_row(db: Database, table: str, row: dict[str, Any]) -> int:
-    """One row as given (values as at rest); returns its rowid."""
+def insert_row(db: Database, table: str, row: dict[str, Any]) -> None:
+    """One row as given (values as at rest)."""
     assert table in ("events", "memories", "history", "decisions", "tasks", "checkpoints",
                      "relations", "proposals", "artifacts", "sessions", "session_consolidation")
     names = list(row)
     _cols(names, table)  # checks the names
     db.execute(f"INSERT INTO {table} ({', '.join(names)}) VALUES ({', '.join('?' * len(names))})",
                tuple(row.values()))
-    return db.conn.last_insert_rowid()
 
 
 def index_lexical(db: Database, ids: list[int]) -> None:

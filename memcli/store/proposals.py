@@ -34,12 +34,11 @@ def insert_proposal(db: Database, row: dict[str, Any]) -> int:
         for key in ("value", "text", "old_text"):
             if values[key] is not None:
                 values[key] = seal_if(db, True, values[key])
-    db.execute(
+    return db.insert(
         f"INSERT INTO proposals ({', '.join(_COLUMNS)}) VALUES"
-        f" ({', '.join(':' + c for c in _COLUMNS)})",
+        f" ({', '.join(':' + c for c in _COLUMNS)}) RETURNING id",
         values,
     )
-    return db.conn.last_insert_rowid()
 
 
 def pending_same(
@@ -54,13 +53,12 @@ def pending_same(
 
 
 def expire(db: Database, now: str) -> int:
-    db.execute(
+    return db.change_count(
         "UPDATE proposals SET status = 'expired', decided_at = ?, decided_by = 'memcli',"
         " reason = 'no answer within the consent window'"
         " WHERE status = 'pending' AND expires_at <= ?",
         (now, now),
     )
-    return db.conn.changes()
 
 
 def get_proposal(db: Database, proposal_id: int) -> dict[str, Any] | None:

@@ -166,9 +166,8 @@ def insert_episode(db: Database, row: dict[str, Any]) -> int:
     values["content"] = seal_if(db, high, row["content"])
     values["source_ids"] = json.dumps(row["source_ids"], ensure_ascii=False)
     values["attributes"] = seal_if(db, high, json.dumps(row["attributes"], ensure_ascii=False))
-    db.execute(f"INSERT INTO memories ({', '.join(_EPISODE_COLUMNS)}) VALUES"
-               f" ({', '.join(':' + c for c in _EPISODE_COLUMNS)})", values)
-    return int(db.conn.last_insert_rowid())
+    return db.insert(f"INSERT INTO memories ({', '.join(_EPISODE_COLUMNS)}) VALUES"
+                     f" ({', '.join(':' + c for c in _EPISODE_COLUMNS)}) RETURNING id", values)
 
 
 def rewrite_content(db: Database, memory_id: int, content: str, token_count: int,
@@ -181,7 +180,7 @@ def rewrite_content(db: Database, memory_id: int, content: str, token_count: int
 def refresh_sessions(db: Database) -> int:
     """Each session's event-derived columns again from its events (first and last event time,
     count, user); its consolidation state (consolidated_at, summary) is kept."""
-    db.execute("""
+    return db.change_count("""
         INSERT INTO sessions (tenant_id, session_id, user_id, started_at, last_event_at,
                               event_count)
         SELECT tenant_id, session_id, max(user_id), min(ts), max(ts), count(*)
@@ -190,7 +189,6 @@ def refresh_sessions(db: Database) -> int:
             started_at = excluded.started_at, last_event_at = excluded.last_event_at,
             event_count = excluded.event_count,
             user_id = coalesce(sessions.user_id, excluded.user_id)""")
-    return int(db.conn.changes())
 
 
 # -- relations -------------------------------------------------------------------------------
@@ -237,8 +235,8 @@ def reset_entity_links(db: Database) -> None:
 
 
 def drop_unused_entities(db: Database) -> int:
-    db.execute("DELETE FROM entities WHERE id NOT IN (SELECT entity_id FROM memory_entities)")
-    return int(db.conn.changes())
+    return db.change_count(
+        "DELETE FROM entities WHERE id NOT IN (SELECT entity_id FROM memory_entities)")
 
 
 def reset_sparse(db: Database) -> None:
