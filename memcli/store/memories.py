@@ -97,11 +97,12 @@ def link_entities(db: Database, memory_id: int, entities: list, now: str, *,
             ids[key] = entity_id
         alias = (ent.value.lower(), entity_id)
         if alias not in aliases:
-            db.execute("INSERT OR IGNORE INTO entity_aliases (alias, entity_id) VALUES (?, ?)",
-                       alias)
+            db.execute("INSERT INTO entity_aliases (alias, entity_id) VALUES (?, ?)"
+                       " ON CONFLICT DO NOTHING", alias)
             aliases.add(alias)
         db.execute(
-            "INSERT OR IGNORE INTO memory_entities (memory_id, entity_id) VALUES (?, ?)",
+            "INSERT INTO memory_entities (memory_id, entity_id) VALUES (?, ?)"
+            " ON CONFLICT DO NOTHING",
             (memory_id, entity_id),
         )
 

@@ -215,9 +215,12 @@ def restore_edges(db: Database, edges: list[tuple[int, int, str, float, str]]) -
     """Add the edges that are missing and whose two memories exist; returns how many."""
     before = int(db.scalar("SELECT count(*) FROM relations"))
     db.executemany(
-        "INSERT OR IGNORE INTO relations (src_id, dst_id, kind, strength, created_at)"
-        " SELECT ?1, ?2, ?3, ?4, ?5 WHERE EXISTS (SELECT 1 FROM memories WHERE id = ?1)"
-        " AND EXISTS (SELECT 1 FROM memories WHERE id = ?2)", edges)
+        "INSERT INTO relations (src_id, dst_id, kind, strength, created_at)"
+        " SELECT :src, :dst, :kind, :strength, :ts WHERE EXISTS"
+        " (SELECT 1 FROM memories WHERE id = :src) AND EXISTS"
+        " (SELECT 1 FROM memories WHERE id = :dst) ON CONFLICT DO NOTHING",
+        [dict(zip(("src", "dst", "kind", "strength", "ts"), edge, strict=True))
+         for edge in edges])
     return int(db.scalar("SELECT count(*) FROM relations")) - before
 
 
@@ -267,7 +270,8 @@ def stored_vectors(db: Database, ids: list[int]) -> dict[int, bytes]:
 def write_vectors(db: Database, rows: list[tuple[int, bytes]]) -> None:
     """Float vectors only: the vec0 index is made again from them in one go at the end."""
     db.executemany(
-        "INSERT OR REPLACE INTO memory_vectors (memory_id, embedding) VALUES (?, ?)", rows)
+        "INSERT INTO memory_vectors (memory_id, embedding) VALUES (?, ?)"
+        " ON CONFLICT (memory_id) DO UPDATE SET embedding = excluded.embedding", rows)
 
 
 def remake_vec_index(db: Database, dimension: int) -> None:
