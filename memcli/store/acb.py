@@ -31,7 +31,8 @@ def recent_turns(
     return db.query(
         f"SELECT m.id, m.content, m.event_id, m.actor_type, m.actor_id, m.event_time,"
         f" m.attributes, m.sensitivity FROM memories m WHERE m.kind = 'episode' AND {where}"
-        f" AND m.user_id IS ? ORDER BY m.event_seq DESC, m.chunk_index DESC, m.id DESC LIMIT ?",
+        " AND m.user_id IS NOT DISTINCT FROM ? ORDER BY m.event_seq DESC, m.chunk_index DESC,"
+        " m.id DESC LIMIT ?",
         (*params, owner, limit),
     )
 
@@ -44,7 +45,8 @@ def app_memories(
     where, params = filters.sql()
     return db.query(
         f"SELECT m.id, m.content, m.category, m.created_at, m.source_ids FROM memories m"
-        f" WHERE m.kind != 'episode' AND {where} AND (m.user_id IS NULL OR m.user_id IS ?)"
+        f" WHERE m.kind != 'episode' AND {where} AND (m.user_id IS NULL OR m.user_id IS NOT"
+        " DISTINCT FROM ?)"
         f" ORDER BY m.updated_at DESC, m.id DESC LIMIT ?",
         (*params, user_id, limit),
     )

@@ -51,7 +51,7 @@ def pending_sessions(
         if session_id is not None
         else (
             "(EXISTS (SELECT 1 FROM sessions n WHERE n.tenant_id = s.tenant_id"
-            " AND n.user_id IS s.user_id AND n.started_at > s.started_at)"
+            " AND n.user_id IS NOT DISTINCT FROM s.user_id AND n.started_at > s.started_at)"
             " OR s.last_event_at < ?)"
         )
     )
@@ -160,7 +160,8 @@ def active_semantic(
     """A user's active facts, decisions and tasks (the store side of deduplication)."""
     rows = db.query(
         f"SELECT id, kind, category, content, pinned, attributes, created_at, source_ids"
-        f" FROM memories WHERE tenant_id = ? AND user_id IS ? AND state = 'active'"
+        " FROM memories WHERE tenant_id = ? AND user_id IS NOT DISTINCT FROM ? AND state ="
+        " 'active'"
         f" AND kind IN ({_marks(kinds)}) ORDER BY id",
         (tenant_id, user_id, *kinds),
     )
@@ -244,7 +245,8 @@ def profile_fact(
 ) -> dict[str, Any] | None:
     """The active profile fact holding a sensitive field (preferred_name, city ...), if any."""
     rows = db.query(
-        "SELECT id, content, attributes FROM memories WHERE tenant_id = ? AND user_id IS ?"
+        "SELECT id, content, attributes FROM memories WHERE tenant_id = ? AND user_id IS NOT"
+        " DISTINCT FROM ?"
         " AND kind = 'fact' AND state = 'active'"
         # json_valid: a `high` memory's attributes are encrypted (not JSON) in the file
         " AND json_valid(attributes) AND json_extract(attributes, '$.profile_field') = ?"
@@ -267,7 +269,8 @@ def app_count(db: Database, key: AppKey, kinds: tuple[str, ...]) -> int:
     """Active derived memories of one app scope: a tenant's app, for one user (or app-wide)."""
     tenant_id, user_id, app_id = key
     return int(db.scalar(
-        f"SELECT count(*) FROM memories WHERE tenant_id = ? AND user_id IS ? AND app_id = ?"
+        "SELECT count(*) FROM memories WHERE tenant_id = ? AND user_id IS NOT DISTINCT FROM ? AND"
+        " app_id = ?"
         f" AND state = 'active' AND kind IN ({_marks(kinds)})",
         (tenant_id, user_id, app_id, *kinds),
     ))
@@ -278,7 +281,8 @@ def app_memories(db: Database, key: AppKey, kinds: tuple[str, ...]) -> list[dict
     tenant_id, user_id, app_id = key
     return db.query(
         f"SELECT id, kind, category, content, pinned, created_at, tenant_id, user_id, session_id,"
-        f" source_ids FROM memories WHERE tenant_id = ? AND user_id IS ? AND app_id = ?"
+        " source_ids FROM memories WHERE tenant_id = ? AND user_id IS NOT DISTINCT FROM ? AND"
+        " app_id = ?"
         f" AND state = 'active' AND kind IN ({_marks(kinds)}) ORDER BY created_at, id",
         (tenant_id, user_id, app_id, *kinds),
     )
@@ -329,8 +333,9 @@ def last_run(
     statuses: tuple[str, ...] = ("ok",),
 ) -> str | None:
     return db.scalar(
-        f"SELECT max(started_at) FROM lifecycle_runs WHERE command = ? AND tenant_id IS ?"
-        f" AND user_id IS ? AND status IN ({_marks(statuses)})",
+        "SELECT max(started_at) FROM lifecycle_runs WHERE command = ? AND tenant_id IS NOT"
+        " DISTINCT FROM ?"
+        f" AND user_id IS NOT DISTINCT FROM ? AND status IN ({_marks(statuses)})",
         (command, tenant_id, user_id, *statuses),
     )
 
@@ -387,7 +392,8 @@ def semantic_counts_since(
 
 def latest_of_kind(db: Database, tenant_id: str, user_id: str | None, kind: str) -> str | None:
     return db.scalar(
-        "SELECT max(created_at) FROM memories WHERE tenant_id = ? AND user_id IS ? AND kind = ?"
+        "SELECT max(created_at) FROM memories WHERE tenant_id = ? AND user_id IS NOT DISTINCT FROM"
+        " ? AND kind = ?"
         " AND state != 'soft_deleted'",
         (tenant_id, user_id, kind),
     )
@@ -404,7 +410,8 @@ def recent_memories(
     """A user's newest active memories of some kinds (newest first)."""
     return db.query(
         f"SELECT id, kind, category, content, created_at, event_time, actor_id, actor_type"
-        f" FROM memories WHERE tenant_id = ? AND user_id IS ? AND state = 'active'"
+        " FROM memories WHERE tenant_id = ? AND user_id IS NOT DISTINCT FROM ? AND state ="
+        " 'active'"
         f" AND kind IN ({_marks(kinds)}) AND created_at >= ? ORDER BY created_at DESC, id DESC"
         f" LIMIT ?",
         (tenant_id, user_id, *kinds, since or "", limit),

@@ -65,7 +65,8 @@ def previous_turn(db: Database, tenant_id: str, session_id: str | None,
         return ""
     row = db.execute(
         "SELECT content, sensitivity FROM memories WHERE tenant_id = ? AND session_id = ?"
-        " AND kind = 'episode' AND user_id IS ? ORDER BY event_seq DESC, chunk_index DESC"
+        " AND kind = 'episode' AND user_id IS NOT DISTINCT FROM ? ORDER BY event_seq DESC,"
+        " chunk_index DESC"
         " LIMIT 1",
         (tenant_id, session_id, user_id),
     ).fetchone()

@@ -215,7 +215,8 @@ def ledger_by_key(db: Database, table: str, row: dict[str, Any], text_field: str
 
 
 def proposal_by_key(db: Database, row: dict[str, Any]) -> int | None:
-    return db.scalar("SELECT id FROM proposals WHERE tenant_id = ? AND user_id IS ?"
+    return db.scalar("SELECT id FROM proposals WHERE tenant_id = ? AND user_id IS NOT DISTINCT"
+                     " FROM ?"
                      " AND field = ? AND created_at = ? AND value = ? LIMIT 1",
                      (row["tenant_id"], row["user_id"], row["field"], row["created_at"],
                       row["value"]))

@@ -46,7 +46,8 @@ def pending_same(
 ) -> int | None:
     """A pending proposal already asking for this exact change (case-insensitive value)."""
     return db.scalar(
-        "SELECT id FROM proposals WHERE tenant_id = ? AND user_id IS ? AND field = ?"
+        "SELECT id FROM proposals WHERE tenant_id = ? AND user_id IS NOT DISTINCT FROM ? AND field"
+        " = ?"
         " AND lower(value) = lower(?) AND status = 'pending' ORDER BY id DESC LIMIT 1",
         (tenant_id, user_id, field, value),
     )

@@ -39,7 +39,8 @@ def semantic_neighbours(db: Database, memory_id: int, vector_blob: bytes, tenant
     rows = db.execute(
         f"SELECT m.id, 1.0 - vec_distance_cosine(v.embedding, ?) AS s FROM memories m"
         f" JOIN memory_vectors v ON v.memory_id = m.id"
-        f" WHERE m.id != ? AND m.tenant_id = ? AND m.user_id IS ? AND m.state = 'active'"
+        " WHERE m.id != ? AND m.tenant_id = ? AND m.user_id IS NOT DISTINCT FROM ? AND m.state ="
+        " 'active'"
         f" AND m.kind IN ({marks}) ORDER BY s DESC LIMIT ?",
         [vector_blob, memory_id, tenant_id, user_id, *kinds, k],
     )
