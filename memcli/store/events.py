@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
+from memcli.store import dialect as sql
 from memcli.store.crypto import seal_if, seal_json_if
 
 if TYPE_CHECKING:
@@ -64,14 +65,15 @@ def get_artifact(db: Database, artifact_id: str) -> dict[str, Any] | None:
 
 def touch_session(db: Database, tenant_id: str, session_id: str, user_id: str | None,
                   ts: str) -> None:
+    last = sql.greatest("sessions.last_event_at", "excluded.last_event_at")
+    first = sql.least("sessions.started_at", "excluded.started_at")
     db.execute(
-        """INSERT INTO sessions (tenant_id, session_id, user_id, started_at, last_event_at,
+        f"""INSERT INTO sessions (tenant_id, session_id, user_id, started_at, last_event_at,
                event_count) VALUES (?, ?, ?, ?, ?, 1)
            ON CONFLICT (tenant_id, session_id) DO UPDATE SET
-               last_event_at = max(last_event_at, excluded.last_event_at),
-               started_at = min(started_at, excluded.started_at),
+               last_event_at = {last}, started_at = {first},
                user_id = coalesce(sessions.user_id, excluded.user_id),
-               event_count = event_count + 1""",
+               event_count = sessions.event_count + 1""",
         (tenant_id, session_id, user_id, ts, ts),
     )
 
