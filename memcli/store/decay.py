@@ -132,7 +132,10 @@ def apply_plan(
     db.execute("CREATE TEMP TABLE decay_plan (id INTEGER PRIMARY KEY, newconf DOUBLE PRECISION,"
                " action TEXT)")
     meta = dialect.json_object("'reason'", "p.action", "'confidence'",
-                               dialect.round_to("p.newconf", 4), "'purge_at'", ":purge_at")
+                               dialect.round_to("p.newconf", 4), "'purge_at'",
+                               # typed: PostgreSQL cannot infer a parameter's type in a JSON
+                               # builder's arguments (a no-op on SQLite)
+                               "CAST(:purge_at AS TEXT)")
     try:
         db.execute(f"INSERT INTO decay_plan (id, newconf, action) {sql}", params)
         changed = db.query(

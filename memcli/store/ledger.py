@@ -86,7 +86,7 @@ def list_decisions(
     if status:
         clauses.append("d.status = ?")
         params.append(status)
-    where = " AND ".join(clauses) or "1"
+    where = " AND ".join(clauses) or "1 = 1"
     rows = db.query(
         f"SELECT d.* FROM decisions d WHERE {where} ORDER BY d.id DESC LIMIT ?", (*params, limit)
     )
@@ -189,7 +189,7 @@ def list_tasks(
     if statuses:
         clauses.append(f"t.status IN ({','.join('?' * len(statuses))})")
         params.extend(statuses)
-    where = " AND ".join(clauses) or "1"
+    where = " AND ".join(clauses) or "1 = 1"
     rows = db.query(
         f"SELECT t.* FROM tasks t WHERE {where} ORDER BY t.id DESC LIMIT ?", (*params, limit)
     )
@@ -231,7 +231,7 @@ def save_checkpoint(
         "INSERT INTO checkpoints (tenant_id, user_id, thread_id, data, sensitivity, version,"
         " created_at, updated_at) VALUES (?, ?, ?, ?, ?, 1, ?, ?)"
         " ON CONFLICT (tenant_id, user_id, thread_id) DO UPDATE SET data = excluded.data,"
-        " sensitivity = excluded.sensitivity, version = version + 1,"
+        " sensitivity = excluded.sensitivity, version = checkpoints.version + 1,"
         " updated_at = excluded.updated_at",
         (tenant_id, user_id, thread_id, seal_if(db, sensitivity == "high", data), sensitivity,
          now, now),

@@ -38,7 +38,7 @@ def pending_sessions(
     is named (`session_id`), or when its last event is older than `idle_before`. With
     `upgrade_extractive`, sessions summarised without a model come back for the model pass.
     """
-    clauses, params = ["1"], []
+    clauses, params = ["1 = 1"], []
     for column, value in (
         ("tenant_id", tenant_id),
         ("user_id", user_id),
@@ -48,7 +48,7 @@ def pending_sessions(
             clauses.append(f"s.{column} = ?")
             params.append(value)
     ready = (
-        "1"
+        "1 = 1"
         if session_id is not None
         else (
             "(EXISTS (SELECT 1 FROM sessions n WHERE n.tenant_id = s.tenant_id"
@@ -142,7 +142,7 @@ def record_failure(db: Database, tenant_id: str, session_id: str, error: str) ->
     db.execute(
         "INSERT INTO session_consolidation (tenant_id, session_id, failures, last_error)"
         " VALUES (?, ?, 1, ?) ON CONFLICT (tenant_id, session_id) DO UPDATE SET"
-        " failures = failures + 1, last_error = excluded.last_error",
+        " failures = session_consolidation.failures + 1, last_error = excluded.last_error",
         (tenant_id, session_id, error[:500]),
     )
     return int(

@@ -134,7 +134,7 @@ def bump_revision(db: Database, key: str, changes: list[tuple[str, int | None, s
     now = utcnow()
     db.execute(
         "INSERT INTO threads (thread_key, revision, updated_at) VALUES (?, 1, ?) "
-        "ON CONFLICT (thread_key) DO UPDATE SET revision = revision + 1, updated_at = ?",
+        "ON CONFLICT (thread_key) DO UPDATE SET revision = threads.revision + 1, updated_at = ?",
         (key, now, now),
     )
     revision = int(db.scalar("SELECT revision FROM threads WHERE thread_key = ?", (key,)))

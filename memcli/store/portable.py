@@ -34,7 +34,7 @@ class Scope:
 
     def where(self, alias: str, columns: tuple[str, ...] = ("tenant_id", "user_id", "app_id",
                                                              "session_id")) -> tuple[str, list]:
-        parts, params = ["1"], []
+        parts, params = ["1 = 1"], []
         for column in columns:
             value = getattr(self, column)
             if value is not None:

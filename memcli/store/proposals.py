@@ -73,7 +73,7 @@ def get_proposal(db: Database, proposal_id: int) -> dict[str, Any] | None:
 def list_proposals(
     db: Database, *, status: str | None, tenant_id: str | None, user_id: str | None, limit: int
 ) -> list[dict[str, Any]]:
-    clauses, params = ["1"], []
+    clauses, params = ["1 = 1"], []
     for column, value in (("status", status), ("tenant_id", tenant_id), ("user_id", user_id)):
         if value is not None:
             clauses.append(f"{column} = ?")

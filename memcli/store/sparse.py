@@ -58,7 +58,7 @@ def insert_postings(db: Database, docs: list[tuple[int, dict[int, float]]]) -> N
                    " ON CONFLICT (memory_id) DO UPDATE SET terms = excluded.terms", packed)
     db.executemany(
         "INSERT INTO sparse_df (term_id, df) VALUES (?, ?)"
-        " ON CONFLICT (term_id) DO UPDATE SET df = df + excluded.df",
+        " ON CONFLICT (term_id) DO UPDATE SET df = sparse_df.df + excluded.df",
         list(df.items()),
     )
 
