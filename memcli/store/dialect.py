@@ -55,3 +55,9 @@ def round_to(expr: str, digits: int) -> str:
 def distinct_list(expr: str) -> str:
     """The distinct non-NULL values of a group joined by commas (order unspecified)."""
     return f"group_concat(DISTINCT {expr})"
+
+
+# A join the planner must not reorder: SQLite's CROSS JOIN keeps the left table the outer loop
+# (the store uses it where the left side is small or already sorted). PostgreSQL refuses
+# `CROSS JOIN ... ON` (a syntax error) and plans a plain JOIN by cost.
+ORDERED_JOIN = "CROSS JOIN"

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from memcli.models import utcnow
 from memcli.store.crypto import seal_if
+from memcli.store.dialect import ORDERED_JOIN
 
 if TYPE_CHECKING:
     from memcli.store.connection import Database
@@ -116,7 +117,7 @@ def bundle_decisions(
     where, params = _bundle_clauses("d", filters, user_id)
     rows = db.query(
         f"SELECT d.*, m.sensitivity AS sensitivity, m.category AS category FROM decisions d"
-        f" CROSS JOIN memories m ON m.id = d.memory_id WHERE d.status = 'active' AND {where}"
+        f" {ORDERED_JOIN} memories m ON m.id = d.memory_id WHERE d.status = 'active' AND {where}"
         f" ORDER BY d.updated_at DESC, d.id DESC LIMIT ?",
         (*params, limit),
     )
@@ -202,7 +203,7 @@ def bundle_tasks(
     """Open and in-progress tasks a bundle may show: doing first, then newest."""
     where, params = _bundle_clauses("t", filters, user_id)
     rows = db.query(
-        f"SELECT t.*, m.sensitivity AS sensitivity FROM tasks t CROSS JOIN memories m"
+        f"SELECT t.*, m.sensitivity AS sensitivity FROM tasks t {ORDERED_JOIN} memories m"
         f" ON m.id = t.memory_id WHERE t.status IN ('open', 'doing') AND {where}"
         f" ORDER BY t.status = 'open', t.updated_at DESC, t.id DESC LIMIT ?",
         (*params, limit),

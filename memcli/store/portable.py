@@ -272,8 +272,8 @@ def index_lexical(db: Database, ids: list[int]) -> None:
         return
     register_scope_function(db)
     db.execute("CREATE TEMP TABLE IF NOT EXISTS portable_ids (id INTEGER PRIMARY KEY)")
-    db.execute("DELETE FROM temp.portable_ids")
-    db.executemany("INSERT INTO temp.portable_ids (id) VALUES (?)", [(i,) for i in ids])
+    db.execute("DELETE FROM portable_ids")
+    db.executemany("INSERT INTO portable_ids (id) VALUES (?)", [(i,) for i in ids])
     db.execute("""
         WITH plain AS (
             SELECT id, kind, session_id, tenant_id, user_id, event_seq, chunk_index,
@@ -282,7 +282,7 @@ def index_lexical(db: Database, ids: list[int]) -> None:
             FROM memories
             WHERE (tenant_id, coalesce(session_id, '')) IN (
                 SELECT m.tenant_id, coalesce(m.session_id, '') FROM memories m
-                JOIN temp.portable_ids p ON p.id = m.id)),
+                JOIN portable_ids p ON p.id = m.id)),
         ctx AS (
             SELECT id, text, tenant_id, user_id, session_id,
                    CASE WHEN kind = 'episode' AND session_id IS NOT NULL AND NOT high
@@ -293,11 +293,11 @@ def index_lexical(db: Database, ids: list[int]) -> None:
             FROM plain)
         INSERT INTO memories_fts (rowid, content, context, scope)
         SELECT id, text, context, memcli_scope_terms(tenant_id, user_id, session_id)
-        FROM ctx WHERE id IN (SELECT id FROM temp.portable_ids)""")
+        FROM ctx WHERE id IN (SELECT id FROM portable_ids)""")
     db.execute("INSERT INTO memories_trigram (rowid, content) SELECT id,"
                " CASE WHEN sensitivity = 'high' THEN '' ELSE content END FROM memories"
-               " WHERE id IN (SELECT id FROM temp.portable_ids)")
-    db.execute("DELETE FROM temp.portable_ids")
+               " WHERE id IN (SELECT id FROM portable_ids)")
+    db.execute("DELETE FROM portable_ids")
 
 
 def unembedded_forgotten(db: Database, ids: list[int]) -> list[tuple[int, str]]:
