@@ -189,6 +189,24 @@ class Database:
             return []
         return [dict(zip(names, row, strict=True)) for row in cur]
 
+    def stream(self, sql: str, params: tuple | dict | None = None, *,
+               raw: bool = False) -> Iterator[dict]:
+        """Rows as dicts, one at a time (a whole table never sits in memory). `raw`: values
+        as stored, i.e. a `high` row's ciphertext stays ciphertext (no row tracer)."""
+        cursor = self.conn.cursor()
+        if raw:
+            cursor.row_trace = lambda _c, row: row  # a cursor's tracer replaces the connection's
+        try:
+            cursor.execute(sql, params)
+        except apsw.BusyError as exc:
+            raise self._busy() from exc
+        try:
+            names = [d[0] for d in cursor.getdescription()]
+        except apsw.ExecutionCompleteError:
+            return
+        for row in cursor:
+            yield dict(zip(names, row, strict=True))
+
     def scalar(self, sql: str, params: tuple | dict | None = None):
         row = self.execute(sql, params).fetchone()
         return None if row is None else row[0]

@@ -45,15 +45,7 @@ class Scope:
 
 def _raw(db: Database, sql: str, params: list | tuple = ()) -> Iterator[dict[str, Any]]:
     """Rows as stored (ciphertext stays ciphertext), as dicts."""
-    cursor = db.conn.cursor()
-    cursor.row_trace = lambda _c, row: row
-    cursor.execute(sql, tuple(params))
-    try:
-        names = [d[0] for d in cursor.getdescription()]
-    except Exception:  # noqa: BLE001 - apsw: no result columns
-        return
-    for row in cursor:
-        yield dict(zip(names, row, strict=True))
+    return db.stream(sql, tuple(params), raw=True)
 
 
 def _cols(fields: list[str], alias: str) -> str:
@@ -69,7 +61,7 @@ def snapshot(db: Database) -> Iterator[None]:
     """One read transaction around the whole export: every query sees the same committed
     state (a writer committing meanwhile cannot leave a memory without its event), and no
     write lock is taken. Inside a caller's transaction, that one is the snapshot."""
-    if db.conn.in_transaction:
+    if db.in_transaction:
         yield
         return
     db.execute("BEGIN")

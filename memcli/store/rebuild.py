@@ -87,14 +87,10 @@ def memory_counts(db: Database) -> dict[str, int]:
 # -- episodes --------------------------------------------------------------------------------
 def events_in_order(db: Database) -> Iterator[dict[str, Any]]:
     """Every event, oldest first (the row tracer opens `high` ones; rebuild checks the key)."""
-    cursor = db.conn.cursor()
-    cursor.execute(
+    yield from db.stream(
         "SELECT seq, event_id, ts, recorded_at, tenant_id, user_id, agent_id, session_id,"
         " app_id, run_id, channel, actor_type, actor_id, kind, sensitivity, tags, content,"
         " redactions FROM events ORDER BY seq")
-    columns = [d[0] for d in cursor.getdescription()]
-    for row in cursor:
-        yield dict(zip(columns, row, strict=True))
 
 
 def episodes_by_event(db: Database) -> dict[str, dict[int, tuple[int, str]]]:
