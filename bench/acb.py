@@ -138,7 +138,7 @@ def model_db(name: str, events: int) -> tuple[Path, dict[str, Any]]:
         from memcli.store.migrations import schema_sql
 
         with memory.db.transaction():
-            memory.db.conn.execute(schema_sql())
+            memory.db.execute(schema_sql())
         scopes = [(t, u) for t, u in memory.db.execute(
             "SELECT DISTINCT tenant_id, user_id FROM memories ORDER BY 1, 2")]
         add_ledger(memory, scopes)

@@ -369,7 +369,7 @@ def build_decay_db(path: Path, rows: int, seed: int = 7) -> float:
             ts = format_ts(created)
             kind = rng.choice(("fact", "fact", "fact", "decision", "task", "summary"))
             roll = rng.random()
-            mem.insert_memory(
+            memory_id = mem.insert_memory(
                 db,
                 {
                     "kind": kind,
@@ -396,7 +396,7 @@ def build_decay_db(path: Path, rows: int, seed: int = 7) -> float:
             if accessed:
                 db.execute(
                     "UPDATE memories SET last_accessed = ? WHERE id = ?",
-                    (accessed, db.conn.last_insert_rowid()),
+                    (accessed, memory_id),
                 )
     db.close()
     return time.perf_counter() - t0

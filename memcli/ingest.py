@@ -295,7 +295,7 @@ def _write_batch(db: Database, fresh: list[Prepared], now: str, report: IngestRe
         # write record by record, each in its own savepoint, so only the failing one is lost.
         marks = report.marks()
         try:
-            with db.conn:
+            with db.savepoint():
                 cache = _BatchCache()
                 for done, prep in enumerate(todo, start=1):
                     _write(db, prep, now, report, threads, cache)
@@ -316,7 +316,7 @@ def _write_batch(db: Database, fresh: list[Prepared], now: str, report: IngestRe
                 record_marks = report.marks()
                 record_threads = {k: len(v) for k, v in threads.items()}
                 try:
-                    with db.conn:
+                    with db.savepoint():
                         _write(db, prep, now, report, threads, cache)
                 except DatabaseBusyError:
                     raise

@@ -145,7 +145,7 @@ class Memory:
         """A second, read-only connection to the same file, for a SQL leg that runs on another
         thread beside the others (WAL lets readers run side by side). None when that would not
         see what this connection sees: an in-memory database, or an open write transaction."""
-        if self.db.path == ":memory:" or self.db.conn.in_transaction:
+        if self.db.path == ":memory:" or self.db.in_transaction:
             return None
         if self._reader is None:
             self._reader = Database(self.db.path, readonly=True)

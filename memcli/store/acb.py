@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from memcli.models import utcnow
+from memcli.store.dialect import ORDERED_JOIN
 
 if TYPE_CHECKING:
     from memcli.store.connection import Database
@@ -31,7 +32,8 @@ def recent_turns(
     return db.query(
         f"SELECT m.id, m.content, m.event_id, m.actor_type, m.actor_id, m.event_time,"
         f" m.attributes, m.sensitivity FROM memories m WHERE m.kind = 'episode' AND {where}"
-        f" AND m.user_id IS ? ORDER BY m.event_seq DESC, m.chunk_index DESC, m.id DESC LIMIT ?",
+        " AND m.user_id IS NOT DISTINCT FROM ? ORDER BY m.event_seq DESC, m.chunk_index DESC,"
+        " m.id DESC LIMIT ?",
         (*params, owner, limit),
     )
 
@@ -44,7 +46,8 @@ def app_memories(
     where, params = filters.sql()
     return db.query(
         f"SELECT m.id, m.content, m.category, m.created_at, m.source_ids FROM memories m"
-        f" WHERE m.kind != 'episode' AND {where} AND (m.user_id IS NULL OR m.user_id IS ?)"
+        f" WHERE m.kind != 'episode' AND {where} AND (m.user_id IS NULL OR m.user_id IS NOT"
+        " DISTINCT FROM ?)"
         f" ORDER BY m.updated_at DESC, m.id DESC LIMIT ?",
         (*params, user_id, limit),
     )
@@ -103,7 +106,7 @@ def max_related_strength(db: Database, ids: list[int]) -> dict[int, float]:
                 UNION ALL
                 SELECT dst_id, src_id, strength FROM relations
                 WHERE kind = 'related' AND dst_id IN ({marks})) e
-            CROSS JOIN memories o ON o.id = e.other AND o.state = 'active'
+            {ORDERED_JOIN} memories o ON o.id = e.other AND o.state = 'active'
             GROUP BY e.mid""",
         (*ids, *ids),
     )
@@ -132,7 +135,7 @@ def related_bullets(
                 SELECT e.mid, m.id, m.content, m.category, e.strength,
                        row_number() OVER (PARTITION BY e.mid
                                           ORDER BY e.strength DESC, m.id) AS n
-                FROM e CROSS JOIN memories m ON m.id = e.other WHERE {where})
+                FROM e {ORDERED_JOIN} memories m ON m.id = e.other WHERE {where})
             SELECT mid, id, content, category, strength FROM ranked WHERE n <= ?
             ORDER BY mid, n""",
         (*ids, *ids, *params, per_item),

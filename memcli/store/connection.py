@@ -189,9 +189,50 @@ class Database:
             return []
         return [dict(zip(names, row, strict=True)) for row in cur]
 
+    def stream(self, sql: str, params: tuple | dict | None = None, *,
+               raw: bool = False) -> Iterator[dict]:
+        """Rows as dicts, one at a time (a whole table never sits in memory). `raw`: values
+        as stored, i.e. a `high` row's ciphertext stays ciphertext (no row tracer)."""
+        cursor = self.conn.cursor()
+        if raw:
+            cursor.row_trace = lambda _c, row: row  # a cursor's tracer replaces the connection's
+        try:
+            cursor.execute(sql, params)
+        except apsw.BusyError as exc:
+            raise self._busy() from exc
+        try:
+            names = [d[0] for d in cursor.getdescription()]
+        except apsw.ExecutionCompleteError:
+            return
+        for row in cursor:
+            yield dict(zip(names, row, strict=True))
+
     def scalar(self, sql: str, params: tuple | dict | None = None):
         row = self.execute(sql, params).fetchone()
         return None if row is None else row[0]
+
+    def insert(self, sql: str, params: tuple | dict | None = None) -> int:
+        """Run an `INSERT ... RETURNING id` and return that id (the portable form of
+        last_insert_rowid: PostgreSQL has no such call)."""
+        rows = self.execute(sql, params).fetchall()  # run to the end: the statement is done
+        return int(rows[0][0])
+
+    def change_count(self, sql: str, params: tuple | dict | None = None) -> int:
+        """Run an UPDATE/DELETE/INSERT and return how many rows it changed (the portable form
+        of SQLite's changes(): a cursor's rowcount on PostgreSQL)."""
+        self.execute(sql, params)
+        return int(self.conn.changes())
+
+    @property
+    def in_transaction(self) -> bool:
+        return bool(self.conn.in_transaction)
+
+    @contextlib.contextmanager
+    def savepoint(self) -> Iterator[None]:
+        """A nested unit inside the current transaction (or a transaction of its own): rolled
+        back alone when its body raises. apsw's connection context manager is exactly that."""
+        with self.conn:
+            yield
 
     @contextlib.contextmanager
     def transaction(self, *, wait: float | None = None) -> Iterator[None]:
@@ -200,7 +241,7 @@ class Database:
         writes a read command makes in passing, which give up rather than stall the read)."""
         if self.conn.in_transaction:
             # Nested use joins the outer transaction through a savepoint.
-            with self.conn:
+            with self.savepoint():
                 yield
             return
         wait = self.busy_timeout if wait is None else wait

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from memcli.store import dialect
 from memcli.store import memories as mem
 from memcli.store.purge import delete_everything
 
@@ -38,12 +39,15 @@ def _plan_select(kinds: tuple[str, ...]) -> str:
     k = _kinds_sql(kinds)
     last_use = "coalesce(last_accessed, created_at)"
     ttl = f"({last_use} < :ttl_before AND importance < :ttl_importance)"
+    # Days since the memory was last used or decay last ran, whichever is later (never < 0).
+    idle = dialect.greatest(
+        "0.0", dialect.days_between(":now", dialect.greatest(last_use, ":last_run")))
     return (
         f"SELECT id, newconf, CASE WHEN decays AND newconf < :threshold THEN 'decay'"
         f" WHEN ttl THEN 'ttl' END AS action FROM ("
         f" SELECT id, kind IN ({k}) AS decays, {ttl} AS ttl,"
-        f" CASE WHEN kind IN ({k}) THEN confidence * exp(-decay_rate * max(0.0,"
-        f" julianday(:now) - julianday(max({last_use}, :last_run)))) ELSE confidence END"
+        f" CASE WHEN kind IN ({k}) THEN confidence * exp(-decay_rate * {idle})"
+        f" ELSE confidence END"
         f" AS newconf FROM memories"
         f" WHERE state = 'active' AND pinned = 0 AND decay_rate > 0"
         f" AND (kind IN ({k}) OR {ttl}))"
@@ -122,39 +126,46 @@ def apply_plan(
 ) -> dict[str, Any]:
     """Write new confidences and soft-deletes with their history rows; call in a transaction."""
     sql = _plan_select(kinds)
-    db.execute("DROP TABLE IF EXISTS temp.decay_plan")
-    db.execute("CREATE TEMP TABLE decay_plan (id INTEGER PRIMARY KEY, newconf REAL, action TEXT)")
+    # Unqualified names (SQLite looks in `temp` first; PostgreSQL has no `temp.` schema name);
+    # DOUBLE PRECISION is SQLite's REAL and PostgreSQL's 8-byte float (its REAL is 4 bytes).
+    db.execute("DROP TABLE IF EXISTS decay_plan")
+    db.execute("CREATE TEMP TABLE decay_plan (id INTEGER PRIMARY KEY, newconf DOUBLE PRECISION,"
+               " action TEXT)")
+    meta = dialect.json_object("'reason'", "p.action", "'confidence'",
+                               dialect.round_to("p.newconf", 4), "'purge_at'",
+                               # typed: PostgreSQL cannot infer a parameter's type in a JSON
+                               # builder's arguments (a no-op on SQLite)
+                               "CAST(:purge_at AS TEXT)")
     try:
-        db.execute(f"INSERT INTO temp.decay_plan (id, newconf, action) {sql}", params)
+        db.execute(f"INSERT INTO decay_plan (id, newconf, action) {sql}", params)
         changed = db.query(
             "SELECT m.id, m.tenant_id, m.user_id, m.session_id, m.content, p.action"
-            " FROM temp.decay_plan p JOIN memories m ON m.id = p.id"
+            " FROM decay_plan p JOIN memories m ON m.id = p.id"
             " WHERE p.action IS NOT NULL ORDER BY m.id"
         )
         db.execute(
             "INSERT INTO history (memory_id, op, old_ref, new_ref, actor, tenant_id, user_id,"
             " session_id, meta, ts) SELECT m.id, CASE p.action WHEN 'decay' THEN 'DELETE'"
             " ELSE 'TTL' END, 'active', 'soft_deleted', 'memcli', m.tenant_id, m.user_id,"
-            " m.session_id, json_object('reason', p.action, 'confidence', round(p.newconf, 4),"
-            " 'purge_at', :purge_at), :now FROM temp.decay_plan p JOIN memories m ON m.id = p.id"
+            f" m.session_id, {meta}, :now FROM decay_plan p JOIN memories m ON m.id = p.id"
             " WHERE p.action IS NOT NULL ORDER BY m.id",
             {"purge_at": purge_at, "now": params["now"]},
         )
         # Two statements, not one with CASE: rows whose state stays put then only rewrite
         # `confidence`, which no index holds, so their index entries are left alone.
         db.execute(
-            "UPDATE memories SET confidence = p.newconf FROM temp.decay_plan p"
+            "UPDATE memories SET confidence = p.newconf FROM decay_plan p"
             " WHERE p.id = memories.id AND p.action IS NULL"
         )
         db.execute(
             "UPDATE memories SET confidence = p.newconf, state = 'soft_deleted',"
-            " purge_at = :purge_at, updated_at = :now FROM temp.decay_plan p"
+            " purge_at = :purge_at, updated_at = :now FROM decay_plan p"
             " WHERE p.id = memories.id AND p.action IS NOT NULL",
             {"purge_at": purge_at, "now": params["now"]},
         )
-        decayed = int(db.scalar("SELECT count(*) FROM temp.decay_plan"))
+        decayed = int(db.scalar("SELECT count(*) FROM decay_plan"))
     finally:
-        db.execute("DROP TABLE IF EXISTS temp.decay_plan")
+        db.execute("DROP TABLE IF EXISTS decay_plan")
     threads: dict[str, list[tuple[str, int | None, str]]] = {}
     for row in changed:
         key = mem.thread_key(row["tenant_id"], row["user_id"], row["session_id"])

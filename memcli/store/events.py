@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
+from memcli.store import dialect as sql
 from memcli.store.crypto import seal_if, seal_json_if
 
 if TYPE_CHECKING:
@@ -24,13 +25,13 @@ def insert_event(db: Database, row: dict[str, Any]) -> int:
     """Append one event; returns its sequence number. A `high` event's content, tags and refs
     are stored encrypted (they can all carry what was said)."""
     high = row.get("sensitivity") == "high"
-    db.execute(
+    return db.insert(
         """INSERT INTO events (event_id, ts, recorded_at, tenant_id, user_id, agent_id,
                session_id, app_id, run_id, channel, actor_type, actor_id, kind, sensitivity,
                tags, content, refs, content_hash, redactions)
            VALUES (:event_id, :ts, :recorded_at, :tenant_id, :user_id, :agent_id, :session_id,
                :app_id, :run_id, :channel, :actor_type, :actor_id, :kind, :sensitivity,
-               :tags, :content, :refs, :content_hash, :redactions)""",
+               :tags, :content, :refs, :content_hash, :redactions) RETURNING seq""",
         {
             **row,
             "tags": seal_json_if(db, high, row["tags"]),
@@ -39,7 +40,6 @@ def insert_event(db: Database, row: dict[str, Any]) -> int:
             "redactions": json.dumps(row["redactions"]),
         },
     )
-    return db.conn.last_insert_rowid()
 
 
 def insert_artifact(db: Database, artifact: dict[str, Any]) -> None:
@@ -65,14 +65,15 @@ def get_artifact(db: Database, artifact_id: str) -> dict[str, Any] | None:
 
 def touch_session(db: Database, tenant_id: str, session_id: str, user_id: str | None,
                   ts: str) -> None:
+    last = sql.greatest("sessions.last_event_at", "excluded.last_event_at")
+    first = sql.least("sessions.started_at", "excluded.started_at")
     db.execute(
-        """INSERT INTO sessions (tenant_id, session_id, user_id, started_at, last_event_at,
+        f"""INSERT INTO sessions (tenant_id, session_id, user_id, started_at, last_event_at,
                event_count) VALUES (?, ?, ?, ?, ?, 1)
            ON CONFLICT (tenant_id, session_id) DO UPDATE SET
-               last_event_at = max(last_event_at, excluded.last_event_at),
-               started_at = min(started_at, excluded.started_at),
+               last_event_at = {last}, started_at = {first},
                user_id = coalesce(sessions.user_id, excluded.user_id),
-               event_count = event_count + 1""",
+               event_count = sessions.event_count + 1""",
         (tenant_id, session_id, user_id, ts, ts),
     )
 

@@ -99,4 +99,4 @@ class Filters:
             if value is not None:
                 clauses.append(f"{alias}.{column} {op} ?")
                 params.append(value)
-        return (" AND ".join(clauses) or "1"), params
+        return (" AND ".join(clauses) or "1 = 1"), params

@@ -24,7 +24,7 @@ def list_history(db: Database, *, memory_id: int | None = None, tenant_id: str |
         clauses.append("(h.tenant_id = ? OR (h.tenant_id IS NULL AND EXISTS (SELECT 1 FROM"
                        " memories m WHERE m.id = h.memory_id AND m.tenant_id = ?)))")
         params.extend((tenant_id, tenant_id))
-    where = " AND ".join(clauses) or "1"
+    where = " AND ".join(clauses) or "1 = 1"
     rows = db.query(
         f"SELECT id, memory_id, event_id, op, old_ref, new_ref, actor, tenant_id, user_id,"
         f" session_id, meta, ts FROM history h WHERE {where} ORDER BY id DESC LIMIT ?",

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from memcli.models import utcnow
 from memcli.store.crypto import seal_if
+from memcli.store.dialect import ORDERED_JOIN
 
 if TYPE_CHECKING:
     from memcli.store.connection import Database
@@ -46,15 +47,14 @@ def insert_decision(db: Database, row: dict[str, Any]) -> int:
     if row.get("sensitivity") == "high":
         for key in ("decision", *_LIST_FIELDS):
             values[key] = seal_if(db, True, values[key])
-    db.execute(
+    return db.insert(
         "INSERT INTO decisions (tenant_id, user_id, session_id, agent_id, app_id, status, scope,"
         " decision, rationale, constraints, alternatives, consequences, refs, supersedes,"
         " created_at, updated_at) VALUES (:tenant_id, :user_id, :session_id, :agent_id, :app_id,"
         " 'active', :scope, :decision, :rationale, :constraints, :alternatives, :consequences,"
-        " :refs, :supersedes, :now, :now)",
+        " :refs, :supersedes, :now, :now) RETURNING id",
         {**values, "now": now},
     )
-    return db.conn.last_insert_rowid()
 
 
 def set_decision_memory(db: Database, decision_id: int, memory_id: int) -> None:
@@ -87,7 +87,7 @@ def list_decisions(
     if status:
         clauses.append("d.status = ?")
         params.append(status)
-    where = " AND ".join(clauses) or "1"
+    where = " AND ".join(clauses) or "1 = 1"
     rows = db.query(
         f"SELECT d.* FROM decisions d WHERE {where} ORDER BY d.id DESC LIMIT ?", (*params, limit)
     )
@@ -117,7 +117,7 @@ def bundle_decisions(
     where, params = _bundle_clauses("d", filters, user_id)
     rows = db.query(
         f"SELECT d.*, m.sensitivity AS sensitivity, m.category AS category FROM decisions d"
-        f" CROSS JOIN memories m ON m.id = d.memory_id WHERE d.status = 'active' AND {where}"
+        f" {ORDERED_JOIN} memories m ON m.id = d.memory_id WHERE d.status = 'active' AND {where}"
         f" ORDER BY d.updated_at DESC, d.id DESC LIMIT ?",
         (*params, limit),
     )
@@ -131,10 +131,10 @@ def insert_task(db: Database, row: dict[str, Any]) -> int:
         row = {**row, **{k: seal_if(db, True, row.get(k) or "") for k in ("title", "details")},
                "refs": seal_if(db, True, json.dumps(list(row.get("refs") or []),
                                                     ensure_ascii=False))}
-    db.execute(
+    return db.insert(
         "INSERT INTO tasks (tenant_id, user_id, session_id, agent_id, app_id, status, title,"
         " details, refs, created_at, updated_at) VALUES (:tenant_id, :user_id, :session_id,"
-        " :agent_id, :app_id, :status, :title, :details, :refs, :now, :now)",
+        " :agent_id, :app_id, :status, :title, :details, :refs, :now, :now) RETURNING id",
         {
             **{
                 k: row.get(k)
@@ -154,7 +154,6 @@ def insert_task(db: Database, row: dict[str, Any]) -> int:
             "now": now,
         },
     )
-    return db.conn.last_insert_rowid()
 
 
 def update_task(db: Database, task_id: int, changes: dict[str, Any]) -> None:
@@ -191,7 +190,7 @@ def list_tasks(
     if statuses:
         clauses.append(f"t.status IN ({','.join('?' * len(statuses))})")
         params.extend(statuses)
-    where = " AND ".join(clauses) or "1"
+    where = " AND ".join(clauses) or "1 = 1"
     rows = db.query(
         f"SELECT t.* FROM tasks t WHERE {where} ORDER BY t.id DESC LIMIT ?", (*params, limit)
     )
@@ -204,7 +203,7 @@ def bundle_tasks(
     """Open and in-progress tasks a bundle may show: doing first, then newest."""
     where, params = _bundle_clauses("t", filters, user_id)
     rows = db.query(
-        f"SELECT t.*, m.sensitivity AS sensitivity FROM tasks t CROSS JOIN memories m"
+        f"SELECT t.*, m.sensitivity AS sensitivity FROM tasks t {ORDERED_JOIN} memories m"
         f" ON m.id = t.memory_id WHERE t.status IN ('open', 'doing') AND {where}"
         f" ORDER BY t.status = 'open', t.updated_at DESC, t.id DESC LIMIT ?",
         (*params, limit),
@@ -233,7 +232,7 @@ def save_checkpoint(
         "INSERT INTO checkpoints (tenant_id, user_id, thread_id, data, sensitivity, version,"
         " created_at, updated_at) VALUES (?, ?, ?, ?, ?, 1, ?, ?)"
         " ON CONFLICT (tenant_id, user_id, thread_id) DO UPDATE SET data = excluded.data,"
-        " sensitivity = excluded.sensitivity, version = version + 1,"
+        " sensitivity = excluded.sensitivity, version = checkpoints.version + 1,"
         " updated_at = excluded.updated_at",
         (tenant_id, user_id, thread_id, seal_if(db, sensitivity == "high", data), sensitivity,
          now, now),

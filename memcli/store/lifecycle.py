@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
+from memcli.store import dialect as sql
 from memcli.store import memories as mem
 from memcli.store.crypto import high_memory_ids, seal_json_if, session_has_high
 
@@ -37,7 +38,7 @@ def pending_sessions(
     is named (`session_id`), or when its last event is older than `idle_before`. With
     `upgrade_extractive`, sessions summarised without a model come back for the model pass.
     """
-    clauses, params = ["1"], []
+    clauses, params = ["1 = 1"], []
     for column, value in (
         ("tenant_id", tenant_id),
         ("user_id", user_id),
@@ -47,11 +48,11 @@ def pending_sessions(
             clauses.append(f"s.{column} = ?")
             params.append(value)
     ready = (
-        "1"
+        "1 = 1"
         if session_id is not None
         else (
             "(EXISTS (SELECT 1 FROM sessions n WHERE n.tenant_id = s.tenant_id"
-            " AND n.user_id IS s.user_id AND n.started_at > s.started_at)"
+            " AND n.user_id IS NOT DISTINCT FROM s.user_id AND n.started_at > s.started_at)"
             " OR s.last_event_at < ?)"
         )
     )
@@ -121,8 +122,9 @@ def mark_consolidated(
     db.execute(
         "INSERT INTO session_consolidation (tenant_id, session_id, last_seq, method,"
         " consolidated_at, failures, last_error) VALUES (?, ?, ?, ?, ?, 0, NULL)"
-        " ON CONFLICT (tenant_id, session_id) DO UPDATE SET last_seq = max(last_seq,"
-        " excluded.last_seq), method = excluded.method, consolidated_at = excluded.consolidated_at,"
+        " ON CONFLICT (tenant_id, session_id) DO UPDATE SET"
+        f" last_seq = {sql.greatest('session_consolidation.last_seq', 'excluded.last_seq')},"
+        " method = excluded.method, consolidated_at = excluded.consolidated_at,"
         " failures = 0, last_error = NULL",
         (tenant_id, session_id, last_seq, method, now),
     )
@@ -140,7 +142,7 @@ def record_failure(db: Database, tenant_id: str, session_id: str, error: str) ->
     db.execute(
         "INSERT INTO session_consolidation (tenant_id, session_id, failures, last_error)"
         " VALUES (?, ?, 1, ?) ON CONFLICT (tenant_id, session_id) DO UPDATE SET"
-        " failures = failures + 1, last_error = excluded.last_error",
+        " failures = session_consolidation.failures + 1, last_error = excluded.last_error",
         (tenant_id, session_id, error[:500]),
     )
     return int(
@@ -160,7 +162,8 @@ def active_semantic(
     """A user's active facts, decisions and tasks (the store side of deduplication)."""
     rows = db.query(
         f"SELECT id, kind, category, content, pinned, attributes, created_at, source_ids"
-        f" FROM memories WHERE tenant_id = ? AND user_id IS ? AND state = 'active'"
+        " FROM memories WHERE tenant_id = ? AND user_id IS NOT DISTINCT FROM ? AND state ="
+        " 'active'"
         f" AND kind IN ({_marks(kinds)}) ORDER BY id",
         (tenant_id, user_id, *kinds),
     )
@@ -244,10 +247,12 @@ def profile_fact(
 ) -> dict[str, Any] | None:
     """The active profile fact holding a sensitive field (preferred_name, city ...), if any."""
     rows = db.query(
-        "SELECT id, content, attributes FROM memories WHERE tenant_id = ? AND user_id IS ?"
+        "SELECT id, content, attributes FROM memories WHERE tenant_id = ? AND user_id IS NOT"
+        " DISTINCT FROM ?"
         " AND kind = 'fact' AND state = 'active'"
         # json_valid: a `high` memory's attributes are encrypted (not JSON) in the file
-        " AND json_valid(attributes) AND json_extract(attributes, '$.profile_field') = ?"
+        f" AND {sql.is_json('attributes')}"
+        f" AND {sql.json_text('attributes', 'profile_field')} = ?"
         " ORDER BY id DESC LIMIT 1",
         (tenant_id, user_id, field),
     )
@@ -267,7 +272,8 @@ def app_count(db: Database, key: AppKey, kinds: tuple[str, ...]) -> int:
     """Active derived memories of one app scope: a tenant's app, for one user (or app-wide)."""
     tenant_id, user_id, app_id = key
     return int(db.scalar(
-        f"SELECT count(*) FROM memories WHERE tenant_id = ? AND user_id IS ? AND app_id = ?"
+        "SELECT count(*) FROM memories WHERE tenant_id = ? AND user_id IS NOT DISTINCT FROM ? AND"
+        " app_id = ?"
         f" AND state = 'active' AND kind IN ({_marks(kinds)})",
         (tenant_id, user_id, app_id, *kinds),
     ))
@@ -278,7 +284,8 @@ def app_memories(db: Database, key: AppKey, kinds: tuple[str, ...]) -> list[dict
     tenant_id, user_id, app_id = key
     return db.query(
         f"SELECT id, kind, category, content, pinned, created_at, tenant_id, user_id, session_id,"
-        f" source_ids FROM memories WHERE tenant_id = ? AND user_id IS ? AND app_id = ?"
+        " source_ids FROM memories WHERE tenant_id = ? AND user_id IS NOT DISTINCT FROM ? AND"
+        " app_id = ?"
         f" AND state = 'active' AND kind IN ({_marks(kinds)}) ORDER BY created_at, id",
         (tenant_id, user_id, app_id, *kinds),
     )
@@ -307,11 +314,11 @@ def protect(db: Database, memory_id: int, now: str) -> None:
 def start_run(
     db: Database, command: str, tenant_id: str | None, user_id: str | None, now: str
 ) -> int:
-    db.execute(
-        "INSERT INTO lifecycle_runs (command, tenant_id, user_id, started_at) VALUES (?, ?, ?, ?)",
+    return db.insert(
+        "INSERT INTO lifecycle_runs (command, tenant_id, user_id, started_at)"
+        " VALUES (?, ?, ?, ?) RETURNING id",
         (command, tenant_id, user_id, now),
     )
-    return db.conn.last_insert_rowid()
 
 
 def finish_run(db: Database, run_id: int, status: str, report: dict[str, Any], now: str) -> None:
@@ -329,8 +336,9 @@ def last_run(
     statuses: tuple[str, ...] = ("ok",),
 ) -> str | None:
     return db.scalar(
-        f"SELECT max(started_at) FROM lifecycle_runs WHERE command = ? AND tenant_id IS ?"
-        f" AND user_id IS ? AND status IN ({_marks(statuses)})",
+        "SELECT max(started_at) FROM lifecycle_runs WHERE command = ? AND tenant_id IS NOT"
+        " DISTINCT FROM ?"
+        f" AND user_id IS NOT DISTINCT FROM ? AND status IN ({_marks(statuses)})",
         (command, tenant_id, user_id, *statuses),
     )
 
@@ -387,7 +395,8 @@ def semantic_counts_since(
 
 def latest_of_kind(db: Database, tenant_id: str, user_id: str | None, kind: str) -> str | None:
     return db.scalar(
-        "SELECT max(created_at) FROM memories WHERE tenant_id = ? AND user_id IS ? AND kind = ?"
+        "SELECT max(created_at) FROM memories WHERE tenant_id = ? AND user_id IS NOT DISTINCT FROM"
+        " ? AND kind = ?"
         " AND state != 'soft_deleted'",
         (tenant_id, user_id, kind),
     )
@@ -404,7 +413,8 @@ def recent_memories(
     """A user's newest active memories of some kinds (newest first)."""
     return db.query(
         f"SELECT id, kind, category, content, created_at, event_time, actor_id, actor_type"
-        f" FROM memories WHERE tenant_id = ? AND user_id IS ? AND state = 'active'"
+        " FROM memories WHERE tenant_id = ? AND user_id IS NOT DISTINCT FROM ? AND state ="
+        " 'active'"
         f" AND kind IN ({_marks(kinds)}) AND created_at >= ? ORDER BY created_at DESC, id DESC"
         f" LIMIT ?",
         (tenant_id, user_id, *kinds, since or "", limit),

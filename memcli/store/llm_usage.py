@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from memcli.store import dialect as sql
+
 if TYPE_CHECKING:
     from memcli.store.connection import Database
 
@@ -30,8 +32,8 @@ def tokens_on_day(db: Database, tenant_id: str, day: str) -> int:
 
 _TOTALS = (
     "count(*) AS calls, sum(tokens_in) AS tokens_in, sum(tokens_out) AS tokens_out,"
-    " round(sum(cost_usd), 6) AS cost_usd, sum(estimated) AS estimated_calls,"
-    " round(sum(latency_ms), 1) AS latency_ms"
+    f" {sql.round_to('sum(cost_usd)', 6)} AS cost_usd, sum(estimated) AS estimated_calls,"
+    f" {sql.round_to('sum(latency_ms)', 1)} AS latency_ms"
 )
 
 
@@ -44,7 +46,7 @@ def usage_report(
         params.append(tenant_id)
     cond = " AND ".join(where)
     by_day_command = db.query(
-        f"SELECT day, command, tenant_id, group_concat(DISTINCT model) AS models, {_TOTALS}"
+        f"SELECT day, command, tenant_id, {sql.distinct_list('model')} AS models, {_TOTALS}"
         f" FROM llm_usage WHERE {cond} GROUP BY day, command, tenant_id"
         f" ORDER BY day DESC, command, tenant_id",
         params,

@@ -20,7 +20,7 @@ MEMORY_COLUMNS = (
 )
 _INSERT_SQL = (
     f"INSERT INTO memories ({', '.join(MEMORY_COLUMNS)}) VALUES "
-    f"({', '.join(':' + c for c in MEMORY_COLUMNS)})"
+    f"({', '.join(':' + c for c in MEMORY_COLUMNS)}) RETURNING id"
 )
 
 
@@ -44,8 +44,7 @@ def insert_memory(db: Database, row: dict[str, Any], context: str = "") -> int:
                          ("decay_rate", 0.01), ("chunk_index", 0), ("token_count", 0)):
         if values[key] is None:
             values[key] = default
-    db.execute(_INSERT_SQL, values)
-    memory_id = db.conn.last_insert_rowid()
+    memory_id = db.insert(_INSERT_SQL, values)
     db.execute(
         "INSERT INTO memories_fts (rowid, content, context, scope) VALUES (?, ?, ?, ?)",
         (memory_id, text, context,
@@ -66,7 +65,8 @@ def previous_turn(db: Database, tenant_id: str, session_id: str | None,
         return ""
     row = db.execute(
         "SELECT content, sensitivity FROM memories WHERE tenant_id = ? AND session_id = ?"
-        " AND kind = 'episode' AND user_id IS ? ORDER BY event_seq DESC, chunk_index DESC"
+        " AND kind = 'episode' AND user_id IS NOT DISTINCT FROM ? ORDER BY event_seq DESC,"
+        " chunk_index DESC"
         " LIMIT 1",
         (tenant_id, session_id, user_id),
     ).fetchone()
@@ -92,17 +92,18 @@ def link_entities(db: Database, memory_id: int, entities: list, now: str, *,
             # measured ~0.3 ms against ~0.01 ms for the indexed lookup.
             entity_id = db.scalar("SELECT id FROM entities WHERE kind = ? AND norm = ?", key)
             if entity_id is None:
-                db.execute("INSERT INTO entities (kind, norm, display, created_at)"
-                           " VALUES (?, ?, ?, ?)", (ent.kind, ent.norm, ent.value, now))
-                entity_id = db.conn.last_insert_rowid()
+                entity_id = db.insert("INSERT INTO entities (kind, norm, display, created_at)"
+                                      " VALUES (?, ?, ?, ?) RETURNING id",
+                                      (ent.kind, ent.norm, ent.value, now))
             ids[key] = entity_id
         alias = (ent.value.lower(), entity_id)
         if alias not in aliases:
-            db.execute("INSERT OR IGNORE INTO entity_aliases (alias, entity_id) VALUES (?, ?)",
-                       alias)
+            db.execute("INSERT INTO entity_aliases (alias, entity_id) VALUES (?, ?)"
+                       " ON CONFLICT DO NOTHING", alias)
             aliases.add(alias)
         db.execute(
-            "INSERT OR IGNORE INTO memory_entities (memory_id, entity_id) VALUES (?, ?)",
+            "INSERT INTO memory_entities (memory_id, entity_id) VALUES (?, ?)"
+            " ON CONFLICT DO NOTHING",
             (memory_id, entity_id),
         )
 
@@ -133,7 +134,7 @@ def bump_revision(db: Database, key: str, changes: list[tuple[str, int | None, s
     now = utcnow()
     db.execute(
         "INSERT INTO threads (thread_key, revision, updated_at) VALUES (?, 1, ?) "
-        "ON CONFLICT (thread_key) DO UPDATE SET revision = revision + 1, updated_at = ?",
+        "ON CONFLICT (thread_key) DO UPDATE SET revision = threads.revision + 1, updated_at = ?",
         (key, now, now),
     )
     revision = int(db.scalar("SELECT revision FROM threads WHERE thread_key = ?", (key,)))

@@ -34,7 +34,7 @@ class Scope:
 
     def where(self, alias: str, columns: tuple[str, ...] = ("tenant_id", "user_id", "app_id",
                                                              "session_id")) -> tuple[str, list]:
-        parts, params = ["1"], []
+        parts, params = ["1 = 1"], []
         for column in columns:
             value = getattr(self, column)
             if value is not None:
@@ -45,15 +45,7 @@ class Scope:
 
 def _raw(db: Database, sql: str, params: list | tuple = ()) -> Iterator[dict[str, Any]]:
     """Rows as stored (ciphertext stays ciphertext), as dicts."""
-    cursor = db.conn.cursor()
-    cursor.row_trace = lambda _c, row: row
-    cursor.execute(sql, tuple(params))
-    try:
-        names = [d[0] for d in cursor.getdescription()]
-    except Exception:  # noqa: BLE001 - apsw: no result columns
-        return
-    for row in cursor:
-        yield dict(zip(names, row, strict=True))
+    return db.stream(sql, tuple(params), raw=True)
 
 
 def _cols(fields: list[str], alias: str) -> str:
@@ -69,7 +61,7 @@ def snapshot(db: Database) -> Iterator[None]:
     """One read transaction around the whole export: every query sees the same committed
     state (a writer committing meanwhile cannot leave a memory without its event), and no
     write lock is taken. Inside a caller's transaction, that one is the snapshot."""
-    if db.conn.in_transaction:
+    if db.in_transaction:
         yield
         return
     db.execute("BEGIN")
@@ -215,7 +207,8 @@ def ledger_by_key(db: Database, table: str, row: dict[str, Any], text_field: str
 
 
 def proposal_by_key(db: Database, row: dict[str, Any]) -> int | None:
-    return db.scalar("SELECT id FROM proposals WHERE tenant_id = ? AND user_id IS ?"
+    return db.scalar("SELECT id FROM proposals WHERE tenant_id = ? AND user_id IS NOT DISTINCT"
+                     " FROM ?"
                      " AND field = ? AND created_at = ? AND value = ? LIMIT 1",
                      (row["tenant_id"], row["user_id"], row["field"], row["created_at"],
                       row["value"]))
@@ -253,15 +246,14 @@ def defer_foreign_keys(db: Database) -> None:
     db.execute("PRAGMA defer_foreign_keys = ON")
 
 
-def insert_row(db: Database, table: str, row: dict[str, Any]) -> int:
-    """One row as given (values as at rest); returns its rowid."""
+def insert_row(db: Database, table: str, row: dict[str, Any]) -> None:
+    """One row as given (values as at rest)."""
     assert table in ("events", "memories", "history", "decisions", "tasks", "checkpoints",
                      "relations", "proposals", "artifacts", "sessions", "session_consolidation")
     names = list(row)
     _cols(names, table)  # checks the names
     db.execute(f"INSERT INTO {table} ({', '.join(names)}) VALUES ({', '.join('?' * len(names))})",
                tuple(row.values()))
-    return db.conn.last_insert_rowid()
 
 
 def index_lexical(db: Database, ids: list[int]) -> None:
@@ -272,8 +264,8 @@ def index_lexical(db: Database, ids: list[int]) -> None:
         return
     register_scope_function(db)
     db.execute("CREATE TEMP TABLE IF NOT EXISTS portable_ids (id INTEGER PRIMARY KEY)")
-    db.execute("DELETE FROM temp.portable_ids")
-    db.executemany("INSERT INTO temp.portable_ids (id) VALUES (?)", [(i,) for i in ids])
+    db.execute("DELETE FROM portable_ids")
+    db.executemany("INSERT INTO portable_ids (id) VALUES (?)", [(i,) for i in ids])
     db.execute("""
         WITH plain AS (
             SELECT id, kind, session_id, tenant_id, user_id, event_seq, chunk_index,
@@ -282,7 +274,7 @@ def index_lexical(db: Database, ids: list[int]) -> None:
             FROM memories
             WHERE (tenant_id, coalesce(session_id, '')) IN (
                 SELECT m.tenant_id, coalesce(m.session_id, '') FROM memories m
-                JOIN temp.portable_ids p ON p.id = m.id)),
+                JOIN portable_ids p ON p.id = m.id)),
         ctx AS (
             SELECT id, text, tenant_id, user_id, session_id,
                    CASE WHEN kind = 'episode' AND session_id IS NOT NULL AND NOT high
@@ -293,11 +285,11 @@ def index_lexical(db: Database, ids: list[int]) -> None:
             FROM plain)
         INSERT INTO memories_fts (rowid, content, context, scope)
         SELECT id, text, context, memcli_scope_terms(tenant_id, user_id, session_id)
-        FROM ctx WHERE id IN (SELECT id FROM temp.portable_ids)""")
+        FROM ctx WHERE id IN (SELECT id FROM portable_ids)""")
     db.execute("INSERT INTO memories_trigram (rowid, content) SELECT id,"
                " CASE WHEN sensitivity = 'high' THEN '' ELSE content END FROM memories"
-               " WHERE id IN (SELECT id FROM temp.portable_ids)")
-    db.execute("DELETE FROM temp.portable_ids")
+               " WHERE id IN (SELECT id FROM portable_ids)")
+    db.execute("DELETE FROM portable_ids")
 
 
 def unembedded_forgotten(db: Database, ids: list[int]) -> list[tuple[int, str]]:

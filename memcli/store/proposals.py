@@ -34,12 +34,11 @@ def insert_proposal(db: Database, row: dict[str, Any]) -> int:
         for key in ("value", "text", "old_text"):
             if values[key] is not None:
                 values[key] = seal_if(db, True, values[key])
-    db.execute(
+    return db.insert(
         f"INSERT INTO proposals ({', '.join(_COLUMNS)}) VALUES"
-        f" ({', '.join(':' + c for c in _COLUMNS)})",
+        f" ({', '.join(':' + c for c in _COLUMNS)}) RETURNING id",
         values,
     )
-    return db.conn.last_insert_rowid()
 
 
 def pending_same(
@@ -47,20 +46,20 @@ def pending_same(
 ) -> int | None:
     """A pending proposal already asking for this exact change (case-insensitive value)."""
     return db.scalar(
-        "SELECT id FROM proposals WHERE tenant_id = ? AND user_id IS ? AND field = ?"
+        "SELECT id FROM proposals WHERE tenant_id = ? AND user_id IS NOT DISTINCT FROM ? AND field"
+        " = ?"
         " AND lower(value) = lower(?) AND status = 'pending' ORDER BY id DESC LIMIT 1",
         (tenant_id, user_id, field, value),
     )
 
 
 def expire(db: Database, now: str) -> int:
-    db.execute(
+    return db.change_count(
         "UPDATE proposals SET status = 'expired', decided_at = ?, decided_by = 'memcli',"
         " reason = 'no answer within the consent window'"
         " WHERE status = 'pending' AND expires_at <= ?",
         (now, now),
     )
-    return db.conn.changes()
 
 
 def get_proposal(db: Database, proposal_id: int) -> dict[str, Any] | None:
@@ -74,7 +73,7 @@ def get_proposal(db: Database, proposal_id: int) -> dict[str, Any] | None:
 def list_proposals(
     db: Database, *, status: str | None, tenant_id: str | None, user_id: str | None, limit: int
 ) -> list[dict[str, Any]]:
-    clauses, params = ["1"], []
+    clauses, params = ["1 = 1"], []
     for column, value in (("status", status), ("tenant_id", tenant_id), ("user_id", user_id)):
         if value is not None:
             clauses.append(f"{column} = ?")

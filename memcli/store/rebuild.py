@@ -87,14 +87,10 @@ def memory_counts(db: Database) -> dict[str, int]:
 # -- episodes --------------------------------------------------------------------------------
 def events_in_order(db: Database) -> Iterator[dict[str, Any]]:
     """Every event, oldest first (the row tracer opens `high` ones; rebuild checks the key)."""
-    cursor = db.conn.cursor()
-    cursor.execute(
+    yield from db.stream(
         "SELECT seq, event_id, ts, recorded_at, tenant_id, user_id, agent_id, session_id,"
         " app_id, run_id, channel, actor_type, actor_id, kind, sensitivity, tags, content,"
         " redactions FROM events ORDER BY seq")
-    columns = [d[0] for d in cursor.getdescription()]
-    for row in cursor:
-        yield dict(zip(columns, row, strict=True))
 
 
 def episodes_by_event(db: Database) -> dict[str, dict[int, tuple[int, str]]]:
@@ -166,9 +162,8 @@ def insert_episode(db: Database, row: dict[str, Any]) -> int:
     values["content"] = seal_if(db, high, row["content"])
     values["source_ids"] = json.dumps(row["source_ids"], ensure_ascii=False)
     values["attributes"] = seal_if(db, high, json.dumps(row["attributes"], ensure_ascii=False))
-    db.execute(f"INSERT INTO memories ({', '.join(_EPISODE_COLUMNS)}) VALUES"
-               f" ({', '.join(':' + c for c in _EPISODE_COLUMNS)})", values)
-    return int(db.conn.last_insert_rowid())
+    return db.insert(f"INSERT INTO memories ({', '.join(_EPISODE_COLUMNS)}) VALUES"
+                     f" ({', '.join(':' + c for c in _EPISODE_COLUMNS)}) RETURNING id", values)
 
 
 def rewrite_content(db: Database, memory_id: int, content: str, token_count: int,
@@ -181,7 +176,7 @@ def rewrite_content(db: Database, memory_id: int, content: str, token_count: int
 def refresh_sessions(db: Database) -> int:
     """Each session's event-derived columns again from its events (first and last event time,
     count, user); its consolidation state (consolidated_at, summary) is kept."""
-    db.execute("""
+    return db.change_count("""
         INSERT INTO sessions (tenant_id, session_id, user_id, started_at, last_event_at,
                               event_count)
         SELECT tenant_id, session_id, max(user_id), min(ts), max(ts), count(*)
@@ -190,7 +185,6 @@ def refresh_sessions(db: Database) -> int:
             started_at = excluded.started_at, last_event_at = excluded.last_event_at,
             event_count = excluded.event_count,
             user_id = coalesce(sessions.user_id, excluded.user_id)""")
-    return int(db.conn.changes())
 
 
 # -- relations -------------------------------------------------------------------------------
@@ -217,9 +211,12 @@ def restore_edges(db: Database, edges: list[tuple[int, int, str, float, str]]) -
     """Add the edges that are missing and whose two memories exist; returns how many."""
     before = int(db.scalar("SELECT count(*) FROM relations"))
     db.executemany(
-        "INSERT OR IGNORE INTO relations (src_id, dst_id, kind, strength, created_at)"
-        " SELECT ?1, ?2, ?3, ?4, ?5 WHERE EXISTS (SELECT 1 FROM memories WHERE id = ?1)"
-        " AND EXISTS (SELECT 1 FROM memories WHERE id = ?2)", edges)
+        "INSERT INTO relations (src_id, dst_id, kind, strength, created_at)"
+        " SELECT :src, :dst, :kind, :strength, :ts WHERE EXISTS"
+        " (SELECT 1 FROM memories WHERE id = :src) AND EXISTS"
+        " (SELECT 1 FROM memories WHERE id = :dst) ON CONFLICT DO NOTHING",
+        [dict(zip(("src", "dst", "kind", "strength", "ts"), edge, strict=True))
+         for edge in edges])
     return int(db.scalar("SELECT count(*) FROM relations")) - before
 
 
@@ -237,8 +234,8 @@ def reset_entity_links(db: Database) -> None:
 
 
 def drop_unused_entities(db: Database) -> int:
-    db.execute("DELETE FROM entities WHERE id NOT IN (SELECT entity_id FROM memory_entities)")
-    return int(db.conn.changes())
+    return db.change_count(
+        "DELETE FROM entities WHERE id NOT IN (SELECT entity_id FROM memory_entities)")
 
 
 def reset_sparse(db: Database) -> None:
@@ -269,7 +266,8 @@ def stored_vectors(db: Database, ids: list[int]) -> dict[int, bytes]:
 def write_vectors(db: Database, rows: list[tuple[int, bytes]]) -> None:
     """Float vectors only: the vec0 index is made again from them in one go at the end."""
     db.executemany(
-        "INSERT OR REPLACE INTO memory_vectors (memory_id, embedding) VALUES (?, ?)", rows)
+        "INSERT INTO memory_vectors (memory_id, embedding) VALUES (?, ?)"
+        " ON CONFLICT (memory_id) DO UPDATE SET embedding = excluded.embedding", rows)
 
 
 def remake_vec_index(db: Database, dimension: int) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from memcli.models import utcnow
+from memcli.store import dialect as sql
 
 if TYPE_CHECKING:
     from memcli.store.connection import Database
@@ -17,7 +18,7 @@ def add_edge(db: Database, src: int, dst: int, kind: str, strength: float) -> No
     db.execute(
         "INSERT INTO relations (src_id, dst_id, kind, strength, created_at) VALUES (?,?,?,?,?)"
         " ON CONFLICT (src_id, dst_id, kind) DO UPDATE SET"
-        " strength = max(strength, excluded.strength)",
+        f" strength = {sql.greatest('relations.strength', 'excluded.strength')}",
         (src, dst, kind, float(strength), utcnow()),
     )
 
@@ -39,7 +40,8 @@ def semantic_neighbours(db: Database, memory_id: int, vector_blob: bytes, tenant
     rows = db.execute(
         f"SELECT m.id, 1.0 - vec_distance_cosine(v.embedding, ?) AS s FROM memories m"
         f" JOIN memory_vectors v ON v.memory_id = m.id"
-        f" WHERE m.id != ? AND m.tenant_id = ? AND m.user_id IS ? AND m.state = 'active'"
+        " WHERE m.id != ? AND m.tenant_id = ? AND m.user_id IS NOT DISTINCT FROM ? AND m.state ="
+        " 'active'"
         f" AND m.kind IN ({marks}) ORDER BY s DESC LIMIT ?",
         [vector_blob, memory_id, tenant_id, user_id, *kinds, k],
     )

@@ -50,13 +50,15 @@ def insert_postings(db: Database, docs: list[tuple[int, dict[int, float]]]) -> N
         packed.append((memory_id, array.array("H", sorted(kept)).tobytes()))
         df.update(kept.keys())
     db.executemany(
-        "INSERT OR REPLACE INTO sparse_postings (term_id, memory_id, weight) VALUES (?, ?, ?)",
+        "INSERT INTO sparse_postings (term_id, memory_id, weight) VALUES (?, ?, ?)"
+        " ON CONFLICT (term_id, memory_id) DO UPDATE SET weight = excluded.weight",
         postings,
     )
-    db.executemany("INSERT OR REPLACE INTO memory_sparse (memory_id, terms) VALUES (?, ?)", packed)
+    db.executemany("INSERT INTO memory_sparse (memory_id, terms) VALUES (?, ?)"
+                   " ON CONFLICT (memory_id) DO UPDATE SET terms = excluded.terms", packed)
     db.executemany(
         "INSERT INTO sparse_df (term_id, df) VALUES (?, ?)"
-        " ON CONFLICT (term_id) DO UPDATE SET df = df + excluded.df",
+        " ON CONFLICT (term_id) DO UPDATE SET df = sparse_df.df + excluded.df",
         list(df.items()),
     )
 

@@ -129,7 +129,8 @@ def reset_vectors(db: Database, model_id: str, dimension: int) -> None:
 def insert_vectors(db: Database, rows: list[tuple[int, bytes]]) -> None:
     """rows: (memory_id, float32 blob)."""
     db.executemany(
-        "INSERT OR REPLACE INTO memory_vectors (memory_id, embedding) VALUES (?, ?)", rows
+        "INSERT INTO memory_vectors (memory_id, embedding) VALUES (?, ?)"
+        " ON CONFLICT (memory_id) DO UPDATE SET embedding = excluded.embedding", rows
     )
     if db.vec_enabled:
         for start in range(0, len(rows), 500):

@@ -22,7 +22,8 @@ _MEMORY_COLUMNS = ("m.id, m.kind, m.category, m.content, m.attributes, m.sensiti
 def _owner(alias: str, tenant_id: str, user_id: str | None, app_id: str | None,
            sensitivities: tuple[str, ...]) -> tuple[str, list[Any]]:
     marks = ",".join("?" * len(sensitivities))
-    where = (f"{alias}.tenant_id = ? AND {alias}.user_id IS ? AND {alias}.app_id IS ?"
+    where = (f"{alias}.tenant_id = ? AND {alias}.user_id IS NOT DISTINCT FROM ? AND {alias}.app_id"
+             " IS NOT DISTINCT FROM ?"
              f" AND m.state = 'active' AND m.sensitivity IN ({marks})")
     return where, [tenant_id, user_id, app_id, *sensitivities]
 
