@@ -184,3 +184,17 @@ def test_a_sqlite_file_that_is_not_memcli(cli, tmp_path):
     assert problems(json.loads(result.stdout)) == {
         "schema": "give the path of a memcli database with --db"}
     assert other.read_bytes() == before
+
+
+def test_a_dropped_table_is_named_as_damage_with_the_fix(cli, filled):
+    """A query on a file whose full-text table was dropped says the database is damaged and
+    names doctor and rebuild (it said "unexpected error ... a bug in memcli")."""
+    sql(filled, "DROP TABLE memories_fts")
+    for args in (("query", "garden", "--user", "priya"),
+                 ("acb", "build", "--user", "priya", "--query", "garden")):
+        result = cli(*args)
+        assert result.exit_code == 1, result.stderr
+        assert result.stderr.startswith("memcli: error: database is damaged: "), result.stderr
+        assert "no such table: memories_fts" in result.stderr
+        assert "memcli rebuild" in result.stderr and "unexpected" not in result.stderr
+        assert result.stderr.count("\n") == 1

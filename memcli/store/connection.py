@@ -376,4 +376,10 @@ def environment_error(exc: BaseException, path: str) -> StorageError | None:
                             "check the disk and the file's permissions")
     if isinstance(exc, apsw.PermissionsError | apsw.AuthError):
         return StorageError(f"permission denied: {path}", "check its permissions")
+    # Migrations guarantee every table at open, so a missing one was dropped by hand or lost.
+    damaged = isinstance(exc, apsw.CorruptError) or (
+        isinstance(exc, apsw.SQLError) and _plain(exc).startswith("no such table"))
+    if damaged:
+        return StorageError(f"database is damaged: {path}: {_plain(exc)}",
+                            "run `memcli doctor`; `memcli rebuild` restores derived tables")
     return None
