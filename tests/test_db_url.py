@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import os
+from pathlib import Path
 
 import pytest
 import typer.main
@@ -152,5 +153,35 @@ def test_paths_stay_paths(tmp_path, monkeypatch, location):
     after the first folder stay file paths."""
     monkeypatch.chdir(tmp_path)
     settings = load_settings(location)
+    Database(settings.db).close()
+    assert (tmp_path / settings.db).is_file()
+
+
+@pytest.mark.parametrize("location", [
+    "host=127.0.0.1 dbname=memory user=agent password=s3cret", "dbname='my db' port=5432",
+    "service=memcli",
+])
+def test_libpq_connection_strings_are_refused(tmp_path, monkeypatch, location):
+    """A keyword/value connection string is not a file name either (it used to become a SQLite
+    file called `host=127.0.0.1 dbname=...`); its password is never echoed."""
+    cwd = tmp_path / "cwd"
+    cwd.mkdir()
+    monkeypatch.chdir(cwd)
+    with pytest.raises(UsageError, match="is a PostgreSQL connection string") as caught:
+        load_settings(location)
+    assert "s3cret" not in str(caught.value)
+    with pytest.raises(UsageError, match="connection string"):
+        Database(location)
+    monkeypatch.setenv("MEMCLI_DB", location)
+    with pytest.raises(UsageError, match="MEMCLI_DB .* is a PostgreSQL connection string"):
+        load_settings()
+    assert list(cwd.iterdir()) == []
+
+
+@pytest.mark.parametrize("location", ["a=b.db", "notes/host=x.db", "x = y"])
+def test_names_with_an_equals_sign_stay_paths(tmp_path, monkeypatch, location):
+    monkeypatch.chdir(tmp_path)
+    settings = load_settings(location)
+    Path(settings.db).parent.mkdir(parents=True, exist_ok=True)
     Database(settings.db).close()
     assert (tmp_path / settings.db).is_file()

@@ -1,4 +1,5 @@
-"""Where a database lives. Today only a SQLite file path: a URL is refused, never a path.
+"""Where a database lives. Today only a SQLite file path: a URL (or a libpq keyword connection
+string) is refused, never taken as a path.
 
 `postgresql://user@host/db` given as a path would make a folder `postgresql:` and a SQLite file
 inside it, and every later command would "work" against that file. Until a backend reads URLs
@@ -22,8 +23,21 @@ _FOLDED = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]+):/(?!/)")
 _PASSWORD = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*://[^/@:]*):[^/@]*@")
 
 
+# A libpq keyword/value connection string (`host=127.0.0.1 dbname=memory user=agent`): nothing
+# but `key=value` words, one of them a libpq connection keyword.
+_DSN = re.compile(r"^\s*(?:[A-Za-z_]+\s*=\s*(?:'(?:[^'\\]|\\.)*'|[^\s']+)\s*)+$")
+_DSN_KEY = re.compile(r"(?:^|\s)(?:host|hostaddr|port|dbname|user|password|passfile|service|"
+                      r"sslmode|connect_timeout|application_name)\s*=", re.IGNORECASE)
+_DSN_PASSWORD = re.compile(r"(password\s*=\s*)(?:'(?:[^'\\]|\\.)*'|\S+)", re.IGNORECASE)
+
+
 def is_url(location: str | Path) -> bool:
     return bool(_URL.match(str(location)))
+
+
+def is_dsn(location: str | Path) -> bool:
+    text = str(location)
+    return bool(_DSN.match(text) and _DSN_KEY.search(text))
 
 
 def _shown(location: str) -> str:
@@ -38,3 +52,7 @@ def refuse_url(location: str | Path, source: str = "--db") -> None:
     if is_url(location):
         raise UsageError(f"{source} {_shown(str(location))} is a URL; the PostgreSQL backend "
                          "is not built yet", "issue #16; give a file path for SQLite")
+    if is_dsn(location):
+        shown = _DSN_PASSWORD.sub(r"\1***", str(location).strip())
+        raise UsageError(f"{source} {shown!r} is a PostgreSQL connection string; the PostgreSQL "
+                         "backend is not built yet", "issue #16; give a file path for SQLite")
