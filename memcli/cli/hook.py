@@ -61,11 +61,16 @@ def _read_payload() -> dict[str, Any]:
     return parse_payload(data.decode("utf-8", errors="replace"))
 
 
-def _service(db: Path | None) -> Any:
+def _call(db: Path | None, operation: Any, scope: Any, request: Any) -> Any:
+    """One api operation on a Service opened for this hook and closed after it."""
     from memcli.config import load_settings
     from memcli.service.api import Service
 
-    return Service(load_settings(db))
+    service = Service(load_settings(db))
+    try:
+        return service.run(operation, scope, request)
+    finally:
+        service.close()
 
 
 def _scope(tenant: str | None, user: str | None, agent: str | None, app_id: str | None) -> Any:
@@ -104,12 +109,7 @@ def register(app: typer.Typer) -> None:
             topic = query or session_topic(payload)
             if topic:
                 request["query_text"] = topic
-            service = _service(db)
-            try:
-                bundle = service.run(api.build_acb, _scope(tenant, user, agent, app_id),
-                                     request)
-            finally:
-                service.close()
+            bundle = _call(db, api.build_acb, _scope(tenant, user, agent, app_id), request)
             print(json.dumps(session_context(bundle), ensure_ascii=False))
 
         _run("session-start", strict, body)
@@ -128,12 +128,7 @@ def register(app: typer.Typer) -> None:
             turns = turns_from(_read_payload())
             if not turns:
                 return
-            service = _service(db)
-            try:
-                report = service.run(api.record_events, _scope(tenant, user, agent, app_id),
-                                     turns)
-            finally:
-                service.close()
+            report = _call(db, api.record_events, _scope(tenant, user, agent, app_id), turns)
             if report.get("rejected"):
                 raise ValueError(f"{len(report['rejected'])} turn(s) rejected: "
                                  f"{report['rejected'][0]}")
