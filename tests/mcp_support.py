@@ -123,28 +123,14 @@ def http_client(url: str, headers: dict[str, str] | None = None) -> Any:
 
 @contextlib.contextmanager
 def daemon(env: dict[str, str], db: Path) -> Iterator[Path]:
-    """A real `memcli serve --db DB` child process; yields its HTTP socket once it answers;
-    SIGTERM (then SIGKILL) and reaped on exit."""
-    import subprocess
+    """A real `memcli serve --db DB` child process (tests/daemon_support.py's, so the guard
+    against leftover daemons sees it); yields its HTTP socket once it accepts connections."""
+    from daemon_support import Daemon, wait_for_socket
 
     from memcli.service import paths
 
     http_sock = Path(paths.endpoint(str(db), env).http_socket)
-    proc = subprocess.Popen([sys.executable, "-m", "memcli", "serve", "--db", str(db)],
-                            env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE)
-    try:
-        deadline = time.monotonic() + 60
-        while not http_sock.exists():
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"memcli serve did not start: {proc.stderr.read()!r}")
-            time.sleep(0.05)
+    with Daemon(db, env) as served:
+        assert served.proc is not None
+        wait_for_socket(http_sock, served.proc)
         yield http_sock
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        proc.stderr.close()
