@@ -23,6 +23,9 @@ import tempfile
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from service_support import Daemon, cli_env  # noqa: E402
+
 INITIALIZE = {"jsonrpc": "2.0", "id": 1, "method": "initialize",
               "params": {"protocolVersion": "2025-06-18", "capabilities": {},
                          "clientInfo": {"name": "bench", "version": "0"}}}
@@ -63,37 +66,20 @@ def main() -> None:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="memcli-mcp-bench-") as scratch:
         root = Path(scratch)
-        (root / "run").mkdir(mode=0o700)
         db = root / "memory.db"
-        env = {**{k: v for k, v in os.environ.items() if not k.startswith("MEMCLI_")},
-               "HOME": str(root), "XDG_RUNTIME_DIR": str(root / "run"),
-               "XDG_DATA_HOME": str(root / "data"), "XDG_CONFIG_HOME": str(root / "config"),
-               "MEMCLI_DB": str(db), "MEMCLI_EMBEDDER": "hash"}
+        env = {**cli_env(root, hash_embedder=True), "MEMCLI_DB": str(db)}
         subprocess.run([*MEMCLI, "remember", "warm-up fact"], env=env, check=True,
                        capture_output=True)
-        daemon = subprocess.Popen([*MEMCLI, "serve"], env=env, stdin=subprocess.DEVNULL,
-                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        try:
-            deadline = time.monotonic() + 60
-            while not list((root / "run" / "memcli").glob("*.http.sock")):
-                if daemon.poll() is not None or time.monotonic() > deadline:
-                    raise SystemExit("memcli serve did not start")
-                time.sleep(0.05)
-            runs: dict[str, list[float]] = {"python -c pass": [], "memcli mcp (in-process)": [],
-                                            "memcli mcp (forwarded to memcli serve)": []}
+        runs: dict[str, list[float]] = {"python -c pass": [], "memcli mcp (in-process)": [],
+                                        "memcli mcp (forwarded to memcli serve)": []}
+        with Daemon(db, env) as daemon:
+            daemon.wait_ready()
             for _ in range(args.runs):
                 runs["python -c pass"].append(pass_time(env))
                 runs["memcli mcp (in-process)"].append(
                     initialize_time([*MEMCLI, "mcp", "--no-daemon"], env))
                 runs["memcli mcp (forwarded to memcli serve)"].append(
                     initialize_time([*MEMCLI, "mcp"], env))
-        finally:
-            daemon.terminate()
-            try:
-                daemon.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                daemon.kill()
-                daemon.wait()
     result = {"machine": f"{platform.machine()}, {os.cpu_count()} cores, Python "
                          f"{platform.python_version()}",
               "load_average_after": os.getloadavg()[0],
