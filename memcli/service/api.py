@@ -15,8 +15,7 @@ HTTP and MCP alike.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
@@ -387,15 +386,10 @@ class Service:
         memory.db.crypto.refresh()  # kept open: see `high` rows another connection sealed since
         return memory
 
-    @contextmanager
-    def context(self) -> Iterator[Context]:
-        yield Context(self.memory(), self.settings)
-
     def run(self, operation: Callable[[Context, Scope, Any], Any], scope: Scope,
             request: Any) -> Any:
         """Run one operation for one caller (on the calling thread)."""
-        with self.context() as ctx:
-            return operation(ctx, scope, request)
+        return operation(Context(self.memory(), self.settings), scope, request)
 
     def close(self) -> None:
         with self._guard:
