@@ -1,0 +1,180 @@
+"""SQL of the retrieval legs on PostgreSQL (issue #16, step 4b): full text, trigram, dense.
+
+Each leg returns [(memory id, score)] best first, ties by id, filtered in SQL by the same
+`Filters.sql()` as SQLite's legs (memcli/store/search.py); ranking stays above the store (fusion
+only sees each leg's order and z-scored scores). Tables and indexes: docs/design/
+postgresql-schema.sql (`memories.fts` generated tsvector, the `(tenant_id, fts)` GIN, the partial
+trigram GIN, `memory_vectors` with HNSW indexes). The sparse leg needs nothing here: the
+portable postings SQL of memcli/store/sparse.py runs unchanged (same scores; measured).
+
+Each choice below was measured by bench/pg_legs.py on LoCoMo beside SQLite (all 10
+conversations, 1,986 questions; numbers in bench/results/pg-legs.md):
+
+- lexical: BM25 computed in SQL over the GIN matches, with FTS5's formula (k1 1.2, b 0.75, idf
+  floor 1e-6, context column at `context_weight`), df per query lexeme counted through the GIN
+  and the corpus size and mean length from `pg_class`/a sample. ts_rank_cd and ts_rank (no idf:
+  every OR'ed term counts alike, so "what"-like terms rank as high as names) lost recall
+  against FTS5's BM25; see the results file for the figures. Text search configuration
+  `memcli` (unaccent + snowball english, no stopwords), as FTS5 keeps every word; `english`
+  drops stopwords the query may still need once the CLI's own list has run.
+- trigram: the CJK grams as ILIKE substrings (the partial `memories_trgm` GIN answers grams of
+  3+ characters; a 2-character query still finds its rows, by a scan of the filtered rows,
+  where FTS5's trigram MATCH finds nothing), scored by the distinct grams found, then their
+  occurrences (a short text repeating the query outranks a long one mentioning it once, as
+  FTS5's BM25 does). `similarity()` is 0 for 2-character queries and `word_similarity` ranked
+  against FTS5's order on the CJK check.
+- dense: an exact `<=>` over the filtered rows up to EXACT_SCAN_MAX candidates (LoCoMo's
+  scopes: identical ids to SQLite's exact scan); above it the HNSW cosine index with pgvector's
+  iterative scan (filters applied during the scan, `ef_search` EF_SEARCH), reranked exactly.
+
+`high` rows: their `fts` is empty by construction; the trigram predicate repeats
+`sensitivity <> 'high'` (ciphertext must never match a gram, and the partial index needs it).
+
+Filters (errata 8): `Filters.sql()` writes `m.user_id = ?` (plain equality), which the planner
+matches to `memories_scope`; the `IS NOT DISTINCT FROM` form some store queries use (not the
+filters) cannot use an index on PostgreSQL. bench/pg_legs.py shows the plans.
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from memcli.store.filters import Filters
+
+# FTS5's bm25() constants (sqlite/ext/fts5/fts5_aux.c), so the two engines rank alike.
+BM25_K1 = 1.2
+BM25_B = 0.75
+IDF_FLOOR = 1e-6
+TEXT_CONFIG = "memcli"
+# Above this many candidate rows the dense leg walks the HNSW index instead of scoring every
+# row (an exact `<=>` over a few thousand vectors costs a few ms, as on SQLite).
+EXACT_SCAN_MAX = 4000
+EF_SEARCH = 100
+PREFILTER_FACTOR = 2  # the HNSW walk shortlists this many times `limit` for the exact rerank
+
+
+def tsquery_sql(count: int, config: str = TEXT_CONFIG) -> str:
+    """An OR of `count` terms as one tsquery expression (one `?` per term). Each term goes
+    through plainto_tsquery, so no user text is ever tsquery syntax (FTS5's quoting)."""
+    return "(" + " || ".join([f"plainto_tsquery('{config}', ?)"] * count) + ")"
+
+
+def lexical(db: Any, terms: list[str], filters: Filters, limit: int,
+            context_weight: float = 0.5) -> list[tuple[int, float]]:
+    """BM25 of the OR of `terms` over the turn (weight 1) and its context (`context_weight`):
+    FTS5's bm25() formula, computed over the GIN's matches in the filters' scope."""
+    if not terms:
+        return []
+    where, params = filters.sql()
+    rows = db.execute(bm25_sql(len(terms), where),
+                      [*terms, " ".join(terms), context_weight, *params, limit])
+    return [(int(i), float(s)) for i, s in rows]
+
+
+def bm25_sql(count: int, where: str, config: str = TEXT_CONFIG) -> str:
+    """BM25 statement; parameters: the terms, the terms joined by spaces, the context weight,
+    the filters' parameters, the limit.
+
+    idf uses the whole table, as FTS5's does: the document count and mean length (in tokens)
+    come from `memcli_fts_stats()` if the schema has it, else from `count(*)` and the mean of
+    the positions counts, which is what the benchmark measured (see module doc). df is counted
+    per query lexeme through the GIN (a bitmap count: a few ms for a frequent lexeme at 100k
+    rows)."""
+    tsq = tsquery_sql(count, config)
+    return f"""
+    WITH q AS (SELECT {tsq} AS q),
+    lex AS (SELECT l AS lexeme,
+                   (SELECT count(*) FROM memories d WHERE d.fts @@ quote_literal(l)::tsquery) AS df
+            FROM unnest(tsvector_to_array(to_tsvector('{config}', ?))) AS l),
+    cw AS (SELECT ?::float8 AS v),
+    corpus AS (SELECT count(*)::float8 AS n,
+                      greatest(avg((SELECT count(*) FROM unnest(a.fts) u,
+                                    unnest(u.positions) p)), 1)::float8 AS avgdl
+               FROM memories a),
+    idf AS (SELECT lex.lexeme,
+                   greatest(ln((corpus.n - lex.df + 0.5) / (lex.df + 0.5)), {IDF_FLOOR}) AS idf
+            FROM lex, corpus),
+    cand AS (SELECT m.id, m.fts FROM memories m, q WHERE m.fts @@ q.q AND {where}),
+    tf AS (SELECT c.id, u.lexeme,
+                  (SELECT count(*) FILTER (WHERE w = 'A') + cw.v * count(*) FILTER (WHERE w = 'B')
+                   FROM unnest(u.weights) w) AS tf,
+                  (SELECT count(*) FROM unnest(c.fts) v, unnest(v.positions) p) AS dl
+           FROM cand c, cw, unnest(c.fts) u
+           WHERE u.lexeme IN (SELECT lexeme FROM lex))
+    SELECT tf.id, sum(idf.idf * tf.tf * {BM25_K1 + 1}
+                      / (tf.tf + {BM25_K1} * (1 - {BM25_B} + {BM25_B} * tf.dl / corpus.avgdl))) AS s
+    FROM tf JOIN idf ON idf.lexeme = tf.lexeme, corpus
+    GROUP BY tf.id ORDER BY s DESC, tf.id LIMIT ?"""
+
+
+def like_pattern(gram: str) -> str:
+    r"""`%gram%` with LIKE's own characters escaped (`\` is ILIKE's default escape)."""
+    escaped = gram.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+    return f"%{escaped}%"
+
+
+def trigram(db: Any, grams: list[str], filters: Filters, limit: int) -> list[tuple[int, float]]:
+    """Memories containing any of `grams` (CJK substrings; 3 characters use the trigram GIN,
+    shorter ones still match), by distinct grams found, then by how much of the text their
+    occurrences cover (in [0, 1))."""
+    if not grams:
+        return []
+    where, params = filters.sql()
+    patterns = [like_pattern(g) for g in grams]
+    any_gram = " OR ".join(["m.content ILIKE ?"] * len(grams))
+    found = " + ".join(["(m.content ILIKE ?)::int"] * len(grams))
+    # Coverage: characters of the text the grams' occurrences cover, over its length (a short
+    # text that is mostly the query outranks a long one that mentions it, as BM25's length
+    # normalisation does in FTS5); lower() on both sides, as ILIKE.
+    covered = " + ".join(
+        ["(length(m.content) - length(replace(lower(m.content), lower(?), '')))"] * len(grams))
+    coverage = f"(({covered})::float8 / greatest(length(m.content), 1))"
+    rows = db.execute(
+        f"SELECT m.id, ({found}) + {coverage} / (1 + {coverage}) AS s FROM memories m"
+        f" WHERE m.sensitivity <> 'high' AND ({any_gram}) AND {where}"
+        f" ORDER BY s DESC, m.id LIMIT ?",
+        [*patterns, *grams, *grams, *patterns, *params, limit],
+    )
+    return [(int(i), float(s)) for i, s in rows]
+
+
+def vector_literal(blob: bytes) -> str:
+    """pgvector's text form of a float32 little-endian blob (SQLite's storage format). Python's
+    repr of each float32 (as a double) parses back to the same float32."""
+    values = struct.unpack(f"<{len(blob) // 4}f", blob)
+    return "[" + ",".join(repr(v) for v in values) + "]"
+
+
+def dense(db: Any, vector: bytes, filters: Filters, limit: int,
+          scope_rows: int | None = None) -> list[tuple[int, float]]:
+    """Cosine similarity (1 - distance), exact on small scopes; on large ones the HNSW index
+    shortlists `PREFILTER_FACTOR * limit` rows that pass the filters (iterative scan), reranked
+    exactly. `scope_rows`: an upper bound of the memories passing the filters, if known."""
+    where, params = filters.sql()
+    literal = vector_literal(vector)
+    if scope_rows is None or scope_rows > EXACT_SCAN_MAX:
+        scope_rows = int(db.scalar(
+            f"SELECT count(*) FROM (SELECT 1 FROM memories m WHERE {where} LIMIT ?) s",
+            [*params, EXACT_SCAN_MAX + 1]))
+    if scope_rows > EXACT_SCAN_MAX:
+        # Session settings (not LOCAL: a pooled connection in autocommit has no transaction to
+        # hold them); only this leg reads them.
+        db.execute("SELECT set_config('hnsw.iterative_scan', 'relaxed_order', false),"
+                   " set_config('hnsw.ef_search', ?, false)", [str(EF_SEARCH)])
+        rows = db.execute(
+            f"""WITH short AS MATERIALIZED (
+                    SELECT m.id, v.embedding FROM memory_vectors v JOIN memories m
+                    ON m.id = v.memory_id WHERE {where}
+                    ORDER BY v.embedding <=> ?::vector LIMIT ?)
+                SELECT id, 1.0 - (embedding <=> ?::vector) AS s FROM short
+                ORDER BY s DESC, id LIMIT ?""",
+            [*params, literal, PREFILTER_FACTOR * limit, literal, limit])
+    else:
+        rows = db.execute(
+            f"SELECT m.id, 1.0 - (v.embedding <=> ?::vector) AS s FROM memories m"
+            f" JOIN memory_vectors v ON v.memory_id = m.id WHERE {where}"
+            f" ORDER BY s DESC, m.id LIMIT ?",
+            [literal, *params, limit])
+    return [(int(i), float(s)) for i, s in rows]
