@@ -73,6 +73,8 @@ CREATE INDEX memories_fts_en ON memories USING gin (tenant_id, fts_en);
 
 LEXICAL = {
     "bm25-sql": var.bm25_sql_leg,
+    "bm25-sql-lexemes": var.bm25_variant(doc_length="lexemes"),
+    "bm25-sql-english": var.bm25_variant("fts_en", "english"),
     "bm25-python": var.PythonBm25(),
     "ts_rank_cd": var.ts_rank_leg("ts_rank_cd"),
     "ts_rank": var.ts_rank_leg("ts_rank"),
@@ -80,10 +82,10 @@ LEXICAL = {
 }
 DENSE = {
     "exact": var.dense_exact,
-    "hnsw-ef40": var.dense_hnsw(40, iterative=False),
-    "hnsw-ef40-iterative": var.dense_hnsw(40, iterative=True),
-    "hnsw-ef100-iterative": var.dense_hnsw(100, iterative=True),
-    "bits-hnsw+rerank": var.dense_bits,
+    "hnsw-ef40": var.dense_knn(40, iterative=False),
+    "hnsw-ef40-iterative": var.dense_knn(40, iterative=True),
+    "hnsw-ef100-iterative": var.dense_knn(100, iterative=True),
+    "bits-hnsw-ef100-iterative+rerank": var.dense_knn(100, iterative=True, bits=True),
 }
 SPARSE = {"postings": var.sparse_postings, "sparsevec": var.sparse_vec}
 TRIGRAM = {
@@ -311,14 +313,22 @@ def plans(pg: PgAdapter, tenant: str, terms: list[str], vector: bytes) -> dict[s
     where, params = filters.sql()
     out: dict[str, list[str]] = {}
 
+    literal = legs.vector_literal(vector)
+
     def explain(name: str, text: str, args: list) -> None:
-        out[name] = [r[0] for r in pg.execute(f"EXPLAIN {text}", args)]
+        out[name] = [r[0].replace(literal, "[...]") for r in pg.execute(f"EXPLAIN {text}", args)]
 
     explain("lexical (bm25)", legs.bm25_sql(len(terms), where),
             [*terms, " ".join(terms), 0.5, *params, 200])
     explain("dense (exact)", f"SELECT m.id, 1.0 - (v.embedding <=> ?::vector) AS s FROM memories"
             f" m JOIN memory_vectors v ON v.memory_id = m.id WHERE {where}"
-            f" ORDER BY s DESC, m.id LIMIT 200", [legs.vector_literal(vector), *params])
+            f" ORDER BY s DESC, m.id LIMIT 200", [literal, *params])
+    knn, inner, outer = legs.knn_sql(where, filters, len(vector) // 4)
+    knn_args = [*inner, literal, 400, literal, *outer, 200]
+    explain("dense (knn_sql, the large-scope plan, as planned here)", knn, knn_args)
+    pg.execute("SET enable_sort = off")
+    explain("dense (knn_sql, enable_sort off: the HNSW walk the variants measure)", knn, knn_args)
+    pg.execute("RESET enable_sort")
     pg.execute("SET enable_seqscan = off")  # which indexes the planner *can* use
     for form in ("m.user_id = ?", "m.user_id IS NOT DISTINCT FROM ?"):
         explain(f"filter {form} (enable_seqscan off)",
@@ -371,8 +381,8 @@ def render(r: dict[str, Any]) -> str:
         lines.append(_row("SQLite", base, None))
         lines += [_row(name, e, base) for name, e in variants.items() if name != "sqlite"]
     lines += ["", "## CJK check (trigram leg; LoCoMo has no CJK)", "",
-              "Texts (ids 1-%d in this order): %s" % (len(r["cjk"]["texts"]),
-                                                     " / ".join(r["cjk"]["texts"])), "",
+              f"Texts (ids 1-{len(r['cjk']['texts'])} in this order): "
+              + " / ".join(r["cjk"]["texts"]), "",
               "| query | SQLite FTS5 trigram | " + " | ".join(TRIGRAM) + " |",
               "|---" * (len(TRIGRAM) + 2) + "|"]
     for row in r["cjk"]["queries"]:

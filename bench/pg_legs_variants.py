@@ -74,6 +74,21 @@ def bm25_sql_leg(db: Any, q: Query, filters: Any, limit: int, settings: Any) -> 
     return legs.lexical(db, q.terms, filters, limit, settings.context_weight)
 
 
+def bm25_variant(column: str = "fts", config: str = legs.TEXT_CONFIG,
+                 doc_length: str = "tokens") -> Leg:
+    """legs.py's BM25 statement on another column/configuration or length measure."""
+
+    def leg(db: Any, q: Query, filters: Any, limit: int, settings: Any) -> list:
+        if not q.terms:
+            return []
+        where, params = filters.sql()
+        rows = db.execute(legs.bm25_sql(len(q.terms), where, config, column, doc_length),
+                          [*q.terms, " ".join(q.terms), settings.context_weight, *params, limit])
+        return [(int(i), float(s)) for i, s in rows]
+
+    return leg
+
+
 _TSV_ITEM = re.compile(r"'((?:[^']|'')*)'(?::([0-9A-D,]+))?")
 
 
@@ -169,47 +184,27 @@ def dense_exact(db: Any, q: Query, filters: Any, limit: int, settings: Any) -> l
     return legs.dense(db, q.vector, filters, limit, scope_rows=0)
 
 
-def dense_hnsw(ef_search: int, iterative: bool) -> Leg:
-    """The HNSW cosine index walked with the filters (post-filter, or pgvector's iterative
-    scan), reranked exactly."""
+def dense_knn(ef_search: int, iterative: bool, bits: bool = False) -> Leg:
+    """legs.py's large-scope plan (`knn_sql`: an HNSW walk within the tenant, reranked
+    exactly), forced on LoCoMo's small scopes: with `enable_sort` off the planner has no other
+    way to order rows than the index (it would rightly sort a tenant's few hundred rows)."""
 
     def leg(db: Any, q: Query, filters: Any, limit: int, settings: Any) -> list:
-        where, params = filters.sql()
+        where, _ = filters.sql()
         literal = legs.vector_literal(q.vector)
         db.execute("SELECT set_config('hnsw.iterative_scan', ?, false),"
-                   " set_config('hnsw.ef_search', ?, false)",
+                   " set_config('hnsw.ef_search', ?, false),"
+                   " set_config('enable_sort', 'off', false)",
                    ["relaxed_order" if iterative else "off", str(ef_search)])
-        rows = db.execute(
-            f"""WITH short AS MATERIALIZED (
-                    SELECT m.id, v.embedding FROM memory_vectors v JOIN memories m
-                    ON m.id = v.memory_id WHERE {where}
-                    ORDER BY v.embedding <=> ?::vector LIMIT ?)
-                SELECT id, 1.0 - (embedding <=> ?::vector) AS s FROM short
-                ORDER BY s DESC, id LIMIT ?""",
-            [*params, literal, legs.PREFILTER_FACTOR * limit, literal, limit])
+        try:
+            sql_text, inner, outer = legs.knn_sql(where, filters, len(q.vector) // 4, bits=bits)
+            rows = db.execute(sql_text, [*inner, literal, legs.PREFILTER_FACTOR * limit,
+                                         literal, *outer, limit])
+        finally:
+            db.execute("SELECT set_config('enable_sort', 'on', false)")
         return [(int(i), float(s)) for i, s in rows]
 
     return leg
-
-
-def dense_bits(db: Any, q: Query, filters: Any, limit: int, settings: Any) -> list:
-    """Hamming KNN over the binary-quantized HNSW index (tenant filter inside the walk by
-    iterative scan), `PREFILTER_FACTOR * limit` shortlisted, reranked by `<=>`."""
-    where, params = filters.sql()
-    literal = legs.vector_literal(q.vector)
-    dim = len(q.vector) // 4
-    db.execute("SELECT set_config('hnsw.iterative_scan', 'relaxed_order', false),"
-               " set_config('hnsw.ef_search', '100', false)")
-    rows = db.execute(
-        f"""WITH short AS MATERIALIZED (
-                SELECT m.id, v.embedding FROM memory_vectors v JOIN memories m
-                ON m.id = v.memory_id WHERE {where}
-                ORDER BY binary_quantize(v.embedding)::bit({dim})
-                         <~> binary_quantize(?::vector)::bit({dim}) LIMIT ?)
-            SELECT id, 1.0 - (embedding <=> ?::vector) AS s FROM short
-            ORDER BY s DESC, id LIMIT ?""",
-        [*params, literal, legs.PREFILTER_FACTOR * limit, literal, limit])
-    return [(int(i), float(s)) for i, s in rows]
 
 
 # --------------------------------------------------------------------------- sparse

@@ -196,9 +196,11 @@ def test_dense_large_scope_walks_the_index(vectors):
     assert hits[0][0] == 1077 and hits[0][1] == pytest.approx(1.0, abs=1e-5)
     assert len(hits) == 5 and all(1000 <= i < 1000 + BIG for i in ids(hits))
     assert all(a[1] >= b[1] for a, b in zip(hits, hits[1:], strict=False))
+    where, _ = Filters(tenant_id="big").sql()
+    sql_text, inner, outer = legs.knn_sql(where, Filters(tenant_id="big"), DIM)
+    literal = legs.vector_literal(float_blob(target))
     plan = "\n".join(r[0] for r in vectors.execute(
-        "EXPLAIN SELECT memory_id FROM memory_vectors ORDER BY embedding <=> ?::vector LIMIT 5",
-        [legs.vector_literal(float_blob(target))]))
+        f"EXPLAIN {sql_text}", [*inner, literal, 10, literal, *outer, 5]))
     assert "memory_vectors_hnsw" in plan
 
 

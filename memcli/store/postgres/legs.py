@@ -47,6 +47,7 @@ if TYPE_CHECKING:
 BM25_K1 = 1.2
 BM25_B = 0.75
 IDF_FLOOR = 1e-6
+AVGDL_SAMPLE = 200  # newest memories whose mean length stands for the corpus's
 TEXT_CONFIG = "memcli"
 # Above this many candidate rows the dense leg walks the HNSW index instead of scoring every
 # row (an exact `<=>` over a few thousand vectors costs a few ms, as on SQLite).
@@ -73,34 +74,41 @@ def lexical(db: Any, terms: list[str], filters: Filters, limit: int,
     return [(int(i), float(s)) for i, s in rows]
 
 
-def bm25_sql(count: int, where: str, config: str = TEXT_CONFIG) -> str:
-    """BM25 statement; parameters: the terms, the terms joined by spaces, the context weight,
-    the filters' parameters, the limit.
+# A document's length in tokens: the positions of all its lexemes (FTS5 counts tokens too).
+_TOKENS = "(SELECT sum(coalesce(array_length(u.positions, 1), 1)) FROM unnest({fts}) u)"
 
-    idf uses the whole table, as FTS5's does: the document count and mean length (in tokens)
-    come from `memcli_fts_stats()` if the schema has it, else from `count(*)` and the mean of
-    the positions counts, which is what the benchmark measured (see module doc). df is counted
-    per query lexeme through the GIN (a bitmap count: a few ms for a frequent lexeme at 100k
-    rows)."""
+
+def bm25_sql(count: int, where: str, config: str = TEXT_CONFIG, column: str = "fts",
+             doc_length: str = "tokens") -> str:
+    """The BM25 statement; parameters: the terms, the terms joined by spaces, the context
+    weight, the filters' parameters, the limit.
+
+    Corpus statistics as FTS5 keeps them, without a scan per query: the document count is the
+    highest memory id (an upper bound that costs one index seek; SQLite's sparse leg scales its
+    df cut-off by it too), the mean length that of the newest AVGDL_SAMPLE memories. df is
+    counted per query lexeme through the GIN (a bitmap count). `doc_length` "tokens" (FTS5's
+    measure) or "lexemes" (`length(fts)`: distinct lexemes, read from the tsvector's header).
+    """
     tsq = tsquery_sql(count, config)
+    length = (_TOKENS if doc_length == "tokens" else "length({fts})")
     return f"""
     WITH q AS (SELECT {tsq} AS q),
     lex AS (SELECT l AS lexeme,
-                   (SELECT count(*) FROM memories d WHERE d.fts @@ quote_literal(l)::tsquery) AS df
+                   (SELECT count(*) FROM memories d
+                    WHERE d.{column} @@ quote_literal(l)::tsquery) AS df
             FROM unnest(tsvector_to_array(to_tsvector('{config}', ?))) AS l),
     cw AS (SELECT ?::float8 AS v),
-    corpus AS (SELECT count(*)::float8 AS n,
-                      greatest(avg((SELECT count(*) FROM unnest(a.fts) u,
-                                    unnest(u.positions) p)), 1)::float8 AS avgdl
-               FROM memories a),
+    corpus AS (SELECT (SELECT coalesce(max(id), 0) FROM memories)::float8 AS n,
+                      greatest(avg({length.format(fts="r." + column)}), 1)::float8 AS avgdl
+               FROM (SELECT {column} FROM memories ORDER BY id DESC LIMIT {AVGDL_SAMPLE}) r),
     idf AS (SELECT lex.lexeme,
                    greatest(ln((corpus.n - lex.df + 0.5) / (lex.df + 0.5)), {IDF_FLOOR}) AS idf
             FROM lex, corpus),
-    cand AS (SELECT m.id, m.fts FROM memories m, q WHERE m.fts @@ q.q AND {where}),
-    tf AS (SELECT c.id, u.lexeme,
+    cand AS MATERIALIZED (SELECT m.id, m.{column} AS fts, {length.format(fts="m." + column)} AS dl
+             FROM memories m, q WHERE m.{column} @@ q.q AND {where}),
+    tf AS (SELECT c.id, c.dl, u.lexeme,
                   (SELECT count(*) FILTER (WHERE w = 'A') + cw.v * count(*) FILTER (WHERE w = 'B')
-                   FROM unnest(u.weights) w) AS tf,
-                  (SELECT count(*) FROM unnest(c.fts) v, unnest(v.positions) p) AS dl
+                   FROM unnest(u.weights) w) AS tf
            FROM cand c, cw, unnest(c.fts) u
            WHERE u.lexeme IN (SELECT lexeme FROM lex))
     SELECT tf.id, sum(idf.idf * tf.tf * {BM25_K1 + 1}
@@ -147,11 +155,39 @@ def vector_literal(blob: bytes) -> str:
     return "[" + ",".join(repr(v) for v in values) + "]"
 
 
+def knn_sql(where: str, filters: Filters, dim: int, *, bits: bool = False
+            ) -> tuple[str, list, list]:
+    """The large-scope dense statement and its parameters before the vector ones: a KNN walk of
+    an HNSW index over `memory_vectors`, within the filters' tenant (and user) through the
+    table's own denormalised columns (pgvector's iterative scan keeps walking until enough
+    rows pass them, as vec0's partition key does on SQLite), shortlisting `PREFILTER_FACTOR *
+    limit` rows; then the whole filters and an exact `<=>` rerank.
+    Returns the SQL, the inner filters' parameters and the outer ones; the statement's
+    parameters are: inner, vector, shortlist size, vector, outer, limit.
+    `bits`: walk the binary-quantized index (Hamming) instead of the float one."""
+    inner, params = [], []
+    for column in ("tenant_id", "user_id"):
+        value = getattr(filters, column)
+        if value is not None:
+            inner.append(f"v.{column} = ?")
+            params.append(value)
+    order = (f"binary_quantize(v.embedding)::bit({dim}) <~> binary_quantize(?::vector)::bit({dim})"
+             if bits else "v.embedding <=> ?::vector")
+    _, where_params = filters.sql()
+    sql_text = f"""WITH short AS MATERIALIZED (
+            SELECT v.memory_id, v.embedding FROM memory_vectors v
+            WHERE {" AND ".join(inner) or "true"} ORDER BY {order} LIMIT ?)
+        SELECT m.id, 1.0 - (short.embedding <=> ?::vector) AS s
+        FROM short JOIN memories m ON m.id = short.memory_id WHERE {where}
+        ORDER BY s DESC, m.id LIMIT ?"""
+    return sql_text, params, where_params
+
+
 def dense(db: Any, vector: bytes, filters: Filters, limit: int,
           scope_rows: int | None = None) -> list[tuple[int, float]]:
-    """Cosine similarity (1 - distance), exact on small scopes; on large ones the HNSW index
-    shortlists `PREFILTER_FACTOR * limit` rows that pass the filters (iterative scan), reranked
-    exactly. `scope_rows`: an upper bound of the memories passing the filters, if known."""
+    """Cosine similarity (1 - distance), exact on small scopes; on large ones a KNN walk of the
+    HNSW index (`knn_sql`) reranked exactly. `scope_rows`: an upper bound of the memories
+    passing the filters, if the caller has one (small enough means no count here)."""
     where, params = filters.sql()
     literal = vector_literal(vector)
     if scope_rows is None or scope_rows > EXACT_SCAN_MAX:
@@ -160,17 +196,13 @@ def dense(db: Any, vector: bytes, filters: Filters, limit: int,
             [*params, EXACT_SCAN_MAX + 1]))
     if scope_rows > EXACT_SCAN_MAX:
         # Session settings (not LOCAL: a pooled connection in autocommit has no transaction to
-        # hold them); only this leg reads them.
+        # hold them); only this leg walks the HNSW index.
         db.execute("SELECT set_config('hnsw.iterative_scan', 'relaxed_order', false),"
                    " set_config('hnsw.ef_search', ?, false)", [str(EF_SEARCH)])
-        rows = db.execute(
-            f"""WITH short AS MATERIALIZED (
-                    SELECT m.id, v.embedding FROM memory_vectors v JOIN memories m
-                    ON m.id = v.memory_id WHERE {where}
-                    ORDER BY v.embedding <=> ?::vector LIMIT ?)
-                SELECT id, 1.0 - (embedding <=> ?::vector) AS s FROM short
-                ORDER BY s DESC, id LIMIT ?""",
-            [*params, literal, PREFILTER_FACTOR * limit, literal, limit])
+        sql_text, knn_params, where_params = knn_sql(where, filters, len(vector) // 4)
+        # The statement's order: inner filters, vector, shortlist size, vector, outer filters.
+        rows = db.execute(sql_text, [*knn_params, literal, PREFILTER_FACTOR * limit, literal,
+                                     *where_params, limit])
     else:
         rows = db.execute(
             f"SELECT m.id, 1.0 - (v.embedding <=> ?::vector) AS s FROM memories m"
