@@ -190,9 +190,21 @@ def test_dense_exact_order_and_filters(vectors):
     assert ids(tie) == [101, 104]  # equal scores: by id (tenants v and w)
 
 
+def _hnsw_scans(pg) -> int:
+    """How many scans of the float HNSW index this server has counted (flushed first)."""
+    pg.execute("SELECT pg_stat_force_next_flush()")
+    pg.execute("SELECT pg_stat_clear_snapshot()")
+    return int(pg.scalar("SELECT idx_scan FROM pg_stat_user_indexes"
+                         " WHERE indexrelname = 'memory_vectors_hnsw'"))
+
+
 def test_dense_large_scope_walks_the_index(vectors):
     target = _spread(77)
+    before = _hnsw_scans(vectors)
+    legs.dense(vectors, float_blob(target), Filters(tenant_id="v"), 5)
+    assert _hnsw_scans(vectors) == before  # 3 rows: scored exactly, no index walk
     hits = legs.dense(vectors, float_blob(target), Filters(tenant_id="big"), 5)
+    assert _hnsw_scans(vectors) > before
     assert hits[0][0] == 1077 and hits[0][1] == pytest.approx(1.0, abs=1e-5)
     assert len(hits) == 5 and all(1000 <= i < 1000 + BIG for i in ids(hits))
     assert all(a[1] >= b[1] for a, b in zip(hits, hits[1:], strict=False))
