@@ -3,7 +3,7 @@
 Small rows written straight into the schema of docs/design/postgresql-schema.sql (the generated
 `fts` column and the indexes are the server's own), then each leg's ids and order: stemming,
 BM25's idf and context weight, `high` rows never matched, tenant and user filters inside the
-SQL, a 2-character CJK query, exact and HNSW dense plans, and the portable sparse SQL.
+SQL, a 2-character CJK query, exact and HNSW dense plans, and both sparse plans.
 """
 
 from __future__ import annotations
@@ -216,14 +216,24 @@ def test_dense_large_scope_walks_the_index(vectors):
     assert "memory_vectors_hnsw" in plan
 
 
-def test_sparse_postings_sql_runs_unchanged(pg):
+def test_sparse_postings_both_plans_rank_by_score(pg):
     conn = pg.conn
     conn.execute("INSERT INTO sparse_postings (term_id, memory_id, weight) VALUES"
-                 " (7, 2, 150), (7, 3, 50), (9, 3, 100), (7, 7, 900), (9, 12, 20)")
-    conn.execute("INSERT INTO sparse_df (term_id, df) VALUES (7, 3), (9, 2)")
+                 " (7, 2, 150), (7, 3, 50), (9, 3, 100), (7, 7, 900), (9, 12, 20), (9, 1, 30)")
+    conn.execute("INSERT INTO sparse_df (term_id, df) VALUES (7, 3), (9, 3)")
     try:
-        hits = sparse_sql.search(pg, {7: 1.0, 9: 2.0}, T1, 10, max_df=10, small_scope=True)
-        assert [(i, round(s, 2)) for i, s in hits] == [(3, 2.5), (2, 1.5), (12, 0.4)]
+        expected = [(3, 2.5), (2, 1.5), (1, 0.6), (12, 0.4)]  # row 7 is tenant t2's
+        query = {7: 1.0, 9: 2.0}
+        # memcli/store/sparse.py's small-scope SQL runs on PostgreSQL unchanged ...
+        portable = sparse_sql.search(pg, query, T1, 10, max_df=10, small_scope=True)
+        assert [(i, round(s, 2)) for i, s in portable] == expected
+        # ... and legs.sparse's two plans give the same, best first, also under a LIMIT.
+        for small in (True, False):
+            hits = legs.sparse(pg, query, T1, 10, max_df=10, small_scope=small)
+            assert [(i, round(s, 2)) for i, s in hits] == expected
+            assert ids(legs.sparse(pg, query, T1, 2, max_df=10, small_scope=small)) == [3, 2]
+        # A term in more memories than max_df is pruned, as on SQLite.
+        assert ids(legs.sparse(pg, query, T1, 10, max_df=2, small_scope=False)) == []
     finally:
         conn.execute("DELETE FROM sparse_postings")
         conn.execute("DELETE FROM sparse_df")
