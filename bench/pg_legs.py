@@ -87,7 +87,8 @@ DENSE = {
     "hnsw-ef100-iterative": var.dense_knn(100, iterative=True),
     "bits-hnsw-ef100-iterative+rerank": var.dense_knn(100, iterative=True, bits=True),
 }
-SPARSE = {"postings": var.sparse_postings, "sparsevec": var.sparse_vec}
+SPARSE = {"postings": var.sparse_postings, "postings-large-scope-plan": var.sparse_large_scope,
+          "sparsevec": var.sparse_vec}
 TRIGRAM = {
     "ilike+grams-found": var.trigram_chosen,
     "ilike+similarity": var.trigram_similarity("similarity"),

@@ -220,6 +220,11 @@ def sparse_postings(db: Any, q: Query, filters: Any, limit: int, settings: Any) 
                              small_scope=True)
 
 
+def sparse_large_scope(db: Any, q: Query, filters: Any, limit: int, settings: Any) -> list:
+    """legs.py's `sparse` with its large-scope plan (score everything, filter best first)."""
+    return legs.sparse(db, q.sparse, filters, limit, max_df(db, settings), small_scope=False)
+
+
 def sparse_vec(db: Any, q: Query, filters: Any, limit: int, settings: Any) -> list:
     """pgvector sparsevec `<#>` (negative inner product) over the filtered rows, with the same
     frequent-term pruning applied to the query vector."""
