@@ -421,6 +421,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--conversations", type=int, default=10,
                         help="the first N conversations' questions (results written for 10)")
     args = parser.parse_args(argv)
+    revision = locomo.git_revision()  # at start: the code measured is the code imported now
     data_path = Path(args.data)
     data = json.loads(data_path.read_text(encoding="utf-8"))
     embedder = get_embedder("e5-small")
@@ -449,7 +450,7 @@ def main(argv: list[str] | None = None) -> int:
         cjk = run_cjk(server.dsn)
         conn.close()
     report = {
-        "revision": locomo.git_revision(), "questions": len(qs),
+        "revision": revision, "questions": len(qs),
         "conversations": args.conversations, "counts": counts, "ingest_cached": ingest["cached"],
         "copied": copied, "copy_s": copy_s, "run_s": run_s, "machine_before": before,
         "machine_after": machine(), "chosen": CHOSEN, **result, "cjk": cjk, "plans": plan,
