@@ -28,6 +28,7 @@ import argparse
 import base64
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -61,6 +62,7 @@ from memcli.store.filters import Filters  # noqa: E402
 KS = (1, 5, 10, 25)
 TOP_K = 50
 RESULTS = REPO_ROOT / "bench" / "results"
+VECTOR_IN_PLAN = re.compile(r"'\[[-0-9.e,]+\]'")  # the query vector, as EXPLAIN prints it
 # `english`: the built-in configuration (snowball english WITH its stopword list, no unaccent),
 # as a second generated column beside the schema's `memcli` one.
 ENGLISH_DDL = """
@@ -317,7 +319,8 @@ def plans(pg: PgAdapter, tenant: str, terms: list[str], vector: bytes) -> dict[s
     literal = legs.vector_literal(vector)
 
     def explain(name: str, text: str, args: list) -> None:
-        out[name] = [r[0].replace(literal, "[...]") for r in pg.execute(f"EXPLAIN {text}", args)]
+        out[name] = [VECTOR_IN_PLAN.sub("'[...]'", r[0])
+                     for r in pg.execute(f"EXPLAIN {text}", args)]
 
     explain("lexical (bm25)", legs.bm25_sql(len(terms), where),
             [*terms, " ".join(terms), 0.5, *params, 200])
