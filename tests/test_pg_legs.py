@@ -99,6 +99,13 @@ def test_stemmed_terms_find_inflections(pg):
     assert ids(legs.lexical(pg, ["was"], T1, 10)) == [1]  # no stopword list, as FTS5
 
 
+def test_no_term_is_ever_query_syntax(pg):
+    for term in ("o'brien", "a:b", "x&y|z", "!(priya)", "\\", "_", "'", "run:*", "%"):
+        assert isinstance(legs.lexical(pg, [term, "runs"], T1, 10), list)
+    assert ids(legs.lexical(pg, ["priya's", "!running"], T1, 10)) == [1]
+    assert legs.lexical(pg, [], T1, 10) == []
+
+
 def test_rare_terms_outrank_frequent_ones_as_bm25(pg):
     hits = legs.lexical(pg, ["cat", "zebra"], U1, 10)
     # "zebra" is in 5 of the 17 rows (the `high` row 9's tsvector is empty), "cat" in 7: the
