@@ -21,6 +21,7 @@ from memcli.errors import (
 )
 from memcli.store import migrations, vectors
 from memcli.store.location import refuse_url
+from memcli.store.sqlite.dialect import DIALECT
 from memcli.store.writers import writer_lock
 
 # How long a writer waits for the write lock before the command gives up with exit 75
@@ -57,6 +58,7 @@ class Database:
         seconds a writer waits for the write lock before exit 75."""
         refuse_url(path, "database")  # before anything is created from it
         self.path = str(path)
+        self.dialect = DIALECT  # SQL fragments in SQLite's spelling (memcli.store.dialect)
         self.busy_timeout = busy_timeout
         # True when the file cannot be written (permissions): read commands still answer.
         self.read_only = readonly

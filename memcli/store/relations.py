@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from memcli.models import utcnow
-from memcli.store import dialect as sql
 
 if TYPE_CHECKING:
     from memcli.store.connection import Database
@@ -18,7 +17,7 @@ def add_edge(db: Database, src: int, dst: int, kind: str, strength: float) -> No
     db.execute(
         "INSERT INTO relations (src_id, dst_id, kind, strength, created_at) VALUES (?,?,?,?,?)"
         " ON CONFLICT (src_id, dst_id, kind) DO UPDATE SET"
-        f" strength = {sql.greatest('relations.strength', 'excluded.strength')}",
+        f" strength = {db.dialect.greatest('relations.strength', 'excluded.strength')}",
         (src, dst, kind, float(strength), utcnow()),
     )
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import hashlib
 from typing import TYPE_CHECKING
 
-from memcli.store.dialect import ORDERED_JOIN
 from memcli.store.filters import Filters
 
 if TYPE_CHECKING:
@@ -119,13 +118,14 @@ def best_in_scope(db: Database, ctes: str, scored: str, params: list, filters: F
     among equal scores.
     """
     where, filter_params = filters.sql()
+    join = db.dialect.ORDERED_JOIN
     if small_scope:
         body = scored.format(in_scope=f"id IN (SELECT m.id FROM memories m WHERE {where})")
         sql_text = f"WITH {ctes} {body} ORDER BY score DESC, id {ties} LIMIT ?"
     else:
         sql_text = f"""WITH {ctes}, scored AS MATERIALIZED (
                 {scored.format(in_scope="1 = 1")} ORDER BY score DESC, id {ties})
-            SELECT m.id, scored.score FROM scored {ORDERED_JOIN} memories m ON m.id = scored.id
+            SELECT m.id, scored.score FROM scored {join} memories m ON m.id = scored.id
             WHERE {where} LIMIT ?"""
     rows = db.execute(sql_text, [*params, *filter_params, limit])
     return [(int(i), float(sc)) for i, sc in rows]
@@ -138,6 +138,7 @@ def entity(db: Database, keys: list[str], filters: Filters, limit: int,
     if not keys:
         return []
     marks = ",".join("?" * len(keys))
+    join = db.dialect.ORDERED_JOIN
     ctes = f"""hit AS (
                 SELECT DISTINCT e.id AS eid FROM entities e WHERE e.norm IN ({marks})
                 UNION SELECT entity_id FROM entity_aliases WHERE alias IN ({marks})),
@@ -146,7 +147,7 @@ def entity(db: Database, keys: list[str], filters: Filters, limit: int,
                 FROM memory_entities me WHERE me.entity_id IN (SELECT eid FROM hit)
                 GROUP BY me.entity_id),
             links AS (SELECT me.memory_id AS id, df.w AS w
-                      FROM df {ORDERED_JOIN} memory_entities me ON me.entity_id = df.eid)"""
+                      FROM df {join} memory_entities me ON me.entity_id = df.eid)"""
     scored = "SELECT id, sum(w) AS score FROM links WHERE {in_scope} GROUP BY id"
     return best_in_scope(db, ctes, scored, [*keys, *keys], filters, limit, small_scope,
                          ties="DESC")
