@@ -25,7 +25,7 @@ from memcli.retrieval.text import bound_query
 from memcli.store import memories as mem
 from memcli.store import sparse as sparse_sql
 from memcli.store import vectors as vec
-from memcli.store.connection import Database, environment_error
+from memcli.store.connection import Database
 from memcli.store.filters import DEFAULT_TENANT, Filters
 from memcli.store.history import list_history
 
@@ -108,7 +108,7 @@ class Memory:
                        tenant=settings.tenant, lifecycle=settings.lifecycle)
         except BaseException as exc:
             db.close()  # never leave the file open behind an error
-            failure = environment_error(exc, db.path)
+            failure = db.backend.environment_error(db, exc)
             if failure is not None:
                 raise failure from exc
             raise
@@ -131,7 +131,7 @@ class Memory:
     def __exit__(self, exc_type: object, exc: BaseException | None, tb: object) -> None:
         self.close()
         # A read-only file, a full disk or an I/O error is said as such, with the path.
-        failure = environment_error(exc, self.db.path) if exc is not None else None
+        failure = self.db.backend.environment_error(self.db, exc) if exc is not None else None
         if failure is not None:
             raise failure from exc
 

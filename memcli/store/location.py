@@ -15,6 +15,14 @@ from pathlib import Path
 
 from memcli.errors import UsageError
 
+# How long a writer waits for the write lock before the command gives up with exit 75
+# (`MEMCLI_BUSY_TIMEOUT`, seconds). Write transactions are short (models and embeddings run
+# before the lock is taken), so a wait this long means something holds the lock abnormally.
+BUSY_TIMEOUT = 30.0
+# Read commands record access counts and metrics in passing: hints, dropped after this wait
+# rather than holding up the answer behind a long write.
+HINT_WAIT = 1.0
+
 # `scheme:/` rather than `scheme://`: a --db value arrives as a Path, which folds `//` into `/`.
 # Two letters at least, so a Windows drive (`C:/data`) stays a path. `file:` is SQLite's own URI
 # form (memcli opens paths literally, so it would also become a folder named `file:`).

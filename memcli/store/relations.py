@@ -33,15 +33,8 @@ def edges_of(db: Database, memory_id: int) -> list[dict[str, Any]]:
 def semantic_neighbours(db: Database, memory_id: int, vector_blob: bytes, tenant_id: str,
                         user_id: str | None, kinds: tuple[str, ...], k: int
                         ) -> list[tuple[int, float]]:
+    """The `k` active memories of the user (these kinds) most similar to a memory's vector."""
     if not db.vec_enabled:
         return []
-    marks = ",".join("?" * len(kinds))
-    rows = db.execute(
-        f"SELECT m.id, 1.0 - vec_distance_cosine(v.embedding, ?) AS s FROM memories m"
-        f" JOIN memory_vectors v ON v.memory_id = m.id"
-        " WHERE m.id != ? AND m.tenant_id = ? AND m.user_id IS NOT DISTINCT FROM ? AND m.state ="
-        " 'active'"
-        f" AND m.kind IN ({marks}) ORDER BY s DESC LIMIT ?",
-        [vector_blob, memory_id, tenant_id, user_id, *kinds, k],
-    )
-    return [(int(i), float(s)) for i, s in rows]
+    return db.backend.semantic_neighbours(db, memory_id, vector_blob, tenant_id, user_id,
+                                          kinds, k)
