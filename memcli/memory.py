@@ -25,14 +25,15 @@ from memcli.retrieval.text import bound_query
 from memcli.store import memories as mem
 from memcli.store import sparse as sparse_sql
 from memcli.store import vectors as vec
-from memcli.store.connection import Database
 from memcli.store.filters import DEFAULT_TENANT, Filters
 from memcli.store.history import list_history
+from memcli.store.location import open_database
 
 if TYPE_CHECKING:
     from memcli.progress import Progress
     from memcli.providers.embedders import Embedder
     from memcli.providers.splade import SpladeEncoder
+    from memcli.store.connection import Database
 
 BULLET_CHARS = 280
 
@@ -99,8 +100,8 @@ class Memory:
              check_embedder: bool = True, must_exist: bool = False) -> Memory:
         """`must_exist`: for reading only: no database at `path` raises NoDatabaseError and
         nothing is created there."""
-        settings = settings or Settings(db=Path(path))
-        db = Database(path, must_exist=must_exist, busy_timeout=settings.busy_timeout)
+        settings = settings or Settings(db=path)
+        db = open_database(path, must_exist=must_exist, busy_timeout=settings.busy_timeout)
         try:
             return cls(db, embedder=embedder, sparse=sparse, retrieval=settings.retrieval,
                        categories=load_categories(settings.categories_file),
@@ -148,7 +149,7 @@ class Memory:
         if self.db.path == ":memory:" or self.db.in_transaction:
             return None
         if self._reader is None:
-            self._reader = Database(self.db.path, readonly=True)
+            self._reader = open_database(self.db.path, readonly=True)
         return self._reader
 
     # -- writing -------------------------------------------------------------------------------
