@@ -218,6 +218,6 @@ def repair(db: Database) -> dict[str, Any]:
     with db.transaction():
         sql.delete_orphans(db, found)
         sql.rebuild_lexical(db)
-    return {"rebuilt": ["memories_fts", "memories_trigram"],
+    return {"rebuilt": list(db.backend.lexical_tables),
             "orphans_deleted": {k: len(v) for k, v in found.items() if v},
             "wal_reset": checkpoint(db)}

@@ -374,7 +374,7 @@ class Memory:
     def stats(self) -> dict[str, Any]:
         out = mem.stats(self.db)
         out["db_bytes"] = self.db.size_bytes()
-        out["schema_version"] = int(self.db.scalar("PRAGMA user_version"))
+        out["schema_version"] = self.db.backend.schema_version(self.db)
         out["embedder"] = {
             "configured": self.embedder.model_id if self.embedder else None,
             "stored": self.db.get_meta("embedder_model"),

@@ -48,6 +48,10 @@ class Backend(Protocol):
 
     name: str  # "sqlite" | "postgresql"
     schema_latest: int  # the schema version this code writes
+    # The engine's own derived tables (what doctor and rebuild count and name): the lexical
+    # indexes, and the vector index beside memory_vectors (empty when it has none).
+    lexical_tables: tuple[str, ...]
+    vector_tables: tuple[str, ...]
 
     # -- retrieval legs (the entity and sparse legs are portable SQL: memcli.store.search)
     def lexical(self, db: Database, query: LexicalQuery, filters: Filters, limit: int,

@@ -76,15 +76,17 @@ def memories_without_event(db: Database) -> list[int]:
                     " AND event_id NOT IN (SELECT event_id FROM events) ORDER BY id")
 
 
-# Derived tables schema.sql creates (vec_memories is created on open, for the embedder's size).
-DERIVED_TABLES = ("memories", "memories_fts", "memories_trigram", "memory_vectors",
+# Derived tables the schema creates, beside the engine's lexical indexes (a vector index is
+# created on open, for the embedder's size).
+DERIVED_TABLES = ("memories", "memory_vectors",
                   "sparse_postings", "memory_sparse", "sparse_df", "entities", "entity_aliases",
                   "memory_entities", "relations", "sessions")
 
 
 def missing_tables(db: Database) -> list[str]:
     present = db.backend.table_names(db)
-    return [name for name in DERIVED_TABLES if name not in present]
+    names = (DERIVED_TABLES[0], *db.backend.lexical_tables, *DERIVED_TABLES[1:])
+    return [name for name in names if name not in present]
 
 
 def lost_episodes(db: Database) -> list[int]:

@@ -17,9 +17,8 @@ if TYPE_CHECKING:
 
     from memcli.store.connection import Database
 
-# Row counts a plan shows, per derived table.
-DERIVED_TABLES = ("memories_fts", "memories_trigram", "memory_vectors", "vec_memories",
-                  "sparse_postings", "memory_sparse", "sparse_df", "entities",
+# Row counts a plan shows, per derived table (with the engine's own index tables first).
+DERIVED_TABLES = ("sparse_postings", "memory_sparse", "sparse_df", "entities",
                   "entity_aliases", "memory_entities", "relations", "sessions")
 
 
@@ -40,7 +39,9 @@ def drop_lexical(db: Database) -> None:
 
 def count_rows(db: Database) -> dict[str, int | None]:
     """Rows per derived table (None: the table is missing or unreadable)."""
-    return db.backend.row_counts(db, DERIVED_TABLES)
+    backend = db.backend
+    names = (*backend.lexical_tables, "memory_vectors", *backend.vector_tables, *DERIVED_TABLES)
+    return backend.row_counts(db, names)
 
 
 def memory_counts(db: Database) -> dict[str, int]:

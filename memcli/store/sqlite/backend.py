@@ -24,6 +24,8 @@ class SqliteBackend:
 
     name = "sqlite"
     schema_latest = migrations.LATEST
+    lexical_tables = fts.LEXICAL_TABLES
+    vector_tables = ("vec_memories",)
 
     # -- legs ---------------------------------------------------------------------------------
     def lexical(self, db: Database, query: LexicalQuery, filters: Filters, limit: int,
