@@ -141,3 +141,35 @@ def test_the_client_knows_server_locations_as_the_store_does():
                  "memory.db", "C:/data/m.db", "a=b.db", "./x://y.db", "service=memcli"):
         server = location.is_url(text) or location.is_dsn(text)
         assert paths._is_server_location(text) == server, text
+
+
+# SQL only SQLite runs: none of it may appear in the portable store modules' statements (the
+# engine's spelling comes from db.backend / db.dialect). Docstrings and comments may name it.
+SQLITE_ONLY = ("PRAGMA", "sqlite_schema", "sqlite_master", "pragma_table", " MATCH ", "bm25(",
+               "vec_distance", "vec_quantize", "julianday(", "json_extract(", "json_valid(",
+               "group_concat(", "CROSS JOIN", "memories_fts", "memories_trigram", "vec_memories",
+               "last_insert_rowid", "INSERT OR ")
+
+
+def _code_strings(tree: ast.AST) -> list[str]:
+    docstrings = {id(node.body[0].value) for node in ast.walk(tree)
+                  if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef)
+                  and node.body and isinstance(node.body[0], ast.Expr)
+                  and isinstance(node.body[0].value, ast.Constant)}
+    return [node.value for node in ast.walk(tree)
+            if isinstance(node, ast.Constant) and isinstance(node.value, str)
+            and id(node) not in docstrings]
+
+
+def test_portable_store_modules_hold_no_sqlite_only_sql():
+    wrong = []
+    for path in sorted((PACKAGE / "store").glob("*.py")):
+        rel = path.relative_to(PACKAGE.parent).as_posix()
+        if rel in STORE_ALLOWED:
+            continue
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for text in _code_strings(tree):
+            wrong.extend((rel, token) for token in SQLITE_ONLY if token in text)
+        wrong.extend((rel, ".conn") for node in ast.walk(tree)
+                     if isinstance(node, ast.Attribute) and node.attr == "conn")
+    assert wrong == []

@@ -115,8 +115,8 @@ class Backend(Protocol):
     def sync_vectors(self, db: Database) -> None:
         """Make the vector index hold exactly the stored vectors (after writes it missed)."""
 
-    def vector_orphans(self, db: Database) -> list[int]:
-        """Ids in the vector index whose stored vector is gone (doctor)."""
+    def vector_orphans(self, db: Database) -> dict[str, list[int]]:
+        """Per vector index table it can read: ids whose stored vector is gone (doctor)."""
 
     # -- schema
     def migrate(self, db: Database) -> int:

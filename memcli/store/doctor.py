@@ -57,8 +57,7 @@ MISSING = {
 def orphans(db: Database) -> dict[str, list[int]]:
     found = db.backend.lexical_orphans(db)
     found.update((name, _ids(db, sql)) for name, sql in ORPHANS.items())
-    if db.vec_enabled:
-        found["vec_memories"] = db.backend.vector_orphans(db)
+    found.update(db.backend.vector_orphans(db))
     return found
 
 
@@ -113,7 +112,8 @@ def rebuild_lexical(db: Database) -> None:
 
 def delete_orphans(db: Database, found: dict[str, list[int]]) -> None:
     """Derived rows whose memory is gone: vectors, sparse terms, entity links, edges."""
-    vector_ids = sorted(set(found.get("memory_vectors", [])) | set(found.get("vec_memories", [])))
+    vector_ids = sorted({i for name in ("memory_vectors", *db.backend.vector_tables)
+                         for i in found.get(name, [])})
     for start in range(0, len(vector_ids), 500):
         vec.delete_vectors(db, vector_ids[start:start + 500])
     sparse_sql.delete_postings(db, found.get("memory_sparse", []))

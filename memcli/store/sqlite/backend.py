@@ -90,8 +90,9 @@ class SqliteBackend:
     def sync_vectors(self, db: Database) -> None:
         vec.sync_vec_index(db)
 
-    def vector_orphans(self, db: Database) -> list[int]:
-        return vec.vector_orphans(db)
+    def vector_orphans(self, db: Database) -> dict[str, list[int]]:
+        # (a vec0 table can only be read with sqlite-vec loaded)
+        return {"vec_memories": vec.vector_orphans(db)} if db.vec_enabled else {}
 
     # -- schema -------------------------------------------------------------------------------
     def migrate(self, db: Database) -> int:
