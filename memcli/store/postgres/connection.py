@@ -121,9 +121,10 @@ class PgDatabase:
     def _foreign_check(self) -> list[str]:
         """The tables of the connection's schema; SchemaError when they are another
         program's (memcli never migrates tables it did not make)."""
+        # pg_tables, not information_schema: the latter hides tables this user may not read,
+        # and a missing privilege must say so rather than look like an empty database.
         tables = [r[0] for r in self.execute(
-            "SELECT table_name FROM information_schema.tables"
-            " WHERE table_schema = current_schema() AND table_type = 'BASE TABLE'")]
+            "SELECT tablename FROM pg_tables WHERE schemaname = current_schema()")]
         if tables and not {"meta", "events"} <= set(tables):
             shown = ", ".join(sorted(tables)[:5]) + (", ..." if len(tables) > 5 else "")
             schema = self.scalar("SELECT current_schema()")

@@ -81,16 +81,11 @@ def ensure_vectors(db: PgDatabase, dimension: int) -> None:
     """Give `memory_vectors.embedding` its dimension and HNSW cosine index (the embedder's
     dimension is known only when it is first used). Nothing to do when it already has this
     dimension; a different one is refused while vectors exist (re-embed first)."""
-    current = db.scalar(
-        "SELECT nullif(atttypmod, -1) FROM pg_attribute WHERE attrelid = 'memory_vectors'::regclass"
-        " AND attname = 'embedding'")
-    if current == dimension:
+    if _dimension(db) == dimension:
         return
     with db.transaction():
         db.execute(_LOCK)
-        current = db.scalar(
-            "SELECT nullif(atttypmod, -1) FROM pg_attribute"
-            " WHERE attrelid = 'memory_vectors'::regclass AND attname = 'embedding'")
+        current = _dimension(db)
         if current == dimension:
             return
         if db.scalar("SELECT EXISTS (SELECT 1 FROM memory_vectors)"):
@@ -98,6 +93,13 @@ def ensure_vectors(db: PgDatabase, dimension: int) -> None:
                 f"the stored vectors have {current} dimensions, the embedder makes {dimension}",
                 "run `memcli reindex` to re-embed with the configured model")
         db.execute("DROP INDEX IF EXISTS memory_vectors_hnsw")
-        db.execute(f"ALTER TABLE memory_vectors ALTER COLUMN embedding TYPE vector({int(dimension)})")
+        db.execute("ALTER TABLE memory_vectors ALTER COLUMN embedding"
+                   f" TYPE vector({int(dimension)})")
         db.execute("CREATE INDEX memory_vectors_hnsw ON memory_vectors"
                    " USING hnsw (embedding vector_cosine_ops)")
+
+
+def _dimension(db: PgDatabase) -> int | None:
+    """The declared dimension of memory_vectors.embedding (None: not set yet)."""
+    return db.scalar("SELECT nullif(atttypmod, -1) FROM pg_attribute"
+                     " WHERE attrelid = 'memory_vectors'::regclass AND attname = 'embedding'")
