@@ -9,8 +9,9 @@ on both engines):
 - json_text returns text for every JSON type (`->>`): a number comes back as '5', where SQLite's
   json_extract returns the integer 5. The store compares it with text (`profile_field`).
 - is_json is a boolean (True/False), SQLite's json_valid 1/0; Python compares them equal.
-- json_text repeats `expr` (CASE: PostgreSQL does not promise to short-circuit `AND`, so an
-  invalid JSON text must not reach the `::jsonb` cast): give it a column or a named parameter.
+- json_text is a CASE (PostgreSQL does not promise to short-circuit `AND`, so an invalid JSON
+  text must not reach the `::jsonb` cast) and repeats `expr`: give it a column. A constant or
+  parameter would not do: the planner folds the cast of a constant even inside CASE.
 """
 
 from __future__ import annotations

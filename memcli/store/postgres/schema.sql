@@ -49,12 +49,14 @@ CREATE TABLE events (
     tags         text NOT NULL DEFAULT '[]',
     content      text NOT NULL DEFAULT '{}',
     refs         text NOT NULL DEFAULT '[]',
-    content_hash text NOT NULL UNIQUE,               -- idempotent ingest: ON CONFLICT DO NOTHING
+    content_hash text NOT NULL,
     redactions   text NOT NULL DEFAULT '[]'
 );
 CREATE INDEX events_scope ON events (tenant_id, user_id, session_id, ts);
 CREATE INDEX events_session ON events (session_id, seq);
 CREATE INDEX events_app ON events (app_id) WHERE app_id IS NOT NULL;
+-- idempotent ingest: INSERT ... ON CONFLICT (content_hash) DO NOTHING
+CREATE UNIQUE INDEX events_content_hash ON events (content_hash);
 
 -- Append-only: UPDATE always refused; DELETE only while a purge holds the `purge_guard` row of
 -- meta, exactly as the SQLite trigger (store/purge.py writes the row inside its transaction and
