@@ -40,7 +40,9 @@ def test_open_migrates_an_empty_database_and_reopen_changes_nothing(pg_db):  # n
         ddl_xmin = db.scalar("SELECT xmin::text FROM meta WHERE key = 'schema_version'")
     finally:
         db.close()
-    again = connect(pg_db)
+    # a libpq keyword string works as well as a URL
+    info = psycopg.conninfo.conninfo_to_dict(pg_db)
+    again = connect(" ".join(f"{k}={v}" for k, v in info.items()))
     try:
         assert pg_migrations.migrate(again) == pg_migrations.LATEST  # nothing left to do
         assert again.scalar("SELECT xmin::text FROM meta WHERE key = 'schema_version'") == ddl_xmin
@@ -116,8 +118,8 @@ def test_a_second_writer_waits_then_gets_busy(pg_db):  # noqa: F811
             assert second.get_meta("schema_version") is not None
             started = time.monotonic()
             with pytest.raises(DatabaseBusyError) as caught:
-                with second.transaction():
-                    second.set_meta("holder", "second")
+                with second.transaction():  # another row: only the writer lock is in the way
+                    second.set_meta("other", "second")
             assert time.monotonic() - started >= 0.45
             assert caught.value.exit_code == 75
             with pytest.raises(DatabaseBusyError):
@@ -184,9 +186,15 @@ def test_surface_of_the_sqlite_database(pg_db):  # noqa: F811
             assert len(list(db.stream("SELECT key FROM meta"))) >= 6
         # values come back as SQLite's would: numbers, never Decimal
         assert db.scalar("SELECT sum(seq) FROM events") is None
-        assert db.query("SELECT round(2.5::numeric, 0) AS r, sum(x) AS s"
-                        " FROM (VALUES (1::bigint), (2)) v(x)") == [{"r": 3.0, "s": 3}]
+        row = db.query("SELECT round(2.5::numeric, 1) AS r, sum(x) AS s"
+                       " FROM (VALUES (1::bigint), (2)) v(x)")[0]
+        assert (type(row["r"]), row["r"], type(row["s"]), row["s"]) == (float, 2.5, int, 3)
         assert db.scalar("SELECT ? = 1", (True,)) is True
+        # parameters PostgreSQL cannot type from their context (SQLite never asks)
+        assert db.query("SELECT ? AS a, ? IS NULL AS b, CASE ? WHEN ? THEN ? END AS c",
+                        ("x", "y", "k", "k", "z")) == [{"a": "x", "b": False, "c": "z"}]
+        assert db.scalar("SELECT count(*) FROM (VALUES (?, ?), (?, ?)) AS v(a, b)",
+                         ("a", 1, "b", 2)) == 2
     finally:
         db.close()
 
