@@ -310,3 +310,34 @@ def test_high_rows_are_opened_with_the_key_and_left_out_without(  # noqa: F811
         assert len(notices) == 1 and "left out" in notices[0]
     finally:
         keyless.close()
+
+
+def test_run_lock_is_held_per_session_and_dies_with_it(pg_db):  # noqa: F811
+    first, second = connect(pg_db), connect(pg_db)
+    try:
+        assert first.try_run_lock("consolidate")
+        assert not second.try_run_lock("consolidate")
+        assert second.try_run_lock("decay")  # another command's lock is another lock
+        first.release_run_lock("consolidate")
+        assert second.try_run_lock("consolidate")
+        second.close()  # a holder that goes away (a crash) frees its locks
+        deadline = time.monotonic() + 10  # once the server has ended that session
+        while not first.try_run_lock("consolidate") and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert first.try_run_lock("decay")
+        assert first.scalar("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory'"
+                            " AND pid = pg_backend_pid()") >= 2
+    finally:
+        first.close()
+        second.close()
+
+
+def test_import_memcli_does_not_import_psycopg(tmp_path):
+    """psycopg costs 160-250 ms at import: only opening a PostgreSQL database may load it."""
+    code = ("import sys, memcli, memcli.store.postgres, memcli.store.postgres.dialect,"
+            " memcli.store.postgres.placeholders, memcli.store.postgres.migrations;"
+            " print(sorted(m for m in sys.modules if m.split('.')[0] in"
+            " ('psycopg', 'psycopg_pool', 'pgvector')))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env={**os.environ, "HOME": str(tmp_path)}, check=True)
+    assert done.stdout.strip() == "[]"

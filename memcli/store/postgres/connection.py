@@ -269,6 +269,18 @@ class PgDatabase:
         except psycopg.Error as exc:
             raise self._fail(exc, wait) from exc
 
+    # -- run locks (lifecycle commands) ------------------------------------------------------
+    def try_run_lock(self, name: str) -> bool:
+        """Take memcli's session-level advisory lock `name` (e.g. "consolidate") without
+        waiting; False when another session holds it. It dies with this session, so a crashed
+        holder on any host frees it at once: no expiry or pid check is needed, unlike the
+        `run_locks` row (kept for display: who holds what)."""
+        return bool(self.scalar("SELECT pg_try_advisory_lock(hashtext(?))",
+                                (f"memcli.run.{name}",)))
+
+    def release_run_lock(self, name: str) -> None:
+        self.scalar("SELECT pg_advisory_unlock(hashtext(?))", (f"memcli.run.{name}",))
+
     def get_meta(self, key: str) -> str | None:
         return self.scalar("SELECT value FROM meta WHERE key = ?", (key,))
 
