@@ -156,3 +156,27 @@ def test_ensure_vectors_sets_the_dimension_once(pg_db):  # noqa: F811
                          " AND attname = 'embedding'") == "vector(3)"
     finally:
         db.close()
+
+
+def test_foreign_keys_are_checked_and_can_be_deferred_to_commit(pg_db):  # noqa: F811
+    """SQLite's `PRAGMA defer_foreign_keys` (import) is `SET CONSTRAINTS ALL DEFERRED`, which
+    only reaches DEFERRABLE constraints."""
+    psycopg = pytest.importorskip("psycopg")
+    db = connect(pg_db)
+    link = "INSERT INTO relations (src_id, dst_id, created_at) VALUES (7, 8, 't')"
+    try:
+        with pytest.raises(psycopg.errors.ForeignKeyViolation):
+            db.execute(link)
+        with db.transaction():
+            db.execute("SET CONSTRAINTS ALL DEFERRED")
+            db.execute(link)  # before its memories, as an import may write rows
+            for mid in (7, 8):
+                db.execute("INSERT INTO memories (id, content, event_time, created_at,"
+                           " updated_at) VALUES (?, 'x', 't', 't', 't')", (mid,))
+        assert db.scalar("SELECT count(*) FROM relations") == 1
+        with pytest.raises(psycopg.errors.ForeignKeyViolation):
+            with db.transaction():
+                db.execute("SET CONSTRAINTS ALL DEFERRED")
+                db.execute("INSERT INTO memory_entities (memory_id, entity_id) VALUES (7, 99)")
+    finally:
+        db.close()

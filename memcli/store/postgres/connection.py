@@ -20,7 +20,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import itertools
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import psycopg
@@ -84,6 +84,9 @@ class PgDatabase:
 
     vec_enabled = True  # pgvector is part of the schema (an extension the migration creates)
     vec_warning: str | None = None
+    # apsw's connection row tracer, on psycopg: every row of execute/query/scalar/stream goes
+    # through it (None: the row is left out). Set by the Sealer once the database has a key id.
+    row_trace: Callable[[tuple], tuple | None] | None = None
 
     def __init__(self, location: str, *, readonly: bool = False, must_exist: bool = False,
                  busy_timeout: float = BUSY_TIMEOUT) -> None:
@@ -141,9 +144,8 @@ class PgDatabase:
             register_vector(self.conn)
 
     # -- the surface of memcli.store.connection.Database ------------------------------------
-    def _opener(self):
-        crypto = getattr(self, "crypto", None)
-        return crypto.open_row if crypto is not None and crypto.installed else None
+    def _opener(self) -> Callable[[tuple], tuple | None] | None:
+        return self.row_trace
 
     def _fail(self, exc: psycopg.Error, waited: float | None = None) -> Exception:
         mapped = errors.mapped(exc, self.path,

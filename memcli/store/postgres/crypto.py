@@ -5,7 +5,8 @@ opens every `enc:v1:` value of a row (or drops the row when there is no key). On
 calls `_trace` for every row of every query; psycopg has no such hook, so PgDatabase calls it
 itself on each row of `execute`/`query`/`scalar`/`stream` (not `stream(raw=True)`), and
 leaves out the rows it maps to None. Only the parts that talk to apsw are replaced here:
-finding whether the database has a key id yet, and "installing" (a flag PgDatabase reads).
+finding whether the database has a key id yet, and installing (`db.row_trace`, the hook
+the seam's `Backend.install_decryption(db, trace)` can set directly once merged).
 """
 
 from __future__ import annotations
@@ -31,12 +32,9 @@ class PgSealer(Sealer):
         if self._has_meta and db.get_meta(META_KEY_ID) is not None:
             self.install()
 
-    @property
-    def installed(self) -> bool:
-        return self._installed
-
     def install(self) -> None:
         self._installed = True
+        self.db.row_trace = self.open_row
 
     def refresh(self) -> None:
         """A connection kept open (a server's) starts decrypting once another connection
