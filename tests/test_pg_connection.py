@@ -341,3 +341,31 @@ def test_import_memcli_does_not_import_psycopg(tmp_path):
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           env={**os.environ, "HOME": str(tmp_path)}, check=True)
     assert done.stdout.strip() == "[]"
+
+
+def test_key_rotation_reseals_every_value_events_included(pg_db, monkeypatch):  # noqa: F811
+    from memcli.crypto import Key, new_key
+    from memcli.store.postgres.crypto import reseal, sealed_columns
+
+    old_raw = b"o" * 32
+    monkeypatch.setenv("MEMCLI_KEY", base64.b64encode(old_raw).decode())
+    db = connect(pg_db)
+    try:
+        with db.transaction():
+            event = db.crypto.seal('{"text": "secret event"}')
+            db.execute("INSERT INTO events (event_id, ts, recorded_at, content_hash, content)"
+                       " VALUES ('e1', 't', 't', 'h1', ?)", (event,))
+            db.execute("INSERT INTO history (op, meta, ts) VALUES ('ADD', ?, 't')",
+                       (db.crypto.seal("secret history"),))
+        assert ("events", "content") in sealed_columns(db)
+        old, new = Key(old_raw, "test"), Key(new_key(), "test")
+        with db.transaction():
+            count = reseal(db, lambda v: new.encrypt(old.decrypt(v)), "enc:v1:")
+            db.set_meta("enc_key_id", new.id)
+        assert count == 2
+        stored = [r["content"] for r in db.stream("SELECT content FROM events", raw=True)]
+        assert stored != [event] and new.decrypt(stored[0]) == '{"text": "secret event"}'
+        with pytest.raises(psycopg.errors.RaiseException, match="append-only"):
+            db.execute("UPDATE events SET ts = 'x'")  # the guard is back after the rotation
+    finally:
+        db.close()

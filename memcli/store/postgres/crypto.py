@@ -11,7 +11,8 @@ the seam's `Backend.install_decryption(db, trace)` can set directly once merged)
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from memcli.store.crypto import META_KEY_ID, Sealer
 
@@ -45,3 +46,38 @@ class PgSealer(Sealer):
     def open_row(self, row: tuple) -> tuple | None:
         """The row with its sealed values opened; None when it must be left out (no key)."""
         return self._trace(None, row)
+
+
+# -- key rotation and status: the PostgreSQL twins of the seam's Backend.sealed_columns,
+# raw_rows and reseal (SQLite: pragma_table_list, a cursor without tracer, a SQL function).
+def sealed_columns(db: PgDatabase) -> list[tuple[str, str]]:
+    """Every text (table, column) of memcli's schema, where sealed values may sit."""
+    return [(t, c) for t, c in db.execute(
+        "SELECT c.table_name, c.column_name FROM information_schema.columns c"
+        " JOIN pg_tables t ON t.schemaname = c.table_schema AND t.tablename = c.table_name"
+        " WHERE c.table_schema = current_schema() AND c.data_type = 'text'"
+        " ORDER BY c.table_name, c.ordinal_position")]
+
+
+def raw_rows(db: PgDatabase, sql: str, params: tuple = ()) -> list[tuple]:
+    """Rows as stored (ciphertext stays ciphertext)."""
+    return [tuple(row.values()) for row in db.stream(sql, params, raw=True)]
+
+
+def reseal(db: PgDatabase, convert: Callable[[Any], Any], prefix: str) -> int:
+    """Replace every value starting with `prefix` by `convert(value)` in the caller's
+    transaction, in Python (no SQL function): per column, read the sealed values and write
+    each back by ctid. The append-only events trigger is disabled for the transaction only
+    (ALTER TABLE is transactional, as SQLite's drop and re-create of its trigger)."""
+    assert db.in_transaction, "reseal runs inside the caller's transaction"
+    done = 0
+    db.execute("ALTER TABLE events DISABLE TRIGGER events_append_only")
+    for table, column in sealed_columns(db):
+        rows = raw_rows(db, f'SELECT ctid::text, "{column}" FROM "{table}"'
+                            f' WHERE left("{column}", ?) = ?', (len(prefix), prefix))
+        for ctid, value in rows:
+            db.execute(f'UPDATE "{table}" SET "{column}" = ? WHERE ctid = ?::tid',
+                       (convert(value), ctid))
+            done += 1
+    db.execute("ALTER TABLE events ENABLE TRIGGER events_append_only")
+    return done
