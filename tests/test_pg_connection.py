@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def test_open_migrates_an_empty_database_and_reopen_changes_nothing(pg_db):  # noqa: F811
-    from memcli.store import migrations as sqlite_migrations
+    from memcli.store.sqlite import migrations as sqlite_migrations
 
     db = connect(pg_db)
     try:

@@ -45,7 +45,7 @@ class PgSealer(Sealer):
 
     def open_row(self, row: tuple) -> tuple | None:
         """The row with its sealed values opened; None when it must be left out (no key)."""
-        return self._trace(None, row)
+        return self._trace(row)
 
 
 # -- key rotation and status: the PostgreSQL twins of the seam's Backend.sealed_columns,
