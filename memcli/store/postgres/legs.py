@@ -1,0 +1,274 @@
+"""SQL of the retrieval legs on PostgreSQL (issue #16, step 4b): full text, trigram, dense and
+the sparse leg's large-scope plan.
+
+Each leg returns [(memory id, score)] best first, ties by id, filtered inside its SQL by the
+same `Filters.sql()` as SQLite's legs (memcli/store/search.py); ranking stays above the store.
+Tables and indexes: docs/design/postgresql-schema.sql (`memories.fts`, a generated tsvector of
+the turn at weight A and its context at weight B; the `(tenant_id, fts)` GIN; the partial
+trigram GIN; `memory_vectors` with tenant/user columns and HNSW indexes). `db` is memcli's
+Database surface with `?` placeholders (the PostgreSQL connection rewrites them).
+
+What each choice measured (bench/pg_legs.py, LoCoMo, 1,982 questions, the same rows on both
+engines; bench/results/pg-legs.md). End to end, memcli's fusion and stages over these legs give
+R@1/5/10/25 within 0.1 point of SQLite's (the issue's bound is 1 point).
+- lexical: BM25 in SQL with FTS5's formula (k1 1.2, b 0.75, idf floor 1e-6, term frequency =
+  turn hits + `context_weight` x context hits, length in tokens), df per query lexeme counted
+  through the GIN, corpus size = highest id, mean length over the newest AVGDL_SAMPLE rows.
+  Leg R@10 71.8 vs FTS5 71.7, top-10 overlap 97 %. ts_rank_cd (no idf: an OR of question words
+  ranks "go" like a name) lost 14.4 points R@10 on the leg and 4.1 end to end; ts_rank 6.6 and
+  2.0. BM25 over the `english` configuration (stopwords dropped, no unaccent): same recall
+  (+0.2 end to end), overlap 91 %; `memcli` (unaccent + snowball english, no stopwords, as
+  FTS5's porter tokenizer keeps every word) is kept for parity. Length in distinct lexemes
+  (`length(fts)`, no unnest) is as good end to end and 45 % faster, overlap 92 %. BM25 in Python
+  over every GIN match: same ranking, slower. Cost: p50 29 ms vs FTS5's 2 ms on LoCoMo scopes
+  (df counts ~5 ms, the length sample ~4 ms, the rest is unnesting each match's tsvector); a
+  writer-kept df table and a stored token count would remove the first two.
+- trigram: the CJK grams as ILIKE substrings (the partial `memories_trgm` GIN answers grams of
+  3+ characters; a 1-2 character query still finds its rows by scanning the filtered ones,
+  where FTS5's trigram MATCH finds nothing), scored by the distinct grams found plus how much of
+  the text their occurrences cover (a short text that is mostly the query first, as FTS5's BM25
+  ranks it). Same order as FTS5 on every query of the CJK check that FTS5 answers;
+  `similarity`/`word_similarity` scores differ on 2-character queries (similarity of a short
+  query is ~0 by construction).
+- dense: an exact `<=>` over the filtered rows up to EXACT_SCAN_MAX (LoCoMo's scopes: the same
+  ids as SQLite's exact scan, p50 2.8 ms); above it `knn_sql`, an HNSW walk within the tenant
+  with pgvector's iterative scan, reranked exactly (forced on LoCoMo: recall equal; without the
+  iterative scan -2.1 R@10; the bit-quantized index -0.7 R@25).
+- sparse: memcli/store/sparse.py's postings SQL runs unchanged for small scopes (same scores).
+  Its large-scope plan relies on SQLite's CROSS JOIN keeping the score order; on PostgreSQL a
+  plain JOIN returned rows in id order (5 of 100 queries wrong), so `sparse` here takes the
+  same CTEs through this module's `best_in_scope` (the entity leg needs the same). pgvector
+  `sparsevec <#>` gives the same results (option B, slower here).
+
+`high` rows: their `fts` is empty by construction; the trigram predicate repeats
+`sensitivity <> 'high'` (ciphertext must never match a gram, and the partial index needs it).
+
+Filters (errata 8): `Filters.sql()` writes `m.user_id = ?`, which the planner uses as an index
+condition on `memories_scope` (tenant, user); `IS NOT DISTINCT FROM` (used by other store
+queries, not the filters) is only a filter after the tenant's index range: its PostgreSQL
+rendering should be `col = ?` for a value and `col IS NULL` for None. Also `Filters.sql()`'s
+`"0"` (an empty category allowlist) is an integer, not a boolean, on PostgreSQL: `1 = 0`.
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from memcli.store.filters import Filters
+
+# FTS5's bm25() constants (sqlite/ext/fts5/fts5_aux.c), so the two engines rank alike.
+BM25_K1 = 1.2
+BM25_B = 0.75
+IDF_FLOOR = 1e-6
+AVGDL_SAMPLE = 200  # newest memories whose mean length stands for the corpus's
+TEXT_CONFIG = "memcli"
+# Above this many candidate rows the dense leg walks the HNSW index instead of scoring every
+# row (an exact `<=>` over a few thousand vectors costs a few ms, as on SQLite).
+EXACT_SCAN_MAX = 4000
+EF_SEARCH = 100
+PREFILTER_FACTOR = 2  # the HNSW walk shortlists this many times `limit` for the exact rerank
+
+
+def tsquery_sql(count: int, config: str = TEXT_CONFIG) -> str:
+    """An OR of `count` terms as one tsquery expression (one `?` per term). Each term goes
+    through plainto_tsquery, so no user text is ever tsquery syntax (FTS5's quoting)."""
+    return "(" + " || ".join([f"plainto_tsquery('{config}', ?)"] * count) + ")"
+
+
+def lexical(db: Any, terms: list[str], filters: Filters, limit: int,
+            context_weight: float = 0.5) -> list[tuple[int, float]]:
+    """BM25 of the OR of `terms` over the turn (weight 1) and its context (`context_weight`):
+    FTS5's bm25() formula, computed over the GIN's matches in the filters' scope."""
+    if not terms:
+        return []
+    where, params = filters.sql()
+    rows = db.execute(bm25_sql(len(terms), where),
+                      [*terms, " ".join(terms), context_weight, *params, limit])
+    return [(int(i), float(s)) for i, s in rows]
+
+
+# A document's length in tokens: the positions of all its lexemes (FTS5 counts tokens too).
+_TOKENS = "(SELECT sum(coalesce(array_length(u.positions, 1), 1)) FROM unnest({fts}) u)"
+
+
+def bm25_sql(count: int, where: str, config: str = TEXT_CONFIG, column: str = "fts",
+             doc_length: str = "tokens") -> str:
+    """The BM25 statement; parameters: the terms, the terms joined by spaces, the context
+    weight, the filters' parameters, the limit.
+
+    Corpus statistics as FTS5 keeps them, without a scan per query: the document count is the
+    highest memory id (an upper bound that costs one index seek; SQLite's sparse leg scales its
+    df cut-off by it too), the mean length that of the newest AVGDL_SAMPLE memories. df is
+    counted per query lexeme through the GIN (a bitmap count). `doc_length` "tokens" (FTS5's
+    measure) or "lexemes" (`length(fts)`: distinct lexemes, read from the tsvector's header).
+    """
+    tsq = tsquery_sql(count, config)
+    length = (_TOKENS if doc_length == "tokens" else "length({fts})")
+    return f"""
+    WITH q AS (SELECT {tsq} AS q),
+    lex AS (SELECT l AS lexeme,
+                   (SELECT count(*) FROM memories d
+                    WHERE d.{column} @@ quote_literal(l)::tsquery) AS df
+            FROM unnest(tsvector_to_array(to_tsvector('{config}', ?))) AS l),
+    cw AS (SELECT ?::float8 AS v),
+    corpus AS (SELECT (SELECT coalesce(max(id), 0) FROM memories)::float8 AS n,
+                      greatest(avg({length.format(fts="r." + column)}), 1)::float8 AS avgdl
+               FROM (SELECT {column} FROM memories ORDER BY id DESC LIMIT {AVGDL_SAMPLE}) r),
+    idf AS (SELECT lex.lexeme,
+                   greatest(ln((corpus.n - lex.df + 0.5) / (lex.df + 0.5)), {IDF_FLOOR}) AS idf
+            FROM lex, corpus),
+    cand AS MATERIALIZED (SELECT m.id, m.{column} AS fts, {length.format(fts="m." + column)} AS dl
+             FROM memories m, q WHERE m.{column} @@ q.q AND {where}),
+    tf AS (SELECT c.id, c.dl, u.lexeme,
+                  (SELECT count(*) FILTER (WHERE w = 'A') + cw.v * count(*) FILTER (WHERE w = 'B')
+                   FROM unnest(u.weights) w) AS tf
+           FROM cand c, cw, unnest(c.fts) u
+           WHERE u.lexeme IN (SELECT lexeme FROM lex))
+    SELECT tf.id, sum(idf.idf * tf.tf * {BM25_K1 + 1}
+                      / (tf.tf + {BM25_K1} * (1 - {BM25_B} + {BM25_B} * tf.dl / corpus.avgdl))) AS s
+    FROM tf JOIN idf ON idf.lexeme = tf.lexeme, corpus
+    GROUP BY tf.id ORDER BY s DESC, tf.id LIMIT ?"""
+
+
+def like_pattern(gram: str) -> str:
+    r"""`%gram%` with LIKE's own characters escaped (`\` is ILIKE's default escape)."""
+    escaped = gram.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+    return f"%{escaped}%"
+
+
+def trigram(db: Any, grams: list[str], filters: Filters, limit: int) -> list[tuple[int, float]]:
+    """Memories containing any of `grams` (CJK substrings; 3 characters use the trigram GIN,
+    shorter ones still match), by distinct grams found, then by how much of the text their
+    occurrences cover (in [0, 1))."""
+    if not grams:
+        return []
+    where, params = filters.sql()
+    patterns = [like_pattern(g) for g in grams]
+    any_gram = " OR ".join(["m.content ILIKE ?"] * len(grams))
+    found = " + ".join(["(m.content ILIKE ?)::int"] * len(grams))
+    # Coverage: characters of the text the grams' occurrences cover, over its length (a short
+    # text that is mostly the query outranks a long one that mentions it, as BM25's length
+    # normalisation does in FTS5); lower() on both sides, as ILIKE.
+    covered = " + ".join(
+        ["(length(m.content) - length(replace(lower(m.content), lower(?), '')))"] * len(grams))
+    coverage = f"(({covered})::float8 / greatest(length(m.content), 1))"
+    rows = db.execute(
+        f"SELECT m.id, ({found}) + {coverage} / (1 + {coverage}) AS s FROM memories m"
+        f" WHERE m.sensitivity <> 'high' AND ({any_gram}) AND {where}"
+        f" ORDER BY s DESC, m.id LIMIT ?",
+        [*patterns, *grams, *grams, *patterns, *params, limit],
+    )
+    return [(int(i), float(s)) for i, s in rows]
+
+
+def vector_literal(blob: bytes) -> str:
+    """pgvector's text form of a float32 little-endian blob (SQLite's storage format). Python's
+    repr of each float32 (as a double) parses back to the same float32."""
+    values = struct.unpack(f"<{len(blob) // 4}f", blob)
+    return "[" + ",".join(repr(v) for v in values) + "]"
+
+
+def knn_sql(where: str, filters: Filters, dim: int, *, bits: bool = False
+            ) -> tuple[str, list, list]:
+    """The large-scope dense statement and its parameters before the vector ones: a KNN walk of
+    an HNSW index over `memory_vectors`, within the filters' tenant (and user) through the
+    table's own denormalised columns (pgvector's iterative scan keeps walking until enough
+    rows pass them, as vec0's partition key does on SQLite), shortlisting `PREFILTER_FACTOR *
+    limit` rows; then the whole filters and an exact `<=>` rerank.
+    Returns the SQL, the inner filters' parameters and the outer ones; the statement's
+    parameters are: inner, vector, shortlist size, vector, outer, limit.
+    `bits`: walk the binary-quantized index (Hamming) instead of the float one."""
+    inner, params = [], []
+    for column in ("tenant_id", "user_id"):
+        value = getattr(filters, column)
+        if value is not None:
+            inner.append(f"v.{column} = ?")
+            params.append(value)
+    order = (f"binary_quantize(v.embedding)::bit({dim}) <~> binary_quantize(?::vector)::bit({dim})"
+             if bits else "v.embedding <=> ?::vector")
+    _, where_params = filters.sql()
+    sql_text = f"""WITH short AS MATERIALIZED (
+            SELECT v.memory_id, v.embedding FROM memory_vectors v
+            WHERE {" AND ".join(inner) or "true"} ORDER BY {order} LIMIT ?)
+        SELECT m.id, 1.0 - (short.embedding <=> ?::vector) AS s
+        FROM short JOIN memories m ON m.id = short.memory_id WHERE {where}
+        ORDER BY s DESC, m.id LIMIT ?"""
+    return sql_text, params, where_params
+
+
+def dense(db: Any, vector: bytes, filters: Filters, limit: int,
+          scope_rows: int | None = None) -> list[tuple[int, float]]:
+    """Cosine similarity (1 - distance), exact on small scopes; on large ones a KNN walk of the
+    HNSW index (`knn_sql`) reranked exactly. `scope_rows`: an upper bound of the memories
+    passing the filters, if the caller has one (small enough means no count here)."""
+    where, params = filters.sql()
+    literal = vector_literal(vector)
+    if scope_rows is None or scope_rows > EXACT_SCAN_MAX:
+        scope_rows = int(db.scalar(
+            f"SELECT count(*) FROM (SELECT 1 FROM memories m WHERE {where} LIMIT ?) s",
+            [*params, EXACT_SCAN_MAX + 1]))
+    if scope_rows > EXACT_SCAN_MAX:
+        # Session settings (not LOCAL: a pooled connection in autocommit has no transaction to
+        # hold them); only this leg walks the HNSW index.
+        db.execute("SELECT set_config('hnsw.iterative_scan', 'relaxed_order', false),"
+                   " set_config('hnsw.ef_search', ?, false)", [str(EF_SEARCH)])
+        sql_text, knn_params, where_params = knn_sql(where, filters, len(vector) // 4)
+        # The statement's order: inner filters, vector, shortlist size, vector, outer filters.
+        rows = db.execute(sql_text, [*knn_params, literal, PREFILTER_FACTOR * limit, literal,
+                                     *where_params, limit])
+    else:
+        rows = db.execute(
+            f"SELECT m.id, 1.0 - (v.embedding <=> ?::vector) AS s FROM memories m"
+            f" JOIN memory_vectors v ON v.memory_id = m.id WHERE {where}"
+            f" ORDER BY s DESC, m.id LIMIT ?",
+            [literal, *params, limit])
+    return [(int(i), float(s)) for i, s in rows]
+
+
+def best_in_scope(db: Any, ctes: str, scored: str, params: list, filters: Filters,
+                  limit: int, small_scope: bool, ties: str = "ASC") -> list[tuple[int, float]]:
+    """memcli/store/search.py `best_in_scope` for PostgreSQL: the same two plans, same result.
+
+    The large-scope plan differs: SQLite's `CROSS JOIN` keeps the sorted scores as the outer
+    loop, so rows leave the join in score order and the LIMIT stops the walk early. PostgreSQL
+    has no such hint (`CROSS JOIN ... ON` is a syntax error) and its planner may join in any
+    order: with a plain JOIN the rows came out in memory id order and the LIMIT kept the
+    lowest ids, not the best scores (measured on LoCoMo: 5 of 100 sparse queries wrong). Here
+    the filter is an EXISTS and the order an explicit ORDER BY."""
+    where, filter_params = filters.sql()
+    if small_scope:
+        body = scored.format(in_scope=f"id IN (SELECT m.id FROM memories m WHERE {where})")
+        sql_text = f"WITH {ctes} {body} ORDER BY score DESC, id {ties} LIMIT ?"
+    else:
+        sql_text = f"""WITH {ctes}, scored AS MATERIALIZED ({scored.format(in_scope="true")})
+            SELECT scored.id, scored.score FROM scored
+            WHERE EXISTS (SELECT 1 FROM memories m WHERE m.id = scored.id AND {where})
+            ORDER BY scored.score DESC, scored.id {ties} LIMIT ?"""
+    rows = db.execute(sql_text, [*params, *filter_params, limit])
+    return [(int(i), float(sc)) for i, sc in rows]
+
+
+def sparse(db: Any, query: dict[int, float], filters: Filters, limit: int, max_df: int,
+           small_scope: bool = True) -> list[tuple[int, float]]:
+    """memcli/store/sparse.py `search` (the same postings SQL and pruning) through this
+    module's `best_in_scope`: only the large-scope plan differs (see there)."""
+    from memcli.store.sparse import SCALE
+
+    if not query:
+        return []
+    terms = list(query)
+    marks = ",".join("?" * len(terms))
+    frequent = {t for (t,) in db.execute(
+        f"SELECT term_id FROM sparse_df WHERE term_id IN ({marks}) AND df > ?", [*terms, max_df])}
+    kept = [(t, w) for t, w in query.items() if t not in frequent]
+    if not kept:
+        return []
+    values = ",".join("(?, ?)" for _ in kept)
+    ctes = f"""q(term, w) AS (VALUES {values}),
+            hits AS (SELECT p.memory_id AS id, q.w * p.weight AS w
+                     FROM q JOIN sparse_postings p ON p.term_id = q.term)"""
+    scored = f"SELECT id, sum(w) / {SCALE}.0 AS score FROM hits WHERE {{in_scope}} GROUP BY id"
+    return best_in_scope(db, ctes, scored, [v for pair in kept for v in pair], filters, limit,
+                         small_scope)

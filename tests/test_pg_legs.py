@@ -1,0 +1,239 @@
+"""The retrieval legs on a real PostgreSQL (memcli/store/postgres/legs.py; issue #16, step 4b).
+
+Small rows written straight into the schema of docs/design/postgresql-schema.sql (the generated
+`fts` column and the indexes are the server's own), then each leg's ids and order: stemming,
+BM25's idf and context weight, `high` rows never matched, tenant and user filters inside the
+SQL, a 2-character CJK query, exact and HNSW dense plans, and both sparse plans.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import uuid
+
+import pytest
+from pg_legs_support import PgAdapter, apply_schema, float_blob
+from pg_support import pg_cluster, pg_server  # noqa: F401  (the fixtures)
+
+from memcli.store import sparse as sparse_sql
+from memcli.store.filters import Filters
+from memcli.store.postgres import legs
+
+DIM = 8
+TS = "2025-01-01T00:00:00Z"
+
+
+def _insert(conn, mid: int, content: str, *, context: str = "", tenant: str = "t1",
+            user: str | None = "u1", sensitivity: str = "none",
+            vector: list[float] | None = None) -> None:
+    conn.execute(
+        "INSERT INTO memories (id, content, context, tenant_id, user_id, sensitivity,"
+        " event_time, created_at, updated_at) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)",
+        (mid, content, context, tenant, user, sensitivity, TS, TS, TS))
+    if vector is not None:
+        literal = legs.vector_literal(float_blob(vector))
+        conn.execute("INSERT INTO memory_vectors (memory_id, tenant_id, user_id, embedding)"
+                     " VALUES (%s, %s, %s, %s::vector)", (mid, tenant, user, literal))
+
+
+ROWS = [
+    # id, content, extra
+    (1, "Priya was running to the station", {}),
+    (2, "the cat sat on the mat", {}),
+    (3, "a cat and another cat", {}),
+    (4, "one cat, one zebra", {}),
+    (5, "the cat likes milk", {}),
+    (6, "lunch at the cafe", {"context": "we talked about the zebra exhibit"}),
+    (7, "zebra zebra zebra crossing", {"tenant": "t2"}),
+    (8, "zebra drawings", {"user": "u2"}),
+    (9, "enc:v1:zebra running", {"sensitivity": "high"}),
+    (10, "我喜欢在北京喝茶", {}),
+    (11, "芒果干芒果干", {"user": "u2"}),
+    (12, "我们上周在市场买了很多水果其中有芒果干和别的东西", {}),
+    (13, "北京北京 secret", {"sensitivity": "high"}),
+    (14, "two cat pictures", {"tenant": "t2"}),
+    (15, "cat food", {"tenant": "t2"}),
+    (16, "my cat toy", {}),
+    (17, "my zebra toy", {}),  # same length as 16, rarer term, higher id
+]
+
+
+@contextlib.contextmanager
+def _database(dsn: str):
+    """A fresh database with the schema, dropped on the way out."""
+    import psycopg
+
+    name = f"legs_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(dsn, autocommit=True) as admin:
+        admin.execute(f"CREATE DATABASE {name}")
+    conn = psycopg.connect(dsn.rsplit("/", 1)[0] + f"/{name}", autocommit=True)
+    try:
+        apply_schema(conn, DIM)
+        yield conn
+    finally:
+        conn.close()
+        with psycopg.connect(dsn, autocommit=True) as admin:
+            admin.execute(f"DROP DATABASE {name} WITH (FORCE)")
+
+
+@pytest.fixture(scope="module")
+def pg(pg_server):  # noqa: F811
+    with _database(pg_server) as conn:
+        for mid, content, extra in ROWS:
+            _insert(conn, mid, content, **extra)
+        conn.execute("ANALYZE memories")
+        yield PgAdapter(conn)
+
+
+def ids(hits):
+    return [i for i, _ in hits]
+
+
+T1 = Filters(tenant_id="t1")
+U1 = Filters(tenant_id="t1", user_id="u1")
+
+
+def test_stemmed_terms_find_inflections(pg):
+    assert ids(legs.lexical(pg, ["runs"], T1, 10)) == [1]
+    assert ids(legs.lexical(pg, ["was"], T1, 10)) == [1]  # no stopword list, as FTS5
+
+
+def test_rare_terms_outrank_frequent_ones_as_bm25(pg):
+    hits = legs.lexical(pg, ["cat", "zebra"], U1, 10)
+    # "zebra" is in 5 of the 17 rows (the `high` row 9's tsvector is empty), "cat" in 7: the
+    # row with both first; "my zebra toy" before "my cat toy" (ts_rank_cd, without idf, ties
+    # them and the lower id would win); row 6 has zebra only in its context (weight 0.5).
+    assert ids(hits) == [4, 17, 3, 16, 5, 6, 2]
+    assert all(a[1] >= b[1] for a, b in zip(hits, hits[1:], strict=False))
+
+
+def test_context_column_counts_at_its_weight(pg):
+    only_context = legs.lexical(pg, ["exhibit"], T1, 10)
+    assert ids(only_context) == [6]
+    both = dict(legs.lexical(pg, ["zebra"], U1, 10, context_weight=0.5))
+    heavier = dict(legs.lexical(pg, ["zebra"], U1, 10, context_weight=4.0))
+    assert set(both) == {4, 6, 17}  # not 8 (user u2), 7 (tenant t2) or 9 (high)
+    assert both[4] > both[6]  # in the turn itself beats in the previous turn at 0.5
+    assert heavier[6] > heavier[4]  # and loses to it at weight 4 (row 6 is longer)
+    assert legs.lexical(pg, ["zebra"], U1, 10, context_weight=0.0)[-1] == (6, 0.0)
+
+
+def test_high_rows_are_never_matched(pg):
+    for filters in (T1, Filters(all_tenants=True)):
+        assert 9 not in ids(legs.lexical(pg, ["zebra", "running"], filters, 50))
+        assert 13 not in ids(legs.trigram(pg, ["北京"], filters, 50))
+    assert pg.scalar("SELECT fts = ''::tsvector FROM memories WHERE id = 9") is True
+
+
+def test_tenant_and_user_filters_apply_inside_the_sql(pg):
+    assert 7 not in ids(legs.lexical(pg, ["zebra"], T1, 50))
+    assert ids(legs.lexical(pg, ["zebra"], Filters(tenant_id="t2"), 50)) == [7]
+    assert ids(legs.lexical(pg, ["zebra"], Filters(tenant_id="t1", user_id="u2"), 50)) == [8]
+    # limit 1: the filter runs before the LIMIT (the other user's row is the best match)
+    assert ids(legs.trigram(pg, ["芒果干"], Filters(tenant_id="t1", user_id="u1"), 1)) == [12]
+    assert ids(legs.trigram(pg, ["芒果干"], T1, 1)) == [11]
+
+
+def test_cjk_grams_and_a_two_character_query(pg):
+    assert ids(legs.trigram(pg, ["北京"], T1, 10)) == [10]  # FTS5's trigram MATCH finds none
+    hits = legs.trigram(pg, ["芒果干"], T1, 10)
+    assert ids(hits) == [11, 12]  # the short text that is all query first, as FTS5's BM25
+    assert legs.trigram(pg, [], T1, 10) == []
+    assert legs.trigram(pg, ["100%"], T1, 10) == []  # LIKE's own characters are literal
+
+
+def _unit(values: list[float]) -> list[float]:
+    norm = math.sqrt(sum(v * v for v in values))
+    return [v / norm for v in values]
+
+
+@pytest.fixture(scope="module")
+def vectors(pg_server):  # noqa: F811
+    """Tenant `v`: 3 hand-made vectors; tenant `big`: more rows than the exact-scan limit."""
+    with _database(pg_server) as conn:
+        _insert(conn, 101, "a", tenant="v", vector=_unit([1, 0, 0, 0, 0, 0, 0, 0]))
+        _insert(conn, 102, "b", tenant="v", vector=_unit([1, 1, 0, 0, 0, 0, 0, 0]))
+        _insert(conn, 103, "c", tenant="v", user="u2",
+                vector=_unit([1, 0.2, 0, 0, 0, 0, 0, 0]))
+        _insert(conn, 104, "d", tenant="w", vector=_unit([1, 0, 0, 0, 0, 0, 0, 0]))
+        with conn.cursor().copy("COPY memories (id, content, tenant_id, user_id, event_time,"
+                                " created_at, updated_at) FROM STDIN") as copy:
+            for i in range(BIG):
+                copy.write_row([1000 + i, f"row {i}", "big", "ubig", TS, TS, TS])
+        with conn.cursor().copy("COPY memory_vectors (memory_id, tenant_id, user_id, embedding)"
+                                " FROM STDIN") as copy:
+            for i in range(BIG):
+                copy.write_row([1000 + i, "big", "ubig",
+                                legs.vector_literal(float_blob(_spread(i)))])
+        conn.execute("ANALYZE memories")
+        conn.execute("ANALYZE memory_vectors")
+        yield PgAdapter(conn)
+
+
+BIG = legs.EXACT_SCAN_MAX + 100
+
+
+def _spread(i: int) -> list[float]:
+    """A deterministic unit vector per row, spread over the dimensions (no random generator)."""
+    return _unit([math.cos(i * (k + 1) * 0.37) + 1.1 for k in range(DIM)])
+
+
+def test_dense_exact_order_and_filters(vectors):
+    query = float_blob(_unit([1, 0.05, 0, 0, 0, 0, 0, 0]))
+    hits = legs.dense(vectors, query, Filters(tenant_id="v"), 10)
+    assert ids(hits) == [101, 103, 102]
+    assert hits[0][1] == pytest.approx(1 / math.sqrt(1.0025), abs=1e-5)
+    assert ids(legs.dense(vectors, query, Filters(tenant_id="v", user_id="u1"), 10)) == [101, 102]
+    tie = legs.dense(vectors, float_blob(_unit([1, 0, 0, 0, 0, 0, 0, 0])),
+                     Filters(all_tenants=True, user_id="u1"), 2)
+    assert ids(tie) == [101, 104]  # equal scores: by id (tenants v and w)
+
+
+def _hnsw_scans(pg) -> int:
+    """How many scans of the float HNSW index this server has counted (flushed first)."""
+    pg.execute("SELECT pg_stat_force_next_flush()")
+    pg.execute("SELECT pg_stat_clear_snapshot()")
+    return int(pg.scalar("SELECT idx_scan FROM pg_stat_user_indexes"
+                         " WHERE indexrelname = 'memory_vectors_hnsw'"))
+
+
+def test_dense_large_scope_walks_the_index(vectors):
+    target = _spread(77)
+    before = _hnsw_scans(vectors)
+    legs.dense(vectors, float_blob(target), Filters(tenant_id="v"), 5)
+    assert _hnsw_scans(vectors) == before  # 3 rows: scored exactly, no index walk
+    hits = legs.dense(vectors, float_blob(target), Filters(tenant_id="big"), 5)
+    assert _hnsw_scans(vectors) > before
+    assert hits[0][0] == 1077 and hits[0][1] == pytest.approx(1.0, abs=1e-5)
+    assert len(hits) == 5 and all(1000 <= i < 1000 + BIG for i in ids(hits))
+    assert all(a[1] >= b[1] for a, b in zip(hits, hits[1:], strict=False))
+    where, _ = Filters(tenant_id="big").sql()
+    sql_text, inner, outer = legs.knn_sql(where, Filters(tenant_id="big"), DIM)
+    literal = legs.vector_literal(float_blob(target))
+    plan = "\n".join(r[0] for r in vectors.execute(
+        f"EXPLAIN {sql_text}", [*inner, literal, 10, literal, *outer, 5]))
+    assert "memory_vectors_hnsw" in plan
+
+
+def test_sparse_postings_both_plans_rank_by_score(pg):
+    conn = pg.conn
+    conn.execute("INSERT INTO sparse_postings (term_id, memory_id, weight) VALUES"
+                 " (7, 2, 150), (7, 3, 50), (9, 3, 100), (7, 7, 900), (9, 12, 20), (9, 1, 30)")
+    conn.execute("INSERT INTO sparse_df (term_id, df) VALUES (7, 3), (9, 3)")
+    try:
+        expected = [(3, 2.5), (2, 1.5), (1, 0.6), (12, 0.4)]  # row 7 is tenant t2's
+        query = {7: 1.0, 9: 2.0}
+        # memcli/store/sparse.py's small-scope SQL runs on PostgreSQL unchanged ...
+        portable = sparse_sql.search(pg, query, T1, 10, max_df=10, small_scope=True)
+        assert [(i, round(s, 2)) for i, s in portable] == expected
+        # ... and legs.sparse's two plans give the same, best first, also under a LIMIT.
+        for small in (True, False):
+            hits = legs.sparse(pg, query, T1, 10, max_df=10, small_scope=small)
+            assert [(i, round(s, 2)) for i, s in hits] == expected
+            assert ids(legs.sparse(pg, query, T1, 2, max_df=10, small_scope=small)) == [3, 2]
+        # A term in more memories than max_df is pruned, as on SQLite.
+        assert ids(legs.sparse(pg, query, T1, 10, max_df=2, small_scope=False)) == []
+    finally:
+        conn.execute("DELETE FROM sparse_postings")
+        conn.execute("DELETE FROM sparse_df")
