@@ -135,7 +135,7 @@ def model_db(name: str, events: int) -> tuple[Path, dict[str, Any]]:
     with open_memory(path) as memory:
         # perf.py's cached files may predate tables added to schema version 1 before release
         # (decisions, tasks, ...): schema.sql only creates what is missing.
-        from memcli.store.migrations import schema_sql
+        from memcli.store.sqlite.migrations import schema_sql
 
         with memory.db.transaction():
             memory.db.execute(schema_sql())

@@ -601,8 +601,7 @@ def _timed(fn: Callable[..., Any], label: str, sink: dict[str, list[float]]
 # detail only; the others add up, with "other" the rest of the call.
 _STEPS = (
     ("memcli.retrieval.search", "query_entity_keys", "query parsing: entity keys", False),
-    ("memcli.retrieval.text", "fts_match", "query parsing: FTS match", False),
-    ("memcli.retrieval.text", "trigram_match", "query parsing: trigram match", False),
+    ("memcli.retrieval.text", "lexical_query", "query parsing: lexical terms", False),
     ("memcli.store.search", "lexical", "leg lexical (SQL)", False),
     ("memcli.store.search", "trigram", "leg trigram (SQL)", False),
     ("memcli.store.search", "entity", "leg entity (SQL)", False),
@@ -701,10 +700,11 @@ def query_breakdown(memory: Any, queries: list[dict], *, legs: dict[str, float],
 def fts_matches(memory: Any, queries: list[dict]) -> dict[str, float]:
     """How many rows each query's FTS expression matches (the lexical leg's work)."""
     from memcli.retrieval import text as qtext
+    from memcli.store.sqlite.fts import fts_match
 
     counts = []
     for q in queries:
-        match = qtext.fts_match(q["text"])
+        match = fts_match(qtext.lexical_query(q["text"]))
         if match:
             counts.append(float(memory.db.scalar(
                 "SELECT count(*) FROM memories_fts WHERE memories_fts MATCH ?", (match,))))

@@ -152,7 +152,9 @@ class AcbSettings(BaseModel):
 
 
 class Settings(BaseModel):
-    db: Path
+    # Where the database lives: a file path, as given (a str: a Path would fold the `//` of a
+    # URL, which memcli.store.location must see as typed to refuse or, later, dispatch it).
+    db: str
     # The tenant every command reads and writes when it is given no --tenant (README "Tenants").
     tenant: str = Field(default="default", min_length=1)
     embedder: EmbedderSettings = Field(default_factory=EmbedderSettings)
@@ -168,6 +170,11 @@ class Settings(BaseModel):
     busy_timeout: float = Field(default=30.0, gt=0)
     # The MCP tools offered when `memcli mcp --tools` is not given: "default", "all" or a list.
     mcp_tools: str | None = None
+
+    @field_validator("db", mode="before")
+    @classmethod
+    def _location_text(cls, value: Any) -> Any:
+        return os.fspath(value) if isinstance(value, os.PathLike) else value
 
 
 def _data_dir() -> Path:

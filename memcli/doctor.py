@@ -24,7 +24,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from memcli.store import doctor as sql
-from memcli.store import migrations
 
 if TYPE_CHECKING:
     from memcli.store.connection import Database
@@ -52,13 +51,14 @@ def _integrity(db: Database, full: bool) -> dict[str, Any]:
 
 def _schema(db: Database) -> dict[str, Any]:
     version = sql.schema_version(db)
-    if version == migrations.LATEST:
+    latest = db.backend.schema_latest
+    if version == latest:
         return check("schema", "ok", f"schema version {version} (current)")
-    if version > migrations.LATEST:
+    if version > latest:
         return check("schema", "problem", f"schema version {version} is newer than this "
-                     f"memcli ({migrations.LATEST})", "upgrade memcli")
+                     f"memcli ({latest})", "upgrade memcli")
     return check("schema", "problem", f"schema version {version}, this memcli writes "
-                 f"{migrations.LATEST}", "run any write command once, e.g. `memcli embed`")
+                 f"{latest}", "run any write command once, e.g. `memcli embed`")
 
 
 def _models(db: Database, embedder: Any, sparse_model: str | None) -> list[dict[str, Any]]:
@@ -97,12 +97,10 @@ def _derived(db: Database, *, vectors: bool, sparse: bool) -> list[dict[str, Any
             out.append(check(f"orphans:{table}", "problem",
                              f"{len(ids)} {table} row(s) belong to no memory", FIX,
                              ids=ids[:20]))
-    wanted = ("memories_fts", "memories_trigram") + (("memory_vectors",) if vectors else ()) + (
-        ("memory_sparse",) if sparse else ())
-    for table, ids in sql.missing(db, wanted).items():
+    for table, ids in sql.missing(db, vectors=vectors, sparse=sparse).items():
         if not ids:
             continue
-        fix = FIX if table.startswith("memories_") else "memcli embed"
+        fix = "memcli embed" if table in ("memory_vectors", "memory_sparse") else FIX
         what = {"memory_vectors": "have no vector", "memory_sparse": "have no sparse terms"}.get(
             table, f"are missing from {table}")
         out.append(check(f"missing:{table}", "problem", f"{len(ids)} memories {what}", fix,
@@ -220,6 +218,6 @@ def repair(db: Database) -> dict[str, Any]:
     with db.transaction():
         sql.delete_orphans(db, found)
         sql.rebuild_lexical(db)
-    return {"rebuilt": ["memories_fts", "memories_trigram"],
+    return {"rebuilt": list(db.backend.lexical_tables),
             "orphans_deleted": {k: len(v) for k, v in found.items() if v},
             "wal_reset": checkpoint(db)}

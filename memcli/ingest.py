@@ -33,7 +33,6 @@ from memcli.store import events as ev
 from memcli.store import memories as mem
 from memcli.store import sparse as sparse_sql
 from memcli.store import vectors as vec
-from memcli.store.connection import environment_error
 from memcli.store.sessions import check_session_user
 
 if TYPE_CHECKING:
@@ -304,7 +303,7 @@ def _write_batch(db: Database, fresh: list[Prepared], now: str, report: IngestRe
         except DatabaseBusyError:
             raise  # not the record's fault: the whole batch is retried or exits 75
         except Exception as exc:
-            failure = environment_error(exc, db.path)
+            failure = db.backend.environment_error(db, exc)
             if failure is not None:  # read-only file, full disk: no record would fare better
                 raise failure from exc
             if strict:
@@ -321,7 +320,7 @@ def _write_batch(db: Database, fresh: list[Prepared], now: str, report: IngestRe
                 except DatabaseBusyError:
                     raise
                 except Exception as exc:  # noqa: BLE001 - reported per record, batch goes on
-                    failure = environment_error(exc, db.path)
+                    failure = db.backend.environment_error(db, exc)
                     if failure is not None:  # read-only file, full disk: not this record's fault
                         raise failure from exc
                     report.reset_to(record_marks)

@@ -25,14 +25,15 @@ from memcli.retrieval.text import bound_query
 from memcli.store import memories as mem
 from memcli.store import sparse as sparse_sql
 from memcli.store import vectors as vec
-from memcli.store.connection import Database, environment_error
 from memcli.store.filters import DEFAULT_TENANT, Filters
 from memcli.store.history import list_history
+from memcli.store.location import open_database
 
 if TYPE_CHECKING:
     from memcli.progress import Progress
     from memcli.providers.embedders import Embedder
     from memcli.providers.splade import SpladeEncoder
+    from memcli.store.connection import Database
 
 BULLET_CHARS = 280
 
@@ -99,8 +100,8 @@ class Memory:
              check_embedder: bool = True, must_exist: bool = False) -> Memory:
         """`must_exist`: for reading only: no database at `path` raises NoDatabaseError and
         nothing is created there."""
-        settings = settings or Settings(db=Path(path))
-        db = Database(path, must_exist=must_exist, busy_timeout=settings.busy_timeout)
+        settings = settings or Settings(db=path)
+        db = open_database(path, must_exist=must_exist, busy_timeout=settings.busy_timeout)
         try:
             return cls(db, embedder=embedder, sparse=sparse, retrieval=settings.retrieval,
                        categories=load_categories(settings.categories_file),
@@ -108,7 +109,7 @@ class Memory:
                        tenant=settings.tenant, lifecycle=settings.lifecycle)
         except BaseException as exc:
             db.close()  # never leave the file open behind an error
-            failure = environment_error(exc, db.path)
+            failure = db.backend.environment_error(db, exc)
             if failure is not None:
                 raise failure from exc
             raise
@@ -131,7 +132,7 @@ class Memory:
     def __exit__(self, exc_type: object, exc: BaseException | None, tb: object) -> None:
         self.close()
         # A read-only file, a full disk or an I/O error is said as such, with the path.
-        failure = environment_error(exc, self.db.path) if exc is not None else None
+        failure = self.db.backend.environment_error(self.db, exc) if exc is not None else None
         if failure is not None:
             raise failure from exc
 
@@ -148,7 +149,7 @@ class Memory:
         if self.db.path == ":memory:" or self.db.in_transaction:
             return None
         if self._reader is None:
-            self._reader = Database(self.db.path, readonly=True)
+            self._reader = open_database(self.db.path, readonly=True)
         return self._reader
 
     # -- writing -------------------------------------------------------------------------------
@@ -373,7 +374,7 @@ class Memory:
     def stats(self) -> dict[str, Any]:
         out = mem.stats(self.db)
         out["db_bytes"] = self.db.size_bytes()
-        out["schema_version"] = int(self.db.scalar("PRAGMA user_version"))
+        out["schema_version"] = self.db.backend.schema_version(self.db)
         out["embedder"] = {
             "configured": self.embedder.model_id if self.embedder else None,
             "stored": self.db.get_meta("embedder_model"),

@@ -47,7 +47,10 @@ class PgAdapter:
     """`execute`/`scalar` with `?` placeholders over a psycopg connection."""
 
     def __init__(self, conn: Any) -> None:
+        from memcli.store.postgres.dialect import DIALECT
+
         self.conn = conn
+        self.dialect = DIALECT  # portable store SQL spells engine fragments through it
 
     def execute(self, sql: str, params: Any = None) -> list[tuple]:
         cur = self.conn.execute(sql.replace("%", "%%").replace("?", "%s"), params)

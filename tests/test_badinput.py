@@ -17,7 +17,7 @@ from fuzz_support import check_output, counts, event_ids, run_cli
 
 from memcli import Memory
 from memcli.errors import StorageError
-from memcli.retrieval.text import MAX_QUERY_TERMS, fts_match
+from memcli.retrieval.text import MAX_QUERY_TERMS, lexical_query
 
 GOOD = b'{"event_id":"g1","text":"a good record"}\n'
 BAD_LINES = {
@@ -127,9 +127,9 @@ def test_long_query_is_truncated_with_a_note(env):
     assert "query truncated" in json.loads(result.stdout)["provenance"]["query_truncated"]
 
 
-def test_fts_match_keeps_at_most_max_terms():
-    match = fts_match(" ".join(f"term{i}" for i in range(1000)))
-    assert match is not None and match.count(" OR ") == MAX_QUERY_TERMS - 1
+def test_lexical_query_keeps_at_most_max_terms():
+    query = lexical_query(" ".join(f"term{i}" for i in range(1000)))
+    assert query.terms == tuple(f"term{i}" for i in range(MAX_QUERY_TERMS))
 
 
 # -- point 11: read commands never create a database --------------------------------------------

@@ -116,12 +116,9 @@ def test_ascii_text_is_found_by_its_own_words(shared, words):
 @FAST
 @given(text=st.one_of(FTS_NOISE, st.text(max_size=200)))
 def test_fts_quoting_never_raises(shared, text):
-    match = qtext.fts_match(text)
-    if match is not None:
-        sql.lexical(shared.db, match, Filters(), 10)
-    tri = qtext.trigram_match(text)
-    if tri is not None:
-        sql.trigram(shared.db, tri, Filters(), 10)
+    query = qtext.lexical_query(text)
+    sql.lexical(shared.db, query, Filters(), 10)
+    sql.trigram(shared.db, query, Filters(), 10)
     for legs in ({"lexical": 1.0, "trigram": 1.0, "entity": 1.0}, None):
         shared.retrieval = RetrievalSettings(**({"leg_weights": legs} if legs else {}))
         shared.query(text or "x", top_k=3, record_access=False)

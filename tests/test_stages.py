@@ -86,11 +86,11 @@ def test_contextual_key_finds_a_turn_by_its_previous_turn(memory):
     # The answer shares no word with the question; its context column (the previous turn) does.
     assert "lexical" in hits["Definitely Catan."].scores
     memory.retrieval = RetrievalSettings(leg_weights=LEXICAL, neighbour_weight=0)
-    from memcli.retrieval.text import fts_match
+    from memcli.retrieval.text import lexical_query
     from memcli.store.search import lexical
 
-    with_ctx = dict(lexical(memory.db, fts_match(question), memory.filters(), 10, 0.5))
-    without = dict(lexical(memory.db, fts_match(question), memory.filters(), 10, 0.0))
+    with_ctx = dict(lexical(memory.db, lexical_query(question), memory.filters(), 10, 0.5))
+    without = dict(lexical(memory.db, lexical_query(question), memory.filters(), 10, 0.0))
     answer_id = hits["Definitely Catan."].id
     assert answer_id in with_ctx
     assert with_ctx[answer_id] > without.get(answer_id, 0.0)

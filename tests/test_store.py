@@ -16,8 +16,8 @@ from conftest import ndjson, turns
 from memcli import Memory
 from memcli.errors import EmbedderMismatchError, SchemaError
 from memcli.providers.embedders import HashEmbedder
-from memcli.store import migrations
 from memcli.store.connection import Database
+from memcli.store.sqlite import migrations
 
 pytestmark = pytest.mark.usefixtures("fast_cli")  # conftest: no SPLADE, one click command
 
@@ -134,18 +134,19 @@ def test_fresh_schema_equals_one_upgraded_through_every_migration(tmp_path):
     assert _schema(fresh) == _schema(upgraded)
 
 
-def _lexical_ranking(db, match, filters, scoped: bool):
+def _lexical_ranking(db, query, filters, scoped: bool):
     from memcli.store import search
+    from memcli.store.sqlite.fts import fts_match
 
     if scoped:
-        return search.lexical(db, match, filters, 50)
+        return search.lexical(db, query, filters, 50)
     # The same BM25 over the whole index, with the scope applied only by the SQL filter.
     where, params = filters.sql()
     rows = db.execute(
         "SELECT m.id, -bm25(memories_fts, 1.0, 0.5, 0.0) AS s FROM memories_fts"
         " JOIN memories m ON m.id = memories_fts.rowid WHERE memories_fts MATCH ?"
         f" AND {where} ORDER BY s DESC, m.id LIMIT 50",
-        ["{content context} : (" + match + ")", *params])
+        ["{content context} : (" + fts_match(query) + ")", *params])
     return [(int(i), float(sc)) for i, sc in rows]
 
 
@@ -161,7 +162,9 @@ def _two_tenants(memory):
 
 def test_scope_tokens_prefilter_without_changing_the_lexical_ranking(memory):
     _two_tenants(memory)
-    match = '"anika" OR "migration" OR "berlin"'
+    from memcli.store.backend import LexicalQuery
+
+    match = LexicalQuery(terms=("anika", "migration", "berlin"))
     for scope in ({"tenant_id": "t1"}, {"tenant_id": "t2", "user_id": "u1"},
                   {"tenant_id": "t1", "session_id": "t1-u2-b"},
                   {"user_id": "u2", "all_tenants": True}, {"all_tenants": True}):
@@ -170,7 +173,7 @@ def test_scope_tokens_prefilter_without_changing_the_lexical_ranking(memory):
         assert scoped, scope
         assert scoped == _lexical_ranking(memory.db, match, filters, scoped=False)
     # The prefilter really narrows the match: a user's token finds only that user's rows.
-    from memcli.store.search import scope_terms
+    from memcli.store.sqlite.fts import scope_terms
 
     token = scope_terms(None, "u1", None)
     ids = {r[0] for r in memory.db.execute(
@@ -181,11 +184,14 @@ def test_scope_tokens_prefilter_without_changing_the_lexical_ranking(memory):
 
 
 def test_v2_rebuilds_the_lexical_index_as_ingest_wrote_it(memory):
+    from memcli.store.backend import LexicalQuery
+
+    words = LexicalQuery(terms=("anika", "script"))
     _two_tenants(memory)
     db = memory.db
     before = list(db.execute("SELECT rowid FROM memories_fts WHERE memories_fts MATCH ?"
                              " ORDER BY rowid", ['context : "berlin"']))
-    queries = {scope: _lexical_ranking(db, '"anika" OR "script"', memory.filters(**dict(scope)),
+    queries = {scope: _lexical_ranking(db, words, memory.filters(**dict(scope)),
                                        scoped=True)
                for scope in ((("tenant_id", "t1"),), (("tenant_id", "t2"), ("user_id", "u2")))}
     assert before and all(queries.values())
@@ -194,7 +200,7 @@ def test_v2_rebuilds_the_lexical_index_as_ingest_wrote_it(memory):
     assert list(db.execute("SELECT rowid FROM memories_fts WHERE memories_fts MATCH ?"
                            " ORDER BY rowid", ['context : "berlin"'])) == before
     for scope, ranking in queries.items():
-        assert _lexical_ranking(db, '"anika" OR "script"', memory.filters(**dict(scope)),
+        assert _lexical_ranking(db, words, memory.filters(**dict(scope)),
                                 scoped=True) == ranking
 
 
@@ -346,6 +352,7 @@ def _dense_db(memory):
 
 def test_dense_prefilter_respects_partitions_and_filters(memory, monkeypatch):
     from memcli.store import search
+    from memcli.store.sqlite import vec
 
     _dense_db(memory)
     target = "note 3 by u2 in t1: topic 3"
@@ -353,8 +360,8 @@ def test_dense_prefilter_respects_partitions_and_filters(memory, monkeypatch):
     exact = {}
     for scope in ({"tenant_id": "t1", "user_id": "u2"}, {"tenant_id": "t2"}):
         exact[str(scope)] = search.dense(memory.db, blob, memory.filters(**scope), 10)
-    monkeypatch.setattr(search, "EXACT_SCAN_MAX", 0)
-    monkeypatch.setattr(search, "PARTITION_EXACT_MAX", 0)
+    monkeypatch.setattr(vec, "EXACT_SCAN_MAX", 0)
+    monkeypatch.setattr(vec, "PARTITION_EXACT_MAX", 0)
     for scope in ({"tenant_id": "t1", "user_id": "u2"}, {"tenant_id": "t2"}):
         hits = search.dense(memory.db, blob, memory.filters(**scope), 10)
         assert len(hits) == 10

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from memcli.cli.output import warn
@@ -12,7 +11,7 @@ if TYPE_CHECKING:
     from memcli.memory import Memory
 
 
-def open_memory(db: Path | None, *, with_embedder: bool = True, with_sparse: bool | None = None,
+def open_memory(db: str | None, *, with_embedder: bool = True, with_sparse: bool | None = None,
                 check_embedder: bool = True, preload: bool = False,
                 settings: Settings | None = None, must_exist: bool = False) -> Memory:
     """Open the configured memory; models are only constructed (they load lazily on use).

@@ -49,7 +49,7 @@ def register(app: typer.Typer) -> None:
         from memcli.config import load_settings
         from memcli.errors import MemcliError, SchemaError
         from memcli.memory import make_embedder, make_sparse
-        from memcli.store.connection import Database
+        from memcli.store.location import open_database
 
         with errors():
             settings = load_settings(db)
@@ -64,7 +64,7 @@ def register(app: typer.Typer) -> None:
             fixed = None
             try:
                 # A read command: never creates a database (a missing one is NoDatabaseError).
-                database = Database(settings.db, readonly=not fix, must_exist=True)
+                database = open_database(settings.db, readonly=not fix, must_exist=True)
             except SchemaError as exc:  # another program's file, left untouched: one problem
                 report = doctor.unusable(settings.db, exc)
             else:

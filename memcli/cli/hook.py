@@ -10,7 +10,6 @@ and for debugging a setup.
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 from typing import Annotated, Any
 
 import typer
@@ -61,7 +60,7 @@ def _read_payload() -> dict[str, Any]:
     return parse_payload(data.decode("utf-8", errors="replace"))
 
 
-def _call(db: Path | None, operation: Any, scope: Any, request: Any) -> Any:
+def _call(db: str | None, operation: Any, scope: Any, request: Any) -> Any:
     """One api operation on a Service opened for this hook and closed after it."""
     from memcli.config import load_settings
     from memcli.service.api import Service

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
@@ -32,7 +31,7 @@ DryRunOpt = Annotated[bool, typer.Option("--dry-run", help="Print the plan; writ
 ForceOpt = Annotated[bool, typer.Option("--force", help="Ignore the skip rules.")]
 
 
-def _settings(db: Path | None) -> Settings:
+def _settings(db: str | None) -> Settings:
     from memcli.config import load_settings
 
     return load_settings(db)

@@ -34,7 +34,7 @@ ToolsOpt = Annotated[str | None, typer.Option(
                     "record_decision,record_task,history,app_memories,purge_app).")]
 
 
-def serve_stdio(db: Path | None, tenant: str | None, user: str | None, agent: str | None,
+def serve_stdio(db: str | None, tenant: str | None, user: str | None, agent: str | None,
                 app: str | None, tools: str | None, no_daemon: bool) -> int:
     """Forward to the daemon, else serve in-process. Returns the exit code."""
     import os
@@ -121,7 +121,7 @@ def register(app: typer.Typer) -> None:
 
                 select_tools(tools)
             args = ["mcp"]
-            for flag, value in (("--db", str(db.expanduser().resolve()) if db else None),
+            for flag, value in (("--db", _absolute(db) if db else None),
                                 ("--tenant", tenant), ("--user", user), ("--agent", agent),
                                 ("--app", app_id), ("--tools", tools)):
                 if value:
@@ -149,3 +149,13 @@ def _this_program() -> str:
     if argv0.name == "memcli" and argv0.exists():
         return str(argv0.resolve())
     return shutil.which("memcli") or "memcli"
+
+
+def _absolute(db: str) -> str:
+    """A file location as an absolute path (the client starts the server from anywhere); a
+    URL or connection string as given."""
+    from memcli.store.location import is_dsn, is_url
+
+    if is_url(db) or is_dsn(db):
+        return db
+    return str(Path(db).expanduser().resolve())

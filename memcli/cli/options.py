@@ -3,15 +3,15 @@ Typer import)."""
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Annotated
 
 import typer
 
 from memcli.cli.output import Format
 
+# A str, not a Path: a Path folds the `//` of a URL (`postgresql://h/db` -> `postgresql:/h/db`).
 DbOpt = Annotated[
-    Path | None,
+    str | None,
     typer.Option("--db", help="Database file (default: $MEMCLI_DB, then the user data dir).",
                  show_default=False),
 ]

@@ -107,7 +107,7 @@ def query(text: str, *, session: str | None = None, user: str | None = None,
           updated_before: str | None = None, top_k: int | None = None,
           threshold: float | None = None, return_mode: str | None = None,
           budget_tokens: int | None = None, legs: str | None = None, no_widen: bool = False,
-          explain: bool = False, db: Path | None = None, fmt: str | None = None,
+          explain: bool = False, db: str | None = None, fmt: str | None = None,
           as_json: bool = False) -> None:
     """`memcli query`: hybrid retrieval with filters applied in SQL."""
     with errors():
@@ -131,7 +131,7 @@ def query(text: str, *, session: str | None = None, user: str | None = None,
 
 
 def _query(text: str, v: dict[str, Any], *, all_tenants: bool, sensitivity: list[str] | None,
-           legs: str | None, no_widen: bool, explain: bool, db: Path | None,
+           legs: str | None, no_widen: bool, explain: bool, db: str | None,
            fmt: str | None, as_json: bool) -> None:
     """The query itself, once the text and its parameters (`v`, REQUEST_FIELDS) are known."""
     from memcli.errors import UsageError
@@ -197,7 +197,7 @@ def acb_build(
     channel: str | None = None, intent: str | None = None, max_tokens: int | None = None,
     cap: list[str] | None = None, category: list[str] | None = None,
     app_id: str | None = None, since: int | None = None, no_track: bool = False,
-    handoff: list[str] | None = None, checkpoint: bool = False, db: Path | None = None,
+    handoff: list[str] | None = None, checkpoint: bool = False, db: str | None = None,
     fmt: str | None = None, as_json: bool = False,
 ) -> None:
     """`memcli acb build`: a context bundle for the next model call."""

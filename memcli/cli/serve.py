@@ -78,7 +78,7 @@ def register(app: typer.Typer) -> None:
                 raise SystemExit(1)
 
 
-def _endpoint(db: Path | None, socket: Path | None, *, create: bool):
+def _endpoint(db: str | None, socket: Path | None, *, create: bool):
     """The settings and the daemon files for `--db` / `--socket`."""
     from memcli.config import load_settings
     from memcli.service import paths

@@ -54,7 +54,7 @@ def apply_purge(db: Database, plan: dict[str, Any], actor: str = "cli") -> dict[
         # Every purge vacuums, even one that found nothing: it is also how a purge that
         # stopped before its VACUUM (crash, reader) is finished. Inside a caller's own
         # transaction neither can run: the deletion stands, `complete` says the file does not.
-        complete = not db.in_transaction and sql.vacuum(db) and sql.checkpoint(db)
+        complete = not db.in_transaction and sql.erase_physically(db)
     finally:
         sql.secure_delete(db, previous)
     return {k: v for k, v in plan.items() if k not in ("event_ids", "memory_ids")} | {

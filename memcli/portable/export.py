@@ -44,7 +44,6 @@ from memcli.portable import format as fmt
 from memcli.progress import Progress, report
 from memcli.store import portable as sql
 from memcli.store.crypto import META_KEY_ID
-from memcli.store.migrations import current_version
 
 if TYPE_CHECKING:
     from memcli.store.connection import Database
@@ -113,7 +112,7 @@ def header(db: Database, scope: Scope) -> dict[str, Any]:
 
     key_id = db.get_meta(META_KEY_ID) if sql.has_high(db, scope) else None
     return fmt.header(
-        memcli_version=__version__, schema=current_version(db),
+        memcli_version=__version__, schema=db.backend.schema_version(db),
         embedder=db.get_meta("embedder_model"), sparse=db.get_meta("sparse_model"),
         key_id=key_id,
         scope={"tenant": scope.tenant_id, "all_tenants": scope.tenant_id is None,

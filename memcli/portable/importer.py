@@ -33,8 +33,6 @@ import base64
 import re
 from typing import TYPE_CHECKING, Any
 
-import apsw
-
 from memcli.entities import extract_entities
 from memcli.errors import UsageError
 from memcli.models import utcnow
@@ -147,7 +145,10 @@ class _Loader:
     def run(self) -> None:
         try:
             self._run()
-        except apsw.ConstraintError as exc:  # e.g. a value outside a column's CHECK list
+        except Exception as exc:
+            if not self.db.backend.is_constraint_error(exc):
+                raise
+            # e.g. a value outside a column's CHECK list
             reason = str(exc).split(": ", 1)[-1]
             raise fmt.FormatError(self.line, f"cannot be stored ({reason})") from None
 
@@ -422,7 +423,10 @@ def load_parsed(memory: Memory, head: dict[str, Any], records: list[tuple[int, R
                 db.set_meta(META_KEY_ID, head["key_id"])  # the file's sealed rows' key
                 db.crypto.install()
             loader.run()
-    except apsw.ConstraintError:  # a deferred foreign key, checked at commit (rolled back)
+    except Exception as exc:
+        if not db.backend.is_constraint_error(exc):
+            raise
+        # a deferred foreign key, checked at commit (rolled back)
         raise UsageError("the file refers to rows it does not hold (a session, event or "
                          "memory)", "nothing was imported; re-export the file") from None
     embedded = 0

@@ -1,8 +1,8 @@
 """Hybrid search: run each leg, fuse their scores, then apply the ranking stages in order.
 
 Legs (each returns ranked (memory id, score) lists, filtered in SQL):
-  lexical  FTS5 BM25 (porter, stopwords dropped, OR of quoted terms; context column at 0.5)
-  trigram  FTS5 trigram over CJK 3-grams (scripts without spaces)
+  lexical  full text (SQLite: FTS5 BM25, porter; stopwords dropped, any term; context at 0.5)
+  trigram  substring match of CJK 3-grams (scripts without spaces; SQLite: FTS5 trigram)
   sparse   SPLADE-tiny learned-sparse dot product (vocabulary expansion, English)
   dense    cosine similarity of the embedder's vectors
   entity   memories linked to entities the query names
@@ -144,15 +144,14 @@ def run_legs(db: Database, embedder: Embedder | None, text: str, filters: Filter
 
     lexical_on_reader: Future[list[tuple[int, float]]] | None = None
     try:
-        match = qtext.fts_match(text)
-        if match and reader is not None and weights.get("lexical", 0) > 0:
+        query = qtext.lexical_query(text)
+        if query.terms and reader is not None and weights.get("lexical", 0) > 0:
             lexical_on_reader = _worker("sql", "sql").submit(measured, "lexical", lambda: (
-                sql.lexical(reader, match, filters, n, settings.context_weight)))
-        elif match:
-            timed("lexical", lambda: sql.lexical(db, match, filters, n, settings.context_weight))
-        tri = qtext.trigram_match(text)
-        if tri:
-            timed("trigram", lambda: sql.trigram(db, tri, filters, n))
+                sql.lexical(reader, query, filters, n, settings.context_weight)))
+        elif query.terms:
+            timed("lexical", lambda: sql.lexical(db, query, filters, n, settings.context_weight))
+        if query.grams:
+            timed("trigram", lambda: sql.trigram(db, query, filters, n))
         keys = query_entity_keys(text)
         # How many memories the scope holds (an upper bound from the scope index, counting
         # stops at the cap): the entity, sparse and dense legs pick their query plan by it.

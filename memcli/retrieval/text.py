@@ -1,8 +1,11 @@
-"""Turn user text into safe FTS5 expressions: no user text can ever be FTS5 syntax."""
+"""Turn user text into what the lexical legs search: a LexicalQuery of plain terms and CJK
+3-grams (each backend renders it in its own syntax; no user text is ever syntax)."""
 
 from __future__ import annotations
 
 import re
+
+from memcli.store.backend import LexicalQuery
 
 # ~80 common English function words: with every term ORed, these only add noise.
 STOPWORDS = frozenset(
@@ -30,11 +33,6 @@ def bound_query(text: str) -> str:
     return text if len(text) <= MAX_QUERY_CHARS else text[:MAX_QUERY_CHARS]
 
 
-def quote(term: str) -> str:
-    """An FTS5 string literal: double quotes doubled, so nothing inside is syntax."""
-    return '"' + term.replace('"', '""') + '"'
-
-
 def terms(text: str, *, drop_stopwords: bool = True) -> list[str]:
     """Lower-cased word terms of a query, stopwords dropped, order kept, duplicates removed."""
     seen: dict[str, None] = {}
@@ -47,27 +45,26 @@ def terms(text: str, *, drop_stopwords: bool = True) -> list[str]:
     return list(seen)
 
 
-def fts_match(text: str) -> str | None:
-    """OR of quoted terms (FTS5's default AND finds almost nothing for questions)."""
+def lexical_query(text: str) -> LexicalQuery:
+    """The terms and grams of a query, bounded by MAX_QUERY_TERMS each.
+
+    Terms: stopwords dropped (all words kept when every word is one, e.g. "who is it");
+    any term may match (an OR: FTS5's default AND finds almost nothing for questions).
+    Grams: the distinct 3-character grams of the CJK runs (the trigram leg)."""
     words = terms(text)
     if not words:
         words = terms(text, drop_stopwords=False)
-    return " OR ".join(quote(w) for w in words[:MAX_QUERY_TERMS]) or None
-
-
-def has_cjk(text: str) -> bool:
-    return bool(_CJK.search(text))
-
-
-def trigram_match(text: str) -> str | None:
-    """OR of the quoted 3-character grams of the CJK runs in the text."""
     grams: dict[str, None] = {}
     for run in _CJK.findall(text):
         for i in range(max(0, len(run) - 2)):
             if len(grams) >= MAX_QUERY_TERMS:
                 break
             grams.setdefault(run[i:i + 3], None)
-    return " OR ".join(quote(g) for g in grams) or None
+    return LexicalQuery(terms=tuple(words[:MAX_QUERY_TERMS]), grams=tuple(grams))
+
+
+def has_cjk(text: str) -> bool:
+    return bool(_CJK.search(text))
 
 
 RECALL_CUES = ("before", "last time", "earlier", "previously", "之前", "以前", "上次")

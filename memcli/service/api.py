@@ -353,9 +353,10 @@ def delete_app_memories(ctx: Context, scope: Scope, request: dict[str, Any]) -> 
 class Service:
     """The open database for a server's worker threads: one Memory per thread (apsw
     connections are not shared between threads) and the models built once and shared. Writes
-    queue on the process-wide writer lock `Database.transaction` takes (memcli/store/writers.py),
-    bounded by the busy timeout (then 503, exit 75), and only around the transaction: a write's
-    models run before it, as in the CLI, so one request's embedding never holds up another's."""
+    queue on the process-wide writer lock `Database.transaction` takes
+    (memcli/store/sqlite/writers.py), bounded by the busy timeout (then 503, exit 75), and only
+    around the transaction: a write's models run before it, as in the CLI, so one request's
+    embedding never holds up another's."""
 
     settings: Settings
     _local: threading.local = field(default_factory=threading.local)

@@ -29,7 +29,7 @@ from typing import Any
 from memcli.errors import MemcliError, UsageError
 from memcli.service import paths, runctx
 from memcli.service.server import CliServer, bind_unix
-from memcli.store.writers import KeepOpen, checkpoint_wal
+from memcli.store.sqlite.writers import KeepOpen, checkpoint_wal  # SQLite-only: WAL
 
 CHECKPOINT_WAIT = 5.0  # seconds the exit's WAL checkpoint may wait for other connections
 

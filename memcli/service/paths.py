@@ -27,6 +27,12 @@ except ImportError:  # pragma: no cover - an interpreter without it
     from hashlib import sha256
 
 APP = "memcli"
+# The shapes of memcli.store.location's _URL, _DSN and _DSN_KEY (tests/test_seam.py checks
+# they agree), compiled only for a location with a ':' or '=' (`re` costs the client's start).
+_URL = r"^(?:[A-Za-z][A-Za-z0-9+.-]+:/|file:)"
+_DSN = r"^\s*(?:[A-Za-z_]+\s*=\s*(?:'(?:[^'\\]|\\.)*'|[^\s']+)\s*)+$"
+_DSN_KEY = (r"(?:^|\s)(?:host|hostaddr|port|dbname|user|password|passfile|service|"
+            r"sslmode|connect_timeout|application_name)\s*=")
 
 
 class RuntimeDirError(Exception):
@@ -68,10 +74,25 @@ def ensure_private_dir(folder: str) -> None:
         raise RuntimeDirError(f"{folder} is open to other users (mode {info.st_mode & 0o777:o})")
 
 
+def _is_server_location(db: str) -> bool:
+    """A URL (`postgresql://...`) or a libpq keyword string (`host=... dbname=...`): no file.
+    The shapes of memcli.store.location (which imports more than the client may)."""
+    if ":" not in db and "=" not in db:
+        return False
+    import re
+
+    return bool(re.match(_URL, db, re.IGNORECASE) or (
+        re.match(_DSN, db) and re.search(_DSN_KEY, db, re.IGNORECASE)))
+
+
 def db_key(db: str | os.PathLike[str], cwd: str | None = None) -> str:
-    """A short stable name for a database: a hash of its real path (symlinks resolved, relative
-    to `cwd`), so `./memory.db` and its absolute path meet at the same daemon."""
-    path = os.path.join(cwd or os.getcwd(), os.fspath(db))
+    """A short stable name for a database: for a file, a hash of its real path (symlinks
+    resolved, relative to `cwd`), so `./memory.db` and its absolute path meet at the same
+    daemon; for a server location, a hash of the location as given."""
+    text = os.fspath(db)
+    if _is_server_location(text):
+        return sha256(text.encode("utf-8")).hexdigest()[:16]
+    path = os.path.join(cwd or os.getcwd(), text)
     return sha256(os.fsencode(os.path.realpath(path))).hexdigest()[:16]
 
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from memcli.models import utcnow
-from memcli.store.dialect import ORDERED_JOIN
 
 if TYPE_CHECKING:
     from memcli.store.connection import Database
@@ -106,7 +105,7 @@ def max_related_strength(db: Database, ids: list[int]) -> dict[int, float]:
                 UNION ALL
                 SELECT dst_id, src_id, strength FROM relations
                 WHERE kind = 'related' AND dst_id IN ({marks})) e
-            {ORDERED_JOIN} memories o ON o.id = e.other AND o.state = 'active'
+            {db.dialect.ORDERED_JOIN} memories o ON o.id = e.other AND o.state = 'active'
             GROUP BY e.mid""",
         (*ids, *ids),
     )
@@ -135,7 +134,7 @@ def related_bullets(
                 SELECT e.mid, m.id, m.content, m.category, e.strength,
                        row_number() OVER (PARTITION BY e.mid
                                           ORDER BY e.strength DESC, m.id) AS n
-                FROM e {ORDERED_JOIN} memories m ON m.id = e.other WHERE {where})
+                FROM e {db.dialect.ORDERED_JOIN} memories m ON m.id = e.other WHERE {where})
             SELECT mid, id, content, category, strength FROM ranked WHERE n <= ?
             ORDER BY mid, n""",
         (*ids, *ids, *params, per_item),

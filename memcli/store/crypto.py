@@ -4,7 +4,7 @@ Writes: the store functions that write text of a `high` item (event content/tags
 artifact, memory content, history meta, change-log summaries, ledger rows, checkpoints, session
 summaries) pass it through `seal`. The first sealed value creates the key (file) if needed and
 records the key id in `meta` (`enc_key_id`); from then on every connection to the file installs
-one apsw row tracer.
+one row tracer (apsw's, through `db.backend.install_decryption`).
 
 Reads: that row tracer is the one choke point. Every row any query returns goes through it;
 a row holding an `enc:v1:` value is decrypted there, so no reader (query, acb, history, export,
@@ -77,14 +77,14 @@ class Sealer:
         # A file without memcli's tables (doctor reads one to say so) has no key id either.
         self._installed = False
         self._data_version: int | None = None
-        has_meta = db.scalar("SELECT 1 FROM sqlite_schema WHERE type = 'table' AND name = 'meta'")
+        has_meta = "meta" in db.backend.table_names(db)
         if has_meta and db.get_meta(META_KEY_ID) is not None:
             self.install()
         elif has_meta:
-            self._data_version = db.scalar("PRAGMA data_version")
+            self._data_version = db.backend.data_version(db)
 
     def install(self) -> None:
-        self.db.conn.row_trace = self._trace
+        self.db.backend.install_decryption(self.db, self._trace)
         self._installed = True
 
     def refresh(self) -> None:
@@ -94,7 +94,7 @@ class Sealer:
         only when another connection commits."""
         if self._installed or self._data_version is None:
             return
-        version = self.db.scalar("PRAGMA data_version")
+        version = self.db.backend.data_version(self.db)
         if version != self._data_version:
             self._data_version = version
             if self.db.get_meta(META_KEY_ID) is not None:
@@ -133,7 +133,7 @@ class Sealer:
             self.install()
         return key.encrypt(text)
 
-    def _trace(self, _cursor: Any, row: tuple) -> tuple | None:
+    def _trace(self, row: tuple) -> tuple | None:
         for value in row:
             if value.__class__ is str and value.startswith(PREFIX):
                 break
@@ -192,20 +192,11 @@ def session_has_high(db: Database, tenant_id: str, session_id: str) -> bool:
 # -- key status and rotation ---------------------------------------------------------------------
 def _sealed_columns(db: Database) -> list[tuple[str, str]]:
     """Every (table, column) of an ordinary table (virtual and shadow tables excluded)."""
-    out = []
-    for name, kind in db.conn.execute(
-            "SELECT name, type FROM pragma_table_list WHERE schema = 'main'"):
-        if kind != "table" or name.startswith("sqlite_"):
-            continue
-        for (column,) in db.conn.execute("SELECT name FROM pragma_table_info(?)", (name,)):
-            out.append((name, column))
-    return out
+    return db.backend.sealed_columns(db)
 
 
 def _raw(db: Database, sql: str, params: tuple = ()) -> list[tuple]:
-    cursor = db.conn.cursor()
-    cursor.row_trace = lambda _c, row: row  # the stored bytes, not the tracer's view
-    return list(cursor.execute(sql, params))
+    return db.backend.raw_rows(db, sql, params)  # the stored bytes, not the tracer's view
 
 
 def sealed_values(db: Database) -> dict[str, list[str]]:
@@ -254,15 +245,6 @@ def reseal_all(db: Database, old: Key, new: Key) -> int:
         done += 1
         return new.encrypt(old.decrypt(value))
 
-    db.conn.create_scalar_function("memcli_reseal", reseal, 1)
-    trigger = db.scalar("SELECT sql FROM sqlite_schema WHERE type = 'trigger'"
-                        " AND name = 'events_no_update'")
-    if trigger:
-        db.execute("DROP TRIGGER events_no_update")
-    for table, column in _sealed_columns(db):
-        db.execute(f'UPDATE "{table}" SET "{column}" = memcli_reseal("{column}")'
-                   f' WHERE substr("{column}", 1, ?) = ?', (len(PREFIX), PREFIX))
-    if trigger:
-        db.execute(trigger)
+    db.backend.reseal(db, reseal, PREFIX)
     db.set_meta(META_KEY_ID, new.id)
     return done

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from memcli.store import dialect
 from memcli.store import memories as mem
 from memcli.store.purge import delete_everything
 
@@ -34,9 +33,10 @@ def _kinds_sql(kinds: tuple[str, ...]) -> str:
     return ",".join("'" + kind.replace("'", "''") + "'" for kind in kinds) or "NULL"
 
 
-def _plan_select(kinds: tuple[str, ...]) -> str:
+def _plan_select(db: Database, kinds: tuple[str, ...]) -> str:
     """SELECT id, newconf, action over the rows decay touches (named parameters, see _params)."""
     k = _kinds_sql(kinds)
+    dialect = db.dialect
     last_use = "coalesce(last_accessed, created_at)"
     ttl = f"({last_use} < :ttl_before AND importance < :ttl_importance)"
     # Days since the memory was last used or decay last ran, whichever is later (never < 0).
@@ -74,7 +74,7 @@ def restored_to_reset(
     Restoring is a person saying "keep this": without a fresh start, the next run would remove
     the row again straight away (its confidence and last access are unchanged by restore).
     """
-    sql = _plan_select(kinds)
+    sql = _plan_select(db, kinds)
     return [
         (r[0], r[1])
         for r in db.execute(
@@ -103,7 +103,7 @@ def summarise_plan(
     db: Database, kinds: tuple[str, ...], params: dict[str, Any], sample: int
 ) -> dict[str, Any]:
     """Counts (and the first ids) of what a decay run would do, without writing."""
-    sql = _plan_select(kinds)
+    sql = _plan_select(db, kinds)
     counts = dict(
         db.execute(
             f"SELECT coalesce(action, 'decayed'), count(*) FROM ({sql}) GROUP BY action", params
@@ -125,12 +125,13 @@ def apply_plan(
     db: Database, kinds: tuple[str, ...], params: dict[str, Any], purge_at: str
 ) -> dict[str, Any]:
     """Write new confidences and soft-deletes with their history rows; call in a transaction."""
-    sql = _plan_select(kinds)
+    sql = _plan_select(db, kinds)
     # Unqualified names (SQLite looks in `temp` first; PostgreSQL has no `temp.` schema name);
     # DOUBLE PRECISION is SQLite's REAL and PostgreSQL's 8-byte float (its REAL is 4 bytes).
     db.execute("DROP TABLE IF EXISTS decay_plan")
     db.execute("CREATE TEMP TABLE decay_plan (id INTEGER PRIMARY KEY, newconf DOUBLE PRECISION,"
                " action TEXT)")
+    dialect = db.dialect
     meta = dialect.json_object("'reason'", "p.action", "'confidence'",
                                dialect.round_to("p.newconf", 4), "'purge_at'",
                                # typed: PostgreSQL cannot infer a parameter's type in a JSON

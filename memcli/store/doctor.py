@@ -13,13 +13,12 @@ if TYPE_CHECKING:
 
 
 def integrity(db: Database, *, full: bool = False) -> list[str]:
-    """SQLite's own check: ["ok"] when sound (quick_check skips index-content comparisons)."""
-    pragma = "integrity_check" if full else "quick_check"
-    return [str(r[0]) for r in db.execute(f"PRAGMA {pragma}(20)")]
+    """The engine's own check: ["ok"] when sound (`full`: the slow, thorough one)."""
+    return db.backend.integrity(db, full)
 
 
 def schema_version(db: Database) -> int:
-    return int(db.scalar("PRAGMA user_version"))
+    return db.backend.schema_version(db)
 
 
 def stored_models(db: Database) -> dict[str, str | None]:
@@ -32,11 +31,9 @@ def _ids(db: Database, sql: str) -> list[int]:
 
 
 # (name, rows that lost their memory) and (name, memories without their row). The lexical
-# indexes hold every memory (any state); vectors and sparse terms skip soft-deleted ones.
+# indexes (the backend's) hold every memory (any state); vectors and sparse terms skip
+# soft-deleted ones.
 ORPHANS = {
-    "memories_fts": "SELECT rowid FROM memories_fts WHERE rowid NOT IN (SELECT id FROM memories)",
-    "memories_trigram": "SELECT rowid FROM memories_trigram"
-                        " WHERE rowid NOT IN (SELECT id FROM memories)",
     "memory_vectors": "SELECT memory_id FROM memory_vectors"
                       " WHERE memory_id NOT IN (SELECT id FROM memories)",
     "memory_sparse": "SELECT memory_id FROM memory_sparse"
@@ -49,12 +46,7 @@ ORPHANS = {
     "relations": "SELECT src_id FROM relations WHERE src_id NOT IN (SELECT id FROM memories)"
                  " OR dst_id NOT IN (SELECT id FROM memories)",
 }
-VEC_ORPHANS = ("SELECT memory_id FROM vec_memories"
-               " WHERE memory_id NOT IN (SELECT memory_id FROM memory_vectors)")
 MISSING = {
-    "memories_fts": "SELECT id FROM memories WHERE id NOT IN (SELECT rowid FROM memories_fts)",
-    "memories_trigram": "SELECT id FROM memories"
-                        " WHERE id NOT IN (SELECT rowid FROM memories_trigram)",
     "memory_vectors": "SELECT id FROM memories WHERE state != 'soft_deleted'"
                       " AND id NOT IN (SELECT memory_id FROM memory_vectors)",
     "memory_sparse": "SELECT id FROM memories WHERE state != 'soft_deleted'"
@@ -63,14 +55,18 @@ MISSING = {
 
 
 def orphans(db: Database) -> dict[str, list[int]]:
-    found = {name: _ids(db, sql) for name, sql in ORPHANS.items()}
-    if db.vec_enabled and vec._has_vec_table(db):
-        found["vec_memories"] = _ids(db, VEC_ORPHANS)
+    found = db.backend.lexical_orphans(db)
+    found.update((name, _ids(db, sql)) for name, sql in ORPHANS.items())
+    found.update(db.backend.vector_orphans(db))
     return found
 
 
-def missing(db: Database, names: tuple[str, ...]) -> dict[str, list[int]]:
-    return {name: _ids(db, MISSING[name]) for name in names}
+def missing(db: Database, *, vectors: bool, sparse: bool) -> dict[str, list[int]]:
+    """Memories missing from each lexical index, and (if asked) without vector / sparse terms."""
+    found = db.backend.lexical_missing(db)
+    names = (("memory_vectors",) if vectors else ()) + (("memory_sparse",) if sparse else ())
+    found.update((name, _ids(db, MISSING[name])) for name in names)
+    return found
 
 
 def memories_without_event(db: Database) -> list[int]:
@@ -79,15 +75,17 @@ def memories_without_event(db: Database) -> list[int]:
                     " AND event_id NOT IN (SELECT event_id FROM events) ORDER BY id")
 
 
-# Derived tables schema.sql creates (vec_memories is created on open, for the embedder's size).
-DERIVED_TABLES = ("memories", "memories_fts", "memories_trigram", "memory_vectors",
+# Derived tables the schema creates, beside the engine's lexical indexes (a vector index is
+# created on open, for the embedder's size).
+DERIVED_TABLES = ("memories", "memory_vectors",
                   "sparse_postings", "memory_sparse", "sparse_df", "entities", "entity_aliases",
                   "memory_entities", "relations", "sessions")
 
 
 def missing_tables(db: Database) -> list[str]:
-    present = {r[0] for r in db.execute("SELECT name FROM sqlite_schema WHERE type = 'table'")}
-    return [name for name in DERIVED_TABLES if name not in present]
+    present = db.backend.table_names(db)
+    names = (DERIVED_TABLES[0], *db.backend.lexical_tables, *DERIVED_TABLES[1:])
+    return [name for name in names if name not in present]
 
 
 def lost_episodes(db: Database) -> list[int]:
@@ -107,35 +105,15 @@ def count_memories(db: Database) -> int:
 
 # -- repairs (doctor --fix): derived rows only -------------------------------------------------
 def rebuild_lexical(db: Database) -> None:
-    """Both lexical indexes again from `memories` (the same rows ingest writes: a `high`
+    """The lexical indexes again from `memories` (the same rows ingest writes: a `high`
     memory's rows are empty, and it is nobody's context, as `memories.insert_memory` does)."""
-    from memcli.store.search import register_scope_function
-
-    register_scope_function(db)
-    db.execute("INSERT INTO memories_fts (memories_fts) VALUES ('delete-all')")
-    db.execute("INSERT INTO memories_trigram (memories_trigram) VALUES ('delete-all')")
-    db.execute("""
-        WITH plain AS (
-            SELECT id, kind, session_id, tenant_id, user_id, event_seq, chunk_index,
-                   sensitivity = 'high' AS high,
-                   CASE WHEN sensitivity = 'high' THEN '' ELSE content END AS text
-            FROM memories)
-        INSERT INTO memories_fts (rowid, content, context, scope)
-        SELECT id, text,
-               CASE WHEN kind = 'episode' AND session_id IS NOT NULL AND NOT high
-                    THEN coalesce(lag(text) OVER (PARTITION BY tenant_id, session_id,
-                                                  kind = 'episode'
-                                                  ORDER BY event_seq, chunk_index), '')
-                    ELSE '' END,
-               memcli_scope_terms(tenant_id, user_id, session_id)
-        FROM plain""")
-    db.execute("INSERT INTO memories_trigram (rowid, content) SELECT id,"
-               " CASE WHEN sensitivity = 'high' THEN '' ELSE content END FROM memories")
+    db.backend.rebuild_lexical(db)
 
 
 def delete_orphans(db: Database, found: dict[str, list[int]]) -> None:
     """Derived rows whose memory is gone: vectors, sparse terms, entity links, edges."""
-    vector_ids = sorted(set(found.get("memory_vectors", [])) | set(found.get("vec_memories", [])))
+    vector_ids = sorted({i for name in ("memory_vectors", *db.backend.vector_tables)
+                         for i in found.get(name, [])})
     for start in range(0, len(vector_ids), 500):
         vec.delete_vectors(db, vector_ids[start:start + 500])
     sparse_sql.delete_postings(db, found.get("memory_sparse", []))

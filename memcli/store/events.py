@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
-from memcli.store import dialect as sql
 from memcli.store.crypto import seal_if, seal_json_if
 
 if TYPE_CHECKING:
@@ -65,8 +64,8 @@ def get_artifact(db: Database, artifact_id: str) -> dict[str, Any] | None:
 
 def touch_session(db: Database, tenant_id: str, session_id: str, user_id: str | None,
                   ts: str) -> None:
-    last = sql.greatest("sessions.last_event_at", "excluded.last_event_at")
-    first = sql.least("sessions.started_at", "excluded.started_at")
+    last = db.dialect.greatest("sessions.last_event_at", "excluded.last_event_at")
+    first = db.dialect.least("sessions.started_at", "excluded.started_at")
     db.execute(
         f"""INSERT INTO sessions (tenant_id, session_id, user_id, started_at, last_event_at,
                event_count) VALUES (?, ?, ?, ?, ?, 1)

@@ -11,7 +11,6 @@ from typing import TYPE_CHECKING, Any
 
 from memcli.models import utcnow
 from memcli.store.crypto import seal_if
-from memcli.store.dialect import ORDERED_JOIN
 
 if TYPE_CHECKING:
     from memcli.store.connection import Database
@@ -115,9 +114,10 @@ def bundle_decisions(
     """Active decisions a bundle may show: the memory passes the filters; the user's own and
     tenant-wide ones (user_id NULL). Newest first."""
     where, params = _bundle_clauses("d", filters, user_id)
+    join = db.dialect.ORDERED_JOIN
     rows = db.query(
         f"SELECT d.*, m.sensitivity AS sensitivity, m.category AS category FROM decisions d"
-        f" {ORDERED_JOIN} memories m ON m.id = d.memory_id WHERE d.status = 'active' AND {where}"
+        f" {join} memories m ON m.id = d.memory_id WHERE d.status = 'active' AND {where}"
         f" ORDER BY d.updated_at DESC, d.id DESC LIMIT ?",
         (*params, limit),
     )
@@ -202,8 +202,9 @@ def bundle_tasks(
 ) -> list[dict[str, Any]]:
     """Open and in-progress tasks a bundle may show: doing first, then newest."""
     where, params = _bundle_clauses("t", filters, user_id)
+    join = db.dialect.ORDERED_JOIN
     rows = db.query(
-        f"SELECT t.*, m.sensitivity AS sensitivity FROM tasks t {ORDERED_JOIN} memories m"
+        f"SELECT t.*, m.sensitivity AS sensitivity FROM tasks t {join} memories m"
         f" ON m.id = t.memory_id WHERE t.status IN ('open', 'doing') AND {where}"
         f" ORDER BY t.status = 'open', t.updated_at DESC, t.id DESC LIMIT ?",
         (*params, limit),

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
-from memcli.store import dialect as sql
 from memcli.store import memories as mem
 from memcli.store.crypto import high_memory_ids, seal_json_if, session_has_high
 
@@ -123,7 +122,7 @@ def mark_consolidated(
         "INSERT INTO session_consolidation (tenant_id, session_id, last_seq, method,"
         " consolidated_at, failures, last_error) VALUES (?, ?, ?, ?, ?, 0, NULL)"
         " ON CONFLICT (tenant_id, session_id) DO UPDATE SET"
-        f" last_seq = {sql.greatest('session_consolidation.last_seq', 'excluded.last_seq')},"
+        f" last_seq = {db.dialect.greatest('session_consolidation.last_seq', 'excluded.last_seq')},"
         " method = excluded.method, consolidated_at = excluded.consolidated_at,"
         " failures = 0, last_error = NULL",
         (tenant_id, session_id, last_seq, method, now),
@@ -251,8 +250,8 @@ def profile_fact(
         " DISTINCT FROM ?"
         " AND kind = 'fact' AND state = 'active'"
         # json_valid: a `high` memory's attributes are encrypted (not JSON) in the file
-        f" AND {sql.is_json('attributes')}"
-        f" AND {sql.json_text('attributes', 'profile_field')} = ?"
+        f" AND {db.dialect.is_json('attributes')}"
+        f" AND {db.dialect.json_text('attributes', 'profile_field')} = ?"
         " ORDER BY id DESC LIMIT 1",
         (tenant_id, user_id, field),
     )

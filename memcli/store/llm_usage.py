@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
+import functools
 from typing import TYPE_CHECKING, Any
-
-from memcli.store import dialect as sql
 
 if TYPE_CHECKING:
     from memcli.store.connection import Database
+    from memcli.store.dialect import Dialect
 
 
 def record_usage(db: Database, row: dict[str, Any]) -> None:
@@ -30,11 +30,14 @@ def tokens_on_day(db: Database, tenant_id: str, day: str) -> int:
     )
 
 
-_TOTALS = (
-    "count(*) AS calls, sum(tokens_in) AS tokens_in, sum(tokens_out) AS tokens_out,"
-    f" {sql.round_to('sum(cost_usd)', 6)} AS cost_usd, sum(estimated) AS estimated_calls,"
-    f" {sql.round_to('sum(latency_ms)', 1)} AS latency_ms"
-)
+@functools.cache
+def _totals(dialect: Dialect) -> str:
+    """The aggregate columns of every report, in `dialect`'s SQL (built once per dialect)."""
+    return (
+        "count(*) AS calls, sum(tokens_in) AS tokens_in, sum(tokens_out) AS tokens_out,"
+        f" {dialect.round_to('sum(cost_usd)', 6)} AS cost_usd, sum(estimated) AS estimated_calls,"
+        f" {dialect.round_to('sum(latency_ms)', 1)} AS latency_ms"
+    )
 
 
 def usage_report(
@@ -45,20 +48,21 @@ def usage_report(
         where.append("tenant_id = ?")
         params.append(tenant_id)
     cond = " AND ".join(where)
+    totals = _totals(db.dialect)
     by_day_command = db.query(
-        f"SELECT day, command, tenant_id, {sql.distinct_list('model')} AS models, {_TOTALS}"
+        f"SELECT day, command, tenant_id, {db.dialect.distinct_list('model')} AS models, {totals}"
         f" FROM llm_usage WHERE {cond} GROUP BY day, command, tenant_id"
         f" ORDER BY day DESC, command, tenant_id",
         params,
     )
     by_command = db.query(
-        f"SELECT command, {_TOTALS} FROM llm_usage WHERE {cond} GROUP BY command ORDER BY command",
+        f"SELECT command, {totals} FROM llm_usage WHERE {cond} GROUP BY command ORDER BY command",
         params,
     )
     by_day = db.query(
-        f"SELECT day, {_TOTALS} FROM llm_usage WHERE {cond} GROUP BY day ORDER BY day DESC", params
+        f"SELECT day, {totals} FROM llm_usage WHERE {cond} GROUP BY day ORDER BY day DESC", params
     )
-    total = db.query(f"SELECT {_TOTALS} FROM llm_usage WHERE {cond}", params)[0]
+    total = db.query(f"SELECT {totals} FROM llm_usage WHERE {cond}", params)[0]
     total = {k: (v or 0) for k, v in total.items()}
     return {
         "by_day_command": by_day_command,

@@ -1,19 +1,34 @@
-"""Where a database lives. Today only a SQLite file path: a URL (or a libpq keyword connection
-string) is refused, never taken as a path.
+"""Where a database lives, and `open_database`, the one opener every command and library
+caller uses. Today only a SQLite file path opens: a URL (or a libpq keyword connection string)
+is refused, never taken as a path.
 
 `postgresql://user@host/db` given as a path would make a folder `postgresql:` and a SQLite file
 inside it, and every later command would "work" against that file. Until a backend reads URLs
 (issue #16, PostgreSQL), any location that looks like one stops the command before anything is
 created. Checked where the location is resolved (memcli.config.load_settings, for --db,
-MEMCLI_DB and the config file) and again where it is opened (Database), for library callers.
+MEMCLI_DB and the config file) and again where it is opened (open_database, Database), for
+library callers. Locations travel as `str` (`Settings.db`, `--db`): a Path would fold `//`.
 """
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from memcli.errors import UsageError
+
+if TYPE_CHECKING:
+    from memcli.store.connection import Database
+
+# How long a writer waits for the write lock before the command gives up with exit 75
+# (`MEMCLI_BUSY_TIMEOUT`, seconds). Write transactions are short (models and embeddings run
+# before the lock is taken), so a wait this long means something holds the lock abnormally.
+BUSY_TIMEOUT = 30.0
+# Read commands record access counts and metrics in passing: hints, dropped after this wait
+# rather than holding up the answer behind a long write.
+HINT_WAIT = 1.0
 
 # `scheme:/` rather than `scheme://`: a --db value arrives as a Path, which folds `//` into `/`.
 # Two letters at least, so a Windows drive (`C:/data`) stays a path. `file:` is SQLite's own URI
@@ -56,3 +71,22 @@ def refuse_url(location: str | Path, source: str = "--db") -> None:
         shown = _DSN_PASSWORD.sub(r"\1***", str(location).strip())
         raise UsageError(f"{source} {shown!r} is a PostgreSQL connection string; the PostgreSQL "
                          "backend is not built yet", "issue #16; give a file path for SQLite")
+
+
+def open_database(location: str | os.PathLike[str], *, readonly: bool = False,
+                  must_exist: bool = False, busy_timeout: float = BUSY_TIMEOUT) -> Database:
+    """The database at `location`, migrated and ready: a SQLite file for a path.
+
+    `readonly`: a second connection for reading only. `must_exist`: a read command's open: no
+    database there is an error, and nothing is created. `busy_timeout`: seconds a writer waits
+    for the write lock before exit 75. Engines are imported here, lazily, so that a process
+    pays only for the one it opens."""
+    location = os.fspath(location)
+    if is_url(location) or is_dsn(location):
+        # The PostgreSQL backend (issue #16, step 4) plugs in here: a lazy import of
+        # memcli.store.postgres for postgresql:// / postgres:// URLs and libpq strings.
+        refuse_url(location, "database")
+    from memcli.store.sqlite.connection import Database
+
+    return Database(location, readonly=readonly, must_exist=must_exist,
+                    busy_timeout=busy_timeout)

@@ -7,7 +7,6 @@ from typing import TYPE_CHECKING, Any
 
 from memcli.models import utcnow
 from memcli.store.crypto import high_memory_ids, seal_if
-from memcli.store.search import scope_terms
 
 if TYPE_CHECKING:
     from memcli.store.connection import Database
@@ -28,8 +27,8 @@ def insert_memory(db: Database, row: dict[str, Any], context: str = "") -> int:
     """Insert a memory and its lexical index entries; returns the new id.
 
     A `high` memory's content and attributes are stored encrypted and its full-text rows are
-    empty (FTS5 keeps the terms of what it indexes in plain text): it is found by its vector
-    and sparse terms only. Its own context column is empty too: that would index the
+    empty (a full-text index keeps the terms of what it indexes in plain text): it is found by
+    its vector and sparse terms only. Its own context column is empty too: that would index the
     previous turn."""
     high = row.get("sensitivity") == "high"
     text = "" if high else row["content"]
@@ -45,15 +44,8 @@ def insert_memory(db: Database, row: dict[str, Any], context: str = "") -> int:
         if values[key] is None:
             values[key] = default
     memory_id = db.insert(_INSERT_SQL, values)
-    db.execute(
-        "INSERT INTO memories_fts (rowid, content, context, scope) VALUES (?, ?, ?, ?)",
-        (memory_id, text, context,
-         scope_terms(row.get("tenant_id"), row.get("user_id"), row.get("session_id"))),
-    )
-    db.execute(
-        "INSERT INTO memories_trigram (rowid, content) VALUES (?, ?)",
-        (memory_id, text),
-    )
+    db.backend.index_memory(db, memory_id, text, context,
+                            (row.get("tenant_id"), row.get("user_id"), row.get("session_id")))
     return memory_id
 
 

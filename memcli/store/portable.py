@@ -15,8 +15,6 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from memcli.store.search import register_scope_function
-
 if TYPE_CHECKING:
     from memcli.store.connection import Database
 
@@ -243,7 +241,7 @@ def max_id(db: Database, table: str) -> int:
 def defer_foreign_keys(db: Database) -> None:
     """Foreign keys checked at commit (a decision may cite one written after it); the pragma
     ends with the transaction."""
-    db.execute("PRAGMA defer_foreign_keys = ON")
+    db.backend.defer_foreign_keys(db)
 
 
 def insert_row(db: Database, table: str, row: dict[str, Any]) -> None:
@@ -257,39 +255,8 @@ def insert_row(db: Database, table: str, row: dict[str, Any]) -> None:
 
 
 def index_lexical(db: Database, ids: list[int]) -> None:
-    """Full-text and trigram rows for these memories, as ingest writes them: a `high` memory's
-    rows are empty and it is nobody's context; an episode's context is the previous episode of
-    its session (the same rule as memcli/store/doctor.py's rebuild)."""
-    if not ids:
-        return
-    register_scope_function(db)
-    db.execute("CREATE TEMP TABLE IF NOT EXISTS portable_ids (id INTEGER PRIMARY KEY)")
-    db.execute("DELETE FROM portable_ids")
-    db.executemany("INSERT INTO portable_ids (id) VALUES (?)", [(i,) for i in ids])
-    db.execute("""
-        WITH plain AS (
-            SELECT id, kind, session_id, tenant_id, user_id, event_seq, chunk_index,
-                   sensitivity = 'high' AS high,
-                   CASE WHEN sensitivity = 'high' THEN '' ELSE content END AS text
-            FROM memories
-            WHERE (tenant_id, coalesce(session_id, '')) IN (
-                SELECT m.tenant_id, coalesce(m.session_id, '') FROM memories m
-                JOIN portable_ids p ON p.id = m.id)),
-        ctx AS (
-            SELECT id, text, tenant_id, user_id, session_id,
-                   CASE WHEN kind = 'episode' AND session_id IS NOT NULL AND NOT high
-                        THEN coalesce(lag(text) OVER (PARTITION BY tenant_id, session_id,
-                                                      kind = 'episode'
-                                                      ORDER BY event_seq, chunk_index), '')
-                        ELSE '' END AS context
-            FROM plain)
-        INSERT INTO memories_fts (rowid, content, context, scope)
-        SELECT id, text, context, memcli_scope_terms(tenant_id, user_id, session_id)
-        FROM ctx WHERE id IN (SELECT id FROM portable_ids)""")
-    db.execute("INSERT INTO memories_trigram (rowid, content) SELECT id,"
-               " CASE WHEN sensitivity = 'high' THEN '' ELSE content END FROM memories"
-               " WHERE id IN (SELECT id FROM portable_ids)")
-    db.execute("DELETE FROM portable_ids")
+    """Full-text and trigram rows for these memories, as ingest writes them."""
+    db.backend.index_memories(db, ids)
 
 
 def unembedded_forgotten(db: Database, ids: list[int]) -> list[tuple[int, str]]:

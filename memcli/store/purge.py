@@ -36,9 +36,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-import apsw
-
-from memcli.errors import DatabaseBusyError, MemcliError
 from memcli.store.sparse import delete_postings
 from memcli.store.vectors import delete_vectors
 
@@ -93,8 +90,7 @@ def delete_everything(db: Database, event_ids: list[str], memory_ids: list[int],
     for start in range(0, len(memory_ids), 500):
         ids = memory_ids[start:start + 500]
         m = _marks(ids)
-        db.execute(f"DELETE FROM memories_fts WHERE rowid IN ({m})", ids)
-        db.execute(f"DELETE FROM memories_trigram WHERE rowid IN ({m})", ids)
+        db.backend.unindex_memories(db, ids)
         delete_vectors(db, ids)
         delete_postings(db, ids)
         db.execute(f"DELETE FROM relations WHERE src_id IN ({m}) OR dst_id IN ({m})", ids + ids)
@@ -116,10 +112,9 @@ def delete_everything(db: Database, event_ids: list[str], memory_ids: list[int],
     _scrub_history(db, event_ids, memory_ids, scope)
     _delete_ledger_rows(db, memory_ids, scope)
     _delete_scoped_state(db, scope)
-    # FTS5 keeps a deleted row's terms in its segments (contentless_delete only adds a
-    # tombstone) until the segments are merged: rewrite both indexes so the text really goes.
-    db.execute("INSERT INTO memories_fts (memories_fts) VALUES ('optimize')")
-    db.execute("INSERT INTO memories_trigram (memories_trigram) VALUES ('optimize')")
+    # Deleted text can linger inside an index's structures (FTS5 segments keep it until they
+    # are merged): rewrite the lexical indexes so it really goes.
+    db.backend.optimize_lexical(db)
 
 
 def _delete_scoped_state(db: Database, scope: dict[str, Any]) -> None:
@@ -202,30 +197,18 @@ def _fix_sessions(db: Database, touched: list[tuple[str, str]]) -> None:
 
 
 def secure_delete(db: Database, mode: int) -> int:
-    """Set PRAGMA secure_delete (1: overwrite deleted content with zeros); returns the old mode."""
-    old = int(db.scalar("PRAGMA secure_delete"))
-    db.execute(f"PRAGMA secure_delete = {('OFF', 'ON', 'FAST')[int(mode)]}")  # 2 is not FAST
-    return old
+    """Overwrite deleted content from now on (1: with zeros; 0 off; 2 fast); the old mode."""
+    return db.backend.secure_delete(db, mode)
 
 
-def vacuum(db: Database) -> bool:
-    """Rewrite the whole file: free pages, and stale bytes that page splits leave in the unused
-    middle of live pages (secure_delete cannot reach those), are gone afterwards. False when
-    another writer kept the lock past busy_timeout."""
-    try:
-        db.execute("VACUUM")
-    except DatabaseBusyError:
-        return False
-    return True
+def erase_physically(db: Database) -> bool:
+    """Rewrite storage so the deleted bytes are gone (SQLite: VACUUM, then a TRUNCATE
+    checkpoint of the WAL); False when another connection kept them (busy writer, or a
+    reader holding an old snapshot)."""
+    return db.backend.erase_physically(db)
 
 
 def checkpoint(db: Database) -> bool:
-    """Fold the WAL into the database and truncate it, so old page images leave the WAL too.
-    TRUNCATE waits for readers through the busy handler (busy_timeout); False when a reader still
-    holds an old snapshot after that wait (its frames, and the pages it reads, stay)."""
-    try:
-        row = db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
-    except (apsw.Error, MemcliError):
-        return False
-    # (busy, frames in the WAL, frames checkpointed): -1 frames when not in WAL mode.
-    return row is None or (row[0] == 0 and row[1] <= 0)
+    """Fold the write-ahead log into the database and truncate it; False when a reader still
+    holds an old snapshot."""
+    return db.backend.checkpoint(db)

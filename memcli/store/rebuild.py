@@ -8,7 +8,6 @@ row, or a memory's state columns.
 from __future__ import annotations
 
 import json
-import re
 from typing import TYPE_CHECKING, Any
 
 from memcli.store.crypto import seal_if
@@ -18,60 +17,31 @@ if TYPE_CHECKING:
 
     from memcli.store.connection import Database
 
-# The lexical indexes are dropped and created again (a damaged FTS5 b-tree cannot always be
-# emptied); their DDL is schema.sql's own.
-LEXICAL_TABLES = ("memories_fts", "memories_trigram")
-# Row counts a plan shows, per derived table.
-DERIVED_TABLES = ("memories_fts", "memories_trigram", "memory_vectors", "vec_memories",
-                  "sparse_postings", "memory_sparse", "sparse_df", "entities",
+# Row counts a plan shows, per derived table (with the engine's own index tables first).
+DERIVED_TABLES = ("sparse_postings", "memory_sparse", "sparse_df", "entities",
                   "entity_aliases", "memory_entities", "relations", "sessions")
 
 
 def table_names(db: Database) -> set[str]:
-    return {r[0] for r in db.execute("SELECT name FROM sqlite_schema WHERE type = 'table'")}
+    return db.backend.table_names(db)
 
 
 def create_missing(db: Database) -> list[str]:
-    """Run schema.sql again (every statement is IF NOT EXISTS): dropped tables, indexes and
-    triggers come back empty, existing ones are left alone. Returns the tables it created."""
-    from memcli.store.migrations import schema_sql
-
-    before = table_names(db)
-    db.conn.execute(schema_sql())
-    return sorted(table_names(db) - before)
-
-
-def _create_statement(name: str) -> str:
-    from memcli.store.migrations import schema_sql
-
-    match = re.search(rf"CREATE VIRTUAL TABLE IF NOT EXISTS {name} USING fts5 \(.*?\);",
-                      schema_sql(), re.S)
-    assert match is not None, name  # schema.sql defines both lexical tables
-    return match.group(0)
+    """Dropped tables, indexes and triggers come back empty, existing ones are left alone.
+    Returns the tables it created."""
+    return db.backend.create_missing(db)
 
 
 def drop_lexical(db: Database) -> None:
-    """Drop and re-create both lexical indexes, empty (filled by doctor.rebuild_lexical)."""
-    for name in LEXICAL_TABLES:
-        db.execute(f"DROP TABLE IF EXISTS {name}")
-        db.conn.execute(_create_statement(name))
+    """Drop and re-create the lexical indexes, empty (filled by doctor.rebuild_lexical)."""
+    db.backend.reset_lexical(db)
 
 
 def count_rows(db: Database) -> dict[str, int | None]:
-    """Rows per derived table (None: the table is missing). FTS5 tables are counted by their
-    docsize shadow table: a contentless table cannot be scanned, and its docsize holds one
-    row per indexed memory."""
-    names = table_names(db)
-    out: dict[str, int | None] = {}
-    for name in DERIVED_TABLES:
-        source = f"{name}_docsize" if name in LEXICAL_TABLES else name
-        # (a vec0 table can only be read with sqlite-vec loaded)
-        unreadable = name == "vec_memories" and not db.vec_enabled
-        if name not in names or source not in names or unreadable:
-            out[name] = None
-            continue
-        out[name] = int(db.scalar(f"SELECT count(*) FROM {source}"))
-    return out
+    """Rows per derived table (None: the table is missing or unreadable)."""
+    backend = db.backend
+    names = (*backend.lexical_tables, "memory_vectors", *backend.vector_tables, *DERIVED_TABLES)
+    return backend.row_counts(db, names)
 
 
 def memory_counts(db: Database) -> dict[str, int]:
@@ -264,25 +234,16 @@ def stored_vectors(db: Database, ids: list[int]) -> dict[int, bytes]:
 
 
 def write_vectors(db: Database, rows: list[tuple[int, bytes]]) -> None:
-    """Float vectors only: the vec0 index is made again from them in one go at the end."""
+    """Float vectors only: the vector index is made again from them in one go at the end."""
     db.executemany(
         "INSERT INTO memory_vectors (memory_id, embedding) VALUES (?, ?)"
         " ON CONFLICT (memory_id) DO UPDATE SET embedding = excluded.embedding", rows)
 
 
 def remake_vec_index(db: Database, dimension: int) -> None:
-    """Drop the bit index and fill it again from memory_vectors (call in a transaction: no
-    reader sees it missing). Its rows, including any a damage left wrong, are all new."""
-    from memcli.store.vectors import VEC_STALE, ensure_vec_table
-
-    if not db.vec_enabled:
-        # A vec0 table can only be written with sqlite-vec loaded: the next connection that
-        # has it syncs the index (memcli.store.vectors.sync_vec_index).
-        if "vec_memories" in table_names(db):
-            db.set_meta(VEC_STALE, "1")
-        return
-    db.execute("DROP TABLE IF EXISTS vec_memories")
-    ensure_vec_table(db, dimension)
+    """Make the vector index again from memory_vectors (call in a transaction: no reader
+    sees it missing). Its rows, including any a damage left wrong, are all new."""
+    db.backend.rebuild_vectors(db, dimension)
 
 
 def delete_orphan_vectors(db: Database) -> list[int]:

@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from memcli.models import utcnow
-from memcli.store import dialect as sql
 
 if TYPE_CHECKING:
     from memcli.store.connection import Database
@@ -18,7 +17,7 @@ def add_edge(db: Database, src: int, dst: int, kind: str, strength: float) -> No
     db.execute(
         "INSERT INTO relations (src_id, dst_id, kind, strength, created_at) VALUES (?,?,?,?,?)"
         " ON CONFLICT (src_id, dst_id, kind) DO UPDATE SET"
-        f" strength = {sql.greatest('relations.strength', 'excluded.strength')}",
+        f" strength = {db.dialect.greatest('relations.strength', 'excluded.strength')}",
         (src, dst, kind, float(strength), utcnow()),
     )
 
@@ -34,15 +33,8 @@ def edges_of(db: Database, memory_id: int) -> list[dict[str, Any]]:
 def semantic_neighbours(db: Database, memory_id: int, vector_blob: bytes, tenant_id: str,
                         user_id: str | None, kinds: tuple[str, ...], k: int
                         ) -> list[tuple[int, float]]:
+    """The `k` active memories of the user (these kinds) most similar to a memory's vector."""
     if not db.vec_enabled:
         return []
-    marks = ",".join("?" * len(kinds))
-    rows = db.execute(
-        f"SELECT m.id, 1.0 - vec_distance_cosine(v.embedding, ?) AS s FROM memories m"
-        f" JOIN memory_vectors v ON v.memory_id = m.id"
-        " WHERE m.id != ? AND m.tenant_id = ? AND m.user_id IS NOT DISTINCT FROM ? AND m.state ="
-        " 'active'"
-        f" AND m.kind IN ({marks}) ORDER BY s DESC LIMIT ?",
-        [vector_blob, memory_id, tenant_id, user_id, *kinds, k],
-    )
-    return [(int(i), float(s)) for i, s in rows]
+    return db.backend.semantic_neighbours(db, memory_id, vector_blob, tenant_id, user_id,
+                                          kinds, k)

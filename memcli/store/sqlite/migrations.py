@@ -34,7 +34,7 @@ def _v2(db: Database) -> None:
     # memories_fts gains a `scope` column of hashed tenant/user/session tokens. An FTS5 table
     # cannot add a column, so it is rebuilt from `memories` (it is derived): the context column
     # is again each episode's previous episode in its session, as ingest writes it.
-    from memcli.store.search import register_scope_function
+    from memcli.store.sqlite.fts import register_scope_function
 
     register_scope_function(db)
     db.conn.execute("DROP TABLE memories_fts")
@@ -96,3 +96,7 @@ def migrate(db: Database) -> int:
 
 def _has_tables(db: Database) -> bool:
     return bool(db.scalar("SELECT count(*) FROM sqlite_schema WHERE type = 'table'"))
+
+
+def table_names(db: Database) -> set[str]:
+    return {r[0] for r in db.execute("SELECT name FROM sqlite_schema WHERE type = 'table'")}

@@ -1,0 +1,180 @@
+"""The store seam (issue #16): what store code needs that differs between engines.
+
+Every `Database` carries `db.backend` (its engine's `Backend`) and `db.dialect` (its SQL
+fragments, memcli.store.dialect). Portable SQL (most of memcli.store) runs on any engine
+through `db.execute/query/scalar/insert`; what cannot be written once goes through the
+backend: the lexical, trigram and dense retrieval legs and their index maintenance, the
+schema (migrations, table listing), the physical side (integrity, size, erasure after a
+purge), the sealed-value plumbing of key rotation, and the mapping of engine errors.
+SQLite's implementation: memcli.store.sqlite.backend. Every method takes the `Database` first.
+
+Ranking stays above the store: a leg returns (memory id, score) pairs, best first; only the
+order within a leg matters to fusion (z-score or RRF), never the scale of its scores.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from memcli.errors import StorageError
+    from memcli.store.connection import Database
+    from memcli.store.filters import Filters
+
+Hits = list[tuple[int, float]]
+
+
+@dataclass(frozen=True)
+class LexicalQuery:
+    """A query's text as the lexical legs search it, engine-neutral (each backend renders it:
+    an FTS5 MATCH string on SQLite, a tsquery on PostgreSQL). Built by
+    memcli.retrieval.text.lexical_query; no field is ever syntax of any engine.
+
+    `terms`: lower-cased word terms, stopwords dropped (all kept when every word is one),
+    first occurrence order, no duplicates, at most MAX_QUERY_TERMS; any of them may match
+    (an OR: questions share few words with their answers). `grams`: the distinct
+    3-character grams of the CJK runs (scripts without spaces), at most MAX_QUERY_TERMS, for
+    the trigram leg."""
+
+    terms: tuple[str, ...] = ()
+    grams: tuple[str, ...] = ()
+
+
+class Backend(Protocol):
+    """One storage engine. Implementations: memcli.store.sqlite.backend.SqliteBackend and
+    (issue #16, step 4) the PostgreSQL one."""
+
+    name: str  # "sqlite" | "postgresql"
+    schema_latest: int  # the schema version this code writes
+    # The engine's own derived tables (what doctor and rebuild count and name): the lexical
+    # indexes, and the vector index beside memory_vectors (empty when it has none).
+    lexical_tables: tuple[str, ...]
+    vector_tables: tuple[str, ...]
+
+    # -- retrieval legs (the entity and sparse legs are portable SQL: memcli.store.search)
+    def lexical(self, db: Database, query: LexicalQuery, filters: Filters, limit: int,
+                context_weight: float) -> Hits:
+        """Memories matching any of `query.terms` in their text or (weighted) context."""
+
+    def trigram(self, db: Database, query: LexicalQuery, filters: Filters, limit: int) -> Hits:
+        """Memories containing any of `query.grams` (substring match, for CJK text)."""
+
+    def dense(self, db: Database, vector: bytes, filters: Filters, limit: int,
+              scope_rows: int | None) -> Hits:
+        """Cosine similarity to a float32 vector (`scope_rows`: an upper bound of the memories
+        passing the filters, if known, to pick exact scan vs index)."""
+
+    def semantic_neighbours(self, db: Database, memory_id: int, vector: bytes, tenant_id: str,
+                            user_id: str | None, kinds: tuple[str, ...], k: int) -> Hits:
+        """The `k` active memories of the user (these kinds) most similar to a memory."""
+
+    # -- lexical index maintenance (memories rows are portable; their index rows are not)
+    def index_memory(self, db: Database, memory_id: int, text: str, context: str,
+                     scope: tuple[str | None, str | None, str | None]) -> None:
+        """Index one new memory: its text, its context key, its (tenant, user, session)."""
+
+    def index_memories(self, db: Database, ids: list[int]) -> None:
+        """Index these existing memories from their rows (import), as ingest would have."""
+
+    def unindex_memories(self, db: Database, ids: list[int]) -> None:
+        """Remove these memories from the lexical indexes (purge)."""
+
+    def rebuild_lexical(self, db: Database) -> None:
+        """Re-index every memory from `memories` (doctor --fix, rebuild)."""
+
+    def reset_lexical(self, db: Database) -> None:
+        """Drop and re-create the lexical indexes empty (a damaged index cannot be emptied)."""
+
+    def optimize_lexical(self, db: Database) -> None:
+        """Merge the lexical indexes so deleted text leaves them (after a purge)."""
+
+    def lexical_orphans(self, db: Database) -> dict[str, list[int]]:
+        """Per lexical index: ids it holds whose memory is gone (doctor)."""
+
+    def lexical_missing(self, db: Database) -> dict[str, list[int]]:
+        """Per lexical index: memories it lacks (doctor)."""
+
+    # -- vectors (float32 copies in memory_vectors plus the engine's similarity index)
+    def ensure_vectors(self, db: Database, dimension: int) -> None:
+        """Create (or bring up to date) the vector index for this dimension."""
+
+    def insert_vectors(self, db: Database, rows: list[tuple[int, bytes]]) -> None:
+        """Store or replace (memory id, float32 blob) vectors, index included."""
+
+    def delete_vectors(self, db: Database, ids: list[int]) -> None:
+        """Delete these memories' vectors, index included."""
+
+    def reset_vectors(self, db: Database, dimension: int) -> None:
+        """Delete every vector and re-create the index for a new embedder's dimension."""
+
+    def rebuild_vectors(self, db: Database, dimension: int) -> None:
+        """Make the vector index again from the stored vectors in one go (rebuild)."""
+
+    def sync_vectors(self, db: Database) -> None:
+        """Make the vector index hold exactly the stored vectors (after writes it missed)."""
+
+    def vector_orphans(self, db: Database) -> dict[str, list[int]]:
+        """Per vector index table it can read: ids whose stored vector is gone (doctor)."""
+
+    # -- schema
+    def migrate(self, db: Database) -> int:
+        """Bring the schema to the latest version; returns the version it started from."""
+
+    def schema_version(self, db: Database) -> int:
+        """The schema version the database is at."""
+
+    def table_names(self, db: Database) -> set[str]:
+        """Every table of memcli's schema present in the database."""
+
+    def create_missing(self, db: Database) -> list[str]:
+        """Re-create dropped tables (and their indexes and triggers) empty; their names."""
+
+    def row_counts(self, db: Database, names: tuple[str, ...]) -> dict[str, int | None]:
+        """Rows per table (None: missing or unreadable), index tables included."""
+
+    # -- physical and operational
+    def integrity(self, db: Database, full: bool) -> list[str]:
+        """The engine's own consistency check: ["ok"] when sound."""
+
+    def size_bytes(self, db: Database) -> int:
+        """Bytes the database takes on disk."""
+
+    def secure_delete(self, db: Database, mode: int) -> int:
+        """Overwrite deleted content from now on (mode 1; 0 off, 2 fast); the previous mode."""
+
+    def erase_physically(self, db: Database) -> bool:
+        """After a purge's commit: rewrite storage so deleted bytes are gone; False when a
+        concurrent reader or writer kept them (the caller says so)."""
+
+    def checkpoint(self, db: Database) -> bool:
+        """Fold the write-ahead log into the database and truncate it (False: a reader held it)."""
+
+    def defer_foreign_keys(self, db: Database) -> None:
+        """Check foreign keys at commit rather than per statement, for this transaction."""
+
+    # -- sealed (`high`) values
+    def install_decryption(self, db: Database, trace: Callable[[tuple], tuple | None]) -> None:
+        """Run every row read on `db` through `trace` (None drops the row)."""
+
+    def data_version(self, db: Database) -> Any:
+        """A value that changes when another connection commits (to notice a first key)."""
+
+    def raw_rows(self, db: Database, sql: str, params: tuple) -> list[tuple]:
+        """Rows as stored, without the decryption `install_decryption` set up."""
+
+    def sealed_columns(self, db: Database) -> list[tuple[str, str]]:
+        """Every (table, column) of memcli's ordinary tables (where sealed values may sit)."""
+
+    def reseal(self, db: Database, convert: Callable[[Any], Any], prefix: str) -> None:
+        """Replace every value starting with `prefix` by `convert(value)`, append-only
+        tables included (key rotation), in the caller's transaction."""
+
+    # -- errors
+    def environment_error(self, db: Database, exc: BaseException) -> StorageError | None:
+        """The one-line error for a failure of the environment (permissions, disk, I/O,
+        damage), or None when `exc` is not one."""
+
+    def is_constraint_error(self, exc: BaseException) -> bool:
+        """True when `exc` is a constraint violation (CHECK, foreign key, unique)."""

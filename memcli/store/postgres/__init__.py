@@ -1,0 +1,26 @@
+"""The PostgreSQL backend (issue #16): `connect(location)` opens a memcli database on a
+PostgreSQL server (psycopg 3, pgvector, pg_trgm).
+
+Importing this package imports nothing heavy: psycopg (160-250 ms) is imported by `connect`,
+so `import memcli` and every SQLite command stay as fast as before.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from memcli.store.postgres.connection import PgDatabase
+
+BUSY_TIMEOUT = 30.0
+
+
+def connect(location: str, *, readonly: bool = False, must_exist: bool = False,
+            busy_timeout: float = BUSY_TIMEOUT) -> PgDatabase:
+    """Open the memcli database at `location` (a `postgresql://` / `postgres://` URL or a
+    libpq keyword string), creating memcli's tables in an empty database unless `readonly`
+    or `must_exist`. The server database itself is never created: that is the DBA's step."""
+    from memcli.store.postgres.connection import PgDatabase
+
+    return PgDatabase(location, readonly=readonly, must_exist=must_exist,
+                      busy_timeout=busy_timeout)

@@ -1,0 +1,304 @@
+"""One psycopg connection to a memcli database on PostgreSQL, with the surface of SQLite's
+`Database` (memcli/store/connection.py), so the portable store SQL runs on either.
+
+- SQL arrives in SQLite's placeholder style and is rewritten once per text (placeholders.py);
+  values are typed per adapt.py.
+- Reads outside a transaction run in autocommit (each statement sees the latest commits, as
+  a SQLite read does). `transaction()` is BEGIN + `SET LOCAL lock_timeout` (the busy timeout,
+  or `wait`) + `pg_advisory_xact_lock(WRITER_KEY)`: one writer at a time per database, the
+  guarantee the store's read-then-write code relies on with SQLite's `BEGIN IMMEDIATE` (design
+  note (f) "Write concurrency"; per tenant later). Nested use is a savepoint. A wait past the
+  timeout is exit 75, as on SQLite. Single statements outside `transaction()` (autocommit)
+  take no writer lock, as each is atomic on its own.
+- Rows of `high` items are opened (or left out without a key) on every row path but
+  `stream(raw=True)` (crypto.py).
+- Errors: psycopg's, by SQLSTATE, become memcli's one-line errors (errors.py).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import itertools
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import psycopg
+from psycopg.pq import TransactionStatus
+
+from memcli.errors import NoDatabaseError, SchemaError
+from memcli.store.location import _DSN_PASSWORD, _shown, is_url
+from memcli.store.postgres import adapt, errors
+from memcli.store.postgres.placeholders import rewrite
+
+BUSY_TIMEOUT = 30.0
+CONNECT_TIMEOUT = 10  # seconds libpq waits for the server to answer at all
+# The one advisory lock key of memcli writers (a stable 63-bit number from a name, so another
+# program using advisory locks in the same database is unlikely to collide with it).
+WRITER_KEY = int.from_bytes(hashlib.sha256(b"memcli.writer").digest()[:8], "big") >> 1
+_names = itertools.count(1)
+
+
+def masked(location: str) -> str:
+    """`location` as messages show it: the password of a URL or keyword string masked."""
+    if is_url(location):
+        return _shown(location)
+    return _DSN_PASSWORD.sub(r"\1***", location.strip())
+
+
+class Rows:
+    """What `execute` returns: the rows of one statement, iterable and fetchone/fetchall-able
+    like an apsw cursor, with `high` rows opened or left out."""
+
+    def __init__(self, cursor: psycopg.Cursor, opener) -> None:
+        self.cursor = cursor
+        self.description = cursor.description
+        self._opener = opener
+
+    def _rows(self) -> Iterator[tuple]:
+        if self.description is None:  # no result set (INSERT without RETURNING, DDL)
+            return
+        for row in self.cursor:
+            if self._opener is not None:
+                row = self._opener(row)
+                if row is None:
+                    continue
+            yield row
+
+    def __iter__(self) -> Iterator[tuple]:
+        return self._rows()
+
+    def fetchone(self) -> tuple | None:
+        return next(self._rows(), None)
+
+    def fetchall(self) -> list[tuple]:
+        return list(self._rows())
+
+    @property
+    def rowcount(self) -> int:
+        return self.cursor.rowcount
+
+
+class PgDatabase:
+    """One PostgreSQL connection to a memcli database (its current schema), migrated."""
+
+    vec_enabled = True  # pgvector is part of the schema (an extension the migration creates)
+    vec_warning: str | None = None
+    # apsw's connection row tracer, on psycopg: every row of execute/query/scalar/stream goes
+    # through it (None: the row is left out). Set by the Sealer once the database has a key id.
+    row_trace: Callable[[tuple], tuple | None] | None = None
+
+    def __init__(self, location: str, *, readonly: bool = False, must_exist: bool = False,
+                 busy_timeout: float = BUSY_TIMEOUT) -> None:
+        from memcli.store.postgres import migrations
+        from memcli.store.postgres.crypto import PgSealer
+
+        self.location = location
+        self.path = masked(location)  # for messages; never the password
+        self.busy_timeout = busy_timeout
+        self.read_only = readonly
+        try:
+            self.conn = psycopg.connect(location, autocommit=True,
+                                        connect_timeout=CONNECT_TIMEOUT)
+        except psycopg.Error as exc:
+            raise errors.connect_error(exc, self.path, must_exist=must_exist) from None
+        try:
+            adapt.configure(self.conn)
+            if readonly:
+                self.execute("SET default_transaction_read_only = on")
+            tables = self._foreign_check()
+            if not tables and (readonly or must_exist):
+                raise NoDatabaseError(f"no memcli database at {self.path} (it has no memcli "
+                                      "tables)", "check --db or MEMCLI_DB; `memcli ingest` "
+                                      "creates them")
+            if readonly:
+                migrations.check_version(self)
+            else:
+                migrations.migrate(self)
+            self._register_vector()
+            self.crypto = PgSealer(self)
+        except BaseException:
+            self.conn.close()
+            raise
+
+    def _foreign_check(self) -> list[str]:
+        """The tables of the connection's schema; SchemaError when they are another
+        program's (memcli never migrates tables it did not make)."""
+        # pg_tables, not information_schema: the latter hides tables this user may not read,
+        # and a missing privilege must say so rather than look like an empty database.
+        tables = [r[0] for r in self.execute(
+            "SELECT tablename FROM pg_tables WHERE schemaname = current_schema()")]
+        if tables and not {"meta", "events"} <= set(tables):
+            shown = ", ".join(sorted(tables)[:5]) + (", ..." if len(tables) > 5 else "")
+            schema = self.scalar("SELECT current_schema()")
+            raise SchemaError(f"schema {schema} of {self.path} holds another program's tables"
+                              f" ({shown})", "give memcli its own database or schema "
+                              "(options=-csearch_path=<schema>)")
+        return tables
+
+    def _register_vector(self) -> None:
+        """pgvector's types (numpy arrays <-> vector) once its extension exists."""
+        if self.scalar("SELECT 1 FROM pg_type WHERE typname = 'vector'"):
+            from pgvector.psycopg import register_vector
+
+            register_vector(self.conn)
+
+    # -- the surface of memcli.store.connection.Database ------------------------------------
+    def _opener(self) -> Callable[[tuple], tuple | None] | None:
+        return self.row_trace
+
+    def _fail(self, exc: psycopg.Error, waited: float | None = None) -> Exception:
+        mapped = errors.mapped(exc, self.path,
+                               self.busy_timeout if waited is None else waited)
+        return mapped if mapped is not None else exc
+
+    def execute(self, sql: str, params: tuple | dict | None = None) -> Rows:
+        plan = rewrite(sql)
+        try:
+            cursor = self.conn.execute(plan.sql, plan.bind(params))
+        except psycopg.Error as exc:
+            failure = self._fail(exc)
+            if failure is exc:
+                raise
+            raise failure from exc
+        return Rows(cursor, self._opener())
+
+    def executemany(self, sql: str, seq) -> None:
+        plan = rewrite(sql)
+        try:
+            with self.conn.cursor() as cursor:
+                cursor.executemany(plan.sql, [plan.bind(p) for p in seq])
+        except psycopg.Error as exc:
+            failure = self._fail(exc)
+            if failure is exc:
+                raise
+            raise failure from exc
+
+    def query(self, sql: str, params: tuple | dict | None = None) -> list[dict]:
+        """Rows as dicts (column name -> value)."""
+        rows = self.execute(sql, params)
+        if rows.description is None:
+            return []
+        names = [d.name for d in rows.description]
+        return [dict(zip(names, row, strict=True)) for row in rows]
+
+    def stream(self, sql: str, params: tuple | dict | None = None, *,
+               raw: bool = False) -> Iterator[dict]:
+        """Rows as dicts, one batch at a time from a server-side cursor (a whole table never
+        sits in memory; other statements may run between rows). `raw`: values as stored."""
+        plan = rewrite(sql)
+        opener = None if raw else self._opener()
+        # Outside a transaction (autocommit) a server-side cursor must be WITH HOLD.
+        cursor = self.conn.cursor(name=f"memcli_stream_{next(_names)}",
+                                  withhold=not self.in_transaction)
+        try:
+            try:
+                cursor.execute(plan.sql, plan.bind(params))
+            except psycopg.Error as exc:
+                failure = self._fail(exc)
+                if failure is exc:
+                    raise
+                raise failure from exc
+            if cursor.description is None:
+                return
+            names = [d.name for d in cursor.description]
+            for row in cursor:
+                if opener is not None:
+                    row = opener(row)
+                    if row is None:
+                        continue
+                yield dict(zip(names, row, strict=True))
+        finally:
+            with contextlib.suppress(psycopg.Error):
+                cursor.close()
+
+    def scalar(self, sql: str, params: tuple | dict | None = None) -> Any:
+        row = self.execute(sql, params).fetchone()
+        return None if row is None else row[0]
+
+    def insert(self, sql: str, params: tuple | dict | None = None) -> int:
+        """Run an `INSERT ... RETURNING id` and return that id."""
+        return int(self.execute(sql, params).fetchall()[0][0])
+
+    def change_count(self, sql: str, params: tuple | dict | None = None) -> int:
+        """Run an UPDATE/DELETE/INSERT and return how many rows it changed."""
+        return int(self.execute(sql, params).rowcount)
+
+    @property
+    def in_transaction(self) -> bool:
+        return self.conn.info.transaction_status != TransactionStatus.IDLE
+
+    @contextlib.contextmanager
+    def savepoint(self) -> Iterator[None]:
+        """A nested unit inside the current transaction, rolled back alone when its body
+        raises; outside one, a transaction of its own (with the writer lock: SQLite's
+        savepoint-as-transaction takes the file's write lock at its first write)."""
+        if not self.in_transaction:
+            with self.transaction():
+                yield
+            return
+        with self.conn.transaction():
+            yield
+
+    @contextlib.contextmanager
+    def transaction(self, *, wait: float | None = None) -> Iterator[None]:
+        """One atomic unit of work holding memcli's writer lock for its whole length.
+        `wait`: seconds to wait for that lock instead of `busy_timeout`."""
+        if self.in_transaction:
+            with self.savepoint():
+                yield
+            return
+        wait = self.busy_timeout if wait is None else wait
+        try:
+            with self.conn.transaction():
+                self._lock_writer(wait)
+                yield
+        except psycopg.Error as exc:  # COMMIT itself, or a raw psycopg error of the body
+            failure = self._fail(exc, wait)
+            if failure is exc:
+                raise
+            raise failure from exc
+
+    def _lock_writer(self, wait: float) -> None:
+        if wait <= 0:  # lock_timeout 0 means "no limit" to PostgreSQL: try once instead
+            if not self.scalar("SELECT pg_try_advisory_xact_lock(?)", (WRITER_KEY,)):
+                raise errors.busy(0)
+            return
+        self.execute("SELECT set_config('lock_timeout', ?, true)",
+                     (f"{max(int(wait * 1000), 1)}ms",))
+        try:
+            self.conn.execute("SELECT pg_advisory_xact_lock(%s)", (WRITER_KEY,))
+        except psycopg.Error as exc:
+            raise self._fail(exc, wait) from exc
+
+    # -- run locks (lifecycle commands) ------------------------------------------------------
+    def try_run_lock(self, name: str) -> bool:
+        """Take memcli's session-level advisory lock `name` (e.g. "consolidate") without
+        waiting; False when another session holds it. It dies with this session, so a crashed
+        holder on any host frees it at once: no expiry or pid check is needed, unlike the
+        `run_locks` row (kept for display: who holds what)."""
+        return bool(self.scalar("SELECT pg_try_advisory_lock(hashtext(?))",
+                                (f"memcli.run.{name}",)))
+
+    def release_run_lock(self, name: str) -> None:
+        self.scalar("SELECT pg_advisory_unlock(hashtext(?))", (f"memcli.run.{name}",))
+
+    def get_meta(self, key: str) -> str | None:
+        return self.scalar("SELECT value FROM meta WHERE key = ?", (key,))
+
+    def set_meta(self, key: str, value: str) -> None:
+        self.execute(
+            "INSERT INTO meta (key, value) VALUES (?, ?) "
+            "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+            (key, value),
+        )
+
+    def size_bytes(self) -> int:
+        """Bytes of memcli's tables in this schema, with their indexes and TOAST."""
+        return int(self.scalar(
+            "SELECT coalesce(sum(pg_total_relation_size(c.oid)), 0) FROM pg_class c"
+            " JOIN pg_namespace n ON n.oid = c.relnamespace"
+            " WHERE n.nspname = current_schema() AND c.relkind IN ('r', 'p', 'm')"))
+
+    def close(self) -> None:
+        self.conn.close()

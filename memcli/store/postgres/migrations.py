@@ -1,0 +1,105 @@
+"""Schema versions on PostgreSQL: `meta.schema_version`, the same numbers as SQLite's.
+
+PostgreSQL has no `PRAGMA user_version`; the version is a row of `meta`. An empty schema gets
+schema.sql (the whole current schema) in one transaction; an older database gets each missing
+step in its own transaction with its version bump (PostgreSQL DDL is transactional, so "one
+transaction each" holds as on SQLite); a database newer than this code is refused.
+
+Every step runs under `pg_advisory_xact_lock(hashtext('memcli.migrate'))`: two processes
+opening a fresh database at once queue there, and the second re-reads the version after the
+first committed and finds nothing to do.
+
+The first PostgreSQL schema is SQLite's version 2 (`BASE`): no PostgreSQL database exists at
+version 1. Each later SQLite migration (memcli/store/migrations.py) gets its twin in `STEPS`
+in the same commit; tests/test_pg_schema.py fails until it does (LATEST and the columns).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from importlib import resources
+from typing import TYPE_CHECKING
+
+from memcli.errors import EmbedderMismatchError, SchemaError
+
+if TYPE_CHECKING:
+    from memcli.store.postgres.connection import PgDatabase
+
+BASE = 2  # the version schema.sql creates
+# Steps after BASE, in order: STEPS[0] brings BASE to BASE + 1. Append only.
+STEPS: list[Callable[[PgDatabase], None]] = []
+LATEST = BASE + len(STEPS)
+VERSION_KEY = "schema_version"
+_LOCK = "SELECT pg_advisory_xact_lock(hashtext('memcli.migrate'))"
+
+
+def schema_sql() -> str:
+    return resources.files("memcli.store.postgres").joinpath("schema.sql").read_text("utf-8")
+
+
+def current_version(db: PgDatabase) -> int:
+    if not db.scalar("SELECT to_regclass('meta') IS NOT NULL"):
+        return 0
+    return int(db.get_meta(VERSION_KEY) or 0)
+
+
+def check_version(db: PgDatabase) -> int:
+    version = current_version(db)
+    if version > LATEST:
+        raise SchemaError(
+            f"database {db.path} has schema version {version}, newer than this memcli "
+            f"(supports up to {LATEST})", "upgrade memcli")
+    return version
+
+
+def migrate(db: PgDatabase) -> int:
+    """Bring the database to LATEST; returns the version it started from."""
+    start = check_version(db)
+    if start == LATEST:
+        return start
+    if start == 0:
+        with db.transaction():
+            db.execute(_LOCK)
+            if current_version(db) == 0:  # nobody created it while we waited
+                # Through psycopg directly: a script of many statements, no parameters.
+                db.conn.execute(schema_sql())
+                db.set_meta(VERSION_KEY, str(BASE))
+        start_steps = check_version(db)
+    else:
+        start_steps = start
+    for version in range(start_steps + 1, LATEST + 1):
+        with db.transaction():
+            db.execute(_LOCK)
+            if check_version(db) >= version:  # another process did it meanwhile
+                continue
+            STEPS[version - BASE - 1](db)
+            db.set_meta(VERSION_KEY, str(version))
+    return start
+
+
+def ensure_vectors(db: PgDatabase, dimension: int) -> None:
+    """Give `memory_vectors.embedding` its dimension and HNSW cosine index (the embedder's
+    dimension is known only when it is first used). Nothing to do when it already has this
+    dimension; a different one is refused while vectors exist (re-embed first)."""
+    if _dimension(db) == dimension:
+        return
+    with db.transaction():
+        db.execute(_LOCK)
+        current = _dimension(db)
+        if current == dimension:
+            return
+        if db.scalar("SELECT EXISTS (SELECT 1 FROM memory_vectors)"):
+            raise EmbedderMismatchError(
+                f"the stored vectors have {current} dimensions, the embedder makes {dimension}",
+                "run `memcli reindex` to re-embed with the configured model")
+        db.execute("DROP INDEX IF EXISTS memory_vectors_hnsw")
+        db.execute("ALTER TABLE memory_vectors ALTER COLUMN embedding"
+                   f" TYPE vector({int(dimension)})")
+        db.execute("CREATE INDEX memory_vectors_hnsw ON memory_vectors"
+                   " USING hnsw (embedding vector_cosine_ops)")
+
+
+def _dimension(db: PgDatabase) -> int | None:
+    """The declared dimension of memory_vectors.embedding (None: not set yet)."""
+    return db.scalar("SELECT nullif(atttypmod, -1) FROM pg_attribute"
+                     " WHERE attrelid = 'memory_vectors'::regclass AND attname = 'embedding'")

@@ -1,0 +1,221 @@
+"""SQLite's `Backend` (memcli.store.backend): FTS5, vec0, PRAGMAs, VACUUM, the row tracer."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import apsw
+
+from memcli.errors import DatabaseBusyError, MemcliError
+from memcli.store.sqlite import fts, migrations, vec
+
+if TYPE_CHECKING:
+    from memcli.errors import StorageError
+    from memcli.store.backend import LexicalQuery
+    from memcli.store.connection import Database
+    from memcli.store.filters import Filters
+
+
+class SqliteBackend:
+    """The SQLite engine (apsw, FTS5, sqlite-vec). Stateless: one instance serves every
+    connection (state lives on the `Database`)."""
+
+    name = "sqlite"
+    schema_latest = migrations.LATEST
+    lexical_tables = fts.LEXICAL_TABLES
+    vector_tables = ("vec_memories",)
+
+    # -- legs ---------------------------------------------------------------------------------
+    def lexical(self, db: Database, query: LexicalQuery, filters: Filters, limit: int,
+                context_weight: float) -> list[tuple[int, float]]:
+        return fts.lexical(db, query, filters, limit, context_weight)
+
+    def trigram(self, db: Database, query: LexicalQuery, filters: Filters,
+                limit: int) -> list[tuple[int, float]]:
+        return fts.trigram(db, query, filters, limit)
+
+    def dense(self, db: Database, vector: bytes, filters: Filters, limit: int,
+              scope_rows: int | None) -> list[tuple[int, float]]:
+        return vec.dense(db, vector, filters, limit, scope_rows)
+
+    def semantic_neighbours(self, db: Database, memory_id: int, vector: bytes, tenant_id: str,
+                            user_id: str | None, kinds: tuple[str, ...], k: int
+                            ) -> list[tuple[int, float]]:
+        return vec.semantic_neighbours(db, memory_id, vector, tenant_id, user_id, kinds, k)
+
+    # -- lexical index ------------------------------------------------------------------------
+    def index_memory(self, db: Database, memory_id: int, text: str, context: str,
+                     scope: tuple[str | None, str | None, str | None]) -> None:
+        fts.index_memory(db, memory_id, text, context, scope)
+
+    def index_memories(self, db: Database, ids: list[int]) -> None:
+        fts.index_memories(db, ids)
+
+    def unindex_memories(self, db: Database, ids: list[int]) -> None:
+        fts.unindex_memories(db, ids)
+
+    def rebuild_lexical(self, db: Database) -> None:
+        fts.rebuild_lexical(db)
+
+    def reset_lexical(self, db: Database) -> None:
+        fts.reset_lexical(db)
+
+    def optimize_lexical(self, db: Database) -> None:
+        fts.optimize_lexical(db)
+
+    def lexical_orphans(self, db: Database) -> dict[str, list[int]]:
+        return fts.lexical_orphans(db)
+
+    def lexical_missing(self, db: Database) -> dict[str, list[int]]:
+        return fts.lexical_missing(db)
+
+    # -- vectors ------------------------------------------------------------------------------
+    def ensure_vectors(self, db: Database, dimension: int) -> None:
+        vec.ensure_vec_table(db, dimension)
+
+    def insert_vectors(self, db: Database, rows: list[tuple[int, bytes]]) -> None:
+        vec.insert_vectors(db, rows)
+
+    def delete_vectors(self, db: Database, ids: list[int]) -> None:
+        vec.delete_vectors(db, ids)
+
+    def reset_vectors(self, db: Database, dimension: int) -> None:
+        vec.reset_vectors(db, dimension)
+
+    def rebuild_vectors(self, db: Database, dimension: int) -> None:
+        vec.rebuild_index(db, dimension)
+
+    def sync_vectors(self, db: Database) -> None:
+        vec.sync_vec_index(db)
+
+    def vector_orphans(self, db: Database) -> dict[str, list[int]]:
+        # (a vec0 table can only be read with sqlite-vec loaded)
+        return {"vec_memories": vec.vector_orphans(db)} if db.vec_enabled else {}
+
+    # -- schema -------------------------------------------------------------------------------
+    def migrate(self, db: Database) -> int:
+        return migrations.migrate(db)
+
+    def schema_version(self, db: Database) -> int:
+        return migrations.current_version(db)
+
+    def table_names(self, db: Database) -> set[str]:
+        return migrations.table_names(db)
+
+    def create_missing(self, db: Database) -> list[str]:
+        # schema.sql again (every statement is IF NOT EXISTS): dropped tables, indexes and
+        # triggers come back empty, existing ones are left alone.
+        before = self.table_names(db)
+        db.conn.execute(migrations.schema_sql())
+        return sorted(self.table_names(db) - before)
+
+    def row_counts(self, db: Database, names: tuple[str, ...]) -> dict[str, int | None]:
+        # FTS5 tables are counted by their docsize shadow table: a contentless table cannot
+        # be scanned, and its docsize holds one row per indexed memory.
+        present = self.table_names(db)
+        out: dict[str, int | None] = {}
+        for name in names:
+            source = f"{name}_docsize" if name in fts.LEXICAL_TABLES else name
+            # (a vec0 table can only be read with sqlite-vec loaded)
+            unreadable = name == "vec_memories" and not db.vec_enabled
+            if name not in present or source not in present or unreadable:
+                out[name] = None
+                continue
+            out[name] = int(db.scalar(f"SELECT count(*) FROM {source}"))
+        return out
+
+    # -- physical -----------------------------------------------------------------------------
+    def integrity(self, db: Database, full: bool) -> list[str]:
+        # quick_check skips the comparison of index contents with their tables.
+        pragma = "integrity_check" if full else "quick_check"
+        return [str(r[0]) for r in db.execute(f"PRAGMA {pragma}(20)")]
+
+    def size_bytes(self, db: Database) -> int:
+        if db.path == ":memory:":
+            return int(db.scalar("PRAGMA page_count") * db.scalar("PRAGMA page_size"))
+        total = 0
+        for suffix in ("", "-wal"):
+            p = Path(db.path + suffix)
+            if p.exists():
+                total += p.stat().st_size
+        return total
+
+    def secure_delete(self, db: Database, mode: int) -> int:
+        old = int(db.scalar("PRAGMA secure_delete"))
+        db.execute(f"PRAGMA secure_delete = {('OFF', 'ON', 'FAST')[int(mode)]}")  # 2 is not FAST
+        return old
+
+    def erase_physically(self, db: Database) -> bool:
+        # VACUUM rewrites the whole file: free pages, and stale bytes that page splits leave
+        # in the unused middle of live pages (secure_delete cannot reach those), are gone
+        # afterwards; then the WAL, which still holds old page images, is truncated.
+        try:
+            db.execute("VACUUM")
+        except DatabaseBusyError:
+            return False  # another writer kept the lock past busy_timeout
+        return self.checkpoint(db)
+
+    def checkpoint(self, db: Database) -> bool:
+        # TRUNCATE waits for readers through the busy handler (busy_timeout); False when a
+        # reader still holds an old snapshot after that wait (its frames stay).
+        try:
+            row = db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+        except (apsw.Error, MemcliError):
+            return False
+        # (busy, frames in the WAL, frames checkpointed): -1 frames when not in WAL mode.
+        return row is None or (row[0] == 0 and row[1] <= 0)
+
+    def defer_foreign_keys(self, db: Database) -> None:
+        db.execute("PRAGMA defer_foreign_keys = ON")  # ends with the transaction
+
+    # -- sealed values ------------------------------------------------------------------------
+    def install_decryption(self, db: Database, trace: Callable[[tuple], tuple | None]) -> None:
+        # apsw drops a row its connection's row tracer returns None for.
+        db.conn.row_trace = lambda _cursor, row: trace(row)
+
+    def data_version(self, db: Database) -> Any:
+        return db.scalar("PRAGMA data_version")
+
+    def raw_rows(self, db: Database, sql: str, params: tuple) -> list[tuple]:
+        cursor = db.conn.cursor()
+        cursor.row_trace = lambda _c, row: row  # a cursor's tracer replaces the connection's
+        return list(cursor.execute(sql, params))
+
+    def sealed_columns(self, db: Database) -> list[tuple[str, str]]:
+        # Ordinary tables only: virtual tables and their shadow tables hold no sealed text.
+        out = []
+        for name, kind in db.conn.execute(
+                "SELECT name, type FROM pragma_table_list WHERE schema = 'main'"):
+            if kind != "table" or name.startswith("sqlite_"):
+                continue
+            for (column,) in db.conn.execute("SELECT name FROM pragma_table_info(?)", (name,)):
+                out.append((name, column))
+        return out
+
+    def reseal(self, db: Database, convert: Callable[[Any], Any], prefix: str) -> None:
+        # The events table refuses UPDATE (append-only): its trigger is dropped and
+        # re-created inside the caller's transaction.
+        db.conn.create_scalar_function("memcli_reseal", convert, 1)
+        trigger = db.scalar("SELECT sql FROM sqlite_schema WHERE type = 'trigger'"
+                            " AND name = 'events_no_update'")
+        if trigger:
+            db.execute("DROP TRIGGER events_no_update")
+        for table, column in self.sealed_columns(db):
+            db.execute(f'UPDATE "{table}" SET "{column}" = memcli_reseal("{column}")'
+                       f' WHERE substr("{column}", 1, ?) = ?', (len(prefix), prefix))
+        if trigger:
+            db.execute(trigger)
+
+    # -- errors -------------------------------------------------------------------------------
+    def environment_error(self, db: Database, exc: BaseException) -> StorageError | None:
+        from memcli.store.sqlite.connection import environment_error
+
+        return environment_error(exc, db.path)
+
+    def is_constraint_error(self, exc: BaseException) -> bool:
+        return isinstance(exc, apsw.ConstraintError)
+
+
+BACKEND = SqliteBackend()

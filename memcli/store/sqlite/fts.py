@@ -1,0 +1,230 @@
+"""FTS5: the lexical and trigram legs, their MATCH strings and their index rows.
+
+`memories_fts` (porter, unicode61, diacritics folded) holds each memory's text, its context
+key (an episode's previous turn) and a `scope` column of hashed tenant/user/session tokens;
+`memories_trigram` holds the text for substring matching of scripts without spaces. Both are
+contentless: rows are written by hand beside the memory (empty for a `high` memory: FTS5
+keeps indexed terms in plain text), deleted on purge, and rebuilt from `memories`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from memcli.store.backend import LexicalQuery
+    from memcli.store.connection import Database
+    from memcli.store.filters import Filters
+
+LEXICAL_TABLES = ("memories_fts", "memories_trigram")
+
+
+# -- MATCH strings ---------------------------------------------------------------------------------
+def quote(term: str) -> str:
+    """An FTS5 string literal: double quotes doubled, so nothing inside is syntax."""
+    return '"' + term.replace('"', '""') + '"'
+
+
+def fts_match(query: LexicalQuery) -> str | None:
+    """OR of quoted terms (FTS5's default AND finds almost nothing for questions)."""
+    return " OR ".join(quote(w) for w in query.terms) or None
+
+
+def trigram_match(query: LexicalQuery) -> str | None:
+    """OR of the quoted 3-character grams."""
+    return " OR ".join(quote(g) for g in query.grams) or None
+
+
+def _scope_token(prefix: str, value: str) -> str:
+    digest = hashlib.blake2b(value.encode("utf-8"), digest_size=6).hexdigest()
+    return f"{prefix}{digest}"
+
+
+def scope_terms(tenant_id: str | None, user_id: str | None, session_id: str | None) -> str:
+    """The `scope` column of a memory's lexical index row: one token per set scope field.
+
+    A query ANDs the token of its narrowest scope into its MATCH, so FTS5 intersects posting
+    lists and BM25 scores only rows of that scope, instead of scoring every match in the file
+    and dropping most of them in the join. The tokens are a prefilter only (the exact filter
+    still runs in SQL), so a hash collision can cost time, never a wrong result.
+    """
+    parts = []
+    for prefix, value in (("t", tenant_id), ("u", user_id), ("s", session_id)):
+        if value is not None:
+            parts.append(_scope_token(prefix, value))
+    return " ".join(parts)
+
+
+def register_scope_function(db: Database) -> None:
+    """`memcli_scope_terms(tenant, user, session)` in SQL, for rebuilding the lexical index."""
+    db.conn.create_scalar_function("memcli_scope_terms", scope_terms, 3, deterministic=True)
+
+
+def scoped_match(match: str, filters: Filters) -> str:
+    """`match` restricted to the turn and context columns, ANDed with the filters' narrowest
+    scope token (session, else user, else tenant); unchanged in meaning, faster to run."""
+    for prefix, value in (("s", filters.session_id), ("u", filters.user_id),
+                          ("t", filters.tenant_id)):
+        if value is not None:
+            return f'{{content context}} : ({match}) AND scope : "{_scope_token(prefix, value)}"'
+    return f"{{content context}} : ({match})"
+
+
+# -- legs --------------------------------------------------------------------------------------
+def lexical(db: Database, query: LexicalQuery, filters: Filters, limit: int,
+            context_weight: float = 0.5) -> list[tuple[int, float]]:
+    """BM25 over the turn (weight 1) and its context column; higher score is better."""
+    match = fts_match(query)
+    if match is None:
+        return []
+    where, params = filters.sql()
+    rows = db.execute(
+        f"SELECT m.id, -bm25(memories_fts, 1.0, ?, 0.0) AS s FROM memories_fts"
+        f" JOIN memories m ON m.id = memories_fts.rowid"
+        f" WHERE memories_fts MATCH ? AND {where} ORDER BY s DESC, m.id LIMIT ?",
+        [context_weight, scoped_match(match, filters), *params, limit],
+    )
+    return [(int(i), float(s)) for i, s in rows]
+
+
+def trigram(db: Database, query: LexicalQuery, filters: Filters,
+            limit: int) -> list[tuple[int, float]]:
+    match = trigram_match(query)
+    if match is None:
+        return []
+    where, params = filters.sql()
+    rows = db.execute(
+        f"SELECT m.id, -bm25(memories_trigram) AS s FROM memories_trigram"
+        f" JOIN memories m ON m.id = memories_trigram.rowid"
+        f" WHERE memories_trigram MATCH ? AND {where} ORDER BY s DESC, m.id LIMIT ?",
+        [match, *params, limit],
+    )
+    return [(int(i), float(s)) for i, s in rows]
+
+
+# -- index rows --------------------------------------------------------------------------------
+def index_memory(db: Database, memory_id: int, text: str, context: str,
+                 scope: tuple[str | None, str | None, str | None]) -> None:
+    db.execute(
+        "INSERT INTO memories_fts (rowid, content, context, scope) VALUES (?, ?, ?, ?)",
+        (memory_id, text, context, scope_terms(*scope)),
+    )
+    db.execute("INSERT INTO memories_trigram (rowid, content) VALUES (?, ?)", (memory_id, text))
+
+
+def index_memories(db: Database, ids: list[int]) -> None:
+    """Full-text and trigram rows for these memories, as ingest writes them: a `high` memory's
+    rows are empty and it is nobody's context; an episode's context is the previous episode of
+    its session (the same rule as `rebuild_lexical`)."""
+    if not ids:
+        return
+    register_scope_function(db)
+    db.execute("CREATE TEMP TABLE IF NOT EXISTS portable_ids (id INTEGER PRIMARY KEY)")
+    db.execute("DELETE FROM portable_ids")
+    db.executemany("INSERT INTO portable_ids (id) VALUES (?)", [(i,) for i in ids])
+    db.execute("""
+        WITH plain AS (
+            SELECT id, kind, session_id, tenant_id, user_id, event_seq, chunk_index,
+                   sensitivity = 'high' AS high,
+                   CASE WHEN sensitivity = 'high' THEN '' ELSE content END AS text
+            FROM memories
+            WHERE (tenant_id, coalesce(session_id, '')) IN (
+                SELECT m.tenant_id, coalesce(m.session_id, '') FROM memories m
+                JOIN portable_ids p ON p.id = m.id)),
+        ctx AS (
+            SELECT id, text, tenant_id, user_id, session_id,
+                   CASE WHEN kind = 'episode' AND session_id IS NOT NULL AND NOT high
+                        THEN coalesce(lag(text) OVER (PARTITION BY tenant_id, session_id,
+                                                      kind = 'episode'
+                                                      ORDER BY event_seq, chunk_index), '')
+                        ELSE '' END AS context
+            FROM plain)
+        INSERT INTO memories_fts (rowid, content, context, scope)
+        SELECT id, text, context, memcli_scope_terms(tenant_id, user_id, session_id)
+        FROM ctx WHERE id IN (SELECT id FROM portable_ids)""")
+    db.execute("INSERT INTO memories_trigram (rowid, content) SELECT id,"
+               " CASE WHEN sensitivity = 'high' THEN '' ELSE content END FROM memories"
+               " WHERE id IN (SELECT id FROM portable_ids)")
+    db.execute("DELETE FROM portable_ids")
+
+
+def unindex_memories(db: Database, ids: list[int]) -> None:
+    for start in range(0, len(ids), 500):
+        part = ids[start:start + 500]
+        marks = ",".join("?" * len(part))
+        db.execute(f"DELETE FROM memories_fts WHERE rowid IN ({marks})", part)
+        db.execute(f"DELETE FROM memories_trigram WHERE rowid IN ({marks})", part)
+
+
+def optimize_lexical(db: Database) -> None:
+    # FTS5 keeps a deleted row's terms in its segments (contentless_delete only adds a
+    # tombstone) until the segments are merged: rewrite both indexes so the text really goes.
+    db.execute("INSERT INTO memories_fts (memories_fts) VALUES ('optimize')")
+    db.execute("INSERT INTO memories_trigram (memories_trigram) VALUES ('optimize')")
+
+
+def rebuild_lexical(db: Database) -> None:
+    """Both lexical indexes again from `memories` (the same rows ingest writes: a `high`
+    memory's rows are empty, and it is nobody's context, as `memories.insert_memory` does)."""
+    register_scope_function(db)
+    db.execute("INSERT INTO memories_fts (memories_fts) VALUES ('delete-all')")
+    db.execute("INSERT INTO memories_trigram (memories_trigram) VALUES ('delete-all')")
+    db.execute("""
+        WITH plain AS (
+            SELECT id, kind, session_id, tenant_id, user_id, event_seq, chunk_index,
+                   sensitivity = 'high' AS high,
+                   CASE WHEN sensitivity = 'high' THEN '' ELSE content END AS text
+            FROM memories)
+        INSERT INTO memories_fts (rowid, content, context, scope)
+        SELECT id, text,
+               CASE WHEN kind = 'episode' AND session_id IS NOT NULL AND NOT high
+                    THEN coalesce(lag(text) OVER (PARTITION BY tenant_id, session_id,
+                                                  kind = 'episode'
+                                                  ORDER BY event_seq, chunk_index), '')
+                    ELSE '' END,
+               memcli_scope_terms(tenant_id, user_id, session_id)
+        FROM plain""")
+    db.execute("INSERT INTO memories_trigram (rowid, content) SELECT id,"
+               " CASE WHEN sensitivity = 'high' THEN '' ELSE content END FROM memories")
+
+
+def _create_statement(name: str) -> str:
+    import re
+
+    from memcli.store.sqlite.migrations import schema_sql
+
+    match = re.search(rf"CREATE VIRTUAL TABLE IF NOT EXISTS {name} USING fts5 \(.*?\);",
+                      schema_sql(), re.S)
+    assert match is not None, name  # schema.sql defines both lexical tables
+    return match.group(0)
+
+
+def reset_lexical(db: Database) -> None:
+    """Drop and re-create both lexical indexes, empty (a damaged FTS5 b-tree cannot always
+    be emptied); their DDL is schema.sql's own."""
+    for name in LEXICAL_TABLES:
+        db.execute(f"DROP TABLE IF EXISTS {name}")
+        db.conn.execute(_create_statement(name))
+
+
+def _ids(db: Database, sql: str) -> list[int]:
+    return [int(r[0]) for r in db.execute(sql)]
+
+
+def lexical_orphans(db: Database) -> dict[str, list[int]]:
+    return {
+        "memories_fts": _ids(db, "SELECT rowid FROM memories_fts"
+                                 " WHERE rowid NOT IN (SELECT id FROM memories)"),
+        "memories_trigram": _ids(db, "SELECT rowid FROM memories_trigram"
+                                     " WHERE rowid NOT IN (SELECT id FROM memories)"),
+    }
+
+
+def lexical_missing(db: Database) -> dict[str, list[int]]:
+    return {
+        "memories_fts": _ids(db, "SELECT id FROM memories"
+                                 " WHERE id NOT IN (SELECT rowid FROM memories_fts)"),
+        "memories_trigram": _ids(db, "SELECT id FROM memories"
+                                     " WHERE id NOT IN (SELECT rowid FROM memories_trigram)"),
+    }
