@@ -114,12 +114,11 @@ def sqlite_legs(db: Any, q: var.Query, filters: Filters, s: RetrievalSettings,
         legs[name] = fn()
         times[name] = (time.perf_counter() - t) * 1000
 
-    match = qtext.fts_match(q.text)
-    if match:
-        timed("lexical", lambda: sql.lexical(db, match, filters, n, s.context_weight))
-    tri = qtext.trigram_match(q.text)
-    if tri:
-        timed("trigram", lambda: sql.trigram(db, tri, filters, n))
+    query = qtext.lexical_query(q.text)
+    if query.terms:
+        timed("lexical", lambda: sql.lexical(db, query, filters, n, s.context_weight))
+    if query.grams:
+        timed("trigram", lambda: sql.trigram(db, query, filters, n))
     keys = query_entity_keys(q.text)
     scope_rows = sql.estimate_scope(db, filters, cap=sql.SCOPE_COUNT_CAP)
     small = scope_rows <= sql.SMALL_SCOPE
@@ -294,8 +293,9 @@ def run_cjk(dsn: str) -> dict[str, Any]:
         filters = memory.filters()
         rows: list[dict[str, Any]] = []
         for text in CJK_QUERIES:
-            tri = qtext.trigram_match(text)
-            lite = [i for i, _ in sql.trigram(memory.db, tri, filters, 10)] if tri else []
+            query = qtext.lexical_query(text)
+            lite = ([i for i, _ in sql.trigram(memory.db, query, filters, 10)]
+                    if query.grams else [])
             row: dict[str, Any] = {"query": text, "sqlite": lite}
             query = var.Query(text, [], var.cjk_grams(text), b"", {})
             for name, fn in TRIGRAM.items():

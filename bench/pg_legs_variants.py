@@ -24,29 +24,25 @@ Leg = Callable[..., list[tuple[int, float]]]
 @dataclass
 class Query:
     text: str
-    terms: list[str]  # the lexical leg's terms (as memcli's fts_match picks them)
-    grams: list[str]  # CJK 3-grams (as trigram_match), plus whole runs shorter than 3
+    terms: list[str]  # the lexical leg's terms (as memcli's lexical_query picks them)
+    grams: list[str]  # CJK 3-grams (as lexical_query), plus whole runs shorter than 3
     vector: bytes  # float32 little-endian, as SQLite stores it
     sparse: dict[int, float]
 
 
 def lexical_terms(text: str) -> list[str]:
-    """The terms memcli's fts_match ORs (stopwords dropped unless nothing else is left)."""
-    words = qtext.terms(text) or qtext.terms(text, drop_stopwords=False)
-    return words[: qtext.MAX_QUERY_TERMS]
+    """The terms memcli's lexical leg ORs (`lexical_query`: stopwords dropped unless nothing
+    else is left)."""
+    return list(qtext.lexical_query(text).terms)
 
 
 def cjk_grams(text: str) -> list[str]:
-    """trigram_match's grams (unquoted), and CJK runs of 1-2 characters as they are (FTS5's
-    trigram MATCH cannot search those; an ILIKE can)."""
-    grams: dict[str, None] = {}
+    """`lexical_query`'s grams, and CJK runs of 1-2 characters as they are (FTS5's trigram
+    MATCH cannot search those; an ILIKE can, so the PostgreSQL leg is given them)."""
+    grams = dict.fromkeys(qtext.lexical_query(text).grams)
     for run in qtext._CJK.findall(text):
-        if len(run) < 3:
+        if len(run) < 3 and len(grams) < qtext.MAX_QUERY_TERMS:
             grams.setdefault(run, None)
-        for i in range(max(0, len(run) - 2)):
-            if len(grams) >= qtext.MAX_QUERY_TERMS:
-                break
-            grams.setdefault(run[i:i + 3], None)
     return list(grams)
 
 
