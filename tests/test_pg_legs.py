@@ -3,7 +3,8 @@
 Small rows written straight into the schema of docs/design/postgresql-schema.sql (the generated
 `fts` column and the indexes are the server's own), then each leg's ids and order: stemming,
 BM25's idf and context weight, `high` rows never matched, tenant and user filters inside the
-SQL, a 2-character CJK query, exact and HNSW dense plans, and both sparse plans.
+SQL, a 2-character CJK query, exact and HNSW dense plans, and both sparse plans. The last test
+runs every leg through memcli's own PostgreSQL connection over the schema its migrations make.
 """
 
 from __future__ import annotations
@@ -13,8 +14,8 @@ import math
 import uuid
 
 import pytest
+from pg_db_support import pg_cluster, pg_db, pg_server  # noqa: F401  (the fixtures)
 from pg_legs_support import PgAdapter, apply_schema, float_blob
-from pg_support import pg_cluster, pg_server  # noqa: F401  (the fixtures)
 
 from memcli.store import sparse as sparse_sql
 from memcli.store.filters import Filters
@@ -244,3 +245,41 @@ def test_sparse_postings_both_plans_rank_by_score(pg):
     finally:
         conn.execute("DELETE FROM sparse_postings")
         conn.execute("DELETE FROM sparse_df")
+
+
+def test_legs_through_the_real_connection_and_migrated_schema(pg_db):  # noqa: F811
+    """memcli's own PostgreSQL connection (placeholder rewrite, pgvector adapters) over the
+    schema its migrations create: every leg runs and finds what it should."""
+    from memcli.store.postgres import migrations
+    from memcli.store.postgres.connection import PgDatabase
+
+    db = PgDatabase(pg_db)
+    try:
+        migrations.ensure_vectors(db, DIM)
+        for mid, content, context, vector in (
+                (1, "Priya was running to the station", "", [1, 0, 0, 0, 0, 0, 0, 0]),
+                (2, "我喜欢在北京喝茶", "we talked about tea", [0, 1, 0, 0, 0, 0, 0, 0]),
+                (3, "100% sure about the 50a50 split", "", [1, 1, 0, 0, 0, 0, 0, 0])):
+            db.execute(
+                "INSERT INTO memories (id, content, context, tenant_id, user_id, event_time,"
+                " created_at, updated_at) VALUES (?, ?, ?, 't1', 'u1', ?, ?, ?)",
+                (mid, content, context, TS, TS, TS))
+            db.execute("INSERT INTO memory_vectors (memory_id, tenant_id, user_id, embedding)"
+                       " VALUES (?, 't1', 'u1', ?::vector)",
+                       (mid, legs.vector_literal(float_blob(_unit(vector)))))
+        db.execute("INSERT INTO sparse_postings (term_id, memory_id, weight) VALUES"
+                   " (5, 1, 100), (5, 3, 300)")
+        db.execute("INSERT INTO sparse_df (term_id, df) VALUES (5, 2)")
+        assert ids(legs.lexical(db, ["runs", "tea"], U1, 10)) == [1, 2]
+        assert ids(legs.trigram(db, ["北京"], U1, 10)) == [2]
+        assert ids(legs.trigram(db, ["100%"], U1, 10)) == [3]
+        # LIKE's wildcards are literal: as patterns, these would match "100% sure", "0a5".
+        assert ids(legs.trigram(db, ["1%e"], U1, 10)) == []
+        assert ids(legs.trigram(db, ["0_5"], U1, 10)) == []
+        query = float_blob(_unit([1, 0.1, 0, 0, 0, 0, 0, 0]))
+        assert ids(legs.dense(db, query, U1, 2)) == [1, 3]
+        for small in (True, False):
+            assert legs.sparse(db, {5: 1.0}, U1, 10, max_df=10, small_scope=small) == [
+                (3, 3.0), (1, 1.0)]
+    finally:
+        db.close()
