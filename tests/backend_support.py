@@ -130,3 +130,57 @@ def stored_bytes(location: Path | str) -> bytes:
     data = Path(location).read_bytes()
     wal = Path(str(location) + "-wal")
     return data + (wal.read_bytes() if wal.exists() else b"")
+
+
+class _PgConnection:
+    """A plain psycopg connection with apsw's `execute(sql, params)` (SQLite placeholders)."""
+
+    def __init__(self, location: str) -> None:
+        import psycopg
+
+        self.conn = psycopg.connect(location, autocommit=True)
+
+    def execute(self, sql: str, params: tuple | list = ()):
+        from memcli.store.postgres.placeholders import rewrite
+
+        plan = rewrite(sql)
+        return self.conn.execute(plan.sql, plan.bind(tuple(params)))
+
+    def close(self) -> None:
+        self.conn.close()
+
+
+def connect(location: Path | str):
+    """A plain connection of the test's own (apsw with sqlite-vec, or psycopg) whose
+    `execute(sql, params)` takes SQLite's placeholders and returns a cursor."""
+    if is_pg(location):
+        return _PgConnection(str(location))
+    import apsw
+    import sqlite_vec
+
+    conn = apsw.Connection(str(location))
+    conn.enable_load_extension(True)
+    conn.load_extension(sqlite_vec.loadable_path())
+    return conn
+
+
+def table_names(execute) -> set[str]:
+    """The tables of a database, through a connection's or Database's `execute`."""
+    try:
+        return {n for (n,) in execute("SELECT tablename FROM pg_tables"
+                                      " WHERE schemaname = current_schema()")}
+    except Exception:  # noqa: BLE001 - not PostgreSQL: SQLite's catalogue
+        return {n for (n,) in execute("SELECT name FROM sqlite_schema")}
+
+
+def lexical_hits(location: Path | str, table: str, term: str) -> int:
+    """Rows of a lexical index matching `term` (SQLite: the FTS5 table; PostgreSQL: the
+    `fts` column for memories_fts, content substrings for memories_trigram)."""
+    if is_pg(location):
+        if table == "memories_fts":
+            sql = "SELECT count(*) FROM memories WHERE fts @@ plainto_tsquery('memcli', ?)"
+            return rows(location, sql, (term,))[0][0]
+        return rows(location, "SELECT count(*) FROM memories WHERE content ILIKE ?"
+                              " AND sensitivity <> 'high'", (f"%{term}%",))[0][0]
+    quoted = '"' + term.replace('"', '""') + '"'
+    return rows(location, f"SELECT count(*) FROM {table} WHERE {table} MATCH ?", (quoted,))[0][0]
