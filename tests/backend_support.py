@@ -119,9 +119,10 @@ def stored_bytes(location: Path | str) -> bytes:
         tables = [r[0] for r in rows(location, "SELECT tablename FROM pg_tables"
                                                " WHERE schemaname = current_schema()")]
         out = []
-        for table in tables:
-            out += [str(r[0]) for r in rows(location, f'SELECT t::text FROM "{table}" t')]
-        return "\n".join(out).encode()
+        for table in tables:  # bytea values as their bytes, everything else as text
+            for row in rows(location, f'SELECT * FROM "{table}"'):
+                out += [v if isinstance(v, bytes) else str(v).encode() for v in row]
+        return b"\n".join(out)
     import apsw
 
     conn = apsw.Connection(str(location))
