@@ -34,7 +34,7 @@ def records(tenant: str, count: int, *, prefix: str = "ev", session: str = "s1")
     return "".join(json.dumps({
         "event_id": f"{prefix}-{tenant}-{i}", "tenant_id": tenant, "session_id": session,
         "user_id": "u", "ts": f"2025-01-01T10:{i // 60 % 60:02d}:{i % 60:02d}Z",
-        "text": f"note {i} of {tenant}: the {('red', 'blue', 'green')[i % 3]} "
+        "text": f"{prefix} note {i} of {tenant}: the {('red', 'blue', 'green')[i % 3]} "
                 f"deploy number {i} went fine"}) + "\n" for i in range(count))
 
 
@@ -45,7 +45,7 @@ class Run:
 
     @property
     def ingested(self) -> int:
-        return sum(json.loads(r.stdout)["ingested"] for r in self.results)
+        return sum(len(json.loads(r.stdout)["created"]) for r in self.results)
 
     def failures(self) -> list[str]:
         return [f"exit {r.returncode}: {r.stderr.strip()}" for r in self.results

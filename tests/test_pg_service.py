@@ -51,9 +51,9 @@ def test_cli_routes_to_the_daemon_for_a_url(served, tmp_path: Path) -> None:
     wrote = run_client(["ingest", "-"], env, routes=routes, stdin=EVENTS)
     assert wrote.returncode == 0, wrote.stderr
     assert last_route(routes).startswith("daemon")
-    assert json.loads(wrote.stdout)["ingested"] == 2
+    assert json.loads(wrote.stdout)["created"] == ["ev-1", "ev-2"]
     again = run_client(["ingest", "-"], env, routes=routes, stdin=EVENTS)
-    assert json.loads(again.stdout)["ingested"] == 0  # idempotent through the pool too
+    assert json.loads(again.stdout)["skipped"] == ["ev-1", "ev-2"]  # idempotent, pooled too
     found = run_client(["query", "billing deploy", "--user", "priya", "--json"], env,
                        routes=routes)
     assert found.returncode == 0, found.stderr

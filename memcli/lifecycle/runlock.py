@@ -56,22 +56,21 @@ class RunLock:
                 held = sql.get_lock(self.db, self.name)
                 if engine is False or (engine is None and held is not None
                                        and not self._stale(held, now)):
-                    raise self._locked(held)
+                    raise self._locked(held, expires=engine is None)
                 sql.put_lock(self.db, self.name, self.holder, self.host, self.pid, now,
                              self._expiry())
         except BaseException:
             self._drop_engine_lock()
             raise
 
-    def _locked(self, held: dict | None) -> RunLockedError:
+    def _locked(self, held: dict | None, *, expires: bool) -> RunLockedError:
         if held is None:  # the holder has not written its row yet
             return RunLockedError(f"another `memcli {self.name}` is running",
                                   "retry later")
         return RunLockedError(
             f"another `memcli {self.name}` is running (pid {held['pid']} on "
             f"{held['host']}, since {held['acquired_at']})",
-            "retry later" + ("" if self.engine_lock or held["expires_at"] is None
-                             else f"; the lock expires at {held['expires_at']}"),
+            "retry later" + (f"; the lock expires at {held['expires_at']}" if expires else ""),
         )
 
     def _drop_engine_lock(self) -> None:
