@@ -404,9 +404,9 @@ class Service:
             return operation(Context(memory, self.settings), scope, request)
 
     def _server(self) -> bool:
-        from memcli.store.location import is_dsn, is_url
+        from memcli.store.location import is_postgres
 
-        return is_url(self.settings.db) or is_dsn(self.settings.db)
+        return is_postgres(self.settings.db)
 
     def close(self) -> None:
         with self._guard:

@@ -12,13 +12,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from memcli.store.location import is_dsn, is_url
+from memcli.store.location import is_postgres
 
 CHECKPOINT_WAIT = 5.0  # seconds the exit's WAL checkpoint may wait for other connections
 
 
 def is_server(location: str) -> bool:
-    return is_url(location) or is_dsn(location)
+    return is_postgres(location)
 
 
 class FileHolder:
@@ -51,13 +51,15 @@ class FileHolder:
 
 class PoolHolder:
     def __init__(self, settings: Any, pool_size: int) -> None:
-        from memcli.store.location import open_database
+        from memcli.store.location import open_database, server_location
         from memcli.store.postgres.pool import PgPool, install
 
         # One plain connection first: it creates or migrates memcli's tables and says plainly
         # why the server cannot be used (the pool would only time out), before anything binds.
         open_database(settings.db, busy_timeout=settings.busy_timeout).close()
-        self.pool = PgPool(settings.db, max_size=pool_size, timeout=settings.busy_timeout)
+        # Keyed as open_database hands the location to postgres.connect.
+        self.pool = PgPool(server_location(settings.db), max_size=pool_size,
+                           timeout=settings.busy_timeout)
         self.pool.open()
         install(self.pool)
         self.closed = False
