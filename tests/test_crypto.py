@@ -19,6 +19,8 @@ import pytest
 
 from tests.conftest import ndjson
 
+pytestmark = pytest.mark.backends  # SQLite and PostgreSQL (tests/backend_support.py)
+
 SECRET = "zqxplutonium"  # the `high` marker: a word no other text in the suite uses
 PLAIN = "zqxmarmalade"  # a `none` control marker: proves the byte scan can find text
 

@@ -18,7 +18,7 @@ from portable_support import KEY, OTHER_KEY, apply_ops, dump, open_memory, ops
 
 from memcli.portable.importer import load
 
-pytestmark = pytest.mark.usefixtures("fast_cli")
+pytestmark = [pytest.mark.usefixtures("fast_cli"), pytest.mark.backends]
 
 RICH = [
     ("turn", "default", "u1", 0, "message", "none", "alice likes green tea"),

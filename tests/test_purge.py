@@ -15,7 +15,8 @@ from memcli.config import RetrievalSettings
 from memcli.providers.embedders import HashEmbedder
 from memcli.store import relations as rel
 
-pytestmark = pytest.mark.usefixtures("fast_cli")  # conftest: no SPLADE, one click command
+# conftest: no SPLADE, one click command; SQLite and PostgreSQL (tests/backend_support.py)
+pytestmark = [pytest.mark.usefixtures("fast_cli"), pytest.mark.backends]
 
 
 def connect(db_path: Path) -> apsw.Connection:

@@ -27,6 +27,8 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
+pytestmark = pytest.mark.backends  # SQLite and PostgreSQL (tests/backend_support.py)
+
 TALLY: Counter[str] = Counter()
 RUNS = itertools.count()
 
