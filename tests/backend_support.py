@@ -14,9 +14,12 @@ The helpers below read a database of either kind without going through memcli.
 
 from __future__ import annotations
 
+import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from pg_db_support import with_database
 
 BACKENDS = ["sqlite", "postgresql"]
 
@@ -38,7 +41,41 @@ def location(backend: str, tmp_path: Path, request: pytest.FixtureRequest) -> Pa
         return tmp_path / "memory.db"
     if request.node.get_closest_marker("sqlite_only"):
         pytest.skip("SQLite-only: inspects the SQLite file itself")
-    return request.getfixturevalue("pg_db")
+    return request.getfixturevalue("pg_memcli_db")
+
+
+@pytest.fixture(scope="session")
+def pg_memcli_template(pg_server: str) -> Iterator[str]:
+    """A database memcli created its schema in, once per session, as a template: copying it
+    (CREATE DATABASE ... TEMPLATE) costs a fraction of creating the extensions and schema per
+    test."""
+    psycopg = pytest.importorskip("psycopg")
+    from memcli.store.postgres import connect
+
+    name = f"memcli_tpl_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(pg_server, autocommit=True) as admin:
+        admin.execute(f'CREATE DATABASE "{name}" TEMPLATE template0')
+    try:
+        connect(with_database(pg_server, name)).close()
+        yield name
+    finally:
+        with psycopg.connect(pg_server, autocommit=True) as admin:
+            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture
+def pg_memcli_db(pg_server: str, pg_memcli_template: str) -> Iterator[str]:
+    """A fresh memcli database (schema created, no rows) for one test, dropped afterwards."""
+    import psycopg
+
+    name = f"memcli_t_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(pg_server, autocommit=True) as admin:
+        admin.execute(f'CREATE DATABASE "{name}" TEMPLATE "{pg_memcli_template}"')
+    try:
+        yield with_database(pg_server, name)
+    finally:
+        with psycopg.connect(pg_server, autocommit=True) as admin:
+            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 def rows(location: Path | str, sql: str, params: tuple | list = ()) -> list[tuple]:
@@ -82,9 +119,10 @@ def stored_bytes(location: Path | str) -> bytes:
         tables = [r[0] for r in rows(location, "SELECT tablename FROM pg_tables"
                                                " WHERE schemaname = current_schema()")]
         out = []
-        for table in tables:
-            out += [str(r[0]) for r in rows(location, f'SELECT t::text FROM "{table}" t')]
-        return "\n".join(out).encode()
+        for table in tables:  # bytea values as their bytes, everything else as text
+            for row in rows(location, f'SELECT * FROM "{table}"'):
+                out += [v if isinstance(v, bytes) else str(v).encode() for v in row]
+        return b"\n".join(out)
     import apsw
 
     conn = apsw.Connection(str(location))
@@ -93,3 +131,57 @@ def stored_bytes(location: Path | str) -> bytes:
     data = Path(location).read_bytes()
     wal = Path(str(location) + "-wal")
     return data + (wal.read_bytes() if wal.exists() else b"")
+
+
+class _PgConnection:
+    """A plain psycopg connection with apsw's `execute(sql, params)` (SQLite placeholders)."""
+
+    def __init__(self, location: str) -> None:
+        import psycopg
+
+        self.conn = psycopg.connect(location, autocommit=True)
+
+    def execute(self, sql: str, params: tuple | list = ()):
+        from memcli.store.postgres.placeholders import rewrite
+
+        plan = rewrite(sql)
+        return self.conn.execute(plan.sql, plan.bind(tuple(params)))
+
+    def close(self) -> None:
+        self.conn.close()
+
+
+def connect(location: Path | str):
+    """A plain connection of the test's own (apsw with sqlite-vec, or psycopg) whose
+    `execute(sql, params)` takes SQLite's placeholders and returns a cursor."""
+    if is_pg(location):
+        return _PgConnection(str(location))
+    import apsw
+    import sqlite_vec
+
+    conn = apsw.Connection(str(location))
+    conn.enable_load_extension(True)
+    conn.load_extension(sqlite_vec.loadable_path())
+    return conn
+
+
+def table_names(execute) -> set[str]:
+    """The tables of a database, through a connection's or Database's `execute`."""
+    try:
+        return {n for (n,) in execute("SELECT tablename FROM pg_tables"
+                                      " WHERE schemaname = current_schema()")}
+    except Exception:  # noqa: BLE001 - not PostgreSQL: SQLite's catalogue
+        return {n for (n,) in execute("SELECT name FROM sqlite_schema")}
+
+
+def lexical_hits(location: Path | str, table: str, term: str) -> int:
+    """Rows of a lexical index matching `term` (SQLite: the FTS5 table; PostgreSQL: the
+    `fts` column for memories_fts, content substrings for memories_trigram)."""
+    if is_pg(location):
+        if table == "memories_fts":
+            sql = "SELECT count(*) FROM memories WHERE fts @@ plainto_tsquery('memcli', ?)"
+            return rows(location, sql, (term,))[0][0]
+        return rows(location, "SELECT count(*) FROM memories WHERE content ILIKE ?"
+                              " AND sensitivity <> 'high'", (f"%{term}%",))[0][0]
+    quoted = '"' + term.replace('"', '""') + '"'
+    return rows(location, f"SELECT count(*) FROM {table} WHERE {table} MATCH ?", (quoted,))[0][0]

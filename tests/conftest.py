@@ -14,9 +14,10 @@ import backend_support
 import pytest
 import typer.main
 import typer.testing
+from backend_support import pg_memcli_db, pg_memcli_template  # noqa: F401 - the matrix's PG
 from daemon_support import no_stray_daemons  # noqa: F401 - autouse: no test leaves a daemon
 from llmstub import make_stub
-from pg_db_support import pg_db  # noqa: F401 - the PostgreSQL case of the backend matrix
+from pg_db_support import pg_db  # noqa: F401
 from pg_support import pg_cluster, pg_server  # noqa: F401
 from typer.testing import CliRunner
 

@@ -474,3 +474,20 @@ def test_report_formats(cli, fmt):
         assert result.stdout.startswith("created 1 event(s), 1 memories")
     else:
         assert json.loads(result.stdout.strip())["created"] == ["s1-0"]
+
+
+def test_a_nul_character_is_kept_on_sqlite_and_refused_alone_on_postgresql(cli, db_path):
+    """PostgreSQL text cannot hold U+0000: that record is rejected with a one-line reason and
+    the rest of the batch is stored; SQLite stores it as before."""
+    result = ingest(cli, [{"event_id": "n", "text": "before\u0000after", "session_id": "s1"},
+                          {"event_id": "ok", "text": "plain text", "session_id": "s1"}])
+    report = json.loads(result.stdout)
+    if is_pg(db_path):
+        assert result.exit_code == 2
+        (rejected,) = report["rejected"]
+        assert rejected["event_id"] == "n" and "\n" not in rejected["reason"]
+        assert "NUL character (U+0000)" in rejected["reason"]
+        assert rows(db_path, "SELECT event_id FROM events") == [("ok",)]
+    else:
+        assert result.exit_code == 0 and report["rejected"] == []
+        assert len(rows(db_path, "SELECT event_id FROM events")) == 2
