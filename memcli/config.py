@@ -168,6 +168,8 @@ class Settings(BaseModel):
     context_dir: Path | None = None
     # Seconds a writer waits for the write lock before exiting 75 (MEMCLI_BUSY_TIMEOUT).
     busy_timeout: float = Field(default=30.0, gt=0)
+    # Connections `memcli serve` keeps to a PostgreSQL database at most (`--pool-size`).
+    pool_size: int = Field(default=10, ge=1, le=1000)
     # The MCP tools offered when `memcli mcp --tools` is not given: "default", "all" or a list.
     mcp_tools: str | None = None
 

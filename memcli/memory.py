@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from memcli.categories import Categories, load_categories
 from memcli.config import LifecycleSettings, RetrievalSettings, Settings
-from memcli.errors import UsageError
+from memcli.errors import DatabaseBusyError, UsageError
 from memcli.models import Hit, IngestReport, QueryResult
 from memcli.retrieval import scope as widening
 from memcli.retrieval import search
@@ -149,7 +149,12 @@ class Memory:
         if self.db.path == ":memory:" or self.db.in_transaction:
             return None
         if self._reader is None:
-            self._reader = open_database(self.db.path, readonly=True)
+            # `location`: a server's as given (its `path` masks the password for messages).
+            try:
+                self._reader = open_database(getattr(self.db, "location", self.db.path),
+                                             readonly=True)
+            except DatabaseBusyError:  # a daemon's pool with no connection to spare
+                return None
         return self._reader
 
     # -- writing -------------------------------------------------------------------------------

@@ -46,6 +46,9 @@ def register(app: typer.Typer) -> None:
             show_default=False)] = None,
         no_token: Annotated[bool, typer.Option(
             "--no-token", help="Allow HTTP on loopback without a token.")] = False,
+        pool_size: Annotated[int | None, typer.Option(
+            "--pool-size", min=1, max=1000, help="PostgreSQL: connections the daemon keeps at "
+            "most (default: config `pool_size`, 10).", show_default=False)] = None,
     ) -> None:
         """Run one warm process for the database: the CLI forwards commands to it, and it
         serves the HTTP API (and MCP). Stop it with SIGTERM or Ctrl-C."""
@@ -58,7 +61,8 @@ def register(app: typer.Typer) -> None:
         with errors():
             settings, ep = _endpoint(db, socket, create=True)
             http = HttpOptions(port=port, host=host, token_file=token_file, no_token=no_token)
-            code = run(settings, ep, idle_exit=idle_exit, grace=grace, http=http)
+            code = run(settings, ep, idle_exit=idle_exit, grace=grace, http=http,
+                       pool_size=pool_size)
         # Threads of requests that outlived the grace period must not hold up the exit.
         sys.stdout.flush()
         sys.stderr.flush()

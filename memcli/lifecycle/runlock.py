@@ -1,10 +1,12 @@
 """A named lock row per lifecycle command, so two cron runs of it never overlap.
 
-The lock lives in the database (not a lock file) so it follows the database wherever it is, and
-works the same on a future server backend. A holder that crashed cannot release it, so a lock
-is also free once it expires (the holder refreshes it while working), or at once when its pid
-no longer exists on this host. A lock held by a live run raises `RunLockedError`: exit 75, so
-cron (or a retry wrapper) simply tries again later.
+The lock lives in the database (not a lock file) so it follows the database wherever it is. On
+SQLite a holder that crashed cannot release it, so a lock is also free once it expires (the
+holder refreshes it while working), or at once when its pid no longer exists on this host. On
+PostgreSQL the lock is a session advisory lock (`Backend.take_run_lock`), freed by the server
+when the holder's connection ends, whatever host it ran on; the row then only names the
+holder. A lock held by a live run raises `RunLockedError`: exit 75, so cron (or a retry
+wrapper) simply tries again later.
 """
 
 from __future__ import annotations
@@ -37,21 +39,44 @@ class RunLock:
         self.host = socket.gethostname()
         self.pid = os.getpid()
         self.holder = f"{self.host}:{self.pid}:{uuid.uuid4().hex[:8]}"
+        self.engine_lock = False  # this connection holds the engine's session lock
 
     def _expiry(self) -> str:
         return format_ts(datetime.now(UTC) + self.ttl)
 
     def acquire(self) -> None:
         now = format_ts(datetime.now(UTC))
-        with self.db.transaction():
-            held = sql.get_lock(self.db, self.name)
-            if held is not None and not self._stale(held, now):
-                raise RunLockedError(
-                    f"another `memcli {self.name}` is running (pid {held['pid']} on "
-                    f"{held['host']}, since {held['acquired_at']})",
-                    f"retry later; the lock expires at {held['expires_at']}",
-                )
-            sql.put_lock(self.db, self.name, self.holder, self.host, self.pid, now, self._expiry())
+        # A server engine's session lock (PostgreSQL: an advisory lock) decides when it has
+        # one: it dies with a killed holder's connection on any host, so the row below is then
+        # only who holds it, for the message. SQLite has none: the row's expiry and pid do.
+        engine = self.db.backend.take_run_lock(self.db, self.name)
+        self.engine_lock = engine is True
+        try:
+            with self.db.transaction():
+                held = sql.get_lock(self.db, self.name)
+                if engine is False or (engine is None and held is not None
+                                       and not self._stale(held, now)):
+                    raise self._locked(held, expires=engine is None)
+                sql.put_lock(self.db, self.name, self.holder, self.host, self.pid, now,
+                             self._expiry())
+        except BaseException:
+            self._drop_engine_lock()
+            raise
+
+    def _locked(self, held: dict | None, *, expires: bool) -> RunLockedError:
+        if held is None:  # the holder has not written its row yet
+            return RunLockedError(f"another `memcli {self.name}` is running",
+                                  "retry later")
+        return RunLockedError(
+            f"another `memcli {self.name}` is running (pid {held['pid']} on "
+            f"{held['host']}, since {held['acquired_at']})",
+            "retry later" + (f"; the lock expires at {held['expires_at']}" if expires else ""),
+        )
+
+    def _drop_engine_lock(self) -> None:
+        if self.engine_lock:
+            self.engine_lock = False
+            self.db.backend.drop_run_lock(self.db, self.name)
 
     def refresh(self) -> None:
         """Push the expiry out again; long runs call this between units of work."""
@@ -59,8 +84,11 @@ class RunLock:
             sql.refresh_lock(self.db, self.name, self.holder, self._expiry())
 
     def release(self) -> None:
-        with self.db.transaction():
-            sql.release_lock(self.db, self.name, self.holder)
+        try:
+            with self.db.transaction():
+                sql.release_lock(self.db, self.name, self.holder)
+        finally:
+            self._drop_engine_lock()
 
     def _stale(self, held: dict, now: str) -> bool:
         if held["expires_at"] <= now:

@@ -352,7 +352,8 @@ def delete_app_memories(ctx: Context, scope: Scope, request: dict[str, Any]) -> 
 @dataclass
 class Service:
     """The open database for a server's worker threads: one Memory per thread (apsw
-    connections are not shared between threads) and the models built once and shared. Writes
+    connections are not shared between threads; on PostgreSQL one per request, on a pooled
+    connection) and the models built once and shared. Writes
     queue on the process-wide writer lock `Database.transaction` takes
     (memcli/store/sqlite/writers.py), bounded by the busy timeout (then 503, exit 75), and only
     around the transaction: a write's models run before it, as in the CLI, so one request's
@@ -374,6 +375,7 @@ class Service:
             return self._models
 
     def memory(self) -> Memory:
+        """This thread's Memory, kept open (a SQLite file)."""
         memory = getattr(self._local, "memory", None)
         if memory is None:
             from memcli.memory import Memory
@@ -389,8 +391,22 @@ class Service:
 
     def run(self, operation: Callable[[Context, Scope, Any], Any], scope: Scope,
             request: Any) -> Any:
-        """Run one operation for one caller (on the calling thread)."""
-        return operation(Context(self.memory(), self.settings), scope, request)
+        """Run one operation for one caller (on the calling thread). On a PostgreSQL server
+        the request borrows a connection from the daemon's pool for its own length (a
+        thread's idle connection would hold a server slot for nothing)."""
+        if not self._server():
+            return operation(Context(self.memory(), self.settings), scope, request)
+        from memcli.memory import Memory
+
+        embedder, sparse = self.models()
+        with Memory.open(self.settings.db, embedder=embedder, sparse=sparse,
+                         settings=self.settings) as memory:
+            return operation(Context(memory, self.settings), scope, request)
+
+    def _server(self) -> bool:
+        from memcli.store.location import is_postgres
+
+        return is_postgres(self.settings.db)
 
     def close(self) -> None:
         with self._guard:

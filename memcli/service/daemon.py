@@ -5,7 +5,9 @@ naming the pid; a lock left by a killed daemon is free again, so its stale socke
 replaced), write the pidfile, bind the CLI socket (0600) and, when the HTTP app is available,
 its unix socket (and TCP with `--port`), then load the configured models in the background.
 Stop (SIGTERM, SIGINT or `--idle-exit`): stop accepting, let requests in flight finish (at most
-`grace` seconds), checkpoint the WAL (TRUNCATE, bounded), remove socket and pidfile, exit 0.
+`grace` seconds), checkpoint the WAL (TRUNCATE, bounded; a SQLite file) or close the
+connection pool (PostgreSQL), remove socket and pidfile, exit 0. What the daemon holds open for
+its database, per engine, is memcli/service/holder.py.
 
 The main thread runs the HTTP server (uvicorn needs it for its signal handling), or just waits;
 the CLI socket is served by threads.
@@ -28,10 +30,8 @@ from typing import Any
 
 from memcli.errors import MemcliError, UsageError
 from memcli.service import paths, runctx
+from memcli.service.holder import FileHolder, PoolHolder, hold
 from memcli.service.server import CliServer, bind_unix
-from memcli.store.sqlite.writers import KeepOpen, checkpoint_wal  # SQLite-only: WAL
-
-CHECKPOINT_WAIT = 5.0  # seconds the exit's WAL checkpoint may wait for other connections
 
 
 class AlreadyServing(MemcliError):
@@ -49,6 +49,7 @@ class State:
     cli: CliServer | None = None
     activity: Activity | None = None
     http: str | None = None
+    holder: FileHolder | PoolHolder | None = None
 
 
 _STATE: State | None = None
@@ -64,7 +65,8 @@ def status(ep: paths.Endpoint) -> dict[str, Any]:
         return {"running": True, "pid": os.getpid(), "db": state.db, "socket": ep.socket,
                 "http_socket": ep.http_socket if state.http is not None else None,
                 "http_url": state.http or None, "models_ready": state.models_ready.is_set(),
-                "requests": served, "uptime_s": round(time.time() - state.started, 1)}
+                "requests": served, "uptime_s": round(time.time() - state.started, 1),
+                **({"pool": pool} if (pool := state.holder and state.holder.stats()) else {})}
     pid = _lock_holder(ep)
     return {"running": pid is not None, "pid": pid, "socket": ep.socket, "answered": False}
 
@@ -247,27 +249,27 @@ def _tracked(app: Any, activity: Activity) -> Any:
 def serve(settings: Any, ep: paths.Endpoint, *, idle_exit: float | None = None,
           grace: float = 30.0, http: HttpOptions | None = None,
           log: Callable[[str], None] = lambda line: print(line, file=sys.stderr, flush=True),
-          ) -> int:
+          pool_size: int | None = None) -> int:
     """Run the daemon until a signal or the idle timeout; the exit code (0)."""
     lock_fd = take_lock(ep)
     stop = threading.Event()
     activity = Activity()
     cli: CliServer | None = None
     web: HttpServer | None = None
+    keeper: FileHolder | PoolHolder | None = None
     try:
         runctx.install()
-        keeper = KeepOpen(str(settings.db))
+        keeper = hold(settings, pool_size)
 
         def on_request() -> None:
             activity.touch()
             keeper.ensure()
 
-        keeper.ensure()
         cli = CliServer(Path(ep.socket), on_request=on_request)
         web = HttpServer.build(settings, ep, http or HttpOptions(), activity, grace, log)
         global _STATE
-        _STATE = State(db=str(settings.db), ep=ep, cli=cli, activity=activity,
-                       http=(web.tcp_address or "") if web is not None else None)
+        _STATE = State(db=_shown_db(settings.db), ep=ep, cli=cli, activity=activity,
+                       http=(web.tcp_address or "") if web is not None else None, holder=keeper)
         threading.Thread(target=warm_up, args=(settings, log, _STATE.models_ready),
                          name="memcli-warm-up", daemon=True).start()
 
@@ -280,7 +282,7 @@ def serve(settings: Any, ep: paths.Endpoint, *, idle_exit: float | None = None,
             signal.signal(sig, on_signal)
         cli.start()
         where = f"{ep.socket}" + (f" and {web.tcp_address}" if web and web.tcp_address else "")
-        log(f"memcli: serving {settings.db} on {where} (pid {os.getpid()})")
+        log(f"memcli: serving {_shown_db(settings.db)} on {where} (pid {os.getpid()})")
         idle = threading.Thread(target=_idle_watch, name="memcli-idle", daemon=True,
                                 args=(stop, web, cli, activity, idle_exit))
         idle.start()
@@ -289,10 +291,12 @@ def serve(settings: Any, ep: paths.Endpoint, *, idle_exit: float | None = None,
             stop.set()
         while not stop.wait(0.5):
             pass
-        return _shutdown(settings, ep, cli, grace, log, keeper)
+        return _shutdown(cli, grace, log, keeper)
     finally:
         if cli is not None:
             cli.close()
+        if keeper is not None:
+            keeper.close()  # a second close is a no-op; here for a start that failed midway
         for path in (ep.socket, ep.http_socket, ep.pid):
             with contextlib.suppress(OSError):
                 os.unlink(path)
@@ -311,14 +315,23 @@ def _idle_watch(stop: threading.Event, web: HttpServer | None, cli: CliServer,
             return
 
 
-def _shutdown(settings: Any, ep: paths.Endpoint, cli: CliServer, grace: float,
-              log: Callable[[str], None], keeper: KeepOpen) -> int:
+def _shown_db(location: str) -> str:
+    """The database as logs and `serve status` show it (a server URL's password masked)."""
+    from memcli.service.holder import is_server
+
+    if not is_server(location):
+        return location
+    from memcli.store.postgres.connection import masked
+
+    return masked(location)
+
+
+def _shutdown(cli: CliServer, grace: float, log: Callable[[str], None],
+              keeper: FileHolder | PoolHolder) -> int:
     cli.close()
     if not cli.wait_idle(grace):
         log(f"memcli: warning: {cli.active} request(s) still running after {grace:g} s; "
             "exiting anyway (their transactions roll back)")
     keeper.close()
-    if Path(settings.db).exists():
-        checkpoint_wal(str(settings.db), CHECKPOINT_WAIT)
     log("memcli: serve stopped")
     return 0

@@ -171,6 +171,16 @@ class Backend(Protocol):
         """Replace every value starting with `prefix` by `convert(value)`, append-only
         tables included (key rotation), in the caller's transaction."""
 
+    # -- lifecycle run locks (memcli/lifecycle/runlock.py)
+    def take_run_lock(self, db: Database, name: str) -> bool | None:
+        """The engine's own lock for lifecycle command `name`, held by this connection until
+        `drop_run_lock` or the connection's end (a killed holder's dies with it): True when
+        taken, False when another connection holds it, None when the engine has none (then
+        the `run_locks` row's expiry and pid liveness decide)."""
+
+    def drop_run_lock(self, db: Database, name: str) -> None:
+        """Release what `take_run_lock` took (nothing when it returned None)."""
+
     # -- errors
     def environment_error(self, db: Database, exc: BaseException) -> StorageError | None:
         """The one-line error for a failure of the environment (permissions, disk, I/O,

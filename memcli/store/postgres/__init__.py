@@ -19,8 +19,12 @@ def connect(location: str, *, readonly: bool = False, must_exist: bool = False,
             busy_timeout: float = BUSY_TIMEOUT) -> PgDatabase:
     """Open the memcli database at `location` (a `postgresql://` / `postgres://` URL or a
     libpq keyword string), creating memcli's tables in an empty database unless `readonly`
-    or `must_exist`. The server database itself is never created: that is the DBA's step."""
+    or `must_exist`. The server database itself is never created: that is the DBA's step.
+    In a process that installed a pool for `location` (the daemon), the connection is
+    borrowed from it and `close()` gives it back."""
     from memcli.store.postgres.connection import PgDatabase
+    from memcli.store.postgres.pool import installed
 
+    # Inside `memcli serve`: a connection borrowed from the daemon's pool (pool.py).
     return PgDatabase(location, readonly=readonly, must_exist=must_exist,
-                      busy_timeout=busy_timeout)
+                      busy_timeout=busy_timeout, pool=installed(location))

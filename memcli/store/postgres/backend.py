@@ -285,6 +285,13 @@ class PgBackend:
         found = errors.mapped(exc, db.path, db.busy_timeout)
         return found if isinstance(found, StorageError) else None
 
+    def take_run_lock(self, db: PgDatabase, name: str) -> bool | None:
+        # A session advisory lock: the server frees it when the holder's connection ends.
+        return db.try_run_lock(name)
+
+    def drop_run_lock(self, db: PgDatabase, name: str) -> None:
+        db.release_run_lock(name)
+
     def is_constraint_error(self, exc: BaseException) -> bool:
         import psycopg
 

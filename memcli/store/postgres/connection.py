@@ -21,7 +21,7 @@ import contextlib
 import hashlib
 import itertools
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import psycopg
 from psycopg.pq import TransactionStatus
@@ -30,6 +30,11 @@ from memcli.errors import NoDatabaseError, SchemaError
 from memcli.store.location import _DSN_PASSWORD, _shown, is_url
 from memcli.store.postgres import adapt, errors
 from memcli.store.postgres.placeholders import rewrite
+
+if TYPE_CHECKING:
+    from memcli.store.postgres.pool import PgPool
+
+SECOND_WAIT = 1.0  # see pool.py: a read-only (second) borrow waits only this long
 
 BUSY_TIMEOUT = 30.0
 CONNECT_TIMEOUT = 10  # seconds libpq waits for the server to answer at all
@@ -89,7 +94,9 @@ class PgDatabase:
     row_trace: Callable[[tuple], tuple | None] | None = None
 
     def __init__(self, location: str, *, readonly: bool = False, must_exist: bool = False,
-                 busy_timeout: float = BUSY_TIMEOUT) -> None:
+                 busy_timeout: float = BUSY_TIMEOUT, pool: PgPool | None = None) -> None:
+        """`pool`: borrow the connection from it (the daemon's, pool.py) and give it back on
+        `close()`, instead of connecting."""
         from memcli.store.crypto import Sealer
         from memcli.store.postgres import migrations
         from memcli.store.postgres.backend import BACKEND
@@ -101,13 +108,19 @@ class PgDatabase:
         self.path = masked(location)  # for messages; never the password
         self.busy_timeout = busy_timeout
         self.read_only = readonly
+        self._pool = pool
+        if pool is not None:
+            # Configured by the pool (adapters, pgvector types).
+            self.conn = pool.borrow(SECOND_WAIT if readonly else None)
+        else:
+            try:
+                self.conn = psycopg.connect(location, autocommit=True,
+                                            connect_timeout=CONNECT_TIMEOUT)
+            except psycopg.Error as exc:
+                raise errors.connect_error(exc, self.path, must_exist=must_exist) from None
         try:
-            self.conn = psycopg.connect(location, autocommit=True,
-                                        connect_timeout=CONNECT_TIMEOUT)
-        except psycopg.Error as exc:
-            raise errors.connect_error(exc, self.path, must_exist=must_exist) from None
-        try:
-            adapt.configure(self.conn)
+            if pool is None:
+                adapt.configure(self.conn)
             if readonly:
                 self.execute("SET default_transaction_read_only = on")
             tables = self._foreign_check()
@@ -119,10 +132,11 @@ class PgDatabase:
                 migrations.check_version(self)
             else:
                 migrations.migrate(self)
-            self._register_vector()
+            if pool is None:
+                self._register_vector()
             self.crypto = Sealer(self)  # `high` values, through backend.install_decryption
         except BaseException:
-            self.conn.close()
+            self.close()
             raise
 
     def _foreign_check(self) -> list[str]:
@@ -306,4 +320,8 @@ class PgDatabase:
             " WHERE n.nspname = current_schema() AND c.relkind IN ('r', 'p', 'm')"))
 
     def close(self) -> None:
-        self.conn.close()
+        if self._pool is None:
+            self.conn.close()
+        elif self.conn is not None:  # back to the pool once, however often close() is called
+            conn, self.conn = self.conn, None
+            self._pool.give_back(conn)

@@ -209,6 +209,13 @@ class SqliteBackend:
             db.execute(trigger)
 
     # -- errors -------------------------------------------------------------------------------
+    def take_run_lock(self, db: Database, name: str) -> bool | None:
+        # No session lock in SQLite: the `run_locks` row (expiry, pid on this host) is the lock.
+        return None
+
+    def drop_run_lock(self, db: Database, name: str) -> None:
+        pass
+
     def environment_error(self, db: Database, exc: BaseException) -> StorageError | None:
         from memcli.store.sqlite.connection import environment_error
 

@@ -1,0 +1,87 @@
+"""What `memcli serve` holds open for its database for its whole life, per engine.
+
+- A SQLite file: one idle connection (`KeepOpen`: a request's connection is never the last, so
+  the WAL is not checkpointed and deleted after each request) and, on exit, a bounded WAL
+  checkpoint.
+- A PostgreSQL server: the daemon's connection pool (memcli/store/postgres/pool.py), installed
+  so that every request's `open_database` borrows from it. No WAL to checkpoint: closing the
+  pool closes the connections; the server's own durability covers the rest.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from memcli.store.location import is_postgres
+
+CHECKPOINT_WAIT = 5.0  # seconds the exit's WAL checkpoint may wait for other connections
+
+
+def is_server(location: str) -> bool:
+    return is_postgres(location)
+
+
+class FileHolder:
+    def __init__(self, path: str) -> None:
+        from memcli.store.sqlite.writers import KeepOpen
+
+        self.path = path
+        self.keeper = KeepOpen(path)
+        self.keeper.ensure()
+        self.closed = False
+
+    def ensure(self) -> None:
+        self.keeper.ensure()
+
+    def stats(self) -> dict[str, Any] | None:
+        return None
+
+    def close(self) -> None:
+        import os
+
+        from memcli.store.sqlite.writers import checkpoint_wal
+
+        if self.closed:
+            return
+        self.closed = True
+        self.keeper.close()
+        if os.path.exists(self.path):
+            checkpoint_wal(self.path, CHECKPOINT_WAIT)
+
+
+class PoolHolder:
+    def __init__(self, settings: Any, pool_size: int) -> None:
+        from memcli.store.location import open_database, server_location
+        from memcli.store.postgres.pool import PgPool, install
+
+        # One plain connection first: it creates or migrates memcli's tables and says plainly
+        # why the server cannot be used (the pool would only time out), before anything binds.
+        open_database(settings.db, busy_timeout=settings.busy_timeout).close()
+        # Keyed as open_database hands the location to postgres.connect.
+        self.pool = PgPool(server_location(settings.db), max_size=pool_size,
+                           timeout=settings.busy_timeout)
+        self.pool.open()
+        install(self.pool)
+        self.closed = False
+
+    def ensure(self) -> None:
+        pass
+
+    def stats(self) -> dict[str, Any] | None:
+        return self.pool.stats()
+
+    def close(self) -> None:
+        from memcli.store.postgres.pool import uninstall
+
+        if self.closed:
+            return
+        self.closed = True
+        uninstall(self.pool)
+        self.pool.close()
+
+
+def hold(settings: Any, pool_size: int | None = None) -> FileHolder | PoolHolder:
+    """The holder for `settings.db`; `pool_size`: the `--pool-size` flag (else config)."""
+    if is_server(settings.db):
+        return PoolHolder(settings, pool_size or settings.pool_size)
+    return FileHolder(str(settings.db))

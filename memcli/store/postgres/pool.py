@@ -1,0 +1,114 @@
+"""A pool of PostgreSQL connections for a long-running process (`memcli serve`).
+
+A one-shot CLI process opens one connection (connect + authenticate + the schema check: tens of
+milliseconds on a loaded machine) and closes it. The daemon instead owns a
+`psycopg_pool.ConnectionPool` for its database: every request (a forwarded command, an HTTP or
+MCP call) borrows a connection for its own length and gives it back. `install(pool)` makes it
+the source of `connect(location)` for that exact location in this process, so the command code
+(`Memory.open` -> `open_database` -> `postgres.connect`) is the same in and out of the daemon.
+
+What a returned connection must not carry to the next borrower is reset (`_reset`): an open
+transaction (psycopg_pool rolls it back), session settings (`RESET ALL`: a read-only borrower's
+`default_transaction_read_only`), WITH HOLD cursors of an abandoned `stream()` (`CLOSE ALL`)
+and session advisory locks (`pg_advisory_unlock_all()`: a lifecycle run lock whose holder
+forgot to release it would otherwise outlive its request inside the pool).
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+from memcli.errors import DatabaseBusyError
+from memcli.store.postgres import adapt
+
+DEFAULT_MAX = 10  # connections per daemon; PostgreSQL's default max_connections is 100
+DEFAULT_MIN = 1  # kept open while idle: the first request after a pause needs no connect
+# A read-only borrow (connection.SECOND_WAIT) is a request's second connection (Memory.reader,
+# for the lexical leg on a thread): it waits only briefly, so that requests each holding one
+# and wanting a second never starve the pool; without it the leg runs on the request's own.
+
+_installed: dict[str, PgPool] = {}
+_guard = threading.Lock()
+
+
+def _configure(conn: Any) -> None:
+    """Every new pooled connection: the value adapters and pgvector's types (the daemon
+    migrated the schema before making the pool, so the `vector` type exists)."""
+    adapt.configure(conn)
+    if conn.execute("SELECT 1 FROM pg_type WHERE typname = 'vector'").fetchone():
+        from pgvector.psycopg import register_vector
+
+        register_vector(conn)
+
+
+def _reset(conn: Any) -> None:
+    """A returned connection, made like a fresh one (the module docstring says why)."""
+    conn.execute("CLOSE ALL")
+    conn.execute("RESET ALL")
+    conn.execute("SELECT pg_advisory_unlock_all()")
+
+
+class PgPool:
+    """The daemon's connections to one database (`location`, as given)."""
+
+    def __init__(self, location: str, *, max_size: int = DEFAULT_MAX,
+                 min_size: int = DEFAULT_MIN, timeout: float = 30.0) -> None:
+        from psycopg_pool import ConnectionPool
+
+        from memcli.store.postgres.connection import CONNECT_TIMEOUT
+
+        self.location = location
+        self.max_size = max_size
+        self.timeout = timeout
+        self.pool = ConnectionPool(
+            location, min_size=min(min_size, max_size), max_size=max_size, open=False,
+            kwargs={"autocommit": True, "connect_timeout": CONNECT_TIMEOUT},
+            configure=_configure, reset=_reset, timeout=timeout, name="memcli")
+
+    def open(self) -> None:
+        self.pool.open(wait=True, timeout=self.timeout)
+
+    def borrow(self, wait: float | None = None) -> Any:
+        """A connection for one request; DatabaseBusyError (exit 75, HTTP 503) when all
+        `max_size` stay in use for `wait` seconds (default: the busy timeout)."""
+        from psycopg_pool import PoolTimeout
+
+        wait = self.timeout if wait is None else wait
+        try:
+            return self.pool.getconn(timeout=wait)
+        except PoolTimeout:
+            raise DatabaseBusyError(
+                f"all {self.max_size} database connections of this daemon stayed busy for "
+                f"{wait:g} s", "retry later, or raise `pool_size` (memcli serve "
+                "--pool-size)") from None
+
+    def give_back(self, conn: Any) -> None:
+        self.pool.putconn(conn)
+
+    def stats(self) -> dict[str, int]:
+        """What `serve status` shows: connections open, idle, and borrowed now."""
+        raw = self.pool.get_stats()
+        size = int(raw.get("pool_size", 0))
+        idle = int(raw.get("pool_available", 0))
+        return {"max": self.max_size, "open": size, "idle": idle, "in_use": size - idle}
+
+    def close(self) -> None:
+        self.pool.close()
+
+
+def install(pool: PgPool) -> None:
+    """Make `pool` the source of `connect(pool.location)` in this process."""
+    with _guard:
+        _installed[pool.location] = pool
+
+
+def uninstall(pool: PgPool) -> None:
+    with _guard:
+        if _installed.get(pool.location) is pool:
+            del _installed[pool.location]
+
+
+def installed(location: str) -> PgPool | None:
+    with _guard:
+        return _installed.get(location)
