@@ -103,6 +103,10 @@ class Backend(Protocol):
     def insert_vectors(self, db: Database, rows: list[tuple[int, bytes]]) -> None:
         """Store or replace (memory id, float32 blob) vectors, index included."""
 
+    def store_vectors(self, db: Database, rows: list[tuple[int, bytes]]) -> None:
+        """Store or replace the float vectors for a rebuild, which remakes the similarity
+        index from them in one go afterwards (`rebuild_vectors`)."""
+
     def delete_vectors(self, db: Database, ids: list[int]) -> None:
         """Delete these memories' vectors, index included."""
 

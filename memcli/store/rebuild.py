@@ -128,12 +128,13 @@ def insert_episode(db: Database, row: dict[str, Any]) -> int:
     """One memory cut from an event, with the id it had (`row["id"]`) or a new one (None).
     Only the memories row: the index stages that follow write its index rows."""
     high = row["sensitivity"] == "high"
-    values = {c: row.get(c) for c in _EPISODE_COLUMNS}
+    # No id: a new one is generated (PostgreSQL's identity refuses an explicit NULL).
+    values = {c: row.get(c) for c in _EPISODE_COLUMNS if c != "id" or row.get("id") is not None}
     values["content"] = seal_if(db, high, row["content"])
     values["source_ids"] = json.dumps(row["source_ids"], ensure_ascii=False)
     values["attributes"] = seal_if(db, high, json.dumps(row["attributes"], ensure_ascii=False))
-    return db.insert(f"INSERT INTO memories ({', '.join(_EPISODE_COLUMNS)}) VALUES"
-                     f" ({', '.join(':' + c for c in _EPISODE_COLUMNS)}) RETURNING id", values)
+    return db.insert(f"INSERT INTO memories ({', '.join(values)}) VALUES"
+                     f" ({', '.join(':' + c for c in values)}) RETURNING id", values)
 
 
 def rewrite_content(db: Database, memory_id: int, content: str, token_count: int,
@@ -235,9 +236,7 @@ def stored_vectors(db: Database, ids: list[int]) -> dict[int, bytes]:
 
 def write_vectors(db: Database, rows: list[tuple[int, bytes]]) -> None:
     """Float vectors only: the vector index is made again from them in one go at the end."""
-    db.executemany(
-        "INSERT INTO memory_vectors (memory_id, embedding) VALUES (?, ?)"
-        " ON CONFLICT (memory_id) DO UPDATE SET embedding = excluded.embedding", rows)
+    db.backend.store_vectors(db, rows)
 
 
 def remake_vec_index(db: Database, dimension: int) -> None:

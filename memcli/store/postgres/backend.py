@@ -149,6 +149,11 @@ class PgBackend:
                 " tenant_id = excluded.tenant_id, user_id = excluded.user_id",
                 (legs.vector_literal(bytes(blob)), memory_id))
 
+    def store_vectors(self, db: PgDatabase, rows: list[tuple[int, bytes]]) -> None:
+        """The same as insert_vectors: the pgvector column is the float copy, and its HNSW
+        index is reindexed once by rebuild_vectors afterwards."""
+        self.insert_vectors(db, rows)
+
     def delete_vectors(self, db: PgDatabase, ids: list[int]) -> None:
         for start in range(0, len(ids), 1000):
             part = ids[start:start + 1000]

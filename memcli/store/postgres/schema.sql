@@ -384,3 +384,29 @@ CREATE TABLE run_locks (
     acquired_at text NOT NULL,
     expires_at  text NOT NULL
 );
+
+-- Generated ids follow the highest stored one, as SQLite's rowid does (max + 1). Import keeps a
+-- file's ids when they are free and rebuild restores a memory's recorded id: both write ids
+-- explicitly, which an identity sequence does not see, so its next value would collide. After
+-- each insert the column's sequence is moved past an explicit id larger than its last value.
+CREATE FUNCTION memcli_follow_identity() RETURNS trigger LANGUAGE plpgsql AS $$
+DECLARE
+    seq regclass := pg_get_serial_sequence(quote_ident(TG_TABLE_NAME), TG_ARGV[0])::regclass;
+    given bigint;
+BEGIN
+    EXECUTE format('SELECT ($1).%I', TG_ARGV[0]) USING NEW INTO given;
+    IF given > coalesce(pg_sequence_last_value(seq), 0) THEN
+        PERFORM setval(seq, given);
+    END IF;
+    RETURN NULL;
+END $$;
+DO $$
+DECLARE r record;
+BEGIN
+    FOR r IN SELECT table_name, column_name FROM information_schema.columns
+             WHERE table_schema = current_schema() AND is_identity = 'YES' LOOP
+        EXECUTE format('CREATE TRIGGER %I AFTER INSERT ON %I FOR EACH ROW'
+                       ' EXECUTE FUNCTION memcli_follow_identity(%L)',
+                       r.table_name || '_follows_ids', r.table_name, r.column_name);
+    END LOOP;
+END $$;

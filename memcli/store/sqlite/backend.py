@@ -78,6 +78,12 @@ class SqliteBackend:
     def insert_vectors(self, db: Database, rows: list[tuple[int, bytes]]) -> None:
         vec.insert_vectors(db, rows)
 
+    def store_vectors(self, db: Database, rows: list[tuple[int, bytes]]) -> None:
+        # Float copies only: the vec0 table is remade from them at the end (rebuild_vectors).
+        db.executemany(
+            "INSERT INTO memory_vectors (memory_id, embedding) VALUES (?, ?)"
+            " ON CONFLICT (memory_id) DO UPDATE SET embedding = excluded.embedding", rows)
+
     def delete_vectors(self, db: Database, ids: list[int]) -> None:
         vec.delete_vectors(db, ids)
 
