@@ -1,11 +1,11 @@
 """`memcli doctor`: is this memory file sound, and if not, what to run.
 
 Each check gives a status (`ok`, `problem`, `info`), a sentence a person understands and, for a
-problem, the command that fixes it. Checks: SQLite's integrity (quick_check; `full` runs
-integrity_check), the schema version against this code, the embedder and SPLADE model stored in
-`meta` against the configured ones, derived rows without their memory and memories without their
-derived rows (full-text, trigram, vectors, sparse terms, entity links, edges), memories whose
-event is gone, the WAL's size, and seed 002's upgrade triggers over the last 7 days of
+problem, the command that fixes it. Checks: the engine's integrity (SQLite: quick_check, `full`
+runs integrity_check; PostgreSQL: amcheck when installed), the schema version against this
+code, the embedder and SPLADE model stored in `meta` against the configured ones, derived
+rows without their memory and memories without their derived rows (full-text, trigram,
+vectors, sparse terms, entity links, edges), memories whose event is gone, the WAL's size, and seed 002's upgrade triggers over the last 7 days of
 `request_metrics`:
 
 | metric (seed 002) | trigger | meaning |
@@ -42,11 +42,11 @@ def check(name: str, status: str, detail: str, fix: str | None = None,
 
 def _integrity(db: Database, full: bool) -> dict[str, Any]:
     lines = sql.integrity(db, full=full)
-    name = "integrity_check" if full else "quick_check"
+    name = db.backend.integrity_label(db, full)
     if lines == ["ok"]:
         return check("integrity", "ok", f"{name}: ok")
     return check("integrity", "problem", f"{name} found damage: {'; '.join(lines[:3])}",
-                 "restore a backup, or salvage with `sqlite3 DB .recover`", errors=lines)
+                 db.backend.salvage_hint, errors=lines)
 
 
 def _schema(db: Database) -> dict[str, Any]:

@@ -198,3 +198,14 @@ def test_a_dropped_table_is_named_as_damage_with_the_fix(cli, filled):
         assert "no such table: memories_fts" in result.stderr
         assert "memcli rebuild" in result.stderr and "unexpected" not in result.stderr
         assert result.stderr.count("\n") == 1
+
+
+@pytest.mark.backends
+def test_integrity_names_the_engines_own_check(cli, db_path):
+    assert cli("remember", "The office is in Lisbon").exit_code == 0
+    result = cli("doctor", "--format", "json")
+    assert result.exit_code == 0, result.stderr
+    integrity = next(c for c in json.loads(result.stdout)["checks"]
+                     if c["check"] == "integrity")
+    expected = "server page checks" if str(db_path).startswith("postgresql://") else "quick_check"
+    assert integrity["status"] == "ok" and integrity["detail"].startswith(expected)

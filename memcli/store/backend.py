@@ -139,6 +139,11 @@ class Backend(Protocol):
         """Rows per table (None: missing or unreadable), index tables included."""
 
     # -- physical and operational
+    salvage_hint: str  # what doctor suggests when `integrity` finds damage
+
+    def integrity_label(self, db: Database, full: bool) -> str:
+        """The name of the check `integrity` runs, as doctor reports it."""
+
     def integrity(self, db: Database, full: bool) -> list[str]:
         """The engine's own consistency check: ["ok"] when sound."""
 

@@ -200,6 +200,13 @@ class PgBackend:
                        if name in present else None) for name in names}
 
     # -- physical -----------------------------------------------------------------------------
+    salvage_hint = "restore a backup (pg_dump or point-in-time recovery); REINDEX a damaged index"
+
+    def integrity_label(self, db: PgDatabase, full: bool) -> str:
+        if db.scalar("SELECT 1 FROM pg_extension WHERE extname = 'amcheck'"):
+            return "amcheck bt_index_check" + (" (heapallindexed)" if full else "")
+        return "server page checks (amcheck not installed)"
+
     def integrity(self, db: PgDatabase, full: bool) -> list[str]:
         """amcheck's B-tree checks over memcli's indexes when the extension is installed
         (a DBA's step: `CREATE EXTENSION amcheck`); otherwise ["ok"]: PostgreSQL checks

@@ -133,6 +133,11 @@ class SqliteBackend:
         return out
 
     # -- physical -----------------------------------------------------------------------------
+    salvage_hint = "restore a backup, or salvage with `sqlite3 DB .recover`"
+
+    def integrity_label(self, db: Database, full: bool) -> str:
+        return "integrity_check" if full else "quick_check"
+
     def integrity(self, db: Database, full: bool) -> list[str]:
         # quick_check skips the comparison of index contents with their tables.
         pragma = "integrity_check" if full else "quick_check"
