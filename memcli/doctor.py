@@ -5,8 +5,8 @@ problem, the command that fixes it. Checks: the engine's integrity (SQLite: quic
 runs integrity_check; PostgreSQL: amcheck when installed), the schema version against this
 code, the embedder and SPLADE model stored in `meta` against the configured ones, derived
 rows without their memory and memories without their derived rows (full-text, trigram,
-vectors, sparse terms, entity links, edges), memories whose event is gone, the WAL's size, and seed 002's upgrade triggers over the last 7 days of
-`request_metrics`:
+vectors, sparse terms, entity links, edges), memories whose event is gone, the WAL's size,
+and seed 002's upgrade triggers over the last 7 days of `request_metrics`:
 
 | metric (seed 002) | trigger | meaning |
 |---|---|---|
