@@ -1,9 +1,11 @@
-"""A URL as the database location is refused (exit 2, one line) until a backend reads URLs.
+"""A URL as the database location is never taken as a file path.
 
 `MEMCLI_DB=postgresql://...` used to make a folder `postgresql:` in the current directory with a
-SQLite file inside it. Every command that takes --db is found from the app itself (a new command
-is covered without editing this file) and run with a URL from --db, MEMCLI_DB and the config
-file: each must exit 2 naming the URL, and leave the current folder empty.
+SQLite file inside it. A postgresql:// URL or libpq string now opens PostgreSQL (a closed port
+is the one-line "cannot connect", exit 1); any other URL is refused (exit 2, one line). Every
+command that takes --db is found from the app itself (a new command is covered without editing
+this file) and run with a URL from --db, MEMCLI_DB and the config file: each must fail naming
+the URL, and leave the current folder empty.
 """
 
 from __future__ import annotations
@@ -24,8 +26,17 @@ from memcli.store.connection import Database
 
 pytestmark = pytest.mark.usefixtures("fast_cli")
 
-URL = "postgresql://agent:s3cret@127.0.0.1:5432/memory"
-SHOWN = "postgresql://agent:***@127.0.0.1:5432/memory"  # the password never reaches stderr
+URL = "mysql://agent:s3cret@127.0.0.1:5432/memory"
+SHOWN = "mysql://agent:***@127.0.0.1:5432/memory"  # the password never reaches stderr
+
+
+def _closed_port() -> int:
+    """A loopback port nothing listens on (bound then released)."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 # Arguments that get a command past its own input checks (which come before the database).
 # Every other required argument gets "1" (an id, or a text).
@@ -37,6 +48,11 @@ ARGS = {
     ("acb", "edit"): ["rules"],
     ("mcp", "install"): ["--client", "cursor"],
 }
+
+
+# Commands that, with these arguments, never open the database (files of the config folder,
+# a client's config, the service's pid file).
+NO_DATABASE = {("acb", "edit"), ("acb", "show"), ("mcp", "install"), ("serve", "status")}
 
 
 def _commands():
@@ -97,8 +113,8 @@ def test_every_command_refuses_a_url(tmp_path, monkeypatch, source):
             if result.exit_code != 0 or result.stdout or any(cwd.iterdir()):
                 wrong.append((" ".join(line), result.exit_code, result.stderr[-200:]))
             continue
-        expected = (f"memcli: error: {where[source]} {SHOWN} is a URL; the PostgreSQL backend "
-                    "is not built yet (issue #16; give a file path for SQLite)\n")
+        expected = (f"memcli: error: {where[source]} {SHOWN} is a URL memcli cannot open "
+                    "(give a file path (SQLite) or a postgresql:// URL (PostgreSQL))\n")
         if result.exit_code != 2 or result.stderr != expected or result.stdout:
             wrong.append((" ".join(line), result.exit_code, result.stderr[-200:]))
         if any(cwd.iterdir()):
@@ -128,16 +144,48 @@ def test_entry_point_refuses_a_url(tmp_path):
         assert list(cwd.iterdir()) == []
 
 
+@pytest.mark.parametrize("source", ["flag", "env"])
+def test_every_command_reaches_the_server_of_a_postgresql_url(tmp_path, monkeypatch, source):
+    """A postgresql:// URL opens PostgreSQL: with nothing listening, every command stops with
+    the one-line "cannot connect" (exit 1; a hook logs it and exits 0), password masked, and
+    no folder `postgresql:` appears."""
+    pytest.importorskip("psycopg")
+    port = _closed_port()
+    url = f"postgresql://agent:s3cret@127.0.0.1:{port}/memory"
+    shown = f"postgresql://agent:***@127.0.0.1:{port}/memory"
+    cwd = tmp_path / "cwd"
+    cwd.mkdir()
+    monkeypatch.chdir(cwd)
+    extra = ["--db", url] if source == "flag" else []
+    monkeypatch.setenv("VISUAL", "true")  # `acb edit` opens the editor before the database
+    if source == "env":
+        monkeypatch.setenv("MEMCLI_DB", url)
+    wrong = []
+    runner = CliRunner()
+    for line in _command_lines():
+        if line[0] == "demo" and source != "flag":
+            continue
+        result = runner.invoke(app, [*line, *extra])
+        if any(cwd.iterdir()):
+            wrong.append((" ".join(line), "created", sorted(p.name for p in cwd.iterdir())))
+        if line[0] == "hook" or tuple(line[:2]) in NO_DATABASE or line[0] == "import":
+            continue  # a hook exits 0 (logged); `import 1` stops at its missing file
+        one_line = result.stderr.count("\n") == 1 and "Traceback" not in result.stderr
+        if (result.exit_code != 1 or not one_line or "s3cret" in result.stderr
+                or f"cannot connect to {shown}" not in result.stderr):
+            wrong.append((" ".join(line), result.exit_code, result.stderr[-300:]))
+    assert wrong == []
+
+
 @pytest.mark.parametrize("location", [
-    "postgresql://u@127.0.0.1:5432/db", "postgres://h/db", "POSTGRESQL://h/db",
     "sqlite:///tmp/x.db", "file:memory.db", "file:///tmp/x.db", "http://example.invalid/db",
-    "postgresql+psycopg://h/db",
+    "postgresql+psycopg://h/db", "mysql://u@h/db",
 ])
 def test_url_shapes_are_refused_by_the_library(tmp_path, monkeypatch, location):
     cwd = tmp_path / "cwd"
     cwd.mkdir()
     monkeypatch.chdir(cwd)
-    with pytest.raises(UsageError, match="is a URL; the PostgreSQL backend is not built yet"):
+    with pytest.raises(UsageError, match="is a URL memcli cannot open"):
         load_settings(location)
     with pytest.raises(UsageError, match="database .* is a URL"):
         Memory.open(location)
@@ -158,23 +206,23 @@ def test_paths_stay_paths(tmp_path, monkeypatch, location):
 
 
 @pytest.mark.parametrize("location", [
+    "postgresql://u@127.0.0.1:5432/db", "postgres://h/db", "POSTGRESQL://h/db",
     "host=127.0.0.1 dbname=memory user=agent password=s3cret", "dbname='my db' port=5432",
     "service=memcli",
 ])
-def test_libpq_connection_strings_are_refused(tmp_path, monkeypatch, location):
-    """A keyword/value connection string is not a file name either (it used to become a SQLite
-    file called `host=127.0.0.1 dbname=...`); its password is never echoed."""
+def test_postgresql_locations_are_not_files(tmp_path, monkeypatch, location):
+    """A PostgreSQL URL or keyword/value connection string is a server location: the settings
+    keep it as given, and SQLite's Database refuses it (it used to become a SQLite file called
+    `host=127.0.0.1 dbname=...`); a password is never echoed."""
     cwd = tmp_path / "cwd"
     cwd.mkdir()
     monkeypatch.chdir(cwd)
-    with pytest.raises(UsageError, match="is a PostgreSQL connection string") as caught:
-        load_settings(location)
-    assert "s3cret" not in str(caught.value)
-    with pytest.raises(UsageError, match="connection string"):
+    assert load_settings(location).db == location
+    with pytest.raises(UsageError, match="connection string|is a URL") as caught:
         Database(location)
+    assert "s3cret" not in str(caught.value)
     monkeypatch.setenv("MEMCLI_DB", location)
-    with pytest.raises(UsageError, match="MEMCLI_DB .* is a PostgreSQL connection string"):
-        load_settings()
+    assert load_settings().db == location
     assert list(cwd.iterdir()) == []
 
 

@@ -113,10 +113,11 @@ def test_db_flag_reaches_the_refusal_as_typed(tmp_path, monkeypatch):
     cwd.mkdir()
     monkeypatch.chdir(cwd)
     runner = CliRunner()
-    for typed in ("postgresql://h/db", "postgresql://h//db"):
+    for typed in ("mysql://h/db", "mysql://h//db"):
         result = runner.invoke(app, ["stats", "--db", typed])
         assert result.exit_code == 2
-        assert result.stderr.startswith(f"memcli: error: --db {typed} is a URL;"), result.stderr
+        assert result.stderr.startswith(f"memcli: error: --db {typed} is a URL memcli"), \
+            result.stderr
     assert list(cwd.iterdir()) == []
 
 

@@ -77,7 +77,7 @@ class Filters:
                 clauses.append(f"{alias}.category IN ({','.join('?' * len(allowed))})")
                 params.extend(allowed)
             else:
-                clauses.append("0")
+                clauses.append("1 = 0")  # a boolean on every engine (PostgreSQL: not "0")
         if self.excluded_categories:
             marks = ",".join("?" * len(self.excluded_categories))
             clauses.append(f"coalesce({alias}.category, '') NOT IN ({marks})")

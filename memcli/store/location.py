@@ -1,13 +1,13 @@
 """Where a database lives, and `open_database`, the one opener every command and library
-caller uses. Today only a SQLite file path opens: a URL (or a libpq keyword connection string)
-is refused, never taken as a path.
+caller uses: a file path opens SQLite, a `postgresql://` / `postgres://` URL or a libpq keyword
+connection string (`host=... dbname=...`) opens PostgreSQL (issue #16).
 
-`postgresql://user@host/db` given as a path would make a folder `postgresql:` and a SQLite file
-inside it, and every later command would "work" against that file. Until a backend reads URLs
-(issue #16, PostgreSQL), any location that looks like one stops the command before anything is
-created. Checked where the location is resolved (memcli.config.load_settings, for --db,
-MEMCLI_DB and the config file) and again where it is opened (open_database, Database), for
-library callers. Locations travel as `str` (`Settings.db`, `--db`): a Path would fold `//`.
+Any other URL (`file:`, `http://`, `mysql://` ...) is refused, never taken as a path:
+`scheme://host/db` given as a path would make a folder `scheme:` and a SQLite file inside it,
+and every later command would "work" against that file. Checked where the location is resolved
+(memcli.config.load_settings, for --db, MEMCLI_DB and the config file) and again where it is
+opened (open_database, Database), for library callers. Locations travel as `str`
+(`Settings.db`, `--db`): a Path would fold `//`.
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ HINT_WAIT = 1.0
 # Two letters at least, so a Windows drive (`C:/data`) stays a path. `file:` is SQLite's own URI
 # form (memcli opens paths literally, so it would also become a folder named `file:`).
 _URL = re.compile(r"^(?:[A-Za-z][A-Za-z0-9+.-]+:/|file:)", re.IGNORECASE)
+_POSTGRES = re.compile(r"^postgres(?:ql)?:/", re.IGNORECASE)
 _FOLDED = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]+):/(?!/)")
 _PASSWORD = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*://[^/@:]*):[^/@]*@")
 
@@ -62,30 +63,48 @@ def _shown(location: str) -> str:
     return _PASSWORD.sub(r"\1:***@", location)
 
 
-def refuse_url(location: str | Path, source: str = "--db") -> None:
-    """A usage error (exit 2) when `location` is a URL; `source` says where it came from."""
+def is_postgres(location: str | Path) -> bool:
+    """A PostgreSQL location: a postgresql:// or postgres:// URL (its `//` maybe folded by a
+    Path) or a libpq keyword connection string."""
+    text = str(location)
+    return bool(_POSTGRES.match(text)) or is_dsn(text)
+
+
+def server_location(location: str) -> str:
+    """A PostgreSQL location as libpq takes it (the `//` a Path folded restored)."""
+    return location if is_dsn(location) else _FOLDED.sub(r"\1://", location)
+
+
+def refuse_url(location: str | Path, source: str = "--db", *, postgres: bool = True) -> None:
+    """A usage error (exit 2) when `location` is a URL memcli cannot open (`postgres`: whether
+    a PostgreSQL location is one it can); `source` says where it came from."""
+    if postgres and is_postgres(location):
+        return
     if is_url(location):
-        raise UsageError(f"{source} {_shown(str(location))} is a URL; the PostgreSQL backend "
-                         "is not built yet", "issue #16; give a file path for SQLite")
+        raise UsageError(f"{source} {_shown(str(location))} is a URL memcli cannot open",
+                         "give a file path (SQLite) or a postgresql:// URL (PostgreSQL)")
     if is_dsn(location):
         shown = _DSN_PASSWORD.sub(r"\1***", str(location).strip())
-        raise UsageError(f"{source} {shown!r} is a PostgreSQL connection string; the PostgreSQL "
-                         "backend is not built yet", "issue #16; give a file path for SQLite")
+        raise UsageError(f"{source} {shown!r} is a PostgreSQL connection string, not a file",
+                         "open it through memcli.store.location.open_database")
 
 
 def open_database(location: str | os.PathLike[str], *, readonly: bool = False,
                   must_exist: bool = False, busy_timeout: float = BUSY_TIMEOUT) -> Database:
-    """The database at `location`, migrated and ready: a SQLite file for a path.
+    """The database at `location`, migrated and ready: a SQLite file for a path, a PostgreSQL
+    database for a postgresql:// URL or a libpq connection string.
 
     `readonly`: a second connection for reading only. `must_exist`: a read command's open: no
     database there is an error, and nothing is created. `busy_timeout`: seconds a writer waits
     for the write lock before exit 75. Engines are imported here, lazily, so that a process
-    pays only for the one it opens."""
+    pays only for the one it opens (psycopg costs 160-250 ms)."""
     location = os.fspath(location)
-    if is_url(location) or is_dsn(location):
-        # The PostgreSQL backend (issue #16, step 4) plugs in here: a lazy import of
-        # memcli.store.postgres for postgresql:// / postgres:// URLs and libpq strings.
-        refuse_url(location, "database")
+    refuse_url(location, "database")
+    if is_postgres(location):
+        from memcli.store.postgres import connect
+
+        return connect(server_location(location), readonly=readonly,  # type: ignore[return-value]
+                       must_exist=must_exist, busy_timeout=busy_timeout)
     from memcli.store.sqlite.connection import Database
 
     return Database(location, readonly=readonly, must_exist=must_exist,

@@ -46,3 +46,19 @@ def configure(conn: Any) -> None:
             return int(text)
 
     adapters.register_loader("numeric", NumericLoader)
+
+
+def register_vector_loader(conn: Any, oid: int) -> None:
+    """pgvector's `vector` (text form `[1,2.5,...]`) loaded as a float32 little-endian blob:
+    the bytes SQLite's memory_vectors holds, so store code reading embeddings runs unchanged."""
+    import struct
+
+    from psycopg.adapt import Loader
+
+    class VectorBlobLoader(Loader):
+        def load(self, data) -> bytes:
+            text = bytes(data).decode()[1:-1]
+            values = [float(v) for v in text.split(",")] if text else []
+            return struct.pack(f"<{len(values)}f", *values)
+
+    conn.adapters.register_loader(oid, VectorBlobLoader)

@@ -90,10 +90,14 @@ class PgDatabase:
 
     def __init__(self, location: str, *, readonly: bool = False, must_exist: bool = False,
                  busy_timeout: float = BUSY_TIMEOUT) -> None:
+        from memcli.store.crypto import Sealer
         from memcli.store.postgres import migrations
-        from memcli.store.postgres.crypto import PgSealer
+        from memcli.store.postgres.backend import BACKEND
+        from memcli.store.postgres.dialect import DIALECT
 
         self.location = location
+        self.backend = BACKEND  # the engine's operations (memcli.store.backend)
+        self.dialect = DIALECT  # SQL fragments in PostgreSQL's spelling
         self.path = masked(location)  # for messages; never the password
         self.busy_timeout = busy_timeout
         self.read_only = readonly
@@ -116,7 +120,7 @@ class PgDatabase:
             else:
                 migrations.migrate(self)
             self._register_vector()
-            self.crypto = PgSealer(self)
+            self.crypto = Sealer(self)  # `high` values, through backend.install_decryption
         except BaseException:
             self.conn.close()
             raise
@@ -137,11 +141,12 @@ class PgDatabase:
         return tables
 
     def _register_vector(self) -> None:
-        """pgvector's types (numpy arrays <-> vector) once its extension exists."""
-        if self.scalar("SELECT 1 FROM pg_type WHERE typname = 'vector'"):
-            from pgvector.psycopg import register_vector
-
-            register_vector(self.conn)
+        """`vector` values read back as float32 little-endian blobs, SQLite's format, which
+        the store passes around (vectors are written through pgvector's text form,
+        legs.vector_literal)."""
+        oid = self.scalar("SELECT oid FROM pg_type WHERE typname = 'vector'")
+        if oid:
+            adapt.register_vector_loader(self.conn, int(oid))
 
     # -- the surface of memcli.store.connection.Database ------------------------------------
     def _opener(self) -> Callable[[tuple], tuple | None] | None:

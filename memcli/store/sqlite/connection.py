@@ -52,7 +52,7 @@ class Database:
         """`readonly`: a second connection for reading only. `must_exist`: a read command's
         open: no database at `path` is an error, and nothing is created there. `busy_timeout`:
         seconds a writer waits for the write lock before exit 75."""
-        refuse_url(path, "database")  # before anything is created from it
+        refuse_url(path, "database", postgres=False)  # before anything is created from it
         self.path = str(path)
         self.backend = BACKEND  # the engine's operations (memcli.store.backend)
         self.dialect = DIALECT  # SQL fragments in SQLite's spelling (memcli.store.dialect)

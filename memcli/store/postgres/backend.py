@@ -1,0 +1,297 @@
+"""PostgreSQL's `Backend` (memcli.store.backend): the legs of legs.py, the generated `fts`
+column, pgvector, schema.sql + migrations.py, VACUUM, and psycopg's errors.
+
+What differs from SQLite's (memcli.store.sqlite.backend), by design:
+- Lexical index maintenance: there is no index table to write. `memories.fts` is a generated
+  tsvector (turn at weight A, context at weight B) that PostgreSQL keeps in step with the row,
+  and its GIN is maintained by PostgreSQL. What the backend writes is the `context` column (an
+  episode's previous turn, the FTS5 context column's twin); removing, optimising and checking
+  the index are no-ops (a deleted row's entries leave the GIN with the row, at VACUUM).
+- Vectors: `memory_vectors.embedding` is a pgvector `vector` column with its HNSW index (no
+  separate index table), plus the memory's tenant/user so the KNN walk filters inside the
+  index. Blobs (float32, little-endian: SQLite's format, what the store passes) go in through
+  pgvector's text form; reads come back as the same float32 blobs (connection.py's loader).
+- Physical: `erase_physically` VACUUMs the tables a purge touches (their dead rows become
+  free space no query, index or later reader can reach). PostgreSQL does not overwrite that
+  space, nor its WAL, replicas and backups: what it promises is the deletion, not the bytes.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from memcli.store.postgres import crypto, legs, migrations
+
+if TYPE_CHECKING:
+    from memcli.errors import StorageError
+    from memcli.store.backend import LexicalQuery
+    from memcli.store.filters import Filters
+    from memcli.store.postgres.connection import PgDatabase
+
+# Tables a purge deletes from (VACUUMed afterwards so their dead rows are reclaimed).
+PURGED_TABLES = ("events", "artifacts", "memories", "memory_vectors", "sparse_postings",
+                 "memory_sparse", "sparse_df", "memory_entities", "relations", "history",
+                 "change_log", "sessions", "session_consolidation", "decisions", "tasks",
+                 "checkpoints", "proposals", "request_metrics", "meta")
+
+# The context of each memory as ingest gives it (memcli.store.sqlite.fts, the same rule): an
+# episode's previous episode of its session; a `high` memory has none and is nobody's.
+_CONTEXTS = """
+    WITH plain AS (
+        SELECT id, kind, session_id, tenant_id, event_seq, chunk_index,
+               sensitivity = 'high' AS high,
+               CASE WHEN sensitivity = 'high' THEN '' ELSE content END AS text
+        FROM memories {where}),
+    ctx AS (
+        SELECT id, CASE WHEN kind = 'episode' AND session_id IS NOT NULL AND NOT high
+                        THEN coalesce(lag(text) OVER (PARTITION BY tenant_id, session_id,
+                                                      kind = 'episode'
+                                                      ORDER BY event_seq, chunk_index), '')
+                        ELSE '' END AS context
+        FROM plain)
+    UPDATE memories m SET context = ctx.context FROM ctx
+    WHERE m.id = ctx.id AND m.context <> ctx.context {only}"""
+
+
+class PgBackend:
+    """The PostgreSQL engine (psycopg 3, pgvector, pg_trgm). Stateless, like SqliteBackend."""
+
+    name = "postgresql"
+    schema_latest = migrations.LATEST
+    # The lexical index is a column of memories and the vector index an index of
+    # memory_vectors: no derived tables of the engine's own to count or rebuild.
+    lexical_tables: tuple[str, ...] = ()
+    vector_tables: tuple[str, ...] = ()
+
+    # -- legs ---------------------------------------------------------------------------------
+    def lexical(self, db: PgDatabase, query: LexicalQuery, filters: Filters, limit: int,
+                context_weight: float) -> list[tuple[int, float]]:
+        return legs.lexical(db, list(query.terms), filters, limit, context_weight)
+
+    def trigram(self, db: PgDatabase, query: LexicalQuery, filters: Filters,
+                limit: int) -> list[tuple[int, float]]:
+        return legs.trigram(db, list(query.grams), filters, limit)
+
+    def dense(self, db: PgDatabase, vector: bytes, filters: Filters, limit: int,
+              scope_rows: int | None) -> list[tuple[int, float]]:
+        return legs.dense(db, vector, filters, limit, scope_rows)
+
+    def semantic_neighbours(self, db: PgDatabase, memory_id: int, vector: bytes,
+                            tenant_id: str, user_id: str | None, kinds: tuple[str, ...],
+                            k: int) -> list[tuple[int, float]]:
+        marks = ",".join("?" * len(kinds))
+        user = "m.user_id = ?" if user_id is not None else "m.user_id IS NULL"
+        rows = db.execute(
+            f"SELECT m.id, 1.0 - (v.embedding <=> ?::vector) AS s FROM memories m"
+            f" JOIN memory_vectors v ON v.memory_id = m.id"
+            f" WHERE m.id <> ? AND m.tenant_id = ? AND {user} AND m.state = 'active'"
+            f" AND m.kind IN ({marks}) ORDER BY s DESC LIMIT ?",
+            [legs.vector_literal(vector), memory_id, tenant_id,
+             *([user_id] if user_id is not None else []), *kinds, k])
+        return [(int(i), float(s)) for i, s in rows]
+
+    # -- lexical index: the `context` column (PostgreSQL maintains `fts` and its GIN) ---------
+    def index_memory(self, db: PgDatabase, memory_id: int, text: str, context: str,
+                     scope: tuple[str | None, str | None, str | None]) -> None:
+        """Store the memory's context; `fts` follows (the text is the row's own `content`,
+        the scope its own columns, both already written)."""
+        if context:
+            db.execute("UPDATE memories SET context = ? WHERE id = ?", (context, memory_id))
+
+    def index_memories(self, db: PgDatabase, ids: list[int]) -> None:
+        """The contexts of these memories (import) by ingest's rule, from their sessions."""
+        for start in range(0, len(ids), 1000):
+            part = ids[start:start + 1000]
+            marks = ",".join("?" * len(part))
+            where = ("WHERE (tenant_id, coalesce(session_id, '')) IN (SELECT tenant_id,"
+                     f" coalesce(session_id, '') FROM memories WHERE id IN ({marks}))")
+            db.execute(_CONTEXTS.format(where=where, only=f"AND m.id IN ({marks})"),
+                       [*part, *part])
+
+    def unindex_memories(self, db: PgDatabase, ids: list[int]) -> None:
+        """No-op: a memory's `fts` goes with its row."""
+
+    def rebuild_lexical(self, db: PgDatabase) -> None:
+        """Every memory's context again (`fts` is recomputed by PostgreSQL with the row)."""
+        db.execute(_CONTEXTS.format(where="", only=""))
+
+    def reset_lexical(self, db: PgDatabase) -> None:
+        """Rebuild the GIN indexes over `fts` and the trigrams (REINDEX: a damaged index is
+        made again from the table)."""
+        for name in ("memories_fts", "memories_trgm"):
+            if db.scalar("SELECT to_regclass(?) IS NOT NULL", (name,)):
+                db.execute(f"REINDEX INDEX {name}")
+
+    def optimize_lexical(self, db: PgDatabase) -> None:
+        """No-op: deleted rows leave the GIN at VACUUM (erase_physically)."""
+
+    def lexical_orphans(self, db: PgDatabase) -> dict[str, list[int]]:
+        """Nothing can be orphaned: the index is a column of the row."""
+        return {}
+
+    def lexical_missing(self, db: PgDatabase) -> dict[str, list[int]]:
+        return {}
+
+    # -- vectors ------------------------------------------------------------------------------
+    def ensure_vectors(self, db: PgDatabase, dimension: int) -> None:
+        migrations.ensure_vectors(db, dimension)
+
+    def insert_vectors(self, db: PgDatabase, rows: list[tuple[int, bytes]]) -> None:
+        # The memory's tenant and user are copied beside the vector (the KNN walk's filter).
+        for memory_id, blob in rows:
+            db.execute(
+                "INSERT INTO memory_vectors (memory_id, tenant_id, user_id, embedding)"
+                " SELECT id, tenant_id, user_id, ?::vector FROM memories WHERE id = ?"
+                " ON CONFLICT (memory_id) DO UPDATE SET embedding = excluded.embedding,"
+                " tenant_id = excluded.tenant_id, user_id = excluded.user_id",
+                (legs.vector_literal(bytes(blob)), memory_id))
+
+    def delete_vectors(self, db: PgDatabase, ids: list[int]) -> None:
+        for start in range(0, len(ids), 1000):
+            part = ids[start:start + 1000]
+            db.execute(f"DELETE FROM memory_vectors WHERE memory_id IN"
+                       f" ({','.join('?' * len(part))})", part)
+
+    def reset_vectors(self, db: PgDatabase, dimension: int) -> None:
+        db.execute("DELETE FROM memory_vectors")
+        migrations.ensure_vectors(db, dimension)
+
+    def rebuild_vectors(self, db: PgDatabase, dimension: int) -> None:
+        migrations.ensure_vectors(db, dimension)
+        if db.scalar("SELECT to_regclass('memory_vectors_hnsw') IS NOT NULL"):
+            db.execute("REINDEX INDEX memory_vectors_hnsw")
+
+    def sync_vectors(self, db: PgDatabase) -> None:
+        """No-op: the HNSW index is written with each row."""
+
+    def vector_orphans(self, db: PgDatabase) -> dict[str, list[int]]:
+        return {}
+
+    # -- schema -------------------------------------------------------------------------------
+    def migrate(self, db: PgDatabase) -> int:
+        return migrations.migrate(db)
+
+    def schema_version(self, db: PgDatabase) -> int:
+        return migrations.current_version(db)
+
+    def table_names(self, db: PgDatabase) -> set[str]:
+        return {r[0] for r in db.execute(
+            "SELECT tablename FROM pg_tables WHERE schemaname = current_schema()")}
+
+    def create_missing(self, db: PgDatabase) -> list[str]:
+        """schema.sql's CREATE TABLE and CREATE INDEX statements of the missing tables."""
+        missing = set(_table_statements()) - self.table_names(db)
+        for name in sorted(missing):
+            for statement in _table_statements()[name]:
+                db.conn.execute(statement)
+        return sorted(missing)
+
+    def row_counts(self, db: PgDatabase, names: tuple[str, ...]) -> dict[str, int | None]:
+        present = self.table_names(db)
+        return {name: (int(db.scalar(f'SELECT count(*) FROM "{name}"'))
+                       if name in present else None) for name in names}
+
+    # -- physical -----------------------------------------------------------------------------
+    def integrity(self, db: PgDatabase, full: bool) -> list[str]:
+        """amcheck's B-tree checks over memcli's indexes when the extension is installed
+        (a DBA's step: `CREATE EXTENSION amcheck`); otherwise ["ok"]: PostgreSQL checks
+        pages as it reads them (and data checksums, when enabled, catch damage then)."""
+        if not db.scalar("SELECT 1 FROM pg_extension WHERE extname = 'amcheck'"):
+            return ["ok"]
+        problems = []
+        for (index,) in db.execute(
+                "SELECT c.relname FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid"
+                " JOIN pg_am a ON a.oid = c.relam JOIN pg_namespace n ON n.oid = c.relnamespace"
+                " WHERE a.amname = 'btree' AND n.nspname = current_schema()").fetchall():
+            try:
+                db.execute("SELECT bt_index_check(?::regclass, ?)", (index, full))
+            except Exception as exc:  # noqa: BLE001 - each index's damage is reported
+                problems.append(f"{index}: {str(exc).splitlines()[0]}")
+        return problems or ["ok"]
+
+    def size_bytes(self, db: PgDatabase) -> int:
+        return db.size_bytes()
+
+    def secure_delete(self, db: PgDatabase, mode: int) -> int:
+        """No-op (0): PostgreSQL has no such setting; erase_physically says what it does."""
+        return 0
+
+    def erase_physically(self, db: PgDatabase) -> bool:
+        """VACUUM the tables a purge touches (outside any transaction, after its commit): their
+        dead rows and index entries become reusable space no reader can see. True once done;
+        False when a concurrent session kept the lock past busy_timeout. The bytes themselves
+        may persist in that free space, the WAL, replicas and backups (README: PostgreSQL)."""
+        from memcli.errors import DatabaseBusyError
+
+        present = self.table_names(db)
+        try:
+            db.execute("VACUUM " + ", ".join(t for t in PURGED_TABLES if t in present))
+        except DatabaseBusyError:
+            return False
+        return True
+
+    def checkpoint(self, db: PgDatabase) -> bool:
+        """No-op: the server manages its WAL."""
+        return True
+
+    def defer_foreign_keys(self, db: PgDatabase) -> None:
+        # Every foreign key of schema.sql is DEFERRABLE; this lasts until the transaction ends.
+        db.execute("SET CONSTRAINTS ALL DEFERRED")
+
+    # -- sealed values ------------------------------------------------------------------------
+    def install_decryption(self, db: PgDatabase,
+                           trace: Callable[[tuple], tuple | None]) -> None:
+        db.row_trace = trace
+
+    def data_version(self, db: PgDatabase) -> Any:
+        """The database's key id: what the Sealer waits for (PostgreSQL has no counter of
+        other connections' commits; one indexed read)."""
+        from memcli.store.crypto import META_KEY_ID
+
+        return db.get_meta(META_KEY_ID) or ""  # (None would read as "not tracked")
+
+    def raw_rows(self, db: PgDatabase, sql: str, params: tuple) -> list[tuple]:
+        return crypto.raw_rows(db, sql, params)
+
+    def sealed_columns(self, db: PgDatabase) -> list[tuple[str, str]]:
+        return crypto.sealed_columns(db)
+
+    def reseal(self, db: PgDatabase, convert: Callable[[Any], Any], prefix: str) -> None:
+        crypto.reseal(db, convert, prefix)
+
+    # -- errors -------------------------------------------------------------------------------
+    def environment_error(self, db: PgDatabase, exc: BaseException) -> StorageError | None:
+        from memcli.errors import StorageError
+        from memcli.store.postgres import errors
+
+        if isinstance(exc, StorageError):
+            return exc
+        found = errors.mapped(exc, db.path, db.busy_timeout)
+        return found if isinstance(found, StorageError) else None
+
+    def is_constraint_error(self, exc: BaseException) -> bool:
+        import psycopg
+
+        return isinstance(exc, psycopg.errors.IntegrityError)
+
+
+_STATEMENTS: dict[str, list[str]] = {}
+
+
+def _table_statements() -> dict[str, list[str]]:
+    """schema.sql's CREATE TABLE / CREATE INDEX / CREATE TRIGGER statements per table."""
+    if not _STATEMENTS:
+        text = re.sub(r"--[^\n]*", "", migrations.schema_sql())
+        for statement in re.split(r";\s*\n", text):
+            statement = statement.strip()
+            found = (re.match(r"CREATE TABLE (\w+)", statement)
+                     or re.match(r"CREATE (?:UNIQUE )?INDEX \w+ ON (\w+)", statement)
+                     or re.match(r"CREATE TRIGGER \w+ .*? ON (\w+)", statement, re.S))
+            if found:
+                _STATEMENTS.setdefault(found.group(1), []).append(statement)
+    return _STATEMENTS
+
+
+BACKEND = PgBackend()
