@@ -29,7 +29,6 @@ import argparse
 import json
 import os
 import pickle
-import re
 import shutil
 import subprocess
 import sys
@@ -44,9 +43,9 @@ sys.path.insert(0, str(BENCH.parent))
 sys.path.insert(0, str(BENCH.parent / "tests"))
 sys.path.insert(0, str(BENCH))
 
+import perf  # noqa: E402
 import pg_scale_report as report  # noqa: E402
 import pg_scale_support as sup  # noqa: E402
-import perf  # noqa: E402
 
 RESULTS = BENCH / "results"
 SOURCE = BENCH / ".cache" / "perf-100000-e5-small-splade.db"
@@ -76,8 +75,9 @@ def child_result(proc: subprocess.Popen) -> dict[str, Any]:
 
 
 def build_models(events: list[dict], queries: list[dict], source: Path, work: Path
-                 ) -> Path:
-    """The replay file: stored encodings of the corpus texts, real query encodings."""
+                 ) -> tuple[Path, dict[str, Any]]:
+    """The replay file (model ids, real query encodings) and the stored encodings of the
+    corpus texts (each writer gets its own part of them)."""
     import apsw
 
     from memcli.config import EmbedderSettings, Settings
@@ -107,7 +107,7 @@ def build_models(events: list[dict], queries: list[dict], source: Path, work: Pa
     embedder, encoder = make_embedder(settings), make_sparse(settings)
     qtexts = sorted({q["text"] for q in queries})
     models = {"model_id": meta["embedder_model"], "dimension": int(meta["embedder_dimension"]),
-              "vectors": vectors, "sparse": sparse, "sparse_model": meta.get("sparse_model"),
+              "sparse_model": meta.get("sparse_model"),
               "vocab_hash": meta.get("sparse_vocab"),
               "query_vectors": {t: embedder.embed_query(t).astype("float32").tobytes()
                                 for t in qtexts},
@@ -116,14 +116,14 @@ def build_models(events: list[dict], queries: list[dict], source: Path, work: Pa
     path = work / "models.pickle"
     with open(path, "wb") as fh:
         pickle.dump(models, fh, protocol=pickle.HIGHEST_PROTOCOL)
-    return path
+    return path, {"vectors": vectors, "sparse": sparse}
 
 
 # ----------------------------------------------------------------------------- measurements
 
 
-def writers(location: str, parts: list[list[dict]], models: Path | None, batch: int,
-            work: Path, label: str) -> dict[str, Any]:
+def writers(location: str, parts: list[list[dict]], models: Path | None,
+            docs: dict[str, Any] | None, batch: int, work: Path, label: str) -> dict[str, Any]:
     """Start one writer process per part; all begin together; events/s over the wall time
     from the start signal to the last writer's end."""
     start = work / f"start-{label}"
@@ -132,8 +132,16 @@ def writers(location: str, parts: list[list[dict]], models: Path | None, batch: 
         events = work / f"events-{label}-{k}.pickle"
         with open(events, "wb") as fh:
             pickle.dump(part, fh, protocol=pickle.HIGHEST_PROTOCOL)
+        own = work / f"docs-{label}-{k}.pickle"
+        if docs is not None:
+            texts = {e["content"]["text"] for e in part}
+            with open(own, "wb") as fh:
+                pickle.dump({key: {t: docs[key][t] for t in texts if t in docs[key]}
+                             for key in ("vectors", "sparse")}, fh,
+                            protocol=pickle.HIGHEST_PROTOCOL)
         procs.append(run_child("writer", {"location": location, "events": str(events),
                                           "models": str(models) if models else None,
+                                          "docs": str(own) if docs is not None else None,
                                           "batch": batch, "start": str(start),
                                           "ready": str(work / f"ready-{label}-{k}")},
                                work, f"writer-{label}-{k}"))
@@ -241,16 +249,17 @@ def reference_process() -> float:
 
 
 def engine_run(name: str, location: str, events: list[dict], append: int, batch: int,
-               queries: list[dict], warmup: int, models: Path | None, work: Path
-               ) -> dict[str, Any]:
+               queries: list[dict], warmup: int, models: Path | None,
+               docs: dict[str, Any] | None, work: Path) -> dict[str, Any]:
     log(f"{name}: load {len(events)} events, 8 writers (one tenant each)")
-    out: dict[str, Any] = {"load": writers(location, by_tenant(events), models, batch, work,
+    out: dict[str, Any] = {"load": writers(location, by_tenant(events), models, docs, batch, work,
                                            f"{name}-load")}
     spread = sup.extra_events(append, copy=1, tenant=None)
-    out["append 8 tenants"] = writers(location, round_robin(spread, WRITERS), models, batch,
+    out["append 8 tenants"] = writers(location, round_robin(spread, WRITERS), models, docs, batch,
                                       work, f"{name}-8t")
     one = sup.extra_events(append, copy=2, tenant="t0")
-    out["append 1 tenant"] = writers(location, round_robin(one, WRITERS), models, batch, work,
+    out["append 1 tenant"] = writers(location, round_robin(one, WRITERS), models, docs, batch,
+                                    work,
                                      f"{name}-1t")
     out["size"] = sqlite_size(Path(location)) if name == "sqlite" else pg_size(location)
     if name == "sqlite":
@@ -276,10 +285,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workdir", type=Path, default=None, help="for the SQLite file")
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--engines", default="sqlite,postgresql")
+    parser.add_argument("--render", type=Path, help="only render a results JSON again")
     parser.add_argument("--child", nargs=2, metavar=("KIND", "SPEC"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
         return sup.child_main(*args.child)
+    if args.render:
+        res = json.loads(args.render.read_text())
+        (RESULTS / "pg-scale.md").write_text(report.render(res))
+        return 0
     if args.quick:
         args.events, args.append, args.queries = 2000, 400, 40
     from pg_support import running_server
@@ -291,7 +305,7 @@ def main(argv: list[str] | None = None) -> int:
         events = sup.corpus(args.events)
         warmup = 20 if not args.quick else 5
         queries = perf.generate_queries(args.queries + warmup, sup.scopes())
-        models = None if args.quick else build_models(
+        models, docs = (None, None) if args.quick else build_models(
             events + sup.extra_events(args.append, 1, None)
             + sup.extra_events(args.append, 2, "t0"), queries, args.source, work)
         res: dict[str, Any] = {"events": args.events, "users": sup.USERS,
@@ -303,7 +317,8 @@ def main(argv: list[str] | None = None) -> int:
         engines = args.engines.split(",")
         if "sqlite" in engines:
             res["sqlite"] = engine_run("sqlite", str(work / "scale.db"), events, args.append,
-                                       args.batch, queries, warmup, models, work)
+                                       args.batch, queries, warmup, models, docs, work)
+            save(res, args.quick)
             for suffix in ("", "-wal", "-shm"):
                 Path(f"{work / 'scale.db'}{suffix}").unlink(missing_ok=True)
         if "postgresql" in engines:
@@ -318,21 +333,27 @@ def main(argv: list[str] | None = None) -> int:
                     ).fetchall())
                 dsn = server.dsn.rsplit("/", 1)[0] + "/memcli_scale"
                 res["postgresql"] = engine_run("postgresql", dsn, events, args.append,
-                                               args.batch, queries, warmup, models, work)
+                                               args.batch, queries, warmup, models, docs, work)
                 res["postgresql"]["server_rss_mb"] = report.server_rss_mb(server)
+                save(res, args.quick)
                 res["postgresql"]["plans"] = explain(dsn, server.folder / "server.log",
                                                      queries, models, work)
         res["seconds"] = time.time() - started
         res["load_avg"] = perf.loadavg()
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    text = report.render(res)
-    print(text)
-    if not args.quick:
-        RESULTS.mkdir(exist_ok=True)
-        (RESULTS / "pg-scale.md").write_text(text)
-        (RESULTS / "pg-scale.json").write_text(json.dumps(res, indent=1) + "\n")
+    save(res, args.quick)
+    print(report.render(res))
     return 0
+
+
+def save(res: dict[str, Any], quick: bool) -> None:
+    """The results so far (a long run that fails late keeps what it measured)."""
+    if quick:
+        return
+    RESULTS.mkdir(exist_ok=True)
+    (RESULTS / "pg-scale.json").write_text(json.dumps(res, indent=1) + "\n")
+    (RESULTS / "pg-scale.md").write_text(report.render(res))
 
 
 if __name__ == "__main__":

@@ -15,7 +15,8 @@ INDEX_RE = re.compile(r"(Index Only Scan|Index Scan|Bitmap Index Scan)(?: Backwa
                       r"(?:using|on) (\S+)(?: on (\S+))?")
 SEQ_RE = re.compile(r"Seq Scan on (\S+)")
 # Which leg (or step) a statement belongs to, by a fragment only its SQL has; first match wins.
-KINDS = (("sparse_postings", "sparse leg"), ("<=>", "dense leg"), ("<#>", "dense leg"),
+KINDS = (("INSERT INTO request_metrics", "request metrics"),
+         ("sparse_postings", "sparse leg"), ("<=>", "dense leg"), ("<#>", "dense leg"),
          ("bm25", "lexical leg"), ("fts @@", "lexical leg"), ("@@", "lexical leg"),
          ("LIKE", "trigram leg"), ("entit", "entity leg"), ("UPDATE memories", "record access"),
          ("INSERT", "write (metrics/access)"), ("FROM memories", "rank / load rows"))
@@ -62,6 +63,7 @@ def kind_of(sql: str) -> str:
 def parse_plans(log: str) -> list[dict[str, Any]]:
     """auto_explain's entries in a server log: statement kind, first line, indexes used."""
     out = []
+    query = 1
     for entry in re.split(r"\n(?=\S)", log):
         if "plan:" not in entry or "Query Text:" not in entry:
             continue
@@ -73,8 +75,13 @@ def parse_plans(log: str) -> list[dict[str, Any]]:
         indexes = sorted({m.group(2) for line in plan for m in [INDEX_RE.search(line)] if m})
         seqs = sorted({m.group(1) for line in plan for m in [SEQ_RE.search(line)] if m})
         top = plan[0].strip().split("  (cost=")[0] if plan else ""
-        out.append({"kind": kind_of(sql), "sql": sql[:160], "top": top, "indexes": indexes,
-                    "seq_scans": seqs, "plan": [line.rstrip() for line in plan][:40]})
+        kind = kind_of(sql)
+        if kind != "other":  # not the catalog and meta reads of opening the database
+            out.append({"query": query, "kind": kind, "sql": sql[:160], "top": top,
+                        "indexes": indexes, "seq_scans": seqs,
+                        "plan": [line.rstrip() for line in plan][:40]})
+        if kind == "request metrics":  # the last statement of a Memory.query
+            query += 1
     return out
 
 
@@ -136,9 +143,12 @@ def render(res: dict[str, Any]) -> str:
     plans = res.get("postgresql", {}).get("plans")
     if plans:
         lines += ["", "## PostgreSQL plans at this size (auto_explain, one user-scoped and "
-                  "one tenant-wide query)", "", "| statement | top node | indexes | seq scans |",
-                  "|---|---|---|---|"]
+                  "one tenant-wide query)", "",
+                  "| query | statement | top node | indexes | seq scans |",
+                  "|---|---|---|---|---|"]
         for p in plans:
-            lines.append(f"| {p['kind']} | {p['top']} | {', '.join(p['indexes']) or '-'} | "
+            scope = {1: "user", 2: "tenant"}.get(p["query"], str(p["query"]))
+            lines.append(f"| {scope} | {p['kind']} | {p['top']} | "
+                         f"{', '.join(p['indexes']) or '-'} | "
                          f"{', '.join(p['seq_scans']) or '-'} |")
     return "\n".join(lines) + "\n"

@@ -123,17 +123,24 @@ class ReplaySparse:
 
 
 def load_models(spec: dict[str, Any]) -> tuple[Any, Any]:
-    """The embedder and sparse encoder a child uses (from the run's model file)."""
+    """The embedder and sparse encoder a child uses: the run's query encodings and, for a
+    writer, the stored encodings of its own texts only (a writer holds no more than it needs)."""
     if spec["models"] is None:  # --quick
         from memcli.providers.embedders import get_embedder
 
         return get_embedder("hash"), None
     with open(spec["models"], "rb") as fh:
         m = pickle.load(fh)
-    embedder = ReplayEmbedder(m["model_id"], m["dimension"], m["vectors"], m["query_vectors"])
+    docs: dict[str, Any] = {"vectors": {}, "sparse": {}}
+    if spec.get("docs"):
+        with open(spec["docs"], "rb") as fh:
+            docs = pickle.load(fh)
+    embedder = ReplayEmbedder(m["model_id"], m["dimension"], docs["vectors"],
+                              m["query_vectors"])
     sparse = None
     if m.get("sparse_model"):
-        sparse = ReplaySparse(m["sparse_model"], m["vocab_hash"], m["sparse"], m["query_sparse"])
+        sparse = ReplaySparse(m["sparse_model"], m["vocab_hash"], docs["sparse"],
+                              m["query_sparse"])
     return embedder, sparse
 
 
