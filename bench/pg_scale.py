@@ -156,7 +156,8 @@ def writers(location: str, parts: list[list[dict]], models: Path | None,
     wall = max(r["end"] for r in results) - t0
     total = sum(r["events"] for r in results)
     out = {"writers": len(parts), "events": total, "seconds": wall, "events_per_s": total / wall,
-           "batch": batch, "batch_ms_p50": perf.pct([r["batch_ms"]["p50"] for r in results], 50),
+           "batch": batch, "busy_retries": sum(r["busy"] for r in results),
+           "batch_ms_p50": perf.pct([r["batch_ms"]["p50"] for r in results], 50),
            "batch_ms_p95_max": max(r["batch_ms"]["p95"] for r in results)}
     log(f"  {label}: {total} events by {len(parts)} writers in {wall:.1f}s = "
         f"{out['events_per_s']:.0f}/s")
@@ -184,6 +185,8 @@ def round_robin(events: list[dict], n: int) -> list[list[dict]]:
 def sqlite_size(path: Path) -> dict[str, Any]:
     import apsw
 
+    wal = Path(f"{path}-wal")
+    wal_before = wal.stat().st_size if wal.exists() else 0  # 8 writers rarely let it reset
     perf.checkpoint(path)
     conn = apsw.Connection(str(path), flags=apsw.SQLITE_OPEN_READONLY)
     memories = int(conn.execute("SELECT count(*) FROM memories").fetchone()[0])
@@ -193,7 +196,7 @@ def sqlite_size(path: Path) -> dict[str, Any]:
     total = path.stat().st_size + sum(Path(f"{path}{s}").stat().st_size for s in ("-wal",)
                                       if Path(f"{path}{s}").exists())
     return {"memories": memories, "bytes": total, "bytes_per_memory": total / memories,
-            "largest": largest}
+            "largest": largest, "wal_bytes_before_checkpoint": wal_before}
 
 
 def pg_size(dsn: str) -> dict[str, Any]:

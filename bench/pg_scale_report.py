@@ -111,8 +111,9 @@ def render(res: dict[str, Any]) -> str:
         cells = []
         for e in engines:
             r = res[e][run]
+            busy = f"; {r['busy_retries']} busy retries" if r.get("busy_retries") else ""
             cells.append(f"{fmt(r['events_per_s'], 0)} events/s ({r['events']:,} in "
-                         f"{fmt(r['seconds'])} s; call p50 {fmt(r['batch_ms_p50'], 0)} ms)")
+                         f"{fmt(r['seconds'])} s; call p50 {fmt(r['batch_ms_p50'], 0)} ms{busy})")
         label = {"load": "load (each writer one tenant)"}.get(run, run)
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
     lines += ["", f"## Query: `Memory.query`, default legs, warm process "

@@ -170,17 +170,25 @@ def writer_child(spec: dict[str, Any]) -> dict[str, Any]:
     Path(spec["ready"]).touch()
     while not start.exists():
         time.sleep(0.005)
+    from memcli.errors import DatabaseBusyError
+
     t0 = time.perf_counter()
     per_batch = []
+    busy = 0
     for chunk in perf.batches(events, spec["batch"]):
         b0 = time.perf_counter()
-        report = memory.ingest(list(chunk))
+        while True:
+            try:
+                report = memory.ingest(list(chunk))
+                break
+            except DatabaseBusyError:  # exit 75 for the CLI: an agent retries, so does this
+                busy += 1
         per_batch.append((time.perf_counter() - b0) * 1000)
         if report.rejected or len(report.created) != len(chunk):
             raise SystemExit(f"writer: rejected or skipped: {report.rejected[:2]}")
     seconds = time.perf_counter() - t0
     memory.close()
-    return {"events": len(events), "seconds": seconds, "end": time.time(),
+    return {"events": len(events), "seconds": seconds, "end": time.time(), "busy": busy,
             "batch_ms": perf.summary(per_batch)}
 
 
