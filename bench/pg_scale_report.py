@@ -123,7 +123,8 @@ def render(res: dict[str, Any]) -> str:
                  for e in engines]
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
     lines.append("| query process peak RSS | " + " | ".join(
-        f"{fmt(res[e]['query']['rss_mb'], 0)} MB" for e in engines) + " |")
+        f"{fmt(res[e]['query']['rss_mb'], 0)} MB" if res[e]["query"].get("rss_mb") else "n/a"
+        for e in engines) + " |")
     if "postgresql" in res and "server_rss_mb" in res["postgresql"]:
         s = res["postgresql"]["server_rss_mb"]
         lines.append(f"| server memory | | {fmt(s['private_mb'], 0)} MB private in "
@@ -137,10 +138,26 @@ def render(res: dict[str, Any]) -> str:
     for e in engines:
         largest = ", ".join(f"{n} {b / 2**20:,.0f}" for n, b in res[e]["size"]["largest"])
         lines += ["", f"{e} largest (MiB): {largest}"]
+        if res[e]["size"].get("wal_bytes_before_checkpoint"):
+            lines[-1] += (f"; the WAL before the final checkpoint: "
+                          f"{res[e]['size']['wal_bytes_before_checkpoint'] / 2**20:,.0f} MiB")
         if "largest_indexes" in res[e]["size"]:
             idx = ", ".join(f"{n} {b / 2**20:,.0f}" for n, b in
                             res[e]["size"]["largest_indexes"])
             lines.append(f"; indexes: {idx}")
+    if res["events"] < 1_000_000 and not res.get("quick"):
+        lines += ["", "## What the 1M run needs (extrapolated linearly from this run)", ""]
+        for e in engines:
+            rate = res[e]["load"]["events_per_s"]
+            bpm = res[e]["size"]["bytes_per_memory"]
+            lines.append(f"- {e}: the load at this run's rate {1e6 / rate / 3600:.1f} h (a lower "
+                         f"bound: writes slow down as indexes grow), {bpm * 1e6 / 2**30:.1f} GiB "
+                         "of database" + (", plus the WAL the writers keep from resetting"
+                                          if e == "sqlite" else ""))
+        lines.append("- the benchmark's own processes: the corpus (1M event dicts, ~2 GB) and the "
+                     "replayed encodings of all 97k distinct texts (~1.5 GB) in the parent, each "
+                     "writer its tenant's events and their texts' encodings (~1.5 GB each, 8 "
+                     "writers).")
     plans = res.get("postgresql", {}).get("plans")
     if plans:
         lines += ["", "## PostgreSQL plans at this size (auto_explain, one user-scoped and "
@@ -152,4 +169,6 @@ def render(res: dict[str, Any]) -> str:
             lines.append(f"| {scope} | {p['kind']} | {p['top']} | "
                          f"{', '.join(p['indexes']) or '-'} | "
                          f"{', '.join(p['seq_scans']) or '-'} |")
+    if res.get("notes"):
+        lines += ["", "## Notes", ""] + [f"- {n}" for n in res["notes"]]
     return "\n".join(lines) + "\n"
