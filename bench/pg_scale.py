@@ -1,8 +1,8 @@
 """The scale benchmark: PostgreSQL beside SQLite in the same run (issue #16).
 
     python bench/pg_scale.py --events 1000000     # the issue's size (see "needs" in the results)
-    python bench/pg_scale.py --events 100000      # what one session's time allows
-    python bench/pg_scale.py --quick              # 2k events, hash embedder: a CI smoke test
+    python bench/pg_scale.py --events 100000      # ~1 h on 2 busy cores (50k took 33 min)
+    python bench/pg_scale.py --quick              # 800 events, hash embedder: a CI smoke test
 
 Both engines, one after the other, through memcli's own write path (`Memory.ingest`, the store
 SQL, the backend's vector and posting writes): nothing is bulk-copied, so the stored rows, indexes,
@@ -298,7 +298,7 @@ def main(argv: list[str] | None = None) -> int:
         (RESULTS / "pg-scale.md").write_text(report.render(res))
         return 0
     if args.quick:
-        args.events, args.append, args.queries = 2000, 400, 40
+        args.events, args.append, args.queries = 800, 160, 20
     from pg_support import running_server
 
     revision = report.git_revision()  # at start: the code measured is the code imported now
