@@ -10,11 +10,15 @@ import sys
 from pathlib import Path
 
 import apsw
+import backend_support
 import pytest
 import typer.main
 import typer.testing
+from backend_support import pg_memcli_db, pg_memcli_template  # noqa: F401 - the matrix's PG
 from daemon_support import no_stray_daemons  # noqa: F401 - autouse: no test leaves a daemon
 from llmstub import make_stub
+from pg_db_support import pg_db  # noqa: F401
+from pg_support import pg_cluster, pg_server  # noqa: F401
 from typer.testing import CliRunner
 
 from memcli import Memory
@@ -75,9 +79,21 @@ def fast_cli(tmp_path, monkeypatch):
     monkeypatch.setattr(typer.testing, "_get_command", _build_command)
 
 
+def pytest_generate_tests(metafunc):
+    backend_support.parametrize(metafunc)  # tests marked `backends`: SQLite and PostgreSQL
+
+
 @pytest.fixture
-def db_path(tmp_path) -> Path:
-    return tmp_path / "memory.db"
+def backend(request) -> str:
+    """The engine of `db_path`: "sqlite", or each of backend_support.BACKENDS for a test
+    marked `backends`."""
+    return getattr(request, "param", "sqlite")
+
+
+@pytest.fixture
+def db_path(backend, tmp_path, request) -> Path:
+    """The test's database: a file in tmp_path (a PostgreSQL URL in the backend matrix)."""
+    return backend_support.location(backend, tmp_path, request)
 
 
 @pytest.fixture

@@ -21,6 +21,8 @@ from memcli.errors import NotAllowedError, UsageError
 from memcli.providers.embedders import HashEmbedder
 from memcli.tokens import count_tokens
 
+pytestmark = pytest.mark.backends  # SQLite and PostgreSQL (tests/backend_support.py)
+
 
 @pytest.fixture(autouse=True)
 def without_sparse_leg(tmp_path, monkeypatch):

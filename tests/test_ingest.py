@@ -5,33 +5,23 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import apsw
 import pytest
-import sqlite_vec
+from backend_support import has_database, is_pg, stored_bytes
+from backend_support import rows as backend_rows
 from conftest import ndjson, turns
 
-pytestmark = pytest.mark.usefixtures("fast_cli")  # conftest: no SPLADE, one click command
+pytestmark = [pytest.mark.usefixtures("fast_cli"),  # conftest: no SPLADE, one click command
+              pytest.mark.backends]
 
 
 def rows(db_path: Path, sql: str, params: tuple = ()) -> list[tuple]:
     """Read the database with a plain connection of its own (not through memcli)."""
-    conn = apsw.Connection(str(db_path))
-    conn.enable_load_extension(True)
-    conn.load_extension(sqlite_vec.loadable_path())
-    try:
-        return conn.execute(sql, params).fetchall()
-    finally:
-        conn.close()
+    return backend_rows(db_path, sql, params)
 
 
 def file_bytes(db_path: Path) -> bytes:
-    """Every byte memcli left on disk for this database, after folding the WAL into it."""
-    conn = apsw.Connection(str(db_path))
-    conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-    conn.close()
-    data = db_path.read_bytes()
-    wal = Path(str(db_path) + "-wal")
-    return data + (wal.read_bytes() if wal.exists() else b"")
+    """Every byte memcli left for this database (backend_support.stored_bytes)."""
+    return stored_bytes(db_path)
 
 
 def ingest(cli, records, *flags):
@@ -41,6 +31,12 @@ def ingest(cli, records, *flags):
 
 
 def fts_count(db_path: Path, table: str, term: str) -> int:
+    if is_pg(db_path):  # the index is memories.fts (lexical) and content (trigram GIN)
+        if table == "memories_fts":
+            sql = "SELECT count(*) FROM memories WHERE fts @@ plainto_tsquery('memcli', ?)"
+            return rows(db_path, sql, (term,))[0][0]
+        return rows(db_path, "SELECT count(*) FROM memories WHERE content ILIKE ?",
+                    (f"%{term}%",))[0][0]
     quoted = '"' + term.replace('"', '""') + '"'
     return rows(db_path, f"SELECT count(*) FROM {table} WHERE {table} MATCH ?", (quoted,))[0][0]
 
@@ -97,7 +93,7 @@ def test_stdin_is_read_only_when_asked(cli, db_path):
     result = cli("ingest", input=ndjson(turns("s1", ["should not be read"])))
     assert result.exit_code == 2
     assert result.stderr.startswith("memcli: error: nothing to ingest")
-    assert not db_path.exists()
+    assert not has_database(db_path)
 
 
 def test_missing_file_is_a_usage_error(cli, tmp_path):
@@ -434,7 +430,8 @@ def test_defer_embed_then_embed(cli, db_path):
     result = cli("embed")
     assert result.exit_code == 0 and json.loads(result.stdout) == {"embedded": 2}
     assert rows(db_path, "SELECT count(*) FROM memory_vectors") == [(2,)]
-    assert rows(db_path, "SELECT count(*) FROM vec_memories") == [(2,)]
+    if not is_pg(db_path):  # (PostgreSQL's vector index is part of memory_vectors)
+        assert rows(db_path, "SELECT count(*) FROM vec_memories") == [(2,)]
     assert json.loads(cli("embed").stdout) == {"embedded": 0}
     hits = json.loads(cli("query", "walrus").stdout)
     assert "dense" in hits[0]["scores"]
@@ -477,3 +474,20 @@ def test_report_formats(cli, fmt):
         assert result.stdout.startswith("created 1 event(s), 1 memories")
     else:
         assert json.loads(result.stdout.strip())["created"] == ["s1-0"]
+
+
+def test_a_nul_character_is_kept_on_sqlite_and_refused_alone_on_postgresql(cli, db_path):
+    """PostgreSQL text cannot hold U+0000: that record is rejected with a one-line reason and
+    the rest of the batch is stored; SQLite stores it as before."""
+    result = ingest(cli, [{"event_id": "n", "text": "before\u0000after", "session_id": "s1"},
+                          {"event_id": "ok", "text": "plain text", "session_id": "s1"}])
+    report = json.loads(result.stdout)
+    if is_pg(db_path):
+        assert result.exit_code == 2
+        (rejected,) = report["rejected"]
+        assert rejected["event_id"] == "n" and "\n" not in rejected["reason"]
+        assert "NUL character (U+0000)" in rejected["reason"]
+        assert rows(db_path, "SELECT event_id FROM events") == [("ok",)]
+    else:
+        assert result.exit_code == 0 and report["rejected"] == []
+        assert len(rows(db_path, "SELECT event_id FROM events")) == 2

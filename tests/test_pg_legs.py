@@ -232,6 +232,11 @@ def test_sparse_postings_both_plans_rank_by_score(pg):
             hits = legs.sparse(pg, query, T1, 10, max_df=10, small_scope=small)
             assert [(i, round(s, 2)) for i, s in hits] == expected
             assert ids(legs.sparse(pg, query, T1, 2, max_df=10, small_scope=small)) == [3, 2]
+        # The store's own entry point (memcli/store/search.py) takes legs' ordered plan for a
+        # large scope on PostgreSQL (its ORDERED_JOIN is a plain JOIN there).
+        for limit in (1, 2, 3):
+            assert sparse_sql.search(pg, query, T1, limit, max_df=10, small_scope=False) == \
+                legs.sparse(pg, query, T1, limit, max_df=10, small_scope=True)
         # A term in more memories than max_df is pruned, as on SQLite.
         assert ids(legs.sparse(pg, query, T1, 10, max_df=2, small_scope=False)) == []
     finally:

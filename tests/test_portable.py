@@ -18,7 +18,7 @@ from portable_support import KEY, OTHER_KEY, apply_ops, dump, open_memory, ops
 
 from memcli.portable.importer import load
 
-pytestmark = pytest.mark.usefixtures("fast_cli")
+pytestmark = [pytest.mark.usefixtures("fast_cli"), pytest.mark.backends]
 
 RICH = [
     ("turn", "default", "u1", 0, "message", "none", "alice likes green tea"),
@@ -398,3 +398,32 @@ def test_rebuild_of_an_imported_database_changes_nothing_exported(source, tmp_pa
     episodes = json.loads(result.stdout)["episodes"]
     assert episodes["rewritten"] == episodes["restored"] == episodes["new"] == 0
     assert cli("export", "--db", str(target), "--all-tenants").stdout == text
+
+
+# -- between engines (issue #16): the README's way of moving a memory ---------------------------
+def test_a_memory_moves_between_sqlite_and_postgresql_unchanged(source, tmp_path, monkeypatch,
+                                                               pg_memcli_db):
+    """SQLite -> export -> import into PostgreSQL -> export gives the same file, and back:
+    PostgreSQL's export imported into a new SQLite file exports the same again. The import into
+    PostgreSQL runs the real CLI (`MEMCLI_DB=postgresql://... memcli import --all-tenants`)."""
+    from typer.testing import CliRunner
+
+    from memcli.cli.app import app
+
+    _, first = source
+    exported = tmp_path / "m.jsonl"
+    exported.write_text(first, encoding="utf-8")
+    monkeypatch.setenv("MEMCLI_EMBEDDER", "hash")
+    monkeypatch.setenv("MEMCLI_DB", pg_memcli_db)
+    result = CliRunner().invoke(app, ["import", str(exported), "--all-tenants"])
+    assert result.exit_code == 0, result.stderr
+    with open_memory(pg_memcli_db) as pg:
+        assert dump(pg) == first
+        for tenant in ("default", "t2"):
+            with open_memory(tmp_path / "a.db") as a:
+                assert dump(pg, tenant) == dump(a, tenant)
+        back = dump(pg)
+    with open_memory(tmp_path / "c.db") as c:
+        report = load(c, back, all_tenants=True)
+        assert report["skipped"] == 0
+        assert dump(c) == first

@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import apsw
 import pytest
-import sqlite_vec
+from backend_support import connect as backend_connect
+from backend_support import lexical_hits, rows, stored_bytes, table_names
 from conftest import ndjson
 
 from memcli import Memory
@@ -15,15 +15,13 @@ from memcli.config import RetrievalSettings
 from memcli.providers.embedders import HashEmbedder
 from memcli.store import relations as rel
 
-pytestmark = pytest.mark.usefixtures("fast_cli")  # conftest: no SPLADE, one click command
+# conftest: no SPLADE, one click command; SQLite and PostgreSQL (tests/backend_support.py)
+pytestmark = [pytest.mark.usefixtures("fast_cli"), pytest.mark.backends]
 
 
-def connect(db_path: Path) -> apsw.Connection:
-    """A plain connection of the test's own, with sqlite-vec so vec_memories can be read."""
-    conn = apsw.Connection(str(db_path))
-    conn.enable_load_extension(True)
-    conn.load_extension(sqlite_vec.loadable_path())
-    return conn
+def connect(db_path: Path):
+    """A plain connection of the test's own (with sqlite-vec so vec_memories can be read)."""
+    return backend_connect(db_path)
 
 
 def scalar(db_path: Path, sql: str, params: tuple = ()):
@@ -72,26 +70,18 @@ ORPHAN_QUERIES = {
 def orphan_counts(conn) -> dict[str, int]:
     """{table: orphan rows} for every derived table this database has (0 everywhere is clean)."""
     execute = conn.execute if hasattr(conn, "execute") else conn.db.execute
-    names = {n for (n,) in execute("SELECT name FROM sqlite_schema")}
+    names = table_names(execute)
     return {
         table: execute(sql).fetchone()[0] for table, sql in ORPHAN_QUERIES.items() if table in names
     }
 
 
 def fts_hits(db_path: Path, table: str, term: str) -> int:
-    return scalar(
-        db_path,
-        f"SELECT count(*) FROM {table} WHERE {table} MATCH ?",
-        ('"' + term.replace('"', '""') + '"',),
-    )
+    return lexical_hits(db_path, table, term)
 
 
 def file_bytes(db_path: Path) -> bytes:
-    conn = apsw.Connection(str(db_path))
-    conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-    conn.close()
-    wal = Path(str(db_path) + "-wal")
-    return db_path.read_bytes() + (wal.read_bytes() if wal.exists() else b"")
+    return stored_bytes(db_path)
 
 
 # Four conversations across two tenants, two users and an app; each has its own marker word
@@ -271,7 +261,8 @@ def test_other_scope_keys_narrow_a_memory_purge(cli, db_path, populated):
                  "--tenant", "t1")
     assert json.loads(result.stdout)["events"] == 1
     assert scalar(db_path, "SELECT count(*) FROM events WHERE event_id = 'b1'") == 0
-    assert scalar(db_path, "SELECT group_concat(session_id) FROM sessions") == "s1,s3,s4"
+    assert [r[0] for r in rows(db_path, "SELECT session_id FROM sessions ORDER BY 1")] == [
+        "s1", "s3", "s4"]
 
 
 def test_app_purge_keeps_the_sessions_other_events(cli, db_path):
@@ -281,7 +272,7 @@ def test_app_purge_keeps_the_sessions_other_events(cli, db_path):
     assert cli("purge", "--app", "a", "--user", "nobody").exit_code == 0
     assert scalar(db_path, "SELECT event_count FROM sessions") == 2
     assert cli("purge", "--app", "a", "--tenant", "default").exit_code == 0
-    assert scalar(db_path, "SELECT group_concat(event_id) FROM events") == "direct"
+    assert [r[0] for r in rows(db_path, "SELECT event_id FROM events")] == ["direct"]
     assert scalar(db_path, "SELECT event_count FROM sessions WHERE session_id = 's1'") == 1
 
 
@@ -312,8 +303,9 @@ def test_purge_a_chunked_event_takes_every_chunk(cli, db_path):
 def test_dry_run_prints_the_plan_and_deletes_nothing(cli, db_path, populated):
     def counts():
         conn = connect(db_path)
+        present = table_names(conn.execute)  # (no vec_memories on PostgreSQL)
         return {
-            t: conn.execute(f"SELECT count(*) FROM {t}").fetchone()[0]
+            t: conn.execute(f"SELECT count(*) FROM {t}").fetchone()[0] if t in present else None
             for t in (
                 "events",
                 "memories",
@@ -429,7 +421,7 @@ def test_purge_removes_soft_deleted_memories_too(cli, db_path, populated):
 
 
 def test_user_purge_takes_checkpoints_and_thread_state(cli, db_path):
-    from memcli.store.connection import Database
+    from memcli.store.location import open_database
 
     assert cli("ingest", "--text", "my plan is secret-ish", "--user", "zed",
                "--session", "z1").exit_code == 0
@@ -438,7 +430,7 @@ def test_user_purge_takes_checkpoints_and_thread_state(cli, db_path):
     assert cli("checkpoint", "save", "--user", "amy", "--thread", "a1",
                "--data", '{"step": 1}').exit_code == 0
     assert cli("purge", "--user", "zed").exit_code == 0
-    db = Database(db_path)
+    db = open_database(db_path)
     assert db.scalar("SELECT count(*) FROM checkpoints WHERE user_id = 'zed'") == 0
     assert db.scalar("SELECT count(*) FROM checkpoints WHERE user_id = 'amy'") == 1
     assert db.scalar("SELECT count(*) FROM threads WHERE thread_key LIKE '%/zed/%'") == 0

@@ -16,7 +16,8 @@ from memcli.acb.build import build_acb
 from memcli.config import AcbSettings
 from memcli.providers.embedders import HashEmbedder
 
-pytestmark = pytest.mark.usefixtures("fast_cli")  # conftest: no SPLADE, one click command
+# conftest: no SPLADE, one click command; SQLite and PostgreSQL (tests/backend_support.py)
+pytestmark = [pytest.mark.usefixtures("fast_cli"), pytest.mark.backends]
 
 ANSWER = "We decided the billing database will be PostgreSQL, not MongoDB."
 OLD = ["Let's talk about the billing service.", ANSWER, "Invoices are generated monthly."]

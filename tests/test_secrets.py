@@ -23,9 +23,12 @@ from pathlib import Path
 
 import apsw
 import pytest
+from backend_support import is_pg, stored_bytes
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
+
+pytestmark = pytest.mark.backends  # SQLite and PostgreSQL (tests/backend_support.py)
 
 TALLY: Counter[str] = Counter()
 RUNS = itertools.count()
@@ -121,9 +124,11 @@ class Files:
 
     def __init__(self, db_path: Path) -> None:
         self.db_path = db_path
-        self.conn = apsw.Connection(str(db_path))
+        self.conn = None if is_pg(db_path) else apsw.Connection(str(db_path))
 
     def blobs(self) -> dict[str, bytes]:
+        if self.conn is None:  # PostgreSQL: every stored value (backend_support)
+            return {"tables": stored_bytes(self.db_path)}
         out = {}
         for suffix in ("", "-wal", "-shm"):
             path = Path(f"{self.db_path}{suffix}")
@@ -135,14 +140,15 @@ class Files:
         """Needles present in any file, before and after a checkpoint of the WAL."""
         hits = set()
         for stage in ("as left", "checkpointed"):
-            if stage == "checkpointed":
+            if stage == "checkpointed" and self.conn is not None:
                 self.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
             for name, data in self.blobs().items():
                 hits.update(f"{n} in {name} ({stage})" for n in needles if n.encode() in data)
         return sorted(hits)
 
     def close(self) -> None:
-        self.conn.close()
+        if self.conn is not None:
+            self.conn.close()
 
 
 @dataclass

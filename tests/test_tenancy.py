@@ -21,6 +21,8 @@ from memcli import Memory
 from memcli.providers.embedders import HashEmbedder
 from tests.conftest import ndjson
 
+pytestmark = pytest.mark.backends  # SQLite and PostgreSQL (tests/backend_support.py)
+
 TENANTS = ("default", "tb", "tc")
 USERS = ("u1", "u2", "u3")
 APPS = ("a1", "a2")

@@ -48,6 +48,8 @@ def insert_artifact(db: Database, artifact: dict[str, Any]) -> None:
     body = artifact["body"]
     if high:  # sealed text in the BLOB column; get_artifact turns it back into bytes
         body = seal_if(db, True, body.decode("utf-8", errors="surrogateescape"))
+        if db.backend.name == "postgresql":  # a bytea column takes no text: its UTF-8 bytes
+            body = body.encode("ascii")  # (the backend opens them as text again on read)
     db.execute(
         "INSERT INTO artifacts (artifact_id, event_id, mime, bytes, sha256, body, created_at) "
         "VALUES (:artifact_id, :event_id, :mime, :bytes, :sha256, :body, :created_at)",

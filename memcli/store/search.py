@@ -71,6 +71,12 @@ def best_in_scope(db: Database, ctes: str, scored: str, params: list, filters: F
     `id` and `score` over them, grouped by id, with `WHERE {in_scope}`; `ties`: the id order
     among equal scores.
     """
+    if not small_scope and db.dialect.name == "postgresql":
+        # No join keeps the sorted scores as the outer loop there (rows came out in id order,
+        # measured): the same plan with an explicit order (memcli.store.postgres.legs).
+        from memcli.store.postgres.legs import best_in_scope as ordered
+
+        return ordered(db, ctes, scored, params, filters, limit, small_scope, ties)
     where, filter_params = filters.sql()
     join = db.dialect.ORDERED_JOIN
     if small_scope:

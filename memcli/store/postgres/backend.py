@@ -22,6 +22,7 @@ import re
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from memcli.crypto import PREFIX
 from memcli.store.postgres import crypto, legs, migrations
 
 if TYPE_CHECKING:
@@ -243,7 +244,20 @@ class PgBackend:
     # -- sealed values ------------------------------------------------------------------------
     def install_decryption(self, db: PgDatabase,
                            trace: Callable[[tuple], tuple | None]) -> None:
-        db.row_trace = trace
+        """`db.row_trace` (PgDatabase calls it per row). A `high` artifact body is sealed text
+        kept as UTF-8 in its `bytea` column: it reaches `trace` as that text, as on SQLite
+        (where the BLOB column holds the text itself), so it is opened or its row left out."""
+        sealed = PREFIX.encode()
+
+        def opened(row: tuple) -> tuple | None:
+            for value in row:
+                if value.__class__ is bytes and value.startswith(sealed):
+                    row = tuple(v.decode() if v.__class__ is bytes and v.startswith(sealed)
+                                else v for v in row)
+                    break
+            return trace(row)
+
+        db.row_trace = opened
 
     def data_version(self, db: PgDatabase) -> Any:
         """The database's key id: what the Sealer waits for (PostgreSQL has no counter of

@@ -19,13 +19,15 @@ if TYPE_CHECKING:
 
 # -- key rotation and status: the PostgreSQL twins of the seam's Backend.sealed_columns,
 # raw_rows and reseal (SQLite: pragma_table_list, a cursor without tracer, a SQL function).
-def sealed_columns(db: PgDatabase) -> list[tuple[str, str]]:
-    """Every text (table, column) of memcli's schema, where sealed values may sit."""
+def sealed_columns(db: PgDatabase, data_type: str = "text") -> list[tuple[str, str]]:
+    """Every text (table, column) of memcli's schema, where sealed values may sit. A `high`
+    artifact body is sealed text stored as UTF-8 in `bytea` (`data_type="bytea"` lists those
+    columns; `reseal` covers them, `memcli key status` counts the text columns only)."""
     return [(t, c) for t, c in db.execute(
         "SELECT c.table_name, c.column_name FROM information_schema.columns c"
         " JOIN pg_tables t ON t.schemaname = c.table_schema AND t.tablename = c.table_name"
-        " WHERE c.table_schema = current_schema() AND c.data_type = 'text'"
-        " ORDER BY c.table_name, c.ordinal_position")]
+        " WHERE c.table_schema = current_schema() AND c.data_type = ?"
+        " ORDER BY c.table_name, c.ordinal_position", (data_type,))]
 
 
 def raw_rows(db: PgDatabase, sql: str, params: tuple = ()) -> list[tuple]:
@@ -47,6 +49,14 @@ def reseal(db: PgDatabase, convert: Callable[[Any], Any], prefix: str) -> int:
         for ctid, value in rows:
             db.execute(f'UPDATE "{table}" SET "{column}" = ? WHERE ctid = ?::tid',
                        (convert(value), ctid))
+            done += 1
+    for table, column in sealed_columns(db, "bytea"):
+        head = prefix.encode()
+        rows = raw_rows(db, f'SELECT ctid::text, "{column}" FROM "{table}"'
+                            f' WHERE substring("{column}" FROM 1 FOR ?) = ?', (len(head), head))
+        for ctid, value in rows:
+            db.execute(f'UPDATE "{table}" SET "{column}" = ? WHERE ctid = ?::tid',
+                       (convert(bytes(value).decode()).encode(), ctid))
             done += 1
     db.execute("ALTER TABLE events ENABLE TRIGGER events_append_only")
     return done

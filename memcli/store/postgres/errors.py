@@ -66,6 +66,11 @@ def mapped(exc: BaseException, shown: str, waited: float) -> MemcliError | None:
     if state == "25006":
         return StorageError(f"database is read-only: {shown}",
                             "this connection or server only allows reads")
+    if state == "22021":  # character_not_in_repertoire: U+0000 in a text parameter
+        from memcli.errors import ValidationError
+
+        return ValidationError("text contains a NUL character (U+0000), which PostgreSQL "
+                               "cannot store", "remove it from the input")
     # Migrations guarantee every table at open, so a missing one was dropped by hand.
     if state == "42P01":
         return StorageError(f"database is damaged: {shown}: {first_line(exc)}",

