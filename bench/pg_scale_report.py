@@ -111,7 +111,8 @@ def render(res: dict[str, Any]) -> str:
         cells = []
         for e in engines:
             r = res[e][run]
-            busy = f"; {r['busy_retries']} busy retries" if r.get("busy_retries") else ""
+            n = r.get("busy_retries", 0)
+            busy = f"; {n} busy {'retry' if n == 1 else 'retries'}" if n else ""
             cells.append(f"{fmt(r['events_per_s'], 0)} events/s ({r['events']:,} in "
                          f"{fmt(r['seconds'])} s; call p50 {fmt(r['batch_ms_p50'], 0)} ms{busy})")
         label = {"load": "load (each writer one tenant)"}.get(run, run)
