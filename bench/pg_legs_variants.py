@@ -217,8 +217,9 @@ def sparse_postings(db: Any, q: Query, filters: Any, limit: int, settings: Any) 
 
 
 def sparse_large_scope(db: Any, q: Query, filters: Any, limit: int, settings: Any) -> list:
-    """legs.py's `sparse` with its large-scope plan (score everything, filter best first)."""
-    return legs.sparse(db, q.sparse, filters, limit, max_df(db, settings), small_scope=False)
+    """memcli/store/sparse.py's large-scope plan (score everything, filter best first; on
+    PostgreSQL store/search.best_in_scope takes legs.py's ordered version)."""
+    return sparse_sql.search(db, q.sparse, filters, limit, max_df(db, settings), small_scope=False)
 
 
 def sparse_vec(db: Any, q: Query, filters: Any, limit: int, settings: Any) -> list:

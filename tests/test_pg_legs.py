@@ -237,16 +237,16 @@ def test_sparse_postings_both_plans_rank_by_score(pg):
         assert [(i, round(s, 2)) for i, s in portable] == expected
         # ... and legs.sparse's two plans give the same, best first, also under a LIMIT.
         for small in (True, False):
-            hits = legs.sparse(pg, query, T1, 10, max_df=10, small_scope=small)
+            hits = sparse_sql.search(pg, query, T1, 10, max_df=10, small_scope=small)
             assert [(i, round(s, 2)) for i, s in hits] == expected
-            assert ids(legs.sparse(pg, query, T1, 2, max_df=10, small_scope=small)) == [3, 2]
+            assert ids(sparse_sql.search(pg, query, T1, 2, max_df=10, small_scope=small)) == [3, 2]
         # The store's own entry point (memcli/store/search.py) takes legs' ordered plan for a
         # large scope on PostgreSQL (its ORDERED_JOIN is a plain JOIN there).
         for limit in (1, 2, 3):
             assert sparse_sql.search(pg, query, T1, limit, max_df=10, small_scope=False) == \
-                legs.sparse(pg, query, T1, limit, max_df=10, small_scope=True)
+                sparse_sql.search(pg, query, T1, limit, max_df=10, small_scope=True)
         # A term in more memories than max_df is pruned, as on SQLite.
-        assert ids(legs.sparse(pg, query, T1, 10, max_df=2, small_scope=False)) == []
+        assert ids(sparse_sql.search(pg, query, T1, 10, max_df=2, small_scope=False)) == []
     finally:
         conn.execute("DELETE FROM sparse_postings")
         conn.execute("DELETE FROM sparse_df")
@@ -284,7 +284,7 @@ def test_legs_through_the_real_connection_and_migrated_schema(pg_db):  # noqa: F
         query = float_blob(_unit([1, 0.1, 0, 0, 0, 0, 0, 0]))
         assert ids(legs.dense(db, query, U1, 2)) == [1, 3]
         for small in (True, False):
-            assert legs.sparse(db, {5: 1.0}, U1, 10, max_df=10, small_scope=small) == [
+            assert sparse_sql.search(db, {5: 1.0}, U1, 10, max_df=10, small_scope=small) == [
                 (3, 3.0), (1, 1.0)]
     finally:
         db.close()

@@ -1,5 +1,5 @@
 """SQL of the retrieval legs on PostgreSQL (issue #16, step 4b): full text, trigram, dense and
-the sparse leg's large-scope plan.
+the large-scope plan of the sparse and entity legs.
 
 Each leg returns [(memory id, score)] best first, ties by id, filtered inside its SQL by the
 same `Filters.sql()` as SQLite's legs (memcli/store/search.py); ranking stays above the store.
@@ -36,9 +36,10 @@ R@1/5/10/25 within 0.1 point of SQLite's (the issue's bound is 1 point).
   iterative scan -2.1 R@10; the bit-quantized index -0.7 R@25).
 - sparse: memcli/store/sparse.py's postings SQL runs unchanged for small scopes (same scores).
   Its large-scope plan relies on SQLite's CROSS JOIN keeping the score order; on PostgreSQL a
-  plain JOIN returned rows in id order (5 of 100 queries wrong), so `sparse` here takes the
-  same CTEs through this module's `best_in_scope` (the entity leg needs the same). pgvector
-  `sparsevec <#>` gives the same results (option B, slower here).
+  plain JOIN returned rows in id order (5 of 100 queries wrong), so on PostgreSQL
+  memcli/store/search.py's `best_in_scope` runs this module's ordered `best_in_scope` (for the
+  sparse and entity legs alike). pgvector `sparsevec <#>` gives the same results (option B,
+  slower here).
 
 `high` rows: their `fts` is empty by construction; the trigram predicate repeats
 `sensitivity <> 'high'` (ciphertext must never match a gram, and the partial index needs it).
@@ -248,27 +249,3 @@ def best_in_scope(db: Any, ctes: str, scored: str, params: list, filters: Filter
             ORDER BY scored.score DESC, scored.id {ties} LIMIT ?"""
     rows = db.execute(sql_text, [*params, *filter_params, limit])
     return [(int(i), float(sc)) for i, sc in rows]
-
-
-def sparse(db: Any, query: dict[int, float], filters: Filters, limit: int, max_df: int,
-           small_scope: bool = True) -> list[tuple[int, float]]:
-    """memcli/store/sparse.py `search` (the same postings SQL and pruning) through this
-    module's `best_in_scope`: only the large-scope plan differs (see there)."""
-    from memcli.store.sparse import SCALE
-
-    if not query:
-        return []
-    terms = list(query)
-    marks = ",".join("?" * len(terms))
-    frequent = {t for (t,) in db.execute(
-        f"SELECT term_id FROM sparse_df WHERE term_id IN ({marks}) AND df > ?", [*terms, max_df])}
-    kept = [(t, w) for t, w in query.items() if t not in frequent]
-    if not kept:
-        return []
-    values = ",".join("(?, ?)" for _ in kept)
-    ctes = f"""q(term, w) AS (VALUES {values}),
-            hits AS (SELECT p.memory_id AS id, q.w * p.weight AS w
-                     FROM q JOIN sparse_postings p ON p.term_id = q.term)"""
-    scored = f"SELECT id, sum(w) / {SCALE}.0 AS score FROM hits WHERE {{in_scope}} GROUP BY id"
-    return best_in_scope(db, ctes, scored, [v for pair in kept for v in pair], filters, limit,
-                         small_scope)
