@@ -14,12 +14,11 @@ The helpers below read a database of either kind without going through memcli.
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from pg_db_support import with_database
+from pg_db_support import scratch_database, with_database
 
 BACKENDS = ["sqlite", "postgresql"]
 
@@ -49,33 +48,18 @@ def pg_memcli_template(pg_server: str) -> Iterator[str]:
     """A database memcli created its schema in, once per session, as a template: copying it
     (CREATE DATABASE ... TEMPLATE) costs a fraction of creating the extensions and schema per
     test."""
-    psycopg = pytest.importorskip("psycopg")
     from memcli.store.postgres import connect
 
-    name = f"memcli_tpl_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(pg_server, autocommit=True) as admin:
-        admin.execute(f'CREATE DATABASE "{name}" TEMPLATE template0')
-    try:
+    with scratch_database(pg_server, prefix="memcli_tpl_") as name:
         connect(with_database(pg_server, name)).close()
         yield name
-    finally:
-        with psycopg.connect(pg_server, autocommit=True) as admin:
-            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 @pytest.fixture
 def pg_memcli_db(pg_server: str, pg_memcli_template: str) -> Iterator[str]:
     """A fresh memcli database (schema created, no rows) for one test, dropped afterwards."""
-    import psycopg
-
-    name = f"memcli_t_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(pg_server, autocommit=True) as admin:
-        admin.execute(f'CREATE DATABASE "{name}" TEMPLATE "{pg_memcli_template}"')
-    try:
+    with scratch_database(pg_server, pg_memcli_template) as name:
         yield with_database(pg_server, name)
-    finally:
-        with psycopg.connect(pg_server, autocommit=True) as admin:
-            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 def rows(location: Path | str, sql: str, params: tuple | list = ()) -> list[tuple]:

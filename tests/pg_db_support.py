@@ -8,6 +8,7 @@ test left open does not keep it alive). Use: `from pg_db_support import pg_db  #
 
 from __future__ import annotations
 
+import contextlib
 import uuid
 from collections.abc import Iterator
 
@@ -20,14 +21,22 @@ def with_database(dsn: str, name: str) -> str:
     return dsn.rsplit("/", 1)[0] + "/" + name
 
 
+@contextlib.contextmanager
+def scratch_database(server: str, template: str = "template0",
+                     prefix: str = "memcli_t_") -> Iterator[str]:
+    """A new database on `server` copied from `template`, dropped afterwards; yields its name."""
+    psycopg = pytest.importorskip("psycopg")
+    name = f"{prefix}{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(server, autocommit=True) as admin:
+        admin.execute(f'CREATE DATABASE "{name}" TEMPLATE "{template}"')
+    try:
+        yield name
+    finally:
+        with psycopg.connect(server, autocommit=True) as admin:
+            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
 @pytest.fixture
 def pg_db(pg_server: str) -> Iterator[str]:  # noqa: F811
-    psycopg = pytest.importorskip("psycopg")
-    name = f"memcli_t_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(pg_server, autocommit=True) as admin:
-        admin.execute(f'CREATE DATABASE "{name}" TEMPLATE template0')
-    try:
+    with scratch_database(pg_server) as name:
         yield with_database(pg_server, name)
-    finally:
-        with psycopg.connect(pg_server, autocommit=True) as admin:
-            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
