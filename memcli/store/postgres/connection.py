@@ -28,6 +28,7 @@ from psycopg.pq import TransactionStatus
 
 from memcli.errors import NoDatabaseError, SchemaError
 from memcli.store.location import _DSN_PASSWORD, _shown, is_url
+from memcli.store.meta import MetaRows
 from memcli.store.postgres import adapt, errors
 from memcli.store.postgres.placeholders import rewrite
 
@@ -84,7 +85,7 @@ class Rows:
         return self.cursor.rowcount
 
 
-class PgDatabase:
+class PgDatabase(MetaRows):
     """One PostgreSQL connection to a memcli database (its current schema), migrated."""
 
     vec_enabled = True  # pgvector is part of the schema (an extension the migration creates)
@@ -301,16 +302,6 @@ class PgDatabase:
 
     def release_run_lock(self, name: str) -> None:
         self.scalar("SELECT pg_advisory_unlock(hashtext(?))", (f"memcli.run.{name}",))
-
-    def get_meta(self, key: str) -> str | None:
-        return self.scalar("SELECT value FROM meta WHERE key = ?", (key,))
-
-    def set_meta(self, key: str, value: str) -> None:
-        self.execute(
-            "INSERT INTO meta (key, value) VALUES (?, ?) "
-            "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
-            (key, value),
-        )
 
     def size_bytes(self) -> int:
         """Bytes of memcli's tables in this schema, with their indexes and TOAST."""

@@ -22,6 +22,7 @@ from memcli.errors import (
     StorageError,
 )
 from memcli.store.location import BUSY_TIMEOUT, refuse_url
+from memcli.store.meta import MetaRows
 from memcli.store.sqlite import migrations, vec
 from memcli.store.sqlite.backend import BACKEND
 from memcli.store.sqlite.dialect import DIALECT
@@ -42,7 +43,7 @@ def _vec_extension_path() -> str | None:
     return None
 
 
-class Database:
+class Database(MetaRows):
     """One apsw connection to a memcli database, migrated and ready."""
 
     busy_timeout: float = BUSY_TIMEOUT
@@ -286,16 +287,6 @@ class Database:
         finally:
             if wait != self.busy_timeout:
                 self.conn.setbusytimeout(int(self.busy_timeout * 1000))
-
-    def get_meta(self, key: str) -> str | None:
-        return self.scalar("SELECT value FROM meta WHERE key = ?", (key,))
-
-    def set_meta(self, key: str, value: str) -> None:
-        self.execute(
-            "INSERT INTO meta (key, value) VALUES (?, ?) "
-            "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
-            (key, value),
-        )
 
     def size_bytes(self) -> int:
         return self.backend.size_bytes(self)
