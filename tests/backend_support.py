@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from pg_db_support import scratch_database, with_database
+from pg_db_support import ReusedDatabase, scratch_database, with_database
 
 BACKENDS = ["sqlite", "postgresql"]
 
@@ -55,11 +55,32 @@ def pg_memcli_template(pg_server: str) -> Iterator[str]:
         yield name
 
 
+def _undo_vector_dimension(conn) -> None:
+    """The reverse of memcli's migrations.ensure_vectors, which the first embedding of a test
+    runs on an empty `memory_vectors`: back to a dimensionless column without its HNSW index."""
+    typmod = conn.execute("SELECT atttypmod FROM pg_attribute WHERE attname = 'embedding'"
+                          " AND attrelid = to_regclass('memory_vectors')").fetchone()
+    if typmod is not None and typmod[0] != -1:
+        conn.execute("DROP INDEX IF EXISTS memory_vectors_hnsw")
+        conn.execute("ALTER TABLE memory_vectors ALTER COLUMN embedding TYPE vector")
+
+
+@pytest.fixture(scope="session")
+def pg_memcli_reused(pg_server: str, pg_memcli_template: str) -> Iterator[ReusedDatabase]:
+    """The session's one copy of the template that `pg_memcli_db` hands to test after test."""
+    database = ReusedDatabase(pg_server, pg_memcli_template, undo=_undo_vector_dimension)
+    try:
+        yield database
+    finally:
+        database.close()
+
+
 @pytest.fixture
-def pg_memcli_db(pg_server: str, pg_memcli_template: str) -> Iterator[str]:
-    """A fresh memcli database (schema created, no rows) for one test, dropped afterwards."""
-    with scratch_database(pg_server, pg_memcli_template) as name:
-        yield with_database(pg_server, name)
+def pg_memcli_db(pg_memcli_reused: ReusedDatabase) -> Iterator[str]:
+    """A fresh memcli database (schema created, no rows) for one test: the session's reused
+    copy, put back to a fresh copy's state afterwards (pg_db_support.ReusedDatabase)."""
+    yield pg_memcli_reused.url
+    pg_memcli_reused.reset()
 
 
 def rows(location: Path | str, sql: str, params: tuple | list = ()) -> list[tuple]:

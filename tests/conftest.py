@@ -14,7 +14,11 @@ import backend_support
 import pytest
 import typer.main
 import typer.testing
-from backend_support import pg_memcli_db, pg_memcli_template  # noqa: F401 - the matrix's PG
+from backend_support import (  # noqa: F401 - the matrix's PostgreSQL
+    pg_memcli_db,
+    pg_memcli_reused,
+    pg_memcli_template,
+)
 from daemon_support import no_stray_daemons  # noqa: F401 - autouse: no test leaves a daemon
 from llmstub import make_stub
 from pg_db_support import pg_db  # noqa: F401

@@ -1,0 +1,104 @@
+"""The matrix's reused PostgreSQL database (tests/pg_db_support.ReusedDatabase): after a test, it
+is back to a fresh copy of the template, or it is a new copy; never what the test left."""
+
+from __future__ import annotations
+
+import psycopg
+import pytest
+from backend_support import _undo_vector_dimension
+from conftest import turns
+from pg_db_support import ReusedDatabase
+
+from memcli import Memory
+from memcli.providers.embedders import HashEmbedder
+
+
+def _state(url: str) -> dict:
+    """What a test could observe: rows per table, sequences, the vector column, the indexes."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        tables = [r[0] for r in conn.execute(
+            "SELECT tablename FROM pg_tables WHERE schemaname = 'public' ORDER BY 1")]
+        counts = {t: conn.execute(f'SELECT count(*) FROM "{t}"').fetchone()[0] for t in tables}
+        return {
+            "rows": counts,
+            "meta": conn.execute("SELECT key, value FROM meta ORDER BY key").fetchall(),
+            "sequences": conn.execute("SELECT sequencename, last_value FROM pg_sequences"
+                                      " ORDER BY 1").fetchall(),
+            "vector": conn.execute("SELECT atttypmod FROM pg_attribute WHERE attname ="
+                                   " 'embedding' AND attrelid = 'memory_vectors'::regclass"
+                                   ).fetchone()[0],
+            "indexes": conn.execute("SELECT indexname FROM pg_indexes WHERE schemaname ="
+                                    " 'public' ORDER BY 1").fetchall(),
+        }
+
+
+def _ingest(url: str) -> list[int]:
+    with Memory.open(url, embedder=HashEmbedder(64)) as memory:
+        memory.ingest(turns("s1", ["Anika visits on 21 March", "We deploy on Fridays"]))
+    with psycopg.connect(url, autocommit=True) as conn:
+        return [r[0] for r in conn.execute("SELECT id FROM memories ORDER BY id")]
+
+
+@pytest.fixture
+def reused(pg_server, pg_memcli_template):
+    database = ReusedDatabase(pg_server, pg_memcli_template, undo=_undo_vector_dimension)
+    try:
+        yield database
+    finally:
+        database.close()
+
+
+def test_a_used_database_is_put_back_as_a_fresh_copy(reused):
+    fresh = _state(reused.url)
+    first_ids = _ingest(reused.url)
+    used = _state(reused.url)
+    assert used["rows"]["events"] == 2 and used["vector"] == 64 != fresh["vector"]
+    # A connection the test left in a transaction, holding an advisory lock.
+    left = psycopg.connect(reused.url)
+    left.execute("SELECT pg_advisory_lock(42)")
+    left.execute("SELECT count(*) FROM events")
+    name = reused.name
+
+    reused.reset()
+
+    assert (reused.name, reused.recreated) == (name, 0)  # put back, not copied again
+    assert _state(reused.url) == fresh
+    with pytest.raises(psycopg.OperationalError):
+        left.execute("SELECT 1")  # ended, so its lock and transaction are gone
+    left.close()
+    with psycopg.connect(reused.url, autocommit=True) as conn:
+        assert conn.execute("SELECT pg_try_advisory_lock(42)").fetchone()[0]
+    assert _ingest(reused.url) == first_ids  # identities restart as in a fresh copy
+
+
+@pytest.mark.parametrize("change", [
+    "CREATE TABLE extra (x int)",
+    "ALTER TABLE events ADD COLUMN extra int",
+    "DROP TABLE acb_seen",
+    "CREATE INDEX extra ON memories (content)",
+    "ALTER TABLE memories ALTER COLUMN content SET DEFAULT 'x'",
+    "ALTER TABLE memories ENABLE ROW LEVEL SECURITY",
+    "GRANT SELECT ON memories TO PUBLIC",
+    "COMMENT ON TABLE memories IS 'x'",
+    "CREATE FUNCTION extra() RETURNS int LANGUAGE sql AS 'SELECT 1'",
+    "DO $$ BEGIN EXECUTE format('ALTER DATABASE %I SET work_mem = ''8MB''',"
+    " current_database()); END $$",
+])
+def test_a_changed_schema_gets_a_new_copy(reused, change):
+    name = reused.name
+    with psycopg.connect(reused.url, autocommit=True) as conn:
+        fresh = conn.execute("SELECT count(*) FROM pg_tables WHERE schemaname = 'public'"
+                             ).fetchone()[0]
+        conn.execute(change)
+
+    reused.reset()
+
+    assert reused.recreated == 1 and reused.name != name
+    with psycopg.connect(reused.server, autocommit=True) as admin:
+        assert not admin.execute("SELECT 1 FROM pg_database WHERE datname = %s",
+                                 (name,)).fetchall()
+    with psycopg.connect(reused.url, autocommit=True) as conn:
+        assert conn.execute("SELECT count(*) FROM pg_tables WHERE schemaname = 'public'"
+                            ).fetchone()[0] == fresh
+        assert not conn.execute("SELECT 1 FROM pg_proc WHERE proname = 'extra'").fetchall()
+        assert conn.execute("SELECT obj_description('memories'::regclass)").fetchone()[0] is None
