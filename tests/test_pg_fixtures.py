@@ -1,13 +1,24 @@
-"""The matrix's reused PostgreSQL database (tests/pg_db_support.ReusedDatabase): after a test, it
-is back to a fresh copy of the template, or it is a new copy; never what the test left."""
+"""The test fixtures' own promises. The matrix's reused PostgreSQL database
+(tests/pg_db_support.ReusedDatabase): after a test it is back to a fresh copy of the template,
+or it is a new copy; never what the test left. The server copies under /tmp
+(pg_support.remove_server_copies): removed when no process runs from them."""
 
 from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+import uuid
+from pathlib import Path
 
 import psycopg
 import pytest
 from backend_support import _undo_vector_dimension
 from conftest import turns
 from pg_db_support import ReusedDatabase
+from pg_support import remove_server_copies
 
 from memcli import Memory
 from memcli.providers.embedders import HashEmbedder
@@ -102,3 +113,28 @@ def test_a_changed_schema_gets_a_new_copy(reused, change):
                             ).fetchone()[0] == fresh
         assert not conn.execute("SELECT 1 FROM pg_proc WHERE proname = 'extra'").fetchall()
         assert conn.execute("SELECT obj_description('memories'::regclass)").fetchone()[0] is None
+
+
+def test_server_copies_no_process_runs_from_are_removed():
+    tag = uuid.uuid4().hex[:8]
+    made = {}
+    for kind in ("stale", "young", "running"):
+        folder = Path(tempfile.gettempdir()) / f"memcli-pginstall-test{tag}-{kind}"
+        (folder / "bin").mkdir(parents=True)
+        shutil.copy2(shutil.which("sleep"), folder / "bin" / "sleep")
+        made[kind] = folder
+    old = time.time() - 3600
+    for kind in ("stale", "running"):
+        os.utime(made[kind], (old, old))
+    runner = subprocess.Popen([str(made["running"] / "bin" / "sleep"), "60"])
+    try:
+        removed = remove_server_copies()
+        left = {kind: folder.exists() for kind, folder in made.items()}
+    finally:
+        runner.kill()
+        runner.wait()
+        for folder in made.values():
+            shutil.rmtree(folder, ignore_errors=True)
+    assert made["stale"] in removed
+    assert left == {"stale": False, "young": True, "running": True}
+    # young: may belong to a run about to start its server; running: another run's server
