@@ -5,8 +5,10 @@ from __future__ import annotations
 import contextlib
 import functools
 import json
+import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import apsw
@@ -84,11 +86,28 @@ def fast_cli(tmp_path, monkeypatch):
     monkeypatch.setattr(typer.testing, "_get_command", _build_command)
 
 
-def pytest_sessionfinish(session):
+@pytest.hookimpl(tryfirst=True)
+def pytest_configure(config):
+    """A short base folder for tmp_path: a daemon's socket lives under the test's tmp_path, and
+    a unix socket path must stay under 108 bytes, which pytest's default base
+    (/tmp/pytest-of-<user>/pytest-<n>/) plus xdist's `popen-gw0/` and a long test name
+    exceed. Set before pytest builds its tmp_path factory; with xdist the workers get
+    `<base>/popen-gw<n>`."""
+    if config.option.basetemp is None and not hasattr(config, "workerinput"):
+        config.option.basetemp = tempfile.mkdtemp(prefix="mt-")
+        config._memcli_basetemp = config.option.basetemp
+
+
+def pytest_sessionfinish(session, exitstatus):
     """The run is over (with xdist: every worker, and so every server, has stopped): remove the
-    copies of the PostgreSQL server that tests/pg_support.py left under /tmp."""
-    if not hasattr(session.config, "workerinput"):
-        pg_support.remove_server_copies()
+    copies of the PostgreSQL server that tests/pg_support.py left under /tmp, and the tmp_path
+    base of a run that passed (a failed run's stays, for a look at what its tests left)."""
+    if hasattr(session.config, "workerinput"):
+        return
+    pg_support.remove_server_copies()
+    base = getattr(session.config, "_memcli_basetemp", None)
+    if base is not None and exitstatus == 0:
+        shutil.rmtree(base, ignore_errors=True)
 
 
 def pytest_generate_tests(metafunc):
