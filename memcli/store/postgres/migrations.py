@@ -26,8 +26,16 @@ if TYPE_CHECKING:
     from memcli.store.postgres.connection import PgDatabase
 
 BASE = 2  # the version schema.sql creates
+
+
+def _v3(db: PgDatabase) -> None:
+    # Entities by tenant (SQLite's migration 3), tenant-bound roles and row-level security.
+    db.conn.execute(resources.files("memcli.store.postgres").joinpath("v3_tenancy.sql")
+                    .read_text("utf-8"))
+
+
 # Steps after BASE, in order: STEPS[0] brings BASE to BASE + 1. Append only.
-STEPS: list[Callable[[PgDatabase], None]] = []
+STEPS: list[Callable[[PgDatabase], None]] = [_v3]
 LATEST = BASE + len(STEPS)
 VERSION_KEY = "schema_version"
 _LOCK = "SELECT pg_advisory_xact_lock(hashtext('memcli.migrate'))"
