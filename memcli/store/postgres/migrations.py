@@ -65,6 +65,15 @@ def migrate(db: PgDatabase) -> int:
     start = check_version(db)
     if start == LATEST:
         return start
+    if start > 0:
+        from memcli.store.postgres.tenants import may_migrate, table_owner
+
+        if not may_migrate(db):  # e.g. a tenant role: ALTER is its tables' owner's alone
+            raise SchemaError(
+                f"database {db.path} has schema version {start}; this memcli needs {LATEST},"
+                f" and only the owner of its tables ({table_owner(db)}) can upgrade it",
+                f"open it once as {table_owner(db)} (e.g. `memcli stats --db ...` as that "
+                "user)")
     if start == 0:
         with db.transaction():
             db.execute(_LOCK)
