@@ -9,7 +9,6 @@ import json
 import apsw
 import pytest
 from backend_support import rows
-from pg_db_support import pg_cluster, pg_db, pg_server  # noqa: F401
 
 from memcli.store.connection import Database
 from memcli.store.sqlite import migrations
@@ -80,7 +79,7 @@ def test_sqlite_upgrade_to_3_splits_a_shared_entity(tmp_path):
     _check_split(path)
 
 
-def test_postgresql_upgrade_to_3_splits_a_shared_entity(pg_db):  # noqa: F811
+def test_postgresql_upgrade_to_3_splits_a_shared_entity(pg_db):
     psycopg = pytest.importorskip("psycopg")
     from memcli.store.postgres import connect
     from memcli.store.postgres.migrations import LATEST, schema_sql

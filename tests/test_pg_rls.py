@@ -4,7 +4,8 @@ the binding with SET; memcli run as that role works within `a`; `memcli pg grant
 revoke-tenant / tenants` and their one-line errors.
 
 The schema owner here is the fixture's superuser (not bound, as any owner); the tenant roles
-are plain LOGIN roles created per test (trust auth on 127.0.0.1) and dropped afterwards.
+are plain LOGIN roles created per test (trust auth on 127.0.0.1) and dropped afterwards. The
+server and database fixtures come from conftest (one server per session).
 """
 
 from __future__ import annotations
@@ -15,8 +16,6 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 import pytest
-from backend_support import pg_memcli_db, pg_memcli_template  # noqa: F401
-from pg_db_support import pg_cluster, pg_server  # noqa: F401
 from typer.testing import CliRunner
 
 from tests.conftest import ndjson, turns
@@ -74,7 +73,7 @@ def no_sparse(tmp_path, monkeypatch):
 
 
 @pytest.fixture
-def bound(pg_memcli_db: str, no_sparse) -> Iterator[Bound]:  # noqa: F811
+def bound(pg_memcli_db: str, no_sparse) -> Iterator[Bound]:
     """Two tenants' memories (both mention Alice), and a login role bound to each."""
     tag = uuid.uuid4().hex[:8]
     role_a, role_b = f"memcli_a_{tag}", f"memcli_b_{tag}"
