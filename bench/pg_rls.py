@@ -88,6 +88,38 @@ def timings(urls: dict[str, str], tenant: str, repeat: int) -> dict[str, dict[st
     return out
 
 
+def leg_timings(urls: dict[str, str], tenant: str, repeat: int) -> dict[str, dict[str, float]]:
+    """p50 ms of the lexical and dense legs alone, per (mode, scope), modes alternating."""
+    from memcli.store.postgres.connection import PgDatabase
+
+    embedder = HashEmbedder(64)
+    memories = {mode: Memory(PgDatabase(url), tenant=tenant) for mode, url in urls.items()}
+    out: dict[str, dict[str, float]] = {}
+    try:
+        for scope, extra in (("one user", {"user_id": "u3"}), ("tenant-wide", {})):
+            for leg in ("lexical", "dense"):
+                times: dict[str, list[float]] = {mode: [] for mode in urls}
+                for i in range(repeat):
+                    q = QUERIES[i % len(QUERIES)]
+                    blob = embedder.embed_query(q).astype("float32").tobytes()
+                    for mode, memory in memories.items():
+                        filters = memory.filters(tenant_id=tenant, **extra)
+                        t = time.perf_counter()
+                        if leg == "lexical":
+                            search.lexical(memory.db, lexical_query(q), filters, 200)
+                        else:
+                            scope_rows = search.estimate_scope(memory.db, filters,
+                                                                cap=search.SCOPE_COUNT_CAP)
+                            search.dense(memory.db, blob, filters, 200, scope_rows)
+                        times[mode].append((time.perf_counter() - t) * 1000)
+                for mode, values in times.items():
+                    out.setdefault(mode, {})[f"{leg}, {scope}"] = statistics.median(values)
+    finally:
+        for memory in memories.values():
+            memory.close()
+    return out
+
+
 def plans(url: str, role: str | None, tenant: str, details: set[str]) -> dict[str, set[str]]:
     """Index names in the plans of one query per scope, as the owner or bound `role`."""
     from memcli.store.postgres.connection import PgDatabase
@@ -150,6 +182,7 @@ def main(argv: list[str] | None = None) -> int:
             tenants.grant(memory.db, "bench_a", "a")
         repeat = 10 if args.quick else args.repeat
         rows = timings({"owner": url, "role": role_url}, "a", repeat)
+        legs = leg_timings({"owner": url, "role": role_url}, "a", repeat)
         where: dict[str, set[str]] = {"owner": set(), "role": set()}
         used = {"owner": plans(url, None, "a", where["owner"]),
                 "role": plans(url, "bench_a", "a", where["role"])}
@@ -161,6 +194,9 @@ def main(argv: list[str] | None = None) -> int:
             r = rows[mode][scope]
             lines.append(f"| {mode} | {scope} | {r['p50']:.1f} | {r['p95']:.1f} | "
                          f"{', '.join(sorted(used[mode][scope])) or '-'} |")
+    lines += ["", "One leg alone (p50 ms, owner / role):"]
+    for key in legs["owner"]:
+        lines.append(f"- {key}: {legs['owner'][key]:.1f} / {legs['role'][key]:.1f}")
     lines += ["", "Where the legs' operators sit in the plans:"]
     for mode in ("owner", "role"):
         lines.append(f"- {mode}: " + "; ".join(sorted(where[mode])))
