@@ -35,7 +35,7 @@ def get_entity_info(memory: Memory, name: str, *, tenant_id: str | None = None,
     if not norm:
         raise UsageError("empty entity name", "give a name, @handle, #tag, email or URL")
     tenant = tenant_id or memory.tenant
-    rows = sql.entities_named(memory.db, norm, name.strip().lower())
+    rows = sql.entities_named(memory.db, norm, name.strip().lower(), tenant)
     ids = [r["id"] for r in rows]
     summary = sql.mention_summary(memory.db, ids, tenant, user_id) if ids else {}
     if not summary.get("mentions"):

@@ -343,7 +343,7 @@ class _BatchCache:
 
     def __init__(self) -> None:
         self.previous: dict[tuple[str, str | None], str] = {}
-        self.entities: dict[tuple[str, str], int] = {}
+        self.entities: dict[tuple[str, str, str], int] = {}  # (tenant, kind, norm)
         self.aliases: set[tuple[str, int]] = set()
 
 
@@ -394,7 +394,8 @@ def _write(db: Database, prep: Prepared, now: str, report: IngestReport,
         context = "" if high else chunk.text
         if not high:
             mem.link_entities(db, memory_id, extract_entities(chunk.text), now,
-                              ids=cache.entities, aliases=cache.aliases)
+                              ids=cache.entities, aliases=cache.aliases,
+                              tenant_id=rec.tenant_id)
         mem.add_history(db, memory_id, "ADD", event_id=prep.event_id, new_ref=str(memory_id),
                         scope=scope)
         threads.setdefault(key, []).append(("created", memory_id, chunk.text))

@@ -65,6 +65,24 @@ def make_sparse(settings: Settings) -> SpladeEncoder | None:
     return SpladeEncoder()
 
 
+def _tenant(settings: Settings, bound: str | None) -> str:
+    """The memory's tenant: the configured one, or on PostgreSQL the tenant the login role is
+    bound to (row-level security); a configured tenant that differs from it is an error."""
+    if bound is None:
+        return settings.tenant
+    if "tenant" in settings.model_fields_set:
+        _check_bound(bound, settings.tenant)
+    return bound
+
+
+def _check_bound(bound: str | None, tenant: str | None) -> None:
+    if bound is not None and tenant is not None and tenant != bound:
+        raise UsageError(f"tenant {tenant!r} asked for, but this login role is bound to tenant "
+                         f"{bound!r} (row-level security)",
+                         "leave the tenant unset (MEMCLI_TENANT, --tenant) or set it to "
+                         f"{bound!r}")
+
+
 class Memory:
     def __init__(self, db: Database, *, embedder: Embedder | None = None,
                  sparse: SpladeEncoder | None = None, retrieval: RetrievalSettings | None = None,
@@ -106,7 +124,7 @@ class Memory:
             return cls(db, embedder=embedder, sparse=sparse, retrieval=settings.retrieval,
                        categories=load_categories(settings.categories_file),
                        encoding=settings.encoding, check_embedder=check_embedder,
-                       tenant=settings.tenant, lifecycle=settings.lifecycle)
+                       tenant=_tenant(settings, db.bound_tenant), lifecycle=settings.lifecycle)
         except BaseException as exc:
             db.close()  # never leave the file open behind an error
             failure = db.backend.environment_error(db, exc)
@@ -235,6 +253,7 @@ class Memory:
                              "give --tenant or --all-tenants, not both")
         if not all_tenants and kwargs.get("tenant_id") is None:
             kwargs["tenant_id"] = self.tenant
+        _check_bound(self.db.bound_tenant, kwargs.get("tenant_id"))
         categories = tuple(kwargs.pop("categories", None) or ())
         self.categories.check(agent, categories)
         allowed = self.categories.allowed(agent)

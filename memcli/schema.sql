@@ -158,14 +158,16 @@ CREATE TABLE IF NOT EXISTS sparse_df (
     df      INTEGER NOT NULL
 );
 
--- Entities found in memories, with aliases, linked through memory_entities.
+-- Entities found in memories, with aliases, linked through memory_entities. Each tenant has its
+-- own (a tenant's names are its data; schema 3): "alice" of two tenants is two rows.
 CREATE TABLE IF NOT EXISTS entities (
     id         INTEGER PRIMARY KEY,
+    tenant_id  TEXT NOT NULL DEFAULT 'default',
     kind       TEXT NOT NULL,
     norm       TEXT NOT NULL,
     display    TEXT NOT NULL,
     created_at TEXT NOT NULL,
-    UNIQUE (kind, norm)
+    UNIQUE (tenant_id, kind, norm)
 );
 CREATE INDEX IF NOT EXISTS entities_norm ON entities (norm);
 CREATE TABLE IF NOT EXISTS entity_aliases (

@@ -22,6 +22,7 @@ from memcli.cli import (
     ledger,
     lifecycle,
     mcp,
+    pg,
     portable,
     query,
     rebuild,
@@ -45,7 +46,7 @@ def _root(
 
 # Every command group, in help order. Each module's register() adds its commands to an app.
 MODULES = (ingest, query, admin, acb, ledger, lifecycle, facts, doctor, keys, rebuild, portable,
-           views, serve, mcp, hook)
+           views, serve, mcp, hook, pg)
 # Top-level command name -> the module registering it (tests check this matches the modules).
 COMMAND_MODULES: dict[str, ModuleType] = {
     **dict.fromkeys(("ingest", "embed", "reindex"), ingest),
@@ -65,6 +66,7 @@ COMMAND_MODULES: dict[str, ModuleType] = {
     "serve": serve,
     "mcp": mcp,
     "hook": hook,
+    "pg": pg,
 }
 
 

@@ -335,7 +335,7 @@ def _entities(db: Database, progress: Progress | None) -> dict[str, int]:
         found.update((mid, extract_entities(t)) for mid, t, s in newer if s != "high")
         sql.reset_entity_links(db)
         now = utcnow()
-        ids: dict[tuple[str, str], int] = {}
+        ids: dict[tuple[str, str, str], int] = {}
         aliases: set[tuple[str, int]] = set()
         for mid in sorted(found):
             mem.link_entities(db, mid, found[mid], now, ids=ids, aliases=aliases)

@@ -285,14 +285,14 @@ class _Loader:
         ids = [mid for mid, _ in self.added_memories]
         sql.index_lexical(self.db, ids)
         now = utcnow()
-        cache: dict[tuple[str, str], int] = {}
+        cache: dict[tuple[str, str, str], int] = {}
         aliases: set[tuple[str, int]] = set()
         threads: dict[str, list[tuple[str, int | None, str]]] = {}
         for mid, rec in self.added_memories:
             if rec["sensitivity"] == "high":
                 continue  # entity names and change-log lines are plain text: never a `high` one's
             mem.link_entities(self.db, mid, extract_entities(rec["content"]), now,
-                              ids=cache, aliases=aliases)
+                              ids=cache, aliases=aliases, tenant_id=rec["tenant_id"])
             key = mem.thread_key(rec["tenant_id"], rec["user_id"], rec["session_id"])
             threads.setdefault(key, []).append(("created", mid, rec["content"]))
         for key, changes in threads.items():  # an agent's next delta bundle sees them

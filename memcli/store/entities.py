@@ -1,6 +1,5 @@
-"""SQL for an entity's profile (`memcli entity NAME`): the entity rows of a name, and the one
-tenant's memories linked to them. The entity tables are shared by every tenant (an entity is a
-key, like "alice"); everything a profile shows comes from the tenant's own linked memories."""
+"""SQL for an entity's profile (`memcli entity NAME`): the tenant's entity rows of a name, and
+the tenant's memories linked to them. Each tenant has its own entity rows (schema 3)."""
 
 from __future__ import annotations
 
@@ -10,13 +9,16 @@ if TYPE_CHECKING:
     from memcli.store.connection import Database
 
 
-def entities_named(db: Database, norm: str, alias: str) -> list[dict[str, Any]]:
-    """Entity rows whose key is `norm`, or that were written as `alias` (any kind)."""
+def entities_named(db: Database, norm: str, alias: str, tenant_id: str) -> list[dict[str, Any]]:
+    """The tenant's entity rows whose key is `norm`, or that were written as `alias` (any
+    kind)."""
     return db.query(
-        "SELECT id, kind, norm, display, created_at FROM entities WHERE norm = ?"
+        "SELECT id, kind, norm, display, created_at FROM entities"
+        " WHERE norm = ? AND tenant_id = ?"
         " UNION SELECT e.id, e.kind, e.norm, e.display, e.created_at FROM entity_aliases a"
-        " JOIN entities e ON e.id = a.entity_id WHERE a.alias = ? ORDER BY id",
-        (norm, alias),
+        " JOIN entities e ON e.id = a.entity_id WHERE a.alias = ? AND e.tenant_id = ?"
+        " ORDER BY id",
+        (norm, tenant_id, alias, tenant_id),
     )
 
 

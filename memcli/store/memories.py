@@ -67,26 +67,31 @@ def previous_turn(db: Database, tenant_id: str, session_id: str | None,
 
 
 def link_entities(db: Database, memory_id: int, entities: list, now: str, *,
-                  ids: dict[tuple[str, str], int] | None = None,
-                  aliases: set[tuple[str, int]] | None = None) -> None:
-    """Link a memory to its entities, creating entities and aliases as needed.
+                  ids: dict[tuple[str, str, str], int] | None = None,
+                  aliases: set[tuple[str, int]] | None = None,
+                  tenant_id: str | None = None) -> None:
+    """Link a memory to its entities, creating entities and aliases as needed. Entities are
+    the memory's tenant's own (`tenant_id`, read from the memory row when not given).
 
     `ids` and `aliases` are optional caches a caller writing many memories in one transaction
     passes in (and drops if that transaction's savepoint is rolled back).
     """
     ids = {} if ids is None else ids
     aliases = set() if aliases is None else aliases
+    if tenant_id is None and entities:
+        tenant_id = db.scalar("SELECT tenant_id FROM memories WHERE id = ?", (memory_id,))
     for ent in entities:
-        key = (ent.kind, ent.norm)
+        key = (tenant_id, ent.kind, ent.norm)
         entity_id = ids.get(key)
         if entity_id is None:
             # Look up first: most entities exist already, and an upsert that touches the row
             # measured ~0.3 ms against ~0.01 ms for the indexed lookup.
-            entity_id = db.scalar("SELECT id FROM entities WHERE kind = ? AND norm = ?", key)
+            entity_id = db.scalar("SELECT id FROM entities WHERE tenant_id = ? AND kind = ?"
+                                  " AND norm = ?", key)
             if entity_id is None:
-                entity_id = db.insert("INSERT INTO entities (kind, norm, display, created_at)"
-                                      " VALUES (?, ?, ?, ?) RETURNING id",
-                                      (ent.kind, ent.norm, ent.value, now))
+                entity_id = db.insert("INSERT INTO entities (tenant_id, kind, norm, display,"
+                                      " created_at) VALUES (?, ?, ?, ?, ?) RETURNING id",
+                                      (tenant_id, ent.kind, ent.norm, ent.value, now))
             ids[key] = entity_id
         alias = (ent.value.lower(), entity_id)
         if alias not in aliases:

@@ -99,7 +99,7 @@ class PgDatabase(MetaRows):
         """`pool`: borrow the connection from it (the daemon's, pool.py) and give it back on
         `close()`, instead of connecting."""
         from memcli.store.crypto import Sealer
-        from memcli.store.postgres import migrations
+        from memcli.store.postgres import migrations, tenants
         from memcli.store.postgres.backend import BACKEND
         from memcli.store.postgres.dialect import DIALECT
 
@@ -135,6 +135,8 @@ class PgDatabase(MetaRows):
                 migrations.migrate(self)
             if pool is None:
                 self._register_vector()
+            # The tenant this login role is bound to (row-level security), or None.
+            self.bound_tenant = tenants.bound_tenant(self)
             self.crypto = Sealer(self)  # `high` values, through backend.install_decryption
         except BaseException:
             self.close()

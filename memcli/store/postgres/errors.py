@@ -58,6 +58,12 @@ def mapped(exc: BaseException, shown: str, waited: float) -> MemcliError | None:
         return NoDatabaseError(f"no database at {shown}: {first_line(exc)}",
                                "check --db; a DBA creates the database (createdb), memcli "
                                "then creates its tables in it")
+    if state == "42501" and "row-level security" in str(exc):
+        from memcli.errors import UsageError
+
+        return UsageError(f"this login role writes only its own tenant's rows: "
+                          f"{first_line(exc)}", "leave the tenant unset or give the role's "
+                          "tenant (memcli pg grant-tenant bound it)")
     if state == "42501":
         return StorageError(f"permission denied on {shown}: {first_line(exc)}",
                             "grant this user rights on memcli's schema and tables")

@@ -26,8 +26,16 @@ if TYPE_CHECKING:
     from memcli.store.postgres.connection import PgDatabase
 
 BASE = 2  # the version schema.sql creates
+
+
+def _v3(db: PgDatabase) -> None:
+    # Entities by tenant (SQLite's migration 3), tenant-bound roles and row-level security.
+    db.conn.execute(resources.files("memcli.store.postgres").joinpath("v3_tenancy.sql")
+                    .read_text("utf-8"))
+
+
 # Steps after BASE, in order: STEPS[0] brings BASE to BASE + 1. Append only.
-STEPS: list[Callable[[PgDatabase], None]] = []
+STEPS: list[Callable[[PgDatabase], None]] = [_v3]
 LATEST = BASE + len(STEPS)
 VERSION_KEY = "schema_version"
 _LOCK = "SELECT pg_advisory_xact_lock(hashtext('memcli.migrate'))"
@@ -57,6 +65,15 @@ def migrate(db: PgDatabase) -> int:
     start = check_version(db)
     if start == LATEST:
         return start
+    if start > 0:
+        from memcli.store.postgres.tenants import may_migrate, table_owner
+
+        if not may_migrate(db):  # e.g. a tenant role: ALTER is its tables' owner's alone
+            raise SchemaError(
+                f"database {db.path} has schema version {start}; this memcli needs {LATEST},"
+                f" and only the owner of its tables ({table_owner(db)}) can upgrade it",
+                f"open it once as {table_owner(db)} (e.g. `memcli stats --db ...` as that "
+                "user)")
     if start == 0:
         with db.transaction():
             db.execute(_LOCK)

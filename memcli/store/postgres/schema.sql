@@ -10,7 +10,7 @@
 -- ids are bigint identities BY DEFAULT (import keeps ids; setval afterwards).
 -- Foreign keys are DEFERRABLE (still checked per statement by default) so that an import can
 -- `SET CONSTRAINTS ALL DEFERRED` for its transaction, SQLite's `PRAGMA defer_foreign_keys`.
--- Not here yet: row-level security and tenant roles (design (c), step 4 later).
+-- Row-level security and tenant roles: schema 3 (v3_tenancy.sql, migrations.py).
 
 CREATE EXTENSION IF NOT EXISTS vector;
 CREATE EXTENSION IF NOT EXISTS pg_trgm;

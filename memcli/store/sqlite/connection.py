@@ -47,6 +47,8 @@ class Database(MetaRows):
     """One apsw connection to a memcli database, migrated and ready."""
 
     busy_timeout: float = BUSY_TIMEOUT
+    # The tenant a PostgreSQL login role is bound to (row-level security); a file has none.
+    bound_tenant: str | None = None
 
     def __init__(self, path: str | Path, *, readonly: bool = False,
                  must_exist: bool = False, busy_timeout: float = BUSY_TIMEOUT) -> None:

@@ -54,8 +54,73 @@ def _v2(db: Database) -> None:
         FROM memories""")
 
 
+# Schema 3's entity tables, frozen here as schema.sql spells them (a later change to schema.sql
+# gets a migration of its own; this text must not follow it).
+_V3_ENTITY_TABLES = """
+CREATE TABLE IF NOT EXISTS entities (
+    id         INTEGER PRIMARY KEY,
+    tenant_id  TEXT NOT NULL DEFAULT 'default',
+    kind       TEXT NOT NULL,
+    norm       TEXT NOT NULL,
+    display    TEXT NOT NULL,
+    created_at TEXT NOT NULL,
+    UNIQUE (tenant_id, kind, norm)
+);
+CREATE INDEX IF NOT EXISTS entities_norm ON entities (norm);
+CREATE TABLE IF NOT EXISTS entity_aliases (
+    alias     TEXT NOT NULL,
+    entity_id INTEGER NOT NULL REFERENCES entities (id) ON DELETE CASCADE,
+    PRIMARY KEY (alias, entity_id)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS memory_entities (
+    memory_id INTEGER NOT NULL REFERENCES memories (id) ON DELETE CASCADE,
+    entity_id INTEGER NOT NULL REFERENCES entities (id) ON DELETE CASCADE,
+    PRIMARY KEY (memory_id, entity_id)
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS memory_entities_entity ON memory_entities (entity_id, memory_id);
+"""
+
+
+def _v3(db: Database) -> None:
+    # Entities get a tenant: until now one "alice" row was shared by every tenant naming her.
+    # SQLite cannot change a UNIQUE constraint in place, and dropping `entities` while links
+    # reference it would cascade, so the three tables are copied out (temp), dropped children
+    # first, re-created and refilled. An entity keeps its id for the tenant of its oldest
+    # linked memory; every other tenant mentioning it gets a row of its own and its links move
+    # there. Aliases cannot be told apart by tenant: each copy gets the entity's aliases
+    # (`memcli rebuild` recomputes them from each tenant's own text).
+    db.conn.execute("""
+        CREATE TEMP TABLE v3_links AS SELECT me.memory_id, me.entity_id, m.tenant_id
+            FROM memory_entities me JOIN memories m ON m.id = me.memory_id;
+        CREATE TEMP TABLE v3_owner AS SELECT e.id, coalesce((SELECT l.tenant_id FROM v3_links l
+                WHERE l.entity_id = e.id ORDER BY l.memory_id LIMIT 1), 'default') AS tenant_id,
+            e.kind, e.norm, e.display, e.created_at FROM entities e;
+        CREATE TEMP TABLE v3_aliases AS SELECT alias, entity_id FROM entity_aliases;
+        DROP TABLE memory_entities;
+        DROP TABLE entity_aliases;
+        DROP TABLE entities;""")
+    db.conn.execute(_V3_ENTITY_TABLES)
+    db.conn.execute("""
+        INSERT INTO entities (id, tenant_id, kind, norm, display, created_at)
+            SELECT id, tenant_id, kind, norm, display, created_at FROM v3_owner;
+        INSERT INTO entities (tenant_id, kind, norm, display, created_at)
+            SELECT DISTINCT l.tenant_id, o.kind, o.norm, o.display, o.created_at
+            FROM v3_links l JOIN v3_owner o ON o.id = l.entity_id
+            WHERE l.tenant_id <> o.tenant_id;
+        INSERT INTO memory_entities (memory_id, entity_id)
+            SELECT l.memory_id, e.id FROM v3_links l JOIN v3_owner o ON o.id = l.entity_id
+            JOIN entities e ON e.tenant_id = l.tenant_id AND e.kind = o.kind
+                           AND e.norm = o.norm;
+        INSERT OR IGNORE INTO entity_aliases (alias, entity_id)
+            SELECT a.alias, e.id FROM v3_aliases a JOIN v3_owner o ON o.id = a.entity_id
+            JOIN entities e ON e.kind = o.kind AND e.norm = o.norm;
+        DROP TABLE v3_links;
+        DROP TABLE v3_owner;
+        DROP TABLE v3_aliases;""")
+
+
 # Append only. Never edit a released migration: add a new one and update schema.sql to match.
-MIGRATIONS: list[Callable[[Database], None]] = [_v1, _v2]
+MIGRATIONS: list[Callable[[Database], None]] = [_v1, _v2, _v3]
 LATEST = len(MIGRATIONS)
 
 

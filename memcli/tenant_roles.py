@@ -1,0 +1,40 @@
+"""Tenant-bound login roles (PostgreSQL only): `memcli pg grant-tenant / revoke-tenant /
+tenants`. A bound role sees and writes only its tenant's rows, enforced by the server's
+row-level security (memcli/store/postgres/v3_tenancy.sql), whatever SQL its client runs."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from memcli.errors import UsageError
+
+if TYPE_CHECKING:
+    from memcli.memory import Memory
+
+
+def _postgres(memory: Memory):
+    if memory.db.backend.name != "postgresql":
+        raise UsageError("tenant roles are a PostgreSQL feature; this is a SQLite file",
+                         "give --db postgresql://... (a file has no login roles: one file per "
+                         "tenant isolates by file permissions)")
+    from memcli.store.postgres import tenants
+
+    return tenants
+
+
+def grant_tenant(memory: Memory, role: str, tenant: str) -> dict[str, Any]:
+    if not role or not tenant:
+        raise UsageError("a role and a tenant are needed", "memcli pg grant-tenant ROLE TENANT")
+    return _postgres(memory).grant(memory.db, role, tenant)
+
+
+def revoke_tenant(memory: Memory, role: str) -> dict[str, Any]:
+    return _postgres(memory).revoke(memory.db, role)
+
+
+def tenant_roles(memory: Memory) -> list[dict[str, Any]]:
+    tenants = _postgres(memory)
+    if memory.db.bound_tenant is not None:
+        raise UsageError("a tenant role cannot list the bound roles",
+                         "run it as the owner of memcli's tables")
+    return tenants.bound_roles(memory.db)
