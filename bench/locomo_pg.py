@@ -54,6 +54,59 @@ def postgres_database(url: str | None) -> Iterator[str]:
         raise SystemExit(f"PostgreSQL: {exc}") from None
 
 
+class Memo:
+    """A model (embedder or SPLADE encoder) whose answers are kept by text, so that the second
+    engine of a `--backend both` run is handed exactly the vectors the first one got, without
+    computing them again (the models are most of the CPU time, and the same on both engines).
+    Documents are looked up one by one and only the missing ones computed, in one batch; every
+    other attribute (`model_id`, `dimension`, ...) is the model's own."""
+
+    def __init__(self, model: Any) -> None:
+        self._model = model
+        self._kept: dict[tuple[str, str], Any] = {}
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._model, name)
+
+    def _one(self, method: str, text: str) -> Any:
+        key = (method, text)
+        if key not in self._kept:
+            self._kept[key] = getattr(self._model, method)(text)
+        return self._kept[key]
+
+    def _many(self, method: str, texts: Any) -> Any:
+        missing = list(dict.fromkeys(t for t in texts if (method, t) not in self._kept))
+        if missing:
+            for text, out in zip(missing, getattr(self._model, method)(missing), strict=True):
+                self._kept[(method, text)] = out
+        got = [self._kept[(method, t)] for t in texts]
+        if method == "embed_documents":
+            import numpy as np
+
+            return np.stack(got) if got else self._model.embed_documents([])
+        return got
+
+    def embed_query(self, text: str) -> Any:
+        return self._one("embed_query", text)
+
+    def encode_query(self, text: str) -> Any:
+        return self._one("encode_query", text)
+
+    def embed_documents(self, texts: Any) -> Any:
+        return self._many("embed_documents", texts)
+
+    def encode_documents(self, texts: Any) -> Any:
+        return self._many("encode_documents", texts)
+
+
+class MemoEmbedder(Memo):
+    """(A class of its own: memcli runs each query-side model class on its own thread.)"""
+
+
+class MemoSparse(Memo):
+    pass
+
+
 # --------------------------------------------------------------------------- comparison
 
 
