@@ -3,7 +3,7 @@ the large-scope plan of the sparse and entity legs.
 
 Each leg returns [(memory id, score)] best first, ties by id, filtered inside its SQL by the
 same `Filters.sql()` as SQLite's legs (memcli/store/search.py); ranking stays above the store.
-Tables and indexes: docs/design/postgresql-schema.sql (`memories.fts`, a generated tsvector of
+Tables and indexes: memcli/store/postgres/schema.sql (`memories.fts`, a generated tsvector of
 the turn at weight A and its context at weight B; the `(tenant_id, fts)` GIN; the partial
 trigram GIN; `memory_vectors` with tenant/user columns and HNSW indexes). `db` is memcli's
 Database surface with `?` placeholders (the PostgreSQL connection rewrites them).
