@@ -794,7 +794,7 @@ def run(args: argparse.Namespace) -> int:
         else:
             # A partial run must not overwrite the committed full measurement.
             print(f"partial --configs: {engine} results not written", file=sys.stderr)
-    if comparison is not None and complete:
+    if comparison is not None:  # it names the configurations it holds
         out = RESULTS_DIR / f"locomo-{embedder_name}-backends"
         out.with_suffix(".md").write_text(comparison_markdown, encoding="utf-8")
         out.with_suffix(".json").write_text(json.dumps(comparison, indent=2) + "\n",
