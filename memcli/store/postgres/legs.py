@@ -3,7 +3,7 @@ the large-scope plan of the sparse and entity legs.
 
 Each leg returns [(memory id, score)] best first, ties by id, filtered inside its SQL by the
 same `Filters.sql()` as SQLite's legs (memcli/store/search.py); ranking stays above the store.
-Tables and indexes: docs/design/postgresql-schema.sql (`memories.fts`, a generated tsvector of
+Tables and indexes: schema.sql (`memories.fts`, a generated tsvector of
 the turn at weight A and its context at weight B; the `(tenant_id, fts)` GIN; the partial
 trigram GIN; `memory_vectors` with tenant/user columns and HNSW indexes). `db` is memcli's
 Database surface with `?` placeholders (the PostgreSQL connection rewrites them).
@@ -12,17 +12,23 @@ What each choice measured (bench/pg_legs.py, LoCoMo, 1,982 questions, the same r
 engines; bench/results/pg-legs.md). End to end, memcli's fusion and stages over these legs give
 R@1/5/10/25 within 0.1 point of SQLite's (the issue's bound is 1 point).
 - lexical: BM25 in SQL with FTS5's formula (k1 1.2, b 0.75, idf floor 1e-6, term frequency =
-  turn hits + `context_weight` x context hits, length in tokens), df per query lexeme counted
-  through the GIN, corpus size = highest id, mean length over the newest AVGDL_SAMPLE rows.
-  Leg R@10 71.8 vs FTS5 71.7, top-10 overlap 97 %. ts_rank_cd (no idf: an OR of question words
+  turn hits + `context_weight` x context hits, length in tokens). The corpus statistics are
+  kept by the writers as FTS5 keeps them in its index (schema.sql: `lexeme_df`, the memory
+  count and token total in `lexical_stats`, each memory's `fts_tokens`, all kept by statement
+  triggers on memories) and read by key. Measured before they were kept (df counted per
+  lexeme through the GIN, corpus size = highest id, mean length over the newest
+  AVGDL_SAMPLE rows): leg R@10 71.8 vs FTS5 71.7, top-10 overlap 97 %; p50 29 ms vs FTS5's
+  2 ms, of which the df counts ~5 ms and the length sample ~4 ms. With kept statistics, on
+  54k memories of 1,000 users (bench/results/pg-scale.md): one user's lexical leg 48 -> 8 ms
+  p50, tenant-wide 131 -> 69 ms, the same top 10 (scores within 5e-4: the exact count and
+  mean length replace the estimates). What remains is unnesting each match's tsvector for
+  the query lexemes' tf. ts_rank_cd (no idf: an OR of question words
   ranks "go" like a name) lost 14.4 points R@10 on the leg and 4.1 end to end; ts_rank 6.6 and
   2.0. BM25 over the `english` configuration (stopwords dropped, no unaccent): same recall
   (+0.2 end to end), overlap 91 %; `memcli` (unaccent + snowball english, no stopwords, as
   FTS5's porter tokenizer keeps every word) is kept for parity. Length in distinct lexemes
-  (`length(fts)`, no unnest) is as good end to end and 45 % faster, overlap 92 %. BM25 in Python
-  over every GIN match: same ranking, slower. Cost: p50 29 ms vs FTS5's 2 ms on LoCoMo scopes
-  (df counts ~5 ms, the length sample ~4 ms, the rest is unnesting each match's tsvector); a
-  writer-kept df table and a stored token count would remove the first two.
+  (`length(fts)`, no unnest) is as good end to end, overlap 92 %. BM25 in Python over every
+  GIN match: same ranking, slower.
 - trigram: the CJK grams as ILIKE substrings (the partial `memories_trgm` GIN answers grams of
   3+ characters; a 1-2 character query still finds its rows by scanning the filtered ones,
   where FTS5's trigram MATCH finds nothing), scored by the distinct grams found plus how much of
@@ -36,18 +42,21 @@ R@1/5/10/25 within 0.1 point of SQLite's (the issue's bound is 1 point).
   iterative scan -2.1 R@10; the bit-quantized index -0.7 R@25).
 - sparse: memcli/store/sparse.py's postings SQL runs unchanged for small scopes (same scores).
   Its large-scope plan relies on SQLite's CROSS JOIN keeping the score order; on PostgreSQL a
-  plain JOIN returned rows in id order (5 of 100 queries wrong), so on PostgreSQL
-  memcli/store/search.py's `best_in_scope` runs this module's ordered `best_in_scope` (for the
-  sparse and entity legs alike). pgvector `sparsevec <#>` gives the same results (option B,
-  slower here).
+  plain JOIN returned rows in id order (5 of 100 queries wrong), so PgBackend.best_in_scope
+  runs this module's ordered `best_in_scope` (for the sparse and entity legs alike). pgvector
+  `sparsevec <#>` gives the same results; on LoCoMo it was slower, but at 54k memories of
+  1,000 users (the same postings in a `sparsevec` column) it is 10x smaller (45 vs 456 MB
+  plus a 203 MB primary key) and faster: one user 1.9 vs 31.5 ms p50, tenant-wide 164 vs
+  649 ms (same top 10 on 78 of 80 queries). Not switched yet (the postings are portable
+  store SQL used by rebuild, doctor and purge): the next step for size and sparse speed.
 
 `high` rows: their `fts` is empty by construction; the trigram predicate repeats
 `sensitivity <> 'high'` (ciphertext must never match a gram, and the partial index needs it).
 
 Filters (errata 8): `Filters.sql()` writes `m.user_id = ?`, which the planner uses as an index
-condition on `memories_scope` (tenant, user); `IS NOT DISTINCT FROM` (used by other store
-queries, not the filters) is only a filter after the tenant's index range: its PostgreSQL
-rendering should be `col = ?` for a value and `col IS NULL` for None. Also `Filters.sql()`'s
+condition on `memories_scope` (tenant, user); `IS NOT DISTINCT FROM ?` (other store queries)
+reaches the server as `col IS NULL` or `col = ? AND col IS NOT NULL` by the value
+(placeholders.py), an index condition too. Also `Filters.sql()`'s
 `"0"` (an empty category allowlist) is an integer, not a boolean, on PostgreSQL: `1 = 0`.
 """
 
