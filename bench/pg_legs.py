@@ -3,7 +3,9 @@
     python bench/pg_legs.py [--conversations N] [--data PATH]
 
 The LoCoMo database is bench/locomo.py's cached one (e5-small + SPLADE, built first if missing).
-A throw-away PostgreSQL 18 (tests/pg_support.py) gets docs/design/postgresql-schema.sql and the
+A throw-away PostgreSQL 18 (tests/pg_support.py) gets memcli's own schema (its migrations, then
+the vector dimension and HNSW index as the first ingest sets them), the variants' extra index and
+columns on top (VARIANT_DDL in bench/pg_legs_variants.py, an `english` tsvector here), and the
 same memories, float vectors and sparse postings (same ids; tests/pg_legs_support.py). Every
 question with evidence is asked inside its conversation's tenant, as bench/locomo.py does, with
 the query terms, CJK grams, query vector and SPLADE query terms memcli computes, once per leg
@@ -407,7 +409,8 @@ def database(dsn: str, name: str, dim: int) -> Any:
         admin.execute(f"DROP DATABASE IF EXISTS {name}")
         admin.execute(f"CREATE DATABASE {name}")
     conn = psycopg.connect(dsn.rsplit("/", 1)[0] + f"/{name}", autocommit=True)
-    apply_schema(conn, dim)
+    apply_schema(conn, dim)  # memcli's migrations: the real schema
+    var.apply_variants(conn, dim)  # the variants' index and columns on top
     return conn
 
 

@@ -20,6 +20,21 @@ from memcli.store.postgres import legs
 
 Leg = Callable[..., list[tuple[int, float]]]
 
+# What the variants need beyond memcli's own schema (tests/pg_legs_support.apply_schema), added
+# on top of it: the binary-quantized HNSW index (`bits`), and the whole SPLADE vector as a
+# sparsevec with its term ids as an array (`sparse_vec`; memcli keeps the ids as packed bytea).
+VARIANT_DDL = """
+CREATE INDEX memory_vectors_bits ON memory_vectors
+    USING hnsw ((binary_quantize(embedding)::bit({dim})) bit_hamming_ops);
+ALTER TABLE memory_sparse ADD COLUMN term_ids integer[], ADD COLUMN vec sparsevec(30522);
+"""
+
+
+def apply_variants(conn: Any, dim: int) -> None:
+    """VARIANT_DDL on a database that has memcli's schema (one transaction)."""
+    with conn.transaction():
+        conn.execute(VARIANT_DDL.replace("{dim}", str(int(dim))))
+
 
 @dataclass
 class Query:
@@ -242,7 +257,7 @@ def sparse_vec(db: Any, q: Query, filters: Any, limit: int, settings: Any) -> li
     rows = db.execute(
         f"SELECT m.id, -(s.vec <#> ?::sparsevec) AS sc FROM memories m"
         f" JOIN memory_sparse s ON s.memory_id = m.id"
-        f" WHERE {where} AND s.terms && ?::int[] ORDER BY sc DESC, m.id LIMIT ?",
+        f" WHERE {where} AND s.term_ids && ?::int[] ORDER BY sc DESC, m.id LIMIT ?",
         [sparse_literal(kept), *params, list(kept), limit])
     return [(int(i), float(sc)) for i, sc in rows]
 

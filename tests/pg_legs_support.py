@@ -1,10 +1,11 @@
 """PostgreSQL tables for the retrieval legs, filled from a SQLite memcli file (issue #16, step 4b).
 
-Used by tests/test_pg_legs.py and bench/pg_legs.py until the PostgreSQL backend's own migrations
-land (pgcore): the schema is docs/design/postgresql-schema.sql, applied as written (it runs in
-one transaction), with the embedder's dimension. `copy_from_sqlite` copies memories (with the
-context column FTS5 keeps only inside its index, recomputed as `doctor --fix` does), float
-vectors and sparse postings with the same ids.
+Used by tests/test_pg_legs.py and bench/pg_legs.py. The schema is memcli's own
+(`apply_schema`: memcli/store/postgres's migrations, then the embedder's dimension and HNSW
+index as the first ingest sets them); bench/pg_legs_variants.py adds its variants' columns and
+indexes on top. `copy_from_sqlite` copies memories (with the context column FTS5 keeps only
+inside its index, recomputed as `doctor --fix` does), float vectors and sparse postings with the
+same ids, and fills the variants' sparse columns when the database has them.
 
 `PgAdapter` is the smallest part of memcli's Database surface the legs use (`execute`, `scalar`)
 over a psycopg connection: `?` placeholders become `%s` (the leg SQL has no `?` or `%` inside
@@ -15,11 +16,9 @@ from __future__ import annotations
 
 import array
 import struct
-from pathlib import Path
 from typing import Any
 
-SCHEMA = Path(__file__).resolve().parents[1] / "docs" / "design" / "postgresql-schema.sql"
-SPARSE_DIM = 30522  # SPLADE's vocabulary (memory_sparse.vec in the schema)
+SPARSE_DIM = 30522  # SPLADE's vocabulary (memory_sparse.vec of bench/pg_legs_variants.py)
 # Columns of SQLite's `memories` copied as they are (PostgreSQL adds `context` and `fts`).
 MEMORY_COLUMNS = (
     "id", "kind", "category", "content", "tenant_id", "user_id", "agent_id", "session_id",
@@ -47,10 +46,12 @@ class PgAdapter:
     """`execute`/`scalar` with `?` placeholders over a psycopg connection."""
 
     def __init__(self, conn: Any) -> None:
+        from memcli.store.postgres.backend import BACKEND
         from memcli.store.postgres.dialect import DIALECT
 
         self.conn = conn
         self.dialect = DIALECT  # portable store SQL spells engine fragments through it
+        self.backend = BACKEND  # and reaches the engine's plans through it (best_in_scope)
 
     def execute(self, sql: str, params: Any = None) -> list[tuple]:
         cur = self.conn.execute(sql.replace("%", "%%").replace("?", "%s"), params)
@@ -62,9 +63,17 @@ class PgAdapter:
 
 
 def apply_schema(conn: Any, dim: int) -> None:
-    """docs/design/postgresql-schema.sql on an empty database (one transaction)."""
-    with conn.transaction():
-        conn.execute(SCHEMA.read_text(encoding="utf-8").replace("{dim}", str(dim)))
+    """memcli's schema on the empty database `conn` (a psycopg connection) is connected to:
+    its migrations, as any memcli open runs them, then `memory_vectors.embedding` given `dim`
+    dimensions and its HNSW index, as the first stored vector does."""
+    from memcli.store.postgres.connection import PgDatabase
+    from memcli.store.postgres.migrations import ensure_vectors
+
+    db = PgDatabase(conn.info.dsn)  # the same database (trust auth: the DSN has no password)
+    try:
+        ensure_vectors(db, dim)
+    finally:
+        db.close()
 
 
 def sparse_literal(weights: dict[int, float]) -> str:
@@ -103,11 +112,19 @@ def copy_from_sqlite(sqlite_db: Any, conn: Any) -> dict[str, int]:
                 copy.write_row([term, mid, weight])
                 by_memory.setdefault(mid, {})[term] = weight / 100
                 counts["postings"] += 1
-        with conn.cursor().copy("COPY memory_sparse (memory_id, terms, vec) FROM STDIN") as copy:
+        # The variants' columns (bench/pg_legs_variants.py VARIANT_DDL), when present.
+        variant = conn.execute("SELECT count(*) FROM information_schema.columns WHERE"
+                               " table_name = 'memory_sparse' AND column_name = 'vec'"
+                               ).fetchone()[0]
+        cols = "memory_id, terms" + (", term_ids, vec" if variant else "")
+        with conn.cursor().copy(f"COPY memory_sparse ({cols}) FROM STDIN") as copy:
             for mid, blob in sqlite_db.execute("SELECT memory_id, terms FROM memory_sparse"):
-                terms = array.array("H")
-                terms.frombytes(blob)
-                copy.write_row([mid, list(terms), sparse_literal(by_memory.get(mid, {}))])
+                row = [mid, bytes(blob)]
+                if variant:
+                    terms = array.array("H")
+                    terms.frombytes(blob)
+                    row += [list(terms), sparse_literal(by_memory.get(mid, {}))]
+                copy.write_row(row)
         with conn.cursor().copy("COPY sparse_df (term_id, df) FROM STDIN") as copy:
             for row in sqlite_db.execute("SELECT term_id, df FROM sparse_df"):
                 copy.write_row(list(row))

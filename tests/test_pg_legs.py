@@ -1,10 +1,10 @@
 """The retrieval legs on a real PostgreSQL (memcli/store/postgres/legs.py; issue #16, step 4b).
 
-Small rows written straight into the schema of docs/design/postgresql-schema.sql (the generated
+Small rows written straight into memcli's own schema (its migrations; the generated
 `fts` column and the indexes are the server's own), then each leg's ids and order: stemming,
 BM25's idf and context weight, `high` rows never matched, tenant and user filters inside the
 SQL, a 2-character CJK query, exact and HNSW dense plans, and both sparse plans. The last test
-runs every leg through memcli's own PostgreSQL connection over the schema its migrations make.
+runs every leg through memcli's own PostgreSQL connection (PgDatabase) rather than psycopg.
 """
 
 from __future__ import annotations
@@ -288,3 +288,44 @@ def test_legs_through_the_real_connection_and_migrated_schema(pg_db):  # noqa: F
                 (3, 3.0), (1, 1.0)]
     finally:
         db.close()
+
+
+CATALOG = """
+    SELECT 'column', c.table_name || '.' || c.column_name || ' ' || c.udt_name || ' '
+                     || coalesce(format_type(a.atttypid, a.atttypmod), '')
+    FROM information_schema.columns c
+    JOIN pg_attribute a ON a.attrelid = (quote_ident(c.table_name))::regclass
+                       AND a.attname = c.column_name
+    WHERE c.table_schema = 'public'
+    UNION ALL SELECT 'index', indexname || ' ' || indexdef FROM pg_indexes
+    WHERE schemaname = 'public'
+    UNION ALL SELECT 'trigger', tgname FROM pg_trigger WHERE NOT tgisinternal
+    ORDER BY 1, 2"""
+
+
+def test_apply_schema_is_the_schema_memcli_creates(pg_server):  # noqa: F811
+    """The legs' tests and bench/pg_legs.py run on memcli's own schema (not a hand copy of
+    its DDL that drifts): the same tables, columns, types, indexes and triggers as a database
+    memcli itself made and stored a vector in."""
+    import psycopg
+    from pg_db_support import scratch_database, with_database
+
+    from memcli import Memory
+    from memcli.providers.embedders import get_embedder
+
+    embedder = get_embedder("hash")
+    catalogs = []
+    with scratch_database(pg_server) as ours, scratch_database(pg_server) as memcli_own:
+        with psycopg.connect(with_database(pg_server, ours), autocommit=True) as conn:
+            apply_schema(conn, embedder.dimension)
+            catalogs.append(conn.execute(CATALOG).fetchall())
+        memory = Memory.open(with_database(pg_server, memcli_own), embedder=embedder)
+        try:
+            memory.ingest([{"event_id": "e1", "text": "a first note"}])
+        finally:
+            memory.close()
+        with psycopg.connect(with_database(pg_server, memcli_own), autocommit=True) as conn:
+            catalogs.append(conn.execute(CATALOG).fetchall())
+    assert any(row[1].startswith("memory_vectors.embedding vector vector(") for row in
+               catalogs[1])
+    assert catalogs[0] == catalogs[1]

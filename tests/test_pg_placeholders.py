@@ -90,3 +90,27 @@ def test_every_store_statement_round_trips_its_parameter_count():
             assert done.sql.count("%s") == text.count("?"), text
             checked += 1
     assert checked > 50
+
+
+@pytest.mark.parametrize(("params", "expected", "sent"), [
+    (("t", None, 5), "WHERE m.tenant_id = %s AND (m.user_id IS NULL) AND n < %s", ["t", 5]),
+    (("t", "u", 5), "WHERE m.tenant_id = %s AND (m.user_id = %s AND m.user_id IS NOT NULL)"
+     " AND n < %s", ["t", "u", 5]),
+])
+def test_null_safe_equality_is_rendered_indexable_for_the_value(params, expected, sent):
+    """errata 8: `IS NOT DISTINCT FROM ?` is no index condition on PostgreSQL; the value
+    decides between `IS NULL` and `=` (the same truth value, under NOT too)."""
+    plan = rewrite("WHERE m.tenant_id = ? AND m.user_id IS NOT DISTINCT FROM ? AND n < ?")
+    assert plan.render(params) == (expected, sent)
+    # executemany keeps the portable form (its rows may differ in NULLs)
+    assert "IS NOT DISTINCT FROM %s" in plan.sql
+
+
+@pytest.mark.parametrize("sql", [
+    "SELECT a + b IS NOT DISTINCT FROM ?",  # the left operand is not a plain column
+    "SELECT x::text IS NOT DISTINCT FROM ?",
+    "SELECT 'c IS NOT DISTINCT FROM ?'",  # inside a literal
+])
+def test_null_safe_equality_left_alone_where_the_column_is_not_plain(sql):
+    plan = rewrite(sql)
+    assert plan.render((None,) if "?'" not in sql else None)[0] == plan.sql

@@ -3,7 +3,7 @@ the large-scope plan of the sparse and entity legs.
 
 Each leg returns [(memory id, score)] best first, ties by id, filtered inside its SQL by the
 same `Filters.sql()` as SQLite's legs (memcli/store/search.py); ranking stays above the store.
-Tables and indexes: docs/design/postgresql-schema.sql (`memories.fts`, a generated tsvector of
+Tables and indexes: schema.sql (`memories.fts`, a generated tsvector of
 the turn at weight A and its context at weight B; the `(tenant_id, fts)` GIN; the partial
 trigram GIN; `memory_vectors` with tenant/user columns and HNSW indexes). `db` is memcli's
 Database surface with `?` placeholders (the PostgreSQL connection rewrites them).
@@ -12,17 +12,23 @@ What each choice measured (bench/pg_legs.py, LoCoMo, 1,982 questions, the same r
 engines; bench/results/pg-legs.md). End to end, memcli's fusion and stages over these legs give
 R@1/5/10/25 within 0.1 point of SQLite's (the issue's bound is 1 point).
 - lexical: BM25 in SQL with FTS5's formula (k1 1.2, b 0.75, idf floor 1e-6, term frequency =
-  turn hits + `context_weight` x context hits, length in tokens), df per query lexeme counted
-  through the GIN, corpus size = highest id, mean length over the newest AVGDL_SAMPLE rows.
-  Leg R@10 71.8 vs FTS5 71.7, top-10 overlap 97 %. ts_rank_cd (no idf: an OR of question words
+  turn hits + `context_weight` x context hits, length in tokens). The corpus statistics are
+  kept by the writers as FTS5 keeps them in its index (schema.sql: `lexeme_df`, the memory
+  count and token total in `lexical_stats`, each memory's `fts_tokens`, all kept by statement
+  triggers on memories) and read by key. Measured before they were kept (df counted per
+  lexeme through the GIN, corpus size = highest id, mean length over the newest
+  AVGDL_SAMPLE rows): leg R@10 71.8 vs FTS5 71.7, top-10 overlap 97 %; p50 29 ms vs FTS5's
+  2 ms, of which the df counts ~5 ms and the length sample ~4 ms. With kept statistics, on
+  54k memories of 1,000 users (bench/results/pg-scale.md): one user's lexical leg 48 -> 8 ms
+  p50, tenant-wide 131 -> 69 ms, the same top 10 (scores within 5e-4: the exact count and
+  mean length replace the estimates). What remains is unnesting each match's tsvector for
+  the query lexemes' tf. ts_rank_cd (no idf: an OR of question words
   ranks "go" like a name) lost 14.4 points R@10 on the leg and 4.1 end to end; ts_rank 6.6 and
   2.0. BM25 over the `english` configuration (stopwords dropped, no unaccent): same recall
   (+0.2 end to end), overlap 91 %; `memcli` (unaccent + snowball english, no stopwords, as
   FTS5's porter tokenizer keeps every word) is kept for parity. Length in distinct lexemes
-  (`length(fts)`, no unnest) is as good end to end and 45 % faster, overlap 92 %. BM25 in Python
-  over every GIN match: same ranking, slower. Cost: p50 29 ms vs FTS5's 2 ms on LoCoMo scopes
-  (df counts ~5 ms, the length sample ~4 ms, the rest is unnesting each match's tsvector); a
-  writer-kept df table and a stored token count would remove the first two.
+  (`length(fts)`, no unnest) is as good end to end, overlap 92 %. BM25 in Python over every
+  GIN match: same ranking, slower.
 - trigram: the CJK grams as ILIKE substrings (the partial `memories_trgm` GIN answers grams of
   3+ characters; a 1-2 character query still finds its rows by scanning the filtered ones,
   where FTS5's trigram MATCH finds nothing), scored by the distinct grams found plus how much of
@@ -36,18 +42,21 @@ R@1/5/10/25 within 0.1 point of SQLite's (the issue's bound is 1 point).
   iterative scan -2.1 R@10; the bit-quantized index -0.7 R@25).
 - sparse: memcli/store/sparse.py's postings SQL runs unchanged for small scopes (same scores).
   Its large-scope plan relies on SQLite's CROSS JOIN keeping the score order; on PostgreSQL a
-  plain JOIN returned rows in id order (5 of 100 queries wrong), so on PostgreSQL
-  memcli/store/search.py's `best_in_scope` runs this module's ordered `best_in_scope` (for the
-  sparse and entity legs alike). pgvector `sparsevec <#>` gives the same results (option B,
-  slower here).
+  plain JOIN returned rows in id order (5 of 100 queries wrong), so PgBackend.best_in_scope
+  runs this module's ordered `best_in_scope` (for the sparse and entity legs alike). pgvector
+  `sparsevec <#>` gives the same results; on LoCoMo it was slower, but at 54k memories of
+  1,000 users (the same postings in a `sparsevec` column) it is 10x smaller (45 vs 456 MB
+  plus a 203 MB primary key) and faster: one user 1.9 vs 31.5 ms p50, tenant-wide 164 vs
+  649 ms (same top 10 on 78 of 80 queries). Not switched yet (the postings are portable
+  store SQL used by rebuild, doctor and purge): the next step for size and sparse speed.
 
 `high` rows: their `fts` is empty by construction; the trigram predicate repeats
 `sensitivity <> 'high'` (ciphertext must never match a gram, and the partial index needs it).
 
 Filters (errata 8): `Filters.sql()` writes `m.user_id = ?`, which the planner uses as an index
-condition on `memories_scope` (tenant, user); `IS NOT DISTINCT FROM` (used by other store
-queries, not the filters) is only a filter after the tenant's index range: its PostgreSQL
-rendering should be `col = ?` for a value and `col IS NULL` for None. Also `Filters.sql()`'s
+condition on `memories_scope` (tenant, user); `IS NOT DISTINCT FROM ?` (other store queries)
+reaches the server as `col IS NULL` or `col = ? AND col IS NOT NULL` by the value
+(placeholders.py), an index condition too. Also `Filters.sql()`'s
 `"0"` (an empty category allowlist) is an integer, not a boolean, on PostgreSQL: `1 = 0`.
 """
 
@@ -91,7 +100,26 @@ def lexical(db: Any, terms: list[str], filters: Filters, limit: int,
 
 
 # A document's length in tokens: the positions of all its lexemes (FTS5 counts tokens too).
+# The stored column `fts_tokens` holds it for `fts` (schema.sql's memcli_tokens).
 _TOKENS = "(SELECT sum(coalesce(array_length(u.positions, 1), 1)) FROM unnest({fts}) u)"
+
+# Corpus statistics, two ways. `kept` (the leg's): what the writers keep beside the rows
+# (schema.sql: lexeme_df, lexical_stats, memories.fts_tokens), read by key. `counted` (for
+# bench variants over other columns or configurations): df counted per lexeme through the
+# GIN, the corpus size the highest id, the mean length that of the newest AVGDL_SAMPLE rows.
+_KEPT = """lex AS (SELECT l AS lexeme, coalesce(d.df, 0) AS df
+            FROM unnest(tsvector_to_array(to_tsvector('{config}', ?))) AS l
+            LEFT JOIN lexeme_df d ON d.lexeme = l),
+    corpus AS (SELECT docs::float8 AS n,
+                      greatest(tokens::float8 / greatest(docs, 1), 1)::float8 AS avgdl
+               FROM lexical_stats)"""
+_COUNTED = """lex AS (SELECT l AS lexeme,
+                   (SELECT count(*) FROM memories d
+                    WHERE d.{column} @@ quote_literal(l)::tsquery) AS df
+            FROM unnest(tsvector_to_array(to_tsvector('{config}', ?))) AS l),
+    corpus AS (SELECT (SELECT coalesce(max(id), 0) FROM memories)::float8 AS n,
+                      greatest(avg({length}), 1)::float8 AS avgdl
+               FROM (SELECT {column} FROM memories ORDER BY id DESC LIMIT {sample}) r)"""
 
 
 def bm25_sql(count: int, where: str, config: str = TEXT_CONFIG, column: str = "fts",
@@ -99,28 +127,31 @@ def bm25_sql(count: int, where: str, config: str = TEXT_CONFIG, column: str = "f
     """The BM25 statement; parameters: the terms, the terms joined by spaces, the context
     weight, the filters' parameters, the limit.
 
-    Corpus statistics as FTS5 keeps them, without a scan per query: the document count is the
-    highest memory id (an upper bound that costs one index seek; SQLite's sparse leg scales its
-    df cut-off by it too), the mean length that of the newest AVGDL_SAMPLE memories. df is
-    counted per query lexeme through the GIN (a bitmap count). `doc_length` "tokens" (FTS5's
-    measure) or "lexemes" (`length(fts)`: distinct lexemes, read from the tsvector's header).
-    """
+    Corpus statistics as FTS5 keeps them: on the leg's own column (`fts`, the `memcli`
+    configuration, lengths in tokens) the writers' df table, memory count and token total,
+    and each memory's stored length (`fts_tokens`): a few key lookups, no scan. Any other
+    column, configuration or `doc_length` ("lexemes": `length(fts)`, distinct lexemes) has no
+    kept statistics: they are counted per query (see _COUNTED), for bench/pg_legs.py's
+    variants. The terms' tf still comes from each match's tsvector (the positions of the
+    query's lexemes at weight A, plus `context_weight` times those at weight B)."""
     tsq = tsquery_sql(count, config)
-    length = (_TOKENS if doc_length == "tokens" else "length({fts})")
+    kept = column == "fts" and config == TEXT_CONFIG and doc_length == "tokens"
+    if kept:
+        stats = _KEPT.format(config=config)
+        dl = "m.fts_tokens"
+    else:
+        length = (_TOKENS if doc_length == "tokens" else "length({fts})")
+        stats = _COUNTED.format(config=config, column=column, sample=AVGDL_SAMPLE,
+                                length=length.format(fts="r." + column))
+        dl = length.format(fts="m." + column)
     return f"""
     WITH q AS (SELECT {tsq} AS q),
-    lex AS (SELECT l AS lexeme,
-                   (SELECT count(*) FROM memories d
-                    WHERE d.{column} @@ quote_literal(l)::tsquery) AS df
-            FROM unnest(tsvector_to_array(to_tsvector('{config}', ?))) AS l),
+    {stats},
     cw AS (SELECT ?::float8 AS v),
-    corpus AS (SELECT (SELECT coalesce(max(id), 0) FROM memories)::float8 AS n,
-                      greatest(avg({length.format(fts="r." + column)}), 1)::float8 AS avgdl
-               FROM (SELECT {column} FROM memories ORDER BY id DESC LIMIT {AVGDL_SAMPLE}) r),
     idf AS (SELECT lex.lexeme,
                    greatest(ln((corpus.n - lex.df + 0.5) / (lex.df + 0.5)), {IDF_FLOOR}) AS idf
             FROM lex, corpus),
-    cand AS MATERIALIZED (SELECT m.id, m.{column} AS fts, {length.format(fts="m." + column)} AS dl
+    cand AS MATERIALIZED (SELECT m.id, m.{column} AS fts, {dl} AS dl
              FROM memories m, q WHERE m.{column} @@ q.q AND {where}),
     tf AS (SELECT c.id, c.dl, u.lexeme,
                   (SELECT count(*) FILTER (WHERE w = 'A') + cw.v * count(*) FILTER (WHERE w = 'B')
@@ -131,6 +162,17 @@ def bm25_sql(count: int, where: str, config: str = TEXT_CONFIG, column: str = "f
                       / (tf.tf + {BM25_K1} * (1 - {BM25_B} + {BM25_B} * tf.dl / corpus.avgdl))) AS s
     FROM tf JOIN idf ON idf.lexeme = tf.lexeme, corpus
     GROUP BY tf.id ORDER BY s DESC, tf.id LIMIT ?"""
+
+
+def recount_lexical(db: Any) -> None:
+    """The kept statistics again from the rows (schema.sql's triggers keep them; this is
+    their repair: rebuild and reset of the lexical index). Rows at df 0 are dropped."""
+    db.execute("DELETE FROM lexeme_df")
+    db.execute("INSERT INTO lexeme_df (lexeme, df) SELECT l, count(*)"
+               " FROM memories m, unnest(tsvector_to_array(m.fts)) l GROUP BY l ORDER BY l")
+    db.execute("INSERT INTO lexical_stats (one, docs, tokens)"
+               " SELECT true, count(*), coalesce(sum(fts_tokens), 0) FROM memories"
+               " ON CONFLICT (one) DO UPDATE SET docs = excluded.docs, tokens = excluded.tokens")
 
 
 def like_pattern(gram: str) -> str:
