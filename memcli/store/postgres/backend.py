@@ -166,8 +166,12 @@ class PgBackend:
 
     def rebuild_vectors(self, db: PgDatabase, dimension: int) -> None:
         migrations.ensure_vectors(db, dimension)
+        # ensure_vectors leaves a dimension already set alone: a dropped HNSW index (the
+        # dense leg then scans every vector) comes back here, as SQLite's vec0 table does.
         if db.scalar("SELECT to_regclass('memory_vectors_hnsw') IS NOT NULL"):
             db.execute("REINDEX INDEX memory_vectors_hnsw")
+        else:
+            db.execute(migrations.HNSW_INDEX)
 
     def sync_vectors(self, db: PgDatabase) -> None:
         """No-op: the HNSW index is written with each row."""
@@ -187,11 +191,22 @@ class PgBackend:
             "SELECT tablename FROM pg_tables WHERE schemaname = current_schema()")}
 
     def create_missing(self, db: PgDatabase) -> list[str]:
-        """schema.sql's CREATE TABLE and CREATE INDEX statements of the missing tables."""
-        missing = set(_table_statements()) - self.table_names(db)
+        """schema.sql's CREATE TABLE and CREATE INDEX statements of the missing tables, and
+        its missing indexes of the tables that are there (the lexical GINs memories_fts and
+        memories_trgm are indexes here, where SQLite has index tables: a dropped one leaves
+        every query right but scanning). Returns the tables it created."""
+        present = self.table_names(db)
+        missing = set(_table_statements()) - present
         for name in sorted(missing):
             for statement in _table_statements()[name]:
                 db.conn.execute(statement)
+        indexes = {r[0] for r in db.execute(
+            "SELECT indexname FROM pg_indexes WHERE schemaname = current_schema()")}
+        for name in sorted(present & set(_table_statements())):
+            for statement in _table_statements()[name]:
+                index = _INDEX.match(statement)
+                if index and index.group(1) not in indexes:
+                    db.conn.execute(statement)
         return sorted(missing)
 
     def row_counts(self, db: PgDatabase, names: tuple[str, ...]) -> dict[str, int | None]:
@@ -311,6 +326,7 @@ class PgBackend:
 
 
 _STATEMENTS: dict[str, list[str]] = {}
+_INDEX = re.compile(r"CREATE (?:UNIQUE )?INDEX (\w+) ON (\w+)")
 
 
 def _table_statements() -> dict[str, list[str]]:

@@ -77,6 +77,11 @@ def migrate(db: PgDatabase) -> int:
     return start
 
 
+# The dense leg's index (also made again by `memcli rebuild` when dropped: backend.py).
+HNSW_INDEX = ("CREATE INDEX memory_vectors_hnsw ON memory_vectors"
+              " USING hnsw (embedding vector_cosine_ops)")
+
+
 def ensure_vectors(db: PgDatabase, dimension: int) -> None:
     """Give `memory_vectors.embedding` its dimension and HNSW cosine index (the embedder's
     dimension is known only when it is first used). Nothing to do when it already has this
@@ -95,8 +100,7 @@ def ensure_vectors(db: PgDatabase, dimension: int) -> None:
         db.execute("DROP INDEX IF EXISTS memory_vectors_hnsw")
         db.execute("ALTER TABLE memory_vectors ALTER COLUMN embedding"
                    f" TYPE vector({int(dimension)})")
-        db.execute("CREATE INDEX memory_vectors_hnsw ON memory_vectors"
-                   " USING hnsw (embedding vector_cosine_ops)")
+        db.execute(HNSW_INDEX)
 
 
 def _dimension(db: PgDatabase) -> int | None:
