@@ -403,3 +403,26 @@ def test_a_dropped_memories_table(cli, db_path, built):
             "soft_deleted"
     finally:
         db.close()
+
+
+def test_dropped_indexes_are_reported_and_made_again(cli, db_path, built):
+    """An index dropped (a scope index; on PostgreSQL also the lexical GINs and the HNSW
+    index, its lexical and dense indexes): every query still answers, by scanning. Doctor
+    names them and sends to rebuild, which makes them again."""
+    before, indexes = _results(cli), index_names(db_path)
+    dropped = ("memories_scope", *(PG_INDEXES if is_pg(db_path) else ()))
+    db = Database(db_path)
+    try:
+        with db.transaction():
+            for index in dropped:
+                db.execute(f"DROP INDEX {index}")
+    finally:
+        db.close()
+    code, checks = _doctor(cli)
+    assert code == 1
+    assert checks["missing:indexes"]["fix"] == "memcli rebuild"
+    assert checks["missing:indexes"]["indexes"] == sorted(dropped)
+    _rebuild(cli)
+    assert index_names(db_path) == indexes
+    assert _doctor(cli)[0] == 0
+    _same(before, _results(cli))

@@ -194,20 +194,29 @@ class PgBackend:
         """schema.sql's CREATE TABLE and CREATE INDEX statements of the missing tables, and
         its missing indexes of the tables that are there (the lexical GINs memories_fts and
         memories_trgm are indexes here, where SQLite has index tables: a dropped one leaves
-        every query right but scanning). Returns the tables it created."""
-        present = self.table_names(db)
-        missing = set(_table_statements()) - present
+        every query right but scanning; the HNSW index comes back in rebuild_vectors).
+        Returns the tables it created."""
+        missing = set(_table_statements()) - self.table_names(db)
+        indexes = set(self.missing_indexes(db))
         for name in sorted(missing):
             for statement in _table_statements()[name]:
                 db.conn.execute(statement)
-        indexes = {r[0] for r in db.execute(
-            "SELECT indexname FROM pg_indexes WHERE schemaname = current_schema()")}
-        for name in sorted(present & set(_table_statements())):
-            for statement in _table_statements()[name]:
+        for statements in _table_statements().values():
+            for statement in statements:
                 index = _INDEX.match(statement)
-                if index and index.group(1) not in indexes:
+                if index and index.group(1) in indexes:
                     db.conn.execute(statement)
         return sorted(missing)
+
+    def missing_indexes(self, db: PgDatabase) -> list[str]:
+        present = self.table_names(db)
+        indexes = {r[0] for r in db.execute(
+            "SELECT indexname FROM pg_indexes WHERE schemaname = current_schema()")}
+        wanted = [m.group(1) for statements in _table_statements().values()
+                  for m in map(_INDEX.match, statements) if m and m.group(2) in present]
+        if "memory_vectors" in present and migrations.vector_dimension(db):
+            wanted.append("memory_vectors_hnsw")  # made once the embedder's dimension is known
+        return sorted(set(wanted) - indexes)
 
     def row_counts(self, db: PgDatabase, names: tuple[str, ...]) -> dict[str, int | None]:
         present = self.table_names(db)

@@ -107,3 +107,8 @@ def _dimension(db: PgDatabase) -> int | None:
     """The declared dimension of memory_vectors.embedding (None: not set yet)."""
     return db.scalar("SELECT nullif(atttypmod, -1) FROM pg_attribute"
                      " WHERE attrelid = 'memory_vectors'::regclass AND attname = 'embedding'")
+
+
+def vector_dimension(db: PgDatabase) -> int | None:
+    """The dimension memory_vectors.embedding was given (None: no embedder has written yet)."""
+    return _dimension(db)
