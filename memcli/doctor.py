@@ -118,11 +118,18 @@ def _derived(db: Database, *, vectors: bool, sparse: bool) -> list[dict[str, Any
 
 
 def _rebuild_needed(db: Database) -> list[dict[str, Any]]:
-    """Damage beyond `--fix`: derived tables dropped, memories cut from events gone."""
+    """Damage beyond `--fix`: derived tables or indexes dropped, memories cut from events
+    gone."""
     tables = sql.missing_tables(db)
     if tables:
         return [check("missing:tables", "problem", f"derived tables are missing: "
                       f"{', '.join(tables)}", REBUILD, tables=tables)]
+    # PostgreSQL's lexical and HNSW indexes are indexes, not tables: dropped, every query
+    # still answers, scanning.
+    indexes = sql.missing_indexes(db)
+    if indexes:
+        return [check("missing:indexes", "problem", f"indexes are missing: {', '.join(indexes)}",
+                      REBUILD, indexes=indexes)]
     lost = sql.lost_episodes(db)
     if lost:
         return [check("missing:episodes", "problem", f"{len(lost)} memories cut from events "

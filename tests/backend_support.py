@@ -14,6 +14,7 @@ The helpers below read a database of either kind without going through memcli.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -190,3 +191,26 @@ def lexical_hits(location: Path | str, table: str, term: str) -> int:
                               " AND sensitivity <> 'high'", (f"%{term}%",))[0][0]
     quoted = '"' + term.replace('"', '""') + '"'
     return rows(location, f"SELECT count(*) FROM {table} WHERE {table} MATCH ?", (quoted,))[0][0]
+
+
+def index_names(location: Path | str) -> set[str]:
+    """The indexes of a database (SQLite's automatic ones left out)."""
+    if is_pg(location):
+        return {r[0] for r in rows(location, "SELECT indexname FROM pg_indexes"
+                                             " WHERE schemaname = current_schema()")}
+    return {r[0] for r in rows(location, "SELECT name FROM sqlite_schema WHERE type = 'index'"
+                                         " AND name NOT LIKE 'sqlite_%'")}
+
+
+@contextlib.contextmanager
+def writer_lock_held(location: Path | str) -> Iterator[None]:
+    """Another connection holds memcli's write lock for the duration of the block (SQLite's
+    file lock, PostgreSQL's writer advisory lock): a write transaction of memcli's own."""
+    from memcli.store.location import open_database
+
+    db = open_database(location)
+    try:
+        with db.transaction():
+            yield
+    finally:
+        db.close()

@@ -17,7 +17,7 @@ from memcli import Memory, derive, ledger
 from memcli.acb.build import build_acb
 from memcli.providers.embedders import HashEmbedder
 
-pytestmark = pytest.mark.usefixtures("fast_cli")
+pytestmark = [pytest.mark.usefixtures("fast_cli"), pytest.mark.backends]  # SQLite and PostgreSQL
 
 
 def section(bundle: dict, name: str) -> dict:

@@ -13,11 +13,16 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from fuzz_support import check_output, counts, event_ids, run_cli
+from backend_support import rows
+from fuzz_support import check_output, counts, run_cli
 
 from memcli import Memory
 from memcli.errors import StorageError
 from memcli.retrieval.text import MAX_QUERY_TERMS, lexical_query
+
+# The tests that write to or read the store run on SQLite and PostgreSQL (backend_support.py);
+# the ones about a file at the path (empty, foreign, a folder, full) are SQLite's alone.
+pytestmark = pytest.mark.backends
 
 GOOD = b'{"event_id":"g1","text":"a good record"}\n'
 BAD_LINES = {
@@ -48,6 +53,10 @@ def env(monkeypatch, db_path):
 
 def _lines(stderr: str) -> list[str]:
     return stderr.splitlines()
+
+
+def event_ids(location) -> set[str]:
+    return {r[0] for r in rows(location, "SELECT event_id FROM events")}
 
 
 # -- point 9: one bad record never loses the good ones ------------------------------------------
@@ -152,6 +161,7 @@ def test_read_command_on_missing_database(monkeypatch, tmp_path, args):
     assert not (tmp_path / "no").exists()
 
 
+@pytest.mark.sqlite_only
 def test_read_command_on_empty_file_leaves_it(env):
     env.write_bytes(b"")
     result = run_cli(["query", "x"])
@@ -170,6 +180,7 @@ def _foreign(path: Path, table: str) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
+@pytest.mark.sqlite_only
 @pytest.mark.parametrize("table", ["notes", "events", "meta"])
 @pytest.mark.parametrize("args", [["ingest", "--text", "hi"], ["query", "hi"], ["stats"]],
                          ids=" ".join)
@@ -184,6 +195,7 @@ def test_foreign_sqlite_file_is_never_modified(env, table, args):
     assert not Path(f"{env}-wal").exists()
 
 
+@pytest.mark.sqlite_only
 def test_not_a_sqlite_file(env):
     env.write_bytes(b"just some notes\n" * 100)
     result = run_cli(["ingest", "--text", "hi"])
@@ -191,6 +203,7 @@ def test_not_a_sqlite_file(env):
     assert env.read_bytes() == b"just some notes\n" * 100
 
 
+@pytest.mark.sqlite_only
 def test_database_path_is_a_folder(env, tmp_path):
     result = run_cli(["ingest", "--text", "hi", "--db", str(tmp_path)])
     assert result.exit_code == 1
@@ -198,6 +211,7 @@ def test_database_path_is_a_folder(env, tmp_path):
                                      "(give a file path to --db)"]
 
 
+@pytest.mark.sqlite_only
 def test_full_disk_stops_the_batch_with_one_error(db_path):
     """SQLite's max_page_count makes the file full as a full disk would (FullError)."""
     with Memory.open(db_path) as memory:

@@ -81,6 +81,7 @@ def test_json(cli, stored, flags):
     assert isinstance(hits, list) and {h["text"] for h in hits} >= {"kiwi pie", "kiwi jam"}
 
 
+@pytest.mark.backends  # history and forget on both engines
 def test_jsonl(cli, stored):
     lines = cli("query", "kiwi", "--format", "jsonl").stdout.splitlines()
     hits = [json.loads(line) for line in lines]
@@ -91,6 +92,7 @@ def test_jsonl(cli, stored):
     assert len(stats) == 1 and json.loads(stats[0])["memories"] == 3
 
 
+@pytest.mark.backends  # history and forget on both engines
 def test_text(cli, stored):
     result = cli("query", "kiwi", "--format", "text")
     assert result.exit_code == 0 and "kiwi pie" in result.stdout
@@ -135,6 +137,7 @@ def test_usage_errors_exit_2(cli, stored):
     assert re.fullmatch(r"memcli: error: --text:1: channel: .+\n", result.stderr)
 
 
+@pytest.mark.backends  # history and forget on both engines
 def test_runtime_errors_exit_1(cli, stored):
     assert "no artifact" in _one_error_line(cli("artifact", "art_missing"), 1)
     assert "no memory with id 4242" in _one_error_line(cli("forget", "4242"), 1)

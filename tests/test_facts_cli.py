@@ -1,14 +1,17 @@
 """Seed 004's `correct_fact` (`memcli correct`), `get_entity_info` (`memcli entity`) with entity
 types, and the latest record timestamp in `memcli stats` (issue #14). The real CLI on a real
-SQLite file."""
+SQLite file and a real PostgreSQL database (the backend matrix, tests/backend_support.py)."""
 
 from __future__ import annotations
 
 import json
 
+import pytest
 from conftest import ndjson
 
 from memcli.entity_types import mention_types, type_of_name
+
+pytestmark = pytest.mark.backends  # the tests with a database run on SQLite and PostgreSQL
 
 
 def js(result):
@@ -89,3 +92,20 @@ def test_stats_report_the_latest_record(cli):
     stats = js(cli("stats", "--json"))
     assert stats["latest_record_at"] is not None
     assert stats["latest_by_kind"]["fact"] == stats["latest_record_at"]
+
+
+def test_stats_counts_come_in_one_order_on_every_engine(cli):
+    """by_kind, by_state and latest_by_kind list their keys sorted (the JSON an agent diffs
+    from run to run): PostgreSQL's hashed GROUP BY gave them in any order."""
+    fact = js(cli("remember", "Ana likes tea.", "--json"))["id"]
+    js(cli("correct", str(fact), "Ana likes green tea.", "--json"))
+    js(cli("remember", "Ana lives in Porto.", "--json"))
+    assert cli("ingest", "-", input=ndjson([{"text": f"turn {i}", "session_id": "s1"}
+                                             for i in range(3)])).exit_code == 0
+    assert cli("forget", str(fact + 2)).exit_code == 0
+    assert cli("decision", "add", "Use PostgreSQL").exit_code == 0
+    assert cli("rebuild").exit_code == 0  # rewritten rows: another physical order
+    stats = js(cli("stats", "--json"))
+    for key in ("by_kind", "by_state", "latest_by_kind"):
+        assert list(stats[key]) == sorted(stats[key]), (key, stats[key])
+    assert stats["by_state"] == {"active": 5, "soft_deleted": 1, "superseded": 1}

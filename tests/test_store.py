@@ -1,4 +1,9 @@
-"""The store: pragmas, migrations, the append-only event log, sqlite-vec, embedder checks."""
+"""The store: pragmas, migrations, the append-only event log, sqlite-vec, embedder checks.
+
+The tests of what both engines promise (foreign keys, a newer schema refused, migrate a no-op
+on reopen, the append-only log, the embedder's identity) run on SQLite and PostgreSQL (the
+backend matrix, tests/backend_support.py); those of SQLite's own machinery (PRAGMAs, FTS5's
+scope tokens, sqlite-vec and its vec0 layout) carry `sqlite_only`."""
 
 from __future__ import annotations
 
@@ -11,15 +16,18 @@ import sys
 
 import apsw
 import pytest
+from backend_support import connect, index_names, is_pg, rows
 from conftest import ndjson, turns
 
 from memcli import Memory
 from memcli.errors import EmbedderMismatchError, SchemaError
 from memcli.providers.embedders import HashEmbedder
-from memcli.store.connection import Database
+from memcli.store.location import open_database
 from memcli.store.sqlite import migrations
+from memcli.store.sqlite.connection import Database
 
-pytestmark = pytest.mark.usefixtures("fast_cli")  # conftest: no SPLADE, one click command
+# conftest: no SPLADE, one click command; SQLite and PostgreSQL (tests/backend_support.py)
+pytestmark = [pytest.mark.usefixtures("fast_cli"), pytest.mark.backends]
 
 
 def _schema(path) -> list[tuple[str, str, str]]:
@@ -35,9 +43,33 @@ def _schema(path) -> list[tuple[str, str, str]]:
 
 
 def _set_user_version(path, version: int) -> None:
-    conn = apsw.Connection(str(path))
-    conn.execute(f"PRAGMA user_version = {version}")
-    conn.close()
+    """The schema version a database says it has (PostgreSQL keeps it in meta)."""
+    conn = connect(path)
+    try:
+        if is_pg(path):
+            conn.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", (str(version),))
+        else:
+            conn.execute(f"PRAGMA user_version = {version}")
+    finally:
+        conn.close()
+
+
+def _latest(path) -> int:
+    db = open_database(path)
+    try:
+        return db.backend.schema_latest
+    finally:
+        db.close()
+
+
+def _shape(path) -> tuple:
+    """Tables with their columns and every index, of either engine."""
+    if not is_pg(path):
+        return tuple(_schema(path))
+    columns = rows(path, "SELECT table_name, column_name, data_type, is_nullable,"
+                         " column_default FROM information_schema.columns"
+                         " WHERE table_schema = current_schema()")
+    return tuple(sorted(map(repr, columns))), tuple(sorted(index_names(path)))
 
 
 @pytest.fixture
@@ -54,6 +86,7 @@ def without_sqlite_vec(monkeypatch):
 # -- connection -------------------------------------------------------------------------------
 
 
+@pytest.mark.sqlite_only
 def test_connection_pragmas(db_path):
     db = Database(db_path)
     try:
@@ -82,15 +115,14 @@ def test_foreign_keys_cascade_from_memories(memory):
 
 @pytest.mark.parametrize("readonly", [False, True])
 def test_newer_database_is_refused(db_path, readonly):
-    Database(db_path).close()
-    _set_user_version(db_path, migrations.LATEST + 1)
+    latest = _latest(db_path)
+    _set_user_version(db_path, latest + 1)
     with pytest.raises(SchemaError, match="newer than this memcli"):
-        Database(db_path, readonly=readonly)
+        open_database(db_path, readonly=readonly)
 
 
 def test_newer_database_is_refused_by_the_cli(cli, db_path):
-    Database(db_path).close()
-    _set_user_version(db_path, migrations.LATEST + 1)
+    _set_user_version(db_path, _latest(db_path) + 1)
     for args in (("query", "anything"), ("ingest", "--text", "hello"), ("stats",)):
         result = cli(*args)
         assert result.exit_code == 1, args
@@ -100,6 +132,7 @@ def test_newer_database_is_refused_by_the_cli(cli, db_path):
         assert "newer than this memcli" in lines[0] and "Traceback" not in result.stderr
 
 
+@pytest.mark.sqlite_only
 def test_not_a_database_is_a_one_line_error(cli, db_path):
     db_path.write_bytes(b"this is not sqlite at all" * 100)
     result = cli("stats")
@@ -160,6 +193,7 @@ def _two_tenants(memory):
             memory.ingest(turns(f"{tenant}-{user}-b", texts[::-1], user=user, tenant_id=tenant))
 
 
+@pytest.mark.sqlite_only
 def test_scope_tokens_prefilter_without_changing_the_lexical_ranking(memory):
     _two_tenants(memory)
     from memcli.store.backend import LexicalQuery
@@ -183,6 +217,7 @@ def test_scope_tokens_prefilter_without_changing_the_lexical_ranking(memory):
     assert users == {"u1"} and len(ids) == 2 * 2 * 6
 
 
+@pytest.mark.sqlite_only
 def test_v2_rebuilds_the_lexical_index_as_ingest_wrote_it(memory):
     from memcli.store.backend import LexicalQuery
 
@@ -205,12 +240,12 @@ def test_v2_rebuilds_the_lexical_index_as_ingest_wrote_it(memory):
 
 
 def test_migrate_reopens_without_changes(db_path):
-    Database(db_path).close()
-    before = _schema(db_path)
-    db = Database(db_path)
-    assert migrations.migrate(db) == migrations.LATEST
+    open_database(db_path).close()
+    before = _shape(db_path)
+    db = open_database(db_path)
+    assert db.backend.migrate(db) == db.backend.schema_latest
     db.close()
-    assert _schema(db_path) == before
+    assert _shape(db_path) == before
 
 
 # -- the append-only event log ----------------------------------------------------------------
@@ -218,29 +253,31 @@ def test_migrate_reopens_without_changes(db_path):
 
 def test_events_cannot_be_updated(memory):
     memory.ingest(turns("s1", ["hello there"]))
-    with pytest.raises(apsw.ConstraintError, match="append-only"):
+    with pytest.raises(Exception, match="append-only"):  # the engine's own error
         memory.db.execute("UPDATE events SET content = '{}'")
     assert json.loads(memory.db.scalar("SELECT content FROM events"))["text"] == "hello there"
 
 
 def test_events_cannot_be_deleted_outside_purge(memory):
     memory.ingest(turns("s1", ["hello there"]))
-    with pytest.raises(apsw.ConstraintError, match="append-only"):
+    with pytest.raises(Exception, match="append-only"):
         memory.db.execute("DELETE FROM events")
     assert memory.db.scalar("SELECT count(*) FROM events") == 1
     # Purge may delete them, and leaves no guard behind that would let others do so later.
     memory.purge(session_id="s1")
     assert memory.db.scalar("SELECT count(*) FROM events") == 0
     assert memory.db.get_meta("purge_guard") is None
-    assert memory.db.scalar("PRAGMA secure_delete") == 2  # purge's full mode was put back
+    if memory.db.backend.name == "sqlite":
+        assert memory.db.scalar("PRAGMA secure_delete") == 2  # purge's full mode was put back
     memory.ingest(turns("s2", ["again"]))
-    with pytest.raises(apsw.ConstraintError):
+    with pytest.raises(Exception, match="append-only"):
         memory.db.execute("DELETE FROM events")
 
 
 # -- sqlite-vec missing -----------------------------------------------------------------------
 
 
+@pytest.mark.sqlite_only
 def test_missing_sqlite_vec_disables_vector_search_only(db_path, without_sqlite_vec):
     db = Database(db_path)
     assert db.vec_enabled is False
@@ -253,6 +290,7 @@ def test_missing_sqlite_vec_disables_vector_search_only(db_path, without_sqlite_
         assert "dense" not in hits[0].scores and "lexical" in hits[0].scores
 
 
+@pytest.mark.sqlite_only
 def test_missing_sqlite_vec_warns_once_on_stderr(cli, without_sqlite_vec):
     result = cli("ingest", "-", input=ndjson(turns("s1", ["the blue heron nests by the river"])))
     assert result.exit_code == 0, result.stderr
@@ -267,6 +305,7 @@ def test_missing_sqlite_vec_warns_once_on_stderr(cli, without_sqlite_vec):
     assert [h["event_id"] for h in hits] == ["s1-0"]
 
 
+@pytest.mark.sqlite_only
 def test_vectors_written_without_sqlite_vec_reach_the_vec_index_later(db_path, monkeypatch):
     real = importlib.util.find_spec
     monkeypatch.setattr(
@@ -283,6 +322,7 @@ def test_vectors_written_without_sqlite_vec_reach_the_vec_index_later(db_path, m
         assert ids == sorted(r[0] for r in m.db.execute("SELECT id FROM memories"))
 
 
+@pytest.mark.sqlite_only
 def test_purge_without_sqlite_vec_leaves_no_vec_rows_behind(db_path, monkeypatch):
     with Memory.open(db_path, embedder=HashEmbedder(64)) as m:
         m.ingest(turns("s1", ["first turn", "second turn"]) + turns("s2", ["other"]))
@@ -337,8 +377,8 @@ def test_embedder_mismatch_in_the_cli_and_reindex_fixes_it(cli, db_path, monkeyp
     assert hits[0]["text"] == "alpha beta" and "dense" in hits[0]["scores"]
     with Memory.open(db_path, embedder=HashEmbedder(32)) as m:
         assert m.db.get_meta("embedder_dimension") == "32"
-        assert m.db.scalar("SELECT count(*) FROM memory_vectors") == 2
-        assert m.db.scalar("SELECT count(*) FROM vec_memories") == 2
+        for table in ("memory_vectors", *m.db.backend.vector_tables):
+            assert m.db.scalar(f"SELECT count(*) FROM {table}") == 2, table
         assert {len(b) for (b,) in m.db.execute("SELECT embedding FROM memory_vectors")} == {32 * 4}
 
 
@@ -350,6 +390,7 @@ def _dense_db(memory):
                                 tenant_id=tenant))
 
 
+@pytest.mark.sqlite_only
 def test_dense_prefilter_respects_partitions_and_filters(memory, monkeypatch):
     from memcli.store import search
     from memcli.store.sqlite import vec
@@ -378,6 +419,7 @@ def test_dense_prefilter_respects_partitions_and_filters(memory, monkeypatch):
     assert memory.db.scalar("SELECT content FROM memories WHERE id = ?", (top,)) == target
 
 
+@pytest.mark.sqlite_only
 def test_an_old_layout_vec_index_is_rebuilt_with_partitions(db_path):
     with Memory.open(db_path, embedder=HashEmbedder(64)) as m:
         _dense_db(m)

@@ -1,5 +1,6 @@
 """`memcli view export|apply` (issue #15, seed 003 P6): what memcli believes as files a person
-edits, and those edits applied as ordinary writes. The real CLI on a real SQLite file."""
+edits, and those edits applied as ordinary writes. The real CLI on a real SQLite file and a real
+PostgreSQL database (the backend matrix, tests/backend_support.py)."""
 
 from __future__ import annotations
 
@@ -7,15 +8,15 @@ import base64
 import json
 from pathlib import Path
 
-import apsw
 import pytest
+from backend_support import connect, is_pg, rows, stored_bytes
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from memcli.views.export import Scope, parse, render
 from memcli.views.format import KINDS, PREFIX, Item
 
-pytestmark = pytest.mark.usefixtures("fast_cli")
+pytestmark = [pytest.mark.usefixtures("fast_cli"), pytest.mark.backends]
 
 
 def js(result):
@@ -50,9 +51,21 @@ def files(folder: Path) -> dict[str, bytes]:
 
 
 def row(db_path, sql, *args):
-    conn = apsw.Connection(str(db_path), flags=apsw.SQLITE_OPEN_READONLY)
+    return rows(db_path, sql, args)
+
+
+def refuse_inserts(db_path, needle: str) -> None:
+    """A trigger of the test's own makes inserting a memory whose text holds `needle` fail."""
+    conn = connect(db_path)
     try:
-        return conn.execute(sql, args).fetchall()
+        if is_pg(db_path):
+            conn.execute("CREATE FUNCTION refuse() RETURNS trigger LANGUAGE plpgsql AS $$"
+                         " BEGIN RAISE EXCEPTION 'no'; END $$")
+            conn.execute("CREATE TRIGGER refuse BEFORE INSERT ON memories FOR EACH ROW"
+                         f" WHEN (NEW.content LIKE '%{needle}%') EXECUTE FUNCTION refuse()")
+        else:
+            conn.execute("CREATE TRIGGER refuse BEFORE INSERT ON memories WHEN"
+                         f" NEW.content LIKE '%{needle}%' BEGIN SELECT RAISE(ABORT, 'no'); END")
     finally:
         conn.close()
 
@@ -269,7 +282,7 @@ def test_dry_run_prints_the_plan_and_writes_nothing(cli, seeded, tmp_path, db_pa
     edit(view / "preferences.md", f"- Alice prefers green tea <!-- m:{seeded['tea']} -->\n", "")
     edit(view / "rules.md", "- Keep answers grounded", "- Be brief.\n- Keep answers grounded")
     before, trail = files(view), history_count(db_path)
-    db_bytes = db_path.read_bytes()
+    db_bytes = stored_bytes(db_path)
     plan = js(cli("view", "apply", str(view), "--dry-run"))
     assert plan["dry_run"] is True
     assert [(c["action"], c["file"], c["id"]) for c in plan["changes"]] == [
@@ -278,7 +291,7 @@ def test_dry_run_prints_the_plan_and_writes_nothing(cli, seeded, tmp_path, db_pa
         ("write", "rules.md", None)]
     assert all(isinstance(c["line"], int) for c in plan["changes"])
     assert history_count(db_path) == trail and files(view) == before
-    assert db_path.read_bytes() == db_bytes
+    assert stored_bytes(db_path) == db_bytes
     assert not (tmp_path / "context" / "rules.md").exists()
 
 
@@ -434,10 +447,7 @@ def test_a_failure_half_way_leaves_nothing_applied(cli, seeded, tmp_path, db_pat
     edit(view / "facts.md", "Alice lives in Porto", "Alice lives in Lisbon")
     with (view / "preferences.md").open("a") as f:
         f.write("- Alice likes the refused text\n")
-    conn = apsw.Connection(str(db_path))
-    conn.execute("CREATE TRIGGER refuse BEFORE INSERT ON memories WHEN"
-                 " NEW.content LIKE '%refused text%' BEGIN SELECT RAISE(ABORT, 'no'); END")
-    conn.close()
+    refuse_inserts(db_path, "refused text")
     trail = history_count(db_path)
     result = cli("view", "apply", str(view))
     assert result.exit_code == 1 and len(result.stderr.splitlines()) == 1

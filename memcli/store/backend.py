@@ -142,6 +142,10 @@ class Backend(Protocol):
     def create_missing(self, db: Database) -> list[str]:
         """Re-create dropped tables (and their indexes and triggers) empty; their names."""
 
+    def missing_indexes(self, db: Database) -> list[str]:
+        """The schema's indexes missing from tables that are there (create_missing makes
+        them again): doctor sends them to `memcli rebuild`."""
+
     def row_counts(self, db: Database, names: tuple[str, ...]) -> dict[str, int | None]:
         """Rows per table (None: missing or unreadable), index tables included."""
 

@@ -88,6 +88,10 @@ def missing_tables(db: Database) -> list[str]:
     return [name for name in names if name not in present]
 
 
+def missing_indexes(db: Database) -> list[str]:
+    return db.backend.missing_indexes(db)
+
+
 def lost_episodes(db: Database) -> list[int]:
     """Memories cut from a stored event that history added and never purged, and that are
     gone: `memcli rebuild` cuts them again with the same ids."""

@@ -174,8 +174,12 @@ class PgBackend:
 
     def rebuild_vectors(self, db: PgDatabase, dimension: int) -> None:
         migrations.ensure_vectors(db, dimension)
+        # ensure_vectors leaves a dimension already set alone: a dropped HNSW index (the
+        # dense leg then scans every vector) comes back here, as SQLite's vec0 table does.
         if db.scalar("SELECT to_regclass('memory_vectors_hnsw') IS NOT NULL"):
             db.execute("REINDEX INDEX memory_vectors_hnsw")
+        else:
+            db.execute(migrations.HNSW_INDEX)
 
     def sync_vectors(self, db: PgDatabase) -> None:
         """No-op: the HNSW index is written with each row."""
@@ -195,12 +199,32 @@ class PgBackend:
             "SELECT tablename FROM pg_tables WHERE schemaname = current_schema()")}
 
     def create_missing(self, db: PgDatabase) -> list[str]:
-        """schema.sql's CREATE TABLE and CREATE INDEX statements of the missing tables."""
+        """schema.sql's CREATE TABLE and CREATE INDEX statements of the missing tables, and
+        its missing indexes of the tables that are there (the lexical GINs memories_fts and
+        memories_trgm are indexes here, where SQLite has index tables: a dropped one leaves
+        every query right but scanning; the HNSW index comes back in rebuild_vectors).
+        Returns the tables it created."""
         missing = set(_table_statements()) - self.table_names(db)
+        indexes = set(self.missing_indexes(db))
         for name in sorted(missing):
             for statement in _table_statements()[name]:
                 db.conn.execute(statement)
+        for statements in _table_statements().values():
+            for statement in statements:
+                index = _INDEX.match(statement)
+                if index and index.group(1) in indexes:
+                    db.conn.execute(statement)
         return sorted(missing)
+
+    def missing_indexes(self, db: PgDatabase) -> list[str]:
+        present = self.table_names(db)
+        indexes = {r[0] for r in db.execute(
+            "SELECT indexname FROM pg_indexes WHERE schemaname = current_schema()")}
+        wanted = [m.group(1) for statements in _table_statements().values()
+                  for m in map(_INDEX.match, statements) if m and m.group(2) in present]
+        if "memory_vectors" in present and migrations.vector_dimension(db):
+            wanted.append("memory_vectors_hnsw")  # made once the embedder's dimension is known
+        return sorted(set(wanted) - indexes)
 
     def row_counts(self, db: PgDatabase, names: tuple[str, ...]) -> dict[str, int | None]:
         present = self.table_names(db)
@@ -319,6 +343,7 @@ class PgBackend:
 
 
 _STATEMENTS: dict[str, list[str]] = {}
+_INDEX = re.compile(r"CREATE (?:UNIQUE )?INDEX (\w+) ON (\w+)")
 
 
 def _table_statements() -> dict[str, list[str]]:

@@ -94,6 +94,11 @@ def migrate(db: PgDatabase) -> int:
     return start
 
 
+# The dense leg's index (also made again by `memcli rebuild` when dropped: backend.py).
+HNSW_INDEX = ("CREATE INDEX memory_vectors_hnsw ON memory_vectors"
+              " USING hnsw (embedding vector_cosine_ops)")
+
+
 def ensure_vectors(db: PgDatabase, dimension: int) -> None:
     """Give `memory_vectors.embedding` its dimension and HNSW cosine index (the embedder's
     dimension is known only when it is first used). Nothing to do when it already has this
@@ -112,11 +117,15 @@ def ensure_vectors(db: PgDatabase, dimension: int) -> None:
         db.execute("DROP INDEX IF EXISTS memory_vectors_hnsw")
         db.execute("ALTER TABLE memory_vectors ALTER COLUMN embedding"
                    f" TYPE vector({int(dimension)})")
-        db.execute("CREATE INDEX memory_vectors_hnsw ON memory_vectors"
-                   " USING hnsw (embedding vector_cosine_ops)")
+        db.execute(HNSW_INDEX)
 
 
 def _dimension(db: PgDatabase) -> int | None:
     """The declared dimension of memory_vectors.embedding (None: not set yet)."""
     return db.scalar("SELECT nullif(atttypmod, -1) FROM pg_attribute"
                      " WHERE attrelid = 'memory_vectors'::regclass AND attname = 'embedding'")
+
+
+def vector_dimension(db: PgDatabase) -> int | None:
+    """The dimension memory_vectors.embedding was given (None: no embedder has written yet)."""
+    return _dimension(db)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -125,6 +126,13 @@ class SqliteBackend:
         db.conn.execute(migrations.schema_sql())
         return sorted(self.table_names(db) - before)
 
+    def missing_indexes(self, db: Database) -> list[str]:
+        present = self.table_names(db)
+        indexes = {r[0] for r in db.execute("SELECT name FROM sqlite_schema WHERE type = 'index'")}
+        wanted = {m.group(1) for m in _INDEX.finditer(migrations.schema_sql())
+                  if m.group(2) in present}
+        return sorted(wanted - indexes)
+
     def row_counts(self, db: Database, names: tuple[str, ...]) -> dict[str, int | None]:
         # FTS5 tables are counted by their docsize shadow table: a contentless table cannot
         # be scanned, and its docsize holds one row per indexed memory.
@@ -243,5 +251,8 @@ class SqliteBackend:
     def is_constraint_error(self, exc: BaseException) -> bool:
         return isinstance(exc, apsw.ConstraintError)
 
+
+# schema.sql's indexes: name and table.
+_INDEX = re.compile(r"CREATE (?:UNIQUE )?INDEX IF NOT EXISTS (\w+) ON (\w+)")
 
 BACKEND = SqliteBackend()
