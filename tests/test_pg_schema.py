@@ -19,9 +19,6 @@ SQLITE_ONLY_TABLES = {
     "memories_fts": "FTS5: the generated memories.fts tsvector + GIN index memories_fts",
     "memories_trigram": "FTS5 trigram: GIN index memories_trgm (pg_trgm) on memories.content",
 }
-PG_ONLY_TABLES = {
-    "tenant_roles": "login roles bound to one tenant (row-level security, schema 3)",
-}
 PG_ONLY_COLUMNS = {
     ("memories", "context"): "the previous turn, which FTS5 keeps only inside its index",
     ("memories", "fts"): "the lexical index (tsvector, generated from content and context)",
@@ -32,6 +29,7 @@ PG_ONLY_COLUMNS = {
 PG_ONLY_TABLES = {
     "lexeme_df": "BM25's df per lexeme (FTS5 keeps it inside its index), kept by triggers",
     "lexical_stats": "BM25's memory count and token total (idem)",
+    "tenant_roles": "login roles bound to one tenant (row-level security, schema 3)",
 }
 PG_ONLY_INDEXES = {"memories_fts", "memories_trgm", "memory_vectors_scope"}
 # SQLite's two triggers are one plpgsql trigger function on PostgreSQL.
