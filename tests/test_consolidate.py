@@ -6,9 +6,6 @@ Every model reply comes from the scripted HTTP stub through the real `openai` cl
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 
 import pytest
 from conftest import NO_SPARSE_CONFIG, ndjson, record_calls, use_stub_model
@@ -18,6 +15,7 @@ from lifecycle_support import (
     memory_rows,
     model_for,
     rows,
+    run_lock_held,
     settings,
     snapshot,
     verdicts,
@@ -31,6 +29,9 @@ from memcli.lifecycle.textrules import check_memory_text
 
 TEA = "Priya loves green tea."
 NURSE = "Priya works as a nurse at Santa Maria hospital."
+
+# SQLite and PostgreSQL (tests/backend_support.py)
+pytestmark = pytest.mark.backends
 
 
 @pytest.fixture
@@ -468,25 +469,11 @@ def test_a_slow_model_times_out_and_leaves_the_session_pending(
 
 def test_a_held_lock_exits_75_and_a_dead_holder_is_taken_over(lcli, db_path):
     two_sessions(lcli)
-    conn_rows = "INSERT INTO run_locks VALUES ('consolidate', 'x', ?, ?, '2025', '9999')"
-    import socket
-
-    import apsw
-
-    conn = apsw.Connection(str(db_path))
-    conn.execute(conn_rows, (socket.gethostname(), os.getpid()))
-    out = lcli("consolidate", "--json")
-    assert out.exit_code == 75 and out.stdout == ""
-    assert "another `memcli consolidate` is running" in out.stderr
-    gone = subprocess.run(
-        [sys.executable, "-c", "import os; print(os.getpid())"],
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    conn.execute("UPDATE run_locks SET pid = ?", (int(gone.stdout),))
-    conn.close()
-    out = lcli("consolidate", "--no-llm", "--json")
+    with run_lock_held(db_path, "consolidate"):
+        out = lcli("consolidate", "--json")
+        assert out.exit_code == 75 and out.stdout == ""
+        assert "another `memcli consolidate` is running" in out.stderr
+    out = lcli("consolidate", "--no-llm", "--json")  # its holder died without letting go
     assert out.exit_code == 0, out.stderr
     assert rows(db_path, "SELECT count(*) FROM run_locks") == [(0,)]
     assert rows(db_path, "SELECT command, status FROM lifecycle_runs") == [("consolidate", "ok")]

@@ -6,8 +6,8 @@ import json
 import math
 from datetime import UTC, datetime, timedelta
 
-import apsw
 import pytest
+from backend_support import lexical_hits
 from lifecycle_support import memory_rows, rows, settings, snapshot
 
 from memcli.derive import write_memory
@@ -15,6 +15,9 @@ from memcli.errors import NotFoundError
 from memcli.lifecycle.decay import apply_decay, plan_decay
 from memcli.lifecycle.remember import confirm
 from memcli.models import format_ts
+
+# SQLite and PostgreSQL (tests/backend_support.py)
+pytestmark = pytest.mark.backends
 
 
 def fact(memory, text: str, **kw) -> int:
@@ -35,9 +38,7 @@ def later(days: float) -> datetime:
 
 
 def backdate(db_path, sql: str, days: int = 100) -> None:
-    conn = apsw.Connection(str(db_path))
-    conn.execute(sql, (format_ts(later(-days)),))
-    conn.close()
+    rows(db_path, sql, (format_ts(later(-days)),))
 
 
 def conf(db_path, memory_id: int) -> tuple[float, str]:
@@ -135,7 +136,7 @@ def test_restore_works_until_purge_and_restarts_the_clock(memory, db_path):
     report = apply_decay(memory.db, settings(), now=later(71), purge_expired=True)
     assert report["purge_ids"] == [b]
     assert memory_rows(db_path, "id = ?", (b,)) == []
-    assert rows(db_path, "SELECT count(*) FROM memories_fts WHERE rowid = ?", (b,)) == [(0,)]
+    assert lexical_hits(db_path, "memories_fts", "Kyoto") == 0
     assert memory.history(b)[0]["op"] == "PURGE"  # the audit trail outlives the memory
     with pytest.raises(NotFoundError):
         memory.restore(b)

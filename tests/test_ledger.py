@@ -9,6 +9,9 @@ import pytest
 from memcli import ledger
 from memcli.errors import NotFoundError, UsageError
 
+# SQLite and PostgreSQL (tests/backend_support.py)
+pytestmark = pytest.mark.backends
+
 
 @pytest.fixture(autouse=True)
 def without_sparse_leg(tmp_path, monkeypatch):

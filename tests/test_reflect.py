@@ -14,6 +14,9 @@ from memcli.errors import NotAllowedError
 from memcli.lifecycle.reflect import insights, reflect
 from memcli.lifecycle.remember import procedure_steps, remember
 
+# SQLite and PostgreSQL (tests/backend_support.py)
+pytestmark = pytest.mark.backends
+
 REFLECTION = {
     "reflection": "Priya started a new job in Porto and is settling in; her sister "
     "Anika visits often.",
