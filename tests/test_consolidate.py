@@ -495,3 +495,23 @@ def test_each_new_fact_is_embedded_once(memory, stub):
         "SELECT count(*) FROM memory_vectors v JOIN memories m ON m.id = v.memory_id"
         " WHERE m.kind != 'episode' AND m.content IN (?, ?)", (NURSE, TEA))
     assert stored == 2
+
+
+def test_equally_similar_neighbours_link_to_the_oldest(memory, db_path):
+    """A new fact links to its LINK_TOP_K most similar memories; among equals, the oldest.
+    PostgreSQL returns ties in its heap's order, which an UPDATE (here `confirm`) changes:
+    without an id tie-breaker the edges differed from SQLite's."""
+    from memcli.derive import LINK_TOP_K, write_memory
+    from memcli.lifecycle.remember import confirm
+
+    def fact() -> int:
+        return write_memory(memory, content="Priya likes green tea.", kind="fact",
+                            source_ids=[], user_id="priya", link=True)
+
+    ids = [fact() for _ in range(8)]
+    for old in ids[:LINK_TOP_K]:
+        confirm(memory, old)  # an UPDATE: PostgreSQL writes a new row version elsewhere
+    new = fact()
+    linked = rows(db_path, "SELECT src_id FROM relations WHERE dst_id = ? AND kind = 'related'"
+                           " ORDER BY src_id", (new,))
+    assert [i for (i,) in linked] == ids[:LINK_TOP_K]

@@ -36,6 +36,14 @@ class ProbingEmbedder(HashEmbedder):
         return super().embed_documents(texts)
 
 
+def test_the_probe_sees_a_held_write_lock(memory, db_path):
+    """Without this the probe could say "free" on an engine whose lock it cannot see."""
+    assert writer_lock_free(db_path)
+    with memory.db.transaction():
+        assert not writer_lock_free(db_path)
+    assert writer_lock_free(db_path)
+
+
 def test_ingest_embeds_before_taking_the_write_lock(db_path):
     probe = ProbingEmbedder(db_path)
     with Memory.open(db_path, embedder=probe) as m:
