@@ -200,3 +200,17 @@ def test_queries_return_procedures_only_to_allowlisted_agents(memory):
     assert "procedural" in kinds("executor")
     assert "procedural" not in kinds(None)
     assert "procedural" not in kinds("someone-new")
+
+
+def test_users_are_visited_in_the_same_order_on_both_engines(memory, stub):
+    """Memories without a user come first, then users by name, in `reflect` and `insights`
+    alike: SQLite sorts NULL first, PostgreSQL last unless told (NULLS FIRST)."""
+    facts(memory, ["Someone moved to Porto."], user=None)
+    facts(memory, ["Priya moved to Porto."])
+    facts(memory, ["Bo likes chess."], user="bo")
+    report = reflect(memory, model_for(memory, stub, "reflect"), settings())
+    assert [s["user_id"] for s in report["skipped"]] == [None, "bo", "priya"]
+    report = insights(memory, None, settings())
+    assert [(s["user_id"], s["reason"]) for s in report["skipped"]] == [
+        (None, "no_llm"), ("bo", "no_llm"), ("priya", "no_llm")]
+    assert stub.chat_requests == []
