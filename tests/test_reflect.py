@@ -214,3 +214,19 @@ def test_users_are_visited_in_the_same_order_on_both_engines(memory, stub):
     assert [(s["user_id"], s["reason"]) for s in report["skipped"]] == [
         (None, "no_llm"), ("bo", "no_llm"), ("priya", "no_llm")]
     assert stub.chat_requests == []
+
+
+def test_usage_lists_a_days_models_in_name_order(memory, stub):
+    """`stats --usage` joins the models of a day and command: SQLite's group_concat keeps
+    the order first seen, PostgreSQL's string_agg(DISTINCT) sorts; now both sort."""
+    from memcli.config import LLMSettings
+    from memcli.lifecycle.llm_usage import Model, usage_report
+    from memcli.lifecycle.reflect import Insights
+
+    for name in ("zeta-model", "alpha-model", "zeta-model"):
+        stub.enqueue_json({"insights": []})
+        model = Model(memory.db, LLMSettings(base_url=stub.base_url, model=name, max_retries=0),
+                      "insights")
+        model.ask("insights", "system", "material", Insights, tenant_id="default")
+    (row,) = usage_report(memory.db)["by_day_command"]
+    assert (row["models"], row["calls"]) == ("alpha-model,zeta-model", 3)
