@@ -191,3 +191,18 @@ def test_decay_cli_confirm_pin_unpin(cli, db_path, monkeypatch, tmp_path):
     assert ops == ["DELETE", "UPDATE", "UPDATE", "ADD"]  # decay, unpin, pin, remember
     assert cli("confirm", "999").exit_code == 1
     assert rows(db_path, "SELECT command, status FROM lifecycle_runs") == [("decay", "ok")] * 3
+
+
+def test_history_spells_a_whole_confidence_as_a_float_on_both_engines(memory, db_path):
+    """The decay history's meta is JSON text built in SQL: SQLite writes 1.0 and 0.0,
+    PostgreSQL's to_json wrote 1 and 0, so `history` and exports differed per engine."""
+    memory.ingest([{"text": "ok", "user_id": "priya", "session_id": "s1", "importance": 0.1}])
+    (episode,) = (r["id"] for r in memory_rows(db_path, "kind = 'episode'"))
+    gone = fact(memory, "Priya tried sushi once.")
+    report = apply_decay(memory.db, settings(), now=later(400))
+    assert report["ids"] == {"decay": [gone], "ttl": [episode]}
+    metas = dict(rows(db_path, "SELECT memory_id, meta FROM history"
+                               " WHERE op IN ('DELETE', 'TTL')"))
+    assert '"confidence":1.0,' in metas[episode]  # episodes do not decay: TTL at 1.0
+    assert '"confidence":0.0,' in metas[gone]  # exp(-40) rounded to 4 places
+    assert isinstance(memory.history(episode)[0]["meta"]["confidence"], float)
