@@ -184,3 +184,17 @@ def test_an_unchanged_value_is_not_proposed(memory, db_path):
         )
     assert same["status"] == "unchanged"
     assert rows(db_path, "SELECT count(*) FROM proposals") == [(1,)]
+
+
+def test_a_pending_value_matches_in_any_case_on_both_engines(memory):
+    """'ZÜRICH' is the pending 'Zürich' again: SQLite's lower() folds ASCII letters only,
+    so it queued a second proposal there and not on PostgreSQL."""
+    def ask(value: str) -> dict:
+        with memory.db.transaction():
+            return propose(memory.db, tenant_id="default", user_id="priya", field="city",
+                           value=value, text=f"Priya lives in {value}.")
+
+    first = ask("Zürich")
+    assert ask("ZÜRICH") == {"status": "already_pending", "proposal_id": first["proposal_id"],
+                             "field": "city"}
+    assert ask("Bern")["status"] == "pending"
