@@ -30,8 +30,10 @@ from memcli.lifecycle.textrules import check_memory_text
 TEA = "Priya loves green tea."
 NURSE = "Priya works as a nurse at Santa Maria hospital."
 
-# SQLite and PostgreSQL (tests/backend_support.py)
-pytestmark = pytest.mark.backends
+# `@backends`: SQLite and PostgreSQL (tests/backend_support.py), for each test reaching the
+# store's SQL. Tests of logic that another test already walks on both engines stay
+# SQLite-only: a PostgreSQL case costs ~2.5x a SQLite one.
+backends = pytest.mark.backends
 
 
 @pytest.fixture
@@ -49,6 +51,7 @@ def two_sessions(lcli) -> None:
     assert lcli("ingest", "-", input=ndjson(records)).exit_code == 0
 
 
+@backends
 def test_rerunning_consolidate_changes_nothing(lcli, stub, db_path):
     two_sessions(lcli)
     stub.enqueue_json(
@@ -69,6 +72,7 @@ def test_rerunning_consolidate_changes_nothing(lcli, stub, db_path):
     assert len(stub.chat_requests) == requests  # nothing was even asked
 
 
+@backends
 def test_facts_cite_their_turns_and_the_summary_is_structured(lcli, stub, db_path):
     two_sessions(lcli)
     stub.enqueue_json(
@@ -100,6 +104,7 @@ def test_facts_cite_their_turns_and_the_summary_is_structured(lcli, stub, db_pat
     assert json.loads(stored[0])["summary_id"] == summary["id"]
 
 
+@backends
 def test_a_named_session_is_consolidated_even_if_open(lcli, stub):
     two_sessions(lcli)
     stub.enqueue_json(extraction("Priya said hello again."))
@@ -112,6 +117,7 @@ def test_a_named_session_is_consolidated_even_if_open(lcli, stub):
     assert missing.exit_code == 1 and "no session 'nope'" in missing.stderr
 
 
+@backends
 def test_contradiction_supersedes_without_deleting(lcli, stub, db_path):
     records = (
         conversation("s1", ["I'm a nurse at Santa Maria."])
@@ -148,6 +154,7 @@ def test_contradiction_supersedes_without_deleting(lcli, stub, db_path):
     assert old["id"] not in [h["id"] for h in hits]
 
 
+@backends
 def test_near_duplicates_merge_without_asking_the_model(memory, stub, db_path):
     memory.ingest(
         conversation("s1", ["I love green tea."])
@@ -168,6 +175,7 @@ def test_near_duplicates_merge_without_asking_the_model(memory, stub, db_path):
     assert merges and merges[0]["meta"]["merged_text"] == "Priya really loves green tea."
 
 
+@backends
 def test_the_model_decides_uncertain_pairs_and_verdicts_are_cached(memory, stub):
     memory.ingest(conversation("s1", ["x"]) + conversation("s2", ["y"], day=2))
     stub.enqueue_json(extraction(facts=[NURSE]))
@@ -230,6 +238,7 @@ def test_pair_checks_are_capped_per_user(memory, stub):
     assert body.count("Pair ") == 1
 
 
+@backends
 def test_malformed_reply_changes_nothing_and_is_reported(lcli, stub, db_path):
     two_sessions(lcli)
     before = snapshot(db_path)
@@ -249,6 +258,7 @@ def test_malformed_reply_changes_nothing_and_is_reported(lcli, stub, db_path):
     assert retry.exit_code == 0 and json.loads(retry.stdout)["sessions"][0]["added"]
 
 
+@backends
 def test_a_bad_pair_check_leaves_the_whole_session_unapplied(memory, stub, db_path):
     memory.ingest(
         conversation("s1", ["x"])
@@ -299,6 +309,7 @@ def test_writing_rules(text, reason):
     assert check_memory_text("Priya moved to Lisbon in March 2024. She likes the US.")
 
 
+@backends
 def test_after_repeated_failures_a_session_is_summarised_extractively(memory, stub):
     memory.ingest(
         conversation("s1", ["Meet Anika at Lisbon airport on 21 March."])
@@ -312,6 +323,7 @@ def test_after_repeated_failures_a_session_is_summarised_extractively(memory, st
     assert report["errors"][0]["failures"] == 1
 
 
+@backends
 def test_without_a_model_only_the_model_free_parts_run(lcli, stub, db_path, monkeypatch):
     monkeypatch.delenv("MEMCLI_LLM_BASE_URL")
     two_sessions(lcli)
@@ -337,6 +349,7 @@ def test_without_a_model_only_the_model_free_parts_run(lcli, stub, db_path, monk
     assert old["state"] == "superseded"
 
 
+@backends
 def test_dry_run_prints_the_plan_and_writes_nothing(lcli, stub, db_path):
     records = (
         conversation("s1", ["x"])
@@ -366,6 +379,7 @@ def test_dry_run_prints_the_plan_and_writes_nothing(lcli, stub, db_path):
     assert rows(db_path, "SELECT count(*) FROM pair_checks") == [(0,)]
 
 
+@backends
 def test_app_memory_limit_holds_with_model_and_fifo_fallback(lcli, stub, db_path):
     records = conversation("s1", ["x"], app_id="chatapp") + conversation(
         "s2", ["y"], day=2, app_id="chatapp"
@@ -423,6 +437,7 @@ def test_app_memory_limit_holds_with_model_and_fifo_fallback(lcli, stub, db_path
     assert len(ids()) == 3
 
 
+@backends
 def test_daily_token_cap_stops_cleanly(lcli, stub, db_path, monkeypatch):
     monkeypatch.setenv("MEMCLI_LLM_DAILY_TOKEN_CAP", "15")  # one stub reply is 10 + 5 tokens
     records = (
@@ -467,6 +482,7 @@ def test_a_slow_model_times_out_and_leaves_the_session_pending(
     assert snapshot(db_path) == before
 
 
+@backends
 def test_a_held_lock_exits_75_and_a_dead_holder_is_taken_over(lcli, db_path):
     two_sessions(lcli)
     with run_lock_held(db_path, "consolidate"):
@@ -497,6 +513,7 @@ def test_each_new_fact_is_embedded_once(memory, stub):
     assert stored == 2
 
 
+@backends
 def test_equally_similar_neighbours_link_to_the_oldest(memory, db_path):
     """A new fact links to its LINK_TOP_K most similar memories; among equals, the oldest.
     PostgreSQL returns ties in its heap's order, which an UPDATE (here `confirm`) changes:
@@ -517,6 +534,7 @@ def test_equally_similar_neighbours_link_to_the_oldest(memory, db_path):
     assert [i for (i,) in linked] == ids[:LINK_TOP_K]
 
 
+@backends
 def test_sessions_of_two_tenants_are_consolidated_in_one_order(memory):
     """Same session id and times in two tenants: tenant order breaks the tie (PostgreSQL
     has no rowid order to fall back on)."""

@@ -16,8 +16,10 @@ from memcli.lifecycle.decay import apply_decay, plan_decay
 from memcli.lifecycle.remember import confirm
 from memcli.models import format_ts
 
-# SQLite and PostgreSQL (tests/backend_support.py)
-pytestmark = pytest.mark.backends
+# `@backends`: SQLite and PostgreSQL (tests/backend_support.py), for each test reaching the
+# store's SQL. Tests of logic that another test already walks on both engines stay
+# SQLite-only: a PostgreSQL case costs ~2.5x a SQLite one.
+backends = pytest.mark.backends
 
 
 def fact(memory, text: str, **kw) -> int:
@@ -46,6 +48,7 @@ def conf(db_path, memory_id: int) -> tuple[float, str]:
     return row["confidence"], row["state"]
 
 
+@backends
 def test_confidence_decays_exponentially_without_compounding(memory, db_path):
     a = fact(memory, "Priya likes jazz.")
     slow = fact(memory, "Priya owns a bike.", decay_rate=0.01)
@@ -69,6 +72,7 @@ def test_an_access_restarts_the_clock(memory, db_path):
     assert conf(db_path, a)[0] == pytest.approx(math.exp(-0.2), rel=1e-4)
 
 
+@backends
 def test_pinned_and_protected_memories_never_change(memory, db_path):
     pinned = fact(memory, "Priya is allergic to penicillin.", pinned=True, importance=0.1)
     protected = fact(memory, "Priya's passport number ends in 42.", importance=0.1)
@@ -82,6 +86,7 @@ def test_pinned_and_protected_memories_never_change(memory, db_path):
     assert [h["op"] for h in memory.history(pinned)] == ["ADD"]  # not even a history row
 
 
+@backends
 def test_below_the_threshold_a_fact_is_soft_deleted_with_a_grace_period(memory, db_path):
     a = fact(memory, "Priya tried sushi once.")
     b = fact(memory, "Priya likes jazz.", decay_rate=0.01)
@@ -97,6 +102,7 @@ def test_below_the_threshold_a_fact_is_soft_deleted_with_a_grace_period(memory, 
     assert last["meta"]["confidence"] < 0.05
 
 
+@backends
 def test_ttl_rule_applies_to_unused_unimportant_memories(memory, db_path):
     memory.ingest(
         [
@@ -120,6 +126,7 @@ def test_ttl_rule_applies_to_unused_unimportant_memories(memory, db_path):
     assert conf(db_path, big)[0] == 1.0
 
 
+@backends
 def test_restore_works_until_purge_and_restarts_the_clock(memory, db_path):
     a = fact(memory, "Priya tried sushi once.")
     b = fact(memory, "Priya visited Kyoto.")
@@ -142,6 +149,7 @@ def test_restore_works_until_purge_and_restarts_the_clock(memory, db_path):
         memory.restore(b)
 
 
+@backends
 def test_dry_run_plans_without_writing(memory, db_path):
     a = fact(memory, "Priya tried sushi once.")
     fact(memory, "Priya likes jazz.", decay_rate=0.001)
@@ -153,6 +161,7 @@ def test_dry_run_plans_without_writing(memory, db_path):
     assert memory.db.get_meta("decay_last_run") is None
 
 
+@backends
 def test_decay_cli_confirm_pin_unpin(cli, db_path, monkeypatch, tmp_path):
     config = tmp_path / "config.yaml"
     config.write_text(
@@ -193,6 +202,7 @@ def test_decay_cli_confirm_pin_unpin(cli, db_path, monkeypatch, tmp_path):
     assert rows(db_path, "SELECT command, status FROM lifecycle_runs") == [("decay", "ok")] * 3
 
 
+@backends
 def test_history_spells_a_whole_confidence_as_a_float_on_both_engines(memory, db_path):
     """The decay history's meta is JSON text built in SQL: SQLite writes 1.0 and 0.0,
     PostgreSQL's to_json wrote 1 and 0, so `history` and exports differed per engine."""
