@@ -6,11 +6,17 @@ client; these helpers only build conversations, scripted replies and database sn
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import apsw
+import backend_support
 
 from memcli.config import LifecycleSettings, LLMSettings
 from memcli.lifecycle.llm_usage import Model
@@ -94,34 +100,77 @@ def settings(**overrides: Any) -> LifecycleSettings:
     return LifecycleSettings(**overrides)
 
 
-def rows(db_path: Path, sql: str, params: tuple = ()) -> list[tuple]:
-    """Read with a connection of the test's own (not through memcli)."""
-    conn = apsw.Connection(str(db_path))
-    try:
-        return conn.execute(sql, params).fetchall()
-    finally:
-        conn.close()
+def rows(db_path: Path | str, sql: str, params: tuple = ()) -> list[tuple]:
+    """Read with a connection of the test's own (not through memcli), on either engine."""
+    return backend_support.rows(db_path, sql, params)
 
 
-def snapshot(db_path: Path, tables: tuple[str, ...] = CONTENT_TABLES) -> dict[str, list]:
-    conn = apsw.Connection(str(db_path))
-    try:
-        return {t: conn.execute(f"SELECT * FROM {t} ORDER BY 1").fetchall() for t in tables}
-    finally:
-        conn.close()
+def snapshot(db_path: Path | str, tables: tuple[str, ...] = CONTENT_TABLES) -> dict[str, list]:
+    """Every row of `tables`, sorted in Python (PostgreSQL has no rowid order for ties)."""
+    return {t: sorted(rows(db_path, f"SELECT * FROM {t}"), key=repr) for t in tables}
 
 
-def memory_rows(db_path: Path, where: str = "1", params: tuple = ()) -> list[dict[str, Any]]:
-    conn = apsw.Connection(str(db_path))
-    try:
-        names = [r[1] for r in conn.execute("PRAGMA table_info(memories)")]
-        out = [
-            dict(zip(names, r, strict=True))
-            for r in conn.execute(f"SELECT * FROM memories WHERE {where} ORDER BY id", params)
-        ]
-    finally:
-        conn.close()
+def memory_rows(db_path: Path | str, where: str = "1 = 1",
+                params: tuple = ()) -> list[dict[str, Any]]:
+    """The memories matching `where` as dicts (attributes and source_ids decoded), by id."""
+    if backend_support.is_pg(db_path):
+        names = [n for (n,) in rows(db_path, "SELECT column_name FROM information_schema.columns"
+                                             " WHERE table_schema = current_schema()"
+                                             " AND table_name = 'memories'"
+                                             " ORDER BY ordinal_position")]
+    else:
+        names = [r[1] for r in rows(db_path, "PRAGMA table_info(memories)")]
+    found = rows(db_path, f"SELECT * FROM memories WHERE {where} ORDER BY id", params)
+    out = [dict(zip(names, r, strict=True)) for r in found]
     for r in out:
         r["attributes"] = json.loads(r["attributes"])
         r["source_ids"] = json.loads(r["source_ids"])
     return out
+
+
+def writer_lock_free(location: Path | str) -> bool:
+    """Whether another connection could take memcli's write lock right now, without waiting:
+    SQLite's `BEGIN IMMEDIATE`; PostgreSQL's writer advisory lock (connection.WRITER_KEY)."""
+    if backend_support.is_pg(location):
+        import psycopg
+
+        from memcli.store.postgres.connection import WRITER_KEY
+
+        with psycopg.connect(str(location)) as conn:  # a transaction: the lock is xact-scoped
+            free = conn.execute("SELECT pg_try_advisory_xact_lock(%s)", (WRITER_KEY,))
+            taken = bool(free.fetchone()[0])
+            conn.rollback()
+            return taken
+    import apsw
+
+    other = apsw.Connection(str(location))
+    other.setbusytimeout(0)
+    try:
+        other.execute("BEGIN IMMEDIATE")
+        other.execute("ROLLBACK")
+        return True
+    except apsw.BusyError:
+        return False
+    finally:
+        other.close()
+
+
+@contextlib.contextmanager
+def run_lock_held(location: Path | str, command: str) -> Iterator[None]:
+    """Another live process holds `memcli <command>`'s run lock for the block; when the block
+    ends the holder dies without releasing it (its `run_locks` row stays behind). SQLite: the
+    row names this live process, then a pid that has exited; PostgreSQL: the row plus the
+    session advisory lock of a connection of the test's own, then that connection closes."""
+    insert = "INSERT INTO run_locks VALUES (?, 'x', ?, ?, '2025', '9999')"
+    conn = backend_support.connect(location)
+    try:
+        conn.execute(insert, (command, socket.gethostname(), os.getpid()))
+        if backend_support.is_pg(location):
+            conn.execute("SELECT pg_advisory_lock(hashtext(?))", (f"memcli.run.{command}",))
+        yield
+        if not backend_support.is_pg(location):
+            gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                                  capture_output=True, text=True, check=True)
+            conn.execute("UPDATE run_locks SET pid = ?", (int(gone.stdout),))
+    finally:
+        conn.close()

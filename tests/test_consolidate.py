@@ -6,9 +6,6 @@ Every model reply comes from the scripted HTTP stub through the real `openai` cl
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 
 import pytest
 from conftest import NO_SPARSE_CONFIG, ndjson, record_calls, use_stub_model
@@ -18,6 +15,7 @@ from lifecycle_support import (
     memory_rows,
     model_for,
     rows,
+    run_lock_held,
     settings,
     snapshot,
     verdicts,
@@ -31,6 +29,11 @@ from memcli.lifecycle.textrules import check_memory_text
 
 TEA = "Priya loves green tea."
 NURSE = "Priya works as a nurse at Santa Maria hospital."
+
+# `@backends`: SQLite and PostgreSQL (tests/backend_support.py), for each test reaching the
+# store's SQL. Tests of logic that another test already walks on both engines stay
+# SQLite-only: a PostgreSQL case costs ~2.5x a SQLite one.
+backends = pytest.mark.backends
 
 
 @pytest.fixture
@@ -48,6 +51,7 @@ def two_sessions(lcli) -> None:
     assert lcli("ingest", "-", input=ndjson(records)).exit_code == 0
 
 
+@backends
 def test_rerunning_consolidate_changes_nothing(lcli, stub, db_path):
     two_sessions(lcli)
     stub.enqueue_json(
@@ -68,6 +72,7 @@ def test_rerunning_consolidate_changes_nothing(lcli, stub, db_path):
     assert len(stub.chat_requests) == requests  # nothing was even asked
 
 
+@backends
 def test_facts_cite_their_turns_and_the_summary_is_structured(lcli, stub, db_path):
     two_sessions(lcli)
     stub.enqueue_json(
@@ -99,6 +104,7 @@ def test_facts_cite_their_turns_and_the_summary_is_structured(lcli, stub, db_pat
     assert json.loads(stored[0])["summary_id"] == summary["id"]
 
 
+@backends
 def test_a_named_session_is_consolidated_even_if_open(lcli, stub):
     two_sessions(lcli)
     stub.enqueue_json(extraction("Priya said hello again."))
@@ -111,6 +117,7 @@ def test_a_named_session_is_consolidated_even_if_open(lcli, stub):
     assert missing.exit_code == 1 and "no session 'nope'" in missing.stderr
 
 
+@backends
 def test_contradiction_supersedes_without_deleting(lcli, stub, db_path):
     records = (
         conversation("s1", ["I'm a nurse at Santa Maria."])
@@ -147,6 +154,7 @@ def test_contradiction_supersedes_without_deleting(lcli, stub, db_path):
     assert old["id"] not in [h["id"] for h in hits]
 
 
+@backends
 def test_near_duplicates_merge_without_asking_the_model(memory, stub, db_path):
     memory.ingest(
         conversation("s1", ["I love green tea."])
@@ -167,6 +175,7 @@ def test_near_duplicates_merge_without_asking_the_model(memory, stub, db_path):
     assert merges and merges[0]["meta"]["merged_text"] == "Priya really loves green tea."
 
 
+@backends
 def test_the_model_decides_uncertain_pairs_and_verdicts_are_cached(memory, stub):
     memory.ingest(conversation("s1", ["x"]) + conversation("s2", ["y"], day=2))
     stub.enqueue_json(extraction(facts=[NURSE]))
@@ -229,6 +238,7 @@ def test_pair_checks_are_capped_per_user(memory, stub):
     assert body.count("Pair ") == 1
 
 
+@backends
 def test_malformed_reply_changes_nothing_and_is_reported(lcli, stub, db_path):
     two_sessions(lcli)
     before = snapshot(db_path)
@@ -248,6 +258,7 @@ def test_malformed_reply_changes_nothing_and_is_reported(lcli, stub, db_path):
     assert retry.exit_code == 0 and json.loads(retry.stdout)["sessions"][0]["added"]
 
 
+@backends
 def test_a_bad_pair_check_leaves_the_whole_session_unapplied(memory, stub, db_path):
     memory.ingest(
         conversation("s1", ["x"])
@@ -298,6 +309,7 @@ def test_writing_rules(text, reason):
     assert check_memory_text("Priya moved to Lisbon in March 2024. She likes the US.")
 
 
+@backends
 def test_after_repeated_failures_a_session_is_summarised_extractively(memory, stub):
     memory.ingest(
         conversation("s1", ["Meet Anika at Lisbon airport on 21 March."])
@@ -311,6 +323,7 @@ def test_after_repeated_failures_a_session_is_summarised_extractively(memory, st
     assert report["errors"][0]["failures"] == 1
 
 
+@backends
 def test_without_a_model_only_the_model_free_parts_run(lcli, stub, db_path, monkeypatch):
     monkeypatch.delenv("MEMCLI_LLM_BASE_URL")
     two_sessions(lcli)
@@ -336,6 +349,7 @@ def test_without_a_model_only_the_model_free_parts_run(lcli, stub, db_path, monk
     assert old["state"] == "superseded"
 
 
+@backends
 def test_dry_run_prints_the_plan_and_writes_nothing(lcli, stub, db_path):
     records = (
         conversation("s1", ["x"])
@@ -365,6 +379,7 @@ def test_dry_run_prints_the_plan_and_writes_nothing(lcli, stub, db_path):
     assert rows(db_path, "SELECT count(*) FROM pair_checks") == [(0,)]
 
 
+@backends
 def test_app_memory_limit_holds_with_model_and_fifo_fallback(lcli, stub, db_path):
     records = conversation("s1", ["x"], app_id="chatapp") + conversation(
         "s2", ["y"], day=2, app_id="chatapp"
@@ -422,6 +437,7 @@ def test_app_memory_limit_holds_with_model_and_fifo_fallback(lcli, stub, db_path
     assert len(ids()) == 3
 
 
+@backends
 def test_daily_token_cap_stops_cleanly(lcli, stub, db_path, monkeypatch):
     monkeypatch.setenv("MEMCLI_LLM_DAILY_TOKEN_CAP", "15")  # one stub reply is 10 + 5 tokens
     records = (
@@ -466,27 +482,14 @@ def test_a_slow_model_times_out_and_leaves_the_session_pending(
     assert snapshot(db_path) == before
 
 
+@backends
 def test_a_held_lock_exits_75_and_a_dead_holder_is_taken_over(lcli, db_path):
     two_sessions(lcli)
-    conn_rows = "INSERT INTO run_locks VALUES ('consolidate', 'x', ?, ?, '2025', '9999')"
-    import socket
-
-    import apsw
-
-    conn = apsw.Connection(str(db_path))
-    conn.execute(conn_rows, (socket.gethostname(), os.getpid()))
-    out = lcli("consolidate", "--json")
-    assert out.exit_code == 75 and out.stdout == ""
-    assert "another `memcli consolidate` is running" in out.stderr
-    gone = subprocess.run(
-        [sys.executable, "-c", "import os; print(os.getpid())"],
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    conn.execute("UPDATE run_locks SET pid = ?", (int(gone.stdout),))
-    conn.close()
-    out = lcli("consolidate", "--no-llm", "--json")
+    with run_lock_held(db_path, "consolidate"):
+        out = lcli("consolidate", "--json")
+        assert out.exit_code == 75 and out.stdout == ""
+        assert "another `memcli consolidate` is running" in out.stderr
+    out = lcli("consolidate", "--no-llm", "--json")  # its holder died without letting go
     assert out.exit_code == 0, out.stderr
     assert rows(db_path, "SELECT count(*) FROM run_locks") == [(0,)]
     assert rows(db_path, "SELECT command, status FROM lifecycle_runs") == [("consolidate", "ok")]
@@ -508,3 +511,37 @@ def test_each_new_fact_is_embedded_once(memory, stub):
         "SELECT count(*) FROM memory_vectors v JOIN memories m ON m.id = v.memory_id"
         " WHERE m.kind != 'episode' AND m.content IN (?, ?)", (NURSE, TEA))
     assert stored == 2
+
+
+@backends
+def test_equally_similar_neighbours_link_to_the_oldest(memory, db_path):
+    """A new fact links to its LINK_TOP_K most similar memories; among equals, the oldest.
+    PostgreSQL returns ties in its heap's order, which an UPDATE (here `confirm`) changes:
+    without an id tie-breaker the edges differed from SQLite's."""
+    from memcli.derive import LINK_TOP_K, write_memory
+    from memcli.lifecycle.remember import confirm
+
+    def fact() -> int:
+        return write_memory(memory, content="Priya likes green tea.", kind="fact",
+                            source_ids=[], user_id="priya", link=True)
+
+    ids = [fact() for _ in range(8)]
+    for old in ids[:LINK_TOP_K]:
+        confirm(memory, old)  # an UPDATE: PostgreSQL writes a new row version elsewhere
+    new = fact()
+    linked = rows(db_path, "SELECT src_id FROM relations WHERE dst_id = ? AND kind = 'related'"
+                           " ORDER BY src_id", (new,))
+    assert [i for (i,) in linked] == ids[:LINK_TOP_K]
+
+
+@backends
+def test_sessions_of_two_tenants_are_consolidated_in_one_order(memory):
+    """Same session id and times in two tenants: tenant order breaks the tie (PostgreSQL
+    has no rowid order to fall back on)."""
+    for tenant in ("zeta", "alpha"):
+        memory.ingest([{**r, "event_id": f"{tenant}-{r['event_id']}", "tenant_id": tenant}
+                       for r in conversation("s1", ["I love green tea."])
+                       + conversation("s2", ["Bye"], day=2)])
+    report = consolidate(memory, None, settings())
+    assert [(s["tenant_id"], s["session_id"]) for s in report["sessions"]] == [
+        ("alpha", "s1"), ("zeta", "s1")]

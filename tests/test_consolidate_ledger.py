@@ -14,6 +14,9 @@ from lifecycle_support import conversation, extraction
 DECISION = "Priya decided to use Postgres for the billing service."
 TODO = "Priya will send the rota to the team."
 
+# SQLite and PostgreSQL (tests/backend_support.py)
+pytestmark = pytest.mark.backends
+
 
 @pytest.fixture
 def lcli(cli, monkeypatch, tmp_path, stub):

@@ -6,8 +6,8 @@ import json
 import math
 from datetime import UTC, datetime, timedelta
 
-import apsw
 import pytest
+from backend_support import lexical_hits
 from lifecycle_support import memory_rows, rows, settings, snapshot
 
 from memcli.derive import write_memory
@@ -15,6 +15,11 @@ from memcli.errors import NotFoundError
 from memcli.lifecycle.decay import apply_decay, plan_decay
 from memcli.lifecycle.remember import confirm
 from memcli.models import format_ts
+
+# `@backends`: SQLite and PostgreSQL (tests/backend_support.py), for each test reaching the
+# store's SQL. Tests of logic that another test already walks on both engines stay
+# SQLite-only: a PostgreSQL case costs ~2.5x a SQLite one.
+backends = pytest.mark.backends
 
 
 def fact(memory, text: str, **kw) -> int:
@@ -35,9 +40,7 @@ def later(days: float) -> datetime:
 
 
 def backdate(db_path, sql: str, days: int = 100) -> None:
-    conn = apsw.Connection(str(db_path))
-    conn.execute(sql, (format_ts(later(-days)),))
-    conn.close()
+    rows(db_path, sql, (format_ts(later(-days)),))
 
 
 def conf(db_path, memory_id: int) -> tuple[float, str]:
@@ -45,6 +48,7 @@ def conf(db_path, memory_id: int) -> tuple[float, str]:
     return row["confidence"], row["state"]
 
 
+@backends
 def test_confidence_decays_exponentially_without_compounding(memory, db_path):
     a = fact(memory, "Priya likes jazz.")
     slow = fact(memory, "Priya owns a bike.", decay_rate=0.01)
@@ -68,6 +72,7 @@ def test_an_access_restarts_the_clock(memory, db_path):
     assert conf(db_path, a)[0] == pytest.approx(math.exp(-0.2), rel=1e-4)
 
 
+@backends
 def test_pinned_and_protected_memories_never_change(memory, db_path):
     pinned = fact(memory, "Priya is allergic to penicillin.", pinned=True, importance=0.1)
     protected = fact(memory, "Priya's passport number ends in 42.", importance=0.1)
@@ -81,6 +86,7 @@ def test_pinned_and_protected_memories_never_change(memory, db_path):
     assert [h["op"] for h in memory.history(pinned)] == ["ADD"]  # not even a history row
 
 
+@backends
 def test_below_the_threshold_a_fact_is_soft_deleted_with_a_grace_period(memory, db_path):
     a = fact(memory, "Priya tried sushi once.")
     b = fact(memory, "Priya likes jazz.", decay_rate=0.01)
@@ -96,6 +102,7 @@ def test_below_the_threshold_a_fact_is_soft_deleted_with_a_grace_period(memory, 
     assert last["meta"]["confidence"] < 0.05
 
 
+@backends
 def test_ttl_rule_applies_to_unused_unimportant_memories(memory, db_path):
     memory.ingest(
         [
@@ -119,6 +126,7 @@ def test_ttl_rule_applies_to_unused_unimportant_memories(memory, db_path):
     assert conf(db_path, big)[0] == 1.0
 
 
+@backends
 def test_restore_works_until_purge_and_restarts_the_clock(memory, db_path):
     a = fact(memory, "Priya tried sushi once.")
     b = fact(memory, "Priya visited Kyoto.")
@@ -135,12 +143,13 @@ def test_restore_works_until_purge_and_restarts_the_clock(memory, db_path):
     report = apply_decay(memory.db, settings(), now=later(71), purge_expired=True)
     assert report["purge_ids"] == [b]
     assert memory_rows(db_path, "id = ?", (b,)) == []
-    assert rows(db_path, "SELECT count(*) FROM memories_fts WHERE rowid = ?", (b,)) == [(0,)]
+    assert lexical_hits(db_path, "memories_fts", "Kyoto") == 0
     assert memory.history(b)[0]["op"] == "PURGE"  # the audit trail outlives the memory
     with pytest.raises(NotFoundError):
         memory.restore(b)
 
 
+@backends
 def test_dry_run_plans_without_writing(memory, db_path):
     a = fact(memory, "Priya tried sushi once.")
     fact(memory, "Priya likes jazz.", decay_rate=0.001)
@@ -152,6 +161,7 @@ def test_dry_run_plans_without_writing(memory, db_path):
     assert memory.db.get_meta("decay_last_run") is None
 
 
+@backends
 def test_decay_cli_confirm_pin_unpin(cli, db_path, monkeypatch, tmp_path):
     config = tmp_path / "config.yaml"
     config.write_text(
@@ -190,3 +200,19 @@ def test_decay_cli_confirm_pin_unpin(cli, db_path, monkeypatch, tmp_path):
     assert ops == ["DELETE", "UPDATE", "UPDATE", "ADD"]  # decay, unpin, pin, remember
     assert cli("confirm", "999").exit_code == 1
     assert rows(db_path, "SELECT command, status FROM lifecycle_runs") == [("decay", "ok")] * 3
+
+
+@backends
+def test_history_spells_a_whole_confidence_as_a_float_on_both_engines(memory, db_path):
+    """The decay history's meta is JSON text built in SQL: SQLite writes 1.0 and 0.0,
+    PostgreSQL's to_json wrote 1 and 0, so `history` and exports differed per engine."""
+    memory.ingest([{"text": "ok", "user_id": "priya", "session_id": "s1", "importance": 0.1}])
+    (episode,) = (r["id"] for r in memory_rows(db_path, "kind = 'episode'"))
+    gone = fact(memory, "Priya tried sushi once.")
+    report = apply_decay(memory.db, settings(), now=later(400))
+    assert report["ids"] == {"decay": [gone], "ttl": [episode]}
+    metas = dict(rows(db_path, "SELECT memory_id, meta FROM history"
+                               " WHERE op IN ('DELETE', 'TTL')"))
+    assert '"confidence":1.0,' in metas[episode]  # episodes do not decay: TTL at 1.0
+    assert '"confidence":0.0,' in metas[gone]  # exp(-40) rounded to 4 places
+    assert isinstance(memory.history(episode)[0]["meta"]["confidence"], float)

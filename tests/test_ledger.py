@@ -9,6 +9,11 @@ import pytest
 from memcli import ledger
 from memcli.errors import NotFoundError, UsageError
 
+# `@backends`: SQLite and PostgreSQL (tests/backend_support.py), for each test reaching the
+# store's SQL. Tests of logic that another test already walks on both engines stay
+# SQLite-only: a PostgreSQL case costs ~2.5x a SQLite one.
+backends = pytest.mark.backends
+
 
 @pytest.fixture(autouse=True)
 def without_sparse_leg(tmp_path, monkeypatch):
@@ -27,6 +32,7 @@ def run_json(cli, *args, input=None):
 
 
 # -- decisions --------------------------------------------------------------------------------
+@backends
 def test_decision_add_records_every_field_and_a_searchable_memory(cli):
     row = run_json(
         cli,
@@ -62,6 +68,7 @@ def test_decision_add_records_every_field_and_a_searchable_memory(cli):
     assert "Rationale: offline; one file" in decision_hit["text"]
 
 
+@backends
 def test_supersession_is_traceable(cli):
     old = run_json(cli, "decision", "add", "Use SQLite", "--user", "u1")
     new = run_json(
@@ -112,6 +119,7 @@ def test_decision_input_errors(cli):
 
 
 # -- tasks ------------------------------------------------------------------------------------
+@backends
 def test_task_lifecycle_keeps_every_version(cli):
     task = run_json(
         cli, "task", "add", "Write the bench", "--details", "10k and 100k", "--user", "u1"
@@ -132,6 +140,7 @@ def test_task_lifecycle_keeps_every_version(cli):
     assert [i["text"] for i in state] == ["T2 [open] Second"]  # done tasks leave the section
 
 
+@backends
 def test_task_state_orders_doing_first(memory):
     a = ledger.add_task(memory, "first", user_id="u1")
     ledger.add_task(memory, "second", user_id="u1")
@@ -153,6 +162,7 @@ def test_task_input_errors(cli, memory):
         ledger.list_tasks(memory, statuses=("blocked",))
 
 
+@backends
 def test_purging_a_user_removes_their_ledger_rows(cli):
     run_json(cli, "decision", "add", "keep me", "--user", "u2")
     d = run_json(cli, "decision", "add", "forget me", "--user", "u1")
@@ -166,6 +176,7 @@ def test_purging_a_user_removes_their_ledger_rows(cli):
 
 
 # -- checkpoints ------------------------------------------------------------------------------
+@backends
 def test_checkpoint_roundtrip_and_overwrite(cli):
     saved = run_json(
         cli,

@@ -9,14 +9,17 @@ from __future__ import annotations
 
 import time
 
-import apsw
+import pytest
 from conftest import turns, write_lock_held
-from lifecycle_support import settings
+from lifecycle_support import settings, writer_lock_free
 from trust_support import Procs, memcli_env
 
 from memcli import Memory
 from memcli.lifecycle.consolidate import consolidate
 from memcli.providers.embedders import HashEmbedder
+
+# SQLite and PostgreSQL (tests/backend_support.py); the last test is about SQLite's busy wait
+pytestmark = pytest.mark.backends
 
 
 class ProbingEmbedder(HashEmbedder):
@@ -28,16 +31,17 @@ class ProbingEmbedder(HashEmbedder):
 
     def embed_documents(self, texts):
         self.calls += 1
-        other = apsw.Connection(self.path)
-        other.setbusytimeout(0)
-        try:
-            other.execute("BEGIN IMMEDIATE")
-            other.execute("ROLLBACK")
-        except apsw.BusyError:
+        if not writer_lock_free(self.path):
             self.under_lock.append(list(texts))
-        finally:
-            other.close()
         return super().embed_documents(texts)
+
+
+def test_the_probe_sees_a_held_write_lock(memory, db_path):
+    """Without this the probe could say "free" on an engine whose lock it cannot see."""
+    assert writer_lock_free(db_path)
+    with memory.db.transaction():
+        assert not writer_lock_free(db_path)
+    assert writer_lock_free(db_path)
 
 
 def test_ingest_embeds_before_taking_the_write_lock(db_path):

@@ -4,13 +4,23 @@ from __future__ import annotations
 
 import json
 
-import apsw
 import pytest
 from conftest import ndjson
-from lifecycle_support import conversation, extraction, memory_rows, model_for, settings, verdicts
+from lifecycle_support import (
+    conversation,
+    extraction,
+    memory_rows,
+    model_for,
+    rows,
+    settings,
+    verdicts,
+)
 
 from memcli.lifecycle.consolidate import consolidate
 from memcli.lifecycle.proposals import accept, list_proposals, propose, reject
+
+# SQLite and PostgreSQL (tests/backend_support.py)
+pytestmark = pytest.mark.backends
 
 LISBON = {"field": "city", "value": "Lisbon", "text": "Priya lives in Lisbon.", "turns": [1]}
 
@@ -152,7 +162,7 @@ def test_pending_proposals_expire_after_seven_days(memory, db_path):
         reject(memory.db, old["proposal_id"])
 
 
-def test_an_unchanged_value_is_not_proposed(memory):
+def test_an_unchanged_value_is_not_proposed(memory, db_path):
     with memory.db.transaction():
         first = propose(
             memory.db,
@@ -173,6 +183,18 @@ def test_an_unchanged_value_is_not_proposed(memory):
             text="Priya lives in Lisbon.",
         )
     assert same["status"] == "unchanged"
-    conn = apsw.Connection(memory.db.path)
-    assert conn.execute("SELECT count(*) FROM proposals").fetchall() == [(1,)]
-    conn.close()
+    assert rows(db_path, "SELECT count(*) FROM proposals") == [(1,)]
+
+
+def test_a_pending_value_matches_in_any_case_on_both_engines(memory):
+    """'ZÜRICH' is the pending 'Zürich' again: SQLite's lower() folds ASCII letters only,
+    so it queued a second proposal there and not on PostgreSQL."""
+    def ask(value: str) -> dict:
+        with memory.db.transaction():
+            return propose(memory.db, tenant_id="default", user_id="priya", field="city",
+                           value=value, text=f"Priya lives in {value}.")
+
+    first = ask("Zürich")
+    assert ask("ZÜRICH") == {"status": "already_pending", "proposal_id": first["proposal_id"],
+                             "field": "city"}
+    assert ask("Bern")["status"] == "pending"

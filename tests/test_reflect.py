@@ -14,6 +14,9 @@ from memcli.errors import NotAllowedError
 from memcli.lifecycle.reflect import insights, reflect
 from memcli.lifecycle.remember import procedure_steps, remember
 
+# SQLite and PostgreSQL (tests/backend_support.py)
+pytestmark = pytest.mark.backends
+
 REFLECTION = {
     "reflection": "Priya started a new job in Porto and is settling in; her sister "
     "Anika visits often.",
@@ -197,3 +200,33 @@ def test_queries_return_procedures_only_to_allowlisted_agents(memory):
     assert "procedural" in kinds("executor")
     assert "procedural" not in kinds(None)
     assert "procedural" not in kinds("someone-new")
+
+
+def test_users_are_visited_in_the_same_order_on_both_engines(memory, stub):
+    """Memories without a user come first, then users by name, in `reflect` and `insights`
+    alike: SQLite sorts NULL first, PostgreSQL last unless told (NULLS FIRST)."""
+    facts(memory, ["Someone moved to Porto."], user=None)
+    facts(memory, ["Priya moved to Porto."])
+    facts(memory, ["Bo likes chess."], user="bo")
+    report = reflect(memory, model_for(memory, stub, "reflect"), settings())
+    assert [s["user_id"] for s in report["skipped"]] == [None, "bo", "priya"]
+    report = insights(memory, None, settings())
+    assert [(s["user_id"], s["reason"]) for s in report["skipped"]] == [
+        (None, "no_llm"), ("bo", "no_llm"), ("priya", "no_llm")]
+    assert stub.chat_requests == []
+
+
+def test_usage_lists_a_days_models_in_name_order(memory, stub):
+    """`stats --usage` joins the models of a day and command: SQLite's group_concat keeps
+    the order first seen, PostgreSQL's string_agg(DISTINCT) sorts; now both sort."""
+    from memcli.config import LLMSettings
+    from memcli.lifecycle.llm_usage import Model, usage_report
+    from memcli.lifecycle.reflect import Insights
+
+    for name in ("zeta-model", "alpha-model", "zeta-model"):
+        stub.enqueue_json({"insights": []})
+        model = Model(memory.db, LLMSettings(base_url=stub.base_url, model=name, max_retries=0),
+                      "insights")
+        model.ask("insights", "system", "material", Insights, tenant_id="default")
+    (row,) = usage_report(memory.db)["by_day_command"]
+    assert (row["models"], row["calls"]) == ("alpha-model,zeta-model", 3)

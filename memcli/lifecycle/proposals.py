@@ -62,7 +62,8 @@ def propose(
         value
     ):
         return {"status": "unchanged", "memory_id": current["id"], "field": field}
-    same = sql.pending_same(db, tenant_id, user_id, field, value)
+    same = next((i for i, v in sql.pending_values(db, tenant_id, user_id, field)
+                 if v.casefold() == value.casefold()), None)  # case-insensitive, any letter
     if same is not None:
         return {"status": "already_pending", "proposal_id": same, "field": field}
     expires = format_ts(datetime.fromisoformat(now.replace("Z", "+00:00")) + timedelta(days=days))

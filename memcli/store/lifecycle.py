@@ -67,7 +67,7 @@ def pending_sessions(
         " AND m.tenant_id = s.tenant_id AND m.kind = 'episode' AND m.state = 'active'"
         " AND m.event_seq > coalesce(c.last_seq, 0))"
         + (" OR c.method = 'extractive'" if upgrade_extractive else "")
-        + ") ORDER BY s.started_at, s.session_id"
+        + ") ORDER BY s.started_at, s.session_id, s.tenant_id"  # unique: no engine's tie order
     )
     return db.query(sql, params)
 
@@ -387,7 +387,9 @@ def semantic_counts_since(
     return db.query(
         f"SELECT tenant_id, user_id, count(*) AS facts FROM memories"
         f" WHERE kind IN ({_marks(SEMANTIC_FACT_KINDS)}) AND {' AND '.join(clauses)}"
-        f" GROUP BY tenant_id, user_id ORDER BY tenant_id, user_id",
+        # NULLS FIRST: SQLite's order for the memories without a user; PostgreSQL's default
+        # puts them last
+        f" GROUP BY tenant_id, user_id ORDER BY tenant_id, user_id NULLS FIRST",
         [*SEMANTIC_FACT_KINDS, *params],
     )
 
@@ -435,7 +437,7 @@ def active_users(
         (t, u)
         for t, u in db.execute(
             f"SELECT DISTINCT tenant_id, user_id FROM memories WHERE {' AND '.join(clauses)}"
-            f" ORDER BY tenant_id, user_id",
+            f" ORDER BY tenant_id, user_id NULLS FIRST",  # as above: one order on both engines
             params,
         )
     ]

@@ -55,6 +55,8 @@ def usage_report(
         f" ORDER BY day DESC, command, tenant_id",
         params,
     )
+    for row in by_day_command:  # the aggregate's order differs per engine: name order on both
+        row["models"] = ",".join(sorted(row["models"].split(",")))
     by_command = db.query(
         f"SELECT command, {totals} FROM llm_usage WHERE {cond} GROUP BY command ORDER BY command",
         params,

@@ -41,16 +41,20 @@ def insert_proposal(db: Database, row: dict[str, Any]) -> int:
     )
 
 
-def pending_same(
-    db: Database, tenant_id: str, user_id: str | None, field: str, value: str
-) -> int | None:
-    """A pending proposal already asking for this exact change (case-insensitive value)."""
-    return db.scalar(
-        "SELECT id FROM proposals WHERE tenant_id = ? AND user_id IS NOT DISTINCT FROM ? AND field"
-        " = ?"
-        " AND lower(value) = lower(?) AND status = 'pending' ORDER BY id DESC LIMIT 1",
-        (tenant_id, user_id, field, value),
-    )
+def pending_values(
+    db: Database, tenant_id: str, user_id: str | None, field: str
+) -> list[tuple[int, str]]:
+    """(id, value) of the pending proposals for one field of one user, newest first. The
+    caller compares values: SQL's lower() folds ASCII only on SQLite, every letter on
+    PostgreSQL."""
+    return [
+        (int(r[0]), r[1])
+        for r in db.execute(
+            "SELECT id, value FROM proposals WHERE tenant_id = ? AND user_id IS NOT DISTINCT"
+            " FROM ? AND field = ? AND status = 'pending' ORDER BY id DESC",
+            (tenant_id, user_id, field),
+        )
+    ]
 
 
 def expire(db: Database, now: str) -> int:

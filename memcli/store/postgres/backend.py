@@ -89,11 +89,12 @@ class PgBackend:
                             k: int) -> list[tuple[int, float]]:
         marks = ",".join("?" * len(kinds))
         user = "m.user_id = ?" if user_id is not None else "m.user_id IS NULL"
+        # m.id breaks ties (equal vectors): the oldest, not the scan's order, on both engines
         rows = db.execute(
             f"SELECT m.id, 1.0 - (v.embedding <=> ?::vector) AS s FROM memories m"
             f" JOIN memory_vectors v ON v.memory_id = m.id"
             f" WHERE m.id <> ? AND m.tenant_id = ? AND {user} AND m.state = 'active'"
-            f" AND m.kind IN ({marks}) ORDER BY s DESC LIMIT ?",
+            f" AND m.kind IN ({marks}) ORDER BY s DESC, m.id LIMIT ?",
             [legs.vector_literal(vector), memory_id, tenant_id,
              *([user_id] if user_id is not None else []), *kinds, k])
         return [(int(i), float(s)) for i, s in rows]

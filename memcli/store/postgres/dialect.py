@@ -36,10 +36,15 @@ class PostgresDialect:
     def json_object(self, *pairs: str) -> str:
         """A JSON object text from alternating key and value expressions, spelled as SQLite's
         json_object spells it (`{"a":1,"b":"x"}`, keys in order, no spaces): stored text is
-        byte-identical on both engines. json_build_object would write `{"a" : 1, ...}`."""
+        byte-identical on both engines. json_build_object would write `{"a" : 1, ...}`.
+        A whole double precision value is spelled `1.0` as SQLite spells it (to_json: `1`);
+        each value expression appears once (it may hold a parameter)."""
         if len(pairs) % 2:
             raise ValueError("json_object needs key/value pairs")
-        parts = [f"coalesce(to_json({v})::text, 'null')" for v in pairs[1::2]]
+        parts = [f"(SELECT CASE WHEN pg_typeof(j.x) = 'double precision'::regtype"
+                 f" AND to_json(j.x)::text ~ '^-?[0-9]+$' THEN to_json(j.x)::text || '.0'"
+                 f" ELSE coalesce(to_json(j.x)::text, 'null') END FROM (SELECT {v} AS x) j)"
+                 for v in pairs[1::2]]
         keys = [f"to_json(CAST({k} AS text))::text" for k in pairs[0::2]]
         body = " || ',' || ".join(f"{k} || ':' || {v}" for k, v in zip(keys, parts, strict=True))
         return f"('{{' || {body} || '}}')" if pairs else "'{}'"

@@ -215,12 +215,13 @@ def semantic_neighbours(db: Database, memory_id: int, vector_blob: bytes, tenant
     if not db.vec_enabled:
         return []
     marks = ",".join("?" * len(kinds))
+    # m.id breaks ties (equal vectors): the oldest, not the scan's order, on both engines
     rows = db.execute(
         f"SELECT m.id, 1.0 - vec_distance_cosine(v.embedding, ?) AS s FROM memories m"
         f" JOIN memory_vectors v ON v.memory_id = m.id"
         " WHERE m.id != ? AND m.tenant_id = ? AND m.user_id IS NOT DISTINCT FROM ? AND m.state ="
         " 'active'"
-        f" AND m.kind IN ({marks}) ORDER BY s DESC LIMIT ?",
+        f" AND m.kind IN ({marks}) ORDER BY s DESC, m.id LIMIT ?",
         [vector_blob, memory_id, tenant_id, user_id, *kinds, k],
     )
     return [(int(i), float(s)) for i, s in rows]
