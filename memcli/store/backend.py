@@ -173,8 +173,10 @@ class Backend(Protocol):
     def raw_rows(self, db: Database, sql: str, params: tuple) -> list[tuple]:
         """Rows as stored, without the decryption `install_decryption` set up."""
 
-    def sealed_columns(self, db: Database) -> list[tuple[str, str]]:
-        """Every (table, column) of memcli's ordinary tables (where sealed values may sit)."""
+    def sealed_values(self, db: Database, prefix: str) -> dict[str, list[str]]:
+        """`table.column` -> the values stored there that start with `prefix`, as text, in
+        every column a sealed value may sit in (`key status` counts them; `reseal` rewrites
+        the same set)."""
 
     def reseal(self, db: Database, convert: Callable[[Any], Any], prefix: str) -> None:
         """Replace every value starting with `prefix` by `convert(value)`, append-only

@@ -281,8 +281,8 @@ class PgBackend:
     def raw_rows(self, db: PgDatabase, sql: str, params: tuple) -> list[tuple]:
         return crypto.raw_rows(db, sql, params)
 
-    def sealed_columns(self, db: PgDatabase) -> list[tuple[str, str]]:
-        return crypto.sealed_columns(db)
+    def sealed_values(self, db: PgDatabase, prefix: str) -> dict[str, list[str]]:
+        return crypto.sealed_values(db, prefix)
 
     def reseal(self, db: PgDatabase, convert: Callable[[Any], Any], prefix: str) -> None:
         crypto.reseal(db, convert, prefix)

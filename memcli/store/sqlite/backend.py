@@ -205,6 +205,17 @@ class SqliteBackend:
                 out.append((name, column))
         return out
 
+    def sealed_values(self, db: Database, prefix: str) -> dict[str, list[str]]:
+        # A `high` artifact body is the sealed text itself in its BLOB column (no affinity).
+        found: dict[str, list[str]] = {}
+        for table, column in self.sealed_columns(db):
+            values = [r[0] for r in self.raw_rows(
+                db, f'SELECT "{column}" FROM "{table}" WHERE substr("{column}", 1, ?) = ?',
+                (len(prefix), prefix))]
+            if values:
+                found[f"{table}.{column}"] = values
+        return found
+
     def reseal(self, db: Database, convert: Callable[[Any], Any], prefix: str) -> None:
         # The events table refuses UPDATE (append-only): its trigger is dropped and
         # re-created inside the caller's transaction.
