@@ -39,6 +39,17 @@ SECOND_WAIT = 1.0  # see pool.py: a read-only (second) borrow waits only this lo
 
 BUSY_TIMEOUT = 30.0
 CONNECT_TIMEOUT = 10  # seconds libpq waits for the server to answer at all
+# No server-side prepared statements (psycopg prepares a statement run 5 times on a connection).
+# A prepared statement outlives a change of the table under it: after another connection's
+# `ALTER TABLE` (a re-index to another dimension alters memory_vectors.embedding's type, a
+# newer memcli's migration adds a column) every later run of a statement whose result held it
+# fails with "cached plan must not change result type", for the life of the connection, which
+# in the daemon's pool or a long-lived library `Memory` is long. What preparing saves (parse
+# and analyse) did not show in query times (bench in docs/design/postgresql.md), and most of
+# memcli's statements differ per call anyway (term and id counts). It also lets memcli run
+# behind a transaction-mode PgBouncer.
+CONNECT_OPTIONS = {"autocommit": True, "connect_timeout": CONNECT_TIMEOUT,
+                   "prepare_threshold": None}
 # The one advisory lock key of memcli writers (a stable 63-bit number from a name, so another
 # program using advisory locks in the same database is unlikely to collide with it).
 WRITER_KEY = int.from_bytes(hashlib.sha256(b"memcli.writer").digest()[:8], "big") >> 1
@@ -115,8 +126,7 @@ class PgDatabase(MetaRows):
             self.conn = pool.borrow(SECOND_WAIT if readonly else None)
         else:
             try:
-                self.conn = psycopg.connect(location, autocommit=True,
-                                            connect_timeout=CONNECT_TIMEOUT)
+                self.conn = psycopg.connect(location, **CONNECT_OPTIONS)
             except psycopg.Error as exc:
                 raise errors.connect_error(exc, self.path, must_exist=must_exist) from None
         try:
