@@ -42,6 +42,23 @@ class LexicalQuery:
     grams: tuple[str, ...] = ()
 
 
+@dataclass(frozen=True)
+class LogHealth:
+    """What doctor reads about the engine's log and long transactions (memcli.doctor words it).
+
+    `wal_bytes`: the size of memcli's own write-ahead log (SQLite's `-wal` file, which a
+    long-lived reader keeps from being reset); None when there is none of memcli's to judge,
+    `wal_elsewhere` then saying who manages the log instead (empty: nothing to say, as for an
+    in-memory database). `oldest_transaction`: seconds the oldest transaction another
+    connection holds open on the database has lasted (0.0: none), `holder` naming it; None
+    when the engine does not show it (SQLite)."""
+
+    wal_bytes: int | None = None
+    wal_elsewhere: str = ""
+    oldest_transaction: float | None = None
+    holder: str = ""
+
+
 class Backend(Protocol):
     """One storage engine. Implementations: memcli.store.sqlite.backend.SqliteBackend and
     (issue #16, step 4) the PostgreSQL one."""
@@ -156,6 +173,9 @@ class Backend(Protocol):
     def erase_physically(self, db: Database) -> bool:
         """After a purge's commit: rewrite storage so deleted bytes are gone; False when a
         concurrent reader or writer kept them (the caller says so)."""
+
+    def log_health(self, db: Database) -> LogHealth:
+        """The write-ahead log and long transactions, as doctor checks them."""
 
     def checkpoint(self, db: Database) -> bool:
         """Fold the write-ahead log into the database and truncate it (False: a reader held it)."""

@@ -67,6 +67,15 @@ def _shown(location: str) -> str:
     return _PASSWORD.sub(r"\1:***@", location)
 
 
+def shown(location: str | os.PathLike[str]) -> str:
+    """A location as messages and reports show it: a URL's or libpq string's password masked
+    (a file path as it is)."""
+    text = os.fspath(location)
+    if is_url(text):
+        return _shown(text)
+    return _DSN_PASSWORD.sub(r"\1***", text.strip()) if is_dsn(text) else text
+
+
 def is_postgres(location: str | Path) -> bool:
     """A PostgreSQL location: a postgresql:// or postgres:// URL (its `//` maybe folded by a
     Path) or a libpq keyword connection string."""

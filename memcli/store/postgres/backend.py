@@ -27,7 +27,7 @@ from memcli.store.postgres import crypto, legs, migrations
 
 if TYPE_CHECKING:
     from memcli.errors import StorageError
-    from memcli.store.backend import LexicalQuery
+    from memcli.store.backend import LexicalQuery, LogHealth
     from memcli.store.filters import Filters
     from memcli.store.postgres.connection import PgDatabase
 
@@ -244,6 +244,27 @@ class PgBackend:
         except DatabaseBusyError:
             return False
         return True
+
+    def log_health(self, db: PgDatabase) -> LogHealth:
+        """No WAL of memcli's: the server's is the DBA's (checkpoints, max_wal_size, slots).
+        Its counterpart of SQLite's long-lived reader is a long open transaction: it keeps
+        VACUUM from removing the rows deleted since it began (a purge's text stays on disk
+        until it ends). Only sessions this role may see in pg_stat_activity count."""
+        from memcli.store.backend import LogHealth
+
+        row = db.execute(
+            "SELECT extract(epoch FROM statement_timestamp() - xact_start)::float8, pid,"
+            " application_name, state FROM pg_stat_activity"
+            " WHERE datname = current_database() AND pid <> pg_backend_pid()"
+            " AND xact_start IS NOT NULL ORDER BY xact_start LIMIT 1").fetchone()
+        age, holder = 0.0, ""
+        if row is not None:
+            age = max(float(row[0]), 0.0)
+            holder = f"pid {row[1]}" + (f", {row[2]}" if row[2] else "") + (
+                f", {row[3]}" if row[3] else "")
+        return LogHealth(wal_elsewhere="the PostgreSQL server manages its own WAL "
+                                       "(checkpoints, max_wal_size)",
+                         oldest_transaction=age, holder=holder)
 
     def checkpoint(self, db: PgDatabase) -> bool:
         """No-op: the server manages its WAL."""

@@ -27,7 +27,7 @@ import psycopg
 from psycopg.pq import TransactionStatus
 
 from memcli.errors import NoDatabaseError, SchemaError
-from memcli.store.location import _DSN_PASSWORD, _shown, is_url
+from memcli.store.location import shown
 from memcli.store.meta import MetaRows
 from memcli.store.postgres import adapt, errors
 from memcli.store.postgres.placeholders import rewrite
@@ -58,9 +58,7 @@ _names = itertools.count(1)
 
 def masked(location: str) -> str:
     """`location` as messages show it: the password of a URL or keyword string masked."""
-    if is_url(location):
-        return _shown(location)
-    return _DSN_PASSWORD.sub(r"\1***", location.strip())
+    return shown(location)
 
 
 class Rows:

@@ -13,7 +13,7 @@ from memcli.store.sqlite import fts, migrations, vec
 
 if TYPE_CHECKING:
     from memcli.errors import StorageError
-    from memcli.store.backend import LexicalQuery
+    from memcli.store.backend import LexicalQuery, LogHealth
     from memcli.store.connection import Database
     from memcli.store.filters import Filters
 
@@ -167,6 +167,14 @@ class SqliteBackend:
         except DatabaseBusyError:
             return False  # another writer kept the lock past busy_timeout
         return self.checkpoint(db)
+
+    def log_health(self, db: Database) -> LogHealth:
+        from memcli.store.backend import LogHealth
+
+        if db.path == ":memory:":
+            return LogHealth()
+        wal = Path(db.path + "-wal")
+        return LogHealth(wal_bytes=wal.stat().st_size if wal.exists() else 0)
 
     def checkpoint(self, db: Database) -> bool:
         # TRUNCATE waits for readers through the busy handler (busy_timeout); False when a
