@@ -11,7 +11,7 @@ import json
 import pytest
 from conftest import ndjson, turns, write_lock_held
 
-from memcli.store.connection import Database
+from memcli.store.sqlite.connection import Database
 
 LONG = " ".join(f"Sentence {i} about the Zephyr project budget and Lisbon offices." for i in
                 range(120))  # ~7,500 characters: three chunks, so chunk ids are checked too

@@ -16,8 +16,8 @@ from conftest import ndjson, turns
 from memcli import Memory
 from memcli.errors import EmbedderMismatchError, SchemaError
 from memcli.providers.embedders import HashEmbedder
-from memcli.store.connection import Database
 from memcli.store.sqlite import migrations
+from memcli.store.sqlite.connection import Database
 
 pytestmark = pytest.mark.usefixtures("fast_cli")  # conftest: no SPLADE, one click command
 

@@ -125,7 +125,7 @@ def open_database(location: str | os.PathLike[str], *, readonly: bool = False,
     if is_postgres(location):
         from memcli.store.postgres import connect
 
-        return connect(server_location(location), readonly=readonly,  # type: ignore[return-value]
+        return connect(server_location(location), readonly=readonly,
                        must_exist=must_exist, busy_timeout=busy_timeout)
     from memcli.store.sqlite.connection import Database
 

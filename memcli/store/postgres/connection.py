@@ -33,6 +33,7 @@ from memcli.store.postgres import adapt, errors
 from memcli.store.postgres.placeholders import rewrite
 
 if TYPE_CHECKING:
+    from memcli.store.connection import Params
     from memcli.store.postgres.pool import PgPool
 
 SECOND_WAIT = 1.0  # see pool.py: a read-only (second) borrow waits only this long
@@ -180,7 +181,7 @@ class PgDatabase(MetaRows):
                                self.busy_timeout if waited is None else waited)
         return mapped if mapped is not None else exc
 
-    def execute(self, sql: str, params: tuple | dict | None = None) -> Rows:
+    def execute(self, sql: str, params: Params = None) -> Rows:
         plan = rewrite(sql)
         try:
             cursor = self.conn.execute(plan.sql, plan.bind(params))
@@ -202,7 +203,7 @@ class PgDatabase(MetaRows):
                 raise
             raise failure from exc
 
-    def query(self, sql: str, params: tuple | dict | None = None) -> list[dict]:
+    def query(self, sql: str, params: Params = None) -> list[dict]:
         """Rows as dicts (column name -> value)."""
         rows = self.execute(sql, params)
         if rows.description is None:
@@ -210,7 +211,7 @@ class PgDatabase(MetaRows):
         names = [d.name for d in rows.description]
         return [dict(zip(names, row, strict=True)) for row in rows]
 
-    def stream(self, sql: str, params: tuple | dict | None = None, *,
+    def stream(self, sql: str, params: Params = None, *,
                raw: bool = False) -> Iterator[dict]:
         """Rows as dicts, one batch at a time from a server-side cursor (a whole table never
         sits in memory; other statements may run between rows). `raw`: values as stored."""
@@ -240,15 +241,15 @@ class PgDatabase(MetaRows):
             with contextlib.suppress(psycopg.Error):
                 cursor.close()
 
-    def scalar(self, sql: str, params: tuple | dict | None = None) -> Any:
+    def scalar(self, sql: str, params: Params = None) -> Any:
         row = self.execute(sql, params).fetchone()
         return None if row is None else row[0]
 
-    def insert(self, sql: str, params: tuple | dict | None = None) -> int:
+    def insert(self, sql: str, params: Params = None) -> int:
         """Run an `INSERT ... RETURNING id` and return that id."""
         return int(self.execute(sql, params).fetchall()[0][0])
 
-    def change_count(self, sql: str, params: tuple | dict | None = None) -> int:
+    def change_count(self, sql: str, params: Params = None) -> int:
         """Run an UPDATE/DELETE/INSERT and return how many rows it changed."""
         return int(self.execute(sql, params).rowcount)
 

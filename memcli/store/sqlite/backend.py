@@ -14,8 +14,8 @@ from memcli.store.sqlite import fts, migrations, vec
 if TYPE_CHECKING:
     from memcli.errors import StorageError
     from memcli.store.backend import LexicalQuery, LogHealth
-    from memcli.store.connection import Database
     from memcli.store.filters import Filters
+    from memcli.store.sqlite.connection import Database
 
 
 class SqliteBackend:
@@ -24,8 +24,8 @@ class SqliteBackend:
 
     name = "sqlite"
     schema_latest = migrations.LATEST
-    lexical_tables = fts.LEXICAL_TABLES
-    vector_tables = ("vec_memories",)
+    lexical_tables: tuple[str, ...] = fts.LEXICAL_TABLES
+    vector_tables: tuple[str, ...] = ("vec_memories",)
 
     # -- legs ---------------------------------------------------------------------------------
     def lexical(self, db: Database, query: LexicalQuery, filters: Filters, limit: int,
