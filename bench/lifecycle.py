@@ -346,7 +346,7 @@ def bench_consolidation(args: argparse.Namespace, workdir: Path) -> dict[str, An
 
 def build_decay_db(path: Path, rows: int, seed: int = 7) -> float:
     from memcli.store import memories as mem
-    from memcli.store.connection import Database
+    from memcli.store.sqlite.connection import Database
 
     rng = random.Random(seed)
     now = datetime.now(UTC)
@@ -403,7 +403,7 @@ def build_decay_db(path: Path, rows: int, seed: int = 7) -> float:
 
 
 def bench_decay(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
-    from memcli.store.connection import Database
+    from memcli.store.sqlite.connection import Database
 
     CACHE.mkdir(parents=True, exist_ok=True)
     cached = CACHE / f"lifecycle-decay-{args.decay_rows}.db"

@@ -5,8 +5,10 @@ problem, the command that fixes it. Checks: the engine's integrity (SQLite: quic
 runs integrity_check; PostgreSQL: amcheck when installed), the schema version against this
 code, the embedder and SPLADE model stored in `meta` against the configured ones, derived
 rows without their memory and memories without their derived rows (full-text, trigram,
-vectors, sparse terms, entity links, edges), memories whose event is gone, the WAL's size,
-and seed 002's upgrade triggers over the last 7 days of `request_metrics`:
+vectors, sparse terms, entity links, edges), memories whose event is gone, the engine's log
+(`Backend.log_health`: SQLite's WAL size; on PostgreSQL, whose WAL is the server's, the
+oldest open transaction, which keeps VACUUM from reclaiming deleted rows), and seed 002's
+upgrade triggers over the last 7 days of `request_metrics`:
 
 | metric (seed 002) | trigger | meaning |
 |---|---|---|
@@ -20,7 +22,6 @@ The metric checks need at least MIN_REQUESTS requests in the window (fewer: `inf
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from memcli.store import doctor as sql
@@ -31,6 +32,9 @@ if TYPE_CHECKING:
 MIN_REQUESTS = 20
 WINDOW = "7d"
 WAL_WARN_BYTES = 64 * 1024 * 1024
+# memcli's own transactions last seconds (models run before them); one open this long is a
+# session left "idle in transaction" or a stuck client.
+TRANSACTION_WARN_SECONDS = 15 * 60.0
 FIX = "memcli doctor --fix"
 REBUILD = "memcli rebuild"  # what --fix cannot repair: dropped tables, lost episodes
 
@@ -137,13 +141,32 @@ def _rebuild_needed(db: Database) -> list[dict[str, Any]]:
     return []
 
 
-def _wal(path: str) -> dict[str, Any]:
-    wal = Path(path + "-wal")
-    size = wal.stat().st_size if wal.exists() else 0
-    if size > WAL_WARN_BYTES:
-        return check("wal", "problem", f"the WAL holds {size / 1e6:.0f} MB: a long-lived reader "
-                     "keeps it from being reset", f"stop idle readers, then `{FIX}`", bytes=size)
-    return check("wal", "ok", f"WAL {size / 1e6:.1f} MB", bytes=size)
+def _log(db: Database, transaction_limit: float) -> list[dict[str, Any]]:
+    """The engine's log (Backend.log_health): SQLite's WAL size, or that the check does not
+    apply (PostgreSQL), and the oldest transaction where the engine shows it."""
+    health = db.backend.log_health(db)
+    out = []
+    size = health.wal_bytes
+    if size is not None and size > WAL_WARN_BYTES:
+        out.append(check("wal", "problem", f"the WAL holds {size / 1e6:.0f} MB: a long-lived "
+                         "reader keeps it from being reset", f"stop idle readers, then `{FIX}`",
+                         bytes=size))
+    elif size is not None:
+        out.append(check("wal", "ok", f"WAL {size / 1e6:.1f} MB", bytes=size))
+    elif health.wal_elsewhere:
+        out.append(check("wal", "info", f"does not apply: {health.wal_elsewhere}"))
+    age = health.oldest_transaction
+    if age is not None and age > transaction_limit:
+        out.append(check("transactions", "problem",
+                         f"a transaction has been open for {age / 60:.0f} min ({health.holder}):"
+                         " VACUUM cannot remove the rows deleted since it began (purged text "
+                         "included)", "end that session or fix the client that leaves it open "
+                         "(SELECT pg_terminate_backend(<pid>))", seconds=round(age, 1)))
+    elif age is not None:
+        detail = (f"oldest open transaction {age:.0f} s ({health.holder})" if health.holder
+                  else "no other transaction open")
+        out.append(check("transactions", "ok", detail, seconds=round(age, 1)))
+    return out
 
 
 def _metrics(db: Database) -> list[dict[str, Any]]:
@@ -187,14 +210,19 @@ def _metrics(db: Database) -> list[dict[str, Any]]:
 
 
 def unusable(path: Any, exc: Exception) -> dict[str, Any]:
-    """The report for a file memcli will not open (another program's SQLite file)."""
+    """The report for a database memcli will not open (another program's SQLite file, or a
+    PostgreSQL schema holding another program's tables)."""
+    from memcli.store.location import shown
+
     checks = [check("schema", "problem", str(exc), "give the path of a memcli database with --db")]
-    return {"db": str(path), "healthy": False, "problems": 1, "checks": checks}
+    return {"db": shown(path), "healthy": False, "problems": 1, "checks": checks}
 
 
 def diagnose(db: Database, *, embedder: Any = None, sparse_model: str | None = None,
-             full: bool = False) -> dict[str, Any]:
-    """Every check; `healthy` is False when one has status `problem`."""
+             full: bool = False,
+             transaction_limit: float = TRANSACTION_WARN_SECONDS) -> dict[str, Any]:
+    """Every check; `healthy` is False when one has status `problem`. `transaction_limit`:
+    seconds an open transaction may last before it is a problem (where the engine shows it)."""
     checks = [_integrity(db, full), _schema(db)]
     if sql.schema_version(db) == 0:
         # Not (yet) a memcli database: none of the other checks has tables to read.
@@ -209,8 +237,7 @@ def diagnose(db: Database, *, embedder: Any = None, sparse_model: str | None = N
     checks += lost
     if not any(c["check"] == "missing:tables" for c in lost):  # its queries need the tables
         checks += _derived(db, vectors=embedder is not None, sparse=sparse_model is not None)
-    if db.path != ":memory:":
-        checks.append(_wal(db.path))
+    checks += _log(db, transaction_limit)
     checks += _metrics(db)
     problems = [c for c in checks if c["status"] == "problem"]
     return {"db": db.path, "healthy": not problems, "problems": len(problems), "checks": checks}
@@ -218,7 +245,8 @@ def diagnose(db: Database, *, embedder: Any = None, sparse_model: str | None = N
 
 def repair(db: Database) -> dict[str, Any]:
     """`doctor --fix`: rebuild both lexical indexes, delete derived rows without a memory, and
-    checkpoint the WAL. Events and memories are never touched (embedding is `memcli embed`)."""
+    checkpoint the WAL (`wal_reset`; None where memcli has no WAL of its own: PostgreSQL).
+    Events and memories are never touched (embedding is `memcli embed`)."""
     from memcli.store.purge import checkpoint
 
     found = sql.orphans(db)
@@ -227,4 +255,5 @@ def repair(db: Database) -> dict[str, Any]:
         sql.rebuild_lexical(db)
     return {"rebuilt": list(db.backend.lexical_tables),
             "orphans_deleted": {k: len(v) for k, v in found.items() if v},
-            "wal_reset": checkpoint(db)}
+            "wal_reset": checkpoint(db) if db.backend.log_health(db).wal_bytes is not None
+            else None}

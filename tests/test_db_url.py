@@ -22,7 +22,7 @@ from memcli import Memory
 from memcli.cli.app import app
 from memcli.config import load_settings
 from memcli.errors import UsageError
-from memcli.store.connection import Database
+from memcli.store.sqlite.connection import Database
 
 pytestmark = pytest.mark.usefixtures("fast_cli")
 

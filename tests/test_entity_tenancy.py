@@ -10,7 +10,7 @@ import apsw
 import pytest
 from backend_support import rows
 
-from memcli.store.connection import Database
+from memcli.store.sqlite.connection import Database
 from memcli.store.sqlite import migrations
 from tests.conftest import ndjson, turns
 

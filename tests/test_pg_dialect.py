@@ -16,7 +16,7 @@ from memcli.store.postgres.dialect import DIALECT as pg  # noqa: E402
 
 @pytest.fixture
 def engines(pg_db, tmp_path):  # noqa: F811
-    from memcli.store.connection import Database
+    from memcli.store.sqlite.connection import Database
 
     sqlite, postgres = Database(tmp_path / "d.db"), connect(pg_db)
     try:

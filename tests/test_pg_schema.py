@@ -47,7 +47,7 @@ TYPES = {
 
 
 def _sqlite_schema(tmp_path):
-    from memcli.store.connection import Database
+    from memcli.store.sqlite.connection import Database
 
     db = Database(tmp_path / "fresh.db")
     try:

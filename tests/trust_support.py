@@ -118,7 +118,7 @@ def write_batch(path: Path, records: list[dict[str, Any]]) -> Path:
 
 
 def _open(db: Path):
-    from memcli.store.connection import Database
+    from memcli.store.sqlite.connection import Database
 
     return Database(db, readonly=True)
 

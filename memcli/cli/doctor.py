@@ -37,14 +37,16 @@ def register(app: typer.Typer) -> None:
     @app.command("doctor")
     def doctor_cmd(
         full: Annotated[bool, typer.Option(
-            "--full", help="integrity_check (reads every index) instead of quick_check.")] = False,
+            "--full", help="The thorough integrity check (SQLite: integrity_check, not "
+                           "quick_check; PostgreSQL: amcheck with heapallindexed).")] = False,
         fix: Annotated[bool, typer.Option(
             "--fix", help="Rebuild the full-text indexes, delete derived rows without a memory, "
-                          "checkpoint the WAL; then check.")] = False,
+                          "checkpoint the WAL (SQLite); then check.")] = False,
         db: DbOpt = None, fmt: FormatOpt = None, as_json: JsonOpt = False,
     ) -> None:
-        """Check integrity, schema, models, indexes vs memories, WAL and the request metrics'
-        upgrade triggers; say what to run for each problem (exit 1 when there is one)."""
+        """Check integrity, schema, models, indexes vs memories, WAL (PostgreSQL: long open
+        transactions) and the request metrics' upgrade triggers; say what to run for each
+        problem (exit 1 when there is one)."""
         from memcli import doctor
         from memcli.config import load_settings
         from memcli.errors import MemcliError, SchemaError

@@ -205,6 +205,23 @@ def build_mcp(settings: Settings, scope: Scope, tools: tuple[str, ...] | None = 
     return server
 
 
+def run_stdio(settings: Settings, scope: Scope, tools: tuple[str, ...] | None = None) -> None:
+    """`memcli mcp` without a daemon: the MCP server on stdin/stdout until the client leaves.
+    On a PostgreSQL server the process holds a connection pool for its life, as `memcli serve`
+    does (memcli/service/holder.py): each tool call borrows a connection that stays open
+    rather than connecting, authenticating and checking the schema again (one idle
+    connection is kept; at most `pool_size`). A SQLite file's Memory is already kept open per
+    thread by the Service."""
+    from memcli.service.holder import PoolHolder, is_server
+
+    holder = PoolHolder(settings, settings.pool_size) if is_server(settings.db) else None
+    try:
+        build_mcp(settings, scope, tools).run("stdio")
+    finally:
+        if holder is not None:
+            holder.close()
+
+
 def http_routes(settings: Settings, service: Service, tools: tuple[str, ...] | None = None, *,
                 caller: Callable[[Any], Scope | None] | None = None,
                 path: str = "/mcp", allowed_hosts: tuple[str, ...] = ()) -> tuple[list[Any], Any]:

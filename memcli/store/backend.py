@@ -16,14 +16,16 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 if TYPE_CHECKING:
     from memcli.errors import StorageError
-    from memcli.store.connection import Database
     from memcli.store.filters import Filters
 
 Hits = list[tuple[int, float]]
+# The engine's own Database class (each backend takes the connection of its engine, which its
+# methods may reach below the shared surface of memcli.store.connection.Database).
+DB = TypeVar("DB", contravariant=True)
 
 
 @dataclass(frozen=True)
@@ -42,7 +44,24 @@ class LexicalQuery:
     grams: tuple[str, ...] = ()
 
 
-class Backend(Protocol):
+@dataclass(frozen=True)
+class LogHealth:
+    """What doctor reads about the engine's log and long transactions (memcli.doctor words it).
+
+    `wal_bytes`: the size of memcli's own write-ahead log (SQLite's `-wal` file, which a
+    long-lived reader keeps from being reset); None when there is none of memcli's to judge,
+    `wal_elsewhere` then saying who manages the log instead (empty: nothing to say, as for an
+    in-memory database). `oldest_transaction`: seconds the oldest transaction another
+    connection holds open on the database has lasted (0.0: none), `holder` naming it; None
+    when the engine does not show it (SQLite)."""
+
+    wal_bytes: int | None = None
+    wal_elsewhere: str = ""
+    oldest_transaction: float | None = None
+    holder: str = ""
+
+
+class Backend(Protocol[DB]):
     """One storage engine. Implementations: memcli.store.sqlite.backend.SqliteBackend and
     (issue #16, step 4) the PostgreSQL one."""
 
@@ -54,155 +73,160 @@ class Backend(Protocol):
     vector_tables: tuple[str, ...]
 
     # -- retrieval legs (the entity and sparse legs are portable SQL: memcli.store.search)
-    def lexical(self, db: Database, query: LexicalQuery, filters: Filters, limit: int,
+    def lexical(self, db: DB, query: LexicalQuery, filters: Filters, limit: int,
                 context_weight: float) -> Hits:
         """Memories matching any of `query.terms` in their text or (weighted) context."""
 
-    def trigram(self, db: Database, query: LexicalQuery, filters: Filters, limit: int) -> Hits:
+    def trigram(self, db: DB, query: LexicalQuery, filters: Filters, limit: int) -> Hits:
         """Memories containing any of `query.grams` (substring match, for CJK text)."""
 
-    def dense(self, db: Database, vector: bytes, filters: Filters, limit: int,
+    def dense(self, db: DB, vector: bytes, filters: Filters, limit: int,
               scope_rows: int | None) -> Hits:
         """Cosine similarity to a float32 vector (`scope_rows`: an upper bound of the memories
         passing the filters, if known, to pick exact scan vs index)."""
 
-    def best_in_scope(self, db: Database, ctes: str, scored: str, params: list,
+    def best_in_scope(self, db: DB, ctes: str, scored: str, params: list,
                       filters: Filters, limit: int, small_scope: bool, ties: str) -> Hits:
         """The `limit` best rows of an aggregate (the entity and sparse legs' scores) passing
         the filters: memcli.store.search.best_in_scope says what the arguments are. Its
         large-scope plan needs rows in score order out of a join, which each engine gets its
         own way."""
 
-    def semantic_neighbours(self, db: Database, memory_id: int, vector: bytes, tenant_id: str,
+    def semantic_neighbours(self, db: DB, memory_id: int, vector: bytes, tenant_id: str,
                             user_id: str | None, kinds: tuple[str, ...], k: int) -> Hits:
         """The `k` active memories of the user (these kinds) most similar to a memory."""
 
     # -- lexical index maintenance (memories rows are portable; their index rows are not)
-    def index_memory(self, db: Database, memory_id: int, text: str, context: str,
+    def index_memory(self, db: DB, memory_id: int, text: str, context: str,
                      scope: tuple[str | None, str | None, str | None]) -> None:
         """Index one new memory: its text, its context key, its (tenant, user, session)."""
 
-    def index_memories(self, db: Database, ids: list[int]) -> None:
+    def index_memories(self, db: DB, ids: list[int]) -> None:
         """Index these existing memories from their rows (import), as ingest would have."""
 
-    def unindex_memories(self, db: Database, ids: list[int]) -> None:
+    def unindex_memories(self, db: DB, ids: list[int]) -> None:
         """Remove these memories from the lexical indexes (purge)."""
 
-    def rebuild_lexical(self, db: Database) -> None:
+    def rebuild_lexical(self, db: DB) -> None:
         """Re-index every memory from `memories` (doctor --fix, rebuild)."""
 
-    def reset_lexical(self, db: Database) -> None:
+    def reset_lexical(self, db: DB) -> None:
         """Drop and re-create the lexical indexes empty (a damaged index cannot be emptied)."""
 
-    def optimize_lexical(self, db: Database) -> None:
+    def optimize_lexical(self, db: DB) -> None:
         """Merge the lexical indexes so deleted text leaves them (after a purge)."""
 
-    def lexical_orphans(self, db: Database) -> dict[str, list[int]]:
+    def lexical_orphans(self, db: DB) -> dict[str, list[int]]:
         """Per lexical index: ids it holds whose memory is gone (doctor)."""
 
-    def lexical_missing(self, db: Database) -> dict[str, list[int]]:
+    def lexical_missing(self, db: DB) -> dict[str, list[int]]:
         """Per lexical index: memories it lacks (doctor)."""
 
     # -- vectors (float32 copies in memory_vectors plus the engine's similarity index)
-    def ensure_vectors(self, db: Database, dimension: int) -> None:
+    def ensure_vectors(self, db: DB, dimension: int) -> None:
         """Create (or bring up to date) the vector index for this dimension."""
 
-    def insert_vectors(self, db: Database, rows: list[tuple[int, bytes]]) -> None:
+    def insert_vectors(self, db: DB, rows: list[tuple[int, bytes]]) -> None:
         """Store or replace (memory id, float32 blob) vectors, index included."""
 
-    def store_vectors(self, db: Database, rows: list[tuple[int, bytes]]) -> None:
+    def store_vectors(self, db: DB, rows: list[tuple[int, bytes]]) -> None:
         """Store or replace the float vectors for a rebuild, which remakes the similarity
         index from them in one go afterwards (`rebuild_vectors`)."""
 
-    def delete_vectors(self, db: Database, ids: list[int]) -> None:
+    def delete_vectors(self, db: DB, ids: list[int]) -> None:
         """Delete these memories' vectors, index included."""
 
-    def reset_vectors(self, db: Database, dimension: int) -> None:
+    def reset_vectors(self, db: DB, dimension: int) -> None:
         """Delete every vector and re-create the index for a new embedder's dimension."""
 
-    def rebuild_vectors(self, db: Database, dimension: int) -> None:
+    def rebuild_vectors(self, db: DB, dimension: int) -> None:
         """Make the vector index again from the stored vectors in one go (rebuild)."""
 
-    def sync_vectors(self, db: Database) -> None:
+    def sync_vectors(self, db: DB) -> None:
         """Make the vector index hold exactly the stored vectors (after writes it missed)."""
 
-    def vector_orphans(self, db: Database) -> dict[str, list[int]]:
+    def vector_orphans(self, db: DB) -> dict[str, list[int]]:
         """Per vector index table it can read: ids whose stored vector is gone (doctor)."""
 
     # -- schema
-    def migrate(self, db: Database) -> int:
+    def migrate(self, db: DB) -> int:
         """Bring the schema to the latest version; returns the version it started from."""
 
-    def schema_version(self, db: Database) -> int:
+    def schema_version(self, db: DB) -> int:
         """The schema version the database is at."""
 
-    def table_names(self, db: Database) -> set[str]:
+    def table_names(self, db: DB) -> set[str]:
         """Every table of memcli's schema present in the database."""
 
-    def create_missing(self, db: Database) -> list[str]:
+    def create_missing(self, db: DB) -> list[str]:
         """Re-create dropped tables (and their indexes and triggers) empty; their names."""
 
-    def missing_indexes(self, db: Database) -> list[str]:
+    def missing_indexes(self, db: DB) -> list[str]:
         """The schema's indexes missing from tables that are there (create_missing makes
         them again): doctor sends them to `memcli rebuild`."""
 
-    def row_counts(self, db: Database, names: tuple[str, ...]) -> dict[str, int | None]:
+    def row_counts(self, db: DB, names: tuple[str, ...]) -> dict[str, int | None]:
         """Rows per table (None: missing or unreadable), index tables included."""
 
     # -- physical and operational
     salvage_hint: str  # what doctor suggests when `integrity` finds damage
 
-    def integrity_label(self, db: Database, full: bool) -> str:
+    def integrity_label(self, db: DB, full: bool) -> str:
         """The name of the check `integrity` runs, as doctor reports it."""
 
-    def integrity(self, db: Database, full: bool) -> list[str]:
+    def integrity(self, db: DB, full: bool) -> list[str]:
         """The engine's own consistency check: ["ok"] when sound."""
 
-    def size_bytes(self, db: Database) -> int:
+    def size_bytes(self, db: DB) -> int:
         """Bytes the database takes on disk."""
 
-    def secure_delete(self, db: Database, mode: int) -> int:
+    def secure_delete(self, db: DB, mode: int) -> int:
         """Overwrite deleted content from now on (mode 1; 0 off, 2 fast); the previous mode."""
 
-    def erase_physically(self, db: Database) -> bool:
+    def erase_physically(self, db: DB) -> bool:
         """After a purge's commit: rewrite storage so deleted bytes are gone; False when a
         concurrent reader or writer kept them (the caller says so)."""
 
-    def checkpoint(self, db: Database) -> bool:
+    def log_health(self, db: DB) -> LogHealth:
+        """The write-ahead log and long transactions, as doctor checks them."""
+
+    def checkpoint(self, db: DB) -> bool:
         """Fold the write-ahead log into the database and truncate it (False: a reader held it)."""
 
-    def defer_foreign_keys(self, db: Database) -> None:
+    def defer_foreign_keys(self, db: DB) -> None:
         """Check foreign keys at commit rather than per statement, for this transaction."""
 
     # -- sealed (`high`) values
-    def install_decryption(self, db: Database, trace: Callable[[tuple], tuple | None]) -> None:
+    def install_decryption(self, db: DB, trace: Callable[[tuple], tuple | None]) -> None:
         """Run every row read on `db` through `trace` (None drops the row)."""
 
-    def data_version(self, db: Database) -> Any:
+    def data_version(self, db: DB) -> Any:
         """A value that changes when another connection commits (to notice a first key)."""
 
-    def raw_rows(self, db: Database, sql: str, params: tuple) -> list[tuple]:
+    def raw_rows(self, db: DB, sql: str, params: tuple) -> list[tuple]:
         """Rows as stored, without the decryption `install_decryption` set up."""
 
-    def sealed_columns(self, db: Database) -> list[tuple[str, str]]:
-        """Every (table, column) of memcli's ordinary tables (where sealed values may sit)."""
+    def sealed_values(self, db: DB, prefix: str) -> dict[str, list[str]]:
+        """`table.column` -> the values stored there that start with `prefix`, as text, in
+        every column a sealed value may sit in (`key status` counts them; `reseal` rewrites
+        the same set)."""
 
-    def reseal(self, db: Database, convert: Callable[[Any], Any], prefix: str) -> None:
+    def reseal(self, db: DB, convert: Callable[[Any], Any], prefix: str) -> None:
         """Replace every value starting with `prefix` by `convert(value)`, append-only
         tables included (key rotation), in the caller's transaction."""
 
     # -- lifecycle run locks (memcli/lifecycle/runlock.py)
-    def take_run_lock(self, db: Database, name: str) -> bool | None:
+    def take_run_lock(self, db: DB, name: str) -> bool | None:
         """The engine's own lock for lifecycle command `name`, held by this connection until
         `drop_run_lock` or the connection's end (a killed holder's dies with it): True when
         taken, False when another connection holds it, None when the engine has none (then
         the `run_locks` row's expiry and pid liveness decide)."""
 
-    def drop_run_lock(self, db: Database, name: str) -> None:
+    def drop_run_lock(self, db: DB, name: str) -> None:
         """Release what `take_run_lock` took (nothing when it returned None)."""
 
     # -- errors
-    def environment_error(self, db: Database, exc: BaseException) -> StorageError | None:
+    def environment_error(self, db: DB, exc: BaseException) -> StorageError | None:
         """The one-line error for a failure of the environment (permissions, disk, I/O,
         damage), or None when `exc` is not one."""
 

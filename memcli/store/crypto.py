@@ -190,25 +190,11 @@ def session_has_high(db: Database, tenant_id: str, session_id: str) -> bool:
 
 
 # -- key status and rotation ---------------------------------------------------------------------
-def _sealed_columns(db: Database) -> list[tuple[str, str]]:
-    """Every (table, column) of an ordinary table (virtual and shadow tables excluded)."""
-    return db.backend.sealed_columns(db)
-
-
-def _raw(db: Database, sql: str, params: tuple = ()) -> list[tuple]:
-    return db.backend.raw_rows(db, sql, params)  # the stored bytes, not the tracer's view
-
-
 def sealed_values(db: Database) -> dict[str, list[str]]:
-    """`table.column` -> its stored `enc:v1:` values."""
-    found: dict[str, list[str]] = {}
-    for table, column in _sealed_columns(db):
-        values = [r[0] for r in _raw(
-            db, f'SELECT "{column}" FROM "{table}" WHERE substr("{column}", 1, ?) = ?',
-            (len(PREFIX), PREFIX))]
-        if values:
-            found[f"{table}.{column}"] = values
-    return found
+    """`table.column` -> its stored `enc:v1:` values (as stored: not the tracer's view), the
+    same columns on both engines (a `high` artifact body included: text in SQLite's BLOB
+    column, UTF-8 in PostgreSQL's bytea)."""
+    return db.backend.sealed_values(db, PREFIX)
 
 
 def status(db: Database, key: Key | None) -> dict[str, Any]:

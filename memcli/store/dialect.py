@@ -35,6 +35,8 @@ class Dialect(Protocol):
     # A join the planner must not reorder (the left side drives the loop).
     ORDERED_JOIN: str
 
+    def __hash__(self) -> int: ...
+
     def greatest(self, *exprs: str) -> str:
         """The largest of the expressions (all non-NULL)."""
 

@@ -7,7 +7,10 @@ Any other URL (`file:`, `http://`, `mysql://` ...) is refused, never taken as a 
 and every later command would "work" against that file. Checked where the location is resolved
 (memcli.config.load_settings, for --db, MEMCLI_DB and the config file) and again where it is
 opened (open_database, Database), for library callers. Locations travel as `str`
-(`Settings.db`, `--db`): a Path would fold `//`.
+(`Settings.db`, `--db`, the daemon's and MCP's saved location): a Path would fold `//`, and a
+folded PostgreSQL URL cannot be restored (`postgresql:/memory` was `postgresql://memory`, host
+`memory`, or `postgresql:///memory`, the database on the local socket), so it is refused
+rather than guessed.
 """
 
 from __future__ import annotations
@@ -36,7 +39,8 @@ HINT_WAIT = 1.0
 _URL = re.compile(r"^(?:[A-Za-z][A-Za-z0-9+.-]+:/|file:)", re.IGNORECASE)
 _POSTGRES = re.compile(r"^postgres(?:ql)?:/", re.IGNORECASE)
 _FOLDED = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]+):/(?!/)")
-_PASSWORD = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*://[^/@:]*):[^/@]*@")
+_PASSWORD = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*:/+[^/@:]*):[^/@]*@")
+_POSTGRES_FOLDED = re.compile(r"^(postgres(?:ql)?):/(?!/)", re.IGNORECASE)
 
 
 # A libpq keyword/value connection string (`host=127.0.0.1 dbname=memory user=agent`): nothing
@@ -63,6 +67,15 @@ def _shown(location: str) -> str:
     return _PASSWORD.sub(r"\1:***@", location)
 
 
+def shown(location: str | os.PathLike[str]) -> str:
+    """A location as messages and reports show it: a URL's or libpq string's password masked
+    (a file path as it is)."""
+    text = os.fspath(location)
+    if is_url(text):
+        return _shown(text)
+    return _DSN_PASSWORD.sub(r"\1***", text.strip()) if is_dsn(text) else text
+
+
 def is_postgres(location: str | Path) -> bool:
     """A PostgreSQL location: a postgresql:// or postgres:// URL (its `//` maybe folded by a
     Path) or a libpq keyword connection string."""
@@ -71,14 +84,23 @@ def is_postgres(location: str | Path) -> bool:
 
 
 def server_location(location: str) -> str:
-    """A PostgreSQL location as libpq takes it (the `//` a Path folded restored)."""
-    return location if is_dsn(location) else _FOLDED.sub(r"\1://", location)
+    """A PostgreSQL location as libpq takes it: as given (`refuse_url` refused a folded one)."""
+    refuse_url(location, "database")
+    return location
 
 
 def refuse_url(location: str | Path, source: str = "--db", *, postgres: bool = True) -> None:
     """A usage error (exit 2) when `location` is a URL memcli cannot open (`postgres`: whether
     a PostgreSQL location is one it can); `source` says where it came from."""
     if postgres and is_postgres(location):
+        folded = _POSTGRES_FOLDED.match(str(location))
+        if folded:
+            shown = _PASSWORD.sub(r"\1:***@", str(location))
+            raise UsageError(
+                f"{source} {shown} has lost the `//` after "
+                f"`{folded.group(1)}:` (a Path folds it), so its host cannot be told from its "
+                "database", "give the URL as a string: postgresql://host/db, or "
+                "postgresql:///db for the local socket")
         return
     if is_url(location):
         raise UsageError(f"{source} {_shown(str(location))} is a URL memcli cannot open",
@@ -103,7 +125,7 @@ def open_database(location: str | os.PathLike[str], *, readonly: bool = False,
     if is_postgres(location):
         from memcli.store.postgres import connect
 
-        return connect(server_location(location), readonly=readonly,  # type: ignore[return-value]
+        return connect(server_location(location), readonly=readonly,
                        must_exist=must_exist, busy_timeout=busy_timeout)
     from memcli.store.sqlite.connection import Database
 

@@ -83,10 +83,10 @@ def delete_everything(db: Database, event_ids: list[str], memory_ids: list[int],
     """Delete memories with their index rows, links and change-log text, then the events."""
     touched: list[tuple[str, str]] = []
     for start in range(0, len(event_ids), 500):
-        ids = event_ids[start:start + 500]
+        names = event_ids[start:start + 500]
         touched.extend(db.execute(
             f"SELECT DISTINCT tenant_id, session_id FROM events"
-            f" WHERE event_id IN ({_marks(ids)}) AND session_id IS NOT NULL", ids))
+            f" WHERE event_id IN ({_marks(names)}) AND session_id IS NOT NULL", names))
     for start in range(0, len(memory_ids), 500):
         ids = memory_ids[start:start + 500]
         m = _marks(ids)
@@ -102,9 +102,9 @@ def delete_everything(db: Database, event_ids: list[str], memory_ids: list[int],
     if event_ids:
         db.set_meta("purge_guard", "1")  # the append-only trigger lets purge through
         for start in range(0, len(event_ids), 500):
-            ids = event_ids[start:start + 500]
-            db.execute(f"DELETE FROM artifacts WHERE event_id IN ({_marks(ids)})", ids)
-            db.execute(f"DELETE FROM events WHERE event_id IN ({_marks(ids)})", ids)
+            names = event_ids[start:start + 500]
+            db.execute(f"DELETE FROM artifacts WHERE event_id IN ({_marks(names)})", names)
+            db.execute(f"DELETE FROM events WHERE event_id IN ({_marks(names)})", names)
         db.execute("DELETE FROM meta WHERE key = 'purge_guard'")
     # Sessions follow their events (a scope-wide DELETE would also hit sessions that keep
     # events outside an --app scope, or fail on a memory_id scope).

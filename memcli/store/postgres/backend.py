@@ -27,7 +27,7 @@ from memcli.store.postgres import crypto, legs, migrations
 
 if TYPE_CHECKING:
     from memcli.errors import StorageError
-    from memcli.store.backend import LexicalQuery
+    from memcli.store.backend import LexicalQuery, LogHealth
     from memcli.store.filters import Filters
     from memcli.store.postgres.connection import PgDatabase
 
@@ -278,6 +278,27 @@ class PgBackend:
             return False
         return True
 
+    def log_health(self, db: PgDatabase) -> LogHealth:
+        """No WAL of memcli's: the server's is the DBA's (checkpoints, max_wal_size, slots).
+        Its counterpart of SQLite's long-lived reader is a long open transaction: it keeps
+        VACUUM from removing the rows deleted since it began (a purge's text stays on disk
+        until it ends). Only sessions this role may see in pg_stat_activity count."""
+        from memcli.store.backend import LogHealth
+
+        row = db.execute(
+            "SELECT extract(epoch FROM statement_timestamp() - xact_start)::float8, pid,"
+            " application_name, state FROM pg_stat_activity"
+            " WHERE datname = current_database() AND pid <> pg_backend_pid()"
+            " AND xact_start IS NOT NULL ORDER BY xact_start LIMIT 1").fetchone()
+        age, holder = 0.0, ""
+        if row is not None:
+            age = max(float(row[0]), 0.0)
+            holder = f"pid {row[1]}" + (f", {row[2]}" if row[2] else "") + (
+                f", {row[3]}" if row[3] else "")
+        return LogHealth(wal_elsewhere="the PostgreSQL server manages its own WAL "
+                                       "(checkpoints, max_wal_size)",
+                         oldest_transaction=age, holder=holder)
+
     def checkpoint(self, db: PgDatabase) -> bool:
         """No-op: the server manages its WAL."""
         return True
@@ -314,8 +335,8 @@ class PgBackend:
     def raw_rows(self, db: PgDatabase, sql: str, params: tuple) -> list[tuple]:
         return crypto.raw_rows(db, sql, params)
 
-    def sealed_columns(self, db: PgDatabase) -> list[tuple[str, str]]:
-        return crypto.sealed_columns(db)
+    def sealed_values(self, db: PgDatabase, prefix: str) -> dict[str, list[str]]:
+        return crypto.sealed_values(db, prefix)
 
     def reseal(self, db: PgDatabase, convert: Callable[[Any], Any], prefix: str) -> None:
         crypto.reseal(db, convert, prefix)

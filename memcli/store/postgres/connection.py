@@ -27,18 +27,30 @@ import psycopg
 from psycopg.pq import TransactionStatus
 
 from memcli.errors import NoDatabaseError, SchemaError
-from memcli.store.location import _DSN_PASSWORD, _shown, is_url
+from memcli.store.location import shown
 from memcli.store.meta import MetaRows
 from memcli.store.postgres import adapt, errors
 from memcli.store.postgres.placeholders import rewrite
 
 if TYPE_CHECKING:
+    from memcli.store.connection import Params
     from memcli.store.postgres.pool import PgPool
 
 SECOND_WAIT = 1.0  # see pool.py: a read-only (second) borrow waits only this long
 
 BUSY_TIMEOUT = 30.0
 CONNECT_TIMEOUT = 10  # seconds libpq waits for the server to answer at all
+# No server-side prepared statements (psycopg prepares a statement run 5 times on a connection).
+# A prepared statement outlives a change of the table under it: after another connection's
+# `ALTER TABLE` (a re-index to another dimension alters memory_vectors.embedding's type, a
+# newer memcli's migration adds a column) every later run of a statement whose result held it
+# fails with "cached plan must not change result type", for the life of the connection, which
+# in the daemon's pool or a long-lived library `Memory` is long. What preparing saves (parse
+# and analyse) did not show in query times (bench in docs/design/postgresql.md), and most of
+# memcli's statements differ per call anyway (term and id counts). It also lets memcli run
+# behind a transaction-mode PgBouncer.
+CONNECT_OPTIONS = {"autocommit": True, "connect_timeout": CONNECT_TIMEOUT,
+                   "prepare_threshold": None}
 # The one advisory lock key of memcli writers (a stable 63-bit number from a name, so another
 # program using advisory locks in the same database is unlikely to collide with it).
 WRITER_KEY = int.from_bytes(hashlib.sha256(b"memcli.writer").digest()[:8], "big") >> 1
@@ -47,9 +59,7 @@ _names = itertools.count(1)
 
 def masked(location: str) -> str:
     """`location` as messages show it: the password of a URL or keyword string masked."""
-    if is_url(location):
-        return _shown(location)
-    return _DSN_PASSWORD.sub(r"\1***", location.strip())
+    return shown(location)
 
 
 class Rows:
@@ -115,8 +125,7 @@ class PgDatabase(MetaRows):
             self.conn = pool.borrow(SECOND_WAIT if readonly else None)
         else:
             try:
-                self.conn = psycopg.connect(location, autocommit=True,
-                                            connect_timeout=CONNECT_TIMEOUT)
+                self.conn = psycopg.connect(location, **CONNECT_OPTIONS)
             except psycopg.Error as exc:
                 raise errors.connect_error(exc, self.path, must_exist=must_exist) from None
         try:
@@ -174,7 +183,7 @@ class PgDatabase(MetaRows):
                                self.busy_timeout if waited is None else waited)
         return mapped if mapped is not None else exc
 
-    def execute(self, sql: str, params: tuple | dict | None = None) -> Rows:
+    def execute(self, sql: str, params: Params = None) -> Rows:
         plan = rewrite(sql)
         try:
             cursor = self.conn.execute(*plan.render(params))
@@ -196,7 +205,7 @@ class PgDatabase(MetaRows):
                 raise
             raise failure from exc
 
-    def query(self, sql: str, params: tuple | dict | None = None) -> list[dict]:
+    def query(self, sql: str, params: Params = None) -> list[dict]:
         """Rows as dicts (column name -> value)."""
         rows = self.execute(sql, params)
         if rows.description is None:
@@ -204,7 +213,7 @@ class PgDatabase(MetaRows):
         names = [d.name for d in rows.description]
         return [dict(zip(names, row, strict=True)) for row in rows]
 
-    def stream(self, sql: str, params: tuple | dict | None = None, *,
+    def stream(self, sql: str, params: Params = None, *,
                raw: bool = False) -> Iterator[dict]:
         """Rows as dicts, one batch at a time from a server-side cursor (a whole table never
         sits in memory; other statements may run between rows). `raw`: values as stored."""
@@ -234,15 +243,15 @@ class PgDatabase(MetaRows):
             with contextlib.suppress(psycopg.Error):
                 cursor.close()
 
-    def scalar(self, sql: str, params: tuple | dict | None = None) -> Any:
+    def scalar(self, sql: str, params: Params = None) -> Any:
         row = self.execute(sql, params).fetchone()
         return None if row is None else row[0]
 
-    def insert(self, sql: str, params: tuple | dict | None = None) -> int:
+    def insert(self, sql: str, params: Params = None) -> int:
         """Run an `INSERT ... RETURNING id` and return that id."""
         return int(self.execute(sql, params).fetchall()[0][0])
 
-    def change_count(self, sql: str, params: tuple | dict | None = None) -> int:
+    def change_count(self, sql: str, params: Params = None) -> int:
         """Run an UPDATE/DELETE/INSERT and return how many rows it changed."""
         return int(self.execute(sql, params).rowcount)
 

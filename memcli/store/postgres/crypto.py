@@ -5,7 +5,7 @@ value of a row (or drops the row when there is no key). On SQLite apsw calls `_t
 row of every query; psycopg has no such hook, so PgDatabase calls it itself on each row of
 `execute`/`query`/`scalar`/`stream` (not `stream(raw=True)`) once `PgBackend.install_decryption`
 set `db.row_trace`, and leaves out the rows it maps to None. Here: the PostgreSQL twins of
-`Backend.sealed_columns`, `raw_rows` and `reseal`.
+`Backend.sealed_values`, `raw_rows` and `reseal`.
 """
 
 from __future__ import annotations
@@ -17,12 +17,12 @@ if TYPE_CHECKING:
     from memcli.store.postgres.connection import PgDatabase
 
 
-# -- key rotation and status: the PostgreSQL twins of the seam's Backend.sealed_columns,
+# -- key rotation and status: the PostgreSQL twins of the seam's Backend.sealed_values,
 # raw_rows and reseal (SQLite: pragma_table_list, a cursor without tracer, a SQL function).
 def sealed_columns(db: PgDatabase, data_type: str = "text") -> list[tuple[str, str]]:
     """Every text (table, column) of memcli's schema, where sealed values may sit. A `high`
     artifact body is sealed text stored as UTF-8 in `bytea` (`data_type="bytea"` lists those
-    columns; `reseal` covers them, `memcli key status` counts the text columns only)."""
+    columns; `reseal` and `sealed_values` cover both kinds)."""
     return [(t, c) for t, c in db.execute(
         "SELECT c.table_name, c.column_name FROM information_schema.columns c"
         " JOIN pg_tables t ON t.schemaname = c.table_schema AND t.tablename = c.table_name"
@@ -33,6 +33,27 @@ def sealed_columns(db: PgDatabase, data_type: str = "text") -> list[tuple[str, s
 def raw_rows(db: PgDatabase, sql: str, params: tuple = ()) -> list[tuple]:
     """Rows as stored (ciphertext stays ciphertext)."""
     return [tuple(row.values()) for row in db.stream(sql, params, raw=True)]
+
+
+def sealed_values(db: PgDatabase, prefix: str) -> dict[str, list[str]]:
+    """`table.column` -> its stored values starting with `prefix`, as text: the text columns,
+    then the bytea ones (a `high` artifact body: sealed text kept as UTF-8), the same set
+    `reseal` rewrites, so `key status` counts what `key rotate` reseals."""
+    found: dict[str, list[str]] = {}
+    for table, column in sealed_columns(db):
+        values = [r[0] for r in raw_rows(db, f'SELECT "{column}" FROM "{table}"'
+                                             f' WHERE left("{column}", ?) = ?',
+                                         (len(prefix), prefix))]
+        if values:
+            found[f"{table}.{column}"] = values
+    head = prefix.encode()
+    for table, column in sealed_columns(db, "bytea"):
+        values = [bytes(r[0]).decode() for r in raw_rows(
+            db, f'SELECT "{column}" FROM "{table}" WHERE substring("{column}" FROM 1 FOR ?) = ?',
+            (len(head), head))]
+        if values:
+            found[f"{table}.{column}"] = values
+    return found
 
 
 def reseal(db: PgDatabase, convert: Callable[[Any], Any], prefix: str) -> int:

@@ -33,13 +33,15 @@ _guard = threading.Lock()
 
 
 def _configure(conn: Any) -> None:
-    """Every new pooled connection: the value adapters and pgvector's types (the daemon
-    migrated the schema before making the pool, so the `vector` type exists)."""
+    """Every new pooled connection: the value adapters and the `vector` loader, as on a
+    connection of its own (PgDatabase._register_vector): vectors read back as SQLite's float32
+    blobs (pgvector's own loader would give `Vector` objects, which the store cannot compare
+    with the blobs it embeds). The daemon migrated the schema before making the pool, so the
+    `vector` type exists."""
     adapt.configure(conn)
-    if conn.execute("SELECT 1 FROM pg_type WHERE typname = 'vector'").fetchone():
-        from pgvector.psycopg import register_vector
-
-        register_vector(conn)
+    row = conn.execute("SELECT oid FROM pg_type WHERE typname = 'vector'").fetchone()
+    if row:
+        adapt.register_vector_loader(conn, int(row[0]))
 
 
 def _reset(conn: Any) -> None:
@@ -56,14 +58,14 @@ class PgPool:
                  min_size: int = DEFAULT_MIN, timeout: float = 30.0) -> None:
         from psycopg_pool import ConnectionPool
 
-        from memcli.store.postgres.connection import CONNECT_TIMEOUT
+        from memcli.store.postgres.connection import CONNECT_OPTIONS
 
         self.location = location
         self.max_size = max_size
         self.timeout = timeout
         self.pool = ConnectionPool(
             location, min_size=min(min_size, max_size), max_size=max_size, open=False,
-            kwargs={"autocommit": True, "connect_timeout": CONNECT_TIMEOUT},
+            kwargs=dict(CONNECT_OPTIONS),  # no prepared statements: connection.py says why
             configure=_configure, reset=_reset, timeout=timeout, name="memcli")
 
     def open(self) -> None:

@@ -15,9 +15,9 @@ from memcli.store.sqlite import fts, migrations, vec
 
 if TYPE_CHECKING:
     from memcli.errors import StorageError
-    from memcli.store.backend import LexicalQuery
-    from memcli.store.connection import Database
+    from memcli.store.backend import LexicalQuery, LogHealth
     from memcli.store.filters import Filters
+    from memcli.store.sqlite.connection import Database
 
 
 class SqliteBackend:
@@ -26,8 +26,8 @@ class SqliteBackend:
 
     name = "sqlite"
     schema_latest = migrations.LATEST
-    lexical_tables = fts.LEXICAL_TABLES
-    vector_tables = ("vec_memories",)
+    lexical_tables: tuple[str, ...] = fts.LEXICAL_TABLES
+    vector_tables: tuple[str, ...] = ("vec_memories",)
 
     # -- legs ---------------------------------------------------------------------------------
     def lexical(self, db: Database, query: LexicalQuery, filters: Filters, limit: int,
@@ -184,6 +184,14 @@ class SqliteBackend:
             return False  # another writer kept the lock past busy_timeout
         return self.checkpoint(db)
 
+    def log_health(self, db: Database) -> LogHealth:
+        from memcli.store.backend import LogHealth
+
+        if db.path == ":memory:":
+            return LogHealth()
+        wal = Path(db.path + "-wal")
+        return LogHealth(wal_bytes=wal.stat().st_size if wal.exists() else 0)
+
     def checkpoint(self, db: Database) -> bool:
         # TRUNCATE waits for readers through the busy handler (busy_timeout); False when a
         # reader still holds an old snapshot after that wait (its frames stay).
@@ -220,6 +228,17 @@ class SqliteBackend:
             for (column,) in db.conn.execute("SELECT name FROM pragma_table_info(?)", (name,)):
                 out.append((name, column))
         return out
+
+    def sealed_values(self, db: Database, prefix: str) -> dict[str, list[str]]:
+        # A `high` artifact body is the sealed text itself in its BLOB column (no affinity).
+        found: dict[str, list[str]] = {}
+        for table, column in self.sealed_columns(db):
+            values = [r[0] for r in self.raw_rows(
+                db, f'SELECT "{column}" FROM "{table}" WHERE substr("{column}", 1, ?) = ?',
+                (len(prefix), prefix))]
+            if values:
+                found[f"{table}.{column}"] = values
+        return found
 
     def reseal(self, db: Database, convert: Callable[[Any], Any], prefix: str) -> None:
         # The events table refuses UPDATE (append-only): its trigger is dropped and

@@ -10,6 +10,7 @@ import os
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 from urllib.parse import quote
 
 import apsw
@@ -27,6 +28,9 @@ from memcli.store.sqlite import migrations, vec
 from memcli.store.sqlite.backend import BACKEND
 from memcli.store.sqlite.dialect import DIALECT
 from memcli.store.sqlite.writers import writer_lock
+
+if TYPE_CHECKING:
+    from memcli.store.connection import Params
 
 _RETRY_PAUSE = 0.05  # between attempts when SQLite returns busy without waiting
 
@@ -166,7 +170,7 @@ class Database(MetaRows):
         return True
 
     # -- small helpers every store module uses ------------------------------------------------
-    def execute(self, sql: str, params: tuple | dict | None = None) -> apsw.Cursor:
+    def execute(self, sql: str, params: Params = None) -> apsw.Cursor:
         try:
             return self.conn.execute(sql, params)
         except apsw.BusyError as exc:
@@ -182,7 +186,7 @@ class Database(MetaRows):
     def executemany(self, sql: str, seq) -> apsw.Cursor:
         return self.conn.executemany(sql, seq)
 
-    def query(self, sql: str, params: tuple | dict | None = None) -> list[dict]:
+    def query(self, sql: str, params: Params = None) -> list[dict]:
         """Rows as dicts (column name -> value)."""
         cur = self.execute(sql, params)
         try:
@@ -191,7 +195,7 @@ class Database(MetaRows):
             return []
         return [dict(zip(names, row, strict=True)) for row in cur]
 
-    def stream(self, sql: str, params: tuple | dict | None = None, *,
+    def stream(self, sql: str, params: Params = None, *,
                raw: bool = False) -> Iterator[dict]:
         """Rows as dicts, one at a time (a whole table never sits in memory). `raw`: values
         as stored, i.e. a `high` row's ciphertext stays ciphertext (no row tracer)."""
@@ -209,17 +213,17 @@ class Database(MetaRows):
         for row in cursor:
             yield dict(zip(names, row, strict=True))
 
-    def scalar(self, sql: str, params: tuple | dict | None = None):
+    def scalar(self, sql: str, params: Params = None):
         row = self.execute(sql, params).fetchone()
         return None if row is None else row[0]
 
-    def insert(self, sql: str, params: tuple | dict | None = None) -> int:
+    def insert(self, sql: str, params: Params = None) -> int:
         """Run an `INSERT ... RETURNING id` and return that id (the portable form of
         last_insert_rowid: PostgreSQL has no such call)."""
         rows = self.execute(sql, params).fetchall()  # run to the end: the statement is done
         return int(rows[0][0])
 
-    def change_count(self, sql: str, params: tuple | dict | None = None) -> int:
+    def change_count(self, sql: str, params: Params = None) -> int:
         """Run an UPDATE/DELETE/INSERT and return how many rows it changed (the portable form
         of SQLite's changes(): a cursor's rowcount on PostgreSQL)."""
         self.execute(sql, params)

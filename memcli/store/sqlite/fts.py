@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from memcli.store.backend import LexicalQuery
-    from memcli.store.connection import Database
     from memcli.store.filters import Filters
+    from memcli.store.sqlite.connection import Database
 
 LEXICAL_TABLES = ("memories_fts", "memories_trigram")
 

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 from memcli.errors import SchemaError
 
 if TYPE_CHECKING:
-    from memcli.store.connection import Database
+    from memcli.store.sqlite.connection import Database
 
 
 def schema_sql() -> str:

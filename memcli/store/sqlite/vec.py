@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING
 from memcli.store.search import count_candidates
 
 if TYPE_CHECKING:
-    from memcli.store.connection import Database
     from memcli.store.filters import Filters
+    from memcli.store.sqlite.connection import Database
 
 
 # Above this many candidate rows the dense leg uses the bit-quantized prefilter instead of an
