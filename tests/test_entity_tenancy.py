@@ -10,8 +10,8 @@ import apsw
 import pytest
 from backend_support import rows
 
-from memcli.store.sqlite.connection import Database
 from memcli.store.sqlite import migrations
+from memcli.store.sqlite.connection import Database
 from tests.conftest import ndjson, turns
 
 
