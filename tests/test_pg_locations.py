@@ -156,6 +156,6 @@ def test_a_folded_url_is_refused_not_guessed(pg_cluster, pg_memcli_db, tmp_path)
         assert conn.execute("SELECT to_regclass('memories')").fetchone() == (None,)
     result = CliRunner().invoke(app, ["query", "x", "--db", str(Path(location))])
     assert result.exit_code == 2 and result.stderr.startswith(
-        "memcli: error: --db postgresql:/memcli_t_") and len(result.stderr.splitlines()) == 1
+        f"memcli: error: --db postgresql:/{name}?") and len(result.stderr.splitlines()) == 1
     Memory.open(location).close()  # the same location as a str opens
     assert list(tmp_path.iterdir()) in ([], [tmp_path / "config.yaml"])
