@@ -44,6 +44,7 @@ sys.path.insert(0, str(BENCH.parent / "tests"))
 sys.path.insert(0, str(BENCH))
 
 import perf  # noqa: E402
+import pg_scale_bulk as bulk  # noqa: E402
 import pg_scale_report as report  # noqa: E402
 import pg_scale_support as sup  # noqa: E402
 
@@ -253,10 +254,18 @@ def reference_process() -> float:
 
 def engine_run(name: str, location: str, events: list[dict], append: int, batch: int,
                queries: list[dict], warmup: int, models: Path | None,
-               docs: dict[str, Any] | None, work: Path) -> dict[str, Any]:
+               docs: dict[str, Any] | None, work: Path, target: int | None = None
+               ) -> dict[str, Any]:
     log(f"{name}: load {len(events)} events, 8 writers (one tenant each)")
     out: dict[str, Any] = {"load": writers(location, by_tenant(events), models, docs, batch, work,
                                            f"{name}-load")}
+    if target is not None:  # --bulk-base: copies of the loaded rows up to `target` memories
+        env = cli_env(work, models)
+        before = bulk.doctor(location, env)
+        out["bulk"] = bulk.replicate(location, target)
+        out["bulk"]["verify"] = bulk.verify(location, out["bulk"]["base_memories"],
+                                            out["bulk"]["copies"], env, before)
+        log(f"{name}: bulk check: {out['bulk']['verify']['problems'] or 'ok'}")
     spread = sup.extra_events(append, copy=1, tenant=None)
     out["append 8 tenants"] = writers(location, round_robin(spread, WRITERS), models, docs, batch,
                                       work, f"{name}-8t")
@@ -277,6 +286,13 @@ def engine_run(name: str, location: str, events: list[dict], append: int, batch:
     return out
 
 
+def cli_env(work: Path, models: Path | None) -> dict[str, str]:
+    """The environment of the bulk check's `memcli query` (its own HOME, the run's models)."""
+    env = {**os.environ, "HOME": str(work), "OMP_WAIT_POLICY": "PASSIVE"}
+    env["MEMCLI_EMBEDDER"] = "hash" if models is None else "e5-small"
+    return env
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--events", type=int, default=100_000)
@@ -286,6 +302,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--source", type=Path, default=SOURCE,
                         help="perf's 100k database (stored encodings)")
     parser.add_argument("--workdir", type=Path, default=None, help="for the SQLite file")
+    parser.add_argument("--bulk-base", type=int, default=None,
+                        help="ingest this many events, then copy their rows up to --events"
+                             " memories (bench/pg_scale_bulk.py)")
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--engines", default="sqlite,postgresql")
     parser.add_argument("--render", type=Path, help="only render a results JSON again")
@@ -299,19 +318,22 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.quick:
         args.events, args.append, args.queries = 800, 160, 20
+        args.bulk_base = args.bulk_base or 400  # the smoke runs the bulk path too
     from pg_support import running_server
 
     revision = report.git_revision()  # at start: the code measured is the code imported now
     work = Path(tempfile.mkdtemp(prefix="memcli-pgscale-", dir=args.workdir))
     started = time.time()
     try:
-        events = sup.corpus(args.events)
+        events = sup.corpus(args.bulk_base or args.events)
+        target = args.events if args.bulk_base else None
         warmup = 20 if not args.quick else 5
         queries = perf.generate_queries(args.queries + warmup, sup.scopes())
         models, docs = (None, None) if args.quick else build_models(
             events + sup.extra_events(args.append, 1, None)
             + sup.extra_events(args.append, 2, "t0"), queries, args.source, work)
-        res: dict[str, Any] = {"events": args.events, "users": sup.USERS,
+        res: dict[str, Any] = {"events": args.events, "bulk_base": args.bulk_base,
+                               "users": sup.USERS,
                                "tenants": sup.TENANTS, "quick": args.quick,
                                "revision": revision, "machine": report.machine(),
                                "queries": args.queries, "batch": args.batch,
@@ -320,7 +342,7 @@ def main(argv: list[str] | None = None) -> int:
         engines = args.engines.split(",")
         if "sqlite" in engines:
             res["sqlite"] = engine_run("sqlite", str(work / "scale.db"), events, args.append,
-                                       args.batch, queries, warmup, models, docs, work)
+                                       args.batch, queries, warmup, models, docs, work, target)
             save(res, args.quick)
             for suffix in ("", "-wal", "-shm"):
                 Path(f"{work / 'scale.db'}{suffix}").unlink(missing_ok=True)
@@ -336,7 +358,8 @@ def main(argv: list[str] | None = None) -> int:
                     ).fetchall())
                 dsn = server.dsn.rsplit("/", 1)[0] + "/memcli_scale"
                 res["postgresql"] = engine_run("postgresql", dsn, events, args.append,
-                                               args.batch, queries, warmup, models, docs, work)
+                                               args.batch, queries, warmup, models, docs,
+                                               work, target)
                 res["postgresql"]["server_rss_mb"] = report.server_rss_mb(server)
                 save(res, args.quick)
                 res["postgresql"]["plans"] = explain(dsn, server.folder / "server.log",
