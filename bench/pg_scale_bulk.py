@@ -154,6 +154,8 @@ class Base:
         self.nouns = sorted(nouns)
         self.noun_pattern = re.compile(r"\b(" + "|".join(map(re.escape, self.nouns)) + r")\b")
         self.memory_text = {r["id"]: r["content"] for r in self.rows["memories"]}
+        if any(r["chunk_index"] for r in self.rows["memories"]):  # new text, new chunking
+            raise SystemExit("bulk: an event of the base has more than one chunk")
         for row in self.rows["events"][:200]:  # the formula is memcli's: prove it on the base
             if row["sensitivity"] != "secret" and content_hash(
                     row, json.loads(row["content"])) != row["content_hash"]:
@@ -191,6 +193,7 @@ def _vectors(db: Any, engine: str) -> dict[int, np.ndarray]:
 def copy_rows(base: Base, c: int, now: str, entities: dict[tuple[str, str], int],
               new_entities: list[tuple], new_aliases: list[tuple], aliases: set[tuple]
               ) -> dict[str, list[dict[str, Any]]]:
+    from memcli.chunking import estimate_tokens
     from memcli.entities import extract_entities
 
     k = Copier(c, base)
@@ -214,6 +217,7 @@ def copy_rows(base: Base, c: int, now: str, entities: dict[tuple[str, str], int]
                "event_seq": None if r["event_seq"] is None else r["event_seq"] + de,
                "event_time": k.ts(r["event_time"]), "valid_from": k.ts(r["valid_from"]),
                "source_ids": json.dumps([k.event_id(e) for e in json.loads(r["source_ids"])])}
+        row["token_count"] = estimate_tokens(row["content"])  # as the chunker sizes it
         if "context" in r:
             row["context"] = k.text(r["context"])
         out["memories"].append(row)
