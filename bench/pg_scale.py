@@ -308,13 +308,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--engines", default="sqlite,postgresql")
     parser.add_argument("--render", type=Path, help="only render a results JSON again")
+    parser.add_argument("--name", default="pg-scale",
+                        help="results file name in bench/results (without .md/.json)")
     parser.add_argument("--child", nargs=2, metavar=("KIND", "SPEC"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
         return sup.child_main(*args.child)
     if args.render:
         res = json.loads(args.render.read_text())
-        (RESULTS / "pg-scale.md").write_text(report.render(res))
+        (RESULTS / f"{args.name}.md").write_text(report.render(res))
         return 0
     if args.quick:
         args.events, args.append, args.queries = 800, 160, 20
@@ -343,7 +345,7 @@ def main(argv: list[str] | None = None) -> int:
         if "sqlite" in engines:
             res["sqlite"] = engine_run("sqlite", str(work / "scale.db"), events, args.append,
                                        args.batch, queries, warmup, models, docs, work, target)
-            save(res, args.quick)
+            save(res, args.quick, args.name)
             for suffix in ("", "-wal", "-shm"):
                 Path(f"{work / 'scale.db'}{suffix}").unlink(missing_ok=True)
         if "postgresql" in engines:
@@ -361,25 +363,25 @@ def main(argv: list[str] | None = None) -> int:
                                                args.batch, queries, warmup, models, docs,
                                                work, target)
                 res["postgresql"]["server_rss_mb"] = report.server_rss_mb(server)
-                save(res, args.quick)
+                save(res, args.quick, args.name)
                 res["postgresql"]["plans"] = explain(dsn, server.folder / "server.log",
                                                      queries, models, work)
         res["seconds"] = time.time() - started
         res["load_avg"] = perf.loadavg()
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    save(res, args.quick)
+    save(res, args.quick, args.name)
     print(report.render(res))
     return 0
 
 
-def save(res: dict[str, Any], quick: bool) -> None:
+def save(res: dict[str, Any], quick: bool, name: str = "pg-scale") -> None:
     """The results so far (a long run that fails late keeps what it measured)."""
     if quick:
         return
     RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "pg-scale.json").write_text(json.dumps(res, indent=1) + "\n")
-    (RESULTS / "pg-scale.md").write_text(report.render(res))
+    (RESULTS / f"{name}.json").write_text(json.dumps(res, indent=1) + "\n")
+    (RESULTS / f"{name}.md").write_text(report.render(res))
 
 
 if __name__ == "__main__":
