@@ -26,6 +26,7 @@ and removed at the end). Results: bench/results/pg-scale.{md,json} (not for --qu
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import pickle
@@ -252,27 +253,40 @@ def reference_process() -> float:
     return perf.pct(runs[2:], 50)
 
 
-def engine_run(name: str, location: str, events: list[dict], append: int, batch: int,
-               queries: list[dict], warmup: int, models: Path | None,
-               docs: dict[str, Any] | None, work: Path, target: int | None = None
-               ) -> dict[str, Any]:
+def load_run(name: str, location: str, events: list[dict], batch: int, models: Path | None,
+             docs: dict[str, Any] | None, work: Path) -> dict[str, Any]:
     log(f"{name}: load {len(events)} events, 8 writers (one tenant each)")
-    out: dict[str, Any] = {"load": writers(location, by_tenant(events), models, docs, batch, work,
-                                           f"{name}-load")}
-    if target is not None:  # --bulk-base: copies of the loaded rows up to `target` memories
-        env = cli_env(work, models)
-        before = bulk.doctor(location, env)
-        out["bulk"] = bulk.replicate(location, target)
-        out["bulk"]["verify"] = bulk.verify(location, out["bulk"]["base_memories"],
-                                            out["bulk"]["copies"], env, before)
-        log(f"{name}: bulk check: {out['bulk']['verify']['problems'] or 'ok'}")
+    return {"load": writers(location, by_tenant(events), models, docs, batch, work,
+                            f"{name}-load")}
+
+
+def bulk_runs(locations: dict[str, str], target: int, models: Path | None, work: Path
+              ) -> dict[str, dict[str, Any]]:
+    """--bulk-base: each database's loaded rows copied up to `target` memories, the engines
+    side by side (one child each: the copies measure nothing, the load and the appends do),
+    then checked one after the other (bench/pg_scale_bulk.py)."""
+    env = cli_env(work, models)
+    before = {name: bulk.doctor(loc, env) for name, loc in locations.items()}
+    procs = {name: run_child("bulk", {"location": loc, "target": target}, work, f"bulk-{name}")
+             for name, loc in locations.items()}
+    out = {name: child_result(proc) for name, proc in procs.items()}
+    for name, loc in locations.items():
+        out[name]["verify"] = bulk.verify(loc, out[name]["base_memories"], out[name]["copies"],
+                                          env, before[name])
+        log(f"{name}: bulk check: {out[name]['verify']['problems'] or 'ok'}")
+    return out
+
+
+def measure_run(name: str, location: str, append: int, batch: int, queries: list[dict],
+                warmup: int, models: Path | None, docs: dict[str, Any] | None, work: Path
+                ) -> dict[str, Any]:
+    out: dict[str, Any] = {}
     spread = sup.extra_events(append, copy=1, tenant=None)
     out["append 8 tenants"] = writers(location, round_robin(spread, WRITERS), models, docs, batch,
                                       work, f"{name}-8t")
     one = sup.extra_events(append, copy=2, tenant="t0")
     out["append 1 tenant"] = writers(location, round_robin(one, WRITERS), models, docs, batch,
-                                    work,
-                                     f"{name}-1t")
+                                     work, f"{name}-1t")
     out["size"] = sqlite_size(Path(location)) if name == "sqlite" else pg_size(location)
     if name == "sqlite":
         perf.page_cache_warm(Path(location))
@@ -284,6 +298,17 @@ def engine_run(name: str, location: str, events: list[dict], append: int, batch:
         q = out["query"][scope]
         log(f"  query {scope}: p50 {q['p50']:.1f} ms, p95 {q['p95']:.1f} ms")
     return out
+
+
+def create_database(dsn: str, name: str) -> dict[str, str]:
+    """The benchmark's database on the throw-away server; the server's settings."""
+    import psycopg
+
+    with psycopg.connect(dsn, autocommit=True) as admin:
+        admin.execute(f"CREATE DATABASE {name} TEMPLATE template0")
+        return dict(admin.execute(
+            "SELECT name, setting FROM pg_settings WHERE name IN ('shared_buffers',"
+            " 'work_mem', 'fsync', 'synchronous_commit', 'server_version')").fetchall())
 
 
 def cli_env(work: Path, models: Path | None) -> dict[str, str]:
@@ -312,6 +337,10 @@ def main(argv: list[str] | None = None) -> int:
                         help="results file name in bench/results (without .md/.json)")
     parser.add_argument("--child", nargs=2, metavar=("KIND", "SPEC"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.child and args.child[0] == "bulk":
+        spec = json.loads(Path(args.child[1]).read_text())
+        print(json.dumps(bulk.replicate(spec["location"], spec["target"])))
+        return 0
     if args.child:
         return sup.child_main(*args.child)
     if args.render:
@@ -342,30 +371,32 @@ def main(argv: list[str] | None = None) -> int:
                                "started": datetime.now(UTC).isoformat(timespec="seconds")}
         res["python -c pass ms"] = reference_process()
         engines = args.engines.split(",")
-        if "sqlite" in engines:
-            res["sqlite"] = engine_run("sqlite", str(work / "scale.db"), events, args.append,
-                                       args.batch, queries, warmup, models, docs, work, target)
-            save(res, args.quick, args.name)
-            for suffix in ("", "-wal", "-shm"):
-                Path(f"{work / 'scale.db'}{suffix}").unlink(missing_ok=True)
-        if "postgresql" in engines:
-            import psycopg
-
-            with running_server() as server:
-                with psycopg.connect(server.dsn, autocommit=True) as admin:
-                    admin.execute("CREATE DATABASE memcli_scale TEMPLATE template0")
-                    res["postgres_settings"] = dict(admin.execute(
-                        "SELECT name, setting FROM pg_settings WHERE name IN ('shared_buffers',"
-                        " 'work_mem', 'fsync', 'synchronous_commit', 'server_version')"
-                    ).fetchall())
-                dsn = server.dsn.rsplit("/", 1)[0] + "/memcli_scale"
-                res["postgresql"] = engine_run("postgresql", dsn, events, args.append,
-                                               args.batch, queries, warmup, models, docs,
-                                               work, target)
-                res["postgresql"]["server_rss_mb"] = report.server_rss_mb(server)
+        with contextlib.ExitStack() as stack:
+            locations = {}
+            if "sqlite" in engines:
+                locations["sqlite"] = str(work / "scale.db")
+            if "postgresql" in engines:
+                server = stack.enter_context(running_server())
+                res["postgres_settings"] = create_database(server.dsn, "memcli_scale")
+                locations["postgresql"] = server.dsn.rsplit("/", 1)[0] + "/memcli_scale"
+            for name, loc in locations.items():
+                res[name] = load_run(name, loc, events, args.batch, models, docs, work)
+            if target is not None:
+                for name, out in bulk_runs(locations, target, models, work).items():
+                    res[name]["bulk"] = out
                 save(res, args.quick, args.name)
-                res["postgresql"]["plans"] = explain(dsn, server.folder / "server.log",
-                                                     queries, models, work)
+            for name, loc in locations.items():
+                res[name].update(measure_run(name, loc, args.append, args.batch, queries, warmup,
+                                             models, docs, work))
+                if name == "postgresql":
+                    res[name]["server_rss_mb"] = report.server_rss_mb(server)
+                save(res, args.quick, args.name)
+                if name == "postgresql":
+                    res[name]["plans"] = explain(loc, server.folder / "server.log", queries,
+                                                 models, work)
+                else:
+                    for suffix in ("", "-wal", "-shm"):
+                        Path(f"{loc}{suffix}").unlink(missing_ok=True)
         res["seconds"] = time.time() - started
         res["load_avg"] = perf.loadavg()
     finally:

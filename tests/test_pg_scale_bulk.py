@@ -145,4 +145,5 @@ def test_bulk_check_finds_nothing_wrong(db_path, tmp_path: Path) -> None:
     result = bulk.verify(str(db_path), report["base_memories"], report["copies"], env, before,
                          samples=5)
     assert result["problems"] == []
-    assert result["counts"]["memories"] == 160 and result["query_found"] == 5
+    assert result["counts"]["memories"] == 160 and result["query_found"] == {"copies": 5,
+                                                                        "originals": 5}
