@@ -47,10 +47,12 @@ class PgAdapter:
     """`execute`/`scalar` with `?` placeholders over a psycopg connection."""
 
     def __init__(self, conn: Any) -> None:
+        from memcli.store.postgres.backend import BACKEND
         from memcli.store.postgres.dialect import DIALECT
 
         self.conn = conn
         self.dialect = DIALECT  # portable store SQL spells engine fragments through it
+        self.backend = BACKEND  # and reaches the engine's plans through it (best_in_scope)
 
     def execute(self, sql: str, params: Any = None) -> list[tuple]:
         cur = self.conn.execute(sql.replace("%", "%%").replace("?", "%s"), params)

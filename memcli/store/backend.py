@@ -66,6 +66,13 @@ class Backend(Protocol):
         """Cosine similarity to a float32 vector (`scope_rows`: an upper bound of the memories
         passing the filters, if known, to pick exact scan vs index)."""
 
+    def best_in_scope(self, db: Database, ctes: str, scored: str, params: list,
+                      filters: Filters, limit: int, small_scope: bool, ties: str) -> Hits:
+        """The `limit` best rows of an aggregate (the entity and sparse legs' scores) passing
+        the filters: memcli.store.search.best_in_scope says what the arguments are. Its
+        large-scope plan needs rows in score order out of a join, which each engine gets its
+        own way."""
+
     def semantic_neighbours(self, db: Database, memory_id: int, vector: bytes, tenant_id: str,
                             user_id: str | None, kinds: tuple[str, ...], k: int) -> Hits:
         """The `k` active memories of the user (these kinds) most similar to a memory."""

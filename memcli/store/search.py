@@ -1,7 +1,9 @@
 """The retrieval legs. Every leg applies the same Filters inside its own query.
 
 The entity leg and the plans it shares with the sparse leg (`best_in_scope`) are portable SQL;
-the lexical, trigram and dense legs are the engine's (`db.backend`, memcli.store.backend)."""
+the lexical, trigram and dense legs are the engine's (`db.backend`, memcli.store.backend),
+and so is the large-scope plan of `best_in_scope` (an ordered join on SQLite, an explicit
+ORDER BY on PostgreSQL, whose planner keeps no join order)."""
 
 from __future__ import annotations
 
@@ -58,8 +60,16 @@ def trigram(db: Database, query: LexicalQuery, filters: Filters,
 
 def best_in_scope(db: Database, ctes: str, scored: str, params: list, filters: Filters,
                   limit: int, small_scope: bool, ties: str = "ASC") -> list[tuple[int, float]]:
-    """The `limit` best (id, score) rows of an aggregate that pass the filters, by one of two
-    plans with the same result (tests check they agree):
+    """The `limit` best (id, score) rows of an aggregate that pass the filters (the entity and
+    sparse legs), by the engine's plans (`Backend.best_in_scope`): SQLite's are
+    `joined_best_in_scope`, PostgreSQL's memcli.store.postgres.legs.best_in_scope."""
+    return db.backend.best_in_scope(db, ctes, scored, params, filters, limit, small_scope, ties)
+
+
+def joined_best_in_scope(db: Database, ctes: str, scored: str, params: list,
+                         filters: Filters, limit: int, small_scope: bool,
+                         ties: str = "ASC") -> list[tuple[int, float]]:
+    """`best_in_scope` by one of two plans with the same result (tests check they agree):
 
     - `small_scope`: only rows of memories passing the filters are aggregated (cheap when few
       do): `scored` gets the condition through its `{in_scope}` placeholder.
@@ -71,12 +81,6 @@ def best_in_scope(db: Database, ctes: str, scored: str, params: list, filters: F
     `id` and `score` over them, grouped by id, with `WHERE {in_scope}`; `ties`: the id order
     among equal scores.
     """
-    if not small_scope and db.dialect.name == "postgresql":
-        # No join keeps the sorted scores as the outer loop there (rows came out in id order,
-        # measured): the same plan with an explicit order (memcli.store.postgres.legs).
-        from memcli.store.postgres.legs import best_in_scope as ordered
-
-        return ordered(db, ctes, scored, params, filters, limit, small_scope, ties)
     where, filter_params = filters.sql()
     join = db.dialect.ORDERED_JOIN
     if small_scope:

@@ -40,6 +40,28 @@ def record_vocab(db: Database, vocab_hash: str) -> None:
                                     "run `memcli reindex` to rebuild the sparse index")
 
 
+# Rows per multi-row statement (3 parameters each stays far below either engine's limit).
+BATCH_ROWS = 500
+
+
+def _chunks(rows: list[tuple], size: int = BATCH_ROWS):
+    for start in range(0, len(rows), size):
+        yield rows[start:start + size]
+
+
+def _add_df(db: Database, counts: Counter[int]) -> None:
+    """Add `counts` (negative: remove) to the terms' df: one upsert per BATCH_ROWS terms,
+    in term order. One statement instead of one per term was the write path's cost on
+    PostgreSQL (bench/results/pg-scale.md); sorted keys mean two writers that both touch
+    terms a and b lock them in the same order (no deadlock without the writer lock)."""
+    rows = sorted((t, n) for t, n in counts.items() if n)
+    for part in _chunks(rows):
+        db.execute(
+            "INSERT INTO sparse_df (term_id, df) VALUES " + ",".join(["(?, ?)"] * len(part))
+            + " ON CONFLICT (term_id) DO UPDATE SET df = sparse_df.df + excluded.df",
+            [v for row in part for v in row])
+
+
 def insert_postings(db: Database, docs: list[tuple[int, dict[int, float]]]) -> None:
     postings = []
     packed = []
@@ -49,33 +71,37 @@ def insert_postings(db: Database, docs: list[tuple[int, dict[int, float]]]) -> N
         postings.extend((t, memory_id, w) for t, w in kept.items())
         packed.append((memory_id, array.array("H", sorted(kept)).tobytes()))
         df.update(kept.keys())
-    db.executemany(
-        "INSERT INTO sparse_postings (term_id, memory_id, weight) VALUES (?, ?, ?)"
-        " ON CONFLICT (term_id, memory_id) DO UPDATE SET weight = excluded.weight",
-        postings,
-    )
+    for part in _chunks(sorted(postings)):
+        db.execute(
+            "INSERT INTO sparse_postings (term_id, memory_id, weight) VALUES "
+            + ",".join(["(?, ?, ?)"] * len(part))
+            + " ON CONFLICT (term_id, memory_id) DO UPDATE SET weight = excluded.weight",
+            [v for row in part for v in row])
     db.executemany("INSERT INTO memory_sparse (memory_id, terms) VALUES (?, ?)"
                    " ON CONFLICT (memory_id) DO UPDATE SET terms = excluded.terms", packed)
-    db.executemany(
-        "INSERT INTO sparse_df (term_id, df) VALUES (?, ?)"
-        " ON CONFLICT (term_id) DO UPDATE SET df = sparse_df.df + excluded.df",
-        list(df.items()),
-    )
+    _add_df(db, df)
 
 
 def delete_postings(db: Database, memory_ids: list[int]) -> None:
+    pairs: list[tuple[int, int]] = []
+    df: Counter[int] = Counter()
+    found: list[int] = []
     for memory_id in memory_ids:
         blob = db.scalar("SELECT terms FROM memory_sparse WHERE memory_id = ?", (memory_id,))
         if blob is None:
             continue
         terms = array.array("H")
         terms.frombytes(blob)
-        db.executemany(
-            "DELETE FROM sparse_postings WHERE term_id = ? AND memory_id = ?",
-            [(t, memory_id) for t in terms],
-        )
-        db.executemany("UPDATE sparse_df SET df = df - 1 WHERE term_id = ?", [(t,) for t in terms])
-        db.execute("DELETE FROM memory_sparse WHERE memory_id = ?", (memory_id,))
+        pairs.extend((t, memory_id) for t in terms)
+        df.subtract(terms)
+        found.append(memory_id)
+    for part in _chunks(sorted(pairs)):
+        db.execute("DELETE FROM sparse_postings WHERE (term_id, memory_id) IN (VALUES "
+                   + ",".join(["(?, ?)"] * len(part)) + ")", [v for row in part for v in row])
+    _add_df(db, df)
+    for part in _chunks([(m,) for m in found]):
+        db.execute(f"DELETE FROM memory_sparse WHERE memory_id IN ({','.join('?' * len(part))})",
+                   [m for (m,) in part])
 
 
 def reset(db: Database, model_id: str) -> None:

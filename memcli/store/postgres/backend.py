@@ -33,9 +33,9 @@ if TYPE_CHECKING:
 
 # Tables a purge deletes from (VACUUMed afterwards so their dead rows are reclaimed).
 PURGED_TABLES = ("events", "artifacts", "memories", "memory_vectors", "sparse_postings",
-                 "memory_sparse", "sparse_df", "memory_entities", "relations", "history",
-                 "change_log", "sessions", "session_consolidation", "decisions", "tasks",
-                 "checkpoints", "proposals", "request_metrics", "meta")
+                 "memory_sparse", "sparse_df", "lexeme_df", "lexical_stats", "memory_entities",
+                 "relations", "history", "change_log", "sessions", "session_consolidation",
+                 "decisions", "tasks", "checkpoints", "proposals", "request_metrics", "meta")
 
 # The context of each memory as ingest gives it (memcli.store.sqlite.fts, the same rule): an
 # episode's previous episode of its session; a `high` memory has none and is nobody's.
@@ -79,6 +79,11 @@ class PgBackend:
               scope_rows: int | None) -> list[tuple[int, float]]:
         return legs.dense(db, vector, filters, limit, scope_rows)
 
+    def best_in_scope(self, db: PgDatabase, ctes: str, scored: str, params: list,
+                      filters: Filters, limit: int, small_scope: bool, ties: str
+                      ) -> list[tuple[int, float]]:
+        return legs.best_in_scope(db, ctes, scored, params, filters, limit, small_scope, ties)
+
     def semantic_neighbours(self, db: PgDatabase, memory_id: int, vector: bytes,
                             tenant_id: str, user_id: str | None, kinds: tuple[str, ...],
                             k: int) -> list[tuple[int, float]]:
@@ -117,6 +122,7 @@ class PgBackend:
     def rebuild_lexical(self, db: PgDatabase) -> None:
         """Every memory's context again (`fts` is recomputed by PostgreSQL with the row)."""
         db.execute(_CONTEXTS.format(where="", only=""))
+        legs.recount_lexical(db)
 
     def reset_lexical(self, db: PgDatabase) -> None:
         """Rebuild the GIN indexes over `fts` and the trigrams (REINDEX: a damaged index is
@@ -124,6 +130,8 @@ class PgBackend:
         for name in ("memories_fts", "memories_trgm"):
             if db.scalar("SELECT to_regclass(?) IS NOT NULL", (name,)):
                 db.execute(f"REINDEX INDEX {name}")
+        if db.scalar("SELECT to_regclass('lexeme_df') IS NOT NULL"):
+            legs.recount_lexical(db)
 
     def optimize_lexical(self, db: PgDatabase) -> None:
         """No-op: deleted rows leave the GIN at VACUUM (erase_physically)."""

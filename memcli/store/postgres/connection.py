@@ -175,7 +175,7 @@ class PgDatabase(MetaRows):
     def execute(self, sql: str, params: tuple | dict | None = None) -> Rows:
         plan = rewrite(sql)
         try:
-            cursor = self.conn.execute(plan.sql, plan.bind(params))
+            cursor = self.conn.execute(*plan.render(params))
         except psycopg.Error as exc:
             failure = self._fail(exc)
             if failure is exc:
@@ -213,7 +213,7 @@ class PgDatabase(MetaRows):
                                   withhold=not self.in_transaction)
         try:
             try:
-                cursor.execute(plan.sql, plan.bind(params))
+                cursor.execute(*plan.render(params))
             except psycopg.Error as exc:
                 failure = self._fail(exc)
                 if failure is exc:

@@ -91,7 +91,26 @@ def lexical(db: Any, terms: list[str], filters: Filters, limit: int,
 
 
 # A document's length in tokens: the positions of all its lexemes (FTS5 counts tokens too).
+# The stored column `fts_tokens` holds it for `fts` (schema.sql's memcli_tokens).
 _TOKENS = "(SELECT sum(coalesce(array_length(u.positions, 1), 1)) FROM unnest({fts}) u)"
+
+# Corpus statistics, two ways. `kept` (the leg's): what the writers keep beside the rows
+# (schema.sql: lexeme_df, lexical_stats, memories.fts_tokens), read by key. `counted` (for
+# bench variants over other columns or configurations): df counted per lexeme through the
+# GIN, the corpus size the highest id, the mean length that of the newest AVGDL_SAMPLE rows.
+_KEPT = """lex AS (SELECT l AS lexeme, coalesce(d.df, 0) AS df
+            FROM unnest(tsvector_to_array(to_tsvector('{config}', ?))) AS l
+            LEFT JOIN lexeme_df d ON d.lexeme = l),
+    corpus AS (SELECT docs::float8 AS n,
+                      greatest(tokens::float8 / greatest(docs, 1), 1)::float8 AS avgdl
+               FROM lexical_stats)"""
+_COUNTED = """lex AS (SELECT l AS lexeme,
+                   (SELECT count(*) FROM memories d
+                    WHERE d.{column} @@ quote_literal(l)::tsquery) AS df
+            FROM unnest(tsvector_to_array(to_tsvector('{config}', ?))) AS l),
+    corpus AS (SELECT (SELECT coalesce(max(id), 0) FROM memories)::float8 AS n,
+                      greatest(avg({length}), 1)::float8 AS avgdl
+               FROM (SELECT {column} FROM memories ORDER BY id DESC LIMIT {sample}) r)"""
 
 
 def bm25_sql(count: int, where: str, config: str = TEXT_CONFIG, column: str = "fts",
@@ -99,28 +118,31 @@ def bm25_sql(count: int, where: str, config: str = TEXT_CONFIG, column: str = "f
     """The BM25 statement; parameters: the terms, the terms joined by spaces, the context
     weight, the filters' parameters, the limit.
 
-    Corpus statistics as FTS5 keeps them, without a scan per query: the document count is the
-    highest memory id (an upper bound that costs one index seek; SQLite's sparse leg scales its
-    df cut-off by it too), the mean length that of the newest AVGDL_SAMPLE memories. df is
-    counted per query lexeme through the GIN (a bitmap count). `doc_length` "tokens" (FTS5's
-    measure) or "lexemes" (`length(fts)`: distinct lexemes, read from the tsvector's header).
-    """
+    Corpus statistics as FTS5 keeps them: on the leg's own column (`fts`, the `memcli`
+    configuration, lengths in tokens) the writers' df table, memory count and token total,
+    and each memory's stored length (`fts_tokens`): a few key lookups, no scan. Any other
+    column, configuration or `doc_length` ("lexemes": `length(fts)`, distinct lexemes) has no
+    kept statistics: they are counted per query (see _COUNTED), for bench/pg_legs.py's
+    variants. The terms' tf still comes from each match's tsvector (the positions of the
+    query's lexemes at weight A, plus `context_weight` times those at weight B)."""
     tsq = tsquery_sql(count, config)
-    length = (_TOKENS if doc_length == "tokens" else "length({fts})")
+    kept = column == "fts" and config == TEXT_CONFIG and doc_length == "tokens"
+    if kept:
+        stats = _KEPT.format(config=config)
+        dl = "m.fts_tokens"
+    else:
+        length = (_TOKENS if doc_length == "tokens" else "length({fts})")
+        stats = _COUNTED.format(config=config, column=column, sample=AVGDL_SAMPLE,
+                                length=length.format(fts="r." + column))
+        dl = length.format(fts="m." + column)
     return f"""
     WITH q AS (SELECT {tsq} AS q),
-    lex AS (SELECT l AS lexeme,
-                   (SELECT count(*) FROM memories d
-                    WHERE d.{column} @@ quote_literal(l)::tsquery) AS df
-            FROM unnest(tsvector_to_array(to_tsvector('{config}', ?))) AS l),
+    {stats},
     cw AS (SELECT ?::float8 AS v),
-    corpus AS (SELECT (SELECT coalesce(max(id), 0) FROM memories)::float8 AS n,
-                      greatest(avg({length.format(fts="r." + column)}), 1)::float8 AS avgdl
-               FROM (SELECT {column} FROM memories ORDER BY id DESC LIMIT {AVGDL_SAMPLE}) r),
     idf AS (SELECT lex.lexeme,
                    greatest(ln((corpus.n - lex.df + 0.5) / (lex.df + 0.5)), {IDF_FLOOR}) AS idf
             FROM lex, corpus),
-    cand AS MATERIALIZED (SELECT m.id, m.{column} AS fts, {length.format(fts="m." + column)} AS dl
+    cand AS MATERIALIZED (SELECT m.id, m.{column} AS fts, {dl} AS dl
              FROM memories m, q WHERE m.{column} @@ q.q AND {where}),
     tf AS (SELECT c.id, c.dl, u.lexeme,
                   (SELECT count(*) FILTER (WHERE w = 'A') + cw.v * count(*) FILTER (WHERE w = 'B')
@@ -131,6 +153,17 @@ def bm25_sql(count: int, where: str, config: str = TEXT_CONFIG, column: str = "f
                       / (tf.tf + {BM25_K1} * (1 - {BM25_B} + {BM25_B} * tf.dl / corpus.avgdl))) AS s
     FROM tf JOIN idf ON idf.lexeme = tf.lexeme, corpus
     GROUP BY tf.id ORDER BY s DESC, tf.id LIMIT ?"""
+
+
+def recount_lexical(db: Any) -> None:
+    """The kept statistics again from the rows (schema.sql's triggers keep them; this is
+    their repair: rebuild and reset of the lexical index). Rows at df 0 are dropped."""
+    db.execute("DELETE FROM lexeme_df")
+    db.execute("INSERT INTO lexeme_df (lexeme, df) SELECT l, count(*)"
+               " FROM memories m, unnest(tsvector_to_array(m.fts)) l GROUP BY l ORDER BY l")
+    db.execute("INSERT INTO lexical_stats (one, docs, tokens)"
+               " SELECT true, count(*), coalesce(sum(fts_tokens), 0) FROM memories"
+               " ON CONFLICT (one) DO UPDATE SET docs = excluded.docs, tokens = excluded.tokens")
 
 
 def like_pattern(gram: str) -> str:

@@ -12,6 +12,14 @@ statement is turned into named parameters `%(_pN)s` and a sequence of values int
 (`bind`), the one way psycopg lets a value be used twice by position. A bare `?` after `?N`
 takes number N+1, as in SQLite.
 
+`column IS NOT DISTINCT FROM ?` (the store's NULL-safe equality, SQLite's `IS`) is an
+index condition on SQLite but only a filter on PostgreSQL (errata 8 of
+docs/design/postgresql.md: the planner cannot look it up in a B-tree). `render` gives it its
+indexable form once the value is known: `(column IS NULL)` for None (the parameter dropped),
+else `(column = ? AND column IS NOT NULL)`, which is the same truth value in every context
+(under NOT too). Only a plain (qualified) column after WHERE/AND/OR/ON/`(` is rewritten;
+anything else keeps the portable form, as executemany does (its rows may differ in NULLs).
+
 Results are cached per statement text (the store has a few hundred distinct texts).
 Not handled on purpose: an array slice written `a[x:y]` with a name after the colon (the
 store has none; write `a[x : y]`), SQLite's `@name` / `$name` parameters (unused).
@@ -48,11 +56,22 @@ class PlaceholderError(ValueError):
     """The statement mixes parameter styles psycopg cannot take together."""
 
 
+# `column IS NOT DISTINCT FROM ` right before a `?`, the column after a keyword or `(`.
+_NULLSAFE = re.compile(
+    r"(?:(?<=\()|(?<=\s))(?P<column>[A-Za-z_][\w]*(?:\.[A-Za-z_]\w*)?)\s+IS\s+NOT\s+DISTINCT"
+    r"\s+FROM\s+$", re.IGNORECASE)
+_BEFORE = re.compile(r"(?:\(|\b(?:WHERE|AND|OR|ON))\s*$", re.IGNORECASE)
+
+
 @dataclass(frozen=True)
 class Rewritten:
     sql: str  # psycopg's form (`%` doubled); the original text when it has no parameters
     style: str  # "none" | "positional" | "named" | "numbered"
     count: int  # positional: how many `?`; numbered: the highest number
+    # NULL-safe comparisons: (index of the `?` among the positional ones, column); `parts`
+    # is `sql` cut before each of them (len(nullsafe) + 1 pieces), for `render`.
+    nullsafe: tuple[tuple[int, str], ...] = ()
+    parts: tuple[str, ...] = ()
 
     def bind(self, params):
         """`params` in the form psycopg expects for `sql` (numbered: a dict)."""
@@ -61,6 +80,28 @@ class Rewritten:
         if self.style == "numbered" and not isinstance(params, dict):
             return {f"_p{i + 1}": value for i, value in enumerate(params)}
         return params
+
+    def render(self, params) -> tuple[str, object]:
+        """The statement and its parameters for these values: `sql` with each NULL-safe
+        comparison in its indexable form (see the module's docstring)."""
+        if not self.nullsafe or params is None or isinstance(params, dict):
+            return self.sql, self.bind(params)
+        values = list(params)
+        nulls = tuple(values[i] is None for i, _ in self.nullsafe)
+        for i, _ in reversed(self.nullsafe):
+            if values[i] is None:
+                del values[i]
+        return _nullsafe_text(self, nulls), values
+
+
+@lru_cache(maxsize=4096)
+def _nullsafe_text(plan: Rewritten, nulls: tuple[bool, ...]) -> str:
+    out = [plan.parts[0]]
+    for (_, column), null, rest in zip(plan.nullsafe, nulls, plan.parts[1:], strict=True):
+        out.append(f"({column} IS NULL)" if null
+                   else f"({column} = %s AND {column} IS NOT NULL)")
+        out.append(rest)
+    return "".join(out)
 
 
 def _block_comment_end(sql: str, start: int) -> int:
@@ -87,6 +128,7 @@ def rewrite(sql: str) -> Rewritten:
     largest = 0  # SQLite: a bare `?` is one more than the largest number assigned so far
     numbered = False
     bare: list[tuple[int, int]] = []  # (index in `out`, its number) of each bare `?`
+    cuts: list[tuple[int, int, int, str]] = []  # NULL-safe `?`: out index, cut, number, column
     while True:
         match = _TOKEN.search(sql, pos)
         if match is None:
@@ -111,6 +153,10 @@ def rewrite(sql: str) -> Rewritten:
             numbered, largest = True, max(largest, number)
             out.append(f"%(_p{number})s")
         elif kind == "positional":
+            found = _NULLSAFE.search(out[-1])
+            if found and _BEFORE.search(out[-1][:found.start()]):
+                # Cut here: `render` writes the column's comparison in place of `%s`.
+                cuts.append((len(out), found.start(), positional, found.group("column")))
             positional += 1
             largest += 1
             bare.append((len(out), largest))
@@ -127,7 +173,15 @@ def rewrite(sql: str) -> Rewritten:
             out[index] = f"%(_p{number})s"
         return Rewritten("".join(out), "numbered", largest)
     if positional:
-        return Rewritten("".join(out), "positional", positional)
+        if not cuts:
+            return Rewritten("".join(out), "positional", positional)
+        parts, done = [], 0
+        for index, cut, _, _ in cuts:
+            parts.append("".join(out[done:index - 1]) + out[index - 1][:cut])
+            done = index + 1  # past the `%s`
+        parts.append("".join(out[done:]))
+        return Rewritten("".join(out), "positional", positional,
+                         tuple((number, column) for _, _, number, column in cuts), tuple(parts))
     if named:
         return Rewritten("".join(out), "named", named)
     return Rewritten(sql, "none", 0)

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 import apsw
 
 from memcli.errors import DatabaseBusyError, MemcliError
+from memcli.store import search
 from memcli.store.sqlite import fts, migrations, vec
 
 if TYPE_CHECKING:
@@ -39,6 +40,13 @@ class SqliteBackend:
     def dense(self, db: Database, vector: bytes, filters: Filters, limit: int,
               scope_rows: int | None) -> list[tuple[int, float]]:
         return vec.dense(db, vector, filters, limit, scope_rows)
+
+    def best_in_scope(self, db: Database, ctes: str, scored: str, params: list,
+                      filters: Filters, limit: int, small_scope: bool, ties: str
+                      ) -> list[tuple[int, float]]:
+        # CROSS JOIN keeps the sorted scores as the outer loop: portable SQL otherwise.
+        return search.joined_best_in_scope(db, ctes, scored, params, filters, limit,
+                                           small_scope, ties)
 
     def semantic_neighbours(self, db: Database, memory_id: int, vector: bytes, tenant_id: str,
                             user_id: str | None, kinds: tuple[str, ...], k: int
