@@ -44,8 +44,11 @@ import numpy as np
 SHIFT_STEP = 37  # users move by 8 x (c * 37 mod 125): distinct for c < 125, tenant kept
 PER_USER_TABLES = ("events", "memories", "history", "memory_vectors", "memory_sparse",
                    "memory_entities", "sessions", "threads", "change_log")
+# lexeme_df and lexical_stats (PostgreSQL's BM25 statistics) are kept by statement triggers on
+# memories, which COPY fires as INSERT does
 HANDLED = set(PER_USER_TABLES) | {"meta", "sparse_postings", "sparse_df", "entities",
-                                  "entity_aliases", "request_metrics", "run_locks"}
+                                  "entity_aliases", "request_metrics", "run_locks", "lexeme_df",
+                                  "lexical_stats"}
 PG_DEFERRED = ("events", "memories", "history", "memory_vectors", "memory_entities",
                "change_log", "sessions")
 
@@ -138,8 +141,10 @@ class Base:
             raise SystemExit(f"bulk: ingest wrote rows to {stray}, which the copy does not know")
         self.rows = {t: db.query(f"SELECT * FROM {t}") for t in PER_USER_TABLES
                      if t != "memory_vectors"}
-        self.rows["memories"] = [{k: v for k, v in r.items() if k != "fts"}
-                                 for r in self.rows["memories"]]
+        generated = _generated(db, engine)  # PostgreSQL's fts, fts_tokens: computed by it
+        for table, rows in self.rows.items():
+            self.rows[table] = [{k: v for k, v in r.items() if (table, k) not in generated}
+                                for r in rows]
         self.max_id = {"memories": _max(db, "memories", "id"), "events": _max(db, "events", "seq"),
                        "history": _max(db, "history", "id"),
                        "change_log": _max(db, "change_log", "id")}
@@ -169,6 +174,14 @@ def _tables(db: Any, engine: str) -> list[str]:
             " AND sql NOT LIKE 'CREATE VIRTUAL%'")]
     return [r["tablename"] for r in db.query(
         "SELECT tablename FROM pg_tables WHERE schemaname = current_schema()")]
+
+
+def _generated(db: Any, engine: str) -> set[tuple[str, str]]:
+    if engine == "sqlite":
+        return set()
+    return {(r["table_name"], r["column_name"]) for r in db.query(
+        "SELECT table_name, column_name FROM information_schema.columns"
+        " WHERE table_schema = current_schema() AND is_generated = 'ALWAYS'")}
 
 
 def _count(db: Any, table: str) -> int:
@@ -464,6 +477,11 @@ def verify(location: str, base_memories: int, copies: int, env: dict[str, str],
         base_n = int(db.scalar(f"SELECT count(*) FROM {table} WHERE {_base_where(table, m)}"))
         if n != base_n * copies:
             problems.append(f"{table}: {n} rows, expected {base_n} x {copies}")
+    if engine == "postgresql" and db.scalar("SELECT to_regclass('lexical_stats')") is not None:
+        stats = db.query("SELECT docs, tokens FROM lexical_stats")[0]
+        real = db.query("SELECT count(*) AS docs, sum(fts_tokens) AS tokens FROM memories")[0]
+        if (int(stats["docs"]), int(stats["tokens"])) != (int(real["docs"]), int(real["tokens"])):
+            problems.append(f"lexical_stats {stats} vs memories {real}")
     rng = random.Random(5)
     sample = [(i, i + rng.randrange(1, copies) * m) for i in rng.sample(range(1, m + 1),
                                                                         min(samples, m))]
