@@ -2,11 +2,14 @@
 
     python bench/pg_scale.py --events 1000000     # the issue's size (see "needs" in the results)
     python bench/pg_scale.py --events 100000      # ~1 h on 2 busy cores (50k took 33 min)
-    python bench/pg_scale.py --quick              # 800 events, hash embedder: a CI smoke test
+    python bench/pg_scale.py --events 1000000 --bulk-base 10000   # 10k ingested, rows copied
+    python bench/pg_scale.py --quick              # 400 events + 1 copy, hash embedder: CI smoke
 
 Both engines, one after the other, through memcli's own write path (`Memory.ingest`, the store
-SQL, the backend's vector and posting writes): nothing is bulk-copied, so the stored rows, indexes,
-vectors and postings are what memcli writes (corpus and models: bench/pg_scale_support.py).
+SQL, the backend's vector and posting writes), so the stored rows, indexes, vectors and postings
+are what memcli writes (corpus and models: bench/pg_scale_support.py). With `--bulk-base N` only
+N events are ingested; their rows are then copied up to `--events` memories (both engines side
+by side, bench/pg_scale_bulk.py) and checked (bench/pg_scale_check.py) before the measurements.
 
 1. Ingest throughput with 8 concurrent writer processes, batches of `--batch` events: the whole
    load (each writer one of the 8 tenants), then `--append` more events into the loaded database
@@ -46,6 +49,7 @@ sys.path.insert(0, str(BENCH))
 
 import perf  # noqa: E402
 import pg_scale_bulk as bulk  # noqa: E402
+import pg_scale_check as check  # noqa: E402
 import pg_scale_report as report  # noqa: E402
 import pg_scale_support as sup  # noqa: E402
 
@@ -266,12 +270,12 @@ def bulk_runs(locations: dict[str, str], target: int, models: Path | None, work:
     side by side (one child each: the copies measure nothing, the load and the appends do),
     then checked one after the other (bench/pg_scale_bulk.py)."""
     env = cli_env(work, models)
-    before = {name: bulk.doctor(loc, env) for name, loc in locations.items()}
+    before = {name: check.doctor(loc, env) for name, loc in locations.items()}
     procs = {name: run_child("bulk", {"location": loc, "target": target}, work, f"bulk-{name}")
              for name, loc in locations.items()}
     out = {name: child_result(proc) for name, proc in procs.items()}
     for name, loc in locations.items():
-        out[name]["verify"] = bulk.verify(loc, out[name]["base_memories"], out[name]["copies"],
+        out[name]["verify"] = check.verify(loc, out[name]["base_memories"], out[name]["copies"],
                                           env, before[name])
         log(f"{name}: bulk check: {out[name]['verify']['problems'] or 'ok'}")
     return out

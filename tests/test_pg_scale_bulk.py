@@ -21,6 +21,7 @@ BENCH = Path(__file__).resolve().parent.parent / "bench"
 sys.path.insert(0, str(BENCH))
 
 import pg_scale_bulk as bulk  # noqa: E402
+import pg_scale_check as check  # noqa: E402
 import pg_scale_support as sup  # noqa: E402
 
 from memcli.memory import Memory  # noqa: E402
@@ -140,9 +141,9 @@ def test_bulk_copy_writes_what_ingest_writes(db_path, fresh) -> None:
 def test_bulk_check_finds_nothing_wrong(db_path, tmp_path: Path) -> None:
     ingest(db_path, sup.corpus(80))
     env = {"HOME": str(tmp_path), "MEMCLI_EMBEDDER": "hash", "PATH": "/usr/bin:/bin"}
-    before = bulk.doctor(str(db_path), env)
+    before = check.doctor(str(db_path), env)
     report = bulk.replicate(str(db_path), 160)
-    result = bulk.verify(str(db_path), report["base_memories"], report["copies"], env, before,
+    result = check.verify(str(db_path), report["base_memories"], report["copies"], env, before,
                          samples=5)
     assert result["problems"] == []
     assert result["counts"]["memories"] == 160 and result["query_found"] == {"copies": 5,
