@@ -154,6 +154,8 @@ def writers(location: str, parts: list[list[dict]], models: Path | None,
     # the children open the database and load the models first
     while not all((work / f"ready-{label}-{k}").exists() for k in range(len(parts))):
         if any(p.poll() is not None for p in procs):
+            for p in procs:  # the others would wait for the start file for ever
+                p.kill()
             raise SystemExit(f"a writer of {label} ended before the start")
         time.sleep(0.05)
     t0 = time.time()
