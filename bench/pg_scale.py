@@ -2,11 +2,14 @@
 
     python bench/pg_scale.py --events 1000000     # the issue's size (see "needs" in the results)
     python bench/pg_scale.py --events 100000      # ~1 h on 2 busy cores (50k took 33 min)
-    python bench/pg_scale.py --quick              # 800 events, hash embedder: a CI smoke test
+    python bench/pg_scale.py --events 1000000 --bulk-base 10000   # 10k ingested, rows copied
+    python bench/pg_scale.py --quick              # 400 events + 1 copy, hash embedder: CI smoke
 
 Both engines, one after the other, through memcli's own write path (`Memory.ingest`, the store
-SQL, the backend's vector and posting writes): nothing is bulk-copied, so the stored rows, indexes,
-vectors and postings are what memcli writes (corpus and models: bench/pg_scale_support.py).
+SQL, the backend's vector and posting writes), so the stored rows, indexes, vectors and postings
+are what memcli writes (corpus and models: bench/pg_scale_support.py). With `--bulk-base N` only
+N events are ingested; their rows are then copied up to `--events` memories (both engines side
+by side, bench/pg_scale_bulk.py) and checked (bench/pg_scale_check.py) before the measurements.
 
 1. Ingest throughput with 8 concurrent writer processes, batches of `--batch` events: the whole
    load (each writer one of the 8 tenants), then `--append` more events into the loaded database
@@ -26,6 +29,7 @@ and removed at the end). Results: bench/results/pg-scale.{md,json} (not for --qu
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import pickle
@@ -44,6 +48,8 @@ sys.path.insert(0, str(BENCH.parent / "tests"))
 sys.path.insert(0, str(BENCH))
 
 import perf  # noqa: E402
+import pg_scale_bulk as bulk  # noqa: E402
+import pg_scale_check as check  # noqa: E402
 import pg_scale_report as report  # noqa: E402
 import pg_scale_support as sup  # noqa: E402
 
@@ -148,6 +154,8 @@ def writers(location: str, parts: list[list[dict]], models: Path | None,
     # the children open the database and load the models first
     while not all((work / f"ready-{label}-{k}").exists() for k in range(len(parts))):
         if any(p.poll() is not None for p in procs):
+            for p in procs:  # the others would wait for the start file for ever
+                p.kill()
             raise SystemExit(f"a writer of {label} ended before the start")
         time.sleep(0.05)
     t0 = time.time()
@@ -251,19 +259,40 @@ def reference_process() -> float:
     return perf.pct(runs[2:], 50)
 
 
-def engine_run(name: str, location: str, events: list[dict], append: int, batch: int,
-               queries: list[dict], warmup: int, models: Path | None,
-               docs: dict[str, Any] | None, work: Path) -> dict[str, Any]:
+def load_run(name: str, location: str, events: list[dict], batch: int, models: Path | None,
+             docs: dict[str, Any] | None, work: Path) -> dict[str, Any]:
     log(f"{name}: load {len(events)} events, 8 writers (one tenant each)")
-    out: dict[str, Any] = {"load": writers(location, by_tenant(events), models, docs, batch, work,
-                                           f"{name}-load")}
+    return {"load": writers(location, by_tenant(events), models, docs, batch, work,
+                            f"{name}-load")}
+
+
+def bulk_runs(locations: dict[str, str], target: int, models: Path | None, work: Path
+              ) -> dict[str, dict[str, Any]]:
+    """--bulk-base: each database's loaded rows copied up to `target` memories, the engines
+    side by side (one child each: the copies measure nothing, the load and the appends do),
+    then checked one after the other (bench/pg_scale_bulk.py)."""
+    env = cli_env(work, models)
+    before = {name: check.doctor(loc, env) for name, loc in locations.items()}
+    procs = {name: run_child("bulk", {"location": loc, "target": target}, work, f"bulk-{name}")
+             for name, loc in locations.items()}
+    out = {name: child_result(proc) for name, proc in procs.items()}
+    for name, loc in locations.items():
+        out[name]["verify"] = check.verify(loc, out[name]["base_memories"], out[name]["copies"],
+                                          env, before[name])
+        log(f"{name}: bulk check: {out[name]['verify']['problems'] or 'ok'}")
+    return out
+
+
+def measure_run(name: str, location: str, append: int, batch: int, queries: list[dict],
+                warmup: int, models: Path | None, docs: dict[str, Any] | None, work: Path
+                ) -> dict[str, Any]:
+    out: dict[str, Any] = {}
     spread = sup.extra_events(append, copy=1, tenant=None)
     out["append 8 tenants"] = writers(location, round_robin(spread, WRITERS), models, docs, batch,
                                       work, f"{name}-8t")
     one = sup.extra_events(append, copy=2, tenant="t0")
     out["append 1 tenant"] = writers(location, round_robin(one, WRITERS), models, docs, batch,
-                                    work,
-                                     f"{name}-1t")
+                                     work, f"{name}-1t")
     out["size"] = sqlite_size(Path(location)) if name == "sqlite" else pg_size(location)
     if name == "sqlite":
         perf.page_cache_warm(Path(location))
@@ -277,6 +306,24 @@ def engine_run(name: str, location: str, events: list[dict], append: int, batch:
     return out
 
 
+def create_database(dsn: str, name: str) -> dict[str, str]:
+    """The benchmark's database on the throw-away server; the server's settings."""
+    import psycopg
+
+    with psycopg.connect(dsn, autocommit=True) as admin:
+        admin.execute(f"CREATE DATABASE {name} TEMPLATE template0")
+        return dict(admin.execute(
+            "SELECT name, setting FROM pg_settings WHERE name IN ('shared_buffers',"
+            " 'work_mem', 'fsync', 'synchronous_commit', 'server_version')").fetchall())
+
+
+def cli_env(work: Path, models: Path | None) -> dict[str, str]:
+    """The environment of the bulk check's `memcli query` (its own HOME, the run's models)."""
+    env = {**os.environ, "HOME": str(work), "OMP_WAIT_POLICY": "PASSIVE"}
+    env["MEMCLI_EMBEDDER"] = "hash" if models is None else "e5-small"
+    return env
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--events", type=int, default=100_000)
@@ -286,77 +333,92 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--source", type=Path, default=SOURCE,
                         help="perf's 100k database (stored encodings)")
     parser.add_argument("--workdir", type=Path, default=None, help="for the SQLite file")
+    parser.add_argument("--bulk-base", type=int, default=None,
+                        help="ingest this many events, then copy their rows up to --events"
+                             " memories (bench/pg_scale_bulk.py)")
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--engines", default="sqlite,postgresql")
     parser.add_argument("--render", type=Path, help="only render a results JSON again")
+    parser.add_argument("--name", default="pg-scale",
+                        help="results file name in bench/results (without .md/.json)")
     parser.add_argument("--child", nargs=2, metavar=("KIND", "SPEC"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.child and args.child[0] == "bulk":
+        spec = json.loads(Path(args.child[1]).read_text())
+        print(json.dumps(bulk.replicate(spec["location"], spec["target"])))
+        return 0
     if args.child:
         return sup.child_main(*args.child)
     if args.render:
         res = json.loads(args.render.read_text())
-        (RESULTS / "pg-scale.md").write_text(report.render(res))
+        (RESULTS / f"{args.name}.md").write_text(report.render(res))
         return 0
     if args.quick:
         args.events, args.append, args.queries = 800, 160, 20
+        args.bulk_base = args.bulk_base or 400  # the smoke runs the bulk path too
     from pg_support import running_server
 
     revision = report.git_revision()  # at start: the code measured is the code imported now
     work = Path(tempfile.mkdtemp(prefix="memcli-pgscale-", dir=args.workdir))
     started = time.time()
     try:
-        events = sup.corpus(args.events)
+        events = sup.corpus(args.bulk_base or args.events)
+        target = args.events if args.bulk_base else None
         warmup = 20 if not args.quick else 5
         queries = perf.generate_queries(args.queries + warmup, sup.scopes())
         models, docs = (None, None) if args.quick else build_models(
             events + sup.extra_events(args.append, 1, None)
             + sup.extra_events(args.append, 2, "t0"), queries, args.source, work)
-        res: dict[str, Any] = {"events": args.events, "users": sup.USERS,
+        res: dict[str, Any] = {"events": args.events, "bulk_base": args.bulk_base,
+                               "users": sup.USERS,
                                "tenants": sup.TENANTS, "quick": args.quick,
                                "revision": revision, "machine": report.machine(),
                                "queries": args.queries, "batch": args.batch,
                                "started": datetime.now(UTC).isoformat(timespec="seconds")}
         res["python -c pass ms"] = reference_process()
         engines = args.engines.split(",")
-        if "sqlite" in engines:
-            res["sqlite"] = engine_run("sqlite", str(work / "scale.db"), events, args.append,
-                                       args.batch, queries, warmup, models, docs, work)
-            save(res, args.quick)
-            for suffix in ("", "-wal", "-shm"):
-                Path(f"{work / 'scale.db'}{suffix}").unlink(missing_ok=True)
-        if "postgresql" in engines:
-            import psycopg
-
-            with running_server() as server:
-                with psycopg.connect(server.dsn, autocommit=True) as admin:
-                    admin.execute("CREATE DATABASE memcli_scale TEMPLATE template0")
-                    res["postgres_settings"] = dict(admin.execute(
-                        "SELECT name, setting FROM pg_settings WHERE name IN ('shared_buffers',"
-                        " 'work_mem', 'fsync', 'synchronous_commit', 'server_version')"
-                    ).fetchall())
-                dsn = server.dsn.rsplit("/", 1)[0] + "/memcli_scale"
-                res["postgresql"] = engine_run("postgresql", dsn, events, args.append,
-                                               args.batch, queries, warmup, models, docs, work)
-                res["postgresql"]["server_rss_mb"] = report.server_rss_mb(server)
-                save(res, args.quick)
-                res["postgresql"]["plans"] = explain(dsn, server.folder / "server.log",
-                                                     queries, models, work)
+        with contextlib.ExitStack() as stack:
+            locations = {}
+            if "sqlite" in engines:
+                locations["sqlite"] = str(work / "scale.db")
+            if "postgresql" in engines:
+                server = stack.enter_context(running_server())
+                res["postgres_settings"] = create_database(server.dsn, "memcli_scale")
+                locations["postgresql"] = server.dsn.rsplit("/", 1)[0] + "/memcli_scale"
+            for name, loc in locations.items():
+                res[name] = load_run(name, loc, events, args.batch, models, docs, work)
+            if target is not None:
+                for name, out in bulk_runs(locations, target, models, work).items():
+                    res[name]["bulk"] = out
+                save(res, args.quick, args.name)
+            for name, loc in locations.items():
+                res[name].update(measure_run(name, loc, args.append, args.batch, queries, warmup,
+                                             models, docs, work))
+                if name == "postgresql":
+                    res[name]["server_rss_mb"] = report.server_rss_mb(server)
+                save(res, args.quick, args.name)
+                if name == "postgresql":
+                    res[name]["plans"] = explain(loc, server.folder / "server.log", queries,
+                                                 models, work)
+                else:
+                    for suffix in ("", "-wal", "-shm"):
+                        Path(f"{loc}{suffix}").unlink(missing_ok=True)
         res["seconds"] = time.time() - started
         res["load_avg"] = perf.loadavg()
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    save(res, args.quick)
+    save(res, args.quick, args.name)
     print(report.render(res))
     return 0
 
 
-def save(res: dict[str, Any], quick: bool) -> None:
+def save(res: dict[str, Any], quick: bool, name: str = "pg-scale") -> None:
     """The results so far (a long run that fails late keeps what it measured)."""
     if quick:
         return
     RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "pg-scale.json").write_text(json.dumps(res, indent=1) + "\n")
-    (RESULTS / "pg-scale.md").write_text(report.render(res))
+    (RESULTS / f"{name}.json").write_text(json.dumps(res, indent=1) + "\n")
+    (RESULTS / f"{name}.md").write_text(report.render(res))
 
 
 if __name__ == "__main__":
