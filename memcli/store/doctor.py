@@ -32,25 +32,27 @@ def _ids(db: Database, sql: str) -> list[int]:
 
 # (name, rows that lost their memory) and (name, memories without their row). The lexical
 # indexes (the backend's) hold every memory (any state); vectors and sparse terms skip
-# soft-deleted ones.
+# soft-deleted ones. NOT EXISTS, not NOT IN (SELECT ...): PostgreSQL turns a NOT IN whose
+# list outgrows work_mem into a quadratic scan (doctor did not finish at 200k memories).
 ORPHANS = {
-    "memory_vectors": "SELECT memory_id FROM memory_vectors"
-                      " WHERE memory_id NOT IN (SELECT id FROM memories)",
-    "memory_sparse": "SELECT memory_id FROM memory_sparse"
-                     " WHERE memory_id NOT IN (SELECT id FROM memories)",
-    "sparse_postings": "SELECT DISTINCT memory_id FROM sparse_postings"
-                       " WHERE memory_id NOT IN (SELECT id FROM memories)",
-    "memory_entities": "SELECT memory_id FROM memory_entities"
-                       " WHERE memory_id NOT IN (SELECT id FROM memories)"
-                       " OR entity_id NOT IN (SELECT id FROM entities)",
-    "relations": "SELECT src_id FROM relations WHERE src_id NOT IN (SELECT id FROM memories)"
-                 " OR dst_id NOT IN (SELECT id FROM memories)",
+    "memory_vectors": "SELECT memory_id FROM memory_vectors v"
+                      " WHERE NOT EXISTS (SELECT 1 FROM memories m WHERE m.id = v.memory_id)",
+    "memory_sparse": "SELECT memory_id FROM memory_sparse s"
+                     " WHERE NOT EXISTS (SELECT 1 FROM memories m WHERE m.id = s.memory_id)",
+    "sparse_postings": "SELECT DISTINCT memory_id FROM sparse_postings p"
+                       " WHERE NOT EXISTS (SELECT 1 FROM memories m WHERE m.id = p.memory_id)",
+    "memory_entities": "SELECT memory_id FROM memory_entities l"
+                       " WHERE NOT EXISTS (SELECT 1 FROM memories m WHERE m.id = l.memory_id)"
+                       " OR NOT EXISTS (SELECT 1 FROM entities e WHERE e.id = l.entity_id)",
+    "relations": "SELECT src_id FROM relations r"
+                 " WHERE NOT EXISTS (SELECT 1 FROM memories m WHERE m.id = r.src_id)"
+                 " OR NOT EXISTS (SELECT 1 FROM memories m WHERE m.id = r.dst_id)",
 }
 MISSING = {
-    "memory_vectors": "SELECT id FROM memories WHERE state != 'soft_deleted'"
-                      " AND id NOT IN (SELECT memory_id FROM memory_vectors)",
-    "memory_sparse": "SELECT id FROM memories WHERE state != 'soft_deleted'"
-                     " AND id NOT IN (SELECT memory_id FROM memory_sparse)",
+    "memory_vectors": "SELECT id FROM memories m WHERE state != 'soft_deleted'"
+                      " AND NOT EXISTS (SELECT 1 FROM memory_vectors v WHERE v.memory_id = m.id)",
+    "memory_sparse": "SELECT id FROM memories m WHERE state != 'soft_deleted'"
+                     " AND NOT EXISTS (SELECT 1 FROM memory_sparse s WHERE s.memory_id = m.id)",
 }
 
 

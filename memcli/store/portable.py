@@ -270,5 +270,6 @@ def unembedded_forgotten(db: Database, ids: list[int]) -> list[tuple[int, str]]:
         marks = ",".join("?" * len(part))
         out.extend((r[0], r[1]) for r in db.execute(
             f"SELECT id, content FROM memories WHERE id IN ({marks}) AND state = 'soft_deleted'"
-            f" AND id NOT IN (SELECT memory_id FROM memory_vectors) ORDER BY id", tuple(part)))
+            f" AND NOT EXISTS (SELECT 1 FROM memory_vectors v WHERE v.memory_id = memories.id)"
+            f" ORDER BY id", tuple(part)))
     return out

@@ -206,7 +206,8 @@ def reset_entity_links(db: Database) -> None:
 
 def drop_unused_entities(db: Database) -> int:
     return db.change_count(
-        "DELETE FROM entities WHERE id NOT IN (SELECT entity_id FROM memory_entities)")
+        "DELETE FROM entities WHERE NOT EXISTS"
+        " (SELECT 1 FROM memory_entities l WHERE l.entity_id = entities.id)")
 
 
 def reset_sparse(db: Database) -> None:
@@ -250,7 +251,8 @@ def delete_orphan_vectors(db: Database) -> list[int]:
     from memcli.store.vectors import delete_vectors
 
     ids = [int(r[0]) for r in db.execute(
-        "SELECT memory_id FROM memory_vectors WHERE memory_id NOT IN (SELECT id FROM memories)")]
+        "SELECT memory_id FROM memory_vectors v"
+        " WHERE NOT EXISTS (SELECT 1 FROM memories m WHERE m.id = v.memory_id)")]
     for start in range(0, len(ids), 500):
         delete_vectors(db, ids[start:start + 500])
     return ids
@@ -264,9 +266,9 @@ def lost_derived(db: Database) -> list[dict[str, Any]]:
     rows = db.query(
         "SELECT h.memory_id AS id, h.meta FROM history h WHERE h.op = 'ADD'"
         " AND h.event_id IS NULL AND h.memory_id IS NOT NULL AND h.meta != '{}'"
-        " AND h.memory_id NOT IN (SELECT id FROM memories)"
-        " AND h.memory_id NOT IN (SELECT memory_id FROM history WHERE op = 'PURGE'"
-        "                         AND memory_id IS NOT NULL) ORDER BY h.memory_id")
+        " AND NOT EXISTS (SELECT 1 FROM memories m WHERE m.id = h.memory_id)"
+        " AND NOT EXISTS (SELECT 1 FROM history p WHERE p.op = 'PURGE'"
+        "                 AND p.memory_id = h.memory_id) ORDER BY h.memory_id")
     out = []
     for row in rows:
         try:
