@@ -200,7 +200,7 @@ def _vectors(db: Any, engine: str) -> dict[int, np.ndarray]:
 # ----------------------------------------------------------------------------- one copy's rows
 
 
-def copy_rows(base: Base, c: int, now: str, entities: dict[tuple[str, str], int],
+def copy_rows(base: Base, c: int, now: str, entities: dict[tuple[str, str, str], int],
               new_entities: list[tuple], new_aliases: list[tuple], aliases: set[tuple]
               ) -> dict[str, list[dict[str, Any]]]:
     from memcli.chunking import estimate_tokens
@@ -235,11 +235,11 @@ def copy_rows(base: Base, c: int, now: str, entities: dict[tuple[str, str], int]
             continue
         seen = set()
         for ent in extract_entities(row["content"]):  # as mem.link_entities, on the new text
-            key = (ent.kind, ent.norm)
+            key = (row["tenant_id"], ent.kind, ent.norm)  # entities are per tenant (schema 3)
             eid = entities.get(key)
             if eid is None:
                 eid = entities[key] = max(entities.values(), default=0) + 1
-                new_entities.append((eid, ent.kind, ent.norm, ent.value, now))
+                new_entities.append((eid, row["tenant_id"], ent.kind, ent.norm, ent.value, now))
             alias = (ent.value.lower(), eid)
             if alias not in aliases:
                 aliases.add(alias)
@@ -371,8 +371,8 @@ def replicate(location: str, target: int) -> dict[str, Any]:
             db.execute("CREATE UNLOGGED TABLE bulk_postings AS SELECT * FROM sparse_postings")
         else:
             db.execute("CREATE TEMP TABLE bulk_postings AS SELECT * FROM sparse_postings")
-    entities = {(r["kind"], r["norm"]): int(r["id"])
-                for r in db.query("SELECT id, kind, norm FROM entities")}
+    entities = {(r["tenant_id"], r["kind"], r["norm"]): int(r["id"])
+                for r in db.query("SELECT id, tenant_id, kind, norm FROM entities")}
     aliases = {(r["alias"], int(r["entity_id"]))
                for r in db.query("SELECT alias, entity_id FROM entity_aliases")}
     scope = {int(r["id"]): (r["tenant_id"], r["user_id"]) for r in base.rows["memories"]}
@@ -387,8 +387,8 @@ def replicate(location: str, target: int) -> dict[str, Any]:
         k = Copier(c, base)
         dm = c * base.max_id["memories"]
         with db.transaction():
-            _insert(db, engine, "entities", [dict(zip(("id", "kind", "norm", "display",
-                                                       "created_at"), e, strict=True))
+            _insert(db, engine, "entities", [dict(zip(("id", "tenant_id", "kind", "norm",
+                                                       "display", "created_at"), e, strict=True))
                                              for e in new_entities])
             _insert(db, engine, "entity_aliases", [{"alias": a, "entity_id": e}
                                                    for a, e in new_aliases])

@@ -99,7 +99,7 @@ def snapshot(location, event_ids: list[str]) -> dict[str, dict]:
             "context": context,
             "found_by_its_text": m["id"] in found,
             "entities": sorted(tuple(r.values()) for r in db.query(
-                "SELECT e.kind, e.norm, e.display FROM memory_entities x"
+                "SELECT e.tenant_id, e.kind, e.norm, e.display FROM memory_entities x"
                 " JOIN entities e ON e.id = x.entity_id WHERE x.memory_id = ?", (m["id"],))),
             "history": [(h["op"], h["event_id"], h["new_ref"] == str(m["id"]),
                          h["tenant_id"], h["user_id"], h["session_id"]) for h in db.query(
