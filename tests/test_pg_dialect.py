@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import pytest
-from pg_db_support import pg_cluster, pg_server  # noqa: F401
 
 from memcli.store.sqlite.dialect import DIALECT as lite
 

@@ -5,7 +5,6 @@ an index condition on `memories_scope` (tenant, user), for a user and for no use
 from __future__ import annotations
 
 import pytest
-from pg_db_support import pg_cluster, pg_server  # noqa: F401  (the fixtures)
 
 pytest.importorskip("psycopg", reason="PostgreSQL tests: psycopg is not installed")
 

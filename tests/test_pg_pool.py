@@ -8,7 +8,6 @@ import time
 
 import psycopg
 import pytest
-from pg_db_support import pg_cluster, pg_server  # noqa: F401
 
 from memcli.errors import DatabaseBusyError
 from memcli.store import postgres

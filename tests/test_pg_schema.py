@@ -5,7 +5,6 @@ events guard; the text search configuration; `ensure_vectors`."""
 from __future__ import annotations
 
 import pytest
-from pg_db_support import pg_cluster, pg_db, pg_server  # noqa: F401
 
 from memcli.errors import EmbedderMismatchError
 
