@@ -142,8 +142,9 @@ def memory(db_path):
 
 
 @pytest.fixture
-def cli(monkeypatch, db_path):
-    """Run the real CLI in-process with the hash embedder; returns a function(args, input)."""
+def cli(monkeypatch, db_path, command_built_once):
+    """Run the real CLI in-process with the hash embedder; returns a function(args, input).
+    The click command is built once per process (command_built_once), as a real process does."""
     monkeypatch.setenv("MEMCLI_EMBEDDER", "hash")
     monkeypatch.setenv("MEMCLI_DB", str(db_path))
     from memcli.cli.app import app
