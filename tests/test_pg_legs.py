@@ -14,7 +14,6 @@ import math
 import uuid
 
 import pytest
-from pg_db_support import pg_cluster, pg_db, pg_server  # noqa: F401  (the fixtures)
 from pg_legs_support import PgAdapter, apply_schema, float_blob
 
 from memcli.store import sparse as sparse_sql

@@ -16,7 +16,6 @@ import psycopg
 from daemon_support import wait_until
 from mcp import Client
 from mcp_support import child_env, payload, stdio_params
-from pg_db_support import pg_cluster, pg_db, pg_server  # noqa: F401
 
 
 def _backends(url: str) -> set[int]:

@@ -5,7 +5,6 @@ an index condition on `memories_scope` (tenant, user), for a user and for no use
 from __future__ import annotations
 
 import pytest
-from pg_db_support import pg_cluster, pg_db, pg_server  # noqa: F401  (the fixtures)
 
 pytest.importorskip("psycopg", reason="PostgreSQL tests: psycopg is not installed")
 
@@ -16,8 +15,8 @@ SQL = ("EXPLAIN SELECT id FROM memories WHERE tenant_id = ? AND user_id IS NOT D
 
 
 @pytest.mark.parametrize("user", ["u1", None])
-def test_null_safe_user_filter_is_an_index_condition(pg_db, user):  # noqa: F811
-    db = connect(pg_db)
+def test_null_safe_user_filter_is_an_index_condition(pg_memcli_db, user):  # noqa: F811
+    db = connect(pg_memcli_db)
     try:
         db.execute("SET enable_seqscan = off")  # small table: make the planner show its index
         plan = "\n".join(r[0] for r in db.execute(SQL, ("t1", user)))

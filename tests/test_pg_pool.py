@@ -8,7 +8,6 @@ import time
 
 import psycopg
 import pytest
-from pg_db_support import pg_cluster, pg_db, pg_server  # noqa: F401
 
 from memcli.errors import DatabaseBusyError
 from memcli.store import postgres
@@ -16,9 +15,9 @@ from memcli.store.postgres.pool import PgPool, install, installed, uninstall
 
 
 @pytest.fixture
-def pool(pg_db: str):  # noqa: F811
-    postgres.connect(pg_db).close()  # the daemon migrates first (holder.PoolHolder)
-    made = PgPool(pg_db, max_size=2, timeout=2.0)
+def pool(pg_memcli_db: str):  # noqa: F811
+    postgres.connect(pg_memcli_db).close()  # the daemon migrates first (holder.PoolHolder)
+    made = PgPool(pg_memcli_db, max_size=2, timeout=2.0)
     made.open()
     install(made)
     try:
@@ -44,32 +43,32 @@ def _backends(url: str) -> int:
 
 
 def test_connect_borrows_from_the_installed_pool_and_close_gives_back(pool: PgPool,
-                                                                      pg_db: str) -> None:  # noqa: F811
-    assert installed(pg_db) is pool
+                                                                      pg_memcli_db: str) -> None:  # noqa: F811
+    assert installed(pg_memcli_db) is pool
     for _ in range(5):  # five opens, never more than the pool's connections on the server
-        db = postgres.connect(pg_db)
+        db = postgres.connect(pg_memcli_db)
         db.set_meta("k", "v")
         assert db.get_meta("k") == "v"
         db.close()
         db.close()  # a second close does not give the connection back twice
     assert _settled(pool)["in_use"] == 0
-    assert _backends(pg_db) <= 2
+    assert _backends(pg_memcli_db) <= 2
 
 
 def test_a_returned_connection_carries_nothing_to_the_next_borrower(pool: PgPool,
-                                                                     pg_db: str) -> None:  # noqa: F811
-    reader = postgres.connect(pg_db, readonly=True)
+                                                                     pg_memcli_db: str) -> None:  # noqa: F811
+    reader = postgres.connect(pg_memcli_db, readonly=True)
     assert reader.try_run_lock("consolidate")  # taken, and (a bug) never released
     list(reader.stream("SELECT key FROM meta"))[:0]  # noqa: B018
     reader.close()
-    held = [postgres.connect(pg_db) for _ in range(2)]  # whichever connection it was
+    held = [postgres.connect(pg_memcli_db) for _ in range(2)]  # whichever connection it was
     try:
         for db in held:
             assert db.scalar("SHOW default_transaction_read_only") == "off"
             with db.transaction():
                 db.set_meta("written", "yes")
         # The run lock died with the borrow: any session can take it now.
-        with psycopg.connect(pg_db, autocommit=True) as other:
+        with psycopg.connect(pg_memcli_db, autocommit=True) as other:
             assert other.execute("SELECT pg_try_advisory_lock(hashtext(%s))",
                                  ("memcli.run.consolidate",)).fetchone()[0]
     finally:
@@ -78,13 +77,13 @@ def test_a_returned_connection_carries_nothing_to_the_next_borrower(pool: PgPool
 
 
 def test_an_open_transaction_is_rolled_back_when_its_connection_returns(pool: PgPool,
-                                                                        pg_db: str) -> None:  # noqa: F811
-    db = postgres.connect(pg_db)
+                                                                        pg_memcli_db: str) -> None:  # noqa: F811
+    db = postgres.connect(pg_memcli_db)
     cm = db.transaction()
     cm.__enter__()
     db.set_meta("half", "done")
     db.close()  # the request died midway: nothing it wrote may land, the writer lock is free
-    other = postgres.connect(pg_db)
+    other = postgres.connect(pg_memcli_db)
     try:
         assert other.get_meta("half") is None
         with other.transaction(wait=0):
@@ -93,24 +92,24 @@ def test_an_open_transaction_is_rolled_back_when_its_connection_returns(pool: Pg
         other.close()
 
 
-def test_an_exhausted_pool_is_busy_not_a_hang(pool: PgPool, pg_db: str) -> None:  # noqa: F811
-    held = [postgres.connect(pg_db) for _ in range(2)]
+def test_an_exhausted_pool_is_busy_not_a_hang(pool: PgPool, pg_memcli_db: str) -> None:  # noqa: F811
+    held = [postgres.connect(pg_memcli_db) for _ in range(2)]
     try:
         with pytest.raises(DatabaseBusyError) as caught:
-            postgres.connect(pg_db)
+            postgres.connect(pg_memcli_db)
         assert caught.value.exit_code == 75
         assert "pool-size" in str(caught.value)
         # A request's second (read-only) connection gives up after a short wait.
         with pytest.raises(DatabaseBusyError):
-            postgres.connect(pg_db, readonly=True)
+            postgres.connect(pg_memcli_db, readonly=True)
     finally:
         for db in held:
             db.close()
-    postgres.connect(pg_db).close()  # free again
+    postgres.connect(pg_memcli_db).close()  # free again
 
 
-def test_another_location_is_not_served_by_the_pool(pool: PgPool, pg_db: str) -> None:  # noqa: F811
-    other = pg_db + "?application_name=other"
+def test_another_location_is_not_served_by_the_pool(pool: PgPool, pg_memcli_db: str) -> None:  # noqa: F811
+    other = pg_memcli_db + "?application_name=other"
     assert installed(other) is None
     db = postgres.connect(other)
     try:

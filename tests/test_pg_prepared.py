@@ -15,7 +15,6 @@ import json
 from pathlib import Path
 
 from daemon_support import Daemon, daemon_env, last_route, run_client
-from pg_db_support import pg_cluster, pg_db, pg_server  # noqa: F401
 
 FACT = "I prefer green tea in the morning"
 

@@ -5,7 +5,6 @@ events guard; the text search configuration; `ensure_vectors`."""
 from __future__ import annotations
 
 import pytest
-from pg_db_support import pg_cluster, pg_db, pg_server  # noqa: F401
 
 from memcli.errors import EmbedderMismatchError
 
@@ -115,9 +114,9 @@ def test_postgresql_schema_matches_sqlite(pg_db, tmp_path):  # noqa: F811
     assert {TRIGGERS[t] for t in lite_triggers} == pg_triggers - follows - PG_ONLY_TRIGGERS
 
 
-def test_events_are_append_only_except_under_the_purge_guard(pg_db):  # noqa: F811
+def test_events_are_append_only_except_under_the_purge_guard(pg_memcli_db):  # noqa: F811
     psycopg = pytest.importorskip("psycopg")
-    db = connect(pg_db)
+    db = connect(pg_memcli_db)
     try:
         db.execute("INSERT INTO events (event_id, ts, recorded_at, content_hash)"
                    " VALUES ('e1', 't', 't', 'h1')")
@@ -134,8 +133,8 @@ def test_events_are_append_only_except_under_the_purge_guard(pg_db):  # noqa: F8
         db.close()
 
 
-def test_text_search_config_stems_keeps_stopwords_and_skips_high(pg_db):  # noqa: F811
-    db = connect(pg_db)
+def test_text_search_config_stems_keeps_stopwords_and_skips_high(pg_memcli_db):  # noqa: F811
+    db = connect(pg_memcli_db)
     try:
         for content, sensitivity in (("Priya was running to the café", "none"),
                                      ("Priya was running too", "high")):
@@ -149,8 +148,8 @@ def test_text_search_config_stems_keeps_stopwords_and_skips_high(pg_db):  # noqa
         db.close()
 
 
-def test_ensure_vectors_sets_the_dimension_once(pg_db):  # noqa: F811
-    db = connect(pg_db)
+def test_ensure_vectors_sets_the_dimension_once(pg_memcli_db):  # noqa: F811
+    db = connect(pg_memcli_db)
     try:
         ensure_vectors(db, 4)
         assert db.scalar("SELECT indexdef FROM pg_indexes"
@@ -171,11 +170,11 @@ def test_ensure_vectors_sets_the_dimension_once(pg_db):  # noqa: F811
         db.close()
 
 
-def test_foreign_keys_are_checked_and_can_be_deferred_to_commit(pg_db):  # noqa: F811
+def test_foreign_keys_are_checked_and_can_be_deferred_to_commit(pg_memcli_db):  # noqa: F811
     """SQLite's `PRAGMA defer_foreign_keys` (import) is `SET CONSTRAINTS ALL DEFERRED`, which
     only reaches DEFERRABLE constraints."""
     psycopg = pytest.importorskip("psycopg")
-    db = connect(pg_db)
+    db = connect(pg_memcli_db)
     link = "INSERT INTO relations (src_id, dst_id, created_at) VALUES (7, 8, 't')"
     try:
         with pytest.raises(psycopg.errors.ForeignKeyViolation):

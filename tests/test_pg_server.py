@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from pg_support import REQUIRE_ENV, PgServer, pg_cluster, pg_server  # noqa: F401
+from pg_support import REQUIRE_ENV, PgServer
 
 if os.environ.get(REQUIRE_ENV) == "1":
     import psycopg  # CI must have it: a missing client is a failure there, not a skip

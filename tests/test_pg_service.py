@@ -12,7 +12,6 @@ import anyio
 import psycopg
 import pytest
 from daemon_support import Daemon, daemon_env, last_route, run_client, stop, wait_until
-from pg_db_support import pg_cluster, pg_db, pg_server  # noqa: F401
 
 from memcli.service import paths
 

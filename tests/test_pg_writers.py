@@ -14,7 +14,6 @@ import time
 from pathlib import Path
 
 import psycopg
-from pg_db_support import pg_cluster, pg_db, pg_server  # noqa: F401
 from pg_writers_support import records, run_writers, writer_env
 
 

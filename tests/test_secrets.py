@@ -139,7 +139,9 @@ class Files:
     def found(self, needles: list[str]) -> list[str]:
         """Needles present in any file, before and after a checkpoint of the WAL."""
         hits = set()
-        for stage in ("as left", "checkpointed"):
+        # PostgreSQL has no WAL of ours to fold in: one read is all there is to see.
+        stages = ("as left",) if self.conn is None else ("as left", "checkpointed")
+        for stage in stages:
             if stage == "checkpointed" and self.conn is not None:
                 self.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
             for name, data in self.blobs().items():

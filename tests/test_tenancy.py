@@ -31,8 +31,9 @@ MARK = re.compile(r"mk([a-y0-9]+)z([a-y0-9]+)z([a-y0-9]+)z([a-y]+)x")
 
 
 @pytest.fixture(autouse=True)
-def without_sparse_leg(tmp_path, monkeypatch):
-    """SPLADE runs a real model; scope rules do not depend on it."""
+def without_sparse_leg(tmp_path, monkeypatch, command_built_once):
+    """SPLADE runs a real model; scope rules do not depend on it. The property test makes ~300
+    CLI calls: the click command is built once (conftest's command_built_once)."""
     config = tmp_path / "config.yaml"
     config.write_text(
         "retrieval:\n  leg_weights: {lexical: 1.0, dense: 1.0, entity: 0.5, trigram: 0.5}\n"
