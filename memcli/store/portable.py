@@ -15,6 +15,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from memcli.store.orphans import lacking
+
 if TYPE_CHECKING:
     from memcli.store.connection import Database
 
@@ -270,6 +272,6 @@ def unembedded_forgotten(db: Database, ids: list[int]) -> list[tuple[int, str]]:
         marks = ",".join("?" * len(part))
         out.extend((r[0], r[1]) for r in db.execute(
             f"SELECT id, content FROM memories WHERE id IN ({marks}) AND state = 'soft_deleted'"
-            f" AND NOT EXISTS (SELECT 1 FROM memory_vectors v WHERE v.memory_id = memories.id)"
+            f" AND {lacking('memories.id', 'memory_vectors', 'memory_id')}"
             f" ORDER BY id", tuple(part)))
     return out
