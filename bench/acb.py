@@ -57,7 +57,13 @@ from memcli.config import thread_defaults  # noqa: E402
 thread_defaults()
 sys.path.insert(0, str(REPO_ROOT / "bench"))
 
-from perf import generate_events, generate_queries, page_cache_warm, pct  # noqa: E402
+from perf import (  # noqa: E402
+    generate_events,
+    generate_queries,
+    loadavg,
+    page_cache_warm,
+    pct,
+)
 
 CACHE_DIR = REPO_ROOT / "bench" / ".cache"
 RESULTS = REPO_ROOT / "bench" / "results" / "acb.md"
@@ -72,13 +78,6 @@ LEDGER_USERS = 20
 
 def log(msg: str) -> None:
     print(f"[acb {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
-
-
-def loadavg() -> str:
-    try:
-        return " ".join(f"{x:.1f}" for x in os.getloadavg())
-    except OSError:
-        return "n/a"
 
 
 def open_memory(path: Path) -> Any:

@@ -12,14 +12,11 @@ from __future__ import annotations
 
 import contextlib
 import re
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import locomo
-
-sys.path.insert(0, str(locomo.REPO_ROOT / "tests"))  # pg_support: the tests' server code
 
 DATABASE = "memcli_locomo"
 TARGET = 1.0  # issue #16: PostgreSQL within 1 point of SQLite at every k
@@ -42,14 +39,11 @@ def postgres_database(url: str | None) -> Iterator[str]:
             raise SystemExit(f"--db {shown(url)}: not a postgresql:// URL")
         yield url
         return
-    import psycopg
-    from pg_support import PgUnavailable, running_server
+    from pg_bench_support import PgUnavailable, scratch_database
 
     try:
-        with running_server() as server:
-            with psycopg.connect(server.dsn, autocommit=True) as admin:
-                admin.execute(f"CREATE DATABASE {DATABASE} TEMPLATE template0")
-            yield server.dsn.rsplit("/", 1)[0] + f"/{DATABASE}"
+        with scratch_database(DATABASE) as (_, scratch_url):
+            yield scratch_url
     except PgUnavailable as exc:  # the server could not start here (one line, no traceback)
         raise SystemExit(f"PostgreSQL: {exc}") from None
 

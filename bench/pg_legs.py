@@ -48,8 +48,8 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # see bench/locomo.py
 
 import locomo  # noqa: E402
 import pg_legs_variants as var  # noqa: E402
+from pg_bench_support import create_database, running_server  # noqa: E402
 from pg_legs_support import PgAdapter, apply_schema, copy_from_sqlite  # noqa: E402
-from pg_support import running_server  # noqa: E402
 
 from memcli.config import RetrievalSettings  # noqa: E402
 from memcli.entities import query_entity_keys  # noqa: E402
@@ -405,10 +405,7 @@ def render(r: dict[str, Any]) -> str:
 def database(dsn: str, name: str, dim: int) -> Any:
     import psycopg
 
-    with psycopg.connect(dsn, autocommit=True) as admin:
-        admin.execute(f"DROP DATABASE IF EXISTS {name}")
-        admin.execute(f"CREATE DATABASE {name}")
-    conn = psycopg.connect(dsn.rsplit("/", 1)[0] + f"/{name}", autocommit=True)
+    conn = psycopg.connect(create_database(dsn, name, replace=True), autocommit=True)
     apply_schema(conn, dim)  # memcli's migrations: the real schema
     var.apply_variants(conn, dim)  # the variants' index and columns on top
     return conn

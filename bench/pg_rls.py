@@ -24,9 +24,8 @@ from pathlib import Path
 from typing import Any
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO_ROOT / "tests"))  # pg_support (the fixture code)
 
-from pg_support import running_server  # noqa: E402
+from pg_bench_support import scratch_database  # noqa: E402
 
 from memcli.memory import Memory  # noqa: E402
 from memcli.providers.embedders import HashEmbedder  # noqa: E402
@@ -169,11 +168,9 @@ def main(argv: list[str] | None = None) -> int:
              else {"a": 6000, "b": 3000, "c": 3000})
     import psycopg
 
-    with tempfile.TemporaryDirectory(prefix="pgrls-"), running_server() as server:
+    with tempfile.TemporaryDirectory(prefix="pgrls-"), scratch_database("rls") as (server, url):
         with psycopg.connect(server.dsn, autocommit=True) as admin:
-            admin.execute('CREATE DATABASE "rls" TEMPLATE template0')
             admin.execute('CREATE ROLE "bench_a" LOGIN')
-        url = server.dsn.rsplit("/", 1)[0] + "/rls"
         role_url = url.replace("://postgres@", "://bench_a@", 1)
         t = time.perf_counter()
         build(url, sizes)

@@ -37,11 +37,10 @@ from pathlib import Path
 from typing import Any
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO_ROOT / "tests"))  # pg_support (the fixture code)
 RESULTS = REPO_ROOT / "bench" / "results"
 REAL = "tenant_id NOT LIKE 'warm-%'"  # each writer's warm-up event has a tenant of its own
 
-from pg_support import running_server  # noqa: E402
+from pg_bench_support import create_database, running_server  # noqa: E402
 
 # One writer process: start together (a file appears), then batches, then its timings.
 WRITER = r"""
@@ -83,11 +82,7 @@ def env_for(url: str, home: Path) -> dict[str, str]:
 
 
 def new_database(dsn: str, name: str, home: Path) -> str:
-    import psycopg
-
-    with psycopg.connect(dsn, autocommit=True) as admin:
-        admin.execute(f'CREATE DATABASE "{name}" TEMPLATE template0')
-    url = dsn.rsplit("/", 1)[0] + "/" + name
+    url = create_database(dsn, name)
     subprocess.run([sys.executable, "-c", "from memcli.memory import Memory; "
                     "Memory.configured().close()"], env=env_for(url, home), check=True)
     return url

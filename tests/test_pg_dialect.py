@@ -128,3 +128,16 @@ def test_every_sqlite_fragment_has_its_twin():
     for name in names:
         assert inspect.signature(getattr(pg, name)).parameters.keys() == \
             inspect.signature(getattr(lite, name)).parameters.keys(), name
+
+
+
+@pytest.mark.parametrize("position", [0, 1, 5])
+def test_binary_orders_text_by_its_bytes(engines, position):
+    names = ["b", "a", "B", "é", "_x", "a-b"]
+    values = " UNION ALL ".join(f"SELECT '{n}' AS v" for n in names)
+
+    def build(d):
+        return f"(SELECT v FROM ({values}) AS t ORDER BY {d.binary('v')} LIMIT 1 OFFSET {position})"
+
+    # the name at that place in byte order (as Python sorts str) on both engines
+    assert both(engines, build) == (sorted(names)[position],) * 2

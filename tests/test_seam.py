@@ -134,6 +134,21 @@ def test_daemon_key_of_a_url_is_the_hash_of_the_url(tmp_path):
     assert paths.db_key("m.db", cwd=str(tmp_path)) == paths.db_key(str(tmp_path / "m.db"))
 
 
+def test_both_spellings_of_the_url_scheme_reach_one_daemon():
+    """libpq takes `postgres://` and `postgresql://` (any case) for the same database: one
+    routing key, so one daemon. Anything that may name another server keeps its own key."""
+    url = "postgresql://agent@127.0.0.1:5432/memory"
+    for spelling in ("postgres://agent@127.0.0.1:5432/memory",
+                     "POSTGRES://agent@127.0.0.1:5432/memory",
+                     "PostgreSQL://agent@127.0.0.1:5432/memory"):
+        assert paths.db_key(spelling, cwd="/") == paths.db_key(url, cwd="/"), spelling
+    others = ("postgresql://agent@127.0.0.1/memory",  # PGPORT decides, where the daemon runs
+              "postgresql://agent@127.0.0.1:5433/memory", "postgresql://agent@127.0.0.1:5432/Memory",
+              "postgres://other@127.0.0.1:5432/memory", "mysql://agent@127.0.0.1:5432/memory")
+    keys = {paths.db_key(u, cwd="/") for u in (url, *others)}
+    assert len(keys) == 1 + len(others)
+
+
 def test_the_client_knows_server_locations_as_the_store_does():
     from memcli.store import location
 

@@ -85,13 +85,23 @@ def _is_server_location(db: str) -> bool:
         re.match(_DSN, db) and re.search(_DSN_KEY, db, re.IGNORECASE)))
 
 
+def _one_scheme(url: str) -> str:
+    """`postgresql://` for every spelling of the scheme libpq takes (`postgres://`, any case).
+    Nothing else is rewritten: a missing host or port means what PGHOST/PGPORT say where the
+    daemon runs (`h/db` and `h:5432/db` can be two servers), a host may be a case-sensitive
+    socket folder, and a key shared by two databases would route one to the other's daemon."""
+    scheme, sep, rest = url.partition("://")
+    return f"postgresql://{rest}" if sep and scheme.lower() in ("postgres", "postgresql") else url
+
+
 def db_key(db: str | os.PathLike[str], cwd: str | None = None) -> str:
     """A short stable name for a database: for a file, a hash of its real path (symlinks
     resolved, relative to `cwd`), so `./memory.db` and its absolute path meet at the same
-    daemon; for a server location, a hash of the location as given."""
+    daemon; for a server location, a hash of the location as given, but for the URL scheme's
+    spelling (`postgres://` and `postgresql://` reach one daemon)."""
     text = os.fspath(db)
     if _is_server_location(text):
-        return sha256(text.encode("utf-8")).hexdigest()[:16]
+        return sha256(_one_scheme(text).encode("utf-8")).hexdigest()[:16]
     path = os.path.join(cwd or os.getcwd(), text)
     return sha256(os.fsencode(os.path.realpath(path))).hexdigest()[:16]
 

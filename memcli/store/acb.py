@@ -76,7 +76,7 @@ def profile_memories(
                   AND {where})
             SELECT id, content, category, kind, event_id, event_time, attributes FROM p
             WHERE n <= CASE category {cases} END
-            ORDER BY category, n""",
+            ORDER BY {db.dialect.binary("category")}, n""",
         (user_id, *sorted(bounds), *params, *case_params),
     )
 
@@ -158,7 +158,7 @@ def edges_with_memories(db: Database, memory_id: int, tenant_id: str) -> list[di
            JOIN memories o ON o.id = CASE WHEN r.src_id = :id THEN r.dst_id ELSE r.src_id END
            WHERE (r.src_id = :id OR r.dst_id = :id) AND o.tenant_id = :tenant
              AND EXISTS (SELECT 1 FROM memories s WHERE s.id = :id AND s.tenant_id = :tenant)
-           ORDER BY r.strength DESC, other_id, r.kind""",
+           ORDER BY r.strength DESC, other_id, """ + db.dialect.binary("r.kind"),
         {"id": memory_id, "tenant": tenant_id},
     )
 
@@ -247,7 +247,8 @@ def count_changes_since(db: Database, key: str, since: int, filters: Filters) ->
     """How many memories changed, per latest op, for the header's "and N more" bullet."""
     cte, params = _latest_changes(filters)
     rows = db.execute(
-        f"{cte} SELECT op, count(*) FROM c WHERE n = 1 GROUP BY op ORDER BY op",
+        f"{cte} SELECT op, count(*) FROM c WHERE n = 1 GROUP BY op"
+        f" ORDER BY {db.dialect.binary('op')}",
         (key, since, *params),
     )
     return {op: int(n) for op, n in rows}

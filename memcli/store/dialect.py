@@ -18,6 +18,11 @@ What each differs in on PostgreSQL, for the backend that mirrors them:
 - round_to: PostgreSQL rounds to n digits only for numeric (`round(x::numeric, n)`).
 - distinct_list: SQLite's group_concat(DISTINCT x) takes no separator (a DISTINCT aggregate
   has one argument), so string_agg(DISTINCT x, ',') does not run on SQLite.
+- binary: text orders follow the column's collation; SQLite's default (BINARY) compares bytes,
+  PostgreSQL's follows the database's locale (en_US puts `alice` before `Bob`, C the reverse).
+  Every ORDER BY on a name or key (ids, kinds, categories, commands) goes through it, so
+  output order is the same on both engines whatever locale the DBA created the database with.
+  ISO-8601 timestamps of one shape sort alike under any collation and are left as they are.
 - ORDERED_JOIN: SQLite's CROSS JOIN keeps the left table the outer loop (the store uses it
   where the left side is small or already sorted); PostgreSQL refuses `CROSS JOIN ... ON`.
 """
@@ -60,3 +65,6 @@ class Dialect(Protocol):
 
     def distinct_list(self, expr: str) -> str:
         """The distinct non-NULL values of a group joined by commas (order unspecified)."""
+
+    def binary(self, expr: str) -> str:
+        """A text expression compared by its bytes (SQLite's BINARY), as an ORDER BY key."""

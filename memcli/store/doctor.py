@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 
 from memcli.store import sparse as sparse_sql
 from memcli.store import vectors as vec
+from memcli.store.orphans import PURGED, UNUSED_ENTITIES, Link, delete_lacking, ids_lacking, lacking
 
 if TYPE_CHECKING:
     from memcli.store.connection import Database
@@ -30,35 +31,28 @@ def _ids(db: Database, sql: str) -> list[int]:
     return [int(r[0]) for r in db.execute(sql)]
 
 
-# (name, rows that lost their memory) and (name, memories without their row). The lexical
-# indexes (the backend's) hold every memory (any state); vectors and sparse terms skip
-# soft-deleted ones. NOT EXISTS, not NOT IN (SELECT ...): PostgreSQL turns a NOT IN whose
-# list outgrows work_mem into a quadratic scan (doctor did not finish at 200k memories).
-ORPHANS = {
-    "memory_vectors": "SELECT memory_id FROM memory_vectors v"
-                      " WHERE NOT EXISTS (SELECT 1 FROM memories m WHERE m.id = v.memory_id)",
-    "memory_sparse": "SELECT memory_id FROM memory_sparse s"
-                     " WHERE NOT EXISTS (SELECT 1 FROM memories m WHERE m.id = s.memory_id)",
-    "sparse_postings": "SELECT DISTINCT memory_id FROM sparse_postings p"
-                       " WHERE NOT EXISTS (SELECT 1 FROM memories m WHERE m.id = p.memory_id)",
-    "memory_entities": "SELECT memory_id FROM memory_entities l"
-                       " WHERE NOT EXISTS (SELECT 1 FROM memories m WHERE m.id = l.memory_id)"
-                       " OR NOT EXISTS (SELECT 1 FROM entities e WHERE e.id = l.entity_id)",
-    "relations": "SELECT src_id FROM relations r"
-                 " WHERE NOT EXISTS (SELECT 1 FROM memories m WHERE m.id = r.src_id)"
-                 " OR NOT EXISTS (SELECT 1 FROM memories m WHERE m.id = r.dst_id)",
+# (table, its links) of the rows that lost their memory, and of the memories without their row.
+# The lexical indexes (the backend's) hold every memory (any state); vectors and sparse terms
+# skip soft-deleted ones. memcli.store.orphans writes the anti-join (NOT EXISTS, see there).
+_MEMORY = ("memories", "id")
+ORPHANS: dict[str, tuple[Link, ...]] = {
+    "memory_vectors": (("memory_vectors.memory_id", *_MEMORY),),
+    "memory_sparse": (("memory_sparse.memory_id", *_MEMORY),),
+    "sparse_postings": (("sparse_postings.memory_id", *_MEMORY),),
+    "memory_entities": (("memory_entities.memory_id", *_MEMORY),
+                        ("memory_entities.entity_id", "entities", "id")),
+    "relations": (("relations.src_id", *_MEMORY), ("relations.dst_id", *_MEMORY)),
 }
-MISSING = {
-    "memory_vectors": "SELECT id FROM memories m WHERE state != 'soft_deleted'"
-                      " AND NOT EXISTS (SELECT 1 FROM memory_vectors v WHERE v.memory_id = m.id)",
-    "memory_sparse": "SELECT id FROM memories m WHERE state != 'soft_deleted'"
-                     " AND NOT EXISTS (SELECT 1 FROM memory_sparse s WHERE s.memory_id = m.id)",
+MISSING: dict[str, Link] = {
+    "memory_vectors": ("memories.id", "memory_vectors", "memory_id"),
+    "memory_sparse": ("memories.id", "memory_sparse", "memory_id"),
 }
 
 
 def orphans(db: Database) -> dict[str, list[int]]:
     found = db.backend.lexical_orphans(db)
-    found.update((name, _ids(db, sql)) for name, sql in ORPHANS.items())
+    found.update((name, ids_lacking(db, name, *links, distinct=name == "sparse_postings"))
+                 for name, links in ORPHANS.items())
     found.update(db.backend.vector_orphans(db))
     return found
 
@@ -67,14 +61,16 @@ def missing(db: Database, *, vectors: bool, sparse: bool) -> dict[str, list[int]
     """Memories missing from each lexical index, and (if asked) without vector / sparse terms."""
     found = db.backend.lexical_missing(db)
     names = (("memory_vectors",) if vectors else ()) + (("memory_sparse",) if sparse else ())
-    found.update((name, _ids(db, MISSING[name])) for name in names)
+    found.update((name, ids_lacking(db, "memories", MISSING[name],
+                                    where="memories.state != 'soft_deleted'"))
+                 for name in names)
     return found
 
 
 def memories_without_event(db: Database) -> list[int]:
     """Memories cut from an event that no longer exists (purge takes both, so: leftovers)."""
-    return _ids(db, "SELECT id FROM memories WHERE event_id IS NOT NULL"
-                    " AND event_id NOT IN (SELECT event_id FROM events) ORDER BY id")
+    return ids_lacking(db, "memories", ("memories.event_id", "events", "event_id"),
+                       pick="memories.id", where="memories.event_id IS NOT NULL", order=True)
 
 
 # Derived tables the schema creates, beside the engine's lexical indexes (a vector index is
@@ -99,9 +95,8 @@ def lost_episodes(db: Database) -> list[int]:
     gone: `memcli rebuild` cuts them again with the same ids."""
     return _ids(db, "SELECT h.memory_id FROM history h JOIN events e ON e.event_id = h.event_id"
                     " WHERE h.op = 'ADD' AND h.memory_id IS NOT NULL"
-                    " AND h.memory_id NOT IN (SELECT id FROM memories)"
-                    " AND h.memory_id NOT IN (SELECT memory_id FROM history"
-                    "                         WHERE op = 'PURGE' AND memory_id IS NOT NULL)"
+                    f" AND {lacking('h.memory_id', 'memories')}"
+                    f" AND {lacking('h.memory_id', 'history', 'memory_id', also=PURGED)}"
                     " ORDER BY h.memory_id")
 
 
@@ -123,11 +118,9 @@ def delete_orphans(db: Database, found: dict[str, list[int]]) -> None:
     for start in range(0, len(vector_ids), 500):
         vec.delete_vectors(db, vector_ids[start:start + 500])
     sparse_sql.delete_postings(db, found.get("memory_sparse", []))
-    db.execute("DELETE FROM sparse_postings WHERE memory_id NOT IN (SELECT id FROM memories)")
+    delete_lacking(db, "sparse_postings", *ORPHANS["sparse_postings"])
     db.execute("UPDATE sparse_df SET df = (SELECT count(*) FROM sparse_postings p"
                " WHERE p.term_id = sparse_df.term_id)")
-    db.execute("DELETE FROM memory_entities WHERE memory_id NOT IN (SELECT id FROM memories)"
-               " OR entity_id NOT IN (SELECT id FROM entities)")
-    db.execute("DELETE FROM entities WHERE id NOT IN (SELECT entity_id FROM memory_entities)")
-    db.execute("DELETE FROM relations WHERE src_id NOT IN (SELECT id FROM memories)"
-               " OR dst_id NOT IN (SELECT id FROM memories)")
+    delete_lacking(db, "memory_entities", *ORPHANS["memory_entities"])
+    delete_lacking(db, *UNUSED_ENTITIES)
+    delete_lacking(db, "relations", *ORPHANS["relations"])

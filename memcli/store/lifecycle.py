@@ -37,6 +37,7 @@ def pending_sessions(
     is named (`session_id`), or when its last event is older than `idle_before`. With
     `upgrade_extractive`, sessions summarised without a model come back for the model pass.
     """
+    b = db.dialect.binary
     clauses, params = ["1 = 1"], []
     for column, value in (
         ("tenant_id", tenant_id),
@@ -67,7 +68,8 @@ def pending_sessions(
         " AND m.tenant_id = s.tenant_id AND m.kind = 'episode' AND m.state = 'active'"
         " AND m.event_seq > coalesce(c.last_seq, 0))"
         + (" OR c.method = 'extractive'" if upgrade_extractive else "")
-        + ") ORDER BY s.started_at, s.session_id, s.tenant_id"  # unique: no engine's tie order
+        # unique: no engine's tie order; names in byte order on both
+        + f") ORDER BY s.started_at, {b('s.session_id')}, {b('s.tenant_id')}"
     )
     return db.query(sql, params)
 
@@ -377,6 +379,7 @@ def semantic_counts_since(
     db: Database, since: str, tenant_id: str | None, user_id: str | None
 ) -> list[dict[str, Any]]:
     """(tenant, user, new facts) for every user with facts created since `since`."""
+    b = db.dialect.binary
     clauses, params = ["created_at >= ?", "state = 'active'"], [since]
     if tenant_id is not None:
         clauses.append("tenant_id = ?")
@@ -389,7 +392,8 @@ def semantic_counts_since(
         f" WHERE kind IN ({_marks(SEMANTIC_FACT_KINDS)}) AND {' AND '.join(clauses)}"
         # NULLS FIRST: SQLite's order for the memories without a user; PostgreSQL's default
         # puts them last
-        f" GROUP BY tenant_id, user_id ORDER BY tenant_id, user_id NULLS FIRST",
+        f" GROUP BY tenant_id, user_id"
+        f" ORDER BY {b('tenant_id')}, {b('user_id')} NULLS FIRST",
         [*SEMANTIC_FACT_KINDS, *params],
     )
 
@@ -426,6 +430,7 @@ def active_users(
     db: Database, since: str, tenant_id: str | None, user_id: str | None
 ) -> list[tuple[str, str | None]]:
     """(tenant, user) pairs with any memory created since `since`."""
+    b = db.dialect.binary
     clauses, params = ["created_at >= ?", "state = 'active'"], [since]
     if tenant_id is not None:
         clauses.append("tenant_id = ?")
@@ -436,8 +441,10 @@ def active_users(
     return [
         (t, u)
         for t, u in db.execute(
-            f"SELECT DISTINCT tenant_id, user_id FROM memories WHERE {' AND '.join(clauses)}"
-            f" ORDER BY tenant_id, user_id NULLS FIRST",  # as above: one order on both engines
+            # GROUP BY, not DISTINCT: PostgreSQL orders a DISTINCT only by its select list
+            f"SELECT tenant_id, user_id FROM memories WHERE {' AND '.join(clauses)}"
+            f" GROUP BY tenant_id, user_id"  # as above: one order on both engines
+            f" ORDER BY {b('tenant_id')}, {b('user_id')} NULLS FIRST",
             params,
         )
     ]

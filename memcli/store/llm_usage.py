@@ -49,20 +49,23 @@ def usage_report(
         params.append(tenant_id)
     cond = " AND ".join(where)
     totals = _totals(db.dialect)
+    b = db.dialect.binary
     by_day_command = db.query(
         f"SELECT day, command, tenant_id, {db.dialect.distinct_list('model')} AS models, {totals}"
         f" FROM llm_usage WHERE {cond} GROUP BY day, command, tenant_id"
-        f" ORDER BY day DESC, command, tenant_id",
+        f" ORDER BY {b('day')} DESC, {b('command')}, {b('tenant_id')}",
         params,
     )
     for row in by_day_command:  # the aggregate's order differs per engine: name order on both
         row["models"] = ",".join(sorted(row["models"].split(",")))
     by_command = db.query(
-        f"SELECT command, {totals} FROM llm_usage WHERE {cond} GROUP BY command ORDER BY command",
+        f"SELECT command, {totals} FROM llm_usage WHERE {cond} GROUP BY command"
+        f" ORDER BY {b('command')}",
         params,
     )
     by_day = db.query(
-        f"SELECT day, {totals} FROM llm_usage WHERE {cond} GROUP BY day ORDER BY day DESC", params
+        f"SELECT day, {totals} FROM llm_usage WHERE {cond} GROUP BY day"
+        f" ORDER BY {b('day')} DESC", params
     )
     total = db.query(f"SELECT {totals} FROM llm_usage WHERE {cond}", params)[0]
     total = {k: (v or 0) for k, v in total.items()}

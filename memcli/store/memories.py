@@ -192,9 +192,11 @@ def count_without_vectors(db: Database, active_only: bool = False) -> int:
 def stats(db: Database) -> dict[str, Any]:
     # ORDER BY: SQLite's GROUP BY happens to sort, PostgreSQL's hash aggregate does not, and
     # the JSON's key order would change from run to run.
-    by_kind = dict(db.execute("SELECT kind, count(*) FROM memories GROUP BY kind ORDER BY kind"))
+    b = db.dialect.binary
+    by_kind = dict(db.execute(
+        f"SELECT kind, count(*) FROM memories GROUP BY kind ORDER BY {b('kind')}"))
     by_state = dict(db.execute(
-        "SELECT state, count(*) FROM memories GROUP BY state ORDER BY state"))
+        f"SELECT state, count(*) FROM memories GROUP BY state ORDER BY {b('state')}"))
     return {
         "events": int(db.scalar("SELECT count(*) FROM events")),
         "memories": int(db.scalar("SELECT count(*) FROM memories")),
@@ -207,7 +209,7 @@ def stats(db: Database) -> dict[str, Any]:
         # Seed 004's memory_stats: when the newest record was written, overall and per kind.
         "latest_record_at": db.scalar("SELECT max(created_at) FROM memories"),
         "latest_by_kind": dict(db.execute(
-            "SELECT kind, max(created_at) FROM memories GROUP BY kind ORDER BY kind")),
+            f"SELECT kind, max(created_at) FROM memories GROUP BY kind ORDER BY {b('kind')}")),
     }
 
 

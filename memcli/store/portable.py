@@ -15,6 +15,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from memcli.store.orphans import lacking
+
 if TYPE_CHECKING:
     from memcli.store.connection import Database
 
@@ -109,13 +111,18 @@ def ledger(db: Database, table: str, scope: Scope, fields: list[str]
                 params)
 
 
+def _by(db: Database, *names: str) -> str:
+    """An ORDER BY on text columns, in byte order on either engine (export order is stable)."""
+    return ", ".join(db.dialect.binary(name) for name in names)
+
+
 def checkpoints(db: Database, scope: Scope, fields: list[str]) -> Iterator[dict[str, Any]]:
     """A checkpoint names no session or app: a --session or --app export has none."""
     if scope.session_id is not None or scope.app_id is not None:
         return iter(())
     where, params = scope.where("c", ("tenant_id", "user_id"))
     return _raw(db, f"SELECT {_cols(fields, 'c')} FROM checkpoints c WHERE {where}"
-                    f" ORDER BY c.tenant_id, c.user_id, c.thread_id", params)
+                    f" ORDER BY {_by(db, 'c.tenant_id', 'c.user_id', 'c.thread_id')}", params)
 
 
 def relations(db: Database, scope: Scope, fields: list[str]) -> Iterator[dict[str, Any]]:
@@ -124,7 +131,8 @@ def relations(db: Database, scope: Scope, fields: list[str]) -> Iterator[dict[st
     wd, pd = scope.where("d")
     return _raw(db, f"SELECT {_cols(fields, 'r')} FROM relations r"
                     f" JOIN memories s ON s.id = r.src_id JOIN memories d ON d.id = r.dst_id"
-                    f" WHERE {ws} AND {wd} ORDER BY r.src_id, r.dst_id, r.kind", ps + pd)
+                    f" WHERE {ws} AND {wd} ORDER BY r.src_id, r.dst_id, {_by(db, 'r.kind')}",
+                ps + pd)
 
 
 def proposals(db: Database, scope: Scope, fields: list[str]) -> Iterator[dict[str, Any]]:
@@ -140,7 +148,7 @@ def artifacts(db: Database, scope: Scope, fields: list[str]) -> Iterator[dict[st
     where, params = scope.where("e")
     return _raw(db, f"SELECT {_cols(fields, 'a')} FROM artifacts a"
                     f" JOIN events e ON e.event_id = a.event_id WHERE {where}"
-                    f" ORDER BY a.artifact_id", params)
+                    f" ORDER BY {_by(db, 'a.artifact_id')}", params)
 
 
 def _session_filter(scope: Scope, alias: str) -> tuple[str, list]:
@@ -156,7 +164,7 @@ def _session_filter(scope: Scope, alias: str) -> tuple[str, list]:
 def sessions(db: Database, scope: Scope, fields: list[str]) -> Iterator[dict[str, Any]]:
     where, params = _session_filter(scope, "s")
     return _raw(db, f"SELECT {_cols(fields, 's')} FROM sessions s WHERE {where}"
-                    f" ORDER BY s.tenant_id, s.session_id", params)
+                    f" ORDER BY {_by(db, 's.tenant_id', 's.session_id')}", params)
 
 
 def consolidations(db: Database, scope: Scope, fields: list[str]) -> Iterator[dict[str, Any]]:
@@ -168,7 +176,7 @@ def consolidations(db: Database, scope: Scope, fields: list[str]) -> Iterator[di
                     f" AND e.seq <= c.last_seq ORDER BY e.seq DESC LIMIT 1) AS last_event_id"
                     f" FROM session_consolidation c JOIN sessions s"
                     f" ON s.tenant_id = c.tenant_id AND s.session_id = c.session_id"
-                    f" WHERE {where} ORDER BY c.tenant_id, c.session_id", params)
+                    f" WHERE {where} ORDER BY {_by(db, 'c.tenant_id', 'c.session_id')}", params)
 
 
 # -- import look-ups ------------------------------------------------------------------------------
@@ -270,6 +278,6 @@ def unembedded_forgotten(db: Database, ids: list[int]) -> list[tuple[int, str]]:
         marks = ",".join("?" * len(part))
         out.extend((r[0], r[1]) for r in db.execute(
             f"SELECT id, content FROM memories WHERE id IN ({marks}) AND state = 'soft_deleted'"
-            f" AND NOT EXISTS (SELECT 1 FROM memory_vectors v WHERE v.memory_id = memories.id)"
+            f" AND {lacking('memories.id', 'memory_vectors', 'memory_id')}"
             f" ORDER BY id", tuple(part)))
     return out

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from memcli.store.orphans import UNUSED_ENTITIES, delete_lacking
 from memcli.store.sparse import delete_postings
 from memcli.store.vectors import delete_vectors
 
@@ -98,7 +99,7 @@ def delete_everything(db: Database, event_ids: list[str], memory_ids: list[int],
         db.execute(f"DELETE FROM change_log WHERE memory_id IN ({m})", ids)
         db.execute(f"DELETE FROM memories WHERE id IN ({m})", ids)
     # Entities no memory mentions any more are derived text too.
-    db.execute("DELETE FROM entities WHERE id NOT IN (SELECT entity_id FROM memory_entities)")
+    delete_lacking(db, *UNUSED_ENTITIES)
     if event_ids:
         db.set_meta("purge_guard", "1")  # the append-only trigger lets purge through
         for start in range(0, len(event_ids), 500):

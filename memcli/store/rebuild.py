@@ -11,6 +11,7 @@ import json
 from typing import TYPE_CHECKING, Any
 
 from memcli.store.crypto import seal_if
+from memcli.store.orphans import PURGED, UNUSED_ENTITIES, delete_lacking, ids_lacking, lacking
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -205,9 +206,7 @@ def reset_entity_links(db: Database) -> None:
 
 
 def drop_unused_entities(db: Database) -> int:
-    return db.change_count(
-        "DELETE FROM entities WHERE NOT EXISTS"
-        " (SELECT 1 FROM memory_entities l WHERE l.entity_id = entities.id)")
+    return delete_lacking(db, *UNUSED_ENTITIES)
 
 
 def reset_sparse(db: Database) -> None:
@@ -250,9 +249,7 @@ def delete_orphan_vectors(db: Database) -> list[int]:
     """Vectors whose memory is gone."""
     from memcli.store.vectors import delete_vectors
 
-    ids = [int(r[0]) for r in db.execute(
-        "SELECT memory_id FROM memory_vectors v"
-        " WHERE NOT EXISTS (SELECT 1 FROM memories m WHERE m.id = v.memory_id)")]
+    ids = ids_lacking(db, "memory_vectors", ("memory_vectors.memory_id", "memories", "id"))
     for start in range(0, len(ids), 500):
         delete_vectors(db, ids[start:start + 500])
     return ids
@@ -266,9 +263,9 @@ def lost_derived(db: Database) -> list[dict[str, Any]]:
     rows = db.query(
         "SELECT h.memory_id AS id, h.meta FROM history h WHERE h.op = 'ADD'"
         " AND h.event_id IS NULL AND h.memory_id IS NOT NULL AND h.meta != '{}'"
-        " AND NOT EXISTS (SELECT 1 FROM memories m WHERE m.id = h.memory_id)"
-        " AND NOT EXISTS (SELECT 1 FROM history p WHERE p.op = 'PURGE'"
-        "                 AND p.memory_id = h.memory_id) ORDER BY h.memory_id")
+        f" AND {lacking('h.memory_id', 'memories')}"
+        f" AND {lacking('h.memory_id', 'history', 'memory_id', also=PURGED)}"
+        " ORDER BY h.memory_id")
     out = []
     for row in rows:
         try:

@@ -19,6 +19,9 @@ _MEMORY_COLUMNS = ("m.id, m.kind, m.category, m.content, m.attributes, m.sensiti
                    " m.tenant_id, m.user_id, m.app_id")
 
 
+_CATEGORY = "coalesce(m.category, '')"
+
+
 def _owner(alias: str, tenant_id: str, user_id: str | None, app_id: str | None,
            sensitivities: tuple[str, ...]) -> tuple[str, list[Any]]:
     marks = ",".join("?" * len(sensitivities))
@@ -44,7 +47,8 @@ def view_memories(db: Database, *, tenant_id: str, user_id: str | None, app_id: 
         where += " AND coalesce(m.category, '') != ?"
         params.append(not_category)
     return db.query(f"SELECT {_MEMORY_COLUMNS} FROM memories m WHERE {where}"
-                    " ORDER BY coalesce(m.category, ''), m.id", tuple(params))
+                    f" ORDER BY {db.dialect.binary(_CATEGORY)}, m.id",
+                    tuple(params))
 
 
 def view_decisions(db: Database, *, tenant_id: str, user_id: str | None, app_id: str | None,

@@ -66,5 +66,9 @@ class PostgresDialect:
         """The distinct non-NULL values of a group joined by commas (order unspecified)."""
         return f"string_agg(DISTINCT CAST({expr} AS text), ',')"
 
+    def binary(self, expr: str) -> str:
+        """Code point order in a UTF8 database: the bytes of UTF-8, SQLite's BINARY order."""
+        return f'{expr} COLLATE "C"'
+
 
 DIALECT = PostgresDialect()

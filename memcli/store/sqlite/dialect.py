@@ -34,5 +34,8 @@ class SqliteDialect:
     def distinct_list(self, expr: str) -> str:
         return f"group_concat(DISTINCT {expr})"
 
+    def binary(self, expr: str) -> str:
+        return expr  # BINARY is SQLite's default collation (no column of memcli's sets another)
+
 
 DIALECT = SqliteDialect()

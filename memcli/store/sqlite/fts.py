@@ -12,6 +12,8 @@ from __future__ import annotations
 import hashlib
 from typing import TYPE_CHECKING
 
+from memcli.store.orphans import ids_lacking
+
 if TYPE_CHECKING:
     from memcli.store.backend import LexicalQuery
     from memcli.store.filters import Filters
@@ -208,23 +210,11 @@ def reset_lexical(db: Database) -> None:
         db.conn.execute(_create_statement(name))
 
 
-def _ids(db: Database, sql: str) -> list[int]:
-    return [int(r[0]) for r in db.execute(sql)]
-
-
 def lexical_orphans(db: Database) -> dict[str, list[int]]:
-    return {
-        "memories_fts": _ids(db, "SELECT rowid FROM memories_fts"
-                                 " WHERE rowid NOT IN (SELECT id FROM memories)"),
-        "memories_trigram": _ids(db, "SELECT rowid FROM memories_trigram"
-                                     " WHERE rowid NOT IN (SELECT id FROM memories)"),
-    }
+    return {name: ids_lacking(db, name, (f"{name}.rowid", "memories", "id"))
+            for name in LEXICAL_TABLES}
 
 
 def lexical_missing(db: Database) -> dict[str, list[int]]:
-    return {
-        "memories_fts": _ids(db, "SELECT id FROM memories"
-                                 " WHERE id NOT IN (SELECT rowid FROM memories_fts)"),
-        "memories_trigram": _ids(db, "SELECT id FROM memories"
-                                     " WHERE id NOT IN (SELECT rowid FROM memories_trigram)"),
-    }
+    return {name: ids_lacking(db, "memories", ("memories.id", name, "rowid"))
+            for name in LEXICAL_TABLES}

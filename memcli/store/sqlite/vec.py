@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from memcli.store.orphans import delete_lacking, ids_lacking, lacking
 from memcli.store.search import count_candidates
 
 if TYPE_CHECKING:
@@ -48,13 +49,14 @@ def _has_vec_table(db: Database) -> bool:
     return _vec_sql(db) is not None
 
 
+_FLOAT_COPY = ("vec_memories.memory_id", "memory_vectors", "memory_id")
+
+
 def vector_orphans(db: Database) -> list[int]:
     """Bit vectors whose float copy is gone (readable only with sqlite-vec loaded)."""
     if not (db.vec_enabled and _has_vec_table(db)):
         return []
-    return [int(r[0]) for r in db.execute(
-        "SELECT memory_id FROM vec_memories"
-        " WHERE memory_id NOT IN (SELECT memory_id FROM memory_vectors)")]
+    return ids_lacking(db, "vec_memories", _FLOAT_COPY)
 
 
 def ensure_vec_table(db: Database, dimension: int) -> None:
@@ -104,12 +106,11 @@ def sync_vec_index(db: Database) -> None:
         return
     with db.transaction():
         if _has_vec_table(db):
-            db.execute("DELETE FROM vec_memories WHERE memory_id NOT IN"
-                       " (SELECT memory_id FROM memory_vectors)")
+            delete_lacking(db, "vec_memories", _FLOAT_COPY)
             # Row by row: INSERT ... SELECT would drop the bit subtype vec_quantize_binary sets.
             missing = list(db.execute(
-                "SELECT memory_id, embedding FROM memory_vectors"
-                " WHERE memory_id NOT IN (SELECT memory_id FROM vec_memories)"))
+                "SELECT memory_id, embedding FROM memory_vectors WHERE "
+                + lacking("memory_vectors.memory_id", "vec_memories", "memory_id")))
             db.executemany(_INSERT_VEC, _with_keys(db, missing))
         db.execute("DELETE FROM meta WHERE key = ?", (VEC_STALE,))
 
