@@ -39,8 +39,6 @@ ORPHANS = {
                       " WHERE NOT EXISTS (SELECT 1 FROM memories m WHERE m.id = v.memory_id)",
     "memory_sparse": "SELECT memory_id FROM memory_sparse s"
                      " WHERE NOT EXISTS (SELECT 1 FROM memories m WHERE m.id = s.memory_id)",
-    "sparse_postings": "SELECT DISTINCT memory_id FROM sparse_postings p"
-                       " WHERE NOT EXISTS (SELECT 1 FROM memories m WHERE m.id = p.memory_id)",
     "memory_entities": "SELECT memory_id FROM memory_entities l"
                        " WHERE NOT EXISTS (SELECT 1 FROM memories m WHERE m.id = l.memory_id)"
                        " OR NOT EXISTS (SELECT 1 FROM entities e WHERE e.id = l.entity_id)",
@@ -59,6 +57,7 @@ MISSING = {
 def orphans(db: Database) -> dict[str, list[int]]:
     found = db.backend.lexical_orphans(db)
     found.update((name, _ids(db, sql)) for name, sql in ORPHANS.items())
+    found.update(db.backend.sparse_orphans(db))
     found.update(db.backend.vector_orphans(db))
     return found
 
@@ -77,16 +76,16 @@ def memories_without_event(db: Database) -> list[int]:
                     " AND event_id NOT IN (SELECT event_id FROM events) ORDER BY id")
 
 
-# Derived tables the schema creates, beside the engine's lexical indexes (a vector index is
-# created on open, for the embedder's size).
-DERIVED_TABLES = ("memories", "memory_vectors",
-                  "sparse_postings", "memory_sparse", "sparse_df", "entities", "entity_aliases",
+# Derived tables the schema creates, beside the engine's lexical indexes and sparse tables (a
+# vector index is created on open, for the embedder's size).
+DERIVED_TABLES = ("memories", "memory_vectors", "sparse_df", "entities", "entity_aliases",
                   "memory_entities", "relations", "sessions")
 
 
 def missing_tables(db: Database) -> list[str]:
     present = db.backend.table_names(db)
-    names = (DERIVED_TABLES[0], *db.backend.lexical_tables, *DERIVED_TABLES[1:])
+    names = (DERIVED_TABLES[0], *db.backend.lexical_tables, DERIVED_TABLES[1],
+             *db.backend.sparse_tables, *DERIVED_TABLES[2:])
     return [name for name in names if name not in present]
 
 
@@ -123,9 +122,8 @@ def delete_orphans(db: Database, found: dict[str, list[int]]) -> None:
     for start in range(0, len(vector_ids), 500):
         vec.delete_vectors(db, vector_ids[start:start + 500])
     sparse_sql.delete_postings(db, found.get("memory_sparse", []))
-    db.execute("DELETE FROM sparse_postings WHERE memory_id NOT IN (SELECT id FROM memories)")
-    db.execute("UPDATE sparse_df SET df = (SELECT count(*) FROM sparse_postings p"
-               " WHERE p.term_id = sparse_df.term_id)")
+    db.backend.delete_sparse_orphans(db)
+    sparse_sql.recount_df(db)
     db.execute("DELETE FROM memory_entities WHERE memory_id NOT IN (SELECT id FROM memories)"
                " OR entity_id NOT IN (SELECT id FROM entities)")
     db.execute("DELETE FROM entities WHERE id NOT IN (SELECT entity_id FROM memory_entities)")
