@@ -12,6 +12,10 @@ model. Each query runs one-user and tenant-wide, old and new statements alternat
 times; the top 10s are compared with each other and with the exact dot product in Python
 (float64 over the stored integers), which says why a top 10 differs (an exact tie broken
 otherwise, a near tie within float error, or a real difference). Prints a markdown section.
+
+`--column` adds a third arm: the same vectors as a column of a copy of `memories`
+(`memories_wide`, its own scope index), scored without the join, and the lexical leg's
+statement on both tables (what the wider row costs other queries).
 """
 
 from __future__ import annotations
@@ -142,6 +146,43 @@ def why(got: list[tuple[int, float]], truth: list[tuple[int, float]]) -> str:
     return f"{kind}: length"
 
 
+def add_wide(db: Any) -> None:
+    """memories_wide: memories with the sparsevec as a column (the layout not chosen)."""
+    db.execute("CREATE TABLE memories_wide AS SELECT m.*, s.vec FROM memories m"
+               " JOIN memory_sparse s ON s.memory_id = m.id")
+    db.execute("ALTER TABLE memories_wide ADD PRIMARY KEY (id)")
+    db.execute("CREATE INDEX memories_wide_scope ON memories_wide"
+               " (tenant_id, user_id, session_id, state)")
+    db.execute("CREATE INDEX memories_wide_fts ON memories_wide USING gin (tenant_id, fts)")
+    db.execute("VACUUM ANALYZE memories_wide")
+
+
+def column_arms(db: Any, text: str, vec: dict[int, float], filters: Any) -> list:
+    """The sparse statement over memories_wide, and the lexical leg's statement on memories
+    and on memories_wide (timed only)."""
+    from memcli.retrieval import text as qtext
+    from memcli.store.postgres import legs
+    from memcli.store.postgres import sparse as pg_sparse
+
+    where, params = filters.sql()
+    wide = f"""SELECT id, score FROM (
+        SELECT m.id, inner_product(m.vec, ?::sparsevec) / 100.0 AS score FROM memories_wide m
+        WHERE {where} ORDER BY score DESC, m.id LIMIT 10) b WHERE score > 0"""
+    side = wide.replace("inner_product(m.vec,", "inner_product(s.vec,").replace(
+        "FROM memories_wide m", "FROM memories m JOIN memory_sparse s ON s.memory_id = m.id")
+    literal = pg_sparse.literal(vec)  # (no pruning in either: the two layouts alone)
+    arms = [("statement, side table", lambda: db.execute(side, [literal, *params])),
+            ("statement, column", lambda: db.execute(wide, [literal, *params]))]
+    terms = list(qtext.lexical_query(text).terms)
+    if terms:
+        lexical = legs.bm25_sql(len(terms), where)
+        args = [*terms, " ".join(terms), 0.5, *params, 50]
+        arms += [("lexical on memories", lambda: db.execute(lexical, args)),
+                 ("lexical on memories_wide", lambda: db.execute(
+                     lexical.replace("FROM memories m", "FROM memories_wide m"), args))]
+    return arms
+
+
 def size(db: Any, table: str) -> int:
     return int(db.scalar("SELECT pg_total_relation_size(?::regclass)", (table,)))
 
@@ -152,6 +193,8 @@ def main() -> int:
     parser.add_argument("--queries", type=int, default=40)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--source", type=Path, default=SOURCE)
+    parser.add_argument("--column", action="store_true",
+                        help="also time the vectors as a column of (a copy of) memories")
     args = parser.parse_args()
 
     from pg_support import running_server
@@ -176,6 +219,11 @@ def main() -> int:
             load(db, rows, weights)
             log(f"loaded {len(rows)} memories in {time.perf_counter() - t0:.0f} s")
             new_bytes, old_bytes = size(db, "memory_sparse"), size(db, "old_postings")
+            wide_heap = (0, 0)
+            if args.column:
+                add_wide(db)
+                wide_heap = tuple(int(db.scalar("SELECT pg_relation_size(?::regclass)", (t,)))
+                                  for t in ("memories", "memories_wide"))
             df = dict(db.execute("SELECT term_id, df FROM sparse_df"))
             total = int(db.scalar("SELECT max(id) FROM memories"))
             max_df = max(settings.sparse_max_df, int(settings.sparse_max_df_ratio * total))
@@ -196,6 +244,8 @@ def main() -> int:
                                     db, v, f, 10, max_df, s)),
                                 ("new", lambda f=filters, s=small, v=vec: sparse_sql.search(
                                     db, v, f, 10, max_df, s))]
+                        if args.column:
+                            arms += column_arms(db, q["text"], vec, filters)
                         if rnd % 2:
                             arms.reverse()
                         got = {}
@@ -219,7 +269,8 @@ def main() -> int:
     print(f"\n## {started[:10]}, pgsparse: SPLADE as sparsevec against postings "
           f"({n:,} memories)\n")
     print(f"`python bench/pg_sparse.py --memories {args.memories} --queries {args.queries}"
-          f" --rounds {args.rounds}`, started {started}; 1,000 users in 8 tenants; old and new "
+          f" --rounds {args.rounds}{' --column' if args.column else ''}`, started {started};"
+          " 1,000 users in 8 tenants; old and new "
           "statements alternating per query (the order flipped each round), one server.\n")
     print("| | postings (old) | sparsevec (new) |\n|---|---:|---:|")
     print(f"| sparse storage, table + indexes | {old_bytes / 2**20:,.0f} MiB"
@@ -233,6 +284,16 @@ def main() -> int:
         ratio = statistics.median(times[(scope, "old")]) / statistics.median(
             times[(scope, "new")])
         print(f"| sparse leg, {scope}, p50 / p95 | {cells[0]} | {cells[1]} ({ratio:.1f}x) |")
+    if args.column:
+        for scope in ("one user", "tenant-wide"):
+            for name in ("statement, side table", "statement, column", "lexical on memories",
+                         "lexical on memories_wide"):
+                values = times.get((scope, name), [])
+                if values:
+                    print(f"| {name}, {scope}, p50 / p95 | | {statistics.median(values):.1f}"
+                          f" / {perf.pct(values, 95):.1f} ms |")
+        print(f"| heap of memories / memories_wide | | {wide_heap[0] / 2**20:,.0f} /"
+              f" {wide_heap[1] / 2**20:,.0f} MiB |")
     for scope in ("one user", "tenant-wide"):
         cells = []
         for name in ("old", "new"):
