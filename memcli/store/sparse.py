@@ -61,9 +61,9 @@ def _add_df(db: Database, counts: Counter[int]) -> None:
             [v for row in part for v in row])
     gone = [t for t, n in rows if n < 0]
     for start in range(0, len(gone), BATCH_ROWS):
-        part = gone[start:start + BATCH_ROWS]
-        marks = ",".join("?" * len(part))
-        db.execute(f"DELETE FROM sparse_df WHERE df <= 0 AND term_id IN ({marks})", part)
+        terms = gone[start:start + BATCH_ROWS]
+        marks = ",".join("?" * len(terms))
+        db.execute(f"DELETE FROM sparse_df WHERE df <= 0 AND term_id IN ({marks})", terms)
 
 
 def insert_postings(db: Database, docs: list[tuple[int, dict[int, float]]]) -> None:

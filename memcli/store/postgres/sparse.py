@@ -30,6 +30,8 @@ import re
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     from memcli.store.filters import Filters
     from memcli.store.postgres.connection import PgDatabase
 
@@ -40,7 +42,7 @@ DIM = 65536
 BATCH_ROWS = 200  # memories per multi-row INSERT
 
 
-def literal(weights: dict[int, float]) -> str:
+def literal(weights: Mapping[int, float]) -> str:
     """pgvector's sparsevec text form (1-based indices) of {term id: weight}. Python's repr of
     a float parses back to the same value; integers are written as such."""
     body = ",".join(f"{t + 1}:{w!r}" for t, w in sorted(weights.items()))
