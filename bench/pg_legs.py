@@ -6,7 +6,7 @@ The LoCoMo database is bench/locomo.py's cached one (e5-small + SPLADE, built fi
 A throw-away PostgreSQL 18 (tests/pg_support.py) gets memcli's own schema (its migrations, then
 the vector dimension and HNSW index as the first ingest sets them), the variants' extra index and
 columns on top (VARIANT_DDL in bench/pg_legs_variants.py, an `english` tsvector here), and the
-same memories, float vectors and sparse postings (same ids; tests/pg_legs_support.py). Every
+same memories, float vectors and SPLADE weights (same ids; tests/pg_legs_support.py). Every
 question with evidence is asked inside its conversation's tenant, as bench/locomo.py does, with
 the query terms, CJK grams, query vector and SPLADE query terms memcli computes, once per leg
 and engine:
@@ -91,14 +91,13 @@ DENSE = {
     "hnsw-ef100-iterative": var.dense_knn(100, iterative=True),
     "bits-hnsw-ef100-iterative+rerank": var.dense_knn(100, iterative=True, bits=True),
 }
-SPARSE = {"postings": var.sparse_postings, "postings-large-scope-plan": var.sparse_large_scope,
-          "sparsevec": var.sparse_vec}
+SPARSE = {"sparsevec": var.sparse_vectors}  # SQLite's postings: the SQLite side
 TRIGRAM = {
     "ilike+grams-found": var.trigram_chosen,
     "ilike+similarity": var.trigram_similarity("similarity"),
     "ilike+word_similarity": var.trigram_similarity("word_similarity"),
 }
-CHOSEN = {"lexical": "bm25-sql", "dense": "exact", "sparse": "postings",
+CHOSEN = {"lexical": "bm25-sql", "dense": "exact", "sparse": "sparsevec",
           "trigram": "ilike+grams-found"}
 
 

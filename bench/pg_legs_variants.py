@@ -21,12 +21,11 @@ from memcli.store.postgres import legs
 Leg = Callable[..., list[tuple[int, float]]]
 
 # What the variants need beyond memcli's own schema (tests/pg_legs_support.apply_schema), added
-# on top of it: the binary-quantized HNSW index (`bits`), and the whole SPLADE vector as a
-# sparsevec with its term ids as an array (`sparse_vec`; memcli keeps the ids as packed bytea).
+# on top of it: the binary-quantized HNSW index (`bits`). (The sparsevec variant measured here
+# in session 7 is memcli's own leg since: memory_sparse.vec.)
 VARIANT_DDL = """
 CREATE INDEX memory_vectors_bits ON memory_vectors
     USING hnsw ((binary_quantize(embedding)::bit({dim})) bit_hamming_ops);
-ALTER TABLE memory_sparse ADD COLUMN term_ids integer[], ADD COLUMN vec sparsevec(30522);
 """
 
 
@@ -225,41 +224,10 @@ def max_df(db: Any, settings: Any) -> int:
     return max(settings.sparse_max_df, int(settings.sparse_max_df_ratio * total))
 
 
-def sparse_postings(db: Any, q: Query, filters: Any, limit: int, settings: Any) -> list:
-    """memcli/store/sparse.py's portable SQL, unchanged (small-scope plan, as on LoCoMo)."""
-    return sparse_sql.search(db, q.sparse, filters, limit, max_df(db, settings),
-                             small_scope=True)
-
-
-def sparse_large_scope(db: Any, q: Query, filters: Any, limit: int, settings: Any) -> list:
-    """memcli/store/sparse.py's large-scope plan (score everything, filter best first; on
-    PostgreSQL store/search.best_in_scope takes legs.py's ordered version)."""
-    return sparse_sql.search(db, q.sparse, filters, limit, max_df(db, settings), small_scope=False)
-
-
-def sparse_vec(db: Any, q: Query, filters: Any, limit: int, settings: Any) -> list:
-    """pgvector sparsevec `<#>` (negative inner product) over the filtered rows, with the same
-    frequent-term pruning applied to the query vector."""
-    if not q.sparse:
-        return []
-    from pg_legs_support import sparse_literal
-
-    terms = list(q.sparse)
-    marks = ",".join("?" * len(terms))
-    frequent = {t for (t,) in db.execute(
-        f"SELECT term_id FROM sparse_df WHERE term_id IN ({marks}) AND df > ?",
-        [*terms, max_df(db, settings)])}
-    kept = {t: w for t, w in q.sparse.items() if t not in frequent}
-    if not kept:
-        return []
-    where, params = filters.sql()
-    # Stored weights are round(w * 100) / 100, the query's are not rounded: as the postings SQL.
-    rows = db.execute(
-        f"SELECT m.id, -(s.vec <#> ?::sparsevec) AS sc FROM memories m"
-        f" JOIN memory_sparse s ON s.memory_id = m.id"
-        f" WHERE {where} AND s.term_ids && ?::int[] ORDER BY sc DESC, m.id LIMIT ?",
-        [sparse_literal(kept), *params, list(kept), limit])
-    return [(int(i), float(sc)) for i, sc in rows]
+def sparse_vectors(db: Any, q: Query, filters: Any, limit: int, settings: Any) -> list:
+    """memcli's sparse leg on PostgreSQL (memcli/store/sparse.py over one sparsevec per
+    memory; its frequent-term pruning as on SQLite)."""
+    return sparse_sql.search(db, q.sparse, filters, limit, max_df(db, settings), small_scope=True)
 
 
 def overlap(a: list[int], b: list[int], k: int) -> float | None:

@@ -6,8 +6,9 @@ real write path), then writes copies 1..K-1 of every row that ingest wrote, with
 columns filled, until the database holds `--events` memories:
 
 - per memory: `events`, `memories` (PostgreSQL's `context` column and generated `fts`), `history`,
-  `memory_entities` (+ new `entities` / `entity_aliases`), `memory_sparse`, `sparse_postings`,
-  `memory_vectors`; per session: `sessions`, `threads`, `change_log`; `sparse_df` = base df x K.
+  `memory_entities` (+ new `entities` / `entity_aliases`), `memory_sparse` (PostgreSQL: the
+  SPLADE sparsevec), `sparse_postings` (SQLite), `memory_vectors`; per session: `sessions`,
+  `threads`, `change_log`; `sparse_df` = base df x K.
 - copy c: ids offset by c x the base's largest (memory id, event seq, history and change_log
   ids), new event ids and real content hashes (memcli's own formula, checked on the base), new
   sessions (`c<c>...`), users moved by a multiple of 8 (a user stays in its tenant: 1,000 users
@@ -17,8 +18,8 @@ columns filled, until the database holds `--events` memories:
   common words repeat, with the same df/N as in the base). Entities are extracted again from
   the new text by memcli's extractor. Vectors: the base memory's vector plus noise (sd 0.015,
   normalised, as bench/perf.py's large database); SPLADE postings: the base memory's.
-- indexes built after the load where the engine allows it: PostgreSQL's secondary indexes, the
-  HNSW index and the postings' primary key are dropped first and created again from their own
+- indexes built after the load where the engine allows it: PostgreSQL's secondary indexes and
+  the HNSW index are dropped first and created again from their own
   definitions afterwards; SQLite's FTS5 tables are rebuilt by memcli's `rebuild_lexical` and
   the vec0 table by the backend's `rebuild_vectors` (both memcli's own code for `rebuild`).
 
@@ -146,7 +147,9 @@ class Base:
                        "history": _max(db, "history", "id"),
                        "change_log": _max(db, "change_log", "id")}
         self.vectors = _vectors(db, engine)
-        self.postings = _count(db, "sparse_postings")
+        # SQLite's posting rows; PostgreSQL's sparsevec rows (one per memory)
+        self.postings = _count(db, "sparse_postings" if engine == "sqlite"
+                               else "memory_sparse")
         stamps = [_parse(r["ts"]) for r in self.rows["events"]]
         self.span = (max(stamps) - min(stamps)).total_seconds() + 86400
         import perf
@@ -325,8 +328,8 @@ def _insert_vectors(db: Any, engine: str, ids: list[int], mat: np.ndarray,
 
 
 def _pg_drop_indexes(db: Any) -> list[str]:
-    """Drop the secondary indexes of the bulk tables and the postings' primary key; return the
-    statements that create them again (their own definitions)."""
+    """Drop the secondary indexes of the bulk tables; return the statements that create them
+    again (their own definitions)."""
     again = []
     for r in db.query(
             "SELECT i.relname AS name, pg_get_indexdef(i.oid) AS def, t.relname AS tab"
@@ -337,9 +340,6 @@ def _pg_drop_indexes(db: Any) -> list[str]:
             (list(PG_DEFERRED),)):
         db.execute(f"DROP INDEX {r['name']}")
         again.append(r["def"])
-    db.execute("ALTER TABLE sparse_postings DROP CONSTRAINT sparse_postings_pkey")
-    again.append("ALTER TABLE sparse_postings ADD CONSTRAINT sparse_postings_pkey"
-                 " PRIMARY KEY (term_id, memory_id)")
     return again
 
 
@@ -367,8 +367,7 @@ def replicate(location: str, target: int) -> dict[str, Any]:
     again: list[str] = []
     with db.transaction():
         if engine == "postgresql":
-            again = _pg_drop_indexes(db)
-            db.execute("CREATE UNLOGGED TABLE bulk_postings AS SELECT * FROM sparse_postings")
+            again = _pg_drop_indexes(db)  # (its SPLADE vectors are memory_sparse rows)
         else:
             db.execute("CREATE TEMP TABLE bulk_postings AS SELECT * FROM sparse_postings")
     entities = {(r["tenant_id"], r["kind"], r["norm"]): int(r["id"])
@@ -397,8 +396,9 @@ def replicate(location: str, target: int) -> dict[str, Any]:
                 _insert(db, engine, table, rows[table])
             _insert_vectors(db, engine, ids, mat,
                             {i + dm: (t, k.user(u)) for i, (t, u) in scope.items()})
-            db.execute("INSERT INTO sparse_postings (term_id, memory_id, weight)"
-                       " SELECT term_id, memory_id + ?, weight FROM bulk_postings", (dm,))
+            if engine == "sqlite":
+                db.execute("INSERT INTO sparse_postings (term_id, memory_id, weight)"
+                           " SELECT term_id, memory_id + ?, weight FROM bulk_postings", (dm,))
         if c % 5 == 0 or c == copies - 1:
             log(f"  copy {c}/{copies - 1}: {m * (c + 1)} memories,"
                 f" {time.perf_counter() - t1:.0f}s")
@@ -406,7 +406,8 @@ def replicate(location: str, target: int) -> dict[str, Any]:
     t2 = time.perf_counter()
     with db.transaction():
         db.execute("UPDATE sparse_df SET df = df * ?", (copies,))
-        db.execute("DROP TABLE bulk_postings")
+        if engine == "sqlite":
+            db.execute("DROP TABLE bulk_postings")
     if engine == "postgresql":
         for statement in again:  # one by one: each index's build time in the log
             s0 = time.perf_counter()

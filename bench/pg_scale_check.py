@@ -132,13 +132,12 @@ def _found(db: Any, memcli: list[str], location: str, env: dict[str, str],
 
 
 def _postings(db: Any, memory_id: int) -> tuple[int, int]:
-    """(terms listed in memory_sparse, of them with a posting row): primary-key lookups, where
-    a scan by memory_id would read every posting."""
-    import array
-
-    blob = db.scalar("SELECT terms FROM memory_sparse WHERE memory_id = ?", (memory_id,))
-    terms = array.array("H")
-    terms.frombytes(bytes(blob or b""))
+    """(terms stored for the memory, of them the leg can find): on SQLite, posting rows by
+    primary key (a scan by memory_id would read every posting); PostgreSQL's sparsevec is the
+    memory's one row."""
+    terms = db.backend.sparse_terms(db, [memory_id]).get(memory_id, [])
+    if "sparse_postings" not in db.backend.sparse_tables:
+        return len(terms), len(terms)
     found = sum(db.scalar("SELECT count(*) FROM sparse_postings WHERE term_id = ? AND"
                           " memory_id = ?", (t, memory_id)) for t in terms)
     return len(terms), found

@@ -16,7 +16,8 @@ INDEX_RE = re.compile(r"(Index Only Scan|Index Scan|Bitmap Index Scan)(?: Backwa
 SEQ_RE = re.compile(r"Seq Scan on (\S+)")
 # Which leg (or step) a statement belongs to, by a fragment only its SQL has; first match wins.
 KINDS = (("INSERT INTO request_metrics", "request metrics"),
-         ("sparse_postings", "sparse leg"), ("<=>", "dense leg"), ("<#>", "dense leg"),
+         ("sparse_postings", "sparse leg"), ("inner_product(s.vec", "sparse leg"),
+         ("<=>", "dense leg"), ("<#>", "dense leg"),
          ("bm25", "lexical leg"), ("fts @@", "lexical leg"), ("@@", "lexical leg"),
          ("LIKE", "trigram leg"), ("entit", "entity leg"), ("UPDATE memories", "record access"),
          ("INSERT", "write (metrics/access)"), ("FROM memories", "rank / load rows"))

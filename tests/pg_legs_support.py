@@ -4,8 +4,8 @@ Used by tests/test_pg_legs.py and bench/pg_legs.py. The schema is memcli's own
 (`apply_schema`: memcli/store/postgres's migrations, then the embedder's dimension and HNSW
 index as the first ingest sets them); bench/pg_legs_variants.py adds its variants' columns and
 indexes on top. `copy_from_sqlite` copies memories (with the context column FTS5 keeps only
-inside its index, recomputed as `doctor --fix` does), float vectors and sparse postings with the
-same ids, and fills the variants' sparse columns when the database has them.
+inside its index, recomputed as `doctor --fix` does), float vectors and the SPLADE weights (SQLite's
+postings, as one sparsevec per memory) with the same ids.
 
 `PgAdapter` is the smallest part of memcli's Database surface the legs use (`execute`, `scalar`)
 over a psycopg connection: `?` placeholders become `%s` (the leg SQL has no `?` or `%` inside
@@ -14,11 +14,9 @@ literals; pgcore's PgDatabase does the full rewrite).
 
 from __future__ import annotations
 
-import array
 import struct
 from typing import Any
 
-SPARSE_DIM = 30522  # SPLADE's vocabulary (memory_sparse.vec of bench/pg_legs_variants.py)
 # Columns of SQLite's `memories` copied as they are (PostgreSQL adds `context` and `fts`).
 MEMORY_COLUMNS = (
     "id", "kind", "category", "content", "tenant_id", "user_id", "agent_id", "session_id",
@@ -76,16 +74,11 @@ def apply_schema(conn: Any, dim: int) -> None:
         db.close()
 
 
-def sparse_literal(weights: dict[int, float]) -> str:
-    """pgvector's sparsevec text form (1-based indices)."""
-    body = ",".join(f"{t + 1}:{w!r}" for t, w in sorted(weights.items()))
-    return f"{{{body}}}/{SPARSE_DIM}"
-
-
 def copy_from_sqlite(sqlite_db: Any, conn: Any) -> dict[str, int]:
     """Memories, vectors and sparse postings of a memcli SQLite Database into PostgreSQL,
     same ids; returns row counts. `conn` is a psycopg connection (COPY)."""
     from memcli.store.postgres.legs import vector_literal
+    from memcli.store.postgres.sparse import literal as sparse_literal
 
     contexts = dict(sqlite_db.execute(CONTEXT_SQL))
     cols = ", ".join(MEMORY_COLUMNS)
@@ -104,27 +97,15 @@ def copy_from_sqlite(sqlite_db: Any, conn: Any) -> dict[str, int]:
                     "SELECT memory_id, embedding FROM memory_vectors ORDER BY memory_id"):
                 copy.write_row([mid, *scope[mid], vector_literal(blob)])
                 counts["vectors"] += 1
-        by_memory: dict[int, dict[int, float]] = {}
-        with conn.cursor().copy(
-                "COPY sparse_postings (term_id, memory_id, weight) FROM STDIN") as copy:
-            for term, mid, weight in sqlite_db.execute(
-                    "SELECT term_id, memory_id, weight FROM sparse_postings"):
-                copy.write_row([term, mid, weight])
-                by_memory.setdefault(mid, {})[term] = weight / 100
-                counts["postings"] += 1
-        # The variants' columns (bench/pg_legs_variants.py VARIANT_DDL), when present.
-        variant = conn.execute("SELECT count(*) FROM information_schema.columns WHERE"
-                               " table_name = 'memory_sparse' AND column_name = 'vec'"
-                               ).fetchone()[0]
-        cols = "memory_id, terms" + (", term_ids, vec" if variant else "")
-        with conn.cursor().copy(f"COPY memory_sparse ({cols}) FROM STDIN") as copy:
-            for mid, blob in sqlite_db.execute("SELECT memory_id, terms FROM memory_sparse"):
-                row = [mid, bytes(blob)]
-                if variant:
-                    terms = array.array("H")
-                    terms.frombytes(blob)
-                    row += [list(terms), sparse_literal(by_memory.get(mid, {}))]
-                copy.write_row(row)
+        # SQLite's postings (integer weights x 100) as memcli's PostgreSQL store keeps them.
+        by_memory: dict[int, dict[int, int]] = {}
+        for term, mid, weight in sqlite_db.execute(
+                "SELECT term_id, memory_id, weight FROM sparse_postings"):
+            by_memory.setdefault(mid, {})[term] = weight
+            counts["postings"] += 1
+        with conn.cursor().copy("COPY memory_sparse (memory_id, vec) FROM STDIN") as copy:
+            for mid in sorted(by_memory):
+                copy.write_row([mid, sparse_literal(by_memory[mid])])
         with conn.cursor().copy("COPY sparse_df (term_id, df) FROM STDIN") as copy:
             for row in sqlite_db.execute("SELECT term_id, df FROM sparse_df"):
                 copy.write_row(list(row))
@@ -133,7 +114,7 @@ def copy_from_sqlite(sqlite_db: Any, conn: Any) -> dict[str, int]:
             conn.execute("SELECT setval(pg_get_serial_sequence('memories', 'id'), %s)", (top,))
     conn.execute("ANALYZE memories")
     conn.execute("ANALYZE memory_vectors")
-    conn.execute("ANALYZE sparse_postings")
+    conn.execute("ANALYZE memory_sparse")
     return counts
 
 

@@ -3,7 +3,7 @@
 Small rows written straight into memcli's own schema (its migrations; the generated
 `fts` column and the indexes are the server's own), then each leg's ids and order: stemming,
 BM25's idf and context weight, `high` rows never matched, tenant and user filters inside the
-SQL, a 2-character CJK query, exact and HNSW dense plans, and both sparse plans. The last test
+SQL, a 2-character CJK query, exact and HNSW dense plans, and the sparsevec leg. The last test
 runs every leg through memcli's own PostgreSQL connection (PgDatabase) rather than psycopg.
 """
 
@@ -223,32 +223,31 @@ def test_dense_large_scope_walks_the_index(vectors):
     assert "memory_vectors_hnsw" in plan
 
 
-def test_sparse_postings_both_plans_rank_by_score(pg):
-    conn = pg.conn
-    conn.execute("INSERT INTO sparse_postings (term_id, memory_id, weight) VALUES"
-                 " (7, 2, 150), (7, 3, 50), (9, 3, 100), (7, 7, 900), (9, 12, 20), (9, 1, 30)")
-    conn.execute("INSERT INTO sparse_df (term_id, df) VALUES (7, 3), (9, 3)")
+def test_sparse_vectors_rank_by_score(pg):
+    # Written as the store writes them (a sparsevec per memory, df counted), weights x 100.
+    sparse_sql.insert_postings(pg, [(2, {7: 1.5}), (3, {7: 0.5, 9: 1.0}), (7, {7: 9.0}),
+                                    (12, {9: 0.2}), (1, {9: 0.3})])
     try:
+        assert dict(pg.execute("SELECT term_id, df FROM sparse_df")) == {7: 3, 9: 3}
         expected = [(3, 2.5), (2, 1.5), (1, 0.6), (12, 0.4)]  # row 7 is tenant t2's
         query = {7: 1.0, 9: 2.0}
-        # memcli/store/sparse.py's small-scope SQL runs on PostgreSQL unchanged ...
-        portable = sparse_sql.search(pg, query, T1, 10, max_df=10, small_scope=True)
-        assert [(i, round(s, 2)) for i, s in portable] == expected
-        # ... and legs.sparse's two plans give the same, best first, also under a LIMIT.
+        # Both scope sizes run the same statement on PostgreSQL: best first, under a LIMIT too.
         for small in (True, False):
             hits = sparse_sql.search(pg, query, T1, 10, max_df=10, small_scope=small)
             assert [(i, round(s, 2)) for i, s in hits] == expected
             assert ids(sparse_sql.search(pg, query, T1, 2, max_df=10, small_scope=small)) == [3, 2]
-        # The store's own entry point (memcli/store/search.py) takes legs' ordered plan for a
-        # large scope on PostgreSQL (its ORDERED_JOIN is a plain JOIN there).
-        for limit in (1, 2, 3):
-            assert sparse_sql.search(pg, query, T1, limit, max_df=10, small_scope=False) == \
-                sparse_sql.search(pg, query, T1, limit, max_df=10, small_scope=True)
+        # A memory sharing no term with the query is not a hit (its dot product is 0).
+        assert ids(sparse_sql.search(pg, {8: 1.0}, T1, 10, max_df=10)) == []
         # A term in more memories than max_df is pruned, as on SQLite.
         assert ids(sparse_sql.search(pg, query, T1, 10, max_df=2, small_scope=False)) == []
+        # Deleting takes the vectors and their counts; a term no memory holds has no row.
+        sparse_sql.delete_postings(pg, [3, 7])
+        assert dict(pg.execute("SELECT term_id, df FROM sparse_df")) == {7: 1, 9: 2}
+        sparse_sql.delete_postings(pg, [2])
+        assert dict(pg.execute("SELECT term_id, df FROM sparse_df")) == {9: 2}
     finally:
-        conn.execute("DELETE FROM sparse_postings")
-        conn.execute("DELETE FROM sparse_df")
+        pg.conn.execute("DELETE FROM memory_sparse")
+        pg.conn.execute("DELETE FROM sparse_df")
 
 
 def test_legs_through_the_real_connection_and_migrated_schema(pg_db):  # noqa: F811
@@ -271,9 +270,7 @@ def test_legs_through_the_real_connection_and_migrated_schema(pg_db):  # noqa: F
             db.execute("INSERT INTO memory_vectors (memory_id, tenant_id, user_id, embedding)"
                        " VALUES (?, 't1', 'u1', ?::vector)",
                        (mid, legs.vector_literal(float_blob(_unit(vector)))))
-        db.execute("INSERT INTO sparse_postings (term_id, memory_id, weight) VALUES"
-                   " (5, 1, 100), (5, 3, 300)")
-        db.execute("INSERT INTO sparse_df (term_id, df) VALUES (5, 2)")
+        sparse_sql.insert_postings(db, [(1, {5: 1.0}), (3, {5: 3.0})])
         assert ids(legs.lexical(db, ["runs", "tea"], U1, 10)) == [1, 2]
         assert ids(legs.trigram(db, ["北京"], U1, 10)) == [2]
         assert ids(legs.trigram(db, ["100%"], U1, 10)) == [3]

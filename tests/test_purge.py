@@ -46,8 +46,6 @@ ORPHAN_QUERIES = {
     " WHERE memory_id NOT IN (SELECT id FROM memories)",
     "memory_sparse": "SELECT count(*) FROM memory_sparse"
     " WHERE memory_id NOT IN (SELECT id FROM memories)",
-    "sparse_df": "SELECT count(*) FROM sparse_df d WHERE d.df != (SELECT count(*)"
-    " FROM sparse_postings p WHERE p.term_id = d.term_id)",
     "memory_entities": "SELECT count(*) FROM memory_entities WHERE memory_id NOT IN"
     " (SELECT id FROM memories) OR entity_id NOT IN (SELECT id FROM entities)",
     "entities": "SELECT count(*) FROM entities"
@@ -67,13 +65,30 @@ ORPHAN_QUERIES = {
 }
 
 
+# The terms each memory holds, per engine: SQLite's postings, PostgreSQL's sparsevec (the
+# indices of its text form `{i:w,...}/dim`, 1-based).
+STORED_TERMS = {
+    "sparse_postings": "SELECT term_id FROM sparse_postings",
+    "pg": "SELECT (t[1])::integer - 1 AS term_id FROM memory_sparse s,"
+          " regexp_matches(split_part(s.vec::text, '}', 1), '(\\d+):', 'g') t",
+}
+
+
 def orphan_counts(conn) -> dict[str, int]:
-    """{table: orphan rows} for every derived table this database has (0 everywhere is clean)."""
+    """{table: orphan rows} for every derived table this database has (0 everywhere is clean);
+    `sparse_df`: terms whose count is not the number of memories holding them (a term no
+    memory holds has no row)."""
     execute = conn.execute if hasattr(conn, "execute") else conn.db.execute
     names = table_names(execute)
-    return {
+    found = {
         table: execute(sql).fetchone()[0] for table, sql in ORPHAN_QUERIES.items() if table in names
     }
+    terms = STORED_TERMS["sparse_postings" if "sparse_postings" in names else "pg"]
+    found["sparse_df"] = execute(
+        f"SELECT count(*) FROM sparse_df d FULL JOIN (SELECT term_id, count(*) AS n FROM"
+        f" ({terms}) t GROUP BY term_id) p ON p.term_id = d.term_id"
+        f" WHERE d.df IS DISTINCT FROM p.n").fetchone()[0]
+    return found
 
 
 def fts_hits(db_path: Path, table: str, term: str) -> int:

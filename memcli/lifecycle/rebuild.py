@@ -20,9 +20,9 @@ rebuilt from events (and from history, for ids and state)
   sessions: first/last event time, event count, user (consolidated_at and summary are kept).
 
 rebuilt from memories (their text, so from events for episodes)
-  memories_fts, memories_trigram (dropped and created again), sparse_postings, memory_sparse,
-  sparse_df (SPLADE), memory_vectors, vec_memories (the embedder), entities, entity_aliases,
-  memory_entities (regex extraction; an entity still in use keeps its id).
+  memories_fts, memories_trigram (dropped and created again), memory_sparse (+ sparse_postings
+  on SQLite), sparse_df (SPLADE), memory_vectors, vec_memories (the embedder), entities,
+  entity_aliases, memory_entities (regex extraction; an entity still in use keeps its id).
   relations: edges are kept; an edge history recorded (LINK -> related, UPDATE superseded_by
   -> supersedes) that is missing is added back.
 

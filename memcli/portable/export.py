@@ -21,8 +21,8 @@ Every table of memcli/schema.sql, and what an export does with it:
 - session_consolidation: exported as kind `consolidation`, its progress as the `event_id` it
   reached instead of a `seq`.
 - memories_fts, memories_trigram: derived, recomputed on import.
-- memory_vectors, vec_memories, sparse_postings, memory_sparse, sparse_df: derived, recomputed
-  on import with the importing side's models (or later with `memcli embed` after
+- memory_vectors, vec_memories, sparse_postings (SQLite), memory_sparse, sparse_df: derived,
+  recomputed on import with the importing side's models (or later with `memcli embed` after
   `--defer-embed`).
 - entities, entity_aliases, memory_entities: derived from memory text, recomputed on import
   (nothing else writes them).

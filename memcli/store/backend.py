@@ -71,6 +71,9 @@ class Backend(Protocol[DB]):
     # indexes, and the vector index beside memory_vectors (empty when it has none).
     lexical_tables: tuple[str, ...]
     vector_tables: tuple[str, ...]
+    # The SPLADE index's tables beside `sparse_df` (SQLite: postings and term lists;
+    # PostgreSQL: one sparsevec per memory in memory_sparse).
+    sparse_tables: tuple[str, ...]
 
     # -- retrieval legs (the entity and sparse legs are portable SQL: memcli.store.search)
     def lexical(self, db: DB, query: LexicalQuery, filters: Filters, limit: int,
@@ -147,6 +150,33 @@ class Backend(Protocol[DB]):
 
     def vector_orphans(self, db: DB) -> dict[str, list[int]]:
         """Per vector index table it can read: ids whose stored vector is gone (doctor)."""
+
+    # -- SPLADE storage (memcli.store.sparse keeps the scaling, sparse_df and the pruning)
+    def write_sparse(self, db: DB, docs: list[tuple[int, dict[int, int]]]) -> None:
+        """Store (memory id, {term id: round(weight * SCALE)}), replacing a memory's terms."""
+
+    def sparse_terms(self, db: DB, ids: list[int]) -> dict[int, list[int]]:
+        """The term ids stored for these memories (only those that have terms)."""
+
+    def delete_sparse(self, db: DB, stored: dict[int, list[int]]) -> None:
+        """Delete these memories' sparse rows (`stored`: what `sparse_terms` returned)."""
+
+    def reset_sparse(self, db: DB) -> None:
+        """Delete every memory's sparse rows (not sparse_df)."""
+
+    def recount_sparse_df(self, db: DB) -> None:
+        """sparse_df again from the stored terms."""
+
+    def sparse_orphans(self, db: DB) -> dict[str, list[int]]:
+        """Per sparse table other than memory_sparse: ids whose memory is gone (doctor)."""
+
+    def delete_sparse_orphans(self, db: DB) -> None:
+        """Delete what `sparse_orphans` finds (doctor --fix)."""
+
+    def sparse_search(self, db: DB, query: dict[int, float], filters: Filters, limit: int,
+                      small_scope: bool) -> Hits:
+        """Dot product of `query` (pruned already) with the stored weights, / SCALE; only
+        memories sharing a term; best first, ties by id."""
 
     # -- schema
     def migrate(self, db: DB) -> int:

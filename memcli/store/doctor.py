@@ -38,7 +38,6 @@ _MEMORY = ("memories", "id")
 ORPHANS: dict[str, tuple[Link, ...]] = {
     "memory_vectors": (("memory_vectors.memory_id", *_MEMORY),),
     "memory_sparse": (("memory_sparse.memory_id", *_MEMORY),),
-    "sparse_postings": (("sparse_postings.memory_id", *_MEMORY),),
     "memory_entities": (("memory_entities.memory_id", *_MEMORY),
                         ("memory_entities.entity_id", "entities", "id")),
     "relations": (("relations.src_id", *_MEMORY), ("relations.dst_id", *_MEMORY)),
@@ -51,8 +50,8 @@ MISSING: dict[str, Link] = {
 
 def orphans(db: Database) -> dict[str, list[int]]:
     found = db.backend.lexical_orphans(db)
-    found.update((name, ids_lacking(db, name, *links, distinct=name == "sparse_postings"))
-                 for name, links in ORPHANS.items())
+    found.update((name, ids_lacking(db, name, *links)) for name, links in ORPHANS.items())
+    found.update(db.backend.sparse_orphans(db))
     found.update(db.backend.vector_orphans(db))
     return found
 
@@ -73,16 +72,16 @@ def memories_without_event(db: Database) -> list[int]:
                        pick="memories.id", where="memories.event_id IS NOT NULL", order=True)
 
 
-# Derived tables the schema creates, beside the engine's lexical indexes (a vector index is
-# created on open, for the embedder's size).
-DERIVED_TABLES = ("memories", "memory_vectors",
-                  "sparse_postings", "memory_sparse", "sparse_df", "entities", "entity_aliases",
+# Derived tables the schema creates, beside the engine's lexical indexes and sparse tables (a
+# vector index is created on open, for the embedder's size).
+DERIVED_TABLES = ("memories", "memory_vectors", "sparse_df", "entities", "entity_aliases",
                   "memory_entities", "relations", "sessions")
 
 
 def missing_tables(db: Database) -> list[str]:
     present = db.backend.table_names(db)
-    names = (DERIVED_TABLES[0], *db.backend.lexical_tables, *DERIVED_TABLES[1:])
+    names = (DERIVED_TABLES[0], *db.backend.lexical_tables, DERIVED_TABLES[1],
+             *db.backend.sparse_tables, *DERIVED_TABLES[2:])
     return [name for name in names if name not in present]
 
 
@@ -118,9 +117,8 @@ def delete_orphans(db: Database, found: dict[str, list[int]]) -> None:
     for start in range(0, len(vector_ids), 500):
         vec.delete_vectors(db, vector_ids[start:start + 500])
     sparse_sql.delete_postings(db, found.get("memory_sparse", []))
-    delete_lacking(db, "sparse_postings", *ORPHANS["sparse_postings"])
-    db.execute("UPDATE sparse_df SET df = (SELECT count(*) FROM sparse_postings p"
-               " WHERE p.term_id = sparse_df.term_id)")
+    db.backend.delete_sparse_orphans(db)
+    sparse_sql.recount_df(db)
     delete_lacking(db, "memory_entities", *ORPHANS["memory_entities"])
     delete_lacking(db, *UNUSED_ENTITIES)
     delete_lacking(db, "relations", *ORPHANS["relations"])

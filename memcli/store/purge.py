@@ -7,8 +7,8 @@ table                               on purge
 events, artifacts                   deleted (the scope's ground truth)
 memories (any state, any kind)      deleted, with every memory cut from the events
 memories_fts, memories_trigram      rows deleted, then both 'optimize'd (old segments go)
-memory_vectors, vec_memories,       deleted; sparse_df counts go down
-  memory_sparse, sparse_postings
+memory_vectors, vec_memories,       deleted; sparse_df counts go down (a term at 0 is deleted)
+  memory_sparse, sparse_postings      (sparse_postings: SQLite only)
 entities, entity_aliases            deleted when no remaining memory mentions them
 memory_entities, relations          deleted
 sessions, session_consolidation     empty sessions deleted (their consolidation row cascades);

@@ -18,9 +18,10 @@ if TYPE_CHECKING:
 
     from memcli.store.connection import Database
 
-# Row counts a plan shows, per derived table (with the engine's own index tables first).
-DERIVED_TABLES = ("sparse_postings", "memory_sparse", "sparse_df", "entities",
-                  "entity_aliases", "memory_entities", "relations", "sessions")
+# Row counts a plan shows, per derived table (with the engine's own index tables first, and
+# its sparse tables before sparse_df).
+DERIVED_TABLES = ("sparse_df", "entities", "entity_aliases", "memory_entities", "relations",
+                  "sessions")
 
 
 def table_names(db: Database) -> set[str]:
@@ -41,7 +42,8 @@ def drop_lexical(db: Database) -> None:
 def count_rows(db: Database) -> dict[str, int | None]:
     """Rows per derived table (None: the table is missing or unreadable)."""
     backend = db.backend
-    names = (*backend.lexical_tables, "memory_vectors", *backend.vector_tables, *DERIVED_TABLES)
+    names = (*backend.lexical_tables, "memory_vectors", *backend.vector_tables,
+             *backend.sparse_tables, *DERIVED_TABLES)
     return backend.row_counts(db, names)
 
 
@@ -211,16 +213,16 @@ def drop_unused_entities(db: Database) -> int:
 
 def reset_sparse(db: Database) -> None:
     """Empty the sparse index (the model and vocabulary stay recorded in meta)."""
-    db.execute("DELETE FROM sparse_postings")
-    db.execute("DELETE FROM memory_sparse")
-    db.execute("DELETE FROM sparse_df")
+    from memcli.store import sparse
+
+    sparse.clear(db)
 
 
 def recount_df(db: Database) -> None:
-    """Document frequencies again from the postings (exact, whatever happened before)."""
-    db.execute("DELETE FROM sparse_df")
-    db.execute("INSERT INTO sparse_df (term_id, df) SELECT term_id, count(*)"
-               " FROM sparse_postings GROUP BY term_id")
+    """Document frequencies again from the stored terms (exact, whatever happened before)."""
+    from memcli.store import sparse
+
+    sparse.recount_df(db)
 
 
 def stored_vectors(db: Database, ids: list[int]) -> dict[int, bytes]:

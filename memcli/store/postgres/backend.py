@@ -23,7 +23,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from memcli.crypto import PREFIX
-from memcli.store.postgres import crypto, legs, migrations
+from memcli.store.postgres import crypto, legs, migrations, sparse
 
 if TYPE_CHECKING:
     from memcli.errors import StorageError
@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from memcli.store.postgres.connection import PgDatabase
 
 # Tables a purge deletes from (VACUUMed afterwards so their dead rows are reclaimed).
-PURGED_TABLES = ("events", "artifacts", "memories", "memory_vectors", "sparse_postings",
+PURGED_TABLES = ("events", "artifacts", "memories", "memory_vectors",
                  "memory_sparse", "sparse_df", "lexeme_df", "lexical_stats", "memory_entities",
                  "relations", "history", "change_log", "sessions", "session_consolidation",
                  "decisions", "tasks", "checkpoints", "proposals", "request_metrics", "meta")
@@ -65,6 +65,7 @@ class PgBackend:
     # memory_vectors: no derived tables of the engine's own to count or rebuild.
     lexical_tables: tuple[str, ...] = ()
     vector_tables: tuple[str, ...] = ()
+    sparse_tables: tuple[str, ...] = sparse.TABLES
 
     # -- legs ---------------------------------------------------------------------------------
     def lexical(self, db: PgDatabase, query: LexicalQuery, filters: Filters, limit: int,
@@ -187,6 +188,34 @@ class PgBackend:
 
     def vector_orphans(self, db: PgDatabase) -> dict[str, list[int]]:
         return {}
+
+    # -- SPLADE: one sparsevec per memory (memcli.store.postgres.sparse) ----------------------
+    def write_sparse(self, db: PgDatabase, docs: list[tuple[int, dict[int, int]]]) -> None:
+        sparse.write(db, docs)
+
+    def sparse_terms(self, db: PgDatabase, ids: list[int]) -> dict[int, list[int]]:
+        return sparse.terms(db, ids)
+
+    def delete_sparse(self, db: PgDatabase, stored: dict[int, list[int]]) -> None:
+        sparse.delete(db, stored)
+
+    def reset_sparse(self, db: PgDatabase) -> None:
+        sparse.reset(db)
+
+    def recount_sparse_df(self, db: PgDatabase) -> None:
+        sparse.recount_df(db)
+
+    def sparse_orphans(self, db: PgDatabase) -> dict[str, list[int]]:
+        """None beyond memory_sparse's own (portable SQL): the vector is the memory's row."""
+        return {}
+
+    def delete_sparse_orphans(self, db: PgDatabase) -> None:
+        """Nothing beyond memory_sparse (doctor deletes its orphans through the store)."""
+
+    def sparse_search(self, db: PgDatabase, query: dict[int, float], filters: Filters,
+                      limit: int, small_scope: bool) -> list[tuple[int, float]]:
+        """One plan for every scope size (`small_scope` is SQLite's choice of plans)."""
+        return sparse.search(db, query, filters, limit)
 
     # -- schema -------------------------------------------------------------------------------
     def migrate(self, db: PgDatabase) -> int:

@@ -1,5 +1,5 @@
 """SQL of the retrieval legs on PostgreSQL (issue #16, step 4b): full text, trigram, dense and
-the large-scope plan of the sparse and entity legs.
+the large-scope plan of the entity leg.
 
 Each leg returns [(memory id, score)] best first, ties by id, filtered inside its SQL by the
 same `Filters.sql()` as SQLite's legs (memcli/store/search.py); ranking stays above the store.
@@ -40,15 +40,12 @@ R@1/5/10/25 within 0.1 point of SQLite's (the issue's bound is 1 point).
   ids as SQLite's exact scan, p50 2.8 ms); above it `knn_sql`, an HNSW walk within the tenant
   with pgvector's iterative scan, reranked exactly (forced on LoCoMo: recall equal; without the
   iterative scan -2.1 R@10; the bit-quantized index -0.7 R@25).
-- sparse: memcli/store/sparse.py's postings SQL runs unchanged for small scopes (same scores).
-  Its large-scope plan relies on SQLite's CROSS JOIN keeping the score order; on PostgreSQL a
-  plain JOIN returned rows in id order (5 of 100 queries wrong), so PgBackend.best_in_scope
-  runs this module's ordered `best_in_scope` (for the sparse and entity legs alike). pgvector
-  `sparsevec <#>` gives the same results; on LoCoMo it was slower, but at 54k memories of
-  1,000 users (the same postings in a `sparsevec` column) it is 10x smaller (45 vs 456 MB
-  plus a 203 MB primary key) and faster: one user 1.9 vs 31.5 ms p50, tenant-wide 164 vs
-  649 ms (same top 10 on 78 of 80 queries). Not switched yet (the postings are portable
-  store SQL used by rebuild, doctor and purge): the next step for size and sparse speed.
+- sparse: not here. memcli/store/postgres/sparse.py scores one pgvector `sparsevec` per memory
+  (`inner_product`, exact over the filtered rows) behind memcli/store/sparse.py's shared
+  pruning; it replaced the postings table SQLite keeps (10x smaller at 54k memories, the same
+  top 10 as an exact dot product; bench/results/pg-scale.md). `best_in_scope` below is still
+  the entity leg's large-scope plan: SQLite's `CROSS JOIN` keeps the score order, a plain
+  PostgreSQL JOIN returned rows in id order (5 of 100 LoCoMo queries wrong before the fix).
 
 `high` rows: their `fts` is empty by construction; the trigram predicate repeats
 `sensitivity <> 'high'` (ciphertext must never match a gram, and the partial index needs it).

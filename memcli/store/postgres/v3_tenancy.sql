@@ -74,7 +74,7 @@ BEGIN
     END LOOP;
     -- Tables keyed by a memory: a row is the tenant's when its memory is (the subquery reads
     -- memories under memories' own policy).
-    FOREACH t IN ARRAY ARRAY['memory_sparse', 'sparse_postings', 'memory_entities']
+    FOREACH t IN ARRAY ARRAY['memory_sparse', 'memory_entities']
     LOOP
         EXECUTE format('ALTER TABLE %I ENABLE ROW LEVEL SECURITY', t);
         EXECUTE format('CREATE POLICY tenant_rows ON %I'

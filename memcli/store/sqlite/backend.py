@@ -11,7 +11,7 @@ import apsw
 
 from memcli.errors import DatabaseBusyError, MemcliError
 from memcli.store import search
-from memcli.store.sqlite import fts, migrations, vec
+from memcli.store.sqlite import fts, migrations, sparse, vec
 
 if TYPE_CHECKING:
     from memcli.errors import StorageError
@@ -28,6 +28,7 @@ class SqliteBackend:
     schema_latest = migrations.LATEST
     lexical_tables: tuple[str, ...] = fts.LEXICAL_TABLES
     vector_tables: tuple[str, ...] = ("vec_memories",)
+    sparse_tables: tuple[str, ...] = sparse.TABLES
 
     # -- legs ---------------------------------------------------------------------------------
     def lexical(self, db: Database, query: LexicalQuery, filters: Filters, limit: int,
@@ -108,6 +109,34 @@ class SqliteBackend:
     def vector_orphans(self, db: Database) -> dict[str, list[int]]:
         # (a vec0 table can only be read with sqlite-vec loaded)
         return {"vec_memories": vec.vector_orphans(db)} if db.vec_enabled else {}
+
+    # -- SPLADE postings (memcli.store.sqlite.sparse) ---------------------------------------
+    def write_sparse(self, db: Database, docs: list[tuple[int, dict[int, int]]]) -> None:
+        sparse.write(db, docs)
+
+    def sparse_terms(self, db: Database, ids: list[int]) -> dict[int, list[int]]:
+        return sparse.terms(db, ids)
+
+    def delete_sparse(self, db: Database, stored: dict[int, list[int]]) -> None:
+        sparse.delete(db, stored)
+
+    def reset_sparse(self, db: Database) -> None:
+        sparse.reset(db)
+
+    def recount_sparse_df(self, db: Database) -> None:
+        sparse.recount_df(db)
+
+    def sparse_orphans(self, db: Database) -> dict[str, list[int]]:
+        return sparse.orphans(db)
+
+    def delete_sparse_orphans(self, db: Database) -> None:
+        sparse.delete_orphans(db)
+
+    def sparse_search(self, db: Database, query: dict[int, float], filters: Filters,
+                      limit: int, small_scope: bool) -> list[tuple[int, float]]:
+        from memcli.store.sparse import SCALE
+
+        return sparse.search(db, query, filters, limit, small_scope, SCALE)
 
     # -- schema -------------------------------------------------------------------------------
     def migrate(self, db: Database) -> int:

@@ -1,0 +1,123 @@
+"""PostgreSQL's SPLADE storage: one pgvector `sparsevec` per memory (`memory_sparse.vec`).
+
+memcli.store.sparse keeps what both engines share (scaling, document frequencies in
+`sparse_df`, frequent-term pruning); this module stores and scores the vectors behind
+`Backend.write_sparse` and the other sparse methods. SQLite keeps postings instead
+(memcli.store.sqlite.sparse).
+
+Why not the postings here (bench/results/pg-scale.md, 54k memories): a posting row costs
+PostgreSQL ~24 bytes of tuple header plus its primary key entry, 659 MB against 45 MB for the
+same weights as one sparsevec per memory, and the leg was 16x slower for one user.
+
+Values: the stored weights are SQLite's integers, round(weight * SCALE), kept as they are in the
+vector (float4 holds every integer below 2^24 exactly). The score is `inner_product(vec, query)
+/ SCALE`: the postings' `sum(query weight * stored weight) / SCALE`, except that pgvector sums in
+float4 (relative error ~1e-7 per term, against float8 in the postings). Identical vectors get
+identical scores (the same products summed in the same term order), so equal scores are exact
+ties, broken by id, where the postings' float8 sum could differ in its last bit by the order the
+join fed the rows. Only memories sharing a term with the query score above 0 (weights > 0), as
+only they had postings to join.
+
+Plan: one statement for every scope size, the filters on `memories` (its scope index), each
+passing memory's vector by primary key, scored, sorted, cut at the limit, zeros dropped after
+the cut (they sort last). No index over the vectors: pgvector's HNSW on sparsevec is
+approximate, and exact is what the postings gave.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+    from memcli.store.filters import Filters
+    from memcli.store.postgres.connection import PgDatabase
+
+TABLES = ("memory_sparse",)
+# The vectors' dimension: term ids are below 2^16 (SQLite packs them as uint16); schema.sql
+# declares `sparsevec(65536)`, and an inner product needs equal dimensions.
+DIM = 65536
+BATCH_ROWS = 200  # memories per multi-row INSERT
+
+
+def literal(weights: Mapping[int, float]) -> str:
+    """pgvector's sparsevec text form (1-based indices) of {term id: weight}. Python's repr of
+    a float parses back to the same value; integers are written as such."""
+    body = ",".join(f"{t + 1}:{w!r}" for t, w in sorted(weights.items()))
+    return f"{{{body}}}/{DIM}"
+
+
+_INDEX = re.compile(r"(\d+):")
+
+
+def term_ids(text: str) -> list[int]:
+    """The term ids of a sparsevec's text form (0-based, ascending)."""
+    return [int(i) - 1 for i in _INDEX.findall(text.split("}", 1)[0])]
+
+
+def write(db: PgDatabase, docs: list[tuple[int, dict[int, int]]]) -> None:
+    """Store each memory's scaled weights as its vector (replacing an earlier one), in memory
+    id order (two writers lock rows in the same order)."""
+    rows = sorted((memory_id, literal(vec)) for memory_id, vec in docs)
+    for start in range(0, len(rows), BATCH_ROWS):
+        part = rows[start:start + BATCH_ROWS]
+        db.execute("INSERT INTO memory_sparse (memory_id, vec) VALUES "
+                   + ",".join(["(?, ?::sparsevec)"] * len(part))
+                   + " ON CONFLICT (memory_id) DO UPDATE SET vec = excluded.vec",
+                   [v for row in part for v in row])
+
+
+def terms(db: PgDatabase, memory_ids: list[int]) -> dict[int, list[int]]:
+    """The term ids stored for these memories (those with a vector)."""
+    found: dict[int, list[int]] = {}
+    for start in range(0, len(memory_ids), 1000):
+        part = memory_ids[start:start + 1000]
+        for memory_id, text in db.execute(
+                f"SELECT memory_id, vec::text FROM memory_sparse"
+                f" WHERE memory_id IN ({','.join('?' * len(part))})", part):
+            found[int(memory_id)] = term_ids(text)
+    return found
+
+
+def delete(db: PgDatabase, stored: dict[int, list[int]]) -> None:
+    ids = sorted(stored)
+    for start in range(0, len(ids), 1000):
+        part = ids[start:start + 1000]
+        db.execute(f"DELETE FROM memory_sparse WHERE memory_id IN ({','.join('?' * len(part))})",
+                   part)
+
+
+def reset(db: PgDatabase) -> None:
+    db.execute("DELETE FROM memory_sparse")
+
+
+# The term ids of every stored vector, from their text form (no pgvector function lists a
+# sparsevec's indices): rebuild's and doctor's recount only.
+_ALL_TERMS = ("SELECT (t[1])::integer - 1 AS term_id FROM memory_sparse s,"
+              " regexp_matches(split_part(s.vec::text, '}', 1), '(\\d+):', 'g') t")
+
+
+def recount_df(db: PgDatabase) -> None:
+    db.execute("DELETE FROM sparse_df")
+    db.execute(f"INSERT INTO sparse_df (term_id, df) SELECT term_id, count(*)"
+               f" FROM ({_ALL_TERMS}) a GROUP BY term_id ORDER BY term_id")
+
+
+def search(db: PgDatabase, query: dict[int, float], filters: Filters, limit: int
+           ) -> list[tuple[int, float]]:
+    """The `limit` memories passing the filters with the highest dot product with `query`
+    (already pruned), best first, ties by id; memories sharing no term are left out."""
+    from memcli.store.sparse import SCALE
+
+    where, params = filters.sql()
+    rows = db.execute(
+        f"""SELECT id, score FROM (
+                SELECT m.id, inner_product(s.vec, q.v) / {SCALE}.0 AS score
+                FROM (SELECT ?::sparsevec AS v) q, memories m
+                JOIN memory_sparse s ON s.memory_id = m.id
+                WHERE {where} ORDER BY score DESC, m.id LIMIT ?) best
+            WHERE score > 0 ORDER BY score DESC, id""",
+        [literal(query), *params, limit])
+    return [(int(i), float(sc)) for i, sc in rows]

@@ -1,0 +1,102 @@
+"""SQLite's SPLADE storage: postings (term, memory, weight) plus each memory's packed term list.
+
+memcli.store.sparse keeps what both engines share (scaling, document frequencies, frequent-term
+pruning); this module is the storage and the dot product behind `Backend.write_sparse` and the
+other sparse methods. Weights are stored as round(weight * SCALE) integers (smallest 1);
+`memory_sparse.terms` holds the term ids as packed uint16, so deleting a memory's postings
+needs no scan of the postings table.
+"""
+
+from __future__ import annotations
+
+import array
+from typing import TYPE_CHECKING
+
+from memcli.store.orphans import Link, delete_lacking, ids_lacking
+from memcli.store.search import best_in_scope
+
+if TYPE_CHECKING:
+    from memcli.store.connection import Database
+    from memcli.store.filters import Filters
+
+TABLES = ("sparse_postings", "memory_sparse")
+BATCH_ROWS = 500  # rows per multi-row statement (3 parameters each: far below the limit)
+
+
+def _chunks(rows: list, size: int = BATCH_ROWS):
+    for start in range(0, len(rows), size):
+        yield rows[start:start + size]
+
+
+def write(db: Database, docs: list[tuple[int, dict[int, int]]]) -> None:
+    """Store each memory's scaled weights (replacing a previous row of the same term)."""
+    postings = sorted((t, memory_id, w) for memory_id, vec in docs for t, w in vec.items())
+    for part in _chunks(postings):
+        db.execute(
+            "INSERT INTO sparse_postings (term_id, memory_id, weight) VALUES "
+            + ",".join(["(?, ?, ?)"] * len(part))
+            + " ON CONFLICT (term_id, memory_id) DO UPDATE SET weight = excluded.weight",
+            [v for row in part for v in row])
+    db.executemany("INSERT INTO memory_sparse (memory_id, terms) VALUES (?, ?)"
+                   " ON CONFLICT (memory_id) DO UPDATE SET terms = excluded.terms",
+                   [(m, array.array("H", sorted(vec)).tobytes()) for m, vec in docs])
+
+
+def terms(db: Database, memory_ids: list[int]) -> dict[int, list[int]]:
+    """The term ids stored for these memories (those with a row)."""
+    found: dict[int, list[int]] = {}
+    for memory_id in memory_ids:
+        blob = db.scalar("SELECT terms FROM memory_sparse WHERE memory_id = ?", (memory_id,))
+        if blob is not None:
+            packed = array.array("H")
+            packed.frombytes(blob)
+            found[memory_id] = list(packed)
+    return found
+
+
+def delete(db: Database, stored: dict[int, list[int]]) -> None:
+    """Remove these memories' postings and term lists (`stored`: `terms`' answer)."""
+    pairs = sorted((t, m) for m, ts in stored.items() for t in ts)
+    for part in _chunks(pairs):
+        db.execute("DELETE FROM sparse_postings WHERE (term_id, memory_id) IN (VALUES "
+                   + ",".join(["(?, ?)"] * len(part)) + ")", [v for row in part for v in row])
+    for part in _chunks(sorted(stored)):
+        db.execute(f"DELETE FROM memory_sparse WHERE memory_id IN ({','.join('?' * len(part))})",
+                   part)
+
+
+def reset(db: Database) -> None:
+    db.execute("DELETE FROM sparse_postings")
+    db.execute("DELETE FROM memory_sparse")
+
+
+# Postings whose memory is gone (memcli.store.orphans writes the anti-join).
+_POSTINGS_ORPHANS: tuple[str, Link] = ("sparse_postings",
+                                       ("sparse_postings.memory_id", "memories", "id"))
+
+
+def recount_df(db: Database) -> None:
+    db.execute("DELETE FROM sparse_df")
+    db.execute("INSERT INTO sparse_df (term_id, df) SELECT term_id, count(*)"
+               " FROM sparse_postings GROUP BY term_id")
+
+
+def orphans(db: Database) -> dict[str, list[int]]:
+    """Postings whose memory is gone (memory_sparse's own orphans are portable SQL)."""
+    return {"sparse_postings": ids_lacking(db, *_POSTINGS_ORPHANS, distinct=True)}
+
+
+def delete_orphans(db: Database) -> None:
+    delete_lacking(db, *_POSTINGS_ORPHANS)
+
+
+def search(db: Database, query: dict[int, float], filters: Filters, limit: int,
+           small_scope: bool, scale: int) -> list[tuple[int, float]]:
+    """Dot product of the (already pruned) query with each memory's postings."""
+    values = ",".join("(?, ?)" for _ in query)
+    ctes = f"""q(term, w) AS (VALUES {values}),
+            hits AS (SELECT p.memory_id AS id, q.w * p.weight AS w
+                     FROM q JOIN sparse_postings p ON p.term_id = q.term)"""
+    scored = f"SELECT id, sum(w) / {scale}.0 AS score FROM hits WHERE {{in_scope}} GROUP BY id"
+    return best_in_scope(db, ctes, scored, [v for pair in query.items() for v in pair], filters,
+                         limit, small_scope)
