@@ -1,9 +1,12 @@
 """Where one ingest's time goes, per statement kind, on SQLite and PostgreSQL (issue #16).
 
-    python bench/ingest_profile.py                        # 5,000 events preloaded, 20 x 100 measured
+    python bench/ingest_profile.py             # 5,000 events preloaded, 20 x 100 measured
     python bench/ingest_profile.py --preload 20000 --engine postgresql
-    python bench/ingest_profile.py --explain              # + EXPLAIN (ANALYZE, BUFFERS) of the
-                                                          #   hot statements (PostgreSQL)
+    python bench/ingest_profile.py --explain   # + EXPLAIN (ANALYZE, BUFFERS) of the hot
+                                               #   statements (PostgreSQL)
+    python bench/ingest_profile.py --engine postgresql --disable-trigger memories_lexical_insert
+                                               # the BM25 statistics' share (the numbers only:
+                                               # the statistics are wrong afterwards)
 
 One process, `Memory.ingest` as an agent calls it (the hash embedder, no SPLADE: the store's
 path is what is measured), on a database first loaded with `--preload` events (bench/perf.py's
@@ -101,13 +104,16 @@ def location(engine: str, work: Path, dsn: str | None, name: str) -> str:
     return dsn.rsplit("/", 1)[0] + "/" + name
 
 
-def profile(loc: str, preload: int, batches: int, size: int) -> dict[str, Any]:
+def profile(loc: str, preload: int, batches: int, size: int,
+            disabled: list[str]) -> dict[str, Any]:
     events = sup.corpus(preload) if preload else []
     extra = sup.extra_events(batches * size, copy=1, tenant=None)
     memory = Memory.open(loc, embedder=HashEmbedder())
     try:
         for start in range(0, len(events), 500):
             memory.ingest(events[start:start + 500])
+        for name in disabled:  # after the load: only the measured batches go without
+            memory.db.execute(f"ALTER TABLE memories DISABLE TRIGGER {name}")
         timer = Timer(memory.db)
         timer.on = True
         wall = 0.0
@@ -131,7 +137,7 @@ def explain(dsn_db: str, samples: dict[str, tuple[str, Any]]) -> None:
     db = PgDatabase(dsn_db)
     try:
         for kind, (sql, params) in sorted(samples.items()):
-            if not kind.split(" ")[0] in ("SELECT", "UPDATE", "INSERT"):
+            if kind.split(" ")[0] not in ("SELECT", "UPDATE", "INSERT"):
                 continue
             print(f"\n-- {kind}")
             try:
@@ -173,6 +179,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batches", type=int, default=20)
     parser.add_argument("--size", type=int, default=100)
     parser.add_argument("--explain", action="store_true")
+    parser.add_argument("--disable-trigger", action="append", default=[],
+                        help="a trigger on memories to disable for the measured batches")
     args = parser.parse_args(argv)
     engines = ("sqlite", "postgresql") if args.engine == "both" else (args.engine,)
     os.environ.setdefault("OMP_NUM_THREADS", "1")
@@ -186,7 +194,8 @@ def main(argv: list[str] | None = None) -> int:
         try:
             for engine in engines:
                 loc = location(engine, Path(tmp), dsn, "ingprof")
-                out = profile(loc, args.preload, args.batches, args.size)
+                out = profile(loc, args.preload, args.batches, args.size,
+                              args.disable_trigger if engine == "postgresql" else [])
                 show(engine, out)
                 if args.explain and engine == "postgresql":
                     explain(loc, out["samples"])

@@ -238,9 +238,9 @@ def _unseen(db: Database, prepared: list[Prepared], report: IngestReport) -> lis
     may store the same event meanwhile, and `_write_batch` decides again under the lock."""
     fresh: list[Prepared] = []
     seen: dict[str, str] = {}  # event id or content hash -> the event id kept for it
-    for prep in prepared:
-        dup = (ev.existing_event(db, prep.event_id, prep.content_hash)
-               or seen.get(prep.event_id) or seen.get(prep.content_hash))
+    stored = ev.existing_events(db, [(p.event_id, p.content_hash) for p in prepared])
+    for prep, known in zip(prepared, stored, strict=True):
+        dup = known or seen.get(prep.event_id) or seen.get(prep.content_hash)
         if dup:
             report.skipped.append(dup)  # the stored (or kept) event this record repeats
             continue
@@ -284,8 +284,8 @@ def _write_batch(db: Database, fresh: list[Prepared], now: str, report: IngestRe
         if vocab_hash is not None and any(p.sparse for p in fresh):
             sparse_sql.record_vocab(db, vocab_hash)
         todo = []
-        for prep in fresh:
-            dup = ev.existing_event(db, prep.event_id, prep.content_hash)
+        stored = ev.existing_events(db, [(p.event_id, p.content_hash) for p in fresh])
+        for prep, dup in zip(fresh, stored, strict=True):
             if dup:
                 report.skipped.append(dup)
             else:
@@ -339,19 +339,21 @@ def _write_batch(db: Database, fresh: list[Prepared], now: str, report: IngestRe
 
 class _BatchCache:
     """What one batch's writes learn and reuse: each session's latest turn (the next turn's
-    context key) and entity ids. Dropped whenever a savepoint it saw is rolled back."""
+    context key), its owner, and entity ids. Dropped whenever a savepoint it saw is rolled back."""
 
     def __init__(self) -> None:
         self.previous: dict[tuple[str, str | None], str] = {}
         self.entities: dict[tuple[str, str, str], int] = {}  # (tenant, kind, norm)
         self.aliases: set[tuple[str, int]] = set()
+        self.owners: dict[tuple[str, str], str | None] = {}  # (tenant, session) -> its user
 
 
 def _write(db: Database, prep: Prepared, now: str, report: IngestReport,
            threads: dict[str, list[tuple[str, int | None, str]]], cache: _BatchCache) -> None:
     rec = prep.record
     ts = rec.ts or now
-    check_session_user(db, rec.tenant_id, rec.session_id, rec.user_id)  # never mix users
+    check_session_user(db, rec.tenant_id, rec.session_id, rec.user_id,  # never mix users
+                       cache.owners)
     seq = ev.insert_event(db, {
         "event_id": prep.event_id, "ts": ts, "recorded_at": now, "tenant_id": rec.tenant_id,
         "user_id": rec.user_id, "agent_id": rec.agent_id, "session_id": rec.session_id,

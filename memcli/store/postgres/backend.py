@@ -4,9 +4,10 @@ column, pgvector, schema.sql + migrations.py, VACUUM, and psycopg's errors.
 What differs from SQLite's (memcli.store.sqlite.backend), by design:
 - Lexical index maintenance: there is no index table to write. `memories.fts` is a generated
   tsvector (turn at weight A, context at weight B) that PostgreSQL keeps in step with the row,
-  and its GIN is maintained by PostgreSQL. What the backend writes is the `context` column (an
-  episode's previous turn, the FTS5 context column's twin); removing, optimising and checking
-  the index are no-ops (a deleted row's entries leave the GIN with the row, at VACUUM).
+  and its GIN is maintained by PostgreSQL. The `context` column (an episode's previous turn,
+  the FTS5 context column's twin) is written by the memory's INSERT (`context_in_row`), or
+  recomputed by index_memories/rebuild_lexical; removing, optimising and checking the index
+  are no-ops (a deleted row's entries leave the GIN with the row, at VACUUM).
 - Vectors: `memory_vectors.embedding` is a pgvector `vector` column with its HNSW index (no
   separate index table), plus the memory's tenant/user so the KNN walk filters inside the
   index. Blobs (float32, little-endian: SQLite's format, what the store passes) go in through
@@ -65,6 +66,9 @@ class PgBackend:
     # memory_vectors: no derived tables of the engine's own to count or rebuild.
     lexical_tables: tuple[str, ...] = ()
     vector_tables: tuple[str, ...] = ()
+    # `memories.context` is written by the memory's INSERT (memcli.store.memories): one
+    # statement, one row version, and the lexical triggers count the row once.
+    context_in_row = True
 
     # -- legs ---------------------------------------------------------------------------------
     def lexical(self, db: PgDatabase, query: LexicalQuery, filters: Filters, limit: int,
@@ -102,10 +106,8 @@ class PgBackend:
     # -- lexical index: the `context` column (PostgreSQL maintains `fts` and its GIN) ---------
     def index_memory(self, db: PgDatabase, memory_id: int, text: str, context: str,
                      scope: tuple[str | None, str | None, str | None]) -> None:
-        """Store the memory's context; `fts` follows (the text is the row's own `content`,
-        the scope its own columns, both already written)."""
-        if context:
-            db.execute("UPDATE memories SET context = ? WHERE id = ?", (context, memory_id))
+        """No-op: the context was written with the row (`context_in_row`), and `fts`, its
+        GIN and the BM25 statistics follow the row."""
 
     def index_memories(self, db: PgDatabase, ids: list[int]) -> None:
         """The contexts of these memories (import) by ingest's rule, from their sessions."""
