@@ -300,6 +300,7 @@ def _write_batch(db: Database, fresh: list[Prepared], now: str, report: IngestRe
                     _write(db, prep, now, report, threads, cache)
                     if done % 64 == 0 or done == len(todo):
                         report_progress(progress, "writing", done, len(todo))
+                _flush(db, cache)
         except DatabaseBusyError:
             raise  # not the record's fault: the whole batch is retried or exits 75
         except Exception as exc:
@@ -317,6 +318,7 @@ def _write_batch(db: Database, fresh: list[Prepared], now: str, report: IngestRe
                 try:
                     with db.savepoint():
                         _write(db, prep, now, report, threads, cache)
+                        _flush(db, cache)
                 except DatabaseBusyError:
                     raise
                 except Exception as exc:  # noqa: BLE001 - reported per record, batch goes on
@@ -339,13 +341,33 @@ def _write_batch(db: Database, fresh: list[Prepared], now: str, report: IngestRe
 
 class _BatchCache:
     """What one batch's writes learn and reuse: each session's latest turn (the next turn's
-    context key), its owner, and entity ids. Dropped whenever a savepoint it saw is rolled back."""
+    context key), its owner, and entity ids; and the rows no later write of the batch reads
+    (history, session spans, vectors), written by `_flush` in a few multi-row statements
+    inside the same savepoint. Dropped whenever a savepoint it saw is rolled back."""
 
     def __init__(self) -> None:
         self.previous: dict[tuple[str, str | None], str] = {}
         self.entities: dict[tuple[str, str, str], int] = {}  # (tenant, kind, norm)
         self.aliases: set[tuple[str, int]] = set()
         self.owners: dict[tuple[str, str], str | None] = {}  # (tenant, session) -> its user
+        self.history: list[tuple] = []
+        # (tenant, session) -> [user, first ts, last ts, events], in first-seen order
+        self.sessions: dict[tuple[str, str], list[Any]] = {}
+        self.vectors: list[tuple[int, bytes]] = []
+
+
+def _flush(db: Database, cache: _BatchCache) -> None:
+    """Write what the batch's records left pending (see _BatchCache): on a server each
+    statement is a round trip, and these were one or more per record."""
+    if cache.sessions:
+        ev.touch_sessions(db, [(*key, *span) for key, span in cache.sessions.items()])
+        cache.sessions.clear()
+    if cache.history:
+        mem.add_history_rows(db, cache.history)
+        cache.history.clear()
+    if cache.vectors:
+        vec.insert_vectors(db, cache.vectors)
+        cache.vectors.clear()
 
 
 def _write(db: Database, prep: Prepared, now: str, report: IngestReport,
@@ -366,7 +388,11 @@ def _write(db: Database, prep: Prepared, now: str, report: IngestReport,
         ev.insert_artifact(db, prep.artifact)
         report.artifacts.append(prep.artifact["artifact_id"])
     if rec.session_id:
-        ev.touch_session(db, rec.tenant_id, rec.session_id, rec.user_id, ts)
+        span = cache.sessions.get((rec.tenant_id, rec.session_id))
+        if span is None:
+            cache.sessions[(rec.tenant_id, rec.session_id)] = [rec.user_id, ts, ts, 1]
+        else:  # the owner check above made the user the same
+            span[1], span[2], span[3] = min(span[1], ts), max(span[2], ts), span[3] + 1
     scope = {"tenant_id": rec.tenant_id, "user_id": rec.user_id, "session_id": rec.session_id}
     key = mem.thread_key(rec.tenant_id, rec.user_id, rec.session_id)
     attributes: dict[str, Any] = {"tags": rec.tags, "event_kind": rec.kind}
@@ -398,8 +424,8 @@ def _write(db: Database, prep: Prepared, now: str, report: IngestReport,
             mem.link_entities(db, memory_id, extract_entities(chunk.text), now,
                               ids=cache.entities, aliases=cache.aliases,
                               tenant_id=rec.tenant_id)
-        mem.add_history(db, memory_id, "ADD", event_id=prep.event_id, new_ref=str(memory_id),
-                        scope=scope)
+        cache.history.append(mem.history_row(memory_id, "ADD", event_id=prep.event_id,
+                                             new_ref=str(memory_id), scope=scope))
         threads.setdefault(key, []).append(("created", memory_id, chunk.text))
         report.memory_ids.append(memory_id)
         if prep.vectors:
@@ -411,7 +437,7 @@ def _write(db: Database, prep: Prepared, now: str, report: IngestReport,
     if postings:
         sparse_sql.insert_postings(db, postings)
     if vectors:
-        vec.insert_vectors(db, vectors)
+        cache.vectors.extend(vectors)  # written by _flush
         report.embedded += len(vectors)
     report.created.append(prep.event_id)
     if prep.redactions:

@@ -56,6 +56,25 @@ def test_a_session_claimed_inside_a_batch_refuses_another_user_in_it(memory, db_
     assert [(p.event_id, "a session never mixes users" in p.reason)
             for p in report.rejected] == [("b", True)]
     assert rows(db_path, "SELECT user_id, event_count FROM sessions") == [("u1", 2)]
+    # what a batch writes at its end (history, vectors) is the landed records' only
+    assert rows(db_path, "SELECT event_id FROM history WHERE op = 'ADD' ORDER BY id") == [
+        ("a",), ("c",)]
+    assert rows(db_path, "SELECT m.event_id FROM memory_vectors v JOIN memories m"
+                         " ON m.id = v.memory_id ORDER BY 1") == [("a",), ("c",)]
+
+
+def test_session_spans_and_counts_add_up_over_batches(memory, db_path):
+    at = "2025-01-01T10:{:02d}:00Z"
+    memory.ingest([{**_rec("a", "second", session="s1"), "ts": at.format(5)},
+                   {**_rec("b", "other", session="s2"), "ts": at.format(1)},
+                   {**_rec("c", "first", session="s1"), "ts": at.format(2)},
+                   {**_rec("d", "third", session="s1"), "ts": at.format(9)}])
+    memory.ingest([{**_rec("e", "zeroth", session="s1"), "ts": at.format(0)}])
+    assert rows(db_path, "SELECT session_id, user_id, started_at, last_event_at, event_count"
+                         " FROM sessions ORDER BY session_id") == [
+        ("s1", "u1", "2025-01-01T10:00:00.000000Z", "2025-01-01T10:09:00.000000Z", 4),
+        ("s2", "u1", "2025-01-01T10:01:00.000000Z", "2025-01-01T10:01:00.000000Z", 1)]
+    assert rows(db_path, "SELECT count(*) FROM history WHERE op = 'ADD'") == [(5,)]
 
 
 def test_entities_shared_inside_a_batch_are_linked_once_each(memory, db_path):

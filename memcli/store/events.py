@@ -89,17 +89,26 @@ def get_artifact(db: Database, artifact_id: str) -> dict[str, Any] | None:
 
 def touch_session(db: Database, tenant_id: str, session_id: str, user_id: str | None,
                   ts: str) -> None:
+    touch_sessions(db, [(tenant_id, session_id, user_id, ts, ts, 1)])
+
+
+def touch_sessions(db: Database, rows: list[tuple]) -> None:
+    """(tenant, session, user, first ts, last ts, events) per session, each session once:
+    created, or its span widened and its count raised (ingest: one statement per batch)."""
     last = db.dialect.greatest("sessions.last_event_at", "excluded.last_event_at")
     first = db.dialect.least("sessions.started_at", "excluded.started_at")
-    db.execute(
-        f"""INSERT INTO sessions (tenant_id, session_id, user_id, started_at, last_event_at,
-               event_count) VALUES (?, ?, ?, ?, ?, 1)
-           ON CONFLICT (tenant_id, session_id) DO UPDATE SET
-               last_event_at = {last}, started_at = {first},
-               user_id = coalesce(sessions.user_id, excluded.user_id),
-               event_count = sessions.event_count + 1""",
-        (tenant_id, session_id, user_id, ts, ts),
-    )
+    for start in range(0, len(rows), 100):
+        part = rows[start:start + 100]
+        values = ", ".join(["(?, ?, ?, ?, ?, ?)"] * len(part))
+        db.execute(
+            f"""INSERT INTO sessions (tenant_id, session_id, user_id, started_at,
+                   last_event_at, event_count) VALUES {values}
+               ON CONFLICT (tenant_id, session_id) DO UPDATE SET
+                   last_event_at = {last}, started_at = {first},
+                   user_id = coalesce(sessions.user_id, excluded.user_id),
+                   event_count = sessions.event_count + excluded.event_count""",
+            [v for row in part for v in row],
+        )
 
 
 def get_events(db: Database, event_ids: list[str]) -> list[dict[str, Any]]:

@@ -147,6 +147,24 @@ def add_history(db: Database, memory_id: int | None, op: str, *, event_id: str |
     )
 
 
+def history_row(memory_id: int, op: str, *, event_id: str | None, new_ref: str | None,
+                scope: dict[str, Any]) -> tuple:
+    """A plain audit row (no meta) for `add_history_rows`, stamped now, as add_history would."""
+    return (memory_id, event_id, op, None, new_ref, "memcli", scope.get("tenant_id"),
+            scope.get("user_id"), scope.get("session_id"), "{}", utcnow())
+
+
+def add_history_rows(db: Database, rows: list[tuple]) -> None:
+    """`history_row`s in one multi-row INSERT per 50 (ingest's ADD rows: one statement per
+    batch, not per memory; the ids follow the rows' order, as one INSERT each would)."""
+    for start in range(0, len(rows), 50):
+        part = rows[start:start + 50]
+        db.execute("INSERT INTO history (memory_id, event_id, op, old_ref, new_ref, actor,"
+                   " tenant_id, user_id, session_id, meta, ts) VALUES "
+                   + ", ".join(["(?,?,?,?,?,?,?,?,?,?,?)"] * len(part)),
+                   [v for row in part for v in row])
+
+
 def thread_key(tenant_id: str | None, user_id: str | None, session_id: str | None) -> str:
     return f"{tenant_id or 'default'}/{user_id or '-'}/{session_id or '-'}"
 

@@ -152,13 +152,21 @@ class PgBackend:
 
     def insert_vectors(self, db: PgDatabase, rows: list[tuple[int, bytes]]) -> None:
         # The memory's tenant and user are copied beside the vector (the KNN walk's filter).
-        for memory_id, blob in rows:
+        # 100 rows a statement (a round trip each); one row per memory (the last given), as
+        # an upsert may not touch a row twice in one statement.
+        latest = list(dict(rows).items())
+        for start in range(0, len(latest), 100):
+            part = latest[start:start + 100]
+            values = ", ".join(["(?::bigint, ?::vector)"] * len(part))
             db.execute(
                 "INSERT INTO memory_vectors (memory_id, tenant_id, user_id, embedding)"
-                " SELECT id, tenant_id, user_id, ?::vector FROM memories WHERE id = ?"
+                " SELECT m.id, m.tenant_id, m.user_id, v.embedding"
+                f" FROM (VALUES {values}) AS v(id, embedding) JOIN memories m ON m.id = v.id"
+                " ORDER BY m.id"
                 " ON CONFLICT (memory_id) DO UPDATE SET embedding = excluded.embedding,"
                 " tenant_id = excluded.tenant_id, user_id = excluded.user_id",
-                (legs.vector_literal(bytes(blob)), memory_id))
+                [v for memory_id, blob in part
+                 for v in (memory_id, legs.vector_literal(bytes(blob)))])
 
     def store_vectors(self, db: PgDatabase, rows: list[tuple[int, bytes]]) -> None:
         """The same as insert_vectors: the pgvector column is the float copy, and its HNSW
