@@ -116,6 +116,7 @@ class Prepared:
     redactions: list[str]
     artifact: dict[str, Any] | None = None
     chunks: list[Any] = field(default_factory=list)
+    entities: list[list[Any]] = field(default_factory=list)  # per chunk (none when `high`)
     vectors: list[bytes] = field(default_factory=list)
     sparse: list[dict[int, float]] = field(default_factory=list)
     source: str | None = None
@@ -195,6 +196,9 @@ def prepare(number: int, value: Any, defaults: dict[str, Any], now: str) -> Prep
         _normalise_tool_result(prep, now)
     if rec.sensitivity != "secret":
         prep.chunks = chunk_text(event_text(rec.kind, prep.content), max_tokens=CHUNK_TOKENS)
+        # found here, before the write lock (a `high` memory links none: plain-text names)
+        prep.entities = [[] if rec.sensitivity == "high" else extract_entities(c.text)
+                         for c in prep.chunks]
     return prep
 
 
@@ -296,6 +300,10 @@ def _write_batch(db: Database, fresh: list[Prepared], now: str, report: IngestRe
         try:
             with db.savepoint():
                 cache = _BatchCache()
+                # the batch's stored entities in one lookup, not one per memory
+                cache.entities.update(mem.lookup_entities(db, [
+                    (p.record.tenant_id, e.kind, e.norm)
+                    for p in todo for found in p.entities for e in found]))
                 for done, prep in enumerate(todo, start=1):
                     _write(db, prep, now, report, threads, cache)
                     if done % 64 == 0 or done == len(todo):
@@ -421,7 +429,7 @@ def _write(db: Database, prep: Prepared, now: str, report: IngestReport,
         high = rec.sensitivity == "high"  # kept out of plain-text indexes (store/crypto.py)
         context = "" if high else chunk.text
         if not high:
-            mem.link_entities(db, memory_id, extract_entities(chunk.text), now,
+            mem.link_entities(db, memory_id, prep.entities[index], now,
                               ids=cache.entities, aliases=cache.aliases,
                               tenant_id=rec.tenant_id)
         cache.history.append(mem.history_row(memory_id, "ADD", event_id=prep.event_id,
