@@ -116,6 +116,7 @@ class Prepared:
     redactions: list[str]
     artifact: dict[str, Any] | None = None
     chunks: list[Any] = field(default_factory=list)
+    entities: list[list[Any]] = field(default_factory=list)  # per chunk (none when `high`)
     vectors: list[bytes] = field(default_factory=list)
     sparse: list[dict[int, float]] = field(default_factory=list)
     source: str | None = None
@@ -195,6 +196,9 @@ def prepare(number: int, value: Any, defaults: dict[str, Any], now: str) -> Prep
         _normalise_tool_result(prep, now)
     if rec.sensitivity != "secret":
         prep.chunks = chunk_text(event_text(rec.kind, prep.content), max_tokens=CHUNK_TOKENS)
+        # found here, before the write lock (a `high` memory links none: plain-text names)
+        prep.entities = [[] if rec.sensitivity == "high" else extract_entities(c.text)
+                         for c in prep.chunks]
     return prep
 
 
@@ -238,9 +242,9 @@ def _unseen(db: Database, prepared: list[Prepared], report: IngestReport) -> lis
     may store the same event meanwhile, and `_write_batch` decides again under the lock."""
     fresh: list[Prepared] = []
     seen: dict[str, str] = {}  # event id or content hash -> the event id kept for it
-    for prep in prepared:
-        dup = (ev.existing_event(db, prep.event_id, prep.content_hash)
-               or seen.get(prep.event_id) or seen.get(prep.content_hash))
+    stored = ev.existing_events(db, [(p.event_id, p.content_hash) for p in prepared])
+    for prep, known in zip(prepared, stored, strict=True):
+        dup = known or seen.get(prep.event_id) or seen.get(prep.content_hash)
         if dup:
             report.skipped.append(dup)  # the stored (or kept) event this record repeats
             continue
@@ -284,8 +288,8 @@ def _write_batch(db: Database, fresh: list[Prepared], now: str, report: IngestRe
         if vocab_hash is not None and any(p.sparse for p in fresh):
             sparse_sql.record_vocab(db, vocab_hash)
         todo = []
-        for prep in fresh:
-            dup = ev.existing_event(db, prep.event_id, prep.content_hash)
+        stored = ev.existing_events(db, [(p.event_id, p.content_hash) for p in fresh])
+        for prep, dup in zip(fresh, stored, strict=True):
             if dup:
                 report.skipped.append(dup)
             else:
@@ -296,10 +300,15 @@ def _write_batch(db: Database, fresh: list[Prepared], now: str, report: IngestRe
         try:
             with db.savepoint():
                 cache = _BatchCache()
+                # the batch's stored entities in one lookup, not one per memory
+                cache.entities.update(mem.lookup_entities(db, [
+                    (p.record.tenant_id, e.kind, e.norm)
+                    for p in todo for found in p.entities for e in found]))
                 for done, prep in enumerate(todo, start=1):
                     _write(db, prep, now, report, threads, cache)
                     if done % 64 == 0 or done == len(todo):
                         report_progress(progress, "writing", done, len(todo))
+                _flush(db, cache)
         except DatabaseBusyError:
             raise  # not the record's fault: the whole batch is retried or exits 75
         except Exception as exc:
@@ -317,6 +326,7 @@ def _write_batch(db: Database, fresh: list[Prepared], now: str, report: IngestRe
                 try:
                     with db.savepoint():
                         _write(db, prep, now, report, threads, cache)
+                        _flush(db, cache)
                 except DatabaseBusyError:
                     raise
                 except Exception as exc:  # noqa: BLE001 - reported per record, batch goes on
@@ -339,19 +349,41 @@ def _write_batch(db: Database, fresh: list[Prepared], now: str, report: IngestRe
 
 class _BatchCache:
     """What one batch's writes learn and reuse: each session's latest turn (the next turn's
-    context key) and entity ids. Dropped whenever a savepoint it saw is rolled back."""
+    context key), its owner, and entity ids; and the rows no later write of the batch reads
+    (history, session spans, vectors), written by `_flush` in a few multi-row statements
+    inside the same savepoint. Dropped whenever a savepoint it saw is rolled back."""
 
     def __init__(self) -> None:
         self.previous: dict[tuple[str, str | None], str] = {}
         self.entities: dict[tuple[str, str, str], int] = {}  # (tenant, kind, norm)
         self.aliases: set[tuple[str, int]] = set()
+        self.owners: dict[tuple[str, str], str | None] = {}  # (tenant, session) -> its user
+        self.history: list[tuple] = []
+        # (tenant, session) -> [user, first ts, last ts, events], in first-seen order
+        self.sessions: dict[tuple[str, str], list[Any]] = {}
+        self.vectors: list[tuple[int, bytes]] = []
+
+
+def _flush(db: Database, cache: _BatchCache) -> None:
+    """Write what the batch's records left pending (see _BatchCache): on a server each
+    statement is a round trip, and these were one or more per record."""
+    if cache.sessions:
+        ev.touch_sessions(db, [(*key, *span) for key, span in cache.sessions.items()])
+        cache.sessions.clear()
+    if cache.history:
+        mem.add_history_rows(db, cache.history)
+        cache.history.clear()
+    if cache.vectors:
+        vec.insert_vectors(db, cache.vectors)
+        cache.vectors.clear()
 
 
 def _write(db: Database, prep: Prepared, now: str, report: IngestReport,
            threads: dict[str, list[tuple[str, int | None, str]]], cache: _BatchCache) -> None:
     rec = prep.record
     ts = rec.ts or now
-    check_session_user(db, rec.tenant_id, rec.session_id, rec.user_id)  # never mix users
+    check_session_user(db, rec.tenant_id, rec.session_id, rec.user_id,  # never mix users
+                       cache.owners)
     seq = ev.insert_event(db, {
         "event_id": prep.event_id, "ts": ts, "recorded_at": now, "tenant_id": rec.tenant_id,
         "user_id": rec.user_id, "agent_id": rec.agent_id, "session_id": rec.session_id,
@@ -364,7 +396,11 @@ def _write(db: Database, prep: Prepared, now: str, report: IngestReport,
         ev.insert_artifact(db, prep.artifact)
         report.artifacts.append(prep.artifact["artifact_id"])
     if rec.session_id:
-        ev.touch_session(db, rec.tenant_id, rec.session_id, rec.user_id, ts)
+        span = cache.sessions.get((rec.tenant_id, rec.session_id))
+        if span is None:
+            cache.sessions[(rec.tenant_id, rec.session_id)] = [rec.user_id, ts, ts, 1]
+        else:  # the owner check above made the user the same
+            span[1], span[2], span[3] = min(span[1], ts), max(span[2], ts), span[3] + 1
     scope = {"tenant_id": rec.tenant_id, "user_id": rec.user_id, "session_id": rec.session_id}
     key = mem.thread_key(rec.tenant_id, rec.user_id, rec.session_id)
     attributes: dict[str, Any] = {"tags": rec.tags, "event_kind": rec.kind}
@@ -393,11 +429,11 @@ def _write(db: Database, prep: Prepared, now: str, report: IngestReport,
         high = rec.sensitivity == "high"  # kept out of plain-text indexes (store/crypto.py)
         context = "" if high else chunk.text
         if not high:
-            mem.link_entities(db, memory_id, extract_entities(chunk.text), now,
+            mem.link_entities(db, memory_id, prep.entities[index], now,
                               ids=cache.entities, aliases=cache.aliases,
                               tenant_id=rec.tenant_id)
-        mem.add_history(db, memory_id, "ADD", event_id=prep.event_id, new_ref=str(memory_id),
-                        scope=scope)
+        cache.history.append(mem.history_row(memory_id, "ADD", event_id=prep.event_id,
+                                             new_ref=str(memory_id), scope=scope))
         threads.setdefault(key, []).append(("created", memory_id, chunk.text))
         report.memory_ids.append(memory_id)
         if prep.vectors:
@@ -409,7 +445,7 @@ def _write(db: Database, prep: Prepared, now: str, report: IngestReport,
     if postings:
         sparse_sql.insert_postings(db, postings)
     if vectors:
-        vec.insert_vectors(db, vectors)
+        cache.vectors.extend(vectors)  # written by _flush
         report.embedded += len(vectors)
     report.created.append(prep.event_id)
     if prep.redactions:

@@ -74,6 +74,10 @@ class Backend(Protocol[DB]):
     # The SPLADE index's tables beside `sparse_df` (SQLite: postings and term lists;
     # PostgreSQL: one sparsevec per memory in memory_sparse).
     sparse_tables: tuple[str, ...]
+    # True when a memory's context key (its previous turn) is a column of its `memories` row,
+    # written by the row's INSERT (PostgreSQL: its generated `fts` reads it); False when only
+    # the lexical index keeps it (SQLite's FTS5 context column, written by index_memory).
+    context_in_row: bool
 
     # -- retrieval legs (the entity and sparse legs are portable SQL: memcli.store.search)
     def lexical(self, db: DB, query: LexicalQuery, filters: Filters, limit: int,
@@ -102,7 +106,8 @@ class Backend(Protocol[DB]):
     # -- lexical index maintenance (memories rows are portable; their index rows are not)
     def index_memory(self, db: DB, memory_id: int, text: str, context: str,
                      scope: tuple[str | None, str | None, str | None]) -> None:
-        """Index one new memory: its text, its context key, its (tenant, user, session)."""
+        """Index one new memory: its text, its context key, its (tenant, user, session)
+        (with `context_in_row`, the context is already in the row)."""
 
     def index_memories(self, db: DB, ids: list[int]) -> None:
         """Index these existing memories from their rows (import), as ingest would have."""

@@ -20,6 +20,29 @@ def existing_event(db: Database, event_id: str | None, content_hash: str) -> str
     return row
 
 
+# Keys per lookup statement (two parameters each: well under any engine's parameter limit).
+_KEYS_PER_LOOKUP = 400
+
+
+def existing_events(db: Database, keys: list[tuple[str, str]]) -> list[str | None]:
+    """For each (event id, content hash): the id of the stored event with that event id, else
+    of the one with that content hash, else None (`existing_event` for a whole batch, in one
+    statement per 400 keys instead of one per record: ingest's dedup before and under the
+    lock). Both columns are unique, so a key matches at most one event by each."""
+    by_id: dict[str, str] = {}
+    by_hash: dict[str, str] = {}
+    for start in range(0, len(keys), _KEYS_PER_LOOKUP):
+        part = keys[start:start + _KEYS_PER_LOOKUP]
+        marks = ",".join("?" * len(part))
+        for event_id, content_hash in db.execute(
+                f"SELECT event_id, content_hash FROM events WHERE event_id IN ({marks})"
+                f" OR content_hash IN ({marks})",
+                [k[0] for k in part] + [k[1] for k in part]):
+            by_id[event_id] = event_id
+            by_hash[content_hash] = event_id
+    return [by_id.get(event_id) or by_hash.get(content_hash) for event_id, content_hash in keys]
+
+
 def insert_event(db: Database, row: dict[str, Any]) -> int:
     """Append one event; returns its sequence number. A `high` event's content, tags and refs
     are stored encrypted (they can all carry what was said)."""
@@ -66,17 +89,26 @@ def get_artifact(db: Database, artifact_id: str) -> dict[str, Any] | None:
 
 def touch_session(db: Database, tenant_id: str, session_id: str, user_id: str | None,
                   ts: str) -> None:
+    touch_sessions(db, [(tenant_id, session_id, user_id, ts, ts, 1)])
+
+
+def touch_sessions(db: Database, rows: list[tuple]) -> None:
+    """(tenant, session, user, first ts, last ts, events) per session, each session once:
+    created, or its span widened and its count raised (ingest: one statement per batch)."""
     last = db.dialect.greatest("sessions.last_event_at", "excluded.last_event_at")
     first = db.dialect.least("sessions.started_at", "excluded.started_at")
-    db.execute(
-        f"""INSERT INTO sessions (tenant_id, session_id, user_id, started_at, last_event_at,
-               event_count) VALUES (?, ?, ?, ?, ?, 1)
-           ON CONFLICT (tenant_id, session_id) DO UPDATE SET
-               last_event_at = {last}, started_at = {first},
-               user_id = coalesce(sessions.user_id, excluded.user_id),
-               event_count = sessions.event_count + 1""",
-        (tenant_id, session_id, user_id, ts, ts),
-    )
+    for start in range(0, len(rows), 100):
+        part = rows[start:start + 100]
+        values = ", ".join(["(?, ?, ?, ?, ?, ?)"] * len(part))
+        db.execute(
+            f"""INSERT INTO sessions (tenant_id, session_id, user_id, started_at,
+                   last_event_at, event_count) VALUES {values}
+               ON CONFLICT (tenant_id, session_id) DO UPDATE SET
+                   last_event_at = {last}, started_at = {first},
+                   user_id = coalesce(sessions.user_id, excluded.user_id),
+                   event_count = sessions.event_count + excluded.event_count""",
+            [v for row in part for v in row],
+        )
 
 
 def get_events(db: Database, event_ids: list[str]) -> list[dict[str, Any]]:

@@ -20,18 +20,30 @@ _NOBODY = object()
 
 
 def check_session_user(db: Database, tenant_id: str, session_id: str | None,
-                       user_id: str | None) -> None:
+                       user_id: str | None,
+                       owners: dict[tuple[str, str], str | None] | None = None) -> None:
     """Raise ValidationError when `session_id` belongs to another user than `user_id` in this
     tenant. Called inside the write transaction, before the record's rows, so two writers cannot
-    both claim a new session."""
+    both claim a new session.
+
+    `owners`: a cache of (tenant, session) -> owner a caller writing many records in one
+    transaction passes in, so a session's later records cost no lookup (it must drop the
+    cache when a savepoint that filled it is rolled back). A record that passes owns its
+    session from then on (its own, or the first record's, which it matches)."""
     if session_id is None:
         return
-    row = db.execute(
-        "SELECT user_id FROM sessions WHERE tenant_id = ? AND session_id = ?",
-        (tenant_id, session_id),
-    ).fetchone()
-    owner = _NOBODY if row is None else row[0]
+    key = (tenant_id, session_id)
+    if owners is not None and key in owners:
+        owner: object = owners[key]
+    else:
+        row = db.execute(
+            "SELECT user_id FROM sessions WHERE tenant_id = ? AND session_id = ?",
+            (tenant_id, session_id),
+        ).fetchone()
+        owner = _NOBODY if row is None else row[0]
     if owner is _NOBODY or owner == user_id:
+        if owners is not None:
+            owners[key] = user_id
         return
     whose = "a user" if owner is not None else "no user"
     asked = f"user {user_id!r}" if user_id is not None else "no user"

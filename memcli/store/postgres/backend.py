@@ -4,9 +4,10 @@ column, pgvector, schema.sql + migrations.py, VACUUM, and psycopg's errors.
 What differs from SQLite's (memcli.store.sqlite.backend), by design:
 - Lexical index maintenance: there is no index table to write. `memories.fts` is a generated
   tsvector (turn at weight A, context at weight B) that PostgreSQL keeps in step with the row,
-  and its GIN is maintained by PostgreSQL. What the backend writes is the `context` column (an
-  episode's previous turn, the FTS5 context column's twin); removing, optimising and checking
-  the index are no-ops (a deleted row's entries leave the GIN with the row, at VACUUM).
+  and its GIN is maintained by PostgreSQL. The `context` column (an episode's previous turn,
+  the FTS5 context column's twin) is written by the memory's INSERT (`context_in_row`), or
+  recomputed by index_memories/rebuild_lexical; removing, optimising and checking the index
+  are no-ops (a deleted row's entries leave the GIN with the row, at VACUUM).
 - Vectors: `memory_vectors.embedding` is a pgvector `vector` column with its HNSW index (no
   separate index table), plus the memory's tenant/user so the KNN walk filters inside the
   index. Blobs (float32, little-endian: SQLite's format, what the store passes) go in through
@@ -66,6 +67,9 @@ class PgBackend:
     lexical_tables: tuple[str, ...] = ()
     vector_tables: tuple[str, ...] = ()
     sparse_tables: tuple[str, ...] = sparse.TABLES
+    # `memories.context` is written by the memory's INSERT (memcli.store.memories): one
+    # statement, one row version, and the lexical triggers count the row once.
+    context_in_row = True
 
     # -- legs ---------------------------------------------------------------------------------
     def lexical(self, db: PgDatabase, query: LexicalQuery, filters: Filters, limit: int,
@@ -103,10 +107,8 @@ class PgBackend:
     # -- lexical index: the `context` column (PostgreSQL maintains `fts` and its GIN) ---------
     def index_memory(self, db: PgDatabase, memory_id: int, text: str, context: str,
                      scope: tuple[str | None, str | None, str | None]) -> None:
-        """Store the memory's context; `fts` follows (the text is the row's own `content`,
-        the scope its own columns, both already written)."""
-        if context:
-            db.execute("UPDATE memories SET context = ? WHERE id = ?", (context, memory_id))
+        """No-op: the context was written with the row (`context_in_row`), and `fts`, its
+        GIN and the BM25 statistics follow the row."""
 
     def index_memories(self, db: PgDatabase, ids: list[int]) -> None:
         """The contexts of these memories (import) by ingest's rule, from their sessions."""
@@ -151,13 +153,21 @@ class PgBackend:
 
     def insert_vectors(self, db: PgDatabase, rows: list[tuple[int, bytes]]) -> None:
         # The memory's tenant and user are copied beside the vector (the KNN walk's filter).
-        for memory_id, blob in rows:
+        # 100 rows a statement (a round trip each); one row per memory (the last given), as
+        # an upsert may not touch a row twice in one statement.
+        latest = list(dict(rows).items())
+        for start in range(0, len(latest), 100):
+            part = latest[start:start + 100]
+            values = ", ".join(["(?::bigint, ?::vector)"] * len(part))
             db.execute(
                 "INSERT INTO memory_vectors (memory_id, tenant_id, user_id, embedding)"
-                " SELECT id, tenant_id, user_id, ?::vector FROM memories WHERE id = ?"
+                " SELECT m.id, m.tenant_id, m.user_id, v.embedding"
+                f" FROM (VALUES {values}) AS v(id, embedding) JOIN memories m ON m.id = v.id"
+                " ORDER BY m.id"
                 " ON CONFLICT (memory_id) DO UPDATE SET embedding = excluded.embedding,"
                 " tenant_id = excluded.tenant_id, user_id = excluded.user_id",
-                (legs.vector_literal(bytes(blob)), memory_id))
+                [v for memory_id, blob in part
+                 for v in (memory_id, legs.vector_literal(bytes(blob)))])
 
     def store_vectors(self, db: PgDatabase, rows: list[tuple[int, bytes]]) -> None:
         """The same as insert_vectors: the pgvector column is the float copy, and its HNSW

@@ -29,6 +29,7 @@ class SqliteBackend:
     lexical_tables: tuple[str, ...] = fts.LEXICAL_TABLES
     vector_tables: tuple[str, ...] = ("vec_memories",)
     sparse_tables: tuple[str, ...] = sparse.TABLES
+    context_in_row = False  # the context lives only in FTS5's context column (index_memory)
 
     # -- legs ---------------------------------------------------------------------------------
     def lexical(self, db: Database, query: LexicalQuery, filters: Filters, limit: int,
