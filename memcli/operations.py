@@ -148,8 +148,8 @@ def purge_payload(memory: Memory, *, memory_id: int | None = None, session: str 
 
 VACUUM_NOTICE = ("purged: no query or reader can reach the text any more, but it stays in the "
                  "tables' free space until their owner VACUUMs them (only the owner may)")
-VACUUM_HINT = ("the owner runs the same purge again (it finds nothing left and VACUUMs), or "
-               "VACUUM, or waits for autovacuum; `memcli doctor` shows it meanwhile")
+VACUUM_HINT = ("the owner of memcli's tables runs `memcli doctor --fix` (its doctor shows "
+               "this meanwhile), or any purge, or VACUUM; autovacuum gets there in time too")
 
 
 def check_purged(out: dict[str, Any]) -> None:
