@@ -485,9 +485,7 @@ CREATE TABLE run_locks (
 -- Generated ids follow the highest stored one, as SQLite's rowid does (max + 1). Import keeps a
 -- file's ids when they are free and rebuild restores a memory's recorded id: both write ids
 -- explicitly, which an identity sequence does not see, so its next value would collide. After
--- each insert the column's sequence is moved past an explicit id larger than its last value
--- (as the owner since schema 3: v3_tenancy.sql makes memcli's trigger functions SECURITY
--- DEFINER, so a tenant role needs no setval right).
+-- each insert the column's sequence is moved past an explicit id larger than its last value.
 CREATE FUNCTION memcli_follow_identity() RETURNS trigger LANGUAGE plpgsql AS $$
 DECLARE
     seq regclass := pg_get_serial_sequence(quote_ident(TG_TABLE_NAME), TG_ARGV[0])::regclass;
@@ -496,7 +494,8 @@ BEGIN
     EXECUTE format('SELECT ($1).%I', TG_ARGV[0]) USING NEW INTO given;
     IF given > coalesce(pg_sequence_last_value(seq), 0) THEN
         -- Only the owner chooses ids (import, rebuild): a tenant-bound role (schema 3) would
-        -- move the sequence for every tenant, up to its end.
+        -- move the sequence for every tenant, up to its end. (This runs as the owner since
+        -- schema 3, SECURITY DEFINER: a tenant role has no setval right.)
         IF to_regprocedure('memcli_tenant()') IS NOT NULL
            AND (SELECT memcli_tenant()) IS NOT NULL THEN
             RAISE EXCEPTION 'a tenant role cannot choose an id past the sequence'
