@@ -25,6 +25,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from memcli.store import doctor as sql
+from memcli.tenant_roles import refuse_bound
 
 if TYPE_CHECKING:
     from memcli.store.connection import Database
@@ -223,6 +224,7 @@ def diagnose(db: Database, *, embedder: Any = None, sparse_model: str | None = N
              transaction_limit: float = TRANSACTION_WARN_SECONDS) -> dict[str, Any]:
     """Every check; `healthy` is False when one has status `problem`. `transaction_limit`:
     seconds an open transaction may last before it is a problem (where the engine shows it)."""
+    refuse_bound(db, "doctor")
     checks = [_integrity(db, full), _schema(db)]
     if sql.schema_version(db) == 0:
         # Not (yet) a memcli database: none of the other checks has tables to read.
@@ -238,6 +240,7 @@ def diagnose(db: Database, *, embedder: Any = None, sparse_model: str | None = N
     if not any(c["check"] == "missing:tables" for c in lost):  # its queries need the tables
         checks += _derived(db, vectors=embedder is not None, sparse=sparse_model is not None)
     checks += _log(db, transaction_limit)
+    checks += _vacuum_pending(db)
     checks += _metrics(db)
     problems = [c for c in checks if c["status"] == "problem"]
     return {"db": db.path, "healthy": not problems, "problems": len(problems), "checks": checks}
@@ -246,8 +249,12 @@ def diagnose(db: Database, *, embedder: Any = None, sparse_model: str | None = N
 def repair(db: Database) -> dict[str, Any]:
     """`doctor --fix`: rebuild both lexical indexes, delete derived rows without a memory, and
     checkpoint the WAL (`wal_reset`; None where memcli has no WAL of its own: PostgreSQL).
-    Events and memories are never touched (embedding is `memcli embed`)."""
+    Events and memories are never touched (embedding is `memcli embed`). A tenant role's
+    purge that could not VACUUM is finished here (`vacuumed`, only when one was pending)."""
+    from memcli.store import purge as purge_sql
     from memcli.store.purge import checkpoint
+
+    refuse_bound(db, "doctor --fix")
 
     found = sql.orphans(db)
     with db.transaction():
@@ -256,4 +263,26 @@ def repair(db: Database) -> dict[str, Any]:
     return {"rebuilt": list(db.backend.lexical_tables),
             "orphans_deleted": {k: len(v) for k, v in found.items() if v},
             "wal_reset": checkpoint(db) if db.backend.log_health(db).wal_bytes is not None
-            else None}
+            else None} | _finish_vacuum(db, purge_sql)
+
+
+def _finish_vacuum(db: Database, purge_sql: Any) -> dict[str, Any]:
+    if db.get_meta(purge_sql.VACUUM_PENDING) is None:
+        return {}
+    done = purge_sql.may_erase(db) and purge_sql.erase_physically(db)
+    if done:
+        purge_sql.clear_vacuum_pending(db)
+    return {"vacuumed": done}
+
+
+def _vacuum_pending(db: Database) -> list[dict[str, Any]]:
+    """A tenant role's purge deleted rows it was not allowed to VACUUM (PostgreSQL): their
+    text stays in the tables' free space until the owner does."""
+    from memcli.store.purge import VACUUM_PENDING
+
+    since = db.get_meta(VACUUM_PENDING)
+    if since is None:
+        return []
+    return [check("purge_vacuum", "problem", f"a tenant role purged at {since}: the text stays"
+                  " in the tables' free space until their owner VACUUMs them",
+                  "run `memcli doctor --fix` as the owner of memcli's tables", since=since)]

@@ -42,7 +42,9 @@ def status(db: Database) -> dict[str, Any]:
 
 def rotate(db: Database) -> dict[str, Any]:
     from memcli.crypto import Key, new_key, write_key_file
+    from memcli.tenant_roles import refuse_bound
 
+    refuse_bound(db, "key rotate")
     old = crypto_sql.load_key(create=False)
     if old is None:
         raise UsageError("there is no encryption key to rotate",

@@ -235,6 +235,9 @@ class Memory:
 
     def reindex(self, progress: Progress | None = None) -> int:
         """Drop every vector, record the configured embedder, and embed everything again."""
+        from memcli.tenant_roles import refuse_bound
+
+        refuse_bound(self.db, "reindex")
         if self.embedder is None:
             raise UsageError("no embedder configured", "set MEMCLI_EMBEDDER")
         with self.db.transaction():

@@ -146,10 +146,18 @@ def purge_payload(memory: Memory, *, memory_id: int | None = None, session: str 
     return memory.purge(**scope) | {"dry_run": False}
 
 
+VACUUM_NOTICE = ("purged: no query or reader can reach the text any more, but it stays in the "
+                 "tables' free space until their owner VACUUMs them (only the owner may)")
+VACUUM_HINT = ("the owner of memcli's tables runs `memcli doctor --fix` (its doctor shows "
+               "this meanwhile), or any purge, or VACUUM; autovacuum gets there in time too")
+
+
 def check_purged(out: dict[str, Any]) -> None:
     """A purge that deleted and committed, but could not rewrite the file (a reader's old
-    snapshot, or a writer holding the lock, kept its WAL from being emptied): exit 75."""
-    if out.get("complete") is False:
+    snapshot, or a writer holding the lock, kept its WAL from being emptied): exit 75. A
+    tenant role's purge (`"vacuum": "owner"`) is not retried: waiting does not give it the
+    right to VACUUM; the caller says who must (`VACUUM_NOTICE`)."""
+    if out.get("complete") is False and out.get("vacuum") != "owner":
         raise DatabaseBusyError(
             "purged, but another connection kept the file busy: purged text may remain in the "
             "file and its WAL until it finishes",

@@ -22,6 +22,16 @@ def _postgres(memory: Memory):
     return tenants
 
 
+def refuse_bound(db: Any, command: str) -> None:
+    """`command` reads or rewrites every tenant's derived data (doctor, rebuild, reindex, key
+    rotate): a tenant role sees one tenant, so its counts would be wrong and its rewrites
+    would corrupt the shared statistics. Exit 2 before anything runs."""
+    if db.bound_tenant is not None:
+        raise UsageError(f"`memcli {command}` checks or rewrites every tenant's data; this "
+                         f"login role is bound to tenant {db.bound_tenant!r}",
+                         "run it as the owner of memcli's tables")
+
+
 def grant_tenant(memory: Memory, role: str, tenant: str) -> dict[str, Any]:
     if not role or not tenant:
         raise UsageError("a role and a tenant are needed", "memcli pg grant-tenant ROLE TENANT")

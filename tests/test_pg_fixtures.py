@@ -90,7 +90,7 @@ def test_a_used_database_is_put_back_as_a_fresh_copy(reused):
     "DROP TABLE acb_seen",
     "CREATE INDEX extra ON memories (content)",
     "ALTER TABLE memories ALTER COLUMN content SET DEFAULT 'x'",
-    "ALTER TABLE meta ENABLE ROW LEVEL SECURITY",
+    "ALTER TABLE run_locks ENABLE ROW LEVEL SECURITY",
     "GRANT SELECT ON memories TO PUBLIC",
     "COMMENT ON TABLE memories IS 'x'",
     "CREATE FUNCTION extra() RETURNS int LANGUAGE sql AS 'SELECT 1'",

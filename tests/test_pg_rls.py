@@ -212,3 +212,88 @@ def test_grant_and_revoke_tenant(bound, tmp_path):
     one_line_error(run(bound.b, "query", "Alice"), 1, "permission denied")
     one_line_error(run(bound.url, "pg", "revoke-tenant", bound.role_b), 1, "not bound")
     assert ok(bound.url, "pg", "tenants") == [{"role": bound.role_a, "tenant_id": "a"}]
+
+
+def recount(url: str) -> tuple[list[tuple], list[tuple]]:
+    """BM25's statistics as kept, and as a recount over every memory (the owner's view)."""
+    kept = raw(url, "SELECT lexeme, df FROM lexeme_df ORDER BY 1")
+    counted = raw(url, "SELECT l, count(*)::integer FROM memories,"
+                       " unnest(tsvector_to_array(fts)) l GROUP BY l ORDER BY 1")
+    stats = raw(url, "SELECT docs, tokens FROM lexical_stats")
+    total = raw(url, "SELECT count(*), coalesce(sum(fts_tokens), 0) FROM memories")
+    return (kept, stats), (counted, [tuple(int(v) for v in total[0])])
+
+
+def test_a_tenant_role_cannot_change_the_shared_statistics_or_the_schema(bound):
+    """The tables without a tenant: BM25's df and lengths (scores of every tenant), the
+    sequences (ids of every tenant) and meta (schema version, models, key id)."""
+    before = raw(bound.url, "SELECT key, value FROM meta ORDER BY 1")
+    for sql in ("UPDATE lexeme_df SET df = df + 1000",
+                "DELETE FROM lexeme_df",
+                "INSERT INTO lexeme_df VALUES ('zzzq', 5)",
+                "UPDATE lexical_stats SET docs = 1",
+                "SELECT setval(pg_get_serial_sequence('memories', 'id'), 1)",
+                "SELECT setval(pg_get_serial_sequence('events', 'seq'), 1)",
+                "INSERT INTO meta VALUES ('schema_version', '9') ON CONFLICT (key)"
+                " DO UPDATE SET value = excluded.value",
+                "INSERT INTO meta VALUES ('embedder_model', 'x') ON CONFLICT (key)"
+                " DO UPDATE SET value = excluded.value",
+                "INSERT INTO meta VALUES ('anything', 'x')",
+                # An explicit id past the sequence would move it for every tenant.
+                "INSERT INTO entities (id, tenant_id, kind, norm, display, created_at)"
+                " VALUES (9000000000000000000, 'a', 'person', 'zed', 'Zed', 't')"):
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):
+            raw(bound.a, sql)
+    with psycopg.connect(bound.a, autocommit=True) as conn:
+        assert conn.execute("UPDATE meta SET value = '9'").rowcount == 0
+        assert conn.execute("DELETE FROM meta").rowcount == 0
+    assert raw(bound.url, "SELECT key, value FROM meta ORDER BY 1") == before
+    kept, counted = recount(bound.url)
+    assert kept == counted
+    assert raw(bound.url, "SELECT max(id) < 1000000 FROM entities") == [(True,)]
+
+
+def test_a_tenant_roles_writes_keep_the_shared_statistics_right(bound):
+    """The statistics triggers run as the owner: ingest, forget and purge as a role count."""
+    ok(bound.a, "ingest", "-", input=ndjson(turns("s3", ["Alice grows quince and medlar",
+                                                         "Bob grows medlar too"])))
+    kept, counted = recount(bound.url)
+    assert kept == counted and ("medlar", 2) in kept[0]
+    ok(bound.a, "purge", "--session", "s3")
+    kept, counted = recount(bound.url)
+    assert kept == counted and not any(lexeme == "medlar" for lexeme, _ in kept[0])
+    # New rows of the role still get ids from the sequences, past every tenant's.
+    assert raw(bound.url, "SELECT count(DISTINCT id) = count(*) FROM memories") == [(True,)]
+
+
+def test_a_tenant_roles_purge_says_the_owner_must_vacuum(bound):
+    """VACUUM needs the tables' owner: the role's purge deletes for good (nothing reaches the
+    rows) but says the text is still on disk, and doctor as the owner shows it until
+    `doctor --fix` VACUUMs."""
+    result = run(bound.a, "purge", "--session", "sa", "--json")
+    assert result.exit_code == 0, result.stderr
+    out = json.loads(result.stdout)
+    assert out["memories"] == 2 and out["complete"] is False and out["vacuum"] == "owner"
+    assert "owner" in result.stderr and "VACUUM" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+    assert raw(bound.url, "SELECT count(*) FROM memories WHERE tenant_id = 'a'") == [(0,)]
+    doctor = run(bound.url, "doctor", "--json")
+    pending = [c for c in json.loads(doctor.stdout)["checks"] if c["check"] == "purge_vacuum"]
+    assert pending and pending[0]["status"] == "problem", doctor.stdout
+    fixed = ok(bound.url, "doctor", "--fix")["fixed"]
+    assert fixed["vacuumed"] is True, fixed
+    doctor = json.loads(run(bound.url, "doctor", "--json").stdout)
+    assert not [c for c in doctor["checks"] if c["check"] == "purge_vacuum"]
+    # The owner's own purge VACUUMs and is complete, as before.
+    out = ok(bound.url, "purge", "--tenant", "b", "--session", "sb")
+    assert out["complete"] is True and "vacuum" not in out
+
+
+@pytest.mark.parametrize("args", [("doctor",), ("doctor", "--fix"), ("rebuild",),
+                                  ("rebuild", "--dry-run"), ("reindex",), ("key", "rotate")])
+def test_doctor_and_rebuild_refuse_a_tenant_role(bound, args):
+    """They read or rewrite every tenant's derived data; a role sees one tenant, so its
+    counts would be wrong and its rewrites would reset the shared statistics."""
+    before = recount(bound.url)
+    one_line_error(run(bound.a, *args), 2, "bound to tenant 'a'", "owner")
+    assert recount(bound.url) == before

@@ -10,7 +10,7 @@ import typer
 
 from memcli.cli.common import open_memory
 from memcli.cli.options import DbOpt, FormatOpt, JsonOpt
-from memcli.cli.output import Format, emit, errors, resolve_format
+from memcli.cli.output import Format, emit, errors, resolve_format, warn
 
 
 def _history_text(rows: list[dict]) -> None:
@@ -63,6 +63,10 @@ def register(app: typer.Typer) -> None:
                 f"{'would purge' if p['dry_run'] else 'purged'} {p['events']} event(s), "
                 f"{p['memories']} memories, {p['artifacts']} artifact(s)"))
             check_purged(out)
+            if out.get("vacuum") == "owner":
+                from memcli.operations import VACUUM_HINT, VACUUM_NOTICE
+
+                warn(f"{VACUUM_NOTICE} ({VACUUM_HINT})")
 
     @app.command("forget")
     def forget_cmd(

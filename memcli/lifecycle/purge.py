@@ -48,17 +48,26 @@ def apply_purge(db: Database, plan: dict[str, Any], actor: str = "cli") -> dict[
     try:
         with db.transaction():
             sql.delete_everything(db, plan["event_ids"], plan["memory_ids"], plan["scope"])
-            mem.add_history(db, None, "PURGE", actor=actor, meta={
+            # The audit row has no tenant (a purge may span several), except a tenant
+            # role's: row-level security lets it write only rows of its tenant.
+            bound = {"tenant_id": db.bound_tenant} if db.bound_tenant is not None else None
+            mem.add_history(db, None, "PURGE", actor=actor, scope=bound, meta={
                 "scope": plan["scope"], "events": plan["events"], "memories": plan["memories"],
             })
         # Every purge vacuums, even one that found nothing: it is also how a purge that
-        # stopped before its VACUUM (crash, reader) is finished. Inside a caller's own
-        # transaction neither can run: the deletion stands, `complete` says the file does not.
-        complete = not db.in_transaction and sql.erase_physically(db)
+        # stopped before its VACUUM (crash, reader, a tenant role) is finished. Inside a
+        # caller's own transaction neither can run: the deletion stands, `complete` says the
+        # file does not.
+        owner_needed = not db.in_transaction and not sql.may_erase(db)
+        if owner_needed:  # a tenant role: deleted for every reader, still on disk
+            sql.mark_vacuum_pending(db, utcnow())
+        complete = not db.in_transaction and not owner_needed and sql.erase_physically(db)
+        if complete:
+            sql.clear_vacuum_pending(db)
     finally:
         sql.secure_delete(db, previous)
     return {k: v for k, v in plan.items() if k not in ("event_ids", "memory_ids")} | {
-        "complete": complete}
+        "complete": complete} | ({"vacuum": "owner"} if owner_needed else {})
 
 
 def forget(db: Database, memory_id: int, actor: str = "cli", reason: str = "") -> dict[str, Any]:

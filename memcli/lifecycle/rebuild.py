@@ -286,6 +286,9 @@ def _cannot(db: Database, episodes: dict[str, Any]) -> list[dict[str, Any]]:
 def rebuild(memory: Memory, *, dry_run: bool = False,
             progress: Progress | None = None) -> dict[str, Any]:
     """Run every stage (or, `dry_run`, only say what they would do); returns the report."""
+    from memcli.tenant_roles import refuse_bound
+
+    refuse_bound(memory.db, "rebuild")
     if dry_run:
         return plan_rebuild(memory)
     db = memory.db

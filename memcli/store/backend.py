@@ -222,6 +222,10 @@ class Backend(Protocol[DB]):
         """After a purge's commit: rewrite storage so deleted bytes are gone; False when a
         concurrent reader or writer kept them (the caller says so)."""
 
+    def may_erase(self, db: DB) -> bool:
+        """Whether this session may run erase_physically at all (PostgreSQL: only the tables'
+        owner, or a role granted MAINTAIN, may VACUUM them; a tenant role may not)."""
+
     def log_health(self, db: DB) -> LogHealth:
         """The write-ahead log and long transactions, as doctor checks them."""
 

@@ -209,6 +209,26 @@ def erase_physically(db: Database) -> bool:
     return db.backend.erase_physically(db)
 
 
+# meta key: when a purge last deleted without being allowed to erase (a tenant role on
+# PostgreSQL); the owner's next purge, which does erase, removes it; doctor shows it.
+VACUUM_PENDING = "purge_vacuum_pending"
+
+
+def may_erase(db: Database) -> bool:
+    return db.backend.may_erase(db)
+
+
+def mark_vacuum_pending(db: Database, since: str) -> None:
+    with db.transaction():
+        db.set_meta(VACUUM_PENDING, since)
+
+
+def clear_vacuum_pending(db: Database) -> None:
+    if db.get_meta(VACUUM_PENDING) is not None:
+        with db.transaction():
+            db.execute("DELETE FROM meta WHERE key = ?", (VACUUM_PENDING,))
+
+
 def checkpoint(db: Database) -> bool:
     """Fold the write-ahead log into the database and truncate it; False when a reader still
     holds an old snapshot."""

@@ -317,6 +317,17 @@ class PgBackend:
             return False
         return True
 
+    def may_erase(self, db: PgDatabase) -> bool:
+        """VACUUM needs the table's owner (or MAINTAIN, PostgreSQL 17+); anyone else gets a
+        warning and nothing done, so a tenant role's purge must not count on it."""
+        maintain = ("has_table_privilege(c.oid, 'MAINTAIN')"
+                    if int(db.scalar("SHOW server_version_num")) >= 170000
+                    else "pg_has_role(c.relowner, 'USAGE')")
+        return bool(db.scalar(
+            f"SELECT coalesce(bool_and({maintain}), true) FROM pg_class c"
+            " WHERE c.relnamespace = current_schema()::regnamespace AND c.relkind = 'r'"
+            " AND c.relname = ANY (?)", (list(PURGED_TABLES),)))
+
     def log_health(self, db: PgDatabase) -> LogHealth:
         """No WAL of memcli's: the server's is the DBA's (checkpoints, max_wal_size, slots).
         Its counterpart of SQLite's long-lived reader is a long open transaction: it keeps

@@ -495,6 +495,17 @@ DECLARE
 BEGIN
     EXECUTE format('SELECT ($1).%I', TG_ARGV[0]) USING NEW INTO given;
     IF given > coalesce(pg_sequence_last_value(seq), 0) THEN
+        -- Only the owner chooses ids (import, rebuild): a tenant-bound role (schema 3) would
+        -- move the sequence for every tenant, up to its end. (This runs as the owner since
+        -- schema 3, SECURITY DEFINER: a tenant role has no setval right.)
+        -- Nested: PL/pgSQL plans the inner test only when it runs, and before schema 3
+        -- (an upgrade's copies, say) memcli_tenant() does not exist yet.
+        IF to_regprocedure('memcli_tenant()') IS NOT NULL THEN
+            IF (SELECT memcli_tenant()) IS NOT NULL THEN
+                RAISE EXCEPTION 'a tenant role cannot choose an id past the sequence'
+                    USING ERRCODE = 'insufficient_privilege';
+            END IF;
+        END IF;
         PERFORM setval(seq, given);
     END IF;
     RETURN NULL;

@@ -2,10 +2,25 @@
 bound to, and binding or unbinding a role (`memcli pg grant-tenant / revoke-tenant`).
 
 A bound role's rights: the memcli schema's tables (SELECT, INSERT, UPDATE, DELETE: never
-TRUNCATE, which row-level security does not filter), their sequences (the identity trigger
-moves them), nothing on `tenant_roles` (a role must not rebind itself). The same rights go to
-tables a later migration creates (default privileges of the role that binds, the owner).
-Roles themselves, and their passwords, are the DBA's: memcli binds an existing login role.
+TRUNCATE, which row-level security does not filter), nothing on `tenant_roles` (a role must
+not rebind itself). The same rights go to tables a later migration creates (default
+privileges of the role that binds, the owner). Roles themselves, and their passwords, are the
+DBA's: memcli binds an existing login role.
+
+The shared tables (no tenant in them; v3_tenancy.sql part 4):
+- `lexeme_df`, `lexical_stats`: SELECT only. The triggers that keep them run as the owner,
+  so a role's writes count and a role cannot set another tenant's BM25 statistics.
+- sequences: USAGE (nextval) only. setval would let a role move them back, and the next
+  insert of any tenant would collide; the identity trigger moves them as the owner.
+- `meta`: all four rights, narrowed by its policies to the first-use keys, decay's last run
+  and purge's transient guard row.
+- `sparse_df`: written by the sparse write path in Python (document counts per term); a
+  trigger on the per-memory sparse rows, as the owner, would let it be read only. Left
+  writable until the PostgreSQL sparse storage settles (docs/design/postgresql.md).
+- `pair_checks`: a cache of model verdicts keyed by a hash of both texts (and their
+  similarity): a role can only reach a pair whose two texts it knows, and tenants with the
+  same texts share the answer on purpose.
+- `run_locks`: display only on PostgreSQL (the advisory lock decides who runs).
 """
 
 from __future__ import annotations
@@ -18,7 +33,8 @@ if TYPE_CHECKING:
     from memcli.store.postgres.connection import PgDatabase
 
 _TABLE_RIGHTS = "SELECT, INSERT, UPDATE, DELETE"
-_SEQUENCE_RIGHTS = "USAGE, SELECT, UPDATE"
+_SEQUENCE_RIGHTS = "USAGE"
+_READ_ONLY = ("lexeme_df", "lexical_stats")  # kept by the owner's triggers
 
 
 def bound_tenant(db: PgDatabase) -> str | None:
@@ -83,10 +99,16 @@ def grant(db: PgDatabase, role: str, tenant: str) -> dict[str, Any]:
         for statement in (
                 "GRANT USAGE ON SCHEMA {s} TO {r}",
                 f"GRANT {_TABLE_RIGHTS} ON ALL TABLES IN SCHEMA {{s}} TO {{r}}",
+                # Renewing a binding made with wider rights takes the extra ones back.
+                "REVOKE SELECT, UPDATE ON ALL SEQUENCES IN SCHEMA {s} FROM {r}",
                 f"GRANT {_SEQUENCE_RIGHTS} ON ALL SEQUENCES IN SCHEMA {{s}} TO {{r}}",
                 "REVOKE ALL ON {s}.tenant_roles FROM {r}",
+                *(f"REVOKE INSERT, UPDATE, DELETE ON {{s}}.{t} FROM {{r}}"
+                  for t in _READ_ONLY),
                 f"ALTER DEFAULT PRIVILEGES IN SCHEMA {{s}} GRANT {_TABLE_RIGHTS} ON TABLES"
                 " TO {r}",
+                "ALTER DEFAULT PRIVILEGES IN SCHEMA {s} REVOKE SELECT, UPDATE ON SEQUENCES"
+                " FROM {r}",
                 f"ALTER DEFAULT PRIVILEGES IN SCHEMA {{s}} GRANT {_SEQUENCE_RIGHTS} ON"
                 " SEQUENCES TO {r}"):
             db.conn.execute(sql.SQL(statement).format(s=schema, r=ident))

@@ -1,7 +1,8 @@
 -- Schema 3 on PostgreSQL (the twin of SQLite's migration 3, plus what only PostgreSQL has):
 -- 1. entities get a tenant (a tenant's names are its data; "alice" of two tenants is two rows);
 -- 2. tenant-bound login roles: `tenant_roles(role, tenant_id)` and `memcli_tenant()`;
--- 3. row-level security on every table holding a tenant's data.
+-- 3. row-level security on every table holding a tenant's data;
+-- 4. what a bound role may do to the shared tables (statistics, sequences, meta).
 -- Applied by memcli/store/postgres/migrations.py in one transaction, as the schema owner.
 -- Design: docs/design/postgresql.md, "Tenant roles (row-level security)".
 
@@ -106,6 +107,41 @@ CREATE POLICY tenant_rows ON relations
     USING (EXISTS (SELECT 1 FROM memories m WHERE m.id = relations.src_id))
     WITH CHECK (EXISTS (SELECT 1 FROM memories m WHERE m.id = relations.src_id)
                 AND EXISTS (SELECT 1 FROM memories m WHERE m.id = relations.dst_id));
--- Not under a policy (no tenant text in them): meta (schema version, models, key id),
--- sparse_df (document counts per SPLADE term id, over all tenants), pair_checks (hashes and
--- verdicts), run_locks (lock names and holders).
+
+-- 4. Shared tables (no tenant in them). A bound role must not be able to change another
+-- tenant's scores or the schema's bookkeeping through raw SQL; what it needs of each:
+-- - lexeme_df, lexical_stats (BM25's corpus statistics): read only. Its writes keep them
+--   through the statement triggers on memories, which run as the owner (below): a role's
+--   memories count as they should, and a role cannot set a df or the mean length itself.
+-- - sequences: USAGE (nextval) only, no UPDATE (setval): memcli_follow_identity moves them,
+--   as the owner, and refuses a bound role's explicit id past the sequence (schema.sql).
+-- - meta: read; insert only the first-use keys memcli writes when they are still missing
+--   (models, sealing key id), update only decay's last run and the time of a purge that
+--   awaits the owner's VACUUM, insert and delete only purge's transient guard row. schema_version, a model or the key id once set: the owner's.
+-- - sparse_df, pair_checks, run_locks stay writable (tenants.py says why).
+-- The grants themselves are tenants.py's (`memcli pg grant-tenant`).
+DO $$
+DECLARE
+    f regprocedure;
+BEGIN
+    -- Every trigger function of memcli's: as its owner, with a pinned search_path (a definer
+    -- function must not resolve names through the caller's path).
+    FOR f IN SELECT p.oid::regprocedure FROM pg_proc p
+             WHERE p.pronamespace = current_schema()::regnamespace
+               AND p.prorettype = 'trigger'::regtype LOOP
+        EXECUTE format('ALTER FUNCTION %s SECURITY DEFINER'
+                       ' SET search_path = pg_catalog, %I, pg_temp', f, current_schema());
+    END LOOP;
+END $$;
+ALTER TABLE meta ENABLE ROW LEVEL SECURITY;
+CREATE POLICY meta_read ON meta FOR SELECT USING (true);
+CREATE POLICY meta_first_use ON meta FOR INSERT
+    WITH CHECK (key IN ('embedder_model', 'embedder_dimension', 'sparse_model', 'sparse_vocab',
+                        'enc_key_id', 'decay_last_run', 'purge_guard',
+                        'purge_vacuum_pending'));
+CREATE POLICY meta_last_runs ON meta FOR UPDATE
+    USING (key IN ('decay_last_run', 'purge_vacuum_pending'))
+    WITH CHECK (key IN ('decay_last_run', 'purge_vacuum_pending'));
+CREATE POLICY meta_purge_guard ON meta FOR DELETE USING (key = 'purge_guard');
+-- Not under a policy (no tenant text in them): sparse_df (document counts per SPLADE term id,
+-- over all tenants), pair_checks (hashes and verdicts), run_locks (lock names and holders).
