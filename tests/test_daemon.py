@@ -281,6 +281,24 @@ def test_relative_paths_resolve_in_the_callers_folder(tmp_path):
     assert not (ROOT / "rel.db").exists()
 
 
+def wait_for_events(db: Path, deadline: float) -> bool:
+    """True once `db` holds a committed event (read-only reads beside the writing daemon)."""
+    import apsw
+
+    while time.monotonic() < deadline:
+        try:
+            conn = apsw.Connection(str(db), flags=apsw.SQLITE_OPEN_READONLY)
+            try:
+                if conn.execute("SELECT count(*) FROM events").fetchone()[0] > 0:
+                    return True
+            finally:
+                conn.close()
+        except apsw.Error:  # no file or no schema yet
+            pass
+        time.sleep(0.05)
+    return False
+
+
 def test_sigkill_mid_ingest_leaves_a_clean_database(tmp_path):
     db = tmp_path / "k.db"
     env = daemon_env(tmp_path / "home", db)
@@ -295,7 +313,9 @@ def test_sigkill_mid_ingest_leaves_a_clean_database(tmp_path):
         try:
             client.stdin.write(big.encode())
             client.stdin.close()
-            time.sleep(1.0)
+            # Kill once the ingest has committed something (mid-ingest whatever the load; a
+            # fixed sleep could kill a slow daemon before its first migration committed).
+            assert wait_for_events(db, deadline=time.monotonic() + 60), "no event stored"
             os.kill(daemon.pid, signal.SIGKILL)
             daemon.proc.wait(timeout=30)
             client.wait(timeout=60)
@@ -319,13 +339,14 @@ def test_sigterm_lets_a_request_in_flight_finish(tmp_path):
     env = daemon_env(tmp_path / "home", db)
     routes = tmp_path / "routes.log"
     with Daemon(db, env) as daemon:
+        before = _connected(daemon.pid)  # the listening socket(s)
         # `ingest -` waits for its stdin: the request is in flight until we close it.
         client = subprocess.Popen([sys.executable, "-c", _CLIENT, "ingest", "-"],
                                   env={**env, "MEMCLI_TEST_ROUTE_LOG": str(routes)},
                                   stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                   stderr=subprocess.PIPE)
         try:
-            assert wait_until(lambda: _connected(daemon.pid) >= 2, timeout=30)
+            assert wait_until(lambda: _connected(daemon.pid) > before, timeout=30)
             daemon.proc.send_signal(signal.SIGTERM)
             time.sleep(0.5)
             assert daemon.proc.poll() is None  # waiting for the request

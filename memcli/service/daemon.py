@@ -257,6 +257,16 @@ def serve(settings: Any, ep: paths.Endpoint, *, idle_exit: float | None = None,
     cli: CliServer | None = None
     web: HttpServer | None = None
     keeper: FileHolder | PoolHolder | None = None
+
+    def on_signal(signum: int, _frame: Any) -> None:
+        stop.set()
+        if web is not None:  # read when the signal comes: None until the server is built
+            web.stop()
+
+    # Before anything listens: a SIGTERM during start-up is a clean stop, never the default
+    # abrupt exit (a client may already be connected once the socket exists).
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, on_signal)
     try:
         runctx.install()
         keeper = hold(settings, pool_size)
@@ -272,14 +282,6 @@ def serve(settings: Any, ep: paths.Endpoint, *, idle_exit: float | None = None,
                        http=(web.tcp_address or "") if web is not None else None, holder=keeper)
         threading.Thread(target=warm_up, args=(settings, log, _STATE.models_ready),
                          name="memcli-warm-up", daemon=True).start()
-
-        def on_signal(signum: int, _frame: Any) -> None:
-            stop.set()
-            if web is not None:
-                web.stop()
-
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            signal.signal(sig, on_signal)
         cli.start()
         where = f"{ep.socket}" + (f" and {web.tcp_address}" if web and web.tcp_address else "")
         log(f"memcli: serving {_shown_db(settings.db)} on {where} (pid {os.getpid()})")
