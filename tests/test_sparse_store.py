@@ -52,16 +52,21 @@ def _brute_force(rows, query, scope, limit):
     return sorted(scores, key=lambda hit: (-hit[1], hit[0]))[:limit]
 
 
+def _store(db, rows) -> None:
+    """The corpus as bare memory rows and their SPLADE vectors, in one transaction."""
+    with db.transaction():
+        for mid, tenant, user, _ in rows:
+            db.execute("INSERT INTO memories (id, content, tenant_id, user_id, event_time,"
+                       " created_at, updated_at) VALUES (?, 'x', ?, ?, ?, ?, ?)",
+                       (mid, tenant, user, TS, TS, TS))
+        sparse_sql.insert_postings(db, [(mid, vec) for mid, _, _, vec in rows])
+
+
 def test_sparse_leg_is_the_brute_force_dot_product(db_path):
     rows = _corpus()
     db = open_database(db_path)
     try:
-        with db.transaction():
-            for mid, tenant, user, _ in rows:
-                db.execute("INSERT INTO memories (id, content, tenant_id, user_id, event_time,"
-                           " created_at, updated_at) VALUES (?, 'x', ?, ?, ?, ?, ?)",
-                           (mid, tenant, user, TS, TS, TS))
-            sparse_sql.insert_postings(db, [(mid, vec) for mid, _, _, vec in rows])
+        _store(db, rows)
         rnd = random.Random(11)
         scopes = [
             (Filters(tenant_id="t1", user_id="u1"), lambda t, u: (t, u) == ("t1", "u1")),
@@ -93,12 +98,7 @@ def test_sparse_df_follows_writes_deletes_and_recounts(db_path):
     rows = _corpus(seed=3)[:60]
     db = open_database(db_path)
     try:
-        with db.transaction():
-            for mid, tenant, user, _ in rows:
-                db.execute("INSERT INTO memories (id, content, tenant_id, user_id, event_time,"
-                           " created_at, updated_at) VALUES (?, 'x', ?, ?, ?, ?, ?)",
-                           (mid, tenant, user, TS, TS, TS))
-            sparse_sql.insert_postings(db, [(mid, vec) for mid, _, _, vec in rows])
+        _store(db, rows)
         stored = db.backend.sparse_terms(db, [1, 2])
         assert stored == {m: sorted(rows[m - 1][3]) for m in (1, 2)}
         df = dict(db.execute("SELECT term_id, df FROM sparse_df"))
