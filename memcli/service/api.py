@@ -381,11 +381,14 @@ class Service:
             from memcli.memory import Memory
 
             embedder, sparse = self.models()
-            memory = Memory.open(self.settings.db, embedder=embedder, sparse=sparse,
-                                 settings=self.settings)
-            self._local.memory = memory
+            # One thread opens at a time: the first open creates the schema and switches the
+            # file to WAL, which two connections opening side by side could stall on for the
+            # whole busy timeout (two agents' first writes through a fresh daemon).
             with self._guard:
+                memory = Memory.open(self.settings.db, embedder=embedder, sparse=sparse,
+                                     settings=self.settings)
                 self._opened.append(memory)
+            self._local.memory = memory
         memory.db.crypto.refresh()  # kept open: see `high` rows another connection sealed since
         return memory
 
