@@ -223,6 +223,7 @@ def copy_rows(base: Base, c: int, now: str, entities: dict[tuple[str, str, str],
         else:
             row["content_hash"] = hashlib.sha256(f"{r['content_hash']}/{c}".encode()).hexdigest()
         out["events"].append(row)
+    top = max(entities.values(), default=0)  # new entities of this copy take ids above it
     for r in base.rows["memories"]:
         row = {**r, "id": r["id"] + dm, "content": k.text(r["content"]),
                "user_id": k.user(r["user_id"]), "session_id": k.session(r["session_id"]),
@@ -241,7 +242,8 @@ def copy_rows(base: Base, c: int, now: str, entities: dict[tuple[str, str, str],
             key = (row["tenant_id"], ent.kind, ent.norm)  # entities are per tenant (schema 3)
             eid = entities.get(key)
             if eid is None:
-                eid = entities[key] = max(entities.values(), default=0) + 1
+                top += 1
+                eid = entities[key] = top
                 new_entities.append((eid, row["tenant_id"], ent.kind, ent.norm, ent.value, now))
             alias = (ent.value.lower(), eid)
             if alias not in aliases:
