@@ -209,3 +209,15 @@ def test_integrity_names_the_engines_own_check(cli, db_path):
                      if c["check"] == "integrity")
     expected = "server page checks" if str(db_path).startswith("postgresql://") else "quick_check"
     assert integrity["status"] == "ok" and integrity["detail"].startswith(expected)
+
+
+def test_orphan_postings_are_counted_once_per_memory_and_fixed(cli, filled):
+    """SQLite's SPLADE postings of a memory that is gone: one orphan per memory, however many
+    terms it had (the check deduplicates before it probes), and --fix deletes them all."""
+    sql(filled, "INSERT INTO sparse_postings (term_id, memory_id, weight) VALUES"
+                " (7, 99999, 3), (8, 99999, 1), (9, 99999, 2), (7, 99998, 5)")
+    code, report = doctor(cli)
+    assert code == 1 and problems(report) == {"orphans:sparse_postings": "memcli doctor --fix"}
+    found = next(c for c in report["checks"] if c["check"] == "orphans:sparse_postings")
+    assert found["detail"].startswith("2 ") and sorted(found["ids"]) == [99998, 99999], found
+    assert doctor(cli, "--fix")[0] == 0

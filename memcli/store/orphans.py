@@ -40,11 +40,18 @@ def _any_lacking(links: tuple[Link, ...]) -> str:
 def ids_lacking(db: Database, table: str, *links: Link, pick: str | None = None,
                 where: str = "", distinct: bool = False, order: bool = False) -> list[int]:
     """Ids of `table`'s rows without a partner on any of `links`: the value of `pick` (by
-    default the first link's column), `where` narrowing the rows checked."""
+    default the first link's column), `where` narrowing the rows checked. `distinct`: each
+    value once, probed once (SQLite's postings: 9.4M rows of 100k memories, 25 -> 4 s)."""
     pick = pick or links[0][0]
-    cond = f"({where}) AND ({_any_lacking(links)})" if where else _any_lacking(links)
-    sql = (f"SELECT {'DISTINCT ' if distinct else ''}{pick} FROM {table} WHERE {cond}"
-           + (f" ORDER BY {pick}" if order else ""))
+    if distinct:  # each value probed once, not once per row: the rows are deduplicated first
+        columns = sorted({c.rsplit(".", 1)[-1] for c in (pick, *(link[0] for link in links))})
+        narrowed = f" WHERE {where}" if where else ""
+        source = f"(SELECT DISTINCT {', '.join(columns)} FROM {table}{narrowed}) AS {table}"
+        cond = _any_lacking(links)
+    else:
+        source = table
+        cond = f"({where}) AND ({_any_lacking(links)})" if where else _any_lacking(links)
+    sql = f"SELECT {pick} FROM {source} WHERE {cond}" + (f" ORDER BY {pick}" if order else "")
     return [int(r[0]) for r in db.execute(sql)]
 
 
