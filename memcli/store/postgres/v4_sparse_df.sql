@@ -8,8 +8,9 @@
 
 -- A sparsevec's term ids (0-based) from its text form `{i:w,...}/dim` (1-based indices): no
 -- pgvector function lists a sparsevec's indices, and a cast to `vector` would make 65,536
--- floats per memory. string_to_array measured ~2x faster than regexp_matches here. Not
--- STRICT, so the planner can inline it into the calling query.
+-- floats per memory. string_to_array measured 6x faster than the recount's former
+-- regexp_matches (20k vectors of 93 terms: 0.66 against 3.8 s). Not STRICT, so the planner
+-- can inline it into the calling query.
 CREATE FUNCTION memcli_sparse_term_ids(v text) RETURNS SETOF integer
     LANGUAGE sql IMMUTABLE PARALLEL SAFE
     AS $$ SELECT pg_catalog.split_part(e, ':', 1)::integer - 1
