@@ -8,7 +8,7 @@ columns filled, until the database holds `--events` memories:
 - per memory: `events`, `memories` (PostgreSQL's `context` column and generated `fts`), `history`,
   `memory_entities` (+ new `entities` / `entity_aliases`), `memory_sparse` (PostgreSQL: the
   SPLADE sparsevec), `sparse_postings` (SQLite), `memory_vectors`; per session: `sessions`,
-  `threads`, `change_log`; `sparse_df` = base df x K.
+  `threads`, `change_log`; `sparse_df` = base df x K (PostgreSQL: its trigger counts the copies).
 - copy c: ids offset by c x the base's largest (memory id, event seq, history and change_log
   ids), new event ids and real content hashes (memcli's own formula, checked on the base), new
   sessions (`c<c>...`), users moved by a multiple of 8 (a user stays in its tenant: 1,000 users
@@ -407,8 +407,8 @@ def replicate(location: str, target: int) -> dict[str, Any]:
     timing["copy_seconds"] = time.perf_counter() - t1
     t2 = time.perf_counter()
     with db.transaction():
-        db.execute("UPDATE sparse_df SET df = df * ?", (copies,))
-        if engine == "sqlite":
+        if engine == "sqlite":  # PostgreSQL's trigger counted the copies' vectors already
+            db.execute("UPDATE sparse_df SET df = df * ?", (copies,))
             db.execute("DROP TABLE bulk_postings")
     if engine == "postgresql":
         for statement in again:  # one by one: each index's build time in the log

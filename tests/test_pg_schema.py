@@ -40,9 +40,12 @@ PG_ONLY_TABLES = {
 PG_ONLY_INDEXES = {"memories_fts", "memories_trgm", "memory_vectors_scope"}
 # SQLite's two triggers are one plpgsql trigger function on PostgreSQL.
 TRIGGERS = {"events_no_update": "events_append_only", "events_no_delete": "events_append_only"}
-# The statement triggers keeping lexeme_df and lexical_stats (FTS5 keeps its own).
+# The statement triggers keeping lexeme_df and lexical_stats (FTS5 keeps its own), and
+# sparse_df (SQLite's sparse write path counts in the writer's statements).
 PG_ONLY_TRIGGERS = {"memories_lexical_insert", "memories_lexical_update",
-                    "memories_lexical_delete"}
+                    "memories_lexical_delete", "memory_sparse_df_insert",
+                    "memory_sparse_df_update", "memory_sparse_df_delete",
+                    "memory_sparse_df_truncate"}
 # SQLite declared type -> the PostgreSQL types it may become.
 TYPES = {
     "INTEGER": {"bigint", "integer", "smallint"},

@@ -156,18 +156,23 @@ class Backend(Protocol[DB]):
     def vector_orphans(self, db: DB) -> dict[str, list[int]]:
         """Per vector index table it can read: ids whose stored vector is gone (doctor)."""
 
-    # -- SPLADE storage (memcli.store.sparse keeps the scaling, sparse_df and the pruning)
+    # -- SPLADE storage and its document counts (memcli.store.sparse keeps the scaling and the
+    # pruning, which reads sparse_df). Each engine keeps `sparse_df` its own way: SQLite in the
+    # writer's statements, PostgreSQL in definer triggers on memory_sparse (a tenant-bound
+    # role may only read the counts, which every tenant's pruning uses).
     def write_sparse(self, db: DB, docs: list[tuple[int, dict[int, int]]]) -> None:
-        """Store (memory id, {term id: round(weight * SCALE)}), replacing a memory's terms."""
+        """Store (memory id, {term id: round(weight * SCALE)}), replacing a memory's terms,
+        and count the terms in sparse_df."""
 
     def sparse_terms(self, db: DB, ids: list[int]) -> dict[int, list[int]]:
         """The term ids stored for these memories (only those that have terms)."""
 
-    def delete_sparse(self, db: DB, stored: dict[int, list[int]]) -> None:
-        """Delete these memories' sparse rows (`stored`: what `sparse_terms` returned)."""
+    def delete_sparse(self, db: DB, ids: list[int]) -> None:
+        """Delete these memories' sparse rows and take their terms out of sparse_df (a term
+        no memory holds any more leaves no row)."""
 
     def reset_sparse(self, db: DB) -> None:
-        """Delete every memory's sparse rows (not sparse_df)."""
+        """Delete every memory's sparse rows, and so every sparse_df row."""
 
     def recount_sparse_df(self, db: DB) -> None:
         """sparse_df again from the stored terms."""

@@ -1,12 +1,14 @@
-"""The learned-sparse (SPLADE) index, what both engines share: the model lock, weight scaling,
-document frequencies (`sparse_df`) and frequent-term pruning. Storage and scoring are the
-engine's (`db.backend`): postings on SQLite (memcli.store.sqlite.sparse), one pgvector
-`sparsevec` per memory on PostgreSQL (memcli.store.postgres.sparse). `memory_sparse` has one
-row per memory holding terms on both, so the "which memories lack terms" queries are here."""
+"""The learned-sparse (SPLADE) index, what both engines share: the model lock, weight scaling
+and frequent-term pruning by the document frequencies in `sparse_df`. Storage, scoring and
+keeping `sparse_df` are the engine's (`db.backend`): postings and counts written in the
+writer's statements on SQLite (memcli.store.sqlite.sparse), one pgvector `sparsevec` per
+memory on PostgreSQL, counted by definer triggers on `memory_sparse` so that a tenant-bound
+role may only read the counts (memcli.store.postgres.sparse, v4_sparse_df.sql).
+`memory_sparse` has one row per memory holding terms on both, so the "which memories lack
+terms" queries are here."""
 
 from __future__ import annotations
 
-from collections import Counter
 from typing import TYPE_CHECKING
 
 from memcli.errors import EmbedderMismatchError
@@ -42,52 +44,18 @@ def record_vocab(db: Database, vocab_hash: str) -> None:
                                     "run `memcli reindex` to rebuild the sparse index")
 
 
-# Rows per multi-row statement (2 parameters each stays far below either engine's limit).
-BATCH_ROWS = 500
-
-
-def _add_df(db: Database, counts: Counter[int]) -> None:
-    """Add `counts` (negative: remove) to the terms' df: one upsert per BATCH_ROWS terms,
-    in term order. One statement instead of one per term was the write path's cost on
-    PostgreSQL (bench/results/pg-scale.md); sorted keys mean two writers that both touch
-    terms a and b lock them in the same order (no deadlock without the writer lock). A term
-    no memory holds any more is deleted: a purged memory's words leave no count behind."""
-    rows = sorted((t, n) for t, n in counts.items() if n)
-    for start in range(0, len(rows), BATCH_ROWS):
-        part = rows[start:start + BATCH_ROWS]
-        db.execute(
-            "INSERT INTO sparse_df (term_id, df) VALUES " + ",".join(["(?, ?)"] * len(part))
-            + " ON CONFLICT (term_id) DO UPDATE SET df = sparse_df.df + excluded.df",
-            [v for row in part for v in row])
-    gone = [t for t, n in rows if n < 0]
-    for start in range(0, len(gone), BATCH_ROWS):
-        terms = gone[start:start + BATCH_ROWS]
-        marks = ",".join("?" * len(terms))
-        db.execute(f"DELETE FROM sparse_df WHERE df <= 0 AND term_id IN ({marks})", terms)
-
-
 def insert_postings(db: Database, docs: list[tuple[int, dict[int, float]]]) -> None:
-    """Store memories' SPLADE weights (the engine's way: `Backend.write_sparse`) and count
-    their terms in sparse_df."""
+    """Store memories' SPLADE weights and count their terms in sparse_df (both the engine's
+    way: `Backend.write_sparse`)."""
     scaled = [(memory_id, {t: max(1, round(w * SCALE)) for t, w in vec.items()})
               for memory_id, vec in docs]
     db.backend.write_sparse(db, scaled)
-    df: Counter[int] = Counter()
-    for _, kept in scaled:
-        df.update(kept.keys())
-    _add_df(db, df)
 
 
 def delete_postings(db: Database, memory_ids: list[int]) -> None:
     """Remove these memories' SPLADE rows and their terms' counts."""
-    stored = db.backend.sparse_terms(db, memory_ids)
-    if not stored:
-        return
-    df: Counter[int] = Counter()
-    for terms in stored.values():
-        df.subtract(terms)
-    db.backend.delete_sparse(db, stored)
-    _add_df(db, df)
+    if memory_ids:
+        db.backend.delete_sparse(db, memory_ids)
 
 
 def reset(db: Database, model_id: str) -> None:
@@ -99,7 +67,6 @@ def reset(db: Database, model_id: str) -> None:
 def clear(db: Database) -> None:
     """Empty the sparse index and its counts (the model and vocabulary stay in meta)."""
     db.backend.reset_sparse(db)
-    db.execute("DELETE FROM sparse_df")
 
 
 def recount_df(db: Database) -> None:

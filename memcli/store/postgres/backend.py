@@ -206,8 +206,8 @@ class PgBackend:
     def sparse_terms(self, db: PgDatabase, ids: list[int]) -> dict[int, list[int]]:
         return sparse.terms(db, ids)
 
-    def delete_sparse(self, db: PgDatabase, stored: dict[int, list[int]]) -> None:
-        sparse.delete(db, stored)
+    def delete_sparse(self, db: PgDatabase, ids: list[int]) -> None:
+        sparse.delete(db, ids)
 
     def reset_sparse(self, db: PgDatabase) -> None:
         sparse.reset(db)

@@ -5,6 +5,13 @@ Only failures of the environment, and lock waits, are translated: a busy databas
 (cron retries), a refused connection, login, privilege or full disk is a StorageError (exit 1)
 naming the server and database with the password masked. Everything else (a constraint
 violation, a syntax error) stays the psycopg exception it is, for the caller or the bug report.
+
+A statement the server cancelled (57014: past `statement_timeout`, or at a cancel request,
+`pg_cancel_backend` by an administrator or a client's own) is not a busy database, and its
+message says which it was; it stays exit 75 (HTTP 503 in the daemon) all the same: its
+transaction was rolled back, nothing of it stays half-written, and running it again may
+succeed (a quieter server, no administrator cancelling), which is what EX_TEMPFAIL tells cron.
+memcli's own waits never cancel a statement: they end with lock_timeout (55P03).
 """
 
 from __future__ import annotations
@@ -17,8 +24,10 @@ from memcli.errors import (
 )
 
 BUSY_HINT = "retry later, or wait longer with MEMCLI_BUSY_TIMEOUT=<seconds>"
-# 55P03 lock_not_available (lock_timeout), 57014 query_canceled (statement_timeout or a cancel)
-_WAIT = {"55P03", "57014"}
+# 55P03 lock_not_available: memcli's wait for the writer lock (lock_timeout) ran out.
+_WAIT = {"55P03"}
+# 57014 query_canceled: statement_timeout, or a cancel request (pg_cancel_backend, a client's).
+_CANCELLED = "57014"
 # 40001 serialization_failure, 40P01 deadlock_detected: the transaction lost a race with
 # another writer and was rolled back; running it again is safe, which is what exit 75 says.
 _RACE = {"40001", "40P01"}
@@ -38,11 +47,33 @@ def busy(waited: float) -> DatabaseBusyError:
         f"database is busy: another process held its write lock for {waited:g} s", BUSY_HINT)
 
 
+def cancelled(exc: BaseException) -> DatabaseBusyError:
+    """A statement the server cancelled, saying why when the server's message does (its
+    English text; another `lc_messages` gets the general wording)."""
+    text = first_line(exc)
+    if "statement timeout" in text:
+        return DatabaseBusyError(
+            "the server cancelled the statement: it ran longer than this role's or "
+            "database's statement_timeout (its transaction was rolled back)",
+            "retry later, or raise statement_timeout for this role "
+            "(ALTER ROLE ... SET statement_timeout)")
+    if "user request" in text:
+        return DatabaseBusyError(
+            "the server cancelled the statement at a cancel request (an administrator's "
+            "pg_cancel_backend, or the client's own; its transaction was rolled back)",
+            "run the command again")
+    return DatabaseBusyError(
+        f"the server cancelled the statement (statement_timeout or a cancel request): {text}",
+        "run the command again; if it keeps happening, ask the DBA about statement_timeout")
+
+
 def mapped(exc: BaseException, shown: str, waited: float) -> MemcliError | None:
     """The memcli error for psycopg error `exc` on database `shown` (masked), or None."""
     state = getattr(exc, "sqlstate", None) or ""
     if state in _WAIT:
         return busy(waited)
+    if state == _CANCELLED:
+        return cancelled(exc)
     if state in _RACE:
         return DatabaseBusyError(
             f"database is busy: a concurrent write conflicted with this one "

@@ -34,8 +34,14 @@ def _v3(db: PgDatabase) -> None:
                     .read_text("utf-8"))
 
 
+def _v4(db: PgDatabase) -> None:
+    # sparse_df kept by definer statement triggers on memory_sparse; bound roles read it only.
+    db.conn.execute(resources.files("memcli.store.postgres").joinpath("v4_sparse_df.sql")
+                    .read_text("utf-8"))
+
+
 # Steps after BASE, in order: STEPS[0] brings BASE to BASE + 1. Append only.
-STEPS: list[Callable[[PgDatabase], None]] = [_v3]
+STEPS: list[Callable[[PgDatabase], None]] = [_v3, _v4]
 LATEST = BASE + len(STEPS)
 VERSION_KEY = "schema_version"
 _LOCK = "SELECT pg_advisory_xact_lock(hashtext('memcli.migrate'))"

@@ -1,9 +1,14 @@
 """PostgreSQL's SPLADE storage: one pgvector `sparsevec` per memory (`memory_sparse.vec`).
 
-memcli.store.sparse keeps what both engines share (scaling, document frequencies in
-`sparse_df`, frequent-term pruning); this module stores and scores the vectors behind
-`Backend.write_sparse` and the other sparse methods. SQLite keeps postings instead
-(memcli.store.sqlite.sparse).
+memcli.store.sparse keeps what both engines share (scaling, frequent-term pruning); this
+module stores and scores the vectors behind `Backend.write_sparse` and the other sparse
+methods. SQLite keeps postings instead (memcli.store.sqlite.sparse).
+
+Document frequencies (`sparse_df`): nothing here writes them on ingest, delete or reset. The
+statement triggers on memory_sparse (v4_sparse_df.sql, SECURITY DEFINER) count each written,
+replaced or deleted vector's terms, so a tenant-bound role's writes count while the role can
+only read the table; a role able to write it could push a term's df past `max_df` and prune it
+from every tenant's sparse leg. Only the owner's recount (rebuild, doctor --fix) writes it.
 
 Why not the postings here (bench/results/pg-scale.md, 54k memories): a posting row costs
 PostgreSQL ~24 bytes of tuple header plus its primary key entry, 659 MB against 45 MB for the
@@ -81,8 +86,9 @@ def terms(db: PgDatabase, memory_ids: list[int]) -> dict[int, list[int]]:
     return found
 
 
-def delete(db: PgDatabase, stored: dict[int, list[int]]) -> None:
-    ids = sorted(stored)
+def delete(db: PgDatabase, memory_ids: list[int]) -> None:
+    """Delete these memories' vectors (the trigger takes their terms out of sparse_df)."""
+    ids = sorted(memory_ids)
     for start in range(0, len(ids), 1000):
         part = ids[start:start + 1000]
         db.execute(f"DELETE FROM memory_sparse WHERE memory_id IN ({','.join('?' * len(part))})",
@@ -90,19 +96,17 @@ def delete(db: PgDatabase, stored: dict[int, list[int]]) -> None:
 
 
 def reset(db: PgDatabase) -> None:
+    """Every vector goes, and with them (the trigger) every sparse_df row. A DELETE, not a
+    TRUNCATE: TRUNCATE's exclusive lock would make concurrent queries wait."""
     db.execute("DELETE FROM memory_sparse")
 
 
-# The term ids of every stored vector, from their text form (no pgvector function lists a
-# sparsevec's indices): rebuild's and doctor's recount only.
-_ALL_TERMS = ("SELECT (t[1])::integer - 1 AS term_id FROM memory_sparse s,"
-              " regexp_matches(split_part(s.vec::text, '}', 1), '(\\d+):', 'g') t")
-
-
 def recount_df(db: PgDatabase) -> None:
+    """sparse_df from every stored vector's terms (the owner's: rebuild, doctor --fix; the
+    term ids come from memcli_sparse_term_ids, which the trigger uses too)."""
     db.execute("DELETE FROM sparse_df")
-    db.execute(f"INSERT INTO sparse_df (term_id, df) SELECT term_id, count(*)"
-               f" FROM ({_ALL_TERMS}) a GROUP BY term_id ORDER BY term_id")
+    db.execute("INSERT INTO sparse_df (term_id, df) SELECT t, count(*) FROM memory_sparse s,"
+               " memcli_sparse_term_ids(s.vec::text) t GROUP BY t ORDER BY t")
 
 
 def search(db: PgDatabase, query: dict[int, float], filters: Filters, limit: int

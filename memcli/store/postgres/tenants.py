@@ -14,9 +14,10 @@ The shared tables (no tenant in them; v3_tenancy.sql part 4):
   insert of any tenant would collide; the identity trigger moves them as the owner.
 - `meta`: all four rights, narrowed by its policies to the first-use keys, decay's last run
   and purge's transient guard row.
-- `sparse_df`: written by the sparse write path in Python (document counts per term); a
-  trigger on the per-memory sparse rows, as the owner, would let it be read only. Left
-  writable until the PostgreSQL sparse storage settles (docs/design/postgresql.md).
+- `sparse_df` (SPLADE's document counts per term): SELECT only since schema 4. The
+  statement triggers on `memory_sparse` keep it, as the owner (v4_sparse_df.sql): a role
+  that could write it would push a term's count past `max_df` and prune that term from
+  every tenant's sparse leg.
 - `pair_checks`: a cache of model verdicts keyed by a hash of both texts (and their
   similarity): a role can only reach a pair whose two texts it knows, and tenants with the
   same texts share the answer on purpose.
@@ -34,7 +35,7 @@ if TYPE_CHECKING:
 
 _TABLE_RIGHTS = "SELECT, INSERT, UPDATE, DELETE"
 _SEQUENCE_RIGHTS = "USAGE"
-_READ_ONLY = ("lexeme_df", "lexical_stats")  # kept by the owner's triggers
+_READ_ONLY = ("lexeme_df", "lexical_stats", "sparse_df")  # kept by the owner's triggers
 
 
 def bound_tenant(db: PgDatabase) -> str | None:

@@ -118,8 +118,8 @@ class SqliteBackend:
     def sparse_terms(self, db: Database, ids: list[int]) -> dict[int, list[int]]:
         return sparse.terms(db, ids)
 
-    def delete_sparse(self, db: Database, stored: dict[int, list[int]]) -> None:
-        sparse.delete(db, stored)
+    def delete_sparse(self, db: Database, ids: list[int]) -> None:
+        sparse.delete(db, ids)
 
     def reset_sparse(self, db: Database) -> None:
         sparse.reset(db)

@@ -1,15 +1,19 @@
-"""SQLite's SPLADE storage: postings (term, memory, weight) plus each memory's packed term list.
+"""SQLite's SPLADE storage: postings (term, memory, weight) plus each memory's packed term list,
+and the document frequencies in `sparse_df`.
 
-memcli.store.sparse keeps what both engines share (scaling, document frequencies, frequent-term
-pruning); this module is the storage and the dot product behind `Backend.write_sparse` and the
-other sparse methods. Weights are stored as round(weight * SCALE) integers (smallest 1);
-`memory_sparse.terms` holds the term ids as packed uint16, so deleting a memory's postings
-needs no scan of the postings table.
+memcli.store.sparse keeps what both engines share (scaling, frequent-term pruning); this
+module is the storage, its counts and the dot product behind `Backend.write_sparse` and the
+other sparse methods. The counts are written here, in the writer's statements (SQLite has no
+roles to keep them from; PostgreSQL counts in a trigger instead, v4_sparse_df.sql).
+Weights are stored as round(weight * SCALE) integers (smallest 1); `memory_sparse.terms`
+holds the term ids as packed uint16, so deleting a memory's postings needs no scan of the
+postings table.
 """
 
 from __future__ import annotations
 
 import array
+from collections import Counter
 from typing import TYPE_CHECKING
 
 from memcli.store.orphans import Link, delete_lacking, ids_lacking
@@ -28,8 +32,27 @@ def _chunks(rows: list, size: int = BATCH_ROWS):
         yield rows[start:start + size]
 
 
+def _add_df(db: Database, counts: Counter[int]) -> None:
+    """Add `counts` (negative: remove) to the terms' df: one upsert per BATCH_ROWS terms,
+    in term order. One statement instead of one per term was the write path's cost on
+    PostgreSQL (bench/results/pg-scale.md); sorted keys mean two writers that both touch
+    terms a and b lock them in the same order. A term no memory holds any more is deleted: a
+    purged memory's words leave no count behind."""
+    rows = sorted((t, n) for t, n in counts.items() if n)
+    for part in _chunks(rows):
+        db.execute(
+            "INSERT INTO sparse_df (term_id, df) VALUES " + ",".join(["(?, ?)"] * len(part))
+            + " ON CONFLICT (term_id) DO UPDATE SET df = sparse_df.df + excluded.df",
+            [v for row in part for v in row])
+    gone = [t for t, n in rows if n < 0]
+    for terms in _chunks(gone):
+        marks = ",".join("?" * len(terms))
+        db.execute(f"DELETE FROM sparse_df WHERE df <= 0 AND term_id IN ({marks})", terms)
+
+
 def write(db: Database, docs: list[tuple[int, dict[int, int]]]) -> None:
-    """Store each memory's scaled weights (replacing a previous row of the same term)."""
+    """Store each memory's scaled weights (replacing a previous row of the same term) and
+    count its terms."""
     postings = sorted((t, memory_id, w) for memory_id, vec in docs for t, w in vec.items())
     for part in _chunks(postings):
         db.execute(
@@ -40,6 +63,10 @@ def write(db: Database, docs: list[tuple[int, dict[int, int]]]) -> None:
     db.executemany("INSERT INTO memory_sparse (memory_id, terms) VALUES (?, ?)"
                    " ON CONFLICT (memory_id) DO UPDATE SET terms = excluded.terms",
                    [(m, array.array("H", sorted(vec)).tobytes()) for m, vec in docs])
+    df: Counter[int] = Counter()
+    for _, vec in docs:
+        df.update(vec.keys())
+    _add_df(db, df)
 
 
 def terms(db: Database, memory_ids: list[int]) -> dict[int, list[int]]:
@@ -54,8 +81,11 @@ def terms(db: Database, memory_ids: list[int]) -> dict[int, list[int]]:
     return found
 
 
-def delete(db: Database, stored: dict[int, list[int]]) -> None:
-    """Remove these memories' postings and term lists (`stored`: `terms`' answer)."""
+def delete(db: Database, memory_ids: list[int]) -> None:
+    """Remove these memories' postings and term lists, and their terms' counts."""
+    stored = terms(db, memory_ids)
+    if not stored:
+        return
     pairs = sorted((t, m) for m, ts in stored.items() for t in ts)
     for part in _chunks(pairs):
         db.execute("DELETE FROM sparse_postings WHERE (term_id, memory_id) IN (VALUES "
@@ -63,11 +93,16 @@ def delete(db: Database, stored: dict[int, list[int]]) -> None:
     for part in _chunks(sorted(stored)):
         db.execute(f"DELETE FROM memory_sparse WHERE memory_id IN ({','.join('?' * len(part))})",
                    part)
+    df: Counter[int] = Counter()
+    for ts in stored.values():
+        df.subtract(ts)
+    _add_df(db, df)
 
 
 def reset(db: Database) -> None:
     db.execute("DELETE FROM sparse_postings")
     db.execute("DELETE FROM memory_sparse")
+    db.execute("DELETE FROM sparse_df")
 
 
 # Postings whose memory is gone (memcli.store.orphans writes the anti-join).
