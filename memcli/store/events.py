@@ -65,13 +65,14 @@ def insert_events(db: Database, rows: list[dict[str, Any]]) -> list[int]:
         values: list[Any] = []
         for row in part:
             high = row.get("sensitivity") == "high"
-            values.extend({
+            stored = {
                 **row,
                 "tags": seal_json_if(db, high, row["tags"]),
                 "content": seal_json_if(db, high, row["content"]),
                 "refs": seal_json_if(db, high, row["refs"]),
                 "redactions": json.dumps(row["redactions"]),
-            }[c] for c in EVENT_COLUMNS)
+            }
+            values.extend(stored[c] for c in EVENT_COLUMNS)
         # RETURNING's order is not promised; `seq` ascends in VALUES order on both engines
         # (as memories' ids do: memcli.store.memories.insert_memories).
         seqs.extend(sorted(int(r[0]) for r in db.execute(

@@ -243,10 +243,10 @@ def history_row(memory_id: int, op: str, *, event_id: str | None, new_ref: str |
 
 
 def add_history_rows(db: Database, rows: list[tuple]) -> None:
-    """`history_row`s in one multi-row INSERT per 50 (ingest's ADD rows: one statement per
+    """`history_row`s in one multi-row INSERT per 100 (ingest's ADD rows: one statement per
     batch, not per memory; the ids follow the rows' order, as one INSERT each would)."""
-    for start in range(0, len(rows), 50):
-        part = rows[start:start + 50]
+    for start in range(0, len(rows), 100):
+        part = rows[start:start + 100]
         db.execute("INSERT INTO history (memory_id, event_id, op, old_ref, new_ref, actor,"
                    " tenant_id, user_id, session_id, meta, ts) VALUES "
                    + ", ".join(["(?,?,?,?,?,?,?,?,?,?,?)"] * len(part)),
@@ -265,8 +265,8 @@ def bump_revision(db: Database, key: str, changes: list[tuple[str, int | None, s
 def bump_revisions(db: Database, threads: dict[str, list[tuple[str, int | None, str]]]
                    ) -> dict[str, int]:
     """`bump_revision` for several threads: one upsert per 100 threads returning their new
-    revisions, then every change-log row in one executemany, in the threads' order (the ids
-    one bump_revision per thread in turn would give)."""
+    revisions, then the change-log rows in one multi-row INSERT per 200, in the threads'
+    order (the ids one bump_revision per thread in turn would give)."""
     now = utcnow()
     keys = list(threads)
     revisions: dict[str, int] = {}
@@ -282,10 +282,11 @@ def bump_revisions(db: Database, threads: dict[str, list[tuple[str, int | None, 
     high = high_memory_ids(db, [mid for changes in threads.values() for _, mid, _ in changes])
     rows = [(key, revisions[key], op, mid, seal_if(db, mid in high, summary[:200]), now)
             for key, changes in threads.items() for op, mid, summary in changes]
-    if rows:
-        db.executemany(
-            "INSERT INTO change_log (thread_key, revision, op, memory_id, summary, ts)"
-            " VALUES (?, ?, ?, ?, ?, ?)", rows)
+    for start in range(0, len(rows), 200):
+        part = rows[start:start + 200]
+        db.execute("INSERT INTO change_log (thread_key, revision, op, memory_id, summary, ts)"
+                   " VALUES " + ", ".join(["(?, ?, ?, ?, ?, ?)"] * len(part)),
+                   [v for row in part for v in row])
     return revisions
 
 
