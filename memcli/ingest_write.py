@@ -37,6 +37,7 @@ if TYPE_CHECKING:
 Threads = dict[str, list[tuple[str, int | None, str]]]
 
 
+
 def write_batch(db: Database, fresh: list[Prepared], now: str, report: IngestReport,
                 strict: bool, vocab_hash: str | None,
                 progress: Progress | None = None) -> None:
@@ -49,6 +50,7 @@ def write_batch(db: Database, fresh: list[Prepared], now: str, report: IngestRep
     if any(p.record.sensitivity == "high" for p in fresh):
         db.crypto.key(create=True)  # first use creates the key file; else exit 1 before writing
     threads: Threads = {}
+    high: set[int] = set()  # `high` memories among them (their change-log rows are sealed)
     with db.transaction():
         if vocab_hash is not None and any(p.sparse for p in fresh):
             sparse_sql.record_vocab(db, vocab_hash)
@@ -64,7 +66,7 @@ def write_batch(db: Database, fresh: list[Prepared], now: str, report: IngestRep
         marks = report.marks()
         try:
             with db.savepoint():
-                _write_records(db, todo, now, report, threads, _BatchCache())
+                _write_records(db, todo, now, report, threads, high, _BatchCache())
                 report_progress(progress, "writing", len(todo), len(todo))
         except DatabaseBusyError:
             raise  # not the record's fault: the whole batch is retried or exits 75
@@ -76,21 +78,23 @@ def write_batch(db: Database, fresh: list[Prepared], now: str, report: IngestRep
                 raise
             report.reset_to(marks)
             threads.clear()
-            _one_by_one(db, todo, now, report, threads, progress)
+            high.clear()  # (SQLite gives a rolled-back row's id to the next row)
+            _one_by_one(db, todo, now, report, threads, high, progress)
         if threads:
-            mem.bump_revisions(db, threads)
+            mem.bump_revisions(db, threads, high)
 
 
 def _one_by_one(db: Database, todo: list[Prepared], now: str, report: IngestReport,
-                threads: Threads, progress: Progress | None) -> None:
+                threads: Threads, high: set[int], progress: Progress | None) -> None:
     """Each record in its own savepoint; a failing one is rejected, the others land."""
     cache = _BatchCache()
     for done, prep in enumerate(todo, start=1):
         record_marks = report.marks()
         record_threads = {k: len(v) for k, v in threads.items()}
+        record_high = set(high)
         try:
             with db.savepoint():
-                _write_records(db, [prep], now, report, threads, cache)
+                _write_records(db, [prep], now, report, threads, high, cache)
         except DatabaseBusyError:
             raise
         except Exception as exc:  # noqa: BLE001 - reported per record, batch goes on
@@ -102,6 +106,7 @@ def _one_by_one(db: Database, todo: list[Prepared], now: str, report: IngestRepo
                 del threads[key][record_threads.get(key, 0):]
                 if not threads[key]:
                     del threads[key]
+            high.intersection_update(record_high)
             cache = _BatchCache()  # what it learnt inside the rolled-back savepoint
             report.rejected.append(
                 RecordProblem(source=prep.source, line=prep.line,
@@ -124,7 +129,7 @@ class _BatchCache:
 
 
 def _write_records(db: Database, preps: list[Prepared], now: str, report: IngestReport,
-                   threads: Threads, cache: _BatchCache) -> None:
+                   threads: Threads, high: set[int], cache: _BatchCache) -> None:
     """Write these records (events, artifacts, memories, links, history, sessions, vectors,
     sparse terms), each kind of row in one statement per batch where the store allows."""
     if not preps:
@@ -168,7 +173,9 @@ def _write_records(db: Database, preps: list[Prepared], now: str, report: Ingest
         key = mem.thread_key(rec.tenant_id, rec.user_id, rec.session_id)
         for index, chunk in enumerate(prep.chunks):
             memory_id = next(ids)
-            if rec.sensitivity != "high":  # kept out of plain-text indexes (store/crypto.py)
+            if rec.sensitivity == "high":  # kept out of plain-text indexes (store/crypto.py)
+                high.add(memory_id)
+            else:
                 links.append((memory_id, rec.tenant_id, prep.entities[index]))
             history.append(mem.history_row(memory_id, "ADD", event_id=prep.event_id,
                                            new_ref=str(memory_id), scope=scope))
@@ -218,7 +225,7 @@ def _memory_rows(prep: Prepared, seq: int, now: str, cache: _BatchCache
         attributes["redactions"] = prep.redactions
     if prep.artifact:
         attributes["artifact_id"] = prep.artifact["artifact_id"]
-    session = (rec.tenant_id, rec.session_id)
+    session = (rec.tenant_id, rec.session_id or "")
     context = cache.previous.get(session, "") if rec.session_id is not None else ""
     rows = []
     for index, chunk in enumerate(prep.chunks):

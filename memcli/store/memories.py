@@ -207,15 +207,15 @@ def link_entities_many(db: Database, links: list[tuple[int, str, list]], now: st
                 linked.add(entity_id)
                 pairs.append((memory_id, entity_id))
     for start in range(0, len(new_aliases), _LINK_ROWS):
-        part = new_aliases[start:start + _LINK_ROWS]
+        named = new_aliases[start:start + _LINK_ROWS]
         db.execute("INSERT INTO entity_aliases (alias, entity_id) VALUES "
-                   + ", ".join(["(?, ?)"] * len(part)) + " ON CONFLICT DO NOTHING",
-                   [v for alias in part for v in alias])
+                   + ", ".join(["(?, ?)"] * len(named)) + " ON CONFLICT DO NOTHING",
+                   [v for alias in named for v in alias])
     for start in range(0, len(pairs), _LINK_ROWS):
-        part = pairs[start:start + _LINK_ROWS]
+        linked_part = pairs[start:start + _LINK_ROWS]
         db.execute("INSERT INTO memory_entities (memory_id, entity_id) VALUES "
-                   + ", ".join(["(?, ?)"] * len(part)) + " ON CONFLICT DO NOTHING",
-                   [v for pair in part for v in pair])
+                   + ", ".join(["(?, ?)"] * len(linked_part)) + " ON CONFLICT DO NOTHING",
+                   [v for pair in linked_part for v in pair])
 
 
 def add_history(db: Database, memory_id: int | None, op: str, *, event_id: str | None = None,
@@ -262,11 +262,12 @@ def bump_revision(db: Database, key: str, changes: list[tuple[str, int | None, s
     return bump_revisions(db, {key: changes})[key]
 
 
-def bump_revisions(db: Database, threads: dict[str, list[tuple[str, int | None, str]]]
-                   ) -> dict[str, int]:
+def bump_revisions(db: Database, threads: dict[str, list[tuple[str, int | None, str]]],
+                   high: set[int] | None = None) -> dict[str, int]:
     """`bump_revision` for several threads: one upsert per 100 threads returning their new
     revisions, then the change-log rows in one multi-row INSERT per 200, in the threads'
-    order (the ids one bump_revision per thread in turn would give)."""
+    order (the ids one bump_revision per thread in turn would give). `high`: which of the
+    memories are `high` (their summaries are sealed), when the caller knows; else read."""
     now = utcnow()
     keys = list(threads)
     revisions: dict[str, int] = {}
@@ -279,14 +280,16 @@ def bump_revisions(db: Database, threads: dict[str, list[tuple[str, int | None, 
                 " updated_at = excluded.updated_at RETURNING thread_key, revision",
                 [v for key in part for v in (key, now)]):
             revisions[thread] = int(revision)
-    high = high_memory_ids(db, [mid for changes in threads.values() for _, mid, _ in changes])
+    if high is None:
+        high = high_memory_ids(db, [mid for changes in threads.values()
+                                    for _, mid, _ in changes])
     rows = [(key, revisions[key], op, mid, seal_if(db, mid in high, summary[:200]), now)
             for key, changes in threads.items() for op, mid, summary in changes]
     for start in range(0, len(rows), 200):
-        part = rows[start:start + 200]
+        logged = rows[start:start + 200]
         db.execute("INSERT INTO change_log (thread_key, revision, op, memory_id, summary, ts)"
-                   " VALUES " + ", ".join(["(?, ?, ?, ?, ?, ?)"] * len(part)),
-                   [v for row in part for v in row])
+                   " VALUES " + ", ".join(["(?, ?, ?, ?, ?, ?)"] * len(logged)),
+                   [v for row in logged for v in row])
     return revisions
 
 
