@@ -24,16 +24,12 @@ import pydantic
 from memcli import inputs
 from memcli.chunking import chunk_text
 from memcli.entities import extract_entities
-from memcli.errors import DatabaseBusyError, ValidationError
+from memcli.errors import ValidationError
+from memcli.ingest_write import write_batch
 from memcli.models import EventIn, IngestReport, RecordProblem, utcnow
-from memcli.progress import report as report_progress
 from memcli.progress import slices
 from memcli.scrub import redact_event
 from memcli.store import events as ev
-from memcli.store import memories as mem
-from memcli.store import sparse as sparse_sql
-from memcli.store import vectors as vec
-from memcli.store.sessions import check_session_user
 
 if TYPE_CHECKING:
     from memcli.progress import Progress
@@ -229,8 +225,8 @@ def ingest(db: Database, values: list[tuple], *, embedder: Embedder | None,
     if not defer_embed:
         # the models run here, before any lock is taken
         _encode(fresh, embedder, sparse, progress)
-    _write_batch(db, fresh, now, report, strict,
-                 None if sparse is None or defer_embed else sparse.vocab_hash, progress)
+    write_batch(db, fresh, now, report, strict,
+                None if sparse is None or defer_embed else sparse.vocab_hash, progress)
     if defer_embed and (embedder is not None or sparse is not None):
         report.deferred_embedding = sum(len(p.chunks) for p in fresh)
     return report
@@ -239,7 +235,7 @@ def ingest(db: Database, values: list[tuple], *, embedder: Embedder | None,
 def _unseen(db: Database, prepared: list[Prepared], report: IngestReport) -> list[Prepared]:
     """The records not repeating an earlier one of the batch or a stored event (same event id
     or content hash), so no embedding is paid for a repeat. Only a first pass: another process
-    may store the same event meanwhile, and `_write_batch` decides again under the lock."""
+    may store the same event meanwhile, and `write_batch` decides again under the lock."""
     fresh: list[Prepared] = []
     seen: dict[str, str] = {}  # event id or content hash -> the event id kept for it
     stored = ev.existing_events(db, [(p.event_id, p.content_hash) for p in prepared])
@@ -271,182 +267,3 @@ def _encode(fresh: list[Prepared], embedder: Embedder | None,
                         for terms in sparse.encode_documents(part)])
         for prep in fresh:
             prep.sparse = [next(encoded) for _ in prep.chunks]
-
-
-def _write_batch(db: Database, fresh: list[Prepared], now: str, report: IngestReport,
-                 strict: bool, vocab_hash: str | None,
-                 progress: Progress | None = None) -> None:
-    """Write the batch in one short transaction (waiting for the lock up to the database's
-    busy timeout). Duplicates are decided here, under the lock: a record whose event id or
-    content hash another process stored since `_unseen` is `skipped`, its embeddings unused."""
-    if not fresh:
-        return  # every record repeats a stored event: no need for the lock
-    if any(p.record.sensitivity == "high" for p in fresh):
-        db.crypto.key(create=True)  # first use creates the key file; else exit 1 before writing
-    threads: dict[str, list[tuple[str, int | None, str]]] = {}
-    with db.transaction():
-        if vocab_hash is not None and any(p.sparse for p in fresh):
-            sparse_sql.record_vocab(db, vocab_hash)
-        todo = []
-        stored = ev.existing_events(db, [(p.event_id, p.content_hash) for p in fresh])
-        for prep, dup in zip(fresh, stored, strict=True):
-            if dup:
-                report.skipped.append(dup)
-            else:
-                todo.append(prep)
-        # Fast path: the whole batch in one savepoint. If any record fails, roll that back and
-        # write record by record, each in its own savepoint, so only the failing one is lost.
-        marks = report.marks()
-        try:
-            with db.savepoint():
-                cache = _BatchCache()
-                # the batch's stored entities in one lookup, not one per memory
-                cache.entities.update(mem.lookup_entities(db, [
-                    (p.record.tenant_id, e.kind, e.norm)
-                    for p in todo for found in p.entities for e in found]))
-                for done, prep in enumerate(todo, start=1):
-                    _write(db, prep, now, report, threads, cache)
-                    if done % 64 == 0 or done == len(todo):
-                        report_progress(progress, "writing", done, len(todo))
-                _flush(db, cache)
-        except DatabaseBusyError:
-            raise  # not the record's fault: the whole batch is retried or exits 75
-        except Exception as exc:
-            failure = db.backend.environment_error(db, exc)
-            if failure is not None:  # read-only file, full disk: no record would fare better
-                raise failure from exc
-            if strict:
-                raise
-            report.reset_to(marks)
-            threads.clear()
-            cache = _BatchCache()
-            for prep in todo:
-                record_marks = report.marks()
-                record_threads = {k: len(v) for k, v in threads.items()}
-                try:
-                    with db.savepoint():
-                        _write(db, prep, now, report, threads, cache)
-                        _flush(db, cache)
-                except DatabaseBusyError:
-                    raise
-                except Exception as exc:  # noqa: BLE001 - reported per record, batch goes on
-                    failure = db.backend.environment_error(db, exc)
-                    if failure is not None:  # read-only file, full disk: not this record's fault
-                        raise failure from exc
-                    report.reset_to(record_marks)
-                    for key in list(threads):
-                        del threads[key][record_threads.get(key, 0):]
-                        if not threads[key]:
-                            del threads[key]
-                    cache = _BatchCache()  # ids it learnt inside the rolled-back savepoint
-                    report.rejected.append(
-                        RecordProblem(source=prep.source, line=prep.line,
-                                      reason=f"write failed: {exc}", event_id=prep.event_id)
-                    )
-        for key, changes in threads.items():
-            mem.bump_revision(db, key, changes)
-
-
-class _BatchCache:
-    """What one batch's writes learn and reuse: each session's latest turn (the next turn's
-    context key), its owner, and entity ids; and the rows no later write of the batch reads
-    (history, session spans, vectors), written by `_flush` in a few multi-row statements
-    inside the same savepoint. Dropped whenever a savepoint it saw is rolled back."""
-
-    def __init__(self) -> None:
-        self.previous: dict[tuple[str, str | None], str] = {}
-        self.entities: dict[tuple[str, str, str], int] = {}  # (tenant, kind, norm)
-        self.aliases: set[tuple[str, int]] = set()
-        self.owners: dict[tuple[str, str], str | None] = {}  # (tenant, session) -> its user
-        self.history: list[tuple] = []
-        # (tenant, session) -> [user, first ts, last ts, events], in first-seen order
-        self.sessions: dict[tuple[str, str], list[Any]] = {}
-        self.vectors: list[tuple[int, bytes]] = []
-
-
-def _flush(db: Database, cache: _BatchCache) -> None:
-    """Write what the batch's records left pending (see _BatchCache): on a server each
-    statement is a round trip, and these were one or more per record."""
-    if cache.sessions:
-        ev.touch_sessions(db, [(*key, *span) for key, span in cache.sessions.items()])
-        cache.sessions.clear()
-    if cache.history:
-        mem.add_history_rows(db, cache.history)
-        cache.history.clear()
-    if cache.vectors:
-        vec.insert_vectors(db, cache.vectors)
-        cache.vectors.clear()
-
-
-def _write(db: Database, prep: Prepared, now: str, report: IngestReport,
-           threads: dict[str, list[tuple[str, int | None, str]]], cache: _BatchCache) -> None:
-    rec = prep.record
-    ts = rec.ts or now
-    check_session_user(db, rec.tenant_id, rec.session_id, rec.user_id,  # never mix users
-                       cache.owners)
-    seq = ev.insert_event(db, {
-        "event_id": prep.event_id, "ts": ts, "recorded_at": now, "tenant_id": rec.tenant_id,
-        "user_id": rec.user_id, "agent_id": rec.agent_id, "session_id": rec.session_id,
-        "app_id": rec.app_id, "run_id": rec.run_id, "channel": rec.channel,
-        "actor_type": rec.actor.type, "actor_id": rec.actor.id, "kind": rec.kind,
-        "sensitivity": rec.sensitivity, "tags": rec.tags, "content": prep.content,
-        "refs": rec.refs, "content_hash": prep.content_hash, "redactions": prep.redactions,
-    })
-    if prep.artifact:
-        ev.insert_artifact(db, prep.artifact)
-        report.artifacts.append(prep.artifact["artifact_id"])
-    if rec.session_id:
-        span = cache.sessions.get((rec.tenant_id, rec.session_id))
-        if span is None:
-            cache.sessions[(rec.tenant_id, rec.session_id)] = [rec.user_id, ts, ts, 1]
-        else:  # the owner check above made the user the same
-            span[1], span[2], span[3] = min(span[1], ts), max(span[2], ts), span[3] + 1
-    scope = {"tenant_id": rec.tenant_id, "user_id": rec.user_id, "session_id": rec.session_id}
-    key = mem.thread_key(rec.tenant_id, rec.user_id, rec.session_id)
-    attributes: dict[str, Any] = {"tags": rec.tags, "event_kind": rec.kind}
-    if prep.redactions:
-        attributes["redactions"] = prep.redactions
-    if prep.artifact:
-        attributes["artifact_id"] = prep.artifact["artifact_id"]
-    session = (rec.tenant_id, rec.session_id)
-    context = cache.previous.get(session)
-    if context is None:
-        context = mem.previous_turn(db, rec.tenant_id, rec.session_id, rec.user_id)
-    vectors: list[tuple[int, bytes]] = []
-    postings: list[tuple[int, dict[int, float]]] = []
-    for index, chunk in enumerate(prep.chunks):
-        memory_id = mem.insert_memory(db, {
-            "kind": "episode", "category": rec.category or "event", "content": chunk.text,
-            "tenant_id": rec.tenant_id, "user_id": rec.user_id, "agent_id": rec.agent_id,
-            "session_id": rec.session_id, "app_id": rec.app_id, "run_id": rec.run_id,
-            "channel": rec.channel, "sensitivity": rec.sensitivity,
-            "actor_type": rec.actor.type, "actor_id": rec.actor.id,
-            "event_id": prep.event_id, "event_seq": seq, "chunk_index": index,
-            "token_count": chunk.token_estimate, "importance": rec.importance,
-            "pinned": int(rec.pinned), "event_time": ts, "created_at": now, "updated_at": now,
-            "valid_from": ts, "source_ids": [prep.event_id], "attributes": attributes,
-        }, context=context)
-        high = rec.sensitivity == "high"  # kept out of plain-text indexes (store/crypto.py)
-        context = "" if high else chunk.text
-        if not high:
-            mem.link_entities(db, memory_id, prep.entities[index], now,
-                              ids=cache.entities, aliases=cache.aliases,
-                              tenant_id=rec.tenant_id)
-        cache.history.append(mem.history_row(memory_id, "ADD", event_id=prep.event_id,
-                                             new_ref=str(memory_id), scope=scope))
-        threads.setdefault(key, []).append(("created", memory_id, chunk.text))
-        report.memory_ids.append(memory_id)
-        if prep.vectors:
-            vectors.append((memory_id, prep.vectors[index]))
-        if prep.sparse:
-            postings.append((memory_id, prep.sparse[index]))
-    if rec.session_id is not None and prep.chunks:
-        cache.previous[session] = context
-    if postings:
-        sparse_sql.insert_postings(db, postings)
-    if vectors:
-        cache.vectors.extend(vectors)  # written by _flush
-        report.embedded += len(vectors)
-    report.created.append(prep.event_id)
-    if prep.redactions:
-        report.redacted.append({"event_id": prep.event_id, "kinds": prep.redactions})

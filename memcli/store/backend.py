@@ -76,7 +76,7 @@ class Backend(Protocol[DB]):
     sparse_tables: tuple[str, ...]
     # True when a memory's context key (its previous turn) is a column of its `memories` row,
     # written by the row's INSERT (PostgreSQL: its generated `fts` reads it); False when only
-    # the lexical index keeps it (SQLite's FTS5 context column, written by index_memory).
+    # the lexical index keeps it (SQLite's FTS5 context column, written by index_new_memories).
     context_in_row: bool
 
     # -- retrieval legs (the entity and sparse legs are portable SQL: memcli.store.search)
@@ -104,10 +104,11 @@ class Backend(Protocol[DB]):
         """The `k` active memories of the user (these kinds) most similar to a memory."""
 
     # -- lexical index maintenance (memories rows are portable; their index rows are not)
-    def index_memory(self, db: DB, memory_id: int, text: str, context: str,
-                     scope: tuple[str | None, str | None, str | None]) -> None:
-        """Index one new memory: its text, its context key, its (tenant, user, session)
-        (with `context_in_row`, the context is already in the row)."""
+    def index_new_memories(self, db: DB, entries: list[tuple[int, str, str, tuple[
+            str | None, str | None, str | None]]]) -> None:
+        """Index new memories, each (id, text, context key, (tenant, user, session)), all
+        of one INSERT or one batch (with `context_in_row`, the context is already in the
+        row)."""
 
     def index_memories(self, db: DB, ids: list[int]) -> None:
         """Index these existing memories from their rows (import), as ingest would have."""

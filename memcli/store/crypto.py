@@ -173,14 +173,17 @@ def seal_json_if(db: Database, high: bool, value: Any) -> str:
     return seal_if(db, high, json.dumps(value, ensure_ascii=False))
 
 
-def high_memory_ids(db: Database, ids: list[int]) -> set[int]:
+def high_memory_ids(db: Database, ids: list[int | None] | list[int]) -> set[int]:
     """Which of these memories are `high` (their texts elsewhere must be sealed too)."""
-    ids = [i for i in ids if i is not None]
-    if not ids:
-        return set()
-    marks = ",".join("?" * len(ids))
-    return {int(r[0]) for r in db.execute(
-        f"SELECT id FROM memories WHERE id IN ({marks}) AND sensitivity = 'high'", tuple(ids))}
+    known = [i for i in ids if i is not None]
+    found: set[int] = set()
+    for start in range(0, len(known), 1000):  # a whole ingest's ids: below any parameter limit
+        part = known[start:start + 1000]
+        marks = ",".join("?" * len(part))
+        found.update(int(r[0]) for r in db.execute(
+            f"SELECT id FROM memories WHERE id IN ({marks}) AND sensitivity = 'high'",
+            tuple(part)))
+    return found
 
 
 def session_has_high(db: Database, tenant_id: str, session_id: str) -> bool:

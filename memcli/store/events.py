@@ -43,25 +43,42 @@ def existing_events(db: Database, keys: list[tuple[str, str]]) -> list[str | Non
     return [by_id.get(event_id) or by_hash.get(content_hash) for event_id, content_hash in keys]
 
 
+EVENT_COLUMNS = ("event_id", "ts", "recorded_at", "tenant_id", "user_id", "agent_id",
+                 "session_id", "app_id", "run_id", "channel", "actor_type", "actor_id", "kind",
+                 "sensitivity", "tags", "content", "refs", "content_hash", "redactions")
+_EVENT_ROWS = 100  # events per INSERT (19 parameters each)
+
+
 def insert_event(db: Database, row: dict[str, Any]) -> int:
-    """Append one event; returns its sequence number. A `high` event's content, tags and refs
+    """Append one event; returns its sequence number (`insert_events`)."""
+    return insert_events(db, [row])[0]
+
+
+def insert_events(db: Database, rows: list[dict[str, Any]]) -> list[int]:
+    """Append events, one multi-row INSERT per 100; returns their sequence numbers in the
+    rows' order (those one INSERT each would give). A `high` event's content, tags and refs
     are stored encrypted (they can all carry what was said)."""
-    high = row.get("sensitivity") == "high"
-    return db.insert(
-        """INSERT INTO events (event_id, ts, recorded_at, tenant_id, user_id, agent_id,
-               session_id, app_id, run_id, channel, actor_type, actor_id, kind, sensitivity,
-               tags, content, refs, content_hash, redactions)
-           VALUES (:event_id, :ts, :recorded_at, :tenant_id, :user_id, :agent_id, :session_id,
-               :app_id, :run_id, :channel, :actor_type, :actor_id, :kind, :sensitivity,
-               :tags, :content, :refs, :content_hash, :redactions) RETURNING seq""",
-        {
-            **row,
-            "tags": seal_json_if(db, high, row["tags"]),
-            "content": seal_json_if(db, high, row["content"]),
-            "refs": seal_json_if(db, high, row["refs"]),
-            "redactions": json.dumps(row["redactions"]),
-        },
-    )
+    marks = "(" + ", ".join("?" * len(EVENT_COLUMNS)) + ")"
+    seqs: list[int] = []
+    for start in range(0, len(rows), _EVENT_ROWS):
+        part = rows[start:start + _EVENT_ROWS]
+        values: list[Any] = []
+        for row in part:
+            high = row.get("sensitivity") == "high"
+            stored = {
+                **row,
+                "tags": seal_json_if(db, high, row["tags"]),
+                "content": seal_json_if(db, high, row["content"]),
+                "refs": seal_json_if(db, high, row["refs"]),
+                "redactions": json.dumps(row["redactions"]),
+            }
+            values.extend(stored[c] for c in EVENT_COLUMNS)
+        # RETURNING's order is not promised; `seq` ascends in VALUES order on both engines
+        # (as memories' ids do: memcli.store.memories.insert_memories).
+        seqs.extend(sorted(int(r[0]) for r in db.execute(
+            f"INSERT INTO events ({', '.join(EVENT_COLUMNS)}) VALUES"
+            f" {', '.join([marks] * len(part))} RETURNING seq", values)))
+    return seqs
 
 
 def insert_artifact(db: Database, artifact: dict[str, Any]) -> None:

@@ -19,25 +19,26 @@ MEMORY_COLUMNS = (
 )
 
 
-def _insert_sql(columns: tuple[str, ...]) -> str:
+def _insert_sql(columns: tuple[str, ...], rows: int) -> str:
+    marks = "(" + ", ".join("?" * len(columns)) + ")"
     return (f"INSERT INTO memories ({', '.join(columns)}) VALUES "
-            f"({', '.join(':' + c for c in columns)}) RETURNING id")
+            f"{', '.join([marks] * rows)} RETURNING id")
 
 
-_INSERT_SQL = _insert_sql(MEMORY_COLUMNS)
+# Memories per INSERT (28 parameters each: ~2,800, far below either engine's limit). One
+# statement per batch, not per memory: on a server each is a round trip made while the writer
+# lock is held, and PostgreSQL's BM25 statistics trigger (FOR EACH STATEMENT) runs once.
+INSERT_ROWS = 100
 # An engine keeping the context in the row writes it with the INSERT: a later UPDATE would be
 # a second statement and a second row version, and on PostgreSQL it moved the new row's BM25
 # statistics again (the lexical triggers).
-_INSERT_WITH_CONTEXT_SQL = _insert_sql((*MEMORY_COLUMNS, "context"))
+_CONTEXT_COLUMNS = (*MEMORY_COLUMNS, "context")
 
 
-def insert_memory(db: Database, row: dict[str, Any], context: str = "") -> int:
-    """Insert a memory and its lexical index entries; returns the new id.
-
-    A `high` memory's content and attributes are stored encrypted and its full-text rows are
-    empty (a full-text index keeps the terms of what it indexes in plain text): it is found by
-    its vector and sparse terms only. Its own context column is empty too: that would index the
-    previous turn."""
+def _row_values(db: Database, row: dict[str, Any], context: str,
+                with_context: bool) -> tuple[list[Any], str, str]:
+    """A memory's column values in MEMORY_COLUMNS order (+ context), its indexed text and
+    context (both empty for a `high` memory)."""
     high = row.get("sensitivity") == "high"
     text = "" if high else row["content"]
     context = "" if high else context
@@ -51,14 +52,43 @@ def insert_memory(db: Database, row: dict[str, Any], context: str = "") -> int:
                          ("decay_rate", 0.01), ("chunk_index", 0), ("token_count", 0)):
         if values[key] is None:
             values[key] = default
-    if db.backend.context_in_row:
-        values["context"] = context
-        memory_id = db.insert(_INSERT_WITH_CONTEXT_SQL, values)
-    else:
-        memory_id = db.insert(_INSERT_SQL, values)
-    db.backend.index_memory(db, memory_id, text, context,
-                            (row.get("tenant_id"), row.get("user_id"), row.get("session_id")))
-    return memory_id
+    out = [values[c] for c in MEMORY_COLUMNS]
+    if with_context:
+        out.append(context)
+    return out, text, context
+
+
+def insert_memories(db: Database, items: list[tuple[dict[str, Any], str]]) -> list[int]:
+    """Insert memories, each (row, context key), with their lexical index entries; returns
+    their new ids in the items' order (the ids each one INSERT in turn would have given).
+
+    A `high` memory's content and attributes are stored encrypted and its full-text rows are
+    empty (a full-text index keeps the terms of what it indexes in plain text): it is found by
+    its vector and sparse terms only. Its own context column is empty too: that would index the
+    previous turn."""
+    in_row = db.backend.context_in_row
+    columns = _CONTEXT_COLUMNS if in_row else MEMORY_COLUMNS
+    ids: list[int] = []
+    entries: list[tuple[int, str, str, tuple[str | None, str | None, str | None]]] = []
+    for start in range(0, len(items), INSERT_ROWS):
+        part = items[start:start + INSERT_ROWS]
+        values = [_row_values(db, row, context, in_row) for row, context in part]
+        # Neither engine promises RETURNING's order for a multi-row INSERT; both give the
+        # rows of one VALUES list ascending ids in list order (SQLite's rowid is max + 1,
+        # PostgreSQL's identity a sequence drawn row by row), so sorting maps them back.
+        new = sorted(int(r[0]) for r in db.execute(
+            _insert_sql(columns, len(part)), [v for vals, _, _ in values for v in vals]))
+        for (row, _), memory_id, (_, text, context) in zip(part, new, values, strict=True):
+            entries.append((memory_id, text, context,
+                            (row.get("tenant_id"), row.get("user_id"), row.get("session_id"))))
+        ids.extend(new)
+    db.backend.index_new_memories(db, entries)
+    return ids
+
+
+def insert_memory(db: Database, row: dict[str, Any], context: str = "") -> int:
+    """Insert one memory and its lexical index entries (`insert_memories`); returns its id."""
+    return insert_memories(db, [(row, context)])[0]
 
 
 def previous_turn(db: Database, tenant_id: str, session_id: str | None,
@@ -67,15 +97,29 @@ def previous_turn(db: Database, tenant_id: str, session_id: str | None,
     another user's turn, even in a file written before sessions were kept to one user)."""
     if session_id is None:
         return ""
-    row = db.execute(
-        "SELECT content, sensitivity FROM memories WHERE tenant_id = ? AND session_id = ?"
-        " AND kind = 'episode' AND user_id IS NOT DISTINCT FROM ? ORDER BY event_seq DESC,"
-        " chunk_index DESC"
-        " LIMIT 1",
-        (tenant_id, session_id, user_id),
-    ).fetchone()
-    # A `high` turn is never the (plain-text, indexed) context of the next one.
-    return row[0] if row is not None and row[1] != "high" else ""
+    return previous_turns(db, [(tenant_id, session_id, user_id)])[(tenant_id, session_id)]
+
+
+_LATEST_TURN = (
+    "(SELECT CASE WHEN sensitivity = 'high' THEN '' ELSE content END FROM memories"
+    " WHERE tenant_id = ? AND session_id = ? AND kind = 'episode'"
+    " AND user_id IS NOT DISTINCT FROM ? ORDER BY event_seq DESC, chunk_index DESC LIMIT 1)")
+
+
+def previous_turns(db: Database, keys: list[tuple[str, str, str | None]]
+                   ) -> dict[tuple[str, str], str]:
+    """`previous_turn` of each (tenant, session, user), keyed by (tenant, session): one
+    statement per 50 sessions, each session's own indexed LIMIT 1 as one column of its row."""
+    found: dict[tuple[str, str], str] = {}
+    unique = list(dict.fromkeys(keys))
+    for start in range(0, len(unique), 50):
+        part = unique[start:start + 50]
+        row = db.execute("SELECT " + ", ".join([_LATEST_TURN] * len(part)),
+                         [v for key in part for v in key]).fetchone()
+        # A `high` turn is never the (plain-text, indexed) context of the next one.
+        for (tenant_id, session_id, _), text in zip(part, row, strict=True):
+            found[(tenant_id, session_id)] = text or ""
+    return found
 
 
 def lookup_entities(db: Database, keys: list[tuple[str, str, str]]
@@ -107,40 +151,71 @@ def link_entities(db: Database, memory_id: int, entities: list, now: str, *,
     `ids` and `aliases` are optional caches a caller writing many memories in one transaction
     passes in (and drops if that transaction's savepoint is rolled back).
     """
-    ids = {} if ids is None else ids
-    aliases = set() if aliases is None else aliases
     if not entities:
         return
     if tenant_id is None:
         tenant_id = db.scalar("SELECT tenant_id FROM memories WHERE id = ?", (memory_id,))
-    # Look up first, all the memory's unknown entities in one statement: most exist already,
+    link_entities_many(db, [(memory_id, tenant_id, entities)], now, ids=ids, aliases=aliases)
+
+
+# Rows per multi-row INSERT of entities, aliases and links (5 parameters at most each).
+_LINK_ROWS = 200
+
+
+def link_entities_many(db: Database, links: list[tuple[int, str, list]], now: str, *,
+                       ids: dict[tuple[str, str, str], int] | None = None,
+                       aliases: set[tuple[str, int]] | None = None) -> None:
+    """`link_entities` for many (memory id, tenant, entities) at once: one lookup, and one
+    multi-row INSERT each of new entities, aliases and links (per 200 rows), whatever the
+    number of memories (ingest links a whole batch's). New entities get their ids in the
+    order they first appear, as linking the memories one by one would give them."""
+    ids = {} if ids is None else ids
+    aliases = set() if aliases is None else aliases
+    # Look up first, the unknown entities of all the memories at once: most exist already,
     # and an upsert that touches the row measured ~0.3 ms against ~0.01 ms for the lookup;
     # on a server each statement is also a round trip.
-    ids.update(lookup_entities(db, [(tenant_id, ent.kind, ent.norm) for ent in entities
+    ids.update(lookup_entities(db, [(tenant_id, ent.kind, ent.norm)
+                                    for _, tenant_id, found in links for ent in found
                                     if (tenant_id, ent.kind, ent.norm) not in ids]))
+    new: dict[tuple[str, str, str], str] = {}  # key -> display, in first-seen order
+    for _, tenant_id, found in links:
+        for ent in found:
+            key = (tenant_id, ent.kind, ent.norm)
+            if key not in ids and key not in new:
+                new[key] = ent.value
+    keys = list(new)
+    for start in range(0, len(keys), _LINK_ROWS):
+        part = keys[start:start + _LINK_ROWS]
+        # Mapped back by key (unique per tenant): RETURNING's order is not promised.
+        for entity_id, tenant_id, kind, norm in db.execute(
+                "INSERT INTO entities (tenant_id, kind, norm, display, created_at) VALUES "
+                + ", ".join(["(?, ?, ?, ?, ?)"] * len(part))
+                + " RETURNING id, tenant_id, kind, norm",
+                [v for key in part for v in (*key, new[key], now)]):
+            ids[(tenant_id, kind, norm)] = int(entity_id)
     new_aliases: list[tuple[str, int]] = []
-    links: list[int] = []
-    for ent in entities:
-        key = (tenant_id, ent.kind, ent.norm)
-        entity_id = ids.get(key)
-        if entity_id is None:  # created in the entities' order: the same ids on every engine
-            entity_id = db.insert("INSERT INTO entities (tenant_id, kind, norm, display,"
-                                  " created_at) VALUES (?, ?, ?, ?, ?) RETURNING id",
-                                  (tenant_id, ent.kind, ent.norm, ent.value, now))
-            ids[key] = entity_id
-        alias = (ent.value.lower(), entity_id)
-        if alias not in aliases:
-            new_aliases.append(alias)
-            aliases.add(alias)
-        if entity_id not in links:
-            links.append(entity_id)
-    if new_aliases:
+    pairs: list[tuple[int, int]] = []
+    for memory_id, tenant_id, found in links:
+        linked: set[int] = set()
+        for ent in found:
+            entity_id = ids[(tenant_id, ent.kind, ent.norm)]
+            alias = (ent.value.lower(), entity_id)
+            if alias not in aliases:
+                new_aliases.append(alias)
+                aliases.add(alias)
+            if entity_id not in linked:
+                linked.add(entity_id)
+                pairs.append((memory_id, entity_id))
+    for start in range(0, len(new_aliases), _LINK_ROWS):
+        named = new_aliases[start:start + _LINK_ROWS]
         db.execute("INSERT INTO entity_aliases (alias, entity_id) VALUES "
-                   + ", ".join(["(?, ?)"] * len(new_aliases)) + " ON CONFLICT DO NOTHING",
-                   [v for alias in new_aliases for v in alias])
-    db.execute("INSERT INTO memory_entities (memory_id, entity_id) VALUES "
-               + ", ".join(["(?, ?)"] * len(links)) + " ON CONFLICT DO NOTHING",
-               [v for entity_id in links for v in (memory_id, entity_id)])
+                   + ", ".join(["(?, ?)"] * len(named)) + " ON CONFLICT DO NOTHING",
+                   [v for alias in named for v in alias])
+    for start in range(0, len(pairs), _LINK_ROWS):
+        linked_part = pairs[start:start + _LINK_ROWS]
+        db.execute("INSERT INTO memory_entities (memory_id, entity_id) VALUES "
+                   + ", ".join(["(?, ?)"] * len(linked_part)) + " ON CONFLICT DO NOTHING",
+                   [v for pair in linked_part for v in pair])
 
 
 def add_history(db: Database, memory_id: int | None, op: str, *, event_id: str | None = None,
@@ -168,10 +243,10 @@ def history_row(memory_id: int, op: str, *, event_id: str | None, new_ref: str |
 
 
 def add_history_rows(db: Database, rows: list[tuple]) -> None:
-    """`history_row`s in one multi-row INSERT per 50 (ingest's ADD rows: one statement per
+    """`history_row`s in one multi-row INSERT per 100 (ingest's ADD rows: one statement per
     batch, not per memory; the ids follow the rows' order, as one INSERT each would)."""
-    for start in range(0, len(rows), 50):
-        part = rows[start:start + 50]
+    for start in range(0, len(rows), 100):
+        part = rows[start:start + 100]
         db.execute("INSERT INTO history (memory_id, event_id, op, old_ref, new_ref, actor,"
                    " tenant_id, user_id, session_id, meta, ts) VALUES "
                    + ", ".join(["(?,?,?,?,?,?,?,?,?,?,?)"] * len(part)),
@@ -184,21 +259,38 @@ def thread_key(tenant_id: str | None, user_id: str | None, session_id: str | Non
 
 def bump_revision(db: Database, key: str, changes: list[tuple[str, int | None, str]]) -> int:
     """Increment a thread's revision once and log what changed at it (same transaction)."""
+    return bump_revisions(db, {key: changes})[key]
+
+
+def bump_revisions(db: Database, threads: dict[str, list[tuple[str, int | None, str]]],
+                   high: set[int] | None = None) -> dict[str, int]:
+    """`bump_revision` for several threads: one upsert per 100 threads returning their new
+    revisions, then the change-log rows in one multi-row INSERT per 200, in the threads'
+    order (the ids one bump_revision per thread in turn would give). `high`: which of the
+    memories are `high` (their summaries are sealed), when the caller knows; else read."""
     now = utcnow()
-    db.execute(
-        "INSERT INTO threads (thread_key, revision, updated_at) VALUES (?, 1, ?) "
-        "ON CONFLICT (thread_key) DO UPDATE SET revision = threads.revision + 1, updated_at = ?",
-        (key, now, now),
-    )
-    revision = int(db.scalar("SELECT revision FROM threads WHERE thread_key = ?", (key,)))
-    high = high_memory_ids(db, [mid for _, mid, _ in changes])
-    db.executemany(
-        "INSERT INTO change_log (thread_key, revision, op, memory_id, summary, ts)"
-        " VALUES (?, ?, ?, ?, ?, ?)",
-        [(key, revision, op, mid, seal_if(db, mid in high, summary[:200]), now)
-         for op, mid, summary in changes],
-    )
-    return revision
+    keys = list(threads)
+    revisions: dict[str, int] = {}
+    for start in range(0, len(keys), 100):
+        part = keys[start:start + 100]
+        for thread, revision in db.execute(
+                "INSERT INTO threads (thread_key, revision, updated_at) VALUES "
+                + ", ".join(["(?, 1, ?)"] * len(part))
+                + " ON CONFLICT (thread_key) DO UPDATE SET revision = threads.revision + 1,"
+                " updated_at = excluded.updated_at RETURNING thread_key, revision",
+                [v for key in part for v in (key, now)]):
+            revisions[thread] = int(revision)
+    if high is None:
+        high = high_memory_ids(db, [mid for changes in threads.values()
+                                    for _, mid, _ in changes])
+    rows = [(key, revisions[key], op, mid, seal_if(db, mid in high, summary[:200]), now)
+            for key, changes in threads.items() for op, mid, summary in changes]
+    for start in range(0, len(rows), 200):
+        logged = rows[start:start + 200]
+        db.execute("INSERT INTO change_log (thread_key, revision, op, memory_id, summary, ts)"
+                   " VALUES " + ", ".join(["(?, ?, ?, ?, ?, ?)"] * len(logged)),
+                   [v for row in logged for v in row])
+    return revisions
 
 
 def get_memories(db: Database, ids: list[int], columns: tuple[str, ...] | None = None

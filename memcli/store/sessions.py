@@ -21,7 +21,7 @@ _NOBODY = object()
 
 def check_session_user(db: Database, tenant_id: str, session_id: str | None,
                        user_id: str | None,
-                       owners: dict[tuple[str, str], str | None] | None = None) -> None:
+                       owners: dict[tuple[str, str], object] | None = None) -> None:
     """Raise ValidationError when `session_id` belongs to another user than `user_id` in this
     tenant. Called inside the write transaction, before the record's rows, so two writers cannot
     both claim a new session.
@@ -52,6 +52,22 @@ def check_session_user(db: Database, tenant_id: str, session_id: str | None,
         f"to {asked}: a session never mixes users",
         "use a session id of this user's own",
     )
+
+
+def load_owners(db: Database, keys: list[tuple[str, str]],
+                owners: dict[tuple[str, str], object]) -> None:
+    """Fill `check_session_user`'s cache with the owners of these (tenant, session) keys, in
+    one statement per 200 (ingest looks up a whole batch's sessions at once); a session with
+    no row yet is cached as unclaimed. Keys already cached are left alone."""
+    todo = [k for k in dict.fromkeys(keys) if k not in owners]
+    for start in range(0, len(todo), 200):
+        part = todo[start:start + 200]
+        where = " OR ".join(["(tenant_id = ? AND session_id = ?)"] * len(part))
+        found = {(t, s): u for t, s, u in db.execute(
+            f"SELECT tenant_id, session_id, user_id FROM sessions WHERE {where}",
+            [v for key in part for v in key])}
+        for key in part:
+            owners[key] = found.get(key, _NOBODY)
 
 
 def session_owner(db: Database, session_id: str, tenant_id: str | None) -> str | None:

@@ -105,8 +105,8 @@ class PgBackend:
         return [(int(i), float(s)) for i, s in rows]
 
     # -- lexical index: the `context` column (PostgreSQL maintains `fts` and its GIN) ---------
-    def index_memory(self, db: PgDatabase, memory_id: int, text: str, context: str,
-                     scope: tuple[str | None, str | None, str | None]) -> None:
+    def index_new_memories(self, db: PgDatabase, entries: list[tuple[int, str, str, tuple[
+            str | None, str | None, str | None]]]) -> None:
         """No-op: the context was written with the row (`context_in_row`), and `fts`, its
         GIN and the BM25 statistics follow the row."""
 

@@ -29,7 +29,7 @@ class SqliteBackend:
     lexical_tables: tuple[str, ...] = fts.LEXICAL_TABLES
     vector_tables: tuple[str, ...] = ("vec_memories",)
     sparse_tables: tuple[str, ...] = sparse.TABLES
-    context_in_row = False  # the context lives only in FTS5's context column (index_memory)
+    context_in_row = False  # the context lives only in FTS5's context column (index_new_memories)
 
     # -- legs ---------------------------------------------------------------------------------
     def lexical(self, db: Database, query: LexicalQuery, filters: Filters, limit: int,
@@ -57,9 +57,9 @@ class SqliteBackend:
         return vec.semantic_neighbours(db, memory_id, vector, tenant_id, user_id, kinds, k)
 
     # -- lexical index ------------------------------------------------------------------------
-    def index_memory(self, db: Database, memory_id: int, text: str, context: str,
-                     scope: tuple[str | None, str | None, str | None]) -> None:
-        fts.index_memory(db, memory_id, text, context, scope)
+    def index_new_memories(self, db: Database, entries: list[tuple[int, str, str, tuple[
+            str | None, str | None, str | None]]]) -> None:
+        fts.index_new_memories(db, entries)
 
     def index_memories(self, db: Database, ids: list[int]) -> None:
         fts.index_memories(db, ids)

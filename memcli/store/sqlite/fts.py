@@ -106,13 +106,18 @@ def trigram(db: Database, query: LexicalQuery, filters: Filters,
 
 
 # -- index rows --------------------------------------------------------------------------------
-def index_memory(db: Database, memory_id: int, text: str, context: str,
-                 scope: tuple[str | None, str | None, str | None]) -> None:
-    db.execute(
+def index_new_memories(db: Database, entries: list[tuple[int, str, str, tuple[
+        str | None, str | None, str | None]]]) -> None:
+    """The full-text and trigram rows of new memories: (id, text, context, scope) each (one
+    executemany per table: apsw runs one prepared statement for all)."""
+    if not entries:
+        return
+    db.executemany(
         "INSERT INTO memories_fts (rowid, content, context, scope) VALUES (?, ?, ?, ?)",
-        (memory_id, text, context, scope_terms(*scope)),
-    )
-    db.execute("INSERT INTO memories_trigram (rowid, content) VALUES (?, ?)", (memory_id, text))
+        [(memory_id, text, context, scope_terms(*scope))
+         for memory_id, text, context, scope in entries])
+    db.executemany("INSERT INTO memories_trigram (rowid, content) VALUES (?, ?)",
+                   [(memory_id, text) for memory_id, text, _, _ in entries])
 
 
 def index_memories(db: Database, ids: list[int]) -> None:
