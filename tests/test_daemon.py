@@ -339,14 +339,17 @@ def test_sigterm_lets_a_request_in_flight_finish(tmp_path):
     env = daemon_env(tmp_path / "home", db)
     routes = tmp_path / "routes.log"
     with Daemon(db, env) as daemon:
-        before = _connected(daemon.pid)  # the listening socket(s)
         # `ingest -` waits for its stdin: the request is in flight until we close it.
         client = subprocess.Popen([sys.executable, "-c", _CLIENT, "ingest", "-"],
                                   env={**env, "MEMCLI_TEST_ROUTE_LOG": str(routes)},
                                   stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                   stderr=subprocess.PIPE)
         try:
-            assert wait_until(lambda: _connected(daemon.pid) > before, timeout=30)
+            # In flight = the daemon holds the client's stdin (passed with the request). Not a
+            # count of the daemon's sockets: its HTTP server opens three more, seconds after
+            # the CLI socket answers on a loaded machine, with or without a client.
+            stdin = os.readlink(f"/proc/{client.pid}/fd/0")
+            assert wait_until(lambda: stdin in _open_files(daemon.pid), timeout=60)
             daemon.proc.send_signal(signal.SIGTERM)
             time.sleep(0.5)
             assert daemon.proc.poll() is None  # waiting for the request
@@ -358,6 +361,7 @@ def test_sigterm_lets_a_request_in_flight_finish(tmp_path):
             client.wait()
         assert client.returncode == 0, err
         assert json.loads(out)["created"]
+        assert last_route(routes).startswith("daemon")
         code, _out, derr = stop(daemon.proc)
     assert code == 0, derr
     assert not socket_of(db, env).exists()
@@ -368,13 +372,32 @@ def test_sigterm_lets_a_request_in_flight_finish(tmp_path):
     assert json.loads(found.stdout)[0]["text"] == "finished late"
 
 
-def _connected(pid: int) -> int:
-    """Open unix-socket connections of process `pid` (listening socket included)."""
+def _open_files(pid: int) -> set[str]:
+    """What the fds of process `pid` point at ("pipe:[123]", "socket:[456]", paths)."""
+    found: set[str] = set()
     try:
-        return sum(1 for fd in os.listdir(f"/proc/{pid}/fd")
-                   if os.readlink(f"/proc/{pid}/fd/{fd}").startswith("socket:"))
+        fds = os.listdir(f"/proc/{pid}/fd")
     except OSError:
-        return 0
+        return found
+    for fd in fds:
+        try:
+            found.add(os.readlink(f"/proc/{pid}/fd/{fd}"))
+        except OSError:  # closed meanwhile
+            pass
+    return found
+
+
+def test_sigterm_as_soon_as_the_socket_answers_stops_the_daemon(tmp_path):
+    """The CLI socket answers before the HTTP server is built (importing uvicorn takes seconds
+    on a loaded machine). A SIGTERM then once found no server to stop: uvicorn served on
+    until a second signal."""
+    db = tmp_path / "e.db"
+    env = daemon_env(tmp_path / "home", db)
+    with Daemon(db, env) as daemon:
+        daemon.proc.send_signal(signal.SIGTERM)
+        assert daemon.proc.wait(timeout=60) == 0
+        assert "serve stopped" in daemon.proc.stderr.read()
+    assert not daemon.socket.exists()
 
 
 def test_idle_exit(tmp_path):
