@@ -491,23 +491,23 @@ def test_serve_status_is_answered_by_the_daemon(tmp_path):
 def test_serve_answers_http_on_its_unix_socket_and_port(tmp_path):
     """One uvicorn server: the daemon's `<key>.http.sock` (no token: the socket is 0600) and,
     with --port, loopback TCP (--no-token)."""
-    import socket as socketlib
-
     import httpx
 
     db = tmp_path / "h.db"
     env = daemon_env(tmp_path / "home", db)
-    with socketlib.socket() as probe:  # a free port for --port
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    with Daemon(db, env, "--port", str(port), "--no-token") as daemon:
+    routes = tmp_path / "routes.log"
+    # --port 0: the daemon binds a free port itself and `serve status` names it (a port
+    # probed free here could be taken by the other worker while the daemon starts).
+    with Daemon(db, env, "--port", "0", "--no-token") as daemon:
+        url = json.loads(run_client(["serve", "status"], env, routes=routes).stdout)["http_url"]
+        assert url.startswith("http://127.0.0.1:") and not url.endswith(":0")
         http_sock = Path(str(daemon.socket)[: -len(".sock")] + ".http.sock")
         assert wait_until(http_sock.exists, timeout=60)
         assert http_sock.stat().st_mode & 0o777 == 0o600
         with httpx.Client(transport=httpx.HTTPTransport(uds=str(http_sock)),
                           base_url="http://localhost") as client:
             assert wait_until(lambda: _ok(client), timeout=60)
-        with httpx.Client(base_url=f"http://127.0.0.1:{port}") as client:
+        with httpx.Client(base_url=url) as client:
             assert client.get("/healthz").status_code == 200
         code, _out, err = stop(daemon.proc)
     assert code == 0, err
