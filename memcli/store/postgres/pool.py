@@ -87,6 +87,7 @@ class PgPool:
                 "--pool-size)") from None
 
     def give_back(self, conn: Any) -> None:
+        import psycopg
         from psycopg.pq import TransactionStatus
 
         if conn.info.transaction_status != TransactionStatus.IDLE:
@@ -99,8 +100,9 @@ class PgPool:
             # serve no one else (the pool opens a new one).
             try:
                 conn.pgconn.exec_(b"ROLLBACK")
-            finally:
-                conn.close()
+            except psycopg.Error:  # a broken connection: closing it ends the transaction too
+                pass
+            conn.close()
         self.pool.putconn(conn)
 
     def stats(self) -> dict[str, int]:
