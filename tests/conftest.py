@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -44,6 +45,10 @@ def isolated_env(tmp_path_factory, monkeypatch):
     for var in ("MEMCLI_DB", "MEMCLI_CONFIG", "MEMCLI_EMBEDDER", "MEMCLI_LLM_BASE_URL",
                 "MEMCLI_LLM_API_KEY", "OPENAI_API_KEY", "MEMCLI_CATEGORIES", "MEMCLI_TENANT",
                 "MEMCLI_SOCKET", "MEMCLI_NO_DAEMON"):
+        monkeypatch.delenv(var, raising=False)
+    # The parent shell's terminal: rich wraps text output at COLUMNS (the scope line of
+    # `--format text` split at COLUMNS=40) and colours it with FORCE_COLOR.
+    for var in ("COLUMNS", "LINES", "FORCE_COLOR", "TTY_COMPATIBLE", "TTY_INTERACTIVE"):
         monkeypatch.delenv(var, raising=False)
     return home
 
@@ -100,6 +105,10 @@ def pytest_configure(config):
     (/tmp/pytest-of-<user>/pytest-<n>/) plus xdist's `popen-gw0/` and a long test name
     exceed. Set before pytest builds its tmp_path factory; with xdist the workers get
     `<base>/popen-gw<n>`."""
+    # libpq reads PG* from the environment (a developer's PGHOST, PGOPTIONS): the session's
+    # servers and every test give their connections in full.
+    for var in [v for v in os.environ if v.startswith("PG")]:
+        del os.environ[var]
     if config.option.basetemp is None and not hasattr(config, "workerinput"):
         config.option.basetemp = tempfile.mkdtemp(prefix="mt-")
         config._memcli_basetemp = config.option.basetemp

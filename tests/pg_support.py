@@ -132,7 +132,7 @@ def _reachable_bin_dir(binaries: Path) -> Iterator[Path]:
     the same layout, to a world-readable folder under /tmp named by the install they copy.
     Every server using the copy holds a shared flock on `<copy>.lock`; the last one to stop
     removes the copy (pytest or not: bench scripts start servers too)."""
-    probe = subprocess.run(["runuser", "-u", PG_USER, "--", "test", "-x",
+    probe = subprocess.run([_admin_tool("runuser"), "-u", PG_USER, "--", "test", "-x",
                             str(binaries / "initdb")], capture_output=True, check=False)
     if probe.returncode == 0:
         yield binaries
@@ -212,7 +212,7 @@ def _ensure_user() -> None:
         return
     except KeyError:
         pass
-    done = subprocess.run(["useradd", "--system", "--no-create-home", "--shell",
+    done = subprocess.run([_admin_tool("useradd"), "--system", "--no-create-home", "--shell",
                            "/usr/sbin/nologin", PG_USER], capture_output=True, text=True)
     # 9: created meanwhile by a concurrent test run
     if done.returncode not in (0, 9):
@@ -220,8 +220,15 @@ def _ensure_user() -> None:
                             f"{done.stderr.strip() or done.returncode}")
 
 
+def _admin_tool(name: str) -> str:
+    """The full path of `runuser`/`useradd` ("" when missing): PATH, then the sbin folders
+    they live in, which a minimal PATH (`env -i PATH=/usr/bin:/bin`, cron) leaves out, and
+    every PostgreSQL test would then skip as root."""
+    return shutil.which(name) or shutil.which(name, path="/usr/sbin:/sbin") or ""
+
+
 def _run(args: list[str], what: str) -> None:
-    command = ["runuser", "-u", PG_USER, "--", *args] if _as_root() else args
+    command = [_admin_tool("runuser"), "-u", PG_USER, "--", *args] if _as_root() else args
     try:
         done = subprocess.run(command, capture_output=True, text=True, timeout=_TIMEOUT,
                               stdin=subprocess.DEVNULL)
@@ -304,7 +311,7 @@ def running_server(binaries: Path | None = None) -> Iterator[PgServer]:
     with contextlib.ExitStack() as stack:
         binaries = binaries or bin_dir()
         if _as_root():
-            if shutil.which("runuser") is None or shutil.which("useradd") is None:
+            if _admin_tool("runuser") == "" or _admin_tool("useradd") == "":
                 raise PgUnavailable("running as root needs runuser and useradd to start"
                                     " PostgreSQL")
             _ensure_user()

@@ -339,14 +339,17 @@ def test_sigterm_lets_a_request_in_flight_finish(tmp_path):
     env = daemon_env(tmp_path / "home", db)
     routes = tmp_path / "routes.log"
     with Daemon(db, env) as daemon:
-        before = _connected(daemon.pid)  # the listening socket(s)
         # `ingest -` waits for its stdin: the request is in flight until we close it.
         client = subprocess.Popen([sys.executable, "-c", _CLIENT, "ingest", "-"],
                                   env={**env, "MEMCLI_TEST_ROUTE_LOG": str(routes)},
                                   stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                   stderr=subprocess.PIPE)
         try:
-            assert wait_until(lambda: _connected(daemon.pid) > before, timeout=30)
+            # In flight = the daemon holds the client's stdin (passed with the request). Not a
+            # count of the daemon's sockets: its HTTP server opens three more, seconds after
+            # the CLI socket answers on a loaded machine, with or without a client.
+            stdin = os.readlink(f"/proc/{client.pid}/fd/0")
+            assert wait_until(lambda: stdin in _open_files(daemon.pid), timeout=60)
             daemon.proc.send_signal(signal.SIGTERM)
             time.sleep(0.5)
             assert daemon.proc.poll() is None  # waiting for the request
@@ -358,6 +361,7 @@ def test_sigterm_lets_a_request_in_flight_finish(tmp_path):
             client.wait()
         assert client.returncode == 0, err
         assert json.loads(out)["created"]
+        assert last_route(routes).startswith("daemon")
         code, _out, derr = stop(daemon.proc)
     assert code == 0, derr
     assert not socket_of(db, env).exists()
@@ -368,22 +372,44 @@ def test_sigterm_lets_a_request_in_flight_finish(tmp_path):
     assert json.loads(found.stdout)[0]["text"] == "finished late"
 
 
-def _connected(pid: int) -> int:
-    """Open unix-socket connections of process `pid` (listening socket included)."""
+def _open_files(pid: int) -> set[str]:
+    """What the fds of process `pid` point at ("pipe:[123]", "socket:[456]", paths)."""
+    found: set[str] = set()
     try:
-        return sum(1 for fd in os.listdir(f"/proc/{pid}/fd")
-                   if os.readlink(f"/proc/{pid}/fd/{fd}").startswith("socket:"))
+        fds = os.listdir(f"/proc/{pid}/fd")
     except OSError:
-        return 0
+        return found
+    for fd in fds:
+        try:
+            found.add(os.readlink(f"/proc/{pid}/fd/{fd}"))
+        except OSError:  # closed meanwhile
+            pass
+    return found
+
+
+def test_sigterm_as_soon_as_the_socket_answers_stops_the_daemon(tmp_path):
+    """The CLI socket answers before the HTTP server is built (importing uvicorn takes seconds
+    on a loaded machine). A SIGTERM then once found no server to stop: uvicorn served on
+    until a second signal."""
+    db = tmp_path / "e.db"
+    env = daemon_env(tmp_path / "home", db)
+    with Daemon(db, env) as daemon:
+        daemon.proc.send_signal(signal.SIGTERM)
+        assert daemon.proc.wait(timeout=60) == 0
+        assert "serve stopped" in daemon.proc.stderr.read()
+    assert not daemon.socket.exists()
 
 
 def test_idle_exit(tmp_path):
     db = tmp_path / "i.db"
     env = daemon_env(tmp_path / "home", db)
-    with Daemon(db, env, "--idle-exit", "0.02") as daemon:  # 1.2 s
+    # Not waiting for the socket: a test process starved for a second (a loaded machine)
+    # could look only after the idle daemon had gone. Its log says it served.
+    with Daemon(db, env, "--idle-exit", "0.02", wait=False) as daemon:  # 1.2 s
         assert daemon.proc.wait(timeout=60) == 0
         assert not daemon.socket.exists()
-        assert "serve stopped" in daemon.proc.stderr.read()
+        log = daemon.proc.stderr.read()
+        assert f"serving {db} on {daemon.socket}" in log and "serve stopped" in log
 
 
 def test_no_daemon_and_never_routed(served, tmp_path):
@@ -468,23 +494,23 @@ def test_serve_status_is_answered_by_the_daemon(tmp_path):
 def test_serve_answers_http_on_its_unix_socket_and_port(tmp_path):
     """One uvicorn server: the daemon's `<key>.http.sock` (no token: the socket is 0600) and,
     with --port, loopback TCP (--no-token)."""
-    import socket as socketlib
-
     import httpx
 
     db = tmp_path / "h.db"
     env = daemon_env(tmp_path / "home", db)
-    with socketlib.socket() as probe:  # a free port for --port
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    with Daemon(db, env, "--port", str(port), "--no-token") as daemon:
+    routes = tmp_path / "routes.log"
+    # --port 0: the daemon binds a free port itself and `serve status` names it (a port
+    # probed free here could be taken by the other worker while the daemon starts).
+    with Daemon(db, env, "--port", "0", "--no-token") as daemon:
+        url = json.loads(run_client(["serve", "status"], env, routes=routes).stdout)["http_url"]
+        assert url.startswith("http://127.0.0.1:") and not url.endswith(":0")
         http_sock = Path(str(daemon.socket)[: -len(".sock")] + ".http.sock")
         assert wait_until(http_sock.exists, timeout=60)
         assert http_sock.stat().st_mode & 0o777 == 0o600
         with httpx.Client(transport=httpx.HTTPTransport(uds=str(http_sock)),
                           base_url="http://localhost") as client:
             assert wait_until(lambda: _ok(client), timeout=60)
-        with httpx.Client(base_url=f"http://127.0.0.1:{port}") as client:
+        with httpx.Client(base_url=url) as client:
             assert client.get("/healthz").status_code == 200
         code, _out, err = stop(daemon.proc)
     assert code == 0, err

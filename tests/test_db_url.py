@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 import typer.main
+from net_support import refused_port
 from typer.testing import CliRunner
 
 from memcli import Memory
@@ -30,13 +31,12 @@ URL = "mysql://agent:s3cret@127.0.0.1:5432/memory"
 SHOWN = "mysql://agent:***@127.0.0.1:5432/memory"  # the password never reaches stderr
 
 
-def _closed_port() -> int:
-    """A loopback port nothing listens on (bound then released)."""
-    import socket
+@pytest.fixture
+def closed_port():
+    """A loopback port where connections are refused, for the whole test (net_support)."""
+    with refused_port() as port:
+        yield port
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 # Arguments that get a command past its own input checks (which come before the database).
 # Every other required argument gets "1" (an id, or a text).
@@ -145,12 +145,13 @@ def test_entry_point_refuses_a_url(tmp_path):
 
 
 @pytest.mark.parametrize("source", ["flag", "env"])
-def test_every_command_reaches_the_server_of_a_postgresql_url(tmp_path, monkeypatch, source):
+def test_every_command_reaches_the_server_of_a_postgresql_url(tmp_path, monkeypatch, source,
+                                                               closed_port):
     """A postgresql:// URL opens PostgreSQL: with nothing listening, every command stops with
     the one-line "cannot connect" (exit 1; a hook logs it and exits 0), password masked, and
     no folder `postgresql:` appears."""
     pytest.importorskip("psycopg")
-    port = _closed_port()
+    port = closed_port
     url = f"postgresql://agent:s3cret@127.0.0.1:{port}/memory"
     shown = f"postgresql://agent:***@127.0.0.1:{port}/memory"
     cwd = tmp_path / "cwd"

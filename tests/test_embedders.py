@@ -389,14 +389,13 @@ def test_openai_malformed_replies(fake_server: FakeEmbeddingServer) -> None:
 
 
 def test_openai_unreachable_server_is_an_embedder_error() -> None:
-    import socket
+    from net_support import refused_port
 
-    with socket.socket() as sock:  # a port nobody listens on
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    embedder = OpenAIEmbedder(f"http://127.0.0.1:{port}/v1", "m", 3, max_retries=0, timeout=5)
-    with pytest.raises(EmbedderError, match="failed"):
-        embedder.embed_query("x")
+    with refused_port() as port:
+        embedder = OpenAIEmbedder(f"http://127.0.0.1:{port}/v1", "m", 3, max_retries=0,
+                                  timeout=5)
+        with pytest.raises(EmbedderError, match="failed"):
+            embedder.embed_query("x")
 
 
 def test_openai_empty_input_makes_no_request(fake_server: FakeEmbeddingServer) -> None:

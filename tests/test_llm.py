@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import base64
 import json
-import socket
 import struct
 import subprocess
 import sys
@@ -13,6 +12,7 @@ from pathlib import Path
 
 import pytest
 from llmstub import LLMStub, stub_embedding
+from net_support import refused_port
 from pydantic import BaseModel
 
 from memcli.errors import MemcliError
@@ -160,27 +160,33 @@ def test_cut_off_reply_says_so(stub: LLMStub) -> None:
 
 
 def test_slow_reply_times_out_as_unavailable_in_bounded_time(stub: LLMStub) -> None:
-    stub.enqueue_json(GOOD, delay=2.0)
-    stub.enqueue_json(GOOD, delay=2.0)
+    # Replies 20x later than the timeout: a client that waited for them would take 20 s; the
+    # bound leaves a loaded machine seconds of slack (2 attempts of 0.5 s + a retry pause).
+    stub.enqueue_json(GOOD, delay=10.0)
+    stub.enqueue_json(GOOD, delay=10.0)
+    import openai  # noqa: F401 - before the clock: the client's first call imports it (seconds)
+
     started = time.monotonic()
     with (
         make_client(stub, timeout=0.5, max_retries=1) as client,
         pytest.raises(LLMUnavailable, match="did not answer within 0.5s"),
     ):
         ask(client)
-    assert time.monotonic() - started < 3.5
+    assert time.monotonic() - started < 8
     assert len(stub.chat_requests) == 2  # the openai client retried once, as configured
 
 
 def test_connection_refused_is_unavailable() -> None:
-    with socket.socket() as sock:  # a port that was free a moment ago and now has no listener
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    config = LLMConfig(base_url=f"http://127.0.0.1:{port}/v1", model="m", timeout=2, max_retries=1)
-    started = time.monotonic()
-    with LLMClient(config) as client, pytest.raises(LLMUnavailable, match="cannot reach"):
-        ask(client)
-    assert time.monotonic() - started < 3
+    # Refused at once, not after the timeout: waiting for it twice would take 20 s.
+    import openai  # noqa: F401 - before the clock: the client's first call imports it (seconds)
+
+    with refused_port() as port:
+        config = LLMConfig(base_url=f"http://127.0.0.1:{port}/v1", model="m", timeout=10,
+                           max_retries=1)
+        started = time.monotonic()
+        with LLMClient(config) as client, pytest.raises(LLMUnavailable, match="cannot reach"):
+            ask(client)
+        assert time.monotonic() - started < 8
 
 
 def test_server_error_after_retries_is_unavailable(stub: LLMStub) -> None:

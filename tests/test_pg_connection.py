@@ -200,20 +200,18 @@ def test_surface_of_the_sqlite_database(pg_db):  # noqa: F811
 
 
 def test_cannot_connect_names_the_server_and_masks_the_password(pg_server):  # noqa: F811
-    import socket
+    from net_support import refused_port
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    url = f"postgresql://memcli:s3cret@127.0.0.1:{port}/memory"
-    with pytest.raises(StorageError) as caught:
-        connect(url)
-    message = str(caught.value)
-    assert message.startswith(f"cannot connect to postgresql://memcli:***@127.0.0.1:{port}/")
-    assert "s3cret" not in message
-    keyword = f"host=127.0.0.1 port={port} dbname=memory password=s3cret"
-    with pytest.raises(StorageError) as caught:
-        connect(keyword)
+    with refused_port() as port:
+        url = f"postgresql://memcli:s3cret@127.0.0.1:{port}/memory"
+        with pytest.raises(StorageError) as caught:
+            connect(url)
+        message = str(caught.value)
+        assert message.startswith(f"cannot connect to postgresql://memcli:***@127.0.0.1:{port}/")
+        assert "s3cret" not in message
+        keyword = f"host=127.0.0.1 port={port} dbname=memory password=s3cret"
+        with pytest.raises(StorageError) as caught:
+            connect(keyword)
     assert "s3cret" not in str(caught.value) and "password=***" in str(caught.value)
 
 

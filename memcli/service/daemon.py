@@ -277,6 +277,11 @@ def serve(settings: Any, ep: paths.Endpoint, *, idle_exit: float | None = None,
 
         cli = CliServer(Path(ep.socket), on_request=on_request)
         web = HttpServer.build(settings, ep, http or HttpOptions(), activity, grace, log)
+        if stop.is_set() and web is not None:
+            # A signal came while the server was being built (importing uvicorn takes
+            # seconds on a loaded machine, and clients may already see the CLI socket): the
+            # handler found no server to stop, so stop it now, or uvicorn would serve on.
+            web.stop()
         global _STATE
         _STATE = State(db=_shown_db(settings.db), ep=ep, cli=cli, activity=activity,
                        http=(web.tcp_address or "") if web is not None else None, holder=keeper)

@@ -8,10 +8,11 @@ the source of `connect(location)` for that exact location in this process, so th
 (`Memory.open` -> `open_database` -> `postgres.connect`) is the same in and out of the daemon.
 
 What a returned connection must not carry to the next borrower is reset (`_reset`): an open
-transaction (psycopg_pool rolls it back), session settings (`RESET ALL`: a read-only borrower's
-`default_transaction_read_only`), WITH HOLD cursors of an abandoned `stream()` (`CLOSE ALL`)
-and session advisory locks (`pg_advisory_unlock_all()`: a lifecycle run lock whose holder
-forgot to release it would otherwise outlive its request inside the pool).
+transaction (rolled back by `give_back` itself, which says why), session settings (`RESET
+ALL`: a read-only borrower's `default_transaction_read_only`), WITH HOLD cursors of an
+abandoned `stream()` (`CLOSE ALL`) and session advisory locks (`pg_advisory_unlock_all()`: a
+lifecycle run lock whose holder forgot to release it would otherwise outlive its request
+inside the pool).
 """
 
 from __future__ import annotations
@@ -86,6 +87,22 @@ class PgPool:
                 "--pool-size)") from None
 
     def give_back(self, conn: Any) -> None:
+        import psycopg
+        from psycopg.pq import TransactionStatus
+
+        if conn.info.transaction_status != TransactionStatus.IDLE:
+            # Given back inside `transaction()` (its request died midway). psycopg refuses a
+            # rollback inside its transaction block, so the pool's worker would discard the
+            # connection some time later, and memcli's writer lock (taken for the
+            # transaction) would stay held until then: the next request could find the
+            # database busy. Roll back on the wire now, so the lock is free once this
+            # returns, and close the connection: its transaction block is stale, so it can
+            # serve no one else (the pool opens a new one).
+            try:
+                conn.pgconn.exec_(b"ROLLBACK")
+            except psycopg.Error:  # a broken connection: closing it ends the transaction too
+                pass
+            conn.close()
         self.pool.putconn(conn)
 
     def stats(self) -> dict[str, int]:

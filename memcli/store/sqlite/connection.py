@@ -123,7 +123,7 @@ class Database(MetaRows):
                                    "it needs a schema upgrade; check its permissions")
             return
         if not readonly and self.path != ":memory:":
-            self.execute("PRAGMA journal_mode = WAL")
+            self._switch_to_wal()
             self.execute("PRAGMA synchronous = NORMAL")
         if not readonly:
             migrations.migrate(self)
@@ -131,6 +131,23 @@ class Database(MetaRows):
                 vec.sync_vec_index(self)
         else:
             migrations.check_version(self)
+
+    def _switch_to_wal(self) -> None:
+        """`PRAGMA journal_mode = WAL`, tried again until the busy timeout. Processes opening
+        a new file at once each switch it: the switch reads (a shared lock) and then needs the
+        exclusive lock, so two at once deadlock, and SQLite answers one of them busy at once,
+        without its busy handler; the way out is to let go and try again (the other's switch
+        then completes, and this one finds WAL already set). Four processes creating one
+        file failed so, at once, in 1 of ~15 rounds."""
+        deadline = time.monotonic() + self.busy_timeout
+        while True:
+            try:
+                self.conn.execute("PRAGMA journal_mode = WAL").fetchall()
+                return
+            except apsw.BusyError:
+                if time.monotonic() + _RETRY_PAUSE >= deadline:
+                    raise
+                time.sleep(_RETRY_PAUSE)
 
     def _open_immutable(self, exc: apsw.Error, reading: bool) -> bool:
         """A read in a write-protected folder: SQLite cannot create the -shm file a WAL
