@@ -144,9 +144,9 @@ class Database(MetaRows):
             try:
                 self.conn.execute("PRAGMA journal_mode = WAL").fetchall()
                 return
-            except apsw.BusyError:
+            except apsw.BusyError as exc:
                 if time.monotonic() + _RETRY_PAUSE >= deadline:
-                    raise
+                    raise self._busy() from exc  # the one-line busy error, as execute's
                 time.sleep(_RETRY_PAUSE)
 
     def _open_immutable(self, exc: apsw.Error, reading: bool) -> bool:
