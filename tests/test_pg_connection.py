@@ -77,8 +77,11 @@ def test_read_commands_create_nothing(pg_db):  # noqa: F811
 
 
 def _waiting_advisory(admin) -> int:
+    """Advisory locks waited for in this test's database (another xdist worker's tests wait
+    for theirs in their own databases of the same server)."""
     return admin.execute("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory'"
-                         " AND NOT granted").fetchone()[0]
+                         " AND NOT granted AND database = (SELECT oid FROM pg_database"
+                         " WHERE datname = current_database())").fetchone()[0]
 
 
 def test_two_processes_migrate_a_fresh_database_at_once(pg_db, tmp_path):  # noqa: F811
