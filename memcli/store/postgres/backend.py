@@ -224,8 +224,8 @@ class PgBackend:
 
     def sparse_search(self, db: PgDatabase, query: dict[int, float], filters: Filters,
                       limit: int, small_scope: bool) -> list[tuple[int, float]]:
-        """One plan for every scope size (`small_scope` is SQLite's choice of plans)."""
-        return sparse.search(db, query, filters, limit)
+        """Two plans, picked by `small_scope` as SQLite's are (sparse.search)."""
+        return sparse.search(db, query, filters, limit, small_scope)
 
     # -- schema -------------------------------------------------------------------------------
     def migrate(self, db: PgDatabase) -> int:

@@ -40,8 +40,15 @@ def _v4(db: PgDatabase) -> None:
                     .read_text("utf-8"))
 
 
+def _v5(db: PgDatabase) -> None:
+    # A GIN index over each sparse vector's term ids: a big scope's sparse leg scores only the
+    # memories sharing a term with the query (sparse.py).
+    db.conn.execute(resources.files("memcli.store.postgres").joinpath("v5_sparse_terms.sql")
+                    .read_text("utf-8"))
+
+
 # Steps after BASE, in order: STEPS[0] brings BASE to BASE + 1. Append only.
-STEPS: list[Callable[[PgDatabase], None]] = [_v3, _v4]
+STEPS: list[Callable[[PgDatabase], None]] = [_v3, _v4, _v5]
 LATEST = BASE + len(STEPS)
 VERSION_KEY = "schema_version"
 _LOCK = "SELECT pg_advisory_xact_lock(hashtext('memcli.migrate'))"

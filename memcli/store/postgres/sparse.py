@@ -109,19 +109,25 @@ def recount_df(db: PgDatabase) -> None:
                " memcli_sparse_term_ids(s.vec::text) t GROUP BY t ORDER BY t")
 
 
-def search(db: PgDatabase, query: dict[int, float], filters: Filters, limit: int
-           ) -> list[tuple[int, float]]:
+def search(db: PgDatabase, query: dict[int, float], filters: Filters, limit: int,
+           small_scope: bool = True) -> list[tuple[int, float]]:
     """The `limit` memories passing the filters with the highest dot product with `query`
-    (already pruned), best first, ties by id; memories sharing no term are left out."""
+    (already pruned), best first, ties by id; memories sharing no term are left out.
+    `small_scope` false: only memories holding a query term are candidates (the GIN index
+    memory_sparse_terms), the same result as scoring every vector of the scope."""
     from memcli.store.sparse import SCALE
 
     where, params = filters.sql()
+    shared, extra = "", []
+    if not small_scope:
+        shared = " AND memcli_sparse_term_array(s.vec) && ?::integer[]"
+        extra = [sorted(query)]
     rows = db.execute(
         f"""SELECT id, score FROM (
                 SELECT m.id, inner_product(s.vec, q.v) / {SCALE}.0 AS score
                 FROM (SELECT ?::sparsevec AS v) q, memories m
                 JOIN memory_sparse s ON s.memory_id = m.id
-                WHERE {where} ORDER BY score DESC, m.id LIMIT ?) best
+                WHERE {where}{shared} ORDER BY score DESC, m.id LIMIT ?) best
             WHERE score > 0 ORDER BY score DESC, id""",
-        [literal(query), *params, limit])
+        [literal(query), *params, *extra, limit])
     return [(int(i), float(sc)) for i, sc in rows]
