@@ -86,6 +86,8 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--source", type=Path, default=bench_sparse.SOURCE)
     parser.add_argument("--explain", action="store_true", help="print the plans of query 1")
+    parser.add_argument("--cost", type=int, default=0,
+                        help="ALTER the term function's COST to this before the queries")
     args = parser.parse_args()
 
     from pg_support import running_server
@@ -110,6 +112,9 @@ def main() -> int:
             t0 = time.perf_counter()
             timing = load(db, rows, weights)
             log(f"loaded {len(rows)} memories in {time.perf_counter() - t0:.0f} s")
+            if args.cost:
+                db.execute(f"ALTER FUNCTION memcli_sparse_term_array(sparsevec)"
+                           f" COST {int(args.cost)}")
             heap = int(db.scalar("SELECT pg_total_relation_size('memory_sparse')"))
             gin = int(db.scalar("SELECT pg_relation_size('memory_sparse_terms')"))
             df = dict(db.execute("SELECT term_id, df FROM sparse_df"))
@@ -123,6 +128,7 @@ def main() -> int:
             verdicts: dict[tuple[str, str], list[str]] = {}
             same: dict[str, int] = {}
             picked: dict[str, int] = {}
+            slow: dict[tuple[int, str], list[float]] = {}
             for rnd in range(args.rounds):
                 for qi, (q, vec) in enumerate(zip(queries, encoded, strict=True)):
                     kept = {t: w for t, w in vec.items() if df.get(t, 0) <= max_df}
@@ -149,6 +155,8 @@ def main() -> int:
                             got[name] = fn()
                             times.setdefault((scope, name), []).append(
                                 (time.perf_counter() - t) * 1000)
+                            if scope == "tenant-wide":
+                                slow.setdefault((qi, name), []).append(times[(scope, name)][-1])
                         if rnd == 0:
                             truth = bench_sparse.exact(vec, weights,
                                                     members.get((q["tenant_id"], user), []),
@@ -190,6 +198,13 @@ def main() -> int:
         print(f"| top 10 against the exact dot product, {scope} | {' | '.join(cells)} | |")
     print(f"\nscan and gin return the same top 10 (ids and scores): {same['one user']} of"
           f" {len(queries)} one-user, {same['tenant-wide']} of {len(queries)} tenant-wide.")
+    worst = sorted(range(len(queries)), key=lambda i: -statistics.median(slow[(i, "gin")]))[:5]
+    print("\nslowest tenant-wide queries under gin (median ms scan / gin; sum of the kept"
+          " terms' df):")
+    for i in worst:
+        kept_df = sum(df.get(t, 0) for t in encoded[i] if df.get(t, 0) <= max_df)
+        print(f"- query {i}: {statistics.median(slow[(i, 'scan')]):.0f} /"
+              f" {statistics.median(slow[(i, 'gin')]):.0f} ms; df sum {kept_df:,}")
     for p in plans:
         print(f"\n```\n{p}\n```")
     return 0
