@@ -17,7 +17,7 @@ from memcli.store.filters import Filters  # noqa: E402
 from memcli.store.location import open_database  # noqa: E402
 from memcli.store.postgres import sparse as pg_sparse  # noqa: E402
 
-MEMORIES = 4000
+MEMORIES = 12000
 VOCAB = 3000
 
 

@@ -29,7 +29,7 @@ scope (`small_scope` false, the caller's estimate as on SQLite) the statement al
 `memcli_sparse_term_array(vec) && query terms`, which the GIN index `memory_sparse_terms`
 (schema 5, v5_sparse_terms.sql) answers: only memories holding a query term are scored, the
 only ones that can score above 0, so the result is the same (bench/pg_sparse_gin.py: the same
-top 10 on every query, tenant-wide 1.9x faster at 100k). A small scope keeps the plain plan:
+top 10 on every query, tenant-wide 1.8-1.9x faster at 100k). A small scope keeps the plain plan:
 calling the function on its few rows costs more than it saves. Exact, unlike pgvector's HNSW
 on sparsevec. The index is over every tenant's vectors (memory_sparse has no tenant column),
 so a tenant-wide leg still scores other tenants' candidates before the filter drops them.

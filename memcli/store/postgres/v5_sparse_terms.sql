@@ -9,11 +9,11 @@
 -- terms. An expression index, not a stored column: nothing more in the heap, and no write
 -- path to keep two copies of the terms equal. Every name is qualified: since PostgreSQL 17,
 -- ANALYZE, VACUUM and REINDEX evaluate index expressions with search_path = pg_catalog.
--- COST: printing and parsing a vector of ~100 terms measured ~12 us a row, not the default
--- 100 operators' worth; at the default, a 4,000-memory table was filtered by calling it on
--- every row (50 ms) instead of reading the index.
+-- Default COST: at COST 5000 (it prints and parses ~100 terms, ~12 us a row) the planner
+-- chose worse plans for queries with many candidates at 100k memories (bench/results/
+-- pg-sparse-gin.md: tenant-wide p95 110 -> 510 ms).
 CREATE FUNCTION memcli_sparse_term_array(v sparsevec) RETURNS integer[]
-    LANGUAGE sql IMMUTABLE PARALLEL SAFE STRICT COST 5000
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE STRICT
     AS $$ SELECT pg_catalog.array_agg(pg_catalog.split_part(e, ':', 1)::integer - 1)
           FROM pg_catalog.unnest(pg_catalog.string_to_array(
               pg_catalog.substr(pg_catalog.split_part(v::text, '}', 1), 2), ',')) e $$;
