@@ -112,6 +112,12 @@ HNSW_INDEX = ("CREATE INDEX memory_vectors_hnsw ON memory_vectors"
               " USING hnsw (embedding vector_cosine_ops)")
 
 
+# The sparse leg's term index (schema 5, v5_sparse_terms.sql makes it with the same text; also
+# made again by `memcli rebuild` when it or its table was dropped: backend.py create_missing).
+SPARSE_TERMS_INDEX = ("CREATE INDEX memory_sparse_terms ON memory_sparse"
+                      " USING gin (memcli_sparse_term_array(vec))")
+
+
 def ensure_vectors(db: PgDatabase, dimension: int) -> None:
     """Give `memory_vectors.embedding` its dimension and HNSW cosine index (the embedder's
     dimension is known only when it is first used). Nothing to do when it already has this
