@@ -37,7 +37,8 @@ PG_ONLY_TABLES = {
     "lexical_stats": "BM25's memory count and token total (idem)",
     "tenant_roles": "login roles bound to one tenant (row-level security, schema 3)",
 }
-PG_ONLY_INDEXES = {"memories_fts", "memories_trgm", "memory_vectors_scope"}
+# memory_sparse_terms: the sparse leg's GIN index over term ids (schema 5; SQLite has postings).
+PG_ONLY_INDEXES = {"memories_fts", "memories_trgm", "memory_vectors_scope", "memory_sparse_terms"}
 # SQLite's two triggers are one plpgsql trigger function on PostgreSQL.
 TRIGGERS = {"events_no_update": "events_append_only", "events_no_delete": "events_append_only"}
 # The statement triggers keeping lexeme_df and lexical_stats (FTS5 keeps its own), and

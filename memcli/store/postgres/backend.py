@@ -224,8 +224,8 @@ class PgBackend:
 
     def sparse_search(self, db: PgDatabase, query: dict[int, float], filters: Filters,
                       limit: int, small_scope: bool) -> list[tuple[int, float]]:
-        """One plan for every scope size (`small_scope` is SQLite's choice of plans)."""
-        return sparse.search(db, query, filters, limit)
+        """Two plans, picked by `small_scope` as SQLite's are (sparse.search)."""
+        return sparse.search(db, query, filters, limit, small_scope)
 
     # -- schema -------------------------------------------------------------------------------
     def migrate(self, db: PgDatabase) -> int:
@@ -254,6 +254,8 @@ class PgBackend:
                 index = _INDEX.match(statement)
                 if index and index.group(1) in indexes:
                     db.conn.execute(statement)
+        if "memory_sparse_terms" in self.missing_indexes(db):  # (schema 5's, not schema.sql's)
+            db.execute(migrations.SPARSE_TERMS_INDEX)
         return sorted(missing)
 
     def missing_indexes(self, db: PgDatabase) -> list[str]:
@@ -264,6 +266,8 @@ class PgBackend:
                   for m in map(_INDEX.match, statements) if m and m.group(2) in present]
         if "memory_vectors" in present and migrations.vector_dimension(db):
             wanted.append("memory_vectors_hnsw")  # made once the embedder's dimension is known
+        if "memory_sparse" in present and migrations.current_version(db) >= 5:
+            wanted.append("memory_sparse_terms")
         return sorted(set(wanted) - indexes)
 
     def row_counts(self, db: PgDatabase, names: tuple[str, ...]) -> dict[str, int | None]:

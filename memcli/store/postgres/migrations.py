@@ -40,8 +40,15 @@ def _v4(db: PgDatabase) -> None:
                     .read_text("utf-8"))
 
 
+def _v5(db: PgDatabase) -> None:
+    # A GIN index over each sparse vector's term ids: a big scope's sparse leg scores only the
+    # memories sharing a term with the query (sparse.py).
+    db.conn.execute(resources.files("memcli.store.postgres").joinpath("v5_sparse_terms.sql")
+                    .read_text("utf-8"))
+
+
 # Steps after BASE, in order: STEPS[0] brings BASE to BASE + 1. Append only.
-STEPS: list[Callable[[PgDatabase], None]] = [_v3, _v4]
+STEPS: list[Callable[[PgDatabase], None]] = [_v3, _v4, _v5]
 LATEST = BASE + len(STEPS)
 VERSION_KEY = "schema_version"
 _LOCK = "SELECT pg_advisory_xact_lock(hashtext('memcli.migrate'))"
@@ -103,6 +110,12 @@ def migrate(db: PgDatabase) -> int:
 # The dense leg's index (also made again by `memcli rebuild` when dropped: backend.py).
 HNSW_INDEX = ("CREATE INDEX memory_vectors_hnsw ON memory_vectors"
               " USING hnsw (embedding vector_cosine_ops)")
+
+
+# The sparse leg's term index (schema 5, v5_sparse_terms.sql makes it with the same text; also
+# made again by `memcli rebuild` when it or its table was dropped: backend.py create_missing).
+SPARSE_TERMS_INDEX = ("CREATE INDEX memory_sparse_terms ON memory_sparse"
+                      " USING gin (memcli_sparse_term_array(vec))")
 
 
 def ensure_vectors(db: PgDatabase, dimension: int) -> None:

@@ -127,8 +127,15 @@ def _v4(db: Database) -> None:
     del db
 
 
+def _v5(db: Database) -> None:
+    # Schema 5 is PostgreSQL's too (a GIN index over the sparse vectors' term ids:
+    # memcli/store/postgres/v5_sparse_terms.sql); SQLite's postings already reach only the
+    # memories holding a query term. One numbering of schema versions for both engines.
+    del db
+
+
 # Append only. Never edit a released migration: add a new one and update schema.sql to match.
-MIGRATIONS: list[Callable[[Database], None]] = [_v1, _v2, _v3, _v4]
+MIGRATIONS: list[Callable[[Database], None]] = [_v1, _v2, _v3, _v4, _v5]
 LATEST = len(MIGRATIONS)
 
 

@@ -1,0 +1,214 @@
+"""PostgreSQL's sparse leg with and without the GIN index over the vectors' term ids (schema 5):
+every vector of the scope scored (main's plan before schema 5) against only the memories
+holding a query term (issue #16, follow-up "sparsegin").
+
+    python bench/pg_sparse_gin.py --memories 100000 --queries 40 [--rounds 3] [--source DB]
+
+Loads the first N memories of perf's 100k database (bench/.cache, made by bench/perf.py) and
+their stored SPLADE weights into a throw-away server as 1,000 users in 8 tenants (as
+bench/pg_sparse.py does), through memcli's store, the GIN index built after the load (its build
+time and size are reported). Each of perf's queries, encoded by the real SPLADE model and pruned
+as the leg prunes them, runs one-user and tenant-wide through three statements alternating (the
+order flipped each round): "scan" (every vector in the scope, the plan for a small scope),
+"gin" (only memories sharing a term) and "picked" (what `sparse.search` runs: scan when the
+scope estimate is small, gin otherwise). The top 10s are compared with each other and with the
+exact dot product in Python. Prints a markdown section and, with --explain, the plans.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+BENCH = Path(__file__).resolve().parent
+sys.path.insert(0, str(BENCH.parent))
+sys.path.insert(0, str(BENCH.parent / "tests"))
+sys.path.insert(0, str(BENCH))
+
+import perf  # noqa: E402
+import pg_scale_support as sup  # noqa: E402
+import pg_sparse as bench_sparse  # noqa: E402
+
+ARMS = ("scan", "gin", "picked")
+
+
+def log(msg: str) -> None:
+    print(f"[pg_sparse_gin {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+def load(db: Any, rows: list[tuple], weights: dict[int, dict[int, int]]) -> dict[str, float]:
+    """Memories by COPY, the vectors through memcli's store, the GIN index after them."""
+    from memcli.store import sparse as sparse_sql
+
+    ts = "2025-01-01T00:00:00Z"
+    with db.conn.cursor().copy("COPY memories (id, content, tenant_id, user_id, session_id,"
+                               " event_time, created_at, updated_at) FROM STDIN") as copy:
+        for mid, content, tenant, user, session in rows:
+            copy.write_row([mid, content, tenant, user, session, ts, ts, ts])
+    definition = db.scalar("SELECT pg_get_indexdef('memory_sparse_terms'::regclass)")
+    db.execute("DROP INDEX memory_sparse_terms")
+    docs = [(mid, {t: w / sparse_sql.SCALE for t, w in weights[mid].items()})
+            for mid, *_ in rows if mid in weights]
+    for start in range(0, len(docs), 2000):
+        with db.transaction():
+            sparse_sql.insert_postings(db, docs[start:start + 2000])
+    t = time.perf_counter()
+    db.execute(definition)
+    built = time.perf_counter() - t
+    for table in ("memories", "memory_sparse", "sparse_df"):
+        db.execute(f"VACUUM ANALYZE {table}")
+    return {"index_seconds": built}
+
+
+def explain(db: Any, query: dict[int, float], filters: Any, small: bool) -> str:
+    """EXPLAIN ANALYZE of the statement sparse.search runs."""
+    from memcli.store.postgres import sparse as pg_sparse
+
+    where, params = filters.sql()
+    shared = "" if small else " AND memcli_sparse_term_array(s.vec) && ?::integer[]"
+    extra = [] if small else [sorted(query)]
+    sql = f"""EXPLAIN (ANALYZE, BUFFERS, COSTS OFF) SELECT id, score FROM (
+        SELECT m.id, inner_product(s.vec, q.v) / 100.0 AS score
+        FROM (SELECT ?::sparsevec AS v) q, memories m JOIN memory_sparse s ON s.memory_id = m.id
+        WHERE {where}{shared} ORDER BY score DESC, m.id LIMIT 10) best
+        WHERE score > 0 ORDER BY score DESC, id"""
+    return "\n".join(r[0] for r in db.execute(sql, [pg_sparse.literal(query), *params, *extra]))
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--memories", type=int, default=100_000)
+    parser.add_argument("--queries", type=int, default=40)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--source", type=Path, default=bench_sparse.SOURCE)
+    parser.add_argument("--explain", action="store_true", help="print the plans of query 1")
+    parser.add_argument("--cost", type=int, default=0,
+                        help="ALTER the term function's COST to this before the queries")
+    args = parser.parse_args()
+
+    from pg_support import running_server
+
+    from memcli.config import RetrievalSettings, Settings
+    from memcli.memory import make_sparse
+    from memcli.store import search as store_search
+    from memcli.store.filters import Filters
+    from memcli.store.postgres import connect
+    from memcli.store.postgres import sparse as pg_sparse
+
+    rows, weights = bench_sparse.read_source(args.source, args.memories)
+    queries = perf.generate_queries(args.queries, sup.scopes())
+    encoder = make_sparse(Settings(db="unused.db"))
+    encoded = [encoder.encode_query(q["text"]) for q in queries]
+    settings = RetrievalSettings()
+    started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    plans: list[str] = []
+    with running_server() as server:
+        db = connect(server.dsn)
+        try:
+            t0 = time.perf_counter()
+            timing = load(db, rows, weights)
+            log(f"loaded {len(rows)} memories in {time.perf_counter() - t0:.0f} s")
+            if args.cost:
+                db.execute(f"ALTER FUNCTION memcli_sparse_term_array(sparsevec)"
+                           f" COST {int(args.cost)}")
+            heap = int(db.scalar("SELECT pg_total_relation_size('memory_sparse')"))
+            gin = int(db.scalar("SELECT pg_relation_size('memory_sparse_terms')"))
+            df = dict(db.execute("SELECT term_id, df FROM sparse_df"))
+            total = int(db.scalar("SELECT max(id) FROM memories"))
+            max_df = max(settings.sparse_max_df, int(settings.sparse_max_df_ratio * total))
+            members: dict[tuple, list[int]] = {}
+            for mid, _, tenant, user, _ in rows:
+                members.setdefault((tenant, user), []).append(mid)
+                members.setdefault((tenant, None), []).append(mid)
+            times: dict[tuple[str, str], list[float]] = {}
+            verdicts: dict[tuple[str, str], list[str]] = {}
+            same: dict[str, int] = {}
+            picked: dict[str, int] = {}
+            slow: dict[tuple[int, str], list[float]] = {}
+            for rnd in range(args.rounds):
+                for qi, (q, vec) in enumerate(zip(queries, encoded, strict=True)):
+                    kept = {t: w for t, w in vec.items() if df.get(t, 0) <= max_df}
+                    for scope, user in (("one user", q["user_id"]), ("tenant-wide", None)):
+                        filters = Filters(tenant_id=q["tenant_id"], user_id=user)
+                        small = store_search.estimate_scope(
+                            db, filters, store_search.SCOPE_COUNT_CAP) <= store_search.SMALL_SCOPE
+                        if rnd == 0:
+                            picked[scope] = picked.get(scope, 0) + (not small)
+                        if args.explain and rnd == 0 and qi == 0 and kept:
+                            for s in (True, False):
+                                plans.append(f"{scope}, {'scan' if s else 'gin'}:\n"
+                                             + explain(db, kept, filters, s))
+
+                        def run(s: bool, f: Any = filters, k: dict = kept) -> list:
+                            return pg_sparse.search(db, k, f, 10, s) if k else []
+                        arms = [("scan", lambda: run(True)), ("gin", lambda: run(False)),
+                                ("picked", lambda s=small: run(s))]
+                        if rnd % 2:
+                            arms.reverse()
+                        got = {}
+                        for name, fn in arms:
+                            t = time.perf_counter()
+                            got[name] = fn()
+                            times.setdefault((scope, name), []).append(
+                                (time.perf_counter() - t) * 1000)
+                            if scope == "tenant-wide":
+                                slow.setdefault((qi, name), []).append(times[(scope, name)][-1])
+                        if rnd == 0:
+                            truth = bench_sparse.exact(vec, weights,
+                                                    members.get((q["tenant_id"], user), []),
+                                                    df, max_df, 10)
+                            for name in ARMS:
+                                verdicts.setdefault((scope, name), []).append(
+                                    bench_sparse.why(got[name], truth))
+                            same[scope] = same.get(scope, 0) + (got["scan"] == got["gin"])
+        finally:
+            db.close()
+
+    n = len(rows)
+    print(f"\n## {started[:10]}, sparsegin: the sparse leg with a GIN index over term ids"
+          f" ({n:,} memories)\n")
+    print(f"`python bench/pg_sparse_gin.py --memories {args.memories} --queries {args.queries}"
+          f" --rounds {args.rounds}`, started {started}; 1,000 users in 8 tenants; the three"
+          " statements alternating per query (the order flipped each round), one server.\n")
+    print(f"memory_sparse (table + its indexes) {heap / 2**20:,.0f} MiB ({heap / n:,.0f}"
+          f" B/memory), of which the GIN index {gin / 2**20:,.1f} MiB ({gin / n:,.0f}"
+          f" B/memory), built in {timing['index_seconds']:.1f} s after the load. Scopes"
+          f" above {store_search.SMALL_SCOPE:,} memories picked the GIN plan: "
+          f"{picked.get('one user', 0)} of {len(queries)} one-user, "
+          f"{picked.get('tenant-wide', 0)} of {len(queries)} tenant-wide.\n")
+    print("| sparse leg, p50 / p95 | scan | gin | picked | scan / picked (p50) |")
+    print("|---|---:|---:|---:|---:|")
+    for scope in ("one user", "tenant-wide"):
+        cells = [f"{statistics.median(times[(scope, a)]):.1f} /"
+                 f" {perf.pct(times[(scope, a)], 95):.1f} ms" for a in ARMS]
+        ratio = statistics.median(times[(scope, "scan")]) / statistics.median(
+            times[(scope, "picked")])
+        print(f"| {scope} | {' | '.join(cells)} | {ratio:.2f}x |")
+    for scope in ("one user", "tenant-wide"):
+        cells = []
+        for name in ARMS:
+            counted: dict[str, int] = {}
+            for v in verdicts[(scope, name)]:
+                counted[v] = counted.get(v, 0) + 1
+            cells.append(", ".join(f"{v} {c}" for v, c in sorted(counted.items())))
+        print(f"| top 10 against the exact dot product, {scope} | {' | '.join(cells)} | |")
+    print(f"\nscan and gin return the same top 10 (ids and scores): {same['one user']} of"
+          f" {len(queries)} one-user, {same['tenant-wide']} of {len(queries)} tenant-wide.")
+    worst = sorted(range(len(queries)), key=lambda i: -statistics.median(slow[(i, "gin")]))[:5]
+    print("\nslowest tenant-wide queries under gin (median ms scan / gin; sum of the kept"
+          " terms' df):")
+    for i in worst:
+        kept_df = sum(df.get(t, 0) for t in encoded[i] if df.get(t, 0) <= max_df)
+        print(f"- query {i}: {statistics.median(slow[(i, 'scan')]):.0f} /"
+              f" {statistics.median(slow[(i, 'gin')]):.0f} ms; df sum {kept_df:,}")
+    for p in plans:
+        print(f"\n```\n{p}\n```")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
