@@ -187,6 +187,20 @@ def size(db: Any, table: str) -> int:
     return int(db.scalar("SELECT pg_total_relation_size(?::regclass)", (table,)))
 
 
+def pruning_and_scopes(db: Any, rows: list[tuple], settings: Any
+                       ) -> tuple[dict[int, int], int, dict[tuple, list[int]]]:
+    """The stored document frequencies, the pruning cut `max_df` as memcli computes it, and
+    the memory ids of each (tenant, user) and (tenant, None) scope of the loaded rows."""
+    df = dict(db.execute("SELECT term_id, df FROM sparse_df"))
+    total = int(db.scalar("SELECT max(id) FROM memories"))
+    max_df = max(settings.sparse_max_df, int(settings.sparse_max_df_ratio * total))
+    members: dict[tuple, list[int]] = {}
+    for mid, _, tenant, user, _ in rows:
+        members.setdefault((tenant, user), []).append(mid)
+        members.setdefault((tenant, None), []).append(mid)
+    return df, max_df, members
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--memories", type=int, default=54_000)
@@ -224,13 +238,7 @@ def main() -> int:
                 add_wide(db)
                 wide_heap = tuple(int(db.scalar("SELECT pg_relation_size(?::regclass)", (t,)))
                                   for t in ("memories", "memories_wide"))
-            df = dict(db.execute("SELECT term_id, df FROM sparse_df"))
-            total = int(db.scalar("SELECT max(id) FROM memories"))
-            max_df = max(settings.sparse_max_df, int(settings.sparse_max_df_ratio * total))
-            members: dict[tuple, list[int]] = {}
-            for mid, _, tenant, user, _ in rows:
-                members.setdefault((tenant, user), []).append(mid)
-                members.setdefault((tenant, None), []).append(mid)
+            df, max_df, members = pruning_and_scopes(db, rows, settings)
             times: dict[tuple[str, str], list[float]] = {}
             verdicts: dict[tuple[str, str], list[str]] = {}
             same: dict[str, int] = {}

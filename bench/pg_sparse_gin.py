@@ -117,13 +117,7 @@ def main() -> int:
                            f" COST {int(args.cost)}")
             heap = int(db.scalar("SELECT pg_total_relation_size('memory_sparse')"))
             gin = int(db.scalar("SELECT pg_relation_size('memory_sparse_terms')"))
-            df = dict(db.execute("SELECT term_id, df FROM sparse_df"))
-            total = int(db.scalar("SELECT max(id) FROM memories"))
-            max_df = max(settings.sparse_max_df, int(settings.sparse_max_df_ratio * total))
-            members: dict[tuple, list[int]] = {}
-            for mid, _, tenant, user, _ in rows:
-                members.setdefault((tenant, user), []).append(mid)
-                members.setdefault((tenant, None), []).append(mid)
+            df, max_df, members = bench_sparse.pruning_and_scopes(db, rows, settings)
             times: dict[tuple[str, str], list[float]] = {}
             verdicts: dict[tuple[str, str], list[str]] = {}
             same: dict[str, int] = {}
