@@ -33,9 +33,12 @@ def pending_sessions(
 ) -> list[dict[str, Any]]:
     """Sessions with active episodes past their consolidation mark, oldest first.
 
-    A session is ready once a newer session of the same user (same tenant) has started, when it
-    is named (`session_id`), or when its last event is older than `idle_before`. With
-    `upgrade_extractive`, sessions summarised without a model come back for the model pass.
+    A session is ready once a later session of the same user (same tenant) has started, when it
+    is named (`session_id`), or when its last event is older than `idle_before`. "Later": a
+    later start time, or the same start time and a later first event in the log; sessions of
+    one ingest call without `ts` all start at the call's time, and the log's order still says
+    which came first. With `upgrade_extractive`, sessions summarised without a model come back
+    for the model pass.
     """
     b = db.dialect.binary
     clauses, params = ["1 = 1"], []
@@ -52,7 +55,8 @@ def pending_sessions(
         if session_id is not None
         else (
             "(EXISTS (SELECT 1 FROM sessions n WHERE n.tenant_id = s.tenant_id"
-            " AND n.user_id IS NOT DISTINCT FROM s.user_id AND n.started_at > s.started_at)"
+            " AND n.user_id IS NOT DISTINCT FROM s.user_id AND (n.started_at > s.started_at"
+            f" OR (n.started_at = s.started_at AND {_first_seq('n')} > {_first_seq('s')})))"
             " OR s.last_event_at < ?)"
         )
     )
@@ -69,9 +73,15 @@ def pending_sessions(
         " AND m.event_seq > coalesce(c.last_seq, 0))"
         + (" OR c.method = 'extractive'" if upgrade_extractive else "")
         # unique: no engine's tie order; names in byte order on both
-        + f") ORDER BY s.started_at, {b('s.session_id')}, {b('s.tenant_id')}"
+        + f") ORDER BY s.started_at, {_first_seq('s')}, {b('s.session_id')}, {b('s.tenant_id')}"
     )
     return db.query(sql, params)
+
+
+def _first_seq(alias: str) -> str:
+    """The log position of a session's first event (index events_session)."""
+    return (f"(SELECT min(e.seq) FROM events e WHERE e.session_id = {alias}.session_id"
+            f" AND e.tenant_id = {alias}.tenant_id)")
 
 
 def session_exists(db: Database, session_id: str, tenant_id: str | None) -> bool:

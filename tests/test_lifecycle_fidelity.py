@@ -1,0 +1,43 @@
+"""Consolidation's bookkeeping: when a session is finished, the dates a supersession sets, and
+the caps on what extraction writes (per turn, per user and day, pair checks per day).
+
+Every model reply comes from the scripted HTTP stub through the real `openai` client.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from conftest import NO_SPARSE_CONFIG, ndjson, use_stub_model
+from lifecycle_support import conversation, extraction
+
+# SQLite and PostgreSQL (tests/backend_support.py)
+pytestmark = pytest.mark.backends
+
+
+@pytest.fixture
+def lcli(cli, monkeypatch, tmp_path, stub):
+    """The real CLI with the stub as its model, sparse leg off (test speed)."""
+    use_stub_model(monkeypatch, tmp_path, stub, NO_SPARSE_CONFIG)
+    return cli
+
+
+def untimed(session: str, texts: list[str]) -> list[dict]:
+    """A session's records without `ts`: ingest stamps them with the time of the call."""
+    return [{k: v for k, v in r.items() if k != "ts"} for r in conversation(session, texts)]
+
+
+def test_sessions_ingested_in_one_call_become_pending_in_log_order(lcli, stub):
+    """Three sessions of one user in one ingest call, no `ts`: all start at the call's time.
+    The first two are finished (a later session started after each, in the log's order); the
+    last one is still open."""
+    records = untimed("x2", ["I love green tea."]) + untimed("x1", ["I work as a nurse."])
+    records += untimed("x3", ["Hello again!"])
+    assert lcli("ingest", "-", input=ndjson(records)).exit_code == 0
+    stub.enqueue_json(extraction("Priya talked about tea."))
+    stub.enqueue_json(extraction("Priya talked about her job."))
+    out = lcli("consolidate", "--dry-run", "--json")
+    assert out.exit_code == 0, out.stderr
+    # Log order, not name order: x2 was ingested before x1.
+    assert [s["session_id"] for s in json.loads(out.stdout)["sessions"]] == ["x2", "x1"]
