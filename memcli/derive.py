@@ -120,16 +120,25 @@ def link_related(memory: Memory, memory_id: int, vector_blob: bytes, tenant_id: 
 
 def supersede(memory: Memory, old_id: int, new_id: int, *, actor: str = "memcli",
               reason: str = "") -> None:
-    """The new memory replaces the old: old gets valid_to + state superseded; nothing deleted."""
+    """The new memory replaces the old: old gets valid_to + state superseded; nothing deleted.
+
+    The old memory was true until the new one became true: its `valid_to` is the new memory's
+    `valid_from` (the time of the event it came from), not the time of this write, so history
+    back-filled by an import or by ingest with `ts` gets the intervals it describes. An old
+    memory that starts later than its replacement (an older fact ingested after it) ends where
+    it starts: an interval never runs backwards."""
     db = memory.db
     now = utcnow()
     reason, _ = redact_text(reason)
     with db.transaction():
-        old = mem.get_memories(db, [old_id])[old_id]
-        mem.mark_superseded(db, old_id, now)
+        rows = mem.get_memories(db, [old_id, new_id])
+        old = rows[old_id]
+        valid_to = max(rows[new_id]["valid_from"] or now, old["valid_from"] or "")
+        mem.mark_superseded(db, old_id, valid_to, now)
         rel.add_edge(db, new_id, old_id, "supersedes", 1.0)
         mem.add_history(db, old_id, "UPDATE", old_ref=str(old_id), new_ref=str(new_id),
-                        actor=actor, scope=old, meta={"superseded_by": new_id, "reason": reason})
+                        actor=actor, scope=old,
+                        meta={"superseded_by": new_id, "reason": reason, "valid_to": valid_to})
         mem.bump_revision(db, mem.thread_key(old["tenant_id"], old["user_id"],
                                              old["session_id"]),
                           [("updated", new_id, f"superseded #{old_id}")])

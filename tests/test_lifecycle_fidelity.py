@@ -10,7 +10,7 @@ import json
 
 import pytest
 from conftest import NO_SPARSE_CONFIG, ndjson, use_stub_model
-from lifecycle_support import conversation, extraction
+from lifecycle_support import conversation, extraction, memory_rows, verdicts
 
 # SQLite and PostgreSQL (tests/backend_support.py)
 pytestmark = pytest.mark.backends
@@ -41,3 +41,29 @@ def test_sessions_ingested_in_one_call_become_pending_in_log_order(lcli, stub):
     assert out.exit_code == 0, out.stderr
     # Log order, not name order: x2 was ingested before x1.
     assert [s["session_id"] for s in json.loads(out.stdout)["sessions"]] == ["x2", "x1"]
+
+
+NURSE = "Priya works as a nurse at Santa Maria hospital."
+TEACHER = "Priya works as a teacher at a school in Porto."
+
+
+def test_a_superseded_fact_ends_when_its_replacement_became_true(lcli, stub, db_path):
+    """Back-filled history (ingest with `ts`): the old fact's `valid_to` is the new fact's
+    `valid_from`, the time of the turn it came from, not the time consolidation ran."""
+    records = (
+        conversation("s1", ["I'm a nurse at Santa Maria."])
+        + conversation("s2", ["I quit and now teach at a school in Porto."], day=2)
+        + conversation("s3", ["Hi"], day=3)
+    )
+    assert lcli("ingest", "-", input=ndjson(records)).exit_code == 0
+    stub.enqueue_json(extraction("Priya talked about her job.", facts=[NURSE]))
+    stub.enqueue_json(extraction("Priya changed jobs.", facts=[TEACHER]))
+    stub.enqueue_json(verdicts("contradicts"))
+    out = lcli("consolidate", "--json")
+    assert out.exit_code == 0, out.stderr
+    (old,) = memory_rows(db_path, "content = ?", (NURSE,))
+    (new,) = memory_rows(db_path, "content = ?", (TEACHER,))
+    assert old["state"] == "superseded"
+    assert old["valid_from"].startswith("2025-01-01T10:00")
+    assert new["valid_from"].startswith("2025-01-02T10:00")
+    assert old["valid_to"] == new["valid_from"]
