@@ -83,7 +83,7 @@ def write_memory(memory: Memory, *, content: str, kind: str, source_ids: list[An
         mem.bump_revision(db, mem.thread_key(tenant_id, user_id, session_id),
                           [("created", memory_id, content)])
         if link and vector is not None and kind in SEMANTIC_KINDS:
-            link_related(memory, memory_id, vector.tobytes(), tenant_id, user_id)
+            link_related(memory, memory_id, vector.tobytes(), tenant_id, user_id, session_id)
     return memory_id
 
 
@@ -106,15 +106,18 @@ def encode_ahead(memory: Memory, texts: list[str],
 
 
 def link_related(memory: Memory, memory_id: int, vector_blob: bytes, tenant_id: str,
-                 user_id: str | None) -> list[tuple[int, float]]:
-    """Edges to the top-K semantic neighbours with similarity >= LINK_MIN (one per pair)."""
+                 user_id: str | None, session_id: str | None = None) -> list[tuple[int, float]]:
+    """Edges to the top-K semantic neighbours with similarity >= LINK_MIN (one per pair). The
+    LINK history rows carry the new memory's scope, so `history --user` lists them."""
     db = memory.db
     near = rel.semantic_neighbours(db, memory_id, vector_blob, tenant_id, user_id,
                                    SEMANTIC_KINDS, LINK_TOP_K)
     edges = [(other, score) for other, score in near if score >= LINK_MIN]
+    scope = {"tenant_id": tenant_id, "user_id": user_id, "session_id": session_id}
     for other, score in edges:
         rel.add_edge(db, memory_id, other, "related", score)
-        mem.add_history(db, memory_id, "LINK", new_ref=str(other), meta={"strength": score})
+        mem.add_history(db, memory_id, "LINK", new_ref=str(other), meta={"strength": score},
+                        scope=scope)
     return edges
 
 

@@ -67,3 +67,18 @@ def test_a_superseded_fact_ends_when_its_replacement_became_true(lcli, stub, db_
     assert old["valid_from"].startswith("2025-01-01T10:00")
     assert new["valid_from"].startswith("2025-01-02T10:00")
     assert old["valid_to"] == new["valid_from"]
+
+
+def test_link_history_rows_carry_the_scope_of_their_memory(memory):
+    """A `related` edge's LINK row names the tenant, user and session of the new memory, so
+    `history --user` lists it with the rest of the user's trail."""
+    from memcli.derive import write_memory
+
+    def fact() -> int:
+        return write_memory(memory, content="Priya likes green tea.", kind="fact",
+                            source_ids=[], user_id="priya", session_id="s1", link=True)
+
+    first, second = fact(), fact()
+    links = [h for h in memory.history(user_id="priya") if h["op"] == "LINK"]
+    assert [(h["memory_id"], h["new_ref"]) for h in links] == [(second, str(first))]
+    assert (links[0]["tenant_id"], links[0]["session_id"]) == ("default", "s1")
