@@ -37,6 +37,7 @@ from memcli.lifecycle.extract import (
     system_prompt,
     user_prompt,
 )
+from memcli.lifecycle.profile_fields import field_value
 from memcli.lifecycle.proposals import SENSITIVE_FIELDS
 from memcli.lifecycle.textrules import jaccard, normalise, tokens
 from memcli.models import format_ts
@@ -113,7 +114,7 @@ class SessionPlan:
                 *(
                     {
                         "field": f.profile_field,
-                        "value": f.text,
+                        "value": field_value(f.profile_field or "", f.text) or f.text,
                         "text": f.text,
                         "replaces": f.supersedes,
                     }
