@@ -10,7 +10,16 @@ import json
 
 import pytest
 from conftest import NO_SPARSE_CONFIG, ndjson, use_stub_model
-from lifecycle_support import conversation, extraction, memory_rows, verdicts
+from lifecycle_support import (
+    conversation,
+    extraction,
+    memory_rows,
+    model_for,
+    settings,
+    verdicts,
+)
+
+from memcli.lifecycle.consolidate import consolidate
 
 # SQLite and PostgreSQL (tests/backend_support.py)
 pytestmark = pytest.mark.backends
@@ -82,3 +91,65 @@ def test_link_history_rows_carry_the_scope_of_their_memory(memory):
     links = [h for h in memory.history(user_id="priya") if h["op"] == "LINK"]
     assert [(h["memory_id"], h["new_ref"]) for h in links] == [(second, str(first))]
     assert (links[0]["tenant_id"], links[0]["session_id"]) == ("default", "s1")
+
+
+def test_at_most_three_writes_per_turn_the_most_important_kept(lcli, stub, db_path):
+    records = conversation("s1", ["I'm a nurse, I love tea, I run, I paint and I swim."])
+    records += conversation("s2", ["Bye"], day=2)
+    assert lcli("ingest", "-", input=ndjson(records)).exit_code == 0
+    texts = ["Priya works as a nurse.", "Priya loves green tea.", "Priya runs every morning.",
+             "Priya paints watercolours.", "Priya swims on Sundays."]
+    facts = [{"text": t, "turns": [1], "importance": w}
+             for t, w in zip(texts, (0.9, 0.2, 0.8, 0.7, 0.1), strict=True)]
+    stub.enqueue_json(extraction("Priya talked about herself.", facts=facts))
+    out = lcli("consolidate", "--json")
+    assert out.exit_code == 0, out.stderr
+    (s1,) = json.loads(out.stdout)["sessions"]
+    assert [a["text"] for a in s1["added"]] == [texts[0], texts[2], texts[3]]
+    assert [c["text"] for c in s1["capped"]] == [texts[1], texts[4]]
+    assert "more than 3 writes from one turn" in s1["capped"][0]["reason"]
+    assert len(memory_rows(db_path, "kind = 'fact'")) == 3
+
+
+def test_a_user_s_daily_write_cap_defers_their_next_sessions(cli, monkeypatch, tmp_path, stub,
+                                                             db_path):
+    use_stub_model(monkeypatch, tmp_path, stub,
+                   NO_SPARSE_CONFIG + "lifecycle: {max_writes_per_user_day: 2}\n")
+    records = conversation("s1", ["I'm a nurse.", "I love tea.", "I run."])
+    records += conversation("s2", ["I paint."], day=2) + conversation("s3", ["Bye"], day=3)
+    assert cli("ingest", "-", input=ndjson(records)).exit_code == 0
+    stub.enqueue_json(extraction("Priya talked about herself.", facts=[
+        {"text": "Priya works as a nurse.", "turns": [1], "importance": 0.9},
+        {"text": "Priya loves green tea.", "turns": [2], "importance": 0.5},
+        {"text": "Priya runs every morning.", "turns": [3], "importance": 0.7}]))
+    out = cli("consolidate", "--json")
+    assert out.exit_code == 0, out.stderr
+    report = json.loads(out.stdout)
+    (s1,) = report["sessions"]
+    assert [a["text"] for a in s1["added"]] == ["Priya works as a nurse.",
+                                                "Priya runs every morning."]
+    assert s1["capped"][0]["reason"] == "the user's daily write cap is reached"
+    # s2 waits, still pending, and the model was not asked about it.
+    assert [d["session_id"] for d in report["deferred"]] == ["s2"]
+    assert len(stub.chat_requests) == 1
+    again = json.loads(cli("consolidate", "--json").stdout)  # the same day: still used up
+    assert again["sessions"] == [] and [d["session_id"] for d in again["deferred"]] == ["s2"]
+
+
+def test_pair_checks_are_capped_per_user_and_day_across_runs(memory, stub):
+    """Three runs on one day with a cap of one pair check: the second run asks one of its two
+    pairs, the third asks none (the cap was per run: it asked again)."""
+    memory.ingest(conversation("s1", ["x"]) + conversation("s2", ["y"], day=2)
+                  + conversation("s3", ["z"], day=3) + conversation("s4", ["w"], day=4))
+    model = model_for(memory, stub)
+    cfg = settings(max_pair_checks_per_user=1)
+    stub.enqueue_json(extraction(facts=[NURSE, "Priya lives with her sister Anika."]))
+    consolidate(memory, model, cfg, session_id="s1")
+    stub.enqueue_json(extraction(facts=["Priya works at Santa Maria hospital as a doctor.",
+                                        "Priya lives with her brother Ravi."]))
+    stub.enqueue_json(verdicts("unrelated"))
+    (s2,) = consolidate(memory, model, cfg, session_id="s2")["sessions"]
+    assert (s2["pairs"]["asked"], s2["pairs"]["capped"]) == (1, 1)
+    stub.enqueue_json(extraction(facts=["Priya works at Santa Maria hospital as a surgeon."]))
+    (s3,) = consolidate(memory, model, cfg, session_id="s3")["sessions"]
+    assert s3["pairs"]["asked"] == 0 and s3["pairs"]["capped"] >= 1

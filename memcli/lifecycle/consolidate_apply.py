@@ -44,6 +44,7 @@ def apply_plan(memory: Memory, plan: SessionPlan) -> dict[str, Any]:
         "proposals": [],
         "duplicates_in_batch": plan.duplicates_in_batch,
         "pairs": vars(plan.pairs),
+        "capped": plan.capped,
     }
     if plan.note:
         out["note"] = plan.note
