@@ -50,23 +50,26 @@ def pending_sessions(
         if value is not None:
             clauses.append(f"s.{column} = ?")
             params.append(value)
-    ready = (
-        "1 = 1"
-        if session_id is not None
-        else (
-            "(EXISTS (SELECT 1 FROM sessions n WHERE n.tenant_id = s.tenant_id"
-            " AND n.user_id IS NOT DISTINCT FROM s.user_id AND (n.started_at > s.started_at"
-            f" OR (n.started_at = s.started_at AND {_first_seq('n')} > {_first_seq('s')})))"
-            " OR s.last_event_at < ?)"
-        )
+    # Ready = not the user's latest session (`l`: one per user): one pass over the sessions
+    # for the latest start per user, the log read only for the sessions sharing that start.
+    latest = (
+        " LEFT JOIN (SELECT t.tenant_id, t.session_id, row_number() OVER"
+        f" (PARTITION BY t.tenant_id, t.user_id ORDER BY {_first_seq('t')} DESC) AS r"
+        " FROM sessions t JOIN (SELECT tenant_id, user_id, max(started_at) AS started_at"
+        " FROM sessions GROUP BY tenant_id, user_id) u ON u.tenant_id = t.tenant_id"
+        " AND u.user_id IS NOT DISTINCT FROM t.user_id AND u.started_at = t.started_at) l"
+        " ON l.r = 1 AND l.tenant_id = s.tenant_id AND l.session_id = s.session_id"
     )
-    if session_id is None:
+    ready = "(l.session_id IS NULL OR s.last_event_at < ?)"
+    if session_id is not None:
+        latest, ready = "", "1 = 1"
+    else:
         params.append(idle_before or "")  # "" sorts before every timestamp: never idle
     sql = (
         "SELECT s.tenant_id, s.session_id, s.user_id, s.started_at, s.last_event_at,"
         " coalesce(c.last_seq, 0) AS last_seq, c.method, coalesce(c.failures, 0) AS failures"
         " FROM sessions s LEFT JOIN session_consolidation c"
-        " ON c.tenant_id = s.tenant_id AND c.session_id = s.session_id"
+        f" ON c.tenant_id = s.tenant_id AND c.session_id = s.session_id{latest}"
         f" WHERE {' AND '.join(clauses)} AND {ready} AND ("
         " EXISTS (SELECT 1 FROM memories m WHERE m.session_id = s.session_id"
         " AND m.tenant_id = s.tenant_id AND m.kind = 'episode' AND m.state = 'active'"
