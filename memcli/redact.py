@@ -379,7 +379,9 @@ def _detect(
             pos = m.start() + 1
         else:
             yield span
-            pos = max(m.end(), m.start() + 1)
+            # On from the span's end: a card number shorter than its match may be followed by
+            # another one inside the match ("<card>-<card>").
+            pos = max(span[2], m.start() + 1)
 
 
 def _merge(spans: list[tuple[int, int, int, str]]) -> list[tuple[int, int, str]]:
