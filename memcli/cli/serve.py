@@ -88,14 +88,15 @@ def _endpoint(db: str | None, socket: Path | None, *, create: bool):
     from memcli.service import paths
 
     settings = load_settings(db)
-    if socket is not None:
-        if create:
-            socket.absolute().parent.mkdir(parents=True, exist_ok=True)
-        return settings, paths.endpoint_for_socket(socket.absolute())
-    ep = paths.endpoint(settings.db)
+    given = socket is not None
+    ep = (paths.endpoint_for_socket(socket.absolute()) if socket is not None
+          else paths.endpoint(settings.db))
     if create:
+        # Clients use only a socket in a folder that is the user's and closed to others.
+        hint = ("choose a --socket folder only you can enter" if given
+                else "set XDG_RUNTIME_DIR, or pass --socket")
         try:
             paths.ensure_private_dir(os.path.dirname(ep.socket))
         except paths.RuntimeDirError as exc:
-            raise fail(f"{exc} (set XDG_RUNTIME_DIR, or pass --socket)", 1) from None
+            raise fail(f"{exc} ({hint})", 1) from None
     return settings, ep
