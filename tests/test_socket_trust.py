@@ -22,6 +22,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from daemon_support import start_serve, stop
 from trust_support import memcli_env
 
 from memcli.service import client, paths
@@ -250,3 +251,19 @@ def test_the_users_own_socket_receives_the_forwarded_environment_only(tmp_path):
     assert sent["argv"] == ["remember", "Alice likes green tea"]
     assert sent["env"]["MEMCLI_KEY"] == KEY and sent["env"]["MEMCLI_DB"] == env["MEMCLI_DB"]
     assert "SECRET_API_TOKEN" not in sent["env"] and SECRET.encode() not in request
+
+
+def test_serve_refuses_a_socket_folder_its_clients_would_refuse(tmp_path):
+    env = caller_env(tmp_path / "home", tmp_path / "run")
+    folder = tmp_path / "shared"
+    folder.mkdir(mode=0o755)
+    os.chmod(folder, 0o755)
+    proc = start_serve(env, "--socket", str(folder / "d.sock"))
+    try:
+        proc.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        pass
+    code, _out, err = stop(proc)
+    assert code == 1 and "is open to other users (mode 755)" in err, err
+    assert "choose a --socket folder only you can enter" in err
+    assert not (folder / "d.sock").exists()

@@ -14,7 +14,8 @@ from memcli.cli.output import emit, errors, fail, resolve_format
 
 SocketOpt = Annotated[Path | None, typer.Option(
     "--socket", help="CLI socket path (default: in $XDG_RUNTIME_DIR/memcli/, named after the "
-    "database; clients find it through MEMCLI_SOCKET).", show_default=False)]
+    "database; clients find it through MEMCLI_SOCKET). Its folder must be yours and closed to "
+    "others (created 0700 when missing).", show_default=False)]
 
 
 def register(app: typer.Typer) -> None:

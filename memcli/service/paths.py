@@ -4,7 +4,8 @@ One daemon per database: its files live in the user's runtime dir (`$XDG_RUNTIME
 else `/tmp/memcli-$UID/`, a 0700 folder the user must own), named by a hash of the database's
 real path, so every client that targets the same file finds the same socket:
 
-    <key>.sock       the CLI socket (requests carry argv, environment, cwd and the caller's fds)
+    <key>.sock       the CLI socket (requests carry argv, the environment a command reads, cwd
+                     and the caller's fds)
     <key>.http.sock  the HTTP API (and MCP) on a unix socket
     <key>.lock       held (flock) by the running daemon: a second `serve` refuses
     <key>.pid        the running daemon's pid, for the messages and `kill`
