@@ -273,9 +273,10 @@ class Memory:
     def query(self, text: str, *, filters: Filters | None = None, top_k: int = 10,
               threshold: float | None = None, budget_tokens: int | None = None,
               return_format: str = "full", widen: bool = True, record_access: bool = True,
-              fallback: bool = True) -> QueryResult:
+              fallback: bool = False) -> QueryResult:
         """`fallback`: when every leg finds nothing, answer with the newest memories in scope
-        (memcli.retrieval.fallback); False keeps the search strict (`[]`)."""
+        (memcli.retrieval.fallback), as `memcli query` and the service do for their default
+        legs; off by default: a library search stays strict."""
         t0 = time.perf_counter()
         text = bound_query(text)  # ranking reads the text too: the same bound as the legs
         filters = filters or self.filters()

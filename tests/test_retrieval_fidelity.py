@@ -93,7 +93,7 @@ def test_stats_hit_rate_is_the_full_text_rate_doctor_judges(cli):
     assert fulltext["status"] == "problem"  # 40 % short of 3 full-text hits > the 30 % trigger
 
 
-# -- as_of ------------------------------------------------------------------------------------------
+# -- as_of ---------------------------------------------------------------------------------------
 def _history(cli, db_path) -> tuple[str, str]:
     """Two events (January, April 2026) and a fact corrected once; returns the instant just
     before the correction and the instant it took effect."""
