@@ -58,6 +58,8 @@ def test_no_match_falls_back_to_the_newest_memories_and_says_so(cli, monkeypatch
     hits = hits_of(cli("query", "zebra quantum", "--user", "u1"))
     assert [h["text"] for h in hits] == said[::-1]  # newest first
     assert all(set(h["scores"]) == {"recent"} for h in hits)
+    shown = cli("query", "zebra quantum", "--user", "u1", "--format", "text").stdout
+    assert "[scope: user, no match: newest memories]" in shown
     assert hits_of(cli("query", "zebra quantum", "--user", "u1", "--legs", "lexical")) == []
     bundle = json.loads(cli("acb", "build", "--query", "zebra quantum", "--user", "u1",
                             "--json").stdout)
@@ -67,9 +69,9 @@ def test_no_match_falls_back_to_the_newest_memories_and_says_so(cli, monkeypatch
     # A query that matches does not fall back.
     assert "recent" not in hits_of(cli("query", "kiwi harvest", "--user", "u1"))[0]["scores"]
     stats = json.loads(cli("stats", "--requests", "--json").stdout)
-    assert stats["paths"] == {"user": 2, "user>recent": 2}
+    assert stats["paths"] == {"user": 2, "user>recent": 3}
     assert stats["by_command"]["acb"]["paths"] == {"user>recent": 1}
-    assert stats["fallback_share"] == pytest.approx(0.5)
+    assert stats["fallback_share"] == pytest.approx(0.6)
 
 
 # -- one full-text hit rate ----------------------------------------------------------------------

@@ -34,9 +34,12 @@ def _render_hits(payload: dict, explain: bool) -> None:
     from rich.text import Text
 
     scope = payload["scope"]
-    searched = payload.get("path") or scope
-    if ">" in searched:  # a session query that widened: say so
-        scope = f"{scope}, widened from {searched.split('>')[0]}"
+    steps = (payload.get("path") or scope).split(">")
+    if steps[-1] == "recent":  # nothing matched: the newest memories stand in
+        steps.pop()
+        scope = f"{scope}, no match: newest memories"
+    if len(steps) > 1:  # a session query that widened: say so
+        scope = f"{scope}, widened from {steps[0]}"
     # Text, not markup: a query or a hit holding "[...]" (every bullet does) is shown as is.
     table = Table(title=Text(f"{payload['query']}  [scope: {scope}]"), show_lines=False)
     for col in ("#", "id", "score", "session", "text"):
