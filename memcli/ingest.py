@@ -32,6 +32,8 @@ from memcli.scrub import redact_event
 from memcli.store import events as ev
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from memcli.progress import Progress
     from memcli.providers.embedders import Embedder
     from memcli.providers.splade import SpladeEncoder
@@ -160,7 +162,8 @@ def _normalise_tool_result(prep: Prepared, now: str) -> None:
     }
 
 
-def prepare(number: int, value: Any, defaults: dict[str, Any], now: str) -> Prepared:
+def prepare(number: int, value: Any, defaults: dict[str, Any], now: str,
+            check_category: Callable[[str | None], None] | None = None) -> Prepared:
     if isinstance(value, Exception):
         raise ValidationError(str(value))
     if not isinstance(value, dict):
@@ -177,6 +180,8 @@ def prepare(number: int, value: Any, defaults: dict[str, Any], now: str) -> Prep
         raise ValidationError(f"invalid record: {exc}".splitlines()[0]) from exc
     event_id = rec.event_id or f"evt_{uuid.uuid4().hex}"
     rec, kinds = redact_event(rec)  # every text field, keys too (memcli.scrub)
+    if check_category is not None:  # after redaction: the refusal quotes the category
+        check_category(rec.category)
     if rec.sensitivity == "secret":
         # Secret content is never stored: the event keeps only that something was said.
         content, kinds = {"text": "[REDACTED:secret]"}, ["secret"]
@@ -201,14 +206,17 @@ def prepare(number: int, value: Any, defaults: dict[str, Any], now: str) -> Prep
 def ingest(db: Database, values: list[tuple], *, embedder: Embedder | None,
            sparse: SpladeEncoder | None = None, defaults: dict[str, Any] | None = None,
            strict: bool = False, defer_embed: bool = False,
-           progress: Progress | None = None) -> IngestReport:
-    """`progress`: called as records are embedded and written (memcli/progress.py)."""
+           progress: Progress | None = None,
+           check_category: Callable[[str | None], None] | None = None) -> IngestReport:
+    """`progress`: called as records are embedded and written (memcli/progress.py).
+    `check_category`: refuses a record's category (ValidationError), e.g.
+    `Categories.check_write`."""
     report = IngestReport()
     now = utcnow()
     prepared: list[Prepared] = []
     for number, value, *source in values:
         try:
-            prep = prepare(number, value, defaults or {}, now)
+            prep = prepare(number, value, defaults or {}, now, check_category)
         except ValidationError as exc:
             ident = value.get("event_id") if isinstance(value, dict) else None
             if not isinstance(ident, str) or inputs.has_bad_text(ident):

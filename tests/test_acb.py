@@ -328,7 +328,7 @@ def test_cli_disallowed_category_exits_2(cli, db_path):
 # -- delta header -----------------------------------------------------------------------------
 def test_delta_header_only_when_something_changed(memory):
     memory.ingest(turns("s1", ["hello there"]))
-    req = {"user_id": "u1", "session_id": "s1", "agent_id": "a1"}
+    req = {"user_id": "u1", "session_id": "s1", "agent_id": "supervisor"}
     first = build_acb(memory, req)
     assert first["delta"] is None  # no base yet: the bundle is the full picture
     assert build_acb(memory, req)["delta"] is None  # nothing changed
@@ -342,7 +342,7 @@ def test_delta_header_only_when_something_changed(memory):
     assert render_markdown(bundle).split("\n")[1].startswith("Memory updates since rev ")
     assert build_acb(memory, req)["delta"] is None
     # Another caller has its own base.
-    assert build_acb(memory, {**req, "agent_id": "a2"})["delta"] is None
+    assert build_acb(memory, {**req, "agent_id": "planner"})["delta"] is None
 
 
 def test_delta_header_has_at_most_three_bullets(memory):
@@ -404,7 +404,7 @@ def test_two_builds_are_identical(memory):
         "user_id": "u1",
         "session_id": "s1",
         "query_text": "when does Anika visit?",
-        "agent_id": "a1",
+        "agent_id": "supervisor",
     }
     build_acb(memory, req)  # sets the caller's base
     one, two = build_acb(memory, req), build_acb(memory, req)
