@@ -64,6 +64,21 @@ def test_a_bundle_without_a_query_knows_the_user(cli, db_path, tmp_path):
     assert "Sam lives in Porto" not in proc.stdout
 
 
+def test_an_episode_of_a_context_all_category_is_in_the_profile(cli):
+    events = [{"event_id": "sam-1", "session_id": "s1", "user_id": "sam",
+               "category": "profile", "text": "My preferred name is Sam."},
+              {"event_id": "sam-2", "session_id": "s1", "user_id": "sam",
+               "text": "What is the weather like today?"}]
+    assert cli("ingest", "-", input=ndjson(events)).exit_code == 0
+    profile = section(bundle_json(cli, "--user", "sam"), "profile")["items"]
+    assert [i["text"] for i in profile] == ["[profile] My preferred name is Sam."]
+    assert "event:sam-1" in profile[0]["refs"]
+    # In the session, the turn is shown once (the floor: the newest turn is the other one).
+    inside = bundle_json(cli, "--user", "sam", "--session", "s1")
+    shown = [i["memory_id"] for s in inside["sections"] for i in s["items"] if "memory_id" in i]
+    assert len(shown) == len(set(shown)) == 2
+
+
 def test_rag_length_bounds_a_context_all_category(tmp_path, cli, monkeypatch):
     cats = tmp_path / "categories.yaml"
     cats.write_text("categories:\n  - {name: profile, context: all, rag_length: 2}\n"
