@@ -65,7 +65,7 @@ def pack(
         entry["count"] += 1
         entry["tokens"] += item["tokens"]
         if len(entry["refs"]) < 20:
-            entry["refs"].append(item["refs"][0])
+            entry["refs"].append(omitted_ref(item))
 
     used = count_tokens(f"{render.TITLE}acb_\n", enc) + render.ID_TOKENS_MAX
     empty = used > available
@@ -205,6 +205,12 @@ def pack(
     }
 
 
+def omitted_ref(item: dict[str, Any]) -> str:
+    """What an omission names an item by: its first ref, or for a derived item (a summary,
+    whose refs are its sources) its own memory."""
+    return f"mem:{item['memory_id']}" if item.get("derived") else item["refs"][0]
+
+
 def truncate_item(item: dict[str, Any], room: int, enc: str) -> bool:
     """Cut a block item (a file, free text) so that its rendered line fits `room` tokens;
     False when no non-empty prefix fits (an empty line would break the sum-of-parts count)."""
@@ -267,7 +273,7 @@ def finish(
         group["count"] += 1
         group["tokens"] += dropped["tokens"]
         if len(group["refs"]) < 20:
-            group["refs"].append(dropped["refs"][0])
+            group["refs"].append(omitted_ref(dropped))
     bundle.pop("empty")
 
 

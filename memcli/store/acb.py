@@ -94,6 +94,15 @@ def latest_reflection(db: Database, filters: Filters, user_id: str) -> dict[str,
     return rows[0] if rows else None
 
 
+def source_events(db: Database, ids: list[int]) -> dict[int, str | None]:
+    """memory id -> the event it was made from (None for a derived one), for stored ids."""
+    if not ids:
+        return {}
+    marks = ",".join("?" * len(ids))
+    rows = db.execute(f"SELECT id, event_id FROM memories WHERE id IN ({marks})", ids)
+    return {int(mid): event for mid, event in rows}
+
+
 def max_related_strength(db: Database, ids: list[int]) -> dict[int, float]:
     """Strength of each memory's strongest `related` edge to an active memory."""
     if not ids:
