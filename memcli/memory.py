@@ -190,8 +190,8 @@ class Memory:
         if defaults.get("tenant_id") is None:
             defaults["tenant_id"] = self.tenant  # a record naming no tenant: the configured one
         return ingest_mod.ingest(self.db, numbered, embedder=self.embedder, sparse=self.sparse,
-                                 defaults=defaults,
-                                 strict=strict, defer_embed=defer_embed, progress=progress)
+                                 defaults=defaults, strict=strict, defer_embed=defer_embed,
+                                 progress=progress, memory=self)
 
     def embed_pending(self, batch_size: int = 256, progress: Progress | None = None) -> int:
         """Embed memories stored without vectors or sparse terms (after --defer-embed)."""
