@@ -192,7 +192,7 @@ class Memory:
             defaults["tenant_id"] = self.tenant  # a record naming no tenant: the configured one
         return ingest_mod.ingest(self.db, numbered, embedder=self.embedder, sparse=self.sparse,
                                  defaults=defaults, strict=strict, defer_embed=defer_embed,
-                                 progress=progress,
+                                 progress=progress, memory=self,
                                  check_category=self.categories.check_write)
 
     def embed_pending(self, batch_size: int = 256, progress: Progress | None = None) -> int:

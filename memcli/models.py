@@ -163,6 +163,7 @@ class IngestReport(BaseModel):
     rejected: list[RecordProblem] = Field(default_factory=list)
     redacted: list[dict[str, Any]] = Field(default_factory=list)  # {event_id, kinds}
     artifacts: list[str] = Field(default_factory=list)
+    ledger: list[dict[str, Any]] = Field(default_factory=list)  # {event_id, decision/task_id}
     embedded: int = 0
     deferred_embedding: int = 0
 

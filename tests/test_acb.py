@@ -196,6 +196,32 @@ def test_sections_fill_by_priority_and_report_what_was_cut(memory):
     assert any(o["reason"] == "section_cap" for o in capped["omissions"])
 
 
+def test_the_last_turn_is_packed_before_evidence_at_every_budget(memory):
+    """The turn being answered is the floor: a small budget goes to evidence only after it."""
+    memory.ingest(turns("old", [f"The Lisbon trip plan, note {i}: book the hotel near the river"
+                                for i in range(8)]))
+    memory.ingest(turns("s2", ["Which hotel did we pick for the Lisbon trip in the end?"]))
+    last = memory.db.scalar("SELECT id FROM memories WHERE session_id = 's2'")
+    for budget in (400, 600, 2000):
+        bundle = build(memory, user_id="u1", session_id="s2", query="Lisbon trip hotel",
+                       max_tokens=budget)
+        recent = section(bundle, "recent_window")["items"]
+        assert [i["memory_id"] for i in recent] == [last], budget
+        assert bundle["token_used"] <= budget
+    # The priorities decide the rest: evidence still fills what is left.
+    small = build(memory, user_id="u1", session_id="s2", query="Lisbon trip hotel",
+                  max_tokens=600)
+    assert section(small, "retrieved_evidence")["items"]
+    assert not [o for o in small["omissions"] if o["section"] == "recent_window"]
+    # A budget that cannot hold even the floor says so.
+    tiny = build(memory, user_id="u1", session_id="s2", query="Lisbon trip hotel", max_tokens=40)
+    assert not section(tiny, "recent_window")["items"]
+    assert {"section": "recent_window", "reason": "budget"}.items() <= next(
+        o for o in tiny["omissions"] if o["section"] == "recent_window").items()
+    assert f"mem:{last}" in next(
+        o for o in tiny["omissions"] if o["section"] == "recent_window")["refs"]
+
+
 def test_oversized_rules_file_is_truncated_to_its_cap(memory, tmp_path):
     (tmp_path / "rules.md").write_text("Always be kind. " * 5000)
     bundle = build_acb(memory, {"track": False}, context_dir=tmp_path)

@@ -4,9 +4,10 @@
 
 Sections (cap, priority; config `acb.sections`): identity, rules, profile (`context: all`
 categories), reflection (the latest), app_memories (`app_id` only), task_state, decision_ledger,
-handoff_packet, retrieved_evidence (duplicates collapsed), recent_window. Sections fill by
-priority; inside one, items are taken best first while they fit the section's cap and what is
-left of the budget (an item that does not fit is skipped, and the next, smaller one may fit). The
+handoff_packet, retrieved_evidence (duplicates collapsed), recent_window. The session's last
+turn is packed first (a floor, at every budget, within the recent window's cap); then sections
+fill by priority; inside one, items are taken best first while they fit the section's cap and
+what is left of the budget (an item that does not fit is skipped, the next, smaller one may). The
 budget is `max_tokens` minus a reserve for the caller; every count is tiktoken's, on exactly the
 text the markdown rendering prints, and the rendered block is counted once more at the end.
 

@@ -276,6 +276,7 @@ def evidence_items(
         memory.db, ids, replace(filters, session_id=None, categories=()), settings.related_bullets
     )
     in_pool = set(ids)
+    sources = _summary_sources(memory, found.ranked)
     items = []
     for cand in found.ranked:
         extra = [r for r in related.get(cand.id, []) if r["id"] not in in_pool]
@@ -283,8 +284,50 @@ def evidence_items(
         item["score"] = round(cand.score, 6)
         item["boosts"] = dict(sorted(cand.shown_boosts().items()))  # what each ranking stage added
         item["_dup"] = cand.row["content"]  # the packer collapses repeated sentences
+        if cand.id in sources:  # a summary cites the turns it summarises, not itself
+            item["refs"] = sources[cand.id] or item["refs"]
+            item["derived"] = True
         if extra:
             item["related"] = [{"id": r["id"], "strength": round(r["strength"], 4)} for r in extra]
             item["refs"].extend(f"mem:{r['id']}" for r in extra)
         items.append(item)
-    return items
+    return _ground_truth_first(items, found.ranked, sources)
+
+
+def _summary_sources(memory: Memory, ranked: list[Candidate]) -> dict[int, list[str]]:
+    """Each summary among the candidates -> the refs of what it summarises: `event:` ids of
+    its source turns (`mem:` for a source that has no event, nothing for a purged one)."""
+    wanted = {c.id: _source_memory_ids(c.row) for c in ranked if c.row.get("kind") == "summary"}
+    events = sql.source_events(memory.db, sorted({i for ids in wanted.values() for i in ids}))
+    return {
+        mid: [f"event:{events[i]}" if events[i] else f"mem:{i}" for i in ids if i in events]
+        for mid, ids in wanted.items()
+    }
+
+
+def _source_memory_ids(row: dict[str, Any]) -> list[int]:
+    raw = row.get("source_ids") or "[]"
+    values = json.loads(raw) if isinstance(raw, str) else raw
+    out = []
+    for value in values:
+        text = str(value).removeprefix("mem:")
+        if text.isdigit():
+            out.append(int(text))
+    return out
+
+
+def _ground_truth_first(
+    items: list[dict[str, Any]], ranked: list[Candidate], sources: dict[int, list[str]]
+) -> list[dict[str, Any]]:
+    """A summary ranks no higher than the best of its own turns among the candidates, and
+    the turns win the tie: when a summary drifted from what was said, what was said comes
+    first (its `score` is still shown as ranked)."""
+    if not sources:
+        return items
+    score = {c.id: c.score for c in ranked}
+    position = {}
+    for index, (cand, item) in enumerate(zip(ranked, items, strict=True)):
+        own = [score[i] for i in _source_memory_ids(cand.row) if i in score]
+        key = min(cand.score, max(own)) if cand.id in sources and own else cand.score
+        position[id(item)] = (-key, bool(item.get("derived")), index)
+    return sorted(items, key=lambda item: position[id(item)])
