@@ -24,14 +24,20 @@ import pydantic
 from memcli import inputs
 from memcli.chunking import chunk_text
 from memcli.entities import extract_entities
-from memcli.errors import ValidationError
+from memcli.errors import NotFoundError, UsageError, ValidationError
 from memcli.ingest_write import write_batch
+from memcli.ledger_events import LedgerEvent, episode_text
+from memcli.ledger_events import parse as parse_ledger
+from memcli.ledger_events import prepare as prepare_ledger
 from memcli.models import EventIn, IngestReport, RecordProblem, utcnow
 from memcli.progress import slices
 from memcli.scrub import redact_event
 from memcli.store import events as ev
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from memcli.memory import Memory
     from memcli.progress import Progress
     from memcli.providers.embedders import Embedder
     from memcli.providers.splade import SpladeEncoder
@@ -96,6 +102,9 @@ def event_text(kind: str, content: dict[str, Any]) -> str:
         value = content.get(key)
         if isinstance(value, str) and value.strip():
             return value
+    ledger_text = episode_text(kind, content)  # a decision or task without `text`
+    if ledger_text:
+        return ledger_text
     if kind == "tool_call" and "name" in content:
         args = json.dumps(content.get("args", content.get("arguments", {})), ensure_ascii=False)
         return f"{content['name']}({args})"
@@ -116,6 +125,7 @@ class Prepared:
     vectors: list[bytes] = field(default_factory=list)
     sparse: list[dict[int, float]] = field(default_factory=list)
     source: str | None = None
+    ledger: LedgerEvent | None = None  # a decision or task event's row (memcli.ledger_events)
 
 
 def _content_hash(rec: EventIn, content: dict[str, Any]) -> str:
@@ -160,7 +170,8 @@ def _normalise_tool_result(prep: Prepared, now: str) -> None:
     }
 
 
-def prepare(number: int, value: Any, defaults: dict[str, Any], now: str) -> Prepared:
+def prepare(number: int, value: Any, defaults: dict[str, Any], now: str,
+            check_category: Callable[[str | None], None] | None = None) -> Prepared:
     if isinstance(value, Exception):
         raise ValidationError(str(value))
     if not isinstance(value, dict):
@@ -177,6 +188,8 @@ def prepare(number: int, value: Any, defaults: dict[str, Any], now: str) -> Prep
         raise ValidationError(f"invalid record: {exc}".splitlines()[0]) from exc
     event_id = rec.event_id or f"evt_{uuid.uuid4().hex}"
     rec, kinds = redact_event(rec)  # every text field, keys too (memcli.scrub)
+    if check_category is not None:  # after redaction: the refusal quotes the category
+        check_category(rec.category)
     if rec.sensitivity == "secret":
         # Secret content is never stored: the event keeps only that something was said.
         content, kinds = {"text": "[REDACTED:secret]"}, ["secret"]
@@ -190,6 +203,7 @@ def prepare(number: int, value: Any, defaults: dict[str, Any], now: str) -> Prep
     prep = Prepared(number, rec, event_id, content, digest, kinds)
     if rec.kind == "tool_result":
         _normalise_tool_result(prep, now)
+    prep.ledger = parse_ledger(rec, event_id, prep.content)
     if rec.sensitivity != "secret":
         prep.chunks = chunk_text(event_text(rec.kind, prep.content), max_tokens=CHUNK_TOKENS)
         # found here, before the write lock (a `high` memory links none: plain-text names)
@@ -201,14 +215,18 @@ def prepare(number: int, value: Any, defaults: dict[str, Any], now: str) -> Prep
 def ingest(db: Database, values: list[tuple], *, embedder: Embedder | None,
            sparse: SpladeEncoder | None = None, defaults: dict[str, Any] | None = None,
            strict: bool = False, defer_embed: bool = False,
-           progress: Progress | None = None) -> IngestReport:
-    """`progress`: called as records are embedded and written (memcli/progress.py)."""
+           progress: Progress | None = None, memory: Memory | None = None,
+           check_category: Callable[[str | None], None] | None = None) -> IngestReport:
+    """`progress`: called as records are embedded and written (memcli/progress.py).
+    `memory`: the one writing, for the ledger rows of decision and task events.
+    `check_category`: refuses a record's category (ValidationError), e.g.
+    `Categories.check_write`."""
     report = IngestReport()
     now = utcnow()
     prepared: list[Prepared] = []
     for number, value, *source in values:
         try:
-            prep = prepare(number, value, defaults or {}, now)
+            prep = prepare(number, value, defaults or {}, now, check_category)
         except ValidationError as exc:
             ident = value.get("event_id") if isinstance(value, dict) else None
             if not isinstance(ident, str) or inputs.has_bad_text(ident):
@@ -222,6 +240,9 @@ def ingest(db: Database, values: list[tuple], *, embedder: Embedder | None,
         return report
 
     fresh = _unseen(db, prepared, report)
+    fresh = _prepare_ledger(memory, fresh, report)
+    if strict and report.rejected:
+        return report
     if not defer_embed:
         # the models run here, before any lock is taken
         _encode(fresh, embedder, sparse, progress)
@@ -229,7 +250,30 @@ def ingest(db: Database, values: list[tuple], *, embedder: Embedder | None,
                 None if sparse is None or defer_embed else sparse.vocab_hash, progress)
     if defer_embed and (embedder is not None or sparse is not None):
         report.deferred_embedding = sum(len(p.chunks) for p in fresh)
+    created = set(report.created)
+    report.ledger = [p.ledger.written for p in fresh
+                     if p.ledger is not None and p.event_id in created and p.ledger.written]
     return report
+
+
+def _prepare_ledger(memory: Memory | None, fresh: list[Prepared],
+                    report: IngestReport) -> list[Prepared]:
+    """Decision and task events checked against the stored ledger and encoded, before the
+    write lock; one that cannot be written (an unknown task, a decision superseded already)
+    is rejected here."""
+    kept = []
+    for prep in fresh:
+        if prep.ledger is not None:
+            try:
+                if memory is None:
+                    raise ValidationError("decision and task events are written by a Memory")
+                prepare_ledger(memory, prep.ledger)
+            except (UsageError, NotFoundError) as exc:
+                report.rejected.append(RecordProblem(source=prep.source, line=prep.line,
+                                                     reason=str(exc), event_id=prep.event_id))
+                continue
+        kept.append(prep)
+    return kept
 
 
 def _unseen(db: Database, prepared: list[Prepared], report: IngestReport) -> list[Prepared]:

@@ -41,6 +41,11 @@ def parse_ts(value: str | datetime) -> str:
         raise ValueError(f"time out of range: {value!r}") from exc
 
 
+def parse_clock(value: str) -> datetime:
+    """A stored timestamp (or any ISO 8601 time) as an aware datetime."""
+    return datetime.fromisoformat(parse_ts(value).replace("Z", "+00:00"))
+
+
 class Actor(BaseModel):
     model_config = ConfigDict(extra="forbid", defer_build=True)
     type: str = "human"
@@ -158,6 +163,7 @@ class IngestReport(BaseModel):
     rejected: list[RecordProblem] = Field(default_factory=list)
     redacted: list[dict[str, Any]] = Field(default_factory=list)  # {event_id, kinds}
     artifacts: list[str] = Field(default_factory=list)
+    ledger: list[dict[str, Any]] = Field(default_factory=list)  # {event_id, decision/task_id}
     embedded: int = 0
     deferred_embedding: int = 0
 

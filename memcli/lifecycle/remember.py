@@ -93,6 +93,7 @@ def _remember(
     pinned: bool = False,
     title: str | None = None,
 ) -> dict[str, Any]:
+    memory.categories.check_write(category)  # a typo is refused, not filed as a new category
     tenant_id = tenant_id or memory.tenant
     scope = {
         "tenant_id": tenant_id,
