@@ -319,6 +319,11 @@ def register(app: typer.Typer) -> None:
     def checkpoint_load(
         thread: Annotated[str, typer.Option("--thread", help="Thread (session) id.")] = "",
         user: Annotated[str, typer.Option("--user", help="User id.")] = "",
+        version: Annotated[
+            int | None,
+            typer.Option("--version", min=1, help="An older save (1 = the first); default: the "
+                         "latest.", show_default=False),
+        ] = None,
         tenant: Tenant = None,
         db: DbOpt = None,
         fmt: FormatOpt = None,
@@ -328,5 +333,6 @@ def register(app: typer.Typer) -> None:
         from memcli import ledger
 
         with errors(), open_memory(db, with_embedder=False, must_exist=True) as memory:
-            row = ledger.load_checkpoint(memory, user_id=user, thread_id=thread, tenant_id=tenant)
+            row = ledger.load_checkpoint(memory, user_id=user, thread_id=thread, tenant_id=tenant,
+                                         version=version)
             emit(row, resolve_format(fmt, as_json))

@@ -128,6 +128,10 @@ def _consolidate_text(r: dict[str, Any]) -> None:
                 f"  {s['session_id']}: +{len(s['added'])} merged {len(s['merged'])} "
                 f"superseded {len(s['superseded'])} proposals {len(s['proposals'])}"
             )
+        if s.get("capped"):
+            print(f"    {len(s['capped'])} write(s) over a cap: {s['capped'][0]['reason']}")
+    for d in r.get("deferred", []):
+        print(f"  {d['session_id']}: waits for tomorrow ({d['reason']})")
     for a in r["compaction"]:
         print(
             f"  app {a['app_id']}: {a['before']} -> {a.get('after', a['before'])} "

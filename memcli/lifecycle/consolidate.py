@@ -37,8 +37,10 @@ from memcli.lifecycle.extract import (
     system_prompt,
     user_prompt,
 )
+from memcli.lifecycle.profile_fields import field_value
 from memcli.lifecycle.proposals import SENSITIVE_FIELDS
 from memcli.lifecycle.textrules import jaccard, normalise, tokens
+from memcli.lifecycle.write_caps import DailyCaps, cap_plan
 from memcli.models import format_ts
 from memcli.progress import report as report_progress
 from memcli.providers.llm import LLMBadReply, LLMBudgetExceeded, LLMError
@@ -70,6 +72,7 @@ class SessionPlan:
     replaces_summaries: list[int] = field(default_factory=list)
     duplicates_in_batch: int = 0
     pairs: PairStats = field(default_factory=PairStats)
+    capped: list[dict[str, Any]] = field(default_factory=list)  # over a write cap (write_caps)
     note: str = ""
 
     @property
@@ -113,7 +116,7 @@ class SessionPlan:
                 *(
                     {
                         "field": f.profile_field,
-                        "value": f.text,
+                        "value": field_value(f.profile_field or "", f.text) or f.text,
                         "text": f.text,
                         "replaces": f.supersedes,
                     }
@@ -128,6 +131,7 @@ class SessionPlan:
             },
             "duplicates_in_batch": self.duplicates_in_batch,
             "pairs": vars(self.pairs),
+            "capped": self.capped,
             **({"note": self.note} if self.note else {}),
         }
 
@@ -155,8 +159,11 @@ def plan_llm(
     pairs_left: int,
     *,
     cache: bool,
+    writes_left: int | None = None,
 ) -> SessionPlan:
-    """Extract, deduplicate and check; no write except pair-verdict caching (when `cache`)."""
+    """Extract, deduplicate and check, then hold the write caps (`write_caps`: per turn, and
+    `writes_left` for the user today, None for no cap); no write except pair-verdict caching
+    (when `cache`)."""
     tenant, user, sid = row["tenant_id"], row["user_id"], row["session_id"]
     plan = SessionPlan(tenant, sid, user, "llm", episodes)
     names = list(memory.categories.names) or ["knowledge"]
@@ -238,6 +245,7 @@ def plan_llm(
         if guarded:  # changing a sensitive profile field needs consent, not a supersession
             fact.action, fact.supersedes = "propose", guarded
             fact.profile_field = by_id[guarded[0]].attributes["profile_field"]
+    cap_plan(plan, cfg.max_writes_per_turn, writes_left)
     return plan
 
 
@@ -311,11 +319,12 @@ def consolidate(
         "compaction": [],
         "dedup": [],
         "errors": [],
+        "deferred": [],
         "stopped": None,
     }
     if session_id is not None and not rows:
         report["up_to_date"].append(session_id)
-    pairs_used: Counter[tuple[str, str | None]] = Counter()
+    caps = DailyCaps(db, cfg, dry_run)
     apps: set[tuple[str, str | None, str]] = set()  # (tenant, user, app) scopes to compact
     users: set[tuple[str, str | None]] = set()
     for done, row in enumerate(rows):
@@ -330,6 +339,12 @@ def consolidate(
             report["up_to_date"].append(row["session_id"])
             continue
         scope = (row["tenant_id"], row["user_id"])
+        writes_left = caps.writes_left(scope) if model is not None else None
+        if writes_left == 0:  # asks the model nothing; tomorrow's run takes the session
+            report["deferred"].append({"tenant_id": row["tenant_id"],
+                                       "session_id": row["session_id"],
+                                       "reason": "the user's daily write cap is reached"})
+            continue
         try:
             if model is None:
                 plan = plan_extractive(row, episodes)
@@ -340,10 +355,11 @@ def consolidate(
                     cfg,
                     row,
                     episodes,
-                    max(cfg.max_pair_checks_per_user - pairs_used[scope], 0),
+                    caps.pairs_left(scope),
                     cache=not dry_run,
+                    writes_left=writes_left,
                 )
-                pairs_used[scope] += plan.pairs.asked
+                caps.planned(scope, plan)
         except LLMBudgetExceeded as exc:
             report["stopped"] = str(exc)
             break

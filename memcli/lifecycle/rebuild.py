@@ -110,7 +110,7 @@ def _replay(row: dict[str, Any], history: list[dict[str, Any]]) -> None:
             row["state"], row["purge_at"] = "active", None
         elif h["op"] == "UPDATE":
             if "superseded_by" in meta:
-                row["state"], row["valid_to"] = "superseded", h["ts"]
+                row["state"], row["valid_to"] = "superseded", meta.get("valid_to", h["ts"])
             if "pinned" in meta:
                 row["pinned"] = int(bool(meta["pinned"]))
             if meta.get("confirmed"):

@@ -18,6 +18,7 @@ from memcli.derive import encode_ahead, write_memory
 from memcli.errors import NotFoundError, UsageError
 from memcli.lifecycle import dedup
 from memcli.lifecycle.applimit import enforce_app_limit
+from memcli.lifecycle.profile_fields import field_value
 from memcli.lifecycle.proposals import SENSITIVE_FIELDS, propose
 from memcli.lifecycle.textrules import jaccard, normalise, safe_merge, tokens
 from memcli.models import utcnow
@@ -136,7 +137,7 @@ def _remember(
                 tenant_id=tenant_id,
                 user_id=user_id,
                 field=field,
-                value=_field_value(clean),
+                value=field_value(field, clean) or _field_value(clean),
                 text=clean,
                 session_id=session_id,
                 origin="remember",
@@ -183,7 +184,8 @@ def _remember(
 
 
 def _field_value(text: str) -> str:
-    # "city=Porto" / "city: Porto" give the value explicitly; otherwise the whole text is it.
+    # No cue of the field (profile_fields): "city=Porto" / "city: Porto" give the value
+    # explicitly; otherwise the whole text is it ("Porto").
     m = re.match(r"^\s*\w+\s*[:=]\s*(.+)$", text)
     return m.group(1).strip() if m else text
 
