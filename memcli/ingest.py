@@ -92,7 +92,7 @@ def _reason(exc: pydantic.ValidationError) -> str:
 
 def event_text(kind: str, content: dict[str, Any]) -> str:
     """The text an episode remembers for an event."""
-    for key in ("text", "output", "summary"):
+    for key in ("text", "excerpt_text", "output", "summary"):
         value = content.get(key)
         if isinstance(value, str) and value.strip():
             return value
@@ -130,29 +130,52 @@ def _content_hash(rec: EventIn, content: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(key, sort_keys=True, ensure_ascii=False).encode()).hexdigest()
 
 
+# Seed 003 7.4: a tool result's excerpt is `content.excerpt_text`; `text` and `output` are
+# accepted on input and stored under that one name.
+EXCERPT_KEYS = ("excerpt_text", "output", "text")
+
+
+def _is_file_read(content: dict[str, Any]) -> bool:
+    """A file read (`fs.read_file` and the like, or any result naming a `path`): seed 003 7.4
+    wants its `line_range` always, whatever its size."""
+    tool = content.get("tool", content.get("name"))
+    return isinstance(content.get("path"), str) or (
+        isinstance(tool, str) and tool.rsplit(".", 1)[-1] == "read_file")
+
+
+def _line_count(text: str) -> int:
+    return max(1, text.count("\n") + (0 if text.endswith("\n") else 1))
+
+
 def _normalise_tool_result(prep: Prepared, now: str) -> None:
-    """Keep a 64 KB excerpt in the event and the full output in `artifacts`."""
-    key = "output" if isinstance(prep.content.get("output"), str) else "text"
-    full = prep.content.get(key)
-    if not isinstance(full, str):
+    """Keep the output in `excerpt_text`, at most 64 KB of it, and the full output in
+    `artifacts` when it is longer (`truncated`, `artifact_id`, `total_lines`). `line_range` is
+    the excerpt's lines: always for a file read (from the caller's first line, if it gave a
+    range), and for every cut output."""
+    key = next((k for k in EXCERPT_KEYS if isinstance(prep.content.get(k), str)), None)
+    if key is None:
         return
+    full = prep.content[key]
+    content = {k: v for k, v in prep.content.items() if k != key}
     raw = full.encode("utf-8")
-    if len(raw) <= EXCERPT_BYTES:
+    excerpt, truncated = full, len(raw) > EXCERPT_BYTES
+    if truncated:
+        excerpt = raw[:EXCERPT_BYTES].decode("utf-8", errors="ignore")
+        if "\n" in excerpt:
+            excerpt = excerpt[: excerpt.rindex("\n")]
+    content.update(excerpt_text=excerpt, truncated=truncated)
+    if truncated or _is_file_read(content):
+        given = content.get("line_range")
+        first = given[0] if (isinstance(given, list) and len(given) == 2
+                             and isinstance(given[0], int) and given[0] >= 1) else 1
+        content["line_range"] = [first, first + _line_count(excerpt) - 1]
+    if not truncated:
+        prep.content = content
         return
-    excerpt = raw[:EXCERPT_BYTES].decode("utf-8", errors="ignore")
-    if "\n" in excerpt:
-        excerpt = excerpt[: excerpt.rindex("\n")]
     # Per event (the same output can come back in two sessions, and purging one must not
     # take the other's artifact with it).
     artifact_id = "art_" + hashlib.sha256(prep.event_id.encode() + b"\0" + raw).hexdigest()[:24]
-    prep.content = {
-        **prep.content,
-        key: excerpt,
-        "truncated": True,
-        "line_range": [1, excerpt.count("\n") + 1],
-        "total_lines": full.count("\n") + 1,
-        "artifact_id": artifact_id,
-    }
+    prep.content = {**content, "total_lines": _line_count(full), "artifact_id": artifact_id}
     prep.artifact = {
         "artifact_id": artifact_id, "event_id": prep.event_id, "mime": "text/plain",
         "bytes": len(raw), "sha256": hashlib.sha256(raw).hexdigest(), "body": raw,

@@ -97,9 +97,10 @@ class EventIn(BaseModel):
     def _has_content(self) -> EventIn:
         if not self.content:
             raise ValueError("content is empty (give content.text or text)")
-        text = self.content.get("text")
-        if text is not None and not isinstance(text, str):
-            raise ValueError("content.text must be a string")
+        for key in ("text", "excerpt_text"):
+            value = self.content.get(key)
+            if value is not None and not isinstance(value, str):
+                raise ValueError(f"content.{key} must be a string")
         return self
 
 
