@@ -116,6 +116,7 @@ class Prepared:
     vectors: list[bytes] = field(default_factory=list)
     sparse: list[dict[int, float]] = field(default_factory=list)
     source: str | None = None
+    duplicate_of: str | None = None  # the stored (or kept) event this record repeats
 
 
 def _content_hash(rec: EventIn, content: dict[str, Any]) -> str:
@@ -229,6 +230,7 @@ def ingest(db: Database, values: list[tuple], *, embedder: Embedder | None,
     report = IngestReport()
     now = utcnow()
     prepared: list[Prepared] = []
+    order: list[Prepared | RecordProblem] = []  # every input record, in input order
     for number, value, *source in values:
         try:
             prep = prepare(number, value, defaults or {}, now)
@@ -236,12 +238,16 @@ def ingest(db: Database, values: list[tuple], *, embedder: Embedder | None,
             ident = value.get("event_id") if isinstance(value, dict) else None
             if not isinstance(ident, str) or inputs.has_bad_text(ident):
                 ident = None  # the report shows a usable event id or none
-            report.rejected.append(RecordProblem(source=source[0] if source else None,
-                                                 line=number, reason=str(exc), event_id=ident))
+            problem = RecordProblem(source=source[0] if source else None, line=number,
+                                    reason=str(exc), event_id=ident)
+            report.rejected.append(problem)
+            order.append(problem)
             continue
         prep.source = source[0] if source else None
         prepared.append(prep)
+        order.append(prep)
     if strict and report.rejected:
+        report.records.extend(_per_record(order, report))
         return report
 
     fresh = _unseen(db, prepared, report)
@@ -250,9 +256,40 @@ def ingest(db: Database, values: list[tuple], *, embedder: Embedder | None,
         _encode(fresh, embedder, sparse, progress)
     write_batch(db, fresh, now, report, strict,
                 None if sparse is None or defer_embed else sparse.vocab_hash, progress)
-    if defer_embed and (embedder is not None or sparse is not None):
+    deferred = defer_embed and (embedder is not None or sparse is not None)
+    if deferred:
         report.deferred_embedding = sum(len(p.chunks) for p in fresh)
+    report.records.extend(_per_record(order, report, deferred))
     return report
+
+
+def _per_record(order: list[Prepared | RecordProblem], report: IngestReport,
+                deferred: bool = False) -> list[IngestReport]:
+    """The report of each input record, in input order (the batch's report, split)."""
+    chunks = {p.event_id: len(p.chunks) for p in order
+              if isinstance(p, Prepared) and p.duplicate_of is None}
+    ids = iter(report.memory_ids)  # written record by record, in `created` order
+    written = {eid: [next(ids) for _ in range(chunks[eid])] for eid in report.created}
+    problems = {(r.source, r.line): r for r in report.rejected}
+    out: list[IngestReport] = []
+    for entry in order:
+        if isinstance(entry, RecordProblem):
+            out.append(IngestReport(rejected=[entry]))
+        elif entry.duplicate_of is not None:
+            out.append(IngestReport(skipped=[entry.duplicate_of]))
+        elif entry.event_id in written:
+            eid = entry.event_id
+            out.append(IngestReport(
+                created=[eid], memory_ids=written[eid],
+                redacted=[r for r in report.redacted if r["event_id"] == eid],
+                artifacts=[entry.artifact["artifact_id"]] if entry.artifact else [],
+                embedded=len(entry.vectors),
+                deferred_embedding=len(entry.chunks) if deferred else 0))
+        elif (entry.source, entry.line) in problems:  # its write failed
+            out.append(IngestReport(rejected=[problems[(entry.source, entry.line)]]))
+        else:  # not written (a strict batch with a bad record)
+            out.append(IngestReport())
+    return out
 
 
 def _unseen(db: Database, prepared: list[Prepared], report: IngestReport) -> list[Prepared]:
@@ -266,6 +303,7 @@ def _unseen(db: Database, prepared: list[Prepared], report: IngestReport) -> lis
         dup = known or seen.get(prep.event_id) or seen.get(prep.content_hash)
         if dup:
             report.skipped.append(dup)  # the stored (or kept) event this record repeats
+            prep.duplicate_of = dup
             continue
         seen[prep.event_id] = seen[prep.content_hash] = prep.event_id
         fresh.append(prep)
