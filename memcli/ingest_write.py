@@ -61,6 +61,7 @@ def write_batch(db: Database, fresh: list[Prepared], now: str, report: IngestRep
         for prep, dup in zip(fresh, stored, strict=True):
             if dup:
                 report.skipped.append(dup)
+                prep.duplicate_of = dup
             else:
                 todo.append(prep)
         # Fast path: the whole batch in one savepoint. If any record fails, roll that back and

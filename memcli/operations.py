@@ -137,6 +137,31 @@ def ingest_payload(memory: Memory, sources: list[tuple[str, str]], *,
     return report.model_dump()
 
 
+def record_events_payload(memory: Memory, records: list[Any], *, defaults: dict[str, Any],
+                          tenant: str | None = None) -> list[dict[str, Any]]:
+    """Seed 003's `record_event` answer for each record, in order: the Agent Memory System
+    PRD's `{event_id, chunk_ids, created_at}` beside that record's ingest report
+    (memcli.models.EventReceipt). `tenant`: a caller bound to one tenant learns nothing of
+    another tenant's event an id repeats (its `skipped` says only that the id is taken)."""
+    import json
+
+    from memcli.ingest import parse_records
+    from memcli.models import EventReceipt
+    from memcli.store.events import event_receipts
+
+    body = json.dumps(records, ensure_ascii=False)
+    report = memory.ingest([(line, value, "request") for line, value in parse_records(body)],
+                           defaults=defaults)
+    ids = [r.created[0] if r.created else r.skipped[0] if r.skipped
+           else r.rejected[0].event_id if r.rejected else None for r in report.records]
+    stored = event_receipts(memory.db, [i for i in ids if i is not None], tenant)
+    out = []
+    for event_id, one in zip(ids, report.records, strict=True):
+        receipt = stored.get(event_id or "", {}) if not one.rejected else {}
+        out.append(EventReceipt(event_id=event_id, **receipt, **one.model_dump()).payload())
+    return out
+
+
 # -- purge -----------------------------------------------------------------------------------
 def purge_payload(memory: Memory, *, memory_id: int | None = None, session: str | None = None,
                   user: str | None = None, tenant: str | None = None, app_id: str | None = None,

@@ -37,6 +37,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from memcli.acb import pack as acb_pack
 from memcli.acb import render
 from memcli.acb import sections as gather
+from memcli.acb.names import add_document_names
 from memcli.config import AcbSettings
 from memcli.errors import DatabaseBusyError, UsageError
 from memcli.models import Channel, parse_ts
@@ -229,6 +230,7 @@ def build_acb(
             memory, req, base, found, now, views, settings, bundle.pop("_deduped")
         )
         acb_pack.finish(bundle, plan, memory.encoding, req.model_dump(exclude={"track"}))
+        bundle = add_document_names(bundle)
     except Exception:
         metrics.update(error_stage=stage, latency_ms=_ms(t0))
         with contextlib.suppress(Exception):  # the build's own error is the one to report

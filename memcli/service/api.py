@@ -115,13 +115,14 @@ def validate(model: type[BaseModel], data: Any, what: str) -> Any:
 
 
 # -- seed 003: events, bundles, artifacts, decisions, tasks ------------------------------------
-def record_events(ctx: Context, scope: Scope, request: Any) -> dict[str, Any]:
-    """Seed 003's `record_event`: one record (a JSON object) or a list of them, as `memcli
-    ingest` reads them (same validation, same redaction, duplicates in `skipped`, per-record
-    problems in `rejected`: the caller answers 422 when any was rejected). Records default to
-    the bound scope; one naming another tenant, user, agent or app is refused whole."""
-    import json
-
+def record_events(ctx: Context, scope: Scope, request: Any
+                  ) -> dict[str, Any] | list[dict[str, Any]]:
+    """Seed 003's `record_event`: one record (a JSON object) or a list of them, read as `memcli
+    ingest` reads them (same validation, same redaction). The answer is the Agent Memory System
+    PRD's `{event_id, chunk_ids, created_at}` per record, beside that record's ingest report
+    (repeats in `skipped`, problems in `rejected`: the caller answers 422 when any was
+    rejected); one object for one record, a list for a list. Records default to the bound
+    scope; one naming another tenant, user, agent or app is refused whole."""
     records = list(request) if isinstance(request, list) else [request]
     keys = (("tenant_id", "tenant"), ("user_id", "user_id"), ("agent_id", "agent"),
             ("app_id", "app_id"))
@@ -134,10 +135,16 @@ def record_events(ctx: Context, scope: Scope, request: Any) -> dict[str, Any]:
                     records[i] = record = {**record, key: bound}
     defaults = {"tenant_id": scope.tenant, "user_id": scope.user_id, "agent_id": scope.agent,
                 "app_id": scope.app_id}
-    from memcli.operations import ingest_payload
+    from memcli.operations import record_events_payload
 
-    body = json.dumps(records, ensure_ascii=False)
-    return ingest_payload(ctx.memory, [("request", body)], defaults=defaults)
+    out = record_events_payload(ctx.memory, records, defaults=defaults, tenant=scope.tenant)
+    return out if isinstance(request, list) else out[0]
+
+
+def rejected(out: Any) -> bool:
+    """Whether an answer holds a rejected record (`record_events`: HTTP 422)."""
+    rows = out if isinstance(out, list) else [out]
+    return any(isinstance(row, dict) and row.get("rejected") for row in rows)
 
 
 def build_acb(ctx: Context, scope: Scope, request: dict[str, Any]) -> dict[str, Any]:
