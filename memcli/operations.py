@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from memcli.config import Settings
     from memcli.memory import Memory
     from memcli.models import QueryResult
+    from memcli.store.owner import Owner
 
 
 # -- query -----------------------------------------------------------------------------------
@@ -164,26 +165,18 @@ def check_purged(out: dict[str, Any]) -> None:
             "run the same purge again when readers are done; exit code 75")
 
 
-def artifact_body(memory: Memory, artifact_id: str, tenant: str | None = None) -> bytes:
+def artifact_body(memory: Memory, artifact_id: str, owner: Owner | None = None) -> bytes:
     """The full output kept for a truncated tool result (`art_...`), or the content of an event
-    of kind `artifact` by its event id (its text, else its content as JSON). With `tenant`,
-    only that tenant's: another tenant's is "not found", never shown."""
+    of kind `artifact` by its event id (its text, else its content as JSON): `owner`'s only
+    (default: this memory's tenant); another's is "not found", never shown."""
     import json
 
-    from memcli.errors import NotFoundError
-    from memcli.store.events import get_artifact, get_events
+    from memcli.store.owner import artifact
 
-    art = get_artifact(memory.db, artifact_id)
-    if art is not None:
-        owner = get_events(memory.db, [art["event_id"]]) if tenant is not None else None
-        if owner is None or (owner and owner[0]["tenant_id"] == tenant):
-            return bytes(art["body"])
-    else:
-        events = get_events(memory.db, [artifact_id])
-        event = events[0] if events and events[0]["kind"] == "artifact" else None
-        if event is not None and tenant in (None, event["tenant_id"]):
-            text = event["content"].get("text")
-            if not isinstance(text, str):
-                text = json.dumps(event["content"], ensure_ascii=False)
-            return text.encode("utf-8", errors="surrogateescape")
-    raise NotFoundError(f"no artifact {artifact_id}")
+    kept, event = artifact(memory.db, artifact_id, owner or memory.owner())
+    if kept is not None:
+        return bytes(kept["body"])
+    text = event["content"].get("text")
+    if not isinstance(text, str):
+        text = json.dumps(event["content"], ensure_ascii=False)
+    return text.encode("utf-8", errors="surrogateescape")
