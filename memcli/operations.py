@@ -97,12 +97,13 @@ def prepare_acb(data: dict[str, Any]) -> tuple[AcbRequest, str | None]:
     return req, note
 
 
-def acb_payload(memory: Memory, req: AcbRequest, note: str | None, *, settings: Settings
-                ) -> dict[str, Any]:
-    """The bundle `acb build --json` prints."""
+def acb_payload(memory: Memory, req: AcbRequest, note: str | None, *, settings: Settings,
+                allowed: tuple[str, ...] | None = None) -> dict[str, Any]:
+    """The bundle `acb build --json` prints (`allowed`: the only categories it may hold)."""
     from memcli.acb.build import build_acb
 
-    bundle = build_acb(memory, req, settings=settings.acb, context_dir=settings.context_dir)
+    bundle = build_acb(memory, req, settings=settings.acb, context_dir=settings.context_dir,
+                       allowed=allowed)
     if note and isinstance(bundle.get("provenance"), dict):
         bundle["provenance"]["query_truncated"] = note
     return bundle

@@ -156,7 +156,7 @@ def build_acb(ctx: Context, scope: Scope, request: dict[str, Any]) -> dict[str, 
     req.agent_id = _bind("agent", scope.agent, req.agent_id)
     req.app_id = _bind("app_id", scope.app_id, req.app_id)
     req.categories = _categories(scope, req.categories or None) or []
-    return acb_payload(ctx.memory, req, note, settings=ctx.settings)
+    return acb_payload(ctx.memory, req, note, settings=ctx.settings, allowed=scope.categories)
 
 
 def get_artifact(ctx: Context, scope: Scope, request: dict[str, Any]) -> dict[str, Any]:
