@@ -17,7 +17,8 @@ from typing import TYPE_CHECKING, Any
 from memcli.categories import Categories, load_categories
 from memcli.config import LifecycleSettings, RetrievalSettings, Settings
 from memcli.errors import DatabaseBusyError, UsageError
-from memcli.models import Hit, IngestReport, QueryResult
+from memcli.models import Hit, IngestReport, QueryResult, parse_clock
+from memcli.retrieval import fallback as recency
 from memcli.retrieval import scope as widening
 from memcli.retrieval import search
 from memcli.retrieval.stages import Candidate, RankContext
@@ -264,21 +265,28 @@ class Memory:
         hidden = self.categories.hidden(agent, categories)
         kwargs = {k: (tuple(v) if isinstance(v, list) else v) for k, v in kwargs.items()
                   if v is not None and v != ()}
+        if kwargs.get("as_of") is not None:
+            # Time travel reads what was current then: a fact superseded since still counts.
+            kwargs.setdefault("states", ("active", "superseded"))
         return Filters(categories=categories, allowed_categories=allowed,
                        excluded_categories=hidden, all_tenants=all_tenants, **kwargs)
 
     def query(self, text: str, *, filters: Filters | None = None, top_k: int = 10,
               threshold: float | None = None, budget_tokens: int | None = None,
-              return_format: str = "full", widen: bool = True, record_access: bool = True
-              ) -> QueryResult:
+              return_format: str = "full", widen: bool = True, record_access: bool = True,
+              fallback: bool = False) -> QueryResult:
+        """`fallback`: when every leg finds nothing, answer with the newest memories in scope
+        (memcli.retrieval.fallback), as `memcli query` and the service do for their default
+        legs; off by default: a library search stays strict."""
         t0 = time.perf_counter()
         text = bound_query(text)  # ranking reads the text too: the same bound as the legs
         filters = filters or self.filters()
         scope = "session" if filters.session_id else ("user" if filters.user_id else "all")
         path = scope
+        clock = {"now": parse_clock(filters.as_of)} if filters.as_of else {}
         legs = search.run_legs(self.db, self.embedder, text, filters, self.retrieval,
                                sparse=self.sparse, reader=self.reader())
-        ranked = search.rank(RankContext(self.db, filters, text, self.retrieval), legs)
+        ranked = search.rank(RankContext(self.db, filters, text, self.retrieval, **clock), legs)
         # Seed 002: widen on a recall cue or when the session has too little full-text
         # evidence (memcli.retrieval.scope, the rule `acb build` uses too).
         wider = None
@@ -288,9 +296,18 @@ class Memory:
         if wider is not None:
             legs = search.run_legs(self.db, self.embedder, text, wider, self.retrieval,
                                    sparse=self.sparse, reader=self.reader())
-            ranked = search.rank(RankContext(self.db, wider, text, self.retrieval), legs)
+            ranked = search.rank(RankContext(self.db, wider, text, self.retrieval, **clock),
+                                 legs)
             scope = "user"
             path = f"{path}>{scope}"
+        fulltext = widening.fulltext_hits(legs) or 0
+        if fallback and recency.found_nothing(legs):
+            searched = wider or filters
+            legs = {**legs, **recency.recent_leg(self.db, searched,
+                                                 self.retrieval.candidates_per_leg)}
+            ranked = search.rank(RankContext(self.db, searched, text, self.retrieval, **clock),
+                                 legs)
+            path = f"{path}>{recency.RECENT_LEG}"
         if threshold is not None:
             ranked = [c for c in ranked if c.score >= threshold]
         ranked = search.load_rows(self.db, ranked[:top_k])
@@ -318,7 +335,7 @@ class Memory:
             self._after_read([h.id for h in hits], {
                 "command": "query", "tenant_id": filters.tenant_id, "user_id": filters.user_id,
                 "session_id": filters.session_id,
-                "lexical_hits": len(legs.get("lexical", [])),
+                "lexical_hits": fulltext,  # the full-text legs' distinct memories
                 "sparse_hits": len(legs.get("sparse", [])),
                 "vector_hits": len(legs.get("dense", [])),
                 "entity_hits": len(legs.get("entity", [])),

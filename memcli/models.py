@@ -41,6 +41,11 @@ def parse_ts(value: str | datetime) -> str:
         raise ValueError(f"time out of range: {value!r}") from exc
 
 
+def parse_clock(value: str) -> datetime:
+    """A stored timestamp (or any ISO 8601 time) as an aware datetime."""
+    return datetime.fromisoformat(parse_ts(value).replace("Z", "+00:00"))
+
+
 class Actor(BaseModel):
     model_config = ConfigDict(extra="forbid", defer_build=True)
     type: str = "human"

@@ -46,22 +46,33 @@ def check_query(text: str) -> tuple[str, str | None]:
 
 def query_window(values: dict[str, Any]) -> tuple[str | None, str | None]:
     """`updated_after` / `updated_before` parsed; a bad one is a usage error (exit 2)."""
+    return parse_time(values, "updated_after"), parse_time(values, "updated_before")
+
+
+def parse_time(values: dict[str, Any], name: str) -> str | None:
+    """`values[name]`, an ISO 8601 date or time, in memcli's stored form; a bad one is a
+    usage error (exit 2)."""
     from memcli.errors import UsageError
     from memcli.models import parse_ts
 
+    value = values.get(name)
+    if not value:
+        return None
     try:
-        after = parse_ts(values["updated_after"]) if values["updated_after"] else None
-        before = parse_ts(values["updated_before"]) if values["updated_before"] else None
+        return parse_ts(value)
     except ValueError as exc:
-        raise UsageError(str(exc), "use ISO 8601, e.g. 2025-01-31T09:00:00Z") from None
-    return after, before
+        raise UsageError(f"bad {name}: {exc}", "use ISO 8601, e.g. 2026-03-01 or "
+                         "2025-01-31T09:00:00Z") from None
 
 
 def run_query(memory: Memory, text: str, v: dict[str, Any], *, all_tenants: bool = False,
-              sensitivity: list[str] | None = None, no_widen: bool = False) -> QueryResult:
+              sensitivity: list[str] | None = None, no_widen: bool = False,
+              fallback: bool = True) -> QueryResult:
     """The query once its text is checked and its parameters (`v`: the query command's
-    REQUEST_FIELDS) are known. The agent's category allowlist is enforced by `Memory.filters`."""
+    REQUEST_FIELDS) are known. The agent's category allowlist is enforced by `Memory.filters`.
+    `fallback`: the recency fallback when no leg finds anything (memcli.retrieval.fallback)."""
     after, before = query_window(v)
+    as_of = parse_time(v, "as_of")
     filters = memory.filters(
         agent=v["agent"], tenant_id=v["tenant"], all_tenants=all_tenants,
         user_id=v["user"], agent_id=v["agent_id"], session_id=v["session"],
@@ -71,10 +82,12 @@ def run_query(memory: Memory, text: str, v: dict[str, Any], *, all_tenants: bool
         **({"sensitivities": tuple(sensitivity)} if sensitivity else {}),
         pinned=v["pinned"], importance_min=v["importance_min"],
         importance_max=v["importance_max"], updated_after=after, updated_before=before,
+        as_of=as_of,
     )
     return memory.query(text, filters=filters, top_k=v["top_k"] or 10,
                         threshold=v["threshold"], budget_tokens=v["budget_tokens"],
-                        return_format=str(v["return_mode"] or "full"), widen=not no_widen)
+                        return_format=str(v["return_mode"] or "full"), widen=not no_widen,
+                        fallback=fallback)
 
 
 def hits_payload(result: QueryResult, return_mode: str | None) -> list[dict[str, Any]]:

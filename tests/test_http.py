@@ -120,6 +120,8 @@ def test_healthz_and_unknown_routes(server) -> None:
     (b'{"query": "x", "filters": {"colour": "red"}}', {"Content-Type": "application/json"},
      422, "filters.colour"),
     (b'{"query": "x", "top_k": "many"}', {"Content-Type": "application/json"}, 422, "top_k"),
+    (b'{"query": "x", "as_of": "soon"}', {"Content-Type": "application/json"}, 422,
+     "as_of: not an ISO 8601 time"),
 ])
 def test_bad_bodies_are_one_line_errors(server, body, headers, status, message) -> None:
     with server.client() as c:

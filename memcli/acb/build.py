@@ -31,14 +31,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pydantic
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from memcli.acb import pack as acb_pack
 from memcli.acb import render
 from memcli.acb import sections as gather
 from memcli.config import AcbSettings
 from memcli.errors import DatabaseBusyError, UsageError
-from memcli.models import Channel
+from memcli.models import Channel, parse_ts
 from memcli.retrieval.text import terms
 from memcli.store import acb as sql
 from memcli.store import memories as mem
@@ -82,7 +82,14 @@ class AcbRequest(BaseModel):
     track: bool = True  # remember the revision served, as the caller's next delta base
     handoff: list[str] = Field(default_factory=list)
     include_checkpoint: bool = False
-    as_of: str | None = None  # ranking clock; default: the newest memory update
+    # Time travel: the bundle as it would have been then (facts valid at that time, events up
+    # to it, ranked on that clock). Default: now, ranked on the newest memory update.
+    as_of: str | None = None
+
+    @field_validator("as_of")
+    @classmethod
+    def _as_of(cls, value: str | None) -> str | None:
+        return None if value is None else parse_ts(value)
 
     @model_validator(mode="before")
     @classmethod
@@ -115,7 +122,8 @@ def parse_request(data: Any) -> AcbRequest:
     except pydantic.ValidationError as exc:
         first = exc.errors()[0]
         where = ".".join(str(p) for p in first["loc"]) or "request"
-        raise UsageError(f"bad acb request: {where}: {first['msg']}") from exc
+        message = first["msg"].removeprefix("Value error, ")
+        raise UsageError(f"bad acb request: {where}: {message}") from exc
 
 
 def channel_rules(base: Filters, channel: str) -> Filters:
@@ -175,6 +183,7 @@ def build_acb(
             tenant_id=req.tenant_id,
             app_id=req.app_id,
             sensitivities=CHANNEL_SENSITIVITIES[req.channel],
+            as_of=req.as_of,
         )
         base = channel_rules(base, req.channel)
         if allowed is not None:
@@ -203,7 +212,7 @@ def build_acb(
         metrics.update(
             retrieval_path=found.path,
             fallbacks=found.fallbacks,
-            lexical_hits=found.legs.get("lexical", 0),
+            lexical_hits=found.fulltext,  # the full-text legs' distinct memories
             sparse_hits=found.legs.get("sparse", 0),
             vector_hits=found.legs.get("dense", 0),
             entity_hits=found.legs.get("entity", 0),

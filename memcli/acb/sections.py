@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from memcli.acb import render
+from memcli.retrieval import fallback as recency
 from memcli.retrieval import scope, search
 from memcli.retrieval.stages import Candidate, RankContext
 from memcli.store import acb as sql
@@ -195,6 +196,7 @@ class Retrieval:
     path: str = "none"
     fallbacks: int = 0
     pool_size: int = 0
+    fulltext: int = 0  # distinct memories the full-text legs found (the metrics' fts hits)
 
 
 def retrieve(
@@ -213,7 +215,9 @@ def retrieve(
     full-text evidence (memcli.retrieval.scope); here the count leaves out the `recent` turns,
     which the recent window already shows. When the recent window holds every turn of the
     session (`session_covered`) or the text has a recall cue, the session pass could only be
-    thrown away, so it is skipped (the user pass finds the session's other memories too)."""
+    thrown away, so it is skipped (the user pass finds the session's other memories too).
+    When no leg finds anything, the newest memories of the scope searched last stand in
+    (memcli.retrieval.fallback), leaving out the recent window's."""
     legs_on = [k for k, w in memory.retrieval.leg_weights.items() if w > 0]
     per_leg = max(
         1, min(memory.retrieval.candidates_per_leg, settings.pool_max // max(1, len(legs_on)))
@@ -242,6 +246,12 @@ def retrieve(
         )
         ranked = search.rank(RankContext(memory.db, wider, text, retrieval, now=now), legs)
         path = f"{path}>user"
+    fulltext = scope.fulltext_hits(legs) or 0
+    if recency.found_nothing(legs):
+        searched = wider if widen and wider is not None else filters
+        legs = {**legs, **recency.recent_leg(memory.db, searched, per_leg, exclude=recent)}
+        ranked = search.rank(RankContext(memory.db, searched, text, retrieval, now=now), legs)
+        path = f"{path}>{recency.RECENT_LEG}"
     pool = len(ranked)
     ranked = search.load_rows(memory.db, ranked[: settings.pool_max][: settings.scored_max])
     if settings.w_rel:
@@ -252,7 +262,8 @@ def retrieve(
                 cand.score += settings.w_rel * strongest[cand.id]
         ranked.sort(key=lambda c: (-c.score, c.id))
     return Retrieval(
-        ranked, {k: len(v) for k, v in sorted(legs.items())}, path, path.count(">"), pool
+        ranked, {k: len(v) for k, v in sorted(legs.items())}, path, path.count(">"), pool,
+        fulltext,
     )
 
 
