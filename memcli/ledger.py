@@ -20,6 +20,7 @@ from memcli import derive
 from memcli.errors import NotFoundError, UsageError
 from memcli.scrub import redact_fields, redact_text
 from memcli.store import ledger as sql
+from memcli.store import owner as own
 
 if TYPE_CHECKING:
     from memcli.memory import Memory
@@ -48,12 +49,8 @@ def _clean(items: list[str] | tuple[str, ...] | None) -> list[str]:
 def decision_text(row: dict[str, Any]) -> str:
     """The memory text of a decision: what was decided, then why and with what trade-offs."""
     lines = [f"Decision: {row['decision']}"]
-    for key, label in (
-        ("rationale", "Rationale"),
-        ("constraints", "Constraints"),
-        ("alternatives", "Alternatives"),
-        ("consequences", "Consequences"),
-    ):
+    for key, label in (("rationale", "Rationale"), ("constraints", "Constraints"),
+                       ("alternatives", "Alternatives"), ("consequences", "Consequences")):
         if row.get(key):
             lines.append(f"{label}: " + "; ".join(row[key]))
     return "\n".join(lines)
@@ -206,10 +203,11 @@ def _store_decision(memory: Memory, row: dict[str, Any], encoded: tuple[Any, Any
 
 
 def supersede_decision(
-    memory: Memory, old_id: int, decision: str, *, reason: str = "", **fields: Any
+    memory: Memory, old_id: int, decision: str, *, owner: own.Owner | None = None,
+    reason: str = "", **fields: Any
 ) -> dict[str, Any]:
-    """A new decision replaces `old_id`; the old one stays, marked superseded and linked."""
-    old = get_decision(memory, old_id)
+    """A new decision replaces `old_id` (the owner's); the old one stays, superseded and linked."""
+    old = own.decision(memory.db, old_id, owner or memory.owner())
     if old["status"] != "active":
         raise UsageError(
             f"decision {old_id} is already superseded by {old['superseded_by']}",
@@ -390,10 +388,11 @@ def _write_task_memory(memory: Memory, row: dict[str, Any], channel: str, sensit
 
 def update_task(memory: Memory, task_id: int, *, status: str | None = None,
                 title: str | None = None, details: str | None = None,
-                refs: list[str] | None = None, reason: str = "") -> dict[str, Any]:
-    """Change a task; its memory gets a new version that supersedes the previous one
+                refs: list[str] | None = None, owner: own.Owner | None = None,
+                reason: str = "") -> dict[str, Any]:
+    """Change the owner's task; its memory gets a new version that supersedes the previous one
     (`reason`: the supersession's history reason, default `task ID: <fields changed>`)."""
-    task = get_task(memory, task_id)
+    task = own.task(memory.db, task_id, owner or memory.owner())
     changes, redacted = task_changes(task, status=status, title=title, details=details, refs=refs)
     if not changes:
         raise UsageError(

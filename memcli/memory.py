@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from memcli.providers.embedders import Embedder
     from memcli.providers.splade import SpladeEncoder
     from memcli.store.connection import Database
+    from memcli.store.owner import Owner
 
 BULLET_CHARS = 280
 
@@ -386,14 +387,18 @@ class Memory:
 
     # -- audit and lifecycle -------------------------------------------------------------------
     def history(self, memory_id: int | None = None, *, all_tenants: bool = False,
-                **scope: Any) -> list[dict[str, Any]]:
+                owner: Owner | None = None, **scope: Any) -> list[dict[str, Any]]:
         """The audit trail of a memory or a scope, in this memory's tenant unless another one is
-        named (or `all_tenants`)."""
+        named (or `all_tenants`). A memory id outside the tenant (or `owner`) is not found."""
+        from memcli.store.owner import check_trail
+
         if all_tenants and scope.get("tenant_id") is not None:
             raise UsageError("a tenant and all tenants exclude each other",
                              "give --tenant or --all-tenants, not both")
         if not all_tenants and scope.get("tenant_id") is None:
-            scope["tenant_id"] = self.tenant
+            scope["tenant_id"] = owner.tenant_id if owner else self.tenant
+        if memory_id is not None and not all_tenants:
+            check_trail(self.db, memory_id, owner or self.owner(scope["tenant_id"]))
         return list_history(self.db, memory_id=memory_id, **scope)
 
     def plan_purge(self, **scope: Any) -> dict[str, Any]:
@@ -406,15 +411,23 @@ class Memory:
 
         return purge_mod.apply_purge(self.db, purge_mod.plan_purge(self.db, **scope))
 
-    def forget(self, memory_id: int) -> dict[str, Any]:
+    def owner(self, tenant_id: str | None = None) -> Owner:
+        """Whose rows a command on one id may touch: this memory's tenant (or `tenant_id`); a
+        server narrows it further for a bound caller (memcli.service.api)."""
+        from memcli.store.owner import Owner
+
+        return Owner(tenant_id or self.tenant)
+
+    def forget(self, memory_id: int, owner: Owner | None = None) -> dict[str, Any]:
+        """Soft-delete a memory of `owner`'s (default: this memory's tenant)."""
         from memcli.lifecycle import purge as purge_mod
 
-        return purge_mod.forget(self.db, memory_id)
+        return purge_mod.forget(self.db, memory_id, owner=owner or self.owner())
 
-    def restore(self, memory_id: int) -> dict[str, Any]:
+    def restore(self, memory_id: int, owner: Owner | None = None) -> dict[str, Any]:
         from memcli.lifecycle import purge as purge_mod
 
-        return purge_mod.restore(self.db, memory_id)
+        return purge_mod.restore(self.db, memory_id, owner=owner or self.owner())
 
     def stats(self) -> dict[str, Any]:
         out = mem.stats(self.db)

@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from memcli.config import Settings
     from memcli.memory import Memory
     from memcli.models import QueryResult
+    from memcli.store.owner import Owner
 
 
 # -- query -----------------------------------------------------------------------------------
@@ -109,12 +110,13 @@ def prepare_acb(data: dict[str, Any]) -> tuple[AcbRequest, str | None]:
     return req, note
 
 
-def acb_payload(memory: Memory, req: AcbRequest, note: str | None, *, settings: Settings
-                ) -> dict[str, Any]:
-    """The bundle `acb build --json` prints."""
+def acb_payload(memory: Memory, req: AcbRequest, note: str | None, *, settings: Settings,
+                allowed: tuple[str, ...] | None = None) -> dict[str, Any]:
+    """The bundle `acb build --json` prints (`allowed`: the only categories it may hold)."""
     from memcli.acb.build import build_acb
 
-    bundle = build_acb(memory, req, settings=settings.acb, context_dir=settings.context_dir)
+    bundle = build_acb(memory, req, settings=settings.acb, context_dir=settings.context_dir,
+                       allowed=allowed)
     if note and isinstance(bundle.get("provenance"), dict):
         bundle["provenance"]["query_truncated"] = note
     return bundle
@@ -202,26 +204,18 @@ def check_purged(out: dict[str, Any]) -> None:
             "run the same purge again when readers are done; exit code 75")
 
 
-def artifact_body(memory: Memory, artifact_id: str, tenant: str | None = None) -> bytes:
+def artifact_body(memory: Memory, artifact_id: str, owner: Owner | None = None) -> bytes:
     """The full output kept for a truncated tool result (`art_...`), or the content of an event
-    of kind `artifact` by its event id (its text, else its content as JSON). With `tenant`,
-    only that tenant's: another tenant's is "not found", never shown."""
+    of kind `artifact` by its event id (its text, else its content as JSON): `owner`'s only
+    (default: this memory's tenant); another's is "not found", never shown."""
     import json
 
-    from memcli.errors import NotFoundError
-    from memcli.store.events import get_artifact, get_events
+    from memcli.store.owner import artifact
 
-    art = get_artifact(memory.db, artifact_id)
-    if art is not None:
-        owner = get_events(memory.db, [art["event_id"]]) if tenant is not None else None
-        if owner is None or (owner and owner[0]["tenant_id"] == tenant):
-            return bytes(art["body"])
-    else:
-        events = get_events(memory.db, [artifact_id])
-        event = events[0] if events and events[0]["kind"] == "artifact" else None
-        if event is not None and tenant in (None, event["tenant_id"]):
-            text = event["content"].get("text")
-            if not isinstance(text, str):
-                text = json.dumps(event["content"], ensure_ascii=False)
-            return text.encode("utf-8", errors="surrogateescape")
-    raise NotFoundError(f"no artifact {artifact_id}")
+    kept, event = artifact(memory.db, artifact_id, owner or memory.owner())
+    if kept is not None:
+        return bytes(kept["body"])
+    text = event["content"].get("text")
+    if not isinstance(text, str):
+        text = json.dumps(event["content"], ensure_ascii=False)
+    return text.encode("utf-8", errors="surrogateescape")

@@ -160,7 +160,7 @@ def test_pending_proposals_expire_after_seven_days(memory, db_path):
     with pytest.raises(Exception, match="is expired, not pending"):
         accept(memory, old["proposal_id"])
     with pytest.raises(Exception, match="is expired"):
-        reject(memory.db, old["proposal_id"])
+        reject(memory.db, old["proposal_id"], owner=memory.owner())
 
 
 def test_an_unchanged_value_is_not_proposed(memory, db_path):

@@ -157,8 +157,11 @@ def build_acb(
     *,
     settings: AcbSettings | None = None,
     context_dir: Path | None = None,
+    allowed: tuple[str, ...] | None = None,
 ) -> dict[str, Any]:
-    """Assemble one bundle; records a request-metrics row (with the failing stage on error)."""
+    """Assemble one bundle; records a request-metrics row (with the failing stage on error).
+    `allowed`: the only categories any section may hold (a server's bound caller), besides
+    the agent's allowlist."""
     t0 = time.perf_counter()
     settings = settings or AcbSettings()
     metrics: dict[str, Any] = {"command": "acb", "retrieval_path": "none"}
@@ -185,6 +188,10 @@ def build_acb(
             as_of=req.as_of,
         )
         base = channel_rules(base, req.channel)
+        if allowed is not None:
+            kept = base.allowed_categories
+            base = replace(base, allowed_categories=tuple(
+                c for c in allowed if kept is None or c in kept))
         stage = "delta"
         keys = thread_keys(req)
         revisions = sql.thread_revisions(memory.db, keys)

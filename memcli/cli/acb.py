@@ -198,13 +198,12 @@ def register(app: typer.Typer) -> None:
         as_json: JsonOpt = False,
     ) -> None:
         """List a memory's edges (related memories, supersessions), strongest first."""
-        from memcli.errors import NotFoundError
-        from memcli.store.acb import edges_with_memories, memory_exists
+        from memcli.store import owner as own
+        from memcli.store.acb import edges_with_memories
 
         with errors(), open_memory(db, with_embedder=False, must_exist=True) as memory:
-            tenant = tenant or memory.tenant  # an id of another tenant is not found
-            if not memory_exists(memory.db, memory_id, tenant):
-                raise NotFoundError(f"no memory with id {memory_id} in tenant {tenant!r}")
+            tenant = tenant or memory.tenant
+            own.memory(memory.db, memory_id, memory.owner(tenant))  # another tenant's: not found
             rows = [
                 r
                 for r in edges_with_memories(memory.db, memory_id, tenant)

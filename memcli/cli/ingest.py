@@ -72,7 +72,7 @@ def register(app: typer.Typer) -> None:
     @app.command("embed")
     def embed_cmd(db: DbOpt = None, fmt: FormatOpt = None, as_json: JsonOpt = False) -> None:
         """Add vectors to memories stored with --defer-embed."""
-        with errors(), open_memory(db) as memory:
+        with errors(), open_memory(db, exists=True) as memory:
             with progress_bar() as progress:
                 done = memory.embed_pending(progress=progress)
             emit({"embedded": done}, resolve_format(fmt, as_json),
@@ -81,7 +81,7 @@ def register(app: typer.Typer) -> None:
     @app.command("reindex")
     def reindex_cmd(db: DbOpt = None, fmt: FormatOpt = None, as_json: JsonOpt = False) -> None:
         """Re-embed every memory with the configured embedder (after changing models)."""
-        with errors(), open_memory(db, check_embedder=False) as memory:
+        with errors(), open_memory(db, check_embedder=False, exists=True) as memory:
             with progress_bar() as progress:
                 done = memory.reindex(progress=progress)
             emit({"embedded": done, "model": memory.embedder.model_id},

@@ -128,6 +128,7 @@ def register(app: typer.Typer) -> None:
         consequence: Annotated[list[str] | None, typer.Option("--consequence")] = None,
         ref: Refs = None,
         reason: Annotated[str, typer.Option("--reason", help="Why it changed.")] = "",
+        tenant: Tenant = None,
         db: DbOpt = None,
         fmt: FormatOpt = None,
         as_json: JsonOpt = False,
@@ -135,11 +136,12 @@ def register(app: typer.Typer) -> None:
         """Replace a decision: the old one stays, marked superseded and linked to the new."""
         from memcli import ledger
 
-        with errors(), open_memory(db) as memory:
+        with errors(), open_memory(db, exists=True) as memory:
             row = ledger.supersede_decision(
                 memory,
                 decision_id,
                 text,
+                owner=memory.owner(tenant),
                 reason=reason,
                 rationale=rationale,
                 constraints=constraint,
@@ -220,6 +222,7 @@ def register(app: typer.Typer) -> None:
         title: Annotated[str | None, typer.Option("--title")] = None,
         details: Annotated[str | None, typer.Option("--details")] = None,
         ref: Refs = None,
+        tenant: Tenant = None,
         db: DbOpt = None,
         fmt: FormatOpt = None,
         as_json: JsonOpt = False,
@@ -227,9 +230,10 @@ def register(app: typer.Typer) -> None:
         """Change a task's status, title, details or evidence (the history keeps each version)."""
         from memcli import ledger
 
-        with errors(), open_memory(db) as memory:
+        with errors(), open_memory(db, exists=True) as memory:
             row = ledger.update_task(
-                memory, task_id, status=status, title=title, details=details, refs=ref
+                memory, task_id, status=status, title=title, details=details, refs=ref,
+                owner=memory.owner(tenant),
             )
             _one(fmt, as_json, _task_text)(row)
 

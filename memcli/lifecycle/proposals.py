@@ -15,18 +15,20 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from memcli.derive import supersede, write_memory
-from memcli.errors import NotFoundError, UsageError
+from memcli.errors import UsageError
 from memcli.lifecycle.profile_fields import field_value
 from memcli.lifecycle.textrules import normalise
 from memcli.models import format_ts, utcnow
 from memcli.scrub import redact_record, redact_text
 from memcli.store import lifecycle as lsql
 from memcli.store import memories as mem
+from memcli.store import owner as own
 from memcli.store import proposals as sql
 
 if TYPE_CHECKING:
     from memcli.memory import Memory
     from memcli.store.connection import Database
+    from memcli.store.owner import Owner
 
 SENSITIVE_FIELDS = ("preferred_name", "pronouns", "city", "language")
 STATUSES = ("pending", "accepted", "rejected", "expired")
@@ -131,11 +133,9 @@ def list_proposals(
     return sql.list_proposals(db, status=status, tenant_id=tenant_id, user_id=user_id, limit=limit)
 
 
-def _pending(db: Database, proposal_id: int) -> dict[str, Any]:
+def _pending(db: Database, proposal_id: int, owner: Owner) -> dict[str, Any]:
     sql.expire(db, utcnow())
-    row = sql.get_proposal(db, proposal_id)
-    if row is None:
-        raise NotFoundError(f"no proposal with id {proposal_id}")
+    row = own.proposal(db, proposal_id, owner)
     if row["status"] != "pending":
         raise UsageError(
             f"proposal {proposal_id} is {row['status']}, not pending",
@@ -144,11 +144,12 @@ def _pending(db: Database, proposal_id: int) -> dict[str, Any]:
     return row
 
 
-def accept(memory: Memory, proposal_id: int, *, by: str = "cli") -> dict[str, Any]:
+def accept(memory: Memory, proposal_id: int, *, owner: Owner | None = None, by: str = "cli"
+           ) -> dict[str, Any]:
     """Apply a proposal: write the profile fact and supersede the field's old value."""
     db = memory.db
     with db.transaction():
-        row = _pending(db, proposal_id)
+        row = _pending(db, proposal_id, owner or memory.owner())
         holders = field_holders(db, row["tenant_id"], row["user_id"], row["field"])
         new_id = write_memory(
             memory,
@@ -206,12 +207,12 @@ def _said_at(memory: Memory, source_ids: list[Any]) -> str | None:
 
 
 def reject(
-    db: Database, proposal_id: int, *, by: str = "cli", reason: str | None = None
+    db: Database, proposal_id: int, *, owner: Owner, by: str = "cli", reason: str | None = None
 ) -> dict[str, Any]:
     if reason is not None:
         reason, _ = redact_text(reason)
     with db.transaction():
-        row = _pending(db, proposal_id)
+        row = _pending(db, proposal_id, owner)
         sql.decide(db, proposal_id, "rejected", utcnow(), by, reason=reason)
         # The refusal goes in the audit trail too (no memory id: nothing was written).
         mem.add_history(

@@ -181,11 +181,6 @@ def session_user(db: Database, tenant_id: str, session_id: str) -> str | None:
     )
 
 
-def memory_exists(db: Database, memory_id: int, tenant_id: str) -> bool:
-    return bool(db.scalar(
-        "SELECT 1 FROM memories WHERE id = ? AND tenant_id = ?", (memory_id, tenant_id)))
-
-
 # -- revisions and the delta header ------------------------------------------------------------
 def thread_revisions(db: Database, keys: list[str]) -> dict[str, int]:
     if not keys:
