@@ -16,8 +16,8 @@ sockets; every process it starts is stopped before it exits. Offline.
    mcp`'s bridge then run with two secrets in their environment. Counted: secret values the
    listener received (of 2 per route).
 2. Cross-tenant id commands: for each command that takes an id, the row is made in tenant
-   `acme` and the command run as tenant `other`. Counted: writes that exited 0 or changed a
-   table, reads that answered (exit 0).
+   `acme` (a database per command) and the command run as tenant `other`. Counted: writes that
+   exited 0 or changed a table, reads that exited 0 showing something (`[]` shows nothing).
 3. Binding leaks: a daemon with tokens bound to tenant, tenant+user, tenant+agent, tenant+app
    and tenant+categories; each token calls every HTTP route and MCP tool acting on one row, on
    rows just outside its binding, and the listings. Counted: 2xx answers that read or changed
@@ -125,8 +125,8 @@ with Memory.open(sys.argv[1]) as memory, memory.db.transaction():
 class Tenants:
     """The CLI as one tenant or another, on one scratch database."""
 
-    def __init__(self, scratch: Path) -> None:
-        self.home = scratch / "tenants"
+    def __init__(self, home: Path) -> None:
+        self.home = home
         self.env = memcli_env(self.home, self.home / "m.db")
         self.env["MEMCLI_NO_DAEMON"] = "1"
         self.db = self.home / "m.db"
@@ -223,9 +223,11 @@ ID_COMMANDS = (
 
 
 def cross_tenant(scratch: Path, owner: str = "acme", intruder: str = "other") -> dict[str, Any]:
-    cli = Tenants(scratch)
+    """Each command on a database of its own (remember merges near-duplicates: one shared
+    database would hand several commands the same row)."""
     writes, reads, controls_failed, details = 0, 0, 0, {}
-    for name, make, args, is_write in ID_COMMANDS:
+    for n, (name, make, args, is_write) in enumerate(ID_COMMANDS):
+        cli = Tenants(scratch / f"tenants-{n}")
         try:
             row_id = getattr(cli, make)(owner)
         except (RuntimeError, IndexError, json.JSONDecodeError, KeyError) as exc:
@@ -234,14 +236,18 @@ def cross_tenant(scratch: Path, owner: str = "acme", intruder: str = "other") ->
         before = cli.snapshot()
         done = cli.run(intruder, *[a.replace("{id}", row_id) for a in args])
         changed = cli.snapshot() != before
+        shown = done.returncode == 0 and done.stdout.strip() not in ("", "[]", "{}", "null")
         if is_write and (done.returncode == 0 or changed):
             writes += 1
-        elif not is_write and done.returncode == 0:
+        elif not is_write and shown:  # an empty answer (`[]`) shows nothing of the row
             reads += 1
-        own = cli.run(owner, *[a.replace("{id}", row_id) for a in args])
-        controls_failed += own.returncode != 0  # the owner's own command must work
-        details[name] = {"exit": done.returncode, "changed": changed, "owner_exit": own.returncode,
-                         "stdout": done.stdout.strip()[:120], "stderr": done.stderr.strip()[:160]}
+        detail = {"exit": done.returncode, "changed": changed,
+                  "stdout": done.stdout.strip()[:120], "stderr": done.stderr.strip()[:160]}
+        if done.returncode != 0 and not changed:  # refused: the owner's own command must work
+            own = cli.run(owner, *[a.replace("{id}", row_id) for a in args])
+            controls_failed += own.returncode != 0
+            detail["owner_exit"] = own.returncode
+        details[name] = detail
     return {"writes_accepted": writes, "writes_of": sum(c[3] for c in ID_COMMANDS),
             "reads_answered": reads, "reads_of": sum(not c[3] for c in ID_COMMANDS),
             "controls_failed": controls_failed, "commands": details}
@@ -309,7 +315,7 @@ def table(out: dict[str, Any]) -> str:
             "planted_socket", lambda r: f"{r['received']} of {r['of']}")),
         ("cross-tenant id writes accepted or changed", cell(
             "cross_tenant", lambda r: f"{r['writes_accepted']} of {r['writes_of']}")),
-        ("cross-tenant id reads answered", cell(
+        ("cross-tenant id reads that showed the row", cell(
             "cross_tenant", lambda r: f"{r['reads_answered']} of {r['reads_of']}")),
         ("binding leaks (outside rows read, changed or listed)", cell(
             "bindings", lambda r: str(r["leaks"]))),
