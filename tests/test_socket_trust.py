@@ -12,7 +12,6 @@ from __future__ import annotations
 import base64
 import json
 import os
-import pwd
 import shutil
 import socket
 import subprocess
@@ -23,6 +22,7 @@ from pathlib import Path
 
 import pytest
 from daemon_support import start_serve, stop
+from socket_support import Listener, python_of, second_user
 from trust_support import memcli_env
 
 from memcli.service import client, paths
@@ -30,96 +30,20 @@ from memcli.service import client, paths
 SECRET = "s3cret-token-never-forwarded"
 KEY = base64.b64encode(b"k" * 32).decode()
 
-# The planted listener (standard library only, so any python3 runs it as another user): makes
-# its folder with the given mode, listens, prints "ready", then one line per connection with
-# the hex of every byte received (and closes any file descriptors passed to it).
-LISTENER = r"""
-import array, os, socket, sys
-folder, mode, name = sys.argv[1], int(sys.argv[2], 8), sys.argv[3]
-os.makedirs(folder, exist_ok=True)
-os.chmod(folder, mode)
-srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-srv.bind(os.path.join(folder, name))
-os.chmod(os.path.join(folder, name), 0o777)
-srv.listen(8)
-print("ready", flush=True)
-while True:
-    conn, _ = srv.accept()
-    conn.settimeout(1.0)
-    got = b""
-    try:
-        while True:
-            if got[4:12] == b"memcli/1" and len(got) >= 4 + int.from_bytes(got[:4], "big"):
-                break  # a whole CLI request
-            data, anc, _flags, _addr = conn.recvmsg(1 << 16, socket.CMSG_SPACE(64))
-            for _level, _kind, payload in anc:
-                for fd in array.array("i", payload[: len(payload) - len(payload) % 4]):
-                    os.close(fd)
-            if not data:
-                break
-            got += data
-    except OSError:
-        pass
-    print("conn", got.hex(), flush=True)
-    conn.close()
-"""
-
-
-class Listener:
-    """LISTENER as `user` (uid, gid; None: this process's own), killed on leaving."""
-
-    def __init__(self, python: str, folder: Path, mode: int, name: str,
-                 user: tuple[int, int] | None = None) -> None:
-        ids = {"user": user[0], "group": user[1], "extra_groups": []} if user else {}
-        self.proc = subprocess.Popen(
-            [python, "-c", LISTENER, str(folder), f"{mode:o}", name], cwd="/",
-            env={"PATH": os.environ.get("PATH", "/usr/bin:/bin")}, stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **ids)
-        self.received: list[bytes] = []
-
-    def __enter__(self) -> Listener:
-        assert self.proc.stdout is not None
-        if self.proc.stdout.readline().strip() != "ready":
-            self.stop()
-            raise AssertionError(f"the listener did not start: {self.proc.stderr.read()}")
-        return self
-
-    def stop(self) -> None:
-        self.proc.kill()
-        out, _err = self.proc.communicate()
-        self.received = [bytes.fromhex(line.split()[1] if len(line.split()) > 1 else "")
-                         for line in out.splitlines() if line.startswith("conn")]
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
-
-
 def other_user() -> tuple[int, int]:
     """(uid, gid) of a second, unprivileged user: creating its sockets needs root."""
-    if os.getuid() != 0:
-        pytest.skip("a listener of another user needs root (CI runs the tests as root)")
-    try:
-        entry = pwd.getpwnam("nobody")
-    except KeyError:
-        pytest.skip("no unprivileged user `nobody` on this machine")
-    return entry.pw_uid, entry.pw_gid
+    user = second_user()
+    if user is None:
+        pytest.skip("a listener of another user needs root (CI runs the tests as root) and a "
+                    "user `nobody`")
+    return user
 
 
 def python_for(user: tuple[int, int], folder: Path) -> str:
-    """A python3 that `user` can run and that can reach `folder` (the tests' own may sit in
-    root's home)."""
-    for candidate in (sys.executable, shutil.which("python3"), "/usr/bin/python3"):
-        if not candidate:
-            continue
-        try:
-            done = subprocess.run([candidate, "-c", "import os, sys; os.stat(sys.argv[1])",
-                                   str(folder)], user=user[0], group=user[1],
-                                  extra_groups=[], cwd="/", capture_output=True, timeout=60)
-        except OSError:
-            continue
-        if done.returncode == 0:
-            return candidate
-    pytest.skip("no python3 the second user can run")
+    python = python_of(user, folder)
+    if python is None:
+        pytest.skip("no python3 the second user can run")
+    return python
 
 
 @pytest.fixture
