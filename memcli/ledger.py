@@ -99,7 +99,7 @@ def add_decision(
         supersedes=supersedes)
     with memory.db.transaction():
         decision_id = store_decision(memory, pending)
-        compaction = _app_limit(memory, pending.row)
+        compaction = app_limit(memory, pending.row)
     return {**get_decision(memory, decision_id), "redacted": pending.redacted, **compaction}
 
 
@@ -125,7 +125,7 @@ def store_decision(memory: Memory, pending: PendingWrite) -> int:
                            pending.importance, actor=pending.actor, extra=pending.attributes)
 
 
-def _app_limit(memory: Memory, row: dict[str, Any]) -> dict[str, Any]:
+def app_limit(memory: Memory, row: dict[str, Any]) -> dict[str, Any]:
     """The app limit after a write to an app scope (`{"compaction": [...]}` when it acted)."""
     if not row.get("app_id"):
         return {}
@@ -316,7 +316,7 @@ def add_task(memory: Memory, title: str, *, details: str = "", status: str = "op
                            sensitivity=sensitivity)
     with memory.db.transaction():
         task_id = store_task(memory, pending)
-        compaction = _app_limit(memory, pending.row)
+        compaction = app_limit(memory, pending.row)
     return {**get_task(memory, task_id), "redacted": pending.redacted, **compaction}
 
 

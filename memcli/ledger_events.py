@@ -15,7 +15,8 @@ The fields, read from the event's `content` (redacted with the rest of the event
   needed for a new task); `details`; `status`: open (a new task's default), doing or done.
 The event's own `refs` follow its id in the row's refs; its tenant, user, session, agent, app,
 channel and sensitivity are the row's. A `secret` event writes no row: its content is never
-stored.
+stored. A row of an app is held to the app memory limit as `decision add --app` is (FIFO, in
+the record's transaction; `compaction` in the ingest report's `ledger` entry when it acted).
 """
 
 from __future__ import annotations
@@ -165,6 +166,7 @@ def store(event: LedgerEvent) -> None:
     if memory is None:
         raise RuntimeError("a ledger event was not prepared")
     written: dict[str, Any] = {"event_id": event.event_id}
+    task: dict[str, Any] = {}
     if event.kind == "decision" and event.pending is not None:
         old = event.fields["supersedes"]
         if old is None:
@@ -184,7 +186,10 @@ def store(event: LedgerEvent) -> None:
                                  reason=f"event {event.event_id}",
                                  actor=event.scope["agent_id"] or "memcli")
         written["task_id"] = task["id"]
-    event.written = written
+    # The app memory limit holds after an event's write as after `decision add --app` (a
+    # task update's new version is in the task's scope).
+    scope_row = event.pending.row if event.pending is not None else task
+    event.written = {**written, **ledger.app_limit(memory, scope_row)}
 
 
 def _changes(event: LedgerEvent, task: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
