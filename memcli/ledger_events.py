@@ -21,6 +21,7 @@ the record's transaction; `compaction` in the ingest report's `ledger` entry whe
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -68,15 +69,31 @@ def episode_text(kind: str, content: dict[str, Any]) -> str | None:
 def parse(rec: EventIn, event_id: str, content: dict[str, Any]) -> LedgerEvent | None:
     """The ledger write an event asks for (None: not a ledger event, or a secret one);
     ValidationError when its fields are wrong, so the record is rejected before any write."""
-    if rec.kind not in LEDGER_KINDS or rec.sensitivity == "secret":
+    return _parsed(rec.kind, event_id, content, {
+        "tenant_id": rec.tenant_id, "user_id": rec.user_id, "session_id": rec.session_id,
+        "agent_id": rec.agent_id, "app_id": rec.app_id, "channel": rec.channel,
+        "sensitivity": rec.sensitivity, "refs": rec.refs})
+
+
+def from_row(event: dict[str, Any]) -> LedgerEvent | None:
+    """`parse` of a stored event (its row of the events table), for `memcli rebuild`."""
+    refs = json.loads(event["refs"]) if isinstance(event["refs"], str) else event["refs"]
+    content = (json.loads(event["content"]) if isinstance(event["content"], str)
+               else event["content"])
+    scope = {k: event[k] for k in ("tenant_id", "user_id", "session_id", "agent_id", "app_id",
+                                   "channel", "sensitivity")}
+    return _parsed(event["kind"], event["event_id"], content, {**scope, "refs": refs})
+
+
+def _parsed(kind: str, event_id: str, content: dict[str, Any],
+            scope: dict[str, Any]) -> LedgerEvent | None:
+    if kind not in LEDGER_KINDS or scope["sensitivity"] == "secret":
         return None
-    scope = {"tenant_id": rec.tenant_id, "user_id": rec.user_id, "session_id": rec.session_id,
-             "agent_id": rec.agent_id, "app_id": rec.app_id, "channel": rec.channel,
-             "sensitivity": rec.sensitivity,
-             "refs": [event_id, *(str(r) for r in rec.refs if isinstance(r, str | int))]}
-    if rec.kind == "decision":
-        return LedgerEvent(rec.kind, event_id, _decision_fields(content), scope)
-    return LedgerEvent(rec.kind, event_id, _task_fields(content), scope)
+    refs = scope["refs"] or []
+    scope = {**scope, "refs": [event_id, *(str(r) for r in refs if isinstance(r, str | int))]}
+    if kind == "decision":
+        return LedgerEvent(kind, event_id, _decision_fields(content), scope)
+    return LedgerEvent(kind, event_id, _task_fields(content), scope)
 
 
 def _decision_fields(content: dict[str, Any]) -> dict[str, Any]:
@@ -184,7 +201,8 @@ def store(event: LedgerEvent) -> None:
         encoded = event.encoded if text == event.text else (None, None)  # changed meanwhile
         ledger.store_task_update(memory, task, changes, encoded,
                                  reason=f"event {event.event_id}",
-                                 actor=event.scope["agent_id"] or "memcli")
+                                 actor=event.scope["agent_id"] or "memcli",
+                                 extra={"event_id": event.event_id})
         written["task_id"] = task["id"]
     # The app memory limit holds after an event's write as after `decision add --app` (a
     # task update's new version is in the task's scope).
