@@ -144,3 +144,26 @@ def test_a_decision_added_by_command_is_kept_not_invented(cli, db_path):
     lost = [c for c in report["cannot_rebuild"] if "not cut from events" in c["what"]]
     assert {"id": added["memory_id"], "kind": "decision"} in lost[0]["ids"]
     assert added["id"] not in [d["id"] for d in run_json(cli, "decision", "list")]
+
+
+def test_a_high_decision_comes_back_sealed(cli, db_path, monkeypatch):
+    """A `high` decision event: its row and memory come back encrypted, readable with the key."""
+    import base64
+
+    monkeypatch.setenv("MEMCLI_KEY", base64.b64encode(b"k" * 32).decode())
+    run_json(cli, "ingest", "-", input=ndjson([event(
+        "evt-h1", "decision", {"decision": "Rotate the Zurich vault keys monthly"},
+        sensitivity="high")]))
+    before = ledger(cli)
+    assert [d["decision"] for d in before["decision"]] == ["Rotate the Zurich vault keys monthly"]
+    drop_memories(db_path)
+    run_json(cli, "rebuild")
+    assert ledger(cli) == before
+    db = open_database(db_path)
+    try:
+        stored = [r["decision"] for r in db.stream("SELECT decision FROM decisions", raw=True)]
+        memory = [r["content"] for r in db.stream(
+            "SELECT content FROM memories WHERE kind = 'decision'", raw=True)]
+    finally:
+        db.close()
+    assert [s.startswith("enc:v1:") for s in stored + memory] == [True, True]

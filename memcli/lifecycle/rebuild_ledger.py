@@ -93,15 +93,8 @@ def _replay_event(plan: dict[str, Any], event: LedgerEvent,
     else:
         _, row_id, memory_id, ts, purged = recorded
     if event.kind == "decision":
-        row = {"id": row_id, **{k: v for k, v in fields.items() if k != "supersedes"},
-               **{k: scope[k] for k in ("tenant_id", "user_id", "session_id", "agent_id",
-                                        "app_id", "sensitivity", "refs")},
-               "created_at": ts, "updated_at": ts, "versions": []}
-        row["versions"].append(_memory(row, "decision", ledger.decision_text(row), memory_id,
-                                       ts, purged, scope["channel"], event.event_id))
-        plan["decisions"][row_id] = row
-        if fields["supersedes"] is not None:
-            plan["links"].append((fields["supersedes"], row_id, ts))
+        if memory_id is not None:  # always: an unrecorded decision is not replayed
+            _replay_decision(plan, event, row_id, memory_id, ts, purged)
         return
     task = plan["tasks"].get(row_id)
     if fields["task_id"] is None:
@@ -127,6 +120,20 @@ def _replay_event(plan: dict[str, Any], event: LedgerEvent,
     if memory_id is not None:
         task["versions"].append(_memory(task, "task", ledger.task_text(task), memory_id, ts,
                                         purged, task["channel"], event.event_id))
+
+
+def _replay_decision(plan: dict[str, Any], event: LedgerEvent, row_id: int, memory_id: int,
+                     ts: str, purged: bool) -> None:
+    fields, scope = event.fields, event.scope
+    row = {"id": row_id, **{k: v for k, v in fields.items() if k != "supersedes"},
+           **{k: scope[k] for k in ("tenant_id", "user_id", "session_id", "agent_id",
+                                    "app_id", "sensitivity", "refs")},
+           "created_at": ts, "updated_at": ts, "versions": []}
+    row["versions"].append(_memory(row, "decision", ledger.decision_text(row), memory_id,
+                                   ts, purged, scope["channel"], event.event_id))
+    plan["decisions"][row_id] = row
+    if fields["supersedes"] is not None:
+        plan["links"].append((fields["supersedes"], row_id, ts))
 
 
 def _memory(row: dict[str, Any], kind: str, content: str, memory_id: int, ts: str,

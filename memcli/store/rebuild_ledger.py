@@ -69,7 +69,7 @@ def restore_decision(db: Database, row: dict[str, Any]) -> None:
     values.update({k: json.dumps(list(row.get(k) or []), ensure_ascii=False) for k in _LISTS})
     high = row.get("sensitivity") == "high"
     for key in ("decision", *_LISTS):
-        values[key] = seal_if(db, high, values[key])
+        values[key] = seal_if(db, high, str(values[key]))
     db.execute(
         "INSERT INTO decisions (id, memory_id, tenant_id, user_id, session_id, agent_id, app_id,"
         " status, scope, decision, rationale, constraints, alternatives, consequences, refs,"
