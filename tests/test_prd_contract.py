@@ -12,7 +12,10 @@ integers: `history`, `forget`, `supersedes`); and the example's `relevant_decisi
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import anyio
+import pytest
 from http_support import OPERATOR, running_api
 from mcp_support import http_client, payload
 
@@ -179,6 +182,20 @@ def check_bundle(got) -> None:
     from memcli.service.models import Bundle
 
     Bundle.model_validate(got)  # the model /openapi.json describes the answer with
+
+
+@pytest.fixture(autouse=True)
+def agent_a(tmp_path, monkeypatch) -> None:
+    """The document's example agent `agentA`, given the supervisor's allowlist (an agent no
+    allowlist names is refused)."""
+    import memcli
+
+    shipped = (Path(memcli.__file__).parent / "categories.yaml").read_text(encoding="utf-8")
+    anchor = "  planner: ["
+    assert anchor in shipped
+    path = tmp_path / "categories.yaml"
+    path.write_text(shipped.replace(anchor, "  agentA: [\"*\"]\n" + anchor), encoding="utf-8")
+    monkeypatch.setenv("MEMCLI_CATEGORIES", str(path))
 
 
 def _setting(c) -> None:
