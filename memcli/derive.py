@@ -78,13 +78,27 @@ def write_memory(memory: Memory, *, content: str, kind: str, source_ids: list[An
             vector = vector.astype("float32")
             vec.insert_vectors(db, [(memory_id, vector.tobytes())])
         scope = {"tenant_id": tenant_id, "user_id": user_id, "session_id": session_id}
-        mem.add_history(db, memory_id, "ADD", new_ref=str(memory_id), actor=actor, scope=scope,
+        event_id, row_ref = ledger_origin(kind, attributes or {})
+        mem.add_history(db, memory_id, "ADD", event_id=event_id, old_ref=row_ref,
+                        new_ref=str(memory_id), actor=actor, scope=scope,
                         meta={"kind": kind, "sources": source_ids[:20]})
         mem.bump_revision(db, mem.thread_key(tenant_id, user_id, session_id),
                           [("created", memory_id, content)])
         if link and vector is not None and kind in SEMANTIC_KINDS:
             link_related(memory, memory_id, vector.tobytes(), tenant_id, user_id, session_id)
     return memory_id
+
+
+def ledger_origin(kind: str, attributes: dict[str, Any]) -> tuple[str | None, str | None]:
+    """(event id, `decision:ID` / `task:ID`) of a decision or task memory written for an event
+    (attributes `event_id` and `decision_id` / `task_id`), else (None, None). Its ADD history
+    row names both (columns a purge never empties, unlike meta), so `memcli rebuild` knows
+    which ledger row, and which memory, each event wrote."""
+    key = {"decision": "decision_id", "task": "task_id"}.get(kind)
+    event_id, row_id = attributes.get("event_id"), attributes.get(key or "")
+    if not isinstance(event_id, str) or not isinstance(row_id, int):
+        return None, None
+    return event_id, f"{kind}:{row_id}"
 
 
 def encode_ahead(memory: Memory, texts: list[str],

@@ -99,7 +99,7 @@ def add_decision(
         supersedes=supersedes)
     with memory.db.transaction():
         decision_id = store_decision(memory, pending)
-        compaction = _app_limit(memory, pending.row)
+        compaction = app_limit(memory, pending.row)
     return {**get_decision(memory, decision_id), "redacted": pending.redacted, **compaction}
 
 
@@ -125,7 +125,7 @@ def store_decision(memory: Memory, pending: PendingWrite) -> int:
                            pending.importance, actor=pending.actor, extra=pending.attributes)
 
 
-def _app_limit(memory: Memory, row: dict[str, Any]) -> dict[str, Any]:
+def app_limit(memory: Memory, row: dict[str, Any]) -> dict[str, Any]:
     """The app limit after a write to an app scope (`{"compaction": [...]}` when it acted)."""
     if not row.get("app_id"):
         return {}
@@ -316,7 +316,7 @@ def add_task(memory: Memory, title: str, *, details: str = "", status: str = "op
                            sensitivity=sensitivity)
     with memory.db.transaction():
         task_id = store_task(memory, pending)
-        compaction = _app_limit(memory, pending.row)
+        compaction = app_limit(memory, pending.row)
     return {**get_task(memory, task_id), "redacted": pending.redacted, **compaction}
 
 
@@ -428,8 +428,8 @@ def task_changes(task: dict[str, Any], *, status: str | None = None, title: str 
 
 
 def store_task_update(memory: Memory, task: dict[str, Any], changes: dict[str, Any],
-                      encoded: tuple[Any, Any], *, reason: str = "",
-                      actor: str | None = None) -> None:
+                      encoded: tuple[Any, Any], *, reason: str = "", actor: str | None = None,
+                      extra: dict[str, Any] | None = None) -> None:
     """Write `changes` to `task` (inside the caller's transaction): a new memory version that
     supersedes the previous one. `encoded`: the new text's (vector, sparse terms)."""
     old_mem = memory.db.query(
@@ -439,7 +439,7 @@ def store_task_update(memory: Memory, task: dict[str, Any], changes: dict[str, A
         (old_mem[0]["channel"], old_mem[0]["sensitivity"]) if old_mem else ("private", "none")
     )
     new_memory = _write_task_memory(memory, {**task, **changes}, channel, sensitivity, encoded,
-                                    actor=actor)
+                                    actor=actor, extra=extra)
     sql.update_task(memory.db, task["id"], {**changes, "memory_id": new_memory})
     if task["memory_id"] is not None:
         derive.supersede(memory, task["memory_id"], new_memory, actor=actor or "memcli",

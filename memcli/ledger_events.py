@@ -15,11 +15,13 @@ The fields, read from the event's `content` (redacted with the rest of the event
   needed for a new task); `details`; `status`: open (a new task's default), doing or done.
 The event's own `refs` follow its id in the row's refs; its tenant, user, session, agent, app,
 channel and sensitivity are the row's. A `secret` event writes no row: its content is never
-stored.
+stored. A row of an app is held to the app memory limit as `decision add --app` is (FIFO, in
+the record's transaction; `compaction` in the ingest report's `ledger` entry when it acted).
 """
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -67,15 +69,31 @@ def episode_text(kind: str, content: dict[str, Any]) -> str | None:
 def parse(rec: EventIn, event_id: str, content: dict[str, Any]) -> LedgerEvent | None:
     """The ledger write an event asks for (None: not a ledger event, or a secret one);
     ValidationError when its fields are wrong, so the record is rejected before any write."""
-    if rec.kind not in LEDGER_KINDS or rec.sensitivity == "secret":
+    return _parsed(rec.kind, event_id, content, {
+        "tenant_id": rec.tenant_id, "user_id": rec.user_id, "session_id": rec.session_id,
+        "agent_id": rec.agent_id, "app_id": rec.app_id, "channel": rec.channel,
+        "sensitivity": rec.sensitivity, "refs": rec.refs})
+
+
+def from_row(event: dict[str, Any]) -> LedgerEvent | None:
+    """`parse` of a stored event (its row of the events table), for `memcli rebuild`."""
+    refs = json.loads(event["refs"]) if isinstance(event["refs"], str) else event["refs"]
+    content = (json.loads(event["content"]) if isinstance(event["content"], str)
+               else event["content"])
+    scope = {k: event[k] for k in ("tenant_id", "user_id", "session_id", "agent_id", "app_id",
+                                   "channel", "sensitivity")}
+    return _parsed(event["kind"], event["event_id"], content, {**scope, "refs": refs})
+
+
+def _parsed(kind: str, event_id: str, content: dict[str, Any],
+            scope: dict[str, Any]) -> LedgerEvent | None:
+    if kind not in LEDGER_KINDS or scope["sensitivity"] == "secret":
         return None
-    scope = {"tenant_id": rec.tenant_id, "user_id": rec.user_id, "session_id": rec.session_id,
-             "agent_id": rec.agent_id, "app_id": rec.app_id, "channel": rec.channel,
-             "sensitivity": rec.sensitivity,
-             "refs": [event_id, *(str(r) for r in rec.refs if isinstance(r, str | int))]}
-    if rec.kind == "decision":
-        return LedgerEvent(rec.kind, event_id, _decision_fields(content), scope)
-    return LedgerEvent(rec.kind, event_id, _task_fields(content), scope)
+    refs = scope["refs"] or []
+    scope = {**scope, "refs": [event_id, *(str(r) for r in refs if isinstance(r, str | int))]}
+    if kind == "decision":
+        return LedgerEvent(kind, event_id, _decision_fields(content), scope)
+    return LedgerEvent(kind, event_id, _task_fields(content), scope)
 
 
 def _decision_fields(content: dict[str, Any]) -> dict[str, Any]:
@@ -165,6 +183,7 @@ def store(event: LedgerEvent) -> None:
     if memory is None:
         raise RuntimeError("a ledger event was not prepared")
     written: dict[str, Any] = {"event_id": event.event_id}
+    task: dict[str, Any] = {}
     if event.kind == "decision" and event.pending is not None:
         old = event.fields["supersedes"]
         if old is None:
@@ -182,9 +201,13 @@ def store(event: LedgerEvent) -> None:
         encoded = event.encoded if text == event.text else (None, None)  # changed meanwhile
         ledger.store_task_update(memory, task, changes, encoded,
                                  reason=f"event {event.event_id}",
-                                 actor=event.scope["agent_id"] or "memcli")
+                                 actor=event.scope["agent_id"] or "memcli",
+                                 extra={"event_id": event.event_id})
         written["task_id"] = task["id"]
-    event.written = written
+    # The app memory limit holds after an event's write as after `decision add --app` (a
+    # task update's new version is in the task's scope).
+    scope_row = event.pending.row if event.pending is not None else task
+    event.written = {**written, **ledger.app_limit(memory, scope_row)}
 
 
 def _changes(event: LedgerEvent, task: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:

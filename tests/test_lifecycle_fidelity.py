@@ -93,6 +93,26 @@ def test_link_history_rows_carry_the_scope_of_their_memory(memory):
     assert (links[0]["tenant_id"], links[0]["session_id"]) == ("default", "s1")
 
 
+def test_link_rows_written_without_a_scope_follow_their_memory(memory):
+    """LINK rows written before links carried a scope have no tenant, user or session:
+    `history --user` / `--session` still list them, by their memory's user and session, and
+    another user's trail does not."""
+    from memcli.derive import write_memory
+
+    def fact(user: str) -> int:
+        return write_memory(memory, content="Priya likes green tea.", kind="fact",
+                            source_ids=[], user_id=user, session_id="s1", link=True)
+
+    first, second = fact("priya"), fact("priya")
+    with memory.db.transaction():
+        memory.db.execute("UPDATE history SET tenant_id = NULL, user_id = NULL,"
+                          " session_id = NULL WHERE op = 'LINK'")
+    for scope in ({"user_id": "priya"}, {"session_id": "s1"}):
+        links = [h for h in memory.history(**scope) if h["op"] == "LINK"]
+        assert [(h["memory_id"], h["new_ref"]) for h in links] == [(second, str(first))], scope
+    assert [h for h in memory.history(user_id="sam") if h["op"] == "LINK"] == []
+
+
 def test_at_most_three_writes_per_turn_the_most_important_kept(lcli, stub, db_path):
     records = conversation("s1", ["I'm a nurse, I love tea, I run, I paint and I swim."])
     records += conversation("s2", ["Bye"], day=2)

@@ -109,6 +109,27 @@ def test_a_contradicting_fact_about_a_sensitive_field_becomes_a_proposal(
     assert city["content"] == "Priya lives in Lisbon." and city["state"] == "active"
 
 
+def test_a_profile_fact_a_model_filed_is_not_replaced_without_consent(memory, stub, db_path):
+    """"Priya lives in Lisbon." filed under `profile` by a model (no proposal wrote it) holds
+    the city as much as an accepted proposal's fact: a later contradicting fact becomes a
+    proposal of the new value, and the Lisbon fact stays active until a person accepts."""
+    memory.ingest(conversation("s1", ["I live in Lisbon."])
+                  + conversation("s2", ["I moved to Porto."], day=2)
+                  + conversation("s3", ["hi"], day=3))
+    stub.enqueue_json(extraction(facts=[
+        {"text": "Priya lives in Lisbon.", "turns": [1], "category": "profile"}]))
+    stub.enqueue_json(extraction(facts=["Priya lives in Porto."]))
+    stub.enqueue_json(verdicts("contradicts"))
+    report = consolidate(memory, model_for(memory, stub), settings())
+    s1, s2 = report["sessions"]
+    assert s2["superseded"] == [] and s2["added"] == []
+    (lisbon,) = memory_rows(db_path, "kind = 'fact'")
+    assert [a["id"] for a in s1["added"]] == [lisbon["id"]]
+    assert [(p["status"], p["field"], p["value"]) for p in s2["proposals"]] == [
+        ("pending", "city", "Porto")]
+    assert (lisbon["content"], lisbon["state"]) == ("Priya lives in Lisbon.", "active")
+
+
 def test_reject_changes_nothing_and_is_recorded(pcli, db_path):
     out = pcli("remember", "city: Porto", "--user", "priya", "--field", "city", "--json")
     assert out.exit_code == 0, out.stderr

@@ -9,7 +9,14 @@ import typer
 
 from memcli.cli.common import open_memory
 from memcli.cli.options import DbOpt, FormatOpt, JsonOpt
-from memcli.cli.output import emit, errors, one_line, read_inputs, resolve_format
+from memcli.cli.output import (
+    emit,
+    errors,
+    one_line,
+    read_inputs,
+    resolve_format,
+    warn_redacted,
+)
 from memcli.cli.progress import progress_bar
 
 
@@ -62,6 +69,8 @@ def register(app: typer.Typer) -> None:
                 payload = ingest_payload(memory, sources, defaults=defaults, strict=strict,
                                          defer_embed=defer_embed, progress=progress)
             emit(payload, resolve_format(fmt, as_json), _ingest_text)
+            for written in payload.get("ledger") or []:  # an app over its limit
+                warn_redacted(written)
             for problem in payload["rejected"]:
                 where = f"{problem['source']}:" if problem["source"] else "record "
                 message = f"{where}{problem['line']}: {problem['reason']}"

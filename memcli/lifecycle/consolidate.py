@@ -38,7 +38,7 @@ from memcli.lifecycle.extract import (
     user_prompt,
 )
 from memcli.lifecycle.profile_fields import field_value
-from memcli.lifecycle.proposals import SENSITIVE_FIELDS
+from memcli.lifecycle.proposals import held_fields
 from memcli.lifecycle.textrules import jaccard, normalise, tokens
 from memcli.lifecycle.write_caps import DailyCaps, cap_plan
 from memcli.models import format_ts
@@ -233,20 +233,28 @@ def plan_llm(
         plan.pairs = dedup.check_pairs(
             model, memory.db, uncertain, cfg, tenant_id=tenant, budget_left=pairs_left, cache=cache
         )
-    by_id = {s.id: s for s in stored}
+    _guard_profile(facts, {s.id: s for s in stored})
+    cap_plan(plan, cfg.max_writes_per_turn, writes_left)
+    return plan
+
+
+def _guard_profile(facts: list[NewFact], by_id: dict[int, Any]) -> None:
+    """Changing a sensitive profile field needs consent, not a supersession: a fact that would
+    supersede an active memory holding one (an accepted proposal's fact, or any `profile`
+    fact stating the field) becomes a proposal for that field instead."""
     for fact in facts:
         if fact.action != "supersede":
             continue
-        guarded = [
-            i
-            for i in fact.supersedes
-            if by_id[i].attributes.get("profile_field") in SENSITIVE_FIELDS
-        ]
-        if guarded:  # changing a sensitive profile field needs consent, not a supersession
-            fact.action, fact.supersedes = "propose", guarded
-            fact.profile_field = by_id[guarded[0]].attributes["profile_field"]
-    cap_plan(plan, cfg.max_writes_per_turn, writes_left)
-    return plan
+        held = {i: held_fields(by_id[i].kind, by_id[i].category, by_id[i].attributes,
+                               by_id[i].text) for i in fact.supersedes}
+        guarded = [i for i in fact.supersedes if held[i]]
+        if not guarded:
+            continue
+        fields = [f for i in guarded for f in held[i]]
+        # The field the new text states, when it states one of those held; else the first.
+        stated = [f for f in fields if field_value(f, fact.text) is not None]
+        fact.action, fact.supersedes = "propose", guarded
+        fact.profile_field = (stated or fields)[0]
 
 
 def _unique_profile(items: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -113,6 +113,19 @@ def field_holders(
     return ([main] if main is not None else []) + stated
 
 
+def held_fields(kind: str, category: str | None, attributes: dict[str, Any],
+                content: str) -> list[str]:
+    """The sensitive fields an active memory holds: the one an accepted proposal wrote it
+    for, or those a `profile` fact's text states (however it was written: a model's fact filed
+    under `profile`, an import). Replacing such a memory needs consent."""
+    named = attributes.get("profile_field")
+    if named in SENSITIVE_FIELDS:
+        return [named]
+    if kind != "fact" or category != "profile" or named is not None:
+        return []
+    return [f for f in SENSITIVE_FIELDS if field_value(f, content) is not None]
+
+
 def _held_value(fact: dict[str, Any], field: str) -> str:
     value = fact["attributes"].get("value")
     return str(value) if value is not None else field_value(field, fact["content"]) or ""
