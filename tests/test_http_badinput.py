@@ -4,12 +4,18 @@ one-line message, never "a bug in memcli" nor a traceback in the log."""
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import json
+import os
+import subprocess
+from pathlib import Path
 
 import anyio
 import pytest
 from http_support import OPERATOR, running_api
 from mcp_support import error_text, http_client
+from test_badinput import _mount
 
 HUGE = 99999999999999999999999  # beyond 64 bits: no row can have it
 
@@ -64,3 +70,48 @@ def test_the_largest_id_is_not_found(server):
         r = c.post("/api/v1/tasks", json={"task_id": 2**63 - 1, "status": "done"})
         assert r.status_code == 404, r.text
     assert json.loads(r.text)["exit_code"] == 1
+
+
+# -- a full disk -------------------------------------------------------------------------------
+def _fill(folder: Path) -> None:
+    """Take every free byte of the file system holding `folder`."""
+    with open(folder / "filler", "wb") as f:
+        try:
+            while True:
+                f.write(b"\0" * 65536)
+                f.flush()
+        except OSError as exc:
+            assert exc.errno == errno.ENOSPC, exc
+    with contextlib.suppress(OSError), open(folder / "filler2", "wb") as f:
+        while True:  # the last partial block
+            f.write(b"\0" * 512)
+            f.flush()
+
+
+def test_a_full_disk_is_507_with_the_clis_message(tmp_path, monkeypatch, caplog):
+    """A real full file system (a 2 MB tmpfs: root only, as CI runs): every write route answers
+    507 naming the file, as the CLI names it, with no traceback in the log."""
+    folder = tmp_path / "small"
+    if os.geteuid() != 0 or not _mount(folder):
+        pytest.skip("needs root to mount a small tmpfs")
+    try:
+        with running_api(folder, monkeypatch) as api, api.client() as c:
+            assert c.post("/api/v1/memories", json={"text": "kiwi pie"}).status_code == 200
+            _fill(folder)
+            message = f"disk full: cannot write {folder}/memory.db (free some space and retry)"
+            writes = [("/api/v1/memories", lambda i: {"text": f"fig tart number {i}"}),
+                      ("/api/v1/events", lambda i: {"session_id": "s1",
+                                                    "content": {"text": f"{i} " + "y" * 9000}}),
+                      ("/api/v1/tasks", lambda i: {"title": f"task {i}", "details": "z" * 9000}),
+                      ("/api/v1/decisions", lambda i: {"decision": f"{i} " + "w" * 9000})]
+            for path, body in writes:
+                # The WAL may hold a few pages' room still: write until it is used up.
+                r = next(r for i in range(200)
+                         if (r := c.post(path, json=body(i))).status_code != 200)
+                assert r.status_code == 507, (path, r.text)
+                assert r.json() == {"error": message, "exit_code": 1}
+            found = c.post("/api/v1/query", json={"query": "kiwi"})  # reads still answer
+            assert found.status_code == 200 and found.json()[0]["text"] == "kiwi pie"
+    finally:
+        subprocess.run(["umount", str(folder)], check=False)
+    assert not [r for r in caplog.records if r.exc_info], "a traceback was logged"

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from memcli.errors import (
     DatabaseBusyError,
+    DiskFullError,
     MemcliError,
     NotAllowedError,
     NotFoundError,
@@ -398,7 +399,16 @@ class Service:
         the request borrows a connection from the daemon's pool for its own length (a
         thread's idle connection would hold a server slot for nothing)."""
         if not self._server():
-            return operation(Context(self.memory(), self.settings), scope, request)
+            memory = self.memory()
+            try:
+                return operation(Context(memory, self.settings), scope, request)
+            except Exception as exc:
+                # A full disk, a read-only file, an I/O error: named as the CLI names them
+                # (its Memory does this on leaving its `with`; this one stays open).
+                failure = memory.db.backend.environment_error(memory.db, exc)
+                if failure is not None:
+                    raise failure from exc
+                raise
         from memcli.memory import Memory
 
         embedder, sparse = self.models()
@@ -422,7 +432,7 @@ class Service:
 def status_for(exc: BaseException) -> tuple[int, dict[str, str]]:
     """The HTTP status (and headers) of an error, from its kind and CLI exit code:
     not found 404, outside the caller's scope 403, bad input (exit 2) 422, busy (exit 75) 503
-    with Retry-After, anything else 500."""
+    with Retry-After, a full disk 507 (Insufficient Storage), anything else 500."""
     if isinstance(exc, NotFoundError):
         return 404, {}
     if isinstance(exc, NotAllowedError):
@@ -431,6 +441,8 @@ def status_for(exc: BaseException) -> tuple[int, dict[str, str]]:
         return 400, {}
     if isinstance(exc, DatabaseBusyError):
         return 503, {"Retry-After": "1"}
+    if isinstance(exc, DiskFullError):
+        return 507, {}
     if isinstance(exc, UsageError | ValidationError):
         return 422, {}
     return 500, {}

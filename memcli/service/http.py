@@ -288,7 +288,9 @@ def openapi(routes: tuple[Route, ...]) -> dict[str, Any]:
                 "403": {"description": "outside the caller's bound scope"},
                 "404": {"description": "not found (or another tenant's)"},
                 "422": {"description": "invalid request: {error, exit_code}"},
+                "413": {"description": "the request body is over the size limit"},
                 "503": {"description": "database busy: retry after Retry-After seconds"},
+                "507": {"description": "disk full: nothing of the request was written"},
             },
             "security": [{"bearer": []}],
         }
