@@ -13,9 +13,9 @@ from pathlib import Path
 
 import anyio
 import pytest
-from http_support import OPERATOR, running_api
-from mcp_support import error_text, http_client
-from test_badinput import _mount
+from http_support import OPERATOR, Api, running_api
+from mcp_support import error_text, http_client, payload
+from test_badinput import _mount, protected  # noqa: F401 - a fixture
 
 HUGE = 99999999999999999999999  # beyond 64 bits: no row can have it
 
@@ -114,4 +114,57 @@ def test_a_full_disk_is_507_with_the_clis_message(tmp_path, monkeypatch, caplog)
             assert found.status_code == 200 and found.json()[0]["text"] == "kiwi pie"
     finally:
         subprocess.run(["umount", str(folder)], check=False)
+    assert not [r for r in caplog.records if r.exc_info], "a traceback was logged"
+
+
+# -- a write-protected database ----------------------------------------------------------------
+@contextlib.contextmanager
+def _api_over(db: Path, tmp_path: Path, monkeypatch):
+    """The HTTP API (http_support's tokens and config) over the database file `db`."""
+    from http_support import NO_SPARSE, serving, write_token_file
+
+    from memcli.config import load_settings
+    from memcli.service.auth import load_auth
+    from memcli.service.http import build_app
+
+    config = tmp_path / "config.yaml"
+    config.write_text(NO_SPARSE, encoding="utf-8")
+    monkeypatch.setenv("MEMCLI_CONFIG", str(config))
+    monkeypatch.setenv("MEMCLI_EMBEDDER", "hash")
+    settings = load_settings(db)
+    auth = load_auth(host="127.0.0.1", port=0, settings=settings, no_token=False,
+                     token_file=write_token_file(tmp_path / "tokens", [OPERATOR]))
+    with serving(build_app(settings, auth)) as url:
+        yield Api(url, db)
+
+
+def test_a_write_protected_database_answers_every_read(protected, tmp_path, monkeypatch,  # noqa: F811
+                                                       caplog):
+    """The README's promise holds over HTTP and MCP too: query, acb build, history, decisions
+    and the MCP reads answer; a write is refused naming the file."""
+    with _api_over(protected, tmp_path, monkeypatch) as api, api.client() as c:
+        found = c.post("/api/v1/query", json={"query": "kiwi"})
+        assert found.status_code == 200, found.text
+        assert [h["text"] for h in found.json()] == ["kiwi pie for the picnic"]
+        bundle = c.post("/api/v1/acb/build", json={"query_text": "kiwi"})
+        assert bundle.status_code == 200, bundle.text
+        history = c.get(f"/api/v1/memories/{found.json()[0]['id']}/history")
+        assert history.status_code == 200 and history.json(), history.text
+        assert c.get("/api/v1/decisions/query").json() == []
+        refused = c.post("/api/v1/memories", json={"text": "fig tart"})
+        assert refused.json()["error"].startswith(f"database is read-only: {protected}"), \
+            refused.text
+        assert refused.status_code == 500 and "a bug" not in refused.text
+
+        async def main(url):
+            headers = {"Authorization": f"Bearer {OPERATOR}", "X-Memcli-Tools": "all"}
+            async with http_client(url, headers) as client:
+                hits = payload(await client.call_tool("memory.query", {"query": "kiwi"}))
+                assert hits["result"][0]["text"] == "kiwi pie for the picnic"
+                payload(await client.call_tool("memory.build_acb", {"query": "kiwi"}))
+                payload(await client.call_tool("memory.query_decisions", {}))
+                payload(await client.call_tool("memory.history",
+                                               {"memory_id": hits["result"][0]["id"]}))
+
+        anyio.run(main, api.url + "/mcp")
     assert not [r for r in caplog.records if r.exc_info], "a traceback was logged"

@@ -379,19 +379,33 @@ class Service:
         """This thread's Memory, kept open (a SQLite file)."""
         memory = getattr(self._local, "memory", None)
         if memory is None:
-            from memcli.memory import Memory
-
             embedder, sparse = self.models()
             # One thread opens at a time: the first open creates the schema and switches the
             # file to WAL, which two connections opening side by side could stall on for the
             # whole busy timeout (two agents' first writes through a fresh daemon).
             with self._guard:
-                memory = Memory.open(self.settings.db, embedder=embedder, sparse=sparse,
-                                     settings=self.settings)
+                memory = self._open(embedder, sparse)
                 self._opened.append(memory)
             self._local.memory = memory
         memory.db.crypto.refresh()  # kept open: see `high` rows another connection sealed since
         return memory
+
+    def _open(self, embedder: Any, sparse: Any) -> Memory:
+        """The database for reading and writing; a write-protected one (the file, or its
+        folder, which must hold the -wal and -shm files) for reading only, as a CLI read
+        command opens it: reads answer, and a write says the file is read-only."""
+        from memcli.errors import StorageError
+        from memcli.memory import Memory
+
+        try:
+            return Memory.open(self.settings.db, embedder=embedder, sparse=sparse,
+                               settings=self.settings)
+        except StorageError as exc:
+            try:
+                return Memory.open(self.settings.db, embedder=embedder, sparse=sparse,
+                                   settings=self.settings, must_exist=True)
+            except MemcliError:
+                raise exc from None
 
     def run(self, operation: Callable[[Context, Scope, Any], Any], scope: Scope,
             request: Any) -> Any:
