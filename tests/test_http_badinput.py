@@ -8,6 +8,8 @@ import contextlib
 import errno
 import json
 import os
+import select
+import socket
 import subprocess
 from pathlib import Path
 
@@ -16,6 +18,8 @@ import pytest
 from http_support import OPERATOR, Api, running_api
 from mcp_support import error_text, http_client, payload
 from test_badinput import _mount, protected  # noqa: F401 - a fixture
+
+from memcli.service.limits import MAX_BODY_BYTES
 
 HUGE = 99999999999999999999999  # beyond 64 bits: no row can have it
 
@@ -168,3 +172,65 @@ def test_a_write_protected_database_answers_every_read(protected, tmp_path, monk
 
         anyio.run(main, api.url + "/mcp")
     assert not [r for r in caplog.records if r.exc_info], "a traceback was logged"
+
+
+# -- bodies over the limit ---------------------------------------------------------------------
+def _connect(api: Api) -> socket.socket:
+    host, port = api.url.removeprefix("http://").split(":")
+    return socket.create_connection((host, int(port)), timeout=10)
+
+
+def _head(path: str, **headers: str) -> bytes:
+    lines = [f"POST {path} HTTP/1.1", "Host: 127.0.0.1", f"Authorization: Bearer {OPERATOR}",
+             "Content-Type: application/json", "Accept: application/json, text/event-stream",
+             *(f"{k.replace('_', '-')}: {v}"
+                                                 for k, v in headers.items())]
+    return ("\r\n".join(lines) + "\r\n\r\n").encode()
+
+
+def _response(sock: socket.socket) -> tuple[int, dict]:
+    data = b""
+    while b"\r\n\r\n" not in data or not data.rstrip().endswith(b"}"):
+        chunk = sock.recv(65536)
+        if not chunk:
+            break
+        data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    return int(head.split()[1]), json.loads(body)
+
+
+@pytest.mark.parametrize("path", ["/api/v1/events", "/api/v1/query", "/mcp"])
+def test_a_declared_length_over_the_limit_is_refused_before_the_body(server, path):
+    """Content-Length of 100 MB and not one byte of body sent: the 413 comes anyway, so the
+    server read none of it."""
+    with _connect(server) as sock:
+        sock.sendall(_head(path, Content_Length=str(100 * 1024 * 1024)))
+        status, body = _response(sock)
+    assert status == 413 and body["error"].startswith(f"the request body is over {MAX_BODY_BYTES}")
+
+
+@pytest.mark.parametrize("path", ["/api/v1/events", "/mcp"])
+def test_a_chunked_body_is_refused_at_the_limit(server, path):
+    """A chunked body (no length) of up to 200 MB: answered 413 once it passes the limit; the
+    server stops reading there, so most of it is never sent (socket buffers hold a few MB)."""
+    chunk = b"[" + b" " * (1024 * 1024 - 2) + b"]"
+    framed = f"{len(chunk):x}\r\n".encode() + chunk + b"\r\n"
+    sent, pending = 0, b""
+    with _connect(server) as sock:
+        sock.sendall(_head(path, Transfer_Encoding="chunked"))
+        sock.setblocking(False)
+        while sent < 200 * len(chunk):
+            readable, writable, _ = select.select([sock], [sock], [], 30)
+            if readable or not writable:
+                break
+            if writable:
+                pending = pending or framed
+                try:
+                    done = sock.send(pending)
+                except (BlockingIOError, BrokenPipeError, ConnectionResetError):
+                    break
+                sent, pending = sent + done, pending[done:]
+        sock.settimeout(10)
+        status, body = _response(sock)
+    assert status == 413 and "over" in body["error"]
+    assert sent < 100 * len(chunk), sent
