@@ -47,8 +47,15 @@ def _v5(db: PgDatabase) -> None:
                     .read_text("utf-8"))
 
 
+def _v6(db: PgDatabase) -> None:
+    # memory_sparse gets its memory's tenant (backfilled, then kept by a trigger), and the term
+    # index becomes (tenant_id, term ids): a tenant-wide sparse leg reads only its tenant's.
+    db.conn.execute(resources.files("memcli.store.postgres").joinpath("v6_sparse_tenant.sql")
+                    .read_text("utf-8"))
+
+
 # Steps after BASE, in order: STEPS[0] brings BASE to BASE + 1. Append only.
-STEPS: list[Callable[[PgDatabase], None]] = [_v3, _v4, _v5]
+STEPS: list[Callable[[PgDatabase], None]] = [_v3, _v4, _v5, _v6]
 LATEST = BASE + len(STEPS)
 VERSION_KEY = "schema_version"
 _LOCK = "SELECT pg_advisory_xact_lock(hashtext('memcli.migrate'))"
@@ -112,10 +119,26 @@ HNSW_INDEX = ("CREATE INDEX memory_vectors_hnsw ON memory_vectors"
               " USING hnsw (embedding vector_cosine_ops)")
 
 
-# The sparse leg's term index (schema 5, v5_sparse_terms.sql makes it with the same text; also
-# made again by `memcli rebuild` when it or its table was dropped: backend.py create_missing).
-SPARSE_TERMS_INDEX = ("CREATE INDEX memory_sparse_terms ON memory_sparse"
-                      " USING gin (memcli_sparse_term_array(vec))")
+# The sparse leg's term index by tenant (schema 6, v6_sparse_tenant.sql makes it with the same
+# text; schema 5's memory_sparse_terms had the term ids alone). Also made again by `memcli
+# rebuild` when it or its table was dropped: backend.py create_missing.
+SPARSE_TERMS_INDEX_NAME = "memory_sparse_tenant_terms"
+SPARSE_TERMS_INDEX = ("CREATE INDEX memory_sparse_tenant_terms ON memory_sparse"
+                      " USING gin (tenant_id, memcli_sparse_term_array(vec))")
+# What schema 6 adds to memory_sparse beyond schema.sql's table (v6_sparse_tenant.sql, whose
+# trigger function outlives the table): for `memcli rebuild` recreating a dropped table.
+SPARSE_TENANT_COLUMN = (
+    "ALTER TABLE memory_sparse ADD COLUMN tenant_id text NOT NULL",
+    "CREATE TRIGGER memory_sparse_tenant BEFORE INSERT OR UPDATE OF memory_id, tenant_id"
+    " ON memory_sparse FOR EACH ROW EXECUTE FUNCTION memcli_sparse_tenant()")
+
+
+def sparse_terms_index(db: PgDatabase) -> str | None:
+    """The name of the sparse leg's term index at this database's schema (None before 5)."""
+    version = current_version(db)
+    if version >= 6:
+        return SPARSE_TERMS_INDEX_NAME
+    return "memory_sparse_terms" if version == 5 else None
 
 
 def ensure_vectors(db: PgDatabase, dimension: int) -> None:

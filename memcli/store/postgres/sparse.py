@@ -126,8 +126,10 @@ def search(db: PgDatabase, query: dict[int, float], filters: Filters, limit: int
     where, params = filters.sql()
     shared, extra = "", []
     if not small_scope:
-        shared = " AND memcli_sparse_term_array(s.vec) && ?::integer[]"
-        extra = [sorted(query)]
+        if filters.tenant_id is not None:  # (the index's first column; m's is the same)
+            shared, extra = " AND s.tenant_id = ?", [filters.tenant_id]
+        shared += " AND memcli_sparse_term_array(s.vec) && ?::integer[]"
+        extra.append(sorted(query))
     rows = db.execute(
         f"""SELECT id, score FROM (
                 SELECT m.id, inner_product(s.vec, q.v) / {SCALE}.0 AS score
