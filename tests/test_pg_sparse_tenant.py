@@ -191,3 +191,39 @@ def test_a_bound_roles_writes_keep_its_tenant(pg_memcli_db, bound_a):
         _raw(bound_a, "UPDATE memory_sparse SET memory_id = 3 WHERE memory_id = 2")
     assert sorted(_raw(pg_memcli_db, "SELECT memory_id, tenant_id FROM memory_sparse")) == [
         (1, "a"), (2, "a")]
+
+
+def _rules(db) -> tuple:
+    """memory_sparse's columns, triggers, row-level security and policies, from the catalog."""
+    return (sorted(db.execute("SELECT column_name, is_nullable FROM information_schema.columns"
+                              " WHERE table_name = 'memory_sparse'")),
+            sorted(db.execute("SELECT tgname, pg_get_triggerdef(oid) FROM pg_trigger"
+                              " WHERE tgrelid = 'memory_sparse'::regclass AND NOT tgisinternal")),
+            db.scalar("SELECT relrowsecurity FROM pg_class WHERE oid = 'memory_sparse'::regclass"),
+            sorted(db.execute("SELECT polname, pg_get_expr(polqual, polrelid),"
+                              " pg_get_expr(polwithcheck, polrelid) FROM pg_policy"
+                              " WHERE polrelid = 'memory_sparse'::regclass")))
+
+
+def test_a_table_made_again_by_rebuild_keeps_its_tenant_rules(pg_db):
+    """rebuild makes a dropped memory_sparse again from schema.sql: with the policy, the df
+    triggers and the tenant column the later schemas gave it (a bound role reads its tenant's
+    vectors only; writes keep counting and keep their tenant)."""
+    db = connect(pg_db)
+    try:
+        rules = _rules(db)
+        assert rules[2] is True and len(rules[1]) == 5  # (4 df triggers, the tenant's)
+        for mid, tenant in ((1, "a"), (2, "b")):
+            _memory(db.conn, mid, tenant)
+        db.execute("DROP TABLE memory_sparse")
+        assert BACKEND.missing_indexes(db) == [] and "memory_sparse" not in BACKEND.table_names(db)
+        assert BACKEND.create_missing(db) == ["memory_sparse"]
+        assert _rules(db) == rules
+        assert BACKEND.missing_indexes(db) == []
+        db.execute("DELETE FROM sparse_df")
+        pg_sparse.write(db, [(1, {4: 10, 5: 1}), (2, {4: 3})])
+        assert sorted(db.execute("SELECT memory_id, tenant_id FROM memory_sparse")) == [
+            (1, "a"), (2, "b")]
+        assert sorted(db.execute("SELECT term_id, df FROM sparse_df")) == [(4, 2), (5, 1)]
+    finally:
+        db.close()

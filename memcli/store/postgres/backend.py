@@ -254,8 +254,8 @@ class PgBackend:
                 index = _INDEX.match(statement)
                 if index and index.group(1) in indexes:
                     db.conn.execute(statement)
-        if "memory_sparse" in missing and migrations.current_version(db) >= 6:
-            for statement in migrations.SPARSE_TENANT_COLUMN:  # (schema 6's, not schema.sql's)
+        if "memory_sparse" in missing:  # its policy, triggers and column of later schemas
+            for statement in migrations.sparse_table_steps(migrations.current_version(db)):
                 db.execute(statement)
         if migrations.SPARSE_TERMS_INDEX_NAME in self.missing_indexes(db):
             db.execute(migrations.SPARSE_TERMS_INDEX)

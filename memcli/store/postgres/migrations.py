@@ -16,6 +16,7 @@ in the same commit; tests/test_pg_schema.py fails until it does (LATEST and the 
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from importlib import resources
 from typing import TYPE_CHECKING
@@ -125,12 +126,30 @@ HNSW_INDEX = ("CREATE INDEX memory_vectors_hnsw ON memory_vectors"
 SPARSE_TERMS_INDEX_NAME = "memory_sparse_tenant_terms"
 SPARSE_TERMS_INDEX = ("CREATE INDEX memory_sparse_tenant_terms ON memory_sparse"
                       " USING gin (tenant_id, memcli_sparse_term_array(vec))")
-# What schema 6 adds to memory_sparse beyond schema.sql's table (v6_sparse_tenant.sql, whose
-# trigger function outlives the table): for `memcli rebuild` recreating a dropped table.
-SPARSE_TENANT_COLUMN = (
-    "ALTER TABLE memory_sparse ADD COLUMN tenant_id text NOT NULL",
-    "CREATE TRIGGER memory_sparse_tenant BEFORE INSERT OR UPDATE OF memory_id, tenant_id"
-    " ON memory_sparse FOR EACH ROW EXECUTE FUNCTION memcli_sparse_tenant()")
+
+
+def sparse_table_steps(version: int) -> list[str]:
+    """What the steps up to `version` gave memory_sparse beyond schema.sql's table, for `memcli
+    rebuild` creating a dropped one again (the functions outlive the table): the row-level
+    policy (schema 3, v3_tenancy.sql: a bound role sees its tenant's vectors only), the
+    sparse_df triggers (schema 4, taken from v4_sparse_df.sql), the tenant column and its
+    trigger (schema 6, v6_sparse_tenant.sql)."""
+    steps = []
+    if version >= 3:
+        mine = "EXISTS (SELECT 1 FROM memories m WHERE m.id = memory_sparse.memory_id)"
+        steps += ["ALTER TABLE memory_sparse ENABLE ROW LEVEL SECURITY",
+                  f"CREATE POLICY tenant_rows ON memory_sparse USING ({mine})"
+                  f" WITH CHECK ({mine})"]
+    if version >= 4:
+        text = resources.files("memcli.store.postgres").joinpath("v4_sparse_df.sql").read_text(
+            "utf-8")
+        steps += re.findall(r"CREATE TRIGGER memory_sparse_df_\w+ .*?(?=;)", text, re.S)
+    if version >= 6:
+        steps += ["ALTER TABLE memory_sparse ADD COLUMN tenant_id text NOT NULL",
+                  "CREATE TRIGGER memory_sparse_tenant BEFORE INSERT OR UPDATE OF memory_id,"
+                  " tenant_id ON memory_sparse FOR EACH ROW EXECUTE FUNCTION"
+                  " memcli_sparse_tenant()"]
+    return steps
 
 
 def sparse_terms_index(db: PgDatabase) -> str | None:
