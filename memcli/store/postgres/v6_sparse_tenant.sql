@@ -1,14 +1,15 @@
 -- Schema 6 on PostgreSQL: each stored SPLADE vector carries its memory's tenant, and the sparse
--- leg's term index (schema 5) is over (tenant, term ids), so a tenant-wide leg finds only its
--- own tenant's memories holding a query term; schema 5's index found every tenant's and scored
--- them before the join to `memories` dropped the others (8 tenants: ~8x the rows it needs).
+-- leg's term index (schema 5's, over term ids) becomes one over (tenant, term ids), so a
+-- tenant-wide leg finds only its own tenant's memories holding a query term; schema 5's index
+-- found every tenant's, scored before the join to `memories` dropped the others (8 tenants:
+-- ~8x the rows it needs).
 -- Applied by memcli/store/postgres/migrations.py in one transaction, as the owner.
 -- Design: docs/design/postgresql.md, "The sparse leg's term index".
 
 -- The backfill rewrites every row once: schema 5's index goes first (no index work per row),
 -- and the df trigger is off meanwhile (the vectors do not change; it would parse every old
 -- and new vector only to find no count moved).
-DROP INDEX memory_sparse_terms;
+DROP INDEX IF EXISTS memory_sparse_terms;  -- (a dropped one awaited `memcli rebuild`)
 ALTER TABLE memory_sparse ADD COLUMN tenant_id text;
 ALTER TABLE memory_sparse DISABLE TRIGGER memory_sparse_df_update;
 UPDATE memory_sparse s SET tenant_id = m.tenant_id FROM memories m WHERE m.id = s.memory_id;

@@ -136,8 +136,8 @@ def _v5(db: Database) -> None:
 
 def _v6(db: Database) -> None:
     # Schema 6 is PostgreSQL's as well (memory_sparse gets its memory's tenant, and the term
-    # index becomes (tenant_id, term ids): memcli/store/postgres/v6_sparse_tenant.sql);
-    # SQLite's postings are read per memory of the scope already. One numbering for both.
+    # index becomes (tenant_id, term ids): memcli/store/postgres/v6_sparse_tenant.sql); SQLite
+    # keeps postings, not those vectors and their index. One numbering for both engines.
     del db
 
 
