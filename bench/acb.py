@@ -210,7 +210,6 @@ def requests_for(path: Path, n: int, seed: int) -> tuple[list[dict], list[dict]]
             "tenant_id": q["tenant_id"],
             "user_id": q["user_id"],
             "session_id": session,
-            "agent_id": "bench",
             "max_tokens": BUDGET,
         }
         fast.append(base)

@@ -254,7 +254,9 @@ def bench_consolidation(args: argparse.Namespace, workdir: Path) -> dict[str, An
 
         sparse = Timed(SpladeEncoder(), "encode_documents", "encode_query")
     db_path = workdir / "locomo-lifecycle.db"
-    cfg = LifecycleSettings()
+    # Months of conversation consolidated in one run: a user's daily write cap would leave
+    # most sessions waiting for another day, so it is off here (the per-turn cap stays).
+    cfg = LifecycleSettings(max_writes_per_user_day=None)
     per_session: list[dict[str, Any]] = []
     with (
         LocomoModel(data) as server,

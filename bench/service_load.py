@@ -87,7 +87,7 @@ async def http_agent(n: int, base: str, deadline: float, stats: Stats, think: fl
                 ("record_event", "/api/v1/events", ev),
                 ("build_acb", "/api/v1/acb/build",
                  {"tenant_id": TENANT, "user_id": ev["user_id"], "session_id": ev["session_id"],
-                  "agent_id": f"agent{n}", "query_text": f"what about the {word} item?"}),
+                  "query_text": f"what about the {word} item?"}),
                 ("query", "/api/v1/query",
                  {"query": f"{word} item", "filters": {"user_id": ev["user_id"]}, "top_k": 5}),
             )
@@ -113,8 +113,9 @@ async def mcp_agent(n: int, base: str, deadline: float, stats: Stats, think: flo
     from mcp import Client
     from mcp.client.streamable_http import streamable_http_client
 
-    headers = {"X-Memcli-Tenant": TENANT, "X-Memcli-User": f"agent{n}",
-               "X-Memcli-Agent": f"agent{n}"}
+    # No X-Memcli-Agent: an agent the allowlists do not name is refused, and the load is about
+    # the service, not about one agent's categories.
+    headers = {"X-Memcli-Tenant": TENANT, "X-Memcli-User": f"agent{n}"}
     transport = streamable_http_client(f"{base}/mcp", http_client=httpx2.AsyncClient(
         headers=headers, timeout=60))
     async with Client(transport, mode="legacy") as client:

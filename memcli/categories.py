@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import difflib
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from memcli.errors import NotAllowedError, UsageError
+from memcli.errors import NotAllowedError, UsageError, ValidationError
 
 # Categories an agent only sees when its allowlist names them: "*" is not enough. Procedures are
 # execution hints for agents that act (seed: "excluded from default conversational context").
@@ -22,9 +23,31 @@ class Categories:
     # `context: all` categories, each with its bound (`rag_length`, else None): the bundle's
     # profile section loads them whole, without a query (seed 000 section 5).
     always: dict[str, int | None] = field(default_factory=dict)
+    # `free_categories: true`: a write may name a category the file does not declare.
+    free: bool = False
 
     def _allowlist(self, agent: str) -> tuple[str, ...]:
-        return self.allowlists.get(agent, self.allowlists.get("default", ("*",)))
+        """The agent's allowlist, else the `default` entry's. An agent with neither is refused:
+        a policy that does not name an agent grants it nothing (the memory system spec)."""
+        allow = self.allowlists.get(agent, self.allowlists.get("default"))
+        if allow is None:
+            raise NotAllowedError(
+                f"agent {agent!r} has no category allowlist",
+                "list it under `allowlists:` in categories.yaml, or add a `default:` entry "
+                "for agents not listed")
+        return allow
+
+    def check_write(self, category: str | None) -> None:
+        """A category a write names must be one the file declares, unless it allows free ones.
+        The categories the code assigns itself (`knowledge`, `event`, ...) are not checked."""
+        if category is None or self.free or category in self.names:
+            return
+        close = difflib.get_close_matches(category, self.names, n=3, cutoff=0.6)
+        raise ValidationError(
+            f"unknown category {category!r}",
+            (f"did you mean {' or '.join(close)}? " if close else "")
+            + "categories.yaml declares the categories; `free_categories: true` there "
+            "accepts any")
 
     def allowed(self, agent: str | None) -> tuple[str, ...] | None:
         """Categories an agent may read; None means all of them (see `hidden` for the rest)."""
@@ -89,6 +112,11 @@ def _check_shape(data: dict[str, Any], source: str) -> None:
         return UsageError(f"categories file {source}: {what}", "see categories.yaml")
 
     items = data.get("categories") or []
+    if isinstance(items, dict):
+        if not set(items) <= {"system", "custom"} or not all(
+                isinstance(v, list | None) for v in items.values()):
+            raise bad("`categories` must be a list, or `system:` and `custom:` lists")
+        items = category_items(data)
     if not isinstance(items, list):
         raise bad("`categories` must be a list")
     for item in items:
@@ -102,6 +130,17 @@ def _check_shape(data: dict[str, Any], source: str) -> None:
         raise bad("`allowlists` must map each agent to a list of categories")
     if not isinstance(data.get("restricted") or [], list):
         raise bad("`restricted` must be a list")
+    if not isinstance(data.get("free_categories", False), bool):
+        raise bad("`free_categories` must be true or false")
+
+
+def category_items(data: dict[str, Any]) -> list[Any]:
+    """The declared categories: a list, or the memory system spec's `system:` and `custom:`
+    lists (one after the other)."""
+    items = data.get("categories") or []
+    if isinstance(items, dict):
+        return [*(items.get("system") or []), *(items.get("custom") or [])]
+    return list(items)
 
 
 def load_categories(path: Path | None) -> Categories:
@@ -113,16 +152,15 @@ def load_categories(path: Path | None) -> Categories:
             data = parse_categories(path.read_text(encoding="utf-8"), str(path))
     except OSError as exc:
         raise UsageError(f"cannot read categories file {path}: {exc}".splitlines()[0]) from exc
-    names = tuple(
-        str(item["name"]) if isinstance(item, dict) else str(item)
-        for item in data.get("categories", [])
-    )
+    items = category_items(data)
+    names = tuple(str(item["name"]) if isinstance(item, dict) else str(item) for item in items)
     allowlists = {
         str(agent): tuple(str(c) for c in (cats or []))
         for agent, cats in (data.get("allowlists") or {}).items()
     }
     restricted = tuple(str(c) for c in data.get("restricted", RESTRICTED) or ())
-    return Categories(names, allowlists, restricted, context_all(data.get("categories", [])))
+    return Categories(names, allowlists, restricted, context_all(items),
+                      free=bool(data.get("free_categories", False)))
 
 
 def context_all(items: list[Any]) -> dict[str, int | None]:

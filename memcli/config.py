@@ -57,7 +57,11 @@ class LifecycleSettings(BaseModel):
     cosine_merge: float = 0.98
     cosine_check: float = 0.92
     pairs_per_prompt: int = Field(default=8, ge=1, le=20)
-    max_pair_checks_per_user: int = Field(default=50, ge=0)
+    max_pair_checks_per_user: int = Field(default=50, ge=0)  # per user and UTC day
+    # The memory system spec's extraction caps (lifecycle/write_caps.py): final writes (facts,
+    # decisions, todos added) per turn, and per user and UTC day (null: no daily cap).
+    max_writes_per_turn: int = Field(default=3, ge=1)
+    max_writes_per_user_day: int | None = Field(default=100, ge=1)
     pair_recheck_days: int = Field(default=14, ge=0)
     max_llm_failures: int = Field(default=3, ge=1)  # then a session is summarised extractively
     app_memory_limit: int = Field(default=10, ge=1)

@@ -78,13 +78,27 @@ def write_memory(memory: Memory, *, content: str, kind: str, source_ids: list[An
             vector = vector.astype("float32")
             vec.insert_vectors(db, [(memory_id, vector.tobytes())])
         scope = {"tenant_id": tenant_id, "user_id": user_id, "session_id": session_id}
-        mem.add_history(db, memory_id, "ADD", new_ref=str(memory_id), actor=actor, scope=scope,
+        event_id, row_ref = ledger_origin(kind, attributes or {})
+        mem.add_history(db, memory_id, "ADD", event_id=event_id, old_ref=row_ref,
+                        new_ref=str(memory_id), actor=actor, scope=scope,
                         meta={"kind": kind, "sources": source_ids[:20]})
         mem.bump_revision(db, mem.thread_key(tenant_id, user_id, session_id),
                           [("created", memory_id, content)])
         if link and vector is not None and kind in SEMANTIC_KINDS:
-            link_related(memory, memory_id, vector.tobytes(), tenant_id, user_id)
+            link_related(memory, memory_id, vector.tobytes(), tenant_id, user_id, session_id)
     return memory_id
+
+
+def ledger_origin(kind: str, attributes: dict[str, Any]) -> tuple[str | None, str | None]:
+    """(event id, `decision:ID` / `task:ID`) of a decision or task memory written for an event
+    (attributes `event_id` and `decision_id` / `task_id`), else (None, None). Its ADD history
+    row names both (columns a purge never empties, unlike meta), so `memcli rebuild` knows
+    which ledger row, and which memory, each event wrote."""
+    key = {"decision": "decision_id", "task": "task_id"}.get(kind)
+    event_id, row_id = attributes.get("event_id"), attributes.get(key or "")
+    if not isinstance(event_id, str) or not isinstance(row_id, int):
+        return None, None
+    return event_id, f"{kind}:{row_id}"
 
 
 def encode_ahead(memory: Memory, texts: list[str],
@@ -106,30 +120,42 @@ def encode_ahead(memory: Memory, texts: list[str],
 
 
 def link_related(memory: Memory, memory_id: int, vector_blob: bytes, tenant_id: str,
-                 user_id: str | None) -> list[tuple[int, float]]:
-    """Edges to the top-K semantic neighbours with similarity >= LINK_MIN (one per pair)."""
+                 user_id: str | None, session_id: str | None = None) -> list[tuple[int, float]]:
+    """Edges to the top-K semantic neighbours with similarity >= LINK_MIN (one per pair). The
+    LINK history rows carry the new memory's scope, so `history --user` lists them."""
     db = memory.db
     near = rel.semantic_neighbours(db, memory_id, vector_blob, tenant_id, user_id,
                                    SEMANTIC_KINDS, LINK_TOP_K)
     edges = [(other, score) for other, score in near if score >= LINK_MIN]
+    scope = {"tenant_id": tenant_id, "user_id": user_id, "session_id": session_id}
     for other, score in edges:
         rel.add_edge(db, memory_id, other, "related", score)
-        mem.add_history(db, memory_id, "LINK", new_ref=str(other), meta={"strength": score})
+        mem.add_history(db, memory_id, "LINK", new_ref=str(other), meta={"strength": score},
+                        scope=scope)
     return edges
 
 
 def supersede(memory: Memory, old_id: int, new_id: int, *, actor: str = "memcli",
               reason: str = "") -> None:
-    """The new memory replaces the old: old gets valid_to + state superseded; nothing deleted."""
+    """The new memory replaces the old: old gets valid_to + state superseded; nothing deleted.
+
+    The old memory was true until the new one became true: its `valid_to` is the new memory's
+    `valid_from` (the time of the event it came from), not the time of this write, so history
+    back-filled by an import or by ingest with `ts` gets the intervals it describes. An old
+    memory that starts later than its replacement (an older fact ingested after it) ends where
+    it starts: an interval never runs backwards."""
     db = memory.db
     now = utcnow()
     reason, _ = redact_text(reason)
     with db.transaction():
-        old = mem.get_memories(db, [old_id])[old_id]
-        mem.mark_superseded(db, old_id, now)
+        rows = mem.get_memories(db, [old_id, new_id])
+        old = rows[old_id]
+        valid_to = max(rows[new_id]["valid_from"] or now, old["valid_from"] or "")
+        mem.mark_superseded(db, old_id, valid_to, now)
         rel.add_edge(db, new_id, old_id, "supersedes", 1.0)
         mem.add_history(db, old_id, "UPDATE", old_ref=str(old_id), new_ref=str(new_id),
-                        actor=actor, scope=old, meta={"superseded_by": new_id, "reason": reason})
+                        actor=actor, scope=old,
+                        meta={"superseded_by": new_id, "reason": reason, "valid_to": valid_to})
         mem.bump_revision(db, mem.thread_key(old["tenant_id"], old["user_id"],
                                              old["session_id"]),
                           [("updated", new_id, f"superseded #{old_id}")])

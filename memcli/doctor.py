@@ -13,7 +13,7 @@ upgrade triggers over the last 7 days of `request_metrics`:
 | metric (seed 002) | trigger | meaning |
 |---|---|---|
 | share of retrieving requests with < 3 full-text hits | > 30 % | lexical retrieval insufficient |
-| share of requests that widened scope (fallback) | > 50 % | full text no longer the main path |
+| share of requests that widened or fell back to recency | > 50 % | full text not the main path |
 | share of requests that truncated items | > 40 % | context budget pressure |
 | p95 latency | > 3 s | needs caching or splitting |
 
@@ -171,24 +171,32 @@ def _log(db: Database, transaction_limit: float) -> list[dict[str, Any]]:
 
 
 def _metrics(db: Database) -> list[dict[str, Any]]:
-    from memcli.acb.stats import percentile, since_timestamp
+    from memcli.acb.stats import (
+        FULLTEXT_HIT_MIN,
+        fulltext_hit_rate,
+        percentile,
+        since_timestamp,
+    )
     from memcli.store.acb import requests_since
 
     rows = requests_since(db, since_timestamp(WINDOW))
     if len(rows) < MIN_REQUESTS:
         return [check("requests", "info", f"{len(rows)} requests in the last {WINDOW}: too few "
                       f"to judge seed 002's upgrade triggers (needs {MIN_REQUESTS})")]
-    retrieving = [r for r in rows if r["retrieval_path"] not in ("", "none")]
-    low = sum(1 for r in retrieving if r["lexical_hits"] < 3) / max(len(retrieving), 1)
+    hit_rate = fulltext_hit_rate(rows)  # the hit rate `stats --requests` reports
+    low = 0.0 if hit_rate is None else round(1 - hit_rate, 4)
     fallback = sum(1 for r in rows if r["fallbacks"] > 0) / len(rows)
     truncated = sum(1 for r in rows if r["truncated"]) / len(rows)
     p95 = percentile([float(r["latency_ms"]) for r in rows if not r["error_stage"]], 95) or 0.0
     stats = f"`memcli stats --requests --since {WINDOW}`"
     triggers = [
-        ("requests:fulltext", low, 0.30, "of retrieving requests got fewer than 3 full-text hits",
+        ("requests:fulltext", low, 0.30, f"of retrieving requests got fewer than "
+         f"{FULLTEXT_HIT_MIN} full-text hits (the hit rate of `stats --requests` is "
+         f"{'n/a' if hit_rate is None else hit_rate})",
          f"lexical retrieval is insufficient: keep the dense and sparse legs on and embedded "
          f"(`memcli embed`), and see {stats}"),
-        ("requests:fallback", fallback, 0.50, "of requests widened their scope",
+        ("requests:fallback", fallback, 0.50,
+         "of requests widened their scope or fell back to recency",
          f"full text is no longer the main path: consolidate into user-level facts "
          f"(`memcli consolidate`), and see {stats}"),
         ("requests:truncation", truncated, 0.40, "of requests truncated items",

@@ -24,14 +24,20 @@ import pydantic
 from memcli import inputs
 from memcli.chunking import chunk_text
 from memcli.entities import extract_entities
-from memcli.errors import ValidationError
+from memcli.errors import NotFoundError, UsageError, ValidationError
 from memcli.ingest_write import write_batch
+from memcli.ledger_events import LedgerEvent, episode_text
+from memcli.ledger_events import parse as parse_ledger
+from memcli.ledger_events import prepare as prepare_ledger
 from memcli.models import EventIn, IngestReport, RecordProblem, utcnow
 from memcli.progress import slices
 from memcli.scrub import redact_event
 from memcli.store import events as ev
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from memcli.memory import Memory
     from memcli.progress import Progress
     from memcli.providers.embedders import Embedder
     from memcli.providers.splade import SpladeEncoder
@@ -92,10 +98,13 @@ def _reason(exc: pydantic.ValidationError) -> str:
 
 def event_text(kind: str, content: dict[str, Any]) -> str:
     """The text an episode remembers for an event."""
-    for key in ("text", "output", "summary"):
+    for key in ("text", "excerpt_text", "output", "summary"):
         value = content.get(key)
         if isinstance(value, str) and value.strip():
             return value
+    ledger_text = episode_text(kind, content)  # a decision or task without `text`
+    if ledger_text:
+        return ledger_text
     if kind == "tool_call" and "name" in content:
         args = json.dumps(content.get("args", content.get("arguments", {})), ensure_ascii=False)
         return f"{content['name']}({args})"
@@ -116,6 +125,8 @@ class Prepared:
     vectors: list[bytes] = field(default_factory=list)
     sparse: list[dict[int, float]] = field(default_factory=list)
     source: str | None = None
+    ledger: LedgerEvent | None = None  # a decision or task event's row (memcli.ledger_events)
+    duplicate_of: str | None = None  # the stored (or kept) event this record repeats
 
 
 def _content_hash(rec: EventIn, content: dict[str, Any]) -> str:
@@ -130,29 +141,52 @@ def _content_hash(rec: EventIn, content: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(key, sort_keys=True, ensure_ascii=False).encode()).hexdigest()
 
 
+# Seed 003 7.4: a tool result's excerpt is `content.excerpt_text`; `text` and `output` are
+# accepted on input and stored under that one name.
+EXCERPT_KEYS = ("excerpt_text", "output", "text")
+
+
+def _is_file_read(content: dict[str, Any]) -> bool:
+    """A file read (`fs.read_file` and the like, or any result naming a `path`): seed 003 7.4
+    wants its `line_range` always, whatever its size."""
+    tool = content.get("tool", content.get("name"))
+    return isinstance(content.get("path"), str) or (
+        isinstance(tool, str) and tool.rsplit(".", 1)[-1] == "read_file")
+
+
+def _line_count(text: str) -> int:
+    return max(1, text.count("\n") + (0 if text.endswith("\n") else 1))
+
+
 def _normalise_tool_result(prep: Prepared, now: str) -> None:
-    """Keep a 64 KB excerpt in the event and the full output in `artifacts`."""
-    key = "output" if isinstance(prep.content.get("output"), str) else "text"
-    full = prep.content.get(key)
-    if not isinstance(full, str):
+    """Keep the output in `excerpt_text`, at most 64 KB of it, and the full output in
+    `artifacts` when it is longer (`truncated`, `artifact_id`, `total_lines`). `line_range` is
+    the excerpt's lines: always for a file read (from the caller's first line, if it gave a
+    range), and for every cut output."""
+    key = next((k for k in EXCERPT_KEYS if isinstance(prep.content.get(k), str)), None)
+    if key is None:
         return
+    full = prep.content[key]
+    content = {k: v for k, v in prep.content.items() if k != key}
     raw = full.encode("utf-8")
-    if len(raw) <= EXCERPT_BYTES:
+    excerpt, truncated = full, len(raw) > EXCERPT_BYTES
+    if truncated:
+        excerpt = raw[:EXCERPT_BYTES].decode("utf-8", errors="ignore")
+        if "\n" in excerpt:
+            excerpt = excerpt[: excerpt.rindex("\n")]
+    content.update(excerpt_text=excerpt, truncated=truncated)
+    if truncated or _is_file_read(content):
+        given = content.get("line_range")
+        first = given[0] if (isinstance(given, list) and len(given) == 2
+                             and isinstance(given[0], int) and given[0] >= 1) else 1
+        content["line_range"] = [first, first + _line_count(excerpt) - 1]
+    if not truncated:
+        prep.content = content
         return
-    excerpt = raw[:EXCERPT_BYTES].decode("utf-8", errors="ignore")
-    if "\n" in excerpt:
-        excerpt = excerpt[: excerpt.rindex("\n")]
     # Per event (the same output can come back in two sessions, and purging one must not
     # take the other's artifact with it).
     artifact_id = "art_" + hashlib.sha256(prep.event_id.encode() + b"\0" + raw).hexdigest()[:24]
-    prep.content = {
-        **prep.content,
-        key: excerpt,
-        "truncated": True,
-        "line_range": [1, excerpt.count("\n") + 1],
-        "total_lines": full.count("\n") + 1,
-        "artifact_id": artifact_id,
-    }
+    prep.content = {**content, "total_lines": _line_count(full), "artifact_id": artifact_id}
     prep.artifact = {
         "artifact_id": artifact_id, "event_id": prep.event_id, "mime": "text/plain",
         "bytes": len(raw), "sha256": hashlib.sha256(raw).hexdigest(), "body": raw,
@@ -160,7 +194,8 @@ def _normalise_tool_result(prep: Prepared, now: str) -> None:
     }
 
 
-def prepare(number: int, value: Any, defaults: dict[str, Any], now: str) -> Prepared:
+def prepare(number: int, value: Any, defaults: dict[str, Any], now: str,
+            check_category: Callable[[str | None], None] | None = None) -> Prepared:
     if isinstance(value, Exception):
         raise ValidationError(str(value))
     if not isinstance(value, dict):
@@ -177,6 +212,8 @@ def prepare(number: int, value: Any, defaults: dict[str, Any], now: str) -> Prep
         raise ValidationError(f"invalid record: {exc}".splitlines()[0]) from exc
     event_id = rec.event_id or f"evt_{uuid.uuid4().hex}"
     rec, kinds = redact_event(rec)  # every text field, keys too (memcli.scrub)
+    if check_category is not None:  # after redaction: the refusal quotes the category
+        check_category(rec.category)
     if rec.sensitivity == "secret":
         # Secret content is never stored: the event keeps only that something was said.
         content, kinds = {"text": "[REDACTED:secret]"}, ["secret"]
@@ -190,6 +227,7 @@ def prepare(number: int, value: Any, defaults: dict[str, Any], now: str) -> Prep
     prep = Prepared(number, rec, event_id, content, digest, kinds)
     if rec.kind == "tool_result":
         _normalise_tool_result(prep, now)
+    prep.ledger = parse_ledger(rec, event_id, prep.content)
     if rec.sensitivity != "secret":
         prep.chunks = chunk_text(event_text(rec.kind, prep.content), max_tokens=CHUNK_TOKENS)
         # found here, before the write lock (a `high` memory links none: plain-text names)
@@ -201,35 +239,102 @@ def prepare(number: int, value: Any, defaults: dict[str, Any], now: str) -> Prep
 def ingest(db: Database, values: list[tuple], *, embedder: Embedder | None,
            sparse: SpladeEncoder | None = None, defaults: dict[str, Any] | None = None,
            strict: bool = False, defer_embed: bool = False,
-           progress: Progress | None = None) -> IngestReport:
-    """`progress`: called as records are embedded and written (memcli/progress.py)."""
+           progress: Progress | None = None, memory: Memory | None = None,
+           check_category: Callable[[str | None], None] | None = None) -> IngestReport:
+    """`progress`: called as records are embedded and written (memcli/progress.py).
+    `memory`: the one writing, for the ledger rows of decision and task events.
+    `check_category`: refuses a record's category (ValidationError), e.g.
+    `Categories.check_write`."""
     report = IngestReport()
     now = utcnow()
     prepared: list[Prepared] = []
+    order: list[Prepared | RecordProblem] = []  # every input record, in input order
     for number, value, *source in values:
         try:
-            prep = prepare(number, value, defaults or {}, now)
+            prep = prepare(number, value, defaults or {}, now, check_category)
         except ValidationError as exc:
             ident = value.get("event_id") if isinstance(value, dict) else None
             if not isinstance(ident, str) or inputs.has_bad_text(ident):
                 ident = None  # the report shows a usable event id or none
-            report.rejected.append(RecordProblem(source=source[0] if source else None,
-                                                 line=number, reason=str(exc), event_id=ident))
+            problem = RecordProblem(source=source[0] if source else None, line=number,
+                                    reason=str(exc), event_id=ident)
+            report.rejected.append(problem)
+            order.append(problem)
             continue
         prep.source = source[0] if source else None
         prepared.append(prep)
+        order.append(prep)
     if strict and report.rejected:
+        report.records.extend(_per_record(order, report))
         return report
 
     fresh = _unseen(db, prepared, report)
+    fresh = _prepare_ledger(memory, fresh, report)
+    if strict and report.rejected:
+        report.records.extend(_per_record(order, report))
+        return report
     if not defer_embed:
         # the models run here, before any lock is taken
         _encode(fresh, embedder, sparse, progress)
     write_batch(db, fresh, now, report, strict,
                 None if sparse is None or defer_embed else sparse.vocab_hash, progress)
-    if defer_embed and (embedder is not None or sparse is not None):
+    deferred = defer_embed and (embedder is not None or sparse is not None)
+    if deferred:
         report.deferred_embedding = sum(len(p.chunks) for p in fresh)
+    created = set(report.created)
+    report.ledger = [p.ledger.written for p in fresh
+                     if p.ledger is not None and p.event_id in created and p.ledger.written]
+    report.records.extend(_per_record(order, report, deferred))
     return report
+
+
+def _prepare_ledger(memory: Memory | None, fresh: list[Prepared],
+                    report: IngestReport) -> list[Prepared]:
+    """Decision and task events checked against the stored ledger and encoded, before the
+    write lock; one that cannot be written (an unknown task, a decision superseded already)
+    is rejected here."""
+    kept = []
+    for prep in fresh:
+        if prep.ledger is not None:
+            try:
+                if memory is None:
+                    raise ValidationError("decision and task events are written by a Memory")
+                prepare_ledger(memory, prep.ledger)
+            except (UsageError, NotFoundError) as exc:
+                report.rejected.append(RecordProblem(source=prep.source, line=prep.line,
+                                                     reason=str(exc), event_id=prep.event_id))
+                continue
+        kept.append(prep)
+    return kept
+
+
+def _per_record(order: list[Prepared | RecordProblem], report: IngestReport,
+                deferred: bool = False) -> list[IngestReport]:
+    """The report of each input record, in input order (the batch's report, split)."""
+    chunks = {p.event_id: len(p.chunks) for p in order
+              if isinstance(p, Prepared) and p.duplicate_of is None}
+    ids = iter(report.memory_ids)  # written record by record, in `created` order
+    written = {eid: [next(ids) for _ in range(chunks[eid])] for eid in report.created}
+    problems = {(r.source, r.line): r for r in report.rejected}
+    out: list[IngestReport] = []
+    for entry in order:
+        if isinstance(entry, RecordProblem):
+            out.append(IngestReport(rejected=[entry]))
+        elif entry.duplicate_of is not None:
+            out.append(IngestReport(skipped=[entry.duplicate_of]))
+        elif entry.event_id in written:
+            eid = entry.event_id
+            out.append(IngestReport(
+                created=[eid], memory_ids=written[eid],
+                redacted=[r for r in report.redacted if r["event_id"] == eid],
+                artifacts=[entry.artifact["artifact_id"]] if entry.artifact else [],
+                embedded=len(entry.vectors),
+                deferred_embedding=len(entry.chunks) if deferred else 0))
+        elif (entry.source, entry.line) in problems:  # its write failed
+            out.append(IngestReport(rejected=[problems[(entry.source, entry.line)]]))
+        else:  # not written (a strict batch with a bad record)
+            out.append(IngestReport())
+    return out
 
 
 def _unseen(db: Database, prepared: list[Prepared], report: IngestReport) -> list[Prepared]:
@@ -243,6 +348,7 @@ def _unseen(db: Database, prepared: list[Prepared], report: IngestReport) -> lis
         dup = known or seen.get(prep.event_id) or seen.get(prep.content_hash)
         if dup:
             report.skipped.append(dup)  # the stored (or kept) event this record repeats
+            prep.duplicate_of = dup
             continue
         seen[prep.event_id] = seen[prep.content_hash] = prep.event_id
         fresh.append(prep)

@@ -9,6 +9,7 @@ INSERT each for its events, memories, new entities, aliases, entity links, histo
 session spans, vectors and sparse terms, and one lookup each for repeats, session owners and
 previous turns (bench/ingest_profile.py counts them; tests/test_ingest_statements.py holds
 the count). Ids come out as writing the records one by one would give them, on both engines.
+A decision or task event adds its ledger row's writes (memcli.ledger_events), record by record.
 
 If any record fails, the batch's savepoint is rolled back and the records are written again
 one at a time (the same code with a batch of one), each in its own savepoint, so a failing
@@ -20,6 +21,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from memcli.errors import DatabaseBusyError
+from memcli.ledger_events import store as store_ledger
 from memcli.models import RecordProblem
 from memcli.progress import report as report_progress
 from memcli.store import events as ev
@@ -59,6 +61,7 @@ def write_batch(db: Database, fresh: list[Prepared], now: str, report: IngestRep
         for prep, dup in zip(fresh, stored, strict=True):
             if dup:
                 report.skipped.append(dup)
+                prep.duplicate_of = dup
             else:
                 todo.append(prep)
         # Fast path: the whole batch in one savepoint. If any record fails, roll that back and
@@ -198,6 +201,9 @@ def _write_records(db: Database, preps: list[Prepared], now: str, report: Ingest
         vec.insert_vectors(db, vectors)
     if postings:
         sparse_sql.insert_postings(db, postings)
+    for prep in preps:  # a decision or task event's ledger row, in the event's savepoint
+        if prep.ledger is not None:
+            store_ledger(prep.ledger)
 
 
 def _event_row(prep: Prepared, now: str) -> dict[str, Any]:

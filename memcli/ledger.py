@@ -20,6 +20,7 @@ from memcli import derive
 from memcli.errors import NotFoundError, UsageError
 from memcli.scrub import redact_fields, redact_text
 from memcli.store import ledger as sql
+from memcli.store import owner as own
 
 if TYPE_CHECKING:
     from memcli.memory import Memory
@@ -48,12 +49,8 @@ def _clean(items: list[str] | tuple[str, ...] | None) -> list[str]:
 def decision_text(row: dict[str, Any]) -> str:
     """The memory text of a decision: what was decided, then why and with what trade-offs."""
     lines = [f"Decision: {row['decision']}"]
-    for key, label in (
-        ("rationale", "Rationale"),
-        ("constraints", "Constraints"),
-        ("alternatives", "Alternatives"),
-        ("consequences", "Consequences"),
-    ):
+    for key, label in (("rationale", "Rationale"), ("constraints", "Constraints"),
+                       ("alternatives", "Alternatives"), ("consequences", "Consequences")):
         if row.get(key):
             lines.append(f"{label}: " + "; ".join(row[key]))
     return "\n".join(lines)
@@ -102,7 +99,7 @@ def add_decision(
         supersedes=supersedes)
     with memory.db.transaction():
         decision_id = store_decision(memory, pending)
-        compaction = _app_limit(memory, pending.row)
+        compaction = app_limit(memory, pending.row)
     return {**get_decision(memory, decision_id), "redacted": pending.redacted, **compaction}
 
 
@@ -128,7 +125,7 @@ def store_decision(memory: Memory, pending: PendingWrite) -> int:
                            pending.importance, actor=pending.actor, extra=pending.attributes)
 
 
-def _app_limit(memory: Memory, row: dict[str, Any]) -> dict[str, Any]:
+def app_limit(memory: Memory, row: dict[str, Any]) -> dict[str, Any]:
     """The app limit after a write to an app scope (`{"compaction": [...]}` when it acted)."""
     if not row.get("app_id"):
         return {}
@@ -206,10 +203,11 @@ def _store_decision(memory: Memory, row: dict[str, Any], encoded: tuple[Any, Any
 
 
 def supersede_decision(
-    memory: Memory, old_id: int, decision: str, *, reason: str = "", **fields: Any
+    memory: Memory, old_id: int, decision: str, *, owner: own.Owner | None = None,
+    reason: str = "", **fields: Any
 ) -> dict[str, Any]:
-    """A new decision replaces `old_id`; the old one stays, marked superseded and linked."""
-    old = get_decision(memory, old_id)
+    """A new decision replaces `old_id` (the owner's); the old one stays, superseded and linked."""
+    old = own.decision(memory.db, old_id, owner or memory.owner())
     if old["status"] != "active":
         raise UsageError(
             f"decision {old_id} is already superseded by {old['superseded_by']}",
@@ -307,28 +305,18 @@ def _check_status(status: str) -> None:
         raise UsageError(f"unknown task status {status!r}", "use open, doing or done")
 
 
-def add_task(
-    memory: Memory,
-    title: str,
-    *,
-    details: str = "",
-    status: str = "open",
-    refs: list[str] | None = None,
-    tenant_id: str | None = None,  # None: the memory's tenant
-    user_id: str | None = None,
-    session_id: str | None = None,
-    agent_id: str | None = None,
-    app_id: str | None = None,
-    channel: str = "private",
-    sensitivity: str = "none",
-) -> dict[str, Any]:
+def add_task(memory: Memory, title: str, *, details: str = "", status: str = "open",
+             refs: list[str] | None = None, tenant_id: str | None = None,  # None: memory's
+             user_id: str | None = None, session_id: str | None = None,
+             agent_id: str | None = None, app_id: str | None = None, channel: str = "private",
+             sensitivity: str = "none") -> dict[str, Any]:
     pending = prepare_task(memory, title, details=details, status=status, refs=refs,
                            tenant_id=tenant_id, user_id=user_id, session_id=session_id,
                            agent_id=agent_id, app_id=app_id, channel=channel,
                            sensitivity=sensitivity)
     with memory.db.transaction():
         task_id = store_task(memory, pending)
-        compaction = _app_limit(memory, pending.row)
+        compaction = app_limit(memory, pending.row)
     return {**get_task(memory, task_id), "redacted": pending.redacted, **compaction}
 
 
@@ -398,19 +386,29 @@ def _write_task_memory(memory: Memory, row: dict[str, Any], channel: str, sensit
     )
 
 
-def update_task(
-    memory: Memory,
-    task_id: int,
-    *,
-    status: str | None = None,
-    title: str | None = None,
-    details: str | None = None,
-    refs: list[str] | None = None,
-    reason: str = "",
-) -> dict[str, Any]:
-    """Change a task; its memory gets a new version that supersedes the previous one
+def update_task(memory: Memory, task_id: int, *, status: str | None = None,
+                title: str | None = None, details: str | None = None,
+                refs: list[str] | None = None, owner: own.Owner | None = None,
+                reason: str = "") -> dict[str, Any]:
+    """Change the owner's task; its memory gets a new version that supersedes the previous one
     (`reason`: the supersession's history reason, default `task ID: <fields changed>`)."""
-    task = get_task(memory, task_id)
+    task = own.task(memory.db, task_id, owner or memory.owner())
+    changes, redacted = task_changes(task, status=status, title=title, details=details, refs=refs)
+    if not changes:
+        raise UsageError(
+            f"task {task_id} already looks like that", "give --status, --title, --details or --ref"
+        )
+    encoded = _encode(memory, task_text({**task, **changes}))  # models run before the lock
+    with memory.db.transaction():
+        store_task_update(memory, task, changes, encoded, reason=reason)
+    return {**get_task(memory, task_id), "redacted": redacted}
+
+
+def task_changes(task: dict[str, Any], *, status: str | None = None, title: str | None = None,
+                 details: str | None = None, refs: list[str] | None = None
+                 ) -> tuple[dict[str, Any], list[str]]:
+    """The fields that would change (checked, redacted; refs are added to the task's) and the
+    kinds of secret removed; no change: an empty dict."""
     changes: dict[str, Any] = {}
     if status is not None:
         _check_status(status)
@@ -426,30 +424,26 @@ def update_task(
     changes, redacted = redact_fields(changes, _TASK_TEXT)
     if "refs" in changes:
         changes["refs"] = sorted(set(task["refs"]) | set(changes["refs"]))
-    changes = {k: v for k, v in changes.items() if task.get(k) != v}
-    if not changes:
-        raise UsageError(
-            f"task {task_id} already looks like that", "give --status, --title, --details or --ref"
-        )
+    return {k: v for k, v in changes.items() if task.get(k) != v}, redacted
+
+
+def store_task_update(memory: Memory, task: dict[str, Any], changes: dict[str, Any],
+                      encoded: tuple[Any, Any], *, reason: str = "", actor: str | None = None,
+                      extra: dict[str, Any] | None = None) -> None:
+    """Write `changes` to `task` (inside the caller's transaction): a new memory version that
+    supersedes the previous one. `encoded`: the new text's (vector, sparse terms)."""
     old_mem = memory.db.query(
         "SELECT channel, sensitivity FROM memories WHERE id = ?", (task["memory_id"],)
     )
     channel, sensitivity = (
         (old_mem[0]["channel"], old_mem[0]["sensitivity"]) if old_mem else ("private", "none")
     )
-    merged = {**task, **changes}
-    encoded = _encode(memory, task_text(merged))  # the models run before the write lock
-    with memory.db.transaction():
-        new_memory = _write_task_memory(memory, merged, channel, sensitivity, encoded)
-        sql.update_task(memory.db, task_id, {**changes, "memory_id": new_memory})
-        if task["memory_id"] is not None:
-            derive.supersede(
-                memory,
-                task["memory_id"],
-                new_memory,
-                reason=reason or f"task {task_id}: " + ", ".join(sorted(changes)),
-            )
-    return {**get_task(memory, task_id), "redacted": redacted}
+    new_memory = _write_task_memory(memory, {**task, **changes}, channel, sensitivity, encoded,
+                                    actor=actor, extra=extra)
+    sql.update_task(memory.db, task["id"], {**changes, "memory_id": new_memory})
+    if task["memory_id"] is not None:
+        derive.supersede(memory, task["memory_id"], new_memory, actor=actor or "memcli",
+                         reason=reason or f"task {task['id']}: " + ", ".join(sorted(changes)))
 
 
 def get_task(memory: Memory, task_id: int) -> dict[str, Any]:

@@ -17,7 +17,8 @@ from typing import TYPE_CHECKING, Any
 from memcli.categories import Categories, load_categories
 from memcli.config import LifecycleSettings, RetrievalSettings, Settings
 from memcli.errors import DatabaseBusyError, UsageError
-from memcli.models import Hit, IngestReport, QueryResult
+from memcli.models import Hit, IngestReport, QueryResult, parse_clock
+from memcli.retrieval import fallback as recency
 from memcli.retrieval import scope as widening
 from memcli.retrieval import search
 from memcli.retrieval.stages import Candidate, RankContext
@@ -34,6 +35,7 @@ if TYPE_CHECKING:
     from memcli.providers.embedders import Embedder
     from memcli.providers.splade import SpladeEncoder
     from memcli.store.connection import Database
+    from memcli.store.owner import Owner
 
 BULLET_CHARS = 280
 
@@ -190,8 +192,9 @@ class Memory:
         if defaults.get("tenant_id") is None:
             defaults["tenant_id"] = self.tenant  # a record naming no tenant: the configured one
         return ingest_mod.ingest(self.db, numbered, embedder=self.embedder, sparse=self.sparse,
-                                 defaults=defaults,
-                                 strict=strict, defer_embed=defer_embed, progress=progress)
+                                 defaults=defaults, strict=strict, defer_embed=defer_embed,
+                                 progress=progress, memory=self,
+                                 check_category=self.categories.check_write)
 
     def embed_pending(self, batch_size: int = 256, progress: Progress | None = None) -> int:
         """Embed memories stored without vectors or sparse terms (after --defer-embed)."""
@@ -263,21 +266,28 @@ class Memory:
         hidden = self.categories.hidden(agent, categories)
         kwargs = {k: (tuple(v) if isinstance(v, list) else v) for k, v in kwargs.items()
                   if v is not None and v != ()}
+        if kwargs.get("as_of") is not None:
+            # Time travel reads what was current then: a fact superseded since still counts.
+            kwargs.setdefault("states", ("active", "superseded"))
         return Filters(categories=categories, allowed_categories=allowed,
                        excluded_categories=hidden, all_tenants=all_tenants, **kwargs)
 
     def query(self, text: str, *, filters: Filters | None = None, top_k: int = 10,
               threshold: float | None = None, budget_tokens: int | None = None,
-              return_format: str = "full", widen: bool = True, record_access: bool = True
-              ) -> QueryResult:
+              return_format: str = "full", widen: bool = True, record_access: bool = True,
+              fallback: bool = False) -> QueryResult:
+        """`fallback`: when every leg finds nothing, answer with the newest memories in scope
+        (memcli.retrieval.fallback), as `memcli query` and the service do for their default
+        legs; off by default: a library search stays strict."""
         t0 = time.perf_counter()
         text = bound_query(text)  # ranking reads the text too: the same bound as the legs
         filters = filters or self.filters()
         scope = "session" if filters.session_id else ("user" if filters.user_id else "all")
         path = scope
+        clock = {"now": parse_clock(filters.as_of)} if filters.as_of else {}
         legs = search.run_legs(self.db, self.embedder, text, filters, self.retrieval,
                                sparse=self.sparse, reader=self.reader())
-        ranked = search.rank(RankContext(self.db, filters, text, self.retrieval), legs)
+        ranked = search.rank(RankContext(self.db, filters, text, self.retrieval, **clock), legs)
         # Seed 002: widen on a recall cue or when the session has too little full-text
         # evidence (memcli.retrieval.scope, the rule `acb build` uses too).
         wider = None
@@ -287,9 +297,18 @@ class Memory:
         if wider is not None:
             legs = search.run_legs(self.db, self.embedder, text, wider, self.retrieval,
                                    sparse=self.sparse, reader=self.reader())
-            ranked = search.rank(RankContext(self.db, wider, text, self.retrieval), legs)
+            ranked = search.rank(RankContext(self.db, wider, text, self.retrieval, **clock),
+                                 legs)
             scope = "user"
             path = f"{path}>{scope}"
+        fulltext = widening.fulltext_hits(legs) or 0
+        if fallback and recency.found_nothing(legs):
+            searched = wider or filters
+            legs = {**legs, **recency.recent_leg(self.db, searched,
+                                                 self.retrieval.candidates_per_leg)}
+            ranked = search.rank(RankContext(self.db, searched, text, self.retrieval, **clock),
+                                 legs)
+            path = f"{path}>{recency.RECENT_LEG}"
         if threshold is not None:
             ranked = [c for c in ranked if c.score >= threshold]
         ranked = search.load_rows(self.db, ranked[:top_k])
@@ -317,7 +336,7 @@ class Memory:
             self._after_read([h.id for h in hits], {
                 "command": "query", "tenant_id": filters.tenant_id, "user_id": filters.user_id,
                 "session_id": filters.session_id,
-                "lexical_hits": len(legs.get("lexical", [])),
+                "lexical_hits": fulltext,  # the full-text legs' distinct memories
                 "sparse_hits": len(legs.get("sparse", [])),
                 "vector_hits": len(legs.get("dense", [])),
                 "entity_hits": len(legs.get("entity", [])),
@@ -372,14 +391,18 @@ class Memory:
 
     # -- audit and lifecycle -------------------------------------------------------------------
     def history(self, memory_id: int | None = None, *, all_tenants: bool = False,
-                **scope: Any) -> list[dict[str, Any]]:
+                owner: Owner | None = None, **scope: Any) -> list[dict[str, Any]]:
         """The audit trail of a memory or a scope, in this memory's tenant unless another one is
-        named (or `all_tenants`)."""
+        named (or `all_tenants`). A memory id outside the tenant (or `owner`) is not found."""
+        from memcli.store.owner import check_trail
+
         if all_tenants and scope.get("tenant_id") is not None:
             raise UsageError("a tenant and all tenants exclude each other",
                              "give --tenant or --all-tenants, not both")
         if not all_tenants and scope.get("tenant_id") is None:
-            scope["tenant_id"] = self.tenant
+            scope["tenant_id"] = owner.tenant_id if owner else self.tenant
+        if memory_id is not None and not all_tenants:
+            check_trail(self.db, memory_id, owner or self.owner(scope["tenant_id"]))
         return list_history(self.db, memory_id=memory_id, **scope)
 
     def plan_purge(self, **scope: Any) -> dict[str, Any]:
@@ -392,15 +415,23 @@ class Memory:
 
         return purge_mod.apply_purge(self.db, purge_mod.plan_purge(self.db, **scope))
 
-    def forget(self, memory_id: int) -> dict[str, Any]:
+    def owner(self, tenant_id: str | None = None) -> Owner:
+        """Whose rows a command on one id may touch: this memory's tenant (or `tenant_id`); a
+        server narrows it further for a bound caller (memcli.service.api)."""
+        from memcli.store.owner import Owner
+
+        return Owner(tenant_id or self.tenant)
+
+    def forget(self, memory_id: int, owner: Owner | None = None) -> dict[str, Any]:
+        """Soft-delete a memory of `owner`'s (default: this memory's tenant)."""
         from memcli.lifecycle import purge as purge_mod
 
-        return purge_mod.forget(self.db, memory_id)
+        return purge_mod.forget(self.db, memory_id, owner=owner or self.owner())
 
-    def restore(self, memory_id: int) -> dict[str, Any]:
+    def restore(self, memory_id: int, owner: Owner | None = None) -> dict[str, Any]:
         from memcli.lifecycle import purge as purge_mod
 
-        return purge_mod.restore(self.db, memory_id)
+        return purge_mod.restore(self.db, memory_id, owner=owner or self.owner())
 
     def stats(self) -> dict[str, Any]:
         out = mem.stats(self.db)

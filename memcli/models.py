@@ -5,7 +5,14 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    field_validator,
+    model_validator,
+)
 
 Channel = Literal["private", "public", "team", "agent"]
 EventKind = Literal["message", "tool_call", "tool_result", "decision", "task_update", "artifact"]
@@ -39,6 +46,11 @@ def parse_ts(value: str | datetime) -> str:
         raise ValueError(f"not an ISO 8601 time: {value!r}") from exc
     except OverflowError as exc:  # e.g. 0001-01-01T00:00:00+01:00 is before year 1 in UTC
         raise ValueError(f"time out of range: {value!r}") from exc
+
+
+def parse_clock(value: str) -> datetime:
+    """A stored timestamp (or any ISO 8601 time) as an aware datetime."""
+    return datetime.fromisoformat(parse_ts(value).replace("Z", "+00:00"))
 
 
 class Actor(BaseModel):
@@ -97,9 +109,10 @@ class EventIn(BaseModel):
     def _has_content(self) -> EventIn:
         if not self.content:
             raise ValueError("content is empty (give content.text or text)")
-        text = self.content.get("text")
-        if text is not None and not isinstance(text, str):
-            raise ValueError("content.text must be a string")
+        for key in ("text", "excerpt_text"):
+            value = self.content.get(key)
+            if value is not None and not isinstance(value, str):
+                raise ValueError(f"content.{key} must be a string")
         return self
 
 
@@ -158,10 +171,19 @@ class IngestReport(BaseModel):
     rejected: list[RecordProblem] = Field(default_factory=list)
     redacted: list[dict[str, Any]] = Field(default_factory=list)  # {event_id, kinds}
     artifacts: list[str] = Field(default_factory=list)
+    ledger: list[dict[str, Any]] = Field(default_factory=list)  # {event_id, decision/task_id}
     embedded: int = 0
     deferred_embedding: int = 0
 
+    # The same report for each input record, in input order (memcli.ingest fills it): what
+    # `POST /api/v1/events` answers per event. Not part of the CLI's JSON.
+    _records: list[IngestReport] = PrivateAttr(default_factory=list)
+
     _WRITTEN: ClassVar[tuple[str, ...]] = ("created", "memory_ids", "redacted", "artifacts")
+
+    @property
+    def records(self) -> list[IngestReport]:
+        return self._records
 
     def marks(self) -> tuple[int, ...]:
         """Where the lists a write appends to end now, for `reset_to` after a rollback."""
@@ -172,6 +194,22 @@ class IngestReport(BaseModel):
         for name, n in zip(self._WRITTEN, marks, strict=False):
             del getattr(self, name)[n:]
         self.embedded = marks[-1]
+
+
+class EventReceipt(IngestReport):
+    """One record's answer to `POST /api/v1/events` and `memory.record_event`: the Agent Memory
+    System PRD's `{event_id, chunk_ids, created_at}` (7.1) beside the ingest report of that
+    record (the fields `memcli ingest --json` prints for a batch). A repeat names the stored
+    event it repeats; a rejected record has no chunks and no `created_at`."""
+
+    event_id: str | None = None
+    chunk_ids: list[int] = Field(default_factory=list)  # its episode memories, in order
+    created_at: str | None = None  # when memcli stored the event (its `recorded_at`)
+
+    def payload(self) -> dict[str, Any]:
+        """The JSON answer: the document's fields first, then the report's."""
+        out = self.model_dump()
+        return {k: out.pop(k) for k in ("event_id", "chunk_ids", "created_at")} | out
 
 
 class QueryResult(BaseModel):

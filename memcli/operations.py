@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from memcli.config import Settings
     from memcli.memory import Memory
     from memcli.models import QueryResult
+    from memcli.store.owner import Owner
 
 
 # -- query -----------------------------------------------------------------------------------
@@ -45,22 +46,33 @@ def check_query(text: str) -> tuple[str, str | None]:
 
 def query_window(values: dict[str, Any]) -> tuple[str | None, str | None]:
     """`updated_after` / `updated_before` parsed; a bad one is a usage error (exit 2)."""
+    return parse_time(values, "updated_after"), parse_time(values, "updated_before")
+
+
+def parse_time(values: dict[str, Any], name: str) -> str | None:
+    """`values[name]`, an ISO 8601 date or time, in memcli's stored form; a bad one is a
+    usage error (exit 2)."""
     from memcli.errors import UsageError
     from memcli.models import parse_ts
 
+    value = values.get(name)
+    if not value:
+        return None
     try:
-        after = parse_ts(values["updated_after"]) if values["updated_after"] else None
-        before = parse_ts(values["updated_before"]) if values["updated_before"] else None
+        return parse_ts(value)
     except ValueError as exc:
-        raise UsageError(str(exc), "use ISO 8601, e.g. 2025-01-31T09:00:00Z") from None
-    return after, before
+        raise UsageError(f"bad {name}: {exc}", "use ISO 8601, e.g. 2026-03-01 or "
+                         "2025-01-31T09:00:00Z") from None
 
 
 def run_query(memory: Memory, text: str, v: dict[str, Any], *, all_tenants: bool = False,
-              sensitivity: list[str] | None = None, no_widen: bool = False) -> QueryResult:
+              sensitivity: list[str] | None = None, no_widen: bool = False,
+              fallback: bool = True) -> QueryResult:
     """The query once its text is checked and its parameters (`v`: the query command's
-    REQUEST_FIELDS) are known. The agent's category allowlist is enforced by `Memory.filters`."""
+    REQUEST_FIELDS) are known. The agent's category allowlist is enforced by `Memory.filters`.
+    `fallback`: the recency fallback when no leg finds anything (memcli.retrieval.fallback)."""
     after, before = query_window(v)
+    as_of = parse_time(v, "as_of")
     filters = memory.filters(
         agent=v["agent"], tenant_id=v["tenant"], all_tenants=all_tenants,
         user_id=v["user"], agent_id=v["agent_id"], session_id=v["session"],
@@ -70,10 +82,12 @@ def run_query(memory: Memory, text: str, v: dict[str, Any], *, all_tenants: bool
         **({"sensitivities": tuple(sensitivity)} if sensitivity else {}),
         pinned=v["pinned"], importance_min=v["importance_min"],
         importance_max=v["importance_max"], updated_after=after, updated_before=before,
+        as_of=as_of,
     )
     return memory.query(text, filters=filters, top_k=v["top_k"] or 10,
                         threshold=v["threshold"], budget_tokens=v["budget_tokens"],
-                        return_format=str(v["return_mode"] or "full"), widen=not no_widen)
+                        return_format=str(v["return_mode"] or "full"), widen=not no_widen,
+                        fallback=fallback)
 
 
 def hits_payload(result: QueryResult, return_mode: str | None) -> list[dict[str, Any]]:
@@ -96,12 +110,13 @@ def prepare_acb(data: dict[str, Any]) -> tuple[AcbRequest, str | None]:
     return req, note
 
 
-def acb_payload(memory: Memory, req: AcbRequest, note: str | None, *, settings: Settings
-                ) -> dict[str, Any]:
-    """The bundle `acb build --json` prints."""
+def acb_payload(memory: Memory, req: AcbRequest, note: str | None, *, settings: Settings,
+                allowed: tuple[str, ...] | None = None) -> dict[str, Any]:
+    """The bundle `acb build --json` prints (`allowed`: the only categories it may hold)."""
     from memcli.acb.build import build_acb
 
-    bundle = build_acb(memory, req, settings=settings.acb, context_dir=settings.context_dir)
+    bundle = build_acb(memory, req, settings=settings.acb, context_dir=settings.context_dir,
+                       allowed=allowed)
     if note and isinstance(bundle.get("provenance"), dict):
         bundle["provenance"]["query_truncated"] = note
     return bundle
@@ -122,6 +137,31 @@ def ingest_payload(memory: Memory, sources: list[tuple[str, str]], *,
     report = memory.ingest(records, defaults=defaults, strict=strict, defer_embed=defer_embed,
                            progress=progress)
     return report.model_dump()
+
+
+def record_events_payload(memory: Memory, records: list[Any], *, defaults: dict[str, Any],
+                          tenant: str | None = None) -> list[dict[str, Any]]:
+    """Seed 003's `record_event` answer for each record, in order: the Agent Memory System
+    PRD's `{event_id, chunk_ids, created_at}` beside that record's ingest report
+    (memcli.models.EventReceipt). `tenant`: a caller bound to one tenant learns nothing of
+    another tenant's event an id repeats (its `skipped` says only that the id is taken)."""
+    import json
+
+    from memcli.ingest import parse_records
+    from memcli.models import EventReceipt
+    from memcli.store.events import event_receipts
+
+    body = json.dumps(records, ensure_ascii=False)
+    report = memory.ingest([(line, value, "request") for line, value in parse_records(body)],
+                           defaults=defaults)
+    ids = [r.created[0] if r.created else r.skipped[0] if r.skipped
+           else r.rejected[0].event_id if r.rejected else None for r in report.records]
+    stored = event_receipts(memory.db, [i for i in ids if i is not None], tenant)
+    out = []
+    for event_id, one in zip(ids, report.records, strict=True):
+        receipt = stored.get(event_id or "", {}) if not one.rejected else {}
+        out.append(EventReceipt(event_id=event_id, **receipt, **one.model_dump()).payload())
+    return out
 
 
 # -- purge -----------------------------------------------------------------------------------
@@ -164,26 +204,18 @@ def check_purged(out: dict[str, Any]) -> None:
             "run the same purge again when readers are done; exit code 75")
 
 
-def artifact_body(memory: Memory, artifact_id: str, tenant: str | None = None) -> bytes:
+def artifact_body(memory: Memory, artifact_id: str, owner: Owner | None = None) -> bytes:
     """The full output kept for a truncated tool result (`art_...`), or the content of an event
-    of kind `artifact` by its event id (its text, else its content as JSON). With `tenant`,
-    only that tenant's: another tenant's is "not found", never shown."""
+    of kind `artifact` by its event id (its text, else its content as JSON): `owner`'s only
+    (default: this memory's tenant); another's is "not found", never shown."""
     import json
 
-    from memcli.errors import NotFoundError
-    from memcli.store.events import get_artifact, get_events
+    from memcli.store.owner import artifact
 
-    art = get_artifact(memory.db, artifact_id)
-    if art is not None:
-        owner = get_events(memory.db, [art["event_id"]]) if tenant is not None else None
-        if owner is None or (owner and owner[0]["tenant_id"] == tenant):
-            return bytes(art["body"])
-    else:
-        events = get_events(memory.db, [artifact_id])
-        event = events[0] if events and events[0]["kind"] == "artifact" else None
-        if event is not None and tenant in (None, event["tenant_id"]):
-            text = event["content"].get("text")
-            if not isinstance(text, str):
-                text = json.dumps(event["content"], ensure_ascii=False)
-            return text.encode("utf-8", errors="surrogateescape")
-    raise NotFoundError(f"no artifact {artifact_id}")
+    kept, event = artifact(memory.db, artifact_id, owner or memory.owner())
+    if kept is not None:
+        return bytes(kept["body"])
+    text = event["content"].get("text")
+    if not isinstance(text, str):
+        text = json.dumps(event["content"], ensure_ascii=False)
+    return text.encode("utf-8", errors="surrogateescape")

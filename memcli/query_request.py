@@ -3,13 +3,16 @@
     {"agent": "planner", "query": "deployment plan context", "categories": ["tasks"],
      "filters": {"user_id": "priya", "role": "assistant", "pinned": false,
                  "importance_min": 0.5, "updated_after": "2025-07-01"},
-     "top_k": 3, "return": "bullets", "budget_tokens": 512, "threshold": 0.65}
+     "top_k": 3, "return": "bullets", "budget_tokens": 512, "threshold": 0.65,
+     "as_of": "2026-03-01"}
 
 `filters` takes seed 000 section 6.1's keys (user_id, agent_id, run_id, actor_id, role,
 category, pinned, importance_min/max, updated_after/before) plus memcli's own scope keys
 (tenant_id, session_id, app_id, kinds, channels). Unknown keys are refused: a misspelt filter
 must not silently widen a read. The agent's category allowlist is enforced by
 `Memory.filters`, the same check as `--agent`. Importance is memcli's 0-1 scale.
+`as_of` (memcli's, an ISO date or time) reads the memory as it was then: facts valid at that
+time (valid_from <= t < valid_to), events up to it.
 """
 
 from __future__ import annotations
@@ -59,6 +62,13 @@ class QueryRequest(BaseModel):
     return_format: Literal["bullets", "full"] = Field(default="full", alias="return")
     budget_tokens: int | None = Field(default=None, ge=1)
     threshold: float | None = None
+    # Time travel: what was current then (facts valid at that time, events up to it).
+    as_of: str | None = None
+
+    @field_validator("as_of")
+    @classmethod
+    def _as_of(cls, value: str | None) -> str | None:
+        return None if value is None else parse_ts(value)
 
     @field_validator("query")
     @classmethod
@@ -90,6 +100,7 @@ class QueryRequest(BaseModel):
             "updated_after": f.updated_after, "updated_before": f.updated_before,
             "top_k": self.top_k, "return_mode": self.return_format,
             "budget_tokens": self.budget_tokens, "threshold": self.threshold,
+            "as_of": self.as_of,
         }
 
 

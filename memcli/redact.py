@@ -290,6 +290,42 @@ def _check_assignment(m: re.Match[str], text: str) -> Span | None:
     return kind, start, start + len(value)
 
 
+# Payment card numbers: 13-19 digits starting with 2-6 (the card networks' first digits), whole
+# or in groups split by single spaces or by single dashes (4 digits, then groups of 3-6: 4-4-4-4,
+# 4-6-5, 4-4-4-4-3), not glued to letters or other digits, and passing the Luhn check, which one
+# in ten other numbers passes: most order numbers, epoch milliseconds (they start with 1) and
+# phone numbers survive. The pattern finds only that shape (a run of digits costs the scan, not
+# a Python check per position); the digit count and the Luhn check are done in code.
+_CARD_RE = re.compile(
+    r"(?<![0-9A-Za-z_])[2-6][0-9]{3}"
+    r"(?: [0-9]{3,6}(?: [0-9]{3,6}){1,3}|-[0-9]{3,6}(?:-[0-9]{3,6}){1,3}|[0-9]{9,15})"
+    r"(?![0-9A-Za-z_])"
+)
+
+
+_DOUBLED = str.maketrans("0123456789", "0246813579")  # a doubled digit's digit sum
+
+
+def _luhn(digits: str) -> bool:
+    total = sum(map(int, digits[-1::-2])) + sum(map(int, digits[-2::-2].translate(_DOUBLED)))
+    return total % 10 == 0
+
+
+def _check_card(m: re.Match[str], text: str) -> Span | None:
+    """The longest card number the match starts with (a shorter one ends where a group ends:
+    "4111 1111 1111 1111 2024" holds a card and a year)."""
+    value = m.group()
+    sep = " " if " " in value else "-" if "-" in value else ""
+    groups = value.split(sep) if sep else [value]
+    for k in range(len(groups), 0, -1):
+        digits = "".join(groups[:k])
+        if len(digits) < 13:
+            return None
+        if len(digits) <= 19 and _luhn(digits):
+            return "card_number", m.start(), m.start() + len(sep.join(groups[:k]))
+    return None
+
+
 # (needles, pattern, checker). A detector runs only if one of its lower-case needles occurs in the
 # text: a substring test is far cheaper than a regex scan, so ordinary prose costs little.
 # Order matters only for ties when two detectors report the same span: the first one names it.
@@ -305,6 +341,7 @@ _DETECTORS: tuple[tuple[tuple[str, ...], re.Pattern[str], Checker], ...] = (
     (("authorization",), _AUTHORIZATION_RE, _check_authorization),
     (("://",), _URL_PASSWORD_RE, _check_url_password),
     (("pass", "secret", "key", "token"), _ASSIGNMENT_RE, _check_assignment),
+    (("2", "3", "4", "5", "6"), _CARD_RE, _check_card),
 )
 
 
@@ -342,7 +379,9 @@ def _detect(
             pos = m.start() + 1
         else:
             yield span
-            pos = max(m.end(), m.start() + 1)
+            # On from the span's end: a card number shorter than its match may be followed by
+            # another one inside the match ("<card>-<card>").
+            pos = max(span[2], m.start() + 1)
 
 
 def _merge(spans: list[tuple[int, int, int, str]]) -> list[tuple[int, int, str]]:

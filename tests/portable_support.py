@@ -108,15 +108,16 @@ def apply_ops(memory: Memory, history: list[tuple]) -> None:
                 remember(memory, LifecycleSettings(), text=f"{user} likes {text}",
                          tenant_id=tenant, user_id=user)
             elif name == "forget":
-                row = _pick(memory, "SELECT id FROM memories WHERE state = 'active' ORDER BY id",
-                            args[0])
+                row = _pick(memory, "SELECT id, tenant_id FROM memories WHERE state = 'active'"
+                                    " ORDER BY id", args[0])
                 if row:
-                    forget(memory.db, row[0])
+                    forget(memory.db, row[0], owner=memory.owner(row[1]))
             elif name == "correct":
                 row = _pick(memory, "SELECT id, tenant_id FROM memories WHERE kind = 'fact'"
                                     " AND state = 'active' ORDER BY id", args[0])
                 if row:
-                    correct_fact(memory, row[0], f"corrected {args[1]}", tenant_id=row[1])
+                    correct_fact(memory, row[0], f"corrected {args[1]}",
+                                 owner=memory.owner(row[1]))
             elif name == "decision":
                 tenant, user, text = args
                 ledger.add_decision(memory, f"use {text}", rationale=[text], tenant_id=tenant,
@@ -125,16 +126,16 @@ def apply_ops(memory: Memory, history: list[tuple]) -> None:
                 row = _pick(memory, "SELECT id, tenant_id FROM decisions WHERE status = 'active'"
                                     " ORDER BY id", args[0])
                 if row:
-                    memory.tenant = row[1]
-                    ledger.supersede_decision(memory, row[0], f"now {args[1]}")
+                    ledger.supersede_decision(memory, row[0], f"now {args[1]}",
+                                              owner=memory.owner(row[1]))
             elif name == "task":
                 tenant, user, text = args
                 ledger.add_task(memory, f"do {text}", tenant_id=tenant, user_id=user)
             elif name == "task_update":
                 row = _pick(memory, "SELECT id, tenant_id FROM tasks ORDER BY id", args[0])
                 if row:
-                    memory.tenant = row[1]
-                    ledger.update_task(memory, row[0], status=args[1])
+                    ledger.update_task(memory, row[0], status=args[1],
+                                       owner=memory.owner(row[1]))
             elif name == "checkpoint":
                 tenant, user, thread, sensitivity, text = args
                 ledger.save_checkpoint(memory, {"note": text, "step": step}, user_id=user,

@@ -196,6 +196,32 @@ def test_sections_fill_by_priority_and_report_what_was_cut(memory):
     assert any(o["reason"] == "section_cap" for o in capped["omissions"])
 
 
+def test_the_last_turn_is_packed_before_evidence_at_every_budget(memory):
+    """The turn being answered is the floor: a small budget goes to evidence only after it."""
+    memory.ingest(turns("old", [f"The Lisbon trip plan, note {i}: book the hotel near the river"
+                                for i in range(8)]))
+    memory.ingest(turns("s2", ["Which hotel did we pick for the Lisbon trip in the end?"]))
+    last = memory.db.scalar("SELECT id FROM memories WHERE session_id = 's2'")
+    for budget in (400, 600, 2000):
+        bundle = build(memory, user_id="u1", session_id="s2", query="Lisbon trip hotel",
+                       max_tokens=budget)
+        recent = section(bundle, "recent_window")["items"]
+        assert [i["memory_id"] for i in recent] == [last], budget
+        assert bundle["token_used"] <= budget
+    # The priorities decide the rest: evidence still fills what is left.
+    small = build(memory, user_id="u1", session_id="s2", query="Lisbon trip hotel",
+                  max_tokens=600)
+    assert section(small, "retrieved_evidence")["items"]
+    assert not [o for o in small["omissions"] if o["section"] == "recent_window"]
+    # A budget that cannot hold even the floor says so.
+    tiny = build(memory, user_id="u1", session_id="s2", query="Lisbon trip hotel", max_tokens=40)
+    assert not section(tiny, "recent_window")["items"]
+    assert {"section": "recent_window", "reason": "budget"}.items() <= next(
+        o for o in tiny["omissions"] if o["section"] == "recent_window").items()
+    assert f"mem:{last}" in next(
+        o for o in tiny["omissions"] if o["section"] == "recent_window")["refs"]
+
+
 def test_oversized_rules_file_is_truncated_to_its_cap(memory, tmp_path):
     (tmp_path / "rules.md").write_text("Always be kind. " * 5000)
     bundle = build_acb(memory, {"track": False}, context_dir=tmp_path)
@@ -328,7 +354,7 @@ def test_cli_disallowed_category_exits_2(cli, db_path):
 # -- delta header -----------------------------------------------------------------------------
 def test_delta_header_only_when_something_changed(memory):
     memory.ingest(turns("s1", ["hello there"]))
-    req = {"user_id": "u1", "session_id": "s1", "agent_id": "a1"}
+    req = {"user_id": "u1", "session_id": "s1", "agent_id": "supervisor"}
     first = build_acb(memory, req)
     assert first["delta"] is None  # no base yet: the bundle is the full picture
     assert build_acb(memory, req)["delta"] is None  # nothing changed
@@ -342,7 +368,7 @@ def test_delta_header_only_when_something_changed(memory):
     assert render_markdown(bundle).split("\n")[1].startswith("Memory updates since rev ")
     assert build_acb(memory, req)["delta"] is None
     # Another caller has its own base.
-    assert build_acb(memory, {**req, "agent_id": "a2"})["delta"] is None
+    assert build_acb(memory, {**req, "agent_id": "planner"})["delta"] is None
 
 
 def test_delta_header_has_at_most_three_bullets(memory):
@@ -404,7 +430,7 @@ def test_two_builds_are_identical(memory):
         "user_id": "u1",
         "session_id": "s1",
         "query_text": "when does Anika visit?",
-        "agent_id": "a1",
+        "agent_id": "supervisor",
     }
     build_acb(memory, req)  # sets the caller's base
     one, two = build_acb(memory, req), build_acb(memory, req)
@@ -672,7 +698,10 @@ def test_stats_requests_window(cli):
     out = json.loads(cli("stats", "--requests", "--since", "1h", "--json").stdout)
     assert out["requests"] == 4 and out["errors"] == {"filters": 1}
     acb = out["by_command"]["acb"]
-    assert acb["requests"] == 3 and acb["retrieval_requests"] == 1 and acb["hit_rate"] == 1.0
+    assert acb["requests"] == 3 and acb["retrieval_requests"] == 1
+    # The hit rate is the full-text one (at least 3 full-text hits): one turn is not enough,
+    # though the full-text legs found it.
+    assert acb["hit_rate"] == 0.0 and acb["leg_hit_rates"]["fulltext"] == 1.0
     # The one-turn session is thin: the retrieval widened to the user.
     assert acb["fallback_share"] == round(1 / 3, 4) and acb["latency_ms"]["p50"] > 0
     assert out["by_command"]["query"]["requests"] == 1

@@ -64,6 +64,48 @@ def test_a_bundle_without_a_query_knows_the_user(cli, db_path, tmp_path):
     assert "Sam lives in Porto" not in proc.stdout
 
 
+def test_an_episode_of_a_context_all_category_is_in_the_profile(cli):
+    events = [{"event_id": "sam-1", "session_id": "s1", "user_id": "sam",
+               "category": "profile", "text": "My preferred name is Sam."},
+              {"event_id": "sam-2", "session_id": "s1", "user_id": "sam",
+               "text": "What is the weather like today?"}]
+    assert cli("ingest", "-", input=ndjson(events)).exit_code == 0
+    profile = section(bundle_json(cli, "--user", "sam"), "profile")["items"]
+    assert [i["text"] for i in profile] == ["[profile] My preferred name is Sam."]
+    assert "event:sam-1" in profile[0]["refs"]
+    # In the session, the turn is shown once (the floor: the newest turn is the other one).
+    inside = bundle_json(cli, "--user", "sam", "--session", "s1")
+    shown = [i["memory_id"] for s in inside["sections"] for i in s["items"] if "memory_id" in i]
+    assert len(shown) == len(set(shown)) == 2
+
+
+def test_a_summary_that_drifted_cites_its_turns_and_ranks_after_them(db_path):
+    """The Agent Memory System PRD's summary drift guard: ground truth comes first."""
+    with Memory.open(db_path, embedder=HashEmbedder(64)) as memory:
+        memory.ingest(turns("s1", ["The launch moves to May 3.", "Confirmed: launch on May 3."]))
+        memory.ingest(turns("s2", ["What did we settle?"]))
+        episodes = [r["id"] for r in memory.db.query(
+            "SELECT id FROM memories WHERE session_id = 's1' ORDER BY id")]
+        with memory.db.transaction():
+            summary = derive.write_memory(
+                memory, content="Launch date: the launch is on April 1, launch confirmed.",
+                kind="summary", category="event", source_ids=episodes, user_id="u1",
+                session_id="s1")
+        bundle = build_acb(memory, {"user_id": "u1", "session_id": "s2", "track": False,
+                                    "query_text": "launch date confirmed launch"})
+    evidence = section(bundle, "retrieved_evidence")["items"]
+    order = [i["memory_id"] for i in evidence]
+    assert set(episodes) | {summary} <= set(order)
+    # Not above the best of its own turns: what was said comes first.
+    assert order.index(summary) > min(order.index(e) for e in episodes)
+    item = evidence[order.index(summary)]
+    assert item["derived"] is True
+    assert item["refs"][:2] == ["event:s1-0", "event:s1-1"]
+    assert f"mem:{summary}" not in item["refs"]
+    assert "[summary]" in item["text"]
+    assert not any(i.get("derived") for i in evidence if i["memory_id"] != summary)
+
+
 def test_rag_length_bounds_a_context_all_category(tmp_path, cli, monkeypatch):
     cats = tmp_path / "categories.yaml"
     cats.write_text("categories:\n  - {name: profile, context: all, rag_length: 2}\n"

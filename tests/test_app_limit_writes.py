@@ -59,3 +59,25 @@ def test_decision_and_task_writes_count_and_other_scopes_are_untouched(small):
     assert json.loads(done.stdout)["compaction"][0]["actions"][0]["target_id"] == first["id"]
     assert len(active_app_memories(small)) == 3
     assert len(active_app_memories(small, "u2")) == 1  # another user's scope: not counted
+
+
+def test_decision_and_task_events_are_held_to_the_limit(small):
+    """A decision or task recorded as an event of an app counts as `decision add --app` does:
+    past the limit, the oldest memory of the scope is soft-deleted in the record's write."""
+    first = json.loads(small("remember", "zebra first note", "--app", "shop", "--user", "u1",
+                             "--json").stdout)
+    records = [{"event_id": f"d{i}", "kind": "decision", "user_id": "u1", "app_id": "shop",
+                "session_id": "s1", "content": {"decision": f"zebra decision {i}"}}
+               for i in range(2)]
+    records.append({"event_id": "t1", "kind": "task_update", "user_id": "u1",
+                    "app_id": "shop", "session_id": "s1", "content": {"title": "zebra task"}})
+    out = small("ingest", "-", "--json", input="\n".join(map(json.dumps, records)))
+    assert out.exit_code == 0, out.stderr
+    ledger = json.loads(out.stdout)["ledger"]
+    assert [entry["event_id"] for entry in ledger] == ["d0", "d1", "t1"]
+    assert "compaction" not in ledger[0] and "compaction" not in ledger[1]
+    (report,) = ledger[2]["compaction"]
+    assert [(a["action"], a["target_id"], a["method"]) for a in report["actions"]] == [
+        ("delete", first["id"], "fifo")]
+    assert "over its limit of 3" in out.stderr
+    assert len(active_app_memories(small)) == 3

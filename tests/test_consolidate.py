@@ -536,12 +536,12 @@ def test_equally_similar_neighbours_link_to_the_oldest(memory, db_path):
 
 @backends
 def test_sessions_of_two_tenants_are_consolidated_in_one_order(memory):
-    """Same session id and times in two tenants: tenant order breaks the tie (PostgreSQL
-    has no rowid order to fall back on)."""
+    """Same session id and times in two tenants: the log's order breaks the tie, the same on
+    both engines (PostgreSQL has no rowid order to fall back on)."""
     for tenant in ("zeta", "alpha"):
         memory.ingest([{**r, "event_id": f"{tenant}-{r['event_id']}", "tenant_id": tenant}
                        for r in conversation("s1", ["I love green tea."])
                        + conversation("s2", ["Bye"], day=2)])
     report = consolidate(memory, None, settings())
     assert [(s["tenant_id"], s["session_id"]) for s in report["sessions"]] == [
-        ("alpha", "s1"), ("zeta", "s1")]
+        ("zeta", "s1"), ("alpha", "s1")]

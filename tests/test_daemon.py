@@ -75,7 +75,8 @@ def _unclocked(data: bytes, home: Path) -> bytes:
     text = data.decode("utf-8", "surrogateescape").replace(str(home), "HOME")
     text = re.sub(r"(evt|art|dec|tsk|chk|acb)_[0-9a-f]{8,}", r"\1_ID", text)
     # Token counts of a bundle include those random ids (hex splits into varying tokens).
-    text = re.sub(r'("(?:token_used|tokens|used|tokens_used)"\s*:\s*)\d+', r"\1N", text)
+    counts = "token_used|token_used_est|tokens|token_est|used|tokens_used"
+    text = re.sub(rf'("(?:{counts})"\s*:\s*)\d+', r"\1N", text)
     # Seconds optional: a bundle shows a turn's time to the minute ("[2026-11-24T04:49]"), and
     # the two worlds' writes may fall on either side of a minute on a busy machine.
     text = re.sub(r"\d{4}-\d\d-\d\dT\d\d:\d\d(:\d\d(\.\d+)?)?Z?", "TIME", text)

@@ -40,15 +40,25 @@ def test_events_record_dedupe_and_per_record_errors(server) -> None:
         r = c.post("/api/v1/events", json=_event("we deploy blue-green on Fridays",
                                                  event_id="e1", tenant_id="t1"))
         assert r.status_code == 200, r.text
-        assert r.json()["created"] == ["e1"] and r.json()["rejected"] == []
+        # One event, one object: the document's receipt beside the record's ingest report.
+        first = r.json()
+        assert first["event_id"] == "e1" and first["created"] == ["e1"]
+        assert first["chunk_ids"] == first["memory_ids"] and len(first["chunk_ids"]) == 1
+        assert first["created_at"].endswith("Z") and first["rejected"] == []
+        # A batch, a list: a repeat names the stored event, with its chunks and time.
         again = c.post("/api/v1/events", json=[_event("we deploy blue-green on Fridays",
                                                       event_id="e1", tenant_id="t1")])
-        assert again.json()["skipped"] == ["e1"]
+        (repeat,) = again.json()
+        assert repeat["skipped"] == ["e1"] and repeat["created"] == []
+        assert (repeat["event_id"], repeat["chunk_ids"], repeat["created_at"]) == (
+            "e1", first["chunk_ids"], first["created_at"])
         mixed = c.post("/api/v1/events", json=[_event("fine", tenant_id="t1"),
                                                {"kind": "nonsense", "text": "x"}])
         assert mixed.status_code == 422
-        report = mixed.json()
-        assert len(report["created"]) == 1 and [p["line"] for p in report["rejected"]] == [2]
+        fine, bad = mixed.json()
+        assert fine["created"] == [fine["event_id"]] and fine["chunk_ids"]
+        assert bad["event_id"] is None and bad["chunk_ids"] == [] and bad["created_at"] is None
+        assert [p["line"] for p in bad["rejected"]] == [2]
 
 
 def test_acb_build_query_and_history(server) -> None:
@@ -120,6 +130,8 @@ def test_healthz_and_unknown_routes(server) -> None:
     (b'{"query": "x", "filters": {"colour": "red"}}', {"Content-Type": "application/json"},
      422, "filters.colour"),
     (b'{"query": "x", "top_k": "many"}', {"Content-Type": "application/json"}, 422, "top_k"),
+    (b'{"query": "x", "as_of": "soon"}', {"Content-Type": "application/json"}, 422,
+     "as_of: not an ISO 8601 time"),
 ])
 def test_bad_bodies_are_one_line_errors(server, body, headers, status, message) -> None:
     with server.client() as c:
@@ -393,6 +405,10 @@ def test_any_json_body_is_answered_without_a_500(server) -> None:
                        headers={"Content-Type": "application/json"})
         assert r.status_code in (200, 400, 403, 404, 422), (path, body, r.text)
         if r.status_code != 200:
-            assert "\n" not in r.json().get("error", "")
+            out = r.json()
+            if isinstance(out, list):  # a batch of events with a rejected record: receipts
+                assert path == "/api/v1/events" and any(x["rejected"] for x in out)
+            else:
+                assert "\n" not in out.get("error", "")
 
     check()

@@ -353,10 +353,13 @@ def test_large_tool_result_keeps_an_excerpt_and_an_artifact(cli, db_path):
     event = json.loads(content)
     assert event["truncated"] is True
     assert event["artifact_id"] == report["artifacts"][0]
-    assert len(event["output"].encode()) <= 64 * 1024
-    assert big.startswith(event["output"]) and event["output"].endswith("lorem ipsum dolor ")
+    # Seed 003 7.4: the excerpt is `excerpt_text`, whatever key the output came in.
+    assert "output" not in event
+    excerpt = event["excerpt_text"]
+    assert len(excerpt.encode()) <= 64 * 1024
+    assert big.startswith(excerpt) and excerpt.endswith("lorem ipsum dolor ")
     first, last = event["line_range"]
-    assert first == 1 and last == event["output"].count("\n") + 1 < 3000
+    assert first == 1 and last == excerpt.count("\n") + 1 < 3000
     assert event["total_lines"] == 3000
 
     result = cli("artifact", event["artifact_id"])
@@ -398,8 +401,45 @@ def test_secrets_are_redacted_in_the_artifact_too(cli, db_path):
 def test_small_tool_result_is_kept_whole(cli, db_path):
     ingest(cli, [{"event_id": "tr", "kind": "tool_result", "content": {"output": "3 files"}}])
     event = json.loads(rows(db_path, "SELECT content FROM events")[0][0])
-    assert event == {"output": "3 files"}
+    assert event == {"excerpt_text": "3 files", "truncated": False}
     assert rows(db_path, "SELECT count(*) FROM artifacts") == [(0,)]
+
+
+def test_tool_result_excerpt_names_and_line_range_of_file_reads(cli, db_path):
+    """Seed 003 7.4: the excerpt is stored as `excerpt_text` (given as `excerpt_text`, or as
+    `text`/`output`), and a file read carries `line_range` at any size."""
+    records = [
+        {"event_id": "readme", "kind": "tool_result", "session_id": "s1",
+         "content": {"tool": "fs.read_file", "path": "README.md",
+                     "excerpt_text": "# Legacy\nA billing service.\nRun make.\n"}},
+        {"event_id": "alias", "kind": "tool_result", "session_id": "s1",
+         "content": {"tool": "fs.read_file", "path": "setup.cfg", "text": "[metadata]\nname = x"}},
+        {"event_id": "part", "kind": "tool_result", "session_id": "s1",
+         "content": {"tool": "fs.read_file", "path": "app.py", "line_range": [100, 400],
+                     "excerpt_text": "def main():\n    run()"}},
+        {"event_id": "ls", "kind": "tool_result", "session_id": "s1",
+         "content": {"tool": "fs.list_root", "output": "README.md\nsetup.cfg"}},
+    ]
+    result = ingest(cli, records)
+    assert result.exit_code == 0, result.stderr
+    stored = {eid: json.loads(content) for eid, content in rows(
+        db_path, "SELECT event_id, content FROM events")}
+    assert stored["readme"] == {"tool": "fs.read_file", "path": "README.md",
+                                "excerpt_text": "# Legacy\nA billing service.\nRun make.\n",
+                                "truncated": False, "line_range": [1, 3]}
+    assert stored["alias"]["excerpt_text"] == "[metadata]\nname = x"
+    assert "text" not in stored["alias"] and stored["alias"]["line_range"] == [1, 2]
+    assert stored["part"]["line_range"] == [100, 101]  # the excerpt's lines, from the first
+    assert "line_range" not in stored["ls"]  # not a file read, and whole
+    assert stored["ls"]["excerpt_text"] == "README.md\nsetup.cfg"
+    # The excerpt is what is remembered and found.
+    hits = json.loads(cli("query", "billing service", "--json").stdout)
+    assert hits and "A billing service." in hits[0]["text"]
+
+
+def test_tool_result_excerpt_must_be_text(cli):
+    result = ingest(cli, [{"kind": "tool_result", "content": {"excerpt_text": 42}}])
+    assert result.exit_code == 2 and "content.excerpt_text must be a string" in result.stderr
 
 
 # -- derived rows ---------------------------------------------------------------------------

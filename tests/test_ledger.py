@@ -213,3 +213,29 @@ def test_checkpoint_input_errors(cli, memory):
         ledger.load_checkpoint(memory, user_id="u", thread_id="t")
     with pytest.raises(UsageError):
         ledger.save_checkpoint(memory, {"a": 1}, user_id="u", thread_id="t", sensitivity="secret")
+
+
+@backends
+def test_every_checkpoint_save_is_in_history_and_older_versions_load(cli):
+    for step in (1, 2, 3):
+        run_json(cli, "checkpoint", "save", "--data", json.dumps({"step": step}),
+                 "--user", "u1", "--thread", "t1")
+    rows = [h for h in run_json(cli, "history", "--user", "u1") if h["actor"] == "checkpoint"]
+    assert [(h["op"], h["new_ref"], h["session_id"]) for h in rows] == [
+        ("UPDATE", "checkpoint v3", "t1"), ("UPDATE", "checkpoint v2", "t1"),
+        ("ADD", "checkpoint v1", "t1")]
+    first = run_json(cli, "checkpoint", "load", "--user", "u1", "--thread", "t1",
+                     "--version", "1")
+    assert (first["version"], first["data"]) == (1, {"step": 1})
+    assert first["updated_at"] == rows[-1]["ts"]
+    latest = run_json(cli, "checkpoint", "load", "--user", "u1", "--thread", "t1",
+                      "--version", "3")
+    assert (latest["version"], latest["data"]) == (3, {"step": 3})
+    beyond = cli("checkpoint", "load", "--user", "u1", "--thread", "t1", "--version", "4")
+    assert beyond.exit_code == 2 and "versions run from 1 to 3" in beyond.stderr
+    # A purge of the user takes the old versions with the checkpoint.
+    run_json(cli, "checkpoint", "save", "--data", "{}", "--user", "u2", "--thread", "t1")
+    assert cli("purge", "--user", "u1").exit_code == 0
+    assert all(h["meta"] == {} for h in run_json(cli, "history", "--user", "u1"))
+    kept = cli("checkpoint", "load", "--user", "u2", "--thread", "t1")
+    assert kept.exit_code == 0

@@ -73,10 +73,10 @@ def test_default_tools_and_their_hints_over_stdio(env):
 
 def test_results_name_the_bound_scope_and_errors_are_tool_errors(env):
     async def main():
-        async with _stdio(env, "--user", "alice", "--agent", "coder") as client:
+        async with _stdio(env, "--user", "alice", "--agent", "supervisor") as client:
             stored = payload(await client.call_tool(
                 "memory.remember", {"text": "Alice deploys with blue-green releases"}))
-            assert stored["scope"] == {"tenant": "default", "user": "alice", "agent": "coder",
+            assert stored["scope"] == {"tenant": "default", "user": "alice", "agent": "supervisor",
                                        "app": None}
             found = payload(await client.call_tool("memory.query", {"query": "blue-green"}))
             assert found["scope"]["user"] == "alice"

@@ -173,7 +173,8 @@ def test_purge_leaves_no_orphan_rows(ops):
         Memory.open(Path(tmp) / "m.db", embedder=HashEmbedder(16)) as m,
     ):
         for n, op in enumerate(ops):
-            ids = [r[0] for r in m.db.execute("SELECT id FROM memories ORDER BY id")]
+            rows = list(m.db.execute("SELECT id, tenant_id FROM memories ORDER BY id"))
+            ids = [r[0] for r in rows]
             if op[0] == "ingest":
                 _, session, app, text, long = op
                 tenant, user = OWNER[session]
@@ -191,7 +192,8 @@ def test_purge_leaves_no_orphan_rows(ops):
                     ]
                 )
             elif op[0] == "forget" and ids:
-                m.forget(ids[op[1] % len(ids)])
+                mid, tenant = rows[op[1] % len(rows)]
+                m.forget(mid, m.owner(tenant))  # forget acts in the memory's own tenant
             elif op[0] == "relate" and len(ids) > 1:
                 with m.db.transaction():
                     rel.add_edge(m.db, ids[op[1] % len(ids)], ids[op[2] % len(ids)], "related", 1)

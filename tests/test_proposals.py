@@ -17,6 +17,7 @@ from lifecycle_support import (
 )
 
 from memcli.lifecycle.consolidate import consolidate
+from memcli.lifecycle.profile_fields import field_value
 from memcli.lifecycle.proposals import accept, list_proposals, propose, reject
 
 # SQLite and PostgreSQL (tests/backend_support.py)
@@ -108,6 +109,27 @@ def test_a_contradicting_fact_about_a_sensitive_field_becomes_a_proposal(
     assert city["content"] == "Priya lives in Lisbon." and city["state"] == "active"
 
 
+def test_a_profile_fact_a_model_filed_is_not_replaced_without_consent(memory, stub, db_path):
+    """"Priya lives in Lisbon." filed under `profile` by a model (no proposal wrote it) holds
+    the city as much as an accepted proposal's fact: a later contradicting fact becomes a
+    proposal of the new value, and the Lisbon fact stays active until a person accepts."""
+    memory.ingest(conversation("s1", ["I live in Lisbon."])
+                  + conversation("s2", ["I moved to Porto."], day=2)
+                  + conversation("s3", ["hi"], day=3))
+    stub.enqueue_json(extraction(facts=[
+        {"text": "Priya lives in Lisbon.", "turns": [1], "category": "profile"}]))
+    stub.enqueue_json(extraction(facts=["Priya lives in Porto."]))
+    stub.enqueue_json(verdicts("contradicts"))
+    report = consolidate(memory, model_for(memory, stub), settings())
+    s1, s2 = report["sessions"]
+    assert s2["superseded"] == [] and s2["added"] == []
+    (lisbon,) = memory_rows(db_path, "kind = 'fact'")
+    assert [a["id"] for a in s1["added"]] == [lisbon["id"]]
+    assert [(p["status"], p["field"], p["value"]) for p in s2["proposals"]] == [
+        ("pending", "city", "Porto")]
+    assert (lisbon["content"], lisbon["state"]) == ("Priya lives in Lisbon.", "active")
+
+
 def test_reject_changes_nothing_and_is_recorded(pcli, db_path):
     out = pcli("remember", "city: Porto", "--user", "priya", "--field", "city", "--json")
     assert out.exit_code == 0, out.stderr
@@ -159,7 +181,7 @@ def test_pending_proposals_expire_after_seven_days(memory, db_path):
     with pytest.raises(Exception, match="is expired, not pending"):
         accept(memory, old["proposal_id"])
     with pytest.raises(Exception, match="is expired"):
-        reject(memory.db, old["proposal_id"])
+        reject(memory.db, old["proposal_id"], owner=memory.owner())
 
 
 def test_an_unchanged_value_is_not_proposed(memory, db_path):
@@ -198,3 +220,48 @@ def test_a_pending_value_matches_in_any_case_on_both_engines(memory):
     assert ask("ZÜRICH") == {"status": "already_pending", "proposal_id": first["proposal_id"],
                              "field": "city"}
     assert ask("Bern")["status"] == "pending"
+
+
+def test_accepting_supersedes_the_profile_fact_the_field_had(pcli, stub, db_path):
+    """A model filed "Priya lives in Lisbon." as a plain `profile` fact; a consent proposal
+    for the city from `remember` stores the value ("Madrid"), and accepting it supersedes the
+    Lisbon fact (valid_to, a `supersedes` edge, history), so the profile shows one city."""
+    records = conversation("s1", ["I live in Lisbon."]) + conversation("s2", ["hi"], day=2)
+    pcli("ingest", "-", input=ndjson(records))
+    stub.enqueue_json(extraction(facts=[
+        {"text": "Priya lives in Lisbon.", "turns": [1], "category": "profile"}]))
+    assert pcli("consolidate", "--json").exit_code == 0
+    (lisbon,) = memory_rows(db_path, "kind = 'fact'")
+    assert lisbon["category"] == "profile"
+    out = pcli("remember", "Priya lives in Madrid", "--user", "priya", "--field", "city",
+               "--json")
+    queued = json.loads(out.stdout)
+    assert (queued["status"], queued["value"]) == ("pending", "Madrid")
+    accepted = json.loads(
+        pcli("proposals", "accept", str(queued["proposal_id"]), "--json").stdout)
+    assert accepted["superseded"] == lisbon["id"]
+    old, new = memory_rows(db_path, "kind = 'fact'")
+    assert (old["state"], new["state"]) == ("superseded", "active")
+    assert new["attributes"]["value"] == "Madrid"
+    assert old["valid_to"] == new["valid_from"]
+    assert rows(db_path, "SELECT kind FROM relations WHERE src_id = ? AND dst_id = ?",
+                (new["id"], old["id"])) == [("supersedes",)]
+    trail = json.loads(pcli("history", str(old["id"]), "--json").stdout)
+    assert trail[0]["meta"]["superseded_by"] == new["id"]
+    bundle = json.loads(pcli("acb", "build", "--user", "priya", "--json").stdout)
+    (profile,) = [s for s in bundle["sections"] if s["name"] == "profile"]
+    assert [i["text"] for i in profile["items"]] == ["[profile] Priya lives in Madrid"]
+
+
+@pytest.mark.parametrize(("field", "text", "value"), [
+    ("city", "Priya lives in Madrid", "Madrid"),
+    ("city", "Priya moved to Rio de Janeiro last year.", "Rio de Janeiro"),
+    ("city", "city: Porto", "Porto"),
+    ("city", "Priya works in Lisbon.", None),  # not where she lives
+    ("preferred_name", "Priya prefers to be called Pri.", "Pri"),
+    ("pronouns", "Sam uses they/them pronouns.", "they/them"),
+    ("language", "Priya prefers to speak Portuguese.", "Portuguese"),
+    ("language", "Priya loves green tea.", None),
+])
+def test_a_field_value_is_read_from_its_sentence(field, text, value):
+    assert field_value(field, text) == value

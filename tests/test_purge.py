@@ -384,7 +384,8 @@ def test_purge_clears_the_sparse_index(db_path):
 # -- forget and restore -----------------------------------------------------------------------
 
 
-def test_forget_hides_restore_brings_back(cli, db_path, populated):
+def test_forget_hides_restore_brings_back(cli, db_path, populated, monkeypatch):
+    monkeypatch.setenv("MEMCLI_TENANT", "t1")  # the memory's tenant: forget acts in one
     mid = populated["b1"]
     found = json.loads(cli("query", "qxbravoword", "--all-tenants").stdout)
     assert any(h["id"] == mid for h in found)
@@ -418,7 +419,8 @@ def test_forget_hides_restore_brings_back(cli, db_path, populated):
     assert "RESTORE" in text and "DELETE" in text and "soft_deleted -> active" in text
 
 
-def test_forget_and_restore_errors(cli, populated):
+def test_forget_and_restore_errors(cli, populated, monkeypatch):
+    monkeypatch.setenv("MEMCLI_TENANT", "t1")
     missing = cli("forget", "999999")
     assert missing.exit_code == 1 and missing.stderr.strip() == (
         "memcli: error: no memory with id 999999"
@@ -428,7 +430,8 @@ def test_forget_and_restore_errors(cli, populated):
     assert cli("forget", "not-a-number").exit_code == 2
 
 
-def test_purge_removes_soft_deleted_memories_too(cli, db_path, populated):
+def test_purge_removes_soft_deleted_memories_too(cli, db_path, populated, monkeypatch):
+    monkeypatch.setenv("MEMCLI_TENANT", "t1")
     assert cli("forget", str(populated["b1"])).exit_code == 0
     assert cli("purge", "--session", "s2", "--tenant", "t1").exit_code == 0
     assert scalar(db_path, "SELECT count(*) FROM memories WHERE event_id = 'b1'") == 0

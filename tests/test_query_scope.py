@@ -136,7 +136,7 @@ def test_bullets_are_id_category_text(cli, chats):
 
 # -- 4. one memory.query JSON request on stdin --------------------------------------------------
 REQUEST = {
-    "agent": "assistant-unlisted",
+    "agent": "supervisor",
     "query": QUESTION,
     "categories": ["event"],
     "filters": {"user_id": "priya", "session_id": "new", "role": "human", "pinned": False,

@@ -69,6 +69,51 @@ def test_detects_token_formats(text: str, secret: str, kind: str) -> None:
     assert (kind, secret) in spans(text)
 
 
+def luhn(number: str) -> bool:
+    digits = [int(c) for c in number if c.isdigit()]
+    total = 0
+    for i, d in enumerate(reversed(digits)):
+        doubled = d * (1 + i % 2)
+        total += doubled // 10 + doubled % 10
+    return total % 10 == 0
+
+
+@pytest.mark.parametrize(
+    ("text", "card"),
+    [
+        ("paid with 4111 1111 1111 1111, exp 05/27", "4111 1111 1111 1111"),
+        ("card: 5500-0000-0000-0004.", "5500-0000-0000-0004"),
+        ("amex 3782 822463 10005 on file", "3782 822463 10005"),
+        ("raw 4111111111111111 in a log", "4111111111111111"),
+        ('{"pan":"6011000990139424"}', "6011000990139424"),
+        ("19 digits 4111 1111 1111 1111 003", "4111 1111 1111 1111 003"),
+        ("call me at 12, card 4111 1111 1111 1111 2024", "4111 1111 1111 1111"),
+    ],
+)
+def test_card_numbers_that_pass_luhn_are_redacted(text: str, card: str) -> None:
+    assert luhn(card)
+    assert spans(text) == [("card_number", card)]
+    assert "[REDACTED:card_number]" in redact(text).text
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "order 4111111111111112 shipped",  # 16 digits, fails Luhn
+        "order no. 5500-0000-0000-0005",
+        "invoice 3782 822463 10006",
+        "tracking 9400111899223197428490",  # too long, and starts with 9
+        "at 1718035200000 ms",  # epoch milliseconds start with 1
+        "call +44 20 7946 0958 or 555-0100",
+        "mixed 4111-1111 1111 1111 separators",
+        "hex 0x4111111111111111 and id a4111111111111111b",
+        "ISBN 978-3-16-148410-0, year 2024-05-01",
+    ],
+)
+def test_numbers_that_are_not_cards_survive(text: str) -> None:
+    assert redact(text) == Redaction(text, ())
+
+
 def test_bearer_and_authorization_headers_keep_the_scheme() -> None:
     text = "curl -H 'Authorization: Bearer Zx81kk29aaQ7.pL_3-x' https://api.example.com"
     assert redact(text).text == (
@@ -180,6 +225,7 @@ ALL_EXAMPLES = [
     f"{PEM} <private>x</private> <private>open",
     "postgres://u:pw@h/db password=hunter2 token: 'abc' api_key=\"k\" secret:Zx81kk29aa",
     "Authorization: Digest a=b, c=d",
+    "card 4111 1111 1111 1111 1111 and 5500-0000-0000-0004-5500-0000-0000-0004",
 ]
 
 
@@ -252,6 +298,11 @@ def _body(size: int) -> st.SearchStrategy[str]:
     return st.text(_ALNUM, min_size=size, max_size=size + 12).map(lambda s: s + "7Q")
 
 
+def _card(digits: str) -> str:
+    """`digits` completed by the Luhn check digit."""
+    return digits + next(c for c in string.digits if luhn(digits + c))
+
+
 SECRETS = st.one_of(
     _body(30).map(lambda b: "sk-proj-" + b),
     _body(30).map(lambda b: "sk-ant-api03-" + b),
@@ -264,6 +315,7 @@ SECRETS = st.one_of(
         lambda b: "AKIA" + b
     ),
     st.tuples(_body(10), _body(20), _body(20)).map(lambda p: f"eyJ{p[0]}.{p[1]}.{p[2]}"),
+    st.text(string.digits, min_size=14, max_size=14).map(lambda d: _card("4" + d)),
 )
 WRAPPERS = st.sampled_from(
     ["{}", "key {} end", "password={}", '"token": "{}"', "Bearer {}", "({})", "`{}`", "x\n{}\n"]
@@ -293,6 +345,7 @@ FRAGMENTS = st.sampled_from(
         "password", "token", "secret", "api_key", "=", ":", "==", '"', "'", " ", "\n", "{", "}",
         "Bearer ", "Authorization: ", "Digest ", "<private>", "</private>", "://", "u:", "@h",
         "/", "sk-", "a1B2c3D4e5F6g7H8i9J0k", "[REDACTED:token]", "$X", "hunter2", ",",
+        "4111", "1111", "-", "5500", "0004", "378282246310005", "7",
     ]
 )  # fmt: skip
 

@@ -37,7 +37,8 @@ def test_cjk_runs_give_distinct_three_grams_not_terms():
     query = lexical_query("我喜欢喝咖啡 and tea, 咖啡店")
     assert query.terms == ("tea",)  # CJK runs are never word terms ("and": a stopword)
     assert query.grams == ("我喜欢", "喜欢喝", "欢喝咖", "喝咖啡", "咖啡店")
-    assert lexical_query("咖啡").grams == ()  # a run shorter than a gram
+    # A run shorter than a gram is a gram of its own (each engine matches it as a substring).
+    assert lexical_query("咖啡").grams == ("咖啡",)
 
 
 def test_terms_and_grams_are_bounded():

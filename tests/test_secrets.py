@@ -43,6 +43,25 @@ def _jwt(b: str) -> str:
     return f"eyJhbGciOiJIUzI1NiJ9.eyJ{b}.{b[::-1]}"
 
 
+def _luhn_ok(number: str) -> bool:
+    total = 0
+    for i, ch in enumerate(reversed(number)):
+        doubled = int(ch) * (1 + i % 2)
+        total += doubled // 10 + doubled % 10
+    return total % 10 == 0
+
+
+def _card(raw: str) -> str:
+    """A Luhn-valid 16-digit card number from 14 random digits, in groups of 4 split by spaces
+    or by dashes (as the digits fall)."""
+    digits = "4" + raw[:14]
+    number = digits + next(d for d in "0123456789" if _luhn_ok(digits + d))
+    return " -"[sum(map(int, raw)) % 2].join(number[i:i + 4] for i in range(0, 16, 4))
+
+
+# kind -> the body made of the random part (default: the part + "7Q", see `_body`).
+SHAPES: dict[str, Callable[[str], str]] = {"card_number": _card}
+
 KINDS: dict[str, tuple[str, int, Callable[[str], str]]] = {
     "openai_key": (_ALNUM, 32, lambda b: f"sk-proj-{b}"),
     "anthropic_key": (_ALNUM, 32, lambda b: f"sk-ant-api03-{b}"),
@@ -67,14 +86,20 @@ KINDS: dict[str, tuple[str, int, Callable[[str], str]]] = {
         lambda b: f"-----BEGIN RSA PRIVATE KEY-----\n{b}\n-----END RSA PRIVATE KEY-----",
     ),
     "private": (_ALNUM, 24, lambda b: f"<private>{b}</private>"),
+    "card_number": (string.digits, 16, lambda b: f"paid with card {b} (exp 05/27)"),
 }
+
+
+def _finish(kind: str, raw: str) -> str:
+    # A digit and an upper-case letter are forced in, as real credentials have them; the random
+    # part makes every needle unique in the file.
+    return SHAPES[kind](raw) if kind in SHAPES else raw + "7Q"
 
 
 def _body(kind: str) -> st.SearchStrategy[str]:
     alphabet, size, _ = KINDS[kind]
-    # A digit and an upper-case letter are forced in, as real credentials have them; the random
-    # part makes every needle unique in the file.
-    return st.text(alphabet, min_size=size - 2, max_size=size - 2).map(lambda s: s + "7Q")
+    return st.text(alphabet, min_size=size - 2, max_size=size - 2).map(
+        lambda raw: _finish(kind, raw))
 
 
 @st.composite
@@ -97,8 +122,8 @@ def _explicit(fields: int):
         for n, kind in enumerate(sorted(KINDS)):
             alphabet, size, _ = KINDS[kind]
             bodies = [
-                "".join(alphabet[(n * 7 + i * 13 + j * 5) % len(alphabet)] for j in range(size - 2))
-                + "7Q"
+                _finish(kind, "".join(alphabet[(n * 7 + i * 13 + j * 5) % len(alphabet)]
+                                      for j in range(size - 2)))
                 for i in range(fields)
             ]
             test = example(case=_plant(kind, bodies))(test)

@@ -43,13 +43,37 @@ def test_record_events_is_ingest_with_per_record_problems_and_dedupe(service) ->
     out = service.run(api.record_events, T1, [_event("blue-green deploys on Fridays",
                                                      event_id="e1"),
                                               {"kind": "nonsense", "text": "x"}])
-    assert out["created"] == ["e1"] and len(out["memory_ids"]) == 1
-    assert [p["line"] for p in out["rejected"]] == [2]
+    # A list of records, a list of receipts (one per record, in order).
+    made, bad = out
+    assert made["created"] == ["e1"] and len(made["memory_ids"]) == 1
+    assert made["event_id"] == "e1" and made["chunk_ids"] == made["memory_ids"]
+    assert [p["line"] for p in bad["rejected"]] == [2] and bad["created"] == []
     again = service.run(api.record_events, T1, _event("blue-green deploys on Fridays",
                                                       event_id="e1"))
     assert again["skipped"] == ["e1"] and again["created"] == []
     secret = service.run(api.record_events, T1, _event("my key is sk-abcdefghijklmnopqrstuvwx"))
     assert secret["redacted"], secret  # the one redaction path (memcli.scrub)
+
+
+@pytest.mark.backends
+def test_record_events_receipts_per_record_on_both_engines(service) -> None:
+    """The Agent Memory System PRD's receipt (`event_id`, `chunk_ids`, `created_at`) per
+    record, in order: a repeat names the stored event with its chunks, and a caller bound to
+    another tenant learns nothing of that tenant's event but that its id is taken."""
+    long_text = " ".join(f"word{i}" for i in range(1500))  # more than one chunk
+    made = service.run(api.record_events, T1, [_event(long_text, event_id="long"),
+                                               _event("short note", event_id="short")])
+    assert [m["event_id"] for m in made] == ["long", "short"]
+    assert len(made[0]["chunk_ids"]) > 1 and made[0]["chunk_ids"] == made[0]["memory_ids"]
+    assert made[1]["chunk_ids"] == made[1]["memory_ids"] and len(made[1]["chunk_ids"]) == 1
+    assert made[0]["chunk_ids"] == sorted(made[0]["chunk_ids"]) < made[1]["chunk_ids"]
+    again = service.run(api.record_events, T1, _event("short note"))  # same content: a repeat
+    assert again["skipped"] == ["short"] and again["memory_ids"] == []
+    assert (again["event_id"], again["chunk_ids"], again["created_at"]) == (
+        "short", made[1]["chunk_ids"], made[1]["created_at"])
+    other = service.run(api.record_events, T2, _event("another tenant's note", event_id="short"))
+    assert other["skipped"] == ["short"]
+    assert other["chunk_ids"] == [] and other["created_at"] is None
 
 
 def test_record_events_refuses_a_record_of_another_tenant(service) -> None:
@@ -145,7 +169,8 @@ def test_decisions_tasks_remember_forget_history(service) -> None:
     assert service.run(api.forget, T1, {"memory_id": fact["id"]})["state"] == "soft_deleted"
     ops = [r["op"] for r in service.run(api.memory_history, T1, {"memory_id": fact["id"]})]
     assert ops == ["DELETE", "ADD"]
-    assert service.run(api.memory_history, T2, {"memory_id": fact["id"]}) == []
+    with pytest.raises(NotFoundError):  # another tenant's memory has no history here
+        service.run(api.memory_history, T2, {"memory_id": fact["id"]})
     # A caller bound to a user or an app sees and forgets only that user's or app's memories.
     note = service.run(api.remember, T1, {"text": "Ravi's note on the roadmap", "user_id": "ravi"})
     for bound in (api.Scope(tenant="t1", user_id="priya"), api.Scope(tenant="t1", app_id="a1")):

@@ -4,9 +4,10 @@
 
 Sections (cap, priority; config `acb.sections`): identity, rules, profile (`context: all`
 categories), reflection (the latest), app_memories (`app_id` only), task_state, decision_ledger,
-handoff_packet, retrieved_evidence (duplicates collapsed), recent_window. Sections fill by
-priority; inside one, items are taken best first while they fit the section's cap and what is
-left of the budget (an item that does not fit is skipped, and the next, smaller one may fit). The
+handoff_packet, retrieved_evidence (duplicates collapsed), recent_window. The session's last
+turn is packed first (a floor, at every budget, within the recent window's cap); then sections
+fill by priority; inside one, items are taken best first while they fit the section's cap and
+what is left of the budget (an item that does not fit is skipped, the next, smaller one may). The
 budget is `max_tokens` minus a reserve for the caller; every count is tiktoken's, on exactly the
 text the markdown rendering prints, and the rendered block is counted once more at the end.
 
@@ -31,14 +32,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pydantic
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from memcli.acb import pack as acb_pack
 from memcli.acb import render
 from memcli.acb import sections as gather
+from memcli.acb.names import add_document_names
 from memcli.config import AcbSettings
 from memcli.errors import DatabaseBusyError, UsageError
-from memcli.models import Channel
+from memcli.models import Channel, parse_ts
 from memcli.retrieval.text import terms
 from memcli.store import acb as sql
 from memcli.store import memories as mem
@@ -82,7 +84,14 @@ class AcbRequest(BaseModel):
     track: bool = True  # remember the revision served, as the caller's next delta base
     handoff: list[str] = Field(default_factory=list)
     include_checkpoint: bool = False
-    as_of: str | None = None  # ranking clock; default: the newest memory update
+    # Time travel: the bundle as it would have been then (facts valid at that time, events up
+    # to it, ranked on that clock). Default: now, ranked on the newest memory update.
+    as_of: str | None = None
+
+    @field_validator("as_of")
+    @classmethod
+    def _as_of(cls, value: str | None) -> str | None:
+        return None if value is None else parse_ts(value)
 
     @model_validator(mode="before")
     @classmethod
@@ -115,7 +124,8 @@ def parse_request(data: Any) -> AcbRequest:
     except pydantic.ValidationError as exc:
         first = exc.errors()[0]
         where = ".".join(str(p) for p in first["loc"]) or "request"
-        raise UsageError(f"bad acb request: {where}: {first['msg']}") from exc
+        message = first["msg"].removeprefix("Value error, ")
+        raise UsageError(f"bad acb request: {where}: {message}") from exc
 
 
 def channel_rules(base: Filters, channel: str) -> Filters:
@@ -147,8 +157,11 @@ def build_acb(
     *,
     settings: AcbSettings | None = None,
     context_dir: Path | None = None,
+    allowed: tuple[str, ...] | None = None,
 ) -> dict[str, Any]:
-    """Assemble one bundle; records a request-metrics row (with the failing stage on error)."""
+    """Assemble one bundle; records a request-metrics row (with the failing stage on error).
+    `allowed`: the only categories any section may hold (a server's bound caller), besides
+    the agent's allowlist."""
     t0 = time.perf_counter()
     settings = settings or AcbSettings()
     metrics: dict[str, Any] = {"command": "acb", "retrieval_path": "none"}
@@ -172,8 +185,13 @@ def build_acb(
             tenant_id=req.tenant_id,
             app_id=req.app_id,
             sensitivities=CHANNEL_SENSITIVITIES[req.channel],
+            as_of=req.as_of,
         )
         base = channel_rules(base, req.channel)
+        if allowed is not None:
+            kept = base.allowed_categories
+            base = replace(base, allowed_categories=tuple(
+                c for c in allowed if kept is None or c in kept))
         stage = "delta"
         keys = thread_keys(req)
         revisions = sql.thread_revisions(memory.db, keys)
@@ -196,7 +214,7 @@ def build_acb(
         metrics.update(
             retrieval_path=found.path,
             fallbacks=found.fallbacks,
-            lexical_hits=found.legs.get("lexical", 0),
+            lexical_hits=found.fulltext,  # the full-text legs' distinct memories
             sparse_hits=found.legs.get("sparse", 0),
             vector_hits=found.legs.get("dense", 0),
             entity_hits=found.legs.get("entity", 0),
@@ -219,6 +237,7 @@ def build_acb(
             memory, req, base, found, now, views, settings, bundle.pop("_deduped")
         )
         acb_pack.finish(bundle, plan, memory.encoding, req.model_dump(exclude={"track"}))
+        bundle = add_document_names(bundle)
     except Exception:
         metrics.update(error_stage=stage, latency_ms=_ms(t0))
         with contextlib.suppress(Exception):  # the build's own error is the one to report

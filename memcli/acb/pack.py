@@ -4,6 +4,9 @@ The token count of an item is tiktoken's count of exactly the line `memcli.acb.r
 it, and the rendered block's count is the sum of its parts' (see render). Only a bundle that
 comes within NEAR_LIMIT tokens of its budget is encoded whole once more, as a guard: any excess
 (none has been seen) is trimmed from the lowest-priority section.
+
+One exception to the priorities: the session's last turn (the floor) is packed before every
+section, so a small budget spends itself on evidence only after the turn being answered.
 """
 
 from __future__ import annotations
@@ -62,10 +65,27 @@ def pack(
         entry["count"] += 1
         entry["tokens"] += item["tokens"]
         if len(entry["refs"]) < 20:
-            entry["refs"].append(item["refs"][0])
+            entry["refs"].append(omitted_ref(item))
 
     used = count_tokens(f"{render.TITLE}acb_\n", enc) + render.ID_TOKENS_MAX
     empty = used > available
+    packed_ids: set[int] = set()
+    # The floor: the session's last turn, the one the next model call answers, is packed
+    # before anything else, whatever the priorities; only its section's cap or the budget
+    # itself can leave it out (an omission then says which).
+    floor, floor_done = None, False
+    recent_plan = next((p for p in plan if p["name"] == "recent_window"), None)
+    last = (candidates.get("recent_window") or [None])[0]
+    if recent_plan is not None and last is not None and not empty:
+        floor_done = True
+        cost = count_tokens(render.section_heading("recent_window", app_id), enc) + last["tokens"]
+        if cost <= min(recent_plan["cap"], available - used):
+            floor = {"item": last, "tokens": cost}
+            used += cost
+            packed_ids.add(last["memory_id"])
+        else:
+            omit("recent_window",
+                 "section_cap" if recent_plan["cap"] < available - used else "budget", last)
     if delta is not None and not empty:
         cost = count_tokens(render.delta_block(delta), enc)
         if used + cost <= available:
@@ -81,7 +101,6 @@ def pack(
         if acc > recent_cap:
             break
         reserved.add(item["memory_id"])
-    packed_ids: set[int] = set()
     deduped = 0
     collapser = dedup.Collapser()  # evidence taken so far, by (near-)duplicate text
     sections: dict[str, dict[str, Any]] = {}
@@ -90,7 +109,12 @@ def pack(
         heading = count_tokens(render.section_heading(name, app_id), enc)
         taken: list[dict[str, Any]] = []
         sec_used = 0
+        if name == "recent_window" and floor is not None:
+            taken.append(floor["item"])
+            sec_used = floor["tokens"]
         for item in candidates.get(name, []):
+            if floor_done and item is last:
+                continue  # the floor: packed, or omitted, above
             mid = item.get("memory_id")
             content = item.pop("_dup", None)  # evidence: its text, to collapse repeats
             if mid is not None and (
@@ -181,6 +205,12 @@ def pack(
     }
 
 
+def omitted_ref(item: dict[str, Any]) -> str:
+    """What an omission names an item by: its first ref, or for a derived item (a summary,
+    whose refs are its sources) its own memory."""
+    return f"mem:{item['memory_id']}" if item.get("derived") else item["refs"][0]
+
+
 def truncate_item(item: dict[str, Any], room: int, enc: str) -> bool:
     """Cut a block item (a file, free text) so that its rendered line fits `room` tokens;
     False when no non-empty prefix fits (an empty line would break the sum-of-parts count)."""
@@ -217,7 +247,13 @@ def finish(
         bundle["token_used"] = used
         if used <= max_tokens:
             break
-        victim = next(by_name[n] for n in reversed(fill_order) if by_name[n]["items"])
+        # The lowest-priority section with items gives one up; the last turn (the floor, the
+        # recent window's last item) goes only when nothing else is left.
+        victim = next(
+            (by_name[n] for n in reversed(fill_order)
+             if len(by_name[n]["items"]) > (n == "recent_window")),
+            None,
+        ) or next(by_name[n] for n in reversed(fill_order) if by_name[n]["items"])
         dropped = victim["items"].pop(0 if victim["name"] == "recent_window" else -1)
         victim["tokens"] -= dropped["tokens"]
         if not victim["items"]:
@@ -237,7 +273,7 @@ def finish(
         group["count"] += 1
         group["tokens"] += dropped["tokens"]
         if len(group["refs"]) < 20:
-            group["refs"].append(dropped["refs"][0])
+            group["refs"].append(omitted_ref(dropped))
     bundle.pop("empty")
 
 

@@ -102,7 +102,9 @@ def render_block(bundle: dict[str, Any]) -> str:
 def evidence_text(row: dict[str, Any], related: list[dict[str, Any]]) -> str:
     who = row.get("actor_id") or row.get("actor_type") or ""
     speaker = f" {who}:" if row["kind"] == "episode" and who else ""
-    head = f"#{row['id']} [{row['category'] or row['kind']}] {row['event_time'][:10]}{speaker}"
+    # A summary says so: it is derived, and may have drifted from the turns it cites.
+    label = "summary" if row["kind"] == "summary" else row["category"] or row["kind"]
+    head = f"#{row['id']} [{label}] {row['event_time'][:10]}{speaker}"
     lines = [f"{head} {row['content'].strip()}"]
     lines.extend(
         f"↳ related #{r['id']} ({r['strength']:.2f}): {short(r['content'])}" for r in related

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from memcli.acb import render
+from memcli.retrieval import fallback as recency
 from memcli.retrieval import scope, search
 from memcli.retrieval.stages import Candidate, RankContext
 from memcli.store import acb as sql
@@ -195,6 +196,7 @@ class Retrieval:
     path: str = "none"
     fallbacks: int = 0
     pool_size: int = 0
+    fulltext: int = 0  # distinct memories the full-text legs found (the metrics' fts hits)
 
 
 def retrieve(
@@ -213,7 +215,9 @@ def retrieve(
     full-text evidence (memcli.retrieval.scope); here the count leaves out the `recent` turns,
     which the recent window already shows. When the recent window holds every turn of the
     session (`session_covered`) or the text has a recall cue, the session pass could only be
-    thrown away, so it is skipped (the user pass finds the session's other memories too)."""
+    thrown away, so it is skipped (the user pass finds the session's other memories too).
+    When no leg finds anything, the newest memories of the scope searched last stand in
+    (memcli.retrieval.fallback), leaving out the recent window's."""
     legs_on = [k for k, w in memory.retrieval.leg_weights.items() if w > 0]
     per_leg = max(
         1, min(memory.retrieval.candidates_per_leg, settings.pool_max // max(1, len(legs_on)))
@@ -242,6 +246,12 @@ def retrieve(
         )
         ranked = search.rank(RankContext(memory.db, wider, text, retrieval, now=now), legs)
         path = f"{path}>user"
+    fulltext = scope.fulltext_hits(legs) or 0
+    if recency.found_nothing(legs):
+        searched = wider if widen and wider is not None else filters
+        legs = {**legs, **recency.recent_leg(memory.db, searched, per_leg, exclude=recent)}
+        ranked = search.rank(RankContext(memory.db, searched, text, retrieval, now=now), legs)
+        path = f"{path}>{recency.RECENT_LEG}"
     pool = len(ranked)
     ranked = search.load_rows(memory.db, ranked[: settings.pool_max][: settings.scored_max])
     if settings.w_rel:
@@ -252,7 +262,8 @@ def retrieve(
                 cand.score += settings.w_rel * strongest[cand.id]
         ranked.sort(key=lambda c: (-c.score, c.id))
     return Retrieval(
-        ranked, {k: len(v) for k, v in sorted(legs.items())}, path, path.count(">"), pool
+        ranked, {k: len(v) for k, v in sorted(legs.items())}, path, path.count(">"), pool,
+        fulltext,
     )
 
 
@@ -265,6 +276,7 @@ def evidence_items(
         memory.db, ids, replace(filters, session_id=None, categories=()), settings.related_bullets
     )
     in_pool = set(ids)
+    sources = _summary_sources(memory, found.ranked)
     items = []
     for cand in found.ranked:
         extra = [r for r in related.get(cand.id, []) if r["id"] not in in_pool]
@@ -272,8 +284,50 @@ def evidence_items(
         item["score"] = round(cand.score, 6)
         item["boosts"] = dict(sorted(cand.shown_boosts().items()))  # what each ranking stage added
         item["_dup"] = cand.row["content"]  # the packer collapses repeated sentences
+        if cand.id in sources:  # a summary cites the turns it summarises, not itself
+            item["refs"] = sources[cand.id] or item["refs"]
+            item["derived"] = True
         if extra:
             item["related"] = [{"id": r["id"], "strength": round(r["strength"], 4)} for r in extra]
             item["refs"].extend(f"mem:{r['id']}" for r in extra)
         items.append(item)
-    return items
+    return _ground_truth_first(items, found.ranked, sources)
+
+
+def _summary_sources(memory: Memory, ranked: list[Candidate]) -> dict[int, list[str]]:
+    """Each summary among the candidates -> the refs of what it summarises: `event:` ids of
+    its source turns (`mem:` for a source that has no event, nothing for a purged one)."""
+    wanted = {c.id: _source_memory_ids(c.row) for c in ranked if c.row.get("kind") == "summary"}
+    events = sql.source_events(memory.db, sorted({i for ids in wanted.values() for i in ids}))
+    return {
+        mid: [f"event:{events[i]}" if events[i] else f"mem:{i}" for i in ids if i in events]
+        for mid, ids in wanted.items()
+    }
+
+
+def _source_memory_ids(row: dict[str, Any]) -> list[int]:
+    raw = row.get("source_ids") or "[]"
+    values = json.loads(raw) if isinstance(raw, str) else raw
+    out = []
+    for value in values:
+        text = str(value).removeprefix("mem:")
+        if text.isdigit():
+            out.append(int(text))
+    return out
+
+
+def _ground_truth_first(
+    items: list[dict[str, Any]], ranked: list[Candidate], sources: dict[int, list[str]]
+) -> list[dict[str, Any]]:
+    """A summary ranks no higher than the best of its own turns among the candidates, and
+    the turns win the tie: when a summary drifted from what was said, what was said comes
+    first (its `score` is still shown as ranked)."""
+    if not sources:
+        return items
+    score = {c.id: c.score for c in ranked}
+    position = {}
+    for index, (cand, item) in enumerate(zip(ranked, items, strict=True)):
+        own = [score[i] for i in _source_memory_ids(cand.row) if i in score]
+        key = min(cand.score, max(own)) if cand.id in sources and own else cand.score
+        position[id(item)] = (-key, bool(item.get("derived")), index)
+    return sorted(items, key=lambda item: position[id(item)])

@@ -1,4 +1,5 @@
-"""`memcli stats --requests`: hit rate, fallback and truncation shares, latency percentiles.
+"""`memcli stats --requests`: full-text hit rate, per-leg hit rates, retrieval paths, fallback and
+truncation shares, latency percentiles.
 
 Reads the `request_metrics` rows that every `query` and `acb build` appends, over a window.
 """
@@ -49,20 +50,51 @@ def percentile(values: list[float], p: float) -> float | None:
     return round(s[lo] + (s[hi] - s[lo]) * (k - lo), 3)
 
 
+# The evolution plan's full-text hit: a request whose full-text legs (lexical and CJK trigram)
+# found at least this many distinct memories; its upgrade trigger is `fts_hits < 3` in more
+# than 30 % of requests. `stats --requests` reports the hit rate and `doctor` its complement,
+# both from `fulltext_hit_rate`, so the two never disagree.
+FULLTEXT_HIT_MIN = 3
+# Per-leg columns of a request-metrics row (`lexical_hits` holds the full-text legs' count).
+LEG_COLUMNS = {"fulltext": "lexical_hits", "sparse": "sparse_hits", "dense": "vector_hits",
+               "entity": "entity_hits"}
+
+
+def retrieving(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The requests that ran retrieval (an `acb build` without a query does not)."""
+    return [r for r in rows if r["retrieval_path"] not in ("", "none")]
+
+
+def fulltext_hit_rate(rows: list[dict[str, Any]]) -> float | None:
+    """Share of the retrieving requests with at least FULLTEXT_HIT_MIN full-text hits; None
+    when none retrieved."""
+    ran = retrieving(rows)
+    if not ran:
+        return None
+    return round(sum(1 for r in ran if r["lexical_hits"] >= FULLTEXT_HIT_MIN) / len(ran), 4)
+
+
 def summarise_requests(rows: list[dict[str, Any]], since: str | None) -> dict[str, Any]:
     """`stats --requests`: per command and overall, over the rows of a time window.
 
-    hit rate: share of requests that ran retrieval and got at least one candidate from a leg;
-    fallback share: requests that widened scope; truncation share: requests that cut items.
+    hit rate: the evolution plan's full-text hit rate, the share of retrieving requests whose
+    full-text legs found at least FULLTEXT_HIT_MIN memories (`doctor`'s full-text trigger is
+    its complement); leg hit rates: the share in which each leg found anything (`any`: some
+    leg did); paths: how many requests answered by each retrieval path (`session>user`
+    widened, `...>recent` fell back to the newest memories); fallback share: requests whose
+    path widened or fell back; truncation share: requests that cut items.
     """
 
     def block(sub: list[dict[str, Any]]) -> dict[str, Any]:
-        retrieved = [r for r in sub if r["retrieval_path"] not in ("", "none")]
-        hits = [
-            r
-            for r in retrieved
-            if (r["lexical_hits"] + r["sparse_hits"] + r["vector_hits"] + r["entity_hits"]) > 0
-        ]
+        retrieved = retrieving(sub)
+        legs = {name: round(sum(1 for r in retrieved if r[column] > 0) / len(retrieved), 4)
+                if retrieved else None for name, column in LEG_COLUMNS.items()}
+        legs["any"] = (round(sum(1 for r in retrieved if any(r[c] > 0 for c in
+                                                            LEG_COLUMNS.values()))
+                             / len(retrieved), 4) if retrieved else None)
+        paths: dict[str, int] = {}
+        for r in retrieved:
+            paths[r["retrieval_path"]] = paths.get(r["retrieval_path"], 0) + 1
         ok = [r for r in sub if not r["error_stage"]]
         lat = [float(r["latency_ms"]) for r in ok]
         errors: dict[str, int] = {}
@@ -74,7 +106,10 @@ def summarise_requests(rows: list[dict[str, Any]], since: str | None) -> dict[st
             "requests": n,
             "errors": dict(sorted(errors.items())),
             "retrieval_requests": len(retrieved),
-            "hit_rate": round(len(hits) / len(retrieved), 4) if retrieved else None,
+            "hit_rate": fulltext_hit_rate(sub),
+            "hit_min": FULLTEXT_HIT_MIN,
+            "leg_hit_rates": legs,
+            "paths": dict(sorted(paths.items())),
             "fallback_share": round(sum(1 for r in sub if r["fallbacks"] > 0) / n, 4)
             if n
             else None,

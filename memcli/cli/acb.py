@@ -9,7 +9,7 @@ from typing import Annotated, Any
 import typer
 
 from memcli.cli.common import open_memory
-from memcli.cli.options import DbOpt, JsonOpt, MemoryIdArg
+from memcli.cli.options import AsOfOpt, DbOpt, JsonOpt, MemoryIdArg
 from memcli.cli.output import Format, emit, errors, resolve_format
 
 
@@ -115,6 +115,7 @@ def register(app: typer.Typer) -> None:
                 "--checkpoint", help="Add the saved checkpoint of (user, session) to the handoff."
             ),
         ] = False,
+        as_of: AsOfOpt = None,
         db: DbOpt = None,
         fmt: BundleFormatOpt = None,
         as_json: JsonOpt = False,
@@ -126,7 +127,7 @@ def register(app: typer.Typer) -> None:
             request, query=query, tenant=tenant, user=user, session=session, agent=agent,
             channel=channel, intent=intent, max_tokens=max_tokens, cap=cap, category=category,
             app_id=app_id, since=since, no_track=no_track, handoff=handoff,
-            checkpoint=checkpoint, db=db, fmt=fmt, as_json=as_json,
+            checkpoint=checkpoint, as_of=as_of, db=db, fmt=fmt, as_json=as_json,
         )
 
     @acb.command("show")
@@ -197,13 +198,12 @@ def register(app: typer.Typer) -> None:
         as_json: JsonOpt = False,
     ) -> None:
         """List a memory's edges (related memories, supersessions), strongest first."""
-        from memcli.errors import NotFoundError
-        from memcli.store.acb import edges_with_memories, memory_exists
+        from memcli.store import owner as own
+        from memcli.store.acb import edges_with_memories
 
         with errors(), open_memory(db, with_embedder=False, must_exist=True) as memory:
-            tenant = tenant or memory.tenant  # an id of another tenant is not found
-            if not memory_exists(memory.db, memory_id, tenant):
-                raise NotFoundError(f"no memory with id {memory_id} in tenant {tenant!r}")
+            tenant = tenant or memory.tenant
+            own.memory(memory.db, memory_id, memory.owner(tenant))  # another tenant's: not found
             rows = [
                 r
                 for r in edges_with_memories(memory.db, memory_id, tenant)

@@ -82,7 +82,7 @@ def register(app: typer.Typer) -> None:
         db: DbOpt = None, fmt: FormatOpt = None, as_json: JsonOpt = False,
     ) -> None:
         """Soft-delete a memory (hidden from queries; `restore` brings it back for 30 days)."""
-        with errors(), open_memory(db, with_embedder=False) as memory:
+        with errors(), open_memory(db, with_embedder=False, exists=True) as memory:
             emit(memory.forget(memory_id), resolve_format(fmt, as_json),
                  lambda p: print(f"forgot {p['id']} (purge after {p['purge_at']})"))
 
@@ -92,7 +92,7 @@ def register(app: typer.Typer) -> None:
         db: DbOpt = None, fmt: FormatOpt = None, as_json: JsonOpt = False,
     ) -> None:
         """Bring back a soft-deleted memory."""
-        with errors(), open_memory(db, with_embedder=False) as memory:
+        with errors(), open_memory(db, with_embedder=False, exists=True) as memory:
             emit(memory.restore(memory_id), resolve_format(fmt, as_json),
                  lambda p: print(f"restored {p['id']}"))
 

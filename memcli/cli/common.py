@@ -13,14 +13,17 @@ if TYPE_CHECKING:
 
 def open_memory(db: str | None, *, with_embedder: bool = True, with_sparse: bool | None = None,
                 check_embedder: bool = True, preload: bool = False,
-                settings: Settings | None = None, must_exist: bool = False) -> Memory:
+                settings: Settings | None = None, must_exist: bool = False,
+                exists: bool = False) -> Memory:
     """Open the configured memory; models are only constructed (they load lazily on use).
 
     `preload`: the command is about to query, so the models start loading on their worker
     threads right away, overlapping the database open and the SQL legs. `settings`: the
     command's `load_settings(db)` if it has them already. `must_exist`: a read command: no
     database at the path is an error (exit 1) and nothing is created; a write-protected file
-    is read (access counts and metrics are skipped, with one note on stderr)."""
+    is read (access counts and metrics are skipped, with one note on stderr). `exists`: a
+    command that changes what is there (a lifecycle job, a command on one id): no database
+    at the path is an error too, and nothing is created."""
     from memcli.config import load_settings
     from memcli.memory import Memory, make_embedder, make_sparse
 
@@ -33,7 +36,7 @@ def open_memory(db: str | None, *, with_embedder: bool = True, with_sparse: bool
 
         preload_models(embedder, sparse)
     memory = Memory.open(settings.db, embedder=embedder, sparse=sparse, settings=settings,
-                         check_embedder=check_embedder, must_exist=must_exist)
+                         check_embedder=check_embedder, must_exist=must_exist or exists)
     if must_exist and memory.db.read_only:
         warn(f"database is read-only: {settings.db} (answering without recording access)")
     if memory.db.vec_warning:

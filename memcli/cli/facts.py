@@ -43,8 +43,9 @@ def register(app: typer.Typer) -> None:
         with errors():
             if text == "-":
                 text = check_text(read_stdin(), "the text on stdin")
-            with open_memory(db) as memory:
-                out = correct_fact(memory, memory_id, text, reason=reason, tenant_id=tenant)
+            with open_memory(db, exists=True) as memory:
+                out = correct_fact(memory, memory_id, text, reason=reason,
+                                   owner=memory.owner(tenant))
             warn_redacted(out)
             emit(out, resolve_format(fmt, as_json),
                  lambda p: print(f"corrected {p['supersedes']} -> {p['id']}"))

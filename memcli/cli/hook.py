@@ -127,10 +127,10 @@ def register(app: typer.Typer) -> None:
             turns = turns_from(_read_payload())
             if not turns:
                 return
-            report = _call(db, api.record_events, _scope(tenant, user, agent, app_id), turns)
-            if report.get("rejected"):
-                raise ValueError(f"{len(report['rejected'])} turn(s) rejected: "
-                                 f"{report['rejected'][0]}")
+            receipts = _call(db, api.record_events, _scope(tenant, user, agent, app_id), turns)
+            problems = [p for r in receipts for p in r["rejected"]]
+            if problems:
+                raise ValueError(f"{len(problems)} turn(s) rejected: {problems[0]}")
 
         _run("record", strict, body)
 

@@ -9,7 +9,14 @@ import typer
 
 from memcli.cli.common import open_memory
 from memcli.cli.options import DbOpt, FormatOpt, JsonOpt
-from memcli.cli.output import emit, errors, one_line, read_inputs, resolve_format
+from memcli.cli.output import (
+    emit,
+    errors,
+    one_line,
+    read_inputs,
+    resolve_format,
+    warn_redacted,
+)
 from memcli.cli.progress import progress_bar
 
 
@@ -62,6 +69,8 @@ def register(app: typer.Typer) -> None:
                 payload = ingest_payload(memory, sources, defaults=defaults, strict=strict,
                                          defer_embed=defer_embed, progress=progress)
             emit(payload, resolve_format(fmt, as_json), _ingest_text)
+            for written in payload.get("ledger") or []:  # an app over its limit
+                warn_redacted(written)
             for problem in payload["rejected"]:
                 where = f"{problem['source']}:" if problem["source"] else "record "
                 message = f"{where}{problem['line']}: {problem['reason']}"
@@ -72,7 +81,7 @@ def register(app: typer.Typer) -> None:
     @app.command("embed")
     def embed_cmd(db: DbOpt = None, fmt: FormatOpt = None, as_json: JsonOpt = False) -> None:
         """Add vectors to memories stored with --defer-embed."""
-        with errors(), open_memory(db) as memory:
+        with errors(), open_memory(db, exists=True) as memory:
             with progress_bar() as progress:
                 done = memory.embed_pending(progress=progress)
             emit({"embedded": done}, resolve_format(fmt, as_json),
@@ -81,7 +90,7 @@ def register(app: typer.Typer) -> None:
     @app.command("reindex")
     def reindex_cmd(db: DbOpt = None, fmt: FormatOpt = None, as_json: JsonOpt = False) -> None:
         """Re-embed every memory with the configured embedder (after changing models)."""
-        with errors(), open_memory(db, check_embedder=False) as memory:
+        with errors(), open_memory(db, check_embedder=False, exists=True) as memory:
             with progress_bar() as progress:
                 done = memory.reindex(progress=progress)
             emit({"embedded": done, "model": memory.embedder.model_id},

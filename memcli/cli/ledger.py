@@ -128,6 +128,7 @@ def register(app: typer.Typer) -> None:
         consequence: Annotated[list[str] | None, typer.Option("--consequence")] = None,
         ref: Refs = None,
         reason: Annotated[str, typer.Option("--reason", help="Why it changed.")] = "",
+        tenant: Tenant = None,
         db: DbOpt = None,
         fmt: FormatOpt = None,
         as_json: JsonOpt = False,
@@ -135,11 +136,12 @@ def register(app: typer.Typer) -> None:
         """Replace a decision: the old one stays, marked superseded and linked to the new."""
         from memcli import ledger
 
-        with errors(), open_memory(db) as memory:
+        with errors(), open_memory(db, exists=True) as memory:
             row = ledger.supersede_decision(
                 memory,
                 decision_id,
                 text,
+                owner=memory.owner(tenant),
                 reason=reason,
                 rationale=rationale,
                 constraints=constraint,
@@ -220,6 +222,7 @@ def register(app: typer.Typer) -> None:
         title: Annotated[str | None, typer.Option("--title")] = None,
         details: Annotated[str | None, typer.Option("--details")] = None,
         ref: Refs = None,
+        tenant: Tenant = None,
         db: DbOpt = None,
         fmt: FormatOpt = None,
         as_json: JsonOpt = False,
@@ -227,9 +230,10 @@ def register(app: typer.Typer) -> None:
         """Change a task's status, title, details or evidence (the history keeps each version)."""
         from memcli import ledger
 
-        with errors(), open_memory(db) as memory:
+        with errors(), open_memory(db, exists=True) as memory:
             row = ledger.update_task(
-                memory, task_id, status=status, title=title, details=details, refs=ref
+                memory, task_id, status=status, title=title, details=details, refs=ref,
+                owner=memory.owner(tenant),
             )
             _one(fmt, as_json, _task_text)(row)
 
@@ -319,6 +323,11 @@ def register(app: typer.Typer) -> None:
     def checkpoint_load(
         thread: Annotated[str, typer.Option("--thread", help="Thread (session) id.")] = "",
         user: Annotated[str, typer.Option("--user", help="User id.")] = "",
+        version: Annotated[
+            int | None,
+            typer.Option("--version", min=1, help="An older save (1 = the first); default: the "
+                         "latest.", show_default=False),
+        ] = None,
         tenant: Tenant = None,
         db: DbOpt = None,
         fmt: FormatOpt = None,
@@ -328,5 +337,6 @@ def register(app: typer.Typer) -> None:
         from memcli import ledger
 
         with errors(), open_memory(db, with_embedder=False, must_exist=True) as memory:
-            row = ledger.load_checkpoint(memory, user_id=user, thread_id=thread, tenant_id=tenant)
+            row = ledger.load_checkpoint(memory, user_id=user, thread_id=thread, tenant_id=tenant,
+                                         version=version)
             emit(row, resolve_format(fmt, as_json))

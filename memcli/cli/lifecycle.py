@@ -128,6 +128,10 @@ def _consolidate_text(r: dict[str, Any]) -> None:
                 f"  {s['session_id']}: +{len(s['added'])} merged {len(s['merged'])} "
                 f"superseded {len(s['superseded'])} proposals {len(s['proposals'])}"
             )
+        if s.get("capped"):
+            print(f"    {len(s['capped'])} write(s) over a cap: {s['capped'][0]['reason']}")
+    for d in r.get("deferred", []):
+        print(f"  {d['session_id']}: waits for tomorrow ({d['reason']})")
     for a in r["compaction"]:
         print(
             f"  app {a['app_id']}: {a['before']} -> {a.get('after', a['before'])} "
@@ -175,7 +179,7 @@ def register(app: typer.Typer) -> None:
         with errors():
             settings = _settings(db)
             with (
-                open_memory(db, settings=settings) as memory,
+                open_memory(db, settings=settings, exists=True) as memory,
                 _model(
                     memory,
                     settings,
@@ -228,7 +232,7 @@ def register(app: typer.Typer) -> None:
         with errors():
             settings = _settings(db)
             with (
-                open_memory(db, with_embedder=False, settings=settings) as memory,
+                open_memory(db, with_embedder=False, settings=settings, exists=True) as memory,
                 _locked_run(memory, settings, "decay", dry_run) as (_lock, result),
             ):
                 run = plan_decay if dry_run else apply_decay
@@ -332,9 +336,9 @@ def register(app: typer.Typer) -> None:
         """Protect a memory: confidence 1, decay_rate 0 (decay never touches it again)."""
         from memcli.lifecycle.remember import confirm
 
-        with errors(), open_memory(db, with_embedder=False) as memory:
+        with errors(), open_memory(db, with_embedder=False, exists=True) as memory:
             emit(
-                confirm(memory, memory_id),
+                confirm(memory, memory_id, owner=memory.owner()),
                 resolve_format(fmt, as_json),
                 lambda p: print(f"protected {p['id']}"),
             )
@@ -362,7 +366,7 @@ def _reflection_command(name: str, doc: str) -> Callable[..., None]:
         with errors():
             settings = _settings(db)
             with (
-                open_memory(db, settings=settings) as memory,
+                open_memory(db, settings=settings, exists=True) as memory,
                 _model(memory, settings, name, what="needs a model; skipped") as model,
                 _locked_run(memory, settings, name, dry_run) as (_lock, result),
             ):
@@ -391,9 +395,9 @@ def _pin_command(flag: bool) -> Callable[..., None]:
     ) -> None:
         from memcli.lifecycle.remember import set_pin
 
-        with errors(), open_memory(db, with_embedder=False) as memory:
+        with errors(), open_memory(db, with_embedder=False, exists=True) as memory:
             emit(
-                set_pin(memory, memory_id, flag),
+                set_pin(memory, memory_id, flag, owner=memory.owner()),
                 resolve_format(fmt, as_json),
                 lambda p: print(f"{'pinned' if p['pinned'] else 'unpinned'} {p['id']}"),
             )
@@ -456,9 +460,9 @@ def _proposals_app() -> typer.Typer:
         """Apply a proposal: write the new profile fact, supersede the old one."""
         from memcli.lifecycle.proposals import accept
 
-        with errors(), open_memory(db) as memory:
+        with errors(), open_memory(db, exists=True) as memory:
             emit(
-                accept(memory, proposal_id),
+                accept(memory, proposal_id, owner=memory.owner()),
                 resolve_format(fmt, as_json),
                 lambda p: print(f"accepted {p['id']}: memory {p['memory_id']}"),
             )
@@ -474,9 +478,9 @@ def _proposals_app() -> typer.Typer:
         """Refuse a proposal (recorded in history; nothing changes)."""
         from memcli.lifecycle.proposals import reject
 
-        with errors(), open_memory(db, with_embedder=False) as memory:
+        with errors(), open_memory(db, with_embedder=False, exists=True) as memory:
             emit(
-                reject(memory.db, proposal_id, reason=reason),
+                reject(memory.db, proposal_id, owner=memory.owner(), reason=reason),
                 resolve_format(fmt, as_json),
                 lambda p: print(f"rejected {p['id']}"),
             )

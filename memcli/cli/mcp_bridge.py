@@ -8,8 +8,10 @@ over its unix socket, and the answer is written back as one line on stdout. The 
 the protocol (the SDK), the scope binding (the identity flags travel as `X-Memcli-*`
 headers, which the daemon's MCP server binds) and the single writer.
 
-Messages are forwarded unchanged; requests run side by side (one thread each, so a slow tool
-call never holds up a ping or a cancellation), their answers written whole, one per line.
+Only a socket `paths.connect` trusts (this user's folder and listener) is spoken to; another is
+named in one warning line and `memcli mcp` serves in-process. Messages are forwarded unchanged;
+requests run side by side (one thread each, so a slow tool call never holds up a ping or a
+cancellation), their answers written whole, one per line.
 Nothing here imports pydantic, the SDK or memcli's library.
 """
 
@@ -23,6 +25,8 @@ import sys
 import threading
 from collections.abc import Mapping
 from typing import BinaryIO
+
+from memcli.service import paths
 
 MCP_PATH = "/mcp"
 
@@ -39,7 +43,7 @@ class UnixHTTPConnection(http.client.HTTPConnection):
         if self.timeout is not None:
             sock.settimeout(self.timeout)
         try:
-            sock.connect(self.socket_path)
+            paths.connect(sock, self.socket_path)
         except OSError:
             sock.close()
             raise
@@ -47,12 +51,16 @@ class UnixHTTPConnection(http.client.HTTPConnection):
 
 
 def daemon_answers(path: str, timeout: float = 2.0) -> bool:
-    """True when something accepts connections on `path` (a stale socket file refuses)."""
+    """True when this user's daemon accepts connections on `path` (a stale socket file
+    refuses; a socket another user could have planted is refused with a warning)."""
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     sock.settimeout(timeout)
     try:
-        sock.connect(path)
+        paths.connect(sock, path)
         return True
+    except paths.UntrustedSocket as exc:
+        paths.warn_untrusted(exc)
+        return False
     except OSError:
         return False
     finally:
@@ -219,8 +227,6 @@ def parse_argv(argv: list[str], env: Mapping[str, str]) -> tuple[str | None, dic
 def daemon_http_socket(db: str | None, env: Mapping[str, str]) -> str | None:
     """The HTTP socket of the daemon serving `db` (None: the default database), if one
     answers there (`MEMCLI_SOCKET` names the daemon's CLI socket instead, as for the CLI)."""
-    from memcli.service import paths
-
     if env.get("MEMCLI_NO_DAEMON", "") not in ("", "0"):
         return None
     override = env.get("MEMCLI_SOCKET")

@@ -20,6 +20,12 @@ FormatOpt = Annotated[
     typer.Option("--format", "-f", help="Output format (default: text on a terminal, else json)."),
 ]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Same as --format json.")]
+AsOfOpt = Annotated[
+    str | None,
+    typer.Option("--as-of", help="Read the memory as it was then: facts valid at that time, "
+                                 "events up to it (ISO date or time, e.g. 2026-03-01).",
+                 show_default=False),
+]
 
 
 def _id(text: str | int) -> int:

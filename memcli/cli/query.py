@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from memcli.cli.options import DbOpt, FormatOpt, JsonOpt
+from memcli.cli.options import AsOfOpt, DbOpt, FormatOpt, JsonOpt
 
 
 class ReturnMode(StrEnum):
@@ -63,6 +63,7 @@ def register(app: typer.Typer) -> None:
             "--no-widen", help="Never widen a session query to the user.")] = False,
         explain: Annotated[bool, typer.Option(
             "--explain", help="Show each leg's rank and score and each boost.")] = False,
+        as_of: AsOfOpt = None,
         db: DbOpt = None,
         fmt: FormatOpt = None,
         as_json: JsonOpt = False,
@@ -78,5 +79,6 @@ def register(app: typer.Typer) -> None:
             importance_min=importance_min, importance_max=importance_max,
             updated_after=updated_after, updated_before=updated_before, top_k=top_k,
             threshold=threshold, return_mode=return_mode, budget_tokens=budget_tokens,
-            legs=legs, no_widen=no_widen, explain=explain, db=db, fmt=fmt, as_json=as_json,
+            legs=legs, no_widen=no_widen, explain=explain, as_of=as_of, db=db, fmt=fmt,
+            as_json=as_json,
         )

@@ -34,9 +34,12 @@ def _render_hits(payload: dict, explain: bool) -> None:
     from rich.text import Text
 
     scope = payload["scope"]
-    searched = payload.get("path") or scope
-    if ">" in searched:  # a session query that widened: say so
-        scope = f"{scope}, widened from {searched.split('>')[0]}"
+    steps = (payload.get("path") or scope).split(">")
+    if steps[-1] == "recent":  # nothing matched: the newest memories stand in
+        steps.pop()
+        scope = f"{scope}, no match: newest memories"
+    if len(steps) > 1:  # a session query that widened: say so
+        scope = f"{scope}, widened from {steps[0]}"
     # Text, not markup: a query or a hit holding "[...]" (every bullet does) is shown as is.
     table = Table(title=Text(f"{payload['query']}  [scope: {scope}]"), show_lines=False)
     for col in ("#", "id", "score", "session", "text"):
@@ -58,7 +61,7 @@ def _render_hits(payload: dict, explain: bool) -> None:
 REQUEST_FIELDS = (
     "agent", "category", "tenant", "user", "agent_id", "session", "app_id", "run", "actor",
     "role", "kind", "channel", "pinned", "importance_min", "importance_max", "updated_after",
-    "updated_before", "top_k", "return_mode", "budget_tokens", "threshold",
+    "updated_before", "top_k", "return_mode", "budget_tokens", "threshold", "as_of",
 )
 
 
@@ -107,15 +110,15 @@ def query(text: str, *, session: str | None = None, user: str | None = None,
           updated_before: str | None = None, top_k: int | None = None,
           threshold: float | None = None, return_mode: str | None = None,
           budget_tokens: int | None = None, legs: str | None = None, no_widen: bool = False,
-          explain: bool = False, db: str | None = None, fmt: str | None = None,
-          as_json: bool = False) -> None:
+          explain: bool = False, as_of: str | None = None, db: str | None = None,
+          fmt: str | None = None, as_json: bool = False) -> None:
     """`memcli query`: hybrid retrieval with filters applied in SQL."""
     with errors():
         _check_flags({"session": session, "user": user, "tenant": tenant, "agent": agent,
                       "agent_id": agent_id, "run": run, "actor": actor, "role": role,
                       "app": app_id, "category": category, "kind": kind, "channel": channel,
                       "sensitivity": sensitivity, "updated_after": updated_after,
-                      "updated_before": updated_before, "legs": legs})
+                      "updated_before": updated_before, "legs": legs, "as_of": as_of})
         values: dict[str, Any] = {
             "agent": agent, "category": category, "tenant": tenant, "user": user,
             "agent_id": agent_id, "session": session, "app_id": app_id, "run": run,
@@ -123,6 +126,7 @@ def query(text: str, *, session: str | None = None, user: str | None = None,
             "importance_min": importance_min, "importance_max": importance_max,
             "updated_after": updated_after, "updated_before": updated_before, "top_k": top_k,
             "return_mode": return_mode, "budget_tokens": budget_tokens, "threshold": threshold,
+            "as_of": as_of,
         }
         if text == "-":
             text, values = _stdin_query(values)
@@ -135,7 +139,7 @@ def _query(text: str, v: dict[str, Any], *, all_tenants: bool, sensitivity: list
            fmt: str | None, as_json: bool) -> None:
     """The query itself, once the text and its parameters (`v`, REQUEST_FIELDS) are known."""
     from memcli.errors import UsageError
-    from memcli.operations import check_query, hits_payload, query_window, run_query
+    from memcli.operations import check_query, hits_payload, parse_time, query_window, run_query
 
     text, note = check_query(text)
     if note:
@@ -144,6 +148,7 @@ def _query(text: str, v: dict[str, Any], *, all_tenants: bool, sensitivity: list
     if wanted and not wanted <= set(LEGS):
         raise UsageError(f"unknown leg in --legs: {legs}", "use " + ", ".join(LEGS))
     query_window(v)  # a bad time is a usage error before the database is opened
+    parse_time(v, "as_of")
     return_mode = str(v["return_mode"] or "full")
     with open_memory(db, with_embedder=wanted is None or "dense" in wanted,
                      with_sparse=wanted is None or "sparse" in wanted,
@@ -151,8 +156,9 @@ def _query(text: str, v: dict[str, Any], *, all_tenants: bool, sensitivity: list
         if wanted is not None:
             memory.retrieval.leg_weights = {
                 k: w for k, w in memory.retrieval.leg_weights.items() if k in wanted}
+        # Named legs are a strict search: no recency fallback, `[]` when nothing matches.
         result = run_query(memory, text, v, all_tenants=all_tenants, sensitivity=sensitivity,
-                           no_widen=no_widen)
+                           no_widen=no_widen, fallback=wanted is None)
     resolved = resolve_format(Format(fmt) if fmt is not None else None, as_json)
     if resolved is Format.text:
         payload = result.model_dump()
@@ -197,8 +203,8 @@ def acb_build(
     channel: str | None = None, intent: str | None = None, max_tokens: int | None = None,
     cap: list[str] | None = None, category: list[str] | None = None,
     app_id: str | None = None, since: int | None = None, no_track: bool = False,
-    handoff: list[str] | None = None, checkpoint: bool = False, db: str | None = None,
-    fmt: str | None = None, as_json: bool = False,
+    handoff: list[str] | None = None, checkpoint: bool = False, as_of: str | None = None,
+    db: str | None = None, fmt: str | None = None, as_json: bool = False,
 ) -> None:
     """`memcli acb build`: a context bundle for the next model call."""
     from memcli.config import load_settings
@@ -208,7 +214,7 @@ def acb_build(
     with errors():
         _check_flags({"query": query, "tenant": tenant, "user": user, "session": session,
                       "agent": agent, "channel": channel, "intent": intent, "cap": cap,
-                      "category": category, "app": app_id, "handoff": handoff})
+                      "category": category, "app": app_id, "handoff": handoff, "as_of": as_of})
         data = read_request(request)
         flags = {
             "query_text": query,
@@ -223,6 +229,7 @@ def acb_build(
             "since": since,
             "categories": category or None,
             "handoff": handoff or None,
+            "as_of": as_of,
         }
         data.update({k: v for k, v in flags.items() if v is not None})
         if cap:

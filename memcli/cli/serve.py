@@ -14,7 +14,8 @@ from memcli.cli.output import emit, errors, fail, resolve_format
 
 SocketOpt = Annotated[Path | None, typer.Option(
     "--socket", help="CLI socket path (default: in $XDG_RUNTIME_DIR/memcli/, named after the "
-    "database; clients find it through MEMCLI_SOCKET).", show_default=False)]
+    "database; clients find it through MEMCLI_SOCKET). Its folder must be yours and closed to "
+    "others (created 0700 when missing).", show_default=False)]
 
 
 def register(app: typer.Typer) -> None:
@@ -88,14 +89,15 @@ def _endpoint(db: str | None, socket: Path | None, *, create: bool):
     from memcli.service import paths
 
     settings = load_settings(db)
-    if socket is not None:
-        if create:
-            socket.absolute().parent.mkdir(parents=True, exist_ok=True)
-        return settings, paths.endpoint_for_socket(socket.absolute())
-    ep = paths.endpoint(settings.db)
+    given = socket is not None
+    ep = (paths.endpoint_for_socket(socket.absolute()) if socket is not None
+          else paths.endpoint(settings.db))
     if create:
+        # Clients use only a socket in a folder that is the user's and closed to others.
+        hint = ("choose a --socket folder only you can enter" if given
+                else "set XDG_RUNTIME_DIR, or pass --socket")
         try:
             paths.ensure_private_dir(os.path.dirname(ep.socket))
         except paths.RuntimeDirError as exc:
-            raise fail(f"{exc} (set XDG_RUNTIME_DIR, or pass --socket)", 1) from None
+            raise fail(f"{exc} ({hint})", 1) from None
     return settings, ep

@@ -37,8 +37,10 @@ from memcli.lifecycle.extract import (
     system_prompt,
     user_prompt,
 )
-from memcli.lifecycle.proposals import SENSITIVE_FIELDS
+from memcli.lifecycle.profile_fields import field_value
+from memcli.lifecycle.proposals import held_fields
 from memcli.lifecycle.textrules import jaccard, normalise, tokens
+from memcli.lifecycle.write_caps import DailyCaps, cap_plan
 from memcli.models import format_ts
 from memcli.progress import report as report_progress
 from memcli.providers.llm import LLMBadReply, LLMBudgetExceeded, LLMError
@@ -70,6 +72,7 @@ class SessionPlan:
     replaces_summaries: list[int] = field(default_factory=list)
     duplicates_in_batch: int = 0
     pairs: PairStats = field(default_factory=PairStats)
+    capped: list[dict[str, Any]] = field(default_factory=list)  # over a write cap (write_caps)
     note: str = ""
 
     @property
@@ -113,7 +116,7 @@ class SessionPlan:
                 *(
                     {
                         "field": f.profile_field,
-                        "value": f.text,
+                        "value": field_value(f.profile_field or "", f.text) or f.text,
                         "text": f.text,
                         "replaces": f.supersedes,
                     }
@@ -128,6 +131,7 @@ class SessionPlan:
             },
             "duplicates_in_batch": self.duplicates_in_batch,
             "pairs": vars(self.pairs),
+            "capped": self.capped,
             **({"note": self.note} if self.note else {}),
         }
 
@@ -155,8 +159,11 @@ def plan_llm(
     pairs_left: int,
     *,
     cache: bool,
+    writes_left: int | None = None,
 ) -> SessionPlan:
-    """Extract, deduplicate and check; no write except pair-verdict caching (when `cache`)."""
+    """Extract, deduplicate and check, then hold the write caps (`write_caps`: per turn, and
+    `writes_left` for the user today, None for no cap); no write except pair-verdict caching
+    (when `cache`)."""
     tenant, user, sid = row["tenant_id"], row["user_id"], row["session_id"]
     plan = SessionPlan(tenant, sid, user, "llm", episodes)
     names = list(memory.categories.names) or ["knowledge"]
@@ -226,19 +233,28 @@ def plan_llm(
         plan.pairs = dedup.check_pairs(
             model, memory.db, uncertain, cfg, tenant_id=tenant, budget_left=pairs_left, cache=cache
         )
-    by_id = {s.id: s for s in stored}
+    _guard_profile(facts, {s.id: s for s in stored})
+    cap_plan(plan, cfg.max_writes_per_turn, writes_left)
+    return plan
+
+
+def _guard_profile(facts: list[NewFact], by_id: dict[int, Any]) -> None:
+    """Changing a sensitive profile field needs consent, not a supersession: a fact that would
+    supersede an active memory holding one (an accepted proposal's fact, or any `profile`
+    fact stating the field) becomes a proposal for that field instead."""
     for fact in facts:
         if fact.action != "supersede":
             continue
-        guarded = [
-            i
-            for i in fact.supersedes
-            if by_id[i].attributes.get("profile_field") in SENSITIVE_FIELDS
-        ]
-        if guarded:  # changing a sensitive profile field needs consent, not a supersession
-            fact.action, fact.supersedes = "propose", guarded
-            fact.profile_field = by_id[guarded[0]].attributes["profile_field"]
-    return plan
+        held = {i: held_fields(by_id[i].kind, by_id[i].category, by_id[i].attributes,
+                               by_id[i].text) for i in fact.supersedes}
+        guarded = [i for i in fact.supersedes if held[i]]
+        if not guarded:
+            continue
+        fields = [f for i in guarded for f in held[i]]
+        # The field the new text states, when it states one of those held; else the first.
+        stated = [f for f in fields if field_value(f, fact.text) is not None]
+        fact.action, fact.supersedes = "propose", guarded
+        fact.profile_field = (stated or fields)[0]
 
 
 def _unique_profile(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -311,11 +327,12 @@ def consolidate(
         "compaction": [],
         "dedup": [],
         "errors": [],
+        "deferred": [],
         "stopped": None,
     }
     if session_id is not None and not rows:
         report["up_to_date"].append(session_id)
-    pairs_used: Counter[tuple[str, str | None]] = Counter()
+    caps = DailyCaps(db, cfg, dry_run)
     apps: set[tuple[str, str | None, str]] = set()  # (tenant, user, app) scopes to compact
     users: set[tuple[str, str | None]] = set()
     for done, row in enumerate(rows):
@@ -330,6 +347,12 @@ def consolidate(
             report["up_to_date"].append(row["session_id"])
             continue
         scope = (row["tenant_id"], row["user_id"])
+        writes_left = caps.writes_left(scope) if model is not None else None
+        if writes_left == 0:  # asks the model nothing; tomorrow's run takes the session
+            report["deferred"].append({"tenant_id": row["tenant_id"],
+                                       "session_id": row["session_id"],
+                                       "reason": "the user's daily write cap is reached"})
+            continue
         try:
             if model is None:
                 plan = plan_extractive(row, episodes)
@@ -340,10 +363,11 @@ def consolidate(
                     cfg,
                     row,
                     episodes,
-                    max(cfg.max_pair_checks_per_user - pairs_used[scope], 0),
+                    caps.pairs_left(scope),
                     cache=not dry_run,
+                    writes_left=writes_left,
                 )
-                pairs_used[scope] += plan.pairs.asked
+                caps.planned(scope, plan)
         except LLMBudgetExceeded as exc:
             report["stopped"] = str(exc)
             break

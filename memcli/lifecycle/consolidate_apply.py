@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from memcli.derive import encode_ahead, supersede, write_memory
 from memcli.lifecycle import consolidate_ledger, dedup
+from memcli.lifecycle.profile_fields import field_value
 from memcli.lifecycle.proposals import propose
 from memcli.models import utcnow
 from memcli.scrub import redact_record
@@ -43,6 +44,7 @@ def apply_plan(memory: Memory, plan: SessionPlan) -> dict[str, Any]:
         "proposals": [],
         "duplicates_in_batch": plan.duplicates_in_batch,
         "pairs": vars(plan.pairs),
+        "capped": plan.capped,
     }
     if plan.note:
         out["note"] = plan.note
@@ -145,7 +147,7 @@ def _apply_fact(
             tenant_id=plan.tenant_id,
             user_id=plan.user_id,
             field=fact.profile_field,
-            value=fact.text,
+            value=field_value(fact.profile_field, fact.text) or fact.text,
             text=fact.text,
             source_ids=fact.sources,
             session_id=plan.session_id,

@@ -16,13 +16,14 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from memcli.derive import encode_ahead, supersede, write_memory
-from memcli.errors import NotFoundError, UsageError
+from memcli.errors import UsageError
 from memcli.scrub import kinds, redact_record
 from memcli.store import lifecycle as lsql
-from memcli.store import memories as mem
+from memcli.store import owner as own
 
 if TYPE_CHECKING:
     from memcli.memory import Memory
+    from memcli.store.owner import Owner
 
 CORRECTABLE = ("fact", "summary", "insight", "reflection", "procedural")
 MAX_FACT = 280
@@ -30,13 +31,14 @@ ACTOR = "correct"
 
 
 def correct_fact(memory: Memory, memory_id: int, text: str, *, reason: str = "",
-                 tenant_id: str | None = None) -> dict[str, Any]:
-    """Supersede memory `memory_id` (in the tenant) with `text`; the new memory's summary."""
+                 owner: Owner | None = None) -> dict[str, Any]:
+    """Supersede memory `memory_id` (`owner`'s, default: the memory's tenant's) with `text`;
+    the new memory's summary."""
     (text, reason), found = redact_record((text, reason))
     clean = text.strip() if "\n" in text.strip() else " ".join(text.split())
     if not clean:
         raise UsageError("empty correction", "give the corrected text, or `-` for stdin")
-    old = _get(memory, memory_id, tenant_id or memory.tenant)
+    old = _get(memory, memory_id, owner or memory.owner())
     if old["kind"] == "fact" and len(clean) > MAX_FACT:
         raise UsageError(f"a fact is at most {MAX_FACT} characters ({len(clean)} given)")
     vector, terms = encode_ahead(memory, [clean])[clean]  # before the write lock
@@ -59,10 +61,8 @@ def correct_fact(memory: Memory, memory_id: int, text: str, *, reason: str = "",
             "redacted": kinds(found)}
 
 
-def _get(memory: Memory, memory_id: int, tenant_id: str) -> dict[str, Any]:
-    row = mem.get_memories(memory.db, [memory_id]).get(memory_id)
-    if row is None or row["tenant_id"] != tenant_id:  # another tenant's id: as if absent
-        raise NotFoundError(f"no memory with id {memory_id} in tenant {tenant_id!r}")
+def _get(memory: Memory, memory_id: int, owner: Owner) -> dict[str, Any]:
+    row = own.memory(memory.db, memory_id, owner)  # another tenant's id: as if absent
     if row["kind"] == "episode":
         raise UsageError(f"memory {memory_id} is a conversation turn, and turns are never "
                          "rewritten", "correct the fact derived from it, or `memcli remember`")

@@ -218,7 +218,7 @@ def check_pairs(
     """Ask the model about every uncertain pair (cache first) and set each fact's action.
 
     Raises the model's errors: the caller leaves the whole session unapplied on any failure.
-    `budget_left` caps the pairs asked (per user per run); facts whose pairs were capped are
+    `budget_left` caps the pairs asked (per user and day); facts whose pairs were capped are
     added as new facts, noted in their reason.
     """
     now = now or datetime.now(UTC)

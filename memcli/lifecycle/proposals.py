@@ -1,9 +1,12 @@
 """Consent for sensitive profile fields: changes are proposed, never applied silently.
 
 A change to a person's preferred name, pronouns, city or language (from consolidation, or from
-`memcli remember --field`) becomes a pending proposal. `memcli proposals accept ID` writes the
-profile fact (superseding the old value, which stays in history); `reject` records the refusal;
-a proposal nobody answers expires after 7 days. The audit trail holds every decision.
+`memcli remember --field`) becomes a pending proposal of the field's value ("Madrid", read
+from "Priya lives in Madrid" by `profile_fields`). `memcli proposals accept ID` writes the
+profile fact and supersedes every fact that held the field before (the fact an earlier
+acceptance wrote, and `profile` facts stating the field, such as one a model filed there), so
+one answer stays active and the old ones stay in history; `reject` records the refusal; a
+proposal nobody answers expires after 7 days. The audit trail holds every decision.
 """
 
 from __future__ import annotations
@@ -12,17 +15,20 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from memcli.derive import supersede, write_memory
-from memcli.errors import NotFoundError, UsageError
+from memcli.errors import UsageError
+from memcli.lifecycle.profile_fields import field_value
 from memcli.lifecycle.textrules import normalise
 from memcli.models import format_ts, utcnow
 from memcli.scrub import redact_record, redact_text
 from memcli.store import lifecycle as lsql
 from memcli.store import memories as mem
+from memcli.store import owner as own
 from memcli.store import proposals as sql
 
 if TYPE_CHECKING:
     from memcli.memory import Memory
     from memcli.store.connection import Database
+    from memcli.store.owner import Owner
 
 SENSITIVE_FIELDS = ("preferred_name", "pronouns", "city", "language")
 STATUSES = ("pending", "accepted", "rejected", "expired")
@@ -57,10 +63,9 @@ def propose(
     if not value:
         raise UsageError("a proposal needs a value")
     now = now or utcnow()
-    current = lsql.profile_fact(db, tenant_id, user_id, field)
-    if current is not None and normalise(str(current["attributes"].get("value", ""))) == normalise(
-        value
-    ):
+    holders = field_holders(db, tenant_id, user_id, field)
+    current = holders[0] if holders else None
+    if current is not None and normalise(_held_value(current, field)) == normalise(value):
         return {"status": "unchanged", "memory_id": current["id"], "field": field}
     same = next((i for i, v in sql.pending_values(db, tenant_id, user_id, field)
                  if v.casefold() == value.casefold()), None)  # case-insensitive, any letter
@@ -93,6 +98,39 @@ def propose(
     }
 
 
+def field_holders(
+    db: Database, tenant_id: str, user_id: str | None, field: str
+) -> list[dict[str, Any]]:
+    """The user's active facts holding `field`: the one an accepted proposal wrote first,
+    then the other `profile` facts whose text states the field (newest first)."""
+    main = lsql.profile_fact(db, tenant_id, user_id, field)
+    stated = [
+        r for r in sql.profile_facts(db, tenant_id, user_id)
+        if (main is None or r["id"] != main["id"])
+        and r["attributes"].get("profile_field") in (None, field)
+        and field_value(field, r["content"]) is not None
+    ]
+    return ([main] if main is not None else []) + stated
+
+
+def held_fields(kind: str, category: str | None, attributes: dict[str, Any],
+                content: str) -> list[str]:
+    """The sensitive fields an active memory holds: the one an accepted proposal wrote it
+    for, or those a `profile` fact's text states (however it was written: a model's fact filed
+    under `profile`, an import). Replacing such a memory needs consent."""
+    named = attributes.get("profile_field")
+    if named in SENSITIVE_FIELDS:
+        return [named]
+    if kind != "fact" or category != "profile" or named is not None:
+        return []
+    return [f for f in SENSITIVE_FIELDS if field_value(f, content) is not None]
+
+
+def _held_value(fact: dict[str, Any], field: str) -> str:
+    value = fact["attributes"].get("value")
+    return str(value) if value is not None else field_value(field, fact["content"]) or ""
+
+
 def list_proposals(
     db: Database,
     *,
@@ -108,11 +146,9 @@ def list_proposals(
     return sql.list_proposals(db, status=status, tenant_id=tenant_id, user_id=user_id, limit=limit)
 
 
-def _pending(db: Database, proposal_id: int) -> dict[str, Any]:
+def _pending(db: Database, proposal_id: int, owner: Owner) -> dict[str, Any]:
     sql.expire(db, utcnow())
-    row = sql.get_proposal(db, proposal_id)
-    if row is None:
-        raise NotFoundError(f"no proposal with id {proposal_id}")
+    row = own.proposal(db, proposal_id, owner)
     if row["status"] != "pending":
         raise UsageError(
             f"proposal {proposal_id} is {row['status']}, not pending",
@@ -121,12 +157,13 @@ def _pending(db: Database, proposal_id: int) -> dict[str, Any]:
     return row
 
 
-def accept(memory: Memory, proposal_id: int, *, by: str = "cli") -> dict[str, Any]:
+def accept(memory: Memory, proposal_id: int, *, owner: Owner | None = None, by: str = "cli"
+           ) -> dict[str, Any]:
     """Apply a proposal: write the profile fact and supersede the field's old value."""
     db = memory.db
     with db.transaction():
-        row = _pending(db, proposal_id)
-        current = lsql.profile_fact(db, row["tenant_id"], row["user_id"], row["field"])
+        row = _pending(db, proposal_id, owner or memory.owner())
+        holders = field_holders(db, row["tenant_id"], row["user_id"], row["field"])
         new_id = write_memory(
             memory,
             content=row["text"],
@@ -138,6 +175,8 @@ def accept(memory: Memory, proposal_id: int, *, by: str = "cli") -> dict[str, An
             session_id=row["session_id"],
             importance=0.8,
             decay_rate=0.0,
+            # True since the person said it: the old value ends there (derive.supersede).
+            event_time=_said_at(memory, row["source_ids"]),
             attributes={
                 "profile_field": row["field"],
                 "value": row["value"],
@@ -146,10 +185,10 @@ def accept(memory: Memory, proposal_id: int, *, by: str = "cli") -> dict[str, An
             },
             actor=by,
         )
-        if current is not None:
+        for old in holders:
             supersede(
                 memory,
-                current["id"],
+                old["id"],
                 new_id,
                 actor=by,
                 reason=f"consent: proposal {proposal_id} accepted",
@@ -168,17 +207,25 @@ def accept(memory: Memory, proposal_id: int, *, by: str = "cli") -> dict[str, An
         "id": proposal_id,
         "status": "accepted",
         "memory_id": new_id,
-        "superseded": current["id"] if current else None,
+        "superseded": holders[0]["id"] if holders else None,
+        "superseded_ids": [h["id"] for h in holders],
     }
 
 
+def _said_at(memory: Memory, source_ids: list[Any]) -> str | None:
+    """When the newest turn a proposal cites was said (None: no turn, e.g. `remember`)."""
+    ids = [i for i in source_ids if isinstance(i, int)]
+    times = [r["event_time"] for r in mem.get_memories(memory.db, ids).values()]
+    return max(times) if times else None
+
+
 def reject(
-    db: Database, proposal_id: int, *, by: str = "cli", reason: str | None = None
+    db: Database, proposal_id: int, *, owner: Owner, by: str = "cli", reason: str | None = None
 ) -> dict[str, Any]:
     if reason is not None:
         reason, _ = redact_text(reason)
     with db.transaction():
-        row = _pending(db, proposal_id)
+        row = _pending(db, proposal_id, owner)
         sql.decide(db, proposal_id, "rejected", utcnow(), by, reason=reason)
         # The refusal goes in the audit trail too (no memory id: nothing was written).
         mem.add_history(

@@ -5,13 +5,15 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from memcli.errors import NotFoundError, UsageError
+from memcli.errors import UsageError
 from memcli.models import format_ts, utcnow
 from memcli.store import memories as mem
+from memcli.store import owner as own
 from memcli.store import purge as sql
 
 if TYPE_CHECKING:
     from memcli.store.connection import Database
+    from memcli.store.owner import Owner
 
 SCOPES = ("memory_id", "session_id", "user_id", "tenant_id", "app_id")
 SOFT_DELETE_GRACE_DAYS = 30
@@ -70,9 +72,11 @@ def apply_purge(db: Database, plan: dict[str, Any], actor: str = "cli") -> dict[
         "complete": complete} | ({"vacuum": "owner"} if owner_needed else {})
 
 
-def forget(db: Database, memory_id: int, actor: str = "cli", reason: str = "") -> dict[str, Any]:
-    """Soft-delete a memory; `reason` goes into its history row (e.g. the view line)."""
-    row = _get(db, memory_id)
+def forget(db: Database, memory_id: int, *, owner: Owner, actor: str = "cli",
+           reason: str = "") -> dict[str, Any]:
+    """Soft-delete a memory of `owner`'s; `reason` goes into its history row (e.g. the view
+    line)."""
+    row = own.memory(db, memory_id, owner)
     purge_at = format_ts(datetime.now(UTC) + timedelta(days=SOFT_DELETE_GRACE_DAYS))
     with db.transaction():
         mem.set_state(db, memory_id, "soft_deleted", purge_at)
@@ -85,8 +89,9 @@ def forget(db: Database, memory_id: int, actor: str = "cli", reason: str = "") -
     return {"id": memory_id, "state": "soft_deleted", "purge_at": purge_at}
 
 
-def restore(db: Database, memory_id: int, actor: str = "cli") -> dict[str, Any]:
-    row = _get(db, memory_id)
+def restore(db: Database, memory_id: int, *, owner: Owner, actor: str = "cli"
+            ) -> dict[str, Any]:
+    row = own.memory(db, memory_id, owner)
     if row["state"] != "soft_deleted":
         raise UsageError(f"memory {memory_id} is {row['state']}, not soft-deleted")
     with db.transaction():
@@ -97,10 +102,3 @@ def restore(db: Database, memory_id: int, actor: str = "cli") -> dict[str, Any]:
                                              row["session_id"]),
                           [("restored", memory_id, row["content"])])
     return {"id": memory_id, "state": "active", "restored_at": utcnow()}
-
-
-def _get(db: Database, memory_id: int) -> dict[str, Any]:
-    row = mem.get_memories(db, [memory_id]).get(memory_id)
-    if row is None:
-        raise NotFoundError(f"no memory with id {memory_id}")
-    return row

@@ -18,6 +18,10 @@ rebuilt from events (and from history, for ids and state)
     purged is never brought back. Only a row with no ADD row (history deleted by hand) gets a
     new id, listed in the report.
   sessions: first/last event time, event count, user (consolidated_at and summary are kept).
+  decisions and tasks recorded as events (kinds `decision`, `task_update`), with the memory of
+    each decision and of each task version: replayed in log order (fields, refs, supersession,
+    task status and text), brought back with the ids their history rows recorded; rows that
+    exist are kept, purged ones stay gone (memcli/lifecycle/rebuild_ledger.py).
 
 rebuilt from memories (their text, so from events for episodes)
   memories_fts, memories_trigram (dropped and created again), memory_sparse (+ sparse_postings
@@ -27,8 +31,10 @@ rebuilt from memories (their text, so from events for episodes)
   -> supersedes) that is missing is added back.
 
 kept: exists only as derived data (a model or a person wrote it; no event holds it)
-  memories not cut from events (fact, summary, insight, reflection, procedural, decision,
-  task) and their history; decisions, tasks, checkpoints, proposals, session_consolidation,
+  memories not cut from events (fact, summary, insight, reflection, procedural, and the
+  decisions and tasks no event wrote) and their history; decisions and tasks written by
+  `decision add` / `task add` / POST /decisions (no event holds them), checkpoints, proposals,
+  session_consolidation,
   pair_checks (consolidation decisions), threads, change_log, acb_seen (what agents saw),
   request_metrics, llm_usage, lifecycle_runs, run_locks, meta (models, key id).
 
@@ -42,7 +48,8 @@ cannot rebuild (said in the report and on stderr)
 
 Stages, each its own transaction (so a busy database exits 75 with that stage undone, and a
 rebuild run again after a crash finishes the job): tables (schema.sql's IF NOT EXISTS brings
-back dropped tables), episodes + sessions, relations, lexical, entities, sparse, vectors. The
+back dropped tables), episodes + sessions + ledger, relations, lexical, entities, sparse,
+vectors. The
 models run before each slice's write lock is taken, as ingest does. While the sparse stage
 runs, the sparse leg sees only the memories done so far (the index is emptied first, then
 filled in slices of 256); vectors are replaced in place, so the dense leg never has a gap.
@@ -60,6 +67,8 @@ from memcli.chunking import chunk_text
 from memcli.entities import extract_entities
 from memcli.errors import UsageError
 from memcli.ingest import CHUNK_TOKENS, ENCODE_SLICE, event_text
+from memcli.lifecycle import rebuild_ledger as ledger_stage
+from memcli.lifecycle.rebuild_ledger import replay_state
 from memcli.models import utcnow
 from memcli.progress import report, slices
 from memcli.store import doctor as doctor_sql
@@ -72,8 +81,9 @@ if TYPE_CHECKING:
     from memcli.progress import Progress
     from memcli.store.connection import Database
 
-KEPT = ["memories not cut from events (fact, summary, insight, reflection, procedural, "
-        "decision, task)", "history", "decisions", "tasks", "checkpoints", "proposals",
+KEPT = ["memories not cut from events (fact, summary, insight, reflection, procedural; "
+        "decisions and tasks no event wrote)", "history", "decisions and tasks no event wrote "
+        "(decision add, task add, POST /decisions, /tasks)", "checkpoints", "proposals",
         "session_consolidation", "pair_checks", "threads", "change_log", "acb_seen",
         "request_metrics", "llm_usage", "lifecycle_runs", "meta"]
 LOST_ROW_DEFAULTS = ("an episode row brought back from its event gets ingest's defaults for "
@@ -98,24 +108,6 @@ def _attributes(event: dict[str, Any], content: dict[str, Any]) -> dict[str, Any
     if content.get("truncated") and content.get("artifact_id"):
         out["artifact_id"] = content["artifact_id"]
     return out
-
-
-def _replay(row: dict[str, Any], history: list[dict[str, Any]]) -> None:
-    """A lost row's state from its history: forget, restore, pin, confirm, supersede."""
-    for h in history:
-        meta = h["meta"] if isinstance(h["meta"], dict) else {}
-        if h["op"] in ("DELETE", "TTL") and h["new_ref"] == "soft_deleted":
-            row["state"], row["purge_at"] = "soft_deleted", meta.get("purge_at")
-        elif h["op"] == "RESTORE":
-            row["state"], row["purge_at"] = "active", None
-        elif h["op"] == "UPDATE":
-            if "superseded_by" in meta:
-                row["state"], row["valid_to"] = "superseded", h["ts"]
-            if "pinned" in meta:
-                row["pinned"] = int(bool(meta["pinned"]))
-            if meta.get("confirmed"):
-                row["decay_rate"], row["confidence"] = 0.0, 1.0
-        row["updated_at"] = h["ts"]
 
 
 def plan_episodes(db: Database) -> dict[str, Any]:
@@ -180,7 +172,7 @@ def _apply_episodes(db: Database, plan: dict[str, Any]) -> dict[str, Any]:
         sql.rewrite_content(db, memory_id, chunk.text, chunk.token_estimate, high)
     history = sql.history_of(db, [r["id"] for r in plan["restore"]])
     for row in plan["restore"]:
-        _replay(row, history.get(row["id"], []))
+        replay_state(row, history.get(row["id"], []))
         sql.insert_episode(db, row)
     new_ids = []
     for row in plan["new"]:
@@ -225,14 +217,16 @@ def plan_rebuild(memory: Memory) -> dict[str, Any]:
             if missing:
                 sql.create_missing(db)
             episodes = plan_episodes(db)
+            ledger = ledger_stage.plan_ledger(db)
             out.update({
                 **sql.memory_counts(db),
                 "episodes": _episodes_summary(episodes),
+                "ledger": ledger_stage.summary(ledger),
                 "tables_to_recreate": missing,
                 "stages": _stages(memory),
                 "skipped": _skipped(memory),
                 "kept": KEPT,
-                "cannot_rebuild": _cannot(db, episodes),
+                "cannot_rebuild": _cannot(db, episodes, ledger),
             })
             if missing:
                 raise _DryRun
@@ -253,15 +247,17 @@ def _skipped(memory: Memory) -> list[dict[str, str]]:
 
 
 def _stages(memory: Memory) -> list[str]:
-    stages = ["tables", "episodes", "relations", "lexical", "entities"]
+    stages = ["tables", "episodes", "ledger", "relations", "lexical", "entities"]
     stages += ["sparse"] if memory.sparse is not None else []
     stages += ["vectors"] if memory.embedder is not None else []
     return stages
 
 
-def _cannot(db: Database, episodes: dict[str, Any]) -> list[dict[str, Any]]:
+def _cannot(db: Database, episodes: dict[str, Any],
+            ledger: dict[str, Any]) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
-    lost = sql.lost_derived(db)
+    coming = {m["id"] for m in ledger["memories"]}  # a dry run's: the ledger stage's to write
+    lost = [m for m in sql.lost_derived(db) if m["id"] not in coming]
     if lost:
         out.append({"what": "memories not cut from events whose row is gone",
                     "ids": lost[:100], "count": len(lost),
@@ -280,7 +276,7 @@ def _cannot(db: Database, episodes: dict[str, Any]) -> list[dict[str, Any]]:
                     episodes["unmatched"][:100],
                     "why": "the event cuts into fewer chunks than when it was ingested "
                            "(chunking changed): kept as they are"})
-    return out
+    return out + ledger_stage.cannot(ledger)
 
 
 def rebuild(memory: Memory, *, dry_run: bool = False,
@@ -304,17 +300,20 @@ def rebuild(memory: Memory, *, dry_run: bool = False,
         plan = plan_episodes(db)  # again under the lock: an ingest may have run meanwhile
         applied = _apply_episodes(db, plan)
         out["sessions_refreshed"] = sql.refresh_sessions(db)
+        ledger = ledger_stage.plan_ledger(db)
+        ledger_stage.apply_ledger(db, ledger)
     out["episodes"] = _episodes_summary(plan) | {"new_ids": applied["new"][:100]}
-    report(progress, "rebuild", 2, steps)
+    out["ledger"] = ledger_stage.summary(ledger)
+    report(progress, "rebuild", 3, steps)
     with db.transaction():
         out["relations_restored"] = sql.restore_edges(db, sql.edges_in_history(db))
-    report(progress, "rebuild", 3, steps)
+    report(progress, "rebuild", 4, steps)
     with db.transaction():
         sql.drop_lexical(db)
         doctor_sql.rebuild_lexical(db)
-    report(progress, "rebuild", 4, steps)
-    out["entities"] = _entities(db, progress)
     report(progress, "rebuild", 5, steps)
+    out["entities"] = _entities(db, progress)
+    report(progress, "rebuild", 6, steps)
     if memory.sparse is not None:
         out["sparse"] = _sparse(memory, progress)
     if memory.embedder is not None:
@@ -323,7 +322,7 @@ def rebuild(memory: Memory, *, dry_run: bool = False,
     out.update(sql.memory_counts(db))
     out["derived_rows"] = sql.count_rows(db)
     out["kept"] = KEPT
-    out["cannot_rebuild"] = _cannot(db, plan)
+    out["cannot_rebuild"] = _cannot(db, plan, ledger)
     return out
 
 

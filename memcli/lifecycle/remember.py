@@ -15,19 +15,22 @@ import re
 from typing import TYPE_CHECKING, Any
 
 from memcli.derive import encode_ahead, write_memory
-from memcli.errors import NotFoundError, UsageError
+from memcli.errors import UsageError
 from memcli.lifecycle import dedup
 from memcli.lifecycle.applimit import enforce_app_limit
+from memcli.lifecycle.profile_fields import field_value
 from memcli.lifecycle.proposals import SENSITIVE_FIELDS, propose
 from memcli.lifecycle.textrules import jaccard, normalise, safe_merge, tokens
 from memcli.models import utcnow
 from memcli.scrub import kinds, redact_record
 from memcli.store import lifecycle as lsql
 from memcli.store import memories as mem
+from memcli.store import owner as own
 
 if TYPE_CHECKING:
     from memcli.config import LifecycleSettings
     from memcli.memory import Memory
+    from memcli.store.owner import Owner
 
 MAX_FACT = 280
 MAX_STEPS = 30
@@ -92,6 +95,7 @@ def _remember(
     pinned: bool = False,
     title: str | None = None,
 ) -> dict[str, Any]:
+    memory.categories.check_write(category)  # a typo is refused, not filed as a new category
     tenant_id = tenant_id or memory.tenant
     scope = {
         "tenant_id": tenant_id,
@@ -135,7 +139,7 @@ def _remember(
                 tenant_id=tenant_id,
                 user_id=user_id,
                 field=field,
-                value=_field_value(clean),
+                value=field_value(field, clean) or _field_value(clean),
                 text=clean,
                 session_id=session_id,
                 origin="remember",
@@ -182,22 +186,17 @@ def _remember(
 
 
 def _field_value(text: str) -> str:
-    # "city=Porto" / "city: Porto" give the value explicitly; otherwise the whole text is it.
+    # No cue of the field (profile_fields): "city=Porto" / "city: Porto" give the value
+    # explicitly; otherwise the whole text is it ("Porto").
     m = re.match(r"^\s*\w+\s*[:=]\s*(.+)$", text)
     return m.group(1).strip() if m else text
 
 
-def _get(memory: Memory, memory_id: int) -> dict[str, Any]:
-    row = mem.get_memories(memory.db, [memory_id]).get(memory_id)
-    if row is None:
-        raise NotFoundError(f"no memory with id {memory_id}")
-    return row
-
-
-def confirm(memory: Memory, memory_id: int, actor: str = "cli") -> dict[str, Any]:
+def confirm(memory: Memory, memory_id: int, *, owner: Owner | None = None,
+            actor: str = "cli") -> dict[str, Any]:
     db = memory.db
     with db.transaction():
-        row = _get(memory, memory_id)
+        row = own.memory(db, memory_id, owner or memory.owner())
         if row["state"] != "active":
             raise UsageError(
                 f"memory {memory_id} is {row['state']}",
@@ -221,10 +220,11 @@ def confirm(memory: Memory, memory_id: int, actor: str = "cli") -> dict[str, Any
     return {"id": memory_id, "protected": True, "decay_rate": 0.0, "confidence": 1.0}
 
 
-def set_pin(memory: Memory, memory_id: int, pinned: bool, actor: str = "cli") -> dict[str, Any]:
+def set_pin(memory: Memory, memory_id: int, pinned: bool, *, owner: Owner | None = None,
+            actor: str = "cli") -> dict[str, Any]:
     db = memory.db
     with db.transaction():
-        row = _get(memory, memory_id)
+        row = own.memory(db, memory_id, owner or memory.owner())
         if bool(row["pinned"]) != pinned:
             lsql.set_pinned(db, memory_id, pinned, utcnow())
             mem.add_history(

@@ -50,16 +50,19 @@ def lexical_query(text: str) -> LexicalQuery:
 
     Terms: stopwords dropped (all words kept when every word is one, e.g. "who is it");
     any term may match (an OR: FTS5's default AND finds almost nothing for questions).
-    Grams: the distinct 3-character grams of the CJK runs (the trigram leg)."""
+    Grams: the distinct 3-character grams of the CJK runs (the trigram leg); a run of 1 or 2
+    characters (烤鸭, 東京, 서울: many CJK words are two characters) is a gram of its own,
+    which each engine matches as a substring (an index of 3-grams cannot answer it)."""
     words = terms(text)
     if not words:
         words = terms(text, drop_stopwords=False)
     grams: dict[str, None] = {}
     for run in _CJK.findall(text):
-        for i in range(max(0, len(run) - 2)):
+        pieces = [run] if len(run) < 3 else [run[i:i + 3] for i in range(len(run) - 2)]
+        for piece in pieces:
             if len(grams) >= MAX_QUERY_TERMS:
                 break
-            grams.setdefault(run[i:i + 3], None)
+            grams.setdefault(piece, None)
     return LexicalQuery(terms=tuple(words[:MAX_QUERY_TERMS]), grams=tuple(grams))
 
 

@@ -34,6 +34,7 @@ if TYPE_CHECKING:
 
     from memcli.config import Settings
     from memcli.memory import Memory
+    from memcli.store.owner import Owner
 
 
 @dataclass(frozen=True)
@@ -116,18 +117,21 @@ def validate(model: type[BaseModel], data: Any, what: str) -> Any:
 
 
 # -- seed 003: events, bundles, artifacts, decisions, tasks ------------------------------------
-def record_events(ctx: Context, scope: Scope, request: Any) -> dict[str, Any]:
-    """Seed 003's `record_event`: one record (a JSON object) or a list of them, as `memcli
-    ingest` reads them (same validation, same redaction, duplicates in `skipped`, per-record
-    problems in `rejected`: the caller answers 422 when any was rejected). Records default to
-    the bound scope; one naming another tenant, user, agent or app is refused whole."""
-    import json
-
+def record_events(ctx: Context, scope: Scope, request: Any
+                  ) -> dict[str, Any] | list[dict[str, Any]]:
+    """Seed 003's `record_event`: one record (a JSON object) or a list of them, read as `memcli
+    ingest` reads them (same validation, same redaction). The answer is the Agent Memory System
+    PRD's `{event_id, chunk_ids, created_at}` per record, beside that record's ingest report
+    (repeats in `skipped`, problems in `rejected`: the caller answers 422 when any was
+    rejected); one object for one record, a list for a list. Records default to the bound
+    scope; one naming another tenant, user, agent or app is refused whole."""
     records = list(request) if isinstance(request, list) else [request]
     keys = (("tenant_id", "tenant"), ("user_id", "user_id"), ("agent_id", "agent"),
             ("app_id", "app_id"))
     for i, record in enumerate(records):
         if isinstance(record, dict):
+            category = record.get("category")
+            _categories(scope, [category if isinstance(category, str) else "event"])
             for key, name in keys:
                 value = record.get(key)
                 bound = _bind(name, getattr(scope, name), None if value is None else str(value))
@@ -135,10 +139,16 @@ def record_events(ctx: Context, scope: Scope, request: Any) -> dict[str, Any]:
                     records[i] = record = {**record, key: bound}
     defaults = {"tenant_id": scope.tenant, "user_id": scope.user_id, "agent_id": scope.agent,
                 "app_id": scope.app_id}
-    from memcli.operations import ingest_payload
+    from memcli.operations import record_events_payload
 
-    body = json.dumps(records, ensure_ascii=False)
-    return ingest_payload(ctx.memory, [("request", body)], defaults=defaults)
+    out = record_events_payload(ctx.memory, records, defaults=defaults, tenant=scope.tenant)
+    return out if isinstance(request, list) else out[0]
+
+
+def rejected(out: Any) -> bool:
+    """Whether an answer holds a rejected record (`record_events`: HTTP 422)."""
+    rows = out if isinstance(out, list) else [out]
+    return any(isinstance(row, dict) and row.get("rejected") for row in rows)
 
 
 def build_acb(ctx: Context, scope: Scope, request: dict[str, Any]) -> dict[str, Any]:
@@ -154,7 +164,7 @@ def build_acb(ctx: Context, scope: Scope, request: dict[str, Any]) -> dict[str, 
     req.agent_id = _bind("agent", scope.agent, req.agent_id)
     req.app_id = _bind("app_id", scope.app_id, req.app_id)
     req.categories = _categories(scope, req.categories or None) or []
-    return acb_payload(ctx.memory, req, note, settings=ctx.settings)
+    return acb_payload(ctx.memory, req, note, settings=ctx.settings, allowed=scope.categories)
 
 
 def get_artifact(ctx: Context, scope: Scope, request: dict[str, Any]) -> dict[str, Any]:
@@ -165,9 +175,9 @@ def get_artifact(ctx: Context, scope: Scope, request: dict[str, Any]) -> dict[st
     from memcli.service.models import ArtifactQuery
 
     req = validate(ArtifactQuery, request, "artifact request")
-    tenant = _tenant(ctx, scope, req.tenant_id)
-    body = artifact_body(ctx.memory, req.artifact_id, tenant)
-    return {"artifact_id": req.artifact_id, "tenant_id": tenant, "bytes": len(body),
+    owner = _owner(ctx, scope, req.tenant_id)
+    body = artifact_body(ctx.memory, req.artifact_id, owner)
+    return {"artifact_id": req.artifact_id, "tenant_id": owner.tenant_id, "bytes": len(body),
             "text": body.decode("utf-8", errors="replace")}
 
 
@@ -180,13 +190,14 @@ def record_decision(ctx: Context, scope: Scope, request: dict[str, Any]) -> dict
     lists = {"rationale": req.rationale, "constraints": req.constraints,
              "alternatives": req.alternatives, "consequences": req.consequences,
              "refs": req.refs}
-    if req.supersedes is not None:
-        _own(ctx, scope, ledger.get_decision(ctx.memory, req.supersedes), "decision")
-        return ledger.supersede_decision(ctx.memory, req.supersedes, req.decision,
+    where = _write_scope(ctx, scope, req, "decisions")
+    if req.supersedes is not None:  # the row it replaces: the caller's, of the scope named
+        owner = _owner(ctx, scope, where["tenant_id"], where["user_id"], where["app_id"])
+        return ledger.supersede_decision(ctx.memory, req.supersedes, req.decision, owner=owner,
                                          reason=req.reason, **lists)
     return ledger.add_decision(
         ctx.memory, req.decision, scope=req.scope, channel=req.channel,
-        sensitivity=req.sensitivity, **_write_scope(ctx, scope, req), **lists)
+        sensitivity=req.sensitivity, **where, **lists)
 
 
 def query_decisions(ctx: Context, scope: Scope, request: dict[str, Any]) -> list[dict[str, Any]]:
@@ -208,21 +219,23 @@ def record_task(ctx: Context, scope: Scope, request: dict[str, Any]) -> dict[str
     from memcli.service.models import TaskRequest
 
     req = validate(TaskRequest, request, "task")
-    if req.task_id is not None:
-        _own(ctx, scope, ledger.get_task(ctx.memory, req.task_id), "task")
+    where = _write_scope(ctx, scope, req, "tasks")
+    if req.task_id is not None:  # the task it changes: the caller's, of the scope named
+        owner = _owner(ctx, scope, where["tenant_id"], where["user_id"], where["app_id"])
         return ledger.update_task(ctx.memory, req.task_id, status=req.status, title=req.title,
-                                  details=req.details, refs=req.refs or None)
+                                  details=req.details, refs=req.refs or None, owner=owner)
     if req.title is None:
         raise UsageError("bad task: title: a new task needs a title",
                          "give task_id to update one")
     return ledger.add_task(
         ctx.memory, req.title, details=req.details or "", status=req.status or "open",
-        refs=req.refs, channel=req.channel, sensitivity=req.sensitivity,
-        **_write_scope(ctx, scope, req))
+        refs=req.refs, channel=req.channel, sensitivity=req.sensitivity, **where)
 
 
-def _write_scope(ctx: Context, scope: Scope, req: Any) -> dict[str, Any]:
-    """The scope keys of a write: the request's, inside the bound scope."""
+def _write_scope(ctx: Context, scope: Scope, req: Any, category: str | None) -> dict[str, Any]:
+    """The scope keys of a write: the request's, inside the bound scope (a key naming another
+    value than the bound one, or a `category` outside the bound categories: 403)."""
+    _categories(scope, None if category is None else [category])
     return {"tenant_id": _tenant(ctx, scope, req.tenant_id),
             "user_id": _bind("user_id", scope.user_id, req.user_id),
             "session_id": req.session_id,
@@ -230,12 +243,23 @@ def _write_scope(ctx: Context, scope: Scope, req: Any) -> dict[str, Any]:
             "app_id": _bind("app_id", scope.app_id, req.app_id)}
 
 
-def _own(ctx: Context, scope: Scope, row: dict[str, Any], what: str) -> None:
-    """A row another tenant (or bound user/app) holds is "not found" for this caller."""
-    keys = (("tenant_id", scope.tenant or ctx.memory.tenant), ("user_id", scope.user_id),
-            ("app_id", scope.app_id))
-    if any(bound is not None and row.get(key) != bound for key, bound in keys):
-        raise NotFoundError(f"no {what} with id {row['id']}")
+def _owner(ctx: Context, scope: Scope, tenant: str | None = None, user_id: str | None = None,
+           app_id: str | None = None) -> Owner:
+    """Whose rows this caller may touch by id (memcli.store.owner): the tenant (and user and
+    app) the request names inside its binding, in the categories its token and its agent's
+    allowlist both allow; any other row is "not found" (404), as an id that does not exist."""
+    from memcli.store.owner import Owner
+
+    known = ctx.memory.categories
+    allowed = known.allowed(scope.agent)  # None: every category
+    categories = scope.categories
+    if allowed is not None:
+        categories = tuple(c for c in (categories or allowed) if c in allowed)
+    hidden = known.hidden(scope.agent) if scope.agent is not None else ()
+    return Owner(tenant_id=_tenant(ctx, scope, tenant),
+                 user_id=_bind("user_id", scope.user_id, user_id),
+                 app_id=_bind("app_id", scope.app_id, app_id),
+                 categories=categories, hidden=hidden)
 
 
 # -- seed 000: query and history ---------------------------------------------------------------
@@ -265,9 +289,7 @@ def memory_history(ctx: Context, scope: Scope, request: dict[str, Any]) -> list[
     from memcli.service.models import HistoryQuery
 
     req = validate(HistoryQuery, request, "history request")
-    if scope.user_id is not None or scope.app_id is not None:
-        _memory_row(ctx, scope, req.memory_id, req.tenant_id)  # another user's: not found
-    return ctx.memory.history(req.memory_id, tenant_id=_tenant(ctx, scope, req.tenant_id),
+    return ctx.memory.history(req.memory_id, owner=_owner(ctx, scope, req.tenant_id),
                               limit=req.limit)
 
 
@@ -283,7 +305,9 @@ def remember(ctx: Context, scope: Scope, request: dict[str, Any]) -> dict[str, A
         raise UsageError("nothing to remember", "give text or steps")
     if req.text is not None:
         check_text(req.text, "the text")
-    where = _write_scope(ctx, scope, req)
+    category = ("procedural" if req.procedural else "profile" if req.field is not None
+                else req.category or "knowledge")  # where remember will write it
+    where = _write_scope(ctx, scope, req, category)
     return remember_fact(
         ctx.memory, ctx.settings.lifecycle, text=req.text, procedural=req.procedural,
         steps=req.steps or None, field=req.field, tenant_id=where["tenant_id"],
@@ -297,23 +321,7 @@ def forget(ctx: Context, scope: Scope, request: dict[str, Any]) -> dict[str, Any
     from memcli.service.models import ForgetRequest
 
     req = validate(ForgetRequest, request, "forget request")
-    _memory_row(ctx, scope, req.memory_id, req.tenant_id)
-    return ctx.memory.forget(req.memory_id)
-
-
-def _memory_row(ctx: Context, scope: Scope, memory_id: int, tenant: str | None,
-                app_id: str | None = None) -> dict[str, Any]:
-    """A memory of the caller's tenant (and bound user, and `app_id`), or NotFoundError: another
-    tenant's memory is never touched, nor said to exist."""
-    from memcli.store.memories import get_memories
-
-    row = get_memories(ctx.memory.db, [memory_id],
-                       ("id", "tenant_id", "user_id", "app_id")).get(memory_id)
-    wanted = {"tenant_id": _tenant(ctx, scope, tenant), "user_id": scope.user_id,
-              "app_id": app_id or scope.app_id}
-    if row is None or any(v is not None and row[k] != v for k, v in wanted.items()):
-        raise NotFoundError(f"no memory with id {memory_id}")
-    return row
+    return ctx.memory.forget(req.memory_id, _owner(ctx, scope, req.tenant_id))
 
 
 # -- seed 001: an app's memories ---------------------------------------------------------------
@@ -324,11 +332,11 @@ def app_memories(ctx: Context, scope: Scope, request: dict[str, Any]) -> dict[st
 
     req = validate(AppMemoriesQuery, request, "app memories request")
     app_id = _bind("app_id", scope.app_id, req.app_id) or req.app_id
-    tenant = _tenant(ctx, scope, req.tenant_id)
-    rows = list_app_memories(ctx.memory.db, tenant_id=tenant, app_id=app_id,
-                             user_id=_bind("user_id", scope.user_id, req.user_id),
-                             limit=req.limit)
-    return {"tenant_id": tenant, "app_id": app_id, "memories": rows}
+    owner = _owner(ctx, scope, req.tenant_id, req.user_id, app_id)
+    rows = list_app_memories(ctx.memory.db, tenant_id=owner.tenant_id, app_id=app_id,
+                             user_id=owner.user_id, limit=req.limit,
+                             categories=owner.categories, hidden=owner.hidden)
+    return {"tenant_id": owner.tenant_id, "app_id": app_id, "memories": rows}
 
 
 def delete_app_memories(ctx: Context, scope: Scope, request: dict[str, Any]) -> dict[str, Any]:
@@ -341,8 +349,15 @@ def delete_app_memories(ctx: Context, scope: Scope, request: dict[str, Any]) -> 
     app_id = _bind("app_id", scope.app_id, req.app_id) or req.app_id
     tenant = _tenant(ctx, scope, req.tenant_id)
     user = _bind("user_id", scope.user_id, req.user_id)
-    if req.memory_id is not None:
-        _memory_row(ctx, scope, req.memory_id, tenant, app_id)
+    owner = _owner(ctx, scope, tenant, user, app_id)
+    if req.memory_id is not None:  # the caller's, of this app (and user), or not found
+        from memcli.store.owner import memory
+
+        memory(ctx.memory.db, req.memory_id, owner)
+    elif owner.categories is not None or owner.hidden:
+        raise NotAllowedError("this caller may not see every category, so it may not purge "
+                              "a whole app", "purge its memories one by one (memory_id), "
+                              "or use a token without categories or agent")
     out = purge_payload(ctx.memory, memory_id=req.memory_id, user=user, tenant=tenant,
                         app_id=app_id)
     check_purged(out)

@@ -1,10 +1,13 @@
 """The CLI's client of `memcli serve` (standard library only: it runs before anything heavy).
 
 `memcli.cli.entry.main()` calls `main_hook(argv)` first. When a daemon serves the database the
-command targets (`paths.guess_db`), the command line, the full environment, the working folder
-and the caller's file descriptors 0, 1 and 2 (passed with SCM_RIGHTS, as Mercurial's chg does)
-go over its unix socket; the daemon runs the same Typer app on them and sends the exit code
-back. Output is byte-identical by construction: same code, same streams, same environment.
+command targets (`paths.guess_db`), the command line, the environment a command can read
+(`forwarded_env`), the working folder and the caller's file descriptors 0, 1 and 2 (passed
+with SCM_RIGHTS, as Mercurial's chg does) go over its unix socket; the daemon runs the same
+Typer app on them and sends the exit code back. Output is byte-identical by construction:
+same code, same streams, same settings. Only a socket `paths.connect` trusts (this user's
+folder and listener) gets any of it; another is named in one warning line and the command runs
+in-process.
 
 Never forwarded: `serve`, `mcp`, shell completion, commands that start an editor (`acb edit`),
 `--no-daemon` (removed from the command line) and `MEMCLI_NO_DAEMON=1`. No socket, a refused
@@ -25,6 +28,7 @@ import os
 import struct
 import sys
 from array import array
+from collections.abc import Mapping
 
 from memcli.service import paths
 
@@ -32,6 +36,18 @@ NO_DAEMON_FLAG = "--no-daemon"
 NEVER_ROUTED = {"serve", "mcp"}
 CONNECT_TIMEOUT = 1.0
 MAGIC = b"memcli/1"
+# The environment a command can read, and all of it that is sent: memcli's own variables, the
+# XDG folders and HOME, locale and terminal (rich, Typer), the clients memcli drives (libpq
+# and psycopg's PG*, the openai client's OPENAI_*, httpx's proxies and CA files), the editor,
+# PATH, TMPDIR and the time zone. Nothing else (another tool's tokens) leaves the process.
+FORWARDED_PREFIXES = ("MEMCLI_", "XDG_", "LC_", "PG", "OPENAI_", "TYPER_", "_TYPER_",
+                      "JUPYTER_")
+FORWARDED_NAMES = frozenset({
+    "HOME", "USER", "LOGNAME", "PATH", "TMPDIR", "TZ", "LANG", "LANGUAGE",
+    "TERM", "COLORTERM", "COLUMNS", "LINES", "NO_COLOR", "FORCE_COLOR", "CLICOLOR",
+    "CLICOLOR_FORCE", "TTY_COMPATIBLE", "TTY_INTERACTIVE", "TERMINAL_WIDTH", "PY_COLORS",
+    "GITHUB_ACTIONS", "UNICODE_VERSION", "EDITOR", "VISUAL", "SSL_CERT_FILE", "SSL_CERT_DIR",
+})
 
 
 def _routable(argv: list[str]) -> bool:
@@ -60,12 +76,21 @@ def socket_path(argv: list[str]) -> str:
         paths.guess_db(argv, os.environ), os.environ).socket
 
 
+def forwarded_env(env: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The variables of `env` (default: this process's) that a command can use."""
+    env = os.environ if env is None else env
+    return {key: value for key, value in env.items()
+            if key in FORWARDED_NAMES or key.startswith(FORWARDED_PREFIXES)
+            or key.lower().endswith("_proxy")}
+
+
 def encode_request(argv: list[str]) -> bytes:
     umask = os.umask(0)
     os.umask(umask)
+    env = forwarded_env()
     fields = [MAGIC, str(len(argv)).encode(), *map(os.fsencode, argv),
-              str(len(os.environ)).encode(),
-              *(os.fsencode(k) + b"=" + os.fsencode(v) for k, v in os.environ.items()),
+              str(len(env)).encode(),
+              *(os.fsencode(k) + b"=" + os.fsencode(v) for k, v in env.items()),
               os.fsencode(os.getcwd()), str(umask).encode()]
     for stream in (sys.stdin, sys.stdout, sys.stderr):
         fields.append((getattr(stream, "encoding", None) or "").encode())
@@ -107,7 +132,7 @@ def forward(argv: list[str]) -> int | None:
 def _talk(sock: _socket.socket, argv: list[str]) -> int | None:
     try:
         sock.settimeout(CONNECT_TIMEOUT)
-        sock.connect(socket_path(argv))
+        paths.connect(sock, socket_path(argv))
         request = encode_request(argv)
         fds = array("i", [0, 1, 2])
         sock.sendmsg([struct.pack("!I", len(request))],
@@ -115,6 +140,9 @@ def _talk(sock: _socket.socket, argv: list[str]) -> int | None:
         sock.sendall(request)
         sock.settimeout(None)
         started = sock.recv(4096)
+    except paths.UntrustedSocket as exc:
+        paths.warn_untrusted(exc)
+        return None
     except (OSError, ValueError):  # no daemon, refused, a closed fd 0-2, cwd deleted...
         return None
     if not started.startswith(b"R"):

@@ -186,7 +186,7 @@ def _endpoint(route: Route, svc: api.Service, auth: Auth) -> Callable[[Request],
             out = await run_in_threadpool(svc.run, route.operation, scope, payload)
             # A batch of events with rejected records is answered 422 with the whole report
             # (what was stored and what was not), as the CLI exits 2 after printing it.
-            status = 422 if isinstance(out, dict) and out.get("rejected") else 200
+            status = 422 if api.rejected(out) else 200
             return JSONResponse(out, status_code=status)
         except (MemcliError, RecursionError) as exc:
             return _error(exc if isinstance(exc, MemcliError)
@@ -293,6 +293,17 @@ def openapi(routes: tuple[Route, ...]) -> dict[str, Any]:
             },
             "security": [{"bearer": []}],
         }
+        answer = models.RESPONSES.get(route.path)
+        if answer is not None:  # the answer's shape, where a model describes it
+            out = answer[0]()
+            out_schema = out.model_json_schema(ref_template=ref, mode="serialization")
+            schemas.update(out_schema.pop("$defs", {}))
+            schemas[out.__name__] = out_schema
+            returned: dict[str, Any] = {"$ref": ref.format(model=out.__name__)}
+            if answer[1]:
+                returned = {"oneOf": [returned, {"type": "array", "items": returned}]}
+            op["responses"]["200"] = {"description": (out.__doc__ or "").split("\n\n")[0],
+                                      "content": {"application/json": {"schema": returned}}}
         if route.method == "POST":
             schemas[model.__name__] = schema
             body: dict[str, Any] = {"$ref": ref.format(model=model.__name__)}

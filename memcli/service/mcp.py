@@ -336,6 +336,9 @@ async def _call(spec: ToolSpec, service: Service, scope: Scope,
         payload = await anyio.to_thread.run_sync(service.run, operation, bound, request)
     except Exception as exc:  # noqa: BLE001 - a bug too: its message, never a traceback
         raise ToolError(api.error_payload(exc)["error"]) from None
+    rejected = payload.get("rejected") if isinstance(payload, dict) else None
+    if rejected:  # HTTP answers 422, the CLI exits 2: a refused record is a failed call
+        raise ToolError("record refused: " + "; ".join(str(p.get("reason")) for p in rejected))
     return json.dumps({"scope": scope_payload(bound, service.settings.tenant), "result": payload},
                       ensure_ascii=False, default=str)
 

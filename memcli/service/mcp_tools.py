@@ -21,20 +21,21 @@ def _given(**values: Any) -> dict[str, Any]:
 
 def query(query: str, top_k: int = 10, categories: list[str] | None = None,
           session_id: str | None = None, return_format: Literal["full", "bullets"] = "full",
-          budget_tokens: int | None = None) -> dict[str, Any]:
+          budget_tokens: int | None = None, as_of: str | None = None) -> dict[str, Any]:
     filters = _given(session_id=session_id)
     return _given(query=query, top_k=top_k, categories=categories, budget_tokens=budget_tokens,
-                  filters=filters or None) | {"return": return_format}
+                  filters=filters or None, as_of=as_of) | {"return": return_format}
 
 
 def build_acb(query: str | None = None, intent: str | None = None,
               max_tokens: int | None = None, session_id: str | None = None,
               categories: list[str] | None = None,
-              include_checkpoint: bool = False) -> dict[str, Any]:
+              include_checkpoint: bool = False, as_of: str | None = None) -> dict[str, Any]:
     # seed 003: `query_text` is what the evidence is retrieved for; `intent` only labels it.
+    # `as_of` (an ISO date or time): the memory as it was then.
     return _given(query_text=query, intent=intent, max_tokens=max_tokens,
                   session_id=session_id, categories=categories,
-                  include_checkpoint=include_checkpoint or None)
+                  include_checkpoint=include_checkpoint or None, as_of=as_of)
 
 
 def record_events(text: str, role: Role = "user",

@@ -9,7 +9,7 @@ field is refused, never ignored). The OpenAPI document is generated from all of 
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -122,3 +122,85 @@ class ArtifactQuery(BaseModel):
 
     artifact_id: str = Field(min_length=1)
     tenant_id: str | None = Field(default=None, min_length=1)
+
+
+# -- answers -----------------------------------------------------------------------------------
+# What `POST /api/v1/events` and `POST /api/v1/acb/build` answer, for the OpenAPI document: the
+# Agent Memory System PRD's fields (its section 7), and memcli's own beside them
+# (`extra="allow"`: a bundle carries more than is listed here). The answers themselves are
+# built by memcli.operations (memcli.models.EventReceipt) and memcli.acb (a bundle is a dict);
+# tests/test_prd_contract.py validates real answers against these models.
+class BundleItem(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    type: str
+    text: str
+    refs: list[str]
+    decision_id: int | None = None  # decision items: the ledger's id
+
+
+class BundleSection(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    name: str
+    items: list[BundleItem]
+    token_est: int  # the section's tokens (tiktoken's count, exact)
+    tokens: int  # the same, memcli's earlier name
+    cap: int
+    priority: int
+
+
+class Omission(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    reason: str  # section_cap | budget | truncated | truncated_tool_output
+    candidates: list[str]  # refs of what was left out (at most 20)
+    refs: list[str]  # the same, memcli's earlier name
+    section: str
+    count: int
+    artifact_id: str | None = None  # truncated_tool_output: the full output's artifact
+
+
+class Scoring(BaseModel):
+    alpha: float  # semantic relevance
+    beta: float  # recency
+    gamma: float  # importance
+
+
+class Provenance(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    intent: str | None
+    query_terms: list[str]
+    candidate_pool_size: int
+    filters: dict[str, Any]  # sensitivity_allowed, and the scope the bundle read
+    scoring: Scoring
+    weights: dict[str, Any]  # alpha, beta, gamma, fusion, legs, half_life_days, w_rel
+
+
+class Bundle(BaseModel):
+    """An active context bundle (`memcli acb build --json`)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    acb_id: str
+    budget_tokens: int
+    token_used_est: int  # the rendered bundle's tokens (tiktoken's count, exact)
+    token_used: int  # the same, memcli's earlier name
+    reserve_tokens: int
+    sections: list[BundleSection]
+    omissions: list[Omission]
+    provenance: Provenance
+
+
+def _event_receipt() -> type[BaseModel]:
+    from memcli.models import EventReceipt
+
+    return EventReceipt
+
+
+# Route path -> (the answer's model, whether a list of them may come back instead).
+RESPONSES: dict[str, tuple[Any, bool]] = {
+    "/api/v1/events": (_event_receipt, True),
+    "/api/v1/acb/build": (lambda: Bundle, False),
+}

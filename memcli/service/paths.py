@@ -4,7 +4,8 @@ One daemon per database: its files live in the user's runtime dir (`$XDG_RUNTIME
 else `/tmp/memcli-$UID/`, a 0700 folder the user must own), named by a hash of the database's
 real path, so every client that targets the same file finds the same socket:
 
-    <key>.sock       the CLI socket (requests carry argv, environment, cwd and the caller's fds)
+    <key>.sock       the CLI socket (requests carry argv, the environment a command reads, cwd
+                     and the caller's fds)
     <key>.http.sock  the HTTP API (and MCP) on a unix socket
     <key>.lock       held (flock) by the running daemon: a second `serve` refuses
     <key>.pid        the running daemon's pid, for the messages and `kill`
@@ -13,12 +14,22 @@ real path, so every client that targets the same file finds the same socket:
 three files then sit beside it, named after it. The client runs before `memcli.config` may be
 imported (pydantic), so this module reads the few environment variables it needs itself, with
 the same default database rule as `config.default_db_path`.
+
+Every connection to a daemon (the CLI client, `memcli mcp`'s bridge, and through the client the
+agent hooks) goes through `connect`, which sends nothing to a socket another user could have
+put there: its folder must be this user's and closed to others, and (Linux, `SO_PEERCRED`) the
+process listening must run as this user. Anyone can compute a socket's name, and a second user
+could otherwise plant a listener there and receive the caller's command line, environment and
+terminal.
 """
 
 from __future__ import annotations
 
+import _socket
 import os
 import stat
+import struct
+import sys
 from collections.abc import Mapping, Sequence
 
 try:  # the builtin module: hashlib loads OpenSSL (~7 ms of the client's start)
@@ -37,6 +48,14 @@ _DSN_KEY = (r"(?:^|\s)(?:host|hostaddr|port|dbname|user|password|passfile|servic
 
 class RuntimeDirError(Exception):
     """The runtime folder cannot be used safely (someone else owns it, or others can enter)."""
+
+
+class UntrustedSocket(OSError):
+    """A daemon socket this user must not talk to (nothing was sent to it)."""
+
+    def __init__(self, folder: str, why: str) -> None:
+        super().__init__(f"not using the daemon socket in {folder} ({why})")
+        self.folder = folder
 
 
 class Endpoint:
@@ -72,6 +91,61 @@ def ensure_private_dir(folder: str) -> None:
         raise RuntimeDirError(f"{folder} belongs to another user (uid {info.st_uid})")
     if info.st_mode & 0o077:
         raise RuntimeDirError(f"{folder} is open to other users (mode {info.st_mode & 0o777:o})")
+
+
+def folder_problem(folder: str) -> str | None:
+    """Why a socket in `folder` cannot be trusted, or None: the folder itself (not a symlink)
+    must belong to this user and give no permission to group or others (like
+    `ensure_private_dir`, which `memcli serve` applies). OSError when it cannot be read."""
+    info = os.lstat(folder)
+    if not stat.S_ISDIR(info.st_mode):
+        return "not a folder"
+    mode = info.st_mode & 0o7777
+    if info.st_uid != os.getuid() or mode & 0o077:
+        return f"owned by uid {info.st_uid}, mode {mode:04o}"
+    return None
+
+
+def peer_problem(sock: _socket.socket) -> str | None:
+    """Why the process listening on the connected unix socket `sock` cannot be trusted (it
+    runs as another user), or None; None too where the kernel does not say (no SO_PEERCRED:
+    the folder check stands alone there)."""
+    option = getattr(_socket, "SO_PEERCRED", None)
+    if option is None:
+        return None
+    size = struct.calcsize("3i")
+    _pid, uid, _gid = struct.unpack("3i", sock.getsockopt(_socket.SOL_SOCKET, option, size))
+    return None if uid == os.getuid() else f"its listener runs as uid {uid}"
+
+
+def connect(sock: _socket.socket, path: str) -> None:
+    """Connect the unix socket `sock` to the daemon socket `path`, sending nothing: OSError
+    when nothing is there (no daemon), UntrustedSocket when its folder or its listener is not
+    this user's own (checked before and right after connecting)."""
+    folder = os.path.dirname(os.path.abspath(path))
+    os.lstat(path)  # no socket file: no daemon, and nothing to warn about
+    why = folder_problem(folder)
+    if why is None:
+        sock.connect(path)
+        why = peer_problem(sock)
+    if why is not None:
+        raise UntrustedSocket(folder, why)
+
+
+_warned: set[str] = set()
+
+
+def warn_untrusted(exc: UntrustedSocket) -> None:
+    """The one warning line for a refused socket (once per folder and process: the MCP
+    bridge and the in-process `memcli mcp` both look for the daemon)."""
+    if exc.folder in _warned:
+        return
+    _warned.add(exc.folder)
+    try:
+        sys.stderr.write(f"memcli: warning: {exc}; running in-process\n")
+        sys.stderr.flush()
+    except (OSError, ValueError):  # a closed stderr: the command still runs
+        pass
 
 
 def _is_server_location(db: str) -> bool:

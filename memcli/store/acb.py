@@ -57,7 +57,8 @@ def profile_memories(
 ) -> list[dict[str, Any]]:
     """The user's memories of the `context: all` categories (`bounds`: category -> rag_length,
     None for `limit`), pinned first, then by importance, newest first; at most that many per
-    category. The user's own only: a profile is about one person."""
+    category. The user's own only: a profile is about one person. Whatever made the memory:
+    a turn ingested with such a category is in the profile as much as a fact derived from one."""
     if not bounds:
         return []
     where, params = filters.sql()
@@ -72,7 +73,7 @@ def profile_memories(
                            ORDER BY m.pinned DESC, m.importance DESC, m.updated_at DESC, m.id DESC
                        ) AS n
                 FROM memories m
-                WHERE m.user_id = ? AND m.kind != 'episode' AND m.category IN ({marks})
+                WHERE m.user_id = ? AND m.category IN ({marks})
                   AND {where})
             SELECT id, content, category, kind, event_id, event_time, attributes FROM p
             WHERE n <= CASE category {cases} END
@@ -91,6 +92,15 @@ def latest_reflection(db: Database, filters: Filters, user_id: str) -> dict[str,
         (user_id, *params),
     )
     return rows[0] if rows else None
+
+
+def source_events(db: Database, ids: list[int]) -> dict[int, str | None]:
+    """memory id -> the event it was made from (None for a derived one), for stored ids."""
+    if not ids:
+        return {}
+    marks = ",".join("?" * len(ids))
+    rows = db.execute(f"SELECT id, event_id FROM memories WHERE id IN ({marks})", ids)
+    return {int(mid): event for mid, event in rows}
 
 
 def max_related_strength(db: Database, ids: list[int]) -> dict[int, float]:
@@ -169,11 +179,6 @@ def session_user(db: Database, tenant_id: str, session_id: str) -> str | None:
         "SELECT user_id FROM sessions WHERE tenant_id = ? AND session_id = ?",
         (tenant_id, session_id),
     )
-
-
-def memory_exists(db: Database, memory_id: int, tenant_id: str) -> bool:
-    return bool(db.scalar(
-        "SELECT 1 FROM memories WHERE id = ? AND tenant_id = ?", (memory_id, tenant_id)))
 
 
 # -- revisions and the delta header ------------------------------------------------------------

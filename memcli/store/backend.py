@@ -37,8 +37,8 @@ class LexicalQuery:
     `terms`: lower-cased word terms, stopwords dropped (all kept when every word is one),
     first occurrence order, no duplicates, at most MAX_QUERY_TERMS; any of them may match
     (an OR: questions share few words with their answers). `grams`: the distinct
-    3-character grams of the CJK runs (scripts without spaces), at most MAX_QUERY_TERMS, for
-    the trigram leg."""
+    3-character grams of the CJK runs (scripts without spaces), and runs of 1-2 characters
+    whole, at most MAX_QUERY_TERMS, for the trigram leg."""
 
     terms: tuple[str, ...] = ()
     grams: tuple[str, ...] = ()

@@ -93,7 +93,7 @@ def lost_episodes(db: Database) -> list[int]:
     """Memories cut from a stored event that history added and never purged, and that are
     gone: `memcli rebuild` cuts them again with the same ids."""
     return _ids(db, "SELECT h.memory_id FROM history h JOIN events e ON e.event_id = h.event_id"
-                    " WHERE h.op = 'ADD' AND h.memory_id IS NOT NULL"
+                    " WHERE h.op = 'ADD' AND h.memory_id IS NOT NULL AND h.old_ref IS NULL"
                     f" AND {lacking('h.memory_id', 'memories')}"
                     f" AND {lacking('h.memory_id', 'history', 'memory_id', also=PURGED)}"
                     " ORDER BY h.memory_id")

@@ -137,3 +137,26 @@ def get_events(db: Database, event_ids: list[str]) -> list[dict[str, Any]]:
         for key in ("tags", "content", "refs", "redactions"):
             row[key] = json.loads(row[key])
     return rows
+
+
+def event_receipts(db: Database, event_ids: list[str], tenant_id: str | None = None
+                   ) -> dict[str, dict[str, Any]]:
+    """For each stored event among `event_ids` (of `tenant_id` only, when given): when memcli
+    stored it (`created_at`) and its episode memories in chunk order (`chunk_ids`), the
+    receipt `POST /api/v1/events` answers with."""
+    out: dict[str, dict[str, Any]] = {}
+    wanted = list(dict.fromkeys(event_ids))
+    for start in range(0, len(wanted), _KEYS_PER_LOOKUP):
+        part = wanted[start:start + _KEYS_PER_LOOKUP]
+        marks = ",".join("?" * len(part))
+        for event_id, recorded_at, tenant in db.execute(
+                f"SELECT event_id, recorded_at, tenant_id FROM events WHERE event_id IN ({marks})",
+                part):
+            if tenant_id is None or tenant == tenant_id:
+                out[event_id] = {"created_at": recorded_at, "chunk_ids": []}
+        for memory_id, event_id in db.execute(
+                f"SELECT id, event_id FROM memories WHERE kind = 'episode' AND event_id IN"
+                f" ({marks}) ORDER BY event_id, chunk_index, id", part):
+            if event_id in out:
+                out[event_id]["chunk_ids"].append(memory_id)
+    return out

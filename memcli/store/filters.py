@@ -34,6 +34,10 @@ class Filters:
     importance_max: float | None = None
     updated_after: str | None = None
     updated_before: str | None = None
+    # Time travel: only memories valid at this instant (valid_from <= t < valid_to) whose
+    # event happened by then. Superseded memories are kept when they were valid at t: the
+    # caller asks for states=("active", "superseded") (Memory.filters does).
+    as_of: str | None = None
     states: tuple[str, ...] = field(default=("active",))
     # Decisions recorded on a private channel stay out (a bundle for a public or agent channel).
     hide_private_decisions: bool = False
@@ -99,4 +103,11 @@ class Filters:
             if value is not None:
                 clauses.append(f"{alias}.{column} {op} ?")
                 params.append(value)
+        if self.as_of is not None:
+            # Timestamps are one ISO format on both engines (memcli.models.format_ts), so they
+            # compare as text. A memory without valid_from was valid from its event.
+            clauses.append(f"{alias}.event_time <= ? AND coalesce({alias}.valid_from, "
+                           f"{alias}.event_time) <= ? AND ({alias}.valid_to IS NULL "
+                           f"OR {alias}.valid_to > ?)")
+            params.extend([self.as_of] * 3)
         return (" AND ".join(clauses) or "1 = 1"), params

@@ -13,13 +13,19 @@ def list_history(db: Database, *, memory_id: int | None = None, tenant_id: str |
                  user_id: str | None = None, session_id: str | None = None,
                  limit: int = 100) -> list[dict[str, Any]]:
     """History rows, newest first; `tenant_id` None: every tenant. A row written without its
-    scope (a link, a merge) belongs to the tenant of its memory."""
-    clauses, params = [], []
-    for column, value in (("memory_id", memory_id), ("user_id", user_id),
-                          ("session_id", session_id)):
+    scope (a link or a merge written before links carried their memory's scope) belongs to the
+    tenant, user and session of its memory."""
+    clauses: list[str] = []
+    params: list[Any] = []
+    if memory_id is not None:
+        clauses.append("h.memory_id = ?")
+        params.append(memory_id)
+    for column, value in (("user_id", user_id), ("session_id", session_id)):
         if value is not None:
-            clauses.append(f"h.{column} = ?")
-            params.append(value)
+            clauses.append(f"(h.{column} = ? OR (h.tenant_id IS NULL AND h.{column} IS NULL"
+                           f" AND EXISTS (SELECT 1 FROM memories m WHERE m.id = h.memory_id"
+                           f" AND m.{column} = ?)))")
+            params.extend((value, value))
     if tenant_id is not None:
         clauses.append("(h.tenant_id = ? OR (h.tenant_id IS NULL AND EXISTS (SELECT 1 FROM"
                        " memories m WHERE m.id = h.memory_id AND m.tenant_id = ?)))")

@@ -252,6 +252,22 @@ def get_checkpoint(
     return rows[0] if rows else None
 
 
+def checkpoint_version(
+    db: Database, tenant_id: str, user_id: str, thread_id: str, ref: str
+) -> dict[str, Any] | None:
+    """The newest history row of a checkpoint save named `ref` ("checkpoint vN"), meta
+    decoded (a purge may have emptied it)."""
+    rows = db.query(
+        "SELECT meta, ts FROM history WHERE tenant_id = ? AND user_id = ? AND session_id = ?"
+        " AND memory_id IS NULL AND actor = 'checkpoint' AND new_ref = ?"
+        " ORDER BY id DESC LIMIT 1",
+        (tenant_id, user_id, thread_id, ref),
+    )
+    if not rows:
+        return None
+    return {"meta": json.loads(rows[0]["meta"]), "ts": rows[0]["ts"]}
+
+
 def active_decision_of_memory(db: Database, memory_id: int) -> dict[str, Any] | None:
     """The active decision whose memory this is, if any (consolidation supersedes it)."""
     rows = db.query("SELECT * FROM decisions WHERE memory_id = ? AND status = 'active'",

@@ -33,9 +33,12 @@ def pending_sessions(
 ) -> list[dict[str, Any]]:
     """Sessions with active episodes past their consolidation mark, oldest first.
 
-    A session is ready once a newer session of the same user (same tenant) has started, when it
-    is named (`session_id`), or when its last event is older than `idle_before`. With
-    `upgrade_extractive`, sessions summarised without a model come back for the model pass.
+    A session is ready once a later session of the same user (same tenant) has started, when it
+    is named (`session_id`), or when its last event is older than `idle_before`. "Later": a
+    later start time, or the same start time and a later first event in the log; sessions of
+    one ingest call without `ts` all start at the call's time, and the log's order still says
+    which came first. With `upgrade_extractive`, sessions summarised without a model come back
+    for the model pass.
     """
     b = db.dialect.binary
     clauses, params = ["1 = 1"], []
@@ -47,31 +50,41 @@ def pending_sessions(
         if value is not None:
             clauses.append(f"s.{column} = ?")
             params.append(value)
-    ready = (
-        "1 = 1"
-        if session_id is not None
-        else (
-            "(EXISTS (SELECT 1 FROM sessions n WHERE n.tenant_id = s.tenant_id"
-            " AND n.user_id IS NOT DISTINCT FROM s.user_id AND n.started_at > s.started_at)"
-            " OR s.last_event_at < ?)"
-        )
+    # Ready = not the user's latest session (`l`: one per user): one pass over the sessions
+    # for the latest start per user, the log read only for the sessions sharing that start.
+    latest = (
+        " LEFT JOIN (SELECT t.tenant_id, t.session_id, row_number() OVER"
+        f" (PARTITION BY t.tenant_id, t.user_id ORDER BY {_first_seq('t')} DESC) AS r"
+        " FROM sessions t JOIN (SELECT tenant_id, user_id, max(started_at) AS started_at"
+        " FROM sessions GROUP BY tenant_id, user_id) u ON u.tenant_id = t.tenant_id"
+        " AND u.user_id IS NOT DISTINCT FROM t.user_id AND u.started_at = t.started_at) l"
+        " ON l.r = 1 AND l.tenant_id = s.tenant_id AND l.session_id = s.session_id"
     )
-    if session_id is None:
+    ready = "(l.session_id IS NULL OR s.last_event_at < ?)"
+    if session_id is not None:
+        latest, ready = "", "1 = 1"
+    else:
         params.append(idle_before or "")  # "" sorts before every timestamp: never idle
     sql = (
         "SELECT s.tenant_id, s.session_id, s.user_id, s.started_at, s.last_event_at,"
         " coalesce(c.last_seq, 0) AS last_seq, c.method, coalesce(c.failures, 0) AS failures"
         " FROM sessions s LEFT JOIN session_consolidation c"
-        " ON c.tenant_id = s.tenant_id AND c.session_id = s.session_id"
+        f" ON c.tenant_id = s.tenant_id AND c.session_id = s.session_id{latest}"
         f" WHERE {' AND '.join(clauses)} AND {ready} AND ("
         " EXISTS (SELECT 1 FROM memories m WHERE m.session_id = s.session_id"
         " AND m.tenant_id = s.tenant_id AND m.kind = 'episode' AND m.state = 'active'"
         " AND m.event_seq > coalesce(c.last_seq, 0))"
         + (" OR c.method = 'extractive'" if upgrade_extractive else "")
         # unique: no engine's tie order; names in byte order on both
-        + f") ORDER BY s.started_at, {b('s.session_id')}, {b('s.tenant_id')}"
+        + f") ORDER BY s.started_at, {_first_seq('s')}, {b('s.session_id')}, {b('s.tenant_id')}"
     )
     return db.query(sql, params)
+
+
+def _first_seq(alias: str) -> str:
+    """The log position of a session's first event (index events_session)."""
+    return (f"(SELECT min(e.seq) FROM events e WHERE e.session_id = {alias}.session_id"
+            f" AND e.tenant_id = {alias}.tenant_id)")
 
 
 def session_exists(db: Database, session_id: str, tenant_id: str | None) -> bool:

@@ -361,8 +361,8 @@ def stats(db: Database) -> dict[str, Any]:
     }
 
 
-def mark_superseded(db: Database, memory_id: int, now: str) -> None:
+def mark_superseded(db: Database, memory_id: int, valid_to: str, now: str) -> None:
     db.execute(
         "UPDATE memories SET state = 'superseded', valid_to = ?, updated_at = ? WHERE id = ?",
-        (now, now, memory_id),
+        (valid_to, now, memory_id),
     )

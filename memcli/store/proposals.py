@@ -105,3 +105,20 @@ def decide(
         " reason = ? WHERE id = ?",
         (status, now, by, memory_id, reason, proposal_id),
     )
+
+
+def profile_facts(db: Database, tenant_id: str, user_id: str | None) -> list[dict[str, Any]]:
+    """A user's active facts of the `profile` category, newest first, attributes decoded (a
+    `high` memory's are decrypted by the connection, or the row is left out without a key)."""
+    rows = db.query(
+        "SELECT id, content, attributes, valid_from FROM memories WHERE tenant_id = ?"
+        " AND user_id IS NOT DISTINCT FROM ? AND kind = 'fact' AND category = 'profile'"
+        " AND state = 'active' ORDER BY id DESC",
+        (tenant_id, user_id),
+    )
+    for row in rows:
+        try:
+            row["attributes"] = json.loads(row["attributes"] or "{}")
+        except ValueError:
+            row["attributes"] = {}
+    return rows

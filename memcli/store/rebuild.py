@@ -77,11 +77,12 @@ def episodes_by_event(db: Database) -> dict[str, dict[int, tuple[int, str]]]:
 
 
 def added_ids(db: Database) -> dict[str, list[int]]:
-    """event id -> the memory ids its ADD history rows recorded, in order (= chunk order)."""
+    """event id -> the memory ids its ADD history rows recorded, in order (= chunk order).
+    A decision or task memory an event wrote names its ledger row in old_ref: not a chunk."""
     out: dict[str, list[int]] = {}
     for event_id, mid in db.execute(
             "SELECT event_id, memory_id FROM history WHERE op = 'ADD' AND event_id IS NOT NULL"
-            " AND memory_id IS NOT NULL ORDER BY memory_id"):
+            " AND memory_id IS NOT NULL AND old_ref IS NULL ORDER BY memory_id"):
         out.setdefault(event_id, []).append(int(mid))
     return out
 
@@ -264,7 +265,8 @@ def lost_derived(db: Database) -> list[dict[str, Any]]:
     empties the meta of the rows it covers, so a purged memory is not listed."""
     rows = db.query(
         "SELECT h.memory_id AS id, h.meta FROM history h WHERE h.op = 'ADD'"
-        " AND h.event_id IS NULL AND h.memory_id IS NOT NULL AND h.meta != '{}'"
+        " AND (h.event_id IS NULL OR h.old_ref IS NOT NULL) AND h.memory_id IS NOT NULL"
+        " AND h.meta != '{}'"
         f" AND {lacking('h.memory_id', 'memories')}"
         f" AND {lacking('h.memory_id', 'history', 'memory_id', also=PURGED)}"
         " ORDER BY h.memory_id")

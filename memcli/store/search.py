@@ -146,3 +146,12 @@ def session_neighbours(db: Database, ids: list[int], filters: Filters
         [*params_p, *params_p, *ids],
     )
     return {int(mid): (prev, nxt) for mid, prev, nxt in rows}
+
+
+def recent(db: Database, filters: Filters, limit: int) -> list[int]:
+    """The newest memories passing the filters (by event time), for the recency fallback."""
+    where, params = filters.sql()
+    rows = db.execute(
+        f"SELECT m.id FROM memories m WHERE {where} ORDER BY m.event_time DESC, m.id DESC"
+        f" LIMIT ?", [*params, limit])
+    return [int(i) for (i,) in rows]

@@ -282,10 +282,11 @@ def _apply(memory: Memory, scope: Scope, change: Change) -> dict[str, Any]:
 
     owner: dict[str, Any] = {"tenant_id": scope.tenant_id, "user_id": scope.user_id,
                              "app_id": scope.app_id}
+    mine = memory.owner(scope.tenant_id)  # the rows the view's manifest names: its tenant's
     old, new, kind, reason = change.old, change.new, change.kind, change.reason
     if change.action == "delete":
         assert old is not None
-        forget(memory.db, old.extra["memory_id"], actor=ACTOR, reason=reason)
+        forget(memory.db, old.extra["memory_id"], owner=mine, actor=ACTOR, reason=reason)
         return {"forgot": f"m:{old.extra['memory_id']}"}
     assert new is not None
     v = new.value
@@ -294,17 +295,16 @@ def _apply(memory: Memory, scope: Scope, change: Change) -> dict[str, Any]:
     if change.action == "edit":
         assert old is not None
         if kind == "decisions":
-            out = ledger.supersede_decision(memory, old.extra["id"], v["decision"],
+            out = ledger.supersede_decision(memory, old.extra["id"], v["decision"], owner=mine,
                                             refs=old.extra["refs"], reason=reason, **lists)
             return {"new_id": f"d:{out['id']}", "redacted": out["redacted"]}
         if kind == "tasks":
-            out = ledger.update_task(memory, old.extra["id"], status=v["status"],
+            out = ledger.update_task(memory, old.extra["id"], status=v["status"], owner=mine,
                                      title=v["title"], details=v["details"], reason=reason)
             return {"new_id": f"t:{out['id']}", "redacted": out["redacted"]}
         text = (render_procedure_text(v["title"], v["steps"]) if kind == "procedures"
                 else v["text"])
-        out = correct_fact(memory, old.extra["id"], text, reason=reason,
-                           tenant_id=scope.tenant_id)
+        out = correct_fact(memory, old.extra["id"], text, reason=reason, owner=mine)
         return {"new_id": f"m:{out['id']}", "redacted": out["redacted"]}
     if kind == "decisions":
         out = ledger.add_decision(memory, v["decision"], **lists, **owner)

@@ -1,0 +1,355 @@
+"""Attacks on memcli from outside its test suite, counted: what a second local user, another
+tenant, a narrowly bound token and a hostile client get.
+
+    python bench/trust_attacks.py            # every attack, ~1,000 fuzzed calls
+    python bench/trust_attacks.py --quick    # 200 fuzzed calls
+    python bench/trust_attacks.py --json     # the figures (and every leak found) as JSON
+
+It attacks the memcli installed in the Python that runs it (run it with another checkout's
+virtualenv to measure that version) through real processes only: `python -m memcli` commands
+and `memcli serve` daemons on a scratch database in a temporary folder, over 127.0.0.1 and unix
+sockets; every process it starts is stopped before it exits. Offline.
+
+1. Planted socket (root only: the listener runs as `nobody`): another user makes the caller's
+   runtime folder first (mode 777, under an XDG_RUNTIME_DIR that is a fresh sticky folder) with a
+   recording listener at the socket the client computes; the CLI, the agent hook and `memcli
+   mcp`'s bridge then run with two secrets in their environment. Counted: secret values the
+   listener received (of 2 per route).
+2. Cross-tenant id commands: for each command that takes an id, the row is made in tenant
+   `acme` (a database per command) and the command run as tenant `other`. Counted: writes that
+   exited 0 or changed a table, reads that exited 0 showing something (`[]` shows nothing).
+3. Binding leaks: a daemon with tokens bound to tenant, tenant+user, tenant+agent, tenant+app
+   and tenant+categories; each token calls every HTTP route and MCP tool acting on one row, on
+   rows just outside its binding, and the listings. Counted: 2xx answers that read or changed
+   such a row or listed one; separately, 2xx answers to requests naming a scope outside the
+   binding.
+4. Fuzz: seeded malformed HTTP requests and MCP tool calls (bench/trust_attacks_fuzz.py).
+   Counted: 5xx answers and MCP internal errors; tracebacks in the daemon's log.
+5. Oversized bodies: 3 concurrent 100 MB POSTs to a fresh daemon, with Content-Length declared,
+   then chunked. Measured: the daemon's peak resident memory minus before (MB).
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+BENCH = Path(__file__).resolve().parent
+sys.path.insert(0, str(BENCH.parent / "tests"))  # the tests' planted listener and environment
+
+from socket_support import Listener, python_of, second_user  # noqa: E402
+from trust_attacks_fuzz import fuzz  # noqa: E402
+from trust_attacks_serve import Serve, bindings, oversized  # noqa: E402
+from trust_support import memcli_env  # noqa: E402
+
+SECRET = "s3cret-token-never-forwarded"
+KEY = base64.b64encode(b"k" * 32).decode()
+INITIALIZE = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+    "protocolVersion": "2025-06-18", "capabilities": {},
+    "clientInfo": {"name": "t", "version": "1"}}}) + "\n"
+# route: (arguments, stdin, the endpoint's socket it reaches)
+PLANTED_ROUTES = {
+    "cli": (["remember", "Alice likes green tea"], "", "socket"),
+    "hook": (["hook", "record", "--strict"], json.dumps({"session_id": "s", "prompt": "hi"}),
+             "socket"),
+    "mcp": (["mcp"], INITIALIZE, "http_socket"),
+}
+
+
+def memcli(env: dict[str, str], cwd: Path, *args: str, stdin: str = "",
+           timeout: float = 120) -> subprocess.CompletedProcess:
+    """`python -m memcli ARGS` of this Python (cwd: a scratch folder, never a checkout)."""
+    try:
+        return subprocess.run([sys.executable, "-m", "memcli", *args], input=stdin, env=env,
+                              cwd=cwd, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired as exc:
+        return subprocess.CompletedProcess(exc.cmd, 124, "", "timed out")
+
+
+def planted_socket(scratch: Path) -> dict[str, Any]:
+    from memcli.service import paths
+
+    user = second_user()
+    if user is None:
+        return {"skipped": "needs root and a user `nobody`"}
+    result: dict[str, Any] = {"received": 0, "of": 2 * len(PLANTED_ROUTES), "routes": {}}
+    for route, (args, stdin, which) in PLANTED_ROUTES.items():
+        shared = Path(tempfile.mkdtemp(prefix="memcli-planted-"))
+        try:
+            os.chmod(shared, 0o1777)  # like /tmp: open to all, sticky
+            home = scratch / f"planted-{route}"
+            env = memcli_env(home, home / "m.db")
+            env.update(XDG_RUNTIME_DIR=str(shared), MEMCLI_KEY=KEY, SECRET_API_TOKEN=SECRET)
+            name = os.path.basename(getattr(paths.endpoint(env["MEMCLI_DB"], env), which))
+            python = python_of(user, shared)
+            if python is None:
+                return {"skipped": "no python3 the user `nobody` can run"}
+            with Listener(python, shared / "memcli", 0o777, name, user) as listener:
+                done = memcli(env, home, *args, stdin=stdin, timeout=60)
+            got = b"".join(listener.received)
+            secrets = [s for s, v in (("MEMCLI_KEY", KEY), ("SECRET_API_TOKEN", SECRET))
+                       if v.encode() in got]
+            result["received"] += len(secrets)
+            result["routes"][route] = {"secrets": secrets, "bytes": len(got),
+                                       "exit": done.returncode,
+                                       "stderr": done.stderr.strip()[-200:]}
+        finally:
+            shutil.rmtree(shared, ignore_errors=True)
+    return result
+
+
+# -- cross-tenant id commands --------------------------------------------------------------
+TABLES = ("memories", "history", "decisions", "tasks", "proposals", "checkpoints", "relations",
+          "events", "artifacts")
+PROPOSAL = """
+import sys
+from memcli import Memory
+from memcli.store.proposals import insert_proposal
+with Memory.open(sys.argv[1]) as memory, memory.db.transaction():
+    print(insert_proposal(memory.db, {
+        "tenant_id": sys.argv[2], "user_id": "priya", "field": "city", "value": "Porto",
+        "text": "Priya lives in Porto.", "origin": "consolidate", "status": "pending",
+        "created_at": "2025-01-01T00:00:00Z", "expires_at": "2999-01-01T00:00:00Z"}))
+"""
+
+
+class Tenants:
+    """The CLI as one tenant or another, on one scratch database."""
+
+    def __init__(self, home: Path) -> None:
+        self.home = home
+        self.env = memcli_env(self.home, self.home / "m.db")
+        self.env["MEMCLI_NO_DAEMON"] = "1"
+        self.db = self.home / "m.db"
+
+    def run(self, tenant: str, *args: str, stdin: str = "") -> subprocess.CompletedProcess:
+        return memcli({**self.env, "MEMCLI_TENANT": tenant}, self.home, *args, stdin=stdin)
+
+    def made(self, tenant: str, *args: str, stdin: str = "") -> Any:
+        done = self.run(tenant, *args, "--json", stdin=stdin)
+        if done.returncode != 0:
+            raise RuntimeError(f"{' '.join(args)}: exit {done.returncode}: {done.stderr[-300:]}")
+        return json.loads(done.stdout) if done.stdout.strip() else None
+
+    def rows(self, sql: str, params: tuple = ()) -> list[tuple]:
+        import apsw
+
+        conn = apsw.Connection(str(self.db), flags=apsw.SQLITE_OPEN_READONLY)
+        try:
+            return list(conn.execute(sql, params))
+        finally:
+            conn.close()
+
+    def snapshot(self) -> dict[str, list]:
+        found = {r[0] for r in self.rows("SELECT name FROM sqlite_master WHERE type='table'")}
+        return {t: sorted(map(repr, self.rows(f"SELECT * FROM {t}"))) for t in TABLES
+                if t in found}
+
+    # the rows each command is given, made in `tenant`
+    def fact(self, t: str) -> str:
+        return str(self.made(t, "remember", f"Quokkas of {t} like tea.")["id"])
+
+    def forgotten(self, t: str) -> str:
+        fact = self.fact(t)
+        self.made(t, "forget", fact)
+        return fact
+
+    def pinned(self, t: str) -> str:
+        fact = self.fact(t)
+        self.made(t, "pin", fact)
+        return fact
+
+    def decision(self, t: str) -> str:
+        return str(self.made(t, "decision", "add", "Use SQLite for the store.")["id"])
+
+    def task(self, t: str) -> str:
+        return str(self.made(t, "task", "add", "Ship the quokka release")["id"])
+
+    def artifact(self, t: str) -> str:
+        record = {"kind": "tool_result", "session_id": "s1", "event_id": f"tool-{t}",
+                  "content": {"output": "line of tool output\n" * 5000}}
+        self.made(t, "ingest", "-", stdin=json.dumps(record))
+        return self.rows("SELECT artifact_id FROM artifacts a JOIN events e ON e.event_id ="
+                         " a.event_id WHERE e.tenant_id = ?", (t,))[0][0]
+
+    def artifact_event(self, t: str) -> str:
+        record = {"kind": "artifact", "session_id": "s1", "event_id": f"doc-{t}",
+                  "text": "the design doc, v3"}
+        self.made(t, "ingest", "-", stdin=json.dumps(record))
+        return f"doc-{t}"
+
+    def proposal(self, t: str) -> str:
+        done = subprocess.run([sys.executable, "-c", PROPOSAL, str(self.db), t], env=self.env,
+                              cwd=self.home, capture_output=True, text=True, timeout=120)
+        if done.returncode != 0:
+            raise RuntimeError(done.stderr[-300:])
+        return done.stdout.strip()
+
+    def checkpoint(self, t: str) -> str:
+        self.made(t, "checkpoint", "save", "--user", "priya", "--thread", f"t-{t}",
+                  "--data", '{"step": 3}')
+        return f"t-{t}"
+
+
+# (name, how the row is made, arguments with {id}, writes)
+ID_COMMANDS = (
+    ("forget", "fact", ("forget", "{id}"), True),
+    ("restore", "forgotten", ("restore", "{id}"), True),
+    ("pin", "fact", ("pin", "{id}"), True),
+    ("unpin", "pinned", ("unpin", "{id}"), True),
+    ("confirm", "fact", ("confirm", "{id}"), True),
+    ("correct", "fact", ("correct", "{id}", "Quokkas like coffee."), True),
+    ("decision supersede", "decision",
+     ("decision", "supersede", "{id}", "Use PostgreSQL for the store."), True),
+    ("task update", "task", ("task", "update", "{id}", "--status", "done"), True),
+    ("proposals accept", "proposal", ("proposals", "accept", "{id}"), True),
+    ("proposals reject", "proposal", ("proposals", "reject", "{id}"), True),
+    ("related", "fact", ("related", "{id}"), False),
+    ("history", "fact", ("history", "{id}"), False),
+    ("artifact (tool output)", "artifact", ("artifact", "{id}"), False),
+    ("artifact (event)", "artifact_event", ("artifact", "{id}"), False),
+    ("checkpoint load", "checkpoint", ("checkpoint", "load", "--user", "priya", "--thread",
+                                       "{id}"), False),
+)
+
+
+def cross_tenant(scratch: Path, owner: str = "acme", intruder: str = "other") -> dict[str, Any]:
+    """Each command on a database of its own (remember merges near-duplicates: one shared
+    database would hand several commands the same row)."""
+    writes, reads, controls_failed, details = 0, 0, 0, {}
+    for n, (name, make, args, is_write) in enumerate(ID_COMMANDS):
+        cli = Tenants(scratch / f"tenants-{n}")
+        try:
+            row_id = getattr(cli, make)(owner)
+        except (RuntimeError, IndexError, json.JSONDecodeError, KeyError) as exc:
+            details[name] = f"not run: the row could not be made ({str(exc)[:120]})"
+            continue
+        before = cli.snapshot()
+        done = cli.run(intruder, *[a.replace("{id}", row_id) for a in args])
+        changed = cli.snapshot() != before
+        shown = done.returncode == 0 and done.stdout.strip() not in ("", "[]", "{}", "null")
+        if is_write and (done.returncode == 0 or changed):
+            writes += 1
+        elif not is_write and shown:  # an empty answer (`[]`) shows nothing of the row
+            reads += 1
+        detail = {"exit": done.returncode, "changed": changed,
+                  "stdout": done.stdout.strip()[:120], "stderr": done.stderr.strip()[:160]}
+        if done.returncode != 0 and not changed:  # refused: the owner's own command must work
+            own = cli.run(owner, *[a.replace("{id}", row_id) for a in args])
+            controls_failed += own.returncode != 0
+            detail["owner_exit"] = own.returncode
+        details[name] = detail
+    return {"writes_accepted": writes, "writes_of": sum(c[3] for c in ID_COMMANDS),
+            "reads_answered": reads, "reads_of": sum(not c[3] for c in ID_COMMANDS),
+            "controls_failed": controls_failed, "commands": details}
+
+
+# -- the run -------------------------------------------------------------------------------
+def version() -> dict[str, str]:
+    import memcli
+
+    folder = Path(memcli.__file__).resolve().parent
+    commit = subprocess.run(["git", "-C", str(folder), "describe", "--always", "--dirty"],
+                            capture_output=True, text=True).stdout.strip()
+    return {"memcli": str(folder), "version": getattr(memcli, "__version__", "?"),
+            "commit": commit or "?"}
+
+
+def daemon_env(scratch: Path, name: str) -> dict[str, str]:
+    home = scratch / name
+    env = memcli_env(home, home / "m.db")
+    (home / "run").mkdir(mode=0o700, parents=True, exist_ok=True)
+    env["XDG_RUNTIME_DIR"] = str(home / "run")
+    return env
+
+
+def run(quick: bool, calls: int | None, seed: int, only: set[str]) -> dict[str, Any]:
+    calls = calls or (200 if quick else 1000)
+    out: dict[str, Any] = {**version(), "seed": seed}
+    scratch = Path(tempfile.mkdtemp(prefix="memcli-attacks-"))
+    try:
+        steps = {
+            "planted_socket": lambda: planted_socket(scratch),
+            "cross_tenant": lambda: cross_tenant(scratch),
+            "bindings": lambda: _served(scratch, "bindings", bindings),
+            "fuzz": lambda: _served(scratch, "fuzz", lambda s: fuzz(s, calls, seed)),
+            "oversized_length": lambda: _served(scratch, "big-length",
+                                                lambda s: oversized(s, chunked=False)),
+            "oversized_chunked": lambda: _served(scratch, "big-chunked",
+                                                 lambda s: oversized(s, chunked=True)),
+        }
+        for name, step in steps.items():
+            if only and name not in only:
+                continue
+            t0 = time.monotonic()
+            print(f"-- {name}", file=sys.stderr, flush=True)
+            out[name] = step()
+            out[name]["seconds"] = round(time.monotonic() - t0, 1)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    return out
+
+
+def _served(scratch: Path, name: str, attack: Any) -> dict[str, Any]:
+    with Serve(daemon_env(scratch, name), scratch) as serve:
+        return attack(serve)
+
+
+def table(out: dict[str, Any]) -> str:
+    def cell(step: str, text: Any) -> str:
+        if step not in out:
+            return "not run"
+        return out[step]["skipped"] if "skipped" in out[step] else text(out[step])
+
+    rows = [
+        ("planted socket: secret values received", cell(
+            "planted_socket", lambda r: f"{r['received']} of {r['of']}")),
+        ("cross-tenant id writes accepted or changed", cell(
+            "cross_tenant", lambda r: f"{r['writes_accepted']} of {r['writes_of']}")),
+        ("cross-tenant id reads that showed the row", cell(
+            "cross_tenant", lambda r: f"{r['reads_answered']} of {r['reads_of']}")),
+        ("binding leaks (outside rows read, changed or listed)", cell(
+            "bindings", lambda r: str(r["leaks"]))),
+        ("requests naming a scope outside the binding: 2xx", cell(
+            "bindings", lambda r: str(r["named_scope_accepted"]))),
+        ("fuzz: HTTP 5xx", cell("fuzz", lambda r: f"{r['http_5xx']} of {r['http']}")),
+        ("fuzz: MCP internal errors", cell("fuzz", lambda r: f"{r['mcp_internal']} of "
+                                                             f"{r['mcp']}")),
+        ("fuzz: tracebacks in the daemon log", cell("fuzz", lambda r: str(
+            r["daemon_tracebacks"]))),
+        ("RSS growth, 3 x 100 MB POST, Content-Length", cell(
+            "oversized_length", lambda r: f"{r['growth_mb']} MB")),
+        ("RSS growth, 3 x 100 MB POST, chunked", cell(
+            "oversized_chunked", lambda r: f"{r['growth_mb']} MB")),
+    ]
+    width = max(len(r[0]) for r in rows)
+    lines = [f"memcli {out['version']} ({out['commit']}) at {out['memcli']}", ""]
+    lines += [f"{what:<{width}}  {value}" for what, value in rows]
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--json", action="store_true", help="print the figures as JSON")
+    parser.add_argument("--quick", action="store_true", help="200 fuzzed calls, not 1,000")
+    parser.add_argument("--calls", type=int, help="fuzzed calls (overrides --quick)")
+    parser.add_argument("--seed", type=int, default=23, help="the fuzz's seed")
+    parser.add_argument("--only", default="", help="comma-separated attacks: planted_socket,"
+                        "cross_tenant,bindings,fuzz,oversized_length,oversized_chunked")
+    args = parser.parse_args()
+    only = {o.strip() for o in args.only.split(",") if o.strip()}
+    out = run(args.quick, args.calls, args.seed, only)
+    print(json.dumps(out, indent=2, ensure_ascii=False) if args.json else table(out))
+
+
+if __name__ == "__main__":
+    main()
