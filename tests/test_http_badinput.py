@@ -69,11 +69,10 @@ def test_mcp_tools_refuse_an_id_beyond_64_bits(server):
 
 def test_the_largest_id_is_not_found(server):
     with server.client() as c:
-        r = c.get(f"/api/v1/memories/{2**63 - 1}/history")  # no such memory: not found
-        assert r.status_code == 404 and r.json()["exit_code"] == 1, r.text
-        r = c.post("/api/v1/tasks", json={"task_id": 2**63 - 1, "status": "done"})
-        assert r.status_code == 404, r.text
-    assert json.loads(r.text)["exit_code"] == 1
+        for r in (c.get(f"/api/v1/memories/{2**63 - 1}/history"),
+                  c.post("/api/v1/tasks", json={"task_id": 2**63 - 1, "status": "done"})):
+            assert r.status_code == 404, r.text
+            assert json.loads(r.text)["exit_code"] == 1
 
 
 # -- a full disk -------------------------------------------------------------------------------
