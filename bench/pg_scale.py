@@ -355,7 +355,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.quick:
         # A smoke: every phase and check runs once at a small size (it measures nothing).
-        args.events, args.append, args.queries = 400, 80, 10
+        args.events, args.append, args.queries = 400, 160, 10  # 160: a batch per writer
         args.bulk_base = args.bulk_base or 200  # the smoke runs the bulk path too
     from pg_support import running_server
 
