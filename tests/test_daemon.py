@@ -27,6 +27,7 @@ from daemon_support import (
     HEAVY,
     ROOT,
     Daemon,
+    children_of,
     daemon_env,
     last_route,
     run_client,
@@ -360,11 +361,13 @@ def test_sigterm_lets_a_request_in_flight_finish(tmp_path):
                                   stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                   stderr=subprocess.PIPE)
         try:
-            # In flight = the daemon holds the client's stdin (passed with the request). Not a
-            # count of the daemon's sockets: its HTTP server opens three more, seconds after
-            # the CLI socket answers on a loaded machine, with or without a client.
+            # In flight = the command's process (a child of the daemon) holds the client's
+            # stdin (passed with the request). Not a count of the daemon's sockets: its HTTP
+            # server opens three more, seconds after the CLI socket answers on a loaded
+            # machine, with or without a client.
             stdin = os.readlink(f"/proc/{client.pid}/fd/0")
-            assert wait_until(lambda: stdin in _open_files(daemon.pid), timeout=60)
+            assert wait_until(lambda: any(stdin in _open_files(pid)
+                                          for pid in children_of(daemon.pid)), timeout=60)
             daemon.proc.send_signal(signal.SIGTERM)
             time.sleep(0.5)
             assert daemon.proc.poll() is None  # waiting for the request

@@ -140,6 +140,12 @@ def run_typer(argv: list[str] | None = None) -> None:
     _click_command(module)(args=args, prog_name="memcli")
 
 
+def warm_commands() -> None:
+    """Build every command group's click command now (`memcli serve` before it forks)."""
+    for module in {*COMMAND_MODULES.values(), None}:
+        _click_command(module)
+
+
 @functools.cache
 def _click_command(module: ModuleType | None) -> Any:
     """The click command of one command group's app (None: the whole app), built once per

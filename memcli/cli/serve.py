@@ -9,6 +9,7 @@ from typing import Annotated
 
 import typer
 
+from memcli.cli import entry
 from memcli.cli.options import DbOpt
 from memcli.cli.output import emit, errors, fail, resolve_format
 
@@ -62,9 +63,10 @@ def register(app: typer.Typer) -> None:
         with errors():
             settings, ep = _endpoint(db, socket, create=True)
             http = HttpOptions(port=port, host=host, token_file=token_file, no_token=no_token)
-            code = run(settings, ep, idle_exit=idle_exit, grace=grace, http=http,
-                       pool_size=pool_size)
-        # Threads of requests that outlived the grace period must not hold up the exit.
+            code = run(settings, ep, entry.run_in_process, entry.warm, idle_exit=idle_exit,
+                       grace=grace, http=http, pool_size=pool_size)
+        # Nothing of the daemon's is left to tear down (its commands ran in processes of
+        # their own); the pipes its forks watch close with this process.
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(code)
