@@ -40,6 +40,12 @@ from memcli.service.web import HttpOptions, HttpPlan
 __all__ = ["AlreadyServing", "HttpOptions", "serve", "status"]
 
 
+# Models whose loading starts a thread pool, which a fork cannot carry: each command's process
+# loads them itself. onnxruntime creates its intra-op pool with the session (MiniLM: 3 threads
+# after loading, measured).
+LOADED_AFTER_FORK = frozenset({"MiniLMEmbedder"})
+
+
 class AlreadyServing(MemcliError):
     exit_code = 75
 
@@ -135,11 +141,23 @@ def warm_up(settings: Any, warm: Callable[[], None], log: Callable[[str], None])
 
         for model in (make_sparse(settings), make_embedder(settings)):
             load = getattr(model, "load", None)
-            if callable(load):
+            if callable(load) and type(model).__name__ not in LOADED_AFTER_FORK:
                 load()
         get_encoding(settings.encoding)
     except Exception as exc:  # noqa: BLE001 - a warm-up only
         log(f"memcli: warning: warm-up incomplete: {exc}".splitlines()[0])
+    threads = _native_threads()
+    if threads > 1:  # a library started threads: the forks cannot have them
+        log(f"memcli: warning: {threads} threads before the first fork (a model's thread pool "
+            "started at load); commands may hang in it")
+
+
+def _native_threads() -> int:
+    """The threads of this process, native ones included (Linux); 1 where it cannot be told."""
+    try:
+        return len(os.listdir("/proc/self/task"))
+    except OSError:
+        return 1
 
 
 def _import_everything() -> None:
