@@ -12,6 +12,7 @@ from __future__ import annotations
 import difflib
 import json
 import os
+import pty
 import re
 import shlex
 import signal
@@ -437,7 +438,20 @@ def test_no_daemon_and_never_routed(served, tmp_path):
     assert last_route(routes) == "inprocess"
     run_client(["--no-daemon", "stats"], env, routes=routes)
     assert last_route(routes) == "inprocess"
-    run_client(["acb", "edit", "rules", "--no-editor"], env, routes=routes)
+    # `acb edit` off a terminal is forwarded (its editor sees the caller's environment and
+    # folder: test_daemon_process.py); on a terminal it runs in the caller's process, where the
+    # terminal's foreground is.
+    edit = ["acb", "edit", "rules", "--no-editor"]
+    run_client(edit, env, routes=routes)
+    assert last_route(routes).startswith("daemon")
+    main_side, terminal = pty.openpty()
+    try:
+        subprocess.run([sys.executable, "-c", _CLIENT, *edit], stdin=terminal,
+                       env={**env, "MEMCLI_TEST_ROUTE_LOG": str(routes)}, capture_output=True,
+                       timeout=120)
+    finally:
+        os.close(main_side)
+        os.close(terminal)
     assert last_route(routes) == "inprocess"
 
 
