@@ -22,12 +22,6 @@ def main() -> None:
     code, argv = main_hook(sys.argv[1:])
     if code is not None:
         _exit_now(code)
-    run_in_process(argv)
-
-
-def run_in_process(argv: list[str]) -> None:
-    """Run a command line in this process: the in-process path, and what each process
-    `memcli serve` forks for a forwarded command runs (in the caller's environment)."""
     from memcli.config import thread_defaults
 
     thread_defaults()  # before any native library loads
@@ -37,14 +31,6 @@ def run_in_process(argv: list[str]) -> None:
     from memcli.cli.app import run_typer
 
     run_typer(argv)
-
-
-def warm() -> None:
-    """Import every command and build its click command once (`memcli serve`'s warm-up, so
-    that a forwarded command starts with them built)."""
-    from memcli.cli.app import warm_commands
-
-    warm_commands()
 
 
 def _exit_now(code: int) -> None:

@@ -9,7 +9,6 @@ from typing import Annotated
 
 import typer
 
-from memcli.cli import entry
 from memcli.cli.options import DbOpt
 from memcli.cli.output import emit, errors, fail, resolve_format
 
@@ -63,7 +62,8 @@ def register(app: typer.Typer) -> None:
         with errors():
             settings, ep = _endpoint(db, socket, create=True)
             http = HttpOptions(port=port, host=host, token_file=token_file, no_token=no_token)
-            code = run(settings, ep, entry.run_in_process, entry.warm, idle_exit=idle_exit,
+            commands = ctx.obj  # memcli.cli.app.Commands: the app this command is part of
+            code = run(settings, ep, commands.run, commands.warm, idle_exit=idle_exit,
                        grace=grace, http=http, pool_size=pool_size)
         # Nothing of the daemon's is left to tear down (its commands ran in processes of
         # their own); the pipes its forks watch close with this process.
