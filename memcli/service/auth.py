@@ -33,12 +33,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from memcli.errors import NotAllowedError, UsageError
+from memcli.service.api import BadRequest, Scope
 
 if TYPE_CHECKING:
     from starlette.requests import Request
 
     from memcli.config import Settings
-    from memcli.service.api import Scope
 
 SCOPE_HEADERS = {"x-memcli-tenant": "tenant", "x-memcli-agent": "agent",
                  "x-memcli-user": "user_id", "x-memcli-app": "app_id"}
@@ -59,8 +59,6 @@ class Token:
 
     def scope(self) -> Scope:
         """The scope this token binds its caller to."""
-        from memcli.service.api import Scope
-
         return Scope(tenant=self.tenant, agent=self.agent, user_id=self.user_id,
                      app_id=self.app_id, categories=self.categories)
 
@@ -101,14 +99,12 @@ def caller_scope(request: Request, auth: Auth) -> Scope | None:
     """The caller's scope: its token's binding narrowed by the scope headers (None: no token,
     answered 401). A browser page of another site is refused even with a valid token (CSRF):
     NotAllowedError, 403; an empty scope header is bad input (400)."""
-    from memcli.service.api import BadRequest
-
     origin = request.headers.get("origin")
     if origin is not None and _origin_host(origin) not in auth.allowed_hosts:
         raise NotAllowedError(f"requests from origin {origin} are refused")
     # uvicorn gives a Unix socket's server as (path, None), a TCP one as (host, port).
     server = request.scope.get("server")
-    unix_socket = bool(server) and server[1] is None
+    unix_socket = server is not None and server[1] is None
     token = auth.check(request.headers.get("authorization"), unix_socket=unix_socket)
     if token is None:
         return None

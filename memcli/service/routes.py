@@ -40,10 +40,12 @@ BEARER = HTTPBearer(scheme_name="bearer", auto_error=False,
                     description="a token of the server's token file (none on its Unix socket)")
 
 
-def _call(request: Request,
-          _token: Annotated[HTTPAuthorizationCredentials | None, Security(BEARER)]) -> Call:
+async def _call(request: Request,
+                _token: Annotated[HTTPAuthorizationCredentials | None, Security(BEARER)]
+                ) -> Call:
     """The checked call ApiRoute bound before the endpoint runs (the token is declared here
-    for the document; ApiRoute has checked it, before the body was read)."""
+    for the document; ApiRoute has checked it, before the body was read). `async`: FastAPI
+    runs it on the event loop, not on a worker thread of its own."""
     return request.state.memcli_call
 
 

@@ -124,7 +124,7 @@ class ApiRoute(APIRoute):
         """The operation's request: the JSON body (POST), or the query parameters (GET,
         DELETE), with the path's parameters; a path parameter may not be contradicted."""
         path = dict(request.path_params)
-        if "POST" not in self.methods:
+        if "POST" not in (self.methods or ()):
             data: dict[str, Any] = dict(request.query_params)
             if len(request.query_params.multi_items()) != len(data):
                 raise api.BadRequest("a query parameter is given twice")
