@@ -118,3 +118,21 @@ def test_commands_that_do_not_serve_do_not_import_the_web_framework(tmp_path) ->
         done = subprocess.run([sys.executable, "-c", code, *args], cwd=ROOT, env=env,
                               capture_output=True, text=True, timeout=60)
         assert done.stderr.strip().splitlines()[-1] == "[]", (args, done.stderr)
+
+
+@pytest.mark.parametrize(("method", "path", "body", "message"), [
+    ("GET", "/api/v1/decisions/query?limit=0", None, "bad decisions query: limit: "),
+    ("GET", "/api/v1/decisions/query?colour=red", None, "bad decisions query: colour: "),
+    ("GET", "/api/v1/memories/0/history", None, "bad history request: memory_id: "),
+    ("DELETE", "/apps/a1/memories/3?limit=5", None, "bad app memories request: limit: "),
+    ("POST", "/api/v1/decisions", {"decision": ""}, "bad decision: decision: "),
+    ("POST", "/api/v1/tasks", {"title": "t", "status": "later"}, "bad task: status: "),
+    ("POST", "/api/v1/acb/build", {"max_tokens": "lots"}, "bad acb request: max_tokens: "),
+    ("POST", "/api/v1/query", {}, "bad query request: query: Field required (see `memcli"),
+])
+def test_validation_errors_are_the_clis_one_line(server, method, path, body, message) -> None:
+    with server.client() as c:
+        r = c.request(method, path, json=body)
+    assert r.status_code == 422, r.text
+    assert r.json()["exit_code"] == 2 and set(r.json()) == {"error", "exit_code"}
+    assert r.json()["error"].startswith(message) and "\n" not in r.json()["error"]

@@ -114,11 +114,16 @@ class HistoryQuery(HistoryParams):
     memory_id: Id
 
 
-class AppMemoriesParams(TenantParams):
-    """The query parameters of the app-memory design's admin routes (`memory_id`: one memory;
-    the path's, when it names one, wins)."""
+class AppMemoryParams(TenantParams):
+    """The query parameters of `DELETE /apps/{app_id}/memories/{memory_id}`."""
 
     user_id: str | None = None
+
+
+class AppMemoriesParams(AppMemoryParams):
+    """The query parameters of the app-memory design's admin routes on a whole app
+    (`memory_id`: one memory of it)."""
+
     memory_id: Id | None = None
     limit: int = Field(default=100, ge=1, le=10_000)
 

@@ -27,6 +27,7 @@ from memcli.query_request import QueryRequest
 from memcli.service import api, schemas
 from memcli.service.models import (
     AppMemoriesParams,
+    AppMemoryParams,
     DecisionRequest,
     DecisionsQuery,
     HistoryParams,
@@ -176,5 +177,5 @@ def purge_app_memories(app_id: AppId, params: Annotated[AppMemoriesParams, Query
                summary="Purge one memory of an app")
 @operation("app memories request")
 def purge_app_memory(app_id: AppId, memory_id: MemoryId,
-                     params: Annotated[AppMemoriesParams, Query()], call: Caller) -> Answer:
+                     params: Annotated[AppMemoryParams, Query()], call: Caller) -> Answer:
     return call.run(api.delete_app_memories)
