@@ -69,6 +69,7 @@ public = APIRouter()
 
 
 @public.get("/healthz", response_model=schemas.Health, summary="Liveness")
+@public.head("/healthz", include_in_schema=False)  # probes that ask for headers only
 async def healthz() -> dict[str, Any]:
     return {"status": "ok", "version": __version__}
 
