@@ -159,13 +159,9 @@ def parse_json(body: bytes) -> Any:
 
 
 def invalid(what: str, errors: Any, hint: str | None = None) -> UsageError:
-    """FastAPI's validation errors as the CLI's one line: the first problem, and how many
-    more (HTTP 422, exit code 2)."""
-    first = errors[0]
-    where = ".".join(str(p) for p in first["loc"][1:]) or "request"  # past "body"/"query"
-    message = str(first["msg"]).removeprefix("Value error, ")
-    more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
-    return UsageError(f"bad {what}: {where}: {message}{more}", hint)
+    """FastAPI's validation errors as the CLI's one line (their places past "body", "query"
+    or "path", as the operation itself would name them)."""
+    return api.invalid(what, [{**e, "loc": tuple(e["loc"])[1:]} for e in errors], hint)
 
 
 def error_response(exc: BaseException) -> Response:
