@@ -14,6 +14,8 @@ from pathlib import Path
 import pytest
 from http_support import T1_TOKEN, running_api
 from jsonschema import Draft202012Validator
+from starlette.requests import Request
+from starlette.responses import Response
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -137,3 +139,42 @@ def test_validation_errors_are_the_clis_one_line(server, method, path, body, mes
     assert r.status_code == 422, r.text
     assert r.json()["exit_code"] == 2 and set(r.json()) == {"error", "exit_code"}
     assert r.json()["error"].startswith(message) and "\n" not in r.json()["error"]
+
+
+def test_an_answer_its_model_refuses_is_never_sent() -> None:
+    """The route class checks every answer against the route's published model: an operation
+    answering another shape is a 500 naming a bug, not a document that lies."""
+    from fastapi import APIRouter, FastAPI
+    from starlette.testclient import TestClient
+
+    from memcli.service.auth import LOOPBACK_NAMES, Auth
+    from memcli.service.routing import ApiRoute, Call, operation
+    from memcli.service.schemas import Health
+
+    class Service:  # runs the operation as it is, without a database
+        def run(self, op, scope, request):
+            return op(None, scope, request)
+
+    router = APIRouter(route_class=ApiRoute)
+
+    @router.get("/fine", response_model=Health)
+    @operation("request")
+    def fine(request: Request) -> Response:
+        call: Call = request.state.memcli_call
+        return call.run(lambda _ctx, _scope, _req: {"status": "ok", "version": "1"})
+
+    @router.get("/wrong", response_model=Health)
+    @operation("request")
+    def wrong(request: Request) -> Response:
+        call: Call = request.state.memcli_call
+        return call.run(lambda _ctx, _scope, _req: {"status": "ok", "verison": "1"})
+
+    app = FastAPI()
+    app.include_router(router)
+    app.state.auth = Auth(tokens=(), allowed_hosts=LOOPBACK_NAMES)
+    app.state.service = Service()
+    with TestClient(app, base_url="http://localhost") as c:
+        assert c.get("/fine").json() == {"status": "ok", "version": "1"}
+        refused = c.get("/wrong")
+    assert refused.status_code == 500
+    assert "a bug in memcli" in refused.json()["error"] and "verison" not in refused.text

@@ -25,6 +25,7 @@ from typing import Any
 from fastapi.exceptions import RequestValidationError
 from fastapi.routing import APIRoute
 from pydantic import TypeAdapter
+from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
@@ -49,27 +50,32 @@ def operation(what: str, *, many: bool = False, hint: str | None = None
 
 @dataclass(frozen=True)
 class Call:
-    """One checked call: the service, the caller's bound scope and the operation's request
-    (the JSON body, or the query parameters, with the path's parameters)."""
+    """One checked call: the service, the caller's bound scope, the operation's request (the
+    JSON body, or the query parameters, with the path's parameters) and the route's answer
+    model."""
 
     service: api.Service
     scope: api.Scope
     request: Any
+    answer: TypeAdapter[Any] | None
 
     def run(self, op: Callable[[api.Context, api.Scope, Any], Any]) -> Answer:
-        """The operation's answer (run on the calling thread: FastAPI runs a plain `def`
-        endpoint on its thread pool, so a slow bundle never blocks other requests)."""
-        return Answer(self.service.run(op, self.scope, self.request))
+        """The operation's answer, checked against the route's model (on the calling thread:
+        FastAPI runs a plain `def` endpoint on its thread pool, so a slow bundle never blocks
+        other requests). An answer its model refuses is a bug of memcli's: 500."""
+        payload = self.service.run(op, self.scope, self.request)
+        if self.answer is not None:
+            self.answer.validate_python(payload)
+        return Answer(payload)
 
 
 class Answer(JSONResponse):
-    """An operation's answer as sent, keeping the payload for the route to check. A batch of
-    events with rejected records is answered 422 with the whole report (what was stored and
-    what was not), as the CLI exits 2 after printing it."""
+    """An operation's answer as sent. A batch of events with rejected records is answered 422
+    with the whole report (what was stored and what was not), as the CLI exits 2 after
+    printing it."""
 
     def __init__(self, payload: Any) -> None:
         super().__init__(payload, status_code=422 if api.rejected(payload) else 200)
-        self.payload = payload
 
 
 class ApiRequest(Request):
@@ -102,25 +108,24 @@ class ApiRoute(APIRoute):
                 scope = caller_scope(request, request.app.state.auth)
                 if scope is None:
                     return unauthorized()
-                data = await self._input(request, what)
-                request.state.memcli_call = Call(request.app.state.service, scope, data)
-                response = await handler(request)
-                if answer is not None and isinstance(response, Answer):
-                    answer.validate_python(response.payload)
-                return response
+                data = await self._input(request)
+                request.state.memcli_call = Call(request.app.state.service, scope, data, answer)
+                return await handler(request)
             except RequestValidationError as exc:
                 return error_response(invalid(what, exc.errors(), hint))
             except RecursionError:
                 return error_response(api.BadRequest("the request is nested too deeply"))
             except MemcliError as exc:
                 return error_response(exc)
+            except HTTPException:
+                raise  # the app's handler answers it
             except Exception as exc:  # a bug: one line and 500 to the client, the trace to the log
                 logging.getLogger(__name__).exception("%s failed", self.path)
                 return error_response(exc)
 
         return route
 
-    async def _input(self, request: ApiRequest, what: str) -> Any:
+    async def _input(self, request: ApiRequest) -> Any:
         """The operation's request: the JSON body (POST), or the query parameters (GET,
         DELETE), with the path's parameters; a path parameter may not be contradicted."""
         path = dict(request.path_params)
