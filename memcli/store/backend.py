@@ -151,9 +151,6 @@ class Backend(Protocol[DB]):
     def rebuild_vectors(self, db: DB, dimension: int) -> None:
         """Make the vector index again from the stored vectors in one go (rebuild)."""
 
-    def sync_vectors(self, db: DB) -> None:
-        """Make the vector index hold exactly the stored vectors (after writes it missed)."""
-
     def vector_orphans(self, db: DB) -> dict[str, list[int]]:
         """Per vector index table it can read: ids whose stored vector is gone (doctor)."""
 
