@@ -17,10 +17,6 @@ from pydantic import (
 Channel = Literal["private", "public", "team", "agent"]
 EventKind = Literal["message", "tool_call", "tool_result", "decision", "task_update", "artifact"]
 Sensitivity = Literal["none", "low", "high", "secret"]
-MemoryKind = Literal[
-    "episode", "fact", "summary", "insight", "reflection", "procedural", "decision", "task"
-]
-SCOPE_FIELDS = ("tenant_id", "user_id", "agent_id", "session_id", "app_id", "run_id")
 
 
 def utcnow() -> str:

@@ -8,13 +8,12 @@
 No env vars and no cache directory are involved. tiktoken is imported lazily: this module must
 import in a few milliseconds because every CLI command imports it, and loading an encoding costs
 ~0.3 s (cl100k) to ~0.8 s (o200k) per process, so only commands that truly count should call
-anything here except `estimate_tokens`.
+anything here (chunk sizes use the cheap estimate of `memcli.chunking.estimate_tokens`).
 """
 
 from __future__ import annotations
 
 import functools
-import math
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -149,14 +148,3 @@ def truncate_to_tokens(text: str, max_tokens: int, encoding: str = DEFAULT_ENCOD
             return prefix
         keep -= 1
     return ""
-
-
-def estimate_tokens(text: str) -> int:
-    """Cheap estimate (characters / 4, rounded up; at least 1 for non-empty text).
-
-    Needs no encoding load; within about +-10 % of cl100k on English prose, worse on code and
-    CJK text. Use it on hot paths that only need a budget guess.
-    """
-    if not text:
-        return 0
-    return max(1, math.ceil(len(text) / 4))

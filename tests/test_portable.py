@@ -16,7 +16,8 @@ from hypothesis import HealthCheck, given, settings
 from lifecycle_support import conversation, extraction
 from portable_support import KEY, OTHER_KEY, apply_ops, dump, open_memory, ops
 
-from memcli.portable.importer import load
+from memcli.portable.format import parse
+from memcli.portable.importer import load_parsed
 
 pytestmark = [pytest.mark.usefixtures("fast_cli"), pytest.mark.backends]
 
@@ -60,6 +61,12 @@ def source(tmp_path):
         apply_ops(memory, RICH)
         text = dump(memory)
     return tmp_path / "a.db", text
+
+
+def load(memory, text: str, **options) -> dict:
+    """Check the whole file, then load it in one transaction (what `memcli import` does)."""
+    head, rows = parse(text)
+    return load_parsed(memory, head, rows, **options)
 
 
 def records(text: str) -> list[dict]:

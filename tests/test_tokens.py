@@ -9,9 +9,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from memcli import tokens
+from memcli.chunking import estimate_tokens
 from memcli.tokens import (
     count_tokens,
-    estimate_tokens,
     get_encoding,
     truncate_to_tokens,
 )
