@@ -146,7 +146,8 @@ class Hit(BaseModel):
     scope: str | None = None
 
     def bullet(self) -> dict[str, Any]:
-        """Seed 000's bullet: `{id, category, text}`, plus the scope every hit carries."""
+        """The memory system spec's bullet: `{id, category, text}`, plus the scope every hit
+        carries."""
         return {"id": self.id, "category": self.category, "text": self.text,
                 "scope": self.scope}
 

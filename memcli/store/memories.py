@@ -347,7 +347,8 @@ def stats(db: Database) -> dict[str, Any]:
         "sessions": int(db.scalar("SELECT count(*) FROM sessions")),
         "artifacts": int(db.scalar("SELECT count(*) FROM artifacts")),
         "vectors": int(db.scalar("SELECT count(*) FROM memory_vectors")),
-        # Seed 004's memory_stats: when the newest record was written, overall and per kind.
+        # The SQLite memory extension design's memory_stats: when the newest record was written,
+        # overall and per kind.
         "latest_record_at": db.scalar("SELECT max(created_at) FROM memories"),
         "latest_by_kind": dict(db.execute(
             f"SELECT kind, max(created_at) FROM memories GROUP BY kind ORDER BY {b('kind')}")),
