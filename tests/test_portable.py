@@ -1,4 +1,4 @@
-"""`memcli export` / `memcli import` (issue 15): round trip byte-identical, idempotent,
+"""`memcli export` / `memcli import`: round trip byte-identical, idempotent,
 overlapping imports, scope filters, refused files, keys, planted secrets, same query results.
 
 Histories are written through the library's ordinary write paths (tests/portable_support.py);
@@ -408,7 +408,7 @@ def test_rebuild_of_an_imported_database_changes_nothing_exported(source, tmp_pa
     assert cli("export", "--db", str(target), "--all-tenants").stdout == text
 
 
-# -- between engines (issue #16): the README's way of moving a memory ---------------------------
+# -- between engines: the README's way of moving a memory -----------------------------------------
 def test_a_memory_moves_between_sqlite_and_postgresql_unchanged(source, tmp_path, monkeypatch,
                                                                pg_memcli_db):
     """SQLite -> export -> import into PostgreSQL -> export gives the same file, and back:
