@@ -41,7 +41,6 @@ _WEIGHTS_DIR = "weights/splade_tiny"
 _WEIGHTS_FILE = "model.fp16.safetensors"
 _TOKENIZER_FILE = "tokenizer.json"
 
-_CLS_ID = 101
 _SEP_ID = 102
 # A WordPiece token covers at least one character; cutting absurdly long inputs before tokenizing
 # keeps a pasted megabyte from costing seconds when only the first 256 tokens are used.
