@@ -17,8 +17,9 @@ SOURCES = ROOT / "docs" / "design" / "sources.md"
 DOCUMENTS = ("the memory system spec", "the app-memory design", "the evolution plan",
              "the Agent Memory System PRD", "the SQLite memory extension design")
 
-# What the text must not say: a design document by number ("seed 003", "Seed 000's",
-# "seed-000"), or a diary of the work ("session 8", "step 4b").
+# What the text must not say: a design document by its file number (the word "seed" before
+# 000-004, with a space, a hyphen or nothing between), or a diary of the work (numbered work
+# sessions or steps).
 UNDEFINED = re.compile(r"\bseeds?[ -]?0\d\d|\bsession [0-9]|\bstep [0-9]", re.IGNORECASE)
 
 
