@@ -76,7 +76,7 @@ async def healthz() -> dict[str, Any]:
 
 # -- the Agent Memory System PRD: events, bundles, artifacts, decisions, tasks ------------------
 @router.post("/api/v1/events", response_model=EventReceipt | list[EventReceipt],
-             summary="Record events (the PRD's record_event): one object or an array",
+             summary="Record events (the Agent Memory System PRD's record_event): one or an array",
              responses={422: {"model": EventReceipt | list[EventReceipt] | schemas.ErrorBody,
                               "description": "a record was rejected: the receipts, each "
                                              "record's problems in `rejected`"}})
@@ -159,7 +159,7 @@ def forget(memory_id: MemoryId, params: Annotated[TenantParams, Query()],
 
 # -- the app-memory design: an app's memories --------------------------------------------------
 @router.get("/apps/{app_id}/memories", response_model=schemas.AppMemories,
-            summary="List an app's memories, newest first")
+            summary="List an app's memories, newest first (the app-memory design)")
 @operation("app memories request")
 def app_memories(app_id: AppId, params: Annotated[AppMemoriesParams, Query()],
                  call: Caller) -> Answer:
@@ -167,7 +167,7 @@ def app_memories(app_id: AppId, params: Annotated[AppMemoriesParams, Query()],
 
 
 @router.delete("/apps/{app_id}/memories", response_model=schemas.Purged,
-               summary="Purge every memory of an app (or one: memory_id)")
+               summary="Purge every memory of an app, or one (the app-memory design)")
 @operation("app memories request")
 def purge_app_memories(app_id: AppId, params: Annotated[AppMemoriesParams, Query()],
                        call: Caller) -> Answer:
@@ -175,7 +175,7 @@ def purge_app_memories(app_id: AppId, params: Annotated[AppMemoriesParams, Query
 
 
 @router.delete("/apps/{app_id}/memories/{memory_id:int}", response_model=schemas.Purged,
-               summary="Purge one memory of an app")
+               summary="Purge one memory of an app (the app-memory design)")
 @operation("app memories request")
 def purge_app_memory(app_id: AppId, memory_id: MemoryId,
                      params: Annotated[AppMemoryParams, Query()], call: Caller) -> Answer:
