@@ -278,7 +278,8 @@ def _fork_web(settings: Any, plan: HttpPlan | None, pool_size: int | None, cli: 
     control_r, control_w = os.pipe()
     reports_r, reports_w = os.pipe()
     for stream in (sys.stdout, sys.stderr):
-        stream.flush()
+        with contextlib.suppress(OSError, ValueError):
+            stream.flush()
     pid = os.fork()
     if pid == 0:
         try:

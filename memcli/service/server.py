@@ -80,7 +80,10 @@ class CliServer:
         conn.setblocking(True)
         self.on_request()
         for stream in (sys.stdout, sys.stderr):  # nothing buffered is written twice
-            stream.flush()
+            try:
+                stream.flush()
+            except (OSError, ValueError):  # the daemon's log is gone: commands still run
+                pass
         pid = os.fork()
         if pid == 0:
             try:
