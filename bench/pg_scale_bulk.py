@@ -47,7 +47,7 @@ PER_USER_TABLES = ("events", "memories", "history", "memory_vectors", "memory_sp
 HANDLED = set(PER_USER_TABLES) | {"meta", "sparse_postings", "sparse_df", "entities",
                                   "entity_aliases", "request_metrics", "run_locks", "lexeme_df",
                                   "lexical_stats"}
-# (memory_sparse: its GIN index over the term ids, schema 5; its primary key stays)
+# (memory_sparse: its GIN index over (tenant_id, term ids), schema 6; its primary key stays)
 PG_DEFERRED = ("events", "memories", "history", "memory_vectors", "memory_entities",
                "change_log", "sessions", "memory_sparse")
 

@@ -43,9 +43,10 @@ def test_stdio_keeps_its_connections_across_calls(tmp_path: Path, pg_db: str) ->
 
     anyio.run(main)
     assert seen[0], "no connection kept open between calls"
-    # The first call's connections answer every later call: none is closed and opened again.
-    # The pool may add one: a returned connection is reset by a pool worker, and a borrow that
-    # comes before the reset ends grows the pool rather than wait (psycopg_pool's design).
-    assert all(seen[0] <= backends for backends in seen), seen
+    # Connections kept from the first call answer every later call (a process connecting per
+    # call would show disjoint sets). The pool may add one: a returned connection is reset by a
+    # pool worker, and a borrow that comes before the reset ends grows the pool rather than
+    # wait (psycopg_pool's design); a connection opened for one call may be gone at the next.
+    assert set.intersection(*seen), seen
     assert len(set().union(*seen)) <= len(seen[0]) + 2, seen
     assert wait_until(lambda: not _backends(pg_db), timeout=10)  # closed with the process

@@ -254,7 +254,10 @@ class PgBackend:
                 index = _INDEX.match(statement)
                 if index and index.group(1) in indexes:
                     db.conn.execute(statement)
-        if "memory_sparse_terms" in self.missing_indexes(db):  # (schema 5's, not schema.sql's)
+        if "memory_sparse" in missing:  # its policy, triggers and column of later schemas
+            for statement in migrations.sparse_table_steps(migrations.current_version(db)):
+                db.execute(statement)
+        if migrations.SPARSE_TERMS_INDEX_NAME in self.missing_indexes(db):
             db.execute(migrations.SPARSE_TERMS_INDEX)
         return sorted(missing)
 
@@ -266,8 +269,9 @@ class PgBackend:
                   for m in map(_INDEX.match, statements) if m and m.group(2) in present]
         if "memory_vectors" in present and migrations.vector_dimension(db):
             wanted.append("memory_vectors_hnsw")  # made once the embedder's dimension is known
-        if "memory_sparse" in present and migrations.current_version(db) >= 5:
-            wanted.append("memory_sparse_terms")
+        terms_index = migrations.sparse_terms_index(db)  # (schema 5's and 6's: not in schema.sql)
+        if "memory_sparse" in present and terms_index:
+            wanted.append(terms_index)
         return sorted(set(wanted) - indexes)
 
     def row_counts(self, db: PgDatabase, names: tuple[str, ...]) -> dict[str, int | None]:

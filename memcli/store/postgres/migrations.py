@@ -16,6 +16,7 @@ in the same commit; tests/test_pg_schema.py fails until it does (LATEST and the 
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from importlib import resources
 from typing import TYPE_CHECKING
@@ -47,8 +48,15 @@ def _v5(db: PgDatabase) -> None:
                     .read_text("utf-8"))
 
 
+def _v6(db: PgDatabase) -> None:
+    # memory_sparse gets its memory's tenant (backfilled, then kept by a trigger), and the term
+    # index becomes (tenant_id, term ids): a tenant-wide sparse leg reads only its tenant's.
+    db.conn.execute(resources.files("memcli.store.postgres").joinpath("v6_sparse_tenant.sql")
+                    .read_text("utf-8"))
+
+
 # Steps after BASE, in order: STEPS[0] brings BASE to BASE + 1. Append only.
-STEPS: list[Callable[[PgDatabase], None]] = [_v3, _v4, _v5]
+STEPS: list[Callable[[PgDatabase], None]] = [_v3, _v4, _v5, _v6]
 LATEST = BASE + len(STEPS)
 VERSION_KEY = "schema_version"
 _LOCK = "SELECT pg_advisory_xact_lock(hashtext('memcli.migrate'))"
@@ -112,10 +120,44 @@ HNSW_INDEX = ("CREATE INDEX memory_vectors_hnsw ON memory_vectors"
               " USING hnsw (embedding vector_cosine_ops)")
 
 
-# The sparse leg's term index (schema 5, v5_sparse_terms.sql makes it with the same text; also
-# made again by `memcli rebuild` when it or its table was dropped: backend.py create_missing).
-SPARSE_TERMS_INDEX = ("CREATE INDEX memory_sparse_terms ON memory_sparse"
-                      " USING gin (memcli_sparse_term_array(vec))")
+# The sparse leg's term index by tenant (schema 6, v6_sparse_tenant.sql makes it with the same
+# text; schema 5's memory_sparse_terms had the term ids alone). Also made again by `memcli
+# rebuild` when it or its table was dropped: backend.py create_missing.
+SPARSE_TERMS_INDEX_NAME = "memory_sparse_tenant_terms"
+SPARSE_TERMS_INDEX = ("CREATE INDEX memory_sparse_tenant_terms ON memory_sparse"
+                      " USING gin (tenant_id, memcli_sparse_term_array(vec))")
+
+
+def sparse_table_steps(version: int) -> list[str]:
+    """What the steps up to `version` gave memory_sparse beyond schema.sql's table, for `memcli
+    rebuild` creating a dropped one again (the functions outlive the table): the row-level
+    policy (schema 3, v3_tenancy.sql: a bound role sees its tenant's vectors only), the
+    sparse_df triggers (schema 4, taken from v4_sparse_df.sql), the tenant column and its
+    trigger (schema 6, v6_sparse_tenant.sql)."""
+    steps = []
+    if version >= 3:
+        mine = "EXISTS (SELECT 1 FROM memories m WHERE m.id = memory_sparse.memory_id)"
+        steps += ["ALTER TABLE memory_sparse ENABLE ROW LEVEL SECURITY",
+                  f"CREATE POLICY tenant_rows ON memory_sparse USING ({mine})"
+                  f" WITH CHECK ({mine})"]
+    if version >= 4:
+        text = resources.files("memcli.store.postgres").joinpath("v4_sparse_df.sql").read_text(
+            "utf-8")
+        steps += re.findall(r"CREATE TRIGGER memory_sparse_df_\w+ .*?(?=;)", text, re.S)
+    if version >= 6:
+        steps += ["ALTER TABLE memory_sparse ADD COLUMN tenant_id text NOT NULL",
+                  "CREATE TRIGGER memory_sparse_tenant BEFORE INSERT OR UPDATE OF memory_id,"
+                  " tenant_id ON memory_sparse FOR EACH ROW EXECUTE FUNCTION"
+                  " memcli_sparse_tenant()"]
+    return steps
+
+
+def sparse_terms_index(db: PgDatabase) -> str | None:
+    """The name of the sparse leg's term index at this database's schema (None before 5)."""
+    version = current_version(db)
+    if version >= 6:
+        return SPARSE_TERMS_INDEX_NAME
+    return "memory_sparse_terms" if version == 5 else None
 
 
 def ensure_vectors(db: PgDatabase, dimension: int) -> None:

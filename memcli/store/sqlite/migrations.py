@@ -134,8 +134,15 @@ def _v5(db: Database) -> None:
     del db
 
 
+def _v6(db: Database) -> None:
+    # Schema 6 is PostgreSQL's as well (memory_sparse gets its memory's tenant, and the term
+    # index becomes (tenant_id, term ids): memcli/store/postgres/v6_sparse_tenant.sql); SQLite
+    # keeps postings, not those vectors and their index. One numbering for both engines.
+    del db
+
+
 # Append only. Never edit a released migration: add a new one and update schema.sql to match.
-MIGRATIONS: list[Callable[[Database], None]] = [_v1, _v2, _v3, _v4, _v5]
+MIGRATIONS: list[Callable[[Database], None]] = [_v1, _v2, _v3, _v4, _v5, _v6]
 LATEST = len(MIGRATIONS)
 
 
