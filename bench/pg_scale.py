@@ -3,7 +3,7 @@
     python bench/pg_scale.py --events 1000000     # the size (see "needs" in the results)
     python bench/pg_scale.py --events 100000      # ~1 h on 2 busy cores (50k took 33 min)
     python bench/pg_scale.py --events 1000000 --bulk-base 10000   # 10k ingested, rows copied
-    python bench/pg_scale.py --quick              # 400 events + 1 copy, hash embedder: CI smoke
+    python bench/pg_scale.py --quick              # 200 events + 1 copy, hash embedder: CI smoke
 
 Both engines, one after the other, through memcli's own write path (`Memory.ingest`, the store
 SQL, the backend's vector and posting writes), so the stored rows, indexes, vectors and postings
@@ -354,8 +354,9 @@ def main(argv: list[str] | None = None) -> int:
         (RESULTS / f"{args.name}.md").write_text(report.render(res))
         return 0
     if args.quick:
-        args.events, args.append, args.queries = 800, 160, 20
-        args.bulk_base = args.bulk_base or 400  # the smoke runs the bulk path too
+        # A smoke: every phase and check runs once at a small size (it measures nothing).
+        args.events, args.append, args.queries = 400, 160, 10  # 160: a batch per writer
+        args.bulk_base = args.bulk_base or 200  # the smoke runs the bulk path too
     from pg_support import running_server
 
     revision = report.git_revision()  # at start: the code measured is the code imported now

@@ -141,14 +141,14 @@ def _content_hash(rec: EventIn, content: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(key, sort_keys=True, ensure_ascii=False).encode()).hexdigest()
 
 
-# Seed 003 7.4: a tool result's excerpt is `content.excerpt_text`; `text` and `output` are
-# accepted on input and stored under that one name.
+# The Agent Memory System PRD, 7.4: a tool result's excerpt is `content.excerpt_text`; `text`
+# and `output` are accepted on input and stored under that one name.
 EXCERPT_KEYS = ("excerpt_text", "output", "text")
 
 
 def _is_file_read(content: dict[str, Any]) -> bool:
-    """A file read (`fs.read_file` and the like, or any result naming a `path`): seed 003 7.4
-    wants its `line_range` always, whatever its size."""
+    """A file read (`fs.read_file` and the like, or any result naming a `path`): the Agent Memory
+    System PRD (7.4) wants its `line_range` always, whatever its size."""
     tool = content.get("tool", content.get("name"))
     return isinstance(content.get("path"), str) or (
         isinstance(tool, str) and tool.rsplit(".", 1)[-1] == "read_file")

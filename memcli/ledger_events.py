@@ -26,7 +26,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from memcli import derive, ledger
-from memcli.errors import NotFoundError, UsageError, ValidationError
+from memcli.errors import UsageError, ValidationError
+from memcli.store import owner as own
 
 if TYPE_CHECKING:
     from memcli.memory import Memory
@@ -219,9 +220,7 @@ def _changes(event: LedgerEvent, task: dict[str, Any]) -> tuple[dict[str, Any], 
 
 
 def _active_decision(memory: Memory, decision_id: int, tenant_id: str) -> dict[str, Any]:
-    row = ledger.get_decision(memory, decision_id)
-    if row["tenant_id"] != tenant_id:
-        raise NotFoundError(f"no decision with id {decision_id}")
+    row = own.decision(memory.db, decision_id, memory.owner(tenant_id))
     if row["status"] != "active":
         raise UsageError(
             f"decision {decision_id} is already superseded by {row['superseded_by']}",
@@ -230,7 +229,4 @@ def _active_decision(memory: Memory, decision_id: int, tenant_id: str) -> dict[s
 
 
 def _task(memory: Memory, task_id: int, tenant_id: str) -> dict[str, Any]:
-    row = ledger.get_task(memory, task_id)
-    if row["tenant_id"] != tenant_id:
-        raise NotFoundError(f"no task with id {task_id}")
-    return row
+    return own.task(memory.db, task_id, memory.owner(tenant_id))

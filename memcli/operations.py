@@ -141,7 +141,7 @@ def ingest_payload(memory: Memory, sources: list[tuple[str, str]], *,
 
 def record_events_payload(memory: Memory, records: list[Any], *, defaults: dict[str, Any],
                           tenant: str | None = None) -> list[dict[str, Any]]:
-    """Seed 003's `record_event` answer for each record, in order: the Agent Memory System
+    """The `record_event` answer for each record, in order: the Agent Memory System
     PRD's `{event_id, chunk_ids, created_at}` beside that record's ingest report
     (memcli.models.EventReceipt). `tenant`: a caller bound to one tenant learns nothing of
     another tenant's event an id repeats (its `skipped` says only that the id is taken)."""

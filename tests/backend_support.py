@@ -35,6 +35,23 @@ def parametrize(metafunc: pytest.Metafunc) -> None:
         metafunc.parametrize("backend", BACKENDS, indirect=True)
 
 
+# Fixtures that reach the session's PostgreSQL server (tests/pg_support.py, pg_db_support.py).
+PG_FIXTURES = {"pg_server", "pg_cluster", "pg_db", "pg_memcli_db", "pg_memcli_reused",
+               "pg_memcli_template"}
+
+
+def mark_postgresql(items: list[pytest.Item]) -> None:
+    """conftest's pytest_collection_modifyitems: the `postgresql` marker (the tier that runs
+    on a real server) on the matrix's PostgreSQL cases, on tests taking a server fixture, and
+    on the test_pg_* modules (some start servers of their own)."""
+    for item in items:
+        callspec = getattr(item, "callspec", None)
+        if ((callspec is not None and callspec.params.get("backend") == "postgresql")
+                or PG_FIXTURES & set(getattr(item, "fixturenames", ()))
+                or item.path.name.startswith("test_pg_")):
+            item.add_marker(pytest.mark.postgresql)
+
+
 def location(backend: str, tmp_path: Path, request: pytest.FixtureRequest) -> Path | str:
     """conftest's `db_path` for `backend`."""
     if backend == "sqlite":

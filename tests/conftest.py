@@ -130,6 +130,10 @@ def pytest_generate_tests(metafunc):
     backend_support.parametrize(metafunc)  # tests marked `backends`: SQLite and PostgreSQL
 
 
+def pytest_collection_modifyitems(config, items):
+    backend_support.mark_postgresql(items)  # the tier on a real PostgreSQL server
+
+
 @pytest.fixture
 def backend(request) -> str:
     """The engine of `db_path`: "sqlite", or each of backend_support.BACKENDS for a test

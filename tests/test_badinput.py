@@ -285,6 +285,7 @@ def test_new_database_in_read_only_folder(protected, monkeypatch):
                                      "database)"]
 
 
+@pytest.mark.long  # fills a small file system through real processes
 def test_full_disk_from_the_cli(tmp_path, monkeypatch):
     """A real full file system (a 2 MB tmpfs, root only): one line, exit 1, no rejections."""
     folder = tmp_path / "small"

@@ -111,6 +111,7 @@ def _readme_world(tmp: Path, name: str) -> tuple[dict, Path, Path]:
     return env, cwd, db
 
 
+@pytest.mark.long  # every README example twice, one process per command
 def test_readme_examples_same_through_the_daemon(tmp_path):
     blocks = readme_blocks()
     joined = "\n".join(blocks)

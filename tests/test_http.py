@@ -389,6 +389,7 @@ def _json_values():
                         | st.dictionaries(keys, inner, max_size=5), max_leaves=12)
 
 
+@pytest.mark.long  # hypothesis bodies against a real server
 def test_any_json_body_is_answered_without_a_500(server) -> None:
     from hypothesis import HealthCheck, given, settings
     from hypothesis import strategies as st

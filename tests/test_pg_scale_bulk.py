@@ -28,7 +28,7 @@ from memcli.memory import Memory  # noqa: E402
 from memcli.providers.embedders import HashEmbedder  # noqa: E402
 from memcli.store.location import open_database  # noqa: E402
 
-pytestmark = pytest.mark.backends
+pytestmark = [pytest.mark.backends, pytest.mark.long]  # bench/pg_scale_bulk.py's checks
 
 MEMORY_COLUMNS = ("kind", "category", "content", "tenant_id", "user_id", "agent_id",
                   "session_id", "app_id", "run_id", "channel", "sensitivity", "actor_type",

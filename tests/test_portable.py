@@ -369,6 +369,7 @@ def test_another_embedder_recomputes_and_says_so(source, tmp_path, cli, monkeypa
 
 
 # -- progress -------------------------------------------------------------------------------------
+@pytest.mark.long  # real processes on a pseudo-terminal
 def test_progress_bar_on_a_terminal_nothing_on_a_pipe(source, tmp_path):
     from test_progress import _env, _run
 

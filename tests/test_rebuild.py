@@ -273,6 +273,7 @@ def test_rebuild_after_dropping_everything_derived(cli, db_path, built):
             assert after[table] == rows_before[table], table
 
 
+@pytest.mark.long  # three full rebuilds
 def test_rebuild_of_an_intact_database_changes_nothing_twice(cli, db_path, built):
     before = _results(cli)
     rows = _dump(db_path, skip=LAYOUT)
@@ -286,6 +287,7 @@ def test_rebuild_of_an_intact_database_changes_nothing_twice(cli, db_path, built
     _same(before, _results(cli))
 
 
+@pytest.mark.long  # three full rebuilds
 def test_rebuild_twice_after_damage_changes_nothing(cli, db_path, built):
     _damage(db_path)
     _rebuild(cli)

@@ -119,7 +119,7 @@ def validate(model: type[BaseModel], data: Any, what: str) -> Any:
 # -- seed 003: events, bundles, artifacts, decisions, tasks ------------------------------------
 def record_events(ctx: Context, scope: Scope, request: Any
                   ) -> dict[str, Any] | list[dict[str, Any]]:
-    """Seed 003's `record_event`: one record (a JSON object) or a list of them, read as `memcli
+    """The PRD's `record_event`: one record (a JSON object) or a list of them, read as `memcli
     ingest` reads them (same validation, same redaction). The answer is the Agent Memory System
     PRD's `{event_id, chunk_ids, created_at}` per record, beside that record's ingest report
     (repeats in `skipped`, problems in `rejected`: the caller answers 422 when any was
