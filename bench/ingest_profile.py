@@ -18,7 +18,7 @@ and what `scalar`/`insert`/`query` build on them) is timed from the client and g
 first words, and so are BEGIN + the writer lock (with many writers: the wait for the others)
 and COMMIT; `rest` is the time outside those: Python (validation, redaction, chunking,
 entities, the hash embedder). With many writers the times are summed over the writers.
-PostgreSQL is a throw-away server (tests/pg_support.py). Prints a table; nothing is written
+PostgreSQL is a throw-away server (tests/support/pg.py). Prints a table; nothing is written
 to bench/results (the numbers quoted there say which run they come from).
 """
 
@@ -259,7 +259,7 @@ def main(argv: list[str] | None = None) -> int:
         tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="ingprof-")))
         dsn = None
         if "postgresql" in engines:
-            from pg_support import running_server
+            from tests.support.pg import running_server
 
             dsn = stack.enter_context(running_server()).dsn
         for engine in engines:

@@ -10,7 +10,7 @@ Consolidation. Every LoCoMo turn becomes one event (`tenant_id = user_id = <samp
 with `defer_embed=True` (consolidation reads episodes, not their vectors). Then every session
 is consolidated on its own, in conversation order, through the library (`consolidate(...,
 session_id=...)`) and the real `openai` client, against a scripted OpenAI-compatible server on
-127.0.0.1 (tests/llmstub.py, extended here to compute replies instead of queueing them):
+127.0.0.1 (tests/support/llmstub.py, extended here to compute replies instead of queueing them):
 - an extraction prompt is answered with LoCoMo's own `observation` entries whose evidence turns
   are in the prompt (third-person facts written by the dataset's authors), citing those turns,
   and the session's `session_summary` cut to the writing rules; observations that break the
@@ -51,8 +51,6 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))
 sys.path.insert(0, str(REPO_ROOT / "tests"))
 
-from llmstub import LLMStub, ScriptedReply  # noqa: E402
-
 from memcli import Memory  # noqa: E402
 from memcli.config import LifecycleSettings, LLMSettings  # noqa: E402
 from memcli.lifecycle.consolidate import consolidate  # noqa: E402
@@ -60,6 +58,7 @@ from memcli.lifecycle.decay import apply_decay, plan_decay  # noqa: E402
 from memcli.lifecycle.llm_usage import Model  # noqa: E402
 from memcli.lifecycle.textrules import check_memory_text, jaccard, tokens  # noqa: E402
 from memcli.models import format_ts  # noqa: E402
+from tests.support.llmstub import LLMStub, ScriptedReply  # noqa: E402
 
 DEFAULT_DATA = REPO_ROOT.parent / "shared" / "data" / "locomo10.json"
 RESULTS = REPO_ROOT / "bench" / "results" / "lifecycle"

@@ -1,7 +1,7 @@
 """bench/locomo.py on PostgreSQL: the database, and SQLite beside PostgreSQL (issue #16).
 
 `python bench/locomo.py --backend both` ingests LoCoMo through memcli's own `Memory.ingest` into
-a PostgreSQL database (a fresh one on a throw-away server from tests/pg_support.py, or
+a PostgreSQL database (a fresh one on a throw-away server from tests/support/pg.py, or
 `--db URL`) and asks every question through `Memory.query` there, as it does on the SQLite
 file: same models, same settings, same legs and fusion; only the engine under the store
 differs. This module holds what only that needs: the database, the comparison of the two

@@ -1,6 +1,6 @@
 """What row-level security costs a tenant role's queries on PostgreSQL (issue #16, design (c)).
 
-A throw-away PostgreSQL 18 (tests/pg_support.py). One database, tenants `a` (the big one),
+A throw-away PostgreSQL 18 (tests/support/pg.py). One database, tenants `a` (the big one),
 `b`, `c`; users u0..u24 per tenant; the hash embedder, no SPLADE. The same queries run through
 memcli (`Memory.query`) as the schema owner (not bound by RLS) and as a login role bound to
 tenant `a` (`memcli pg grant-tenant`), scoped to one user and tenant-wide. Reported: p50/p95 ms

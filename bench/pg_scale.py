@@ -22,7 +22,7 @@ by side, bench/pg_scale_bulk.py) and checked (bench/pg_scale_check.py) before th
 4. PostgreSQL's plans at scale: auto_explain logs every statement of two queries (one user, one
    tenant) and the report lists the indexes each leg's statement used.
 
-PostgreSQL is a throw-away server from tests/pg_support.py (data under /tmp, fsync off, stopped
+PostgreSQL is a throw-away server from tests/support/pg.py (data under /tmp, fsync off, stopped
 and removed at the end). Results: bench/results/pg-scale.{md,json} (not for --quick).
 """
 
@@ -357,7 +357,7 @@ def main(argv: list[str] | None = None) -> int:
         # A smoke: every phase and check runs once at a small size (it measures nothing).
         args.events, args.append, args.queries = 400, 160, 10  # 160: a batch per writer
         args.bulk_base = args.bulk_base or 200  # the smoke runs the bulk path too
-    from pg_support import running_server
+    from tests.support.pg import running_server
 
     revision = report.git_revision()  # at start: the code measured is the code imported now
     work = Path(tempfile.mkdtemp(prefix="memcli-pgscale-", dir=args.workdir))

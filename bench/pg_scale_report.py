@@ -39,7 +39,7 @@ def machine() -> dict[str, Any]:
 
 def server_rss_mb(server: Any) -> dict[str, float]:
     """The server's processes: private memory summed, shared memory (buffers) once."""
-    from pg_support import server_processes
+    from tests.support.pg import server_processes
 
     anon = shmem = 0
     pids = server_processes(server.bin_dir / "postgres", server.pid)

@@ -211,14 +211,13 @@ def main() -> int:
                         help="also time the vectors as a column of (a copy of) memories")
     args = parser.parse_args()
 
-    from pg_support import running_server
-
     from memcli.config import RetrievalSettings, Settings
     from memcli.memory import make_sparse
     from memcli.store import search as store_search
     from memcli.store import sparse as sparse_sql
     from memcli.store.filters import Filters
     from memcli.store.postgres import connect
+    from tests.support.pg import running_server
 
     rows, weights = read_source(args.source, args.memories)
     queries = perf.generate_queries(args.queries, sup.scopes())

@@ -115,14 +115,13 @@ def main() -> int:
     parser.add_argument("--explain", action="store_true", help="print the plans of query 1")
     args = parser.parse_args()
 
-    from pg_support import running_server
-
     from memcli.config import RetrievalSettings, Settings
     from memcli.memory import make_sparse
     from memcli.store import search as store_search
     from memcli.store.filters import Filters
     from memcli.store.postgres import connect
     from memcli.store.postgres import sparse as pg_sparse
+    from tests.support.pg import running_server
 
     if args.source.exists():
         rows, weights = bench_sparse.read_source(args.source, args.memories)

@@ -3,7 +3,7 @@
     python bench/pg_writers.py            # 8 writers x 40 batches x 5 events per scenario
     python bench/pg_writers.py --quick    # CI: 8 writers x 4 batches, checks only
 
-A throw-away PostgreSQL 18 (tests/pg_support.py). Each writer is its own process running the
+A throw-away PostgreSQL 18 (tests/support/pg.py). Each writer is its own process running the
 library as an agent would (`Memory.configured()` from MEMCLI_DB=<URL>, the hash embedder, no
 SPLADE: the database path is what is measured), ingesting small batches in a loop (one
 transaction each, as one `memcli ingest` or one HTTP `POST /events` is). Scenarios, each on a

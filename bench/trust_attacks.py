@@ -46,10 +46,11 @@ from typing import Any
 BENCH = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH.parent / "tests"))  # the tests' planted listener and environment
 
-from socket_support import Listener, python_of, second_user  # noqa: E402
 from trust_attacks_fuzz import fuzz  # noqa: E402
 from trust_attacks_serve import Serve, bindings, oversized  # noqa: E402
-from trust_support import memcli_env  # noqa: E402
+
+from tests.support.sockets import Listener, python_of, second_user  # noqa: E402
+from tests.support.trust import memcli_env  # noqa: E402
 
 SECRET = "s3cret-token-never-forwarded"
 KEY = base64.b64encode(b"k" * 32).decode()

@@ -11,10 +11,11 @@ from pathlib import Path
 import pytest
 import typer.main
 import typer.testing
-from conftest import ndjson, turns, write_lock_held
 
 import memcli
 from memcli.cli.app import app
+from tests.support.backend import write_lock_held
+from tests.support.records import ndjson, turns
 
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"

@@ -4,7 +4,7 @@ Parity: every runnable `sh` example of README.md runs twice from the same start,
 daemon and once in-process (`--no-daemon`), with stdout, stderr and exit codes compared. Then
 the error cases, the lifecycle (a second serve, SIGKILL mid-ingest, SIGTERM with a request in
 flight, idle exit), tenants per request, relative paths from another folder, and the client's
-imports. Every daemon is stopped by `daemon_support.Daemon` (finally: SIGKILL).
+imports. Every daemon is stopped by `tests.support.daemon.Daemon` (finally: SIGKILL).
 """
 
 from __future__ import annotations
@@ -22,7 +22,8 @@ import time
 from pathlib import Path
 
 import pytest
-from daemon_support import (
+
+from tests.support.daemon import (
     _CLIENT,
     HEAVY,
     ROOT,
@@ -212,7 +213,7 @@ def test_usage_errors_are_one_line_through_the_daemon(served, tmp_path, args):
 
 def test_busy_database_exits_75_through_the_daemon(served, tmp_path):
     db, env, _daemon = served
-    from conftest import write_lock_held
+    from tests.support.backend import write_lock_held
 
     env = {**env, "MEMCLI_BUSY_TIMEOUT": "0.5"}
     routes = tmp_path / "routes.log"

@@ -389,7 +389,7 @@ def test_openai_malformed_replies(fake_server: FakeEmbeddingServer) -> None:
 
 
 def test_openai_unreachable_server_is_an_embedder_error() -> None:
-    from net_support import refused_port
+    from tests.support.net import refused_port
 
     with refused_port() as port:
         embedder = OpenAIEmbedder(f"http://127.0.0.1:{port}/v1", "m", 3, max_retries=0,

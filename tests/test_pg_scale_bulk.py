@@ -14,8 +14,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from backend_support import is_pg
-from pg_db_support import scratch_database, with_database
+
+from tests.support.backend import is_pg
+from tests.support.pg_db import scratch_database, with_database
 
 BENCH = Path(__file__).resolve().parent.parent / "bench"
 sys.path.insert(0, str(BENCH))

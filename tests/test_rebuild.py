@@ -2,7 +2,7 @@
 CLI, rebuild from the event log, and get the same ids, query results, bundles and history;
 what a person deleted stays deleted; a second rebuild changes nothing; a dry run writes
 nothing; a busy database exits 75. On SQLite and PostgreSQL (the backend matrix,
-tests/backend_support.py): the damage is each engine's (its index tables, or indexes)."""
+tests/support/backend.py): the damage is each engine's (its index tables, or indexes)."""
 
 from __future__ import annotations
 
@@ -12,11 +12,11 @@ import json
 import shutil
 
 import pytest
-from backend_support import index_names, is_pg, writer_lock_held
-from conftest import ndjson, turns
-from pg_db_support import scratch_database, with_database
 
 from memcli.store.location import open_database
+from tests.support.backend import index_names, is_pg, writer_lock_held
+from tests.support.pg_db import scratch_database, with_database
+from tests.support.records import ndjson, turns
 
 pytestmark = pytest.mark.backends
 

@@ -21,11 +21,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from daemon_support import start_serve, stop
-from socket_support import Listener, python_of, second_user
-from trust_support import memcli_env
 
 from memcli.service import client, paths
+from tests.support.daemon import start_serve, stop
+from tests.support.sockets import Listener, python_of, second_user
+from tests.support.trust import memcli_env
 
 SECRET = "s3cret-token-never-forwarded"
 KEY = base64.b64encode(b"k" * 32).decode()

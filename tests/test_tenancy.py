@@ -19,9 +19,9 @@ import pytest
 
 from memcli import Memory
 from memcli.providers.embedders import HashEmbedder
-from tests.conftest import ndjson
+from tests.support.records import ndjson
 
-pytestmark = pytest.mark.backends  # SQLite and PostgreSQL (tests/backend_support.py)
+pytestmark = pytest.mark.backends  # SQLite and PostgreSQL (tests/support/backend.py)
 
 TENANTS = ("default", "tb", "tc")
 USERS = ("u1", "u2", "u3")
