@@ -1,6 +1,6 @@
 """bench/locomo.py on PostgreSQL: the database, and SQLite beside PostgreSQL (issue #16).
 
-`python bench/locomo.py --backend both` ingests LoCoMo through memcli's own `Memory.ingest` into
+`python -m bench.locomo --backend both` ingests LoCoMo through memcli's own `Memory.ingest` into
 a PostgreSQL database (a fresh one on a throw-away server from tests/support/pg.py, or
 `--db URL`) and asks every question through `Memory.query` there, as it does on the SQLite
 file: same models, same settings, same legs and fusion; only the engine under the store
@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import locomo
+from bench import locomo
 
 DATABASE = "memcli_locomo"
 TARGET = 1.0  # issue #16: PostgreSQL within 1 point of SQLite at every k
@@ -39,7 +39,7 @@ def postgres_database(url: str | None) -> Iterator[str]:
             raise SystemExit(f"--db {shown(url)}: not a postgresql:// URL")
         yield url
         return
-    from pg_bench_support import PgUnavailable, scratch_database
+    from bench.pg_bench_support import PgUnavailable, scratch_database
 
     try:
         with scratch_database(DATABASE) as (_, scratch_url):

@@ -13,15 +13,12 @@ without psycopg; bench scripts fail instead).
 from __future__ import annotations
 
 import contextlib
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-if str(REPO_ROOT / "tests") not in sys.path:
-    sys.path.insert(0, str(REPO_ROOT / "tests"))  # tests.support.pg: the tests' server code
+from tests.support.pg import PgServer, PgUnavailable, running_server
 
-from tests.support.pg import PgServer, PgUnavailable, running_server  # noqa: E402
+REPO_ROOT = Path(__file__).resolve().parents[1]
 
 __all__ = ["PgServer", "PgUnavailable", "create_database", "database_url", "running_server",
            "scratch_database"]

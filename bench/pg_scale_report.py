@@ -125,7 +125,7 @@ def render(res: dict[str, Any]) -> str:
     lines = [
         f"# PostgreSQL beside SQLite at scale ({size})",
         "",
-        f"`python bench/pg_scale.py {command}` at {res['revision']}, "
+        f"`python -m bench.pg_scale {command}` at {res['revision']}, "
         f"{res['started']}; {res['users']:,} users in {res['tenants']} tenants; "
         f"{res['machine']['cpus']} CPUs shared with other work (load at start "
         f"{res['machine']['load_avg_at_start']}, at the end {res.get('load_avg', 'n/a')}); "
