@@ -37,10 +37,12 @@ from tests.support.daemon import (
     wait_until,
 )
 
+pytestmark = pytest.mark.daemon  # every test starts `memcli serve` or its client as processes
+
 README = ROOT / "README.md"
 # Fenced `sh` blocks that are not memcli usage (installing, benchmarks, development, a script),
 # or that start and stop a daemon themselves (the tests below do that).
-NOT_USAGE = ("pip install", "#!/bin/sh", "bench/", "pytest", "memcli serve")
+NOT_USAGE = ("pip install", "#!/bin/sh", "-m bench.", "pytest", "memcli serve")
 CONVERSATION = "".join(json.dumps(r) + "\n" for r in [
     {"text": "We deploy on Fridays after the planning call", "session_id": "s2",
      "role": "assistant", "category": "tasks"},
@@ -473,6 +475,7 @@ def _same_answer(a, b, where: str = "$") -> None:
         assert a == b, (where, a, b)
 
 
+@pytest.mark.slow  # e5-small and SPLADE in the daemon and in the local process
 def test_daemon_with_the_default_models_answers_like_in_process(tmp_path):
     """e5-small + SPLADE, warm in the daemon: the same ranking, ids and fields (scores within
     1e-3)."""
@@ -494,6 +497,7 @@ def test_daemon_with_the_default_models_answers_like_in_process(tmp_path):
             assert via.stderr == local.stderr
 
 
+@pytest.mark.slow  # loads SPLADE
 def test_local_models_are_shared_by_every_memory_in_a_process():
     """A daemon (or a library user) opening many Memory objects loads each model once."""
     from memcli.config import load_settings

@@ -123,6 +123,7 @@ def test_every_command_refuses_a_url(tmp_path, monkeypatch, source):
     assert not (tmp_path / "home").exists() or not any((tmp_path / "home").rglob("*.db"))
 
 
+@pytest.mark.long  # the entry point as a child process
 def test_entry_point_refuses_a_url(tmp_path):
     """The installed entry point (its fast path for query and acb build, Typer for the rest)
     in a real process, the URL from the environment."""

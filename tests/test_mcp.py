@@ -26,6 +26,8 @@ from tests.support.mcp import (
     stdio_params,
 )
 
+pytestmark = pytest.mark.daemon  # `memcli mcp` over stdio, `memcli serve`: child processes
+
 DEFAULT = {"memory.query", "memory.build_acb", "memory.record_event", "memory.get_artifact",
            "memory.query_decisions", "memory.remember", "memory.forget"}
 

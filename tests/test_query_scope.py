@@ -214,6 +214,7 @@ def proc_env(tmp_path, db_path) -> dict:
     return env
 
 
+@pytest.mark.long  # memcli as child processes
 def test_a_process_widens_shows_the_scope_and_reads_the_request(cli, chats, proc_env):
     widened = _process(["query", "--session", "new", QUESTION, "-k", "3", "--json"], proc_env)
     assert widened.returncode == 0, widened.stderr

@@ -18,7 +18,7 @@ from tests.support.backend import index_names, is_pg, writer_lock_held
 from tests.support.pg_db import scratch_database, with_database
 from tests.support.records import ndjson, turns
 
-pytestmark = pytest.mark.backends
+pytestmark = [pytest.mark.backends, pytest.mark.long]  # full rebuilds, seconds each
 
 
 def Database(location):  # noqa: N802 - the engine's own Database for a path or a URL
@@ -273,7 +273,6 @@ def test_rebuild_after_dropping_everything_derived(cli, db_path, built):
             assert after[table] == rows_before[table], table
 
 
-@pytest.mark.long  # three full rebuilds
 def test_rebuild_of_an_intact_database_changes_nothing_twice(cli, db_path, built):
     before = _results(cli)
     rows = _dump(db_path, skip=LAYOUT)
@@ -287,7 +286,6 @@ def test_rebuild_of_an_intact_database_changes_nothing_twice(cli, db_path, built
     _same(before, _results(cli))
 
 
-@pytest.mark.long  # three full rebuilds
 def test_rebuild_twice_after_damage_changes_nothing(cli, db_path, built):
     _damage(db_path)
     _rebuild(cli)

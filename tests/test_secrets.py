@@ -30,7 +30,9 @@ from hypothesis import strategies as st
 
 from tests.support.backend import is_pg, stored_bytes
 
-pytestmark = pytest.mark.backends  # SQLite and PostgreSQL (tests/support/backend.py)
+# SQLite and PostgreSQL (tests/support/backend.py); a trust suite: random secrets through every
+# write command, seconds an example
+pytestmark = [pytest.mark.backends, pytest.mark.trust]
 
 TALLY: Counter[str] = Counter()
 RUNS = itertools.count()

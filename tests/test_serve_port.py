@@ -5,9 +5,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from memcli.service import paths
 from tests.support.daemon import daemon_env, start_serve, stop
 from tests.support.net import refused_port
+
+pytestmark = pytest.mark.daemon  # a `memcli serve` process
 
 
 def test_a_taken_port_is_one_line_and_leaves_nothing_behind(tmp_path):

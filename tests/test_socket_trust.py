@@ -27,6 +27,8 @@ from tests.support.daemon import start_serve, stop
 from tests.support.sockets import Listener, python_of, second_user
 from tests.support.trust import memcli_env
 
+pytestmark = pytest.mark.daemon  # planted listeners and `memcli` as processes
+
 SECRET = "s3cret-token-never-forwarded"
 KEY = base64.b64encode(b"k" * 32).decode()
 

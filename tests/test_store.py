@@ -452,6 +452,7 @@ def test_configured_memory_gets_the_clis_models(db_path, monkeypatch):
         assert m.embedder is None and m.sparse is None
 
 
+@pytest.mark.long  # fresh interpreters
 def test_thread_defaults_set_only_what_can_still_take_effect():
     code = ("import os, sys{pre}; from memcli.config import thread_defaults; thread_defaults();"
             " print(os.environ.get('OMP_WAIT_POLICY'), os.environ.get('OPENBLAS_NUM_THREADS'))")

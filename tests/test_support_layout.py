@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 PATH_EDIT = re.compile(r"sys\.path\.(insert|append|extend)\(|sys\.path\s*(\+=|=)")
 
@@ -32,6 +34,7 @@ def test_no_test_replaces_a_private_name_of_typer():
     assert uses == []
 
 
+@pytest.mark.long  # a child importing every bench module
 def test_support_and_benchmarks_import_by_name_from_another_folder(tmp_path):
     """A fresh interpreter in an unrelated working folder, with the repository root on its path
     (as `python -m bench.x` run from the root has, and the editable install gives), imports

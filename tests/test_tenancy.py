@@ -219,6 +219,7 @@ def markers_text(out: str) -> list[str]:
     return [h["text"] for h in json.loads(out)]
 
 
+@pytest.mark.long  # memcli as child processes
 def test_a_query_process_reads_one_tenant_unless_all_tenants(tmp_path, without_sparse_leg):
     db = tmp_path / "proc.db"
     env = {k: v for k, v in os.environ.items() if not k.startswith("MEMCLI_")}
