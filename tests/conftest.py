@@ -53,8 +53,6 @@ def stub():
         yield server
 
 
-
-
 @pytest.fixture
 def command_built_once():
     """The app's click command, built once per process as a real process builds it
@@ -114,8 +112,8 @@ def pytest_collection_modifyitems(config, items):
 
 @pytest.fixture
 def backend(request) -> str:
-    """The engine of `db_path`: "sqlite", or each of matrix.BACKENDS for a test
-    marked `backends`."""
+    """The engine of `db_path`: "sqlite", or each of tests.support.backend.BACKENDS for a
+    test marked `backends`."""
     return getattr(request, "param", "sqlite")
 
 
