@@ -1,6 +1,6 @@
 """Encoding speed by text length: each model alone, and `memcli embed` end to end.
 
-    python bench/encode_speed.py [--texts 476] [--rounds 2] [--baseline [LABEL=]DIR ...]
+    python -m bench.encode_speed [--texts 476] [--rounds 2] [--baseline [LABEL=]DIR ...]
 
 Texts are synthetic chat-like turns of 50, 200 and 1,000 characters (bench/embedders_speed.py's
 generator; 476 of 50 and 200 characters, a quarter as many of 1,000). Each measurement runs in a
@@ -34,15 +34,13 @@ MODELS = ("e5-small engine", "e5-small onnxruntime", "splade-tiny")
 
 
 def texts_for(chars: int, n: int) -> list[str]:
-    sys.path.insert(0, str(REPO / "bench"))
-    from embedders_speed import synthetic_texts
+    from bench.embedders_speed import synthetic_texts
 
     return synthetic_texts(n if chars < 1000 else max(n // 4, 1), chars=chars)
 
 
 def child(model: str, chars: int, n: int) -> None:
     """Runs in a fresh interpreter: one model on one length; prints texts/s."""
-    sys.path.insert(0, str(REPO))
     from memcli.config import thread_defaults
 
     thread_defaults()
@@ -124,8 +122,8 @@ def main() -> None:
             for chars in LENGTHS:
                 count = len(texts_for(chars, args.texts))
                 for model in MODELS:
-                    out = run([sys.executable, __file__, "--child", model, str(chars),
-                               str(args.texts)], env)
+                    out = run([sys.executable, "-m", "bench.encode_speed", "--child", model,
+                               str(chars), str(args.texts)], env)
                     results.setdefault((model, chars), []).append(float(out))
                 for label, checkout in checkouts:
                     rate = embed_rate(checkout, dbs[chars], count, env)

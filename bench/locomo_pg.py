@@ -1,7 +1,7 @@
 """bench/locomo.py on PostgreSQL: the database, and SQLite beside PostgreSQL.
 
-`python bench/locomo.py --backend both` ingests LoCoMo through memcli's own `Memory.ingest` into
-a PostgreSQL database (a fresh one on a throw-away server from tests/pg_support.py, or
+`python -m bench.locomo --backend both` ingests LoCoMo through memcli's own `Memory.ingest` into
+a PostgreSQL database (a fresh one on a throw-away server from tests/support/pg.py, or
 `--db URL`) and asks every question through `Memory.query` there, as it does on the SQLite
 file: same models, same settings, same legs and fusion; only the engine under the store
 differs. This module holds what only that needs: the database, the comparison of the two
@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import locomo
+from bench import locomo
 
 DATABASE = "memcli_locomo"
 TARGET = 1.0  # the bound: PostgreSQL within 1 point of SQLite at every k
@@ -39,7 +39,7 @@ def postgres_database(url: str | None) -> Iterator[str]:
             raise SystemExit(f"--db {shown(url)}: not a postgresql:// URL")
         yield url
         return
-    from pg_bench_support import PgUnavailable, scratch_database
+    from bench.pg_bench_support import PgUnavailable, scratch_database
 
     try:
         with scratch_database(DATABASE) as (_, scratch_url):

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from locomo_data import BUDGETS, DRAGON, ENGINE_TITLE, KS, REPO_ROOT, TOP_K
+from bench.locomo_data import BUDGETS, DRAGON, ENGINE_TITLE, KS, REPO_ROOT, TOP_K
 
 
 def _metric_heads() -> str:
@@ -70,7 +70,7 @@ def render_markdown(meta: dict[str, Any], results: dict[str, dict[str, Any]]) ->
         f"# LoCoMo evidence recall: memcli{ENGINE_TITLE.get(meta.get('engine'), '')},"
         f" embedder `{meta['embedder']}`, sparse `{meta['sparse']}`",
         "",
-        f"Measured {meta['date']} with `{meta.get('command', 'python bench/locomo.py')}`"
+        f"Measured {meta['date']} with `{meta.get('command', 'python -m bench.locomo')}`"
         f" (memcli {meta['revision']}; {meta['machine']};"
         f" OMP_WAIT_POLICY={meta['omp_wait_policy']}).",
         f"{meta['counts']['questions']:,} questions with evidence out of "

@@ -11,8 +11,7 @@ from collections import defaultdict
 from collections.abc import Callable
 from typing import Any
 
-from locomo_data import BUDGETS, CATEGORIES, KS, TOP_K, config_settings, sessions
-
+from bench.locomo_data import BUDGETS, CATEGORIES, KS, TOP_K, config_settings, sessions
 from memcli import Memory
 from memcli.retrieval.text import has_recall_cue
 from memcli.tokens import count_tokens

@@ -1,6 +1,6 @@
 """What onnxruntime and onnx cost as core dependencies: disk, start-up, first document encode.
 
-    python bench/onnx_cost.py [--rounds 7]
+    python -m bench.onnx_cost [--rounds 7]
 
 - Installed size of each distribution (from its RECORD) and the wheels' sizes as pip reports
   them from the local cache when `--wheels DIR` points at downloaded wheels.

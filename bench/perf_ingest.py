@@ -6,17 +6,16 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 import time
 from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from perf_data import (
+from bench.perf_data import (
     BATCH,
     DATA_VERSION,
-    PERF_SCRIPT,
+    PERF_CHILD,
     REPO_ROOT,
     generate_queries,
     loadavg,
@@ -197,7 +196,7 @@ def query_models(embedder_name: str, use_sparse: bool, n: int = 60) -> dict[str,
         env.pop("OMP_WAIT_POLICY", None)
         if policy:
             env["OMP_WAIT_POLICY"] = policy
-        argv = [sys.executable, str(PERF_SCRIPT), "--child", "query-models",
+        argv = [*PERF_CHILD, "--child", "query-models",
                 "--embedder", embedder_name, "--queries", str(n)]
         if not use_sparse:
             argv.append("--no-sparse")

@@ -153,7 +153,7 @@ class Base:
                                else "memory_sparse")
         stamps = [_parse(r["ts"]) for r in self.rows["events"]]
         self.span = (max(stamps) - min(stamps)).total_seconds() + 86400
-        import perf
+        from bench import perf
 
         nouns = set(perf.NAMES) | set(perf.PLACES) | set(perf.PROJECTS)
         nouns |= {n.lower() for n in nouns} | {n.capitalize() for n in nouns}

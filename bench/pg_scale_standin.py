@@ -1,8 +1,8 @@
 """A stand-in for perf's 100k database as bench/pg_scale.py's `--source` with `--bulk-base 10000`
 (perf's database takes about an hour to build here: its dense vectors are really embedded).
 
-    python bench/pg_scale_standin.py /tmp/source.db [--locomo bench/.cache/locomo-e5-small.db]
-    python bench/pg_scale.py --events 1000000 --bulk-base 10000 --source /tmp/source.db ...
+    python -m bench.pg_scale_standin /tmp/source.db [--locomo bench/.cache/locomo-e5-small.db]
+    python -m bench.pg_scale --events 1000000 --bulk-base 10000 --source /tmp/source.db ...
 
 It holds what pg_scale reads from the source for the base's 10,000 texts (the first texts of
 perf's corpus): the meta rows naming the models, each text's real SPLADE weights
@@ -14,14 +14,11 @@ real but different vector set. Results made with it say so.
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
-BENCH = Path(__file__).resolve().parent
-sys.path.insert(0, str(BENCH.parent))
-sys.path.insert(0, str(BENCH))
+from bench import pg_sparse_corpus
 
-import pg_sparse_corpus  # noqa: E402
+BENCH = Path(__file__).resolve().parent
 
 LOCOMO = BENCH / ".cache" / "locomo-e5-small.db"
 

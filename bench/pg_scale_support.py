@@ -22,7 +22,6 @@ import os
 import pickle
 import random
 import resource
-import sys
 import time
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -30,11 +29,9 @@ from typing import Any
 
 import numpy as np
 
-BENCH = Path(__file__).resolve().parent
-sys.path.insert(0, str(BENCH.parent))
-sys.path.insert(0, str(BENCH))
+from bench import perf  # its generator, query set and percentiles
 
-import perf  # noqa: E402  (its generator, query set and percentiles)
+BENCH = Path(__file__).resolve().parent
 
 USERS = 1000
 TENANTS = 8

@@ -2,7 +2,7 @@
 (bench/.cache/perf-100000-e5-small-splade.db, whose dense vectors take most of an hour) is not
 there: only the SPLADE model runs (30-190 texts/s on 2 shared cores).
 
-    python bench/pg_sparse_corpus.py --memories 100000   # writes the cache, then exits
+    python -m bench.pg_sparse_corpus --memories 100000   # writes the cache, then exits
 
 The first N events of bench/perf_data.py's corpus (the texts perf's database holds), each
 session given to one of 1,000 users in 8 tenants as bench/pg_sparse.py's `read_source` does.
@@ -22,12 +22,10 @@ import sys
 import time
 from pathlib import Path
 
-BENCH = Path(__file__).resolve().parent
-sys.path.insert(0, str(BENCH.parent))
-sys.path.insert(0, str(BENCH))
+from bench import pg_scale_support as sup
+from bench.perf_data import generate_events
 
-import pg_scale_support as sup  # noqa: E402
-from perf_data import generate_events  # noqa: E402
+BENCH = Path(__file__).resolve().parent
 
 CACHE = BENCH / ".cache"
 BASE = 10_000

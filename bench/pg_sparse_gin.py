@@ -2,7 +2,7 @@
 schema 5), schema 5's GIN index over the vectors' term ids (every tenant's), and schema 6's over
 (tenant_id, term ids), in the same run on the same rows.
 
-    python bench/pg_sparse_gin.py --memories 100000 --queries 40 [--rounds 3] [--source DB]
+    python -m bench.pg_sparse_gin --memories 100000 --queries 40 [--rounds 3] [--source DB]
 
 Loads the first N memories of perf's 100k database (bench/.cache, made by bench/perf.py) and
 their stored SPLADE weights into a throw-away server as 1,000 users in 8 tenants (as
@@ -29,15 +29,14 @@ import time
 from pathlib import Path
 from typing import Any
 
-BENCH = Path(__file__).resolve().parent
-sys.path.insert(0, str(BENCH.parent))
-sys.path.insert(0, str(BENCH.parent / "tests"))
-sys.path.insert(0, str(BENCH))
+from bench import (
+    perf,
+    pg_sparse_corpus,
+)
+from bench import pg_scale_support as sup
+from bench import pg_sparse as bench_sparse
 
-import perf  # noqa: E402
-import pg_scale_support as sup  # noqa: E402
-import pg_sparse as bench_sparse  # noqa: E402
-import pg_sparse_corpus  # noqa: E402
+BENCH = Path(__file__).resolve().parent
 
 ARMS = ("scan", "terms", "tenant", "picked")
 # Schema 5's index, over a twin of the term function (the planner matches an index
@@ -115,14 +114,13 @@ def main() -> int:
     parser.add_argument("--explain", action="store_true", help="print the plans of query 1")
     args = parser.parse_args()
 
-    from pg_support import running_server
-
     from memcli.config import RetrievalSettings, Settings
     from memcli.memory import make_sparse
     from memcli.store import search as store_search
     from memcli.store.filters import Filters
     from memcli.store.postgres import connect
     from memcli.store.postgres import sparse as pg_sparse
+    from tests.support.pg import running_server
 
     if args.source.exists():
         rows, weights = bench_sparse.read_source(args.source, args.memories)
@@ -201,7 +199,7 @@ def main() -> int:
 
     n = len(rows)
     print(f"\n## {started[:10]}, the sparse leg's term index by tenant ({n:,} memories)\n")
-    print(f"`python bench/pg_sparse_gin.py --memories {args.memories} --queries {args.queries}"
+    print(f"`python -m bench.pg_sparse_gin --memories {args.memories} --queries {args.queries}"
           f" --rounds {args.rounds}`, started {started}; {origin}; 1,000 users in 8 tenants;"
           " the four statements alternating per query (the order flipped each round), one"
           " server.\n")

@@ -1,9 +1,9 @@
 """Many writer processes on one PostgreSQL database.
 
-    python bench/pg_writers.py            # 8 writers x 40 batches x 5 events per scenario
-    python bench/pg_writers.py --quick    # CI: 8 writers x 4 batches, checks only
+    python -m bench.pg_writers            # 8 writers x 40 batches x 5 events per scenario
+    python -m bench.pg_writers --quick    # CI: 8 writers x 4 batches, checks only
 
-A throw-away PostgreSQL 18 (tests/pg_support.py). Each writer is its own process running the
+A throw-away PostgreSQL 18 (tests/support/pg.py). Each writer is its own process running the
 library as an agent would (`Memory.configured()` from MEMCLI_DB=<URL>, the hash embedder, no
 SPLADE: the database path is what is measured), ingesting small batches in a loop (one
 transaction each, as one `memcli ingest` or one HTTP `POST /events` is). Scenarios, each on a
@@ -36,11 +36,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from bench.pg_bench_support import create_database, running_server
+
 REPO_ROOT = Path(__file__).resolve().parents[1]
 RESULTS = REPO_ROOT / "bench" / "results"
 REAL = "tenant_id NOT LIKE 'warm-%'"  # each writer's warm-up event has a tenant of its own
-
-from pg_bench_support import create_database, running_server  # noqa: E402
 
 # One writer process: start together (a file appears), then batches, then its timings.
 WRITER = r"""

@@ -1,8 +1,8 @@
 """Whole-process latency of `memcli query` and `memcli acb build` through a running daemon.
 
-    python bench/service.py               # 10k and 100k memories, the default models
-    python bench/service.py --quick       # CI smoke: 1k memories, hash embedder, few runs
-    python bench/service.py --sizes 10000 --runs 40
+    python -m bench.service               # 10k and 100k memories, the default models
+    python -m bench.service --quick       # CI smoke: 1k memories, hash embedder, few runs
+    python -m bench.service --sizes 10000 --runs 40
 
 What an agent feels: a fresh `memcli` process per call, as a shell, a hook or a cron job runs
 it. Three ways, measured in the same run and interleaved (one of each per round, so a busy
@@ -21,7 +21,7 @@ build` p50 <= 150 ms. Every run's stdout is checked (JSON with hits / a bundle).
 
 Data: copies of bench/perf.py's databases (`perf-<size>-e5-small-splade.db`: the 10k one is
 embedded for real with e5-small and SPLADE, the 100k one holds noisy copies of those vectors):
-run `python bench/perf.py` first. `--quick` builds a 1k database with the hash embedder and no
+run `python -m bench.perf` first. `--quick` builds a 1k database with the hash embedder and no
 SPLADE instead. The copies (`bench/.cache/service-<size>.db`) take the daemon's writes (access
 counts, request metrics), so perf.py's cache stays as it was.
 
@@ -41,11 +41,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO_ROOT))
-sys.path.insert(0, str(REPO_ROOT / "bench"))
-
-from perf import (  # noqa: E402
+from bench.perf import (
     CACHE_DIR,
     build_embedded_db,
     generate_events,
@@ -54,7 +50,9 @@ from perf import (  # noqa: E402
     pct,
     users,
 )
-from service_support import Daemon, cli_env, process_ms  # noqa: E402
+from bench.service_support import Daemon, cli_env, process_ms
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
 
 RESULTS = REPO_ROOT / "bench" / "results" / "service.md"
 TARGETS = {"query": (100.0, 150.0), "acb build": (150.0, None)}
@@ -75,7 +73,7 @@ def database(size: int, quick: bool) -> Path:
         return path
     source = CACHE_DIR / f"perf-{size}-e5-small-splade.db"
     if not source.exists():
-        raise SystemExit(f"{source} is missing: run `python bench/perf.py` first")
+        raise SystemExit(f"{source} is missing: run `python -m bench.perf` first")
     log(f"copying {source.name} to {path.name}")
     shutil.copyfile(source, path)
     return path

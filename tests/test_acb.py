@@ -9,7 +9,6 @@ import tempfile
 from pathlib import Path
 
 import pytest
-from conftest import ndjson, turns
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
@@ -20,8 +19,9 @@ from memcli.config import AcbSettings
 from memcli.errors import NotAllowedError, UsageError
 from memcli.providers.embedders import HashEmbedder
 from memcli.tokens import count_tokens
+from tests.support.records import ndjson, turns
 
-pytestmark = pytest.mark.backends  # SQLite and PostgreSQL (tests/backend_support.py)
+pytestmark = pytest.mark.backends  # SQLite and PostgreSQL (tests/support/backend.py)
 
 
 @pytest.fixture(autouse=True)

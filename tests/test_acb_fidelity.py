@@ -11,11 +11,11 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import ndjson, turns
 
 from memcli import Memory, derive, ledger
 from memcli.acb.build import build_acb
 from memcli.providers.embedders import HashEmbedder
+from tests.support.records import ndjson, turns
 
 pytestmark = [pytest.mark.usefixtures("fast_cli"), pytest.mark.backends]  # SQLite and PostgreSQL
 

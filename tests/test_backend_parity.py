@@ -7,7 +7,8 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import ndjson, turns
+
+from tests.support.records import ndjson, turns
 
 pytestmark = pytest.mark.usefixtures("fast_cli")
 

@@ -13,14 +13,14 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from backend_support import rows
-from fuzz_support import check_output, counts, run_cli
 
 from memcli import Memory
 from memcli.errors import StorageError
 from memcli.retrieval.text import MAX_QUERY_TERMS, lexical_query
+from tests.support.backend import rows
+from tests.support.fuzz import check_output, counts, run_cli
 
-# The tests that write to or read the store run on SQLite and PostgreSQL (backend_support.py);
+# The tests that write to or read the store run on SQLite and PostgreSQL (tests/support/backend.py);
 # the ones about a file at the path (empty, foreign, a folder, full) are SQLite's alone.
 pytestmark = pytest.mark.backends
 

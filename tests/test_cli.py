@@ -11,10 +11,11 @@ from pathlib import Path
 import pytest
 import typer.main
 import typer.testing
-from conftest import ndjson, turns, write_lock_held
 
 import memcli
 from memcli.cli.app import app
+from tests.support.backend import write_lock_held
+from tests.support.records import ndjson, turns
 
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
@@ -276,6 +277,7 @@ def test_each_command_maps_to_the_module_that_registers_it():
         assert set(group.commands) == owned, module.__name__
 
 
+@pytest.mark.long  # memcli as child processes
 def test_a_single_group_process_behaves_like_the_full_app(tmp_path):
     env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "MEMCLI_DB": str(tmp_path / "m.db"),
            "MEMCLI_EMBEDDER": "hash"}

@@ -8,8 +8,14 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import NO_SPARSE_CONFIG, ndjson, record_calls, use_stub_model
-from lifecycle_support import (
+from pydantic import ValidationError
+
+from memcli.lifecycle import dedup
+from memcli.lifecycle.consolidate import consolidate
+from memcli.lifecycle.extract import Extraction
+from memcli.lifecycle.textrules import check_memory_text
+from tests.support.cli import NO_SPARSE_CONFIG, use_stub_model
+from tests.support.lifecycle import (
     conversation,
     extraction,
     memory_rows,
@@ -20,17 +26,12 @@ from lifecycle_support import (
     snapshot,
     verdicts,
 )
-from pydantic import ValidationError
-
-from memcli.lifecycle import dedup
-from memcli.lifecycle.consolidate import consolidate
-from memcli.lifecycle.extract import Extraction
-from memcli.lifecycle.textrules import check_memory_text
+from tests.support.records import ndjson, record_calls
 
 TEA = "Priya loves green tea."
 NURSE = "Priya works as a nurse at Santa Maria hospital."
 
-# `@backends`: SQLite and PostgreSQL (tests/backend_support.py), for each test reaching the
+# `@backends`: SQLite and PostgreSQL (tests/support/backend.py), for each test reaching the
 # store's SQL. Tests of logic that another test already walks on both engines stay
 # SQLite-only: a PostgreSQL case costs ~2.5x a SQLite one.
 backends = pytest.mark.backends

@@ -17,11 +17,11 @@ import stat
 from pathlib import Path
 
 import pytest
-from backend_support import is_pg, stored_bytes
 
-from tests.conftest import ndjson
+from tests.support.backend import is_pg, stored_bytes
+from tests.support.records import ndjson
 
-pytestmark = pytest.mark.backends  # SQLite and PostgreSQL (tests/backend_support.py)
+pytestmark = pytest.mark.backends  # SQLite and PostgreSQL (tests/support/backend.py)
 
 SECRET = "zqxplutonium"  # the `high` marker: a word no other text in the suite uses
 PLAIN = "zqxmarmalade"  # a `none` control marker: proves the byte scan can find text

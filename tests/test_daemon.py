@@ -4,7 +4,7 @@ Parity: every runnable `sh` example of README.md runs twice from the same start,
 daemon and once in-process (`--no-daemon`), with stdout, stderr and exit codes compared. Then
 the error cases, the lifecycle (a second serve, SIGKILL mid-ingest, SIGTERM with a request in
 flight, idle exit), tenants per request, relative paths from another folder, and the client's
-imports. Every daemon is stopped by `daemon_support.Daemon` (finally: SIGKILL).
+imports. Every daemon is stopped by `tests.support.daemon.Daemon` (finally: SIGKILL).
 """
 
 from __future__ import annotations
@@ -23,7 +23,8 @@ import time
 from pathlib import Path
 
 import pytest
-from daemon_support import (
+
+from tests.support.daemon import (
     _CLIENT,
     HEAVY,
     ROOT,
@@ -38,10 +39,12 @@ from daemon_support import (
     wait_until,
 )
 
+pytestmark = pytest.mark.daemon  # every test starts `memcli serve` or its client as processes
+
 README = ROOT / "README.md"
 # Fenced `sh` blocks that are not memcli usage (installing, benchmarks, development, a script),
 # or that start and stop a daemon themselves (the tests below do that).
-NOT_USAGE = ("pip install", "#!/bin/sh", "bench/", "pytest", "memcli serve")
+NOT_USAGE = ("pip install", "#!/bin/sh", "-m bench.", "pytest", "memcli serve")
 CONVERSATION = "".join(json.dumps(r) + "\n" for r in [
     {"text": "We deploy on Fridays after the planning call", "session_id": "s2",
      "role": "assistant", "category": "tasks"},
@@ -214,7 +217,7 @@ def test_usage_errors_are_one_line_through_the_daemon(served, tmp_path, args):
 
 def test_busy_database_exits_75_through_the_daemon(served, tmp_path):
     db, env, _daemon = served
-    from conftest import write_lock_held
+    from tests.support.backend import write_lock_held
 
     env = {**env, "MEMCLI_BUSY_TIMEOUT": "0.5"}
     routes = tmp_path / "routes.log"
@@ -489,6 +492,7 @@ def _same_answer(a, b, where: str = "$") -> None:
         assert a == b, (where, a, b)
 
 
+@pytest.mark.slow  # e5-small and SPLADE in the daemon and in the local process
 def test_daemon_with_the_default_models_answers_like_in_process(tmp_path):
     """e5-small + SPLADE, warm in the daemon: the same ranking, ids and fields (scores within
     1e-3)."""
@@ -510,6 +514,7 @@ def test_daemon_with_the_default_models_answers_like_in_process(tmp_path):
             assert via.stderr == local.stderr
 
 
+@pytest.mark.slow  # loads SPLADE
 def test_local_models_are_shared_by_every_memory_in_a_process():
     """A daemon (or a library user) opening many Memory objects loads each model once."""
     from memcli.config import load_settings

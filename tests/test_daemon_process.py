@@ -2,7 +2,7 @@
 
 Environment and working folder seen by a program the command starts (`acb edit`'s editor) and
 by C code (libpq reading PG* variables), and Ctrl-C: it stops the command (a real SIGINT, even
-in a blocking read), not the daemon. Real daemons, real processes (daemon_support).
+in a blocking read), not the daemon. Real daemons, real processes (tests.support.daemon).
 """
 
 from __future__ import annotations
@@ -16,7 +16,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from daemon_support import (
+
+from tests.support.daemon import (
     _CLIENT,
     Daemon,
     children_of,

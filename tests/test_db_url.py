@@ -16,14 +16,14 @@ from pathlib import Path
 
 import pytest
 import typer.main
-from net_support import refused_port
-from typer.testing import CliRunner
 
 from memcli import Memory
 from memcli.cli.app import app
 from memcli.config import load_settings
 from memcli.errors import UsageError
 from memcli.store.sqlite.connection import Database
+from tests.support.cli import CliRunner
+from tests.support.net import refused_port
 
 pytestmark = pytest.mark.usefixtures("fast_cli")
 
@@ -33,7 +33,7 @@ SHOWN = "mysql://agent:***@127.0.0.1:5432/memory"  # the password never reaches 
 
 @pytest.fixture
 def closed_port():
-    """A loopback port where connections are refused, for the whole test (net_support)."""
+    """A loopback port where connections are refused, for the whole test (tests.support.net)."""
     with refused_port() as port:
         yield port
 
@@ -123,10 +123,11 @@ def test_every_command_refuses_a_url(tmp_path, monkeypatch, source):
     assert not (tmp_path / "home").exists() or not any((tmp_path / "home").rglob("*.db"))
 
 
+@pytest.mark.long  # the entry point as a child process
 def test_entry_point_refuses_a_url(tmp_path):
     """The installed entry point (its fast path for query and acb build, Typer for the rest)
     in a real process, the URL from the environment."""
-    from conftest import run_entry_point
+    from tests.support.cli import run_entry_point
 
     env = {**os.environ, "MEMCLI_DB": URL, "HOME": str(tmp_path), "MEMCLI_EMBEDDER": "hash"}
     cwd = tmp_path / "cwd"

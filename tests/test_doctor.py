@@ -10,9 +10,9 @@ from pathlib import Path
 import apsw
 import pytest
 import sqlite_vec
-from conftest import ndjson
 
 from memcli.models import utcnow
+from tests.support.records import ndjson
 
 pytestmark = pytest.mark.usefixtures("fast_cli")  # conftest: no SPLADE, one click command
 

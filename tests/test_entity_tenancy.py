@@ -8,11 +8,11 @@ import json
 
 import apsw
 import pytest
-from backend_support import rows
 
 from memcli.store.sqlite import migrations
 from memcli.store.sqlite.connection import Database
-from tests.conftest import ndjson, turns
+from tests.support.backend import rows
+from tests.support.records import ndjson, turns
 
 
 @pytest.mark.backends

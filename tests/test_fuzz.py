@@ -19,7 +19,10 @@ from typing import Any
 
 import pytest
 import yaml
-from fuzz_support import (
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tests.support.fuzz import (
     BAD_BYTES,
     DEEP,
     HUGE_INT,
@@ -30,8 +33,6 @@ from fuzz_support import (
     run_process,
     to_bytes,
 )
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
 
 pytestmark = pytest.mark.trust
 

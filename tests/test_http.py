@@ -10,12 +10,12 @@ import threading
 import time
 
 import pytest
-from conftest import write_lock_held
-from http_support import OPERATOR, T1_TOKEN, T2_TOKEN, running_api, write_token_file
 
 from memcli.errors import UsageError
 from memcli.service.auth import is_loopback, load_auth
 from memcli.service.routes import router
+from tests.support.backend import write_lock_held
+from tests.support.http_api import OPERATOR, T1_TOKEN, T2_TOKEN, running_api, write_token_file
 
 # Every API route as (method, path template), from the routes the app serves.
 ROUTES = [(method, route.path) for route in router.routes for method in sorted(route.methods)]

@@ -14,10 +14,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from backend_support import rows
-from typer.testing import CliRunner
 
 from memcli.cli.app import app
+from tests.support.backend import rows
+from tests.support.cli import CliRunner
 
 pytestmark = [pytest.mark.backends, pytest.mark.usefixtures("fast_cli")]
 

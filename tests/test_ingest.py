@@ -6,9 +6,10 @@ import json
 from pathlib import Path
 
 import pytest
-from backend_support import has_database, is_pg, stored_bytes
-from backend_support import rows as backend_rows
-from conftest import ndjson, turns
+
+from tests.support.backend import has_database, is_pg, stored_bytes
+from tests.support.backend import rows as backend_rows
+from tests.support.records import ndjson, turns
 
 pytestmark = [pytest.mark.usefixtures("fast_cli"),  # conftest: no SPLADE, one click command
               pytest.mark.backends]
@@ -20,7 +21,7 @@ def rows(db_path: Path, sql: str, params: tuple = ()) -> list[tuple]:
 
 
 def file_bytes(db_path: Path) -> bytes:
-    """Every byte memcli left for this database (backend_support.stored_bytes)."""
+    """Every byte memcli left for this database (tests.support.backend.stored_bytes)."""
     return stored_bytes(db_path)
 
 

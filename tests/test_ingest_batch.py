@@ -6,11 +6,11 @@ the same on both engines."""
 from __future__ import annotations
 
 import pytest
-from backend_support import rows
-from conftest import turns
 
 from memcli.memory import Memory
 from memcli.providers.embedders import HashEmbedder
+from tests.support.backend import rows
+from tests.support.records import turns
 
 pytestmark = [pytest.mark.usefixtures("fast_cli"), pytest.mark.backends]
 

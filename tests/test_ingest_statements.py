@@ -12,10 +12,10 @@ import re
 from pathlib import Path
 
 import pytest
-from backend_support import rows
 
 from memcli.memory import Memory
 from memcli.providers.embedders import HashEmbedder
+from tests.support.backend import rows
 
 pytestmark = pytest.mark.usefixtures("fast_cli")
 

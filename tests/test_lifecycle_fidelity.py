@@ -9,8 +9,10 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import NO_SPARSE_CONFIG, ndjson, use_stub_model
-from lifecycle_support import (
+
+from memcli.lifecycle.consolidate import consolidate
+from tests.support.cli import NO_SPARSE_CONFIG, use_stub_model
+from tests.support.lifecycle import (
     conversation,
     extraction,
     memory_rows,
@@ -18,10 +20,9 @@ from lifecycle_support import (
     settings,
     verdicts,
 )
+from tests.support.records import ndjson
 
-from memcli.lifecycle.consolidate import consolidate
-
-# SQLite and PostgreSQL (tests/backend_support.py)
+# SQLite and PostgreSQL (tests/support/backend.py)
 pytestmark = pytest.mark.backends
 
 

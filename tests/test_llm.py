@@ -11,8 +11,6 @@ import time
 from pathlib import Path
 
 import pytest
-from llmstub import LLMStub, stub_embedding
-from net_support import refused_port
 from pydantic import BaseModel
 
 from memcli.errors import MemcliError
@@ -27,6 +25,8 @@ from memcli.providers.llm import (
     Usage,
     extract_json_object,
 )
+from tests.support.llmstub import LLMStub, stub_embedding
+from tests.support.net import refused_port
 
 
 class Fact(BaseModel):

@@ -12,10 +12,11 @@ import sys
 from pathlib import Path
 
 import pytest
-from http_support import T1_TOKEN, running_api
 from jsonschema import Draft202012Validator
 from starlette.requests import Request
 from starlette.responses import Response
+
+from tests.support.http_api import T1_TOKEN, running_api
 
 ROOT = Path(__file__).resolve().parent.parent
 

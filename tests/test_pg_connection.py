@@ -1,4 +1,4 @@
-"""The PostgreSQL connection (memcli/store/postgres) on the real server of tests/pg_support.py:
+"""The PostgreSQL connection (memcli/store/postgres) on the real server of tests/support/pg.py:
 open, migrate, reopen; the writer lock and exit 75; savepoints; errors mapped to memcli's
 one-line errors; `high` rows opened or left out like SQLite's row tracer does."""
 
@@ -12,9 +12,9 @@ import time
 from pathlib import Path
 
 import pytest
-from pg_db_support import with_database
 
 from memcli.errors import DatabaseBusyError, NoDatabaseError, SchemaError, StorageError
+from tests.support.pg_db import with_database
 
 psycopg = pytest.importorskip("psycopg", reason="PostgreSQL tests: psycopg is not installed")
 
@@ -203,7 +203,7 @@ def test_surface_of_the_sqlite_database(pg_db):  # noqa: F811
 
 
 def test_cannot_connect_names_the_server_and_masks_the_password(pg_server):  # noqa: F811
-    from net_support import refused_port
+    from tests.support.net import refused_port
 
     with refused_port() as port:
         url = f"postgresql://memcli:s3cret@127.0.0.1:{port}/memory"

@@ -14,11 +14,11 @@ import time
 
 import psycopg
 import pytest
-from typer.testing import CliRunner
 
 from memcli import doctor
 from memcli.cli.app import app
 from memcli.store.location import open_database
+from tests.support.cli import CliRunner
 
 pytestmark = pytest.mark.usefixtures("fast_cli")
 

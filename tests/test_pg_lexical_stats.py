@@ -9,7 +9,8 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import ndjson, turns
+
+from tests.support.records import ndjson, turns
 
 pytest.importorskip("psycopg", reason="PostgreSQL tests: psycopg is not installed")
 

@@ -13,9 +13,10 @@ from pathlib import Path
 
 import anyio
 import psycopg
-from daemon_support import wait_until
 from mcp import Client
-from mcp_support import child_env, payload, stdio_params
+
+from tests.support.daemon import wait_until
+from tests.support.mcp import child_env, payload, stdio_params
 
 
 def _backends(url: str) -> set[int]:

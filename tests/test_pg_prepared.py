@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from daemon_support import Daemon, daemon_env, last_route, run_client
+from tests.support.daemon import Daemon, daemon_env, last_route, run_client
 
 FACT = "I prefer green tea in the morning"
 

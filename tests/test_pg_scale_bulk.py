@@ -9,24 +9,21 @@ entities, history, session and change-log rows, a vector and lexical rows. On bo
 from __future__ import annotations
 
 import json
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from backend_support import is_pg
-from pg_db_support import scratch_database, with_database
+
+from bench import pg_scale_bulk as bulk
+from bench import pg_scale_check as check
+from bench import pg_scale_support as sup
+from memcli.memory import Memory
+from memcli.providers.embedders import HashEmbedder
+from memcli.store.location import open_database
+from tests.support.backend import is_pg
+from tests.support.pg_db import scratch_database, with_database
 
 BENCH = Path(__file__).resolve().parent.parent / "bench"
-sys.path.insert(0, str(BENCH))
-
-import pg_scale_bulk as bulk  # noqa: E402
-import pg_scale_check as check  # noqa: E402
-import pg_scale_support as sup  # noqa: E402
-
-from memcli.memory import Memory  # noqa: E402
-from memcli.providers.embedders import HashEmbedder  # noqa: E402
-from memcli.store.location import open_database  # noqa: E402
 
 pytestmark = [pytest.mark.backends, pytest.mark.long]  # bench/pg_scale_bulk.py's checks
 

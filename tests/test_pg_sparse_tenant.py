@@ -147,9 +147,8 @@ def test_a_tenant_wide_leg_reads_only_its_tenants_candidates(pg_db):
 @pytest.fixture
 def bound_a(pg_memcli_db: str):
     """A login role bound to tenant `a` (memcli pg grant-tenant), dropped afterwards."""
-    from typer.testing import CliRunner
-
     from memcli.cli.app import app
+    from tests.support.cli import CliRunner
 
     name = f"memcli_t_{uuid.uuid4().hex[:8]}"
     _raw(pg_memcli_db, f'CREATE ROLE "{name}" LOGIN')

@@ -14,7 +14,8 @@ import time
 from pathlib import Path
 
 import psycopg
-from pg_writers_support import records, run_writers, writer_env
+
+from tests.support.pg_writers import records, run_writers, writer_env
 
 
 def _count(url: str, sql: str) -> list[tuple]:

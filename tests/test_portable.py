@@ -1,7 +1,7 @@
 """`memcli export` / `memcli import`: round trip byte-identical, idempotent,
 overlapping imports, scope filters, refused files, keys, planted secrets, same query results.
 
-Histories are written through the library's ordinary write paths (tests/portable_support.py);
+Histories are written through the library's ordinary write paths (tests/support/portable.py);
 the commands run through the real CLI on real database files.
 """
 
@@ -11,13 +11,14 @@ import json
 
 import apsw
 import pytest
-from conftest import NO_SPARSE_CONFIG, ndjson, turns, use_stub_model
 from hypothesis import HealthCheck, given, settings
-from lifecycle_support import conversation, extraction
-from portable_support import KEY, OTHER_KEY, apply_ops, dump, open_memory, ops
 
 from memcli.portable.format import parse
 from memcli.portable.importer import load_parsed
+from tests.support.cli import NO_SPARSE_CONFIG, use_stub_model
+from tests.support.lifecycle import conversation, extraction
+from tests.support.portable import KEY, OTHER_KEY, apply_ops, dump, open_memory, ops
+from tests.support.records import ndjson, turns
 
 pytestmark = [pytest.mark.usefixtures("fast_cli"), pytest.mark.backends]
 
@@ -378,7 +379,7 @@ def test_another_embedder_recomputes_and_says_so(source, tmp_path, cli, monkeypa
 # -- progress -------------------------------------------------------------------------------------
 @pytest.mark.long  # real processes on a pseudo-terminal
 def test_progress_bar_on_a_terminal_nothing_on_a_pipe(source, tmp_path):
-    from test_progress import _env, _run
+    from tests.test_progress import _env, _run
 
     _, text = source
     env = {**_env(tmp_path, "xterm-256color"), "MEMCLI_KEY": KEY,
@@ -414,9 +415,8 @@ def test_a_memory_moves_between_sqlite_and_postgresql_unchanged(source, tmp_path
     """SQLite -> export -> import into PostgreSQL -> export gives the same file, and back:
     PostgreSQL's export imported into a new SQLite file exports the same again. The import into
     PostgreSQL runs the real CLI (`MEMCLI_DB=postgresql://... memcli import --all-tenants`)."""
-    from typer.testing import CliRunner
-
     from memcli.cli.app import app
+    from tests.support.cli import CliRunner
 
     _, first = source
     exported = tmp_path / "m.jsonl"

@@ -16,8 +16,9 @@ from pathlib import Path
 
 import anyio
 import pytest
-from http_support import OPERATOR, running_api
-from mcp_support import http_client, payload
+
+from tests.support.http_api import OPERATOR, running_api
+from tests.support.mcp import http_client, payload
 
 # -- the document's section 7.1 -----------------------------------------------------------------
 RECORD_EVENT_REQUEST = {

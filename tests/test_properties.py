@@ -9,7 +9,6 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from test_purge import orphan_counts
 
 from memcli import Memory
 from memcli.config import RetrievalSettings
@@ -18,6 +17,7 @@ from memcli.redact import redact
 from memcli.retrieval import text as qtext
 from memcli.store import search as sql
 from memcli.store.filters import Filters
+from tests.test_purge import orphan_counts
 
 FAST = settings(
     max_examples=40,

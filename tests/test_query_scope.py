@@ -9,14 +9,15 @@ import os
 from pathlib import Path
 
 import pytest
-from conftest import ndjson, run_entry_point, turns
 
 from memcli import Memory
 from memcli.acb.build import build_acb
 from memcli.config import AcbSettings
 from memcli.providers.embedders import HashEmbedder
+from tests.support.cli import run_entry_point
+from tests.support.records import ndjson, turns
 
-# conftest: no SPLADE, one click command; SQLite and PostgreSQL (tests/backend_support.py)
+# conftest: no SPLADE, one click command; SQLite and PostgreSQL (tests/support/backend.py)
 pytestmark = [pytest.mark.usefixtures("fast_cli"), pytest.mark.backends]
 
 ANSWER = "We decided the billing database will be PostgreSQL, not MongoDB."
@@ -213,6 +214,7 @@ def proc_env(tmp_path, db_path) -> dict:
     return env
 
 
+@pytest.mark.long  # memcli as child processes
 def test_a_process_widens_shows_the_scope_and_reads_the_request(cli, chats, proc_env):
     widened = _process(["query", "--session", "new", QUESTION, "-k", "3", "--json"], proc_env)
     assert widened.returncode == 0, widened.stderr

@@ -2,7 +2,7 @@
 CLI, rebuild from the event log, and get the same ids, query results, bundles and history;
 what a person deleted stays deleted; a second rebuild changes nothing; a dry run writes
 nothing; a busy database exits 75. On SQLite and PostgreSQL (the backend matrix,
-tests/backend_support.py): the damage is each engine's (its index tables, or indexes)."""
+tests/support/backend.py): the damage is each engine's (its index tables, or indexes)."""
 
 from __future__ import annotations
 
@@ -12,13 +12,13 @@ import json
 import shutil
 
 import pytest
-from backend_support import index_names, is_pg, writer_lock_held
-from conftest import ndjson, turns
-from pg_db_support import scratch_database, with_database
 
 from memcli.store.location import open_database
+from tests.support.backend import index_names, is_pg, writer_lock_held
+from tests.support.pg_db import scratch_database, with_database
+from tests.support.records import ndjson, turns
 
-pytestmark = pytest.mark.backends
+pytestmark = [pytest.mark.backends, pytest.mark.long]  # full rebuilds, seconds each
 
 
 def Database(location):  # noqa: N802 - the engine's own Database for a path or a URL
@@ -273,7 +273,6 @@ def test_rebuild_after_dropping_everything_derived(cli, db_path, built):
             assert after[table] == rows_before[table], table
 
 
-@pytest.mark.long  # three full rebuilds
 def test_rebuild_of_an_intact_database_changes_nothing_twice(cli, db_path, built):
     before = _results(cli)
     rows = _dump(db_path, skip=LAYOUT)
@@ -287,7 +286,6 @@ def test_rebuild_of_an_intact_database_changes_nothing_twice(cli, db_path, built
     _same(before, _results(cli))
 
 
-@pytest.mark.long  # three full rebuilds
 def test_rebuild_twice_after_damage_changes_nothing(cli, db_path, built):
     _damage(db_path)
     _rebuild(cli)

@@ -7,15 +7,15 @@ from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from lifecycle_support import memory_rows, model_for, settings
 
 from memcli.categories import load_categories
 from memcli.derive import write_memory
 from memcli.errors import NotAllowedError
 from memcli.lifecycle.reflect import insights, reflect
 from memcli.lifecycle.remember import procedure_steps, remember
+from tests.support.lifecycle import memory_rows, model_for, settings
 
-# SQLite and PostgreSQL (tests/backend_support.py)
+# SQLite and PostgreSQL (tests/support/backend.py)
 pytestmark = pytest.mark.backends
 
 REFLECTION = {

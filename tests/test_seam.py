@@ -8,7 +8,6 @@ import hashlib
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
 
 from memcli.cli.app import app
 from memcli.config import Settings
@@ -16,6 +15,7 @@ from memcli.retrieval.text import MAX_QUERY_TERMS, lexical_query
 from memcli.service import paths
 from memcli.store.backend import LexicalQuery
 from memcli.store.sqlite.fts import fts_match, trigram_match
+from tests.support.cli import CliRunner
 
 PACKAGE = Path(__file__).resolve().parent.parent / "memcli"
 

@@ -18,7 +18,6 @@ from __future__ import annotations
 import itertools
 import json
 import string
-import sys
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -26,12 +25,14 @@ from pathlib import Path
 
 import apsw
 import pytest
-from backend_support import is_pg, stored_bytes
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
-from typer.testing import CliRunner
 
-pytestmark = pytest.mark.backends  # SQLite and PostgreSQL (tests/backend_support.py)
+from tests.support.backend import is_pg, stored_bytes
+
+# SQLite and PostgreSQL (tests/support/backend.py); a trust suite: random secrets through every
+# write command, seconds an example
+pytestmark = [pytest.mark.backends, pytest.mark.trust]
 
 TALLY: Counter[str] = Counter()
 RUNS = itertools.count()
@@ -184,7 +185,7 @@ class Files:
         self.conn = None if is_pg(db_path) else apsw.Connection(str(db_path))
 
     def blobs(self) -> dict[str, bytes]:
-        if self.conn is None:  # PostgreSQL: every stored value (backend_support)
+        if self.conn is None:  # PostgreSQL: every stored value (tests.support.backend)
             return {"tables": stored_bytes(self.db_path)}
         out = {}
         for suffix in ("", "-wal", "-shm"):
@@ -208,44 +209,6 @@ class Files:
     def close(self) -> None:
         if self.conn is not None:
             self.conn.close()
-
-
-@dataclass
-class Ran:
-    exit_code: int
-    stdout: str
-    stderr: str
-
-
-@pytest.fixture(scope="module")
-def command():
-    """The app's command, built once: Typer rebuilds it on every CliRunner.invoke (~0.3-1 s
-    here), which would dominate a few hundred invocations."""
-    from typer.main import get_command
-
-    from memcli.cli.app import app
-
-    return get_command(app)
-
-
-@pytest.fixture
-def cli(cli, command):
-    """The `cli` fixture's environment (database, hash embedder), the same real CLI, faster."""
-    runner = CliRunner()
-
-    def run(*args: str, input: str | None = None) -> Ran:
-        code = 0
-        with runner.isolation(input=input) as (out, err, _):
-            try:
-                command.main(list(args), prog_name="memcli")
-            except SystemExit as exc:
-                code = exc.code if isinstance(exc.code, int) else 1
-            finally:
-                sys.stdout.flush()
-                sys.stderr.flush()
-            return Ran(code, out.getvalue().decode(), err.getvalue().decode())
-
-    return run
 
 
 @pytest.fixture
@@ -477,8 +440,8 @@ def test_checkpoint_never_stores_or_prints_a_secret(cli, files, case):
 # -- what a model writes ---------------------------------------------------------------------
 @pytest.fixture
 def model_cli(cli, monkeypatch, tmp_path):
-    """The CLI with the scripted model stub (tests/llmstub.py), sparse leg off for speed."""
-    from llmstub import make_stub
+    """The CLI with the scripted model stub (tests/support/llmstub.py), sparse leg off for speed."""
+    from tests.support.llmstub import make_stub
 
     config = tmp_path / "config.yaml"
     config.write_text(
@@ -495,7 +458,7 @@ def model_cli(cli, monkeypatch, tmp_path):
 def test_text_a_model_writes_is_redacted_too(model_cli, files):
     """A model can reconstruct a secret (or be told one): consolidation's summary, facts, todos,
     entities and structured JSON go through the same path as everything else."""
-    from lifecycle_support import conversation, extraction
+    from tests.support.lifecycle import conversation, extraction
 
     cli, stub = model_cli
     needles = [f"Zq{i}x7Hk2Lm9Pw4Rt6Yv8Nb3Cd5" for i in range(5)]

@@ -7,11 +7,11 @@ broken (or silently does nothing).
 from __future__ import annotations
 
 import pytest
-from conftest import turns
 
 from memcli import Memory
 from memcli.config import RetrievalSettings
 from memcli.providers.splade import SpladeEncoder
+from tests.support.records import turns
 
 LEXICAL = {"lexical": 1.0}
 

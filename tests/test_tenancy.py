@@ -19,9 +19,9 @@ import pytest
 
 from memcli import Memory
 from memcli.providers.embedders import HashEmbedder
-from tests.conftest import ndjson
+from tests.support.records import ndjson
 
-pytestmark = pytest.mark.backends  # SQLite and PostgreSQL (tests/backend_support.py)
+pytestmark = pytest.mark.backends  # SQLite and PostgreSQL (tests/support/backend.py)
 
 TENANTS = ("default", "tb", "tc")
 USERS = ("u1", "u2", "u3")
@@ -219,6 +219,7 @@ def markers_text(out: str) -> list[str]:
     return [h["text"] for h in json.loads(out)]
 
 
+@pytest.mark.long  # memcli as child processes
 def test_a_query_process_reads_one_tenant_unless_all_tenants(tmp_path, without_sparse_leg):
     db = tmp_path / "proc.db"
     env = {k: v for k, v in os.environ.items() if not k.startswith("MEMCLI_")}

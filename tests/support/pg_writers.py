@@ -17,7 +17,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from trust_support import memcli_env
+from tests.support.trust import memcli_env
 
 
 def writer_env(home: Path, url: str) -> dict[str, str]:

@@ -1,6 +1,6 @@
 """Helpers for the lifecycle tests (consolidate, decay, reflect, proposals); not a test module.
 
-The model is always the scripted HTTP stub (tests/llmstub.py) spoken to by the real `openai`
+The model is always the scripted HTTP stub (tests/support/llmstub.py) spoken to by the real `openai`
 client; these helpers only build conversations, scripted replies and database snapshots.
 """
 
@@ -16,10 +16,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import backend_support
-
 from memcli.config import LifecycleSettings, LLMSettings
 from memcli.lifecycle.llm_usage import Model
+from tests.support import backend
 
 # Tables a lifecycle step may change; `snapshot` compares them before and after.
 CONTENT_TABLES = (
@@ -102,7 +101,7 @@ def settings(**overrides: Any) -> LifecycleSettings:
 
 def rows(db_path: Path | str, sql: str, params: tuple = ()) -> list[tuple]:
     """Read with a connection of the test's own (not through memcli), on either engine."""
-    return backend_support.rows(db_path, sql, params)
+    return backend.rows(db_path, sql, params)
 
 
 def snapshot(db_path: Path | str, tables: tuple[str, ...] = CONTENT_TABLES) -> dict[str, list]:
@@ -113,7 +112,7 @@ def snapshot(db_path: Path | str, tables: tuple[str, ...] = CONTENT_TABLES) -> d
 def memory_rows(db_path: Path | str, where: str = "1 = 1",
                 params: tuple = ()) -> list[dict[str, Any]]:
     """The memories matching `where` as dicts (attributes and source_ids decoded), by id."""
-    if backend_support.is_pg(db_path):
+    if backend.is_pg(db_path):
         names = [n for (n,) in rows(db_path, "SELECT column_name FROM information_schema.columns"
                                              " WHERE table_schema = current_schema()"
                                              " AND table_name = 'memories'"
@@ -131,7 +130,7 @@ def memory_rows(db_path: Path | str, where: str = "1 = 1",
 def writer_lock_free(location: Path | str) -> bool:
     """Whether another connection could take memcli's write lock right now, without waiting:
     SQLite's `BEGIN IMMEDIATE`; PostgreSQL's writer advisory lock (connection.WRITER_KEY)."""
-    if backend_support.is_pg(location):
+    if backend.is_pg(location):
         import psycopg
 
         from memcli.store.postgres.connection import WRITER_KEY
@@ -162,13 +161,13 @@ def run_lock_held(location: Path | str, command: str) -> Iterator[None]:
     row names this live process, then a pid that has exited; PostgreSQL: the row plus the
     session advisory lock of a connection of the test's own, then that connection closes."""
     insert = "INSERT INTO run_locks VALUES (?, 'x', ?, ?, '2025', '9999')"
-    conn = backend_support.connect(location)
+    conn = backend.connect(location)
     try:
         conn.execute(insert, (command, socket.gethostname(), os.getpid()))
-        if backend_support.is_pg(location):
+        if backend.is_pg(location):
             conn.execute("SELECT pg_advisory_lock(hashtext(?))", (f"memcli.run.{command}",))
         yield
-        if not backend_support.is_pg(location):
+        if not backend.is_pg(location):
             gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
                                   capture_output=True, text=True, check=True)
             conn.execute("UPDATE run_locks SET pid = ?", (int(gone.stdout),))

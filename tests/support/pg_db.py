@@ -1,8 +1,8 @@
-"""A fresh, empty PostgreSQL database per test, on the session's server (tests/pg_support.py).
+"""A fresh, empty PostgreSQL database per test, on the session's server (tests/support/pg.py).
 
 `pg_db` yields the URL of a database made for the test (`CREATE DATABASE ... TEMPLATE
 template0`: empty, no extensions) and drops it afterwards (`WITH (FORCE)`: a connection the
-test left open does not keep it alive). Use: `from pg_db_support import pg_db  # noqa: F401`
+test left open does not keep it alive). Use: `from tests.support.pg_db import pg_db  # noqa: F401`
 (it brings `pg_server` and `pg_cluster` along).
 """
 
@@ -13,7 +13,8 @@ import uuid
 from collections.abc import Iterator
 
 import pytest
-from pg_support import pg_cluster, pg_server  # noqa: F401
+
+from tests.support.pg import pg_cluster, pg_server  # noqa: F401
 
 
 def with_database(dsn: str, name: str) -> str:

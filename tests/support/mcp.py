@@ -123,11 +123,10 @@ def http_client(url: str, headers: dict[str, str] | None = None) -> Any:
 
 @contextlib.contextmanager
 def daemon(env: dict[str, str], db: Path) -> Iterator[Path]:
-    """A real `memcli serve --db DB` child process (tests/daemon_support.py's, so the guard
+    """A real `memcli serve --db DB` child process (tests/support/daemon.py's, so the guard
     against leftover daemons sees it); yields its HTTP socket once it accepts connections."""
-    from daemon_support import Daemon, wait_for_socket
-
     from memcli.service import paths
+    from tests.support.daemon import Daemon, wait_for_socket
 
     http_sock = Path(paths.endpoint(str(db), env).http_socket)
     with Daemon(db, env) as served:

@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from typer.testing import CliRunner
+from tests.support.cli import CliRunner
 
 EXIT_CODES = {0, 1, 2, 75}
 # Placeholders a generated value may hold; `to_bytes` swaps them in after json.dumps, because
@@ -34,32 +34,12 @@ def to_bytes(text: str) -> bytes:
     return data.replace(BAD_BYTES.encode(), b"\xff\xfe\xc3(")
 
 
-_COMMANDS: dict[int, Any] = {}
-
-
-def _cached_command(app: Any) -> Any:
-    """Typer's click command for `app`, built once: Typer rebuilds it on every invoke (~0.4 s
-    of inspecting signatures), which would be most of a fuzz case's time."""
-    import typer.main
-
-    key = id(app)
-    if key not in _COMMANDS:
-        _COMMANDS[key] = typer.main.get_command(app)
-    return _COMMANDS[key]
-
-
 def run_cli(args: list[str], stdin: bytes | None = None, env: dict[str, str] | None = None):
-    """The real Typer app in-process (as conftest's `cli`), with bytes on stdin."""
-    import typer.testing
-
+    """The real Typer app in-process (as conftest's `cli`; its command built once), with bytes
+    on stdin."""
     from memcli.cli.app import app
 
-    builder = typer.testing._get_command
-    typer.testing._get_command = _cached_command  # the same command, built once
-    try:
-        return CliRunner().invoke(app, args, input=stdin, env=env, catch_exceptions=False)
-    finally:
-        typer.testing._get_command = builder
+    return CliRunner().invoke(app, args, input=stdin, env=env, catch_exceptions=False)
 
 
 def run_process(args: list[str], stdin: bytes | None, env: dict[str, str],

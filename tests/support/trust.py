@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 # Full-text, trigram, dense and entity legs; no SPLADE (the short suites' processes would
 # spend most of their time loading it). The full runs use the default models.
 NO_SPARSE = ("retrieval:\n  leg_weights: {lexical: 1.0, sparse: 0.0, dense: 1.0, entity: 0.5,"

@@ -18,11 +18,11 @@ import time
 from pathlib import Path
 
 import pytest
-from trust_support import memcli_env
 
 from memcli.service import paths
+from tests.support.trust import memcli_env
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 HEAVY = ("pydantic", "numpy", "typer", "click", "rich")
 _LIVE: set[subprocess.Popen] = set()
 
@@ -48,7 +48,7 @@ _CLIENT = (
 
 
 def daemon_env(home: Path, db: Path, *, models: str = "hash") -> dict[str, str]:
-    """An isolated environment (trust_support.memcli_env) with its own runtime folder."""
+    """An isolated environment (tests.support.trust.memcli_env) with its own runtime folder."""
     env = memcli_env(home, db, models=models)
     run = home / "run"
     run.mkdir(mode=0o700, parents=True, exist_ok=True)
