@@ -45,7 +45,7 @@ sys.path.insert(0, str(BENCH))
 
 import pg_scale_support as sup  # noqa: E402
 
-from memcli.memory import Memory  # noqa: E402
+from memcli.operations.memory import Memory  # noqa: E402
 from memcli.providers.embedders import HashEmbedder  # noqa: E402
 
 

@@ -27,7 +27,7 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 
 from pg_bench_support import scratch_database  # noqa: E402
 
-from memcli.memory import Memory  # noqa: E402
+from memcli.operations.memory import Memory  # noqa: E402
 from memcli.providers.embedders import HashEmbedder  # noqa: E402
 from memcli.retrieval.text import lexical_query  # noqa: E402
 from memcli.store import search  # noqa: E402

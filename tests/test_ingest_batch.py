@@ -9,7 +9,7 @@ import pytest
 from backend_support import rows
 from conftest import turns
 
-from memcli.memory import Memory
+from memcli.operations.memory import Memory
 from memcli.providers.embedders import HashEmbedder
 
 pytestmark = [pytest.mark.usefixtures("fast_cli"), pytest.mark.backends]

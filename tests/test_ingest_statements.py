@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from backend_support import rows
 
-from memcli.memory import Memory
+from memcli.operations.memory import Memory
 from memcli.providers.embedders import HashEmbedder
 
 pytestmark = pytest.mark.usefixtures("fast_cli")

@@ -24,7 +24,7 @@ import pg_scale_bulk as bulk  # noqa: E402
 import pg_scale_check as check  # noqa: E402
 import pg_scale_support as sup  # noqa: E402
 
-from memcli.memory import Memory  # noqa: E402
+from memcli.operations.memory import Memory  # noqa: E402
 from memcli.providers.embedders import HashEmbedder  # noqa: E402
 from memcli.store.location import open_database  # noqa: E402
 

@@ -54,7 +54,7 @@ def register(app: typer.Typer) -> None:
         as_json: JsonOpt = False,
     ) -> None:
         """Record events (messages, tool calls, results, decisions) as memories."""
-        from memcli.operations import ingest_payload
+        from memcli.operations.records import ingest_payload
 
         with errors():
             sources = read_inputs(paths or [], text)

@@ -151,8 +151,8 @@ def warm_up(settings: Any, log: Callable[[str], None], ready: threading.Event) -
     warm. Failures are left to the request that needs the model (it reports them)."""
     try:
         import memcli.cli.app  # noqa: F401 - every command group
-        import memcli.cli.run  # noqa: F401
-        from memcli.memory import make_embedder, make_sparse
+        import memcli.operations.query  # noqa: F401
+        from memcli.operations.memory import make_embedder, make_sparse
         from memcli.tokens import get_encoding
 
         for model in (make_sparse(settings), make_embedder(settings)):

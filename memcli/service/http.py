@@ -71,7 +71,7 @@ def _acb_request() -> type[BaseModel]:
 
 
 def _query_request() -> type[BaseModel]:
-    from memcli.query_request import QueryRequest
+    from memcli.operations.requests import QueryRequest
 
     return QueryRequest
 
