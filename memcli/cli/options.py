@@ -159,33 +159,37 @@ class ModelCommand:
             if field in self.spec["skip"] or field in {p.name for p in own}:
                 continue
             kind = _cli_type(info.annotation, field)
-            params.append(self._param(field, kind, info, self._decls(field, kind),
-                                      self.spec["help"].get(field, info.description)))
+            switch = kind is bool and info.default is False  # `--strict`, no `--no-strict`
+            params.append(self._param(field, kind, info, self._decls(field, kind, switch),
+                                      self.spec["help"].get(field, info.description), switch))
             names[field] = [field]
             old = self.spec["aliases"].get(field)
             if old and old not in (flag_name(field), self.spec["short"].get(field)):
                 params.append(self._param(f"{field}__legacy", kind, info, [old], None,
-                                          hidden=True))
+                                          switch, hidden=True))
                 names[field].append(f"{field}__legacy")
         after = [p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in own[at:]]
         return inspect.Signature([*own[:at], *params, *after]), names
 
-    def _decls(self, field: str, kind: Any) -> list[str]:
+    def _decls(self, field: str, kind: Any, switch: bool) -> list[str]:
         flag = flag_name(field)
-        if kind is bool:
+        if kind is bool and not switch:
             flag = f"{flag}/{self.spec['off'].get(field, '--no-' + flag[2:])}"
         short = self.spec["short"].get(field)
         return [flag, *([short] if short else [])]
 
     @staticmethod
     def _param(name: str, kind: Any, info: Any, decls: list[str], text: str | None,
-               hidden: bool = False) -> Any:
+               switch: bool, hidden: bool = False) -> Any:
+        """One option; a `switch` (a boolean off by default) is a lone flag, False when not
+        given, any other field None when not given."""
         import inspect
 
         option = typer.Option(*decls, help=text, show_default=False, hidden=hidden,
                               **_bounds(info))
-        return inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=None,
-                                 annotation=Annotated[kind | None, option])
+        return inspect.Parameter(
+            name, inspect.Parameter.KEYWORD_ONLY, default=False if switch else None,
+            annotation=Annotated[bool if switch else kind | None, option])
 
     @property
     def __signature__(self) -> Any:
@@ -199,7 +203,9 @@ class ModelCommand:
         given: dict[str, Any] = {}
         for field, spellings in self._built[1].items():
             values = [kwargs.pop(s) for s in spellings]
-            value = next((v for v in values if v is not None and v != []), None)
+            # Not given: None, a switch's False, an empty list (never a 0 or 0.0 given).
+            value = next((v for v in values
+                          if v is not None and v is not False and v != []), None)
             if value is not None:
                 given[field] = _plain(value)
         return self.func(given=given, **kwargs)

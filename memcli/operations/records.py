@@ -7,12 +7,12 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from memcli.operations.memory import Memory
+    from memcli.operations.requests import IngestRequest
     from memcli.store.owner import Owner
 
 
-def ingest_payload(memory: Memory, sources: list[tuple[str, str]], *,
-                   defaults: dict[str, Any], strict: bool = False,
-                   defer_embed: bool = False, progress: Any = None) -> dict[str, Any]:
+def ingest_payload(memory: Memory, sources: list[tuple[str, str]], request: IngestRequest, *,
+                   progress: Any = None) -> dict[str, Any]:
     """Record the records of each (source name, text) (one JSON object, an array, or NDJSON):
     the ingest report, per-record problems in `rejected`, duplicates in `skipped`. `progress`:
     the optional callback of memcli/progress.py (the CLI's bar on a terminal)."""
@@ -21,8 +21,8 @@ def ingest_payload(memory: Memory, sources: list[tuple[str, str]], *,
     # (line, value, source name): the source names each rejected record's origin.
     records: list[Any] = [(line, value, name) for name, body in sources
                for line, value in parse_records(body)]
-    report = memory.ingest(records, defaults=defaults, strict=strict, defer_embed=defer_embed,
-                           progress=progress)
+    report = memory.ingest(records, defaults=request.defaults(), strict=request.strict,
+                           defer_embed=request.defer_embed, progress=progress)
     return report.model_dump()
 
 

@@ -151,6 +151,25 @@ class QueryRequest(QueryConditions):
         return {name: getattr(self, name) for name in QueryConditions.model_fields}
 
 
+class IngestRequest(Scope):
+    """`memcli ingest`: how the records are written, and the scope, agent, run, channel and
+    category a record that names none gets."""
+
+    agent_id: str | None = Field(default=None, description="Default agent id.")
+    run_id: str | None = Field(default=None, description="Default run id.")
+    channel: str | None = Field(
+        default=None, description="Default channel: private, public, team or agent.")
+    category: str | None = Field(default=None, description="Default category.")
+    strict: bool = Field(default=False,
+                         description="All or nothing: one bad record rejects the batch.")
+    defer_embed: bool = Field(
+        default=False, description="Store without vectors now; `memcli embed` adds them.")
+
+    def defaults(self) -> dict[str, Any]:
+        """What a record that names none of these gets (None: nothing)."""
+        return self.model_dump(exclude={"strict", "defer_embed"})
+
+
 def validated(model: type[Request], data: Any, what: str, hint: str | None = None) -> Any:
     """`data` (one JSON object) as a `model`, or a one-line UsageError naming the first
     problem (exit 2, HTTP 422)."""

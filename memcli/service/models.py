@@ -1,10 +1,11 @@
 """Request models of the service operations the CLI reads from flags rather than JSON.
 
 The records of `POST /api/v1/events` (memcli.models.EventIn), the acb request
-(memcli.acb.build.AcbRequest) and seed 000's query request (memcli.query_request.QueryRequest)
-are the CLI's own models; the ones here give the ledger, remember/forget, history and the app
-admin routes a JSON shape with the CLI's field names and rules (`extra="forbid"`: a misspelt
-field is refused, never ignored). The OpenAPI document is generated from all of them.
+(memcli.acb.build.AcbRequest) and seed 000's query request
+(memcli.operations.requests.QueryRequest) are the CLI's own models; the ones here give the
+ledger, remember/forget, history and the app admin routes a JSON shape with the CLI's field
+names and rules (`extra="forbid"`: a misspelt field is refused, never ignored). The OpenAPI
+document is generated from all of them.
 """
 
 from __future__ import annotations
