@@ -104,13 +104,23 @@ def _cli_type(annotation: Any, name: str) -> Any:
 
 
 def _bounds(info: Any) -> dict[str, Any]:
-    """Typer's min/max from the field's ge/le, so `--top-k 0` fails as a usage error."""
+    """Typer's min/max from the field's ge/le, so `--top-k 0` fails as a usage error; an id
+    (memcli.ids.Id, up to 64 bits) is read by the one id rule."""
+    import typing
+
+    from memcli.ids import MAX_ID
+
+    rules = list(info.metadata)
+    for arg in typing.get_args(info.annotation):  # `Id | None`: Id's own rules
+        rules += [r for m in getattr(arg, "__metadata__", ()) for r in getattr(m, "metadata", [m])]
     out: dict[str, Any] = {}
-    for rule in info.metadata:
+    for rule in rules:
         if getattr(rule, "ge", None) is not None:
             out["min"] = rule.ge
         if getattr(rule, "le", None) is not None:
             out["max"] = rule.le
+    if out.get("max") == MAX_ID:
+        return {"parser": _id, "metavar": "ID"}
     return out
 
 

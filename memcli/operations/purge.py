@@ -9,25 +9,25 @@ from memcli.errors import DatabaseBusyError
 
 if TYPE_CHECKING:
     from memcli.operations.memory import Memory
+    from memcli.operations.requests import PurgeRequest
 
 
-def purge_payload(memory: Memory, *, memory_id: int | None = None, session: str | None = None,
-                  user: str | None = None, tenant: str | None = None, app_id: str | None = None,
-                  all_tenants: bool = False, dry_run: bool = False) -> dict[str, Any]:
+def purge_payload(memory: Memory, request: PurgeRequest, *,
+                  all_tenants: bool = False) -> dict[str, Any]:
     """`memcli purge`: the plan (dry run) or what was deleted (then `check_purged`)."""
     from memcli.errors import UsageError
 
-    if all_tenants and tenant is not None:
+    if all_tenants and request.tenant_id is not None:
         raise UsageError("--all-tenants and --tenant exclude each other")
+    scope = request.where()
     # "alice" of another tenant is another person: a narrower scope stays in the configured
     # tenant unless --all-tenants says otherwise (as reads do).
-    narrower = any(v is not None for v in (memory_id, session, user, app_id))
-    if tenant is None and narrower and not all_tenants:
-        tenant = memory.tenant
-    scope = {"memory_id": memory_id, "session_id": session, "user_id": user,
-             "tenant_id": tenant, "app_id": app_id}
+    narrower = any(scope[k] is not None for k in ("memory_id", "session_id", "user_id",
+                                                  "app_id"))
+    if request.tenant_id is None and narrower and not all_tenants:
+        scope["tenant_id"] = memory.tenant
     plan = memory.plan_purge(**scope)
-    if dry_run:
+    if request.dry_run:
         return {k: v for k, v in plan.items() if k != "memory_ids"} | {"dry_run": True}
     return memory.purge(**scope) | {"dry_run": False}
 

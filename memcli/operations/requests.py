@@ -41,6 +41,7 @@ from pydantic import (
 )
 
 from memcli.errors import UsageError, validation_line
+from memcli.ids import Id
 from memcli.models import parse_ts
 
 
@@ -58,16 +59,30 @@ class Request(BaseModel):
     model_config = ConfigDict(extra="forbid", defer_build=True, populate_by_name=True)
 
 
-class Scope(Request):
-    """Whose memory a request reads or writes; every key left out is not narrowed (a read that
-    names no tenant reads the configured one)."""
-
+class TenantScope(Request):
     tenant_id: str | None = Field(
-        default=None, description="Tenant to read (default: the configured one, else `default`).")
-    user_id: str | None = Field(default=None, description="Only this user's memories.")
+        default=None, description="Tenant (default: the configured one, else `default`).")
+
+
+class UserScope(Request):
+    user_id: str | None = Field(default=None, description="User id.")
+
+
+class SessionScope(Request):
     session_id: str | None = Field(
-        default=None, description="Search this session first, widening to its user when thin.")
-    app_id: str | None = Field(default=None, description="Only this app's memories.")
+        default=None, description="Session id (a query searches it first, widening to its "
+                                  "user when it holds too little).")
+
+
+class AppScope(Request):
+    app_id: str | None = Field(default=None, description="App id.")
+
+
+# Bases in reverse: pydantic lists a model's fields from its last base to its first.
+class Scope(AppScope, SessionScope, UserScope, TenantScope):
+    """Whose memory a request reads or writes; every key left out is not narrowed (a read that
+    names no tenant reads the configured one). Each key is declared once, above, and an
+    operation that takes only some of them inherits only those."""
 
 
 class QueryConditions(Scope):
@@ -168,6 +183,23 @@ class IngestRequest(Scope):
     def defaults(self) -> dict[str, Any]:
         """What a record that names none of these gets (None: nothing)."""
         return self.model_dump(exclude={"strict", "defer_embed"})
+
+
+class HistoryRequest(SessionScope, UserScope, TenantScope):
+    """`memcli history`: what happened to a memory, or in a scope, newest first."""
+
+    memory_id: Id | None = Field(default=None, description="A memory id.")
+
+
+class PurgeRequest(Scope):
+    """`memcli purge` and the app admin's purge: a scope deleted for good."""
+
+    memory_id: Id | None = Field(default=None, description="One memory id.")
+    dry_run: bool = Field(default=False, description="Print the plan only.")
+
+    def where(self) -> dict[str, Any]:
+        """The scope as the purge plan takes it."""
+        return self.model_dump(exclude={"dry_run"})
 
 
 def validated(model: type[Request], data: Any, what: str, hint: str | None = None) -> Any:

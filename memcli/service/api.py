@@ -335,6 +335,7 @@ def delete_app_memories(ctx: Context, scope: Scope, request: dict[str, Any]) -> 
     """Seed 001's admin purge: `memcli purge --app APP` (one memory with `memory_id`: `purge
     --memory ID --app APP`, which takes the event it was cut from with it). Deleted for good."""
     from memcli.operations.purge import check_purged, purge_payload
+    from memcli.operations.requests import PurgeRequest
     from memcli.service.models import AppMemoriesQuery
 
     req = validate(AppMemoriesQuery, request, "app memories request")
@@ -350,8 +351,8 @@ def delete_app_memories(ctx: Context, scope: Scope, request: dict[str, Any]) -> 
         raise NotAllowedError("this caller may not see every category, so it may not purge "
                               "a whole app", "purge its memories one by one (memory_id), "
                               "or use a token without categories or agent")
-    out = purge_payload(ctx.memory, memory_id=req.memory_id, user=user, tenant=tenant,
-                        app_id=app_id)
+    out = purge_payload(ctx.memory, PurgeRequest(memory_id=req.memory_id, user_id=user,
+                                                 tenant_id=tenant, app_id=app_id))
     check_purged(out)
     return out
 
