@@ -10,8 +10,11 @@ machine slows all three alike):
 
 - `python -c pass`: the interpreter alone, the floor of any command;
 - `memcli ... ` with `memcli serve` running for the database: the client forwards the command
-  line, its environment and its stdio to the warm process (issue #13);
-- `memcli --no-daemon ...`: the in-process path (imports, settings, models, the database).
+  line, its environment and its stdio to the warm process;
+- `memcli --no-daemon ...`: the in-process path (imports, settings, models, the database);
+- with `--against DIR` (another checkout of memcli, e.g. `git worktree add DIR main`), the same
+  commands through that checkout's daemon, on a copy of the database: a before/after measured
+  in one run, so a busy machine weighs on both alike.
 
 Targets (the issue's): through the daemon, query p50 <= 100 ms and p95 <= 150 ms at 100k, `acb
 build` p50 <= 150 ms. Every run's stdout is checked (JSON with hits / a bundle).
@@ -28,6 +31,7 @@ The load half (10 concurrent agents over HTTP and MCP) is `bench/service_load.py
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
@@ -97,19 +101,26 @@ def check(label: str, stdout: str) -> None:
         raise SystemExit(f"{label}: not its JSON output: {stdout[:300]}")
 
 
-def measure(path: Path, queries: list[dict], runs: int, env: dict[str, str]) -> dict[str, Any]:
+def measure(path: Path, queries: list[dict], runs: int, env: dict[str, str],
+            against: Path | None = None) -> dict[str, Any]:
     py = sys.executable
     rows: dict[str, list[float]] = {}
     cpu: dict[str, list[float]] = {}
     work = commands(path, queries)
-    with Daemon(path, env) as daemon:
+    with contextlib.ExitStack() as stack:
+        daemon = stack.enter_context(Daemon(path, env))
         daemon.wait_ready()
+        other = _other_tree(stack, path, env, against) if against is not None else None
         for i in range(runs + 2):  # two warm-up rounds (page cache, the daemon's first calls)
             for label, args, stdin in work[2 * (i % len(queries)): 2 * (i % len(queries)) + 2]:
-                ways = (("daemon", [py, "-m", "memcli", *args]),
-                        ("in-process", [py, "-m", "memcli", "--no-daemon", *args]))
-                for way, argv in ways:
-                    wall, cpu_ms, out = process_ms(argv, env, stdin)
+                ways = [("daemon", [py, "-m", "memcli", *args], env),
+                        ("in-process", [py, "-m", "memcli", "--no-daemon", *args], env)]
+                if other is not None:  # the same command, through the other tree's daemon
+                    other_args = [str(other[0]) if a == str(path) else a for a in args]
+                    ways.append((f"daemon of {against}", [py, "-m", "memcli", *other_args],
+                                 other[1]))
+                for way, argv, way_env in ways:
+                    wall, cpu_ms, out = process_ms(argv, way_env, stdin)
                     check(label, out)
                     if i >= 2:
                         rows.setdefault(f"{label} | {way}", []).append(wall)
@@ -123,6 +134,19 @@ def measure(path: Path, queries: list[dict], runs: int, env: dict[str, str]) -> 
            for k, v in rows.items()}
     out["_served"] = served
     return out
+
+
+def _other_tree(stack: contextlib.ExitStack, path: Path, env: dict[str, str], tree: Path
+                ) -> tuple[Path, dict[str, str]]:
+    """A daemon of the memcli in another checkout (`--against`), on a copy of the database,
+    with a runtime folder of its own: (its database, its environment)."""
+    folder = Path(env["XDG_RUNTIME_DIR"]).parent / "against"
+    (folder / "run").mkdir(parents=True, mode=0o700, exist_ok=True)
+    copy = folder / path.name
+    shutil.copyfile(path, copy)
+    other_env = {**env, "PYTHONPATH": str(tree.resolve()), "XDG_RUNTIME_DIR": str(folder / "run")}
+    stack.enter_context(Daemon(copy, other_env)).wait_ready()
+    return copy, other_env
 
 
 def render(results: dict[str, Any], quick: bool) -> str:
@@ -158,6 +182,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quick", action="store_true", help="1k hash database, 4 runs, no file")
     ap.add_argument("--sizes", default=None, help="comma-separated sizes (default 10000,100000)")
     ap.add_argument("--runs", type=int, default=None, help="measured rounds per size (30)")
+    ap.add_argument("--against", type=Path, default=None, help="another memcli checkout: its "
+                    "daemon answers the same commands, interleaved (a before/after on a busy "
+                    "machine)")
     args = ap.parse_args(argv)
     sizes = [int(s) for s in (args.sizes or ("1000" if args.quick else "10000,100000")).split(",")]
     runs = args.runs or (4 if args.quick else 30)
@@ -169,7 +196,7 @@ def main(argv: list[str] | None = None) -> int:
             path = database(size, args.quick)
             queries = generate_queries(max(runs, 10), users(), seed=7)
             log(f"{size:,} memories: {runs} rounds")
-            results["sizes"][str(size)] = measure(path, queries, runs, env)
+            results["sizes"][str(size)] = measure(path, queries, runs, env, args.against)
     results["load_after"] = loadavg()
     text = render(results, args.quick)
     print(text)

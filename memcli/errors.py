@@ -76,12 +76,14 @@ class DiskFullError(StorageError):
     Nothing of the failed write stays; the same request works once space is freed."""
 
 
-def validation_line(exc: Exception, what: str | None = None, *, where: str = "request") -> str:
+def validation_line(exc: Exception | list[dict], what: str | None = None, *,
+                    where: str = "request") -> str:
     """A pydantic ValidationError as one line: `bad <what>: <field>: <message>` for its first
     problem, `(and N more)` when there are others. `what` None leaves
     out the `bad <what>: ` prefix; `where` names a problem at the root of the input. Every
-    model memcli validates (requests, records, settings) is reported through this one rule."""
-    problems = exc.errors()  # type: ignore[attr-defined]
+    model memcli validates (requests, records, settings) is reported through this one rule;
+    `exc` may be the error's list of problems (`exc.errors()`) too."""
+    problems = exc if isinstance(exc, list) else exc.errors()  # type: ignore[attr-defined]
     first = problems[0]
     place = ".".join(str(p) for p in first["loc"]) or where
     message = first["msg"].removeprefix("Value error, ")

@@ -352,18 +352,24 @@ def _unseen(db: Database, prepared: list[Prepared], report: IngestReport) -> lis
 def _encode(fresh: list[Prepared], embedder: Embedder | None,
             sparse: SpladeEncoder | None, progress: Progress | None = None) -> None:
     """Dense vectors and sparse terms for every chunk, outside any transaction: embedding
-    takes seconds under load, and other writers must not wait for it."""
+    takes seconds under load, and other writers must not wait for it. Each slice's sparse pass
+    runs beside its dense pass (memcli/providers/passes.py)."""
+    from memcli.providers.passes import encode_both
+
     texts = [c.text for p in fresh for c in p.chunks]
     if not texts:
         return
+    matrix, encoded = [], []
+    stage = "embedding" if embedder is not None else "sparse terms"
+    for part in slices(texts, ENCODE_SLICE, progress, stage):
+        vectors, terms = encode_both(embedder, part, sparse, part)
+        matrix += [] if vectors is None else list(vectors)
+        encoded += terms
     if embedder is not None:
-        matrix = [row for part in slices(texts, ENCODE_SLICE, progress, "embedding")
-                  for row in embedder.embed_documents(part).astype("float32")]
         rows = iter(matrix)
         for prep in fresh:
             prep.vectors = [next(rows).tobytes() for _ in prep.chunks]
     if sparse is not None:
-        encoded = iter([terms for part in slices(texts, ENCODE_SLICE, progress, "sparse terms")
-                        for terms in sparse.encode_documents(part)])
+        terms_of = iter(encoded)
         for prep in fresh:
-            prep.sparse = [next(encoded) for _ in prep.chunks]
+            prep.sparse = [next(terms_of) for _ in prep.chunks]

@@ -147,6 +147,23 @@ def last_route(routes: Path) -> str:
     return routes.read_text().splitlines()[-1].removesuffix(" other-db")
 
 
+def children_of(parent: int) -> list[int]:
+    """Pids of the running processes whose parent is `parent` (a daemon's command processes
+    and its HTTP process)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as f:
+                ppid = int(f.read().rsplit(b")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        if ppid == parent:
+            found.append(int(entry))
+    return found
+
+
 def serve_processes() -> list[int]:
     """Pids of running `memcli serve` processes that are children of this test process
     (however they were started)."""

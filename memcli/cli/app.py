@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import os
 import sys
 from types import ModuleType
 from typing import Annotated, Any
@@ -39,11 +40,22 @@ def _version(value: bool) -> None:
         raise typer.Exit()
 
 
+class Commands:
+    """What `memcli serve` needs of the app it is part of (it finds it in the context's `obj`,
+    set by the root callback): the runner of a forwarded command line, and the warm-up."""
+
+    def __init__(self) -> None:
+        self.run = run_forwarded
+        self.warm = warm_commands
+
+
 def _root(
+    ctx: typer.Context,
     version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True,
                                           help="Print the version and exit.")] = False,
 ) -> None:
     """Long-term memory for AI agents in one local SQLite file."""
+    ctx.obj = Commands()
 
 
 # Every command group, in help order. Each module's register() adds its commands to an app.
@@ -138,6 +150,37 @@ def run_typer(argv: list[str] | None = None) -> None:
     # names get the whole app.
     module = COMMAND_MODULES.get(command or "")
     _click_command(module)(args=args, prog_name="memcli")
+
+
+def run_forwarded(argv: list[str]) -> None:
+    """A command line forwarded to `memcli serve`, in the process it forked for it (already the
+    caller's: environment, folder, stdio): what `memcli.cli.entry.main` does in-process once
+    no daemon answered, its process defaults included."""
+    from memcli.config import thread_defaults
+
+    thread_defaults()
+    os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
+    run_typer(argv)
+
+
+def warm_commands() -> None:
+    """Build every command group's click command now, with each parameter's converter (a
+    pydantic TypeAdapter Typer builds on a parameter's first use: ~30 ms of a `query`), so
+    that the processes `memcli serve` forks find them built."""
+    for module in {*COMMAND_MODULES.values(), None}:
+        _prepare_params(_click_command(module))
+
+
+def _prepare_params(command: Any) -> None:
+    for param in getattr(command, "params", ()):
+        prepare = getattr(param, "get_runtime_param", None)
+        if callable(prepare):
+            try:
+                prepare()
+            except Exception:  # noqa: BLE001, S112 - the command reports it when it runs
+                continue
+    for sub in getattr(command, "commands", {}).values():
+        _prepare_params(sub)
 
 
 @functools.cache

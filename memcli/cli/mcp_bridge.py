@@ -241,9 +241,10 @@ def daemon_http_socket(db: str | None, env: Mapping[str, str]) -> str | None:
     return path if os.path.exists(path) and daemon_answers(path) else None
 
 
-def main_hook(argv: list[str], env: Mapping[str, str] = os.environ) -> int | None:
+def main_hook(argv: list[str], env: Mapping[str, str] | None = None) -> int | None:
     """`memcli mcp` before anything else is imported: bridge to the daemon when one answers
     and return the exit code; None to go on in-process (the Typer command)."""
+    env = os.environ if env is None else env
     parsed = parse_argv(argv, env)
     if parsed is None:
         return None

@@ -72,7 +72,7 @@ def _request(text: str, given: dict[str, Any]) -> QueryRequest:
                  off={"pinned": "--unpinned"})
 def query_cmd(
     text: Annotated[str, typer.Argument(
-        help="What to look for; `-` reads stdin: a memory-spec memory.query JSON request "
+        help="What to look for; `-` reads stdin: a memory.query JSON request "
              "when it starts with `{`, else the query text.")],
     given: dict[str, Any],
     all_tenants: Annotated[bool, typer.Option(

@@ -62,9 +62,11 @@ def register(app: typer.Typer) -> None:
         with errors():
             settings, ep = _endpoint(db, socket, create=True)
             http = HttpOptions(port=port, host=host, token_file=token_file, no_token=no_token)
-            code = run(settings, ep, idle_exit=idle_exit, grace=grace, http=http,
-                       pool_size=pool_size)
-        # Threads of requests that outlived the grace period must not hold up the exit.
+            commands = ctx.obj  # memcli.cli.app.Commands: the app this command is part of
+            code = run(settings, ep, commands.run, commands.warm, idle_exit=idle_exit,
+                       grace=grace, http=http, pool_size=pool_size)
+        # Nothing of the daemon's is left to tear down (its commands ran in processes of
+        # their own); the pipes its forks watch close with this process.
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(code)

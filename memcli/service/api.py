@@ -27,6 +27,7 @@ from memcli.errors import (
     NotFoundError,
     UsageError,
     ValidationError,
+    validation_line,
 )
 
 if TYPE_CHECKING:
@@ -45,7 +46,7 @@ class Scope:
 
     tenant: str | None = None
     user_id: str | None = None
-    agent: str | None = None  # the asking agent: its category allowlist applies (seed 000)
+    agent: str | None = None  # the asking agent, whose category allowlist applies (memory spec)
     app_id: str | None = None
     categories: tuple[str, ...] | None = None
 
@@ -108,7 +109,13 @@ def validate(model: type[BaseModel], data: Any, what: str) -> Any:
     return validated(model, data, what)
 
 
-# -- seed 003: events, bundles, artifacts, decisions, tasks ------------------------------------
+def invalid(what: str, errors: Any, hint: str | None = None) -> UsageError:
+    """Pydantic's validation errors as one line: the first problem, where it is, and how many
+    more (HTTP 422, exit code 2), by the one rule (memcli.errors.validation_line)."""
+    return UsageError(validation_line(errors, what), hint)
+
+
+# -- the Agent Memory System PRD: events, bundles, artifacts, decisions, tasks -----------------
 def record_events(ctx: Context, scope: Scope, request: Any
                   ) -> dict[str, Any] | list[dict[str, Any]]:
     """The PRD's `record_event`: one record (a JSON object) or a list of them, read as `memcli
@@ -144,7 +151,8 @@ def rejected(out: Any) -> bool:
 
 
 def build_acb(ctx: Context, scope: Scope, request: dict[str, Any]) -> dict[str, Any]:
-    """Seed 003's `build_acb`: the bundle `memcli acb build --json` prints for this request."""
+    """The Agent Memory System PRD's `build_acb`: the bundle `memcli acb build --json` prints for
+    this request."""
     from memcli.inputs import check_value
     from memcli.operations.acb import acb_payload, prepare_acb
 
@@ -254,11 +262,11 @@ def _owner(ctx: Context, scope: Scope, tenant: str | None = None, user_id: str |
                  categories=categories, hidden=hidden)
 
 
-# -- seed 000: query and history ---------------------------------------------------------------
+# -- the memory system spec: query and history ------------------------------------------------
 def query(ctx: Context, scope: Scope, request: dict[str, Any]) -> list[dict[str, Any]]:
-    """Seed 000's `memory.query`: the request shape `memcli query -` reads, answered with what
-    `memcli query --json` prints (hits, or bullets with `"return": "bullets"`; each hit names
-    the scope that answered)."""
+    """The memory system spec's `memory.query`: the request shape `memcli query -` reads, answered
+    with what `memcli query --json` prints (hits, or bullets with `"return": "bullets"`; each hit
+    names the scope that answered)."""
     from memcli.inputs import check_value
     from memcli.operations.query import hits_payload, run_query
     from memcli.operations.requests import parse_query_request
@@ -316,9 +324,10 @@ def forget(ctx: Context, scope: Scope, request: dict[str, Any]) -> dict[str, Any
     return ctx.memory.forget(req.memory_id, _owner(ctx, scope, req.tenant_id))
 
 
-# -- seed 001: an app's memories ---------------------------------------------------------------
+# -- the app-memory design: an app's memories -------------------------------------------------
 def app_memories(ctx: Context, scope: Scope, request: dict[str, Any]) -> dict[str, Any]:
-    """Seed 001's `GET /apps/{app_id}/memories`: the app's active memories, newest first."""
+    """The app-memory design's `GET /apps/{app_id}/memories`: the app's active memories, newest
+    first."""
     from memcli.service.models import AppMemoriesQuery
     from memcli.store.apps import list_app_memories
 
@@ -332,8 +341,9 @@ def app_memories(ctx: Context, scope: Scope, request: dict[str, Any]) -> dict[st
 
 
 def delete_app_memories(ctx: Context, scope: Scope, request: dict[str, Any]) -> dict[str, Any]:
-    """Seed 001's admin purge: `memcli purge --app APP` (one memory with `memory_id`: `purge
-    --memory ID --app APP`, which takes the event it was cut from with it). Deleted for good."""
+    """The app-memory design's admin purge: `memcli purge --app APP` (one memory with
+    `memory_id`: `purge --memory ID --app APP`, which takes the event it was cut from with it).
+    Deleted for good."""
     from memcli.operations.purge import check_purged, purge_payload
     from memcli.operations.requests import PurgeRequest
     from memcli.service.models import AppMemoriesQuery

@@ -4,15 +4,16 @@
 command targets (`paths.guess_db`), the command line, the environment a command can read
 (`forwarded_env`), the working folder and the caller's file descriptors 0, 1 and 2 (passed
 with SCM_RIGHTS, as Mercurial's chg does) go over its unix socket; the daemon runs the same
-Typer app on them and sends the exit code back. Output is byte-identical by construction:
-same code, same streams, same settings. Only a socket `paths.connect` trusts (this user's
-folder and listener) gets any of it; another is named in one warning line and the command runs
-in-process.
+Typer app on them, in a process forked for the command (memcli/service/worker.py), and sends
+the exit code back. Output is byte-identical by construction: same code, same streams, same
+settings. Only a socket `paths.connect` trusts (this user's folder and listener) gets any of
+it; another is named in one warning line and the command runs in-process.
 
-Never forwarded: `serve`, `mcp`, shell completion, commands that start an editor (`acb edit`),
-`--no-daemon` (removed from the command line) and `MEMCLI_NO_DAEMON=1`. No socket, a refused
-connection, or a daemon that closes before it starts the command: the command runs in-process
-at once. Ctrl-C is passed on: the daemon interrupts the command as it would be in-process.
+Never forwarded: `serve`, `mcp`, shell completion, `acb edit` on a terminal (its editor must
+be in the terminal's foreground process group), `--no-daemon` (removed from the command line)
+and `MEMCLI_NO_DAEMON=1`. No socket, a refused connection, or a daemon that closes before it
+starts the command: the command runs in-process at once. Ctrl-C is passed on: the command's
+process gets SIGINT, as it would in-process.
 
 Wire format (`encode_request` / `decode_request`): a 4-byte big-endian length, sent together
 with the three fds, then NUL-separated fields (argv, environment, cwd, umask, the encoding and
@@ -59,8 +60,11 @@ def _routable(argv: list[str]) -> bool:
     if words and words[0] in NEVER_ROUTED:
         # `serve status` asks the daemon itself (in-process it can only see the lock).
         return words[0] == "serve" and "status" in words[1:]
-    # `acb edit` runs $EDITOR on the caller's terminal: always in the caller's process.
-    return not (words and words[0] == "acb" and "edit" in words)
+    # `acb edit` starts $EDITOR. The daemon's process for the command is the caller's in all
+    # but one thing: it is not in the terminal's foreground process group (the caller is), and
+    # an editor reading a terminal from outside it is stopped. On a terminal it runs here.
+    editing = bool(words) and words[0] == "acb" and "edit" in words
+    return not (editing and (os.isatty(0) or os.isatty(1)))
 
 
 def strip_no_daemon(argv: list[str]) -> tuple[list[str], bool]:

@@ -13,7 +13,8 @@ real path, so every client that targets the same file finds the same socket:
 `--socket PATH` (and `MEMCLI_SOCKET` for the client) names the CLI socket instead; the other
 three files then sit beside it, named after it. The client runs before `memcli.config` may be
 imported (pydantic), so this module reads the few environment variables it needs itself, with
-the same default database rule as `config.default_db_path`.
+the same default database rule as `config.default_db_path`: from the mapping it is given, else
+`os.environ` as it is at the call (never a default bound at import).
 
 Every connection to a daemon (the CLI client, `memcli mcp`'s bridge, and through the client the
 agent hooks) goes through `connect`, which sends nothing to a socket another user could have
@@ -70,8 +71,8 @@ class Endpoint:
         self.pid = pid
 
 
-def runtime_dir(env: Mapping[str, str] = os.environ) -> str:
-    base = env.get("XDG_RUNTIME_DIR")
+def runtime_dir(env: Mapping[str, str] | None = None) -> str:
+    base = (os.environ if env is None else env).get("XDG_RUNTIME_DIR")
     if base:
         return os.path.join(base, APP)
     return os.path.join("/tmp", f"{APP}-{os.getuid()}")
@@ -186,20 +187,21 @@ def endpoint_for_socket(socket_path: str | os.PathLike[str]) -> Endpoint:
     return Endpoint(sock, base + ".http.sock", base + ".lock", base + ".pid")
 
 
-def endpoint(db: str | os.PathLike[str], env: Mapping[str, str] = os.environ,
+def endpoint(db: str | os.PathLike[str], env: Mapping[str, str] | None = None,
              cwd: str | None = None) -> Endpoint:
     """The daemon files of database `db` in the runtime folder."""
     return endpoint_for_socket(os.path.join(runtime_dir(env), f"{db_key(db, cwd)}.sock"))
 
 
-def default_db(env: Mapping[str, str] = os.environ) -> str:
+def default_db(env: Mapping[str, str] | None = None) -> str:
     """`config.default_db_path()`, without importing config (pydantic)."""
+    env = os.environ if env is None else env
     data = env.get("XDG_DATA_HOME") or os.path.join(
         env.get("HOME") or os.path.expanduser("~"), ".local", "share")
     return os.path.join(data, APP, "memory.db")
 
 
-def guess_db(argv: Sequence[str], env: Mapping[str, str] = os.environ) -> str:
+def guess_db(argv: Sequence[str], env: Mapping[str, str] | None = None) -> str:
     """The database a command line targets, cheaply: `--db X` / `--db=X`, else `MEMCLI_DB`,
     else the default path. A config file's `db:` is not read (that needs yaml): such a command
     misses the daemon and runs in-process, which is correct, only slower."""
@@ -210,4 +212,5 @@ def guess_db(argv: Sequence[str], env: Mapping[str, str] = os.environ) -> str:
             return argv[i + 1]
         if arg.startswith("--db="):
             return arg[len("--db="):]
+    env = os.environ if env is None else env
     return env.get("MEMCLI_DB") or default_db(env)
