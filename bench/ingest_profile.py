@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import pg_scale_support as sup
-from memcli.memory import Memory
+from memcli.operations.memory import Memory
 from memcli.providers.embedders import HashEmbedder
 
 BENCH = Path(__file__).resolve().parent

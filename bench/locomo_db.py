@@ -21,7 +21,7 @@ from bench.locomo_data import (
 )
 from memcli import Memory
 from memcli.config import Settings
-from memcli.memory import make_sparse
+from memcli.operations.memory import make_sparse
 
 # --------------------------------------------------------------------------- database
 

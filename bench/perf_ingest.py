@@ -34,7 +34,7 @@ def memory_settings(path: Path, embedder_name: str) -> Any:
 
 def make_models(embedder_name: str, sparse: bool) -> tuple[Any, Any]:
     """The embedder and SPLADE encoder the default configuration builds (both lazy)."""
-    from memcli.memory import make_embedder, make_sparse
+    from memcli.operations.memory import make_embedder, make_sparse
 
     settings = memory_settings(Path("unused.db"), embedder_name)
     return make_embedder(settings), (make_sparse(settings) if sparse else None)
@@ -50,7 +50,7 @@ def warm_models(embedder: Any, sparse: Any) -> None:
 
 def open_memory(path: Path, embedder: Any, sparse: Any = None) -> Any:
     from memcli.config import Settings
-    from memcli.memory import Memory
+    from memcli.operations.memory import Memory
 
     return Memory.open(path, embedder=embedder, sparse=sparse, settings=Settings(db=path))
 

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.pg_bench_support import scratch_database
-from memcli.memory import Memory
+from memcli.operations.memory import Memory
 from memcli.providers.embedders import HashEmbedder
 from memcli.retrieval.text import lexical_query
 from memcli.store import search

@@ -84,7 +84,7 @@ def build_models(events: list[dict], queries: list[dict], source: Path, work: Pa
     import apsw
 
     from memcli.config import EmbedderSettings, Settings
-    from memcli.memory import make_embedder, make_sparse
+    from memcli.operations.memory import make_embedder, make_sparse
 
     texts = {e["content"]["text"] for e in events}
     conn = apsw.Connection(f"file:{source}?mode=ro&immutable=1",

@@ -27,7 +27,7 @@ def build(out_path: Path, locomo: Path = LOCOMO) -> None:
     import apsw
 
     from memcli.config import EmbedderSettings, Settings
-    from memcli.memory import make_embedder, make_sparse
+    from memcli.operations.memory import make_embedder, make_sparse
 
     rows, weights = pg_sparse_corpus.corpus(pg_sparse_corpus.BASE)
     src = apsw.Connection(f"file:{locomo}?mode=ro&immutable=1",

@@ -143,7 +143,7 @@ def load_models(spec: dict[str, Any]) -> tuple[Any, Any]:
 
 def open_memory(location: str, spec: dict[str, Any]) -> Any:
     from memcli.config import Settings
-    from memcli.memory import Memory
+    from memcli.operations.memory import Memory
 
     embedder, sparse = load_models(spec)
     return Memory.open(location, embedder=embedder, sparse=sparse,

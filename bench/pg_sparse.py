@@ -209,7 +209,7 @@ def main() -> int:
     args = parser.parse_args()
 
     from memcli.config import RetrievalSettings, Settings
-    from memcli.memory import make_sparse
+    from memcli.operations.memory import make_sparse
     from memcli.store import search as store_search
     from memcli.store import sparse as sparse_sql
     from memcli.store.filters import Filters

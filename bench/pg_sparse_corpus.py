@@ -45,7 +45,7 @@ def corpus(n: int) -> tuple[list[tuple], dict[int, dict[int, int]]]:
                 rows, weights = pickle.load(fh)
             return rows[:n], {m: w for m, w in weights.items() if m <= n}
     from memcli.config import Settings
-    from memcli.memory import make_sparse
+    from memcli.operations.memory import make_sparse
     from memcli.store.sparse import SCALE
 
     rng = random.Random(7)

@@ -45,7 +45,7 @@ REAL = "tenant_id NOT LIKE 'warm-%'"  # each writer's warm-up event has a tenant
 # One writer process: start together (a file appears), then batches, then its timings.
 WRITER = r"""
 import json, os, sys, time
-from memcli.memory import Memory
+from memcli.operations.memory import Memory
 tenant, prefix, go = sys.argv[1], sys.argv[2], sys.argv[5]
 batches, size = int(sys.argv[3]), int(sys.argv[4])
 memory = Memory.configured()
@@ -83,7 +83,7 @@ def env_for(url: str, home: Path) -> dict[str, str]:
 
 def new_database(dsn: str, name: str, home: Path) -> str:
     url = create_database(dsn, name)
-    subprocess.run([sys.executable, "-c", "from memcli.memory import Memory; "
+    subprocess.run([sys.executable, "-c", "from memcli.operations.memory import Memory; "
                     "Memory.configured().close()"], env=env_for(url, home), check=True)
     return url
 

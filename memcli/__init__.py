@@ -15,7 +15,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
-    from memcli.memory import Memory
+    from memcli.operations.memory import Memory
 
 __all__ = ["Memory", "MemcliError", "__version__"]
 __version__ = "0.1.0"
@@ -23,7 +23,7 @@ __version__ = "0.1.0"
 
 def __getattr__(name: str) -> Any:
     if name == "Memory":
-        from memcli.memory import Memory
+        from memcli.operations.memory import Memory
 
         return Memory
     raise AttributeError(f"module 'memcli' has no attribute {name!r}")

@@ -20,7 +20,7 @@ from memcli.store import ledger as sql
 from memcli.store import memories as mem
 
 if TYPE_CHECKING:
-    from memcli.memory import Memory
+    from memcli.operations.memory import Memory
 
 
 def save_checkpoint(memory: Memory, data: Any, **options: Any) -> dict[str, Any]:

@@ -13,7 +13,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field, ValidationError, field_validator
 
-from memcli.errors import UsageError
+from memcli.errors import UsageError, validation_line
 
 APP = "memcli"
 PACKAGE_DIR = Path(__file__).resolve().parent
@@ -289,9 +289,8 @@ def load_settings(db: str | Path | None = None, **overrides: Any) -> Settings:
     try:
         return Settings.model_validate(data)
     except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(p) for p in first["loc"])
-        raise UsageError(f"invalid setting {where}: {first['msg']}", "check memcli config") from exc
+        raise UsageError(validation_line(exc, "setting", where="settings"),
+                         "check memcli config") from exc
 
 
 def _refuse_db_url(flag: str | Path | None, db: Any) -> None:

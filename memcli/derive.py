@@ -20,7 +20,7 @@ from memcli.store import sparse as sparse_sql
 from memcli.store import vectors as vec
 
 if TYPE_CHECKING:
-    from memcli.memory import Memory
+    from memcli.operations.memory import Memory
 
 SEMANTIC_KINDS = ("fact", "summary", "insight", "reflection", "procedural", "decision", "task")
 LINK_TOP_K = 3

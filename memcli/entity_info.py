@@ -20,7 +20,7 @@ from memcli.errors import NotFoundError, UsageError
 from memcli.store import entities as sql
 
 if TYPE_CHECKING:
-    from memcli.memory import Memory
+    from memcli.operations.memory import Memory
 
 CONTEXTS = 200  # memories read to find spellings and types (the newest)
 

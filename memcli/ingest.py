@@ -24,7 +24,7 @@ import pydantic
 from memcli import inputs
 from memcli.chunking import chunk_text
 from memcli.entities import extract_entities
-from memcli.errors import NotFoundError, UsageError, ValidationError
+from memcli.errors import NotFoundError, UsageError, ValidationError, validation_line
 from memcli.ingest_write import write_batch
 from memcli.ledger_events import LedgerEvent, episode_text
 from memcli.ledger_events import parse as parse_ledger
@@ -37,7 +37,7 @@ from memcli.store import events as ev
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from memcli.memory import Memory
+    from memcli.operations.memory import Memory
     from memcli.progress import Progress
     from memcli.providers.embedders import Embedder
     from memcli.providers.splade import SpladeEncoder
@@ -88,12 +88,6 @@ def _parse_line(line: str) -> Any:
         return ValueError(f"nested deeper than {inputs.MAX_DEPTH} levels")
     except ValueError as exc:  # e.g. an integer of more than 4,300 digits
         return ValueError(f"invalid JSON: {exc}".splitlines()[0])
-
-
-def _reason(exc: pydantic.ValidationError) -> str:
-    first = exc.errors()[0]
-    where = ".".join(str(p) for p in first["loc"]) or "record"
-    return f"{where}: {first['msg']}"
 
 
 def event_text(kind: str, content: dict[str, Any]) -> str:
@@ -207,7 +201,7 @@ def prepare(number: int, value: Any, defaults: dict[str, Any], now: str,
     try:
         rec = EventIn.model_validate(data)
     except pydantic.ValidationError as exc:
-        raise ValidationError(_reason(exc)) from exc
+        raise ValidationError(validation_line(exc, where="record")) from exc
     except (ValueError, TypeError, OverflowError) as exc:  # raised inside a validator
         raise ValidationError(f"invalid record: {exc}".splitlines()[0]) from exc
     event_id = rec.event_id or f"evt_{uuid.uuid4().hex}"

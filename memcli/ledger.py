@@ -23,7 +23,7 @@ from memcli.store import ledger as sql
 from memcli.store import owner as own
 
 if TYPE_CHECKING:
-    from memcli.memory import Memory
+    from memcli.operations.memory import Memory
 
 DECISION_SCOPES = ("project", "user", "global")
 TASK_STATUSES = ("open", "doing", "done")

@@ -30,8 +30,8 @@ from memcli.errors import UsageError, ValidationError
 from memcli.store import owner as own
 
 if TYPE_CHECKING:
-    from memcli.memory import Memory
     from memcli.models import EventIn
+    from memcli.operations.memory import Memory
 
 LEDGER_KINDS = ("decision", "task_update")
 _DECISION_LISTS = ("rationale", "constraints", "alternatives", "consequences")

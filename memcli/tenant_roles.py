@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 from memcli.errors import UsageError
 
 if TYPE_CHECKING:
-    from memcli.memory import Memory
+    from memcli.operations.memory import Memory
 
 
 def _postgres(memory: Memory):

@@ -518,7 +518,7 @@ def test_daemon_with_the_default_models_answers_like_in_process(tmp_path):
 def test_local_models_are_shared_by_every_memory_in_a_process():
     """A daemon (or a library user) opening many Memory objects loads each model once."""
     from memcli.config import load_settings
-    from memcli.memory import make_embedder, make_sparse
+    from memcli.operations.memory import make_embedder, make_sparse
 
     settings = load_settings("unused.db")
     assert make_embedder(settings) is make_embedder(settings)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from memcli.memory import Memory
+from memcli.operations.memory import Memory
 from memcli.providers.embedders import HashEmbedder
 from tests.support.backend import rows
 from tests.support.records import turns

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from memcli.memory import Memory
+from memcli.operations.memory import Memory
 from memcli.providers.embedders import HashEmbedder
 from tests.support.backend import rows
 

@@ -17,7 +17,7 @@ import pytest
 from bench import pg_scale_bulk as bulk
 from bench import pg_scale_check as check
 from bench import pg_scale_support as sup
-from memcli.memory import Memory
+from memcli.operations.memory import Memory
 from memcli.providers.embedders import HashEmbedder
 from memcli.store.location import open_database
 from tests.support.backend import is_pg

@@ -39,7 +39,7 @@ from memcli.acb import render
 from memcli.acb import sections as gather
 from memcli.acb.names import add_document_names
 from memcli.config import AcbSettings
-from memcli.errors import DatabaseBusyError, UsageError
+from memcli.errors import DatabaseBusyError, UsageError, validation_line
 from memcli.models import Channel, parse_ts
 from memcli.retrieval.text import terms
 from memcli.store import acb as sql
@@ -47,7 +47,7 @@ from memcli.store import memories as mem
 from memcli.store.connection import HINT_WAIT
 
 if TYPE_CHECKING:
-    from memcli.memory import Memory
+    from memcli.operations.memory import Memory
     from memcli.store.filters import Filters
 
 CHANNEL_SENSITIVITIES: dict[str, tuple[str, ...]] = {
@@ -70,24 +70,40 @@ class AcbRequest(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    tenant_id: str | None = Field(default=None, min_length=1)  # None: the memory's tenant
-    user_id: str | None = None
-    session_id: str | None = None
-    agent_id: str | None = None  # the asking agent: its allowlist applies; the delta caller
-    channel: Channel = "private"
-    intent: str | None = None
-    query_text: str | None = None
-    max_tokens: int | None = Field(default=None, ge=1)
-    caps: dict[str, int] = Field(default_factory=dict)  # per-section cap overrides
-    categories: list[str] = Field(default_factory=list)  # restrict retrieved evidence
-    app_id: str | None = None  # app mode: the app's block, and nothing of other apps
-    since: int | dict[str, int] | None = None  # delta base: a revision, or {thread: revision}
-    track: bool = True  # remember the revision served, as the caller's next delta base
-    handoff: list[str] = Field(default_factory=list)
-    include_checkpoint: bool = False
+    tenant_id: str | None = Field(
+        default=None, min_length=1,
+        description="Tenant to read (default: the configured one, else `default`).")
+    user_id: str | None = Field(default=None, description="Whose bundle: this user's memories.")
+    session_id: str | None = Field(default=None, description="The session the turn is in.")
+    agent_id: str | None = Field(  # the asking agent: its allowlist applies; the delta caller
+        default=None, description="The asking agent: its category allowlist applies.")
+    channel: Channel = Field(
+        default="private",
+        description="private (default), team, public or agent: decides which sensitivities load.")
+    intent: str | None = Field(default=None, description="What the turn means to do (a label).")
+    query_text: str | None = Field(
+        default=None, description="What the next turn is about (retrieval runs only with it).")
+    max_tokens: int | None = Field(
+        default=None, ge=1, description="Token budget of the whole bundle (default 65000).")
+    caps: dict[str, int] = Field(default_factory=dict,
+                                 description="Per-section cap overrides: SECTION: TOKENS.")
+    categories: list[str] = Field(default_factory=list,
+                                  description="Only these categories as retrieved evidence.")
+    app_id: str | None = Field(  # app mode: the app's block, and nothing of other apps
+        default=None, description="App mode: the app's memories in a fixed block, no other app's.")
+    since: int | dict[str, int] | None = Field(  # a revision, or {thread: revision}
+        default=None, description="Delta header base revision (default: the last one you saw).")
+    track: bool = Field(default=True, description="Remember this revision as seen (the base of "
+                                                  "the next delta).")
+    handoff: list[str] = Field(default_factory=list,
+                               description="Text for the handoff packet (repeatable).")
+    include_checkpoint: bool = Field(
+        default=False, description="Add the saved checkpoint of (user, session) to the handoff.")
     # Time travel: the bundle as it would have been then (facts valid at that time, events up
     # to it, ranked on that clock). Default: now, ranked on the newest memory update.
-    as_of: str | None = None
+    as_of: str | None = Field(
+        default=None, description="Read the memory as it was then: facts valid at that time, "
+                                  "events up to it (ISO date or time, e.g. 2026-03-01).")
 
     @field_validator("as_of")
     @classmethod
@@ -123,10 +139,7 @@ def parse_request(data: Any) -> AcbRequest:
     try:
         return AcbRequest.model_validate(data)
     except pydantic.ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(p) for p in first["loc"]) or "request"
-        message = first["msg"].removeprefix("Value error, ")
-        raise UsageError(f"bad acb request: {where}: {message}") from exc
+        raise UsageError(validation_line(exc, "acb request")) from exc
 
 
 def channel_rules(base: Filters, channel: str) -> Filters:

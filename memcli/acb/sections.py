@@ -23,7 +23,7 @@ from memcli.store import ledger as ledger_sql
 
 if TYPE_CHECKING:
     from memcli.config import AcbSettings
-    from memcli.memory import Memory
+    from memcli.operations.memory import Memory
     from memcli.store.filters import Filters
 
 VIEW_NAMES = ("identity", "rules")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -14,9 +14,10 @@ from memcli.cli.options import (
     FormatOpt,
     JsonOpt,
     MemoryIdArg,
+    check_flags,
     id_argument,
-    id_option,
     limit_option,
+    request_options,
 )
 from memcli.cli.output import Format, emit, errors, resolve_format, warn
 
@@ -27,54 +28,60 @@ def _history_text(rows: list[dict]) -> None:
         print(f"{r['ts']}  {r['op']:<7} memory={r['memory_id']} {ref} by {r['actor']}")
 
 
+@request_options("memcli.operations.requests:HistoryRequest")
+def history_cmd(
+    memory_id: Annotated[int | None, id_argument("A memory id.")] = None,
+    *,
+    given: dict[str, Any],
+    all_tenants: Annotated[bool, typer.Option(
+        "--all-tenants", help="Every tenant's trail (an operator's audit).")] = False,
+    limit: Annotated[int, limit_option()] = 100,
+    db: DbOpt = None, fmt: FormatOpt = None, as_json: JsonOpt = False,
+) -> None:
+    """Show what happened to a memory, or in a scope, newest first (--format jsonl exports)."""
+    from memcli.operations.requests import HistoryRequest, validated
+
+    with errors():
+        check_flags(given)
+        request = validated(HistoryRequest, {**given, "memory_id": memory_id}, "history request")
+        with open_memory(db, with_embedder=False, must_exist=True) as memory:
+            rows = memory.history(all_tenants=all_tenants, limit=limit,
+                                  **request.model_dump())
+        emit(rows, resolve_format(fmt, as_json), _history_text)
+
+
+@request_options("memcli.operations.requests:PurgeRequest", legacy={"memory_id": "--memory"})
+def purge_cmd(
+    *,
+    given: dict[str, Any],
+    all_tenants: Annotated[bool, typer.Option(
+        "--all-tenants", help="A --user/--session/--app/--memory scope in every tenant.")
+    ] = False,
+    db: DbOpt = None, fmt: FormatOpt = None, as_json: JsonOpt = False,
+) -> None:
+    """Delete a scope for good: events, memories, index rows, vectors, entity links, and
+    every copy in the file (VACUUM, WAL emptied; exit 75 if a reader keeps old pages)."""
+    from memcli.operations.purge import check_purged, purge_payload
+    from memcli.operations.requests import PurgeRequest, validated
+
+    with errors():
+        check_flags(given)
+        request = validated(PurgeRequest, given, "purge request")
+        with open_memory(db, with_embedder=False) as memory:
+            out = purge_payload(memory, request, all_tenants=all_tenants)
+        emit(out, resolve_format(fmt, as_json), lambda p: print(
+            f"{'would purge' if p['dry_run'] else 'purged'} {p['events']} event(s), "
+            f"{p['memories']} memories, {p['artifacts']} artifact(s)"))
+        check_purged(out)
+        if out.get("vacuum") == "owner":
+            from memcli.operations.purge import VACUUM_HINT, VACUUM_NOTICE
+
+            warn(f"{VACUUM_NOTICE} ({VACUUM_HINT})")
+
+
 def register(app: typer.Typer) -> None:
-    @app.command("history")
-    def history_cmd(
-        memory_id: Annotated[int | None, id_argument("A memory id.")] = None,
-        user: Annotated[str | None, typer.Option("--user")] = None,
-        tenant: Annotated[str | None, typer.Option(
-            "--tenant", help="Tenant to read (default: the configured one).")] = None,
-        all_tenants: Annotated[bool, typer.Option(
-            "--all-tenants", help="Every tenant's trail (an operator's audit).")] = False,
-        session: Annotated[str | None, typer.Option("--session")] = None,
-        limit: Annotated[int, limit_option()] = 100,
-        db: DbOpt = None, fmt: FormatOpt = None, as_json: JsonOpt = False,
-    ) -> None:
-        """Show what happened to a memory, or in a scope, newest first (--format jsonl exports)."""
-        with errors(), open_memory(db, with_embedder=False, must_exist=True) as memory:
-            rows = memory.history(memory_id, tenant_id=tenant, all_tenants=all_tenants,
-                                  user_id=user, session_id=session, limit=limit)
-            emit(rows, resolve_format(fmt, as_json), _history_text)
-
-    @app.command("purge")
-    def purge_cmd(
-        memory_id: Annotated[int | None, id_option("--memory", help="One memory id.")] = None,
-        session: Annotated[str | None, typer.Option("--session")] = None,
-        user: Annotated[str | None, typer.Option("--user")] = None,
-        tenant: Annotated[str | None, typer.Option("--tenant")] = None,
-        app_id: Annotated[str | None, typer.Option("--app")] = None,
-        all_tenants: Annotated[bool, typer.Option(
-            "--all-tenants", help="A --user/--session/--app/--memory scope in every tenant.")
-        ] = False,
-        dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the plan only.")] = False,
-        db: DbOpt = None, fmt: FormatOpt = None, as_json: JsonOpt = False,
-    ) -> None:
-        """Delete a scope for good: events, memories, index rows, vectors, entity links, and
-        every copy in the file (VACUUM, WAL emptied; exit 75 if a reader keeps old pages)."""
-        from memcli.operations import check_purged, purge_payload
-
-        with errors(), open_memory(db, with_embedder=False) as memory:
-            out = purge_payload(memory, memory_id=memory_id, session=session, user=user,
-                                tenant=tenant, app_id=app_id, all_tenants=all_tenants,
-                                dry_run=dry_run)
-            emit(out, resolve_format(fmt, as_json), lambda p: print(
-                f"{'would purge' if p['dry_run'] else 'purged'} {p['events']} event(s), "
-                f"{p['memories']} memories, {p['artifacts']} artifact(s)"))
-            check_purged(out)
-            if out.get("vacuum") == "owner":
-                from memcli.operations import VACUUM_HINT, VACUUM_NOTICE
-
-                warn(f"{VACUUM_NOTICE} ({VACUUM_HINT})")
+    app.command("history")(history_cmd)
+    app.command("purge")(purge_cmd)
 
     @app.command("forget")
     def forget_cmd(
@@ -143,7 +150,7 @@ def register(app: typer.Typer) -> None:
         db: DbOpt = None,
     ) -> None:
         """Print the full output kept for a truncated tool result."""
-        from memcli.operations import artifact_body
+        from memcli.operations.records import artifact_body
 
         with errors(), open_memory(db, with_embedder=False, must_exist=True) as memory:
             sys.stdout.buffer.write(artifact_body(memory, artifact_id))

@@ -50,7 +50,7 @@ def register(app: typer.Typer) -> None:
         from memcli import doctor
         from memcli.config import load_settings
         from memcli.errors import MemcliError, SchemaError
-        from memcli.memory import make_embedder, make_sparse
+        from memcli.operations.memory import make_embedder, make_sparse
         from memcli.store.location import open_database
 
         with errors():

@@ -23,7 +23,7 @@ from memcli.inputs import check_text
 if TYPE_CHECKING:
     from memcli.config import Settings
     from memcli.lifecycle.llm_usage import Model
-    from memcli.memory import Memory
+    from memcli.operations.memory import Memory
 
 TenantOpt = Annotated[str | None, typer.Option("--tenant", help="Only this tenant.")]
 UserOpt = Annotated[str | None, typer.Option("--user", help="Only this user.")]

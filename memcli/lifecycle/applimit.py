@@ -17,7 +17,7 @@ from memcli.lifecycle.compaction import compact_apps
 
 if TYPE_CHECKING:
     from memcli.config import LifecycleSettings
-    from memcli.memory import Memory
+    from memcli.operations.memory import Memory
 
 
 def enforce_app_limit(memory: Memory, tenant_id: str, user_id: str | None, app_id: str,

@@ -27,7 +27,7 @@ from memcli.store import memories as mem
 if TYPE_CHECKING:
     from memcli.config import LifecycleSettings
     from memcli.lifecycle.llm_usage import Model
-    from memcli.memory import Memory
+    from memcli.operations.memory import Memory
     from memcli.store.lifecycle import AppKey
 
 APP_KINDS = ("fact", "decision", "task", "summary", "insight")

@@ -51,7 +51,7 @@ if TYPE_CHECKING:
     from memcli.config import LifecycleSettings
     from memcli.lifecycle.llm_usage import Model
     from memcli.lifecycle.runlock import RunLock
-    from memcli.memory import Memory
+    from memcli.operations.memory import Memory
     from memcli.progress import Progress
 
 _SENSITIVITY = {"none": 0, "low": 1, "high": 2, "secret": 3}

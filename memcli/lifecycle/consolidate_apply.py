@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from memcli.config import LifecycleSettings
     from memcli.lifecycle.consolidate import SessionPlan
     from memcli.lifecycle.dedup import NewFact
-    from memcli.memory import Memory
+    from memcli.operations.memory import Memory
 
 ACTOR = "consolidate"
 

@@ -26,7 +26,7 @@ from memcli.store import lifecycle as lsql
 if TYPE_CHECKING:
     from memcli.lifecycle.consolidate import SessionPlan
     from memcli.lifecycle.dedup import NewFact
-    from memcli.memory import Memory
+    from memcli.operations.memory import Memory
 
 LEDGER_KINDS = ("decision", "task")
 ACTOR = "consolidate"

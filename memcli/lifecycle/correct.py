@@ -24,7 +24,7 @@ from memcli.store import lifecycle as lsql
 from memcli.store import owner as own
 
 if TYPE_CHECKING:
-    from memcli.memory import Memory
+    from memcli.operations.memory import Memory
     from memcli.store.owner import Owner
 
 CORRECTABLE = ("fact", "summary", "insight", "reflection", "procedural")

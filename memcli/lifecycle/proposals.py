@@ -26,7 +26,7 @@ from memcli.store import owner as own
 from memcli.store import proposals as sql
 
 if TYPE_CHECKING:
-    from memcli.memory import Memory
+    from memcli.operations.memory import Memory
     from memcli.store.connection import Database
     from memcli.store.owner import Owner
 

@@ -77,7 +77,7 @@ from memcli.store import rebuild as sql
 from memcli.store import sparse as sparse_sql
 
 if TYPE_CHECKING:
-    from memcli.memory import Memory
+    from memcli.operations.memory import Memory
     from memcli.progress import Progress
     from memcli.store.connection import Database
 

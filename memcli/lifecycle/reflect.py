@@ -31,7 +31,7 @@ from memcli.store import lifecycle as lsql
 if TYPE_CHECKING:
     from memcli.config import LifecycleSettings
     from memcli.lifecycle.llm_usage import Model
-    from memcli.memory import Memory
+    from memcli.operations.memory import Memory
 
 INSIGHT_IMPORTANCE = 0.2
 REFLECTION_FACTS = 200

@@ -29,7 +29,7 @@ from memcli.store import owner as own
 
 if TYPE_CHECKING:
     from memcli.config import LifecycleSettings
-    from memcli.memory import Memory
+    from memcli.operations.memory import Memory
     from memcli.store.owner import Owner
 
 MAX_FACT = 280

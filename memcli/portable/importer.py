@@ -46,7 +46,7 @@ from memcli.store.crypto import META_KEY_ID
 from memcli.store.sessions import check_session_user
 
 if TYPE_CHECKING:
-    from memcli.memory import Memory
+    from memcli.operations.memory import Memory
     from memcli.store.connection import Database
 
 Record = dict[str, Any]

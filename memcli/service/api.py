@@ -27,13 +27,14 @@ from memcli.errors import (
     NotFoundError,
     UsageError,
     ValidationError,
+    validation_line,
 )
 
 if TYPE_CHECKING:
     from pydantic import BaseModel
 
     from memcli.config import Settings
-    from memcli.memory import Memory
+    from memcli.operations.memory import Memory
     from memcli.store.owner import Owner
 
 
@@ -99,27 +100,19 @@ def _categories(scope: Scope, requested: list[str] | None) -> list[str] | None:
 
 def validate(model: type[BaseModel], data: Any, what: str) -> Any:
     """`data` as a `model`, or a one-line UsageError naming the first problem (HTTP 422)."""
-    import pydantic
-
     from memcli.inputs import check_value
+    from memcli.operations.requests import validated
 
     if not isinstance(data, dict):
         raise UsageError(f"the {what} must be one JSON object")
     check_value(data, f"the {what}")
-    try:
-        return model.model_validate(data)
-    except pydantic.ValidationError as exc:
-        raise invalid(what, exc.errors()) from None
+    return validated(model, data, what)
 
 
 def invalid(what: str, errors: Any, hint: str | None = None) -> UsageError:
     """Pydantic's validation errors as one line: the first problem, where it is, and how many
-    more (HTTP 422, exit code 2)."""
-    first = errors[0]
-    where = ".".join(str(p) for p in first["loc"]) or "request"
-    message = str(first["msg"]).removeprefix("Value error, ")
-    more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
-    return UsageError(f"bad {what}: {where}: {message}{more}", hint)
+    more (HTTP 422, exit code 2), by the one rule (memcli.errors.validation_line)."""
+    return UsageError(validation_line(errors, what), hint)
 
 
 # -- the Agent Memory System PRD: events, bundles, artifacts, decisions, tasks -----------------
@@ -145,7 +138,7 @@ def record_events(ctx: Context, scope: Scope, request: Any
                     records[i] = record = {**record, key: bound}
     defaults = {"tenant_id": scope.tenant, "user_id": scope.user_id, "agent_id": scope.agent,
                 "app_id": scope.app_id}
-    from memcli.operations import record_events_payload
+    from memcli.operations.records import record_events_payload
 
     out = record_events_payload(ctx.memory, records, defaults=defaults, tenant=scope.tenant)
     return out if isinstance(request, list) else out[0]
@@ -161,7 +154,7 @@ def build_acb(ctx: Context, scope: Scope, request: dict[str, Any]) -> dict[str, 
     """The Agent Memory System PRD's `build_acb`: the bundle `memcli acb build --json` prints for
     this request."""
     from memcli.inputs import check_value
-    from memcli.operations import acb_payload, prepare_acb
+    from memcli.operations.acb import acb_payload, prepare_acb
 
     if not isinstance(request, dict):
         raise UsageError("the acb request must be one JSON object")
@@ -178,7 +171,7 @@ def get_artifact(ctx: Context, scope: Scope, request: dict[str, Any]) -> dict[st
     """The full output kept for a truncated tool result (`memcli artifact ID`), in the caller's
     tenant only: `{artifact_id, tenant_id, bytes, text}` (text decoded as UTF-8, bad bytes
     replaced). An event of kind `artifact` is found by its event id too."""
-    from memcli.operations import artifact_body
+    from memcli.operations.records import artifact_body
     from memcli.service.models import ArtifactQuery
 
     req = validate(ArtifactQuery, request, "artifact request")
@@ -275,20 +268,20 @@ def query(ctx: Context, scope: Scope, request: dict[str, Any]) -> list[dict[str,
     with what `memcli query --json` prints (hits, or bullets with `"return": "bullets"`; each hit
     names the scope that answered)."""
     from memcli.inputs import check_value
-    from memcli.operations import check_query, hits_payload, run_query
-    from memcli.query_request import parse_query_request
+    from memcli.operations.query import hits_payload, run_query
+    from memcli.operations.requests import parse_query_request
 
     if not isinstance(request, dict):
         raise UsageError("the query request must be one JSON object")
-    values = parse_query_request(check_value(request, "the query request")).as_flags()
-    text, _note = check_query(values.pop("text"))
-    values["tenant"] = _tenant(ctx, scope, values["tenant"])
-    values["user"] = _bind("user_id", scope.user_id, values["user"])
-    values["agent"] = _bind("agent", scope.agent, values["agent"])
-    values["app_id"] = _bind("app_id", scope.app_id, values["app_id"])
-    values["category"] = _categories(scope, values["category"])
-    result = run_query(ctx.memory, text, values)
-    return hits_payload(result, values["return_mode"])
+    req = parse_query_request(check_value(request, "the query request"))
+    req = req.model_copy(update={
+        "tenant_id": _tenant(ctx, scope, req.tenant_id),
+        "user_id": _bind("user_id", scope.user_id, req.user_id),
+        "agent": _bind("agent", scope.agent, req.agent),
+        "app_id": _bind("app_id", scope.app_id, req.app_id),
+        "categories": _categories(scope, req.categories)})
+    result, _note = run_query(ctx.memory, req)
+    return hits_payload(result, req.return_format)
 
 
 def memory_history(ctx: Context, scope: Scope, request: dict[str, Any]) -> list[dict[str, Any]]:
@@ -351,7 +344,8 @@ def delete_app_memories(ctx: Context, scope: Scope, request: dict[str, Any]) -> 
     """The app-memory design's admin purge: `memcli purge --app APP` (one memory with
     `memory_id`: `purge --memory ID --app APP`, which takes the event it was cut from with it).
     Deleted for good."""
-    from memcli.operations import check_purged, purge_payload
+    from memcli.operations.purge import check_purged, purge_payload
+    from memcli.operations.requests import PurgeRequest
     from memcli.service.models import AppMemoriesQuery
 
     req = validate(AppMemoriesQuery, request, "app memories request")
@@ -367,8 +361,8 @@ def delete_app_memories(ctx: Context, scope: Scope, request: dict[str, Any]) -> 
         raise NotAllowedError("this caller may not see every category, so it may not purge "
                               "a whole app", "purge its memories one by one (memory_id), "
                               "or use a token without categories or agent")
-    out = purge_payload(ctx.memory, memory_id=req.memory_id, user=user, tenant=tenant,
-                        app_id=app_id)
+    out = purge_payload(ctx.memory, PurgeRequest(memory_id=req.memory_id, user_id=user,
+                                                 tenant_id=tenant, app_id=app_id))
     check_purged(out)
     return out
 
@@ -394,7 +388,7 @@ class Service:
         """The embedder and SPLADE encoder, constructed once (they load lazily, thread-safe)."""
         with self._guard:
             if self._models is None:
-                from memcli.memory import make_embedder, make_sparse
+                from memcli.operations.memory import make_embedder, make_sparse
 
                 self._models = (make_embedder(self.settings), make_sparse(self.settings))
             return self._models
@@ -419,7 +413,7 @@ class Service:
         folder, which must hold the -wal and -shm files) for reading only, as a CLI read
         command opens it: reads answer, and a write says the file is read-only."""
         from memcli.errors import StorageError
-        from memcli.memory import Memory
+        from memcli.operations.memory import Memory
 
         try:
             return Memory.open(self.settings.db, embedder=embedder, sparse=sparse,
@@ -447,7 +441,7 @@ class Service:
                 if failure is not None:
                     raise failure from exc
                 raise
-        from memcli.memory import Memory
+        from memcli.operations.memory import Memory
 
         embedder, sparse = self.models()
         with Memory.open(self.settings.db, embedder=embedder, sparse=sparse,

@@ -136,7 +136,7 @@ def warm_up(settings: Any, warm: Callable[[], None], log: Callable[[str], None])
     try:
         warm()
         _import_everything()
-        from memcli.memory import make_embedder, make_sparse
+        from memcli.operations.memory import make_embedder, make_sparse
         from memcli.tokens import get_encoding
 
         for model in (make_sparse(settings), make_embedder(settings)):

@@ -2,7 +2,7 @@
 
 The records of `POST /api/v1/events` (memcli.models.EventIn), the acb request
 (memcli.acb.build.AcbRequest) and the memory system spec's query request
-(memcli.query_request.QueryRequest) are the CLI's own models; the ones here give the ledger,
+(memcli.operations.requests.QueryRequest) are the CLI's own models; the ones here give the ledger,
 remember/forget, history and the app admin routes a JSON shape with the CLI's field names and
 rules (`extra="forbid"`: a misspelt field is refused, never ignored). A route with ids in its
 path takes its query parameters as the `...Params` model and the operation validates the whole

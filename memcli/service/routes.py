@@ -23,7 +23,7 @@ from memcli import __version__
 from memcli.acb.build import AcbRequest
 from memcli.ids import Id
 from memcli.models import EventIn, EventReceipt, Hit
-from memcli.query_request import QueryRequest
+from memcli.operations.requests import QueryRequest
 from memcli.service import api, schemas
 from memcli.service.models import (
     AppMemoriesParams,

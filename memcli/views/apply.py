@@ -34,7 +34,7 @@ from memcli.views.export import MANIFEST, VERSION, Scope, collect, file_name, lo
 from memcli.views.format import KINDS, PREFIX, TEXT_VIEWS, Item, bad, digest
 
 if TYPE_CHECKING:
-    from memcli.memory import Memory
+    from memcli.operations.memory import Memory
 
 ACTOR = "view"
 _ORDER = {"delete": 0, "edit": 1, "add": 2, "write": 3}

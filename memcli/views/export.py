@@ -36,7 +36,7 @@ from memcli.views.format import (
 from memcli.views.yamlview import parse_yaml, render_yaml
 
 if TYPE_CHECKING:
-    from memcli.memory import Memory
+    from memcli.operations.memory import Memory
 
 MANIFEST = "view.json"
 VERSION = 1

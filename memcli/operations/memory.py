@@ -31,6 +31,7 @@ from memcli.store.history import list_history
 from memcli.store.location import open_database
 
 if TYPE_CHECKING:
+    from memcli.operations.requests import QueryRequest
     from memcli.progress import Progress
     from memcli.providers.embedders import Embedder
     from memcli.providers.splade import SpladeEncoder
@@ -282,6 +283,19 @@ class Memory:
             kwargs.setdefault("states", ("active", "superseded"))
         return Filters(categories=categories, allowed_categories=allowed,
                        excluded_categories=hidden, all_tenants=all_tenants, **kwargs)
+
+    def ask(self, request: QueryRequest, *, all_tenants: bool = False,
+            sensitivities: list[str] | None = None, widen: bool = True,
+            fallback: bool = False) -> QueryResult:
+        """A validated query request (memcli.operations.requests.QueryRequest) answered: its
+        conditions as filters (the asking agent's allowlist enforced), then `query`."""
+        filters = self.filters(
+            agent=request.agent, all_tenants=all_tenants, categories=request.categories,
+            **({"sensitivities": tuple(sensitivities)} if sensitivities else {}),
+            as_of=request.as_of, **request.conditions())
+        return self.query(request.query, filters=filters, top_k=request.top_k,
+                          threshold=request.threshold, budget_tokens=request.budget_tokens,
+                          return_format=request.return_format, widen=widen, fallback=fallback)
 
     def query(self, text: str, *, filters: Filters | None = None, top_k: int = 10,
               threshold: float | None = None, budget_tokens: int | None = None,
