@@ -10,8 +10,6 @@ import json
 import anyio
 import pytest
 import typer.main
-from conftest import ndjson, turns
-from http_support import running_api
 
 from memcli.acb.build import AcbRequest, parse_request
 from memcli.cli.app import app
@@ -21,6 +19,8 @@ from memcli.errors import UsageError
 from memcli.operations.requests import IngestRequest, QueryRequest, parse_query_request
 from memcli.service.api import Scope
 from memcli.service.mcp import build_mcp
+from tests.support.http_api import running_api
+from tests.support.records import ndjson, turns
 
 pytestmark = pytest.mark.usefixtures("fast_cli")
 

@@ -154,7 +154,7 @@ class ModelCommand:
             setattr(self, name, getattr(func, name))
 
     @functools.cached_property
-    def _built(self) -> tuple[Any, dict[str, list[str]]]:
+    def _built(self) -> tuple[Any, dict[str, list[str]], set[str]]:
         import importlib
         import inspect
 
@@ -165,11 +165,14 @@ class ModelCommand:
         own = listed[:at] + listed[at + 1:]
         params: list[inspect.Parameter] = []
         names: dict[str, list[str]] = {}
+        switches: set[str] = set()
         for field, info in model.model_fields.items():
             if field in self.spec["skip"] or field in {p.name for p in own}:
                 continue
             kind = _cli_type(info.annotation, field)
             switch = kind is bool and info.default is False  # `--strict`, no `--no-strict`
+            if switch:
+                switches.add(field)
             params.append(self._param(field, kind, info, self._decls(field, kind, switch),
                                       self.spec["help"].get(field, info.description), switch))
             names[field] = [field]
@@ -179,7 +182,7 @@ class ModelCommand:
                                           switch, hidden=True))
                 names[field].append(f"{field}__legacy")
         after = [p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in own[at:]]
-        return inspect.Signature([*own[:at], *params, *after]), names
+        return inspect.Signature([*own[:at], *params, *after]), names, switches
 
     def _decls(self, field: str, kind: Any, switch: bool) -> list[str]:
         flag = flag_name(field)
@@ -211,11 +214,13 @@ class ModelCommand:
 
     def __call__(self, **kwargs: Any) -> Any:
         given: dict[str, Any] = {}
-        for field, spellings in self._built[1].items():
+        _, names, switches = self._built
+        for field, spellings in names.items():
             values = [kwargs.pop(s) for s in spellings]
-            # Not given: None, a switch's False, an empty list (never a 0 or 0.0 given).
-            value = next((v for v in values
-                          if v is not None and v is not False and v != []), None)
+            # Not given: None, a switch's False, an empty list (never a 0, 0.0 or the False of
+            # a `--pinned/--unpinned` pair given).
+            value = next((v for v in values if v is not None and v != []
+                          and not (field in switches and v is False)), None)
             if value is not None:
                 given[field] = _plain(value)
         return self.func(given=given, **kwargs)
