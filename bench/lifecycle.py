@@ -55,11 +55,11 @@ from llmstub import LLMStub, ScriptedReply  # noqa: E402
 
 from memcli import Memory  # noqa: E402
 from memcli.config import LifecycleSettings, LLMSettings  # noqa: E402
+from memcli.core.records import format_ts  # noqa: E402
+from memcli.derived.llm_usage import Model  # noqa: E402
+from memcli.derived.textrules import check_memory_text, jaccard, tokens  # noqa: E402
 from memcli.lifecycle.consolidate import consolidate  # noqa: E402
 from memcli.lifecycle.decay import apply_decay, plan_decay  # noqa: E402
-from memcli.lifecycle.llm_usage import Model  # noqa: E402
-from memcli.lifecycle.textrules import check_memory_text, jaccard, tokens  # noqa: E402
-from memcli.models import format_ts  # noqa: E402
 
 DEFAULT_DATA = REPO_ROOT.parent / "shared" / "data" / "locomo10.json"
 RESULTS = REPO_ROOT / "bench" / "results" / "lifecycle"
@@ -132,7 +132,7 @@ class LocomoModel(LLMStub):
 
     def __init__(self, data: list[dict[str, Any]]) -> None:
         super().__init__()
-        from memcli.tokens import count_tokens
+        from memcli.core.tokens import count_tokens
 
         self.count = count_tokens
         self.by_text: dict[str, dict[str, str]] = {}  # session -> clipped turn text -> dia_id

@@ -16,7 +16,7 @@ from locomo_data import _load_average
 from locomo_db import build_database, cached_database, open_memory
 from locomo_score import SESSION_RULES, evaluate, session_ask
 
-from memcli.tokens import count_tokens
+from memcli.core.tokens import count_tokens
 
 # --------------------------------------------------------------------------- main
 

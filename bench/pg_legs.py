@@ -52,12 +52,12 @@ from pg_bench_support import create_database, running_server  # noqa: E402
 from pg_legs_support import PgAdapter, apply_schema, copy_from_sqlite  # noqa: E402
 
 from memcli.config import RetrievalSettings  # noqa: E402
-from memcli.entities import query_entity_keys  # noqa: E402
+from memcli.entities.extraction import query_entity_keys  # noqa: E402
 from memcli.providers.embedders import get_embedder  # noqa: E402
 from memcli.retrieval import search  # noqa: E402
 from memcli.retrieval import text as qtext  # noqa: E402
 from memcli.retrieval.stages import RankContext  # noqa: E402
-from memcli.store import search as sql  # noqa: E402
+from memcli.store import search_sql as sql  # noqa: E402
 from memcli.store import sparse as sparse_sql  # noqa: E402
 from memcli.store.filters import Filters  # noqa: E402
 

@@ -30,7 +30,7 @@ from pg_bench_support import scratch_database  # noqa: E402
 from memcli.memory import Memory  # noqa: E402
 from memcli.providers.embedders import HashEmbedder  # noqa: E402
 from memcli.retrieval.text import lexical_query  # noqa: E402
-from memcli.store import search  # noqa: E402
+from memcli.store import search_sql as search  # noqa: E402
 from memcli.store.postgres import tenants  # noqa: E402
 
 WORDS = ("deploy", "release", "invoice", "garden", "quince", "lisbon", "piano", "tennis",

@@ -27,7 +27,7 @@ sys.path.insert(0, str(REPO_ROOT))
 
 from memcli import Memory  # noqa: E402
 from memcli.config import load_settings, thread_defaults  # noqa: E402
-from memcli.lifecycle.rebuild import rebuild  # noqa: E402
+from memcli.lifecycle.rebuild_derived import rebuild  # noqa: E402
 from memcli.memory import make_embedder, make_sparse  # noqa: E402
 
 WORDS = ("Alice Bob Carol Lisbon Paris Zephyr budget trip meeting green tea hiking project "

@@ -1,8 +1,8 @@
 """memcli: long-term memory for AI agents in one local SQLite file.
 
 Library API: `Memory` (open a database, ingest, query, history, purge), the typed results in
-`memcli.models`, and the error tree in `memcli.errors`. `Memory` is imported on first use, so
-light commands and `import memcli.tokens` do not pay for pydantic and the whole library.
+`memcli.core.records`, and the error tree in `memcli.errors`. `Memory` is imported on first use, so
+light commands and `import memcli.core.tokens` do not pay for pydantic and the whole library.
 """
 
 from __future__ import annotations

@@ -16,8 +16,8 @@ if TYPE_CHECKING:
 
     from memcli.acb.build import AcbRequest
     from memcli.config import Settings
+    from memcli.core.records import QueryResult
     from memcli.memory import Memory
-    from memcli.models import QueryResult
     from memcli.store.owner import Owner
 
 
@@ -35,8 +35,8 @@ def bounded(text: str) -> tuple[str, str | None]:
 
 def check_query(text: str) -> tuple[str, str | None]:
     """The query text checked (valid UTF-8, not blank) and bounded, with the note if cut."""
+    from memcli.core.inputs import check_text
     from memcli.errors import UsageError
-    from memcli.inputs import check_text
 
     check_text(text, "the query")
     if not text.strip():
@@ -52,8 +52,8 @@ def query_window(values: dict[str, Any]) -> tuple[str | None, str | None]:
 def parse_time(values: dict[str, Any], name: str) -> str | None:
     """`values[name]`, an ISO 8601 date or time, in memcli's stored form; a bad one is a
     usage error (exit 2)."""
+    from memcli.core.records import parse_ts
     from memcli.errors import UsageError
-    from memcli.models import parse_ts
 
     value = values.get(name)
     if not value:
@@ -128,8 +128,8 @@ def ingest_payload(memory: Memory, sources: list[tuple[str, str]], *,
                    defer_embed: bool = False, progress: Any = None) -> dict[str, Any]:
     """Record the records of each (source name, text) (one JSON object, an array, or NDJSON):
     the ingest report, per-record problems in `rejected`, duplicates in `skipped`. `progress`:
-    the optional callback of memcli/progress.py (the CLI's bar on a terminal)."""
-    from memcli.ingest import parse_records
+    the optional callback of memcli/core/progress.py (the CLI's bar on a terminal)."""
+    from memcli.ingest.prepare import parse_records
 
     # (line, value, source name): the source names each rejected record's origin.
     records: list[Any] = [(line, value, name) for name, body in sources
@@ -143,12 +143,12 @@ def record_events_payload(memory: Memory, records: list[Any], *, defaults: dict[
                           tenant: str | None = None) -> list[dict[str, Any]]:
     """The `record_event` answer for each record, in order: the Agent Memory System
     PRD's `{event_id, chunk_ids, created_at}` beside that record's ingest report
-    (memcli.models.EventReceipt). `tenant`: a caller bound to one tenant learns nothing of
+    (memcli.core.records.EventReceipt). `tenant`: a caller bound to one tenant learns nothing of
     another tenant's event an id repeats (its `skipped` says only that the id is taken)."""
     import json
 
-    from memcli.ingest import parse_records
-    from memcli.models import EventReceipt
+    from memcli.core.records import EventReceipt
+    from memcli.ingest.prepare import parse_records
     from memcli.store.events import event_receipts
 
     body = json.dumps(records, ensure_ascii=False)

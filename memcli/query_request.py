@@ -21,8 +21,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from memcli.core.records import parse_ts
 from memcli.errors import UsageError
-from memcli.models import parse_ts
 
 
 class QueryFilters(BaseModel):

@@ -19,7 +19,7 @@ from typing import Any
 import backend_support
 
 from memcli.config import LifecycleSettings, LLMSettings
-from memcli.lifecycle.llm_usage import Model
+from memcli.derived.llm_usage import Model
 
 # Tables a lifecycle step may change; `snapshot` compares them before and after.
 CONTENT_TABLES = (

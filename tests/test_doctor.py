@@ -12,7 +12,7 @@ import pytest
 import sqlite_vec
 from conftest import ndjson
 
-from memcli.models import utcnow
+from memcli.core.records import utcnow
 
 pytestmark = pytest.mark.usefixtures("fast_cli")  # conftest: no SPLADE, one click command
 

@@ -8,7 +8,8 @@ import json
 import pytest
 from conftest import ndjson
 
-from memcli import Memory, ledger
+from memcli import Memory
+from memcli.ledger import entries as ledger
 from memcli.providers.embedders import HashEmbedder
 
 pytestmark = [pytest.mark.usefixtures("fast_cli"), pytest.mark.backends]

@@ -24,7 +24,7 @@ from mcp_support import (
     stdio_params,
 )
 
-from memcli.service.mcp import DEFAULT_TOOLS, TOOLS
+from memcli.service.mcp_server import DEFAULT_TOOLS, TOOLS
 
 DEFAULT = {"memory.query", "memory.build_acb", "memory.record_event", "memory.get_artifact",
            "memory.query_decisions", "memory.remember", "memory.forget"}

@@ -16,8 +16,8 @@ import psycopg
 import pytest
 from typer.testing import CliRunner
 
-from memcli import doctor
 from memcli.cli.app import app
+from memcli.health import checks as doctor
 from memcli.store.location import open_database
 
 pytestmark = pytest.mark.usefixtures("fast_cli")

@@ -21,7 +21,7 @@ from lifecycle_support import memory_rows
 from mcp_support import error_text, http_client, payload
 
 import memcli
-from memcli.categories import load_categories
+from memcli.policy.categories import load_categories
 
 UNLISTED = "nobody"
 AUTH = {"Authorization": f"Bearer {OPERATOR}"}

@@ -12,12 +12,12 @@ from conftest import ndjson, turns
 
 from memcli import Memory
 from memcli.config import RetrievalSettings
-from memcli.models import utcnow
+from memcli.core.records import utcnow
+from memcli.core.tokens import count_tokens
 from memcli.providers.embedders import HashEmbedder
 from memcli.store import memories as mem
 from memcli.store.filters import Filters
 from memcli.store.location import open_database
-from memcli.tokens import count_tokens
 
 # conftest: no SPLADE, one click command; SQLite and PostgreSQL (tests/backend_support.py)
 pytestmark = [pytest.mark.usefixtures("fast_cli"), pytest.mark.backends]

@@ -14,7 +14,7 @@ from backend_support import rows
 from conftest import ndjson, turns
 
 from memcli.config import load_settings
-from memcli.models import format_ts
+from memcli.core.records import format_ts
 from memcli.service import api, mcp_tools
 
 # conftest: no SPLADE, one click command; SQLite and PostgreSQL (tests/backend_support.py)

@@ -97,7 +97,7 @@ def test_only_the_store_imports_the_sqlite_engine():
 def test_the_layering_check_sees_imports():
     """The check above would catch the old importer (it caught apsw errors itself)."""
     assert _engine_specific("apsw") and _engine_specific("memcli.store.sqlite.fts")
-    assert not _engine_specific("memcli.store.search")
+    assert not _engine_specific("memcli.store.search_sql")
     sample = PACKAGE / "store" / "sqlite" / "backend.py"
     assert "apsw" in _imports(sample)
 

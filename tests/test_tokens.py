@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from memcli import tokens
-from memcli.tokens import (
+from memcli.core import tokens
+from memcli.core.tokens import (
     count_tokens,
     count_tokens_many,
     estimate_tokens,

@@ -39,10 +39,10 @@ from memcli.acb import render
 from memcli.acb import sections as gather
 from memcli.acb.names import add_document_names
 from memcli.config import AcbSettings
+from memcli.core.records import Channel, parse_ts
 from memcli.errors import DatabaseBusyError, UsageError
-from memcli.models import Channel, parse_ts
 from memcli.retrieval.text import terms
-from memcli.store import acb as sql
+from memcli.store import acb_sql as sql
 from memcli.store import memories as mem
 from memcli.store.connection import HINT_WAIT
 

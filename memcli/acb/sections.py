@@ -18,8 +18,8 @@ from memcli.acb import render
 from memcli.retrieval import fallback as recency
 from memcli.retrieval import scope, search
 from memcli.retrieval.stages import Candidate, RankContext
-from memcli.store import acb as sql
-from memcli.store import ledger as ledger_sql
+from memcli.store import acb_sql as sql
+from memcli.store import ledger_sql
 
 if TYPE_CHECKING:
     from memcli.config import AcbSettings

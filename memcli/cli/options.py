@@ -30,7 +30,7 @@ AsOfOpt = Annotated[
 
 def _id(text: str | int) -> int:
     """The parser of every id argument: an id beyond 64 bits is a usage error (exit 2)."""
-    from memcli.ids import parse_id
+    from memcli.core.ids import parse_id
 
     try:
         return parse_id(text)
@@ -53,7 +53,7 @@ MemoryIdArg = Annotated[int, id_argument("A memory id.")]
 
 def _count(text: str | int) -> int:
     """The parser of `--limit`: at least 1, and small enough for SQL's LIMIT (64 bits)."""
-    from memcli.ids import MAX_ID
+    from memcli.core.ids import MAX_ID
 
     try:
         number = int(str(text).strip())

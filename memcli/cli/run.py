@@ -20,7 +20,7 @@ LEGS = ("lexical", "sparse", "dense", "entity", "trigram")
 def _check_flags(values: dict[str, Any]) -> None:
     """Every text flag must be valid UTF-8: argv bytes that are not arrive as lone surrogates,
     which SQLite and the tokenizers cannot take."""
-    from memcli.inputs import check_text
+    from memcli.core.inputs import check_text
 
     for name, value in values.items():
         for item in value if isinstance(value, list) else [value]:
@@ -69,8 +69,8 @@ def _json_object(text: str, what: str) -> dict[str, Any]:
     """One JSON object parsed from `text`, or a one-line UsageError (exit 2)."""
     import json
 
+    from memcli.core.inputs import check_value
     from memcli.errors import UsageError
-    from memcli.inputs import check_value
 
     try:
         data = json.loads(text) if text.strip() else {}

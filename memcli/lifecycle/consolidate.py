@@ -22,9 +22,12 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
+from memcli.core.progress import report as report_progress
+from memcli.core.records import format_ts
+from memcli.derived.compaction import compact_apps
+from memcli.derived.textrules import jaccard, normalise, tokens
 from memcli.errors import NotFoundError
 from memcli.lifecycle import dedup
-from memcli.lifecycle.compaction import compact_apps
 from memcli.lifecycle.consolidate_apply import apply_plan, dedup_store
 from memcli.lifecycle.consolidate_ledger import match_ledger
 from memcli.lifecycle.dedup import NewFact, PairStats
@@ -39,20 +42,17 @@ from memcli.lifecycle.extract import (
 )
 from memcli.lifecycle.profile_fields import field_value
 from memcli.lifecycle.proposals import held_fields
-from memcli.lifecycle.textrules import jaccard, normalise, tokens
 from memcli.lifecycle.write_caps import DailyCaps, cap_plan
-from memcli.models import format_ts
-from memcli.progress import report as report_progress
+from memcli.policy.redaction import redact_text
 from memcli.providers.llm import LLMBadReply, LLMBudgetExceeded, LLMError
-from memcli.scrub import redact_text
-from memcli.store import lifecycle as lsql
+from memcli.store import lifecycle_sql as lsql
 
 if TYPE_CHECKING:
     from memcli.config import LifecycleSettings
-    from memcli.lifecycle.llm_usage import Model
+    from memcli.core.progress import Progress
+    from memcli.derived.llm_usage import Model
     from memcli.lifecycle.runlock import RunLock
     from memcli.memory import Memory
-    from memcli.progress import Progress
 
 _SENSITIVITY = {"none": 0, "low": 1, "high": 2, "secret": 3}
 
@@ -303,7 +303,7 @@ def consolidate(
     progress: Progress | None = None,
 ) -> dict[str, Any]:
     """Consolidate every pending session in scope; returns the report (or the plan, dry-run).
-    `progress`: called after each session (memcli/progress.py)."""
+    `progress`: called after each session (memcli/core/progress.py)."""
     db = memory.db
     idle_before = None
     if idle_hours is not None:

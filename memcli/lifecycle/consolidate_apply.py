@@ -10,13 +10,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from memcli.derive import encode_ahead, supersede, write_memory
+from memcli.core.records import utcnow
+from memcli.derived.writer import encode_ahead, supersede, write_memory
 from memcli.lifecycle import consolidate_ledger, dedup
 from memcli.lifecycle.profile_fields import field_value
 from memcli.lifecycle.proposals import propose
-from memcli.models import utcnow
-from memcli.scrub import redact_record
-from memcli.store import lifecycle as lsql
+from memcli.policy.redaction import redact_record
+from memcli.store import lifecycle_sql as lsql
 
 if TYPE_CHECKING:
     from memcli.config import LifecycleSettings
@@ -111,7 +111,8 @@ def apply_plan(memory: Memory, plan: SessionPlan) -> dict[str, Any]:
 
 def _redact_plan(plan: SessionPlan) -> None:
     """A plan carries model text to places `write_memory` does not cover (merge history, the
-    session summary, the run report, proposals): redact it all once, here (memcli.scrub)."""
+    session summary, the run report, proposals): redact it all once, here
+    (memcli.policy.redaction)."""
     (plan.summary_text, plan.structured, plan.proposals), _ = redact_record(
         (plan.summary_text, plan.structured, plan.proposals)
     )

@@ -2,7 +2,8 @@
 
 `decision list`, `task list` and a bundle's decision ledger and task state read the `decisions`
 and `tasks` tables. What `consolidate` extracts as a decision or a todo is written through the
-ledger's own functions (`memcli.ledger.prepare_*` before the write lock: redaction, the models;
+ledger's own functions (`memcli.ledger.entries.prepare_*` before the write lock: redaction, the
+models;
 `store_*` inside the session's transaction), so it is a ledger row with its memory, exactly as
 `decision add` / `task add` would write it, citing the turns it came from as `mem:ID` refs.
 
@@ -17,11 +18,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from memcli import ledger
-from memcli.derive import supersede
-from memcli.lifecycle.textrules import jaccard, normalise, safe_merge, tokens
-from memcli.store import ledger as ledger_sql
-from memcli.store import lifecycle as lsql
+from memcli.derived.textrules import jaccard, normalise, safe_merge, tokens
+from memcli.derived.writer import supersede
+from memcli.ledger import entries as ledger
+from memcli.store import ledger_sql
+from memcli.store import lifecycle_sql as lsql
 
 if TYPE_CHECKING:
     from memcli.lifecycle.consolidate import SessionPlan

@@ -15,10 +15,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from memcli.derive import encode_ahead, supersede, write_memory
+from memcli.derived.writer import encode_ahead, supersede, write_memory
 from memcli.errors import UsageError
-from memcli.scrub import kinds, redact_record
-from memcli.store import lifecycle as lsql
+from memcli.policy.redaction import kinds, redact_record
+from memcli.store import lifecycle_sql as lsql
 from memcli.store import owner as own
 
 if TYPE_CHECKING:

@@ -16,8 +16,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, Field
 
-from memcli.entities import extract_entities
-from memcli.lifecycle.textrules import check_memory_text, clip
+from memcli.derived.textrules import check_memory_text, clip
+from memcli.entities.extraction import extract_entities
 
 TURN_CHARS = 1500  # a turn longer than this is clipped in the prompt (tool output, pastes)
 PROMPT_CHARS = 14000  # turns per prompt stop here even before episodes_per_prompt

@@ -14,16 +14,16 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from memcli.derive import supersede, write_memory
+from memcli.core.records import format_ts, utcnow
+from memcli.derived.textrules import normalise
+from memcli.derived.writer import supersede, write_memory
 from memcli.errors import UsageError
 from memcli.lifecycle.profile_fields import field_value
-from memcli.lifecycle.textrules import normalise
-from memcli.models import format_ts, utcnow
-from memcli.scrub import redact_record, redact_text
-from memcli.store import lifecycle as lsql
+from memcli.policy.redaction import redact_record, redact_text
+from memcli.store import lifecycle_sql as lsql
 from memcli.store import memories as mem
 from memcli.store import owner as own
-from memcli.store import proposals as sql
+from memcli.store import proposals_sql as sql
 
 if TYPE_CHECKING:
     from memcli.memory import Memory
@@ -57,7 +57,8 @@ def propose(
             f"{field!r} is not a sensitive profile field",
             f"use one of {', '.join(SENSITIVE_FIELDS)}",
         )
-    # Consolidation proposes what a model read: redact it like any other write (memcli.scrub).
+    # Consolidation proposes what a model read: redact it like any other write
+    # (memcli.policy.redaction).
     (value, text), _ = redact_record((value, text))
     value = " ".join(value.split())
     if not value:

@@ -21,16 +21,16 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 from pydantic import AfterValidator, BaseModel, Field
 
-from memcli.derive import write_memory
+from memcli.core.records import format_ts, utcnow
+from memcli.derived.textrules import check_memory_text, clip, jaccard, tokens
+from memcli.derived.writer import write_memory
 from memcli.lifecycle.extract import FactText
-from memcli.lifecycle.textrules import check_memory_text, clip, jaccard, tokens
-from memcli.models import format_ts, utcnow
 from memcli.providers.llm import LLMBadReply, LLMBudgetExceeded, LLMError
-from memcli.store import lifecycle as lsql
+from memcli.store import lifecycle_sql as lsql
 
 if TYPE_CHECKING:
     from memcli.config import LifecycleSettings
-    from memcli.lifecycle.llm_usage import Model
+    from memcli.derived.llm_usage import Model
     from memcli.memory import Memory
 
 INSIGHT_IMPORTANCE = 0.2

@@ -14,16 +14,16 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING, Any
 
-from memcli.derive import encode_ahead, write_memory
+from memcli.core.records import utcnow
+from memcli.derived.applimit import enforce_app_limit
+from memcli.derived.textrules import jaccard, normalise, safe_merge, tokens
+from memcli.derived.writer import encode_ahead, write_memory
 from memcli.errors import UsageError
 from memcli.lifecycle import dedup
-from memcli.lifecycle.applimit import enforce_app_limit
 from memcli.lifecycle.profile_fields import field_value
 from memcli.lifecycle.proposals import SENSITIVE_FIELDS, propose
-from memcli.lifecycle.textrules import jaccard, normalise, safe_merge, tokens
-from memcli.models import utcnow
-from memcli.scrub import kinds, redact_record
-from memcli.store import lifecycle as lsql
+from memcli.policy.redaction import kinds, redact_record
+from memcli.store import lifecycle_sql as lsql
 from memcli.store import memories as mem
 from memcli.store import owner as own
 
@@ -71,7 +71,7 @@ def remember(
 ) -> dict[str, Any]:
     """Store a fact (or merge it into a near-duplicate), a procedure, or a consent proposal
     (options: those of `_remember`). The text, steps and title are redacted first
-    (memcli.scrub); the result lists the kinds removed as `redacted`."""
+    (memcli.policy.redaction); the result lists the kinds removed as `redacted`."""
     (text, steps, title), found = redact_record((text, steps, title))
     out = _remember(memory, cfg, text=text, steps=steps, title=title, **options)
     return {**out, "redacted": kinds(found)}

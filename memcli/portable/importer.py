@@ -17,7 +17,8 @@ Derived data is recomputed through the write paths ingest uses: full-text and tr
 entity links, then vectors and SPLADE terms with this side's models (`Memory.embed_pending`,
 what `memcli embed` runs; `--defer-embed` leaves that to `memcli embed`).
 
-Every text a record carries goes through `memcli.scrub.redact_record` (key fields excepted),
+Every text a record carries goes through `memcli.policy.redaction.redact_record` (key fields
+excepted),
 so a hand-made file cannot plant a secret. `high` values stay the ciphertext they are; the
 header's `key_id` must be the target's key id, and a configured key must be that key, or the
 import is refused: the rows would be unreadable there.
@@ -33,17 +34,17 @@ import base64
 import re
 from typing import TYPE_CHECKING, Any
 
-from memcli.entities import extract_entities
+from memcli.core.progress import Progress, report
+from memcli.core.records import utcnow
+from memcli.entities.extraction import extract_entities
 from memcli.errors import UsageError
-from memcli.models import utcnow
-from memcli.portable import format as fmt
-from memcli.portable.format import parse
-from memcli.progress import Progress, report
-from memcli.scrub import redact_fields
+from memcli.policy.redaction import redact_fields
+from memcli.portable import file_format as fmt
+from memcli.portable.file_format import parse
 from memcli.store import events as ev
 from memcli.store import memories as mem
-from memcli.store import portable as sql
-from memcli.store.crypto import META_KEY_ID
+from memcli.store import portable_sql as sql
+from memcli.store.sealing import META_KEY_ID
 from memcli.store.sessions import check_session_user
 
 if TYPE_CHECKING:

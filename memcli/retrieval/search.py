@@ -20,7 +20,7 @@ from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from typing import TYPE_CHECKING, Any
 
-from memcli.entities import query_entity_keys
+from memcli.entities.extraction import query_entity_keys
 from memcli.retrieval import text as qtext
 from memcli.retrieval.stages import (
     POOL_STAGES,
@@ -29,7 +29,7 @@ from memcli.retrieval.stages import (
     Candidate,
     RankContext,
 )
-from memcli.store import search as sql
+from memcli.store import search_sql as sql
 from memcli.store import sparse as sparse_sql
 
 if TYPE_CHECKING:

@@ -152,8 +152,8 @@ def warm_up(settings: Any, log: Callable[[str], None], ready: threading.Event) -
     try:
         import memcli.cli.app  # noqa: F401 - every command group
         import memcli.cli.run  # noqa: F401
+        from memcli.core.tokens import get_encoding
         from memcli.memory import make_embedder, make_sparse
-        from memcli.tokens import get_encoding
 
         for model in (make_sparse(settings), make_embedder(settings)):
             load = getattr(model, "load", None)

@@ -59,7 +59,7 @@ class Route:
 
 
 def _event_in() -> type[BaseModel]:
-    from memcli.models import EventIn
+    from memcli.core.records import EventIn
 
     return EventIn
 
@@ -127,7 +127,7 @@ def build_app(settings: Settings, auth: Auth, *, service: api.Service | None = N
 
     table.append(StarletteRoute("/openapi.json", openapi_json, methods=["GET"]))
     # The MCP server (streamable HTTP) at /mcp, behind the same token and scope headers.
-    from memcli.service.mcp import http_routes
+    from memcli.service.mcp_server import http_routes
 
     mcp_routes, mcp_lifespan = http_routes(settings, svc, caller=lambda r: _caller(r, auth),
                                            allowed_hosts=tuple(auth.allowed_hosts))

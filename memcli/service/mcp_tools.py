@@ -10,7 +10,7 @@ import inspect
 from collections.abc import Awaitable, Callable
 from typing import Any, Literal
 
-from memcli.ids import Id
+from memcli.core.ids import Id
 
 Role = Literal["user", "assistant", "system", "tool", "human", "agent"]
 

@@ -1,6 +1,6 @@
 """Request models of the service operations the CLI reads from flags rather than JSON.
 
-The records of `POST /api/v1/events` (memcli.models.EventIn), the acb request
+The records of `POST /api/v1/events` (memcli.core.records.EventIn), the acb request
 (memcli.acb.build.AcbRequest) and seed 000's query request (memcli.query_request.QueryRequest)
 are the CLI's own models; the ones here give the ledger, remember/forget, history and the app
 admin routes a JSON shape with the CLI's field names and rules (`extra="forbid"`: a misspelt
@@ -13,7 +13,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from memcli.ids import Id
+from memcli.core.ids import Id
 
 Channel = Literal["private", "public", "team", "agent"]
 Sensitivity = Literal["none", "low", "high"]
@@ -128,7 +128,7 @@ class ArtifactQuery(BaseModel):
 # What `POST /api/v1/events` and `POST /api/v1/acb/build` answer, for the OpenAPI document: the
 # Agent Memory System PRD's fields (its section 7), and memcli's own beside them
 # (`extra="allow"`: a bundle carries more than is listed here). The answers themselves are
-# built by memcli.operations (memcli.models.EventReceipt) and memcli.acb (a bundle is a dict);
+# built by memcli.operations (memcli.core.records.EventReceipt) and memcli.acb (a bundle is a dict);
 # tests/test_prd_contract.py validates real answers against these models.
 class BundleItem(BaseModel):
     model_config = ConfigDict(extra="allow")
@@ -194,7 +194,7 @@ class Bundle(BaseModel):
 
 
 def _event_receipt() -> type[BaseModel]:
-    from memcli.models import EventReceipt
+    from memcli.core.records import EventReceipt
 
     return EventReceipt
 

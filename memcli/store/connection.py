@@ -22,8 +22,8 @@ from memcli.store.location import BUSY_TIMEOUT, HINT_WAIT
 
 if TYPE_CHECKING:
     from memcli.store.backend import Backend
-    from memcli.store.crypto import Sealer
     from memcli.store.dialect import Dialect
+    from memcli.store.sealing import Sealer
 
 __all__ = ["BUSY_TIMEOUT", "HINT_WAIT", "Database", "Rows"]
 

@@ -16,9 +16,9 @@ from typing import TYPE_CHECKING, Any
 
 from memcli.errors import NotFoundError
 from memcli.store import events as ev
-from memcli.store import ledger as lsql
+from memcli.store import ledger_sql as lsql
 from memcli.store import memories as mem
-from memcli.store import proposals as psql
+from memcli.store import proposals_sql as psql
 
 if TYPE_CHECKING:
     from memcli.store.connection import Database

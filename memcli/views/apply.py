@@ -15,7 +15,8 @@ view's own, and every write goes to an item of the scope's current selection), a
 marker or a line it cannot read is refused with `FILE:LINE: what`, exit 2, before any write.
 
 Every write runs in one transaction, so an apply is all or nothing; the library functions do
-their own redaction (memcli.scrub), so what a person types is redacted like any other write.
+their own redaction (memcli.policy.redaction), so what a person types is redacted like any other
+write.
 identity.md and rules.md, when changed, are written to the context dir (the user's copy that
 `memcli acb edit` would open), redacted too. After applying, the view is exported again, so the
 files carry the new markers and applying twice changes nothing more.
@@ -29,7 +30,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from memcli.errors import MemcliError, UsageError
-from memcli.scrub import redact_text
+from memcli.policy.redaction import redact_text
 from memcli.views.export import MANIFEST, VERSION, Scope, collect, file_name, load_texts, parse
 from memcli.views.format import KINDS, PREFIX, TEXT_VIEWS, Item, bad, digest
 
@@ -274,7 +275,7 @@ def apply_plan(memory: Memory, plan: Plan, context_dir: Path | None) -> Plan:
 
 
 def _apply(memory: Memory, scope: Scope, change: Change) -> dict[str, Any]:
-    from memcli import ledger
+    from memcli.ledger import entries as ledger
     from memcli.lifecycle.correct import correct_fact
     from memcli.lifecycle.purge import forget
     from memcli.lifecycle.remember import remember

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from memcli.errors import UsageError
-from memcli.store import views as sql
+from memcli.store import views_sql as sql
 from memcli.views.format import (
     DECISION_LISTS,
     KINDS,

@@ -23,8 +23,9 @@ import re
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from memcli.crypto import PREFIX
-from memcli.store.postgres import crypto, legs, migrations, sparse
+from memcli.policy.encryption import PREFIX
+from memcli.store.postgres import legs, migrations, sparse
+from memcli.store.postgres import sealing as crypto
 
 if TYPE_CHECKING:
     from memcli.errors import StorageError
@@ -386,7 +387,7 @@ class PgBackend:
     def data_version(self, db: PgDatabase) -> Any:
         """The database's key id: what the Sealer waits for (PostgreSQL has no counter of
         other connections' commits; one indexed read)."""
-        from memcli.store.crypto import META_KEY_ID
+        from memcli.store.sealing import META_KEY_ID
 
         return db.get_meta(META_KEY_ID) or ""  # (None would read as "not tracked")
 
@@ -402,7 +403,7 @@ class PgBackend:
     # -- errors -------------------------------------------------------------------------------
     def environment_error(self, db: PgDatabase, exc: BaseException) -> StorageError | None:
         from memcli.errors import StorageError
-        from memcli.store.postgres import errors
+        from memcli.store.postgres import sqlstate as errors
 
         if isinstance(exc, StorageError):
             return exc

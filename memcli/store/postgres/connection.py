@@ -29,7 +29,8 @@ from psycopg.pq import TransactionStatus
 from memcli.errors import NoDatabaseError, SchemaError
 from memcli.store.location import shown
 from memcli.store.meta import MetaRows
-from memcli.store.postgres import adapt, errors
+from memcli.store.postgres import adapt
+from memcli.store.postgres import sqlstate as errors
 from memcli.store.postgres.placeholders import rewrite
 
 if TYPE_CHECKING:
@@ -108,10 +109,10 @@ class PgDatabase(MetaRows):
                  busy_timeout: float = BUSY_TIMEOUT, pool: PgPool | None = None) -> None:
         """`pool`: borrow the connection from it (the daemon's, pool.py) and give it back on
         `close()`, instead of connecting."""
-        from memcli.store.crypto import Sealer
         from memcli.store.postgres import migrations, tenants
         from memcli.store.postgres.backend import BACKEND
         from memcli.store.postgres.dialect import DIALECT
+        from memcli.store.sealing import Sealer
 
         self.location = location
         self.backend = BACKEND  # the engine's operations (memcli.store.backend)

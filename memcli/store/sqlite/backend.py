@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 import apsw
 
 from memcli.errors import DatabaseBusyError, MemcliError
-from memcli.store import search
+from memcli.store import search_sql as search
 from memcli.store.sqlite import fts, migrations, sparse, vec
 
 if TYPE_CHECKING:

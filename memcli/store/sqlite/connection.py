@@ -96,7 +96,7 @@ class Database(MetaRows):
         except MemcliError:
             self.conn.close()
             raise
-        from memcli.store.crypto import Sealer  # `high` values: seal on write, open on read
+        from memcli.store.sealing import Sealer  # `high` values: seal on write, open on read
 
         self.crypto = Sealer(self)
         if not self.vec_enabled:
