@@ -21,9 +21,9 @@ from memcli.providers.embedders import (
     Embedder,
     EmbedderError,
     HashEmbedder,
-    _package_dir,
     get_embedder,
 )
+from memcli.providers.embedding import _package_dir
 from memcli.providers.minilm import MiniLMEmbedder
 from memcli.providers.openai_embedder import OpenAIEmbedder
 

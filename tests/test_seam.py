@@ -151,7 +151,7 @@ def test_both_spellings_of_the_url_scheme_reach_one_daemon():
 
 
 def test_the_client_knows_server_locations_as_the_store_does():
-    from memcli.store import location
+    from memcli.core import locations as location
 
     assert paths._URL == location._URL.pattern and paths._DSN == location._DSN.pattern
     assert paths._DSN_KEY == location._DSN_KEY.pattern

@@ -153,7 +153,7 @@ def _this_program() -> str:
 def _absolute(db: str) -> str:
     """A file location as an absolute path (the client starts the server from anywhere); a
     URL or connection string as given."""
-    from memcli.store.location import is_dsn, is_url
+    from memcli.core.locations import is_dsn, is_url
 
     if is_url(db) or is_dsn(db):
         return db

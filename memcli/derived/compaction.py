@@ -18,8 +18,8 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import BaseModel, Field
 
 from memcli.core.records import format_ts, utcnow
+from memcli.derived.textrules import FactText
 from memcli.derived.writer import encode_ahead, supersede, write_memory
-from memcli.lifecycle.extract import FactText
 from memcli.providers.llm import LLMError
 from memcli.store import lifecycle_sql as lsql
 from memcli.store import memories as mem

@@ -1,8 +1,10 @@
-"""Text rules shared by the lifecycle steps: what a good derived memory looks like, and how alike.
+"""Text rules of derived memories, shared by the lifecycle steps: what a good one looks like,
+and how alike two are.
 
-- `check_memory_text`: the writing policy for model-written facts and insights (1-2 sentences,
-  third person, at most 280 characters). Used inside the pydantic schemas, so a reply that
-  breaks it gets the client's one repair turn naming the field, and is otherwise refused whole.
+- `check_memory_text` (and `FactText`, a string that passes it): the writing policy for
+  model-written facts and insights (1-2 sentences, third person, at most 280 characters).
+  Used inside the pydantic schemas, so a reply that breaks it gets the client's one repair
+  turn naming the field, and is otherwise refused whole.
 - `normalise` / `tokens` / `jaccard`: the cheap, model-free side of deduplication.
 - `content_differs`: two texts can share 80 % of their words and still disagree ("moved to
   Sweden" / "moved to Norway"); a difference in numbers or capitalised words is a fact, so
@@ -14,6 +16,9 @@ from __future__ import annotations
 import hashlib
 import re
 import unicodedata
+from typing import Annotated
+
+from pydantic import AfterValidator
 
 MAX_FACT_CHARS = 280
 MAX_SENTENCES = 2
@@ -110,3 +115,7 @@ def fingerprint(text_a: str, text_b: str, score: float) -> str:
 def clip(text: str, limit: int) -> str:
     text = " ".join(text.split())
     return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"
+
+
+# A fact as a model writes it: pydantic checks it against the writing policy.
+FactText = Annotated[str, AfterValidator(check_memory_text)]

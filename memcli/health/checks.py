@@ -221,7 +221,7 @@ def _metrics(db: Database) -> list[dict[str, Any]]:
 def unusable(path: Any, exc: Exception) -> dict[str, Any]:
     """The report for a database memcli will not open (another program's SQLite file, or a
     PostgreSQL schema holding another program's tables)."""
-    from memcli.store.location import shown
+    from memcli.core.locations import shown
 
     checks = [check("schema", "problem", str(exc), "give the path of a memcli database with --db")]
     return {"db": shown(path), "healthy": False, "problems": 1, "checks": checks}

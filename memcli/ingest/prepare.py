@@ -16,7 +16,6 @@ from __future__ import annotations
 import hashlib
 import json
 import uuid
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import pydantic
@@ -27,8 +26,8 @@ from memcli.core.progress import slices
 from memcli.core.records import EventIn, IngestReport, RecordProblem, utcnow
 from memcli.entities.extraction import extract_entities
 from memcli.errors import NotFoundError, UsageError, ValidationError
-from memcli.ingest.write import write_batch
-from memcli.ledger.from_events import LedgerEvent, episode_text
+from memcli.ingest.write import Prepared, write_batch
+from memcli.ledger.from_events import episode_text
 from memcli.ledger.from_events import parse as parse_ledger
 from memcli.ledger.from_events import prepare as prepare_ledger
 from memcli.policy.redaction import redact_event
@@ -111,22 +110,6 @@ def event_text(kind: str, content: dict[str, Any]) -> str:
     return json.dumps(content, ensure_ascii=False, sort_keys=True)
 
 
-@dataclass
-class Prepared:
-    line: int
-    record: EventIn
-    event_id: str
-    content: dict[str, Any]
-    content_hash: str
-    redactions: list[str]
-    artifact: dict[str, Any] | None = None
-    chunks: list[Any] = field(default_factory=list)
-    entities: list[list[Any]] = field(default_factory=list)  # per chunk (none when `high`)
-    vectors: list[bytes] = field(default_factory=list)
-    sparse: list[dict[int, float]] = field(default_factory=list)
-    source: str | None = None
-    ledger: LedgerEvent | None = None  # a decision or task event's row (memcli.ledger.from_events)
-    duplicate_of: str | None = None  # the stored (or kept) event this record repeats
 
 
 def _content_hash(rec: EventIn, content: dict[str, Any]) -> str:

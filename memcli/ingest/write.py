@@ -18,6 +18,7 @@ record never leaves half a write and the others still land.
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from memcli.core.progress import report as report_progress
@@ -32,11 +33,29 @@ from memcli.store.sessions import check_session_user, load_owners
 
 if TYPE_CHECKING:
     from memcli.core.progress import Progress
-    from memcli.core.records import IngestReport
-    from memcli.ingest.prepare import Prepared
+    from memcli.core.records import EventIn, IngestReport
+    from memcli.ledger.from_events import LedgerEvent
     from memcli.store.connection import Database
 
 Threads = dict[str, list[tuple[str, int | None, str]]]
+
+
+@dataclass
+class Prepared:
+    line: int
+    record: EventIn
+    event_id: str
+    content: dict[str, Any]
+    content_hash: str
+    redactions: list[str]
+    artifact: dict[str, Any] | None = None
+    chunks: list[Any] = field(default_factory=list)
+    entities: list[list[Any]] = field(default_factory=list)  # per chunk (none when `high`)
+    vectors: list[bytes] = field(default_factory=list)
+    sparse: list[dict[int, float]] = field(default_factory=list)
+    source: str | None = None
+    ledger: LedgerEvent | None = None  # a decision or task event's row (memcli.ledger.from_events)
+    duplicate_of: str | None = None  # the stored (or kept) event this record repeats
 
 
 

@@ -14,8 +14,7 @@ import json
 from typing import TYPE_CHECKING, Any
 
 from memcli.errors import NotFoundError, UsageError
-from memcli.ledger.entries import check_sensitivity
-from memcli.policy.redaction import kinds, redact_record
+from memcli.policy.redaction import check_sensitivity, kinds, redact_record
 from memcli.store import ledger_sql as sql
 from memcli.store import memories as mem
 

@@ -20,7 +20,8 @@ from typing import TYPE_CHECKING, Any, cast
 
 from memcli.derived import writer as derive
 from memcli.errors import NotFoundError, UsageError
-from memcli.policy.redaction import redact_fields, redact_text
+from memcli.ledger import checkpoints
+from memcli.policy.redaction import check_sensitivity, redact_fields, redact_text
 from memcli.store import ledger_sql as sql
 from memcli.store import owner as own
 
@@ -29,20 +30,12 @@ if TYPE_CHECKING:
 
 DECISION_SCOPES = ("project", "user", "global")
 TASK_STATUSES = ("open", "doing", "done")
-SENSITIVITIES = ("none", "low", "high")  # secret is never stored
 # The fields a person or agent wrote: redacted on every write (memcli.policy.redaction); ids are
 # not.
 _DECISION_TEXT = ("decision", "rationale", "constraints", "alternatives", "consequences", "refs")
 _TASK_TEXT = ("title", "details", "refs")
 DECISION_IMPORTANCE = 0.8  # decisions > tasks > messages (PRD 8.2, gamma term)
 TASK_IMPORTANCE = 0.7
-
-
-def check_sensitivity(value: str) -> None:
-    if value == "secret":
-        raise UsageError("secret content is never stored", "leave the secret out")
-    if value not in SENSITIVITIES:
-        raise UsageError(f"unknown sensitivity {value!r}", "use none, low or high")
 
 
 def _clean(items: list[str] | tuple[str, ...] | None) -> list[str]:
@@ -483,13 +476,9 @@ def list_tasks(
 def save_checkpoint(memory: Memory, data: Any, **options: Any) -> dict[str, Any]:
     """Store an agent's state for (user, thread), replacing the previous one (redacted first);
     see `memcli.ledger.checkpoints.save_checkpoint`."""
-    from memcli.ledger import checkpoints
-
     return checkpoints.save_checkpoint(memory, data, **options)
 
 
 def load_checkpoint(memory: Memory, **options: Any) -> dict[str, Any]:
     """The saved state of (user, thread); see `memcli.ledger.checkpoints.load_checkpoint`."""
-    from memcli.ledger import checkpoints
-
     return checkpoints.load_checkpoint(memory, **options)

@@ -20,8 +20,8 @@ from memcli.store import lifecycle_sql as lsql
 
 if TYPE_CHECKING:
     from memcli.config import LifecycleSettings
-    from memcli.lifecycle.consolidate import SessionPlan
     from memcli.lifecycle.dedup import NewFact
+    from memcli.lifecycle.session_plan import SessionPlan
     from memcli.memory import Memory
 
 ACTOR = "consolidate"

@@ -25,8 +25,8 @@ from memcli.store import ledger_sql
 from memcli.store import lifecycle_sql as lsql
 
 if TYPE_CHECKING:
-    from memcli.lifecycle.consolidate import SessionPlan
     from memcli.lifecycle.dedup import NewFact
+    from memcli.lifecycle.session_plan import SessionPlan
     from memcli.memory import Memory
 
 LEDGER_KINDS = ("decision", "task")

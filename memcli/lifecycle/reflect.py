@@ -22,9 +22,8 @@ from typing import TYPE_CHECKING, Annotated, Any
 from pydantic import AfterValidator, BaseModel, Field
 
 from memcli.core.records import format_ts, utcnow
-from memcli.derived.textrules import check_memory_text, clip, jaccard, tokens
+from memcli.derived.textrules import FactText, check_memory_text, clip, jaccard, tokens
 from memcli.derived.writer import write_memory
-from memcli.lifecycle.extract import FactText
 from memcli.providers.llm import LLMBadReply, LLMBudgetExceeded, LLMError
 from memcli.store import lifecycle_sql as lsql
 

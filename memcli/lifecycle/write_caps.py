@@ -24,7 +24,7 @@ from memcli.store import write_caps_sql as sql
 
 if TYPE_CHECKING:
     from memcli.config import LifecycleSettings
-    from memcli.lifecycle.consolidate import SessionPlan
+    from memcli.lifecycle.session_plan import SessionPlan
     from memcli.store.connection import Database
 
 WRITES = ("add", "supersede")

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from memcli.config import bundled_text
 from memcli.errors import NotAllowedError, UsageError, ValidationError
 
 # Categories an agent only sees when its allowlist names them: "*" is not enough. Procedures are
@@ -178,8 +179,6 @@ def context_all(items: list[Any]) -> dict[str, int | None]:
 
 def default_json_text() -> str:
     """categories_default.json's content, from the bundled categories.yaml."""
-    from memcli.config import bundled_text
-
     data = parse_categories(bundled_text("categories.yaml"), "categories.yaml")
     return json.dumps(data, indent=1, sort_keys=True, ensure_ascii=False) + "\n"
 

@@ -37,6 +37,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
+from memcli.errors import UsageError
 from memcli.policy.secrets import (
     Finding,
     is_placeholder,
@@ -159,3 +160,14 @@ def redact_event(rec: EventIn) -> tuple[EventIn, list[str]]:
     if not found:
         return rec, []
     return rec.model_copy(update=clean), found
+
+
+SENSITIVITIES = ("none", "low", "high")  # secret is never stored
+
+
+def check_sensitivity(value: str) -> None:
+    """A usage error for a sensitivity a write may not carry (`secret` is never stored)."""
+    if value == "secret":
+        raise UsageError("secret content is never stored", "leave the secret out")
+    if value not in SENSITIVITIES:
+        raise UsageError(f"unknown sensitivity {value!r}", "use none, low or high")

@@ -446,7 +446,7 @@ class Service:
             return operation(Context(memory, self.settings), scope, request)
 
     def _server(self) -> bool:
-        from memcli.store.location import is_postgres
+        from memcli.core.locations import is_postgres
 
         return is_postgres(self.settings.db)
 

@@ -24,6 +24,7 @@ import json
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from memcli.config import encryption_key_source
 from memcli.errors import UsageError
 from memcli.policy.encryption import PREFIX, EncryptionError, Key, is_encrypted
 
@@ -40,7 +41,6 @@ NO_KEY_NOTICE = ("`high` sensitivity items are left out: no encryption key "
 def load_key(create: bool = False) -> Key | None:
     """The configured key (env first, then the key file); with `create`, a missing key file
     is created (0600) with a new random key."""
-    from memcli.config import encryption_key_source
     from memcli.policy.encryption import new_key, parse_key, read_key_file, write_key_file
 
     env, path = encryption_key_source()
@@ -60,8 +60,6 @@ def load_key(create: bool = False) -> Key | None:
 
 
 def key_file_path() -> Path:
-    from memcli.config import encryption_key_source
-
     return encryption_key_source()[1]
 
 

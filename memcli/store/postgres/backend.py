@@ -403,7 +403,7 @@ class PgBackend:
     # -- errors -------------------------------------------------------------------------------
     def environment_error(self, db: PgDatabase, exc: BaseException) -> StorageError | None:
         from memcli.errors import StorageError
-        from memcli.store.postgres import sqlstate as errors
+        from memcli.store.postgres import error_map as errors
 
         if isinstance(exc, StorageError):
             return exc

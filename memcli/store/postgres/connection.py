@@ -26,11 +26,11 @@ from typing import TYPE_CHECKING, Any
 import psycopg
 from psycopg.pq import TransactionStatus
 
+from memcli.core.locations import shown
 from memcli.errors import NoDatabaseError, SchemaError
-from memcli.store.location import shown
 from memcli.store.meta import MetaRows
 from memcli.store.postgres import adapt
-from memcli.store.postgres import sqlstate as errors
+from memcli.store.postgres import error_map as errors
 from memcli.store.postgres.placeholders import rewrite
 
 if TYPE_CHECKING:

@@ -12,6 +12,7 @@ import apsw
 from memcli.errors import DatabaseBusyError, MemcliError
 from memcli.store import search_sql as search
 from memcli.store.sqlite import fts, migrations, sparse, vec
+from memcli.store.sqlite.error_map import environment_error
 
 if TYPE_CHECKING:
     from memcli.errors import StorageError
@@ -296,8 +297,6 @@ class SqliteBackend:
         pass
 
     def environment_error(self, db: Database, exc: BaseException) -> StorageError | None:
-        from memcli.store.sqlite.connection import environment_error
-
         return environment_error(exc, db.path)
 
     def is_constraint_error(self, exc: BaseException) -> bool:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 from typing import TYPE_CHECKING
 
+from memcli.config import bundled_text
 from memcli.store.orphans import ids_lacking
 
 if TYPE_CHECKING:
@@ -236,10 +237,8 @@ def rebuild_lexical(db: Database) -> None:
 def _create_statement(name: str) -> str:
     import re
 
-    from memcli.store.sqlite.migrations import schema_sql
-
     match = re.search(rf"CREATE VIRTUAL TABLE IF NOT EXISTS {name} USING fts5 \(.*?\);",
-                      schema_sql(), re.S)
+                      bundled_text("schema.sql"), re.S)
     assert match is not None, name  # schema.sql defines both lexical tables
     return match.group(0)
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from memcli.config import bundled_text
 from memcli.errors import SchemaError
 
 if TYPE_CHECKING:
@@ -18,15 +19,11 @@ if TYPE_CHECKING:
 
 
 def schema_sql() -> str:
-    from memcli.config import bundled_text
-
     return bundled_text("schema.sql")
 
 
 def _v1(db: Database) -> None:
     # Version 1, the first schema, frozen in its own file.
-    from memcli.config import bundled_text
-
     db.conn.execute(bundled_text("store/schema_v1.sql"))
 
 

@@ -1,5 +1,5 @@
 """psycopg errors to memcli's one-line errors, by SQLSTATE (the PostgreSQL twin of
-`environment_error` in memcli/store/connection.py).
+`environment_error` in memcli/store/sqlite/error_map.py).
 
 Only failures of the environment, and lock waits, are translated: a busy database is exit 75
 (cron retries), a refused connection, login, privilege or full disk is a StorageError (exit 1)
