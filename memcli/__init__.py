@@ -7,6 +7,7 @@ light commands and `import memcli.core.tokens` do not pay for pydantic and the w
 
 from __future__ import annotations
 
+from memcli.core.version import __version__
 from memcli.errors import MemcliError
 
 # Not `from typing import TYPE_CHECKING`: every command's start imports this package first
@@ -18,7 +19,6 @@ if TYPE_CHECKING:
     from memcli.memory import Memory
 
 __all__ = ["Memory", "MemcliError", "__version__"]
-__version__ = "0.1.0"
 
 
 def __getattr__(name: str) -> Any:

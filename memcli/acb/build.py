@@ -47,8 +47,8 @@ from memcli.store import memories as mem
 from memcli.store.connection import HINT_WAIT
 
 if TYPE_CHECKING:
-    from memcli.memory import Memory
     from memcli.store.filters import Filters
+    from memcli.store.handle import MemoryHandle
 
 CHANNEL_SENSITIVITIES: dict[str, tuple[str, ...]] = {
     "public": ("none", "low"),
@@ -152,7 +152,7 @@ def thread_keys(req: AcbRequest) -> list[str]:
 
 
 def build_acb(
-    memory: Memory,
+    memory: MemoryHandle,
     request: AcbRequest | dict[str, Any],
     *,
     settings: AcbSettings | None = None,
@@ -268,7 +268,8 @@ def _ms(t0: float) -> float:
 
 
 def _record(
-    memory: Memory, metrics: dict[str, Any], ids: list[int], seen: tuple[str, dict[str, int]] | None
+    memory: MemoryHandle, metrics: dict[str, Any], ids: list[int],
+    seen: tuple[str, dict[str, int]] | None
 ) -> None:
     """Access counts, the metrics row and the caller's revision, in one short write."""
     from memcli.store.metrics import record_request
@@ -312,7 +313,8 @@ def _plan(req: AcbRequest, settings: AcbSettings) -> list[dict[str, Any]]:
 
 
 def _static_sections(
-    memory: Memory, req: AcbRequest, base: Filters, settings: AcbSettings, context_dir: Path | None
+    memory: MemoryHandle, req: AcbRequest, base: Filters, settings: AcbSettings,
+    context_dir: Path | None
 ) -> tuple[dict[str, list], dict[str, str]]:
     candidates: dict[str, list[dict[str, Any]]] = {}
     views: dict[str, str] = {}
@@ -341,7 +343,7 @@ def _static_sections(
 
 
 def _retrieval(
-    memory: Memory,
+    memory: MemoryHandle,
     req: AcbRequest,
     base: Filters,
     settings: AcbSettings,
@@ -368,7 +370,8 @@ def _retrieval(
 
 
 def _delta(
-    memory: Memory, req: AcbRequest, keys: list[str], revisions: dict[str, int], filters: Filters
+    memory: MemoryHandle, req: AcbRequest, keys: list[str], revisions: dict[str, int],
+    filters: Filters
 ) -> dict[str, Any] | None:
     """At most 3 bullets of what changed since the caller's last revision of each thread.
 
@@ -408,7 +411,7 @@ def _delta(
 
 
 def _provenance(
-    memory: Memory,
+    memory: MemoryHandle,
     req: AcbRequest,
     base: Filters,
     found: gather.Retrieval,

@@ -17,10 +17,10 @@ from memcli.derived.compaction import compact_apps
 
 if TYPE_CHECKING:
     from memcli.config import LifecycleSettings
-    from memcli.memory import Memory
+    from memcli.store.handle import MemoryHandle
 
 
-def enforce_app_limit(memory: Memory, tenant_id: str, user_id: str | None, app_id: str,
+def enforce_app_limit(memory: MemoryHandle, tenant_id: str, user_id: str | None, app_id: str,
                       cfg: LifecycleSettings | None = None) -> list[dict[str, Any]]:
     """Bring the (tenant, user, app) scope back to its limit (FIFO); the compaction report,
     empty when the scope was within it. `cfg`: the lifecycle settings (default: the memory's,

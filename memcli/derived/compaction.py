@@ -27,7 +27,7 @@ from memcli.store import memories as mem
 if TYPE_CHECKING:
     from memcli.config import LifecycleSettings
     from memcli.derived.llm_usage import Model
-    from memcli.memory import Memory
+    from memcli.store.handle import MemoryHandle
     from memcli.store.lifecycle_sql import AppKey
 
 APP_KINDS = ("fact", "decision", "task", "summary", "insight")
@@ -71,7 +71,7 @@ def _check(decision: Decision, choosable: set[int]) -> str | None:
 
 
 def compact_apps(
-    memory: Memory,
+    memory: MemoryHandle,
     model: Model | None,
     cfg: LifecycleSettings,
     scopes: list[AppKey],
@@ -135,7 +135,7 @@ def _decide(
 
 
 def _apply(
-    memory: Memory,
+    memory: MemoryHandle,
     decision: Decision,
     method: str,
     failure: str | None,

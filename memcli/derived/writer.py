@@ -20,14 +20,14 @@ from memcli.store import sparse as sparse_sql
 from memcli.store import vectors as vec
 
 if TYPE_CHECKING:
-    from memcli.memory import Memory
+    from memcli.store.handle import MemoryHandle
 
 SEMANTIC_KINDS = ("fact", "summary", "insight", "reflection", "procedural", "decision", "task")
 LINK_TOP_K = 3
 LINK_MIN = 0.80  # cosine similarity for a `related` edge (e5-small scores unrelated text ~0.7)
 
 
-def write_memory(memory: Memory, *, content: str, kind: str, source_ids: list[Any],
+def write_memory(memory: MemoryHandle, *, content: str, kind: str, source_ids: list[Any],
                  tenant_id: str = "default", user_id: str | None = None,
                  agent_id: str | None = None, session_id: str | None = None,
                  app_id: str | None = None, run_id: str | None = None,
@@ -101,7 +101,7 @@ def ledger_origin(kind: str, attributes: dict[str, Any]) -> tuple[str | None, st
     return event_id, f"{kind}:{row_id}"
 
 
-def encode_ahead(memory: Memory, texts: list[str],
+def encode_ahead(memory: MemoryHandle, texts: list[str],
                  known: dict[str, Any] | None = None) -> dict[str, tuple[Any, Any]]:
     """text -> (vector, sparse terms) for memories about to be written, computed before the
     caller takes the write lock (a batch of writes in one transaction passes them on to
@@ -119,7 +119,7 @@ def encode_ahead(memory: Memory, texts: list[str],
     return {t: (vectors.get(t), terms.get(t)) for t in unique}
 
 
-def link_related(memory: Memory, memory_id: int, vector_blob: bytes, tenant_id: str,
+def link_related(memory: MemoryHandle, memory_id: int, vector_blob: bytes, tenant_id: str,
                  user_id: str | None, session_id: str | None = None) -> list[tuple[int, float]]:
     """Edges to the top-K semantic neighbours with similarity >= LINK_MIN (one per pair). The
     LINK history rows carry the new memory's scope, so `history --user` lists them."""
@@ -135,7 +135,7 @@ def link_related(memory: Memory, memory_id: int, vector_blob: bytes, tenant_id: 
     return edges
 
 
-def supersede(memory: Memory, old_id: int, new_id: int, *, actor: str = "memcli",
+def supersede(memory: MemoryHandle, old_id: int, new_id: int, *, actor: str = "memcli",
               reason: str = "") -> None:
     """The new memory replaces the old: old gets valid_to + state superseded; nothing deleted.
 

@@ -19,7 +19,7 @@ from memcli.errors import NotFoundError, UsageError
 from memcli.store import entities as sql
 
 if TYPE_CHECKING:
-    from memcli.memory import Memory
+    from memcli.store.handle import MemoryHandle
 
 CONTEXTS = 200  # memories read to find spellings and types (the newest)
 
@@ -28,7 +28,7 @@ def _norm(name: str) -> str:
     return " ".join(name.strip().lstrip("@#").replace("’", "'").lower().split()).rstrip("/")
 
 
-def get_entity_info(memory: Memory, name: str, *, tenant_id: str | None = None,
+def get_entity_info(memory: MemoryHandle, name: str, *, tenant_id: str | None = None,
                     user_id: str | None = None, limit: int = 20) -> dict[str, Any]:
     """The profile of the entity called `name` and its `limit` newest linked memories."""
     norm = _norm(name)

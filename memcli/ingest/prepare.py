@@ -37,10 +37,10 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
     from memcli.core.progress import Progress
-    from memcli.memory import Memory
     from memcli.providers.embedders import Embedder
     from memcli.providers.splade import SpladeEncoder
     from memcli.store.connection import Database
+    from memcli.store.handle import MemoryHandle
 
 EXCERPT_BYTES = 64 * 1024
 CHUNK_TOKENS = 512
@@ -222,7 +222,7 @@ def prepare(number: int, value: Any, defaults: dict[str, Any], now: str,
 def ingest(db: Database, values: list[tuple], *, embedder: Embedder | None,
            sparse: SpladeEncoder | None = None, defaults: dict[str, Any] | None = None,
            strict: bool = False, defer_embed: bool = False,
-           progress: Progress | None = None, memory: Memory | None = None,
+           progress: Progress | None = None, memory: MemoryHandle | None = None,
            check_category: Callable[[str | None], None] | None = None) -> IngestReport:
     """`progress`: called as records are embedded and written (memcli/core/progress.py).
     `memory`: the one writing, for the ledger rows of decision and task events.
@@ -271,7 +271,7 @@ def ingest(db: Database, values: list[tuple], *, embedder: Embedder | None,
     return report
 
 
-def _prepare_ledger(memory: Memory | None, fresh: list[Prepared],
+def _prepare_ledger(memory: MemoryHandle | None, fresh: list[Prepared],
                     report: IngestReport) -> list[Prepared]:
     """Decision and task events checked against the stored ledger and encoded, before the
     write lock; one that cannot be written (an unknown task, a decision superseded already)

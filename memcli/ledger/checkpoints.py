@@ -19,10 +19,10 @@ from memcli.store import ledger_sql as sql
 from memcli.store import memories as mem
 
 if TYPE_CHECKING:
-    from memcli.memory import Memory
+    from memcli.store.handle import MemoryHandle
 
 
-def save_checkpoint(memory: Memory, data: Any, **options: Any) -> dict[str, Any]:
+def save_checkpoint(memory: MemoryHandle, data: Any, **options: Any) -> dict[str, Any]:
     """Store an agent's state for (user, thread), replacing the previous one (options: those of
     `_save_checkpoint`). The state is redacted first, keys too, since agents keep state under
     any name (memcli.policy.redaction); the result lists the kinds removed as `redacted`."""
@@ -31,7 +31,7 @@ def save_checkpoint(memory: Memory, data: Any, **options: Any) -> dict[str, Any]
 
 
 def _save_checkpoint(
-    memory: Memory,
+    memory: MemoryHandle,
     data: Any,
     *,
     user_id: str,
@@ -68,7 +68,7 @@ def _ref(version: int) -> str:
 
 
 def load_checkpoint(
-    memory: Memory, *, user_id: str, thread_id: str, tenant_id: str | None = None,
+    memory: MemoryHandle, *, user_id: str, thread_id: str, tenant_id: str | None = None,
     version: int | None = None,
 ) -> dict[str, Any]:
     """The saved state of (user, thread): the latest, or the `version`-th save (from history)."""

@@ -26,7 +26,7 @@ from memcli.store import ledger_sql as sql
 from memcli.store import owner as own
 
 if TYPE_CHECKING:
-    from memcli.memory import Memory
+    from memcli.store.handle import MemoryHandle
 
 DECISION_SCOPES = ("project", "user", "global")
 TASK_STATUSES = ("open", "doing", "done")
@@ -67,7 +67,7 @@ class PendingWrite:
 
 
 def add_decision(
-    memory: Memory,
+    memory: MemoryHandle,
     decision: str,
     *,
     rationale: list[str] | None = None,
@@ -99,7 +99,7 @@ def add_decision(
     return {**get_decision(memory, decision_id), "redacted": pending.redacted, **compaction}
 
 
-def prepare_decision(memory: Memory, decision: str, *, channel: str = "private",
+def prepare_decision(memory: MemoryHandle, decision: str, *, channel: str = "private",
                      importance: float = DECISION_IMPORTANCE, actor: str | None = None,
                      attributes: dict[str, Any] | None = None,
                      **fields: Any) -> PendingWrite:
@@ -115,13 +115,13 @@ def prepare_decision(memory: Memory, decision: str, *, channel: str = "private",
     return PendingWrite(row, redacted, encoded, channel, importance, actor, attributes or {})
 
 
-def store_decision(memory: Memory, pending: PendingWrite) -> int:
+def store_decision(memory: MemoryHandle, pending: PendingWrite) -> int:
     """Write a prepared decision (inside the caller's transaction); its id."""
     return _store_decision(memory, pending.row, pending.encoded, pending.channel,
                            pending.importance, actor=pending.actor, extra=pending.attributes)
 
 
-def app_limit(memory: Memory, row: dict[str, Any]) -> dict[str, Any]:
+def app_limit(memory: MemoryHandle, row: dict[str, Any]) -> dict[str, Any]:
     """The app limit after a write to an app scope (`{"compaction": [...]}` when it acted)."""
     if not row.get("app_id"):
         return {}
@@ -131,13 +131,13 @@ def app_limit(memory: Memory, row: dict[str, Any]) -> dict[str, Any]:
     return {"compaction": done} if done else {}
 
 
-def _encode(memory: Memory, text: str) -> tuple[Any, Any]:
+def _encode(memory: MemoryHandle, text: str) -> tuple[Any, Any]:
     """(vector, sparse terms) of a ledger memory's text, computed before its transaction, so
     no other writer waits for a model (`derive.encode_ahead`)."""
     return derive.encode_ahead(memory, [text])[text]
 
 
-def _decision_row(memory: Memory, decision: str, *, rationale: list[str] | None,
+def _decision_row(memory: MemoryHandle, decision: str, *, rationale: list[str] | None,
                   constraints: list[str] | None, alternatives: list[str] | None,
                   consequences: list[str] | None, refs: list[str] | None, scope: str,
                   tenant_id: str | None, user_id: str | None, session_id: str | None,
@@ -170,7 +170,7 @@ def _decision_row(memory: Memory, decision: str, *, rationale: list[str] | None,
     return redact_fields(row, _DECISION_TEXT)
 
 
-def _store_decision(memory: Memory, row: dict[str, Any], encoded: tuple[Any, Any],
+def _store_decision(memory: MemoryHandle, row: dict[str, Any], encoded: tuple[Any, Any],
                     channel: str, importance: float, *, actor: str | None = None,
                     extra: dict[str, Any] | None = None) -> int:
     """Insert the decision and its memory (inside the caller's transaction); its id."""
@@ -199,7 +199,7 @@ def _store_decision(memory: Memory, row: dict[str, Any], encoded: tuple[Any, Any
 
 
 def supersede_decision(
-    memory: Memory, old_id: int, decision: str, *, owner: own.Owner | None = None,
+    memory: MemoryHandle, old_id: int, decision: str, *, owner: own.Owner | None = None,
     reason: str = "", **fields: Any
 ) -> dict[str, Any]:
     """A new decision replaces `old_id` (the owner's); the old one stays, superseded and linked."""
@@ -235,7 +235,7 @@ def supersede_decision(
     return {**get_decision(memory, new_id), "redacted": redacted}
 
 
-def store_superseding(memory: Memory, pending: PendingWrite, old: dict[str, Any],
+def store_superseding(memory: MemoryHandle, pending: PendingWrite, old: dict[str, Any],
                       reason: str = "") -> int:
     """Write a prepared decision that replaces the active decision `old` (inside the caller's
     transaction): the old row is marked superseded, its memory superseded by the new one."""
@@ -258,7 +258,7 @@ _ROW_ARGS = ("rationale", "constraints", "alternatives", "consequences", "refs",
              "user_id", "session_id", "agent_id", "app_id")
 
 
-def get_decision(memory: Memory, decision_id: int) -> dict[str, Any]:
+def get_decision(memory: MemoryHandle, decision_id: int) -> dict[str, Any]:
     row = sql.get_decision(memory.db, decision_id)
     if row is None:
         raise NotFoundError(f"no decision with id {decision_id}")
@@ -266,7 +266,7 @@ def get_decision(memory: Memory, decision_id: int) -> dict[str, Any]:
 
 
 def list_decisions(
-    memory: Memory,
+    memory: MemoryHandle,
     *,
     status: str | None = "active",
     tenant_id: str | None = None,  # None: the memory's tenant
@@ -301,7 +301,7 @@ def _check_status(status: str) -> None:
         raise UsageError(f"unknown task status {status!r}", "use open, doing or done")
 
 
-def add_task(memory: Memory, title: str, *, details: str = "", status: str = "open",
+def add_task(memory: MemoryHandle, title: str, *, details: str = "", status: str = "open",
              refs: list[str] | None = None, tenant_id: str | None = None,  # None: memory's
              user_id: str | None = None, session_id: str | None = None,
              agent_id: str | None = None, app_id: str | None = None, channel: str = "private",
@@ -316,7 +316,7 @@ def add_task(memory: Memory, title: str, *, details: str = "", status: str = "op
     return {**get_task(memory, task_id), "redacted": pending.redacted, **compaction}
 
 
-def prepare_task(memory: Memory, title: str, *, details: str = "", status: str = "open",
+def prepare_task(memory: MemoryHandle, title: str, *, details: str = "", status: str = "open",
                  refs: list[str] | None = None, tenant_id: str | None = None,
                  user_id: str | None = None, session_id: str | None = None,
                  agent_id: str | None = None, app_id: str | None = None,
@@ -347,7 +347,7 @@ def prepare_task(memory: Memory, title: str, *, details: str = "", status: str =
                         attributes or {})
 
 
-def store_task(memory: Memory, pending: PendingWrite) -> int:
+def store_task(memory: MemoryHandle, pending: PendingWrite) -> int:
     """Write a prepared task (inside the caller's transaction); its id."""
     row = pending.row
     task_id = sql.insert_task(memory.db, row)
@@ -358,7 +358,7 @@ def store_task(memory: Memory, pending: PendingWrite) -> int:
     return task_id
 
 
-def _write_task_memory(memory: Memory, row: dict[str, Any], channel: str, sensitivity: str,
+def _write_task_memory(memory: MemoryHandle, row: dict[str, Any], channel: str, sensitivity: str,
                        encoded: tuple[Any, Any], *, actor: str | None = None,
                        extra: dict[str, Any] | None = None) -> int:
     return derive.write_memory(
@@ -382,7 +382,7 @@ def _write_task_memory(memory: Memory, row: dict[str, Any], channel: str, sensit
     )
 
 
-def update_task(memory: Memory, task_id: int, *, status: str | None = None,
+def update_task(memory: MemoryHandle, task_id: int, *, status: str | None = None,
                 title: str | None = None, details: str | None = None,
                 refs: list[str] | None = None, owner: own.Owner | None = None,
                 reason: str = "") -> dict[str, Any]:
@@ -423,7 +423,7 @@ def task_changes(task: dict[str, Any], *, status: str | None = None, title: str 
     return {k: v for k, v in changes.items() if task.get(k) != v}, redacted
 
 
-def store_task_update(memory: Memory, task: dict[str, Any], changes: dict[str, Any],
+def store_task_update(memory: MemoryHandle, task: dict[str, Any], changes: dict[str, Any],
                       encoded: tuple[Any, Any], *, reason: str = "", actor: str | None = None,
                       extra: dict[str, Any] | None = None) -> None:
     """Write `changes` to `task` (inside the caller's transaction): a new memory version that
@@ -442,7 +442,7 @@ def store_task_update(memory: Memory, task: dict[str, Any], changes: dict[str, A
                          reason=reason or f"task {task['id']}: " + ", ".join(sorted(changes)))
 
 
-def get_task(memory: Memory, task_id: int) -> dict[str, Any]:
+def get_task(memory: MemoryHandle, task_id: int) -> dict[str, Any]:
     row = sql.get_task(memory.db, task_id)
     if row is None:
         raise NotFoundError(f"no task with id {task_id}")
@@ -450,7 +450,7 @@ def get_task(memory: Memory, task_id: int) -> dict[str, Any]:
 
 
 def list_tasks(
-    memory: Memory,
+    memory: MemoryHandle,
     *,
     statuses: tuple[str, ...] = (),
     tenant_id: str | None = None,  # None: the memory's tenant
@@ -473,12 +473,12 @@ def list_tasks(
 
 
 # -- checkpoints (memcli.ledger.checkpoints; here too, as part of the ledger's API) -------------
-def save_checkpoint(memory: Memory, data: Any, **options: Any) -> dict[str, Any]:
+def save_checkpoint(memory: MemoryHandle, data: Any, **options: Any) -> dict[str, Any]:
     """Store an agent's state for (user, thread), replacing the previous one (redacted first);
     see `memcli.ledger.checkpoints.save_checkpoint`."""
     return checkpoints.save_checkpoint(memory, data, **options)
 
 
-def load_checkpoint(memory: Memory, **options: Any) -> dict[str, Any]:
+def load_checkpoint(memory: MemoryHandle, **options: Any) -> dict[str, Any]:
     """The saved state of (user, thread); see `memcli.ledger.checkpoints.load_checkpoint`."""
     return checkpoints.load_checkpoint(memory, **options)

@@ -32,7 +32,7 @@ from memcli.store import owner as own
 
 if TYPE_CHECKING:
     from memcli.core.records import EventIn
-    from memcli.memory import Memory
+    from memcli.store.handle import MemoryHandle
 
 LEDGER_KINDS = ("decision", "task_update")
 _DECISION_LISTS = ("rationale", "constraints", "alternatives", "consequences")
@@ -47,7 +47,7 @@ class LedgerEvent:
     event_id: str
     fields: dict[str, Any]
     scope: dict[str, Any]
-    memory: Memory | None = None
+    memory: MemoryHandle | None = None
     pending: ledger.PendingWrite | None = None
     task: dict[str, Any] | None = None  # the task a `task_update` changes
     text: str = ""  # the task text `pending` / `encoded` were computed for
@@ -152,7 +152,7 @@ def _id(content: dict[str, Any], key: str) -> int | None:
     return value
 
 
-def prepare(memory: Memory, event: LedgerEvent) -> None:
+def prepare(memory: MemoryHandle, event: LedgerEvent) -> None:
     """Check the write against the stored ledger and encode its text, before the write lock
     (UsageError / NotFoundError: the record is rejected)."""
     event.memory = memory
@@ -220,7 +220,7 @@ def _changes(event: LedgerEvent, task: dict[str, Any]) -> tuple[dict[str, Any], 
                                details=fields["details"], refs=event.scope["refs"])
 
 
-def _active_decision(memory: Memory, decision_id: int, tenant_id: str) -> dict[str, Any]:
+def _active_decision(memory: MemoryHandle, decision_id: int, tenant_id: str) -> dict[str, Any]:
     row = own.decision(memory.db, decision_id, memory.owner(tenant_id))
     if row["status"] != "active":
         raise UsageError(
@@ -229,5 +229,5 @@ def _active_decision(memory: Memory, decision_id: int, tenant_id: str) -> dict[s
     return row
 
 
-def _task(memory: Memory, task_id: int, tenant_id: str) -> dict[str, Any]:
+def _task(memory: MemoryHandle, task_id: int, tenant_id: str) -> dict[str, Any]:
     return own.task(memory.db, task_id, memory.owner(tenant_id))

@@ -51,7 +51,7 @@ if TYPE_CHECKING:
     from memcli.core.progress import Progress
     from memcli.derived.llm_usage import Model
     from memcli.lifecycle.runlock import RunLock
-    from memcli.memory import Memory
+    from memcli.store.handle import MemoryHandle
 
 
 
@@ -59,7 +59,7 @@ if TYPE_CHECKING:
 
 
 def plan_llm(
-    memory: Memory,
+    memory: MemoryHandle,
     model: Model,
     cfg: LifecycleSettings,
     row: dict[str, Any],
@@ -172,7 +172,7 @@ def _unique_profile(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return list(seen.values())
 
 
-def _embed(memory: Memory, facts: list[NewFact]) -> None:
+def _embed(memory: MemoryHandle, facts: list[NewFact]) -> None:
     if memory.embedder is None or not facts:
         return
     matrix = memory.embedder.embed_documents([f.text for f in facts]).astype("float32")
@@ -198,7 +198,7 @@ def plan_extractive(
 
 
 def consolidate(
-    memory: Memory,
+    memory: MemoryHandle,
     model: Model | None,
     cfg: LifecycleSettings,
     *,

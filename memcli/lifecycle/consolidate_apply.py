@@ -22,12 +22,12 @@ if TYPE_CHECKING:
     from memcli.config import LifecycleSettings
     from memcli.lifecycle.dedup import NewFact
     from memcli.lifecycle.session_plan import SessionPlan
-    from memcli.memory import Memory
+    from memcli.store.handle import MemoryHandle
 
 ACTOR = "consolidate"
 
 
-def apply_plan(memory: Memory, plan: SessionPlan) -> dict[str, Any]:
+def apply_plan(memory: MemoryHandle, plan: SessionPlan) -> dict[str, Any]:
     """Write one session's plan in one transaction; returns what was written."""
     db = memory.db
     now = utcnow()
@@ -121,7 +121,7 @@ def _redact_plan(plan: SessionPlan) -> None:
 
 
 def _apply_fact(
-    memory: Memory,
+    memory: MemoryHandle,
     plan: SessionPlan,
     fact: NewFact,
     model_name: str | None,
@@ -192,7 +192,8 @@ def _latest_time(plan: SessionPlan, sources: list[int]) -> str:
 
 
 def dedup_store(
-    memory: Memory, cfg: LifecycleSettings, users: set[tuple[str, str | None]], *, dry_run: bool
+    memory: MemoryHandle, cfg: LifecycleSettings, users: set[tuple[str, str | None]], *,
+    dry_run: bool
 ) -> list[dict[str, Any]]:
     """Model-free merging of near-duplicate facts already in the store (touched users only)."""
     db = memory.db

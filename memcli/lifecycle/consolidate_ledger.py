@@ -27,7 +27,7 @@ from memcli.store import lifecycle_sql as lsql
 if TYPE_CHECKING:
     from memcli.lifecycle.dedup import NewFact
     from memcli.lifecycle.session_plan import SessionPlan
-    from memcli.memory import Memory
+    from memcli.store.handle import MemoryHandle
 
 LEDGER_KINDS = ("decision", "task")
 ACTOR = "consolidate"
@@ -40,7 +40,7 @@ class LedgerWrite:
     old: dict[str, Any] | None = None  # the active decision this one supersedes
 
 
-def match_ledger(memory: Memory, facts: list[NewFact], tenant_id: str, user_id: str | None,
+def match_ledger(memory: MemoryHandle, facts: list[NewFact], tenant_id: str, user_id: str | None,
                  jaccard_merge: float) -> None:
     """Decisions and todos that repeat the user's active ledger rows become merges into them."""
     rows = {
@@ -68,7 +68,7 @@ def match_ledger(memory: Memory, facts: list[NewFact], tenant_id: str, user_id: 
                 break
 
 
-def prepare(memory: Memory, plan: SessionPlan) -> dict[int, LedgerWrite]:
+def prepare(memory: MemoryHandle, plan: SessionPlan) -> dict[int, LedgerWrite]:
     """The ledger writes of a plan (by `id(fact)`), checked and encoded before the lock."""
     out: dict[int, LedgerWrite] = {}
     attributes = {"method": plan.method, "model": plan.structured.get("model"),
@@ -95,7 +95,7 @@ def prepare(memory: Memory, plan: SessionPlan) -> dict[int, LedgerWrite]:
     return out
 
 
-def store(memory: Memory, fact: NewFact, write: LedgerWrite, out: dict[str, Any]) -> None:
+def store(memory: MemoryHandle, fact: NewFact, write: LedgerWrite, out: dict[str, Any]) -> None:
     """Write one prepared decision or task inside the session's transaction; report it."""
     db = memory.db
     old = write.old

@@ -22,7 +22,7 @@ from memcli.store import lifecycle_sql as lsql
 from memcli.store import owner as own
 
 if TYPE_CHECKING:
-    from memcli.memory import Memory
+    from memcli.store.handle import MemoryHandle
     from memcli.store.owner import Owner
 
 CORRECTABLE = ("fact", "summary", "insight", "reflection", "procedural")
@@ -30,7 +30,7 @@ MAX_FACT = 280
 ACTOR = "correct"
 
 
-def correct_fact(memory: Memory, memory_id: int, text: str, *, reason: str = "",
+def correct_fact(memory: MemoryHandle, memory_id: int, text: str, *, reason: str = "",
                  owner: Owner | None = None) -> dict[str, Any]:
     """Supersede memory `memory_id` (`owner`'s, default: the memory's tenant's) with `text`;
     the new memory's summary."""
@@ -61,7 +61,7 @@ def correct_fact(memory: Memory, memory_id: int, text: str, *, reason: str = "",
             "redacted": kinds(found)}
 
 
-def _get(memory: Memory, memory_id: int, owner: Owner) -> dict[str, Any]:
+def _get(memory: MemoryHandle, memory_id: int, owner: Owner) -> dict[str, Any]:
     row = own.memory(memory.db, memory_id, owner)  # another tenant's id: as if absent
     if row["kind"] == "episode":
         raise UsageError(f"memory {memory_id} is a conversation turn, and turns are never "

@@ -26,8 +26,8 @@ from memcli.store import owner as own
 from memcli.store import proposals_sql as sql
 
 if TYPE_CHECKING:
-    from memcli.memory import Memory
     from memcli.store.connection import Database
+    from memcli.store.handle import MemoryHandle
     from memcli.store.owner import Owner
 
 SENSITIVE_FIELDS = ("preferred_name", "pronouns", "city", "language")
@@ -158,7 +158,7 @@ def _pending(db: Database, proposal_id: int, owner: Owner) -> dict[str, Any]:
     return row
 
 
-def accept(memory: Memory, proposal_id: int, *, owner: Owner | None = None, by: str = "cli"
+def accept(memory: MemoryHandle, proposal_id: int, *, owner: Owner | None = None, by: str = "cli"
            ) -> dict[str, Any]:
     """Apply a proposal: write the profile fact and supersede the field's old value."""
     db = memory.db
@@ -213,7 +213,7 @@ def accept(memory: Memory, proposal_id: int, *, owner: Owner | None = None, by: 
     }
 
 
-def _said_at(memory: Memory, source_ids: list[Any]) -> str | None:
+def _said_at(memory: MemoryHandle, source_ids: list[Any]) -> str | None:
     """When the newest turn a proposal cites was said (None: no turn, e.g. `remember`)."""
     ids = [i for i in source_ids if isinstance(i, int)]
     times = [r["event_time"] for r in mem.get_memories(memory.db, ids).values()]

@@ -79,8 +79,8 @@ from memcli.store import sparse as sparse_sql
 
 if TYPE_CHECKING:
     from memcli.core.progress import Progress
-    from memcli.memory import Memory
     from memcli.store.connection import Database
+    from memcli.store.handle import MemoryHandle
 
 KEPT = ["memories not cut from events (fact, summary, insight, reflection, procedural; "
         "decisions and tasks no event wrote)", "history", "decisions and tasks no event wrote "
@@ -205,7 +205,7 @@ class _DryRun(Exception):
     """Raised to roll back the tables a dry run had to create to read its plan."""
 
 
-def plan_rebuild(memory: Memory) -> dict[str, Any]:
+def plan_rebuild(memory: MemoryHandle) -> dict[str, Any]:
     """The plan and counts; writes nothing. With a table missing (the memories table
     dropped, say), the plan is read inside a transaction that creates the missing tables
     and is rolled back."""
@@ -236,7 +236,7 @@ def plan_rebuild(memory: Memory) -> dict[str, Any]:
     return out
 
 
-def _skipped(memory: Memory) -> list[dict[str, str]]:
+def _skipped(memory: MemoryHandle) -> list[dict[str, str]]:
     out = []
     if memory.sparse is None:
         out.append({"stage": "sparse", "why": "the SPLADE leg is off (leg_weights.sparse = 0): "
@@ -247,7 +247,7 @@ def _skipped(memory: Memory) -> list[dict[str, str]]:
     return out
 
 
-def _stages(memory: Memory) -> list[str]:
+def _stages(memory: MemoryHandle) -> list[str]:
     stages = ["tables", "episodes", "ledger", "relations", "lexical", "entities"]
     stages += ["sparse"] if memory.sparse is not None else []
     stages += ["vectors"] if memory.embedder is not None else []
@@ -280,7 +280,7 @@ def _cannot(db: Database, episodes: dict[str, Any],
     return out + ledger_stage.cannot(ledger)
 
 
-def rebuild(memory: Memory, *, dry_run: bool = False,
+def rebuild(memory: MemoryHandle, *, dry_run: bool = False,
             progress: Progress | None = None) -> dict[str, Any]:
     """Run every stage (or, `dry_run`, only say what they would do); returns the report."""
     from memcli.store.postgres.tenant_roles import refuse_bound
@@ -346,7 +346,7 @@ def _entities(db: Database, progress: Progress | None) -> dict[str, int]:
     return {"memories": len(found), "entities": len(ids), "dropped": dropped}
 
 
-def _sparse(memory: Memory, progress: Progress | None) -> dict[str, Any]:
+def _sparse(memory: MemoryHandle, progress: Progress | None) -> dict[str, Any]:
     db, encoder = memory.db, memory.sparse
     assert encoder is not None
     with db.transaction():
@@ -364,7 +364,7 @@ def _sparse(memory: Memory, progress: Progress | None) -> dict[str, Any]:
     return {"memories": len(texts), "model": encoder.model_id}
 
 
-def _vectors(memory: Memory, progress: Progress | None) -> dict[str, Any]:
+def _vectors(memory: MemoryHandle, progress: Progress | None) -> dict[str, Any]:
     """Embed every memory; write only the vectors that differ from the stored ones (a
     rebuild of an intact file rewrites nothing), then make the bit index again."""
     db, embedder = memory.db, memory.embedder

@@ -30,7 +30,7 @@ from memcli.store import lifecycle_sql as lsql
 if TYPE_CHECKING:
     from memcli.config import LifecycleSettings
     from memcli.derived.llm_usage import Model
-    from memcli.memory import Memory
+    from memcli.store.handle import MemoryHandle
 
 INSIGHT_IMPORTANCE = 0.2
 REFLECTION_FACTS = 200
@@ -76,7 +76,7 @@ def _scope_label(tenant: str, user: str | None) -> dict[str, Any]:
 
 
 def reflect(
-    memory: Memory,
+    memory: MemoryHandle,
     model: Model | None,
     cfg: LifecycleSettings,
     *,
@@ -174,7 +174,7 @@ def reflect(
 
 
 def insights(
-    memory: Memory,
+    memory: MemoryHandle,
     model: Model | None,
     cfg: LifecycleSettings,
     *,

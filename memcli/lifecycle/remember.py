@@ -29,7 +29,7 @@ from memcli.store import owner as own
 
 if TYPE_CHECKING:
     from memcli.config import LifecycleSettings
-    from memcli.memory import Memory
+    from memcli.store.handle import MemoryHandle
     from memcli.store.owner import Owner
 
 MAX_FACT = 280
@@ -61,7 +61,7 @@ def procedure_steps(text: str | None, steps: list[str] | None) -> list[str]:
 
 
 def remember(
-    memory: Memory,
+    memory: MemoryHandle,
     cfg: LifecycleSettings,
     *,
     text: str | None,
@@ -78,7 +78,7 @@ def remember(
 
 
 def _remember(
-    memory: Memory,
+    memory: MemoryHandle,
     cfg: LifecycleSettings,
     *,
     text: str | None,
@@ -192,7 +192,7 @@ def _field_value(text: str) -> str:
     return m.group(1).strip() if m else text
 
 
-def confirm(memory: Memory, memory_id: int, *, owner: Owner | None = None,
+def confirm(memory: MemoryHandle, memory_id: int, *, owner: Owner | None = None,
             actor: str = "cli") -> dict[str, Any]:
     db = memory.db
     with db.transaction():
@@ -220,7 +220,7 @@ def confirm(memory: Memory, memory_id: int, *, owner: Owner | None = None,
     return {"id": memory_id, "protected": True, "decay_rate": 0.0, "confidence": 1.0}
 
 
-def set_pin(memory: Memory, memory_id: int, pinned: bool, *, owner: Owner | None = None,
+def set_pin(memory: MemoryHandle, memory_id: int, pinned: bool, *, owner: Owner | None = None,
             actor: str = "cli") -> dict[str, Any]:
     db = memory.db
     with db.transaction():

@@ -41,6 +41,7 @@ from collections.abc import Callable, Iterator
 from typing import IO, TYPE_CHECKING, Any
 
 from memcli.core.progress import Progress, report
+from memcli.core.version import __version__
 from memcli.portable import file_format as fmt
 from memcli.store import portable_sql as sql
 from memcli.store.sealing import META_KEY_ID
@@ -108,8 +109,6 @@ def records(db: Database, scope: Scope) -> Iterator[tuple[str, dict[str, Any]]]:
 
 
 def header(db: Database, scope: Scope) -> dict[str, Any]:
-    from memcli import __version__
-
     key_id = db.get_meta(META_KEY_ID) if sql.has_high(db, scope) else None
     return fmt.header(
         memcli_version=__version__, schema=db.backend.schema_version(db),

@@ -48,8 +48,8 @@ from memcli.store.sealing import META_KEY_ID
 from memcli.store.sessions import check_session_user
 
 if TYPE_CHECKING:
-    from memcli.memory import Memory
     from memcli.store.connection import Database
+    from memcli.store.handle import MemoryHandle
 
 Record = dict[str, Any]
 REPORT_EVERY = 256  # records between two progress reports
@@ -108,7 +108,7 @@ def check_key(db: Database, key_id: str | None) -> str | None:
 
 # -- writing --------------------------------------------------------------------------------------
 class _Loader:
-    def __init__(self, memory: Memory, records: list[tuple[int, Record]],
+    def __init__(self, memory: MemoryHandle, records: list[tuple[int, Record]],
                  progress: Progress | None) -> None:
         self.memory = memory
         self.db = memory.db
@@ -360,7 +360,7 @@ class _Loader:
             self._count("checkpoint", added)
 
 
-def _embed_forgotten(memory: Memory, ids: list[int]) -> int:
+def _embed_forgotten(memory: MemoryHandle, ids: list[int]) -> int:
     """Vectors (and sparse terms) for imported soft-deleted memories too, as the source had
     them: `memcli restore` does not embed, so without these a restored one would miss the
     dense leg."""
@@ -383,8 +383,9 @@ def _embed_forgotten(memory: Memory, ids: list[int]) -> int:
     return len(rows)
 
 
-def load(memory: Memory, text: str, *, tenant_id: str | None = None, all_tenants: bool = False,
-         defer_embed: bool = False, progress: Progress | None = None) -> dict[str, Any]:
+def load(memory: MemoryHandle, text: str, *, tenant_id: str | None = None,
+         all_tenants: bool = False, defer_embed: bool = False,
+         progress: Progress | None = None) -> dict[str, Any]:
     """Check the whole file, then load it in one transaction; returns the report."""
     head, records = parse(text)
     return load_parsed(memory, head, records, tenant_id=tenant_id, all_tenants=all_tenants,
@@ -400,7 +401,7 @@ def check_tenants(records: list[tuple[int, Record]], tenant_id: str) -> None:
                              "tenant of the file")
 
 
-def load_parsed(memory: Memory, head: dict[str, Any], records: list[tuple[int, Record]], *,
+def load_parsed(memory: MemoryHandle, head: dict[str, Any], records: list[tuple[int, Record]], *,
                 tenant_id: str | None = None, all_tenants: bool = False,
                 defer_embed: bool = False, progress: Progress | None = None
                 ) -> dict[str, Any]:

@@ -35,7 +35,7 @@ from memcli.views.export import MANIFEST, VERSION, Scope, collect, file_name, lo
 from memcli.views.format import KINDS, PREFIX, TEXT_VIEWS, Item, bad, digest
 
 if TYPE_CHECKING:
-    from memcli.memory import Memory
+    from memcli.store.handle import MemoryHandle
 
 ACTOR = "view"
 _ORDER = {"delete": 0, "edit": 1, "add": 2, "write": 3}
@@ -133,7 +133,7 @@ def _scope(manifest: dict[str, Any], tenant: str) -> Scope:
 
 
 # -- the plan --------------------------------------------------------------------------------
-def plan_apply(memory: Memory, directory: Path, *, tenant: str | None = None,
+def plan_apply(memory: MemoryHandle, directory: Path, *, tenant: str | None = None,
                context_dir: Path | None = None) -> Plan:
     """What applying the folder would do; a UsageError naming FILE:LINE if it cannot map an
     edit. Reads only."""
@@ -218,14 +218,14 @@ def _still(current: dict[str, Item], ref: str, base: dict[str, Any], where: str,
     return item
 
 
-def _check_new(memory: Memory, item: Item, where: str) -> None:
+def _check_new(memory: MemoryHandle, item: Item, where: str) -> None:
     if item.kind == "facts" and item.value["category"] not in memory.categories.names:
         raise bad(where, f"unknown category {item.value['category']!r}",
                   "use a category of categories.yaml as the heading")
     _check_text(item, where)
 
 
-def _check_edit(memory: Memory, old: Item, new: Item, where: str) -> None:
+def _check_edit(memory: MemoryHandle, old: Item, new: Item, where: str) -> None:
     if new.kind == "facts" and new.value["category"] != old.value["category"]:
         raise bad(where, f"{new.ref} moved from category {old.value['category']!r} to "
                   f"{new.value['category']!r}",
@@ -248,7 +248,7 @@ def _check_text(item: Item, where: str) -> None:
 
 
 # -- applying --------------------------------------------------------------------------------
-def apply_plan(memory: Memory, plan: Plan, context_dir: Path | None) -> Plan:
+def apply_plan(memory: MemoryHandle, plan: Plan, context_dir: Path | None) -> Plan:
     """Make the plan's changes: the database ones in one transaction, then identity/rules."""
     from memcli.acb.sections import view_path
 
@@ -274,7 +274,7 @@ def apply_plan(memory: Memory, plan: Plan, context_dir: Path | None) -> Plan:
     return plan
 
 
-def _apply(memory: Memory, scope: Scope, change: Change) -> dict[str, Any]:
+def _apply(memory: MemoryHandle, scope: Scope, change: Change) -> dict[str, Any]:
     from memcli.ledger import entries as ledger
     from memcli.lifecycle.correct import correct_fact
     from memcli.lifecycle.purge import forget

@@ -36,7 +36,7 @@ from memcli.views.format import (
 from memcli.views.yamlview import parse_yaml, render_yaml
 
 if TYPE_CHECKING:
-    from memcli.memory import Memory
+    from memcli.store.handle import MemoryHandle
 
 MANIFEST = "view.json"
 VERSION = 1
@@ -71,7 +71,7 @@ def file_name(kind: str, fmt: str) -> str:
 
 
 # -- reading the database --------------------------------------------------------------------
-def collect(memory: Memory, scope: Scope) -> dict[str, list[Item]]:
+def collect(memory: MemoryHandle, scope: Scope) -> dict[str, list[Item]]:
     """The scope's current items, by kind, in file order."""
     db = memory.db
     owner: dict[str, Any] = {"tenant_id": scope.tenant_id, "user_id": scope.user_id,
@@ -176,7 +176,7 @@ def _round_trip(kind: str, items: list[Item], scope: Scope, fmt: str
     return text, kept, left_out
 
 
-def export_view(memory: Memory, directory: Path, scope: Scope, fmt: str,
+def export_view(memory: MemoryHandle, directory: Path, scope: Scope, fmt: str,
                 context_dir: Path | None, force: bool = False) -> dict[str, Any]:
     """Write the view into `directory` (created if needed); a summary of what was written.
     A view there with edits not applied yet is refused (they would be lost) unless `force`."""

@@ -9,10 +9,10 @@ from typing import TYPE_CHECKING, Any
 from memcli.errors import UsageError
 
 if TYPE_CHECKING:
-    from memcli.memory import Memory
+    from memcli.store.handle import MemoryHandle
 
 
-def _postgres(memory: Memory):
+def _postgres(memory: MemoryHandle):
     if memory.db.backend.name != "postgresql":
         raise UsageError("tenant roles are a PostgreSQL feature; this is a SQLite file",
                          "give --db postgresql://... (a file has no login roles: one file per "
@@ -32,17 +32,17 @@ def refuse_bound(db: Any, command: str) -> None:
                          "run it as the owner of memcli's tables")
 
 
-def grant_tenant(memory: Memory, role: str, tenant: str) -> dict[str, Any]:
+def grant_tenant(memory: MemoryHandle, role: str, tenant: str) -> dict[str, Any]:
     if not role or not tenant:
         raise UsageError("a role and a tenant are needed", "memcli pg grant-tenant ROLE TENANT")
     return _postgres(memory).grant(memory.db, role, tenant)
 
 
-def revoke_tenant(memory: Memory, role: str) -> dict[str, Any]:
+def revoke_tenant(memory: MemoryHandle, role: str) -> dict[str, Any]:
     return _postgres(memory).revoke(memory.db, role)
 
 
-def tenant_roles(memory: Memory) -> list[dict[str, Any]]:
+def tenant_roles(memory: MemoryHandle) -> list[dict[str, Any]]:
     tenants = _postgres(memory)
     if memory.db.bound_tenant is not None:
         raise UsageError("a tenant role cannot list the bound roles",
