@@ -195,7 +195,7 @@ def _write_records(db: Database, preps: list[Prepared], now: str, report: Ingest
         key = mem.thread_key(rec.tenant_id, rec.user_id, rec.session_id)
         for index, chunk in enumerate(prep.chunks):
             memory_id = next(ids)
-            if rec.sensitivity == "high":  # kept out of plain-text indexes (store/crypto.py)
+            if rec.sensitivity == "high":  # kept out of plain-text indexes (store/sealing.py)
                 high.add(memory_id)
             else:
                 links.append((memory_id, rec.tenant_id, prep.entities[index]))
