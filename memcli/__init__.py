@@ -23,7 +23,7 @@ __all__ = ["Memory", "MemcliError", "__version__"]
 
 def __getattr__(name: str) -> Any:
     if name == "Memory":
-        from memcli.memory import Memory
+        from memcli.memory import Memory  # start-up cost: the whole library, on first use
 
         return Memory
     raise AttributeError(f"module 'memcli' has no attribute {name!r}")

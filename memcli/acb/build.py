@@ -45,6 +45,7 @@ from memcli.retrieval.text import terms
 from memcli.store import acb_sql as sql
 from memcli.store import memories as mem
 from memcli.store.connection import HINT_WAIT
+from memcli.store.metrics import record_request
 
 if TYPE_CHECKING:
     from memcli.store.filters import Filters
@@ -272,8 +273,6 @@ def _record(
     seen: tuple[str, dict[str, int]] | None
 ) -> None:
     """Access counts, the metrics row and the caller's revision, in one short write."""
-    from memcli.store.metrics import record_request
-
     if memory.db.read_only:
         return  # a write-protected file still gets its bundle; these hints are skipped
     try:

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from memcli.acb import render
+from memcli.config import bundled_text
 from memcli.retrieval import fallback as recency
 from memcli.retrieval import scope, search
 from memcli.retrieval.stages import Candidate, RankContext
@@ -45,8 +46,6 @@ def view_path(name: str, context_dir: Path | None) -> Path | None:
 
 @functools.cache
 def bundled_view(name: str) -> str:
-    from memcli.config import bundled_text
-
     return bundled_text(f"context/{name}.md")
 
 

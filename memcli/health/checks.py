@@ -24,8 +24,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from memcli.acb.stats import FULLTEXT_HIT_MIN, fulltext_hit_rate, percentile, since_timestamp
+from memcli.core.locations import shown
 from memcli.store import doctor_sql as sql
+from memcli.store import purge_sql
+from memcli.store.acb_sql import requests_since
 from memcli.store.postgres.tenant_roles import refuse_bound
+from memcli.store.purge_sql import VACUUM_PENDING, checkpoint
 
 if TYPE_CHECKING:
     from memcli.store.connection import Database
@@ -171,14 +176,6 @@ def _log(db: Database, transaction_limit: float) -> list[dict[str, Any]]:
 
 
 def _metrics(db: Database) -> list[dict[str, Any]]:
-    from memcli.acb.stats import (
-        FULLTEXT_HIT_MIN,
-        fulltext_hit_rate,
-        percentile,
-        since_timestamp,
-    )
-    from memcli.store.acb_sql import requests_since
-
     rows = requests_since(db, since_timestamp(WINDOW))
     if len(rows) < MIN_REQUESTS:
         return [check("requests", "info", f"{len(rows)} requests in the last {WINDOW}: too few "
@@ -221,8 +218,6 @@ def _metrics(db: Database) -> list[dict[str, Any]]:
 def unusable(path: Any, exc: Exception) -> dict[str, Any]:
     """The report for a database memcli will not open (another program's SQLite file, or a
     PostgreSQL schema holding another program's tables)."""
-    from memcli.core.locations import shown
-
     checks = [check("schema", "problem", str(exc), "give the path of a memcli database with --db")]
     return {"db": shown(path), "healthy": False, "problems": 1, "checks": checks}
 
@@ -259,9 +254,6 @@ def repair(db: Database) -> dict[str, Any]:
     checkpoint the WAL (`wal_reset`; None where memcli has no WAL of its own: PostgreSQL).
     Events and memories are never touched (embedding is `memcli embed`). A tenant role's
     purge that could not VACUUM is finished here (`vacuumed`, only when one was pending)."""
-    from memcli.store import purge_sql
-    from memcli.store.purge_sql import checkpoint
-
     refuse_bound(db, "doctor --fix")
 
     found = sql.orphans(db)
@@ -286,8 +278,6 @@ def _finish_vacuum(db: Database, purge_sql: Any) -> dict[str, Any]:
 def _vacuum_pending(db: Database) -> list[dict[str, Any]]:
     """A tenant role's purge deleted rows it was not allowed to VACUUM (PostgreSQL): their
     text stays in the tables' free space until the owner does."""
-    from memcli.store.purge_sql import VACUUM_PENDING
-
     since = db.get_meta(VACUUM_PENDING)
     if since is None:
         return []

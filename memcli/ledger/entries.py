@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, cast
 
 from memcli.derived import writer as derive
+from memcli.derived.applimit import enforce_app_limit
 from memcli.errors import NotFoundError, UsageError
 from memcli.ledger import checkpoints
 from memcli.policy.redaction import check_sensitivity, redact_fields, redact_text
@@ -125,7 +126,6 @@ def app_limit(memory: MemoryHandle, row: dict[str, Any]) -> dict[str, Any]:
     """The app limit after a write to an app scope (`{"compaction": [...]}` when it acted)."""
     if not row.get("app_id"):
         return {}
-    from memcli.derived.applimit import enforce_app_limit
 
     done = enforce_app_limit(memory, row["tenant_id"], row.get("user_id"), row["app_id"])
     return {"compaction": done} if done else {}

@@ -76,6 +76,7 @@ from memcli.store import doctor_sql
 from memcli.store import memories as mem
 from memcli.store import rebuild_sql as sql
 from memcli.store import sparse as sparse_sql
+from memcli.store.postgres.tenant_roles import refuse_bound
 
 if TYPE_CHECKING:
     from memcli.core.progress import Progress
@@ -283,8 +284,6 @@ def _cannot(db: Database, episodes: dict[str, Any],
 def rebuild(memory: MemoryHandle, *, dry_run: bool = False,
             progress: Progress | None = None) -> dict[str, Any]:
     """Run every stage (or, `dry_run`, only say what they would do); returns the report."""
-    from memcli.store.postgres.tenant_roles import refuse_bound
-
     refuse_bound(memory.db, "rebuild")
     if dry_run:
         return plan_rebuild(memory)

@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from memcli.core import inputs
 from memcli.core.progress import Progress, report
 from memcli.errors import UsageError
 from memcli.policy.encryption import PREFIX, envelope_key_id, is_encrypted
@@ -185,8 +186,6 @@ def parse_header(text: str) -> dict[str, Any]:
 
 def parse_record(text: str, line: int) -> dict[str, Any]:
     """One record line, checked against its kind's fields (FormatError names the line)."""
-    from memcli.core import inputs
-
     try:
         obj = json.loads(text)
     except ValueError as exc:

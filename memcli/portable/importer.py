@@ -44,6 +44,8 @@ from memcli.portable.file_format import parse
 from memcli.store import events as ev
 from memcli.store import memories as mem
 from memcli.store import portable_sql as sql
+from memcli.store import sparse as sparse_sql
+from memcli.store import vectors as vec
 from memcli.store.sealing import META_KEY_ID
 from memcli.store.sessions import check_session_user
 
@@ -364,9 +366,6 @@ def _embed_forgotten(memory: MemoryHandle, ids: list[int]) -> int:
     """Vectors (and sparse terms) for imported soft-deleted memories too, as the source had
     them: `memcli restore` does not embed, so without these a restored one would miss the
     dense leg."""
-    from memcli.store import sparse as sparse_sql
-    from memcli.store import vectors as vec
-
     rows = sql.unembedded_forgotten(memory.db, ids)
     if not rows or memory.embedder is None:
         return 0

@@ -35,6 +35,8 @@ from memcli.providers.embedding import (
     _first_row,
     _normalise_rows,
 )
+from memcli.providers.minilm import MiniLMEmbedder
+from memcli.providers.openai_embedder import OpenAIEmbedder
 
 __all__ = ["Embedder", "EmbedderError", "E5SmallEmbedder", "HashEmbedder", "get_embedder"]
 
@@ -223,14 +225,10 @@ class HashEmbedder:
 # --------------------------------------------------------------------------- factory
 
 def _minilm(**options: Any) -> Embedder:
-    from memcli.providers.minilm import MiniLMEmbedder
-
     return MiniLMEmbedder(**options)
 
 
 def _openai(**options: Any) -> Embedder:
-    from memcli.providers.openai_embedder import OpenAIEmbedder
-
     return OpenAIEmbedder(**options)
 
 

@@ -14,7 +14,9 @@ import os
 from typing import TYPE_CHECKING, Any
 
 from memcli.errors import UsageError
+from memcli.policy.encryption import Key, new_key, write_key_file
 from memcli.store import sealing as crypto_sql
+from memcli.store.postgres.tenant_roles import refuse_bound
 
 if TYPE_CHECKING:
     from memcli.store.connection import Database
@@ -41,9 +43,6 @@ def status(db: Database) -> dict[str, Any]:
 
 
 def rotate(db: Database) -> dict[str, Any]:
-    from memcli.policy.encryption import Key, new_key, write_key_file
-    from memcli.store.postgres.tenant_roles import refuse_bound
-
     refuse_bound(db, "key rotate")
     old = crypto_sql.load_key(create=False)
     if old is None:

@@ -10,8 +10,10 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
+from memcli.store import sparse
 from memcli.store.orphans import PURGED, UNUSED_ENTITIES, delete_lacking, ids_lacking, lacking
 from memcli.store.sealing import seal_if
+from memcli.store.vectors import delete_vectors
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -214,15 +216,11 @@ def drop_unused_entities(db: Database) -> int:
 
 def reset_sparse(db: Database) -> None:
     """Empty the sparse index (the model and vocabulary stay recorded in meta)."""
-    from memcli.store import sparse
-
     sparse.clear(db)
 
 
 def recount_df(db: Database) -> None:
     """Document frequencies again from the stored terms (exact, whatever happened before)."""
-    from memcli.store import sparse
-
     sparse.recount_df(db)
 
 
@@ -250,8 +248,6 @@ def remake_vec_index(db: Database, dimension: int) -> None:
 
 def delete_orphan_vectors(db: Database) -> list[int]:
     """Vectors whose memory is gone."""
-    from memcli.store.vectors import delete_vectors
-
     ids = ids_lacking(db, "memory_vectors", ("memory_vectors.memory_id", "memories", "id"))
     for start in range(0, len(ids), 500):
         delete_vectors(db, ids[start:start + 500])

@@ -26,7 +26,17 @@ from typing import TYPE_CHECKING, Any
 
 from memcli.config import encryption_key_source
 from memcli.errors import UsageError
-from memcli.policy.encryption import PREFIX, EncryptionError, Key, is_encrypted
+from memcli.policy.encryption import (
+    PREFIX,
+    EncryptionError,
+    Key,
+    is_encrypted,
+    key_id,
+    new_key,
+    parse_key,
+    read_key_file,
+    write_key_file,
+)
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -41,8 +51,6 @@ NO_KEY_NOTICE = ("`high` sensitivity items are left out: no encryption key "
 def load_key(create: bool = False) -> Key | None:
     """The configured key (env first, then the key file); with `create`, a missing key file
     is created (0600) with a new random key."""
-    from memcli.policy.encryption import new_key, parse_key, read_key_file, write_key_file
-
     env, path = encryption_key_source()
     if env:
         return Key(parse_key(env, "MEMCLI_KEY"), "MEMCLI_KEY")
@@ -149,8 +157,6 @@ class Sealer:
 def _pending_rotation(stored: str) -> None:
     """A rotation that committed but stopped before swapping the key files leaves the
     database's new key in `key.new`: say so instead of a bare mismatch."""
-    from memcli.policy.encryption import key_id, read_key_file
-
     pending = key_file_path().with_name(key_file_path().name + ".new")
     try:
         raw = read_key_file(pending)

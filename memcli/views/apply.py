@@ -29,10 +29,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
+from memcli.acb.sections import view_path
 from memcli.errors import MemcliError, UsageError
+from memcli.ledger import entries as ledger
+from memcli.lifecycle.correct import correct_fact
+from memcli.lifecycle.purge import forget
+from memcli.lifecycle.remember import MAX_FACT, procedure_steps, remember
 from memcli.policy.redaction import redact_text
 from memcli.views.export import MANIFEST, VERSION, Scope, collect, file_name, load_texts, parse
-from memcli.views.format import KINDS, PREFIX, TEXT_VIEWS, Item, bad, digest
+from memcli.views.format import KINDS, PREFIX, TEXT_VIEWS, Item, bad, digest, render_procedure_text
 
 if TYPE_CHECKING:
     from memcli.store.handle import MemoryHandle
@@ -235,8 +240,6 @@ def _check_edit(memory: MemoryHandle, old: Item, new: Item, where: str) -> None:
 
 def _check_text(item: Item, where: str) -> None:
     """The checks the write itself would make, here, so a refusal names the line."""
-    from memcli.lifecycle.remember import MAX_FACT, procedure_steps
-
     text = item.value.get("text", "")
     if len(text) > MAX_FACT:
         raise bad(where, f"a fact is at most {MAX_FACT} characters ({len(text)} given)")
@@ -250,8 +253,6 @@ def _check_text(item: Item, where: str) -> None:
 # -- applying --------------------------------------------------------------------------------
 def apply_plan(memory: MemoryHandle, plan: Plan, context_dir: Path | None) -> Plan:
     """Make the plan's changes: the database ones in one transaction, then identity/rules."""
-    from memcli.acb.sections import view_path
-
     with memory.db.transaction():
         for change in plan.changes:
             if change.action == "write":
@@ -275,12 +276,6 @@ def apply_plan(memory: MemoryHandle, plan: Plan, context_dir: Path | None) -> Pl
 
 
 def _apply(memory: MemoryHandle, scope: Scope, change: Change) -> dict[str, Any]:
-    from memcli.ledger import entries as ledger
-    from memcli.lifecycle.correct import correct_fact
-    from memcli.lifecycle.purge import forget
-    from memcli.lifecycle.remember import remember
-    from memcli.views.format import render_procedure_text
-
     owner: dict[str, Any] = {"tenant_id": scope.tenant_id, "user_id": scope.user_id,
                              "app_id": scope.app_id}
     mine = memory.owner(scope.tenant_id)  # the rows the view's manifest names: its tenant's

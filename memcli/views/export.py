@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from memcli.acb.sections import load_view
 from memcli.errors import UsageError
 from memcli.store import views_sql as sql
 from memcli.views.format import (
@@ -111,8 +112,6 @@ def _memory_item(kind: str, row: dict[str, Any], value: dict[str, Any]) -> Item:
 
 def load_texts(context_dir: Path | None) -> dict[str, str]:
     """identity and rules as bundles use them: the user's copy, else the bundled default."""
-    from memcli.acb.sections import load_view
-
     return {name: load_view(name, context_dir)[0] for name in TEXT_VIEWS}
 
 

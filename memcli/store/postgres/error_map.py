@@ -22,6 +22,8 @@ from memcli.errors import (
     MemcliError,
     NoDatabaseError,
     StorageError,
+    UsageError,
+    ValidationError,
 )
 
 BUSY_HINT = "retry later, or wait longer with MEMCLI_BUSY_TIMEOUT=<seconds>"
@@ -91,8 +93,6 @@ def mapped(exc: BaseException, shown: str, waited: float) -> MemcliError | None:
                                "check --db; a DBA creates the database (createdb), memcli "
                                "then creates its tables in it")
     if state == "42501" and "row-level security" in str(exc):
-        from memcli.errors import UsageError
-
         return UsageError(f"this login role writes only its own tenant's rows: "
                           f"{first_line(exc)}", "leave the tenant unset or give the role's "
                           "tenant (memcli pg grant-tenant bound it)")
@@ -105,7 +105,6 @@ def mapped(exc: BaseException, shown: str, waited: float) -> MemcliError | None:
         return StorageError(f"database is read-only: {shown}",
                             "this connection or server only allows reads")
     if state == "22021":  # character_not_in_repertoire: U+0000 in a text parameter
-        from memcli.errors import ValidationError
 
         return ValidationError("text contains a NUL character (U+0000), which PostgreSQL "
                                "cannot store", "remove it from the input")

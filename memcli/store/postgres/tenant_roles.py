@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from memcli.errors import UsageError
+from memcli.store.postgres import tenants
 
 if TYPE_CHECKING:
     from memcli.store.handle import MemoryHandle
@@ -17,7 +18,6 @@ def _postgres(memory: MemoryHandle):
         raise UsageError("tenant roles are a PostgreSQL feature; this is a SQLite file",
                          "give --db postgresql://... (a file has no login roles: one file per "
                          "tenant isolates by file permissions)")
-    from memcli.store.postgres import tenants
 
     return tenants
 

@@ -11,6 +11,8 @@ import apsw
 
 from memcli.errors import DatabaseBusyError, MemcliError
 from memcli.store import search_sql as search
+from memcli.store.backend import LogHealth
+from memcli.store.sparse import SCALE
 from memcli.store.sqlite import fts, migrations, sparse, vec
 from memcli.store.sqlite.error_map import environment_error
 
@@ -136,8 +138,6 @@ class SqliteBackend:
 
     def sparse_search(self, db: Database, query: dict[int, float], filters: Filters,
                       limit: int, small_scope: bool) -> list[tuple[int, float]]:
-        from memcli.store.sparse import SCALE
-
         return sparse.search(db, query, filters, limit, small_scope, SCALE)
 
     # -- schema -------------------------------------------------------------------------------
@@ -219,8 +219,6 @@ class SqliteBackend:
         return self.checkpoint(db)
 
     def log_health(self, db: Database) -> LogHealth:
-        from memcli.store.backend import LogHealth
-
         if db.path == ":memory:":
             return LogHealth()
         wal = Path(db.path + "-wal")

@@ -24,6 +24,7 @@ from memcli.errors import (
 )
 from memcli.store.connection import BUSY_TIMEOUT
 from memcli.store.meta import MetaRows
+from memcli.store.sealing import Sealer  # `high` values: seal on write, open on read
 from memcli.store.sqlite import migrations, vec
 from memcli.store.sqlite.backend import BACKEND
 from memcli.store.sqlite.dialect import DIALECT
@@ -96,7 +97,6 @@ class Database(MetaRows):
         except MemcliError:
             self.conn.close()
             raise
-        from memcli.store.sealing import Sealer  # `high` values: seal on write, open on read
 
         self.crypto = Sealer(self)
         if not self.vec_enabled:

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 from memcli.config import bundled_text
 from memcli.store.orphans import ids_lacking
+from memcli.store.search_sql import SMALL_SCOPE, estimate_scope
 
 if TYPE_CHECKING:
     from memcli.store.backend import LexicalQuery
@@ -121,8 +122,6 @@ def substring_scan(db: Database, grams: list[str], filters: Filters,
     p50 2 ms in one user's scope, 0.1 ms in a session, and 54-68 ms tenant-wide in table
     order against 550-630 ms through the scope index (its random row lookups); 10k memories:
     10-14 ms tenant-wide. `high` rows never match (their trigram rows are empty too)."""
-    from memcli.store.search_sql import SMALL_SCOPE, estimate_scope
-
     if not grams:
         return []
     where, params = filters.sql()

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 from memcli.config import bundled_text
 from memcli.errors import SchemaError
+from memcli.store.sqlite.fts import register_scope_function
 
 if TYPE_CHECKING:
     from memcli.store.sqlite.connection import Database
@@ -31,7 +32,6 @@ def _v2(db: Database) -> None:
     # memories_fts gains a `scope` column of hashed tenant/user/session tokens. An FTS5 table
     # cannot add a column, so it is rebuilt from `memories` (it is derived): the context column
     # is again each episode's previous episode in its session, as ingest writes it.
-    from memcli.store.sqlite.fts import register_scope_function
 
     register_scope_function(db)
     db.conn.execute("DROP TABLE memories_fts")
