@@ -1,4 +1,4 @@
-"""Where one ingest's time goes, per statement kind, on SQLite and PostgreSQL (issue #16).
+"""Where one ingest's time goes, per statement kind, on SQLite and PostgreSQL.
 
     python bench/ingest_profile.py             # 5,000 events preloaded, 20 x 100 measured
     python bench/ingest_profile.py --preload 20000 --engine postgresql

@@ -1,4 +1,4 @@
-"""bench/locomo.py on PostgreSQL: the database, and SQLite beside PostgreSQL (issue #16).
+"""bench/locomo.py on PostgreSQL: the database, and SQLite beside PostgreSQL.
 
 `python bench/locomo.py --backend both` ingests LoCoMo through memcli's own `Memory.ingest` into
 a PostgreSQL database (a fresh one on a throw-away server from tests/pg_support.py, or
@@ -19,7 +19,7 @@ from typing import Any
 import locomo
 
 DATABASE = "memcli_locomo"
-TARGET = 1.0  # issue #16: PostgreSQL within 1 point of SQLite at every k
+TARGET = 1.0  # the bound: PostgreSQL within 1 point of SQLite at every k
 PASSWORD = re.compile(r"(//[^:@/]*:)[^@/]*@")
 
 
@@ -209,7 +209,7 @@ def render_comparison(meta: dict[str, Any], comparison: dict[str, Any]) -> str:
         f" {comparison['load_avg_queries']['postgresql']}.",
         "",
         f"Largest R@k difference (PostgreSQL minus SQLite, overall): "
-        f"**{comparison['max_abs_diff_rk']:.1f} points**, {verdict} issue #16's"
+        f"**{comparison['max_abs_diff_rk']:.1f} points**, {verdict} the bound of"
         f" {comparison['target_points']:.0f} point. Recall in %, difference to SQLite in"
         " brackets; `same top 10`: questions whose 10 first hits are the same turns in the same"
         " order on both engines; `overlap@10`: mean share of SQLite's top 10 also in"

@@ -113,9 +113,9 @@ def summarise(run: dict[str, Any]) -> dict[str, Any]:
 
 # How a question asked inside the conversation's last session may widen to the user:
 #   none       never (`widen=False`): the last session only
-#   all-legs   memcli's rule before issue #14: a recall cue, or fewer than `min_session_hits`
+#   all-legs   memcli's earlier rule: a recall cue, or fewer than `min_session_hits`
 #              ranked hits over every leg (emulated: the session pass, then the user pass)
-#   full-text  the rule now (seed 002): a recall cue, or fewer than `min_session_hits`
+#   full-text  the rule now (the evolution plan): a recall cue, or fewer than `min_session_hits`
 #              full-text (lexical + trigram) hits in the session (`Memory.query` as shipped)
 SESSION_RULES = ("none", "all-legs", "full-text")
 

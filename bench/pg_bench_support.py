@@ -1,4 +1,4 @@
-"""The one way bench/ scripts make a scratch PostgreSQL database (issue #16).
+"""The one way bench/ scripts make a scratch PostgreSQL database.
 
 A bench starts a throw-away cluster with the tests' `running_server()` (tests/pg_support.py)
 and makes its databases here: copied from template0 (so nothing left in template1 comes along,

@@ -1,4 +1,4 @@
-"""The retrieval legs on PostgreSQL beside SQLite, on LoCoMo (issue #16, step 4b).
+"""The retrieval legs on PostgreSQL beside SQLite, on LoCoMo.
 
     python bench/pg_legs.py [--conversations N] [--data PATH]
 
@@ -16,7 +16,7 @@ and engine:
   each PostgreSQL variant (bench/pg_legs_variants.py);
 - fused: memcli's own `rank` (z-score fusion and the ranking stages, rows read from SQLite)
   over the SQLite legs, then over the PostgreSQL legs in their place (the entity leg, portable
-  SQL, is SQLite's in both): end-to-end recall@k, the number issue #16 bounds (within 1 point);
+  SQL, is SQLite's in both): end-to-end recall@k, the number that must stay within 1 point;
 - a CJK check (LoCoMo has none): a few Chinese texts from the test suite, FTS5's trigram leg
   against the PostgreSQL trigram variants;
 - query plans (EXPLAIN) of the chosen legs and of the `IS NOT DISTINCT FROM` filter form.

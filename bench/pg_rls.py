@@ -1,4 +1,5 @@
-"""What row-level security costs a tenant role's queries on PostgreSQL (issue #16, design (c)).
+"""What row-level security costs a tenant role's queries on PostgreSQL (design (c) of
+docs/design/postgresql.md).
 
 A throw-away PostgreSQL 18 (tests/pg_support.py). One database, tenants `a` (the big one),
 `b`, `c`; users u0..u24 per tenant; the hash embedder, no SPLADE. The same queries run through

@@ -1,4 +1,4 @@
-"""The scale benchmark: PostgreSQL beside SQLite in the same run (issue #16).
+"""The scale benchmark: PostgreSQL beside SQLite in the same run.
 
     python bench/pg_scale.py --events 1000000     # the issue's size (see "needs" in the results)
     python bench/pg_scale.py --events 100000      # ~1 h on 2 busy cores (50k took 33 min)

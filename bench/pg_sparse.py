@@ -1,5 +1,5 @@
 """SPLADE on PostgreSQL: one sparsevec per memory (memcli's store) against the postings table it
-replaced, at scale, in one database, the two statements alternating (issue #16).
+replaced, at scale, in one database, the two statements alternating.
 
     python bench/pg_sparse.py --memories 54000 --queries 40 [--source PERF_DB]
 
@@ -96,7 +96,7 @@ def load(db: Any, rows: list[tuple], weights: dict[int, dict[int, int]]) -> None
 
 def old_search(db: Any, query: dict[int, float], filters: Any, limit: int, max_df: int,
                small: bool) -> list[tuple[int, float]]:
-    """Session 7's store/sparse.search over the postings (its statement, on old_postings)."""
+    """The former store/sparse.search over the postings (its statement, on old_postings)."""
     from memcli.store.postgres import legs
 
     marks = ",".join("?" * len(query))

@@ -1,4 +1,4 @@
-"""Many writer processes on one PostgreSQL database (issue #16, step 5).
+"""Many writer processes on one PostgreSQL database.
 
     python bench/pg_writers.py            # 8 writers x 40 batches x 5 events per scenario
     python bench/pg_writers.py --quick    # CI: 8 writers x 4 batches, checks only

@@ -10,7 +10,7 @@ machine slows all three alike):
 
 - `python -c pass`: the interpreter alone, the floor of any command;
 - `memcli ... ` with `memcli serve` running for the database: the client forwards the command
-  line, its environment and its stdio to the warm process (issue #13);
+  line, its environment and its stdio to the warm process;
 - `memcli --no-daemon ...`: the in-process path (imports, settings, models, the database).
 
 Targets (the issue's): through the daemon, query p50 <= 100 ms and p95 <= 150 ms at 100k, `acb

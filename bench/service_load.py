@@ -14,7 +14,7 @@ latency there is mostly queueing for the CPU. `--think S` pauses S seconds betwe
 agent does while its model answers. Reported per transport and operation: count, p50 and p95
 wall ms as the client saw them, and failures (any non-2xx status, MCP error result or
 exception; the issue's bar is zero). Targets
-(seed 003, the issue's): the retrieval path p95 <= 500 ms, target <= 150 ms.
+(the Agent Memory System PRD, the issue's): the retrieval path p95 <= 500 ms, target <= 150 ms.
 
 After the run the daemon is stopped (SIGTERM: in-flight requests finish, WAL checkpointed) and
 the database is read directly: every event an agent saw acknowledged must be there exactly once,

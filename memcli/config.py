@@ -44,7 +44,7 @@ class LLMSettings(BaseModel):
 class LifecycleSettings(BaseModel):
     """consolidate / decay / reflect / insights knobs (`lifecycle:` in config.yaml).
 
-    README "Lifecycle" explains each; the defaults come from the design seeds (Jaccard 0.75,
+    README "Lifecycle" explains each; the defaults come from the design documents (Jaccard 0.75,
     14-day pair fingerprints, 0.05 decay floor, 60-day TTL, 30-day grace, 6-day reflections).
     """
 
@@ -137,7 +137,7 @@ class AcbSettings(BaseModel):
     scored_max: int = Field(default=200, ge=1)  # ranked candidates considered for packing
     w_rel: float = 0.05  # boost per unit of the strongest `related` edge
     related_bullets: int = Field(default=2, ge=0)  # related memories shown under an item
-    app_memory_limit: int = Field(default=10, ge=1)  # seed 001: at most N memories per app
+    app_memory_limit: int = Field(default=10, ge=1)  # memories kept per app (app-memory design)
     profile_limit: int = Field(default=50, ge=0)  # per `context: all` category without rag_length
 
     @field_validator("sections", mode="before")

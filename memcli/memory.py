@@ -288,7 +288,7 @@ class Memory:
         legs = search.run_legs(self.db, self.embedder, text, filters, self.retrieval,
                                sparse=self.sparse, reader=self.reader())
         ranked = search.rank(RankContext(self.db, filters, text, self.retrieval, **clock), legs)
-        # Seed 002: widen on a recall cue or when the session has too little full-text
+        # The evolution plan: widen on a recall cue or when the session has too little full-text
         # evidence (memcli.retrieval.scope, the rule `acb build` uses too).
         wider = None
         if widen and filters.session_id and widening.should_widen(

@@ -92,7 +92,8 @@ def run_query(memory: Memory, text: str, v: dict[str, Any], *, all_tenants: bool
 
 def hits_payload(result: QueryResult, return_mode: str | None) -> list[dict[str, Any]]:
     """The JSON contract of a query: an array of hits (each explains itself, its scope
-    included), or seed 000's bullets `{id, category, text}` plus the scope that answered."""
+    included), or the memory system spec's bullets `{id, category, text}` plus the scope that
+    answered."""
     if str(return_mode or "full") == "bullets":
         return [hit.bullet() for hit in result.hits]
     return [hit.model_dump() for hit in result.hits]

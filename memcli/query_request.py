@@ -1,4 +1,4 @@
-"""Seed 000's `memory.query` request: one JSON object, validated here, for `query -`.
+"""The memory system spec's `memory.query` request: one JSON object, validated here, for `query -`.
 
     {"agent": "planner", "query": "deployment plan context", "categories": ["tasks"],
      "filters": {"user_id": "priya", "role": "assistant", "pinned": false,
@@ -6,13 +6,13 @@
      "top_k": 3, "return": "bullets", "budget_tokens": 512, "threshold": 0.65,
      "as_of": "2026-03-01"}
 
-`filters` takes seed 000 section 6.1's keys (user_id, agent_id, run_id, actor_id, role,
-category, pinned, importance_min/max, updated_after/before) plus memcli's own scope keys
-(tenant_id, session_id, app_id, kinds, channels). Unknown keys are refused: a misspelt filter
-must not silently widen a read. The agent's category allowlist is enforced by
-`Memory.filters`, the same check as `--agent`. Importance is memcli's 0-1 scale.
-`as_of` (memcli's, an ISO date or time) reads the memory as it was then: facts valid at that
-time (valid_from <= t < valid_to), events up to it.
+`filters` takes the keys of section 6.1 of the memory system spec (user_id, agent_id, run_id,
+actor_id, role, category, pinned, importance_min/max, updated_after/before) plus memcli's own scope
+keys (tenant_id, session_id, app_id, kinds, channels). Unknown keys are refused: a misspelt filter
+must not silently widen a read. The agent's category allowlist is enforced by `Memory.filters`, the
+same check as `--agent`. Importance is memcli's 0-1 scale. `as_of` (memcli's, an ISO date or time)
+reads the memory as it was then: facts valid at that time (valid_from <= t < valid_to), events up to
+it.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ class QueryFilters(BaseModel):
     run_id: str | None = None
     actor_id: str | None = None
     role: str | None = None
-    category: str | list[str] | None = None  # seed 6.1's key; `categories` says the same
+    category: str | list[str] | None = None  # the spec's 6.1 key; `categories` says the same
     kinds: list[str] | None = None
     channels: list[str] | None = None
     pinned: bool | None = None
@@ -78,7 +78,7 @@ class QueryRequest(BaseModel):
         return value
 
     def categories_wanted(self) -> list[str] | None:
-        """`categories`, or seed 6.1's `filters.category`; both given must agree."""
+        """`categories`, or the spec's `filters.category` (6.1); both given must agree."""
         category = self.filters.category
         from_filter = [category] if isinstance(category, str) else category
         if self.categories is not None and from_filter is not None and (

@@ -1,4 +1,4 @@
-"""The backend matrix (issue #16, step 3): a test module's tests run on SQLite and PostgreSQL.
+"""The backend matrix: a test module's tests run on SQLite and PostgreSQL.
 
 A module opts in with the `backends` marker (`pytestmark = pytest.mark.backends`, or on one
 test): conftest's `pytest_generate_tests` then parametrises its tests that use `db_path` (and

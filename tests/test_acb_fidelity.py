@@ -1,4 +1,4 @@
-"""Context fidelity of bundles (issue 14): the profile and the latest reflection without a query,
+"""Context fidelity of bundles: the profile and the latest reflection without a query,
 the public channel's exclusions, duplicate evidence collapsed, grouped tool-output omissions.
 Real SQLite files, the real CLI (in process, and one process of its own)."""
 

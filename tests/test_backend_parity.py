@@ -1,4 +1,4 @@
-"""One scenario on SQLite and on PostgreSQL, compared (issue #16): the same memory ids, the same
+"""One scenario on SQLite and on PostgreSQL, compared: the same memory ids, the same
 query results in the same order (scores within a tolerance), the same bundle and the same
 history. The backend matrix runs each suite on both engines; this test says they agree."""
 

@@ -1,4 +1,4 @@
-"""Bad input and environment failures (issue #12, points 9, 10, 11, 14): each one is a
+"""Bad input and environment failures: each one is a
 per-record rejection or a one-line error with its exit code, never a traceback, never a lost
 good record, and never a change to a file that is not a memcli database."""
 

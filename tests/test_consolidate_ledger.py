@@ -1,5 +1,5 @@
 """Decisions and todos that `consolidate` extracts reach the ledger: `decision list`,
-`task list`, and a bundle's decision ledger and task state (issue #14).
+`task list`, and a bundle's decision ledger and task state.
 
 Every model reply comes from the scripted HTTP stub through the real `openai` client."""
 

@@ -1,4 +1,5 @@
-"""Encryption at rest of `high` sensitivity content (issue 12, point 5; seed 003 9.2).
+"""Encryption at rest of `high` sensitivity content (section 9.2 of the Agent Memory System
+PRD).
 
 Through the real CLI on real files: the raw bytes of the database, its WAL and shared-memory
 file never hold a planted `high` marker; with the key, queries find and print the plain text;

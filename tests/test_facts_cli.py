@@ -1,6 +1,7 @@
-"""Seed 004's `correct_fact` (`memcli correct`), `get_entity_info` (`memcli entity`) with entity
-types, and the latest record timestamp in `memcli stats` (issue #14). The real CLI on a real
-SQLite file and a real PostgreSQL database (the backend matrix, tests/backend_support.py)."""
+"""The SQLite memory extension design's `correct_fact` (`memcli correct`), `get_entity_info`
+(`memcli entity`) with entity types, and the latest record timestamp in `memcli stats`. The real CLI
+on a real SQLite file and a real PostgreSQL database (the backend matrix,
+tests/backend_support.py)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Fuzz suite (issue #12): generated ingest records, queries and flags, acb requests, config
+"""Fuzz suite: generated ingest records, queries and flags, acb requests, config
 and categories files through the real CLI. Every run: no traceback, exit code in
 {0, 1, 2, 75}, errors as `memcli: error: ...` lines (usage errors too), and no
 partial write (rejected records leave nothing; the good records of a batch are all stored).

@@ -353,7 +353,8 @@ def test_large_tool_result_keeps_an_excerpt_and_an_artifact(cli, db_path):
     event = json.loads(content)
     assert event["truncated"] is True
     assert event["artifact_id"] == report["artifacts"][0]
-    # Seed 003 7.4: the excerpt is `excerpt_text`, whatever key the output came in.
+    # Section 7.4 of the Agent Memory System PRD: the excerpt is `excerpt_text`, whatever key the
+    # output came in.
     assert "output" not in event
     excerpt = event["excerpt_text"]
     assert len(excerpt.encode()) <= 64 * 1024
@@ -406,8 +407,8 @@ def test_small_tool_result_is_kept_whole(cli, db_path):
 
 
 def test_tool_result_excerpt_names_and_line_range_of_file_reads(cli, db_path):
-    """Seed 003 7.4: the excerpt is stored as `excerpt_text` (given as `excerpt_text`, or as
-    `text`/`output`), and a file read carries `line_range` at any size."""
+    """Section 7.4 of the Agent Memory System PRD: the excerpt is stored as `excerpt_text` (given as
+    `excerpt_text`, or as `text`/`output`), and a file read carries `line_range` at any size."""
     records = [
         {"event_id": "readme", "kind": "tool_result", "session_id": "s1",
          "content": {"tool": "fs.read_file", "path": "README.md",

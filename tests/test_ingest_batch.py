@@ -1,4 +1,4 @@
-"""Ingest's statements per batch (issue #16, PostgreSQL ingest cost): a batch's repeats are
+"""Ingest's statements per batch (PostgreSQL ingest cost): a batch's repeats are
 looked up in one statement, a session's owner and a memory's entities once per batch, and on
 PostgreSQL a memory's context is written by its INSERT. What ingest stores and reports stays
 the same on both engines."""

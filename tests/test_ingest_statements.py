@@ -1,4 +1,4 @@
-"""How many statements a PostgreSQL ingest sends (issue #16, writes under the one writer lock):
+"""How many statements a PostgreSQL ingest sends (writes under the one writer lock):
 a fixed number per batch, not a number per record or memory.
 
 Counted by the server itself: the test turns `log_statement = 'all'` on for memcli's own

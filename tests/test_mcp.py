@@ -109,7 +109,8 @@ def test_forgiving_arguments(env):
             bundle = payload(await client.call_tool("memory.build_acb", {"query": "tabs",
                                                                          "budget": 2000}))
             assert bundle["result"]["budget_tokens"] == 2000
-            # the query drives retrieval (seed 003 query_text): the fact comes back as evidence
+            # the query drives retrieval (the Agent Memory System PRD's query_text): the fact
+            # comes back as evidence
             evidence = [i for s in bundle["result"]["sections"]
                         if s["name"] == "retrieved_evidence" for i in s["items"]]
             assert any("tabs" in i["text"] for i in evidence), bundle["result"]["sections"]

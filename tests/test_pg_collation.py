@@ -1,5 +1,5 @@
 """Name orders on PostgreSQL follow SQLite's byte order whatever the database's collation
-(issue #16): memcli orders names and keys through `dialect.binary`, `COLLATE "C"` there.
+memcli orders names and keys through `dialect.binary`, `COLLATE "C"` there.
 
 The tests' server is C.UTF-8 (byte order already) and the embedded build has no ICU, so a
 database with a linguistic order needs a libc locale the machine does not ship: en_US.UTF-8 is

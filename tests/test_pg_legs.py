@@ -1,4 +1,4 @@
-"""The retrieval legs on a real PostgreSQL (memcli/store/postgres/legs.py; issue #16, step 4b).
+"""The retrieval legs on a real PostgreSQL (memcli/store/postgres/legs.py).
 
 Small rows written straight into memcli's own schema (its migrations; the generated
 `fts` column and the indexes are the server's own), then each leg's ids and order: stemming,

@@ -1,4 +1,4 @@
-"""Every way of writing a PostgreSQL location reaches the same database (issue #16).
+"""Every way of writing a PostgreSQL location reaches the same database.
 
 A location is never folded by a Path: `postgresql:///memory` (libpq's unix-socket default, no
 host) must not become `postgresql:/memory`, which the `//` restoration then read as host

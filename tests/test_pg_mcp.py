@@ -1,4 +1,4 @@
-"""`memcli mcp` on stdio, without a daemon, on PostgreSQL (issue #16).
+"""`memcli mcp` on stdio, without a daemon, on PostgreSQL.
 
 An agent's MCP server lives as long as the agent's session and answers many tool calls. On a
 server location it holds a small connection pool for its whole life, as `memcli serve` does:

@@ -1,4 +1,4 @@
-"""A model change under a running daemon on PostgreSQL (issue #16).
+"""A model change under a running daemon on PostgreSQL.
 
 `memcli reindex` with an embedder of another dimension alters `memory_vectors.embedding`'s type
 (vector(64) -> vector(32)). A server-side prepared statement whose result holds that column,

@@ -1,4 +1,4 @@
-"""bench/pg_scale_bulk.py writes the rows memcli's ingest writes (issue #16's 1M benchmark).
+"""bench/pg_scale_bulk.py writes the rows memcli's ingest writes (the 1M benchmark).
 
 The bulk path copies an ingest-written base at the SQL level. Here its copy 1 is compared with
 what `Memory.ingest` writes for the very same events in a fresh database: the same events

@@ -1,4 +1,4 @@
-"""The real PostgreSQL of tests/pg_support.py: what issue #16's backend needs works on it
+"""The real PostgreSQL of tests/pg_support.py: what memcli's backend needs works on it
 (pgvector with HNSW and sparsevec, pg_trgm, full text on non-ASCII words), and a test
 session leaves no server process behind. A broken or missing wheel skips with one line, or
 fails under MEMCLI_REQUIRE_PG=1."""

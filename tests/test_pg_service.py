@@ -1,4 +1,4 @@
-"""`memcli serve` on a PostgreSQL database (issue #16 step 5): the daemon owns a connection
+"""`memcli serve` on a PostgreSQL database: the daemon owns a connection
 pool, the CLI routes to it for a URL exactly as for a file, HTTP and MCP answer from it, and
 SIGTERM leaves no process, socket or server connection behind. Real processes, a real server.
 """

@@ -1,4 +1,4 @@
-"""`memcli export` / `memcli import` (issue 15): round trip byte-identical, idempotent,
+"""`memcli export` / `memcli import`: round trip byte-identical, idempotent,
 overlapping imports, scope filters, refused files, keys, planted secrets, same query results.
 
 Histories are written through the library's ordinary write paths (tests/portable_support.py);
@@ -16,7 +16,8 @@ from hypothesis import HealthCheck, given, settings
 from lifecycle_support import conversation, extraction
 from portable_support import KEY, OTHER_KEY, apply_ops, dump, open_memory, ops
 
-from memcli.portable.importer import load
+from memcli.portable.file_format import parse
+from memcli.portable.importer import load_parsed
 
 pytestmark = [pytest.mark.usefixtures("fast_cli"), pytest.mark.backends]
 
@@ -60,6 +61,12 @@ def source(tmp_path):
         apply_ops(memory, RICH)
         text = dump(memory)
     return tmp_path / "a.db", text
+
+
+def load(memory, text: str, **options) -> dict:
+    """Check the whole file, then load it in one transaction (what `memcli import` does)."""
+    head, rows = parse(text)
+    return load_parsed(memory, head, rows, **options)
 
 
 def records(text: str) -> list[dict]:
@@ -401,7 +408,7 @@ def test_rebuild_of_an_imported_database_changes_nothing_exported(source, tmp_pa
     assert cli("export", "--db", str(target), "--all-tenants").stdout == text
 
 
-# -- between engines (issue #16): the README's way of moving a memory ---------------------------
+# -- between engines: the README's way of moving a memory -----------------------------------------
 def test_a_memory_moves_between_sqlite_and_postgresql_unchanged(source, tmp_path, monkeypatch,
                                                                pg_memcli_db):
     """SQLite -> export -> import into PostgreSQL -> export gives the same file, and back:

@@ -174,7 +174,8 @@ FILTER_CASES = [
 )
 def test_filters_are_respected(cli, corpus, flags, keep):
     hits = query(cli, "kiwi", "--top-k", "50", *flags)
-    # No --tenant: the default tenant only (seed 003 9.3: every query filters by tenant).
+    # No --tenant: the default tenant only (section 9.3 of the Agent Memory System PRD: every
+    # query filters by tenant).
     tenant = flags[flags.index("--tenant") + 1] if "--tenant" in flags else "default"
     expected = sorted(
         r["event_id"] for r in CORPUS if keep(r) and _field(r, "tenant_id") == tenant)

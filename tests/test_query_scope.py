@@ -1,6 +1,6 @@
-"""Issue #14, the query side: scope widening on full-text evidence (seed 002), the answering
-scope in every output format, seed 000's bullets, and one `memory.query` JSON request on stdin
-for `query -`, in process and through the installed entry point."""
+"""The query side of scope: widening on full-text evidence (the evolution plan), the answering
+scope in every output format, the memory system spec's bullets, and one `memory.query` JSON
+request on stdin for `query -`, in process and through the installed entry point."""
 
 from __future__ import annotations
 
@@ -49,7 +49,7 @@ def hits_of(result) -> list[dict]:
 def test_a_new_session_reaches_the_old_session_holding_the_answer(cli, chats):
     """The dense leg ranks all 6 weather turns of the new session, so counting every leg's
     hits never widened (4 weather turns came back); the session has no full-text hit for the
-    question, so seed 002's `fts_hits < 3` widens to the user."""
+    question, so the evolution plan's `fts_hits < 3` widens to the user."""
     hits = hits_of(cli("query", "--session", "new", QUESTION, "--top-k", "3"))
     assert hits[0]["event_id"] == "old-1" and hits[0]["text"] == ANSWER
     assert {h["scope"] for h in hits} == {"user"}
@@ -157,7 +157,7 @@ def test_query_dash_reads_one_json_request(cli, chats):
     one = hits_of(cli("query", "-", "--top-k", "1", "--return", "full",
                       input=json.dumps(REQUEST)))
     assert len(one) == 1 and one[0]["text"] == ANSWER and one[0]["session_id"] == "old"
-    # Seed 6.1's `filters.category` says the same as `categories`.
+    # The memory system spec's `filters.category` (6.1) says the same as `categories`.
     alias = {**REQUEST, "categories": None,
              "filters": {**REQUEST["filters"], "category": "event"}}
     assert hits_of(cli("query", "-", input=json.dumps(alias))) == bullets

@@ -1,4 +1,4 @@
-"""The store seam of issue #16: what retrieval hands the legs (a LexicalQuery, no engine
+"""The store seam: what retrieval hands the legs (a LexicalQuery, no engine
 syntax), where engine-specific code may live, how a location reaches the opener."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Scope isolation (issue 12, points 3, 8 and 12): every read stays in one tenant unless asked
+"""Scope isolation: every read stays in one tenant unless asked
 otherwise, a session never mixes users, app memories never cross tenants or users.
 
 The property test plants a marker per scope (3 tenants x 3 users x 2 apps, plus tenant-wide and

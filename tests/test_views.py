@@ -1,6 +1,6 @@
-"""`memcli view export|apply` (issue #15, seed 003 P6): what memcli believes as files a person
-edits, and those edits applied as ordinary writes. The real CLI on a real SQLite file and a real
-PostgreSQL database (the backend matrix, tests/backend_support.py)."""
+"""`memcli view export|apply` (principle P6 of the Agent Memory System PRD): what memcli believes as
+files a person edits, and those edits applied as ordinary writes. The real CLI on a real SQLite file
+and a real PostgreSQL database (the backend matrix, tests/backend_support.py)."""
 
 from __future__ import annotations
 

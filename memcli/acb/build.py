@@ -57,9 +57,10 @@ CHANNEL_SENSITIVITIES: dict[str, tuple[str, ...]] = {
     "private": ("none", "low", "high"),
     "team": ("none", "low", "high"),
 }
-# Seed 003 9.1: a public channel "excludes preferences, private decisions". The agent channel
-# (inter-agent messages) also leaves out decisions taken on a private channel, but keeps
-# preferences: the agent's allowlist already says whether it may read them (a stylist must).
+# Section 9.1 of the Agent Memory System PRD: a public channel "excludes preferences, private
+# decisions". The agent channel (inter-agent messages) also leaves out decisions taken on a
+# private channel, but keeps preferences: the agent's allowlist already says whether it may read
+# them (a stylist must).
 CHANNEL_EXCLUDED_CATEGORIES: dict[str, tuple[str, ...]] = {"public": ("preferences",)}
 CHANNEL_HIDES_PRIVATE_DECISIONS = frozenset({"public", "agent"})
 DELTA_BULLETS = 3

@@ -1,7 +1,8 @@
 """Exact and near-duplicate evidence: one bundle item for a sentence said several times.
 
-Seed 003 A12 ("dedupe prevention: token stability"): the same sentence said in three turns must
-take one evidence slot, not three. Two memories are duplicates when
+Acceptance scenario A12 of the Agent Memory System PRD ("dedupe prevention: token stability"):
+the same sentence said in three turns must take one evidence slot, not three. Two memories are
+duplicates when
 
 - their normalised texts are equal (NFKC, case-folded, word tokens joined by one space: case,
   punctuation and spacing differences collapse), or

@@ -32,7 +32,8 @@ ORDER = (
     "retrieved_evidence",
     "recent_window",
 )
-# Files, free text and the reflection (prose, seed 004 wants it in every call) can be cut.
+# Files, free text and the reflection (prose, which the SQLite memory extension design wants in
+# every call) can be cut.
 TRUNCATABLE = frozenset({"view", "text", "checkpoint", "reflection"})
 MIN_TRUNCATED = 8  # fewer tokens than this of a cut file is noise, not context
 NEAR_LIMIT = 64

@@ -139,7 +139,8 @@ def profile_items(
 
 def reflection_items(memory: MemoryHandle, filters: Filters,
                      user_id: str | None) -> list[dict[str, Any]]:
-    """The user's latest reflection (seed 004 appends it before every call)."""
+    """The user's latest reflection (the SQLite memory extension design appends it before every
+    call)."""
     row = None if user_id is None else sql.latest_reflection(memory.db, filters, user_id)
     return [] if row is None else [_memory_item("reflection", row, render.reflection_text(row))]
 

@@ -1,6 +1,6 @@
 """`memcli correct ID TEXT` (replace a wrong memory with a linked fix) and `memcli entity NAME`
-(an entity's profile and the memories that mention it), seed 004's `correct_fact` and
-`get_entity_info`."""
+(an entity's profile and the memories that mention it), the SQLite memory extension design's
+`correct_fact` and `get_entity_info`."""
 
 from __future__ import annotations
 

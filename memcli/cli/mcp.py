@@ -27,7 +27,7 @@ AgentOpt = Annotated[str | None, typer.Option(
     "--agent", envvar="MEMCLI_AGENT", show_envvar=True,
     help="Agent id: its category allowlist applies, its events are tagged with it.")]
 AppOpt = Annotated[str | None, typer.Option(
-    "--app", envvar="MEMCLI_APP", show_envvar=True, help="App id (seed 001 app mode).")]
+    "--app", envvar="MEMCLI_APP", show_envvar=True, help="App id (app-scoped memory).")]
 ToolsOpt = Annotated[str | None, typer.Option(
     "--tools", help="Tools to offer: 'default', 'all', or a comma-separated list "
                     "(query,build_acb,record_event,get_artifact,query_decisions,remember,forget,"

@@ -83,7 +83,8 @@ def register(app: typer.Typer) -> None:
         a bad line, or a row of another tenant without --all-tenants, refuses the whole file
         (exit 2, nothing loaded)."""
         from memcli.config import load_settings
-        from memcli.portable.importer import check_tenants, load_parsed, parse
+        from memcli.portable.file_format import parse
+        from memcli.portable.importer import check_tenants, load_parsed
 
         with errors():
             settings = load_settings(db)  # a bad location or config first, as every command

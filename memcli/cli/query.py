@@ -19,7 +19,7 @@ def register(app: typer.Typer) -> None:
     @app.command("query")
     def query_cmd(
         text: Annotated[str, typer.Argument(
-            help="What to look for; `-` reads stdin: a seed-000 memory.query JSON request "
+            help="What to look for; `-` reads stdin: a memory.query JSON request "
                  "when it starts with `{`, else the query text.")],
         session: Annotated[str | None, typer.Option(
             "--session", help="Search this session first, widening to its user when thin.")] = None,

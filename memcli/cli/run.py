@@ -57,7 +57,7 @@ def _render_hits(payload: dict, explain: bool) -> None:
     Console().print(table)
 
 
-# The `query` parameters a seed-000 JSON request on stdin can also give (flags win).
+# The `query` parameters a `memory.query` JSON request on stdin can also give (flags win).
 REQUEST_FIELDS = (
     "agent", "category", "tenant", "user", "agent_id", "session", "app_id", "run", "actor",
     "role", "kind", "channel", "pinned", "importance_min", "importance_max", "updated_after",
@@ -86,7 +86,7 @@ def _json_object(text: str, what: str) -> dict[str, Any]:
 
 
 def _stdin_query(values: dict[str, Any]) -> tuple[str, dict[str, Any]]:
-    """`query -`: stdin starting with `{` is one seed-000 `memory.query` request (a flag given
+    """`query -`: stdin starting with `{` is one `memory.query` request (a flag given
     on the command line wins over the same field); anything else is the query text."""
     from memcli.query_request import parse_query_request
 
@@ -166,7 +166,8 @@ def _query(text: str, v: dict[str, Any], *, all_tenants: bool, sensitivity: list
             payload["query"] = f"{payload['query'][:60]}... [{note}]"
         emit(payload, resolved, lambda p: _render_hits(p, explain))
     else:
-        # The JSON contract (memcli.operations.hits_payload): hits, or seed 000's bullets.
+        # The JSON contract (memcli.operations.hits_payload): hits, or the memory system spec's
+        # bullets.
         emit(hits_payload(result, return_mode), resolved)
 
 

@@ -1,6 +1,6 @@
 """`memcli view export DIR` / `memcli view apply DIR`: what memcli believes, as files a person
-edits (seed 003 P6). The library is memcli.views; `acb show|edit` remain the way to read or
-edit identity and rules alone."""
+edits (principle P6 of the Agent Memory System PRD). The library is memcli.views; `acb
+show|edit` remain the way to read or edit identity and rules alone."""
 
 from __future__ import annotations
 

@@ -17,10 +17,6 @@ from pydantic import (
 Channel = Literal["private", "public", "team", "agent"]
 EventKind = Literal["message", "tool_call", "tool_result", "decision", "task_update", "artifact"]
 Sensitivity = Literal["none", "low", "high", "secret"]
-MemoryKind = Literal[
-    "episode", "fact", "summary", "insight", "reflection", "procedural", "decision", "task"
-]
-SCOPE_FIELDS = ("tenant_id", "user_id", "agent_id", "session_id", "app_id", "run_id")
 
 
 def utcnow() -> str:
@@ -150,7 +146,8 @@ class Hit(BaseModel):
     scope: str | None = None
 
     def bullet(self) -> dict[str, Any]:
-        """Seed 000's bullet: `{id, category, text}`, plus the scope every hit carries."""
+        """The memory system spec's bullet: `{id, category, text}`, plus the scope every hit
+        carries."""
         return {"id": self.id, "category": self.category, "text": self.text,
                 "scope": self.scope}
 

@@ -8,14 +8,13 @@
 No env vars and no cache directory are involved. tiktoken is imported lazily: this module must
 import in a few milliseconds because every CLI command imports it, and loading an encoding costs
 ~0.3 s (cl100k) to ~0.8 s (o200k) per process, so only commands that truly count should call
-anything here except `estimate_tokens`.
+anything here (chunk sizes use the cheap estimate of `memcli.core.chunking.estimate_tokens`).
 """
 
 from __future__ import annotations
 
 import functools
-import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -127,17 +126,6 @@ def count_tokens(text: str, encoding: str = DEFAULT_ENCODING) -> int:
     return len(get_encoding(encoding).encode_ordinary(text))
 
 
-def count_tokens_many(texts: Sequence[str], encoding: str = DEFAULT_ENCODING) -> list[int]:
-    """Exact token counts for many texts.
-
-    A plain loop: tiktoken's `encode_ordinary_batch` hands the texts to a Python thread pool,
-    which measured 2x slower than this for a bundle's ~200 short texts on 2 cores."""
-    if isinstance(texts, str):
-        raise TypeError("count_tokens_many() takes a sequence of strings, not a single str")
-    encode = get_encoding(encoding).encode_ordinary
-    return [len(encode(text)) for text in texts]
-
-
 def truncate_to_tokens(text: str, max_tokens: int, encoding: str = DEFAULT_ENCODING) -> str:
     """The longest prefix of `text` (cut at a token boundary) of at most `max_tokens` tokens.
 
@@ -160,14 +148,3 @@ def truncate_to_tokens(text: str, max_tokens: int, encoding: str = DEFAULT_ENCOD
             return prefix
         keep -= 1
     return ""
-
-
-def estimate_tokens(text: str) -> int:
-    """Cheap estimate (characters / 4, rounded up; at least 1 for non-empty text).
-
-    Needs no encoding load; within about +-10 % of cl100k on English prose, worse on code and
-    CJK text. Use it on hot paths that only need a budget guess.
-    """
-    if not text:
-        return 0
-    return max(1, math.ceil(len(text) / 4))

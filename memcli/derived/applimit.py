@@ -1,5 +1,5 @@
 """The app memory limit after a single write (`remember --app`, `decision add --app`,
-`task add --app`): seed 001 keeps at most N memories per app, whoever wrote them.
+`task add --app`): the app-memory design keeps at most N memories per app, whoever wrote them.
 
 A plain write never calls a model: over the limit, the oldest unpinned memory of the scope is
 dropped (FIFO, a soft delete restorable for 30 days), inside the write's own transaction. Why

@@ -15,14 +15,13 @@ import re
 from dataclasses import dataclass
 from typing import NamedTuple
 
-__all__ = ["Entity", "extract_entities", "query_entity_keys", "ENTITY_KINDS"]
-
-ENTITY_KINDS: tuple[str, ...] = ("mention", "tag", "email", "url", "date", "name")
+__all__ = ["Entity", "extract_entities", "query_entity_keys"]
 
 
 @dataclass(frozen=True, slots=True)
 class Entity:
-    """One entity: `value` as written in the text, `norm` the key used for matching."""
+    """One entity: its `kind` (mention, tag, email, url, date or name), `value` as written in
+    the text, `norm` the key used for matching."""
 
     kind: str
     value: str

@@ -1,4 +1,5 @@
-"""`memcli entity NAME` (seed 004 `get_entity_info`): "tell me everything about X".
+"""`memcli entity NAME` (the SQLite memory extension design's `get_entity_info`): "tell me
+everything about X".
 
 An entity's profile in one tenant: its type (person, place, organisation, project, or none:
 `memcli.entities.types`), the spellings it was written as (aliases), first and last seen, how many

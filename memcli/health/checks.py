@@ -7,10 +7,10 @@ code, the embedder and SPLADE model stored in `meta` against the configured ones
 rows without their memory and memories without their derived rows (full-text, trigram,
 vectors, sparse terms, entity links, edges), memories whose event is gone, the engine's log
 (`Backend.log_health`: SQLite's WAL size; on PostgreSQL, whose WAL is the server's, the
-oldest open transaction, which keeps VACUUM from reclaiming deleted rows), and seed 002's
+oldest open transaction, which keeps VACUUM from reclaiming deleted rows), and the evolution plan's
 upgrade triggers over the last 7 days of `request_metrics`:
 
-| metric (seed 002) | trigger | meaning |
+| metric (the evolution plan) | trigger | meaning |
 |---|---|---|
 | share of retrieving requests with < 3 full-text hits | > 30 % | lexical retrieval insufficient |
 | share of requests that widened or fell back to recency | > 50 % | full text not the main path |
@@ -179,7 +179,7 @@ def _metrics(db: Database) -> list[dict[str, Any]]:
     rows = requests_since(db, since_timestamp(WINDOW))
     if len(rows) < MIN_REQUESTS:
         return [check("requests", "info", f"{len(rows)} requests in the last {WINDOW}: too few "
-                      f"to judge seed 002's upgrade triggers (needs {MIN_REQUESTS})")]
+                      f"to judge the evolution plan's upgrade triggers (needs {MIN_REQUESTS})")]
     hit_rate = fulltext_hit_rate(rows)  # the hit rate `stats --requests` reports
     low = 0.0 if hit_rate is None else round(1 - hit_rate, 4)
     fallback = sum(1 for r in rows if r["fallbacks"] > 0) / len(rows)

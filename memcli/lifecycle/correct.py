@@ -1,11 +1,13 @@
-"""`memcli correct ID TEXT` (seed 004 `correct_fact`): replace a wrong memory with a linked fix.
+"""`memcli correct ID TEXT` (the SQLite memory extension design's `correct_fact`): replace a
+wrong memory with a linked fix.
 
 The correction is a new memory of the same kind, category and scope (tenant, user, session,
 app, channel, sensitivity, importance, pin) that supersedes the old one exactly as
 consolidation's supersession does (`derive.supersede`): the old memory gets `valid_to` and state
 `superseded`, a `supersedes` relation links new -> old, and history records both (ADD for the
 new one, UPDATE on the old one naming its replacement). Nothing is deleted, so the wrong value
-stays auditable. Seed 004 soft-deletes the old fact; superseding keeps the link between them.
+stays auditable. The SQLite memory extension design soft-deletes the old fact; superseding
+keeps the link between them.
 
 Conversation turns (episodes) are ground truth and never rewritten, and ledger rows have their
 own way (`decision supersede`, `task update`): both are refused with the command to use.

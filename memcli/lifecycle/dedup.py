@@ -201,7 +201,6 @@ class PairStats:
     asked: int = 0
     cached: int = 0
     capped: int = 0
-    prompts: int = 0
 
 
 def check_pairs(
@@ -256,7 +255,6 @@ def check_pairs(
             verdicts_schema(len(batch)),
             tenant_id=tenant_id,
         )
-        stats.prompts += 1
         stats.asked += len(batch)
         answers = {v.pair: v.verdict for v in reply.verdicts}  # type: ignore[attr-defined]
         rows = []

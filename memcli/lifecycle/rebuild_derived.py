@@ -1,7 +1,7 @@
 """`memcli rebuild`: regenerate every derived table from the append-only event log.
 
-Seed 003 P1/P2: the event log is the ground truth and derived tables are disposable. What each
-table of schema.sql is to a rebuild:
+Principles P1 and P2 of the Agent Memory System PRD: the event log is the ground truth and
+derived tables are disposable. What each table of schema.sql is to a rebuild:
 
 ground truth (read, never written)
   events, artifacts (a tool result's full output: the event keeps only a 64 KB excerpt), and

@@ -179,7 +179,8 @@ def _remember(
             sparse_terms=terms,
             **scope,
         )
-        # Seed 001's app limit holds after every app write, not only after consolidation.
+        # The app-memory design's app limit holds after every app write, not only after
+        # consolidation.
         compaction = enforce_app_limit(memory, tenant_id, user_id, app_id, cfg) if app_id else []
     out: dict[str, Any] = {"id": new_id, "kind": "fact", "status": "created"}
     return {**out, "compaction": compaction} if compaction else out

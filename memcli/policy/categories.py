@@ -22,7 +22,7 @@ class Categories:
     allowlists: dict[str, tuple[str, ...]]
     restricted: tuple[str, ...] = RESTRICTED
     # `context: all` categories, each with its bound (`rag_length`, else None): the bundle's
-    # profile section loads them whole, without a query (seed 000 section 5).
+    # profile section loads them whole, without a query (section 5 of the memory system spec).
     always: dict[str, int | None] = field(default_factory=dict)
     # `free_categories: true`: a write may name a category the file does not declare.
     free: bool = False

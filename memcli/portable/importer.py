@@ -40,7 +40,6 @@ from memcli.entities.extraction import extract_entities
 from memcli.errors import UsageError
 from memcli.policy.redaction import redact_fields
 from memcli.portable import file_format as fmt
-from memcli.portable.file_format import parse
 from memcli.store import events as ev
 from memcli.store import memories as mem
 from memcli.store import portable_sql as sql
@@ -380,15 +379,6 @@ def _embed_forgotten(memory: MemoryHandle, ids: list[int]) -> int:
             sparse_sql.insert_postings(memory.db, [(mid, terms) for (mid, _), terms
                                                    in zip(rows, encoded, strict=True)])
     return len(rows)
-
-
-def load(memory: MemoryHandle, text: str, *, tenant_id: str | None = None,
-         all_tenants: bool = False, defer_embed: bool = False,
-         progress: Progress | None = None) -> dict[str, Any]:
-    """Check the whole file, then load it in one transaction; returns the report."""
-    head, records = parse(text)
-    return load_parsed(memory, head, records, tenant_id=tenant_id, all_tenants=all_tenants,
-                       defer_embed=defer_embed, progress=progress)
 
 
 def check_tenants(records: list[tuple[int, Record]], tenant_id: str) -> None:

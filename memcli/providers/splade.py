@@ -17,7 +17,7 @@ import json
 import math
 import struct
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from memcli.config import package_path
@@ -42,7 +42,6 @@ _WEIGHTS_DIR = "weights/splade_tiny"
 _WEIGHTS_FILE = "model.fp16.safetensors"
 _TOKENIZER_FILE = "tokenizer.json"
 
-_CLS_ID = 101
 _SEP_ID = 102
 # A WordPiece token covers at least one character; cutting absurdly long inputs before tokenizing
 # keeps a pasted megabyte from costing seconds when only the first 256 tokens are used.
@@ -53,13 +52,6 @@ class SpladeUnavailableError(MemcliError):
     """The SPLADE encoder cannot run: a runtime dependency or the vendored weights are missing."""
 
     exit_code = 1
-
-
-def sparse_dot(query: Mapping[int, float], doc: Mapping[int, float]) -> float:
-    """Dot product of two sparse vectors (the SPLADE relevance score)."""
-    if len(query) > len(doc):
-        query, doc = doc, query
-    return sum(w * doc[t] for t, w in query.items() if t in doc)
 
 
 class _Model:
@@ -313,13 +305,6 @@ class SpladeEncoder:
     def load(self) -> None:
         """Load the weights now (they otherwise load on the first encode)."""
         self._model()
-
-    def token_for(self, term_id: int) -> str:
-        """The WordPiece token of a term id, for --explain (``##`` marks a word continuation)."""
-        token = self._model().tokenizer.id_to_token(term_id) if 0 <= term_id < VOCAB_SIZE else None
-        if token is None:
-            raise ValueError(f"term id {term_id} is outside the SPLADE vocabulary")
-        return token
 
     # -- internals -------------------------------------------------------------------------------
 

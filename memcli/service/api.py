@@ -45,7 +45,7 @@ class Scope:
 
     tenant: str | None = None
     user_id: str | None = None
-    agent: str | None = None  # the asking agent: its category allowlist applies (seed 000)
+    agent: str | None = None  # the asking agent, whose category allowlist applies (memory spec)
     app_id: str | None = None
     categories: tuple[str, ...] | None = None
 
@@ -116,7 +116,7 @@ def validate(model: type[BaseModel], data: Any, what: str) -> Any:
         raise UsageError(f"bad {what}: {where}: {message}{more}") from None
 
 
-# -- seed 003: events, bundles, artifacts, decisions, tasks ------------------------------------
+# -- the Agent Memory System PRD: events, bundles, artifacts, decisions, tasks -----------------
 def record_events(ctx: Context, scope: Scope, request: Any
                   ) -> dict[str, Any] | list[dict[str, Any]]:
     """The PRD's `record_event`: one record (a JSON object) or a list of them, read as `memcli
@@ -152,7 +152,8 @@ def rejected(out: Any) -> bool:
 
 
 def build_acb(ctx: Context, scope: Scope, request: dict[str, Any]) -> dict[str, Any]:
-    """Seed 003's `build_acb`: the bundle `memcli acb build --json` prints for this request."""
+    """The Agent Memory System PRD's `build_acb`: the bundle `memcli acb build --json` prints for
+    this request."""
     from memcli.core.inputs import check_value
     from memcli.operations import acb_payload, prepare_acb
 
@@ -262,11 +263,11 @@ def _owner(ctx: Context, scope: Scope, tenant: str | None = None, user_id: str |
                  categories=categories, hidden=hidden)
 
 
-# -- seed 000: query and history ---------------------------------------------------------------
+# -- the memory system spec: query and history ------------------------------------------------
 def query(ctx: Context, scope: Scope, request: dict[str, Any]) -> list[dict[str, Any]]:
-    """Seed 000's `memory.query`: the request shape `memcli query -` reads, answered with what
-    `memcli query --json` prints (hits, or bullets with `"return": "bullets"`; each hit names
-    the scope that answered)."""
+    """The memory system spec's `memory.query`: the request shape `memcli query -` reads, answered
+    with what `memcli query --json` prints (hits, or bullets with `"return": "bullets"`; each hit
+    names the scope that answered)."""
     from memcli.core.inputs import check_value
     from memcli.operations import check_query, hits_payload, run_query
     from memcli.query_request import parse_query_request
@@ -324,9 +325,10 @@ def forget(ctx: Context, scope: Scope, request: dict[str, Any]) -> dict[str, Any
     return ctx.memory.forget(req.memory_id, _owner(ctx, scope, req.tenant_id))
 
 
-# -- seed 001: an app's memories ---------------------------------------------------------------
+# -- the app-memory design: an app's memories -------------------------------------------------
 def app_memories(ctx: Context, scope: Scope, request: dict[str, Any]) -> dict[str, Any]:
-    """Seed 001's `GET /apps/{app_id}/memories`: the app's active memories, newest first."""
+    """The app-memory design's `GET /apps/{app_id}/memories`: the app's active memories, newest
+    first."""
     from memcli.service.models import AppMemoriesQuery
     from memcli.store.apps import list_app_memories
 
@@ -340,8 +342,9 @@ def app_memories(ctx: Context, scope: Scope, request: dict[str, Any]) -> dict[st
 
 
 def delete_app_memories(ctx: Context, scope: Scope, request: dict[str, Any]) -> dict[str, Any]:
-    """Seed 001's admin purge: `memcli purge --app APP` (one memory with `memory_id`: `purge
-    --memory ID --app APP`, which takes the event it was cut from with it). Deleted for good."""
+    """The app-memory design's admin purge: `memcli purge --app APP` (one memory with
+    `memory_id`: `purge --memory ID --app APP`, which takes the event it was cut from with it).
+    Deleted for good."""
     from memcli.operations import check_purged, purge_payload
     from memcli.service.models import AppMemoriesQuery
 

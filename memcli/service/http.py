@@ -1,9 +1,10 @@
 """`memcli serve`'s HTTP API: a Starlette app over memcli.service.api.
 
-Routes (seed 003, seed 000, seed 001), each one operation of memcli.service.api answering with
-the JSON the CLI prints for the same request. JSON bodies are validated by the CLI's pydantic
-models; the OpenAPI document (`GET /openapi.json`) is generated from the same models and the
-same route table, so it cannot list a route the app does not serve.
+Routes (from the Agent Memory System PRD, the memory system spec and the app-memory design), each
+one operation of memcli.service.api answering with the JSON the CLI prints for the same request.
+JSON bodies are validated by the CLI's pydantic models; the OpenAPI document (`GET /openapi.json`)
+is generated from the same models and the same route table, so it cannot list a route the app does
+not serve.
 
 Every request is scoped: the bearer token's binding (memcli.service.auth), then the
 `X-Memcli-Tenant` / `-Agent` / `-User` / `-App` headers, which may only narrow it; the path's
@@ -78,7 +79,8 @@ def _query_request() -> type[BaseModel]:
 
 ROUTES: tuple[Route, ...] = (
     Route("POST", "/api/v1/events", api.record_events, _event_in,
-          "Record events (seed 003 record_event): one object or an array", many=True),
+          "Record events (the Agent Memory System PRD's record_event): one object or an array",
+          many=True),
     Route("POST", "/api/v1/acb/build", api.build_acb, _acb_request,
           "Build an active context bundle (as `memcli acb build --json`)"),
     Route("GET", "/api/v1/artifacts/{artifact_id}", api.get_artifact,
@@ -90,7 +92,7 @@ ROUTES: tuple[Route, ...] = (
     Route("POST", "/api/v1/tasks", api.record_task, lambda: models.TaskRequest,
           "Create a task, or update one (task_id)"),
     Route("POST", "/api/v1/query", api.query, _query_request,
-          "Seed 000 memory.query (as `memcli query - --json`)"),
+          "The memory system spec's memory.query (as `memcli query - --json`)"),
     Route("GET", "/api/v1/memories/{memory_id:int}/history", api.memory_history,
           lambda: models.HistoryQuery, "What happened to a memory, newest first"),
     Route("POST", "/api/v1/memories", api.remember, lambda: models.RememberRequest,
@@ -98,11 +100,11 @@ ROUTES: tuple[Route, ...] = (
     Route("DELETE", "/api/v1/memories/{memory_id:int}", api.forget,
           lambda: models.ForgetRequest, "Forget a memory (soft delete, as `memcli forget`)"),
     Route("GET", "/apps/{app_id}/memories", api.app_memories,
-          lambda: models.AppMemoriesQuery, "Seed 001: list an app's memories"),
+          lambda: models.AppMemoriesQuery, "List an app's memories (the app-memory design)"),
     Route("DELETE", "/apps/{app_id}/memories", api.delete_app_memories,
-          lambda: models.AppMemoriesQuery, "Seed 001: purge every memory of an app"),
+          lambda: models.AppMemoriesQuery, "Purge every memory of an app (the app-memory design)"),
     Route("DELETE", "/apps/{app_id}/memories/{memory_id:int}", api.delete_app_memories,
-          lambda: models.AppMemoriesQuery, "Seed 001: purge one memory of an app"),
+          lambda: models.AppMemoriesQuery, "Purge one memory of an app (the app-memory design)"),
 )
 
 

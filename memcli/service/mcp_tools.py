@@ -31,7 +31,8 @@ def build_acb(query: str | None = None, intent: str | None = None,
               max_tokens: int | None = None, session_id: str | None = None,
               categories: list[str] | None = None,
               include_checkpoint: bool = False, as_of: str | None = None) -> dict[str, Any]:
-    # seed 003: `query_text` is what the evidence is retrieved for; `intent` only labels it.
+    # The Agent Memory System PRD: `query_text` is what the evidence is retrieved for; `intent`
+    # only labels it.
     # `as_of` (an ISO date or time): the memory as it was then.
     return _given(query_text=query, intent=intent, max_tokens=max_tokens,
                   session_id=session_id, categories=categories,

@@ -1,10 +1,11 @@
 """Request models of the service operations the CLI reads from flags rather than JSON.
 
 The records of `POST /api/v1/events` (memcli.core.records.EventIn), the acb request
-(memcli.acb.build.AcbRequest) and seed 000's query request (memcli.query_request.QueryRequest)
-are the CLI's own models; the ones here give the ledger, remember/forget, history and the app
-admin routes a JSON shape with the CLI's field names and rules (`extra="forbid"`: a misspelt
-field is refused, never ignored). The OpenAPI document is generated from all of them.
+(memcli.acb.build.AcbRequest) and the memory system spec's query request
+(memcli.query_request.QueryRequest) are the CLI's own models; the ones here give the ledger,
+remember/forget, history and the app admin routes a JSON shape with the CLI's field names and rules
+(`extra="forbid"`: a misspelt field is refused, never ignored). The OpenAPI document is generated
+from all of them.
 """
 
 from __future__ import annotations
@@ -104,7 +105,7 @@ class HistoryQuery(BaseModel):
 
 
 class AppMemoriesQuery(BaseModel):
-    """Seed 001's admin routes: list, delete all, or delete one memory of an app."""
+    """The app-memory design's admin routes: list, delete all, or delete one memory of an app."""
 
     model_config = ConfigDict(extra="forbid")
 

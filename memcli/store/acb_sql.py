@@ -83,7 +83,8 @@ def profile_memories(
 
 
 def latest_reflection(db: Database, filters: Filters, user_id: str) -> dict[str, Any] | None:
-    """The user's newest active reflection (seed 004 injects it before every call)."""
+    """The user's newest active reflection (the SQLite memory extension design injects it before
+    every call)."""
     where, params = filters.sql()
     rows = db.query(
         f"SELECT m.id, m.content, m.category, m.kind, m.event_id, m.event_time, m.attributes"

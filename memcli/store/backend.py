@@ -1,4 +1,4 @@
-"""The store seam (issue #16): what store code needs that differs between engines.
+"""The store seam: what store code needs that differs between engines.
 
 Every `Database` carries `db.backend` (its engine's `Backend`) and `db.dialect` (its SQL
 fragments, memcli.store.dialect). Portable SQL (most of memcli.store) runs on any engine
@@ -64,7 +64,7 @@ class LogHealth:
 
 class Backend(Protocol[DB]):
     """One storage engine. Implementations: memcli.store.sqlite.backend.SqliteBackend and
-    (issue #16, step 4) the PostgreSQL one."""
+    memcli.store.postgres.backend.PgBackend."""
 
     name: str  # "sqlite" | "postgresql"
     schema_latest: int  # the schema version this code writes
@@ -151,9 +151,6 @@ class Backend(Protocol[DB]):
 
     def rebuild_vectors(self, db: DB, dimension: int) -> None:
         """Make the vector index again from the stored vectors in one go (rebuild)."""
-
-    def sync_vectors(self, db: DB) -> None:
-        """Make the vector index hold exactly the stored vectors (after writes it missed)."""
 
     def vector_orphans(self, db: DB) -> dict[str, list[int]]:
         """Per vector index table it can read: ids whose stored vector is gone (doctor)."""

@@ -34,7 +34,8 @@ def _kinds_sql(kinds: tuple[str, ...]) -> str:
 
 
 def _plan_select(db: Database, kinds: tuple[str, ...]) -> str:
-    """SELECT id, newconf, action over the rows decay touches (named parameters, see _params)."""
+    """SELECT id, newconf, action over the rows decay touches (named parameters: now,
+    last_run, threshold, ttl_before, ttl_importance; see memcli.lifecycle.decay)."""
     k = _kinds_sql(kinds)
     dialect = db.dialect
     last_use = "coalesce(last_accessed, created_at)"
@@ -52,18 +53,6 @@ def _plan_select(db: Database, kinds: tuple[str, ...]) -> str:
         f" WHERE state = 'active' AND pinned = 0 AND decay_rate > 0"
         f" AND (kind IN ({k}) OR {ttl}))"
     )
-
-
-def _params(
-    now: str, last_run: str | None, threshold: float, ttl_before: str, ttl_importance: float
-) -> dict[str, Any]:
-    return {
-        "now": now,
-        "last_run": last_run or "",
-        "threshold": threshold,
-        "ttl_before": ttl_before,
-        "ttl_importance": ttl_importance,
-    }
 
 
 def restored_to_reset(

@@ -1,5 +1,5 @@
 """The SQL fragments whose spelling differs between engines: what each backend's dialect
-object (`db.dialect`) provides (issue #16, the store seam).
+object (`db.dialect`) provides (part of the store seam).
 
 Ordinary store queries are written in SQL both SQLite and PostgreSQL accept (RETURNING,
 ON CONFLICT, IS NOT DISTINCT FROM ...). The few functions that have no common spelling come

@@ -49,11 +49,6 @@ EVENT_COLUMNS = ("event_id", "ts", "recorded_at", "tenant_id", "user_id", "agent
 _EVENT_ROWS = 100  # events per INSERT (19 parameters each)
 
 
-def insert_event(db: Database, row: dict[str, Any]) -> int:
-    """Append one event; returns its sequence number (`insert_events`)."""
-    return insert_events(db, [row])[0]
-
-
 def insert_events(db: Database, rows: list[dict[str, Any]]) -> list[int]:
     """Append events, one multi-row INSERT per 100; returns their sequence numbers in the
     rows' order (those one INSERT each would give). A `high` event's content, tags and refs

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-# The tenant of a record or a read that names none (seed 003 9.3: every query filters by tenant).
+# The tenant of a record or a read that names none (section 9.3 of the Agent Memory System PRD:
+# every query filters by tenant).
 DEFAULT_TENANT = "default"
 
 

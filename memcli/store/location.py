@@ -1,6 +1,6 @@
 """`open_database`, the one opener every command and library caller uses (what a location is:
 memcli/core/locations.py): a file path opens SQLite, a `postgresql://` / `postgres://` URL or a
-libpq keyword connection string (`host=... dbname=...`) opens PostgreSQL (issue #16).
+libpq keyword connection string (`host=... dbname=...`) opens PostgreSQL.
 
 Any other URL (`file:`, `http://`, `mysql://` ...) is refused, never taken as a path:
 `scheme://host/db` given as a path would make a folder `scheme:` and a SQLite file inside it,

@@ -91,15 +91,6 @@ def insert_memory(db: Database, row: dict[str, Any], context: str = "") -> int:
     return insert_memories(db, [(row, context)])[0]
 
 
-def previous_turn(db: Database, tenant_id: str, session_id: str | None,
-                  user_id: str | None = None) -> str:
-    """The latest memory text of the user's session: the context key of the next turn (never
-    another user's turn, even in a file written before sessions were kept to one user)."""
-    if session_id is None:
-        return ""
-    return previous_turns(db, [(tenant_id, session_id, user_id)])[(tenant_id, session_id)]
-
-
 _LATEST_TURN = (
     "(SELECT CASE WHEN sensitivity = 'high' THEN '' ELSE content END FROM memories"
     " WHERE tenant_id = ? AND session_id = ? AND kind = 'episode'"
@@ -108,8 +99,10 @@ _LATEST_TURN = (
 
 def previous_turns(db: Database, keys: list[tuple[str, str, str | None]]
                    ) -> dict[tuple[str, str], str]:
-    """`previous_turn` of each (tenant, session, user), keyed by (tenant, session): one
-    statement per 50 sessions, each session's own indexed LIMIT 1 as one column of its row."""
+    """The latest memory text of each user's session, keyed by (tenant, session): the context
+    key of the session's next turn (never another user's turn, even in a file written before
+    sessions were kept to one user). One statement per 50 sessions, each session's own indexed
+    LIMIT 1 as one column of its row."""
     found: dict[tuple[str, str], str] = {}
     unique = list(dict.fromkeys(keys))
     for start in range(0, len(unique), 50):
@@ -354,7 +347,8 @@ def stats(db: Database) -> dict[str, Any]:
         "sessions": int(db.scalar("SELECT count(*) FROM sessions")),
         "artifacts": int(db.scalar("SELECT count(*) FROM artifacts")),
         "vectors": int(db.scalar("SELECT count(*) FROM memory_vectors")),
-        # Seed 004's memory_stats: when the newest record was written, overall and per kind.
+        # The SQLite memory extension design's memory_stats: when the newest record was written,
+        # overall and per kind.
         "latest_record_at": db.scalar("SELECT max(created_at) FROM memories"),
         "latest_by_kind": dict(db.execute(
             f"SELECT kind, max(created_at) FROM memories GROUP BY kind ORDER BY {b('kind')}")),

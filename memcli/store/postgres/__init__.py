@@ -1,4 +1,4 @@
-"""The PostgreSQL backend (issue #16): `connect(location)` opens a memcli database on a
+"""The PostgreSQL backend: `connect(location)` opens a memcli database on a
 PostgreSQL server (psycopg 3, pgvector, pg_trgm).
 
 Importing this package imports nothing heavy: psycopg (160-250 ms) is imported by `connect`,

@@ -198,9 +198,6 @@ class PgBackend:
         else:
             db.execute(migrations.HNSW_INDEX)
 
-    def sync_vectors(self, db: PgDatabase) -> None:
-        """No-op: the HNSW index is written with each row."""
-
     def vector_orphans(self, db: PgDatabase) -> dict[str, list[int]]:
         return {}
 

@@ -1,5 +1,5 @@
-"""SQL of the retrieval legs on PostgreSQL (issue #16, step 4b): full text, trigram, dense and
-the large-scope plan of the entity leg.
+"""SQL of the retrieval legs on PostgreSQL: full text, trigram, dense and the large-scope plan of
+the entity leg.
 
 Each leg returns [(memory id, score)] best first, ties by id, filtered inside its SQL by the
 same `Filters.sql()` as SQLite's legs (memcli/store/search_sql.py); ranking stays above the store.

@@ -107,9 +107,6 @@ class SqliteBackend:
     def rebuild_vectors(self, db: Database, dimension: int) -> None:
         vec.rebuild_index(db, dimension)
 
-    def sync_vectors(self, db: Database) -> None:
-        vec.sync_vec_index(db)
-
     def vector_orphans(self, db: Database) -> dict[str, list[int]]:
         # (a vec0 table can only be read with sqlite-vec loaded)
         return {"vec_memories": vec.vector_orphans(db)} if db.vec_enabled else {}
