@@ -7,6 +7,7 @@ whole file stays well under a few seconds.
 from __future__ import annotations
 
 import hashlib
+import os
 import re
 import subprocess
 import sys
@@ -207,3 +208,27 @@ def test_a_query_encodes_on_one_blas_thread(encoder: SpladeEncoder, monkeypatch)
     seen.clear()
     encoder.encode_documents(["Melanie adopted a puppy"])
     assert seen and seen[0] == before
+
+
+def test_the_first_query_of_a_process_is_on_one_blas_thread() -> None:
+    """In a fresh process the first encode_query is limited too: the BLAS controller is built
+    after numpy has loaded its BLAS library, not before (it would then control nothing)."""
+    script = (
+        "from threadpoolctl import threadpool_info\n"
+        "from memcli.providers import splade\n"
+        "seen = []\n"
+        "real = splade._Model.pooled_logits\n"
+        "def spy(self, ids, mask, **kw):\n"
+        "    seen.append([i['num_threads'] for i in threadpool_info()"
+        " if i['user_api'] == 'blas'])\n"
+        "    return real(self, ids, mask, **kw)\n"
+        "splade._Model.pooled_logits = spy\n"
+        "splade.SpladeEncoder().encode_query('does Melanie have a dog')\n"
+        "print(seen[0])\n"
+    )
+    env = {**os.environ, "OPENBLAS_NUM_THREADS": "2", "OMP_NUM_THREADS": "2"}
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                         env=env, timeout=120, check=True).stdout.strip()
+    if out == "[]":
+        pytest.skip("numpy has no BLAS threadpool threadpoolctl can see")
+    assert out == "[1]", out

@@ -225,9 +225,11 @@ _BLAS: dict[str, Any] = {}
 
 def _blas_single_thread() -> Any:
     """A context that limits numpy's BLAS to one thread (threadpoolctl; the controller that
-    finds the loaded BLAS libraries is built once per process)."""
+    finds the loaded BLAS libraries is built once per process, after numpy has loaded its BLAS:
+    built before, it would find none and limit nothing for the rest of the process)."""
     controller = _BLAS.get("controller")
     if controller is None:
+        import numpy  # noqa: F401  (loads the BLAS library the controller must find)
         from threadpoolctl import ThreadpoolController
 
         controller = _BLAS["controller"] = ThreadpoolController()

@@ -109,11 +109,17 @@ def validate(model: type[BaseModel], data: Any, what: str) -> Any:
     try:
         return model.model_validate(data)
     except pydantic.ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(p) for p in first["loc"]) or "request"
-        message = first["msg"].removeprefix("Value error, ")
-        more = f" (and {exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
-        raise UsageError(f"bad {what}: {where}: {message}{more}") from None
+        raise invalid(what, exc.errors()) from None
+
+
+def invalid(what: str, errors: Any, hint: str | None = None) -> UsageError:
+    """Pydantic's validation errors as one line: the first problem, where it is, and how many
+    more (HTTP 422, exit code 2)."""
+    first = errors[0]
+    where = ".".join(str(p) for p in first["loc"]) or "request"
+    message = str(first["msg"]).removeprefix("Value error, ")
+    more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
+    return UsageError(f"bad {what}: {where}: {message}{more}", hint)
 
 
 # -- the Agent Memory System PRD: events, bundles, artifacts, decisions, tasks -----------------

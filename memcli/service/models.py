@@ -1,16 +1,18 @@
-"""Request models of the service operations the CLI reads from flags rather than JSON.
+"""Request models of the HTTP routes and MCP tools the CLI reads from flags rather than JSON.
 
 The records of `POST /api/v1/events` (memcli.core.records.EventIn), the acb request
 (memcli.acb.build.AcbRequest) and the memory system spec's query request
 (memcli.query_request.QueryRequest) are the CLI's own models; the ones here give the ledger,
-remember/forget, history and the app admin routes a JSON shape with the CLI's field names and rules
-(`extra="forbid"`: a misspelt field is refused, never ignored). The OpenAPI document is generated
-from all of them.
+remember/forget, history and the app admin routes a JSON shape with the CLI's field names and
+rules (`extra="forbid"`: a misspelt field is refused, never ignored). A route with ids in its
+path takes its query parameters as the `...Params` model and the operation validates the whole
+request (path and parameters) as the model that extends it. What the routes answer is in
+memcli.service.schemas.
 """
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -85,123 +87,54 @@ class RememberRequest(_Scoped):
     pinned: bool = False
 
 
-class ForgetRequest(BaseModel):
+class TenantParams(BaseModel):
+    """The query parameters of `DELETE /api/v1/memories/{id}` and `GET /api/v1/artifacts/{id}`:
+    the tenant the id is looked up in (the caller's by default)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    tenant_id: str | None = Field(default=None, min_length=1)
+
+
+class ForgetRequest(TenantParams):
     """`memcli forget ID`: soft-delete (restorable for 30 days)."""
 
-    model_config = ConfigDict(extra="forbid")
-
     memory_id: Id
-    tenant_id: str | None = Field(default=None, min_length=1)
 
 
-class HistoryQuery(BaseModel):
-    """`GET /api/v1/memories/{id}/history`: `memcli history ID`."""
+class HistoryParams(TenantParams):
+    """The query parameters of `GET /api/v1/memories/{id}/history`."""
 
-    model_config = ConfigDict(extra="forbid")
-
-    memory_id: Id
-    tenant_id: str | None = Field(default=None, min_length=1)
     limit: int = Field(default=100, ge=1, le=10_000)
 
 
-class AppMemoriesQuery(BaseModel):
-    """The app-memory design's admin routes: list, delete all, or delete one memory of an app."""
+class HistoryQuery(HistoryParams):
+    """`GET /api/v1/memories/{id}/history`: `memcli history ID`."""
 
-    model_config = ConfigDict(extra="forbid")
+    memory_id: Id
 
-    app_id: str = Field(min_length=1)
-    tenant_id: str | None = Field(default=None, min_length=1)
+
+class AppMemoryParams(TenantParams):
+    """The query parameters of `DELETE /apps/{app_id}/memories/{memory_id}`."""
+
     user_id: str | None = None
+
+
+class AppMemoriesParams(AppMemoryParams):
+    """The query parameters of the app-memory design's admin routes on a whole app
+    (`memory_id`: one memory of it)."""
+
     memory_id: Id | None = None
     limit: int = Field(default=100, ge=1, le=10_000)
 
 
-class ArtifactQuery(BaseModel):
+class AppMemoriesQuery(AppMemoriesParams):
+    """The app-memory design's admin routes: list, delete all, or delete one memory of an app."""
+
+    app_id: str = Field(min_length=1)
+
+
+class ArtifactQuery(TenantParams):
     """`GET /api/v1/artifacts/{id}`: `memcli artifact ID`."""
 
-    model_config = ConfigDict(extra="forbid")
-
     artifact_id: str = Field(min_length=1)
-    tenant_id: str | None = Field(default=None, min_length=1)
-
-
-# -- answers -----------------------------------------------------------------------------------
-# What `POST /api/v1/events` and `POST /api/v1/acb/build` answer, for the OpenAPI document: the
-# Agent Memory System PRD's fields (its section 7), and memcli's own beside them
-# (`extra="allow"`: a bundle carries more than is listed here). The answers themselves are
-# built by memcli.operations (memcli.core.records.EventReceipt) and memcli.acb (a bundle is a dict);
-# tests/test_prd_contract.py validates real answers against these models.
-class BundleItem(BaseModel):
-    model_config = ConfigDict(extra="allow")
-
-    type: str
-    text: str
-    refs: list[str]
-    decision_id: int | None = None  # decision items: the ledger's id
-
-
-class BundleSection(BaseModel):
-    model_config = ConfigDict(extra="allow")
-
-    name: str
-    items: list[BundleItem]
-    token_est: int  # the section's tokens (tiktoken's count, exact)
-    tokens: int  # the same, memcli's earlier name
-    cap: int
-    priority: int
-
-
-class Omission(BaseModel):
-    model_config = ConfigDict(extra="allow")
-
-    reason: str  # section_cap | budget | truncated | truncated_tool_output
-    candidates: list[str]  # refs of what was left out (at most 20)
-    refs: list[str]  # the same, memcli's earlier name
-    section: str
-    count: int
-    artifact_id: str | None = None  # truncated_tool_output: the full output's artifact
-
-
-class Scoring(BaseModel):
-    alpha: float  # semantic relevance
-    beta: float  # recency
-    gamma: float  # importance
-
-
-class Provenance(BaseModel):
-    model_config = ConfigDict(extra="allow")
-
-    intent: str | None
-    query_terms: list[str]
-    candidate_pool_size: int
-    filters: dict[str, Any]  # sensitivity_allowed, and the scope the bundle read
-    scoring: Scoring
-    weights: dict[str, Any]  # alpha, beta, gamma, fusion, legs, half_life_days, w_rel
-
-
-class Bundle(BaseModel):
-    """An active context bundle (`memcli acb build --json`)."""
-
-    model_config = ConfigDict(extra="allow")
-
-    acb_id: str
-    budget_tokens: int
-    token_used_est: int  # the rendered bundle's tokens (tiktoken's count, exact)
-    token_used: int  # the same, memcli's earlier name
-    reserve_tokens: int
-    sections: list[BundleSection]
-    omissions: list[Omission]
-    provenance: Provenance
-
-
-def _event_receipt() -> type[BaseModel]:
-    from memcli.core.records import EventReceipt
-
-    return EventReceipt
-
-
-# Route path -> (the answer's model, whether a list of them may come back instead).
-RESPONSES: dict[str, tuple[Any, bool]] = {
-    "/api/v1/events": (_event_receipt, True),
-    "/api/v1/acb/build": (lambda: Bundle, False),
-}
