@@ -17,8 +17,8 @@ from pathlib import Path
 
 from bench import locomo
 from memcli.config import RetrievalSettings
+from memcli.core.tokens import count_tokens
 from memcli.providers.embedders import get_embedder
-from memcli.tokens import count_tokens
 
 NO_STAGES = {"neighbour_weight": 0.0, "session_weight": 0.0, "time_boost": 1.0,
              "speaker_boost": 1.0}

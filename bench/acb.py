@@ -93,7 +93,7 @@ def open_memory(path: Path) -> Any:
 
 def add_ledger(memory: Any, scopes: list[tuple[str, str]]) -> None:
     """3 decisions and 2 tasks for each of LEDGER_USERS random users."""
-    from memcli import ledger
+    from memcli.ledger import entries as ledger
 
     rng = random.Random(7)
     for tenant, user in rng.sample(scopes, min(LEDGER_USERS, len(scopes))):

@@ -112,7 +112,7 @@ def wall_time(code: str, runs: int) -> float:
 
 def encoding_load_ms(name: str, runs: int) -> float:
     code = (
-        "import time, memcli.tokens as t; import tiktoken; s = time.perf_counter(); "
+        "import time, memcli.core.tokens as t; import tiktoken; s = time.perf_counter(); "
         f"t.get_encoding({name!r}); print(time.perf_counter() - s)"
     )
     env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
@@ -163,13 +163,13 @@ def main() -> None:
     print("| tokens | median |")
     print("|---|---|")
     print(f"| `python -c pass` | {wall_time('pass', args.runs):.0f} ms |")
-    for module in ("memcli.tokens", "memcli.providers.embedders"):
+    for module in ("memcli.core.tokens", "memcli.providers.embedders"):
         print(
             f"| `python -c 'import {module}'` | {wall_time(f'import {module}', args.runs):.0f} ms |"
         )
     print(f"| `import tiktoken` | {wall_time('import tiktoken', args.runs):.0f} ms |")
     for enc in ("cl100k_base", "o200k_base"):
-        print(f"| load {enc} via memcli.tokens | {encoding_load_ms(enc, args.runs):.0f} ms |")
+        print(f"| load {enc} via memcli.core.tokens | {encoding_load_ms(enc, args.runs):.0f} ms |")
 
 
 if __name__ == "__main__":

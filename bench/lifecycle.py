@@ -49,11 +49,11 @@ from typing import Any
 
 from memcli import Memory
 from memcli.config import LifecycleSettings, LLMSettings
+from memcli.core.records import format_ts
+from memcli.derived.llm_usage import Model
+from memcli.derived.textrules import check_memory_text, jaccard, tokens
 from memcli.lifecycle.consolidate import consolidate
 from memcli.lifecycle.decay import apply_decay, plan_decay
-from memcli.lifecycle.llm_usage import Model
-from memcli.lifecycle.textrules import check_memory_text, jaccard, tokens
-from memcli.models import format_ts
 from tests.support.llmstub import LLMStub, ScriptedReply
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -129,7 +129,7 @@ class LocomoModel(LLMStub):
 
     def __init__(self, data: list[dict[str, Any]]) -> None:
         super().__init__()
-        from memcli.tokens import count_tokens
+        from memcli.core.tokens import count_tokens
 
         self.count = count_tokens
         self.by_text: dict[str, dict[str, str]] = {}  # session -> clipped turn text -> dia_id

@@ -9,7 +9,7 @@ caption), in conversation order with its session's date as the event time. Each 
 evidence is asked with `Memory.query` inside its own conversation (`tenant_id` = sample id);
 recall@k is the share of the question's evidence turns among the top k hits, averaged over
 questions. Recall within a token budget takes hits in rank order while their texts (counted with
-`memcli.tokens.count_tokens`) still fit, and scores those.
+`memcli.core.tokens.count_tokens`) still fit, and scores those.
 
 The database is opened with the SPLADE encoder the CLI builds for default settings (the library
 runs the sparse leg only when handed one). Configurations change only `memory.retrieval` (leg

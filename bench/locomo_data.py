@@ -35,11 +35,11 @@ BUILD_VERSION = 2
 # Code that decides what ends up stored (a change here invalidates cached databases); ranking
 # code is deliberately absent, since changing it needs no re-ingest.
 STORAGE_CODE = (
-    "memcli/ingest.py",
-    "memcli/chunking.py",
-    "memcli/entities.py",
-    "memcli/redact.py",
-    "memcli/models.py",
+    "memcli/ingest/prepare.py",
+    "memcli/core/chunking.py",
+    "memcli/entities/extraction.py",
+    "memcli/policy/secrets.py",
+    "memcli/core/records.py",
     "memcli/schema.sql",
     "memcli/providers/embedders.py",
     "memcli/providers/minilm.py",

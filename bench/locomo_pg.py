@@ -32,7 +32,7 @@ def shown(url: str) -> str:
 def postgres_database(url: str | None) -> Iterator[str]:
     """The URL to ingest into: `url` as given (an empty database the caller made), or a fresh
     database on a throw-away PostgreSQL 18 that is stopped and removed on the way out."""
-    from memcli.store.location import is_postgres
+    from memcli.core.locations import is_postgres
 
     if url:
         if not is_postgres(url):

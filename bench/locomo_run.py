@@ -15,7 +15,7 @@ from typing import Any
 from bench.locomo_data import _load_average
 from bench.locomo_db import build_database, cached_database, open_memory
 from bench.locomo_score import SESSION_RULES, evaluate, session_ask
-from memcli.tokens import count_tokens
+from memcli.core.tokens import count_tokens
 
 # --------------------------------------------------------------------------- main
 

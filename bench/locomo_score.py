@@ -13,8 +13,8 @@ from typing import Any
 
 from bench.locomo_data import BUDGETS, CATEGORIES, KS, TOP_K, config_settings, sessions
 from memcli import Memory
+from memcli.core.tokens import count_tokens
 from memcli.retrieval.text import has_recall_cue
-from memcli.tokens import count_tokens
 
 # --------------------------------------------------------------------------- scoring
 

@@ -46,12 +46,12 @@ from bench import locomo
 from bench import pg_legs_variants as var
 from bench.pg_bench_support import create_database, running_server
 from memcli.config import RetrievalSettings
-from memcli.entities import query_entity_keys
+from memcli.entities.extraction import query_entity_keys
 from memcli.providers.embedders import get_embedder
 from memcli.retrieval import search
 from memcli.retrieval import text as qtext
 from memcli.retrieval.stages import RankContext
-from memcli.store import search as sql
+from memcli.store import search_sql as sql
 from memcli.store import sparse as sparse_sql
 from memcli.store.filters import Filters
 from tests.support.pg_legs import PgAdapter, apply_schema, copy_from_sqlite

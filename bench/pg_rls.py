@@ -28,10 +28,11 @@ from bench.pg_bench_support import scratch_database
 from memcli.operations.memory import Memory
 from memcli.providers.embedders import HashEmbedder
 from memcli.retrieval.text import lexical_query
-from memcli.store import search
+from memcli.store import search_sql as search
 from memcli.store.postgres import tenants
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
+
 
 WORDS = ("deploy", "release", "invoice", "garden", "quince", "lisbon", "piano", "tennis",
          "budget", "kernel", "sailing", "recipe", "museum", "train", "coffee", "printer")

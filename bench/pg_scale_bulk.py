@@ -115,7 +115,7 @@ def _made_up(rng: random.Random, word: str) -> str:
 
 def content_hash(row: dict[str, Any], content: dict[str, Any]) -> str:
     """memcli's content hash of an event row (ingest._content_hash, on the stored fields)."""
-    from memcli.ingest import _content_hash
+    from memcli.ingest.prepare import _content_hash
 
     rec = SimpleNamespace(tenant_id=row["tenant_id"], user_id=row["user_id"],
                           agent_id=row["agent_id"], session_id=row["session_id"],
@@ -207,8 +207,8 @@ def _vectors(db: Any, engine: str) -> dict[int, np.ndarray]:
 def copy_rows(base: Base, c: int, now: str, entities: dict[tuple[str, str, str], int],
               new_entities: list[tuple], new_aliases: list[tuple], aliases: set[tuple]
               ) -> dict[str, list[dict[str, Any]]]:
-    from memcli.chunking import estimate_tokens
-    from memcli.entities import extract_entities
+    from memcli.core.chunking import estimate_tokens
+    from memcli.entities.extraction import extract_entities
 
     k = Copier(c, base)
     dm, de = c * base.max_id["memories"], c * base.max_id["events"]
@@ -348,7 +348,7 @@ def _pg_drop_indexes(db: Any) -> list[str]:
 
 def replicate(location: str, target: int) -> dict[str, Any]:
     """Copy the base in `location` until it holds `target` memories (whole copies)."""
-    from memcli.models import utcnow
+    from memcli.core.records import utcnow
     from memcli.store.location import open_database
 
     engine = "postgresql" if location.startswith("postgresql") else "sqlite"

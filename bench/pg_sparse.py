@@ -210,7 +210,7 @@ def main() -> int:
 
     from memcli.config import RetrievalSettings, Settings
     from memcli.operations.memory import make_sparse
-    from memcli.store import search as store_search
+    from memcli.store import search_sql as store_search
     from memcli.store import sparse as sparse_sql
     from memcli.store.filters import Filters
     from memcli.store.postgres import connect

@@ -116,7 +116,7 @@ def main() -> int:
 
     from memcli.config import RetrievalSettings, Settings
     from memcli.operations.memory import make_sparse
-    from memcli.store import search as store_search
+    from memcli.store import search_sql as store_search
     from memcli.store.filters import Filters
     from memcli.store.postgres import connect
     from memcli.store.postgres import sparse as pg_sparse

@@ -23,7 +23,7 @@ from pathlib import Path
 
 from memcli import Memory
 from memcli.config import load_settings, thread_defaults
-from memcli.lifecycle.rebuild import rebuild
+from memcli.lifecycle.rebuild_derived import rebuild
 from memcli.operations.memory import make_embedder, make_sparse
 
 REPO_ROOT = Path(__file__).resolve().parents[1]

@@ -112,7 +112,7 @@ TABLES = ("memories", "history", "decisions", "tasks", "proposals", "checkpoints
 PROPOSAL = """
 import sys
 from memcli import Memory
-from memcli.store.proposals import insert_proposal
+from memcli.store.proposals_sql import insert_proposal
 with Memory.open(sys.argv[1]) as memory, memory.db.transaction():
     print(insert_proposal(memory.db, {
         "tenant_id": sys.argv[2], "user_id": "priya", "field": "city", "value": "Porto",

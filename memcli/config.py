@@ -13,6 +13,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field, ValidationError, field_validator
 
+from memcli.core.locations import refuse_url
 from memcli.errors import UsageError, validation_line
 
 APP = "memcli"
@@ -296,8 +297,6 @@ def load_settings(db: str | Path | None = None, **overrides: Any) -> Settings:
 def _refuse_db_url(flag: str | Path | None, db: Any) -> None:
     """A URL as the database location is refused, naming where it came from (see
     memcli/store/location.py): nothing may be created at a path made from it."""
-    from memcli.store.location import refuse_url
-
     source = ("--db" if flag else "MEMCLI_DB" if os.environ.get("MEMCLI_DB")
               else f"db in {config_file_path()}")
     refuse_url(db, source)

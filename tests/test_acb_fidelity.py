@@ -12,8 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from memcli import Memory, derive, ledger
+from memcli import Memory
 from memcli.acb.build import build_acb
+from memcli.derived import writer as derive
+from memcli.ledger import entries as ledger
 from memcli.providers.embedders import HashEmbedder
 from tests.support.records import ndjson, turns
 
@@ -156,7 +158,7 @@ def test_the_same_sentence_three_times_is_one_evidence_item(cli):
 
 
 def test_near_duplicate_rule():
-    from memcli.acb.dedup import near, signature
+    from memcli.acb.duplicates import near, signature
 
     a = "we agreed that the quarterly offsite for the whole platform team will be held in lisbon"
     assert near(signature(a)[1], signature(a + " too")[1])  # one extra word in 16

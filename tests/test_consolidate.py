@@ -10,10 +10,10 @@ import json
 import pytest
 from pydantic import ValidationError
 
+from memcli.derived.textrules import check_memory_text
 from memcli.lifecycle import dedup
 from memcli.lifecycle.consolidate import consolidate
 from memcli.lifecycle.extract import Extraction
-from memcli.lifecycle.textrules import check_memory_text
 from tests.support.cli import NO_SPARSE_CONFIG, use_stub_model
 from tests.support.lifecycle import (
     conversation,
@@ -519,7 +519,7 @@ def test_equally_similar_neighbours_link_to_the_oldest(memory, db_path):
     """A new fact links to its LINK_TOP_K most similar memories; among equals, the oldest.
     PostgreSQL returns ties in its heap's order, which an UPDATE (here `confirm`) changes:
     without an id tie-breaker the edges differed from SQLite's."""
-    from memcli.derive import LINK_TOP_K, write_memory
+    from memcli.derived.writer import LINK_TOP_K, write_memory
     from memcli.lifecycle.remember import confirm
 
     def fact() -> int:

@@ -8,11 +8,11 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from memcli.derive import write_memory
+from memcli.core.records import format_ts
+from memcli.derived.writer import write_memory
 from memcli.errors import NotFoundError
 from memcli.lifecycle.decay import apply_decay, plan_decay
 from memcli.lifecycle.remember import confirm
-from memcli.models import format_ts
 from tests.support.backend import lexical_hits
 from tests.support.lifecycle import memory_rows, rows, settings, snapshot
 

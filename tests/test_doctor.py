@@ -11,7 +11,7 @@ import apsw
 import pytest
 import sqlite_vec
 
-from memcli.models import utcnow
+from memcli.core.records import utcnow
 from tests.support.records import ndjson
 
 pytestmark = pytest.mark.usefixtures("fast_cli")  # conftest: no SPLADE, one click command

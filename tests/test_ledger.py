@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from memcli import ledger
 from memcli.errors import NotFoundError, UsageError
+from memcli.ledger import entries as ledger
 
 # `@backends`: SQLite and PostgreSQL (tests/support/backend.py), for each test reaching the
 # store's SQL. Tests of logic that another test already walks on both engines stay

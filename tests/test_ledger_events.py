@@ -7,7 +7,8 @@ import json
 
 import pytest
 
-from memcli import Memory, ledger
+from memcli import Memory
+from memcli.ledger import entries as ledger
 from memcli.providers.embedders import HashEmbedder
 from tests.support.records import ndjson
 

@@ -65,7 +65,7 @@ def test_consolidate_embeds_before_taking_the_write_lock(db_path):
 
 
 def test_ledger_writes_embed_before_taking_the_write_lock(db_path):
-    from memcli import ledger
+    from memcli.ledger import entries as ledger
 
     probe = ProbingEmbedder(db_path)
     with Memory.open(db_path, embedder=probe) as m:

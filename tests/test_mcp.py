@@ -15,7 +15,7 @@ import apsw
 import pytest
 from mcp import Client
 
-from memcli.service.mcp import DEFAULT_TOOLS, TOOLS
+from memcli.service.mcp_server import DEFAULT_TOOLS, TOOLS
 from tests.support.mcp import (
     child_env,
     error_text,

@@ -345,8 +345,8 @@ def test_import_memcli_does_not_import_psycopg(tmp_path):
 
 
 def test_key_rotation_reseals_every_value_events_included(pg_db, monkeypatch):  # noqa: F811
-    from memcli.crypto import Key, new_key
-    from memcli.store.postgres.crypto import reseal, sealed_columns
+    from memcli.policy.encryption import Key, new_key
+    from memcli.store.postgres.sealing import reseal, sealed_columns
 
     old_raw = b"o" * 32
     monkeypatch.setenv("MEMCLI_KEY", base64.b64encode(old_raw).decode())

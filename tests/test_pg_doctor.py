@@ -15,8 +15,8 @@ import time
 import psycopg
 import pytest
 
-from memcli import doctor
 from memcli.cli.app import app
+from memcli.health import checks as doctor
 from memcli.store.location import open_database
 from tests.support.cli import CliRunner
 

@@ -142,7 +142,7 @@ def test_events_are_append_only_except_under_the_purge_guard(pg_memcli_db):  # n
             with pytest.raises(psycopg.errors.RaiseException, match="append-only"):
                 with db.transaction():
                     db.execute(statement)
-        with db.transaction():  # what store/purge.py does
+        with db.transaction():  # what store/purge_sql.py does
             db.set_meta("purge_guard", "1")
             assert db.change_count("DELETE FROM events WHERE event_id = 'e1'") == 1
             db.execute("DELETE FROM meta WHERE key = 'purge_guard'")

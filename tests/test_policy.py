@@ -18,7 +18,7 @@ from pathlib import Path
 import anyio
 
 import memcli
-from memcli.categories import load_categories
+from memcli.policy.categories import load_categories
 from tests.support.http_api import OPERATOR, running_api
 from tests.support.lifecycle import memory_rows
 from tests.support.mcp import error_text, http_client, payload

@@ -13,7 +13,7 @@ import apsw
 import pytest
 from hypothesis import HealthCheck, given, settings
 
-from memcli.portable.format import parse
+from memcli.portable.file_format import parse
 from memcli.portable.importer import load_parsed
 from tests.support.cli import NO_SPARSE_CONFIG, use_stub_model
 from tests.support.lifecycle import conversation, extraction

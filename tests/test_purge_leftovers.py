@@ -137,7 +137,7 @@ def test_history_of_a_purged_user_has_no_text(cli, db_path, planted):
 
 
 def test_scope_rows_of_every_table_go(cli, db_path, planted):
-    """Table by table (see memcli/store/purge.py): nothing that names alice's content stays."""
+    """Table by table (see memcli/store/purge_sql.py): nothing that names alice's content stays."""
     assert cli("purge", "--user", "alice").exit_code == 0
     conn = connect(db_path)
     try:

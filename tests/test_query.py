@@ -10,12 +10,12 @@ import pytest
 
 from memcli import Memory
 from memcli.config import RetrievalSettings
-from memcli.models import utcnow
+from memcli.core.records import utcnow
+from memcli.core.tokens import count_tokens
 from memcli.providers.embedders import HashEmbedder
 from memcli.store import memories as mem
 from memcli.store.filters import Filters
 from memcli.store.location import open_database
-from memcli.tokens import count_tokens
 from tests.support.backend import is_pg
 from tests.support.records import ndjson, turns
 

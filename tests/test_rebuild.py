@@ -323,7 +323,7 @@ def test_corrupted_text_is_rewritten_from_its_event(cli, db_path, built):
 def test_a_purged_memory_is_not_brought_back(cli, db_path, built):
     """Decay purges a soft-deleted episode for good (its event stays, as ground truth):
     history records the purge, and a rebuild never cuts it from the event again."""
-    from memcli.store.decay import purge_memories
+    from memcli.store.decay_sql import purge_memories
 
     db = Database(db_path)
     try:

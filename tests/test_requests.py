@@ -18,7 +18,7 @@ from memcli.config import load_settings
 from memcli.errors import UsageError
 from memcli.operations.requests import IngestRequest, QueryRequest, parse_query_request
 from memcli.service.api import Scope
-from memcli.service.mcp import build_mcp
+from memcli.service.mcp_server import build_mcp
 from tests.support.http_api import running_api
 from tests.support.records import ndjson, turns
 

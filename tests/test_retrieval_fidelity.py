@@ -12,7 +12,7 @@ from datetime import datetime, timedelta
 import pytest
 
 from memcli.config import load_settings
-from memcli.models import format_ts
+from memcli.core.records import format_ts
 from memcli.service import api, mcp_tools
 from tests.support.backend import rows
 from tests.support.records import ndjson, turns

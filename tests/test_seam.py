@@ -97,7 +97,7 @@ def test_only_the_store_imports_the_sqlite_engine():
 def test_the_layering_check_sees_imports():
     """The check above would catch the old importer (it caught apsw errors itself)."""
     assert _engine_specific("apsw") and _engine_specific("memcli.store.sqlite.fts")
-    assert not _engine_specific("memcli.store.search")
+    assert not _engine_specific("memcli.store.search_sql")
     sample = PACKAGE / "store" / "sqlite" / "backend.py"
     assert "apsw" in _imports(sample)
 
@@ -151,7 +151,7 @@ def test_both_spellings_of_the_url_scheme_reach_one_daemon():
 
 
 def test_the_client_knows_server_locations_as_the_store_does():
-    from memcli.store import location
+    from memcli.core import locations as location
 
     assert paths._URL == location._URL.pattern and paths._DSN == location._DSN.pattern
     assert paths._DSN_KEY == location._DSN_KEY.pattern

@@ -168,7 +168,7 @@ def test_fresh_schema_equals_one_upgraded_through_every_migration(tmp_path):
 
 
 def _lexical_ranking(db, query, filters, scoped: bool):
-    from memcli.store import search
+    from memcli.store import search_sql as search
     from memcli.store.sqlite.fts import fts_match
 
     if scoped:
@@ -392,7 +392,7 @@ def _dense_db(memory):
 
 @pytest.mark.sqlite_only
 def test_dense_prefilter_respects_partitions_and_filters(memory, monkeypatch):
-    from memcli.store import search
+    from memcli.store import search_sql as search
     from memcli.store.sqlite import vec
 
     _dense_db(memory)

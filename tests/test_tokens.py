@@ -8,13 +8,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from memcli import tokens
-from memcli.chunking import estimate_tokens
-from memcli.tokens import (
-    count_tokens,
-    get_encoding,
-    truncate_to_tokens,
-)
+from memcli.core import tokens
+from memcli.core.chunking import estimate_tokens
+from memcli.core.tokens import count_tokens, get_encoding, truncate_to_tokens
 
 PROSE = (
     "Memory systems for AI agents store facts, events and preferences, then retrieve the ones "

@@ -39,16 +39,17 @@ from memcli.acb import render
 from memcli.acb import sections as gather
 from memcli.acb.names import add_document_names
 from memcli.config import AcbSettings
+from memcli.core.records import Channel, parse_ts
 from memcli.errors import DatabaseBusyError, UsageError, validation_line
-from memcli.models import Channel, parse_ts
 from memcli.retrieval.text import terms
-from memcli.store import acb as sql
+from memcli.store import acb_sql as sql
 from memcli.store import memories as mem
 from memcli.store.connection import HINT_WAIT
+from memcli.store.metrics import record_request
 
 if TYPE_CHECKING:
-    from memcli.operations.memory import Memory
     from memcli.store.filters import Filters
+    from memcli.store.handle import MemoryHandle
 
 CHANNEL_SENSITIVITIES: dict[str, tuple[str, ...]] = {
     "public": ("none", "low"),
@@ -166,7 +167,7 @@ def thread_keys(req: AcbRequest) -> list[str]:
 
 
 def build_acb(
-    memory: Memory,
+    memory: MemoryHandle,
     request: AcbRequest | dict[str, Any],
     *,
     settings: AcbSettings | None = None,
@@ -282,11 +283,10 @@ def _ms(t0: float) -> float:
 
 
 def _record(
-    memory: Memory, metrics: dict[str, Any], ids: list[int], seen: tuple[str, dict[str, int]] | None
+    memory: MemoryHandle, metrics: dict[str, Any], ids: list[int],
+    seen: tuple[str, dict[str, int]] | None
 ) -> None:
     """Access counts, the metrics row and the caller's revision, in one short write."""
-    from memcli.store.metrics import record_request
-
     if memory.db.read_only:
         return  # a write-protected file still gets its bundle; these hints are skipped
     try:
@@ -326,7 +326,8 @@ def _plan(req: AcbRequest, settings: AcbSettings) -> list[dict[str, Any]]:
 
 
 def _static_sections(
-    memory: Memory, req: AcbRequest, base: Filters, settings: AcbSettings, context_dir: Path | None
+    memory: MemoryHandle, req: AcbRequest, base: Filters, settings: AcbSettings,
+    context_dir: Path | None
 ) -> tuple[dict[str, list], dict[str, str]]:
     candidates: dict[str, list[dict[str, Any]]] = {}
     views: dict[str, str] = {}
@@ -355,7 +356,7 @@ def _static_sections(
 
 
 def _retrieval(
-    memory: Memory,
+    memory: MemoryHandle,
     req: AcbRequest,
     base: Filters,
     settings: AcbSettings,
@@ -382,7 +383,8 @@ def _retrieval(
 
 
 def _delta(
-    memory: Memory, req: AcbRequest, keys: list[str], revisions: dict[str, int], filters: Filters
+    memory: MemoryHandle, req: AcbRequest, keys: list[str], revisions: dict[str, int],
+    filters: Filters
 ) -> dict[str, Any] | None:
     """At most 3 bullets of what changed since the caller's last revision of each thread.
 
@@ -422,7 +424,7 @@ def _delta(
 
 
 def _provenance(
-    memory: Memory,
+    memory: MemoryHandle,
     req: AcbRequest,
     base: Filters,
     found: gather.Retrieval,

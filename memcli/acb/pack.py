@@ -15,8 +15,9 @@ import hashlib
 import json
 from typing import Any
 
-from memcli.acb import dedup, render
-from memcli.tokens import count_tokens, get_encoding, truncate_to_tokens
+from memcli.acb import duplicates as dedup
+from memcli.acb import render
+from memcli.core.tokens import count_tokens, get_encoding, truncate_to_tokens
 
 # Render order (fill order is by priority); recent turns last, next to the model's next turn.
 ORDER = (

@@ -212,7 +212,7 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """List a memory's edges (related memories, supersessions), strongest first."""
         from memcli.store import owner as own
-        from memcli.store.acb import edges_with_memories
+        from memcli.store.acb_sql import edges_with_memories
 
         with errors(), open_memory(db, with_embedder=False, must_exist=True) as memory:
             tenant = tenant or memory.tenant

@@ -120,7 +120,7 @@ def register(app: typer.Typer) -> None:
 
         with errors():
             if usage:
-                from memcli.lifecycle.llm_usage import usage_report
+                from memcli.derived.llm_usage import usage_report
 
                 with open_memory(db, with_embedder=False, must_exist=True) as memory:
                     emit(usage_report(memory.db), resolve_format(fmt, as_json))
@@ -165,7 +165,7 @@ def register(app: typer.Typer) -> None:
         import tempfile
 
         from memcli.config import bundled_text
-        from memcli.ingest import parse_records
+        from memcli.ingest.prepare import parse_records
 
         with errors(), tempfile.TemporaryDirectory() as tmp:
             path = db or Path(tmp) / "demo.db"

@@ -1,5 +1,6 @@
 """`memcli doctor`: checks the memory file and says, in plain words, what to run (see
-memcli/doctor.py). Exit 0 healthy, 1 problems found, 2 usage (e.g. no database at the path)."""
+memcli/health/checks.py). Exit 0 healthy, 1 problems found, 2 usage (e.g. no database at the
+path)."""
 
 from __future__ import annotations
 
@@ -47,9 +48,9 @@ def register(app: typer.Typer) -> None:
         """Check integrity, schema, models, indexes vs memories, WAL (PostgreSQL: long open
         transactions) and the request metrics' upgrade triggers; say what to run for each
         problem (exit 1 when there is one)."""
-        from memcli import doctor
         from memcli.config import load_settings
         from memcli.errors import MemcliError, SchemaError
+        from memcli.health import checks as doctor
         from memcli.operations.memory import make_embedder, make_sparse
         from memcli.store.location import open_database
 

@@ -11,7 +11,7 @@ import typer
 from memcli.cli.common import open_memory
 from memcli.cli.options import DbOpt, FormatOpt, JsonOpt, id_argument, limit_option
 from memcli.cli.output import emit, errors, read_stdin, resolve_format, warn_redacted
-from memcli.inputs import check_text
+from memcli.core.inputs import check_text
 
 Tenant = Annotated[
     str | None, typer.Option("--tenant", help="Tenant id (default: the configured one).")
@@ -61,7 +61,7 @@ def register(app: typer.Typer) -> None:
         as_json: JsonOpt = False,
     ) -> None:
         """An entity's profile (type, aliases, first/last seen, mentions) and its memories."""
-        from memcli.entity_info import get_entity_info
+        from memcli.entities.profile import get_entity_info
 
         with errors(), open_memory(db, with_embedder=False, must_exist=True) as memory:
             out = get_entity_info(memory, name, tenant_id=tenant, user_id=user, limit=limit)

@@ -17,7 +17,7 @@ from memcli.cli.output import (
     resolve_format,
     warn_redacted,
 )
-from memcli.cli.progress import progress_bar
+from memcli.cli.progress_bar import progress_bar
 
 
 def _ingest_text(report: dict) -> None:

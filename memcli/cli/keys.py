@@ -25,7 +25,7 @@ def register(app: typer.Typer) -> None:
     def status_cmd(db: DbOpt = None, fmt: FormatOpt = None, as_json: JsonOpt = False) -> None:
         """Where the key comes from, its id, how many values are encrypted, whether they all
         decrypt (exit 1 if some do not)."""
-        from memcli.keys import status
+        from memcli.store.key_rotation import status
 
         with errors(), open_memory(db, with_embedder=False) as memory:
             out = status(memory.db)
@@ -37,7 +37,7 @@ def register(app: typer.Typer) -> None:
     def rotate_cmd(db: DbOpt = None, fmt: FormatOpt = None, as_json: JsonOpt = False) -> None:
         """Re-encrypt every `high` value under a new key in one transaction, then replace the
         key file (the old one is kept as key.old-<id> until you delete it)."""
-        from memcli.keys import rotate
+        from memcli.store.key_rotation import rotate
 
         with errors(), open_memory(db, with_embedder=False) as memory:
             out = rotate(memory.db)

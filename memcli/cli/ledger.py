@@ -12,7 +12,7 @@ import typer
 from memcli.cli.common import open_memory
 from memcli.cli.options import DbOpt, FormatOpt, JsonOpt, id_argument, limit_option
 from memcli.cli.output import emit, errors, read_stdin, resolve_format, warn_redacted
-from memcli.inputs import check_text
+from memcli.core.inputs import check_text
 
 Tenant = Annotated[
     str | None, typer.Option("--tenant", help="Tenant id (default: the configured one).")
@@ -96,7 +96,7 @@ def register(app: typer.Typer) -> None:
         as_json: JsonOpt = False,
     ) -> None:
         """Record a decision (active) with its rationale, trade-offs and evidence."""
-        from memcli import ledger
+        from memcli.ledger import entries as ledger
 
         with errors(), open_memory(db) as memory:
             row = ledger.add_decision(
@@ -134,7 +134,7 @@ def register(app: typer.Typer) -> None:
         as_json: JsonOpt = False,
     ) -> None:
         """Replace a decision: the old one stays, marked superseded and linked to the new."""
-        from memcli import ledger
+        from memcli.ledger import entries as ledger
 
         with errors(), open_memory(db, exists=True) as memory:
             row = ledger.supersede_decision(
@@ -164,7 +164,7 @@ def register(app: typer.Typer) -> None:
         as_json: JsonOpt = False,
     ) -> None:
         """List decisions, newest first (--status all shows superseded ones and their links)."""
-        from memcli import ledger
+        from memcli.ledger import entries as ledger
 
         with errors(), open_memory(db, with_embedder=False, must_exist=True) as memory:
             rows = ledger.list_decisions(
@@ -196,7 +196,7 @@ def register(app: typer.Typer) -> None:
         as_json: JsonOpt = False,
     ) -> None:
         """Add a task."""
-        from memcli import ledger
+        from memcli.ledger import entries as ledger
 
         with errors(), open_memory(db) as memory:
             row = ledger.add_task(
@@ -228,7 +228,7 @@ def register(app: typer.Typer) -> None:
         as_json: JsonOpt = False,
     ) -> None:
         """Change a task's status, title, details or evidence (the history keeps each version)."""
-        from memcli import ledger
+        from memcli.ledger import entries as ledger
 
         with errors(), open_memory(db, exists=True) as memory:
             row = ledger.update_task(
@@ -253,7 +253,7 @@ def register(app: typer.Typer) -> None:
         as_json: JsonOpt = False,
     ) -> None:
         """List tasks, newest first."""
-        from memcli import ledger
+        from memcli.ledger import entries as ledger
 
         with errors(), open_memory(db, with_embedder=False, must_exist=True) as memory:
             rows = ledger.list_tasks(
@@ -284,8 +284,8 @@ def register(app: typer.Typer) -> None:
         """Save an agent's state (any JSON) for (user, thread), replacing the previous one."""
         import json
 
-        from memcli import ledger
         from memcli.errors import UsageError
+        from memcli.ledger import entries as ledger
 
         with errors():
             if (source is None) == (data is None):
@@ -334,7 +334,7 @@ def register(app: typer.Typer) -> None:
         as_json: JsonOpt = False,
     ) -> None:
         """Print the saved state of (user, thread) with its version and time."""
-        from memcli import ledger
+        from memcli.ledger import entries as ledger
 
         with errors(), open_memory(db, with_embedder=False, must_exist=True) as memory:
             row = ledger.load_checkpoint(memory, user_id=user, thread_id=thread, tenant_id=tenant,

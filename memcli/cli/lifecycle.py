@@ -17,12 +17,12 @@ import typer
 from memcli.cli.common import open_memory
 from memcli.cli.options import DbOpt, FormatOpt, JsonOpt, MemoryIdArg, id_argument, limit_option
 from memcli.cli.output import emit, errors, read_stdin, resolve_format, warn, warn_redacted
+from memcli.core.inputs import check_text
 from memcli.errors import MemcliError
-from memcli.inputs import check_text
 
 if TYPE_CHECKING:
     from memcli.config import Settings
-    from memcli.lifecycle.llm_usage import Model
+    from memcli.derived.llm_usage import Model
     from memcli.operations.memory import Memory
 
 TenantOpt = Annotated[str | None, typer.Option("--tenant", help="Only this tenant.")]
@@ -41,7 +41,7 @@ def _settings(db: str | None) -> Settings:
 def _model(
     memory: Memory, settings: Settings, command: str, *, disabled: bool = False, what: str = ""
 ) -> Iterator[Model | None]:
-    from memcli.lifecycle.llm_usage import NO_LLM, NO_LLM_HINT, make_model
+    from memcli.derived.llm_usage import NO_LLM, NO_LLM_HINT, make_model
 
     model = None if disabled else make_model(memory.db, settings.llm, command)
     if model is None:
@@ -60,9 +60,9 @@ def _locked_run(
     memory: Memory, settings: Settings, command: str, dry_run: bool
 ) -> Iterator[tuple[Any, dict[str, Any]]]:
     """The command's lock and its `lifecycle_runs` row (neither for a dry run)."""
+    from memcli.core.records import utcnow
     from memcli.lifecycle.runlock import run_lock
-    from memcli.models import utcnow
-    from memcli.store import lifecycle as lsql
+    from memcli.store import lifecycle_sql as lsql
 
     result: dict[str, Any] = {}
     if dry_run:
@@ -173,7 +173,7 @@ def register(app: typer.Typer) -> None:
         as_json: JsonOpt = False,
     ) -> None:
         """Turn finished sessions into deduplicated facts and summaries (cron: nightly)."""
-        from memcli.cli.progress import progress_bar
+        from memcli.cli.progress_bar import progress_bar
         from memcli.lifecycle.consolidate import consolidate
 
         with errors():

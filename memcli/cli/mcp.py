@@ -3,7 +3,7 @@
 `memcli mcp` forwards to the daemon (`memcli serve`) when one serves the database: a stdlib
 bridge (memcli/cli/mcp_bridge.py), so the agent's `initialize` is answered by a warm process
 and every session shares one writer. Without a daemon it serves in-process with the MCP SDK
-(memcli/service/mcp.py), its imports paid once per session. The identity options are shared
+(memcli/service/mcp_server.py), its imports paid once per session. The identity options are shared
 with `memcli hook` (memcli/cli/hook.py).
 """
 
@@ -57,7 +57,7 @@ def serve_stdio(db: str | None, tenant: str | None, user: str | None, agent: str
     with errors():
         from memcli.config import load_settings
         from memcli.service.api import Scope
-        from memcli.service.mcp import run_stdio, select_tools
+        from memcli.service.mcp_server import run_stdio, select_tools
 
         settings = load_settings(db)
         selected = select_tools(tools or settings.mcp_tools)
@@ -116,7 +116,7 @@ def register(app: typer.Typer) -> None:
                 raise UsageError(f"unknown client: {client}",
                                  "choose " + ", ".join(mcp_install.CLIENTS))
             if tools:
-                from memcli.service.mcp import select_tools
+                from memcli.service.mcp_server import select_tools
 
                 select_tools(tools)
             args = ["mcp"]
@@ -153,7 +153,7 @@ def _this_program() -> str:
 def _absolute(db: str) -> str:
     """A file location as an absolute path (the client starts the server from anywhere); a
     URL or connection string as given."""
-    from memcli.store.location import is_dsn, is_url
+    from memcli.core.locations import is_dsn, is_url
 
     if is_url(db) or is_dsn(db):
         return db

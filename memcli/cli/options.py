@@ -31,7 +31,7 @@ AsOfOpt = Annotated[
 
 def _id(text: str | int) -> int:
     """The parser of every id argument: an id beyond 64 bits is a usage error (exit 2)."""
-    from memcli.ids import parse_id
+    from memcli.core.ids import parse_id
 
     try:
         return parse_id(text)
@@ -54,7 +54,7 @@ MemoryIdArg = Annotated[int, id_argument("A memory id.")]
 
 def _count(text: str | int) -> int:
     """The parser of `--limit`: at least 1, and small enough for SQL's LIMIT (64 bits)."""
-    from memcli.ids import MAX_ID
+    from memcli.core.ids import MAX_ID
 
     try:
         number = int(str(text).strip())
@@ -105,10 +105,10 @@ def _cli_type(annotation: Any, name: str) -> Any:
 
 def _bounds(info: Any) -> dict[str, Any]:
     """Typer's min/max from the field's ge/le, so `--top-k 0` fails as a usage error; an id
-    (memcli.ids.Id, up to 64 bits) is read by the one id rule."""
+    (memcli.core.ids.Id, up to 64 bits) is read by the one id rule."""
     import typing
 
-    from memcli.ids import MAX_ID
+    from memcli.core.ids import MAX_ID
 
     rules = list(info.metadata)
     for arg in typing.get_args(info.annotation):  # `Id | None`: Id's own rules
@@ -240,7 +240,7 @@ def _plain(value: Any) -> Any:
 def check_flags(values: dict[str, Any]) -> None:
     """Every text flag must be valid UTF-8: argv bytes that are not arrive as lone surrogates,
     which SQLite and the tokenizers cannot take (a usage error naming the flag)."""
-    from memcli.inputs import check_text
+    from memcli.core.inputs import check_text
 
     for name, value in values.items():
         for item in value if isinstance(value, list) else [value]:

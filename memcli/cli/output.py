@@ -149,8 +149,8 @@ def read_inputs(paths: list[str], text: str | None) -> list[tuple[str, str]]:
 def json_object(text: str, what: str) -> dict[str, Any]:
     """One JSON object parsed from `text` (a request on stdin or in a file), or a one-line
     UsageError (exit 2)."""
+    from memcli.core.inputs import check_value
     from memcli.errors import UsageError
-    from memcli.inputs import check_value
 
     try:
         data = json.loads(text) if text.strip() else {}

@@ -24,7 +24,7 @@ def register(app: typer.Typer) -> None:
         """Bind login ROLE to TENANT: row-level security then shows and lets it write only
         that tenant's rows, even through raw SQL. Run it as the owner of memcli's tables;
         again after an upgrade renews the rights."""
-        from memcli.tenant_roles import grant_tenant
+        from memcli.store.postgres.tenant_roles import grant_tenant
 
         with errors(), open_memory(db, with_embedder=False) as memory:
             out = grant_tenant(memory, role, tenant)
@@ -35,7 +35,7 @@ def register(app: typer.Typer) -> None:
     def revoke_cmd(role: Annotated[str, typer.Argument(help="A bound login role.")],
                    db: DbOpt = None, fmt: FormatOpt = None, as_json: JsonOpt = False) -> None:
         """Unbind ROLE and revoke its rights on memcli's tables (the role itself stays)."""
-        from memcli.tenant_roles import revoke_tenant
+        from memcli.store.postgres.tenant_roles import revoke_tenant
 
         with errors(), open_memory(db, with_embedder=False) as memory:
             out = revoke_tenant(memory, role)
@@ -45,7 +45,7 @@ def register(app: typer.Typer) -> None:
     @pg.command("tenants")
     def tenants_cmd(db: DbOpt = None, fmt: FormatOpt = None, as_json: JsonOpt = False) -> None:
         """The bound login roles and their tenants."""
-        from memcli.tenant_roles import tenant_roles
+        from memcli.store.postgres.tenant_roles import tenant_roles
 
         with errors(), open_memory(db, with_embedder=False) as memory:
             out = tenant_roles(memory)

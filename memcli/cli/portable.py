@@ -11,7 +11,7 @@ import typer
 from memcli.cli.common import open_memory
 from memcli.cli.options import DbOpt, FormatOpt, JsonOpt
 from memcli.cli.output import emit, errors, read_stdin, resolve_format, warn
-from memcli.cli.progress import progress_bar
+from memcli.cli.progress_bar import progress_bar
 
 
 def _import_text(report: dict) -> None:
@@ -40,7 +40,7 @@ def register(app: typer.Typer) -> None:
         decisions, tasks, checkpoints, relations, proposals, artifacts, sessions. Derived
         indexes (vectors, full-text, entities) are left out: `memcli import` recomputes them."""
         from memcli.errors import UsageError
-        from memcli.portable.export import Scope, export
+        from memcli.portable.exporter import Scope, export
 
         with errors():
             if all_tenants and tenant is not None:
@@ -83,7 +83,7 @@ def register(app: typer.Typer) -> None:
         a bad line, or a row of another tenant without --all-tenants, refuses the whole file
         (exit 2, nothing loaded)."""
         from memcli.config import load_settings
-        from memcli.portable.format import parse
+        from memcli.portable.file_format import parse
         from memcli.portable.importer import check_tenants, load_parsed
 
         with errors():

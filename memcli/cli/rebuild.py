@@ -1,4 +1,5 @@
-"""`memcli rebuild`: every derived table again from the event log (memcli/lifecycle/rebuild.py)."""
+"""`memcli rebuild`: every derived table again from the event log
+(memcli/lifecycle/rebuild_derived.py)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import typer
 from memcli.cli.common import open_memory
 from memcli.cli.options import DbOpt, FormatOpt, JsonOpt
 from memcli.cli.output import emit, errors, resolve_format, warn
-from memcli.cli.progress import progress_bar
+from memcli.cli.progress_bar import progress_bar
 
 
 def _text(r: dict[str, Any]) -> None:
@@ -29,7 +30,7 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Regenerate every derived table (episodes, full-text, trigram, sparse, vectors,
         entities) from the event log; keeps what exists only as derived data."""
-        from memcli.lifecycle.rebuild import rebuild
+        from memcli.lifecycle.rebuild_derived import rebuild
 
         # A dry run opens without checking the models: that check creates a missing vec0
         # table, and a dry run writes nothing.

@@ -17,14 +17,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from memcli.derive import encode_ahead, supersede, write_memory
+from memcli.derived.writer import encode_ahead, supersede, write_memory
 from memcli.errors import UsageError
-from memcli.scrub import kinds, redact_record
-from memcli.store import lifecycle as lsql
+from memcli.policy.redaction import kinds, redact_record
+from memcli.store import lifecycle_sql as lsql
 from memcli.store import owner as own
 
 if TYPE_CHECKING:
-    from memcli.operations.memory import Memory
+    from memcli.store.handle import MemoryHandle
     from memcli.store.owner import Owner
 
 CORRECTABLE = ("fact", "summary", "insight", "reflection", "procedural")
@@ -32,7 +32,7 @@ MAX_FACT = 280
 ACTOR = "correct"
 
 
-def correct_fact(memory: Memory, memory_id: int, text: str, *, reason: str = "",
+def correct_fact(memory: MemoryHandle, memory_id: int, text: str, *, reason: str = "",
                  owner: Owner | None = None) -> dict[str, Any]:
     """Supersede memory `memory_id` (`owner`'s, default: the memory's tenant's) with `text`;
     the new memory's summary."""
@@ -63,7 +63,7 @@ def correct_fact(memory: Memory, memory_id: int, text: str, *, reason: str = "",
             "redacted": kinds(found)}
 
 
-def _get(memory: Memory, memory_id: int, owner: Owner) -> dict[str, Any]:
+def _get(memory: MemoryHandle, memory_id: int, owner: Owner) -> dict[str, Any]:
     row = own.memory(memory.db, memory_id, owner)  # another tenant's id: as if absent
     if row["kind"] == "episode":
         raise UsageError(f"memory {memory_id} is a conversation turn, and turns are never "

@@ -22,7 +22,8 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, Field, model_validator
 
-from memcli.lifecycle.textrules import (
+from memcli.core.records import format_ts
+from memcli.derived.textrules import (
     content_differs,
     fingerprint,
     jaccard,
@@ -30,12 +31,11 @@ from memcli.lifecycle.textrules import (
     safe_merge,
     tokens,
 )
-from memcli.models import format_ts
-from memcli.store import lifecycle as lsql
+from memcli.store import lifecycle_sql as lsql
 
 if TYPE_CHECKING:
     from memcli.config import LifecycleSettings
-    from memcli.lifecycle.llm_usage import Model
+    from memcli.derived.llm_usage import Model
     from memcli.store.connection import Database
 
 Verdict = Literal["same", "contradicts", "unrelated"]

@@ -21,17 +21,16 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 from pydantic import AfterValidator, BaseModel, Field
 
-from memcli.derive import write_memory
-from memcli.lifecycle.extract import FactText
-from memcli.lifecycle.textrules import check_memory_text, clip, jaccard, tokens
-from memcli.models import format_ts, utcnow
+from memcli.core.records import format_ts, utcnow
+from memcli.derived.textrules import FactText, check_memory_text, clip, jaccard, tokens
+from memcli.derived.writer import write_memory
 from memcli.providers.llm import LLMBadReply, LLMBudgetExceeded, LLMError
-from memcli.store import lifecycle as lsql
+from memcli.store import lifecycle_sql as lsql
 
 if TYPE_CHECKING:
     from memcli.config import LifecycleSettings
-    from memcli.lifecycle.llm_usage import Model
-    from memcli.operations.memory import Memory
+    from memcli.derived.llm_usage import Model
+    from memcli.store.handle import MemoryHandle
 
 INSIGHT_IMPORTANCE = 0.2
 REFLECTION_FACTS = 200
@@ -77,7 +76,7 @@ def _scope_label(tenant: str, user: str | None) -> dict[str, Any]:
 
 
 def reflect(
-    memory: Memory,
+    memory: MemoryHandle,
     model: Model | None,
     cfg: LifecycleSettings,
     *,
@@ -175,7 +174,7 @@ def reflect(
 
 
 def insights(
-    memory: Memory,
+    memory: MemoryHandle,
     model: Model | None,
     cfg: LifecycleSettings,
     *,

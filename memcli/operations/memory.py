@@ -14,10 +14,10 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from memcli.categories import Categories, load_categories
 from memcli.config import LifecycleSettings, RetrievalSettings, Settings
+from memcli.core.records import Hit, IngestReport, QueryResult, parse_clock
 from memcli.errors import DatabaseBusyError, UsageError
-from memcli.models import Hit, IngestReport, QueryResult, parse_clock
+from memcli.policy.categories import Categories, load_categories
 from memcli.retrieval import fallback as recency
 from memcli.retrieval import scope as widening
 from memcli.retrieval import search
@@ -31,8 +31,8 @@ from memcli.store.history import list_history
 from memcli.store.location import open_database
 
 if TYPE_CHECKING:
+    from memcli.core.progress import Progress
     from memcli.operations.requests import QueryRequest
-    from memcli.progress import Progress
     from memcli.providers.embedders import Embedder
     from memcli.providers.splade import SpladeEncoder
     from memcli.store.connection import Database
@@ -93,7 +93,7 @@ class Memory:
                  check_embedder: bool = True, tenant: str = DEFAULT_TENANT,
                  lifecycle: LifecycleSettings | None = None) -> None:
         self.db = db
-        # The app limit every app write enforces (memcli.lifecycle.applimit).
+        # The app limit every app write enforces (memcli.derived.applimit).
         self.lifecycle = lifecycle or LifecycleSettings()
         # The tenant of every read and write that names none (never "all tenants").
         self.tenant = tenant
@@ -183,11 +183,11 @@ class Memory:
                defaults: dict[str, Any] | None = None, strict: bool = False,
                defer_embed: bool = False, progress: Progress | None = None) -> IngestReport:
         """Record events. `records` are dicts, or (line number, parsed value) pairs.
-        `progress`: a callback for long batches (memcli/progress.py)."""
+        `progress`: a callback for long batches (memcli/core/progress.py)."""
         numbered = [
             r if isinstance(r, tuple) else (i, r) for i, r in enumerate(records, start=1)
         ]
-        from memcli import ingest as ingest_mod  # not on the query path's start-up
+        from memcli.ingest import prepare as ingest_mod  # not on the query path's start-up
 
         defaults = dict(defaults or {})
         if defaults.get("tenant_id") is None:
@@ -200,7 +200,7 @@ class Memory:
     def embed_pending(self, batch_size: int = 256, progress: Progress | None = None) -> int:
         """Embed memories stored without vectors or sparse terms (after --defer-embed); each
         batch's sparse pass runs beside its dense pass (memcli/providers/passes.py)."""
-        from memcli.progress import report
+        from memcli.core.progress import report
         from memcli.providers.passes import encode_both
 
         if self.embedder is None and self.sparse is None:
@@ -231,7 +231,7 @@ class Memory:
             done += len(rows)
 
     def _sparse_pending(self, batch_size: int, progress: Progress | None = None) -> int:
-        from memcli.progress import report
+        from memcli.core.progress import report
 
         assert self.sparse is not None
         done = 0
@@ -250,7 +250,7 @@ class Memory:
 
     def reindex(self, progress: Progress | None = None) -> int:
         """Drop every vector, record the configured embedder, and embed everything again."""
-        from memcli.tenant_roles import refuse_bound
+        from memcli.store.postgres.tenant_roles import refuse_bound
 
         refuse_bound(self.db, "reindex")
         if self.embedder is None:
@@ -340,7 +340,7 @@ class Memory:
         hits = [self._hit(c, return_format, scope) for c in ranked]
         used = 0
         if budget_tokens is not None:
-            from memcli.tokens import count_tokens
+            from memcli.core.tokens import count_tokens
 
             kept = []
             for hit in hits:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from memcli.models import QueryResult
+    from memcli.core.records import QueryResult
     from memcli.operations.memory import Memory
     from memcli.operations.requests import QueryRequest
 
@@ -27,8 +27,8 @@ def bounded(text: str) -> tuple[str, str | None]:
 
 def check_query(text: str) -> tuple[str, str | None]:
     """The query text checked (valid UTF-8, not blank) and bounded, with the note if cut."""
+    from memcli.core.inputs import check_text
     from memcli.errors import UsageError
-    from memcli.inputs import check_text
 
     check_text(text, "the query")
     if not text.strip():

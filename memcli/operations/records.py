@@ -15,8 +15,8 @@ def ingest_payload(memory: Memory, sources: list[tuple[str, str]], request: Inge
                    progress: Any = None) -> dict[str, Any]:
     """Record the records of each (source name, text) (one JSON object, an array, or NDJSON):
     the ingest report, per-record problems in `rejected`, duplicates in `skipped`. `progress`:
-    the optional callback of memcli/progress.py (the CLI's bar on a terminal)."""
-    from memcli.ingest import parse_records
+    the optional callback of memcli/core/progress.py (the CLI's bar on a terminal)."""
+    from memcli.ingest.prepare import parse_records
 
     # (line, value, source name): the source names each rejected record's origin.
     records: list[Any] = [(line, value, name) for name, body in sources
@@ -30,12 +30,12 @@ def record_events_payload(memory: Memory, records: list[Any], *, defaults: dict[
                           tenant: str | None = None) -> list[dict[str, Any]]:
     """The `record_event` answer for each record, in order: the Agent Memory System
     PRD's `{event_id, chunk_ids, created_at}` beside that record's ingest report
-    (memcli.models.EventReceipt). `tenant`: a caller bound to one tenant learns nothing of
+    (memcli.core.records.EventReceipt). `tenant`: a caller bound to one tenant learns nothing of
     another tenant's event an id repeats (its `skipped` says only that the id is taken)."""
     import json
 
-    from memcli.ingest import parse_records
-    from memcli.models import EventReceipt
+    from memcli.core.records import EventReceipt
+    from memcli.ingest.prepare import parse_records
     from memcli.store.events import event_receipts
 
     body = json.dumps(records, ensure_ascii=False)

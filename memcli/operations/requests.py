@@ -40,9 +40,9 @@ from pydantic import (
     model_validator,
 )
 
+from memcli.core.ids import Id
+from memcli.core.records import parse_ts
 from memcli.errors import UsageError, validation_line
-from memcli.ids import Id
-from memcli.models import parse_ts
 
 
 def _time(value: str | None) -> str | None:

@@ -17,7 +17,8 @@ Derived data is recomputed through the write paths ingest uses: full-text and tr
 entity links, then vectors and SPLADE terms with this side's models (`Memory.embed_pending`,
 what `memcli embed` runs; `--defer-embed` leaves that to `memcli embed`).
 
-Every text a record carries goes through `memcli.scrub.redact_record` (key fields excepted),
+Every text a record carries goes through `memcli.policy.redaction.redact_record` (key fields
+excepted),
 so a hand-made file cannot plant a secret. `high` values stay the ciphertext they are; the
 header's `key_id` must be the target's key id, and a configured key must be that key, or the
 import is refused: the rows would be unreadable there.
@@ -33,21 +34,23 @@ import base64
 import re
 from typing import TYPE_CHECKING, Any
 
-from memcli.entities import extract_entities
+from memcli.core.progress import Progress, report
+from memcli.core.records import utcnow
+from memcli.entities.extraction import extract_entities
 from memcli.errors import UsageError
-from memcli.models import utcnow
-from memcli.portable import format as fmt
-from memcli.progress import Progress, report
-from memcli.scrub import redact_fields
+from memcli.policy.redaction import redact_fields
+from memcli.portable import file_format as fmt
 from memcli.store import events as ev
 from memcli.store import memories as mem
-from memcli.store import portable as sql
-from memcli.store.crypto import META_KEY_ID
+from memcli.store import portable_sql as sql
+from memcli.store import sparse as sparse_sql
+from memcli.store import vectors as vec
+from memcli.store.sealing import META_KEY_ID
 from memcli.store.sessions import check_session_user
 
 if TYPE_CHECKING:
-    from memcli.operations.memory import Memory
     from memcli.store.connection import Database
+    from memcli.store.handle import MemoryHandle
 
 Record = dict[str, Any]
 REPORT_EVERY = 256  # records between two progress reports
@@ -106,7 +109,7 @@ def check_key(db: Database, key_id: str | None) -> str | None:
 
 # -- writing --------------------------------------------------------------------------------------
 class _Loader:
-    def __init__(self, memory: Memory, records: list[tuple[int, Record]],
+    def __init__(self, memory: MemoryHandle, records: list[tuple[int, Record]],
                  progress: Progress | None) -> None:
         self.memory = memory
         self.db = memory.db
@@ -358,13 +361,10 @@ class _Loader:
             self._count("checkpoint", added)
 
 
-def _embed_forgotten(memory: Memory, ids: list[int]) -> int:
+def _embed_forgotten(memory: MemoryHandle, ids: list[int]) -> int:
     """Vectors (and sparse terms) for imported soft-deleted memories too, as the source had
     them: `memcli restore` does not embed, so without these a restored one would miss the
     dense leg."""
-    from memcli.store import sparse as sparse_sql
-    from memcli.store import vectors as vec
-
     rows = sql.unembedded_forgotten(memory.db, ids)
     if not rows or memory.embedder is None:
         return 0
@@ -390,7 +390,7 @@ def check_tenants(records: list[tuple[int, Record]], tenant_id: str) -> None:
                              "tenant of the file")
 
 
-def load_parsed(memory: Memory, head: dict[str, Any], records: list[tuple[int, Record]], *,
+def load_parsed(memory: MemoryHandle, head: dict[str, Any], records: list[tuple[int, Record]], *,
                 tenant_id: str | None = None, all_tenants: bool = False,
                 defer_embed: bool = False, progress: Progress | None = None
                 ) -> dict[str, Any]:

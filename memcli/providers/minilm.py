@@ -12,7 +12,7 @@ if TYPE_CHECKING:
 
     Vector = NDArray[np.float32]
 
-from memcli.providers.embedders import (
+from memcli.providers.embedding import (
     EmbedderError,
     _as_text_list,
     _check_batch_size,

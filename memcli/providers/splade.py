@@ -20,6 +20,7 @@ import threading
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from memcli.config import package_path
 from memcli.errors import MemcliError
 
 if TYPE_CHECKING:
@@ -66,8 +67,6 @@ class _Model:
                 f"the SPLADE encoder needs numpy, tokenizers and safetensors ({exc.name} missing)",
                 hint="pip install numpy tokenizers safetensors",
             ) from exc
-
-        from memcli.config import package_path
 
         folder = package_path(_WEIGHTS_DIR)
         try:

@@ -100,7 +100,8 @@ def _categories(scope: Scope, requested: list[str] | None) -> list[str] | None:
 
 def validate(model: type[BaseModel], data: Any, what: str) -> Any:
     """`data` as a `model`, or a one-line UsageError naming the first problem (HTTP 422)."""
-    from memcli.inputs import check_value
+
+    from memcli.core.inputs import check_value
     from memcli.operations.requests import validated
 
     if not isinstance(data, dict):
@@ -153,7 +154,7 @@ def rejected(out: Any) -> bool:
 def build_acb(ctx: Context, scope: Scope, request: dict[str, Any]) -> dict[str, Any]:
     """The Agent Memory System PRD's `build_acb`: the bundle `memcli acb build --json` prints for
     this request."""
-    from memcli.inputs import check_value
+    from memcli.core.inputs import check_value
     from memcli.operations.acb import acb_payload, prepare_acb
 
     if not isinstance(request, dict):
@@ -183,7 +184,7 @@ def get_artifact(ctx: Context, scope: Scope, request: dict[str, Any]) -> dict[st
 
 def record_decision(ctx: Context, scope: Scope, request: dict[str, Any]) -> dict[str, Any]:
     """`memcli decision add` (or `decision supersede` with `supersedes`): the decision's row."""
-    from memcli import ledger
+    from memcli.ledger import entries as ledger
     from memcli.service.models import DecisionRequest
 
     req = validate(DecisionRequest, request, "decision")
@@ -202,7 +203,7 @@ def record_decision(ctx: Context, scope: Scope, request: dict[str, Any]) -> dict
 
 def query_decisions(ctx: Context, scope: Scope, request: dict[str, Any]) -> list[dict[str, Any]]:
     """`memcli decision list`: the caller's tenant's decisions, newest first."""
-    from memcli import ledger
+    from memcli.ledger import entries as ledger
     from memcli.service.models import DecisionsQuery
 
     req = validate(DecisionsQuery, request, "decisions query")
@@ -215,7 +216,7 @@ def query_decisions(ctx: Context, scope: Scope, request: dict[str, Any]) -> list
 
 def record_task(ctx: Context, scope: Scope, request: dict[str, Any]) -> dict[str, Any]:
     """`memcli task add`, or `memcli task update` when `task_id` names a task: the task's row."""
-    from memcli import ledger
+    from memcli.ledger import entries as ledger
     from memcli.service.models import TaskRequest
 
     req = validate(TaskRequest, request, "task")
@@ -267,7 +268,7 @@ def query(ctx: Context, scope: Scope, request: dict[str, Any]) -> list[dict[str,
     """The memory system spec's `memory.query`: the request shape `memcli query -` reads, answered
     with what `memcli query --json` prints (hits, or bullets with `"return": "bullets"`; each hit
     names the scope that answered)."""
-    from memcli.inputs import check_value
+    from memcli.core.inputs import check_value
     from memcli.operations.query import hits_payload, run_query
     from memcli.operations.requests import parse_query_request
 
@@ -296,7 +297,7 @@ def memory_history(ctx: Context, scope: Scope, request: dict[str, Any]) -> list[
 # -- remember / forget -------------------------------------------------------------------------
 def remember(ctx: Context, scope: Scope, request: dict[str, Any]) -> dict[str, Any]:
     """`memcli remember`: store a fact or a procedure (near-duplicates merged)."""
-    from memcli.inputs import check_text
+    from memcli.core.inputs import check_text
     from memcli.lifecycle.remember import remember as remember_fact
     from memcli.service.models import RememberRequest
 
@@ -449,7 +450,7 @@ class Service:
             return operation(Context(memory, self.settings), scope, request)
 
     def _server(self) -> bool:
-        from memcli.store.location import is_postgres
+        from memcli.core.locations import is_postgres
 
         return is_postgres(self.settings.db)
 

@@ -136,8 +136,8 @@ def warm_up(settings: Any, warm: Callable[[], None], log: Callable[[str], None])
     try:
         warm()
         _import_everything()
+        from memcli.core.tokens import get_encoding
         from memcli.operations.memory import make_embedder, make_sparse
-        from memcli.tokens import get_encoding
 
         for model in (make_sparse(settings), make_embedder(settings)):
             load = getattr(model, "load", None)

@@ -48,7 +48,7 @@ def build_app(settings: Settings, auth: Auth, *, service: api.Service | None = N
     `service`: an open Service to share (the daemon's); by default the app opens its own and
     closes it on shutdown. `routes`: more routes behind the same Host check; `lifespans`:
     their start-up/shutdown contexts, entered in order."""
-    from memcli.service.mcp import http_routes
+    from memcli.service.mcp_server import http_routes
 
     own = service is None
     svc = service or api.Service(settings)

@@ -119,7 +119,7 @@ def record_events(text: str, role: Role = "user",
                   session_id: str | None = None, event_id: str | None = None,
                   tags: list[str] | None = None, category: str | None = None,
                   importance: float | None = None) -> dict[str, Any]:
-    # The record's shorthand (memcli.models.EventIn): `text` for content.text, `role` for
+    # The record's shorthand (memcli.core.records.EventIn): `text` for content.text, `role` for
     # actor.type, which an agent writes more easily than the nested form.
     return _given(text=text, role=role, kind=kind, session_id=session_id, event_id=event_id,
                   tags=tags, category=category, importance=importance)

@@ -1,6 +1,6 @@
 """Request models of the HTTP routes and MCP tools the CLI reads from flags rather than JSON.
 
-The records of `POST /api/v1/events` (memcli.models.EventIn), the acb request
+The records of `POST /api/v1/events` (memcli.core.records.EventIn), the acb request
 (memcli.acb.build.AcbRequest) and the memory system spec's query request
 (memcli.operations.requests.QueryRequest) are the CLI's own models; the ones here give the ledger,
 remember/forget, history and the app admin routes a JSON shape with the CLI's field names and
@@ -16,7 +16,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from memcli.ids import Id
+from memcli.core.ids import Id
 
 Channel = Literal["private", "public", "team", "agent"]
 Sensitivity = Literal["none", "low", "high"]

@@ -21,8 +21,8 @@ from starlette.requests import Request
 
 from memcli import __version__
 from memcli.acb.build import AcbRequest
-from memcli.ids import Id
-from memcli.models import EventIn, EventReceipt, Hit
+from memcli.core.ids import Id
+from memcli.core.records import EventIn, EventReceipt, Hit
 from memcli.operations.requests import QueryRequest
 from memcli.service import api, schemas
 from memcli.service.models import (

@@ -34,7 +34,7 @@ from typing import Protocol
 
 class Dialect(Protocol):
     """SQL fragments of one engine. A dialect object is hashable (statements built from it
-    are cached per dialect, e.g. memcli.store.llm_usage)."""
+    are cached per dialect, e.g. memcli.store.llm_usage_sql)."""
 
     name: str
     # A join the planner must not reorder (the left side drives the loop).

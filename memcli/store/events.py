@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
-from memcli.store.crypto import seal_if, seal_json_if
+from memcli.store.sealing import seal_if, seal_json_if
 
 if TYPE_CHECKING:
     from memcli.store.connection import Database

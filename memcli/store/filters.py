@@ -105,7 +105,7 @@ class Filters:
                 clauses.append(f"{alias}.{column} {op} ?")
                 params.append(value)
         if self.as_of is not None:
-            # Timestamps are one ISO format on both engines (memcli.models.format_ts), so they
+            # Timestamps are one ISO format on both engines (memcli.core.records.format_ts), so they
             # compare as text. A memory without valid_from was valid from its event.
             clauses.append(f"{alias}.event_time <= ? AND coalesce({alias}.valid_from, "
                            f"{alias}.event_time) <= ? AND ({alias}.valid_to IS NULL "

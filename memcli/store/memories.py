@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
-from memcli.models import utcnow
-from memcli.store.crypto import high_memory_ids, seal_if
+from memcli.core.records import utcnow
+from memcli.store.sealing import high_memory_ids, seal_if
 
 if TYPE_CHECKING:
     from memcli.store.connection import Database

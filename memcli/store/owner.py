@@ -16,9 +16,10 @@ from typing import TYPE_CHECKING, Any
 
 from memcli.errors import NotFoundError
 from memcli.store import events as ev
-from memcli.store import ledger as lsql
+from memcli.store import ledger_sql as lsql
 from memcli.store import memories as mem
-from memcli.store import proposals as psql
+from memcli.store import proposals_sql as psql
+from memcli.store.history import list_history
 
 if TYPE_CHECKING:
     from memcli.store.connection import Database
@@ -69,8 +70,6 @@ def check_trail(db: Database, memory_id: int, owner: Owner) -> None:
     """NotFoundError unless memory `memory_id` is the owner's, or (a memory purged since) has
     history rows in the owner's tenant and user: its audit trail is the owner's to read. An
     owner bound to an app or categories sees only trails of memories it can still see."""
-    from memcli.store.history import list_history
-
     row = mem.get_memories(db, [memory_id]).get(memory_id)
     if row is not None and owner.holds(row, (row["category"],)):
         return

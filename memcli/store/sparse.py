@@ -93,7 +93,7 @@ def search(db: Database, query: dict[int, float], filters: Filters, limit: int,
            max_df: int, small_scope: bool = True) -> list[tuple[int, float]]:
     """Dot product of the query with each memory's stored weights (/ SCALE), frequent terms
     (df above `max_df`) pruned from the query; best first, ties by id. `small_scope` picks
-    the plan where the engine has two (see memcli.store.search.best_in_scope)."""
+    the plan where the engine has two (see memcli.store.search_sql.best_in_scope)."""
     if not query:
         return []
     terms = list(query)

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from memcli.config import LifecycleSettings, LLMSettings
-from memcli.lifecycle.llm_usage import Model
+from memcli.derived.llm_usage import Model
 from tests.support import backend
 
 # Tables a lifecycle step may change; `snapshot` compares them before and after.

@@ -60,7 +60,7 @@ def mcp_app(db: Path, *, tools: tuple[str, ...] | None = None) -> Any:
 
     from memcli.config import load_settings
     from memcli.service.api import Service
-    from memcli.service.mcp import http_routes
+    from memcli.service.mcp_server import http_routes
 
     settings = load_settings(db)
     service = Service(settings)

@@ -25,7 +25,7 @@ MEMORY_COLUMNS = (
     "decay_rate", "access_count", "last_accessed", "event_time", "created_at", "updated_at",
     "valid_from", "valid_to", "state", "purge_at", "source_ids", "attributes",
 )
-# The context column exactly as memcli/store/doctor.py `rebuild_lexical` writes FTS5's.
+# The context column exactly as memcli/store/doctor_sql.py `rebuild_lexical` writes FTS5's.
 CONTEXT_SQL = """
     WITH plain AS (
         SELECT id, kind, session_id, tenant_id, event_seq, chunk_index,

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from memcli import Memory
 from memcli.config import LifecycleSettings
 from memcli.errors import MemcliError
-from memcli.portable.export import Scope, export
+from memcli.portable.exporter import Scope, export
 from memcli.providers.embedders import HashEmbedder
 
 TENANTS = ("default", "t2")
@@ -77,7 +77,7 @@ def _pick(memory: Memory, sql: str, n: int) -> tuple | None:
 def apply_ops(memory: Memory, history: list[tuple]) -> None:
     """Write `history` through the library; an operation the library refuses (a correction of
     an episode, a superseded decision...) is skipped, as a user would see it refused."""
-    from memcli import ledger
+    from memcli.ledger import entries as ledger
     from memcli.lifecycle import proposals
     from memcli.lifecycle.correct import correct_fact
     from memcli.lifecycle.purge import forget

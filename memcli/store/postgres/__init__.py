@@ -22,6 +22,7 @@ def connect(location: str, *, readonly: bool = False, must_exist: bool = False,
     or `must_exist`. The server database itself is never created: that is the DBA's step.
     In a process that installed a pool for `location` (the daemon), the connection is
     borrowed from it and `close()` gives it back."""
+    # start-up cost: psycopg, imported by these, only when a PostgreSQL database is opened
     from memcli.store.postgres.connection import PgDatabase
     from memcli.store.postgres.pool import installed
 

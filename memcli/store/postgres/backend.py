@@ -23,8 +23,13 @@ import re
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from memcli.crypto import PREFIX
-from memcli.store.postgres import crypto, legs, migrations, sparse
+from memcli.errors import DatabaseBusyError, StorageError
+from memcli.policy.encryption import PREFIX
+from memcli.store.backend import LogHealth
+from memcli.store.postgres import error_map as errors
+from memcli.store.postgres import legs, migrations, sparse
+from memcli.store.postgres import sealing as crypto
+from memcli.store.sealing import META_KEY_ID
 
 if TYPE_CHECKING:
     from memcli.errors import StorageError
@@ -313,8 +318,6 @@ class PgBackend:
         dead rows and index entries become reusable space no reader can see. True once done;
         False when a concurrent session kept the lock past busy_timeout. The bytes themselves
         may persist in that free space, the WAL, replicas and backups (README: PostgreSQL)."""
-        from memcli.errors import DatabaseBusyError
-
         present = self.table_names(db)
         try:
             db.execute("VACUUM " + ", ".join(t for t in PURGED_TABLES if t in present))
@@ -338,8 +341,6 @@ class PgBackend:
         Its counterpart of SQLite's long-lived reader is a long open transaction: it keeps
         VACUUM from removing the rows deleted since it began (a purge's text stays on disk
         until it ends). Only sessions this role may see in pg_stat_activity count."""
-        from memcli.store.backend import LogHealth
-
         row = db.execute(
             "SELECT extract(epoch FROM statement_timestamp() - xact_start)::float8, pid,"
             " application_name, state FROM pg_stat_activity"
@@ -383,8 +384,6 @@ class PgBackend:
     def data_version(self, db: PgDatabase) -> Any:
         """The database's key id: what the Sealer waits for (PostgreSQL has no counter of
         other connections' commits; one indexed read)."""
-        from memcli.store.crypto import META_KEY_ID
-
         return db.get_meta(META_KEY_ID) or ""  # (None would read as "not tracked")
 
     def raw_rows(self, db: PgDatabase, sql: str, params: tuple) -> list[tuple]:
@@ -398,9 +397,6 @@ class PgBackend:
 
     # -- errors -------------------------------------------------------------------------------
     def environment_error(self, db: PgDatabase, exc: BaseException) -> StorageError | None:
-        from memcli.errors import StorageError
-        from memcli.store.postgres import errors
-
         if isinstance(exc, StorageError):
             return exc
         found = errors.mapped(exc, db.path, db.busy_timeout)

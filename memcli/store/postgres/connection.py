@@ -26,11 +26,15 @@ from typing import TYPE_CHECKING, Any
 import psycopg
 from psycopg.pq import TransactionStatus
 
+from memcli.core.locations import shown
 from memcli.errors import NoDatabaseError, SchemaError
-from memcli.store.location import shown
 from memcli.store.meta import MetaRows
-from memcli.store.postgres import adapt, errors
+from memcli.store.postgres import adapt, migrations, tenants
+from memcli.store.postgres import error_map as errors
+from memcli.store.postgres.backend import BACKEND
+from memcli.store.postgres.dialect import DIALECT
 from memcli.store.postgres.placeholders import rewrite
+from memcli.store.sealing import Sealer
 
 if TYPE_CHECKING:
     from memcli.store.connection import Params
@@ -108,11 +112,6 @@ class PgDatabase(MetaRows):
                  busy_timeout: float = BUSY_TIMEOUT, pool: PgPool | None = None) -> None:
         """`pool`: borrow the connection from it (the daemon's, pool.py) and give it back on
         `close()`, instead of connecting."""
-        from memcli.store.crypto import Sealer
-        from memcli.store.postgres import migrations, tenants
-        from memcli.store.postgres.backend import BACKEND
-        from memcli.store.postgres.dialect import DIALECT
-
         self.location = location
         self.backend = BACKEND  # the engine's operations (memcli.store.backend)
         self.dialect = DIALECT  # SQL fragments in PostgreSQL's spelling

@@ -2,7 +2,7 @@
 the entity leg.
 
 Each leg returns [(memory id, score)] best first, ties by id, filtered inside its SQL by the
-same `Filters.sql()` as SQLite's legs (memcli/store/search.py); ranking stays above the store.
+same `Filters.sql()` as SQLite's legs (memcli/store/search_sql.py); ranking stays above the store.
 Tables and indexes: schema.sql (`memories.fts`, a generated tsvector of
 the turn at weight A and its context at weight B; the `(tenant_id, fts)` GIN; the partial
 trigram GIN; `memory_vectors` with tenant/user columns and HNSW indexes). `db` is memcli's
@@ -269,7 +269,7 @@ def dense(db: Any, vector: bytes, filters: Filters, limit: int,
 
 def best_in_scope(db: Any, ctes: str, scored: str, params: list, filters: Filters,
                   limit: int, small_scope: bool, ties: str = "ASC") -> list[tuple[int, float]]:
-    """memcli/store/search.py `best_in_scope` for PostgreSQL: the same two plans, same result.
+    """memcli/store/search_sql.py `best_in_scope` for PostgreSQL: the same two plans, same result.
 
     The large-scope plan differs: SQLite's `CROSS JOIN` keeps the sorted scores as the outer
     loop, so rows leave the join in score order and the LIMIT stops the walk early. PostgreSQL

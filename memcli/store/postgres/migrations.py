@@ -22,6 +22,7 @@ from importlib import resources
 from typing import TYPE_CHECKING
 
 from memcli.errors import EmbedderMismatchError, SchemaError
+from memcli.store.postgres.tenants import may_migrate, table_owner
 
 if TYPE_CHECKING:
     from memcli.store.postgres.connection import PgDatabase
@@ -87,8 +88,6 @@ def migrate(db: PgDatabase) -> int:
     if start == LATEST:
         return start
     if start > 0:
-        from memcli.store.postgres.tenants import may_migrate, table_owner
-
         if not may_migrate(db):  # e.g. a tenant role: ALTER is its tables' owner's alone
             raise SchemaError(
                 f"database {db.path} has schema version {start}; this memcli needs {LATEST},"

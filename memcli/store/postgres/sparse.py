@@ -45,6 +45,8 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING
 
+from memcli.store.sparse import SCALE
+
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
@@ -127,8 +129,6 @@ def search(db: PgDatabase, query: dict[int, float], filters: Filters, limit: int
     `small_scope` false: only the tenant's memories holding a query term are candidates (the
     GIN index memory_sparse_tenant_terms), the same result as scoring every vector of the
     scope."""
-    from memcli.store.sparse import SCALE
-
     where, params = filters.sql()
     shared, extra = "", []
     if not small_scope:

@@ -10,8 +10,11 @@ from typing import TYPE_CHECKING, Any
 import apsw
 
 from memcli.errors import DatabaseBusyError, MemcliError
-from memcli.store import search
+from memcli.store import search_sql as search
+from memcli.store.backend import LogHealth
+from memcli.store.sparse import SCALE
 from memcli.store.sqlite import fts, migrations, sparse, vec
+from memcli.store.sqlite.error_map import environment_error
 
 if TYPE_CHECKING:
     from memcli.errors import StorageError
@@ -132,8 +135,6 @@ class SqliteBackend:
 
     def sparse_search(self, db: Database, query: dict[int, float], filters: Filters,
                       limit: int, small_scope: bool) -> list[tuple[int, float]]:
-        from memcli.store.sparse import SCALE
-
         return sparse.search(db, query, filters, limit, small_scope, SCALE)
 
     # -- schema -------------------------------------------------------------------------------
@@ -215,8 +216,6 @@ class SqliteBackend:
         return self.checkpoint(db)
 
     def log_health(self, db: Database) -> LogHealth:
-        from memcli.store.backend import LogHealth
-
         if db.path == ":memory:":
             return LogHealth()
         wal = Path(db.path + "-wal")
@@ -293,8 +292,6 @@ class SqliteBackend:
         pass
 
     def environment_error(self, db: Database, exc: BaseException) -> StorageError | None:
-        from memcli.store.sqlite.connection import environment_error
-
         return environment_error(exc, db.path)
 
     def is_constraint_error(self, exc: BaseException) -> bool:

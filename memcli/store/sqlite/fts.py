@@ -12,7 +12,9 @@ from __future__ import annotations
 import hashlib
 from typing import TYPE_CHECKING
 
+from memcli.config import bundled_text
 from memcli.store.orphans import ids_lacking
+from memcli.store.search_sql import SMALL_SCOPE, estimate_scope
 
 if TYPE_CHECKING:
     from memcli.store.backend import LexicalQuery
@@ -120,8 +122,6 @@ def substring_scan(db: Database, grams: list[str], filters: Filters,
     p50 2 ms in one user's scope, 0.1 ms in a session, and 54-68 ms tenant-wide in table
     order against 550-630 ms through the scope index (its random row lookups); 10k memories:
     10-14 ms tenant-wide. `high` rows never match (their trigram rows are empty too)."""
-    from memcli.store.search import SMALL_SCOPE, estimate_scope
-
     if not grams:
         return []
     where, params = filters.sql()
@@ -236,10 +236,8 @@ def rebuild_lexical(db: Database) -> None:
 def _create_statement(name: str) -> str:
     import re
 
-    from memcli.store.sqlite.migrations import schema_sql
-
     match = re.search(rf"CREATE VIRTUAL TABLE IF NOT EXISTS {name} USING fts5 \(.*?\);",
-                      schema_sql(), re.S)
+                      bundled_text("schema.sql"), re.S)
     assert match is not None, name  # schema.sql defines both lexical tables
     return match.group(0)
 

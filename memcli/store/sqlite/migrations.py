@@ -11,22 +11,20 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from memcli.config import bundled_text
 from memcli.errors import SchemaError
+from memcli.store.sqlite.fts import register_scope_function
 
 if TYPE_CHECKING:
     from memcli.store.sqlite.connection import Database
 
 
 def schema_sql() -> str:
-    from memcli.config import bundled_text
-
     return bundled_text("schema.sql")
 
 
 def _v1(db: Database) -> None:
     # Version 1, the first schema, frozen in its own file.
-    from memcli.config import bundled_text
-
     db.conn.execute(bundled_text("store/schema_v1.sql"))
 
 
@@ -34,7 +32,6 @@ def _v2(db: Database) -> None:
     # memories_fts gains a `scope` column of hashed tenant/user/session tokens. An FTS5 table
     # cannot add a column, so it is rebuilt from `memories` (it is derived): the context column
     # is again each episode's previous episode in its session, as ingest writes it.
-    from memcli.store.sqlite.fts import register_scope_function
 
     register_scope_function(db)
     db.conn.execute("DROP TABLE memories_fts")

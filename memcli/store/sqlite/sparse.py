@@ -17,7 +17,7 @@ from collections import Counter
 from typing import TYPE_CHECKING
 
 from memcli.store.orphans import Link, delete_lacking, ids_lacking
-from memcli.store.search import best_in_scope
+from memcli.store.search_sql import best_in_scope
 
 if TYPE_CHECKING:
     from memcli.store.connection import Database

@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from memcli.store.orphans import delete_lacking, ids_lacking, lacking
-from memcli.store.search import count_candidates
+from memcli.store.search_sql import count_candidates
 
 if TYPE_CHECKING:
     from memcli.store.filters import Filters

@@ -1,0 +1,276 @@
+"""SQL for the ledger: decisions, tasks and checkpoints.
+
+Decisions and tasks are rows over a derived memory (written by memcli.derived.writer), so the
+privacy
+and scope filters of a context bundle run on that memory: `Filters.sql()` over `memories m`.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, Any
+
+from memcli.core.records import utcnow
+from memcli.store.sealing import seal_if
+
+if TYPE_CHECKING:
+    from memcli.store.connection import Database
+    from memcli.store.filters import Filters
+
+_LIST_FIELDS = ("rationale", "constraints", "alternatives", "consequences", "refs")
+
+
+def _decode(row: dict[str, Any]) -> dict[str, Any]:
+    for key in _LIST_FIELDS:
+        if key in row and isinstance(row[key], str):
+            row[key] = json.loads(row[key])
+    return row
+
+
+# -- decisions -------------------------------------------------------------------------------
+def insert_decision(db: Database, row: dict[str, Any]) -> int:
+    now = utcnow()
+    values = {
+        k: row.get(k)
+        for k in (
+            "tenant_id",
+            "user_id",
+            "session_id",
+            "agent_id",
+            "app_id",
+            "scope",
+            "decision",
+            "supersedes",
+        )
+    }
+    values.update({k: json.dumps(list(row.get(k) or []), ensure_ascii=False) for k in _LIST_FIELDS})
+    if row.get("sensitivity") == "high":
+        for key in ("decision", *_LIST_FIELDS):
+            values[key] = seal_if(db, True, values[key])
+    return db.insert(
+        "INSERT INTO decisions (tenant_id, user_id, session_id, agent_id, app_id, status, scope,"
+        " decision, rationale, constraints, alternatives, consequences, refs, supersedes,"
+        " created_at, updated_at) VALUES (:tenant_id, :user_id, :session_id, :agent_id, :app_id,"
+        " 'active', :scope, :decision, :rationale, :constraints, :alternatives, :consequences,"
+        " :refs, :supersedes, :now, :now) RETURNING id",
+        {**values, "now": now},
+    )
+
+
+def set_decision_memory(db: Database, decision_id: int, memory_id: int) -> None:
+    db.execute("UPDATE decisions SET memory_id = ? WHERE id = ?", (memory_id, decision_id))
+
+
+def mark_decision_superseded(db: Database, decision_id: int, by: int) -> None:
+    db.execute(
+        "UPDATE decisions SET status = 'superseded', superseded_by = ?, updated_at = ?"
+        " WHERE id = ?",
+        (by, utcnow(), decision_id),
+    )
+
+
+def get_decision(db: Database, decision_id: int) -> dict[str, Any] | None:
+    rows = db.query("SELECT * FROM decisions WHERE id = ?", (decision_id,))
+    return _decode(rows[0]) if rows else None
+
+
+def list_decisions(
+    db: Database,
+    *,
+    status: str | None,
+    tenant_id: str | None,
+    user_id: str | None,
+    app_id: str | None,
+    limit: int,
+) -> list[dict[str, Any]]:
+    clauses, params = _scope_clauses("d", tenant_id, user_id, app_id)
+    if status:
+        clauses.append("d.status = ?")
+        params.append(status)
+    where = " AND ".join(clauses) or "1 = 1"
+    rows = db.query(
+        f"SELECT d.* FROM decisions d WHERE {where} ORDER BY d.id DESC LIMIT ?", (*params, limit)
+    )
+    return [_decode(r) for r in rows]
+
+
+def _bundle_clauses(alias: str, filters: Filters, user_id: str | None) -> tuple[str, list[Any]]:
+    """The ledger table's own scope (so its index drives the query: CROSS JOIN keeps it the
+    outer loop instead of a scan of the tenant's memories), then the memory's filters."""
+    where, params = filters.sql()
+    clauses, head = [], []
+    if filters.tenant_id is not None:
+        clauses.append(f"{alias}.tenant_id = ?")
+        head.append(filters.tenant_id)
+    clauses.append(where)
+    if user_id is not None:
+        clauses.append("(m.user_id = ? OR m.user_id IS NULL)")
+        params = [*params, user_id]
+    return " AND ".join(clauses), [*head, *params]
+
+
+def bundle_decisions(
+    db: Database, filters: Filters, user_id: str | None, limit: int
+) -> list[dict[str, Any]]:
+    """Active decisions a bundle may show: the memory passes the filters; the user's own and
+    tenant-wide ones (user_id NULL). Newest first."""
+    where, params = _bundle_clauses("d", filters, user_id)
+    join = db.dialect.ORDERED_JOIN
+    rows = db.query(
+        f"SELECT d.*, m.sensitivity AS sensitivity, m.category AS category FROM decisions d"
+        f" {join} memories m ON m.id = d.memory_id WHERE d.status = 'active' AND {where}"
+        f" ORDER BY d.updated_at DESC, d.id DESC LIMIT ?",
+        (*params, limit),
+    )
+    return [_decode(r) for r in rows]
+
+
+# -- tasks -----------------------------------------------------------------------------------
+def insert_task(db: Database, row: dict[str, Any]) -> int:
+    now = utcnow()
+    if row.get("sensitivity") == "high":
+        row = {**row, **{k: seal_if(db, True, row.get(k) or "") for k in ("title", "details")},
+               "refs": seal_if(db, True, json.dumps(list(row.get("refs") or []),
+                                                    ensure_ascii=False))}
+    return db.insert(
+        "INSERT INTO tasks (tenant_id, user_id, session_id, agent_id, app_id, status, title,"
+        " details, refs, created_at, updated_at) VALUES (:tenant_id, :user_id, :session_id,"
+        " :agent_id, :app_id, :status, :title, :details, :refs, :now, :now) RETURNING id",
+        {
+            **{
+                k: row.get(k)
+                for k in (
+                    "tenant_id",
+                    "user_id",
+                    "session_id",
+                    "agent_id",
+                    "app_id",
+                    "status",
+                    "title",
+                    "details",
+                )
+            },
+            "refs": row["refs"] if isinstance(row.get("refs"), str)
+            else json.dumps(list(row.get("refs") or []), ensure_ascii=False),
+            "now": now,
+        },
+    )
+
+
+def update_task(db: Database, task_id: int, changes: dict[str, Any]) -> None:
+    allowed = {"status", "title", "details", "refs", "memory_id"}
+    sets = {
+        k: (json.dumps(v, ensure_ascii=False) if k == "refs" else v)
+        for k, v in changes.items()
+        if k in allowed
+    }
+    if db.scalar("SELECT m.sensitivity FROM tasks t JOIN memories m ON m.id = t.memory_id"
+                 " WHERE t.id = ?", (task_id,)) == "high":
+        sets = {k: (seal_if(db, True, v) if k in {"title", "details", "refs"} else v)
+                for k, v in sets.items()}
+    sets["updated_at"] = utcnow()
+    assignments = ", ".join(f"{k} = :{k}" for k in sets)
+    db.execute(f"UPDATE tasks SET {assignments} WHERE id = :id", {**sets, "id": task_id})
+
+
+def get_task(db: Database, task_id: int) -> dict[str, Any] | None:
+    rows = db.query("SELECT * FROM tasks WHERE id = ?", (task_id,))
+    return _decode(rows[0]) if rows else None
+
+
+def list_tasks(
+    db: Database,
+    *,
+    statuses: tuple[str, ...],
+    tenant_id: str | None,
+    user_id: str | None,
+    app_id: str | None,
+    limit: int,
+) -> list[dict[str, Any]]:
+    clauses, params = _scope_clauses("t", tenant_id, user_id, app_id)
+    if statuses:
+        clauses.append(f"t.status IN ({','.join('?' * len(statuses))})")
+        params.extend(statuses)
+    where = " AND ".join(clauses) or "1 = 1"
+    rows = db.query(
+        f"SELECT t.* FROM tasks t WHERE {where} ORDER BY t.id DESC LIMIT ?", (*params, limit)
+    )
+    return [_decode(r) for r in rows]
+
+
+def bundle_tasks(
+    db: Database, filters: Filters, user_id: str | None, limit: int
+) -> list[dict[str, Any]]:
+    """Open and in-progress tasks a bundle may show: doing first, then newest."""
+    where, params = _bundle_clauses("t", filters, user_id)
+    join = db.dialect.ORDERED_JOIN
+    rows = db.query(
+        f"SELECT t.*, m.sensitivity AS sensitivity FROM tasks t {join} memories m"
+        f" ON m.id = t.memory_id WHERE t.status IN ('open', 'doing') AND {where}"
+        f" ORDER BY t.status = 'open', t.updated_at DESC, t.id DESC LIMIT ?",
+        (*params, limit),
+    )
+    return [_decode(r) for r in rows]
+
+
+def _scope_clauses(
+    alias: str, tenant_id: str | None, user_id: str | None, app_id: str | None
+) -> tuple[list[str], list[Any]]:
+    clauses: list[str] = []
+    params: list[Any] = []
+    for column, value in (("tenant_id", tenant_id), ("user_id", user_id), ("app_id", app_id)):
+        if value is not None:
+            clauses.append(f"{alias}.{column} = ?")
+            params.append(value)
+    return clauses, params
+
+
+# -- checkpoints -----------------------------------------------------------------------------
+def save_checkpoint(
+    db: Database, tenant_id: str, user_id: str, thread_id: str, data: str, sensitivity: str
+) -> dict[str, Any]:
+    now = utcnow()
+    db.execute(
+        "INSERT INTO checkpoints (tenant_id, user_id, thread_id, data, sensitivity, version,"
+        " created_at, updated_at) VALUES (?, ?, ?, ?, ?, 1, ?, ?)"
+        " ON CONFLICT (tenant_id, user_id, thread_id) DO UPDATE SET data = excluded.data,"
+        " sensitivity = excluded.sensitivity, version = checkpoints.version + 1,"
+        " updated_at = excluded.updated_at",
+        (tenant_id, user_id, thread_id, seal_if(db, sensitivity == "high", data), sensitivity,
+         now, now),
+    )
+    return get_checkpoint(db, tenant_id, user_id, thread_id) or {}
+
+
+def get_checkpoint(
+    db: Database, tenant_id: str, user_id: str, thread_id: str
+) -> dict[str, Any] | None:
+    rows = db.query(
+        "SELECT tenant_id, user_id, thread_id, data, sensitivity, version, created_at,"
+        " updated_at FROM checkpoints WHERE tenant_id = ? AND user_id = ? AND thread_id = ?",
+        (tenant_id, user_id, thread_id),
+    )
+    return rows[0] if rows else None
+
+
+def checkpoint_version(
+    db: Database, tenant_id: str, user_id: str, thread_id: str, ref: str
+) -> dict[str, Any] | None:
+    """The newest history row of a checkpoint save named `ref` ("checkpoint vN"), meta
+    decoded (a purge may have emptied it)."""
+    rows = db.query(
+        "SELECT meta, ts FROM history WHERE tenant_id = ? AND user_id = ? AND session_id = ?"
+        " AND memory_id IS NULL AND actor = 'checkpoint' AND new_ref = ?"
+        " ORDER BY id DESC LIMIT 1",
+        (tenant_id, user_id, thread_id, ref),
+    )
+    if not rows:
+        return None
+    return {"meta": json.loads(rows[0]["meta"]), "ts": rows[0]["ts"]}
+
+
+def active_decision_of_memory(db: Database, memory_id: int) -> dict[str, Any] | None:
+    """The active decision whose memory this is, if any (consolidation supersedes it)."""
+    rows = db.query("SELECT * FROM decisions WHERE memory_id = ? AND status = 'active'",
+                    (memory_id,))
+    return _decode(rows[0]) if rows else None
