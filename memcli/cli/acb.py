@@ -77,7 +77,7 @@ def build_cmd(
     """Build a context bundle for the next model call (JSON, or a markdown prompt block)."""
     from memcli.config import load_settings
     from memcli.errors import UsageError
-    from memcli.operations.acb import acb_payload, prepare_acb
+    from memcli.operations.bundle import acb_payload, prepare_acb
 
     with errors():
         check_flags({**given, "cap": cap})

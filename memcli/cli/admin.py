@@ -61,7 +61,7 @@ def purge_cmd(
 ) -> None:
     """Delete a scope for good: events, memories, index rows, vectors, entity links, and
     every copy in the file (VACUUM, WAL emptied; exit 75 if a reader keeps old pages)."""
-    from memcli.operations.purge import check_purged, purge_payload
+    from memcli.operations.erase import check_purged, purge_payload
     from memcli.operations.requests import PurgeRequest, validated
 
     with errors():
@@ -74,7 +74,7 @@ def purge_cmd(
             f"{p['memories']} memories, {p['artifacts']} artifact(s)"))
         check_purged(out)
         if out.get("vacuum") == "owner":
-            from memcli.operations.purge import VACUUM_HINT, VACUUM_NOTICE
+            from memcli.operations.erase import VACUUM_HINT, VACUUM_NOTICE
 
             warn(f"{VACUUM_NOTICE} ({VACUUM_HINT})")
 
@@ -150,7 +150,7 @@ def register(app: typer.Typer) -> None:
         db: DbOpt = None,
     ) -> None:
         """Print the full output kept for a truncated tool result."""
-        from memcli.operations.records import artifact_body
+        from memcli.operations.record import artifact_body
 
         with errors(), open_memory(db, with_embedder=False, must_exist=True) as memory:
             sys.stdout.buffer.write(artifact_body(memory, artifact_id))

@@ -42,7 +42,7 @@ def ingest_cmd(
     as_json: JsonOpt = False,
 ) -> None:
     """Record events (messages, tool calls, results, decisions) as memories."""
-    from memcli.operations.records import ingest_payload
+    from memcli.operations.record import ingest_payload
     from memcli.operations.requests import IngestRequest, validated
 
     with errors():

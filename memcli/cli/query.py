@@ -1,6 +1,6 @@
 """`memcli query`: its options are the fields of the query request
 (memcli.operations.requests.QueryRequest), its answer the operation's payload
-(memcli.operations.query)."""
+(memcli.operations.retrieve)."""
 
 from __future__ import annotations
 
@@ -50,8 +50,8 @@ def _render_hits(payload: dict, explain: bool) -> None:
 def _request(text: str, given: dict[str, Any]) -> QueryRequest:
     """The request: the text (`-`: stdin, which starting with `{` is one memory-spec
     `memory.query` JSON request) and the flags, a flag winning over the same field."""
-    from memcli.operations.query import check_query
     from memcli.operations.requests import parse_query_request
+    from memcli.operations.retrieve import check_query
 
     data: dict[str, Any] = {"query": text}
     if text == "-":
@@ -108,7 +108,7 @@ def _query(request: QueryRequest, wanted: set[str] | None, *, all_tenants: bool,
            sensitivity: list[str] | None, no_widen: bool, explain: bool, db: str | None,
            fmt: Format) -> None:
     """The query run on the database and printed."""
-    from memcli.operations.query import hits_payload, run_query
+    from memcli.operations.retrieve import hits_payload, run_query
 
     with open_memory(db, with_embedder=wanted is None or "dense" in wanted,
                      with_sparse=wanted is None or "sparse" in wanted,
@@ -126,7 +126,7 @@ def _query(request: QueryRequest, wanted: set[str] | None, *, all_tenants: bool,
             payload["query"] = f"{payload['query'][:60]}... [{note}]"
         emit(payload, fmt, lambda p: _render_hits(p, explain))
     else:
-        # The JSON contract (memcli.operations.query.hits_payload): hits, or the bullets.
+        # The JSON contract (memcli.operations.retrieve.hits_payload): hits, or the bullets.
         emit(hits_payload(result, request.return_format), fmt)
 
 

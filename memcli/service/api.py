@@ -139,7 +139,7 @@ def record_events(ctx: Context, scope: Scope, request: Any
                     records[i] = record = {**record, key: bound}
     defaults = {"tenant_id": scope.tenant, "user_id": scope.user_id, "agent_id": scope.agent,
                 "app_id": scope.app_id}
-    from memcli.operations.records import record_events_payload
+    from memcli.operations.record import record_events_payload
 
     out = record_events_payload(ctx.memory, records, defaults=defaults, tenant=scope.tenant)
     return out if isinstance(request, list) else out[0]
@@ -155,7 +155,7 @@ def build_acb(ctx: Context, scope: Scope, request: dict[str, Any]) -> dict[str, 
     """The Agent Memory System PRD's `build_acb`: the bundle `memcli acb build --json` prints for
     this request."""
     from memcli.core.inputs import check_value
-    from memcli.operations.acb import acb_payload, prepare_acb
+    from memcli.operations.bundle import acb_payload, prepare_acb
 
     if not isinstance(request, dict):
         raise UsageError("the acb request must be one JSON object")
@@ -172,7 +172,7 @@ def get_artifact(ctx: Context, scope: Scope, request: dict[str, Any]) -> dict[st
     """The full output kept for a truncated tool result (`memcli artifact ID`), in the caller's
     tenant only: `{artifact_id, tenant_id, bytes, text}` (text decoded as UTF-8, bad bytes
     replaced). An event of kind `artifact` is found by its event id too."""
-    from memcli.operations.records import artifact_body
+    from memcli.operations.record import artifact_body
     from memcli.service.models import ArtifactQuery
 
     req = validate(ArtifactQuery, request, "artifact request")
@@ -269,8 +269,8 @@ def query(ctx: Context, scope: Scope, request: dict[str, Any]) -> list[dict[str,
     with what `memcli query --json` prints (hits, or bullets with `"return": "bullets"`; each hit
     names the scope that answered)."""
     from memcli.core.inputs import check_value
-    from memcli.operations.query import hits_payload, run_query
     from memcli.operations.requests import parse_query_request
+    from memcli.operations.retrieve import hits_payload, run_query
 
     if not isinstance(request, dict):
         raise UsageError("the query request must be one JSON object")
@@ -345,7 +345,7 @@ def delete_app_memories(ctx: Context, scope: Scope, request: dict[str, Any]) -> 
     """The app-memory design's admin purge: `memcli purge --app APP` (one memory with
     `memory_id`: `purge --memory ID --app APP`, which takes the event it was cut from with it).
     Deleted for good."""
-    from memcli.operations.purge import check_purged, purge_payload
+    from memcli.operations.erase import check_purged, purge_payload
     from memcli.operations.requests import PurgeRequest
     from memcli.service.models import AppMemoriesQuery
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from memcli.operations.query import bounded
+from memcli.operations.retrieve import bounded
 
 if TYPE_CHECKING:
     from memcli.acb.build import AcbRequest
