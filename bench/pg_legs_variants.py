@@ -20,7 +20,7 @@ from memcli.store.postgres import legs
 
 Leg = Callable[..., list[tuple[int, float]]]
 
-# What the variants need beyond memcli's own schema (tests/pg_legs_support.apply_schema), added
+# What the variants need beyond memcli's own schema (tests/support/pg_legs.apply_schema), added
 # on top of it: the binary-quantized HNSW index (`bits`). (The sparsevec variant measured here
 # first is memcli's own leg now: memory_sparse.vec.)
 VARIANT_DDL = """

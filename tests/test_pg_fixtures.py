@@ -1,5 +1,5 @@
 """The test fixtures' own promises. The matrix's reused PostgreSQL database
-(tests/pg_db_support.ReusedDatabase): after a test it is back to a fresh copy of the template,
+(tests/support/pg_db.ReusedDatabase): after a test it is back to a fresh copy of the template,
 or it is a new copy; never what the test left. The server copies under /tmp
 (tests.support.pg.remove_server_copies): removed when no process runs from them."""
 
