@@ -168,18 +168,14 @@ def serve_processes() -> list[int]:
     """Pids of running `memcli serve` processes that are children of this test process
     (however they were started)."""
     found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
+    for pid in children_of(os.getpid()):
         try:
-            with open(f"/proc/{entry}/stat", "rb") as f:
-                ppid = int(f.read().rsplit(b")", 1)[1].split()[1])
-            with open(f"/proc/{entry}/cmdline", "rb") as f:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
                 argv = f.read().split(b"\0")
-        except (OSError, IndexError, ValueError):
+        except OSError:
             continue
-        if ppid == os.getpid() and b"memcli" in argv and b"serve" in argv:
-            found.append(int(entry))
+        if b"memcli" in argv and b"serve" in argv:
+            found.append(pid)
     return found
 
 
