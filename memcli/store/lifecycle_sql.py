@@ -393,13 +393,7 @@ def semantic_counts_since(
 ) -> list[dict[str, Any]]:
     """(tenant, user, new facts) for every user with facts created since `since`."""
     b = db.dialect.binary
-    clauses, params = ["created_at >= ?", "state = 'active'"], [since]
-    if tenant_id is not None:
-        clauses.append("tenant_id = ?")
-        params.append(tenant_id)
-    if user_id is not None:
-        clauses.append("user_id = ?")
-        params.append(user_id)
+    clauses, params = _active_since(since, tenant_id, user_id)
     return db.query(
         f"SELECT tenant_id, user_id, count(*) AS facts FROM memories"
         f" WHERE kind IN ({_marks(SEMANTIC_FACT_KINDS)}) AND {' AND '.join(clauses)}"
@@ -409,6 +403,19 @@ def semantic_counts_since(
         f" ORDER BY {b('tenant_id')}, {b('user_id')} NULLS FIRST",
         [*SEMANTIC_FACT_KINDS, *params],
     )
+
+
+def _active_since(since: str, tenant_id: str | None,
+                  user_id: str | None) -> tuple[list[str], list[Any]]:
+    """Active memories created since `since`, of the tenant and user when given."""
+    clauses, params = ["created_at >= ?", "state = 'active'"], [since]
+    if tenant_id is not None:
+        clauses.append("tenant_id = ?")
+        params.append(tenant_id)
+    if user_id is not None:
+        clauses.append("user_id = ?")
+        params.append(user_id)
+    return clauses, params
 
 
 def latest_of_kind(db: Database, tenant_id: str, user_id: str | None, kind: str) -> str | None:
@@ -444,13 +451,7 @@ def active_users(
 ) -> list[tuple[str, str | None]]:
     """(tenant, user) pairs with any memory created since `since`."""
     b = db.dialect.binary
-    clauses, params = ["created_at >= ?", "state = 'active'"], [since]
-    if tenant_id is not None:
-        clauses.append("tenant_id = ?")
-        params.append(tenant_id)
-    if user_id is not None:
-        clauses.append("user_id = ?")
-        params.append(user_id)
+    clauses, params = _active_since(since, tenant_id, user_id)
     return [
         (t, u)
         for t, u in db.execute(

@@ -82,14 +82,8 @@ def lexical(db: Database, query: LexicalQuery, filters: Filters, limit: int,
     match = fts_match(query)
     if match is None:
         return []
-    where, params = filters.sql()
-    rows = db.execute(
-        f"SELECT m.id, -bm25(memories_fts, 1.0, ?, 0.0) AS s FROM memories_fts"
-        f" JOIN memories m ON m.id = memories_fts.rowid"
-        f" WHERE memories_fts MATCH ? AND {where} ORDER BY s DESC, m.id LIMIT ?",
-        [context_weight, scoped_match(match, filters), *params, limit],
-    )
-    return [(int(i), float(s)) for i, s in rows]
+    return _bm25(db, "memories_fts", "bm25(memories_fts, 1.0, ?, 0.0)", [context_weight],
+                 scoped_match(match, filters), filters, limit)
 
 
 def trigram(db: Database, query: LexicalQuery, filters: Filters,
@@ -101,12 +95,19 @@ def trigram(db: Database, query: LexicalQuery, filters: Filters,
     match = trigram_match(query)
     if match is None:
         return []
+    return _bm25(db, "memories_trigram", "bm25(memories_trigram)", [], match, filters, limit)
+
+
+def _bm25(db: Database, table: str, bm25: str, bm25_params: list[float], match: str,
+          filters: Filters, limit: int) -> list[tuple[int, float]]:
+    """The memories passing `filters` whose row of the FTS5 `table` matches, by the `bm25`
+    call (its `?` bound to `bm25_params`) negated: higher is better."""
     where, params = filters.sql()
     rows = db.execute(
-        f"SELECT m.id, -bm25(memories_trigram) AS s FROM memories_trigram"
-        f" JOIN memories m ON m.id = memories_trigram.rowid"
-        f" WHERE memories_trigram MATCH ? AND {where} ORDER BY s DESC, m.id LIMIT ?",
-        [match, *params, limit],
+        f"SELECT m.id, -{bm25} AS s FROM {table}"
+        f" JOIN memories m ON m.id = {table}.rowid"
+        f" WHERE {table} MATCH ? AND {where} ORDER BY s DESC, m.id LIMIT ?",
+        [*bm25_params, match, *params, limit],
     )
     return [(int(i), float(s)) for i, s in rows]
 
