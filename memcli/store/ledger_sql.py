@@ -11,6 +11,7 @@ import json
 from typing import TYPE_CHECKING, Any
 
 from memcli.core.records import utcnow
+from memcli.store.batching import marks
 from memcli.store.sealing import seal_if
 
 if TYPE_CHECKING:
@@ -200,7 +201,7 @@ def _listed(db: Database, table: str, statuses: tuple[str, ...], tenant_id: str 
             clauses.append(f"{alias}.{column} = ?")
             params.append(value)
     if statuses:
-        clauses.append(f"{alias}.status IN ({','.join('?' * len(statuses))})")
+        clauses.append(f"{alias}.status IN ({marks(statuses)})")
         params.extend(statuses)
     where = " AND ".join(clauses) or "1 = 1"
     rows = db.query(

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 from memcli.errors import DatabaseBusyError, StorageError
 from memcli.policy.encryption import PREFIX
 from memcli.store.backend import LogHealth
+from memcli.store.batching import chunks, marks
 from memcli.store.postgres import error_map as errors
 from memcli.store.postgres import legs, migrations, sparse
 from memcli.store.postgres import sealing as crypto
@@ -97,14 +98,13 @@ class PgBackend:
     def semantic_neighbours(self, db: PgDatabase, memory_id: int, vector: bytes,
                             tenant_id: str, user_id: str | None, kinds: tuple[str, ...],
                             k: int) -> list[tuple[int, float]]:
-        marks = ",".join("?" * len(kinds))
         user = "m.user_id = ?" if user_id is not None else "m.user_id IS NULL"
         # m.id breaks ties (equal vectors): the oldest, not the scan's order, on both engines
         rows = db.execute(
             f"SELECT m.id, 1.0 - (v.embedding <=> ?::vector) AS s FROM memories m"
             f" JOIN memory_vectors v ON v.memory_id = m.id"
             f" WHERE m.id <> ? AND m.tenant_id = ? AND {user} AND m.state = 'active'"
-            f" AND m.kind IN ({marks}) ORDER BY s DESC, m.id LIMIT ?",
+            f" AND m.kind IN ({marks(kinds)}) ORDER BY s DESC, m.id LIMIT ?",
             [legs.vector_literal(vector), memory_id, tenant_id,
              *([user_id] if user_id is not None else []), *kinds, k])
         return [(int(i), float(s)) for i, s in rows]
@@ -117,12 +117,11 @@ class PgBackend:
 
     def index_memories(self, db: PgDatabase, ids: list[int]) -> None:
         """The contexts of these memories (import) by ingest's rule, from their sessions."""
-        for start in range(0, len(ids), 1000):
-            part = ids[start:start + 1000]
-            marks = ",".join("?" * len(part))
+        for part in chunks(ids, 1000):
+            in_list = marks(part)
             where = ("WHERE (tenant_id, coalesce(session_id, '')) IN (SELECT tenant_id,"
-                     f" coalesce(session_id, '') FROM memories WHERE id IN ({marks}))")
-            db.execute(_CONTEXTS.format(where=where, only=f"AND m.id IN ({marks})"),
+                     f" coalesce(session_id, '') FROM memories WHERE id IN ({in_list}))")
+            db.execute(_CONTEXTS.format(where=where, only=f"AND m.id IN ({in_list})"),
                        [*part, *part])
 
     def unindex_memories(self, db: PgDatabase, ids: list[int]) -> None:
@@ -161,8 +160,7 @@ class PgBackend:
         # 100 rows a statement (a round trip each); one row per memory (the last given), as
         # an upsert may not touch a row twice in one statement.
         latest = list(dict(rows).items())
-        for start in range(0, len(latest), 100):
-            part = latest[start:start + 100]
+        for part in chunks(latest, 100):
             values = ", ".join(["(?::bigint, ?::vector)"] * len(part))
             db.execute(
                 "INSERT INTO memory_vectors (memory_id, tenant_id, user_id, embedding)"
@@ -180,10 +178,9 @@ class PgBackend:
         self.insert_vectors(db, rows)
 
     def delete_vectors(self, db: PgDatabase, ids: list[int]) -> None:
-        for start in range(0, len(ids), 1000):
-            part = ids[start:start + 1000]
+        for part in chunks(ids, 1000):
             db.execute(f"DELETE FROM memory_vectors WHERE memory_id IN"
-                       f" ({','.join('?' * len(part))})", part)
+                       f" ({marks(part)})", part)
 
     def reset_vectors(self, db: PgDatabase, dimension: int) -> None:
         db.execute("DELETE FROM memory_vectors")

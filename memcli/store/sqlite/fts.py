@@ -13,6 +13,7 @@ import hashlib
 from typing import TYPE_CHECKING
 
 from memcli.config import bundled_text
+from memcli.store.batching import chunks, marks
 from memcli.store.orphans import ids_lacking
 from memcli.store.search_sql import SMALL_SCOPE, estimate_scope
 
@@ -195,11 +196,10 @@ def index_memories(db: Database, ids: list[int]) -> None:
 
 
 def unindex_memories(db: Database, ids: list[int]) -> None:
-    for start in range(0, len(ids), 500):
-        part = ids[start:start + 500]
-        marks = ",".join("?" * len(part))
-        db.execute(f"DELETE FROM memories_fts WHERE rowid IN ({marks})", part)
-        db.execute(f"DELETE FROM memories_trigram WHERE rowid IN ({marks})", part)
+    for part in chunks(ids, 500):
+        in_list = marks(part)
+        db.execute(f"DELETE FROM memories_fts WHERE rowid IN ({in_list})", part)
+        db.execute(f"DELETE FROM memories_trigram WHERE rowid IN ({in_list})", part)
 
 
 def optimize_lexical(db: Database) -> None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from memcli.store.batching import chunks, marks
 from memcli.store.orphans import delete_lacking, ids_lacking, lacking
 from memcli.store.search_sql import count_candidates
 
@@ -88,11 +89,9 @@ def _with_keys(db: Database, rows: list[tuple[int, bytes]]) -> list[tuple]:
         return []
     ids = [mid for mid, _ in rows]
     scopes = {}
-    for start in range(0, len(ids), 500):
-        part = ids[start:start + 500]
-        marks = ",".join("?" * len(part))
+    for part in chunks(ids, 500):
         scopes.update((mid, (tenant, user)) for mid, tenant, user in db.execute(
-            f"SELECT id, tenant_id, user_id FROM memories WHERE id IN ({marks})", part))
+            f"SELECT id, tenant_id, user_id FROM memories WHERE id IN ({marks(part)})", part))
     out = []
     for mid, blob in rows:
         tenant, user = scopes.get(mid, (None, None))
@@ -141,11 +140,10 @@ def insert_vectors(db: Database, rows: list[tuple[int, bytes]]) -> None:
         " ON CONFLICT (memory_id) DO UPDATE SET embedding = excluded.embedding", rows
     )
     if db.vec_enabled:
-        for start in range(0, len(rows), 500):
-            keyed = _with_keys(db, rows[start:start + 500])
+        for part in chunks(rows, 500):
+            keyed = _with_keys(db, part)
             # vec0 has no INSERT OR REPLACE: a re-embedded memory's old bits go first.
-            marks = ",".join("?" * len(keyed))
-            db.execute(f"DELETE FROM vec_memories WHERE memory_id IN ({marks})",
+            db.execute(f"DELETE FROM vec_memories WHERE memory_id IN ({marks(keyed)})",
                        [r[0] for r in keyed])
             db.executemany(_INSERT_VEC, keyed)
     elif rows:
@@ -155,12 +153,12 @@ def insert_vectors(db: Database, rows: list[tuple[int, bytes]]) -> None:
 def delete_vectors(db: Database, memory_ids: list[int]) -> None:
     if not memory_ids:
         return
-    marks = ",".join("?" * len(memory_ids))
-    db.execute(f"DELETE FROM memory_vectors WHERE memory_id IN ({marks})", memory_ids)
+    in_list = marks(memory_ids)
+    db.execute(f"DELETE FROM memory_vectors WHERE memory_id IN ({in_list})", memory_ids)
     if not _has_vec_table(db):
         return
     if db.vec_enabled:
-        db.execute(f"DELETE FROM vec_memories WHERE memory_id IN ({marks})", memory_ids)
+        db.execute(f"DELETE FROM vec_memories WHERE memory_id IN ({in_list})", memory_ids)
     else:
         db.set_meta(VEC_STALE, "1")  # vec0 rows can only be deleted with the module loaded
 
@@ -215,14 +213,13 @@ def semantic_neighbours(db: Database, memory_id: int, vector_blob: bytes, tenant
                         ) -> list[tuple[int, float]]:
     if not db.vec_enabled:
         return []
-    marks = ",".join("?" * len(kinds))
     # m.id breaks ties (equal vectors): the oldest, not the scan's order, on both engines
     rows = db.execute(
         f"SELECT m.id, 1.0 - vec_distance_cosine(v.embedding, ?) AS s FROM memories m"
         f" JOIN memory_vectors v ON v.memory_id = m.id"
         " WHERE m.id != ? AND m.tenant_id = ? AND m.user_id IS NOT DISTINCT FROM ? AND m.state ="
         " 'active'"
-        f" AND m.kind IN ({marks}) ORDER BY s DESC, m.id LIMIT ?",
+        f" AND m.kind IN ({marks(kinds)}) ORDER BY s DESC, m.id LIMIT ?",
         [vector_blob, memory_id, tenant_id, user_id, *kinds, k],
     )
     return [(int(i), float(s)) for i, s in rows]
