@@ -194,7 +194,7 @@ def _openmp_thread_setter(model: Any, *, explicit: bool) -> Callable[[int | None
     return set_threads
 
 
-# --------------------------------------------------------------------------- MiniLM (ONNX)
+# --------------------------------------------------------------------------- hash (tests)
 
 
 class HashEmbedder:
@@ -254,18 +254,10 @@ class HashEmbedder:
 
 # --------------------------------------------------------------------------- factory
 
-def _minilm(**options: Any) -> Embedder:
-    return MiniLMEmbedder(**options)
-
-
-def _openai(**options: Any) -> Embedder:
-    return OpenAIEmbedder(**options)
-
-
 _FACTORIES: dict[str, Callable[..., Embedder]] = {
     "e5-small": E5SmallEmbedder,
-    "minilm": _minilm,
-    "openai": _openai,
+    "minilm": MiniLMEmbedder,
+    "openai": OpenAIEmbedder,
     "hash": HashEmbedder,
 }
 
