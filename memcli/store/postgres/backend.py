@@ -64,7 +64,8 @@ _CONTEXTS = """
 
 
 class PgBackend:
-    """The PostgreSQL engine (psycopg 3, pgvector, pg_trgm). Stateless, like SqliteBackend."""
+    """The PostgreSQL engine (psycopg 3, pgvector, pg_trgm). Stateless, and built like
+    SqliteBackend: a method that is one module function is that function."""
 
     name = "postgresql"
     schema_latest = migrations.LATEST
@@ -86,14 +87,8 @@ class PgBackend:
                 limit: int) -> list[tuple[int, float]]:
         return legs.trigram(db, list(query.grams), filters, limit)
 
-    def dense(self, db: PgDatabase, vector: bytes, filters: Filters, limit: int,
-              scope_rows: int | None) -> list[tuple[int, float]]:
-        return legs.dense(db, vector, filters, limit, scope_rows)
-
-    def best_in_scope(self, db: PgDatabase, ctes: str, scored: str, params: list,
-                      filters: Filters, limit: int, small_scope: bool, ties: str
-                      ) -> list[tuple[int, float]]:
-        return legs.best_in_scope(db, ctes, scored, params, filters, limit, small_scope, ties)
+    dense = staticmethod(legs.dense)
+    best_in_scope = staticmethod(legs.best_in_scope)
 
     def semantic_neighbours(self, db: PgDatabase, memory_id: int, vector: bytes,
                             tenant_id: str, user_id: str | None, kinds: tuple[str, ...],
@@ -152,8 +147,7 @@ class PgBackend:
         return {}
 
     # -- vectors ------------------------------------------------------------------------------
-    def ensure_vectors(self, db: PgDatabase, dimension: int) -> None:
-        migrations.ensure_vectors(db, dimension)
+    ensure_vectors = staticmethod(migrations.ensure_vectors)
 
     def insert_vectors(self, db: PgDatabase, rows: list[tuple[int, bytes]]) -> None:
         # The memory's tenant and user are copied beside the vector (the KNN walk's filter).
@@ -199,8 +193,7 @@ class PgBackend:
         return {}
 
     # -- SPLADE: one sparsevec per memory (memcli.store.postgres.sparse) ----------------------
-    def write_sparse(self, db: PgDatabase, docs: list[tuple[int, dict[int, int]]]) -> None:
-        sparse.write(db, docs)
+    write_sparse = staticmethod(sparse.write)
 
     def sparse_terms(self, db: PgDatabase, ids: list[int]) -> dict[int, list[int]]:
         return sparse.terms(db, ids)
@@ -208,11 +201,8 @@ class PgBackend:
     def delete_sparse(self, db: PgDatabase, ids: list[int]) -> None:
         sparse.delete(db, ids)
 
-    def reset_sparse(self, db: PgDatabase) -> None:
-        sparse.reset(db)
-
-    def recount_sparse_df(self, db: PgDatabase) -> None:
-        sparse.recount_df(db)
+    reset_sparse = staticmethod(sparse.reset)
+    recount_sparse_df = staticmethod(sparse.recount_df)
 
     def sparse_orphans(self, db: PgDatabase) -> dict[str, list[int]]:
         """None beyond memory_sparse's own (portable SQL): the vector is the memory's row."""
@@ -227,11 +217,8 @@ class PgBackend:
         return sparse.search(db, query, filters, limit, small_scope)
 
     # -- schema -------------------------------------------------------------------------------
-    def migrate(self, db: PgDatabase) -> int:
-        return migrations.migrate(db)
-
-    def schema_version(self, db: PgDatabase) -> int:
-        return migrations.current_version(db)
+    migrate = staticmethod(migrations.migrate)
+    schema_version = staticmethod(migrations.current_version)
 
     def table_names(self, db: PgDatabase) -> set[str]:
         return {r[0] for r in db.execute(
@@ -383,11 +370,8 @@ class PgBackend:
         other connections' commits; one indexed read)."""
         return db.get_meta(META_KEY_ID) or ""  # (None would read as "not tracked")
 
-    def raw_rows(self, db: PgDatabase, sql: str, params: tuple) -> list[tuple]:
-        return crypto.raw_rows(db, sql, params)
-
-    def sealed_values(self, db: PgDatabase, prefix: str) -> dict[str, list[str]]:
-        return crypto.sealed_values(db, prefix)
+    raw_rows = staticmethod(crypto.raw_rows)
+    sealed_values = staticmethod(crypto.sealed_values)
 
     def reseal(self, db: PgDatabase, convert: Callable[[Any], Any], prefix: str) -> None:
         crypto.reseal(db, convert, prefix)
