@@ -169,29 +169,7 @@ def index_memories(db: Database, ids: list[int]) -> None:
     db.execute("CREATE TEMP TABLE IF NOT EXISTS portable_ids (id INTEGER PRIMARY KEY)")
     db.execute("DELETE FROM portable_ids")
     db.executemany("INSERT INTO portable_ids (id) VALUES (?)", [(i,) for i in ids])
-    db.execute("""
-        WITH plain AS (
-            SELECT id, kind, session_id, tenant_id, user_id, event_seq, chunk_index,
-                   sensitivity = 'high' AS high,
-                   CASE WHEN sensitivity = 'high' THEN '' ELSE content END AS text
-            FROM memories
-            WHERE (tenant_id, coalesce(session_id, '')) IN (
-                SELECT m.tenant_id, coalesce(m.session_id, '') FROM memories m
-                JOIN portable_ids p ON p.id = m.id)),
-        ctx AS (
-            SELECT id, text, tenant_id, user_id, session_id,
-                   CASE WHEN kind = 'episode' AND session_id IS NOT NULL AND NOT high
-                        THEN coalesce(lag(text) OVER (PARTITION BY tenant_id, session_id,
-                                                      kind = 'episode'
-                                                      ORDER BY event_seq, chunk_index), '')
-                        ELSE '' END AS context
-            FROM plain)
-        INSERT INTO memories_fts (rowid, content, context, scope)
-        SELECT id, text, context, memcli_scope_terms(tenant_id, user_id, session_id)
-        FROM ctx WHERE id IN (SELECT id FROM portable_ids)""")
-    db.execute("INSERT INTO memories_trigram (rowid, content) SELECT id,"
-               " CASE WHEN sensitivity = 'high' THEN '' ELSE content END FROM memories"
-               " WHERE id IN (SELECT id FROM portable_ids)")
+    _fill_lexical(db, "portable_ids")
     db.execute("DELETE FROM portable_ids")
 
 
@@ -215,23 +193,38 @@ def rebuild_lexical(db: Database) -> None:
     register_scope_function(db)
     db.execute("INSERT INTO memories_fts (memories_fts) VALUES ('delete-all')")
     db.execute("INSERT INTO memories_trigram (memories_trigram) VALUES ('delete-all')")
-    db.execute("""
+    _fill_lexical(db, None)
+
+
+def _fill_lexical(db: Database, ids_table: str | None) -> None:
+    """Both lexical indexes' rows of the memories whose ids are in `ids_table` (None: every
+    memory). An episode's context is the previous episode of its session, so the window
+    reads every memory of their sessions, then keeps their own rows."""
+    where = ("" if ids_table is None else
+             f" WHERE (tenant_id, coalesce(session_id, '')) IN ("
+             f"SELECT m.tenant_id, coalesce(m.session_id, '') FROM memories m"
+             f" JOIN {ids_table} p ON p.id = m.id)")
+    only = "" if ids_table is None else f" WHERE id IN (SELECT id FROM {ids_table})"
+    db.execute(f"""
         WITH plain AS (
             SELECT id, kind, session_id, tenant_id, user_id, event_seq, chunk_index,
                    sensitivity = 'high' AS high,
                    CASE WHEN sensitivity = 'high' THEN '' ELSE content END AS text
-            FROM memories)
+            FROM memories{where}),
+        ctx AS (
+            SELECT id, text, tenant_id, user_id, session_id,
+                   CASE WHEN kind = 'episode' AND session_id IS NOT NULL AND NOT high
+                        THEN coalesce(lag(text) OVER (PARTITION BY tenant_id, session_id,
+                                                      kind = 'episode'
+                                                      ORDER BY event_seq, chunk_index), '')
+                        ELSE '' END AS context
+            FROM plain)
         INSERT INTO memories_fts (rowid, content, context, scope)
-        SELECT id, text,
-               CASE WHEN kind = 'episode' AND session_id IS NOT NULL AND NOT high
-                    THEN coalesce(lag(text) OVER (PARTITION BY tenant_id, session_id,
-                                                  kind = 'episode'
-                                                  ORDER BY event_seq, chunk_index), '')
-                    ELSE '' END,
-               memcli_scope_terms(tenant_id, user_id, session_id)
-        FROM plain""")
+        SELECT id, text, context, memcli_scope_terms(tenant_id, user_id, session_id)
+        FROM ctx{only}""")
     db.execute("INSERT INTO memories_trigram (rowid, content) SELECT id,"
-               " CASE WHEN sensitivity = 'high' THEN '' ELSE content END FROM memories")
+               " CASE WHEN sensitivity = 'high' THEN '' ELSE content END FROM memories"
+               + only)
 
 
 def _create_statement(name: str) -> str:
