@@ -194,13 +194,8 @@ class PgBackend:
 
     # -- SPLADE: one sparsevec per memory (memcli.store.postgres.sparse) ----------------------
     write_sparse = staticmethod(sparse.write)
-
-    def sparse_terms(self, db: PgDatabase, ids: list[int]) -> dict[int, list[int]]:
-        return sparse.terms(db, ids)
-
-    def delete_sparse(self, db: PgDatabase, ids: list[int]) -> None:
-        sparse.delete(db, ids)
-
+    sparse_terms = staticmethod(sparse.terms)
+    delete_sparse = staticmethod(sparse.delete)
     reset_sparse = staticmethod(sparse.reset)
     recount_sparse_df = staticmethod(sparse.recount_df)
 

@@ -87,10 +87,10 @@ def write(db: PgDatabase, docs: list[tuple[int, dict[int, int]]]) -> None:
                    [v for row in part for v in row])
 
 
-def terms(db: PgDatabase, memory_ids: list[int]) -> dict[int, list[int]]:
+def terms(db: PgDatabase, ids: list[int]) -> dict[int, list[int]]:
     """The term ids stored for these memories (those with a vector)."""
     found: dict[int, list[int]] = {}
-    for part in chunks(memory_ids, 1000):
+    for part in chunks(ids, 1000):
         for memory_id, text in db.execute(
                 f"SELECT memory_id, vec::text FROM memory_sparse"
                 f" WHERE memory_id IN ({marks(part)})", part):
@@ -98,10 +98,9 @@ def terms(db: PgDatabase, memory_ids: list[int]) -> dict[int, list[int]]:
     return found
 
 
-def delete(db: PgDatabase, memory_ids: list[int]) -> None:
+def delete(db: PgDatabase, ids: list[int]) -> None:
     """Delete these memories' vectors (the trigger takes their terms out of sparse_df)."""
-    ids = sorted(memory_ids)
-    for part in chunks(ids, 1000):
+    for part in chunks(sorted(ids), 1000):
         db.execute(f"DELETE FROM memory_sparse WHERE memory_id IN ({marks(part)})",
                    part)
 

@@ -38,18 +38,11 @@ class SqliteBackend:
     # -- legs ---------------------------------------------------------------------------------
     lexical = staticmethod(fts.lexical)
     trigram = staticmethod(fts.trigram)
-
-    def dense(self, db: Database, vector: bytes, filters: Filters, limit: int,
-              scope_rows: int | None) -> list[tuple[int, float]]:
-        return vec.dense(db, vector, filters, limit, scope_rows)
+    dense = staticmethod(vec.dense)
 
     # CROSS JOIN keeps the sorted scores as the outer loop: portable SQL otherwise.
     best_in_scope = staticmethod(search.joined_best_in_scope)
-
-    def semantic_neighbours(self, db: Database, memory_id: int, vector: bytes, tenant_id: str,
-                            user_id: str | None, kinds: tuple[str, ...], k: int
-                            ) -> list[tuple[int, float]]:
-        return vec.semantic_neighbours(db, memory_id, vector, tenant_id, user_id, kinds, k)
+    semantic_neighbours = staticmethod(vec.semantic_neighbours)
 
     # -- lexical index ------------------------------------------------------------------------
     index_new_memories = staticmethod(fts.index_new_memories)
@@ -71,9 +64,7 @@ class SqliteBackend:
             "INSERT INTO memory_vectors (memory_id, embedding) VALUES (?, ?)"
             " ON CONFLICT (memory_id) DO UPDATE SET embedding = excluded.embedding", rows)
 
-    def delete_vectors(self, db: Database, ids: list[int]) -> None:
-        vec.delete_vectors(db, ids)
-
+    delete_vectors = staticmethod(vec.delete_vectors)
     reset_vectors = staticmethod(vec.reset_vectors)
     rebuild_vectors = staticmethod(vec.rebuild_index)
 
@@ -83,13 +74,8 @@ class SqliteBackend:
 
     # -- SPLADE postings (memcli.store.sqlite.sparse) ---------------------------------------
     write_sparse = staticmethod(sparse.write)
-
-    def sparse_terms(self, db: Database, ids: list[int]) -> dict[int, list[int]]:
-        return sparse.terms(db, ids)
-
-    def delete_sparse(self, db: Database, ids: list[int]) -> None:
-        sparse.delete(db, ids)
-
+    sparse_terms = staticmethod(sparse.terms)
+    delete_sparse = staticmethod(sparse.delete)
     reset_sparse = staticmethod(sparse.reset)
     recount_sparse_df = staticmethod(sparse.recount_df)
     sparse_orphans = staticmethod(sparse.orphans)

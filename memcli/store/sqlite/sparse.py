@@ -64,10 +64,10 @@ def write(db: Database, docs: list[tuple[int, dict[int, int]]]) -> None:
     _add_df(db, df)
 
 
-def terms(db: Database, memory_ids: list[int]) -> dict[int, list[int]]:
+def terms(db: Database, ids: list[int]) -> dict[int, list[int]]:
     """The term ids stored for these memories (those with a row)."""
     found: dict[int, list[int]] = {}
-    for memory_id in memory_ids:
+    for memory_id in ids:
         blob = db.scalar("SELECT terms FROM memory_sparse WHERE memory_id = ?", (memory_id,))
         if blob is not None:
             packed = array.array("H")
@@ -76,17 +76,17 @@ def terms(db: Database, memory_ids: list[int]) -> dict[int, list[int]]:
     return found
 
 
-def delete(db: Database, memory_ids: list[int]) -> None:
+def delete(db: Database, ids: list[int]) -> None:
     """Remove these memories' postings and term lists, and their terms' counts."""
-    stored = terms(db, memory_ids)
+    stored = terms(db, ids)
     if not stored:
         return
     pairs = sorted((t, m) for m, ts in stored.items() for t in ts)
     for part in chunks(pairs, BATCH_ROWS):
         db.execute("DELETE FROM sparse_postings WHERE (term_id, memory_id) IN (VALUES "
                    + ",".join(["(?, ?)"] * len(part)) + ")", [v for row in part for v in row])
-    for ids in chunks(sorted(stored), BATCH_ROWS):
-        db.execute(f"DELETE FROM memory_sparse WHERE memory_id IN ({marks(ids)})", ids)
+    for done in chunks(sorted(stored), BATCH_ROWS):
+        db.execute(f"DELETE FROM memory_sparse WHERE memory_id IN ({marks(done)})", done)
     df: Counter[int] = Counter()
     for ts in stored.values():
         df.subtract(ts)
