@@ -15,7 +15,15 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from memcli.cli.common import open_memory
-from memcli.cli.options import DbOpt, FormatOpt, JsonOpt, check_flags, id_argument, request_options
+from memcli.cli.options import (
+    DbOpt,
+    FormatOpt,
+    JsonOpt,
+    MemoryIdArg,
+    check_flags,
+    id_argument,
+    request_options,
+)
 from memcli.cli.output import emit, errors, read_stdin, resolve_format, warn, warn_redacted
 from memcli.core.inputs import check_text
 
@@ -25,7 +33,6 @@ if TYPE_CHECKING:
     from memcli.operations.memory import Memory
 
 REQUESTS = "memcli.operations.lifecycle_requests"
-MemoryIdArg = Annotated[int, id_argument("A memory id.")]
 ProposalIdArg = Annotated[int, id_argument("A proposal id.")]
 
 

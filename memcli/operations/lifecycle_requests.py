@@ -52,7 +52,7 @@ class RememberRequest(Scope):
 
     text: str | None = Field(default=None, description="The fact (or a procedure's steps).")
     procedural: bool = Field(
-        default=False, description="Numbered how-to steps (lines, `;` or steps).")
+        default=False, description="Numbered how-to steps (lines, `;` or several steps).")
     steps: list[str] = Field(
         default_factory=list, description="One step of a procedure (repeatable).")
     title: str | None = Field(default=None, description="A procedure's title.")
