@@ -1,12 +1,13 @@
 """Request models of the HTTP routes and MCP tools the CLI reads from flags rather than JSON.
 
 The records of `POST /api/v1/events` (memcli.core.records.EventIn), the acb request
-(memcli.acb.build.AcbRequest) and the memory system spec's query request
+(memcli.acb.build.AcbRequest), the memory system spec's query request
 (memcli.operations.requests.QueryRequest) and the memory's life (remember, forget, history, an
 app's memories: memcli.operations.lifecycle_requests) are the CLI's own models; the ones here
-give the ledger routes a JSON shape with the CLI's field names and rules (`extra="forbid"`: a misspelt field is refused, never ignored). A route with ids in its
-path takes its query parameters as the `...Params` model and the operation validates the whole
-request (path and parameters) as the model that extends it. What the routes answer is in
+give the ledger routes a JSON shape with the CLI's field names and rules (`extra="forbid"`: a
+misspelt field is refused, never ignored). A route with ids in its path takes its query
+parameters as the `...Params` model and the operation validates the whole request (path and
+parameters) as the model that extends it. What the routes answer is in
 memcli.service.schemas.
 """
 
