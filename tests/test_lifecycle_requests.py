@@ -123,3 +123,16 @@ def test_the_route_and_the_tool_carry_the_models_fields(tmp_path, monkeypatch) -
         for argument, schema in arguments.items():
             assert schema["description"] == model.model_fields[argument].description, (
                 name, argument)
+
+
+def test_a_command_given_an_id_acts_in_the_tenant_it_names(cli) -> None:
+    made = cli("remember", "The office moves in May.", "--tenant", "acme", "--json")
+    memory_id = str(json.loads(made.stdout)["id"])
+    elsewhere = cli("pin", memory_id, "--json")
+    assert elsewhere.exit_code == 1 and "no memory with id" in elsewhere.stderr
+    pinned = cli("pin", memory_id, "--tenant-id", "acme", "--json")
+    assert pinned.exit_code == 0 and json.loads(pinned.stdout)["pinned"] is True
+    forgot = cli("forget", memory_id, "--tenant", "acme", "--json")
+    assert forgot.exit_code == 0, forgot.stderr
+    restored = cli("restore", memory_id, "--tenant-id", "acme", "--json")
+    assert json.loads(restored.stdout)["id"] == int(memory_id)
