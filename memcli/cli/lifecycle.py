@@ -1,5 +1,9 @@
 """Lifecycle commands: consolidate, decay, reflect, insights, remember, confirm, pin, proposals.
 
+Each command's options are its request model's fields (memcli.operations.lifecycle_requests)
+and its body an operation of memcli.operations.lifecycle_ops; what is here is the terminal's
+part: flags, the one-line notices on stderr, the report printed and the exit code.
+
 The commands cron runs (see README "Scheduling (cron)"): each takes a per-command lock in the
 database (a second run exits 75), records its run in `lifecycle_runs`, and prints its report
 (or, with --dry-run, its plan) on stdout. Commands that use a model say so on stderr in one
@@ -132,8 +136,7 @@ def consolidate_cmd(
 ) -> None:
     """Turn finished sessions into deduplicated facts and summaries (cron: nightly)."""
     from memcli.cli.progress_bar import progress_bar
-    from memcli.lifecycle.consolidate import consolidate
-    from memcli.operations.lifecycle_ops import locked_run
+    from memcli.operations.lifecycle_ops import consolidate
 
     with errors():
         req = _request("ConsolidateRequest", given, "consolidate request")
@@ -142,14 +145,10 @@ def consolidate_cmd(
             open_memory(db, settings=settings, exists=True) as memory,
             _model(memory, settings, "consolidate", disabled=req.no_llm,
                    what="writes extractive summaries, deduplicates and links; no facts") as model,
-            locked_run(memory, settings, "consolidate", req.dry_run) as (lock, result),
             progress_bar() as progress,
         ):
-            result["report"] = consolidate(
-                memory, model, settings.lifecycle, tenant_id=req.tenant_id,
-                user_id=req.user_id, session_id=req.session_id, idle_hours=req.idle_hours,
-                dry_run=req.dry_run, lock=lock, progress=progress)
-        _finish(result["report"], fmt, as_json, _consolidate_text)
+            report = consolidate(memory, settings, req, model, progress)
+        _finish(report, fmt, as_json, _consolidate_text)
 
 
 def _decay_text(r: dict[str, Any]) -> None:
@@ -163,27 +162,20 @@ def decay_cmd(
     *, given: dict[str, Any], db: DbOpt = None, fmt: FormatOpt = None, as_json: JsonOpt = False,
 ) -> None:
     """Ebbinghaus decay and the TTL rule; pinned and protected memories never change."""
-    from memcli.lifecycle.decay import apply_decay, plan_decay
-    from memcli.operations.lifecycle_ops import locked_run
+    from memcli.operations.lifecycle_ops import decay
 
     with errors():
         req = _request("DecayRequest", given, "decay request")
         settings = _settings(db)
-        with (
-            open_memory(db, with_embedder=False, settings=settings, exists=True) as memory,
-            locked_run(memory, settings, "decay", req.dry_run) as (_lock, result),
-        ):
-            run = plan_decay if req.dry_run else apply_decay
-            result["report"] = run(memory.db, settings.lifecycle, threshold=req.threshold,
-                                   purge_expired=req.purge_expired)
-        _finish(result["report"], fmt, as_json, _decay_text)
+        with open_memory(db, with_embedder=False, settings=settings, exists=True) as memory:
+            report = decay(memory, settings, req)
+        _finish(report, fmt, as_json, _decay_text)
 
 
 def _reflection(name: str, given: dict[str, Any], db: str | None, fmt: Any,
                 as_json: bool) -> None:
     """`reflect` and `insights`: the same per-user model job, run under a lock."""
-    from memcli.lifecycle import reflect as jobs
-    from memcli.operations.lifecycle_ops import locked_run
+    from memcli.operations.lifecycle_ops import reflection
 
     with errors():
         req = _request("ReflectRequest", given, f"{name} request")
@@ -191,12 +183,9 @@ def _reflection(name: str, given: dict[str, Any], db: str | None, fmt: Any,
         with (
             open_memory(db, settings=settings, exists=True) as memory,
             _model(memory, settings, name, what="needs a model; skipped") as model,
-            locked_run(memory, settings, name, req.dry_run) as (_lock, result),
         ):
-            result["report"] = getattr(jobs, name)(
-                memory, model, settings.lifecycle, tenant_id=req.tenant_id,
-                user_id=req.user_id, force=req.force, dry_run=req.dry_run)
-        _finish(result["report"], fmt, as_json, _created_text)
+            report = reflection(name, memory, settings, req, model)
+        _finish(report, fmt, as_json, _created_text)
 
 
 @request_options(f"{REQUESTS}:ReflectRequest")

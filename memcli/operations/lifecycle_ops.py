@@ -12,7 +12,14 @@ from memcli.errors import MemcliError, UsageError
 
 if TYPE_CHECKING:
     from memcli.config import LifecycleSettings, Settings
-    from memcli.operations.lifecycle_requests import AppMemoriesRequest, RememberRequest
+    from memcli.derived.llm_usage import Model
+    from memcli.operations.lifecycle_requests import (
+        AppMemoriesRequest,
+        ConsolidateRequest,
+        DecayRequest,
+        ReflectRequest,
+        RememberRequest,
+    )
     from memcli.operations.memory import Memory
     from memcli.store.owner import Owner
 
@@ -50,6 +57,42 @@ def locked_run(memory: Memory, settings: Settings, command: str, dry_run: bool
                     lsql.finish_run(memory.db, run_id, status, counts, utcnow())
             except MemcliError:
                 pass  # bookkeeping only: never mask the run's own outcome
+
+
+def consolidate(memory: Memory, settings: Settings, req: ConsolidateRequest,
+                model: Model | None, progress: Any = None) -> dict[str, Any]:
+    """Finished sessions turned into deduplicated facts and summaries, under the lock."""
+    from memcli.lifecycle.consolidate import consolidate as run
+
+    with locked_run(memory, settings, "consolidate", req.dry_run) as (lock, result):
+        result["report"] = run(
+            memory, model, settings.lifecycle, tenant_id=req.tenant_id, user_id=req.user_id,
+            session_id=req.session_id, idle_hours=req.idle_hours, dry_run=req.dry_run,
+            lock=lock, progress=progress)
+    return result["report"]
+
+
+def decay(memory: Memory, settings: Settings, req: DecayRequest) -> dict[str, Any]:
+    """Ebbinghaus decay and the TTL rule (the plan only, for a dry run), under the lock."""
+    from memcli.lifecycle.decay import apply_decay, plan_decay
+
+    with locked_run(memory, settings, "decay", req.dry_run) as (_lock, result):
+        run = plan_decay if req.dry_run else apply_decay
+        result["report"] = run(memory.db, settings.lifecycle, threshold=req.threshold,
+                               purge_expired=req.purge_expired)
+    return result["report"]
+
+
+def reflection(name: str, memory: Memory, settings: Settings, req: ReflectRequest,
+               model: Model | None) -> dict[str, Any]:
+    """`reflect` or `insights` (memcli.lifecycle.reflect), under the lock."""
+    from memcli.lifecycle import reflect as jobs
+
+    with locked_run(memory, settings, name, req.dry_run) as (_lock, result):
+        result["report"] = getattr(jobs, name)(
+            memory, model, settings.lifecycle, tenant_id=req.tenant_id, user_id=req.user_id,
+            force=req.force, dry_run=req.dry_run)
+    return result["report"]
 
 
 def remember(memory: Memory, cfg: LifecycleSettings, req: RememberRequest) -> dict[str, Any]:
