@@ -17,6 +17,7 @@ from memcli.cli.options import (
     check_flags,
     id_argument,
     limit_option,
+    parse_given,
     request_options,
 )
 from memcli.cli.output import Format, emit, errors, resolve_format, warn
@@ -39,11 +40,9 @@ def history_cmd(
     db: DbOpt = None, fmt: FormatOpt = None, as_json: JsonOpt = False,
 ) -> None:
     """Show what happened to a memory, or in a scope, newest first (--format jsonl exports)."""
-    from memcli.operations.requests import HistoryRequest, validated
-
     with errors():
-        check_flags(given)
-        request = validated(HistoryRequest, {**given, "memory_id": memory_id}, "history request")
+        request = parse_given("memcli.operations.requests:HistoryRequest",
+                              {**given, "memory_id": memory_id}, "history request")
         with open_memory(db, with_embedder=False, must_exist=True) as memory:
             rows = memory.history(all_tenants=all_tenants, limit=limit,
                                   **request.model_dump(exclude={"limit"}))
@@ -82,14 +81,6 @@ def purge_cmd(
 LIFE = "memcli.operations.lifecycle_requests"
 
 
-def _memory_request(memory_id: int, given: dict[str, Any], what: str) -> Any:
-    from memcli.operations.lifecycle_requests import MemoryRequest
-    from memcli.operations.requests import validated
-
-    check_flags(given)
-    return validated(MemoryRequest, {**given, "memory_id": memory_id}, what)
-
-
 @request_options(f"{LIFE}:MemoryRequest")
 def forget_cmd(
     memory_id: MemoryIdArg, *, given: dict[str, Any],
@@ -97,7 +88,8 @@ def forget_cmd(
 ) -> None:
     """Soft-delete a memory (hidden from queries; `restore` brings it back for 30 days)."""
     with errors():
-        req = _memory_request(memory_id, given, "forget request")
+        req = parse_given(f"{LIFE}:MemoryRequest", {**given, "memory_id": memory_id},
+                          "forget request")
         with open_memory(db, with_embedder=False, exists=True) as memory:
             out = memory.forget(req.memory_id, memory.owner(req.tenant_id))
         emit(out, resolve_format(fmt, as_json),
@@ -111,7 +103,8 @@ def restore_cmd(
 ) -> None:
     """Bring back a soft-deleted memory."""
     with errors():
-        req = _memory_request(memory_id, given, "restore request")
+        req = parse_given(f"{LIFE}:MemoryRequest", {**given, "memory_id": memory_id},
+                          "restore request")
         with open_memory(db, with_embedder=False, exists=True) as memory:
             out = memory.restore(req.memory_id, memory.owner(req.tenant_id))
         emit(out, resolve_format(fmt, as_json), lambda p: print(f"restored {p['id']}"))
@@ -123,12 +116,9 @@ def stats_cmd(
 ) -> None:
     """Counts by kind and state, database size, embedder in use (--requests: metrics)."""
     from memcli.config import load_settings
-    from memcli.operations.lifecycle_requests import StatsRequest
-    from memcli.operations.requests import validated
 
     with errors():
-        check_flags(given)
-        req = validated(StatsRequest, given, "stats request")
+        req = parse_given(f"{LIFE}:StatsRequest", given, "stats request")
         if req.usage:
             from memcli.derived.llm_usage import usage_report
 
@@ -160,14 +150,11 @@ def artifact_cmd(
     *, given: dict[str, Any], db: DbOpt = None,
 ) -> None:
     """Print the full output kept for a truncated tool result."""
-    from memcli.operations.lifecycle_requests import ArtifactRequest
     from memcli.operations.record import artifact_body
-    from memcli.operations.requests import validated
 
     with errors():
-        check_flags(given)
-        req = validated(ArtifactRequest, {**given, "artifact_id": artifact_id},
-                        "artifact request")
+        req = parse_given(f"{LIFE}:ArtifactRequest", {**given, "artifact_id": artifact_id},
+                          "artifact request")
         with open_memory(db, with_embedder=False, must_exist=True) as memory:
             sys.stdout.buffer.write(artifact_body(memory, req.artifact_id,
                                                   memory.owner(req.tenant_id)))

@@ -24,8 +24,8 @@ from memcli.cli.options import (
     FormatOpt,
     JsonOpt,
     MemoryIdArg,
-    check_flags,
     id_argument,
+    parse_given,
     request_options,
 )
 from memcli.cli.output import emit, errors, read_stdin, resolve_format, warn, warn_redacted
@@ -38,17 +38,6 @@ if TYPE_CHECKING:
 
 REQUESTS = "memcli.operations.lifecycle_requests"
 ProposalIdArg = Annotated[int, id_argument("A proposal id.")]
-
-
-def _request(name: str, given: dict[str, Any], what: str) -> Any:
-    """The command's request model, validated from its flags (and arguments)."""
-    import importlib
-
-    from memcli.operations.requests import validated
-
-    check_flags(given)
-    model = getattr(importlib.import_module(REQUESTS), name)
-    return validated(model, given, what)
 
 
 def _settings(db: str | None) -> Settings:
@@ -139,7 +128,7 @@ def consolidate_cmd(
     from memcli.operations.lifecycle_ops import consolidate
 
     with errors():
-        req = _request("ConsolidateRequest", given, "consolidate request")
+        req = parse_given(f"{REQUESTS}:ConsolidateRequest", given, "consolidate request")
         settings = _settings(db)
         with (
             open_memory(db, settings=settings, exists=True) as memory,
@@ -165,7 +154,7 @@ def decay_cmd(
     from memcli.operations.lifecycle_ops import decay
 
     with errors():
-        req = _request("DecayRequest", given, "decay request")
+        req = parse_given(f"{REQUESTS}:DecayRequest", given, "decay request")
         settings = _settings(db)
         with open_memory(db, with_embedder=False, settings=settings, exists=True) as memory:
             report = decay(memory, settings, req)
@@ -178,7 +167,7 @@ def _reflection(name: str, given: dict[str, Any], db: str | None, fmt: Any,
     from memcli.operations.lifecycle_ops import reflection
 
     with errors():
-        req = _request("ReflectRequest", given, f"{name} request")
+        req = parse_given(f"{REQUESTS}:ReflectRequest", given, f"{name} request")
         settings = _settings(db)
         with (
             open_memory(db, settings=settings, exists=True) as memory,
@@ -216,7 +205,8 @@ def remember_cmd(
     with errors():
         if text == "-":
             text = check_text(read_stdin(), "the text on stdin")
-        req = _request("RememberRequest", {**given, "text": text}, "remember request")
+        req = parse_given(f"{REQUESTS}:RememberRequest", {**given, "text": text},
+                          "remember request")
         settings = _settings(db)
         with open_memory(db, settings=settings) as memory:
             out = remember(memory, settings.lifecycle, req)
@@ -234,7 +224,8 @@ def confirm_cmd(
     from memcli.lifecycle.remember import confirm
 
     with errors():
-        req = _request("MemoryRequest", {**given, "memory_id": memory_id}, "confirm request")
+        req = parse_given(f"{REQUESTS}:MemoryRequest", {**given, "memory_id": memory_id},
+                          "confirm request")
         with open_memory(db, with_embedder=False, exists=True) as memory:
             out = confirm(memory, req.memory_id, owner=memory.owner(req.tenant_id))
         emit(out, resolve_format(fmt, as_json), lambda p: print(f"protected {p['id']}"))
@@ -245,7 +236,8 @@ def _set_pin(flag: bool, memory_id: int, given: dict[str, Any], db: str | None, 
     from memcli.lifecycle.remember import set_pin
 
     with errors():
-        req = _request("MemoryRequest", {**given, "memory_id": memory_id}, "pin request")
+        req = parse_given(f"{REQUESTS}:MemoryRequest", {**given, "memory_id": memory_id},
+                          "pin request")
         with open_memory(db, with_embedder=False, exists=True) as memory:
             out = set_pin(memory, req.memory_id, flag, owner=memory.owner(req.tenant_id))
         emit(out, resolve_format(fmt, as_json),
@@ -284,7 +276,7 @@ def proposals_list_cmd(
     from memcli.lifecycle.proposals import list_proposals
 
     with errors():
-        req = _request("ProposalsRequest", given, "proposals request")
+        req = parse_given(f"{REQUESTS}:ProposalsRequest", given, "proposals request")
         with open_memory(db, with_embedder=False, must_exist=True) as memory:
             rows = list_proposals(memory.db, status=None if req.status == "all" else req.status,
                                   tenant_id=req.tenant_id, user_id=req.user_id, limit=req.limit)
@@ -300,8 +292,8 @@ def proposals_accept_cmd(
     from memcli.lifecycle.proposals import accept
 
     with errors():
-        req = _request("ProposalRequest", {**given, "proposal_id": proposal_id},
-                       "accept request")
+        req = parse_given(f"{REQUESTS}:ProposalRequest", {**given, "proposal_id": proposal_id},
+                          "accept request")
         with open_memory(db, exists=True) as memory:
             out = accept(memory, req.proposal_id, owner=memory.owner())
         emit(out, resolve_format(fmt, as_json),
@@ -317,8 +309,8 @@ def proposals_reject_cmd(
     from memcli.lifecycle.proposals import reject
 
     with errors():
-        req = _request("RejectRequest", {**given, "proposal_id": proposal_id},
-                       "reject request")
+        req = parse_given(f"{REQUESTS}:RejectRequest", {**given, "proposal_id": proposal_id},
+                          "reject request")
         with open_memory(db, with_embedder=False, exists=True) as memory:
             out = reject(memory.db, req.proposal_id, owner=memory.owner(), reason=req.reason)
         emit(out, resolve_format(fmt, as_json), lambda p: print(f"rejected {p['id']}"))
