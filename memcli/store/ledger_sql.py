@@ -31,23 +31,8 @@ def _decode(row: dict[str, Any]) -> dict[str, Any]:
 # -- decisions -------------------------------------------------------------------------------
 def insert_decision(db: Database, row: dict[str, Any]) -> int:
     now = utcnow()
-    values = {
-        k: row.get(k)
-        for k in (
-            "tenant_id",
-            "user_id",
-            "session_id",
-            "agent_id",
-            "app_id",
-            "scope",
-            "decision",
-            "supersedes",
-        )
-    }
-    values.update({k: json.dumps(list(row.get(k) or []), ensure_ascii=False) for k in _LIST_FIELDS})
-    if row.get("sensitivity") == "high":
-        for key in ("decision", *_LIST_FIELDS):
-            values[key] = seal_if(db, True, values[key])
+    values = decision_values(db, row, ("tenant_id", "user_id", "session_id", "agent_id",
+                                       "app_id", "scope", "decision", "supersedes"))
     return db.insert(
         "INSERT INTO decisions (tenant_id, user_id, session_id, agent_id, app_id, status, scope,"
         " decision, rationale, constraints, alternatives, consequences, refs, supersedes,"
@@ -56,6 +41,17 @@ def insert_decision(db: Database, row: dict[str, Any]) -> int:
         " :refs, :supersedes, :now, :now) RETURNING id",
         {**values, "now": now},
     )
+
+
+def decision_values(db: Database, row: dict[str, Any], keys: tuple[str, ...]) -> dict[str, Any]:
+    """The `keys` of a decision and its lists as stored: lists as JSON, the text and the
+    lists sealed when the decision is `high` (recording it, and rebuild bringing it back)."""
+    values = {k: row.get(k) for k in keys}
+    values.update({k: json.dumps(list(row.get(k) or []), ensure_ascii=False) for k in _LIST_FIELDS})
+    if row.get("sensitivity") == "high":
+        for key in ("decision", *_LIST_FIELDS):
+            values[key] = seal_if(db, True, values[key])
+    return values
 
 
 def set_decision_memory(db: Database, decision_id: int, memory_id: int) -> None:
