@@ -53,7 +53,7 @@ def insert_events(db: Database, rows: list[dict[str, Any]]) -> list[int]:
     """Append events, one multi-row INSERT per 100; returns their sequence numbers in the
     rows' order (those one INSERT each would give). A `high` event's content, tags and refs
     are stored encrypted (they can all carry what was said)."""
-    marks = "(" + ", ".join("?" * len(EVENT_COLUMNS)) + ")"
+    row_marks = "(" + ", ".join("?" * len(EVENT_COLUMNS)) + ")"
     seqs: list[int] = []
     for part in chunks(rows, _EVENT_ROWS):
         values: list[Any] = []
@@ -71,7 +71,7 @@ def insert_events(db: Database, rows: list[dict[str, Any]]) -> list[int]:
         # (as memories' ids do: memcli.store.memories.insert_memories).
         seqs.extend(sorted(int(r[0]) for r in db.execute(
             f"INSERT INTO events ({', '.join(EVENT_COLUMNS)}) VALUES"
-            f" {', '.join([marks] * len(part))} RETURNING seq", values)))
+            f" {', '.join([row_marks] * len(part))} RETURNING seq", values)))
     return seqs
 
 

@@ -21,9 +21,9 @@ MEMORY_COLUMNS = (
 
 
 def _insert_sql(columns: tuple[str, ...], rows: int) -> str:
-    marks = "(" + ", ".join("?" * len(columns)) + ")"
+    row_marks = "(" + ", ".join("?" * len(columns)) + ")"
     return (f"INSERT INTO memories ({', '.join(columns)}) VALUES "
-            f"{', '.join([marks] * rows)} RETURNING id")
+            f"{', '.join([row_marks] * rows)} RETURNING id")
 
 
 # Memories per INSERT (28 parameters each: ~2,800, far below either engine's limit). One
