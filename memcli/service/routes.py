@@ -23,16 +23,14 @@ from memcli import __version__
 from memcli.acb.build import AcbRequest
 from memcli.core.ids import Id
 from memcli.core.records import EventIn, EventReceipt, Hit
+from memcli.operations.ledger_ops import DecisionRequest, DecisionsQuery, TaskRequest
 from memcli.operations.requests import QueryRequest
 from memcli.service import api, schemas
 from memcli.service.models import (
     AppMemoriesParams,
     AppMemoryParams,
-    DecisionRequest,
-    DecisionsQuery,
     HistoryParams,
     RememberRequest,
-    TaskRequest,
     TenantParams,
 )
 from memcli.service.routing import Answer, ApiRoute, Call, operation
