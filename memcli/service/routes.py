@@ -23,8 +23,13 @@ from memcli import __version__
 from memcli.acb.build import AcbRequest
 from memcli.core.ids import Id
 from memcli.core.records import EventIn, EventReceipt, Hit
-from memcli.operations.ledger_ops import DecisionRequest, DecisionsQuery, TaskRequest
-from memcli.operations.requests import QueryRequest
+from memcli.operations.ledger_ops import (
+    ArtifactRequest,
+    DecisionRequest,
+    DecisionsQuery,
+    TaskRequest,
+)
+from memcli.operations.requests import QueryRequest, TenantScope
 from memcli.service import api, schemas
 from memcli.service.models import (
     AppMemoriesParams,
@@ -51,6 +56,7 @@ async def _call(request: Request,
 Caller = Annotated[Call, Depends(_call)]
 MemoryId = Annotated[Id, Path(description="a memory's id")]
 AppId = Annotated[str, Path(min_length=1, description="the app's id")]
+ARTIFACT_ID = ArtifactRequest.model_fields["artifact_id"].description
 
 _ERROR = {"model": schemas.ErrorBody}
 router = APIRouter(route_class=ApiRoute, responses={
@@ -97,8 +103,8 @@ def build_acb(body: AcbRequest, call: Caller) -> Answer:
 @router.get("/api/v1/artifacts/{artifact_id}", response_model=schemas.Artifact,
             summary="The full output of a truncated tool result")
 @operation("artifact request")
-def get_artifact(artifact_id: Annotated[str, Path(min_length=1)],
-                 params: Annotated[TenantParams, Query()], call: Caller) -> Answer:
+def get_artifact(artifact_id: Annotated[str, Path(min_length=1, description=ARTIFACT_ID)],
+                 params: Annotated[TenantScope, Query()], call: Caller) -> Answer:
     return call.run(api.get_artifact)
 
 
