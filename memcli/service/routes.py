@@ -29,16 +29,14 @@ from memcli.operations.ledger_ops import (
     DecisionsQuery,
     TaskRequest,
 )
-from memcli.operations.requests import QueryRequest, TenantScope
-from memcli.service import api, schemas
-from memcli.service.models import (
-    AppMemoriesParams,
-    AppMemoryParams,
-    HistoryParams,
+from memcli.operations.lifecycle_requests import (
+    AppMemoriesRequest,
+    MemoryRequest,
     RememberRequest,
-    TenantParams,
 )
-from memcli.service.routing import Answer, ApiRoute, Call, operation
+from memcli.operations.requests import HistoryRequest, QueryRequest
+from memcli.service import api, schemas
+from memcli.service.routing import Answer, ApiRoute, Call, operation, query_params
 
 BEARER = HTTPBearer(scheme_name="bearer", auto_error=False,
                     description="a token of the server's token file (none on its Unix socket)")
@@ -55,8 +53,15 @@ async def _call(request: Request,
 
 Caller = Annotated[Call, Depends(_call)]
 MemoryId = Annotated[Id, Path(description="a memory's id")]
+# The query parameters of a route with ids in its path: its request model's other fields.
+HistoryParams = query_params(HistoryRequest, "memory_id")
+MemoryParams = query_params(MemoryRequest, "memory_id")
+AppMemoriesParams = query_params(AppMemoriesRequest, "app_id")
+AppMemoryParams = query_params(AppMemoriesRequest, "app_id", "memory_id", "limit")
+ArtifactParams = query_params(ArtifactRequest, "artifact_id")
+ArtifactId = Annotated[str, Path(
+    min_length=1, description=ArtifactRequest.model_fields["artifact_id"].description)]
 AppId = Annotated[str, Path(min_length=1, description="the app's id")]
-ARTIFACT_ID = ArtifactRequest.model_fields["artifact_id"].description
 
 _ERROR = {"model": schemas.ErrorBody}
 router = APIRouter(route_class=ApiRoute, responses={
@@ -103,8 +108,8 @@ def build_acb(body: AcbRequest, call: Caller) -> Answer:
 @router.get("/api/v1/artifacts/{artifact_id}", response_model=schemas.Artifact,
             summary="The full output of a truncated tool result")
 @operation("artifact request")
-def get_artifact(artifact_id: Annotated[str, Path(min_length=1, description=ARTIFACT_ID)],
-                 params: Annotated[TenantScope, Query()], call: Caller) -> Answer:
+def get_artifact(artifact_id: ArtifactId, params: Annotated[ArtifactParams, Query()],
+                 call: Caller) -> Answer:
     return call.run(api.get_artifact)
 
 
@@ -156,7 +161,7 @@ def remember(body: RememberRequest, call: Caller) -> Answer:
 @router.delete("/api/v1/memories/{memory_id:int}", response_model=schemas.Forgotten,
                summary="Forget a memory (soft delete, as `memcli forget`)")
 @operation("forget request")
-def forget(memory_id: MemoryId, params: Annotated[TenantParams, Query()],
+def forget(memory_id: MemoryId, params: Annotated[MemoryParams, Query()],
            call: Caller) -> Answer:
     return call.run(api.forget)
 
