@@ -16,6 +16,7 @@ from memcli.cli.app import app
 from memcli.cli.options import LEGACY_FLAGS, flag_name
 from memcli.config import load_settings
 from memcli.errors import UsageError
+from memcli.operations import curation
 from memcli.operations.requests import IngestRequest, QueryRequest, parse_query_request
 from memcli.service.api import Scope
 from memcli.service.mcp_server import build_mcp
@@ -48,6 +49,17 @@ def test_every_request_field_is_a_flag_named_for_it_with_its_help() -> None:
     _flags_of(AcbRequest, ("acb", "build"), {"caps", "since"})
     _flags_of(IngestRequest, ("ingest",),
               {"tenant_id", "user_id", "session_id", "app_id"})  # worded as defaults there
+    for model, path in ((curation.CorrectRequest, ("correct",)),
+                        (curation.EntityRequest, ("entity",)),
+                        (curation.RelatedRequest, ("related",)),
+                        (curation.ExportRequest, ("export",)),
+                        (curation.ImportRequest, ("import",)),
+                        (curation.ViewApplyRequest, ("view", "apply")),
+                        (curation.RebuildRequest, ("rebuild",)),
+                        (curation.DoctorRequest, ("doctor",))):
+        _flags_of(model, path, set())
+    # The view's own wording of whose items it holds.
+    _flags_of(curation.ViewExportRequest, ("view", "export"), {"user_id", "app_id"})
 
 
 def test_old_spellings_are_hidden_aliases_of_the_field_flags() -> None:
@@ -58,6 +70,13 @@ def test_old_spellings_are_hidden_aliases_of_the_field_flags() -> None:
     build = _options("acb", "build")
     assert build["--query"].hidden and build["-q"] is build["--query-text"]
     assert build["--agent"].hidden and build["--checkpoint"].hidden
+    for path in (("correct",), ("entity",), ("related",), ("export",), ("import",),
+                 ("view", "export"), ("view", "apply")):
+        assert _options(*path)["--tenant"].hidden, path
+    export = _options("export")
+    assert export["-o"] is export["--out"] and export["--user"].hidden
+    view = _options("view", "export")
+    assert view["--format"].hidden and view["-f"] is view["--file-format"]
 
 
 def test_one_declaration_drives_the_http_body_and_the_mcp_schema(tmp_path, monkeypatch):
