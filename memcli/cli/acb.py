@@ -15,7 +15,7 @@ from memcli.cli.options import (
     JsonOpt,
     MemoryIdArg,
     check_flags,
-    flags_request,
+    parse_given,
     request_options,
 )
 from memcli.cli.output import (
@@ -156,7 +156,7 @@ def related_cmd(
     from memcli.store.acb_sql import edges_with_memories
 
     with errors():
-        req = flags_request("memcli.operations.curation:RelatedRequest", given,
+        req = parse_given("memcli.operations.curation:RelatedRequest", given,
                             "related request")
         with open_memory(db, with_embedder=False, must_exist=True) as memory:
             tenant = req.tenant_id or memory.tenant

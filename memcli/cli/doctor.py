@@ -8,7 +8,7 @@ from typing import Any
 
 import typer
 
-from memcli.cli.options import DbOpt, FormatOpt, JsonOpt, flags_request, request_options
+from memcli.cli.options import DbOpt, FormatOpt, JsonOpt, parse_given, request_options
 from memcli.cli.output import emit, errors, resolve_format
 
 _MARK = {"ok": ("ok", "green"), "info": ("info", "cyan"), "problem": ("PROBLEM", "bold red")}
@@ -48,7 +48,7 @@ def doctor_cmd(given: dict[str, Any], db: DbOpt = None, fmt: FormatOpt = None,
 
     with errors():
         settings = load_settings(db)
-        req = flags_request("memcli.operations.curation:DoctorRequest", given,
+        req = parse_given("memcli.operations.curation:DoctorRequest", given,
                             "doctor request")
         full, fix = req.full, req.fix
         embedder, model_problem = None, None

@@ -14,8 +14,8 @@ from memcli.cli.options import (
     DbOpt,
     FormatOpt,
     JsonOpt,
-    flags_request,
     id_argument,
+    parse_given,
     request_options,
 )
 from memcli.cli.output import emit, errors, read_stdin, resolve_format, warn_redacted
@@ -37,7 +37,7 @@ def correct_cmd(
     from memcli.lifecycle.correct import correct_fact
 
     with errors():
-        req = flags_request(f"{MODELS}:CorrectRequest", given, "correct request")
+        req = parse_given(f"{MODELS}:CorrectRequest", given, "correct request")
         if text == "-":
             text = check_text(read_stdin(), "the text on stdin")
         with open_memory(db, exists=True) as memory:
@@ -60,7 +60,7 @@ def entity_cmd(
     from memcli.entities.profile import get_entity_info
 
     with errors():
-        req = flags_request(f"{MODELS}:EntityRequest", given, "entity request")
+        req = parse_given(f"{MODELS}:EntityRequest", given, "entity request")
         with open_memory(db, with_embedder=False, must_exist=True) as memory:
             out = get_entity_info(memory, name, tenant_id=req.tenant_id, user_id=req.user_id,
                                   limit=req.limit)

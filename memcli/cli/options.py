@@ -259,14 +259,3 @@ def check_flags(values: dict[str, Any]) -> None:
             if isinstance(item, str):
                 check_text(item, flag_name(name))
 
-
-def flags_request(model: str, given: dict[str, Any], what: str) -> Any:
-    """A command's validated request (`model`: "module:Name") from the flags it was given (a
-    field left out: the model's default), text flags checked; a problem is one usage line."""
-    import importlib
-
-    from memcli.operations.requests import validated
-
-    check_flags(given)
-    module, _, name = model.partition(":")
-    return validated(getattr(importlib.import_module(module), name), given, what)

@@ -10,7 +10,7 @@ from typing import Annotated, Any
 import typer
 
 from memcli.cli.common import open_memory
-from memcli.cli.options import DbOpt, FormatOpt, JsonOpt, flags_request, request_options
+from memcli.cli.options import DbOpt, FormatOpt, JsonOpt, parse_given, request_options
 from memcli.cli.output import emit, errors, read_stdin, resolve_format, warn
 from memcli.cli.progress_bar import progress_bar
 
@@ -34,7 +34,7 @@ def export_cmd(given: dict[str, Any], db: DbOpt = None, fmt: FormatOpt = None,
     from memcli.portable.exporter import Scope, export
 
     with errors():
-        req = flags_request(f"{MODELS}:ExportRequest", given, "export request")
+        req = parse_given(f"{MODELS}:ExportRequest", given, "export request")
         if req.all_tenants and req.tenant_id is not None:
             raise UsageError("--all-tenants and --tenant exclude each other", "give one of them")
         with open_memory(db, with_embedder=False, must_exist=True) as memory:
@@ -74,7 +74,7 @@ def import_cmd(
 
     with errors():
         settings = load_settings(db)  # a bad location or config first, as every command
-        req = flags_request(f"{MODELS}:ImportRequest", given, "import request")
+        req = parse_given(f"{MODELS}:ImportRequest", given, "import request")
         if path == "-":
             text = read_stdin()
         else:

@@ -8,7 +8,7 @@ from typing import Any
 import typer
 
 from memcli.cli.common import open_memory
-from memcli.cli.options import DbOpt, FormatOpt, JsonOpt, flags_request, request_options
+from memcli.cli.options import DbOpt, FormatOpt, JsonOpt, parse_given, request_options
 from memcli.cli.output import emit, errors, resolve_format, warn
 from memcli.cli.progress_bar import progress_bar
 
@@ -29,7 +29,7 @@ def rebuild_cmd(given: dict[str, Any], db: DbOpt = None, fmt: FormatOpt = None,
     from memcli.lifecycle.rebuild_derived import rebuild
 
     with errors():
-        req = flags_request("memcli.operations.curation:RebuildRequest", given,
+        req = parse_given("memcli.operations.curation:RebuildRequest", given,
                             "rebuild request")
         # A dry run opens without checking the models: that check creates a missing vec0
         # table, and a dry run writes nothing.

@@ -10,7 +10,7 @@ from typing import Annotated, Any
 import typer
 
 from memcli.cli.common import open_memory
-from memcli.cli.options import DbOpt, flags_request, request_options
+from memcli.cli.options import DbOpt, parse_given, request_options
 from memcli.cli.output import emit, errors, resolve_format, warn
 
 Dir = Annotated[Path, typer.Argument(help="The view's folder.", metavar="DIR",
@@ -36,7 +36,7 @@ def export_cmd(directory: Dir, given: dict[str, Any], db: DbOpt = None,
 
     with errors():
         settings = load_settings(db)
-        req = flags_request(f"{MODELS}:ViewExportRequest", given, "view request")
+        req = parse_given(f"{MODELS}:ViewExportRequest", given, "view request")
         with open_memory(db, with_embedder=False, must_exist=True, settings=settings) as memory:
             scope = Scope(req.tenant_id or memory.tenant, req.user_id, req.app_id,
                           req.include_high)
@@ -59,7 +59,7 @@ def apply_cmd(directory: Dir, given: dict[str, Any], db: DbOpt = None,
 
     with errors():
         settings = load_settings(db)
-        req = flags_request(f"{MODELS}:ViewApplyRequest", given, "view request")
+        req = parse_given(f"{MODELS}:ViewApplyRequest", given, "view request")
         with open_memory(db, with_embedder=not req.dry_run, must_exist=True,
                          settings=settings) as memory:
             plan = plan_apply(memory, directory, tenant=req.tenant_id,
