@@ -258,4 +258,3 @@ def check_flags(values: dict[str, Any]) -> None:
         for item in value if isinstance(value, list) else [value]:
             if isinstance(item, str):
                 check_text(item, flag_name(name))
-
