@@ -2,9 +2,11 @@
 
 Each operation is `op(ctx, scope, request) -> payload`: `ctx` holds an open Memory and the
 settings, `scope` is what the server bound for this caller (a token's tenant, a header, a path
-segment), `request` the caller's JSON object (a dict, validated here by the same pydantic models
-the CLI uses). The payload is the JSON the CLI prints for the same operation, built by the same
-function (memcli.operations, memcli.ledger, ...).
+segment), `request` the caller's request: its validated model for an operation marked by
+`takes` (memcli.service.typed_ops: the HTTP route, MCP tool or Service.run validated it once),
+else the caller's JSON object, validated here by the same pydantic models the CLI uses. The
+payload is the JSON the CLI prints for the same operation, built by the same function
+(memcli.operations, memcli.ledger, ...).
 
 The bound scope only narrows: a request naming another tenant, user, agent or app than the one
 bound is refused (NotAllowedError, HTTP 403), never answered from the other scope. Errors are
@@ -29,12 +31,15 @@ from memcli.errors import (
     ValidationError,
     validation_line,
 )
+from memcli.service.typed_ops import request_for, takes
 
 if TYPE_CHECKING:
     from pydantic import BaseModel
 
+    from memcli.acb.build import AcbRequest
     from memcli.config import Settings
     from memcli.operations.memory import Memory
+    from memcli.operations.requests import QueryRequest
     from memcli.store.owner import Owner
 
 
@@ -151,15 +156,13 @@ def rejected(out: Any) -> bool:
     return any(isinstance(row, dict) and row.get("rejected") for row in rows)
 
 
-def build_acb(ctx: Context, scope: Scope, request: dict[str, Any]) -> dict[str, Any]:
+@takes("memcli.acb.build:AcbRequest", "acb request")
+def build_acb(ctx: Context, scope: Scope, req: AcbRequest) -> dict[str, Any]:
     """The Agent Memory System PRD's `build_acb`: the bundle `memcli acb build --json` prints for
     this request."""
-    from memcli.core.inputs import check_value
     from memcli.operations.bundle import acb_payload, prepare_acb
 
-    if not isinstance(request, dict):
-        raise UsageError("the acb request must be one JSON object")
-    req, note = prepare_acb(check_value(dict(request), "the acb request"))
+    req, note = prepare_acb(req)
     req.tenant_id = _tenant(ctx, scope, req.tenant_id)
     req.user_id = _bind("user_id", scope.user_id, req.user_id)
     req.agent_id = _bind("agent", scope.agent, req.agent_id)
@@ -244,17 +247,14 @@ def _owner(ctx: Context, scope: Scope, tenant: str | None = None, user_id: str |
 
 
 # -- the memory system spec: query and history ------------------------------------------------
-def query(ctx: Context, scope: Scope, request: dict[str, Any]) -> list[dict[str, Any]]:
+@takes("memcli.operations.requests:QueryRequest", "query request",
+       hint="see `memcli query --help` and the README's JSON request")
+def query(ctx: Context, scope: Scope, req: QueryRequest) -> list[dict[str, Any]]:
     """The memory system spec's `memory.query`: the request shape `memcli query -` reads, answered
     with what `memcli query --json` prints (hits, or bullets with `"return": "bullets"`; each hit
     names the scope that answered)."""
-    from memcli.core.inputs import check_value
-    from memcli.operations.requests import parse_query_request
     from memcli.operations.retrieve import hits_payload, run_query
 
-    if not isinstance(request, dict):
-        raise UsageError("the query request must be one JSON object")
-    req = parse_query_request(check_value(request, "the query request"))
     req = req.model_copy(update={
         "tenant_id": _tenant(ctx, scope, req.tenant_id),
         "user_id": _bind("user_id", scope.user_id, req.user_id),
@@ -383,7 +383,10 @@ class Service:
             request: Any) -> Any:
         """Run one operation for one caller (on the calling thread). On a PostgreSQL server
         the request borrows a connection from the daemon's pool for its own length (a
-        thread's idle connection would hold a server slot for nothing)."""
+        thread's idle connection would hold a server slot for nothing). An operation that
+        takes its model gets the request as that model: the caller's if it built it (an HTTP
+        route, an MCP tool), else validated here once (memcli.service.typed_ops)."""
+        request = request_for(operation, request)
         if not self._server():
             memory = self.memory()
             try:

@@ -4,10 +4,10 @@ with the JSON the CLI prints for the same request.
 A route's signature declares its request (the body's model, or its query parameters' model,
 and its path's ids) and its decorator the model of its answer (memcli.service.schemas): FastAPI
 validates the one and builds /openapi.json from both, and the route class
-(memcli.service.routing.ApiRoute) checks the answer against its model before it is sent. The
-operation gets the request as the client sent it and validates it again with the same model
-(the MCP tools share the operations, with their own arguments). The bound scope comes from the
-caller's token and headers, never from the body (memcli.service.auth).
+(memcli.service.routing.ApiRoute) checks the answer against its model before it is sent. An
+operation that takes its model (memcli.service.typed_ops) gets the body FastAPI validated,
+never validating it again; the MCP tools build the same model from their arguments. The bound
+scope comes from the caller's token and headers, never from the body (memcli.service.auth).
 """
 
 from __future__ import annotations
@@ -102,7 +102,7 @@ def record_events(
              summary="Build an active context bundle (as `memcli acb build --json`)")
 @operation("acb request")
 def build_acb(body: AcbRequest, call: Caller) -> Answer:
-    return call.run(api.build_acb)
+    return call.run(api.build_acb, body)
 
 
 @router.get("/api/v1/artifacts/{artifact_id}", response_model=schemas.Artifact,
@@ -139,7 +139,7 @@ def record_task(body: TaskRequest, call: Caller) -> Answer:
              summary="memory.query of the memory system spec (as `memcli query - --json`)")
 @operation("query request", hint="see `memcli query --help` and the README's JSON request")
 def query(body: QueryRequest, call: Caller) -> Answer:
-    return call.run(api.query)
+    return call.run(api.query, body)
 
 
 @router.get("/api/v1/memories/{memory_id:int}/history", response_model=list[schemas.HistoryEntry],
