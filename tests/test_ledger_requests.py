@@ -15,6 +15,7 @@ from memcli.cli.app import app
 from memcli.cli.options import flag_name
 from memcli.config import load_settings
 from memcli.operations import ledger_ops
+from memcli.service import api as service_api
 from memcli.service.api import Scope
 from memcli.service.mcp_server import build_mcp
 from tests.support.http_api import running_api
@@ -99,6 +100,9 @@ def test_a_ledger_operation_has_one_declaration_for_route_and_tool(tmp_path, mon
         for field, schema in tool.items():  # the tool's arguments: a subset, the scope bound
             assert schema["description"] == model.model_fields[field].description, (name, field)
         assert set(tool) <= set(route), name
+        if "{" not in path:  # a whole body or query: validated once, handed on as the model
+            marked = getattr(service_api, name).request_model[0]
+            assert marked == f"memcli.operations.ledger_ops:{model.__name__}", name
 
 
 def test_the_field_flags_and_the_old_ones_write_the_same(cli) -> None:

@@ -38,6 +38,7 @@ if TYPE_CHECKING:
 
     from memcli.acb.build import AcbRequest
     from memcli.config import Settings
+    from memcli.operations.ledger_ops import DecisionRequest, DecisionsQuery, TaskRequest
     from memcli.operations.memory import Memory
     from memcli.operations.requests import QueryRequest
     from memcli.store.owner import Owner
@@ -180,33 +181,33 @@ def get_artifact(ctx: Context, scope: Scope, request: dict[str, Any]) -> dict[st
     return ledger_ops.get_artifact(ctx.memory, req, _owner(ctx, scope, req.tenant_id))
 
 
-def record_decision(ctx: Context, scope: Scope, request: dict[str, Any]) -> dict[str, Any]:
+@takes("memcli.operations.ledger_ops:DecisionRequest", "decision")
+def record_decision(ctx: Context, scope: Scope, req: DecisionRequest) -> dict[str, Any]:
     """`memcli decision add` (or `decision supersede` with `supersedes`): the decision's row;
     the decision it replaces must be the caller's, of the scope named."""
     from memcli.operations import ledger_ops
 
-    req = validate(ledger_ops.DecisionRequest, request, "decision")
     req = req.model_copy(update=_write_scope(ctx, scope, req, "decisions"))
     return ledger_ops.record_decision(ctx.memory, req, _write_owner(ctx, scope, req))
 
 
-def query_decisions(ctx: Context, scope: Scope, request: dict[str, Any]) -> list[dict[str, Any]]:
+@takes("memcli.operations.ledger_ops:DecisionsQuery", "decisions query")
+def query_decisions(ctx: Context, scope: Scope, req: DecisionsQuery) -> list[dict[str, Any]]:
     """`memcli decision list`: the caller's tenant's decisions, newest first."""
     from memcli.operations import ledger_ops
 
-    req = validate(ledger_ops.DecisionsQuery, request, "decisions query")
     req = req.model_copy(update={"tenant_id": _tenant(ctx, scope, req.tenant_id),
                                  "user_id": _bind("user_id", scope.user_id, req.user_id),
                                  "app_id": _bind("app_id", scope.app_id, req.app_id)})
     return ledger_ops.query_decisions(ctx.memory, req)
 
 
-def record_task(ctx: Context, scope: Scope, request: dict[str, Any]) -> dict[str, Any]:
+@takes("memcli.operations.ledger_ops:TaskRequest", "task")
+def record_task(ctx: Context, scope: Scope, req: TaskRequest) -> dict[str, Any]:
     """`memcli task add`, or `memcli task update` when `task_id` names a task: the task's row;
     the task it changes must be the caller's, of the scope named."""
     from memcli.operations import ledger_ops
 
-    req = validate(ledger_ops.TaskRequest, request, "task")
     req = req.model_copy(update=_write_scope(ctx, scope, req, "tasks"))
     return ledger_ops.record_task(ctx.memory, req, _write_owner(ctx, scope, req))
 

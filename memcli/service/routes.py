@@ -117,21 +117,21 @@ def get_artifact(artifact_id: ArtifactId, params: Annotated[ArtifactParams, Quer
              summary="Record a decision (or supersede one)")
 @operation("decision")
 def record_decision(body: DecisionRequest, call: Caller) -> Answer:
-    return call.run(api.record_decision)
+    return call.run(api.record_decision, body)
 
 
 @router.get("/api/v1/decisions/query", response_model=list[schemas.Decision],
             summary="List decisions, newest first")
 @operation("decisions query")
 def query_decisions(params: Annotated[DecisionsQuery, Query()], call: Caller) -> Answer:
-    return call.run(api.query_decisions)
+    return call.run(api.query_decisions, params)
 
 
 @router.post("/api/v1/tasks", response_model=schemas.Task,
              summary="Create a task, or update one (task_id)")
 @operation("task")
 def record_task(body: TaskRequest, call: Caller) -> Answer:
-    return call.run(api.record_task)
+    return call.run(api.record_task, body)
 
 
 # -- the memory system spec: query and history -------------------------------------------------
