@@ -38,6 +38,7 @@ if TYPE_CHECKING:
 
     from memcli.acb.build import AcbRequest
     from memcli.config import Settings
+    from memcli.operations.ledger_ops import DecisionRequest, DecisionsQuery, TaskRequest
     from memcli.operations.memory import Memory
     from memcli.operations.requests import QueryRequest
     from memcli.store.owner import Owner
@@ -173,67 +174,47 @@ def build_acb(ctx: Context, scope: Scope, req: AcbRequest) -> dict[str, Any]:
 
 def get_artifact(ctx: Context, scope: Scope, request: dict[str, Any]) -> dict[str, Any]:
     """The full output kept for a truncated tool result (`memcli artifact ID`), in the caller's
-    tenant only: `{artifact_id, tenant_id, bytes, text}` (text decoded as UTF-8, bad bytes
-    replaced). An event of kind `artifact` is found by its event id too."""
-    from memcli.operations.record import artifact_body
-    from memcli.service.models import ArtifactQuery
+    tenant only. An event of kind `artifact` is found by its event id too."""
+    from memcli.operations import ledger_ops
 
-    req = validate(ArtifactQuery, request, "artifact request")
-    owner = _owner(ctx, scope, req.tenant_id)
-    body = artifact_body(ctx.memory, req.artifact_id, owner)
-    return {"artifact_id": req.artifact_id, "tenant_id": owner.tenant_id, "bytes": len(body),
-            "text": body.decode("utf-8", errors="replace")}
+    req = validate(ledger_ops.ArtifactRequest, request, "artifact request")
+    return ledger_ops.get_artifact(ctx.memory, req, _owner(ctx, scope, req.tenant_id))
 
 
-def record_decision(ctx: Context, scope: Scope, request: dict[str, Any]) -> dict[str, Any]:
-    """`memcli decision add` (or `decision supersede` with `supersedes`): the decision's row."""
-    from memcli.ledger import entries as ledger
-    from memcli.service.models import DecisionRequest
+@takes("memcli.operations.ledger_ops:DecisionRequest", "decision")
+def record_decision(ctx: Context, scope: Scope, req: DecisionRequest) -> dict[str, Any]:
+    """`memcli decision add` (or `decision supersede` with `supersedes`): the decision's row;
+    the decision it replaces must be the caller's, of the scope named."""
+    from memcli.operations import ledger_ops
 
-    req = validate(DecisionRequest, request, "decision")
-    lists = {"rationale": req.rationale, "constraints": req.constraints,
-             "alternatives": req.alternatives, "consequences": req.consequences,
-             "refs": req.refs}
-    where = _write_scope(ctx, scope, req, "decisions")
-    if req.supersedes is not None:  # the row it replaces: the caller's, of the scope named
-        owner = _owner(ctx, scope, where["tenant_id"], where["user_id"], where["app_id"])
-        return ledger.supersede_decision(ctx.memory, req.supersedes, req.decision, owner=owner,
-                                         reason=req.reason, **lists)
-    return ledger.add_decision(
-        ctx.memory, req.decision, scope=req.scope, channel=req.channel,
-        sensitivity=req.sensitivity, **where, **lists)
+    req = req.model_copy(update=_write_scope(ctx, scope, req, "decisions"))
+    return ledger_ops.record_decision(ctx.memory, req, _write_owner(ctx, scope, req))
 
 
-def query_decisions(ctx: Context, scope: Scope, request: dict[str, Any]) -> list[dict[str, Any]]:
+@takes("memcli.operations.ledger_ops:DecisionsQuery", "decisions query")
+def query_decisions(ctx: Context, scope: Scope, req: DecisionsQuery) -> list[dict[str, Any]]:
     """`memcli decision list`: the caller's tenant's decisions, newest first."""
-    from memcli.ledger import entries as ledger
-    from memcli.service.models import DecisionsQuery
+    from memcli.operations import ledger_ops
 
-    req = validate(DecisionsQuery, request, "decisions query")
-    return ledger.list_decisions(
-        ctx.memory, status=None if req.status == "all" else req.status,
-        tenant_id=_tenant(ctx, scope, req.tenant_id),
-        user_id=_bind("user_id", scope.user_id, req.user_id),
-        app_id=_bind("app_id", scope.app_id, req.app_id), limit=req.limit)
+    req = req.model_copy(update={"tenant_id": _tenant(ctx, scope, req.tenant_id),
+                                 "user_id": _bind("user_id", scope.user_id, req.user_id),
+                                 "app_id": _bind("app_id", scope.app_id, req.app_id)})
+    return ledger_ops.query_decisions(ctx.memory, req)
 
 
-def record_task(ctx: Context, scope: Scope, request: dict[str, Any]) -> dict[str, Any]:
-    """`memcli task add`, or `memcli task update` when `task_id` names a task: the task's row."""
-    from memcli.ledger import entries as ledger
-    from memcli.service.models import TaskRequest
+@takes("memcli.operations.ledger_ops:TaskRequest", "task")
+def record_task(ctx: Context, scope: Scope, req: TaskRequest) -> dict[str, Any]:
+    """`memcli task add`, or `memcli task update` when `task_id` names a task: the task's row;
+    the task it changes must be the caller's, of the scope named."""
+    from memcli.operations import ledger_ops
 
-    req = validate(TaskRequest, request, "task")
-    where = _write_scope(ctx, scope, req, "tasks")
-    if req.task_id is not None:  # the task it changes: the caller's, of the scope named
-        owner = _owner(ctx, scope, where["tenant_id"], where["user_id"], where["app_id"])
-        return ledger.update_task(ctx.memory, req.task_id, status=req.status, title=req.title,
-                                  details=req.details, refs=req.refs or None, owner=owner)
-    if req.title is None:
-        raise UsageError("bad task: title: a new task needs a title",
-                         "give task_id to update one")
-    return ledger.add_task(
-        ctx.memory, req.title, details=req.details or "", status=req.status or "open",
-        refs=req.refs, channel=req.channel, sensitivity=req.sensitivity, **where)
+    req = req.model_copy(update=_write_scope(ctx, scope, req, "tasks"))
+    return ledger_ops.record_task(ctx.memory, req, _write_owner(ctx, scope, req))
+
+
+def _write_owner(ctx: Context, scope: Scope, req: Any) -> Owner:
+    """Whose row a write that names one by id may change: the scope its request names."""
+    return _owner(ctx, scope, req.tenant_id, req.user_id, req.app_id)
 
 
 def _write_scope(ctx: Context, scope: Scope, req: Any, category: str | None) -> dict[str, Any]:

@@ -23,6 +23,12 @@ from memcli import __version__
 from memcli.acb.build import AcbRequest
 from memcli.core.ids import Id
 from memcli.core.records import EventIn, EventReceipt, Hit
+from memcli.operations.ledger_ops import (
+    ArtifactRequest,
+    DecisionRequest,
+    DecisionsQuery,
+    TaskRequest,
+)
 from memcli.operations.lifecycle_requests import (
     AppMemoriesRequest,
     MemoryRequest,
@@ -30,12 +36,6 @@ from memcli.operations.lifecycle_requests import (
 )
 from memcli.operations.requests import HistoryRequest, QueryRequest
 from memcli.service import api, schemas
-from memcli.service.models import (
-    DecisionRequest,
-    DecisionsQuery,
-    TaskRequest,
-    TenantParams,
-)
 from memcli.service.routing import Answer, ApiRoute, Call, operation, query_params
 
 BEARER = HTTPBearer(scheme_name="bearer", auto_error=False,
@@ -58,6 +58,9 @@ HistoryParams = query_params(HistoryRequest, "memory_id")
 MemoryParams = query_params(MemoryRequest, "memory_id")
 AppMemoriesParams = query_params(AppMemoriesRequest, "app_id")
 AppMemoryParams = query_params(AppMemoriesRequest, "app_id", "memory_id", "limit")
+ArtifactParams = query_params(ArtifactRequest, "artifact_id")
+ArtifactId = Annotated[str, Path(
+    min_length=1, description=ArtifactRequest.model_fields["artifact_id"].description)]
 AppId = Annotated[str, Path(min_length=1, description="the app's id")]
 
 _ERROR = {"model": schemas.ErrorBody}
@@ -105,8 +108,8 @@ def build_acb(body: AcbRequest, call: Caller) -> Answer:
 @router.get("/api/v1/artifacts/{artifact_id}", response_model=schemas.Artifact,
             summary="The full output of a truncated tool result")
 @operation("artifact request")
-def get_artifact(artifact_id: Annotated[str, Path(min_length=1)],
-                 params: Annotated[TenantParams, Query()], call: Caller) -> Answer:
+def get_artifact(artifact_id: ArtifactId, params: Annotated[ArtifactParams, Query()],
+                 call: Caller) -> Answer:
     return call.run(api.get_artifact)
 
 
@@ -114,21 +117,21 @@ def get_artifact(artifact_id: Annotated[str, Path(min_length=1)],
              summary="Record a decision (or supersede one)")
 @operation("decision")
 def record_decision(body: DecisionRequest, call: Caller) -> Answer:
-    return call.run(api.record_decision)
+    return call.run(api.record_decision, body)
 
 
 @router.get("/api/v1/decisions/query", response_model=list[schemas.Decision],
             summary="List decisions, newest first")
 @operation("decisions query")
 def query_decisions(params: Annotated[DecisionsQuery, Query()], call: Caller) -> Answer:
-    return call.run(api.query_decisions)
+    return call.run(api.query_decisions, params)
 
 
 @router.post("/api/v1/tasks", response_model=schemas.Task,
              summary="Create a task, or update one (task_id)")
 @operation("task")
 def record_task(body: TaskRequest, call: Caller) -> Answer:
-    return call.run(api.record_task)
+    return call.run(api.record_task, body)
 
 
 # -- the memory system spec: query and history -------------------------------------------------
