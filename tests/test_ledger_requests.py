@@ -18,7 +18,7 @@ from memcli.operations import ledger_ops
 from memcli.service import api as service_api
 from memcli.service.api import Scope
 from memcli.service.mcp_server import build_mcp
-from tests.support.http_api import running_api
+from tests.support.http_api import OPERATOR, running_api
 
 pytestmark = pytest.mark.usefixtures("fast_cli")
 
@@ -128,3 +128,17 @@ def test_a_bad_ledger_flag_is_one_line_exit_2(cli) -> None:
     secret = cli("task", "add", "x", "--sensitivity", "secret")
     assert secret.exit_code == 2 and "never stored" in secret.stderr
     assert secret.stderr.startswith("memcli: error: ") and secret.stderr.count("\n") == 1
+
+
+def test_an_empty_tenant_is_refused_not_read_as_the_default(tmp_path, monkeypatch, cli) -> None:
+    """`tenant_id: ""` names no tenant: a usage error on the CLI and 422 over HTTP, never the
+    configured tenant in its place (the shared scope base every request model uses)."""
+    for args in (("decision", "add", "Use SQLite", "--tenant-id", ""),
+                 ("query", "sqlite", "--tenant", "")):
+        out = cli(*args)
+        assert out.exit_code == 2 and "tenant_id" in out.stderr, (args, out.stderr)
+    with running_api(tmp_path, monkeypatch) as api, api.client(OPERATOR) as client:
+        for path, body in (("/api/v1/decisions", {"decision": "Use SQLite", "tenant_id": ""}),
+                           ("/api/v1/query", {"query": "sqlite", "tenant_id": ""})):
+            answer = client.post(path, json=body)
+            assert answer.status_code == 422, (path, answer.text)
