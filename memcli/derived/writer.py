@@ -34,7 +34,7 @@ def write_memory(memory: MemoryHandle, *, content: str, kind: str, source_ids: l
                  category: str | None = None, channel: str = "private",
                  sensitivity: str = "none", importance: float = 0.5, pinned: bool = False,
                  confidence: float = 1.0, decay_rate: float = 0.01,
-                 event_time: str | None = None, valid_from: str | None = None,
+                 event_time: str | None = None,
                  attributes: dict[str, Any] | None = None, actor: str = "memcli",
                  link: bool = True, vector: Any = None,
                  sparse_terms: dict[int, float] | None = None) -> int:
@@ -67,7 +67,7 @@ def write_memory(memory: MemoryHandle, *, content: str, kind: str, source_ids: l
             "token_count": max(1, (len(content) + 3) // 4), "importance": importance,
             "pinned": int(pinned), "confidence": confidence, "decay_rate": decay_rate,
             "event_time": event_time or now, "created_at": now, "updated_at": now,
-            "valid_from": valid_from or event_time or now, "source_ids": source_ids,
+            "valid_from": event_time or now, "source_ids": source_ids,
             "attributes": attributes or {},
         })
         if sensitivity != "high":  # entity names are stored in plain text

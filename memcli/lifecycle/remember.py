@@ -204,20 +204,11 @@ def confirm(memory: MemoryHandle, memory_id: int, *, owner: Owner | None = None,
                 "restore it first" if row["state"] == "soft_deleted" else None,
             )
         lsql.protect(db, memory_id, utcnow())
-        mem.add_history(
-            db,
-            memory_id,
-            "UPDATE",
-            old_ref=str(memory_id),
-            new_ref=str(memory_id),
-            actor=actor,
-            scope=row,
-            meta={
-                "confirmed": True,
-                "decay_rate": [row["decay_rate"], 0.0],
-                "confidence": [row["confidence"], 1.0],
-            },
-        )
+        _changed_in_place(db, row, actor, {
+            "confirmed": True,
+            "decay_rate": [row["decay_rate"], 0.0],
+            "confidence": [row["confidence"], 1.0],
+        })
     return {"id": memory_id, "protected": True, "decay_rate": 0.0, "confidence": 1.0}
 
 
@@ -228,14 +219,12 @@ def set_pin(memory: MemoryHandle, memory_id: int, pinned: bool, *, owner: Owner 
         row = own.memory(db, memory_id, owner or memory.owner())
         if bool(row["pinned"]) != pinned:
             lsql.set_pinned(db, memory_id, pinned, utcnow())
-            mem.add_history(
-                db,
-                memory_id,
-                "UPDATE",
-                old_ref=str(memory_id),
-                new_ref=str(memory_id),
-                actor=actor,
-                scope=row,
-                meta={"pinned": pinned},
-            )
+            _changed_in_place(db, row, actor, {"pinned": pinned})
     return {"id": memory_id, "pinned": pinned, "changed": bool(row["pinned"]) != pinned}
+
+
+def _changed_in_place(db: Any, row: dict[str, Any], actor: str, meta: dict[str, Any]) -> None:
+    """The audit row of a change that keeps the memory's id (its old and new ref)."""
+    ref = str(row["id"])
+    mem.add_history(db, row["id"], "UPDATE", old_ref=ref, new_ref=ref, actor=actor, scope=row,
+                    meta=meta)

@@ -21,10 +21,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    import numpy as np
-    from numpy.typing import NDArray
-
-    Vector = NDArray[np.float32]
+    from memcli.providers.embedding import Vector
 
 from memcli.providers.embedding import (
     Embedder,
@@ -194,7 +191,7 @@ def _openmp_thread_setter(model: Any, *, explicit: bool) -> Callable[[int | None
     return set_threads
 
 
-# --------------------------------------------------------------------------- MiniLM (ONNX)
+# --------------------------------------------------------------------------- hash (tests)
 
 
 class HashEmbedder:
@@ -254,18 +251,10 @@ class HashEmbedder:
 
 # --------------------------------------------------------------------------- factory
 
-def _minilm(**options: Any) -> Embedder:
-    return MiniLMEmbedder(**options)
-
-
-def _openai(**options: Any) -> Embedder:
-    return OpenAIEmbedder(**options)
-
-
 _FACTORIES: dict[str, Callable[..., Embedder]] = {
     "e5-small": E5SmallEmbedder,
-    "minilm": _minilm,
-    "openai": _openai,
+    "minilm": MiniLMEmbedder,
+    "openai": OpenAIEmbedder,
     "hash": HashEmbedder,
 }
 

@@ -7,10 +7,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    import numpy as np
-    from numpy.typing import NDArray
-
-    Vector = NDArray[np.float32]
+    from memcli.providers.embedding import Vector
 
 from memcli.providers.embedding import (
     EmbedderError,

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from memcli.core.records import utcnow
+from memcli.store.batching import marks
 
 if TYPE_CHECKING:
     from memcli.store.connection import Database
@@ -62,7 +63,6 @@ def profile_memories(
     if not bounds:
         return []
     where, params = filters.sql()
-    marks = ",".join("?" * len(bounds))
     cases = " ".join("WHEN ? THEN ?" for _ in bounds)
     case_params = [v for c, n in sorted(bounds.items()) for v in (c, limit if n is None else n)]
     return db.query(
@@ -73,7 +73,7 @@ def profile_memories(
                            ORDER BY m.pinned DESC, m.importance DESC, m.updated_at DESC, m.id DESC
                        ) AS n
                 FROM memories m
-                WHERE m.user_id = ? AND m.category IN ({marks})
+                WHERE m.user_id = ? AND m.category IN ({marks(bounds)})
                   AND {where})
             SELECT id, content, category, kind, event_id, event_time, attributes FROM p
             WHERE n <= CASE category {cases} END
@@ -99,8 +99,7 @@ def source_events(db: Database, ids: list[int]) -> dict[int, str | None]:
     """memory id -> the event it was made from (None for a derived one), for stored ids."""
     if not ids:
         return {}
-    marks = ",".join("?" * len(ids))
-    rows = db.execute(f"SELECT id, event_id FROM memories WHERE id IN ({marks})", ids)
+    rows = db.execute(f"SELECT id, event_id FROM memories WHERE id IN ({marks(ids)})", ids)
     return {int(mid): event for mid, event in rows}
 
 
@@ -108,14 +107,14 @@ def max_related_strength(db: Database, ids: list[int]) -> dict[int, float]:
     """Strength of each memory's strongest `related` edge to an active memory."""
     if not ids:
         return {}
-    marks = ",".join("?" * len(ids))
+    in_list = marks(ids)
     rows = db.execute(
         f"""SELECT e.mid, max(e.strength) FROM (
                 SELECT src_id AS mid, dst_id AS other, strength FROM relations
-                WHERE kind = 'related' AND src_id IN ({marks})
+                WHERE kind = 'related' AND src_id IN ({in_list})
                 UNION ALL
                 SELECT dst_id, src_id, strength FROM relations
-                WHERE kind = 'related' AND dst_id IN ({marks})) e
+                WHERE kind = 'related' AND dst_id IN ({in_list})) e
             {db.dialect.ORDERED_JOIN} memories o ON o.id = e.other AND o.state = 'active'
             GROUP BY e.mid""",
         (*ids, *ids),
@@ -133,14 +132,14 @@ def related_bullets(
     if not ids or per_item <= 0:
         return {}
     where, params = filters.sql()
-    marks = ",".join("?" * len(ids))
+    in_list = marks(ids)
     rows = db.query(
         f"""WITH e AS MATERIALIZED (
                 SELECT src_id AS mid, dst_id AS other, strength FROM relations
-                WHERE kind = 'related' AND src_id IN ({marks})
+                WHERE kind = 'related' AND src_id IN ({in_list})
                 UNION ALL
                 SELECT dst_id, src_id, strength FROM relations
-                WHERE kind = 'related' AND dst_id IN ({marks})),
+                WHERE kind = 'related' AND dst_id IN ({in_list})),
             ranked AS (
                 SELECT e.mid, m.id, m.content, m.category, e.strength,
                        row_number() OVER (PARTITION BY e.mid
@@ -186,9 +185,8 @@ def session_user(db: Database, tenant_id: str, session_id: str) -> str | None:
 def thread_revisions(db: Database, keys: list[str]) -> dict[str, int]:
     if not keys:
         return {}
-    marks = ",".join("?" * len(keys))
     rows = db.execute(
-        f"SELECT thread_key, revision FROM threads WHERE thread_key IN ({marks})", tuple(keys)
+        f"SELECT thread_key, revision FROM threads WHERE thread_key IN ({marks(keys)})", tuple(keys)
     )
     found = {k: int(r) for k, r in rows}
     return {k: found.get(k, 0) for k in keys}
@@ -197,9 +195,9 @@ def thread_revisions(db: Database, keys: list[str]) -> dict[str, int]:
 def seen_revisions(db: Database, caller: str, keys: list[str]) -> dict[str, int]:
     if not keys:
         return {}
-    marks = ",".join("?" * len(keys))
+    in_list = marks(keys)
     rows = db.execute(
-        f"SELECT thread_key, revision FROM acb_seen WHERE caller = ? AND thread_key IN ({marks})",
+        f"SELECT thread_key, revision FROM acb_seen WHERE caller = ? AND thread_key IN ({in_list})",
         (caller, *keys),
     )
     return {k: int(r) for k, r in rows}

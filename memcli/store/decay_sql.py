@@ -15,6 +15,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from memcli.store import memories as mem
+from memcli.store.batching import chunks, marks
 from memcli.store.purge_sql import delete_everything
 
 if TYPE_CHECKING:
@@ -22,9 +23,6 @@ if TYPE_CHECKING:
 
 LAST_RUN_KEY = "decay_last_run"
 
-
-def _marks(values: list | tuple) -> str:
-    return ",".join("?" * len(values))
 
 
 def _kinds_sql(kinds: tuple[str, ...]) -> str:
@@ -75,10 +73,9 @@ def restored_to_reset(
 
 
 def reset_restored(db: Database, ids: list[int], now: str) -> None:
-    for start in range(0, len(ids), 500):
-        part = ids[start : start + 500]
+    for part in chunks(ids, 500):
         db.execute(
-            f"UPDATE memories SET confidence = 1.0, last_accessed = ? WHERE id IN ({_marks(part)})",
+            f"UPDATE memories SET confidence = 1.0, last_accessed = ? WHERE id IN ({marks(part)})",
             [now, *part],
         )
     db.executemany(
@@ -180,8 +177,8 @@ def expired_ids(db: Database, now: str) -> list[int]:
 def purge_memories(db: Database, ids: list[int], now: str) -> None:
     """Hard-delete memories (their events stay: they are the ground truth); history keeps ids."""
     scopes: dict[int, dict[str, Any]] = {}
-    for start in range(0, len(ids), 500):
-        scopes.update(mem.get_memories(db, ids[start : start + 500]))
+    for part in chunks(ids, 500):
+        scopes.update(mem.get_memories(db, part))
     delete_everything(db, [], ids, {})
     db.executemany(
         "INSERT INTO history (memory_id, op, old_ref, actor, tenant_id, user_id, session_id,"

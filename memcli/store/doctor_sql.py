@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 
 from memcli.store import sparse as sparse_sql
 from memcli.store import vectors as vec
+from memcli.store.batching import chunks
 from memcli.store.orphans import PURGED, UNUSED_ENTITIES, Link, delete_lacking, ids_lacking, lacking
 
 if TYPE_CHECKING:
@@ -114,8 +115,8 @@ def delete_orphans(db: Database, found: dict[str, list[int]]) -> None:
     """Derived rows whose memory is gone: vectors, sparse terms, entity links, edges."""
     vector_ids = sorted({i for name in ("memory_vectors", *db.backend.vector_tables)
                          for i in found.get(name, [])})
-    for start in range(0, len(vector_ids), 500):
-        vec.delete_vectors(db, vector_ids[start:start + 500])
+    for part in chunks(vector_ids, 500):
+        vec.delete_vectors(db, part)
     sparse_sql.delete_postings(db, found.get("memory_sparse", []))
     db.backend.delete_sparse_orphans(db)
     sparse_sql.recount_df(db)

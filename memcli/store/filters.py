@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
+from memcli.store.batching import marks
+
 # The tenant of a record or a read that names none (section 9.3 of the Agent Memory System PRD:
 # every query filters by tenant).
 DEFAULT_TENANT = "default"
@@ -74,18 +76,18 @@ class Filters:
             ("state", self.states),
         ):
             if values:
-                clauses.append(f"{alias}.{column} IN ({','.join('?' * len(values))})")
+                clauses.append(f"{alias}.{column} IN ({marks(values)})")
                 params.extend(values)
         if self.allowed_categories is not None:
             allowed = self.allowed_categories
             if allowed:
-                clauses.append(f"{alias}.category IN ({','.join('?' * len(allowed))})")
+                clauses.append(f"{alias}.category IN ({marks(allowed)})")
                 params.extend(allowed)
             else:
                 clauses.append("1 = 0")  # a boolean on every engine (PostgreSQL: not "0")
         if self.excluded_categories:
-            marks = ",".join("?" * len(self.excluded_categories))
-            clauses.append(f"coalesce({alias}.category, '') NOT IN ({marks})")
+            in_list = marks(self.excluded_categories)
+            clauses.append(f"coalesce({alias}.category, '') NOT IN ({in_list})")
             params.extend(self.excluded_categories)
         if self.hide_private_decisions:
             clauses.append(

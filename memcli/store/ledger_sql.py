@@ -11,6 +11,7 @@ import json
 from typing import TYPE_CHECKING, Any
 
 from memcli.core.records import utcnow
+from memcli.store.batching import marks
 from memcli.store.sealing import seal_if
 
 if TYPE_CHECKING:
@@ -30,23 +31,8 @@ def _decode(row: dict[str, Any]) -> dict[str, Any]:
 # -- decisions -------------------------------------------------------------------------------
 def insert_decision(db: Database, row: dict[str, Any]) -> int:
     now = utcnow()
-    values = {
-        k: row.get(k)
-        for k in (
-            "tenant_id",
-            "user_id",
-            "session_id",
-            "agent_id",
-            "app_id",
-            "scope",
-            "decision",
-            "supersedes",
-        )
-    }
-    values.update({k: json.dumps(list(row.get(k) or []), ensure_ascii=False) for k in _LIST_FIELDS})
-    if row.get("sensitivity") == "high":
-        for key in ("decision", *_LIST_FIELDS):
-            values[key] = seal_if(db, True, values[key])
+    values = decision_values(db, row, ("tenant_id", "user_id", "session_id", "agent_id",
+                                       "app_id", "scope", "decision", "supersedes"))
     return db.insert(
         "INSERT INTO decisions (tenant_id, user_id, session_id, agent_id, app_id, status, scope,"
         " decision, rationale, constraints, alternatives, consequences, refs, supersedes,"
@@ -55,6 +41,17 @@ def insert_decision(db: Database, row: dict[str, Any]) -> int:
         " :refs, :supersedes, :now, :now) RETURNING id",
         {**values, "now": now},
     )
+
+
+def decision_values(db: Database, row: dict[str, Any], keys: tuple[str, ...]) -> dict[str, Any]:
+    """The `keys` of a decision and its lists as stored: lists as JSON, the text and the
+    lists sealed when the decision is `high` (recording it, and rebuild bringing it back)."""
+    values = {k: row.get(k) for k in keys}
+    values.update({k: json.dumps(list(row.get(k) or []), ensure_ascii=False) for k in _LIST_FIELDS})
+    if row.get("sensitivity") == "high":
+        for key in ("decision", *_LIST_FIELDS):
+            values[key] = seal_if(db, True, values[key])
+    return values
 
 
 def set_decision_memory(db: Database, decision_id: int, memory_id: int) -> None:
@@ -70,8 +67,7 @@ def mark_decision_superseded(db: Database, decision_id: int, by: int) -> None:
 
 
 def get_decision(db: Database, decision_id: int) -> dict[str, Any] | None:
-    rows = db.query("SELECT * FROM decisions WHERE id = ?", (decision_id,))
-    return _decode(rows[0]) if rows else None
+    return _get(db, "decisions", decision_id)
 
 
 def list_decisions(
@@ -83,15 +79,8 @@ def list_decisions(
     app_id: str | None,
     limit: int,
 ) -> list[dict[str, Any]]:
-    clauses, params = _scope_clauses("d", tenant_id, user_id, app_id)
-    if status:
-        clauses.append("d.status = ?")
-        params.append(status)
-    where = " AND ".join(clauses) or "1 = 1"
-    rows = db.query(
-        f"SELECT d.* FROM decisions d WHERE {where} ORDER BY d.id DESC LIMIT ?", (*params, limit)
-    )
-    return [_decode(r) for r in rows]
+    return _listed(db, "decisions", (status,) if status else (), tenant_id, user_id, app_id,
+                   limit)
 
 
 def _bundle_clauses(alias: str, filters: Filters, user_id: str | None) -> tuple[str, list[Any]]:
@@ -114,15 +103,8 @@ def bundle_decisions(
 ) -> list[dict[str, Any]]:
     """Active decisions a bundle may show: the memory passes the filters; the user's own and
     tenant-wide ones (user_id NULL). Newest first."""
-    where, params = _bundle_clauses("d", filters, user_id)
-    join = db.dialect.ORDERED_JOIN
-    rows = db.query(
-        f"SELECT d.*, m.sensitivity AS sensitivity, m.category AS category FROM decisions d"
-        f" {join} memories m ON m.id = d.memory_id WHERE d.status = 'active' AND {where}"
-        f" ORDER BY d.updated_at DESC, d.id DESC LIMIT ?",
-        (*params, limit),
-    )
-    return [_decode(r) for r in rows]
+    return _bundled(db, "decisions", "m.category AS category", "d.status = 'active'",
+                    "d.updated_at DESC, d.id DESC", filters, user_id, limit)
 
 
 # -- tasks -----------------------------------------------------------------------------------
@@ -174,8 +156,7 @@ def update_task(db: Database, task_id: int, changes: dict[str, Any]) -> None:
 
 
 def get_task(db: Database, task_id: int) -> dict[str, Any] | None:
-    rows = db.query("SELECT * FROM tasks WHERE id = ?", (task_id,))
-    return _decode(rows[0]) if rows else None
+    return _get(db, "tasks", task_id)
 
 
 def list_tasks(
@@ -187,42 +168,58 @@ def list_tasks(
     app_id: str | None,
     limit: int,
 ) -> list[dict[str, Any]]:
-    clauses, params = _scope_clauses("t", tenant_id, user_id, app_id)
-    if statuses:
-        clauses.append(f"t.status IN ({','.join('?' * len(statuses))})")
-        params.extend(statuses)
-    where = " AND ".join(clauses) or "1 = 1"
-    rows = db.query(
-        f"SELECT t.* FROM tasks t WHERE {where} ORDER BY t.id DESC LIMIT ?", (*params, limit)
-    )
-    return [_decode(r) for r in rows]
+    return _listed(db, "tasks", statuses, tenant_id, user_id, app_id, limit)
 
 
 def bundle_tasks(
     db: Database, filters: Filters, user_id: str | None, limit: int
 ) -> list[dict[str, Any]]:
     """Open and in-progress tasks a bundle may show: doing first, then newest."""
-    where, params = _bundle_clauses("t", filters, user_id)
-    join = db.dialect.ORDERED_JOIN
-    rows = db.query(
-        f"SELECT t.*, m.sensitivity AS sensitivity FROM tasks t {join} memories m"
-        f" ON m.id = t.memory_id WHERE t.status IN ('open', 'doing') AND {where}"
-        f" ORDER BY t.status = 'open', t.updated_at DESC, t.id DESC LIMIT ?",
-        (*params, limit),
-    )
-    return [_decode(r) for r in rows]
+    return _bundled(db, "tasks", None, "t.status IN ('open', 'doing')",
+                    "t.status = 'open', t.updated_at DESC, t.id DESC", filters, user_id, limit)
 
 
-def _scope_clauses(
-    alias: str, tenant_id: str | None, user_id: str | None, app_id: str | None
-) -> tuple[list[str], list[Any]]:
+# -- what decisions and tasks share: a table aliased by its initial (d, t) -------------------
+def _get(db: Database, table: str, row_id: int) -> dict[str, Any] | None:
+    rows = db.query(f"SELECT * FROM {table} WHERE id = ?", (row_id,))
+    return _decode(rows[0]) if rows else None
+
+
+def _listed(db: Database, table: str, statuses: tuple[str, ...], tenant_id: str | None,
+            user_id: str | None, app_id: str | None, limit: int) -> list[dict[str, Any]]:
+    """Rows of the scope (each given column must match) in the statuses (any when empty),
+    newest id first."""
+    alias = table[0]
     clauses: list[str] = []
     params: list[Any] = []
     for column, value in (("tenant_id", tenant_id), ("user_id", user_id), ("app_id", app_id)):
         if value is not None:
             clauses.append(f"{alias}.{column} = ?")
             params.append(value)
-    return clauses, params
+    if statuses:
+        clauses.append(f"{alias}.status IN ({marks(statuses)})")
+        params.extend(statuses)
+    where = " AND ".join(clauses) or "1 = 1"
+    rows = db.query(
+        f"SELECT {alias}.* FROM {table} {alias} WHERE {where} ORDER BY {alias}.id DESC LIMIT ?",
+        (*params, limit),
+    )
+    return [_decode(r) for r in rows]
+
+
+def _bundled(db: Database, table: str, extra: str | None, status: str, order: str,
+             filters: Filters, user_id: str | None, limit: int) -> list[dict[str, Any]]:
+    """Rows in `status` whose memory passes the bundle's filters, with the memory's
+    sensitivity (and the `extra` columns), in `order`."""
+    alias = table[0]
+    where, params = _bundle_clauses(alias, filters, user_id)
+    columns = ", ".join(c for c in (f"{alias}.*", "m.sensitivity AS sensitivity", extra) if c)
+    rows = db.query(
+        f"SELECT {columns} FROM {table} {alias} {db.dialect.ORDERED_JOIN} memories m"
+        f" ON m.id = {alias}.memory_id WHERE {status} AND {where} ORDER BY {order} LIMIT ?",
+        (*params, limit),
+    )
+    return [_decode(r) for r in rows]
 
 
 # -- checkpoints -----------------------------------------------------------------------------

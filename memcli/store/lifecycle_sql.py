@@ -7,6 +7,7 @@ import json
 from typing import TYPE_CHECKING, Any
 
 from memcli.store import memories as mem
+from memcli.store.batching import chunks, marks
 from memcli.store.sealing import high_memory_ids, seal_json_if, session_has_high
 
 if TYPE_CHECKING:
@@ -14,9 +15,6 @@ if TYPE_CHECKING:
 
 SEMANTIC_FACT_KINDS = ("fact", "decision", "task")
 
-
-def _marks(values: list | tuple) -> str:
-    return ",".join("?" * len(values))
 
 
 # -- sessions
@@ -178,7 +176,7 @@ def active_semantic(
         f"SELECT id, kind, category, content, pinned, attributes, created_at, source_ids"
         " FROM memories WHERE tenant_id = ? AND user_id IS NOT DISTINCT FROM ? AND state ="
         " 'active'"
-        f" AND kind IN ({_marks(kinds)}) ORDER BY id",
+        f" AND kind IN ({marks(kinds)}) ORDER BY id",
         (tenant_id, user_id, *kinds),
     )
     for row in rows:
@@ -188,12 +186,11 @@ def active_semantic(
 
 def vectors_for(db: Database, ids: list[int]) -> dict[int, bytes]:
     out: dict[int, bytes] = {}
-    for start in range(0, len(ids), 500):
-        part = ids[start : start + 500]
+    for part in chunks(ids, 500):
         out.update(
             db.execute(
                 f"SELECT memory_id, embedding FROM memory_vectors"
-                f" WHERE memory_id IN ({_marks(part)})",
+                f" WHERE memory_id IN ({marks(part)})",
                 part,
             )
         )
@@ -206,7 +203,7 @@ def pair_verdicts(db: Database, fingerprints: list[str], since: str) -> dict[str
     return dict(
         db.execute(
             f"SELECT fingerprint, verdict FROM pair_checks WHERE checked_at >= ?"
-            f" AND fingerprint IN ({_marks(fingerprints)})",
+            f" AND fingerprint IN ({marks(fingerprints)})",
             [since, *fingerprints],
         )
     )
@@ -288,7 +285,7 @@ def app_count(db: Database, key: AppKey, kinds: tuple[str, ...]) -> int:
     return int(db.scalar(
         "SELECT count(*) FROM memories WHERE tenant_id = ? AND user_id IS NOT DISTINCT FROM ? AND"
         " app_id = ?"
-        f" AND state = 'active' AND kind IN ({_marks(kinds)})",
+        f" AND state = 'active' AND kind IN ({marks(kinds)})",
         (tenant_id, user_id, app_id, *kinds),
     ))
 
@@ -300,7 +297,7 @@ def app_memories(db: Database, key: AppKey, kinds: tuple[str, ...]) -> list[dict
         f"SELECT id, kind, category, content, pinned, created_at, tenant_id, user_id, session_id,"
         " source_ids FROM memories WHERE tenant_id = ? AND user_id IS NOT DISTINCT FROM ? AND"
         " app_id = ?"
-        f" AND state = 'active' AND kind IN ({_marks(kinds)}) ORDER BY created_at, id",
+        f" AND state = 'active' AND kind IN ({marks(kinds)}) ORDER BY created_at, id",
         (tenant_id, user_id, app_id, *kinds),
     )
 
@@ -352,7 +349,7 @@ def last_run(
     return db.scalar(
         "SELECT max(started_at) FROM lifecycle_runs WHERE command = ? AND tenant_id IS NOT"
         " DISTINCT FROM ?"
-        f" AND user_id IS NOT DISTINCT FROM ? AND status IN ({_marks(statuses)})",
+        f" AND user_id IS NOT DISTINCT FROM ? AND status IN ({marks(statuses)})",
         (command, tenant_id, user_id, *statuses),
     )
 
@@ -393,6 +390,21 @@ def semantic_counts_since(
 ) -> list[dict[str, Any]]:
     """(tenant, user, new facts) for every user with facts created since `since`."""
     b = db.dialect.binary
+    clauses, params = _active_since(since, tenant_id, user_id)
+    return db.query(
+        f"SELECT tenant_id, user_id, count(*) AS facts FROM memories"
+        f" WHERE kind IN ({marks(SEMANTIC_FACT_KINDS)}) AND {' AND '.join(clauses)}"
+        # NULLS FIRST: SQLite's order for the memories without a user; PostgreSQL's default
+        # puts them last
+        f" GROUP BY tenant_id, user_id"
+        f" ORDER BY {b('tenant_id')}, {b('user_id')} NULLS FIRST",
+        [*SEMANTIC_FACT_KINDS, *params],
+    )
+
+
+def _active_since(since: str, tenant_id: str | None,
+                  user_id: str | None) -> tuple[list[str], list[Any]]:
+    """Active memories created since `since`, of the tenant and user when given."""
     clauses, params = ["created_at >= ?", "state = 'active'"], [since]
     if tenant_id is not None:
         clauses.append("tenant_id = ?")
@@ -400,15 +412,7 @@ def semantic_counts_since(
     if user_id is not None:
         clauses.append("user_id = ?")
         params.append(user_id)
-    return db.query(
-        f"SELECT tenant_id, user_id, count(*) AS facts FROM memories"
-        f" WHERE kind IN ({_marks(SEMANTIC_FACT_KINDS)}) AND {' AND '.join(clauses)}"
-        # NULLS FIRST: SQLite's order for the memories without a user; PostgreSQL's default
-        # puts them last
-        f" GROUP BY tenant_id, user_id"
-        f" ORDER BY {b('tenant_id')}, {b('user_id')} NULLS FIRST",
-        [*SEMANTIC_FACT_KINDS, *params],
-    )
+    return clauses, params
 
 
 def latest_of_kind(db: Database, tenant_id: str, user_id: str | None, kind: str) -> str | None:
@@ -433,7 +437,7 @@ def recent_memories(
         f"SELECT id, kind, category, content, created_at, event_time, actor_id, actor_type"
         " FROM memories WHERE tenant_id = ? AND user_id IS NOT DISTINCT FROM ? AND state ="
         " 'active'"
-        f" AND kind IN ({_marks(kinds)}) AND created_at >= ? ORDER BY created_at DESC, id DESC"
+        f" AND kind IN ({marks(kinds)}) AND created_at >= ? ORDER BY created_at DESC, id DESC"
         f" LIMIT ?",
         (tenant_id, user_id, *kinds, since or "", limit),
     )
@@ -444,13 +448,7 @@ def active_users(
 ) -> list[tuple[str, str | None]]:
     """(tenant, user) pairs with any memory created since `since`."""
     b = db.dialect.binary
-    clauses, params = ["created_at >= ?", "state = 'active'"], [since]
-    if tenant_id is not None:
-        clauses.append("tenant_id = ?")
-        params.append(tenant_id)
-    if user_id is not None:
-        clauses.append("user_id = ?")
-        params.append(user_id)
+    clauses, params = _active_since(since, tenant_id, user_id)
     return [
         (t, u)
         for t, u in db.execute(

@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from memcli.store.batching import chunks, marks
 from memcli.store.orphans import lacking
 
 if TYPE_CHECKING:
@@ -232,11 +233,9 @@ def exists(db: Database, table: str, key: dict[str, Any]) -> bool:
 def taken_ids(db: Database, table: str, ids: list[int]) -> set[int]:
     assert table in ("memories", "decisions", "tasks", "proposals")
     taken: set[int] = set()
-    for start in range(0, len(ids), 500):
-        part = ids[start:start + 500]
-        marks = ",".join("?" * len(part))
+    for part in chunks(ids, 500):
         taken.update(r[0] for r in db.execute(
-            f"SELECT id FROM {table} WHERE id IN ({marks})", tuple(part)))
+            f"SELECT id FROM {table} WHERE id IN ({marks(part)})", tuple(part)))
     return taken
 
 
@@ -273,11 +272,10 @@ def unembedded_forgotten(db: Database, ids: list[int]) -> list[tuple[int, str]]:
     Read through the row tracer: a `high` text is embedded from its plain text (or skipped
     without the key)."""
     out: list[tuple[int, str]] = []
-    for start in range(0, len(ids), 500):
-        part = ids[start:start + 500]
-        marks = ",".join("?" * len(part))
+    for part in chunks(ids, 500):
+        in_list = marks(part)
         out.extend((r[0], r[1]) for r in db.execute(
-            f"SELECT id, content FROM memories WHERE id IN ({marks}) AND state = 'soft_deleted'"
+            f"SELECT id, content FROM memories WHERE id IN ({in_list}) AND state = 'soft_deleted'"
             f" AND {lacking('memories.id', 'memory_vectors', 'memory_id')}"
             f" ORDER BY id", tuple(part)))
     return out

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from memcli.store.batching import chunks, marks
 from memcli.store.orphans import UNUSED_ENTITIES, delete_lacking
 from memcli.store.sparse import delete_postings
 from memcli.store.vectors import delete_vectors
@@ -43,9 +44,6 @@ from memcli.store.vectors import delete_vectors
 if TYPE_CHECKING:
     from memcli.store.connection import Database
 
-
-def _marks(values: list) -> str:
-    return ",".join("?" * len(values))
 
 
 def select_scope(db: Database, scope: dict[str, Any]) -> tuple[list[str], list[int]]:
@@ -68,7 +66,7 @@ def select_scope(db: Database, scope: dict[str, Any]) -> tuple[list[str], list[i
     if event_ids:
         # Every memory cut from these events goes too, or a rebuild would bring it back.
         memory_ids |= {r[0] for r in db.execute(
-            f"SELECT id FROM memories WHERE event_id IN ({_marks(event_ids)})", event_ids)}
+            f"SELECT id FROM memories WHERE event_id IN ({marks(event_ids)})", event_ids)}
     return event_ids, sorted(memory_ids)
 
 
@@ -76,21 +74,19 @@ def count_artifacts(db: Database, event_ids: list[str]) -> int:
     if not event_ids:
         return 0
     return int(db.scalar(
-        f"SELECT count(*) FROM artifacts WHERE event_id IN ({_marks(event_ids)})", event_ids))
+        f"SELECT count(*) FROM artifacts WHERE event_id IN ({marks(event_ids)})", event_ids))
 
 
 def delete_everything(db: Database, event_ids: list[str], memory_ids: list[int],
                       scope: dict[str, Any]) -> None:
     """Delete memories with their index rows, links and change-log text, then the events."""
     touched: list[tuple[str, str]] = []
-    for start in range(0, len(event_ids), 500):
-        names = event_ids[start:start + 500]
+    for names in chunks(event_ids, 500):
         touched.extend(db.execute(
             f"SELECT DISTINCT tenant_id, session_id FROM events"
-            f" WHERE event_id IN ({_marks(names)}) AND session_id IS NOT NULL", names))
-    for start in range(0, len(memory_ids), 500):
-        ids = memory_ids[start:start + 500]
-        m = _marks(ids)
+            f" WHERE event_id IN ({marks(names)}) AND session_id IS NOT NULL", names))
+    for ids in chunks(memory_ids, 500):
+        m = marks(ids)
         db.backend.unindex_memories(db, ids)
         delete_vectors(db, ids)
         delete_postings(db, ids)
@@ -102,10 +98,9 @@ def delete_everything(db: Database, event_ids: list[str], memory_ids: list[int],
     delete_lacking(db, *UNUSED_ENTITIES)
     if event_ids:
         db.set_meta("purge_guard", "1")  # the append-only trigger lets purge through
-        for start in range(0, len(event_ids), 500):
-            names = event_ids[start:start + 500]
-            db.execute(f"DELETE FROM artifacts WHERE event_id IN ({_marks(names)})", names)
-            db.execute(f"DELETE FROM events WHERE event_id IN ({_marks(names)})", names)
+        for names in chunks(event_ids, 500):
+            db.execute(f"DELETE FROM artifacts WHERE event_id IN ({marks(names)})", names)
+            db.execute(f"DELETE FROM events WHERE event_id IN ({marks(names)})", names)
         db.execute("DELETE FROM meta WHERE key = 'purge_guard'")
     # Sessions follow their events (a scope-wide DELETE would also hit sessions that keep
     # events outside an --app scope, or fail on a memory_id scope).
@@ -149,10 +144,11 @@ def _scrub_history(db: Database, event_ids: list[str], memory_ids: list[int],
                    scope: dict[str, Any]) -> None:
     """Audit rows stay (what happened, to which id, when, by whom); their meta, which may quote
     the text (a MERGE's merged_text, a compaction's reason), is emptied."""
-    for column, values in (("memory_id", memory_ids), ("event_id", event_ids)):
-        for start in range(0, len(values), 500):
-            ids = values[start:start + 500]
-            db.execute(f"UPDATE history SET meta = '{{}}' WHERE {column} IN ({_marks(ids)})"
+    columns: tuple[tuple[str, list[Any]], ...] = (("memory_id", memory_ids),
+                                                  ("event_id", event_ids))
+    for column, values in columns:
+        for ids in chunks(values, 500):
+            db.execute(f"UPDATE history SET meta = '{{}}' WHERE {column} IN ({marks(ids)})"
                        " AND meta != '{}'", ids)
     keys = {k: v for k, v in scope.items() if k in ("tenant_id", "user_id", "session_id")}
     if keys and "memory_id" not in scope and "app_id" not in scope:
@@ -164,9 +160,8 @@ def _scrub_history(db: Database, event_ids: list[str], memory_ids: list[int],
 def _delete_ledger_rows(db: Database, memory_ids: list[int], scope: dict[str, Any]) -> None:
     """Decisions and tasks go with their memory (foreign key cascade); rows of the scope without
     one go too. Proposals and pair checks that name a purged memory carry its text or a hash."""
-    for start in range(0, len(memory_ids), 500):
-        ids = memory_ids[start:start + 500]
-        m = _marks(ids)
+    for ids in chunks(memory_ids, 500):
+        m = marks(ids)
         db.execute(f"DELETE FROM pair_checks WHERE memory_id IN ({m})", ids)
         db.execute(f"DELETE FROM proposals WHERE memory_id IN ({m}) OR old_memory_id IN ({m})",
                    ids + ids)

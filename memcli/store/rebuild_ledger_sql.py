@@ -7,12 +7,11 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
+from memcli.store.ledger_sql import decision_values
 from memcli.store.sealing import seal_if
 
 if TYPE_CHECKING:
     from memcli.store.connection import Database
-
-_LISTS = ("rationale", "constraints", "alternatives", "consequences", "refs")
 
 
 def ledger_events(db: Database) -> list[dict[str, Any]]:
@@ -63,13 +62,10 @@ def ids_of(db: Database, table: str) -> set[int]:
 def restore_decision(db: Database, row: dict[str, Any]) -> None:
     """A decision with the id, memory and times it had (`supersedes` / `superseded_by` are
     set after every row is back: `link_decisions`)."""
-    values = {k: row.get(k) for k in ("id", "memory_id", "tenant_id", "user_id", "session_id",
-                                      "agent_id", "app_id", "scope", "decision", "created_at",
-                                      "updated_at")}
-    values.update({k: json.dumps(list(row.get(k) or []), ensure_ascii=False) for k in _LISTS})
-    high = row.get("sensitivity") == "high"
-    for key in ("decision", *_LISTS):
-        values[key] = seal_if(db, high, str(values[key]))
+    values = decision_values(db, {**row, "decision": str(row.get("decision"))},
+                             ("id", "memory_id", "tenant_id", "user_id", "session_id",
+                              "agent_id", "app_id", "scope", "decision", "created_at",
+                              "updated_at"))
     db.execute(
         "INSERT INTO decisions (id, memory_id, tenant_id, user_id, session_id, agent_id, app_id,"
         " status, scope, decision, rationale, constraints, alternatives, consequences, refs,"

@@ -11,6 +11,7 @@ import json
 from typing import TYPE_CHECKING, Any
 
 from memcli.store import sparse
+from memcli.store.batching import chunks, marks
 from memcli.store.orphans import PURGED, UNUSED_ENTITIES, delete_lacking, ids_lacking, lacking
 from memcli.store.sealing import seal_if
 from memcli.store.vectors import delete_vectors
@@ -97,22 +98,18 @@ def purged_ids(db: Database) -> set[int]:
 
 def existing_ids(db: Database, ids: list[int]) -> set[int]:
     found: set[int] = set()
-    for start in range(0, len(ids), 500):
-        part = ids[start:start + 500]
-        marks = ",".join("?" * len(part))
+    for part in chunks(ids, 500):
         found |= {int(r[0]) for r in db.execute(
-            f"SELECT id FROM memories WHERE id IN ({marks})", part)}
+            f"SELECT id FROM memories WHERE id IN ({marks(part)})", part)}
     return found
 
 
 def history_of(db: Database, ids: list[int]) -> dict[int, list[dict[str, Any]]]:
     """Each memory's history rows, oldest first (meta parsed; the tracer opens sealed ones)."""
     out: dict[int, list[dict[str, Any]]] = {}
-    for start in range(0, len(ids), 500):
-        part = ids[start:start + 500]
-        marks = ",".join("?" * len(part))
+    for part in chunks(ids, 500):
         for row in db.query(f"SELECT memory_id, op, old_ref, new_ref, meta, ts FROM history"
-                            f" WHERE memory_id IN ({marks}) ORDER BY id", part):
+                            f" WHERE memory_id IN ({marks(part)}) ORDER BY id", part):
             try:
                 row["meta"] = json.loads(row["meta"] or "{}")
             except ValueError:
@@ -226,11 +223,9 @@ def recount_df(db: Database) -> None:
 
 def stored_vectors(db: Database, ids: list[int]) -> dict[int, bytes]:
     found: dict[int, bytes] = {}
-    for start in range(0, len(ids), 500):
-        part = ids[start:start + 500]
-        marks = ",".join("?" * len(part))
+    for part in chunks(ids, 500):
         found.update((int(i), bytes(b)) for i, b in db.execute(
-            f"SELECT memory_id, embedding FROM memory_vectors WHERE memory_id IN ({marks})",
+            f"SELECT memory_id, embedding FROM memory_vectors WHERE memory_id IN ({marks(part)})",
             part))
     return found
 
@@ -249,8 +244,8 @@ def remake_vec_index(db: Database, dimension: int) -> None:
 def delete_orphan_vectors(db: Database) -> list[int]:
     """Vectors whose memory is gone."""
     ids = ids_lacking(db, "memory_vectors", ("memory_vectors.memory_id", "memories", "id"))
-    for start in range(0, len(ids), 500):
-        delete_vectors(db, ids[start:start + 500])
+    for part in chunks(ids, 500):
+        delete_vectors(db, part)
     return ids
 
 

@@ -37,6 +37,7 @@ from memcli.policy.encryption import (
     read_key_file,
     write_key_file,
 )
+from memcli.store.batching import chunks, marks
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -181,11 +182,9 @@ def high_memory_ids(db: Database, ids: list[int | None] | list[int]) -> set[int]
     """Which of these memories are `high` (their texts elsewhere must be sealed too)."""
     known = [i for i in ids if i is not None]
     found: set[int] = set()
-    for start in range(0, len(known), 1000):  # a whole ingest's ids: below any parameter limit
-        part = known[start:start + 1000]
-        marks = ",".join("?" * len(part))
+    for part in chunks(known, 1000):  # a whole ingest's ids: below any parameter limit
         found.update(int(r[0]) for r in db.execute(
-            f"SELECT id FROM memories WHERE id IN ({marks}) AND sensitivity = 'high'",
+            f"SELECT id FROM memories WHERE id IN ({marks(part)}) AND sensitivity = 'high'",
             tuple(part)))
     return found
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from memcli.store.batching import marks
 from memcli.store.filters import Filters
 
 if TYPE_CHECKING:
@@ -101,11 +102,11 @@ def entity(db: Database, keys: list[str], filters: Filters, limit: int,
     `small_scope` picks the plan (see `best_in_scope`)."""
     if not keys:
         return []
-    marks = ",".join("?" * len(keys))
+    in_list = marks(keys)
     join = db.dialect.ORDERED_JOIN
     ctes = f"""hit AS (
-                SELECT DISTINCT e.id AS eid FROM entities e WHERE e.norm IN ({marks})
-                UNION SELECT entity_id FROM entity_aliases WHERE alias IN ({marks})),
+                SELECT DISTINCT e.id AS eid FROM entities e WHERE e.norm IN ({in_list})
+                UNION SELECT entity_id FROM entity_aliases WHERE alias IN ({in_list})),
             df AS MATERIALIZED (
                 SELECT me.entity_id AS eid, 1.0 / (1.0 + ln(count(*))) AS w
                 FROM memory_entities me WHERE me.entity_id IN (SELECT eid FROM hit)
@@ -132,7 +133,6 @@ def session_neighbours(db: Database, ids: list[int], filters: Filters
     if not ids:
         return {}
     where_p, params_p = filters.sql("p")
-    marks = ",".join("?" * len(ids))
     order = "(p.event_seq, p.chunk_index) {op} (m.event_seq, m.chunk_index)"
     rows = db.execute(
         f"""SELECT m.id,
@@ -142,7 +142,7 @@ def session_neighbours(db: Database, ids: list[int], filters: Filters
               (SELECT p.id FROM memories p WHERE p.session_id = m.session_id
                  AND p.tenant_id = m.tenant_id AND {order.format(op='>')} AND {where_p}
                  ORDER BY p.event_seq, p.chunk_index LIMIT 1)
-            FROM memories m WHERE m.id IN ({marks}) AND m.session_id IS NOT NULL""",
+            FROM memories m WHERE m.id IN ({marks(ids)}) AND m.session_id IS NOT NULL""",
         [*params_p, *params_p, *ids],
     )
     return {int(mid): (prev, nxt) for mid, prev, nxt in rows}

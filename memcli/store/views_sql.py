@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from memcli.store.batching import marks
 from memcli.store.ledger_sql import _decode
 
 if TYPE_CHECKING:
@@ -24,10 +25,9 @@ _CATEGORY = "coalesce(m.category, '')"
 
 def _owner(alias: str, tenant_id: str, user_id: str | None, app_id: str | None,
            sensitivities: tuple[str, ...]) -> tuple[str, list[Any]]:
-    marks = ",".join("?" * len(sensitivities))
     where = (f"{alias}.tenant_id = ? AND {alias}.user_id IS NOT DISTINCT FROM ? AND {alias}.app_id"
              " IS NOT DISTINCT FROM ?"
-             f" AND m.state = 'active' AND m.sensitivity IN ({marks})")
+             f" AND m.state = 'active' AND m.sensitivity IN ({marks(sensitivities)})")
     return where, [tenant_id, user_id, app_id, *sensitivities]
 
 

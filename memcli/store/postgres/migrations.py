@@ -30,34 +30,27 @@ if TYPE_CHECKING:
 BASE = 2  # the version schema.sql creates
 
 
-def _v3(db: PgDatabase) -> None:
-    # Entities by tenant (SQLite's migration 3), tenant-bound roles and row-level security.
-    db.conn.execute(resources.files("memcli.store.postgres").joinpath("v3_tenancy.sql")
-                    .read_text("utf-8"))
-
-
-def _v4(db: PgDatabase) -> None:
-    # sparse_df kept by definer statement triggers on memory_sparse; bound roles read it only.
-    db.conn.execute(resources.files("memcli.store.postgres").joinpath("v4_sparse_df.sql")
-                    .read_text("utf-8"))
-
-
-def _v5(db: PgDatabase) -> None:
-    # A GIN index over each sparse vector's term ids: a big scope's sparse leg scores only the
-    # memories sharing a term with the query (sparse.py).
-    db.conn.execute(resources.files("memcli.store.postgres").joinpath("v5_sparse_terms.sql")
-                    .read_text("utf-8"))
-
-
-def _v6(db: PgDatabase) -> None:
-    # memory_sparse gets its memory's tenant (backfilled, then kept by a trigger), and the term
-    # index becomes (tenant_id, term ids): a tenant-wide sparse leg reads only its tenant's.
-    db.conn.execute(resources.files("memcli.store.postgres").joinpath("v6_sparse_tenant.sql")
-                    .read_text("utf-8"))
+def _script(name: str) -> Callable[[PgDatabase], None]:
+    """A step that runs one SQL file of this package."""
+    def step(db: PgDatabase) -> None:
+        db.conn.execute(resources.files("memcli.store.postgres").joinpath(name)
+                        .read_text("utf-8"))
+    return step
 
 
 # Steps after BASE, in order: STEPS[0] brings BASE to BASE + 1. Append only.
-STEPS: list[Callable[[PgDatabase], None]] = [_v3, _v4, _v5, _v6]
+STEPS: list[Callable[[PgDatabase], None]] = [
+    # 3: entities by tenant (SQLite's migration 3), tenant-bound roles and row-level security.
+    _script("v3_tenancy.sql"),
+    # 4: sparse_df kept by definer statement triggers on memory_sparse; bound roles read it only.
+    _script("v4_sparse_df.sql"),
+    # 5: a GIN index over each sparse vector's term ids: a big scope's sparse leg scores only
+    # the memories sharing a term with the query (sparse.py).
+    _script("v5_sparse_terms.sql"),
+    # 6: memory_sparse gets its memory's tenant (backfilled, then kept by a trigger), and the
+    # term index becomes (tenant_id, term ids): a tenant-wide sparse leg reads only its tenant's.
+    _script("v6_sparse_tenant.sql"),
+]
 LATEST = BASE + len(STEPS)
 VERSION_KEY = "schema_version"
 _LOCK = "SELECT pg_advisory_xact_lock(hashtext('memcli.migrate'))"

@@ -45,6 +45,7 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING
 
+from memcli.store.batching import chunks, marks
 from memcli.store.sparse import SCALE
 
 if TYPE_CHECKING:
@@ -79,32 +80,28 @@ def write(db: PgDatabase, docs: list[tuple[int, dict[int, int]]]) -> None:
     """Store each memory's scaled weights as its vector (replacing an earlier one), in memory
     id order (two writers lock rows in the same order)."""
     rows = sorted((memory_id, literal(vec)) for memory_id, vec in docs)
-    for start in range(0, len(rows), BATCH_ROWS):
-        part = rows[start:start + BATCH_ROWS]
+    for part in chunks(rows, BATCH_ROWS):
         db.execute("INSERT INTO memory_sparse (memory_id, vec) VALUES "
                    + ",".join(["(?, ?::sparsevec)"] * len(part))
                    + " ON CONFLICT (memory_id) DO UPDATE SET vec = excluded.vec",
                    [v for row in part for v in row])
 
 
-def terms(db: PgDatabase, memory_ids: list[int]) -> dict[int, list[int]]:
+def terms(db: PgDatabase, ids: list[int]) -> dict[int, list[int]]:
     """The term ids stored for these memories (those with a vector)."""
     found: dict[int, list[int]] = {}
-    for start in range(0, len(memory_ids), 1000):
-        part = memory_ids[start:start + 1000]
+    for part in chunks(ids, 1000):
         for memory_id, text in db.execute(
                 f"SELECT memory_id, vec::text FROM memory_sparse"
-                f" WHERE memory_id IN ({','.join('?' * len(part))})", part):
+                f" WHERE memory_id IN ({marks(part)})", part):
             found[int(memory_id)] = term_ids(text)
     return found
 
 
-def delete(db: PgDatabase, memory_ids: list[int]) -> None:
+def delete(db: PgDatabase, ids: list[int]) -> None:
     """Delete these memories' vectors (the trigger takes their terms out of sparse_df)."""
-    ids = sorted(memory_ids)
-    for start in range(0, len(ids), 1000):
-        part = ids[start:start + 1000]
-        db.execute(f"DELETE FROM memory_sparse WHERE memory_id IN ({','.join('?' * len(part))})",
+    for part in chunks(sorted(ids), 1000):
+        db.execute(f"DELETE FROM memory_sparse WHERE memory_id IN ({marks(part)})",
                    part)
 
 
