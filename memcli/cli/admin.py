@@ -17,6 +17,7 @@ from memcli.cli.options import (
     check_flags,
     id_argument,
     limit_option,
+    parse_given,
     request_options,
 )
 from memcli.cli.output import Format, emit, errors, resolve_format, warn
@@ -39,14 +40,12 @@ def history_cmd(
     db: DbOpt = None, fmt: FormatOpt = None, as_json: JsonOpt = False,
 ) -> None:
     """Show what happened to a memory, or in a scope, newest first (--format jsonl exports)."""
-    from memcli.operations.requests import HistoryRequest, validated
-
     with errors():
-        check_flags(given)
-        request = validated(HistoryRequest, {**given, "memory_id": memory_id}, "history request")
+        request = parse_given("memcli.operations.requests:HistoryRequest",
+                              {**given, "memory_id": memory_id}, "history request")
         with open_memory(db, with_embedder=False, must_exist=True) as memory:
             rows = memory.history(all_tenants=all_tenants, limit=limit,
-                                  **request.model_dump())
+                                  **request.model_dump(exclude={"limit"}))
         emit(rows, resolve_format(fmt, as_json), _history_text)
 
 
@@ -79,81 +78,93 @@ def purge_cmd(
             warn(f"{VACUUM_NOTICE} ({VACUUM_HINT})")
 
 
+LIFE = "memcli.operations.lifecycle_requests"
+
+
+@request_options(f"{LIFE}:MemoryRequest")
+def forget_cmd(
+    memory_id: MemoryIdArg, *, given: dict[str, Any],
+    db: DbOpt = None, fmt: FormatOpt = None, as_json: JsonOpt = False,
+) -> None:
+    """Soft-delete a memory (hidden from queries; `restore` brings it back for 30 days)."""
+    with errors():
+        req = parse_given(f"{LIFE}:MemoryRequest", {**given, "memory_id": memory_id},
+                          "forget request")
+        with open_memory(db, with_embedder=False, exists=True) as memory:
+            out = memory.forget(req.memory_id, memory.owner(req.tenant_id))
+        emit(out, resolve_format(fmt, as_json),
+             lambda p: print(f"forgot {p['id']} (purge after {p['purge_at']})"))
+
+
+@request_options(f"{LIFE}:MemoryRequest")
+def restore_cmd(
+    memory_id: MemoryIdArg, *, given: dict[str, Any],
+    db: DbOpt = None, fmt: FormatOpt = None, as_json: JsonOpt = False,
+) -> None:
+    """Bring back a soft-deleted memory."""
+    with errors():
+        req = parse_given(f"{LIFE}:MemoryRequest", {**given, "memory_id": memory_id},
+                          "restore request")
+        with open_memory(db, with_embedder=False, exists=True) as memory:
+            out = memory.restore(req.memory_id, memory.owner(req.tenant_id))
+        emit(out, resolve_format(fmt, as_json), lambda p: print(f"restored {p['id']}"))
+
+
+@request_options(f"{LIFE}:StatsRequest")
+def stats_cmd(
+    *, given: dict[str, Any], db: DbOpt = None, fmt: FormatOpt = None, as_json: JsonOpt = False,
+) -> None:
+    """Counts by kind and state, database size, embedder in use (--requests: metrics)."""
+    from memcli.config import load_settings
+
+    with errors():
+        req = parse_given(f"{LIFE}:StatsRequest", given, "stats request")
+        if req.usage:
+            from memcli.derived.llm_usage import usage_report
+
+            with open_memory(db, with_embedder=False, must_exist=True) as memory:
+                emit(usage_report(memory.db), resolve_format(fmt, as_json))
+            return
+        if req.requests:
+            from memcli.acb.stats import request_stats, since_timestamp
+
+            window = since_timestamp(req.since)
+            with open_memory(db, with_embedder=False, must_exist=True) as memory:
+                emit(request_stats(memory.db, window), resolve_format(fmt, as_json))
+            return
+        if req.since is not None:
+            from memcli.errors import UsageError
+
+            raise UsageError("--since needs --requests")
+        settings = load_settings(db)
+        with open_memory(db, with_embedder=False, settings=settings, must_exist=True) as memory:
+            out = memory.stats()
+        out["embedder"]["configured"] = settings.embedder.provider
+        out["db"] = str(settings.db)
+        emit(out, resolve_format(fmt, as_json))
+
+
+@request_options(f"{LIFE}:ArtifactRequest")
+def artifact_cmd(
+    artifact_id: Annotated[str, typer.Argument(help="An artifact id from a tool result.")],
+    *, given: dict[str, Any], db: DbOpt = None,
+) -> None:
+    """Print the full output kept for a truncated tool result."""
+    from memcli.operations.record import artifact_body
+
+    with errors():
+        req = parse_given(f"{LIFE}:ArtifactRequest", {**given, "artifact_id": artifact_id},
+                          "artifact request")
+        with open_memory(db, with_embedder=False, must_exist=True) as memory:
+            sys.stdout.buffer.write(artifact_body(memory, req.artifact_id,
+                                                  memory.owner(req.tenant_id)))
+
+
 def register(app: typer.Typer) -> None:
-    app.command("history")(history_cmd)
-    app.command("purge")(purge_cmd)
-
-    @app.command("forget")
-    def forget_cmd(
-        memory_id: MemoryIdArg,
-        db: DbOpt = None, fmt: FormatOpt = None, as_json: JsonOpt = False,
-    ) -> None:
-        """Soft-delete a memory (hidden from queries; `restore` brings it back for 30 days)."""
-        with errors(), open_memory(db, with_embedder=False, exists=True) as memory:
-            emit(memory.forget(memory_id), resolve_format(fmt, as_json),
-                 lambda p: print(f"forgot {p['id']} (purge after {p['purge_at']})"))
-
-    @app.command("restore")
-    def restore_cmd(
-        memory_id: MemoryIdArg,
-        db: DbOpt = None, fmt: FormatOpt = None, as_json: JsonOpt = False,
-    ) -> None:
-        """Bring back a soft-deleted memory."""
-        with errors(), open_memory(db, with_embedder=False, exists=True) as memory:
-            emit(memory.restore(memory_id), resolve_format(fmt, as_json),
-                 lambda p: print(f"restored {p['id']}"))
-
-    @app.command("stats")
-    def stats_cmd(
-        requests: Annotated[bool, typer.Option(
-            "--requests", help="Query and acb request metrics: hit rate, fallback and "
-                               "truncation shares, p50/p95 latency.")] = False,
-        since: Annotated[str | None, typer.Option(
-            "--since", help="With --requests: a window like 24h, 7d, 30m, or an ISO time "
-                            "(default: all).")] = None,
-        usage: Annotated[bool, typer.Option(
-            "--usage", help="LLM calls, tokens and cost per command and per day.")] = False,
-        db: DbOpt = None, fmt: FormatOpt = None, as_json: JsonOpt = False,
-    ) -> None:
-        """Counts by kind and state, database size, embedder in use (--requests: metrics)."""
-        from memcli.config import load_settings
-
-        with errors():
-            if usage:
-                from memcli.derived.llm_usage import usage_report
-
-                with open_memory(db, with_embedder=False, must_exist=True) as memory:
-                    emit(usage_report(memory.db), resolve_format(fmt, as_json))
-                return
-            if requests:
-                from memcli.acb.stats import request_stats, since_timestamp
-
-                window = since_timestamp(since)
-                with open_memory(db, with_embedder=False, must_exist=True) as memory:
-                    emit(request_stats(memory.db, window), resolve_format(fmt, as_json))
-                return
-            if since is not None:
-                from memcli.errors import UsageError
-
-                raise UsageError("--since needs --requests")
-            settings = load_settings(db)
-            with open_memory(db, with_embedder=False, settings=settings,
-                             must_exist=True) as memory:
-                out = memory.stats()
-            out["embedder"]["configured"] = settings.embedder.provider
-            out["db"] = str(settings.db)
-            emit(out, resolve_format(fmt, as_json))
-
-    @app.command("artifact")
-    def artifact_cmd(
-        artifact_id: Annotated[str, typer.Argument(help="An artifact id from a tool result.")],
-        db: DbOpt = None,
-    ) -> None:
-        """Print the full output kept for a truncated tool result."""
-        from memcli.operations.record import artifact_body
-
-        with errors(), open_memory(db, with_embedder=False, must_exist=True) as memory:
-            sys.stdout.buffer.write(artifact_body(memory, artifact_id))
+    for name, command in (("history", history_cmd), ("purge", purge_cmd),
+                          ("forget", forget_cmd), ("restore", restore_cmd),
+                          ("stats", stats_cmd), ("artifact", artifact_cmd)):
+        app.command(name)(command)
 
     @app.command("demo")
     def demo_cmd(

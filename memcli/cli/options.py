@@ -237,6 +237,18 @@ def _plain(value: Any) -> Any:
     return value
 
 
+def parse_given(model: str, given: dict[str, Any], what: str) -> Any:
+    """A command's request: its flags (and arguments) checked and validated as the model
+    ("module:Name", as `request_options` names it); a problem is one usage error line."""
+    import importlib
+
+    from memcli.operations.requests import validated
+
+    check_flags(given)
+    module, _, name = model.partition(":")
+    return validated(getattr(importlib.import_module(module), name), given, what)
+
+
 def check_flags(values: dict[str, Any]) -> None:
     """Every text flag must be valid UTF-8: argv bytes that are not arrive as lone surrogates,
     which SQLite and the tokenizers cannot take (a usage error naming the flag)."""

@@ -189,6 +189,7 @@ class HistoryRequest(SessionScope, UserScope, TenantScope):
     """`memcli history`: what happened to a memory, or in a scope, newest first."""
 
     memory_id: Id | None = Field(default=None, description="A memory id.")
+    limit: int = Field(default=100, ge=1, le=10_000, description="How many rows at most.")
 
 
 class PurgeRequest(Scope):

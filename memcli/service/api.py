@@ -287,85 +287,58 @@ def query(ctx: Context, scope: Scope, request: dict[str, Any]) -> list[dict[str,
 
 def memory_history(ctx: Context, scope: Scope, request: dict[str, Any]) -> list[dict[str, Any]]:
     """`memcli history ID`: what happened to a memory, newest first, in the caller's tenant."""
-    from memcli.service.models import HistoryQuery
+    from memcli.operations.requests import HistoryRequest
 
-    req = validate(HistoryQuery, request, "history request")
-    return ctx.memory.history(req.memory_id, owner=_owner(ctx, scope, req.tenant_id),
-                              limit=req.limit)
+    req = validate(HistoryRequest, request, "history request")
+    if req.memory_id is None:
+        raise UsageError("bad history request: memory_id: Field required")
+    owner = _owner(ctx, scope, req.tenant_id, req.user_id)
+    return ctx.memory.history(req.memory_id, owner=owner, limit=req.limit,
+                              user_id=owner.user_id, session_id=req.session_id)
 
 
 # -- remember / forget -------------------------------------------------------------------------
 def remember(ctx: Context, scope: Scope, request: dict[str, Any]) -> dict[str, Any]:
     """`memcli remember`: store a fact or a procedure (near-duplicates merged)."""
-    from memcli.core.inputs import check_text
-    from memcli.lifecycle.remember import remember as remember_fact
-    from memcli.service.models import RememberRequest
+    from memcli.operations.lifecycle_ops import remember as remember_fact
+    from memcli.operations.lifecycle_requests import RememberRequest
 
     req = validate(RememberRequest, request, "remember request")
-    if req.text is None and not req.steps:
-        raise UsageError("nothing to remember", "give text or steps")
-    if req.text is not None:
-        check_text(req.text, "the text")
-    category = ("procedural" if req.procedural else "profile" if req.field is not None
-                else req.category or "knowledge")  # where remember will write it
-    where = _write_scope(ctx, scope, req, category)
-    return remember_fact(
-        ctx.memory, ctx.settings.lifecycle, text=req.text, procedural=req.procedural,
-        steps=req.steps or None, field=req.field, tenant_id=where["tenant_id"],
-        user_id=where["user_id"], agent_id=where["agent_id"], session_id=req.session_id,
-        app_id=where["app_id"], category=req.category, importance=req.importance,
-        pinned=req.pinned, title=req.title)
+    where = _write_scope(ctx, scope, req, req.target())
+    return remember_fact(ctx.memory, ctx.settings.lifecycle, req.model_copy(update=where))
 
 
 def forget(ctx: Context, scope: Scope, request: dict[str, Any]) -> dict[str, Any]:
     """`memcli forget ID`: soft-delete one of the caller's memories."""
-    from memcli.service.models import ForgetRequest
+    from memcli.operations.lifecycle_requests import MemoryRequest
 
-    req = validate(ForgetRequest, request, "forget request")
+    req = validate(MemoryRequest, request, "forget request")
     return ctx.memory.forget(req.memory_id, _owner(ctx, scope, req.tenant_id))
 
 
 # -- the app-memory design: an app's memories -------------------------------------------------
+def _app_request(ctx: Context, scope: Scope, request: dict[str, Any]) -> tuple[Any, Owner]:
+    """An app memories request inside the bound scope, and whose rows it may touch."""
+    from memcli.operations.lifecycle_requests import AppMemoriesRequest
+
+    req = validate(AppMemoriesRequest, request, "app memories request")
+    req.app_id = _bind("app_id", scope.app_id, req.app_id) or req.app_id
+    return req, _owner(ctx, scope, req.tenant_id, req.user_id, req.app_id)
+
+
 def app_memories(ctx: Context, scope: Scope, request: dict[str, Any]) -> dict[str, Any]:
     """The app-memory design's `GET /apps/{app_id}/memories`: the app's active memories, newest
     first."""
-    from memcli.service.models import AppMemoriesQuery
-    from memcli.store.apps import list_app_memories
+    from memcli.operations.lifecycle_ops import app_memories as listed
 
-    req = validate(AppMemoriesQuery, request, "app memories request")
-    app_id = _bind("app_id", scope.app_id, req.app_id) or req.app_id
-    owner = _owner(ctx, scope, req.tenant_id, req.user_id, app_id)
-    rows = list_app_memories(ctx.memory.db, tenant_id=owner.tenant_id, app_id=app_id,
-                             user_id=owner.user_id, limit=req.limit,
-                             categories=owner.categories, hidden=owner.hidden)
-    return {"tenant_id": owner.tenant_id, "app_id": app_id, "memories": rows}
+    return listed(ctx.memory, *_app_request(ctx, scope, request))
 
 
 def delete_app_memories(ctx: Context, scope: Scope, request: dict[str, Any]) -> dict[str, Any]:
-    """The app-memory design's admin purge: `memcli purge --app APP` (one memory with
-    `memory_id`: `purge --memory ID --app APP`, which takes the event it was cut from with it).
-    Deleted for good."""
-    from memcli.operations.erase import check_purged, purge_payload
-    from memcli.operations.requests import PurgeRequest
-    from memcli.service.models import AppMemoriesQuery
+    """The app-memory design's admin purge (one memory with `memory_id`). Deleted for good."""
+    from memcli.operations.lifecycle_ops import delete_app_memories as purged
 
-    req = validate(AppMemoriesQuery, request, "app memories request")
-    app_id = _bind("app_id", scope.app_id, req.app_id) or req.app_id
-    tenant = _tenant(ctx, scope, req.tenant_id)
-    user = _bind("user_id", scope.user_id, req.user_id)
-    owner = _owner(ctx, scope, tenant, user, app_id)
-    if req.memory_id is not None:  # the caller's, of this app (and user), or not found
-        from memcli.store.owner import memory
-
-        memory(ctx.memory.db, req.memory_id, owner)
-    elif owner.categories is not None or owner.hidden:
-        raise NotAllowedError("this caller may not see every category, so it may not purge "
-                              "a whole app", "purge its memories one by one (memory_id), "
-                              "or use a token without categories or agent")
-    out = purge_payload(ctx.memory, PurgeRequest(memory_id=req.memory_id, user_id=user,
-                                                 tenant_id=tenant, app_id=app_id))
-    check_purged(out)
-    return out
+    return purged(ctx.memory, *_app_request(ctx, scope, request))
 
 
 # -- running an operation ----------------------------------------------------------------------

@@ -19,6 +19,7 @@ Role = Literal["user", "assistant", "system", "tool", "human", "agent"]
 
 REQUESTS = "memcli.operations.requests"
 SERVICE = "memcli.service.models"
+LIFE = "memcli.operations.lifecycle_requests"
 
 
 def _not_none(kind: Any) -> Any:
@@ -84,18 +85,19 @@ build_acb = arguments("build_acb", "memcli.acb.build:AcbRequest", (
 get_artifact = arguments("get_artifact", f"{SERVICE}:ArtifactQuery", ("artifact_id",))
 query_decisions = arguments("query_decisions", f"{SERVICE}:DecisionsQuery",
                             ("status", "limit"), defaults={"limit": 20})
-forget = arguments("forget", f"{SERVICE}:ForgetRequest", ("memory_id",))
+forget = arguments("forget", f"{LIFE}:MemoryRequest", ("memory_id",))
 record_decision = arguments("record_decision", f"{SERVICE}:DecisionRequest", (
     "decision", "rationale", "constraints", "alternatives", "consequences", "refs",
     "supersedes", "reason"), defaults={"reason": None})
 record_task = arguments("record_task", f"{SERVICE}:TaskRequest",
                         ("title", "details", "status", "task_id", "refs"))
-memory_history = arguments("memory_history", f"{SERVICE}:HistoryQuery",
-                           ("memory_id", "limit"), defaults={"limit": 20})
-app_memories = arguments("app_memories", f"{SERVICE}:AppMemoriesQuery", ("app_id", "limit"))
-delete_app_memories = arguments("delete_app_memories", f"{SERVICE}:AppMemoriesQuery",
+memory_history = arguments("memory_history", f"{REQUESTS}:HistoryRequest",
+                           ("memory_id", "limit"), defaults={"limit": 20},
+                           required=("memory_id",))
+app_memories = arguments("app_memories", f"{LIFE}:AppMemoriesRequest", ("app_id", "limit"))
+delete_app_memories = arguments("delete_app_memories", f"{LIFE}:AppMemoriesRequest",
                                 ("app_id", "memory_id"))
-_remember = arguments("remember", f"{SERVICE}:RememberRequest", (
+_remember = arguments("remember", f"{LIFE}:RememberRequest", (
     "text", "category", "importance", "pinned", "title", "steps"), required=("text",))
 
 

@@ -23,19 +23,20 @@ from memcli import __version__
 from memcli.acb.build import AcbRequest
 from memcli.core.ids import Id
 from memcli.core.records import EventIn, EventReceipt, Hit
-from memcli.operations.requests import QueryRequest
+from memcli.operations.lifecycle_requests import (
+    AppMemoriesRequest,
+    MemoryRequest,
+    RememberRequest,
+)
+from memcli.operations.requests import HistoryRequest, QueryRequest
 from memcli.service import api, schemas
 from memcli.service.models import (
-    AppMemoriesParams,
-    AppMemoryParams,
     DecisionRequest,
     DecisionsQuery,
-    HistoryParams,
-    RememberRequest,
     TaskRequest,
     TenantParams,
 )
-from memcli.service.routing import Answer, ApiRoute, Call, operation
+from memcli.service.routing import Answer, ApiRoute, Call, operation, query_params
 
 BEARER = HTTPBearer(scheme_name="bearer", auto_error=False,
                     description="a token of the server's token file (none on its Unix socket)")
@@ -52,6 +53,11 @@ async def _call(request: Request,
 
 Caller = Annotated[Call, Depends(_call)]
 MemoryId = Annotated[Id, Path(description="a memory's id")]
+# The query parameters of a route with ids in its path: its request model's other fields.
+HistoryParams = query_params(HistoryRequest, "memory_id")
+MemoryParams = query_params(MemoryRequest, "memory_id")
+AppMemoriesParams = query_params(AppMemoriesRequest, "app_id")
+AppMemoryParams = query_params(AppMemoriesRequest, "app_id", "memory_id", "limit")
 AppId = Annotated[str, Path(min_length=1, description="the app's id")]
 
 _ERROR = {"model": schemas.ErrorBody}
@@ -152,7 +158,7 @@ def remember(body: RememberRequest, call: Caller) -> Answer:
 @router.delete("/api/v1/memories/{memory_id:int}", response_model=schemas.Forgotten,
                summary="Forget a memory (soft delete, as `memcli forget`)")
 @operation("forget request")
-def forget(memory_id: MemoryId, params: Annotated[TenantParams, Query()],
+def forget(memory_id: MemoryId, params: Annotated[MemoryParams, Query()],
            call: Caller) -> Answer:
     return call.run(api.forget)
 

@@ -24,7 +24,7 @@ from typing import Any
 
 from fastapi.exceptions import RequestValidationError
 from fastapi.routing import APIRoute
-from pydantic import TypeAdapter
+from pydantic import BaseModel, TypeAdapter
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -177,3 +177,15 @@ def error_response(exc: BaseException) -> Response:
 def unauthorized() -> Response:
     return JSONResponse({"error": "a bearer token is required (Authorization: Bearer <token>)",
                          "exit_code": 2}, status_code=401, headers={"WWW-Authenticate": "Bearer"})
+
+
+def query_params(model: type[BaseModel], *path: str) -> type[BaseModel]:
+    """A request model's query parameters on a route whose path holds the `path` fields: the
+    same fields (declared once, in the request model) but those. The operation validates the
+    whole request, path and parameters, as `model`."""
+    from pydantic import create_model
+
+    fields = {name: (info.annotation, info) for name, info in model.model_fields.items()
+              if name not in path}
+    return create_model(f"{model.__name__}Parameters", __config__=model.model_config,
+                        **fields)  # type: ignore[call-overload]
