@@ -16,6 +16,7 @@ from memcli.cli.app import app
 from memcli.cli.options import LEGACY_FLAGS, flag_name
 from memcli.config import load_settings
 from memcli.errors import UsageError
+from memcli.operations import curation
 from memcli.operations.requests import IngestRequest, QueryRequest, parse_query_request
 from memcli.service.api import Scope
 from memcli.service.mcp_server import build_mcp
@@ -48,6 +49,17 @@ def test_every_request_field_is_a_flag_named_for_it_with_its_help() -> None:
     _flags_of(AcbRequest, ("acb", "build"), {"caps", "since"})
     _flags_of(IngestRequest, ("ingest",),
               {"tenant_id", "user_id", "session_id", "app_id"})  # worded as defaults there
+    for model, path in ((curation.CorrectRequest, ("correct",)),
+                        (curation.EntityRequest, ("entity",)),
+                        (curation.RelatedRequest, ("related",)),
+                        (curation.ExportRequest, ("export",)),
+                        (curation.ImportRequest, ("import",)),
+                        (curation.ViewApplyRequest, ("view", "apply")),
+                        (curation.RebuildRequest, ("rebuild",)),
+                        (curation.DoctorRequest, ("doctor",))):
+        _flags_of(model, path, set())
+    # The view's own wording of whose items it holds.
+    _flags_of(curation.ViewExportRequest, ("view", "export"), {"user_id", "app_id"})
 
 
 def test_old_spellings_are_hidden_aliases_of_the_field_flags() -> None:
@@ -58,6 +70,13 @@ def test_old_spellings_are_hidden_aliases_of_the_field_flags() -> None:
     build = _options("acb", "build")
     assert build["--query"].hidden and build["-q"] is build["--query-text"]
     assert build["--agent"].hidden and build["--checkpoint"].hidden
+    for path in (("correct",), ("entity",), ("related",), ("export",), ("import",),
+                 ("view", "export"), ("view", "apply")):
+        assert _options(*path)["--tenant"].hidden, path
+    export = _options("export")
+    assert export["-o"] is export["--out"] and export["--user"].hidden
+    view = _options("view", "export")
+    assert view["--format"].hidden and view["-f"] is view["--file-format"]
 
 
 def test_one_declaration_drives_the_http_body_and_the_mcp_schema(tmp_path, monkeypatch):
@@ -114,3 +133,43 @@ def test_every_validation_error_reads_by_one_rule() -> None:
         parse_query_request({"query": "x", "top_k": 0, "colour": "red"})
     assert str(query.value).startswith("bad query request: top_k: Input should be greater "
                                        "than or equal to 1 (and 1 more)")
+
+
+def test_a_request_is_validated_once_on_its_way_to_the_operation(tmp_path, monkeypatch):
+    """FastAPI validates an HTTP body against the operation's model and the route hands that
+    model on; an MCP tool builds the model from its arguments once; the operation itself takes
+    only the model and never validates it again."""
+    from memcli.operations import requests
+    from memcli.service import api
+
+    seen: list[str] = []
+    real = requests.validated
+
+    def counting(model, data, *args, **kwargs):
+        seen.append(model.__name__)
+        return real(model, data, *args, **kwargs)
+
+    monkeypatch.setattr(requests, "validated", counting)
+    with running_api(tmp_path, monkeypatch) as served, served.client() as client:
+        assert client.post("/api/v1/query", json={"query": "green tea"}).status_code == 200
+        bad = client.post("/api/v1/query", json={"query": "tea", "top_k": 0})
+        assert bad.status_code == 422 and "top_k" in bad.json()["error"]
+        assert client.post("/api/v1/acb/build", json={"max_tokens": 300}).status_code == 200
+    assert seen == []  # FastAPI's validation was the only one
+
+    async def tools() -> tuple[object, object]:
+        from mcp import Client
+
+        server = build_mcp(load_settings(served.db), Scope(), ("memory.query",))
+        async with Client(server) as mcp:
+            good = await mcp.call_tool("memory.query", {"query": "green tea", "top_k": 3})
+            assert seen == ["QueryRequest"]  # built once, by the tool
+            wrong = await mcp.call_tool("memory.query", {"query": "   "})
+        return good, wrong
+
+    good, wrong = anyio.run(tools)
+    assert not good.is_error
+    assert wrong.is_error and wrong.content[0].text.count("\n") == 0
+    assert "query" in wrong.content[0].text
+    with pytest.raises(TypeError, match="takes a QueryRequest"):
+        api.query(None, Scope(), {"query": "green tea"})

@@ -10,7 +10,14 @@ from typing import Annotated, Any
 import typer
 
 from memcli.cli.common import open_memory
-from memcli.cli.options import DbOpt, JsonOpt, MemoryIdArg, check_flags, request_options
+from memcli.cli.options import (
+    DbOpt,
+    JsonOpt,
+    MemoryIdArg,
+    check_flags,
+    parse_given,
+    request_options,
+)
 from memcli.cli.output import (
     Format,
     emit,
@@ -136,93 +143,92 @@ def read_request(source: str | None) -> dict[str, Any]:
     return json_object(text, "the acb request")
 
 
+@request_options("memcli.operations.curation:RelatedRequest")
+def related_cmd(
+    memory_id: MemoryIdArg,
+    given: dict[str, Any],
+    db: DbOpt = None,
+    fmt: FormatOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """List a memory's edges (related memories, supersessions), strongest first."""
+    from memcli.store import owner as own
+    from memcli.store.acb_sql import edges_with_memories
+
+    with errors():
+        req = parse_given("memcli.operations.curation:RelatedRequest", given,
+                            "related request")
+        with open_memory(db, with_embedder=False, must_exist=True) as memory:
+            tenant = req.tenant_id or memory.tenant
+            own.memory(memory.db, memory_id, memory.owner(tenant))  # another tenant's: not found
+            rows = [r for r in edges_with_memories(memory.db, memory_id, tenant)
+                    if req.kind is None or r["kind"] == req.kind]
+        emit(rows, resolve_format(fmt, as_json), _related_text)
+
+
+def show_cmd(
+    view: Annotated[View, typer.Argument(help="identity or rules")],
+    db: DbOpt = None,
+    fmt: FormatOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Print the identity or rules text bundles use (your copy, else the default)."""
+    from memcli.acb.sections import load_view
+    from memcli.config import load_settings
+
+    with errors():
+        settings = load_settings(db)
+        text, source = load_view(view.value, settings.context_dir)
+        resolved = resolve_format(fmt, as_json)
+        if resolved is Format.text:
+            sys.stdout.write(text if text.endswith("\n") else text + "\n")
+        else:
+            emit({"view": view.value, "source": source, "text": text}, resolved)
+
+
+def edit_cmd(
+    view: Annotated[View, typer.Argument(help="identity or rules")],
+    no_editor: Annotated[
+        bool,
+        typer.Option(
+            "--no-editor", help="Only create your copy (from the default) and print its path."
+        ),
+    ] = False,
+    db: DbOpt = None,
+) -> None:
+    """Edit the identity or rules file in $VISUAL / $EDITOR (copied from the default)."""
+    import shlex
+    import subprocess
+
+    from memcli.acb.sections import bundled_view, view_path
+    from memcli.config import editor_command, load_settings
+    from memcli.errors import MemcliError
+
+    with errors():
+        settings = load_settings(db)
+        assert settings.context_dir is not None  # load_settings always sets it
+        path = view_path(view.value, settings.context_dir)
+        if path is None:
+            path = settings.context_dir / f"{view.value}.md"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(bundled_view(view.value), encoding="utf-8")
+            print(f"memcli: created {path} from the default", file=sys.stderr)
+        if not no_editor:
+            status = subprocess.call([*shlex.split(editor_command()), str(path)])
+            if status != 0:
+                raise MemcliError(f"the editor exited with status {status}")
+        print(path)
+
+
 def register(app: typer.Typer) -> None:
     acb = typer.Typer(
         help="Context bundles: what an agent sends its model, under a budget.", no_args_is_help=True
     )
     app.add_typer(acb, name="acb")
     acb.command("build")(build_cmd)
-
-    @acb.command("show")
-    def show_cmd(
-        view: Annotated[View, typer.Argument(help="identity or rules")],
-        db: DbOpt = None,
-        fmt: FormatOpt = None,
-        as_json: JsonOpt = False,
-    ) -> None:
-        """Print the identity or rules text bundles use (your copy, else the default)."""
-        from memcli.acb.sections import load_view
-        from memcli.config import load_settings
-
-        with errors():
-            settings = load_settings(db)
-            text, source = load_view(view.value, settings.context_dir)
-            resolved = resolve_format(fmt, as_json)
-            if resolved is Format.text:
-                sys.stdout.write(text if text.endswith("\n") else text + "\n")
-            else:
-                emit({"view": view.value, "source": source, "text": text}, resolved)
-
-    @acb.command("edit")
-    def edit_cmd(
-        view: Annotated[View, typer.Argument(help="identity or rules")],
-        no_editor: Annotated[
-            bool,
-            typer.Option(
-                "--no-editor", help="Only create your copy (from the default) and print its path."
-            ),
-        ] = False,
-        db: DbOpt = None,
-    ) -> None:
-        """Edit the identity or rules file in $VISUAL / $EDITOR (copied from the default)."""
-        import shlex
-        import subprocess
-
-        from memcli.acb.sections import bundled_view, view_path
-        from memcli.config import editor_command, load_settings
-        from memcli.errors import MemcliError
-
-        with errors():
-            settings = load_settings(db)
-            assert settings.context_dir is not None  # load_settings always sets it
-            path = view_path(view.value, settings.context_dir)
-            if path is None:
-                path = settings.context_dir / f"{view.value}.md"
-                path.parent.mkdir(parents=True, exist_ok=True)
-                path.write_text(bundled_view(view.value), encoding="utf-8")
-                print(f"memcli: created {path} from the default", file=sys.stderr)
-            if not no_editor:
-                status = subprocess.call([*shlex.split(editor_command()), str(path)])
-                if status != 0:
-                    raise MemcliError(f"the editor exited with status {status}")
-            print(path)
-
-    @app.command("related")
-    def related_cmd(
-        memory_id: MemoryIdArg,
-        kind: Annotated[
-            str | None,
-            typer.Option("--kind", help="Only edges of this kind (related, supersedes ...)."),
-        ] = None,
-        tenant: Annotated[str | None, typer.Option(
-            "--tenant", help="The memory's tenant (default: the configured one).")] = None,
-        db: DbOpt = None,
-        fmt: FormatOpt = None,
-        as_json: JsonOpt = False,
-    ) -> None:
-        """List a memory's edges (related memories, supersessions), strongest first."""
-        from memcli.store import owner as own
-        from memcli.store.acb_sql import edges_with_memories
-
-        with errors(), open_memory(db, with_embedder=False, must_exist=True) as memory:
-            tenant = tenant or memory.tenant
-            own.memory(memory.db, memory_id, memory.owner(tenant))  # another tenant's: not found
-            rows = [
-                r
-                for r in edges_with_memories(memory.db, memory_id, tenant)
-                if kind is None or r["kind"] == kind
-            ]
-            emit(rows, resolve_format(fmt, as_json), _related_text)
+    acb.command("show")(show_cmd)
+    acb.command("edit")(edit_cmd)
+    app.command("related")(related_cmd)
 
 
 def _related_text(rows: list[dict[str, Any]]) -> None:

@@ -61,7 +61,8 @@ class Request(BaseModel):
 
 class TenantScope(Request):
     tenant_id: str | None = Field(
-        default=None, description="Tenant (default: the configured one, else `default`).")
+        default=None, min_length=1,
+        description="Tenant (default: the configured one, else `default`).")
 
 
 class UserScope(Request):

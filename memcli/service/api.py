@@ -2,9 +2,11 @@
 
 Each operation is `op(ctx, scope, request) -> payload`: `ctx` holds an open Memory and the
 settings, `scope` is what the server bound for this caller (a token's tenant, a header, a path
-segment), `request` the caller's JSON object (a dict, validated here by the same pydantic models
-the CLI uses). The payload is the JSON the CLI prints for the same operation, built by the same
-function (memcli.operations, memcli.ledger, ...).
+segment), `request` the caller's request: its validated model for an operation marked by
+`takes` (memcli.service.typed_ops: the HTTP route, MCP tool or Service.run validated it once),
+else the caller's JSON object, validated here by the same pydantic models the CLI uses. The
+payload is the JSON the CLI prints for the same operation, built by the same function
+(memcli.operations, memcli.ledger, ...).
 
 The bound scope only narrows: a request naming another tenant, user, agent or app than the one
 bound is refused (NotAllowedError, HTTP 403), never answered from the other scope. Errors are
@@ -29,12 +31,16 @@ from memcli.errors import (
     ValidationError,
     validation_line,
 )
+from memcli.service.typed_ops import request_for, takes
 
 if TYPE_CHECKING:
     from pydantic import BaseModel
 
+    from memcli.acb.build import AcbRequest
     from memcli.config import Settings
+    from memcli.operations.ledger_ops import DecisionRequest, DecisionsQuery, TaskRequest
     from memcli.operations.memory import Memory
+    from memcli.operations.requests import QueryRequest
     from memcli.store.owner import Owner
 
 
@@ -151,15 +157,13 @@ def rejected(out: Any) -> bool:
     return any(isinstance(row, dict) and row.get("rejected") for row in rows)
 
 
-def build_acb(ctx: Context, scope: Scope, request: dict[str, Any]) -> dict[str, Any]:
+@takes("memcli.acb.build:AcbRequest", "acb request")
+def build_acb(ctx: Context, scope: Scope, req: AcbRequest) -> dict[str, Any]:
     """The Agent Memory System PRD's `build_acb`: the bundle `memcli acb build --json` prints for
     this request."""
-    from memcli.core.inputs import check_value
     from memcli.operations.bundle import acb_payload, prepare_acb
 
-    if not isinstance(request, dict):
-        raise UsageError("the acb request must be one JSON object")
-    req, note = prepare_acb(check_value(dict(request), "the acb request"))
+    req, note = prepare_acb(req)
     req.tenant_id = _tenant(ctx, scope, req.tenant_id)
     req.user_id = _bind("user_id", scope.user_id, req.user_id)
     req.agent_id = _bind("agent", scope.agent, req.agent_id)
@@ -170,67 +174,47 @@ def build_acb(ctx: Context, scope: Scope, request: dict[str, Any]) -> dict[str, 
 
 def get_artifact(ctx: Context, scope: Scope, request: dict[str, Any]) -> dict[str, Any]:
     """The full output kept for a truncated tool result (`memcli artifact ID`), in the caller's
-    tenant only: `{artifact_id, tenant_id, bytes, text}` (text decoded as UTF-8, bad bytes
-    replaced). An event of kind `artifact` is found by its event id too."""
-    from memcli.operations.record import artifact_body
-    from memcli.service.models import ArtifactQuery
+    tenant only. An event of kind `artifact` is found by its event id too."""
+    from memcli.operations import ledger_ops
 
-    req = validate(ArtifactQuery, request, "artifact request")
-    owner = _owner(ctx, scope, req.tenant_id)
-    body = artifact_body(ctx.memory, req.artifact_id, owner)
-    return {"artifact_id": req.artifact_id, "tenant_id": owner.tenant_id, "bytes": len(body),
-            "text": body.decode("utf-8", errors="replace")}
+    req = validate(ledger_ops.ArtifactRequest, request, "artifact request")
+    return ledger_ops.get_artifact(ctx.memory, req, _owner(ctx, scope, req.tenant_id))
 
 
-def record_decision(ctx: Context, scope: Scope, request: dict[str, Any]) -> dict[str, Any]:
-    """`memcli decision add` (or `decision supersede` with `supersedes`): the decision's row."""
-    from memcli.ledger import entries as ledger
-    from memcli.service.models import DecisionRequest
+@takes("memcli.operations.ledger_ops:DecisionRequest", "decision")
+def record_decision(ctx: Context, scope: Scope, req: DecisionRequest) -> dict[str, Any]:
+    """`memcli decision add` (or `decision supersede` with `supersedes`): the decision's row;
+    the decision it replaces must be the caller's, of the scope named."""
+    from memcli.operations import ledger_ops
 
-    req = validate(DecisionRequest, request, "decision")
-    lists = {"rationale": req.rationale, "constraints": req.constraints,
-             "alternatives": req.alternatives, "consequences": req.consequences,
-             "refs": req.refs}
-    where = _write_scope(ctx, scope, req, "decisions")
-    if req.supersedes is not None:  # the row it replaces: the caller's, of the scope named
-        owner = _owner(ctx, scope, where["tenant_id"], where["user_id"], where["app_id"])
-        return ledger.supersede_decision(ctx.memory, req.supersedes, req.decision, owner=owner,
-                                         reason=req.reason, **lists)
-    return ledger.add_decision(
-        ctx.memory, req.decision, scope=req.scope, channel=req.channel,
-        sensitivity=req.sensitivity, **where, **lists)
+    req = req.model_copy(update=_write_scope(ctx, scope, req, "decisions"))
+    return ledger_ops.record_decision(ctx.memory, req, _write_owner(ctx, scope, req))
 
 
-def query_decisions(ctx: Context, scope: Scope, request: dict[str, Any]) -> list[dict[str, Any]]:
+@takes("memcli.operations.ledger_ops:DecisionsQuery", "decisions query")
+def query_decisions(ctx: Context, scope: Scope, req: DecisionsQuery) -> list[dict[str, Any]]:
     """`memcli decision list`: the caller's tenant's decisions, newest first."""
-    from memcli.ledger import entries as ledger
-    from memcli.service.models import DecisionsQuery
+    from memcli.operations import ledger_ops
 
-    req = validate(DecisionsQuery, request, "decisions query")
-    return ledger.list_decisions(
-        ctx.memory, status=None if req.status == "all" else req.status,
-        tenant_id=_tenant(ctx, scope, req.tenant_id),
-        user_id=_bind("user_id", scope.user_id, req.user_id),
-        app_id=_bind("app_id", scope.app_id, req.app_id), limit=req.limit)
+    req = req.model_copy(update={"tenant_id": _tenant(ctx, scope, req.tenant_id),
+                                 "user_id": _bind("user_id", scope.user_id, req.user_id),
+                                 "app_id": _bind("app_id", scope.app_id, req.app_id)})
+    return ledger_ops.query_decisions(ctx.memory, req)
 
 
-def record_task(ctx: Context, scope: Scope, request: dict[str, Any]) -> dict[str, Any]:
-    """`memcli task add`, or `memcli task update` when `task_id` names a task: the task's row."""
-    from memcli.ledger import entries as ledger
-    from memcli.service.models import TaskRequest
+@takes("memcli.operations.ledger_ops:TaskRequest", "task")
+def record_task(ctx: Context, scope: Scope, req: TaskRequest) -> dict[str, Any]:
+    """`memcli task add`, or `memcli task update` when `task_id` names a task: the task's row;
+    the task it changes must be the caller's, of the scope named."""
+    from memcli.operations import ledger_ops
 
-    req = validate(TaskRequest, request, "task")
-    where = _write_scope(ctx, scope, req, "tasks")
-    if req.task_id is not None:  # the task it changes: the caller's, of the scope named
-        owner = _owner(ctx, scope, where["tenant_id"], where["user_id"], where["app_id"])
-        return ledger.update_task(ctx.memory, req.task_id, status=req.status, title=req.title,
-                                  details=req.details, refs=req.refs or None, owner=owner)
-    if req.title is None:
-        raise UsageError("bad task: title: a new task needs a title",
-                         "give task_id to update one")
-    return ledger.add_task(
-        ctx.memory, req.title, details=req.details or "", status=req.status or "open",
-        refs=req.refs, channel=req.channel, sensitivity=req.sensitivity, **where)
+    req = req.model_copy(update=_write_scope(ctx, scope, req, "tasks"))
+    return ledger_ops.record_task(ctx.memory, req, _write_owner(ctx, scope, req))
+
+
+def _write_owner(ctx: Context, scope: Scope, req: Any) -> Owner:
+    """Whose row a write that names one by id may change: the scope its request names."""
+    return _owner(ctx, scope, req.tenant_id, req.user_id, req.app_id)
 
 
 def _write_scope(ctx: Context, scope: Scope, req: Any, category: str | None) -> dict[str, Any]:
@@ -264,17 +248,14 @@ def _owner(ctx: Context, scope: Scope, tenant: str | None = None, user_id: str |
 
 
 # -- the memory system spec: query and history ------------------------------------------------
-def query(ctx: Context, scope: Scope, request: dict[str, Any]) -> list[dict[str, Any]]:
+@takes("memcli.operations.requests:QueryRequest", "query request",
+       hint="see `memcli query --help` and the README's JSON request")
+def query(ctx: Context, scope: Scope, req: QueryRequest) -> list[dict[str, Any]]:
     """The memory system spec's `memory.query`: the request shape `memcli query -` reads, answered
     with what `memcli query --json` prints (hits, or bullets with `"return": "bullets"`; each hit
     names the scope that answered)."""
-    from memcli.core.inputs import check_value
-    from memcli.operations.requests import parse_query_request
     from memcli.operations.retrieve import hits_payload, run_query
 
-    if not isinstance(request, dict):
-        raise UsageError("the query request must be one JSON object")
-    req = parse_query_request(check_value(request, "the query request"))
     req = req.model_copy(update={
         "tenant_id": _tenant(ctx, scope, req.tenant_id),
         "user_id": _bind("user_id", scope.user_id, req.user_id),
@@ -403,7 +384,10 @@ class Service:
             request: Any) -> Any:
         """Run one operation for one caller (on the calling thread). On a PostgreSQL server
         the request borrows a connection from the daemon's pool for its own length (a
-        thread's idle connection would hold a server slot for nothing)."""
+        thread's idle connection would hold a server slot for nothing). An operation that
+        takes its model gets the request as that model: the caller's if it built it (an HTTP
+        route, an MCP tool), else validated here once (memcli.service.typed_ops)."""
+        request = request_for(operation, request)
         if not self._server():
             memory = self.memory()
             try:

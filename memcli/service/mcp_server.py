@@ -329,11 +329,15 @@ async def _call(spec: ToolSpec, service: Service, scope: Scope,
     from mcp.server.mcpserver.exceptions import ToolError
 
     from memcli.service import api
+    from memcli.service.typed_ops import request_for
 
     try:
         bound = narrow(ctx.request_context.request, scope)
         operation = getattr(api, spec.op)
-        payload = await anyio.to_thread.run_sync(service.run, operation, bound, request)
+        # The tool's arguments as the operation's model, validated here once (its one-line
+        # error a tool error); an operation not yet taking a model gets the arguments.
+        payload = await anyio.to_thread.run_sync(service.run, operation, bound,
+                                                 request_for(operation, request))
     except Exception as exc:  # noqa: BLE001 - a bug too: its message, never a traceback
         raise ToolError(api.error_payload(exc)["error"]) from None
     rejected = payload.get("rejected") if isinstance(payload, dict) else None

@@ -18,7 +18,7 @@ from pydantic import Field
 Role = Literal["user", "assistant", "system", "tool", "human", "agent"]
 
 REQUESTS = "memcli.operations.requests"
-SERVICE = "memcli.service.models"
+LEDGER = "memcli.operations.ledger_ops"
 LIFE = "memcli.operations.lifecycle_requests"
 
 
@@ -82,14 +82,14 @@ query = arguments("query", f"{REQUESTS}:QueryRequest", (
 build_acb = arguments("build_acb", "memcli.acb.build:AcbRequest", (
     "query_text", "intent", "max_tokens", "session_id", "categories", "include_checkpoint",
     "as_of"), names={"query_text": "query"})
-get_artifact = arguments("get_artifact", f"{SERVICE}:ArtifactQuery", ("artifact_id",))
-query_decisions = arguments("query_decisions", f"{SERVICE}:DecisionsQuery",
+get_artifact = arguments("get_artifact", f"{LEDGER}:ArtifactRequest", ("artifact_id",))
+query_decisions = arguments("query_decisions", f"{LEDGER}:DecisionsQuery",
                             ("status", "limit"), defaults={"limit": 20})
 forget = arguments("forget", f"{LIFE}:MemoryRequest", ("memory_id",))
-record_decision = arguments("record_decision", f"{SERVICE}:DecisionRequest", (
+record_decision = arguments("record_decision", f"{LEDGER}:DecisionRequest", (
     "decision", "rationale", "constraints", "alternatives", "consequences", "refs",
     "supersedes", "reason"), defaults={"reason": None})
-record_task = arguments("record_task", f"{SERVICE}:TaskRequest",
+record_task = arguments("record_task", f"{LEDGER}:TaskRequest",
                         ("title", "details", "status", "task_id", "refs"))
 memory_history = arguments("memory_history", f"{REQUESTS}:HistoryRequest",
                            ("memory_id", "limit"), defaults={"limit": 20},

@@ -4,10 +4,10 @@ with the JSON the CLI prints for the same request.
 A route's signature declares its request (the body's model, or its query parameters' model,
 and its path's ids) and its decorator the model of its answer (memcli.service.schemas): FastAPI
 validates the one and builds /openapi.json from both, and the route class
-(memcli.service.routing.ApiRoute) checks the answer against its model before it is sent. The
-operation gets the request as the client sent it and validates it again with the same model
-(the MCP tools share the operations, with their own arguments). The bound scope comes from the
-caller's token and headers, never from the body (memcli.service.auth).
+(memcli.service.routing.ApiRoute) checks the answer against its model before it is sent. An
+operation that takes its model (memcli.service.typed_ops) gets the body FastAPI validated,
+never validating it again; the MCP tools build the same model from their arguments. The bound
+scope comes from the caller's token and headers, never from the body (memcli.service.auth).
 """
 
 from __future__ import annotations
@@ -23,6 +23,12 @@ from memcli import __version__
 from memcli.acb.build import AcbRequest
 from memcli.core.ids import Id
 from memcli.core.records import EventIn, EventReceipt, Hit
+from memcli.operations.ledger_ops import (
+    ArtifactRequest,
+    DecisionRequest,
+    DecisionsQuery,
+    TaskRequest,
+)
 from memcli.operations.lifecycle_requests import (
     AppMemoriesRequest,
     MemoryRequest,
@@ -30,12 +36,6 @@ from memcli.operations.lifecycle_requests import (
 )
 from memcli.operations.requests import HistoryRequest, QueryRequest
 from memcli.service import api, schemas
-from memcli.service.models import (
-    DecisionRequest,
-    DecisionsQuery,
-    TaskRequest,
-    TenantParams,
-)
 from memcli.service.routing import Answer, ApiRoute, Call, operation, query_params
 
 BEARER = HTTPBearer(scheme_name="bearer", auto_error=False,
@@ -58,6 +58,9 @@ HistoryParams = query_params(HistoryRequest, "memory_id")
 MemoryParams = query_params(MemoryRequest, "memory_id")
 AppMemoriesParams = query_params(AppMemoriesRequest, "app_id")
 AppMemoryParams = query_params(AppMemoriesRequest, "app_id", "memory_id", "limit")
+ArtifactParams = query_params(ArtifactRequest, "artifact_id")
+ArtifactId = Annotated[str, Path(
+    min_length=1, description=ArtifactRequest.model_fields["artifact_id"].description)]
 AppId = Annotated[str, Path(min_length=1, description="the app's id")]
 
 _ERROR = {"model": schemas.ErrorBody}
@@ -99,14 +102,14 @@ def record_events(
              summary="Build an active context bundle (as `memcli acb build --json`)")
 @operation("acb request")
 def build_acb(body: AcbRequest, call: Caller) -> Answer:
-    return call.run(api.build_acb)
+    return call.run(api.build_acb, body)
 
 
 @router.get("/api/v1/artifacts/{artifact_id}", response_model=schemas.Artifact,
             summary="The full output of a truncated tool result")
 @operation("artifact request")
-def get_artifact(artifact_id: Annotated[str, Path(min_length=1)],
-                 params: Annotated[TenantParams, Query()], call: Caller) -> Answer:
+def get_artifact(artifact_id: ArtifactId, params: Annotated[ArtifactParams, Query()],
+                 call: Caller) -> Answer:
     return call.run(api.get_artifact)
 
 
@@ -114,21 +117,21 @@ def get_artifact(artifact_id: Annotated[str, Path(min_length=1)],
              summary="Record a decision (or supersede one)")
 @operation("decision")
 def record_decision(body: DecisionRequest, call: Caller) -> Answer:
-    return call.run(api.record_decision)
+    return call.run(api.record_decision, body)
 
 
 @router.get("/api/v1/decisions/query", response_model=list[schemas.Decision],
             summary="List decisions, newest first")
 @operation("decisions query")
 def query_decisions(params: Annotated[DecisionsQuery, Query()], call: Caller) -> Answer:
-    return call.run(api.query_decisions)
+    return call.run(api.query_decisions, params)
 
 
 @router.post("/api/v1/tasks", response_model=schemas.Task,
              summary="Create a task, or update one (task_id)")
 @operation("task")
 def record_task(body: TaskRequest, call: Caller) -> Answer:
-    return call.run(api.record_task)
+    return call.run(api.record_task, body)
 
 
 # -- the memory system spec: query and history -------------------------------------------------
@@ -136,7 +139,7 @@ def record_task(body: TaskRequest, call: Caller) -> Answer:
              summary="memory.query of the memory system spec (as `memcli query - --json`)")
 @operation("query request", hint="see `memcli query --help` and the README's JSON request")
 def query(body: QueryRequest, call: Caller) -> Answer:
-    return call.run(api.query)
+    return call.run(api.query, body)
 
 
 @router.get("/api/v1/memories/{memory_id:int}/history", response_model=list[schemas.HistoryEntry],

@@ -59,11 +59,14 @@ class Call:
     request: Any
     answer: TypeAdapter[Any] | None
 
-    def run(self, op: Callable[[api.Context, api.Scope, Any], Any]) -> Answer:
+    def run(self, op: Callable[[api.Context, api.Scope, Any], Any], request: Any = None
+            ) -> Answer:
         """The operation's answer, checked against the route's model (on the calling thread:
         FastAPI runs a plain `def` endpoint on its thread pool, so a slow bundle never blocks
-        other requests). An answer its model refuses is a bug of memcli's: 500."""
-        payload = self.service.run(op, self.scope, self.request)
+        other requests). `request`: the body as FastAPI validated it, for an operation that
+        takes its model (memcli.service.typed_ops); else the operation gets the JSON as sent.
+        An answer its model refuses is a bug of memcli's: 500."""
+        payload = self.service.run(op, self.scope, self.request if request is None else request)
         if self.answer is not None:
             self.answer.validate_python(payload)
         return Answer(payload)
