@@ -23,6 +23,7 @@ from tests.support.daemon import no_stray_daemons  # noqa: F401 - autouse: no te
 from tests.support.llmstub import make_stub
 from tests.support.pg import pg_cluster, pg_server  # noqa: F401
 from tests.support.pg_db import pg_db  # noqa: F401
+from tests.support.trust import UNSET
 
 
 @pytest.fixture(autouse=True)
@@ -35,12 +36,12 @@ def isolated_env(tmp_path_factory, monkeypatch):
     # memcli's daemon sockets: never a developer's running `memcli serve`.
     monkeypatch.setenv("XDG_RUNTIME_DIR", str(home / "run"))
     for var in ("MEMCLI_DB", "MEMCLI_CONFIG", "MEMCLI_EMBEDDER", "MEMCLI_LLM_BASE_URL",
-                "MEMCLI_LLM_API_KEY", "OPENAI_API_KEY", "MEMCLI_CATEGORIES", "MEMCLI_TENANT",
+                "MEMCLI_LLM_API_KEY", "MEMCLI_CATEGORIES", "MEMCLI_TENANT",
                 "MEMCLI_SOCKET", "MEMCLI_NO_DAEMON"):
         monkeypatch.delenv(var, raising=False)
-    # The parent shell's terminal: rich wraps text output at COLUMNS (the scope line of
-    # `--format text` split at COLUMNS=40) and colours it with FORCE_COLOR.
-    for var in ("COLUMNS", "LINES", "FORCE_COLOR", "TTY_COMPATIBLE", "TTY_INTERACTIVE"):
+    # Credentials, and the parent shell's terminal: rich wraps text output at COLUMNS (the
+    # scope line of `--format text` split at COLUMNS=40) and colours it with FORCE_COLOR.
+    for var in UNSET:
         monkeypatch.delenv(var, raising=False)
     return home
 

@@ -153,9 +153,12 @@ def test_readme_examples_same_through_the_daemon(tmp_path):
         (b_cwd / "audit.jsonl").read_bytes(), b_home)
 
 
-@pytest.fixture
-def served(tmp_path):
-    """A seeded database, its environment, and a running daemon for it."""
+@pytest.fixture(scope="module")
+def served(tmp_path_factory):
+    """A seeded database, its environment, and a running daemon for it, shared by the module's
+    tests: each compares the daemon's answer with an in-process one on the same database, or
+    writes only rows of a tenant of its own, so none depends on what another did."""
+    tmp_path = tmp_path_factory.mktemp("served")
     db = tmp_path / "m.db"
     env = daemon_env(tmp_path / "home", db)
     records = "".join(json.dumps(r) + "\n" for r in [
@@ -165,7 +168,7 @@ def served(tmp_path):
     seeded = subprocess.run([sys.executable, "-m", "memcli", "--no-daemon", "ingest", "-"],
                             input=records, env=env, capture_output=True, text=True, timeout=120)
     assert seeded.returncode == 0, seeded.stderr
-    with Daemon(db, env) as daemon:
+    with Daemon(db, env, shared=True) as daemon:
         yield db, env, daemon
 
 

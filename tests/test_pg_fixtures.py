@@ -84,6 +84,36 @@ def test_a_used_database_is_put_back_as_a_fresh_copy(reused):
     assert _ingest(reused.url) == first_ids  # identities restart as in a fresh copy
 
 
+def _files(url: str) -> dict[str, int]:
+    """Each table's file: TRUNCATE gives a table a new one, a table left alone keeps its own."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        return dict(conn.execute("SELECT tablename, pg_relation_filenode(format('%I.%I',"
+                                 " schemaname, tablename)::regclass) FROM pg_tables"
+                                 " WHERE schemaname = 'public'").fetchall())
+
+
+def test_a_reset_empties_what_the_test_wrote_and_leaves_the_rest_alone(reused):
+    before = _files(reused.url)
+    _ingest(reused.url)
+    with psycopg.connect(reused.url, autocommit=True) as conn:
+        # A row written and deleted again, then vacuumed: empty, but not as a fresh copy's.
+        conn.execute("INSERT INTO run_locks VALUES ('x', 'h', 'host', 1, 'now', 'later')")
+        conn.execute("DELETE FROM run_locks")
+        conn.execute("VACUUM run_locks")
+
+    reused.reset()
+
+    after = _files(reused.url)
+    emptied = {t for t in before if after[t] != before[t]}
+    assert {"events", "memories", "run_locks", "meta"} <= emptied
+    # Tables ingest does not write, nor references through a foreign key (TRUNCATE ...
+    # CASCADE empties those too), keep their files.
+    assert not {"proposals", "llm_usage", "lifecycle_runs", "acb_seen", "checkpoints"} & emptied
+    with psycopg.connect(reused.url, autocommit=True) as conn:
+        assert conn.execute("SELECT pg_relation_size('run_locks')").fetchone()[0] == 0
+    assert reused.recreated == 0
+
+
 @pytest.mark.parametrize("change", [
     "CREATE TABLE extra (x int)",
     "ALTER TABLE events ADD COLUMN extra int",

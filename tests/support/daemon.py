@@ -3,6 +3,8 @@
 `Daemon` starts `python -m memcli serve` for one database with a given environment and, on
 leaving the block, sends SIGTERM and then SIGKILL (finally), so no test leaves a daemon
 behind; `no_stray_daemons` (autouse, registered in conftest) fails a test that does anyway.
+A module-scoped fixture that serves several tests from one daemon says so with `shared=True`
+(stopped when the fixture ends, not after each test).
 `run_client` runs the installed entry point's code in a child process and records which route
 the command took (and which heavy modules the client had imported when a daemon answered).
 """
@@ -25,6 +27,7 @@ from tests.support.trust import memcli_env
 ROOT = Path(__file__).resolve().parents[2]
 HEAVY = ("pydantic", "numpy", "typer", "click", "rich")
 _LIVE: set[subprocess.Popen] = set()
+_SHARED: set[int] = set()  # pids of daemons a module-scoped fixture keeps across its tests
 
 # The entry point as installed, plus a record of the route: a forwarded command ends in
 # os._exit (entry._exit_now) and writes "daemon <heavy modules loaded>", an in-process one
@@ -64,20 +67,26 @@ class Daemon:
     """`memcli serve` for `db`, stopped on leaving the block (SIGTERM, then SIGKILL)."""
 
     def __init__(self, db: Path, env: dict[str, str], *args: str, cwd: Path | None = None,
-                 wait: bool = True) -> None:
+                 wait: bool = True, shared: bool = False) -> None:
         self.db, self.env, self.args, self.cwd, self.wait = db, env, args, cwd, wait
+        self.shared = shared  # outlives one test: no_stray_daemons leaves it running
         self.proc: subprocess.Popen | None = None
         self.socket = socket_of(db, env)
 
     def __enter__(self) -> Daemon:
         self.proc = start_serve(self.env, "--db", str(self.db), *self.args, cwd=self.cwd)
+        if self.shared:
+            _SHARED.add(self.proc.pid)
         if self.wait:
             wait_for_socket(self.socket, self.proc)
         return self
 
     def __exit__(self, *exc: object) -> None:
         if self.proc is not None:
-            stop(self.proc)
+            try:
+                stop(self.proc)
+            finally:
+                _SHARED.discard(self.proc.pid)
 
     @property
     def pid(self) -> int:
@@ -181,9 +190,10 @@ def serve_processes() -> list[int]:
 
 @pytest.fixture(autouse=True)
 def no_stray_daemons():
-    """Fail a test that leaves a `memcli serve` it started running (and stop it)."""
+    """Fail a test that leaves a `memcli serve` it started running (and stop it). A daemon
+    of a module-scoped fixture (`Daemon(..., shared=True)`) is the fixture's to stop."""
     yield
-    stray = serve_processes()
+    stray = [pid for pid in serve_processes() if pid not in _SHARED]
     for pid in stray:
         try:
             os.kill(pid, signal.SIGKILL)
@@ -191,6 +201,8 @@ def no_stray_daemons():
         except (ProcessLookupError, ChildProcessError):
             pass
     for proc in list(_LIVE):
+        if proc.pid in _SHARED:
+            continue
         if proc.poll() is None:
             proc.kill()
             proc.wait()

@@ -23,12 +23,19 @@ ROOT = Path(__file__).resolve().parents[2]
 # spend most of their time loading it). The full runs use the default models.
 NO_SPARSE = ("retrieval:\n  leg_weights: {lexical: 1.0, sparse: 0.0, dense: 1.0, entity: 0.5,"
              " trigram: 0.5}\n")
+# What no test's memcli sees from the shell that ran pytest (conftest's isolated_env unsets
+# them for each test; memcli_env leaves them out too, so a process started by a fixture that
+# outlives one test gets the same environment): credentials, and the terminal's width and
+# colours, which rich's text output follows.
+UNSET = ("OPENAI_API_KEY", "COLUMNS", "LINES", "FORCE_COLOR", "TTY_COMPATIBLE",
+         "TTY_INTERACTIVE")
 
 
 def memcli_env(home: Path, db: Path, *, models: str = "hash") -> dict[str, str]:
     """The environment of a memcli process: its own home and config, `db` as MEMCLI_DB.
     `models`: "hash" (hash embedder, no SPLADE) or "default" (e5-small + SPLADE)."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("MEMCLI_")}
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith("MEMCLI_") and k not in UNSET}
     env.update(HOME=str(home), XDG_DATA_HOME=str(home / "data"),
                XDG_CONFIG_HOME=str(home / "config"), MEMCLI_DB=str(db),
                OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
