@@ -137,7 +137,9 @@ def _watch(conn: socket.socket, life: int, done: threading.Event, guard: threadi
         if not data or b"I" in data:
             with guard:
                 if not done.is_set():
-                    os.kill(os.getpid(), signal.SIGINT)
+                    # To the main thread itself: a signal sent to the process may be taken by
+                    # this thread, and then the command's blocking read is never interrupted.
+                    signal.pthread_kill(threading.main_thread().ident or 0, signal.SIGINT)
         if not data:
             return
 
