@@ -160,36 +160,38 @@ def artifact_cmd(
                                                   memory.owner(req.tenant_id)))
 
 
+def demo_cmd(
+    question: Annotated[str, typer.Argument(help="A question about the example.")] = (
+        "When does Anika visit?"),
+    db: DbOpt = None, fmt: FormatOpt = None, as_json: JsonOpt = False,
+) -> None:
+    """Ingest the bundled example conversation into a scratch database and query it."""
+    import tempfile
+
+    from memcli.config import bundled_text
+    from memcli.ingest.prepare import parse_records
+
+    with errors(), tempfile.TemporaryDirectory() as tmp:
+        path = db or Path(tmp) / "demo.db"
+        with open_memory(path) as memory:
+            report = memory.ingest(parse_records(bundled_text("data/example.jsonl")))
+            print(f"memcli demo: ingested {len(report.created)} events into {path}",
+                  file=sys.stderr)
+            result = memory.query(question, top_k=3, filters=memory.filters(
+                tenant_id="demo", user_id="priya"))  # the example's own scope
+        resolved = resolve_format(fmt, as_json)
+        if resolved is Format.text:
+            print(f"Q: {question}")
+            for i, hit in enumerate(result.hits, start=1):
+                print(f"{i}. ({hit.score:.2f}) {hit.text}")
+        else:
+            emit([h.model_dump() for h in result.hits], resolved)
+
+
 def register(app: typer.Typer) -> None:
     for name, command in (("history", history_cmd), ("purge", purge_cmd),
                           ("forget", forget_cmd), ("restore", restore_cmd),
                           ("stats", stats_cmd), ("artifact", artifact_cmd)):
         app.command(name)(command)
 
-    @app.command("demo")
-    def demo_cmd(
-        question: Annotated[str, typer.Argument(help="A question about the example.")] = (
-            "When does Anika visit?"),
-        db: DbOpt = None, fmt: FormatOpt = None, as_json: JsonOpt = False,
-    ) -> None:
-        """Ingest the bundled example conversation into a scratch database and query it."""
-        import tempfile
-
-        from memcli.config import bundled_text
-        from memcli.ingest.prepare import parse_records
-
-        with errors(), tempfile.TemporaryDirectory() as tmp:
-            path = db or Path(tmp) / "demo.db"
-            with open_memory(path) as memory:
-                report = memory.ingest(parse_records(bundled_text("data/example.jsonl")))
-                print(f"memcli demo: ingested {len(report.created)} events into {path}",
-                      file=sys.stderr)
-                result = memory.query(question, top_k=3, filters=memory.filters(
-                    tenant_id="demo", user_id="priya"))  # the example's own scope
-            resolved = resolve_format(fmt, as_json)
-            if resolved is Format.text:
-                print(f"Q: {question}")
-                for i, hit in enumerate(result.hits, start=1):
-                    print(f"{i}. ({hit.score:.2f}) {hit.text}")
-            else:
-                emit([h.model_dump() for h in result.hits], resolved)
+    app.command("demo")(demo_cmd)

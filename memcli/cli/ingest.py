@@ -66,24 +66,26 @@ def ingest_cmd(
             raise typer.Exit(2)
 
 
+def embed_cmd(db: DbOpt = None, fmt: FormatOpt = None, as_json: JsonOpt = False) -> None:
+    """Add vectors to memories stored with --defer-embed."""
+    with errors(), open_memory(db, exists=True) as memory:
+        with progress_bar() as progress:
+            done = memory.embed_pending(progress=progress)
+        emit({"embedded": done}, resolve_format(fmt, as_json),
+             lambda p: print(f"embedded {p['embedded']} memories"))
+
+
+def reindex_cmd(db: DbOpt = None, fmt: FormatOpt = None, as_json: JsonOpt = False) -> None:
+    """Re-embed every memory with the configured embedder (after changing models)."""
+    with errors(), open_memory(db, check_embedder=False, exists=True) as memory:
+        with progress_bar() as progress:
+            done = memory.reindex(progress=progress)
+        emit({"embedded": done, "model": memory.embedder.model_id},
+             resolve_format(fmt, as_json),
+             lambda p: print(f"re-embedded {p['embedded']} memories with {p['model']}"))
+
+
 def register(app: typer.Typer) -> None:
     app.command("ingest")(ingest_cmd)
-
-    @app.command("embed")
-    def embed_cmd(db: DbOpt = None, fmt: FormatOpt = None, as_json: JsonOpt = False) -> None:
-        """Add vectors to memories stored with --defer-embed."""
-        with errors(), open_memory(db, exists=True) as memory:
-            with progress_bar() as progress:
-                done = memory.embed_pending(progress=progress)
-            emit({"embedded": done}, resolve_format(fmt, as_json),
-                 lambda p: print(f"embedded {p['embedded']} memories"))
-
-    @app.command("reindex")
-    def reindex_cmd(db: DbOpt = None, fmt: FormatOpt = None, as_json: JsonOpt = False) -> None:
-        """Re-embed every memory with the configured embedder (after changing models)."""
-        with errors(), open_memory(db, check_embedder=False, exists=True) as memory:
-            with progress_bar() as progress:
-                done = memory.reindex(progress=progress)
-            emit({"embedded": done, "model": memory.embedder.model_id},
-                 resolve_format(fmt, as_json),
-                 lambda p: print(f"re-embedded {p['embedded']} memories with {p['model']}"))
+    app.command("embed")(embed_cmd)
+    app.command("reindex")(reindex_cmd)
