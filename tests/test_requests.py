@@ -173,3 +173,13 @@ def test_a_request_is_validated_once_on_its_way_to_the_operation(tmp_path, monke
     assert "query" in wrong.content[0].text
     with pytest.raises(TypeError, match="takes a QueryRequest"):
         api.query(None, Scope(), {"query": "green tea"})
+
+
+def test_all_tenants_with_a_tenant_names_the_field_flag(cli) -> None:
+    """The refusal of `--all-tenants` beside a tenant names the flag `--help` shows."""
+    cli("ingest", "--text", "hello", "--user-id", "u")
+    for args in (("purge", "--all-tenants", "--tenant", "t1", "--user-id", "u", "--dry-run"),
+                 ("export", "--all-tenants", "--tenant", "t1")):
+        out = cli(*args)
+        assert out.exit_code == 2, (args, out.stderr)
+        assert "--all-tenants and --tenant-id exclude each other" in out.stderr, out.stderr

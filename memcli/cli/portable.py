@@ -36,7 +36,7 @@ def export_cmd(given: dict[str, Any], db: DbOpt = None, fmt: FormatOpt = None,
     with errors():
         req = parse_given(f"{MODELS}:ExportRequest", given, "export request")
         if req.all_tenants and req.tenant_id is not None:
-            raise UsageError("--all-tenants and --tenant exclude each other", "give one of them")
+            raise UsageError("--all-tenants and --tenant-id exclude each other", "give one of them")
         with open_memory(db, with_embedder=False, must_exist=True) as memory:
             scope = Scope(None if req.all_tenants else (req.tenant_id or memory.tenant),
                           user_id=req.user_id, app_id=req.app_id, session_id=req.session_id)

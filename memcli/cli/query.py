@@ -76,7 +76,7 @@ def query_cmd(
              "when it starts with `{`, else the query text.")],
     given: dict[str, Any],
     all_tenants: Annotated[bool, typer.Option(
-        "--all-tenants", help="Read every tenant (an operator's search; not with --tenant).")
+        "--all-tenants", help="Read every tenant (an operator's search; not with --tenant-id).")
     ] = False,
     sensitivity: Annotated[list[str] | None, typer.Option("--sensitivity")] = None,
     legs: Annotated[str | None, typer.Option(

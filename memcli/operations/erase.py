@@ -18,7 +18,7 @@ def purge_payload(memory: Memory, request: PurgeRequest, *,
     from memcli.errors import UsageError
 
     if all_tenants and request.tenant_id is not None:
-        raise UsageError("--all-tenants and --tenant exclude each other")
+        raise UsageError("--all-tenants and --tenant-id exclude each other")
     scope = request.where()
     # "alice" of another tenant is another person: a narrower scope stays in the configured
     # tenant unless --all-tenants says otherwise (as reads do).
