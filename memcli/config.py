@@ -272,8 +272,11 @@ def load_settings(db: str | Path | None = None, **overrides: Any) -> Settings:
         value = os.environ.get(var)
         if value:
             data.setdefault(section, {})[key] = value
-    if os.environ.get("OPENAI_API_KEY"):
-        data.setdefault("llm", {}).setdefault("api_key", os.environ["OPENAI_API_KEY"])
+    # The OpenAI SDK's own variables, as the SDK reads them, below memcli's settings: a user who
+    # pointed the SDK at a proxy or a local server never has memcli call the public endpoint.
+    for var, key in (("OPENAI_API_KEY", "api_key"), ("OPENAI_BASE_URL", "base_url")):
+        if os.environ.get(var):
+            data.setdefault("llm", {}).setdefault(key, os.environ[var])
     if os.environ.get("MEMCLI_CATEGORIES"):
         data["categories_file"] = os.environ["MEMCLI_CATEGORIES"]
     if os.environ.get("MEMCLI_TENANT"):

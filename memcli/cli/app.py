@@ -32,6 +32,7 @@ from memcli.cli import (
     views,
 )
 from memcli.cli.output import fail
+from memcli.service.paths import root_db
 
 
 def _version(value: bool) -> None:
@@ -53,6 +54,9 @@ def _root(
     ctx: typer.Context,
     version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True,
                                           help="Print the version and exit.")] = False,
+    db: Annotated[str | None, typer.Option(
+        "--db", show_default=False,
+        help="Database file for the command (its own --db wins).")] = None,
 ) -> None:
     """Long-term memory for AI agents in one local SQLite file."""
     ctx.obj = Commands()
@@ -83,6 +87,21 @@ COMMAND_MODULES: dict[str, ModuleType] = {
     "pg": pg,
 }
 
+# `memcli --help` lists the commands in these panels, in this order (Typer's `rich_help_panel`;
+# a test checks every command has one).
+PANELS: dict[str, tuple[str, ...]] = {
+    "Memory": ("ingest", "query", "history", "related", "remember", "correct", "entity",
+               "forget", "restore", "artifact"),
+    "Context": ("acb", "view", "hook"),
+    "Lifecycle": ("consolidate", "decay", "reflect", "insights", "proposals", "confirm", "pin",
+                  "unpin"),
+    "Ledger": ("decision", "task", "checkpoint"),
+    "Service": ("serve", "mcp"),
+    "Admin": ("doctor", "stats", "embed", "reindex", "rebuild", "export", "import", "purge",
+              "key", "pg", "demo"),
+}
+COMMAND_PANELS = {name: panel for panel, names in PANELS.items() for name in names}
+
 
 class _OneLineErrors(typer.core.TyperGroup):
     """The root command: a usage error (missing argument, unknown option, bad value) is one
@@ -103,6 +122,23 @@ class _OneLineErrors(typer.core.TyperGroup):
             raise fail("aborted", 1) from None
         # Non-standalone mode returns what the command returned (None), or an Exit's code.
         raise SystemExit(code if isinstance(code, int) else 0)
+
+
+    def format_commands(self, ctx: Any, formatter: Any) -> None:
+        """The command list in its panels, as plain text: Typer draws panels only with rich,
+        which `--help` does not import (rich_markup_mode=None keeps start-up cheap)."""
+        shown = {name: cmd for name in self.list_commands(ctx)
+                 if (cmd := self.get_command(ctx, name)) is not None and not cmd.hidden}
+        if not shown:
+            return
+        limit = formatter.width - 6 - max(len(name) for name in shown)
+        other = tuple(name for name in shown if name not in COMMAND_PANELS)
+        for panel, names in (*PANELS.items(), ("Other", other)):
+            rows = [(name, shown[name].get_short_help_str(limit))
+                    for name in names if name in shown]
+            if rows:
+                with formatter.section(f"{panel} commands"):
+                    formatter.write_dl(rows)
 
 
 def _usage_exit(exc: typer.TyperException) -> SystemExit:
@@ -134,6 +170,9 @@ def build_app(modules: tuple[ModuleType, ...] = MODULES) -> typer.Typer:
     built.callback()(_root)
     for module in modules:
         module.register(built)
+    for info in (*built.registered_commands, *built.registered_groups):
+        name = info.name or typer.main.get_command_name(info.callback.__name__)
+        info.rich_help_panel = COMMAND_PANELS.get(name)
     return built
 
 
@@ -144,7 +183,8 @@ def run_typer(argv: list[str] | None = None) -> None:
     """Parse `argv` (default: sys.argv[1:]) with Typer and run the command: the in-process
     path of `memcli.cli.entry.main`, and what `memcli serve` runs for a forwarded command."""
     args = sys.argv[1:] if argv is None else argv
-    command = args[0] if args else None
+    rest = root_db(args)[1]
+    command = rest[0] if rest else None
     # Typer turns every registered command into a click command before parsing (~60 ms for
     # all of them): a named command only needs its own group. Help, completion and unknown
     # names get the whole app.

@@ -10,11 +10,20 @@ import typer
 
 from memcli.cli.output import Format
 
+
+def _root_db(ctx: typer.Context, value: str | None) -> str | None:
+    """A command's `--db`, else the one given before the command (`memcli --db x doctor`)."""
+    if value is not None:
+        return value
+    root = ctx.find_root()
+    return root.params.get("db") if root is not ctx else None
+
+
 # A str, not a Path: a Path folds the `//` of a URL (`postgresql://h/db` -> `postgresql:/h/db`).
 DbOpt = Annotated[
     str | None,
     typer.Option("--db", help="Database file (default: $MEMCLI_DB, then the user data dir).",
-                 show_default=False),
+                 show_default=False, callback=_root_db),
 ]
 FormatOpt = Annotated[
     Format | None,

@@ -56,7 +56,7 @@ def _routable(argv: list[str]) -> bool:
         return False
     if any(key.startswith("_MEMCLI") and key.endswith("_COMPLETE") for key in os.environ):
         return False
-    words = [a for a in argv if not a.startswith("-")]
+    words = [a for a in paths.root_db(argv)[1] if not a.startswith("-")]
     if words and words[0] in NEVER_ROUTED:
         # `serve status` asks the daemon itself (in-process it can only see the lock).
         return words[0] == "serve" and "status" in words[1:]

@@ -201,10 +201,26 @@ def default_db(env: Mapping[str, str] | None = None) -> str:
     return os.path.join(data, APP, "memory.db")
 
 
+def root_db(argv: Sequence[str]) -> tuple[str | None, list[str]]:
+    """The `--db X` / `--db=X` given before the command name (`memcli --db x doctor`), and the
+    command line after it."""
+    rest, db = list(argv), None
+    while rest:
+        if rest[0] == "--db" and len(rest) > 1:
+            db, rest = rest[1], rest[2:]
+        elif rest[0].startswith("--db="):
+            db, rest = rest[0][len("--db="):], rest[1:]
+        else:
+            break
+    return db, rest
+
+
 def guess_db(argv: Sequence[str], env: Mapping[str, str] | None = None) -> str:
     """The database a command line targets, cheaply: `--db X` / `--db=X`, else `MEMCLI_DB`,
     else the default path. A config file's `db:` is not read (that needs yaml): such a command
-    misses the daemon and runs in-process, which is correct, only slower."""
+    misses the daemon and runs in-process, which is correct, only slower. The command's own
+    `--db` wins over one given before the command name, as the app's options do."""
+    before, argv = root_db(argv)
     for i, arg in enumerate(argv):
         if arg == "--":
             break
@@ -213,4 +229,4 @@ def guess_db(argv: Sequence[str], env: Mapping[str, str] | None = None) -> str:
         if arg.startswith("--db="):
             return arg[len("--db="):]
     env = os.environ if env is None else env
-    return env.get("MEMCLI_DB") or default_db(env)
+    return before or env.get("MEMCLI_DB") or default_db(env)

@@ -27,7 +27,7 @@ NO_SPARSE = ("retrieval:\n  leg_weights: {lexical: 1.0, sparse: 0.0, dense: 1.0,
 # them for each test; memcli_env leaves them out too, so a process started by a fixture that
 # outlives one test gets the same environment): credentials, and the terminal's width and
 # colours, which rich's text output follows.
-UNSET = ("OPENAI_API_KEY", "COLUMNS", "LINES", "FORCE_COLOR", "TTY_COMPATIBLE",
+UNSET = ("OPENAI_API_KEY", "OPENAI_BASE_URL", "COLUMNS", "LINES", "FORCE_COLOR", "TTY_COMPATIBLE",
          "TTY_INTERACTIVE")
 
 
