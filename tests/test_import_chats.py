@@ -160,3 +160,10 @@ def test_a_bad_claude_file_and_an_unknown_format_are_refused(cli, tmp_path):
     assert result.exit_code == 2 and "not an ISO 8601 time" in result.stderr
     result = cli("import", "--from", "gemini", str(path))
     assert result.exit_code == 2 and "chatgpt, claude" in result.stderr
+
+
+def test_user_and_app_flags_are_for_chat_exports_only(cli, tmp_path):
+    path = tmp_path / "memory.jsonl"
+    path.write_text("")
+    result = cli("import", str(path), "--user-id", "ann")
+    assert result.exit_code == 2 and "only with --from" in result.stderr
