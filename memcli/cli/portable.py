@@ -59,7 +59,28 @@ def export_cmd(given: dict[str, Any], db: DbOpt = None, fmt: FormatOpt = None,
              lambda p: print(f"wrote {sum(p['counts'].values())} records to {p['out']}"))
 
 
-@request_options(f"{MODELS}:ImportRequest")
+def _chat_import(req: Any, path: str, db: str | None, settings: Any) -> dict:
+    """`--from FORMAT`: another tool's chat export, its turns written as events."""
+    from memcli.errors import UsageError
+    from memcli.importers.load import load, read_turns
+
+    if req.all_tenants:
+        raise UsageError("--all-tenants does not apply to --from", "give --tenant-id or none")
+    try:
+        raw = sys.stdin.buffer.read() if path == "-" else Path(path).read_bytes()
+    except OSError as exc:
+        raise UsageError(f"cannot read {path}: {exc.strerror}",
+                         "give an export file or `-`") from None
+    turns = read_turns(req.from_format, raw)  # a bad file: refused before the database opens
+    scope = {"tenant_id": req.tenant_id or settings.tenant, "user_id": req.user_id,
+             "app_id": req.app_id}
+    with (open_memory(db, with_embedder=not req.defer_embed, settings=settings) as memory,
+          progress_bar() as progress):
+        return load(memory, req.from_format, turns, scope, defer_embed=req.defer_embed,
+                    progress=progress)
+
+
+@request_options(f"{MODELS}:ImportRequest", short={"from_format": "--from"})
 def import_cmd(
     path: Annotated[str, typer.Argument(help="An export file; `-` reads stdin.")],
     given: dict[str, Any],
@@ -67,7 +88,8 @@ def import_cmd(
 ) -> None:
     """Load an export into this database (new or not). Importing twice adds nothing;
     a bad line, or a row of another tenant without --all-tenants, refuses the whole file
-    (exit 2, nothing loaded)."""
+    (exit 2, nothing loaded). With --from chatgpt or --from claude, PATH is that tool's
+    conversations.json: each kept turn becomes an event of its conversation's session."""
     from memcli.config import load_settings
     from memcli.portable.file_format import parse
     from memcli.portable.importer import check_tenants, load_parsed
@@ -75,6 +97,15 @@ def import_cmd(
     with errors():
         settings = load_settings(db)  # a bad location or config first, as every command
         req = parse_given(f"{MODELS}:ImportRequest", given, "import request")
+        if req.from_format is not None:
+            emit(_chat_import(req, path, db, settings), resolve_format(fmt, as_json),
+                 _import_text)
+            return
+        if req.user_id is not None or req.app_id is not None:
+            from memcli.errors import UsageError
+
+            raise UsageError("--user-id and --app-id apply only with --from",
+                             "a memcli export keeps its rows' own scope")
         if path == "-":
             text = read_stdin()
         else:

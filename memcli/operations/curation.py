@@ -48,9 +48,14 @@ class ExportRequest(AllTenants, SessionScope, AppScope, UserScope, TenantScope):
     out: str | None = Field(default=None, description="Write to this file (default: stdout).")
 
 
-class ImportRequest(AllTenants, TenantScope):
+class ImportRequest(AllTenants, AppScope, UserScope, TenantScope):
     """`memcli import PATH`: the file is its argument; `tenant_id` is the tenant the file's
-    rows must be of."""
+    rows must be of. With `from_format`, PATH is another tool's chat export, loaded into
+    the tenant, user and app given."""
+
+    from_format: str | None = Field(
+        default=None, description="PATH is a chat export of this tool (chatgpt, claude), "
+                                  "not a memcli export.")
 
     defer_embed: bool = Field(
         default=False, description="Load without vectors now; `memcli embed` adds them.")
