@@ -25,6 +25,7 @@ from memcli.ledger import checkpoints
 from memcli.policy.redaction import check_sensitivity, redact_fields, redact_text
 from memcli.store import ledger_sql as sql
 from memcli.store import owner as own
+from memcli.store.filters import one_tenant_or_all
 
 if TYPE_CHECKING:
     from memcli.store.handle import MemoryHandle
@@ -275,19 +276,13 @@ def list_decisions(
     app_id: str | None = None,
     limit: int = 100,
 ) -> list[dict[str, Any]]:
-    _one_tenant_or_all(tenant_id, all_tenants)
+    one_tenant_or_all(tenant_id, all_tenants)
     if status not in (None, "active", "superseded"):
         raise UsageError(f"unknown decision status {status!r}", "use active, superseded or all")
     return sql.list_decisions(
         memory.db, status=status, tenant_id=None if all_tenants else tenant_id or memory.tenant,
         user_id=user_id, app_id=app_id, limit=limit
     )
-
-
-def _one_tenant_or_all(tenant_id: str | None, all_tenants: bool) -> None:
-    if all_tenants and tenant_id is not None:
-        raise UsageError("a tenant and all tenants exclude each other",
-                         "give --tenant or --all-tenants, not both")
 
 
 # -- tasks -----------------------------------------------------------------------------------
@@ -459,7 +454,7 @@ def list_tasks(
     app_id: str | None = None,
     limit: int = 100,
 ) -> list[dict[str, Any]]:
-    _one_tenant_or_all(tenant_id, all_tenants)
+    one_tenant_or_all(tenant_id, all_tenants)
     for status in statuses:
         _check_status(status)
     return sql.list_tasks(

@@ -26,7 +26,7 @@ from memcli.retrieval.text import bound_query
 from memcli.store import memories as mem
 from memcli.store import sparse as sparse_sql
 from memcli.store import vectors as vec
-from memcli.store.filters import DEFAULT_TENANT, Filters
+from memcli.store.filters import DEFAULT_TENANT, Filters, one_tenant_or_all
 from memcli.store.history import list_history
 from memcli.store.location import open_database
 
@@ -266,9 +266,7 @@ class Memory:
                 **kwargs: Any) -> Filters:
         """Filters for a query, with the agent's category allowlist enforced. No `tenant_id`:
         this memory's tenant; reading across tenants takes `all_tenants=True`."""
-        if all_tenants and kwargs.get("tenant_id") is not None:
-            raise UsageError("a tenant and all tenants exclude each other",
-                             "give --tenant or --all-tenants, not both")
+        one_tenant_or_all(kwargs.get("tenant_id"), all_tenants)
         if not all_tenants and kwargs.get("tenant_id") is None:
             kwargs["tenant_id"] = self.tenant
         _check_bound(self.db.bound_tenant, kwargs.get("tenant_id"))
@@ -421,9 +419,7 @@ class Memory:
         named (or `all_tenants`). A memory id outside the tenant (or `owner`) is not found."""
         from memcli.store.owner import check_trail
 
-        if all_tenants and scope.get("tenant_id") is not None:
-            raise UsageError("a tenant and all tenants exclude each other",
-                             "give --tenant or --all-tenants, not both")
+        one_tenant_or_all(scope.get("tenant_id"), all_tenants)
         if not all_tenants and scope.get("tenant_id") is None:
             scope["tenant_id"] = owner.tenant_id if owner else self.tenant
         if memory_id is not None and not all_tenants:

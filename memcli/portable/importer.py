@@ -45,6 +45,7 @@ from memcli.store import memories as mem
 from memcli.store import portable_sql as sql
 from memcli.store import sparse as sparse_sql
 from memcli.store import vectors as vec
+from memcli.store.filters import one_tenant_or_all
 from memcli.store.sealing import META_KEY_ID
 from memcli.store.sessions import check_session_user
 
@@ -396,9 +397,7 @@ def load_parsed(memory: MemoryHandle, head: dict[str, Any], records: list[tuple[
                 ) -> dict[str, Any]:
     """Load what `parse` read (the CLI parses before it opens, or creates, the database).
     Every row must be of `tenant_id` (default: the memory's tenant) unless `all_tenants`."""
-    if all_tenants and tenant_id is not None:
-        raise UsageError("a tenant and all tenants exclude each other",
-                         "give --tenant or --all-tenants, not both")
+    one_tenant_or_all(tenant_id, all_tenants)
     if not all_tenants:
         check_tenants(records, tenant_id or memory.tenant)
     redacted = sum(scrub(rec) for _, rec in records)

@@ -11,6 +11,15 @@ from memcli.store.batching import marks
 DEFAULT_TENANT = "default"
 
 
+
+def one_tenant_or_all(tenant_id: str | None, all_tenants: bool) -> None:
+    """A caller names one tenant or reads all of them, never both (a usage error, exit 2)."""
+    if all_tenants and tenant_id is not None:
+        from memcli.errors import UsageError
+
+        raise UsageError("a tenant and all tenants exclude each other",
+                         "give --tenant-id or --all-tenants, not both")
+
 @dataclass(frozen=True)
 class Filters:
     """A read's scope and conditions. The tenant is never open by omission: `tenant_id=None`
