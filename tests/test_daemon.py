@@ -32,6 +32,7 @@ from tests.support.daemon import (
     children_of,
     daemon_env,
     last_route,
+    open_files,
     run_client,
     socket_of,
     start_serve,
@@ -373,7 +374,7 @@ def test_sigterm_lets_a_request_in_flight_finish(tmp_path):
             # server opens three more, seconds after the CLI socket answers on a loaded
             # machine, with or without a client.
             stdin = os.readlink(f"/proc/{client.pid}/fd/0")
-            assert wait_until(lambda: any(stdin in _open_files(pid)
+            assert wait_until(lambda: any(stdin in open_files(pid)
                                           for pid in children_of(daemon.pid)), timeout=60)
             daemon.proc.send_signal(signal.SIGTERM)
             time.sleep(0.5)
@@ -395,21 +396,6 @@ def test_sigterm_lets_a_request_in_flight_finish(tmp_path):
     found = subprocess.run([sys.executable, "-m", "memcli", "query", "finished late", "--json"],
                            env=env, capture_output=True, text=True, timeout=120)
     assert json.loads(found.stdout)[0]["text"] == "finished late"
-
-
-def _open_files(pid: int) -> set[str]:
-    """What the fds of process `pid` point at ("pipe:[123]", "socket:[456]", paths)."""
-    found: set[str] = set()
-    try:
-        fds = os.listdir(f"/proc/{pid}/fd")
-    except OSError:
-        return found
-    for fd in fds:
-        try:
-            found.add(os.readlink(f"/proc/{pid}/fd/{fd}"))
-        except OSError:  # closed meanwhile
-            pass
-    return found
 
 
 def test_sigterm_as_soon_as_the_socket_answers_stops_the_daemon(tmp_path):

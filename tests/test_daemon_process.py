@@ -23,6 +23,7 @@ from tests.support.daemon import (
     children_of,
     daemon_env,
     last_route,
+    open_files,
     run_client,
     wait_until,
 )
@@ -101,7 +102,7 @@ def test_ctrl_c_stops_the_command_not_the_daemon(tmp_path):
         assert last_route(routes).startswith("daemon")
         assert (client.returncode, out, err) == (130, b"", b"memcli: error: interrupted\n")
         assert daemon.proc.poll() is None  # the daemon serves on
-        assert not any(stdin in _fds(pid) for pid in children_of(daemon.pid))
+        assert not any(stdin in open_files(pid) for pid in children_of(daemon.pid))
         status = run_client(["serve", "status"], env, routes=routes)
         assert last_route(routes).startswith("daemon")
         assert json.loads(status.stdout)["pid"] == daemon.pid
@@ -130,16 +131,3 @@ def _reading(daemon: int, target: str) -> bool:
                 continue
     return False
 
-
-def _fds(pid: int) -> set[str]:
-    found: set[str] = set()
-    try:
-        names = os.listdir(f"/proc/{pid}/fd")
-    except OSError:
-        return found
-    for name in names:
-        try:
-            found.add(os.readlink(f"/proc/{pid}/fd/{name}"))
-        except OSError:
-            pass
-    return found

@@ -173,6 +173,22 @@ def children_of(parent: int) -> list[int]:
     return found
 
 
+def open_files(pid: int) -> set[str]:
+    """What the fds of process `pid` point at ("pipe:[123]", "socket:[456]", paths); empty
+    when the process is gone."""
+    found: set[str] = set()
+    try:
+        fds = os.listdir(f"/proc/{pid}/fd")
+    except OSError:
+        return found
+    for fd in fds:
+        try:
+            found.add(os.readlink(f"/proc/{pid}/fd/{fd}"))
+        except OSError:  # closed meanwhile
+            pass
+    return found
+
+
 def serve_processes() -> list[int]:
     """Pids of running `memcli serve` processes that are children of this test process
     (however they were started)."""
