@@ -130,4 +130,3 @@ def _reading(daemon: int, target: str) -> bool:
             except (OSError, ValueError):
                 continue
     return False
-
