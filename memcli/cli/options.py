@@ -164,11 +164,11 @@ class ModelCommand:
 
     @functools.cached_property
     def _built(self) -> tuple[Any, dict[str, list[str]], set[str]]:
-        import importlib
         import inspect
 
-        module, _, name = self.model.partition(":")
-        model = getattr(importlib.import_module(module), name)
+        from memcli.operations.requests import model_named
+
+        model = model_named(self.model)
         listed = list(inspect.signature(self.func, eval_str=True).parameters.values())
         at = [p.name for p in listed].index("given")  # the model's options go where it is
         own = listed[:at] + listed[at + 1:]
@@ -249,13 +249,10 @@ def _plain(value: Any) -> Any:
 def parse_given(model: str, given: dict[str, Any], what: str) -> Any:
     """A command's request: its flags (and arguments) checked and validated as the model
     ("module:Name", as `request_options` names it); a problem is one usage error line."""
-    import importlib
-
-    from memcli.operations.requests import validated
+    from memcli.operations.requests import model_named, validated
 
     check_flags(given)
-    module, _, name = model.partition(":")
-    return validated(getattr(importlib.import_module(module), name), given, what)
+    return validated(model_named(model), given, what)
 
 
 def check_flags(values: dict[str, Any]) -> None:

@@ -204,6 +204,16 @@ class PurgeRequest(Scope):
         return self.model_dump(exclude={"dry_run"})
 
 
+def model_named(path: str) -> Any:
+    """The request model named `"module:Name"`, as the CLI decorators, the MCP tools and the
+    service's typed operations name it (imported on first use: a command that never runs the
+    operation does not import its model's module)."""
+    import importlib
+
+    module, _, name = path.partition(":")
+    return getattr(importlib.import_module(module), name)
+
+
 def validated(model: type[Request], data: Any, what: str, hint: str | None = None) -> Any:
     """`data` (one JSON object) as a `model`, or a one-line UsageError naming the first
     problem (exit 2, HTTP 422)."""

@@ -8,12 +8,13 @@ needs, the scope keys never (the server binds them). Deliberately without `from 
 import annotations`: the SDK reads these signatures as real types.
 """
 
-import importlib
 import inspect
 from collections.abc import Awaitable, Callable
 from typing import Annotated, Any, Literal
 
 from pydantic import Field
+
+from memcli.operations.requests import model_named
 
 Role = Literal["user", "assistant", "system", "tool", "human", "agent"]
 
@@ -41,8 +42,7 @@ def arguments(name: str, model: str, fields: tuple[str, ...], *,
     `names`: a tool's shorter name for one, which the model accepts too). It returns the
     request: the arguments given, by field name. `defaults`: the tool's own default of a
     field; `required`: a field the tool asks for though the model does not."""
-    module, _, attr = model.partition(":")
-    found = getattr(importlib.import_module(module), attr).model_fields
+    found = model_named(model).model_fields
     renamed = names or {}
     params = []
     for field in fields:

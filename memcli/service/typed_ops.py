@@ -15,15 +15,6 @@ from collections.abc import Callable
 from typing import Any
 
 
-def _model(path: str) -> Any:
-    """The model class of `"module:Name"` (imported on first use: the models' modules import
-    pydantic and the domain, which a command that never calls the operation does not pay)."""
-    import importlib
-
-    module, _, name = path.partition(":")
-    return getattr(importlib.import_module(module), name)
-
-
 def takes(model: str, what: str, hint: str | None = None
           ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Mark `op(ctx, scope, request)` as taking a validated `model` ("module:Name"; `what`
@@ -33,8 +24,9 @@ def takes(model: str, what: str, hint: str | None = None
         @functools.wraps(op)
         def checked(ctx: Any, scope: Any, request: Any) -> Any:
             from memcli.core.inputs import check_value
+            from memcli.operations.requests import model_named
 
-            kind = _model(model)
+            kind = model_named(model)
             if not isinstance(request, kind):
                 raise TypeError(f"{op.__name__} takes a {kind.__name__}, not "
                                 f"{type(request).__name__}: build it with request_for")
@@ -59,5 +51,5 @@ def request_for(op: Callable[..., Any], data: Any) -> Any:
     from memcli.operations import requests
 
     model, what, hint = spec
-    kind = _model(model)
+    kind = requests.model_named(model)
     return data if isinstance(data, kind) else requests.validated(kind, data, what, hint)
