@@ -44,13 +44,10 @@ def _one(row: dict[str, Any], fmt: Any, as_json: bool, render: Any) -> None:
 
 def _request(name: str, given: dict[str, Any], what: str, **fixed: Any) -> Any:
     """The command's flags (and arguments, `fixed`) as the validated request `name`."""
-    import importlib
-
-    from memcli.operations.requests import validated
+    from memcli.operations.requests import model_named, validated
 
     check_flags(given)
-    model = getattr(importlib.import_module(MODELS), name)
-    return validated(model, {**given, **fixed}, what)
+    return validated(model_named(f"{MODELS}:{name}"), {**given, **fixed}, what)
 
 
 @request_options(f"{MODELS}:DecisionRequest", skip=("decision", "supersedes", "reason"),
