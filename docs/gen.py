@@ -177,9 +177,9 @@ def http_reference(doc: dict[str, Any] | None = None) -> str:
     out = [_HEADER.format(command=REGENERATE, source="/openapi.json (memcli/service/http.py)"),
            "# HTTP reference\n\n",
            f"{doc['info'].get('description', '')} Every route under `/api` and `/apps` takes "
-           "`Authorization: Bearer <token>` (see the service guide); the answers are the JSON "
-           "the CLI prints for the same operation. A running server publishes this document "
-           "itself at `/openapi.json`.\n\n",
+           "`Authorization: Bearer <token>` (see [Tokens](../guides/service.md#tokens)); the "
+           "answers are the JSON the CLI prints for the same operation. A running server "
+           "publishes this document itself at `/openapi.json`.\n\n",
            "| method | path | what it does |\n|---|---|---|\n"]
     operations = [(path, method, op) for path, ops in doc["paths"].items()
                   for method, op in ops.items()]
@@ -248,7 +248,8 @@ def mcp_reference(tools: list[Any] | None = None) -> str:
     source = "the MCP server (memcli/service/mcp_server.py)"
     out = [_HEADER.format(command=REGENERATE, source=source),
            "# MCP tools\n\n",
-           "The tools `memcli mcp` (stdio) and `memcli serve`'s `/mcp` (streamable HTTP) offer. "
+           "The tools `memcli mcp` (stdio) and `memcli serve`'s `/mcp` (streamable HTTP) offer "
+           "(see [Coding agents and MCP](../guides/agents-and-mcp.md)). "
            "The default set is the one marked *default*; `--tools all` (or `mcp_tools: all` in "
            "the config file) adds the others, `--tools query,remember` picks some. The scope "
            "(tenant, user, agent, app) is the server's, never a tool argument.\n\n",
