@@ -9,6 +9,7 @@ if TYPE_CHECKING:
 
 
 def register(site: Pages) -> None:
-    from memcli.viewer.pages import timeline
+    from memcli.viewer.pages import memory, search, timeline
 
-    timeline.register(site)
+    for page in (timeline, search, memory):
+        page.register(site)
