@@ -9,7 +9,7 @@ if TYPE_CHECKING:
 
 
 def register(site: Pages) -> None:
-    from memcli.viewer.pages import memory, search, timeline
+    from memcli.viewer.pages import memory_page, search_page, timeline
 
-    for page in (timeline, search, memory):
+    for page in (timeline, search_page, memory_page):
         page.register(site)
