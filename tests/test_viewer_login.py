@@ -53,6 +53,17 @@ def test_ui_says_to_serve_a_port_when_the_daemon_has_none(cli, db_path, tmp_path
     assert "memcli serve --port" in r.stderr and r.stdout == ""
 
 
+def test_ui_finds_a_daemon_started_with_socket(cli, db_path, tmp_path, monkeypatch) -> None:
+    app = build_viewer_app(db_path, tmp_path, monkeypatch, ui_url="http://127.0.0.1:8766")
+    folder = tmp_path / "own"
+    folder.mkdir(mode=0o700)
+    with serving(app, uds=folder / "d.http.sock"):
+        assert cli("ui", "--json").exit_code == 1  # not where the database's daemon would be
+        r = cli("ui", "--socket", str(folder / "d.sock"), "--json")
+    assert r.exit_code == 0, r.stderr
+    assert json.loads(r.stdout)["url"].startswith("http://127.0.0.1:8766/ui/login?code=")
+
+
 def test_ui_without_a_daemon_says_how_to_start_one(cli) -> None:
     r = cli("ui")
     assert r.exit_code == 1 and r.stdout == ""
