@@ -12,7 +12,7 @@ FMT = "claude"
 ROLES = {"human": "user", "assistant": "assistant"}
 
 
-def turns(data: Any) -> Iterator[Turn]:
+def turns(data: Any, notes: list[str]) -> Iterator[Turn]:
     for n, conv in enumerate(as_list(data, FMT, "the file"), 1):
         conv = as_dict(conv, FMT, f"conversation {n}")
         conv_id = ident(conv.get("uuid"), FMT, f"conversation {n}")
