@@ -64,7 +64,7 @@ def _note(file: Path, root: Path, notes: list[str]) -> Iterator[Turn]:
                        tags=note_tags, **base)
         elif not HEADINGS.match(line):
             prose.append(line)
-    said = "\n".join(prose).strip()
+    said = re.sub(r"\n\s*\n\s*\n", "\n\n", "\n".join(prose).strip())  # the lists' gaps
     if said and said != f"# {title}":
         yield Turn(message_id=f"note:{_digest(said)}", text=said, tags=note_tags,
                    extra={"note_type": _string(front.get("type")) or "note"}, **base)

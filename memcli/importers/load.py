@@ -94,7 +94,7 @@ def records(fmt: str, turns: list[Turn], scope: dict[str, Any] | None = None,
         record: dict[str, Any] = {
             "event_id": event_id(fmt, turn), "kind": turn.kind, "role": turn.role,
             "session_id": turn.session_id or f"{fmt}:{turn.conversation_id}",
-            "tags": [f"import:{fmt}", *turn.tags], "content": {**content, "source": source},
+            "tags": list(dict.fromkeys((f"import:{fmt}", *turn.tags))), "content": {**content, "source": source},
         }
         named = {**({"app_id": turn.project[0]} if turn.project else {}), **turn.scope}
         for key, value in named.items():
