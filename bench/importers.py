@@ -15,6 +15,7 @@ shape: conversations of 8-40 turns, each a `mapping` tree whose kept branch ends
 
     python -m bench.importers          # 10,000 messages: 3 runs of the fast modes, 1 of the rest
     python -m bench.importers --messages 2000 --modes defer,hash-nosparse --runs 1
+    python -m bench.importers --quick  # CI: 1,000 messages, the fast modes once, no file written
 
 Writes bench/results/importers.json and .md."""
 
@@ -162,7 +163,11 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--modes", default="defer,hash-nosparse,hash,default")
     parser.add_argument("--out", default="importers", help="bench/results/OUT.json and .md")
+    parser.add_argument("--quick", action="store_true",
+                        help="1,000 messages, defer and hash-nosparse once; checks, writes nothing")
     args = parser.parse_args()
+    if args.quick:
+        args.messages, args.modes, args.runs = 1_000, "defer,hash-nosparse", 1
     with tempfile.TemporaryDirectory(prefix="memcli-import-bench-") as tmp:
         work = Path(tmp)
         data = chatgpt_export(args.messages)
@@ -178,7 +183,11 @@ def main() -> None:
             row = measure(export, mode, args.runs, work)
             print(json.dumps(row), file=sys.stderr)
             results["modes"].append(row)
-    write(results, args.out)
+            if row["added"] != args.messages or not row["query_finds_planted"]:
+                raise SystemExit(f"{mode}: added {row['added']} of {args.messages} messages, "
+                                 f"planted message found: {row['query_finds_planted']}")
+    if not args.quick:
+        write(results, args.out)
 
 
 if __name__ == "__main__":
