@@ -137,6 +137,7 @@ def test_path_left_out_reads_where_the_tool_keeps_its_files(cli, db_path, tmp_pa
     (["claude-code", "/nonexistent/projects"], "neither a file nor a folder"),
     (["codex", "-"], "reads files, not stdin"),
     (["chatgpt"], "--from chatgpt needs PATH"),
+    (["mem0", "x.json", "--project", "teashop"], "--project does not apply to --from mem0"),
 ])
 def test_bad_paths_are_one_line_exit_2(cli, args, says):
     result = cli("import", "--from", *args)

@@ -19,6 +19,7 @@ from memcli.importers.files import find, json_lines, text_of
 from memcli.importers.turns import Turn, agent_event_id, loose_ts
 
 FMT = "claude-code"
+PROJECTS = True  # turns name their project: --project selects, and it is their app
 DEFAULT_PATH = "~/.claude/projects"
 NOISE = ("<command-name>", "<command-message>", "<local-command-", "<command-args>")
 

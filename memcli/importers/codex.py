@@ -23,6 +23,7 @@ from memcli.importers.files import find, json_lines, text_of
 from memcli.importers.turns import Turn, agent_event_id, loose_ts
 
 FMT = "codex"
+PROJECTS = True  # turns name their project: --project selects, and it is their app
 DEFAULT_PATH = "~/.codex/sessions"
 CONTEXT = ("<environment_context>", "<user_instructions>", "# AGENTS.md instructions",
            "<permissions instructions>")

@@ -39,6 +39,9 @@ def read_source(fmt: str, path: str | None, read_stdin: Any, project: str | None
     """The turns PATH holds (`-`: stdin's bytes; None: where the tool keeps its files), only
     those of `project` when one is given, and the notes for stderr."""
     module, notes = _module(fmt), []
+    if project is not None and not getattr(module, "PROJECTS", False):
+        raise UsageError(f"--project does not apply to --from {fmt}",
+                         "it selects the sessions of Claude Code or Codex projects")
     if path is None:
         default = getattr(module, "DEFAULT_PATH", None)
         if default is None:
@@ -94,7 +97,8 @@ def records(fmt: str, turns: list[Turn], scope: dict[str, Any] | None = None,
         record: dict[str, Any] = {
             "event_id": event_id(fmt, turn), "kind": turn.kind, "role": turn.role,
             "session_id": turn.session_id or f"{fmt}:{turn.conversation_id}",
-            "tags": list(dict.fromkeys((f"import:{fmt}", *turn.tags))), "content": {**content, "source": source},
+            "tags": list(dict.fromkeys((f"import:{fmt}", *turn.tags))),
+            "content": {**content, "source": source},
         }
         named = {**({"app_id": turn.project[0]} if turn.project else {}), **turn.scope}
         for key, value in named.items():
