@@ -138,8 +138,9 @@ def write(results: dict[str, Any], name: str) -> None:
         "",
         f"{results['messages']:,} kept messages in {results['conversations']:,} conversations "
         f"(plus one edited-away try in ten), {results['export_bytes'] / 1e6:.1f} MB; whole "
-        f"processes, no daemon, {results['runs']} run(s) each, a fresh database each run. "
-        f"`python -c pass`: {base * 1000:.0f} ms. {results['machine']}.",
+        f"processes, no daemon, a fresh database each run. `python -c pass`: "
+        f"{base * 1000:.0f} ms. {results['machine']}, shared with other work: the wall time "
+        "includes waiting for a core, the CPU time (user + system of the process) does not.",
         "",
         "| mode | embedder | runs | median wall | CPU | messages/s (wall) | x `python -c pass` "
         "| query finds it |",
