@@ -144,3 +144,15 @@ def test_bad_paths_are_one_line_exit_2(cli, args, says):
     assert result.exit_code == 2, result.stderr
     assert result.stderr.startswith("memcli: error: ") and says in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_a_resumed_session_copying_earlier_lines_adds_them_once(cli, db_path, tmp_path):
+    project = tmp_path / "projects" / "-home-ann-code-teashop"
+    project.mkdir(parents=True)
+    lines = TEASHOP.read_bytes().split(b"\n")[:5]  # the summary, notices and the first turns
+    (project / "a-first.jsonl").write_bytes(b"\n".join(lines) + b"\n")
+    resumed = [line.replace(b"5d2a9c1e-0b7f-4c2e-9a41-3f8e2d6b7c10", b"b-resumed")
+               for line in lines]
+    (project / "b-resumed.jsonl").write_bytes(b"\n".join(resumed) + b"\n")
+    report, _ = _import(cli, "claude-code", str(tmp_path / "projects"))
+    assert report["added"] == 2 and report["conversations"] == 1

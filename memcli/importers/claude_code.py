@@ -25,11 +25,12 @@ NOISE = ("<command-name>", "<command-message>", "<local-command-", "<command-arg
 
 
 def read(path: Path, notes: list[str]) -> Iterator[Turn]:
+    seen: set[str] = set()  # a resumed session's file starts with copies of the earlier lines
     for file in find(path, "*.jsonl", FMT):
-        yield from _file_turns(file, notes)
+        yield from _file_turns(file, notes, seen)
 
 
-def _file_turns(file: Path, notes: list[str]) -> Iterator[Turn]:
+def _file_turns(file: Path, notes: list[str], seen: set[str]) -> Iterator[Turn]:
     lines = [entry for _, entry in json_lines(file, FMT, notes)]
     title = next((e["summary"] for e in lines if e.get("type") == "summary"
                   and isinstance(e.get("summary"), str)), None)
@@ -39,8 +40,9 @@ def _file_turns(file: Path, notes: list[str]) -> Iterator[Turn]:
                 or entry.get("isSidechain") or not isinstance(entry.get("message"), dict):
             continue
         uuid = entry.get("uuid")
-        if not isinstance(uuid, str) or not uuid:
+        if not isinstance(uuid, str) or not uuid or uuid in seen:
             continue
+        seen.add(uuid)
         session = entry.get("sessionId") if isinstance(entry.get("sessionId"), str) \
             else file.stem
         cwd = entry.get("cwd") if isinstance(entry.get("cwd"), str) else ""
