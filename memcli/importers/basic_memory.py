@@ -40,7 +40,8 @@ def _note(file: Path, root: Path, notes: list[str]) -> Iterator[Turn]:
     front, body = _frontmatter(text(file, FMT, notes), file, notes)
     title = _string(front.get("title")) or _heading(body) or file.stem
     permalink = _string(front.get("permalink")) or _permalink(file.relative_to(root))
-    tags = front.get("tags") if isinstance(front.get("tags"), list) else []
+    given = front.get("tags")
+    tags = given if isinstance(given, list) else []
     ts = datetime.fromtimestamp(file.stat().st_mtime, UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
     base: dict[str, Any] = {"conversation_id": permalink, "ts": ts, "title": title,
                             "role": "user"}

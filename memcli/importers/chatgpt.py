@@ -52,8 +52,8 @@ def _newest_leaf(mapping: dict[str, Any]) -> str | None:
     for node_id, node in mapping.items():
         if node_id in parents or not isinstance(node, dict):
             continue
-        message = node.get("message") if isinstance(node.get("message"), dict) else {}
-        when = message.get("create_time")
+        message = node.get("message")
+        when = message.get("create_time") if isinstance(message, dict) else None
         when = when if isinstance(when, int | float) and not isinstance(when, bool) else 0.0
         if when >= best_time:
             best, best_time = node_id, when
@@ -86,7 +86,8 @@ def _turn(node: dict[str, Any], conv_id: str, title: str | None, n: int) -> Turn
     where = f"conversation {n}'s message"
     message = as_dict(message, FMT, where)
     role = as_dict(message.get("author") or {}, FMT, f"{where} author").get("role")
-    metadata = message.get("metadata") if isinstance(message.get("metadata"), dict) else {}
+    given = message.get("metadata")
+    metadata = given if isinstance(given, dict) else {}
     if role not in ROLES or metadata.get("is_visually_hidden_from_conversation"):
         return None
     text = _text(as_dict(message.get("content") or {}, FMT, f"{where} content"), metadata)

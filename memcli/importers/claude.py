@@ -21,7 +21,7 @@ def turns(data: Any, notes: list[str]) -> Iterator[Turn]:
         for m, message in enumerate(messages, 1):
             where = f"conversation {n}'s message {m}"
             message = as_dict(message, FMT, where)
-            role = ROLES.get(message.get("sender"))
+            role = ROLES.get(str(message.get("sender")))
             text = _text(message)
             if role is None or not text.strip():
                 continue

@@ -43,10 +43,10 @@ def _file_turns(file: Path, notes: list[str], seen: set[str]) -> Iterator[Turn]:
         if not isinstance(uuid, str) or not uuid or uuid in seen:
             continue
         seen.add(uuid)
-        session = entry.get("sessionId") if isinstance(entry.get("sessionId"), str) \
-            else file.stem
-        cwd = entry.get("cwd") if isinstance(entry.get("cwd"), str) else ""
-        base = {"conversation_id": session, "ts": loose_ts(entry.get("timestamp")),
+        given, where = entry.get("sessionId"), entry.get("cwd")
+        session = given if isinstance(given, str) and given else file.stem
+        cwd = where if isinstance(where, str) else ""
+        base: dict[str, Any] = {"conversation_id": session, "ts": loose_ts(entry.get("timestamp")),
                 "title": title, "session_id": session,
                 "project": tuple(p for p in (Path(cwd).name, cwd, file.parent.name) if p)}
         message = entry["message"]

@@ -47,14 +47,15 @@ def _file_turns(file: Path, notes: list[str]) -> Iterator[Turn]:
                                                                  and "payload" not in entry):
             meta = item if isinstance(item, dict) else entry
             session = str(meta.get("id") or session)
-            cwd = meta.get("cwd") if isinstance(meta.get("cwd"), str) else cwd
+            where = meta.get("cwd")
+            cwd = where if isinstance(where, str) else cwd
             started = loose_ts(meta.get("timestamp")) or started
             continue
         if kind != "response_item":
             item = entry if "payload" not in entry else None  # an older rollout's bare item
         if not isinstance(item, dict):
             continue
-        base = {"conversation_id": session, "message_id": str(number - 1),
+        base: dict[str, Any] = {"conversation_id": session, "message_id": str(number - 1),
                 "ts": loose_ts(entry.get("timestamp")) or started, "session_id": session,
                 "project": tuple(p for p in (Path(cwd).name, cwd) if p)}
         turn = _turn(item, tools, base)

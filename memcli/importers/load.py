@@ -38,7 +38,7 @@ def read_source(fmt: str, path: str | None, read_stdin: Any, project: str | None
                 ) -> tuple[list[Turn], list[str]]:
     """The turns PATH holds (`-`: stdin's bytes; None: where the tool keeps its files), only
     those of `project` when one is given, and the notes for stderr."""
-    module, notes = _module(fmt), []
+    module, notes = _module(fmt), []  # type: tuple[Any, list[str]]
     if project is not None and not getattr(module, "PROJECTS", False):
         raise UsageError(f"--project does not apply to --from {fmt}",
                          "it selects the sessions of Claude Code or Codex projects")

@@ -41,8 +41,9 @@ def turns(data: Any, notes: list[str]) -> Iterator[Turn]:
         scope = {k: str(item[k]) for k in ("user_id", "agent_id", "app_id")
                  if isinstance(item.get(k), str | int) and item[k] != ""}
         run = item.get("run_id") or item.get("user_id") or item.get("agent_id") or "memories"
-        categories = item.get("categories") if isinstance(item.get("categories"), list) else []
-        metadata = item.get("metadata") if isinstance(item.get("metadata"), dict) else {}
+        given, meta = item.get("categories"), item.get("metadata")
+        categories = given if isinstance(given, list) else []
+        metadata = meta if isinstance(meta, dict) else {}
         extra: dict[str, Any] = {"mem0_id": memory_id, "created_at": item.get("created_at")}
         if metadata:
             extra["metadata"] = metadata
