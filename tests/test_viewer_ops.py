@@ -113,3 +113,15 @@ def test_the_chart_breaks_its_line_at_an_empty_span_and_escapes_its_labels():
     assert svg.count('class="point"') == 4
     assert "&lt;p95&gt; &amp; more" in svg and "<p95>" not in svg
     assert "no requests" in chart.latency_svg([])
+
+
+def test_the_dashboard_keeps_doctors_report_until_asked_for_a_fresh_one(ctx, memory):
+    first = dashboard(ctx, Scope(), DashboardPage())["doctor"]
+    memory.ingest([{"tenant_id": "acme", "user_id": "priya", "kind": "message",
+                    "content": {"text": "Priya lives in Lisbon"}}])
+    with memory.db.transaction():  # a derived row without its memory: a problem doctor sees
+        memory.db.execute("DELETE FROM memories_fts")
+    kept = dashboard(ctx, Scope(), DashboardPage())["doctor"]
+    assert kept["checked_at"] == first["checked_at"] and kept["healthy"] == first["healthy"]
+    fresh = dashboard(ctx, Scope(), DashboardPage(fresh=True))["doctor"]
+    assert fresh["healthy"] is False and fresh["problems"] >= 1
