@@ -15,7 +15,7 @@ from starlette.responses import RedirectResponse, Response
 
 from memcli.service import api
 from memcli.viewer import bundle_view as bv
-from memcli.viewer import core
+from memcli.viewer import kit as core
 from memcli.viewer.dashboard_view import DashboardPage, dashboard
 from memcli.viewer.ledger_view import LedgerPage, ProposalDecision, decide, ledger
 

@@ -1,0 +1,114 @@
+"""The web viewer end to end in headless Chromium, against a real `memcli serve --port` on a
+scratch database (tests/support/browser.py): each step checks the page and the database, and
+saves a screenshot of the page."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from memcli import Memory
+from tests.support.browser import Viewer, viewer_session
+from tests.support.cli import run_entry_point
+from tests.support.daemon import daemon_env
+
+pytestmark = pytest.mark.browser
+
+EXAMPLE = Path(__file__).resolve().parents[1] / "memcli" / "data" / "example.jsonl"
+SCOPE = "tenant=demo&user=priya"
+
+
+def memcli(env: dict[str, str], *args: str, stdin: str | None = None) -> dict | list:
+    done = run_entry_point([*args, "--json"], {**env, "MEMCLI_NO_DAEMON": "1"}, stdin)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+def seed(db: Path, env: dict[str, str]) -> dict[str, int]:
+    """The example conversation, a decision superseded, two tasks and a pending proposal,
+    written through the CLI before the daemon starts."""
+    memcli(env, "ingest", str(EXAMPLE))
+    old = memcli(env, "decision", "add", "Use SQLite for the robot logs", "--tenant", "demo",
+                 "--user", "priya")
+    new = memcli(env, "decision", "supersede", str(old["id"]), "Use PostgreSQL for the fleet",
+                 "--reason", "the fleet shares one store", "--tenant", "demo")
+    memcli(env, "task", "add", "Present the path planner demo", "--tenant", "demo", "--user",
+           "priya")
+    proposal = memcli(env, "remember", "Priya lives in Porto", "--field", "city", "--tenant",
+                      "demo", "--user", "priya")
+    return {"old": old["id"], "new": new["id"], "proposal": proposal["proposal_id"]}
+
+
+def history(db: Path, env: dict[str, str], memory_id: int) -> list[dict]:
+    return memcli(env, "history", str(memory_id), "--tenant", "demo")
+
+
+def test_a_person_reads_and_steers_the_memory_in_a_browser(tmp_path, request):
+    from selenium.webdriver.common.by import By
+
+    db = tmp_path / "viewer.db"
+    env = daemon_env(tmp_path / "home", db)
+    ids = seed(db, env)
+    with viewer_session(tmp_path, request.node.name, db=db) as viewer:
+        _bundle(viewer, By)
+        _ledger(viewer, By, ids, env)
+        _dashboard(viewer, By)
+
+
+def _bundle(viewer: Viewer, By) -> None:
+    viewer.open("/ui/bundle")
+    driver = viewer.driver
+    for name, value in (("tenant", "demo"), ("user", "priya"), ("session", "s1"),
+                        ("query", "where does Priya live")):
+        field = driver.find_element(By.NAME, name)
+        field.clear()
+        field.send_keys(value)
+    driver.find_element(By.ID, "build-bundle").click()
+    sections = driver.find_elements(By.CSS_SELECTOR, "section.bundle-section")
+    names = [s.get_attribute("id") for s in sections]
+    assert "section-identity" in names and "section-retrieved_evidence" in names
+    evidence = driver.find_element(By.ID, "section-retrieved_evidence")
+    assert "Lisbon" in evidence.text and "score" in evidence.text
+    assert "/ 25200 tokens" in evidence.find_element(By.CLASS_NAME, "section-tokens").text
+    ledger = driver.find_element(By.ID, "section-decision_ledger")
+    assert "Use PostgreSQL for the fleet" in ledger.text
+    assert "Memory delta header" in viewer.text()
+    viewer.shot("bundle")
+
+
+def _ledger(viewer: Viewer, By, ids: dict[str, int], env: dict[str, str]) -> None:
+    viewer.open(f"/ui/ledger?{SCOPE}")
+    driver = viewer.driver
+    active = driver.find_element(By.ID, f"decision-{ids['new']}")
+    assert "Use PostgreSQL for the fleet" in active.text and f"D{ids['old']}" in active.text
+    old = driver.find_element(By.ID, f"decision-{ids['old']}")
+    assert "superseded" in old.get_attribute("class")
+    assert "Present the path planner demo" in viewer.text()
+    proposal = driver.find_element(By.ID, f"proposal-{ids['proposal']}")
+    assert "Porto" in proposal.text
+    viewer.shot("ledger")
+    driver.find_element(By.ID, f"accept-{ids['proposal']}").click()
+    status = driver.find_element(By.CSS_SELECTOR, "[role=status]").text
+    assert f"proposal {ids['proposal']} accepted" in status
+    assert not driver.find_elements(By.ID, f"proposal-{ids['proposal']}")
+    memory_id = int(status.rsplit(" ", 1)[1])
+    rows = history(viewer.db, env, memory_id)
+    assert {(r["op"], r["actor"]) for r in rows} >= {("ADD", "viewer")}
+    proposals = memcli(env, "proposals", "list", "--status", "all", "--tenant", "demo")
+    assert [(p["status"], p["decided_by"]) for p in proposals] == [("accepted", "viewer")]
+    viewer.shot("ledger-accepted")
+
+
+def _dashboard(viewer: Viewer, By) -> None:
+    viewer.open("/ui/dashboard")
+    driver = viewer.driver
+    assert int(driver.find_element(By.ID, "stat-requests").text) >= 1  # the bundle built above
+    chart = driver.find_element(By.CSS_SELECTOR, "svg.chart")
+    assert chart.find_elements(By.CSS_SELECTOR, "circle.point")
+    assert driver.find_elements(By.CSS_SELECTOR, "tr.check")
+    with Memory.open(viewer.db, must_exist=True) as memory:
+        stored = memory.db.scalar("SELECT count(*) FROM request_metrics")
+    assert int(driver.find_element(By.ID, "stat-requests").text) == stored
+    viewer.shot("dashboard")
