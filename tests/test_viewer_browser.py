@@ -65,12 +65,14 @@ def _bundle(viewer: Viewer, By) -> None:
         field = driver.find_element(By.NAME, name)
         field.clear()
         field.send_keys(value)
-    driver.find_element(By.ID, "build-bundle").click()
+    viewer.click_to_load(driver.find_element(By.ID, "build-bundle"))
     sections = driver.find_elements(By.CSS_SELECTOR, "section.bundle-section")
     names = [s.get_attribute("id") for s in sections]
     assert "section-identity" in names and "section-retrieved_evidence" in names
     evidence = driver.find_element(By.ID, "section-retrieved_evidence")
-    assert "Lisbon" in evidence.text and "score" in evidence.text
+    items = evidence.find_elements(By.CSS_SELECTOR, "li.item")
+    assert items and all("score" in i.text and "refs mem:" in i.text for i in items)
+    assert "Lisbon" in driver.find_element(By.ID, "section-recent_window").text
     assert "/ 25200 tokens" in evidence.find_element(By.CLASS_NAME, "section-tokens").text
     ledger = driver.find_element(By.ID, "section-decision_ledger")
     assert "Use PostgreSQL for the fleet" in ledger.text
@@ -89,7 +91,7 @@ def _ledger(viewer: Viewer, By, ids: dict[str, int], env: dict[str, str]) -> Non
     proposal = driver.find_element(By.ID, f"proposal-{ids['proposal']}")
     assert "Porto" in proposal.text
     viewer.shot("ledger")
-    driver.find_element(By.ID, f"accept-{ids['proposal']}").click()
+    viewer.click_to_load(driver.find_element(By.ID, f"accept-{ids['proposal']}"))
     status = driver.find_element(By.CSS_SELECTOR, "[role=status]").text
     assert f"proposal {ids['proposal']} accepted" in status
     assert not driver.find_elements(By.ID, f"proposal-{ids['proposal']}")

@@ -86,6 +86,19 @@ class Viewer:
         self.shots.append(target)
         return target
 
+    def click_to_load(self, element: Any, timeout: float = 30) -> None:
+        """Click `element` (a link, a submit button) and wait until the next page has loaded
+        (the old page's root gone stale, the new one complete)."""
+        from selenium.webdriver.common.by import By
+        from selenium.webdriver.support import expected_conditions as ec
+        from selenium.webdriver.support.ui import WebDriverWait
+
+        old = self.driver.find_element(By.TAG_NAME, "html")
+        element.click()
+        wait = WebDriverWait(self.driver, timeout)
+        wait.until(ec.staleness_of(old))
+        wait.until(lambda d: d.execute_script("return document.readyState") == "complete")
+
     def text(self) -> str:
         from selenium.webdriver.common.by import By
 
