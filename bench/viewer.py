@@ -116,9 +116,10 @@ def a_memory(db: Path) -> int:
             "SELECT max(id) FROM memories WHERE tenant_id = ? AND user_id = ?", (TENANT, USER)))
 
 
-def measure(db: Path, runs: int, env: dict[str, str]) -> dict[str, Any]:
+def measure(db: Path, runs: int, env: dict[str, str], only: list[str] | None = None
+            ) -> dict[str, Any]:
     rows: dict[str, list[float]] = {}
-    paths = pages(a_memory(db))
+    paths = {k: v for k, v in pages(a_memory(db)).items() if not only or k in only}
     with contextlib.ExitStack() as stack:
         daemon = stack.enter_context(Daemon(db, env, "--port", "0", "--no-token"))
         daemon.wait_ready()
@@ -165,6 +166,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quick", action="store_true", help="1k memories, 5 rounds, no file")
     ap.add_argument("--sizes", default=None, help="comma-separated sizes (default 10000)")
     ap.add_argument("--runs", type=int, default=None, help="measured rounds per size (40)")
+    ap.add_argument("--pages", default=None, help="comma-separated pages (default all: "
+                    + ", ".join(pages(0)) + ")")
     args = ap.parse_args(argv)
     sizes = [int(s) for s in (args.sizes or ("1000" if args.quick else "10000")).split(",")]
     runs = args.runs or (5 if args.quick else 40)
@@ -179,7 +182,8 @@ def main(argv: list[str] | None = None) -> int:
             db = database(size)
             log(f"{size:,} memories: {runs} rounds of {len(pages(0))} pages")
             try:
-                results["sizes"][str(size)] = measure(db, runs, env)
+                results["sizes"][str(size)] = measure(
+                    db, runs, env, args.pages.split(",") if args.pages else None)
             finally:
                 for suffix in ("", "-wal", "-shm"):
                     Path(str(db) + suffix).unlink(missing_ok=True)
