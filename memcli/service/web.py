@@ -192,7 +192,8 @@ def _uvicorn(settings: Any, plan: HttpPlan, report: Reporter) -> Any:
 
     from memcli.service.http import build_app
 
-    config = uvicorn.Config(_tracked(build_app(settings, plan.auth), report),
+    app = build_app(settings, plan.auth, ui_url=plan.tcp_address)
+    config = uvicorn.Config(_tracked(app, report),
                             log_level="warning", lifespan="auto",
                             timeout_graceful_shutdown=int(plan.grace) or 1)
     return uvicorn.Server(config)

@@ -1,0 +1,14 @@
+"""The pages, one module each; `register` adds every page's routes to the site."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from memcli.viewer.site import Pages
+
+
+def register(site: Pages) -> None:
+    from memcli.viewer.pages import timeline
+
+    timeline.register(site)
