@@ -11,13 +11,14 @@ from memcli.config import load_settings
 from memcli.errors import NotAllowedError, NotFoundError
 from memcli.ledger import entries as ledger
 from memcli.lifecycle.proposals import propose
+from memcli.operations.binding import Scope
 from memcli.operations.requests import QueryRequest
-from memcli.service.api import Context, Scope, query
+from memcli.service.api import Context, query
 from memcli.store.memories import get_memories
 from memcli.viewer import chart
-from memcli.viewer.dashboard_view import DashboardPage, dashboard
-from memcli.viewer.ledger_view import LedgerPage, ProposalDecision, decide
-from memcli.viewer.ledger_view import ledger as ledger_page
+from memcli.viewer.pages.dashboard import dashboard
+from memcli.viewer.pages.ledger import decide
+from memcli.viewer.pages.ledger import ledger as ledger_page
 
 
 def _proposal(memory, tenant: str = "acme", value: str = "Porto") -> int:
@@ -40,7 +41,7 @@ def test_the_ledger_links_superseded_decisions_and_groups_tasks(ctx, memory):
     ledger.add_task(memory, "Write the viewer", tenant_id="acme", user_id="priya")
     done = ledger.add_task(memory, "Ship it", tenant_id="acme", user_id="priya", status="done")
     ledger.add_task(memory, "Another tenant's", tenant_id="other", user_id="priya")
-    page = ledger_page(ctx, Scope(), LedgerPage(tenant="acme"))
+    page = ledger_page(ctx, Scope(), {"tenant": "acme"})
     assert [d["id"] for d in page["active"]] == [new["id"]]
     assert page["active"][0]["supersedes"] == old["id"]
     assert [(d["id"], d["superseded_by"]) for d in page["superseded"]] == [(old["id"], new["id"])]
@@ -52,14 +53,14 @@ def test_the_ledger_links_superseded_decisions_and_groups_tasks(ctx, memory):
 @pytest.mark.backends
 def test_accepting_a_proposal_writes_the_fact_and_its_history_row(ctx, memory):
     pid = _proposal(memory)
-    page = ledger_page(ctx, Scope(), LedgerPage(tenant="acme"))
+    page = ledger_page(ctx, Scope(), {"tenant": "acme"})
     assert [p["id"] for p in page["pending"]] == [pid]
-    out = decide(ctx, Scope(), ProposalDecision(proposal_id=pid, action="accept", tenant="acme"))
+    out = decide(ctx, Scope(), {"proposal_id": str(pid), "action": "accept", "tenant": "acme"})
     fact = get_memories(memory.db, [out["memory_id"]])[out["memory_id"]]
     assert (fact["content"], fact["category"]) == ("Priya lives in Porto", "profile")
     rows = memory.history(out["memory_id"], tenant_id="acme")
     assert {(r["op"], r["actor"]) for r in rows} == {("ADD", "viewer"), ("UPDATE", "viewer")}
-    page = ledger_page(ctx, Scope(), LedgerPage(tenant="acme"))
+    page = ledger_page(ctx, Scope(), {"tenant": "acme"})
     assert page["pending"] == []
     assert [(p["id"], p["status"], p["decided_by"]) for p in page["decided"]] == [
         (pid, "accepted", "viewer")]
@@ -68,10 +69,10 @@ def test_accepting_a_proposal_writes_the_fact_and_its_history_row(ctx, memory):
 @pytest.mark.backends
 def test_a_rejected_proposal_is_recorded_and_changes_nothing(ctx, memory):
     pid = _proposal(memory)
-    out = decide(ctx, Scope(), ProposalDecision(proposal_id=pid, action="reject",
-                                                tenant="acme", reason="I moved back"))
+    out = decide(ctx, Scope(), {"proposal_id": str(pid), "action": "reject",
+                                  "tenant": "acme", "reason": "I moved back"})
     assert out == {"id": pid, "status": "rejected"}
-    page = ledger_page(ctx, Scope(), LedgerPage(tenant="acme"))
+    page = ledger_page(ctx, Scope(), {"tenant": "acme"})
     assert [(p["status"], p["reason"]) for p in page["decided"]] == [("rejected", "I moved back")]
     assert memory.history(None, tenant_id="acme")[-1]["meta"]["decision"] == "rejected"
 
@@ -79,11 +80,11 @@ def test_a_rejected_proposal_is_recorded_and_changes_nothing(ctx, memory):
 def test_a_bound_caller_reaches_no_other_tenants_proposal(ctx, memory):
     pid = _proposal(memory, tenant="other")
     bound = Scope(tenant="acme")
-    assert ledger_page(ctx, bound, LedgerPage())["pending"] == []
+    assert ledger_page(ctx, bound, {})["pending"] == []
     with pytest.raises(NotFoundError):
-        decide(ctx, bound, ProposalDecision(proposal_id=pid, action="accept"))
+        decide(ctx, bound, {"proposal_id": str(pid), "action": "accept"})
     with pytest.raises(NotAllowedError):
-        decide(ctx, bound, ProposalDecision(proposal_id=pid, action="accept", tenant="other"))
+        decide(ctx, bound, {"proposal_id": str(pid), "action": "accept", "tenant": "other"})
 
 
 @pytest.mark.backends
@@ -92,13 +93,13 @@ def test_the_dashboard_holds_doctor_stats_and_a_p95_chart(ctx, memory):
                     "content": {"text": "Priya lives in Lisbon"}}])
     for _ in range(3):
         query(ctx, Scope(), QueryRequest(query="Lisbon", tenant_id="acme"))
-    data = dashboard(ctx, Scope(), DashboardPage(since="1h"))
+    data = dashboard(ctx, Scope(), {"since": "1h"})
     assert data["stats"]["requests"] == 3
     assert {c["check"] for c in data["doctor"]["checks"]} >= {"integrity", "schema"}
     assert sum(s["requests"] for s in data["series"]) == 3
     assert data["svg"].startswith("<svg") and 'class="point"' in data["svg"]
     with pytest.raises(NotAllowedError):
-        dashboard(ctx, Scope(tenant="acme"), DashboardPage())
+        dashboard(ctx, Scope(tenant="acme"), {})
 
 
 def test_the_chart_breaks_its_line_at_an_empty_span_and_escapes_its_labels():
@@ -116,12 +117,12 @@ def test_the_chart_breaks_its_line_at_an_empty_span_and_escapes_its_labels():
 
 
 def test_the_dashboard_keeps_doctors_report_until_asked_for_a_fresh_one(ctx, memory):
-    first = dashboard(ctx, Scope(), DashboardPage())["doctor"]
+    first = dashboard(ctx, Scope(), {})["doctor"]
     memory.ingest([{"tenant_id": "acme", "user_id": "priya", "kind": "message",
                     "content": {"text": "Priya lives in Lisbon"}}])
     with memory.db.transaction():  # a derived row without its memory: a problem doctor sees
         memory.db.execute("DELETE FROM memories_fts")
-    kept = dashboard(ctx, Scope(), DashboardPage())["doctor"]
+    kept = dashboard(ctx, Scope(), {})["doctor"]
     assert kept["checked_at"] == first["checked_at"] and kept["healthy"] == first["healthy"]
-    fresh = dashboard(ctx, Scope(), DashboardPage(fresh=True))["doctor"]
+    fresh = dashboard(ctx, Scope(), {"fresh": "true"})["doctor"]
     assert fresh["healthy"] is False and fresh["problems"] >= 1

@@ -9,6 +9,8 @@ if TYPE_CHECKING:
 
 
 def register(site: Pages) -> None:
-    from memcli.viewer.pages import timeline
+    from memcli.viewer.pages import bundle, dashboard, ledger, timeline
 
     timeline.register(site)
+    for module in (bundle, ledger, dashboard):
+        module.register(site)
