@@ -186,10 +186,10 @@ class Pages:
 
 async def read_form(request: Request) -> dict[str, str]:
     """A form post's fields (application/x-www-form-urlencoded; the last of a repeated name).
-    Anything else is bad input (422)."""
+    Any other body has no fields, so the CSRF check refuses it (403)."""
     kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
     if kind != "application/x-www-form-urlencoded":
-        raise UsageError("a form post must be application/x-www-form-urlencoded")
+        return {}
     body = await request.body()
     try:
         return dict(parse_qsl(body.decode("utf-8"), keep_blank_values=True))

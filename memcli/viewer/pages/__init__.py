@@ -9,8 +9,7 @@ if TYPE_CHECKING:
 
 
 def register(site: Pages) -> None:
-    from memcli.viewer.pages import bundle, dashboard, ledger, timeline
+    from memcli.viewer.pages import bundle, dashboard, ledger, memory, search, timeline
 
-    timeline.register(site)
-    for module in (bundle, ledger, dashboard):
-        module.register(site)
+    for page in (timeline, search, memory, bundle, ledger, dashboard):
+        page.register(site)
