@@ -38,7 +38,10 @@ def seed(db: Path, env: dict[str, str]) -> dict[str, int]:
            "priya")
     proposal = memcli(env, "remember", "Priya lives in Porto", "--field", "city", "--tenant",
                       "demo", "--user", "priya")
-    return {"old": old["id"], "new": new["id"], "proposal": proposal["proposal_id"]}
+    fact = memcli(env, "remember", "Priya works on path planning for warehouse robots",
+                  "--tenant", "demo", "--user", "priya")
+    return {"old": old["id"], "new": new["id"], "proposal": proposal["proposal_id"],
+            "fact": fact["id"]}
 
 
 def history(db: Path, env: dict[str, str], memory_id: int) -> list[dict]:
@@ -51,10 +54,58 @@ def test_a_person_reads_and_steers_the_memory_in_a_browser(tmp_path, request):
     db = tmp_path / "viewer.db"
     env = daemon_env(tmp_path / "home", db)
     ids = seed(db, env)
-    with viewer_session(tmp_path, request.node.name, db=db) as viewer:
+    with viewer_session(tmp_path, request.node.name, db=db, tenant="demo") as viewer:
+        _timeline_and_search(viewer, By, ids["fact"])
+        _memory_actions(viewer, By, ids["fact"], env)
         _bundle(viewer, By)
         _ledger(viewer, By, ids, env)
         _dashboard(viewer, By)
+
+
+def _timeline_and_search(viewer: Viewer, By, fact: int) -> None:
+    """The timeline shows the sessions; a search finds the fact, whose page opens."""
+    viewer.open("/ui/")
+    sessions = viewer.driver.find_elements(By.CSS_SELECTOR, "section.session")
+    assert len(sessions) >= 2 and "Lisbon" in viewer.text()
+    viewer.shot("timeline")
+    viewer.open("/ui/search")
+    box = viewer.driver.find_element(By.NAME, "query")
+    box.send_keys("path planning warehouse robots")
+    viewer.click_to_load(viewer.driver.find_element(By.XPATH, "//button[text()='Search']"))
+    hit = viewer.driver.find_element(By.CSS_SELECTOR, f"a[href='/ui/memories/{fact}']")
+    assert "warehouse robots" in viewer.text()
+    viewer.shot("search")
+    viewer.click_to_load(hit)
+    assert f"Memory #{fact}" in viewer.text()
+    assert "Priya works on path planning" in viewer.driver.find_element(By.TAG_NAME, "pre").text
+    viewer.shot("memory")
+
+
+def _action(viewer: Viewer, By, name: str) -> None:
+    form = viewer.driver.find_element(By.CSS_SELECTOR, f"form[action$='/{name}']")
+    viewer.click_to_load(form.find_element(By.TAG_NAME, "button"))
+
+
+def _memory_actions(viewer: Viewer, By, memory_id: int, env: dict[str, str]) -> None:
+    """Correct the memory (a new one supersedes it), forget the correction, restore it: each
+    shown on the page and written as a history row."""
+    text = viewer.driver.find_element(By.NAME, "text")
+    text.clear()
+    text.send_keys("Priya moved to Porto for a job at a robotics startup.")
+    _action(viewer, By, "correct")
+    new_id = int(viewer.driver.current_url.split("/ui/memories/")[1].split("?")[0])
+    assert new_id != memory_id and "Porto" in viewer.text() and "Corrected" in viewer.text()
+    superseded = history(viewer.db, env, memory_id)[0]
+    assert (superseded["op"], superseded["meta"]["superseded_by"]) == ("UPDATE", new_id)
+    assert [r["op"] for r in history(viewer.db, env, new_id)] == ["ADD"]
+    viewer.shot("memory-corrected")
+    _action(viewer, By, "forget")
+    assert "Forgotten" in viewer.text() and "soft_deleted" in viewer.text()
+    assert history(viewer.db, env, new_id)[0]["op"] == "DELETE"
+    _action(viewer, By, "restore")
+    assert "Restored" in viewer.text()
+    assert history(viewer.db, env, new_id)[0]["op"] == "RESTORE"
+    viewer.shot("memory-restored")
 
 
 def _bundle(viewer: Viewer, By) -> None:
@@ -97,9 +148,9 @@ def _ledger(viewer: Viewer, By, ids: dict[str, int], env: dict[str, str]) -> Non
     assert not driver.find_elements(By.ID, f"proposal-{ids['proposal']}")
     memory_id = int(status.rsplit(" ", 1)[1])
     rows = history(viewer.db, env, memory_id)
-    assert {(r["op"], r["actor"]) for r in rows} >= {("ADD", "viewer")}
+    assert {(r["op"], r["actor"]) for r in rows} >= {("ADD", "ui")}
     proposals = memcli(env, "proposals", "list", "--status", "all", "--tenant", "demo")
-    assert [(p["status"], p["decided_by"]) for p in proposals] == [("accepted", "viewer")]
+    assert [(p["status"], p["decided_by"]) for p in proposals] == [("accepted", "ui")]
     viewer.shot("ledger-accepted")
 
 

@@ -59,11 +59,11 @@ def test_accepting_a_proposal_writes_the_fact_and_its_history_row(ctx, memory):
     fact = get_memories(memory.db, [out["memory_id"]])[out["memory_id"]]
     assert (fact["content"], fact["category"]) == ("Priya lives in Porto", "profile")
     rows = memory.history(out["memory_id"], tenant_id="acme")
-    assert {(r["op"], r["actor"]) for r in rows} == {("ADD", "viewer"), ("UPDATE", "viewer")}
+    assert {(r["op"], r["actor"]) for r in rows} == {("ADD", "ui"), ("UPDATE", "ui")}
     page = ledger_page(ctx, Scope(), {"tenant": "acme"})
     assert page["pending"] == []
     assert [(p["id"], p["status"], p["decided_by"]) for p in page["decided"]] == [
-        (pid, "accepted", "viewer")]
+        (pid, "accepted", "ui")]
 
 
 @pytest.mark.backends

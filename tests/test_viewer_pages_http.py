@@ -99,8 +99,8 @@ def test_a_proposal_is_decided_only_by_a_csrf_checked_post_of_its_scope(api):
     with Memory.open(api.db, embedder=HashEmbedder(64)) as memory:
         [row] = list_proposals(memory.db, status=None, tenant_id="t1")
         rows = memory.history(row["memory_id"], tenant_id="t1")
-    assert (row["status"], row["decided_by"]) == ("accepted", "viewer")
-    assert ("ADD", "viewer") in {(r["op"], r["actor"]) for r in rows}
+    assert (row["status"], row["decided_by"]) == ("accepted", "ui")
+    assert ("ADD", "ui") in {(r["op"], r["actor"]) for r in rows}
 
 
 def test_the_dashboard_is_the_operators(api):

@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from memcli.viewer.site import Pages
 
 TASK_STATUSES = ("doing", "open", "done")
-ACTOR = "viewer"  # who decided, in the history rows of what a person did on the page
+ACTOR = "ui"  # who decided, in the history rows (as the memory page's actions say)
 
 
 class LedgerRequest(RequestModel):
