@@ -17,8 +17,8 @@ from memcli.service.api import Context, query
 from memcli.store.memories import get_memories
 from memcli.viewer import chart
 from memcli.viewer.pages.dashboard import dashboard
-from memcli.viewer.pages.ledger import decide
-from memcli.viewer.pages.ledger import ledger as ledger_page
+from memcli.viewer.pages.ledger_page import decide
+from memcli.viewer.pages.ledger_page import ledger as ledger_page
 
 
 def _proposal(memory, tenant: str = "acme", value: str = "Porto") -> int:

@@ -9,7 +9,14 @@ if TYPE_CHECKING:
 
 
 def register(site: Pages) -> None:
-    from memcli.viewer.pages import bundle, dashboard, ledger, memory, search, timeline
+    from memcli.viewer.pages import (
+        bundle_page,
+        dashboard,
+        ledger_page,
+        memory,
+        search,
+        timeline,
+    )
 
-    for page in (timeline, search, memory, bundle, ledger, dashboard):
+    for page in (timeline, search, memory, bundle_page, ledger_page, dashboard):
         page.register(site)
