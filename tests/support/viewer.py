@@ -55,11 +55,10 @@ class Browser:
                                    headers={"Authorization": f"Bearer {token}"}, **kw)
 
 
-@contextlib.contextmanager
-def viewer_app(db: Path | str, tmp_path: Path, monkeypatch, *, ui_url: str | None = None
-               ) -> Iterator[tuple[Any, Browser]]:
-    """The app (hash embedder, no SPLADE leg) with a token file of OPERATOR, T1_TOKEN (tenant
-    t1), T2_TOKEN (tenant t2) and NOTES_TOKEN (category notes); a Browser on it."""
+def build_viewer_app(db: Path | str, tmp_path: Path, monkeypatch, *,
+                     ui_url: str | None = None) -> Any:
+    """`memcli serve`'s app (hash embedder, no SPLADE leg) with a token file of OPERATOR,
+    T1_TOKEN (tenant t1), T2_TOKEN (tenant t2) and NOTES_TOKEN (category goals)."""
     config = tmp_path / "config.yaml"
     config.write_text(NO_SPARSE, encoding="utf-8")
     monkeypatch.setenv("MEMCLI_CONFIG", str(config))
@@ -70,6 +69,13 @@ def viewer_app(db: Path | str, tmp_path: Path, monkeypatch, *, ui_url: str | Non
         f"{NOTES_TOKEN} categories=goals"])
     auth = load_auth(host="127.0.0.1", port=0, token_file=tokens, no_token=False,
                      settings=settings)
-    app = build_app(settings, auth, ui_url=ui_url)
+    return build_app(settings, auth, ui_url=ui_url)
+
+
+@contextlib.contextmanager
+def viewer_app(db: Path | str, tmp_path: Path, monkeypatch, *, ui_url: str | None = None
+               ) -> Iterator[tuple[Any, Browser]]:
+    """The app of `build_viewer_app`, and a Browser on it (the app started and stopped)."""
+    app = build_viewer_app(db, tmp_path, monkeypatch, ui_url=ui_url)
     with TestClient(app, base_url=ORIGIN) as client:
         yield app, Browser(client)

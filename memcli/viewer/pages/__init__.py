@@ -13,10 +13,10 @@ def register(site: Pages) -> None:
         bundle_page,
         dashboard,
         ledger_page,
-        memory,
-        search,
+        memory_page,
+        search_page,
         timeline,
     )
 
-    for page in (timeline, search, memory, bundle_page, ledger_page, dashboard):
+    for page in (timeline, search_page, memory_page, bundle_page, ledger_page, dashboard):
         page.register(site)
