@@ -91,13 +91,13 @@ def _ledger_rows(path: Path) -> None:
 
 def pages(memory_id: int) -> dict[str, str]:
     """Each page's path (one of each kind the viewer serves)."""
-    scope = f"tenant={TENANT}&user={USER}"
+    scope = f"tenant_id={TENANT}&user_id={USER}"
     return {
         "timeline": f"/ui/?{scope}",
-        "search": f"/ui/search?{scope}&q={quote(QUESTION)}",
-        "memory": f"/ui/memories/{memory_id}?tenant={TENANT}",
-        "bundle": f"/ui/bundle?{scope}&session=s000001&query={quote(QUESTION)}",
-        "ledger": f"/ui/ledger?tenant={TENANT}",
+        "search": f"/ui/search?{scope}&query={quote(QUESTION)}",
+        "memory": f"/ui/memories/{memory_id}?tenant_id={TENANT}",
+        "bundle": f"/ui/bundle?{scope}&session_id=s000001&query={quote(QUESTION)}",
+        "ledger": f"/ui/ledger?tenant_id={TENANT}",
         "dashboard": "/ui/dashboard",
     }
 

@@ -17,7 +17,7 @@ from tests.support.daemon import daemon_env
 pytestmark = pytest.mark.browser
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "memcli" / "data" / "example.jsonl"
-SCOPE = "tenant=demo&user=priya"
+SCOPE = "tenant_id=demo&user_id=priya"
 
 
 def memcli(env: dict[str, str], *args: str, stdin: str | None = None) -> dict | list:
@@ -111,7 +111,7 @@ def _memory_actions(viewer: Viewer, By, memory_id: int, env: dict[str, str]) -> 
 def _bundle(viewer: Viewer, By) -> None:
     viewer.open("/ui/bundle")
     driver = viewer.driver
-    for name, value in (("tenant", "demo"), ("user", "priya"), ("session", "s1"),
+    for name, value in (("tenant_id", "demo"), ("user_id", "priya"), ("session_id", "s1"),
                         ("query", "where does Priya live")):
         field = driver.find_element(By.NAME, name)
         field.clear()

@@ -41,7 +41,7 @@ def test_the_ledger_links_superseded_decisions_and_groups_tasks(ctx, memory):
     ledger.add_task(memory, "Write the viewer", tenant_id="acme", user_id="priya")
     done = ledger.add_task(memory, "Ship it", tenant_id="acme", user_id="priya", status="done")
     ledger.add_task(memory, "Another tenant's", tenant_id="other", user_id="priya")
-    page = ledger_page(ctx, Scope(), {"tenant": "acme"})
+    page = ledger_page(ctx, Scope(), {"tenant_id": "acme"})
     assert [d["id"] for d in page["active"]] == [new["id"]]
     assert page["active"][0]["supersedes"] == old["id"]
     assert [(d["id"], d["superseded_by"]) for d in page["superseded"]] == [(old["id"], new["id"])]
@@ -53,14 +53,14 @@ def test_the_ledger_links_superseded_decisions_and_groups_tasks(ctx, memory):
 @pytest.mark.backends
 def test_accepting_a_proposal_writes_the_fact_and_its_history_row(ctx, memory):
     pid = _proposal(memory)
-    page = ledger_page(ctx, Scope(), {"tenant": "acme"})
+    page = ledger_page(ctx, Scope(), {"tenant_id": "acme"})
     assert [p["id"] for p in page["pending"]] == [pid]
-    out = decide(ctx, Scope(), {"proposal_id": str(pid), "action": "accept", "tenant": "acme"})
+    out = decide(ctx, Scope(), {"proposal_id": str(pid), "action": "accept", "tenant_id": "acme"})
     fact = get_memories(memory.db, [out["memory_id"]])[out["memory_id"]]
     assert (fact["content"], fact["category"]) == ("Priya lives in Porto", "profile")
     rows = memory.history(out["memory_id"], tenant_id="acme")
     assert {(r["op"], r["actor"]) for r in rows} == {("ADD", "ui"), ("UPDATE", "ui")}
-    page = ledger_page(ctx, Scope(), {"tenant": "acme"})
+    page = ledger_page(ctx, Scope(), {"tenant_id": "acme"})
     assert page["pending"] == []
     assert [(p["id"], p["status"], p["decided_by"]) for p in page["decided"]] == [
         (pid, "accepted", "ui")]
@@ -70,9 +70,9 @@ def test_accepting_a_proposal_writes_the_fact_and_its_history_row(ctx, memory):
 def test_a_rejected_proposal_is_recorded_and_changes_nothing(ctx, memory):
     pid = _proposal(memory)
     out = decide(ctx, Scope(), {"proposal_id": str(pid), "action": "reject",
-                                  "tenant": "acme", "reason": "I moved back"})
+                                  "tenant_id": "acme", "reason": "I moved back"})
     assert out == {"id": pid, "status": "rejected"}
-    page = ledger_page(ctx, Scope(), {"tenant": "acme"})
+    page = ledger_page(ctx, Scope(), {"tenant_id": "acme"})
     assert [(p["status"], p["reason"]) for p in page["decided"]] == [("rejected", "I moved back")]
     assert memory.history(None, tenant_id="acme")[-1]["meta"]["decision"] == "rejected"
 
@@ -84,7 +84,7 @@ def test_a_bound_caller_reaches_no_other_tenants_proposal(ctx, memory):
     with pytest.raises(NotFoundError):
         decide(ctx, bound, {"proposal_id": str(pid), "action": "accept"})
     with pytest.raises(NotAllowedError):
-        decide(ctx, bound, {"proposal_id": str(pid), "action": "accept", "tenant": "other"})
+        decide(ctx, bound, {"proposal_id": str(pid), "action": "accept", "tenant_id": "other"})
 
 
 @pytest.mark.backends

@@ -54,7 +54,7 @@ def test_the_bundle_page_shows_sections_against_their_caps_and_keeps_the_delta_b
             "user_id": "priya"})
         assert remembered.status_code in (200, 201), remembered.text
         for _ in range(2):  # a person looks, twice
-            page = client.get("/ui/bundle", params={"user": "priya", "session": "s1",
+            page = client.get("/ui/bundle", params={"user_id": "priya", "session_id": "s1",
                                                     "query": "Lisbon", "max_tokens": "400"})
             assert page.status_code == 200, page.text
             assert 'id="section-recent_window"' in page.text
@@ -67,9 +67,9 @@ def test_the_bundle_page_shows_sections_against_their_caps_and_keeps_the_delta_b
 
 def test_a_bad_bundle_form_is_a_4xx_page(api):
     with api.client(OPERATOR) as client:
-        page = client.get("/ui/bundle", params={"user": "priya", "max_tokens": "lots"})
+        page = client.get("/ui/bundle", params={"user_id": "priya", "max_tokens": "lots"})
         assert page.status_code == 422 and "max_tokens" in page.text
-        page = client.get("/ui/bundle", params={"user": "priya", "channel": "everyone"})
+        page = client.get("/ui/bundle", params={"user_id": "priya", "channel": "everyone"})
         assert page.status_code == 422
 
 

@@ -20,10 +20,11 @@ if TYPE_CHECKING:
 
     from memcli.viewer.site import Pages
 
-# The form's fields, named as the CLI's flags name them, and the request's names for them.
-FIELDS = {"tenant": "tenant_id", "user": "user_id", "session": "session_id",
-          "query": "query_text", "channel": "channel", "agent": "agent_id", "app": "app_id",
-          "max_tokens": "max_tokens"}
+# The form's fields (the request's own names, as the other pages name theirs; `query` is the
+# acb request's `query_text`), and the request's names for them.
+FIELDS = {"tenant_id": "tenant_id", "user_id": "user_id", "session_id": "session_id",
+          "query": "query_text", "channel": "channel", "agent_id": "agent_id",
+          "app_id": "app_id", "max_tokens": "max_tokens"}
 CHANNELS = ("private", "team", "public", "agent")
 
 
@@ -31,7 +32,7 @@ def acb_request(params: dict[str, str]) -> dict[str, Any] | None:
     """The acb request for the form's values; None while no user, session or question is
     given (the empty form)."""
     given = {k: v.strip() for k, v in params.items() if k in FIELDS and v.strip()}
-    if not any(k in given for k in ("user", "session", "query")):
+    if not any(k in given for k in ("user_id", "session_id", "query")):
         return None
     return {"track": False, **{FIELDS[k]: v for k, v in given.items()}}
 

@@ -31,8 +31,8 @@ ACTOR = "ui"  # who decided, in the history rows (as the memory page's actions s
 class LedgerRequest(RequestModel):
     """What the ledger page reads: one tenant's rows (one user's)."""
 
-    tenant: str | None = Field(default=None, min_length=1)
-    user: str | None = Field(default=None, min_length=1)
+    tenant_id: str | None = Field(default=None, min_length=1)
+    user_id: str | None = Field(default=None, min_length=1)
     limit: int = Field(default=200, ge=1, le=10_000)
 
 
@@ -41,7 +41,7 @@ class ProposalDecision(RequestModel):
 
     proposal_id: int = Field(ge=1)
     action: Literal["accept", "reject"]
-    tenant: str | None = Field(default=None, min_length=1)
+    tenant_id: str | None = Field(default=None, min_length=1)
     reason: str | None = None
 
 
@@ -56,8 +56,8 @@ def ledger(ctx: Any, scope: Any, params: dict[str, str]) -> dict[str, Any]:
     from memcli.operations import ledger_ops
 
     req = validated(LedgerRequest, _given(params, LedgerRequest), "ledger request")
-    tenant = rules.tenant(ctx.memory, scope, req.tenant)
-    user = rules.bind("user_id", scope.user_id, req.user)
+    tenant = rules.tenant(ctx.memory, scope, req.tenant_id)
+    user = rules.bind("user_id", scope.user_id, req.user_id)
     where = {"tenant_id": tenant, "user_id": user, "app_id": scope.app_id, "limit": req.limit}
     decisions = ledger_ops.query_decisions(
         ctx.memory, ledger_ops.DecisionsQuery(status="all", **where))
@@ -80,7 +80,7 @@ def decide(ctx: Any, scope: Any, params: dict[str, str]) -> dict[str, Any]:
     from memcli.lifecycle.proposals import accept, reject
 
     req = validated(ProposalDecision, _given(params, ProposalDecision), "proposal decision")
-    owner = rules.owner(ctx.memory, scope, req.tenant)
+    owner = rules.owner(ctx.memory, scope, req.tenant_id)
     if req.action == "accept":
         return accept(ctx.memory, req.proposal_id, owner=owner, by=ACTOR)
     return reject(ctx.memory.db, req.proposal_id, owner=owner, by=ACTOR,
@@ -94,7 +94,7 @@ def register(site: Pages) -> None:
         params = dict(request.query_params)
         data = await site.run(ledger, scope, params)
         return site.render(request, "ledger.html", scope, title="Ledger",
-                           form={k: params.get(k, "") for k in ("tenant", "user")},
+                           form={k: params.get(k, "") for k in ("tenant_id", "user_id")},
                            ledger=data, done=params.get("done"))
 
     async def answer(request: Request, scope: Any, form: dict[str, str]) -> Response:
@@ -102,8 +102,8 @@ def register(site: Pages) -> None:
         out = await site.run(decide, scope, {**form, "proposal_id": str(pid)})
         done = (f"proposal {pid} accepted: memory {out['memory_id']}"
                 if out["status"] == "accepted" else f"proposal {pid} rejected")
-        return see_other("/ui/ledger", tenant=form.get("tenant") or None,
-                         user=form.get("user") or None, done=done)
+        return see_other("/ui/ledger", tenant_id=form.get("tenant_id") or None,
+                         user_id=form.get("user_id") or None, done=done)
 
     site.get("/ledger", show, name="ledger")
     site.post("/proposals/{proposal_id:int}", answer, name="proposal")
