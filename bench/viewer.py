@@ -152,8 +152,8 @@ def render(results: dict[str, Any], quick: bool) -> str:
         lines += [f"## {int(size):,} memories", "", "| page | n | p50 | p95 | target |",
                   "|---|---|---|---|---|"]
         for name, row in rows.items():
-            target = ""
-            if name != "python -c pass":
+            target = ""  # the target is the 10k one; larger sizes are for the record
+            if name != "python -c pass" and int(size) <= 10_000:
                 target = "ok" if row["p95"] < TARGET_P95_MS else "MISSED"
             lines.append(f"| {name} | {row['n']} | {row['p50']:.1f} | {row['p95']:.1f} "
                          f"| {target} |")
