@@ -2,7 +2,8 @@
 
 A page is the `limit` rows below a cursor (the last id of the page before), in id order,
 which is the order memories were written: the primary key serves it, so the 500th page of
-100k memories costs what the first does (no OFFSET scan). The owner's scope (tenant, user,
+100k memories costs what the first does (no OFFSET scan); a filter no row matches reads them
+all once (60 ms at 100k). The owner's scope (tenant, user,
 app, categories, hidden ones) applies in SQL, as every read by id does (memcli.store.owner);
 `secret` rows are never returned (none is stored; this says so once more).
 """
@@ -27,7 +28,10 @@ def memories_page(db: Database, owner: Owner, *, before: int | None, limit: int,
     """Up to `limit` memories of `owner`'s below id `before` (None: from the newest), newest
     first; `equal`: column -> value filters (kind, category, channel, sensitivity, state,
     session_id), each applied when not None."""
-    clauses = ["m.tenant_id = ?", "m.sensitivity != 'secret'"]
+    # `tenant_id || ''`: not the (tenant, user, session, state) index, which would fetch every
+    # memory of the tenant and sort them (360 ms for the first page at 100k memories on
+    # SQLite), but the primary key read backwards, stopping at the page's last row (0.1 ms).
+    clauses = ["m.tenant_id || '' = ?", "m.sensitivity != 'secret'"]
     params: list[Any] = [owner.tenant_id]
     for column, value in (("user_id", owner.user_id), ("app_id", owner.app_id), *equal.items()):
         if value is not None:
