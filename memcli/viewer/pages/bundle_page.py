@@ -37,21 +37,22 @@ def acb_request(params: dict[str, str]) -> dict[str, Any] | None:
     return {"track": False, **{FIELDS[k]: v for k, v in given.items()}}
 
 
-def bundle(ctx: Any, scope: Any, params: dict[str, str]) -> dict[str, Any] | None:
-    """The bundle for the form (None for the empty form), read for the page."""
+def bundle(ctx: Any, scope: Any, params: dict[str, str]) -> dict[str, Any]:
+    """`{"bundle": ...}`: the bundle for the form, read for the page (None for the empty
+    form)."""
     from memcli.operations.bundle import acb_payload, prepare_acb
 
     data = acb_request(params)
     if data is None:
-        return None
+        return {"bundle": None}
     req, note = prepare_acb(data)
     req.tenant_id = rules.tenant(ctx.memory, scope, req.tenant_id)
     req.user_id = rules.bind("user_id", scope.user_id, req.user_id)
     req.agent_id = rules.bind("agent", scope.agent, req.agent_id)
     req.app_id = rules.bind("app_id", scope.app_id, req.app_id)
     req.categories = rules.categories(scope, req.categories or None) or []
-    return bundle_view(acb_payload(ctx.memory, req, note, settings=ctx.settings,
-                                   allowed=scope.categories))
+    return {"bundle": bundle_view(acb_payload(ctx.memory, req, note, settings=ctx.settings,
+                                              allowed=scope.categories))}
 
 
 def ref_link(ref: str) -> dict[str, str | None]:
@@ -93,6 +94,6 @@ def register(site: Pages) -> None:
         form["channel"] = form["channel"] or "private"
         built = await site.run(bundle, scope, params)
         return site.render(request, "bundle.html", scope, title="Bundle", form=form,
-                           bundle=built, channels=CHANNELS)
+                           bundle=built["bundle"], channels=CHANNELS)
 
     site.get("/bundle", show, name="bundle")
