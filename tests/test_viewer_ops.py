@@ -126,3 +126,26 @@ def test_the_dashboard_keeps_doctors_report_until_asked_for_a_fresh_one(ctx, mem
     assert kept["checked_at"] == first["checked_at"] and kept["healthy"] == first["healthy"]
     fresh = dashboard(ctx, Scope(), {"fresh": "true"})["doctor"]
     assert fresh["healthy"] is False and fresh["problems"] >= 1
+
+
+@pytest.mark.backends
+def test_the_bundle_page_reads_the_acb_build_result_in_the_callers_scope(ctx, memory):
+    from memcli.viewer.pages.bundle_page import bundle
+
+    memory.ingest([{"tenant_id": "acme", "user_id": "priya", "session_id": "s1",
+                    "kind": "message", "content": {"text": text}}
+                   for text in ("Priya moved to Lisbon", "She works on robots", "Tea, no sugar")])
+    assert bundle(ctx, Scope(), {"tenant_id": "acme"}) == {"bundle": None}  # nothing asked
+    asked = {"tenant_id": "acme", "user_id": "priya", "session_id": "s1", "query": "Lisbon",
+             "max_tokens": "300"}
+    shown = bundle(ctx, Scope(), asked)["bundle"]
+    sections = {s["name"]: s for s in shown["sections"]}
+    recent = sections["recent_window"]
+    assert recent["share"] == pytest.approx(100 * recent["tokens"] / recent["cap"], abs=0.1)
+    assert all(link["href"] == f"/ui/memories/{link['ref'][4:]}"
+               for s in shown["sections"] for item in s["items"] for link in item["links"]
+               if link["ref"].startswith("mem:"))
+    assert shown["used"] <= shown["budget"] == 300
+    assert {o["section"] for o in shown["omissions"]} <= set(sections)
+    with pytest.raises(NotAllowedError):
+        bundle(ctx, Scope(tenant="other"), asked)
