@@ -114,15 +114,18 @@ def screenshot_folder(tmp_path: Path, test_name: str) -> Path:
 
 @contextlib.contextmanager
 def viewer_session(tmp_path: Path, test_name: str = "viewer", *,
-                   db: Path | None = None, tenant: str | None = None) -> Iterator[Viewer]:
+                   db: Path | None = None, tenant: str | None = None,
+                   token: bool = False) -> Iterator[Viewer]:
     """A daemon on 127.0.0.1 over `db` (default a new file in tmp_path; `tenant`: its
-    configured tenant) and a headless Chromium, both stopped on leaving the block."""
+    configured tenant; `token`: a bearer token required, so the browser logs in, else
+    `--no-token`) and a headless Chromium, both stopped on leaving the block."""
     require_browser()
     db = db or tmp_path / "viewer.db"
     env = daemon_env(tmp_path / "home", db)
     if tenant is not None:
         env["MEMCLI_TENANT"] = tenant
-    with Daemon(db, env, "--port", "0", "--no-token") as daemon:
+    access = ("--token-file", str(tmp_path / "tokens")) if token else ("--no-token",)
+    with Daemon(db, env, "--port", "0", *access) as daemon:
         url = _http_url(daemon, env, tmp_path)
         with chromium() as driver:
             yield Viewer(url=url, driver=driver, db=db, env=env,
