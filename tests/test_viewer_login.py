@@ -53,6 +53,17 @@ def test_ui_says_to_serve_a_port_when_the_daemon_has_none(cli, db_path, tmp_path
     assert "memcli serve --port" in r.stderr and r.stdout == ""
 
 
+def test_ui_finds_a_daemon_started_with_socket(cli, db_path, tmp_path, monkeypatch) -> None:
+    app = build_viewer_app(db_path, tmp_path, monkeypatch, ui_url="http://127.0.0.1:8766")
+    folder = tmp_path / "own"
+    folder.mkdir(mode=0o700)
+    with serving(app, uds=folder / "d.http.sock"):
+        assert cli("ui", "--json").exit_code == 1  # not where the database's daemon would be
+        r = cli("ui", "--socket", str(folder / "d.sock"), "--json")
+    assert r.exit_code == 0, r.stderr
+    assert json.loads(r.stdout)["url"].startswith("http://127.0.0.1:8766/ui/login?code=")
+
+
 def test_ui_without_a_daemon_says_how_to_start_one(cli) -> None:
     r = cli("ui")
     assert r.exit_code == 1 and r.stdout == ""
@@ -78,3 +89,21 @@ def test_high_content_shows_only_with_the_key(db_path, tmp_path, monkeypatch) ->
         site.login(OPERATOR)
         assert "my diagnosis" not in site.get("/ui/").text
         assert site.get(f"/ui/memories/{memory_id}").status_code == 404
+
+
+def test_a_loopback_daemon_without_token_asks_no_login(tmp_path, monkeypatch) -> None:
+    from starlette.testclient import TestClient
+
+    from memcli.service.auth import load_auth
+    from memcli.service.http import build_app
+
+    monkeypatch.setenv("MEMCLI_EMBEDDER", "hash")
+    settings = load_settings(tmp_path / "memory.db")
+    auth = load_auth(host="127.0.0.1", port=0, token_file=None, no_token=True,
+                     settings=settings)
+    with TestClient(build_app(settings, auth), base_url="http://127.0.0.1") as client:
+        page = client.get("/ui/", follow_redirects=False)
+        assert page.status_code == 200 and "<h1>Timeline</h1>" in page.text
+        assert "Log out" not in page.text  # nobody logged in: nothing to log out of
+        link = client.post("/ui/login-link").json()
+        assert link == {"url": "http://127.0.0.1/ui/", "expires_in": None}

@@ -10,12 +10,14 @@ with one started without `--port`, the command says to run `memcli serve --port 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Annotated
 
 import typer
 
 from memcli.cli.options import DbOpt, FormatOpt, JsonOpt
 from memcli.cli.output import emit, errors, resolve_format
+from memcli.cli.serve import SocketOpt
 from memcli.errors import MemcliError
 
 START_HINT = "start one with `memcli serve --port 8765`, then run `memcli ui` again"
@@ -23,6 +25,7 @@ START_HINT = "start one with `memcli serve --port 8765`, then run `memcli ui` ag
 
 def ui_cmd(
     db: DbOpt = None,
+    socket: SocketOpt = None,
     open_browser: Annotated[bool, typer.Option(
         "--open", help="Open the page in the web browser too.")] = False,
     fmt: FormatOpt = None,
@@ -31,7 +34,7 @@ def ui_cmd(
     """Print the address of the running daemon's web pages (a one-time login link, valid for
     two minutes); `--open` opens it in the browser. Needs `memcli serve --port N`."""
     with errors():
-        link = login_link(db)
+        link = login_link(db, socket)
         if open_browser:
             import webbrowser
 
@@ -39,8 +42,9 @@ def ui_cmd(
         emit(link, resolve_format(fmt, as_json), lambda p: print(p["url"]))
 
 
-def login_link(db: str | None) -> dict[str, object]:
-    """`{"url", "expires_in"}` from the daemon serving `db`; MemcliError (exit 1) without one."""
+def login_link(db: str | None, socket: Path | None = None) -> dict[str, object]:
+    """`{"url", "expires_in"}` from the daemon serving `db` (the one of `socket`, its CLI
+    socket, when given); MemcliError (exit 1) without one."""
     import http.client
 
     from memcli.cli.mcp_bridge import UnixHTTPConnection
@@ -48,7 +52,8 @@ def login_link(db: str | None) -> dict[str, object]:
     from memcli.service import paths
 
     settings = load_settings(db)
-    ep = paths.endpoint(settings.db)
+    ep = (paths.endpoint_for_socket(socket.absolute()) if socket is not None
+          else paths.endpoint(settings.db))
     conn = UnixHTTPConnection(ep.http_socket, timeout=10.0)
     try:
         conn.request("POST", "/ui/login-link", body=b"", headers={"Host": "localhost"})

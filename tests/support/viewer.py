@@ -21,6 +21,7 @@ from tests.support.http_api import NO_SPARSE, OPERATOR, T1_TOKEN, T2_TOKEN, writ
 NOTES_TOKEN = "notes-only-token-0123456789abcd"
 ORIGIN = "http://127.0.0.1"
 _CSRF = re.compile(r'name="csrf" value="([^"]+)"')
+_HIDDEN = re.compile(r'<input type="hidden" name="([^"]+)" value="([^"]*)">')
 
 
 def csrf_of(html: str) -> str:
@@ -43,8 +44,14 @@ class Browser:
         return self.client.post(path, data=data, headers=headers, follow_redirects=False)
 
     def submit(self, page: str, action: str, **fields: str) -> Any:
-        """Post the form `action` with the CSRF token of `page` (as a person clicking it)."""
-        return self.post(action, {"csrf": csrf_of(self.get(page).text), **fields})
+        """Post the form of `page` whose action is `action`, its hidden fields (the CSRF
+        token among them) and `fields`, as a person filling it in and clicking it."""
+        html = self.get(page).text
+        form = re.search(rf'<form method="post" action="{re.escape(action)}"[^>]*>(.*?)</form>',
+                         html, re.S)
+        assert form, f"{page} has no form posting to {action}"
+        hidden = dict(_HIDDEN.findall(form.group(1)))
+        return self.post(action, {**hidden, **fields})
 
     def login(self, token: str) -> None:
         r = self.submit("/ui/login", "/ui/login", token=token)

@@ -148,7 +148,8 @@ def register(site: Pages) -> None:
                 out = await site.run(op, scope, params)
                 # A correction is a new memory: show that one.
                 shown = out.get("id", params["memory_id"])
-                return see_other(f"/ui/memories/{shown}", done=word)
+                return see_other(f"/ui/memories/{shown}", tenant_id=params.get("tenant_id"),
+                                 done=word)
             return act
 
         site.post(f"/memories/{{memory_id}}/{action}", handler(), name=f"memory_{action}")
