@@ -10,9 +10,8 @@ from pathlib import Path
 import pytest
 
 from memcli import Memory
+from memcli.lifecycle.proposals import list_proposals
 from tests.support.browser import Viewer, viewer_session
-from tests.support.cli import run_entry_point
-from tests.support.daemon import daemon_env
 
 pytestmark = pytest.mark.browser
 
@@ -20,45 +19,54 @@ EXAMPLE = Path(__file__).resolve().parents[1] / "memcli" / "data" / "example.jso
 SCOPE = "tenant_id=demo&user_id=priya"
 
 
-def memcli(env: dict[str, str], *args: str, stdin: str | None = None) -> dict | list:
-    done = run_entry_point([*args, "--json"], {**env, "MEMCLI_NO_DAEMON": "1"}, stdin)
-    assert done.returncode == 0, done.stderr
-    return json.loads(done.stdout)
+def seed(db: Path) -> dict[str, int]:
+    """The example conversation, a decision superseded, a task, a pending proposal and a fact,
+    written through the library (with the daemon's hash embedder) before the daemon starts."""
+    from memcli.config import LifecycleSettings
+    from memcli.ledger import entries as ledger
+    from memcli.lifecycle.remember import remember
+    from memcli.providers.embedders import get_embedder
 
-
-def seed(db: Path, env: dict[str, str]) -> dict[str, int]:
-    """The example conversation, a decision superseded, two tasks and a pending proposal,
-    written through the CLI before the daemon starts."""
-    memcli(env, "ingest", str(EXAMPLE))
-    old = memcli(env, "decision", "add", "Use SQLite for the robot logs", "--tenant", "demo",
-                 "--user", "priya")
-    new = memcli(env, "decision", "supersede", str(old["id"]), "Use PostgreSQL for the fleet",
-                 "--reason", "the fleet shares one store", "--tenant", "demo")
-    memcli(env, "task", "add", "Present the path planner demo", "--tenant", "demo", "--user",
-           "priya")
-    proposal = memcli(env, "remember", "Priya lives in Porto", "--field", "city", "--tenant",
-                      "demo", "--user", "priya")
-    fact = memcli(env, "remember", "Priya works on path planning for warehouse robots",
-                  "--tenant", "demo", "--user", "priya")
+    records = [json.loads(line) for line in EXAMPLE.read_text().splitlines() if line.strip()]
+    with Memory.open(db, embedder=get_embedder("hash")) as memory:
+        memory.ingest(records)
+        old = ledger.add_decision(memory, "Use SQLite for the robot logs", tenant_id="demo",
+                                  user_id="priya")
+        new = ledger.supersede_decision(memory, old["id"], "Use PostgreSQL for the fleet",
+                                        owner=memory.owner("demo"),
+                                        reason="the fleet shares one store")
+        ledger.add_task(memory, "Present the path planner demo", tenant_id="demo",
+                        user_id="priya")
+        said = {"tenant_id": "demo", "user_id": "priya"}
+        proposal = remember(memory, LifecycleSettings(), text="Priya lives in Porto",
+                            field="city", **said)
+        fact = remember(memory, LifecycleSettings(),
+                        text="Priya works on path planning for warehouse robots", **said)
     return {"old": old["id"], "new": new["id"], "proposal": proposal["proposal_id"],
             "fact": fact["id"]}
 
 
-def history(db: Path, env: dict[str, str], memory_id: int) -> list[dict]:
-    return memcli(env, "history", str(memory_id), "--tenant", "demo")
+def history(db: Path, memory_id: int) -> list[dict]:
+    """The memory's history rows, newest first, read beside the running daemon."""
+    with Memory.open(db, must_exist=True) as memory:
+        return memory.history(memory_id, tenant_id="demo")
+
+
+def proposals(db: Path) -> list[dict]:
+    with Memory.open(db, must_exist=True) as memory:
+        return list_proposals(memory.db, status=None, tenant_id="demo")
 
 
 def test_a_person_reads_and_steers_the_memory_in_a_browser(tmp_path, request):
     from selenium.webdriver.common.by import By
 
     db = tmp_path / "viewer.db"
-    env = daemon_env(tmp_path / "home", db)
-    ids = seed(db, env)
+    ids = seed(db)
     with viewer_session(tmp_path, request.node.name, db=db, tenant="demo") as viewer:
         _timeline_and_search(viewer, By, ids["fact"])
-        _memory_actions(viewer, By, ids["fact"], env)
+        _memory_actions(viewer, By, ids["fact"])
         _bundle(viewer, By)
-        _ledger(viewer, By, ids, env)
+        _ledger(viewer, By, ids)
         _dashboard(viewer, By)
 
 
@@ -72,7 +80,8 @@ def _timeline_and_search(viewer: Viewer, By, fact: int) -> None:
     box = viewer.driver.find_element(By.NAME, "query")
     box.send_keys("path planning warehouse robots")
     viewer.click_to_load(viewer.driver.find_element(By.XPATH, "//button[text()='Search']"))
-    hit = viewer.driver.find_element(By.CSS_SELECTOR, f"a[href='/ui/memories/{fact}']")
+    hit = viewer.driver.find_element(By.CSS_SELECTOR,
+                                     f"a[href='/ui/memories/{fact}?tenant_id=demo']")
     assert "warehouse robots" in viewer.text()
     viewer.shot("search")
     viewer.click_to_load(hit)
@@ -86,7 +95,7 @@ def _action(viewer: Viewer, By, name: str) -> None:
     viewer.click_to_load(form.find_element(By.TAG_NAME, "button"))
 
 
-def _memory_actions(viewer: Viewer, By, memory_id: int, env: dict[str, str]) -> None:
+def _memory_actions(viewer: Viewer, By, memory_id: int) -> None:
     """Correct the memory (a new one supersedes it), forget the correction, restore it: each
     shown on the page and written as a history row."""
     text = viewer.driver.find_element(By.NAME, "text")
@@ -95,16 +104,16 @@ def _memory_actions(viewer: Viewer, By, memory_id: int, env: dict[str, str]) -> 
     _action(viewer, By, "correct")
     new_id = int(viewer.driver.current_url.split("/ui/memories/")[1].split("?")[0])
     assert new_id != memory_id and "Porto" in viewer.text() and "Corrected" in viewer.text()
-    superseded = history(viewer.db, env, memory_id)[0]
+    superseded = history(viewer.db, memory_id)[0]
     assert (superseded["op"], superseded["meta"]["superseded_by"]) == ("UPDATE", new_id)
-    assert [r["op"] for r in history(viewer.db, env, new_id)] == ["ADD"]
+    assert [r["op"] for r in history(viewer.db, new_id)] == ["ADD"]
     viewer.shot("memory-corrected")
     _action(viewer, By, "forget")
     assert "Forgotten" in viewer.text() and "soft_deleted" in viewer.text()
-    assert history(viewer.db, env, new_id)[0]["op"] == "DELETE"
+    assert history(viewer.db, new_id)[0]["op"] == "DELETE"
     _action(viewer, By, "restore")
     assert "Restored" in viewer.text()
-    assert history(viewer.db, env, new_id)[0]["op"] == "RESTORE"
+    assert history(viewer.db, new_id)[0]["op"] == "RESTORE"
     viewer.shot("memory-restored")
 
 
@@ -129,9 +138,13 @@ def _bundle(viewer: Viewer, By) -> None:
     assert "Use PostgreSQL for the fleet" in ledger.text
     assert "Memory delta header" in viewer.text()
     viewer.shot("bundle")
+    ref = items[0].find_element(By.CSS_SELECTOR, "a[href^='/ui/memories/']")
+    memory_id = ref.text.removeprefix("mem:")
+    viewer.click_to_load(ref)
+    assert f"Memory #{memory_id}" in viewer.text()
 
 
-def _ledger(viewer: Viewer, By, ids: dict[str, int], env: dict[str, str]) -> None:
+def _ledger(viewer: Viewer, By, ids: dict[str, int]) -> None:
     viewer.open(f"/ui/ledger?{SCOPE}")
     driver = viewer.driver
     active = driver.find_element(By.ID, f"decision-{ids['new']}")
@@ -147,10 +160,9 @@ def _ledger(viewer: Viewer, By, ids: dict[str, int], env: dict[str, str]) -> Non
     assert f"proposal {ids['proposal']} accepted" in status
     assert not driver.find_elements(By.ID, f"proposal-{ids['proposal']}")
     memory_id = int(status.rsplit(" ", 1)[1])
-    rows = history(viewer.db, env, memory_id)
+    rows = history(viewer.db, memory_id)
     assert {(r["op"], r["actor"]) for r in rows} >= {("ADD", "ui")}
-    proposals = memcli(env, "proposals", "list", "--status", "all", "--tenant", "demo")
-    assert [(p["status"], p["decided_by"]) for p in proposals] == [("accepted", "ui")]
+    assert [(p["status"], p["decided_by"]) for p in proposals(viewer.db)] == [("accepted", "ui")]
     viewer.shot("ledger-accepted")
 
 

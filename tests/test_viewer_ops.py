@@ -142,7 +142,7 @@ def test_the_bundle_page_reads_the_acb_build_result_in_the_callers_scope(ctx, me
     sections = {s["name"]: s for s in shown["sections"]}
     recent = sections["recent_window"]
     assert recent["share"] == pytest.approx(100 * recent["tokens"] / recent["cap"], abs=0.1)
-    assert all(link["href"] == f"/ui/memories/{link['ref'][4:]}"
+    assert all(link["href"] == f"/ui/memories/{link['ref'][4:]}?tenant_id=acme"
                for s in shown["sections"] for item in s["items"] for link in item["links"]
                if link["ref"].startswith("mem:"))
     assert shown["used"] <= shown["budget"] == 300

@@ -60,6 +60,8 @@ def test_the_bundle_page_shows_sections_against_their_caps_and_keeps_the_delta_b
             assert 'id="section-recent_window"' in page.text
             assert re.search(r'class="section-tokens">\d+ / \d+ tokens', page.text)
             assert "Anika" in page.text and "<q>" not in page.text
+            linked = re.findall(r'href="(/ui/memories/\d+\?tenant_id=t1)">mem:', page.text)
+            assert linked and client.get(linked[0]).status_code == 200
         delta = _acb(client)["delta"]  # the agent still gets what changed since N
     assert delta is not None and delta["changes"] >= 1
     assert any("Anika" in b for b in delta["bullets"])

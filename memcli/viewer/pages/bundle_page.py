@@ -11,6 +11,7 @@ the next one the agent gets.
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlencode
 
 from memcli.operations import binding as rules
 
@@ -51,19 +52,21 @@ def bundle(ctx: Any, scope: Any, params: dict[str, str]) -> dict[str, Any]:
     req.agent_id = rules.bind("agent", scope.agent, req.agent_id)
     req.app_id = rules.bind("app_id", scope.app_id, req.app_id)
     req.categories = rules.categories(scope, req.categories or None) or []
-    return {"bundle": bundle_view(acb_payload(ctx.memory, req, note, settings=ctx.settings,
-                                              allowed=scope.categories))}
+    payload = acb_payload(ctx.memory, req, note, settings=ctx.settings, allowed=scope.categories)
+    return {"bundle": bundle_view(payload, req.tenant_id)}
 
 
-def ref_link(ref: str) -> dict[str, str | None]:
-    """A reference as the page shows it: `mem:12` links to the memory's page; the others
-    (`event:ID`, `decision:3`, `view:rules`) are named."""
+def ref_link(ref: str, tenant: str) -> dict[str, str | None]:
+    """A reference as the page shows it: `mem:12` links to the memory's page (in the bundle's
+    tenant); the others (`event:ID`, `decision:3`, `view:rules`) are named."""
     kind, _, value = ref.partition(":")
-    return {"ref": ref, "href": f"/ui/memories/{value}" if kind == "mem" and value.isdigit()
-            else None}
+    href = None
+    if kind == "mem" and value.isdigit():
+        href = f"/ui/memories/{value}?{urlencode({'tenant_id': tenant})}"
+    return {"ref": ref, "href": href}
 
 
-def bundle_view(payload: dict[str, Any]) -> dict[str, Any]:
+def bundle_view(payload: dict[str, Any], tenant: str) -> dict[str, Any]:
     """`payload` with, per section, its share of its cap and its omissions, and per item its
     references as links; the totals and the delta header as they are."""
     omitted: dict[str, list[dict[str, Any]]] = {}
@@ -72,7 +75,7 @@ def bundle_view(payload: dict[str, Any]) -> dict[str, Any]:
     sections = []
     for section in payload.get("sections") or []:
         cap, tokens = section.get("cap") or 0, section.get("tokens") or 0
-        items = [{**item, "links": [ref_link(r) for r in item.get("refs") or []]}
+        items = [{**item, "links": [ref_link(r, tenant) for r in item.get("refs") or []]}
                  for item in section.get("items") or []]
         sections.append({**section, "items": items, "omitted": omitted.get(section["name"], []),
                          "share": round(100 * tokens / cap, 1) if cap else None,
