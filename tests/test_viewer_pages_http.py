@@ -113,3 +113,13 @@ def test_the_dashboard_is_the_operators(api):
         assert client.get("/ui/dashboard", params={"since": "yesterday"}).status_code == 422
     with api.client(T1_TOKEN) as client:
         assert client.get("/ui/dashboard").status_code == 403
+
+
+def test_check_again_runs_doctor_now(api):
+    with api.client(OPERATOR) as client:
+        first = client.get("/ui/dashboard").text
+        made = re.search(r"checked ([^;]+);", first).group(1)
+        assert re.search(r"checked ([^;]+);", client.get("/ui/dashboard").text).group(1) == made
+        again = re.search(r'href="(/ui/dashboard\?[^"]*fresh=1)"', first).group(1)
+        fresh = client.get(again.replace("&amp;", "&"))
+        assert fresh.status_code == 200 and 'id="doctor-verdict"' in fresh.text

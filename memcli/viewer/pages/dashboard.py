@@ -92,8 +92,6 @@ def _ms(value: Any) -> str:
 def register(site: Pages) -> None:
     async def show(request: Request, scope: Any) -> Response:
         params = dict(request.query_params)
-        if "fresh" in params:
-            params["fresh"] = "true" if params["fresh"] == "1" else params["fresh"]
         data = await site.run(dashboard, scope, params)
         return site.render(request, "dashboard.html", scope, title="Dashboard", data=data,
                            pct=_pct, ms=_ms)
