@@ -82,6 +82,20 @@ def test_a_wrong_pasted_token_is_refused_and_logout_ends_the_session(site) -> No
     assert site.get("/ui/").status_code == 303
 
 
+def test_pages_load_nothing_from_elsewhere_and_forbid_framing(site) -> None:
+    _remember(site, "a memory to show")
+    site.login(OPERATOR)
+    for path in ("/ui/", "/ui/search?query=memory", "/ui/memories/1", "/ui/login"):
+        r = site.get(path)
+        assert r.status_code == 200, path
+        links = re.findall(r'(?:src|href|action)="([^"]*)"', r.text)
+        assert links and all(link.startswith(("/ui/", "#")) for link in links), links
+        policy = r.headers["content-security-policy"]
+        assert "default-src 'self'" in policy and "frame-ancestors 'none'" in policy
+    css = site.get("/ui/static/viewer.css")
+    assert css.status_code == 200 and "url(" not in css.text and "@import" not in css.text
+
+
 def test_pages_are_not_in_the_openapi_document(site) -> None:
     paths = site.client.get("/openapi.json").json()["paths"]
     assert not [p for p in paths if p.startswith("/ui")]

@@ -107,3 +107,19 @@ def test_a_loopback_daemon_without_token_asks_no_login(tmp_path, monkeypatch) ->
         assert "Log out" not in page.text  # nobody logged in: nothing to log out of
         link = client.post("/ui/login-link").json()
         assert link == {"url": "http://127.0.0.1/ui/", "expires_in": None}
+
+
+@pytest.mark.backends
+@pytest.mark.sqlite_only
+def test_the_timeline_reads_the_primary_key_backwards(memory) -> None:
+    """A page of the timeline never sorts the tenant's memories: its plan walks the primary
+    key from the newest (or the cursor) down and stops at the page's end."""
+    from memcli.store.owner import Owner
+    from memcli.store.timeline_sql import page_query
+
+    for before, equal in ((None, {}), (500, {}), (None, {"state": "superseded"})):
+        sql, params = page_query(Owner("default", user_id="u1"), before=before, limit=51,
+                                 equal=equal)
+        plan = " ".join(str(row) for row in memory.db.query(f"EXPLAIN QUERY PLAN {sql}",
+                                                            params))
+        assert "TEMP B-TREE" not in plan and "memories_scope" not in plan, plan

@@ -38,7 +38,7 @@ def ui_cmd(
         if open_browser:
             import webbrowser
 
-            webbrowser.open(link["url"])
+            webbrowser.open(str(link["url"]))
         emit(link, resolve_format(fmt, as_json), lambda p: print(p["url"]))
 
 

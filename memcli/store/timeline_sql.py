@@ -28,6 +28,12 @@ def memories_page(db: Database, owner: Owner, *, before: int | None, limit: int,
     """Up to `limit` memories of `owner`'s below id `before` (None: from the newest), newest
     first; `equal`: column -> value filters (kind, category, channel, sensitivity, state,
     session_id), each applied when not None."""
+    return db.query(*page_query(owner, before=before, limit=limit, equal=equal))
+
+
+def page_query(owner: Owner, *, before: int | None, limit: int,
+               equal: dict[str, str | None]) -> tuple[str, list[Any]]:
+    """The SQL of `memories_page` and its parameters."""
     # `tenant_id || ''`: not the (tenant, user, session, state) index, which would fetch every
     # memory of the tenant and sort them (360 ms for the first page at 100k memories on
     # SQLite), but the primary key read backwards, stopping at the page's last row (0.1 ms).
@@ -46,6 +52,5 @@ def memories_page(db: Database, owner: Owner, *, before: int | None, limit: int,
     if before is not None:
         clauses.append("m.id < ?")
         params.append(before)
-    return db.query(
-        f"SELECT {COLUMNS} FROM memories m LEFT JOIN events e ON e.event_id = m.event_id"
-        f" WHERE {' AND '.join(clauses)} ORDER BY m.id DESC LIMIT ?", [*params, limit])
+    return (f"SELECT {COLUMNS} FROM memories m LEFT JOIN events e ON e.event_id = m.event_id"
+            f" WHERE {' AND '.join(clauses)} ORDER BY m.id DESC LIMIT ?", [*params, limit])
