@@ -147,6 +147,15 @@ def test_a_bound_token_sees_only_its_tenant_and_categories(site) -> None:
     notes = Browser(site.client.__class__(site.client.app, base_url="http://127.0.0.1"))
     notes.login(NOTES_TOKEN)
     assert _ids(notes.get("/ui/").text) == [note]
+    # A session's events: only those with a memory the token may see.
+    _ingest(site, [{"session_id": "mixed", "category": "goals", "content": {"text": "goal A"}},
+                   {"session_id": "mixed", "category": "knowledge",
+                    "content": {"text": "fact B"}}])
+    mixed = notes.get("/ui/?session_id=mixed").text
+    assert "goal A" in mixed and "fact B" not in mixed
+    operator = Browser(site.client.__class__(site.client.app, base_url="http://127.0.0.1"))
+    operator.login(OPERATOR)
+    assert "fact B" in operator.get("/ui/?session_id=mixed").text
     assert notes.get(f"/ui/memories/{other}").status_code == 404
 
 
@@ -174,6 +183,10 @@ def test_secret_content_is_never_shown(site) -> None:
     assert "an ordinary turn" in page.text and "7719" not in page.text
     for memory_id in _ids(page.text):
         assert "7719" not in site.get(f"/ui/memories/{memory_id}").text
+    # The session's events: the secret one is there, its content is not.
+    session = site.get("/ui/?session_id=s").text
+    assert "Events of session s" in session and "an ordinary turn" in session
+    assert "[secret: never shown]" in session and "7719" not in session
     found = site.get("/ui/search?query=vault+code+7719")
     assert found.status_code == 200 and "7719-ALPHA" not in found.text.replace(
         'value="vault code 7719"', "")

@@ -54,3 +54,35 @@ def page_query(owner: Owner, *, before: int | None, limit: int,
         params.append(before)
     return (f"SELECT {COLUMNS} FROM memories m LEFT JOIN events e ON e.event_id = m.event_id"
             f" WHERE {' AND '.join(clauses)} ORDER BY m.id DESC LIMIT ?", [*params, limit])
+
+
+def session_events(db: Database, owner: Owner, session_id: str, limit: int
+                   ) -> list[dict[str, Any]]:
+    """The first `limit` events of one session of `owner`'s, in the order they were recorded.
+    A caller bound to categories sees only events with a memory of those categories (an
+    event has no category of its own); `secret` content is never returned."""
+    import json
+
+    clauses = ["e.tenant_id = ?", "e.session_id = ?"]
+    params: list[Any] = [owner.tenant_id, session_id]
+    for column, value in (("user_id", owner.user_id), ("app_id", owner.app_id)):
+        if value is not None:
+            clauses.append(f"e.{column} = ?")
+            params.append(value)
+    if owner.categories is not None or owner.hidden:
+        inner = ["m.event_id = e.event_id"]
+        if owner.categories is not None:
+            inner.append(f"m.category IN ({marks(owner.categories) or 'NULL'})")
+            params.extend(owner.categories)
+        if owner.hidden:
+            inner.append(f"(m.category IS NULL OR m.category NOT IN ({marks(owner.hidden)}))")
+            params.extend(owner.hidden)
+        clauses.append(f"EXISTS (SELECT 1 FROM memories m WHERE {' AND '.join(inner)})")
+    rows = db.query(
+        "SELECT e.seq, e.event_id, e.ts, e.kind, e.actor_type, e.actor_id, e.channel,"
+        " e.sensitivity, CASE WHEN e.sensitivity = 'secret' THEN NULL ELSE e.content END"
+        f" AS content FROM events e WHERE {' AND '.join(clauses)} ORDER BY e.seq LIMIT ?",
+        [*params, limit])
+    for row in rows:
+        row["content"] = None if row["content"] is None else json.loads(row["content"])
+    return rows

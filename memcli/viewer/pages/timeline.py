@@ -22,6 +22,7 @@ CHANNELS = ("private", "public", "team", "agent")
 SENSITIVITIES = ("none", "low", "high")  # `secret` is never stored, never shown
 STATES = ("active", "soft_deleted", "superseded")
 PAGE = 50
+SESSION_EVENTS = 200  # a session's events shown above its memories (its first ones)
 
 
 class TimelineRequest(RequestModel):
@@ -47,7 +48,7 @@ def filled(params: dict[str, str]) -> dict[str, str]:
 
 def timeline(ctx: Any, scope: Any, params: dict[str, str]) -> dict[str, Any]:
     """One page of the caller's memories, the filters as given, and the next page's cursor."""
-    from memcli.store.timeline_sql import memories_page
+    from memcli.store.timeline_sql import memories_page, session_events
 
     req = validated(TimelineRequest, filled(params), "timeline request")
     owner = rules.owner(ctx.memory, scope, req.tenant_id, req.user_id, req.app_id)
@@ -57,7 +58,9 @@ def timeline(ctx: Any, scope: Any, params: dict[str, str]) -> dict[str, Any]:
                                 "state": req.state, "session_id": req.session_id})
     more = len(rows) > req.limit
     rows = rows[:req.limit]
-    return {"tenant_id": owner.tenant_id, "groups": by_session(rows),
+    events = (session_events(ctx.memory.db, owner, req.session_id, SESSION_EVENTS)
+              if req.session_id is not None and req.before is None else [])
+    return {"tenant_id": owner.tenant_id, "groups": by_session(rows), "events": events,
             "next": rows[-1]["id"] if more and rows else None, "count": len(rows),
             "filters": req.model_dump(exclude={"before", "limit"}, exclude_none=True)}
 
