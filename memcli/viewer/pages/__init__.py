@@ -9,7 +9,14 @@ if TYPE_CHECKING:
 
 
 def register(site: Pages) -> None:
-    from memcli.viewer.pages import memory_page, search_page, timeline
+    from memcli.viewer.pages import (
+        bundle_page,
+        dashboard,
+        ledger_page,
+        memory_page,
+        search_page,
+        timeline,
+    )
 
-    for page in (timeline, search_page, memory_page):
+    for page in (timeline, search_page, memory_page, bundle_page, ledger_page, dashboard):
         page.register(site)
