@@ -66,7 +66,8 @@ CHATGPT = json.dumps([{
             "content": {"content_type": "text", "parts": ["which teapot suits oolong?"]}}},
         "a1": {"id": "a1", "parent": "u1", "children": [], "message": {
             "id": "a1", "author": {"role": "assistant"}, "create_time": 1700000010.0,
-            "content": {"content_type": "text", "parts": ["a yixing clay teapot"]}}}}}])
+            "content": {"content_type": "text",
+                        "parts": ["a yixing clay teapot, and a gooseneck kettle"]}}}}}])
 
 
 def doc_pages() -> list[Path]:
