@@ -27,6 +27,8 @@ def cli_env(tmp: Path, *, hash_embedder: bool) -> dict[str, str]:
         "XDG_DATA_HOME": str(tmp / "data"),
         "HOME": str(tmp / "home"),
         "PYTHONPATH": str(REPO_ROOT),
+        # Benchmarks start the daemons they measure; no command starts one by itself.
+        "MEMCLI_AUTOSTART": "0",
     })
     for sub in ("run", "config", "data", "home"):
         (tmp / sub).mkdir(mode=0o700, exist_ok=True)

@@ -10,10 +10,11 @@ settings. Only a socket `paths.connect` trusts (this user's folder and listener)
 it; another is named in one warning line and the command runs in-process.
 
 Never forwarded: `serve`, `mcp`, shell completion, `acb edit` on a terminal (its editor must
-be in the terminal's foreground process group), `--no-daemon` (removed from the command line)
-and `MEMCLI_NO_DAEMON=1`. No socket, a refused connection, or a daemon that closes before it
-starts the command: the command runs in-process at once. Ctrl-C is passed on: the command's
-process gets SIGINT, as it would in-process.
+be in the terminal's foreground process group), `--no-daemon` (removed from the command line),
+`MEMCLI_NO_DAEMON=1` and config `daemon: off`. No socket or a refused connection: a daemon is
+started in the background (memcli/service/autostart.py says when not) and the command runs
+in-process at once, as it does when a daemon closes before it starts the command. Ctrl-C is
+passed on: the command's process gets SIGINT, as it would in-process.
 
 Wire format (`encode_request` / `decode_request`): a 4-byte big-endian length, sent together
 with the three fds, then NUL-separated fields (argv, environment, cwd, umask, the encoding and
@@ -31,7 +32,7 @@ import sys
 from array import array
 from collections.abc import Mapping
 
-from memcli.service import paths
+from memcli.service import autostart, paths
 
 NO_DAEMON_FLAG = "--no-daemon"
 NEVER_ROUTED = {"serve", "mcp"}
@@ -52,7 +53,7 @@ FORWARDED_NAMES = frozenset({
 
 
 def _routable(argv: list[str]) -> bool:
-    if os.environ.get("MEMCLI_NO_DAEMON", "") not in ("", "0"):
+    if autostart.mode(os.environ) == "off":
         return False
     if any(key.startswith("_MEMCLI") and key.endswith("_COMPLETE") for key in os.environ):
         return False
@@ -134,9 +135,19 @@ def forward(argv: list[str]) -> int | None:
 
 
 def _talk(sock: _socket.socket, argv: list[str]) -> int | None:
+    path = socket_path(argv)
     try:
         sock.settimeout(CONNECT_TIMEOUT)
-        paths.connect(sock, socket_path(argv))
+        paths.connect(sock, path)
+    except paths.UntrustedSocket as exc:
+        paths.warn_untrusted(exc)
+        return None
+    except (FileNotFoundError, ConnectionRefusedError):  # none runs, or a stale socket
+        autostart.maybe_start(argv, paths.guess_db(argv, os.environ), path)
+        return None
+    except (OSError, ValueError):
+        return None
+    try:
         request = encode_request(argv)
         fds = array("i", [0, 1, 2])
         sock.sendmsg([struct.pack("!I", len(request))],
@@ -144,9 +155,6 @@ def _talk(sock: _socket.socket, argv: list[str]) -> int | None:
         sock.sendall(request)
         sock.settimeout(None)
         started = sock.recv(4096)
-    except paths.UntrustedSocket as exc:
-        paths.warn_untrusted(exc)
-        return None
     except (OSError, ValueError):  # no daemon, refused, a closed fd 0-2, cwd deleted...
         return None
     if not started.startswith(b"R"):
