@@ -99,7 +99,7 @@ def status(ep: paths.Endpoint) -> dict[str, Any]:
 def summary(ep: paths.Endpoint) -> dict[str, Any]:
     """The daemon as `memcli stats` shows it: whether one answers, and since when."""
     full = status(ep)
-    keys = ("answered", "pid", "started_at", "auto_started", "idle_exit_min")
+    keys = ("running", "answered", "pid", "started_at", "auto_started", "idle_exit_min")
     return {key: full.get(key) for key in keys}
 
 
