@@ -101,3 +101,53 @@ class Daemon:
                 self.proc.kill()
                 self.proc.wait()
         self._log.close()
+
+
+def auto_env(env: dict[str, str], run_dir: Path) -> dict[str, str]:
+    """`env` with warm by default on, and a runtime folder of its own (so no daemon is found
+    there at first: the first command starts one)."""
+    run_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+    out = {**env, "XDG_RUNTIME_DIR": str(run_dir)}
+    out.pop("MEMCLI_AUTOSTART", None)
+    return out
+
+
+def answers(socket_path: str) -> bool:
+    import socket
+
+    probe = socket.socket(socket.AF_UNIX)
+    try:
+        probe.connect(socket_path)
+        return True
+    except OSError:
+        return False
+    finally:
+        probe.close()
+
+
+def alive(pid: int) -> bool:
+    """The process runs (a zombie no parent reaped yet counts as gone)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rsplit(b")", 1)[1].split()[0] != b"Z"
+    except (OSError, IndexError):
+        return False
+
+
+def stop_auto_started(pid_file: Path, timeout: float = 60.0) -> None:
+    """SIGTERM the daemon a command started (its pid in `pid_file`), wait until it is gone
+    (SIGKILL after `timeout` s)."""
+    try:
+        pid = int(pid_file.read_text())
+    except (OSError, ValueError):
+        return
+    for sig, wait in ((signal.SIGTERM, timeout), (signal.SIGKILL, 10.0)):
+        try:
+            os.kill(pid, sig)
+        except ProcessLookupError:
+            return
+        deadline = time.monotonic() + wait
+        while time.monotonic() < deadline:
+            if not alive(pid):
+                return
+            time.sleep(0.05)
