@@ -20,7 +20,15 @@ import pytest
 
 from memcli.config import load_settings
 from memcli.service import autostart, paths
-from tests.support.daemon import _CLIENT, ROOT, daemon_env, last_route, run_client, wait_until
+from tests.support.daemon import (
+    _CLIENT,
+    ROOT,
+    Daemon,
+    daemon_env,
+    last_route,
+    run_client,
+    wait_until,
+)
 
 pytestmark = pytest.mark.daemon  # real `memcli serve` processes, started by the CLI
 
@@ -213,3 +221,20 @@ def test_config_key_read_alike_by_client_and_settings(tmp_path, monkeypatch, tex
     assert autostart.mode(os.environ) == settings.daemon == mode
     assert autostart.idle_exit(os.environ, autostart.config_values(os.environ)) \
         == pytest.approx(settings.daemon_idle_exit) == pytest.approx(3)
+
+
+def test_config_off_leaves_a_running_daemon_alone_and_manual_uses_it(warm, tmp_path):
+    db, env, _ep = warm
+    env["MEMCLI_AUTOSTART"] = "0"
+    config = Path(env["MEMCLI_CONFIG"])
+    routes = tmp_path / "routes.log"
+    with Daemon(db, env):
+        for word, route in (("off", "inprocess"), ("manual", "daemon")):
+            config.write_text(config.read_text() + f"daemon: {word}\n")
+            done = run_client(["stats"], env, routes=routes)
+            assert done.returncode == 0, done.stderr
+            assert last_route(routes).startswith(route)
+            assert json.loads(done.stdout)["daemon"]["running"]
+            assert json.loads(done.stdout)["daemon"]["answered"] is (route == "daemon")
+            assert json.loads(done.stdout)["daemon"]["auto_started"] is (
+                False if route == "daemon" else None)
