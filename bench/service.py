@@ -257,7 +257,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--sizes", default=None, help="comma-separated sizes (default 10000,100000)")
     ap.add_argument("--runs", type=int, default=None, help="measured rounds per size (30)")
     ap.add_argument("--first-runs", type=int, default=None, help="rounds of the first "
-                    "command with no daemon running (warm by default; 10, quick: 2)")
+                    "command with no daemon running (warm by default; 10, quick: 1)")
     ap.add_argument("--against", type=Path, default=None, help="another memcli checkout: its "
                     "daemon answers the same commands, interleaved (a before/after on a busy "
                     "machine)")
@@ -272,7 +272,7 @@ def main(argv: list[str] | None = None) -> int:
             path = database(size, args.quick)
             queries = generate_queries(max(runs, 10), users(), seed=7)
             log(f"{size:,} memories: {runs} rounds")
-            first = args.first_runs if args.first_runs is not None else (2 if args.quick
+            first = args.first_runs if args.first_runs is not None else (1 if args.quick
                                                                           else 10)
             results["sizes"][str(size)] = measure(path, queries, runs, env, args.against,
                                                   first)

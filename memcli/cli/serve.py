@@ -24,7 +24,8 @@ def serve_cmd(
     socket: SocketOpt = None,
     idle_exit: Annotated[float | None, typer.Option(
         "--idle-exit", min=0, metavar="MINUTES",
-        help="Exit after this many minutes without a request.", show_default=False)] = None,
+        help="Exit after this many minutes without a request (a daemon a command started "
+        "itself: 15, config `daemon_idle_exit`).", show_default=False)] = None,
     grace: Annotated[float, typer.Option(
         "--grace", min=0, help="Seconds requests in flight get to finish on shutdown.")
     ] = 30.0,
