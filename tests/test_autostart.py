@@ -238,3 +238,26 @@ def test_config_off_leaves_a_running_daemon_alone_and_manual_uses_it(warm, tmp_p
             assert json.loads(done.stdout)["daemon"]["answered"] is (route == "daemon")
             assert json.loads(done.stdout)["daemon"]["auto_started"] is (
                 False if route == "daemon" else None)
+
+
+def test_a_postgresql_database_gets_its_daemon_too(tmp_path, pg_db):
+    env = daemon_env(tmp_path / "home", pg_db)  # type: ignore[arg-type]
+    env.pop("MEMCLI_AUTOSTART", None)
+    ep = paths.endpoint(pg_db, env)
+    routes = tmp_path / "routes.log"
+    try:
+        first = run_client(["remember", "I drink green tea", "--user", "ann"], env,
+                           routes=routes)
+        assert first.returncode == 0, first.stderr
+        assert last_route(routes) == "inprocess"
+        assert wait_until(lambda: answers(ep), timeout=60), Path(ep.log).read_text()
+        found = run_client(["query", "tea", "--user", "ann", "--json"], env, routes=routes)
+        assert found.returncode == 0, found.stderr
+        assert last_route(routes).startswith("daemon") and "green tea" in found.stdout.decode()
+        # The location (a password in it, often) is in the daemon's environment, never on
+        # its command line, which every user can read.
+        pid = int(Path(ep.pid).read_text())
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            assert pg_db.encode() not in f.read()
+    finally:
+        stop_started(Path(env["XDG_RUNTIME_DIR"]))
