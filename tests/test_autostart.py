@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import select
 import signal
 import socket
 import subprocess
@@ -97,11 +98,20 @@ def answers(ep: paths.Endpoint) -> bool:
 def test_first_command_starts_a_daemon_that_answers_the_next(warm, tmp_path):
     db, env, ep = warm
     routes = tmp_path / "routes.log"
-    first = run_client(["remember", "I drink black coffee", "--user", "ann"], env,
-                       routes=routes)
-    assert first.returncode == 0, first.stderr
-    assert last_route(routes) == "inprocess"  # the first command does not wait for it
-    assert wait_until(lambda: answers(ep), timeout=60), Path(ep.log).read_text()
+    held_r, held_w = os.pipe()  # an fd the caller has beside 0-2, as a shell may pass one
+    try:
+        first = subprocess.run([sys.executable, "-c", _CLIENT, "remember",
+                                "I drink black coffee", "--user", "ann"],
+                               env={**env, "MEMCLI_TEST_ROUTE_LOG": str(routes)}, cwd=ROOT,
+                               capture_output=True, pass_fds=[held_w], timeout=120)
+        os.close(held_w)
+        assert first.returncode == 0, first.stderr
+        assert last_route(routes) == "inprocess"  # the first command does not wait for it
+        assert wait_until(lambda: answers(ep), timeout=60), Path(ep.log).read_text()
+        # The daemon keeps none of the caller's fds open: its end of the pipe is closed.
+        assert select.select([held_r], [], [], 30)[0] and os.read(held_r, 1) == b""
+    finally:
+        os.close(held_r)
     second = run_client(["query", "tea", "--user", "ann", "--json"], env, routes=routes)
     assert second.returncode == 0, second.stderr
     assert last_route(routes).startswith("daemon")

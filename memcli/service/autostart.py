@@ -204,7 +204,7 @@ def _become_daemon(ep: paths.Endpoint, log_fd: int, lock: int, caller_gone: int)
     from the caller's folder and stdio, and wait until the command that started it has ended
     (at most CALLER_WAIT s): the command runs in-process at full speed, never beside the
     daemon's warm-up (on two busy cores that cost a first `acb build` 1.6x its in-process
-    time); then release the lock for `memcli serve` to take."""
+    time); then close every fd but 0-2 (the lock too: `memcli serve` takes it again)."""
     import select
 
     with open(ep.pid + ".tmp", "w", encoding="ascii") as f:
@@ -216,7 +216,9 @@ def _become_daemon(ep: paths.Endpoint, log_fd: int, lock: int, caller_gone: int)
     os.dup2(log_fd, 1)
     os.dup2(log_fd, 2)
     select.select([caller_gone], [], [], CALLER_WAIT)
-    os.close(lock)
+    # Every other fd the caller had (a pipe its own caller reads to the end, the lock): the
+    # daemon must not keep them open.
+    os.closerange(3, os.sysconf("SC_OPEN_MAX") if hasattr(os, "sysconf") else 1024)
 
 
 def _open_log(path: str) -> int:

@@ -135,7 +135,10 @@ def forward(argv: list[str]) -> int | None:
 
 
 def _talk(sock: _socket.socket, argv: list[str]) -> int | None:
-    path = socket_path(argv)
+    try:
+        path = socket_path(argv)
+    except (OSError, ValueError):  # the working folder deleted, say
+        return None
     try:
         sock.settimeout(CONNECT_TIMEOUT)
         paths.connect(sock, path)
@@ -143,9 +146,9 @@ def _talk(sock: _socket.socket, argv: list[str]) -> int | None:
         paths.warn_untrusted(exc)
         return None
     except (FileNotFoundError, ConnectionRefusedError):  # none runs, or a stale socket
-        autostart.maybe_start(argv, paths.guess_db(argv, os.environ), path)
+        _start_daemon(argv, path)
         return None
-    except (OSError, ValueError):
+    except (OSError, ValueError):  # a path too long, say
         return None
     try:
         request = encode_request(argv)
@@ -155,11 +158,20 @@ def _talk(sock: _socket.socket, argv: list[str]) -> int | None:
         sock.sendall(request)
         sock.settimeout(None)
         started = sock.recv(4096)
-    except (OSError, ValueError):  # no daemon, refused, a closed fd 0-2, cwd deleted...
+    except (OSError, ValueError):  # a closed fd 0-2, cwd deleted, the daemon went away...
         return None
     if not started.startswith(b"R"):
         return None  # the daemon closed before starting the command (it is shutting down)
     return _wait_exit(sock, started[1:])
+
+
+def _start_daemon(argv: list[str], path: str) -> None:
+    """Warm by default (memcli/service/autostart.py); a daemon that cannot be started (no
+    process left to fork, say) changes nothing: the command runs in-process all the same."""
+    try:
+        autostart.maybe_start(argv, paths.guess_db(argv, os.environ), path)
+    except (OSError, ValueError):
+        pass
 
 
 def _wait_exit(sock: _socket.socket, data: bytes) -> int:
