@@ -107,7 +107,8 @@ def auto_env(env: dict[str, str], run_dir: Path) -> dict[str, str]:
     """`env` with warm by default on, and a runtime folder of its own (so no daemon is found
     there at first: the first command starts one)."""
     run_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
-    out = {**env, "XDG_RUNTIME_DIR": str(run_dir)}
+    # A short idle exit: a daemon an interrupted run could not stop goes away by itself.
+    out = {**env, "XDG_RUNTIME_DIR": str(run_dir), "MEMCLI_DAEMON_IDLE_EXIT": "2"}
     out.pop("MEMCLI_AUTOSTART", None)
     return out
 
