@@ -66,6 +66,8 @@ class State:
     http_running: int = 0
     last: float = field(default_factory=time.monotonic)
     pool: dict[str, Any] | None = None
+    auto_started: bool = False  # by the CLI (memcli/service/autostart.py), not by hand
+    idle_exit: float | None = None  # minutes
 
     def idle_for(self) -> float:
         busy = self.http_running or (self.cli is not None and self.cli.active)
@@ -81,13 +83,28 @@ def status(ep: paths.Endpoint) -> dict[str, Any]:
     state = _STATE
     if state is not None and state.ep.socket == ep.socket:
         served = (state.cli.served if state.cli else 0) + state.http_requests
-        return {"running": True, "pid": state.pid, "db": state.db, "socket": ep.socket,
+        return {"running": True, "answered": True, "pid": state.pid, "db": state.db,
+                "socket": ep.socket,
                 "http_socket": ep.http_socket if state.http is not None else None,
                 "http_url": state.http or None, "models_ready": state.models_ready,
-                "requests": served, "uptime_s": round(time.time() - state.started, 1),
+                "requests": served, "started_at": _iso(state.started),
+                "uptime_s": round(time.time() - state.started, 1),
+                "auto_started": state.auto_started, "idle_exit_min": state.idle_exit,
+                "log": ep.log if state.auto_started else None,
                 **({"pool": state.pool} if state.pool else {})}
     pid = _lock_holder(ep)
     return {"running": pid is not None, "pid": pid, "socket": ep.socket, "answered": False}
+
+
+def summary(ep: paths.Endpoint) -> dict[str, Any]:
+    """The daemon as `memcli stats` shows it: whether one answers, and since when."""
+    full = status(ep)
+    keys = ("running", "answered", "pid", "started_at", "auto_started", "idle_exit_min")
+    return {key: full.get(key) for key in keys}
+
+
+def _iso(epoch: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(epoch))
 
 
 def _lock_holder(ep: paths.Endpoint) -> int | None:
@@ -301,7 +318,7 @@ def serve(settings: Any, ep: paths.Endpoint, runner: worker.Runner, warm: Callab
           *, idle_exit: float | None = None, grace: float = 30.0,
           http: HttpOptions | None = None,
           log: Callable[[str], None] = lambda line: print(line, file=sys.stderr, flush=True),
-          pool_size: int | None = None) -> int:
+          pool_size: int | None = None, auto_started: bool = False) -> int:
     """Run the daemon until a signal or the idle timeout; the exit code (0). `runner` runs one
     command line (the CLI's in-process path), `warm` imports what it needs."""
     lock_fd = take_lock(ep)
@@ -316,7 +333,8 @@ def serve(settings: Any, ep: paths.Endpoint, runner: worker.Runner, warm: Callab
         plan = HttpPlan.prepare(settings, ep, http or HttpOptions(), grace, log)
         global _STATE
         state = _STATE = State(db=_shown_db(settings.db), ep=ep,
-                               http=(plan.tcp_address or "") if plan is not None else None)
+                               http=(plan.tcp_address or "") if plan is not None else None,
+                               auto_started=auto_started, idle_exit=idle_exit or None)
 
         def on_request() -> None:
             state.last = time.monotonic()
