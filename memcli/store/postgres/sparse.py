@@ -46,6 +46,7 @@ import re
 from typing import TYPE_CHECKING
 
 from memcli.store.batching import chunks, marks
+from memcli.store.postgres.legs import walk_best
 from memcli.store.sparse import SCALE
 
 if TYPE_CHECKING:
@@ -125,20 +126,28 @@ def search(db: PgDatabase, query: dict[int, float], filters: Filters, limit: int
     (already pruned), best first, ties by id; memories sharing no term are left out.
     `small_scope` false: only the tenant's memories holding a query term are candidates (the
     GIN index memory_sparse_tenant_terms), the same result as scoring every vector of the
-    scope."""
+    scope; they are scored from `memory_sparse` alone and checked against the filters best
+    first until `limit` pass (each check a `memories` primary key lookup, as
+    memcli.store.postgres.legs.best_in_scope walks)."""
     where, params = filters.sql()
-    shared, extra = "", []
-    if not small_scope:
-        if filters.tenant_id is not None:  # (the index's first column; m's is the same)
-            shared, extra = " AND s.tenant_id = ?", [filters.tenant_id]
-        shared += " AND memcli_sparse_term_array(s.vec) && ?::integer[]"
-        extra.append(sorted(query))
+    if small_scope:
+        rows = db.execute(
+            f"""SELECT id, score FROM (
+                    SELECT m.id, inner_product(s.vec, q.v) / {SCALE}.0 AS score
+                    FROM (SELECT ?::sparsevec AS v) q, memories m
+                    JOIN memory_sparse s ON s.memory_id = m.id
+                    WHERE {where} ORDER BY score DESC, m.id LIMIT ?) best
+                WHERE score > 0 ORDER BY score DESC, id""",
+            [literal(query), *params, limit])
+        return [(int(i), float(sc)) for i, sc in rows]
+    tenant, extra = "", []
+    if filters.tenant_id is not None:  # (the index's first column; m's is the same)
+        tenant, extra = "s.tenant_id = ? AND ", [filters.tenant_id]
     rows = db.execute(
-        f"""SELECT id, score FROM (
-                SELECT m.id, inner_product(s.vec, q.v) / {SCALE}.0 AS score
-                FROM (SELECT ?::sparsevec AS v) q, memories m
-                JOIN memory_sparse s ON s.memory_id = m.id
-                WHERE {where}{shared} ORDER BY score DESC, m.id LIMIT ?) best
-            WHERE score > 0 ORDER BY score DESC, id""",
-        [literal(query), *params, *extra, limit])
+        f"""WITH scored AS MATERIALIZED (
+                SELECT s.memory_id AS id, inner_product(s.vec, ?::sparsevec) / {SCALE}.0 AS score
+                FROM memory_sparse s
+                WHERE {tenant}memcli_sparse_term_array(s.vec) && ?::integer[])
+            {walk_best("scored.score > 0", where)}""",
+        [literal(query), *extra, sorted(query), *params, limit])
     return [(int(i), float(sc)) for i, sc in rows]
