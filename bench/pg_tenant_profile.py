@@ -120,7 +120,11 @@ def profile(args: argparse.Namespace) -> int:
     memory = sup.open_memory(dsn, spec)
     for q in queries[:WARMUP]:
         memory.query(q["text"], filters=memory.filters(tenant_id=q["tenant_id"]))
-    out: dict[str, Any] = {"memories": state["memories"], "revision": scale.report.git_revision(),
+    import memcli
+
+    code = Path(memcli.__file__).resolve().parent.parent  # PYTHONPATH may name another tree
+    out: dict[str, Any] = {"memories": state["memories"], "code": str(code),
+                           "revision": scale.report.git_revision(),
                            "load_start": perf.loadavg(), "queries": len(queries) - WARMUP}
     for scope in ("user", "tenant"):
         per_step: dict[str, list[float]] = {}
@@ -179,7 +183,8 @@ def explain(dsn: str, server_log: Path, spec: dict[str, Any], queries: list[dict
 
 def render(out: dict[str, Any], name: str) -> str:
     lines = [f"# Tenant-wide query steps on PostgreSQL ({out['memories']:,} memories)", "",
-             f"`python -m bench.pg_tenant_profile profile --name {name}` at {out['revision']};"
+             f"`python -m bench.pg_tenant_profile profile --name {name}`, memcli at"
+             f" {out['revision']} ({out.get('code', '')});"
              f" {out['queries']} queries of bench/pg_scale.py's set, each one-user and"
              f" tenant-wide; load {out['load_start']} -> {out['load_end']}.", "",
              "| step (ms, p50 / p95) | one user | tenant-wide |", "|---|---:|---:|"]
