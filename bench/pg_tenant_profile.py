@@ -129,14 +129,18 @@ def profile(args: argparse.Namespace) -> int:
     for scope in ("user", "tenant"):
         per_step: dict[str, list[float]] = {}
         full: list[float] = []
-        for q in queries[WARMUP:]:
-            filters = memory.filters(tenant_id=q["tenant_id"],
-                                     user_id=q["user_id"] if scope == "user" else None)
-            for k, v in one_query(memory, q["text"], filters).items():
-                per_step.setdefault(k, []).append(v)
+        scoped = [(q["text"], memory.filters(tenant_id=q["tenant_id"],
+                                             user_id=q["user_id"] if scope == "user" else None))
+                  for q in queries[WARMUP:]]
+        # Memory.query as bench/pg_scale.py times it (each query once, in order), then the
+        # steps in a second pass (the first pass warmed the same pages for both runs compared)
+        for text, filters in scoped:
             t0 = time.perf_counter()
-            memory.query(q["text"], filters=filters)
+            memory.query(text, filters=filters)
             full.append((time.perf_counter() - t0) * 1000)
+        for text, filters in scoped:
+            for k, v in one_query(memory, text, filters).items():
+                per_step.setdefault(k, []).append(v)
         out[scope] = {k: perf.summary(v) for k, v in per_step.items()}
         out[scope]["Memory.query"] = perf.summary(full)
         log(f"{scope}: Memory.query p50 {out[scope]['Memory.query']['p50']:.1f}"
@@ -200,10 +204,31 @@ def render(out: dict[str, Any], name: str) -> str:
     return "\n".join(lines)
 
 
+def compare(before: dict[str, Any], after: dict[str, Any]) -> str:
+    """One table of two profiles of the same database (p50 / p95 ms, before -> after)."""
+    lines = [f"Before: memcli at {before['revision']}, load {before['load_start']} ->"
+             f" {before['load_end']}. After: memcli at {after['revision']}, load"
+             f" {after['load_start']} -> {after['load_end']}. {after['queries']} queries,"
+             f" {after['memories']:,} memories.", "",
+             "| step (ms, p50 / p95) | one user, before | one user, after"
+             " | tenant-wide, before | tenant-wide, after |", "|---|---:|---:|---:|---:|"]
+    steps = list(after["tenant"])
+    steps += [s for s in before["tenant"] if s not in steps]
+    for step in steps:
+        cells = []
+        for scope in ("user", "tenant"):
+            for run in (before, after):
+                got = run[scope].get(step)
+                cells.append(f"{got['p50']:.1f} / {got['p95']:.1f}" if got else "-")
+        lines.append(f"| {step} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("mode", choices=("build", "profile"))
-    parser.add_argument("--state", type=Path, required=True)
+    parser.add_argument("mode", choices=("build", "profile", "compare"))
+    parser.add_argument("--state", type=Path, help="build, profile: the database's folder")
+    parser.add_argument("--runs", type=Path, nargs=2, help="compare: two profiles' JSON")
     parser.add_argument("--memories", type=int, default=250_000)
     parser.add_argument("--queries", type=int, default=200)
     parser.add_argument("--source", type=Path, default=scale.SOURCE)
@@ -211,6 +236,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--name", default="pg-tenant-profile")
     args = parser.parse_args(argv)
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    if args.mode == "compare":
+        print(compare(*(json.loads(p.read_text()) for p in args.runs)), end="")
+        return 0
+    if args.state is None:
+        parser.error("--state is required")
     return build(args) if args.mode == "build" else profile(args)
 
 
