@@ -177,6 +177,10 @@ class Settings(BaseModel):
     pool_size: int = Field(default=10, ge=1, le=1000)
     # The MCP tools offered when `memcli mcp --tools` is not given: "default", "all" or a list.
     mcp_tools: str | None = None
+    # What `memcli serve` does with a user's finished sessions when a new one starts
+    # (docs/guides/indexing.md): "extractive" (model-free summary, merging, linking; no cost),
+    # "auto" (the model's facts too, when one is configured: a call per 40 turns), "off".
+    consolidate: Literal["extractive", "auto", "off"] = "extractive"
 
     @field_validator("db", mode="before")
     @classmethod

@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from memcli.errors import MemcliError
-from memcli.service import paths, web, worker
+from memcli.service import indexer, paths, web, worker
 from memcli.service.server import CliServer
 from memcli.service.web import HttpOptions, HttpPlan
 
@@ -66,9 +66,12 @@ class State:
     http_running: int = 0
     last: float = field(default_factory=time.monotonic)
     pool: dict[str, Any] | None = None
+    settings: Any = None
+    indexer: indexer.Indexer | None = None
 
     def idle_for(self) -> float:
-        busy = self.http_running or (self.cli is not None and self.cli.active)
+        busy = (self.http_running or (self.cli is not None and self.cli.active)
+                or (self.indexer is not None and self.indexer.busy()))
         return 0.0 if busy else time.monotonic() - self.last
 
 
@@ -85,9 +88,25 @@ def status(ep: paths.Endpoint) -> dict[str, Any]:
                 "http_socket": ep.http_socket if state.http is not None else None,
                 "http_url": state.http or None, "models_ready": state.models_ready,
                 "requests": served, "uptime_s": round(time.time() - state.started, 1),
-                **({"pool": state.pool} if state.pool else {})}
+                **({"pool": state.pool} if state.pool else {}),
+                **({"backlog": _backlog(state)} if state.indexer is not None else {})}
     pid = _lock_holder(ep)
     return {"running": pid is not None, "pid": pid, "socket": ep.socket, "answered": False}
+
+
+def _backlog(state: State) -> dict[str, Any] | None:
+    """The indexing backlog (memcli.service.indexer), read from the database by the command
+    that asks; None when it cannot be read."""
+    from memcli.store.location import open_database
+
+    try:
+        db = open_database(state.settings.db, readonly=True)
+    except Exception:  # noqa: BLE001 - status answers anyway
+        return None
+    try:
+        return indexer.backlog_status(db, state.settings)
+    finally:
+        db.close()
 
 
 def _lock_holder(ep: paths.Endpoint) -> int | None:
@@ -311,11 +330,12 @@ def serve(settings: Any, ep: paths.Endpoint, runner: worker.Runner, warm: Callab
     cli: CliServer | None = None
     plan: HttpPlan | None = None
     web_proc: _WebProcess | None = None
+    state: State | None = None
     try:
         _check_database(settings)
         plan = HttpPlan.prepare(settings, ep, http or HttpOptions(), grace, log)
         global _STATE
-        state = _STATE = State(db=_shown_db(settings.db), ep=ep,
+        state = _STATE = State(db=_shown_db(settings.db), ep=ep, settings=settings,
                                http=(plan.tcp_address or "") if plan is not None else None)
 
         def on_request() -> None:
@@ -327,13 +347,19 @@ def serve(settings: Any, ep: paths.Endpoint, runner: worker.Runner, warm: Callab
         cli.parent_fds = [lock_fd, signals.read_fd, signals.write_fd]
         warm_up(settings, warm, log)
         state.models_ready = True
+        state.indexer = indexer.start(settings, [*cli.parent_fds, cli.sock.fileno(), cli.life_w],
+                                      cli.life_r, log)
+        cli.parent_fds.append(state.indexer.reports)
         web_proc = _fork_web(settings, plan, pool_size, cli, log)
         cli.parent_fds += [web_proc.control, web_proc.reports]
         where = f"{ep.socket}" + (f" and {state.http}" if state.http else "")
         log(f"memcli: serving {_shown_db(settings.db)} on {where} (pid {os.getpid()})")
         _loop(state, cli, web_proc, signals, idle_exit)
+        state.indexer.stop(grace, log)  # its connection closed before the WAL checkpoint
         return _shutdown(cli, web_proc, grace, log)
     finally:
+        if state is not None and state.indexer is not None:
+            state.indexer.stop(grace, log)
         if cli is not None:
             cli.close()
             cli.kill_all()
@@ -351,14 +377,20 @@ def _loop(state: State, cli: CliServer, web_proc: _WebProcess, signals: _Signals
           idle_minutes: float | None) -> None:
     """Accept commands, read the HTTP process's reports, reap; until a stop or the idle
     timeout."""
+    index = state.indexer
     while not signals.stop:
         waiting = [cli, signals.read_fd] + ([web_proc.reports] if web_proc.reports >= 0 else [])
+        if index is not None and index.reports >= 0:
+            waiting.append(index.reports)
         timeout = min(1.0, idle_minutes * 60 / 4) if idle_minutes else None
         ready, _, _ = select.select(waiting, [], [], timeout)
         if signals.read_fd in ready:
             signals.drain()
         if web_proc.reports in ready:
             web_proc.read_reports(state)
+        if index is not None and index.reports in ready and not index.read_reports():
+            index.stop(0, lambda _line: None)  # it ended: later ingests write vectors inline
+            indexer.background.uninstall()
         if cli.reap():
             state.last = time.monotonic()
             web_proc.order(b"e")
