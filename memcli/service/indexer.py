@@ -290,7 +290,8 @@ def backlog_status(db: Any, settings: Any) -> dict[str, Any]:
             then = datetime.fromisoformat(str(oldest).replace("Z", "+00:00"))
             age = round(max(0.0, (datetime.now(UTC) - then).total_seconds()), 1)
     out: dict[str, Any] = {**summary, "oldest_age_s": age, "indexer": None}
-    if background.queue_for(db) is not None:
-        out["indexer"] = {k: _LATEST.get(k) for k in
-                          ("indexed", "drain_per_s", "consolidated", "last_error")}
+    queue = background.queue_for(db)
+    if queue is not None:
+        out["indexer"] = {"pid": queue.indexer or None, **{k: _LATEST.get(k) for k in (
+            "indexed", "drain_per_s", "consolidated", "last_error")}}
     return out
