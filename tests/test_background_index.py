@@ -143,7 +143,7 @@ def _drain(db_path, config: str, tmp_path, monkeypatch) -> indexer._Loop:
             assert _vectors(db_path) == 0
         background.uninstall()
         with Memory.configured(db_path) as memory:
-            loop = indexer._Loop(memory, settings, wake_r, reports_w, life_r, lambda _l: None)
+            loop = indexer._Loop(memory, settings, wake_r, reports_w, (life_r,), lambda _l: None)
             for _ in range(20):  # index, consolidate, index what consolidating wrote
                 if not loop.sessions and not background.backlog.waiting(
                         memory.db, after=loop.cursor, limit=1, dense=True, sparse=False):

@@ -88,6 +88,10 @@ def uninstall() -> None:
     _QUEUE = None
 
 
+def installed() -> Queue | None:
+    return _QUEUE
+
+
 def queue_for(db: Database) -> Queue | None:
     """The daemon's queue when ingest into `db` runs inside the daemon that indexes it."""
     queue = _QUEUE

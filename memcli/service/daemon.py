@@ -94,17 +94,17 @@ def status(ep: paths.Endpoint) -> dict[str, Any]:
     return {"running": pid is not None, "pid": pid, "socket": ep.socket, "answered": False}
 
 
-def _backlog(state: State) -> dict[str, Any] | None:
+def _backlog(state: State) -> dict[str, Any]:
     """The indexing backlog (memcli.service.indexer), read from the database by the command
-    that asks; None when it cannot be read."""
+    that asks (its counts are None when the database cannot be read yet)."""
     from memcli.store.location import open_database
 
     try:
         db = open_database(state.settings.db, readonly=True)
     except Exception:  # noqa: BLE001 - status answers anyway
-        return None
+        return indexer.backlog_status(None, state.settings, served=True)
     try:
-        return indexer.backlog_status(db, state.settings)
+        return indexer.backlog_status(db, state.settings, served=True)
     finally:
         db.close()
 

@@ -133,8 +133,10 @@ def start(settings: Any, close_in_child: list[int], life: int,
 def run(settings: Any, wake: int, reports: int, life: int, log: Callable[[str], None]) -> int:
     """The indexer's whole life: index, consolidate, report; until SIGTERM or the daemon's end."""
     os.setpgid(0, 0)  # a Ctrl-C at the daemon's terminal stops the daemon, which stops this
-    stop = {"now": False}
-    signal.signal(signal.SIGTERM, lambda *_: stop.update(now=True))
+    stop_r, stop_w = os.pipe()  # SIGTERM wakes the loop's select (a handler alone would not)
+    os.set_blocking(stop_w, False)
+    signal.set_wakeup_fd(stop_w)
+    signal.signal(signal.SIGTERM, lambda *_: None)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     with contextlib.suppress(OSError):
         os.nice(NICE)
@@ -142,17 +144,18 @@ def run(settings: Any, wake: int, reports: int, life: int, log: Callable[[str], 
 
     embedder, sparse = make_embedder(settings), make_sparse(settings)
     with Memory.open(settings.db, embedder=embedder, sparse=sparse, settings=settings) as memory:
-        loop = _Loop(memory, settings, wake, reports, life, log)
-        while not stop["now"] and loop.step():
+        loop = _Loop(memory, settings, wake, reports, (life, stop_r), log)
+        while loop.step():
             pass
     return 0
 
 
 class _Loop:
-    def __init__(self, memory: Any, settings: Any, wake: int, reports: int, life: int,
-                 log: Callable[[str], None]) -> None:
+    def __init__(self, memory: Any, settings: Any, wake: int, reports: int,
+                 ends: tuple[int, ...], log: Callable[[str], None]) -> None:
         self.memory, self.settings, self.log = memory, settings, log
-        self.wake, self.reports, self.life = wake, reports, life
+        self.wake, self.reports = wake, reports
+        self.ends = ends  # readable once the indexer must stop (the daemon gone, SIGTERM)
         self.cursor = 0  # the last memory id read; 0: from the start
         self.scanned = time.monotonic()  # when the cursor last started from 0
         self.sessions: dict[tuple[str, str], None] = {}  # users whose new session started
@@ -206,12 +209,9 @@ class _Loop:
 
     def _read_wake(self, timeout: float) -> bool:
         """Take the wake lines (sessions started) waiting, up to `timeout` seconds for the
-        first; False when the daemon is gone."""
-        try:
-            ready, _, _ = select.select([self.wake, self.life], [], [], timeout)
-        except InterruptedError:
-            return True
-        if self.life in ready:
+        first; False when the indexer must stop."""
+        ready, _, _ = select.select([self.wake, *self.ends], [], [], timeout)
+        if any(fd in ready for fd in self.ends):
             return False
         if self.wake in ready:
             data = os.read(self.wake, 65536)
@@ -272,26 +272,28 @@ class _Loop:
             os.write(self.reports, line)
 
 
-def backlog_status(db: Any, settings: Any) -> dict[str, Any]:
+def backlog_status(db: Any, settings: Any, *, served: bool = False) -> dict[str, Any]:
     """The backlog as `memcli serve status` and `memcli stats` show it: memories waiting for
-    their vector or sparse terms, the age of the oldest, and (inside a daemon) the indexer's
-    drain rate, memories indexed and sessions consolidated since it started."""
+    their vector or sparse terms (None: no database yet), the age of the oldest, and, inside
+    a daemon (`served`, or `db` is the daemon's), the indexer's pid, drain rate (memories per
+    second while it drains), memories indexed and sessions consolidated since it started."""
     from datetime import UTC, datetime
 
     from memcli.operations.memory import make_sparse
     from memcli.store import backlog
 
-    dense = settings.embedder.provider != "none"
-    summary = backlog.summary(db, dense=dense, sparse=make_sparse(settings) is not None)
-    oldest = summary.pop("oldest_at")
-    age = None
-    if oldest:
-        with contextlib.suppress(ValueError):
-            then = datetime.fromisoformat(str(oldest).replace("Z", "+00:00"))
-            age = round(max(0.0, (datetime.now(UTC) - then).total_seconds()), 1)
-    out: dict[str, Any] = {**summary, "oldest_age_s": age, "indexer": None}
-    queue = background.queue_for(db)
+    out: dict[str, Any] = {"waiting": None, "oldest_age_s": None, "indexer": None}
+    if db is not None:
+        dense = settings.embedder.provider != "none"
+        summary = backlog.summary(db, dense=dense, sparse=make_sparse(settings) is not None)
+        out["waiting"] = summary["waiting"]
+        if summary["oldest_at"]:
+            with contextlib.suppress(ValueError):
+                then = datetime.fromisoformat(str(summary["oldest_at"]).replace("Z", "+00:00"))
+                out["oldest_age_s"] = round(
+                    max(0.0, (datetime.now(UTC) - then).total_seconds()), 1)
+    queue = background.installed() if served else background.queue_for(db)
     if queue is not None:
         out["indexer"] = {"pid": queue.indexer or None, **{k: _LATEST.get(k) for k in (
-            "indexed", "drain_per_s", "consolidated", "last_error")}}
+            "busy", "indexed", "drain_per_s", "consolidated", "last_error")}}
     return out
