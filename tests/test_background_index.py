@@ -188,3 +188,19 @@ def test_with_consolidate_auto_the_model_extracts_facts(db_path, tmp_path, monke
     assert fact["content"] == "Priya works as a nurse at Santa Maria hospital."
     (summary,) = memory_rows(db_path, "kind = 'summary'")
     assert summary["attributes"]["method"] == "llm"
+
+
+def test_doctor_says_the_daemons_indexer_is_writing_the_missing_vectors(db_path, wake):
+    from memcli.health.checks import diagnose
+
+    queue = background.install(str(db_path), wake[1])
+    with Memory.open(db_path, embedder=HashEmbedder(64)) as memory:
+        memory.ingest([{"text": "waits for its vector"}])
+        queue.indexer = os.getpid()  # a live indexer
+        report = diagnose(memory.db, embedder=memory.embedder)
+        assert report["healthy"], report
+        (missing,) = [c for c in report["checks"] if c["check"] == "missing:memory_vectors"]
+        assert missing["status"] == "info" and "indexer" in missing["detail"]
+        background.uninstall()  # no daemon indexes it: `memcli embed` is the fix
+        report = diagnose(memory.db, embedder=memory.embedder)
+        assert not report["healthy"]
