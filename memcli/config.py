@@ -182,6 +182,11 @@ class Settings(BaseModel):
     # "auto" (the model's facts too, when one is configured: a call per 40 turns), "off".
     consolidate: Literal["extractive", "auto", "off"] = "extractive"
 
+    @field_validator("consolidate", mode="before")
+    @classmethod
+    def _off(cls, value: Any) -> Any:
+        return "off" if value is False else value  # YAML reads a bare `off` as false
+
     @field_validator("db", mode="before")
     @classmethod
     def _location_text(cls, value: Any) -> Any:

@@ -204,3 +204,12 @@ def test_doctor_says_the_daemons_indexer_is_writing_the_missing_vectors(db_path,
         background.uninstall()  # no daemon indexes it: `memcli embed` is the fix
         report = diagnose(memory.db, embedder=memory.embedder)
         assert not report["healthy"]
+
+
+@pytest.mark.parametrize(("written", "read"),
+                         [("off", "off"), ("auto", "auto"), ("", "extractive")])
+def test_the_consolidate_setting(tmp_path, monkeypatch, written, read):
+    config = tmp_path / "config.yaml"
+    config.write_text(f"consolidate: {written}\n" if written else "", encoding="utf-8")
+    monkeypatch.setenv("MEMCLI_CONFIG", str(config))
+    assert load_settings(str(tmp_path / "m.db")).consolidate == read

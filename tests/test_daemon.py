@@ -136,6 +136,8 @@ def _readme_world(tmp: Path, name: str) -> tuple[dict, Path, Path]:
     db = home / "agent" / "memory.db"
     env = daemon_env(home, db)
     env["EDITOR"] = env["VISUAL"] = "true"  # `$EDITOR file` in an example: leave it as it is
+    with open(env["MEMCLI_CONFIG"], "a", encoding="utf-8") as config:
+        config.write("consolidate: off\n")  # no summary of the daemon's own between examples
     return env, cwd, db
 
 
