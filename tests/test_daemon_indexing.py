@@ -112,3 +112,27 @@ def _running(pid: int) -> bool:
             return f.read().rsplit(b")", 1)[1].split()[0] != b"Z"
     except OSError:
         return False
+
+
+def test_the_http_route_of_the_daemon_leaves_vectors_to_its_indexer(tmp_path):
+    import httpx
+
+    db = tmp_path / "h.db"
+    env = daemon_env(tmp_path / "home", db)
+    routes = tmp_path / "routes.log"
+    with Daemon(db, env) as daemon:
+        indexer = _hold_indexer(env, routes)
+        try:
+            http_sock = str(daemon.socket)[: -len(".sock")] + ".http.sock"
+            assert wait_until(lambda: os.path.exists(http_sock), timeout=60)
+            with httpx.Client(transport=httpx.HTTPTransport(uds=http_sock),
+                              base_url="http://localhost") as client:
+                answer = client.post("/api/v1/events", json=[
+                    {"text": "an event over HTTP", "user_id": "u"},
+                    {"text": "another one", "user_id": "u"}], timeout=60)
+            assert answer.status_code == 200, answer.text
+            assert [r["deferred_embedding"] for r in answer.json()] == [1, 1]
+            assert _counts(db) == (2, 0)
+        finally:
+            os.kill(indexer, signal.SIGCONT)
+        assert wait_until(lambda: _counts(db) == (2, 2))
