@@ -5,8 +5,10 @@ naming the pid; a lock left by a killed daemon is free again, so its stale socke
 replaced), write the pidfile, check the database can be opened (a PostgreSQL server: the
 schema, and why not), bind the HTTP sockets (when the HTTP app is available: its unix socket,
 and TCP with `--port`) and the CLI socket (0600), import every command and load the configured
-models, then fork the HTTP process (memcli/service/web.py) and serve the CLI socket, one forked
-process per command (memcli/service/server.py, memcli/service/worker.py).
+models, then fork the indexer (memcli/service/indexer.py: vectors and sparse terms written in
+the background, sessions consolidated on a switch) and the HTTP process (memcli/service/web.py)
+and serve the CLI socket, one forked process per command (memcli/service/server.py,
+memcli/service/worker.py).
 Stop (SIGTERM, SIGINT or `--idle-exit`): stop accepting and serving HTTP, let commands in
 flight finish (at most `grace` seconds; then they are killed and their transactions roll back),
 then the HTTP process checkpoints the WAL (TRUNCATE, bounded; a SQLite file) or closes the
