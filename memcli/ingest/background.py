@@ -25,6 +25,8 @@ from memcli.store import vectors as vec
 from memcli.store.sessions import unseen_sessions
 
 if TYPE_CHECKING:
+    from collections.abc import Iterable
+
     from memcli.ingest.write import Prepared
     from memcli.providers.embedders import Embedder
     from memcli.providers.splade import SpladeEncoder
@@ -45,7 +47,7 @@ class Queue:
     def serves(self, db: Database) -> bool:
         return _where(getattr(db, "location", None) or db.path) == self.location
 
-    def notify(self, starts: list[tuple[str, str]] = ()) -> None:  # type: ignore[assignment]
+    def notify(self, starts: Iterable[tuple[str, str]] = ()) -> None:
         """Wake the indexer (never blocks: a full pipe means it is awake already; a dropped
         session start is consolidated by the next run that finds it pending)."""
         lines = [b"\n"] + [b"C" + json.dumps(list(s)).encode() + b"\n" for s in starts]
