@@ -36,7 +36,7 @@ from memcli.ingest import background
 BATCH = 64  # memories per write: a short transaction, so ingest and queries never wait long
 RESCAN = 30.0  # idle seconds before reading the backlog from id 0 again (see _Loop.idle)
 RETRY = (1.0, 30.0)  # seconds before retrying after a failed batch, first and at most
-NICE = 5  # the indexer yields the CPU to the commands (queries) of the daemon
+NICE = 19  # the indexer yields the CPU to the commands (queries): measured in bench/background.py
 
 _LATEST: dict[str, Any] = {}  # the indexer's last report, as the main process saw it
 
