@@ -6,6 +6,7 @@ adds nothing; a query finds the turns; a secret is redacted as ingest does."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -167,3 +168,33 @@ def test_user_and_app_flags_are_for_chat_exports_only(cli, tmp_path):
     path.write_text("")
     result = cli("import", str(path), "--user-id", "ann")
     assert result.exit_code == 2 and "only with --from" in result.stderr
+
+
+FIXTURES = Path(__file__).parent / "fixtures" / "imports"
+
+
+def test_the_awkward_chatgpt_export_and_a_conversation_without_current_node(cli, db_path):
+    result = cli("import", "--from", "chatgpt", str(FIXTURES / "chatgpt" / "conversations.json"),
+                 "--json")
+    assert result.exit_code == 0, result.stderr
+    assert json.loads(result.stdout)["added"] == 7
+    by_session: dict[str, list[str]] = {}
+    for event in _events(db_path):
+        by_session.setdefault(event[3], []).append(json.loads(event[6])["text"])
+    assert by_session["chatgpt:gpt-branched"] == [
+        "which kettle for green tea?", "a variable temperature kettle", "and which one is quiet?",
+        "here is my counter\n[attachment: counter.jpg]",  # the file named, the empty turn gone
+        "a gooseneck kettle with a slow boil mode"]
+    # no current_node: the branch of the newest message, said on stderr, not nothing silently
+    assert by_session["chatgpt:gpt-no-current"] == ["best water for gyokuro?",
+                                                    "soft water at sixty degrees"]
+    assert "conversation 2 (No current node) names no current_node" in result.stderr
+
+
+def test_the_claude_export_with_an_attachment_and_an_empty_turn(cli, db_path):
+    result = cli("import", "--from", "claude", str(FIXTURES / "claude" / "conversations.json"),
+                 "--json")
+    assert result.exit_code == 0, result.stderr
+    assert [json.loads(e[6])["text"] for e in _events(db_path)] == [
+        "my sourdough starter smells of acetone\n[attachment: starter-log.txt]",
+        "It is hungry: feed it twice a day."]

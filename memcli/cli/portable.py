@@ -59,37 +59,40 @@ def export_cmd(given: dict[str, Any], db: DbOpt = None, fmt: FormatOpt = None,
              lambda p: print(f"wrote {sum(p['counts'].values())} records to {p['out']}"))
 
 
-def _chat_import(req: Any, path: str, db: str | None, settings: Any) -> dict:
-    """`--from FORMAT`: another tool's chat export, its turns written as events."""
+def _chat_import(req: Any, path: str | None, db: str | None, settings: Any) -> dict:
+    """`--from FORMAT`: another tool's history, its turns written as events."""
     from memcli.errors import UsageError
-    from memcli.importers.load import load, read_turns
+    from memcli.importers.load import load, read_source
 
     if req.all_tenants:
         raise UsageError("--all-tenants does not apply to --from", "give --tenant-id or none")
-    try:
-        raw = sys.stdin.buffer.read() if path == "-" else Path(path).read_bytes()
-    except OSError as exc:
-        raise UsageError(f"cannot read {path}: {exc.strerror}",
-                         "give an export file or `-`") from None
-    turns = read_turns(req.from_format, raw)  # a bad file: refused before the database opens
+    # a bad file: refused before the database opens
+    turns, notes = read_source(req.from_format, path, sys.stdin.buffer.read, req.project)
     scope = {"tenant_id": req.tenant_id or settings.tenant, "user_id": req.user_id,
              "app_id": req.app_id}
     with (open_memory(db, with_embedder=not req.defer_embed, settings=settings) as memory,
           progress_bar() as progress):
-        return load(memory, req.from_format, turns, scope, defer_embed=req.defer_embed,
-                    progress=progress)
+        report = load(memory, req.from_format, turns, scope, defer_embed=req.defer_embed,
+                      progress=progress, notes=notes)
+    for note in report["notes"]:
+        warn(note)
+    return report
 
 
 @request_options(f"{MODELS}:ImportRequest", short={"from_format": "--from"})
 def import_cmd(
-    path: Annotated[str, typer.Argument(help="An export file; `-` reads stdin.")],
+    path: Annotated[str | None, typer.Argument(
+        help="An export file or folder; `-` reads stdin. With --from claude-code or codex, "
+             "left out: where that tool keeps its sessions.")] = None,
+    *,
     given: dict[str, Any],
     db: DbOpt = None, fmt: FormatOpt = None, as_json: JsonOpt = False,
 ) -> None:
     """Load an export into this database (new or not). Importing twice adds nothing;
     a bad line, or a row of another tenant without --all-tenants, refuses the whole file
-    (exit 2, nothing loaded). With --from chatgpt or --from claude, PATH is that tool's
-    conversations.json: each kept turn becomes an event of its conversation's session."""
+    (exit 2, nothing loaded). With --from FORMAT, PATH is another tool's history (a
+    ChatGPT or Claude conversations.json, Claude Code or Codex transcripts, a mem0 export, a
+    basic-memory folder): each kept turn becomes an event of its conversation's session."""
     from memcli.config import load_settings
     from memcli.portable.file_format import parse
     from memcli.portable.importer import check_tenants, load_parsed
@@ -101,19 +104,19 @@ def import_cmd(
             emit(_chat_import(req, path, db, settings), resolve_format(fmt, as_json),
                  _import_text)
             return
-        if req.user_id is not None or req.app_id is not None:
-            from memcli.errors import UsageError
+        from memcli.errors import UsageError
 
-            raise UsageError("--user-id and --app-id apply only with --from",
+        if req.user_id is not None or req.app_id is not None or req.project is not None:
+            raise UsageError("--user-id, --app-id and --project apply only with --from",
                              "a memcli export keeps its rows' own scope")
+        if path is None:
+            raise UsageError("missing PATH", "give a memcli export file or `-`")
         if path == "-":
             text = read_stdin()
         else:
             try:
                 text = Path(path).read_bytes().decode("utf-8", errors="surrogateescape")
             except OSError as exc:
-                from memcli.errors import UsageError
-
                 raise UsageError(f"cannot read {path}: {exc.strerror}",
                                  "give an export file or `-`") from None
         with progress_bar() as progress:  # a bad file: refused before the database opens

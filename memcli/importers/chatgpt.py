@@ -1,6 +1,8 @@
 """A ChatGPT data export's conversations.json: a list of conversations, each a tree of
 messages (`mapping`) whose kept branch ends at `current_node`. Edited or regenerated
-messages are siblings on other branches: only the kept one is imported."""
+messages are siblings on other branches: only the kept one is imported. A conversation
+without `current_node` (older exports, some shared ones) keeps its newest leaf's branch, and
+a note says so."""
 
 from __future__ import annotations
 
@@ -15,13 +17,18 @@ FMT = "chatgpt"
 ROLES = {"user": "user", "assistant": "assistant"}  # system and tool turns are left out
 
 
-def turns(data: Any) -> Iterator[Turn]:
+def turns(data: Any, notes: list[str]) -> Iterator[Turn]:
     for n, conv in enumerate(as_list(data, FMT, "the file"), 1):
         conv = as_dict(conv, FMT, f"conversation {n}")
         conv_id = _conversation_id(conv, n)
         title = conv.get("title") if isinstance(conv.get("title"), str) else None
         mapping = as_dict(conv.get("mapping"), FMT, f"conversation {n}'s mapping")
-        for node in _kept_branch(mapping, conv.get("current_node"), n):
+        current = conv.get("current_node")
+        if current is None and mapping:
+            current = _newest_leaf(mapping)
+            notes.append(f"conversation {n} ({title or conv_id}) names no current_node: "
+                         "imported the branch of its newest message")
+        for node in _kept_branch(mapping, current, n):
             turn = _turn(node, conv_id, title, n)
             if turn is not None:
                 yield turn
@@ -35,6 +42,22 @@ def _conversation_id(conv: dict[str, Any], n: int) -> str:
         return ident(given, FMT, f"conversation {n}")
     key = json.dumps([conv.get("title"), conv.get("create_time")], ensure_ascii=False)
     return "t" + hashlib.sha256(key.encode()).hexdigest()[:24]
+
+
+def _newest_leaf(mapping: dict[str, Any]) -> str | None:
+    """The node no other node names as its parent, with the latest message (ties: the last
+    in the file)."""
+    parents = {node.get("parent") for node in mapping.values() if isinstance(node, dict)}
+    best, best_time = None, float("-inf")
+    for node_id, node in mapping.items():
+        if node_id in parents or not isinstance(node, dict):
+            continue
+        message = node.get("message")
+        when = message.get("create_time") if isinstance(message, dict) else None
+        when = when if isinstance(when, int | float) and not isinstance(when, bool) else 0.0
+        if when >= best_time:
+            best, best_time = node_id, when
+    return best
 
 
 def _kept_branch(mapping: dict[str, Any], current: Any, n: int) -> list[dict[str, Any]]:
@@ -63,7 +86,8 @@ def _turn(node: dict[str, Any], conv_id: str, title: str | None, n: int) -> Turn
     where = f"conversation {n}'s message"
     message = as_dict(message, FMT, where)
     role = as_dict(message.get("author") or {}, FMT, f"{where} author").get("role")
-    metadata = message.get("metadata") if isinstance(message.get("metadata"), dict) else {}
+    given = message.get("metadata")
+    metadata = given if isinstance(given, dict) else {}
     if role not in ROLES or metadata.get("is_visually_hidden_from_conversation"):
         return None
     text = _text(as_dict(message.get("content") or {}, FMT, f"{where} content"), metadata)

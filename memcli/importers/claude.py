@@ -12,7 +12,7 @@ FMT = "claude"
 ROLES = {"human": "user", "assistant": "assistant"}
 
 
-def turns(data: Any) -> Iterator[Turn]:
+def turns(data: Any, notes: list[str]) -> Iterator[Turn]:
     for n, conv in enumerate(as_list(data, FMT, "the file"), 1):
         conv = as_dict(conv, FMT, f"conversation {n}")
         conv_id = ident(conv.get("uuid"), FMT, f"conversation {n}")
@@ -21,7 +21,7 @@ def turns(data: Any) -> Iterator[Turn]:
         for m, message in enumerate(messages, 1):
             where = f"conversation {n}'s message {m}"
             message = as_dict(message, FMT, where)
-            role = ROLES.get(message.get("sender"))
+            role = ROLES.get(str(message.get("sender")))
             text = _text(message)
             if role is None or not text.strip():
                 continue

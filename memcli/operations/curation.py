@@ -54,8 +54,13 @@ class ImportRequest(AllTenants, AppScope, UserScope, TenantScope):
     the tenant, user and app given."""
 
     from_format: str | None = Field(
-        default=None, description="PATH is a chat export of this tool (chatgpt, claude), "
-                                  "not a memcli export.")
+        default=None, description="PATH is another tool's history, not a memcli export: "
+                                  "chatgpt, claude, claude-code, codex, mem0, basic-memory.")
+
+    project: str | None = Field(
+        default=None, description="With --from claude-code or codex: only this project's "
+                                  "sessions (its folder's name or path). Each project's "
+                                  "events go to the app of its name unless --app-id is given.")
 
     defer_embed: bool = Field(
         default=False, description="Load without vectors now; `memcli embed` adds them.")
