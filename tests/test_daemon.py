@@ -103,7 +103,7 @@ _INDEXED = (
     "db = os.environ['MEMCLI_DB']\n"
     "sql = ('SELECT count(*) FROM memories m LEFT JOIN memory_vectors v ON v.memory_id = m.id'\n"
     "       \" WHERE v.memory_id IS NULL AND m.state != 'soft_deleted'\")\n"
-    "for _ in range(600):\n"
+    "for _ in range(6000):\n"
     "    try:\n"
     "        if not os.path.exists(db) or not sqlite3.connect(db).execute(sql).fetchone()[0]:\n"
     "            sys.exit(0)\n"
@@ -387,7 +387,7 @@ def test_sigkill_mid_ingest_leaves_a_clean_database(tmp_path):
         again = run_client(["stats", "--json"], env, routes=routes)
         assert again.returncode == 0 and last_route(routes).startswith("daemon")
         assert wait_until(lambda: json.loads(run_client(["stats", "--json"], env, routes=routes)
-                                             .stdout)["backlog"]["waiting"] == 0)
+                                             .stdout)["backlog"]["waiting"] == 0, timeout=300)
     doctor = subprocess.run([sys.executable, "-m", "memcli", "doctor", "--json"], env=env,
                             capture_output=True, text=True, timeout=120)
     assert doctor.returncode == 0, doctor.stdout + doctor.stderr

@@ -83,7 +83,7 @@ def test_ingest_is_acknowledged_before_its_vectors_and_wait_waits_for_them(db_pa
         (memory_id,) = json.loads(out)["memory_ids"]
         assert rows(db_path, "SELECT count(*) FROM memory_vectors WHERE memory_id = ?",
                     (memory_id,)) == [(1,)]  # --wait returned after its vector was written
-        assert wait_until(lambda: _counts(db_path) == (41, 41))
+        assert wait_until(lambda: _counts(db_path) == (41, 41), timeout=300)
         after = _status(env, routes)["backlog"]
         assert after["waiting"] == 0 and after["oldest_age_s"] is None
 
@@ -101,7 +101,7 @@ def test_a_backlog_left_by_a_killed_daemon_is_indexed_by_the_next(db_path, tmp_p
         assert wait_until(lambda: not _running(indexer))
     assert _counts(db_path) == (30, 0)
     with Daemon(db_path, env):  # on start, what lacks a vector is queued again
-        assert wait_until(lambda: _counts(db_path) == (30, 30))
+        assert wait_until(lambda: _counts(db_path) == (30, 30), timeout=300)
         assert _status(env, routes)["backlog"]["indexer"]["indexed"] == 30
 
 
@@ -135,4 +135,4 @@ def test_the_http_route_of_the_daemon_leaves_vectors_to_its_indexer(tmp_path):
             assert _counts(db) == (2, 0)
         finally:
             os.kill(indexer, signal.SIGCONT)
-        assert wait_until(lambda: _counts(db) == (2, 2))
+        assert wait_until(lambda: _counts(db) == (2, 2), timeout=300)
