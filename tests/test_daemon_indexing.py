@@ -41,7 +41,8 @@ def _status(env, routes) -> dict:
 
 def _hold_indexer(env, routes) -> int:
     """Stop the indexer (SIGSTOP) once it is idle, outside any transaction; its pid."""
-    assert wait_until(lambda: _status(env, routes)["backlog"]["indexer"]["busy"] is False)
+    assert wait_until(lambda: _status(env, routes)["backlog"]["indexer"]["busy"] is False,
+                      timeout=120)
     indexer = _status(env, routes)["backlog"]["indexer"]["pid"]
     os.kill(indexer, signal.SIGSTOP)  # the backlog stays until SIGCONT
     return indexer
