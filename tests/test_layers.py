@@ -1,8 +1,9 @@
 """The layer contract holds: imports go down the layers of pyproject.toml's [tool.importlinter]
-(cli -> service -> operations -> domain -> store -> providers -> policy -> core), no modules of a
-package import each other in a loop, and annotations (imports under TYPE_CHECKING, which the
-import-linter contracts leave out because they never run) respect the layers too: domain code
-names `MemoryHandle` (memcli.store.handle), never the `Memory` facade above it."""
+(cli -> service -> viewer -> operations -> domain -> store -> providers -> policy -> core), no
+modules of a package import each other in a loop, and annotations (imports under
+TYPE_CHECKING, which the import-linter contracts leave out because they never run) respect the
+layers too: domain code names `MemoryHandle` (memcli.store.handle), never the `Memory` facade
+above it."""
 
 from __future__ import annotations
 

@@ -29,6 +29,7 @@ from memcli.cli import (
     query,
     rebuild,
     serve,
+    ui,
     views,
 )
 from memcli.cli.output import fail
@@ -64,7 +65,7 @@ def _root(
 
 # Every command group, in help order. Each module's register() adds its commands to an app.
 MODULES = (ingest, query, admin, acb, ledger, lifecycle, facts, doctor, keys, rebuild, portable,
-           views, serve, mcp, hook, pg)
+           views, serve, ui, mcp, hook, pg)
 # Top-level command name -> the module registering it (tests check this matches the modules).
 COMMAND_MODULES: dict[str, ModuleType] = {
     **dict.fromkeys(("ingest", "embed", "reindex"), ingest),
@@ -82,6 +83,7 @@ COMMAND_MODULES: dict[str, ModuleType] = {
     **dict.fromkeys(("export", "import"), portable),
     "view": views,
     "serve": serve,
+    "ui": ui,
     "mcp": mcp,
     "hook": hook,
     "pg": pg,
@@ -96,7 +98,7 @@ PANELS: dict[str, tuple[str, ...]] = {
     "Lifecycle": ("consolidate", "decay", "reflect", "insights", "proposals", "confirm", "pin",
                   "unpin"),
     "Ledger": ("decision", "task", "checkpoint"),
-    "Service": ("serve", "mcp"),
+    "Service": ("serve", "ui", "mcp"),
     "Admin": ("doctor", "stats", "embed", "reindex", "rebuild", "export", "import", "purge",
               "key", "pg", "demo"),
 }

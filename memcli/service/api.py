@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from memcli.errors import (
@@ -31,6 +31,8 @@ from memcli.errors import (
     ValidationError,
     validation_line,
 )
+from memcli.operations import binding as scope_rules
+from memcli.operations.binding import Scope
 from memcli.service.typed_ops import request_for, takes
 
 if TYPE_CHECKING:
@@ -44,25 +46,6 @@ if TYPE_CHECKING:
     from memcli.store.owner import Owner
 
 
-@dataclass(frozen=True)
-class Scope:
-    """What the server bound for a caller. None: not bound (the request may name it; a read that
-    names no tenant reads the configured one). `categories`: a category allowlist that narrows
-    every read further (None: the agent's own allowlist only)."""
-
-    tenant: str | None = None
-    user_id: str | None = None
-    agent: str | None = None  # the asking agent, whose category allowlist applies (memory spec)
-    app_id: str | None = None
-    categories: tuple[str, ...] | None = None
-
-    def narrowed(self, **bound: str | None) -> Scope:
-        """This scope with more keys bound (a header or path segment); a key bound already
-        to another value is refused."""
-        values: dict[str, Any] = {k: _bind(k, getattr(self, k), v) for k, v in bound.items()}
-        return replace(self, **values)
-
-
 @dataclass
 class Context:
     """What an operation runs against: one open Memory (its thread's) and the settings."""
@@ -71,37 +54,16 @@ class Context:
     settings: Settings
 
 
-_NAMES = {"tenant": "tenant", "user_id": "user", "agent": "agent", "app_id": "app"}
-
-
 def _bind(key: str, bound: str | None, requested: str | None) -> str | None:
-    """The value a request may use for a scope key: the bound one, or the request's own when
-    nothing is bound. Naming another value than the bound one is refused."""
-    if bound is None:
-        return requested
-    if requested is not None and requested != bound:
-        name = _NAMES.get(key, key)
-        raise NotAllowedError(f"this caller is bound to {name} {bound!r}, the request names "
-                              f"{requested!r}", f"use {name} {bound!r} or another token")
-    return bound
+    return scope_rules.bind(key, bound, requested)
 
 
 def _tenant(ctx: Context, scope: Scope, requested: str | None) -> str:
-    """The one tenant a request reads or writes (never all tenants through the service)."""
-    return _bind("tenant", scope.tenant, requested) or ctx.memory.tenant
+    return scope_rules.tenant(ctx.memory, scope, requested)
 
 
 def _categories(scope: Scope, requested: list[str] | None) -> list[str] | None:
-    """The categories a read may see: the request's, inside the bound allowlist."""
-    if scope.categories is None:
-        return requested
-    if requested is None:
-        return list(scope.categories)
-    outside = sorted(set(requested) - set(scope.categories))
-    if outside:
-        raise NotAllowedError(f"categories outside this caller's allowlist: {', '.join(outside)}",
-                              "ask for " + ", ".join(scope.categories))
-    return requested
+    return scope_rules.categories(scope, requested)
 
 
 def validate(model: type[BaseModel], data: Any, what: str) -> Any:
@@ -230,21 +192,8 @@ def _write_scope(ctx: Context, scope: Scope, req: Any, category: str | None) -> 
 
 def _owner(ctx: Context, scope: Scope, tenant: str | None = None, user_id: str | None = None,
            app_id: str | None = None) -> Owner:
-    """Whose rows this caller may touch by id (memcli.store.owner): the tenant (and user and
-    app) the request names inside its binding, in the categories its token and its agent's
-    allowlist both allow; any other row is "not found" (404), as an id that does not exist."""
-    from memcli.store.owner import Owner
-
-    known = ctx.memory.categories
-    allowed = known.allowed(scope.agent)  # None: every category
-    categories = scope.categories
-    if allowed is not None:
-        categories = tuple(c for c in (categories or allowed) if c in allowed)
-    hidden = known.hidden(scope.agent) if scope.agent is not None else ()
-    return Owner(tenant_id=_tenant(ctx, scope, tenant),
-                 user_id=_bind("user_id", scope.user_id, user_id),
-                 app_id=_bind("app_id", scope.app_id, app_id),
-                 categories=categories, hidden=hidden)
+    """Whose rows this caller may touch by id (memcli.operations.binding.owner)."""
+    return scope_rules.owner(ctx.memory, scope, tenant, user_id, app_id)
 
 
 # -- the memory system spec: query and history ------------------------------------------------

@@ -34,7 +34,7 @@ from collections.abc import Mapping
 from memcli.service import paths
 
 NO_DAEMON_FLAG = "--no-daemon"
-NEVER_ROUTED = {"serve", "mcp"}
+NEVER_ROUTED = {"serve", "mcp", "ui"}  # `ui` asks the daemon itself, starting none
 CONNECT_TIMEOUT = 1.0
 MAGIC = b"memcli/1"
 # The environment a command can read, and all of it that is sent: memcli's own variables, the

@@ -34,6 +34,7 @@ from memcli.service import routes as api_routes
 from memcli.service.auth import Auth, caller_scope
 from memcli.service.limits import MAX_BODY_BYTES, BodyLimit
 from memcli.service.routing import error_response, invalid
+from memcli.viewer.mount import viewer_routes
 
 if TYPE_CHECKING:
     from memcli.config import Settings
@@ -41,13 +42,14 @@ if TYPE_CHECKING:
 
 def build_app(settings: Settings, auth: Auth, *, service: api.Service | None = None,
               routes: Sequence[BaseRoute] = (),
-              lifespans: Sequence[Callable[[FastAPI], AbstractAsyncContextManager[Any]]] = ()
-              ) -> FastAPI:
+              lifespans: Sequence[Callable[[FastAPI], AbstractAsyncContextManager[Any]]] = (),
+              ui_url: str | None = None) -> FastAPI:
     """The HTTP API for the database of `settings`, guarded by `auth`.
 
     `service`: an open Service to share (the daemon's); by default the app opens its own and
     closes it on shutdown. `routes`: more routes behind the same Host check; `lifespans`:
-    their start-up/shutdown contexts, entered in order."""
+    their start-up/shutdown contexts, entered in order. `ui_url`: the daemon's TCP address
+    (`http://host:port`), where the login links of the pages (/ui, memcli.viewer) point."""
     from memcli.service.mcp_server import http_routes
 
     own = service is None
@@ -79,7 +81,11 @@ def build_app(settings: Settings, auth: Auth, *, service: api.Service | None = N
         generate_unique_id_function=_operation_id)
     app.include_router(api_routes.public)
     app.include_router(api_routes.router)
-    app.router.routes.extend([*mcp_routes, *routes])
+    # The web pages at /ui: the same token rules, not part of /openapi.json.
+    pages = viewer_routes(svc, check=auth.check, allowed_hosts=tuple(auth.allowed_hosts),
+                          token_required=auth.required, status_for=api.status_for,
+                          tcp_url=ui_url)
+    app.router.routes.extend([*mcp_routes, *pages, *routes])
     app.state.service = svc
     app.state.auth = auth
     return app
