@@ -189,6 +189,16 @@ class Settings(BaseModel):
         # YAML reads a bare `off` / `on` as a boolean.
         return {False: "off", True: "auto"}.get(value, value) if isinstance(value, bool) else value
 
+    # What `memcli serve` does with a user's finished sessions when a new one starts
+    # (docs/guides/indexing.md): "extractive" (model-free summary, merging, linking; no cost),
+    # "auto" (the model's facts too, when one is configured: a call per 40 turns), "off".
+    consolidate: Literal["extractive", "auto", "off"] = "extractive"
+
+    @field_validator("consolidate", mode="before")
+    @classmethod
+    def _off(cls, value: Any) -> Any:
+        return "off" if value is False else value  # YAML reads a bare `off` as false
+
     @field_validator("db", mode="before")
     @classmethod
     def _location_text(cls, value: Any) -> Any:

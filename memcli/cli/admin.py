@@ -140,6 +140,9 @@ def stats_cmd(
         settings = load_settings(db)
         with open_memory(db, with_embedder=False, settings=settings, must_exist=True) as memory:
             out = memory.stats()
+            from memcli.service.indexer import backlog_status
+
+            out["backlog"] = backlog_status(memory.db, settings)
         out["embedder"]["configured"] = settings.embedder.provider
         out["db"] = str(settings.db)
         out["daemon"] = _daemon_summary(settings.db)
