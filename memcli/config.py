@@ -177,6 +177,27 @@ class Settings(BaseModel):
     pool_size: int = Field(default=10, ge=1, le=1000)
     # The MCP tools offered when `memcli mcp --tools` is not given: "default", "all" or a list.
     mcp_tools: str | None = None
+    # `memcli serve` for the CLI (docs/guides/daemon.md): "auto" starts one when none answers,
+    # "manual" uses one started by hand, "off" runs every command in-process. The client reads
+    # both keys as text before this module loads (memcli/service/autostart.py).
+    daemon: Literal["auto", "manual", "off"] = "auto"
+    daemon_idle_exit: float = Field(default=15.0, gt=0)  # minutes, for an auto-started daemon
+
+    @field_validator("daemon", mode="before")
+    @classmethod
+    def _daemon_switch(cls, value: Any) -> Any:
+        # YAML reads a bare `off` / `on` as a boolean.
+        return {False: "off", True: "auto"}.get(value, value) if isinstance(value, bool) else value
+
+    # What `memcli serve` does with a user's finished sessions when a new one starts
+    # (docs/guides/indexing.md): "extractive" (model-free summary, merging, linking; no cost),
+    # "auto" (the model's facts too, when one is configured: a call per 40 turns), "off".
+    consolidate: Literal["extractive", "auto", "off"] = "extractive"
+
+    @field_validator("consolidate", mode="before")
+    @classmethod
+    def _off(cls, value: Any) -> Any:
+        return "off" if value is False else value  # YAML reads a bare `off` as false
 
     @field_validator("db", mode="before")
     @classmethod

@@ -35,6 +35,8 @@ def isolated_env(tmp_path_factory, monkeypatch):
     monkeypatch.setenv("XDG_CONFIG_HOME", str(home / "config"))
     # memcli's daemon sockets: never a developer's running `memcli serve`.
     monkeypatch.setenv("XDG_RUNTIME_DIR", str(home / "run"))
+    # No command starts a daemon by itself (tests/test_autostart.py turns it back on).
+    monkeypatch.setenv("MEMCLI_AUTOSTART", "0")
     for var in ("MEMCLI_DB", "MEMCLI_CONFIG", "MEMCLI_EMBEDDER", "MEMCLI_LLM_BASE_URL",
                 "MEMCLI_LLM_API_KEY", "MEMCLI_CATEGORIES", "MEMCLI_TENANT",
                 "MEMCLI_SOCKET", "MEMCLI_NO_DAEMON"):
@@ -86,6 +88,10 @@ def pytest_configure(config):
     # servers and every test give their connections in full.
     for var in [v for v in os.environ if v.startswith("PG")]:
         del os.environ[var]
+    # No `memcli` process a test starts starts a daemon by itself (warm by default): set
+    # before xdist's workers start, so every process of the run inherits it. The tests of the
+    # feature (tests/test_autostart.py) remove it from their processes' environment.
+    os.environ["MEMCLI_AUTOSTART"] = "0"
     if config.option.basetemp is None and not hasattr(config, "workerinput"):
         config.option.basetemp = tempfile.mkdtemp(prefix="mt-")
         config._memcli_basetemp = config.option.basetemp

@@ -223,7 +223,8 @@ def markers_text(out: str) -> list[str]:
 def test_a_query_process_reads_one_tenant_unless_all_tenants(tmp_path, without_sparse_leg):
     db = tmp_path / "proc.db"
     env = {k: v for k, v in os.environ.items() if not k.startswith("MEMCLI_")}
-    env.update(MEMCLI_DB=str(db), MEMCLI_EMBEDDER="hash", MEMCLI_CONFIG=str(without_sparse_leg))
+    env.update(MEMCLI_DB=str(db), MEMCLI_EMBEDDER="hash", MEMCLI_CONFIG=str(without_sparse_leg),
+               MEMCLI_AUTOSTART="0")
     with Memory.open(db, embedder=HashEmbedder(64)) as m:
         m.ingest([{"text": "quokka here", "tenant_id": t} for t in ("default", "tb")])
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 from typing import Annotated, Any
@@ -139,8 +140,12 @@ def stats_cmd(
         settings = load_settings(db)
         with open_memory(db, with_embedder=False, settings=settings, must_exist=True) as memory:
             out = memory.stats()
+            from memcli.service.indexer import backlog_status
+
+            out["backlog"] = backlog_status(memory.db, settings)
         out["embedder"]["configured"] = settings.embedder.provider
         out["db"] = str(settings.db)
+        out["daemon"] = _daemon_summary(settings.db)
         emit(out, resolve_format(fmt, as_json))
 
 
@@ -195,3 +200,13 @@ def register(app: typer.Typer) -> None:
         app.command(name)(command)
 
     app.command("demo")(demo_cmd)
+
+
+def _daemon_summary(db: str) -> dict[str, Any]:
+    """Whether a `memcli serve` answers for the database (this command runs in it, then) and
+    since when: memcli.service.daemon.summary."""
+    from memcli.service import daemon, paths
+
+    socket = os.environ.get("MEMCLI_SOCKET")
+    ep = paths.endpoint_for_socket(socket) if socket else paths.endpoint(db)
+    return daemon.summary(ep)

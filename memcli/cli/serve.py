@@ -24,7 +24,8 @@ def serve_cmd(
     socket: SocketOpt = None,
     idle_exit: Annotated[float | None, typer.Option(
         "--idle-exit", min=0, metavar="MINUTES",
-        help="Exit after this many minutes without a request.", show_default=False)] = None,
+        help="Exit after this many minutes without a request (a daemon a command started "
+        "itself: 15, config `daemon_idle_exit`).", show_default=False)] = None,
     grace: Annotated[float, typer.Option(
         "--grace", min=0, help="Seconds requests in flight get to finish on shutdown.")
     ] = 30.0,
@@ -42,6 +43,9 @@ def serve_cmd(
     pool_size: Annotated[int | None, typer.Option(
         "--pool-size", min=1, max=1000, help="PostgreSQL: connections the daemon keeps at "
         "most (default: config `pool_size`, 10).", show_default=False)] = None,
+    auto_started: Annotated[bool, typer.Option(
+        "--auto-started", hidden=True,
+        help="Started by the CLI when no daemon answered (`serve status` says so).")] = False,
 ) -> None:
     """Run one warm process for the database: the CLI forwards commands to it, and it
     serves the HTTP API (and MCP). Stop it with SIGTERM or Ctrl-C."""
@@ -56,7 +60,7 @@ def serve_cmd(
         http = HttpOptions(port=port, host=host, token_file=token_file, no_token=no_token)
         commands = ctx.obj  # memcli.cli.app.Commands: the app this command is part of
         code = run(settings, ep, commands.run, commands.warm, idle_exit=idle_exit,
-                   grace=grace, http=http, pool_size=pool_size)
+                   grace=grace, http=http, pool_size=pool_size, auto_started=auto_started)
     # Nothing of the daemon's is left to tear down (its commands ran in processes of
     # their own); the pipes its forks watch close with this process.
     sys.stdout.flush()
@@ -65,8 +69,9 @@ def serve_cmd(
 
 
 def status_cmd(db: DbOpt = None, socket: SocketOpt = None) -> None:
-    """Whether a daemon serves the database: pid, sockets, models loaded, requests
-    answered (JSON). Exit 0 when one runs, 1 when none does."""
+    """Whether a daemon serves the database: pid, since when, sockets, models loaded,
+    requests answered, started by hand or by the CLI, idle exit (JSON). Exit 0 when one
+    runs, 1 when none does."""
     from memcli.service import daemon
 
     with errors():

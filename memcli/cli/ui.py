@@ -49,6 +49,7 @@ def login_link(db: str | None, socket: Path | None = None) -> dict[str, object]:
 
     from memcli.cli.mcp_bridge import UnixHTTPConnection
     from memcli.config import load_settings
+    from memcli.core.locations import shown
     from memcli.service import paths
 
     settings = load_settings(db)
@@ -62,7 +63,7 @@ def login_link(db: str | None, socket: Path | None = None) -> dict[str, object]:
     except paths.UntrustedSocket as exc:
         raise MemcliError(str(exc), "only a daemon of yours is asked") from None
     except OSError:
-        raise MemcliError(f"no daemon serves {settings.db}", START_HINT) from None
+        raise MemcliError(f"no daemon serves {shown(settings.db)}", START_HINT) from None
     except http.client.HTTPException as exc:
         raise MemcliError(f"the daemon did not answer: {exc}", START_HINT) from None
     finally:

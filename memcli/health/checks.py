@@ -107,12 +107,20 @@ def _derived(db: Database, *, vectors: bool, sparse: bool) -> list[dict[str, Any
             out.append(check(f"orphans:{table}", "problem",
                              f"{len(ids)} {table} row(s) belong to no memory", FIX,
                              ids=ids[:20]))
+    from memcli.ingest.background import queue_for
+
+    queue = queue_for(db)  # inside a `memcli serve` whose indexer writes them
+    indexing = queue is not None and queue.alive()
     for table, ids in sql.missing(db, vectors=vectors, sparse=sparse).items():
         if not ids:
             continue
         fix = "memcli embed" if table in ("memory_vectors", "memory_sparse") else FIX
         what = {"memory_vectors": "have no vector", "memory_sparse": "have no sparse terms"}.get(
             table, f"are missing from {table}")
+        if indexing and fix == "memcli embed":
+            out.append(check(f"missing:{table}", "info", f"{len(ids)} memories {what} yet: "
+                             "the daemon's indexer is writing them", ids=ids[:20]))
+            continue
         out.append(check(f"missing:{table}", "problem", f"{len(ids)} memories {what}", fix,
                          ids=ids[:20]))
     lost = sql.memories_without_event(db)

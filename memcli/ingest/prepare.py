@@ -26,6 +26,7 @@ from memcli.core.progress import slices
 from memcli.core.records import EventIn, IngestReport, RecordProblem, utcnow
 from memcli.entities.extraction import extract_entities
 from memcli.errors import NotFoundError, UsageError, ValidationError, validation_line
+from memcli.ingest.background import session_starts
 from memcli.ingest.write import Prepared, write_batch
 from memcli.ledger.from_events import episode_text
 from memcli.ledger.from_events import parse as parse_ledger
@@ -37,6 +38,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
     from memcli.core.progress import Progress
+    from memcli.ingest.background import Queue
     from memcli.providers.embedders import Embedder
     from memcli.providers.splade import SpladeEncoder
     from memcli.store.connection import Database
@@ -217,11 +219,13 @@ def ingest(db: Database, values: list[tuple], *, embedder: Embedder | None,
            sparse: SpladeEncoder | None = None, defaults: dict[str, Any] | None = None,
            strict: bool = False, defer_embed: bool = False,
            progress: Progress | None = None, memory: MemoryHandle | None = None,
-           check_category: Callable[[str | None], None] | None = None) -> IngestReport:
+           check_category: Callable[[str | None], None] | None = None,
+           queue: Queue | None = None) -> IngestReport:
     """`progress`: called as records are embedded and written (memcli/core/progress.py).
     `memory`: the one writing, for the ledger rows of decision and task events.
     `check_category`: refuses a record's category (ValidationError), e.g.
-    `Categories.check_write`."""
+    `Categories.check_write`. `queue`: a daemon's indexer (memcli.ingest.background): the
+    vectors and sparse terms are left to it, and it is woken once the records are written."""
     report = IngestReport()
     now = utcnow()
     prepared: list[Prepared] = []
@@ -250,11 +254,17 @@ def ingest(db: Database, values: list[tuple], *, embedder: Embedder | None,
     if strict and report.rejected:
         report.records.extend(_per_record(order, report))
         return report
+    starts: list[tuple[str, str]] = []
+    if queue is not None:
+        defer_embed = True
+        starts = session_starts(db, fresh)
     if not defer_embed:
         # the models run here, before any lock is taken
         _encode(fresh, embedder, sparse, progress)
     write_batch(db, fresh, now, report, strict,
                 None if sparse is None or defer_embed else sparse.vocab_hash, progress)
+    if queue is not None and report.created:
+        queue.notify(starts)
     deferred = defer_embed and (embedder is not None or sparse is not None)
     if deferred:
         report.deferred_embedding = sum(len(p.chunks) for p in fresh)

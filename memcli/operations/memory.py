@@ -192,10 +192,23 @@ class Memory:
         defaults = dict(defaults or {})
         if defaults.get("tenant_id") is None:
             defaults["tenant_id"] = self.tenant  # a record naming no tenant: the configured one
+        from memcli.ingest.background import queue_for
+
         return ingest_mod.ingest(self.db, numbered, embedder=self.embedder, sparse=self.sparse,
                                  defaults=defaults, strict=strict, defer_embed=defer_embed,
                                  progress=progress, memory=self,
-                                 check_category=self.categories.check_write)
+                                 check_category=self.categories.check_write,
+                                 queue=queue_for(self.db))
+
+    def wait_indexed(self, memory_ids: list[int]) -> None:
+        """Inside a daemon that indexes in the background, return once these memories have
+        their vectors and sparse terms (`ingest --wait`); elsewhere ingest wrote them already."""
+        from memcli.ingest.background import queue_for, wait_for
+
+        queue = queue_for(self.db)
+        if queue is not None and (self.embedder is not None or self.sparse is not None):
+            wait_for(self.db, memory_ids, queue, dense=self.embedder is not None,
+                     sparse=self.sparse is not None, catch_up=self.embed_pending)
 
     def embed_pending(self, batch_size: int = 256, progress: Progress | None = None) -> int:
         """Embed memories stored without vectors or sparse terms (after --defer-embed); each

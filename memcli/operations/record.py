@@ -23,6 +23,8 @@ def ingest_payload(memory: Memory, sources: list[tuple[str, str]], request: Inge
                for line, value in parse_records(body)]
     report = memory.ingest(records, defaults=request.defaults(), strict=request.strict,
                            defer_embed=request.defer_embed, progress=progress)
+    if request.wait and report.memory_ids:
+        memory.wait_indexed(report.memory_ids)
     return report.model_dump()
 
 

@@ -180,10 +180,13 @@ class IngestRequest(Scope):
                          description="All or nothing: one bad record rejects the batch.")
     defer_embed: bool = Field(
         default=False, description="Store without vectors now; `memcli embed` adds them.")
+    wait: bool = Field(
+        default=False, description="Through `memcli serve`, which writes vectors in the "
+        "background: return once these records' vectors are written too.")
 
     def defaults(self) -> dict[str, Any]:
         """What a record that names none of these gets (None: nothing)."""
-        return self.model_dump(exclude={"strict", "defer_embed"})
+        return self.model_dump(exclude={"strict", "defer_embed", "wait"})
 
 
 class HistoryRequest(SessionScope, UserScope, TenantScope):

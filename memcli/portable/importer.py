@@ -397,6 +397,8 @@ def load_parsed(memory: MemoryHandle, head: dict[str, Any], records: list[tuple[
                 ) -> dict[str, Any]:
     """Load what `parse` read (the CLI parses before it opens, or creates, the database).
     Every row must be of `tenant_id` (default: the memory's tenant) unless `all_tenants`."""
+    from memcli.ingest.background import queue_for
+
     one_tenant_or_all(tenant_id, all_tenants)
     if not all_tenants:
         check_tenants(records, tenant_id or memory.tenant)
@@ -421,9 +423,12 @@ def load_parsed(memory: MemoryHandle, head: dict[str, Any], records: list[tuple[
                          "memory)", "nothing was imported; re-export the file") from None
     embedded = 0
     models = memory.embedder is not None or memory.sparse is not None
+    queue = queue_for(db)  # inside `memcli serve`: its indexer writes the vectors
     if loader.added_memories and models and not defer_embed:
-        embedded = memory.embed_pending(progress=progress) + _embed_forgotten(
-            memory, [mid for mid, _ in loader.added_memories])
+        forgotten = _embed_forgotten(memory, [mid for mid, _ in loader.added_memories])
+        embedded = forgotten + (memory.embed_pending(progress=progress) if queue is None else 0)
+    if queue is not None and loader.added_memories:
+        queue.notify()
     ours = memory.embedder.model_id if memory.embedder is not None else None
     if head.get("embedder") and ours and head["embedder"] != ours and loader.added_memories:
         notes.append(f"the export was embedded with {head['embedder']}; vectors are "

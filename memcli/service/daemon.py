@@ -5,8 +5,10 @@ naming the pid; a lock left by a killed daemon is free again, so its stale socke
 replaced), write the pidfile, check the database can be opened (a PostgreSQL server: the
 schema, and why not), bind the HTTP sockets (when the HTTP app is available: its unix socket,
 and TCP with `--port`) and the CLI socket (0600), import every command and load the configured
-models, then fork the HTTP process (memcli/service/web.py) and serve the CLI socket, one forked
-process per command (memcli/service/server.py, memcli/service/worker.py).
+models, then fork the indexer (memcli/service/indexer.py: vectors and sparse terms written in
+the background, sessions consolidated on a switch) and the HTTP process (memcli/service/web.py)
+and serve the CLI socket, one forked process per command (memcli/service/server.py,
+memcli/service/worker.py).
 Stop (SIGTERM, SIGINT or `--idle-exit`): stop accepting and serving HTTP, let commands in
 flight finish (at most `grace` seconds; then they are killed and their transactions roll back),
 then the HTTP process checkpoints the WAL (TRUNCATE, bounded; a SQLite file) or closes the
@@ -33,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from memcli.errors import MemcliError
-from memcli.service import paths, web, worker
+from memcli.service import indexer, paths, web, worker
 from memcli.service.server import CliServer
 from memcli.service.web import HttpOptions, HttpPlan
 
@@ -66,9 +68,14 @@ class State:
     http_running: int = 0
     last: float = field(default_factory=time.monotonic)
     pool: dict[str, Any] | None = None
+    auto_started: bool = False  # by the CLI (memcli/service/autostart.py), not by hand
+    idle_exit: float | None = None  # minutes
+    settings: Any = None
+    indexer: indexer.Indexer | None = None
 
     def idle_for(self) -> float:
-        busy = self.http_running or (self.cli is not None and self.cli.active)
+        busy = (self.http_running or (self.cli is not None and self.cli.active)
+                or (self.indexer is not None and self.indexer.busy()))
         return 0.0 if busy else time.monotonic() - self.last
 
 
@@ -81,13 +88,44 @@ def status(ep: paths.Endpoint) -> dict[str, Any]:
     state = _STATE
     if state is not None and state.ep.socket == ep.socket:
         served = (state.cli.served if state.cli else 0) + state.http_requests
-        return {"running": True, "pid": state.pid, "db": state.db, "socket": ep.socket,
+        return {"running": True, "answered": True, "pid": state.pid, "db": state.db,
+                "socket": ep.socket,
                 "http_socket": ep.http_socket if state.http is not None else None,
                 "http_url": state.http or None, "models_ready": state.models_ready,
-                "requests": served, "uptime_s": round(time.time() - state.started, 1),
-                **({"pool": state.pool} if state.pool else {})}
+                "requests": served, "started_at": _iso(state.started),
+                "uptime_s": round(time.time() - state.started, 1),
+                "auto_started": state.auto_started, "idle_exit_min": state.idle_exit,
+                "log": ep.log if state.auto_started else None,
+                **({"pool": state.pool} if state.pool else {}),
+                **({"backlog": _backlog(state)} if state.indexer is not None else {})}
     pid = _lock_holder(ep)
     return {"running": pid is not None, "pid": pid, "socket": ep.socket, "answered": False}
+
+
+def summary(ep: paths.Endpoint) -> dict[str, Any]:
+    """The daemon as `memcli stats` shows it: whether one answers, and since when."""
+    full = status(ep)
+    keys = ("running", "answered", "pid", "started_at", "auto_started", "idle_exit_min")
+    return {key: full.get(key) for key in keys}
+
+
+def _iso(epoch: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(epoch))
+
+
+def _backlog(state: State) -> dict[str, Any]:
+    """The indexing backlog (memcli.service.indexer), read from the database by the command
+    that asks (its counts are None when the database cannot be read yet)."""
+    from memcli.store.location import open_database
+
+    try:
+        db = open_database(state.settings.db, readonly=True)
+    except Exception:  # noqa: BLE001 - status answers anyway
+        return indexer.backlog_status(None, state.settings, served=True)
+    try:
+        return indexer.backlog_status(db, state.settings, served=True)
+    finally:
+        db.close()
 
 
 def _lock_holder(ep: paths.Endpoint) -> int | None:
@@ -301,7 +339,7 @@ def serve(settings: Any, ep: paths.Endpoint, runner: worker.Runner, warm: Callab
           *, idle_exit: float | None = None, grace: float = 30.0,
           http: HttpOptions | None = None,
           log: Callable[[str], None] = lambda line: print(line, file=sys.stderr, flush=True),
-          pool_size: int | None = None) -> int:
+          pool_size: int | None = None, auto_started: bool = False) -> int:
     """Run the daemon until a signal or the idle timeout; the exit code (0). `runner` runs one
     command line (the CLI's in-process path), `warm` imports what it needs."""
     lock_fd = take_lock(ep)
@@ -311,12 +349,14 @@ def serve(settings: Any, ep: paths.Endpoint, runner: worker.Runner, warm: Callab
     cli: CliServer | None = None
     plan: HttpPlan | None = None
     web_proc: _WebProcess | None = None
+    state: State | None = None
     try:
         _check_database(settings)
         plan = HttpPlan.prepare(settings, ep, http or HttpOptions(), grace, log)
         global _STATE
-        state = _STATE = State(db=_shown_db(settings.db), ep=ep,
-                               http=(plan.tcp_address or "") if plan is not None else None)
+        state = _STATE = State(db=_shown_db(settings.db), ep=ep, settings=settings,
+                               http=(plan.tcp_address or "") if plan is not None else None,
+                               auto_started=auto_started, idle_exit=idle_exit or None)
 
         def on_request() -> None:
             state.last = time.monotonic()
@@ -327,13 +367,19 @@ def serve(settings: Any, ep: paths.Endpoint, runner: worker.Runner, warm: Callab
         cli.parent_fds = [lock_fd, signals.read_fd, signals.write_fd]
         warm_up(settings, warm, log)
         state.models_ready = True
+        state.indexer = indexer.start(settings, [*cli.parent_fds, cli.sock.fileno(), cli.life_w],
+                                      cli.life_r, log)
+        cli.parent_fds.append(state.indexer.reports)
         web_proc = _fork_web(settings, plan, pool_size, cli, log)
         cli.parent_fds += [web_proc.control, web_proc.reports]
         where = f"{ep.socket}" + (f" and {state.http}" if state.http else "")
         log(f"memcli: serving {_shown_db(settings.db)} on {where} (pid {os.getpid()})")
         _loop(state, cli, web_proc, signals, idle_exit)
+        state.indexer.stop(grace, log)  # its connection closed before the WAL checkpoint
         return _shutdown(cli, web_proc, grace, log)
     finally:
+        if state is not None and state.indexer is not None:
+            state.indexer.stop(grace, log)
         if cli is not None:
             cli.close()
             cli.kill_all()
@@ -351,14 +397,20 @@ def _loop(state: State, cli: CliServer, web_proc: _WebProcess, signals: _Signals
           idle_minutes: float | None) -> None:
     """Accept commands, read the HTTP process's reports, reap; until a stop or the idle
     timeout."""
+    index = state.indexer
     while not signals.stop:
         waiting = [cli, signals.read_fd] + ([web_proc.reports] if web_proc.reports >= 0 else [])
+        if index is not None and index.reports >= 0:
+            waiting.append(index.reports)
         timeout = min(1.0, idle_minutes * 60 / 4) if idle_minutes else None
         ready, _, _ = select.select(waiting, [], [], timeout)
         if signals.read_fd in ready:
             signals.drain()
         if web_proc.reports in ready:
             web_proc.read_reports(state)
+        if index is not None and index.reports in ready and not index.read_reports():
+            index.stop(0, lambda _line: None)  # it ended: later ingests write vectors inline
+            indexer.background.uninstall()
         if cli.reap():
             state.last = time.monotonic()
             web_proc.order(b"e")

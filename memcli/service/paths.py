@@ -9,9 +9,10 @@ real path, so every client that targets the same file finds the same socket:
     <key>.http.sock  the HTTP API (and MCP) on a unix socket
     <key>.lock       held (flock) by the running daemon: a second `serve` refuses
     <key>.pid        the running daemon's pid, for the messages and `kill`
+    <key>.log        the output of a daemon the CLI started itself (memcli/service/autostart.py)
 
 `--socket PATH` (and `MEMCLI_SOCKET` for the client) names the CLI socket instead; the other
-three files then sit beside it, named after it. The client runs before `memcli.config` may be
+files then sit beside it, named after it. The client runs before `memcli.config` may be
 imported (pydantic), so this module reads the few environment variables it needs itself, with
 the same default database rule as `config.default_db_path`: from the mapping it is given, else
 `os.environ` as it is at the call (never a default bound at import).
@@ -60,15 +61,16 @@ class UntrustedSocket(OSError):
 
 
 class Endpoint:
-    """The four files of one daemon (paths as strings: no pathlib on the client's route)."""
+    """The files of one daemon (paths as strings: no pathlib on the client's route)."""
 
-    __slots__ = ("socket", "http_socket", "lock", "pid")
+    __slots__ = ("socket", "http_socket", "lock", "pid", "log")
 
-    def __init__(self, socket: str, http_socket: str, lock: str, pid: str) -> None:
+    def __init__(self, socket: str, http_socket: str, lock: str, pid: str, log: str = "") -> None:
         self.socket = socket
         self.http_socket = http_socket
         self.lock = lock
         self.pid = pid
+        self.log = log or pid[: -len(".pid")] + ".log"
 
 
 def runtime_dir(env: Mapping[str, str] | None = None) -> str:
@@ -184,7 +186,7 @@ def db_key(db: str | os.PathLike[str], cwd: str | None = None) -> str:
 def endpoint_for_socket(socket_path: str | os.PathLike[str]) -> Endpoint:
     sock = os.fspath(socket_path)
     base = sock[: -len(".sock")] if sock.endswith(".sock") else sock
-    return Endpoint(sock, base + ".http.sock", base + ".lock", base + ".pid")
+    return Endpoint(sock, base + ".http.sock", base + ".lock", base + ".pid", base + ".log")
 
 
 def endpoint(db: str | os.PathLike[str], env: Mapping[str, str] | None = None,

@@ -81,3 +81,11 @@ def session_owner(db: Database, session_id: str, tenant_id: str | None) -> str |
     users = {r[0] for r in db.execute(
         "SELECT user_id FROM sessions WHERE session_id = ?", (session_id,))}
     return users.pop() if len(users) == 1 else None
+
+
+def unseen_sessions(db: Database, keys: list[tuple[str, str]]) -> set[tuple[str, str]]:
+    """Of these (tenant, session) keys, those with no row in `sessions` yet: sessions the next
+    write starts."""
+    owners: dict[tuple[str, str], object] = {}
+    load_owners(db, keys, owners)
+    return {key for key, owner in owners.items() if owner is _NOBODY}

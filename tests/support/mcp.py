@@ -31,7 +31,8 @@ def child_env(tmp_path: Path, db: Path) -> dict[str, str]:
     run.mkdir(mode=0o700, exist_ok=True)
     env.update(HOME=str(home), XDG_DATA_HOME=str(home / "data"),
                XDG_CONFIG_HOME=str(home / "config"), XDG_RUNTIME_DIR=str(run),
-               MEMCLI_DB=str(db), MEMCLI_EMBEDDER="hash", MEMCLI_CONFIG=str(config))
+               MEMCLI_DB=str(db), MEMCLI_EMBEDDER="hash", MEMCLI_CONFIG=str(config),
+               MEMCLI_AUTOSTART="0")  # no daemon starts by itself (tests/conftest.py)
     return env
 
 

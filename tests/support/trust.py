@@ -38,6 +38,7 @@ def memcli_env(home: Path, db: Path, *, models: str = "hash") -> dict[str, str]:
            if not k.startswith("MEMCLI_") and k not in UNSET}
     env.update(HOME=str(home), XDG_DATA_HOME=str(home / "data"),
                XDG_CONFIG_HOME=str(home / "config"), MEMCLI_DB=str(db),
+               MEMCLI_AUTOSTART="0",  # no daemon starts by itself (tests/conftest.py)
                OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
     if models == "hash":
         config = home / "memcli.yaml"

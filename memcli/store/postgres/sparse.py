@@ -25,15 +25,19 @@ only they had postings to join.
 
 Plans: the filters on `memories` (its scope index), each passing memory's vector by primary
 key, scored, sorted, cut at the limit, zeros dropped after the cut (they sort last). For a big
-scope (`small_scope` false, the caller's estimate as on SQLite) the statement also asks
+scope (`small_scope` false, the caller's estimate as on SQLite) the statement asks
 `s.tenant_id = tenant AND memcli_sparse_term_array(vec) && query terms`, which the GIN index
 `memory_sparse_tenant_terms` over (tenant_id, term ids) answers (schema 6, v6_sparse_tenant.sql;
 schema 5's index had the term ids alone): only the tenant's memories holding a query term are
 scored, the only ones that can score above 0, so the result is the same. A leg across all
 tenants asks the terms alone (the same index). bench/pg_sparse_gin.py, 100k memories in 8
 tenants: the same top 10 on every query; tenant-wide p50 45 ms scanning, 35 ms with schema 5's
-index, 10 ms with schema 6's. A small scope keeps the plain plan: calling the function on its
-few rows costs more than it saves. Exact, unlike pgvector's HNSW on sparsevec.
+index, 10 ms with schema 6's. These are scored from `memory_sparse` alone and then checked
+against the filters best first, until `limit` pass (legs.walk_best): at 250k memories a
+tenant's query shares a term with 2-6k of its memories, and checking each one's row before
+the sort took half the leg (13 -> 7 ms p50, bench/pg_tenant_profile.py). A small scope keeps
+the plain plan: calling the function on its few rows costs more than it saves. Exact, unlike
+pgvector's HNSW on sparsevec.
 
 `tenant_id` is the memory's, set by a BEFORE trigger from `memories` on every insert (and on
 an update naming the key or the tenant): nothing here writes it, and a tenant-bound role cannot
@@ -46,6 +50,7 @@ import re
 from typing import TYPE_CHECKING
 
 from memcli.store.batching import chunks, marks
+from memcli.store.postgres.legs import walk_best
 from memcli.store.sparse import SCALE
 
 if TYPE_CHECKING:
@@ -125,20 +130,28 @@ def search(db: PgDatabase, query: dict[int, float], filters: Filters, limit: int
     (already pruned), best first, ties by id; memories sharing no term are left out.
     `small_scope` false: only the tenant's memories holding a query term are candidates (the
     GIN index memory_sparse_tenant_terms), the same result as scoring every vector of the
-    scope."""
+    scope; they are scored from `memory_sparse` alone and checked against the filters best
+    first until `limit` pass (each check a `memories` primary key lookup, as
+    memcli.store.postgres.legs.best_in_scope walks)."""
     where, params = filters.sql()
-    shared, extra = "", []
-    if not small_scope:
-        if filters.tenant_id is not None:  # (the index's first column; m's is the same)
-            shared, extra = " AND s.tenant_id = ?", [filters.tenant_id]
-        shared += " AND memcli_sparse_term_array(s.vec) && ?::integer[]"
-        extra.append(sorted(query))
+    if small_scope:
+        rows = db.execute(
+            f"""SELECT id, score FROM (
+                    SELECT m.id, inner_product(s.vec, q.v) / {SCALE}.0 AS score
+                    FROM (SELECT ?::sparsevec AS v) q, memories m
+                    JOIN memory_sparse s ON s.memory_id = m.id
+                    WHERE {where} ORDER BY score DESC, m.id LIMIT ?) best
+                WHERE score > 0 ORDER BY score DESC, id""",
+            [literal(query), *params, limit])
+        return [(int(i), float(sc)) for i, sc in rows]
+    tenant, extra = "", []
+    if filters.tenant_id is not None:  # (the index's first column; m's is the same)
+        tenant, extra = "s.tenant_id = ? AND ", [filters.tenant_id]
     rows = db.execute(
-        f"""SELECT id, score FROM (
-                SELECT m.id, inner_product(s.vec, q.v) / {SCALE}.0 AS score
-                FROM (SELECT ?::sparsevec AS v) q, memories m
-                JOIN memory_sparse s ON s.memory_id = m.id
-                WHERE {where}{shared} ORDER BY score DESC, m.id LIMIT ?) best
-            WHERE score > 0 ORDER BY score DESC, id""",
-        [literal(query), *params, *extra, limit])
+        f"""WITH scored AS MATERIALIZED (
+                SELECT s.memory_id AS id, inner_product(s.vec, ?::sparsevec) / {SCALE}.0 AS score
+                FROM memory_sparse s
+                WHERE {tenant}memcli_sparse_term_array(s.vec) && ?::integer[])
+            {walk_best("scored.score > 0", where)}""",
+        [literal(query), *extra, sorted(query), *params, limit])
     return [(int(i), float(sc)) for i, sc in rows]
