@@ -119,7 +119,8 @@ def _unclocked(data: bytes, home: Path) -> bytes:
     text = data.decode("utf-8", "surrogateescape").replace(str(home), "HOME")
     text = re.sub(r"(evt|art|dec|tsk|chk|acb)_[0-9a-f]{8,}", r"\1_ID", text)
     # Token counts of a bundle include those random ids (hex splits into varying tokens).
-    counts = "token_used|token_used_est|tokens|token_est|used|tokens_used"
+    # A file's size differs too: the daemon holds the database open, so its WAL is not folded back.
+    counts = "token_used|token_used_est|tokens|token_est|used|tokens_used|db_bytes|wal_bytes"
     # Through the daemon ingest leaves the vectors to its indexer: `embedded` 0, the same
     # count `deferred_embedding` (tests/test_daemon_indexing.py holds those).
     counts += "|embedded|deferred_embedding"
@@ -214,9 +215,11 @@ def test_readme_examples_same_through_the_daemon(tmp_path):
     a_routes = routes_a.read_text().splitlines()
     # Every command aimed at the daemon's database went to it; only examples naming another
     # file with --db (export/import between two files) ran in-process, and `memcli mcp ...`,
-    # which is never forwarded (memcli.service.client.NEVER_ROUTED).
+    # which is never forwarded (memcli.service.client.NEVER_ROUTED), and what an example runs
+    # in-process on purpose (`--no-daemon`, `MEMCLI_NO_DAEMON=1`).
     assert set(a_routes) <= {"daemon ", "inprocess other-db", "inprocess"}, a_routes
-    assert a_routes.count("inprocess") == len(re.findall(r"\bmemcli mcp\b", joined)), a_routes
+    in_process = r"\bmemcli mcp\b|\bmemcli --no-daemon\b|MEMCLI_NO_DAEMON=1 memcli\b"
+    assert a_routes.count("inprocess") == len(re.findall(in_process, joined)), a_routes
     assert set(routes_b.read_text().splitlines()) <= {"inprocess", "inprocess other-db"}
     assert a_routes.count("daemon ") >= 15  # every example command ran
     # The files written by `> audit.jsonl` are the same too.
