@@ -1,7 +1,8 @@
 """`memcli serve` and the CLI forwarding to it, through real processes and real sockets.
 
-Parity: every runnable `sh` example of README.md runs twice from the same start, once through a
-daemon and once in-process (`--no-daemon`), with stdout, stderr and exit codes compared. Then
+Parity: every runnable `sh` example of README.md and of the docs site's pages (docs/, in the
+order of mkdocs.yml's navigation) runs twice from the same start, once through a daemon and once
+in-process (`--no-daemon`), with stdout, stderr and exit codes compared. Then
 the error cases, the lifecycle (a second serve, SIGKILL mid-ingest, SIGTERM with a request in
 flight, idle exit), tenants per request, relative paths from another folder, and the client's
 imports. Every daemon is stopped by `tests.support.daemon.Daemon` (finally: SIGKILL).
@@ -43,8 +44,10 @@ from tests.support.daemon import (
 pytestmark = pytest.mark.daemon  # every test starts `memcli serve` or its client as processes
 
 README = ROOT / "README.md"
+DOCS = ROOT / "docs"
 # Fenced `sh` blocks that are not memcli usage (installing, benchmarks, development, a script),
-# or that start and stop a daemon themselves (the tests below do that).
+# or that start and stop a daemon themselves (the tests below do that). Examples that need what
+# a test has not (a PostgreSQL server, a model's API key, a client) are fenced `console`.
 NOT_USAGE = ("pip install", "#!/bin/sh", "-m bench.", "pytest", "memcli serve")
 CONVERSATION = "".join(json.dumps(r) + "\n" for r in [
     {"text": "We deploy on Fridays after the planning call", "session_id": "s2",
@@ -52,11 +55,46 @@ CONVERSATION = "".join(json.dumps(r) + "\n" for r in [
     {"text": "Anika arrives by train from Porto", "session_id": "s2"},
 ])
 STATE = json.dumps({"step": 3, "todo": ["flights", "hotel"]})
+# `memcli import --from chatgpt conversations.json` in the README: a ChatGPT data export of one
+# conversation (a `mapping` tree of nodes, the kept branch ending at `current_node`).
+CHATGPT = json.dumps([{
+    "title": "Tea", "create_time": 1700000000.0, "conversation_id": "conv-tea",
+    "current_node": "a1", "mapping": {
+        "root": {"id": "root", "parent": None, "children": ["u1"], "message": None},
+        "u1": {"id": "u1", "parent": "root", "children": ["a1"], "message": {
+            "id": "u1", "author": {"role": "user"}, "create_time": 1700000000.0,
+            "content": {"content_type": "text", "parts": ["which teapot suits oolong?"]}}},
+        "a1": {"id": "a1", "parent": "u1", "children": [], "message": {
+            "id": "a1", "author": {"role": "assistant"}, "create_time": 1700000010.0,
+            "content": {"content_type": "text",
+                        "parts": ["a yixing clay teapot, and a gooseneck kettle"]}}}}}])
+
+
+def doc_pages() -> list[Path]:
+    """README.md, then the docs site's pages in the order of its navigation, then any page the
+    navigation does not list yet (sorted): the order a reader meets their examples in."""
+    import yaml
+
+    def walk(entry: object) -> list[str]:
+        if isinstance(entry, str):
+            return [entry]
+        if isinstance(entry, dict):
+            return [page for value in entry.values() for page in walk(value)]
+        if isinstance(entry, list):
+            return [page for item in entry for page in walk(item)]
+        return []
+
+    nav = walk(yaml.safe_load((ROOT / "mkdocs.yml").read_text(encoding="utf-8"))["nav"])
+    pages = [DOCS / page for page in nav if page.endswith(".md")]
+    pages += sorted(set(DOCS.rglob("*.md")) - set(pages))
+    return [README, *(page for page in pages if page.exists())]
 
 
 def readme_blocks() -> list[str]:
-    text = README.read_text(encoding="utf-8")
-    blocks = re.findall(r"^```sh\n(.*?)^```", text, re.S | re.M)
+    """The runnable `sh` examples of the README and the docs, in reading order."""
+    blocks = [block for page in doc_pages()
+              for block in re.findall(r"^```sh\n(.*?)^```", page.read_text(encoding="utf-8"),
+                                      re.S | re.M)]
     return [b for b in blocks if "memcli " in b and not any(s in b for s in NOT_USAGE)]
 
 
@@ -81,7 +119,8 @@ def _unclocked(data: bytes, home: Path) -> bytes:
     text = data.decode("utf-8", "surrogateescape").replace(str(home), "HOME")
     text = re.sub(r"(evt|art|dec|tsk|chk|acb)_[0-9a-f]{8,}", r"\1_ID", text)
     # Token counts of a bundle include those random ids (hex splits into varying tokens).
-    counts = "token_used|token_used_est|tokens|token_est|used|tokens_used"
+    # A file's size differs too: the daemon holds the database open, so its WAL is not folded back.
+    counts = "token_used|token_used_est|tokens|token_est|used|tokens_used|db_bytes|wal_bytes"
     # Through the daemon ingest leaves the vectors to its indexer: `embedded` 0, the same
     # count `deferred_embedding` (tests/test_daemon_indexing.py holds those).
     counts += "|embedded|deferred_embedding"
@@ -137,6 +176,7 @@ def _readme_world(tmp: Path, name: str) -> tuple[dict, Path, Path]:
     cwd.mkdir(parents=True)
     (cwd / "conversation.ndjson").write_text(CONVERSATION)
     (cwd / "state.json").write_text(STATE)
+    (cwd / "conversations.json").write_text(CHATGPT)
     db = home / "agent" / "memory.db"
     env = daemon_env(home, db)
     env["EDITOR"] = env["VISUAL"] = "true"  # `$EDITOR file` in an example: leave it as it is
@@ -145,12 +185,13 @@ def _readme_world(tmp: Path, name: str) -> tuple[dict, Path, Path]:
     return env, cwd, db
 
 
-@pytest.mark.long  # every README example twice, one process per command
+@pytest.mark.long  # every README and docs example twice, one process per command
 def test_readme_examples_same_through_the_daemon(tmp_path):
     blocks = readme_blocks()
     joined = "\n".join(blocks)
-    for command in ("memcli ingest", "memcli query", "memcli acb build"):
-        assert command in joined  # the extraction found the documented examples
+    for command in ("memcli ingest", "memcli query", "memcli acb build", "memcli view apply",
+                    "memcli mcp install", "memcli consolidate"):
+        assert command in joined  # the extraction found the README's and the guides' examples
     a_env, a_cwd, a_db = _readme_world(tmp_path, "a")
     b_env, b_cwd, _ = _readme_world(tmp_path, "b")
     a_home, b_home = tmp_path / "a", tmp_path / "b"
@@ -173,8 +214,12 @@ def test_readme_examples_same_through_the_daemon(tmp_path):
             assert _normalise(via.stderr, a_home) == _normalise(local.stderr, b_home), block
     a_routes = routes_a.read_text().splitlines()
     # Every command aimed at the daemon's database went to it; only examples naming another
-    # file with --db (export/import between two files) ran in-process.
-    assert set(a_routes) <= {"daemon ", "inprocess other-db"}, a_routes
+    # file with --db (export/import between two files) ran in-process, and `memcli mcp ...`,
+    # which is never forwarded (memcli.service.client.NEVER_ROUTED), and what an example runs
+    # in-process on purpose (`--no-daemon`, `MEMCLI_NO_DAEMON=1`).
+    assert set(a_routes) <= {"daemon ", "inprocess other-db", "inprocess"}, a_routes
+    in_process = r"\bmemcli mcp\b|\bmemcli --no-daemon\b|MEMCLI_NO_DAEMON=1 memcli\b"
+    assert a_routes.count("inprocess") == len(re.findall(in_process, joined)), a_routes
     assert set(routes_b.read_text().splitlines()) <= {"inprocess", "inprocess other-db"}
     assert a_routes.count("daemon ") >= 15  # every example command ran
     # The files written by `> audit.jsonl` are the same too.
