@@ -234,7 +234,8 @@ def test_the_readme_is_a_short_tour():
 
 
 def test_python_dash_m(tmp_path):
-    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "MEMCLI_DB": str(tmp_path / "m.db")}
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "MEMCLI_DB": str(tmp_path / "m.db"),
+           "MEMCLI_AUTOSTART": "0"}
     result = subprocess.run(
         [sys.executable, "-m", "memcli", "--help"],
         cwd=ROOT,
@@ -271,7 +272,7 @@ def test_each_command_maps_to_the_module_that_registers_it():
 @pytest.mark.long  # memcli as child processes
 def test_a_single_group_process_behaves_like_the_full_app(tmp_path):
     env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "MEMCLI_DB": str(tmp_path / "m.db"),
-           "MEMCLI_EMBEDDER": "hash"}
+           "MEMCLI_EMBEDDER": "hash", "MEMCLI_AUTOSTART": "0"}
 
     def run(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
         return subprocess.run([sys.executable, "-m", "memcli", *args], cwd=ROOT, env=env,

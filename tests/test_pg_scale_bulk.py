@@ -137,7 +137,8 @@ def test_bulk_copy_writes_what_ingest_writes(db_path, fresh) -> None:
 
 def test_bulk_check_finds_nothing_wrong(db_path, tmp_path: Path) -> None:
     ingest(db_path, sup.corpus(80))
-    env = {"HOME": str(tmp_path), "MEMCLI_EMBEDDER": "hash", "PATH": "/usr/bin:/bin"}
+    env = {"HOME": str(tmp_path), "MEMCLI_EMBEDDER": "hash", "PATH": "/usr/bin:/bin",
+           "MEMCLI_AUTOSTART": "0"}
     before = check.doctor(str(db_path), env)
     report = bulk.replicate(str(db_path), 160)
     result = check.verify(str(db_path), report["base_memories"], report["copies"], env, before,

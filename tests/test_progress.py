@@ -26,7 +26,7 @@ def _env(tmp_path: Path, term: str) -> dict[str, str]:
     home = tmp_path / "home"
     home.mkdir(exist_ok=True)
     return {"PATH": os.environ.get("PATH", ""), "HOME": str(home), "TERM": term,
-            "MEMCLI_EMBEDDER": "hash", "LANG": "C.UTF-8",
+            "MEMCLI_EMBEDDER": "hash", "LANG": "C.UTF-8", "MEMCLI_AUTOSTART": "0",
             "PYTHONPATH": os.environ.get("PYTHONPATH", "")}
 
 

@@ -204,12 +204,44 @@ def serve_processes() -> list[int]:
     return found
 
 
+def auto_started_under(folder: Path) -> list[int]:
+    """Pids of auto-started `memcli serve` processes (detached: no test's children) whose
+    database lies under `folder`, read from their environment (memcli/service/autostart.py
+    hands the database over in MEMCLI_DB)."""
+    found = []
+    prefix = str(folder).encode()
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                argv = f.read().split(b"\0")
+            if b"--auto-started" not in argv:
+                continue
+            with open(f"/proc/{entry}/environ", "rb") as f:
+                env = f.read().split(b"\0")
+        except OSError:
+            continue
+        if any(v.startswith(b"MEMCLI_DB=" + prefix) for v in env):
+            found.append(int(entry))
+    return found
+
+
 @pytest.fixture(autouse=True)
-def no_stray_daemons():
-    """Fail a test that leaves a `memcli serve` it started running (and stop it). A daemon
-    of a module-scoped fixture (`Daemon(..., shared=True)`) is the fixture's to stop."""
+def no_stray_daemons(tmp_path_factory):
+    """Fail a test that leaves a `memcli serve` it started running (and stop it), a daemon a
+    command of the test started by itself included (a child environment built without
+    MEMCLI_AUTOSTART=0). A daemon of a module-scoped fixture (`Daemon(..., shared=True)`) is
+    the fixture's to stop."""
     yield
     stray = [pid for pid in serve_processes() if pid not in _SHARED]
+    auto = auto_started_under(tmp_path_factory.getbasetemp())
+    for pid in auto:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    stray += auto
     for pid in stray:
         try:
             os.kill(pid, signal.SIGKILL)
