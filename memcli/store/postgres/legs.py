@@ -130,9 +130,14 @@ _QUERY_LEXEMES = "ts_delete({fts}, tsvector_to_array(ts_delete({fts}, ql.a)))"
 
 
 def bm25_sql(count: int, where: str, config: str = TEXT_CONFIG, column: str = "fts",
-             doc_length: str = "tokens") -> str:
+             doc_length: str = "tokens", essential: bool = False) -> str:
     """The BM25 statement; parameters: the terms, the terms joined by spaces, the context
-    weight, the filters' parameters, the limit.
+    weight, (`essential`: the essential lexemes, a text array), the filters' parameters, the
+    limit.
+
+    `essential`: only the matches holding one of the given lexemes are scored (the index
+    answers their OR; each is still checked against the OR of the terms, after the index, and
+    scored on all the query's lexemes): lexical.py's pruned statement.
 
     Corpus statistics as FTS5 keeps them: on the leg's own column (`fts`, the `memcli`
     configuration, lengths in tokens) the writers' df table, memory count and token total,
@@ -151,6 +156,15 @@ def bm25_sql(count: int, where: str, config: str = TEXT_CONFIG, column: str = "f
         stats = _COUNTED.format(config=config, column=column, sample=AVGDL_SAMPLE,
                                 length=length.format(fts="r." + column))
         dl = length.format(fts="m." + column)
+    # The pruned statement: the index answers the essential lexemes' OR (quoted lexemes: no
+    # normalisation again); the OR of the terms is checked on each match's cut tsvector (the
+    # query's lexemes with their positions answer it as the whole tsvector does), so the
+    # common lexemes' postings are never read.
+    essential_cte, match_from, match, tf_from, tf_where = "", "q", "q", "", ""
+    if essential:
+        essential_cte = """e AS (SELECT string_agg(quote_literal(l), ' | ')::tsquery AS q
+                              FROM unnest(?::text[]) l),"""
+        match_from, match, tf_from, tf_where = "e", "e", "q, ", " WHERE c.fts @@ q.q"
     return f"""
     WITH q AS (SELECT {tsq} AS q),
     {stats},
@@ -160,13 +174,14 @@ def bm25_sql(count: int, where: str, config: str = TEXT_CONFIG, column: str = "f
                    greatest(ln((corpus.n - lex.df + 0.5) / (lex.df::float8 + 0.5)),
                             {IDF_FLOOR}) AS idf
             FROM lex, corpus),
+{essential_cte}
     cand AS MATERIALIZED (SELECT m.id, {_QUERY_LEXEMES.format(fts="m." + column)} AS fts,
                                  {dl} AS dl
-             FROM memories m, q, ql WHERE m.{column} @@ q.q AND {where}),
+             FROM memories m, {match_from}, ql WHERE m.{column} @@ {match}.q AND {where}),
     tf AS (SELECT c.id, c.dl, u.lexeme,
                   cardinality(array_positions(u.weights, 'A'))
                   + cw.v * cardinality(array_positions(u.weights, 'B')) AS tf
-           FROM cand c, cw, unnest(c.fts) u)
+           FROM cand c, cw, {tf_from}unnest(c.fts) u{tf_where})
     SELECT tf.id, sum(idf.idf * tf.tf * {BM25_K1 + 1}
                       / (tf.tf + {BM25_K1} * (1 - {BM25_B}
                                               + {BM25_B} * tf.dl::float8 / corpus.avgdl))) AS s
