@@ -4,9 +4,10 @@ matches that can reach the top `limit`, and answers exactly as the full statemen
 On a corpus of common, middling and rare words (ties of equal scores everywhere: a few
 lengths only), every query of one to three of them, tenant-wide and over all tenants: the same
 ids in the same order and the same scores as legs.lexical (the full statement), whichever
-plan was taken (pruned, retried with theta, or the full statement when fewer matches than
-the limit hold an essential lexeme). Then the pruned statement's own plan: fewer matches
-unnested and scored than the full statement's when common words are in the query."""
+plan was taken (pruned at the first split; two statements when its check fails, fewer
+matches than the limit holding an essential lexeme included; the full statement). Then the
+pruned statement's own plan: fewer matches unnested and scored than the full statement's
+when common words are in the query."""
 
 from __future__ import annotations
 
@@ -84,7 +85,7 @@ def _same(got: list[tuple[int, float]], want: list[tuple[int, float]]) -> None:
     ids=["tenant-10", "tenant-200", "tenant-10-high", "tenant-50-high", "all-tenants-50"])
 def test_same_results_as_the_full_statement(db, scope, limit, first):
     """`first`: the first split's threshold, the default guess or one too high for most
-    queries (the check fails, the retry splits at theta)."""
+    queries (the check fails, a second statement scores what can still reach the top)."""
     plans: dict[str, int] = {}
     ties_at_theta = 0
     for terms in _queries():
@@ -99,17 +100,23 @@ def test_same_results_as_the_full_statement(db, scope, limit, first):
     # the corpus exercises every path: pruned at the first split, retried, the full statement
     assert plans.get("pruned", 0) > 0 and plans.get("full", 0) > 0, plans
     if first is not None:
-        assert plans.get("retry", 0) > 0, plans
+        assert plans.get("two", 0) > 0, plans
     assert ties_at_theta > 0
 
 
-def test_fewer_essential_matches_than_the_limit_fall_back(db):
+def test_fewer_essential_matches_than_the_limit(db):
+    """No theta: the second statement scores every match the first left out, once."""
     tenant = Filters(tenant_id="b")
     terms = ["eta", "alpha", "beta"]
     trace: dict = {}
     got = lexical.search(db, terms, tenant, 200, 0.5, trace=trace)
-    assert trace["plan"] == "full" and trace["splits"][0].essential == ("eta",)
+    first, second = trace["splits"]
+    assert trace["plan"] == "two" and first.essential == ("eta",) and not second.common
     _same(got, legs.lexical(db, terms, tenant, 200, 0.5))
+    everything = lexical.match_counts(db, terms, tenant)
+    assert (lexical.match_counts(db, terms, tenant, list(first.essential))
+            + lexical.match_counts(db, terms, tenant, trace["added"], list(first.essential))
+            == everything)
 
 
 def test_only_common_words(db):
@@ -151,7 +158,7 @@ def test_the_pruned_statement_scores_fewer_matches(db):
     terms, limit = ["zeta", "delta", "alpha", "beta"], 10
     trace: dict = {}
     hits = lexical.search(db, terms, tenant, limit, 0.5, trace=trace)
-    assert trace["plan"] in ("pruned", "retry")
+    assert trace["plan"] == "pruned"
     cut = trace["splits"][-1]
     assert set(cut.common) >= {"alpha", "beta"}
     where, params = tenant.sql()
@@ -163,6 +170,6 @@ def test_the_pruned_statement_scores_fewer_matches(db):
     _same(hits, [(int(i), float(s)) for i, s in full_rows])
     _same([(int(i), float(s)) for i, s in pruned_rows], hits)
     # every match of the tenant holding a term, against those holding zeta or delta
-    counted = lexical.match_counts(db, terms, tenant, cut)
-    assert full_scored == counted[0] and pruned_scored == counted[1]
+    assert full_scored == lexical.match_counts(db, terms, tenant)
+    assert pruned_scored == lexical.match_counts(db, terms, tenant, list(cut.essential))
     assert pruned_scored * 4 < full_scored, (pruned_scored, full_scored)

@@ -130,14 +130,16 @@ _QUERY_LEXEMES = "ts_delete({fts}, tsvector_to_array(ts_delete({fts}, ql.a)))"
 
 
 def bm25_sql(count: int, where: str, config: str = TEXT_CONFIG, column: str = "fts",
-             doc_length: str = "tokens", essential: bool = False) -> str:
+             doc_length: str = "tokens", essential: bool = False,
+             exclude: bool = False) -> str:
     """The BM25 statement; parameters: the terms, the terms joined by spaces, the context
-    weight, (`essential`: the essential lexemes, a text array), the filters' parameters, the
-    limit.
+    weight, (`essential`: the lexemes whose matches are scored, a text array; `exclude`: the
+    lexemes whose matches are not, a text array), the filters' parameters, the limit.
 
     `essential`: only the matches holding one of the given lexemes are scored (the index
     answers their OR; each is still checked against the OR of the terms, after the index, and
-    scored on all the query's lexemes): lexical.py's pruned statement.
+    scored on all the query's lexemes), and with `exclude` only those holding none of the
+    excluded lexemes: lexical.py's pruned statements.
 
     Corpus statistics as FTS5 keeps them: on the leg's own column (`fts`, the `memcli`
     configuration, lengths in tokens) the writers' df table, memory count and token total,
@@ -165,6 +167,11 @@ def bm25_sql(count: int, where: str, config: str = TEXT_CONFIG, column: str = "f
         essential_cte = """e AS (SELECT string_agg(quote_literal(l), ' | ')::tsquery AS q
                               FROM unnest(?::text[]) l),"""
         match_from, match, tf_from, tf_where = "e", "e", "q, ", " WHERE c.fts @@ q.q"
+    if essential and exclude:
+        essential_cte += """
+    x AS (SELECT string_agg(quote_literal(l), ' | ')::tsquery AS q FROM unnest(?::text[]) l),"""
+        match_from = "e, x"
+        where = f"NOT (m.{column} @@ x.q) AND {where}"
     return f"""
     WITH q AS (SELECT {tsq} AS q),
     {stats},

@@ -19,9 +19,8 @@ scores below theta too and cannot enter the top `limit`: the answer is the full 
 the same ids in the same order (ties at theta included: nothing skipped reaches theta).
 
 The threshold is not known before the essential matches are scored. The first split guesses
-it (`guess`); when the check fails, theta itself is a valid threshold (more essential lexemes
-only add matches, so the new theta is at least the old one) and one retry with that split is
-exact. Fewer than `limit` rows means there is no theta: the full statement runs.
+it (`guess`); when the check fails, a second statement scores the matches the first one left
+out that can still reach the top (`search`), and the two results merge into the same answer.
 
 The statistics (df, the memory count, the mean length) are the leg's own (schema.sql's kept
 ones); the idf of each lexeme is computed by the same SQL expression as in the leg.
@@ -97,70 +96,71 @@ def split(lexemes: list[Lexeme], threshold: float) -> Split:
 
 
 def guess(lexemes: list[Lexeme]) -> float:
-    """A first threshold: the idf of the rarest lexeme, what one occurrence of it scores in a
-    memory of mean length (tf 1: idf * (k1 + 1) / (1 + k1)). The `limit`-th best is usually
-    a memory holding a rare lexeme, or a few common ones."""
-    return max(x.idf for x in lexemes)
+    """A first threshold: the idf of the rarest lexeme that is in the corpus, what one
+    occurrence of it scores in a memory of mean length (tf 1: idf * (k1 + 1) / (1 + k1)).
+    The `limit`-th best is usually a memory holding a rare lexeme, or a few common ones."""
+    return max((x.idf for x in lexemes if x.df > 0), default=0.0)
 
 
 def search(db: Any, terms: list[str], filters: Filters, limit: int,
            context_weight: float = 0.5, trace: dict[str, Any] | None = None,
            first: float | None = None) -> list[tuple[int, float]]:
-    """legs.lexical's result (same ids, order and scores), scoring only the matches of the
-    essential lexemes when the check allows it. `trace` (if given) receives the plan taken
-    ("full", "pruned", "retry") and the splits tried. `first`: the first split's threshold
-    (default: `guess`); any value gives the same result, only the statements run differ."""
+    """legs.lexical's result (same ids, order and scores), scoring only the matches that can
+    reach the top `limit`. `trace` (if given) receives the plan taken ("full", "pruned",
+    "two") and the splits tried. `first`: the first split's threshold (default: `guess`);
+    any value gives the same result, only the statements run differ.
+
+    When the first split's check fails (theta1 below the common lexemes' summed bound, or
+    fewer than `limit` essential matches: no theta1, taken as 0), theta1 is still a lower
+    bound of the answer's theta (its matches are some of all the matches), so a shorter
+    common run, whose bounds sum below theta1, is a valid split. The matches it adds (holding
+    a lexeme of the first run's common ones but not of the second's, and none of the first
+    essential ones, scored already) are scored by a second statement, and the two results
+    merged: every match scored at most once, all of them at worst (no work lost)."""
     if not terms:
         return []
     where, params = filters.sql()
     lexemes = query_lexemes(db, terms)
-    plan = "full"
-    if lexemes and sum(x.df for x in lexemes) >= PRUNE_MIN_POSTINGS:
-        cut = split(lexemes, guess(lexemes) if first is None else first)
-        tried = [cut]
-        hits = pruned(db, terms, cut, where, params, limit, context_weight)
-        if hits is not None and len(hits) == limit and not cut.holds(hits[-1][1]):
-            second = split(lexemes, hits[-1][1])
-            tried.append(second)
-            hits = pruned(db, terms, second, where, params, limit, context_weight)
-            plan = "retry"
-        else:
-            plan = "pruned"
+    cut = split(lexemes, guess(lexemes) if first is None else first)
+    if sum(x.df for x in lexemes) < PRUNE_MIN_POSTINGS or not cut.common:
         if trace is not None:
-            trace["splits"] = tried
-        if hits is not None and len(hits) == limit and tried[-1].holds(hits[-1][1]):
-            if trace is not None:
-                trace["plan"] = plan
-            return hits
-        plan = "full"
+            trace.update(plan="full", splits=[])
+        return legs.lexical(db, terms, filters, limit, context_weight)
+    args = [*terms, " ".join(terms), context_weight]
+    hits = _rows(db.execute(legs.bm25_sql(len(terms), where, essential=True),
+                            [*args, list(cut.essential), *params, limit]))
+    theta = hits[-1][1] if len(hits) == limit else 0.0
+    if cut.holds(theta):
+        if trace is not None:
+            trace.update(plan="pruned", splits=[cut])
+        return hits
+    second = split(lexemes, theta / (1 + MARGIN) - MARGIN)
+    added = [x for x in cut.common if x not in second.common]
+    more = _rows(db.execute(legs.bm25_sql(len(terms), where, essential=True, exclude=True),
+                            [*args, added, list(cut.essential), *params, limit]))
     if trace is not None:
-        trace["plan"] = plan
-    return legs.lexical(db, terms, filters, limit, context_weight)
+        trace.update(plan="two", splits=[cut, second], added=added)
+    return sorted(hits + more, key=lambda h: (-h[1], h[0]))[:limit]
 
 
-def pruned(db: Any, terms: list[str], cut: Split, where: str, params: list, limit: int,
-           context_weight: float) -> list[tuple[int, float]] | None:
-    """The best `limit` matches holding an essential lexeme; None when nothing is common
-    (the full statement is the same statement)."""
-    if not cut.common or not cut.essential:
-        return None
-    rows = db.execute(legs.bm25_sql(len(terms), where, essential=True),
-                      [*terms, " ".join(terms), context_weight, list(cut.essential), *params,
-                       limit])
+def _rows(rows: Any) -> list[tuple[int, float]]:
     return [(int(i), float(s)) for i, s in rows]
 
 
-def match_counts(db: Any, terms: list[str], filters: Filters, cut: Split) -> tuple[int, int]:
-    """The matches the full statement scores and those the pruned one scores (in the
-    filters' scope): how much a split saves (bench/pg_tenant_profile.py, the tests)."""
+def match_counts(db: Any, terms: list[str], filters: Filters,
+                 essential: list[str] | None = None, exclude: list[str] | None = None) -> int:
+    """The matches a statement scores in the filters' scope: every match of the OR of the
+    terms (`essential` None: the full statement), or those holding an `essential` lexeme
+    and no `exclude` one (bench/pg_lexical_maxscore.py, the tests)."""
     where, params = filters.sql()
-    any_term = legs.tsquery_sql(len(terms))
-    full = int(db.scalar(f"SELECT count(*) FROM memories m WHERE m.fts @@ {any_term}"
-                         f" AND {where}", [*terms, *params]))
-    if not cut.common or not cut.essential:
-        return full, full
-    essential = int(db.scalar(
-        "SELECT count(*) FROM memories m WHERE m.fts @@ (SELECT string_agg(quote_literal(l),"
-        f" ' | ')::tsquery FROM unnest(?::text[]) l) AND m.fts @@ {any_term}"
-        f" AND {where}", [list(cut.essential), *terms, *params]))
-    return full, essential
+    sql_text = f"SELECT count(*) FROM memories m WHERE m.fts @@ {legs.tsquery_sql(len(terms))}"
+    lexemes_q = ("(SELECT string_agg(quote_literal(l), ' | ')::tsquery"
+                 " FROM unnest(?::text[]) l)")
+    args: list = [*terms]
+    if essential is not None:
+        sql_text += f" AND m.fts @@ {lexemes_q}"
+        args.append(essential)
+    if exclude:
+        sql_text += f" AND NOT (m.fts @@ {lexemes_q})"
+        args.append(exclude)
+    return int(db.scalar(f"{sql_text} AND {where}", [*args, *params]))
