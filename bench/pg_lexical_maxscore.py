@@ -44,16 +44,19 @@ def same(a: list[tuple[int, float]], b: list[tuple[int, float]]) -> bool:
                     for (_, x), (_, y) in zip(a, b, strict=True)))
 
 
-def measure(db: Any, terms: list[str], filters: Any, runs: int) -> dict[str, Any]:
+def measure(db: Any, terms: list[str], filters: Any, runs: int,
+            factor: float | None = None) -> dict[str, Any]:
     from memcli.store.postgres import legs, lexical
 
     full_ms, pruned_ms = [], []
+    first = (None if factor is None
+             else factor * lexical.guess(lexical.query_lexemes(db, terms)))
     trace: dict[str, Any] = {}
     for _ in range(runs):
         ms, full = timed(legs.lexical, db, terms, filters, LIMIT)
         full_ms.append(ms)
         trace = {}
-        ms, got = timed(lexical.search, db, terms, filters, LIMIT, trace=trace)
+        ms, got = timed(lexical.search, db, terms, filters, LIMIT, trace=trace, first=first)
         pruned_ms.append(ms)
     splits = trace["splits"]
     everything = lexical.match_counts(db, terms, filters)
@@ -99,7 +102,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         terms = list(lexical_query(q["text"]).terms)
         if not terms:
             continue
-        row = measure(memory.db, terms, memory.filters(tenant_id=q["tenant_id"]), args.runs)
+        row = measure(memory.db, terms, memory.filters(tenant_id=q["tenant_id"]), args.runs,
+                      args.guess_factor)
         user = memory.filters(tenant_id=q["tenant_id"], user_id=q["user_id"])
         row["user_full_ms"], _ = timed(memory.db.backend.lexical, memory.db,
                                        lexical_query(q["text"]), user, LIMIT, 0.5)
@@ -149,6 +153,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--state", type=Path, required=True, help="pg_tenant_profile's build")
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--name", default="pg-lexical-maxscore")
+    parser.add_argument("--guess-factor", type=float, default=None,
+                        help="the first split's threshold: this times the store's guess")
     args = parser.parse_args(argv)
     out = run(args)
     RESULTS.mkdir(exist_ok=True)

@@ -173,3 +173,11 @@ def test_the_pruned_statement_scores_fewer_matches(db):
     assert full_scored == lexical.match_counts(db, terms, tenant)
     assert pruned_scored == lexical.match_counts(db, terms, tenant, list(cut.essential))
     assert pruned_scored * 4 < full_scored, (pruned_scored, full_scored)
+
+
+def test_lexemes_are_read_verbatim(db):
+    """The essential lexemes reach the index as they are (tsquery input syntax escaped)."""
+    for lexeme in ["it's", "a\\b", "x''y", "?", "a|b", "plain"]:
+        holds = f"SELECT array_to_tsvector(ARRAY[?]::text[]) @@ {legs.LEXEMES_OR}"
+        assert db.scalar(holds, [lexeme, [lexeme, "other"]]) is True, lexeme
+        assert db.scalar(holds, [lexeme + "x", [lexeme]]) is False, lexeme

@@ -28,7 +28,10 @@ R@1/5/10/25 within 0.1 point of SQLite's (the issue's bound is 1 point).
   (+0.2 end to end), overlap 91 %; `memcli` (unaccent + snowball english, no stopwords, as
   FTS5's porter tokenizer keeps every word) is kept for parity. Length in distinct lexemes
   (`length(fts)`, no unnest) is as good end to end, overlap 92 %. BM25 in Python over every
-  GIN match: same ranking, slower.
+  GIN match: same ranking, slower. Over a tenant (no user in the filters) the store runs
+  lexical.py's MaxScore instead: the same answer, scoring only the matches that can reach
+  the top `limit` (bench/results/pg-lexical-maxscore-250k.md); one user's scope runs this
+  statement as it is.
 - trigram: the CJK grams as ILIKE substrings (the partial `memories_trgm` GIN answers grams of
   3+ characters; a 1-2 character query still finds its rows by scanning the filtered ones,
   where FTS5's trigram MATCH finds nothing), scored by the distinct grams found plus how much of
@@ -129,6 +132,13 @@ _COUNTED = """lex AS (SELECT l AS lexeme,
 _QUERY_LEXEMES = "ts_delete({fts}, tsvector_to_array(ts_delete({fts}, ql.a)))"
 
 
+# The OR of the lexemes of a text array parameter as a tsquery, each lexeme quoted so that
+# tsquery input reads it verbatim (a quote doubled, a backslash escaped; quote_literal would
+# write E'...' around a backslash, which tsquery input does not read).
+LEXEMES_OR = ("(SELECT string_agg('''' || replace(replace(l, '\\', '\\\\'), '''', '''''')"
+              " || '''', ' | ')::tsquery FROM unnest(?::text[]) l)")
+
+
 def bm25_sql(count: int, where: str, config: str = TEXT_CONFIG, column: str = "fts",
              doc_length: str = "tokens", essential: bool = False,
              exclude: bool = False) -> str:
@@ -164,12 +174,11 @@ def bm25_sql(count: int, where: str, config: str = TEXT_CONFIG, column: str = "f
     # common lexemes' postings are never read.
     essential_cte, match_from, match, tf_from, tf_where = "", "q", "q", "", ""
     if essential:
-        essential_cte = """e AS (SELECT string_agg(quote_literal(l), ' | ')::tsquery AS q
-                              FROM unnest(?::text[]) l),"""
+        essential_cte = f"e AS (SELECT {LEXEMES_OR} AS q),"
         match_from, match, tf_from, tf_where = "e", "e", "q, ", " WHERE c.fts @@ q.q"
     if essential and exclude:
-        essential_cte += """
-    x AS (SELECT string_agg(quote_literal(l), ' | ')::tsquery AS q FROM unnest(?::text[]) l),"""
+        essential_cte += f"""
+    x AS (SELECT {LEXEMES_OR} AS q),"""
         match_from = "e, x"
         where = f"NOT (m.{column} @@ x.q) AND {where}"
     return f"""

@@ -154,8 +154,7 @@ def match_counts(db: Any, terms: list[str], filters: Filters,
     and no `exclude` one (bench/pg_lexical_maxscore.py, the tests)."""
     where, params = filters.sql()
     sql_text = f"SELECT count(*) FROM memories m WHERE m.fts @@ {legs.tsquery_sql(len(terms))}"
-    lexemes_q = ("(SELECT string_agg(quote_literal(l), ' | ')::tsquery"
-                 " FROM unnest(?::text[]) l)")
+    lexemes_q = legs.LEXEMES_OR
     args: list = [*terms]
     if essential is not None:
         sql_text += f" AND m.fts @@ {lexemes_q}"
