@@ -232,7 +232,22 @@ class ModelCommand:
                           and not (field in switches and v is False)), None)
             if value is not None:
                 given[field] = _plain(value)
-        return self.func(given=given, **kwargs)
+        return self.func(given=Given(given, self.model), **kwargs)
+
+
+class Given(dict[str, Any]):
+    """The values a command was given on its command line (field name -> value), and the
+    request model (`"module:Name"`) whose fields its options are: `request` validates them as
+    that model, so a command names its model once, in `request_options`."""
+
+    def __init__(self, values: dict[str, Any], model: str) -> None:
+        super().__init__(values)
+        self.model = model
+
+    def request(self, what: str, **arguments: Any) -> Any:
+        """The command's request: its flags and `arguments` (its positional arguments, read
+        from stdin or a file) checked and validated as the model (`parse_given`)."""
+        return parse_given(self.model, {**self, **arguments}, what)
 
 
 def _plain(value: Any) -> Any:
