@@ -245,9 +245,14 @@ class Given(dict[str, Any]):
         self.model = model
 
     def request(self, what: str, **arguments: Any) -> Any:
-        """The command's request: its flags and `arguments` (its positional arguments, read
-        from stdin or a file) checked and validated as the model (`parse_given`)."""
-        return parse_given(self.model, {**self, **arguments}, what)
+        """The command's request: its flags and `arguments` (its positional arguments, or
+        what it read from stdin) checked and validated as the model; a problem is one usage
+        error line naming `what`."""
+        from memcli.operations.requests import model_named, validated
+
+        values = {**self, **arguments}
+        check_flags(values)
+        return validated(model_named(self.model), values, what)
 
 
 def _plain(value: Any) -> Any:
@@ -259,15 +264,6 @@ def _plain(value: Any) -> Any:
     if isinstance(value, list):
         return [_plain(v) for v in value]
     return value
-
-
-def parse_given(model: str, given: dict[str, Any], what: str) -> Any:
-    """A command's request: its flags (and arguments) checked and validated as the model
-    ("module:Name", as `request_options` names it); a problem is one usage error line."""
-    from memcli.operations.requests import model_named, validated
-
-    check_flags(given)
-    return validated(model_named(model), given, what)
 
 
 def check_flags(values: dict[str, Any]) -> None:
