@@ -30,25 +30,19 @@ from tests.support.daemon import (
     run_client,
     wait_until,
 )
+from tests.support.procs import processes
 
 pytestmark = pytest.mark.daemon  # real `memcli serve` processes, started by the CLI
 
 
 def processes_naming(text: str) -> list[int]:
-    """Pids of the running processes whose command line contains `text`."""
+    """Pids of the running `serve` processes whose command line contains `text`."""
+    me = os.getpid()
     found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit() or int(entry) == os.getpid():
-            continue
-        try:
-            with open(f"/proc/{entry}/cmdline", "rb") as f:
-                argv = f.read().decode(errors="replace")
-            with open(f"/proc/{entry}/stat", "rb") as f:
-                zombie = f.read().rsplit(b")", 1)[1].split()[0] == b"Z"
-        except (OSError, IndexError):
-            continue
-        if text in argv and "serve" in argv and not zombie:
-            found.append(int(entry))
+    for p in processes():
+        argv = b" ".join(p.argv).decode(errors="replace")
+        if p.pid != me and not p.zombie and text in argv and "serve" in argv:
+            found.append(p.pid)
     return found
 
 
