@@ -11,10 +11,13 @@ from tests.support.procs import processes
 
 
 def test_a_child_is_found_by_parent_session_argv_and_environment() -> None:
-    child = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()", "marker-x"],
-                             stdin=subprocess.PIPE, start_new_session=True,
+    child = subprocess.Popen([sys.executable, "-c",
+                              "import sys; print('up', flush=True); sys.stdin.read()", "marker-x"],
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                             start_new_session=True,
                              env={**os.environ, "MEMCLI_PROCS_PROBE": "yes"})
     try:
+        assert child.stdout.readline() == b"up\n"  # past its exec: its own argv and environment
         (found,) = [p for p in processes() if p.pid == child.pid]
         assert found.ppid == os.getpid() and found.session == child.pid
         assert not found.zombie and found.argv[-1] == b"marker-x"
