@@ -181,6 +181,14 @@ class E5SmallEmbedder:
     def embed_query(self, text: str) -> Vector:
         return _first_row(self._encode([text], is_query=True))
 
+    def embed_queries(self, texts: Sequence[str]) -> Vector:
+        """`embed_query` of several texts in one pass (the engine streams each weight once for
+        the batch): the daemon's concurrent queries (memcli/providers/batching.py)."""
+        items = _as_text_list(texts)
+        if not items:
+            return _empty(self.dimension)
+        return self._encode(items, is_query=True)
+
 
 _omp_default_threads: int | None = None
 
