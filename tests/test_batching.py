@@ -195,3 +195,28 @@ def test_splade_query_batch_equals_single_queries() -> None:
         assert got.keys() == alone.keys(), text
         np.testing.assert_allclose([got[t] for t in alone], list(alone.values()), atol=1e-4)
     assert encoder.encode_queries([]) == []
+
+
+@pytest.mark.slow
+def test_concurrent_queries_through_the_query_path_get_their_own_vectors() -> None:
+    """Threads sending the query legs' encodes at once each get their own text's vectors."""
+    from memcli.providers.embedders import get_embedder
+    from memcli.providers.splade import default_encoder
+    from memcli.retrieval import search
+
+    e5, splade = get_embedder("e5-small"), default_encoder()
+    texts = [q for q in QUERIES if q] * 3
+    alone = [(e5.embed_query(t), splade.encode_query(t)) for t in texts]
+
+    def ask(text: str) -> tuple[np.ndarray, dict[int, float]]:
+        dense = search._query_model_call(e5, "embed_query", text)
+        sparse = search._query_model_call(splade, "encode_query", text)
+        return dense.result(timeout=60), sparse.result(timeout=60)
+
+    with ThreadPoolExecutor(max_workers=6) as pool:
+        together = list(pool.map(ask, texts))
+    for (dense, sparse), (dense1, sparse1) in zip(together, alone, strict=True):
+        np.testing.assert_allclose(dense, dense1, atol=2e-5)
+        assert sparse.keys() == sparse1.keys()
+        np.testing.assert_allclose([sparse[t] for t in sparse1], list(sparse1.values()),
+                                   atol=1e-4)
