@@ -69,3 +69,8 @@ class StorageError(MemcliError):
     Exit 1 (a runtime failure, not bad input: the same command works once that is fixed)."""
 
     exit_code = 1
+
+
+class DiskFullError(StorageError):
+    """The disk (or the database's size limit) is full: exit 1, HTTP 507 Insufficient Storage.
+    Nothing of the failed write stays; the same request works once space is freed."""

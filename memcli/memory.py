@@ -360,6 +360,10 @@ class Memory:
                 record_request(self.db, metrics)
         except DatabaseBusyError:
             pass  # both are hints; a busy writer must not fail a read
+        except Exception as exc:
+            if self.db.backend.environment_error(self.db, exc) is None:
+                raise
+            # A full disk (or a file made read-only since it was opened): nor must that.
 
     @staticmethod
     def _hit(cand: Candidate, return_format: str, scope: str) -> Hit:

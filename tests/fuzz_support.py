@@ -72,13 +72,11 @@ def run_process(args: list[str], stdin: bytes | None, env: dict[str, str],
 
 
 def check_output(code: int, stderr: str, *, what: str) -> None:
-    """Exit code known; stderr made of `memcli: error:` / `memcli: warning:` lines, or Typer's
-    own usage message (exit 2); never a traceback, never an internal error."""
+    """Exit code known; stderr made of `memcli: error:` / `memcli: warning:` lines (usage
+    errors too); never a traceback, never an internal error."""
     assert code in EXIT_CODES, f"{what}: exit {code}\n{stderr}"
     assert "Traceback" not in stderr, f"{what}: traceback\n{stderr}"
     assert "unexpected error" not in stderr, f"{what}: internal error\n{stderr}"
-    if code == 2 and "Usage:" in stderr and "Error" in stderr:
-        return  # Typer's usage message for a malformed command line
     for line in stderr.splitlines():
         assert line.startswith(("memcli: error: ", "memcli: warning: ")), (
             f"{what}: stderr line not in the memcli format: {line!r}\n{stderr}")

@@ -196,6 +196,19 @@ def test_errors_and_outputs_are_the_same(served, tmp_path, args, stdin, code):
     assert via.stderr == local.stderr
 
 
+@pytest.mark.parametrize("args", [
+    ["query"], ["query", "tea", "--no-such-flag"], ["query", "tea", "--format", "xml"],
+    ["query", "tea", "--top-k", "many"], ["history", "99999999999999999999999"],
+])
+def test_usage_errors_are_one_line_through_the_daemon(served, tmp_path, args):
+    _db, env, _daemon = served
+    via, local = _both(args, env, tmp_path / "routes.log")
+    assert via.returncode == local.returncode == 2
+    assert via.stderr == local.stderr
+    line, = via.stderr.decode().splitlines()
+    assert line.startswith("memcli: error: ") and line.endswith("--help')"), line
+
+
 def test_busy_database_exits_75_through_the_daemon(served, tmp_path):
     db, env, _daemon = served
     from conftest import write_lock_held

@@ -1,6 +1,6 @@
 """Fuzz suite (issue #12): generated ingest records, queries and flags, acb requests, config
 and categories files through the real CLI. Every run: no traceback, exit code in
-{0, 1, 2, 75}, errors as `memcli: error: ...` lines (or Typer's usage message), and no
+{0, 1, 2, 75}, errors as `memcli: error: ...` lines (usage errors too), and no
 partial write (rejected records leave nothing; the good records of a batch are all stored).
 
 Short by default (a few hundred cases, for CI); `MEMCLI_TRUST_FULL=1` runs >= 10,000 cases.

@@ -9,7 +9,7 @@ from typing import Annotated, Any
 import typer
 
 from memcli.cli.common import open_memory
-from memcli.cli.options import AsOfOpt, DbOpt, JsonOpt
+from memcli.cli.options import AsOfOpt, DbOpt, JsonOpt, MemoryIdArg
 from memcli.cli.output import Format, emit, errors, resolve_format
 
 
@@ -186,7 +186,7 @@ def register(app: typer.Typer) -> None:
 
     @app.command("related")
     def related_cmd(
-        memory_id: Annotated[int, typer.Argument(help="A memory id.")],
+        memory_id: MemoryIdArg,
         kind: Annotated[
             str | None,
             typer.Option("--kind", help="Only edges of this kind (related, supersedes ...)."),

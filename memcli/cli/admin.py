@@ -9,7 +9,15 @@ from typing import Annotated
 import typer
 
 from memcli.cli.common import open_memory
-from memcli.cli.options import DbOpt, FormatOpt, JsonOpt
+from memcli.cli.options import (
+    DbOpt,
+    FormatOpt,
+    JsonOpt,
+    MemoryIdArg,
+    id_argument,
+    id_option,
+    limit_option,
+)
 from memcli.cli.output import Format, emit, errors, resolve_format, warn
 
 
@@ -22,14 +30,14 @@ def _history_text(rows: list[dict]) -> None:
 def register(app: typer.Typer) -> None:
     @app.command("history")
     def history_cmd(
-        memory_id: Annotated[int | None, typer.Argument(help="A memory id.")] = None,
+        memory_id: Annotated[int | None, id_argument("A memory id.")] = None,
         user: Annotated[str | None, typer.Option("--user")] = None,
         tenant: Annotated[str | None, typer.Option(
             "--tenant", help="Tenant to read (default: the configured one).")] = None,
         all_tenants: Annotated[bool, typer.Option(
             "--all-tenants", help="Every tenant's trail (an operator's audit).")] = False,
         session: Annotated[str | None, typer.Option("--session")] = None,
-        limit: Annotated[int, typer.Option("--limit", min=1)] = 100,
+        limit: Annotated[int, limit_option()] = 100,
         db: DbOpt = None, fmt: FormatOpt = None, as_json: JsonOpt = False,
     ) -> None:
         """Show what happened to a memory, or in a scope, newest first (--format jsonl exports)."""
@@ -40,7 +48,7 @@ def register(app: typer.Typer) -> None:
 
     @app.command("purge")
     def purge_cmd(
-        memory_id: Annotated[int | None, typer.Option("--memory", help="One memory id.")] = None,
+        memory_id: Annotated[int | None, id_option("--memory", help="One memory id.")] = None,
         session: Annotated[str | None, typer.Option("--session")] = None,
         user: Annotated[str | None, typer.Option("--user")] = None,
         tenant: Annotated[str | None, typer.Option("--tenant")] = None,
@@ -70,7 +78,7 @@ def register(app: typer.Typer) -> None:
 
     @app.command("forget")
     def forget_cmd(
-        memory_id: Annotated[int, typer.Argument(help="A memory id.")],
+        memory_id: MemoryIdArg,
         db: DbOpt = None, fmt: FormatOpt = None, as_json: JsonOpt = False,
     ) -> None:
         """Soft-delete a memory (hidden from queries; `restore` brings it back for 30 days)."""
@@ -80,7 +88,7 @@ def register(app: typer.Typer) -> None:
 
     @app.command("restore")
     def restore_cmd(
-        memory_id: Annotated[int, typer.Argument(help="A memory id.")],
+        memory_id: MemoryIdArg,
         db: DbOpt = None, fmt: FormatOpt = None, as_json: JsonOpt = False,
     ) -> None:
         """Bring back a soft-deleted memory."""

@@ -8,6 +8,7 @@ from types import ModuleType
 from typing import Annotated, Any
 
 import typer
+import typer.core
 import typer.main
 
 from memcli import __version__
@@ -29,6 +30,7 @@ from memcli.cli import (
     serve,
     views,
 )
+from memcli.cli.output import fail
 
 
 def _version(value: bool) -> None:
@@ -70,10 +72,47 @@ COMMAND_MODULES: dict[str, ModuleType] = {
 }
 
 
+class _OneLineErrors(typer.core.TyperGroup):
+    """The root command: a usage error (missing argument, unknown option, bad value) is one
+    line, `memcli: error: <what> (try 'memcli CMD --help')`, exit 2, like every other error;
+    Typer would print its usage box (3-4 lines). Runs the command in Typer's non-standalone
+    mode, which raises those errors instead of printing them."""
+
+    def main(self, args: Any = None, prog_name: str | None = None,
+             complete_var: str | None = None, standalone_mode: bool = True,
+             **extra: Any) -> Any:
+        if not standalone_mode:
+            return super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        try:
+            code = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        except typer.TyperException as exc:
+            raise _usage_exit(exc) from None
+        except typer.Abort:
+            raise fail("aborted", 1) from None
+        # Non-standalone mode returns what the command returned (None), or an Exit's code.
+        raise SystemExit(code if isinstance(code, int) else 0)
+
+
+def _usage_exit(exc: typer.TyperException) -> SystemExit:
+    """The one line (and exit code) of a usage error Typer raised."""
+    code = getattr(exc, "exit_code", 2)
+    ctx = getattr(exc, "ctx", None)
+    if type(exc).__name__ == "NoArgsIsHelpError":  # `memcli` or `memcli task` alone: the help
+        print(exc.format_message(), file=sys.stderr)
+        return SystemExit(code)
+    what = exc.format_message().replace("Value error, ", "").strip().rstrip(".") or "bad usage"
+    what = what[:1].lower() + what[1:]
+    hint = f"try '{ctx.command_path if ctx is not None else 'memcli'} --help'"
+    if what.endswith(")") and "(" in what:  # "... (Possible options: --legs)": one hint
+        return fail(f"{what[:-1]}; {hint})", code)
+    return fail(f"{what} ({hint})", code)
+
+
 def build_app(modules: tuple[ModuleType, ...] = MODULES) -> typer.Typer:
     """The Typer app with the given command groups (all of them by default)."""
     built = typer.Typer(
         name="memcli",
+        cls=_OneLineErrors,
         help="Long-term memory for AI agents in one local SQLite file.",
         no_args_is_help=True,
         add_completion=True,

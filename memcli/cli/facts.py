@@ -9,7 +9,7 @@ from typing import Annotated, Any
 import typer
 
 from memcli.cli.common import open_memory
-from memcli.cli.options import DbOpt, FormatOpt, JsonOpt
+from memcli.cli.options import DbOpt, FormatOpt, JsonOpt, id_argument, limit_option
 from memcli.cli.output import emit, errors, read_stdin, resolve_format, warn_redacted
 from memcli.inputs import check_text
 
@@ -29,7 +29,7 @@ def _entity_text(p: dict[str, Any]) -> None:
 def register(app: typer.Typer) -> None:
     @app.command("correct")
     def correct_cmd(
-        memory_id: Annotated[int, typer.Argument(help="The memory to correct.")],
+        memory_id: Annotated[int, id_argument("The memory to correct.")],
         text: Annotated[str, typer.Argument(help="The corrected text; `-` reads stdin.")],
         reason: Annotated[str, typer.Option("--reason", help="Why it was wrong.")] = "",
         tenant: Tenant = None,
@@ -55,7 +55,7 @@ def register(app: typer.Typer) -> None:
         name: Annotated[str, typer.Argument(help="A name, @handle, #tag, email or URL.")],
         user: Annotated[str | None, typer.Option("--user", help="Only this user's.")] = None,
         tenant: Tenant = None,
-        limit: Annotated[int, typer.Option("--limit", min=1, help="Memories shown.")] = 20,
+        limit: Annotated[int, limit_option("Memories shown.")] = 20,
         db: DbOpt = None,
         fmt: FormatOpt = None,
         as_json: JsonOpt = False,

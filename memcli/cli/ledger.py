@@ -10,7 +10,7 @@ from typing import Annotated, Any
 import typer
 
 from memcli.cli.common import open_memory
-from memcli.cli.options import DbOpt, FormatOpt, JsonOpt
+from memcli.cli.options import DbOpt, FormatOpt, JsonOpt, id_argument, limit_option
 from memcli.cli.output import emit, errors, read_stdin, resolve_format, warn_redacted
 from memcli.inputs import check_text
 
@@ -120,7 +120,7 @@ def register(app: typer.Typer) -> None:
 
     @decision.command("supersede")
     def decision_supersede(
-        decision_id: Annotated[int, typer.Argument(help="The decision it replaces.")],
+        decision_id: Annotated[int, id_argument("The decision it replaces.")],
         text: Annotated[str, typer.Argument(help="The new decision.")],
         rationale: Annotated[list[str] | None, typer.Option("--rationale", "-r")] = None,
         constraint: Annotated[list[str] | None, typer.Option("--constraint")] = None,
@@ -158,7 +158,7 @@ def register(app: typer.Typer) -> None:
         all_tenants: AllTenants = False,
         user: Annotated[str | None, typer.Option("--user")] = None,
         app_id: AppId = None,
-        limit: Annotated[int, typer.Option("--limit", min=1)] = 100,
+        limit: Annotated[int, limit_option()] = 100,
         db: DbOpt = None,
         fmt: FormatOpt = None,
         as_json: JsonOpt = False,
@@ -217,7 +217,7 @@ def register(app: typer.Typer) -> None:
 
     @task.command("update")
     def task_update(
-        task_id: Annotated[int, typer.Argument(help="A task id.")],
+        task_id: Annotated[int, id_argument("A task id.")],
         status: Annotated[str | None, typer.Option("--status", help="open, doing or done.")] = None,
         title: Annotated[str | None, typer.Option("--title")] = None,
         details: Annotated[str | None, typer.Option("--details")] = None,
@@ -247,7 +247,7 @@ def register(app: typer.Typer) -> None:
         all_tenants: AllTenants = False,
         user: Annotated[str | None, typer.Option("--user")] = None,
         app_id: AppId = None,
-        limit: Annotated[int, typer.Option("--limit", min=1)] = 100,
+        limit: Annotated[int, limit_option()] = 100,
         db: DbOpt = None,
         fmt: FormatOpt = None,
         as_json: JsonOpt = False,

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from memcli.cli.common import open_memory
-from memcli.cli.options import DbOpt, FormatOpt, JsonOpt
+from memcli.cli.options import DbOpt, FormatOpt, JsonOpt, MemoryIdArg, id_argument, limit_option
 from memcli.cli.output import emit, errors, read_stdin, resolve_format, warn, warn_redacted
 from memcli.errors import MemcliError
 from memcli.inputs import check_text
@@ -328,7 +328,7 @@ def register(app: typer.Typer) -> None:
 
     @app.command("confirm")
     def confirm_cmd(
-        memory_id: Annotated[int, typer.Argument(help="A memory id.")],
+        memory_id: MemoryIdArg,
         db: DbOpt = None,
         fmt: FormatOpt = None,
         as_json: JsonOpt = False,
@@ -388,7 +388,7 @@ def _reflection_command(name: str, doc: str) -> Callable[..., None]:
 
 def _pin_command(flag: bool) -> Callable[..., None]:
     def pin_cmd(
-        memory_id: Annotated[int, typer.Argument(help="A memory id.")],
+        memory_id: MemoryIdArg,
         db: DbOpt = None,
         fmt: FormatOpt = None,
         as_json: JsonOpt = False,
@@ -422,7 +422,7 @@ def _proposals_app() -> typer.Typer:
         ] = "pending",
         tenant: TenantOpt = None,
         user: UserOpt = None,
-        limit: Annotated[int, typer.Option("--limit", min=1)] = 100,
+        limit: Annotated[int, limit_option()] = 100,
         db: DbOpt = None,
         fmt: FormatOpt = None,
         as_json: JsonOpt = False,
@@ -452,7 +452,7 @@ def _proposals_app() -> typer.Typer:
 
     @sub.command("accept")
     def accept_cmd(
-        proposal_id: Annotated[int, typer.Argument(help="A proposal id.")],
+        proposal_id: Annotated[int, id_argument("A proposal id.")],
         db: DbOpt = None,
         fmt: FormatOpt = None,
         as_json: JsonOpt = False,
@@ -469,7 +469,7 @@ def _proposals_app() -> typer.Typer:
 
     @sub.command("reject")
     def reject_cmd(
-        proposal_id: Annotated[int, typer.Argument(help="A proposal id.")],
+        proposal_id: Annotated[int, id_argument("A proposal id.")],
         reason: Annotated[str | None, typer.Option("--reason")] = None,
         db: DbOpt = None,
         fmt: FormatOpt = None,

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from memcli.errors import (
     DatabaseBusyError,
+    DiskFullError,
     MemcliError,
     NotAllowedError,
     NotFoundError,
@@ -393,19 +394,33 @@ class Service:
         """This thread's Memory, kept open (a SQLite file)."""
         memory = getattr(self._local, "memory", None)
         if memory is None:
-            from memcli.memory import Memory
-
             embedder, sparse = self.models()
             # One thread opens at a time: the first open creates the schema and switches the
             # file to WAL, which two connections opening side by side could stall on for the
             # whole busy timeout (two agents' first writes through a fresh daemon).
             with self._guard:
-                memory = Memory.open(self.settings.db, embedder=embedder, sparse=sparse,
-                                     settings=self.settings)
+                memory = self._open(embedder, sparse)
                 self._opened.append(memory)
             self._local.memory = memory
         memory.db.crypto.refresh()  # kept open: see `high` rows another connection sealed since
         return memory
+
+    def _open(self, embedder: Any, sparse: Any) -> Memory:
+        """The database for reading and writing; a write-protected one (the file, or its
+        folder, which must hold the -wal and -shm files) for reading only, as a CLI read
+        command opens it: reads answer, and a write says the file is read-only."""
+        from memcli.errors import StorageError
+        from memcli.memory import Memory
+
+        try:
+            return Memory.open(self.settings.db, embedder=embedder, sparse=sparse,
+                               settings=self.settings)
+        except StorageError as exc:
+            try:
+                return Memory.open(self.settings.db, embedder=embedder, sparse=sparse,
+                                   settings=self.settings, must_exist=True)
+            except MemcliError:
+                raise exc from None
 
     def run(self, operation: Callable[[Context, Scope, Any], Any], scope: Scope,
             request: Any) -> Any:
@@ -413,7 +428,16 @@ class Service:
         the request borrows a connection from the daemon's pool for its own length (a
         thread's idle connection would hold a server slot for nothing)."""
         if not self._server():
-            return operation(Context(self.memory(), self.settings), scope, request)
+            memory = self.memory()
+            try:
+                return operation(Context(memory, self.settings), scope, request)
+            except Exception as exc:
+                # A full disk, a read-only file, an I/O error: named as the CLI names them
+                # (its Memory does this on leaving its `with`; this one stays open).
+                failure = memory.db.backend.environment_error(memory.db, exc)
+                if failure is not None:
+                    raise failure from exc
+                raise
         from memcli.memory import Memory
 
         embedder, sparse = self.models()
@@ -437,7 +461,7 @@ class Service:
 def status_for(exc: BaseException) -> tuple[int, dict[str, str]]:
     """The HTTP status (and headers) of an error, from its kind and CLI exit code:
     not found 404, outside the caller's scope 403, bad input (exit 2) 422, busy (exit 75) 503
-    with Retry-After, anything else 500."""
+    with Retry-After, a full disk 507 (Insufficient Storage), anything else 500."""
     if isinstance(exc, NotFoundError):
         return 404, {}
     if isinstance(exc, NotAllowedError):
@@ -446,6 +470,8 @@ def status_for(exc: BaseException) -> tuple[int, dict[str, str]]:
         return 400, {}
     if isinstance(exc, DatabaseBusyError):
         return 503, {"Retry-After": "1"}
+    if isinstance(exc, DiskFullError):
+        return 507, {}
     if isinstance(exc, UsageError | ValidationError):
         return 422, {}
     return 500, {}

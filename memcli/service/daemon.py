@@ -173,8 +173,10 @@ def _tcp_socket(host: str, port: int) -> socket.socket:
         sock.bind((host, port))
     except OSError as exc:
         sock.close()
-        raise UsageError(f"cannot listen on {host}:{port}: {exc.strerror}",
-                         "choose another --port or --host") from exc
+        # The environment refuses it (the port is taken, the address is not this host's):
+        # a runtime failure, exit 1, like a database the environment refuses.
+        raise MemcliError(f"cannot listen on {host}:{port}: {exc.strerror}",
+                          "choose another --port or --host") from exc
     sock.listen(128)
     return sock
 
@@ -212,7 +214,11 @@ class HttpServer:
         app = _tracked(build_app(settings, auth), activity)
         sockets = [bind_unix(Path(ep.http_socket))]
         if opts.port is not None:
-            sockets.append(_tcp_socket(opts.host, opts.port))
+            try:
+                sockets.append(_tcp_socket(opts.host, opts.port))
+            except MemcliError:
+                sockets[0].close()  # serve() removes its file
+                raise
         config = uvicorn.Config(app, log_level="warning", lifespan="auto",
                                 timeout_graceful_shutdown=int(grace) or 1)
         return cls(uvicorn.Server(config), sockets)

@@ -34,13 +34,13 @@ from memcli import __version__
 from memcli.errors import MemcliError, NotAllowedError
 from memcli.service import api, models
 from memcli.service.auth import Auth
+from memcli.service.limits import MAX_BODY_BYTES, BodyLimit
 
 if TYPE_CHECKING:
     from pydantic import BaseModel
 
     from memcli.config import Settings
 
-MAX_BODY_BYTES = 32 * 1024 * 1024  # a batch of events; anything bigger is refused (413)
 SCOPE_HEADERS = {"x-memcli-tenant": "tenant", "x-memcli-agent": "agent",
                  "x-memcli-user": "user_id", "x-memcli-app": "app_id"}
 
@@ -147,7 +147,8 @@ def build_app(settings: Settings, auth: Auth, *, service: api.Service | None = N
 
     app = Starlette(
         routes=[*table, *routes],
-        middleware=[Middleware(TrustedHostMiddleware, allowed_hosts=list(auth.allowed_hosts),
+        middleware=[Middleware(BodyLimit, limit=MAX_BODY_BYTES),
+                    Middleware(TrustedHostMiddleware, allowed_hosts=list(auth.allowed_hosts),
                                www_redirect=False)],
         exception_handlers={HTTPException: _http_error},
         lifespan=lifespan,
@@ -240,9 +241,7 @@ async def _input(request: Request, route: Route) -> Any:
     if content_type != "application/json":
         # Also what keeps a browser's cross-site form post out (it needs a preflight then).
         raise api.BadRequest("the request body must be JSON (Content-Type: application/json)")
-    body = await request.body()
-    if len(body) > MAX_BODY_BYTES:
-        raise api.BadRequest(f"the request body is over {MAX_BODY_BYTES} bytes")
+    body = await request.body()  # at most MAX_BODY_BYTES: BodyLimit refuses more unread
     data = _json(body)
     if route.many and isinstance(data, list):
         return data
@@ -288,7 +287,9 @@ def openapi(routes: tuple[Route, ...]) -> dict[str, Any]:
                 "403": {"description": "outside the caller's bound scope"},
                 "404": {"description": "not found (or another tenant's)"},
                 "422": {"description": "invalid request: {error, exit_code}"},
+                "413": {"description": "the request body is over the size limit"},
                 "503": {"description": "database busy: retry after Retry-After seconds"},
+                "507": {"description": "disk full: nothing of the request was written"},
             },
             "security": [{"bearer": []}],
         }

@@ -10,6 +10,8 @@ import inspect
 from collections.abc import Awaitable, Callable
 from typing import Any, Literal
 
+from memcli.ids import Id
+
 Role = Literal["user", "assistant", "system", "tool", "human", "agent"]
 
 
@@ -62,7 +64,7 @@ def remember(text: str, category: str | None = None, importance: float | None = 
                   title=title, steps=steps, procedural=True if steps else None)
 
 
-def forget(memory_id: int) -> dict[str, Any]:
+def forget(memory_id: Id) -> dict[str, Any]:
     return {"memory_id": memory_id}
 
 
@@ -70,7 +72,7 @@ def record_decision(decision: str, rationale: list[str] | None = None,
                     constraints: list[str] | None = None,
                     alternatives: list[str] | None = None,
                     consequences: list[str] | None = None, refs: list[str] | None = None,
-                    supersedes: int | None = None, reason: str | None = None) -> dict[str, Any]:
+                    supersedes: Id | None = None, reason: str | None = None) -> dict[str, Any]:
     return _given(decision=decision, rationale=rationale, constraints=constraints,
                   alternatives=alternatives, consequences=consequences, refs=refs,
                   supersedes=supersedes, reason=reason)
@@ -78,11 +80,11 @@ def record_decision(decision: str, rationale: list[str] | None = None,
 
 def record_task(title: str | None = None, details: str | None = None,
                 status: Literal["open", "doing", "done"] | None = None,
-                task_id: int | None = None, refs: list[str] | None = None) -> dict[str, Any]:
+                task_id: Id | None = None, refs: list[str] | None = None) -> dict[str, Any]:
     return _given(title=title, details=details, status=status, task_id=task_id, refs=refs)
 
 
-def memory_history(memory_id: int, limit: int = 20) -> dict[str, Any]:
+def memory_history(memory_id: Id, limit: int = 20) -> dict[str, Any]:
     return {"memory_id": memory_id, "limit": limit}
 
 
@@ -90,7 +92,7 @@ def app_memories(app_id: str, limit: int = 100) -> dict[str, Any]:
     return {"app_id": app_id, "limit": limit}
 
 
-def delete_app_memories(app_id: str, memory_id: int | None = None) -> dict[str, Any]:
+def delete_app_memories(app_id: str, memory_id: Id | None = None) -> dict[str, Any]:
     return _given(app_id=app_id, memory_id=memory_id)
 
 

@@ -13,6 +13,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from memcli.ids import Id
+
 Channel = Literal["private", "public", "team", "agent"]
 Sensitivity = Literal["none", "low", "high"]
 
@@ -41,7 +43,7 @@ class DecisionRequest(_Scoped):
     scope: str = "project"
     channel: Channel = "private"
     sensitivity: Sensitivity = "none"
-    supersedes: int | None = Field(default=None, ge=1)
+    supersedes: Id | None = None
     reason: str = ""  # why it changed (with `supersedes`)
 
 
@@ -60,7 +62,7 @@ class DecisionsQuery(BaseModel):
 class TaskRequest(_Scoped):
     """`POST /api/v1/tasks`: `memcli task add`, or `task update` when `task_id` is given."""
 
-    task_id: int | None = Field(default=None, ge=1)
+    task_id: Id | None = None
     title: str | None = Field(default=None, min_length=1)
     details: str | None = None
     status: Literal["open", "doing", "done"] | None = None
@@ -87,7 +89,7 @@ class ForgetRequest(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    memory_id: int = Field(ge=1)
+    memory_id: Id
     tenant_id: str | None = Field(default=None, min_length=1)
 
 
@@ -96,7 +98,7 @@ class HistoryQuery(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    memory_id: int = Field(ge=1)
+    memory_id: Id
     tenant_id: str | None = Field(default=None, min_length=1)
     limit: int = Field(default=100, ge=1, le=10_000)
 
@@ -109,7 +111,7 @@ class AppMemoriesQuery(BaseModel):
     app_id: str = Field(min_length=1)
     tenant_id: str | None = Field(default=None, min_length=1)
     user_id: str | None = None
-    memory_id: int | None = Field(default=None, ge=1)
+    memory_id: Id | None = None
     limit: int = Field(default=100, ge=1, le=10_000)
 
 

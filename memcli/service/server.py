@@ -165,7 +165,8 @@ class CliServer:
     def close(self) -> None:
         """Stop accepting; requests already started go on."""
         self._closing.set()
-        self._thread.join(timeout=5)
+        if self._thread.ident is not None:  # a start that failed midway never started it
+            self._thread.join(timeout=5)
         self.sock.close()
 
     def wait_idle(self, timeout: float) -> bool:

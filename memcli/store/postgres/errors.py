@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from memcli.errors import (
     DatabaseBusyError,
+    DiskFullError,
     MemcliError,
     NoDatabaseError,
     StorageError,
@@ -99,7 +100,7 @@ def mapped(exc: BaseException, shown: str, waited: float) -> MemcliError | None:
         return StorageError(f"permission denied on {shown}: {first_line(exc)}",
                             "grant this user rights on memcli's schema and tables")
     if state in ("53100", "53000"):
-        return StorageError(f"disk full: cannot write {shown}", "free space on the server")
+        return DiskFullError(f"disk full: cannot write {shown}", "free space on the server")
     if state == "25006":
         return StorageError(f"database is read-only: {shown}",
                             "this connection or server only allows reads")

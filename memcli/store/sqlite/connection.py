@@ -17,6 +17,7 @@ import apsw
 
 from memcli.errors import (
     DatabaseBusyError,
+    DiskFullError,
     MemcliError,
     NoDatabaseError,
     SchemaError,
@@ -368,7 +369,7 @@ def environment_error(exc: BaseException, path: str) -> StorageError | None:
         return StorageError(f"database is read-only: {path}",
                             "check the permissions of the file and its folder")
     if isinstance(exc, apsw.FullError):
-        return StorageError(f"disk full: cannot write {path}", "free some space and retry")
+        return DiskFullError(f"disk full: cannot write {path}", "free some space and retry")
     if isinstance(exc, apsw.CantOpenError):
         folder = Path(path).parent
         if path != ":memory:" and not os.access(folder, os.W_OK):
