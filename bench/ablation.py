@@ -1,6 +1,6 @@
 """LoCoMo ablation: memcli's retrieval stages added one at a time (issue: retrieval quality).
 
-    python bench/ablation.py [--embedder e5-small] [--data ../shared/data/locomo10.json]
+    python -m bench.ablation [--embedder e5-small] [--data ../shared/data/locomo10.json]
 
 Reuses bench/locomo.py (protocol, cached database, scoring) and changes only RetrievalSettings,
 cumulatively, from the foundation's plain hybrid to today's default. Porter stemming and
@@ -15,11 +15,10 @@ import sys
 import time
 from pathlib import Path
 
-import locomo
-
+from bench import locomo
 from memcli.config import RetrievalSettings
+from memcli.core.tokens import count_tokens
 from memcli.providers.embedders import get_embedder
-from memcli.tokens import count_tokens
 
 NO_STAGES = {"neighbour_weight": 0.0, "session_weight": 0.0, "time_boost": 1.0,
              "speaker_boost": 1.0}

@@ -1,9 +1,9 @@
 """Context-bundle benchmark: `acb build` latency at 10k and 100k memories, 65K-token budget.
 
-    python bench/acb.py              # 10k and 100k memories: the numbers in bench/results/acb.md
-    python bench/acb.py --quick      # 2k memories, fewer runs, < 60 s: a CI smoke test
-    python bench/acb.py --rebuild    # ignore the cached databases in bench/.cache/
-    python bench/acb.py --models     # the default models (e5-small + SPLADE-tiny) on copies of
+    python -m bench.acb              # 10k and 100k memories: the numbers in bench/results/acb.md
+    python -m bench.acb --quick      # 2k memories, fewer runs, < 60 s: a CI smoke test
+    python -m bench.acb --rebuild    # ignore the cached databases in bench/.cache/
+    python -m bench.acb --models     # the default models (e5-small + SPLADE-tiny) on copies of
                                      # bench/perf.py's databases (run that first)
 
 What it measures (the issue's targets in brackets), per database size:
@@ -49,21 +49,20 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO_ROOT))
 # The thread settings `memcli` and `Memory.configured` use, before anything imports numpy.
-from memcli.config import thread_defaults  # noqa: E402
+from memcli.config import thread_defaults
 
 thread_defaults()
-sys.path.insert(0, str(REPO_ROOT / "bench"))
 
-from perf import (  # noqa: E402
+from bench.perf import (  # noqa: E402 - after the thread settings
     generate_events,
     generate_queries,
     loadavg,
     page_cache_warm,
     pct,
 )
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
 
 CACHE_DIR = REPO_ROOT / "bench" / ".cache"
 RESULTS = REPO_ROOT / "bench" / "results" / "acb.md"
@@ -94,7 +93,7 @@ def open_memory(path: Path) -> Any:
 
 def add_ledger(memory: Any, scopes: list[tuple[str, str]]) -> None:
     """3 decisions and 2 tasks for each of LEDGER_USERS random users."""
-    from memcli import ledger
+    from memcli.ledger import entries as ledger
 
     rng = random.Random(7)
     for tenant, user in rng.sample(scopes, min(LEDGER_USERS, len(scopes))):
@@ -125,7 +124,7 @@ def model_db(name: str, events: int) -> tuple[Path, dict[str, Any]]:
     path = CACHE_DIR / f"acb-models-{name}.db"
     meta_path = Path(str(path) + ".json")
     if not source.exists():
-        raise SystemExit(f"{source} is missing: run `python bench/perf.py` first")
+        raise SystemExit(f"{source} is missing: run `python -m bench.perf` first")
     if path.exists() and meta_path.exists():
         log(f"reusing {path.name}")
         return path, json.loads(meta_path.read_text())

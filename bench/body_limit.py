@@ -1,7 +1,7 @@
 """Resident memory of `memcli serve` while clients post bodies over the 32 MB limit.
 
-    python bench/body_limit.py                 # 3 concurrent 100 MB posts, both framings
-    python bench/body_limit.py --clients 3 --mb 100 --mode chunked
+    python -m bench.body_limit                 # 3 concurrent 100 MB posts, both framings
+    python -m bench.body_limit --clients 3 --mb 100 --mode chunked
 
 Starts a real `memcli serve --port P --no-token` over a fresh database (hash embedder) in a
 temporary folder, reads its resident set size (VmRSS, /proc) before, then samples it every

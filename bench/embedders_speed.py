@@ -1,6 +1,6 @@
 """Measure the local embedders and the offline token counter; print a small table.
 
-    python bench/embedders_speed.py [--texts 2000] [--queries 50] [--runs 7]
+    python -m bench.embedders_speed [--texts 2000] [--queries 50] [--runs 7]
 
 Each embedder runs in a fresh process so "cold" really is cold: it covers importing numpy and
 the runtime, loading the model and the first `embed_query`. Then, in the same process: the p50
@@ -54,7 +54,6 @@ def synthetic_texts(n: int, chars: int = 200, seed: int = 7) -> list[str]:
 
 def child(name: str, n_texts: int, n_queries: int) -> None:
     """Runs in a fresh interpreter; prints one JSON line of measurements."""
-    sys.path.insert(0, str(REPO_ROOT))
     from memcli.providers.embedders import get_embedder
 
     t0 = time.perf_counter()
@@ -94,8 +93,8 @@ def child(name: str, n_texts: int, n_queries: int) -> None:
 def run_child(args: list[str], home: str, extra_env: dict[str, str]) -> dict[str, object]:
     env = {**os.environ, "HOME": home, **extra_env}  # onnxruntime writes under ~/.cache
     out = subprocess.run(
-        [sys.executable, __file__, *args], env=env, capture_output=True, text=True, check=True
-    )
+        [sys.executable, "-m", "bench.embedders_speed", *args], env=env, capture_output=True,
+        text=True, check=True, cwd=REPO_ROOT)
     result: dict[str, object] = json.loads(out.stdout.strip().splitlines()[-1])
     return result
 
@@ -113,7 +112,7 @@ def wall_time(code: str, runs: int) -> float:
 
 def encoding_load_ms(name: str, runs: int) -> float:
     code = (
-        "import time, memcli.tokens as t; import tiktoken; s = time.perf_counter(); "
+        "import time, memcli.core.tokens as t; import tiktoken; s = time.perf_counter(); "
         f"t.get_encoding({name!r}); print(time.perf_counter() - s)"
     )
     env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
@@ -164,13 +163,13 @@ def main() -> None:
     print("| tokens | median |")
     print("|---|---|")
     print(f"| `python -c pass` | {wall_time('pass', args.runs):.0f} ms |")
-    for module in ("memcli.tokens", "memcli.providers.embedders"):
+    for module in ("memcli.core.tokens", "memcli.providers.embedders"):
         print(
             f"| `python -c 'import {module}'` | {wall_time(f'import {module}', args.runs):.0f} ms |"
         )
     print(f"| `import tiktoken` | {wall_time('import tiktoken', args.runs):.0f} ms |")
     for enc in ("cl100k_base", "o200k_base"):
-        print(f"| load {enc} via memcli.tokens | {encoding_load_ms(enc, args.runs):.0f} ms |")
+        print(f"| load {enc} via memcli.core.tokens | {encoding_load_ms(enc, args.runs):.0f} ms |")
 
 
 if __name__ == "__main__":

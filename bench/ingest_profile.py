@@ -1,11 +1,11 @@
-"""Where one ingest's time goes, per statement kind, on SQLite and PostgreSQL (issue #16).
+"""Where one ingest's time goes, per statement kind, on SQLite and PostgreSQL.
 
-    python bench/ingest_profile.py             # 5,000 events preloaded, 20 x 100 measured
-    python bench/ingest_profile.py --preload 20000 --engine postgresql
-    python bench/ingest_profile.py --explain   # + EXPLAIN (ANALYZE, BUFFERS) of the hot
+    python -m bench.ingest_profile             # 5,000 events preloaded, 20 x 100 measured
+    python -m bench.ingest_profile --preload 20000 --engine postgresql
+    python -m bench.ingest_profile --explain   # + EXPLAIN (ANALYZE, BUFFERS) of the hot
                                                #   statements (PostgreSQL)
-    python bench/ingest_profile.py --writers 8 # 8 processes, one tenant each, at once
-    python bench/ingest_profile.py --engine postgresql --disable-trigger memories_lexical_insert
+    python -m bench.ingest_profile --writers 8 # 8 processes, one tenant each, at once
+    python -m bench.ingest_profile --engine postgresql --disable-trigger memories_lexical_insert
                                                # the BM25 statistics' share (the numbers only:
                                                # the statistics are wrong afterwards)
 
@@ -18,7 +18,7 @@ and what `scalar`/`insert`/`query` build on them) is timed from the client and g
 first words, and so are BEGIN + the writer lock (with many writers: the wait for the others)
 and COMMIT; `rest` is the time outside those: Python (validation, redaction, chunking,
 entities, the hash embedder). With many writers the times are summed over the writers.
-PostgreSQL is a throw-away server (tests/pg_support.py). Prints a table; nothing is written
+PostgreSQL is a throw-away server (tests/support/pg.py). Prints a table; nothing is written
 to bench/results (the numbers quoted there say which run they come from).
 """
 
@@ -38,15 +38,11 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from bench import pg_scale_support as sup
+from memcli.operations.memory import Memory
+from memcli.providers.embedders import HashEmbedder
+
 BENCH = Path(__file__).resolve().parent
-sys.path.insert(0, str(BENCH.parent))
-sys.path.insert(0, str(BENCH.parent / "tests"))
-sys.path.insert(0, str(BENCH))
-
-import pg_scale_support as sup  # noqa: E402
-
-from memcli.memory import Memory  # noqa: E402
-from memcli.providers.embedders import HashEmbedder  # noqa: E402
 
 
 def kind_of(sql: str) -> str:
@@ -167,8 +163,9 @@ def writers(loc: str, n: int, batches: int, size: int, work: Path) -> dict[str, 
     """`n` writer processes, writer i ingesting into tenant t{i}; per-statement times summed
     over the writers (so `rest` and the lock are per writer, the wall clock shared)."""
     go = work / f"go-{time.monotonic_ns()}"
-    procs = [subprocess.Popen([sys.executable, __file__, "--child", loc, str(i), str(batches),
-                               str(size), str(go)], stdout=subprocess.PIPE, text=True)
+    procs = [subprocess.Popen([sys.executable, "-m", "bench.ingest_profile", "--child", loc, str(i),
+                               str(batches), str(size), str(go)], stdout=subprocess.PIPE,
+                              text=True, cwd=BENCH.parent)
              for i in range(n)]
     time.sleep(4.0 + 0.5 * n)  # imports and connections first
     start = time.perf_counter()
@@ -259,7 +256,7 @@ def main(argv: list[str] | None = None) -> int:
         tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="ingprof-")))
         dsn = None
         if "postgresql" in engines:
-            from pg_support import running_server
+            from tests.support.pg import running_server
 
             dsn = stack.enter_context(running_server()).dsn
         for engine in engines:

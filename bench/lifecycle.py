@@ -1,16 +1,16 @@
 """Lifecycle benchmark: consolidation of LoCoMo through a scripted model, and decay over 100k rows.
 
-    python bench/lifecycle.py                       # all 10 conversations (e5-small), decay 100k
-    python bench/lifecycle.py --embedder hash       # deterministic test embedder (no model cost)
-    python bench/lifecycle.py --conversations 2     # a subset
-    python bench/lifecycle.py --smoke               # CI: 1 conversation, 3 sessions, decay 2k
+    python -m bench.lifecycle                       # all 10 conversations (e5-small), decay 100k
+    python -m bench.lifecycle --embedder hash       # deterministic test embedder (no model cost)
+    python -m bench.lifecycle --conversations 2     # a subset
+    python -m bench.lifecycle --smoke               # CI: 1 conversation, 3 sessions, decay 2k
 
 Consolidation. Every LoCoMo turn becomes one event (`tenant_id = user_id = <sample>`,
 `session_id = <sample>:session_<n>`, actor = the speaker, `ts` = the session's date), ingested
 with `defer_embed=True` (consolidation reads episodes, not their vectors). Then every session
 is consolidated on its own, in conversation order, through the library (`consolidate(...,
 session_id=...)`) and the real `openai` client, against a scripted OpenAI-compatible server on
-127.0.0.1 (tests/llmstub.py, extended here to compute replies instead of queueing them):
+127.0.0.1 (tests/support/llmstub.py, extended here to compute replies instead of queueing them):
 - an extraction prompt is answered with LoCoMo's own `observation` entries whose evidence turns
   are in the prompt (third-person facts written by the dataset's authors), citing those turns,
   and the session's `session_summary` cut to the writing rules; observations that break the
@@ -47,19 +47,16 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from memcli import Memory
+from memcli.config import LifecycleSettings, LLMSettings
+from memcli.core.records import format_ts
+from memcli.derived.llm_usage import Model
+from memcli.derived.textrules import check_memory_text, jaccard, tokens
+from memcli.lifecycle.consolidate import consolidate
+from memcli.lifecycle.decay import apply_decay, plan_decay
+from tests.support.llmstub import LLMStub, ScriptedReply
+
 REPO_ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO_ROOT))
-sys.path.insert(0, str(REPO_ROOT / "tests"))
-
-from llmstub import LLMStub, ScriptedReply  # noqa: E402
-
-from memcli import Memory  # noqa: E402
-from memcli.config import LifecycleSettings, LLMSettings  # noqa: E402
-from memcli.lifecycle.consolidate import consolidate  # noqa: E402
-from memcli.lifecycle.decay import apply_decay, plan_decay  # noqa: E402
-from memcli.lifecycle.llm_usage import Model  # noqa: E402
-from memcli.lifecycle.textrules import check_memory_text, jaccard, tokens  # noqa: E402
-from memcli.models import format_ts  # noqa: E402
 
 DEFAULT_DATA = REPO_ROOT.parent / "shared" / "data" / "locomo10.json"
 RESULTS = REPO_ROOT / "bench" / "results" / "lifecycle"
@@ -132,7 +129,7 @@ class LocomoModel(LLMStub):
 
     def __init__(self, data: list[dict[str, Any]]) -> None:
         super().__init__()
-        from memcli.tokens import count_tokens
+        from memcli.core.tokens import count_tokens
 
         self.count = count_tokens
         self.by_text: dict[str, dict[str, str]] = {}  # session -> clipped turn text -> dia_id
@@ -457,7 +454,7 @@ def render(meta: dict[str, Any], cons: dict[str, Any] | None, decay: dict[str, A
     lines = [
         "# Lifecycle benchmark",
         "",
-        f"Measured {meta['date']} with `python bench/lifecycle.py {meta['argv']}` "
+        f"Measured {meta['date']} with `python -m bench.lifecycle {meta['argv']}` "
         f"(load average {meta['load']}, {meta['cpus']} CPUs).",
         "",
     ]

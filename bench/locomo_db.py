@@ -11,7 +11,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from locomo_data import (
+from bench.locomo_data import (
     BUILD_VERSION,
     CACHE_DIR,
     REPO_ROOT,
@@ -19,10 +19,9 @@ from locomo_data import (
     _load_average,
     turn_records,
 )
-
 from memcli import Memory
 from memcli.config import Settings
-from memcli.memory import make_sparse
+from memcli.operations.memory import make_sparse
 
 # --------------------------------------------------------------------------- database
 

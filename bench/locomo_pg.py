@@ -1,7 +1,7 @@
-"""bench/locomo.py on PostgreSQL: the database, and SQLite beside PostgreSQL (issue #16).
+"""bench/locomo.py on PostgreSQL: the database, and SQLite beside PostgreSQL.
 
-`python bench/locomo.py --backend both` ingests LoCoMo through memcli's own `Memory.ingest` into
-a PostgreSQL database (a fresh one on a throw-away server from tests/pg_support.py, or
+`python -m bench.locomo --backend both` ingests LoCoMo through memcli's own `Memory.ingest` into
+a PostgreSQL database (a fresh one on a throw-away server from tests/support/pg.py, or
 `--db URL`) and asks every question through `Memory.query` there, as it does on the SQLite
 file: same models, same settings, same legs and fusion; only the engine under the store
 differs. This module holds what only that needs: the database, the comparison of the two
@@ -16,10 +16,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import locomo
+from bench import locomo
 
 DATABASE = "memcli_locomo"
-TARGET = 1.0  # issue #16: PostgreSQL within 1 point of SQLite at every k
+TARGET = 1.0  # the bound: PostgreSQL within 1 point of SQLite at every k
 PASSWORD = re.compile(r"(//[^:@/]*:)[^@/]*@")
 
 
@@ -32,14 +32,14 @@ def shown(url: str) -> str:
 def postgres_database(url: str | None) -> Iterator[str]:
     """The URL to ingest into: `url` as given (an empty database the caller made), or a fresh
     database on a throw-away PostgreSQL 18 that is stopped and removed on the way out."""
-    from memcli.store.location import is_postgres
+    from memcli.core.locations import is_postgres
 
     if url:
         if not is_postgres(url):
             raise SystemExit(f"--db {shown(url)}: not a postgresql:// URL")
         yield url
         return
-    from pg_bench_support import PgUnavailable, scratch_database
+    from bench.pg_bench_support import PgUnavailable, scratch_database
 
     try:
         with scratch_database(DATABASE) as (_, scratch_url):
@@ -209,7 +209,7 @@ def render_comparison(meta: dict[str, Any], comparison: dict[str, Any]) -> str:
         f" {comparison['load_avg_queries']['postgresql']}.",
         "",
         f"Largest R@k difference (PostgreSQL minus SQLite, overall): "
-        f"**{comparison['max_abs_diff_rk']:.1f} points**, {verdict} issue #16's"
+        f"**{comparison['max_abs_diff_rk']:.1f} points**, {verdict} the bound of"
         f" {comparison['target_points']:.0f} point. Recall in %, difference to SQLite in"
         " brackets; `same top 10`: questions whose 10 first hits are the same turns in the same"
         " order on both engines; `overlap@10`: mean share of SQLite's top 10 also in"

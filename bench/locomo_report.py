@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from locomo_data import BUDGETS, DRAGON, ENGINE_TITLE, KS, REPO_ROOT, TOP_K
+from bench.locomo_data import BUDGETS, DRAGON, ENGINE_TITLE, KS, REPO_ROOT, TOP_K
 
 
 def _metric_heads() -> str:
@@ -27,10 +27,10 @@ def render_session_markdown(meta: dict[str, Any], results: dict[str, dict[str, A
         "## Session-scoped questions (session = the conversation's last session)",
         "",
         "Each question asked with `session_id` set to its conversation's last session, under"
-        " each widening rule: `none` (the session only), `all-legs` (memcli before issue #14:"
-        " a recall cue or fewer than 3 ranked hits over every leg), `full-text` (now, seed 002:"
-        " a recall cue or fewer than 3 lexical/trigram hits in the session). `widened`: share"
-        " of questions that widened to the user.",
+        " each widening rule: `none` (the session only), `all-legs` (memcli's earlier rule:"
+        " a recall cue or fewer than 3 ranked hits over every leg), `full-text` (now, the"
+        " evolution plan: a recall cue or fewer than 3 lexical/trigram hits in the session)."
+        " `widened`: share of questions that widened to the user.",
         "",
         f"| config / rule | {_metric_heads()} | widened | query ms |",
         "|---" * (len(KS) + len(BUDGETS) + 3) + "|",
@@ -70,7 +70,7 @@ def render_markdown(meta: dict[str, Any], results: dict[str, dict[str, Any]]) ->
         f"# LoCoMo evidence recall: memcli{ENGINE_TITLE.get(meta.get('engine'), '')},"
         f" embedder `{meta['embedder']}`, sparse `{meta['sparse']}`",
         "",
-        f"Measured {meta['date']} with `{meta.get('command', 'python bench/locomo.py')}`"
+        f"Measured {meta['date']} with `{meta.get('command', 'python -m bench.locomo')}`"
         f" (memcli {meta['revision']}; {meta['machine']};"
         f" OMP_WAIT_POLICY={meta['omp_wait_policy']}).",
         f"{meta['counts']['questions']:,} questions with evidence out of "

@@ -12,11 +12,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from locomo_data import _load_average
-from locomo_db import build_database, cached_database, open_memory
-from locomo_score import SESSION_RULES, evaluate, session_ask
-
-from memcli.tokens import count_tokens
+from bench.locomo_data import _load_average
+from bench.locomo_db import build_database, cached_database, open_memory
+from bench.locomo_score import SESSION_RULES, evaluate, session_ask
+from memcli.core.tokens import count_tokens
 
 # --------------------------------------------------------------------------- main
 
@@ -63,7 +62,7 @@ def engine_database(
     --smoke). PostgreSQL: a fresh database on a throw-away server, or `--db URL` (never
     cached: PostgreSQL is ingested in every run)."""
     if engine == "postgresql":
-        import locomo_pg  # bench/; psycopg and the test server code only when asked for
+        from bench import locomo_pg  # bench/; psycopg and the test server code only when asked for
 
         with locomo_pg.postgres_database(args.db) as url:
             print(f"ingesting into PostgreSQL ({locomo_pg.shown(url)}) ...", file=sys.stderr)

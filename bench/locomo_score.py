@@ -11,11 +11,10 @@ from collections import defaultdict
 from collections.abc import Callable
 from typing import Any
 
-from locomo_data import BUDGETS, CATEGORIES, KS, TOP_K, config_settings, sessions
-
+from bench.locomo_data import BUDGETS, CATEGORIES, KS, TOP_K, config_settings, sessions
 from memcli import Memory
+from memcli.core.tokens import count_tokens
 from memcli.retrieval.text import has_recall_cue
-from memcli.tokens import count_tokens
 
 # --------------------------------------------------------------------------- scoring
 
@@ -113,9 +112,9 @@ def summarise(run: dict[str, Any]) -> dict[str, Any]:
 
 # How a question asked inside the conversation's last session may widen to the user:
 #   none       never (`widen=False`): the last session only
-#   all-legs   memcli's rule before issue #14: a recall cue, or fewer than `min_session_hits`
+#   all-legs   memcli's earlier rule: a recall cue, or fewer than `min_session_hits`
 #              ranked hits over every leg (emulated: the session pass, then the user pass)
-#   full-text  the rule now (seed 002): a recall cue, or fewer than `min_session_hits`
+#   full-text  the rule now (the evolution plan): a recall cue, or fewer than `min_session_hits`
 #              full-text (lexical + trigram) hits in the session (`Memory.query` as shipped)
 SESSION_RULES = ("none", "all-legs", "full-text")
 

@@ -1,6 +1,6 @@
 """Cold `memcli mcp` start: seconds from spawning the process to its `initialize` answer.
 
-    python bench/mcp_initialize.py [--runs 9] [--out bench/results/mcp-initialize]
+    python -m bench.mcp_initialize [--runs 9] [--out bench/results/mcp-initialize]
 
 Three commands, their runs interleaved so they share the machine's load: `python -c pass`
 (the floor), `memcli mcp --no-daemon` (served in-process with the SDK) and `memcli mcp` with a
@@ -23,8 +23,7 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from service_support import Daemon, cli_env  # noqa: E402
+from bench.service_support import Daemon, cli_env
 
 INITIALIZE = {"jsonrpc": "2.0", "id": 1, "method": "initialize",
               "params": {"protocolVersion": "2025-06-18", "capabilities": {},
@@ -91,7 +90,7 @@ def main() -> None:
         args.out.with_suffix(".json").write_text(json.dumps(result, indent=2) + "\n")
         lines = ["# Cold `memcli mcp`: process start to the `initialize` answer", "",
                  f"{result['machine']}; load average after the run "
-                 f"{result['load_average_after']:.1f}. `python bench/mcp_initialize.py "
+                 f"{result['load_average_after']:.1f}. `python -m bench.mcp_initialize "
                  f"--runs {args.runs}`.", "", "| command | median s | min s |", "|---|---|---|"]
         lines += [f"| {name} | {r['median_s']} | {r['min_s']} |"
                   for name, r in result["runs"].items()]

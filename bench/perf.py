@@ -1,9 +1,9 @@
 """Speed benchmark for the memcli foundation: ingest, query, CLI start-up, database size.
 
-    python bench/perf.py                 # full: 10k (e5-small) + 100k databases, the real numbers
-    python bench/perf.py --quick         # 1k memories, hash embedder, < 60 s: a CI smoke test
-    python bench/perf.py --rebuild       # ignore cached databases under bench/.cache/
-    python bench/perf.py --profile       # also cProfile ingest and query (see --help)
+    python -m bench.perf                 # full: 10k (e5-small) + 100k databases, the real numbers
+    python -m bench.perf --quick         # 1k memories, hash embedder, < 60 s: a CI smoke test
+    python -m bench.perf --rebuild       # ignore cached databases under bench/.cache/
+    python -m bench.perf --profile       # also cProfile ingest and query (see --help)
 
 What it measures (the issue's targets in brackets):
 
@@ -48,8 +48,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from perf_cli import cli_benches, db_size, profile_paths, time_process
-from perf_data import (
+from bench.perf_cli import cli_benches, db_size, profile_paths, time_process
+from bench.perf_data import (
     CACHE_DIR,
     NAMES,
     PLACES,
@@ -64,7 +64,7 @@ from perf_data import (
     summary,
     users,
 )
-from perf_ingest import (
+from bench.perf_ingest import (
     batches,
     build_embedded_db,
     build_large_db,
@@ -76,8 +76,8 @@ from perf_ingest import (
     query_models_child,
     remove_db,
 )
-from perf_query import page_cache_warm, query_benches_in_child, run_query_benches
-from perf_report import render
+from bench.perf_query import page_cache_warm, query_benches_in_child, run_query_benches
+from bench.perf_report import render
 
 # What the other bench scripts take from `perf` (pg_scale*, acb, service*).
 __all__ = ["CACHE_DIR", "NAMES", "PLACES", "PROJECTS", "batches", "build_embedded_db",

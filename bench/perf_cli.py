@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from perf_data import (
+from bench.perf_data import (
     BATCH,
     CACHE_DIR,
     CLI_FTS_LEGS,
@@ -23,8 +23,8 @@ from perf_data import (
     pct,
     summary,
 )
-from perf_ingest import batches, checkpoint, make_models, open_memory, warm_models
-from perf_query import default_legs
+from bench.perf_ingest import batches, checkpoint, make_models, open_memory, warm_models
+from bench.perf_query import default_legs
 
 # ----------------------------------------------------------------------------- 3. CLI
 

@@ -14,17 +14,18 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO_ROOT))
 # Ingest and the models are measured under the thread settings `memcli` and
 # `Memory.configured` use (one OpenBLAS thread; OpenMP threads wait passively), set before
 # anything imports numpy.
-from memcli.config import thread_defaults  # noqa: E402
+from memcli.config import thread_defaults
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
 
 thread_defaults()
 
 CACHE_DIR = REPO_ROOT / "bench" / ".cache"
-PERF_SCRIPT = REPO_ROOT / "bench" / "perf.py"  # its --child modes run in fresh processes
+# bench/perf.py's --child modes run in fresh processes (working folder REPO_ROOT)
+PERF_CHILD = [sys.executable, "-m", "bench.perf"]
 RESULTS = REPO_ROOT / "bench" / "results" / "perf.md"
 DATA_VERSION = 1  # bump when the generator changes: cached databases are then rebuilt
 BATCH = 500

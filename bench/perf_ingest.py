@@ -6,17 +6,16 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 import time
 from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from perf_data import (
+from bench.perf_data import (
     BATCH,
     DATA_VERSION,
-    PERF_SCRIPT,
+    PERF_CHILD,
     REPO_ROOT,
     generate_queries,
     loadavg,
@@ -35,7 +34,7 @@ def memory_settings(path: Path, embedder_name: str) -> Any:
 
 def make_models(embedder_name: str, sparse: bool) -> tuple[Any, Any]:
     """The embedder and SPLADE encoder the default configuration builds (both lazy)."""
-    from memcli.memory import make_embedder, make_sparse
+    from memcli.operations.memory import make_embedder, make_sparse
 
     settings = memory_settings(Path("unused.db"), embedder_name)
     return make_embedder(settings), (make_sparse(settings) if sparse else None)
@@ -51,7 +50,7 @@ def warm_models(embedder: Any, sparse: Any) -> None:
 
 def open_memory(path: Path, embedder: Any, sparse: Any = None) -> Any:
     from memcli.config import Settings
-    from memcli.memory import Memory
+    from memcli.operations.memory import Memory
 
     return Memory.open(path, embedder=embedder, sparse=sparse, settings=Settings(db=path))
 
@@ -197,7 +196,7 @@ def query_models(embedder_name: str, use_sparse: bool, n: int = 60) -> dict[str,
         env.pop("OMP_WAIT_POLICY", None)
         if policy:
             env["OMP_WAIT_POLICY"] = policy
-        argv = [sys.executable, str(PERF_SCRIPT), "--child", "query-models",
+        argv = [*PERF_CHILD, "--child", "query-models",
                 "--embedder", embedder_name, "--queries", str(n)]
         if not use_sparse:
             argv.append("--no-sparse")

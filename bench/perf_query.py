@@ -12,8 +12,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from perf_data import CACHE_DIR, FTS_ONLY, PERF_SCRIPT, log, pct, summary
-from perf_ingest import make_models, open_memory, warm_models
+from bench.perf_data import CACHE_DIR, FTS_ONLY, PERF_CHILD, REPO_ROOT, log, pct, summary
+from bench.perf_ingest import make_models, open_memory, warm_models
 
 # ----------------------------------------------------------------------------- 2. query
 
@@ -77,18 +77,18 @@ def _timed(fn: Callable[..., Any], label: str, sink: dict[str, list[float]]
 _STEPS = (
     ("memcli.retrieval.search", "query_entity_keys", "query parsing: entity keys", False),
     ("memcli.retrieval.text", "lexical_query", "query parsing: lexical terms", False),
-    ("memcli.store.search", "lexical", "leg lexical (SQL)", False),
-    ("memcli.store.search", "trigram", "leg trigram (SQL)", False),
-    ("memcli.store.search", "entity", "leg entity (SQL)", False),
-    ("memcli.store.search", "count_candidates", "scope count (picks the legs' plans)", False),
+    ("memcli.store.search_sql", "lexical", "leg lexical (SQL)", False),
+    ("memcli.store.search_sql", "trigram", "leg trigram (SQL)", False),
+    ("memcli.store.search_sql", "entity", "leg entity (SQL)", False),
+    ("memcli.store.search_sql", "count_candidates", "scope count (picks the legs' plans)", False),
     ("memcli.store.sparse", "search", "leg sparse (SQL)", False),
-    ("memcli.store.search", "dense", "leg dense (SQL)", False),
+    ("memcli.store.search_sql", "dense", "leg dense (SQL)", False),
     ("", "encode_query", "  worker thread: SPLADE encode_query", True),
     ("", "embed_query", "  worker thread: embed_query (dense model)", True),
     ("memcli.retrieval.search", "rank", "rank (fusion + stages)", False),
     ("memcli.retrieval.search", "fuse", "  rank: fuse", True),
     ("memcli.store.memories", "get_memories", "  rank: get_memories", True),
-    ("memcli.store.search", "session_neighbours",
+    ("memcli.store.search_sql", "session_neighbours",
      "  rank: session_neighbours SQL (in neighbours)", True),
 )
 
@@ -196,12 +196,12 @@ def query_benches_in_child(path: Path, embedder_name: str, use_sparse: bool,
                            queries: list[dict], warmup: int) -> dict[str, Any]:
     spec = CACHE_DIR / "perf-queries.json"
     spec.write_text(json.dumps({"db": str(path), "queries": queries, "warmup": warmup}))
-    argv = [sys.executable, str(PERF_SCRIPT), "--child", "query-benches",
+    argv = [*PERF_CHILD, "--child", "query-benches",
             "--embedder", embedder_name, "--spec", str(spec)]
     if not use_sparse:
         argv.append("--no-sparse")
     done = subprocess.run(argv, env={**os.environ, **QUERY_ENV}, capture_output=True,
-                          text=True, check=False)
+                          text=True, check=False, cwd=REPO_ROOT)
     sys.stderr.write(done.stderr)
     if done.returncode != 0:
         raise SystemExit(f"query bench child failed ({done.returncode})")

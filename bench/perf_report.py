@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from perf_cli import REFERENCE_PROCESSES
-from perf_data import BATCH, CLI_FTS_LEGS, FTS_ONLY
-from perf_query import QUERY_ENV
+from bench.perf_cli import REFERENCE_PROCESSES
+from bench.perf_data import BATCH, CLI_FTS_LEGS, FTS_ONLY
+from bench.perf_query import QUERY_ENV
 
 # ----------------------------------------------------------------------------- report
 
@@ -30,7 +30,7 @@ def render(res: dict[str, Any]) -> str:
     lines = [
         "# memcli performance" + (" (quick smoke run: not the real numbers)" if quick else ""),
         "",
-        f"Measured {res['date']} with `python bench/perf.py{' --quick' if quick else ''}` on "
+        f"Measured {res['date']} with `python -m bench.perf{' --quick' if quick else ''}` on "
         f"{res['machine']}. Load average (1, 5, 15 min) before: {res['load_before']}, after: "
         f"{res['load_after']}. Other jobs shared this machine during the run whenever the "
         "load was above the core count: read latencies as upper bounds.",

@@ -1,6 +1,6 @@
-"""The one way bench/ scripts make a scratch PostgreSQL database (issue #16).
+"""The one way bench/ scripts make a scratch PostgreSQL database.
 
-A bench starts a throw-away cluster with the tests' `running_server()` (tests/pg_support.py)
+A bench starts a throw-away cluster with the tests' `running_server()` (tests/support/pg.py)
 and makes its databases here: copied from template0 (so nothing left in template1 comes along,
 and the locale is the cluster's), named with quotes, addressed by a URL on the same server.
 bench/pg_scale*.py keep their own copy on purpose: a 1M-row run of them was in progress when
@@ -13,15 +13,12 @@ without psycopg; bench scripts fail instead).
 from __future__ import annotations
 
 import contextlib
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-if str(REPO_ROOT / "tests") not in sys.path:
-    sys.path.insert(0, str(REPO_ROOT / "tests"))  # pg_support: the tests' server code
+from tests.support.pg import PgServer, PgUnavailable, running_server
 
-from pg_support import PgServer, PgUnavailable, running_server  # noqa: E402
+REPO_ROOT = Path(__file__).resolve().parents[1]
 
 __all__ = ["PgServer", "PgUnavailable", "create_database", "database_url", "running_server",
            "scratch_database"]

@@ -1,12 +1,12 @@
-"""The retrieval legs on PostgreSQL beside SQLite, on LoCoMo (issue #16, step 4b).
+"""The retrieval legs on PostgreSQL beside SQLite, on LoCoMo.
 
-    python bench/pg_legs.py [--conversations N] [--data PATH]
+    python -m bench.pg_legs [--conversations N] [--data PATH]
 
 The LoCoMo database is bench/locomo.py's cached one (e5-small + SPLADE, built first if missing).
-A throw-away PostgreSQL 18 (tests/pg_support.py) gets memcli's own schema (its migrations, then
+A throw-away PostgreSQL 18 (tests/support/pg.py) gets memcli's own schema (its migrations, then
 the vector dimension and HNSW index as the first ingest sets them), the variants' extra index and
 columns on top (VARIANT_DDL in bench/pg_legs_variants.py, an `english` tsvector here), and the
-same memories, float vectors and SPLADE weights (same ids; tests/pg_legs_support.py). Every
+same memories, float vectors and SPLADE weights (same ids; tests/support/pg_legs.py). Every
 question with evidence is asked inside its conversation's tenant, as bench/locomo.py does, with
 the query terms, CJK grams, query vector and SPLADE query terms memcli computes, once per leg
 and engine:
@@ -16,7 +16,7 @@ and engine:
   each PostgreSQL variant (bench/pg_legs_variants.py);
 - fused: memcli's own `rank` (z-score fusion and the ranking stages, rows read from SQLite)
   over the SQLite legs, then over the PostgreSQL legs in their place (the entity leg, portable
-  SQL, is SQLite's in both): end-to-end recall@k, the number issue #16 bounds (within 1 point);
+  SQL, is SQLite's in both): end-to-end recall@k, the number that must stay within 1 point;
 - a CJK check (LoCoMo has none): a few Chinese texts from the test suite, FTS5's trigram leg
   against the PostgreSQL trigram variants;
 - query plans (EXPLAIN) of the chosen legs and of the `IS NOT DISTINCT FROM` filter form.
@@ -40,26 +40,23 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO_ROOT))
-sys.path.insert(0, str(REPO_ROOT / "tests"))  # pg_support / pg_legs_support (the fixture code)
-sys.path.insert(0, str(REPO_ROOT / "bench"))
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # see bench/locomo.py
 
-import locomo  # noqa: E402
-import pg_legs_variants as var  # noqa: E402
-from pg_bench_support import create_database, running_server  # noqa: E402
-from pg_legs_support import PgAdapter, apply_schema, copy_from_sqlite  # noqa: E402
+from bench import locomo
+from bench import pg_legs_variants as var
+from bench.pg_bench_support import create_database, running_server
+from memcli.config import RetrievalSettings
+from memcli.entities.extraction import query_entity_keys
+from memcli.providers.embedders import get_embedder
+from memcli.retrieval import search
+from memcli.retrieval import text as qtext
+from memcli.retrieval.stages import RankContext
+from memcli.store import search_sql as sql
+from memcli.store import sparse as sparse_sql
+from memcli.store.filters import Filters
+from tests.support.pg_legs import PgAdapter, apply_schema, copy_from_sqlite
 
-from memcli.config import RetrievalSettings  # noqa: E402
-from memcli.entities import query_entity_keys  # noqa: E402
-from memcli.providers.embedders import get_embedder  # noqa: E402
-from memcli.retrieval import search  # noqa: E402
-from memcli.retrieval import text as qtext  # noqa: E402
-from memcli.retrieval.stages import RankContext  # noqa: E402
-from memcli.store import search as sql  # noqa: E402
-from memcli.store import sparse as sparse_sql  # noqa: E402
-from memcli.store.filters import Filters  # noqa: E402
+REPO_ROOT = Path(__file__).resolve().parents[1]
 
 KS = (1, 5, 10, 25)
 TOP_K = 50

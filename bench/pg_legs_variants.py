@@ -1,4 +1,4 @@
-"""The leg variants bench/pg_legs.py compares on PostgreSQL (issue #16, step 4b).
+"""The leg variants bench/pg_legs.py compares on PostgreSQL.
 
 Each variant is a function (db, query, filters, limit, settings) -> [(id, score)] best first,
 ties by id, like memcli's legs. `query` is a `Query` (terms, CJK grams and runs, the dense vector
@@ -20,9 +20,9 @@ from memcli.store.postgres import legs
 
 Leg = Callable[..., list[tuple[int, float]]]
 
-# What the variants need beyond memcli's own schema (tests/pg_legs_support.apply_schema), added
+# What the variants need beyond memcli's own schema (tests/support/pg_legs.apply_schema), added
 # on top of it: the binary-quantized HNSW index (`bits`). (The sparsevec variant measured here
-# in session 7 is memcli's own leg since: memory_sparse.vec.)
+# first is memcli's own leg now: memory_sparse.vec.)
 VARIANT_DDL = """
 CREATE INDEX memory_vectors_bits ON memory_vectors
     USING hnsw ((binary_quantize(embedding)::bit({dim})) bit_hamming_ops);

@@ -1,6 +1,7 @@
-"""What row-level security costs a tenant role's queries on PostgreSQL (issue #16, design (c)).
+"""What row-level security costs a tenant role's queries on PostgreSQL (design (c) of
+docs/design/postgresql.md).
 
-A throw-away PostgreSQL 18 (tests/pg_support.py). One database, tenants `a` (the big one),
+A throw-away PostgreSQL 18 (tests/support/pg.py). One database, tenants `a` (the big one),
 `b`, `c`; users u0..u24 per tenant; the hash embedder, no SPLADE. The same queries run through
 memcli (`Memory.query`) as the schema owner (not bound by RLS) and as a login role bound to
 tenant `a` (`memcli pg grant-tenant`), scoped to one user and tenant-wide. Reported: p50/p95 ms
@@ -8,8 +9,8 @@ per mode and scope, and which indexes the legs' plans use in each mode (auto_exp
 only; the bound session is the superuser's connection after SET SESSION AUTHORIZATION, so that
 auto_explain can be loaded first).
 
-    python bench/pg_rls.py                 # ~12k memories, writes bench/results/pg-rls.md
-    python bench/pg_rls.py --quick         # CI smoke: 600 memories, prints only
+    python -m bench.pg_rls                 # ~12k memories, writes bench/results/pg-rls.md
+    python -m bench.pg_rls --quick         # CI smoke: 600 memories, prints only
 """
 
 from __future__ import annotations
@@ -23,15 +24,15 @@ import time
 from pathlib import Path
 from typing import Any
 
+from bench.pg_bench_support import scratch_database
+from memcli.operations.memory import Memory
+from memcli.providers.embedders import HashEmbedder
+from memcli.retrieval.text import lexical_query
+from memcli.store import search_sql as search
+from memcli.store.postgres import tenants
+
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
-from pg_bench_support import scratch_database  # noqa: E402
-
-from memcli.memory import Memory  # noqa: E402
-from memcli.providers.embedders import HashEmbedder  # noqa: E402
-from memcli.retrieval.text import lexical_query  # noqa: E402
-from memcli.store import search  # noqa: E402
-from memcli.store.postgres import tenants  # noqa: E402
 
 WORDS = ("deploy", "release", "invoice", "garden", "quince", "lisbon", "piano", "tennis",
          "budget", "kernel", "sailing", "recipe", "museum", "train", "coffee", "printer")

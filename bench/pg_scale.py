@@ -1,9 +1,9 @@
-"""The scale benchmark: PostgreSQL beside SQLite in the same run (issue #16).
+"""The scale benchmark: PostgreSQL beside SQLite in the same run.
 
-    python bench/pg_scale.py --events 1000000     # the issue's size (see "needs" in the results)
-    python bench/pg_scale.py --events 100000      # ~1 h on 2 busy cores (50k took 33 min)
-    python bench/pg_scale.py --events 1000000 --bulk-base 10000   # 10k ingested, rows copied
-    python bench/pg_scale.py --quick              # 400 events + 1 copy, hash embedder: CI smoke
+    python -m bench.pg_scale --events 1000000     # the issue's size (see "needs" in the results)
+    python -m bench.pg_scale --events 100000      # ~1 h on 2 busy cores (50k took 33 min)
+    python -m bench.pg_scale --events 1000000 --bulk-base 10000   # 10k ingested, rows copied
+    python -m bench.pg_scale --quick              # 200 events + 1 copy, hash embedder: CI smoke
 
 Both engines, one after the other, through memcli's own write path (`Memory.ingest`, the store
 SQL, the backend's vector and posting writes), so the stored rows, indexes, vectors and postings
@@ -22,7 +22,7 @@ by side, bench/pg_scale_bulk.py) and checked (bench/pg_scale_check.py) before th
 4. PostgreSQL's plans at scale: auto_explain logs every statement of two queries (one user, one
    tenant) and the report lists the indexes each leg's statement used.
 
-PostgreSQL is a throw-away server from tests/pg_support.py (data under /tmp, fsync off, stopped
+PostgreSQL is a throw-away server from tests/support/pg.py (data under /tmp, fsync off, stopped
 and removed at the end). Results: bench/results/pg-scale.{md,json} (not for --quick).
 """
 
@@ -42,16 +42,13 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-BENCH = Path(__file__).resolve().parent
-sys.path.insert(0, str(BENCH.parent))
-sys.path.insert(0, str(BENCH.parent / "tests"))
-sys.path.insert(0, str(BENCH))
+from bench import perf
+from bench import pg_scale_bulk as bulk
+from bench import pg_scale_check as check
+from bench import pg_scale_report as report
+from bench import pg_scale_support as sup
 
-import perf  # noqa: E402
-import pg_scale_bulk as bulk  # noqa: E402
-import pg_scale_check as check  # noqa: E402
-import pg_scale_report as report  # noqa: E402
-import pg_scale_support as sup  # noqa: E402
+BENCH = Path(__file__).resolve().parent
 
 RESULTS = BENCH / "results"
 SOURCE = BENCH / ".cache" / "perf-100000-e5-small-splade.db"
@@ -66,8 +63,8 @@ def run_child(kind: str, spec: dict[str, Any], work: Path, name: str) -> subproc
     path = work / f"{name}.json"
     path.write_text(json.dumps(spec))
     env = {**os.environ, "OMP_WAIT_POLICY": "PASSIVE", "HOME": str(work)}
-    return subprocess.Popen([sys.executable, str(Path(__file__).resolve()), "--child", kind,
-                             str(path)], stdout=subprocess.PIPE, text=True, env=env)
+    return subprocess.Popen([sys.executable, "-m", "bench.pg_scale", "--child", kind, str(path)],
+                            stdout=subprocess.PIPE, text=True, env=env, cwd=BENCH.parent)
 
 
 def child_result(proc: subprocess.Popen) -> dict[str, Any]:
@@ -87,7 +84,7 @@ def build_models(events: list[dict], queries: list[dict], source: Path, work: Pa
     import apsw
 
     from memcli.config import EmbedderSettings, Settings
-    from memcli.memory import make_embedder, make_sparse
+    from memcli.operations.memory import make_embedder, make_sparse
 
     texts = {e["content"]["text"] for e in events}
     conn = apsw.Connection(f"file:{source}?mode=ro&immutable=1",
@@ -354,9 +351,10 @@ def main(argv: list[str] | None = None) -> int:
         (RESULTS / f"{args.name}.md").write_text(report.render(res))
         return 0
     if args.quick:
-        args.events, args.append, args.queries = 800, 160, 20
-        args.bulk_base = args.bulk_base or 400  # the smoke runs the bulk path too
-    from pg_support import running_server
+        # A smoke: every phase and check runs once at a small size (it measures nothing).
+        args.events, args.append, args.queries = 400, 160, 10  # 160: a batch per writer
+        args.bulk_base = args.bulk_base or 200  # the smoke runs the bulk path too
+    from tests.support.pg import running_server
 
     revision = report.git_revision()  # at start: the code measured is the code imported now
     work = Path(tempfile.mkdtemp(prefix="memcli-pgscale-", dir=args.workdir))

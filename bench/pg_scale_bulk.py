@@ -47,7 +47,7 @@ PER_USER_TABLES = ("events", "memories", "history", "memory_vectors", "memory_sp
 HANDLED = set(PER_USER_TABLES) | {"meta", "sparse_postings", "sparse_df", "entities",
                                   "entity_aliases", "request_metrics", "run_locks", "lexeme_df",
                                   "lexical_stats"}
-# (memory_sparse: its GIN index over the term ids, schema 5; its primary key stays)
+# (memory_sparse: its GIN index over (tenant_id, term ids), schema 6; its primary key stays)
 PG_DEFERRED = ("events", "memories", "history", "memory_vectors", "memory_entities",
                "change_log", "sessions", "memory_sparse")
 
@@ -115,7 +115,7 @@ def _made_up(rng: random.Random, word: str) -> str:
 
 def content_hash(row: dict[str, Any], content: dict[str, Any]) -> str:
     """memcli's content hash of an event row (ingest._content_hash, on the stored fields)."""
-    from memcli.ingest import _content_hash
+    from memcli.ingest.prepare import _content_hash
 
     rec = SimpleNamespace(tenant_id=row["tenant_id"], user_id=row["user_id"],
                           agent_id=row["agent_id"], session_id=row["session_id"],
@@ -153,7 +153,7 @@ class Base:
                                else "memory_sparse")
         stamps = [_parse(r["ts"]) for r in self.rows["events"]]
         self.span = (max(stamps) - min(stamps)).total_seconds() + 86400
-        import perf
+        from bench import perf
 
         nouns = set(perf.NAMES) | set(perf.PLACES) | set(perf.PROJECTS)
         nouns |= {n.lower() for n in nouns} | {n.capitalize() for n in nouns}
@@ -207,8 +207,8 @@ def _vectors(db: Any, engine: str) -> dict[int, np.ndarray]:
 def copy_rows(base: Base, c: int, now: str, entities: dict[tuple[str, str, str], int],
               new_entities: list[tuple], new_aliases: list[tuple], aliases: set[tuple]
               ) -> dict[str, list[dict[str, Any]]]:
-    from memcli.chunking import estimate_tokens
-    from memcli.entities import extract_entities
+    from memcli.core.chunking import estimate_tokens
+    from memcli.entities.extraction import extract_entities
 
     k = Copier(c, base)
     dm, de = c * base.max_id["memories"], c * base.max_id["events"]
@@ -348,7 +348,7 @@ def _pg_drop_indexes(db: Any) -> list[str]:
 
 def replicate(location: str, target: int) -> dict[str, Any]:
     """Copy the base in `location` until it holds `target` memories (whole copies)."""
-    from memcli.models import utcnow
+    from memcli.core.records import utcnow
     from memcli.store.location import open_database
 
     engine = "postgresql" if location.startswith("postgresql") else "sqlite"

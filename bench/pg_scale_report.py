@@ -39,7 +39,7 @@ def machine() -> dict[str, Any]:
 
 def server_rss_mb(server: Any) -> dict[str, float]:
     """The server's processes: private memory summed, shared memory (buffers) once."""
-    from pg_support import server_processes
+    from tests.support.pg import server_processes
 
     anon = shmem = 0
     pids = server_processes(server.bin_dir / "postgres", server.pid)
@@ -125,7 +125,7 @@ def render(res: dict[str, Any]) -> str:
     lines = [
         f"# PostgreSQL beside SQLite at scale ({size})",
         "",
-        f"`python bench/pg_scale.py {command}` at {res['revision']}, "
+        f"`python -m bench.pg_scale {command}` at {res['revision']}, "
         f"{res['started']}; {res['users']:,} users in {res['tenants']} tenants; "
         f"{res['machine']['cpus']} CPUs shared with other work (load at start "
         f"{res['machine']['load_avg_at_start']}, at the end {res.get('load_avg', 'n/a')}); "

@@ -22,7 +22,6 @@ import os
 import pickle
 import random
 import resource
-import sys
 import time
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -30,11 +29,9 @@ from typing import Any
 
 import numpy as np
 
-BENCH = Path(__file__).resolve().parent
-sys.path.insert(0, str(BENCH.parent))
-sys.path.insert(0, str(BENCH))
+from bench import perf  # its generator, query set and percentiles
 
-import perf  # noqa: E402  (its generator, query set and percentiles)
+BENCH = Path(__file__).resolve().parent
 
 USERS = 1000
 TENANTS = 8
@@ -146,7 +143,7 @@ def load_models(spec: dict[str, Any]) -> tuple[Any, Any]:
 
 def open_memory(location: str, spec: dict[str, Any]) -> Any:
     from memcli.config import Settings
-    from memcli.memory import Memory
+    from memcli.operations.memory import Memory
 
     embedder, sparse = load_models(spec)
     return Memory.open(location, embedder=embedder, sparse=sparse,

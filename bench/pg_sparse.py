@@ -1,7 +1,7 @@
 """SPLADE on PostgreSQL: one sparsevec per memory (memcli's store) against the postings table it
-replaced, at scale, in one database, the two statements alternating (issue #16).
+replaced, at scale, in one database, the two statements alternating.
 
-    python bench/pg_sparse.py --memories 54000 --queries 40 [--source PERF_DB]
+    python -m bench.pg_sparse --memories 54000 --queries 40 [--source PERF_DB]
 
 Loads the first N memories of perf's 100k database (bench/.cache, made by bench/perf.py) and
 their stored SPLADE weights into a throw-away server, as 1,000 users in 8 tenants (users per
@@ -29,13 +29,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-BENCH = Path(__file__).resolve().parent
-sys.path.insert(0, str(BENCH.parent))
-sys.path.insert(0, str(BENCH.parent / "tests"))
-sys.path.insert(0, str(BENCH))
+from bench import perf
+from bench import pg_scale_support as sup
 
-import perf  # noqa: E402
-import pg_scale_support as sup  # noqa: E402
+BENCH = Path(__file__).resolve().parent
 
 SOURCE = BENCH / ".cache" / "perf-100000-e5-small-splade.db"
 OLD_DDL = """CREATE TABLE old_postings (
@@ -96,7 +93,7 @@ def load(db: Any, rows: list[tuple], weights: dict[int, dict[int, int]]) -> None
 
 def old_search(db: Any, query: dict[int, float], filters: Any, limit: int, max_df: int,
                small: bool) -> list[tuple[int, float]]:
-    """Session 7's store/sparse.search over the postings (its statement, on old_postings)."""
+    """The former store/sparse.search over the postings (its statement, on old_postings)."""
     from memcli.store.postgres import legs
 
     marks = ",".join("?" * len(query))
@@ -211,14 +208,13 @@ def main() -> int:
                         help="also time the vectors as a column of (a copy of) memories")
     args = parser.parse_args()
 
-    from pg_support import running_server
-
     from memcli.config import RetrievalSettings, Settings
-    from memcli.memory import make_sparse
-    from memcli.store import search as store_search
+    from memcli.operations.memory import make_sparse
+    from memcli.store import search_sql as store_search
     from memcli.store import sparse as sparse_sql
     from memcli.store.filters import Filters
     from memcli.store.postgres import connect
+    from tests.support.pg import running_server
 
     rows, weights = read_source(args.source, args.memories)
     queries = perf.generate_queries(args.queries, sup.scopes())
@@ -276,7 +272,7 @@ def main() -> int:
     n = len(rows)
     print(f"\n## {started[:10]}, pgsparse: SPLADE as sparsevec against postings "
           f"({n:,} memories)\n")
-    print(f"`python bench/pg_sparse.py --memories {args.memories} --queries {args.queries}"
+    print(f"`python -m bench.pg_sparse --memories {args.memories} --queries {args.queries}"
           f" --rounds {args.rounds}{' --column' if args.column else ''}`, started {started};"
           " 1,000 users in 8 tenants; old and new "
           "statements alternating per query (the order flipped each round), one server.\n")

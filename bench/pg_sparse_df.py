@@ -1,6 +1,6 @@
 """What keeping `sparse_df` costs a PostgreSQL writer, three ways, A/B in one run (schema 4).
 
-    python bench/pg_sparse_df.py [--memories 3000] [--batch 50] [--rounds 3]
+    python -m bench.pg_sparse_df [--memories 3000] [--batch 50] [--rounds 3]
 
 The sparse writes of ingest (`memcli.store.sparse.insert_postings`: one transaction per batch
 of memories, as ingest writes a batch) and of purge (`delete_postings`), timed with sparse_df
@@ -21,14 +21,12 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import sys
 import time
 from collections import Counter
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from perf_data import generate_events  # noqa: E402
-from pg_bench_support import create_database, running_server  # noqa: E402
+from bench.perf_data import generate_events
+from bench.pg_bench_support import create_database, running_server
 
 TS = "2025-01-01T00:00:00Z"
 STATEMENT = ("memory_sparse_df_insert", "memory_sparse_df_update", "memory_sparse_df_delete")

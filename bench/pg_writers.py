@@ -1,9 +1,9 @@
-"""Many writer processes on one PostgreSQL database (issue #16, step 5).
+"""Many writer processes on one PostgreSQL database.
 
-    python bench/pg_writers.py            # 8 writers x 40 batches x 5 events per scenario
-    python bench/pg_writers.py --quick    # CI: 8 writers x 4 batches, checks only
+    python -m bench.pg_writers            # 8 writers x 40 batches x 5 events per scenario
+    python -m bench.pg_writers --quick    # CI: 8 writers x 4 batches, checks only
 
-A throw-away PostgreSQL 18 (tests/pg_support.py). Each writer is its own process running the
+A throw-away PostgreSQL 18 (tests/support/pg.py). Each writer is its own process running the
 library as an agent would (`Memory.configured()` from MEMCLI_DB=<URL>, the hash embedder, no
 SPLADE: the database path is what is measured), ingesting small batches in a loop (one
 transaction each, as one `memcli ingest` or one HTTP `POST /events` is). Scenarios, each on a
@@ -36,22 +36,23 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from bench.pg_bench_support import create_database, database_url, running_server
+
 REPO_ROOT = Path(__file__).resolve().parents[1]
 RESULTS = REPO_ROOT / "bench" / "results"
 REAL = "tenant_id NOT LIKE 'warm-%'"  # each writer's warm-up event has a tenant of its own
 
-from pg_bench_support import create_database, running_server  # noqa: E402
-
 # One writer process: start together (a file appears), then batches, then its timings.
 WRITER = r"""
 import json, os, sys, time
-from memcli.memory import Memory
-tenant, prefix, go = sys.argv[1], sys.argv[2], sys.argv[5]
+from memcli.operations.memory import Memory
+tenant, prefix, go, ready = sys.argv[1], sys.argv[2], sys.argv[5], sys.argv[6]
 batches, size = int(sys.argv[3]), int(sys.argv[4])
 memory = Memory.configured()
 # Warm: imports, the embedder, the connection's first transaction (a tenant of its own).
 memory.ingest([{"event_id": f"warm-{prefix}-{os.getpid()}", "tenant_id": f"warm-{prefix}",
                 "text": f"warm up {prefix} {os.getpid()}"}])
+open(ready, "w").close()
 while not os.path.exists(go):
     time.sleep(0.005)
 times, ingested, skipped = [], 0, 0
@@ -81,21 +82,41 @@ def env_for(url: str, home: Path) -> dict[str, str]:
     return env
 
 
-def new_database(dsn: str, name: str, home: Path) -> str:
-    url = create_database(dsn, name)
-    subprocess.run([sys.executable, "-c", "from memcli.memory import Memory; "
+TEMPLATE = "w_template"
+
+
+def memcli_template(dsn: str, home: Path) -> None:
+    """A database memcli made its schema in (by a process of its own, as a writer would), the
+    template every scenario's database is copied from: one schema creation, not one per
+    database (a process start and the migrations, ~1.5 s each on this machine)."""
+    url = create_database(dsn, TEMPLATE)
+    subprocess.run([sys.executable, "-c", "from memcli.operations.memory import Memory; "
                     "Memory.configured().close()"], env=env_for(url, home), check=True)
-    return url
+
+
+def new_database(dsn: str, name: str, home: Path) -> str:
+    """A fresh copy of the template (memcli's schema, no rows): what a first `Memory` makes."""
+    import psycopg
+
+    with psycopg.connect(dsn, autocommit=True) as admin:
+        admin.execute(f'CREATE DATABASE "{name}" TEMPLATE "{TEMPLATE}"')
+    return database_url(dsn, name)
 
 
 def run(jobs: list[tuple[str, str, str]], batches: int, size: int, home: Path) -> dict[str, Any]:
     """jobs: (url, tenant, event prefix) per writer process."""
     go = home / f"go-{time.monotonic_ns()}"
+    ready = [go.with_name(f"{go.name}-ready-{i}") for i in range(len(jobs))]
     procs = [subprocess.Popen([sys.executable, "-c", WRITER, tenant, prefix, str(batches),
-                               str(size), str(go)], env=env_for(url, home),
+                               str(size), str(go), str(ready[i])], env=env_for(url, home),
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-             for url, tenant, prefix in jobs]
-    time.sleep(3.0 + 0.5 * len(jobs))  # let every writer import and connect first
+             for i, (url, tenant, prefix) in enumerate(jobs)]
+    # Every writer has imported, connected and written its warm-up event before the clock
+    # starts (each says so by a file): the timed part is the batches alone.
+    while not all(r.exists() for r in ready):
+        if any(p.poll() is not None for p in procs):
+            break  # a writer died before it was ready: its error is reported below
+        time.sleep(0.01)
     start = time.perf_counter()
     go.touch()
     outs = [p.communicate() for p in procs]
@@ -124,6 +145,7 @@ def count(url: str, sql: str) -> Any:
 def scenarios(dsn: str, home: Path, batches: int, size: int) -> dict[str, Any]:
     out: dict[str, Any] = {}
     per = batches * size
+    memcli_template(dsn, home)
     url = new_database(dsn, "w_one", home)
     out["1 writer"] = run([(url, "t0", "one")], batches * 8, size, home)
     assert count(url, f"SELECT count(*) FROM events WHERE {REAL}") == 8 * per

@@ -1,8 +1,8 @@
 """How long `memcli rebuild` takes on a few-thousand-memory database.
 
-    python bench/rebuild.py                    # 5,000 events: hash (with and without
+    python -m bench.rebuild                    # 5,000 events: hash (with and without
                                                # SPLADE) and the default models
-    python bench/rebuild.py --events 2000 --embedders hash-nosparse
+    python -m bench.rebuild --events 2000 --embedders hash-nosparse
 
 For each embedder (`hash`: the deterministic test embedder, no model cost; `e5-small`: the
 default), each with the SPLADE-tiny sparse leg as the CLI builds it (`-nosparse`: without
@@ -17,18 +17,16 @@ from __future__ import annotations
 
 import argparse
 import random
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO_ROOT))
+from memcli import Memory
+from memcli.config import load_settings, thread_defaults
+from memcli.lifecycle.rebuild_derived import rebuild
+from memcli.operations.memory import make_embedder, make_sparse
 
-from memcli import Memory  # noqa: E402
-from memcli.config import load_settings, thread_defaults  # noqa: E402
-from memcli.lifecycle.rebuild import rebuild  # noqa: E402
-from memcli.memory import make_embedder, make_sparse  # noqa: E402
+REPO_ROOT = Path(__file__).resolve().parents[1]
 
 WORDS = ("Alice Bob Carol Lisbon Paris Zephyr budget trip meeting green tea hiking project "
          "release review plan office coffee book train Monday Friday decided prefers asked "

@@ -1,9 +1,9 @@
 """Load on one `memcli serve`: concurrent agents over HTTP and MCP, then an exactly-once check.
 
-    python bench/service_load.py              # 10 agents for 60 s on a copy of perf.py's 10k db
-    python bench/service_load.py --quick      # CI smoke: 4 agents for 8 s, 1k hash db, no file
-    python bench/service_load.py --agents 10 --seconds 60 --size 10000
-    python bench/service_load.py --think 1    # each agent pauses 1 s between rounds (its LLM call)
+    python -m bench.service_load              # 10 agents for 60 s on a copy of perf.py's 10k db
+    python -m bench.service_load --quick      # CI smoke: 4 agents for 8 s, 1k hash db, no file
+    python -m bench.service_load --agents 10 --seconds 60 --size 10000
+    python -m bench.service_load --think 1    # each agent pauses 1 s between rounds (its LLM call)
 
 Half the agents speak HTTP (`httpx`, the `/api/v1` routes), half MCP (the SDK's own client over
 streamable HTTP at `/mcp`), all to one daemon started with `--port` on 127.0.0.1. Each agent has
@@ -14,7 +14,7 @@ latency there is mostly queueing for the CPU. `--think S` pauses S seconds betwe
 agent does while its model answers. Reported per transport and operation: count, p50 and p95
 wall ms as the client saw them, and failures (any non-2xx status, MCP error result or
 exception; the issue's bar is zero). Targets
-(seed 003, the issue's): the retrieval path p95 <= 500 ms, target <= 150 ms.
+(the Agent Memory System PRD, the issue's): the retrieval path p95 <= 500 ms, target <= 150 ms.
 
 After the run the daemon is stopped (SIGTERM: in-flight requests finish, WAL checkpointed) and
 the database is read directly: every event an agent saw acknowledged must be there exactly once,
@@ -27,19 +27,16 @@ import argparse
 import asyncio
 import json
 import socket
-import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO_ROOT))
-sys.path.insert(0, str(REPO_ROOT / "bench"))
+from bench.perf import loadavg, pct
+from bench.service import database
+from bench.service_support import Daemon, cli_env
 
-from perf import loadavg, pct  # noqa: E402
-from service import database  # noqa: E402
-from service_support import Daemon, cli_env  # noqa: E402
+REPO_ROOT = Path(__file__).resolve().parents[1]
 
 RESULTS = REPO_ROOT / "bench" / "results" / "service-load.md"
 TENANT = "load"

@@ -27,6 +27,8 @@ def cli_env(tmp: Path, *, hash_embedder: bool) -> dict[str, str]:
         "XDG_DATA_HOME": str(tmp / "data"),
         "HOME": str(tmp / "home"),
         "PYTHONPATH": str(REPO_ROOT),
+        # Benchmarks start the daemons they measure; no command starts one by itself.
+        "MEMCLI_AUTOSTART": "0",
     })
     for sub in ("run", "config", "data", "home"):
         (tmp / sub).mkdir(mode=0o700, exist_ok=True)
@@ -99,3 +101,54 @@ class Daemon:
                 self.proc.kill()
                 self.proc.wait()
         self._log.close()
+
+
+def auto_env(env: dict[str, str], run_dir: Path) -> dict[str, str]:
+    """`env` with warm by default on, and a runtime folder of its own (so no daemon is found
+    there at first: the first command starts one)."""
+    run_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+    # A short idle exit: a daemon an interrupted run could not stop goes away by itself.
+    out = {**env, "XDG_RUNTIME_DIR": str(run_dir), "MEMCLI_DAEMON_IDLE_EXIT": "2"}
+    out.pop("MEMCLI_AUTOSTART", None)
+    return out
+
+
+def answers(socket_path: str) -> bool:
+    import socket
+
+    probe = socket.socket(socket.AF_UNIX)
+    try:
+        probe.connect(socket_path)
+        return True
+    except OSError:
+        return False
+    finally:
+        probe.close()
+
+
+def alive(pid: int) -> bool:
+    """The process runs (a zombie no parent reaped yet counts as gone)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rsplit(b")", 1)[1].split()[0] != b"Z"
+    except (OSError, IndexError):
+        return False
+
+
+def stop_auto_started(pid_file: Path, timeout: float = 60.0) -> None:
+    """SIGTERM the daemon a command started (its pid in `pid_file`), wait until it is gone
+    (SIGKILL after `timeout` s)."""
+    try:
+        pid = int(pid_file.read_text())
+    except (OSError, ValueError):
+        return
+    for sig, wait in ((signal.SIGTERM, timeout), (signal.SIGKILL, 10.0)):
+        try:
+            os.kill(pid, sig)
+        except ProcessLookupError:
+            return
+        deadline = time.monotonic() + wait
+        while time.monotonic() < deadline:
+            if not alive(pid):
+                return
+            time.sleep(0.05)

@@ -10,7 +10,7 @@ Reference: RETRIEVAL.md reports R@5/10/25/50 = 55.3 / 64.1 / 72.9 / 79.0 for SPL
 Also measures document encoding throughput (all turns, batched), warm query latency and the
 average number of terms per document and per query.
 
-    python bench/splade_check.py [--data PATH] [--min-weight W] [--max-terms N] [--json]
+    python -m bench.splade_check [--data PATH] [--min-weight W] [--max-terms N] [--json]
 
 The data set is CC BY-NC 4.0: it is read from its path, never copied into the repository.
 """

@@ -1,9 +1,9 @@
 """Attacks on memcli from outside its test suite, counted: what a second local user, another
 tenant, a narrowly bound token and a hostile client get.
 
-    python bench/trust_attacks.py            # every attack, ~1,000 fuzzed calls
-    python bench/trust_attacks.py --quick    # 200 fuzzed calls
-    python bench/trust_attacks.py --json     # the figures (and every leak found) as JSON
+    python -m bench.trust_attacks            # every attack, ~1,000 fuzzed calls
+    python -m bench.trust_attacks --quick    # 200 fuzzed calls
+    python -m bench.trust_attacks --json     # the figures (and every leak found) as JSON
 
 It attacks the memcli installed in the Python that runs it (run it with another checkout's
 virtualenv to measure that version) through real processes only: `python -m memcli` commands
@@ -43,13 +43,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-BENCH = Path(__file__).resolve().parent
-sys.path.insert(0, str(BENCH.parent / "tests"))  # the tests' planted listener and environment
+from bench.trust_attacks_fuzz import fuzz
+from bench.trust_attacks_serve import Serve, bindings, oversized
+from tests.support.sockets import Listener, python_of, second_user
+from tests.support.trust import memcli_env
 
-from socket_support import Listener, python_of, second_user  # noqa: E402
-from trust_attacks_fuzz import fuzz  # noqa: E402
-from trust_attacks_serve import Serve, bindings, oversized  # noqa: E402
-from trust_support import memcli_env  # noqa: E402
+BENCH = Path(__file__).resolve().parent
 
 SECRET = "s3cret-token-never-forwarded"
 KEY = base64.b64encode(b"k" * 32).decode()
@@ -113,7 +112,7 @@ TABLES = ("memories", "history", "decisions", "tasks", "proposals", "checkpoints
 PROPOSAL = """
 import sys
 from memcli import Memory
-from memcli.store.proposals import insert_proposal
+from memcli.store.proposals_sql import insert_proposal
 with Memory.open(sys.argv[1]) as memory, memory.db.transaction():
     print(insert_proposal(memory.db, {
         "tenant_id": sys.argv[2], "user_id": "priya", "field": "city", "value": "Porto",

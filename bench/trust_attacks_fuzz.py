@@ -13,7 +13,7 @@ import json
 import random
 from typing import Any
 
-from trust_attacks_serve import MCP_HEADERS, Serve
+from bench.trust_attacks_serve import MCP_HEADERS, Serve
 
 # (method, path with {id}/{app}/{artifact}, valid JSON body or query parameters)
 ROUTES: tuple[tuple[str, str, dict], ...] = (

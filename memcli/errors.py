@@ -74,3 +74,20 @@ class StorageError(MemcliError):
 class DiskFullError(StorageError):
     """The disk (or the database's size limit) is full: exit 1, HTTP 507 Insufficient Storage.
     Nothing of the failed write stays; the same request works once space is freed."""
+
+
+def validation_line(exc: Exception | list[dict], what: str | None = None, *,
+                    where: str = "request") -> str:
+    """A pydantic ValidationError as one line: `bad <what>: <field>: <message>` for its first
+    problem, `(and N more)` when there are others. `what` None leaves
+    out the `bad <what>: ` prefix; `where` names a problem at the root of the input. Every
+    model memcli validates (requests, records, settings) is reported through this one rule;
+    `exc` may be the error's list of problems (`exc.errors()`) too."""
+    problems = exc if isinstance(exc, list) else exc.errors()  # type: ignore[attr-defined]
+    first = problems[0]
+    place = ".".join(str(p) for p in first["loc"]) or where
+    message = first["msg"].removeprefix("Value error, ")
+    more = len(problems) - 1
+    tail = f" (and {more} more)" if more else ""
+    prefix = f"bad {what}: " if what else ""
+    return f"{prefix}{place}: {message}{tail}"

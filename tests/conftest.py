@@ -2,35 +2,28 @@
 
 from __future__ import annotations
 
-import contextlib
-import functools
-import json
 import os
 import shutil
-import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
-import apsw
-import backend_support
-import pg_support
 import pytest
-import typer.main
-import typer.testing
-from backend_support import (  # noqa: F401 - the matrix's PostgreSQL
+
+from memcli import Memory
+from memcli.providers.embedders import HashEmbedder
+from tests.support import backend as matrix
+from tests.support import pg
+from tests.support.backend import (  # noqa: F401 - the matrix's PostgreSQL
     pg_memcli_db,
     pg_memcli_reused,
     pg_memcli_template,
 )
-from daemon_support import no_stray_daemons  # noqa: F401 - autouse: no test leaves a daemon
-from llmstub import make_stub
-from pg_db_support import pg_db  # noqa: F401
-from pg_support import pg_cluster, pg_server  # noqa: F401
-from typer.testing import CliRunner
-
-from memcli import Memory
-from memcli.providers.embedders import HashEmbedder
+from tests.support.cli import CliRunner, command
+from tests.support.daemon import no_stray_daemons  # noqa: F401 - autouse: no test leaves a daemon
+from tests.support.llmstub import make_stub
+from tests.support.pg import pg_cluster, pg_server  # noqa: F401
+from tests.support.pg_db import pg_db  # noqa: F401
+from tests.support.trust import UNSET
 
 
 @pytest.fixture(autouse=True)
@@ -42,48 +35,34 @@ def isolated_env(tmp_path_factory, monkeypatch):
     monkeypatch.setenv("XDG_CONFIG_HOME", str(home / "config"))
     # memcli's daemon sockets: never a developer's running `memcli serve`.
     monkeypatch.setenv("XDG_RUNTIME_DIR", str(home / "run"))
+    # No command starts a daemon by itself (tests/test_autostart.py turns it back on).
+    monkeypatch.setenv("MEMCLI_AUTOSTART", "0")
     for var in ("MEMCLI_DB", "MEMCLI_CONFIG", "MEMCLI_EMBEDDER", "MEMCLI_LLM_BASE_URL",
-                "MEMCLI_LLM_API_KEY", "OPENAI_API_KEY", "MEMCLI_CATEGORIES", "MEMCLI_TENANT",
+                "MEMCLI_LLM_API_KEY", "MEMCLI_CATEGORIES", "MEMCLI_TENANT",
                 "MEMCLI_SOCKET", "MEMCLI_NO_DAEMON"):
         monkeypatch.delenv(var, raising=False)
-    # The parent shell's terminal: rich wraps text output at COLUMNS (the scope line of
-    # `--format text` split at COLUMNS=40) and colours it with FORCE_COLOR.
-    for var in ("COLUMNS", "LINES", "FORCE_COLOR", "TTY_COMPATIBLE", "TTY_INTERACTIVE"):
+    # Credentials, and the parent shell's terminal: rich wraps text output at COLUMNS (the
+    # scope line of `--format text` split at COLUMNS=40) and colours it with FORCE_COLOR.
+    for var in UNSET:
         monkeypatch.delenv(var, raising=False)
     return home
 
 
-_build_command = functools.cache(typer.main.get_command)
-
-
 @pytest.fixture
 def stub():
-    """The scripted OpenAI-compatible server on 127.0.0.1 (tests/llmstub.py), stopped after
+    """The scripted OpenAI-compatible server on 127.0.0.1 (tests/support/llmstub.py), stopped after
     the test."""
     with make_stub() as server:
         yield server
 
 
-# A config file's retrieval line for tests that need no SPLADE leg (a real model, slow).
-NO_SPARSE_CONFIG = (
-    "retrieval: {leg_weights: {lexical: 1, sparse: 0, dense: 1, entity: 0.5, trigram: 0.5}}\n")
-
-
-def use_stub_model(monkeypatch, tmp_path, stub, config: str) -> None:
-    """Point the CLI at `stub` as its model, with `config` as its config file."""
-    path = tmp_path / "config.yaml"
-    path.write_text(config, encoding="utf-8")
-    monkeypatch.setenv("MEMCLI_CONFIG", str(path))
-    monkeypatch.setenv("MEMCLI_LLM_BASE_URL", stub.base_url)
-    monkeypatch.setenv("MEMCLI_LLM_MODEL", "stub-model")
-
-
 @pytest.fixture
-def command_built_once(monkeypatch):
-    """CliRunner.invoke builds the click command from the Typer app on every call (~50 ms on a
-    quiet machine, up to ~1 s on a loaded one); a real process builds it once. Tests making
-    hundreds of invocations take this."""
-    monkeypatch.setattr(typer.testing, "_get_command", _build_command)
+def command_built_once():
+    """The app's click command, built once per process as a real process builds it
+    (tests/support/cli.py: its CliRunner runs this command, never a rebuilt one)."""
+    from memcli.cli.app import app
+
+    return command(app)
 
 
 @pytest.fixture
@@ -109,6 +88,10 @@ def pytest_configure(config):
     # servers and every test give their connections in full.
     for var in [v for v in os.environ if v.startswith("PG")]:
         del os.environ[var]
+    # No `memcli` process a test starts starts a daemon by itself (warm by default): set
+    # before xdist's workers start, so every process of the run inherits it. The tests of the
+    # feature (tests/test_autostart.py) remove it from their processes' environment.
+    os.environ["MEMCLI_AUTOSTART"] = "0"
     if config.option.basetemp is None and not hasattr(config, "workerinput"):
         config.option.basetemp = tempfile.mkdtemp(prefix="mt-")
         config._memcli_basetemp = config.option.basetemp
@@ -116,31 +99,35 @@ def pytest_configure(config):
 
 def pytest_sessionfinish(session, exitstatus):
     """The run is over (with xdist: every worker, and so every server, has stopped): remove the
-    copies of the PostgreSQL server that tests/pg_support.py left under /tmp, and the tmp_path
+    copies of the PostgreSQL server that tests/support/pg.py left under /tmp, and the tmp_path
     base of a run that passed (a failed run's stays, for a look at what its tests left)."""
     if hasattr(session.config, "workerinput"):
         return
-    pg_support.remove_server_copies()
+    pg.remove_server_copies()
     base = getattr(session.config, "_memcli_basetemp", None)
     if base is not None and exitstatus == 0:
         shutil.rmtree(base, ignore_errors=True)
 
 
 def pytest_generate_tests(metafunc):
-    backend_support.parametrize(metafunc)  # tests marked `backends`: SQLite and PostgreSQL
+    matrix.parametrize(metafunc)  # tests marked `backends`: SQLite and PostgreSQL
+
+
+def pytest_collection_modifyitems(config, items):
+    matrix.mark_postgresql(items)  # the tier on a real PostgreSQL server
 
 
 @pytest.fixture
 def backend(request) -> str:
-    """The engine of `db_path`: "sqlite", or each of backend_support.BACKENDS for a test
-    marked `backends`."""
+    """The engine of `db_path`: "sqlite", or each of tests.support.backend.BACKENDS for a
+    test marked `backends`."""
     return getattr(request, "param", "sqlite")
 
 
 @pytest.fixture
 def db_path(backend, tmp_path, request) -> Path:
     """The test's database: a file in tmp_path (a PostgreSQL URL in the backend matrix)."""
-    return backend_support.location(backend, tmp_path, request)
+    return matrix.location(backend, tmp_path, request)
 
 
 @pytest.fixture
@@ -164,53 +151,3 @@ def cli(monkeypatch, db_path, command_built_once):
         return runner.invoke(app, list(args), input=input, catch_exceptions=False)
 
     return run
-
-
-def record_calls(obj, name: str) -> list:
-    """Wrap `obj.<name>` so each call's first argument is recorded (the call still goes
-    through); returns the list the arguments are appended to."""
-    calls: list = []
-    inner = getattr(obj, name)
-
-    def recording(first, *args, **kwargs):
-        calls.append(first)
-        return inner(first, *args, **kwargs)
-
-    setattr(obj, name, recording)
-    return calls
-
-
-def turns(session: str, texts: list[str], user: str = "u1", **extra) -> list[dict]:
-    """Records for a conversation, one turn a minute, with stable event ids."""
-    return [
-        {"event_id": f"{session}-{i}", "session_id": session, "user_id": user,
-         "ts": f"2025-01-01T10:{i:02d}:00Z", "content": {"text": text}, **extra}
-        for i, text in enumerate(texts)
-    ]
-
-
-def ndjson(records: list[dict]) -> str:
-    return "\n".join(json.dumps(r) for r in records) + "\n"
-
-
-@contextlib.contextmanager
-def write_lock_held(db_path):
-    """Another connection holds the database's write lock for the duration of the block."""
-    holder = apsw.Connection(str(db_path))
-    holder.execute("BEGIN IMMEDIATE")
-    try:
-        yield
-    finally:
-        holder.execute("ROLLBACK")
-        holder.close()
-
-
-_ENTRY_POINT = "from memcli.cli.entry import main\nmain()\n"
-
-
-def run_entry_point(args: list[str], env: dict, stdin: str | None = None
-                    ) -> subprocess.CompletedProcess:
-    """The installed `memcli` entry point's code in a child process (in-process route unless
-    a test started a daemon for the database: tests/daemon_support.py)."""
-    return subprocess.run([sys.executable, "-c", _ENTRY_POINT, *args], input=stdin, env=env,
-                          capture_output=True, text=True, timeout=120)

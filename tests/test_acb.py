@@ -9,19 +9,21 @@ import tempfile
 from pathlib import Path
 
 import pytest
-from conftest import ndjson, turns
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
-from memcli import Memory, derive, ledger
+from memcli import Memory
 from memcli.acb.build import build_acb
 from memcli.acb.render import render_markdown
 from memcli.config import AcbSettings
+from memcli.core.tokens import count_tokens
+from memcli.derived import writer as derive
 from memcli.errors import NotAllowedError, UsageError
+from memcli.ledger import entries as ledger
 from memcli.providers.embedders import HashEmbedder
-from memcli.tokens import count_tokens
+from tests.support.records import ndjson, turns
 
-pytestmark = pytest.mark.backends  # SQLite and PostgreSQL (tests/backend_support.py)
+pytestmark = pytest.mark.backends  # SQLite and PostgreSQL (tests/support/backend.py)
 
 
 @pytest.fixture(autouse=True)

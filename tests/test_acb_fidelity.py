@@ -1,4 +1,4 @@
-"""Context fidelity of bundles (issue 14): the profile and the latest reflection without a query,
+"""Context fidelity of bundles: the profile and the latest reflection without a query,
 the public channel's exclusions, duplicate evidence collapsed, grouped tool-output omissions.
 Real SQLite files, the real CLI (in process, and one process of its own)."""
 
@@ -11,11 +11,13 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import ndjson, turns
 
-from memcli import Memory, derive, ledger
+from memcli import Memory
 from memcli.acb.build import build_acb
+from memcli.derived import writer as derive
+from memcli.ledger import entries as ledger
 from memcli.providers.embedders import HashEmbedder
+from tests.support.records import ndjson, turns
 
 pytestmark = [pytest.mark.usefixtures("fast_cli"), pytest.mark.backends]  # SQLite and PostgreSQL
 
@@ -156,7 +158,7 @@ def test_the_same_sentence_three_times_is_one_evidence_item(cli):
 
 
 def test_near_duplicate_rule():
-    from memcli.acb.dedup import near, signature
+    from memcli.acb.duplicates import near, signature
 
     a = "we agreed that the quarterly offsite for the whole platform team will be held in lisbon"
     assert near(signature(a)[1], signature(a + " too")[1])  # one extra word in 16

@@ -1,5 +1,5 @@
-"""Seed 001's app limit holds after every app write: `remember --app`, `decision add --app`,
-`task add --app` (issue #14), not only for the apps a `consolidate` run touched.
+"""The app-memory design's app limit holds after every app write: `remember --app`, `decision
+add --app`, `task add --app`, not only for the apps a `consolidate` run touched.
 
 A plain write uses FIFO (the oldest unpinned memory of the scope is soft-deleted) and never
 calls a model, even with one configured (README "App memory limit")."""

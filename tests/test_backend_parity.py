@@ -1,4 +1,4 @@
-"""One scenario on SQLite and on PostgreSQL, compared (issue #16): the same memory ids, the same
+"""One scenario on SQLite and on PostgreSQL, compared: the same memory ids, the same
 query results in the same order (scores within a tolerance), the same bundle and the same
 history. The backend matrix runs each suite on both engines; this test says they agree."""
 
@@ -7,7 +7,8 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import ndjson, turns
+
+from tests.support.records import ndjson, turns
 
 pytestmark = pytest.mark.usefixtures("fast_cli")
 

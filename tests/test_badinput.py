@@ -1,4 +1,4 @@
-"""Bad input and environment failures (issue #12, points 9, 10, 11, 14): each one is a
+"""Bad input and environment failures: each one is a
 per-record rejection or a one-line error with its exit code, never a traceback, never a lost
 good record, and never a change to a file that is not a memcli database."""
 
@@ -13,14 +13,14 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from backend_support import rows
-from fuzz_support import check_output, counts, run_cli
 
 from memcli import Memory
 from memcli.errors import StorageError
 from memcli.retrieval.text import MAX_QUERY_TERMS, lexical_query
+from tests.support.backend import rows
+from tests.support.fuzz import check_output, counts, run_cli
 
-# The tests that write to or read the store run on SQLite and PostgreSQL (backend_support.py);
+# The tests that write to or read the store run on SQLite and PostgreSQL (tests/support/backend.py);
 # the ones about a file at the path (empty, foreign, a folder, full) are SQLite's alone.
 pytestmark = pytest.mark.backends
 
@@ -285,6 +285,7 @@ def test_new_database_in_read_only_folder(protected, monkeypatch):
                                      "database)"]
 
 
+@pytest.mark.long  # fills a small file system through real processes
 def test_full_disk_from_the_cli(tmp_path, monkeypatch):
     """A real full file system (a 2 MB tmpfs, root only): one line, exit 1, no rejections."""
     folder = tmp_path / "small"

@@ -19,13 +19,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from http_support import NO_SPARSE, OPERATOR, write_token_file
 from starlette.testclient import TestClient
 
 from memcli.config import bundled_text, load_settings
 from memcli.service import api
 from memcli.service.auth import load_auth
 from memcli.service.http import build_app
+from tests.support.http_api import NO_SPARSE, OPERATOR, write_token_file
 
 INSIDE = {"tenant_id": "t1", "user_id": "alice", "app_id": "a1", "category": "projects"}
 # The categories a `categories=` token and the `planner` agent's allowlist both allow.
@@ -175,7 +175,7 @@ def _tool(client: TestClient, name: str, arguments: dict) -> tuple[bool, str]:
 
 
 def _snapshot(db: Path) -> list:
-    from backend_support import rows
+    from tests.support.backend import rows
 
     return [rows(db, f"SELECT * FROM {t} ORDER BY 1") for t in
             ("memories", "decisions", "tasks", "history")]

@@ -1,4 +1,4 @@
-"""Tests for memcli.chunking: boundaries (paragraph > sentence > word > character), sizes,
+"""Tests for memcli.core.chunking: boundaries (paragraph > sentence > word > character), sizes,
 overlap, CJK, and hypothesis properties (full coverage, never over the budget)."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from memcli.chunking import Chunk, chunk_text, estimate_tokens
+from memcli.core.chunking import Chunk, chunk_text, estimate_tokens
 
 
 def check_invariants(text: str, chunks: list[Chunk], max_tokens: int) -> None:

@@ -8,8 +8,14 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import NO_SPARSE_CONFIG, ndjson, record_calls, use_stub_model
-from lifecycle_support import (
+from pydantic import ValidationError
+
+from memcli.derived.textrules import check_memory_text
+from memcli.lifecycle import dedup
+from memcli.lifecycle.consolidate import consolidate
+from memcli.lifecycle.extract import Extraction
+from tests.support.cli import NO_SPARSE_CONFIG, use_stub_model
+from tests.support.lifecycle import (
     conversation,
     extraction,
     memory_rows,
@@ -20,17 +26,12 @@ from lifecycle_support import (
     snapshot,
     verdicts,
 )
-from pydantic import ValidationError
-
-from memcli.lifecycle import dedup
-from memcli.lifecycle.consolidate import consolidate
-from memcli.lifecycle.extract import Extraction
-from memcli.lifecycle.textrules import check_memory_text
+from tests.support.records import ndjson, record_calls
 
 TEA = "Priya loves green tea."
 NURSE = "Priya works as a nurse at Santa Maria hospital."
 
-# `@backends`: SQLite and PostgreSQL (tests/backend_support.py), for each test reaching the
+# `@backends`: SQLite and PostgreSQL (tests/support/backend.py), for each test reaching the
 # store's SQL. Tests of logic that another test already walks on both engines stay
 # SQLite-only: a PostgreSQL case costs ~2.5x a SQLite one.
 backends = pytest.mark.backends
@@ -518,7 +519,7 @@ def test_equally_similar_neighbours_link_to_the_oldest(memory, db_path):
     """A new fact links to its LINK_TOP_K most similar memories; among equals, the oldest.
     PostgreSQL returns ties in its heap's order, which an UPDATE (here `confirm`) changes:
     without an id tie-breaker the edges differed from SQLite's."""
-    from memcli.derive import LINK_TOP_K, write_memory
+    from memcli.derived.writer import LINK_TOP_K, write_memory
     from memcli.lifecycle.remember import confirm
 
     def fact() -> int:

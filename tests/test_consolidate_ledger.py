@@ -1,5 +1,5 @@
 """Decisions and todos that `consolidate` extracts reach the ledger: `decision list`,
-`task list`, and a bundle's decision ledger and task state (issue #14).
+`task list`, and a bundle's decision ledger and task state.
 
 Every model reply comes from the scripted HTTP stub through the real `openai` client."""
 
@@ -8,13 +8,15 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import NO_SPARSE_CONFIG, ndjson, use_stub_model
-from lifecycle_support import conversation, extraction
+
+from tests.support.cli import NO_SPARSE_CONFIG, use_stub_model
+from tests.support.lifecycle import conversation, extraction
+from tests.support.records import ndjson
 
 DECISION = "Priya decided to use Postgres for the billing service."
 TODO = "Priya will send the rota to the team."
 
-# SQLite and PostgreSQL (tests/backend_support.py)
+# SQLite and PostgreSQL (tests/support/backend.py)
 pytestmark = pytest.mark.backends
 
 

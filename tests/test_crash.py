@@ -19,7 +19,8 @@ import time
 from collections import Counter
 
 import pytest
-from trust_support import (
+
+from tests.support.trust import (
     Procs,
     check_database,
     marker,

@@ -1,4 +1,5 @@
-"""Encryption at rest of `high` sensitivity content (issue 12, point 5; seed 003 9.2).
+"""Encryption at rest of `high` sensitivity content (section 9.2 of the Agent Memory System
+PRD).
 
 Through the real CLI on real files: the raw bytes of the database, its WAL and shared-memory
 file never hold a planted `high` marker; with the key, queries find and print the plain text;
@@ -16,11 +17,11 @@ import stat
 from pathlib import Path
 
 import pytest
-from backend_support import is_pg, stored_bytes
 
-from tests.conftest import ndjson
+from tests.support.backend import is_pg, stored_bytes
+from tests.support.records import ndjson
 
-pytestmark = pytest.mark.backends  # SQLite and PostgreSQL (tests/backend_support.py)
+pytestmark = pytest.mark.backends  # SQLite and PostgreSQL (tests/support/backend.py)
 
 SECRET = "zqxplutonium"  # the `high` marker: a word no other text in the suite uses
 PLAIN = "zqxmarmalade"  # a `none` control marker: proves the byte scan can find text

@@ -1,5 +1,5 @@
-"""`memcli.store.connection.Database` is the surface both engines' Database classes share
-(issue #16): every store module is typed against it, so an open database of either engine
+"""`memcli.store.connection.Database` is the surface both engines' Database classes share:
+every store module is typed against it, so an open database of either engine
 must offer each of its members (mypy checks the signatures; this checks them at run time)."""
 
 from __future__ import annotations

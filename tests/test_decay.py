@@ -7,16 +7,16 @@ import math
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from backend_support import lexical_hits
-from lifecycle_support import memory_rows, rows, settings, snapshot
 
-from memcli.derive import write_memory
+from memcli.core.records import format_ts
+from memcli.derived.writer import write_memory
 from memcli.errors import NotFoundError
 from memcli.lifecycle.decay import apply_decay, plan_decay
 from memcli.lifecycle.remember import confirm
-from memcli.models import format_ts
+from tests.support.backend import lexical_hits
+from tests.support.lifecycle import memory_rows, rows, settings, snapshot
 
-# `@backends`: SQLite and PostgreSQL (tests/backend_support.py), for each test reaching the
+# `@backends`: SQLite and PostgreSQL (tests/support/backend.py), for each test reaching the
 # store's SQL. Tests of logic that another test already walks on both engines stay
 # SQLite-only: a PostgreSQL case costs ~2.5x a SQLite one.
 backends = pytest.mark.backends

@@ -10,9 +10,9 @@ from pathlib import Path
 import apsw
 import pytest
 import sqlite_vec
-from conftest import ndjson
 
-from memcli.models import utcnow
+from memcli.core.records import utcnow
+from tests.support.records import ndjson
 
 pytestmark = pytest.mark.usefixtures("fast_cli")  # conftest: no SPLADE, one click command
 
@@ -164,7 +164,7 @@ def metrics(db_path: Path, n: int, **values) -> None:
     ({"lexical_hits": 1}, "requests:fulltext"),
     ({"latency_ms": 4500.0}, "requests:latency"),
 ])
-def test_seed_002_triggers(cli, filled, values, name):
+def test_evolution_plan_triggers(cli, filled, values, name):
     metrics(filled, 25)  # under every trigger
     assert doctor(cli)[0] == 0
     metrics(filled, 40, **values)  # 40 of ~66 requests: over each threshold

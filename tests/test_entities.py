@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from memcli.entities import Entity, extract_entities, query_entity_keys
+from memcli.entities.extraction import Entity, extract_entities, query_entity_keys
 
 
 def kinds(text: str, kind: str) -> list[tuple[str, str]]:

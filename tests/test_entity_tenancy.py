@@ -8,11 +8,11 @@ import json
 
 import apsw
 import pytest
-from backend_support import rows
 
 from memcli.store.sqlite import migrations
 from memcli.store.sqlite.connection import Database
-from tests.conftest import ndjson, turns
+from tests.support.backend import rows
+from tests.support.records import ndjson, turns
 
 
 @pytest.mark.backends
@@ -86,7 +86,7 @@ def test_postgresql_upgrade_to_3_splits_a_shared_entity(pg_db):
     from memcli.store.postgres.placeholders import rewrite
 
     with psycopg.connect(pg_db, autocommit=True) as conn:
-        conn.execute(schema_sql())  # schema 2, as a database made before step 3
+        conn.execute(schema_sql())  # schema 2, as a database made before migration 3
         conn.execute("INSERT INTO meta (key, value) VALUES ('schema_version', '2')")
 
         def execute(sql, params=()):

@@ -1,15 +1,16 @@
-"""Seed 004's `correct_fact` (`memcli correct`), `get_entity_info` (`memcli entity`) with entity
-types, and the latest record timestamp in `memcli stats` (issue #14). The real CLI on a real
-SQLite file and a real PostgreSQL database (the backend matrix, tests/backend_support.py)."""
+"""The SQLite memory extension design's `correct_fact` (`memcli correct`), `get_entity_info`
+(`memcli entity`) with entity types, and the latest record timestamp in `memcli stats`. The real CLI
+on a real SQLite file and a real PostgreSQL database (the backend matrix,
+tests/support/backend.py)."""
 
 from __future__ import annotations
 
 import json
 
 import pytest
-from conftest import ndjson
 
-from memcli.entity_types import mention_types, type_of_name
+from memcli.entities.types import mention_types, type_of_name
+from tests.support.records import ndjson
 
 pytestmark = pytest.mark.backends  # the tests with a database run on SQLite and PostgreSQL
 

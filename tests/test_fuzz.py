@@ -1,4 +1,4 @@
-"""Fuzz suite (issue #12): generated ingest records, queries and flags, acb requests, config
+"""Fuzz suite: generated ingest records, queries and flags, acb requests, config
 and categories files through the real CLI. Every run: no traceback, exit code in
 {0, 1, 2, 75}, errors as `memcli: error: ...` lines (usage errors too), and no
 partial write (rejected records leave nothing; the good records of a batch are all stored).
@@ -19,7 +19,10 @@ from typing import Any
 
 import pytest
 import yaml
-from fuzz_support import (
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tests.support.fuzz import (
     BAD_BYTES,
     DEEP,
     HUGE_INT,
@@ -30,8 +33,6 @@ from fuzz_support import (
     run_process,
     to_bytes,
 )
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
 
 pytestmark = pytest.mark.trust
 

@@ -15,11 +15,11 @@ from pathlib import Path
 
 import anyio
 import pytest
-from http_support import OPERATOR, Api, running_api
-from mcp_support import error_text, http_client, payload
-from test_badinput import _mount, protected  # noqa: F401 - a fixture
 
 from memcli.service.limits import MAX_BODY_BYTES
+from tests.support.http_api import OPERATOR, Api, running_api
+from tests.support.mcp import error_text, http_client, payload
+from tests.test_badinput import _mount, protected  # noqa: F401 - a fixture
 
 HUGE = 99999999999999999999999  # beyond 64 bits: no row can have it
 
@@ -69,11 +69,10 @@ def test_mcp_tools_refuse_an_id_beyond_64_bits(server):
 
 def test_the_largest_id_is_not_found(server):
     with server.client() as c:
-        r = c.get(f"/api/v1/memories/{2**63 - 1}/history")
-        assert r.status_code == 200 and r.json() == []
-        r = c.post("/api/v1/tasks", json={"task_id": 2**63 - 1, "status": "done"})
-        assert r.status_code == 404, r.text
-    assert json.loads(r.text)["exit_code"] == 1
+        for r in (c.get(f"/api/v1/memories/{2**63 - 1}/history"),
+                  c.post("/api/v1/tasks", json={"task_id": 2**63 - 1, "status": "done"})):
+            assert r.status_code == 404, r.text
+            assert json.loads(r.text)["exit_code"] == 1
 
 
 # -- a full disk -------------------------------------------------------------------------------
@@ -124,12 +123,11 @@ def test_a_full_disk_is_507_with_the_clis_message(tmp_path, monkeypatch, caplog)
 # -- a write-protected database ----------------------------------------------------------------
 @contextlib.contextmanager
 def _api_over(db: Path, tmp_path: Path, monkeypatch):
-    """The HTTP API (http_support's tokens and config) over the database file `db`."""
-    from http_support import NO_SPARSE, serving, write_token_file
-
+    """The HTTP API (tests.support.http_api's tokens and config) over the database file `db`."""
     from memcli.config import load_settings
     from memcli.service.auth import load_auth
     from memcli.service.http import build_app
+    from tests.support.http_api import NO_SPARSE, serving, write_token_file
 
     config = tmp_path / "config.yaml"
     config.write_text(NO_SPARSE, encoding="utf-8")

@@ -14,10 +14,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from backend_support import rows
-from typer.testing import CliRunner
 
 from memcli.cli.app import app
+from tests.support.backend import rows
+from tests.support.cli import CliRunner
 
 pytestmark = [pytest.mark.backends, pytest.mark.usefixtures("fast_cli")]
 
@@ -92,7 +92,7 @@ def an_artifact_event(run, tenant: str) -> str:
 
 def a_proposal(run, tenant: str) -> str:
     from memcli import Memory
-    from memcli.store.proposals import insert_proposal
+    from memcli.store.proposals_sql import insert_proposal
 
     with Memory.open(run.db) as memory, memory.db.transaction():
         return str(insert_proposal(memory.db, {

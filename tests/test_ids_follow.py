@@ -7,8 +7,9 @@ from __future__ import annotations
 import json
 
 import pytest
-from backend_support import rows
-from conftest import ndjson, turns
+
+from tests.support.backend import rows
+from tests.support.records import ndjson, turns
 
 pytestmark = [pytest.mark.usefixtures("fast_cli"), pytest.mark.backends]
 

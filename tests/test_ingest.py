@@ -6,9 +6,10 @@ import json
 from pathlib import Path
 
 import pytest
-from backend_support import has_database, is_pg, stored_bytes
-from backend_support import rows as backend_rows
-from conftest import ndjson, turns
+
+from tests.support.backend import has_database, is_pg, stored_bytes
+from tests.support.backend import rows as backend_rows
+from tests.support.records import ndjson, turns
 
 pytestmark = [pytest.mark.usefixtures("fast_cli"),  # conftest: no SPLADE, one click command
               pytest.mark.backends]
@@ -20,7 +21,7 @@ def rows(db_path: Path, sql: str, params: tuple = ()) -> list[tuple]:
 
 
 def file_bytes(db_path: Path) -> bytes:
-    """Every byte memcli left for this database (backend_support.stored_bytes)."""
+    """Every byte memcli left for this database (tests.support.backend.stored_bytes)."""
     return stored_bytes(db_path)
 
 
@@ -353,7 +354,8 @@ def test_large_tool_result_keeps_an_excerpt_and_an_artifact(cli, db_path):
     event = json.loads(content)
     assert event["truncated"] is True
     assert event["artifact_id"] == report["artifacts"][0]
-    # Seed 003 7.4: the excerpt is `excerpt_text`, whatever key the output came in.
+    # Section 7.4 of the Agent Memory System PRD: the excerpt is `excerpt_text`, whatever key the
+    # output came in.
     assert "output" not in event
     excerpt = event["excerpt_text"]
     assert len(excerpt.encode()) <= 64 * 1024
@@ -406,8 +408,8 @@ def test_small_tool_result_is_kept_whole(cli, db_path):
 
 
 def test_tool_result_excerpt_names_and_line_range_of_file_reads(cli, db_path):
-    """Seed 003 7.4: the excerpt is stored as `excerpt_text` (given as `excerpt_text`, or as
-    `text`/`output`), and a file read carries `line_range` at any size."""
+    """Section 7.4 of the Agent Memory System PRD: the excerpt is stored as `excerpt_text` (given as
+    `excerpt_text`, or as `text`/`output`), and a file read carries `line_range` at any size."""
     records = [
         {"event_id": "readme", "kind": "tool_result", "session_id": "s1",
          "content": {"tool": "fs.read_file", "path": "README.md",

@@ -1,4 +1,4 @@
-"""Ingest's statements per batch (issue #16, PostgreSQL ingest cost): a batch's repeats are
+"""Ingest's statements per batch (PostgreSQL ingest cost): a batch's repeats are
 looked up in one statement, a session's owner and a memory's entities once per batch, and on
 PostgreSQL a memory's context is written by its INSERT. What ingest stores and reports stays
 the same on both engines."""
@@ -6,11 +6,11 @@ the same on both engines."""
 from __future__ import annotations
 
 import pytest
-from backend_support import rows
-from conftest import turns
 
-from memcli.memory import Memory
+from memcli.operations.memory import Memory
 from memcli.providers.embedders import HashEmbedder
+from tests.support.backend import rows
+from tests.support.records import turns
 
 pytestmark = [pytest.mark.usefixtures("fast_cli"), pytest.mark.backends]
 

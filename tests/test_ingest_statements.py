@@ -1,4 +1,4 @@
-"""How many statements a PostgreSQL ingest sends (issue #16, writes under the one writer lock):
+"""How many statements a PostgreSQL ingest sends (writes under the one writer lock):
 a fixed number per batch, not a number per record or memory.
 
 Counted by the server itself: the test turns `log_statement = 'all'` on for memcli's own
@@ -12,10 +12,10 @@ import re
 from pathlib import Path
 
 import pytest
-from backend_support import rows
 
-from memcli.memory import Memory
+from memcli.operations.memory import Memory
 from memcli.providers.embedders import HashEmbedder
+from tests.support.backend import rows
 
 pytestmark = pytest.mark.usefixtures("fast_cli")
 

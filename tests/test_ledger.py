@@ -6,10 +6,10 @@ import json
 
 import pytest
 
-from memcli import ledger
 from memcli.errors import NotFoundError, UsageError
+from memcli.ledger import entries as ledger
 
-# `@backends`: SQLite and PostgreSQL (tests/backend_support.py), for each test reaching the
+# `@backends`: SQLite and PostgreSQL (tests/support/backend.py), for each test reaching the
 # store's SQL. Tests of logic that another test already walks on both engines stay
 # SQLite-only: a PostgreSQL case costs ~2.5x a SQLite one.
 backends = pytest.mark.backends

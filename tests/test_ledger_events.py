@@ -6,10 +6,11 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import ndjson
 
-from memcli import Memory, ledger
+from memcli import Memory
+from memcli.ledger import entries as ledger
 from memcli.providers.embedders import HashEmbedder
+from tests.support.records import ndjson
 
 pytestmark = [pytest.mark.usefixtures("fast_cli"), pytest.mark.backends]
 

@@ -9,8 +9,10 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import NO_SPARSE_CONFIG, ndjson, use_stub_model
-from lifecycle_support import (
+
+from memcli.lifecycle.consolidate import consolidate
+from tests.support.cli import NO_SPARSE_CONFIG, use_stub_model
+from tests.support.lifecycle import (
     conversation,
     extraction,
     memory_rows,
@@ -18,10 +20,9 @@ from lifecycle_support import (
     settings,
     verdicts,
 )
+from tests.support.records import ndjson
 
-from memcli.lifecycle.consolidate import consolidate
-
-# SQLite and PostgreSQL (tests/backend_support.py)
+# SQLite and PostgreSQL (tests/support/backend.py)
 pytestmark = pytest.mark.backends
 
 
@@ -81,7 +82,7 @@ def test_a_superseded_fact_ends_when_its_replacement_became_true(lcli, stub, db_
 def test_link_history_rows_carry_the_scope_of_their_memory(memory):
     """A `related` edge's LINK row names the tenant, user and session of the new memory, so
     `history --user` lists it with the rest of the user's trail."""
-    from memcli.derive import write_memory
+    from memcli.derived.writer import write_memory
 
     def fact() -> int:
         return write_memory(memory, content="Priya likes green tea.", kind="fact",
@@ -97,7 +98,7 @@ def test_link_rows_written_without_a_scope_follow_their_memory(memory):
     """LINK rows written before links carried a scope have no tenant, user or session:
     `history --user` / `--session` still list them, by their memory's user and session, and
     another user's trail does not."""
-    from memcli.derive import write_memory
+    from memcli.derived.writer import write_memory
 
     def fact(user: str) -> int:
         return write_memory(memory, content="Priya likes green tea.", kind="fact",

@@ -10,15 +10,16 @@ from __future__ import annotations
 import time
 
 import pytest
-from conftest import turns, write_lock_held
-from lifecycle_support import settings, writer_lock_free
-from trust_support import Procs, memcli_env
 
 from memcli import Memory
 from memcli.lifecycle.consolidate import consolidate
 from memcli.providers.embedders import HashEmbedder
+from tests.support.backend import write_lock_held
+from tests.support.lifecycle import settings, writer_lock_free
+from tests.support.records import turns
+from tests.support.trust import Procs, memcli_env
 
-# SQLite and PostgreSQL (tests/backend_support.py); the last test is about SQLite's busy wait
+# SQLite and PostgreSQL (tests/support/backend.py); the last test is about SQLite's busy wait
 pytestmark = pytest.mark.backends
 
 
@@ -64,7 +65,7 @@ def test_consolidate_embeds_before_taking_the_write_lock(db_path):
 
 
 def test_ledger_writes_embed_before_taking_the_write_lock(db_path):
-    from memcli import ledger
+    from memcli.ledger import entries as ledger
 
     probe = ProbingEmbedder(db_path)
     with Memory.open(db_path, embedder=probe) as m:

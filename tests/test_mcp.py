@@ -14,7 +14,9 @@ import anyio
 import apsw
 import pytest
 from mcp import Client
-from mcp_support import (
+
+from memcli.service.mcp_server import DEFAULT_TOOLS, TOOLS
+from tests.support.mcp import (
     child_env,
     error_text,
     http_client,
@@ -24,7 +26,7 @@ from mcp_support import (
     stdio_params,
 )
 
-from memcli.service.mcp import DEFAULT_TOOLS, TOOLS
+pytestmark = pytest.mark.daemon  # `memcli mcp` over stdio, `memcli serve`: child processes
 
 DEFAULT = {"memory.query", "memory.build_acb", "memory.record_event", "memory.get_artifact",
            "memory.query_decisions", "memory.remember", "memory.forget"}
@@ -109,7 +111,8 @@ def test_forgiving_arguments(env):
             bundle = payload(await client.call_tool("memory.build_acb", {"query": "tabs",
                                                                          "budget": 2000}))
             assert bundle["result"]["budget_tokens"] == 2000
-            # the query drives retrieval (seed 003 query_text): the fact comes back as evidence
+            # the query drives retrieval (the Agent Memory System PRD's query_text): the fact
+            # comes back as evidence
             evidence = [i for s in bundle["result"]["sections"]
                         if s["name"] == "retrieved_evidence" for i in s["items"]]
             assert any("tabs" in i["text"] for i in evidence), bundle["result"]["sections"]
@@ -145,7 +148,7 @@ def test_streamable_http_in_the_api_binds_identity_from_token_and_headers(tmp_pa
                                                                           monkeypatch):
     """/mcp of the real HTTP app: the bearer token is required, a tenant-bound token answers
     for its tenant only, the scope headers narrow it, X-Memcli-Tools picks the tool list."""
-    from http_support import OPERATOR, T1_TOKEN, running_api
+    from tests.support.http_api import OPERATOR, T1_TOKEN, running_api
 
     auth = {"Authorization": f"Bearer {T1_TOKEN}"}
 
@@ -344,7 +347,7 @@ def test_sessions_share_a_running_memcli_serve(tmp_path, db, env):
     through the daemon, each under its own bound user, and both writes land once. The
     children get a broken config file: served in-process they would fail on it, the bridge
     never reads it."""
-    from mcp_support import daemon
+    from tests.support.mcp import daemon
 
     broken = tmp_path / "broken.yaml"
     broken.write_text("retrieval: [\n", encoding="utf-8")

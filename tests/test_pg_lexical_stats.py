@@ -1,5 +1,5 @@
 """BM25's kept corpus statistics on PostgreSQL (schema.sql: lexeme_df, lexical_stats,
-memories.fts_tokens; issue #16): after every kind of write the real CLI makes (ingest, which
+memories.fts_tokens): after every kind of write the real CLI makes (ingest, which
 inserts rows and then sets their context; forget; correct; purge; rebuild) and an edit of a
 row's text and sensitivity, they equal what counting the rows gives, and so do the lexical
 leg's scores: the same as on the same rows with freshly counted statistics."""
@@ -9,7 +9,8 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import ndjson, turns
+
+from tests.support.records import ndjson, turns
 
 pytest.importorskip("psycopg", reason="PostgreSQL tests: psycopg is not installed")
 

@@ -1,4 +1,4 @@
-"""Every way of writing a PostgreSQL location reaches the same database (issue #16).
+"""Every way of writing a PostgreSQL location reaches the same database.
 
 A location is never folded by a Path: `postgresql:///memory` (libpq's unix-socket default, no
 host) must not become `postgresql:/memory`, which the `//` restoration then read as host
@@ -15,11 +15,11 @@ import os
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
 
 from memcli.cli.app import app
 from memcli.service import paths
 from memcli.store.location import open_database
+from tests.support.cli import CliRunner
 
 pytestmark = pytest.mark.usefixtures("fast_cli")
 
@@ -113,7 +113,7 @@ def test_every_form_reaches_the_database(located, tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("located", FORMS, indirect=True)
 def test_import_into_each_form(located, tmp_path: Path, pg_server: str) -> None:
-    from pg_db_support import scratch_database, with_database
+    from tests.support.pg_db import scratch_database, with_database
 
     location, url = located
     exported = tmp_path / "m.jsonl"

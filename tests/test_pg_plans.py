@@ -1,4 +1,4 @@
-"""Plans of the store's SQL on a real PostgreSQL (issue #16, errata 8 of
+"""Plans of the store's SQL on a real PostgreSQL (errata 8 of
 docs/design/postgresql.md): a NULL-safe `user_id IS NOT DISTINCT FROM ?` reaches the server as
 an index condition on `memories_scope` (tenant, user), for a user and for no user alike."""
 

@@ -1,4 +1,4 @@
-"""A model change under a running daemon on PostgreSQL (issue #16).
+"""A model change under a running daemon on PostgreSQL.
 
 `memcli reindex` with an embedder of another dimension alters `memory_vectors.embedding`'s type
 (vector(64) -> vector(32)). A server-side prepared statement whose result holds that column,
@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from daemon_support import Daemon, daemon_env, last_route, run_client
+from tests.support.daemon import Daemon, daemon_env, last_route, run_client
 
 FACT = "I prefer green tea in the morning"
 

@@ -16,9 +16,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 import pytest
-from typer.testing import CliRunner
 
-from tests.conftest import ndjson, turns
+from tests.support.cli import CliRunner
+from tests.support.records import ndjson, turns
 
 psycopg = pytest.importorskip("psycopg", reason="PostgreSQL tests: psycopg is not installed")
 

@@ -1,4 +1,4 @@
-"""bench/pg_scale_bulk.py writes the rows memcli's ingest writes (issue #16's 1M benchmark).
+"""bench/pg_scale_bulk.py writes the rows memcli's ingest writes (the 1M benchmark).
 
 The bulk path copies an ingest-written base at the SQL level. Here its copy 1 is compared with
 what `Memory.ingest` writes for the very same events in a fresh database: the same events
@@ -9,26 +9,23 @@ entities, history, session and change-log rows, a vector and lexical rows. On bo
 from __future__ import annotations
 
 import json
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from backend_support import is_pg
-from pg_db_support import scratch_database, with_database
+
+from bench import pg_scale_bulk as bulk
+from bench import pg_scale_check as check
+from bench import pg_scale_support as sup
+from memcli.operations.memory import Memory
+from memcli.providers.embedders import HashEmbedder
+from memcli.store.location import open_database
+from tests.support.backend import is_pg
+from tests.support.pg_db import scratch_database, with_database
 
 BENCH = Path(__file__).resolve().parent.parent / "bench"
-sys.path.insert(0, str(BENCH))
 
-import pg_scale_bulk as bulk  # noqa: E402
-import pg_scale_check as check  # noqa: E402
-import pg_scale_support as sup  # noqa: E402
-
-from memcli.memory import Memory  # noqa: E402
-from memcli.providers.embedders import HashEmbedder  # noqa: E402
-from memcli.store.location import open_database  # noqa: E402
-
-pytestmark = pytest.mark.backends
+pytestmark = [pytest.mark.backends, pytest.mark.long]  # bench/pg_scale_bulk.py's checks
 
 MEMORY_COLUMNS = ("kind", "category", "content", "tenant_id", "user_id", "agent_id",
                   "session_id", "app_id", "run_id", "channel", "sensitivity", "actor_type",
@@ -140,7 +137,8 @@ def test_bulk_copy_writes_what_ingest_writes(db_path, fresh) -> None:
 
 def test_bulk_check_finds_nothing_wrong(db_path, tmp_path: Path) -> None:
     ingest(db_path, sup.corpus(80))
-    env = {"HOME": str(tmp_path), "MEMCLI_EMBEDDER": "hash", "PATH": "/usr/bin:/bin"}
+    env = {"HOME": str(tmp_path), "MEMCLI_EMBEDDER": "hash", "PATH": "/usr/bin:/bin",
+           "MEMCLI_AUTOSTART": "0"}
     before = check.doctor(str(db_path), env)
     report = bulk.replicate(str(db_path), 160)
     result = check.verify(str(db_path), report["base_memories"], report["copies"], env, before,

@@ -31,14 +31,17 @@ PG_ONLY_COLUMNS = {
     ("memory_vectors", "tenant_id"): "denormalised: the dense leg filters inside the KNN scan",
     ("memory_vectors", "user_id"): "idem",
     ("memory_sparse", "vec"): "the SPLADE weights as a sparsevec (SQLite: sparse_postings)",
+    ("memory_sparse", "tenant_id"): "denormalised (schema 6): the first column of its term index",
 }
 PG_ONLY_TABLES = {
     "lexeme_df": "BM25's df per lexeme (FTS5 keeps it inside its index), kept by triggers",
     "lexical_stats": "BM25's memory count and token total (idem)",
     "tenant_roles": "login roles bound to one tenant (row-level security, schema 3)",
 }
-# memory_sparse_terms: the sparse leg's GIN index over term ids (schema 5; SQLite has postings).
-PG_ONLY_INDEXES = {"memories_fts", "memories_trgm", "memory_vectors_scope", "memory_sparse_terms"}
+# memory_sparse_tenant_terms: the sparse leg's GIN index over (tenant, term ids) (schema 6, in
+# place of schema 5's over term ids; SQLite has postings).
+PG_ONLY_INDEXES = {"memories_fts", "memories_trgm", "memory_vectors_scope",
+                   "memory_sparse_tenant_terms"}
 # SQLite's two triggers are one plpgsql trigger function on PostgreSQL.
 TRIGGERS = {"events_no_update": "events_append_only", "events_no_delete": "events_append_only"}
 # The statement triggers keeping lexeme_df and lexical_stats (FTS5 keeps its own), and
@@ -46,7 +49,7 @@ TRIGGERS = {"events_no_update": "events_append_only", "events_no_delete": "event
 PG_ONLY_TRIGGERS = {"memories_lexical_insert", "memories_lexical_update",
                     "memories_lexical_delete", "memory_sparse_df_insert",
                     "memory_sparse_df_update", "memory_sparse_df_delete",
-                    "memory_sparse_df_truncate"}
+                    "memory_sparse_df_truncate", "memory_sparse_tenant"}
 # SQLite declared type -> the PostgreSQL types it may become.
 TYPES = {
     "INTEGER": {"bigint", "integer", "smallint"},
@@ -139,7 +142,7 @@ def test_events_are_append_only_except_under_the_purge_guard(pg_memcli_db):  # n
             with pytest.raises(psycopg.errors.RaiseException, match="append-only"):
                 with db.transaction():
                     db.execute(statement)
-        with db.transaction():  # what store/purge.py does
+        with db.transaction():  # what store/purge_sql.py does
             db.set_meta("purge_guard", "1")
             assert db.change_count("DELETE FROM events WHERE event_id = 'e1'") == 1
             db.execute("DELETE FROM meta WHERE key = 'purge_guard'")

@@ -1,4 +1,4 @@
-"""The real PostgreSQL of tests/pg_support.py: what issue #16's backend needs works on it
+"""The real PostgreSQL of tests/support/pg.py: what memcli's backend needs works on it
 (pgvector with HNSW and sparsevec, pg_trgm, full text on non-ASCII words), and a test
 session leaves no server process behind. A broken or missing wheel skips with one line, or
 fails under MEMCLI_REQUIRE_PG=1."""
@@ -12,7 +12,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from pg_support import REQUIRE_ENV, PgServer
+
+from tests.support.pg import REQUIRE_ENV, PgServer
 
 if os.environ.get(REQUIRE_ENV) == "1":
     import psycopg  # CI must have it: a missing client is a failure there, not a skip
@@ -20,7 +21,7 @@ else:
     psycopg = pytest.importorskip("psycopg", reason="PostgreSQL tests: psycopg is not "
                                   "installed (pip install -e '.[pg]')")
 
-TESTS = Path(__file__).resolve().parent
+ROOT = Path(__file__).resolve().parents[1]  # the inner run imports tests.support from here
 
 
 @pytest.fixture
@@ -114,9 +115,8 @@ def test_sparsevec_inner_product(conn):
 
 
 _INNER = '''
-import json, sys
-sys.path.insert(0, {tests!r})
-from pg_support import pg_cluster, pg_server, server_processes  # noqa: F401
+import json
+from tests.support.pg import pg_cluster, pg_server, server_processes  # noqa: F401
 
 def test_record(pg_cluster, pg_server):
     import psycopg
@@ -135,8 +135,9 @@ def _inner_session(tmp_path: Path, source: str, env: dict, extra_path: Path | No
     test = tmp_path / "test_inner.py"
     test.write_text(source, encoding="utf-8")
     (tmp_path / "pytest.ini").write_text("[pytest]\n", encoding="utf-8")
-    if extra_path is not None:
-        env = {**env, "PYTHONPATH": str(extra_path)}
+    # The repository root on the path (tests.support); a test's extra folder before it.
+    paths = [str(p) for p in (extra_path, ROOT) if p is not None]
+    env = {**env, "PYTHONPATH": os.pathsep.join(paths)}
     return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
                            str(test)], cwd=tmp_path, env=env, capture_output=True, text=True,
                           timeout=180)
@@ -167,7 +168,7 @@ def test_a_session_leaves_no_server_behind(tmp_path, pg_cluster):  # noqa: F811
     """A whole pytest session using the fixture, in a child process: afterwards neither its
     postmaster nor any of its children runs, no process names its folder, the folder is gone."""
     out = tmp_path / "server.json"
-    done = _inner_session(tmp_path, _INNER.format(tests=str(TESTS), out=str(out)),
+    done = _inner_session(tmp_path, _INNER.format(out=str(out)),
                           {**os.environ, REQUIRE_ENV: "1"})
     assert done.returncode == 0, done.stdout + done.stderr
     seen = json.loads(out.read_text())
@@ -190,9 +191,7 @@ def _broken_wheel(tmp_path: Path) -> Path:
 
 
 _NEEDS_PG = '''
-import sys
-sys.path.insert(1, {tests!r})
-from pg_support import pg_cluster, pg_server  # noqa: F401
+from tests.support.pg import pg_cluster, pg_server  # noqa: F401
 
 def test_one(pg_server):
     pass
@@ -204,7 +203,7 @@ def test_two(pg_server):
 
 def test_no_server_skips_with_one_line(tmp_path):
     env = {k: v for k, v in os.environ.items() if k != REQUIRE_ENV}
-    done = _inner_session(tmp_path, _NEEDS_PG.format(tests=str(TESTS)), env,
+    done = _inner_session(tmp_path, _NEEDS_PG, env,
                           _broken_wheel(tmp_path))
     assert done.returncode == 0, done.stdout + done.stderr
     assert "2 skipped" in done.stdout
@@ -216,7 +215,7 @@ def test_no_server_skips_with_one_line(tmp_path):
 
 def test_no_server_fails_when_required(tmp_path):
     env = {**os.environ, REQUIRE_ENV: "1"}
-    done = _inner_session(tmp_path, _NEEDS_PG.format(tests=str(TESTS)), env,
+    done = _inner_session(tmp_path, _NEEDS_PG, env,
                           _broken_wheel(tmp_path))
     assert done.returncode == 1, done.stdout + done.stderr
     assert "2 errors" in done.stdout or "2 error" in done.stdout

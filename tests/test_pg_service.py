@@ -1,4 +1,4 @@
-"""`memcli serve` on a PostgreSQL database (issue #16 step 5): the daemon owns a connection
+"""`memcli serve` on a PostgreSQL database: the daemon owns a connection
 pool, the CLI routes to it for a URL exactly as for a file, HTTP and MCP answer from it, and
 SIGTERM leaves no process, socket or server connection behind. Real processes, a real server.
 """
@@ -11,9 +11,9 @@ from pathlib import Path
 import anyio
 import psycopg
 import pytest
-from daemon_support import Daemon, daemon_env, last_route, run_client, stop, wait_until
 
 from memcli.service import paths
+from tests.support.daemon import Daemon, daemon_env, last_route, run_client, stop, wait_until
 
 EVENTS = "".join(json.dumps(r) + "\n" for r in [
     {"event_id": "ev-1", "text": "We deploy the billing service on Fridays", "session_id": "s1",
@@ -75,7 +75,8 @@ def test_cli_routes_to_the_daemon_for_a_url(served, tmp_path: Path) -> None:
 def test_http_and_mcp_answer_from_the_pool(served) -> None:
     import httpx
     from mcp import Client
-    from mcp_support import payload, stdio_params
+
+    from tests.support.mcp import payload, stdio_params
 
     url, env, daemon = served
     http_sock = paths.endpoint(url, env).http_socket

@@ -18,9 +18,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 import pytest
-from typer.testing import CliRunner
 
-from tests.conftest import ndjson, turns
+from tests.support.cli import CliRunner
+from tests.support.records import ndjson, turns
 
 psycopg = pytest.importorskip("psycopg", reason="PostgreSQL tests: psycopg is not installed")
 
@@ -178,7 +178,7 @@ def test_schema_3_comes_over_exact_and_read_only(pg_db):
     ts = "2025-01-01T00:00:00Z"
     vectors = {1: {3: 120, 7: 5}, 2: {3: 40, 9: 300}, 3: {7: 1, 11: 2}}
     with psycopg.connect(pg_db, autocommit=True) as conn:
-        conn.execute(schema_sql())  # schema 2, then step 3 as it was released
+        conn.execute(schema_sql())  # schema 2, then migration 3 as it was released
         from importlib import resources
 
         conn.execute(resources.files("memcli.store.postgres").joinpath("v3_tenancy.sql")

@@ -52,14 +52,14 @@ def _index_scans(db) -> int:
     db.execute("SELECT pg_stat_force_next_flush()")
     db.execute("SELECT pg_stat_clear_snapshot()")
     return int(db.scalar("SELECT idx_scan FROM pg_stat_user_indexes"
-                         " WHERE indexrelname = 'memory_sparse_terms'"))
+                         " WHERE indexrelname = 'memory_sparse_tenant_terms'"))
 
 
 def test_big_scope_scores_only_memories_sharing_a_term(pg_db):
     rng = random.Random(5)
     db = open_database(pg_db)
     try:
-        assert db.scalar("SELECT to_regclass('memory_sparse_terms') IS NOT NULL")
+        assert db.scalar("SELECT to_regclass('memory_sparse_tenant_terms') IS NOT NULL")
         weights = _load(db, rng)
         # The indexed expression lists exactly the terms written (0-based, like term_ids).
         for mid, terms in db.execute("SELECT memory_id, memcli_sparse_term_array(vec)"

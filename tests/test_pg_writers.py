@@ -1,4 +1,4 @@
-"""Several processes writing one PostgreSQL database at once (issue #16 step 5), with real
+"""Several processes writing one PostgreSQL database at once, with real
 `memcli` processes on a real server: idempotent concurrent ingest, exact counts for many
 writers on many tenants or one, and the lifecycle run lock as a session advisory lock (a second
 `memcli consolidate` refuses with 75; a killed holder's lock is free at once, on any host).
@@ -14,7 +14,8 @@ import time
 from pathlib import Path
 
 import psycopg
-from pg_writers_support import records, run_writers, writer_env
+
+from tests.support.pg_writers import records, run_writers, writer_env
 
 
 def _count(url: str, sql: str) -> list[tuple]:

@@ -16,12 +16,12 @@ import json
 from pathlib import Path
 
 import anyio
-from http_support import OPERATOR, running_api
-from lifecycle_support import memory_rows
-from mcp_support import error_text, http_client, payload
 
 import memcli
-from memcli.categories import load_categories
+from memcli.policy.categories import load_categories
+from tests.support.http_api import OPERATOR, running_api
+from tests.support.lifecycle import memory_rows
+from tests.support.mcp import error_text, http_client, payload
 
 UNLISTED = "nobody"
 AUTH = {"Authorization": f"Bearer {OPERATOR}"}

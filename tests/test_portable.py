@@ -1,7 +1,7 @@
-"""`memcli export` / `memcli import` (issue 15): round trip byte-identical, idempotent,
+"""`memcli export` / `memcli import`: round trip byte-identical, idempotent,
 overlapping imports, scope filters, refused files, keys, planted secrets, same query results.
 
-Histories are written through the library's ordinary write paths (tests/portable_support.py);
+Histories are written through the library's ordinary write paths (tests/support/portable.py);
 the commands run through the real CLI on real database files.
 """
 
@@ -11,12 +11,14 @@ import json
 
 import apsw
 import pytest
-from conftest import NO_SPARSE_CONFIG, ndjson, turns, use_stub_model
 from hypothesis import HealthCheck, given, settings
-from lifecycle_support import conversation, extraction
-from portable_support import KEY, OTHER_KEY, apply_ops, dump, open_memory, ops
 
-from memcli.portable.importer import load
+from memcli.portable.file_format import parse
+from memcli.portable.importer import load_parsed
+from tests.support.cli import NO_SPARSE_CONFIG, use_stub_model
+from tests.support.lifecycle import conversation, extraction
+from tests.support.portable import KEY, OTHER_KEY, apply_ops, dump, open_memory, ops
+from tests.support.records import ndjson, turns
 
 pytestmark = [pytest.mark.usefixtures("fast_cli"), pytest.mark.backends]
 
@@ -60,6 +62,12 @@ def source(tmp_path):
         apply_ops(memory, RICH)
         text = dump(memory)
     return tmp_path / "a.db", text
+
+
+def load(memory, text: str, **options) -> dict:
+    """Check the whole file, then load it in one transaction (what `memcli import` does)."""
+    head, rows = parse(text)
+    return load_parsed(memory, head, rows, **options)
 
 
 def records(text: str) -> list[dict]:
@@ -369,8 +377,9 @@ def test_another_embedder_recomputes_and_says_so(source, tmp_path, cli, monkeypa
 
 
 # -- progress -------------------------------------------------------------------------------------
+@pytest.mark.long  # real processes on a pseudo-terminal
 def test_progress_bar_on_a_terminal_nothing_on_a_pipe(source, tmp_path):
-    from test_progress import _env, _run
+    from tests.test_progress import _env, _run
 
     _, text = source
     env = {**_env(tmp_path, "xterm-256color"), "MEMCLI_KEY": KEY,
@@ -400,15 +409,14 @@ def test_rebuild_of_an_imported_database_changes_nothing_exported(source, tmp_pa
     assert cli("export", "--db", str(target), "--all-tenants").stdout == text
 
 
-# -- between engines (issue #16): the README's way of moving a memory ---------------------------
+# -- between engines: the README's way of moving a memory -----------------------------------------
 def test_a_memory_moves_between_sqlite_and_postgresql_unchanged(source, tmp_path, monkeypatch,
                                                                pg_memcli_db):
     """SQLite -> export -> import into PostgreSQL -> export gives the same file, and back:
     PostgreSQL's export imported into a new SQLite file exports the same again. The import into
     PostgreSQL runs the real CLI (`MEMCLI_DB=postgresql://... memcli import --all-tenants`)."""
-    from typer.testing import CliRunner
-
     from memcli.cli.app import app
+    from tests.support.cli import CliRunner
 
     _, first = source
     exported = tmp_path / "m.jsonl"

@@ -26,7 +26,7 @@ def _env(tmp_path: Path, term: str) -> dict[str, str]:
     home = tmp_path / "home"
     home.mkdir(exist_ok=True)
     return {"PATH": os.environ.get("PATH", ""), "HOME": str(home), "TERM": term,
-            "MEMCLI_EMBEDDER": "hash", "LANG": "C.UTF-8",
+            "MEMCLI_EMBEDDER": "hash", "LANG": "C.UTF-8", "MEMCLI_AUTOSTART": "0",
             "PYTHONPATH": os.environ.get("PYTHONPATH", "")}
 
 
@@ -77,6 +77,7 @@ def records() -> str:
     return _records(300)
 
 
+@pytest.mark.long  # real processes on a pseudo-terminal, seconds each
 def test_no_progress_on_a_pipe_and_stdout_identical(tmp_path, records):
     env = _env(tmp_path, "xterm-256color")
     piped = _run(["ingest", "-", "--db", str(tmp_path / "a.db")], env, records, tty=False)
@@ -89,6 +90,7 @@ def test_no_progress_on_a_pipe_and_stdout_identical(tmp_path, records):
     assert len(report["created"]) == 300
 
 
+@pytest.mark.long  # real processes on a pseudo-terminal, seconds each
 def test_bar_on_a_terminal(tmp_path, records):
     env = _env(tmp_path, "xterm-256color")
     code, out, err = _run(["ingest", "-", "--db", str(tmp_path / "t.db")], env, records,
@@ -109,6 +111,7 @@ def test_bar_on_a_terminal(tmp_path, records):
     assert json.loads(out)["episodes"]["expected"] == 300
 
 
+@pytest.mark.long  # real processes on a pseudo-terminal, seconds each
 def test_no_bar_on_a_dumb_terminal(tmp_path, records):
     env = _env(tmp_path, "dumb")
     code, out, err = _run(["ingest", "-", "--db", str(tmp_path / "d.db")], env, records,

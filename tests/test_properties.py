@@ -9,15 +9,15 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from test_purge import orphan_counts
 
 from memcli import Memory
 from memcli.config import RetrievalSettings
+from memcli.policy.secrets import redact
 from memcli.providers.embedders import HashEmbedder
-from memcli.redact import redact
 from memcli.retrieval import text as qtext
-from memcli.store import search as sql
+from memcli.store import search_sql as sql
 from memcli.store.filters import Filters
+from tests.test_purge import orphan_counts
 
 FAST = settings(
     max_examples=40,

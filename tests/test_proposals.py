@@ -5,8 +5,11 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import ndjson
-from lifecycle_support import (
+
+from memcli.lifecycle.consolidate import consolidate
+from memcli.lifecycle.profile_fields import field_value
+from memcli.lifecycle.proposals import accept, list_proposals, propose, reject
+from tests.support.lifecycle import (
     conversation,
     extraction,
     memory_rows,
@@ -15,12 +18,9 @@ from lifecycle_support import (
     settings,
     verdicts,
 )
+from tests.support.records import ndjson
 
-from memcli.lifecycle.consolidate import consolidate
-from memcli.lifecycle.profile_fields import field_value
-from memcli.lifecycle.proposals import accept, list_proposals, propose, reject
-
-# SQLite and PostgreSQL (tests/backend_support.py)
+# SQLite and PostgreSQL (tests/support/backend.py)
 pytestmark = pytest.mark.backends
 
 LISBON = {"field": "city", "value": "Lisbon", "text": "Priya lives in Lisbon.", "turns": [1]}

@@ -6,16 +6,16 @@ import json
 from pathlib import Path
 
 import pytest
-from backend_support import connect as backend_connect
-from backend_support import lexical_hits, rows, stored_bytes, table_names
-from conftest import ndjson
 
 from memcli import Memory
 from memcli.config import RetrievalSettings
 from memcli.providers.embedders import HashEmbedder
 from memcli.store import relations as rel
+from tests.support.backend import connect as backend_connect
+from tests.support.backend import lexical_hits, rows, stored_bytes, table_names
+from tests.support.records import ndjson
 
-# conftest: no SPLADE, one click command; SQLite and PostgreSQL (tests/backend_support.py)
+# conftest: no SPLADE, one click command; SQLite and PostgreSQL (tests/support/backend.py)
 pytestmark = [pytest.mark.usefixtures("fast_cli"), pytest.mark.backends]
 
 

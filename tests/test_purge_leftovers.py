@@ -4,7 +4,7 @@ rows, not in free pages of the database, not in the WAL, even while another conn
 Unique marker words are written for two users through every write path (ingest, remember,
 decisions, tasks, checkpoints, consolidate --no-llm, queries); one user is purged while a second
 connection is open; then the raw bytes of the .db and -wal are searched. On PostgreSQL (the
-backend matrix, tests/backend_support.py) every row of every table is searched: the server's
+backend matrix, tests/support/backend.py) every row of every table is searched: the server's
 files are not the test's to read (the README says what its WAL and backups keep).
 """
 
@@ -16,10 +16,11 @@ from pathlib import Path
 
 import apsw
 import pytest
-from backend_support import connect, is_pg, stored_bytes
-from conftest import ndjson
 
-# conftest: no SPLADE, one click command; SQLite and PostgreSQL (tests/backend_support.py)
+from tests.support.backend import connect, is_pg, stored_bytes
+from tests.support.records import ndjson
+
+# conftest: no SPLADE, one click command; SQLite and PostgreSQL (tests/support/backend.py)
 pytestmark = [pytest.mark.usefixtures("fast_cli"), pytest.mark.backends]
 
 PATHS = ("ingest", "ingest2", "remember", "decision", "rationale", "task", "taskdetails",
@@ -136,7 +137,7 @@ def test_history_of_a_purged_user_has_no_text(cli, db_path, planted):
 
 
 def test_scope_rows_of_every_table_go(cli, db_path, planted):
-    """Table by table (see memcli/store/purge.py): nothing that names alice's content stays."""
+    """Table by table (see memcli/store/purge_sql.py): nothing that names alice's content stays."""
     assert cli("purge", "--user", "alice").exit_code == 0
     conn = connect(db_path)
     try:

@@ -7,19 +7,19 @@ import shutil
 import time
 
 import pytest
-from backend_support import is_pg
-from conftest import ndjson, turns
 
 from memcli import Memory
 from memcli.config import RetrievalSettings
-from memcli.models import utcnow
+from memcli.core.records import utcnow
+from memcli.core.tokens import count_tokens
 from memcli.providers.embedders import HashEmbedder
 from memcli.store import memories as mem
 from memcli.store.filters import Filters
 from memcli.store.location import open_database
-from memcli.tokens import count_tokens
+from tests.support.backend import is_pg
+from tests.support.records import ndjson, turns
 
-# conftest: no SPLADE, one click command; SQLite and PostgreSQL (tests/backend_support.py)
+# conftest: no SPLADE, one click command; SQLite and PostgreSQL (tests/support/backend.py)
 pytestmark = [pytest.mark.usefixtures("fast_cli"), pytest.mark.backends]
 
 
@@ -174,7 +174,8 @@ FILTER_CASES = [
 )
 def test_filters_are_respected(cli, corpus, flags, keep):
     hits = query(cli, "kiwi", "--top-k", "50", *flags)
-    # No --tenant: the default tenant only (seed 003 9.3: every query filters by tenant).
+    # No --tenant: the default tenant only (section 9.3 of the Agent Memory System PRD: every
+    # query filters by tenant).
     tenant = flags[flags.index("--tenant") + 1] if "--tenant" in flags else "default"
     expected = sorted(
         r["event_id"] for r in CORPUS if keep(r) and _field(r, "tenant_id") == tenant)
@@ -589,7 +590,7 @@ def test_preload_loads_models_on_the_query_worker_thread():
 
 def test_a_widened_query_embeds_its_text_once(memory):
     """A session search that widens to the user runs the legs twice, on one query vector."""
-    from conftest import record_calls, turns
+    from tests.support.records import record_calls, turns
 
     calls = record_calls(memory.embedder, "embed_query")
     memory.ingest(turns("s1", ["the budget meeting ran long"]))
@@ -606,9 +607,8 @@ def test_lexical_leg_on_the_reader_connection_gives_the_same_hits(memory, monkey
     """With a reader connection the lexical leg runs on another thread; same lists either way."""
     import threading
 
-    from conftest import turns
-
     from memcli.retrieval import search
+    from tests.support.records import turns
 
     seen: list[tuple[str, bool]] = []
     real = search.sql.lexical
@@ -636,7 +636,7 @@ def test_lexical_leg_on_the_reader_connection_gives_the_same_hits(memory, monkey
 
 def test_no_reader_inside_a_write_transaction(memory):
     """The reader would not see uncommitted rows: a query inside a transaction stays on db."""
-    from conftest import turns
+    from tests.support.records import turns
 
     with memory.db.transaction():
         assert memory.reader() is None

@@ -1,6 +1,6 @@
-"""Issue #14, the query side: scope widening on full-text evidence (seed 002), the answering
-scope in every output format, seed 000's bullets, and one `memory.query` JSON request on stdin
-for `query -`, in process and through the installed entry point."""
+"""The query side of scope: widening on full-text evidence (the evolution plan), the answering
+scope in every output format, the memory system spec's bullets, and one `memory.query` JSON
+request on stdin for `query -`, in process and through the installed entry point."""
 
 from __future__ import annotations
 
@@ -9,14 +9,15 @@ import os
 from pathlib import Path
 
 import pytest
-from conftest import ndjson, run_entry_point, turns
 
 from memcli import Memory
 from memcli.acb.build import build_acb
 from memcli.config import AcbSettings
 from memcli.providers.embedders import HashEmbedder
+from tests.support.cli import run_entry_point
+from tests.support.records import ndjson, turns
 
-# conftest: no SPLADE, one click command; SQLite and PostgreSQL (tests/backend_support.py)
+# conftest: no SPLADE, one click command; SQLite and PostgreSQL (tests/support/backend.py)
 pytestmark = [pytest.mark.usefixtures("fast_cli"), pytest.mark.backends]
 
 ANSWER = "We decided the billing database will be PostgreSQL, not MongoDB."
@@ -49,7 +50,7 @@ def hits_of(result) -> list[dict]:
 def test_a_new_session_reaches_the_old_session_holding_the_answer(cli, chats):
     """The dense leg ranks all 6 weather turns of the new session, so counting every leg's
     hits never widened (4 weather turns came back); the session has no full-text hit for the
-    question, so seed 002's `fts_hits < 3` widens to the user."""
+    question, so the evolution plan's `fts_hits < 3` widens to the user."""
     hits = hits_of(cli("query", "--session", "new", QUESTION, "--top-k", "3"))
     assert hits[0]["event_id"] == "old-1" and hits[0]["text"] == ANSWER
     assert {h["scope"] for h in hits} == {"user"}
@@ -157,7 +158,7 @@ def test_query_dash_reads_one_json_request(cli, chats):
     one = hits_of(cli("query", "-", "--top-k", "1", "--return", "full",
                       input=json.dumps(REQUEST)))
     assert len(one) == 1 and one[0]["text"] == ANSWER and one[0]["session_id"] == "old"
-    # Seed 6.1's `filters.category` says the same as `categories`.
+    # The memory system spec's `filters.category` (6.1) says the same as `categories`.
     alias = {**REQUEST, "categories": None,
              "filters": {**REQUEST["filters"], "category": "event"}}
     assert hits_of(cli("query", "-", input=json.dumps(alias))) == bullets
@@ -213,6 +214,7 @@ def proc_env(tmp_path, db_path) -> dict:
     return env
 
 
+@pytest.mark.long  # memcli as child processes
 def test_a_process_widens_shows_the_scope_and_reads_the_request(cli, chats, proc_env):
     widened = _process(["query", "--session", "new", QUESTION, "-k", "3", "--json"], proc_env)
     assert widened.returncode == 0, widened.stderr

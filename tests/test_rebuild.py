@@ -2,7 +2,7 @@
 CLI, rebuild from the event log, and get the same ids, query results, bundles and history;
 what a person deleted stays deleted; a second rebuild changes nothing; a dry run writes
 nothing; a busy database exits 75. On SQLite and PostgreSQL (the backend matrix,
-tests/backend_support.py): the damage is each engine's (its index tables, or indexes)."""
+tests/support/backend.py): the damage is each engine's (its index tables, or indexes)."""
 
 from __future__ import annotations
 
@@ -12,13 +12,13 @@ import json
 import shutil
 
 import pytest
-from backend_support import index_names, is_pg, writer_lock_held
-from conftest import ndjson, turns
-from pg_db_support import scratch_database, with_database
 
 from memcli.store.location import open_database
+from tests.support.backend import index_names, is_pg, writer_lock_held
+from tests.support.pg_db import scratch_database, with_database
+from tests.support.records import ndjson, turns
 
-pytestmark = pytest.mark.backends
+pytestmark = [pytest.mark.backends, pytest.mark.long]  # full rebuilds, seconds each
 
 
 def Database(location):  # noqa: N802 - the engine's own Database for a path or a URL
@@ -323,7 +323,7 @@ def test_corrupted_text_is_rewritten_from_its_event(cli, db_path, built):
 def test_a_purged_memory_is_not_brought_back(cli, db_path, built):
     """Decay purges a soft-deleted episode for good (its event stays, as ground truth):
     history records the purge, and a rebuild never cuts it from the event again."""
-    from memcli.store.decay import purge_memories
+    from memcli.store.decay_sql import purge_memories
 
     db = Database(db_path)
     try:

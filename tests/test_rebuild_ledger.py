@@ -1,16 +1,16 @@
 """`memcli rebuild` brings back the decisions and tasks recorded as events (`decision`,
 `task_update`): the event log is the ground truth, the ledger rows are derived from it. The
-real CLI, on SQLite and PostgreSQL (tests/backend_support.py)."""
+real CLI, on SQLite and PostgreSQL (tests/support/backend.py)."""
 
 from __future__ import annotations
 
 import json
 
 import pytest
-from backend_support import is_pg
-from conftest import ndjson
 
 from memcli.store.location import open_database
+from tests.support.backend import is_pg
+from tests.support.records import ndjson
 
 pytestmark = [pytest.mark.usefixtures("fast_cli"), pytest.mark.backends]
 

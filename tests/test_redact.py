@@ -1,4 +1,5 @@
-"""Tests for memcli.redact: every detector on real-looking secrets, false positives, positions,
+"""Tests for memcli.policy.secrets: every detector on real-looking secrets, false positives,
+positions,
 idempotency, JSON walking, and hypothesis properties (never raises, never leaks)."""
 
 from __future__ import annotations
@@ -9,8 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from memcli.redact import Finding, Redaction, is_secret_key, redact
-from memcli.scrub import redact_record
+from memcli.policy.redaction import redact_record
+from memcli.policy.secrets import Finding, Redaction, is_secret_key, redact
 
 # Published example credentials (AWS docs, jwt.io) and made-up ones in the real formats.
 AWS_KEY_ID = "AKIAIOSFODNN7EXAMPLE"

@@ -7,15 +7,15 @@ from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from lifecycle_support import memory_rows, model_for, settings
 
-from memcli.categories import load_categories
-from memcli.derive import write_memory
+from memcli.derived.writer import write_memory
 from memcli.errors import NotAllowedError
 from memcli.lifecycle.reflect import insights, reflect
 from memcli.lifecycle.remember import procedure_steps, remember
+from memcli.policy.categories import load_categories
+from tests.support.lifecycle import memory_rows, model_for, settings
 
-# SQLite and PostgreSQL (tests/backend_support.py)
+# SQLite and PostgreSQL (tests/support/backend.py)
 pytestmark = pytest.mark.backends
 
 REFLECTION = {
@@ -223,7 +223,7 @@ def test_usage_lists_a_days_models_in_name_order(memory, stub):
     """`stats --usage` joins the models of a day and command: SQLite's group_concat keeps
     the order first seen, PostgreSQL's string_agg(DISTINCT) sorts; now both sort."""
     from memcli.config import LLMSettings
-    from memcli.lifecycle.llm_usage import Model, usage_report
+    from memcli.derived.llm_usage import Model, usage_report
     from memcli.lifecycle.reflect import Insights
 
     for name in ("zeta-model", "alpha-model", "zeta-model"):

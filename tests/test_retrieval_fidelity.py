@@ -10,14 +10,14 @@ import json
 from datetime import datetime, timedelta
 
 import pytest
-from backend_support import rows
-from conftest import ndjson, turns
 
 from memcli.config import load_settings
-from memcli.models import format_ts
+from memcli.core.records import format_ts
 from memcli.service import api, mcp_tools
+from tests.support.backend import rows
+from tests.support.records import ndjson, turns
 
-# conftest: no SPLADE, one click command; SQLite and PostgreSQL (tests/backend_support.py)
+# conftest: no SPLADE, one click command; SQLite and PostgreSQL (tests/support/backend.py)
 pytestmark = [pytest.mark.usefixtures("fast_cli"), pytest.mark.backends]
 
 CJK = ["我们昨天吃了北京烤鸭，很好吃", "明天去上海开会", "烤肉也不错", "서울 날씨가 좋다"]

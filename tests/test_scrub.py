@@ -1,4 +1,5 @@
-"""The record walker behind every write (memcli.scrub): keys, nesting, idempotency, non-strings."""
+"""The record walker behind every write (memcli.policy.redaction): keys, nesting, idempotency,
+non-strings."""
 
 from __future__ import annotations
 
@@ -8,8 +9,8 @@ import json
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from memcli.models import EventIn
-from memcli.scrub import redact_event, redact_fields, redact_record, redact_text
+from memcli.core.records import EventIn
+from memcli.policy.redaction import redact_event, redact_fields, redact_record, redact_text
 
 KEY = "sk-proj-Abc123Def456Ghi789Jkl012Mno"
 GH = "ghp_" + "a1B2c3D4e5" * 4

@@ -1,4 +1,4 @@
-"""The store seam of issue #16: what retrieval hands the legs (a LexicalQuery, no engine
+"""The store seam: what retrieval hands the legs (a LexicalQuery, no engine
 syntax), where engine-specific code may live, how a location reaches the opener."""
 
 from __future__ import annotations
@@ -8,7 +8,6 @@ import hashlib
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
 
 from memcli.cli.app import app
 from memcli.config import Settings
@@ -16,6 +15,7 @@ from memcli.retrieval.text import MAX_QUERY_TERMS, lexical_query
 from memcli.service import paths
 from memcli.store.backend import LexicalQuery
 from memcli.store.sqlite.fts import fts_match, trigram_match
+from tests.support.cli import CliRunner
 
 PACKAGE = Path(__file__).resolve().parent.parent / "memcli"
 
@@ -97,7 +97,7 @@ def test_only_the_store_imports_the_sqlite_engine():
 def test_the_layering_check_sees_imports():
     """The check above would catch the old importer (it caught apsw errors itself)."""
     assert _engine_specific("apsw") and _engine_specific("memcli.store.sqlite.fts")
-    assert not _engine_specific("memcli.store.search")
+    assert not _engine_specific("memcli.store.search_sql")
     sample = PACKAGE / "store" / "sqlite" / "backend.py"
     assert "apsw" in _imports(sample)
 
@@ -151,7 +151,7 @@ def test_both_spellings_of_the_url_scheme_reach_one_daemon():
 
 
 def test_the_client_knows_server_locations_as_the_store_does():
-    from memcli.store import location
+    from memcli.core import locations as location
 
     assert paths._URL == location._URL.pattern and paths._DSN == location._DSN.pattern
     assert paths._DSN_KEY == location._DSN_KEY.pattern

@@ -5,10 +5,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from daemon_support import daemon_env, start_serve, stop
-from net_support import refused_port
+import pytest
 
 from memcli.service import paths
+from tests.support.daemon import daemon_env, start_serve, stop
+from tests.support.net import refused_port
+
+pytestmark = pytest.mark.daemon  # a `memcli serve` process
 
 
 def test_a_taken_port_is_one_line_and_leaves_nothing_behind(tmp_path):

@@ -52,7 +52,7 @@ def test_record_events_is_ingest_with_per_record_problems_and_dedupe(service) ->
                                                       event_id="e1"))
     assert again["skipped"] == ["e1"] and again["created"] == []
     secret = service.run(api.record_events, T1, _event("my key is sk-abcdefghijklmnopqrstuvwx"))
-    assert secret["redacted"], secret  # the one redaction path (memcli.scrub)
+    assert secret["redacted"], secret  # the one redaction path (memcli.policy.redaction)
 
 
 @pytest.mark.backends

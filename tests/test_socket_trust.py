@@ -21,11 +21,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from daemon_support import start_serve, stop
-from socket_support import Listener, python_of, second_user
-from trust_support import memcli_env
 
 from memcli.service import client, paths
+from tests.support.daemon import start_serve, stop
+from tests.support.sockets import Listener, python_of, second_user
+from tests.support.trust import memcli_env
+
+pytestmark = pytest.mark.daemon  # planted listeners and `memcli` as processes
 
 SECRET = "s3cret-token-never-forwarded"
 KEY = base64.b64encode(b"k" * 32).decode()

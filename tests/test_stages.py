@@ -7,11 +7,11 @@ broken (or silently does nothing).
 from __future__ import annotations
 
 import pytest
-from conftest import turns
 
 from memcli import Memory
 from memcli.config import RetrievalSettings
 from memcli.providers.splade import SpladeEncoder
+from tests.support.records import turns
 
 LEXICAL = {"lexical": 1.0}
 
@@ -87,7 +87,7 @@ def test_contextual_key_finds_a_turn_by_its_previous_turn(memory):
     assert "lexical" in hits["Definitely Catan."].scores
     memory.retrieval = RetrievalSettings(leg_weights=LEXICAL, neighbour_weight=0)
     from memcli.retrieval.text import lexical_query
-    from memcli.store.search import lexical
+    from memcli.store.search_sql import lexical
 
     with_ctx = dict(lexical(memory.db, lexical_query(question), memory.filters(), 10, 0.5))
     without = dict(lexical(memory.db, lexical_query(question), memory.filters(), 10, 0.0))
@@ -144,7 +144,7 @@ def test_sparse_leg_query_plans_agree(memory):
 
 
 def test_entity_leg_query_plans_agree(memory):
-    from memcli.store import search
+    from memcli.store import search_sql as search
 
     names = ["Anika", "Priya", "Tomas", "Berlin", "Lisbon"]
     for user in ("u1", "u2", "u3"):

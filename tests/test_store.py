@@ -2,7 +2,7 @@
 
 The tests of what both engines promise (foreign keys, a newer schema refused, migrate a no-op
 on reopen, the append-only log, the embedder's identity) run on SQLite and PostgreSQL (the
-backend matrix, tests/backend_support.py); those of SQLite's own machinery (PRAGMAs, FTS5's
+backend matrix, tests/support/backend.py); those of SQLite's own machinery (PRAGMAs, FTS5's
 scope tokens, sqlite-vec and its vec0 layout) carry `sqlite_only`."""
 
 from __future__ import annotations
@@ -16,8 +16,6 @@ import sys
 
 import apsw
 import pytest
-from backend_support import connect, index_names, is_pg, rows
-from conftest import ndjson, turns
 
 from memcli import Memory
 from memcli.errors import EmbedderMismatchError, SchemaError
@@ -25,8 +23,10 @@ from memcli.providers.embedders import HashEmbedder
 from memcli.store.location import open_database
 from memcli.store.sqlite import migrations
 from memcli.store.sqlite.connection import Database
+from tests.support.backend import connect, index_names, is_pg, rows
+from tests.support.records import ndjson, turns
 
-# conftest: no SPLADE, one click command; SQLite and PostgreSQL (tests/backend_support.py)
+# conftest: no SPLADE, one click command; SQLite and PostgreSQL (tests/support/backend.py)
 pytestmark = [pytest.mark.usefixtures("fast_cli"), pytest.mark.backends]
 
 
@@ -168,7 +168,7 @@ def test_fresh_schema_equals_one_upgraded_through_every_migration(tmp_path):
 
 
 def _lexical_ranking(db, query, filters, scoped: bool):
-    from memcli.store import search
+    from memcli.store import search_sql as search
     from memcli.store.sqlite.fts import fts_match
 
     if scoped:
@@ -392,7 +392,7 @@ def _dense_db(memory):
 
 @pytest.mark.sqlite_only
 def test_dense_prefilter_respects_partitions_and_filters(memory, monkeypatch):
-    from memcli.store import search
+    from memcli.store import search_sql as search
     from memcli.store.sqlite import vec
 
     _dense_db(memory)
@@ -452,6 +452,7 @@ def test_configured_memory_gets_the_clis_models(db_path, monkeypatch):
         assert m.embedder is None and m.sparse is None
 
 
+@pytest.mark.long  # fresh interpreters
 def test_thread_defaults_set_only_what_can_still_take_effect():
     code = ("import os, sys{pre}; from memcli.config import thread_defaults; thread_defaults();"
             " print(os.environ.get('OMP_WAIT_POLICY'), os.environ.get('OPENBLAS_NUM_THREADS'))")

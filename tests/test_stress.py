@@ -16,8 +16,9 @@ import time
 from collections import Counter
 
 import pytest
-from conftest import write_lock_held
-from trust_support import (
+
+from tests.support.backend import write_lock_held
+from tests.support.trust import (
     Procs,
     check_database,
     marker,

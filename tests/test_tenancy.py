@@ -1,4 +1,4 @@
-"""Scope isolation (issue 12, points 3, 8 and 12): every read stays in one tenant unless asked
+"""Scope isolation: every read stays in one tenant unless asked
 otherwise, a session never mixes users, app memories never cross tenants or users.
 
 The property test plants a marker per scope (3 tenants x 3 users x 2 apps, plus tenant-wide and
@@ -19,9 +19,9 @@ import pytest
 
 from memcli import Memory
 from memcli.providers.embedders import HashEmbedder
-from tests.conftest import ndjson
+from tests.support.records import ndjson
 
-pytestmark = pytest.mark.backends  # SQLite and PostgreSQL (tests/backend_support.py)
+pytestmark = pytest.mark.backends  # SQLite and PostgreSQL (tests/support/backend.py)
 
 TENANTS = ("default", "tb", "tc")
 USERS = ("u1", "u2", "u3")
@@ -219,10 +219,12 @@ def markers_text(out: str) -> list[str]:
     return [h["text"] for h in json.loads(out)]
 
 
+@pytest.mark.long  # memcli as child processes
 def test_a_query_process_reads_one_tenant_unless_all_tenants(tmp_path, without_sparse_leg):
     db = tmp_path / "proc.db"
     env = {k: v for k, v in os.environ.items() if not k.startswith("MEMCLI_")}
-    env.update(MEMCLI_DB=str(db), MEMCLI_EMBEDDER="hash", MEMCLI_CONFIG=str(without_sparse_leg))
+    env.update(MEMCLI_DB=str(db), MEMCLI_EMBEDDER="hash", MEMCLI_CONFIG=str(without_sparse_leg),
+               MEMCLI_AUTOSTART="0")
     with Memory.open(db, embedder=HashEmbedder(64)) as m:
         m.ingest([{"text": "quokka here", "tenant_id": t} for t in ("default", "tb")])
 

@@ -8,14 +8,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from memcli import tokens
-from memcli.tokens import (
-    count_tokens,
-    count_tokens_many,
-    estimate_tokens,
-    get_encoding,
-    truncate_to_tokens,
-)
+from memcli.core import tokens
+from memcli.core.chunking import estimate_tokens
+from memcli.core.tokens import count_tokens, get_encoding, truncate_to_tokens
 
 PROSE = (
     "Memory systems for AI agents store facts, events and preferences, then retrieve the ones "
@@ -51,14 +46,6 @@ def test_unknown_encoding_is_a_value_error() -> None:
         count_tokens("x", encoding="p50k_base")
     with pytest.raises(ValueError):
         get_encoding("nope")
-
-
-def test_count_tokens_many_matches_single_counts() -> None:
-    texts = ["hello world", "", PROSE, "数据库 🧠"]
-    assert count_tokens_many(texts) == [count_tokens(t) for t in texts]
-    assert count_tokens_many([]) == []
-    with pytest.raises(TypeError):
-        count_tokens_many("hello")  # type: ignore[arg-type]
 
 
 def test_truncate_keeps_a_prefix_within_budget() -> None:

@@ -4,7 +4,8 @@ exit 2, never Typer's usage box nor "a bug in memcli"."""
 from __future__ import annotations
 
 import pytest
-from fuzz_support import run_cli
+
+from tests.support.fuzz import run_cli
 
 HUGE = "99999999999999999999999"  # beyond 64 bits: no row can have it
 

@@ -1,6 +1,6 @@
-"""`memcli view export|apply` (issue #15, seed 003 P6): what memcli believes as files a person
-edits, and those edits applied as ordinary writes. The real CLI on a real SQLite file and a real
-PostgreSQL database (the backend matrix, tests/backend_support.py)."""
+"""`memcli view export|apply` (principle P6 of the Agent Memory System PRD): what memcli believes as
+files a person edits, and those edits applied as ordinary writes. The real CLI on a real SQLite file
+and a real PostgreSQL database (the backend matrix, tests/support/backend.py)."""
 
 from __future__ import annotations
 
@@ -9,12 +9,12 @@ import json
 from pathlib import Path
 
 import pytest
-from backend_support import connect, is_pg, rows, stored_bytes
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from memcli.views.export import Scope, parse, render
 from memcli.views.format import KINDS, PREFIX, Item
+from tests.support.backend import connect, is_pg, rows, stored_bytes
 
 pytestmark = [pytest.mark.usefixtures("fast_cli"), pytest.mark.backends]
 

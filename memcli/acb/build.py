@@ -39,16 +39,17 @@ from memcli.acb import render
 from memcli.acb import sections as gather
 from memcli.acb.names import add_document_names
 from memcli.config import AcbSettings
-from memcli.errors import DatabaseBusyError, UsageError
-from memcli.models import Channel, parse_ts
+from memcli.core.records import Channel, parse_ts
+from memcli.errors import DatabaseBusyError, UsageError, validation_line
 from memcli.retrieval.text import terms
-from memcli.store import acb as sql
+from memcli.store import acb_sql as sql
 from memcli.store import memories as mem
 from memcli.store.connection import HINT_WAIT
+from memcli.store.metrics import record_request
 
 if TYPE_CHECKING:
-    from memcli.memory import Memory
     from memcli.store.filters import Filters
+    from memcli.store.handle import MemoryHandle
 
 CHANNEL_SENSITIVITIES: dict[str, tuple[str, ...]] = {
     "public": ("none", "low"),
@@ -56,9 +57,10 @@ CHANNEL_SENSITIVITIES: dict[str, tuple[str, ...]] = {
     "private": ("none", "low", "high"),
     "team": ("none", "low", "high"),
 }
-# Seed 003 9.1: a public channel "excludes preferences, private decisions". The agent channel
-# (inter-agent messages) also leaves out decisions taken on a private channel, but keeps
-# preferences: the agent's allowlist already says whether it may read them (a stylist must).
+# Section 9.1 of the Agent Memory System PRD: a public channel "excludes preferences, private
+# decisions". The agent channel (inter-agent messages) also leaves out decisions taken on a
+# private channel, but keeps preferences: the agent's allowlist already says whether it may read
+# them (a stylist must).
 CHANNEL_EXCLUDED_CATEGORIES: dict[str, tuple[str, ...]] = {"public": ("preferences",)}
 CHANNEL_HIDES_PRIVATE_DECISIONS = frozenset({"public", "agent"})
 DELTA_BULLETS = 3
@@ -69,24 +71,40 @@ class AcbRequest(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    tenant_id: str | None = Field(default=None, min_length=1)  # None: the memory's tenant
-    user_id: str | None = None
-    session_id: str | None = None
-    agent_id: str | None = None  # the asking agent: its allowlist applies; the delta caller
-    channel: Channel = "private"
-    intent: str | None = None
-    query_text: str | None = None
-    max_tokens: int | None = Field(default=None, ge=1)
-    caps: dict[str, int] = Field(default_factory=dict)  # per-section cap overrides
-    categories: list[str] = Field(default_factory=list)  # restrict retrieved evidence
-    app_id: str | None = None  # app mode: the app's block, and nothing of other apps
-    since: int | dict[str, int] | None = None  # delta base: a revision, or {thread: revision}
-    track: bool = True  # remember the revision served, as the caller's next delta base
-    handoff: list[str] = Field(default_factory=list)
-    include_checkpoint: bool = False
+    tenant_id: str | None = Field(
+        default=None, min_length=1,
+        description="Tenant to read (default: the configured one, else `default`).")
+    user_id: str | None = Field(default=None, description="Whose bundle: this user's memories.")
+    session_id: str | None = Field(default=None, description="The session the turn is in.")
+    agent_id: str | None = Field(  # the asking agent: its allowlist applies; the delta caller
+        default=None, description="The asking agent: its category allowlist applies.")
+    channel: Channel = Field(
+        default="private",
+        description="private (default), team, public or agent: decides which sensitivities load.")
+    intent: str | None = Field(default=None, description="What the turn means to do (a label).")
+    query_text: str | None = Field(
+        default=None, description="What the next turn is about (retrieval runs only with it).")
+    max_tokens: int | None = Field(
+        default=None, ge=1, description="Token budget of the whole bundle (default 65000).")
+    caps: dict[str, int] = Field(default_factory=dict,
+                                 description="Per-section cap overrides: SECTION: TOKENS.")
+    categories: list[str] = Field(default_factory=list,
+                                  description="Only these categories as retrieved evidence.")
+    app_id: str | None = Field(  # app mode: the app's block, and nothing of other apps
+        default=None, description="App mode: the app's memories in a fixed block, no other app's.")
+    since: int | dict[str, int] | None = Field(  # a revision, or {thread: revision}
+        default=None, description="Delta header base revision (default: the last one you saw).")
+    track: bool = Field(default=True, description="Remember this revision as seen (the base of "
+                                                  "the next delta).")
+    handoff: list[str] = Field(default_factory=list,
+                               description="Text for the handoff packet (repeatable).")
+    include_checkpoint: bool = Field(
+        default=False, description="Add the saved checkpoint of (user, session) to the handoff.")
     # Time travel: the bundle as it would have been then (facts valid at that time, events up
     # to it, ranked on that clock). Default: now, ranked on the newest memory update.
-    as_of: str | None = None
+    as_of: str | None = Field(
+        default=None, description="Read the memory as it was then: facts valid at that time, "
+                                  "events up to it (ISO date or time, e.g. 2026-03-01).")
 
     @field_validator("as_of")
     @classmethod
@@ -122,10 +140,7 @@ def parse_request(data: Any) -> AcbRequest:
     try:
         return AcbRequest.model_validate(data)
     except pydantic.ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(p) for p in first["loc"]) or "request"
-        message = first["msg"].removeprefix("Value error, ")
-        raise UsageError(f"bad acb request: {where}: {message}") from exc
+        raise UsageError(validation_line(exc, "acb request")) from exc
 
 
 def channel_rules(base: Filters, channel: str) -> Filters:
@@ -152,7 +167,7 @@ def thread_keys(req: AcbRequest) -> list[str]:
 
 
 def build_acb(
-    memory: Memory,
+    memory: MemoryHandle,
     request: AcbRequest | dict[str, Any],
     *,
     settings: AcbSettings | None = None,
@@ -268,11 +283,10 @@ def _ms(t0: float) -> float:
 
 
 def _record(
-    memory: Memory, metrics: dict[str, Any], ids: list[int], seen: tuple[str, dict[str, int]] | None
+    memory: MemoryHandle, metrics: dict[str, Any], ids: list[int],
+    seen: tuple[str, dict[str, int]] | None
 ) -> None:
     """Access counts, the metrics row and the caller's revision, in one short write."""
-    from memcli.store.metrics import record_request
-
     if memory.db.read_only:
         return  # a write-protected file still gets its bundle; these hints are skipped
     try:
@@ -312,7 +326,8 @@ def _plan(req: AcbRequest, settings: AcbSettings) -> list[dict[str, Any]]:
 
 
 def _static_sections(
-    memory: Memory, req: AcbRequest, base: Filters, settings: AcbSettings, context_dir: Path | None
+    memory: MemoryHandle, req: AcbRequest, base: Filters, settings: AcbSettings,
+    context_dir: Path | None
 ) -> tuple[dict[str, list], dict[str, str]]:
     candidates: dict[str, list[dict[str, Any]]] = {}
     views: dict[str, str] = {}
@@ -341,7 +356,7 @@ def _static_sections(
 
 
 def _retrieval(
-    memory: Memory,
+    memory: MemoryHandle,
     req: AcbRequest,
     base: Filters,
     settings: AcbSettings,
@@ -368,7 +383,8 @@ def _retrieval(
 
 
 def _delta(
-    memory: Memory, req: AcbRequest, keys: list[str], revisions: dict[str, int], filters: Filters
+    memory: MemoryHandle, req: AcbRequest, keys: list[str], revisions: dict[str, int],
+    filters: Filters
 ) -> dict[str, Any] | None:
     """At most 3 bullets of what changed since the caller's last revision of each thread.
 
@@ -408,7 +424,7 @@ def _delta(
 
 
 def _provenance(
-    memory: Memory,
+    memory: MemoryHandle,
     req: AcbRequest,
     base: Filters,
     found: gather.Retrieval,

@@ -15,8 +15,9 @@ import hashlib
 import json
 from typing import Any
 
-from memcli.acb import dedup, render
-from memcli.tokens import count_tokens, get_encoding, truncate_to_tokens
+from memcli.acb import duplicates as dedup
+from memcli.acb import render
+from memcli.core.tokens import count_tokens, get_encoding, truncate_to_tokens
 
 # Render order (fill order is by priority); recent turns last, next to the model's next turn.
 ORDER = (
@@ -31,7 +32,8 @@ ORDER = (
     "retrieved_evidence",
     "recent_window",
 )
-# Files, free text and the reflection (prose, seed 004 wants it in every call) can be cut.
+# Files, free text and the reflection (prose, which the SQLite memory extension design wants in
+# every call) can be cut.
 TRUNCATABLE = frozenset({"view", "text", "checkpoint", "reflection"})
 MIN_TRUNCATED = 8  # fewer tokens than this of a cut file is noise, not context
 NEAR_LIMIT = 64

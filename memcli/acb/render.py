@@ -47,7 +47,7 @@ def title(acb_id: str) -> str:
 
 def section_heading(name: str, app_id: str | None = None) -> str:
     if name == "app_memories":
-        # Seed 001's fixed block: the model is told whose memories these are.
+        # The app-memory design's fixed block: the model is told whose memories these are.
         return (
             f"## app_memories\n(memories for app: {app_id})\nThe following are memories "
             f"from previous conversations with this app:\n"

@@ -15,16 +15,17 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from memcli.acb import render
+from memcli.config import bundled_text
 from memcli.retrieval import fallback as recency
 from memcli.retrieval import scope, search
 from memcli.retrieval.stages import Candidate, RankContext
-from memcli.store import acb as sql
-from memcli.store import ledger as ledger_sql
+from memcli.store import acb_sql as sql
+from memcli.store import ledger_sql
 
 if TYPE_CHECKING:
     from memcli.config import AcbSettings
-    from memcli.memory import Memory
     from memcli.store.filters import Filters
+    from memcli.store.handle import MemoryHandle
 
 VIEW_NAMES = ("identity", "rules")
 VIEW_SUFFIXES = (".md", ".yaml", ".yml", ".txt")
@@ -45,8 +46,6 @@ def view_path(name: str, context_dir: Path | None) -> Path | None:
 
 @functools.cache
 def bundled_view(name: str) -> str:
-    from memcli.config import bundled_text
-
     return bundled_text(f"context/{name}.md")
 
 
@@ -66,7 +65,7 @@ def view_items(name: str, context_dir: Path | None) -> tuple[list[dict[str, Any]
 
 
 # -- ledger ----------------------------------------------------------------------------------
-def task_items(memory: Memory, filters: Filters, user_id: str | None) -> list[dict[str, Any]]:
+def task_items(memory: MemoryHandle, filters: Filters, user_id: str | None) -> list[dict[str, Any]]:
     rows = ledger_sql.bundle_tasks(memory.db, filters, user_id, LEDGER_LIMIT)
     return [
         {
@@ -82,7 +81,7 @@ def task_items(memory: Memory, filters: Filters, user_id: str | None) -> list[di
 
 
 def decision_items(
-    memory: Memory, filters: Filters, user_id: str | None, relevance: dict[int, float]
+    memory: MemoryHandle, filters: Filters, user_id: str | None, relevance: dict[int, float]
 ) -> list[dict[str, Any]]:
     """Active decisions; with a query, the ones retrieval found come first, by score."""
     rows = ledger_sql.bundle_decisions(memory.db, filters, user_id, LEDGER_LIMIT)
@@ -101,7 +100,7 @@ def decision_items(
 
 
 def handoff_items(
-    memory: Memory,
+    memory: MemoryHandle,
     texts: list[str],
     checkpoint: bool,
     tenant_id: str,
@@ -128,7 +127,7 @@ def handoff_items(
 
 # -- who the user is: profile and latest reflection ---------------------------------------
 def profile_items(
-    memory: Memory, filters: Filters, user_id: str | None, limit: int
+    memory: MemoryHandle, filters: Filters, user_id: str | None, limit: int
 ) -> list[dict[str, Any]]:
     """The user's memories of the `context: all` categories of categories.yaml, each category
     bounded by its `rag_length` (else `limit`); no query needed. No user: no profile."""
@@ -138,15 +137,17 @@ def profile_items(
     return [_memory_item("profile", r, render.profile_text(r)) for r in rows]
 
 
-def reflection_items(memory: Memory, filters: Filters, user_id: str | None) -> list[dict[str, Any]]:
-    """The user's latest reflection (seed 004 appends it before every call)."""
+def reflection_items(memory: MemoryHandle, filters: Filters,
+                     user_id: str | None) -> list[dict[str, Any]]:
+    """The user's latest reflection (the SQLite memory extension design appends it before every
+    call)."""
     row = None if user_id is None else sql.latest_reflection(memory.db, filters, user_id)
     return [] if row is None else [_memory_item("reflection", row, render.reflection_text(row))]
 
 
 # -- conversation ----------------------------------------------------------------------------
 def recent_items(
-    memory: Memory, filters: Filters, user_id: str | None, limit: int
+    memory: MemoryHandle, filters: Filters, user_id: str | None, limit: int
 ) -> list[dict[str, Any]]:
     """The session's newest turns, newest first (the packer keeps the newest; the renderer
     shows them oldest first): only the asking user's, or, with no user asked, the session
@@ -161,7 +162,7 @@ def recent_items(
 
 
 def app_items(
-    memory: Memory, filters: Filters, user_id: str | None, limit: int
+    memory: MemoryHandle, filters: Filters, user_id: str | None, limit: int
 ) -> list[dict[str, Any]]:
     rows = sql.app_memories(memory.db, filters, user_id, limit)
     return [
@@ -200,7 +201,7 @@ class Retrieval:
 
 
 def retrieve(
-    memory: Memory,
+    memory: MemoryHandle,
     text: str,
     filters: Filters,
     settings: AcbSettings,
@@ -268,7 +269,7 @@ def retrieve(
 
 
 def evidence_items(
-    memory: Memory, found: Retrieval, filters: Filters, settings: AcbSettings
+    memory: MemoryHandle, found: Retrieval, filters: Filters, settings: AcbSettings
 ) -> list[dict[str, Any]]:
     """Ranked memories with up to `related_bullets` related memories each (same filters)."""
     ids = [c.id for c in found.ranked]
@@ -294,7 +295,7 @@ def evidence_items(
     return _ground_truth_first(items, found.ranked, sources)
 
 
-def _summary_sources(memory: Memory, ranked: list[Candidate]) -> dict[int, list[str]]:
+def _summary_sources(memory: MemoryHandle, ranked: list[Candidate]) -> dict[int, list[str]]:
     """Each summary among the candidates -> the refs of what it summarises: `event:` ids of
     its source turns (`mem:` for a source that has no event, nothing for a purged one)."""
     wanted = {c.id: _source_memory_ids(c.row) for c in ranked if c.row.get("kind") == "summary"}

@@ -10,9 +10,9 @@ import re
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
+from memcli.core.records import format_ts, parse_ts
 from memcli.errors import UsageError
-from memcli.models import format_ts, parse_ts
-from memcli.store.acb import requests_since
+from memcli.store.acb_sql import requests_since
 
 if TYPE_CHECKING:
     from memcli.store.connection import Database

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import os
 import sys
 from types import ModuleType
 from typing import Annotated, Any
@@ -28,9 +29,11 @@ from memcli.cli import (
     query,
     rebuild,
     serve,
+    ui,
     views,
 )
 from memcli.cli.output import fail
+from memcli.service.paths import root_db
 
 
 def _version(value: bool) -> None:
@@ -39,16 +42,30 @@ def _version(value: bool) -> None:
         raise typer.Exit()
 
 
+class Commands:
+    """What `memcli serve` needs of the app it is part of (it finds it in the context's `obj`,
+    set by the root callback): the runner of a forwarded command line, and the warm-up."""
+
+    def __init__(self) -> None:
+        self.run = run_forwarded
+        self.warm = warm_commands
+
+
 def _root(
+    ctx: typer.Context,
     version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True,
                                           help="Print the version and exit.")] = False,
+    db: Annotated[str | None, typer.Option(
+        "--db", show_default=False,
+        help="Database file for the command (its own --db wins).")] = None,
 ) -> None:
     """Long-term memory for AI agents in one local SQLite file."""
+    ctx.obj = Commands()
 
 
 # Every command group, in help order. Each module's register() adds its commands to an app.
 MODULES = (ingest, query, admin, acb, ledger, lifecycle, facts, doctor, keys, rebuild, portable,
-           views, serve, mcp, hook, pg)
+           views, serve, ui, mcp, hook, pg)
 # Top-level command name -> the module registering it (tests check this matches the modules).
 COMMAND_MODULES: dict[str, ModuleType] = {
     **dict.fromkeys(("ingest", "embed", "reindex"), ingest),
@@ -66,10 +83,26 @@ COMMAND_MODULES: dict[str, ModuleType] = {
     **dict.fromkeys(("export", "import"), portable),
     "view": views,
     "serve": serve,
+    "ui": ui,
     "mcp": mcp,
     "hook": hook,
     "pg": pg,
 }
+
+# `memcli --help` lists the commands in these panels, in this order (Typer's `rich_help_panel`;
+# a test checks every command has one).
+PANELS: dict[str, tuple[str, ...]] = {
+    "Memory": ("ingest", "query", "history", "related", "remember", "correct", "entity",
+               "forget", "restore", "artifact"),
+    "Context": ("acb", "view", "hook"),
+    "Lifecycle": ("consolidate", "decay", "reflect", "insights", "proposals", "confirm", "pin",
+                  "unpin"),
+    "Ledger": ("decision", "task", "checkpoint"),
+    "Service": ("serve", "ui", "mcp"),
+    "Admin": ("doctor", "stats", "embed", "reindex", "rebuild", "export", "import", "purge",
+              "key", "pg", "demo"),
+}
+COMMAND_PANELS = {name: panel for panel, names in PANELS.items() for name in names}
 
 
 class _OneLineErrors(typer.core.TyperGroup):
@@ -91,6 +124,23 @@ class _OneLineErrors(typer.core.TyperGroup):
             raise fail("aborted", 1) from None
         # Non-standalone mode returns what the command returned (None), or an Exit's code.
         raise SystemExit(code if isinstance(code, int) else 0)
+
+
+    def format_commands(self, ctx: Any, formatter: Any) -> None:
+        """The command list in its panels, as plain text: Typer draws panels only with rich,
+        which `--help` does not import (rich_markup_mode=None keeps start-up cheap)."""
+        shown = {name: cmd for name in self.list_commands(ctx)
+                 if (cmd := self.get_command(ctx, name)) is not None and not cmd.hidden}
+        if not shown:
+            return
+        limit = formatter.width - 6 - max(len(name) for name in shown)
+        other = tuple(name for name in shown if name not in COMMAND_PANELS)
+        for panel, names in (*PANELS.items(), ("Other", other)):
+            rows = [(name, shown[name].get_short_help_str(limit))
+                    for name in names if name in shown]
+            if rows:
+                with formatter.section(f"{panel} commands"):
+                    formatter.write_dl(rows)
 
 
 def _usage_exit(exc: typer.TyperException) -> SystemExit:
@@ -122,6 +172,9 @@ def build_app(modules: tuple[ModuleType, ...] = MODULES) -> typer.Typer:
     built.callback()(_root)
     for module in modules:
         module.register(built)
+    for info in (*built.registered_commands, *built.registered_groups):
+        name = info.name or typer.main.get_command_name(info.callback.__name__)
+        info.rich_help_panel = COMMAND_PANELS.get(name)
     return built
 
 
@@ -132,12 +185,44 @@ def run_typer(argv: list[str] | None = None) -> None:
     """Parse `argv` (default: sys.argv[1:]) with Typer and run the command: the in-process
     path of `memcli.cli.entry.main`, and what `memcli serve` runs for a forwarded command."""
     args = sys.argv[1:] if argv is None else argv
-    command = args[0] if args else None
+    rest = root_db(args)[1]
+    command = rest[0] if rest else None
     # Typer turns every registered command into a click command before parsing (~60 ms for
     # all of them): a named command only needs its own group. Help, completion and unknown
     # names get the whole app.
     module = COMMAND_MODULES.get(command or "")
     _click_command(module)(args=args, prog_name="memcli")
+
+
+def run_forwarded(argv: list[str]) -> None:
+    """A command line forwarded to `memcli serve`, in the process it forked for it (already the
+    caller's: environment, folder, stdio): what `memcli.cli.entry.main` does in-process once
+    no daemon answered, its process defaults included."""
+    from memcli.config import thread_defaults
+
+    thread_defaults()
+    os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
+    run_typer(argv)
+
+
+def warm_commands() -> None:
+    """Build every command group's click command now, with each parameter's converter (a
+    pydantic TypeAdapter Typer builds on a parameter's first use: ~30 ms of a `query`), so
+    that the processes `memcli serve` forks find them built."""
+    for module in {*COMMAND_MODULES.values(), None}:
+        _prepare_params(_click_command(module))
+
+
+def _prepare_params(command: Any) -> None:
+    for param in getattr(command, "params", ()):
+        prepare = getattr(param, "get_runtime_param", None)
+        if callable(prepare):
+            try:
+                prepare()
+            except Exception:  # noqa: BLE001, S112 - the command reports it when it runs
+                continue
+    for sub in getattr(command, "commands", {}).values():
+        _prepare_params(sub)
 
 
 @functools.cache

@@ -8,7 +8,7 @@ from memcli.cli.output import warn
 
 if TYPE_CHECKING:
     from memcli.config import Settings
-    from memcli.memory import Memory
+    from memcli.operations.memory import Memory
 
 
 def open_memory(db: str | None, *, with_embedder: bool = True, with_sparse: bool | None = None,
@@ -25,7 +25,7 @@ def open_memory(db: str | None, *, with_embedder: bool = True, with_sparse: bool
     command that changes what is there (a lifecycle job, a command on one id): no database
     at the path is an error too, and nothing is created."""
     from memcli.config import load_settings
-    from memcli.memory import Memory, make_embedder, make_sparse
+    from memcli.operations.memory import Memory, make_embedder, make_sparse
 
     settings = settings or load_settings(db)
     embedder = make_embedder(settings) if with_embedder else None

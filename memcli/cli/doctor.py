@@ -1,13 +1,14 @@
 """`memcli doctor`: checks the memory file and says, in plain words, what to run (see
-memcli/doctor.py). Exit 0 healthy, 1 problems found, 2 usage (e.g. no database at the path)."""
+memcli/health/checks.py). Exit 0 healthy, 1 problems found, 2 usage (e.g. no database at the
+path)."""
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Any
 
 import typer
 
-from memcli.cli.options import DbOpt, FormatOpt, JsonOpt
+from memcli.cli.options import DbOpt, FormatOpt, JsonOpt, parse_given, request_options
 from memcli.cli.output import emit, errors, resolve_format
 
 _MARK = {"ok": ("ok", "green"), "info": ("info", "cyan"), "problem": ("PROBLEM", "bold red")}
@@ -33,56 +34,55 @@ def _text(report: dict[str, Any]) -> None:
     console.print(f"verdict: {verdict}")
 
 
-def register(app: typer.Typer) -> None:
-    @app.command("doctor")
-    def doctor_cmd(
-        full: Annotated[bool, typer.Option(
-            "--full", help="The thorough integrity check (SQLite: integrity_check, not "
-                           "quick_check; PostgreSQL: amcheck with heapallindexed).")] = False,
-        fix: Annotated[bool, typer.Option(
-            "--fix", help="Rebuild the full-text indexes, delete derived rows without a memory, "
-                          "checkpoint the WAL (SQLite); then check.")] = False,
-        db: DbOpt = None, fmt: FormatOpt = None, as_json: JsonOpt = False,
-    ) -> None:
-        """Check integrity, schema, models, indexes vs memories, WAL (PostgreSQL: long open
-        transactions) and the request metrics' upgrade triggers; say what to run for each
-        problem (exit 1 when there is one)."""
-        from memcli import doctor
-        from memcli.config import load_settings
-        from memcli.errors import MemcliError, SchemaError
-        from memcli.memory import make_embedder, make_sparse
-        from memcli.store.location import open_database
+@request_options("memcli.operations.curation:DoctorRequest")
+def doctor_cmd(given: dict[str, Any], db: DbOpt = None, fmt: FormatOpt = None,
+               as_json: JsonOpt = False) -> None:
+    """Check integrity, schema, models, indexes vs memories, WAL (PostgreSQL: long open
+    transactions) and the request metrics' upgrade triggers; say what to run for each
+    problem (exit 1 when there is one)."""
+    from memcli.config import load_settings
+    from memcli.errors import MemcliError, SchemaError
+    from memcli.health import checks as doctor
+    from memcli.operations.memory import make_embedder, make_sparse
+    from memcli.store.location import open_database
 
-        with errors():
-            settings = load_settings(db)
-            embedder, model_problem = None, None
+    with errors():
+        settings = load_settings(db)
+        req = parse_given("memcli.operations.curation:DoctorRequest", given,
+                            "doctor request")
+        full, fix = req.full, req.fix
+        embedder, model_problem = None, None
+        try:
+            embedder = make_embedder(settings)
+        except MemcliError as exc:
+            model_problem = doctor.check("embedder", "problem",
+                                         f"the configured embedder is unusable: {exc}",
+                                         "fix the embedder settings (MEMCLI_EMBEDDER ...)")
+        sparse = make_sparse(settings)
+        fixed = None
+        try:
+            # A read command: never creates a database (a missing one is NoDatabaseError).
+            database = open_database(settings.db, readonly=not fix, must_exist=True)
+        except SchemaError as exc:  # another program's file, left untouched: one problem
+            report = doctor.unusable(settings.db, exc)
+        else:
             try:
-                embedder = make_embedder(settings)
-            except MemcliError as exc:
-                model_problem = doctor.check("embedder", "problem",
-                                             f"the configured embedder is unusable: {exc}",
-                                             "fix the embedder settings (MEMCLI_EMBEDDER ...)")
-            sparse = make_sparse(settings)
-            fixed = None
-            try:
-                # A read command: never creates a database (a missing one is NoDatabaseError).
-                database = open_database(settings.db, readonly=not fix, must_exist=True)
-            except SchemaError as exc:  # another program's file, left untouched: one problem
-                report = doctor.unusable(settings.db, exc)
-            else:
-                try:
-                    fixed = doctor.repair(database) if fix else None
-                    report = doctor.diagnose(database, embedder=embedder, full=full,
-                                             sparse_model=sparse.model_id if sparse else None)
-                finally:
-                    database.close()
-            if model_problem is not None:
-                report["checks"] = [c for c in report["checks"] if c["check"] != "embedder"]
-                report["checks"].insert(2, model_problem)
-                report["problems"] += 1
-                report["healthy"] = False
-            if fixed is not None:
-                report["fixed"] = fixed
-            emit(report, resolve_format(fmt, as_json), _text)
-        if not report["healthy"]:
-            raise typer.Exit(1)
+                fixed = doctor.repair(database) if fix else None
+                report = doctor.diagnose(database, embedder=embedder, full=full,
+                                         sparse_model=sparse.model_id if sparse else None)
+            finally:
+                database.close()
+        if model_problem is not None:
+            report["checks"] = [c for c in report["checks"] if c["check"] != "embedder"]
+            report["checks"].insert(2, model_problem)
+            report["problems"] += 1
+            report["healthy"] = False
+        if fixed is not None:
+            report["fixed"] = fixed
+        emit(report, resolve_format(fmt, as_json), _text)
+    if not report["healthy"]:
+        raise typer.Exit(1)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("doctor")(doctor_cmd)

@@ -1,6 +1,7 @@
 """`memcli correct ID TEXT` (replace a wrong memory with a linked fix) and `memcli entity NAME`
-(an entity's profile and the memories that mention it), seed 004's `correct_fact` and
-`get_entity_info`."""
+(an entity's profile and the memories that mention it), the SQLite memory extension design's
+`correct_fact` and `get_entity_info`. Their options are the fields of their request models
+(memcli.operations.curation)."""
 
 from __future__ import annotations
 
@@ -9,13 +10,61 @@ from typing import Annotated, Any
 import typer
 
 from memcli.cli.common import open_memory
-from memcli.cli.options import DbOpt, FormatOpt, JsonOpt, id_argument, limit_option
+from memcli.cli.options import (
+    DbOpt,
+    FormatOpt,
+    JsonOpt,
+    id_argument,
+    parse_given,
+    request_options,
+)
 from memcli.cli.output import emit, errors, read_stdin, resolve_format, warn_redacted
-from memcli.inputs import check_text
+from memcli.core.inputs import check_text
 
-Tenant = Annotated[
-    str | None, typer.Option("--tenant", help="Tenant id (default: the configured one).")
-]
+MODELS = "memcli.operations.curation"
+
+
+@request_options(f"{MODELS}:CorrectRequest")
+def correct_cmd(
+    memory_id: Annotated[int, id_argument("The memory to correct.")],
+    text: Annotated[str, typer.Argument(help="The corrected text; `-` reads stdin.")],
+    given: dict[str, Any],
+    db: DbOpt = None,
+    fmt: FormatOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Replace a wrong fact: a new memory supersedes it (linked, both kept in history)."""
+    from memcli.lifecycle.correct import correct_fact
+
+    with errors():
+        req = parse_given(f"{MODELS}:CorrectRequest", given, "correct request")
+        if text == "-":
+            text = check_text(read_stdin(), "the text on stdin")
+        with open_memory(db, exists=True) as memory:
+            out = correct_fact(memory, memory_id, text, reason=req.reason,
+                               owner=memory.owner(req.tenant_id))
+        warn_redacted(out)
+        emit(out, resolve_format(fmt, as_json),
+             lambda p: print(f"corrected {p['supersedes']} -> {p['id']}"))
+
+
+@request_options(f"{MODELS}:EntityRequest")
+def entity_cmd(
+    name: Annotated[str, typer.Argument(help="A name, @handle, #tag, email or URL.")],
+    given: dict[str, Any],
+    db: DbOpt = None,
+    fmt: FormatOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """An entity's profile (type, aliases, first/last seen, mentions) and its memories."""
+    from memcli.entities.profile import get_entity_info
+
+    with errors():
+        req = parse_given(f"{MODELS}:EntityRequest", given, "entity request")
+        with open_memory(db, with_embedder=False, must_exist=True) as memory:
+            out = get_entity_info(memory, name, tenant_id=req.tenant_id, user_id=req.user_id,
+                                  limit=req.limit)
+        emit(out, resolve_format(fmt, as_json), _entity_text)
 
 
 def _entity_text(p: dict[str, Any]) -> None:
@@ -27,42 +76,5 @@ def _entity_text(p: dict[str, Any]) -> None:
 
 
 def register(app: typer.Typer) -> None:
-    @app.command("correct")
-    def correct_cmd(
-        memory_id: Annotated[int, id_argument("The memory to correct.")],
-        text: Annotated[str, typer.Argument(help="The corrected text; `-` reads stdin.")],
-        reason: Annotated[str, typer.Option("--reason", help="Why it was wrong.")] = "",
-        tenant: Tenant = None,
-        db: DbOpt = None,
-        fmt: FormatOpt = None,
-        as_json: JsonOpt = False,
-    ) -> None:
-        """Replace a wrong fact: a new memory supersedes it (linked, both kept in history)."""
-        from memcli.lifecycle.correct import correct_fact
-
-        with errors():
-            if text == "-":
-                text = check_text(read_stdin(), "the text on stdin")
-            with open_memory(db, exists=True) as memory:
-                out = correct_fact(memory, memory_id, text, reason=reason,
-                                   owner=memory.owner(tenant))
-            warn_redacted(out)
-            emit(out, resolve_format(fmt, as_json),
-                 lambda p: print(f"corrected {p['supersedes']} -> {p['id']}"))
-
-    @app.command("entity")
-    def entity_cmd(
-        name: Annotated[str, typer.Argument(help="A name, @handle, #tag, email or URL.")],
-        user: Annotated[str | None, typer.Option("--user", help="Only this user's.")] = None,
-        tenant: Tenant = None,
-        limit: Annotated[int, limit_option("Memories shown.")] = 20,
-        db: DbOpt = None,
-        fmt: FormatOpt = None,
-        as_json: JsonOpt = False,
-    ) -> None:
-        """An entity's profile (type, aliases, first/last seen, mentions) and its memories."""
-        from memcli.entity_info import get_entity_info
-
-        with errors(), open_memory(db, with_embedder=False, must_exist=True) as memory:
-            out = get_entity_info(memory, name, tenant_id=tenant, user_id=user, limit=limit)
-            emit(out, resolve_format(fmt, as_json), _entity_text)
+    app.command("correct")(correct_cmd)
+    app.command("entity")(entity_cmd)

@@ -78,60 +78,62 @@ def _scope(tenant: str | None, user: str | None, agent: str | None, app_id: str 
     return Scope(tenant=tenant, user_id=user, agent=agent, app_id=app_id)
 
 
+def session_start_cmd(
+    db: DbOpt = None, tenant: TenantOpt = None, user: UserOpt = None,
+    agent: AgentOpt = None, app_id: AppOpt = None,
+    max_tokens: Annotated[int, typer.Option(
+        "--max-tokens", min=1, help="Budget of the injected bundle.")] = 4000,
+    query: Annotated[str | None, typer.Option(
+        "--query", help="What to retrieve evidence for (default: the project folder's "
+                        "name, from the hook's cwd).")] = None,
+    strict: StrictOpt = False,
+) -> None:
+    """SessionStart: print a context bundle as the agent's additional context."""
+    def body() -> None:
+        import json
+
+        from memcli.service import api
+        from memcli.service.hooks import session_context, session_topic
+
+        payload = _read_payload()
+        request: dict[str, Any] = {"max_tokens": max_tokens}
+        # Not the session's id: a bundle for a session narrows its evidence to that
+        # session, and a new one has none yet.
+        topic = query or session_topic(payload)
+        if topic:
+            request["query_text"] = topic
+        bundle = _call(db, api.build_acb, _scope(tenant, user, agent, app_id), request)
+        print(json.dumps(session_context(bundle), ensure_ascii=False))
+
+    _run("session-start", strict, body)
+
+
+def record_cmd(
+    db: DbOpt = None, tenant: TenantOpt = None, user: UserOpt = None,
+    agent: AgentOpt = None, app_id: AppOpt = None, strict: StrictOpt = False,
+) -> None:
+    """UserPromptSubmit / Stop / SessionEnd: record the conversation's turns as events
+    (idempotent: a turn already recorded is skipped). Prints nothing."""
+    def body() -> None:
+        from memcli.service import api
+        from memcli.service.hooks import turns_from
+
+        turns = turns_from(_read_payload())
+        if not turns:
+            return
+        receipts = _call(db, api.record_events, _scope(tenant, user, agent, app_id), turns)
+        problems = [p for r in receipts for p in r["rejected"]]
+        if problems:
+            raise ValueError(f"{len(problems)} turn(s) rejected: {problems[0]}")
+
+    _run("record", strict, body)
+
+
 def register(app: typer.Typer) -> None:
     hook_app = typer.Typer(help="Commands for a coding agent's hooks (read the hook JSON on "
                                 "stdin; never fail the agent: errors go to hooks.log, exit 0).",
                            no_args_is_help=True)
 
-    @hook_app.command("session-start")
-    def session_start_cmd(
-        db: DbOpt = None, tenant: TenantOpt = None, user: UserOpt = None,
-        agent: AgentOpt = None, app_id: AppOpt = None,
-        max_tokens: Annotated[int, typer.Option(
-            "--max-tokens", min=1, help="Budget of the injected bundle.")] = 4000,
-        query: Annotated[str | None, typer.Option(
-            "--query", help="What to retrieve evidence for (default: the project folder's "
-                            "name, from the hook's cwd).")] = None,
-        strict: StrictOpt = False,
-    ) -> None:
-        """SessionStart: print a context bundle as the agent's additional context."""
-        def body() -> None:
-            import json
-
-            from memcli.service import api
-            from memcli.service.hooks import session_context, session_topic
-
-            payload = _read_payload()
-            request: dict[str, Any] = {"max_tokens": max_tokens}
-            # Not the session's id: a bundle for a session narrows its evidence to that
-            # session, and a new one has none yet.
-            topic = query or session_topic(payload)
-            if topic:
-                request["query_text"] = topic
-            bundle = _call(db, api.build_acb, _scope(tenant, user, agent, app_id), request)
-            print(json.dumps(session_context(bundle), ensure_ascii=False))
-
-        _run("session-start", strict, body)
-
-    @hook_app.command("record")
-    def record_cmd(
-        db: DbOpt = None, tenant: TenantOpt = None, user: UserOpt = None,
-        agent: AgentOpt = None, app_id: AppOpt = None, strict: StrictOpt = False,
-    ) -> None:
-        """UserPromptSubmit / Stop / SessionEnd: record the conversation's turns as events
-        (idempotent: a turn already recorded is skipped). Prints nothing."""
-        def body() -> None:
-            from memcli.service import api
-            from memcli.service.hooks import turns_from
-
-            turns = turns_from(_read_payload())
-            if not turns:
-                return
-            receipts = _call(db, api.record_events, _scope(tenant, user, agent, app_id), turns)
-            problems = [p for r in receipts for p in r["rejected"]]
-            if problems:
-                raise ValueError(f"{len(problems)} turn(s) rejected: {problems[0]}")
-
-        _run("record", strict, body)
-
+    hook_app.command("session-start")(session_start_cmd)
+    hook_app.command("record")(record_cmd)
     app.add_typer(hook_app, name="hook")

@@ -1,42 +1,29 @@
 """`memcli decision add|supersede|list`, `memcli task add|update|list`,
-`memcli checkpoint save|load`."""
+`memcli checkpoint save|load`: options built from the ledger's request models
+(memcli.operations.ledger_ops), the flags of before kept as hidden aliases."""
 
 from __future__ import annotations
 
-from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
 from memcli.cli.common import open_memory
-from memcli.cli.options import DbOpt, FormatOpt, JsonOpt, id_argument, limit_option
+from memcli.cli.options import DbOpt, FormatOpt, JsonOpt, check_flags, id_argument, request_options
 from memcli.cli.output import emit, errors, read_stdin, resolve_format, warn_redacted
-from memcli.inputs import check_text
 
-Tenant = Annotated[
-    str | None, typer.Option("--tenant", help="Tenant id (default: the configured one).")
-]
+MODELS = "memcli.operations.ledger_ops"
+# The flags of before: singular where the field is a list, `--agent` for agent_id.
+OLD = {"constraints": "--constraint", "alternatives": "--alternative",
+       "consequences": "--consequence", "refs": "--ref", "agent_id": "--agent",
+       "thread_id": "--thread"}
+# What a write's own request leaves to the command's arguments, or to the other operation.
+ADD_ONLY = ("scope", "user_id", "session_id", "agent_id", "app_id", "channel", "sensitivity")
+
 AllTenants = Annotated[
     bool, typer.Option("--all-tenants", help="List every tenant's (an operator's view).")
 ]
-User = Annotated[str | None, typer.Option("--user", help="User id (none: tenant-wide).")]
-Session = Annotated[str | None, typer.Option("--session", help="Session it came from.")]
-Agent = Annotated[str | None, typer.Option("--agent", help="Agent that recorded it.")]
-AppId = Annotated[str | None, typer.Option("--app", help="App it belongs to.")]
-Refs = Annotated[
-    list[str] | None, typer.Option("--ref", help="Evidence: an event id or mem:ID (repeatable).")
-]
-Sensitivity = Annotated[
-    str, typer.Option("--sensitivity", help="none, low or high (secret is never stored).")
-]
-Channel = Annotated[str, typer.Option("--channel", help="private, public, team or agent.")]
-
-
-class DecisionStatus(StrEnum):
-    active = "active"
-    superseded = "superseded"
-    all = "all"
 
 
 def _decision_text(rows: list[dict[str, Any]]) -> None:
@@ -50,293 +37,168 @@ def _task_text(rows: list[dict[str, Any]]) -> None:
         print(f"T{r['id']} [{r['status']}] {r['title']}")
 
 
-def _one(fmt: Any, as_json: bool, render: Any) -> Any:
-    def out(row: dict[str, Any]) -> None:
-        warn_redacted(row)
-        emit(row, resolve_format(fmt, as_json), lambda r: render([r]))
+def _one(row: dict[str, Any], fmt: Any, as_json: bool, render: Any) -> None:
+    warn_redacted(row)
+    emit(row, resolve_format(fmt, as_json), lambda r: render([r]))
 
-    return out
+
+def _request(name: str, given: dict[str, Any], what: str, **fixed: Any) -> Any:
+    """The command's flags (and arguments, `fixed`) as the validated request `name`."""
+    from memcli.operations.requests import model_named, validated
+
+    check_flags(given)
+    return validated(model_named(f"{MODELS}:{name}"), {**given, **fixed}, what)
+
+
+@request_options(f"{MODELS}:DecisionRequest", skip=("decision", "supersedes", "reason"),
+                 legacy=OLD, short={"rationale": "-r"})
+def decision_add(
+    text: Annotated[str, typer.Argument(help="What was decided.")],
+    *, given: dict[str, Any], db: DbOpt = None, fmt: FormatOpt = None, as_json: JsonOpt = False,
+) -> None:
+    """Record a decision (active) with its rationale, trade-offs and evidence."""
+    from memcli.operations.ledger_ops import record_decision
+
+    with errors(), open_memory(db) as memory:  # opened first, as a write always did
+        req = _request("DecisionRequest", given, "decision", decision=text)
+        _one(record_decision(memory, req), fmt, as_json, _decision_text)
+
+
+@request_options(f"{MODELS}:DecisionRequest", skip=("decision", "supersedes", *ADD_ONLY),
+                 legacy=OLD, short={"rationale": "-r"})
+def decision_supersede(
+    decision_id: Annotated[int, id_argument("The decision it replaces.")],
+    text: Annotated[str, typer.Argument(help="The new decision.")],
+    *, given: dict[str, Any], db: DbOpt = None, fmt: FormatOpt = None, as_json: JsonOpt = False,
+) -> None:
+    """Replace a decision: the old one stays, marked superseded and linked to the new."""
+    from memcli.operations.ledger_ops import record_decision
+
+    with errors():
+        req = _request("DecisionRequest", given, "decision", decision=text,
+                       supersedes=decision_id)
+        with open_memory(db, exists=True) as memory:
+            row = record_decision(memory, req, owner=memory.owner(req.tenant_id))
+            _one(row, fmt, as_json, _decision_text)
+
+
+@request_options(f"{MODELS}:DecisionsQuery")
+def decision_list(
+    *, given: dict[str, Any], all_tenants: AllTenants = False, db: DbOpt = None,
+    fmt: FormatOpt = None, as_json: JsonOpt = False,
+) -> None:
+    """List decisions, newest first (--status all shows superseded ones and their links)."""
+    from memcli.operations.ledger_ops import query_decisions
+
+    with errors():
+        req = _request("DecisionsQuery", given, "decisions query")
+        with open_memory(db, with_embedder=False, must_exist=True) as memory:
+            rows = query_decisions(memory, req, all_tenants=all_tenants)
+        emit(rows, resolve_format(fmt, as_json), _decision_text)
+
+
+@request_options(f"{MODELS}:TaskRequest", skip=("task_id", "title"), legacy=OLD)
+def task_add(
+    title: Annotated[str, typer.Argument(help="What to do.")],
+    *, given: dict[str, Any], db: DbOpt = None, fmt: FormatOpt = None, as_json: JsonOpt = False,
+) -> None:
+    """Add a task."""
+    from memcli.operations.ledger_ops import record_task
+
+    with errors(), open_memory(db) as memory:  # opened first, as a write always did
+        req = _request("TaskRequest", given, "task", title=title)
+        _one(record_task(memory, req), fmt, as_json, _task_text)
+
+
+@request_options(f"{MODELS}:TaskRequest", skip=("task_id", *ADD_ONLY), legacy=OLD)
+def task_update(
+    task_id: Annotated[int, id_argument("A task id.")],
+    *, given: dict[str, Any], db: DbOpt = None, fmt: FormatOpt = None, as_json: JsonOpt = False,
+) -> None:
+    """Change a task's status, title, details or evidence (the history keeps each version)."""
+    from memcli.operations.ledger_ops import record_task
+
+    with errors():
+        req = _request("TaskRequest", given, "task", task_id=task_id)
+        with open_memory(db, exists=True) as memory:
+            row = record_task(memory, req, owner=memory.owner(req.tenant_id))
+            _one(row, fmt, as_json, _task_text)
+
+
+@request_options(f"{MODELS}:TasksQuery")
+def task_list(
+    *, given: dict[str, Any], all_tenants: AllTenants = False, db: DbOpt = None,
+    fmt: FormatOpt = None, as_json: JsonOpt = False,
+) -> None:
+    """List tasks, newest first."""
+    from memcli.operations.ledger_ops import query_tasks
+
+    with errors():
+        req = _request("TasksQuery", given, "tasks query")
+        with open_memory(db, with_embedder=False, must_exist=True) as memory:
+            rows = query_tasks(memory, req, all_tenants=all_tenants)
+        emit(rows, resolve_format(fmt, as_json), _task_text)
+
+
+@request_options(f"{MODELS}:CheckpointSave", legacy=OLD)
+def checkpoint_save(
+    source: Annotated[
+        str | None, typer.Argument(help="A JSON file, or `-` for stdin.", show_default=False)
+    ] = None,
+    *, given: dict[str, Any],
+    data: Annotated[str | None, typer.Option("--data", help="The state as JSON text.")] = None,
+    db: DbOpt = None, fmt: FormatOpt = None, as_json: JsonOpt = False,
+) -> None:
+    """Save an agent's state (any JSON) for (user, thread), replacing the previous one."""
+    import json
+
+    from memcli.core.inputs import check_text
+    from memcli.errors import UsageError
+    from memcli.operations.ledger_ops import save_checkpoint
+
+    with errors():
+        req = _request("CheckpointSave", given, "checkpoint")
+        if (source is None) == (data is None):
+            raise UsageError("give the state once", "a file, `-` for stdin, or --data")
+        if data is None:
+            data = (check_text(read_stdin(), "the state on stdin") if source == "-"
+                    else Path(str(source)).read_text(encoding="utf-8"))
+        try:
+            state = json.loads(data)
+        except json.JSONDecodeError as exc:
+            raise UsageError(f"checkpoint state is not JSON: {exc.msg}") from exc
+        with open_memory(db, with_embedder=False) as memory:
+            out = save_checkpoint(memory, state, req)
+        warn_redacted(out)
+        emit(out, resolve_format(fmt, as_json), lambda r: print(
+            f"saved checkpoint v{r['version']} for {r['user_id']}/{r['thread_id']}"))
+
+
+@request_options(f"{MODELS}:CheckpointLoad", legacy=OLD)
+def checkpoint_load(
+    *, given: dict[str, Any], db: DbOpt = None, fmt: FormatOpt = None, as_json: JsonOpt = False,
+) -> None:
+    """Print the saved state of (user, thread) with its version and time."""
+    from memcli.operations.ledger_ops import load_checkpoint
+
+    with errors():
+        req = _request("CheckpointLoad", given, "checkpoint")
+        with open_memory(db, with_embedder=False, must_exist=True) as memory:
+            emit(load_checkpoint(memory, req), resolve_format(fmt, as_json))
 
 
 def register(app: typer.Typer) -> None:
-    decision = typer.Typer(
-        help="The decision ledger: what was decided, why, and what replaced it.",
-        no_args_is_help=True,
-    )
-    task = typer.Typer(
-        help="Tasks an agent is working on (open, doing, done).", no_args_is_help=True
-    )
-    checkpoint = typer.Typer(
-        help="An agent's saved state per (user, thread), for resuming.", no_args_is_help=True
-    )
-    app.add_typer(decision, name="decision")
-    app.add_typer(task, name="task")
-    app.add_typer(checkpoint, name="checkpoint")
-
-    @decision.command("add")
-    def decision_add(
-        text: Annotated[str, typer.Argument(help="What was decided.")],
-        rationale: Annotated[list[str] | None, typer.Option("--rationale", "-r")] = None,
-        constraint: Annotated[list[str] | None, typer.Option("--constraint")] = None,
-        alternative: Annotated[list[str] | None, typer.Option("--alternative")] = None,
-        consequence: Annotated[list[str] | None, typer.Option("--consequence")] = None,
-        ref: Refs = None,
-        scope: Annotated[str, typer.Option("--scope", help="project, user or global.")] = (
-            "project"
-        ),
-        tenant: Tenant = None,
-        user: User = None,
-        session: Session = None,
-        agent: Agent = None,
-        app_id: AppId = None,
-        channel: Channel = "private",
-        sensitivity: Sensitivity = "none",
-        db: DbOpt = None,
-        fmt: FormatOpt = None,
-        as_json: JsonOpt = False,
-    ) -> None:
-        """Record a decision (active) with its rationale, trade-offs and evidence."""
-        from memcli import ledger
-
-        with errors(), open_memory(db) as memory:
-            row = ledger.add_decision(
-                memory,
-                text,
-                rationale=rationale,
-                constraints=constraint,
-                alternatives=alternative,
-                consequences=consequence,
-                refs=ref,
-                scope=scope,
-                tenant_id=tenant,
-                user_id=user,
-                session_id=session,
-                agent_id=agent,
-                app_id=app_id,
-                channel=channel,
-                sensitivity=sensitivity,
-            )
-            _one(fmt, as_json, _decision_text)(row)
-
-    @decision.command("supersede")
-    def decision_supersede(
-        decision_id: Annotated[int, id_argument("The decision it replaces.")],
-        text: Annotated[str, typer.Argument(help="The new decision.")],
-        rationale: Annotated[list[str] | None, typer.Option("--rationale", "-r")] = None,
-        constraint: Annotated[list[str] | None, typer.Option("--constraint")] = None,
-        alternative: Annotated[list[str] | None, typer.Option("--alternative")] = None,
-        consequence: Annotated[list[str] | None, typer.Option("--consequence")] = None,
-        ref: Refs = None,
-        reason: Annotated[str, typer.Option("--reason", help="Why it changed.")] = "",
-        tenant: Tenant = None,
-        db: DbOpt = None,
-        fmt: FormatOpt = None,
-        as_json: JsonOpt = False,
-    ) -> None:
-        """Replace a decision: the old one stays, marked superseded and linked to the new."""
-        from memcli import ledger
-
-        with errors(), open_memory(db, exists=True) as memory:
-            row = ledger.supersede_decision(
-                memory,
-                decision_id,
-                text,
-                owner=memory.owner(tenant),
-                reason=reason,
-                rationale=rationale,
-                constraints=constraint,
-                alternatives=alternative,
-                consequences=consequence,
-                refs=ref,
-            )
-            _one(fmt, as_json, _decision_text)(row)
-
-    @decision.command("list")
-    def decision_list(
-        status: Annotated[DecisionStatus, typer.Option("--status")] = DecisionStatus.active,
-        tenant: Tenant = None,
-        all_tenants: AllTenants = False,
-        user: Annotated[str | None, typer.Option("--user")] = None,
-        app_id: AppId = None,
-        limit: Annotated[int, limit_option()] = 100,
-        db: DbOpt = None,
-        fmt: FormatOpt = None,
-        as_json: JsonOpt = False,
-    ) -> None:
-        """List decisions, newest first (--status all shows superseded ones and their links)."""
-        from memcli import ledger
-
-        with errors(), open_memory(db, with_embedder=False, must_exist=True) as memory:
-            rows = ledger.list_decisions(
-                memory,
-                status=None if status is DecisionStatus.all else status.value,
-                tenant_id=tenant,
-                all_tenants=all_tenants,
-                user_id=user,
-                app_id=app_id,
-                limit=limit,
-            )
-            emit(rows, resolve_format(fmt, as_json), _decision_text)
-
-    @task.command("add")
-    def task_add(
-        title: Annotated[str, typer.Argument(help="What to do.")],
-        details: Annotated[str, typer.Option("--details")] = "",
-        status: Annotated[str, typer.Option("--status", help="open, doing or done.")] = "open",
-        ref: Refs = None,
-        tenant: Tenant = None,
-        user: User = None,
-        session: Session = None,
-        agent: Agent = None,
-        app_id: AppId = None,
-        channel: Channel = "private",
-        sensitivity: Sensitivity = "none",
-        db: DbOpt = None,
-        fmt: FormatOpt = None,
-        as_json: JsonOpt = False,
-    ) -> None:
-        """Add a task."""
-        from memcli import ledger
-
-        with errors(), open_memory(db) as memory:
-            row = ledger.add_task(
-                memory,
-                title,
-                details=details,
-                status=status,
-                refs=ref,
-                tenant_id=tenant,
-                user_id=user,
-                session_id=session,
-                agent_id=agent,
-                app_id=app_id,
-                channel=channel,
-                sensitivity=sensitivity,
-            )
-            _one(fmt, as_json, _task_text)(row)
-
-    @task.command("update")
-    def task_update(
-        task_id: Annotated[int, id_argument("A task id.")],
-        status: Annotated[str | None, typer.Option("--status", help="open, doing or done.")] = None,
-        title: Annotated[str | None, typer.Option("--title")] = None,
-        details: Annotated[str | None, typer.Option("--details")] = None,
-        ref: Refs = None,
-        tenant: Tenant = None,
-        db: DbOpt = None,
-        fmt: FormatOpt = None,
-        as_json: JsonOpt = False,
-    ) -> None:
-        """Change a task's status, title, details or evidence (the history keeps each version)."""
-        from memcli import ledger
-
-        with errors(), open_memory(db, exists=True) as memory:
-            row = ledger.update_task(
-                memory, task_id, status=status, title=title, details=details, refs=ref,
-                owner=memory.owner(tenant),
-            )
-            _one(fmt, as_json, _task_text)(row)
-
-    @task.command("list")
-    def task_list(
-        status: Annotated[
-            list[str] | None,
-            typer.Option("--status", help="open, doing or done (repeatable; default all)."),
-        ] = None,
-        tenant: Tenant = None,
-        all_tenants: AllTenants = False,
-        user: Annotated[str | None, typer.Option("--user")] = None,
-        app_id: AppId = None,
-        limit: Annotated[int, limit_option()] = 100,
-        db: DbOpt = None,
-        fmt: FormatOpt = None,
-        as_json: JsonOpt = False,
-    ) -> None:
-        """List tasks, newest first."""
-        from memcli import ledger
-
-        with errors(), open_memory(db, with_embedder=False, must_exist=True) as memory:
-            rows = ledger.list_tasks(
-                memory,
-                statuses=tuple(status or ()),
-                tenant_id=tenant,
-                all_tenants=all_tenants,
-                user_id=user,
-                app_id=app_id,
-                limit=limit,
-            )
-            emit(rows, resolve_format(fmt, as_json), _task_text)
-
-    @checkpoint.command("save")
-    def checkpoint_save(
-        source: Annotated[
-            str | None, typer.Argument(help="A JSON file, or `-` for stdin.", show_default=False)
-        ] = None,
-        thread: Annotated[str, typer.Option("--thread", help="Thread (session) id.")] = "",
-        user: Annotated[str, typer.Option("--user", help="User id.")] = "",
-        tenant: Tenant = None,
-        data: Annotated[str | None, typer.Option("--data", help="The state as JSON text.")] = None,
-        sensitivity: Sensitivity = "none",
-        db: DbOpt = None,
-        fmt: FormatOpt = None,
-        as_json: JsonOpt = False,
-    ) -> None:
-        """Save an agent's state (any JSON) for (user, thread), replacing the previous one."""
-        import json
-
-        from memcli import ledger
-        from memcli.errors import UsageError
-
-        with errors():
-            if (source is None) == (data is None):
-                raise UsageError("give the state once", "a file, `-` for stdin, or --data")
-            if data is None:
-                data = (
-                    check_text(read_stdin(), "the state on stdin")
-                    if source == "-"
-                    else Path(str(source)).read_text(encoding="utf-8")
-                )
-            try:
-                state = json.loads(data)
-            except json.JSONDecodeError as exc:
-                raise UsageError(f"checkpoint state is not JSON: {exc.msg}") from exc
-            with open_memory(db, with_embedder=False) as memory:
-                row = ledger.save_checkpoint(
-                    memory,
-                    state,
-                    user_id=user,
-                    thread_id=thread,
-                    tenant_id=tenant,
-                    sensitivity=sensitivity,
-                )
-            out = {k: v for k, v in row.items() if k != "data"}
-            warn_redacted(out)
-            emit(
-                out,
-                resolve_format(fmt, as_json),
-                lambda r: print(
-                    f"saved checkpoint v{r['version']} for {r['user_id']}/{r['thread_id']}"
-                ),
-            )
-
-    @checkpoint.command("load")
-    def checkpoint_load(
-        thread: Annotated[str, typer.Option("--thread", help="Thread (session) id.")] = "",
-        user: Annotated[str, typer.Option("--user", help="User id.")] = "",
-        version: Annotated[
-            int | None,
-            typer.Option("--version", min=1, help="An older save (1 = the first); default: the "
-                         "latest.", show_default=False),
-        ] = None,
-        tenant: Tenant = None,
-        db: DbOpt = None,
-        fmt: FormatOpt = None,
-        as_json: JsonOpt = False,
-    ) -> None:
-        """Print the saved state of (user, thread) with its version and time."""
-        from memcli import ledger
-
-        with errors(), open_memory(db, with_embedder=False, must_exist=True) as memory:
-            row = ledger.load_checkpoint(memory, user_id=user, thread_id=thread, tenant_id=tenant,
-                                         version=version)
-            emit(row, resolve_format(fmt, as_json))
+    groups = {
+        "decision": ("The decision ledger: what was decided, why, and what replaced it.",
+                     {"add": decision_add, "supersede": decision_supersede,
+                      "list": decision_list}),
+        "task": ("Tasks an agent is working on (open, doing, done).",
+                 {"add": task_add, "update": task_update, "list": task_list}),
+        "checkpoint": ("An agent's saved state per (user, thread), for resuming.",
+                       {"save": checkpoint_save, "load": checkpoint_load}),
+    }
+    for name, (text, commands) in groups.items():
+        group = typer.Typer(help=text, no_args_is_help=True)
+        for word, command in commands.items():
+            group.command(word)(command)
+        app.add_typer(group, name=name)

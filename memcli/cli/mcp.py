@@ -3,7 +3,7 @@
 `memcli mcp` forwards to the daemon (`memcli serve`) when one serves the database: a stdlib
 bridge (memcli/cli/mcp_bridge.py), so the agent's `initialize` is answered by a warm process
 and every session shares one writer. Without a daemon it serves in-process with the MCP SDK
-(memcli/service/mcp.py), its imports paid once per session. The identity options are shared
+(memcli/service/mcp_server.py), its imports paid once per session. The identity options are shared
 with `memcli hook` (memcli/cli/hook.py).
 """
 
@@ -27,7 +27,7 @@ AgentOpt = Annotated[str | None, typer.Option(
     "--agent", envvar="MEMCLI_AGENT", show_envvar=True,
     help="Agent id: its category allowlist applies, its events are tagged with it.")]
 AppOpt = Annotated[str | None, typer.Option(
-    "--app", envvar="MEMCLI_APP", show_envvar=True, help="App id (seed 001 app mode).")]
+    "--app", envvar="MEMCLI_APP", show_envvar=True, help="App id (app-scoped memory).")]
 ToolsOpt = Annotated[str | None, typer.Option(
     "--tools", help="Tools to offer: 'default', 'all', or a comma-separated list "
                     "(query,build_acb,record_event,get_artifact,query_decisions,remember,forget,"
@@ -57,7 +57,7 @@ def serve_stdio(db: str | None, tenant: str | None, user: str | None, agent: str
     with errors():
         from memcli.config import load_settings
         from memcli.service.api import Scope
-        from memcli.service.mcp import run_stdio, select_tools
+        from memcli.service.mcp_server import run_stdio, select_tools
 
         settings = load_settings(db)
         selected = select_tools(tools or settings.mcp_tools)
@@ -66,77 +66,79 @@ def serve_stdio(db: str | None, tenant: str | None, user: str | None, agent: str
     return 0
 
 
+def mcp_cmd(
+    ctx: typer.Context,
+    db: DbOpt = None, tenant: TenantOpt = None, user: UserOpt = None,
+    agent: AgentOpt = None, app_id: AppOpt = None, tools: ToolsOpt = None,
+    no_daemon: Annotated[bool, typer.Option(
+        "--no-daemon", help="Serve in-process even when `memcli serve` runs.")] = False,
+) -> None:
+    """Serve memcli's memory tools over MCP on stdin/stdout (what a coding agent starts).
+
+    Forwards to `memcli serve` when it runs for the database (fast start, one writer for
+    every session); else serves in-process. Identity is bound here, never by the model."""
+    if ctx.invoked_subcommand is not None:
+        return
+    raise typer.Exit(serve_stdio(db, tenant, user, agent, app_id, tools, no_daemon))
+
+
+def install_cmd(
+    client: Annotated[str, typer.Option(
+        "--client", help="claude-code, claude-desktop, cursor, vscode or codex.")],
+    write: Annotated[bool, typer.Option(
+        "--write", help="Merge into the client's config file (old file kept as .bak) "
+                        "instead of printing.")] = False,
+    config_path: Annotated[Path | None, typer.Option(
+        "--config-path", help="The client's config file (default: where the client "
+                              "reads it).")] = None,
+    name: Annotated[str, typer.Option("--name", help="Server name in the config.")] = "memcli",
+    command: Annotated[str | None, typer.Option(
+        "--command", help="Command the client starts (default: this memcli, by its "
+                          "absolute path).")] = None,
+    db: DbOpt = None, tenant: TenantOpt = None, user: UserOpt = None,
+    agent: AgentOpt = None, app_id: AppOpt = None, tools: ToolsOpt = None,
+) -> None:
+    """Print (or --write) the config snippet that makes a coding agent start `memcli mcp`."""
+    from memcli.cli import mcp_install
+    from memcli.cli.output import errors
+    from memcli.errors import UsageError
+
+    with errors():
+        from memcli.config import load_settings
+
+        load_settings(db)  # a config the server could not start with is refused here
+        if client not in mcp_install.CLIENTS:
+            raise UsageError(f"unknown client: {client}",
+                             "choose " + ", ".join(mcp_install.CLIENTS))
+        if tools:
+            from memcli.service.mcp_server import select_tools
+
+            select_tools(tools)
+        args = ["mcp"]
+        for flag, value in (("--db", _absolute(db) if db else None),
+                            ("--tenant", tenant), ("--user", user), ("--agent", agent),
+                            ("--app", app_id), ("--tools", tools)):
+            if value:
+                args += [flag, value]
+        program = command or _this_program()
+        if not write:
+            print(mcp_install.snippet(client, name, program, args))
+            return
+        from memcli.config import mcp_client_config_paths
+
+        path = config_path or mcp_client_config_paths()[client]
+        import json
+
+        done = mcp_install.write(client, path, name, program, args)
+        print(json.dumps(done, ensure_ascii=False))
+
+
 def register(app: typer.Typer) -> None:
     mcp_app = typer.Typer(help="MCP server for coding agents (stdio), and its client config.",
                           invoke_without_command=True, no_args_is_help=False)
 
-    @mcp_app.callback()
-    def mcp_cmd(
-        ctx: typer.Context,
-        db: DbOpt = None, tenant: TenantOpt = None, user: UserOpt = None,
-        agent: AgentOpt = None, app_id: AppOpt = None, tools: ToolsOpt = None,
-        no_daemon: Annotated[bool, typer.Option(
-            "--no-daemon", help="Serve in-process even when `memcli serve` runs.")] = False,
-    ) -> None:
-        """Serve memcli's memory tools over MCP on stdin/stdout (what a coding agent starts).
-
-        Forwards to `memcli serve` when it runs for the database (fast start, one writer for
-        every session); else serves in-process. Identity is bound here, never by the model."""
-        if ctx.invoked_subcommand is not None:
-            return
-        raise typer.Exit(serve_stdio(db, tenant, user, agent, app_id, tools, no_daemon))
-
-    @mcp_app.command("install")
-    def install_cmd(
-        client: Annotated[str, typer.Option(
-            "--client", help="claude-code, claude-desktop, cursor, vscode or codex.")],
-        write: Annotated[bool, typer.Option(
-            "--write", help="Merge into the client's config file (old file kept as .bak) "
-                            "instead of printing.")] = False,
-        config_path: Annotated[Path | None, typer.Option(
-            "--config-path", help="The client's config file (default: where the client "
-                                  "reads it).")] = None,
-        name: Annotated[str, typer.Option("--name", help="Server name in the config.")] = "memcli",
-        command: Annotated[str | None, typer.Option(
-            "--command", help="Command the client starts (default: this memcli, by its "
-                              "absolute path).")] = None,
-        db: DbOpt = None, tenant: TenantOpt = None, user: UserOpt = None,
-        agent: AgentOpt = None, app_id: AppOpt = None, tools: ToolsOpt = None,
-    ) -> None:
-        """Print (or --write) the config snippet that makes a coding agent start `memcli mcp`."""
-        from memcli.cli import mcp_install
-        from memcli.cli.output import errors
-        from memcli.errors import UsageError
-
-        with errors():
-            from memcli.config import load_settings
-
-            load_settings(db)  # a config the server could not start with is refused here
-            if client not in mcp_install.CLIENTS:
-                raise UsageError(f"unknown client: {client}",
-                                 "choose " + ", ".join(mcp_install.CLIENTS))
-            if tools:
-                from memcli.service.mcp import select_tools
-
-                select_tools(tools)
-            args = ["mcp"]
-            for flag, value in (("--db", _absolute(db) if db else None),
-                                ("--tenant", tenant), ("--user", user), ("--agent", agent),
-                                ("--app", app_id), ("--tools", tools)):
-                if value:
-                    args += [flag, value]
-            program = command or _this_program()
-            if not write:
-                print(mcp_install.snippet(client, name, program, args))
-                return
-            from memcli.config import mcp_client_config_paths
-
-            path = config_path or mcp_client_config_paths()[client]
-            import json
-
-            done = mcp_install.write(client, path, name, program, args)
-            print(json.dumps(done, ensure_ascii=False))
-
+    mcp_app.callback()(mcp_cmd)
+    mcp_app.command("install")(install_cmd)
     app.add_typer(mcp_app, name="mcp")
 
 
@@ -153,7 +155,7 @@ def _this_program() -> str:
 def _absolute(db: str) -> str:
     """A file location as an absolute path (the client starts the server from anywhere); a
     URL or connection string as given."""
-    from memcli.store.location import is_dsn, is_url
+    from memcli.core.locations import is_dsn, is_url
 
     if is_url(db) or is_dsn(db):
         return db

@@ -26,7 +26,7 @@ import threading
 from collections.abc import Mapping
 from typing import BinaryIO
 
-from memcli.service import paths
+from memcli.service import autostart, paths
 
 MCP_PATH = "/mcp"
 
@@ -227,7 +227,7 @@ def parse_argv(argv: list[str], env: Mapping[str, str]) -> tuple[str | None, dic
 def daemon_http_socket(db: str | None, env: Mapping[str, str]) -> str | None:
     """The HTTP socket of the daemon serving `db` (None: the default database), if one
     answers there (`MEMCLI_SOCKET` names the daemon's CLI socket instead, as for the CLI)."""
-    if env.get("MEMCLI_NO_DAEMON", "") not in ("", "0"):
+    if autostart.mode(env) == "off":  # MEMCLI_NO_DAEMON=1 or config `daemon: off`
         return None
     override = env.get("MEMCLI_SOCKET")
     try:
@@ -241,9 +241,10 @@ def daemon_http_socket(db: str | None, env: Mapping[str, str]) -> str | None:
     return path if os.path.exists(path) and daemon_answers(path) else None
 
 
-def main_hook(argv: list[str], env: Mapping[str, str] = os.environ) -> int | None:
+def main_hook(argv: list[str], env: Mapping[str, str] | None = None) -> int | None:
     """`memcli mcp` before anything else is imported: bridge to the daemon when one answers
     and return the exit code; None to go on in-process (the Typer command)."""
+    env = os.environ if env is None else env
     parsed = parse_argv(argv, env)
     if parsed is None:
         return None

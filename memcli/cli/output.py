@@ -144,3 +144,22 @@ def read_inputs(paths: list[str], text: str | None) -> list[tuple[str, str]]:
         except OSError as exc:
             raise fail(f"cannot read {p}: {exc.strerror}", 2) from None
     return parts
+
+
+def json_object(text: str, what: str) -> dict[str, Any]:
+    """One JSON object parsed from `text` (a request on stdin or in a file), or a one-line
+    UsageError (exit 2)."""
+    from memcli.core.inputs import check_value
+    from memcli.errors import UsageError
+
+    try:
+        data = json.loads(text) if text.strip() else {}
+    except json.JSONDecodeError as exc:
+        raise UsageError(f"{what} is not JSON: {exc.msg} at line {exc.lineno}") from exc
+    except RecursionError as exc:
+        raise UsageError(f"{what} is nested too deeply") from exc
+    except ValueError as exc:  # e.g. an integer of more than 4,300 digits
+        raise UsageError(f"{what} is not usable JSON: {exc}".splitlines()[0]) from exc
+    if not isinstance(data, dict):
+        raise UsageError(f"{what} must be one JSON object")
+    return check_value(data, what)

@@ -1,15 +1,16 @@
-"""`memcli rebuild`: every derived table again from the event log (memcli/lifecycle/rebuild.py)."""
+"""`memcli rebuild`: every derived table again from the event log
+(memcli/lifecycle/rebuild_derived.py)."""
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Any
 
 import typer
 
 from memcli.cli.common import open_memory
-from memcli.cli.options import DbOpt, FormatOpt, JsonOpt
+from memcli.cli.options import DbOpt, FormatOpt, JsonOpt, parse_given, request_options
 from memcli.cli.output import emit, errors, resolve_format, warn
-from memcli.cli.progress import progress_bar
+from memcli.cli.progress_bar import progress_bar
 
 
 def _text(r: dict[str, Any]) -> None:
@@ -20,30 +21,33 @@ def _text(r: dict[str, Any]) -> None:
           f"{ep['new']} new); stages: {', '.join(r['stages'])}")
 
 
-def register(app: typer.Typer) -> None:
-    @app.command("rebuild")
-    def rebuild_cmd(
-        dry_run: Annotated[bool, typer.Option(
-            "--dry-run", help="Print the plan and counts; write nothing.")] = False,
-        db: DbOpt = None, fmt: FormatOpt = None, as_json: JsonOpt = False,
-    ) -> None:
-        """Regenerate every derived table (episodes, full-text, trigram, sparse, vectors,
-        entities) from the event log; keeps what exists only as derived data."""
-        from memcli.lifecycle.rebuild import rebuild
+@request_options("memcli.operations.curation:RebuildRequest")
+def rebuild_cmd(given: dict[str, Any], db: DbOpt = None, fmt: FormatOpt = None,
+                as_json: JsonOpt = False) -> None:
+    """Regenerate every derived table (episodes, full-text, trigram, sparse, vectors,
+    entities) from the event log; keeps what exists only as derived data."""
+    from memcli.lifecycle.rebuild_derived import rebuild
 
+    with errors():
+        req = parse_given("memcli.operations.curation:RebuildRequest", given,
+                            "rebuild request")
         # A dry run opens without checking the models: that check creates a missing vec0
         # table, and a dry run writes nothing.
-        with errors(), open_memory(db, must_exist=True, check_embedder=not dry_run) as memory:
+        with open_memory(db, must_exist=True, check_embedder=not req.dry_run) as memory:
             if memory.db.read_only:
                 from memcli.errors import StorageError
 
                 raise StorageError(f"database is read-only: {memory.db.path}",
                                    "a rebuild writes: check the file's permissions")
             with progress_bar() as progress:
-                out = rebuild(memory, dry_run=dry_run, progress=progress)
+                out = rebuild(memory, dry_run=req.dry_run, progress=progress)
             emit(out, resolve_format(fmt, as_json), _text)
             for item in out["skipped"]:
                 warn(f"skipped {item['stage']}: {item['why']}")
             for item in out["cannot_rebuild"]:
                 count = item.get("count", len(item.get("ids", [])))
                 warn(f"cannot rebuild: {item['what']} ({count}): {item['why']}")
+
+
+def register(app: typer.Typer) -> None:
+    app.command("rebuild")(rebuild_cmd)

@@ -17,17 +17,18 @@ those sessions up again and replaces the extractive summary. Then the app memory
 
 from __future__ import annotations
 
-from collections import Counter
-from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
+from memcli.core.progress import report as report_progress
+from memcli.core.records import format_ts
+from memcli.derived.compaction import compact_apps
+from memcli.derived.textrules import jaccard, normalise, tokens
 from memcli.errors import NotFoundError
 from memcli.lifecycle import dedup
-from memcli.lifecycle.compaction import compact_apps
 from memcli.lifecycle.consolidate_apply import apply_plan, dedup_store
 from memcli.lifecycle.consolidate_ledger import match_ledger
-from memcli.lifecycle.dedup import NewFact, PairStats
+from memcli.lifecycle.dedup import NewFact
 from memcli.lifecycle.extract import (
     KINDS,
     Extraction,
@@ -39,119 +40,26 @@ from memcli.lifecycle.extract import (
 )
 from memcli.lifecycle.profile_fields import field_value
 from memcli.lifecycle.proposals import held_fields
-from memcli.lifecycle.textrules import jaccard, normalise, tokens
+from memcli.lifecycle.session_plan import SessionPlan
 from memcli.lifecycle.write_caps import DailyCaps, cap_plan
-from memcli.models import format_ts
-from memcli.progress import report as report_progress
+from memcli.policy.redaction import redact_text
 from memcli.providers.llm import LLMBadReply, LLMBudgetExceeded, LLMError
-from memcli.scrub import redact_text
-from memcli.store import lifecycle as lsql
+from memcli.store import lifecycle_sql as lsql
 
 if TYPE_CHECKING:
     from memcli.config import LifecycleSettings
-    from memcli.lifecycle.llm_usage import Model
+    from memcli.core.progress import Progress
+    from memcli.derived.llm_usage import Model
     from memcli.lifecycle.runlock import RunLock
-    from memcli.memory import Memory
-    from memcli.progress import Progress
+    from memcli.store.handle import MemoryHandle
 
-_SENSITIVITY = {"none": 0, "low": 1, "high": 2, "secret": 3}
-
-
-@dataclass
-class SessionPlan:
-    tenant_id: str
-    session_id: str
-    user_id: str | None
-    method: str  # llm | extractive
-    episodes: list[dict[str, Any]]
-    summary_text: str = ""
-    structured: dict[str, Any] = field(default_factory=dict)
-    summary_sources: list[int] = field(default_factory=list)
-    facts: list[NewFact] = field(default_factory=list)
-    proposals: list[dict[str, Any]] = field(default_factory=list)
-    replaces_summaries: list[int] = field(default_factory=list)
-    duplicates_in_batch: int = 0
-    pairs: PairStats = field(default_factory=PairStats)
-    capped: list[dict[str, Any]] = field(default_factory=list)  # over a write cap (write_caps)
-    note: str = ""
-
-    @property
-    def last_seq(self) -> int:
-        return max(int(e["event_seq"]) for e in self.episodes)
-
-    @property
-    def app_id(self) -> str | None:
-        apps = Counter(e["app_id"] for e in self.episodes if e["app_id"])
-        return apps.most_common(1)[0][0] if apps else None
-
-    def scope(self, sources: list[int]) -> dict[str, Any]:
-        """Where a derived memory lives: the session's scope, its sources' channel/sensitivity."""
-        eps = [e for e in self.episodes if e["id"] in set(sources)] or self.episodes
-        channel = Counter(e["channel"] for e in eps).most_common(1)[0][0]
-        sensitivity = max((e["sensitivity"] for e in eps), key=lambda s: _SENSITIVITY.get(s, 0))
-        return {
-            "tenant_id": self.tenant_id,
-            "user_id": self.user_id,
-            "session_id": self.session_id,
-            "app_id": self.app_id,
-            "channel": channel,
-            "sensitivity": sensitivity,
-        }
-
-    def as_json(self) -> dict[str, Any]:
-        facts = self.facts
-        return {
-            "tenant_id": self.tenant_id,
-            "session_id": self.session_id,
-            "user_id": self.user_id,
-            "method": self.method,
-            "episodes": len(self.episodes),
-            "add": [_fact_json(f) for f in facts if f.action == "add"],
-            "merge": [{**_fact_json(f), "into": f.target} for f in facts if f.action == "merge"],
-            "supersede": [
-                {**_fact_json(f), "old_ids": f.supersedes} for f in facts if f.action == "supersede"
-            ],
-            "proposals": [
-                *self.proposals,
-                *(
-                    {
-                        "field": f.profile_field,
-                        "value": field_value(f.profile_field or "", f.text) or f.text,
-                        "text": f.text,
-                        "replaces": f.supersedes,
-                    }
-                    for f in facts
-                    if f.action == "propose"
-                ),
-            ],
-            "summary": {
-                "text": self.summary_text,
-                "structured": self.structured,
-                "replaces": self.replaces_summaries,
-            },
-            "duplicates_in_batch": self.duplicates_in_batch,
-            "pairs": vars(self.pairs),
-            "capped": self.capped,
-            **({"note": self.note} if self.note else {}),
-        }
-
-
-def _fact_json(f: NewFact) -> dict[str, Any]:
-    return {
-        "kind": f.kind,
-        "category": f.category,
-        "text": f.text,
-        "importance": round(f.importance, 3),
-        "source_ids": f.sources,
-        **({"reason": f.reason} if f.reason else {}),
-    }
 
 
 # -- planning
 
 
 def plan_llm(
-    memory: Memory,
+    memory: MemoryHandle,
     model: Model,
     cfg: LifecycleSettings,
     row: dict[str, Any],
@@ -264,7 +172,7 @@ def _unique_profile(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return list(seen.values())
 
 
-def _embed(memory: Memory, facts: list[NewFact]) -> None:
+def _embed(memory: MemoryHandle, facts: list[NewFact]) -> None:
     if memory.embedder is None or not facts:
         return
     matrix = memory.embedder.embed_documents([f.text for f in facts]).astype("float32")
@@ -290,7 +198,7 @@ def plan_extractive(
 
 
 def consolidate(
-    memory: Memory,
+    memory: MemoryHandle,
     model: Model | None,
     cfg: LifecycleSettings,
     *,
@@ -303,7 +211,7 @@ def consolidate(
     progress: Progress | None = None,
 ) -> dict[str, Any]:
     """Consolidate every pending session in scope; returns the report (or the plan, dry-run).
-    `progress`: called after each session (memcli/progress.py)."""
+    `progress`: called after each session (memcli/core/progress.py)."""
     db = memory.db
     idle_before = None
     if idle_hours is not None:

@@ -10,24 +10,24 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from memcli.derive import encode_ahead, supersede, write_memory
+from memcli.core.records import utcnow
+from memcli.derived.writer import encode_ahead, supersede, write_memory
 from memcli.lifecycle import consolidate_ledger, dedup
 from memcli.lifecycle.profile_fields import field_value
 from memcli.lifecycle.proposals import propose
-from memcli.models import utcnow
-from memcli.scrub import redact_record
-from memcli.store import lifecycle as lsql
+from memcli.policy.redaction import redact_record
+from memcli.store import lifecycle_sql as lsql
 
 if TYPE_CHECKING:
     from memcli.config import LifecycleSettings
-    from memcli.lifecycle.consolidate import SessionPlan
     from memcli.lifecycle.dedup import NewFact
-    from memcli.memory import Memory
+    from memcli.lifecycle.session_plan import SessionPlan
+    from memcli.store.handle import MemoryHandle
 
 ACTOR = "consolidate"
 
 
-def apply_plan(memory: Memory, plan: SessionPlan) -> dict[str, Any]:
+def apply_plan(memory: MemoryHandle, plan: SessionPlan) -> dict[str, Any]:
     """Write one session's plan in one transaction; returns what was written."""
     db = memory.db
     now = utcnow()
@@ -111,7 +111,8 @@ def apply_plan(memory: Memory, plan: SessionPlan) -> dict[str, Any]:
 
 def _redact_plan(plan: SessionPlan) -> None:
     """A plan carries model text to places `write_memory` does not cover (merge history, the
-    session summary, the run report, proposals): redact it all once, here (memcli.scrub)."""
+    session summary, the run report, proposals): redact it all once, here
+    (memcli.policy.redaction)."""
     (plan.summary_text, plan.structured, plan.proposals), _ = redact_record(
         (plan.summary_text, plan.structured, plan.proposals)
     )
@@ -120,7 +121,7 @@ def _redact_plan(plan: SessionPlan) -> None:
 
 
 def _apply_fact(
-    memory: Memory,
+    memory: MemoryHandle,
     plan: SessionPlan,
     fact: NewFact,
     model_name: str | None,
@@ -191,7 +192,8 @@ def _latest_time(plan: SessionPlan, sources: list[int]) -> str:
 
 
 def dedup_store(
-    memory: Memory, cfg: LifecycleSettings, users: set[tuple[str, str | None]], *, dry_run: bool
+    memory: MemoryHandle, cfg: LifecycleSettings, users: set[tuple[str, str | None]], *,
+    dry_run: bool
 ) -> list[dict[str, Any]]:
     """Model-free merging of near-duplicate facts already in the store (touched users only)."""
     db = memory.db

@@ -2,7 +2,8 @@
 
 `decision list`, `task list` and a bundle's decision ledger and task state read the `decisions`
 and `tasks` tables. What `consolidate` extracts as a decision or a todo is written through the
-ledger's own functions (`memcli.ledger.prepare_*` before the write lock: redaction, the models;
+ledger's own functions (`memcli.ledger.entries.prepare_*` before the write lock: redaction, the
+models;
 `store_*` inside the session's transaction), so it is a ledger row with its memory, exactly as
 `decision add` / `task add` would write it, citing the turns it came from as `mem:ID` refs.
 
@@ -17,16 +18,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from memcli import ledger
-from memcli.derive import supersede
-from memcli.lifecycle.textrules import jaccard, normalise, safe_merge, tokens
-from memcli.store import ledger as ledger_sql
-from memcli.store import lifecycle as lsql
+from memcli.derived.textrules import jaccard, normalise, safe_merge, tokens
+from memcli.derived.writer import supersede
+from memcli.ledger import entries as ledger
+from memcli.store import ledger_sql
+from memcli.store import lifecycle_sql as lsql
 
 if TYPE_CHECKING:
-    from memcli.lifecycle.consolidate import SessionPlan
     from memcli.lifecycle.dedup import NewFact
-    from memcli.memory import Memory
+    from memcli.lifecycle.session_plan import SessionPlan
+    from memcli.store.handle import MemoryHandle
 
 LEDGER_KINDS = ("decision", "task")
 ACTOR = "consolidate"
@@ -39,7 +40,7 @@ class LedgerWrite:
     old: dict[str, Any] | None = None  # the active decision this one supersedes
 
 
-def match_ledger(memory: Memory, facts: list[NewFact], tenant_id: str, user_id: str | None,
+def match_ledger(memory: MemoryHandle, facts: list[NewFact], tenant_id: str, user_id: str | None,
                  jaccard_merge: float) -> None:
     """Decisions and todos that repeat the user's active ledger rows become merges into them."""
     rows = {
@@ -67,7 +68,7 @@ def match_ledger(memory: Memory, facts: list[NewFact], tenant_id: str, user_id: 
                 break
 
 
-def prepare(memory: Memory, plan: SessionPlan) -> dict[int, LedgerWrite]:
+def prepare(memory: MemoryHandle, plan: SessionPlan) -> dict[int, LedgerWrite]:
     """The ledger writes of a plan (by `id(fact)`), checked and encoded before the lock."""
     out: dict[int, LedgerWrite] = {}
     attributes = {"method": plan.method, "model": plan.structured.get("model"),
@@ -94,7 +95,7 @@ def prepare(memory: Memory, plan: SessionPlan) -> dict[int, LedgerWrite]:
     return out
 
 
-def store(memory: Memory, fact: NewFact, write: LedgerWrite, out: dict[str, Any]) -> None:
+def store(memory: MemoryHandle, fact: NewFact, write: LedgerWrite, out: dict[str, Any]) -> None:
     """Write one prepared decision or task inside the session's transaction; report it."""
     db = memory.db
     old = write.old

@@ -1,11 +1,13 @@
-"""`memcli correct ID TEXT` (seed 004 `correct_fact`): replace a wrong memory with a linked fix.
+"""`memcli correct ID TEXT` (the SQLite memory extension design's `correct_fact`): replace a
+wrong memory with a linked fix.
 
 The correction is a new memory of the same kind, category and scope (tenant, user, session,
 app, channel, sensitivity, importance, pin) that supersedes the old one exactly as
 consolidation's supersession does (`derive.supersede`): the old memory gets `valid_to` and state
 `superseded`, a `supersedes` relation links new -> old, and history records both (ADD for the
 new one, UPDATE on the old one naming its replacement). Nothing is deleted, so the wrong value
-stays auditable. Seed 004 soft-deletes the old fact; superseding keeps the link between them.
+stays auditable. The SQLite memory extension design soft-deletes the old fact; superseding
+keeps the link between them.
 
 Conversation turns (episodes) are ground truth and never rewritten, and ledger rows have their
 own way (`decision supersede`, `task update`): both are refused with the command to use.
@@ -15,14 +17,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from memcli.derive import encode_ahead, supersede, write_memory
+from memcli.derived.writer import encode_ahead, supersede, write_memory
 from memcli.errors import UsageError
-from memcli.scrub import kinds, redact_record
-from memcli.store import lifecycle as lsql
+from memcli.policy.redaction import kinds, redact_record
+from memcli.store import lifecycle_sql as lsql
 from memcli.store import owner as own
 
 if TYPE_CHECKING:
-    from memcli.memory import Memory
+    from memcli.store.handle import MemoryHandle
     from memcli.store.owner import Owner
 
 CORRECTABLE = ("fact", "summary", "insight", "reflection", "procedural")
@@ -30,7 +32,7 @@ MAX_FACT = 280
 ACTOR = "correct"
 
 
-def correct_fact(memory: Memory, memory_id: int, text: str, *, reason: str = "",
+def correct_fact(memory: MemoryHandle, memory_id: int, text: str, *, reason: str = "",
                  owner: Owner | None = None) -> dict[str, Any]:
     """Supersede memory `memory_id` (`owner`'s, default: the memory's tenant's) with `text`;
     the new memory's summary."""
@@ -61,7 +63,7 @@ def correct_fact(memory: Memory, memory_id: int, text: str, *, reason: str = "",
             "redacted": kinds(found)}
 
 
-def _get(memory: Memory, memory_id: int, owner: Owner) -> dict[str, Any]:
+def _get(memory: MemoryHandle, memory_id: int, owner: Owner) -> dict[str, Any]:
     row = own.memory(memory.db, memory_id, owner)  # another tenant's id: as if absent
     if row["kind"] == "episode":
         raise UsageError(f"memory {memory_id} is a conversation turn, and turns are never "

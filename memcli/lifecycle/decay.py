@@ -19,9 +19,9 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from memcli.models import format_ts
-from memcli.store import decay as sql
-from memcli.store import purge as purge_sql
+from memcli.core.records import format_ts
+from memcli.store import decay_sql as sql
+from memcli.store import purge_sql
 
 if TYPE_CHECKING:
     from memcli.config import LifecycleSettings

@@ -22,7 +22,8 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, Field, model_validator
 
-from memcli.lifecycle.textrules import (
+from memcli.core.records import format_ts
+from memcli.derived.textrules import (
     content_differs,
     fingerprint,
     jaccard,
@@ -30,12 +31,11 @@ from memcli.lifecycle.textrules import (
     safe_merge,
     tokens,
 )
-from memcli.models import format_ts
-from memcli.store import lifecycle as lsql
+from memcli.store import lifecycle_sql as lsql
 
 if TYPE_CHECKING:
     from memcli.config import LifecycleSettings
-    from memcli.lifecycle.llm_usage import Model
+    from memcli.derived.llm_usage import Model
     from memcli.store.connection import Database
 
 Verdict = Literal["same", "contradicts", "unrelated"]
@@ -201,7 +201,6 @@ class PairStats:
     asked: int = 0
     cached: int = 0
     capped: int = 0
-    prompts: int = 0
 
 
 def check_pairs(
@@ -256,7 +255,6 @@ def check_pairs(
             verdicts_schema(len(batch)),
             tenant_id=tenant_id,
         )
-        stats.prompts += 1
         stats.asked += len(batch)
         answers = {v.pair: v.verdict for v in reply.verdicts}  # type: ignore[attr-defined]
         rows = []

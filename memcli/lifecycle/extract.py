@@ -16,13 +16,12 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, Field
 
-from memcli.entities import extract_entities
-from memcli.lifecycle.textrules import check_memory_text, clip
+from memcli.derived.textrules import FactText, check_memory_text, clip
+from memcli.entities.extraction import extract_entities
 
 TURN_CHARS = 1500  # a turn longer than this is clipped in the prompt (tool output, pastes)
 PROMPT_CHARS = 14000  # turns per prompt stop here even before episodes_per_prompt
 
-FactText = Annotated[str, AfterValidator(check_memory_text)]
 SummaryText = Annotated[
     str, AfterValidator(lambda v: check_memory_text(v, max_chars=800, max_sentences=5))
 ]

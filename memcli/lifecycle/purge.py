@@ -5,11 +5,11 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
+from memcli.core.records import format_ts, utcnow
 from memcli.errors import UsageError
-from memcli.models import format_ts, utcnow
 from memcli.store import memories as mem
 from memcli.store import owner as own
-from memcli.store import purge as sql
+from memcli.store import purge_sql as sql
 
 if TYPE_CHECKING:
     from memcli.store.connection import Database

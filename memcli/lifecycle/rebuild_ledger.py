@@ -1,6 +1,6 @@
 """The ledger stage of `memcli rebuild`: decisions and tasks recorded as events come back.
 
-A `decision` or `task_update` event (memcli.ledger_events) wrote a ledger row and its memory;
+A `decision` or `task_update` event (memcli.ledger.from_events) wrote a ledger row and its memory;
 the memory's ADD history row names the event and the row (`decision:ID` / `task:ID`). The
 events are replayed in log order: a decision with its fields, refs and the decision it
 supersedes; a task created, then each update's status, title, details and refs applied to it
@@ -20,11 +20,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from memcli import ledger
 from memcli.errors import UsageError, ValidationError
-from memcli.ledger_events import LedgerEvent, from_row
-from memcli.store import rebuild as rsql
-from memcli.store import rebuild_ledger as sql
+from memcli.ledger import entries as ledger
+from memcli.ledger.from_events import LedgerEvent, from_row
+from memcli.store import rebuild_ledger_sql as sql
+from memcli.store import rebuild_sql as rsql
 
 if TYPE_CHECKING:
     from memcli.store.connection import Database

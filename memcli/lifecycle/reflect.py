@@ -21,17 +21,16 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 from pydantic import AfterValidator, BaseModel, Field
 
-from memcli.derive import write_memory
-from memcli.lifecycle.extract import FactText
-from memcli.lifecycle.textrules import check_memory_text, clip, jaccard, tokens
-from memcli.models import format_ts, utcnow
+from memcli.core.records import format_ts, utcnow
+from memcli.derived.textrules import FactText, check_memory_text, clip, jaccard, tokens
+from memcli.derived.writer import write_memory
 from memcli.providers.llm import LLMBadReply, LLMBudgetExceeded, LLMError
-from memcli.store import lifecycle as lsql
+from memcli.store import lifecycle_sql as lsql
 
 if TYPE_CHECKING:
     from memcli.config import LifecycleSettings
-    from memcli.lifecycle.llm_usage import Model
-    from memcli.memory import Memory
+    from memcli.derived.llm_usage import Model
+    from memcli.store.handle import MemoryHandle
 
 INSIGHT_IMPORTANCE = 0.2
 REFLECTION_FACTS = 200
@@ -76,8 +75,37 @@ def _scope_label(tenant: str, user: str | None) -> dict[str, Any]:
     return {"tenant_id": tenant, "user_id": user}
 
 
+def _new_report(model: Model | None, dry_run: bool) -> dict[str, Any]:
+    return {"dry_run": dry_run, "model": model.name if model else None, "created": [],
+            "skipped": [], "errors": [], "stopped": None}
+
+
+def _with_usage(report: dict[str, Any], model: Model | None) -> dict[str, Any]:
+    """The report with what the model's calls cost (no model: nothing was spent)."""
+    if model is not None:
+        report["usage"] = model.spend.as_dict()
+    return report
+
+
+def _held_back(report: dict[str, Any], scope: dict[str, Any], last: str | None, cut: str,
+               force: bool, model: Model | None, enough: bool, short: dict[str, Any]) -> bool:
+    """True (and the reason in the report) when a scope is skipped: its last run is newer
+    than `cut` (unless forced), it has too little material (`short` says what), or there is
+    no model to ask."""
+    if not force and last is not None and last > cut:
+        reason: dict[str, Any] = {"reason": "recent", "last": last}
+    elif not enough:
+        reason = short
+    elif model is None:
+        reason = {"reason": "no_llm"}
+    else:
+        return False
+    report["skipped"].append({**scope, **reason})
+    return True
+
+
 def reflect(
-    memory: Memory,
+    memory: MemoryHandle,
     model: Model | None,
     cfg: LifecycleSettings,
     *,
@@ -97,26 +125,15 @@ def reflect(
     }
     if user_id is not None:
         counts.setdefault((tenant_id or "default", user_id), 0)
-    report: dict[str, Any] = {
-        "dry_run": dry_run,
-        "model": model.name if model else None,
-        "created": [],
-        "skipped": [],
-        "errors": [],
-        "stopped": None,
-    }
+    report = _new_report(model, dry_run)
     for (tenant, user), facts in sorted(counts.items(), key=lambda t: (t[0][0], t[0][1] or "")):
         scope = _scope_label(tenant, user)
         last = lsql.latest_of_kind(db, tenant, user, "reflection")
-        if not force and last is not None and last > recent_cut:
-            report["skipped"].append({**scope, "reason": "recent", "last": last})
+        if _held_back(report, scope, last, recent_cut, force, model,
+                      force or facts >= cfg.reflection_min_facts,
+                      {"reason": "too_few_facts", "facts": facts}):
             continue
-        if not force and facts < cfg.reflection_min_facts:
-            report["skipped"].append({**scope, "reason": "too_few_facts", "facts": facts})
-            continue
-        if model is None:
-            report["skipped"].append({**scope, "reason": "no_llm"})
-            continue
+        assert model is not None
         rows = list(
             reversed(lsql.recent_memories(db, tenant, user, SEMANTIC, since, REFLECTION_FACTS))
         )
@@ -169,13 +186,11 @@ def reflect(
                 },
             )
         report["created"].append(item)
-    if model is not None:
-        report["usage"] = model.spend.as_dict()
-    return report
+    return _with_usage(report, model)
 
 
 def insights(
-    memory: Memory,
+    memory: MemoryHandle,
     model: Model | None,
     cfg: LifecycleSettings,
     *,
@@ -192,27 +207,16 @@ def insights(
     scopes = lsql.active_users(db, window, tenant_id, user_id)
     if user_id is not None and not scopes:
         scopes = [(tenant_id or "default", user_id)]
-    report: dict[str, Any] = {
-        "dry_run": dry_run,
-        "model": model.name if model else None,
-        "created": [],
-        "skipped": [],
-        "errors": [],
-        "stopped": None,
-    }
+    report = _new_report(model, dry_run)
     for tenant, user in scopes:
         scope = _scope_label(tenant, user)
         last = lsql.last_run(db, "insights", tenant, user)
-        if not force and last is not None and last > cut:
-            report["skipped"].append({**scope, "reason": "recent", "last": last})
+        recent = not force and last is not None and last > cut
+        material = None if recent else _insight_material(db, tenant, user, window)
+        if _held_back(report, scope, last, cut, force, model, material is not None,
+                      {"reason": "no_material"}):
             continue
-        material = _insight_material(db, tenant, user, window)
-        if material is None:
-            report["skipped"].append({**scope, "reason": "no_material"})
-            continue
-        if model is None:
-            report["skipped"].append({**scope, "reason": "no_llm"})
-            continue
+        assert model is not None and material is not None
         run_id = None
         if not dry_run:
             with db.transaction():
@@ -262,9 +266,7 @@ def insights(
         if run_id is not None:
             with db.transaction():
                 lsql.finish_run(db, run_id, "ok", {"insights": len(created)}, utcnow())
-    if model is not None:
-        report["usage"] = model.spend.as_dict()
-    return report
+    return _with_usage(report, model)
 
 
 def _insight_material(db: Any, tenant: str, user: str | None, since: str) -> str | None:

@@ -14,22 +14,22 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING, Any
 
-from memcli.derive import encode_ahead, write_memory
+from memcli.core.records import utcnow
+from memcli.derived.applimit import enforce_app_limit
+from memcli.derived.textrules import jaccard, normalise, safe_merge, tokens
+from memcli.derived.writer import encode_ahead, write_memory
 from memcli.errors import UsageError
 from memcli.lifecycle import dedup
-from memcli.lifecycle.applimit import enforce_app_limit
 from memcli.lifecycle.profile_fields import field_value
 from memcli.lifecycle.proposals import SENSITIVE_FIELDS, propose
-from memcli.lifecycle.textrules import jaccard, normalise, safe_merge, tokens
-from memcli.models import utcnow
-from memcli.scrub import kinds, redact_record
-from memcli.store import lifecycle as lsql
+from memcli.policy.redaction import kinds, redact_record
+from memcli.store import lifecycle_sql as lsql
 from memcli.store import memories as mem
 from memcli.store import owner as own
 
 if TYPE_CHECKING:
     from memcli.config import LifecycleSettings
-    from memcli.memory import Memory
+    from memcli.store.handle import MemoryHandle
     from memcli.store.owner import Owner
 
 MAX_FACT = 280
@@ -61,7 +61,7 @@ def procedure_steps(text: str | None, steps: list[str] | None) -> list[str]:
 
 
 def remember(
-    memory: Memory,
+    memory: MemoryHandle,
     cfg: LifecycleSettings,
     *,
     text: str | None,
@@ -71,14 +71,14 @@ def remember(
 ) -> dict[str, Any]:
     """Store a fact (or merge it into a near-duplicate), a procedure, or a consent proposal
     (options: those of `_remember`). The text, steps and title are redacted first
-    (memcli.scrub); the result lists the kinds removed as `redacted`."""
+    (memcli.policy.redaction); the result lists the kinds removed as `redacted`."""
     (text, steps, title), found = redact_record((text, steps, title))
     out = _remember(memory, cfg, text=text, steps=steps, title=title, **options)
     return {**out, "redacted": kinds(found)}
 
 
 def _remember(
-    memory: Memory,
+    memory: MemoryHandle,
     cfg: LifecycleSettings,
     *,
     text: str | None,
@@ -179,7 +179,8 @@ def _remember(
             sparse_terms=terms,
             **scope,
         )
-        # Seed 001's app limit holds after every app write, not only after consolidation.
+        # The app-memory design's app limit holds after every app write, not only after
+        # consolidation.
         compaction = enforce_app_limit(memory, tenant_id, user_id, app_id, cfg) if app_id else []
     out: dict[str, Any] = {"id": new_id, "kind": "fact", "status": "created"}
     return {**out, "compaction": compaction} if compaction else out
@@ -192,7 +193,7 @@ def _field_value(text: str) -> str:
     return m.group(1).strip() if m else text
 
 
-def confirm(memory: Memory, memory_id: int, *, owner: Owner | None = None,
+def confirm(memory: MemoryHandle, memory_id: int, *, owner: Owner | None = None,
             actor: str = "cli") -> dict[str, Any]:
     db = memory.db
     with db.transaction():
@@ -203,38 +204,27 @@ def confirm(memory: Memory, memory_id: int, *, owner: Owner | None = None,
                 "restore it first" if row["state"] == "soft_deleted" else None,
             )
         lsql.protect(db, memory_id, utcnow())
-        mem.add_history(
-            db,
-            memory_id,
-            "UPDATE",
-            old_ref=str(memory_id),
-            new_ref=str(memory_id),
-            actor=actor,
-            scope=row,
-            meta={
-                "confirmed": True,
-                "decay_rate": [row["decay_rate"], 0.0],
-                "confidence": [row["confidence"], 1.0],
-            },
-        )
+        _changed_in_place(db, row, actor, {
+            "confirmed": True,
+            "decay_rate": [row["decay_rate"], 0.0],
+            "confidence": [row["confidence"], 1.0],
+        })
     return {"id": memory_id, "protected": True, "decay_rate": 0.0, "confidence": 1.0}
 
 
-def set_pin(memory: Memory, memory_id: int, pinned: bool, *, owner: Owner | None = None,
+def set_pin(memory: MemoryHandle, memory_id: int, pinned: bool, *, owner: Owner | None = None,
             actor: str = "cli") -> dict[str, Any]:
     db = memory.db
     with db.transaction():
         row = own.memory(db, memory_id, owner or memory.owner())
         if bool(row["pinned"]) != pinned:
             lsql.set_pinned(db, memory_id, pinned, utcnow())
-            mem.add_history(
-                db,
-                memory_id,
-                "UPDATE",
-                old_ref=str(memory_id),
-                new_ref=str(memory_id),
-                actor=actor,
-                scope=row,
-                meta={"pinned": pinned},
-            )
+            _changed_in_place(db, row, actor, {"pinned": pinned})
     return {"id": memory_id, "pinned": pinned, "changed": bool(row["pinned"]) != pinned}
+
+
+def _changed_in_place(db: Any, row: dict[str, Any], actor: str, meta: dict[str, Any]) -> None:
+    """The audit row of a change that keeps the memory's id (its old and new ref)."""
+    ref = str(row["id"])
+    mem.add_history(db, row["id"], "UPDATE", old_ref=ref, new_ref=ref, actor=actor, scope=row,
+                    meta=meta)

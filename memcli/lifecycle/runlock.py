@@ -19,9 +19,9 @@ from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
+from memcli.core.records import format_ts
 from memcli.errors import DatabaseBusyError
-from memcli.models import format_ts
-from memcli.store import lifecycle as sql
+from memcli.store import lifecycle_sql as sql
 
 if TYPE_CHECKING:
     from memcli.store.connection import Database

@@ -19,12 +19,12 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from memcli.models import format_ts
-from memcli.store import write_caps as sql
+from memcli.core.records import format_ts
+from memcli.store import write_caps_sql as sql
 
 if TYPE_CHECKING:
     from memcli.config import LifecycleSettings
-    from memcli.lifecycle.consolidate import SessionPlan
+    from memcli.lifecycle.session_plan import SessionPlan
     from memcli.store.connection import Database
 
 WRITES = ("add", "supersede")

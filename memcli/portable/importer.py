@@ -17,7 +17,8 @@ Derived data is recomputed through the write paths ingest uses: full-text and tr
 entity links, then vectors and SPLADE terms with this side's models (`Memory.embed_pending`,
 what `memcli embed` runs; `--defer-embed` leaves that to `memcli embed`).
 
-Every text a record carries goes through `memcli.scrub.redact_record` (key fields excepted),
+Every text a record carries goes through `memcli.policy.redaction.redact_record` (key fields
+excepted),
 so a hand-made file cannot plant a secret. `high` values stay the ciphertext they are; the
 header's `key_id` must be the target's key id, and a configured key must be that key, or the
 import is refused: the rows would be unreadable there.
@@ -33,22 +34,24 @@ import base64
 import re
 from typing import TYPE_CHECKING, Any
 
-from memcli.entities import extract_entities
+from memcli.core.progress import Progress, report
+from memcli.core.records import utcnow
+from memcli.entities.extraction import extract_entities
 from memcli.errors import UsageError
-from memcli.models import utcnow
-from memcli.portable import format as fmt
-from memcli.portable.format import parse
-from memcli.progress import Progress, report
-from memcli.scrub import redact_fields
+from memcli.policy.redaction import redact_fields
+from memcli.portable import file_format as fmt
 from memcli.store import events as ev
 from memcli.store import memories as mem
-from memcli.store import portable as sql
-from memcli.store.crypto import META_KEY_ID
+from memcli.store import portable_sql as sql
+from memcli.store import sparse as sparse_sql
+from memcli.store import vectors as vec
+from memcli.store.filters import one_tenant_or_all
+from memcli.store.sealing import META_KEY_ID
 from memcli.store.sessions import check_session_user
 
 if TYPE_CHECKING:
-    from memcli.memory import Memory
     from memcli.store.connection import Database
+    from memcli.store.handle import MemoryHandle
 
 Record = dict[str, Any]
 REPORT_EVERY = 256  # records between two progress reports
@@ -107,7 +110,7 @@ def check_key(db: Database, key_id: str | None) -> str | None:
 
 # -- writing --------------------------------------------------------------------------------------
 class _Loader:
-    def __init__(self, memory: Memory, records: list[tuple[int, Record]],
+    def __init__(self, memory: MemoryHandle, records: list[tuple[int, Record]],
                  progress: Progress | None) -> None:
         self.memory = memory
         self.db = memory.db
@@ -359,13 +362,10 @@ class _Loader:
             self._count("checkpoint", added)
 
 
-def _embed_forgotten(memory: Memory, ids: list[int]) -> int:
+def _embed_forgotten(memory: MemoryHandle, ids: list[int]) -> int:
     """Vectors (and sparse terms) for imported soft-deleted memories too, as the source had
     them: `memcli restore` does not embed, so without these a restored one would miss the
     dense leg."""
-    from memcli.store import sparse as sparse_sql
-    from memcli.store import vectors as vec
-
     rows = sql.unembedded_forgotten(memory.db, ids)
     if not rows or memory.embedder is None:
         return 0
@@ -382,14 +382,6 @@ def _embed_forgotten(memory: Memory, ids: list[int]) -> int:
     return len(rows)
 
 
-def load(memory: Memory, text: str, *, tenant_id: str | None = None, all_tenants: bool = False,
-         defer_embed: bool = False, progress: Progress | None = None) -> dict[str, Any]:
-    """Check the whole file, then load it in one transaction; returns the report."""
-    head, records = parse(text)
-    return load_parsed(memory, head, records, tenant_id=tenant_id, all_tenants=all_tenants,
-                       defer_embed=defer_embed, progress=progress)
-
-
 def check_tenants(records: list[tuple[int, Record]], tenant_id: str) -> None:
     """Writes stay in one tenant unless asked: a row of another tenant refuses the file."""
     for number, rec in records:
@@ -399,15 +391,15 @@ def check_tenants(records: list[tuple[int, Record]], tenant_id: str) -> None:
                              "tenant of the file")
 
 
-def load_parsed(memory: Memory, head: dict[str, Any], records: list[tuple[int, Record]], *,
+def load_parsed(memory: MemoryHandle, head: dict[str, Any], records: list[tuple[int, Record]], *,
                 tenant_id: str | None = None, all_tenants: bool = False,
                 defer_embed: bool = False, progress: Progress | None = None
                 ) -> dict[str, Any]:
     """Load what `parse` read (the CLI parses before it opens, or creates, the database).
     Every row must be of `tenant_id` (default: the memory's tenant) unless `all_tenants`."""
-    if all_tenants and tenant_id is not None:
-        raise UsageError("a tenant and all tenants exclude each other",
-                         "give --tenant or --all-tenants, not both")
+    from memcli.ingest.background import queue_for
+
+    one_tenant_or_all(tenant_id, all_tenants)
     if not all_tenants:
         check_tenants(records, tenant_id or memory.tenant)
     redacted = sum(scrub(rec) for _, rec in records)
@@ -431,9 +423,12 @@ def load_parsed(memory: Memory, head: dict[str, Any], records: list[tuple[int, R
                          "memory)", "nothing was imported; re-export the file") from None
     embedded = 0
     models = memory.embedder is not None or memory.sparse is not None
+    queue = queue_for(db)  # inside `memcli serve`: its indexer writes the vectors
     if loader.added_memories and models and not defer_embed:
-        embedded = memory.embed_pending(progress=progress) + _embed_forgotten(
-            memory, [mid for mid, _ in loader.added_memories])
+        forgotten = _embed_forgotten(memory, [mid for mid, _ in loader.added_memories])
+        embedded = forgotten + (memory.embed_pending(progress=progress) if queue is None else 0)
+    if queue is not None and loader.added_memories:
+        queue.notify()
     ours = memory.embedder.model_id if memory.embedder is not None else None
     if head.get("embedder") and ours and head["embedder"] != ours and loader.added_memories:
         notes.append(f"the export was embedded with {head['embedder']}; vectors are "

@@ -131,11 +131,6 @@ class TokenBudget:
             "raise llm.daily_token_cap in the config, or wait for the daily reset",
         )
 
-    @staticmethod
-    def remaining(used_today: int, cap: int | None) -> int | None:
-        """Tokens left today, or None when there is no cap."""
-        return None if cap is None else max(cap - used_today, 0)
-
 
 # --- reply parsing -------------------------------------------------------------------------------
 

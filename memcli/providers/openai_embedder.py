@@ -7,12 +7,9 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    import numpy as np
-    from numpy.typing import NDArray
+    from memcli.providers.embedding import Vector
 
-    Vector = NDArray[np.float32]
-
-from memcli.providers.embedders import (
+from memcli.providers.embedding import (
     EmbedderError,
     _as_text_list,
     _check_batch_size,

@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Collection
 from typing import TYPE_CHECKING
 
-from memcli.store import search as sql
+from memcli.store import search_sql as sql
 
 if TYPE_CHECKING:
     from memcli.store.connection import Database

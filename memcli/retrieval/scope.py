@@ -1,12 +1,12 @@
 """When a session search widens to its user: one rule for `query` and `acb build`.
 
-Seed 002 (V1.1-2, "you said it before but in another session"): search the session first and
-widen to the user when `fts_hits < threshold` or the query carries a recall cue. The count is
-of full-text evidence only: the memories the lexical (FTS5 BM25) and trigram (CJK) legs found
-in the session. Counting every leg's hits, as memcli did before, never widened: the dense leg
-ranks every turn of the session, relevant or not, so any session of 3 turns looked "covered"
-(asked "which database for billing" in a session about the weather, the query answered with 4
-weather turns and never looked at the session where the database was decided).
+The evolution plan (V1.1-2, "you said it before but in another session"): search the session first
+and widen to the user when `fts_hits < threshold` or the query carries a recall cue. The count is of
+full-text evidence only: the memories the lexical (FTS5 BM25) and trigram (CJK) legs found in the
+session. Counting every leg's hits, as memcli did before, never widened: the dense leg ranks every
+turn of the session, relevant or not, so any session of 3 turns looked "covered" (asked "which
+database for billing" in a session about the weather, the query answered with 4 weather turns and
+never looked at the session where the database was decided).
 
 When no full-text leg ran (`--legs dense`, or a query with no searchable word), there is no
 lexical evidence to count and the rule falls back to the ranked candidates, as before.
@@ -46,8 +46,8 @@ def widen_before_search(text: str) -> bool:
 
 def session_is_thin(legs: dict[str, list[tuple[int, float]]], ranked_ids: Collection[int],
                     threshold: int, exclude: Collection[int] = ()) -> bool:
-    """Seed 002's `fts_hits < threshold` over the session's search (`legs`); `exclude`: memories
-    the caller already shows (a bundle's recent window), which are no evidence of coverage.
+    """The evolution plan's `fts_hits < threshold` over the session's search (`legs`); `exclude`:
+    memories the caller already shows (a bundle's recent window), which are no evidence of coverage.
     Without full-text legs, the ranked candidates are counted instead."""
     hits = fulltext_hits(legs, exclude)
     if hits is None:

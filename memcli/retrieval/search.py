@@ -20,7 +20,7 @@ from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from typing import TYPE_CHECKING, Any
 
-from memcli.entities import query_entity_keys
+from memcli.entities.extraction import query_entity_keys
 from memcli.providers.batching import Batcher
 from memcli.retrieval import text as qtext
 from memcli.retrieval.stages import (
@@ -30,8 +30,9 @@ from memcli.retrieval.stages import (
     Candidate,
     RankContext,
 )
-from memcli.store import search as sql
+from memcli.store import search_sql as sql
 from memcli.store import sparse as sparse_sql
+from memcli.store.memories import get_memories
 
 if TYPE_CHECKING:
     from memcli.config import RetrievalSettings
@@ -247,8 +248,6 @@ def rank(ctx: RankContext, legs: dict[str, list[tuple[int, float]]]) -> list[Can
     Each candidate's `row` holds only the columns the stages read (RANK_COLUMNS): a pool is
     hundreds of memories, of which a caller shows a few. `load_rows` fills in whole rows for
     the candidates a caller keeps."""
-    from memcli.store.memories import get_memories
-
     cands = list(fuse(legs, ctx.settings).values())
     for stage in POOL_STAGES:
         cands = stage(cands, ctx)
@@ -264,8 +263,6 @@ def rank(ctx: RankContext, legs: dict[str, list[tuple[int, float]]]) -> list[Can
 
 def load_rows(db: Database, cands: list[Candidate]) -> list[Candidate]:
     """Whole memory rows for the ranked candidates a caller keeps (see `rank`)."""
-    from memcli.store.memories import get_memories
-
     rows = get_memories(db, [c.id for c in cands])
     for cand in cands:
         cand.row = rows.get(cand.id, cand.row)

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from memcli.store import search as sql
+from memcli.store import search_sql as sql
 
 if TYPE_CHECKING:
     from memcli.config import RetrievalSettings

@@ -66,10 +66,6 @@ def lexical_query(text: str) -> LexicalQuery:
     return LexicalQuery(terms=tuple(words[:MAX_QUERY_TERMS]), grams=tuple(grams))
 
 
-def has_cjk(text: str) -> bool:
-    return bool(_CJK.search(text))
-
-
 RECALL_CUES = ("before", "last time", "earlier", "previously", "之前", "以前", "上次")
 
 

@@ -2,9 +2,11 @@
 
 Each operation is `op(ctx, scope, request) -> payload`: `ctx` holds an open Memory and the
 settings, `scope` is what the server bound for this caller (a token's tenant, a header, a path
-segment), `request` the caller's JSON object (a dict, validated here by the same pydantic models
-the CLI uses). The payload is the JSON the CLI prints for the same operation, built by the same
-function (memcli.operations, memcli.ledger, ...).
+segment), `request` the caller's request: its validated model for an operation marked by
+`takes` (memcli.service.typed_ops: the HTTP route, MCP tool or Service.run validated it once),
+else the caller's JSON object, validated here by the same pydantic models the CLI uses. The
+payload is the JSON the CLI prints for the same operation, built by the same function
+(memcli.operations, memcli.ledger, ...).
 
 The bound scope only narrows: a request naming another tenant, user, agent or app than the one
 bound is refused (NotAllowedError, HTTP 403), never answered from the other scope. Errors are
@@ -16,7 +18,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from memcli.errors import (
@@ -27,33 +29,21 @@ from memcli.errors import (
     NotFoundError,
     UsageError,
     ValidationError,
+    validation_line,
 )
+from memcli.operations import binding as scope_rules
+from memcli.operations.binding import Scope
+from memcli.service.typed_ops import request_for, takes
 
 if TYPE_CHECKING:
     from pydantic import BaseModel
 
+    from memcli.acb.build import AcbRequest
     from memcli.config import Settings
-    from memcli.memory import Memory
+    from memcli.operations.ledger_ops import DecisionRequest, DecisionsQuery, TaskRequest
+    from memcli.operations.memory import Memory
+    from memcli.operations.requests import QueryRequest
     from memcli.store.owner import Owner
-
-
-@dataclass(frozen=True)
-class Scope:
-    """What the server bound for a caller. None: not bound (the request may name it; a read that
-    names no tenant reads the configured one). `categories`: a category allowlist that narrows
-    every read further (None: the agent's own allowlist only)."""
-
-    tenant: str | None = None
-    user_id: str | None = None
-    agent: str | None = None  # the asking agent: its category allowlist applies (seed 000)
-    app_id: str | None = None
-    categories: tuple[str, ...] | None = None
-
-    def narrowed(self, **bound: str | None) -> Scope:
-        """This scope with more keys bound (a header or path segment); a key bound already
-        to another value is refused."""
-        values: dict[str, Any] = {k: _bind(k, getattr(self, k), v) for k, v in bound.items()}
-        return replace(self, **values)
 
 
 @dataclass
@@ -64,62 +54,40 @@ class Context:
     settings: Settings
 
 
-_NAMES = {"tenant": "tenant", "user_id": "user", "agent": "agent", "app_id": "app"}
-
-
 def _bind(key: str, bound: str | None, requested: str | None) -> str | None:
-    """The value a request may use for a scope key: the bound one, or the request's own when
-    nothing is bound. Naming another value than the bound one is refused."""
-    if bound is None:
-        return requested
-    if requested is not None and requested != bound:
-        name = _NAMES.get(key, key)
-        raise NotAllowedError(f"this caller is bound to {name} {bound!r}, the request names "
-                              f"{requested!r}", f"use {name} {bound!r} or another token")
-    return bound
+    return scope_rules.bind(key, bound, requested)
 
 
 def _tenant(ctx: Context, scope: Scope, requested: str | None) -> str:
-    """The one tenant a request reads or writes (never all tenants through the service)."""
-    return _bind("tenant", scope.tenant, requested) or ctx.memory.tenant
+    return scope_rules.tenant(ctx.memory, scope, requested)
 
 
 def _categories(scope: Scope, requested: list[str] | None) -> list[str] | None:
-    """The categories a read may see: the request's, inside the bound allowlist."""
-    if scope.categories is None:
-        return requested
-    if requested is None:
-        return list(scope.categories)
-    outside = sorted(set(requested) - set(scope.categories))
-    if outside:
-        raise NotAllowedError(f"categories outside this caller's allowlist: {', '.join(outside)}",
-                              "ask for " + ", ".join(scope.categories))
-    return requested
+    return scope_rules.categories(scope, requested)
 
 
 def validate(model: type[BaseModel], data: Any, what: str) -> Any:
     """`data` as a `model`, or a one-line UsageError naming the first problem (HTTP 422)."""
-    import pydantic
 
-    from memcli.inputs import check_value
+    from memcli.core.inputs import check_value
+    from memcli.operations.requests import validated
 
     if not isinstance(data, dict):
         raise UsageError(f"the {what} must be one JSON object")
     check_value(data, f"the {what}")
-    try:
-        return model.model_validate(data)
-    except pydantic.ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(p) for p in first["loc"]) or "request"
-        message = first["msg"].removeprefix("Value error, ")
-        more = f" (and {exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
-        raise UsageError(f"bad {what}: {where}: {message}{more}") from None
+    return validated(model, data, what)
 
 
-# -- seed 003: events, bundles, artifacts, decisions, tasks ------------------------------------
+def invalid(what: str, errors: Any, hint: str | None = None) -> UsageError:
+    """Pydantic's validation errors as one line: the first problem, where it is, and how many
+    more (HTTP 422, exit code 2), by the one rule (memcli.errors.validation_line)."""
+    return UsageError(validation_line(errors, what), hint)
+
+
+# -- the Agent Memory System PRD: events, bundles, artifacts, decisions, tasks -----------------
 def record_events(ctx: Context, scope: Scope, request: Any
                   ) -> dict[str, Any] | list[dict[str, Any]]:
-    """Seed 003's `record_event`: one record (a JSON object) or a list of them, read as `memcli
+    """The PRD's `record_event`: one record (a JSON object) or a list of them, read as `memcli
     ingest` reads them (same validation, same redaction). The answer is the Agent Memory System
     PRD's `{event_id, chunk_ids, created_at}` per record, beside that record's ingest report
     (repeats in `skipped`, problems in `rejected`: the caller answers 422 when any was
@@ -139,7 +107,7 @@ def record_events(ctx: Context, scope: Scope, request: Any
                     records[i] = record = {**record, key: bound}
     defaults = {"tenant_id": scope.tenant, "user_id": scope.user_id, "agent_id": scope.agent,
                 "app_id": scope.app_id}
-    from memcli.operations import record_events_payload
+    from memcli.operations.record import record_events_payload
 
     out = record_events_payload(ctx.memory, records, defaults=defaults, tenant=scope.tenant)
     return out if isinstance(request, list) else out[0]
@@ -151,14 +119,13 @@ def rejected(out: Any) -> bool:
     return any(isinstance(row, dict) and row.get("rejected") for row in rows)
 
 
-def build_acb(ctx: Context, scope: Scope, request: dict[str, Any]) -> dict[str, Any]:
-    """Seed 003's `build_acb`: the bundle `memcli acb build --json` prints for this request."""
-    from memcli.inputs import check_value
-    from memcli.operations import acb_payload, prepare_acb
+@takes("memcli.acb.build:AcbRequest", "acb request")
+def build_acb(ctx: Context, scope: Scope, req: AcbRequest) -> dict[str, Any]:
+    """The Agent Memory System PRD's `build_acb`: the bundle `memcli acb build --json` prints for
+    this request."""
+    from memcli.operations.bundle import acb_payload, prepare_acb
 
-    if not isinstance(request, dict):
-        raise UsageError("the acb request must be one JSON object")
-    req, note = prepare_acb(check_value(dict(request), "the acb request"))
+    req, note = prepare_acb(req)
     req.tenant_id = _tenant(ctx, scope, req.tenant_id)
     req.user_id = _bind("user_id", scope.user_id, req.user_id)
     req.agent_id = _bind("agent", scope.agent, req.agent_id)
@@ -169,67 +136,47 @@ def build_acb(ctx: Context, scope: Scope, request: dict[str, Any]) -> dict[str, 
 
 def get_artifact(ctx: Context, scope: Scope, request: dict[str, Any]) -> dict[str, Any]:
     """The full output kept for a truncated tool result (`memcli artifact ID`), in the caller's
-    tenant only: `{artifact_id, tenant_id, bytes, text}` (text decoded as UTF-8, bad bytes
-    replaced). An event of kind `artifact` is found by its event id too."""
-    from memcli.operations import artifact_body
-    from memcli.service.models import ArtifactQuery
+    tenant only. An event of kind `artifact` is found by its event id too."""
+    from memcli.operations import ledger_ops
 
-    req = validate(ArtifactQuery, request, "artifact request")
-    owner = _owner(ctx, scope, req.tenant_id)
-    body = artifact_body(ctx.memory, req.artifact_id, owner)
-    return {"artifact_id": req.artifact_id, "tenant_id": owner.tenant_id, "bytes": len(body),
-            "text": body.decode("utf-8", errors="replace")}
+    req = validate(ledger_ops.ArtifactRequest, request, "artifact request")
+    return ledger_ops.get_artifact(ctx.memory, req, _owner(ctx, scope, req.tenant_id))
 
 
-def record_decision(ctx: Context, scope: Scope, request: dict[str, Any]) -> dict[str, Any]:
-    """`memcli decision add` (or `decision supersede` with `supersedes`): the decision's row."""
-    from memcli import ledger
-    from memcli.service.models import DecisionRequest
+@takes("memcli.operations.ledger_ops:DecisionRequest", "decision")
+def record_decision(ctx: Context, scope: Scope, req: DecisionRequest) -> dict[str, Any]:
+    """`memcli decision add` (or `decision supersede` with `supersedes`): the decision's row;
+    the decision it replaces must be the caller's, of the scope named."""
+    from memcli.operations import ledger_ops
 
-    req = validate(DecisionRequest, request, "decision")
-    lists = {"rationale": req.rationale, "constraints": req.constraints,
-             "alternatives": req.alternatives, "consequences": req.consequences,
-             "refs": req.refs}
-    where = _write_scope(ctx, scope, req, "decisions")
-    if req.supersedes is not None:  # the row it replaces: the caller's, of the scope named
-        owner = _owner(ctx, scope, where["tenant_id"], where["user_id"], where["app_id"])
-        return ledger.supersede_decision(ctx.memory, req.supersedes, req.decision, owner=owner,
-                                         reason=req.reason, **lists)
-    return ledger.add_decision(
-        ctx.memory, req.decision, scope=req.scope, channel=req.channel,
-        sensitivity=req.sensitivity, **where, **lists)
+    req = req.model_copy(update=_write_scope(ctx, scope, req, "decisions"))
+    return ledger_ops.record_decision(ctx.memory, req, _write_owner(ctx, scope, req))
 
 
-def query_decisions(ctx: Context, scope: Scope, request: dict[str, Any]) -> list[dict[str, Any]]:
+@takes("memcli.operations.ledger_ops:DecisionsQuery", "decisions query")
+def query_decisions(ctx: Context, scope: Scope, req: DecisionsQuery) -> list[dict[str, Any]]:
     """`memcli decision list`: the caller's tenant's decisions, newest first."""
-    from memcli import ledger
-    from memcli.service.models import DecisionsQuery
+    from memcli.operations import ledger_ops
 
-    req = validate(DecisionsQuery, request, "decisions query")
-    return ledger.list_decisions(
-        ctx.memory, status=None if req.status == "all" else req.status,
-        tenant_id=_tenant(ctx, scope, req.tenant_id),
-        user_id=_bind("user_id", scope.user_id, req.user_id),
-        app_id=_bind("app_id", scope.app_id, req.app_id), limit=req.limit)
+    req = req.model_copy(update={"tenant_id": _tenant(ctx, scope, req.tenant_id),
+                                 "user_id": _bind("user_id", scope.user_id, req.user_id),
+                                 "app_id": _bind("app_id", scope.app_id, req.app_id)})
+    return ledger_ops.query_decisions(ctx.memory, req)
 
 
-def record_task(ctx: Context, scope: Scope, request: dict[str, Any]) -> dict[str, Any]:
-    """`memcli task add`, or `memcli task update` when `task_id` names a task: the task's row."""
-    from memcli import ledger
-    from memcli.service.models import TaskRequest
+@takes("memcli.operations.ledger_ops:TaskRequest", "task")
+def record_task(ctx: Context, scope: Scope, req: TaskRequest) -> dict[str, Any]:
+    """`memcli task add`, or `memcli task update` when `task_id` names a task: the task's row;
+    the task it changes must be the caller's, of the scope named."""
+    from memcli.operations import ledger_ops
 
-    req = validate(TaskRequest, request, "task")
-    where = _write_scope(ctx, scope, req, "tasks")
-    if req.task_id is not None:  # the task it changes: the caller's, of the scope named
-        owner = _owner(ctx, scope, where["tenant_id"], where["user_id"], where["app_id"])
-        return ledger.update_task(ctx.memory, req.task_id, status=req.status, title=req.title,
-                                  details=req.details, refs=req.refs or None, owner=owner)
-    if req.title is None:
-        raise UsageError("bad task: title: a new task needs a title",
-                         "give task_id to update one")
-    return ledger.add_task(
-        ctx.memory, req.title, details=req.details or "", status=req.status or "open",
-        refs=req.refs, channel=req.channel, sensitivity=req.sensitivity, **where)
+    req = req.model_copy(update=_write_scope(ctx, scope, req, "tasks"))
+    return ledger_ops.record_task(ctx.memory, req, _write_owner(ctx, scope, req))
+
+
+def _write_owner(ctx: Context, scope: Scope, req: Any) -> Owner:
+    """Whose row a write that names one by id may change: the scope its request names."""
+    return _owner(ctx, scope, req.tenant_id, req.user_id, req.app_id)
 
 
 def _write_scope(ctx: Context, scope: Scope, req: Any, category: str | None) -> dict[str, Any]:
@@ -245,123 +192,83 @@ def _write_scope(ctx: Context, scope: Scope, req: Any, category: str | None) -> 
 
 def _owner(ctx: Context, scope: Scope, tenant: str | None = None, user_id: str | None = None,
            app_id: str | None = None) -> Owner:
-    """Whose rows this caller may touch by id (memcli.store.owner): the tenant (and user and
-    app) the request names inside its binding, in the categories its token and its agent's
-    allowlist both allow; any other row is "not found" (404), as an id that does not exist."""
-    from memcli.store.owner import Owner
-
-    known = ctx.memory.categories
-    allowed = known.allowed(scope.agent)  # None: every category
-    categories = scope.categories
-    if allowed is not None:
-        categories = tuple(c for c in (categories or allowed) if c in allowed)
-    hidden = known.hidden(scope.agent) if scope.agent is not None else ()
-    return Owner(tenant_id=_tenant(ctx, scope, tenant),
-                 user_id=_bind("user_id", scope.user_id, user_id),
-                 app_id=_bind("app_id", scope.app_id, app_id),
-                 categories=categories, hidden=hidden)
+    """Whose rows this caller may touch by id (memcli.operations.binding.owner)."""
+    return scope_rules.owner(ctx.memory, scope, tenant, user_id, app_id)
 
 
-# -- seed 000: query and history ---------------------------------------------------------------
-def query(ctx: Context, scope: Scope, request: dict[str, Any]) -> list[dict[str, Any]]:
-    """Seed 000's `memory.query`: the request shape `memcli query -` reads, answered with what
-    `memcli query --json` prints (hits, or bullets with `"return": "bullets"`; each hit names
-    the scope that answered)."""
-    from memcli.inputs import check_value
-    from memcli.operations import check_query, hits_payload, run_query
-    from memcli.query_request import parse_query_request
+# -- the memory system spec: query and history ------------------------------------------------
+@takes("memcli.operations.requests:QueryRequest", "query request",
+       hint="see `memcli query --help` and the README's JSON request")
+def query(ctx: Context, scope: Scope, req: QueryRequest) -> list[dict[str, Any]]:
+    """The memory system spec's `memory.query`: the request shape `memcli query -` reads, answered
+    with what `memcli query --json` prints (hits, or bullets with `"return": "bullets"`; each hit
+    names the scope that answered)."""
+    from memcli.operations.retrieve import hits_payload, run_query
 
-    if not isinstance(request, dict):
-        raise UsageError("the query request must be one JSON object")
-    values = parse_query_request(check_value(request, "the query request")).as_flags()
-    text, _note = check_query(values.pop("text"))
-    values["tenant"] = _tenant(ctx, scope, values["tenant"])
-    values["user"] = _bind("user_id", scope.user_id, values["user"])
-    values["agent"] = _bind("agent", scope.agent, values["agent"])
-    values["app_id"] = _bind("app_id", scope.app_id, values["app_id"])
-    values["category"] = _categories(scope, values["category"])
-    result = run_query(ctx.memory, text, values)
-    return hits_payload(result, values["return_mode"])
+    req = req.model_copy(update={
+        "tenant_id": _tenant(ctx, scope, req.tenant_id),
+        "user_id": _bind("user_id", scope.user_id, req.user_id),
+        "agent": _bind("agent", scope.agent, req.agent),
+        "app_id": _bind("app_id", scope.app_id, req.app_id),
+        "categories": _categories(scope, req.categories)})
+    result, _note = run_query(ctx.memory, req)
+    return hits_payload(result, req.return_format)
 
 
 def memory_history(ctx: Context, scope: Scope, request: dict[str, Any]) -> list[dict[str, Any]]:
     """`memcli history ID`: what happened to a memory, newest first, in the caller's tenant."""
-    from memcli.service.models import HistoryQuery
+    from memcli.operations.requests import HistoryRequest
 
-    req = validate(HistoryQuery, request, "history request")
-    return ctx.memory.history(req.memory_id, owner=_owner(ctx, scope, req.tenant_id),
-                              limit=req.limit)
+    req = validate(HistoryRequest, request, "history request")
+    if req.memory_id is None:
+        raise UsageError("bad history request: memory_id: Field required")
+    owner = _owner(ctx, scope, req.tenant_id, req.user_id)
+    return ctx.memory.history(req.memory_id, owner=owner, limit=req.limit,
+                              user_id=owner.user_id, session_id=req.session_id)
 
 
 # -- remember / forget -------------------------------------------------------------------------
 def remember(ctx: Context, scope: Scope, request: dict[str, Any]) -> dict[str, Any]:
     """`memcli remember`: store a fact or a procedure (near-duplicates merged)."""
-    from memcli.inputs import check_text
-    from memcli.lifecycle.remember import remember as remember_fact
-    from memcli.service.models import RememberRequest
+    from memcli.operations.lifecycle_ops import remember as remember_fact
+    from memcli.operations.lifecycle_requests import RememberRequest
 
     req = validate(RememberRequest, request, "remember request")
-    if req.text is None and not req.steps:
-        raise UsageError("nothing to remember", "give text or steps")
-    if req.text is not None:
-        check_text(req.text, "the text")
-    category = ("procedural" if req.procedural else "profile" if req.field is not None
-                else req.category or "knowledge")  # where remember will write it
-    where = _write_scope(ctx, scope, req, category)
-    return remember_fact(
-        ctx.memory, ctx.settings.lifecycle, text=req.text, procedural=req.procedural,
-        steps=req.steps or None, field=req.field, tenant_id=where["tenant_id"],
-        user_id=where["user_id"], agent_id=where["agent_id"], session_id=req.session_id,
-        app_id=where["app_id"], category=req.category, importance=req.importance,
-        pinned=req.pinned, title=req.title)
+    where = _write_scope(ctx, scope, req, req.target())
+    return remember_fact(ctx.memory, ctx.settings.lifecycle, req.model_copy(update=where))
 
 
 def forget(ctx: Context, scope: Scope, request: dict[str, Any]) -> dict[str, Any]:
     """`memcli forget ID`: soft-delete one of the caller's memories."""
-    from memcli.service.models import ForgetRequest
+    from memcli.operations.lifecycle_requests import MemoryRequest
 
-    req = validate(ForgetRequest, request, "forget request")
+    req = validate(MemoryRequest, request, "forget request")
     return ctx.memory.forget(req.memory_id, _owner(ctx, scope, req.tenant_id))
 
 
-# -- seed 001: an app's memories ---------------------------------------------------------------
-def app_memories(ctx: Context, scope: Scope, request: dict[str, Any]) -> dict[str, Any]:
-    """Seed 001's `GET /apps/{app_id}/memories`: the app's active memories, newest first."""
-    from memcli.service.models import AppMemoriesQuery
-    from memcli.store.apps import list_app_memories
+# -- the app-memory design: an app's memories -------------------------------------------------
+def _app_request(ctx: Context, scope: Scope, request: dict[str, Any]) -> tuple[Any, Owner]:
+    """An app memories request inside the bound scope, and whose rows it may touch."""
+    from memcli.operations.lifecycle_requests import AppMemoriesRequest
 
-    req = validate(AppMemoriesQuery, request, "app memories request")
-    app_id = _bind("app_id", scope.app_id, req.app_id) or req.app_id
-    owner = _owner(ctx, scope, req.tenant_id, req.user_id, app_id)
-    rows = list_app_memories(ctx.memory.db, tenant_id=owner.tenant_id, app_id=app_id,
-                             user_id=owner.user_id, limit=req.limit,
-                             categories=owner.categories, hidden=owner.hidden)
-    return {"tenant_id": owner.tenant_id, "app_id": app_id, "memories": rows}
+    req = validate(AppMemoriesRequest, request, "app memories request")
+    req.app_id = _bind("app_id", scope.app_id, req.app_id) or req.app_id
+    return req, _owner(ctx, scope, req.tenant_id, req.user_id, req.app_id)
+
+
+def app_memories(ctx: Context, scope: Scope, request: dict[str, Any]) -> dict[str, Any]:
+    """The app-memory design's `GET /apps/{app_id}/memories`: the app's active memories, newest
+    first."""
+    from memcli.operations.lifecycle_ops import app_memories as listed
+
+    return listed(ctx.memory, *_app_request(ctx, scope, request))
 
 
 def delete_app_memories(ctx: Context, scope: Scope, request: dict[str, Any]) -> dict[str, Any]:
-    """Seed 001's admin purge: `memcli purge --app APP` (one memory with `memory_id`: `purge
-    --memory ID --app APP`, which takes the event it was cut from with it). Deleted for good."""
-    from memcli.operations import check_purged, purge_payload
-    from memcli.service.models import AppMemoriesQuery
+    """The app-memory design's admin purge (one memory with `memory_id`). Deleted for good."""
+    from memcli.operations.lifecycle_ops import delete_app_memories as purged
 
-    req = validate(AppMemoriesQuery, request, "app memories request")
-    app_id = _bind("app_id", scope.app_id, req.app_id) or req.app_id
-    tenant = _tenant(ctx, scope, req.tenant_id)
-    user = _bind("user_id", scope.user_id, req.user_id)
-    owner = _owner(ctx, scope, tenant, user, app_id)
-    if req.memory_id is not None:  # the caller's, of this app (and user), or not found
-        from memcli.store.owner import memory
-
-        memory(ctx.memory.db, req.memory_id, owner)
-    elif owner.categories is not None or owner.hidden:
-        raise NotAllowedError("this caller may not see every category, so it may not purge "
-                              "a whole app", "purge its memories one by one (memory_id), "
-                              "or use a token without categories or agent")
-    out = purge_payload(ctx.memory, memory_id=req.memory_id, user=user, tenant=tenant,
-                        app_id=app_id)
-    check_purged(out)
-    return out
+    return purged(ctx.memory, *_app_request(ctx, scope, request))
 
 
 # -- running an operation ----------------------------------------------------------------------
@@ -385,7 +292,7 @@ class Service:
         """The embedder and SPLADE encoder, constructed once (they load lazily, thread-safe)."""
         with self._guard:
             if self._models is None:
-                from memcli.memory import make_embedder, make_sparse
+                from memcli.operations.memory import make_embedder, make_sparse
 
                 self._models = (make_embedder(self.settings), make_sparse(self.settings))
             return self._models
@@ -410,7 +317,7 @@ class Service:
         folder, which must hold the -wal and -shm files) for reading only, as a CLI read
         command opens it: reads answer, and a write says the file is read-only."""
         from memcli.errors import StorageError
-        from memcli.memory import Memory
+        from memcli.operations.memory import Memory
 
         try:
             return Memory.open(self.settings.db, embedder=embedder, sparse=sparse,
@@ -426,7 +333,10 @@ class Service:
             request: Any) -> Any:
         """Run one operation for one caller (on the calling thread). On a PostgreSQL server
         the request borrows a connection from the daemon's pool for its own length (a
-        thread's idle connection would hold a server slot for nothing)."""
+        thread's idle connection would hold a server slot for nothing). An operation that
+        takes its model gets the request as that model: the caller's if it built it (an HTTP
+        route, an MCP tool), else validated here once (memcli.service.typed_ops)."""
+        request = request_for(operation, request)
         if not self._server():
             memory = self.memory()
             try:
@@ -438,7 +348,7 @@ class Service:
                 if failure is not None:
                     raise failure from exc
                 raise
-        from memcli.memory import Memory
+        from memcli.operations.memory import Memory
 
         embedder, sparse = self.models()
         with Memory.open(self.settings.db, embedder=embedder, sparse=sparse,
@@ -446,7 +356,7 @@ class Service:
             return operation(Context(memory, self.settings), scope, request)
 
     def _server(self) -> bool:
-        from memcli.store.location import is_postgres
+        from memcli.core.locations import is_postgres
 
         return is_postgres(self.settings.db)
 

@@ -32,12 +32,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from memcli.errors import UsageError
+from memcli.errors import NotAllowedError, UsageError
+from memcli.service.api import BadRequest, Scope
 
 if TYPE_CHECKING:
-    from memcli.config import Settings
-    from memcli.service.api import Scope
+    from starlette.requests import Request
 
+    from memcli.config import Settings
+
+SCOPE_HEADERS = {"x-memcli-tenant": "tenant", "x-memcli-agent": "agent",
+                 "x-memcli-user": "user_id", "x-memcli-app": "app_id"}
 LOOPBACK_NAMES = ("127.0.0.1", "localhost", "::1", "[::1]")
 MIN_TOKEN_CHARS = 16
 BINDING_KEYS = {"tenant": "tenant", "agent": "agent", "user": "user_id", "app": "app_id",
@@ -55,8 +59,6 @@ class Token:
 
     def scope(self) -> Scope:
         """The scope this token binds its caller to."""
-        from memcli.service.api import Scope
-
         return Scope(tenant=self.tenant, agent=self.agent, user_id=self.user_id,
                      app_id=self.app_id, categories=self.categories)
 
@@ -91,6 +93,36 @@ class Auth:
             if hmac.compare_digest(token.secret.encode("utf-8"), given_bytes):
                 found = token
         return found
+
+
+def caller_scope(request: Request, auth: Auth) -> Scope | None:
+    """The caller's scope: its token's binding narrowed by the scope headers (None: no token,
+    answered 401). A browser page of another site is refused even with a valid token (CSRF):
+    NotAllowedError, 403; an empty scope header is bad input (400)."""
+    origin = request.headers.get("origin")
+    if origin is not None and _origin_host(origin) not in auth.allowed_hosts:
+        raise NotAllowedError(f"requests from origin {origin} are refused")
+    # uvicorn gives a Unix socket's server as (path, None), a TCP one as (host, port).
+    server = request.scope.get("server")
+    unix_socket = server is not None and server[1] is None
+    token = auth.check(request.headers.get("authorization"), unix_socket=unix_socket)
+    if token is None:
+        return None
+    bound = {name: request.headers[h] for h, name in SCOPE_HEADERS.items()
+             if h in request.headers}
+    for name, value in bound.items():
+        if not value.strip():
+            raise BadRequest(f"an empty {name} header", "leave the header out instead")
+    return token.scope().narrowed(**bound)
+
+
+def _origin_host(origin: str) -> str:
+    from urllib.parse import urlsplit
+
+    try:
+        return (urlsplit(origin).hostname or "").lower()
+    except ValueError:
+        return ""
 
 
 def is_loopback(host: str) -> bool:

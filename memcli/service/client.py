@@ -4,15 +4,17 @@
 command targets (`paths.guess_db`), the command line, the environment a command can read
 (`forwarded_env`), the working folder and the caller's file descriptors 0, 1 and 2 (passed
 with SCM_RIGHTS, as Mercurial's chg does) go over its unix socket; the daemon runs the same
-Typer app on them and sends the exit code back. Output is byte-identical by construction:
-same code, same streams, same settings. Only a socket `paths.connect` trusts (this user's
-folder and listener) gets any of it; another is named in one warning line and the command runs
-in-process.
+Typer app on them, in a process forked for the command (memcli/service/worker.py), and sends
+the exit code back. Output is byte-identical by construction: same code, same streams, same
+settings. Only a socket `paths.connect` trusts (this user's folder and listener) gets any of
+it; another is named in one warning line and the command runs in-process.
 
-Never forwarded: `serve`, `mcp`, shell completion, commands that start an editor (`acb edit`),
-`--no-daemon` (removed from the command line) and `MEMCLI_NO_DAEMON=1`. No socket, a refused
-connection, or a daemon that closes before it starts the command: the command runs in-process
-at once. Ctrl-C is passed on: the daemon interrupts the command as it would be in-process.
+Never forwarded: `serve`, `mcp`, shell completion, `acb edit` on a terminal (its editor must
+be in the terminal's foreground process group), `--no-daemon` (removed from the command line),
+`MEMCLI_NO_DAEMON=1` and config `daemon: off`. No socket or a refused connection: a daemon is
+started in the background (memcli/service/autostart.py says when not) and the command runs
+in-process at once, as it does when a daemon closes before it starts the command. Ctrl-C is
+passed on: the command's process gets SIGINT, as it would in-process.
 
 Wire format (`encode_request` / `decode_request`): a 4-byte big-endian length, sent together
 with the three fds, then NUL-separated fields (argv, environment, cwd, umask, the encoding and
@@ -30,10 +32,10 @@ import sys
 from array import array
 from collections.abc import Mapping
 
-from memcli.service import paths
+from memcli.service import autostart, paths
 
 NO_DAEMON_FLAG = "--no-daemon"
-NEVER_ROUTED = {"serve", "mcp"}
+NEVER_ROUTED = {"serve", "mcp", "ui"}  # `ui` asks the daemon itself, starting none
 CONNECT_TIMEOUT = 1.0
 MAGIC = b"memcli/1"
 # The environment a command can read, and all of it that is sent: memcli's own variables, the
@@ -51,16 +53,19 @@ FORWARDED_NAMES = frozenset({
 
 
 def _routable(argv: list[str]) -> bool:
-    if os.environ.get("MEMCLI_NO_DAEMON", "") not in ("", "0"):
+    if autostart.mode(os.environ) == "off":
         return False
     if any(key.startswith("_MEMCLI") and key.endswith("_COMPLETE") for key in os.environ):
         return False
-    words = [a for a in argv if not a.startswith("-")]
+    words = [a for a in paths.root_db(argv)[1] if not a.startswith("-")]
     if words and words[0] in NEVER_ROUTED:
         # `serve status` asks the daemon itself (in-process it can only see the lock).
         return words[0] == "serve" and "status" in words[1:]
-    # `acb edit` runs $EDITOR on the caller's terminal: always in the caller's process.
-    return not (words and words[0] == "acb" and "edit" in words)
+    # `acb edit` starts $EDITOR. The daemon's process for the command is the caller's in all
+    # but one thing: it is not in the terminal's foreground process group (the caller is), and
+    # an editor reading a terminal from outside it is stopped. On a terminal it runs here.
+    editing = bool(words) and words[0] == "acb" and "edit" in words
+    return not (editing and (os.isatty(0) or os.isatty(1)))
 
 
 def strip_no_daemon(argv: list[str]) -> tuple[list[str], bool]:
@@ -131,8 +136,21 @@ def forward(argv: list[str]) -> int | None:
 
 def _talk(sock: _socket.socket, argv: list[str]) -> int | None:
     try:
+        path = socket_path(argv)
+    except (OSError, ValueError):  # the working folder deleted, say
+        return None
+    try:
         sock.settimeout(CONNECT_TIMEOUT)
-        paths.connect(sock, socket_path(argv))
+        paths.connect(sock, path)
+    except paths.UntrustedSocket as exc:
+        paths.warn_untrusted(exc)
+        return None
+    except (FileNotFoundError, ConnectionRefusedError):  # none runs, or a stale socket
+        _start_daemon(argv, path)
+        return None
+    except (OSError, ValueError):  # a path too long, say
+        return None
+    try:
         request = encode_request(argv)
         fds = array("i", [0, 1, 2])
         sock.sendmsg([struct.pack("!I", len(request))],
@@ -140,14 +158,20 @@ def _talk(sock: _socket.socket, argv: list[str]) -> int | None:
         sock.sendall(request)
         sock.settimeout(None)
         started = sock.recv(4096)
-    except paths.UntrustedSocket as exc:
-        paths.warn_untrusted(exc)
-        return None
-    except (OSError, ValueError):  # no daemon, refused, a closed fd 0-2, cwd deleted...
+    except (OSError, ValueError):  # a closed fd 0-2, cwd deleted, the daemon went away...
         return None
     if not started.startswith(b"R"):
         return None  # the daemon closed before starting the command (it is shutting down)
     return _wait_exit(sock, started[1:])
+
+
+def _start_daemon(argv: list[str], path: str) -> None:
+    """Warm by default (memcli/service/autostart.py); a daemon that cannot be started (no
+    process left to fork, say) changes nothing: the command runs in-process all the same."""
+    try:
+        autostart.maybe_start(argv, paths.guess_db(argv, os.environ), path)
+    except (OSError, ValueError):
+        pass
 
 
 def _wait_exit(sock: _socket.socket, data: bytes) -> int:

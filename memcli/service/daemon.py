@@ -1,37 +1,51 @@
-"""`memcli serve`: one long-running process per database, owning it and keeping models warm.
+"""`memcli serve`: one long-running process per database, keeping models warm.
 
 Start: take the lock beside the socket (flock; a second `serve` on the same database exits 75
 naming the pid; a lock left by a killed daemon is free again, so its stale socket is simply
-replaced), write the pidfile, bind the CLI socket (0600) and, when the HTTP app is available,
-its unix socket (and TCP with `--port`), then load the configured models in the background.
-Stop (SIGTERM, SIGINT or `--idle-exit`): stop accepting, let requests in flight finish (at most
-`grace` seconds), checkpoint the WAL (TRUNCATE, bounded; a SQLite file) or close the
-connection pool (PostgreSQL), remove socket and pidfile, exit 0. What the daemon holds open for
-its database, per engine, is memcli/service/holder.py.
+replaced), write the pidfile, check the database can be opened (a PostgreSQL server: the
+schema, and why not), bind the HTTP sockets (when the HTTP app is available: its unix socket,
+and TCP with `--port`) and the CLI socket (0600), import every command and load the configured
+models, then fork the indexer (memcli/service/indexer.py: vectors and sparse terms written in
+the background, sessions consolidated on a switch) and the HTTP process (memcli/service/web.py)
+and serve the CLI socket, one forked process per command (memcli/service/server.py,
+memcli/service/worker.py).
+Stop (SIGTERM, SIGINT or `--idle-exit`): stop accepting and serving HTTP, let commands in
+flight finish (at most `grace` seconds; then they are killed and their transactions roll back),
+then the HTTP process checkpoints the WAL (TRUNCATE, bounded; a SQLite file) or closes the
+connection pool (PostgreSQL) and exits; socket and pidfile are removed, exit 0.
 
-The main thread runs the HTTP server (uvicorn needs it for its signal handling), or just waits;
-the CLI socket is served by threads.
+The main process is one select loop on one thread, so that it can fork: the CLI socket, the
+HTTP process's reports, and the signals (`signal.set_wakeup_fd`). docs/design/daemon.md says
+why a fork per command, and what it costs.
 """
 
 from __future__ import annotations
 
 import contextlib
 import fcntl
+import json
 import os
+import select
 import signal
-import socket
 import sys
-import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from memcli.errors import MemcliError, UsageError
-from memcli.service import paths, runctx
-from memcli.service.holder import FileHolder, PoolHolder, hold
-from memcli.service.server import CliServer, bind_unix
+from memcli.errors import MemcliError
+from memcli.service import indexer, paths, web, worker
+from memcli.service.server import CliServer
+from memcli.service.web import HttpOptions, HttpPlan
+
+__all__ = ["AlreadyServing", "HttpOptions", "serve", "status"]
+
+
+# Models whose loading starts a thread pool, which a fork cannot carry: each command's process
+# loads them itself. onnxruntime creates its intra-op pool with the session (MiniLM: 3 threads
+# after loading, measured).
+LOADED_AFTER_FORK = frozenset({"MiniLMEmbedder"})
 
 
 class AlreadyServing(MemcliError):
@@ -40,35 +54,78 @@ class AlreadyServing(MemcliError):
 
 @dataclass
 class State:
-    """What `memcli serve status` reports, kept by the running daemon (None elsewhere)."""
+    """What `memcli serve status` reports, kept by the running daemon (None elsewhere). A
+    command's process is a fork of the daemon: it reads the figures as they were at its start."""
 
     db: str
     ep: paths.Endpoint
+    pid: int = field(default_factory=os.getpid)
     started: float = field(default_factory=time.time)
-    models_ready: threading.Event = field(default_factory=threading.Event)
+    models_ready: bool = False
     cli: CliServer | None = None
-    activity: Activity | None = None
     http: str | None = None
-    holder: FileHolder | PoolHolder | None = None
+    http_requests: int = 0
+    http_running: int = 0
+    last: float = field(default_factory=time.monotonic)
+    pool: dict[str, Any] | None = None
+    auto_started: bool = False  # by the CLI (memcli/service/autostart.py), not by hand
+    idle_exit: float | None = None  # minutes
+    settings: Any = None
+    indexer: indexer.Indexer | None = None
+
+    def idle_for(self) -> float:
+        busy = (self.http_running or (self.cli is not None and self.cli.active)
+                or (self.indexer is not None and self.indexer.busy()))
+        return 0.0 if busy else time.monotonic() - self.last
 
 
 _STATE: State | None = None
 
 
 def status(ep: paths.Endpoint) -> dict[str, Any]:
-    """The state of the daemon of `ep`: this process's own when it is that daemon (`serve
-    status` is forwarded to it), else whether another process holds its lock."""
+    """The state of the daemon of `ep`: the daemon's own when this process is a command it
+    runs (`serve status` is forwarded to it), else whether another process holds its lock."""
     state = _STATE
     if state is not None and state.ep.socket == ep.socket:
-        served = (state.cli.served if state.cli else 0) + (
-            state.activity.http_requests if state.activity else 0)
-        return {"running": True, "pid": os.getpid(), "db": state.db, "socket": ep.socket,
+        served = (state.cli.served if state.cli else 0) + state.http_requests
+        return {"running": True, "answered": True, "pid": state.pid, "db": state.db,
+                "socket": ep.socket,
                 "http_socket": ep.http_socket if state.http is not None else None,
-                "http_url": state.http or None, "models_ready": state.models_ready.is_set(),
-                "requests": served, "uptime_s": round(time.time() - state.started, 1),
-                **({"pool": pool} if (pool := state.holder and state.holder.stats()) else {})}
+                "http_url": state.http or None, "models_ready": state.models_ready,
+                "requests": served, "started_at": _iso(state.started),
+                "uptime_s": round(time.time() - state.started, 1),
+                "auto_started": state.auto_started, "idle_exit_min": state.idle_exit,
+                "log": ep.log if state.auto_started else None,
+                **({"pool": state.pool} if state.pool else {}),
+                **({"backlog": _backlog(state)} if state.indexer is not None else {})}
     pid = _lock_holder(ep)
     return {"running": pid is not None, "pid": pid, "socket": ep.socket, "answered": False}
+
+
+def summary(ep: paths.Endpoint) -> dict[str, Any]:
+    """The daemon as `memcli stats` shows it: whether one answers, and since when."""
+    full = status(ep)
+    keys = ("running", "answered", "pid", "started_at", "auto_started", "idle_exit_min")
+    return {key: full.get(key) for key in keys}
+
+
+def _iso(epoch: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(epoch))
+
+
+def _backlog(state: State) -> dict[str, Any]:
+    """The indexing backlog (memcli.service.indexer), read from the database by the command
+    that asks (its counts are None when the database cannot be read yet)."""
+    from memcli.store.location import open_database
+
+    try:
+        db = open_database(state.settings.db, readonly=True)
+    except Exception:  # noqa: BLE001 - status answers anyway
+        return indexer.backlog_status(None, state.settings, served=True)
+    try:
+        return indexer.backlog_status(db, state.settings, served=True)
+    finally:
+        db.close()
 
 
 def _lock_holder(ep: paths.Endpoint) -> int | None:
@@ -87,44 +144,6 @@ def _lock_holder(ep: paths.Endpoint) -> int | None:
     finally:
         os.close(fd)
     return None
-
-
-@dataclass
-class HttpOptions:
-    port: int | None = None
-    host: str = "127.0.0.1"
-    token_file: Path | None = None
-    no_token: bool = False
-
-
-class Activity:
-    """When the last request ended, and how many run now (CLI socket and HTTP together)."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self.last = time.monotonic()
-        self.running = 0
-        self.http_requests = 0
-
-    @contextlib.contextmanager
-    def request(self) -> Iterator[None]:
-        with self._lock:
-            self.running += 1
-            self.http_requests += 1
-        try:
-            yield
-        finally:
-            with self._lock:
-                self.running -= 1
-                self.last = time.monotonic()
-
-    def touch(self) -> None:
-        with self._lock:
-            self.last = time.monotonic()
-
-    def idle_for(self) -> float:
-        with self._lock:
-            return 0.0 if self.running else time.monotonic() - self.last
 
 
 def take_lock(ep: paths.Endpoint) -> int:
@@ -146,186 +165,272 @@ def take_lock(ep: paths.Endpoint) -> int:
     return fd
 
 
-def warm_up(settings: Any, log: Callable[[str], None], ready: threading.Event) -> None:
-    """Import the command modules and load the configured models, so the first request is
-    warm. Failures are left to the request that needs the model (it reports them)."""
+
+
+def warm_up(settings: Any, warm: Callable[[], None], log: Callable[[str], None]) -> None:
+    """Import every command (`warm`, from the CLI) and load the configured models, so that
+    each forked command starts warm. Loaded, never run: a model's thread pool (OpenMP, BLAS)
+    must not exist before a fork. Failures are left to the command that needs the model."""
     try:
-        import memcli.cli.app  # noqa: F401 - every command group
-        import memcli.cli.run  # noqa: F401
-        from memcli.memory import make_embedder, make_sparse
-        from memcli.tokens import get_encoding
+        warm()
+        _import_everything()
+        from memcli.core.tokens import get_encoding
+        from memcli.operations.memory import make_embedder, make_sparse
 
         for model in (make_sparse(settings), make_embedder(settings)):
             load = getattr(model, "load", None)
-            if callable(load):
+            if callable(load) and type(model).__name__ not in LOADED_AFTER_FORK:
                 load()
         get_encoding(settings.encoding)
     except Exception as exc:  # noqa: BLE001 - a warm-up only
         log(f"memcli: warning: warm-up incomplete: {exc}".splitlines()[0])
-    ready.set()
+    threads = _native_threads()
+    if threads > 1:  # a library started threads: the forks cannot have them
+        log(f"memcli: warning: {threads} threads before the first fork (a model's thread pool "
+            "started at load); commands may hang in it")
 
 
-def _tcp_socket(host: str, port: int) -> socket.socket:
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+def _native_threads() -> int:
+    """The threads of this process, native ones included (Linux); 1 where it cannot be told."""
     try:
-        sock.bind((host, port))
-    except OSError as exc:
-        sock.close()
-        # The environment refuses it (the port is taken, the address is not this host's):
-        # a runtime failure, exit 1, like a database the environment refuses.
-        raise MemcliError(f"cannot listen on {host}:{port}: {exc.strerror}",
-                          "choose another --port or --host") from exc
-    sock.listen(128)
-    return sock
+        return len(os.listdir("/proc/self/task"))
+    except OSError:
+        return 1
 
 
-class HttpServer:
-    """uvicorn serving memcli.service.http's app on the daemon's HTTP unix socket (and TCP).
-    Everything HTTP is behind this class: `build()` returns None when the HTTP app is not
-    installed (then `--port` is refused)."""
+def _import_everything() -> None:
+    """Import every memcli module: about a quarter of memcli's imports sit inside functions
+    (start-up cost of a one-shot command), and a forked command would otherwise pay them again
+    each time (~130 ms for a query's and a bundle's). Modules whose optional dependencies are
+    not installed are left out."""
+    import importlib
+    import pkgutil
 
-    def __init__(self, server: Any, sockets: list[socket.socket]) -> None:
-        self.server = server
-        self.sockets = sockets
+    import memcli
 
-    @classmethod
-    def build(cls, settings: Any, ep: paths.Endpoint, opts: HttpOptions, activity: Activity,
-              grace: float, log: Callable[[str], None]) -> HttpServer | None:
+    for info in pkgutil.walk_packages(memcli.__path__, "memcli.", onerror=lambda _name: None):
+        if info.name.endswith(".__main__"):
+            continue
         try:
-            import uvicorn
-
-            from memcli.service.auth import load_auth
-            from memcli.service.http import build_app
-        except ImportError as exc:
-            if opts.port is not None:
-                raise UsageError(f"the HTTP API is not available ({exc})",
-                                 "install memcli with its service dependencies") from exc
-            return None
-        # Only the 0600 unix socket: no token to make (the socket's mode is the access rule).
-        unix_only = opts.port is None and opts.token_file is None
-        auth = load_auth(host="127.0.0.1" if unix_only else opts.host, port=opts.port,
-                         token_file=opts.token_file, no_token=opts.no_token or unix_only,
-                         settings=settings)
-        notice = getattr(auth, "notice", None)
-        if notice and opts.port is not None:  # the unix socket needs no token
-            log(f"memcli: {notice}")
-        app = _tracked(build_app(settings, auth), activity)
-        sockets = [bind_unix(Path(ep.http_socket))]
-        if opts.port is not None:
-            try:
-                sockets.append(_tcp_socket(opts.host, opts.port))
-            except MemcliError:
-                sockets[0].close()  # serve() removes its file
-                raise
-        config = uvicorn.Config(app, log_level="warning", lifespan="auto",
-                                timeout_graceful_shutdown=int(grace) or 1)
-        return cls(uvicorn.Server(config), sockets)
-
-    @property
-    def tcp_address(self) -> str | None:
-        for sock in self.sockets:
-            if sock.family != socket.AF_UNIX:
-                host, port = sock.getsockname()[:2]
-                return f"http://{host}:{port}"
-        return None
-
-    def run(self) -> None:
-        import asyncio
-
-        asyncio.run(self.server.serve(sockets=self.sockets))
-
-    def stop(self) -> None:
-        self.server.should_exit = True
+            importlib.import_module(info.name)
+        except Exception:  # noqa: BLE001, S112 - an optional extra that is not installed
+            continue
 
 
-def _tracked(app: Any, activity: Activity) -> Any:
-    """The ASGI app, counting HTTP requests as activity (for --idle-exit)."""
-    async def tracked(scope: dict[str, Any], receive: Any, send: Any) -> None:
-        if scope["type"] not in ("http", "websocket"):
-            await app(scope, receive, send)
+def _check_database(settings: Any) -> None:
+    """A PostgreSQL server: one plain connection creates or migrates memcli's tables and says
+    plainly why the server cannot be used, before anything binds (closed again: the main
+    process forks and must hold no connection)."""
+    from memcli.service.holder import is_server
+
+    if is_server(settings.db):
+        from memcli.store.location import open_database
+
+        open_database(settings.db, busy_timeout=settings.busy_timeout).close()
+
+
+class _Signals:
+    """SIGTERM and SIGINT as a flag, every signal as a byte on a pipe the loop selects on."""
+
+    def __init__(self) -> None:
+        self.stop = False
+        self.read_fd, self.write_fd = os.pipe()
+        os.set_blocking(self.read_fd, False)
+        os.set_blocking(self.write_fd, False)
+        signal.set_wakeup_fd(self.write_fd)
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, self._on_stop)
+        signal.signal(signal.SIGCHLD, lambda *_: None)  # wakes the loop to reap
+
+    def _on_stop(self, _signum: int, _frame: Any) -> None:
+        self.stop = True
+
+    def drain(self) -> None:
+        with contextlib.suppress(BlockingIOError, InterruptedError):
+            while os.read(self.read_fd, 512):
+                pass
+
+
+class _WebProcess:
+    """The HTTP process (memcli/service/web.py) seen from the main process."""
+
+    def __init__(self, pid: int, control: int, reports: int) -> None:
+        self.pid, self.control, self.reports = pid, control, reports
+        self.buffer = b""
+
+    def order(self, what: bytes) -> None:
+        if self.control >= 0:
+            with contextlib.suppress(OSError):
+                os.write(self.control, what)
+
+    def read_reports(self, state: State) -> None:
+        try:
+            data = os.read(self.reports, 65536)
+        except (BlockingIOError, InterruptedError):
             return
-        with activity.request():
-            await app(scope, receive, send)
+        except OSError:
+            data = b""
+        if not data:
+            os.close(self.reports)
+            self.reports = -1
+            return
+        self.buffer += data
+        *lines, self.buffer = self.buffer.split(b"\n")
+        for line in lines:
+            if line == b"+":
+                state.http_requests += 1
+                state.http_running += 1
+            elif line == b"-":
+                state.http_running = max(0, state.http_running - 1)
+                state.last = time.monotonic()
+            elif line.startswith(b"P"):
+                with contextlib.suppress(ValueError):
+                    state.pool = json.loads(line[1:])
 
-    return tracked
+    def finish(self, wait: float, log: Callable[[str], None]) -> None:
+        """Close the control pipe (the holder closes, the process exits) and wait for it."""
+        if self.control >= 0:
+            os.close(self.control)
+            self.control = -1
+        if self.pid <= 0:
+            return
+        deadline = time.monotonic() + wait
+        while time.monotonic() < deadline:
+            try:
+                if os.waitpid(self.pid, os.WNOHANG)[0]:
+                    self.pid = 0
+                    return
+            except ChildProcessError:
+                self.pid = 0
+                return
+            time.sleep(0.05)
+        log("memcli: warning: the HTTP process did not stop in time; killed")
+        with contextlib.suppress(ProcessLookupError, ChildProcessError):
+            os.kill(self.pid, signal.SIGKILL)
+            os.waitpid(self.pid, 0)
+        self.pid = 0
 
 
-def serve(settings: Any, ep: paths.Endpoint, *, idle_exit: float | None = None,
-          grace: float = 30.0, http: HttpOptions | None = None,
+def _fork_web(settings: Any, plan: HttpPlan | None, pool_size: int | None, cli: CliServer,
+              log: Callable[[str], None]) -> _WebProcess:
+    control_r, control_w = os.pipe()
+    reports_r, reports_w = os.pipe()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(OSError, ValueError):
+            stream.flush()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            cli.sock.close()
+            for fd in (*cli.parent_fds, control_w, reports_r, cli.life_w, cli.life_r):
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+        finally:
+            web.run(settings, plan, pool_size, control_r, reports_w, log)
+    os.close(control_r)
+    os.close(reports_w)
+    if plan is not None:
+        plan.close()  # the HTTP process serves them; the commands' processes must not hold them
+    os.set_blocking(reports_r, False)
+    return _WebProcess(pid, control_w, reports_r)
+
+
+def serve(settings: Any, ep: paths.Endpoint, runner: worker.Runner, warm: Callable[[], None],
+          *, idle_exit: float | None = None, grace: float = 30.0,
+          http: HttpOptions | None = None,
           log: Callable[[str], None] = lambda line: print(line, file=sys.stderr, flush=True),
-          pool_size: int | None = None) -> int:
-    """Run the daemon until a signal or the idle timeout; the exit code (0)."""
+          pool_size: int | None = None, auto_started: bool = False) -> int:
+    """Run the daemon until a signal or the idle timeout; the exit code (0). `runner` runs one
+    command line (the CLI's in-process path), `warm` imports what it needs."""
     lock_fd = take_lock(ep)
-    stop = threading.Event()
-    activity = Activity()
-    cli: CliServer | None = None
-    web: HttpServer | None = None
-    keeper: FileHolder | PoolHolder | None = None
-
-    def on_signal(signum: int, _frame: Any) -> None:
-        stop.set()
-        if web is not None:  # read when the signal comes: None until the server is built
-            web.stop()
-
     # Before anything listens: a SIGTERM during start-up is a clean stop, never the default
     # abrupt exit (a client may already be connected once the socket exists).
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, on_signal)
+    signals = _Signals()
+    cli: CliServer | None = None
+    plan: HttpPlan | None = None
+    web_proc: _WebProcess | None = None
+    state: State | None = None
     try:
-        runctx.install()
-        keeper = hold(settings, pool_size)
+        _check_database(settings)
+        plan = HttpPlan.prepare(settings, ep, http or HttpOptions(), grace, log)
+        global _STATE
+        state = _STATE = State(db=_shown_db(settings.db), ep=ep, settings=settings,
+                               http=(plan.tcp_address or "") if plan is not None else None,
+                               auto_started=auto_started, idle_exit=idle_exit or None)
 
         def on_request() -> None:
-            activity.touch()
-            keeper.ensure()
+            state.last = time.monotonic()
+            if web_proc is not None:
+                web_proc.order(b"e")
 
-        cli = CliServer(Path(ep.socket), on_request=on_request)
-        web = HttpServer.build(settings, ep, http or HttpOptions(), activity, grace, log)
-        if stop.is_set() and web is not None:
-            # A signal came while the server was being built (importing uvicorn takes
-            # seconds on a loaded machine, and clients may already see the CLI socket): the
-            # handler found no server to stop, so stop it now, or uvicorn would serve on.
-            web.stop()
-        global _STATE
-        _STATE = State(db=_shown_db(settings.db), ep=ep, cli=cli, activity=activity,
-                       http=(web.tcp_address or "") if web is not None else None, holder=keeper)
-        threading.Thread(target=warm_up, args=(settings, log, _STATE.models_ready),
-                         name="memcli-warm-up", daemon=True).start()
-        cli.start()
-        where = f"{ep.socket}" + (f" and {web.tcp_address}" if web and web.tcp_address else "")
+        cli = state.cli = CliServer(Path(ep.socket), runner, on_request=on_request)
+        cli.parent_fds = [lock_fd, signals.read_fd, signals.write_fd]
+        warm_up(settings, warm, log)
+        state.models_ready = True
+        state.indexer = indexer.start(settings, [*cli.parent_fds, cli.sock.fileno(), cli.life_w],
+                                      cli.life_r, log)
+        cli.parent_fds.append(state.indexer.reports)
+        web_proc = _fork_web(settings, plan, pool_size, cli, log)
+        cli.parent_fds += [web_proc.control, web_proc.reports]
+        where = f"{ep.socket}" + (f" and {state.http}" if state.http else "")
         log(f"memcli: serving {_shown_db(settings.db)} on {where} (pid {os.getpid()})")
-        idle = threading.Thread(target=_idle_watch, name="memcli-idle", daemon=True,
-                                args=(stop, web, cli, activity, idle_exit))
-        idle.start()
-        if web is not None:
-            web.run()
-            stop.set()
-        while not stop.wait(0.5):
-            pass
-        return _shutdown(cli, grace, log, keeper)
+        _loop(state, cli, web_proc, signals, idle_exit)
+        state.indexer.stop(grace, log)  # its connection closed before the WAL checkpoint
+        return _shutdown(cli, web_proc, grace, log)
     finally:
+        if state is not None and state.indexer is not None:
+            state.indexer.stop(grace, log)
         if cli is not None:
             cli.close()
-        if keeper is not None:
-            keeper.close()  # a second close is a no-op; here for a start that failed midway
+            cli.kill_all()
+        if web_proc is not None:
+            web_proc.finish(grace + 10, log)  # a start that failed midway
+        elif plan is not None:
+            plan.close()
         for path in (ep.socket, ep.http_socket, ep.pid):
             with contextlib.suppress(OSError):
                 os.unlink(path)
         os.close(lock_fd)
 
 
-def _idle_watch(stop: threading.Event, web: HttpServer | None, cli: CliServer,
-                activity: Activity, minutes: float | None) -> None:
-    if not minutes:
-        return
-    while not stop.wait(min(1.0, minutes * 60 / 4)):
-        if cli.active == 0 and activity.idle_for() >= minutes * 60:
-            stop.set()
-            if web is not None:
-                web.stop()
+def _loop(state: State, cli: CliServer, web_proc: _WebProcess, signals: _Signals,
+          idle_minutes: float | None) -> None:
+    """Accept commands, read the HTTP process's reports, reap; until a stop or the idle
+    timeout."""
+    index = state.indexer
+    while not signals.stop:
+        waiting = [cli, signals.read_fd] + ([web_proc.reports] if web_proc.reports >= 0 else [])
+        if index is not None and index.reports >= 0:
+            waiting.append(index.reports)
+        timeout = min(1.0, idle_minutes * 60 / 4) if idle_minutes else None
+        ready, _, _ = select.select(waiting, [], [], timeout)
+        if signals.read_fd in ready:
+            signals.drain()
+        if web_proc.reports in ready:
+            web_proc.read_reports(state)
+        if index is not None and index.reports in ready and not index.read_reports():
+            index.stop(0, lambda _line: None)  # it ended: later ingests write vectors inline
+            indexer.background.uninstall()
+        if cli.reap():
+            state.last = time.monotonic()
+            web_proc.order(b"e")
+        if cli in ready and not signals.stop:
+            cli.accept()
+        if idle_minutes and state.idle_for() >= idle_minutes * 60:
             return
+
+
+def _shutdown(cli: CliServer, web_proc: _WebProcess, grace: float,
+              log: Callable[[str], None]) -> int:
+    cli.close()
+    web_proc.order(b"s")  # stop serving HTTP; requests in flight there finish
+    if not cli.wait_idle(grace):
+        log(f"memcli: warning: {cli.active} request(s) still running after {grace:g} s; "
+            "exiting anyway (their transactions roll back)")
+    cli.kill_all()
+    web_proc.finish(grace + 10, log)  # then the holder closes: the WAL checkpoint
+    log("memcli: serve stopped")
+    return 0
 
 
 def _shown_db(location: str) -> str:
@@ -337,14 +442,3 @@ def _shown_db(location: str) -> str:
     from memcli.store.postgres.connection import masked
 
     return masked(location)
-
-
-def _shutdown(cli: CliServer, grace: float, log: Callable[[str], None],
-              keeper: FileHolder | PoolHolder) -> int:
-    cli.close()
-    if not cli.wait_idle(grace):
-        log(f"memcli: warning: {cli.active} request(s) still running after {grace:g} s; "
-            "exiting anyway (their transactions roll back)")
-    keeper.close()
-    log("memcli: serve stopped")
-    return 0

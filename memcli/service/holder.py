@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from memcli.store.location import is_postgres
+from memcli.core.locations import is_postgres
 
 CHECKPOINT_WAIT = 5.0  # seconds the exit's WAL checkpoint may wait for other connections
 

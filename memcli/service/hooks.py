@@ -19,7 +19,6 @@ only what the user and the assistant said.
 
 from __future__ import annotations
 
-import hashlib
 import json
 from pathlib import Path
 from typing import Any
@@ -51,7 +50,9 @@ def _text_of(content: Any) -> str:
 
 
 def _event_id(session: str, key: str) -> str:
-    return "hook-" + hashlib.sha256(f"{session}\0{key}".encode()).hexdigest()[:24]
+    from memcli.importers.turns import agent_event_id  # `import --from` names them alike
+
+    return agent_event_id(session, key)
 
 
 def transcript_turns(path: Path, session: str) -> list[dict[str, Any]]:

@@ -1,5 +1,7 @@
-"""The MCP tools' arguments: one function per tool whose signature is the schema the client sees
-and whose body turns the arguments into the api operation's request (memcli.service.api).
+"""The MCP tools' arguments: for each tool, the fields of its operation's request model that an
+agent may give, so the schema the client sees is generated from the same model as the CLI's
+options and the HTTP body (one declaration, one spelling, one rule per field). A tool's
+function turns its arguments into the api operation's request (memcli.service.api).
 
 Kept short on purpose (each listed tool costs context on every model call): only what an agent
 needs, the scope keys never (the server binds them). Deliberately without `from __future__
@@ -8,34 +10,109 @@ import annotations`: the SDK reads these signatures as real types.
 
 import inspect
 from collections.abc import Awaitable, Callable
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from memcli.ids import Id
+from pydantic import Field
+
+from memcli.operations.requests import model_named
 
 Role = Literal["user", "assistant", "system", "tool", "human", "agent"]
+
+REQUESTS = "memcli.operations.requests"
+LEDGER = "memcli.operations.ledger_ops"
+LIFE = "memcli.operations.lifecycle_requests"
+
+
+def _not_none(kind: Any) -> Any:
+    """`X | None` as `X` (an argument the tool requires)."""
+    import types
+    import typing
+
+    if typing.get_origin(kind) in (typing.Union, types.UnionType):
+        rest = [a for a in typing.get_args(kind) if a is not type(None)]
+        return rest[0] if len(rest) == 1 else kind
+    return kind
+
+
+def arguments(name: str, model: str, fields: tuple[str, ...], *,
+              names: dict[str, str] | None = None, defaults: dict[str, Any] | None = None,
+              required: tuple[str, ...] = ()) -> Callable[..., dict[str, Any]]:
+    """A tool's argument function: one parameter per field of `model` ("module:Name") listed
+    in `fields`, typed, bounded and described by the field (an argument is the field's name;
+    `names`: a tool's shorter name for one, which the model accepts too). It returns the
+    request: the arguments given, by field name. `defaults`: the tool's own default of a
+    field; `required`: a field the tool asks for though the model does not."""
+    found = model_named(model).model_fields
+    renamed = names or {}
+    params = []
+    for field in fields:
+        info = found[field]
+        kind = info.annotation
+        if field in required or info.is_required():
+            default = inspect.Parameter.empty
+            kind = _not_none(kind) if field in required else kind
+        elif field in (defaults or {}):
+            default = (defaults or {})[field]
+        elif info.default_factory is not None:  # a list or a dict: none given
+            default, kind = None, kind | None
+        else:
+            default = info.default
+            kind = kind | None if default is None else kind
+        described = Annotated[kind, *info.metadata, Field(description=info.description)]
+        params.append(inspect.Parameter(renamed.get(field, field),
+                                        inspect.Parameter.POSITIONAL_OR_KEYWORD,
+                                        default=default, annotation=described))
+    back = {renamed.get(f, f): f for f in fields}
+    signature = inspect.Signature(params)
+
+    def build(*args: Any, **kwargs: Any) -> dict[str, Any]:
+        given = signature.bind(*args, **kwargs).arguments
+        return {back[k]: v for k, v in given.items() if v is not None}
+
+    build.__signature__ = signature  # type: ignore[attr-defined]
+    build.__annotations__ = {p.name: p.annotation for p in params}
+    build.__name__ = name
+    return build
+
+
+query = arguments("query", f"{REQUESTS}:QueryRequest", (
+    "query", "top_k", "categories", "session_id", "return_format", "budget_tokens", "as_of"))
+# The acb request's `query_text` is `query` here (a short name the model accepts too):
+# what the evidence is retrieved for; `intent` only labels it.
+build_acb = arguments("build_acb", "memcli.acb.build:AcbRequest", (
+    "query_text", "intent", "max_tokens", "session_id", "categories", "include_checkpoint",
+    "as_of"), names={"query_text": "query"})
+get_artifact = arguments("get_artifact", f"{LEDGER}:ArtifactRequest", ("artifact_id",))
+query_decisions = arguments("query_decisions", f"{LEDGER}:DecisionsQuery",
+                            ("status", "limit"), defaults={"limit": 20})
+forget = arguments("forget", f"{LIFE}:MemoryRequest", ("memory_id",))
+record_decision = arguments("record_decision", f"{LEDGER}:DecisionRequest", (
+    "decision", "rationale", "constraints", "alternatives", "consequences", "refs",
+    "supersedes", "reason"), defaults={"reason": None})
+record_task = arguments("record_task", f"{LEDGER}:TaskRequest",
+                        ("title", "details", "status", "task_id", "refs"))
+memory_history = arguments("memory_history", f"{REQUESTS}:HistoryRequest",
+                           ("memory_id", "limit"), defaults={"limit": 20},
+                           required=("memory_id",))
+app_memories = arguments("app_memories", f"{LIFE}:AppMemoriesRequest", ("app_id", "limit"))
+delete_app_memories = arguments("delete_app_memories", f"{LIFE}:AppMemoriesRequest",
+                                ("app_id", "memory_id"))
+_remember = arguments("remember", f"{LIFE}:RememberRequest", (
+    "text", "category", "importance", "pinned", "title", "steps"), required=("text",))
+
+
+def remember(*args: Any, **kwargs: Any) -> dict[str, Any]:
+    """A procedure when steps are given (the request's `procedural`)."""
+    request = _remember(*args, **kwargs)
+    return request | ({"procedural": True} if request.get("steps") else {})
+
+
+remember.__signature__ = _remember.__signature__  # type: ignore[attr-defined]
+remember.__annotations__ = _remember.__annotations__
 
 
 def _given(**values: Any) -> dict[str, Any]:
     return {k: v for k, v in values.items() if v is not None}
-
-
-def query(query: str, top_k: int = 10, categories: list[str] | None = None,
-          session_id: str | None = None, return_format: Literal["full", "bullets"] = "full",
-          budget_tokens: int | None = None, as_of: str | None = None) -> dict[str, Any]:
-    filters = _given(session_id=session_id)
-    return _given(query=query, top_k=top_k, categories=categories, budget_tokens=budget_tokens,
-                  filters=filters or None, as_of=as_of) | {"return": return_format}
-
-
-def build_acb(query: str | None = None, intent: str | None = None,
-              max_tokens: int | None = None, session_id: str | None = None,
-              categories: list[str] | None = None,
-              include_checkpoint: bool = False, as_of: str | None = None) -> dict[str, Any]:
-    # seed 003: `query_text` is what the evidence is retrieved for; `intent` only labels it.
-    # `as_of` (an ISO date or time): the memory as it was then.
-    return _given(query_text=query, intent=intent, max_tokens=max_tokens,
-                  session_id=session_id, categories=categories,
-                  include_checkpoint=include_checkpoint or None, as_of=as_of)
 
 
 def record_events(text: str, role: Role = "user",
@@ -44,56 +121,10 @@ def record_events(text: str, role: Role = "user",
                   session_id: str | None = None, event_id: str | None = None,
                   tags: list[str] | None = None, category: str | None = None,
                   importance: float | None = None) -> dict[str, Any]:
+    # The record's shorthand (memcli.core.records.EventIn): `text` for content.text, `role` for
+    # actor.type, which an agent writes more easily than the nested form.
     return _given(text=text, role=role, kind=kind, session_id=session_id, event_id=event_id,
                   tags=tags, category=category, importance=importance)
-
-
-def get_artifact(artifact_id: str) -> dict[str, Any]:
-    return {"artifact_id": artifact_id}
-
-
-def query_decisions(status: Literal["active", "superseded", "all"] = "active",
-                    limit: int = 20) -> dict[str, Any]:
-    return {"status": status, "limit": limit}
-
-
-def remember(text: str, category: str | None = None, importance: float | None = None,
-             pinned: bool = False, title: str | None = None,
-             steps: list[str] | None = None) -> dict[str, Any]:
-    return _given(text=text, category=category, importance=importance, pinned=pinned or None,
-                  title=title, steps=steps, procedural=True if steps else None)
-
-
-def forget(memory_id: Id) -> dict[str, Any]:
-    return {"memory_id": memory_id}
-
-
-def record_decision(decision: str, rationale: list[str] | None = None,
-                    constraints: list[str] | None = None,
-                    alternatives: list[str] | None = None,
-                    consequences: list[str] | None = None, refs: list[str] | None = None,
-                    supersedes: Id | None = None, reason: str | None = None) -> dict[str, Any]:
-    return _given(decision=decision, rationale=rationale, constraints=constraints,
-                  alternatives=alternatives, consequences=consequences, refs=refs,
-                  supersedes=supersedes, reason=reason)
-
-
-def record_task(title: str | None = None, details: str | None = None,
-                status: Literal["open", "doing", "done"] | None = None,
-                task_id: Id | None = None, refs: list[str] | None = None) -> dict[str, Any]:
-    return _given(title=title, details=details, status=status, task_id=task_id, refs=refs)
-
-
-def memory_history(memory_id: Id, limit: int = 20) -> dict[str, Any]:
-    return {"memory_id": memory_id, "limit": limit}
-
-
-def app_memories(app_id: str, limit: int = 100) -> dict[str, Any]:
-    return {"app_id": app_id, "limit": limit}
-
-
-def delete_app_memories(app_id: str, memory_id: Id | None = None) -> dict[str, Any]:
-    return _given(app_id=app_id, memory_id=memory_id)
 
 
 def bind(arguments: Callable[..., dict[str, Any]],

@@ -9,11 +9,13 @@ real path, so every client that targets the same file finds the same socket:
     <key>.http.sock  the HTTP API (and MCP) on a unix socket
     <key>.lock       held (flock) by the running daemon: a second `serve` refuses
     <key>.pid        the running daemon's pid, for the messages and `kill`
+    <key>.log        the output of a daemon the CLI started itself (memcli/service/autostart.py)
 
 `--socket PATH` (and `MEMCLI_SOCKET` for the client) names the CLI socket instead; the other
-three files then sit beside it, named after it. The client runs before `memcli.config` may be
+files then sit beside it, named after it. The client runs before `memcli.config` may be
 imported (pydantic), so this module reads the few environment variables it needs itself, with
-the same default database rule as `config.default_db_path`.
+the same default database rule as `config.default_db_path`: from the mapping it is given, else
+`os.environ` as it is at the call (never a default bound at import).
 
 Every connection to a daemon (the CLI client, `memcli mcp`'s bridge, and through the client the
 agent hooks) goes through `connect`, which sends nothing to a socket another user could have
@@ -59,19 +61,20 @@ class UntrustedSocket(OSError):
 
 
 class Endpoint:
-    """The four files of one daemon (paths as strings: no pathlib on the client's route)."""
+    """The files of one daemon (paths as strings: no pathlib on the client's route)."""
 
-    __slots__ = ("socket", "http_socket", "lock", "pid")
+    __slots__ = ("socket", "http_socket", "lock", "pid", "log")
 
-    def __init__(self, socket: str, http_socket: str, lock: str, pid: str) -> None:
+    def __init__(self, socket: str, http_socket: str, lock: str, pid: str, log: str = "") -> None:
         self.socket = socket
         self.http_socket = http_socket
         self.lock = lock
         self.pid = pid
+        self.log = log or pid[: -len(".pid")] + ".log"
 
 
-def runtime_dir(env: Mapping[str, str] = os.environ) -> str:
-    base = env.get("XDG_RUNTIME_DIR")
+def runtime_dir(env: Mapping[str, str] | None = None) -> str:
+    base = (os.environ if env is None else env).get("XDG_RUNTIME_DIR")
     if base:
         return os.path.join(base, APP)
     return os.path.join("/tmp", f"{APP}-{os.getuid()}")
@@ -183,26 +186,43 @@ def db_key(db: str | os.PathLike[str], cwd: str | None = None) -> str:
 def endpoint_for_socket(socket_path: str | os.PathLike[str]) -> Endpoint:
     sock = os.fspath(socket_path)
     base = sock[: -len(".sock")] if sock.endswith(".sock") else sock
-    return Endpoint(sock, base + ".http.sock", base + ".lock", base + ".pid")
+    return Endpoint(sock, base + ".http.sock", base + ".lock", base + ".pid", base + ".log")
 
 
-def endpoint(db: str | os.PathLike[str], env: Mapping[str, str] = os.environ,
+def endpoint(db: str | os.PathLike[str], env: Mapping[str, str] | None = None,
              cwd: str | None = None) -> Endpoint:
     """The daemon files of database `db` in the runtime folder."""
     return endpoint_for_socket(os.path.join(runtime_dir(env), f"{db_key(db, cwd)}.sock"))
 
 
-def default_db(env: Mapping[str, str] = os.environ) -> str:
+def default_db(env: Mapping[str, str] | None = None) -> str:
     """`config.default_db_path()`, without importing config (pydantic)."""
+    env = os.environ if env is None else env
     data = env.get("XDG_DATA_HOME") or os.path.join(
         env.get("HOME") or os.path.expanduser("~"), ".local", "share")
     return os.path.join(data, APP, "memory.db")
 
 
-def guess_db(argv: Sequence[str], env: Mapping[str, str] = os.environ) -> str:
+def root_db(argv: Sequence[str]) -> tuple[str | None, list[str]]:
+    """The `--db X` / `--db=X` given before the command name (`memcli --db x doctor`), and the
+    command line after it."""
+    rest, db = list(argv), None
+    while rest:
+        if rest[0] == "--db" and len(rest) > 1:
+            db, rest = rest[1], rest[2:]
+        elif rest[0].startswith("--db="):
+            db, rest = rest[0][len("--db="):], rest[1:]
+        else:
+            break
+    return db, rest
+
+
+def guess_db(argv: Sequence[str], env: Mapping[str, str] | None = None) -> str:
     """The database a command line targets, cheaply: `--db X` / `--db=X`, else `MEMCLI_DB`,
     else the default path. A config file's `db:` is not read (that needs yaml): such a command
-    misses the daemon and runs in-process, which is correct, only slower."""
+    misses the daemon and runs in-process, which is correct, only slower. The command's own
+    `--db` wins over one given before the command name, as the app's options do."""
+    before, argv = root_db(argv)
     for i, arg in enumerate(argv):
         if arg == "--":
             break
@@ -210,4 +230,5 @@ def guess_db(argv: Sequence[str], env: Mapping[str, str] = os.environ) -> str:
             return argv[i + 1]
         if arg.startswith("--db="):
             return arg[len("--db="):]
-    return env.get("MEMCLI_DB") or default_db(env)
+    env = os.environ if env is None else env
+    return before or env.get("MEMCLI_DB") or default_db(env)

@@ -1,4 +1,4 @@
-"""SQL for seed 001's app admin routes: the memories one app holds."""
+"""SQL for the app-memory design's app admin routes: the memories one app holds."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from memcli.store.connection import Database
 
-# What the admin listing shows of a memory (seed 001: id, content, created and updated times),
-# plus the scope keys that say whose it is.
+# What the admin listing shows of a memory (the app-memory design: id, content, created and
+# updated times), plus the scope keys that say whose it is.
 APP_MEMORY_COLUMNS = ("id", "kind", "category", "content", "user_id", "agent_id", "session_id",
                       "sensitivity", "importance", "pinned", "created_at", "updated_at")
 

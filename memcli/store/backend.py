@@ -1,4 +1,4 @@
-"""The store seam (issue #16): what store code needs that differs between engines.
+"""The store seam: what store code needs that differs between engines.
 
 Every `Database` carries `db.backend` (its engine's `Backend`) and `db.dialect` (its SQL
 fragments, memcli.store.dialect). Portable SQL (most of memcli.store) runs on any engine
@@ -46,7 +46,8 @@ class LexicalQuery:
 
 @dataclass(frozen=True)
 class LogHealth:
-    """What doctor reads about the engine's log and long transactions (memcli.doctor words it).
+    """What doctor reads about the engine's log and long transactions (memcli.health.checks words
+    it).
 
     `wal_bytes`: the size of memcli's own write-ahead log (SQLite's `-wal` file, which a
     long-lived reader keeps from being reset); None when there is none of memcli's to judge,
@@ -63,7 +64,7 @@ class LogHealth:
 
 class Backend(Protocol[DB]):
     """One storage engine. Implementations: memcli.store.sqlite.backend.SqliteBackend and
-    (issue #16, step 4) the PostgreSQL one."""
+    memcli.store.postgres.backend.PgBackend."""
 
     name: str  # "sqlite" | "postgresql"
     schema_latest: int  # the schema version this code writes
@@ -79,7 +80,7 @@ class Backend(Protocol[DB]):
     # the lexical index keeps it (SQLite's FTS5 context column, written by index_new_memories).
     context_in_row: bool
 
-    # -- retrieval legs (the entity and sparse legs are portable SQL: memcli.store.search)
+    # -- retrieval legs (the entity and sparse legs are portable SQL: memcli.store.search_sql)
     def lexical(self, db: DB, query: LexicalQuery, filters: Filters, limit: int,
                 context_weight: float) -> Hits:
         """Memories matching any of `query.terms` in their text or (weighted) context."""
@@ -95,7 +96,7 @@ class Backend(Protocol[DB]):
     def best_in_scope(self, db: DB, ctes: str, scored: str, params: list,
                       filters: Filters, limit: int, small_scope: bool, ties: str) -> Hits:
         """The `limit` best rows of an aggregate (the entity and sparse legs' scores) passing
-        the filters: memcli.store.search.best_in_scope says what the arguments are. Its
+        the filters: memcli.store.search_sql.best_in_scope says what the arguments are. Its
         large-scope plan needs rows in score order out of a join, which each engine gets its
         own way."""
 
@@ -150,9 +151,6 @@ class Backend(Protocol[DB]):
 
     def rebuild_vectors(self, db: DB, dimension: int) -> None:
         """Make the vector index again from the stored vectors in one go (rebuild)."""
-
-    def sync_vectors(self, db: DB) -> None:
-        """Make the vector index hold exactly the stored vectors (after writes it missed)."""
 
     def vector_orphans(self, db: DB) -> dict[str, list[int]]:
         """Per vector index table it can read: ids whose stored vector is gone (doctor)."""

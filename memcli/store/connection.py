@@ -18,14 +18,20 @@ import contextlib
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
-from memcli.store.location import BUSY_TIMEOUT, HINT_WAIT
-
 if TYPE_CHECKING:
     from memcli.store.backend import Backend
-    from memcli.store.crypto import Sealer
     from memcli.store.dialect import Dialect
+    from memcli.store.sealing import Sealer
 
 __all__ = ["BUSY_TIMEOUT", "HINT_WAIT", "Database", "Rows"]
+
+# How long a writer waits for the write lock before the command gives up with exit 75
+# (`MEMCLI_BUSY_TIMEOUT`, seconds). Write transactions are short (models and embeddings run
+# before the lock is taken), so a wait this long means something holds the lock abnormally.
+BUSY_TIMEOUT = 30.0
+# Read commands record access counts and metrics in passing: hints, dropped after this wait
+# rather than holding up the answer behind a long write.
+HINT_WAIT = 1.0
 
 # A statement's parameters: positional (`?`) or named (`:name`).
 Params = Sequence[Any] | Mapping[str, Any] | None

@@ -1,5 +1,5 @@
 """The SQL fragments whose spelling differs between engines: what each backend's dialect
-object (`db.dialect`) provides (issue #16, the store seam).
+object (`db.dialect`) provides (part of the store seam).
 
 Ordinary store queries are written in SQL both SQLite and PostgreSQL accept (RETURNING,
 ON CONFLICT, IS NOT DISTINCT FROM ...). The few functions that have no common spelling come
@@ -34,7 +34,7 @@ from typing import Protocol
 
 class Dialect(Protocol):
     """SQL fragments of one engine. A dialect object is hashable (statements built from it
-    are cached per dialect, e.g. memcli.store.llm_usage)."""
+    are cached per dialect, e.g. memcli.store.llm_usage_sql)."""
 
     name: str
     # A join the planner must not reorder (the left side drives the loop).

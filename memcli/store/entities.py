@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from memcli.store.batching import marks
+
 if TYPE_CHECKING:
     from memcli.store.connection import Database
 
@@ -23,8 +25,7 @@ def entities_named(db: Database, norm: str, alias: str, tenant_id: str) -> list[
 
 
 def _scope(entity_ids: list[int], tenant_id: str, user_id: str | None) -> tuple[str, list[Any]]:
-    marks = ",".join("?" * len(entity_ids))
-    where = (f"me.entity_id IN ({marks}) AND m.tenant_id = ? AND m.state = 'active'")
+    where = (f"me.entity_id IN ({marks(entity_ids)}) AND m.tenant_id = ? AND m.state = 'active'")
     params: list[Any] = [*entity_ids, tenant_id]
     if user_id is not None:
         where += " AND m.user_id = ?"

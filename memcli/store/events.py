@@ -5,7 +5,8 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
-from memcli.store.crypto import seal_if, seal_json_if
+from memcli.store.batching import chunks, marks
+from memcli.store.sealing import seal_if, seal_json_if
 
 if TYPE_CHECKING:
     from memcli.store.connection import Database
@@ -31,12 +32,11 @@ def existing_events(db: Database, keys: list[tuple[str, str]]) -> list[str | Non
     lock). Both columns are unique, so a key matches at most one event by each."""
     by_id: dict[str, str] = {}
     by_hash: dict[str, str] = {}
-    for start in range(0, len(keys), _KEYS_PER_LOOKUP):
-        part = keys[start:start + _KEYS_PER_LOOKUP]
-        marks = ",".join("?" * len(part))
+    for part in chunks(keys, _KEYS_PER_LOOKUP):
+        in_list = marks(part)
         for event_id, content_hash in db.execute(
-                f"SELECT event_id, content_hash FROM events WHERE event_id IN ({marks})"
-                f" OR content_hash IN ({marks})",
+                f"SELECT event_id, content_hash FROM events WHERE event_id IN ({in_list})"
+                f" OR content_hash IN ({in_list})",
                 [k[0] for k in part] + [k[1] for k in part]):
             by_id[event_id] = event_id
             by_hash[content_hash] = event_id
@@ -49,19 +49,13 @@ EVENT_COLUMNS = ("event_id", "ts", "recorded_at", "tenant_id", "user_id", "agent
 _EVENT_ROWS = 100  # events per INSERT (19 parameters each)
 
 
-def insert_event(db: Database, row: dict[str, Any]) -> int:
-    """Append one event; returns its sequence number (`insert_events`)."""
-    return insert_events(db, [row])[0]
-
-
 def insert_events(db: Database, rows: list[dict[str, Any]]) -> list[int]:
     """Append events, one multi-row INSERT per 100; returns their sequence numbers in the
     rows' order (those one INSERT each would give). A `high` event's content, tags and refs
     are stored encrypted (they can all carry what was said)."""
-    marks = "(" + ", ".join("?" * len(EVENT_COLUMNS)) + ")"
+    row_marks = "(" + ", ".join("?" * len(EVENT_COLUMNS)) + ")"
     seqs: list[int] = []
-    for start in range(0, len(rows), _EVENT_ROWS):
-        part = rows[start:start + _EVENT_ROWS]
+    for part in chunks(rows, _EVENT_ROWS):
         values: list[Any] = []
         for row in part:
             high = row.get("sensitivity") == "high"
@@ -77,7 +71,7 @@ def insert_events(db: Database, rows: list[dict[str, Any]]) -> list[int]:
         # (as memories' ids do: memcli.store.memories.insert_memories).
         seqs.extend(sorted(int(r[0]) for r in db.execute(
             f"INSERT INTO events ({', '.join(EVENT_COLUMNS)}) VALUES"
-            f" {', '.join([marks] * len(part))} RETURNING seq", values)))
+            f" {', '.join([row_marks] * len(part))} RETURNING seq", values)))
     return seqs
 
 
@@ -114,8 +108,7 @@ def touch_sessions(db: Database, rows: list[tuple]) -> None:
     created, or its span widened and its count raised (ingest: one statement per batch)."""
     last = db.dialect.greatest("sessions.last_event_at", "excluded.last_event_at")
     first = db.dialect.least("sessions.started_at", "excluded.started_at")
-    for start in range(0, len(rows), 100):
-        part = rows[start:start + 100]
+    for part in chunks(rows, 100):
         values = ", ".join(["(?, ?, ?, ?, ?, ?)"] * len(part))
         db.execute(
             f"""INSERT INTO sessions (tenant_id, session_id, user_id, started_at,
@@ -131,8 +124,8 @@ def touch_sessions(db: Database, rows: list[tuple]) -> None:
 def get_events(db: Database, event_ids: list[str]) -> list[dict[str, Any]]:
     if not event_ids:
         return []
-    marks = ",".join("?" * len(event_ids))
-    rows = db.query(f"SELECT * FROM events WHERE event_id IN ({marks}) ORDER BY seq", event_ids)
+    in_list = marks(event_ids)
+    rows = db.query(f"SELECT * FROM events WHERE event_id IN ({in_list}) ORDER BY seq", event_ids)
     for row in rows:
         for key in ("tags", "content", "refs", "redactions"):
             row[key] = json.loads(row[key])
@@ -146,17 +139,16 @@ def event_receipts(db: Database, event_ids: list[str], tenant_id: str | None = N
     receipt `POST /api/v1/events` answers with."""
     out: dict[str, dict[str, Any]] = {}
     wanted = list(dict.fromkeys(event_ids))
-    for start in range(0, len(wanted), _KEYS_PER_LOOKUP):
-        part = wanted[start:start + _KEYS_PER_LOOKUP]
-        marks = ",".join("?" * len(part))
+    for part in chunks(wanted, _KEYS_PER_LOOKUP):
+        in_list = marks(part)
         for event_id, recorded_at, tenant in db.execute(
-                f"SELECT event_id, recorded_at, tenant_id FROM events WHERE event_id IN ({marks})",
-                part):
+                f"SELECT event_id, recorded_at, tenant_id FROM events"
+                f" WHERE event_id IN ({in_list})", part):
             if tenant_id is None or tenant == tenant_id:
                 out[event_id] = {"created_at": recorded_at, "chunk_ids": []}
         for memory_id, event_id in db.execute(
                 f"SELECT id, event_id FROM memories WHERE kind = 'episode' AND event_id IN"
-                f" ({marks}) ORDER BY event_id, chunk_index, id", part):
+                f" ({in_list}) ORDER BY event_id, chunk_index, id", part):
             if event_id in out:
                 out[event_id]["chunk_ids"].append(memory_id)
     return out

@@ -4,9 +4,21 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-# The tenant of a record or a read that names none (seed 003 9.3: every query filters by tenant).
+from memcli.store.batching import marks
+
+# The tenant of a record or a read that names none (section 9.3 of the Agent Memory System PRD:
+# every query filters by tenant).
 DEFAULT_TENANT = "default"
 
+
+
+def one_tenant_or_all(tenant_id: str | None, all_tenants: bool) -> None:
+    """A caller names one tenant or reads all of them, never both (a usage error, exit 2)."""
+    if all_tenants and tenant_id is not None:
+        from memcli.errors import UsageError
+
+        raise UsageError("a tenant and all tenants exclude each other",
+                         "give --tenant-id or --all-tenants, not both")
 
 @dataclass(frozen=True)
 class Filters:
@@ -73,18 +85,18 @@ class Filters:
             ("state", self.states),
         ):
             if values:
-                clauses.append(f"{alias}.{column} IN ({','.join('?' * len(values))})")
+                clauses.append(f"{alias}.{column} IN ({marks(values)})")
                 params.extend(values)
         if self.allowed_categories is not None:
             allowed = self.allowed_categories
             if allowed:
-                clauses.append(f"{alias}.category IN ({','.join('?' * len(allowed))})")
+                clauses.append(f"{alias}.category IN ({marks(allowed)})")
                 params.extend(allowed)
             else:
                 clauses.append("1 = 0")  # a boolean on every engine (PostgreSQL: not "0")
         if self.excluded_categories:
-            marks = ",".join("?" * len(self.excluded_categories))
-            clauses.append(f"coalesce({alias}.category, '') NOT IN ({marks})")
+            in_list = marks(self.excluded_categories)
+            clauses.append(f"coalesce({alias}.category, '') NOT IN ({in_list})")
             params.extend(self.excluded_categories)
         if self.hide_private_decisions:
             clauses.append(
@@ -104,7 +116,7 @@ class Filters:
                 clauses.append(f"{alias}.{column} {op} ?")
                 params.append(value)
         if self.as_of is not None:
-            # Timestamps are one ISO format on both engines (memcli.models.format_ts), so they
+            # Timestamps are one ISO format on both engines (memcli.core.records.format_ts), so they
             # compare as text. A memory without valid_from was valid from its event.
             clauses.append(f"{alias}.event_time <= ? AND coalesce({alias}.valid_from, "
                            f"{alias}.event_time) <= ? AND ({alias}.valid_to IS NULL "

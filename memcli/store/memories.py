@@ -5,8 +5,9 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
-from memcli.models import utcnow
-from memcli.store.crypto import high_memory_ids, seal_if
+from memcli.core.records import utcnow
+from memcli.store.batching import chunks, marks
+from memcli.store.sealing import high_memory_ids, seal_if
 
 if TYPE_CHECKING:
     from memcli.store.connection import Database
@@ -20,9 +21,9 @@ MEMORY_COLUMNS = (
 
 
 def _insert_sql(columns: tuple[str, ...], rows: int) -> str:
-    marks = "(" + ", ".join("?" * len(columns)) + ")"
+    row_marks = "(" + ", ".join("?" * len(columns)) + ")"
     return (f"INSERT INTO memories ({', '.join(columns)}) VALUES "
-            f"{', '.join([marks] * rows)} RETURNING id")
+            f"{', '.join([row_marks] * rows)} RETURNING id")
 
 
 # Memories per INSERT (28 parameters each: ~2,800, far below either engine's limit). One
@@ -70,8 +71,7 @@ def insert_memories(db: Database, items: list[tuple[dict[str, Any], str]]) -> li
     columns = _CONTEXT_COLUMNS if in_row else MEMORY_COLUMNS
     ids: list[int] = []
     entries: list[tuple[int, str, str, tuple[str | None, str | None, str | None]]] = []
-    for start in range(0, len(items), INSERT_ROWS):
-        part = items[start:start + INSERT_ROWS]
+    for part in chunks(items, INSERT_ROWS):
         values = [_row_values(db, row, context, in_row) for row, context in part]
         # Neither engine promises RETURNING's order for a multi-row INSERT; both give the
         # rows of one VALUES list ascending ids in list order (SQLite's rowid is max + 1,
@@ -91,15 +91,6 @@ def insert_memory(db: Database, row: dict[str, Any], context: str = "") -> int:
     return insert_memories(db, [(row, context)])[0]
 
 
-def previous_turn(db: Database, tenant_id: str, session_id: str | None,
-                  user_id: str | None = None) -> str:
-    """The latest memory text of the user's session: the context key of the next turn (never
-    another user's turn, even in a file written before sessions were kept to one user)."""
-    if session_id is None:
-        return ""
-    return previous_turns(db, [(tenant_id, session_id, user_id)])[(tenant_id, session_id)]
-
-
 _LATEST_TURN = (
     "(SELECT CASE WHEN sensitivity = 'high' THEN '' ELSE content END FROM memories"
     " WHERE tenant_id = ? AND session_id = ? AND kind = 'episode'"
@@ -108,12 +99,13 @@ _LATEST_TURN = (
 
 def previous_turns(db: Database, keys: list[tuple[str, str, str | None]]
                    ) -> dict[tuple[str, str], str]:
-    """`previous_turn` of each (tenant, session, user), keyed by (tenant, session): one
-    statement per 50 sessions, each session's own indexed LIMIT 1 as one column of its row."""
+    """The latest memory text of each user's session, keyed by (tenant, session): the context
+    key of the session's next turn (never another user's turn, even in a file written before
+    sessions were kept to one user). One statement per 50 sessions, each session's own indexed
+    LIMIT 1 as one column of its row."""
     found: dict[tuple[str, str], str] = {}
     unique = list(dict.fromkeys(keys))
-    for start in range(0, len(unique), 50):
-        part = unique[start:start + 50]
+    for part in chunks(unique, 50):
         row = db.execute("SELECT " + ", ".join([_LATEST_TURN] * len(part)),
                          [v for key in part for v in key]).fetchone()
         # A `high` turn is never the (plain-text, indexed) context of the next one.
@@ -131,8 +123,7 @@ def lookup_entities(db: Database, keys: list[tuple[str, str, str]]
     for tenant_id, kind, norm in dict.fromkeys(keys):
         by_tenant.setdefault(tenant_id, []).append((kind, norm))
     for tenant_id, pairs in by_tenant.items():
-        for start in range(0, len(pairs), 200):
-            part = pairs[start:start + 200]
+        for part in chunks(pairs, 200):
             where = " OR ".join(["(kind = ? AND norm = ?)"] * len(part))
             for entity_id, kind, norm in db.execute(
                     f"SELECT id, kind, norm FROM entities WHERE tenant_id = ? AND ({where})",
@@ -184,8 +175,7 @@ def link_entities_many(db: Database, links: list[tuple[int, str, list]], now: st
             if key not in ids and key not in new:
                 new[key] = ent.value
     keys = list(new)
-    for start in range(0, len(keys), _LINK_ROWS):
-        part = keys[start:start + _LINK_ROWS]
+    for part in chunks(keys, _LINK_ROWS):
         # Mapped back by key (unique per tenant): RETURNING's order is not promised.
         for entity_id, tenant_id, kind, norm in db.execute(
                 "INSERT INTO entities (tenant_id, kind, norm, display, created_at) VALUES "
@@ -206,13 +196,11 @@ def link_entities_many(db: Database, links: list[tuple[int, str, list]], now: st
             if entity_id not in linked:
                 linked.add(entity_id)
                 pairs.append((memory_id, entity_id))
-    for start in range(0, len(new_aliases), _LINK_ROWS):
-        named = new_aliases[start:start + _LINK_ROWS]
+    for named in chunks(new_aliases, _LINK_ROWS):
         db.execute("INSERT INTO entity_aliases (alias, entity_id) VALUES "
                    + ", ".join(["(?, ?)"] * len(named)) + " ON CONFLICT DO NOTHING",
                    [v for alias in named for v in alias])
-    for start in range(0, len(pairs), _LINK_ROWS):
-        linked_part = pairs[start:start + _LINK_ROWS]
+    for linked_part in chunks(pairs, _LINK_ROWS):
         db.execute("INSERT INTO memory_entities (memory_id, entity_id) VALUES "
                    + ", ".join(["(?, ?)"] * len(linked_part)) + " ON CONFLICT DO NOTHING",
                    [v for pair in linked_part for v in pair])
@@ -245,8 +233,7 @@ def history_row(memory_id: int, op: str, *, event_id: str | None, new_ref: str |
 def add_history_rows(db: Database, rows: list[tuple]) -> None:
     """`history_row`s in one multi-row INSERT per 100 (ingest's ADD rows: one statement per
     batch, not per memory; the ids follow the rows' order, as one INSERT each would)."""
-    for start in range(0, len(rows), 100):
-        part = rows[start:start + 100]
+    for part in chunks(rows, 100):
         db.execute("INSERT INTO history (memory_id, event_id, op, old_ref, new_ref, actor,"
                    " tenant_id, user_id, session_id, meta, ts) VALUES "
                    + ", ".join(["(?,?,?,?,?,?,?,?,?,?,?)"] * len(part)),
@@ -271,8 +258,7 @@ def bump_revisions(db: Database, threads: dict[str, list[tuple[str, int | None, 
     now = utcnow()
     keys = list(threads)
     revisions: dict[str, int] = {}
-    for start in range(0, len(keys), 100):
-        part = keys[start:start + 100]
+    for part in chunks(keys, 100):
         for thread, revision in db.execute(
                 "INSERT INTO threads (thread_key, revision, updated_at) VALUES "
                 + ", ".join(["(?, 1, ?)"] * len(part))
@@ -285,8 +271,7 @@ def bump_revisions(db: Database, threads: dict[str, list[tuple[str, int | None, 
                                     for _, mid, _ in changes])
     rows = [(key, revisions[key], op, mid, seal_if(db, mid in high, summary[:200]), now)
             for key, changes in threads.items() for op, mid, summary in changes]
-    for start in range(0, len(rows), 200):
-        logged = rows[start:start + 200]
+    for logged in chunks(rows, 200):
         db.execute("INSERT INTO change_log (thread_key, revision, op, memory_id, summary, ts)"
                    " VALUES " + ", ".join(["(?, ?, ?, ?, ?, ?)"] * len(logged)),
                    [v for row in logged for v in row])
@@ -298,18 +283,16 @@ def get_memories(db: Database, ids: list[int], columns: tuple[str, ...] | None =
     """Rows by id: every column, or only `columns` (which must include "id")."""
     if not ids:
         return {}
-    marks = ",".join("?" * len(ids))
     wanted = ", ".join(columns) if columns else "*"
-    rows = db.query(f"SELECT {wanted} FROM memories WHERE id IN ({marks})", ids)
+    rows = db.query(f"SELECT {wanted} FROM memories WHERE id IN ({marks(ids)})", ids)
     return {row["id"]: row for row in rows}
 
 
 def record_access(db: Database, ids: list[int]) -> None:
     if ids:
-        marks = ",".join("?" * len(ids))
         db.execute(
             f"UPDATE memories SET access_count = access_count + 1, last_accessed = ?"
-            f" WHERE id IN ({marks})",
+            f" WHERE id IN ({marks(ids)})",
             [utcnow(), *ids],
         )
 
@@ -354,7 +337,8 @@ def stats(db: Database) -> dict[str, Any]:
         "sessions": int(db.scalar("SELECT count(*) FROM sessions")),
         "artifacts": int(db.scalar("SELECT count(*) FROM artifacts")),
         "vectors": int(db.scalar("SELECT count(*) FROM memory_vectors")),
-        # Seed 004's memory_stats: when the newest record was written, overall and per kind.
+        # The SQLite memory extension design's memory_stats: when the newest record was written,
+        # overall and per kind.
         "latest_record_at": db.scalar("SELECT max(created_at) FROM memories"),
         "latest_by_kind": dict(db.execute(
             f"SELECT kind, max(created_at) FROM memories GROUP BY kind ORDER BY {b('kind')}")),

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from memcli.models import utcnow
+from memcli.core.records import utcnow
 
 if TYPE_CHECKING:
     from memcli.store.connection import Database

@@ -16,9 +16,10 @@ from typing import TYPE_CHECKING, Any
 
 from memcli.errors import NotFoundError
 from memcli.store import events as ev
-from memcli.store import ledger as lsql
+from memcli.store import ledger_sql as lsql
 from memcli.store import memories as mem
-from memcli.store import proposals as psql
+from memcli.store import proposals_sql as psql
+from memcli.store.history import list_history
 
 if TYPE_CHECKING:
     from memcli.store.connection import Database
@@ -69,8 +70,6 @@ def check_trail(db: Database, memory_id: int, owner: Owner) -> None:
     """NotFoundError unless memory `memory_id` is the owner's, or (a memory purged since) has
     history rows in the owner's tenant and user: its audit trail is the owner's to read. An
     owner bound to an app or categories sees only trails of memories it can still see."""
-    from memcli.store.history import list_history
-
     row = mem.get_memories(db, [memory_id]).get(memory_id)
     if row is not None and owner.holds(row, (row["category"],)):
         return
@@ -82,23 +81,25 @@ def check_trail(db: Database, memory_id: int, owner: Owner) -> None:
 
 
 def decision(db: Database, decision_id: int, owner: Owner) -> dict[str, Any]:
-    row = lsql.get_decision(db, decision_id)
-    if row is None or not owner.holds(row, (DECISION_CATEGORY,)):
-        raise NotFoundError(f"no decision with id {decision_id}")
-    return row
+    return _held(lsql.get_decision(db, decision_id), owner, DECISION_CATEGORY,
+                 f"no decision with id {decision_id}")
 
 
 def task(db: Database, task_id: int, owner: Owner) -> dict[str, Any]:
-    row = lsql.get_task(db, task_id)
-    if row is None or not owner.holds(row, (TASK_CATEGORY,)):
-        raise NotFoundError(f"no task with id {task_id}")
-    return row
+    return _held(lsql.get_task(db, task_id), owner, TASK_CATEGORY, f"no task with id {task_id}")
 
 
 def proposal(db: Database, proposal_id: int, owner: Owner) -> dict[str, Any]:
-    row = psql.get_proposal(db, proposal_id)
-    if row is None or not owner.holds(row, (PROPOSAL_CATEGORY,)):
-        raise NotFoundError(f"no proposal with id {proposal_id}")
+    return _held(psql.get_proposal(db, proposal_id), owner, PROPOSAL_CATEGORY,
+                 f"no proposal with id {proposal_id}")
+
+
+def _held(row: dict[str, Any] | None, owner: Owner, category: str,
+          missing: str) -> dict[str, Any]:
+    """The ledger row when the owner may see its category; else NotFoundError(`missing`),
+    the same answer as for an id that does not exist."""
+    if row is None or not owner.holds(row, (category,)):
+        raise NotFoundError(missing)
     return row
 
 

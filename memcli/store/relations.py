@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from memcli.models import utcnow
+from memcli.core.records import utcnow
 
 if TYPE_CHECKING:
     from memcli.store.connection import Database
@@ -19,14 +19,6 @@ def add_edge(db: Database, src: int, dst: int, kind: str, strength: float) -> No
         " ON CONFLICT (src_id, dst_id, kind) DO UPDATE SET"
         f" strength = {db.dialect.greatest('relations.strength', 'excluded.strength')}",
         (src, dst, kind, float(strength), utcnow()),
-    )
-
-
-def edges_of(db: Database, memory_id: int) -> list[dict[str, Any]]:
-    return db.query(
-        "SELECT src_id, dst_id, kind, strength, created_at FROM relations"
-        " WHERE src_id = ? OR dst_id = ? ORDER BY strength DESC, src_id, dst_id",
-        (memory_id, memory_id),
     )
 
 

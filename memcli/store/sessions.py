@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from memcli.errors import ValidationError
+from memcli.store.batching import chunks
 
 if TYPE_CHECKING:
     from memcli.store.connection import Database
@@ -60,8 +61,7 @@ def load_owners(db: Database, keys: list[tuple[str, str]],
     one statement per 200 (ingest looks up a whole batch's sessions at once); a session with
     no row yet is cached as unclaimed. Keys already cached are left alone."""
     todo = [k for k in dict.fromkeys(keys) if k not in owners]
-    for start in range(0, len(todo), 200):
-        part = todo[start:start + 200]
+    for part in chunks(todo, 200):
         where = " OR ".join(["(tenant_id = ? AND session_id = ?)"] * len(part))
         found = {(t, s): u for t, s, u in db.execute(
             f"SELECT tenant_id, session_id, user_id FROM sessions WHERE {where}",
@@ -81,3 +81,11 @@ def session_owner(db: Database, session_id: str, tenant_id: str | None) -> str |
     users = {r[0] for r in db.execute(
         "SELECT user_id FROM sessions WHERE session_id = ?", (session_id,))}
     return users.pop() if len(users) == 1 else None
+
+
+def unseen_sessions(db: Database, keys: list[tuple[str, str]]) -> set[tuple[str, str]]:
+    """Of these (tenant, session) keys, those with no row in `sessions` yet: sessions the next
+    write starts."""
+    owners: dict[tuple[str, str], object] = {}
+    load_owners(db, keys, owners)
+    return {key for key, owner in owners.items() if owner is _NOBODY}

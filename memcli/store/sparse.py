@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from memcli.errors import EmbedderMismatchError
+from memcli.store.batching import marks
 
 if TYPE_CHECKING:
     from memcli.store.connection import Database
@@ -93,13 +94,13 @@ def search(db: Database, query: dict[int, float], filters: Filters, limit: int,
            max_df: int, small_scope: bool = True) -> list[tuple[int, float]]:
     """Dot product of the query with each memory's stored weights (/ SCALE), frequent terms
     (df above `max_df`) pruned from the query; best first, ties by id. `small_scope` picks
-    the plan where the engine has two (see memcli.store.search.best_in_scope)."""
+    the plan where the engine has two (see memcli.store.search_sql.best_in_scope)."""
     if not query:
         return []
     terms = list(query)
-    marks = ",".join("?" * len(terms))
+    in_list = marks(terms)
     frequent = {t for (t,) in db.execute(
-        f"SELECT term_id FROM sparse_df WHERE term_id IN ({marks}) AND df > ?", [*terms, max_df])}
+        f"SELECT term_id FROM sparse_df WHERE term_id IN ({in_list}) AND df > ?", [*terms, max_df])}
     kept = {t: w for t, w in query.items() if t not in frequent}
     if not kept:
         return []

@@ -15,16 +15,16 @@ if TYPE_CHECKING:
     from memcli.store.connection import Database
 
 
-def check_embedder(db: Database, model_id: str, dimension: int, *, adopt: bool = True) -> None:
-    """Compare the configured embedder with the one that made the stored vectors."""
+def check_embedder(db: Database, model_id: str, dimension: int) -> None:
+    """Compare the configured embedder with the one that made the stored vectors; a database
+    without vectors yet adopts it."""
     stored_model = db.get_meta("embedder_model")
     stored_dim = db.get_meta("embedder_dimension")
     if stored_model is None:
-        if adopt:
-            with db.transaction():
-                db.set_meta("embedder_model", model_id)
-                db.set_meta("embedder_dimension", str(dimension))
-                db.backend.ensure_vectors(db, dimension)
+        with db.transaction():
+            db.set_meta("embedder_model", model_id)
+            db.set_meta("embedder_dimension", str(dimension))
+            db.backend.ensure_vectors(db, dimension)
         return
     if stored_model != model_id or int(stored_dim or 0) != dimension:
         raise EmbedderMismatchError(

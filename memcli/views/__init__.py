@@ -1,4 +1,5 @@
-"""Human-editable views of what memcli believes (seed 003 P6): `memcli view export|apply`.
+"""Human-editable views of what memcli believes (principle P6 of the Agent Memory System PRD):
+`memcli view export|apply`.
 
 A view is a folder of files a person reads and edits: facts, preferences, active decisions,
 open tasks and procedures of one (tenant, user, app), as markdown or yaml, plus the identity and

@@ -15,7 +15,8 @@ view's own, and every write goes to an item of the scope's current selection), a
 marker or a line it cannot read is refused with `FILE:LINE: what`, exit 2, before any write.
 
 Every write runs in one transaction, so an apply is all or nothing; the library functions do
-their own redaction (memcli.scrub), so what a person types is redacted like any other write.
+their own redaction (memcli.policy.redaction), so what a person types is redacted like any other
+write.
 identity.md and rules.md, when changed, are written to the context dir (the user's copy that
 `memcli acb edit` would open), redacted too. After applying, the view is exported again, so the
 files carry the new markers and applying twice changes nothing more.
@@ -28,13 +29,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
+from memcli.acb.sections import view_path
 from memcli.errors import MemcliError, UsageError
-from memcli.scrub import redact_text
+from memcli.ledger import entries as ledger
+from memcli.lifecycle.correct import correct_fact
+from memcli.lifecycle.purge import forget
+from memcli.lifecycle.remember import MAX_FACT, procedure_steps, remember
+from memcli.policy.redaction import redact_text
 from memcli.views.export import MANIFEST, VERSION, Scope, collect, file_name, load_texts, parse
-from memcli.views.format import KINDS, PREFIX, TEXT_VIEWS, Item, bad, digest
+from memcli.views.format import KINDS, PREFIX, TEXT_VIEWS, Item, bad, digest, render_procedure_text
 
 if TYPE_CHECKING:
-    from memcli.memory import Memory
+    from memcli.store.handle import MemoryHandle
 
 ACTOR = "view"
 _ORDER = {"delete": 0, "edit": 1, "add": 2, "write": 3}
@@ -132,7 +138,7 @@ def _scope(manifest: dict[str, Any], tenant: str) -> Scope:
 
 
 # -- the plan --------------------------------------------------------------------------------
-def plan_apply(memory: Memory, directory: Path, *, tenant: str | None = None,
+def plan_apply(memory: MemoryHandle, directory: Path, *, tenant: str | None = None,
                context_dir: Path | None = None) -> Plan:
     """What applying the folder would do; a UsageError naming FILE:LINE if it cannot map an
     edit. Reads only."""
@@ -217,14 +223,14 @@ def _still(current: dict[str, Item], ref: str, base: dict[str, Any], where: str,
     return item
 
 
-def _check_new(memory: Memory, item: Item, where: str) -> None:
+def _check_new(memory: MemoryHandle, item: Item, where: str) -> None:
     if item.kind == "facts" and item.value["category"] not in memory.categories.names:
         raise bad(where, f"unknown category {item.value['category']!r}",
                   "use a category of categories.yaml as the heading")
     _check_text(item, where)
 
 
-def _check_edit(memory: Memory, old: Item, new: Item, where: str) -> None:
+def _check_edit(memory: MemoryHandle, old: Item, new: Item, where: str) -> None:
     if new.kind == "facts" and new.value["category"] != old.value["category"]:
         raise bad(where, f"{new.ref} moved from category {old.value['category']!r} to "
                   f"{new.value['category']!r}",
@@ -234,8 +240,6 @@ def _check_edit(memory: Memory, old: Item, new: Item, where: str) -> None:
 
 def _check_text(item: Item, where: str) -> None:
     """The checks the write itself would make, here, so a refusal names the line."""
-    from memcli.lifecycle.remember import MAX_FACT, procedure_steps
-
     text = item.value.get("text", "")
     if len(text) > MAX_FACT:
         raise bad(where, f"a fact is at most {MAX_FACT} characters ({len(text)} given)")
@@ -247,10 +251,8 @@ def _check_text(item: Item, where: str) -> None:
 
 
 # -- applying --------------------------------------------------------------------------------
-def apply_plan(memory: Memory, plan: Plan, context_dir: Path | None) -> Plan:
+def apply_plan(memory: MemoryHandle, plan: Plan, context_dir: Path | None) -> Plan:
     """Make the plan's changes: the database ones in one transaction, then identity/rules."""
-    from memcli.acb.sections import view_path
-
     with memory.db.transaction():
         for change in plan.changes:
             if change.action == "write":
@@ -273,13 +275,7 @@ def apply_plan(memory: Memory, plan: Plan, context_dir: Path | None) -> Plan:
     return plan
 
 
-def _apply(memory: Memory, scope: Scope, change: Change) -> dict[str, Any]:
-    from memcli import ledger
-    from memcli.lifecycle.correct import correct_fact
-    from memcli.lifecycle.purge import forget
-    from memcli.lifecycle.remember import remember
-    from memcli.views.format import render_procedure_text
-
+def _apply(memory: MemoryHandle, scope: Scope, change: Change) -> dict[str, Any]:
     owner: dict[str, Any] = {"tenant_id": scope.tenant_id, "user_id": scope.user_id,
                              "app_id": scope.app_id}
     mine = memory.owner(scope.tenant_id)  # the rows the view's manifest names: its tenant's

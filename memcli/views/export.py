@@ -18,8 +18,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from memcli.acb.sections import load_view
 from memcli.errors import UsageError
-from memcli.store import views as sql
+from memcli.store import views_sql as sql
 from memcli.views.format import (
     DECISION_LISTS,
     KINDS,
@@ -36,7 +37,7 @@ from memcli.views.format import (
 from memcli.views.yamlview import parse_yaml, render_yaml
 
 if TYPE_CHECKING:
-    from memcli.memory import Memory
+    from memcli.store.handle import MemoryHandle
 
 MANIFEST = "view.json"
 VERSION = 1
@@ -71,7 +72,7 @@ def file_name(kind: str, fmt: str) -> str:
 
 
 # -- reading the database --------------------------------------------------------------------
-def collect(memory: Memory, scope: Scope) -> dict[str, list[Item]]:
+def collect(memory: MemoryHandle, scope: Scope) -> dict[str, list[Item]]:
     """The scope's current items, by kind, in file order."""
     db = memory.db
     owner: dict[str, Any] = {"tenant_id": scope.tenant_id, "user_id": scope.user_id,
@@ -111,8 +112,6 @@ def _memory_item(kind: str, row: dict[str, Any], value: dict[str, Any]) -> Item:
 
 def load_texts(context_dir: Path | None) -> dict[str, str]:
     """identity and rules as bundles use them: the user's copy, else the bundled default."""
-    from memcli.acb.sections import load_view
-
     return {name: load_view(name, context_dir)[0] for name in TEXT_VIEWS}
 
 
@@ -176,7 +175,7 @@ def _round_trip(kind: str, items: list[Item], scope: Scope, fmt: str
     return text, kept, left_out
 
 
-def export_view(memory: Memory, directory: Path, scope: Scope, fmt: str,
+def export_view(memory: MemoryHandle, directory: Path, scope: Scope, fmt: str,
                 context_dir: Path | None, force: bool = False) -> dict[str, Any]:
     """Write the view into `directory` (created if needed); a summary of what was written.
     A view there with edits not applied yet is refused (they would be lost) unless `force`."""

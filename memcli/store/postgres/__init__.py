@@ -1,4 +1,4 @@
-"""The PostgreSQL backend (issue #16): `connect(location)` opens a memcli database on a
+"""The PostgreSQL backend: `connect(location)` opens a memcli database on a
 PostgreSQL server (psycopg 3, pgvector, pg_trgm).
 
 Importing this package imports nothing heavy: psycopg (160-250 ms) is imported by `connect`,
@@ -22,6 +22,7 @@ def connect(location: str, *, readonly: bool = False, must_exist: bool = False,
     or `must_exist`. The server database itself is never created: that is the DBA's step.
     In a process that installed a pool for `location` (the daemon), the connection is
     borrowed from it and `close()` gives it back."""
+    # start-up cost: psycopg, imported by these, only when a PostgreSQL database is opened
     from memcli.store.postgres.connection import PgDatabase
     from memcli.store.postgres.pool import installed
 

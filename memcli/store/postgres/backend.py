@@ -23,8 +23,14 @@ import re
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from memcli.crypto import PREFIX
-from memcli.store.postgres import crypto, legs, migrations, sparse
+from memcli.errors import DatabaseBusyError, StorageError
+from memcli.policy.encryption import PREFIX
+from memcli.store.backend import LogHealth
+from memcli.store.batching import chunks, marks
+from memcli.store.postgres import error_map as errors
+from memcli.store.postgres import legs, migrations, sparse
+from memcli.store.postgres import sealing as crypto
+from memcli.store.sealing import META_KEY_ID
 
 if TYPE_CHECKING:
     from memcli.errors import StorageError
@@ -58,7 +64,8 @@ _CONTEXTS = """
 
 
 class PgBackend:
-    """The PostgreSQL engine (psycopg 3, pgvector, pg_trgm). Stateless, like SqliteBackend."""
+    """The PostgreSQL engine (psycopg 3, pgvector, pg_trgm). Stateless, and built like
+    SqliteBackend: a method that is one module function is that function."""
 
     name = "postgresql"
     schema_latest = migrations.LATEST
@@ -80,26 +87,19 @@ class PgBackend:
                 limit: int) -> list[tuple[int, float]]:
         return legs.trigram(db, list(query.grams), filters, limit)
 
-    def dense(self, db: PgDatabase, vector: bytes, filters: Filters, limit: int,
-              scope_rows: int | None) -> list[tuple[int, float]]:
-        return legs.dense(db, vector, filters, limit, scope_rows)
-
-    def best_in_scope(self, db: PgDatabase, ctes: str, scored: str, params: list,
-                      filters: Filters, limit: int, small_scope: bool, ties: str
-                      ) -> list[tuple[int, float]]:
-        return legs.best_in_scope(db, ctes, scored, params, filters, limit, small_scope, ties)
+    dense = staticmethod(legs.dense)
+    best_in_scope = staticmethod(legs.best_in_scope)
 
     def semantic_neighbours(self, db: PgDatabase, memory_id: int, vector: bytes,
                             tenant_id: str, user_id: str | None, kinds: tuple[str, ...],
                             k: int) -> list[tuple[int, float]]:
-        marks = ",".join("?" * len(kinds))
         user = "m.user_id = ?" if user_id is not None else "m.user_id IS NULL"
         # m.id breaks ties (equal vectors): the oldest, not the scan's order, on both engines
         rows = db.execute(
             f"SELECT m.id, 1.0 - (v.embedding <=> ?::vector) AS s FROM memories m"
             f" JOIN memory_vectors v ON v.memory_id = m.id"
             f" WHERE m.id <> ? AND m.tenant_id = ? AND {user} AND m.state = 'active'"
-            f" AND m.kind IN ({marks}) ORDER BY s DESC, m.id LIMIT ?",
+            f" AND m.kind IN ({marks(kinds)}) ORDER BY s DESC, m.id LIMIT ?",
             [legs.vector_literal(vector), memory_id, tenant_id,
              *([user_id] if user_id is not None else []), *kinds, k])
         return [(int(i), float(s)) for i, s in rows]
@@ -112,12 +112,11 @@ class PgBackend:
 
     def index_memories(self, db: PgDatabase, ids: list[int]) -> None:
         """The contexts of these memories (import) by ingest's rule, from their sessions."""
-        for start in range(0, len(ids), 1000):
-            part = ids[start:start + 1000]
-            marks = ",".join("?" * len(part))
+        for part in chunks(ids, 1000):
+            in_list = marks(part)
             where = ("WHERE (tenant_id, coalesce(session_id, '')) IN (SELECT tenant_id,"
-                     f" coalesce(session_id, '') FROM memories WHERE id IN ({marks}))")
-            db.execute(_CONTEXTS.format(where=where, only=f"AND m.id IN ({marks})"),
+                     f" coalesce(session_id, '') FROM memories WHERE id IN ({in_list}))")
+            db.execute(_CONTEXTS.format(where=where, only=f"AND m.id IN ({in_list})"),
                        [*part, *part])
 
     def unindex_memories(self, db: PgDatabase, ids: list[int]) -> None:
@@ -148,16 +147,14 @@ class PgBackend:
         return {}
 
     # -- vectors ------------------------------------------------------------------------------
-    def ensure_vectors(self, db: PgDatabase, dimension: int) -> None:
-        migrations.ensure_vectors(db, dimension)
+    ensure_vectors = staticmethod(migrations.ensure_vectors)
 
     def insert_vectors(self, db: PgDatabase, rows: list[tuple[int, bytes]]) -> None:
         # The memory's tenant and user are copied beside the vector (the KNN walk's filter).
         # 100 rows a statement (a round trip each); one row per memory (the last given), as
         # an upsert may not touch a row twice in one statement.
         latest = list(dict(rows).items())
-        for start in range(0, len(latest), 100):
-            part = latest[start:start + 100]
+        for part in chunks(latest, 100):
             values = ", ".join(["(?::bigint, ?::vector)"] * len(part))
             db.execute(
                 "INSERT INTO memory_vectors (memory_id, tenant_id, user_id, embedding)"
@@ -175,10 +172,9 @@ class PgBackend:
         self.insert_vectors(db, rows)
 
     def delete_vectors(self, db: PgDatabase, ids: list[int]) -> None:
-        for start in range(0, len(ids), 1000):
-            part = ids[start:start + 1000]
+        for part in chunks(ids, 1000):
             db.execute(f"DELETE FROM memory_vectors WHERE memory_id IN"
-                       f" ({','.join('?' * len(part))})", part)
+                       f" ({marks(part)})", part)
 
     def reset_vectors(self, db: PgDatabase, dimension: int) -> None:
         db.execute("DELETE FROM memory_vectors")
@@ -193,27 +189,15 @@ class PgBackend:
         else:
             db.execute(migrations.HNSW_INDEX)
 
-    def sync_vectors(self, db: PgDatabase) -> None:
-        """No-op: the HNSW index is written with each row."""
-
     def vector_orphans(self, db: PgDatabase) -> dict[str, list[int]]:
         return {}
 
     # -- SPLADE: one sparsevec per memory (memcli.store.postgres.sparse) ----------------------
-    def write_sparse(self, db: PgDatabase, docs: list[tuple[int, dict[int, int]]]) -> None:
-        sparse.write(db, docs)
-
-    def sparse_terms(self, db: PgDatabase, ids: list[int]) -> dict[int, list[int]]:
-        return sparse.terms(db, ids)
-
-    def delete_sparse(self, db: PgDatabase, ids: list[int]) -> None:
-        sparse.delete(db, ids)
-
-    def reset_sparse(self, db: PgDatabase) -> None:
-        sparse.reset(db)
-
-    def recount_sparse_df(self, db: PgDatabase) -> None:
-        sparse.recount_df(db)
+    write_sparse = staticmethod(sparse.write)
+    sparse_terms = staticmethod(sparse.terms)
+    delete_sparse = staticmethod(sparse.delete)
+    reset_sparse = staticmethod(sparse.reset)
+    recount_sparse_df = staticmethod(sparse.recount_df)
 
     def sparse_orphans(self, db: PgDatabase) -> dict[str, list[int]]:
         """None beyond memory_sparse's own (portable SQL): the vector is the memory's row."""
@@ -228,11 +212,8 @@ class PgBackend:
         return sparse.search(db, query, filters, limit, small_scope)
 
     # -- schema -------------------------------------------------------------------------------
-    def migrate(self, db: PgDatabase) -> int:
-        return migrations.migrate(db)
-
-    def schema_version(self, db: PgDatabase) -> int:
-        return migrations.current_version(db)
+    migrate = staticmethod(migrations.migrate)
+    schema_version = staticmethod(migrations.current_version)
 
     def table_names(self, db: PgDatabase) -> set[str]:
         return {r[0] for r in db.execute(
@@ -254,7 +235,10 @@ class PgBackend:
                 index = _INDEX.match(statement)
                 if index and index.group(1) in indexes:
                     db.conn.execute(statement)
-        if "memory_sparse_terms" in self.missing_indexes(db):  # (schema 5's, not schema.sql's)
+        if "memory_sparse" in missing:  # its policy, triggers and column of later schemas
+            for statement in migrations.sparse_table_steps(migrations.current_version(db)):
+                db.execute(statement)
+        if migrations.SPARSE_TERMS_INDEX_NAME in self.missing_indexes(db):
             db.execute(migrations.SPARSE_TERMS_INDEX)
         return sorted(missing)
 
@@ -266,8 +250,9 @@ class PgBackend:
                   for m in map(_INDEX.match, statements) if m and m.group(2) in present]
         if "memory_vectors" in present and migrations.vector_dimension(db):
             wanted.append("memory_vectors_hnsw")  # made once the embedder's dimension is known
-        if "memory_sparse" in present and migrations.current_version(db) >= 5:
-            wanted.append("memory_sparse_terms")
+        terms_index = migrations.sparse_terms_index(db)  # (schema 5's and 6's: not in schema.sql)
+        if "memory_sparse" in present and terms_index:
+            wanted.append(terms_index)
         return sorted(set(wanted) - indexes)
 
     def row_counts(self, db: PgDatabase, names: tuple[str, ...]) -> dict[str, int | None]:
@@ -312,8 +297,6 @@ class PgBackend:
         dead rows and index entries become reusable space no reader can see. True once done;
         False when a concurrent session kept the lock past busy_timeout. The bytes themselves
         may persist in that free space, the WAL, replicas and backups (README: PostgreSQL)."""
-        from memcli.errors import DatabaseBusyError
-
         present = self.table_names(db)
         try:
             db.execute("VACUUM " + ", ".join(t for t in PURGED_TABLES if t in present))
@@ -337,8 +320,6 @@ class PgBackend:
         Its counterpart of SQLite's long-lived reader is a long open transaction: it keeps
         VACUUM from removing the rows deleted since it began (a purge's text stays on disk
         until it ends). Only sessions this role may see in pg_stat_activity count."""
-        from memcli.store.backend import LogHealth
-
         row = db.execute(
             "SELECT extract(epoch FROM statement_timestamp() - xact_start)::float8, pid,"
             " application_name, state FROM pg_stat_activity"
@@ -382,24 +363,16 @@ class PgBackend:
     def data_version(self, db: PgDatabase) -> Any:
         """The database's key id: what the Sealer waits for (PostgreSQL has no counter of
         other connections' commits; one indexed read)."""
-        from memcli.store.crypto import META_KEY_ID
-
         return db.get_meta(META_KEY_ID) or ""  # (None would read as "not tracked")
 
-    def raw_rows(self, db: PgDatabase, sql: str, params: tuple) -> list[tuple]:
-        return crypto.raw_rows(db, sql, params)
-
-    def sealed_values(self, db: PgDatabase, prefix: str) -> dict[str, list[str]]:
-        return crypto.sealed_values(db, prefix)
+    raw_rows = staticmethod(crypto.raw_rows)
+    sealed_values = staticmethod(crypto.sealed_values)
 
     def reseal(self, db: PgDatabase, convert: Callable[[Any], Any], prefix: str) -> None:
         crypto.reseal(db, convert, prefix)
 
     # -- errors -------------------------------------------------------------------------------
     def environment_error(self, db: PgDatabase, exc: BaseException) -> StorageError | None:
-        from memcli.errors import StorageError
-        from memcli.store.postgres import errors
-
         if isinstance(exc, StorageError):
             return exc
         found = errors.mapped(exc, db.path, db.busy_timeout)

@@ -26,11 +26,15 @@ from typing import TYPE_CHECKING, Any
 import psycopg
 from psycopg.pq import TransactionStatus
 
+from memcli.core.locations import shown
 from memcli.errors import NoDatabaseError, SchemaError
-from memcli.store.location import shown
 from memcli.store.meta import MetaRows
-from memcli.store.postgres import adapt, errors
+from memcli.store.postgres import adapt, migrations, tenants
+from memcli.store.postgres import error_map as errors
+from memcli.store.postgres.backend import BACKEND
+from memcli.store.postgres.dialect import DIALECT
 from memcli.store.postgres.placeholders import rewrite
+from memcli.store.sealing import Sealer
 
 if TYPE_CHECKING:
     from memcli.store.connection import Params
@@ -108,11 +112,6 @@ class PgDatabase(MetaRows):
                  busy_timeout: float = BUSY_TIMEOUT, pool: PgPool | None = None) -> None:
         """`pool`: borrow the connection from it (the daemon's, pool.py) and give it back on
         `close()`, instead of connecting."""
-        from memcli.store.crypto import Sealer
-        from memcli.store.postgres import migrations, tenants
-        from memcli.store.postgres.backend import BACKEND
-        from memcli.store.postgres.dialect import DIALECT
-
         self.location = location
         self.backend = BACKEND  # the engine's operations (memcli.store.backend)
         self.dialect = DIALECT  # SQL fragments in PostgreSQL's spelling
@@ -183,27 +182,28 @@ class PgDatabase(MetaRows):
                                self.busy_timeout if waited is None else waited)
         return mapped if mapped is not None else exc
 
-    def execute(self, sql: str, params: Params = None) -> Rows:
-        plan = rewrite(sql)
+    @contextlib.contextmanager
+    def _mapped(self, waited: float | None = None) -> Iterator[None]:
+        """psycopg's errors raised as memcli's (busy, refused, ...: error_map.py); an error
+        with no mapping is raised as it is."""
         try:
-            cursor = self.conn.execute(*plan.render(params))
+            yield
         except psycopg.Error as exc:
-            failure = self._fail(exc)
+            failure = self._fail(exc, waited)
             if failure is exc:
                 raise
             raise failure from exc
+
+    def execute(self, sql: str, params: Params = None) -> Rows:
+        plan = rewrite(sql)
+        with self._mapped():
+            cursor = self.conn.execute(*plan.render(params))
         return Rows(cursor, self._opener())
 
     def executemany(self, sql: str, seq) -> None:
         plan = rewrite(sql)
-        try:
-            with self.conn.cursor() as cursor:
-                cursor.executemany(plan.sql, [plan.bind(p) for p in seq])
-        except psycopg.Error as exc:
-            failure = self._fail(exc)
-            if failure is exc:
-                raise
-            raise failure from exc
+        with self._mapped(), self.conn.cursor() as cursor:
+            cursor.executemany(plan.sql, [plan.bind(p) for p in seq])
 
     def query(self, sql: str, params: Params = None) -> list[dict]:
         """Rows as dicts (column name -> value)."""
@@ -223,13 +223,8 @@ class PgDatabase(MetaRows):
         cursor = self.conn.cursor(name=f"memcli_stream_{next(_names)}",
                                   withhold=not self.in_transaction)
         try:
-            try:
+            with self._mapped():
                 cursor.execute(*plan.render(params))
-            except psycopg.Error as exc:
-                failure = self._fail(exc)
-                if failure is exc:
-                    raise
-                raise failure from exc
             if cursor.description is None:
                 return
             names = [d.name for d in cursor.description]
@@ -280,15 +275,10 @@ class PgDatabase(MetaRows):
                 yield
             return
         wait = self.busy_timeout if wait is None else wait
-        try:
-            with self.conn.transaction():
-                self._lock_writer(wait)
-                yield
-        except psycopg.Error as exc:  # COMMIT itself, or a raw psycopg error of the body
-            failure = self._fail(exc, wait)
-            if failure is exc:
-                raise
-            raise failure from exc
+        # (mapped: COMMIT itself, or a raw psycopg error of the body)
+        with self._mapped(wait), self.conn.transaction():
+            self._lock_writer(wait)
+            yield
 
     def _lock_writer(self, wait: float) -> None:
         if wait <= 0:  # lock_timeout 0 means "no limit" to PostgreSQL: try once instead

@@ -16,11 +16,13 @@ in the same commit; tests/test_pg_schema.py fails until it does (LATEST and the 
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from importlib import resources
 from typing import TYPE_CHECKING
 
 from memcli.errors import EmbedderMismatchError, SchemaError
+from memcli.store.postgres.tenants import may_migrate, table_owner
 
 if TYPE_CHECKING:
     from memcli.store.postgres.connection import PgDatabase
@@ -28,27 +30,27 @@ if TYPE_CHECKING:
 BASE = 2  # the version schema.sql creates
 
 
-def _v3(db: PgDatabase) -> None:
-    # Entities by tenant (SQLite's migration 3), tenant-bound roles and row-level security.
-    db.conn.execute(resources.files("memcli.store.postgres").joinpath("v3_tenancy.sql")
-                    .read_text("utf-8"))
-
-
-def _v4(db: PgDatabase) -> None:
-    # sparse_df kept by definer statement triggers on memory_sparse; bound roles read it only.
-    db.conn.execute(resources.files("memcli.store.postgres").joinpath("v4_sparse_df.sql")
-                    .read_text("utf-8"))
-
-
-def _v5(db: PgDatabase) -> None:
-    # A GIN index over each sparse vector's term ids: a big scope's sparse leg scores only the
-    # memories sharing a term with the query (sparse.py).
-    db.conn.execute(resources.files("memcli.store.postgres").joinpath("v5_sparse_terms.sql")
-                    .read_text("utf-8"))
+def _script(name: str) -> Callable[[PgDatabase], None]:
+    """A step that runs one SQL file of this package."""
+    def step(db: PgDatabase) -> None:
+        db.conn.execute(resources.files("memcli.store.postgres").joinpath(name)
+                        .read_text("utf-8"))
+    return step
 
 
 # Steps after BASE, in order: STEPS[0] brings BASE to BASE + 1. Append only.
-STEPS: list[Callable[[PgDatabase], None]] = [_v3, _v4, _v5]
+STEPS: list[Callable[[PgDatabase], None]] = [
+    # 3: entities by tenant (SQLite's migration 3), tenant-bound roles and row-level security.
+    _script("v3_tenancy.sql"),
+    # 4: sparse_df kept by definer statement triggers on memory_sparse; bound roles read it only.
+    _script("v4_sparse_df.sql"),
+    # 5: a GIN index over each sparse vector's term ids: a big scope's sparse leg scores only
+    # the memories sharing a term with the query (sparse.py).
+    _script("v5_sparse_terms.sql"),
+    # 6: memory_sparse gets its memory's tenant (backfilled, then kept by a trigger), and the
+    # term index becomes (tenant_id, term ids): a tenant-wide sparse leg reads only its tenant's.
+    _script("v6_sparse_tenant.sql"),
+]
 LATEST = BASE + len(STEPS)
 VERSION_KEY = "schema_version"
 _LOCK = "SELECT pg_advisory_xact_lock(hashtext('memcli.migrate'))"
@@ -79,8 +81,6 @@ def migrate(db: PgDatabase) -> int:
     if start == LATEST:
         return start
     if start > 0:
-        from memcli.store.postgres.tenants import may_migrate, table_owner
-
         if not may_migrate(db):  # e.g. a tenant role: ALTER is its tables' owner's alone
             raise SchemaError(
                 f"database {db.path} has schema version {start}; this memcli needs {LATEST},"
@@ -112,10 +112,44 @@ HNSW_INDEX = ("CREATE INDEX memory_vectors_hnsw ON memory_vectors"
               " USING hnsw (embedding vector_cosine_ops)")
 
 
-# The sparse leg's term index (schema 5, v5_sparse_terms.sql makes it with the same text; also
-# made again by `memcli rebuild` when it or its table was dropped: backend.py create_missing).
-SPARSE_TERMS_INDEX = ("CREATE INDEX memory_sparse_terms ON memory_sparse"
-                      " USING gin (memcli_sparse_term_array(vec))")
+# The sparse leg's term index by tenant (schema 6, v6_sparse_tenant.sql makes it with the same
+# text; schema 5's memory_sparse_terms had the term ids alone). Also made again by `memcli
+# rebuild` when it or its table was dropped: backend.py create_missing.
+SPARSE_TERMS_INDEX_NAME = "memory_sparse_tenant_terms"
+SPARSE_TERMS_INDEX = ("CREATE INDEX memory_sparse_tenant_terms ON memory_sparse"
+                      " USING gin (tenant_id, memcli_sparse_term_array(vec))")
+
+
+def sparse_table_steps(version: int) -> list[str]:
+    """What the steps up to `version` gave memory_sparse beyond schema.sql's table, for `memcli
+    rebuild` creating a dropped one again (the functions outlive the table): the row-level
+    policy (schema 3, v3_tenancy.sql: a bound role sees its tenant's vectors only), the
+    sparse_df triggers (schema 4, taken from v4_sparse_df.sql), the tenant column and its
+    trigger (schema 6, v6_sparse_tenant.sql)."""
+    steps = []
+    if version >= 3:
+        mine = "EXISTS (SELECT 1 FROM memories m WHERE m.id = memory_sparse.memory_id)"
+        steps += ["ALTER TABLE memory_sparse ENABLE ROW LEVEL SECURITY",
+                  f"CREATE POLICY tenant_rows ON memory_sparse USING ({mine})"
+                  f" WITH CHECK ({mine})"]
+    if version >= 4:
+        text = resources.files("memcli.store.postgres").joinpath("v4_sparse_df.sql").read_text(
+            "utf-8")
+        steps += re.findall(r"CREATE TRIGGER memory_sparse_df_\w+ .*?(?=;)", text, re.S)
+    if version >= 6:
+        steps += ["ALTER TABLE memory_sparse ADD COLUMN tenant_id text NOT NULL",
+                  "CREATE TRIGGER memory_sparse_tenant BEFORE INSERT OR UPDATE OF memory_id,"
+                  " tenant_id ON memory_sparse FOR EACH ROW EXECUTE FUNCTION"
+                  " memcli_sparse_tenant()"]
+    return steps
+
+
+def sparse_terms_index(db: PgDatabase) -> str | None:
+    """The name of the sparse leg's term index at this database's schema (None before 5)."""
+    version = current_version(db)
+    if version >= 6:
+        return SPARSE_TERMS_INDEX_NAME
+    return "memory_sparse_terms" if version == 5 else None
 
 
 def ensure_vectors(db: PgDatabase, dimension: int) -> None:

@@ -1,6 +1,6 @@
 """SQLite placeholders to psycopg's: `?` -> `%s`, `:name` -> `%(name)s`, `%` -> `%%`.
 
-The store writes its SQL once, with SQLite's `?` / `:name` parameters (issue #16: portable SQL).
+The store writes its SQL once, with SQLite's `?` / `:name` parameters (portable SQL).
 psycopg formats `%s` / `%(name)s`, and every literal `%` (`LIKE 'a%'`, the modulo operator)
 must then be doubled. The rewrite walks the statement token by token so that nothing inside a
 string literal ('it''s ?'), an escape string (E'\\''), a dollar-quoted body ($$ ... $$), a

@@ -22,6 +22,7 @@ from typing import Any
 
 from memcli.errors import DatabaseBusyError
 from memcli.store.postgres import adapt
+from memcli.store.postgres.connection import CONNECT_OPTIONS
 
 DEFAULT_MAX = 10  # connections per daemon; PostgreSQL's default max_connections is 100
 DEFAULT_MIN = 1  # kept open while idle: the first request after a pause needs no connect
@@ -59,7 +60,6 @@ class PgPool:
                  min_size: int = DEFAULT_MIN, timeout: float = 30.0) -> None:
         from psycopg_pool import ConnectionPool
 
-        from memcli.store.postgres.connection import CONNECT_OPTIONS
 
         self.location = location
         self.max_size = max_size

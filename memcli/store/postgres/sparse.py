@@ -25,20 +25,33 @@ only they had postings to join.
 
 Plans: the filters on `memories` (its scope index), each passing memory's vector by primary
 key, scored, sorted, cut at the limit, zeros dropped after the cut (they sort last). For a big
-scope (`small_scope` false, the caller's estimate as on SQLite) the statement also asks
-`memcli_sparse_term_array(vec) && query terms`, which the GIN index `memory_sparse_terms`
-(schema 5, v5_sparse_terms.sql) answers: only memories holding a query term are scored, the
-only ones that can score above 0, so the result is the same (bench/pg_sparse_gin.py: the same
-top 10 on every query, tenant-wide 1.8-1.9x faster at 100k). A small scope keeps the plain plan:
-calling the function on its few rows costs more than it saves. Exact, unlike pgvector's HNSW
-on sparsevec. The index is over every tenant's vectors (memory_sparse has no tenant column),
-so a tenant-wide leg still scores other tenants' candidates before the filter drops them.
+scope (`small_scope` false, the caller's estimate as on SQLite) the statement asks
+`s.tenant_id = tenant AND memcli_sparse_term_array(vec) && query terms`, which the GIN index
+`memory_sparse_tenant_terms` over (tenant_id, term ids) answers (schema 6, v6_sparse_tenant.sql;
+schema 5's index had the term ids alone): only the tenant's memories holding a query term are
+scored, the only ones that can score above 0, so the result is the same. A leg across all
+tenants asks the terms alone (the same index). bench/pg_sparse_gin.py, 100k memories in 8
+tenants: the same top 10 on every query; tenant-wide p50 45 ms scanning, 35 ms with schema 5's
+index, 10 ms with schema 6's. These are scored from `memory_sparse` alone and then checked
+against the filters best first, until `limit` pass (legs.walk_best): at 250k memories a
+tenant's query shares a term with 2-6k of its memories, and checking each one's row before
+the sort took half the leg (13 -> 7 ms p50, bench/pg_tenant_profile.py). A small scope keeps
+the plain plan: calling the function on its few rows costs more than it saves. Exact, unlike
+pgvector's HNSW on sparsevec.
+
+`tenant_id` is the memory's, set by a BEFORE trigger from `memories` on every insert (and on
+an update naming the key or the tenant): nothing here writes it, and a tenant-bound role cannot
+store another tenant's.
 """
 
 from __future__ import annotations
 
 import re
 from typing import TYPE_CHECKING
+
+from memcli.store.batching import chunks, marks
+from memcli.store.postgres.legs import walk_best
+from memcli.store.sparse import SCALE
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -72,32 +85,28 @@ def write(db: PgDatabase, docs: list[tuple[int, dict[int, int]]]) -> None:
     """Store each memory's scaled weights as its vector (replacing an earlier one), in memory
     id order (two writers lock rows in the same order)."""
     rows = sorted((memory_id, literal(vec)) for memory_id, vec in docs)
-    for start in range(0, len(rows), BATCH_ROWS):
-        part = rows[start:start + BATCH_ROWS]
+    for part in chunks(rows, BATCH_ROWS):
         db.execute("INSERT INTO memory_sparse (memory_id, vec) VALUES "
                    + ",".join(["(?, ?::sparsevec)"] * len(part))
                    + " ON CONFLICT (memory_id) DO UPDATE SET vec = excluded.vec",
                    [v for row in part for v in row])
 
 
-def terms(db: PgDatabase, memory_ids: list[int]) -> dict[int, list[int]]:
+def terms(db: PgDatabase, ids: list[int]) -> dict[int, list[int]]:
     """The term ids stored for these memories (those with a vector)."""
     found: dict[int, list[int]] = {}
-    for start in range(0, len(memory_ids), 1000):
-        part = memory_ids[start:start + 1000]
+    for part in chunks(ids, 1000):
         for memory_id, text in db.execute(
                 f"SELECT memory_id, vec::text FROM memory_sparse"
-                f" WHERE memory_id IN ({','.join('?' * len(part))})", part):
+                f" WHERE memory_id IN ({marks(part)})", part):
             found[int(memory_id)] = term_ids(text)
     return found
 
 
-def delete(db: PgDatabase, memory_ids: list[int]) -> None:
+def delete(db: PgDatabase, ids: list[int]) -> None:
     """Delete these memories' vectors (the trigger takes their terms out of sparse_df)."""
-    ids = sorted(memory_ids)
-    for start in range(0, len(ids), 1000):
-        part = ids[start:start + 1000]
-        db.execute(f"DELETE FROM memory_sparse WHERE memory_id IN ({','.join('?' * len(part))})",
+    for part in chunks(sorted(ids), 1000):
+        db.execute(f"DELETE FROM memory_sparse WHERE memory_id IN ({marks(part)})",
                    part)
 
 
@@ -119,21 +128,30 @@ def search(db: PgDatabase, query: dict[int, float], filters: Filters, limit: int
            small_scope: bool = True) -> list[tuple[int, float]]:
     """The `limit` memories passing the filters with the highest dot product with `query`
     (already pruned), best first, ties by id; memories sharing no term are left out.
-    `small_scope` false: only memories holding a query term are candidates (the GIN index
-    memory_sparse_terms), the same result as scoring every vector of the scope."""
-    from memcli.store.sparse import SCALE
-
+    `small_scope` false: only the tenant's memories holding a query term are candidates (the
+    GIN index memory_sparse_tenant_terms), the same result as scoring every vector of the
+    scope; they are scored from `memory_sparse` alone and checked against the filters best
+    first until `limit` pass (each check a `memories` primary key lookup, as
+    memcli.store.postgres.legs.best_in_scope walks)."""
     where, params = filters.sql()
-    shared, extra = "", []
-    if not small_scope:
-        shared = " AND memcli_sparse_term_array(s.vec) && ?::integer[]"
-        extra = [sorted(query)]
+    if small_scope:
+        rows = db.execute(
+            f"""SELECT id, score FROM (
+                    SELECT m.id, inner_product(s.vec, q.v) / {SCALE}.0 AS score
+                    FROM (SELECT ?::sparsevec AS v) q, memories m
+                    JOIN memory_sparse s ON s.memory_id = m.id
+                    WHERE {where} ORDER BY score DESC, m.id LIMIT ?) best
+                WHERE score > 0 ORDER BY score DESC, id""",
+            [literal(query), *params, limit])
+        return [(int(i), float(sc)) for i, sc in rows]
+    tenant, extra = "", []
+    if filters.tenant_id is not None:  # (the index's first column; m's is the same)
+        tenant, extra = "s.tenant_id = ? AND ", [filters.tenant_id]
     rows = db.execute(
-        f"""SELECT id, score FROM (
-                SELECT m.id, inner_product(s.vec, q.v) / {SCALE}.0 AS score
-                FROM (SELECT ?::sparsevec AS v) q, memories m
-                JOIN memory_sparse s ON s.memory_id = m.id
-                WHERE {where}{shared} ORDER BY score DESC, m.id LIMIT ?) best
-            WHERE score > 0 ORDER BY score DESC, id""",
-        [literal(query), *params, *extra, limit])
+        f"""WITH scored AS MATERIALIZED (
+                SELECT s.memory_id AS id, inner_product(s.vec, ?::sparsevec) / {SCALE}.0 AS score
+                FROM memory_sparse s
+                WHERE {tenant}memcli_sparse_term_array(s.vec) && ?::integer[])
+            {walk_best("scored.score > 0", where)}""",
+        [literal(query), *extra, sorted(query), *params, limit])
     return [(int(i), float(sc)) for i, sc in rows]

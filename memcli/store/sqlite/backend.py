@@ -10,19 +10,23 @@ from typing import TYPE_CHECKING, Any
 import apsw
 
 from memcli.errors import DatabaseBusyError, MemcliError
-from memcli.store import search
+from memcli.store import search_sql as search
+from memcli.store.backend import LogHealth
+from memcli.store.sparse import SCALE
 from memcli.store.sqlite import fts, migrations, sparse, vec
+from memcli.store.sqlite.error_map import environment_error
 
 if TYPE_CHECKING:
     from memcli.errors import StorageError
-    from memcli.store.backend import LexicalQuery, LogHealth
+    from memcli.store.backend import LogHealth
     from memcli.store.filters import Filters
     from memcli.store.sqlite.connection import Database
 
 
 class SqliteBackend:
     """The SQLite engine (apsw, FTS5, sqlite-vec). Stateless: one instance serves every
-    connection (state lives on the `Database`)."""
+    connection (state lives on the `Database`). A method that is one module function with the
+    same parameters is that function (`staticmethod`), not a wrapper that repeats it."""
 
     name = "sqlite"
     schema_latest = migrations.LATEST
@@ -32,62 +36,27 @@ class SqliteBackend:
     context_in_row = False  # the context lives only in FTS5's context column (index_new_memories)
 
     # -- legs ---------------------------------------------------------------------------------
-    def lexical(self, db: Database, query: LexicalQuery, filters: Filters, limit: int,
-                context_weight: float) -> list[tuple[int, float]]:
-        return fts.lexical(db, query, filters, limit, context_weight)
+    lexical = staticmethod(fts.lexical)
+    trigram = staticmethod(fts.trigram)
+    dense = staticmethod(vec.dense)
 
-    def trigram(self, db: Database, query: LexicalQuery, filters: Filters,
-                limit: int) -> list[tuple[int, float]]:
-        return fts.trigram(db, query, filters, limit)
-
-    def dense(self, db: Database, vector: bytes, filters: Filters, limit: int,
-              scope_rows: int | None) -> list[tuple[int, float]]:
-        return vec.dense(db, vector, filters, limit, scope_rows)
-
-    def best_in_scope(self, db: Database, ctes: str, scored: str, params: list,
-                      filters: Filters, limit: int, small_scope: bool, ties: str
-                      ) -> list[tuple[int, float]]:
-        # CROSS JOIN keeps the sorted scores as the outer loop: portable SQL otherwise.
-        return search.joined_best_in_scope(db, ctes, scored, params, filters, limit,
-                                           small_scope, ties)
-
-    def semantic_neighbours(self, db: Database, memory_id: int, vector: bytes, tenant_id: str,
-                            user_id: str | None, kinds: tuple[str, ...], k: int
-                            ) -> list[tuple[int, float]]:
-        return vec.semantic_neighbours(db, memory_id, vector, tenant_id, user_id, kinds, k)
+    # CROSS JOIN keeps the sorted scores as the outer loop: portable SQL otherwise.
+    best_in_scope = staticmethod(search.joined_best_in_scope)
+    semantic_neighbours = staticmethod(vec.semantic_neighbours)
 
     # -- lexical index ------------------------------------------------------------------------
-    def index_new_memories(self, db: Database, entries: list[tuple[int, str, str, tuple[
-            str | None, str | None, str | None]]]) -> None:
-        fts.index_new_memories(db, entries)
-
-    def index_memories(self, db: Database, ids: list[int]) -> None:
-        fts.index_memories(db, ids)
-
-    def unindex_memories(self, db: Database, ids: list[int]) -> None:
-        fts.unindex_memories(db, ids)
-
-    def rebuild_lexical(self, db: Database) -> None:
-        fts.rebuild_lexical(db)
-
-    def reset_lexical(self, db: Database) -> None:
-        fts.reset_lexical(db)
-
-    def optimize_lexical(self, db: Database) -> None:
-        fts.optimize_lexical(db)
-
-    def lexical_orphans(self, db: Database) -> dict[str, list[int]]:
-        return fts.lexical_orphans(db)
-
-    def lexical_missing(self, db: Database) -> dict[str, list[int]]:
-        return fts.lexical_missing(db)
+    index_new_memories = staticmethod(fts.index_new_memories)
+    index_memories = staticmethod(fts.index_memories)
+    unindex_memories = staticmethod(fts.unindex_memories)
+    rebuild_lexical = staticmethod(fts.rebuild_lexical)
+    reset_lexical = staticmethod(fts.reset_lexical)
+    optimize_lexical = staticmethod(fts.optimize_lexical)
+    lexical_orphans = staticmethod(fts.lexical_orphans)
+    lexical_missing = staticmethod(fts.lexical_missing)
 
     # -- vectors ------------------------------------------------------------------------------
-    def ensure_vectors(self, db: Database, dimension: int) -> None:
-        vec.ensure_vec_table(db, dimension)
-
-    def insert_vectors(self, db: Database, rows: list[tuple[int, bytes]]) -> None:
-        vec.insert_vectors(db, rows)
+    ensure_vectors = staticmethod(vec.ensure_vec_table)
+    insert_vectors = staticmethod(vec.insert_vectors)
 
     def store_vectors(self, db: Database, rows: list[tuple[int, bytes]]) -> None:
         # Float copies only: the vec0 table is remade from them at the end (rebuild_vectors).
@@ -95,59 +64,31 @@ class SqliteBackend:
             "INSERT INTO memory_vectors (memory_id, embedding) VALUES (?, ?)"
             " ON CONFLICT (memory_id) DO UPDATE SET embedding = excluded.embedding", rows)
 
-    def delete_vectors(self, db: Database, ids: list[int]) -> None:
-        vec.delete_vectors(db, ids)
-
-    def reset_vectors(self, db: Database, dimension: int) -> None:
-        vec.reset_vectors(db, dimension)
-
-    def rebuild_vectors(self, db: Database, dimension: int) -> None:
-        vec.rebuild_index(db, dimension)
-
-    def sync_vectors(self, db: Database) -> None:
-        vec.sync_vec_index(db)
+    delete_vectors = staticmethod(vec.delete_vectors)
+    reset_vectors = staticmethod(vec.reset_vectors)
+    rebuild_vectors = staticmethod(vec.rebuild_index)
 
     def vector_orphans(self, db: Database) -> dict[str, list[int]]:
         # (a vec0 table can only be read with sqlite-vec loaded)
         return {"vec_memories": vec.vector_orphans(db)} if db.vec_enabled else {}
 
     # -- SPLADE postings (memcli.store.sqlite.sparse) ---------------------------------------
-    def write_sparse(self, db: Database, docs: list[tuple[int, dict[int, int]]]) -> None:
-        sparse.write(db, docs)
-
-    def sparse_terms(self, db: Database, ids: list[int]) -> dict[int, list[int]]:
-        return sparse.terms(db, ids)
-
-    def delete_sparse(self, db: Database, ids: list[int]) -> None:
-        sparse.delete(db, ids)
-
-    def reset_sparse(self, db: Database) -> None:
-        sparse.reset(db)
-
-    def recount_sparse_df(self, db: Database) -> None:
-        sparse.recount_df(db)
-
-    def sparse_orphans(self, db: Database) -> dict[str, list[int]]:
-        return sparse.orphans(db)
-
-    def delete_sparse_orphans(self, db: Database) -> None:
-        sparse.delete_orphans(db)
+    write_sparse = staticmethod(sparse.write)
+    sparse_terms = staticmethod(sparse.terms)
+    delete_sparse = staticmethod(sparse.delete)
+    reset_sparse = staticmethod(sparse.reset)
+    recount_sparse_df = staticmethod(sparse.recount_df)
+    sparse_orphans = staticmethod(sparse.orphans)
+    delete_sparse_orphans = staticmethod(sparse.delete_orphans)
 
     def sparse_search(self, db: Database, query: dict[int, float], filters: Filters,
                       limit: int, small_scope: bool) -> list[tuple[int, float]]:
-        from memcli.store.sparse import SCALE
-
         return sparse.search(db, query, filters, limit, small_scope, SCALE)
 
     # -- schema -------------------------------------------------------------------------------
-    def migrate(self, db: Database) -> int:
-        return migrations.migrate(db)
-
-    def schema_version(self, db: Database) -> int:
-        return migrations.current_version(db)
-
-    def table_names(self, db: Database) -> set[str]:
-        return migrations.table_names(db)
+    migrate = staticmethod(migrations.migrate)
+    schema_version = staticmethod(migrations.current_version)
+    table_names = staticmethod(migrations.table_names)
 
     def create_missing(self, db: Database) -> list[str]:
         # schema.sql again (every statement is IF NOT EXISTS): dropped tables, indexes and
@@ -218,8 +159,6 @@ class SqliteBackend:
         return self.checkpoint(db)
 
     def log_health(self, db: Database) -> LogHealth:
-        from memcli.store.backend import LogHealth
-
         if db.path == ":memory:":
             return LogHealth()
         wal = Path(db.path + "-wal")
@@ -296,8 +235,6 @@ class SqliteBackend:
         pass
 
     def environment_error(self, db: Database, exc: BaseException) -> StorageError | None:
-        from memcli.store.sqlite.connection import environment_error
-
         return environment_error(exc, db.path)
 
     def is_constraint_error(self, exc: BaseException) -> bool:

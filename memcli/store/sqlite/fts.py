@@ -12,7 +12,10 @@ from __future__ import annotations
 import hashlib
 from typing import TYPE_CHECKING
 
+from memcli.config import bundled_text
+from memcli.store.batching import chunks, marks
 from memcli.store.orphans import ids_lacking
+from memcli.store.search_sql import SMALL_SCOPE, estimate_scope
 
 if TYPE_CHECKING:
     from memcli.store.backend import LexicalQuery
@@ -80,14 +83,8 @@ def lexical(db: Database, query: LexicalQuery, filters: Filters, limit: int,
     match = fts_match(query)
     if match is None:
         return []
-    where, params = filters.sql()
-    rows = db.execute(
-        f"SELECT m.id, -bm25(memories_fts, 1.0, ?, 0.0) AS s FROM memories_fts"
-        f" JOIN memories m ON m.id = memories_fts.rowid"
-        f" WHERE memories_fts MATCH ? AND {where} ORDER BY s DESC, m.id LIMIT ?",
-        [context_weight, scoped_match(match, filters), *params, limit],
-    )
-    return [(int(i), float(s)) for i, s in rows]
+    return _bm25(db, "memories_fts", "bm25(memories_fts, 1.0, ?, 0.0)", [context_weight],
+                 scoped_match(match, filters), filters, limit)
 
 
 def trigram(db: Database, query: LexicalQuery, filters: Filters,
@@ -99,12 +96,19 @@ def trigram(db: Database, query: LexicalQuery, filters: Filters,
     match = trigram_match(query)
     if match is None:
         return []
+    return _bm25(db, "memories_trigram", "bm25(memories_trigram)", [], match, filters, limit)
+
+
+def _bm25(db: Database, table: str, bm25: str, bm25_params: list[float], match: str,
+          filters: Filters, limit: int) -> list[tuple[int, float]]:
+    """The memories passing `filters` whose row of the FTS5 `table` matches, by the `bm25`
+    call (its `?` bound to `bm25_params`) negated: higher is better."""
     where, params = filters.sql()
     rows = db.execute(
-        f"SELECT m.id, -bm25(memories_trigram) AS s FROM memories_trigram"
-        f" JOIN memories m ON m.id = memories_trigram.rowid"
-        f" WHERE memories_trigram MATCH ? AND {where} ORDER BY s DESC, m.id LIMIT ?",
-        [match, *params, limit],
+        f"SELECT m.id, -{bm25} AS s FROM {table}"
+        f" JOIN memories m ON m.id = {table}.rowid"
+        f" WHERE {table} MATCH ? AND {where} ORDER BY s DESC, m.id LIMIT ?",
+        [*bm25_params, match, *params, limit],
     )
     return [(int(i), float(s)) for i, s in rows]
 
@@ -120,8 +124,6 @@ def substring_scan(db: Database, grams: list[str], filters: Filters,
     p50 2 ms in one user's scope, 0.1 ms in a session, and 54-68 ms tenant-wide in table
     order against 550-630 ms through the scope index (its random row lookups); 10k memories:
     10-14 ms tenant-wide. `high` rows never match (their trigram rows are empty too)."""
-    from memcli.store.search import SMALL_SCOPE, estimate_scope
-
     if not grams:
         return []
     where, params = filters.sql()
@@ -167,38 +169,15 @@ def index_memories(db: Database, ids: list[int]) -> None:
     db.execute("CREATE TEMP TABLE IF NOT EXISTS portable_ids (id INTEGER PRIMARY KEY)")
     db.execute("DELETE FROM portable_ids")
     db.executemany("INSERT INTO portable_ids (id) VALUES (?)", [(i,) for i in ids])
-    db.execute("""
-        WITH plain AS (
-            SELECT id, kind, session_id, tenant_id, user_id, event_seq, chunk_index,
-                   sensitivity = 'high' AS high,
-                   CASE WHEN sensitivity = 'high' THEN '' ELSE content END AS text
-            FROM memories
-            WHERE (tenant_id, coalesce(session_id, '')) IN (
-                SELECT m.tenant_id, coalesce(m.session_id, '') FROM memories m
-                JOIN portable_ids p ON p.id = m.id)),
-        ctx AS (
-            SELECT id, text, tenant_id, user_id, session_id,
-                   CASE WHEN kind = 'episode' AND session_id IS NOT NULL AND NOT high
-                        THEN coalesce(lag(text) OVER (PARTITION BY tenant_id, session_id,
-                                                      kind = 'episode'
-                                                      ORDER BY event_seq, chunk_index), '')
-                        ELSE '' END AS context
-            FROM plain)
-        INSERT INTO memories_fts (rowid, content, context, scope)
-        SELECT id, text, context, memcli_scope_terms(tenant_id, user_id, session_id)
-        FROM ctx WHERE id IN (SELECT id FROM portable_ids)""")
-    db.execute("INSERT INTO memories_trigram (rowid, content) SELECT id,"
-               " CASE WHEN sensitivity = 'high' THEN '' ELSE content END FROM memories"
-               " WHERE id IN (SELECT id FROM portable_ids)")
+    _fill_lexical(db, "portable_ids")
     db.execute("DELETE FROM portable_ids")
 
 
 def unindex_memories(db: Database, ids: list[int]) -> None:
-    for start in range(0, len(ids), 500):
-        part = ids[start:start + 500]
-        marks = ",".join("?" * len(part))
-        db.execute(f"DELETE FROM memories_fts WHERE rowid IN ({marks})", part)
-        db.execute(f"DELETE FROM memories_trigram WHERE rowid IN ({marks})", part)
+    for part in chunks(ids, 500):
+        in_list = marks(part)
+        db.execute(f"DELETE FROM memories_fts WHERE rowid IN ({in_list})", part)
+        db.execute(f"DELETE FROM memories_trigram WHERE rowid IN ({in_list})", part)
 
 
 def optimize_lexical(db: Database) -> None:
@@ -214,32 +193,45 @@ def rebuild_lexical(db: Database) -> None:
     register_scope_function(db)
     db.execute("INSERT INTO memories_fts (memories_fts) VALUES ('delete-all')")
     db.execute("INSERT INTO memories_trigram (memories_trigram) VALUES ('delete-all')")
-    db.execute("""
+    _fill_lexical(db, None)
+
+
+def _fill_lexical(db: Database, ids_table: str | None) -> None:
+    """Both lexical indexes' rows of the memories whose ids are in `ids_table` (None: every
+    memory). An episode's context is the previous episode of its session, so the window
+    reads every memory of their sessions, then keeps their own rows."""
+    where = ("" if ids_table is None else
+             f" WHERE (tenant_id, coalesce(session_id, '')) IN ("
+             f"SELECT m.tenant_id, coalesce(m.session_id, '') FROM memories m"
+             f" JOIN {ids_table} p ON p.id = m.id)")
+    only = "" if ids_table is None else f" WHERE id IN (SELECT id FROM {ids_table})"
+    db.execute(f"""
         WITH plain AS (
             SELECT id, kind, session_id, tenant_id, user_id, event_seq, chunk_index,
                    sensitivity = 'high' AS high,
                    CASE WHEN sensitivity = 'high' THEN '' ELSE content END AS text
-            FROM memories)
+            FROM memories{where}),
+        ctx AS (
+            SELECT id, text, tenant_id, user_id, session_id,
+                   CASE WHEN kind = 'episode' AND session_id IS NOT NULL AND NOT high
+                        THEN coalesce(lag(text) OVER (PARTITION BY tenant_id, session_id,
+                                                      kind = 'episode'
+                                                      ORDER BY event_seq, chunk_index), '')
+                        ELSE '' END AS context
+            FROM plain)
         INSERT INTO memories_fts (rowid, content, context, scope)
-        SELECT id, text,
-               CASE WHEN kind = 'episode' AND session_id IS NOT NULL AND NOT high
-                    THEN coalesce(lag(text) OVER (PARTITION BY tenant_id, session_id,
-                                                  kind = 'episode'
-                                                  ORDER BY event_seq, chunk_index), '')
-                    ELSE '' END,
-               memcli_scope_terms(tenant_id, user_id, session_id)
-        FROM plain""")
+        SELECT id, text, context, memcli_scope_terms(tenant_id, user_id, session_id)
+        FROM ctx{only}""")
     db.execute("INSERT INTO memories_trigram (rowid, content) SELECT id,"
-               " CASE WHEN sensitivity = 'high' THEN '' ELSE content END FROM memories")
+               " CASE WHEN sensitivity = 'high' THEN '' ELSE content END FROM memories"
+               + only)
 
 
 def _create_statement(name: str) -> str:
     import re
 
-    from memcli.store.sqlite.migrations import schema_sql
-
     match = re.search(rf"CREATE VIRTUAL TABLE IF NOT EXISTS {name} USING fts5 \(.*?\);",
-                      schema_sql(), re.S)
+                      bundled_text("schema.sql"), re.S)
     assert match is not None, name  # schema.sql defines both lexical tables
     return match.group(0)
 

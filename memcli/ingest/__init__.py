@@ -1,0 +1,1 @@
+"""Ingest: prepare a batch of event records (parse, redact, chunk, embed), then write it."""

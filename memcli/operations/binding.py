@@ -1,0 +1,89 @@
+"""A server's caller scope and its rules, shared by the HTTP API, MCP and the web pages.
+
+A server binds each caller to a scope (a token's tenant, agent, user, app and categories; a
+header or a path segment narrows it further). The bound scope only narrows: a request naming
+another tenant, user, agent or app than the one bound is refused (NotAllowedError, HTTP 403),
+never answered from the other scope; rows outside it are "not found" (memcli.store.owner).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any
+
+from memcli.errors import NotAllowedError
+
+if TYPE_CHECKING:
+    from memcli.operations.memory import Memory
+    from memcli.store.owner import Owner
+
+
+@dataclass(frozen=True)
+class Scope:
+    """What the server bound for a caller. None: not bound (the request may name it; a read that
+    names no tenant reads the configured one). `categories`: a category allowlist that narrows
+    every read further (None: the agent's own allowlist only)."""
+
+    tenant: str | None = None
+    user_id: str | None = None
+    agent: str | None = None  # the asking agent, whose category allowlist applies (memory spec)
+    app_id: str | None = None
+    categories: tuple[str, ...] | None = None
+
+    def narrowed(self, **bound: str | None) -> Scope:
+        """This scope with more keys bound (a header or path segment); a key bound already
+        to another value is refused."""
+        values: dict[str, Any] = {k: bind(k, getattr(self, k), v) for k, v in bound.items()}
+        return replace(self, **values)
+
+
+_NAMES = {"tenant": "tenant", "user_id": "user", "agent": "agent", "app_id": "app"}
+
+
+def bind(key: str, bound: str | None, requested: str | None) -> str | None:
+    """The value a request may use for a scope key: the bound one, or the request's own when
+    nothing is bound. Naming another value than the bound one is refused."""
+    if bound is None:
+        return requested
+    if requested is not None and requested != bound:
+        name = _NAMES.get(key, key)
+        raise NotAllowedError(f"this caller is bound to {name} {bound!r}, the request names "
+                              f"{requested!r}", f"use {name} {bound!r} or another token")
+    return bound
+
+
+def tenant(memory: Memory, scope: Scope, requested: str | None) -> str:
+    """The one tenant a request reads or writes (never all tenants through a server)."""
+    return bind("tenant", scope.tenant, requested) or memory.tenant
+
+
+def categories(scope: Scope, requested: list[str] | None) -> list[str] | None:
+    """The categories a read may see: the request's, inside the bound allowlist."""
+    if scope.categories is None:
+        return requested
+    if requested is None:
+        return list(scope.categories)
+    outside = sorted(set(requested) - set(scope.categories))
+    if outside:
+        raise NotAllowedError(f"categories outside this caller's allowlist: {', '.join(outside)}",
+                              "ask for " + ", ".join(scope.categories))
+    return requested
+
+
+def owner(memory: Memory, scope: Scope, tenant_id: str | None = None,
+          user_id: str | None = None, app_id: str | None = None) -> Owner:
+    """Whose rows this caller may touch by id (memcli.store.owner): the tenant (and user and
+    app) the request names inside its binding, in the categories its token and its agent's
+    allowlist both allow; any other row is "not found" (404), as an id that does not exist."""
+    from memcli.store.owner import Owner
+
+    known = memory.categories
+    allowed = known.allowed(scope.agent)  # None: every category
+    cats = scope.categories
+    if allowed is not None:
+        cats = tuple(c for c in (cats or allowed) if c in allowed)
+    hidden = known.hidden(scope.agent) if scope.agent is not None else ()
+    return Owner(tenant_id=tenant(memory, scope, tenant_id),
+                 user_id=bind("user_id", scope.user_id, user_id),
+                 app_id=bind("app_id", scope.app_id, app_id),
+                 categories=cats, hidden=hidden)

@@ -1,0 +1,236 @@
+"""The request models: one pydantic model per operation, the single source of its fields.
+
+A field is declared here once and keeps its name everywhere: the CLI's flag is the field's name
+in kebab case (`user_id` -> `--user-id`, built by memcli.cli.options), the HTTP body and the
+MCP tool's input schema are generated from the model, and `Memory` takes the validated model.
+The shared scope (`Scope`: tenant, user, session, app) is one base class.
+
+The query request is the memory system spec's `memory.query`, read by `memcli query -`, `POST
+/api/v1/query` and the MCP `query` tool:
+
+    {"agent": "planner", "query": "deployment plan context", "categories": ["tasks"],
+     "filters": {"user_id": "priya", "role": "assistant", "pinned": false,
+                 "importance_min": 0.5, "updated_after": "2025-07-01"},
+     "top_k": 3, "return": "bullets", "budget_tokens": 512, "threshold": 0.65,
+     "as_of": "2026-03-01"}
+
+`filters` takes the spec's section 6.1 keys (user_id, agent_id, run_id, actor_id, role,
+category, pinned, importance_min/max, updated_after/before) plus memcli's own scope keys
+(tenant_id, session_id, app_id, kinds, channels); each may also be given at the top level, as
+the CLI's flags give them (the top level wins). Unknown keys are refused: a misspelt filter
+must not silently widen a read. The agent's category allowlist is enforced by
+`Memory.filters`, the same check as `--agent`. Importance is memcli's 0-1 scale. `as_of` (an
+ISO date or time) reads the memory as it was then: facts valid at that time (valid_from <= t <
+valid_to), events up to it.
+
+Nothing here imports Typer, HTTP or the store: a model is data and its rules.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    create_model,
+    field_validator,
+    model_validator,
+)
+
+from memcli.core.ids import Id
+from memcli.core.records import parse_ts
+from memcli.errors import UsageError, validation_line
+
+
+def _time(value: str | None) -> str | None:
+    return None if value is None else parse_ts(value)
+
+
+# An ISO 8601 date or time, kept in memcli's stored form.
+Time = Annotated[str | None, AfterValidator(_time)]
+
+
+class Request(BaseModel):
+    """Every request model: a misspelt field is refused, never ignored."""
+
+    model_config = ConfigDict(extra="forbid", defer_build=True, populate_by_name=True)
+
+
+class TenantScope(Request):
+    tenant_id: str | None = Field(
+        default=None, min_length=1,
+        description="Tenant (default: the configured one, else `default`).")
+
+
+class UserScope(Request):
+    user_id: str | None = Field(default=None, description="User id.")
+
+
+class SessionScope(Request):
+    session_id: str | None = Field(
+        default=None, description="Session id (a query searches it first, widening to its "
+                                  "user when it holds too little).")
+
+
+class AppScope(Request):
+    app_id: str | None = Field(default=None, description="App id.")
+
+
+# Bases in reverse: pydantic lists a model's fields from its last base to its first.
+class Scope(AppScope, SessionScope, UserScope, TenantScope):
+    """Whose memory a request reads or writes; every key left out is not narrowed (a read that
+    names no tenant reads the configured one). Each key is declared once, above, and an
+    operation that takes only some of them inherits only those."""
+
+
+class QueryConditions(Scope):
+    """The conditions of a read, named as `memcli.store.filters.Filters` names them."""
+
+    agent_id: str | None = Field(default=None,
+                                 description="Only memories written by this agent id.")
+    run_id: str | None = Field(default=None, description="Only memories of this run.")
+    actor_id: str | None = Field(default=None, description="Actor id.")
+    role: str | None = Field(default=None, description="Actor type, e.g. human.")
+    kinds: list[str] | None = Field(default=None, description="Only these event kinds.")
+    channels: list[str] | None = Field(default=None, description="Only these channels.")
+    pinned: bool | None = Field(default=None, description="Only pinned (or unpinned) memories.")
+    importance_min: float | None = Field(default=None, description="Least importance (0-1).")
+    importance_max: float | None = Field(default=None, description="Most importance (0-1).")
+    updated_after: Time = Field(default=None, description="Updated after this ISO time.")
+    updated_before: Time = Field(default=None, description="Updated before this ISO time.")
+
+
+# The spec's nested `filters` object: the same fields (declared once, above), plus its
+# singular `category`, which says what the request's `categories` says.
+QueryFilters = create_model(  # type: ignore[call-overload]
+    "QueryFilters", __base__=Request,
+    **{name: (info.annotation, info) for name, info in QueryConditions.model_fields.items()},
+    category=(str | list[str] | None, None),
+)
+
+
+class QueryRequest(QueryConditions):
+    """`memcli query`, `POST /api/v1/query`, the MCP `query` tool."""
+
+    query: str = Field(min_length=1, description="What to look for.")
+    agent: str | None = Field(
+        default=None, description="The asking agent: its category allowlist applies.")
+    categories: list[str] | None = Field(default=None, description="Only these categories.")
+    filters: QueryFilters | None = Field(  # type: ignore[valid-type]
+        default=None, description="The spec's filters object (each key also at the top level).")
+    top_k: int = Field(default=10, ge=1, le=1000, description="How many hits (default 10).")
+    return_format: Literal["bullets", "full"] = Field(
+        default="full", alias="return",
+        description="full: whole hits; bullets: {id, category, text, scope} (default full).")
+    budget_tokens: int | None = Field(
+        default=None, ge=1, description="Stop adding hits before this many tokens.")
+    threshold: float | None = Field(
+        default=None, description="Drop hits whose final score (0-1) is below this.")
+    as_of: Time = Field(
+        default=None, description="Read the memory as it was then: facts valid at that time, "
+                                  "events up to it (ISO date or time, e.g. 2026-03-01).")
+
+    @field_validator("query")
+    @classmethod
+    def _not_blank(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError("the query is empty")
+        return value
+
+    @model_validator(mode="after")
+    def _checked(self) -> QueryRequest:
+        if self.filters is not None:
+            self._lift(self.filters)
+        return self
+
+    def _lift(self, filters: Any) -> None:
+        """The nested filters moved to the top level, where a key given there wins."""
+        given = filters.model_fields_set
+        category = filters.category
+        if "category" in given and category is not None:
+            wanted = [category] if isinstance(category, str) else list(category)
+            if self.categories is not None and sorted(set(self.categories)) != sorted(set(wanted)):
+                raise UsageError("bad query request: categories and filters.category differ",
+                                 "give the categories once")
+            self.categories = wanted
+        for name in given - {"category"}:
+            if name not in self.model_fields_set:
+                setattr(self, name, getattr(filters, name))
+                self.model_fields_set.add(name)
+        self.filters = None
+
+    def conditions(self) -> dict[str, Any]:
+        """The read's conditions as `Memory.filters` takes them (Filters' names)."""
+        return {name: getattr(self, name) for name in QueryConditions.model_fields}
+
+
+class IngestRequest(Scope):
+    """`memcli ingest`: how the records are written, and the scope, agent, run, channel and
+    category a record that names none gets."""
+
+    agent_id: str | None = Field(default=None, description="Default agent id.")
+    run_id: str | None = Field(default=None, description="Default run id.")
+    channel: str | None = Field(
+        default=None, description="Default channel: private, public, team or agent.")
+    category: str | None = Field(default=None, description="Default category.")
+    strict: bool = Field(default=False,
+                         description="All or nothing: one bad record rejects the batch.")
+    defer_embed: bool = Field(
+        default=False, description="Store without vectors now; `memcli embed` adds them.")
+    wait: bool = Field(
+        default=False, description="Through `memcli serve`, which writes vectors in the "
+        "background: return once these records' vectors are written too.")
+
+    def defaults(self) -> dict[str, Any]:
+        """What a record that names none of these gets (None: nothing)."""
+        return self.model_dump(exclude={"strict", "defer_embed", "wait"})
+
+
+class HistoryRequest(SessionScope, UserScope, TenantScope):
+    """`memcli history`: what happened to a memory, or in a scope, newest first."""
+
+    memory_id: Id | None = Field(default=None, description="A memory id.")
+    limit: int = Field(default=100, ge=1, le=10_000, description="How many rows at most.")
+
+
+class PurgeRequest(Scope):
+    """`memcli purge` and the app admin's purge: a scope deleted for good."""
+
+    memory_id: Id | None = Field(default=None, description="One memory id.")
+    dry_run: bool = Field(default=False, description="Print the plan only.")
+
+    def where(self) -> dict[str, Any]:
+        """The scope as the purge plan takes it."""
+        return self.model_dump(exclude={"dry_run"})
+
+
+def model_named(path: str) -> Any:
+    """The request model named `"module:Name"`, as the CLI decorators, the MCP tools and the
+    service's typed operations name it (imported on first use: a command that never runs the
+    operation does not import its model's module)."""
+    import importlib
+
+    module, _, name = path.partition(":")
+    return getattr(importlib.import_module(module), name)
+
+
+def validated(model: type[Request], data: Any, what: str, hint: str | None = None) -> Any:
+    """`data` (one JSON object) as a `model`, or a one-line UsageError naming the first
+    problem (exit 2, HTTP 422)."""
+    import pydantic
+
+    if not isinstance(data, dict):
+        raise UsageError(f"the {what} must be one JSON object")
+    try:
+        return model.model_validate(data)
+    except pydantic.ValidationError as exc:
+        raise UsageError(validation_line(exc, what), hint) from None
+
+
+def parse_query_request(data: Any) -> QueryRequest:
+    """A validated query request, or a one-line UsageError naming the first problem."""
+    return validated(QueryRequest, data, "query request",
+                     "see `memcli query --help` and the README's JSON request")

@@ -1,0 +1,229 @@
+"""Warm by default: the CLI starts `memcli serve` for a database when no daemon answers.
+
+Standard library only, on the client's route (memcli/service/client.py), as Mercurial's chg
+starts its command server. When a command finds no daemon for its database (no socket, or a
+refused one), `maybe_start` starts one in the background and the command itself runs
+in-process at once: waiting for the daemon would cost more than the in-process run, since the
+daemon imports every command and loads every model before it answers. The next commands are
+forwarded to it.
+
+The daemon is detached: a session of its own (double fork and `setsid`: no terminal, no
+process group a Ctrl-C reaches, not a child of the command), working folder `/`, stdin
+`/dev/null`, stdout and stderr appended to `<key>.log` beside its socket (`paths.Endpoint.log`,
+in the runtime folder, 0700). It holds the daemon lock from the start, waits for the command
+that started it to end, then runs `memcli serve --auto-started --idle-exit MINUTES`, which
+exits after `DEFAULT_IDLE_EXIT` minutes without a request (`daemon_idle_exit:` in the config
+file, `MEMCLI_DAEMON_IDLE_EXIT`).
+
+Nothing is started when:
+- the mode is not "auto": `MEMCLI_NO_DAEMON=1` or config `daemon: off` (no daemon at all,
+  read by the client too), `MEMCLI_AUTOSTART=0` or config `daemon: manual` (a daemon started
+  by hand is used, none is started);
+- the command is never forwarded (`serve`, `mcp`, completion), asks for `--help` or
+  `--version`, is `serve status`, or works on a scratch database (`demo`);
+- the socket's folder fails the trust rule (`paths.ensure_private_dir`: another user's, or
+  open to others) or a socket there was refused as untrusted (the client decides that);
+- a process holds the daemon lock: a daemon is starting, serving or stopping. The lock is
+  taken before anything starts, so of two commands racing, one starts a daemon. In the moment
+  between the daemon-to-be releasing it and `memcli serve` taking it again, a third command
+  may start another: the later `memcli serve` finds the lock taken and exits 75 (a line in
+  the log), so one daemon remains.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Mapping, Sequence
+
+from memcli.service import paths
+
+DEFAULT_IDLE_EXIT = 15.0  # minutes: Gradle's daemon waits 3 h, chg's server 1 h; memory is
+# cheap to get back (~1 s of warm-up), so an idle daemon gives its ~300 MB back sooner.
+NEVER_STARTED = frozenset({"serve", "mcp", "demo", "completion"})
+HELP_WORDS = frozenset({"--help", "-h", "--version", "--install-completion",
+                        "--show-completion"})
+CALLER_WAIT = 30.0  # seconds the daemon-to-be waits for the command that started it
+LOG_LIMIT = 1 << 20  # bytes: a longer log is emptied when a daemon starts
+MODES = ("auto", "manual", "off")
+_FALSE = ("0", "off", "false", "no")
+
+
+def config_values(env: Mapping[str, str]) -> dict[str, str]:
+    """The top-level `daemon:` and `daemon_idle_exit:` of the config file, read as text (yaml
+    would cost the client ~15 ms); {} when there is no file. memcli.config validates the same
+    keys when the app loads its settings."""
+    path = env.get("MEMCLI_CONFIG") or os.path.join(
+        env.get("XDG_CONFIG_HOME") or os.path.join(
+            env.get("HOME") or os.path.expanduser("~"), ".config"), paths.APP, "config.yaml")
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            text = f.read(1 << 16)
+    except OSError:
+        return {}
+    found = {}
+    for line in text.splitlines():
+        key, sep, value = line.partition(":")
+        if sep and key in ("daemon", "daemon_idle_exit"):
+            found[key] = value.split("#", 1)[0].strip().strip("'\"").lower()
+    return found
+
+
+def mode(env: Mapping[str, str], config: Mapping[str, str] | None = None) -> str:
+    """"auto" (forward, and start a daemon when none answers), "manual" (forward to one
+    started by hand) or "off" (every command in-process)."""
+    if env.get("MEMCLI_NO_DAEMON", "") not in ("", "0"):
+        return "off"
+    config = config_values(env) if config is None else config
+    chosen = config.get("daemon", "auto")
+    chosen = "off" if chosen in _FALSE else ("auto" if chosen in ("on", "true", "yes")
+                                             else chosen)
+    if chosen not in MODES:
+        chosen = "auto"  # the app's settings name the mistake (memcli.config)
+    if chosen == "auto" and env.get("MEMCLI_AUTOSTART", "").lower() in _FALSE:
+        return "manual"
+    return chosen
+
+
+def idle_exit(env: Mapping[str, str], config: Mapping[str, str]) -> float:
+    """Minutes an auto-started daemon waits for a request before it exits."""
+    for text in (env.get("MEMCLI_DAEMON_IDLE_EXIT"), config.get("daemon_idle_exit")):
+        try:
+            value = float(text or "")
+        except ValueError:
+            continue
+        if value > 0:
+            return value
+    return DEFAULT_IDLE_EXIT
+
+
+def wants_daemon(argv: Sequence[str]) -> bool:
+    """Whether this command line may start a daemon (see the module docstring)."""
+    end = list(argv).index("--") if "--" in argv else len(argv)
+    if any(a in HELP_WORDS for a in argv[:end]):
+        return False
+    words = [a for a in paths.root_db(argv[:end])[1] if not a.startswith("-")]
+    if not words or words[0] in NEVER_STARTED:
+        return False
+    return True
+
+
+def _take_lock(ep: paths.Endpoint) -> int | None:
+    """The daemon lock of `ep`, held (an fd), or None when a process holds it: a daemon is
+    starting, serving or stopping."""
+    import fcntl  # only on this route: a forwarded command never needs it
+
+    try:
+        fd = os.open(ep.lock, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        return None
+    return fd
+
+
+def maybe_start(argv: Sequence[str], db: str, socket_path: str,
+                env: Mapping[str, str] | None = None) -> int | None:
+    """Start a daemon for `db` listening on `socket_path` when this command line and the
+    settings allow it; its pid, or None when none was started."""
+    env = os.environ if env is None else env
+    config = config_values(env)
+    if mode(env, config) != "auto" or not wants_daemon(argv):
+        return None
+    ep = paths.endpoint_for_socket(socket_path)
+    try:
+        paths.ensure_private_dir(os.path.dirname(ep.socket))
+    except paths.RuntimeDirError as exc:
+        paths.warn_untrusted(paths.UntrustedSocket(os.path.dirname(ep.socket), str(exc)))
+        return None
+    lock = _take_lock(ep)
+    if lock is None:
+        return None
+    try:
+        return start(db, ep, env, idle_exit(env, config), lock)
+    finally:
+        os.close(lock)  # the daemon-to-be holds it now (the same open file)
+
+
+def start(db: str, ep: paths.Endpoint, env: Mapping[str, str], idle_minutes: float,
+          lock: int) -> int | None:
+    """`memcli serve` for `db` on `ep`, detached (see the module docstring); its pid, or None
+    when it could not be started (the command runs in-process all the same). `lock`: the
+    daemon lock, taken; the daemon-to-be holds it until it starts `memcli serve`, which takes
+    it again (so a command that arrives meanwhile starts no second one)."""
+    if not paths._is_server_location(db):
+        db = os.path.abspath(db)  # the daemon works from `/`
+    # The database goes in the environment, not on the command line: a PostgreSQL URL may
+    # hold a password, and every user can read a process's arguments.
+    child_env = {**env, "MEMCLI_DB": db}
+    for name in ("MEMCLI_SOCKET", "MEMCLI_NO_DAEMON", "MEMCLI_AUTOSTART"):
+        child_env.pop(name, None)
+    argv = [sys.executable, "-m", "memcli", "serve", "--socket", ep.socket,
+            "--idle-exit", f"{idle_minutes:g}", "--auto-started"]
+    try:
+        log_fd = _open_log(ep.log)
+        read_pid, write_pid = os.pipe()
+        # Open in this process until it exits (never closed here, and close-on-exec): the
+        # daemon-to-be waits for its end before it starts.
+        caller_gone, _caller = os.pipe()
+    except OSError:
+        return None
+    pid = os.fork()
+    if pid == 0:  # the first child: a new session, then the daemon's own process
+        try:
+            os.close(read_pid)
+            os.setsid()
+            daemon = os.fork()
+            if daemon:
+                os.write(write_pid, str(daemon).encode())
+                os._exit(0)
+            os.close(write_pid)
+            os.close(_caller)
+            _become_daemon(ep, log_fd, lock, caller_gone)
+            os.execve(sys.executable, argv, child_env)
+        finally:
+            os._exit(127)
+    os.close(write_pid)
+    os.close(log_fd)
+    os.close(caller_gone)
+    try:
+        os.waitpid(pid, 0)
+        data = os.read(read_pid, 32)
+    except OSError:
+        data = b""
+    finally:
+        os.close(read_pid)
+    return int(data) if data.isdigit() else None
+
+
+def _become_daemon(ep: paths.Endpoint, log_fd: int, lock: int, caller_gone: int) -> None:
+    """In the daemon-to-be: write the pidfile (its pid stays that of `memcli serve`), detach
+    from the caller's folder and stdio, and wait until the command that started it has ended
+    (at most CALLER_WAIT s): the command runs in-process at full speed, never beside the
+    daemon's warm-up (on two busy cores that cost a first `acb build` 1.6x its in-process
+    time); then close every fd but 0-2 (the lock too: `memcli serve` takes it again)."""
+    import select
+
+    with open(ep.pid + ".tmp", "w", encoding="ascii") as f:
+        f.write(f"{os.getpid()}\n")
+    os.replace(ep.pid + ".tmp", ep.pid)
+    os.chdir("/")
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    os.dup2(log_fd, 1)
+    os.dup2(log_fd, 2)
+    select.select([caller_gone], [], [], CALLER_WAIT)
+    # Every other fd the caller had (a pipe its own caller reads to the end, the lock): the
+    # daemon must not keep them open.
+    os.closerange(3, os.sysconf("SC_OPEN_MAX") if hasattr(os, "sysconf") else 1024)
+
+
+def _open_log(path: str) -> int:
+    """The daemon's log, appended to (emptied first when it passed LOG_LIMIT), 0600."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
+    if os.fstat(fd).st_size > LOG_LIMIT:
+        os.ftruncate(fd, 0)
+    return fd

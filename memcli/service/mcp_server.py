@@ -1,0 +1,425 @@
+"""The MCP server: memcli's memory as tools, with the official `mcp` SDK (stdio or HTTP).
+
+`build_mcp(settings, scope, tools)` returns an `MCPServer` whose tools call the service
+operations (memcli.service.api), so MCP, HTTP and the CLI answer with the same payloads and
+the same errors. Decisions, from the issue and from what users of other memory servers
+report:
+
+- A small default tool set (`DEFAULT_TOOLS`) with one-line descriptions: every tool listed
+  costs context on every model call. The rest only with `--tools all` or a list.
+- Identity is the server's: the scope (tenant, user, agent, app) comes from flags, env, or for
+  HTTP a token/header bound by memcli.service.http, never from tool arguments. An argument
+  naming another scope is refused (isError), never answered from the other scope; every result
+  carries `scope`, the scope that answered.
+- Errors are tool errors (`isError: true` with the CLI's one-line message), never a success
+  holding an error text.
+- Forgiving arguments (`normalise`): common aliases (`text`/`q` for `query`, `k`/`limit` for
+  `top_k`, ...) and a bare string where a list is expected are accepted before the SDK
+  validates them against the (short) schema the client sees.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from mcp.server import MCPServer
+
+    from memcli.config import Settings
+    from memcli.service.api import Scope, Service
+
+
+@dataclass(frozen=True)
+class ToolSpec:
+    """One MCP tool: its api operation, description, hints and argument aliases."""
+
+    op: str  # the memcli.service.api function it calls
+    description: str
+    read_only: bool
+    destructive: bool = False
+    default: bool = True
+    aliases: tuple[tuple[str, str], ...] = ()  # (alias, canonical argument name)
+    lists: tuple[str, ...] = ()  # arguments that are lists: a bare string becomes [string]
+
+
+TOOLS: dict[str, ToolSpec] = {
+    "memory.query": ToolSpec(
+        "query", "Search long-term memory; returns ranked memories.", read_only=True,
+        aliases=(("text", "query"), ("q", "query"), ("k", "top_k"), ("limit", "top_k"),
+                 ("n", "top_k"), ("category", "categories")),
+        lists=("categories",)),
+    "memory.build_acb": ToolSpec(
+        "build_acb", "Build a context bundle (rules, decisions, tasks, relevant memories) "
+        "for the task at hand, under a token budget.", read_only=True,
+        aliases=(("query_text", "query"), ("text", "query"), ("task", "query"),
+                 ("budget", "max_tokens"), ("token_budget", "max_tokens"),
+                 ("category", "categories")),
+        lists=("categories",)),
+    "memory.record_event": ToolSpec(
+        "record_events", "Record an event (a message, tool result, observation) in the log.",
+        read_only=False,
+        aliases=(("content", "text"), ("message", "text"), ("type", "kind"), ("tag", "tags")),
+        lists=("tags",)),
+    "memory.get_artifact": ToolSpec(
+        "get_artifact", "Fetch the full output kept for a truncated tool result.",
+        read_only=True, aliases=(("id", "artifact_id"), ("artifact", "artifact_id"))),
+    "memory.query_decisions": ToolSpec(
+        "query_decisions", "List recorded decisions (active by default).", read_only=True,
+        aliases=(("k", "limit"), ("top_k", "limit"))),
+    "memory.remember": ToolSpec(
+        "remember", "Store a durable fact or preference (near-duplicates are merged).",
+        read_only=False, aliases=(("content", "text"), ("fact", "text"), ("memory", "text")),
+        lists=("steps",)),
+    "memory.forget": ToolSpec(
+        "forget", "Forget one memory by id (restorable for 30 days).", read_only=False,
+        destructive=True, aliases=(("id", "memory_id"),)),
+    # Enabled with --tools all (or by name).
+    "memory.record_decision": ToolSpec(
+        "record_decision", "Record a decision with its rationale (or supersede one).",
+        read_only=False, default=False,
+        aliases=(("text", "decision"), ("why", "rationale")),
+        lists=("rationale", "constraints", "alternatives", "consequences", "refs")),
+    "memory.record_task": ToolSpec(
+        "record_task", "Add a task, or update one by task_id.", read_only=False, default=False,
+        aliases=(("text", "title"), ("id", "task_id")), lists=("refs",)),
+    "memory.history": ToolSpec(
+        "memory_history", "What happened to one memory, newest first.", read_only=True,
+        default=False, aliases=(("id", "memory_id"),)),
+    "memory.app_memories": ToolSpec(
+        "app_memories", "List an app's memories, newest first.", read_only=True, default=False,
+        aliases=(("app", "app_id"),)),
+    "memory.purge_app": ToolSpec(
+        "delete_app_memories", "Delete an app's memories for good (or one with memory_id).",
+        read_only=False, destructive=True, default=False,
+        aliases=(("app", "app_id"), ("id", "memory_id"))),
+}
+DEFAULT_TOOLS = tuple(name for name, spec in TOOLS.items() if spec.default)
+
+# Scope keys a tool argument may name; each must agree with the server's binding.
+_IDENTITY = {"tenant": "tenant", "tenant_id": "tenant", "user": "user_id", "user_id": "user_id",
+             "agent": "agent", "agent_id": "agent", "app": "app_id", "app_id": "app_id"}
+# Tools whose own arguments use these names for something else than the caller's scope.
+_OWN_ARGUMENTS = {"memory.app_memories": {"app", "app_id"}, "memory.purge_app": {"app", "app_id"}}
+
+
+def select_tools(spec: str | None) -> tuple[str, ...]:
+    """The tool names for `--tools`: None/"default", "all", or a comma-separated list (names with
+    or without the `memory.` prefix). An unknown name is a UsageError."""
+    from memcli.errors import UsageError
+
+    if spec is None or spec.strip() in ("", "default"):
+        return DEFAULT_TOOLS
+    if spec.strip() == "all":
+        return tuple(TOOLS)
+    names: list[str] = []
+    for part in (p.strip() for p in spec.split(",")):
+        if not part:
+            continue
+        if part == "default":
+            names.extend(DEFAULT_TOOLS)
+            continue
+        name = part if part.startswith("memory.") else f"memory.{part}"
+        if name not in TOOLS:
+            raise UsageError(f"unknown MCP tool: {part}",
+                             "choose from " + ", ".join(t.removeprefix("memory.") for t in TOOLS))
+        names.append(name)
+    return tuple(dict.fromkeys(names))
+
+
+def normalise(tool: str, arguments: dict[str, Any]) -> dict[str, Any]:
+    """A tool's arguments with aliases renamed and bare strings wrapped into lists."""
+    spec = TOOLS.get(tool)
+    if spec is None:
+        return arguments
+    out = dict(arguments)
+    for alias, canonical in spec.aliases:
+        if alias in out and canonical not in out:
+            out[canonical] = out.pop(alias)
+    for name in spec.lists:
+        if isinstance(out.get(name), str):
+            out[name] = [out[name]]
+    return out
+
+
+def split_identity(tool: str, arguments: dict[str, Any]) -> tuple[dict[str, Any], dict[str, str]]:
+    """The arguments without scope keys, and the scope keys they named ({api key: value})."""
+    own = _OWN_ARGUMENTS.get(tool, set())
+    rest, named = {}, {}
+    for key, value in arguments.items():
+        if key in _IDENTITY and key not in own:
+            if value is not None:
+                named[_IDENTITY[key]] = str(value)
+        else:
+            rest[key] = value
+    return rest, named
+
+
+def scope_payload(scope: Scope, tenant: str) -> dict[str, Any]:
+    """The scope that answered, as every tool result states it."""
+    return {"tenant": scope.tenant or tenant, "user": scope.user_id, "agent": scope.agent,
+            "app": scope.app_id}
+
+
+def build_mcp(settings: Settings, scope: Scope, tools: tuple[str, ...] | None = None, *,
+              service: Service | None = None,
+              request_scope: Callable[[Any, Scope], Scope] | None = None,
+              selectable: bool = False) -> MCPServer:
+    """The MCP server over `settings.db`, answering for `scope` with the tools `tools`
+    (default: DEFAULT_TOOLS).
+
+    `service`: the process's open service (the daemon shares its one writer with HTTP); None
+    opens one for this server. `request_scope(request, scope)`: for HTTP, the scope narrowed by
+    the request (its token, headers); the default reads the `X-Memcli-*` headers.
+    `selectable`: every tool is registered and a request's `X-Memcli-Tools` header (as
+    `--tools`) picks the ones it sees, `tools` when it has none (one daemon serves agents
+    configured with different tool sets)."""
+    from mcp.server import MCPServer
+    from mcp_types import ToolAnnotations
+
+    from memcli import __version__
+    from memcli.service.api import Service
+
+    if service is None:
+        service = Service(settings)
+    narrow = request_scope or headers_scope
+    server = MCPServer(
+        "memcli", version=__version__, log_level="WARNING",
+        instructions="Long-term memory. Search it with memory.query before answering from "
+                     "memory; build a context bundle with memory.build_acb at the start of "
+                     "a task; store durable facts with memory.remember.")
+    enabled = tools or DEFAULT_TOOLS
+    for name in TOOLS if selectable else enabled:
+        spec = TOOLS[name]
+        server.add_tool(
+            _tool_function(name, spec, service, scope, narrow), name=name,
+            description=spec.description, structured_output=False,
+            annotations=ToolAnnotations(read_only_hint=spec.read_only,
+                                        destructive_hint=spec.destructive,
+                                        idempotent_hint=spec.read_only,
+                                        open_world_hint=False))
+    server.middleware.append(_Forgiving(service, scope, narrow, enabled))
+    return server
+
+
+def run_stdio(settings: Settings, scope: Scope, tools: tuple[str, ...] | None = None) -> None:
+    """`memcli mcp` without a daemon: the MCP server on stdin/stdout until the client leaves.
+    On a PostgreSQL server the process holds a connection pool for its life, as `memcli serve`
+    does (memcli/service/holder.py): each tool call borrows a connection that stays open
+    rather than connecting, authenticating and checking the schema again (one idle
+    connection is kept; at most `pool_size`). A SQLite file's Memory is already kept open per
+    thread by the Service."""
+    from memcli.service.holder import PoolHolder, is_server
+
+    holder = PoolHolder(settings, settings.pool_size) if is_server(settings.db) else None
+    try:
+        build_mcp(settings, scope, tools).run("stdio")
+    finally:
+        if holder is not None:
+            holder.close()
+
+
+def http_routes(settings: Settings, service: Service, tools: tuple[str, ...] | None = None, *,
+                caller: Callable[[Any], Scope | None] | None = None,
+                path: str = "/mcp", allowed_hosts: tuple[str, ...] = ()) -> tuple[list[Any], Any]:
+    """The MCP endpoint of an HTTP app (memcli.service.http): `(routes, lifespan)`. Add the
+    routes to the app and enter `lifespan()` in the app's lifespan (it runs the SDK's session
+    manager). Stateless, JSON responses: every POST is answered in its own response, so a
+    stdio bridge (`memcli mcp` forwarding to a daemon) maps one line to one request.
+
+    `caller(request)`: the HTTP app's own check (bearer token, scope headers): the caller's
+    Scope, None for "no token" (answered 401), or a MemcliError (answered with its status);
+    by default the `X-Memcli-*` headers narrow an unbound scope. `allowed_hosts`: Host names
+    accepted besides loopback's (DNS-rebinding protection, as the app's)."""
+    from mcp.server.transport_security import TransportSecuritySettings
+
+    from memcli.service.api import Scope
+
+    server = build_mcp(settings, Scope(), tools or select_tools(settings.mcp_tools),
+                       service=service, request_scope=_bound_scope, selectable=True)
+    hosts = ("127.0.0.1", "localhost", "[::1]", *allowed_hosts)
+    security = TransportSecuritySettings(
+        enable_dns_rebinding_protection=True,
+        allowed_hosts=[*hosts, *(f"{h}:*" for h in hosts)],
+        allowed_origins=[f"{scheme}://{h}{port}" for h in hosts for scheme in ("http", "https")
+                         for port in ("", ":*")])
+    app = server.streamable_http_app(streamable_http_path=path, stateless_http=True,
+                                     json_response=True, transport_security=security)
+    guard = caller or (lambda request: headers_scope(request, Scope()))
+    routes = [_guarded(route, guard) for route in app.routes]
+    return routes, server.session_manager.run
+
+
+def _guarded(route: Any, caller: Callable[[Any], Scope | None]) -> Any:
+    """The SDK's /mcp route behind the HTTP app's caller check: the caller's scope is kept in
+    the request state, where the tools read it (`_bound_scope`)."""
+    from starlette.routing import Route
+
+    return Route(route.path, endpoint=_Guard(route.endpoint, caller), methods=route.methods,
+                 name="mcp")
+
+
+class _Guard:
+    """ASGI: refuse a caller the HTTP app refuses (401/403, as its API routes answer), else
+    bind its scope in the request state and hand over to the SDK."""
+
+    def __init__(self, app: Any, caller: Callable[[Any], Scope | None]) -> None:
+        self.app, self.caller = app, caller
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        from starlette.requests import Request
+        from starlette.responses import JSONResponse
+
+        from memcli.service import api
+
+        try:
+            bound = self.caller(Request(scope))
+        except Exception as exc:  # noqa: BLE001 - refused: the same answer as the API's
+            status, headers = api.status_for(exc)
+            response = JSONResponse(api.error_payload(exc), status_code=status, headers=headers)
+            return await response(scope, receive, send)
+        if bound is None:
+            response = JSONResponse({"error": "a bearer token is required (Authorization: "
+                                     "Bearer <token>)", "exit_code": 2}, status_code=401,
+                                    headers={"WWW-Authenticate": "Bearer"})
+            return await response(scope, receive, send)
+        scope.setdefault("state", {})["memcli_scope"] = bound
+        await self.app(scope, receive, send)
+
+
+def _bound_scope(request: Any, scope: Scope) -> Scope:
+    """For HTTP: the scope the guard bound for this request."""
+    state = getattr(request, "scope", {}).get("state", {}) if request is not None else {}
+    bound = state.get("memcli_scope")
+    return bound if bound is not None else scope
+
+
+def headers_scope(request: Any, scope: Scope) -> Scope:
+    """The bound scope narrowed by an HTTP request's `X-Memcli-Tenant/User/Agent/App` headers (a
+    header naming another value than one already bound is refused). stdio: no request."""
+    headers = getattr(request, "headers", None)
+    if headers is None:
+        return scope
+    bound = {key: headers.get(f"x-memcli-{header}")
+             for key, header in (("tenant", "tenant"), ("user_id", "user"), ("agent", "agent"),
+                                 ("app_id", "app"))}
+    return scope.narrowed(**{k: v for k, v in bound.items() if v})
+
+
+def _tool_function(name: str, spec: ToolSpec, service: Service, scope: Scope,
+                   narrow: Callable[[Any, Scope], Scope]) -> Callable[..., Any]:
+    """The function the SDK registers for one tool: its signature is the tool's schema
+    (memcli.service.mcp_tools), its body runs the api operation."""
+    from memcli.service import mcp_tools
+
+    async def call(ctx: Any, request: dict[str, Any]) -> str:
+        return await _call(spec, service, scope, narrow, ctx, request)
+
+    return mcp_tools.bind(getattr(mcp_tools, spec.op), call)
+
+
+async def _call(spec: ToolSpec, service: Service, scope: Scope,
+                narrow: Callable[[Any, Scope], Scope], ctx: Any, request: dict[str, Any]) -> str:
+    """Run one tool call on a worker thread; any error becomes a tool error (isError) with the
+    CLI's one-line message."""
+    import anyio.to_thread
+    from mcp.server.mcpserver.exceptions import ToolError
+
+    from memcli.service import api
+    from memcli.service.typed_ops import request_for
+
+    try:
+        bound = narrow(ctx.request_context.request, scope)
+        operation = getattr(api, spec.op)
+        # The tool's arguments as the operation's model, validated here once (its one-line
+        # error a tool error); an operation not yet taking a model gets the arguments.
+        payload = await anyio.to_thread.run_sync(service.run, operation, bound,
+                                                 request_for(operation, request))
+    except Exception as exc:  # noqa: BLE001 - a bug too: its message, never a traceback
+        raise ToolError(api.error_payload(exc)["error"]) from None
+    rejected = payload.get("rejected") if isinstance(payload, dict) else None
+    if rejected:  # HTTP answers 422, the CLI exits 2: a refused record is a failed call
+        raise ToolError("record refused: " + "; ".join(str(p.get("reason")) for p in rejected))
+    return json.dumps({"scope": scope_payload(bound, service.settings.tenant), "result": payload},
+                      ensure_ascii=False, default=str)
+
+
+class _Forgiving:
+    """SDK middleware, before the SDK validates a call: the tool list narrowed to the enabled
+    tools, tool arguments normalised (aliases, bare strings for lists), scope keys in them
+    checked against the binding and dropped, and the models warmed once the client has
+    initialized (so `initialize` never waits for them)."""
+
+    def __init__(self, service: Service, scope: Scope, narrow: Callable[[Any, Scope], Scope],
+                 enabled: tuple[str, ...]) -> None:
+        self.service, self.scope, self.narrow, self.enabled = service, scope, narrow, enabled
+        self.warmed = False
+
+    def tools_for(self, request: Any) -> tuple[str, ...]:
+        headers = getattr(request, "headers", None)
+        wanted = headers.get("x-memcli-tools") if headers is not None else None
+        return select_tools(wanted) if wanted else self.enabled
+
+    async def __call__(self, ctx: Any, call_next: Callable[[Any], Any]) -> Any:
+        if ctx.method == "notifications/initialized" and not self.warmed:
+            self.warmed = True
+            threading.Thread(target=_warm, args=(self.service,), daemon=True).start()
+        if ctx.method == "tools/list":
+            result = await call_next(ctx)
+            enabled = set(self.tools_for(ctx.request))
+            if isinstance(result, dict) and isinstance(result.get("tools"), list):
+                return {**result, "tools": [t for t in result["tools"]
+                                            if isinstance(t, dict) and t.get("name") in enabled]}
+            if hasattr(result, "tools"):
+                result.tools = [t for t in result.tools if t.name in enabled]
+            return result
+        params = ctx.params
+        if ctx.method != "tools/call" or not isinstance(params, dict):
+            return await call_next(ctx)
+        name, arguments = params.get("name"), params.get("arguments")
+        if isinstance(name, str) and name in TOOLS and name not in self.tools_for(ctx.request):
+            return _refusal(f"tool {name} is not enabled on this server "
+                            "(memcli mcp --tools all, or --tools with its name)")
+        if not (isinstance(name, str) and isinstance(arguments, dict)):
+            return await call_next(ctx)
+        rest, named = split_identity(name, normalise(name, arguments))
+        if named:
+            try:
+                bound = self.narrow(ctx.request, self.scope)
+            except Exception as exc:  # noqa: BLE001 - a header naming another scope
+                return _refusal(str(exc))
+            mine = scope_payload(bound, self.service.settings.tenant)
+            keys = {"tenant": "tenant", "user_id": "user", "agent": "agent", "app_id": "app"}
+            others = {k: v for k, v in named.items() if mine[keys[k]] != v}
+            if others:
+                return _refusal(
+                    "identity is bound by the server, not by tool arguments: this server "
+                    "answers for " + ", ".join(f"{k} {v!r}" for k, v in mine.items() if v)
+                    + "; the call named " + ", ".join(f"{keys[k]} {v!r}" for k, v in
+                                                      others.items()))
+        from dataclasses import replace
+
+        return await call_next(replace(ctx, params={**params, "arguments": rest}))
+
+
+def _refusal(text: str) -> Any:
+    """A tool error result (isError), as the SDK returns for a failing tool."""
+    from mcp_types import CallToolResult, TextContent
+
+    return CallToolResult(content=[TextContent(type="text", text=text)], is_error=True)
+
+
+def _warm(service: Service) -> None:
+    """Construct the models and start loading them in the background, so the first tool call
+    does not pay for them. The database is not opened here: a second connection racing the
+    first call's on a new file can stall both (one holds the process's writer lock, the other
+    SQLite's) until the busy timeout. A failure here is reported by the first call instead."""
+    try:
+        from memcli.retrieval.search import preload_models
+
+        preload_models(*service.models())
+    except Exception:  # noqa: BLE001, S110
+        pass

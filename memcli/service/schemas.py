@@ -1,0 +1,216 @@
+"""What `memcli serve`'s HTTP routes answer: one pydantic model per answer, for /openapi.json.
+
+The answers are built by the same functions as the CLI's JSON (memcli.operations, memcli.ledger,
+memcli.lifecycle, memcli.acb) as dicts; the HTTP app checks each answer against its route's
+model before sending it, unchanged (memcli.service.http), so the published schema is what a
+client gets. Models list the fields every answer carries; `extra="allow"` where an answer may
+carry more than is listed (a bundle's items, an ingest report's ledger rows), so a field added
+to an answer is documented by adding it here, never lost on the way out.
+
+The bundle models follow the Agent Memory System PRD's fields (its section 7) and memcli's own
+beside them; tests/test_prd_contract.py validates real answers against them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+
+class _Open(BaseModel):
+    """An answer that may carry more fields than the model lists."""
+
+    model_config = ConfigDict(extra="allow")
+
+
+class ErrorBody(BaseModel):
+    """An error: the CLI's one-line message and its exit code (2 bad input, 75 busy, 1 other)."""
+
+    error: str
+    exit_code: int
+
+
+class Health(BaseModel):
+    """`GET /healthz`: the server answers."""
+
+    status: str
+    version: str
+
+
+# -- the active context bundle -----------------------------------------------------------------
+class BundleItem(_Open):
+    type: str
+    text: str
+    refs: list[str]
+    decision_id: int | None = None  # decision items: the ledger's id
+
+
+class BundleSection(_Open):
+    name: str
+    items: list[BundleItem]
+    token_est: int  # the section's tokens (tiktoken's count, exact)
+    tokens: int  # the same, memcli's earlier name
+    cap: int
+    priority: int
+
+
+class Omission(_Open):
+    reason: str  # section_cap | budget | truncated | truncated_tool_output
+    candidates: list[str]  # refs of what was left out (at most 20)
+    refs: list[str]  # the same, memcli's earlier name
+    section: str
+    count: int
+    artifact_id: str | None = None  # truncated_tool_output: the full output's artifact
+
+
+class Scoring(BaseModel):
+    alpha: float  # semantic relevance
+    beta: float  # recency
+    gamma: float  # importance
+
+
+class Provenance(_Open):
+    intent: str | None
+    query_terms: list[str]
+    candidate_pool_size: int
+    filters: dict[str, Any]  # sensitivity_allowed, and the scope the bundle read
+    scoring: Scoring
+    weights: dict[str, Any]  # alpha, beta, gamma, fusion, legs, half_life_days, w_rel
+
+
+class Bundle(_Open):
+    """An active context bundle (`memcli acb build --json`)."""
+
+    acb_id: str
+    budget_tokens: int
+    token_used_est: int  # the rendered bundle's tokens (tiktoken's count, exact)
+    token_used: int  # the same, memcli's earlier name
+    reserve_tokens: int
+    sections: list[BundleSection]
+    omissions: list[Omission]
+    provenance: Provenance
+
+
+# -- query -------------------------------------------------------------------------------------
+class Bullet(BaseModel):
+    """A hit as the memory system spec's bullet (`"return": "bullets"`)."""
+
+    id: int
+    category: str | None
+    text: str
+    scope: str | None  # session | user | all: the search that answered
+
+
+class Artifact(BaseModel):
+    """The full output kept for a truncated tool result (`memcli artifact ID`)."""
+
+    artifact_id: str
+    tenant_id: str
+    bytes: int
+    text: str  # decoded as UTF-8, bad bytes replaced
+
+
+# -- the ledger --------------------------------------------------------------------------------
+class _LedgerRow(_Open):
+    id: int
+    memory_id: int | None
+    tenant_id: str
+    user_id: str | None
+    session_id: str | None
+    agent_id: str | None
+    app_id: str | None
+    status: str
+    refs: list[str]
+    created_at: str
+    updated_at: str
+
+
+class Decision(_LedgerRow):
+    """A decision of the ledger (`memcli decision add/list --json`); a write also names the
+    kinds of secret it redacted (`redacted`)."""
+
+    scope: str
+    decision: str
+    rationale: list[str]
+    constraints: list[str]
+    alternatives: list[str]
+    consequences: list[str]
+    supersedes: int | None
+    superseded_by: int | None
+
+
+class Task(_LedgerRow):
+    """A task of the ledger (`memcli task add/update --json`)."""
+
+    title: str
+    details: str
+
+
+# -- memories ----------------------------------------------------------------------------------
+class HistoryEntry(_Open):
+    """One change to a memory (`memcli history ID --json`), newest first."""
+
+    id: int
+    memory_id: int | None
+    event_id: str | None
+    op: str  # ADD | UPDATE | MERGE | DELETE | ...
+    old_ref: str | None
+    new_ref: str | None
+    actor: str | None
+    tenant_id: str
+    meta: dict[str, Any]
+    ts: str
+
+
+class Remembered(_Open):
+    """`memcli remember --json`: the fact or procedure stored (`created`) or merged into
+    (`merged`), or for a profile field the proposal made (`proposed`, `unchanged`,
+    `already_pending`); `redacted` names the kinds of secret taken out."""
+
+    status: str
+    id: int | None = None
+    kind: str | None = None
+    redacted: list[Any] = []
+
+
+class Forgotten(_Open):
+    """`memcli forget ID --json`: soft-deleted, purged for good at `purge_at`."""
+
+    id: int
+    state: str
+    purge_at: str
+
+
+class AppMemory(_Open):
+    id: int
+    kind: str
+    category: str | None
+    content: str
+    user_id: str | None
+    agent_id: str | None
+    session_id: str | None
+    sensitivity: str
+    importance: float
+    pinned: bool
+    created_at: str
+    updated_at: str
+
+
+class AppMemories(BaseModel):
+    """An app's active memories, newest first."""
+
+    tenant_id: str
+    app_id: str
+    memories: list[AppMemory]
+
+
+class Purged(_Open):
+    """`memcli purge --json`: what was deleted for good, and the scope it was deleted in."""
+
+    scope: dict[str, Any]
+    events: int
+    memories: int
+    artifacts: int
+    complete: bool
+    dry_run: bool

@@ -1,0 +1,218 @@
+"""The daemon's second process: the HTTP API (and MCP) and what it holds open for its database.
+
+`memcli serve`'s main process forks commands (memcli/service/server.py), so it must stay
+single-threaded and hold no database connection. Everything that has threads or connections
+lives here instead, in one process forked once at start (after the models are loaded, so it
+shares them):
+
+- uvicorn serving memcli.service.http's app on the daemon's HTTP unix socket (and TCP with
+  `--port`). The sockets are bound and the access rules decided by the main process before it
+  forks (`HttpPlan.prepare`), so a taken port or a missing dependency fails `serve` itself.
+- the holder of memcli/service/holder.py: the idle SQLite connection that keeps the WAL, or
+  the PostgreSQL pool the HTTP requests borrow from (a forwarded command, a process of its
+  own, opens its own connection, as the in-process command does).
+
+Control, over two pipes: the main process writes b"e" (a command started or ended: open the
+kept connection if the database exists by now) and b"s" (stop serving HTTP); closing its end
+means "close the holder (WAL checkpoint) and exit", which it does once the commands in flight
+are done. This process reports b"+\\n" / b"-\\n" around each HTTP request and b"P<json>\\n"
+(the pool's figures) for the idle exit and `serve status`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import sys
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, NoReturn
+
+from memcli.errors import MemcliError, UsageError
+from memcli.service import paths
+from memcli.service.holder import hold
+from memcli.service.server import bind_unix
+
+
+@dataclass
+class HttpOptions:
+    port: int | None = None
+    host: str = "127.0.0.1"
+    token_file: Path | None = None
+    no_token: bool = False
+
+
+def _tcp_socket(host: str, port: int) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    # TCP by name: asyncio turns Nagle off only on sockets whose proto says TCP (a plain
+    # SOCK_STREAM's is 0), and the accepted sockets inherit the listener's. With Nagle on, a
+    # response's body waited for the ACK of its headers, which the client delays: 40 ms on
+    # every request of a kept-alive connection (a browser's second page, measured).
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        # The environment refuses it (the port is taken, the address is not this host's):
+        # a runtime failure, exit 1, like a database the environment refuses.
+        raise MemcliError(f"cannot listen on {host}:{port}: {exc.strerror}",
+                          "choose another --port or --host") from exc
+    sock.listen(128)
+    return sock
+
+
+class HttpPlan:
+    """The HTTP server to run: its access rules and bound sockets (made in the main process);
+    `prepare()` returns None when the HTTP app is not installed (then `--port` is refused)."""
+
+    def __init__(self, auth: Any, sockets: list[socket.socket], grace: float) -> None:
+        self.auth = auth
+        self.sockets = sockets
+        self.grace = grace
+
+    @classmethod
+    def prepare(cls, settings: Any, ep: paths.Endpoint, opts: HttpOptions, grace: float,
+                log: Callable[[str], None]) -> HttpPlan | None:
+        try:
+            import uvicorn  # noqa: F401 - imported here so that its absence is known now
+
+            from memcli.service.auth import load_auth
+            from memcli.service.http import build_app  # noqa: F401 - the same
+        except ImportError as exc:
+            if opts.port is not None:
+                raise UsageError(f"the HTTP API is not available ({exc})",
+                                 "install memcli with its service dependencies") from exc
+            return None
+        # Only the 0600 unix socket: no token to make (the socket's mode is the access rule).
+        unix_only = opts.port is None and opts.token_file is None
+        auth = load_auth(host="127.0.0.1" if unix_only else opts.host, port=opts.port,
+                         token_file=opts.token_file, no_token=opts.no_token or unix_only,
+                         settings=settings)
+        notice = getattr(auth, "notice", None)
+        if notice and opts.port is not None:  # the unix socket needs no token
+            log(f"memcli: {notice}")
+        sockets = [bind_unix(Path(ep.http_socket))]
+        if opts.port is not None:
+            try:
+                sockets.append(_tcp_socket(opts.host, opts.port))
+            except MemcliError:
+                sockets[0].close()  # serve() removes its file
+                raise
+        return cls(auth, sockets, grace)
+
+    @property
+    def tcp_address(self) -> str | None:
+        for sock in self.sockets:
+            if sock.family != socket.AF_UNIX:
+                host, port = sock.getsockname()[:2]
+                return f"http://{host}:{port}"
+        return None
+
+    def close(self) -> None:
+        for sock in self.sockets:
+            sock.close()
+
+
+class Reporter:
+    """Writes this process's reports to the main process (whole lines: atomic on a pipe)."""
+
+    def __init__(self, fd: int, holder: Any) -> None:
+        self.fd = fd
+        self.holder = holder
+
+    def send(self, line: bytes) -> None:
+        try:
+            os.write(self.fd, line + b"\n")
+        except OSError:  # the main process is gone
+            pass
+
+    def pool(self) -> None:
+        stats = self.holder.stats()
+        if stats:
+            self.send(b"P" + json.dumps(stats).encode())
+
+
+def _tracked(app: Any, report: Reporter) -> Any:
+    """The ASGI app, reporting HTTP requests (for the idle exit and `serve status`)."""
+    async def tracked(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] not in ("http", "websocket"):
+            await app(scope, receive, send)
+            return
+        report.send(b"+")
+        try:
+            await app(scope, receive, send)
+        finally:
+            report.send(b"-")
+            report.pool()
+
+    return tracked
+
+
+def run(settings: Any, plan: HttpPlan | None, pool_size: int | None, control: int,
+        report_fd: int, log: Callable[[str], None]) -> NoReturn:
+    """The whole life of the HTTP process (forked by the daemon); never returns."""
+    code = 0
+    signal.set_wakeup_fd(-1)
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGCHLD):
+        signal.signal(sig, signal.SIG_DFL)
+    os.setpgid(0, 0)  # a Ctrl-C at the daemon's terminal is the main process's to handle
+    try:
+        holder = hold(settings, pool_size)
+        report = Reporter(report_fd, holder)
+        report.pool()
+        server = _uvicorn(settings, plan, report) if plan is not None else None
+        stopping = threading.Event()
+        closing = threading.Event()
+        threading.Thread(target=_listen, args=(control, holder, server, stopping, closing),
+                         name="memcli-control", daemon=True).start()
+        if server is not None:
+            import asyncio
+
+            asyncio.run(server.serve(sockets=plan.sockets))  # type: ignore[union-attr]
+        closing.wait()
+        holder.close()
+    except BaseException as exc:  # noqa: BLE001 - reported in the daemon's log, one line
+        log(f"memcli: warning: the HTTP process stopped: {exc}".splitlines()[0])
+        code = 1
+    try:
+        sys.stderr.flush()
+    except (OSError, ValueError):
+        pass
+    os._exit(code)
+
+
+def _uvicorn(settings: Any, plan: HttpPlan, report: Reporter) -> Any:
+    import uvicorn
+
+    from memcli.service.http import build_app
+
+    app = build_app(settings, plan.auth, ui_url=plan.tcp_address)
+    config = uvicorn.Config(_tracked(app, report),
+                            log_level="warning", lifespan="auto",
+                            timeout_graceful_shutdown=int(plan.grace) or 1)
+    return uvicorn.Server(config)
+
+
+def _listen(control: int, holder: Any, server: Any, stopping: threading.Event,
+            closing: threading.Event) -> None:
+    """Follow the main process's orders until it closes the pipe (or dies)."""
+    while True:
+        try:
+            data = os.read(control, 64)
+        except OSError:
+            data = b""
+        if b"e" in data:
+            holder.ensure()
+        if (b"s" in data or not data) and not stopping.is_set():
+            stopping.set()
+            if server is not None:
+                server.should_exit = True
+        if not data:
+            closing.set()
+            return

@@ -1,0 +1,50 @@
+"""The search page: the hybrid query of `memcli query` (memcli.operations.retrieve.run_query on
+the QueryRequest model, bound to the caller's scope as `POST /api/v1/query` binds it), each hit
+with what `--explain` shows: the legs that found it (rank and score) and its boosts."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from memcli.operations import binding as rules
+from memcli.operations.requests import QueryRequest, validated
+from memcli.viewer.pages.timeline import filled
+
+if TYPE_CHECKING:
+    from starlette.requests import Request
+    from starlette.responses import Response
+
+    from memcli.viewer.site import Pages
+
+# The form's fields: the request's own names (a field left empty is not sent).
+FIELDS = ("query", "tenant_id", "user_id", "session_id", "app_id", "agent", "top_k", "as_of")
+
+
+def search(ctx: Any, scope: Any, params: dict[str, str]) -> dict[str, Any]:
+    """The query's answer as `memcli query --explain` has it: scope, path and hits."""
+    from memcli.operations.retrieve import run_query
+
+    given = {k: v for k, v in filled(params).items() if k in FIELDS}
+    req = validated(QueryRequest, given, "query request")
+    memory = ctx.memory
+    req = req.model_copy(update={
+        "tenant_id": rules.tenant(memory, scope, req.tenant_id),
+        "user_id": rules.bind("user_id", scope.user_id, req.user_id),
+        "agent": rules.bind("agent", scope.agent, req.agent),
+        "app_id": rules.bind("app_id", scope.app_id, req.app_id),
+        "categories": rules.categories(scope, req.categories)})
+    result, note = run_query(memory, req)
+    out = result.model_dump()
+    return {"result": out, "note": note, "tenant_id": req.tenant_id}
+
+
+def register(site: Pages) -> None:
+    async def show(request: Request, scope: Any) -> Response:
+        params = dict(request.query_params)
+        data: dict[str, Any] = {}
+        if params.get("query", "").strip():
+            data = await site.run(search, scope, params)
+        return site.render(request, "search.html", scope, title="Search",
+                           form={k: params.get(k, "") for k in FIELDS}, **data)
+
+    site.get("/search", show, name="search")
