@@ -1,6 +1,6 @@
 """Does one batch of N query texts cost less than N single encodes? e5-small and SPLADE-tiny.
 
-    python bench/query_batch.py [--rounds 20]
+    python -m bench.query_batch [--rounds 20]
 
 The daemon's query encodes run on one thread per model (e5-small on one OpenMP thread, SPLADE on
 one BLAS thread), so this measures the same: per query text, the ms of N `embed_query` /
@@ -15,12 +15,10 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import sys
 import time
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO_ROOT))
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # as `memcli` sets it
 
 RESULTS = REPO_ROOT / "bench" / "results" / "query-batch.md"

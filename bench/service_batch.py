@@ -2,7 +2,7 @@
 
     git worktree add --detach /tmp/memcli-before <commit before the change>
     ln -s "$PWD/bench/.cache" /tmp/memcli-before/bench/.cache
-    python bench/service_batch.py --reference /tmp/memcli-before [--rounds 2] [--seconds 60]
+    python -m bench.service_batch --reference /tmp/memcli-before [--rounds 3] [--seconds 60]
 
 Runs, alternately for the reference checkout and this one (which goes first swaps each round,
 so a machine that gets busier slows both alike): bench/service_load.py's 10 agents with 1 s of
@@ -27,6 +27,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from bench.perf import loadavg
+
 REPO_ROOT = Path(__file__).resolve().parents[1]
 RESULTS = REPO_ROOT / "bench" / "results" / "service-batch.md"
 OWN_FILES = ("service-load-think1", "service-load", "service")
@@ -47,11 +49,11 @@ def python_pass_ms(runs: int = 15) -> float:
 
 def scenarios(seconds: float, runs: int) -> list[tuple[str, list[str], str]]:
     """(name, arguments of the bench script, its result file's stem)."""
-    return [("10 agents, think 1 s", ["service_load.py", "--think", "1", "--seconds",
+    return [("10 agents, think 1 s", ["bench.service_load", "--think", "1", "--seconds",
                                       f"{seconds:g}"], "service-load-think1"),
-            ("10 agents, saturated", ["service_load.py", "--seconds", f"{seconds:g}"],
+            ("10 agents, saturated", ["bench.service_load", "--seconds", f"{seconds:g}"],
              "service-load"),
-            ("1 agent (service.py)", ["service.py", "--sizes", "10000", "--runs", str(runs)],
+            ("1 agent (service.py)", ["bench.service", "--sizes", "10000", "--runs", str(runs)],
              "service")]
 
 
@@ -63,8 +65,9 @@ def rows_of(stem: str, result: dict[str, Any]) -> dict[str, dict[str, float]]:
 
 
 def run_one(checkout: Path, args: list[str], stem: str) -> dict[str, dict[str, float]]:
-    done = subprocess.run([sys.executable, str(checkout / "bench" / args[0]), *args[1:]],
-                          cwd=checkout, capture_output=True, text=True)
+    # `-m` from the checkout's root: its own bench and memcli packages come first.
+    done = subprocess.run([sys.executable, "-m", *args], cwd=checkout, capture_output=True,
+                          text=True)
     if done.returncode != 0:
         raise SystemExit(f"{checkout}: {' '.join(args)} failed:\n{done.stdout}\n{done.stderr}")
     out = checkout / "bench" / "results" / f"{stem}.json"
@@ -110,8 +113,6 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--only", default="", help="comma-separated scenario name prefixes")
     ap.add_argument("--out", type=Path, default=RESULTS, help="the .md file (and .json beside)")
     args = ap.parse_args(argv)
-    from perf import loadavg
-
     checkouts = {"before": args.reference.resolve(), "after": REPO_ROOT}
     kept = {p: p.read_bytes() for c in checkouts.values() for stem in OWN_FILES
             for p in (c / "bench" / "results" / f"{stem}.json",
@@ -146,5 +147,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.path.insert(0, str(REPO_ROOT / "bench"))
     raise SystemExit(main())
