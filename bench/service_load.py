@@ -13,7 +13,8 @@ By default agents never pause: 10 clients back to back on 2 cores is a saturatio
 latency there is mostly queueing for the CPU. `--think S` pauses S seconds between rounds, as an
 agent does while its model answers. Reported per transport and operation: count, p50 and p95
 wall ms as the client saw them, and failures (any non-2xx status, MCP error result or
-exception; the issue's bar is zero). Targets
+exception; the issue's bar is zero), and the cores each of the daemon's processes, this
+load generator and the whole machine kept busy during the run (from /proc). Targets
 (the Agent Memory System PRD, the issue's): the retrieval path p95 <= 500 ms, target <= 150 ms.
 
 After the run the daemon is stopped (SIGTERM: in-flight requests finish, WAL checkpointed) and
