@@ -1,4 +1,4 @@
-"""Concurrent query encodes share one batch (memcli/providers/batching.py).
+"""Concurrent query encodes share one batch (memcli/providers/query_batches.py).
 
 Fake encoders record the batches they are given; a gate holds the first batch open so that the
 texts sent meanwhile are known to be waiting. The real models' batch methods are checked against
@@ -15,7 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import pytest
 
-from memcli.providers.batching import Batcher
+from memcli.providers.query_batches import Batcher
 
 HOUR = 3600.0  # a window no test could sit out: a call that waited for it would time out
 

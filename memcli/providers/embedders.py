@@ -157,7 +157,7 @@ class E5SmallEmbedder:
 
     def embed_queries(self, texts: Sequence[str]) -> Vector:
         """`embed_query` of several texts in one pass (the engine streams each weight once for
-        the batch): the daemon's concurrent queries (memcli/providers/batching.py)."""
+        the batch): the daemon's concurrent queries (memcli/providers/query_batches.py)."""
         items = _as_text_list(texts)
         if not items:
             return _empty(self.dimension)

@@ -1,6 +1,6 @@
 """One encode at a time on a model, document encodes before query batches.
 
-A batch of queries (memcli/providers/batching.py) holds a model several times longer than one
+A batch of queries (memcli/providers/query_batches.py) holds a model several times longer than one
 query, and a document encode that waited behind batches saw its p95 rise 1.4-1.6x
 (docs/design/query-batching.md). So when the model frees, a waiting document encode goes before
 the next batch. Kept apart from the batcher so that importing an embedder stays cheap (no

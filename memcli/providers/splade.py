@@ -306,7 +306,7 @@ class SpladeEncoder:
 
     def encode_queries(self, texts: Sequence[str]) -> list[dict[int, float]]:
         """`encode_query` of several texts in one padded batch, on one BLAS thread: the
-        daemon's concurrent queries (memcli/providers/batching.py)."""
+        daemon's concurrent queries (memcli/providers/query_batches.py)."""
         with _blas_single_thread():
             return self._encode(texts, self.query_max_tokens, max(1, len(texts)), None,
                                 query=True)
@@ -376,7 +376,8 @@ _DEFAULT_LOCK = threading.Lock()
 
 def default_encoder() -> SpladeEncoder:
     """The process's encoder with the default settings. One instance, so the queries of every
-    request in `memcli serve` share one batch (memcli/providers/batching.py groups by model)."""
+    request in `memcli serve` share one batch (memcli/providers/query_batches.py groups by
+    model)."""
     with _DEFAULT_LOCK:
         if not _DEFAULT:
             _DEFAULT.append(SpladeEncoder())

@@ -21,7 +21,7 @@ from concurrent.futures import Future, ThreadPoolExecutor, wait
 from typing import TYPE_CHECKING, Any
 
 from memcli.entities.extraction import query_entity_keys
-from memcli.providers.batching import Batcher
+from memcli.providers.query_batches import Batcher
 from memcli.retrieval import text as qtext
 from memcli.retrieval.stages import (
     POOL_STAGES,
@@ -80,7 +80,7 @@ _BATCHERS: dict[tuple[type, str], Batcher] = {}
 
 def _query_batcher(model: Any, method: str) -> Batcher:
     """The thread that runs `method` for every query of one kind of model in the process, the
-    texts that arrive together in one batch (memcli/providers/batching.py)."""
+    texts that arrive together in one batch (memcli/providers/query_batches.py)."""
     key = (type(model), method)
     batcher = _BATCHERS.get(key)
     if batcher is None:
