@@ -212,7 +212,8 @@ class Timed:
         self._inner = inner
         self.seconds = 0.0
         for name in methods:
-            setattr(self, name, self._wrap(getattr(inner, name)))
+            if hasattr(inner, name):  # the batch methods are optional
+                setattr(self, name, self._wrap(getattr(inner, name)))
 
     def _wrap(self, fn: Any) -> Any:
         def call(*args: Any, **kwargs: Any) -> Any:
@@ -244,12 +245,13 @@ def bench_consolidation(args: argparse.Namespace, workdir: Path) -> dict[str, An
     if args.embedder != "none":
         from memcli.providers.embedders import get_embedder
 
-        embedder = Timed(get_embedder(args.embedder), "embed_documents", "embed_query")
+        embedder = Timed(get_embedder(args.embedder), "embed_documents", "embed_query",
+                         "embed_queries")
     sparse: Any = None
     if not args.no_sparse:
         from memcli.providers.splade import SpladeEncoder
 
-        sparse = Timed(SpladeEncoder(), "encode_documents", "encode_query")
+        sparse = Timed(SpladeEncoder(), "encode_documents", "encode_query", "encode_queries")
     db_path = workdir / "locomo-lifecycle.db"
     # Months of conversation consolidated in one run: a user's daily write cap would leave
     # most sessions waiting for another day, so it is off here (the per-turn cap stays).

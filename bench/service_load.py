@@ -13,7 +13,8 @@ By default agents never pause: 10 clients back to back on 2 cores is a saturatio
 latency there is mostly queueing for the CPU. `--think S` pauses S seconds between rounds, as an
 agent does while its model answers. Reported per transport and operation: count, p50 and p95
 wall ms as the client saw them, and failures (any non-2xx status, MCP error result or
-exception; the issue's bar is zero). Targets
+exception; the issue's bar is zero), and the cores each of the daemon's processes, this
+load generator and the whole machine kept busy during the run (from /proc). Targets
 (the Agent Memory System PRD, the issue's): the retrieval path p95 <= 500 ms, target <= 150 ms.
 
 After the run the daemon is stopped (SIGTERM: in-flight requests finish, WAL checkpointed) and
@@ -26,6 +27,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
+import resource
 import socket
 import tempfile
 import time
@@ -153,6 +156,49 @@ async def run_agents(agents: int, base: str, seconds: float, think: float) -> St
     return stats
 
 
+def tree_cpu_s(root: int) -> dict[str, float]:
+    """CPU seconds so far (user + system) of the daemon's processes, by role, from Linux's
+    /proc: its main process, the indexer (the one at nice 19) and the rest (the HTTP process)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    parent: dict[int, int] = {}
+    own: dict[int, tuple[float, int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:  # a process that ended meanwhile
+            continue
+        parent[int(entry)] = int(fields[1])
+        own[int(entry)] = ((int(fields[11]) + int(fields[12])) / tick, int(fields[16]))
+    out = {"main": 0.0, "http": 0.0, "indexer": 0.0}
+    for pid, (cpu, nice) in own.items():
+        up = pid
+        while up not in (root, 0, 1) and up in parent:
+            up = parent[up]
+        if up == root:
+            out["main" if pid == root else "indexer" if nice == 19 else "http"] += cpu
+    return out
+
+
+def _self_cpu_s() -> float:
+    use = resource.getrusage(resource.RUSAGE_SELF)
+    return use.ru_utime + use.ru_stime
+
+
+def machine_busy() -> tuple[int, int]:
+    """(all, idle) jiffies of every core since boot (/proc/stat's first line)."""
+    with open("/proc/stat") as f:
+        ticks = [int(x) for x in f.readline().split()[1:9]]
+    return sum(ticks), ticks[3] + ticks[4]
+
+
+def cpu_use(before: dict[str, float], after: dict[str, float], wall: float) -> dict[str, float]:
+    """Cores busy on average over `wall` seconds, per role."""
+    return {k: round((after[k] - before[k]) / wall, 2) for k in before}
+
+
 def exactly_once(db: Path, acked: list[str]) -> dict[str, int]:
     import apsw
 
@@ -188,6 +234,12 @@ def render(res: dict[str, Any], quick: bool) -> str:
         lines.append(f"| {transport} | {op} | {row['n']} | {row['p50']:.1f} | {row['p95']:.1f} "
                      f"| {row['failed']} |")
     lines += ["", "Events: " + ", ".join(f"{k} {v}" for k, v in res["events"].items()) + "."]
+    if "cpu" in res:
+        c = res["cpu"]
+        lines += ["", f"Cores busy on average during the run (of {os.cpu_count()}): the daemon's "
+                  f"HTTP process {c['http']}, its indexer {c['indexer']}, its main process "
+                  f"{c['main']}; this load generator {c['load generator']}; the whole machine "
+                  f"{c['machine']}."]
     for key, why in res["failure_samples"].items():
         lines.append(f"- first failure of {key}: `{why}`")
     return "\n".join(lines)
@@ -212,8 +264,21 @@ def main(argv: list[str] | None = None) -> int:
         port = free_port()
         with Daemon(db, env, "--port", str(port), "--no-token") as daemon:
             daemon.wait_ready()
+            assert daemon.proc is not None
+            # Where the 2 cores go during the run: the daemon's processes, this load
+            # generator (the agents' clients run here), and the machine as a whole.
+            cpu0, self0, machine0 = (tree_cpu_s(daemon.proc.pid), _self_cpu_s(),
+                                     machine_busy())
+            t0 = time.monotonic()
             stats = asyncio.run(run_agents(agents, f"http://127.0.0.1:{port}", seconds,
                                            args.think))
+            wall = time.monotonic() - t0
+            cpu = cpu_use(cpu0, tree_cpu_s(daemon.proc.pid), wall)
+            cpu["load generator"] = round((_self_cpu_s() - self0) / wall, 2)
+            machine1 = machine_busy()
+            all_, idle = machine1[0] - machine0[0], machine1[1] - machine0[1]
+            cpu["machine"] = round((os.cpu_count() or 1) * (1 - idle / all_), 2)
+            res["cpu"] = cpu
         res["events"] = exactly_once(db, stats.acked)
     res["load_after"] = loadavg()
     res["ops"] = {k: {"n": len(v), "p50": pct(v, 50), "p95": pct(v, 95),

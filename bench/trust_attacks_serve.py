@@ -19,6 +19,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from tests.support.procs import processes
+
 OPERATOR = "operator-token-0123456789abcdef"
 INSIDE = {"tenant_id": "t1", "user_id": "alice", "app_id": "a1", "category": "projects"}
 # binding name: (token, its binding in the token file, the row just outside it)
@@ -54,14 +56,7 @@ def rss_kb(pid: int, field: str = "VmRSS") -> int:
 
 def descendants(pid: int) -> list[int]:
     """Pids whose parent chain reaches `pid` (Linux /proc)."""
-    parents: dict[int, int] = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat", "rb") as f:
-                    parents[int(entry)] = int(f.read().rsplit(b")", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
-                continue
+    parents = {p.pid: p.ppid for p in processes()}
     found, frontier = [], [pid]
     while frontier:
         parent = frontier.pop()

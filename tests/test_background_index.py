@@ -107,6 +107,29 @@ def test_a_memory_purged_before_the_indexer_reaches_it_is_skipped(db_path, wake)
             first[0]: (True, False)}
 
 
+def test_importing_an_export_in_the_daemon_counts_the_vectors_left_to_it(db_path, wake,
+                                                                          tmp_path):
+    """`memcli import` of memcli's own file inside the daemon: the live memories' vectors are
+    the indexer's (counted as deferred), a forgotten one's are written at once (`memcli
+    embed` and the indexer skip it)."""
+    from memcli.lifecycle.purge import forget
+    from memcli.portable.file_format import parse
+    from memcli.portable.importer import load_parsed
+    from tests.support.portable import dump
+
+    with Memory.open(tmp_path / "source.db", embedder=HashEmbedder(64)) as source:
+        ids = source.ingest([{"text": f"note {i} about otters"} for i in range(3)]).memory_ids
+        forget(source.db, ids[0], owner=source.owner())
+        head, records = parse(dump(source))
+    read, write = wake
+    background.install(str(db_path), write)
+    with Memory.open(db_path, embedder=HashEmbedder(64)) as memory:
+        report = load_parsed(memory, head, records)
+    assert report["counts"]["memory"]["added"] == 3
+    assert report["embedded"] == 1 and report["deferred_embedding"] == 2
+    assert _vectors(db_path) == 1 and _lines(read) == [b""]
+
+
 def test_a_users_new_session_is_announced_once(db_path, wake):
     read, write = wake
     background.install(str(db_path), write)

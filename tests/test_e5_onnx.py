@@ -107,6 +107,8 @@ def test_warm_queries_go_through_onnxruntime(onnx: E5SmallEmbedder,
     onnx.embed_documents(["load"])
     np.testing.assert_allclose(vectors, onnx._onnx.encode(QUERIES, True), atol=1e-5)
     assert np.abs(vectors - reference).max() > 1e-4
+    # A batch of concurrent queries (the daemon's Batcher) goes through the same session.
+    np.testing.assert_allclose(warm.embed_queries(QUERIES), vectors, atol=1e-5)
     assert E5SmallEmbedder(runtime="engine").warm_queries() == "engine"
 
 

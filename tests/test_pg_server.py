@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.pg import REQUIRE_ENV, PgServer
+from tests.support.procs import processes
 
 if os.environ.get(REQUIRE_ENV) == "1":
     import psycopg  # CI must have it: a missing client is a failure there, not a skip
@@ -153,15 +154,7 @@ def _running(pid: int, binary: str) -> bool:
 
 def _mentions(folder: str) -> list[int]:
     """Processes whose command line names `folder` (the server's data dir and socket dir)."""
-    hits = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                if folder.encode() in (entry / "cmdline").read_bytes():
-                    hits.append(int(entry.name))
-            except OSError:
-                continue
-    return hits
+    return [p.pid for p in processes() if any(folder.encode() in arg for arg in p.argv)]
 
 
 def test_a_session_leaves_no_server_behind(tmp_path, pg_cluster):  # noqa: F811

@@ -132,8 +132,10 @@ def test_a_tenant_wide_leg_reads_only_its_tenants_candidates(pg_db):
         scans, reads = (n - b for n, b in zip(_index_reads(db), before, strict=True))
         assert scans >= 12
         # Only tenant b's memories holding a query term came out of the index: schema 5's
-        # (term ids of every tenant) returned ~4x as many here.
-        assert reads == expected_reads
+        # (term ids of every tenant) returned ~4x as many here. The server's counter is not
+        # this test's alone: one CI run on a machine at load 13 counted 3 % more (1,119 for
+        # 1,087) with the same answers, so the bound leaves room for that, not for 4x.
+        assert expected_reads <= reads <= expected_reads * 1.25
         # A leg across every tenant asks the terms alone; the same index answers it.
         query = {7: 1.0, 8: 2.0}
         every = pg_sparse.search(db, query, Filters(all_tenants=True), 10, small_scope=False)

@@ -251,6 +251,10 @@ def test_every_action_writes_its_history_row_and_shows_the_result(site) -> None:
     old = site.get(page).text
     assert "superseded" in old
     assert any(row["op"] in ("UPDATE", "LINK") for row in _history(site, memory_id)[:2])
+    # The correction's rows name the page, as every other action's do.
+    assert [(row["op"], row["actor"]) for row in _history(site, new_id)] == [("ADD", "ui")]
+    superseded = [row for row in _history(site, memory_id) if row["new_ref"] == str(new_id)]
+    assert superseded and all(row["actor"] == "ui" for row in superseded)
 
 
 def test_an_action_on_a_memory_in_the_wrong_state_is_bad_input(site) -> None:

@@ -149,3 +149,28 @@ def test_the_bundle_page_reads_the_acb_build_result_in_the_callers_scope(ctx, me
     assert {o["section"] for o in shown["omissions"]} <= set(sections)
     with pytest.raises(NotAllowedError):
         bundle(ctx, Scope(tenant="other"), asked)
+
+
+@pytest.mark.backends
+def test_the_timeline_and_a_sessions_events_keep_to_the_owners_categories(memory):
+    """A page of memories and a session's events apply the same scope: the owner's user, its
+    bound categories only, never a hidden one (an event without category is `event`)."""
+    from memcli.store.owner import Owner
+    from memcli.store.timeline_sql import memories_page, session_events
+
+    memory.ingest([{"session_id": "s", "event_id": f"ev-{category or 'none'}",
+                    "category": category, "content": {"text": f"a note of {category}"}}
+                   for category in ("goals", "knowledge", None)])
+
+    def seen(owner: Owner) -> tuple[list[str], list[str]]:
+        page = memories_page(memory.db, owner, before=None, limit=10, equal={"session_id": "s"})
+        events = session_events(memory.db, owner, "s", 10)
+        return sorted(r["event_id"] for r in page), sorted(e["event_id"] for e in events)
+
+    every = ["ev-goals", "ev-knowledge", "ev-none"]
+    assert seen(Owner("default")) == (every, every)
+    assert seen(Owner("default", hidden=("knowledge",))) == (["ev-goals", "ev-none"],) * 2
+    bound = Owner("default", categories=("goals", "knowledge"), hidden=("knowledge",))
+    assert seen(bound) == (["ev-goals"], ["ev-goals"])
+    assert seen(Owner("default", categories=())) == ([], [])
+    assert seen(Owner("default", user_id="nobody")) == ([], [])

@@ -12,10 +12,10 @@ import typer
 from memcli.cli.common import open_memory
 from memcli.cli.options import (
     DbOpt,
+    Given,
     JsonOpt,
     MemoryIdArg,
     check_flags,
-    parse_given,
     request_options,
 )
 from memcli.cli.output import (
@@ -68,7 +68,7 @@ def build_cmd(
         ),
     ] = None,
     *,
-    given: dict[str, Any],
+    given: Given,
     cap: Annotated[
         list[str] | None,
         typer.Option("--cap", help="Override a section cap: SECTION=TOKENS (repeatable)."),
@@ -146,7 +146,7 @@ def read_request(source: str | None) -> dict[str, Any]:
 @request_options("memcli.operations.curation:RelatedRequest")
 def related_cmd(
     memory_id: MemoryIdArg,
-    given: dict[str, Any],
+    given: Given,
     db: DbOpt = None,
     fmt: FormatOpt = None,
     as_json: JsonOpt = False,
@@ -156,8 +156,7 @@ def related_cmd(
     from memcli.store.acb_sql import edges_with_memories
 
     with errors():
-        req = parse_given("memcli.operations.curation:RelatedRequest", given,
-                            "related request")
+        req = given.request("related request")
         with open_memory(db, with_embedder=False, must_exist=True) as memory:
             tenant = req.tenant_id or memory.tenant
             own.memory(memory.db, memory_id, memory.owner(tenant))  # another tenant's: not found

@@ -13,12 +13,11 @@ from memcli.cli.common import open_memory
 from memcli.cli.options import (
     DbOpt,
     FormatOpt,
+    Given,
     JsonOpt,
     MemoryIdArg,
-    check_flags,
     id_argument,
     limit_option,
-    parse_given,
     request_options,
 )
 from memcli.cli.output import Format, emit, errors, resolve_format, warn
@@ -34,7 +33,7 @@ def _history_text(rows: list[dict]) -> None:
 def history_cmd(
     memory_id: Annotated[int | None, id_argument("A memory id.")] = None,
     *,
-    given: dict[str, Any],
+    given: Given,
     all_tenants: Annotated[bool, typer.Option(
         "--all-tenants", help="Every tenant's trail (an operator's audit).")] = False,
     limit: Annotated[int, limit_option()] = 100,
@@ -42,8 +41,7 @@ def history_cmd(
 ) -> None:
     """Show what happened to a memory, or in a scope, newest first (--format jsonl exports)."""
     with errors():
-        request = parse_given("memcli.operations.requests:HistoryRequest",
-                              {**given, "memory_id": memory_id}, "history request")
+        request = given.request("history request", memory_id=memory_id)
         with open_memory(db, with_embedder=False, must_exist=True) as memory:
             rows = memory.history(all_tenants=all_tenants, limit=limit,
                                   **request.model_dump(exclude={"limit"}))
@@ -53,7 +51,7 @@ def history_cmd(
 @request_options("memcli.operations.requests:PurgeRequest", legacy={"memory_id": "--memory"})
 def purge_cmd(
     *,
-    given: dict[str, Any],
+    given: Given,
     all_tenants: Annotated[bool, typer.Option(
         "--all-tenants", help="A --user/--session/--app/--memory scope in every tenant.")
     ] = False,
@@ -62,11 +60,9 @@ def purge_cmd(
     """Delete a scope for good: events, memories, index rows, vectors, entity links, and
     every copy in the file (VACUUM, WAL emptied; exit 75 if a reader keeps old pages)."""
     from memcli.operations.erase import check_purged, purge_payload
-    from memcli.operations.requests import PurgeRequest, validated
 
     with errors():
-        check_flags(given)
-        request = validated(PurgeRequest, given, "purge request")
+        request = given.request("purge request")
         with open_memory(db, with_embedder=False) as memory:
             out = purge_payload(memory, request, all_tenants=all_tenants)
         emit(out, resolve_format(fmt, as_json), lambda p: print(
@@ -84,13 +80,12 @@ LIFE = "memcli.operations.lifecycle_requests"
 
 @request_options(f"{LIFE}:MemoryRequest")
 def forget_cmd(
-    memory_id: MemoryIdArg, *, given: dict[str, Any],
+    memory_id: MemoryIdArg, *, given: Given,
     db: DbOpt = None, fmt: FormatOpt = None, as_json: JsonOpt = False,
 ) -> None:
     """Soft-delete a memory (hidden from queries; `restore` brings it back for 30 days)."""
     with errors():
-        req = parse_given(f"{LIFE}:MemoryRequest", {**given, "memory_id": memory_id},
-                          "forget request")
+        req = given.request("forget request", memory_id=memory_id)
         with open_memory(db, with_embedder=False, exists=True) as memory:
             out = memory.forget(req.memory_id, memory.owner(req.tenant_id))
         emit(out, resolve_format(fmt, as_json),
@@ -99,13 +94,12 @@ def forget_cmd(
 
 @request_options(f"{LIFE}:MemoryRequest")
 def restore_cmd(
-    memory_id: MemoryIdArg, *, given: dict[str, Any],
+    memory_id: MemoryIdArg, *, given: Given,
     db: DbOpt = None, fmt: FormatOpt = None, as_json: JsonOpt = False,
 ) -> None:
     """Bring back a soft-deleted memory."""
     with errors():
-        req = parse_given(f"{LIFE}:MemoryRequest", {**given, "memory_id": memory_id},
-                          "restore request")
+        req = given.request("restore request", memory_id=memory_id)
         with open_memory(db, with_embedder=False, exists=True) as memory:
             out = memory.restore(req.memory_id, memory.owner(req.tenant_id))
         emit(out, resolve_format(fmt, as_json), lambda p: print(f"restored {p['id']}"))
@@ -113,13 +107,13 @@ def restore_cmd(
 
 @request_options(f"{LIFE}:StatsRequest")
 def stats_cmd(
-    *, given: dict[str, Any], db: DbOpt = None, fmt: FormatOpt = None, as_json: JsonOpt = False,
+    *, given: Given, db: DbOpt = None, fmt: FormatOpt = None, as_json: JsonOpt = False,
 ) -> None:
     """Counts by kind and state, database size, embedder in use (--requests: metrics)."""
     from memcli.config import load_settings
 
     with errors():
-        req = parse_given(f"{LIFE}:StatsRequest", given, "stats request")
+        req = given.request("stats request")
         if req.usage:
             from memcli.derived.llm_usage import usage_report
 
@@ -152,14 +146,13 @@ def stats_cmd(
 @request_options(f"{LIFE}:ArtifactRequest")
 def artifact_cmd(
     artifact_id: Annotated[str, typer.Argument(help="An artifact id from a tool result.")],
-    *, given: dict[str, Any], db: DbOpt = None,
+    *, given: Given, db: DbOpt = None,
 ) -> None:
     """Print the full output kept for a truncated tool result."""
     from memcli.operations.record import artifact_body
 
     with errors():
-        req = parse_given(f"{LIFE}:ArtifactRequest", {**given, "artifact_id": artifact_id},
-                          "artifact request")
+        req = given.request("artifact request", artifact_id=artifact_id)
         with open_memory(db, with_embedder=False, must_exist=True) as memory:
             sys.stdout.buffer.write(artifact_body(memory, req.artifact_id,
                                                   memory.owner(req.tenant_id)))

@@ -8,7 +8,7 @@ from typing import Any
 
 import typer
 
-from memcli.cli.options import DbOpt, FormatOpt, JsonOpt, parse_given, request_options
+from memcli.cli.options import DbOpt, FormatOpt, Given, JsonOpt, request_options
 from memcli.cli.output import emit, errors, resolve_format
 
 _MARK = {"ok": ("ok", "green"), "info": ("info", "cyan"), "problem": ("PROBLEM", "bold red")}
@@ -35,7 +35,7 @@ def _text(report: dict[str, Any]) -> None:
 
 
 @request_options("memcli.operations.curation:DoctorRequest")
-def doctor_cmd(given: dict[str, Any], db: DbOpt = None, fmt: FormatOpt = None,
+def doctor_cmd(given: Given, db: DbOpt = None, fmt: FormatOpt = None,
                as_json: JsonOpt = False) -> None:
     """Check integrity, schema, models, indexes vs memories, WAL (PostgreSQL: long open
     transactions) and the request metrics' upgrade triggers; say what to run for each
@@ -48,8 +48,7 @@ def doctor_cmd(given: dict[str, Any], db: DbOpt = None, fmt: FormatOpt = None,
 
     with errors():
         settings = load_settings(db)
-        req = parse_given("memcli.operations.curation:DoctorRequest", given,
-                            "doctor request")
+        req = given.request("doctor request")
         full, fix = req.full, req.fix
         embedder, model_problem = None, None
         try:

@@ -13,9 +13,9 @@ from memcli.cli.common import open_memory
 from memcli.cli.options import (
     DbOpt,
     FormatOpt,
+    Given,
     JsonOpt,
     id_argument,
-    parse_given,
     request_options,
 )
 from memcli.cli.output import emit, errors, read_stdin, resolve_format, warn_redacted
@@ -28,7 +28,7 @@ MODELS = "memcli.operations.curation"
 def correct_cmd(
     memory_id: Annotated[int, id_argument("The memory to correct.")],
     text: Annotated[str, typer.Argument(help="The corrected text; `-` reads stdin.")],
-    given: dict[str, Any],
+    given: Given,
     db: DbOpt = None,
     fmt: FormatOpt = None,
     as_json: JsonOpt = False,
@@ -37,7 +37,7 @@ def correct_cmd(
     from memcli.lifecycle.correct import correct_fact
 
     with errors():
-        req = parse_given(f"{MODELS}:CorrectRequest", given, "correct request")
+        req = given.request("correct request")
         if text == "-":
             text = check_text(read_stdin(), "the text on stdin")
         with open_memory(db, exists=True) as memory:
@@ -51,7 +51,7 @@ def correct_cmd(
 @request_options(f"{MODELS}:EntityRequest")
 def entity_cmd(
     name: Annotated[str, typer.Argument(help="A name, @handle, #tag, email or URL.")],
-    given: dict[str, Any],
+    given: Given,
     db: DbOpt = None,
     fmt: FormatOpt = None,
     as_json: JsonOpt = False,
@@ -60,7 +60,7 @@ def entity_cmd(
     from memcli.entities.profile import get_entity_info
 
     with errors():
-        req = parse_given(f"{MODELS}:EntityRequest", given, "entity request")
+        req = given.request("entity request")
         with open_memory(db, with_embedder=False, must_exist=True) as memory:
             out = get_entity_info(memory, name, tenant_id=req.tenant_id, user_id=req.user_id,
                                   limit=req.limit)

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import sys
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 
 from memcli.cli.common import open_memory
-from memcli.cli.options import DbOpt, FormatOpt, JsonOpt, check_flags, request_options
+from memcli.cli.options import DbOpt, FormatOpt, Given, JsonOpt, request_options
 from memcli.cli.output import (
     emit,
     errors,
@@ -36,18 +36,16 @@ def ingest_cmd(
     text: Annotated[str | None, typer.Option("--text", "-t",
                                              help="Record one message with this text.")] = None,
     *,
-    given: dict[str, Any],
+    given: Given,
     db: DbOpt = None,
     fmt: FormatOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Record events (messages, tool calls, results, decisions) as memories."""
     from memcli.operations.record import ingest_payload
-    from memcli.operations.requests import IngestRequest, validated
 
     with errors():
-        check_flags(given)
-        request = validated(IngestRequest, given, "ingest request")
+        request = given.request("ingest request")
         sources = read_inputs(paths or [], text)
         if not sources:
             from memcli.errors import UsageError

@@ -22,10 +22,10 @@ from memcli.cli.common import open_memory
 from memcli.cli.options import (
     DbOpt,
     FormatOpt,
+    Given,
     JsonOpt,
     MemoryIdArg,
     id_argument,
-    parse_given,
     request_options,
 )
 from memcli.cli.output import emit, errors, read_stdin, resolve_format, warn, warn_redacted
@@ -121,14 +121,14 @@ def _created_text(r: dict[str, Any]) -> None:
 
 @request_options(f"{REQUESTS}:ConsolidateRequest")
 def consolidate_cmd(
-    *, given: dict[str, Any], db: DbOpt = None, fmt: FormatOpt = None, as_json: JsonOpt = False,
+    *, given: Given, db: DbOpt = None, fmt: FormatOpt = None, as_json: JsonOpt = False,
 ) -> None:
     """Turn finished sessions into deduplicated facts and summaries (cron: nightly)."""
     from memcli.cli.progress_bar import progress_bar
     from memcli.operations.lifecycle_ops import consolidate
 
     with errors():
-        req = parse_given(f"{REQUESTS}:ConsolidateRequest", given, "consolidate request")
+        req = given.request("consolidate request")
         settings = _settings(db)
         with (
             open_memory(db, settings=settings, exists=True) as memory,
@@ -148,26 +148,26 @@ def _decay_text(r: dict[str, Any]) -> None:
 
 @request_options(f"{REQUESTS}:DecayRequest")
 def decay_cmd(
-    *, given: dict[str, Any], db: DbOpt = None, fmt: FormatOpt = None, as_json: JsonOpt = False,
+    *, given: Given, db: DbOpt = None, fmt: FormatOpt = None, as_json: JsonOpt = False,
 ) -> None:
     """Ebbinghaus decay and the TTL rule; pinned and protected memories never change."""
     from memcli.operations.lifecycle_ops import decay
 
     with errors():
-        req = parse_given(f"{REQUESTS}:DecayRequest", given, "decay request")
+        req = given.request("decay request")
         settings = _settings(db)
         with open_memory(db, with_embedder=False, settings=settings, exists=True) as memory:
             report = decay(memory, settings, req)
         _finish(report, fmt, as_json, _decay_text)
 
 
-def _reflection(name: str, given: dict[str, Any], db: str | None, fmt: Any,
+def _reflection(name: str, given: Given, db: str | None, fmt: Any,
                 as_json: bool) -> None:
     """`reflect` and `insights`: the same per-user model job, run under a lock."""
     from memcli.operations.lifecycle_ops import reflection
 
     with errors():
-        req = parse_given(f"{REQUESTS}:ReflectRequest", given, f"{name} request")
+        req = given.request(f"{name} request")
         settings = _settings(db)
         with (
             open_memory(db, settings=settings, exists=True) as memory,
@@ -179,7 +179,7 @@ def _reflection(name: str, given: dict[str, Any], db: str | None, fmt: Any,
 
 @request_options(f"{REQUESTS}:ReflectRequest")
 def reflect_cmd(
-    *, given: dict[str, Any], db: DbOpt = None, fmt: FormatOpt = None, as_json: JsonOpt = False,
+    *, given: Given, db: DbOpt = None, fmt: FormatOpt = None, as_json: JsonOpt = False,
 ) -> None:
     """Weekly reflection per user over the last 7 days of facts (cron: weekly)."""
     _reflection("reflect", given, db, fmt, as_json)
@@ -187,7 +187,7 @@ def reflect_cmd(
 
 @request_options(f"{REQUESTS}:ReflectRequest")
 def insights_cmd(
-    *, given: dict[str, Any], db: DbOpt = None, fmt: FormatOpt = None, as_json: JsonOpt = False,
+    *, given: Given, db: DbOpt = None, fmt: FormatOpt = None, as_json: JsonOpt = False,
 ) -> None:
     """1-3 relationship and preference insights per active user (at most once a day)."""
     _reflection("insights", given, db, fmt, as_json)
@@ -197,7 +197,7 @@ def insights_cmd(
 def remember_cmd(
     text: Annotated[str | None, typer.Argument(
         help="The fact (or steps); `-` reads stdin.", show_default=False)] = None,
-    *, given: dict[str, Any], db: DbOpt = None, fmt: FormatOpt = None, as_json: JsonOpt = False,
+    *, given: Given, db: DbOpt = None, fmt: FormatOpt = None, as_json: JsonOpt = False,
 ) -> None:
     """Store a fact or a procedure on explicit request (near-duplicates are merged)."""
     from memcli.operations.lifecycle_ops import remember
@@ -205,8 +205,7 @@ def remember_cmd(
     with errors():
         if text == "-":
             text = check_text(read_stdin(), "the text on stdin")
-        req = parse_given(f"{REQUESTS}:RememberRequest", {**given, "text": text},
-                          "remember request")
+        req = given.request("remember request", text=text)
         settings = _settings(db)
         with open_memory(db, settings=settings) as memory:
             out = remember(memory, settings.lifecycle, req)
@@ -217,27 +216,25 @@ def remember_cmd(
 
 @request_options(f"{REQUESTS}:MemoryRequest")
 def confirm_cmd(
-    memory_id: MemoryIdArg, *, given: dict[str, Any],
+    memory_id: MemoryIdArg, *, given: Given,
     db: DbOpt = None, fmt: FormatOpt = None, as_json: JsonOpt = False,
 ) -> None:
     """Protect a memory: confidence 1, decay_rate 0 (decay never touches it again)."""
     from memcli.lifecycle.remember import confirm
 
     with errors():
-        req = parse_given(f"{REQUESTS}:MemoryRequest", {**given, "memory_id": memory_id},
-                          "confirm request")
+        req = given.request("confirm request", memory_id=memory_id)
         with open_memory(db, with_embedder=False, exists=True) as memory:
             out = confirm(memory, req.memory_id, owner=memory.owner(req.tenant_id))
         emit(out, resolve_format(fmt, as_json), lambda p: print(f"protected {p['id']}"))
 
 
-def _set_pin(flag: bool, memory_id: int, given: dict[str, Any], db: str | None, fmt: Any,
+def _set_pin(flag: bool, memory_id: int, given: Given, db: str | None, fmt: Any,
              as_json: bool) -> None:
     from memcli.lifecycle.remember import set_pin
 
     with errors():
-        req = parse_given(f"{REQUESTS}:MemoryRequest", {**given, "memory_id": memory_id},
-                          "pin request")
+        req = given.request("pin request", memory_id=memory_id)
         with open_memory(db, with_embedder=False, exists=True) as memory:
             out = set_pin(memory, req.memory_id, flag, owner=memory.owner(req.tenant_id))
         emit(out, resolve_format(fmt, as_json),
@@ -246,7 +243,7 @@ def _set_pin(flag: bool, memory_id: int, given: dict[str, Any], db: str | None, 
 
 @request_options(f"{REQUESTS}:MemoryRequest")
 def pin_cmd(
-    memory_id: MemoryIdArg, *, given: dict[str, Any],
+    memory_id: MemoryIdArg, *, given: Given,
     db: DbOpt = None, fmt: FormatOpt = None, as_json: JsonOpt = False,
 ) -> None:
     """Pin a memory: decay, TTL and app compaction leave it alone."""
@@ -255,7 +252,7 @@ def pin_cmd(
 
 @request_options(f"{REQUESTS}:MemoryRequest")
 def unpin_cmd(
-    memory_id: MemoryIdArg, *, given: dict[str, Any],
+    memory_id: MemoryIdArg, *, given: Given,
     db: DbOpt = None, fmt: FormatOpt = None, as_json: JsonOpt = False,
 ) -> None:
     """Unpin a memory (decay and TTL apply again)."""
@@ -270,13 +267,13 @@ def _proposal_text(rows: list[dict[str, Any]]) -> None:
 
 @request_options(f"{REQUESTS}:ProposalsRequest")
 def proposals_list_cmd(
-    *, given: dict[str, Any], db: DbOpt = None, fmt: FormatOpt = None, as_json: JsonOpt = False,
+    *, given: Given, db: DbOpt = None, fmt: FormatOpt = None, as_json: JsonOpt = False,
 ) -> None:
     """Proposed changes to preferred name, pronouns, city, language (pending: 7 days)."""
     from memcli.lifecycle.proposals import list_proposals
 
     with errors():
-        req = parse_given(f"{REQUESTS}:ProposalsRequest", given, "proposals request")
+        req = given.request("proposals request")
         with open_memory(db, with_embedder=False, must_exist=True) as memory:
             rows = list_proposals(memory.db, status=None if req.status == "all" else req.status,
                                   tenant_id=req.tenant_id, user_id=req.user_id, limit=req.limit)
@@ -285,15 +282,14 @@ def proposals_list_cmd(
 
 @request_options(f"{REQUESTS}:ProposalRequest")
 def proposals_accept_cmd(
-    proposal_id: ProposalIdArg, *, given: dict[str, Any],
+    proposal_id: ProposalIdArg, *, given: Given,
     db: DbOpt = None, fmt: FormatOpt = None, as_json: JsonOpt = False,
 ) -> None:
     """Apply a proposal: write the new profile fact, supersede the old one."""
     from memcli.lifecycle.proposals import accept
 
     with errors():
-        req = parse_given(f"{REQUESTS}:ProposalRequest", {**given, "proposal_id": proposal_id},
-                          "accept request")
+        req = given.request("accept request", proposal_id=proposal_id)
         with open_memory(db, exists=True) as memory:
             out = accept(memory, req.proposal_id, owner=memory.owner())
         emit(out, resolve_format(fmt, as_json),
@@ -302,15 +298,14 @@ def proposals_accept_cmd(
 
 @request_options(f"{REQUESTS}:RejectRequest")
 def proposals_reject_cmd(
-    proposal_id: ProposalIdArg, *, given: dict[str, Any],
+    proposal_id: ProposalIdArg, *, given: Given,
     db: DbOpt = None, fmt: FormatOpt = None, as_json: JsonOpt = False,
 ) -> None:
     """Refuse a proposal (recorded in history; nothing changes)."""
     from memcli.lifecycle.proposals import reject
 
     with errors():
-        req = parse_given(f"{REQUESTS}:RejectRequest", {**given, "proposal_id": proposal_id},
-                          "reject request")
+        req = given.request("reject request", proposal_id=proposal_id)
         with open_memory(db, with_embedder=False, exists=True) as memory:
             out = reject(memory.db, req.proposal_id, owner=memory.owner(), reason=req.reason)
         emit(out, resolve_format(fmt, as_json), lambda p: print(f"rejected {p['id']}"))

@@ -232,7 +232,27 @@ class ModelCommand:
                           and not (field in switches and v is False)), None)
             if value is not None:
                 given[field] = _plain(value)
-        return self.func(given=given, **kwargs)
+        return self.func(given=Given(given, self.model), **kwargs)
+
+
+class Given(dict[str, Any]):
+    """The values a command was given on its command line (field name -> value), and the
+    request model (`"module:Name"`) whose fields its options are: `request` validates them as
+    that model, so a command names its model once, in `request_options`."""
+
+    def __init__(self, values: dict[str, Any], model: str) -> None:
+        super().__init__(values)
+        self.model = model
+
+    def request(self, what: str, **arguments: Any) -> Any:
+        """The command's request: its flags and `arguments` (its positional arguments, or
+        what it read from stdin) checked and validated as the model; a problem is one usage
+        error line naming `what`."""
+        from memcli.operations.requests import model_named, validated
+
+        values = {**self, **arguments}
+        check_flags(values)
+        return validated(model_named(self.model), values, what)
 
 
 def _plain(value: Any) -> Any:
@@ -244,15 +264,6 @@ def _plain(value: Any) -> Any:
     if isinstance(value, list):
         return [_plain(v) for v in value]
     return value
-
-
-def parse_given(model: str, given: dict[str, Any], what: str) -> Any:
-    """A command's request: its flags (and arguments) checked and validated as the model
-    ("module:Name", as `request_options` names it); a problem is one usage error line."""
-    from memcli.operations.requests import model_named, validated
-
-    check_flags(given)
-    return validated(model_named(model), given, what)
 
 
 def check_flags(values: dict[str, Any]) -> None:

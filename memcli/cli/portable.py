@@ -10,7 +10,7 @@ from typing import Annotated, Any
 import typer
 
 from memcli.cli.common import open_memory
-from memcli.cli.options import DbOpt, FormatOpt, JsonOpt, parse_given, request_options
+from memcli.cli.options import DbOpt, FormatOpt, Given, JsonOpt, request_options
 from memcli.cli.output import emit, errors, read_stdin, resolve_format, warn
 from memcli.cli.progress_bar import progress_bar
 
@@ -25,7 +25,7 @@ def _import_text(report: dict) -> None:
 
 
 @request_options(f"{MODELS}:ExportRequest", short={"out": "-o"})
-def export_cmd(given: dict[str, Any], db: DbOpt = None, fmt: FormatOpt = None,
+def export_cmd(given: Given, db: DbOpt = None, fmt: FormatOpt = None,
                as_json: JsonOpt = False) -> None:
     """Write a memory as JSONL: a header line, then events, memories with their history,
     decisions, tasks, checkpoints, relations, proposals, artifacts, sessions. Derived
@@ -34,7 +34,7 @@ def export_cmd(given: dict[str, Any], db: DbOpt = None, fmt: FormatOpt = None,
     from memcli.portable.exporter import Scope, export
 
     with errors():
-        req = parse_given(f"{MODELS}:ExportRequest", given, "export request")
+        req = given.request("export request")
         if req.all_tenants and req.tenant_id is not None:
             raise UsageError("--all-tenants and --tenant-id exclude each other", "give one of them")
         with open_memory(db, with_embedder=False, must_exist=True) as memory:
@@ -85,7 +85,7 @@ def import_cmd(
         help="An export file or folder; `-` reads stdin. With --from claude-code or codex, "
              "left out: where that tool keeps its sessions.")] = None,
     *,
-    given: dict[str, Any],
+    given: Given,
     db: DbOpt = None, fmt: FormatOpt = None, as_json: JsonOpt = False,
 ) -> None:
     """Load an export into this database (new or not). Importing twice adds nothing;
@@ -99,7 +99,7 @@ def import_cmd(
 
     with errors():
         settings = load_settings(db)  # a bad location or config first, as every command
-        req = parse_given(f"{MODELS}:ImportRequest", given, "import request")
+        req = given.request("import request")
         if req.from_format is not None:
             emit(_chat_import(req, path, db, settings), resolve_format(fmt, as_json),
                  _import_text)

@@ -8,7 +8,7 @@ from typing import Any
 import typer
 
 from memcli.cli.common import open_memory
-from memcli.cli.options import DbOpt, FormatOpt, JsonOpt, parse_given, request_options
+from memcli.cli.options import DbOpt, FormatOpt, Given, JsonOpt, request_options
 from memcli.cli.output import emit, errors, resolve_format, warn
 from memcli.cli.progress_bar import progress_bar
 
@@ -22,15 +22,14 @@ def _text(r: dict[str, Any]) -> None:
 
 
 @request_options("memcli.operations.curation:RebuildRequest")
-def rebuild_cmd(given: dict[str, Any], db: DbOpt = None, fmt: FormatOpt = None,
+def rebuild_cmd(given: Given, db: DbOpt = None, fmt: FormatOpt = None,
                 as_json: JsonOpt = False) -> None:
     """Regenerate every derived table (episodes, full-text, trigram, sparse, vectors,
     entities) from the event log; keeps what exists only as derived data."""
     from memcli.lifecycle.rebuild_derived import rebuild
 
     with errors():
-        req = parse_given("memcli.operations.curation:RebuildRequest", given,
-                            "rebuild request")
+        req = given.request("rebuild request")
         # A dry run opens without checking the models: that check creates a missing vec0
         # table, and a dry run writes nothing.
         with open_memory(db, must_exist=True, check_embedder=not req.dry_run) as memory:

@@ -10,7 +10,7 @@ from typing import Annotated, Any
 import typer
 
 from memcli.cli.common import open_memory
-from memcli.cli.options import DbOpt, parse_given, request_options
+from memcli.cli.options import DbOpt, Given, request_options
 from memcli.cli.output import emit, errors, resolve_format, warn
 
 Dir = Annotated[Path, typer.Argument(help="The view's folder.", metavar="DIR",
@@ -27,7 +27,7 @@ MODELS = "memcli.operations.curation"
                  legacy={"file_format": "--format"},
                  help={"user_id": "Whose view (none: the items of no user).",
                        "app_id": "The app's items (none: the items of no app)."})
-def export_cmd(directory: Dir, given: dict[str, Any], db: DbOpt = None,
+def export_cmd(directory: Dir, given: Given, db: DbOpt = None,
                as_json: JsonOpt = False) -> None:
     """Write a user's facts, preferences, decisions, open tasks, procedures, identity and
     rules into DIR as files to edit (then `memcli view apply DIR`)."""
@@ -36,7 +36,7 @@ def export_cmd(directory: Dir, given: dict[str, Any], db: DbOpt = None,
 
     with errors():
         settings = load_settings(db)
-        req = parse_given(f"{MODELS}:ViewExportRequest", given, "view request")
+        req = given.request("view request")
         with open_memory(db, with_embedder=False, must_exist=True, settings=settings) as memory:
             scope = Scope(req.tenant_id or memory.tenant, req.user_id, req.app_id,
                           req.include_high)
@@ -49,7 +49,7 @@ def export_cmd(directory: Dir, given: dict[str, Any], db: DbOpt = None,
 
 
 @request_options(f"{MODELS}:ViewApplyRequest")
-def apply_cmd(directory: Dir, given: dict[str, Any], db: DbOpt = None,
+def apply_cmd(directory: Dir, given: Given, db: DbOpt = None,
               as_json: JsonOpt = False) -> None:
     """Apply the edits made to DIR (written by `memcli view export`) as ordinary writes:
     edited items supersede the old ones, deleted ones are soft-deleted, new ones added."""
@@ -59,7 +59,7 @@ def apply_cmd(directory: Dir, given: dict[str, Any], db: DbOpt = None,
 
     with errors():
         settings = load_settings(db)
-        req = parse_given(f"{MODELS}:ViewApplyRequest", given, "view request")
+        req = given.request("view request")
         with open_memory(db, with_embedder=not req.dry_run, must_exist=True,
                          settings=settings) as memory:
             plan = plan_apply(memory, directory, tenant=req.tenant_id,

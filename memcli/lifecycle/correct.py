@@ -29,13 +29,13 @@ if TYPE_CHECKING:
 
 CORRECTABLE = ("fact", "summary", "insight", "reflection", "procedural")
 MAX_FACT = 280
-ACTOR = "correct"
+ACTOR = "correct"  # who the history rows name, unless the caller says (the web pages: `ui`)
 
 
 def correct_fact(memory: MemoryHandle, memory_id: int, text: str, *, reason: str = "",
-                 owner: Owner | None = None) -> dict[str, Any]:
+                 owner: Owner | None = None, actor: str = ACTOR) -> dict[str, Any]:
     """Supersede memory `memory_id` (`owner`'s, default: the memory's tenant's) with `text`;
-    the new memory's summary."""
+    the new memory's summary. `actor`: who its history rows name."""
     (text, reason), found = redact_record((text, reason))
     clean = text.strip() if "\n" in text.strip() else " ".join(text.split())
     if not clean:
@@ -56,9 +56,9 @@ def correct_fact(memory: MemoryHandle, memory_id: int, text: str, *, reason: str
             decay_rate=old["decay_rate"],
             attributes={"method": "explicit", "corrects": memory_id,
                         **({"reason": reason} if reason else {})},
-            actor=ACTOR, vector=vector, sparse_terms=terms,
+            actor=actor, vector=vector, sparse_terms=terms,
         )
-        supersede(memory, memory_id, new_id, actor=ACTOR, reason=reason or "corrected")
+        supersede(memory, memory_id, new_id, actor=actor, reason=reason or "corrected")
     return {"id": new_id, "supersedes": memory_id, "kind": old["kind"], "text": clean,
             "redacted": kinds(found)}
 

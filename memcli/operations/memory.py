@@ -63,9 +63,9 @@ def make_embedder(settings: Settings) -> Embedder | None:
 def make_sparse(settings: Settings) -> SpladeEncoder | None:
     if settings.retrieval.leg_weights.get("sparse", 0) <= 0:
         return None
-    from memcli.providers.splade import SpladeEncoder
+    from memcli.providers.splade import default_encoder
 
-    return SpladeEncoder()
+    return default_encoder()
 
 
 def _tenant(settings: Settings, bound: str | None) -> str:

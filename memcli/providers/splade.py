@@ -305,6 +305,13 @@ class SpladeEncoder:
         with _blas_single_thread():
             return self._encode([text], self.query_max_tokens, 1, None, query=True)[0]
 
+    def encode_queries(self, texts: Sequence[str]) -> list[dict[int, float]]:
+        """`encode_query` of several texts in one padded batch, on one BLAS thread: the
+        daemon's concurrent queries (memcli/providers/query_batches.py)."""
+        with _blas_single_thread():
+            return self._encode(texts, self.query_max_tokens, max(1, len(texts)), None,
+                                query=True)
+
     def load(self) -> None:
         """Load the weights now (they otherwise load on the first encode)."""
         self._model()
@@ -362,3 +369,17 @@ class SpladeEncoder:
                     terms, weights = terms[keep], weights[keep]
                 results[todo[j]] = dict(zip(terms.tolist(), weights.tolist(), strict=True))
         return results
+
+
+_DEFAULT: list[SpladeEncoder] = []
+_DEFAULT_LOCK = threading.Lock()
+
+
+def default_encoder() -> SpladeEncoder:
+    """The process's encoder with the default settings. One instance, so the queries of every
+    request in `memcli serve` share one batch (memcli/providers/query_batches.py groups by
+    model)."""
+    with _DEFAULT_LOCK:
+        if not _DEFAULT:
+            _DEFAULT.append(SpladeEncoder())
+        return _DEFAULT[0]

@@ -21,6 +21,7 @@ from concurrent.futures import Future, ThreadPoolExecutor, wait
 from typing import TYPE_CHECKING, Any
 
 from memcli.entities.extraction import query_entity_keys
+from memcli.providers.query_batches import Batcher
 from memcli.retrieval import text as qtext
 from memcli.retrieval.stages import (
     POOL_STAGES,
@@ -72,15 +73,38 @@ def _model_worker(model: Any) -> ThreadPoolExecutor:
 _LAST_CALL: dict[tuple[int, str], tuple[Any, str, Future[Any]]] = {}
 
 
+# The method that encodes several query texts in one pass, where a model has one.
+_BATCH_METHODS = {"embed_query": "embed_queries", "encode_query": "encode_queries"}
+_BATCHERS: dict[tuple[type, str], Batcher] = {}
+
+
+def _query_batcher(model: Any, method: str) -> Batcher:
+    """The thread that runs `method` for every query of one kind of model in the process, the
+    texts that arrive together in one batch (memcli/providers/query_batches.py)."""
+    key = (type(model), method)
+    batcher = _BATCHERS.get(key)
+    if batcher is None:
+        with _WORKERS_LOCK:
+            batcher = _BATCHERS.get(key)
+            if batcher is None:
+                batcher = _BATCHERS[key] = Batcher(f"memcli-{type(model).__name__}-batch")
+    return batcher
+
+
 def _query_model_call(model: Any, method: str, text: str) -> Future[Any]:
-    """`model.method(text)` on the worker thread, or the finished result of the same call."""
+    """`model.method(text)` on a worker thread, or the finished result of the same call.
+    Models that encode several queries in one pass share it between concurrent queries."""
     key = (id(model), method)
     last = _LAST_CALL.get(key)
     if last is not None and last[0] is model and last[1] == text:
         done = last[2]
         if done.done() and not done.cancelled() and done.exception() is None:
             return done
-    future = _model_worker(model).submit(getattr(model, method), text)
+    many = getattr(model, _BATCH_METHODS.get(method, ""), None)
+    if callable(many):
+        future = _query_batcher(model, method).submit(many, text)
+    else:
+        future = _model_worker(model).submit(getattr(model, method), text)
     _LAST_CALL[key] = (model, text, future)
     return future
 

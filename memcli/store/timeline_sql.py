@@ -39,21 +39,41 @@ def page_query(owner: Owner, *, before: int | None, limit: int,
     # SQLite), but the primary key read backwards, stopping at the page's last row (0.1 ms).
     clauses = ["m.tenant_id || '' = ?", "m.sensitivity != 'secret'"]
     params: list[Any] = [owner.tenant_id]
+    for found, values in (_equal_clauses(owner, "m", equal), _category_clauses(owner)):
+        clauses += found
+        params += values
+    if before is not None:
+        clauses.append("m.id < ?")
+        params.append(before)
+    return (f"SELECT {COLUMNS} FROM memories m LEFT JOIN events e ON e.event_id = m.event_id"
+            f" WHERE {' AND '.join(clauses)} ORDER BY m.id DESC LIMIT ?", [*params, limit])
+
+
+def _equal_clauses(owner: Owner, alias: str, equal: dict[str, str | None]
+                  ) -> tuple[list[str], list[Any]]:
+    """The clauses (on table `alias`) and parameters binding rows to the owner's user and app,
+    then to each of `equal`'s column -> value filters not None."""
+    clauses: list[str] = []
+    params: list[Any] = []
     for column, value in (("user_id", owner.user_id), ("app_id", owner.app_id), *equal.items()):
         if value is not None:
-            clauses.append(f"m.{column} = ?")
+            clauses.append(f"{alias}.{column} = ?")
             params.append(value)
+    return clauses, params
+
+
+def _category_clauses(owner: Owner) -> tuple[list[str], list[Any]]:
+    """The clauses on memories `m` and parameters keeping the owner's categories (when bound
+    to some) and leaving out its hidden ones; none for an owner who may read every category."""
+    clauses: list[str] = []
+    params: list[Any] = []
     if owner.categories is not None:
         clauses.append(f"m.category IN ({marks(owner.categories) or 'NULL'})")
         params.extend(owner.categories)
     if owner.hidden:
         clauses.append(f"(m.category IS NULL OR m.category NOT IN ({marks(owner.hidden)}))")
         params.extend(owner.hidden)
-    if before is not None:
-        clauses.append("m.id < ?")
-        params.append(before)
-    return (f"SELECT {COLUMNS} FROM memories m LEFT JOIN events e ON e.event_id = m.event_id"
-            f" WHERE {' AND '.join(clauses)} ORDER BY m.id DESC LIMIT ?", [*params, limit])
+    return clauses, params
 
 
 def session_events(db: Database, owner: Owner, session_id: str, limit: int
@@ -65,19 +85,14 @@ def session_events(db: Database, owner: Owner, session_id: str, limit: int
 
     clauses = ["e.tenant_id = ?", "e.session_id = ?"]
     params: list[Any] = [owner.tenant_id, session_id]
-    for column, value in (("user_id", owner.user_id), ("app_id", owner.app_id)):
-        if value is not None:
-            clauses.append(f"e.{column} = ?")
-            params.append(value)
-    if owner.categories is not None or owner.hidden:
-        inner = ["m.event_id = e.event_id"]
-        if owner.categories is not None:
-            inner.append(f"m.category IN ({marks(owner.categories) or 'NULL'})")
-            params.extend(owner.categories)
-        if owner.hidden:
-            inner.append(f"(m.category IS NULL OR m.category NOT IN ({marks(owner.hidden)}))")
-            params.extend(owner.hidden)
-        clauses.append(f"EXISTS (SELECT 1 FROM memories m WHERE {' AND '.join(inner)})")
+    found, values = _equal_clauses(owner, "e", {})
+    clauses += found
+    params += values
+    inner, values = _category_clauses(owner)
+    if inner:
+        clauses.append("EXISTS (SELECT 1 FROM memories m WHERE m.event_id = e.event_id"
+                       f" AND {' AND '.join(inner)})")
+        params += values
     rows = db.query(
         "SELECT e.seq, e.event_id, e.ts, e.kind, e.actor_type, e.actor_id, e.channel,"
         " e.sensitivity, CASE WHEN e.sensitivity = 'secret' THEN NULL ELSE e.content END"

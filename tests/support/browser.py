@@ -32,6 +32,7 @@ from typing import Any
 import pytest
 
 from tests.support.daemon import Daemon, daemon_env, run_client
+from tests.support.procs import processes
 
 CHROMIUM = os.environ.get("MEMCLI_CHROMIUM", "/usr/bin/chromium")
 CHROMEDRIVER = os.environ.get("MEMCLI_CHROMEDRIVER", "/usr/bin/chromedriver")
@@ -183,18 +184,7 @@ def chromium() -> Iterator[Any]:
 
 def session_members(sid: int) -> list[int]:
     """Pids of the processes of session `sid` (orphans reparented to init included)."""
-    found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat", "rb") as f:
-                fields = f.read().rsplit(b")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[3]) == sid and fields[0] != b"Z":
-            found.append(int(entry))
-    return found
+    return [p.pid for p in processes() if p.session == sid and not p.zombie]
 
 
 def _kill_all(pids: list[int]) -> None:

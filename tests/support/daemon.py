@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 
 from memcli.service import paths
+from tests.support.procs import processes
 from tests.support.trust import memcli_env
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -159,18 +160,7 @@ def last_route(routes: Path) -> str:
 def children_of(parent: int) -> list[int]:
     """Pids of the running processes whose parent is `parent` (a daemon's command processes
     and its HTTP process)."""
-    found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat", "rb") as f:
-                ppid = int(f.read().rsplit(b")", 1)[1].split()[1])
-        except (OSError, IndexError, ValueError):
-            continue
-        if ppid == parent:
-            found.append(int(entry))
-    return found
+    return [p.pid for p in processes() if p.ppid == parent]
 
 
 def open_files(pid: int) -> set[str]:
@@ -192,39 +182,19 @@ def open_files(pid: int) -> set[str]:
 def serve_processes() -> list[int]:
     """Pids of running `memcli serve` processes that are children of this test process
     (however they were started)."""
-    found = []
-    for pid in children_of(os.getpid()):
-        try:
-            with open(f"/proc/{pid}/cmdline", "rb") as f:
-                argv = f.read().split(b"\0")
-        except OSError:
-            continue
-        if b"memcli" in argv and b"serve" in argv:
-            found.append(pid)
-    return found
+    me = os.getpid()
+    return [p.pid for p in processes()
+            if p.ppid == me and b"memcli" in p.argv and b"serve" in p.argv]
 
 
 def auto_started_under(folder: Path) -> list[int]:
     """Pids of auto-started `memcli serve` processes (detached: no test's children) whose
     database lies under `folder`, read from their environment (memcli/service/autostart.py
     hands the database over in MEMCLI_DB)."""
-    found = []
-    prefix = str(folder).encode()
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/cmdline", "rb") as f:
-                argv = f.read().split(b"\0")
-            if b"--auto-started" not in argv:
-                continue
-            with open(f"/proc/{entry}/environ", "rb") as f:
-                env = f.read().split(b"\0")
-        except OSError:
-            continue
-        if any(v.startswith(b"MEMCLI_DB=" + prefix) for v in env):
-            found.append(int(entry))
-    return found
+    prefix = b"MEMCLI_DB=" + str(folder).encode()
+    return [p.pid for p in processes()
+            if b"--auto-started" in p.argv and any(v.startswith(prefix)
+                                                   for v in p.environ or ())]
 
 
 @pytest.fixture(autouse=True)

@@ -38,6 +38,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.procs import processes
+
 PG_USER = "memcli_pg"  # the system user that owns the cluster when tests run as root
 SUPERUSER = "postgres"
 REQUIRE_ENV = "MEMCLI_REQUIRE_PG"
@@ -166,14 +168,7 @@ def _reachable_bin_dir(binaries: Path) -> Iterator[Path]:
 def _runs_from(folder: Path) -> bool:
     """Whether any process runs a program from `folder` (a server, an initdb)."""
     prefix = str(folder) + "/"
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                if os.readlink(entry / "exe").startswith(prefix):
-                    return True
-            except OSError:
-                continue
-    return False
+    return any((p.exe or "").startswith(prefix) for p in processes())
 
 
 def remove_server_copies(stale_after: float = 600) -> list[Path]:
@@ -257,21 +252,8 @@ def server_processes(binary: Path, postmaster: int | None) -> set[int]:
     pid is the postmaster's or whose parent is. Found by pid and executable, never by name."""
     if postmaster is None:
         return set()
-    found = set()
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-            exe = os.readlink(entry / "exe")
-        except OSError:
-            continue
-        fields = stat.rsplit(")", 1)[1].split()
-        state, ppid = fields[0], int(fields[1])
-        pid = int(entry.name)
-        if state != "Z" and exe == str(binary) and postmaster in (pid, ppid):
-            found.add(pid)
-    return found
+    return {p.pid for p in processes()
+            if postmaster in (p.pid, p.ppid) and not p.zombie and p.exe == str(binary)}
 
 
 def _stop(binary_dir: Path, data: Path, postmaster: int | None) -> None:

@@ -90,7 +90,8 @@ def correct(ctx: Any, scope: Any, params: dict[str, str]) -> dict[str, Any]:
     from memcli.lifecycle.correct import correct_fact
 
     return correct_fact(ctx.memory, _id(params), params.get("text", ""),
-                        reason=params.get("reason", ""), owner=_owner(ctx, scope, params))
+                        reason=params.get("reason", ""), owner=_owner(ctx, scope, params),
+                        actor=ACTOR)
 
 
 def forget(ctx: Any, scope: Any, params: dict[str, str]) -> dict[str, Any]:

@@ -1,0 +1,74 @@
+"""The running processes, read from Linux /proc: the one walk the test support shares.
+
+`processes()` yields a `Process` per pid: its parent, session and state from /proc/PID/stat
+(read at once), its command line, program and environment read on first use, so a walk that looks
+only at parents reads one file per process. A process that ends during the walk is left out
+(its stat gone) or, read later, has an empty command line and no environment; a process of
+another user has no readable environment (None). Tests find their processes by parent,
+session, command line or environment through this, never by a name pattern over all users'
+processes.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+from functools import cached_property
+
+
+@dataclass
+class Process:
+    """One process. `state`: its /proc state letter ("R", "S", "Z" for a zombie, ...)."""
+
+    pid: int
+    ppid: int
+    session: int
+    state: str
+
+    @property
+    def zombie(self) -> bool:
+        return self.state == "Z"
+
+    @cached_property
+    def argv(self) -> list[bytes]:
+        """Its command line's arguments (empty for a kernel thread or a process gone)."""
+        raw = _read(f"/proc/{self.pid}/cmdline") or b""
+        return raw.split(b"\0")[:-1] if raw.endswith(b"\0") else raw.split(b"\0")
+
+    @cached_property
+    def exe(self) -> str | None:
+        """The path of the program it runs; None when not ours to read or gone."""
+        try:
+            return os.readlink(f"/proc/{self.pid}/exe")
+        except OSError:
+            return None
+
+    @cached_property
+    def environ(self) -> list[bytes] | None:
+        """Its environment's `NAME=value` entries; None when not ours to read or gone."""
+        raw = _read(f"/proc/{self.pid}/environ")
+        return None if raw is None else [v for v in raw.split(b"\0") if v]
+
+
+def processes() -> Iterator[Process]:
+    """Every process running now (zombies included: `Process.zombie` says which)."""
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        stat = _read(f"/proc/{entry}/stat")
+        try:
+            # The command name in parentheses may hold spaces and ")": the fields after the
+            # last ")" are state, ppid, pgrp, session, ...
+            fields = stat.rsplit(b")", 1)[1].split()  # type: ignore[union-attr]
+            yield Process(int(entry), int(fields[1]), int(fields[3]), fields[0].decode())
+        except (AttributeError, IndexError, ValueError):
+            continue
+
+
+def _read(path: str) -> bytes | None:
+    try:
+        with open(path, "rb") as f:
+            return f.read()
+    except OSError:
+        return None
