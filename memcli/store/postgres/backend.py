@@ -28,7 +28,7 @@ from memcli.policy.encryption import PREFIX
 from memcli.store.backend import LogHealth
 from memcli.store.batching import chunks, marks
 from memcli.store.postgres import error_map as errors
-from memcli.store.postgres import legs, migrations, sparse
+from memcli.store.postgres import legs, lexical, migrations, sparse
 from memcli.store.postgres import sealing as crypto
 from memcli.store.sealing import META_KEY_ID
 
@@ -81,7 +81,11 @@ class PgBackend:
     # -- legs ---------------------------------------------------------------------------------
     def lexical(self, db: PgDatabase, query: LexicalQuery, filters: Filters, limit: int,
                 context_weight: float) -> list[tuple[int, float]]:
-        return legs.lexical(db, list(query.terms), filters, limit, context_weight)
+        """One user's scope is small: the full statement. Wider scopes (a tenant, all
+        tenants) skip the matches that cannot reach the top `limit` (lexical.py)."""
+        if filters.user_id is not None:
+            return legs.lexical(db, list(query.terms), filters, limit, context_weight)
+        return lexical.search(db, list(query.terms), filters, limit, context_weight)
 
     def trigram(self, db: PgDatabase, query: LexicalQuery, filters: Filters,
                 limit: int) -> list[tuple[int, float]]:

@@ -28,7 +28,10 @@ R@1/5/10/25 within 0.1 point of SQLite's (the issue's bound is 1 point).
   (+0.2 end to end), overlap 91 %; `memcli` (unaccent + snowball english, no stopwords, as
   FTS5's porter tokenizer keeps every word) is kept for parity. Length in distinct lexemes
   (`length(fts)`, no unnest) is as good end to end, overlap 92 %. BM25 in Python over every
-  GIN match: same ranking, slower.
+  GIN match: same ranking, slower. Over a tenant (no user in the filters) the store runs
+  lexical.py's MaxScore instead: the same answer, scoring only the matches that can reach
+  the top `limit` (bench/results/pg-lexical-maxscore-250k.md); one user's scope runs this
+  statement as it is.
 - trigram: the CJK grams as ILIKE substrings (the partial `memories_trgm` GIN answers grams of
   3+ characters; a 1-2 character query still finds its rows by scanning the filtered ones,
   where FTS5's trigram MATCH finds nothing), scored by the distinct grams found plus how much of
@@ -129,10 +132,24 @@ _COUNTED = """lex AS (SELECT l AS lexeme,
 _QUERY_LEXEMES = "ts_delete({fts}, tsvector_to_array(ts_delete({fts}, ql.a)))"
 
 
+# The OR of the lexemes of a text array parameter as a tsquery, each lexeme quoted so that
+# tsquery input reads it verbatim (a quote doubled, a backslash escaped; quote_literal would
+# write E'...' around a backslash, which tsquery input does not read).
+LEXEMES_OR = ("(SELECT string_agg('''' || replace(replace(l, '\\', '\\\\'), '''', '''''')"
+              " || '''', ' | ')::tsquery FROM unnest(?::text[]) l)")
+
+
 def bm25_sql(count: int, where: str, config: str = TEXT_CONFIG, column: str = "fts",
-             doc_length: str = "tokens") -> str:
+             doc_length: str = "tokens", essential: bool = False,
+             exclude: bool = False) -> str:
     """The BM25 statement; parameters: the terms, the terms joined by spaces, the context
-    weight, the filters' parameters, the limit.
+    weight, (`essential`: the lexemes whose matches are scored, a text array; `exclude`: the
+    lexemes whose matches are not, a text array), the filters' parameters, the limit.
+
+    `essential`: only the matches holding one of the given lexemes are scored (the index
+    answers their OR; each is still checked against the OR of the terms, after the index, and
+    scored on all the query's lexemes), and with `exclude` only those holding none of the
+    excluded lexemes: lexical.py's pruned statements.
 
     Corpus statistics as FTS5 keeps them: on the leg's own column (`fts`, the `memcli`
     configuration, lengths in tokens) the writers' df table, memory count and token total,
@@ -151,6 +168,19 @@ def bm25_sql(count: int, where: str, config: str = TEXT_CONFIG, column: str = "f
         stats = _COUNTED.format(config=config, column=column, sample=AVGDL_SAMPLE,
                                 length=length.format(fts="r." + column))
         dl = length.format(fts="m." + column)
+    # The pruned statement: the index answers the essential lexemes' OR (quoted lexemes: no
+    # normalisation again); the OR of the terms is checked on each match's cut tsvector (the
+    # query's lexemes with their positions answer it as the whole tsvector does), so the
+    # common lexemes' postings are never read.
+    essential_cte, match_from, match, tf_from, tf_where = "", "q", "q", "", ""
+    if essential:
+        essential_cte = f"e AS (SELECT {LEXEMES_OR} AS q),"
+        match_from, match, tf_from, tf_where = "e", "e", "q, ", " WHERE c.fts @@ q.q"
+    if essential and exclude:
+        essential_cte += f"""
+    x AS (SELECT {LEXEMES_OR} AS q),"""
+        match_from = "e, x"
+        where = f"NOT (m.{column} @@ x.q) AND {where}"
     return f"""
     WITH q AS (SELECT {tsq} AS q),
     {stats},
@@ -160,13 +190,14 @@ def bm25_sql(count: int, where: str, config: str = TEXT_CONFIG, column: str = "f
                    greatest(ln((corpus.n - lex.df + 0.5) / (lex.df::float8 + 0.5)),
                             {IDF_FLOOR}) AS idf
             FROM lex, corpus),
+{essential_cte}
     cand AS MATERIALIZED (SELECT m.id, {_QUERY_LEXEMES.format(fts="m." + column)} AS fts,
                                  {dl} AS dl
-             FROM memories m, q, ql WHERE m.{column} @@ q.q AND {where}),
+             FROM memories m, {match_from}, ql WHERE m.{column} @@ {match}.q AND {where}),
     tf AS (SELECT c.id, c.dl, u.lexeme,
                   cardinality(array_positions(u.weights, 'A'))
                   + cw.v * cardinality(array_positions(u.weights, 'B')) AS tf
-           FROM cand c, cw, unnest(c.fts) u)
+           FROM cand c, cw, {tf_from}unnest(c.fts) u{tf_where})
     SELECT tf.id, sum(idf.idf * tf.tf * {BM25_K1 + 1}
                       / (tf.tf + {BM25_K1} * (1 - {BM25_B}
                                               + {BM25_B} * tf.dl::float8 / corpus.avgdl))) AS s
