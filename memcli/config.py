@@ -278,10 +278,14 @@ def thread_defaults() -> None:
       call: beside a query's SQL and e5 threads, a query took ~40 % longer. One BLAS thread
       costs SPLADE document encoding ~14 % (a few % of ingest, where e5 dominates). It is read
       when numpy loads OpenBLAS, so it is only set if numpy is not loaded yet.
+    - onnxruntime (1.29 and later) starts a telemetry thread when it is imported, which looks
+      up a Microsoft host every ~5 s: memcli works offline and sends nothing, and `memcli
+      serve` forks commands from a process that must have no other thread. Read at import.
     """
     import sys
 
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    os.environ.setdefault("ORT_DISABLE_TELEMETRY", "1")
     if "numpy" not in sys.modules:
         os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 

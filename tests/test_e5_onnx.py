@@ -3,6 +3,7 @@ graph is a valid ONNX model, and onnxruntime stays off the start-up path."""
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
@@ -83,6 +84,95 @@ def test_documents_go_through_onnxruntime_by_default(onnx: E5SmallEmbedder) -> N
 def test_queries_stay_on_the_engine(onnx: E5SmallEmbedder, engine: E5SmallEmbedder) -> None:
     text = "where did the user move?"
     np.testing.assert_allclose(onnx.embed_query(text), engine.embed_query(text), atol=1e-6)
+    assert onnx.query_runtime == "engine"
+
+
+# Queries from one word to past the query limit (2,000 characters, more than one 512-token
+# window), Chinese and Russian.
+QUERIES = ["tea", "where did the user move?", "用户搬到了哪个城市？",
+           "Когда мы встречаемся в кафе?", "what happened at the deploy " * 80]
+
+
+def test_warm_queries_go_through_onnxruntime(onnx: E5SmallEmbedder,
+                                             engine: E5SmallEmbedder) -> None:
+    warm = E5SmallEmbedder()  # not get_embedder's shared instance: other tests use that one
+    assert warm.warm_queries() == "onnxruntime" == warm.query_runtime
+    assert len(QUERIES[-1]) > 2000
+    vectors = np.stack([warm.embed_query(text) for text in QUERIES])
+    reference = np.stack([engine.embed_query(text) for text in QUERIES])
+    cosines = (vectors * reference).sum(axis=1)
+    assert cosines.min() >= 0.9995, cosines
+    # onnxruntime's own vectors (the document session, encoding with the query prefix), not
+    # the engine's: the two differ by more than this tolerance.
+    onnx.embed_documents(["load"])
+    np.testing.assert_allclose(vectors, onnx._onnx.encode(QUERIES, True), atol=1e-5)
+    assert np.abs(vectors - reference).max() > 1e-4
+    # A batch of concurrent queries (the daemon's Batcher) goes through the same session.
+    np.testing.assert_allclose(warm.embed_queries(QUERIES), vectors, atol=1e-5)
+    assert E5SmallEmbedder(runtime="engine").warm_queries() == "engine"
+
+
+def _python(code: str, tmp_path: Path) -> dict:
+    """Run `code` in a fresh interpreter (with memcli's thread settings) and parse its JSON."""
+    prelude = "import json, os, sys\nfrom memcli.config import thread_defaults\nthread_defaults()\n"
+    done = subprocess.run([sys.executable, "-c", prelude + code], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+def test_a_warm_query_session_starts_no_thread_and_works_after_a_fork(tmp_path: Path) -> None:
+    """`memcli serve` builds the session, then forks a process per command: the fork has no
+    thread but its caller, so the session must have started none."""
+    found = _python("""
+from memcli.providers.embedders import E5SmallEmbedder
+warm = E5SmallEmbedder()
+warm.load()
+warm.warm_queries()
+parent = warm.embed_query("where did the user move?")
+threads = len(os.listdir("/proc/self/task"))
+read, write = os.pipe()
+pid = os.fork()
+if pid == 0:
+    child = warm.embed_query("where did the user move?")
+    os.write(write, json.dumps([warm.query_runtime, child.tolist()]).encode())
+    os._exit(0)
+os.close(write)
+with os.fdopen(read) as fh:
+    runtime, child = json.load(fh)
+os.waitpid(pid, 0)
+print(json.dumps({"threads": threads, "runtime": runtime, "parent": parent.tolist(),
+                  "child": child}))
+""", tmp_path)
+    assert found["threads"] == 1
+    assert found["runtime"] == "onnxruntime"
+    np.testing.assert_allclose(found["child"], found["parent"], atol=1e-6)
+
+
+def test_queries_fall_back_to_the_engine_when_onnxruntime_cannot_load(tmp_path: Path) -> None:
+    found = _python("""
+sys.modules["onnxruntime"] = None  # an import of it fails, as where it is not installed
+from memcli.providers.embedders import E5SmallEmbedder
+warm = E5SmallEmbedder()
+runtime = warm.warm_queries()
+vector = warm.embed_query("where did the user move?")
+reference = E5SmallEmbedder(runtime="engine").embed_query("where did the user move?")
+print(json.dumps({"runtime": runtime, "diff": float(abs(vector - reference).max())}))
+""", tmp_path)
+    assert found == {"runtime": "engine", "diff": 0.0}
+
+
+def test_an_mcp_session_warms_queries_onto_onnxruntime(tmp_path: Path) -> None:
+    """The MCP server's warm-up (after the client's `initialize`) builds the query session."""
+    found = _python(f"""
+from memcli.config import load_settings
+from memcli.service.api import Service
+from memcli.service.mcp_server import _warm
+service = Service(load_settings({str(tmp_path / "m.db")!r}))
+_warm(service)
+print(json.dumps({{"runtime": service.models()[0].query_runtime}}))
+""", tmp_path)
+    assert found == {"runtime": "onnxruntime"}
 
 
 def test_unknown_runtime_is_refused() -> None:

@@ -30,6 +30,7 @@ class MiniLMEmbedder:
     """
 
     model_id = "onnx/all-MiniLM-L6-v2-int8"
+    query_runtime = "onnxruntime"  # what `memcli serve status` names
     dimension = 384
 
     def __init__(

@@ -257,6 +257,7 @@ class SpladeEncoder:
 
     model_id: str = MODEL_ID
     vocab_size: int = VOCAB_SIZE
+    query_runtime = "numpy"  # what `memcli serve status` names
 
     _shared: _Model | None = None
     _load_lock = threading.Lock()

@@ -96,6 +96,7 @@ def status(ep: paths.Endpoint) -> dict[str, Any]:
                 "uptime_s": round(time.time() - state.started, 1),
                 "auto_started": state.auto_started, "idle_exit_min": state.idle_exit,
                 "log": ep.log if state.auto_started else None,
+                "models": _models(state.settings),
                 **({"pool": state.pool} if state.pool else {}),
                 **({"backlog": _backlog(state)} if state.indexer is not None else {})}
     pid = _lock_holder(ep)
@@ -107,6 +108,22 @@ def summary(ep: paths.Endpoint) -> dict[str, Any]:
     full = status(ep)
     keys = ("running", "answered", "pid", "started_at", "auto_started", "idle_exit_min")
     return {key: full.get(key) for key in keys}
+
+
+def _models(settings: Any) -> list[dict[str, Any]]:
+    """The configured models, as this process holds them: which runtime encodes a query."""
+    from memcli.operations.memory import make_embedder, make_sparse
+
+    out = []
+    for role, make in (("dense", make_embedder), ("sparse", make_sparse)):
+        try:
+            model = make(settings)
+        except Exception:  # noqa: BLE001 - a misconfigured model: its command reports it
+            continue
+        if model is not None:
+            out.append({"role": role, "model": getattr(model, "model_id", None),
+                        "query_runtime": getattr(model, "query_runtime", None)})
+    return out
 
 
 def _iso(epoch: float) -> str:
@@ -170,7 +187,9 @@ def take_lock(ep: paths.Endpoint) -> int:
 def warm_up(settings: Any, warm: Callable[[], None], log: Callable[[str], None]) -> None:
     """Import every command (`warm`, from the CLI) and load the configured models, so that
     each forked command starts warm. Loaded, never run: a model's thread pool (OpenMP, BLAS)
-    must not exist before a fork. Failures are left to the command that needs the model."""
+    must not exist before a fork. e5-small's queries go through a one-thread onnxruntime
+    session built here (`warm_queries`: no thread pool, so the forks use it as it is).
+    Failures are left to the command that needs the model."""
     try:
         warm()
         _import_everything()
@@ -178,9 +197,12 @@ def warm_up(settings: Any, warm: Callable[[], None], log: Callable[[str], None])
         from memcli.operations.memory import make_embedder, make_sparse
 
         for model in (make_sparse(settings), make_embedder(settings)):
-            load = getattr(model, "load", None)
-            if callable(load) and type(model).__name__ not in LOADED_AFTER_FORK:
-                load()
+            if type(model).__name__ in LOADED_AFTER_FORK:
+                continue
+            for method in ("load", "warm_queries"):
+                call = getattr(model, method, None)
+                if callable(call):
+                    call()
         get_encoding(settings.encoding)
     except Exception as exc:  # noqa: BLE001 - a warm-up only
         log(f"memcli: warning: warm-up incomplete: {exc}".splitlines()[0])

@@ -416,10 +416,16 @@ def _warm(service: Service) -> None:
     """Construct the models and start loading them in the background, so the first tool call
     does not pay for them. The database is not opened here: a second connection racing the
     first call's on a new file can stall both (one holds the process's writer lock, the other
-    SQLite's) until the busy timeout. A failure here is reported by the first call instead."""
+    SQLite's) until the busy timeout. The session serves many calls, so e5-small's queries go
+    through onnxruntime (`warm_queries`). A failure here is reported by the first call
+    instead."""
     try:
         from memcli.retrieval.search import preload_models
 
-        preload_models(*service.models())
+        embedder, sparse = service.models()
+        preload_models(embedder, sparse)
+        warm_queries = getattr(embedder, "warm_queries", None)
+        if callable(warm_queries):
+            warm_queries()
     except Exception:  # noqa: BLE001, S110
         pass
