@@ -3,7 +3,7 @@
     python -m bench.pg_scale --events 1000000     # the issue's size (see "needs" in the results)
     python -m bench.pg_scale --events 100000      # ~1 h on 2 busy cores (50k took 33 min)
     python -m bench.pg_scale --events 1000000 --bulk-base 10000   # 10k ingested, rows copied
-    python -m bench.pg_scale --quick              # 200 events + 1 copy, hash embedder: CI smoke
+    python -m bench.pg_scale --quick              # 200 events + 1 copy, 2 writers, hash embedder
 
 Both engines, one after the other, through memcli's own write path (`Memory.ingest`, the store
 SQL, the backend's vector and posting writes), so the stored rows, indexes, vectors and postings
@@ -11,9 +11,9 @@ are what memcli writes (corpus and models: bench/pg_scale_support.py). With `--b
 N events are ingested; their rows are then copied up to `--events` memories (both engines side
 by side, bench/pg_scale_bulk.py) and checked (bench/pg_scale_check.py) before the measurements.
 
-1. Ingest throughput with 8 concurrent writer processes, batches of `--batch` events: the whole
-   load (each writer one of the 8 tenants), then `--append` more events into the loaded database
-   twice: spread over the 8 tenants, and all in 1 tenant.
+1. Ingest throughput with 8 concurrent writer processes (`--writers`), batches of `--batch`
+   events: the whole load (each writer one of the 8 tenants), then `--append` more events into
+   the loaded database twice: spread over the 8 tenants, and all in 1 tenant.
 2. `Memory.query` p50/p95 with the default legs in a warm process (a child: the model encodings
    are replayed, so the numbers are memcli + engine, without `embed_query`), scoped to one user
    and tenant-wide (the large-scope plans); its peak RSS.
@@ -257,10 +257,12 @@ def reference_process() -> float:
 
 
 def load_run(name: str, location: str, events: list[dict], batch: int, models: Path | None,
-             docs: dict[str, Any] | None, work: Path) -> dict[str, Any]:
-    log(f"{name}: load {len(events)} events, 8 writers (one tenant each)")
-    return {"load": writers(location, by_tenant(events), models, docs, batch, work,
-                            f"{name}-load")}
+             docs: dict[str, Any] | None, work: Path, count: int = WRITERS) -> dict[str, Any]:
+    """The load, one writer per tenant (with fewer writers than tenants, tenants dealt to them)."""
+    tenants = by_tenant(events)
+    parts = [[e for part in tenants[k::count] for e in part] for k in range(count)]
+    log(f"{name}: load {len(events)} events, {count} writers ({len(tenants)} tenants)")
+    return {"load": writers(location, parts, models, docs, batch, work, f"{name}-load")}
 
 
 def bulk_runs(locations: dict[str, str], target: int, models: Path | None, work: Path
@@ -281,14 +283,14 @@ def bulk_runs(locations: dict[str, str], target: int, models: Path | None, work:
 
 
 def measure_run(name: str, location: str, append: int, batch: int, queries: list[dict],
-                warmup: int, models: Path | None, docs: dict[str, Any] | None, work: Path
-                ) -> dict[str, Any]:
+                warmup: int, models: Path | None, docs: dict[str, Any] | None, work: Path,
+                count: int = WRITERS) -> dict[str, Any]:
     out: dict[str, Any] = {}
     spread = sup.extra_events(append, copy=1, tenant=None)
-    out["append 8 tenants"] = writers(location, round_robin(spread, WRITERS), models, docs, batch,
+    out["append 8 tenants"] = writers(location, round_robin(spread, count), models, docs, batch,
                                       work, f"{name}-8t")
     one = sup.extra_events(append, copy=2, tenant="t0")
-    out["append 1 tenant"] = writers(location, round_robin(one, WRITERS), models, docs, batch,
+    out["append 1 tenant"] = writers(location, round_robin(one, count), models, docs, batch,
                                      work, f"{name}-1t")
     out["size"] = sqlite_size(Path(location)) if name == "sqlite" else pg_size(location)
     if name == "sqlite":
@@ -333,6 +335,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--bulk-base", type=int, default=None,
                         help="ingest this many events, then copy their rows up to --events"
                              " memories (bench/pg_scale_bulk.py)")
+    parser.add_argument("--writers", type=int, default=WRITERS,
+                        help="concurrent writer processes of the load and the appends")
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--engines", default="sqlite,postgresql")
     parser.add_argument("--render", type=Path, help="only render a results JSON again")
@@ -353,6 +357,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.quick:
         # A smoke: every phase and check runs once at a small size (it measures nothing).
         args.events, args.append, args.queries = 400, 160, 10  # 160: a batch per writer
+        args.writers = 2  # concurrent writers all the same, at a quarter of the processes
         args.bulk_base = args.bulk_base or 200  # the smoke runs the bulk path too
     from tests.support.pg import running_server
 
@@ -372,6 +377,7 @@ def main(argv: list[str] | None = None) -> int:
                                "tenants": sup.TENANTS, "quick": args.quick,
                                "revision": revision, "machine": report.machine(),
                                "queries": args.queries, "batch": args.batch,
+                               "writers": args.writers,
                                "started": datetime.now(UTC).isoformat(timespec="seconds")}
         res["python -c pass ms"] = reference_process()
         engines = args.engines.split(",")
@@ -384,14 +390,15 @@ def main(argv: list[str] | None = None) -> int:
                 res["postgres_settings"] = create_database(server.dsn, "memcli_scale")
                 locations["postgresql"] = server.dsn.rsplit("/", 1)[0] + "/memcli_scale"
             for name, loc in locations.items():
-                res[name] = load_run(name, loc, events, args.batch, models, docs, work)
+                res[name] = load_run(name, loc, events, args.batch, models, docs, work,
+                                     args.writers)
             if target is not None:
                 for name, out in bulk_runs(locations, target, models, work).items():
                     res[name]["bulk"] = out
                 save(res, args.quick, args.name)
             for name, loc in locations.items():
                 res[name].update(measure_run(name, loc, args.append, args.batch, queries, warmup,
-                                             models, docs, work))
+                                             models, docs, work, args.writers))
                 if name == "postgresql":
                     res[name]["server_rss_mb"] = report.server_rss_mb(server)
                 save(res, args.quick, args.name)

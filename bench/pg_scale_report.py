@@ -132,7 +132,7 @@ def render(res: dict[str, Any]) -> str:
         f"total {res.get('seconds', 0) / 60:.0f} min. Reference: `python -c pass` "
         f"{res['python -c pass ms']:.0f} ms.",
         "",
-        "## Ingest: 8 concurrent writer processes (`Memory.ingest`, "
+        f"## Ingest: {res.get('writers', 8)} concurrent writer processes (`Memory.ingest`, "
         f"{res['batch']} events a call)",
         "",
         head,
