@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.perf import loadavg
+from bench.service_batch import python_pass_ms
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 RESULTS = REPO_ROOT / "bench" / "results" / "service-query-onnx.md"
@@ -44,15 +45,6 @@ QUERIES = ["where did the user move?", "what does Caroline do on weekends",
 
 def log(msg: str) -> None:
     print(f"[service-query-onnx {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
-
-
-def python_pass_ms(runs: int = 15) -> float:
-    times = []
-    for _ in range(runs):
-        t0 = time.perf_counter()
-        subprocess.run([sys.executable, "-c", "pass"], check=True)
-        times.append((time.perf_counter() - t0) * 1000)
-    return statistics.median(times)
 
 
 def encode_child(forks: int) -> None:

@@ -24,6 +24,7 @@ from memcli.store.backend import LexicalQuery  # noqa: E402
 from memcli.store.filters import Filters  # noqa: E402
 from memcli.store.location import open_database  # noqa: E402
 from memcli.store.postgres import legs, lexical  # noqa: E402
+from tests.support.pg_db import scratch_database, with_database  # noqa: E402
 
 TS = "2025-01-01T00:00:00Z"
 PER_TENANT = 2500
@@ -35,17 +36,13 @@ FILLERS = [f"filler{c}" for c in "abcdefghij"]
 
 @pytest.fixture(scope="module")
 def db(pg_server):  # noqa: F811
-    name = "lexical_maxscore"
-    with psycopg.connect(pg_server, autocommit=True) as admin:
-        admin.execute(f"CREATE DATABASE {name}")
-    database = open_database(pg_server.rsplit("/", 1)[0] + f"/{name}")
-    try:
-        _load(database)
-        yield database
-    finally:
-        database.close()
-        with psycopg.connect(pg_server, autocommit=True) as admin:
-            admin.execute(f"DROP DATABASE {name} WITH (FORCE)")
+    with scratch_database(pg_server) as name:
+        database = open_database(with_database(pg_server, name))
+        try:
+            _load(database)
+            yield database
+        finally:
+            database.close()
 
 
 def _text(rng: random.Random) -> tuple[str, str]:

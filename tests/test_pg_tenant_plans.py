@@ -21,6 +21,7 @@ from memcli.store.filters import Filters  # noqa: E402
 from memcli.store.location import open_database  # noqa: E402
 from memcli.store.postgres import legs  # noqa: E402
 from memcli.store.postgres import sparse as pg_sparse  # noqa: E402
+from tests.support.pg_db import scratch_database, with_database  # noqa: E402
 
 TS = "2025-01-01T00:00:00Z"
 PER_TENANT = 1500  # memories of each of two tenants holding the query's term or entity
@@ -31,17 +32,13 @@ FILLER = " ".join(f"filler{chr(97 + i)}{chr(97 + j)}" for i in range(6) for j in
 
 @pytest.fixture(scope="module")
 def db(pg_server):  # noqa: F811
-    name = "tenant_plans"
-    with psycopg.connect(pg_server, autocommit=True) as admin:
-        admin.execute(f"CREATE DATABASE {name}")
-    database = open_database(pg_server.rsplit("/", 1)[0] + f"/{name}")
-    try:
-        _load(database)
-        yield database
-    finally:
-        database.close()
-        with psycopg.connect(pg_server, autocommit=True) as admin:
-            admin.execute(f"DROP DATABASE {name} WITH (FORCE)")
+    with scratch_database(pg_server) as name:
+        database = open_database(with_database(pg_server, name))
+        try:
+            _load(database)
+            yield database
+        finally:
+            database.close()
 
 
 def _load(db) -> None:
