@@ -61,6 +61,7 @@ from bench.perf_data import (
     loadavg,
     log,
     pct,
+    python_pass_ms,
     summary,
     users,
 )
@@ -82,7 +83,7 @@ from bench.perf_report import render
 # What the other bench scripts take from `perf` (pg_scale*, acb, service*).
 __all__ = ["CACHE_DIR", "NAMES", "PLACES", "PROJECTS", "batches", "build_embedded_db",
            "checkpoint", "generate_events", "generate_queries", "loadavg", "main",
-           "page_cache_warm", "pct", "summary", "time_process", "users"]
+           "page_cache_warm", "pct", "python_pass_ms", "summary", "time_process", "users"]
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -76,22 +75,13 @@ def measure(db: Any, terms: list[str], filters: Any, runs: int,
             "splits": [[len(c.essential), len(c.common), c.common_bound] for c in splits]}
 
 
-def python_floor(runs: int = 10) -> float:
-    ms = []
-    for _ in range(runs):
-        t0 = time.perf_counter()
-        subprocess.run([sys.executable, "-c", "pass"], check=True)
-        ms.append((time.perf_counter() - t0) * 1000)
-    return statistics.median(ms)
-
-
 def run(args: argparse.Namespace) -> dict[str, Any]:
     from memcli.retrieval.text import lexical_query
 
     state = json.loads((args.state / "state.json").read_text())
     memory = sup.open_memory(state["dsn"], {"models": state["models"]})
     out: dict[str, Any] = {"memories": state["memories"], "revision": scale.report.git_revision(),
-                           "load_start": perf.loadavg(), "python_pass_ms": python_floor()}
+                           "load_start": perf.loadavg(), "python_pass_ms": perf.python_pass_ms(10)}
     queries = state["queries"]
     for q in queries[:WARMUP]:  # the pages of the tenants' matches, as a warm server holds them
         terms = list(lexical_query(q["text"]).terms)

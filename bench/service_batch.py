@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.perf import loadavg
+from bench.perf import loadavg, python_pass_ms
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 RESULTS = REPO_ROOT / "bench" / "results" / "service-batch.md"
@@ -36,15 +36,6 @@ OWN_FILES = ("service-load-think1", "service-load", "service")
 
 def log(msg: str) -> None:
     print(f"[service-batch {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
-
-
-def python_pass_ms(runs: int = 15) -> float:
-    times = []
-    for _ in range(runs):
-        t0 = time.perf_counter()
-        subprocess.run([sys.executable, "-c", "pass"], check=True)
-        times.append((time.perf_counter() - t0) * 1000)
-    return statistics.median(times)
 
 
 def scenarios(seconds: float, runs: int) -> list[tuple[str, list[str], str]]:

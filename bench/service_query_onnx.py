@@ -33,8 +33,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.perf import loadavg
-from bench.service_batch import python_pass_ms
+from bench.perf import loadavg, python_pass_ms
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 RESULTS = REPO_ROOT / "bench" / "results" / "service-query-onnx.md"

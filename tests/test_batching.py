@@ -10,7 +10,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 
 import numpy as np
 import pytest
@@ -37,6 +37,13 @@ class Fake:
     def release(self) -> None:
         self.gate.set()
 
+    def busy(self, batcher: Batcher) -> Future:
+        """`batcher` running a held encode of "a" (its future): what comes next has to wait."""
+        self.hold()
+        first = batcher.submit(self.encode_many, "a")
+        assert self.started.wait(30)
+        return first
+
     def encode_many(self, texts: list[str]) -> list[str]:
         self.batches.append(list(texts))
         self.started.set()
@@ -58,9 +65,7 @@ def test_a_lone_call_does_not_wait_for_the_window() -> None:
 def test_calls_waiting_behind_a_running_encode_share_one_batch() -> None:
     fake = Fake()
     batcher = Batcher("test-share", max_batch=3, window=HOUR)
-    fake.hold()
-    first = batcher.submit(fake.encode_many, "a")
-    assert fake.started.wait(30)
+    first = fake.busy(batcher)
     waiting = [batcher.submit(fake.encode_many, t) for t in ("b", "c", "d")]
     fake.release()
     assert first.result(timeout=30) == "A"
@@ -72,9 +77,7 @@ def test_calls_waiting_behind_a_running_encode_share_one_batch() -> None:
 def test_batches_are_bounded_and_keep_each_callers_result() -> None:
     fake = Fake()
     batcher = Batcher("test-bound", max_batch=2, window=0)
-    fake.hold()
-    first = batcher.submit(fake.encode_many, "a")
-    assert fake.started.wait(30)
+    first = fake.busy(batcher)
     texts = ["b", "c", "d", "e", "f"]
     futures = [batcher.submit(fake.encode_many, t) for t in texts]
     fake.release()
@@ -86,9 +89,7 @@ def test_batches_are_bounded_and_keep_each_callers_result() -> None:
 def test_an_error_in_a_batch_reaches_every_caller_and_the_thread_carries_on() -> None:
     fake = Fake()
     batcher = Batcher("test-error", window=0)
-    fake.hold()
-    first = batcher.submit(fake.encode_many, "a")
-    assert fake.started.wait(30)
+    first = fake.busy(batcher)
     futures = [batcher.submit(fake.encode_many, t) for t in ("x", "boom", "y")]
     fake.release()
     assert first.result(timeout=30) == "A"

@@ -18,10 +18,9 @@ psycopg = pytest.importorskip("psycopg", reason="PostgreSQL tests: psycopg is no
 
 from memcli.store import search_sql  # noqa: E402
 from memcli.store.filters import Filters  # noqa: E402
-from memcli.store.location import open_database  # noqa: E402
 from memcli.store.postgres import legs  # noqa: E402
 from memcli.store.postgres import sparse as pg_sparse  # noqa: E402
-from tests.support.pg_db import scratch_database, with_database  # noqa: E402
+from tests.support.pg_db import loaded_database  # noqa: E402
 
 TS = "2025-01-01T00:00:00Z"
 PER_TENANT = 1500  # memories of each of two tenants holding the query's term or entity
@@ -32,13 +31,8 @@ FILLER = " ".join(f"filler{chr(97 + i)}{chr(97 + j)}" for i in range(6) for j in
 
 @pytest.fixture(scope="module")
 def db(pg_server):  # noqa: F811
-    with scratch_database(pg_server) as name:
-        database = open_database(with_database(pg_server, name))
-        try:
-            _load(database)
-            yield database
-        finally:
-            database.close()
+    with loaded_database(pg_server, _load) as database:
+        yield database
 
 
 def _load(db) -> None:

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import contextlib
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
 
@@ -37,6 +38,20 @@ def scratch_database(server: str, template: str = "template0",
             admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
+
+@contextlib.contextmanager
+def loaded_database(server: str, load: Callable[[Any], None]) -> Iterator[Any]:
+    """memcli's store on a scratch database of `server`, filled by `load(db)`; closed and
+    dropped afterwards (a module's fixture: `with loaded_database(pg_server, _load) as db`)."""
+    from memcli.store.location import open_database
+
+    with scratch_database(server) as name:
+        database = open_database(with_database(server, name))
+        try:
+            load(database)
+            yield database
+        finally:
+            database.close()
 @pytest.fixture
 def pg_db(pg_server: str) -> Iterator[str]:  # noqa: F811
     with scratch_database(pg_server) as name:
