@@ -50,9 +50,7 @@ MARGIN = 1e-9
 BOUND = legs.BM25_K1 + 1
 
 _STATS = f"""WITH {legs._KEPT.format(config=legs.TEXT_CONFIG)}
-    SELECT lex.lexeme, lex.df,
-           greatest(ln((corpus.n - lex.df + 0.5) / (lex.df::float8 + 0.5)), {legs.IDF_FLOOR})
-    FROM lex, corpus ORDER BY lex.lexeme"""
+    SELECT lex.lexeme, lex.df, {legs.IDF} FROM lex, corpus ORDER BY lex.lexeme"""
 
 
 @dataclass(frozen=True)
