@@ -91,19 +91,34 @@ class Viewer:
         """Click `element` (a link, a submit button) and wait until the next page has loaded
         (the old page's root gone stale, the new one complete)."""
         from selenium.webdriver.common.by import By
-        from selenium.webdriver.support import expected_conditions as ec
         from selenium.webdriver.support.ui import WebDriverWait
 
         old = self.driver.find_element(By.TAG_NAME, "html")
         element.click()
         wait = WebDriverWait(self.driver, timeout)
-        wait.until(ec.staleness_of(old))
+        wait.until(lambda d: _gone(old))
         wait.until(lambda d: d.execute_script("return document.readyState") == "complete")
 
     def text(self) -> str:
         from selenium.webdriver.common.by import By
 
         return self.driver.find_element(By.TAG_NAME, "body").text
+
+
+def _gone(element: Any) -> bool:
+    """Whether `element` no longer belongs to the page: stale, or (caught mid-navigation)
+    Chromium's "does not belong to the document", which selenium's `staleness_of` lets through."""
+    from selenium.common.exceptions import StaleElementReferenceException, WebDriverException
+
+    try:
+        element.is_enabled()
+    except StaleElementReferenceException:
+        return True
+    except WebDriverException as error:
+        if "does not belong to the document" in str(error):
+            return True
+        raise
+    return False
 
 
 def screenshot_folder(tmp_path: Path, test_name: str) -> Path:
