@@ -565,11 +565,12 @@ def _same_answer(a, b, where: str = "$") -> None:
 
 @pytest.mark.slow  # e5-small and SPLADE in the daemon and in the local process
 def test_daemon_with_the_default_models_answers_like_in_process(tmp_path):
-    """e5-small + SPLADE, warm in the daemon: the same ranking, ids and fields (scores within
-    1e-3). The daemon's commands encode queries through onnxruntime (`serve status` says so),
-    the in-process command through the engine; its warm-up leaves no thread to fork."""
-    from memcli.acb import render
-    from memcli.core.tokens import count_tokens
+    """e5-small + SPLADE, warm in the daemon: the same answers as in-process (scores within
+    1e-3). The forked commands encode queries through the engine, as the in-process command
+    does, so a bundle's `acb_id` is the same too; the HTTP process encodes them through
+    onnxruntime (`serve status` says so) and ranks alike. The warm-up leaves no thread to
+    fork (a warning in the log otherwise)."""
+    import httpx
 
     db = tmp_path / "d.db"
     env = daemon_env(tmp_path / "home", db, models="default")
@@ -580,28 +581,31 @@ def test_daemon_with_the_default_models_answers_like_in_process(tmp_path):
                             capture_output=True, text=True, timeout=300)
     assert seeded.returncode == 0, seeded.stderr
     routes = tmp_path / "routes.log"
-    with Daemon(db, env) as daemon:
+
+    def runtimes() -> dict:
         status = json.loads(run_client(["serve", "status"], env, routes=routes).stdout)
         assert status["models_ready"] is True
-        assert {m["role"]: m["query_runtime"] for m in status["models"]} == {
-            "dense": "onnxruntime", "sparse": "numpy"}
-        for args in (["query", "what does alice drink", "--json", "--user", "u"],
-                     ["acb", "build", "--user", "u", "-q", "when is the deploy"]):
+        return {m["role"]: m["query_runtime"] for m in status["models"]}
+
+    with Daemon(db, env) as daemon:
+        assert wait_until(lambda: runtimes()["dense"]["http"] is not None, timeout=120)
+        assert runtimes() == {"dense": {"commands": "engine", "http": "onnxruntime"},
+                              "sparse": {"commands": "numpy", "http": "numpy"}}
+        question = ["query", "what does alice drink", "--json", "--user", "u"]
+        for args in (question, ["acb", "build", "--user", "u", "-q", "when is the deploy"]):
             via, local = _both(args, env, routes)
             assert via.returncode == local.returncode == 0, via.stderr
-            answers = [json.loads(done.stdout) for done in (via, local)]
-            if args[0] == "acb":
-                # A bundle's id hashes its items' scores (6 decimals), which the two runtimes'
-                # query vectors (cosine >= 0.9995) move in the last digits; the id's title
-                # line counts in the bundle's tokens.
-                for answer in answers:
-                    acb_id = answer.pop("acb_id")
-                    assert re.fullmatch(r"acb_[0-9a-f]{16}", acb_id)
-                    title = count_tokens(render.title(acb_id), answer["encoding"])
-                    answer["token_used"] -= title
-                    answer["token_used_est"] -= title
-            _same_answer(*answers)
+            _same_answer(json.loads(via.stdout), json.loads(local.stdout))
             assert via.stderr == local.stderr
+        http_socket = str(socket_of(db, env)).removesuffix(".sock") + ".http.sock"
+        with httpx.Client(transport=httpx.HTTPTransport(uds=http_socket),
+                          base_url="http://localhost", timeout=120) as client:
+            asked = client.post("/api/v1/query", json={"query": question[1], "user_id": "u"})
+        assert asked.status_code == 200, asked.text
+        local_hits = json.loads(_both(question, env, routes)[1].stdout)
+        assert [hit["id"] for hit in asked.json()] == [hit["id"] for hit in local_hits]
+        for over_http, here in zip(asked.json(), local_hits, strict=True):
+            assert abs(over_http["score"] - here["score"]) <= 1e-3
         code, _out, log = stop(daemon.proc)
     assert code == 0 and "warning" not in log, log
 

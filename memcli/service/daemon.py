@@ -37,15 +37,10 @@ from typing import Any
 from memcli.errors import MemcliError
 from memcli.service import indexer, paths, web, worker
 from memcli.service.server import CliServer
+from memcli.service.warm import status_models, warm_up
 from memcli.service.web import HttpOptions, HttpPlan
 
 __all__ = ["AlreadyServing", "HttpOptions", "serve", "status"]
-
-
-# Models whose loading starts a thread pool, which a fork cannot carry: each command's process
-# loads them itself. onnxruntime creates its intra-op pool with the session (MiniLM: 3 threads
-# after loading, measured).
-LOADED_AFTER_FORK = frozenset({"MiniLMEmbedder"})
 
 
 class AlreadyServing(MemcliError):
@@ -68,6 +63,7 @@ class State:
     http_running: int = 0
     last: float = field(default_factory=time.monotonic)
     pool: dict[str, Any] | None = None
+    http_models: dict[str, str | None] | None = None  # role: query runtime, HTTP process's
     auto_started: bool = False  # by the CLI (memcli/service/autostart.py), not by hand
     idle_exit: float | None = None  # minutes
     settings: Any = None
@@ -96,7 +92,8 @@ def status(ep: paths.Endpoint) -> dict[str, Any]:
                 "uptime_s": round(time.time() - state.started, 1),
                 "auto_started": state.auto_started, "idle_exit_min": state.idle_exit,
                 "log": ep.log if state.auto_started else None,
-                "models": _models(state.settings),
+                "models": status_models(state.settings, None if state.http is None
+                                                else state.http_models or {}),
                 **({"pool": state.pool} if state.pool else {}),
                 **({"backlog": _backlog(state)} if state.indexer is not None else {})}
     pid = _lock_holder(ep)
@@ -108,22 +105,6 @@ def summary(ep: paths.Endpoint) -> dict[str, Any]:
     full = status(ep)
     keys = ("running", "answered", "pid", "started_at", "auto_started", "idle_exit_min")
     return {key: full.get(key) for key in keys}
-
-
-def _models(settings: Any) -> list[dict[str, Any]]:
-    """The configured models, as this process holds them: which runtime encodes a query."""
-    from memcli.operations.memory import make_embedder, make_sparse
-
-    out = []
-    for role, make in (("dense", make_embedder), ("sparse", make_sparse)):
-        try:
-            model = make(settings)
-        except Exception:  # noqa: BLE001 - a misconfigured model: its command reports it
-            continue
-        if model is not None:
-            out.append({"role": role, "model": getattr(model, "model_id", None),
-                        "query_runtime": getattr(model, "query_runtime", None)})
-    return out
 
 
 def _iso(epoch: float) -> str:
@@ -182,61 +163,6 @@ def take_lock(ep: paths.Endpoint) -> int:
     return fd
 
 
-
-
-def warm_up(settings: Any, warm: Callable[[], None], log: Callable[[str], None]) -> None:
-    """Import every command (`warm`, from the CLI) and load the configured models, so that
-    each forked command starts warm. Loaded, never run: a model's thread pool (OpenMP, BLAS)
-    must not exist before a fork. e5-small's queries go through a one-thread onnxruntime
-    session built here (`warm_queries`: no thread pool, so the forks use it as it is).
-    Failures are left to the command that needs the model."""
-    try:
-        warm()
-        _import_everything()
-        from memcli.core.tokens import get_encoding
-        from memcli.operations.memory import make_embedder, make_sparse
-
-        for model in (make_sparse(settings), make_embedder(settings)):
-            if type(model).__name__ in LOADED_AFTER_FORK:
-                continue
-            for method in ("load", "warm_queries"):
-                call = getattr(model, method, None)
-                if callable(call):
-                    call()
-        get_encoding(settings.encoding)
-    except Exception as exc:  # noqa: BLE001 - a warm-up only
-        log(f"memcli: warning: warm-up incomplete: {exc}".splitlines()[0])
-    threads = _native_threads()
-    if threads > 1:  # a library started threads: the forks cannot have them
-        log(f"memcli: warning: {threads} threads before the first fork (a model's thread pool "
-            "started at load); commands may hang in it")
-
-
-def _native_threads() -> int:
-    """The threads of this process, native ones included (Linux); 1 where it cannot be told."""
-    try:
-        return len(os.listdir("/proc/self/task"))
-    except OSError:
-        return 1
-
-
-def _import_everything() -> None:
-    """Import every memcli module: about a quarter of memcli's imports sit inside functions
-    (start-up cost of a one-shot command), and a forked command would otherwise pay them again
-    each time (~130 ms for a query's and a bundle's). Modules whose optional dependencies are
-    not installed are left out."""
-    import importlib
-    import pkgutil
-
-    import memcli
-
-    for info in pkgutil.walk_packages(memcli.__path__, "memcli.", onerror=lambda _name: None):
-        if info.name.endswith(".__main__"):
-            continue
-        try:
-            importlib.import_module(info.name)
-        except Exception:  # noqa: BLE001, S112 - an optional extra that is not installed
-            continue
 
 
 def _check_database(settings: Any) -> None:
@@ -308,6 +234,9 @@ class _WebProcess:
             elif line.startswith(b"P"):
                 with contextlib.suppress(ValueError):
                     state.pool = json.loads(line[1:])
+            elif line.startswith(b"Q"):
+                with contextlib.suppress(ValueError):
+                    state.http_models = json.loads(line[1:])
 
     def finish(self, wait: float, log: Callable[[str], None]) -> None:
         """Close the control pipe (the holder closes, the process exits) and wait for it."""

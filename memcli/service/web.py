@@ -15,8 +15,9 @@ shares them):
 Control, over two pipes: the main process writes b"e" (a command started or ended: open the
 kept connection if the database exists by now) and b"s" (stop serving HTTP); closing its end
 means "close the holder (WAL checkpoint) and exit", which it does once the commands in flight
-are done. This process reports b"+\\n" / b"-\\n" around each HTTP request and b"P<json>\\n"
-(the pool's figures) for the idle exit and `serve status`.
+are done. This process reports b"+\\n" / b"-\\n" around each HTTP request, b"P<json>\\n"
+(the pool's figures) for the idle exit and `serve status`, and b"Q<json>\\n" once, the runtime
+that encodes its queries (memcli/service/warm.py).
 """
 
 from __future__ import annotations
@@ -138,6 +139,15 @@ class Reporter:
             self.send(b"P" + json.dumps(stats).encode())
 
 
+def _warm_queries(settings: Any, report: Reporter) -> None:
+    """Build e5-small's onnxruntime session for this process's queries (HTTP and MCP), after
+    the fork: the forked commands keep the engine (memcli/service/warm.py says why). A request
+    that comes meanwhile waits for the model's lock, at most the ~0.4 s of the build."""
+    from memcli.service.warm import warm_http_queries
+
+    report.send(b"Q" + json.dumps(warm_http_queries(settings)).encode())
+
+
 def _tracked(app: Any, report: Reporter) -> Any:
     """The ASGI app, reporting HTTP requests (for the idle exit and `serve status`)."""
     async def tracked(scope: dict[str, Any], receive: Any, send: Any) -> None:
@@ -166,7 +176,11 @@ def run(settings: Any, plan: HttpPlan | None, pool_size: int | None, control: in
         holder = hold(settings, pool_size)
         report = Reporter(report_fd, holder)
         report.pool()
-        server = _uvicorn(settings, plan, report) if plan is not None else None
+        server = None
+        if plan is not None:
+            threading.Thread(target=_warm_queries, args=(settings, report),
+                             name="memcli-warm-queries", daemon=True).start()
+            server = _uvicorn(settings, plan, report)
         stopping = threading.Event()
         closing = threading.Event()
         threading.Thread(target=_listen, args=(control, holder, server, stopping, closing),
