@@ -171,7 +171,7 @@ def demo_cmd(
 
     with errors(), tempfile.TemporaryDirectory() as tmp:
         path = db or Path(tmp) / "demo.db"
-        with open_memory(path) as memory:
+        with open_memory(str(path)) as memory:
             report = memory.ingest(parse_records(bundled_text("data/example.jsonl")))
             print(f"memcli demo: ingested {len(report.created)} events into {path}",
                   file=sys.stderr)

@@ -157,11 +157,13 @@ class E5SmallEmbedder:
         """Encode queries through onnxruntime on one thread from now on; the runtime queries
         use ("onnxruntime", or "engine" when onnxruntime cannot run the model).
 
-        For a process that stays up (`memcli serve`, an MCP server): it pays the ~0.4 s of
-        building the session once, then a query encodes ~2x faster than through the engine
-        (bench/results/service-query-onnx.md). One thread, because a query encodes beside
-        the SQL legs and SPLADE; and a one-thread session starts no thread pool, so a process
-        forked after this call (each command `memcli serve` runs) uses it as it is."""
+        For a process that stays up (`memcli serve`'s HTTP process, an MCP server): it pays
+        the ~0.4 s of building the session once, then a query encodes ~2x faster than through
+        the engine (bench/results/service-query-onnx.md). One thread, because a query encodes
+        beside the SQL legs and SPLADE; and a one-thread session starts no thread pool, so a
+        fork would carry it. The daemon still builds it after forking: a fresh fork running
+        the session for the first time is slower than the engine
+        (bench/results/service-encoders-one-agent.md), so its commands keep the engine."""
         with self._lock.hold():
             if self._query_onnx is None and self.runtime != "engine":
                 try:

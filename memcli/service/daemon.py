@@ -87,7 +87,11 @@ def status(ep: paths.Endpoint) -> dict[str, Any]:
         return {"running": True, "answered": True, "pid": state.pid, "db": state.db,
                 "socket": ep.socket,
                 "http_socket": ep.http_socket if state.http is not None else None,
-                "http_url": state.http or None, "models_ready": state.models_ready,
+                "http_url": state.http or None,
+                # Warm in every process: loaded by the main one, and the HTTP process's query
+                # session built (memcli/service/warm.py), which costs CPU while it is built.
+                "models_ready": state.models_ready and (state.http is None
+                                                        or state.http_models is not None),
                 "requests": served, "started_at": _iso(state.started),
                 "uptime_s": round(time.time() - state.started, 1),
                 "auto_started": state.auto_started, "idle_exit_min": state.idle_exit,
