@@ -582,13 +582,15 @@ def test_daemon_with_the_default_models_answers_like_in_process(tmp_path):
     assert seeded.returncode == 0, seeded.stderr
     routes = tmp_path / "routes.log"
 
+    def status() -> dict:
+        return json.loads(run_client(["serve", "status"], env, routes=routes).stdout)
+
     def runtimes() -> dict:
-        status = json.loads(run_client(["serve", "status"], env, routes=routes).stdout)
-        assert status["models_ready"] is True
-        return {m["role"]: m["query_runtime"] for m in status["models"]}
+        return {m["role"]: m["query_runtime"] for m in status()["models"]}
 
     with Daemon(db, env) as daemon:
-        assert wait_until(lambda: runtimes()["dense"]["http"] is not None, timeout=120)
+        # models_ready: loaded, and the HTTP process's query session built
+        assert wait_until(lambda: status()["models_ready"] is True, timeout=120)
         assert runtimes() == {"dense": {"commands": "engine", "http": "onnxruntime"},
                               "sparse": {"commands": "numpy", "http": "numpy"}}
         question = ["query", "what does alice drink", "--json", "--user", "u"]
