@@ -572,6 +572,8 @@ def test_daemon_with_the_default_models_answers_like_in_process(tmp_path):
     fork (a warning in the log otherwise)."""
     import httpx
 
+    from memcli.service import paths
+
     db = tmp_path / "d.db"
     env = daemon_env(tmp_path / "home", db, models="default")
     seeded = subprocess.run([sys.executable, "-m", "memcli", "ingest", "-"], env=env,
@@ -594,17 +596,19 @@ def test_daemon_with_the_default_models_answers_like_in_process(tmp_path):
         assert runtimes() == {"dense": {"commands": "engine", "http": "onnxruntime"},
                               "sparse": {"commands": "numpy", "http": "numpy"}}
         question = ["query", "what does alice drink", "--json", "--user", "u"]
+        local_answers = []
         for args in (question, ["acb", "build", "--user", "u", "-q", "when is the deploy"]):
             via, local = _both(args, env, routes)
             assert via.returncode == local.returncode == 0, via.stderr
-            _same_answer(json.loads(via.stdout), json.loads(local.stdout))
+            local_answers.append(json.loads(local.stdout))
+            _same_answer(json.loads(via.stdout), local_answers[-1])
             assert via.stderr == local.stderr
-        http_socket = str(socket_of(db, env)).removesuffix(".sock") + ".http.sock"
+        http_socket = paths.endpoint(str(db), env).http_socket
         with httpx.Client(transport=httpx.HTTPTransport(uds=http_socket),
                           base_url="http://localhost", timeout=120) as client:
             asked = client.post("/api/v1/query", json={"query": question[1], "user_id": "u"})
         assert asked.status_code == 200, asked.text
-        local_hits = json.loads(_both(question, env, routes)[1].stdout)
+        local_hits = local_answers[0]
         assert [hit["id"] for hit in asked.json()] == [hit["id"] for hit in local_hits]
         for over_http, here in zip(asked.json(), local_hits, strict=True):
             assert abs(over_http["score"] - here["score"]) <= 1e-3
