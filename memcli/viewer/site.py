@@ -23,7 +23,7 @@ from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from memcli.errors import MemcliError, NotAllowedError, UsageError
-from memcli.viewer.access import CODE_SECONDS, COOKIE, Access
+from memcli.viewer.access import CODE_SECONDS, COOKIE, Access, TooManyLogins
 from memcli.viewer.html import page, set_session_cookie
 
 STATIC = Path(__file__).parent / "static"
@@ -109,7 +109,10 @@ class Pages:
         code = request.query_params.get("code")
         if code is None:
             return self.render(request, "login.html", title="Log in")
-        binding = self.access.use_code(code)
+        try:
+            binding = self.access.use_code(request, code)
+        except TooManyLogins as exc:
+            return self.too_many(request, exc)
         if binding is None:
             return self.render(request, "login.html", status=401, title="Log in",
                                message="this login link is used up or expired: run "
@@ -120,20 +123,29 @@ class Pages:
         try:
             form = await read_form(request)
             self.access.check_csrf(request, form.get("csrf"))
+            binding = self.access.login_token(request, form.get("token", ""))
+        except TooManyLogins as exc:
+            return self.too_many(request, exc)
         except MemcliError as exc:
             return self.failure(request, exc)
-        binding = self.access.login_token(form.get("token", ""))
         if binding is None:
             return self.render(request, "login.html", status=401, title="Log in",
                                message="that token is not in the daemon's token file")
         return self._logged_in(request, binding)
+
+    def too_many(self, request: Request, exc: TooManyLogins) -> Response:
+        """429 with Retry-After: failed logins past the limit (memcli.viewer.access)."""
+        response = self.render(request, "login.html", status=429, title="Log in",
+                               message=f"{exc.message}: {exc.hint}")
+        response.headers["Retry-After"] = str(exc.retry_after)
+        return response
 
     def _logged_in(self, request: Request, binding: Any) -> Response:
         """A new session for `binding` (the old one, if any, ends: no fixation)."""
         old = request.cookies.get(COOKIE)
         if old:
             self.access.end_session(old)
-        sid, _session = self.access.new_session(binding)
+        sid = self.access.new_session(binding)
         response = RedirectResponse("/ui/", status_code=303)
         set_session_cookie(response, sid)
         return response
