@@ -18,7 +18,7 @@ from urllib.parse import parse_qsl, urlencode
 
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
-from starlette.responses import JSONResponse, RedirectResponse, Response
+from starlette.responses import FileResponse, JSONResponse, RedirectResponse, Response
 from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 
@@ -51,7 +51,11 @@ class Pages:
 
     def render(self, request: Request, template: str, scope: Any = None, status: int = 200,
                **values: Any) -> Response:
-        return page(request, self.access, template, scope=scope, status=status, **values)
+        """`template` for the caller; the header names the tenant shown: the caller's bound
+        one, else the page's `tenant_id`, else the configured one (as the operations pick)."""
+        values.setdefault("tenant_id", request.query_params.get("tenant_id") or None)
+        return page(request, self.access, template, scope=scope, status=status,
+                    default_tenant=self.service.settings.tenant, **values)
 
     def failure(self, request: Request, exc: BaseException, scope: Any = None) -> Response:
         """An error as a page: its one line, and the status the API gives it (bad input is
@@ -193,7 +197,19 @@ class Pages:
                Route("/logout", self.logout, methods=["POST"]),
                Route("/login-link", self.login_link, methods=["POST"]),
                Mount("/static", app=StaticFiles(directory=STATIC), name="static")]
-        return [Mount("/ui", routes=[*own, *self.routes])]
+        # `/` leads to the pages, and browsers find the icon they ask every site for.
+        return [Mount("/ui", routes=[*own, *self.routes]),
+                Route("/", to_pages, methods=["GET", "HEAD"]),
+                Route("/favicon.ico", favicon, methods=["GET", "HEAD"])]
+
+
+async def to_pages(_request: Request) -> Response:
+    return RedirectResponse("/ui/", status_code=307)
+
+
+async def favicon(_request: Request) -> Response:
+    return FileResponse(STATIC / "favicon.ico", media_type="image/x-icon",
+                        headers={"Cache-Control": "public, max-age=86400"})
 
 
 async def read_form(request: Request) -> dict[str, str]:
