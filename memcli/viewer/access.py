@@ -139,7 +139,8 @@ class Access:
         with self._lock:
             found = self._codes.pop(code, None)
         if found is None or found[1] <= self.clock():
-            return self._failed(request)
+            self._failed(request)
+            return None
         return found[0]
 
     def login_token(self, request: Any, token: str) -> Any | None:
@@ -148,7 +149,9 @@ class Access:
         self._may_try(request)
         binding = self.check(f"Bearer {token.strip()}", unix_socket=False) \
             if token.strip() else None
-        return binding if binding is not None else self._failed(request)
+        if binding is None:
+            self._failed(request)
+        return binding
 
     def _may_try(self, request: Any) -> None:
         who = _client(request)
@@ -204,10 +207,10 @@ class Access:
         refused = NotAllowedError("this form is out of date or not from this page (CSRF check)",
                                   "reload the page and try again")
         nonce = request.cookies.get(CSRF_COOKIE)
-        if not given or not _looks_like_nonce(nonce):
+        if not given or nonce is None or not _looks_like_nonce(nonce):
             raise refused
         try:
-            signed = self._signer.loads(given, max_age=SESSION_SECONDS)
+            signed = self._signer.loads(given, max_age=int(SESSION_SECONDS))
         except BadData:
             raise refused from None
         if not (isinstance(signed, list) and len(signed) == 2
@@ -225,7 +228,7 @@ def _digest(sid: str | None) -> str:
 
 
 def _looks_like_nonce(value: str | None) -> bool:
-    return bool(value) and len(value) <= 64 and value.isascii()
+    return value is not None and 0 < len(value) <= 64 and value.isascii()
 
 
 def _client(request: Any) -> str:
