@@ -20,8 +20,7 @@ from mcp.client.streamable_http import streamable_http_client
 from memcli.config import load_settings
 from memcli.core.records import EventIn
 from memcli.service.api import Scope
-from memcli.service.mcp_server import build_mcp, select_tools
-from memcli.service.mcp_tools import TOOLS
+from memcli.service.mcp_server import TOOLS, build_mcp, select_tools
 from tests.support.mcp import child_env, daemon, error_text, payload, stdio_params
 from tests.support.mcp_conformance import check_server
 

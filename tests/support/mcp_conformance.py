@@ -20,7 +20,7 @@ from typing import Any
 
 from jsonschema import Draft202012Validator
 
-from memcli.service.mcp_tools import TOOLS
+from memcli.service.mcp_server import TOOLS
 
 # Claude Desktop / claude.ai (a failing name withholds the whole server's tools), and OpenAI
 # function names (Codex and other OpenAI-backed clients).
