@@ -31,9 +31,9 @@ from memcli.service.mcp_tools import (
     DEFAULT_TOOLS,
     TOOLS,
     ToolSpec,
+    argument_problem,
     normalise,
     select_tools,
-    unknown_arguments,
 )
 
 if TYPE_CHECKING:
@@ -304,10 +304,6 @@ class _Forgiving:
         if not (isinstance(name, str) and isinstance(arguments, dict)):
             return await call_next(ctx)
         rest, named = split_identity(name, normalise(name, arguments))
-        unknown = unknown_arguments(name, rest) if name in TOOLS else []
-        if unknown:
-            return _refusal(f"{name} does not take {', '.join(unknown)} (it takes "
-                            + ", ".join(TOOLS[name].input.model_fields) + ")")
         if named:
             try:
                 bound = self.narrow(ctx.request, self.scope)
@@ -322,6 +318,9 @@ class _Forgiving:
                     "answers for " + ", ".join(f"{k} {v!r}" for k, v in mine.items() if v)
                     + "; the call named " + ", ".join(f"{keys[k]} {v!r}" for k, v in
                                                       others.items()))
+        problem = argument_problem(name, rest) if name in TOOLS else None
+        if problem:  # one line naming it, as the CLI says it (the SDK's is pydantic's report)
+            return _refusal(problem)
         from dataclasses import replace
 
         return await call_next(replace(ctx, params={**params, "arguments": rest}))

@@ -26,12 +26,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Annotated, Any
 
-from mcp.server.mcpserver.utilities.func_metadata import ArgModelBase
-from pydantic import BaseModel, ConfigDict, Field, create_model
+from mcp.server.mcpserver.utilities.func_metadata import ArgModelBase, FuncMetadata
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 
 from memcli.acb.build import AcbRequest
 from memcli.core.records import EventIn, EventReceipt, Hit
-from memcli.errors import UsageError
+from memcli.errors import UsageError, validation_line
 from memcli.operations.ledger_ops import (
     ArtifactRequest,
     DecisionRequest,
@@ -327,6 +327,17 @@ def normalise(tool: str, arguments: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def unknown_arguments(tool: str, arguments: dict[str, Any]) -> list[str]:
-    """The arguments `tool` does not take (after `normalise`), sorted."""
-    return sorted(set(arguments) - set(TOOLS[tool].input.model_fields))
+def argument_problem(tool: str, arguments: dict[str, Any]) -> str | None:
+    """What is wrong with a call's arguments (after `normalise`, the scope keys taken out), as
+    one line, or None: the arguments the tool does not take, by name, else the first problem
+    its input model finds (JSON given as a string read first, as the SDK reads it)."""
+    spec = TOOLS[tool]
+    unknown = sorted(set(arguments) - set(spec.input.model_fields))
+    if unknown:
+        return (f"{tool} does not take {', '.join(unknown)} (it takes "
+                + ", ".join(spec.input.model_fields) + ")")
+    try:
+        spec.input.model_validate(FuncMetadata(arg_model=spec.input).pre_parse_json(arguments))
+    except ValidationError as exc:
+        return validation_line(exc, f"{tool} arguments", where="arguments")
+    return None

@@ -76,6 +76,7 @@ async def check_server(client: Any) -> dict[str, dict[str, Any]]:
             answers[name] = structured(tool, result)
         refused = await client.call_tool(name, {**example, "colour": "red"})
         assert refused.is_error and "colour" in refused.content[0].text, name
+        assert "\n" not in refused.content[0].text, name  # one line, as the CLI's errors
     # The tools whose example names an id, with ids that exist.
     big = "\n".join(f"line {i}: " + "x" * 60 for i in range(1500))  # over 64 KB: an artifact
     result = await client.call_tool(
