@@ -118,7 +118,7 @@ class EventIn(BaseModel):
         default="none", description="none (default), low, high, or secret (never stored).")
     tags: list[str] = Field(default_factory=list, description="Labels, e.g. topic:billing.")
     content: EventContent = Field(
-        default_factory=dict,  # type: ignore[arg-type]
+        default_factory=EventContent,
         description="What the event says: {\"text\": ...} for a message, tool and decision "
                     "fields for the other kinds.")
     refs: list[Any] = Field(default_factory=list,

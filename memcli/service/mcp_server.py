@@ -225,7 +225,7 @@ def _tool(name: str, spec: ToolSpec, service: Service, scope: Scope,
         return await _call(spec, service, scope, narrow, context, spec.request(arguments))
 
     return Tool(
-        fn=call, name=name, description=spec.description,
+        fn=call, name=name, title=None, description=spec.description,
         parameters=spec.input.model_json_schema(by_alias=True),
         fn_metadata=FuncMetadata(arg_model=spec.input, output_model=spec.output),
         is_async=True, context_kwarg="context",

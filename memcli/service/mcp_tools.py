@@ -84,7 +84,7 @@ def arguments(name: str, model: type[BaseModel], fields: tuple[str, ...], *,
     specs: dict[str, Any] = {}
     for field_name in fields:
         info = found[field_name]
-        kind = info.annotation
+        kind: Any = info.annotation
         if field_name in required or info.is_required():
             default: Any = ...
             kind = _not_none(kind) if field_name in required else kind
