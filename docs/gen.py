@@ -280,12 +280,14 @@ def mcp_reference(tools: list[Any] | None = None) -> str:
         if accepted:
             out.append(f"Also accepted: {', '.join(accepted)}.\n\n")
         out.append(_fields(tool.input_schema) or "No arguments.\n\n")
-        for name, nested in tool.input_schema.get("$defs", {}).items():
-            out.append(f"### {name}\n\n")
-            if nested.get("description"):
-                out.append(" ".join(nested["description"].split()) + "\n\n")
-            out.append(_fields(nested))
-        result = tool.output_schema["properties"]["result"]
+        for name, prop in tool.input_schema.get("properties", {}).items():
+            for nested in [prop, *prop.get("anyOf", [])]:  # an object argument's own fields
+                if nested.get("properties"):
+                    said = " ".join(nested.get("description", "").split())
+                    out.append(f"`{name}`, an object: {said}\n\n{_fields(nested)}")
+        # The answer's model by name (the published schema inlines it): the HTTP reference
+        # describes each one.
+        result = spec.output.model_json_schema()["properties"]["result"]
         answer = schema_type(result).replace("](#", "](http.md#")
         out.append(f"Answers: `result` is {answer}.\n\n")
     return "".join(out).rstrip("\n") + "\n"

@@ -56,7 +56,7 @@ def test_the_event_tool_takes_the_events_route_model(server, tmp_path):
     for name, prop in schema["properties"].items():
         assert prop["description"] == EventIn.model_fields[name].description, name
     assert schema["required"] == ["content"]
-    content = schema["$defs"]["EventContent"]["properties"]
+    content = schema["properties"]["content"]["properties"]
     assert {"text", "tool", "path", "line_range", "rationale", "supersedes"} <= set(content)
 
     async def main():

@@ -32,6 +32,7 @@ from memcli.service.mcp_tools import (
     TOOLS,
     ToolSpec,
     argument_problem,
+    inlined,
     normalise,
     select_tools,
 )
@@ -226,8 +227,9 @@ def _tool(name: str, spec: ToolSpec, service: Service, scope: Scope,
 
     return Tool(
         fn=call, name=name, title=None, description=spec.description,
-        parameters=spec.input.model_json_schema(by_alias=True),
-        fn_metadata=FuncMetadata(arg_model=spec.input, output_model=spec.output),
+        parameters=inlined(spec.input.model_json_schema(by_alias=True)),
+        fn_metadata=FuncMetadata(arg_model=spec.input, output_model=spec.output,
+                                 output_schema=inlined(spec.output.model_json_schema())),
         is_async=True, context_kwarg="context",
         annotations=ToolAnnotations(read_only_hint=spec.read_only,
                                     destructive_hint=spec.destructive,

@@ -102,6 +102,26 @@ def arguments(name: str, model: type[BaseModel], fields: tuple[str, ...], *,
     return create_model(title, __base__=ToolArguments, **specs)
 
 
+def inlined(schema: dict[str, Any]) -> dict[str, Any]:
+    """`schema` with every `$ref` to its `$defs` replaced by the definition (the models are
+    not recursive) and `$defs` dropped: Codex reads a `$ref` property as a string (openai/codex
+    #3152) and other clients drop such tools, so a tool's schemas are self-contained."""
+    defs = schema.get("$defs", {})
+
+    def walk(node: Any) -> Any:
+        if isinstance(node, list):
+            return [walk(item) for item in node]
+        if not isinstance(node, dict):
+            return node
+        ref = node.get("$ref")
+        if isinstance(ref, str) and ref.startswith("#/$defs/"):
+            rest = {k: v for k, v in node.items() if k != "$ref"}
+            return walk({**defs[ref.removeprefix("#/$defs/")], **rest})
+        return {k: walk(v) for k, v in node.items() if k != "$defs"}
+
+    return walk(schema)
+
+
 def answer(name: str, result: Any, what: str) -> type[BaseModel]:
     """A tool's output model: the scope that answered and the operation's answer."""
     title = "".join(part.title() for part in name.split("_")) + "Result"

@@ -4,7 +4,8 @@ Desktop, claude.ai and OpenAI-backed clients do would see.
 
 `check_server(client)` lists the tools and, for each one: its name against both clients' name
 rules; its input and output schemas against the JSON Schema metaschema (draft 2020-12, MCP's
-dialect); a description on every input property, nested ones too; the documented example in
+dialect), the input one without a top-level `oneOf`/`anyOf`/`allOf` (the Anthropic API refuses
+those); a description on every input property, nested ones too; the documented example in
 its description, valid against its input schema, called (a lookup of an id the fresh database
 does not hold may answer "not found", nothing else may fail); the result's `structuredContent`
 against its `outputSchema`, and its text block the same JSON; the example with one argument
@@ -30,14 +31,13 @@ NOT_FOUND = re.compile(r"\bno (memory|artifact|task|decision) with id|\bno artif
 
 
 def undescribed(schema: dict[str, Any], where: str = "") -> list[str]:
-    """The properties of `schema` (and of the objects it defines) without a description."""
-    missing = [
-        f"{where}{name}"
-        for name, prop in (schema.get("properties") or {}).items()
-        if not prop.get("description")
-    ]
-    for name, nested in (schema.get("$defs") or {}).items():
-        missing += undescribed(nested, f"{name}.")
+    """The properties of `schema`, and of the objects nested in it, without a description."""
+    missing = []
+    for name, prop in (schema.get("properties") or {}).items():
+        if not prop.get("description"):
+            missing.append(f"{where}{name}")
+        for nested in [prop, *prop.get("anyOf", [])]:
+            missing += undescribed(nested, f"{where}{name}.")
     return missing
 
 
@@ -62,6 +62,11 @@ async def check_server(client: Any) -> dict[str, dict[str, Any]]:
         assert all(rule.match(name) for rule in NAME_RULES), name
         Draft202012Validator.check_schema(tool.input_schema)
         assert tool.input_schema["type"] == "object", name
+        # The Anthropic API refuses the whole tool list when one input schema has these at
+        # its top level (anthropics/claude-code #5973).
+        assert not {"oneOf", "anyOf", "allOf"} & set(tool.input_schema), name
+        # Self-contained: Codex reads a `$ref` property as a string (openai/codex #3152).
+        assert "$ref" not in json.dumps(tool.input_schema), name
         assert tool.output_schema is not None, f"{name} has no outputSchema"
         Draft202012Validator.check_schema(tool.output_schema)
         assert tool.output_schema["type"] == "object", name
