@@ -170,6 +170,21 @@ def test_tools_takes_new_names_and_the_dotted_ones_until_their_removal():
     assert set(select_tools("all")) == set(TOOLS)
 
 
+def test_install_writes_the_tools_by_their_names(cli):
+    out = cli(
+        "mcp",
+        "install",
+        "--client",
+        "codex",
+        "--command",
+        "memcli",
+        "--tools",
+        "memory.query,remember",
+    )
+    assert out.exit_code == 0, out.stderr
+    assert '"--tools", "memory_query,memory_remember"' in out.stdout
+
+
 def test_install_pins_the_database_of_the_shell(cli, db_path):
     """With MEMCLI_DB set (the cli fixture sets it), every client's config names the database:
     the client starts `memcli mcp` without the shell's environment."""

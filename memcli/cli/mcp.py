@@ -118,7 +118,10 @@ def install_cmd(
         if tools:
             from memcli.service.mcp_server import select_tools
 
-            select_tools(tools)
+            # Checked, and written by today's names (a dotted one goes in 0.2.0).
+            selected = select_tools(tools)
+            if tools.strip() not in ("all", "default"):
+                tools = ",".join(selected)
         args = ["mcp"]
         for flag, value in (("--db", _absolute(str(settings.db))),
                             ("--tenant", tenant), ("--user", user), ("--agent", agent),
