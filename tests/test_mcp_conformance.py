@@ -21,14 +21,16 @@ from memcli.config import load_settings
 from memcli.core.records import EventIn
 from memcli.service.api import Scope
 from memcli.service.mcp_server import TOOLS, build_mcp, select_tools
-from tests.support.mcp import child_env, daemon, error_text, payload, stdio_params
+from tests.support.mcp import CONFIG, child_env, daemon, error_text, payload, stdio_params
 from tests.support.mcp_conformance import check_server
 
 
 @pytest.fixture
 def server(tmp_path, monkeypatch):
     monkeypatch.setenv("MEMCLI_EMBEDDER", "hash")
-    monkeypatch.setenv("MEMCLI_CONFIG", str(tmp_path / "none.yaml"))
+    config = tmp_path / "config.yaml"
+    config.write_text(CONFIG, encoding="utf-8")  # no SPLADE leg: a real model, slow
+    monkeypatch.setenv("MEMCLI_CONFIG", str(config))
     return build_mcp(
         load_settings(tmp_path / "memory.db"), Scope(user_id="alice"), select_tools("all")
     )
