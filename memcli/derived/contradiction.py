@@ -260,3 +260,18 @@ def contradicts(a: str, b: str, wa: list[str], wb: list[str], *, alike: float = 
         return None
     union = ra | rb
     return cue if union and len(ra & rb) / len(union) >= alike else None
+
+
+# Before a participle, these make it present ("is interested", "has moved"), not a past tense.
+_PRESENT_AUX = frozenset("is are am be being has have 's".split())
+
+
+def has_past_verb(text: str) -> bool:
+    """Whether a text holds a verb in the past tense ("discussed", "was", "went", "had"),
+    not counting a participle after a present form ("is interested", "has moved")."""
+    words = [w.casefold() for w in re.findall(r"[\w'’]+", expand_contractions(text))]
+    for i, word in enumerate(words):
+        verb = _verb(word)
+        if verb is not None and verb[1] and (i == 0 or words[i - 1] not in _PRESENT_AUX):
+            return True
+    return False

@@ -2,9 +2,11 @@
 and how alike two are.
 
 - `check_memory_text` (and `FactText`, a string that passes it): the writing policy for
-  model-written facts and insights (1-2 sentences, third person, at most 280 characters).
-  Used inside the pydantic schemas, so a reply that breaks it gets the client's one repair
-  turn naming the field, and is otherwise refused whole.
+  model-written facts and insights (seed 000's semantic guard: complete and self-contained,
+  1-2 sentences, third person naming the person, at most 280 characters). An extracted item
+  that breaks it is dropped on its own, with its reason (`lifecycle/extract.py`).
+- `check_summary_text`: the episodic guard on a session summary: the same rules (up to 5
+  sentences, 800 characters) and the past tense.
 - `normalise` / `tokens` / `jaccard`: the cheap, model-free side of deduplication.
 - `content_differs`: two texts can share 80 % of their words and still disagree ("moved to
   Sweden" / "moved to Norway"); a difference in numbers or capitalised words is a fact, so
@@ -21,7 +23,12 @@ from typing import Annotated
 
 from pydantic import AfterValidator
 
-from memcli.derived.contradiction import content_words, differs, expand_contractions
+from memcli.derived.contradiction import (
+    content_words,
+    differs,
+    expand_contractions,
+    has_past_verb,
+)
 
 MAX_FACT_CHARS = 280
 MAX_SENTENCES = 2
@@ -36,6 +43,9 @@ _FIRST_SECOND = re.compile(
     re.IGNORECASE,
 )
 _CAPITAL_I = re.compile(r"(?<![\w'’])I(?:'m|'ve|'ll|'d|’m|’ve|’ll|’d)?(?![\w'’])")
+# A text that opens with "She ..." names nobody: not self-contained. ("It rained" may stand.)
+_OPENING_PRONOUN = re.compile(r"^\W*(he|she|they|him|her|them|his|hers|their|theirs)\b",
+                              re.IGNORECASE)
 
 
 def check_memory_text(
@@ -54,6 +64,21 @@ def check_memory_text(
         raise ValueError(
             f"not third person ({pronoun.group(0)!r}): name the person instead of I/you/we"
         )
+    opening = _OPENING_PRONOUN.match(text)
+    if opening:
+        raise ValueError(
+            f"not self-contained (opens with {opening.group(1)!r}): name the person first"
+        )
+    return text
+
+
+def check_summary_text(value: str, *, max_chars: int = 800, max_sentences: int = 5) -> str:
+    """A session summary: the fact rules, and its first sentence in the past tense (what was
+    discussed, decided or done; later sentences may carry a plan forward)."""
+    text = check_memory_text(value, max_chars=max_chars, max_sentences=max_sentences)
+    first = _SENTENCE_END.split(text, maxsplit=1)[0]
+    if not has_past_verb(first):
+        raise ValueError("not in the past tense: say what was discussed, decided or done")
     return text
 
 

@@ -45,6 +45,7 @@ def apply_plan(memory: MemoryHandle, plan: SessionPlan) -> dict[str, Any]:
         "duplicates_in_batch": plan.duplicates_in_batch,
         "pairs": vars(plan.pairs),
         "capped": plan.capped,
+        "dropped": plan.dropped,
     }
     if plan.note:
         out["note"] = plan.note
@@ -113,8 +114,8 @@ def _redact_plan(plan: SessionPlan) -> None:
     """A plan carries model text to places `write_memory` does not cover (merge history, the
     session summary, the run report, proposals): redact it all once, here
     (memcli.policy.redaction)."""
-    (plan.summary_text, plan.structured, plan.proposals), _ = redact_record(
-        (plan.summary_text, plan.structured, plan.proposals)
+    (plan.summary_text, plan.structured, plan.proposals, plan.dropped), _ = redact_record(
+        (plan.summary_text, plan.structured, plan.proposals, plan.dropped)
     )
     for fact in plan.facts:
         (fact.text, fact.reason), _ = redact_record((fact.text, fact.reason))

@@ -40,6 +40,7 @@ class SessionPlan:
     duplicates_in_batch: int = 0
     pairs: PairStats = field(default_factory=PairStats)
     capped: list[dict[str, Any]] = field(default_factory=list)  # over a write cap (write_caps)
+    dropped: list[dict[str, Any]] = field(default_factory=list)  # items breaking a writing rule
     note: str = ""
 
     @property
@@ -99,5 +100,6 @@ class SessionPlan:
             "duplicates_in_batch": self.duplicates_in_batch,
             "pairs": vars(self.pairs),
             "capped": self.capped,
+            "dropped": self.dropped,
             **({"note": self.note} if self.note else {}),
         }
