@@ -71,7 +71,9 @@ def test_a_summary_not_in_the_past_tense_gives_way_to_the_turns(lcli, stub, db_p
 def test_items_over_a_list_s_length_and_bad_entities_are_dropped_one_by_one(lcli, stub):
     two_sessions(lcli)
     facts = [f"Priya owns plant number {i}." for i in range(41)]
-    reply = extraction("Priya talked about her plants.", facts=facts, entities=["x" * 101, "Berlin"])
+    reply = extraction(
+        "Priya talked about her plants.", facts=facts, entities=["x" * 101, "Berlin"]
+    )
     stub.enqueue_json(reply)
     out = lcli("consolidate", "--dry-run", "--json")
     assert out.exit_code == 0, out.stderr

@@ -18,7 +18,14 @@ from __future__ import annotations
 import re
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, Field, ValidationError, WithJsonSchema, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    Field,
+    ValidationError,
+    WithJsonSchema,
+    model_validator,
+)
 from pydantic.json_schema import SkipJsonSchema
 
 from memcli.derived.textrules import FactText, check_summary_text, clip
@@ -84,17 +91,16 @@ class Extraction(BaseModel):
         for name, model, limit in _ITEM_LISTS:
             raw = data.get(name)
             if isinstance(raw, list):
-                data[name] = _keep_valid(name, raw, model, limit, dropped)
+                data[name] = keep_valid(name, raw, model, limit, dropped)
         entities = data.get("entities")
         if isinstance(entities, list):
-            data["entities"] = _keep_valid("entities", entities, _Entity, 50, dropped)
+            data["entities"] = keep_valid("entities", entities, _Entity, 50, dropped)
         summary = data.get("summary")
         if isinstance(summary, str):
             try:
                 check_summary_text(summary)
             except ValueError as exc:
-                dropped.append({"item": "summary", "text": clip(summary, 200),
-                                "reason": str(exc)})
+                dropped.append({"item": "summary", "text": clip(summary, 200), "reason": str(exc)})
                 data["summary"] = None
         data["dropped"] = dropped
         return data
@@ -113,8 +119,11 @@ _ITEM_LISTS: tuple[tuple[str, type[BaseModel], int], ...] = (
 )
 
 
-def _keep_valid(name: str, raw: list[Any], model: type[BaseModel], limit: int,
-                dropped: list[dict[str, str]]) -> list[Any]:
+def keep_valid(
+    name: str, raw: list[Any], model: type[BaseModel], limit: int, dropped: list[dict[str, str]]
+) -> list[Any]:
+    """The items of `raw` that `model` validates, at most `limit`; the others go to
+    `dropped` as {"item": "name[i]", "text", "reason"}."""
     kept: list[Any] = []
     for i, item in enumerate(raw):
         where = f"{name}[{i}]"
@@ -126,8 +135,9 @@ def _keep_valid(name: str, raw: list[Any], model: type[BaseModel], limit: int,
             dropped.append({"item": where, "text": clip(str(text), 200), "reason": reason})
             continue
         if len(kept) >= limit:
-            dropped.append({"item": where, "text": clip(str(text), 200),
-                            "reason": f"more than {limit} {name}"})
+            dropped.append(
+                {"item": where, "text": clip(str(text), 200), "reason": f"more than {limit} {name}"}
+            )
             continue
         kept.append(item)
     return kept
