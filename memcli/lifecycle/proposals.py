@@ -3,11 +3,12 @@
 A change to a person's preferred name, pronouns, city or language (from consolidation, or from
 `memcli remember --field`) becomes a pending proposal of the field's value ("Madrid", read
 from "Priya lives in Madrid" by `profile_fields`); its text keeps the field's name ("City:
-Madrid" when only "Madrid" was given), and so does the fact an acceptance writes. `memcli proposals accept ID` writes the
-profile fact and supersedes every fact that held the field before (the fact an earlier
-acceptance wrote, and `profile` facts stating the field, such as one a model filed there), so
-one answer stays active and the old ones stay in history; `reject` records the refusal; a
-proposal nobody answers expires after 7 days. The audit trail holds every decision.
+Madrid" when only "Madrid" was given), and so does the fact an acceptance writes.
+`memcli proposals accept ID` writes the profile fact and supersedes every fact that held the
+field before (the fact an earlier acceptance wrote, and `profile` facts stating the field,
+such as one a model filed there), so one answer stays active and the old ones stay in
+history; `reject` records the refusal; a proposal nobody answers expires after 7 days. The
+audit trail holds every decision.
 """
 
 from __future__ import annotations
