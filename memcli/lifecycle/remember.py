@@ -2,10 +2,12 @@
 
 - `remember TEXT` stores a fact through the derived-memory writer, unless it is a near-duplicate
   of an active fact of the same user (then the existing one is reinforced and cited instead).
-  The same statement with a negation, number, date, name or tense changed ("Sam will not
-  attend" after "Sam will attend") is a contradiction, never merged: the new fact supersedes
-  the old one (both stay in the history), or, when the old one holds a sensitive profile field,
-  a consent proposal is queued (`lifecycle/dedup.compare`).
+  The same statement with a negation, number, date, name or tense changed is never merged;
+  negated or moved in time ("Sam will not attend" after "Sam will attend") it is a sure
+  contradiction: the new fact supersedes the old one (both stay in the history), or, when the
+  old one holds a sensitive profile field, a consent proposal is queued
+  (`lifecycle/dedup.compare`). A changed number, date or name may be another event ("ran 5 km
+  on Monday" / "ran 10 km on Tuesday"): both stay, and `memcli correct` replaces one.
 - `remember --procedural` stores numbered how-to steps (kind and category `procedural`, never
   decaying); only agents whose allowlist names `procedural` get them back.
 - `remember --field city ...` on a sensitive profile field queues a consent proposal.
@@ -154,7 +156,9 @@ def _remember(
     for stored in dedup.load_store(memory.db, tenant_id, user_id, with_vectors=False):
         verdict = dedup.compare(clean, toks, stored.text, stored.tokens, cfg.jaccard_merge)
         if verdict is not None and verdict[0] == "contradicts":
-            contradicted.append((stored, verdict[1]))
+            # A changed number, date or name may be another event: both stay (never merged).
+            if verdict[1] in dedup.SURE_CUES:
+                contradicted.append((stored, verdict[1]))
         elif verdict is not None:
             with memory.db.transaction():
                 lsql.merge_into(
