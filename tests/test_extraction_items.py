@@ -1,7 +1,7 @@
 """A model's bad item costs that item only: each extracted item is checked on its own against
-seed 000's writing rules, a failing one is dropped with its reason, the rest of the session is
-written and the session is done. The model is the scripted HTTP stub, spoken to by the real
-`openai` client through the real CLI."""
+the memory system spec's writing rules, a failing one is dropped with its reason, the rest of
+the session is written and the session is done. The model is the scripted HTTP stub, spoken to
+by the real `openai` client through the real CLI."""
 
 from __future__ import annotations
 

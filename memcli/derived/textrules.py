@@ -2,9 +2,10 @@
 and how alike two are.
 
 - `check_memory_text` (and `FactText`, a string that passes it): the writing policy for
-  model-written facts and insights (seed 000's semantic guard: complete and self-contained,
-  1-2 sentences, third person naming the person, at most 280 characters). An extracted item
-  that breaks it is dropped on its own, with its reason (`lifecycle/extract.py`).
+  model-written facts and insights (the memory system spec's semantic guard: complete,
+  self-contained, 1-2 sentences, third person naming the person, at most 280 characters).
+  An extracted item that breaks it is dropped on its own, with its reason
+  (`lifecycle/extract.py`).
 - `check_summary_text`: the episodic guard on a session summary: the same rules (up to 5
   sentences, 800 characters) and the past tense.
 - `normalise` / `tokens` / `jaccard`: the cheap, model-free side of deduplication.
