@@ -113,3 +113,21 @@ def test_a_contradicted_profile_field_waits_for_consent(memory, cli, db_path):
     assert out["status"] == "pending" and out["field"] == "city"
     (city,) = memory_rows(db_path, "kind = 'fact'")
     assert city["state"] == "active" and city["content"] == "Priya lives in Madrid."
+
+
+def test_the_store_never_merges_a_fact_into_its_negation():
+    def stored(i: int, text: str) -> dedup.Stored:
+        return dedup.Stored(i, text, "fact", "knowledge", {}, "2025-01-01T00:00:00Z", tokens(text))
+
+    facts = [
+        stored(1, "Sam will attend the Berlin meetup."),
+        stored(2, "Sam will not attend the Berlin meetup."),
+        stored(3, "The garden fence is green."),
+        stored(4, "The garden fence is not green."),
+        stored(5, "Sam will attend the Berlin meetup too."),
+    ]
+    assert dedup.near_duplicate_groups(facts, 0.75) == [(1, 5)]
+    kept, dropped = dedup.dedup_batch(
+        [dedup.NewFact("fact", "knowledge", f.text, 0.5, [f.id]) for f in facts], 0.75
+    )
+    assert dropped == 1 and [f.text for f in kept] == [f.text for f in facts[:4]]
