@@ -223,7 +223,10 @@ def build_acb(
         evidence_filters = replace(
             base, user_id=req.user_id, session_id=req.session_id, categories=tuple(req.categories)
         )
-        ledger = decisions.Ledger(memory, base, req.user_id, candidates["decision_ledger"])
+        ledger = (  # no query, no evidence: the fast path reads no more
+            decisions.Ledger(memory, base, req.user_id, candidates["decision_ledger"])
+            if found.ranked else None
+        )
         candidates["retrieved_evidence"] = gather.evidence_items(
             memory, found, evidence_filters, settings, ledger
         )
