@@ -131,3 +131,28 @@ def test_the_store_never_merges_a_fact_into_its_negation():
         [dedup.NewFact("fact", "knowledge", f.text, 0.5, [f.id]) for f in facts], 0.75
     )
     assert dropped == 1 and [f.text for f in kept] == [f.text for f in facts[:4]]
+
+
+def test_consolidation_asks_consent_to_negate_a_profile_field(memory, stub, db_path):
+    memory.ingest(
+        conversation("s1", ["I moved away from Madrid."]) + conversation("s2", ["hi"], day=2)
+    )
+    with memory.db.transaction():
+        prop = propose(
+            memory.db,
+            tenant_id="default",
+            user_id="priya",
+            field="city",
+            value="Madrid",
+            text="Priya lives in Madrid.",
+        )
+    accept(memory, prop["proposal_id"])
+    stub.enqueue_json(extraction(facts=["Priya no longer lives in Madrid."]))
+    report = consolidate(memory, model_for(memory, stub), settings())
+    (s1,) = report["sessions"]
+    assert s1["superseded"] == [] and s1["added"] == []
+    (proposal,) = s1["proposals"]
+    assert (proposal["status"], proposal["field"]) == ("pending", "city")
+    assert proposal["value"] == "Priya no longer lives in Madrid."
+    (city,) = memory_rows(db_path, "kind = 'fact'")
+    assert city["state"] == "active" and city["content"] == "Priya lives in Madrid."

@@ -13,7 +13,6 @@ from typing import TYPE_CHECKING, Any
 from memcli.core.records import utcnow
 from memcli.derived.writer import encode_ahead, supersede, write_memory
 from memcli.lifecycle import consolidate_ledger, dedup
-from memcli.lifecycle.profile_fields import field_value
 from memcli.lifecycle.proposals import propose
 from memcli.policy.redaction import redact_record
 from memcli.store import lifecycle_sql as lsql
@@ -149,7 +148,7 @@ def _apply_fact(
             tenant_id=plan.tenant_id,
             user_id=plan.user_id,
             field=fact.profile_field,
-            value=field_value(fact.profile_field, fact.text) or fact.text,
+            value=dedup.proposed_value(fact.profile_field, fact),
             text=fact.text,
             source_ids=fact.sources,
             session_id=plan.session_id,

@@ -36,6 +36,7 @@ from memcli.derived.textrules import (
     safe_merge,
     tokens,
 )
+from memcli.lifecycle.profile_fields import field_value
 from memcli.store import lifecycle_sql as lsql
 
 if TYPE_CHECKING:
@@ -73,6 +74,7 @@ class NewFact:
     reason: str = ""
     checks: list[tuple[Stored, float]] = field(default_factory=list)
     profile_field: str | None = None
+    cue: str | None = None  # a sure contradiction's cue (SURE_CUES), when one supersedes
 
     def __post_init__(self) -> None:
         if not self.tokens:
@@ -106,6 +108,14 @@ def load_store(
 # time. A changed number, date or name may be another event ("ran 5 km on Monday" / "ran 10 km
 # on Tuesday"), so consolidation asks its model about those.
 SURE_CUES = frozenset({"negation", "tense"})
+
+
+def proposed_value(field: str, fact: NewFact) -> str:
+    """The value a fact proposes for a sensitive field: the field's value it states, or the
+    whole sentence when it negates the old value or moves it in time ("Priya no longer lives
+    in Madrid" names Madrid, which is no change of city)."""
+    value = None if fact.cue in SURE_CUES else field_value(field, fact.text)
+    return value or fact.text
 
 
 def compare(
@@ -196,7 +206,8 @@ def classify(fact: NewFact, stored: list[Stored], cfg: LifecycleSettings) -> Non
             sure.append((s, verdict[1]))
     if sure:
         fact.action, fact.supersedes = "supersede", [s.id for s, _ in sure]
-        fact.reason = f"contradicts ({sure[0][1]})"
+        fact.cue = sure[0][1]
+        fact.reason = f"contradicts ({fact.cue})"
         return
     checks = [
         (s, round(max(j, c), 4))

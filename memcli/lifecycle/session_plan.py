@@ -7,8 +7,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from memcli.lifecycle.dedup import NewFact, PairStats
-from memcli.lifecycle.profile_fields import field_value
+from memcli.lifecycle.dedup import NewFact, PairStats, proposed_value
 
 _SENSITIVITY = {"none": 0, "low": 1, "high": 2, "secret": 3}
 
@@ -84,7 +83,7 @@ class SessionPlan:
                 *(
                     {
                         "field": f.profile_field,
-                        "value": field_value(f.profile_field or "", f.text) or f.text,
+                        "value": proposed_value(f.profile_field or "", f),
                         "text": f.text,
                         "replaces": f.supersedes,
                     }
