@@ -21,7 +21,7 @@ The code before a change is measured by running this file with that code first o
 
     git archive <commit> | tar -x -C /tmp/before && cp bench/dedup_pairs.py /tmp/before/bench/
     (cd /tmp/before && python -m bench.dedup_pairs \
-        --pairs $OLDPWD/tests/fixtures/dedup/pairs.jsonl --label before \
+        --pairs $OLDPWD/tests/fixtures/dedup/pairs.jsonl --label <commit> \
         --json $OLDPWD/bench/results/dedup-pairs-before.json --no-report)
     python -m bench.dedup_pairs --before bench/results/dedup-pairs-before.json
 
@@ -151,8 +151,12 @@ def report(after: dict[str, Any], before: dict[str, Any] | None) -> str:
         f"Measured {after['measured']} with `python -m bench.dedup_pairs"
         + (" --before bench/results/dedup-pairs-before.json`" if before else "`")
         + f" ({after['pairs']} labelled pairs, tests/fixtures/dedup/pairs.jsonl; embedder "
-        f"`{after['embedder']}` on the consolidation path). The code before: "
-        "the same file run on the previous commit (see the module docstring).",
+        f"`{after['embedder']}` on the consolidation path)."
+        + (
+            f" Before: the same file run on commit {before['label']} (see the module docstring)."
+            if before
+            else ""
+        ),
         "",
     ]
     for path, title in (
