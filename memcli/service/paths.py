@@ -107,10 +107,12 @@ def remedy(folder: str) -> str:
         info = os.lstat(folder)
     except OSError:
         return "set XDG_RUNTIME_DIR to a folder only you can enter"
-    if stat.S_ISDIR(info.st_mode) and info.st_uid == os.getuid():
+    if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid():
+        return (f"have {folder} removed (it is not yours), or set XDG_RUNTIME_DIR to a "
+                "folder only you can enter")
+    if info.st_mode & 0o077:
         return f"run `chmod 700 {folder}`"
-    return (f"have {folder} removed (it is not yours), or set XDG_RUNTIME_DIR to a folder "
-            "only you can enter")
+    return "remove the sockets there that another user listens on"
 
 
 def ensure_private_dir(folder: str) -> None:
