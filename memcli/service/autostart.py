@@ -10,8 +10,11 @@ forwarded to it.
 The daemon is detached: a session of its own (double fork and `setsid`: no terminal, no
 process group a Ctrl-C reaches, not a child of the command), working folder `/`, stdin
 `/dev/null`, stdout and stderr appended to `<key>.log` beside its socket (`paths.Endpoint.log`,
-in the runtime folder, 0700). It holds the daemon lock from the start, waits for the command
-that started it to end, then runs `memcli serve --auto-started --idle-exit MINUTES`, which
+in the runtime folder, 0700). Its environment is its own (`daemon_env`): the database by its
+real path, the config file's path and an allowlist of what Python and memcli's settings need,
+never the scope or the tokens of the command that started it (docs/guides/daemon.md, "What the
+daemon is given"). It holds the daemon lock from the start, waits for the command that started
+it to end, then runs `memcli serve --auto-started --idle-exit MINUTES`, which
 exits after `DEFAULT_IDLE_EXIT` minutes without a request (`daemon_idle_exit:` in the config
 file, `MEMCLI_DAEMON_IDLE_EXIT`).
 
