@@ -27,6 +27,9 @@ sockets; every process it starts is stopped before it exits. Offline.
    Counted: 5xx answers and MCP internal errors; tracebacks in the daemon's log.
 5. Oversized bodies: 3 concurrent 100 MB POSTs to a fresh daemon, with Content-Length declared,
    then chunked. Measured: the daemon's peak resident memory minus before (MB).
+6. Who a daemon is and which database it serves (bench/trust_attacks_daemon.py): the
+   environment of the command that auto-started it, a re-pointed link, a config file's `db:`, a
+   database `serve` cannot open, a runtime folder of another user, one too long for a socket.
 """
 
 from __future__ import annotations
@@ -43,6 +46,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from bench import trust_attacks_daemon
 from bench.trust_attacks_fuzz import fuzz
 from bench.trust_attacks_serve import Serve, bindings, oversized
 from tests.support.sockets import Listener, python_of, second_user
@@ -285,6 +289,8 @@ def run(quick: bool, calls: int | None, seed: int, only: set[str]) -> dict[str, 
                                                 lambda s: oversized(s, chunked=False)),
             "oversized_chunked": lambda: _served(scratch, "big-chunked",
                                                  lambda s: oversized(s, chunked=True)),
+            **{name: (lambda attack=attack: attack(scratch))
+               for name, attack in trust_attacks_daemon.STEPS.items()},
         }
         for name, step in steps.items():
             if only and name not in only:
@@ -329,6 +335,7 @@ def table(out: dict[str, Any]) -> str:
             "oversized_length", lambda r: f"{r['growth_mb']} MB")),
         ("RSS growth, 3 x 100 MB POST, chunked", cell(
             "oversized_chunked", lambda r: f"{r['growth_mb']} MB")),
+        *trust_attacks_daemon.rows(cell),
     ]
     width = max(len(r[0]) for r in rows)
     lines = [f"memcli {out['version']} ({out['commit']}) at {out['memcli']}", ""]
@@ -343,7 +350,8 @@ def main() -> None:
     parser.add_argument("--calls", type=int, help="fuzzed calls (overrides --quick)")
     parser.add_argument("--seed", type=int, default=23, help="the fuzz's seed")
     parser.add_argument("--only", default="", help="comma-separated attacks: planted_socket,"
-                        "cross_tenant,bindings,fuzz,oversized_length,oversized_chunked")
+                        "cross_tenant,bindings,fuzz,oversized_length,oversized_chunked,"
+                        + ",".join(trust_attacks_daemon.STEPS))
     args = parser.parse_args()
     only = {o.strip() for o in args.only.split(",") if o.strip()}
     out = run(args.quick, args.calls, args.seed, only)
