@@ -24,7 +24,7 @@ import pytest
 
 from memcli.service import client, paths
 from tests.support.daemon import start_serve, stop
-from tests.support.sockets import Listener, python_of, second_user
+from tests.support.sockets import Listener, python_of, second_user, short_tempdir
 from tests.support.trust import memcli_env
 
 pytestmark = pytest.mark.daemon  # planted listeners and `memcli` as processes
@@ -51,7 +51,7 @@ def python_for(user: tuple[int, int], folder: Path) -> str:
 @pytest.fixture
 def shared_tmp() -> Iterator[Path]:
     """A folder like /tmp (sticky, open to all), inside the real temporary folder; removed."""
-    base = Path(tempfile.mkdtemp(prefix="memcli-trust-"))
+    base = Path(tempfile.mkdtemp(prefix="memcli-trust-", dir=short_tempdir()))
     try:
         os.chmod(base, 0o1777)
         yield base
