@@ -132,7 +132,7 @@ def test_an_auto_started_daemon_serves_requests_not_its_starter(auto, tmp_path):
     assert daemon["MEMCLI_DB"] == os.path.realpath(db)
     assert daemon["MEMCLI_CONFIG"] == env["MEMCLI_CONFIG"]
     assert {key for key in daemon
-            if not (key in autostart.DAEMON_NAMES or key.startswith(autostart.DAEMON_PREFIXES)
+            if not (key in autostart.DAEMON_NAMES or key.startswith(("LC_", "PG"))
                     or key.lower().endswith("_proxy"))} <= {"MEMCLI_DB", "MEMCLI_CONFIG"}
     # Unscoped HTTP and MCP writes: the config file's tenant.
     with http_client(ep) as client:

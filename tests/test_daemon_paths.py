@@ -89,7 +89,8 @@ def test_the_clients_reading_of_db_agrees_with_the_settings(tmp_path, monkeypatc
 
 
 @pytest.mark.parametrize("line", ["db: &anchor /x.db", "db: [a]", "db: !!str /x.db",
-                                  "db: 'it''s.db'", 'db: "a\\tb.db"'])
+                                  "db: 'it''s.db'", 'db: "a\\tb.db"', "db:\n  /x.db",
+                                  "db: /x\n  .db"])
 def test_a_db_value_the_client_cannot_read_for_sure_routes_nowhere(tmp_path, monkeypatch,
                                                                     line):
     """YAML beyond a plain or simply quoted scalar: the client does not guess (the command
@@ -125,15 +126,17 @@ def test_the_daemons_environment_is_the_allowlist(tmp_path):
     assert got["MEMCLI_CONFIG"] == str(tmp_path / ".config" / "memcli" / "config.yaml")
     assert got["MEMCLI_CATEGORIES"] == os.path.abspath("cats.yaml")
     for key in ("PATH", "HOME", "LANG", "LC_ALL", "PYTHONPATH", "TMPDIR", "XDG_RUNTIME_DIR",
-                "MEMCLI_EMBEDDER", "MEMCLI_KEY", "PGPASSFILE", "https_proxy"):
+                "MEMCLI_EMBEDDER", "MEMCLI_KEY", "https_proxy"):
         assert got[key] == starter[key], key
     for key in ("MEMCLI_TENANT", "MEMCLI_USER", "MEMCLI_AGENT", "MEMCLI_APP", "MEMCLI_SOCKET",
                 "MEMCLI_NO_DAEMON", "MEMCLI_AUTOSTART", "GITHUB_TOKEN",
-                "AWS_SECRET_ACCESS_KEY", "SSH_AUTH_SOCK"):
+                "AWS_SECRET_ACCESS_KEY", "SSH_AUTH_SOCK", "PGPASSFILE"):
         assert key not in got, key
-    # A server location is passed as given (no file to resolve).
+    # A server location is passed as given (no file to resolve), with libpq's variables.
     url = "postgresql://u@h/db"
-    assert autostart.daemon_env({}, url)["MEMCLI_DB"] == url
+    served = autostart.daemon_env(starter, url)
+    assert served["MEMCLI_DB"] == url and served["PGPASSFILE"] == "/p"
+    assert "MEMCLI_TENANT" not in served and "GITHUB_TOKEN" not in served
 
 
 # -- `memcli ui`, `serve status`, `serve stop` as clients ------------------------------------

@@ -91,7 +91,8 @@ def idle_exit(env: Mapping[str, str], config: Mapping[str, str]) -> float:
 # What an auto-started daemon gets of the environment of the command that started it
 # (docs/guides/daemon.md): what Python needs to find and run memcli (its search path, the
 # user's folders, locale, the temporary folder, the native libraries' thread settings), what
-# reaches a model API or a PostgreSQL server (CA files, proxies, libpq's PG*), and memcli's
+# reaches a model API or a PostgreSQL server (CA files, proxies, libpq's PG* for a server
+# location), and memcli's
 # settings of the memory as a whole (models, LLM, categories, the key of `high` content). Not
 # the scope the command ran with (MEMCLI_TENANT, _USER, _AGENT, _APP: a request brings its own,
 # else the config file's), not the client's routing (MEMCLI_SOCKET, _NO_DAEMON, _AUTOSTART),
@@ -110,7 +111,6 @@ DAEMON_NAMES = frozenset({
     "MEMCLI_CATEGORIES", "MEMCLI_CONTEXT_DIR", "MEMCLI_KEY_FILE",
     "OPENAI_API_KEY", "OPENAI_BASE_URL",
 })
-DAEMON_PREFIXES = ("LC_", "PG")
 # Paths among them, made absolute: the daemon works from `/`.
 DAEMON_PATHS = ("MEMCLI_CATEGORIES", "MEMCLI_CONTEXT_DIR", "MEMCLI_KEY_FILE")
 
@@ -120,13 +120,14 @@ def daemon_env(env: Mapping[str, str], db: str) -> dict[str, str]:
     is `env`: the allowlist above, the database (by its real path) and the config file's
     path. The database goes in the environment, not on the command line: a PostgreSQL URL
     may hold a password, and every user can read a process's arguments."""
+    server = paths._is_server_location(db)
     given = {key: value for key, value in env.items()
-             if key in DAEMON_NAMES or key.startswith(DAEMON_PREFIXES)
-             or key.lower().endswith("_proxy")}
+             if key in DAEMON_NAMES or key.startswith("LC_") or key.lower().endswith("_proxy")
+             or (server and key.startswith("PG"))}  # libpq's, for a server only
     for key in DAEMON_PATHS:
         if given.get(key):
             given[key] = os.path.abspath(given[key])
-    if not paths._is_server_location(db):
+    if not server:
         db = os.path.realpath(db)
     return {**given, "MEMCLI_DB": db,
             "MEMCLI_CONFIG": os.path.abspath(paths.config_file(env))}

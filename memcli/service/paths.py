@@ -263,10 +263,14 @@ def config_values(env: Mapping[str, str]) -> dict[str, str | None]:
     except OSError:
         return {}
     found: dict[str, str | None] = {}
-    for line in text.splitlines():
+    lines = text.splitlines()
+    for i, line in enumerate(lines):
         key, sep, value = line.partition(":")
         if sep and key in CONFIG_KEYS:
             found[key] = _scalar(value.strip())
+            after = lines[i + 1] if i + 1 < len(lines) else ""
+            if after[:1] in (" ", "\t") and after.strip()[:1] not in ("", "#"):
+                found[key] = None  # the value goes on, indented: a block or a folded line
     return found
 
 
