@@ -289,13 +289,27 @@ def test_a_runtime_folder_too_long_for_a_socket_still_gets_its_daemon(tmp_path):
         shutil.rmtree(folder, ignore_errors=True)
 
 
-def test_serve_stop_stops_the_daemon_and_waits_for_it(tmp_path):
+@pytest.mark.parametrize("how", ["database", "MEMCLI_SOCKET"])
+def test_serve_stop_stops_the_daemon_and_waits_for_it(tmp_path, how):
+    """`serve status --json` and `serve stop` find the daemon by its database, or by the
+    socket `MEMCLI_SOCKET` names (a daemon started with `--socket`), as every client does."""
     db = tmp_path / "m.db"
     env = daemon_env(tmp_path / "home", db)
+    args: tuple[str, ...] = ()
+    if how == "MEMCLI_SOCKET":
+        own = tmp_path / "own"
+        own.mkdir(mode=0o700)
+        args = ("--socket", str(own / "d.sock"))
     routes = tmp_path / "routes.log"
-    with Daemon(db, env) as daemon:
+    daemon = Daemon(db, env, *args)
+    if how == "MEMCLI_SOCKET":
+        daemon.socket = own / "d.sock"
+        env = {**env, "MEMCLI_SOCKET": str(own / "d.sock")}
+    with daemon:
         status = run_client(["serve", "status", "--json"], env, routes=routes)
-        assert status.returncode == 0 and json.loads(status.stdout)["pid"] == daemon.pid
+        assert status.returncode == 0, status.stderr
+        state = json.loads(status.stdout)
+        assert state["answered"] and state["pid"] == daemon.pid
         t0 = time.monotonic()
         stopped = run_client(["serve", "stop", "--json"], env, routes=routes)
         assert stopped.returncode == 0, stopped.stderr
