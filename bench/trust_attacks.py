@@ -34,6 +34,9 @@ sockets; every process it starts is stopped before it exits. Offline.
 7. Pages' login (bench/trust_attacks_private.py): the operator logs in, then 10,000 anonymous
    `GET /ui/login`; is the operator still in? Then 30 wrong tokens from one address: how many
    were checked before a 429, and does the right token get in meanwhile?
+6. Who a daemon is and which database it serves (bench/trust_attacks_daemon.py): the
+   environment of the command that auto-started it, a re-pointed link, a config file's `db:`, a
+   database `serve` cannot open, a runtime folder of another user, one too long for a socket.
 """
 
 from __future__ import annotations
@@ -50,6 +53,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from bench import trust_attacks_daemon
 from bench.trust_attacks_fuzz import fuzz
 from bench.trust_attacks_private import file_modes, login_flood
 from bench.trust_attacks_serve import Serve, bindings, oversized
@@ -295,6 +299,8 @@ def run(quick: bool, calls: int | None, seed: int, only: set[str]) -> dict[str, 
                                                  lambda s: oversized(s, chunked=True)),
             "file_modes": lambda: file_modes(scratch),
             "login_flood": lambda: _served(scratch, "login-flood", login_flood),
+            **{name: (lambda attack=attack: attack(scratch))
+               for name, attack in trust_attacks_daemon.STEPS.items()},
         }
         for name, step in steps.items():
             if only and name not in only:
@@ -349,6 +355,7 @@ def table(out: dict[str, Any]) -> str:
             "login_flood", lambda r: "yes" if r["logged_out"] else "no")),
         ("wrong tokens checked of 30 posted from one address", cell(
             "login_flood", lambda r: f"{r['guesses_checked']} of {r['guesses']}")),
+        *trust_attacks_daemon.rows(cell),
     ]
     width = max(len(r[0]) for r in rows)
     lines = [f"memcli {out['version']} ({out['commit']}) at {out['memcli']}", ""]
@@ -364,7 +371,7 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=23, help="the fuzz's seed")
     parser.add_argument("--only", default="", help="comma-separated attacks: planted_socket,"
                         "cross_tenant,bindings,fuzz,oversized_length,oversized_chunked,file_modes,"
-                        "login_flood")
+                        "login_flood," + ",".join(trust_attacks_daemon.STEPS))
     args = parser.parse_args()
     only = {o.strip() for o in args.only.split(",") if o.strip()}
     out = run(args.quick, args.calls, args.seed, only)

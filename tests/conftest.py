@@ -23,6 +23,7 @@ from tests.support.daemon import no_stray_daemons  # noqa: F401 - autouse: no te
 from tests.support.llmstub import make_stub
 from tests.support.pg import pg_cluster, pg_server  # noqa: F401
 from tests.support.pg_db import pg_db  # noqa: F401
+from tests.support.sockets import short_tempdir
 from tests.support.trust import UNSET
 
 
@@ -83,7 +84,9 @@ def pytest_configure(config):
     a unix socket path must stay under 108 bytes, which pytest's default base
     (/tmp/pytest-of-<user>/pytest-<n>/) plus xdist's `popen-gw0/` and a long test name
     exceed. Set before pytest builds its tmp_path factory; with xdist the workers get
-    `<base>/popen-gw<n>`."""
+    `<base>/popen-gw<n>`. A TMPDIR too long for that (a CI runner's deep work folder) gives
+    way to /tmp: memcli itself copes with a long runtime folder (tests/test_daemon_identity.py),
+    but tests that bind sockets at paths of their own under tmp_path need the room."""
     # libpq reads PG* from the environment (a developer's PGHOST, PGOPTIONS): the session's
     # servers and every test give their connections in full.
     for var in [v for v in os.environ if v.startswith("PG")]:
@@ -93,7 +96,7 @@ def pytest_configure(config):
     # feature (tests/test_autostart.py) remove it from their processes' environment.
     os.environ["MEMCLI_AUTOSTART"] = "0"
     if config.option.basetemp is None and not hasattr(config, "workerinput"):
-        config.option.basetemp = tempfile.mkdtemp(prefix="mt-")
+        config.option.basetemp = tempfile.mkdtemp(prefix="mt-", dir=short_tempdir())
         config._memcli_basetemp = config.option.basetemp
 
 

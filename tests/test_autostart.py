@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 import select
-import signal
 import socket
 import subprocess
 import sys
@@ -27,37 +26,13 @@ from tests.support.daemon import (
     Daemon,
     daemon_env,
     last_route,
+    processes_naming,
     run_client,
+    stop_started,
     wait_until,
 )
-from tests.support.procs import processes
 
 pytestmark = pytest.mark.daemon  # real `memcli serve` processes, started by the CLI
-
-
-def processes_naming(text: str) -> list[int]:
-    """Pids of the running `serve` processes whose command line contains `text`."""
-    me = os.getpid()
-    found = []
-    for p in processes():
-        argv = b" ".join(p.argv).decode(errors="replace")
-        if p.pid != me and not p.zombie and text in argv and "serve" in argv:
-            found.append(p.pid)
-    return found
-
-
-def stop_started(run: Path) -> None:
-    """Kill every daemon serving from `run` (SIGTERM, then SIGKILL) and wait until none
-    is left."""
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        for pid in processes_naming(str(run)):
-            try:
-                os.kill(pid, sig)
-            except ProcessLookupError:
-                pass
-        if wait_until(lambda: not processes_naming(str(run)), timeout=20):
-            return
-    raise AssertionError(f"daemons left under {run}: {processes_naming(str(run))}")
 
 
 @pytest.fixture
@@ -75,7 +50,7 @@ def warm(tmp_path) -> Iterator[tuple[Path, dict[str, str], paths.Endpoint]]:
     try:
         yield db, env, ep
     finally:
-        stop_started(Path(env["XDG_RUNTIME_DIR"]))
+        stop_started(Path(paths.runtime_dir(env)))
 
 
 def answers(ep: paths.Endpoint) -> bool:
@@ -267,4 +242,4 @@ def test_a_postgresql_database_gets_its_daemon_too(tmp_path, pg_db):
         with open(f"/proc/{pid}/cmdline", "rb") as f:
             assert pg_db.encode() not in f.read()
     finally:
-        stop_started(Path(env["XDG_RUNTIME_DIR"]))
+        stop_started(Path(paths.runtime_dir(env)))

@@ -16,6 +16,7 @@ import os
 import pty
 import re
 import shlex
+import shutil
 import signal
 import subprocess
 import sys
@@ -25,6 +26,7 @@ from pathlib import Path
 
 import pytest
 
+from memcli.service import paths
 from tests.support.daemon import (
     _CLIENT,
     HEAVY,
@@ -537,11 +539,15 @@ def test_socket_and_runtime_dir_are_private(served, tmp_path):
     # A runtime folder others can enter is refused.
     home = tmp_path / "open"
     env2 = daemon_env(home, tmp_path / "o.db")
-    (home / "run" / "memcli").mkdir(parents=True)
-    os.chmod(home / "run" / "memcli", 0o755)
-    proc = start_serve(env2, "--db", str(tmp_path / "o.db"))
-    code, _out, err = stop(proc) if proc.wait(timeout=60) is None else (
-        proc.returncode, "", proc.stderr.read())
+    folder = Path(paths.runtime_dir(env2))  # under a long TMPDIR, a short one in /tmp
+    try:
+        folder.mkdir(parents=True)
+        os.chmod(folder, 0o755)
+        proc = start_serve(env2, "--db", str(tmp_path / "o.db"))
+        code, _out, err = stop(proc) if proc.wait(timeout=60) is None else (
+            proc.returncode, "", proc.stderr.read())
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
     assert code == 1 and "open to other users" in err
 
 

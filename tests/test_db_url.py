@@ -53,7 +53,7 @@ ARGS = {
 # Commands that, with these arguments, never open the database (files of the config folder,
 # a client's config, the service's pid file).
 NO_DATABASE = {("acb", "edit"), ("acb", "show"), ("mcp", "install"), ("serve", "status"),
-               ("ui",)}  # `memcli ui` asks the database's daemon, never the database
+               ("serve", "stop"), ("ui",)}  # `memcli ui` asks the database's daemon
 
 
 def _commands():

@@ -24,7 +24,7 @@ import pytest
 
 from memcli.service import client, paths
 from tests.support.daemon import start_serve, stop
-from tests.support.sockets import Listener, python_of, second_user
+from tests.support.sockets import Listener, python_of, second_user, short_tempdir
 from tests.support.trust import memcli_env
 
 pytestmark = pytest.mark.daemon  # planted listeners and `memcli` as processes
@@ -51,7 +51,7 @@ def python_for(user: tuple[int, int], folder: Path) -> str:
 @pytest.fixture
 def shared_tmp() -> Iterator[Path]:
     """A folder like /tmp (sticky, open to all), inside the real temporary folder; removed."""
-    base = Path(tempfile.mkdtemp(prefix="memcli-trust-"))
+    base = Path(tempfile.mkdtemp(prefix="memcli-trust-", dir=short_tempdir()))
     try:
         os.chmod(base, 0o1777)
         yield base
@@ -78,9 +78,34 @@ def assert_nothing_sent(listener: Listener) -> None:
     assert everything == b"", everything[:200]
 
 
-def assert_one_warning(stderr: str, folder: Path, why: str) -> None:
+NOT_YOURS = ("have {folder} removed (it is not yours), or set XDG_RUNTIME_DIR to a folder only "
+             "you can enter")
+CHMOD = "run `chmod 700 {folder}`"
+FOREIGN_LISTENER = "remove the sockets there that another user listens on"
+
+
+def assert_one_warning(stderr: str, folder: Path, why: str, fix: str) -> None:
+    """The one warning line: what was refused, why, and what the user can do about it."""
     assert stderr.splitlines() == [f"memcli: warning: not using the daemon socket in {folder} "
-                                   f"({why}); running in-process"], stderr
+                                   f"({why}); running in-process ({fix.format(folder=folder)})"
+                                   ], stderr
+
+
+@pytest.fixture
+def fallbacks() -> Iterator[list[Path]]:
+    """Runtime folders a test made outside its temporary folders (a long TMPDIR sends them to
+    /tmp: memcli.service.paths.runtime_dir), removed at its end."""
+    made: list[Path] = []
+    yield made
+    for folder in made:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def runtime_folder(env: dict[str, str], fallbacks: list[Path]) -> Path:
+    folder = Path(paths.runtime_dir(env))
+    if not folder.is_relative_to(env["XDG_RUNTIME_DIR"]):
+        fallbacks.append(folder)
+    return folder
 
 
 # Each way memcli reaches a daemon: (arguments, stdin, which socket, check of the answer).
@@ -98,42 +123,44 @@ ROUTES = {
 
 
 @pytest.mark.parametrize("route", sorted(ROUTES))
-def test_a_folder_planted_by_another_user_gets_nothing(tmp_path, shared_tmp, route):
+def test_a_folder_planted_by_another_user_gets_nothing(tmp_path, shared_tmp, fallbacks,
+                                                       route):
     """The attack: another user made the caller's runtime folder first (mode 777) with a
     listening socket of the right name."""
     user = other_user()
     args, stdin, which, answered = ROUTES[route]
     env = caller_env(tmp_path / "home", shared_tmp)
-    folder = shared_tmp / "memcli"
+    folder = runtime_folder(env, fallbacks)
     name = os.path.basename(getattr(paths.endpoint(env["MEMCLI_DB"], env), which))
     with Listener(python_for(user, shared_tmp), folder, 0o777, name, user) as listener:
         done = memcli(env, *args, stdin=stdin)
     assert_nothing_sent(listener)
     assert done.returncode == 0, done.stderr
     assert answered(done.stdout)
-    assert_one_warning(done.stderr, folder, f"owned by uid {user[0]}, mode 0777")
+    assert_one_warning(done.stderr, folder, f"owned by uid {user[0]}, mode 0777", NOT_YOURS)
 
 
-def test_own_folder_open_to_others_is_refused(tmp_path):
+def test_own_folder_open_to_others_is_refused(tmp_path, fallbacks):
     """The caller's own folder, but mode 777: anyone could have replaced the socket in it."""
     env = caller_env(tmp_path / "home", tmp_path / "run")
-    folder = tmp_path / "run" / "memcli"
+    folder = runtime_folder(env, fallbacks)
     name = os.path.basename(paths.endpoint(env["MEMCLI_DB"], env).socket)
     with Listener(sys.executable, folder, 0o777, name) as listener:
         done = memcli(env, "remember", "Alice likes green tea")
     assert_nothing_sent(listener)
     assert done.returncode == 0 and json.loads(done.stdout)["id"] >= 1, done.stderr
-    assert_one_warning(done.stderr, folder, f"owned by uid {os.getuid()}, mode 0777")
+    assert_one_warning(done.stderr, folder, f"owned by uid {os.getuid()}, mode 0777", CHMOD)
 
 
 @pytest.mark.skipif(not hasattr(socket, "SO_PEERCRED"), reason="SO_PEERCRED is Linux's")
 @pytest.mark.parametrize("how", ["runtime folder", "MEMCLI_SOCKET"])
-def test_a_listener_of_another_user_is_refused(tmp_path, shared_tmp, how):
+def test_a_listener_of_another_user_is_refused(tmp_path, shared_tmp, fallbacks, how):
     """The folder looks right (the caller's, 0700) but the process listening in it runs as
     another user: found by the connection's peer credentials, before anything is sent."""
     user = other_user()
     env = caller_env(tmp_path / "home", shared_tmp)
-    folder = shared_tmp / ("memcli" if how == "runtime folder" else "elsewhere")
+    folder = (runtime_folder(env, fallbacks) if how == "runtime folder"
+              else shared_tmp / "elsewhere")
     name = (os.path.basename(paths.endpoint(env["MEMCLI_DB"], env).socket)
             if how == "runtime folder" else "d.sock")
     if how == "MEMCLI_SOCKET":
@@ -145,7 +172,8 @@ def test_a_listener_of_another_user_is_refused(tmp_path, shared_tmp, how):
         done = memcli(env, "remember", "Alice likes green tea")
     assert_nothing_sent(listener)
     assert done.returncode == 0 and json.loads(done.stdout)["id"] >= 1, done.stderr
-    assert_one_warning(done.stderr, folder, f"its listener runs as uid {user[0]}")
+    assert_one_warning(done.stderr, folder, f"its listener runs as uid {user[0]}",
+                       FOREIGN_LISTENER)
 
 
 def test_only_the_environment_a_command_reads_is_forwarded(monkeypatch):
@@ -163,11 +191,11 @@ def test_only_the_environment_a_command_reads_is_forwarded(monkeypatch):
         assert env[key] == os.environ[key], key
 
 
-def test_the_users_own_socket_receives_the_forwarded_environment_only(tmp_path):
+def test_the_users_own_socket_receives_the_forwarded_environment_only(tmp_path, fallbacks):
     """Through the real client process: a listener of the caller's own, in a private folder,
     gets the request, with MEMCLI_* and without another tool's secret."""
     env = caller_env(tmp_path / "home", tmp_path / "run")
-    folder = tmp_path / "run" / "memcli"
+    folder = runtime_folder(env, fallbacks)
     name = os.path.basename(paths.endpoint(env["MEMCLI_DB"], env).socket)
     with Listener(sys.executable, folder, 0o700, name) as listener:
         done = memcli(env, "remember", "Alice likes green tea")

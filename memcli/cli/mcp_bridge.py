@@ -234,11 +234,15 @@ def daemon_http_socket(db: str | None, env: Mapping[str, str]) -> str | None:
         if override:
             endpoint = paths.endpoint_for_socket(override)
         else:
-            endpoint = paths.endpoint(db or env.get("MEMCLI_DB") or paths.default_db(env), env)
+            # The database as the CLI finds it: --db, MEMCLI_DB, the config file's `db:`.
+            target = paths.guess_db(["--db", db] if db else [], env)
+            if target is None:
+                return None
+            endpoint = paths.endpoint(target, env)
     except OSError:
         return None
     path = str(endpoint.http_socket)
-    return path if os.path.exists(path) and daemon_answers(path) else None
+    return path if daemon_answers(path) else None
 
 
 def main_hook(argv: list[str], env: Mapping[str, str] | None = None) -> int | None:

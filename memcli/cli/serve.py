@@ -1,4 +1,5 @@
-"""`memcli serve` (the daemon, memcli.service.daemon) and `memcli serve status`."""
+"""`memcli serve` (the daemon, memcli.service.daemon), `memcli serve status` and `memcli serve
+stop`."""
 
 from __future__ import annotations
 
@@ -9,13 +10,19 @@ from typing import Annotated
 
 import typer
 
-from memcli.cli.options import DbOpt
+from memcli.cli.options import DbOpt, Format, JsonOpt
 from memcli.cli.output import emit, errors, fail, resolve_format
 
 SocketOpt = Annotated[Path | None, typer.Option(
-    "--socket", help="CLI socket path (default: in $XDG_RUNTIME_DIR/memcli/, named after the "
-    "database; clients find it through MEMCLI_SOCKET). Its folder must be yours and closed to "
-    "others (created 0700 when missing).", show_default=False)]
+    "--socket", envvar="MEMCLI_SOCKET", show_envvar=True,
+    help="The daemon's CLI socket (default: in $XDG_RUNTIME_DIR/memcli/, named after the "
+    "database). Its folder must be yours and closed to others (created 0700 when missing).",
+    show_default=False)]
+JsonFormatOpt = Annotated[Format | None, typer.Option(
+    "--format", "-f", help="Output format (default: json).", show_default=False)]
+StopWaitOpt = Annotated[float, typer.Option(
+    "--wait", min=0, metavar="SECONDS",
+    help="How long to wait for the daemon to finish its requests in flight and exit.")]
 
 
 def serve_cmd(
@@ -48,7 +55,7 @@ def serve_cmd(
         help="Started by the CLI when no daemon answered (`serve status` says so).")] = False,
 ) -> None:
     """Run one warm process for the database: the CLI forwards commands to it, and it
-    serves the HTTP API (and MCP). Stop it with SIGTERM or Ctrl-C."""
+    serves the HTTP API (and MCP). Stop it with `memcli serve stop`, SIGTERM or Ctrl-C."""
     if ctx.invoked_subcommand is not None:
         return
     from memcli.service.daemon import HttpOptions
@@ -68,41 +75,81 @@ def serve_cmd(
     os._exit(code)
 
 
-def status_cmd(db: DbOpt = None, socket: SocketOpt = None) -> None:
+def status_cmd(db: DbOpt = None, socket: SocketOpt = None, fmt: JsonFormatOpt = None,
+               as_json: JsonOpt = False) -> None:
     """Whether a daemon serves the database: pid, since when, sockets, models loaded,
-    requests answered, started by hand or by the CLI, idle exit (JSON). Exit 0 when one
-    runs, 1 when none does."""
+    requests answered, started by hand or by the CLI, idle exit (JSON unless `--format
+    text`). Exit 0 when one runs, 1 when none does."""
     from memcli.service import daemon
 
     with errors():
         settings, ep = _endpoint(db, socket, create=False)
         state = daemon.status(ep)
-        emit(state, resolve_format(None, True))
+        emit(state, resolve_format(fmt or Format.json, as_json), _status_line)
         if not state["running"]:
             raise SystemExit(1)
+
+
+def stop_cmd(db: DbOpt = None, socket: SocketOpt = None, wait: StopWaitOpt = 60.0,
+             fmt: JsonFormatOpt = None, as_json: JsonOpt = False) -> None:
+    """Stop the daemon of the database (SIGTERM: requests in flight finish first) and wait
+    until it has exited. Exit 0 when it stopped or none ran, 1 when it is still running after
+    `--wait` seconds."""
+    from memcli.service import daemon
+
+    with errors():
+        _settings, ep = _endpoint(db, socket, create=False)
+        result = daemon.stop(ep, wait)
+        emit(result, resolve_format(fmt or Format.json, as_json), _stop_line)
+        if result["running"]:
+            raise fail(f"the daemon (pid {result['pid']}) is still running after {wait:g} s "
+                       f"(its log: {ep.log}; `kill -9 {result['pid']}` ends it at once)")
+
+
+def _status_line(state: dict) -> None:
+    if state["running"]:
+        print(f"memcli serve: running (pid {state['pid']}) on {state['socket']}")
+    else:
+        print(f"memcli serve: not running ({state['socket']})")
+
+
+def _stop_line(result: dict) -> None:
+    if result["stopped"]:
+        print(f"memcli serve: stopped (pid {result['pid']})")
+    elif not result["running"]:
+        print("memcli serve: not running")
 
 
 def register(app: typer.Typer) -> None:
     serve = typer.Typer(
         help="One warm process for the database: the CLI forwards commands to it, and it "
-        "serves the HTTP API (and MCP). Stop it with SIGTERM or Ctrl-C.",
+        "serves the HTTP API (and MCP). Stop it with `memcli serve stop`, SIGTERM or Ctrl-C.",
         invoke_without_command=True, no_args_is_help=False)
     app.add_typer(serve, name="serve")
 
     serve.callback(invoke_without_command=True)(serve_cmd)
     serve.command("status")(status_cmd)
+    serve.command("stop")(stop_cmd)
 
 
 def _endpoint(db: str | None, socket: Path | None, *, create: bool):
-    """The settings and the daemon files for `--db` / `--socket`."""
+    """The settings (a database file by its real path) and the daemon files for `--db` /
+    `--socket`."""
     from memcli.config import load_settings
     from memcli.service import paths
 
     settings = load_settings(db)
+    if not paths._is_server_location(settings.db):
+        # One database, one daemon: the file itself, never a link someone may re-point.
+        settings = settings.model_copy(update={"db": os.path.realpath(settings.db)})
     given = socket is not None
     ep = (paths.endpoint_for_socket(socket.absolute()) if socket is not None
           else paths.endpoint(settings.db))
     if create:
+        if not paths.fits(ep.http_socket):
+            raise fail(f"the socket path {ep.http_socket} is too long for a unix socket "
+                       f"({len(os.fsencode(ep.http_socket))} bytes, at most "
+                       f"{paths.SUN_PATH - 1} here) (pass a shorter --socket)", 2)
         # Clients use only a socket in a folder that is the user's and closed to others.
         hint = ("choose a --socket folder only you can enter" if given
                 else "set XDG_RUNTIME_DIR, or pass --socket")

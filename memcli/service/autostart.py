@@ -10,8 +10,11 @@ forwarded to it.
 The daemon is detached: a session of its own (double fork and `setsid`: no terminal, no
 process group a Ctrl-C reaches, not a child of the command), working folder `/`, stdin
 `/dev/null`, stdout and stderr appended to `<key>.log` beside its socket (`paths.Endpoint.log`,
-in the runtime folder, 0700). It holds the daemon lock from the start, waits for the command
-that started it to end, then runs `memcli serve --auto-started --idle-exit MINUTES`, which
+in the runtime folder, 0700). Its environment is its own (`daemon_env`): the database by its
+real path, the config file's path and an allowlist of what Python and memcli's settings need,
+never the scope or the tokens of the command that started it (docs/guides/daemon.md, "What the
+daemon is given"). It holds the daemon lock from the start, waits for the command that started
+it to end, then runs `memcli serve --auto-started --idle-exit MINUTES`, which
 exits after `DEFAULT_IDLE_EXIT` minutes without a request (`daemon_idle_exit:` in the config
 file, `MEMCLI_DAEMON_IDLE_EXIT`).
 
@@ -50,23 +53,11 @@ _FALSE = ("0", "off", "false", "no")
 
 
 def config_values(env: Mapping[str, str]) -> dict[str, str]:
-    """The top-level `daemon:` and `daemon_idle_exit:` of the config file, read as text (yaml
-    would cost the client ~15 ms); {} when there is no file. memcli.config validates the same
-    keys when the app loads its settings."""
-    path = env.get("MEMCLI_CONFIG") or os.path.join(
-        env.get("XDG_CONFIG_HOME") or os.path.join(
-            env.get("HOME") or os.path.expanduser("~"), ".config"), paths.APP, "config.yaml")
-    try:
-        with open(path, encoding="utf-8", errors="replace") as f:
-            text = f.read(1 << 16)
-    except OSError:
-        return {}
-    found = {}
-    for line in text.splitlines():
-        key, sep, value = line.partition(":")
-        if sep and key in ("daemon", "daemon_idle_exit"):
-            found[key] = value.split("#", 1)[0].strip().strip("'\"").lower()
-    return found
+    """The top-level `daemon:` and `daemon_idle_exit:` of the config file, read as text
+    (`paths.config_values`), lower case; {} when there is no file. memcli.config validates
+    the same keys when the app loads its settings."""
+    return {key: value.lower() for key, value in paths.config_values(env).items()
+            if key in ("daemon", "daemon_idle_exit") and value is not None}
 
 
 def mode(env: Mapping[str, str], config: Mapping[str, str] | None = None) -> str:
@@ -95,6 +86,51 @@ def idle_exit(env: Mapping[str, str], config: Mapping[str, str]) -> float:
         if value > 0:
             return value
     return DEFAULT_IDLE_EXIT
+
+
+# What an auto-started daemon gets of the environment of the command that started it
+# (docs/guides/daemon.md): what Python needs to find and run memcli (its search path, the
+# user's folders, locale, the temporary folder, the native libraries' thread settings), what
+# reaches a model API or a PostgreSQL server (CA files, proxies, libpq's PG* for a server
+# location), and memcli's
+# settings of the memory as a whole (models, LLM, categories, the key of `high` content). Not
+# the scope the command ran with (MEMCLI_TENANT, _USER, _AGENT, _APP: a request brings its own,
+# else the config file's), not the client's routing (MEMCLI_SOCKET, _NO_DAEMON, _AUTOSTART),
+# and nothing of other tools (their tokens): the daemon serves requests, not its starter.
+DAEMON_NAMES = frozenset({
+    "PATH", "PYTHONPATH", "PYTHONHOME", "PYTHONSAFEPATH", "PYTHONNOUSERSITE", "PYTHONUSERBASE",
+    "PYTHONDONTWRITEBYTECODE", "PYTHONPYCACHEPREFIX", "VIRTUAL_ENV",
+    "HOME", "USER", "LOGNAME", "LANG", "LANGUAGE", "TZ", "TMPDIR",
+    "XDG_CONFIG_HOME", "XDG_DATA_HOME", "XDG_CACHE_HOME", "XDG_STATE_HOME", "XDG_RUNTIME_DIR",
+    "OMP_NUM_THREADS", "OMP_WAIT_POLICY", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS",
+    "ORT_DISABLE_TELEMETRY", "HF_HOME", "HF_HUB_CACHE", "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE",
+    "SSL_CERT_FILE", "SSL_CERT_DIR",
+    "MEMCLI_EMBEDDER", "MEMCLI_EMBED_BASE_URL", "MEMCLI_EMBED_MODEL", "MEMCLI_EMBED_DIMENSION",
+    "MEMCLI_EMBED_API_KEY", "MEMCLI_LLM_BASE_URL", "MEMCLI_LLM_MODEL", "MEMCLI_LLM_API_KEY",
+    "MEMCLI_LLM_TIMEOUT", "MEMCLI_LLM_DAILY_TOKEN_CAP", "MEMCLI_BUSY_TIMEOUT", "MEMCLI_KEY",
+    "MEMCLI_CATEGORIES", "MEMCLI_CONTEXT_DIR", "MEMCLI_KEY_FILE",
+    "OPENAI_API_KEY", "OPENAI_BASE_URL",
+})
+# Paths among them, made absolute: the daemon works from `/`.
+DAEMON_PATHS = ("MEMCLI_CATEGORIES", "MEMCLI_CONTEXT_DIR", "MEMCLI_KEY_FILE")
+
+
+def daemon_env(env: Mapping[str, str], db: str) -> dict[str, str]:
+    """The whole environment of a daemon started for `db` from a command whose environment
+    is `env`: the allowlist above, the database (by its real path) and the config file's
+    path. The database goes in the environment, not on the command line: a PostgreSQL URL
+    may hold a password, and every user can read a process's arguments."""
+    server = paths._is_server_location(db)
+    given = {key: value for key, value in env.items()
+             if key in DAEMON_NAMES or key.startswith("LC_") or key.lower().endswith("_proxy")
+             or (server and key.startswith("PG"))}  # libpq's, for a server only
+    for key in DAEMON_PATHS:
+        if given.get(key):
+            given[key] = os.path.abspath(given[key])
+    if not server:
+        db = os.path.realpath(db)
+    return {**given, "MEMCLI_DB": db,
+            "MEMCLI_CONFIG": os.path.abspath(paths.config_file(env))}
 
 
 def wants_daemon(argv: Sequence[str]) -> bool:
@@ -154,13 +190,7 @@ def start(db: str, ep: paths.Endpoint, env: Mapping[str, str], idle_minutes: flo
     when it could not be started (the command runs in-process all the same). `lock`: the
     daemon lock, taken; the daemon-to-be holds it until it starts `memcli serve`, which takes
     it again (so a command that arrives meanwhile starts no second one)."""
-    if not paths._is_server_location(db):
-        db = os.path.abspath(db)  # the daemon works from `/`
-    # The database goes in the environment, not on the command line: a PostgreSQL URL may
-    # hold a password, and every user can read a process's arguments.
-    child_env = {**env, "MEMCLI_DB": db}
-    for name in ("MEMCLI_SOCKET", "MEMCLI_NO_DAEMON", "MEMCLI_AUTOSTART"):
-        child_env.pop(name, None)
+    child_env = daemon_env(env, db)
     argv = [sys.executable, "-m", "memcli", "serve", "--socket", ep.socket,
             "--idle-exit", f"{idle_minutes:g}", "--auto-started"]
     try:

@@ -77,8 +77,14 @@ def strip_no_daemon(argv: list[str]) -> tuple[list[str], bool]:
 
 
 def socket_path(argv: list[str]) -> str:
-    return os.environ.get("MEMCLI_SOCKET") or paths.endpoint(
-        paths.guess_db(argv, os.environ), os.environ).socket
+    """The CLI socket of the daemon for `argv`'s database; ValueError when the database is not
+    known without the app's settings (the command runs in-process)."""
+    if os.environ.get("MEMCLI_SOCKET"):
+        return os.environ["MEMCLI_SOCKET"]
+    db = paths.guess_db(argv, os.environ)
+    if db is None:
+        raise ValueError("the config file's db: needs yaml")
+    return paths.endpoint(db, os.environ).socket
 
 
 def forwarded_env(env: Mapping[str, str] | None = None) -> dict[str, str]:
@@ -168,8 +174,10 @@ def _talk(sock: _socket.socket, argv: list[str]) -> int | None:
 def _start_daemon(argv: list[str], path: str) -> None:
     """Warm by default (memcli/service/autostart.py); a daemon that cannot be started (no
     process left to fork, say) changes nothing: the command runs in-process all the same."""
+    db = paths.guess_db(argv, os.environ)
     try:
-        autostart.maybe_start(argv, paths.guess_db(argv, os.environ), path)
+        if db is not None:
+            autostart.maybe_start(argv, db, path)
     except (OSError, ValueError):
         pass
 

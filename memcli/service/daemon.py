@@ -2,17 +2,18 @@
 
 Start: take the lock beside the socket (flock; a second `serve` on the same database exits 75
 naming the pid; a lock left by a killed daemon is free again, so its stale socket is simply
-replaced), write the pidfile, check the database can be opened (a PostgreSQL server: the
-schema, and why not), bind the HTTP sockets (when the HTTP app is available: its unix socket,
-and TCP with `--port`) and the CLI socket (0600), import every command and load the configured
-models, then fork the indexer (memcli/service/indexer.py: vectors and sparse terms written in
-the background, sessions consolidated on a switch) and the HTTP process (memcli/service/web.py)
-and serve the CLI socket, one forked process per command (memcli/service/server.py,
-memcli/service/worker.py).
-Stop (SIGTERM, SIGINT or `--idle-exit`): stop accepting and serving HTTP, let commands in
-flight finish (at most `grace` seconds; then they are killed and their transactions roll back),
-then the HTTP process checkpoints the WAL (TRUNCATE, bounded; a SQLite file) or closes the
-connection pool (PostgreSQL) and exits; socket and pidfile are removed, exit 0.
+replaced), write the pidfile, open the database once (migrated; one that cannot be opened, or
+made, ends the start with exit 1 and one line), bind the HTTP sockets (when the HTTP app is
+available: its unix socket, and TCP with `--port`) and the CLI socket (0600), import every
+command and load the configured models, then fork the indexer (memcli/service/indexer.py:
+vectors and sparse terms written in the background, sessions consolidated on a switch) and the
+HTTP process (memcli/service/web.py) and serve the CLI socket, one forked process per command
+(memcli/service/server.py, memcli/service/worker.py).
+Stop (SIGTERM, as `memcli serve stop` sends it, SIGINT or `--idle-exit`): stop accepting and
+serving HTTP, let commands in flight finish (at most `grace` seconds; then they are killed and
+their transactions roll back), then the HTTP process checkpoints the WAL (TRUNCATE, bounded; a
+SQLite file) or closes the connection pool (PostgreSQL) and exits; socket and pidfile are
+removed, exit 0.
 
 The main process is one select loop on one thread, so that it can fork: the CLI socket, the
 HTTP process's reports, and the signals (`signal.set_wakeup_fd`). docs/design/daemon.md says
@@ -40,7 +41,7 @@ from memcli.service.server import CliServer
 from memcli.service.warm import status_models, warm_up
 from memcli.service.web import HttpOptions, HttpPlan
 
-__all__ = ["AlreadyServing", "HttpOptions", "serve", "status"]
+__all__ = ["AlreadyServing", "HttpOptions", "serve", "status", "stop"]
 
 
 class AlreadyServing(MemcliError):
@@ -148,6 +149,31 @@ def _lock_holder(ep: paths.Endpoint) -> int | None:
     return None
 
 
+def stop(ep: paths.Endpoint, wait: float) -> dict[str, Any]:
+    """`memcli serve stop`: SIGTERM to the daemon of `ep` (its requests in flight finish, as
+    on any stop), then wait at most `wait` seconds until it has released its lock. The pid
+    comes from the pidfile, so only from a folder the trust rule accepts (another user's
+    folder could name any process of this user's)."""
+    folder = os.path.dirname(ep.pid)
+    try:
+        why = paths.folder_problem(folder)
+    except OSError:
+        why = None  # no folder: no daemon
+    if why is not None:
+        raise MemcliError(f"not using the daemon files in {folder} ({why})",
+                          paths.remedy(folder))
+    pid = _lock_holder(ep)
+    if pid is not None and pid > 0:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + wait
+    while pid is not None and _lock_holder(ep) is not None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    running = pid is not None and _lock_holder(ep) is not None
+    return {"stopped": pid is not None and not running, "running": running, "pid": pid,
+            "socket": ep.socket}
+
+
 def take_lock(ep: paths.Endpoint) -> int:
     """Hold the daemon lock of `ep` (an open fd, kept until exit) and write the pidfile."""
     fd = os.open(ep.lock, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
@@ -160,7 +186,8 @@ def take_lock(ep: paths.Endpoint) -> int:
         except OSError:
             pid = "?"
         raise AlreadyServing(f"memcli serve is already running for this database (pid {pid})",
-                             f"socket {ep.socket}; stop it with `kill {pid}`") from None
+                             f"socket {ep.socket}; stop it with `memcli serve stop` or "
+                             f"`kill {pid}`") from None
     tmp = Path(ep.pid + ".tmp")
     tmp.write_text(f"{os.getpid()}\n", encoding="ascii")
     os.replace(tmp, ep.pid)
@@ -170,15 +197,31 @@ def take_lock(ep: paths.Endpoint) -> int:
 
 
 def _check_database(settings: Any) -> None:
-    """A PostgreSQL server: one plain connection creates or migrates memcli's tables and says
-    plainly why the server cannot be used, before anything binds (closed again: the main
-    process forks and must hold no connection)."""
+    """Before anything binds, say plainly why the database cannot be used (exit 1), rather
+    than serve nothing: a PostgreSQL server gets memcli's tables (one plain connection), an
+    existing file is opened (and migrated); a file not made yet is left to the first write,
+    as in-process (a daemon started by a read creates no empty database), once its folder is
+    there and a file can be made in it. Closed again: the main process forks and must hold no
+    connection."""
     from memcli.service.holder import is_server
+    from memcli.store.location import open_database
 
-    if is_server(settings.db):
-        from memcli.store.location import open_database
-
+    if is_server(settings.db) or os.path.exists(settings.db):
         open_database(settings.db, busy_timeout=settings.busy_timeout).close()
+        return
+    folder = os.path.dirname(os.path.abspath(settings.db))
+    try:
+        os.makedirs(folder, exist_ok=True)  # as the first write would
+    except OSError as exc:
+        raise MemcliError(f"cannot open {settings.db}: cannot create its folder "
+                          f"({exc.strerror})", "check --db and the folder's permissions") from None
+    probe = os.path.join(folder, f".{os.path.basename(settings.db)}.{os.getpid()}.probe")
+    try:  # a file can be made there (root passes every permission check, not /proc's)
+        os.close(os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600))
+        os.unlink(probe)
+    except OSError as exc:
+        raise MemcliError(f"cannot open {settings.db}: cannot create a file in its folder "
+                          f"({exc.strerror})", "check --db and the folder's permissions") from None
 
 
 class _Signals:

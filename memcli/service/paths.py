@@ -2,7 +2,11 @@
 
 One daemon per database: its files live in the user's runtime dir (`$XDG_RUNTIME_DIR/memcli/`,
 else `/tmp/memcli-$UID/`, a 0700 folder the user must own), named by a hash of the database's
-real path, so every client that targets the same file finds the same socket:
+real path, so every client that targets the same file finds the same socket. A unix socket's
+path has a limit (`sun_path`: 108 bytes on Linux, 104 on macOS and the BSDs); when the runtime
+folder is too long for it, the files go to `/tmp/memcli-$UID-<hash of that folder>/` instead,
+under the same trust rule (as GnuPG moves its sockets to a hashed folder). Every process that
+computes the folder from the same environment finds the same short one.
 
     <key>.sock       the CLI socket (requests carry argv, the environment a command reads, cwd
                      and the caller's fds)
@@ -53,11 +57,13 @@ class RuntimeDirError(Exception):
 
 
 class UntrustedSocket(OSError):
-    """A daemon socket this user must not talk to (nothing was sent to it)."""
+    """A daemon socket this user must not talk to (nothing was sent to it); `fix` says what
+    the user can do about it."""
 
     def __init__(self, folder: str, why: str) -> None:
         super().__init__(f"not using the daemon socket in {folder} ({why})")
         self.folder = folder
+        self.fix = remedy(folder)
 
 
 class Endpoint:
@@ -73,11 +79,40 @@ class Endpoint:
         self.log = log or pid[: -len(".pid")] + ".log"
 
 
+# The size of `sun_path`, the NUL included (Linux 108; macOS and the BSDs 104).
+SUN_PATH = 108 if sys.platform.startswith("linux") else 104
+# The longest name a daemon file takes in its folder: `<16 hex>.http.sock`.
+LONGEST_NAME = 16 + len(".http.sock")
+
+
+def fits(path: str) -> bool:
+    """Whether a unix socket can be bound at `path` (its bytes and a NUL fit in sun_path)."""
+    return len(os.fsencode(path)) < SUN_PATH
+
+
 def runtime_dir(env: Mapping[str, str] | None = None) -> str:
+    """The folder of the daemons' files: `$XDG_RUNTIME_DIR/memcli`, else `/tmp/memcli-$UID`;
+    a short one in /tmp named by a hash of it when a socket there would pass sun_path."""
     base = (os.environ if env is None else env).get("XDG_RUNTIME_DIR")
-    if base:
-        return os.path.join(base, APP)
-    return os.path.join("/tmp", f"{APP}-{os.getuid()}")
+    folder = os.path.join(base, APP) if base else os.path.join("/tmp", f"{APP}-{os.getuid()}")
+    if fits(os.path.join(folder, "x" * LONGEST_NAME)):
+        return folder
+    digest = sha256(os.fsencode(os.path.abspath(folder))).hexdigest()[:12]
+    return os.path.join("/tmp", f"{APP}-{os.getuid()}-{digest}")
+
+
+def remedy(folder: str) -> str:
+    """What the user can do about a runtime folder the trust rule refuses."""
+    try:
+        info = os.lstat(folder)
+    except OSError:
+        return "set XDG_RUNTIME_DIR to a folder only you can enter"
+    if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid():
+        return (f"have {folder} removed (it is not yours), or set XDG_RUNTIME_DIR to a "
+                "folder only you can enter")
+    if info.st_mode & 0o077:
+        return f"run `chmod 700 {folder}`"
+    return "remove the sockets there that another user listens on"
 
 
 def ensure_private_dir(folder: str) -> None:
@@ -126,9 +161,11 @@ def connect(sock: _socket.socket, path: str) -> None:
     when nothing is there (no daemon), UntrustedSocket when its folder or its listener is not
     this user's own (checked before and right after connecting)."""
     folder = os.path.dirname(os.path.abspath(path))
-    os.lstat(path)  # no socket file: no daemon, and nothing to warn about
-    why = folder_problem(folder)
+    # The folder first: one another user made (or opened) is named even when no socket is
+    # in it yet, or when it cannot be entered (0700, someone else's: no daemon can start).
+    why = folder_problem(folder)  # no folder: no daemon, and nothing to warn about
     if why is None:
+        os.lstat(path)  # no socket file: no daemon
         sock.connect(path)
         why = peer_problem(sock)
     if why is not None:
@@ -145,7 +182,7 @@ def warn_untrusted(exc: UntrustedSocket) -> None:
         return
     _warned.add(exc.folder)
     try:
-        sys.stderr.write(f"memcli: warning: {exc}; running in-process\n")
+        sys.stderr.write(f"memcli: warning: {exc}; running in-process ({exc.fix})\n")
         sys.stderr.flush()
     except (OSError, ValueError):  # a closed stderr: the command still runs
         pass
@@ -203,6 +240,58 @@ def default_db(env: Mapping[str, str] | None = None) -> str:
     return os.path.join(data, APP, "memory.db")
 
 
+def config_file(env: Mapping[str, str]) -> str:
+    """`config.config_file_path()`, without importing config."""
+    return env.get("MEMCLI_CONFIG") or os.path.join(
+        env.get("XDG_CONFIG_HOME") or os.path.join(
+            env.get("HOME") or os.path.expanduser("~"), ".config"), APP, "config.yaml")
+
+
+CONFIG_KEYS = ("daemon", "daemon_idle_exit", "db")
+_YAML_NULL = ("", "~", "null", "Null", "NULL")
+
+
+def config_values(env: Mapping[str, str]) -> dict[str, str | None]:
+    """The top-level `daemon:`, `daemon_idle_exit:` and `db:` of the config file, read as
+    text (yaml would cost the client ~15 ms); {} when there is no file. A value this reading
+    cannot be sure of (a YAML feature beyond a plain or simply quoted scalar) is None: the
+    caller then knows it does not know. memcli.config reads the same keys with yaml (the
+    tests check they agree)."""
+    try:
+        with open(config_file(env), encoding="utf-8", errors="replace") as f:
+            text = f.read(1 << 16)
+    except OSError:
+        return {}
+    found: dict[str, str | None] = {}
+    lines = text.splitlines()
+    for i, line in enumerate(lines):
+        key, sep, value = line.partition(":")
+        if sep and key in CONFIG_KEYS:
+            found[key] = _scalar(value.strip())
+            after = lines[i + 1] if i + 1 < len(lines) else ""
+            if after[:1] in (" ", "\t") and after.strip()[:1] not in ("", "#"):
+                found[key] = None  # the value goes on, indented: a block or a folded line
+    return found
+
+
+def _scalar(value: str) -> str | None:
+    """A YAML scalar of one line as text ("" for null), or None when unsure."""
+    if value[:1] in ("'", '"'):
+        quote = value[0]
+        end = value.find(quote, 1)
+        rest = value[end + 1:].strip() if end > 0 else "?"
+        inner = value[1:end]
+        if rest[:1] not in ("", "#") or "\\" in inner or quote * 2 in value[1:]:
+            return None
+        return inner
+    value = value.split(" #", 1)[0].split("\t#", 1)[0].strip()
+    if value.startswith("#") or value in _YAML_NULL:
+        return ""
+    if value[:1] in "[]{}&*!|>%@`,":
+        return None
+    return value
+
+
 def root_db(argv: Sequence[str]) -> tuple[str | None, list[str]]:
     """The `--db X` / `--db=X` given before the command name (`memcli --db x doctor`), and the
     command line after it."""
@@ -217,11 +306,12 @@ def root_db(argv: Sequence[str]) -> tuple[str | None, list[str]]:
     return db, rest
 
 
-def guess_db(argv: Sequence[str], env: Mapping[str, str] | None = None) -> str:
-    """The database a command line targets, cheaply: `--db X` / `--db=X`, else `MEMCLI_DB`,
-    else the default path. A config file's `db:` is not read (that needs yaml): such a command
-    misses the daemon and runs in-process, which is correct, only slower. The command's own
-    `--db` wins over one given before the command name, as the app's options do."""
+def guess_db(argv: Sequence[str], env: Mapping[str, str] | None = None) -> str | None:
+    """The database a command line targets, cheaply, as `memcli.config.load_settings` finds
+    it: `--db X` / `--db=X`, else `MEMCLI_DB`, else the config file's `db:`, else the default
+    path. None when the config file's `db:` cannot be read without yaml (such a command runs
+    in-process and starts no daemon: correct, only slower). The command's own `--db` wins over
+    one given before the command name, as the app's options do."""
     before, argv = root_db(argv)
     for i, arg in enumerate(argv):
         if arg == "--":
@@ -231,4 +321,7 @@ def guess_db(argv: Sequence[str], env: Mapping[str, str] | None = None) -> str:
         if arg.startswith("--db="):
             return arg[len("--db="):]
     env = os.environ if env is None else env
-    return before or env.get("MEMCLI_DB") or default_db(env)
+    if before or env.get("MEMCLI_DB"):
+        return before or env.get("MEMCLI_DB")
+    configured = config_values(env).get("db", "")
+    return default_db(env) if configured == "" else configured

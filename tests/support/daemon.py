@@ -243,3 +243,28 @@ def pid_alive(pid: int) -> bool:
     except ProcessLookupError:
         return False
     return True
+
+
+def processes_naming(text: str) -> list[int]:
+    """Pids of the running `serve` processes whose command line contains `text`."""
+    me = os.getpid()
+    found = []
+    for p in processes():
+        argv = b" ".join(p.argv).decode(errors="replace")
+        if p.pid != me and not p.zombie and text in argv and "serve" in argv:
+            found.append(p.pid)
+    return found
+
+
+def stop_started(run: Path) -> None:
+    """Kill every daemon serving from `run` (SIGTERM, then SIGKILL) and wait until none
+    is left."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        for pid in processes_naming(str(run)):
+            try:
+                os.kill(pid, sig)
+            except ProcessLookupError:
+                pass
+        if wait_until(lambda: not processes_naming(str(run)), timeout=20):
+            return
+    raise AssertionError(f"daemons left under {run}: {processes_naming(str(run))}")

@@ -12,7 +12,17 @@ import pwd
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
+
+SHORT_TEMP = 24  # characters of TMPDIR that leave a test's socket paths under sun_path
+
+
+def short_tempdir() -> str | None:
+    """The folder for temporary folders that hold sockets: TMPDIR's (None: tempfile's own)
+    while it leaves room under sun_path (108 bytes), else /tmp. A CI runner's deep TMPDIR would
+    otherwise make the sockets a test binds at paths of its own too long to bind."""
+    return None if len(tempfile.gettempdir()) <= SHORT_TEMP else "/tmp"
 
 # The planted listener (standard library only, so any python3 runs it as another user): makes
 # its folder with the given mode, listens, prints "ready", then one line per connection with

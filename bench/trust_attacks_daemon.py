@@ -1,0 +1,360 @@
+"""bench/trust_attacks.py's attacks on who a daemon is and which database it serves.
+
+Each runs real `python -m memcli` processes of this Python on scratch databases (a daemon the
+CLI starts by itself included) and stops every daemon it caused before it returns:
+
+1. Starter identity: `MEMCLI_TENANT=acme GITHUB_TOKEN=... AWS_SECRET_ACCESS_KEY=... memcli
+   stats` starts the daemon (the config file says `tenant: home-team`); then an unscoped HTTP
+   write and an unscoped MCP write. Counted: the starter's values in the daemon's
+   /proc/PID/environ, and the unscoped writes that landed in the starter's tenant.
+2. Re-pointed link: `memcli serve --db link.db` (link -> a.db), the link re-pointed to b.db,
+   then one HTTP write to the daemon. Counted: writes that landed in b.db.
+3. Config file's `db:` (no MEMCLI_DB): a command starts the daemon. Counted: a daemon for the
+   default path, a database created at the default path, the configured database's daemon
+   answering.
+4. `memcli serve --db /proc/nope/x.db`: its exit code (null: still up after 30 s) and lines.
+5. A runtime folder of another user (root only: given to `nobody`, 0700), with auto-start on
+   and off. Counted: commands that said nothing about it, and warnings that give no fix.
+6. A 100-character XDG_RUNTIME_DIR: does `memcli serve` come up, and does a command start a
+   daemon the next one is forwarded to?
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from tests.support.procs import processes
+from tests.support.sockets import second_user
+from tests.support.trust import memcli_env
+
+STARTER = {"MEMCLI_TENANT": "acme", "GITHUB_TOKEN": "ghp_starter0123456789",
+           "AWS_SECRET_ACCESS_KEY": "aws-starter-secret-0123456789"}
+MCP_HEADERS = {"Accept": "application/json, text/event-stream", "X-Memcli-Tools": "all"}
+
+
+def memcli(env: dict[str, str], cwd: Path, *args: str,
+           timeout: float = 120) -> subprocess.CompletedProcess:
+    try:
+        return subprocess.run([sys.executable, "-m", "memcli", *args], env=env, cwd=cwd,
+                              capture_output=True, text=True, timeout=timeout,
+                              stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired as exc:
+        return subprocess.CompletedProcess(exc.cmd, 124, "", "timed out")
+
+
+def scratch_env(scratch: Path, name: str, *, auto: bool) -> dict[str, str]:
+    home = scratch / name
+    env = memcli_env(home, home / "m.db")
+    (home / "run").mkdir(mode=0o700, parents=True, exist_ok=True)
+    env["XDG_RUNTIME_DIR"] = str(home / "run")
+    if auto:
+        env.pop("MEMCLI_AUTOSTART", None)
+    return env
+
+
+def answers(path: str) -> bool:
+    probe = socket.socket(socket.AF_UNIX)
+    try:
+        probe.connect(path)
+        return True
+    except OSError:
+        return False
+    finally:
+        probe.close()
+
+
+def wait_for(predicate: Any, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.2)
+    return bool(predicate())
+
+
+def serving(text: str) -> list[int]:
+    """Pids of `memcli serve` processes whose command line or environment names `text`."""
+    found = []
+    for p in processes():
+        argv = b" ".join(p.argv)
+        if p.pid != os.getpid() and not p.zombie and b"serve" in argv and (
+                text.encode() in argv or any(text.encode() in v for v in p.environ or ())):
+            found.append(p.pid)
+    return found
+
+
+def stop_all(text: str) -> None:
+    """Stop every daemon naming `text` (SIGTERM, then SIGKILL)."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        for pid in serving(text):
+            try:
+                os.kill(pid, sig)
+            except ProcessLookupError:
+                pass
+        if wait_for(lambda: not serving(text), 30):
+            return
+
+
+def environ_of(pid: int) -> bytes:
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            return f.read()
+    except OSError:
+        return b""
+
+
+def tenants(db: Path) -> dict[str, str]:
+    import apsw
+
+    conn = apsw.Connection(str(db), flags=apsw.SQLITE_OPEN_READONLY)
+    try:
+        return dict(conn.execute("SELECT content, tenant_id FROM memories"))
+    finally:
+        conn.close()
+
+
+def http(path: str) -> Any:
+    import httpx
+
+    return httpx.Client(transport=httpx.HTTPTransport(uds=path), base_url="http://localhost",
+                        timeout=120)
+
+
+def mcp_remember(client: Any, text: str) -> bool:
+    listed = client.post("/mcp", json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"},
+                         headers=MCP_HEADERS)
+    names = [t["name"] for t in listed.json()["result"]["tools"]
+             if t["name"].endswith("remember")]
+    called = client.post("/mcp", headers=MCP_HEADERS, json={
+        "jsonrpc": "2.0", "id": 2, "method": "tools/call",
+        "params": {"name": names[0], "arguments": {"text": text}}})
+    return called.status_code == 200 and not called.json()["result"].get("isError")
+
+
+# -- 1 -------------------------------------------------------------------------------------
+def starter_identity(scratch: Path) -> dict[str, Any]:
+    from memcli.service import paths
+
+    env = scratch_env(scratch, "identity", auto=True)
+    config = Path(env["MEMCLI_CONFIG"])
+    config.write_text(config.read_text() + "tenant: home-team\n")
+    home = Path(env["HOME"])
+    db = Path(env["MEMCLI_DB"])
+    memcli(env, home, "--no-daemon", "remember", "seed: the office has a plant")
+    ep = paths.endpoint(str(db), env)
+    try:
+        memcli({**env, **STARTER}, home, "stats")
+        if not wait_for(lambda: answers(ep.http_socket), 120):
+            return {"skipped": "no daemon was started"}
+        environ = environ_of(int(Path(ep.pid).read_text()))
+        kept = [k for k, v in STARTER.items() if v.encode() in environ]
+        with http(ep.http_socket) as client:
+            r = client.post("/api/v1/memories", json={"text": "http: water the plant"})
+            wrote_http = r.status_code in (200, 201)
+            wrote_mcp = mcp_remember(client, "mcp: the plant sits by the window")
+        forwarded = memcli({**env, "MEMCLI_TENANT": "globex"}, home, "remember",
+                           "cli: globex waters it on Mondays")
+        found = tenants(db)
+        landed = {"http": found.get("http: water the plant"),
+                  "mcp": found.get("mcp: the plant sits by the window")}
+        return {"starter_values_kept": len(kept), "of": len(STARTER), "kept": kept,
+                "unscoped_in_starter_tenant": sum(t == "acme" for t in landed.values()),
+                "unscoped_of": 2, "landed": landed, "writes_ok": wrote_http and wrote_mcp,
+                "forwarded_control": forwarded.returncode == 0
+                and found.get("cli: globex waters it on Mondays") == "globex"}
+    finally:
+        stop_all(env["XDG_RUNTIME_DIR"])
+        stop_all(str(db))
+
+
+# -- 2 -------------------------------------------------------------------------------------
+def repointed_link(scratch: Path) -> dict[str, Any]:
+    from memcli.service import paths
+
+    env = scratch_env(scratch, "link", auto=False)
+    home = Path(env["HOME"])
+    a, b, link = home / "a.db", home / "b.db", home / "link.db"
+    for db, text in ((a, "alpha: tea"), (b, "beta: coffee")):
+        memcli(env, home, "--db", str(db), "remember", text)
+    link.symlink_to(a)
+    ep = paths.endpoint(str(a), env)
+    log = open(home / "serve.log", "wb")
+    proc = subprocess.Popen([sys.executable, "-m", "memcli", "serve", "--db", str(link)],
+                            env=env, cwd=home, stdin=subprocess.DEVNULL, stdout=log,
+                            stderr=log)
+    try:
+        if not wait_for(lambda: answers(ep.http_socket), 120):
+            return {"skipped": "the daemon did not come up"}
+        tmp = home / "link.tmp"
+        tmp.symlink_to(b)
+        os.replace(tmp, link)
+        with http(ep.http_socket) as client:
+            client.post("/api/v1/memories", json={"text": "after: a note for a"})
+        return {"writes_in_other_db": int("after: a note for a" in tenants(b)), "of": 1,
+                "in_own_db": int("after: a note for a" in tenants(a))}
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        log.close()
+
+
+# -- 3 -------------------------------------------------------------------------------------
+def config_db(scratch: Path) -> dict[str, Any]:
+    from memcli.service import paths
+
+    env = scratch_env(scratch, "configdb", auto=True)
+    home = Path(env["HOME"])
+    team = home / "team.db"
+    env.pop("MEMCLI_DB")
+    config = Path(env["MEMCLI_CONFIG"])
+    config.write_text(config.read_text() + f"db: '{team}'\n")
+    default = Path(paths.default_db(env))
+    own, stray = paths.endpoint(str(team), env), paths.endpoint(str(default), env)
+    try:
+        memcli(env, home, "remember", "the team meets on Tuesdays")
+        wait_for(lambda: answers(own.socket) or answers(stray.socket), 90)
+        time.sleep(2)  # a daemon of the default path creates its database as it starts
+        return {"stray_daemon": int(os.path.exists(stray.lock)),
+                "default_db_created": int(default.exists()),
+                "configured_daemon_answers": answers(own.socket)}
+    finally:
+        stop_all(env["XDG_RUNTIME_DIR"])
+
+
+# -- 4 -------------------------------------------------------------------------------------
+def unopenable_db(scratch: Path) -> dict[str, Any]:
+    env = scratch_env(scratch, "unopenable", auto=False)
+    home = Path(env["HOME"])
+    proc = subprocess.Popen([sys.executable, "-m", "memcli", "serve", "--db",
+                             "/proc/nope/x.db"], env=env, cwd=home, stdin=subprocess.DEVNULL,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        code = proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        code = None
+        proc.send_signal(signal.SIGTERM)
+    try:
+        _out, err = proc.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        _out, err = proc.communicate()
+    return {"exit": code, "stderr_lines": len(err.splitlines()),
+            "first_line": (err.splitlines() or [""])[0][:160]}
+
+
+# -- 5 -------------------------------------------------------------------------------------
+def foreign_runtime_folder(scratch: Path) -> dict[str, Any]:
+    from memcli.service import paths
+
+    user = second_user()
+    if user is None:
+        return {"skipped": "needs root and a user `nobody`"}
+    result: dict[str, Any] = {"silent": 0, "no_fix": 0, "of": 2, "modes": {}}
+    for mode in ("manual", "auto"):
+        env = scratch_env(scratch, f"foreign-{mode}", auto=mode == "auto")
+        folder = Path(paths.runtime_dir(env))
+        folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+        os.chown(folder, *user)
+        try:
+            done = memcli(env, Path(env["HOME"]), "remember", "the folder is checked")
+            lines = [line for line in done.stderr.splitlines() if str(folder) in line]
+            result["silent"] += not lines
+            result["no_fix"] += bool(lines) and "XDG_RUNTIME_DIR" not in lines[0]
+            result["modes"][mode] = {"exit": done.returncode, "stderr": done.stderr[-300:]}
+        finally:
+            stop_all(env["XDG_RUNTIME_DIR"])
+            shutil.rmtree(folder, ignore_errors=True)
+    return result
+
+
+# -- 6 -------------------------------------------------------------------------------------
+def _serve_up(env: dict[str, str], home: Path, sock: str) -> tuple[bool, list[str]]:
+    proc = subprocess.Popen([sys.executable, "-m", "memcli", "serve"], env=env, cwd=home,
+                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    up = wait_for(lambda: answers(sock) or proc.poll() is not None, 90) and proc.poll() is None
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+    _out, err = proc.communicate(timeout=60)
+    return up, ([] if up else err.strip().splitlines()[-1:])
+
+
+def _auto_forwarded(env: dict[str, str], home: Path, sock: str) -> bool:
+    memcli(env, home, "stats")
+    wait_for(lambda: answers(sock), 60)
+    status = memcli(env, home, "serve", "status")
+    try:
+        return bool(json.loads(status.stdout).get("answered"))
+    except ValueError:
+        return False
+
+
+def long_runtime_folder(scratch: Path) -> dict[str, Any]:
+    from memcli.service import paths
+
+    out: dict[str, Any] = {}
+    for how in ("serve", "auto-start"):
+        env = scratch_env(scratch, f"long-{how}", auto=how == "auto-start")
+        home = Path(env["HOME"])
+        run = home / ("r" * (100 - len(str(home)) - 1))
+        run.mkdir(mode=0o700, parents=True)
+        env["XDG_RUNTIME_DIR"] = str(run)
+        folder = os.path.dirname(paths.endpoint(env["MEMCLI_DB"], env).socket)
+        sock = paths.endpoint(env["MEMCLI_DB"], env).socket
+        memcli(env, home, "--no-daemon", "remember", "the long folder works")
+        try:
+            if how == "serve":
+                out["serve_up"], out["serve_stderr"] = _serve_up(env, home, sock)
+            else:
+                out["auto_start_forwarded"] = _auto_forwarded(env, home, sock)
+        finally:
+            stop_all(str(run))
+            stop_all(folder)
+            if not folder.startswith(str(run)):
+                shutil.rmtree(folder, ignore_errors=True)
+    return out
+
+
+STEPS = {
+    "starter_identity": starter_identity,
+    "repointed_link": repointed_link,
+    "config_db": config_db,
+    "unopenable_db": unopenable_db,
+    "foreign_runtime_folder": foreign_runtime_folder,
+    "long_runtime_folder": long_runtime_folder,
+}
+
+
+def rows(cell: Any) -> list[tuple[str, str]]:
+    """The table rows of these attacks; `cell(step, text)` renders one (trust_attacks.table)."""
+    return [
+        ("auto-start: starter's values in the daemon's environ", cell(
+            "starter_identity", lambda r: f"{r['starter_values_kept']} of {r['of']}")),
+        ("auto-start: unscoped HTTP/MCP writes in the starter's tenant", cell(
+            "starter_identity", lambda r: f"{r['unscoped_in_starter_tenant']} of "
+                                          f"{r['unscoped_of']}")),
+        ("re-pointed link: daemon writes into the other database", cell(
+            "repointed_link", lambda r: f"{r['writes_in_other_db']} of {r['of']}")),
+        ("config db: stray daemon / database at the default path", cell(
+            "config_db", lambda r: f"{r['stray_daemon']} / {r['default_db_created']}")),
+        ("serve --db /proc/nope/x.db: exit code (null: stays up)", cell(
+            "unopenable_db", lambda r: f"{r['exit']} ({r['stderr_lines']} stderr lines)")),
+        ("runtime folder of another user: silent runs / no fix named", cell(
+            "foreign_runtime_folder", lambda r: f"{r['silent']} / {r['no_fix']} of {r['of']}")),
+        ("100-char runtime folder: serve up / auto-start forwarded", cell(
+            "long_runtime_folder", lambda r: f"{r.get('serve_up')} / "
+                                             f"{r.get('auto_start_forwarded')}")),
+    ]
