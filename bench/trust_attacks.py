@@ -27,6 +27,10 @@ sockets; every process it starts is stopped before it exits. Offline.
    Counted: 5xx answers and MCP internal errors; tracebacks in the daemon's log.
 5. Oversized bodies: 3 concurrent 100 MB POSTs to a fresh daemon, with Content-Length declared,
    then chunked. Measured: the daemon's peak resident memory minus before (MB).
+6. Planted secrets (bench/trust_attacks_secrets.py): 79 kinds of credentials and identity
+   numbers, real-shaped and fake, through 10 write entries (CLI in-process and forwarded to a
+   daemon, three importers, HTTP, MCP). Counted: planted values found raw in the database, its
+   WAL, the export, the daemon's log or an answer.
 """
 
 from __future__ import annotations
@@ -44,6 +48,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.trust_attacks_fuzz import fuzz
+from bench.trust_attacks_secrets import planted_secrets
 from bench.trust_attacks_serve import Serve, bindings, oversized
 from tests.support.sockets import Listener, python_of, second_user
 from tests.support.trust import memcli_env
@@ -285,6 +290,7 @@ def run(quick: bool, calls: int | None, seed: int, only: set[str]) -> dict[str, 
                                                 lambda s: oversized(s, chunked=False)),
             "oversized_chunked": lambda: _served(scratch, "big-chunked",
                                                  lambda s: oversized(s, chunked=True)),
+            "planted_secrets": lambda: planted_secrets(scratch, memcli, daemon_env),
         }
         for name, step in steps.items():
             if only and name not in only:
@@ -329,6 +335,10 @@ def table(out: dict[str, Any]) -> str:
             "oversized_length", lambda r: f"{r['growth_mb']} MB")),
         ("RSS growth, 3 x 100 MB POST, chunked", cell(
             "oversized_chunked", lambda r: f"{r['growth_mb']} MB")),
+        ("planted secrets found raw (10 write entries)", cell(
+            "planted_secrets", lambda r: f"{r['raw']} of {r['of']} "
+                                         f"({len(r['raw_kinds'])} kinds; "
+                                         f"{r['failed_writes']} writes failed)")),
     ]
     width = max(len(r[0]) for r in rows)
     lines = [f"memcli {out['version']} ({out['commit']}) at {out['memcli']}", ""]
@@ -343,7 +353,8 @@ def main() -> None:
     parser.add_argument("--calls", type=int, help="fuzzed calls (overrides --quick)")
     parser.add_argument("--seed", type=int, default=23, help="the fuzz's seed")
     parser.add_argument("--only", default="", help="comma-separated attacks: planted_socket,"
-                        "cross_tenant,bindings,fuzz,oversized_length,oversized_chunked")
+                        "cross_tenant,bindings,fuzz,oversized_length,oversized_chunked,"
+                        "planted_secrets")
     args = parser.parse_args()
     only = {o.strip() for o in args.only.split(",") if o.strip()}
     out = run(args.quick, args.calls, args.seed, only)

@@ -154,7 +154,7 @@ _PREFIXED: tuple[tuple[str, str, re.Pattern[str], bool], ...] = (
     # Shapes gitleaks finds only beside a label ("mailgun ... =", "telegram ... :"), or not at
     # all, while people paste them bare into a sentence.
     ("google_oauth_secret", "gocspx-", re.compile(r"GOCSPX-[A-Za-z0-9_-]{24,}"), False),
-    ("mailgun_key", "key-", re.compile(r"key-[0-9a-f]{32}(?![0-9A-Za-z])"), False),
+    ("mailgun_key", "key-", re.compile(r"key-[0-9a-z]{32}(?![0-9A-Za-z])"), True),
     ("telegram_bot_token", ":aa", re.compile(r"[0-9]{8,10}:AA[A-Za-z0-9_-]{33}"), False),
     (
         "discord_bot_token",
