@@ -31,7 +31,7 @@ import re
 from functools import cache
 from typing import Any
 
-__all__ = ["DETECTORS", "DIGIT"]
+__all__ = ["DETECTORS", "DIGITS"]
 
 Span = tuple[str, int, int]
 
@@ -128,9 +128,30 @@ def _iban(m: re.Match[str], module: str) -> Span | None:
     return None
 
 
-# DIGIT stands for "the text holds a digit": every number here has one.
-DIGIT = "0-9"
+# Each shape alone, with the check that proves it: (pattern, checker), cards first.
+_BRANCHES: tuple[tuple[re.Pattern[str], Any], ...] = (
+    (_CARD_RE, _check_card),
+    *((re.compile(shape), _checker(kind, module)) for kind, module, shape in _SHAPES),
+)
+# All shapes in one pattern: a text is scanned once, not once per shape (most texts with digits
+# hold none of them, and each scan has a fixed cost).
+_ANY_RE = re.compile("|".join(f"(?:{p.pattern})" for p, _ in _BRANCHES))
+
+
+def _check_any(m: re.Match[str], text: str) -> Span | None:
+    """The first shape found at the match's start that its check digits prove (two shapes may
+    start at the same place: "2345 6789 0124" is too short for a card, and an Aadhaar)."""
+    for pattern, check in _BRANCHES:
+        found = pattern.match(text, m.start())
+        if found is not None:
+            span = check(found, text)
+            if span is not None:
+                return span
+    return None
+
+
+# DIGITS stands for "the text holds two digits in a row": every number here does.
+DIGITS = "00"
 DETECTORS: tuple[tuple[tuple[str, ...], re.Pattern[str], Any], ...] = (
-    ((DIGIT,), _CARD_RE, _check_card),
-    *(((DIGIT,), re.compile(shape), _checker(kind, module)) for kind, module, shape in _SHAPES),
+    ((DIGITS,), _ANY_RE, _check_any),
 )

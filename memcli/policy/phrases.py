@@ -23,8 +23,21 @@ import re
 
 __all__ = ["NEEDLES", "PATTERN", "check"]
 
-# The words that start a phrase, lower-cased (the detector runs only when one occurs).
-NEEDLES = ("pass", "pin", "code", "key", "token", "secret", "combination")
+# What wakes the detector, lower-cased: a credential word and the character after it, since the
+# bare words hide inside common ones ("shopping", "monkey", "passed") and would wake it on most
+# conversation for nothing.
+NEEDLES = (
+    "password",
+    "passphrase",
+    "passcode",
+    "passwd",
+    "combination",
+    *(
+        f"{word}{after}"
+        for word in ("pin", "code", "key", "token", "secret")
+        for after in " :=-\n\t"
+    ),
+)
 
 _PIN_WORDS = (
     r"pin(?:[ -]?(?:code|number))?|(?:door|gate|alarm|garage|lock|safe|locker|entry"

@@ -28,7 +28,7 @@ from typing import Any
 import ahocorasick_rs
 
 from memcli.policy import gitleaks, identifiers, phrases
-from memcli.policy.identifiers import DIGIT
+from memcli.policy.identifiers import DIGITS
 
 __all__ = [
     "Finding",
@@ -42,6 +42,7 @@ __all__ = [
 ]
 
 MARKER_PREFIX = "[REDACTED:"
+DIGIT = "0"  # a pseudo-needle: the text holds a digit (identifiers.DIGITS: two in a row)
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,8 +136,8 @@ _PEM_RE = re.compile(
 # Fixed-prefix token formats. Each pattern starts with its literal prefix, which lets `re` skip
 # ahead quickly; the "not glued to a longer identifier" check is done in code because a leading
 # lookbehind would disable that fast path.
-_PREFIXED: tuple[tuple[str, str, re.Pattern[str], bool], ...] = (
-    # (kind, lower-case needle, pattern, needs the _looks_like_credential check)
+_PREFIXED: tuple[tuple[str, str | tuple[str, ...], re.Pattern[str], bool], ...] = (
+    # (kind, lower-case needle(s), pattern, needs the _looks_like_credential check)
     ("anthropic_key", "sk-ant-", re.compile(r"sk-ant-[A-Za-z0-9_-]{20,}"), False),
     (
         "openai_key",
@@ -144,12 +145,22 @@ _PREFIXED: tuple[tuple[str, str, re.Pattern[str], bool], ...] = (
         re.compile(r"sk-(?!ant-)(?:proj-|svcacct-|admin-)?[A-Za-z0-9_-]{20,}"),
         True,  # "sk-" + 20 letters could be a long hyphenated slug; real keys carry digits
     ),
-    ("github_token", "gh", re.compile(r"gh[pousr]_[A-Za-z0-9]{30,}"), False),
+    (
+        "github_token",
+        ("ghp_", "gho_", "ghu_", "ghs_", "ghr_"),
+        re.compile(r"gh[pousr]_[A-Za-z0-9]{30,}"),
+        False,
+    ),
     ("github_token", "github_pat_", re.compile(r"github_pat_[A-Za-z0-9_]{30,}"), False),
     ("slack_token", "xox", re.compile(r"xox[baprs]-[A-Za-z0-9-]{10,}"), False),
     ("google_api_key", "aiza", re.compile(r"AIza[0-9A-Za-z_-]{30,}"), False),
     ("stripe_key", "k_", re.compile(r"[rs]k_(?:live|test)_[0-9A-Za-z]{16,}"), False),
-    ("aws_access_key_id", "akia", re.compile(r"A(?:KIA|SIA)[A-Z0-9]{16}(?![A-Za-z0-9])"), False),
+    (
+        "aws_access_key_id",
+        ("akia", "asia"),
+        re.compile(r"A(?:KIA|SIA)[A-Z0-9]{16}(?![A-Za-z0-9])"),
+        False,
+    ),
     ("jwt", "eyj", re.compile(r"eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]*"), False),
     # Shapes gitleaks finds only beside a label ("mailgun ... =", "telegram ... :"), or not at
     # all, while people paste them bare into a sentence.
@@ -328,17 +339,18 @@ def _check_assignment(m: re.Match[str], text: str) -> Span | None:
     return kind, start, start + len(value)
 
 
-# (needles, pattern, checker). A detector runs only if one of its lower-case needles occurs in the
-# text (one Aho-Corasick pass finds them all; DIGIT: the text holds a digit), so ordinary prose
-# costs little. Order matters only for ties when two detectors report the same span: the first
-# one names it, so memcli's own kinds keep their names where gitleaks' rules find them too.
+# (needles, pattern, checker). A detector runs only if one of its lower-case needles occurs in
+# the text (one Aho-Corasick pass finds them all; the pseudo-needles DIGIT and DIGITS: the text
+# holds a digit, two in a row), so ordinary prose costs little. Order matters only for ties when
+# two detectors report the same span: the first one names it, so memcli's own kinds keep their
+# names where gitleaks' rules find them too.
 Detector = tuple[tuple[str, ...], Any, Checker]
-_NEEDLES = {"aws_access_key_id": ("akia", "asia")}  # kinds with more than one prefix
+_PSEUDO = {DIGIT: re.compile(r"[0-9]"), DIGITS: re.compile(r"[0-9]{2}")}
 _OWN: tuple[Detector, ...] = (
     (("<private",), _PRIVATE_RE, _whole("private")),
     (("-----begin",), _PEM_RE, _whole("private_key")),
     *(
-        (_NEEDLES.get(kind, (needle,)), pattern, _check_prefixed(kind, check))
+        (needle if isinstance(needle, tuple) else (needle,), pattern, _check_prefixed(kind, check))
         for kind, needle, pattern, check in _PREFIXED
     ),
     ((DIGIT,), _BARE_AWS_SECRET_RE, _check_bare_aws_secret),
@@ -353,9 +365,12 @@ _OWN: tuple[Detector, ...] = (
 
 
 @cache
-def _detectors() -> tuple[tuple[Detector, ...], Any, tuple[int, ...]]:
+def _detectors() -> tuple[
+    tuple[Detector, ...], Any, tuple[tuple[re.Pattern[str], tuple[int, ...]], ...]
+]:
     """Every detector (memcli's own, then gitleaks' rules), an automaton mapping each needle to
-    the detectors it wakes, and the detectors a digit wakes. Built on the first redaction."""
+    the detectors it wakes, and the detectors each pseudo-needle wakes. Built on the first
+    redaction."""
     rules, common = gitleaks.rules()
     found: tuple[Detector, ...] = (
         *_OWN,
@@ -365,16 +380,13 @@ def _detectors() -> tuple[tuple[Detector, ...], Any, tuple[int, ...]]:
     for order, (needles, _, _) in enumerate(found):
         for needle in needles:
             wakes.setdefault(needle, []).append(order)
-    digit = tuple(wakes.pop(DIGIT, ()))
+    pseudo = tuple((test, tuple(wakes.pop(needle, ()))) for needle, test in _PSEUDO.items())
     automaton = ahocorasick_rs.AhoCorasick(list(wakes))
-    return found, (automaton, tuple(tuple(orders) for orders in wakes.values())), digit
+    return found, (automaton, tuple(tuple(orders) for orders in wakes.values())), pseudo
 
 
 def _check_rule(rule: gitleaks.Rule, common: Any, m: Any, text: str) -> Span | None:
     return rule.span(m, text, common)
-
-
-_DIGIT_RE = re.compile(r"[0-9]")
 
 
 class _Markers:
@@ -434,13 +446,14 @@ def _merge(spans: list[tuple[int, int, int, str]]) -> list[tuple[int, int, str]]
 
 
 def _spans(text: str) -> list[tuple[int, int, str]]:
-    detectors, (automaton, wakes), by_digit = _detectors()
+    detectors, (automaton, wakes), pseudo = _detectors()
     woken: set[int] = set()
     # Overlapping: "sk" inside "sk_live_" must wake its rules as well as "sk_live_" does.
     for needle in {i for i, _, _ in automaton.find_matches_as_indexes(text.lower(), True)}:
         woken.update(wakes[needle])
-    if _DIGIT_RE.search(text):
-        woken.update(by_digit)
+    for test, orders in pseudo:
+        if test.search(text):
+            woken.update(orders)
     if not woken:
         return []
     markers = _Markers(text)
