@@ -25,8 +25,6 @@ from dataclasses import dataclass
 from functools import cache, partial
 from typing import Any
 
-import ahocorasick_rs
-
 from memcli.policy import gitleaks, identifiers, phrases
 from memcli.policy.identifiers import DIGITS
 
@@ -381,6 +379,8 @@ def _detectors() -> tuple[
         for needle in needles:
             wakes.setdefault(needle, []).append(order)
     pseudo = tuple((test, tuple(wakes.pop(needle, ()))) for needle, test in _PSEUDO.items())
+    import ahocorasick_rs  # with the rules, on the first redaction: off every command's start-up
+
     automaton = ahocorasick_rs.AhoCorasick(list(wakes))
     return found, (automaton, tuple(tuple(orders) for orders in wakes.values())), pseudo
 
