@@ -72,8 +72,15 @@ def _iban(raw: str) -> str:
 
 
 # kind -> the body made of the random part (default: the part + "7Q", see `_body`).
-SHAPES: dict[str, Callable[[str], str]] = {"card_number": _card, "iban": _iban,
-                                           "pin": lambda raw: raw}
+# A gitleaks rule drops a value whose entropy is at or under its floor (3 bits for `glpat-`),
+# as a placeholder: the random part is mixed with varied characters, so that even the draw
+# hypothesis shrinks to (all zeros) is a real-looking token. A PIN gets fixed digits around its
+# random ones, so that it is not a run of zeros, which a database file holds anyway.
+SHAPES: dict[str, Callable[[str], str]] = {
+    "card_number": _card, "iban": _iban,
+    "gitlab_pat": lambda raw: raw[:6] + "Zq8Xk3Lp7WmN2b",
+    "pin": lambda raw: "9" + raw[:5] + "37",
+}
 
 KINDS: dict[str, tuple[str, int, Callable[[str], str]]] = {
     "openai_key": (_ALNUM, 32, lambda b: f"sk-proj-{b}"),
