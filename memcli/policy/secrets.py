@@ -1,19 +1,26 @@
 """Secret redaction applied to everything before it is stored.
 
 A memory file outlives the session that wrote it and is easy to copy around, so ingest must never
-persist credentials. `redact()` finds secrets with a set of narrow, prefix- or label-anchored
-patterns (false positives on prose, UUIDs, git SHAs and plain URLs cost recall, so every pattern
-needs a distinctive anchor) and replaces each with `[REDACTED:<kind>]`. A `Finding` records only the
-kind and the position in the original text, never the secret itself, so findings can be logged and
-stored safely.
+persist credentials. `redact()` finds secrets and replaces each with `[REDACTED:<kind>]`, with
+detectors from four places (the choice and its measurements: docs/design/secrets.md):
+
+- gitleaks' rule set, read as data (`memcli.policy.gitleaks`): token shapes of ~200 services;
+- memcli's own narrow, prefix- or label-anchored patterns here (false positives on prose, UUIDs,
+  git SHAs and plain URLs cost recall, so every pattern needs a distinctive anchor): shapes
+  gitleaks finds only beside a label, labelled values, headers, URL passwords, `<private>`;
+- credentials said in a sentence (`memcli.policy.phrases`): "my PIN is 4821";
+- numbers proven by their check digits (`memcli.policy.identifiers`): cards, IBANs, national ids.
+
+A detector runs only when one of its needles occurs (one Aho-Corasick pass finds them all), so
+ordinary prose costs little. A `Finding` records only the kind and the position in the original
+text, never the secret itself, so findings can be logged and stored safely.
 
 Redaction is idempotent: running it on its own output changes nothing, because a detection that
 touches an existing `[REDACTED:...]` marker is dropped, and a rejected match never hides a later
 one (see `_detect`).
 
 This module looks at one string; `memcli.policy.redaction` walks whole records (keys too) and is
-the path
-every write takes.
+the path every write takes.
 """
 
 from __future__ import annotations
