@@ -124,12 +124,12 @@ async def mcp_agent(n: int, base: str, deadline: float, stats: Stats, think: flo
             ev = event(n, i)
             word = WORDS[(n + i) % len(WORDS)]
             calls = (
-                ("record_event", "memory.record_event",
+                ("record_event", "memory_record_event",
                  {"text": ev["content"]["text"], "event_id": ev["event_id"],
                   "session_id": ev["session_id"]}),
-                ("build_acb", "memory.build_acb",
+                ("build_acb", "memory_build_acb",
                  {"query": f"what about the {word} item?", "session_id": ev["session_id"]}),
-                ("query", "memory.query", {"query": f"{word} item", "top_k": 5}),
+                ("query", "memory_query", {"query": f"{word} item", "top_k": 5}),
             )
             for op, tool, args in calls:
                 key = f"mcp | {op}"

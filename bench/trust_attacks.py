@@ -27,7 +27,14 @@ sockets; every process it starts is stopped before it exits. Offline.
    Counted: 5xx answers and MCP internal errors; tracebacks in the daemon's log.
 5. Oversized bodies: 3 concurrent 100 MB POSTs to a fresh daemon, with Content-Length declared,
    then chunked. Measured: the daemon's peak resident memory minus before (MB).
-6. Planted secrets (bench/trust_attacks_secrets.py): 79 kinds of credentials and identity
+6. File modes (bench/trust_attacks_private.py): under umask 022, a new database in a new folder,
+   an export, a view, the hooks log and the serve token file. Counted: files another local
+   user can read, folders memcli made that others can enter; whether `doctor` names a
+   database left 0644.
+7. Pages' login (bench/trust_attacks_private.py): the operator logs in, then 10,000 anonymous
+   `GET /ui/login`; is the operator still in? Then 30 wrong tokens from one address: how many
+   were checked before a 429, and does the right token get in meanwhile?
+8. Planted secrets (bench/trust_attacks_secrets.py): 79 kinds of credentials and identity
    numbers, real-shaped and fake, through 10 write entries (CLI in-process and forwarded to a
    daemon, three importers, HTTP, MCP). Counted: planted values found raw in the database, its
    WAL, the export, the daemon's log or an answer.
@@ -48,6 +55,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.trust_attacks_fuzz import fuzz
+from bench.trust_attacks_private import file_modes, login_flood
 from bench.trust_attacks_secrets import planted_secrets
 from bench.trust_attacks_serve import Serve, bindings, oversized
 from tests.support.sockets import Listener, python_of, second_user
@@ -290,6 +298,8 @@ def run(quick: bool, calls: int | None, seed: int, only: set[str]) -> dict[str, 
                                                 lambda s: oversized(s, chunked=False)),
             "oversized_chunked": lambda: _served(scratch, "big-chunked",
                                                  lambda s: oversized(s, chunked=True)),
+            "file_modes": lambda: file_modes(scratch),
+            "login_flood": lambda: _served(scratch, "login-flood", login_flood),
             "planted_secrets": lambda: planted_secrets(scratch, memcli, daemon_env),
         }
         for name, step in steps.items():
@@ -335,6 +345,16 @@ def table(out: dict[str, Any]) -> str:
             "oversized_length", lambda r: f"{r['growth_mb']} MB")),
         ("RSS growth, 3 x 100 MB POST, chunked", cell(
             "oversized_chunked", lambda r: f"{r['growth_mb']} MB")),
+        ("files other local users can read (umask 022)", cell(
+            "file_modes", lambda r: f"{len(r['readable_by_others'])} of {r['files']}")),
+        ("folders memcli made that others can enter", cell(
+            "file_modes", lambda r: f"{len(r['open_folders'])} of {r['folders']}")),
+        ("doctor names a database others can read", cell(
+            "file_modes", lambda r: "yes" if r["doctor_names_open_db"] else "no")),
+        ("10,000 anonymous GET /ui/login: operator logged out", cell(
+            "login_flood", lambda r: "yes" if r["logged_out"] else "no")),
+        ("wrong tokens checked of 30 posted from one address", cell(
+            "login_flood", lambda r: f"{r['guesses_checked']} of {r['guesses']}")),
         ("planted secrets found raw (10 write entries)", cell(
             "planted_secrets", lambda r: f"{r['raw']} of {r['of']} "
                                          f"({len(r['raw_kinds'])} kinds; "
@@ -353,8 +373,8 @@ def main() -> None:
     parser.add_argument("--calls", type=int, help="fuzzed calls (overrides --quick)")
     parser.add_argument("--seed", type=int, default=23, help="the fuzz's seed")
     parser.add_argument("--only", default="", help="comma-separated attacks: planted_socket,"
-                        "cross_tenant,bindings,fuzz,oversized_length,oversized_chunked,"
-                        "planted_secrets")
+                        "cross_tenant,bindings,fuzz,oversized_length,oversized_chunked,file_modes,"
+                        "login_flood,planted_secrets")
     args = parser.parse_args()
     only = {o.strip() for o in args.only.split(",") if o.strip()}
     out = run(args.quick, args.calls, args.seed, only)

@@ -35,18 +35,18 @@ ROUTES: tuple[tuple[str, str, dict], ...] = (
     ("DELETE", "/apps/{app}/memories/{id}", {}),
 )
 TOOLS: tuple[tuple[str, dict], ...] = (
-    ("memory.query", {"query": "plan", "top_k": 5}),
-    ("memory.build_acb", {"query": "plan", "max_tokens": 500}),
-    ("memory.record_event", {"text": "hello", "session_id": "s1"}),
-    ("memory.get_artifact", {"artifact_id": "doc-1"}),
-    ("memory.query_decisions", {"limit": 5}),
-    ("memory.remember", {"text": "Bob likes coffee"}),
-    ("memory.forget", {"memory_id": 1}),
-    ("memory.record_decision", {"decision": "Use PostgreSQL", "supersedes": 1}),
-    ("memory.record_task", {"title": "Ship", "task_id": 1, "status": "done"}),
-    ("memory.history", {"memory_id": 1}),
-    ("memory.app_memories", {"app_id": "a1", "limit": 5}),
-    ("memory.purge_app", {"app_id": "a1", "memory_id": 1}),
+    ("memory_query", {"query": "plan", "top_k": 5}),
+    ("memory_build_acb", {"query": "plan", "max_tokens": 500}),
+    ("memory_record_event", {"text": "hello", "session_id": "s1"}),
+    ("memory_get_artifact", {"artifact_id": "doc-1"}),
+    ("memory_query_decisions", {"limit": 5}),
+    ("memory_remember", {"text": "Bob likes coffee"}),
+    ("memory_forget", {"memory_id": 1}),
+    ("memory_record_decision", {"decision": "Use PostgreSQL", "supersedes": 1}),
+    ("memory_update_task", {"task_id": 1, "status": "done"}),
+    ("memory_history", {"memory_id": 1}),
+    ("memory_app_memories", {"app_id": "a1", "limit": 5}),
+    ("memory_purge_app", {"app_id": "a1", "memory_id": 1}),
 )
 HUGE = (10**25, -(10**25), 2**63, 2**64, 99999999999999999999999, -(2**63) - 1)
 NEGATIVE = (-1, -100, -(10**6), 0)

@@ -218,14 +218,14 @@ def _by_id(rows: dict[str, Any]) -> list[tuple[str, str, str, dict | None]]:
 
 def _tools(rows: dict[str, Any]) -> list[tuple[str, dict]]:
     """(tool, arguments) of every MCP tool acting on one row; reads first."""
-    calls = [("memory.get_artifact", {"artifact_id": rows["artifact"]}),
-             ("memory.history", {"memory_id": rows["memory"]})]
+    calls = [("memory_get_artifact", {"artifact_id": rows["artifact"]}),
+             ("memory_history", {"memory_id": rows["memory"]})]
     if "decision" in rows:
-        calls.append(("memory.record_decision", {"decision": "Use more",
+        calls.append(("memory_record_decision", {"decision": "Use more",
                                                  "supersedes": rows["decision"]}))
-        calls.append(("memory.record_task", {"task_id": rows["task"], "status": "done"}))
-    calls += [("memory.forget", {"memory_id": rows["memory"]}),
-              ("memory.purge_app", {"app_id": "a1", "memory_id": rows["memory"]})]
+        calls.append(("memory_update_task", {"task_id": rows["task"], "status": "done"}))
+    calls += [("memory_forget", {"memory_id": rows["memory"]}),
+              ("memory_purge_app", {"app_id": "a1", "memory_id": rows["memory"]})]
     return calls
 
 
@@ -278,7 +278,7 @@ def bindings(serve: Serve, out: str = "outx") -> dict[str, Any]:
                 r = client.request(method, path)
                 if r.status_code != 200:
                     control.append(f"{name}: {route} inside -> {r.status_code}")
-            status, answer = tool_call(client, "memory.history", {"memory_id": inside["memory"]})
+            status, answer = tool_call(client, "memory_history", {"memory_id": inside["memory"]})
             if status != 200 or not tool_ok(answer):
                 control.append(f"{name}: memory.history inside -> {str(answer)[:120]}")
             for route, method, path, body in _by_id(for_http):
@@ -304,7 +304,7 @@ def bindings(serve: Serve, out: str = "outx") -> dict[str, Any]:
             "control_list": control}
 
 
-READ_TOOLS = ("memory.get_artifact", "memory.history")
+READ_TOOLS = ("memory_get_artifact", "memory_history")
 
 
 def _holds(text: str) -> bool:
@@ -331,9 +331,9 @@ def _listings(client: Any, tag: str) -> list[str]:
     for what, r in answers.items():
         if 200 <= r.status_code < 300 and tag in r.text:
             shown.append(what)
-    for tool, arguments in (("memory.query", {"query": "Quokka plan design doc", "top_k": 50}),
-                            ("memory.query_decisions", {}),
-                            ("memory.app_memories", {"app_id": "a1"})):
+    for tool, arguments in (("memory_query", {"query": "Quokka plan design doc", "top_k": 50}),
+                            ("memory_query_decisions", {}),
+                            ("memory_app_memories", {"app_id": "a1"})):
         status, answer = tool_call(client, tool, arguments)
         if status == 200 and tool_ok(answer) and tag in json.dumps(answer):
             shown.append(tool)

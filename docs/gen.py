@@ -6,7 +6,8 @@
   its usage, help and options, as `memcli CMD --help` shows them;
 - docs/reference/http.md: `memcli serve`'s routes from the FastAPI app's /openapi.json (the
   same document a client reads), with their bodies, answers and schemas;
-- docs/reference/mcp.md: the MCP tools the server registers, with their input schemas.
+- docs/reference/mcp.md: the MCP tools the server registers, with their input schemas and
+  answers.
 
 `python -m docs.gen --check` writes nothing and exits 1 naming the stale pages;
 tests/test_docs_reference.py runs the same comparison, so a new flag or route without
@@ -241,18 +242,26 @@ def mcp_tools() -> list[Any]:
 
 
 def mcp_reference(tools: list[Any] | None = None) -> str:
-    """The tools' names, descriptions, hints and input schemas."""
-    from memcli.service.mcp_server import TOOLS
+    """The tools' names, descriptions, hints, input schemas (with the objects they nest) and
+    the answer each gives."""
+    from memcli.service.mcp_tools import DOTTED_UNTIL, TOOLS
 
     tools = tools if tools is not None else mcp_tools()
-    source = "the MCP server (memcli/service/mcp_server.py)"
+    source = "the MCP server (memcli/service/mcp_tools.py)"
     out = [_HEADER.format(command=REGENERATE, source=source),
            "# MCP tools\n\n",
            "The tools `memcli mcp` (stdio) and `memcli serve`'s `/mcp` (streamable HTTP) offer "
            "(see [Coding agents and MCP](../guides/agents-and-mcp.md)). "
            "The default set is the one marked *default*; `--tools all` (or `mcp_tools: all` in "
-           "the config file) adds the others, `--tools query,remember` picks some. The scope "
-           "(tenant, user, agent, app) is the server's, never a tool argument.\n\n",
+           "the config file) adds the others, `--tools query,remember` picks some (a name with "
+           "or without `memory_`; the dotted names of 0.1.0's development, `memory.query`, are "
+           f"accepted until {DOTTED_UNTIL}). The scope (tenant, user, agent, app) is the "
+           "server's, never a tool argument. An argument a tool does not take is refused with "
+           "a tool error naming it.\n\n"
+           "Every tool answers `{\"scope\": ..., \"result\": ...}`: as `structuredContent`, "
+           "checked against the tool's `outputSchema` (MCP 2025-06-18), and as the same JSON "
+           "in a text block for older clients. `scope` is the scope that answered; `result` "
+           "is what the matching [HTTP route](http.md) answers.\n\n",
            "| tool | default | hints | what it does |\n|---|---|---|---|\n"]
     for tool in tools:
         spec = TOOLS[tool.name]
@@ -260,15 +269,27 @@ def mcp_reference(tools: list[Any] | None = None) -> str:
                                           ("destructive", spec.destructive)) if on)
         out.append(f"| [`{tool.name}`](#{_anchor(tool.name)}) | "
                    f"{'default' if spec.default else ''} | {hints} | "
-                   f"{_cell(tool.description)} |\n")
+                   f"{_cell(spec.summary)} |\n")
     out.append("\n")
     for tool in tools:
         spec = TOOLS[tool.name]
-        out.append(f"## {tool.name}\n\n{tool.description}\n\n")
-        if spec.aliases:
-            aliases = ", ".join(f"`{a}` for `{c}`" for a, c in spec.aliases)
-            out.append(f"Also accepted: {aliases}.\n\n")
+        out.append(f"## {tool.name}\n\n{spec.summary}\n\n")
+        out.append(f"```json\n{json.dumps(spec.example, ensure_ascii=False)}\n```\n\n")
+        accepted = [*(f"`{a}` for `{c}`" for a, c in spec.aliases),
+                    *([spec.shorthand] if spec.shorthand else [])]
+        if accepted:
+            out.append(f"Also accepted: {', '.join(accepted)}.\n\n")
         out.append(_fields(tool.input_schema) or "No arguments.\n\n")
+        for name, prop in tool.input_schema.get("properties", {}).items():
+            for nested in [prop, *prop.get("anyOf", [])]:  # an object argument's own fields
+                if nested.get("properties"):
+                    said = " ".join(nested.get("description", "").split())
+                    out.append(f"`{name}`, an object: {said}\n\n{_fields(nested)}")
+        # The answer's model by name (the published schema inlines it): the HTTP reference
+        # describes each one.
+        result = spec.output.model_json_schema()["properties"]["result"]
+        answer = schema_type(result).replace("](#", "](http.md#")
+        out.append(f"Answers: `result` is {answer}.\n\n")
     return "".join(out).rstrip("\n") + "\n"
 
 

@@ -143,16 +143,16 @@ def _by_id(rows: Rows) -> dict[str, tuple[str, str, dict]]:
 def _tools(rows: Rows) -> dict[str, tuple[str, dict]]:
     """Every MCP tool acting on one row."""
     calls = {
-        "memory.get_artifact": ("memory.get_artifact", {"artifact_id": rows.artifact}),
-        "memory.history": ("memory.history", {"memory_id": rows.memory}),
-        "memory.forget": ("memory.forget", {"memory_id": rows.memory}),
-        "memory.purge_app": ("memory.purge_app", {"app_id": "a1", "memory_id": rows.memory}),
+        "memory_get_artifact": ("memory_get_artifact", {"artifact_id": rows.artifact}),
+        "memory_history": ("memory_history", {"memory_id": rows.memory}),
+        "memory_forget": ("memory_forget", {"memory_id": rows.memory}),
+        "memory_purge_app": ("memory_purge_app", {"app_id": "a1", "memory_id": rows.memory}),
     }
     if rows.decision is not None:
-        calls["memory.record_decision"] = ("memory.record_decision",
+        calls["memory_record_decision"] = ("memory_record_decision",
                                            {"decision": "Use more", "supersedes": rows.decision})
     if rows.task is not None:
-        calls["memory.record_task"] = ("memory.record_task", {"task_id": rows.task,
+        calls["memory_update_task"] = ("memory_update_task", {"task_id": rows.task,
                                                               "status": "done"})
     return calls
 
@@ -288,9 +288,9 @@ def test_a_listing_never_shows_a_row_outside_the_binding(bound) -> None:
         assert r.status_code == 200, (route, r.text)
         if OUT in r.text:
             shown.append(route)
-    tools = {"memory.query": {"query": "Quokka plan", "top_k": 50},
-             "memory.build_acb": {"query": "Quokka plan"}, "memory.query_decisions": {},
-             "memory.app_memories": {"app_id": "a1"}}
+    tools = {"memory_query": {"query": "Quokka plan", "top_k": 50},
+             "memory_build_acb": {"query": "Quokka plan"}, "memory_query_decisions": {},
+             "memory_app_memories": {"app_id": "a1"}}
     for name, arguments in tools.items():
         is_error, text = _tool(client, name, arguments)
         assert not is_error, (name, text)
@@ -321,6 +321,6 @@ def test_a_bundle_holds_only_the_bound_categories(tmp_path, monkeypatch) -> None
         sections = r.json()["sections"]
         assert OUT not in json.dumps(sections)
         assert "zebra" in json.dumps(sections)  # the bound category's memory is there
-        is_error, text = _tool(client, "memory.build_acb", {"query": f"{OUT} zebra db",
+        is_error, text = _tool(client, "memory_build_acb", {"query": f"{OUT} zebra db",
                                                             "session_id": "s1"})
         assert not is_error and OUT not in json.dumps(json.loads(text)["result"]["sections"])

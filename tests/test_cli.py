@@ -295,6 +295,10 @@ def test_demo_with_the_test_embedder(cli, db_path):
     hits = json.loads(result.stdout)
     assert 1 <= len(hits) <= 3 and all(h["user_id"] == "priya" for h in hits)
     assert "memcli demo: ingested 10 events" in result.stderr
+    # The question the hits answer is said (stderr: stdout carries the hits alone).
+    assert "memcli demo: the hits for 'When does Anika visit?'" in result.stderr
+    asked = cli("demo", "Where does Priya live?", "--json")
+    assert "'Where does Priya live?'" in asked.stderr and json.loads(asked.stdout)
     assert not db_path.exists()  # the demo uses a scratch database, not the user's
 
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 
 import pytest
-from pydantic import ValidationError
 
 from memcli.derived.textrules import check_memory_text
 from memcli.lifecycle import dedup
@@ -282,14 +281,15 @@ def test_a_bad_pair_check_leaves_the_whole_session_unapplied(memory, stub, db_pa
     assert snapshot(db_path) == before  # not even the bicycle: never half-applied
 
 
-def test_a_reply_breaking_the_writing_rules_gets_one_repair_turn(memory, stub):
+def test_an_item_breaking_the_writing_rules_costs_that_item_only(memory, stub):
     memory.ingest(conversation("s1", ["I love tea"]) + conversation("s2", ["y"], day=2))
-    stub.enqueue_json(extraction(facts=["I love tea."]))
-    stub.enqueue_json(extraction(facts=["Priya loves tea."]))
+    stub.enqueue_json(extraction(facts=["I love tea.", "Priya loves tea."]))
     report = consolidate(memory, model_for(memory, stub), settings())
-    assert [a["text"] for a in report["sessions"][0]["added"]] == ["Priya loves tea."]
-    repair = stub.chat_requests[1]["messages"][-1]["content"]
-    assert "facts.0.text" in repair and "third person" in repair
+    (s1,) = report["sessions"]
+    assert [a["text"] for a in s1["added"]] == ["Priya loves tea."]
+    (dropped,) = s1["dropped"]
+    assert dropped["item"] == "facts[0]" and "third person" in dropped["reason"]
+    assert len(stub.chat_requests) == 1  # no repair turn: nothing else was wrong
 
 
 @pytest.mark.parametrize(
@@ -300,13 +300,14 @@ def test_a_reply_breaking_the_writing_rules_gets_one_repair_turn(memory, stub):
         ("Priya moved. She likes it. She stays.", "sentences"),
         ("Priya " + "really " * 50 + "likes Lisbon.", "characters"),
         ("   ", "empty"),
+        ("She moved to Lisbon in May.", "self-contained"),
     ],
 )
 def test_writing_rules(text, reason):
     with pytest.raises(ValueError, match=reason):
         check_memory_text(text)
-    with pytest.raises(ValidationError):
-        Extraction.model_validate({"summary": "Priya talked.", "facts": [{"text": text}]})
+    reply = Extraction.model_validate({"summary": "Priya talked.", "facts": [{"text": text}]})
+    assert reply.facts == [] and reason in reply.dropped[0].reason
     assert check_memory_text("Priya moved to Lisbon in March 2024. She likes the US.")
 
 

@@ -51,10 +51,10 @@ def test_an_id_beyond_64_bits_is_422(server, method, path, body):
 
 
 def test_mcp_tools_refuse_an_id_beyond_64_bits(server):
-    calls = [("memory.forget", {"memory_id": HUGE}),
-             ("memory.history", {"memory_id": HUGE}),
-             ("memory.record_task", {"task_id": HUGE, "status": "done"}),
-             ("memory.record_decision", {"decision": "x", "supersedes": HUGE})]
+    calls = [("memory_forget", {"memory_id": HUGE}),
+             ("memory_history", {"memory_id": HUGE}),
+             ("memory_update_task", {"task_id": HUGE, "status": "done"}),
+             ("memory_record_decision", {"decision": "x", "supersedes": HUGE})]
 
     async def main(url):
         headers = {"Authorization": f"Bearer {OPERATOR}", "X-Memcli-Tools": "all"}
@@ -161,11 +161,11 @@ def test_a_write_protected_database_answers_every_read(protected, tmp_path, monk
         async def main(url):
             headers = {"Authorization": f"Bearer {OPERATOR}", "X-Memcli-Tools": "all"}
             async with http_client(url, headers) as client:
-                hits = payload(await client.call_tool("memory.query", {"query": "kiwi"}))
+                hits = payload(await client.call_tool("memory_query", {"query": "kiwi"}))
                 assert hits["result"][0]["text"] == "kiwi pie for the picnic"
-                payload(await client.call_tool("memory.build_acb", {"query": "kiwi"}))
-                payload(await client.call_tool("memory.query_decisions", {}))
-                payload(await client.call_tool("memory.history",
+                payload(await client.call_tool("memory_build_acb", {"query": "kiwi"}))
+                payload(await client.call_tool("memory_query_decisions", {}))
+                payload(await client.call_tool("memory_history",
                                                {"memory_id": hits["result"][0]["id"]}))
 
         anyio.run(main, api.url + "/mcp")

@@ -441,7 +441,8 @@ def test_tool_result_excerpt_names_and_line_range_of_file_reads(cli, db_path):
 
 def test_tool_result_excerpt_must_be_text(cli):
     result = ingest(cli, [{"kind": "tool_result", "content": {"excerpt_text": 42}}])
-    assert result.exit_code == 2 and "content.excerpt_text must be a string" in result.stderr
+    assert result.exit_code == 2
+    assert "content.excerpt_text: Input should be a valid string" in result.stderr
 
 
 # -- derived rows ---------------------------------------------------------------------------

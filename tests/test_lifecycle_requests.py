@@ -97,9 +97,9 @@ ROUTES = {
     "delete_app_memories": ("delete", "/apps/{app_id}/memories", life.AppMemoriesRequest,
                             ("app_id",)),
 }
-TOOLS = {"remember": "memory.remember", "forget": "memory.forget",
-         "memory_history": "memory.history", "app_memories": "memory.app_memories",
-         "delete_app_memories": "memory.purge_app"}
+TOOLS = {"remember": "memory_remember", "forget": "memory_forget",
+         "memory_history": "memory_history", "app_memories": "memory_app_memories",
+         "delete_app_memories": "memory_purge_app"}
 
 
 def test_the_route_and_the_tool_carry_the_models_fields(tmp_path, monkeypatch) -> None:

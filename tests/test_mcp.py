@@ -28,8 +28,8 @@ from tests.support.mcp import (
 
 pytestmark = pytest.mark.daemon  # `memcli mcp` over stdio, `memcli serve`: child processes
 
-DEFAULT = {"memory.query", "memory.build_acb", "memory.record_event", "memory.get_artifact",
-           "memory.query_decisions", "memory.remember", "memory.forget"}
+DEFAULT = {"memory_query", "memory_build_acb", "memory_record_event", "memory_get_artifact",
+           "memory_query_decisions", "memory_remember", "memory_forget"}
 
 
 @pytest.fixture
@@ -54,21 +54,22 @@ def test_default_tools_and_their_hints_over_stdio(env):
         for name, tool in tools.items():
             assert tool.annotations.read_only_hint is TOOLS[name].read_only, name
             assert tool.annotations.destructive_hint is TOOLS[name].destructive, name
-            assert len(tool.description) < 120  # short: every tool costs context
+            # short (every tool costs context): when to call it, and one example call
+            assert len(tool.description) < 320 and "Example: {" in tool.description, name
             # identity is never a tool argument
             assert not {"tenant", "tenant_id", "user_id", "agent_id"} & set(
                 tool.input_schema.get("properties", {})), name
-        assert tools["memory.forget"].annotations.destructive_hint is True
-        assert tools["memory.query"].annotations.read_only_hint is True
+        assert tools["memory_forget"].annotations.destructive_hint is True
+        assert tools["memory_query"].annotations.read_only_hint is True
         async with _stdio(env, "--tools", "all") as client:
             names = {t.name for t in (await client.list_tools()).tools}
-        assert names == set(TOOLS) and "memory.purge_app" in names
+        assert names == set(TOOLS) and "memory_purge_app" in names
         config = Path(env["MEMCLI_CONFIG"])
         config.write_text(config.read_text(encoding="utf-8") + "mcp_tools: query,remember\n",
                           encoding="utf-8")
         async with _stdio(env) as client:
             names = {t.name for t in (await client.list_tools()).tools}
-        assert names == {"memory.query", "memory.remember"}
+        assert names == {"memory_query", "memory_remember"}
 
     anyio.run(main)
 
@@ -77,18 +78,18 @@ def test_results_name_the_bound_scope_and_errors_are_tool_errors(env):
     async def main():
         async with _stdio(env, "--user", "alice", "--agent", "supervisor") as client:
             stored = payload(await client.call_tool(
-                "memory.remember", {"text": "Alice deploys with blue-green releases"}))
+                "memory_remember", {"text": "Alice deploys with blue-green releases"}))
             assert stored["scope"] == {"tenant": "default", "user": "alice", "agent": "supervisor",
                                        "app": None}
-            found = payload(await client.call_tool("memory.query", {"query": "blue-green"}))
+            found = payload(await client.call_tool("memory_query", {"query": "blue-green"}))
             assert found["scope"]["user"] == "alice"
             assert any("blue-green" in hit["text"] for hit in found["result"])
-            missing = await client.call_tool("memory.forget", {"memory_id": 987654})
+            missing = await client.call_tool("memory_forget", {"memory_id": 987654})
             assert "no memory with id 987654" in error_text(missing)
-            no_args = await client.call_tool("memory.query", {})
+            no_args = await client.call_tool("memory_query", {})
             assert no_args.is_error
             # the id it was given is forgotten, and that is a success
-            forgot = payload(await client.call_tool("memory.forget",
+            forgot = payload(await client.call_tool("memory_forget",
                                                     {"memory_id": stored["result"]["id"]}))
             assert forgot["scope"]["user"] == "alice"
 
@@ -99,16 +100,16 @@ def test_forgiving_arguments(env):
     async def main():
         async with _stdio(env, "--user", "alice") as client:
             for text in ("tabs over spaces in Go", "tabs in Makefiles", "tabs in TSV files"):
-                payload(await client.call_tool("memory.remember", {"content": text}))
+                payload(await client.call_tool("memory_remember", {"content": text}))
             # aliases (text, k), a number as a string, a bare string for a list
             found = payload(await client.call_tool(
-                "memory.query", {"text": "tabs", "k": "2", "category": "knowledge"}))
+                "memory_query", {"text": "tabs", "k": "2", "category": "knowledge"}))
             assert 1 <= len(found["result"]) <= 2
             recorded = payload(await client.call_tool(
-                "memory.record_event", {"message": "we use tabs", "tag": "style",
+                "memory_record_event", {"message": "we use tabs", "tag": "style",
                                         "session_id": "s1", "event_id": "e-1"}))
             assert recorded["result"]["created"] == ["e-1"]
-            bundle = payload(await client.call_tool("memory.build_acb", {"query": "tabs",
+            bundle = payload(await client.call_tool("memory_build_acb", {"query": "tabs",
                                                                          "budget": 2000}))
             assert bundle["result"]["budget_tokens"] == 2000
             # the query drives retrieval (the Agent Memory System PRD's query_text): the fact
@@ -123,21 +124,21 @@ def test_forgiving_arguments(env):
 def test_identity_cannot_be_overridden_by_arguments(env):
     async def main():
         async with _stdio(env, "--user", "alice") as client:
-            payload(await client.call_tool("memory.remember",
+            payload(await client.call_tool("memory_remember",
                                            {"text": "Alice's locker code is kept offline"}))
             for key in ("user_id", "user"):
-                refused = await client.call_tool("memory.query",
+                refused = await client.call_tool("memory_query",
                                                  {"query": "locker", key: "bob"})
                 assert "identity is bound by the server" in error_text(refused)
-            refused = await client.call_tool("memory.remember",
+            refused = await client.call_tool("memory_remember",
                                              {"text": "x", "tenant_id": "other"})
             assert "tenant 'other'" in error_text(refused)
             # naming the bound scope itself is harmless
-            same = payload(await client.call_tool("memory.query",
+            same = payload(await client.call_tool("memory_query",
                                                   {"query": "locker", "user_id": "alice"}))
             assert same["result"]
         async with _stdio(env, "--user", "bob") as client:
-            other = payload(await client.call_tool("memory.query", {"query": "locker"}))
+            other = payload(await client.call_tool("memory_query", {"query": "locker"}))
             assert other["scope"]["user"] == "bob"
             assert not any("locker" in hit["text"] for hit in other["result"])
 
@@ -155,24 +156,24 @@ def test_streamable_http_in_the_api_binds_identity_from_token_and_headers(tmp_pa
     async def main(url):
         async with http_client(url, {**auth, "X-Memcli-User": "carol"}) as client:
             assert {t.name for t in (await client.list_tools()).tools} == DEFAULT
-            stored = payload(await client.call_tool("memory.remember",
+            stored = payload(await client.call_tool("memory_remember",
                                                     {"text": "Carol reviews on Fridays"}))
             assert stored["scope"] == {"tenant": "t1", "user": "carol", "agent": None,
                                        "app": None}
             for arguments in ({"user": "dave"}, {"tenant_id": "t2"}):
-                refused = await client.call_tool("memory.query", {"query": "Fridays",
+                refused = await client.call_tool("memory_query", {"query": "Fridays",
                                                                   **arguments})
                 assert "identity is bound by the server" in error_text(refused)
-            hidden = await client.call_tool("memory.purge_app", {"app_id": "x"})
+            hidden = await client.call_tool("memory_purge_app", {"app_id": "x"})
             assert "not enabled" in error_text(hidden)
         async with http_client(url, {**auth, "X-Memcli-User": "dave",
                                      "X-Memcli-Tools": "all"}) as client:
             assert {t.name for t in (await client.list_tools()).tools} == set(TOOLS)
-            found = payload(await client.call_tool("memory.query", {"query": "Fridays"}))
+            found = payload(await client.call_tool("memory_query", {"query": "Fridays"}))
             assert found["scope"]["user"] == "dave" and found["result"] == []
         async with http_client(url, {"Authorization": f"Bearer {OPERATOR}",
                                      "X-Memcli-Tenant": "t2"}) as client:
-            other = payload(await client.call_tool("memory.query", {"query": "Fridays"}))
+            other = payload(await client.call_tool("memory_query", {"query": "Fridays"}))
             assert other["scope"]["tenant"] == "t2" and other["result"] == []
 
     with running_api(tmp_path, monkeypatch) as api:
@@ -199,10 +200,10 @@ def test_memcli_mcp_bridges_to_a_daemon_socket(tmp_path, db, env, monkeypatch):
 
     async def main():
         async with _stdio(env, "--user", "erin") as client:
-            stored = payload(await client.call_tool("memory.remember",
+            stored = payload(await client.call_tool("memory_remember",
                                                     {"text": "Erin's builds run on the daemon"}))
             assert stored["scope"]["user"] == "erin"
-            refused = await client.call_tool("memory.query", {"query": "x", "user_id": "z"})
+            refused = await client.call_tool("memory_query", {"query": "x", "user_id": "z"})
             assert refused.is_error
 
     with serving(mcp_app(daemon_db), uds=Path(f"{base}.http.sock")):
@@ -218,7 +219,8 @@ def _memcli(env: dict[str, str], *args: str, stdin: str = "") -> subprocess.Comp
                           capture_output=True, text=True, timeout=120)
 
 
-def test_install_snippets_parse(env, tmp_path):
+def test_install_snippets_parse(env, db, tmp_path):
+    pinned = ["--db", str(db.resolve())]  # MEMCLI_DB of the shell (env), which no client reads
     for client in ("claude-desktop", "cursor", "vscode"):
         out = _memcli(env, "mcp", "install", "--client", client, "--user", "alice",
                       "--command", "memcli")
@@ -226,14 +228,14 @@ def test_install_snippets_parse(env, tmp_path):
         document = json.loads(out.stdout)
         servers = document["servers" if client == "vscode" else "mcpServers"]
         assert servers["memcli"]["command"] == "memcli"
-        assert servers["memcli"]["args"] == ["mcp", "--user", "alice"]
+        assert servers["memcli"]["args"] == ["mcp", *pinned, "--user", "alice"]
     codex = _memcli(env, "mcp", "install", "--client", "codex", "--command", "memcli",
                     "--tools", "all")
     table = tomllib.loads(codex.stdout)["mcp_servers"]["memcli"]
-    assert table == {"command": "memcli", "args": ["mcp", "--tools", "all"]}
+    assert table == {"command": "memcli", "args": ["mcp", *pinned, "--tools", "all"]}
     claude = _memcli(env, "mcp", "install", "--client", "claude-code", "--command", "memcli")
     assert claude.stdout.split()[:3] == ["claude", "mcp", "add"]
-    assert claude.stdout.split()[-3:] == ["--", "memcli", "mcp"]
+    assert claude.stdout.split()[-5:] == ["--", "memcli", "mcp", *pinned]
     bad = _memcli(env, "mcp", "install", "--client", "emacs")
     assert bad.returncode == 2 and "unknown client" in bad.stderr
 
@@ -250,7 +252,8 @@ def test_install_write_merges_and_keeps_a_backup(env, tmp_path):
     new = json.loads(desktop.read_text(encoding="utf-8"))
     assert new["globalShortcut"] == "Ctrl+Space"
     assert new["mcpServers"]["files"] == old["mcpServers"]["files"]
-    assert new["mcpServers"]["memcli"] == {"command": "memcli", "args": ["mcp"]}
+    assert new["mcpServers"]["memcli"] == {"command": "memcli",
+                                           "args": ["mcp", "--db", env["MEMCLI_DB"]]}
     assert json.loads(Path(f"{desktop}.bak").read_text(encoding="utf-8")) == old
 
     codex = tmp_path / "config.toml"
@@ -265,8 +268,8 @@ def test_install_write_merges_and_keeps_a_backup(env, tmp_path):
     merged = tomllib.loads(codex.read_text(encoding="utf-8"))
     assert merged["model"] == "o3" and merged["profiles"]["fast"]["model"] == "o4"
     assert merged["mcp_servers"]["files"] == {"command": "npx"}
-    assert merged["mcp_servers"]["memcli"] == {"command": "memcli",
-                                               "args": ["mcp", "--user", "alice"]}
+    assert merged["mcp_servers"]["memcli"] == {
+        "command": "memcli", "args": ["mcp", "--db", env["MEMCLI_DB"], "--user", "alice"]}
 
     broken = tmp_path / "broken.json"
     broken.write_text("{not json", encoding="utf-8")
@@ -356,11 +359,11 @@ def test_sessions_share_a_running_memcli_serve(tmp_path, db, env):
     async def session(user: str) -> None:
         async with _stdio(children, "--db", str(db), "--user", user) as client:
             stored = payload(await client.call_tool(
-                "memory.record_event", {"text": f"{user} ran the daemon test",
+                "memory_record_event", {"text": f"{user} ran the daemon test",
                                         "event_id": f"ev-{user}"}))
             assert stored["scope"]["user"] == user
             again = payload(await client.call_tool(
-                "memory.record_event", {"text": f"{user} ran the daemon test",
+                "memory_record_event", {"text": f"{user} ran the daemon test",
                                         "event_id": f"ev-{user}"}))
             assert again["result"]["skipped"] == [f"ev-{user}"]
 

@@ -36,9 +36,9 @@ def test_stdio_keeps_its_connections_across_calls(tmp_path: Path, pg_db: str) ->
                           read_timeout_seconds=120) as client:
             for i in range(4):
                 payload(await client.call_tool(
-                    "memory.record_event", {"text": f"note {i} about the harbour",
+                    "memory_record_event", {"text": f"note {i} about the harbour",
                                             "event_id": f"ev-{i}"}))
-                found = payload(await client.call_tool("memory.query", {"query": "harbour"}))
+                found = payload(await client.call_tool("memory_query", {"query": "harbour"}))
                 assert len(found["result"]) == i + 1
                 seen.append(_backends(pg_db))
 

@@ -95,7 +95,7 @@ def test_http_and_mcp_answer_from_the_pool(served) -> None:
         async with Client(stdio_params(env, "--user", "ben"), mode="legacy",
                           read_timeout_seconds=120) as client:
             stored = payload(await client.call_tool(
-                "memory.record_event", {"text": "Ben asked over MCP", "event_id": "ev-mcp"}))
+                "memory_record_event", {"text": "Ben asked over MCP", "event_id": "ev-mcp"}))
             assert stored["scope"]["user"] == "ben"
 
     anyio.run(main)

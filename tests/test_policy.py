@@ -77,10 +77,10 @@ def test_a_default_entry_grants_unlisted_agents_its_categories(cli, tmp_path, mo
 def test_http_and_mcp_refuse_an_unlisted_agent(tmp_path, monkeypatch):
     async def mcp(url: str) -> None:
         async with http_client(url, {**AUTH, "X-Memcli-Agent": UNLISTED}) as client:
-            refused = await client.call_tool("memory.query", {"query": "green tea"})
+            refused = await client.call_tool("memory_query", {"query": "green tea"})
             assert f"agent {UNLISTED!r} has no category allowlist" in error_text(refused)
         async with http_client(url, {**AUTH, "X-Memcli-Agent": "supervisor"}) as client:
-            found = payload(await client.call_tool("memory.query", {"query": "green tea"}))
+            found = payload(await client.call_tool("memory_query", {"query": "green tea"}))
             assert [h["category"] for h in found["result"]] == ["preferences"]
 
     with running_api(tmp_path, monkeypatch) as api:
@@ -137,11 +137,11 @@ def test_the_spec_layout_declares_system_and_custom_categories(cli, tmp_path, mo
 def test_http_and_mcp_writes_refuse_an_unknown_category(tmp_path, monkeypatch):
     async def mcp(url: str) -> None:
         async with http_client(url, AUTH) as client:
-            for tool, arguments in (("memory.remember", {"text": "Priya likes tea"}),
-                                    ("memory.record_event", {"text": "Priya likes tea"})):
+            for tool, arguments in (("memory_remember", {"text": "Priya likes tea"}),
+                                    ("memory_record_event", {"text": "Priya likes tea"})):
                 refused = await client.call_tool(tool, {**arguments, "category": "prefrences"})
                 assert "did you mean preferences" in error_text(refused), tool
-            ok = payload(await client.call_tool("memory.remember", {
+            ok = payload(await client.call_tool("memory_remember", {
                 "text": "Priya likes tea", "category": "preferences"}))
             assert ok["result"]["status"] == "created"
 

@@ -240,10 +240,10 @@ def test_mcp_tools_answer_in_the_documents_shapes(tmp_path, monkeypatch) -> None
     async def main(url: str) -> None:
         headers = {"Authorization": f"Bearer {OPERATOR}", "X-Memcli-Tenant": "t1"}
         async with http_client(f"{url}/mcp", headers) as client:
-            recorded = payload(await client.call_tool("memory.record_event", {
+            recorded = payload(await client.call_tool("memory_record_event", {
                 "text": RECORD_EVENT_REQUEST["content"]["text"], "session_id": "s1"}))
             check_receipt(recorded["result"])
-            built = payload(await client.call_tool("memory.build_acb", {
+            built = payload(await client.call_tool("memory_build_acb", {
                 "query": BUILD_ACB_REQUEST["query_text"], "intent": "repo_onboarding",
                 "session_id": "s1", "max_tokens": 65000}))
             check_bundle(built["result"])

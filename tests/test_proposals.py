@@ -265,3 +265,25 @@ def test_accepting_supersedes_the_profile_fact_the_field_had(pcli, stub, db_path
 ])
 def test_a_field_value_is_read_from_its_sentence(field, text, value):
     assert field_value(field, text) == value
+
+
+@pytest.mark.parametrize(("field", "given", "stored"), [
+    ("city", "Madrid", "City: Madrid"),
+    ("preferred_name", "Sam", "Preferred name: Sam"),
+    ("pronouns", "they/them", "Pronouns: they/them"),
+    ("city", "Priya lives in Madrid", "Priya lives in Madrid"),
+])
+def test_an_accepted_field_keeps_its_name_in_its_text(pcli, db_path, field, given, stored):
+    out = pcli("remember", given, "--user", "priya", "--field", field, "--json")
+    queued = json.loads(out.stdout)
+    assert queued["status"] == "pending", out.stderr
+    pending = json.loads(pcli("proposals", "list", "--json").stdout)
+    assert [p["text"] for p in pending] == [stored]
+    pcli("proposals", "accept", str(queued["proposal_id"]), "--json")
+    (fact,) = memory_rows(db_path, "kind = 'fact'")
+    assert fact["content"] == stored and fact["attributes"]["profile_field"] == field
+    assert field_value(field, fact["content"]) == queued["value"]
+    # Read back as the field's value: the same value again is no change.
+    again = json.loads(pcli("remember", given, "--user", "priya", "--field", field,
+                            "--json").stdout)
+    assert again["status"] == "unchanged"

@@ -127,12 +127,11 @@ def test_a_malformed_insight_reply_changes_nothing_and_is_reported(
     db_path,
 ):
     memory.ingest([{"text": "You never listen to me.", "user_id": "priya", "session_id": "s1"}])
-    too_long = {"insights": [{"summary": "Priya " + "feels unheard " * 30}]}
-    stub.enqueue_json(too_long)
-    stub.enqueue_json({"insights": [{"summary": "I think you should listen more."}]})
+    stub.enqueue("Priya feels unheard.")  # not JSON
+    stub.enqueue_json({"insights": "Priya feels unheard."})  # not a list
     report = insights(memory, model_for(memory, stub, "insights"), settings())
     assert report["created"] == [] and report["errors"][0]["task"] == "insights"
-    assert "third person" in report["errors"][0]["reason"]
+    assert "insights" in report["errors"][0]["reason"]
     assert memory_rows(db_path, "kind = 'insight'") == []
     # A failed run does not count as "ran in the last 24 h".
     stub.enqueue_json({"insights": []})
@@ -215,7 +214,10 @@ def test_users_are_visited_in_the_same_order_on_both_engines(memory, stub):
     assert [s["user_id"] for s in report["skipped"]] == [None, "bo", "priya"]
     report = insights(memory, None, settings())
     assert [(s["user_id"], s["reason"]) for s in report["skipped"]] == [
-        (None, "no_llm"), ("bo", "no_llm"), ("priya", "no_llm")]
+        (None, "no_llm"),
+        ("bo", "no_llm"),
+        ("priya", "no_llm"),
+    ]
     assert stub.chat_requests == []
 
 
@@ -228,8 +230,31 @@ def test_usage_lists_a_days_models_in_name_order(memory, stub):
 
     for name in ("zeta-model", "alpha-model", "zeta-model"):
         stub.enqueue_json({"insights": []})
-        model = Model(memory.db, LLMSettings(base_url=stub.base_url, model=name, max_retries=0),
-                      "insights")
+        model = Model(
+            memory.db, LLMSettings(base_url=stub.base_url, model=name, max_retries=0), "insights"
+        )
         model.ask("insights", "system", "material", Insights, tenant_id="default")
     (row,) = usage_report(memory.db)["by_day_command"]
     assert (row["models"], row["calls"]) == ("alpha-model,zeta-model", 3)
+
+
+def test_an_insight_breaking_the_writing_rules_costs_that_insight_only(memory, stub, db_path):
+    memory.ingest([{"text": "You never listen to me.", "user_id": "priya", "session_id": "s1"}])
+    stub.enqueue_json(
+        {
+            "insights": [
+                {"summary": "Priya " + "feels unheard " * 30},
+                {"summary": "I think you should listen more."},
+                {"summary": "Priya wants to be listened to."},
+            ]
+        }
+    )
+    report = insights(memory, model_for(memory, stub, "insights"), settings())
+    assert [c["text"] for c in report["created"]] == ["Priya wants to be listened to."]
+    assert [d["item"] for d in report["dropped"]] == ["insights[0]", "insights[1]"]
+    assert "characters" in report["dropped"][0]["reason"]
+    assert "third person" in report["dropped"][1]["reason"]
+    assert report["errors"] == [] and len(stub.chat_requests) == 1
+    assert [r["content"] for r in memory_rows(db_path, "kind = 'insight'")] == [
+        "Priya wants to be listened to."
+    ]

@@ -87,14 +87,14 @@ def test_one_declaration_drives_the_http_body_and_the_mcp_schema(tmp_path, monke
         assert served[info.alias or field].get("description") == info.description, field
 
     server = build_mcp(load_settings(tmp_path / "m.db"), Scope(),
-                       ("memory.query", "memory.build_acb"))
+                       ("memory_query", "memory_build_acb"))
     tools = {t.name: t.input_schema["properties"] for t in anyio.run(server.list_tools)}
     for name in ("query", "top_k", "session_id", "return_format", "budget_tokens", "as_of"):
         described = QueryRequest.model_fields[name].description
-        assert tools["memory.query"][name]["description"] == described, name
+        assert tools["memory_query"][name]["description"] == described, name
         assert served[QueryRequest.model_fields[name].alias or name]["description"] == described
-    assert tools["memory.query"]["top_k"]["maximum"] == 1000  # the field's rule, too
-    assert tools["memory.build_acb"]["max_tokens"]["description"] == (
+    assert tools["memory_query"]["top_k"]["maximum"] == 1000  # the field's rule, too
+    assert tools["memory_build_acb"]["max_tokens"]["description"] == (
         AcbRequest.model_fields["max_tokens"].description)
 
 
@@ -160,11 +160,11 @@ def test_a_request_is_validated_once_on_its_way_to_the_operation(tmp_path, monke
     async def tools() -> tuple[object, object]:
         from mcp import Client
 
-        server = build_mcp(load_settings(served.db), Scope(), ("memory.query",))
+        server = build_mcp(load_settings(served.db), Scope(), ("memory_query",))
         async with Client(server) as mcp:
-            good = await mcp.call_tool("memory.query", {"query": "green tea", "top_k": 3})
+            good = await mcp.call_tool("memory_query", {"query": "green tea", "top_k": 3})
             assert seen == ["QueryRequest"]  # built once, by the tool
-            wrong = await mcp.call_tool("memory.query", {"query": "   "})
+            wrong = await mcp.call_tool("memory_query", {"query": "   "})
         return good, wrong
 
     good, wrong = anyio.run(tools)

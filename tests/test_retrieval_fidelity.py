@@ -145,11 +145,12 @@ def test_as_of_through_the_service_and_the_mcp_tools(cli, db_path, tmp_path, mon
         found = service.run(api.query, scope, {"query": "where does Priya live",
                                                "as_of": "2026-03-01", "top_k": 50})
         assert [h["text"] for h in found] == ["Priya lives in Lisbon."]
-        request = mcp_tools.query("where does Priya live", top_k=50, as_of="2026-03-01")
+        request = mcp_tools.TOOLS["memory_query"].request(
+            {"query": "where does Priya live", "top_k": 50, "as_of": "2026-03-01"})
         assert [h["text"] for h in service.run(api.query, scope, request)] == [
             "Priya lives in Lisbon."]
-        bundle = service.run(api.build_acb, scope, mcp_tools.build_acb(
-            "where does Priya live", as_of="2026-03-01"))
+        bundle = service.run(api.build_acb, scope, mcp_tools.TOOLS["memory_build_acb"].request(
+            {"query": "where does Priya live", "as_of": "2026-03-01"}))
         assert "Lisbon" in json.dumps(bundle) and "Madrid" not in json.dumps(bundle)
         for operation, body in ((api.query, {"query": "x", "as_of": "soon"}),
                                 (api.build_acb, {"query": "x", "as_of": "soon"})):

@@ -291,3 +291,40 @@ def test_a_cross_origin_post_is_refused_even_with_the_token(site) -> None:
         assert r.status_code == 403, origin
     assert [row["op"] for row in _history(site, memory_id)] == ["ADD"]
     assert site.post(f"{page}/forget", {"csrf": csrf}).status_code == 303
+
+
+# -- what a person meets first ------------------------------------------------------------------
+def _header_tenant(html: str) -> str:
+    found = re.search(r'aria-label="Your scope">\s*tenant <code>([^<]*)</code>', html)
+    assert found, "the header names no tenant"
+    return found.group(1)
+
+
+def test_the_root_leads_to_the_pages_and_the_icon_is_there(site) -> None:
+    root = site.get("/")
+    assert root.status_code == 307 and root.headers["location"] == "/ui/"
+    icon = site.get("/favicon.ico")
+    assert icon.status_code == 200 and icon.headers["content-type"] == "image/x-icon"
+    assert icon.content[:4] == b"\x00\x00\x01\x00"  # an ICO file
+    page = site.get("/ui/login").text
+    linked = re.search(r'<link rel="icon" href="([^"]+)"', page)
+    assert linked and site.get(linked.group(1)).status_code == 200
+
+
+def test_the_header_names_the_tenant_shown(site) -> None:
+    site.login(OPERATOR)
+    for page in ("/ui/", "/ui/search", "/ui/bundle", "/ui/ledger", "/ui/dashboard"):
+        assert _header_tenant(site.get(page).text) == "default", page  # the configured one
+    assert _header_tenant(site.get("/ui/?tenant_id=t2").text) == "t2"
+    bound = Browser(site.client.__class__(site.client.app, base_url="http://127.0.0.1"))
+    bound.login(T1_TOKEN)
+    assert _header_tenant(bound.get("/ui/bundle").text) == "t1"
+
+
+def test_a_pages_first_button_is_its_own(site) -> None:
+    """Log out comes after the page's forms: on the Bundle page the first button is Build."""
+    site.login(OPERATOR)
+    for page, first in (("/ui/bundle", "Build"), ("/ui/search", "Search")):
+        html = site.get(page).text
+        buttons = re.findall(r"<button[^>]*>([^<]*)</button>", html)
+        assert buttons[0] == first and buttons[-1] == "Log out", (page, buttons)

@@ -177,3 +177,35 @@ def _dashboard(viewer: Viewer, By) -> None:
         stored = memory.db.scalar("SELECT count(*) FROM request_metrics")
     assert int(driver.find_element(By.ID, "stat-requests").text) == stored
     viewer.shot("dashboard")
+
+
+def test_a_person_logs_in_finds_the_pages_and_logs_out_in_a_browser(tmp_path, request):
+    """With a token required: the root address leads to the login, the login form (whose CSRF
+    token rides on a cookie, no session before the login) lets the person in, the header
+    names the tenant, the Bundle page's first button is Build, the icon loads, Log out ends
+    the session."""
+    from selenium.webdriver.common.by import By
+
+    with viewer_session(tmp_path, request.node.name, tenant="demo", token=True) as viewer:
+        driver = viewer.driver
+        token = (tmp_path / "tokens").read_text().split()[0]
+        viewer.open("/")
+        assert driver.current_url == viewer.url + "/ui/login"
+        names = {c["name"] for c in driver.get_cookies()}
+        assert names == {"memcli_csrf"}  # nothing of a session before logging in
+        driver.find_element(By.ID, "token").send_keys(token)
+        viewer.click_to_load(driver.find_element(By.XPATH, "//button[text()='Log in']"))
+        assert driver.current_url == viewer.url + "/ui/" and "Timeline" in viewer.text()
+        scope = driver.find_element(By.CSS_SELECTOR, "[aria-label='Your scope'] code").text
+        assert scope == "demo"
+        viewer.open("/ui/bundle")
+        first = driver.execute_script("return document.querySelector('button').textContent")
+        assert first.strip() == "Build"
+        icon = driver.execute_script(
+            "return fetch('/favicon.ico').then(r => [r.status, r.headers.get('content-type')])")
+        assert icon == [200, "image/x-icon"]
+        viewer.shot("bundle-logged-in")
+        viewer.click_to_load(driver.find_element(By.XPATH, "//button[text()='Log out']"))
+        assert driver.current_url == viewer.url + "/ui/login"
+        viewer.open("/ui/")
+        assert driver.current_url == viewer.url + "/ui/login"  # the session is gone

@@ -10,11 +10,13 @@ from pathlib import Path
 
 import httpx
 import pytest
+from starlette.testclient import TestClient
 
 from memcli.config import load_settings
 from memcli.service import paths
+from memcli.viewer.access import MAX_SESSIONS
 from tests.support.http_api import OPERATOR, serving
-from tests.support.viewer import build_viewer_app, viewer_app
+from tests.support.viewer import ORIGIN, Browser, build_viewer_app, csrf_of, viewer_app
 
 
 def _daemon_socket(db: Path) -> Path:
@@ -123,3 +125,76 @@ def test_the_timeline_reads_the_primary_key_backwards(memory) -> None:
         plan = " ".join(str(row) for row in memory.db.query(f"EXPLAIN QUERY PLAN {sql}",
                                                             params))
         assert "TEMP B-TREE" not in plan and "memories_scope" not in plan, plan
+
+
+# -- no session before a login; failed logins limited --------------------------------------------
+LIMIT = 10  # failed logins a client may make in a minute (docs/guides/viewer.md)
+
+
+def _stranger(site: Browser) -> Browser:
+    """Another browser (no cookies) on the same app."""
+    return Browser(TestClient(site.client.app, base_url=ORIGIN))
+
+
+def test_the_login_page_keeps_nothing_for_an_anonymous_browser(db_path, tmp_path,
+                                                              monkeypatch) -> None:
+    with viewer_app(db_path, tmp_path, monkeypatch) as (_app, site):
+        page = site.get("/ui/login")
+        assert page.status_code == 200
+        assert "memcli_ui" not in page.cookies and "memcli_csrf" in page.cookies
+        # An anonymous page that needs a login sends the browser there, again keeping nothing.
+        assert "memcli_ui" not in site.get("/ui/").cookies
+
+
+def test_a_flood_of_anonymous_requests_never_logs_the_operator_out(db_path, tmp_path,
+                                                                  monkeypatch) -> None:
+    """Before, each anonymous `GET /ui/login` made a session and the 1,001st pushed the
+    operator's out. bench/trust_attacks.py floods 10,000."""
+    with viewer_app(db_path, tmp_path, monkeypatch) as (_app, site):
+        site.login(OPERATOR)
+        flood = _stranger(site)
+        for _ in range(MAX_SESSIONS + 1):
+            flood.client.cookies.clear()
+            assert flood.get("/ui/login").status_code == 200
+        page = site.get("/ui/")
+        assert page.status_code == 200 and "Log out" in page.text
+
+
+def test_failed_logins_are_limited_and_the_operator_stays_in(db_path, tmp_path,
+                                                           monkeypatch) -> None:
+    with viewer_app(db_path, tmp_path, monkeypatch) as (_app, site):
+        site.login(OPERATOR)
+        guesser = _stranger(site)
+        answers = [guesser.submit("/ui/login", "/ui/login", token=f"guess-{i}").status_code
+                   for i in range(LIMIT)]
+        assert answers == [401] * LIMIT
+        # Past the limit every attempt is refused unchecked, the right token too, and links.
+        refused = guesser.submit("/ui/login", "/ui/login", token=OPERATOR)
+        assert refused.status_code == 429 and int(refused.headers["Retry-After"]) >= 1
+        assert "too many failed logins" in refused.text
+        assert guesser.get("/ui/login?code=made-up").status_code == 429
+        assert "memcli_ui" not in refused.cookies
+        assert site.get("/ui/").status_code == 200  # a logged-in session never notices
+
+
+def test_a_made_up_code_counts_as_a_failed_login(db_path, tmp_path, monkeypatch) -> None:
+    with viewer_app(db_path, tmp_path, monkeypatch) as (_app, site):
+        codes = [site.get(f"/ui/login?code=made-up-{i}").status_code
+                 for i in range(LIMIT + 1)]
+        assert codes == [401] * LIMIT + [429]
+
+
+def test_a_csrf_cookie_planted_without_the_secret_is_refused(db_path, tmp_path,
+                                                            monkeypatch) -> None:
+    """A naive double-submit (cookie == field) would let whoever can plant a cookie post; the
+    field must be this process's signature over the cookie and the session."""
+    with viewer_app(db_path, tmp_path, monkeypatch) as (_app, site):
+        site.login(OPERATOR)
+        site.client.cookies.set("memcli_csrf", "planted-value", path="/ui")
+        r = site.post("/ui/logout", {"csrf": "planted-value"})
+        assert r.status_code == 403
+        # The login form's token is for no session: after logging in it no longer passes.
+        before = csrf_of(_stranger(site).get("/ui/login").text)
+        assert site.post("/ui/logout", {"csrf": before}).status_code == 403
+        assert site.get("/ui/").status_code == 200
+        assert site.submit("/ui/", "/ui/logout").status_code == 303

@@ -34,8 +34,8 @@ from typing import TYPE_CHECKING, Any
 import pydantic
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from memcli.acb import decisions, render
 from memcli.acb import pack as acb_pack
-from memcli.acb import render
 from memcli.acb import sections as gather
 from memcli.acb.names import add_document_names
 from memcli.config import AcbSettings
@@ -223,8 +223,12 @@ def build_acb(
         evidence_filters = replace(
             base, user_id=req.user_id, session_id=req.session_id, categories=tuple(req.categories)
         )
+        ledger = (  # no query, no evidence: the fast path reads no more
+            decisions.Ledger(memory, base, req.user_id, candidates["decision_ledger"])
+            if found.ranked else None
+        )
         candidates["retrieved_evidence"] = gather.evidence_items(
-            memory, found, evidence_filters, settings
+            memory, found, evidence_filters, settings, ledger
         )
         metrics.update(
             retrieval_path=found.path,

@@ -119,10 +119,17 @@ def pack(
                 continue  # the floor: packed, or omitted, above
             mid = item.get("memory_id")
             content = item.pop("_dup", None)  # evidence: its text, to collapse repeats
+            owner = item.pop("_decision", None)  # evidence of a ledger decision
             if mid is not None and (
                 mid in packed_ids or (name == "retrieved_evidence" and mid in reserved)
             ):
                 deduped += 1
+                continue
+            if owner is not None and owner.get("memory_id") in packed_ids and not empty:
+                dedup.absorb(owner, item)  # one decision, once: its ledger row cites the turn
+                deduped += 1
+                if mid is not None:
+                    packed_ids.add(mid)
                 continue
             full_tokens = item["tokens"]
             start = 0 if taken else heading

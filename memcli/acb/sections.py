@@ -14,13 +14,15 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from memcli.acb import render
+from memcli.acb import decisions, render
 from memcli.config import bundled_text
+from memcli.derived.contradiction import content_words
 from memcli.retrieval import fallback as recency
 from memcli.retrieval import scope, search
 from memcli.retrieval.stages import Candidate, RankContext
 from memcli.store import acb_sql as sql
 from memcli.store import ledger_sql
+from memcli.store import memories as mem
 
 if TYPE_CHECKING:
     from memcli.config import AcbSettings
@@ -269,9 +271,12 @@ def retrieve(
 
 
 def evidence_items(
-    memory: MemoryHandle, found: Retrieval, filters: Filters, settings: AcbSettings
+    memory: MemoryHandle, found: Retrieval, filters: Filters, settings: AcbSettings,
+    ledger: decisions.Ledger | None = None,
 ) -> list[dict[str, Any]]:
-    """Ranked memories with up to `related_bullets` related memories each (same filters)."""
+    """Ranked memories with up to `related_bullets` related memories each (same filters);
+    with the bundle's `ledger`, a decision's evidence is folded into it or marked superseded
+    (memcli.acb.decisions)."""
     ids = [c.id for c in found.ranked]
     related = sql.related_bullets(
         memory.db, ids, replace(filters, session_id=None, categories=()), settings.related_bullets
@@ -291,8 +296,53 @@ def evidence_items(
         if extra:
             item["related"] = [{"id": r["id"], "strength": round(r["strength"], 4)} for r in extra]
             item["refs"].extend(f"mem:{r['id']}" for r in extra)
+        if ledger is not None:
+            own = _source_memory_ids(cand.row) if cand.id in sources else None
+            owner = ledger.decision_of(cand.id, own)
+            if owner is not None:
+                item["_decision"] = owner  # the packer folds it into the ledger item
+            replaced = ledger.replaced_by(cand.id, own)
+            if replaced is not None:
+                decisions.mark(item, replaced)
         items.append(item)
-    return _ground_truth_first(items, found.ranked, sources)
+    if sources:
+        _flag_conflicts(memory, items, found.ranked, sources)
+    ordered = _ground_truth_first(items, found.ranked, sources)
+    # What a newer decision replaced comes after all the rest (stable: in rank order).
+    return sorted(ordered, key=lambda item: "superseded_by" in item)
+
+
+def _flag_conflicts(memory: MemoryHandle, items: list[dict[str, Any]],
+                    ranked: list[Candidate], sources: dict[int, list[str]]) -> None:
+    """A model's summary whose numbers or dates are not its turns' gets `conflicts_with`: the
+    refs of its turns holding numbers or dates it does not (the A4 drift: "20 May" against
+    "12 May"). An extractive summary quotes its turns, so it is not checked."""
+    wanted = {c.id: _source_memory_ids(c.row) for c in ranked if c.id in sources
+              and _method(c.row) != "extractive"}
+    texts = {i: r["content"] for i, r in mem.get_memories(
+        memory.db, sorted({i for ids in wanted.values() for i in ids}),
+        ("id", "content", "event_id")).items()}
+    events = sql.source_events(memory.db, sorted(texts))
+    for cand, item in zip(ranked, items, strict=True):
+        if cand.id not in wanted:
+            continue
+        said = content_words(cand.row["content"])[0]
+        turns = {i: content_words(texts[i])[0] for i in wanted[cand.id] if i in texts}
+        if not said - set().union(*turns.values()):
+            continue  # every number and date of the summary was said
+        against = [f"event:{events[i]}" if events.get(i) else f"mem:{i}"
+                   for i, nums in turns.items() if nums - said]
+        if against:
+            item["conflicts_with"] = against
+
+
+def _method(row: dict[str, Any]) -> str | None:
+    raw = row.get("attributes") or "{}"
+    try:
+        value = json.loads(raw) if isinstance(raw, str) else raw
+    except ValueError:  # a sealed (encrypted) attribute blob
+        return None
+    return value.get("method") if isinstance(value, dict) else None
 
 
 def _summary_sources(memory: MemoryHandle, ranked: list[Candidate]) -> dict[int, list[str]]:
@@ -320,15 +370,20 @@ def _source_memory_ids(row: dict[str, Any]) -> list[int]:
 def _ground_truth_first(
     items: list[dict[str, Any]], ranked: list[Candidate], sources: dict[int, list[str]]
 ) -> list[dict[str, Any]]:
-    """A summary ranks no higher than the best of its own turns among the candidates, and
-    the turns win the tie: when a summary drifted from what was said, what was said comes
-    first (its `score` is still shown as ranked)."""
+    """A summary ranks, and shows a score, no higher than the best of its own turns among the
+    candidates, and the turns win the tie: when a summary drifted from what was said, what was
+    said comes first. When none of its turns was retrieved, they scored below every
+    candidate, so the summary is held to the lowest candidate's score."""
     if not sources:
         return items
     score = {c.id: c.score for c in ranked}
+    floor = min(score.values())
     position = {}
     for index, (cand, item) in enumerate(zip(ranked, items, strict=True)):
-        own = [score[i] for i in _source_memory_ids(cand.row) if i in score]
-        key = min(cand.score, max(own)) if cand.id in sources and own else cand.score
+        key = cand.score
+        if cand.id in sources and sources[cand.id]:
+            own = [score[i] for i in _source_memory_ids(cand.row) if i in score]
+            key = min(cand.score, max(own) if own else floor)
+            item["score"] = round(key, 6)
         position[id(item)] = (-key, bool(item.get("derived")), index)
     return sorted(items, key=lambda item: position[id(item)])

@@ -27,6 +27,7 @@ from memcli.cli.output import (
     resolve_format,
     warn,
 )
+from memcli.core import private
 
 
 class BundleFormat(StrEnum):
@@ -209,8 +210,8 @@ def edit_cmd(
         path = view_path(view.value, settings.context_dir)
         if path is None:
             path = settings.context_dir / f"{view.value}.md"
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(bundled_view(view.value), encoding="utf-8")
+            private.make_dirs(path.parent)
+            private.write_text(path, bundled_view(view.value))
             print(f"memcli: created {path} from the default", file=sys.stderr)
         if not no_editor:
             status = subprocess.call([*shlex.split(editor_command()), str(path)])

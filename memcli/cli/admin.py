@@ -175,6 +175,10 @@ def demo_cmd(
             report = memory.ingest(parse_records(bundled_text("data/example.jsonl")))
             print(f"memcli demo: ingested {len(report.created)} events into {path}",
                   file=sys.stderr)
+            if resolve_format(fmt, as_json) is not Format.text:  # text prints it as `Q:`
+                # stdout carries the hits alone: the question they answer goes beside them.
+                print(f"memcli demo: the hits for {question!r} (user priya, tenant demo):",
+                      file=sys.stderr)
             result = memory.query(question, top_k=3, filters=memory.filters(
                 tenant_id="demo", user_id="priya"))  # the example's own scope
         resolved = resolve_format(fmt, as_json)

@@ -16,6 +16,7 @@ import typer
 
 from memcli.cli.mcp import AgentOpt, AppOpt, TenantOpt, UserOpt
 from memcli.cli.options import DbOpt
+from memcli.core import private
 
 StrictOpt = Annotated[bool, typer.Option(
     "--strict", help="Fail (exit 1, message on stderr) instead of logging and exiting 0.")]
@@ -29,10 +30,10 @@ def _log(where: str, exc: BaseException) -> None:
         from memcli.config import hook_log_path
 
         path = hook_log_path()
-        path.parent.mkdir(parents=True, exist_ok=True)
+        private.make_dirs(path.parent)
         line = f"{datetime.now(UTC).isoformat(timespec='seconds')} hook {where}: " \
                f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}\n"
-        with path.open("a", encoding="utf-8") as log:
+        with private.open_private(path, "a") as log:
             log.write(line)
     except Exception:  # noqa: BLE001, S110 - nowhere left to report to
         pass

@@ -72,6 +72,9 @@ def _finish(
     for err in report.get("errors", []):
         where = err.get("session_id") or err.get("user_id") or ""
         warn(f"{where}: {err.get('task', 'llm')}: {err['reason']}".lstrip(": "))
+    for session in report.get("sessions", []):
+        for item in session.get("dropped", []):  # the rest of the session was written
+            warn(f"{session['session_id']}: dropped {item['item']}: {item['reason']}")
     for app_report in report.get("compaction", []):
         for action in app_report.get("actions", []):
             if action.get("fallback_because") and action["fallback_because"] != "no LLM configured":

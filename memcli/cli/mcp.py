@@ -29,9 +29,10 @@ AgentOpt = Annotated[str | None, typer.Option(
 AppOpt = Annotated[str | None, typer.Option(
     "--app", envvar="MEMCLI_APP", show_envvar=True, help="App id (app-scoped memory).")]
 ToolsOpt = Annotated[str | None, typer.Option(
-    "--tools", help="Tools to offer: 'default', 'all', or a comma-separated list "
-                    "(query,build_acb,record_event,get_artifact,query_decisions,remember,forget,"
-                    "record_decision,record_task,history,app_memories,purge_app).")]
+    "--tools", help="Tools to offer: 'default', 'all', or a comma-separated list of names, "
+                    "with or without `memory_` (query,build_acb,record_event,get_artifact,"
+                    "query_decisions,remember,forget,record_decision,record_task,update_task,"
+                    "history,app_memories,purge_app).")]
 
 
 def serve_stdio(db: str | None, tenant: str | None, user: str | None, agent: str | None,
@@ -98,7 +99,8 @@ def install_cmd(
     db: DbOpt = None, tenant: TenantOpt = None, user: UserOpt = None,
     agent: AgentOpt = None, app_id: AppOpt = None, tools: ToolsOpt = None,
 ) -> None:
-    """Print (or --write) the config snippet that makes a coding agent start `memcli mcp`."""
+    """Print (or --write) the config snippet that makes a coding agent start `memcli mcp`
+    on the database this shell uses (`--db`, else $MEMCLI_DB, ...: pinned in the snippet)."""
     from memcli.cli import mcp_install
     from memcli.cli.output import errors
     from memcli.errors import UsageError
@@ -106,16 +108,22 @@ def install_cmd(
     with errors():
         from memcli.config import load_settings
 
-        load_settings(db)  # a config the server could not start with is refused here
+        # A config the server could not start with is refused here. The database is pinned
+        # (`--db`, absolute): the client starts the server without this shell's MEMCLI_DB,
+        # data folder or working folder, and would open another memory.
+        settings = load_settings(db)
         if client not in mcp_install.CLIENTS:
             raise UsageError(f"unknown client: {client}",
                              "choose " + ", ".join(mcp_install.CLIENTS))
         if tools:
             from memcli.service.mcp_server import select_tools
 
-            select_tools(tools)
+            # Checked, and written by today's names (a dotted one goes in 0.2.0).
+            selected = select_tools(tools)
+            if tools.strip() not in ("all", "default"):
+                tools = ",".join(selected)
         args = ["mcp"]
-        for flag, value in (("--db", _absolute(db) if db else None),
+        for flag, value in (("--db", _absolute(str(settings.db))),
                             ("--tenant", tenant), ("--user", user), ("--agent", agent),
                             ("--app", app_id), ("--tools", tools)):
             if value:

@@ -13,6 +13,7 @@ from memcli.cli.common import open_memory
 from memcli.cli.options import DbOpt, FormatOpt, Given, JsonOpt, request_options
 from memcli.cli.output import emit, errors, read_stdin, resolve_format, warn
 from memcli.cli.progress_bar import progress_bar
+from memcli.core import private
 
 MODELS = "memcli.operations.curation"
 
@@ -49,7 +50,7 @@ def export_cmd(given: Given, db: DbOpt = None, fmt: FormatOpt = None,
             # Written beside the target and renamed when complete: an interrupted export
             # never leaves a file that looks whole.
             try:
-                with (open(partial, "w", encoding="utf-8", newline="\n") as handle,
+                with (private.open_private(partial, newline="\n") as handle,
                       progress_bar() as progress):
                     counts = export(memory.db, scope, handle, progress=progress)
                 partial.replace(out)

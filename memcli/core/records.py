@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Any, ClassVar, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import (
     BaseModel,
@@ -12,7 +12,9 @@ from pydantic import (
     PrivateAttr,
     field_validator,
     model_validator,
+    with_config,
 )
+from typing_extensions import TypedDict
 
 Channel = Literal["private", "public", "team", "agent"]
 EventKind = Literal["message", "tool_call", "tool_result", "decision", "task_update", "artifact"]
@@ -50,9 +52,44 @@ def parse_clock(value: str) -> datetime:
 
 
 class Actor(BaseModel):
+    """Who the event is from."""
+
     model_config = ConfigDict(extra="forbid", defer_build=True)
-    type: str = "human"
-    id: str | None = None
+    type: str = Field(default="human", description="human, agent, tool or system (default human).")
+    id: str | None = Field(default=None, description="The actor's own id, e.g. a user name.")
+
+
+# A positive ledger id: strict, so `true` is not the decision 1.
+_LedgerId = Annotated[int, Field(ge=1, strict=True)]
+
+
+@with_config(ConfigDict(extra="allow"))
+class EventContent(TypedDict, total=False):
+    """What the event says. `text` for a message; a tool call's `name`/`tool` and `args`; a tool
+    result's `tool`, `path`, `line_range` and output (`text`, `output` or `excerpt_text`, cut at
+    64 KB, the rest kept as an artifact); a decision's `decision`, `rationale`, `supersedes`; a
+    task update's `title` or `task_id`, `status`, `details`. Other keys are kept as given."""
+
+    text: Annotated[str, Field(description="The message, or a tool result's output.")]
+    tool: Annotated[str, Field(description="tool_call/tool_result: the tool, e.g. fs.read_file.")]
+    name: Annotated[str, Field(description="tool_call: the tool called (as `tool`).")]
+    args: Annotated[Any, Field(description="tool_call: the arguments it was called with.")]
+    path: Annotated[str, Field(description="tool_result: the file it read or wrote.")]
+    line_range: Annotated[list[int], Field(
+        min_length=2, max_length=2, description="tool_result: the first and last line read.")]
+    output: Annotated[Any, Field(description="tool_result: its output (as `text`).")]
+    excerpt_text: Annotated[str, Field(description="tool_result: its output (as `text`).")]
+    decision: Annotated[str, Field(description="decision: what was decided.")]
+    rationale: Annotated[str | list[str], Field(description="decision: why.")]
+    constraints: Annotated[str | list[str], Field(description="decision: what it must respect.")]
+    alternatives: Annotated[str | list[str], Field(description="decision: what was not chosen.")]
+    consequences: Annotated[str | list[str], Field(description="decision: what follows from it.")]
+    scope: Annotated[str, Field(description="decision: project (default), user or global.")]
+    supersedes: Annotated[_LedgerId, Field(description="decision: the decision id it replaces.")]
+    task_id: Annotated[_LedgerId, Field(description="task_update: the task to change.")]
+    title: Annotated[str, Field(description="task_update: a new task's title.")]
+    details: Annotated[str, Field(description="task_update: more about the task.")]
+    status: Annotated[str, Field(description="task_update: open, doing or done.")]
 
 
 class EventIn(BaseModel):
@@ -61,25 +98,36 @@ class EventIn(BaseModel):
     # Built on first use (ingest), not at import: `query` never validates a record.
     model_config = ConfigDict(extra="forbid", defer_build=True)
 
-    event_id: str | None = Field(default=None, min_length=1, max_length=200)
-    ts: str | None = None
-    tenant_id: str = "default"
-    user_id: str | None = None
-    agent_id: str | None = None
-    session_id: str | None = None
-    app_id: str | None = None
-    run_id: str | None = None
-    channel: Channel = "private"
-    actor: Actor = Field(default_factory=Actor)
-    kind: EventKind = "message"
-    sensitivity: Sensitivity = "none"
-    tags: list[str] = Field(default_factory=list)
-    content: dict[str, Any] = Field(default_factory=dict)
-    refs: list[Any] = Field(default_factory=list)
+    event_id: str | None = Field(
+        default=None, min_length=1, max_length=200,
+        description="Your id for the event: a repeat of it is skipped (default: from its content).")
+    ts: str | None = Field(default=None, description="When it happened (ISO time; default now).")
+    tenant_id: str = Field(default="default", description="Tenant.")
+    user_id: str | None = Field(default=None, description="User id.")
+    agent_id: str | None = Field(default=None, description="Agent id.")
+    session_id: str | None = Field(default=None, description="Session (conversation) id.")
+    app_id: str | None = Field(default=None, description="App id.")
+    run_id: str | None = Field(default=None, description="Run id (one task's run).")
+    channel: Channel = Field(
+        default="private", description="Who may see it: private (default), team, agent, public.")
+    actor: Actor = Field(default_factory=Actor, description="Who it is from (default a human).")
+    kind: EventKind = Field(
+        default="message", description="message (default), tool_call, tool_result, decision "
+        "(writes a ledger decision), task_update (a ledger task) or artifact.")
+    sensitivity: Sensitivity = Field(
+        default="none", description="none (default), low, high, or secret (never stored).")
+    tags: list[str] = Field(default_factory=list, description="Labels, e.g. topic:billing.")
+    content: EventContent = Field(
+        default_factory=EventContent,
+        description="What the event says: {\"text\": ...} for a message, tool and decision "
+                    "fields for the other kinds.")
+    refs: list[Any] = Field(default_factory=list,
+                            description="What it refers to: event ids, memory ids, URLs.")
     # Optional hints for the derived memory.
-    category: str | None = None
-    importance: float | None = Field(default=None, ge=0.0, le=1.0)
-    pinned: bool = False
+    category: str | None = Field(default=None, description="Category of its memory.")
+    importance: float | None = Field(default=None, ge=0.0, le=1.0,
+                                     description="Importance of its memory (0-1).")
+    pinned: bool = Field(default=False, description="Pin its memory (never decays).")
 
     @model_validator(mode="before")
     @classmethod
@@ -105,10 +153,6 @@ class EventIn(BaseModel):
     def _has_content(self) -> EventIn:
         if not self.content:
             raise ValueError("content is empty (give content.text or text)")
-        for key in ("text", "excerpt_text"):
-            value = self.content.get(key)
-            if value is not None and not isinstance(value, str):
-                raise ValueError(f"content.{key} must be a string")
         return self
 
 
@@ -194,7 +238,7 @@ class IngestReport(BaseModel):
 
 
 class EventReceipt(IngestReport):
-    """One record's answer to `POST /api/v1/events` and `memory.record_event`: the Agent Memory
+    """One record's answer to `POST /api/v1/events` and `memory_record_event`: the Agent Memory
     System PRD's `{event_id, chunk_ids, created_at}` (7.1) beside the ingest report of that
     record (the fields `memcli ingest --json` prints for a batch). A repeat names the stored
     event it repeats; a rejected record has no chunks and no `created_at`."""

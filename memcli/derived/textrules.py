@@ -2,13 +2,17 @@
 and how alike two are.
 
 - `check_memory_text` (and `FactText`, a string that passes it): the writing policy for
-  model-written facts and insights (1-2 sentences, third person, at most 280 characters).
-  Used inside the pydantic schemas, so a reply that breaks it gets the client's one repair
-  turn naming the field, and is otherwise refused whole.
+  model-written facts and insights (the memory system spec's semantic guard: complete,
+  self-contained, 1-2 sentences, third person naming the person, at most 280 characters).
+  An extracted item that breaks it is dropped on its own, with its reason
+  (`lifecycle/extract.py`).
+- `check_summary_text`: the episodic guard on a session summary: the same rules (up to 5
+  sentences, 800 characters) and the past tense.
 - `normalise` / `tokens` / `jaccard`: the cheap, model-free side of deduplication.
 - `content_differs`: two texts can share 80 % of their words and still disagree ("moved to
   Sweden" / "moved to Norway"); a difference in numbers or capitalised words is a fact, so
-  such pairs are never merged without a model looking at them.
+  such pairs are never merged without a model looking at them. `safe_merge` adds the other
+  cues of a contradiction (negation, tense: `memcli.derived.contradiction`).
 """
 
 from __future__ import annotations
@@ -19,6 +23,13 @@ import unicodedata
 from typing import Annotated
 
 from pydantic import AfterValidator
+
+from memcli.derived.contradiction import (
+    content_words,
+    differs,
+    expand_contractions,
+    has_past_verb,
+)
 
 MAX_FACT_CHARS = 280
 MAX_SENTENCES = 2
@@ -33,6 +44,9 @@ _FIRST_SECOND = re.compile(
     re.IGNORECASE,
 )
 _CAPITAL_I = re.compile(r"(?<![\w'’])I(?:'m|'ve|'ll|'d|’m|’ve|’ll|’d)?(?![\w'’])")
+# A text that opens with "She ..." names nobody: not self-contained. ("It rained" may stand.)
+_OPENING_PRONOUN = re.compile(r"^\W*(he|she|they|him|her|them|his|hers|their|theirs)\b",
+                              re.IGNORECASE)
 
 
 def check_memory_text(
@@ -51,6 +65,21 @@ def check_memory_text(
         raise ValueError(
             f"not third person ({pronoun.group(0)!r}): name the person instead of I/you/we"
         )
+    opening = _OPENING_PRONOUN.match(text)
+    if opening:
+        raise ValueError(
+            f"not self-contained (opens with {opening.group(1)!r}): name the person first"
+        )
+    return text
+
+
+def check_summary_text(value: str, *, max_chars: int = 800, max_sentences: int = 5) -> str:
+    """A session summary: the fact rules, and its first sentence in the past tense (what was
+    discussed, decided or done; later sentences may carry a plan forward)."""
+    text = check_memory_text(value, max_chars=max_chars, max_sentences=max_sentences)
+    first = _SENTENCE_END.split(text, maxsplit=1)[0]
+    if not has_past_verb(first):
+        raise ValueError("not in the past tense: say what was discussed, decided or done")
     return text
 
 
@@ -59,8 +88,9 @@ def sentence_count(text: str) -> int:
 
 
 def normalise(text: str) -> str:
-    """Lower case, accents folded, punctuation dropped, spaces collapsed: the exact-dup key."""
-    folded = unicodedata.normalize("NFKD", text.casefold())
+    """Lower case, contractions expanded ("doesn't" -> "does not"), accents folded, punctuation
+    dropped, spaces collapsed: the exact-dup key."""
+    folded = unicodedata.normalize("NFKD", expand_contractions(text).casefold())
     folded = "".join(c for c in folded if not unicodedata.combining(c))
     return " ".join(_WORD.findall(folded))
 
@@ -75,24 +105,18 @@ def jaccard(a: frozenset[str], b: frozenset[str]) -> float:
     return len(a & b) / len(a | b)
 
 
-def _content_words(text: str) -> set[str]:
-    """Numbers, and capitalised words that do not start a sentence (names, places, months)."""
-    out: set[str] = set()
-    words = list(re.finditer(r"[\w'’-]+", text))
-    for i, m in enumerate(words):
-        word = m.group(0)
-        if any(ch.isdigit() for ch in word):
-            out.add(word.casefold())
-            continue
-        starts_sentence = i == 0 or text[: m.start()].rstrip().endswith((".", "!", "?"))
-        if word[:1].isupper() and not starts_sentence:
-            out.add(word.casefold())
-    return out
-
-
 def content_differs(a: str, b: str) -> bool:
-    """True when one text has a number or a name the other lacks: not safe to merge blindly."""
-    return _content_words(a) != _content_words(b)
+    """True when one text has a number or a name the other lacks: not safe to merge blindly.
+    A name the other text has only as its first word ("Ravi drinks" / "In the morning, Ravi
+    drinks") is not lacking."""
+    na, ma = content_words(a)
+    nb, mb = content_words(b)
+    ta, tb = tokens(a), tokens(b)
+    return (
+        na != nb
+        or bool({n for n in ma - mb if n not in tb})
+        or bool({n for n in mb - ma if n not in ta})
+    )
 
 
 def safe_merge(a: str, b: str, ta: frozenset[str], tb: frozenset[str]) -> bool:
@@ -100,10 +124,20 @@ def safe_merge(a: str, b: str, ta: frozenset[str], tb: frozenset[str]) -> bool:
 
     A swapped word ("a nurse" / "a doctor", "blue" / "green") is how a fact changes, so a pair
     where each side has a word the other lacks needs the model's same/contradicts check, however
-    high its Jaccard; so does a pair differing in a number or a name.
+    high its Jaccard; so does a pair differing in a number or a name, and one that only adds a
+    word when that word is a negation ("will not attend").
     """
     substitution = bool(ta - tb) and bool(tb - ta)
-    return not substitution and not content_differs(a, b)
+    return (
+        not substitution
+        and not content_differs(a, b)
+        and differs(a, b, normalise(a).split(), normalise(b).split()) is None
+    )
+
+
+def contradiction_cue(a: str, b: str) -> str | None:
+    """The cue (negation, number or date, name, tense) that keeps `a` and `b` from merging."""
+    return differs(a, b, normalise(a).split(), normalise(b).split())
 
 
 def fingerprint(text_a: str, text_b: str, score: float) -> str:

@@ -2,7 +2,8 @@
 
 Each check gives a status (`ok`, `problem`, `info`), a sentence a person understands and, for a
 problem, the command that fixes it. Checks: the engine's integrity (SQLite: quick_check, `full`
-runs integrity_check; PostgreSQL: amcheck when installed), the schema version against this
+runs integrity_check; PostgreSQL: amcheck when installed), a SQLite file (or its WAL and
+shared-memory files) other local users may read, the schema version against this
 code, the embedder and SPLADE model stored in `meta` against the configured ones, derived
 rows without their memory and memories without their derived rows (full-text, trigram,
 vectors, sparse terms, entity links, edges), memories whose event is gone, the engine's log
@@ -22,10 +23,12 @@ The metric checks need at least MIN_REQUESTS requests in the window (fewer: `inf
 
 from __future__ import annotations
 
+import shlex
 from typing import TYPE_CHECKING, Any
 
 from memcli.acb.stats import FULLTEXT_HIT_MIN, fulltext_hit_rate, percentile, since_timestamp
 from memcli.core.locations import shown
+from memcli.core.private import open_to_others
 from memcli.store import doctor_sql as sql
 from memcli.store import purge_sql
 from memcli.store.acb_sql import requests_since
@@ -223,6 +226,22 @@ def _metrics(db: Database) -> list[dict[str, Any]]:
     return out
 
 
+def _permissions(db: Database) -> list[dict[str, Any]]:
+    """A database file, WAL or shared-memory file that another local user may read (memcli
+    creates them 0600; older versions, a copy or a umask of 022 may have left them 0644)."""
+    if db.backend.name != "sqlite" or db.path == ":memory:":
+        return []
+    files = [f"{db.path}{tail}" for tail in ("", "-wal", "-shm")]
+    open_ones = [f for f in files if open_to_others(f)]
+    if not open_ones:
+        return [check("permissions", "ok", "the database is readable by its owner only")]
+    # The WAL and shared-memory files come and go with connections (this check's own holds
+    # them now): a glob catches those there when the fix runs, and never names a missing one.
+    fix = f"chmod 600 {shlex.quote(db.path)}*"
+    return [check("permissions", "problem", f"other local users may read {', '.join(open_ones)}"
+                  ": every memory not sealed as `high`", fix, files=open_ones)]
+
+
 def unusable(path: Any, exc: Exception) -> dict[str, Any]:
     """The report for a database memcli will not open (another program's SQLite file, or a
     PostgreSQL schema holding another program's tables)."""
@@ -250,6 +269,7 @@ def diagnose(db: Database, *, embedder: Any = None, sparse_model: str | None = N
     checks += lost
     if not any(c["check"] == "missing:tables" for c in lost):  # its queries need the tables
         checks += _derived(db, vectors=embedder is not None, sparse=sparse_model is not None)
+    checks += _permissions(db)
     checks += _log(db, transaction_limit)
     checks += _vacuum_pending(db)
     checks += _metrics(db)

@@ -5,8 +5,10 @@ with no write: the model extracts facts, preferences, decisions, todos, entities
 new facts are deduplicated (`dedup.py`); uncertain pairs get a batched same-fact / contradiction
 check. The plan is then applied in ONE transaction per session (facts, merges, supersessions,
 consent proposals, the structured summary, and the session's consolidation mark), so a session
-is either fully consolidated or untouched. A malformed reply, an unreachable model or a used-up
-budget leaves the session pending for the next run; a session whose replies keep failing
+is either fully consolidated or untouched. An item of the reply that breaks the writing rules
+is dropped on its own (`dropped` in the report, with its reason) and the rest is written. A
+reply that is no JSON object of the shape, an unreachable model or a used-up budget leaves the
+session pending for the next run; a session whose replies keep failing
 (`max_llm_failures`) is summarised extractively instead, and says so.
 
 Without a model: an extractive summary per session (selected turns, labelled `"method":
@@ -89,7 +91,10 @@ def plan_llm(
             Extraction,
             tenant_id=tenant,
         )
-        summaries.append(ext.summary)
+        if ext.summary is not None:
+            summaries.append(ext.summary)
+        part = f" (part {n})" if len(chunks) > 1 else ""
+        plan.dropped += [{**d.model_dump(), "item": d.item + part} for d in ext.dropped]
         for ent in ext.entities:
             entities.setdefault(" ".join(ent.split()), None)
         for list_name, (kind, default_category) in KINDS.items():
@@ -114,10 +119,13 @@ def plan_llm(
             )
     plan.summary_text = " ".join(summaries)
     plan.summary_sources = [e["id"] for e in episodes]
+    if not summaries:  # every summary the model wrote broke a rule: the turns speak instead
+        plan.summary_text, _, plan.summary_sources = extractive_summary(sid, episodes)
     plan.structured = {
         "method": "llm",
         "model": model.name,
         "summary": plan.summary_text,
+        **({} if summaries else {"summary_method": "extractive"}),
         **lists,
         "entities": [e for e in entities if e][:50],
         "profile": [{"field": p["field"], "value": p["value"]} for p in profile],

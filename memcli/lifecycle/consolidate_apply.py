@@ -13,7 +13,6 @@ from typing import TYPE_CHECKING, Any
 from memcli.core.records import utcnow
 from memcli.derived.writer import encode_ahead, supersede, write_memory
 from memcli.lifecycle import consolidate_ledger, dedup
-from memcli.lifecycle.profile_fields import field_value
 from memcli.lifecycle.proposals import propose
 from memcli.policy.redaction import redact_record
 from memcli.store import lifecycle_sql as lsql
@@ -45,6 +44,7 @@ def apply_plan(memory: MemoryHandle, plan: SessionPlan) -> dict[str, Any]:
         "duplicates_in_batch": plan.duplicates_in_batch,
         "pairs": vars(plan.pairs),
         "capped": plan.capped,
+        "dropped": plan.dropped,
     }
     if plan.note:
         out["note"] = plan.note
@@ -113,8 +113,8 @@ def _redact_plan(plan: SessionPlan) -> None:
     """A plan carries model text to places `write_memory` does not cover (merge history, the
     session summary, the run report, proposals): redact it all once, here
     (memcli.policy.redaction)."""
-    (plan.summary_text, plan.structured, plan.proposals), _ = redact_record(
-        (plan.summary_text, plan.structured, plan.proposals)
+    (plan.summary_text, plan.structured, plan.proposals, plan.dropped), _ = redact_record(
+        (plan.summary_text, plan.structured, plan.proposals, plan.dropped)
     )
     for fact in plan.facts:
         (fact.text, fact.reason), _ = redact_record((fact.text, fact.reason))
@@ -148,7 +148,7 @@ def _apply_fact(
             tenant_id=plan.tenant_id,
             user_id=plan.user_id,
             field=fact.profile_field,
-            value=field_value(fact.profile_field, fact.text) or fact.text,
+            value=dedup.proposed_value(fact.profile_field, fact),
             text=fact.text,
             source_ids=fact.sources,
             session_id=plan.session_id,

@@ -5,7 +5,10 @@ into the first one, which cites the sources of all of them.
 
 Level 2, against the store (the user's active facts, decisions and tasks):
 - near-duplicate (Jaccard >= 0.75 where one text only adds or drops words, or cosine >= the
-  merge band) with no differing number or name: merge, no model needed;
+  merge band) with no cue of a contradiction (a negation, number, date, name or tense that
+  differs: `memcli.derived.contradiction`): merge, no model needed;
+- the same statement with its negation or its tense changed ("Sam will not attend" against
+  "Sam will attend", "lived" against "lives"): a contradiction, superseded without a model;
 - uncertain (Jaccard >= 0.3 or cosine >= the check band, or a near-duplicate with a swapped
   word, number or name): one batched model prompt per 5-10 pairs answers same | contradicts |
   unrelated for each; verdicts are cached by pair fingerprint for 14 days;
@@ -23,14 +26,17 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import BaseModel, Field, model_validator
 
 from memcli.core.records import format_ts
+from memcli.derived.contradiction import contradicts
 from memcli.derived.textrules import (
     content_differs,
+    contradiction_cue,
     fingerprint,
     jaccard,
     normalise,
     safe_merge,
     tokens,
 )
+from memcli.lifecycle.profile_fields import field_value
 from memcli.store import lifecycle_sql as lsql
 
 if TYPE_CHECKING:
@@ -68,6 +74,7 @@ class NewFact:
     reason: str = ""
     checks: list[tuple[Stored, float]] = field(default_factory=list)
     profile_field: str | None = None
+    cue: str | None = None  # a sure contradiction's cue (SURE_CUES), when one supersedes
 
     def __post_init__(self) -> None:
         if not self.tokens:
@@ -95,6 +102,35 @@ def load_store(
             )
         )
     return out
+
+
+# Cues a model-free supersession trusts in consolidation: the same sentence negated or moved in
+# time. A changed number, date or name may be another event ("ran 5 km on Monday" / "ran 10 km
+# on Tuesday"), so consolidation asks its model about those.
+SURE_CUES = frozenset({"negation", "tense"})
+
+
+def proposed_value(field: str, fact: NewFact) -> str:
+    """The value a fact proposes for a sensitive field: the field's value it states, or the
+    whole sentence when it negates the old value or moves it in time ("Priya no longer lives
+    in Madrid" names Madrid, which is no change of city)."""
+    value = None if fact.cue in SURE_CUES else field_value(field, fact.text)
+    return value or fact.text
+
+
+def compare(
+    new: str, new_tokens: frozenset[str], old: str, old_tokens: frozenset[str], jaccard_merge: float
+) -> tuple[Literal["same", "contradicts"], str] | None:
+    """What words alone tell of a new text against a stored one: ("same", why) for an exact
+    or near duplicate (merge), ("contradicts", cue) for the same statement with a negation,
+    a number or date, a name or a tense changed (the new one supersedes), else None."""
+    if normalise(new) == normalise(old):
+        return "same", "remembered again"
+    j = jaccard(new_tokens, old_tokens)
+    if j >= jaccard_merge and safe_merge(new, old, new_tokens, old_tokens):
+        return "same", f"near-duplicate (jaccard {j:.2f})"
+    cue = contradicts(new, old, normalise(new).split(), normalise(old).split())
+    return ("contradicts", cue) if cue else None
 
 
 def dedup_batch(facts: list[NewFact], jaccard_merge: float) -> tuple[list[NewFact], int]:
@@ -140,7 +176,8 @@ def _cosines(new_vector: Any, stored: list[Stored]) -> list[float]:
 
 
 def classify(fact: NewFact, stored: list[Stored], cfg: LifecycleSettings) -> None:
-    """Set fact.action to merge (with target), or collect fact.checks; leaves 'add' otherwise."""
+    """Set fact.action to merge (with target), to supersede (a sure contradiction: SURE_CUES),
+    or collect fact.checks for the model; leaves 'add' otherwise."""
     if not stored:
         return
     cos = _cosines(fact.vector, stored)
@@ -150,12 +187,28 @@ def classify(fact: NewFact, stored: list[Stored], cfg: LifecycleSettings) -> Non
         scored.append((s, j, c))
     for s, j, c in sorted(scored, key=lambda t: -max(t[1], t[2])):
         lexical = j >= cfg.jaccard_merge and safe_merge(fact.text, s.text, fact.tokens, s.tokens)
-        semantic = c >= cfg.cosine_merge and not content_differs(fact.text, s.text)
+        semantic = (
+            c >= cfg.cosine_merge
+            and not content_differs(fact.text, s.text)
+            and contradiction_cue(fact.text, s.text) is None  # "will not attend" embeds close
+        )
         if lexical or semantic:
             fact.action, fact.target = "merge", s.id
             fact.reason = f"near-duplicate (jaccard {j:.2f}, cosine {c:.2f})"
             return
         break  # only the closest one can be merged without a model
+    sure = []
+    for s, j, _c in scored:
+        if j < cfg.jaccard_check:  # a contradiction shares most of its words
+            continue
+        verdict = compare(fact.text, fact.tokens, s.text, s.tokens, cfg.jaccard_merge)
+        if verdict is not None and verdict[0] == "contradicts" and verdict[1] in SURE_CUES:
+            sure.append((s, verdict[1]))
+    if sure:
+        fact.action, fact.supersedes = "supersede", [s.id for s, _ in sure]
+        fact.cue = sure[0][1]
+        fact.reason = f"contradicts ({fact.cue})"
+        return
     checks = [
         (s, round(max(j, c), 4))
         for s, j, c in scored

@@ -2,8 +2,12 @@
 
 The model gets the session's turns numbered [1]..[n] and answers with one JSON object:
 `summary`, `facts`, `preferences`, `decisions`, `todos`, `entities` and `profile` (changes to
-sensitive profile fields, which only ever become consent proposals). Every text must pass the
-writing policy (`textrules.check_memory_text`); a reply that does not is refused whole.
+sensitive profile fields, which only ever become consent proposals). Each item is validated on
+its own against the writing policy (`textrules.check_memory_text`; the summary against
+`check_summary_text`, past tense included): a bad item costs that item only. It is dropped and
+listed in `dropped` with its reason, the rest is kept, and a dropped summary is replaced by the
+extractive one. Only a reply that is no JSON object of this shape is refused whole (one repair
+turn, then a failure).
 
 Without a model, `extractive_summary` picks the most informative turns verbatim and labels the
 result `"method": "extractive"`: nothing here pretends a model ran.
@@ -14,16 +18,26 @@ from __future__ import annotations
 import re
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, Field
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    Field,
+    ValidationError,
+    WithJsonSchema,
+    model_validator,
+)
+from pydantic.json_schema import SkipJsonSchema
 
-from memcli.derived.textrules import FactText, check_memory_text, clip
+from memcli.derived.textrules import FactText, check_summary_text, clip
 from memcli.entities.extraction import extract_entities
 
 TURN_CHARS = 1500  # a turn longer than this is clipped in the prompt (tool output, pastes)
 PROMPT_CHARS = 14000  # turns per prompt stop here even before episodes_per_prompt
 
+# The model is asked for a string; None is what a summary breaking the rules becomes.
 SummaryText = Annotated[
-    str, AfterValidator(lambda v: check_memory_text(v, max_chars=800, max_sentences=5))
+    Annotated[str, AfterValidator(check_summary_text)] | None,
+    WithJsonSchema({"type": "string", "description": "1-5 sentences, past tense"}),
 ]
 
 
@@ -41,16 +55,92 @@ class ProfileChange(BaseModel):
     turns: list[int] = Field(default_factory=list, max_length=50)
 
 
+class Dropped(BaseModel):
+    """An item of a reply that broke a rule: where it was, its text, and why it was dropped."""
+
+    item: str  # "facts[1]", "summary"
+    text: str
+    reason: str
+
+
+ENTITY_CHARS = 100
+
+
 class Extraction(BaseModel):
     summary: SummaryText
     facts: list[Item] = Field(default_factory=list, max_length=40)
     preferences: list[Item] = Field(default_factory=list, max_length=20)
     decisions: list[Item] = Field(default_factory=list, max_length=20)
     todos: list[Item] = Field(default_factory=list, max_length=20)
-    entities: list[Annotated[str, Field(max_length=100)]] = Field(
+    entities: list[Annotated[str, Field(max_length=ENTITY_CHARS)]] = Field(
         default_factory=list, max_length=50
     )
     profile: list[ProfileChange] = Field(default_factory=list, max_length=8)
+    dropped: SkipJsonSchema[list[Dropped]] = Field(default_factory=list)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _each_item_on_its_own(cls, data: Any) -> Any:
+        """Drop the items that break a rule (and those over a list's length), each with its
+        reason; what is left is validated as usual. Not a dict, not a list, no summary at
+        all: the shape itself is wrong, and the whole reply is refused."""
+        if not isinstance(data, dict):
+            return data
+        data = dict(data)
+        dropped: list[dict[str, str]] = []
+        for name, model, limit in _ITEM_LISTS:
+            raw = data.get(name)
+            if isinstance(raw, list):
+                data[name] = keep_valid(name, raw, model, limit, dropped)
+        entities = data.get("entities")
+        if isinstance(entities, list):
+            data["entities"] = keep_valid("entities", entities, _Entity, 50, dropped)
+        summary = data.get("summary")
+        if isinstance(summary, str):
+            try:
+                check_summary_text(summary)
+            except ValueError as exc:
+                dropped.append({"item": "summary", "text": clip(summary, 200), "reason": str(exc)})
+                data["summary"] = None
+        data["dropped"] = dropped
+        return data
+
+
+class _Entity(BaseModel):
+    name: Annotated[str, Field(max_length=ENTITY_CHARS)]
+
+
+_ITEM_LISTS: tuple[tuple[str, type[BaseModel], int], ...] = (
+    ("facts", Item, 40),
+    ("preferences", Item, 20),
+    ("decisions", Item, 20),
+    ("todos", Item, 20),
+    ("profile", ProfileChange, 8),
+)
+
+
+def keep_valid(
+    name: str, raw: list[Any], model: type[BaseModel], limit: int, dropped: list[dict[str, str]]
+) -> list[Any]:
+    """The items of `raw` that `model` validates, at most `limit`; the others go to
+    `dropped` as {"item": "name[i]", "text", "reason"}."""
+    kept: list[Any] = []
+    for i, item in enumerate(raw):
+        where = f"{name}[{i}]"
+        text = item.get("text", "") if isinstance(item, dict) else item
+        try:
+            model.model_validate({"name": item} if model is _Entity else item)
+        except ValidationError as exc:
+            reason = "; ".join(e["msg"].removeprefix("Value error, ") for e in exc.errors())
+            dropped.append({"item": where, "text": clip(str(text), 200), "reason": reason})
+            continue
+        if len(kept) >= limit:
+            dropped.append(
+                {"item": where, "text": clip(str(text), 200), "reason": f"more than {limit} {name}"}
+            )
+            continue
+        kept.append(item)
+    return kept
 
 
 # list name -> (memory kind, default category)

@@ -6,6 +6,8 @@ names the value itself (`profile` items); a `remember --field` text or a fact th
 under `profile` is a sentence, read here by a few cue patterns per field (English, as the
 extraction prompt writes facts). No cue: not a statement of the field (`field_value` None);
 `remember` then takes the whole text as the value, as "city: Porto" or a bare "Porto" gives.
+`field_text` keeps the field's name in a stored text that would lose it: a bare "Madrid" is
+stored as "City: Madrid", which `field_value` reads back.
 """
 
 from __future__ import annotations
@@ -35,13 +37,16 @@ _CUES = {
 _PRONOUNS = re.compile(
     r"\b(?:she/her(?:/hers)?|he/him(?:/his)?|they/them(?:/theirs)?|ze/(?:zir|hir)(?:/zirs)?|"
     r"xe/xem(?:/xyrs)?|it/its|any pronouns)\b", re.IGNORECASE)
-_EXPLICIT = re.compile(r"^\s*(\w+)\s*[:=]\s*(.+)$")
+_EXPLICIT = re.compile(r"^\s*([^\W\d][\w ]*?)\s*[:=]\s*(.+)$")
+LABELS = {"city": "City", "preferred_name": "Preferred name", "pronouns": "Pronouns",
+          "language": "Language"}
 
 
 def field_value(field: str, text: str) -> str | None:
     """The value of `field` the text states, or None when it states none."""
     explicit = _EXPLICIT.match(text)
-    if explicit and explicit.group(1).casefold() in (field, field.replace("_", "")):
+    label = explicit.group(1).casefold().replace(" ", "_") if explicit else ""
+    if explicit and label in (field, field.replace("_", "")):
         return explicit.group(2).strip() or None
     if field == "pronouns":
         found = _PRONOUNS.search(text)
@@ -70,3 +75,11 @@ def _value_after(rest: str) -> str | None:
         else:
             break
     return " ".join(kept).rstrip(".") or None
+
+
+def field_text(field: str, value: str, text: str) -> str:
+    """The text to store for a field's value: `text` when it states the field ("Priya lives in
+    Madrid"), else the field named with the value ("City: Madrid", not a bare "Madrid")."""
+    if field_value(field, text) is not None and text.strip(" .").casefold() != value.casefold():
+        return text
+    return f"{LABELS.get(field, field)}: {value}"

@@ -2,11 +2,13 @@
 
 A change to a person's preferred name, pronouns, city or language (from consolidation, or from
 `memcli remember --field`) becomes a pending proposal of the field's value ("Madrid", read
-from "Priya lives in Madrid" by `profile_fields`). `memcli proposals accept ID` writes the
-profile fact and supersedes every fact that held the field before (the fact an earlier
-acceptance wrote, and `profile` facts stating the field, such as one a model filed there), so
-one answer stays active and the old ones stay in history; `reject` records the refusal; a
-proposal nobody answers expires after 7 days. The audit trail holds every decision.
+from "Priya lives in Madrid" by `profile_fields`); its text keeps the field's name ("City:
+Madrid" when only "Madrid" was given), and so does the fact an acceptance writes.
+`memcli proposals accept ID` writes the profile fact and supersedes every fact that held the
+field before (the fact an earlier acceptance wrote, and `profile` facts stating the field,
+such as one a model filed there), so one answer stays active and the old ones stay in
+history; `reject` records the refusal; a proposal nobody answers expires after 7 days. The
+audit trail holds every decision.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from memcli.core.records import format_ts, utcnow
 from memcli.derived.textrules import normalise
 from memcli.derived.writer import supersede, write_memory
 from memcli.errors import UsageError
-from memcli.lifecycle.profile_fields import field_value
+from memcli.lifecycle.profile_fields import field_text, field_value
 from memcli.policy.redaction import redact_record, redact_text
 from memcli.store import lifecycle_sql as lsql
 from memcli.store import memories as mem
@@ -63,6 +65,7 @@ def propose(
     value = " ".join(value.split())
     if not value:
         raise UsageError("a proposal needs a value")
+    text = field_text(field, value, text)  # "City: Madrid", never a bare "Madrid"
     now = now or utcnow()
     holders = field_holders(db, tenant_id, user_id, field)
     current = holders[0] if holders else None
@@ -167,7 +170,7 @@ def accept(memory: MemoryHandle, proposal_id: int, *, owner: Owner | None = None
         holders = field_holders(db, row["tenant_id"], row["user_id"], row["field"])
         new_id = write_memory(
             memory,
-            content=row["text"],
+            content=field_text(row["field"], row["value"], row["text"]),
             kind="fact",
             category="profile",
             source_ids=row["source_ids"],

@@ -19,11 +19,13 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Annotated, Any
 
-from pydantic import AfterValidator, BaseModel, Field
+from pydantic import AfterValidator, BaseModel, Field, model_validator
+from pydantic.json_schema import SkipJsonSchema
 
 from memcli.core.records import format_ts, utcnow
 from memcli.derived.textrules import FactText, check_memory_text, clip, jaccard, tokens
 from memcli.derived.writer import write_memory
+from memcli.lifecycle.extract import Dropped, keep_valid
 from memcli.providers.llm import LLMBadReply, LLMBudgetExceeded, LLMError
 from memcli.store import lifecycle_sql as lsql
 
@@ -53,6 +55,17 @@ class Insight(BaseModel):
 
 class Insights(BaseModel):
     insights: list[Insight] = Field(default_factory=list, max_length=3)
+    dropped: SkipJsonSchema[list[Dropped]] = Field(default_factory=list)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _each_on_its_own(cls, data: Any) -> Any:
+        """An insight breaking a writing rule is dropped with its reason, the others kept."""
+        if isinstance(data, dict) and isinstance(data.get("insights"), list):
+            dropped: list[dict[str, str]] = []
+            kept = keep_valid("insights", data["insights"], Insight, 3, dropped)
+            data = {**data, "insights": kept, "dropped": dropped}
+        return data
 
 
 REFLECT_SYSTEM = (
@@ -77,7 +90,7 @@ def _scope_label(tenant: str, user: str | None) -> dict[str, Any]:
 
 def _new_report(model: Model | None, dry_run: bool) -> dict[str, Any]:
     return {"dry_run": dry_run, "model": model.name if model else None, "created": [],
-            "skipped": [], "errors": [], "stopped": None}
+            "skipped": [], "dropped": [], "errors": [], "stopped": None}
 
 
 def _with_usage(report: dict[str, Any], model: Model | None) -> dict[str, Any]:
@@ -238,6 +251,7 @@ def insights(
             tokens(r["content"])
             for r in lsql.recent_memories(db, tenant, user, ("insight",), None, 200)
         ]
+        report["dropped"].extend({**scope, **d.model_dump()} for d in reply.dropped)
         created = []
         for ins in reply.insights:
             toks = tokens(ins.summary)

@@ -2,6 +2,12 @@
 
 - `remember TEXT` stores a fact through the derived-memory writer, unless it is a near-duplicate
   of an active fact of the same user (then the existing one is reinforced and cited instead).
+  The same statement with a negation, number, date, name or tense changed is never merged;
+  negated or moved in time ("Sam will not attend" after "Sam will attend") it is a sure
+  contradiction: the new fact supersedes the old one (both stay in the history), or, when the
+  old one holds a sensitive profile field, a consent proposal is queued
+  (`lifecycle/dedup.compare`). A changed number, date or name may be another event ("ran 5 km
+  on Monday" / "ran 10 km on Tuesday"): both stay, and `memcli correct` replaces one.
 - `remember --procedural` stores numbered how-to steps (kind and category `procedural`, never
   decaying); only agents whose allowlist names `procedural` get them back.
 - `remember --field city ...` on a sensitive profile field queues a consent proposal.
@@ -16,12 +22,12 @@ from typing import TYPE_CHECKING, Any
 
 from memcli.core.records import utcnow
 from memcli.derived.applimit import enforce_app_limit
-from memcli.derived.textrules import jaccard, normalise, safe_merge, tokens
-from memcli.derived.writer import encode_ahead, write_memory
+from memcli.derived.textrules import tokens
+from memcli.derived.writer import encode_ahead, supersede, write_memory
 from memcli.errors import UsageError
 from memcli.lifecycle import dedup
 from memcli.lifecycle.profile_fields import field_value
-from memcli.lifecycle.proposals import SENSITIVE_FIELDS, propose
+from memcli.lifecycle.proposals import SENSITIVE_FIELDS, held_fields, propose
 from memcli.policy.redaction import kinds, redact_record
 from memcli.store import lifecycle_sql as lsql
 from memcli.store import memories as mem
@@ -146,23 +152,31 @@ def _remember(
                 days=cfg.proposal_days,
             )
     toks = tokens(clean)
+    contradicted: list[tuple[dedup.Stored, str]] = []
     for stored in dedup.load_store(memory.db, tenant_id, user_id, with_vectors=False):
-        same = normalise(stored.text) == normalise(clean)
-        if same or (
-            jaccard(toks, stored.tokens) >= cfg.jaccard_merge
-            and safe_merge(clean, stored.text, toks, stored.tokens)
-        ):
+        verdict = dedup.compare(clean, toks, stored.text, stored.tokens, cfg.jaccard_merge)
+        if verdict is not None and verdict[0] == "contradicts":
+            # A changed number, date or name may be another event: both stay (never merged).
+            if verdict[1] in dedup.SURE_CUES:
+                contradicted.append((stored, verdict[1]))
+        elif verdict is not None:
             with memory.db.transaction():
                 lsql.merge_into(
-                    memory.db,
-                    stored.id,
-                    clean,
-                    [],
-                    utcnow(),
-                    "remember",
-                    {"reason": "remembered again"},
+                    memory.db, stored.id, clean, [], utcnow(), "remember", {"reason": verdict[1]}
                 )
             return {"id": stored.id, "kind": stored.kind, "status": "merged"}
+    # A contradiction supersedes; one of a sensitive profile field asks for consent instead.
+    held = [(f, cue) for s, cue in contradicted
+            for f in held_fields(s.kind, s.category, s.attributes, s.text)]
+    if held:
+        field, cue = held[0]
+        # "Priya no longer lives in Madrid" names the old value: the sentence is the change.
+        value = (None if cue in dedup.SURE_CUES else field_value(field, clean)) or clean
+        with memory.db.transaction():
+            return propose(memory.db, tenant_id=tenant_id, user_id=user_id, field=field,
+                           value=value, text=clean, session_id=session_id, origin="remember",
+                           days=cfg.proposal_days)
+    old_ids = [s.id for s, _ in contradicted]
     vector, terms = encode_ahead(memory, [clean])[clean]  # before the write lock
     with memory.db.transaction():
         new_id = write_memory(
@@ -174,15 +188,19 @@ def _remember(
             importance=0.7 if importance is None else importance,
             pinned=pinned,
             actor="remember",
-            attributes={"method": "explicit"},
+            attributes={"method": "explicit", **({"supersedes": old_ids} if old_ids else {})},
             vector=vector,
             sparse_terms=terms,
             **scope,
         )
+        for old, cue in contradicted:  # both stay in the history, the old one superseded
+            supersede(memory, old.id, new_id, actor="remember", reason=f"contradicts ({cue})")
         # The app-memory design's app limit holds after every app write, not only after
         # consolidation.
         compaction = enforce_app_limit(memory, tenant_id, user_id, app_id, cfg) if app_id else []
     out: dict[str, Any] = {"id": new_id, "kind": "fact", "status": "created"}
+    if old_ids:
+        out["supersedes"] = old_ids
     return {**out, "compaction": compaction} if compaction else out
 
 

@@ -7,8 +7,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from memcli.lifecycle.dedup import NewFact, PairStats
-from memcli.lifecycle.profile_fields import field_value
+from memcli.lifecycle.dedup import NewFact, PairStats, proposed_value
 
 _SENSITIVITY = {"none": 0, "low": 1, "high": 2, "secret": 3}
 
@@ -40,6 +39,7 @@ class SessionPlan:
     duplicates_in_batch: int = 0
     pairs: PairStats = field(default_factory=PairStats)
     capped: list[dict[str, Any]] = field(default_factory=list)  # over a write cap (write_caps)
+    dropped: list[dict[str, Any]] = field(default_factory=list)  # items breaking a writing rule
     note: str = ""
 
     @property
@@ -83,7 +83,7 @@ class SessionPlan:
                 *(
                     {
                         "field": f.profile_field,
-                        "value": field_value(f.profile_field or "", f.text) or f.text,
+                        "value": proposed_value(f.profile_field or "", f),
                         "text": f.text,
                         "replaces": f.supersedes,
                     }
@@ -99,5 +99,6 @@ class SessionPlan:
             "duplicates_in_batch": self.duplicates_in_batch,
             "pairs": vars(self.pairs),
             "capped": self.capped,
+            "dropped": self.dropped,
             **({"note": self.note} if self.note else {}),
         }

@@ -61,7 +61,7 @@ class LedgerWrite(Scope):
 
 class DecisionRequest(LedgerWrite):
     """`memcli decision add`, `decision supersede` (`supersedes`), `POST /api/v1/decisions`,
-    the MCP `record_decision` tool."""
+    the MCP `memory_record_decision` tool."""
 
     decision: str = Field(min_length=1, description="What was decided.")
     rationale: list[str] = Field(default_factory=list, description="Why (repeatable).")
@@ -87,7 +87,8 @@ class LedgerListing(AppScope, UserScope, TenantScope):
 
 
 class DecisionsQuery(LedgerListing):
-    """`memcli decision list`, `GET /api/v1/decisions/query`, the MCP `query_decisions` tool."""
+    """`memcli decision list`, `GET /api/v1/decisions/query`, the MCP `memory_query_decisions`
+    tool."""
 
     status: Literal["active", "superseded", "all"] = Field(
         default="active", description="active, superseded or all (with their links).")
@@ -95,7 +96,7 @@ class DecisionsQuery(LedgerListing):
 
 class TaskRequest(LedgerWrite):
     """`memcli task add`, `task update` (`task_id`), `POST /api/v1/tasks`, the MCP
-    `record_task` tool."""
+    `memory_record_task` and `memory_update_task` tools."""
 
     task_id: Id | None = Field(default=None, description="The task to change (none: a new one).")
     title: str | None = Field(default=None, min_length=1, description="What to do.")
@@ -134,7 +135,7 @@ class CheckpointLoad(CheckpointScope):
 
 
 class ArtifactRequest(TenantScope):
-    """`GET /api/v1/artifacts/{id}`, the MCP `get_artifact` tool."""
+    """`GET /api/v1/artifacts/{id}`, the MCP `memory_get_artifact` tool."""
 
     artifact_id: str = Field(min_length=1, description="An artifact id from a tool result, or "
                                                        "the event id of an `artifact` event.")

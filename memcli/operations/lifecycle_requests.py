@@ -2,7 +2,7 @@
 consolidate, decay and reflect, pins and consent proposals, an app's memories, the counts.
 
 One model per operation, as in memcli.operations.requests: `memcli consolidate`'s flags,
-`POST /api/v1/memories`' body and the MCP `remember` tool's arguments are built from the same
+`POST /api/v1/memories`' body and the MCP `memory_remember` tool's arguments are built from the same
 fields, each declared once with its help. Nothing here imports Typer, HTTP or the store.
 """
 
@@ -47,7 +47,7 @@ class ReflectRequest(UserScope, TenantScope):
 
 
 class RememberRequest(Scope):
-    """`memcli remember`, `POST /api/v1/memories`, the MCP `remember` tool: a fact, or a
+    """`memcli remember`, `POST /api/v1/memories`, the MCP `memory_remember` tool: a fact, or a
     procedure (`procedural`, `steps`)."""
 
     text: str | None = Field(default=None, description="The fact (or a procedure's steps).")
@@ -73,7 +73,7 @@ class RememberRequest(Scope):
 
 class MemoryRequest(TenantScope):
     """One memory by id, in one tenant: `forget`, `restore`, `confirm`, `pin`, `unpin`,
-    `DELETE /api/v1/memories/{id}`, the MCP `forget` tool."""
+    `DELETE /api/v1/memories/{id}`, the MCP `memory_forget` tool."""
 
     memory_id: Id = Field(description="A memory id.")
 

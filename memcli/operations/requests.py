@@ -6,7 +6,7 @@ MCP tool's input schema are generated from the model, and `Memory` takes the val
 The shared scope (`Scope`: tenant, user, session, app) is one base class.
 
 The query request is the memory system spec's `memory.query`, read by `memcli query -`, `POST
-/api/v1/query` and the MCP `query` tool:
+/api/v1/query` and the MCP `memory_query` tool:
 
     {"agent": "planner", "query": "deployment plan context", "categories": ["tasks"],
      "filters": {"user_id": "priya", "role": "assistant", "pinned": false,
@@ -113,7 +113,7 @@ QueryFilters = create_model(  # type: ignore[call-overload]
 
 
 class QueryRequest(QueryConditions):
-    """`memcli query`, `POST /api/v1/query`, the MCP `query` tool."""
+    """`memcli query`, `POST /api/v1/query`, the MCP `memory_query` tool."""
 
     query: str = Field(min_length=1, description="What to look for.")
     agent: str | None = Field(

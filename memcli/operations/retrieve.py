@@ -1,6 +1,6 @@
 """`memcli query`'s operation: the query checked, run and turned into the JSON payload that
-`memcli query --json`, `POST /api/v1/query` and the MCP `query` tool answer with, built by one
-function. The CLI keeps only what is its own: flags, stdin, warnings on stderr, the text
+`memcli query --json`, `POST /api/v1/query` and the MCP `memory_query` tool answer with, built
+by one function. The CLI keeps only what is its own: flags, stdin, warnings on stderr, the text
 rendering. Nothing here prints, reads stdin or imports Typer; nothing heavy loads at import.
 """
 

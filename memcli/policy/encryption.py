@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from memcli.core import private
 from memcli.errors import MemcliError, UsageError
 
 PREFIX = "enc:v1:"
@@ -121,7 +122,7 @@ def write_key_file(path: Path, key: bytes, *, replace: bool = False) -> None:
     `replace`, a temporary file is renamed over it atomically."""
     try:
         if not path.parent.is_dir():
-            path.parent.mkdir(parents=True, mode=0o700)
+            private.make_dirs(path.parent)
         target = path.with_name(path.name + ".tmp") if replace else path
         flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL
         if replace and target.exists():

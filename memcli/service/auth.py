@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from memcli.core import private
 from memcli.errors import NotAllowedError, UsageError
 from memcli.service.api import BadRequest, Scope
 
@@ -218,7 +219,7 @@ def _generated_token(path: Path | None = None) -> tuple[Path, bool]:
     path = path or serve_token_path()
     if path.exists():
         return path, False
-    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    private.make_dirs(path.parent)
     try:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     except FileExistsError:  # another serve made it first: use theirs

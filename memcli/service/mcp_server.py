@@ -5,17 +5,19 @@ operations (memcli.service.api), so MCP, HTTP and the CLI answer with the same p
 the same errors. Decisions, from the issue and from what users of other memory servers
 report:
 
-- A small default tool set (`DEFAULT_TOOLS`) with one-line descriptions: every tool listed
-  costs context on every model call. The rest only with `--tools all` or a list.
+- A small default tool set (`DEFAULT_TOOLS`) with short descriptions (when to call the tool,
+  one example): every tool listed costs context on every model call. The rest only with
+  `--tools all` or a list. The tools themselves, their input and output models, are
+  memcli.service.mcp_tools.
 - Identity is the server's: the scope (tenant, user, agent, app) comes from flags, env, or for
   HTTP a token/header bound by memcli.service.http, never from tool arguments. An argument
   naming another scope is refused (isError), never answered from the other scope; every result
   carries `scope`, the scope that answered.
 - Errors are tool errors (`isError: true` with the CLI's one-line message), never a success
-  holding an error text.
+  holding an error text. An argument a tool does not take is such an error, naming it.
 - Forgiving arguments (`normalise`): common aliases (`text`/`q` for `query`, `k`/`limit` for
   `top_k`, ...) and a bare string where a list is expected are accepted before the SDK
-  validates them against the (short) schema the client sees.
+  validates them against the schema the client sees.
 """
 
 from __future__ import annotations
@@ -23,126 +25,31 @@ from __future__ import annotations
 import json
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
+
+from memcli.service.mcp_tools import (
+    DEFAULT_TOOLS,
+    TOOLS,
+    ToolSpec,
+    argument_problem,
+    inlined,
+    normalise,
+    select_tools,
+)
 
 if TYPE_CHECKING:
     from mcp.server import MCPServer
+    from mcp_types import CallToolResult
 
     from memcli.config import Settings
     from memcli.service.api import Scope, Service
 
 
-@dataclass(frozen=True)
-class ToolSpec:
-    """One MCP tool: its api operation, description, hints and argument aliases."""
-
-    op: str  # the memcli.service.api function it calls
-    description: str
-    read_only: bool
-    destructive: bool = False
-    default: bool = True
-    aliases: tuple[tuple[str, str], ...] = ()  # (alias, canonical argument name)
-    lists: tuple[str, ...] = ()  # arguments that are lists: a bare string becomes [string]
-
-
-TOOLS: dict[str, ToolSpec] = {
-    "memory.query": ToolSpec(
-        "query", "Search long-term memory; returns ranked memories.", read_only=True,
-        aliases=(("text", "query"), ("q", "query"), ("k", "top_k"), ("limit", "top_k"),
-                 ("n", "top_k"), ("category", "categories")),
-        lists=("categories",)),
-    "memory.build_acb": ToolSpec(
-        "build_acb", "Build a context bundle (rules, decisions, tasks, relevant memories) "
-        "for the task at hand, under a token budget.", read_only=True,
-        aliases=(("query_text", "query"), ("text", "query"), ("task", "query"),
-                 ("budget", "max_tokens"), ("token_budget", "max_tokens"),
-                 ("category", "categories")),
-        lists=("categories",)),
-    "memory.record_event": ToolSpec(
-        "record_events", "Record an event (a message, tool result, observation) in the log.",
-        read_only=False,
-        aliases=(("content", "text"), ("message", "text"), ("type", "kind"), ("tag", "tags")),
-        lists=("tags",)),
-    "memory.get_artifact": ToolSpec(
-        "get_artifact", "Fetch the full output kept for a truncated tool result.",
-        read_only=True, aliases=(("id", "artifact_id"), ("artifact", "artifact_id"))),
-    "memory.query_decisions": ToolSpec(
-        "query_decisions", "List recorded decisions (active by default).", read_only=True,
-        aliases=(("k", "limit"), ("top_k", "limit"))),
-    "memory.remember": ToolSpec(
-        "remember", "Store a durable fact or preference (near-duplicates are merged).",
-        read_only=False, aliases=(("content", "text"), ("fact", "text"), ("memory", "text")),
-        lists=("steps",)),
-    "memory.forget": ToolSpec(
-        "forget", "Forget one memory by id (restorable for 30 days).", read_only=False,
-        destructive=True, aliases=(("id", "memory_id"),)),
-    # Enabled with --tools all (or by name).
-    "memory.record_decision": ToolSpec(
-        "record_decision", "Record a decision with its rationale (or supersede one).",
-        read_only=False, default=False,
-        aliases=(("text", "decision"), ("why", "rationale")),
-        lists=("rationale", "constraints", "alternatives", "consequences", "refs")),
-    "memory.record_task": ToolSpec(
-        "record_task", "Add a task, or update one by task_id.", read_only=False, default=False,
-        aliases=(("text", "title"), ("id", "task_id")), lists=("refs",)),
-    "memory.history": ToolSpec(
-        "memory_history", "What happened to one memory, newest first.", read_only=True,
-        default=False, aliases=(("id", "memory_id"),)),
-    "memory.app_memories": ToolSpec(
-        "app_memories", "List an app's memories, newest first.", read_only=True, default=False,
-        aliases=(("app", "app_id"),)),
-    "memory.purge_app": ToolSpec(
-        "delete_app_memories", "Delete an app's memories for good (or one with memory_id).",
-        read_only=False, destructive=True, default=False,
-        aliases=(("app", "app_id"), ("id", "memory_id"))),
-}
-DEFAULT_TOOLS = tuple(name for name, spec in TOOLS.items() if spec.default)
-
 # Scope keys a tool argument may name; each must agree with the server's binding.
 _IDENTITY = {"tenant": "tenant", "tenant_id": "tenant", "user": "user_id", "user_id": "user_id",
              "agent": "agent", "agent_id": "agent", "app": "app_id", "app_id": "app_id"}
 # Tools whose own arguments use these names for something else than the caller's scope.
-_OWN_ARGUMENTS = {"memory.app_memories": {"app", "app_id"}, "memory.purge_app": {"app", "app_id"}}
-
-
-def select_tools(spec: str | None) -> tuple[str, ...]:
-    """The tool names for `--tools`: None/"default", "all", or a comma-separated list (names with
-    or without the `memory.` prefix). An unknown name is a UsageError."""
-    from memcli.errors import UsageError
-
-    if spec is None or spec.strip() in ("", "default"):
-        return DEFAULT_TOOLS
-    if spec.strip() == "all":
-        return tuple(TOOLS)
-    names: list[str] = []
-    for part in (p.strip() for p in spec.split(",")):
-        if not part:
-            continue
-        if part == "default":
-            names.extend(DEFAULT_TOOLS)
-            continue
-        name = part if part.startswith("memory.") else f"memory.{part}"
-        if name not in TOOLS:
-            raise UsageError(f"unknown MCP tool: {part}",
-                             "choose from " + ", ".join(t.removeprefix("memory.") for t in TOOLS))
-        names.append(name)
-    return tuple(dict.fromkeys(names))
-
-
-def normalise(tool: str, arguments: dict[str, Any]) -> dict[str, Any]:
-    """A tool's arguments with aliases renamed and bare strings wrapped into lists."""
-    spec = TOOLS.get(tool)
-    if spec is None:
-        return arguments
-    out = dict(arguments)
-    for alias, canonical in spec.aliases:
-        if alias in out and canonical not in out:
-            out[canonical] = out.pop(alias)
-    for name in spec.lists:
-        if isinstance(out.get(name), str):
-            out[name] = [out[name]]
-    return out
+_OWN_ARGUMENTS = {"memory_app_memories": {"app", "app_id"}, "memory_purge_app": {"app", "app_id"}}
 
 
 def split_identity(tool: str, arguments: dict[str, Any]) -> tuple[dict[str, Any], dict[str, str]]:
@@ -178,7 +85,6 @@ def build_mcp(settings: Settings, scope: Scope, tools: tuple[str, ...] | None = 
     `--tools`) picks the ones it sees, `tools` when it has none (one daemon serves agents
     configured with different tool sets)."""
     from mcp.server import MCPServer
-    from mcp_types import ToolAnnotations
 
     from memcli import __version__
     from memcli.service.api import Service
@@ -186,23 +92,21 @@ def build_mcp(settings: Settings, scope: Scope, tools: tuple[str, ...] | None = 
     if service is None:
         service = Service(settings)
     narrow = request_scope or headers_scope
-    server = MCPServer(
-        "memcli", version=__version__, log_level="WARNING",
-        instructions="Long-term memory. Search it with memory.query before answering from "
-                     "memory; build a context bundle with memory.build_acb at the start of "
-                     "a task; store durable facts with memory.remember.")
     enabled = tools or DEFAULT_TOOLS
-    for name in TOOLS if selectable else enabled:
-        spec = TOOLS[name]
-        server.add_tool(
-            _tool_function(name, spec, service, scope, narrow), name=name,
-            description=spec.description, structured_output=False,
-            annotations=ToolAnnotations(read_only_hint=spec.read_only,
-                                        destructive_hint=spec.destructive,
-                                        idempotent_hint=spec.read_only,
-                                        open_world_hint=False))
+    server = MCPServer(
+        "memcli", version=__version__, log_level="WARNING", instructions=INSTRUCTIONS,
+        tools=[_tool(name, TOOLS[name], service, scope, narrow)
+               for name in (TOOLS if selectable else enabled)])
     server.middleware.append(_Forgiving(service, scope, narrow, enabled))
     return server
+
+
+# What the server tells a client about its tools (shown to the model by most clients).
+INSTRUCTIONS = (
+    "Long-term memory. Call memory_query before answering from what was said or decided "
+    "earlier; call memory_build_acb at the start of a task for its rules, decisions, tasks "
+    "and relevant memories; store durable facts with memory_remember and what happened with "
+    "memory_record_event. Identity (tenant, user, agent, app) is the server's: never pass it.")
 
 
 def run_stdio(settings: Settings, scope: Scope, tools: tuple[str, ...] | None = None) -> None:
@@ -309,42 +213,58 @@ def headers_scope(request: Any, scope: Scope) -> Scope:
     return scope.narrowed(**{k: v for k, v in bound.items() if v})
 
 
-def _tool_function(name: str, spec: ToolSpec, service: Service, scope: Scope,
-                   narrow: Callable[[Any, Scope], Scope]) -> Callable[..., Any]:
-    """The function the SDK registers for one tool: its signature is the tool's schema
-    (memcli.service.mcp_tools), its body runs the api operation."""
-    from memcli.service import mcp_tools
+def _tool(name: str, spec: ToolSpec, service: Service, scope: Scope,
+          narrow: Callable[[Any, Scope], Scope]) -> Any:
+    """The SDK's tool for `spec`: its input model (arguments the tool does not take refused)
+    and its output model (the result's `structuredContent` checked against it), run by
+    `_call`."""
+    from mcp.server.mcpserver.tools import Tool
+    from mcp.server.mcpserver.utilities.func_metadata import FuncMetadata
+    from mcp_types import ToolAnnotations
 
-    async def call(ctx: Any, request: dict[str, Any]) -> str:
-        return await _call(spec, service, scope, narrow, ctx, request)
+    async def call(context: Any, **arguments: Any) -> CallToolResult:
+        return await _call(spec, service, scope, narrow, context, spec.request(arguments))
 
-    return mcp_tools.bind(getattr(mcp_tools, spec.op), call)
+    return Tool(
+        fn=call, name=name, title=None, description=spec.description,
+        parameters=inlined(spec.input.model_json_schema(by_alias=True)),
+        fn_metadata=FuncMetadata(arg_model=spec.input, output_model=spec.output,
+                                 output_schema=inlined(spec.output.model_json_schema())),
+        is_async=True, context_kwarg="context",
+        annotations=ToolAnnotations(read_only_hint=spec.read_only,
+                                    destructive_hint=spec.destructive,
+                                    idempotent_hint=spec.read_only, open_world_hint=False))
 
 
 async def _call(spec: ToolSpec, service: Service, scope: Scope,
-                narrow: Callable[[Any, Scope], Scope], ctx: Any, request: dict[str, Any]) -> str:
-    """Run one tool call on a worker thread; any error becomes a tool error (isError) with the
-    CLI's one-line message."""
+                narrow: Callable[[Any, Scope], Scope], ctx: Any,
+                request: dict[str, Any]) -> CallToolResult:
+    """Run one tool call on a worker thread: `{"scope", "result"}` as structuredContent and,
+    for clients before MCP 2025-06-18, as the text block. Any error becomes a tool error
+    (isError) with the CLI's one-line message."""
     import anyio.to_thread
     from mcp.server.mcpserver.exceptions import ToolError
+    from mcp_types import CallToolResult, TextContent
 
     from memcli.service import api
     from memcli.service.typed_ops import request_for
 
     try:
         bound = narrow(ctx.request_context.request, scope)
-        operation = getattr(api, spec.op)
         # The tool's arguments as the operation's model, validated here once (its one-line
         # error a tool error); an operation not yet taking a model gets the arguments.
-        payload = await anyio.to_thread.run_sync(service.run, operation, bound,
-                                                 request_for(operation, request))
+        payload = await anyio.to_thread.run_sync(service.run, spec.op, bound,
+                                                 request_for(spec.op, request))
     except Exception as exc:  # noqa: BLE001 - a bug too: its message, never a traceback
         raise ToolError(api.error_payload(exc)["error"]) from None
     rejected = payload.get("rejected") if isinstance(payload, dict) else None
     if rejected:  # HTTP answers 422, the CLI exits 2: a refused record is a failed call
         raise ToolError("record refused: " + "; ".join(str(p.get("reason")) for p in rejected))
-    return json.dumps({"scope": scope_payload(bound, service.settings.tenant), "result": payload},
+    text = json.dumps({"scope": scope_payload(bound, service.settings.tenant), "result": payload},
                       ensure_ascii=False, default=str)
+    # The structured result is the text's JSON, so both say the same thing.
+    return CallToolResult(content=[TextContent(type="text", text=text)],
+                          structured_content=json.loads(text))
 
 
 class _Forgiving:
@@ -400,6 +320,9 @@ class _Forgiving:
                     "answers for " + ", ".join(f"{k} {v!r}" for k, v in mine.items() if v)
                     + "; the call named " + ", ".join(f"{keys[k]} {v!r}" for k, v in
                                                       others.items()))
+        problem = argument_problem(name, rest) if name in TOOLS else None
+        if problem:  # one line naming it, as the CLI says it (the SDK's is pydantic's report)
+            return _refusal(problem)
         from dataclasses import replace
 
         return await call_next(replace(ctx, params={**params, "arguments": rest}))

@@ -12,7 +12,6 @@ scope comes from the caller's token and headers, never from the body (memcli.ser
 
 from __future__ import annotations
 
-import warnings
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Depends, Path, Query, Security
@@ -37,16 +36,15 @@ from memcli.operations.lifecycle_requests import (
 )
 from memcli.operations.requests import HistoryRequest, QueryRequest
 from memcli.service import api, schemas
-from memcli.service.routing import Answer, ApiRoute, Call, operation, query_params
+from memcli.service.routing import Answer, ApiRoute, Call, built, operation, query_params
 
-# FastAPI validates a body through a TypeAdapter of `Annotated[Model, Body(alias=<parameter>)]`.
-# The request models defer their build (the CLI's start-up), and pydantic, building the adapter
-# on a route's first request, warns that the alias has no effect on a model: it has none to
-# have, the body is the whole JSON. Without this filter each route's first request printed the
-# warning into `memcli serve`'s log.
-warnings.filterwarnings(
-    "ignore", message=r"The 'alias' attribute with value '\w+' was provided to the `Field\(\)`",
-    category=UserWarning, module=r"pydantic\.")
+# The request models defer their build to their first use (the CLI's start-up pays nothing
+# for them). FastAPI makes a TypeAdapter of `Annotated[Model, Body(alias=<parameter>)]` for each
+# route, under a guard against pydantic's warning that such an alias has no effect; a deferred
+# model defers that adapter too, to the route's first request, outside the guard, and the
+# warning (one per route and process) reached every log and test run. A server builds them now.
+built(AcbRequest, AppMemoriesRequest, ArtifactRequest, DecisionRequest, DecisionsQuery,
+      EventIn, HistoryRequest, MemoryRequest, QueryRequest, RememberRequest, TaskRequest)
 
 BEARER = HTTPBearer(scheme_name="bearer", auto_error=False,
                     description="a token of the server's token file (none on its Unix socket)")

@@ -182,6 +182,14 @@ def unauthorized() -> Response:
                          "exit_code": 2}, status_code=401, headers={"WWW-Authenticate": "Bearer"})
 
 
+def built(*models: type[BaseModel]) -> None:
+    """`models`, and the models query_params makes of them afterwards, no longer defer their
+    build: the adapter FastAPI makes of each for a route is built when the route is declared,
+    inside FastAPI's own guard, not on the route's first request (memcli.service.routes)."""
+    for model in models:
+        model.model_config["defer_build"] = False
+
+
 def query_params(model: type[BaseModel], *path: str) -> type[BaseModel]:
     """A request model's query parameters on a route whose path holds the `path` fields: the
     same fields (declared once, in the request model) but those. The operation validates the

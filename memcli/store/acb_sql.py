@@ -103,6 +103,23 @@ def source_events(db: Database, ids: list[int]) -> dict[int, str | None]:
     return {int(mid): event for mid, event in rows}
 
 
+def memories_of_events(db: Database, tenant_id: str | None, events: list[str]
+                       ) -> dict[str, list[int]]:
+    """event id -> the memories made from it (a long tool output is several chunks)."""
+    if not events:
+        return {}
+    tenant = "" if tenant_id is None else " AND tenant_id = ?"
+    rows = db.execute(
+        f"SELECT event_id, id FROM memories WHERE event_id IN ({marks(events)}){tenant}"
+        " ORDER BY id",
+        [*events, *([] if tenant_id is None else [tenant_id])],
+    )
+    out: dict[str, list[int]] = {}
+    for event, mid in rows:
+        out.setdefault(event, []).append(int(mid))
+    return out
+
+
 def max_related_strength(db: Database, ids: list[int]) -> dict[int, float]:
     """Strength of each memory's strongest `related` edge to an active memory."""
     if not ids:

@@ -107,6 +107,15 @@ def bundle_decisions(
                     "d.updated_at DESC, d.id DESC", filters, user_id, limit)
 
 
+def bundle_superseded_decisions(
+    db: Database, filters: Filters, user_id: str | None, limit: int
+) -> list[dict[str, Any]]:
+    """Superseded decisions a bundle may know of (their refs mark their evidence as replaced);
+    the filters' states do not apply (the memory of a superseded decision is superseded)."""
+    return _bundled(db, "decisions", None, "d.status = 'superseded'",
+                    "d.updated_at DESC, d.id DESC", filters, user_id, limit)
+
+
 # -- tasks -----------------------------------------------------------------------------------
 def insert_task(db: Database, row: dict[str, Any]) -> int:
     now = utcnow()

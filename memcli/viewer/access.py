@@ -14,12 +14,26 @@ stands for that token's binding until `SESSION_SECONDS` pass, the user logs out,
 stops (sessions live in the serving process's memory only). A request that carries a bearer
 token itself (a script) is that token's caller.
 
-Every form post must carry the session's CSRF token in a hidden field (403 without it), and a
-post whose Origin is not this page's own origin is refused (403) whatever it carries.
+Nothing is kept for a browser before it logs in: a session exists only after a successful login,
+so no number of anonymous requests can push the operator's session out. Failed logins (a wrong
+token, a spent or made-up code) are limited per client address (`LOGIN_LIMIT`, a moving
+window from `limits`); past it every login attempt from there is refused with 429 and
+`Retry-After`, unchecked, until the window moves on. Sessions already logged in never notice.
+
+Every form post must carry a CSRF token in a hidden field (403 without it), and a post whose
+Origin is not this page's own origin is refused (403) whatever it carries. The token needs no
+session (the login form has none): it is a signed double-submit token. The browser holds a
+random value in a cookie of its own (`CSRF_COOKIE`, HttpOnly, SameSite=Strict); the form's
+token is that value and the session it was shown in (a digest of its cookie, or none), signed
+with this process's secret (itsdangerous). A post is accepted when the token's signature holds,
+it is younger than `SESSION_SECONDS`, and its value and session are the ones the post's cookies
+carry: another browser's token, a token of a session since ended, or a cookie planted without
+the secret all fail.
 """
 
 from __future__ import annotations
 
+import hashlib
 import hmac
 import secrets
 import threading
@@ -30,18 +44,37 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
+from itsdangerous import BadData, URLSafeTimedSerializer
+from limits import RateLimitItemPerMinute
+from limits.storage import MemoryStorage
+from limits.strategies import MovingWindowRateLimiter
+
 from memcli.errors import NotAllowedError
 
 COOKIE = "memcli_ui"
+CSRF_COOKIE = "memcli_csrf"
 CODE_SECONDS = 120.0
 SESSION_SECONDS = 12 * 3600.0
-MAX_SESSIONS = 1000  # the oldest is dropped past this: a browser logs in again
+# Only successful logins make sessions; past this many the oldest is dropped (a browser logs
+# in again), so holders of tokens, and only they, bound the memory sessions take.
+MAX_SESSIONS = 1000
+# Failed logins a client address may make in a moving minute before every attempt from it is
+# refused for a while: a person mistyping a token never meets it, a guesser gets 10 a minute.
+LOGIN_LIMIT = RateLimitItemPerMinute(10)
+
+
+class TooManyLogins(NotAllowedError):
+    """Past LOGIN_LIMIT failed logins: the page answers 429 with `Retry-After` seconds."""
+
+    def __init__(self, retry_after: int) -> None:
+        super().__init__("too many failed logins from this address",
+                         f"wait {retry_after} s, then run `memcli ui` for a new link")
+        self.retry_after = retry_after
 
 
 @dataclass
 class Session:
-    csrf: str
-    binding: Any = None  # the token (memcli.service.auth.Token) it logged in with; None: none
+    binding: Any  # the token (memcli.service.auth.Token) it logged in with
     expires: float = 0.0
 
 
@@ -57,6 +90,11 @@ class Access:
     _sessions: OrderedDict[str, Session] = field(default_factory=OrderedDict)
     _codes: dict[str, tuple[Any, float]] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
+    # Forms signed by one serving process are honoured by it alone (as its sessions are).
+    _signer: URLSafeTimedSerializer = field(default_factory=lambda: URLSafeTimedSerializer(
+        secrets.token_bytes(32), salt="memcli-ui-csrf"))
+    _failures: MovingWindowRateLimiter = field(
+        default_factory=lambda: MovingWindowRateLimiter(MemoryStorage()))
 
     # -- sessions and one-time codes ---------------------------------------------------------
     def session(self, request: Any) -> tuple[str, Session] | None:
@@ -71,15 +109,14 @@ class Access:
                 return None
             return sid, found
 
-    def new_session(self, binding: Any = None) -> tuple[str, Session]:
+    def new_session(self, binding: Any) -> str:
+        """A session for a successful login of `binding`; its id (the cookie's value)."""
         sid = secrets.token_urlsafe(32)
-        session = Session(csrf=secrets.token_urlsafe(32), binding=binding,
-                          expires=self.clock() + SESSION_SECONDS)
         with self._lock:
-            self._sessions[sid] = session
+            self._sessions[sid] = Session(binding, expires=self.clock() + SESSION_SECONDS)
             while len(self._sessions) > MAX_SESSIONS:
                 self._sessions.popitem(last=False)
-        return sid, session
+        return sid
 
     def end_session(self, sid: str) -> None:
         with self._lock:
@@ -95,19 +132,45 @@ class Access:
             self._codes[code] = (binding, now + CODE_SECONDS)
         return code
 
-    def use_code(self, code: str) -> Any | None:
-        """The binding of a live one-time code, which is spent; None for any other."""
+    def use_code(self, request: Any, code: str) -> Any | None:
+        """The binding of a live one-time code, which is spent; None for any other (a failed
+        login). TooManyLogins past the limit."""
+        self._may_try(request)
         with self._lock:
             found = self._codes.pop(code, None)
         if found is None or found[1] <= self.clock():
+            self._failed(request)
             return None
         return found[0]
 
-    def login_token(self, token: str) -> Any | None:
-        """The binding of a pasted token of the token file, or None."""
-        if not token.strip():
-            return None
-        return self.check(f"Bearer {token.strip()}", unix_socket=False)
+    def login_token(self, request: Any, token: str) -> Any | None:
+        """The binding of a pasted token of the token file, or None (a failed login).
+        TooManyLogins past the limit, before the token is looked at."""
+        self._may_try(request)
+        binding = self.check(f"Bearer {token.strip()}", unix_socket=False) \
+            if token.strip() else None
+        if binding is None:
+            self._failed(request)
+        return binding
+
+    def _may_try(self, request: Any) -> None:
+        who = _client(request)
+        if not self._failures.test(LOGIN_LIMIT, who):
+            reset = self._failures.get_window_stats(LOGIN_LIMIT, who).reset_time
+            raise TooManyLogins(max(1, int(reset - time.time()) + 1))
+
+    def _failed(self, request: Any) -> None:
+        self._failures.hit(LOGIN_LIMIT, _client(request))
+
+    # -- CSRF: a signed double-submit token --------------------------------------------------
+    def csrf(self, request: Any) -> tuple[str, str | None]:
+        """The CSRF token for the forms of a page shown to `request`, and the value of the
+        CSRF cookie to set with it (None: the browser has one)."""
+        nonce = request.cookies.get(CSRF_COOKIE)
+        fresh = None
+        if not _looks_like_nonce(nonce):
+            nonce = fresh = secrets.token_urlsafe(32)
+        return self._signer.dumps([nonce, _digest(request.cookies.get(COOKIE))]), fresh
 
     # -- the caller --------------------------------------------------------------------------
     def caller(self, request: Any) -> Any | None:
@@ -137,16 +200,42 @@ class Access:
         if (urlsplit(origin).hostname or "").lower() not in self.allowed_hosts:
             raise NotAllowedError(f"requests from origin {origin} are refused")
 
-    def check_csrf(self, request: Any, given: str | None) -> Session:
-        """The session a form post belongs to; NotAllowedError (403) unless it carries that
-        session's CSRF token."""
+    def check_csrf(self, request: Any, given: str | None) -> None:
+        """NotAllowedError (403) unless the form post carries a token this process signed,
+        younger than a session, for this browser's CSRF cookie and this very session."""
         self.check_origin(request)
-        found = self.session(request)
-        if found is None or not given or not hmac.compare_digest(
-                found[1].csrf.encode(), given.encode("utf-8", "surrogateescape")):
-            raise NotAllowedError("this form is out of date or not from this page (CSRF check)",
+        refused = NotAllowedError("this form is out of date or not from this page (CSRF check)",
                                   "reload the page and try again")
-        return found[1]
+        nonce = request.cookies.get(CSRF_COOKIE)
+        if not given or nonce is None or not _looks_like_nonce(nonce):
+            raise refused
+        try:
+            signed = self._signer.loads(given, max_age=int(SESSION_SECONDS))
+        except BadData:
+            raise refused from None
+        if not (isinstance(signed, list) and len(signed) == 2
+                and all(isinstance(v, str) for v in signed)):
+            raise refused
+        if not (hmac.compare_digest(signed[0], nonce)
+                and hmac.compare_digest(signed[1], _digest(request.cookies.get(COOKIE)))):
+            raise refused
+
+
+def _digest(sid: str | None) -> str:
+    """What a form token says of the session it was shown in: never the session id itself
+    (the page's HTML may be read where its HttpOnly cookie may not)."""
+    return hashlib.sha256(sid.encode("utf-8", "surrogateescape")).hexdigest()[:32] if sid else ""
+
+
+def _looks_like_nonce(value: str | None) -> bool:
+    return value is not None and 0 < len(value) <= 64 and value.isascii()
+
+
+def _client(request: Any) -> str:
+    """Whom failed logins are counted against: the client's address (a Unix socket's
+    callers are one)."""
+    client = request.scope.get("client")
+    return client[0] if client else "unix"
 
 
 def _unix_socket(request: Any) -> bool:

@@ -1,6 +1,6 @@
 """Rendering a page: one Jinja2 environment over the templates shipped in the package, and
 `page()`, which renders a template with what every page shows (the caller's scope, the CSRF
-token of its forms, the navigation) and gives a browser without a session one."""
+token of its forms, the navigation)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from jinja2 import Environment, PackageLoader, select_autoescape
 from starlette.responses import HTMLResponse
 
 from memcli import __version__
-from memcli.viewer.access import COOKIE, SESSION_SECONDS, Access
+from memcli.viewer.access import COOKIE, CSRF_COOKIE, SESSION_SECONDS, Access
 
 # The navigation, in order: (label, path under /ui).
 NAV = (("Timeline", "/ui/"), ("Search", "/ui/search"), ("Bundle", "/ui/bundle"),
@@ -36,20 +36,22 @@ def set_session_cookie(response: Any, sid: str) -> None:
 def page(request: Any, access: Access, template: str, *, scope: Any = None,
          status: int = 200, **values: Any) -> HTMLResponse:
     """`template` rendered for the caller: `scope` (the caller's bound scope, shown in the
-    header), `csrf` for its forms, `path` for the navigation, then `values`."""
-    found = access.session(request)
-    sid, session = found if found is not None else access.new_session()
+    header), `csrf` for its forms, `path` for the navigation, then `values`. Nothing is
+    stored for a browser that has not logged in: its forms' token rides on a cookie of its
+    own (memcli.viewer.access)."""
+    csrf, fresh = access.csrf(request)
     html = environment().get_template(template).render(
-        scope=scope, csrf=session.csrf, path=request.url.path,
-        logged_in=session.binding is not None, **values)
+        scope=scope, csrf=csrf, path=request.url.path,
+        logged_in=access.session(request) is not None, **values)
     response = HTMLResponse(html, status_code=status,
                             headers={"Cache-Control": "no-store",
                                      "Content-Security-Policy": CSP,
                                      "X-Content-Type-Options": "nosniff",
                                      "Referrer-Policy": "same-origin",
                                      "X-Frame-Options": "DENY"})
-    if found is None:
-        set_session_cookie(response, sid)
+    if fresh is not None:
+        response.set_cookie(CSRF_COOKIE, fresh, max_age=int(SESSION_SECONDS), path="/ui",
+                            httponly=True, samesite="strict")
     return response
 
 

@@ -18,12 +18,12 @@ from urllib.parse import parse_qsl, urlencode
 
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
-from starlette.responses import JSONResponse, RedirectResponse, Response
+from starlette.responses import FileResponse, JSONResponse, RedirectResponse, Response
 from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from memcli.errors import MemcliError, NotAllowedError, UsageError
-from memcli.viewer.access import CODE_SECONDS, COOKIE, Access
+from memcli.viewer.access import CODE_SECONDS, COOKIE, Access, TooManyLogins
 from memcli.viewer.html import page, set_session_cookie
 
 STATIC = Path(__file__).parent / "static"
@@ -51,7 +51,11 @@ class Pages:
 
     def render(self, request: Request, template: str, scope: Any = None, status: int = 200,
                **values: Any) -> Response:
-        return page(request, self.access, template, scope=scope, status=status, **values)
+        """`template` for the caller; the header names the tenant shown: the caller's bound
+        one, else the page's `tenant_id`, else the configured one (as the operations pick)."""
+        values.setdefault("tenant_id", request.query_params.get("tenant_id") or None)
+        return page(request, self.access, template, scope=scope, status=status,
+                    default_tenant=self.service.settings.tenant, **values)
 
     def failure(self, request: Request, exc: BaseException, scope: Any = None) -> Response:
         """An error as a page: its one line, and the status the API gives it (bad input is
@@ -109,7 +113,10 @@ class Pages:
         code = request.query_params.get("code")
         if code is None:
             return self.render(request, "login.html", title="Log in")
-        binding = self.access.use_code(code)
+        try:
+            binding = self.access.use_code(request, code)
+        except TooManyLogins as exc:
+            return self.too_many(request, exc)
         if binding is None:
             return self.render(request, "login.html", status=401, title="Log in",
                                message="this login link is used up or expired: run "
@@ -120,20 +127,29 @@ class Pages:
         try:
             form = await read_form(request)
             self.access.check_csrf(request, form.get("csrf"))
+            binding = self.access.login_token(request, form.get("token", ""))
+        except TooManyLogins as exc:
+            return self.too_many(request, exc)
         except MemcliError as exc:
             return self.failure(request, exc)
-        binding = self.access.login_token(form.get("token", ""))
         if binding is None:
             return self.render(request, "login.html", status=401, title="Log in",
                                message="that token is not in the daemon's token file")
         return self._logged_in(request, binding)
+
+    def too_many(self, request: Request, exc: TooManyLogins) -> Response:
+        """429 with Retry-After: failed logins past the limit (memcli.viewer.access)."""
+        response = self.render(request, "login.html", status=429, title="Log in",
+                               message=f"{exc.message}: {exc.hint}")
+        response.headers["Retry-After"] = str(exc.retry_after)
+        return response
 
     def _logged_in(self, request: Request, binding: Any) -> Response:
         """A new session for `binding` (the old one, if any, ends: no fixation)."""
         old = request.cookies.get(COOKIE)
         if old:
             self.access.end_session(old)
-        sid, _session = self.access.new_session(binding)
+        sid = self.access.new_session(binding)
         response = RedirectResponse("/ui/", status_code=303)
         set_session_cookie(response, sid)
         return response
@@ -181,7 +197,19 @@ class Pages:
                Route("/logout", self.logout, methods=["POST"]),
                Route("/login-link", self.login_link, methods=["POST"]),
                Mount("/static", app=StaticFiles(directory=STATIC), name="static")]
-        return [Mount("/ui", routes=[*own, *self.routes])]
+        # `/` leads to the pages, and browsers find the icon they ask every site for.
+        return [Mount("/ui", routes=[*own, *self.routes]),
+                Route("/", to_pages, methods=["GET", "HEAD"]),
+                Route("/favicon.ico", favicon, methods=["GET", "HEAD"])]
+
+
+async def to_pages(_request: Request) -> Response:
+    return RedirectResponse("/ui/", status_code=307)
+
+
+async def favicon(_request: Request) -> Response:
+    return FileResponse(STATIC / "favicon.ico", media_type="image/x-icon",
+                        headers={"Cache-Control": "public, max-age=86400"})
 
 
 async def read_form(request: Request) -> dict[str, str]:

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from memcli.acb.sections import view_path
+from memcli.core import private
 from memcli.errors import MemcliError, UsageError
 from memcli.ledger import entries as ledger
 from memcli.lifecycle.correct import correct_fact
@@ -269,8 +270,8 @@ def apply_plan(memory: MemoryHandle, plan: Plan, context_dir: Path | None) -> Pl
             raise UsageError("no context dir configured", "set MEMCLI_CONTEXT_DIR")
         path = view_path(change.kind, context_dir) or context_dir / f"{change.kind}.md"
         text, found = redact_text(change.text)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text, encoding="utf-8")
+        private.make_dirs(path.parent)
+        private.write_text(path, text)
         change.result = {"path": str(path), "redacted": found}
     return plan
 

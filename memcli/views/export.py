@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from memcli.acb.sections import load_view
+from memcli.core import private
 from memcli.errors import UsageError
 from memcli.store import views_sql as sql
 from memcli.views.format import (
@@ -181,7 +182,7 @@ def export_view(memory: MemoryHandle, directory: Path, scope: Scope, fmt: str,
     A view there with edits not applied yet is refused (they would be lost) unless `force`."""
     if fmt not in FORMATS:
         raise UsageError(f"unknown view format {fmt!r}", "use md or yaml")
-    directory.mkdir(parents=True, exist_ok=True)
+    private.make_dirs(directory)
     previous = _old_files(directory, force)
     files: dict[str, Any] = {}
     counts: dict[str, int] = {}
@@ -189,18 +190,17 @@ def export_view(memory: MemoryHandle, directory: Path, scope: Scope, fmt: str,
     for kind, items in collect(memory, scope).items():
         name = file_name(kind, fmt)
         text, kept, left_out = _round_trip(kind, items, scope, fmt)
-        (directory / name).write_text(text, encoding="utf-8")
+        private.write_text(directory / name, text)
         files[name] = {"items": {i.ref: {"line": i.line, "digest": i.digest()} for i in kept},
                        "file": digest(text)}
         counts[name] = len(kept)
         left += [i.ref for i in left_out if i.ref]
     for name, text in load_texts(context_dir).items():
-        (directory / f"{name}.md").write_text(text, encoding="utf-8")
+        private.write_text(directory / f"{name}.md", text)
         files[f"{name}.md"] = {"digest": digest(text), "file": digest(text)}
     manifest = {"memcli_view": VERSION, "format": fmt, "scope": scope.as_json(), "files": files}
-    (directory / MANIFEST).write_text(
-        json.dumps(manifest, indent=1, sort_keys=True, ensure_ascii=False) + "\n",
-        encoding="utf-8")
+    private.write_text(directory / MANIFEST,
+                       json.dumps(manifest, indent=1, sort_keys=True, ensure_ascii=False) + "\n")
     for stale in previous - set(files):  # an earlier export in the other format
         (directory / stale).unlink(missing_ok=True)
     return {"dir": str(directory), "format": fmt, **scope.as_json(), "items": counts,

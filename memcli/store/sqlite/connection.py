@@ -14,6 +14,7 @@ from urllib.parse import quote
 
 import apsw
 
+from memcli.core import private
 from memcli.core.locations import refuse_url
 from memcli.errors import (
     DatabaseBusyError,
@@ -330,10 +331,14 @@ def _check_path(path: Path, *, create: bool) -> None:
         raise NoDatabaseError(f"no memcli database at {path}",
                               "check --db or MEMCLI_DB; `memcli ingest` creates one")
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
+        private.make_dirs(path.parent)
     except OSError as exc:
         raise StorageError(f"cannot open {path}: cannot create its folder ({exc.strerror})",
                            "check --db and the folder's permissions") from exc
+    # Created 0600 before SQLite sees it (SQLite would create it 0644 less the umask), so its
+    # WAL and shared-memory files, which SQLite gives the database's mode, are 0600 too.
+    with contextlib.suppress(OSError):  # SQLite's own open reports what went wrong
+        private.create_file(path)
 
 
 def _foreign_check(db: Database) -> list[str]:
