@@ -20,8 +20,8 @@ Kinds caught: of the kinds in tests/support/secrets_corpus.py (real-shaped fake 
 sentences, `--seeds` draws of each), the kinds whose every draw lost all of its random parts.
 False positives: the share of LoCoMo's 5,882 conversation turns a redaction changed (or, for
 detect-secrets, reported a finding in). Cost: mean CPU microseconds per text over the LoCoMo
-turns (best of `--repeat` passes, the engines' passes interleaved), and the ratio to `before`. The LoCoMo file is read where it lies
-(never copied).
+turns (best of `--repeat` passes, the engines' passes interleaved), and the ratio to `before`.
+The LoCoMo file is read where it lies (never copied).
 """
 
 from __future__ import annotations

@@ -51,13 +51,23 @@ def export_file(data: Path, folder: Path) -> Path:
         for key, session in sample["conversation"].items():
             if not (key.startswith("session_") and isinstance(session, list)):
                 continue
-            convs.append({
-                "uuid": f"c{n}-{key}", "name": key, "created_at": "2024-03-01T09:00:00Z",
-                "chat_messages": [
-                    {"uuid": f"{n}-{key}-{i}", "sender": "human" if i % 2 == 0 else "assistant",
-                     "text": t["text"], "content": [{"type": "text", "text": t["text"]}],
-                     "created_at": f"2024-03-01T09:{i // 60 % 60:02d}:{i % 60:02d}Z"}
-                    for i, t in enumerate(session)]})
+            convs.append(
+                {
+                    "uuid": f"c{n}-{key}",
+                    "name": key,
+                    "created_at": "2024-03-01T09:00:00Z",
+                    "chat_messages": [
+                        {
+                            "uuid": f"{n}-{key}-{i}",
+                            "sender": "human" if i % 2 == 0 else "assistant",
+                            "text": t["text"],
+                            "content": [{"type": "text", "text": t["text"]}],
+                            "created_at": f"2024-03-01T09:{i // 60 % 60:02d}:{i % 60:02d}Z",
+                        }
+                        for i, t in enumerate(session)
+                    ],
+                }
+            )
     path = folder / "claude.json"
     path.write_text(json.dumps(convs))
     return path
@@ -65,8 +75,9 @@ def export_file(data: Path, folder: Path) -> Path:
 
 def extract(rev: str, folder: Path) -> Path:
     """`rev`'s memcli package alone (so bench/ and tests/ stay this checkout's)."""
-    tar = subprocess.run(["git", "-C", str(REPO), "archive", rev, "memcli"],
-                         capture_output=True, check=True).stdout
+    tar = subprocess.run(
+        ["git", "-C", str(REPO), "archive", rev, "memcli"], capture_output=True, check=True
+    ).stdout
     with tarfile.open(fileobj=BytesIO(tar)) as archive:
         archive.extractall(folder, filter="data")
     return folder
@@ -76,15 +87,26 @@ def profile(source: Path, folder: Path, name: str, path_first: Path | None) -> t
     home = folder / name
     home.mkdir()
     env = {k: v for k, v in os.environ.items() if not k.startswith("MEMCLI_")}
-    env.update(HOME=str(home), XDG_DATA_HOME=str(home / "data"),
-               XDG_CONFIG_HOME=str(home / "config"), MEMCLI_DB=str(home / "m.db"),
-               MEMCLI_AUTOSTART="0", MEMCLI_EMBEDDER="hash")
+    env.update(
+        HOME=str(home),
+        XDG_DATA_HOME=str(home / "data"),
+        XDG_CONFIG_HOME=str(home / "config"),
+        MEMCLI_DB=str(home / "m.db"),
+        MEMCLI_AUTOSTART="0",
+        MEMCLI_EMBEDDER="hash",
+    )
     if path_first is not None:
         env["PYTHONPATH"] = str(path_first)
     else:
         env.pop("PYTHONPATH", None)
-    done = subprocess.run([sys.executable, "-c", CHILD, str(source)], env=env, cwd=folder,
-                          capture_output=True, text=True, check=True)
+    done = subprocess.run(
+        [sys.executable, "-c", CHILD, str(source)],
+        env=env,
+        cwd=folder,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     total, redact = map(float, done.stderr.strip().splitlines()[-1].split())
     return total, redact
 
@@ -98,8 +120,10 @@ def main() -> None:
         folder = Path(tmp)
         source = export_file(args.data, folder)
         old = extract(args.before, folder / "before-src")
-        rows = {"before": profile(source, folder, "before", old),
-                "after": profile(source, folder, "after", None)}
+        rows = {
+            "before": profile(source, folder, "before", old),
+            "after": profile(source, folder, "after", None),
+        }
     print("| memcli | import CPU s (profiled) | in redact_event s | share |")
     print("|---|---|---|---|")
     for name, (total, redact) in rows.items():
