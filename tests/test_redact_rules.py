@@ -4,6 +4,7 @@ a repeated label, and numbers proven by their check digits (IBAN, national ids).
 from __future__ import annotations
 
 import re
+import warnings
 
 import pytest
 import regex
@@ -38,7 +39,9 @@ def test_python_re_would_misread_some_rules():
         if "regex" in rule:
             regex.compile(rule["regex"])
             try:
-                re.compile(rule["regex"])
+                with warnings.catch_warnings():  # `[[:alnum:]]`: "possible nested set"
+                    warnings.simplefilter("ignore", FutureWarning)
+                    re.compile(rule["regex"])
             except re.error:
                 refused += 1
     assert refused > 0
