@@ -6,8 +6,8 @@ sentences: gitleaks' token shapes, labelled values, "my PIN is ...", a repeated 
 national ids with valid check digits...), a fresh draw for each entry. Entries, each through a
 real process: `memcli ingest` and `memcli remember` in-process; `memcli import --from claude`,
 `chatgpt` and `mem0`; and, against a running `memcli serve`, `ingest` forwarded to it, `POST
-/api/v1/events`, `POST /api/v1/memories` and the MCP tools `memory.record_event` and
-`memory.remember` at /mcp. Counted: planted values of which a random part is found in any file
+/api/v1/events`, `POST /api/v1/memories` and the MCP tools `memory_record_event` and
+`memory_remember` at /mcp. Counted: planted values of which a random part is found in any file
 under the entry's home (database, -wal, -shm, `export -o` file, the daemon's log) or in an
 answer.
 """
@@ -107,11 +107,11 @@ def _served(memcli: Run, serve: Serve, entry: str,
                 r = client.post("/api/v1/memories", json={"text": f, "user_id": "u3"})
                 calls.append((r.status_code, r.text))
         elif entry == "mcp record_event":
-            calls += [tool_call(client, "memory.record_event",
+            calls += [tool_call(client, "memory_record_event",
                                 {"text": p.text, "event_id": f"mcp-{n}"})
                       for n, p in enumerate(items)]
         else:  # mcp remember
-            calls += [tool_call(client, "memory.remember", {"text": f}) for f in _facts(items)]
+            calls += [tool_call(client, "memory_remember", {"text": f}) for f in _facts(items)]
     answers = [a if isinstance(a, str) else json.dumps(a) for _, a in calls]
     failed = sum(status >= 300 or '"isError": true' in a or '"error"' in a
                  for (status, _), a in zip(calls, answers, strict=True))

@@ -3,7 +3,7 @@ not one raw byte of a planted value in the database, its WAL, an export, a log o
 
 The entries: the CLI in-process (`ingest`, `remember`) and forwarded through a running daemon,
 the importers (`import --from claude`, `chatgpt`, `mem0`), HTTP (`POST /api/v1/events`,
-`/api/v1/memories`) and MCP (`memcli mcp`'s `memory.record_event` and `memory.remember`,
+`/api/v1/memories`) and MCP (`memcli mcp`'s `memory_record_event` and `memory_remember`,
 bridged to the daemon). Each entry gets its own home folder and database, and afterwards every
 file under that home (database, -wal, -shm, `export -o` file, logs) and every output is searched
 for each value's random parts. The fast tier runs one representative kind of each family
@@ -225,10 +225,10 @@ async def _through_mcp(env: dict[str, str], db: Path, items: list[Planted]) -> l
                     read_timeout_seconds=120)
     async with client:
         for n, p in enumerate(items):
-            result = await client.call_tool("memory.record_event",
+            result = await client.call_tool("memory_record_event",
                                             {"text": p.text, "event_id": f"mcp-{n}"})
             texts.append(payload(result) and result.content[0].text)
         for fact in facts(items):
-            result = await client.call_tool("memory.remember", {"text": fact})
+            result = await client.call_tool("memory_remember", {"text": fact})
             texts.append(payload(result) and result.content[0].text)
     return texts
