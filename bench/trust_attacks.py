@@ -34,9 +34,13 @@ sockets; every process it starts is stopped before it exits. Offline.
 7. Pages' login (bench/trust_attacks_private.py): the operator logs in, then 10,000 anonymous
    `GET /ui/login`; is the operator still in? Then 30 wrong tokens from one address: how many
    were checked before a 429, and does the right token get in meanwhile?
-6. Who a daemon is and which database it serves (bench/trust_attacks_daemon.py): the
+8. Who a daemon is and which database it serves (bench/trust_attacks_daemon.py): the
    environment of the command that auto-started it, a re-pointed link, a config file's `db:`, a
    database `serve` cannot open, a runtime folder of another user, one too long for a socket.
+9. Planted secrets (bench/trust_attacks_secrets.py): 79 kinds of credentials and identity
+   numbers, real-shaped and fake, through 10 write entries (CLI in-process and forwarded to a
+   daemon, three importers, HTTP, MCP). Counted: planted values found raw in the database, its
+   WAL, the export, the daemon's log or an answer.
 """
 
 from __future__ import annotations
@@ -56,6 +60,7 @@ from typing import Any
 from bench import trust_attacks_daemon
 from bench.trust_attacks_fuzz import fuzz
 from bench.trust_attacks_private import file_modes, login_flood
+from bench.trust_attacks_secrets import planted_secrets
 from bench.trust_attacks_serve import Serve, bindings, oversized
 from tests.support.sockets import Listener, python_of, second_user
 from tests.support.trust import memcli_env
@@ -301,6 +306,7 @@ def run(quick: bool, calls: int | None, seed: int, only: set[str]) -> dict[str, 
             "login_flood": lambda: _served(scratch, "login-flood", login_flood),
             **{name: (lambda attack=attack: attack(scratch))
                for name, attack in trust_attacks_daemon.STEPS.items()},
+            "planted_secrets": lambda: planted_secrets(scratch, memcli, daemon_env),
         }
         for name, step in steps.items():
             if only and name not in only:
@@ -356,6 +362,10 @@ def table(out: dict[str, Any]) -> str:
         ("wrong tokens checked of 30 posted from one address", cell(
             "login_flood", lambda r: f"{r['guesses_checked']} of {r['guesses']}")),
         *trust_attacks_daemon.rows(cell),
+        ("planted secrets found raw (10 write entries)", cell(
+            "planted_secrets", lambda r: f"{r['raw']} of {r['of']} "
+                                         f"({len(r['raw_kinds'])} kinds; "
+                                         f"{r['failed_writes']} writes failed)")),
     ]
     width = max(len(r[0]) for r in rows)
     lines = [f"memcli {out['version']} ({out['commit']}) at {out['memcli']}", ""]
@@ -371,7 +381,7 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=23, help="the fuzz's seed")
     parser.add_argument("--only", default="", help="comma-separated attacks: planted_socket,"
                         "cross_tenant,bindings,fuzz,oversized_length,oversized_chunked,file_modes,"
-                        "login_flood," + ",".join(trust_attacks_daemon.STEPS))
+                        "login_flood,planted_secrets," + ",".join(trust_attacks_daemon.STEPS))
     args = parser.parse_args()
     only = {o.strip() for o in args.only.split(",") if o.strip()}
     out = run(args.quick, args.calls, args.seed, only)

@@ -112,3 +112,14 @@ def test_redact_fields_and_text() -> None:
     assert row == {"title": OPENAI, "user_id": KEY, "refs": [GITHUB]}
     assert kinds == ["github_token", "openai_key"]
     assert redact_text(f"a {KEY}") == (f"a {OPENAI}", ["openai_key"])
+
+
+def test_a_sealed_value_is_ciphertext_and_left_as_it_is():
+    """A `high` value sealed by memcli.policy.encryption is base64 ciphertext, in which a run of
+    the AWS key alphabet occurs by chance: an import redacts its records, and must not change a
+    byte of it (the value would no longer decrypt). The same run outside a seal is redacted."""
+    run = "JmyMGoTabZUQcve8zzdCZuxa849JKOe9ilhYjLp3"  # 40 characters, as a ciphertext held
+    sealed = f"enc:v1:8c8f2800a26c:{run}"
+    assert redact_record({"content": sealed}) == ({"content": sealed}, ())
+    clean, found = redact_record({"content": f"the other half is {run}"})
+    assert run not in clean["content"] and found

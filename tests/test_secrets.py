@@ -27,6 +27,7 @@ import apsw
 import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
+from stdnum import iban as stdnum_iban
 
 from tests.support.backend import is_pg, stored_bytes
 
@@ -63,8 +64,23 @@ def _card(raw: str) -> str:
     return " -"[sum(map(int, raw)) % 2].join(number[i:i + 4] for i in range(0, 16, 4))
 
 
+def _iban(raw: str) -> str:
+    """A valid British IBAN (mod-97) from 14 random digits, in groups of 4."""
+    bban = "WEST" + raw[:14]
+    number = "GB" + stdnum_iban.calc_check_digits("GB00" + bban) + bban
+    return " ".join(number[i:i + 4] for i in range(0, len(number), 4))
+
+
 # kind -> the body made of the random part (default: the part + "7Q", see `_body`).
-SHAPES: dict[str, Callable[[str], str]] = {"card_number": _card}
+# A gitleaks rule drops a value whose entropy is at or under its floor (3 bits for `glpat-`),
+# as a placeholder: the random part is mixed with varied characters, so that even the draw
+# hypothesis shrinks to (all zeros) is a real-looking token. A PIN gets fixed digits around its
+# random ones, so that it is not a run of zeros, which a database file holds anyway.
+SHAPES: dict[str, Callable[[str], str]] = {
+    "card_number": _card, "iban": _iban,
+    "gitlab_pat": lambda raw: raw[:6] + "Zq8Xk3Lp7WmN2b",
+    "pin": lambda raw: "9" + raw[:5] + "37",
+}
 
 KINDS: dict[str, tuple[str, int, Callable[[str], str]]] = {
     "openai_key": (_ALNUM, 32, lambda b: f"sk-proj-{b}"),
@@ -91,6 +107,11 @@ KINDS: dict[str, tuple[str, int, Callable[[str], str]]] = {
     ),
     "private": (_ALNUM, 24, lambda b: f"<private>{b}</private>"),
     "card_number": (string.digits, 16, lambda b: f"paid with card {b} (exp 05/27)"),
+    # gitleaks' rule set, a sentence, a number proven by its check digits
+    "gitlab_pat": (_ALNUM, 20, lambda b: f"CI pushes with glpat-{b} now."),
+    "wifi_password": (_ALNUM, 14, lambda b: f"the wifi password is {b}"),
+    "pin": (string.digits, 10, lambda b: f"my PIN is {b}"),  # 8 digits
+    "iban": (string.digits, 16, lambda b: f"my IBAN is {b}, thanks"),
 }
 
 
@@ -254,7 +275,7 @@ def _kinds_reported(redacted: list) -> set[str]:
 
 
 # The kind a report names for a planted kind, where redact.py names it otherwise.
-REPORTED_AS = {"github_pat": "github_token"}
+REPORTED_AS = {"github_pat": "github_token", "wifi_password": "password"}
 
 
 def _every_kind_reported(redacted: list) -> None:

@@ -34,10 +34,12 @@ redacted.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from memcli.errors import UsageError
+from memcli.policy.encryption import PREFIX as SEALED_PREFIX
 from memcli.policy.secrets import (
     Finding,
     is_placeholder,
@@ -54,6 +56,12 @@ __all__ = ["kinds", "redact_event", "redact_fields", "redact_record", "redact_te
 
 Path = tuple[str | int, ...]
 
+# A value `high` sensitivity sealed (memcli.policy.encryption): `enc:v1:<key id>:<base64>`. Its
+# base64 is ciphertext, where a 40-character run of the AWS key alphabet or a token-like shape
+# occurs by chance; an import carries such values through the same redaction, which must leave
+# them as they are (a changed byte would make the value unreadable).
+_SEALED_RE = re.compile(rf"{re.escape(SEALED_PREFIX)}[0-9a-f]{{12}}:[A-Za-z0-9+/]{{36,}}={{0,2}}")
+
 
 def redact_record(value: Any) -> tuple[Any, tuple[Finding, ...]]:
     """Redact every string inside a JSON-like value, dict keys included.
@@ -69,6 +77,8 @@ def redact_record(value: Any) -> tuple[Any, tuple[Finding, ...]]:
     findings: list[Finding] = []
 
     def text(node: str, path: Path) -> str:
+        if node.startswith(SEALED_PREFIX) and _SEALED_RE.fullmatch(node):
+            return node
         result = redact(node)
         findings.extend(Finding(f.kind, f.start, f.end, path) for f in result.findings)
         return result.text

@@ -1,19 +1,26 @@
 """Secret redaction applied to everything before it is stored.
 
 A memory file outlives the session that wrote it and is easy to copy around, so ingest must never
-persist credentials. `redact()` finds secrets with a set of narrow, prefix- or label-anchored
-patterns (false positives on prose, UUIDs, git SHAs and plain URLs cost recall, so every pattern
-needs a distinctive anchor) and replaces each with `[REDACTED:<kind>]`. A `Finding` records only the
-kind and the position in the original text, never the secret itself, so findings can be logged and
-stored safely.
+persist credentials. `redact()` finds secrets and replaces each with `[REDACTED:<kind>]`, with
+detectors from four places (the choice and its measurements: docs/design/secrets.md):
+
+- gitleaks' rule set, read as data (`memcli.policy.gitleaks`): token shapes of ~200 services;
+- memcli's own narrow, prefix- or label-anchored patterns here (false positives on prose, UUIDs,
+  git SHAs and plain URLs cost recall, so every pattern needs a distinctive anchor): shapes
+  gitleaks finds only beside a label, labelled values, headers, URL passwords, `<private>`;
+- credentials said in a sentence (`memcli.policy.phrases`): "my PIN is 4821";
+- numbers proven by their check digits (`memcli.policy.identifiers`): cards, IBANs, national ids.
+
+A detector runs only when one of its needles occurs (one Aho-Corasick pass finds them all), so
+ordinary prose costs little. A `Finding` records only the kind and the position in the original
+text, never the secret itself, so findings can be logged and stored safely.
 
 Redaction is idempotent: running it on its own output changes nothing, because a detection that
 touches an existing `[REDACTED:...]` marker is dropped, and a rejected match never hides a later
 one (see `_detect`).
 
 This module looks at one string; `memcli.policy.redaction` walks whole records (keys too) and is
-the path
-every write takes.
+the path every write takes.
 """
 
 from __future__ import annotations
@@ -22,6 +29,11 @@ import re
 from bisect import bisect_right
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from functools import cache, partial
+from typing import Any
+
+from memcli.policy import gitleaks, identifiers, phrases
+from memcli.policy.identifiers import DIGITS
 
 __all__ = [
     "Finding",
@@ -35,6 +47,7 @@ __all__ = [
 ]
 
 MARKER_PREFIX = "[REDACTED:"
+DIGIT = "0"  # a pseudo-needle: the text holds a digit (identifiers.DIGITS: two in a row)
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,7 +80,7 @@ class Redaction:
 
 # --- helpers -------------------------------------------------------------------------------------
 
-_MARKER_RE = re.compile(r"\[REDACTED:[a-z_]+\]")
+_MARKER_RE = re.compile(r"\[REDACTED:[a-z0-9_]+\]")
 
 
 def marker(kind: str) -> str:
@@ -128,8 +141,8 @@ _PEM_RE = re.compile(
 # Fixed-prefix token formats. Each pattern starts with its literal prefix, which lets `re` skip
 # ahead quickly; the "not glued to a longer identifier" check is done in code because a leading
 # lookbehind would disable that fast path.
-_PREFIXED: tuple[tuple[str, str, re.Pattern[str], bool], ...] = (
-    # (kind, lower-case needle, pattern, needs the _looks_like_credential check)
+_PREFIXED: tuple[tuple[str, str | tuple[str, ...], re.Pattern[str], bool], ...] = (
+    # (kind, lower-case needle(s), pattern, needs the _looks_like_credential check)
     ("anthropic_key", "sk-ant-", re.compile(r"sk-ant-[A-Za-z0-9_-]{20,}"), False),
     (
         "openai_key",
@@ -137,14 +150,51 @@ _PREFIXED: tuple[tuple[str, str, re.Pattern[str], bool], ...] = (
         re.compile(r"sk-(?!ant-)(?:proj-|svcacct-|admin-)?[A-Za-z0-9_-]{20,}"),
         True,  # "sk-" + 20 letters could be a long hyphenated slug; real keys carry digits
     ),
-    ("github_token", "gh", re.compile(r"gh[pousr]_[A-Za-z0-9]{30,}"), False),
+    (
+        "github_token",
+        ("ghp_", "gho_", "ghu_", "ghs_", "ghr_"),
+        re.compile(r"gh[pousr]_[A-Za-z0-9]{30,}"),
+        False,
+    ),
     ("github_token", "github_pat_", re.compile(r"github_pat_[A-Za-z0-9_]{30,}"), False),
     ("slack_token", "xox", re.compile(r"xox[baprs]-[A-Za-z0-9-]{10,}"), False),
     ("google_api_key", "aiza", re.compile(r"AIza[0-9A-Za-z_-]{30,}"), False),
     ("stripe_key", "k_", re.compile(r"[rs]k_(?:live|test)_[0-9A-Za-z]{16,}"), False),
-    ("aws_access_key_id", "a", re.compile(r"A(?:KIA|SIA)[A-Z0-9]{16}(?![A-Za-z0-9])"), False),
+    (
+        "aws_access_key_id",
+        ("akia", "asia"),
+        re.compile(r"A(?:KIA|SIA)[A-Z0-9]{16}(?![A-Za-z0-9])"),
+        False,
+    ),
     ("jwt", "eyj", re.compile(r"eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]*"), False),
+    # Shapes gitleaks finds only beside a label ("mailgun ... =", "telegram ... :"), or not at
+    # all, while people paste them bare into a sentence.
+    ("google_oauth_secret", "gocspx-", re.compile(r"GOCSPX-[A-Za-z0-9_-]{24,}"), False),
+    ("mailgun_key", "key-", re.compile(r"key-[0-9a-z]{32}(?![0-9A-Za-z])"), True),
+    ("telegram_bot_token", ":aa", re.compile(r"[0-9]{8,10}:AA[A-Za-z0-9_-]{33}"), False),
+    (
+        "discord_bot_token",
+        DIGIT,
+        re.compile(r"[MNO][A-Za-z0-9_-]{23,25}\.[A-Za-z0-9_-]{6}\.[A-Za-z0-9_-]{27,38}"),
+        True,
+    ),
 )
+
+# A bare 40-character AWS secret access key (no label, no prefix): its alphabet, exactly that
+# length, all three character classes and a random-looking spread, so that a git SHA (hex, lower
+# case) or a long word is never taken.
+_BARE_AWS_SECRET_RE = re.compile(r"(?<![A-Za-z0-9/+=])[A-Za-z0-9/+]{40}(?![A-Za-z0-9/+=])")
+
+
+def _check_bare_aws_secret(m: re.Match[str], text: str) -> Span | None:
+    value = m.group()
+    classes = (str.isupper, str.islower, str.isdigit)
+    if not all(any(test(c) for c in value) for test in classes):
+        return None
+    if gitleaks.entropy(value) < 4.2:
+        return None
+    return "aws_secret_access_key", m.start(), m.end()
+
 
 _AWS_SECRET_RE = re.compile(
     r"""(?ix)
@@ -173,7 +223,8 @@ _URL_PASSWORD_RE = re.compile(r"://[^\s:/?#@]{0,200}:(?P<v>[^\s/?#]{1,200})@(?=[
 
 _KEY_TERMS = (
     r"password|passwd|passphrase|secret(?:[_-]?key)?|client[_-]?secret"
-    r"|api[_-]?key|apikey|token|private[_-]?key"
+    r"|api[_-]?key|apikey|token|private[_-]?key(?:[_-]?id)?"
+    r"|account[_-]?key|shared[_-]?access[_-]?key"
 )
 # `key = value`, `"key": "value"`, `KEY=value`, `key == "value"`, `?token=value&`.
 _ASSIGNMENT_RE = re.compile(
@@ -188,6 +239,7 @@ _ASSIGNMENT_RE = re.compile(
     """
 )
 
+_LABEL_VALUE_RE = re.compile(rf"(?i)^(?:{_KEY_TERMS})\W*$")
 _SECRET_KEY_RE = re.compile(rf"(?i)^[A-Za-z0-9_.-]{{0,40}}?(?:{_KEY_TERMS})$")
 
 
@@ -278,8 +330,8 @@ def _check_assignment(m: re.Match[str], text: str) -> Span | None:
     value, start = m.group(group), m.start(group)
     if group == "bare":
         value = _trim_closers(value)
-    if is_placeholder(value):
-        return None
+    if is_placeholder(value) or _LABEL_VALUE_RE.match(value):
+        return None  # a repeated label ("password: password: x"): the value follows the next one
     # `key: value` is also how prose introduces things ("Token: a unit of text"): for labels
     # other than passwords, require the value to look machine-generated.
     if (
@@ -292,59 +344,56 @@ def _check_assignment(m: re.Match[str], text: str) -> Span | None:
     return kind, start, start + len(value)
 
 
-# Payment card numbers: 13-19 digits starting with 2-6 (the card networks' first digits), whole
-# or in groups split by single spaces or by single dashes (4 digits, then groups of 3-6: 4-4-4-4,
-# 4-6-5, 4-4-4-4-3), not glued to letters or other digits, and passing the Luhn check, which one
-# in ten other numbers passes: most order numbers, epoch milliseconds (they start with 1) and
-# phone numbers survive. The pattern finds only that shape (a run of digits costs the scan, not
-# a Python check per position); the digit count and the Luhn check are done in code.
-_CARD_RE = re.compile(
-    r"(?<![0-9A-Za-z_])[2-6][0-9]{3}"
-    r"(?: [0-9]{3,6}(?: [0-9]{3,6}){1,3}|-[0-9]{3,6}(?:-[0-9]{3,6}){1,3}|[0-9]{9,15})"
-    r"(?![0-9A-Za-z_])"
-)
-
-
-_DOUBLED = str.maketrans("0123456789", "0246813579")  # a doubled digit's digit sum
-
-
-def _luhn(digits: str) -> bool:
-    total = sum(map(int, digits[-1::-2])) + sum(map(int, digits[-2::-2].translate(_DOUBLED)))
-    return total % 10 == 0
-
-
-def _check_card(m: re.Match[str], text: str) -> Span | None:
-    """The longest card number the match starts with (a shorter one ends where a group ends:
-    "4111 1111 1111 1111 2024" holds a card and a year)."""
-    value = m.group()
-    sep = " " if " " in value else "-" if "-" in value else ""
-    groups = value.split(sep) if sep else [value]
-    for k in range(len(groups), 0, -1):
-        digits = "".join(groups[:k])
-        if len(digits) < 13:
-            return None
-        if len(digits) <= 19 and _luhn(digits):
-            return "card_number", m.start(), m.start() + len(sep.join(groups[:k]))
-    return None
-
-
-# (needles, pattern, checker). A detector runs only if one of its lower-case needles occurs in the
-# text: a substring test is far cheaper than a regex scan, so ordinary prose costs little.
-# Order matters only for ties when two detectors report the same span: the first one names it.
-_DETECTORS: tuple[tuple[tuple[str, ...], re.Pattern[str], Checker], ...] = (
+# (needles, pattern, checker). A detector runs only if one of its lower-case needles occurs in
+# the text (one Aho-Corasick pass finds them all; the pseudo-needles DIGIT and DIGITS: the text
+# holds a digit, two in a row), so ordinary prose costs little. Order matters only for ties when
+# two detectors report the same span: the first one names it, so memcli's own kinds keep their
+# names where gitleaks' rules find them too.
+Detector = tuple[tuple[str, ...], Any, Checker]
+_PSEUDO = {DIGIT: re.compile(r"[0-9]"), DIGITS: re.compile(r"[0-9]{2}")}
+_OWN: tuple[Detector, ...] = (
     (("<private",), _PRIVATE_RE, _whole("private")),
     (("-----begin",), _PEM_RE, _whole("private_key")),
     *(
-        ((needle,), pattern, _check_prefixed(kind, check))
+        (needle if isinstance(needle, tuple) else (needle,), pattern, _check_prefixed(kind, check))
         for kind, needle, pattern, check in _PREFIXED
     ),
+    ((DIGIT,), _BARE_AWS_SECRET_RE, _check_bare_aws_secret),
     (("secret",), _AWS_SECRET_RE, _value("aws_secret_access_key")),
     (("bearer",), _BEARER_RE, _check_bearer),
     (("authorization",), _AUTHORIZATION_RE, _check_authorization),
     (("://",), _URL_PASSWORD_RE, _check_url_password),
     (("pass", "secret", "key", "token"), _ASSIGNMENT_RE, _check_assignment),
-    (("2", "3", "4", "5", "6"), _CARD_RE, _check_card),
+    (phrases.NEEDLES, phrases.PATTERN, phrases.check),
+    *identifiers.DETECTORS,
 )
+
+
+@cache
+def _detectors() -> tuple[
+    tuple[Detector, ...], Any, tuple[tuple[re.Pattern[str], tuple[int, ...]], ...]
+]:
+    """Every detector (memcli's own, then gitleaks' rules), an automaton mapping each needle to
+    the detectors it wakes, and the detectors each pseudo-needle wakes. Built on the first
+    redaction."""
+    rules, common = gitleaks.rules()
+    found: tuple[Detector, ...] = (
+        *_OWN,
+        *((r.keywords, r.pattern, partial(_check_rule, r, common)) for r in rules),
+    )
+    wakes: dict[str, list[int]] = {}
+    for order, (needles, _, _) in enumerate(found):
+        for needle in needles:
+            wakes.setdefault(needle, []).append(order)
+    pseudo = tuple((test, tuple(wakes.pop(needle, ()))) for needle, test in _PSEUDO.items())
+    import ahocorasick_rs  # with the rules, on the first redaction: off every command's start-up
+
+    automaton = ahocorasick_rs.AhoCorasick(list(wakes))
+    return found, (automaton, tuple(tuple(orders) for orders in wakes.values())), pseudo
+
+
+def _check_rule(rule: gitleaks.Rule, common: Any, m: Any, text: str) -> Span | None:
+    return rule.span(m, text, common)
 
 
 class _Markers:
@@ -404,12 +453,20 @@ def _merge(spans: list[tuple[int, int, int, str]]) -> list[tuple[int, int, str]]
 
 
 def _spans(text: str) -> list[tuple[int, int, str]]:
+    detectors, (automaton, wakes), pseudo = _detectors()
+    woken: set[int] = set()
+    # Overlapping: "sk" inside "sk_live_" must wake its rules as well as "sk_live_" does.
+    for needle in {i for i, _, _ in automaton.find_matches_as_indexes(text.lower(), True)}:
+        woken.update(wakes[needle])
+    for test, orders in pseudo:
+        if test.search(text):
+            woken.update(orders)
+    if not woken:
+        return []
     markers = _Markers(text)
     found: list[tuple[int, int, int, str]] = []
-    lowered = text.lower()
-    for order, (needles, pattern, check) in enumerate(_DETECTORS):
-        if not any(needle in lowered for needle in needles):
-            continue
+    for order in sorted(woken):
+        _, pattern, check = detectors[order]
         for kind, start, end in _detect(pattern, check, text, markers):
             found.append((start, end, order, kind))
     return _merge(found)
