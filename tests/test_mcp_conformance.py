@@ -63,7 +63,7 @@ def test_the_event_tool_takes_the_events_route_model(server, tmp_path):
 
     async def main():
         async with Client(server) as client:
-            payload(
+            made = payload(
                 await client.call_tool(
                     "memory_record_event",
                     {
@@ -71,8 +71,10 @@ def test_the_event_tool_takes_the_events_route_model(server, tmp_path):
                         "content": {"decision": "Use SQLite", "rationale": ["one file"]},
                     },
                 )
-            )
+            )["result"]
             (first,) = payload(await client.call_tool("memory_query_decisions", {}))["result"]
+            # the receipt names the ledger row the event wrote
+            assert made["ledger"] == [{"event_id": made["event_id"], "decision_id": first["id"]}]
             payload(
                 await client.call_tool(
                     "memory_record_event",
