@@ -239,3 +239,21 @@ def test_names_with_an_equals_sign_stay_paths(tmp_path, monkeypatch, location):
     Path(settings.db).parent.mkdir(parents=True, exist_ok=True)
     Database(settings.db).close()
     assert (tmp_path / settings.db).is_file()
+
+
+@pytest.mark.parametrize(("location", "bare"), [
+    ("postgresql://agent:s3cret@h1:5432,h2/memory", "postgresql://agent@h1:5432,h2/memory"),
+    ("postgres://agent:p%40ss@/memory?host=/run/pg", "postgres://agent@/memory?host=/run/pg"),
+    ("postgresql:///memory?password=s3cret&sslmode=require",
+     "postgresql:///memory?sslmode=require"),
+    ("host=h dbname=memory password = 'a b' user=agent", "host=h dbname=memory user=agent"),
+    ("postgresql://agent@h/memory", None),
+    ("postgresql://agent:@h/memory", None),  # an empty password is nothing to hide
+    ("host=h passfile=/home/agent/.pgpass dbname=memory", None),
+    ("/tmp/memory.db", None),
+])
+def test_a_location_without_its_password(location, bare):
+    """What `memcli mcp install` refuses to write, and the location its refusal gives."""
+    from memcli.core.locations import without_password
+
+    assert without_password(location) == bare

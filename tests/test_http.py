@@ -66,6 +66,30 @@ def test_events_record_dedupe_and_per_record_errors(server) -> None:
         assert [p["line"] for p in bad["rejected"]] == [2]
 
 
+def test_a_ledger_event_receipt_names_the_row_it_wrote(server) -> None:
+    """A `decision` or `task_update` event's receipt names its ledger row (`ledger`), as the
+    batch report of `memcli ingest` does; an event that writes no row names none."""
+    with server.client(T1_TOKEN) as c:
+        decision = {
+            "kind": "decision",
+            "event_id": "d-1",
+            "content": {"decision": "Use SQLite", "rationale": ["one file"]},
+        }
+        task = {"kind": "task_update", "event_id": "t-1", "content": {"title": "ship 0.2"}}
+        made, planned, said = c.post(
+            "/api/v1/events", json=[decision, task, _event("nothing for the ledger")]
+        ).json()
+        (row,) = c.get("/api/v1/decisions/query").json()
+        assert made["ledger"] == [{"event_id": "d-1", "decision_id": row["id"]}]
+        task_id = planned["ledger"][0]["task_id"]
+        assert planned["ledger"] == [{"event_id": "t-1", "task_id": task_id}]
+        done = c.post("/api/v1/tasks", json={"task_id": task_id, "status": "done"}).json()
+        assert done["title"] == "ship 0.2"  # the row the receipt names
+        assert said["ledger"] == []
+        again = c.post("/api/v1/events", json=decision).json()
+        assert again["skipped"] == ["d-1"] and again["ledger"] == []  # nothing written twice
+
+
 def test_acb_build_query_and_history(server) -> None:
     with server.client(T1_TOKEN) as c:
         c.post("/api/v1/events", json=_event("the staging database listens on port 5433"))

@@ -63,7 +63,7 @@ def test_the_event_tool_takes_the_events_route_model(server, tmp_path):
 
     async def main():
         async with Client(server) as client:
-            payload(
+            made = payload(
                 await client.call_tool(
                     "memory_record_event",
                     {
@@ -71,8 +71,10 @@ def test_the_event_tool_takes_the_events_route_model(server, tmp_path):
                         "content": {"decision": "Use SQLite", "rationale": ["one file"]},
                     },
                 )
-            )
+            )["result"]
             (first,) = payload(await client.call_tool("memory_query_decisions", {}))["result"]
+            # the receipt names the ledger row the event wrote
+            assert made["ledger"] == [{"event_id": made["event_id"], "decision_id": first["id"]}]
             payload(
                 await client.call_tool(
                     "memory_record_event",
@@ -194,6 +196,46 @@ def test_install_pins_the_database_of_the_shell(cli, db_path):
         out = cli("mcp", "install", "--client", client, "--command", "memcli")
         assert out.exit_code == 0, out.stderr
         assert "--db" in out.stdout and str(db_path.resolve()) in out.stdout, (client, out.stdout)
+
+
+# A location with a password -> the location the refusal gives instead (quoted for a shell).
+PASSWORDS = {
+    "postgresql://agent:s3cret@db.internal:5432/memory": (
+        "postgresql://agent@db.internal:5432/memory"
+    ),
+    "postgresql://db.internal/memory?sslmode=require&password=s3cret": (
+        "'postgresql://db.internal/memory?sslmode=require'"
+    ),
+    "host=db.internal dbname=memory user=agent password='s3cret'": (
+        "'host=db.internal dbname=memory user=agent'"
+    ),
+}
+
+
+@pytest.mark.parametrize("source", ["flag", "env"])
+def test_install_never_writes_a_database_password(cli, tmp_path, monkeypatch, source):
+    """A PostgreSQL location holding a password (in a URL's user part or its query, or a
+    keyword string) is refused before anything is printed or written: the client's config
+    would keep it in plain text. The one-line refusal names where libpq reads it instead and
+    gives the location without it, which is then pinned as given."""
+    config = tmp_path / "claude_desktop_config.json"
+    write = ["--write", "--config-path", str(config), "--command", "memcli"]
+    for location, bare in PASSWORDS.items():
+        if source == "env":
+            monkeypatch.setenv("MEMCLI_DB", location)
+        given = ["--db", location] if source == "flag" else []
+        for extra in ([], write):
+            out = cli("mcp", "install", "--client", "claude-desktop", *extra, *given)
+            assert out.exit_code == 2, (location, out.stdout)
+            assert "s3cret" not in out.stdout + out.stderr
+            assert out.stdout == "" and out.stderr.count("\n") == 1
+            assert "~/.pgpass" in out.stderr and f"--db {bare};" in out.stderr
+            assert not config.exists()
+    bare = "postgresql://agent@db.internal:5432/memory"
+    out = cli("mcp", "install", "--client", "claude-desktop", *write, "--db", bare)
+    assert out.exit_code == 0, out.stderr
+    entry = json.loads(config.read_text(encoding="utf-8"))["mcpServers"]["memcli"]
+    assert entry["args"] == ["mcp", "--db", bare]
 
 
 # -- over the transports clients use (child processes: the daemon tier) -----------------------

@@ -17,7 +17,11 @@ from jsonschema import Draft202012Validator
 from starlette.requests import Request
 from starlette.responses import Response
 
-from tests.support.http_api import T1_TOKEN, running_api
+from memcli import Memory
+from memcli.derived import writer as derive
+from tests.support.http_api import NO_SPARSE, T1_TOKEN, running_api
+from tests.support.records import turns
+from tests.test_acb_decisions import QUERY, on_day, supersession
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -108,6 +112,53 @@ def test_real_answers_validate_against_the_published_schemas(server) -> None:
         errors = list(Draft202012Validator(_schema(doc, "/api/v1/query", "post", 422))
                       .iter_errors(refused.json()))
         assert not errors, refused.text
+
+
+def test_a_bundle_s_marked_evidence_is_documented_field_by_field(tmp_path, monkeypatch) -> None:
+    """A3 and A4 over HTTP: a bundle holding a superseded decision's evidence
+    (`superseded_by`), the decision's folded turn and summary (`duplicates`) and a drifted
+    summary (`conflicts_with`) validates against the published schema, and every field of
+    every item is one the published BundleItem declares: items allow more fields than they
+    list, so validation alone would pass an undocumented one."""
+    monkeypatch.setenv("MEMCLI_EMBEDDER", "hash")
+    config = tmp_path / "config.yaml"
+    config.write_text(NO_SPARSE, encoding="utf-8")
+    monkeypatch.setenv("MEMCLI_CONFIG", str(config))
+    with Memory.configured(tmp_path / "memory.db") as memory:  # the file the server opens
+        supersession(memory)
+        drifted_summary(memory)
+    with running_api(tmp_path, monkeypatch) as api, api.client() as c:
+        doc = c.get("/openapi.json").json()
+        bundles = [
+            c.post("/api/v1/acb/build", json={"user_id": "u1", "session_id": session,
+                                              "query_text": text, "track": False})
+            for session, text in (("s3", QUERY), ("d2", "launch date confirmed launch"))
+        ]
+    schema = _schema(doc, "/api/v1/acb/build", "post")
+    declared = set(doc["components"]["schemas"]["BundleItem"]["properties"])
+    seen: set[str] = set()
+    for bundle in bundles:
+        assert bundle.status_code == 200, bundle.text
+        errors = list(Draft202012Validator(schema).iter_errors(bundle.json()))
+        assert not errors, [e.message for e in errors[:3]]
+        for section in bundle.json()["sections"]:
+            for item in section["items"]:
+                assert set(item) <= declared, (section["name"], sorted(set(item) - declared))
+                seen |= set(item)
+    assert {"superseded_by", "duplicates", "conflicts_with", "score"} <= seen
+
+
+def drifted_summary(memory) -> None:
+    """Session d1 settles the launch on 12 May; a model's summary of it says 20 May; d2 asks."""
+    memory.ingest(turns("d1", ["The launch moves to 12 May.", "Confirmed: launch on 12 May."]))
+    memory.ingest(on_day(turns("d2", ["What did we settle?"]), 2))
+    episodes = [r["id"] for r in memory.db.query(
+        "SELECT id FROM memories WHERE session_id = 'd1' AND kind = 'episode' ORDER BY id")]
+    with memory.db.transaction():
+        derive.write_memory(
+            memory, content="The team confirmed the launch date: the launch is on 20 May.",
+            kind="summary", category="event", source_ids=episodes, user_id="u1",
+            session_id="d1", attributes={"method": "llm"})
 
 
 def test_commands_that_do_not_serve_do_not_import_the_web_framework(tmp_path) -> None:

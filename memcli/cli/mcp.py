@@ -122,8 +122,10 @@ def install_cmd(
             selected = select_tools(tools)
             if tools.strip() not in ("all", "default"):
                 tools = ",".join(selected)
+        location = _absolute(str(settings.db))
+        _refuse_a_password(location)
         args = ["mcp"]
-        for flag, value in (("--db", _absolute(str(settings.db))),
+        for flag, value in (("--db", location),
                             ("--tenant", tenant), ("--user", user), ("--agent", agent),
                             ("--app", app_id), ("--tools", tools)):
             if value:
@@ -158,6 +160,25 @@ def _this_program() -> str:
     if argv0.name == "memcli" and argv0.exists():
         return str(argv0.resolve())
     return shutil.which("memcli") or "memcli"
+
+
+def _refuse_a_password(location: str) -> None:
+    """A password in a PostgreSQL location would sit in plain text in the client's config
+    (and, for Claude Code, in the shell history of the printed line): refused, naming the
+    places libpq reads a password from instead, as memcli's PostgreSQL guide does."""
+    import shlex
+
+    from memcli.core.locations import without_password
+    from memcli.errors import UsageError
+
+    bare = without_password(location)
+    if bare is None:
+        return
+    raise UsageError(
+        "the database location holds a password, which the client's config would keep in "
+        "plain text",
+        "put the password in ~/.pgpass, the file PGPASSFILE names or a service file, and give "
+        f"--db {shlex.quote(bare)}; see docs/guides/postgresql.md")
 
 
 def _absolute(db: str) -> str:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
+from urllib.parse import unquote, urlsplit
 
 from memcli.errors import UsageError
 
@@ -87,3 +88,34 @@ def refuse_url(location: str | Path, source: str = "--db", *, postgres: bool = T
         shown = _DSN_PASSWORD.sub(r"\1***", str(location).strip())
         raise UsageError(f"{source} {shown!r} is a PostgreSQL connection string, not a file",
                          "open it through memcli.store.location.open_database")
+
+
+# `password=...` as one word of a libpq keyword string, with the space before it.
+_DSN_PASSWORD_WORD = re.compile(r"(?:^|\s+)password\s*=\s*(?:'(?:[^'\\]|\\.)*'|\S+)",
+                                re.IGNORECASE)
+
+
+def without_password(location: str) -> str | None:
+    """A PostgreSQL location with the password it carries taken out, or None when it carries
+    none: the password of a URL's user part or its `password` parameter, or a keyword
+    string's `password=`. For where a location is written down for others to read (a client's
+    config file); libpq then finds the password itself (~/.pgpass, PGPASSFILE, a service
+    file)."""
+    if is_dsn(location):
+        if not _DSN_PASSWORD_WORD.search(location):
+            return None
+        return _DSN_PASSWORD_WORD.sub("", location).strip()
+    if not is_postgres(location):
+        return None
+    parts = urlsplit(location)
+    userinfo, at, hosts = parts.netloc.rpartition("@")
+    user, _, password = userinfo.partition(":")
+    pieces = [p for p in parts.query.split("&") if p]
+    kept = [p for p in pieces if unquote(p.partition("=")[0]) != "password"]
+    if not (at and password) and len(kept) == len(pieces):
+        return None
+    # Put back together by hand: urlunsplit drops the `//` of an empty host (`postgresql:///db`).
+    netloc = f"{user}@{hosts}" if user else hosts
+    query = "?" + "&".join(kept) if kept else ""
+    fragment = "#" + parts.fragment if parts.fragment else ""
+    return f"{parts.scheme}://{netloc}{parts.path}{query}{fragment}"

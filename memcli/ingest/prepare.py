@@ -315,6 +315,8 @@ def _per_record(order: list[Prepared | RecordProblem], report: IngestReport,
                 created=[eid], memory_ids=written[eid],
                 redacted=[r for r in report.redacted if r["event_id"] == eid],
                 artifacts=[entry.artifact["artifact_id"]] if entry.artifact else [],
+                ledger=[entry.ledger.written]
+                if entry.ledger is not None and entry.ledger.written else [],  # its ledger row
                 embedded=len(entry.vectors),
                 deferred_embedding=len(entry.chunks) if deferred else 0))
         elif (entry.source, entry.line) in problems:  # its write failed

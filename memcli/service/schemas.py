@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 
 class _Open(BaseModel):
@@ -39,11 +39,73 @@ class Health(BaseModel):
 
 
 # -- the active context bundle -----------------------------------------------------------------
+class RelatedMemory(BaseModel):
+    """A memory linked to a retrieved one, shown with it as a bullet."""
+
+    id: int = Field(description="The related memory's id.")
+    strength: float = Field(description="How strongly the two are linked (0..1).")
+
+
 class BundleItem(_Open):
-    type: str
-    text: str
-    refs: list[str]
-    decision_id: int | None = None  # decision items: the ledger's id
+    """One item of a section. Every item has `type`, `text`, `refs` and `tokens`; the other
+    fields appear only on the items they apply to."""
+
+    type: str = Field(
+        description="What the item is: view (identity, rules), profile, reflection, "
+        "app_memory, task, decision, text (a handoff given in the request), checkpoint, "
+        "memory (retrieved evidence) or turn (the recent window)."
+    )
+    text: str = Field(description="The item as the rendered bundle shows it.")
+    refs: list[str] = Field(
+        description="What it cites: `mem:N`, `event:E`, `decision:N`, `task:N`, `view:NAME`, "
+        "`checkpoint:USER/SESSION`, `request:handoff`. A summary cites the turns it "
+        "summarises; an item that absorbed duplicates cites theirs too."
+    )
+    tokens: int | None = Field(None, description="The item's rendered line in tokens.")
+    memory_id: int | None = Field(
+        None,
+        description="The memory shown (`memcli history ID`); every item but a view, "
+        "a handoff text and a checkpoint.",
+    )
+    decision_id: int | None = Field(None, description="Decision items: the ledger's id.")
+    task_id: int | None = Field(None, description="Task items: the ledger's id.")
+    status: str | None = Field(None, description="Task items: open, doing or done.")
+    score: float | None = Field(
+        None,
+        description="Retrieved evidence: its ranking score after every stage. A "
+        "summary never shows more than the best of its own turns.",
+    )
+    boosts: dict[str, float] | None = Field(
+        None, description="Retrieved evidence: what each ranking stage added to the score."
+    )
+    derived: bool | None = Field(
+        None, description="Retrieved evidence: a summary (its `refs` are its source turns)."
+    )
+    related: list[RelatedMemory] | None = Field(
+        None, description="Retrieved evidence: linked memories shown with it (also in refs)."
+    )
+    superseded_by: str | None = Field(
+        None,
+        description="Retrieved evidence of a decision a newer one replaced: the "
+        'active decision, `decision:N` (the text says "(superseded by DN)"); such items '
+        "rank after every unmarked one.",
+    )
+    conflicts_with: list[str] | None = Field(
+        None,
+        description="A summary whose numbers or dates are not its turns': the refs of "
+        "the turns it disagrees with (what was said ranks first).",
+    )
+    duplicates: list[int] | None = Field(
+        None,
+        description="Memory ids folded into this item: the same sentence said again, "
+        "or a decision's own turn and summary (their refs are cited here).",
+    )
+    artifact_id: str | None = Field(
+        None,
+        description="A truncated tool output: its full output (`memcli artifact ID`, "
+        "`GET /api/v1/artifacts/{artifact_id}`).",
+    )
+    truncated: bool | None = Field(None, description="The text was cut to fit the budget.")
 
 
 class BundleSection(_Open):
