@@ -68,7 +68,7 @@ def _request(text: str, given: dict[str, Any]) -> QueryRequest:
 
 
 @request_options("memcli.operations.requests:QueryRequest", skip=("query", "filters"),
-                 short={"top_k": "-k"},
+                 short={"top_k": "-k"}, legacy={"agent_id": "--agent"},
                  off={"pinned": "--unpinned"})
 def query_cmd(
     text: Annotated[str, typer.Argument(
