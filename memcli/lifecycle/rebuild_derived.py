@@ -70,6 +70,7 @@ from memcli.core.records import utcnow
 from memcli.entities.extraction import extract_entities
 from memcli.errors import UsageError
 from memcli.ingest.prepare import CHUNK_TOKENS, ENCODE_SLICE, event_text
+from memcli.lifecycle import rebuild_commands as commands_stage
 from memcli.lifecycle import rebuild_ledger as ledger_stage
 from memcli.lifecycle.rebuild_ledger import replay_state
 from memcli.store import doctor_sql
@@ -83,9 +84,10 @@ if TYPE_CHECKING:
     from memcli.store.connection import Database
     from memcli.store.handle import MemoryHandle
 
-KEPT = ["memories not cut from events (fact, summary, insight, reflection, procedural; "
-        "decisions and tasks no event wrote)", "history", "decisions and tasks no event wrote "
-        "(decision add, task add, POST /decisions, /tasks)", "checkpoints", "proposals",
+KEPT = ["memories no event wrote (summaries, insights, reflections and facts of "
+        "consolidation; rows written before writes were recorded as events)", "history",
+        "decisions and tasks no event wrote (consolidation's; rows written before writes "
+        "were recorded as events)", "checkpoints no event saved", "proposals",
         "session_consolidation", "pair_checks", "threads", "change_log", "acb_seen",
         "request_metrics", "llm_usage", "lifecycle_runs", "meta"]
 LOST_ROW_DEFAULTS = ("an episode row brought back from its event gets ingest's defaults for "
@@ -220,15 +222,17 @@ def plan_rebuild(memory: MemoryHandle) -> dict[str, Any]:
                 sql.create_missing(db)
             episodes = plan_episodes(db)
             ledger = ledger_stage.plan_ledger(db)
+            commands = commands_stage.plan_commands(db)
             out.update({
                 **sql.memory_counts(db),
                 "episodes": _episodes_summary(episodes),
                 "ledger": ledger_stage.summary(ledger),
+                "commands": commands_stage.summary(commands),
                 "tables_to_recreate": missing,
                 "stages": _stages(memory),
                 "skipped": _skipped(memory),
                 "kept": KEPT,
-                "cannot_rebuild": _cannot(db, episodes, ledger),
+                "cannot_rebuild": _cannot(db, episodes, ledger, commands),
             })
             if missing:
                 raise _DryRun
@@ -255,10 +259,11 @@ def _stages(memory: MemoryHandle) -> list[str]:
     return stages
 
 
-def _cannot(db: Database, episodes: dict[str, Any],
-            ledger: dict[str, Any]) -> list[dict[str, Any]]:
+def _cannot(db: Database, episodes: dict[str, Any], ledger: dict[str, Any],
+            commands: dict[str, Any]) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
-    coming = {m["id"] for m in ledger["memories"]}  # a dry run's: the ledger stage's to write
+    # A dry run's: what the ledger and commands stages are to write.
+    coming = {m["id"] for m in (*ledger["memories"], *commands["memories"])}
     lost = [m for m in sql.lost_derived(db) if m["id"] not in coming]
     if lost:
         out.append({"what": "memories not cut from events whose row is gone",
@@ -278,7 +283,7 @@ def _cannot(db: Database, episodes: dict[str, Any],
                     episodes["unmatched"][:100],
                     "why": "the event cuts into fewer chunks than when it was ingested "
                            "(chunking changed): kept as they are"})
-    return out + ledger_stage.cannot(ledger)
+    return out + ledger_stage.cannot(ledger) + commands_stage.cannot(commands)
 
 
 def rebuild(memory: MemoryHandle, *, dry_run: bool = False,
@@ -302,8 +307,11 @@ def rebuild(memory: MemoryHandle, *, dry_run: bool = False,
         out["sessions_refreshed"] = sql.refresh_sessions(db)
         ledger = ledger_stage.plan_ledger(db)
         ledger_stage.apply_ledger(db, ledger)
+        commands = commands_stage.plan_commands(db)
+        commands_stage.apply_commands(db, commands)
     out["episodes"] = _episodes_summary(plan) | {"new_ids": applied["new"][:100]}
     out["ledger"] = ledger_stage.summary(ledger)
+    out["commands"] = commands_stage.summary(commands)
     report(progress, "rebuild", 3, steps)
     with db.transaction():
         out["relations_restored"] = sql.restore_edges(db, sql.edges_in_history(db))
@@ -322,7 +330,7 @@ def rebuild(memory: MemoryHandle, *, dry_run: bool = False,
     out.update(sql.memory_counts(db))
     out["derived_rows"] = sql.count_rows(db)
     out["kept"] = KEPT
-    out["cannot_rebuild"] = _cannot(db, plan, ledger)
+    out["cannot_rebuild"] = _cannot(db, plan, ledger, commands)
     return out
 
 

@@ -31,7 +31,7 @@ if TYPE_CHECKING:
 
 
 def replay_state(row: dict[str, Any], history: list[dict[str, Any]]) -> None:
-    """A lost row's state from its history: forget, restore, pin, confirm, supersede."""
+    """A lost row's state from its history: forget, restore, pin, confirm, supersede, merge."""
     for h in history:
         meta = h["meta"] if isinstance(h["meta"], dict) else {}
         if h["op"] in ("DELETE", "TTL") and h["new_ref"] == "soft_deleted":
@@ -45,6 +45,8 @@ def replay_state(row: dict[str, Any], history: list[dict[str, Any]]) -> None:
                 row["pinned"] = int(bool(meta["pinned"]))
             if meta.get("confirmed"):
                 row["decay_rate"], row["confidence"] = 0.0, 1.0
+        elif h["op"] == "MERGE":  # a near-duplicate joined it: its confidence renewed
+            row["confidence"] = 1.0
         row["updated_at"] = h["ts"]
 
 
@@ -109,9 +111,10 @@ def _replay_event(plan: dict[str, Any], event: LedgerEvent,
         return
     else:
         try:
+            # (a command's update names only the refs it added, maybe none)
             changes, _ = ledger.task_changes(task, status=fields["status"],
                                              title=fields["title"], details=fields["details"],
-                                             refs=scope["refs"])
+                                             refs=scope["refs"] or None)
         except UsageError:
             plan["unreadable"].append(event.event_id)
             return
@@ -141,7 +144,7 @@ def _memory(row: dict[str, Any], kind: str, content: str, memory_id: int, ts: st
     """The memory row `ledger` wrote for this event (as `derive.write_memory` writes it)."""
     if kind == "decision":
         attributes = {"event_id": event_id, "decision_id": row["id"], "scope": row["scope"]}
-        importance, category = ledger.DECISION_IMPORTANCE, "decisions"
+        importance, category = row.get("importance", ledger.DECISION_IMPORTANCE), "decisions"
     else:
         attributes = {"event_id": event_id, "task_id": row["id"], "status": row["status"]}
         importance, category = ledger.TASK_IMPORTANCE, "tasks"

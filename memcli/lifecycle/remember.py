@@ -17,8 +17,9 @@ from typing import TYPE_CHECKING, Any
 from memcli.core.records import utcnow
 from memcli.derived.applimit import enforce_app_limit
 from memcli.derived.textrules import jaccard, normalise, safe_merge, tokens
-from memcli.derived.writer import encode_ahead, write_memory
+from memcli.derived.writer import DEFAULT_DECAY, encode_ahead, write_memory
 from memcli.errors import UsageError
+from memcli.ledger import commands
 from memcli.lifecycle import dedup
 from memcli.lifecycle.profile_fields import field_value
 from memcli.lifecycle.proposals import SENSITIVE_FIELDS, propose
@@ -108,19 +109,14 @@ def _remember(
         numbered = procedure_steps(text if steps is None else None, steps)
         body = "\n".join(f"{i}. {s}" for i, s in enumerate(numbered, start=1))
         content = f"{title.strip()}\n{body}" if title and title.strip() else body
-        new_id = write_memory(
-            memory,
-            content=content,
-            kind="procedural",
-            category="procedural",
-            source_ids=[],
-            importance=0.6 if importance is None else importance,
-            pinned=pinned,
-            decay_rate=0.0,
-            actor="remember",
-            attributes={"steps": numbered, "title": title, "method": "explicit"},
-            **scope,
-        )
+        vector, terms = encode_ahead(memory, [content])[content]  # before the write lock
+        with memory.db.transaction():
+            new_id = _write_recorded(
+                memory, scope, content=content, kind="procedural", category="procedural",
+                importance=0.6 if importance is None else importance, pinned=pinned,
+                decay_rate=0.0,
+                attributes={"steps": numbered, "title": title, "method": "explicit"},
+                vector=vector, sparse_terms=terms)
         return {"id": new_id, "kind": "procedural", "steps": len(numbered), "status": "created"}
     clean = " ".join((text or "").split())
     if not clean:
@@ -152,7 +148,9 @@ def _remember(
             jaccard(toks, stored.tokens) >= cfg.jaccard_merge
             and safe_merge(clean, stored.text, toks, stored.tokens)
         ):
-            with memory.db.transaction():
+            with memory.db.transaction(), commands.recording(
+                    memory.db, "remember", {"text": clean, "merged_into": stored.id},
+                    **_event_scope(scope), actor="remember"):
                 lsql.merge_into(
                     memory.db,
                     stored.id,
@@ -165,25 +163,35 @@ def _remember(
             return {"id": stored.id, "kind": stored.kind, "status": "merged"}
     vector, terms = encode_ahead(memory, [clean])[clean]  # before the write lock
     with memory.db.transaction():
-        new_id = write_memory(
-            memory,
-            content=clean,
-            kind="fact",
-            category=category or "knowledge",
-            source_ids=[],
-            importance=0.7 if importance is None else importance,
-            pinned=pinned,
-            actor="remember",
-            attributes={"method": "explicit"},
-            vector=vector,
-            sparse_terms=terms,
-            **scope,
-        )
+        new_id = _write_recorded(
+            memory, scope, content=clean, kind="fact", category=category or "knowledge",
+            importance=0.7 if importance is None else importance, pinned=pinned,
+            decay_rate=DEFAULT_DECAY, attributes={"method": "explicit"}, vector=vector,
+            sparse_terms=terms)
         # The app-memory design's app limit holds after every app write, not only after
         # consolidation.
         compaction = enforce_app_limit(memory, tenant_id, user_id, app_id, cfg) if app_id else []
     out: dict[str, Any] = {"id": new_id, "kind": "fact", "status": "created"}
     return {**out, "compaction": compaction} if compaction else out
+
+
+def _event_scope(scope: dict[str, Any]) -> dict[str, Any]:
+    return {k: scope[k] for k in ("tenant_id", "user_id", "agent_id", "session_id", "app_id")}
+
+
+def _write_recorded(memory: MemoryHandle, scope: dict[str, Any], *, vector: Any,
+                    sparse_terms: Any, **row: Any) -> int:
+    """The `remember` event first, then the memory derived from it (inside the caller's
+    transaction; memcli.ledger.commands): the event holds every field of the row."""
+    fields = commands.memory_fields(row)
+    with commands.recording(memory.db, "remember", fields, **_event_scope(scope),
+                            actor="remember") as event_id:
+        return write_memory(memory, content=row["content"], kind=row["kind"],
+                            category=row["category"], source_ids=[],
+                            importance=row["importance"], pinned=row["pinned"],
+                            decay_rate=row["decay_rate"], actor="remember",
+                            attributes=row["attributes"], vector=vector,
+                            sparse_terms=sparse_terms, origin_event=event_id, **scope)
 
 
 def _field_value(text: str) -> str:
@@ -203,12 +211,13 @@ def confirm(memory: MemoryHandle, memory_id: int, *, owner: Owner | None = None,
                 f"memory {memory_id} is {row['state']}",
                 "restore it first" if row["state"] == "soft_deleted" else None,
             )
-        lsql.protect(db, memory_id, utcnow())
-        _changed_in_place(db, row, actor, {
-            "confirmed": True,
-            "decay_rate": [row["decay_rate"], 0.0],
-            "confidence": [row["confidence"], 1.0],
-        })
+        with commands.changed(db, "confirm", row, actor):
+            lsql.protect(db, memory_id, utcnow())
+            _changed_in_place(db, row, actor, {
+                "confirmed": True,
+                "decay_rate": [row["decay_rate"], 0.0],
+                "confidence": [row["confidence"], 1.0],
+            })
     return {"id": memory_id, "protected": True, "decay_rate": 0.0, "confidence": 1.0}
 
 
@@ -218,8 +227,9 @@ def set_pin(memory: MemoryHandle, memory_id: int, pinned: bool, *, owner: Owner 
     with db.transaction():
         row = own.memory(db, memory_id, owner or memory.owner())
         if bool(row["pinned"]) != pinned:
-            lsql.set_pinned(db, memory_id, pinned, utcnow())
-            _changed_in_place(db, row, actor, {"pinned": pinned})
+            with commands.changed(db, "pin" if pinned else "unpin", row, actor):
+                lsql.set_pinned(db, memory_id, pinned, utcnow())
+                _changed_in_place(db, row, actor, {"pinned": pinned})
     return {"id": memory_id, "pinned": pinned, "changed": bool(row["pinned"]) != pinned}
 
 
