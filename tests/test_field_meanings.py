@@ -21,10 +21,20 @@ def _usage_error(result) -> str:
 
 def _seed(cli) -> None:
     records = [
-        {"event_id": "p1", "user_id": "u1", "agent_id": "planner", "category": "tasks",
-         "text": "The kiwi harvest plan starts in May"},
-        {"event_id": "s1", "user_id": "u1", "agent_id": "stylist", "category": "preferences",
-         "text": "The kiwi labels are written in a friendly tone"},
+        {
+            "event_id": "p1",
+            "user_id": "u1",
+            "agent_id": "planner",
+            "category": "tasks",
+            "text": "The kiwi harvest plan starts in May",
+        },
+        {
+            "event_id": "s1",
+            "user_id": "u1",
+            "agent_id": "stylist",
+            "category": "preferences",
+            "text": "The kiwi labels are written in a friendly tone",
+        },
     ]
     assert cli("ingest", "-", "--json", input=ndjson(records)).exit_code == 0
 
@@ -57,10 +67,13 @@ def test_agent_id_on_query_is_the_asking_agent_and_written_by_the_writer(cli):
 
 def test_http_query_reads_agent_id_and_written_by(tmp_path, monkeypatch):
     with running_api(tmp_path, monkeypatch) as api, api.client() as c:
-        for text, agent, category in (("kiwi harvest plan", "planner", "tasks"),
-                                      ("kiwi friendly tone", "stylist", "preferences")):
-            r = c.post("/api/v1/events", json={"text": text, "agent_id": agent,
-                                               "category": category})
+        for text, agent, category in (
+            ("kiwi harvest plan", "planner", "tasks"),
+            ("kiwi friendly tone", "stylist", "preferences"),
+        ):
+            r = c.post(
+                "/api/v1/events", json={"text": text, "agent_id": agent, "category": category}
+            )
             assert r.status_code == 200, r.text
         asked = c.post("/api/v1/query", json={"query": "kiwi", "agent_id": "planner"})
         assert [h["category"] for h in asked.json()] == ["tasks"]

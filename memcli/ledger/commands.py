@@ -1,8 +1,9 @@
 """Every write is an event: the `command` event a write of memcli's own records first.
 
 `remember`, `correct`, `decision add` / `supersede`, `task add` / `update`, `checkpoint save`,
-`forget`, `restore`, `pin`, `unpin` and `confirm` (and every route, MCP tool and page that calls
-them) append one event of kind `command` and derive their rows from it, in one transaction:
+`forget`, `restore`, `pin`, `unpin`, `confirm` and `proposals accept` / `reject` (and every
+route, MCP tool and page that calls them) append one event of kind `command` and derive their
+rows from it, in one transaction:
 the rows carry the event's time (`memcli.core.records.write_time`), and the memory a command
 creates names the event in its ADD history row. `memcli rebuild` derives the same rows from
 the same events (memcli/lifecycle/rebuild_commands.py, and the ledger stage for decisions and
@@ -34,35 +35,50 @@ if TYPE_CHECKING:
 # op -> what its content holds besides `op` (the docs' event model lists the same).
 OPS: dict[str, str] = {
     "remember": "text, memory_kind (fact or procedural), category, importance, pinned, "
-                "decay_rate, attributes; merged_into: the memory it joined, when it merged",
+    "decay_rate, attributes; merged_into: the memory it joined, when it merged",
     "correct": "memory_id (the memory corrected), text, memory_kind, category, importance, "
-               "pinned, decay_rate, attributes, reason",
+    "pinned, decay_rate, attributes, reason",
     "forget": "memory_id, purge_at, reason",
     "restore": "memory_id",
     "pin": "memory_id",
     "unpin": "memory_id",
     "confirm": "memory_id",
     "decision.add": "decision, rationale, constraints, alternatives, consequences, scope, "
-                    "importance (refs: the event's refs)",
+    "importance (refs: the event's refs)",
     "decision.supersede": "decision.add's fields, supersedes (the decision replaced), reason",
     "task.add": "title, details, status (refs: the event's refs)",
     "task.update": "task_id, status, title, details, reason (refs: the event's refs)",
     "checkpoint.save": "thread_id, data",
+    "proposal.accept": "proposal_id, and the profile fact's fields as remember's, with "
+    "source_ids and event_time (when the cited turn was said)",
+    "proposal.reject": "proposal_id, reason",
 }
 # The ops that write a decision or a task (the ledger stage of a rebuild replays them).
 LEDGER_OPS = ("decision.add", "decision.supersede", "task.add", "task.update")
-# The ops whose memory a rebuild derives from the event (remember's first write, correct).
-MEMORY_OPS = ("remember", "correct")
+# The ops whose memory a rebuild derives from the event (remember's first write, correct, an
+# accepted profile proposal).
+MEMORY_OPS = ("remember", "correct", "proposal.accept")
 # The old_ref of the ADD history row of a memory a command created: with the row's event_id,
 # it tells a rebuild which memory id each command event wrote.
 ORIGIN = "command"
 
 
-def record(db: Database, op: str, fields: dict[str, Any], *, tenant_id: str,
-           user_id: str | None = None, agent_id: str | None = None,
-           session_id: str | None = None, app_id: str | None = None, run_id: str | None = None,
-           channel: str = "private", sensitivity: str = "none", refs: list[Any] | None = None,
-           actor: str = "memcli") -> str:
+def record(
+    db: Database,
+    op: str,
+    fields: dict[str, Any],
+    *,
+    tenant_id: str,
+    user_id: str | None = None,
+    agent_id: str | None = None,
+    session_id: str | None = None,
+    app_id: str | None = None,
+    run_id: str | None = None,
+    channel: str = "private",
+    sensitivity: str = "none",
+    refs: list[Any] | None = None,
+    actor: str = "memcli",
+) -> str:
     """Append the command's event (inside the caller's transaction), stamped `utcnow()` (the
     write's time under `recording`); its id."""
     if op not in OPS:
@@ -70,15 +86,33 @@ def record(db: Database, op: str, fields: dict[str, Any], *, tenant_id: str,
     now = utcnow()
     event_id = f"cmd_{uuid.uuid4().hex}"
     content = {"op": op, **fields}
-    events_sql.insert_events(db, [{
-        "event_id": event_id, "ts": now, "recorded_at": now, "tenant_id": tenant_id,
-        "user_id": user_id, "agent_id": agent_id, "session_id": session_id, "app_id": app_id,
-        "run_id": run_id, "channel": channel, "actor_type": "memcli", "actor_id": actor,
-        "kind": COMMAND_KIND, "sensitivity": sensitivity, "tags": [], "content": content,
-        "refs": list(refs or []),
-        # Unique per event (the column is): two identical writes are two events.
-        "content_hash": hashlib.sha256(event_id.encode()).hexdigest(), "redactions": [],
-    }])
+    events_sql.insert_events(
+        db,
+        [
+            {
+                "event_id": event_id,
+                "ts": now,
+                "recorded_at": now,
+                "tenant_id": tenant_id,
+                "user_id": user_id,
+                "agent_id": agent_id,
+                "session_id": session_id,
+                "app_id": app_id,
+                "run_id": run_id,
+                "channel": channel,
+                "actor_type": "memcli",
+                "actor_id": actor,
+                "kind": COMMAND_KIND,
+                "sensitivity": sensitivity,
+                "tags": [],
+                "content": content,
+                "refs": list(refs or []),
+                # Unique per event (the column is): two identical writes are two events.
+                "content_hash": hashlib.sha256(event_id.encode()).hexdigest(),
+                "redactions": [],
+            }
+        ],
+    )
     return event_id
 
 
@@ -90,18 +124,29 @@ def recording(db: Database, op: str, fields: dict[str, Any], **scope: Any) -> It
         yield record(db, op, fields, **scope)
 
 
-def changed(db: Database, op: str, row: dict[str, Any], actor: str,
-            **fields: Any) -> AbstractContextManager[str]:
+def changed(
+    db: Database, op: str, row: dict[str, Any], actor: str, **fields: Any
+) -> AbstractContextManager[str]:
     """`recording` for a change to memory `row` (forget, restore, pin, unpin, confirm), in the
     memory's scope."""
-    return recording(db, op, {"memory_id": row["id"], **fields}, actor=actor,
-                     **{k: row[k] for k in ("tenant_id", "user_id", "agent_id", "session_id",
-                                            "app_id")})
+    return recording(
+        db,
+        op,
+        {"memory_id": row["id"], **fields},
+        actor=actor,
+        **{k: row[k] for k in ("tenant_id", "user_id", "agent_id", "session_id", "app_id")},
+    )
 
 
 def memory_fields(row: dict[str, Any]) -> dict[str, Any]:
     """What a remember or correct event holds of the memory it writes (`row`: the arguments of
     `write_memory`), so the memory can be derived from the event alone."""
-    return {"text": row["content"], "memory_kind": row["kind"], "category": row["category"],
-            "importance": row["importance"], "pinned": bool(row["pinned"]),
-            "decay_rate": row["decay_rate"], "attributes": row["attributes"]}
+    return {
+        "text": row["content"],
+        "memory_kind": row["kind"],
+        "category": row["category"],
+        "importance": row["importance"],
+        "pinned": bool(row["pinned"]),
+        "decay_rate": row["decay_rate"],
+        "attributes": row["attributes"],
+    }

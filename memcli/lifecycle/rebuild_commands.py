@@ -1,11 +1,11 @@
-"""The commands stage of `memcli rebuild`: what `remember`, `correct` and `checkpoint save`
-wrote comes back from their events (memcli/ledger/commands.py; decisions and tasks come back in
-the ledger stage, memcli/lifecycle/rebuild_ledger.py).
+"""The commands stage of `memcli rebuild`: what `remember`, `correct`, `proposals accept` and
+`checkpoint save` wrote comes back from their events (memcli/ledger/commands.py; decisions and
+tasks come back in the ledger stage, memcli/lifecycle/rebuild_ledger.py).
 
-A `remember` or `correct` event holds every field of the memory it created, and that memory's
-ADD history row names the event: a missing memory comes back with its id, the row the event
-describes (at the event's time, as `write_memory` wrote it), and the state its history replays
-(forget, restore, pin, confirm, supersede, merge). A memory a purge removed never comes back.
+A `remember`, `correct` or `proposal.accept` event holds every field of the memory it created,
+and that memory's ADD history row names the event: a missing memory comes back with its id, the
+row the event describes (at the event's time, as `write_memory` wrote it), and the state its
+history replays (forget, restore, pin, confirm, supersede, merge). A memory a purge removed never comes back.
 A checkpoint comes back from its thread's `checkpoint.save` events: the last one's data, one
 version per save, created at the first. Rows that exist are kept as they are.
 """
@@ -52,25 +52,43 @@ def plan_commands(db: Database) -> dict[str, Any]:
 
 def _memory(event: dict[str, Any], content: dict[str, Any], memory_id: int) -> dict[str, Any]:
     row = memory_row(
-        content=content["text"], kind=content["memory_kind"], category=content["category"],
-        source_ids=[], scope={k: event[k] for k in _SCOPE}, channel=event["channel"],
-        sensitivity=event["sensitivity"], importance=content["importance"],
-        pinned=content["pinned"], confidence=1.0, decay_rate=content["decay_rate"],
-        event_time=None, attributes=content["attributes"], actor=event["actor_id"],
-        now=event["recorded_at"])
+        content=content["text"],
+        kind=content["memory_kind"],
+        category=content["category"],
+        source_ids=content.get("source_ids") or [],
+        scope={k: event[k] for k in _SCOPE},
+        channel=event["channel"],
+        sensitivity=event["sensitivity"],
+        importance=content["importance"],
+        pinned=content["pinned"],
+        confidence=1.0,
+        decay_rate=content["decay_rate"],
+        event_time=content.get("event_time"),
+        attributes=content["attributes"],
+        actor=event["actor_id"],
+        now=event["recorded_at"],
+    )
     return {**row, "id": memory_id, "valid_to": None, "state": "active", "purge_at": None}
 
 
-def _save(saves: dict[tuple[str, str, str], dict[str, Any]], event: dict[str, Any],
-          content: dict[str, Any]) -> None:
+def _save(
+    saves: dict[tuple[str, str, str], dict[str, Any]],
+    event: dict[str, Any],
+    content: dict[str, Any],
+) -> None:
     key = (event["tenant_id"], event["user_id"], content["thread_id"])
     data = json.dumps(content["data"], ensure_ascii=False, sort_keys=True)
     old = saves.get(key)
-    saves[key] = {"tenant_id": key[0], "user_id": key[1], "thread_id": key[2], "data": data,
-                  "sensitivity": event["sensitivity"],
-                  "version": old["version"] + 1 if old else 1,
-                  "created_at": old["created_at"] if old else event["recorded_at"],
-                  "updated_at": event["recorded_at"]}
+    saves[key] = {
+        "tenant_id": key[0],
+        "user_id": key[1],
+        "thread_id": key[2],
+        "data": data,
+        "sensitivity": event["sensitivity"],
+        "version": old["version"] + 1 if old else 1,
+        "created_at": old["created_at"] if old else event["recorded_at"],
+        "updated_at": event["recorded_at"],
+    }
 
 
 def apply_commands(db: Database, plan: dict[str, Any]) -> None:
@@ -84,13 +102,20 @@ def apply_commands(db: Database, plan: dict[str, Any]) -> None:
 
 
 def summary(plan: dict[str, Any]) -> dict[str, Any]:
-    return {"restored_memories": [m["id"] for m in plan["memories"]][:100],
-            "restored_checkpoints": len(plan["checkpoints"])}
+    return {
+        "restored_memories": [m["id"] for m in plan["memories"]][:100],
+        "restored_checkpoints": len(plan["checkpoints"]),
+    }
 
 
 def cannot(plan: dict[str, Any]) -> list[dict[str, Any]]:
     if not plan["unrecorded"]:
         return []
-    return [{"what": "remember and correct events whose memory history does not name",
-             "event_ids": plan["unrecorded"][:100], "count": len(plan["unrecorded"]),
-             "why": "the memory's ADD history row is gone: no id to give back"}]
+    return [
+        {
+            "what": "remember and correct events whose memory history does not name",
+            "event_ids": plan["unrecorded"][:100],
+            "count": len(plan["unrecorded"]),
+            "why": "the memory's ADD history row is gone: no id to give back",
+        }
+    ]

@@ -47,7 +47,10 @@ def replay_state(row: dict[str, Any], history: list[dict[str, Any]]) -> None:
                 row["decay_rate"], row["confidence"] = 0.0, 1.0
         elif h["op"] == "MERGE":  # a near-duplicate joined it: its confidence renewed
             row["confidence"] = 1.0
-        row["updated_at"] = h["ts"]
+        # An edge to a neighbour, and a consent decision's audit row, leave the row as it was.
+        if h["op"] != "LINK" and not (h["op"] == "UPDATE" and "decision" in meta
+                                      and "proposal_id" in meta):
+            row["updated_at"] = h["ts"]
 
 
 def plan_ledger(db: Database) -> dict[str, Any]:
