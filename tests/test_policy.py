@@ -54,8 +54,9 @@ def _seed(cli) -> None:
 
 # -- agents the allowlists do not name ---------------------------------------------------------
 def test_an_unlisted_agent_reads_what_a_person_reads_but_restricted_categories(cli):
-    """The shipped categories.yaml's `default: ["*"]` (seed 003's A1 agent `coder` gets its
-    bundles): every category but the restricted ones, on query and acb build alike."""
+    """The shipped categories.yaml's `default: ["*"]` (the Agent Memory System PRD's A1 agent
+    `coder` gets its bundles): every category but the restricted ones, on query and acb build
+    alike."""
     _seed(cli)
     assert cli("remember", "Deploy: build; push", "--procedural", "--user", "priya").exit_code == 0
     person = json.loads(cli("query", "Priya", "--user", "priya", "--json").stdout)
