@@ -5,9 +5,9 @@ tasks come back in the ledger stage, memcli/lifecycle/rebuild_ledger.py).
 A `remember`, `correct` or `proposal.accept` event holds every field of the memory it created,
 and that memory's ADD history row names the event: a missing memory comes back with its id, the
 row the event describes (at the event's time, as `write_memory` wrote it), and the state its
-history replays (forget, restore, pin, confirm, supersede, merge). A memory a purge removed never comes back.
-A checkpoint comes back from its thread's `checkpoint.save` events: the last one's data, one
-version per save, created at the first. Rows that exist are kept as they are.
+history replays (forget, restore, pin, confirm, supersede, merge). A memory a purge removed
+never comes back. A checkpoint comes back from its thread's `checkpoint.save` events: the last
+one's data, one version per save, created at the first. Rows that exist are kept as they are.
 """
 
 from __future__ import annotations
