@@ -15,8 +15,6 @@ each write returns the kinds it removed as `redacted`.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, cast
 
@@ -97,38 +95,10 @@ def add_decision(
         tenant_id=tenant_id, user_id=user_id, session_id=session_id, agent_id=agent_id,
         app_id=app_id, channel=channel, sensitivity=sensitivity, importance=importance,
         supersedes=supersedes)
-    with memory.db.transaction(), _recording(memory, "decision.add", pending):
+    with memory.db.transaction(), commands.for_pending(memory.db, "decision.add", pending):
         decision_id = store_decision(memory, pending)
         compaction = app_limit(memory, pending.row)
     return {**get_decision(memory, decision_id), "redacted": pending.redacted, **compaction}
-
-
-def _recording(memory: MemoryHandle, op: str, pending: PendingWrite,
-               **extra: Any) -> AbstractContextManager[str]:
-    """The command event of a decision or task write first (memcli.ledger.commands), holding
-    the checked, redacted row; the memory it derives names the event (its attributes)."""
-    row = pending.row
-    if op.startswith("decision."):
-        fields = {k: row[k] for k in (*_DECISION_TEXT[:-1], "scope")}
-        fields["importance"] = pending.importance
-    else:
-        fields = {k: row[k] for k in ("title", "details", "status")}
-    return _record_into(memory, op, {**fields, **extra}, row, pending.channel,
-                        row["sensitivity"], pending)
-
-
-@contextmanager
-def _record_into(memory: MemoryHandle, op: str, fields: dict[str, Any], row: dict[str, Any],
-                 channel: str, sensitivity: str,
-                 pending: PendingWrite | None = None) -> Iterator[str]:
-    scope = {k: row.get(k) for k in ("tenant_id", "user_id", "agent_id", "session_id",
-                                     "app_id")}
-    with commands.recording(memory.db, op, fields, channel=channel, sensitivity=sensitivity,
-                            refs=list(row.get("refs") or []), actor=row.get("agent_id")
-                            or "memcli", **scope) as event_id:
-        if pending is not None:
-            pending.attributes = {"event_id": event_id, **pending.attributes}
-        yield event_id
 
 
 def prepare_decision(memory: MemoryHandle, decision: str, *, channel: str = "private",
@@ -260,8 +230,8 @@ def supersede_decision(
     row, row_kinds = _decision_row(memory, decision, supersedes=old_id, **args)
     encoded = _encode(memory, decision_text(row))  # the models run before the write lock
     pending = PendingWrite(row, row_kinds, encoded, channel, importance)
-    with memory.db.transaction(), _recording(memory, "decision.supersede", pending,
-                                             supersedes=old_id, reason=reason):
+    with memory.db.transaction(), commands.for_pending(
+            memory.db, "decision.supersede", pending, supersedes=old_id, reason=reason):
         new_id = store_superseding(memory, pending, old, reason)
     redacted = sorted({*row_kinds, *reason_kinds})
     return {**get_decision(memory, new_id), "redacted": redacted}
@@ -336,7 +306,7 @@ def add_task(memory: MemoryHandle, title: str, *, details: str = "", status: str
                            tenant_id=tenant_id, user_id=user_id, session_id=session_id,
                            agent_id=agent_id, app_id=app_id, channel=channel,
                            sensitivity=sensitivity)
-    with memory.db.transaction(), _recording(memory, "task.add", pending):
+    with memory.db.transaction(), commands.for_pending(memory.db, "task.add", pending):
         task_id = store_task(memory, pending)
         compaction = app_limit(memory, pending.row)
     return {**get_task(memory, task_id), "redacted": pending.redacted, **compaction}
@@ -421,17 +391,14 @@ def update_task(memory: MemoryHandle, task_id: int, *, status: str | None = None
             f"task {task_id} already looks like that", "give --status, --title, --details or --ref"
         )
     encoded = _encode(memory, task_text({**task, **changes}))  # models run before the lock
-    old_mem = memory.db.query("SELECT channel, sensitivity FROM memories WHERE id = ?",
-                              (task["memory_id"],))
-    channel, sensitivity = ((old_mem[0]["channel"], old_mem[0]["sensitivity"]) if old_mem
-                            else ("private", "none"))
+    channel, sensitivity = _channel_of(memory, task["memory_id"])
     # The event holds the changes (refs: those added), as `rebuild` applies them again.
     fields = {"task_id": task_id, **{k: changes.get(k) for k in ("status", "title", "details")},
               "reason": reason}
     added = sorted(set(changes.get("refs", [])) - set(task["refs"]))
-    with memory.db.transaction(), _record_into(memory, "task.update", fields,
-                                               {**task, "refs": added}, channel,
-                                               sensitivity) as event_id:
+    with memory.db.transaction(), commands.for_row(
+            memory.db, "task.update", fields, {**task, "refs": added}, channel=channel,
+            sensitivity=sensitivity) as event_id:
         store_task_update(memory, task, changes, encoded, reason=reason,
                           extra={"event_id": event_id})
     return {**get_task(memory, task_id), "redacted": redacted}
@@ -465,18 +432,19 @@ def store_task_update(memory: MemoryHandle, task: dict[str, Any], changes: dict[
                       extra: dict[str, Any] | None = None) -> None:
     """Write `changes` to `task` (inside the caller's transaction): a new memory version that
     supersedes the previous one. `encoded`: the new text's (vector, sparse terms)."""
-    old_mem = memory.db.query(
-        "SELECT channel, sensitivity FROM memories WHERE id = ?", (task["memory_id"],)
-    )
-    channel, sensitivity = (
-        (old_mem[0]["channel"], old_mem[0]["sensitivity"]) if old_mem else ("private", "none")
-    )
+    channel, sensitivity = _channel_of(memory, task["memory_id"])
     new_memory = _write_task_memory(memory, {**task, **changes}, channel, sensitivity, encoded,
                                     actor=actor, extra=extra)
     sql.update_task(memory.db, task["id"], {**changes, "memory_id": new_memory})
     if task["memory_id"] is not None:
         derive.supersede(memory, task["memory_id"], new_memory, actor=actor or "memcli",
                          reason=reason or f"task {task['id']}: " + ", ".join(sorted(changes)))
+
+
+def _channel_of(memory: MemoryHandle, memory_id: int | None) -> tuple[str, str]:
+    """(channel, sensitivity) of a task's current memory: its next version keeps them."""
+    row = memory.db.query("SELECT channel, sensitivity FROM memories WHERE id = ?", (memory_id,))
+    return (row[0]["channel"], row[0]["sensitivity"]) if row else ("private", "none")
 
 
 def get_task(memory: MemoryHandle, task_id: int) -> dict[str, Any]:

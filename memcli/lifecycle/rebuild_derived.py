@@ -19,10 +19,14 @@ rebuilt from events (and from history, for ids and state)
     purged is never brought back. Only a row with no ADD row (history deleted by hand) gets a
     new id, listed in the report.
   sessions: first/last event time, event count, user (consolidated_at and summary are kept).
-  decisions and tasks recorded as events (kinds `decision`, `task_update`), with the memory of
-    each decision and of each task version: replayed in log order (fields, refs, supersession,
+  decisions and tasks recorded as events (kinds `decision`, `task_update`, and the `command`
+    events of `decision add` / `supersede`, `task add` / `update`), with the memory of each
+    decision and of each task version: replayed in log order (fields, refs, supersession,
     task status and text), brought back with the ids their history rows recorded; rows that
     exist are kept, purged ones stay gone (memcli/lifecycle/rebuild_ledger.py).
+  memories and checkpoints memcli's own writes derived from their `command` events (remember,
+    correct, proposals accept; checkpoint save): each row as the event describes it, at the
+    event's time, with its recorded id and replayed state (memcli/lifecycle/rebuild_commands.py).
 
 rebuilt from memories (their text, so from events for episodes)
   memories_fts, memories_trigram (dropped and created again), memory_sparse (+ sparse_postings
@@ -31,17 +35,16 @@ rebuilt from memories (their text, so from events for episodes)
   relations: edges are kept; an edge history recorded (LINK -> related, UPDATE superseded_by
   -> supersedes) that is missing is added back.
 
-kept: exists only as derived data (a model or a person wrote it; no event holds it)
-  memories not cut from events (fact, summary, insight, reflection, procedural, and the
-  decisions and tasks no event wrote) and their history; decisions and tasks written by
-  `decision add` / `task add` / POST /decisions (no event holds them), checkpoints, proposals,
-  session_consolidation,
+kept: exists only as derived data (a model wrote it, or a write made before writes were
+events; no event holds it)
+  memories no event wrote (summary, insight, reflection, consolidation's facts, decisions and
+  tasks) and their history; checkpoints no event saved, proposals, session_consolidation,
   pair_checks (consolidation decisions), threads, change_log, acb_seen (what agents saw),
   request_metrics, llm_usage, lifecycle_runs, run_locks, meta (models, key id).
 
 cannot rebuild (said in the report and on stderr)
-  - a memory not cut from events whose row is gone without a purge: its text existed only in
-    that row (history keeps its id and kind, listed as `lost`);
+  - a memory no event wrote whose row is gone without a purge: its text existed only in that
+    row (history keeps its id and kind, listed as `lost`);
   - of an episode row that was lost: its category and importance (given by the ingested
     record, not stored in the event), its confidence after decay, its access counts: they
     come back as ingest's defaults ('event', 0.5, 1.0, 0);
@@ -49,8 +52,8 @@ cannot rebuild (said in the report and on stderr)
 
 Stages, each its own transaction (so a busy database exits 75 with that stage undone, and a
 rebuild run again after a crash finishes the job): tables (schema.sql's IF NOT EXISTS brings
-back dropped tables), episodes + sessions + ledger, relations, lexical, entities, sparse,
-vectors. The
+back dropped tables), episodes + sessions + ledger + commands, relations, lexical,
+entities, sparse, vectors. The
 models run before each slice's write lock is taken, as ingest does. While the sparse stage
 runs, the sparse leg sees only the memories done so far (the index is emptied first, then
 filled in slices of 256); vectors are replaced in place, so the dense leg never has a gap.

@@ -10,10 +10,13 @@ replays (forget, restore, pin, confirm, supersede), and supersession links betwe
 are set again. A row that exists is kept as it is; a memory a purge removed is never brought
 back, nor the row over it.
 
-What this stage cannot bring back (the report says so): rows `decision add` / `task add` /
-`decision supersede` / `task update` wrote (no event holds them: they stay, see KEPT in
-rebuild.py, or are reported lost), the changes such commands made to a row an event created,
-and rows of events written before their ADD history row named the row (no id to give back).
+`decision add` / `supersede` and `task add` / `update` record a `command` event first
+(memcli.ledger.commands); its op says which of the two it reads as (`from_events.from_row`),
+and its refs are the row's own (no event id first). What this stage cannot bring back (the
+report says so): rows consolidation wrote (no event holds them: they stay, see KEPT in
+rebuild_derived.py, or are reported lost), rows such commands wrote before they recorded
+events, and rows of events written before their ADD history row named the row (no id to give
+back).
 """
 
 from __future__ import annotations
