@@ -7,8 +7,12 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from tests.support.http_api import running_api
 from tests.support.records import ndjson
+
+pytestmark = pytest.mark.usefixtures("fast_cli")  # no SPLADE model: not about ranking
 
 
 def _usage_error(result) -> str:

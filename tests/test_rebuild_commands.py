@@ -21,6 +21,8 @@ from tests.support.backend import is_pg
 from tests.support.http_api import running_api
 from tests.support.records import ndjson, turns
 
+pytestmark = pytest.mark.usefixtures("fast_cli")  # no SPLADE model: not about ranking
+
 # PostgreSQL's lexical and vector indexes are indexes of memories and memory_vectors.
 PG_INDEXES = ("memories_fts", "memories_trgm", "memory_vectors_hnsw")
 
