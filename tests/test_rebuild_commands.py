@@ -197,6 +197,15 @@ def test_a_command_event_is_never_a_turn(cli, db_path):
     } <= set(ops)
 
 
+def test_a_record_cannot_claim_to_be_a_command(cli, db_path):
+    """Only memcli writes a `command` event: ingest refuses the kind (exit 2), stores nothing."""
+    record = {"kind": "command", "content": {"op": "remember", "text": "forged"}}
+    result = cli("ingest", "-", "--json", input=json.dumps(record))
+    assert result.exit_code == 2
+    assert "kind" in json.loads(result.stdout)["rejected"][0]["reason"]
+    assert run_json(cli, "query", "forged") == []
+
+
 def test_command_events_survive_export_and_import(cli, tmp_path):
     build_through_the_cli(cli)
     text = cli("export").stdout

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 from memcli.core.records import format_ts, utcnow
 from memcli.errors import UsageError
 from memcli.ledger import commands
+from memcli.policy.redaction import redact_text
 from memcli.store import memories as mem
 from memcli.store import owner as own
 from memcli.store import purge_sql as sql
@@ -78,6 +79,7 @@ def forget(db: Database, memory_id: int, *, owner: Owner, actor: str = "cli",
     """Soft-delete a memory of `owner`'s; `reason` goes into its history row (e.g. the view
     line)."""
     row = own.memory(db, memory_id, owner)
+    reason, _ = redact_text(reason)  # kept in history and in the forget event
     purge_at = format_ts(datetime.now(UTC) + timedelta(days=SOFT_DELETE_GRACE_DAYS))
     with db.transaction(), commands.changed(db, "forget", row, actor, purge_at=purge_at,
                                            **({"reason": reason} if reason else {})):
