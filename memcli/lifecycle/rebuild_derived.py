@@ -269,7 +269,7 @@ def _cannot(db: Database, episodes: dict[str, Any], ledger: dict[str, Any],
     coming = {m["id"] for m in (*ledger["memories"], *commands["memories"])}
     lost = [m for m in sql.lost_derived(db) if m["id"] not in coming]
     if lost:
-        out.append({"what": "memories not cut from events whose row is gone",
+        out.append({"what": "memories no event wrote whose row is gone",
                     "ids": lost[:100], "count": len(lost),
                     "why": "their text was written by a model or a person and existed only "
                            "in that row; history keeps their id and kind"})

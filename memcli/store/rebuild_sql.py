@@ -255,8 +255,9 @@ def delete_orphan_vectors(db: Database) -> list[int]:
 # -- what only exists as derived data --------------------------------------------------------
 def lost_derived(db: Database) -> list[dict[str, Any]]:
     """Memories not cut from events (facts, summaries ...) that history says were written and
-    that are gone without a purge: their text existed only in their memories row. A purge
-    empties the meta of the rows it covers, so a purged memory is not listed."""
+    that are gone without a purge: their text existed only in their memories row, unless a
+    command event holds it (the commands stage brings those back; the caller leaves them out).
+    A purge empties the meta of the rows it covers, so a purged memory is not listed."""
     rows = db.query(
         "SELECT h.memory_id AS id, h.meta FROM history h WHERE h.op = 'ADD'"
         " AND (h.event_id IS NULL OR h.old_ref IS NOT NULL) AND h.memory_id IS NOT NULL"
