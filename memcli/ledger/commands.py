@@ -35,7 +35,8 @@ if TYPE_CHECKING:
 # op -> what its content holds besides `op` (the docs' event model lists the same).
 OPS: dict[str, str] = {
     "remember": "text, memory_kind (fact or procedural), category, importance, pinned, "
-    "decay_rate, attributes; merged_into: the memory it joined, when it merged",
+    "decay_rate, attributes; merged_into: the memory it joined, when it merged; field: the "
+    "profile field a consent proposal was queued for",
     "correct": "memory_id (the memory corrected), text, memory_kind, category, importance, "
     "pinned, decay_rate, attributes, reason",
     "forget": "memory_id, purge_at, reason",

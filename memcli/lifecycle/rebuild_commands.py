@@ -37,7 +37,8 @@ def plan_commands(db: Database) -> dict[str, Any]:
         content = event["content"]
         if content["op"] == "checkpoint.save":
             _save(saves, event, content)
-        elif "merged_into" not in content:  # a merge created nothing: its history replays
+        # A merge created nothing (its history replays), nor a profile field's proposal.
+        elif "merged_into" not in content and "field" not in content:
             memory_id = created.get(event["event_id"])
             if memory_id is None:
                 plan["unrecorded"].append(event["event_id"])

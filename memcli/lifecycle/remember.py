@@ -129,7 +129,11 @@ def _remember(
     if field is not None:
         if field not in SENSITIVE_FIELDS:
             raise UsageError(f"--field must be one of {', '.join(SENSITIVE_FIELDS)}")
-        with memory.db.transaction():
+        # The event records what was said; the proposal (consent state, kept by a rebuild)
+        # is what it asks for.
+        with memory.db.transaction(), commands.recording(
+                memory.db, "remember", {"text": clean, "field": field},
+                **_event_scope(scope), actor="remember"):
             return propose(
                 memory.db,
                 tenant_id=tenant_id,
