@@ -163,8 +163,8 @@ class QueryRequest(QueryConditions):
     @classmethod
     def _asking_agent(cls, data: Any) -> Any:
         # `agent` (the memory system spec's top-level key) is the asking agent, as `agent_id`
-        # is. A filter's `agent_id` meant the writing agent until 0.x: refused, not reread
-        # as the asker, so an old request never silently reads something else.
+        # is. A filter's `agent_id` meant the writing agent in earlier builds: refused, not
+        # reread as the asker, so an old request never silently reads something else.
         if not isinstance(data, dict):
             return data
         data = dict(data)
