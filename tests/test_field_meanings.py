@@ -93,6 +93,12 @@ def test_importance_outside_zero_to_one_is_refused_naming_the_scale(cli):
     spec = {"query": "kiwi", "filters": {"importance_min": 2, "importance_max": 5}}
     assert "0-1 scale" in _usage_error(cli("query", "-", input=json.dumps(spec)))
     assert cli("query", "kiwi", "--importance-min", "0.5").exit_code == 0
+    # The spec's `importance_min: 1` (its lowest) is memcli's highest: said when it empties
+    # the answer, rather than a silent `[]`.
+    spec = {"query": "kiwi", "filters": {"importance_min": 1}}
+    out = cli("query", "-", "--json", input=json.dumps(spec))
+    assert out.exit_code == 0 and json.loads(out.stdout) == []
+    assert "importance is on memcli's 0-1 scale, where 1 is the highest" in out.stderr
 
 
 def test_a_bundle_budget_above_65000_tokens_is_refused(cli, tmp_path, monkeypatch):
