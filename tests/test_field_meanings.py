@@ -83,6 +83,10 @@ def test_http_query_reads_agent_id_and_written_by(tmp_path, monkeypatch):
         assert [h["category"] for h in asked.json()] == ["tasks"]
         written = c.post("/api/v1/query", json={"query": "kiwi", "written_by": "stylist"})
         assert [h["agent_id"] for h in written.json()] == ["stylist"]
+        scale = c.post("/api/v1/query", json={"query": "kiwi", "importance_min": 3})
+        assert scale.status_code == 422 and "0-1 scale" in scale.json()["error"]
+        budget = c.post("/api/v1/acb/build", json={"query_text": "kiwi", "max_tokens": 70000})
+        assert budget.status_code == 422 and "65,000" in budget.json()["error"]
 
 
 def test_importance_outside_zero_to_one_is_refused_naming_the_scale(cli):
