@@ -197,6 +197,19 @@ def test_a_command_event_is_never_a_turn(cli, db_path):
     } <= set(ops)
 
 
+def test_purging_a_remembered_fact_takes_its_event(cli):
+    """The command event holds the fact's text: `purge --memory-id` deletes it with the row,
+    and a rebuild does not bring the fact back."""
+    fact = run_json(cli, "remember", "Sam's locker code is 4711", "--user-id", "u1")
+    kept = run_json(cli, "remember", "Sam likes green tea", "--user-id", "u1")
+    run_json(cli, "purge", "--memory-id", str(fact["id"]))
+    assert "4711" not in cli("export").stdout
+    run_json(cli, "rebuild")
+    exported = cli("export").stdout
+    assert "4711" not in exported and "green tea" in exported
+    assert [h["id"] for h in run_json(cli, "query", "Sam")] == [kept["id"]]
+
+
 def test_a_record_cannot_claim_to_be_a_command(cli, db_path):
     """Only memcli writes a `command` event: ingest refuses the kind (exit 2), stores nothing."""
     record = {"kind": "command", "content": {"op": "remember", "text": "forged"}}

@@ -59,8 +59,7 @@ LEDGER_OPS = ("decision.add", "decision.supersede", "task.add", "task.update")
 # The ops whose memory a rebuild derives from the event (remember's first write, correct, an
 # accepted profile proposal).
 MEMORY_OPS = ("remember", "correct", "proposal.accept")
-_DECISION_FIELDS = ("decision", "rationale", "constraints", "alternatives", "consequences",
-                    "scope")
+_DECISION_FIELDS = ("decision", "rationale", "constraints", "alternatives", "consequences", "scope")
 # The old_ref of the ADD history row of a memory a command created: with the row's event_id,
 # it tells a rebuild which memory id each command event wrote.
 ORIGIN = "command"
@@ -127,14 +126,27 @@ def recording(db: Database, op: str, fields: dict[str, Any], **scope: Any) -> It
         yield record(db, op, fields, **scope)
 
 
-def for_row(db: Database, op: str, fields: dict[str, Any], row: dict[str, Any], *,
-            channel: str, sensitivity: str) -> AbstractContextManager[str]:
+def for_row(
+    db: Database,
+    op: str,
+    fields: dict[str, Any],
+    row: dict[str, Any],
+    *,
+    channel: str,
+    sensitivity: str,
+) -> AbstractContextManager[str]:
     """`recording` for a decision or task write: the row's scope and refs, its agent (else
     memcli) as the actor."""
-    return recording(db, op, fields, channel=channel, sensitivity=sensitivity,
-                     refs=list(row.get("refs") or []), actor=row.get("agent_id") or "memcli",
-                     **{k: row.get(k) for k in ("tenant_id", "user_id", "agent_id",
-                                                "session_id", "app_id")})
+    return recording(
+        db,
+        op,
+        fields,
+        channel=channel,
+        sensitivity=sensitivity,
+        refs=list(row.get("refs") or []),
+        actor=row.get("agent_id") or "memcli",
+        **{k: row.get(k) for k in ("tenant_id", "user_id", "agent_id", "session_id", "app_id")},
+    )
 
 
 @contextmanager
@@ -148,8 +160,9 @@ def for_pending(db: Database, op: str, pending: Any, **extra: Any) -> Iterator[s
     fields = {**{k: row[k] for k in keys}, **extra}
     if decision:
         fields["importance"] = pending.importance
-    with for_row(db, op, fields, row, channel=pending.channel,
-                 sensitivity=row["sensitivity"]) as event_id:
+    with for_row(
+        db, op, fields, row, channel=pending.channel, sensitivity=row["sensitivity"]
+    ) as event_id:
         pending.attributes = {"event_id": event_id, **pending.attributes}
         yield event_id
 
