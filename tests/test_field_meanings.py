@@ -1,4 +1,4 @@
-"""One meaning per field (issue "Fidelity III", section 5): `agent_id` on a read is the asking
+"""One meaning per field: `agent_id` on a read is the asking
 agent on `query` as on `acb build` (its allowlist applies), the writing agent is `written_by`;
 importance bounds are memcli's 0-1 scale; a bundle budget never passes 65,000 tokens. Through
 the real CLI and a real HTTP server."""

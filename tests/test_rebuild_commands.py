@@ -1,4 +1,4 @@
-"""Every write is an event (issue "Fidelity III", section 3): a database built through every
+"""Every write is an event: a database built through every
 write path (ingest, remember, a merge, a procedure, correct, decision add / supersede, task add
 / update, checkpoint save, proposals accept / reject, forget, restore, pin, unpin, confirm; the
 HTTP routes and the pages' actions), with every derived table then emptied or dropped
