@@ -124,10 +124,23 @@ DEFAULT_SECTIONS: dict[str, tuple[int, int]] = {
 }
 
 
+# The Agent Memory System PRD: a bundle never passes 65K tokens (section 8.1's total), so a
+# larger budget, asked for in a request or set in config, is refused rather than honoured.
+BUNDLE_TOKENS_MAX = 65000
+
+
+def check_bundle_budget(value: int | None) -> int | None:
+    """A bundle budget above BUNDLE_TOKENS_MAX is refused, naming the bound."""
+    if value is not None and value > BUNDLE_TOKENS_MAX:
+        raise ValueError(f"a bundle budget is at most {BUNDLE_TOKENS_MAX:,} tokens ({value:,} "
+                         "given): the PRD's bundle never passes 65K")
+    return value
+
+
 class AcbSettings(BaseModel):
     """Context bundle knobs (`acb:` in config.yaml); README "Context bundles" explains them."""
 
-    max_tokens: int = Field(default=65000, ge=1)
+    max_tokens: int = Field(default=BUNDLE_TOKENS_MAX, ge=1)
     reserve: int = Field(default=8800, ge=0)  # headroom left to the caller at max_tokens
     sections: dict[str, SectionSettings] = Field(
         default_factory=lambda: {k: SectionSettings(cap=c, priority=p)
@@ -139,6 +152,12 @@ class AcbSettings(BaseModel):
     related_bullets: int = Field(default=2, ge=0)  # related memories shown under an item
     app_memory_limit: int = Field(default=10, ge=1)  # memories kept per app (app-memory design)
     profile_limit: int = Field(default=50, ge=0)  # per `context: all` category without rag_length
+
+    @field_validator("max_tokens")
+    @classmethod
+    def _budget(cls, value: int) -> int:
+        check_bundle_budget(value)
+        return value
 
     @field_validator("sections", mode="before")
     @classmethod

@@ -30,7 +30,7 @@ CREATE TABLE IF NOT EXISTS events (
     actor_id     TEXT,
     kind         TEXT NOT NULL DEFAULT 'message'
                  CHECK (kind IN ('message', 'tool_call', 'tool_result', 'decision',
-                                 'task_update', 'artifact')),
+                                 'task_update', 'artifact', 'command')),
     sensitivity  TEXT NOT NULL DEFAULT 'none'
                  CHECK (sensitivity IN ('none', 'low', 'high', 'secret')),
     tags         TEXT NOT NULL DEFAULT '[]',     -- JSON array

@@ -119,7 +119,7 @@ def _normalise(data: bytes, home: Path) -> bytes:
 
 def _unclocked(data: bytes, home: Path) -> bytes:
     text = data.decode("utf-8", "surrogateescape").replace(str(home), "HOME")
-    text = re.sub(r"(evt|art|dec|tsk|chk|acb)_[0-9a-f]{8,}", r"\1_ID", text)
+    text = re.sub(r"(evt|cmd|art|dec|tsk|chk|acb)_[0-9a-f]{8,}", r"\1_ID", text)
     # Token counts of a bundle include those random ids (hex splits into varying tokens).
     # A file's size differs too: the daemon holds the database open, so its WAL is not folded back.
     counts = "token_used|token_used_est|tokens|token_est|used|tokens_used|db_bytes|wal_bytes"

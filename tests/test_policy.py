@@ -1,7 +1,8 @@
 """The category policy fails closed (the memory system spec: `categories ⊆ allowlist[agent]`).
 
-- An agent that `allowlists:` does not name reads nothing (exit 2, HTTP 403, an MCP tool error)
-  unless the file grants a `default:` entry; without `--agent` everything stays readable.
+- An agent that `allowlists:` does not name reads the `default:` entry: as shipped, every
+  unrestricted category (what a person reads); a file without `default:` refuses it (exit 2,
+  HTTP 403, an MCP tool error). Without an agent everything stays readable.
 - A write naming a category the file does not declare is refused with the close matches (exit 2,
   HTTP 422, an MCP tool error) on every path: remember, ingest, HTTP events, MCP tools; nothing
   is stored. `free_categories: true` accepts any.
@@ -52,29 +53,50 @@ def _seed(cli) -> None:
 
 
 # -- agents the allowlists do not name ---------------------------------------------------------
-def test_an_agent_no_allowlist_names_is_refused(cli):
+def test_an_unlisted_agent_reads_what_a_person_reads_but_restricted_categories(cli):
+    """The shipped categories.yaml's `default: ["*"]` (the Agent Memory System PRD's A1 agent
+    `coder` gets its bundles): every category but the restricted ones, on query and acb build
+    alike."""
     _seed(cli)
-    for args in (("query", "Priya", "--agent", UNLISTED),
-                 ("acb", "build", "--user", "priya", "--agent", UNLISTED, "-q", "Priya")):
+    assert cli("remember", "Deploy: build; push", "--procedural", "--user", "priya").exit_code == 0
+    person = json.loads(cli("query", "Priya", "--user", "priya", "--json").stdout)
+    agent = json.loads(cli("query", "Priya", "--user", "priya", "--agent-id", UNLISTED,
+                           "--json").stdout)
+    assert {h["category"] for h in agent} == {h["category"] for h in person} == {
+        "preferences", "tasks"}
+    line = _one_line(cli("query", "deploy", "--agent-id", UNLISTED, "--category", "procedural"))
+    assert f"agent {UNLISTED!r} may not read category procedural" in line
+    bundle = cli("acb", "build", "--user", "priya", "--agent-id", "coder", "-q", "Priya",
+                 "--json")
+    assert bundle.exit_code == 0, bundle.stderr
+    assert "green tea" in bundle.stdout
+
+
+def test_without_a_default_entry_an_unlisted_agent_is_refused(cli, tmp_path, monkeypatch):
+    _seed(cli)
+    _categories_file(tmp_path, monkeypatch, '  default: ["*"]\n', "")
+    for args in (("query", "Priya", "--agent-id", UNLISTED),
+                 ("acb", "build", "--user", "priya", "--agent-id", UNLISTED, "-q", "Priya")):
         line = _one_line(cli(*args))
         assert f"agent {UNLISTED!r} has no category allowlist" in line
         assert "default:" in line  # the hint says how to grant one
-    # No --agent: a person at the shell reads every category, as before.
+    # No agent: a person at the shell reads every category, as before.
     anyone = json.loads(cli("query", "Priya", "--json").stdout)
     assert {h["category"] for h in anyone} == {"preferences", "tasks"}
 
 
 def test_a_default_entry_grants_unlisted_agents_its_categories(cli, tmp_path, monkeypatch):
     _seed(cli)
-    _categories_file(tmp_path, monkeypatch, "allowlists:\n",
-                     "allowlists:\n  default: [preferences]\n")
-    hits = json.loads(cli("query", "Priya", "--agent", UNLISTED, "--json").stdout)
+    _categories_file(tmp_path, monkeypatch, 'default: ["*"]', "default: [preferences]")
+    hits = json.loads(cli("query", "Priya", "--agent-id", UNLISTED, "--json").stdout)
     assert [h["category"] for h in hits] == ["preferences"]
-    line = _one_line(cli("query", "Priya", "--agent", UNLISTED, "--category", "tasks"))
+    line = _one_line(cli("query", "Priya", "--agent-id", UNLISTED, "--category", "tasks"))
     assert f"agent {UNLISTED!r} may not read category tasks" in line
 
 
-def test_http_and_mcp_refuse_an_unlisted_agent(tmp_path, monkeypatch):
+def test_http_and_mcp_refuse_an_unlisted_agent_without_a_default(tmp_path, monkeypatch):
+    _categories_file(tmp_path, monkeypatch, '  default: ["*"]\n', "")
+
     async def mcp(url: str) -> None:
         async with http_client(url, {**AUTH, "X-Memcli-Agent": UNLISTED}) as client:
             refused = await client.call_tool("memory_query", {"query": "green tea"})

@@ -173,11 +173,13 @@ def test_purge_with_a_reader_mid_transaction_says_text_may_remain(cli, db_path, 
     reader = apsw.Connection(str(db_path))
     reader.execute("BEGIN")
     reader.execute("SELECT count(*) FROM memories").fetchone()  # the snapshot is now held
+    # Her turns, and the `command` events of her remember, decision and checkpoint writes.
+    events = reader.execute("SELECT count(*) FROM events WHERE user_id = 'alice'").fetchone()[0]
     try:
         result = cli("purge", "--user", "alice", "--json")
         assert result.exit_code == 75, result.stderr
         out = json.loads(result.stdout)
-        assert out["complete"] is False and out["events"] == 3
+        assert out["complete"] is False and out["events"] == events > 3
         assert "may remain" in result.stderr
     finally:
         reader.execute("COMMIT")

@@ -356,19 +356,52 @@ def test_an_id_history_never_recorded_is_reported(cli, db_path, built):
     assert "no ADD history row" in new[0]["why"]
 
 
-def test_a_lost_fact_is_reported_not_invented(cli, db_path, built):
+def test_a_lost_fact_comes_back_from_its_event(cli, db_path, built):
+    """`remember` and `correct` record their event first: a fact whose row is lost comes back
+    with its id, text and state (superseded, or current)."""
+    db = Database(db_path)
+    try:
+        rows = {mid: tuple(r) for mid, *r in db.execute(
+            "SELECT id, content, state, valid_to, updated_at FROM memories WHERE id IN (?, ?)",
+            (built["fact"], built["corrected"]))}
+        with db.transaction():
+            db.execute("DELETE FROM memories WHERE id IN (?, ?)",
+                       (built["fact"], built["corrected"]))
+    finally:
+        db.close()
+    report = _rebuild(cli)
+    assert sorted(report["commands"]["restored_memories"]) == sorted(rows)
+    assert [c for c in report["cannot_rebuild"] if "no event wrote" in c["what"]] == []
+    db = Database(db_path)
+    try:
+        assert {mid: tuple(r) for mid, *r in db.execute(
+            "SELECT id, content, state, valid_to, updated_at FROM memories WHERE id IN (?, ?)",
+            (built["fact"], built["corrected"]))} == rows
+    finally:
+        db.close()
+
+
+def test_a_lost_summary_is_reported_not_invented(cli, db_path, built):
+    """A memory no event wrote (a model's summary): its text existed only in its row."""
+    from memcli.derived import writer as derive
+    from memcli.operations.memory import Memory
+    from memcli.providers.embedders import HashEmbedder
+
+    with Memory.open(db_path, embedder=HashEmbedder(64)) as memory, memory.db.transaction():
+        summary = derive.write_memory(memory, content="Alice and Bob plan a Paris trip.",
+                                      kind="summary", source_ids=[], user_id="alice")
     db = Database(db_path)
     try:
         with db.transaction():
-            db.execute("DELETE FROM memories WHERE id = ?", (built["corrected"],))
+            db.execute("DELETE FROM memories WHERE id = ?", (summary,))
     finally:
         db.close()
     result = cli("rebuild", "--format", "json")
     assert result.exit_code == 0
     lost = json.loads(result.stdout)["cannot_rebuild"]
-    assert [c["ids"] for c in lost if "not cut from events" in c["what"]] == [
-        [{"id": built["corrected"], "kind": "fact"}]]
-    assert "cannot rebuild: memories not cut from events" in result.stderr
+    assert [c["ids"] for c in lost if "no event wrote" in c["what"]] == [
+        [{"id": summary, "kind": "summary"}]]
+    assert "cannot rebuild: memories no event wrote" in result.stderr
 
 
 def test_a_busy_database_exits_75(cli, db_path, built, monkeypatch):
@@ -420,8 +453,7 @@ def test_doctor_points_to_rebuild(cli, db_path, built):
 def test_a_dropped_memories_table(cli, db_path, built):
     """The worst case: the memories table itself is dropped (its foreign keys take every
     derived row with it; PostgreSQL: emptied with every table naming it). Episodes come back
-    with their ids and state; the fact, its correction and the decision existed only there:
-    reported by id and kind."""
+    with their ids and state, the fact, its correction and the decision from their events."""
     before = _results(cli)
     db = Database(db_path)
     try:
@@ -440,11 +472,12 @@ def test_a_dropped_memories_table(cli, db_path, built):
     assert _dump(db_path) == rows
     report = _rebuild(cli)
     assert report["episodes"]["new"] == 0
-    lost = [c for c in report["cannot_rebuild"] if "not cut from events" in c["what"]][0]
-    assert {item["id"] for item in lost["ids"]} >= {built["fact"], built["corrected"]}
+    assert [c for c in report["cannot_rebuild"] if "no event wrote" in c["what"]] == []
+    assert {built["fact"], built["corrected"]} <= set(report["commands"]["restored_memories"])
+    assert len(report["ledger"]["restored_decisions"]) == 1
     after = _results(cli)
-    for key in ("q:bob:Paris trip", "q:bob:hiking plans"):  # bob has only episodes
-        assert [i for i, _ in after[key]] == [i for i, _ in before[key]]
+    for key in (k for k in before if k.startswith("q:")):
+        assert [i for i, _ in after[key]] == [i for i, _ in before[key]], key
     db = Database(db_path)
     try:
         assert db.scalar("SELECT state FROM memories WHERE id = ?", (built["forgotten"],)) == \

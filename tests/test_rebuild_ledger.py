@@ -132,18 +132,20 @@ def test_a_purged_task_is_not_brought_back(cli, db_path):
     assert plan["ledger"]["restored_tasks"] == []
 
 
-def test_a_decision_added_by_command_is_kept_not_invented(cli, db_path):
-    """`decision add` writes no event: a rebuild keeps its row, and when its memory is gone
-    says so (lost) instead of inventing it."""
+def test_a_decision_added_by_command_comes_back_from_its_event(cli, db_path):
+    """`decision add` records a `command` event first and derives its row from it: with its
+    memory and row gone, a rebuild brings both back (it was kept, or reported lost, before)."""
     record(cli)
     added = run_json(cli, "decision", "add", "Keep one config file", "--user", "u1")
     run_json(cli, "rebuild")
     assert added["id"] in [d["id"] for d in run_json(cli, "decision", "list")]
     drop_memories(db_path)
     report = run_json(cli, "rebuild")
-    lost = [c for c in report["cannot_rebuild"] if "not cut from events" in c["what"]]
-    assert {"id": added["memory_id"], "kind": "decision"} in lost[0]["ids"]
-    assert added["id"] not in [d["id"] for d in run_json(cli, "decision", "list")]
+    assert added["id"] in report["ledger"]["restored_decisions"]
+    assert [c for c in report["cannot_rebuild"] if "episode" not in c["what"]] == []
+    back = {d["id"]: d for d in run_json(cli, "decision", "list")}[added["id"]]
+    assert {k: v for k, v in back.items() if k != "redacted"} == {
+        k: v for k, v in added.items() if k not in ("redacted",)}
 
 
 def test_a_high_decision_comes_back_sealed(cli, db_path, monkeypatch):

@@ -38,7 +38,7 @@ from memcli.acb import decisions, render
 from memcli.acb import pack as acb_pack
 from memcli.acb import sections as gather
 from memcli.acb.names import add_document_names
-from memcli.config import AcbSettings
+from memcli.config import AcbSettings, check_bundle_budget
 from memcli.core.records import Channel, parse_ts
 from memcli.errors import DatabaseBusyError, UsageError, validation_line
 from memcli.retrieval.text import terms
@@ -85,7 +85,8 @@ class AcbRequest(BaseModel):
     query_text: str | None = Field(
         default=None, description="What the next turn is about (retrieval runs only with it).")
     max_tokens: int | None = Field(
-        default=None, ge=1, description="Token budget of the whole bundle (default 65000).")
+        default=None, ge=1,
+        description="Token budget of the whole bundle (default and most: 65000).")
     caps: dict[str, int] = Field(default_factory=dict,
                                  description="Per-section cap overrides: SECTION: TOKENS.")
     categories: list[str] = Field(default_factory=list,
@@ -105,6 +106,11 @@ class AcbRequest(BaseModel):
     as_of: str | None = Field(
         default=None, description="Read the memory as it was then: facts valid at that time, "
                                   "events up to it (ISO date or time, e.g. 2026-03-01).")
+
+    @field_validator("max_tokens")
+    @classmethod
+    def _budget(cls, value: int | None) -> int | None:
+        return check_bundle_budget(value)
 
     @field_validator("as_of")
     @classmethod

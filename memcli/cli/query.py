@@ -68,7 +68,7 @@ def _request(text: str, given: dict[str, Any]) -> QueryRequest:
 
 
 @request_options("memcli.operations.requests:QueryRequest", skip=("query", "filters"),
-                 short={"top_k": "-k"},
+                 short={"top_k": "-k"}, legacy={"agent_id": "--agent"},
                  off={"pinned": "--unpinned"})
 def query_cmd(
     text: Annotated[str, typer.Argument(
@@ -108,7 +108,7 @@ def _query(request: QueryRequest, wanted: set[str] | None, *, all_tenants: bool,
            sensitivity: list[str] | None, no_widen: bool, explain: bool, db: str | None,
            fmt: Format) -> None:
     """The query run on the database and printed."""
-    from memcli.operations.retrieve import hits_payload, run_query
+    from memcli.operations.retrieve import hits_payload, run_query, scale_note
 
     with open_memory(db, with_embedder=wanted is None or "dense" in wanted,
                      with_sparse=wanted is None or "sparse" in wanted,
@@ -120,6 +120,9 @@ def _query(request: QueryRequest, wanted: set[str] | None, *, all_tenants: bool,
         result, note = run_query(memory, request, all_tenants=all_tenants,
                                  sensitivity=sensitivity, no_widen=no_widen,
                                  fallback=wanted is None)
+    scale = scale_note(request, result)
+    if scale:
+        warn(scale)
     if fmt is Format.text:
         payload = result.model_dump()
         if note and explain:

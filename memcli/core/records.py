@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from datetime import UTC, datetime
 from typing import Annotated, Any, ClassVar, Literal
 
@@ -18,11 +21,34 @@ from typing_extensions import TypedDict
 
 Channel = Literal["private", "public", "team", "agent"]
 EventKind = Literal["message", "tool_call", "tool_result", "decision", "task_update", "artifact"]
+# The kind of the events memcli's own writes record (remember, correct, decision add, task
+# update, checkpoint save, forget ...): stored and exported like any event, never ingested (a
+# record cannot claim it) and never cut into an episode (memcli.ledger.commands).
+COMMAND_KIND = "command"
 Sensitivity = Literal["none", "low", "high", "secret"]
 
 
+# The time of the write in progress (`write_time`): every row a write derives from its event
+# carries the event's time, so `memcli rebuild` can derive the same rows from the event again.
+_WRITE_TIME: ContextVar[str | None] = ContextVar("memcli_write_time", default=None)
+
+
 def utcnow() -> str:
-    return format_ts(datetime.now(UTC))
+    """Now, in the stored format; inside `write_time(ts)`, `ts`."""
+    pinned = _WRITE_TIME.get()
+    return pinned if pinned is not None else format_ts(datetime.now(UTC))
+
+
+@contextmanager
+def write_time(ts: str) -> Iterator[str]:
+    """One write, one time: every `utcnow()` inside the block (rows, history, edges, change
+    log) is `ts`, the time of the event the write derives its rows from. A context variable,
+    so each thread and task of the daemon has its own."""
+    token = _WRITE_TIME.set(ts)
+    try:
+        yield ts
+    finally:
+        _WRITE_TIME.reset(token)
 
 
 def format_ts(dt: datetime) -> str:

@@ -25,6 +25,7 @@ if TYPE_CHECKING:
 SEMANTIC_KINDS = ("fact", "summary", "insight", "reflection", "procedural", "decision", "task")
 LINK_TOP_K = 3
 LINK_MIN = 0.80  # cosine similarity for a `related` edge (e5-small scores unrelated text ~0.7)
+DEFAULT_DECAY = 0.01  # a derived memory's decay rate unless its writer says
 
 
 def write_memory(memory: MemoryHandle, *, content: str, kind: str, source_ids: list[Any],
@@ -33,18 +34,20 @@ def write_memory(memory: MemoryHandle, *, content: str, kind: str, source_ids: l
                  app_id: str | None = None, run_id: str | None = None,
                  category: str | None = None, channel: str = "private",
                  sensitivity: str = "none", importance: float = 0.5, pinned: bool = False,
-                 confidence: float = 1.0, decay_rate: float = 0.01,
+                 confidence: float = 1.0, decay_rate: float = DEFAULT_DECAY,
                  event_time: str | None = None,
                  attributes: dict[str, Any] | None = None, actor: str = "memcli",
                  link: bool = True, vector: Any = None,
-                 sparse_terms: dict[int, float] | None = None) -> int:
+                 sparse_terms: dict[int, float] | None = None,
+                 origin_event: str | None = None) -> int:
     """Insert one derived memory with all its index rows; returns its id.
 
     Call inside `memory.db.transaction()` when several writes must land together. `vector`
     and `sparse_terms`: the content's embedding and SPLADE terms if the caller has them already
     (from `encode_ahead`, or consolidation's deduplication), so they are not computed twice,
     and not while the caller's transaction holds the write lock. Otherwise they are computed
-    here before this function's own transaction begins.
+    here before this function's own transaction begins. `origin_event`: the command event the
+    memory is derived from (memcli.ledger.commands), named by its ADD history row.
     """
     # Model-written text (facts, summaries, insights) is redacted here, before it is indexed,
     # embedded or linked to entities; a caller's already redacted input passes unchanged.
@@ -58,18 +61,13 @@ def write_memory(memory: MemoryHandle, *, content: str, kind: str, source_ids: l
     elif vector is None:
         vector = memory.embedder.embed_documents([content])[0]
     with db.transaction():
-        memory_id = mem.insert_memory(db, {
-            "kind": kind, "category": category, "content": content, "tenant_id": tenant_id,
-            "user_id": user_id, "agent_id": agent_id, "session_id": session_id,
-            "app_id": app_id, "run_id": run_id, "channel": channel,
-            "sensitivity": sensitivity, "actor_type": "memcli", "actor_id": actor,
-            "event_id": None, "event_seq": None, "chunk_index": 0,
-            "token_count": max(1, (len(content) + 3) // 4), "importance": importance,
-            "pinned": int(pinned), "confidence": confidence, "decay_rate": decay_rate,
-            "event_time": event_time or now, "created_at": now, "updated_at": now,
-            "valid_from": event_time or now, "source_ids": source_ids,
-            "attributes": attributes or {},
-        })
+        memory_id = mem.insert_memory(db, memory_row(
+            content=content, kind=kind, category=category, source_ids=source_ids,
+            scope={"tenant_id": tenant_id, "user_id": user_id, "agent_id": agent_id,
+                   "session_id": session_id, "app_id": app_id, "run_id": run_id},
+            channel=channel, sensitivity=sensitivity, importance=importance, pinned=pinned,
+            confidence=confidence, decay_rate=decay_rate, event_time=event_time,
+            attributes=attributes, actor=actor, now=now))
         if sensitivity != "high":  # entity names are stored in plain text
             mem.link_entities(db, memory_id, extract_entities(content), now)
         if sparse_terms is not None:
@@ -79,6 +77,8 @@ def write_memory(memory: MemoryHandle, *, content: str, kind: str, source_ids: l
             vec.insert_vectors(db, [(memory_id, vector.tobytes())])
         scope = {"tenant_id": tenant_id, "user_id": user_id, "session_id": session_id}
         event_id, row_ref = ledger_origin(kind, attributes or {})
+        if origin_event is not None:
+            event_id, row_ref = origin_event, "command"  # memcli.ledger.commands.ORIGIN
         mem.add_history(db, memory_id, "ADD", event_id=event_id, old_ref=row_ref,
                         new_ref=str(memory_id), actor=actor, scope=scope,
                         meta={"kind": kind, "sources": source_ids[:20]})
@@ -87,6 +87,26 @@ def write_memory(memory: MemoryHandle, *, content: str, kind: str, source_ids: l
         if link and vector is not None and kind in SEMANTIC_KINDS:
             link_related(memory, memory_id, vector.tobytes(), tenant_id, user_id, session_id)
     return memory_id
+
+
+def memory_row(*, content: str, kind: str, category: str | None, source_ids: list[Any],
+               scope: dict[str, Any], channel: str, sensitivity: str, importance: float,
+               pinned: bool, confidence: float, decay_rate: float, event_time: str | None,
+               attributes: dict[str, Any] | None, actor: str, now: str) -> dict[str, Any]:
+    """The memories row of a derived memory written at `now` (`write_memory`'s; `memcli
+    rebuild` derives the same row from a command event)."""
+    return {
+        "kind": kind, "category": category, "content": content,
+        **{k: scope.get(k) for k in ("tenant_id", "user_id", "agent_id", "session_id",
+                                     "app_id", "run_id")},
+        "channel": channel, "sensitivity": sensitivity, "actor_type": "memcli",
+        "actor_id": actor, "event_id": None, "event_seq": None, "chunk_index": 0,
+        "token_count": max(1, (len(content) + 3) // 4), "importance": importance,
+        "pinned": int(pinned), "confidence": confidence, "decay_rate": decay_rate,
+        "event_time": event_time or now, "created_at": now, "updated_at": now,
+        "valid_from": event_time or now, "source_ids": source_ids,
+        "attributes": attributes or {},
+    }
 
 
 def ledger_origin(kind: str, attributes: dict[str, Any]) -> tuple[str | None, str | None]:

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from memcli.core.progress import report as report_progress
-from memcli.core.records import RecordProblem
+from memcli.core.records import RecordProblem, write_time
 from memcli.errors import DatabaseBusyError
 from memcli.ledger.from_events import store as store_ledger
 from memcli.store import events as ev
@@ -153,9 +153,16 @@ class _BatchCache:
 def _write_records(db: Database, preps: list[Prepared], now: str, report: IngestReport,
                    threads: Threads, high: set[int], cache: _BatchCache) -> None:
     """Write these records (events, artifacts, memories, links, history, sessions, vectors,
-    sparse terms), each kind of row in one statement per batch where the store allows."""
+    sparse terms), each kind of row in one statement per batch where the store allows. Every
+    row is stamped `now`, the events' recorded_at, so a rebuild derives the same times."""
     if not preps:
         return
+    with write_time(now):
+        _write_batch(db, preps, now, report, threads, high, cache)
+
+
+def _write_batch(db: Database, preps: list[Prepared], now: str, report: IngestReport,
+                 threads: Threads, high: set[int], cache: _BatchCache) -> None:
     sessions = [(p.record.tenant_id, p.record.session_id) for p in preps
                 if p.record.session_id is not None]
     load_owners(db, sessions, cache.owners)

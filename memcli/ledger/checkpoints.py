@@ -14,6 +14,7 @@ import json
 from typing import TYPE_CHECKING, Any
 
 from memcli.errors import NotFoundError, UsageError
+from memcli.ledger import commands
 from memcli.policy.redaction import check_sensitivity, kinds, redact_record
 from memcli.store import ledger_sql as sql
 from memcli.store import memories as mem
@@ -47,9 +48,13 @@ def _save_checkpoint(
         blob = json.dumps(data, ensure_ascii=False, sort_keys=True)
     except (TypeError, ValueError) as exc:
         raise UsageError(f"checkpoint data is not JSON: {exc}") from exc
-    with memory.db.transaction():
-        row = sql.save_checkpoint(memory.db, tenant_id or memory.tenant, user_id, thread_id, blob,
-                                  sensitivity)
+    tenant_id = tenant_id or memory.tenant
+    # The event first (memcli.ledger.commands): a rebuild saves the same versions again from
+    # the thread's events. No session: a session purge keeps checkpoints, so keeps these.
+    with memory.db.transaction(), commands.recording(
+            memory.db, "checkpoint.save", {"thread_id": thread_id, "data": data},
+            tenant_id=tenant_id, user_id=user_id, sensitivity=sensitivity, actor="checkpoint"):
+        row = sql.save_checkpoint(memory.db, tenant_id, user_id, thread_id, blob, sensitivity)
         version = int(row["version"])
         mem.add_history(
             memory.db, None, "ADD" if version == 1 else "UPDATE",

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, cast
 from memcli.derived import writer as derive
 from memcli.derived.applimit import enforce_app_limit
 from memcli.errors import NotFoundError, UsageError
-from memcli.ledger import checkpoints
+from memcli.ledger import checkpoints, commands
 from memcli.policy.redaction import check_sensitivity, redact_fields, redact_text
 from memcli.store import ledger_sql as sql
 from memcli.store import owner as own
@@ -95,7 +95,7 @@ def add_decision(
         tenant_id=tenant_id, user_id=user_id, session_id=session_id, agent_id=agent_id,
         app_id=app_id, channel=channel, sensitivity=sensitivity, importance=importance,
         supersedes=supersedes)
-    with memory.db.transaction():
+    with memory.db.transaction(), commands.for_pending(memory.db, "decision.add", pending):
         decision_id = store_decision(memory, pending)
         compaction = app_limit(memory, pending.row)
     return {**get_decision(memory, decision_id), "redacted": pending.redacted, **compaction}
@@ -229,9 +229,10 @@ def supersede_decision(
                                                   "sensitivity": args.get("sensitivity") or "none"}
     row, row_kinds = _decision_row(memory, decision, supersedes=old_id, **args)
     encoded = _encode(memory, decision_text(row))  # the models run before the write lock
-    with memory.db.transaction():
-        new_id = store_superseding(memory, PendingWrite(row, row_kinds, encoded, channel,
-                                                        importance), old, reason)
+    pending = PendingWrite(row, row_kinds, encoded, channel, importance)
+    with memory.db.transaction(), commands.for_pending(
+            memory.db, "decision.supersede", pending, supersedes=old_id, reason=reason):
+        new_id = store_superseding(memory, pending, old, reason)
     redacted = sorted({*row_kinds, *reason_kinds})
     return {**get_decision(memory, new_id), "redacted": redacted}
 
@@ -305,7 +306,7 @@ def add_task(memory: MemoryHandle, title: str, *, details: str = "", status: str
                            tenant_id=tenant_id, user_id=user_id, session_id=session_id,
                            agent_id=agent_id, app_id=app_id, channel=channel,
                            sensitivity=sensitivity)
-    with memory.db.transaction():
+    with memory.db.transaction(), commands.for_pending(memory.db, "task.add", pending):
         task_id = store_task(memory, pending)
         compaction = app_limit(memory, pending.row)
     return {**get_task(memory, task_id), "redacted": pending.redacted, **compaction}
@@ -390,8 +391,16 @@ def update_task(memory: MemoryHandle, task_id: int, *, status: str | None = None
             f"task {task_id} already looks like that", "give --status, --title, --details or --ref"
         )
     encoded = _encode(memory, task_text({**task, **changes}))  # models run before the lock
-    with memory.db.transaction():
-        store_task_update(memory, task, changes, encoded, reason=reason)
+    channel, sensitivity = _channel_of(memory, task["memory_id"])
+    # The event holds the changes (refs: those added), as `rebuild` applies them again.
+    fields = {"task_id": task_id, **{k: changes.get(k) for k in ("status", "title", "details")},
+              "reason": reason}
+    added = sorted(set(changes.get("refs", [])) - set(task["refs"]))
+    with memory.db.transaction(), commands.for_row(
+            memory.db, "task.update", fields, {**task, "refs": added}, channel=channel,
+            sensitivity=sensitivity) as event_id:
+        store_task_update(memory, task, changes, encoded, reason=reason,
+                          extra={"event_id": event_id})
     return {**get_task(memory, task_id), "redacted": redacted}
 
 
@@ -423,18 +432,19 @@ def store_task_update(memory: MemoryHandle, task: dict[str, Any], changes: dict[
                       extra: dict[str, Any] | None = None) -> None:
     """Write `changes` to `task` (inside the caller's transaction): a new memory version that
     supersedes the previous one. `encoded`: the new text's (vector, sparse terms)."""
-    old_mem = memory.db.query(
-        "SELECT channel, sensitivity FROM memories WHERE id = ?", (task["memory_id"],)
-    )
-    channel, sensitivity = (
-        (old_mem[0]["channel"], old_mem[0]["sensitivity"]) if old_mem else ("private", "none")
-    )
+    channel, sensitivity = _channel_of(memory, task["memory_id"])
     new_memory = _write_task_memory(memory, {**task, **changes}, channel, sensitivity, encoded,
                                     actor=actor, extra=extra)
     sql.update_task(memory.db, task["id"], {**changes, "memory_id": new_memory})
     if task["memory_id"] is not None:
         derive.supersede(memory, task["memory_id"], new_memory, actor=actor or "memcli",
                          reason=reason or f"task {task['id']}: " + ", ".join(sorted(changes)))
+
+
+def _channel_of(memory: MemoryHandle, memory_id: int | None) -> tuple[str, str]:
+    """(channel, sensitivity) of a task's current memory: its next version keeps them."""
+    row = memory.db.query("SELECT channel, sensitivity FROM memories WHERE id = ?", (memory_id,))
+    return (row[0]["channel"], row[0]["sensitivity"]) if row else ("private", "none")
 
 
 def get_task(memory: MemoryHandle, task_id: int) -> dict[str, Any]:

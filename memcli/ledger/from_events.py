@@ -25,6 +25,7 @@ import json
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from memcli.core.records import COMMAND_KIND
 from memcli.derived import writer as derive
 from memcli.errors import UsageError, ValidationError
 from memcli.ledger import entries as ledger
@@ -84,7 +85,28 @@ def from_row(event: dict[str, Any]) -> LedgerEvent | None:
                else event["content"])
     scope = {k: event[k] for k in ("tenant_id", "user_id", "session_id", "agent_id", "app_id",
                                    "channel", "sensitivity")}
+    if event["kind"] == COMMAND_KIND:
+        return _from_command(event["event_id"], content, {**scope, "refs": refs})
     return _parsed(event["kind"], event["event_id"], content, {**scope, "refs": refs})
+
+
+# The ledger writes of memcli's own commands (memcli.ledger.commands) and the event kind each
+# reads as. Their refs are the row's as given (no event id first: the command is not evidence).
+_COMMAND_OPS = {"decision.add": "decision", "decision.supersede": "decision",
+                "task.add": "task_update", "task.update": "task_update"}
+
+
+def _from_command(event_id: str, content: dict[str, Any],
+                  scope: dict[str, Any]) -> LedgerEvent | None:
+    kind = _COMMAND_OPS.get(str(content.get("op")))
+    if kind is None or scope["sensitivity"] == "secret":
+        return None
+    refs = [str(r) for r in scope["refs"] or [] if isinstance(r, str | int)]
+    if kind == "task_update":
+        return LedgerEvent(kind, event_id, _task_fields(content), {**scope, "refs": refs})
+    fields = _decision_fields(content)
+    fields["importance"] = content.get("importance", ledger.DECISION_IMPORTANCE)
+    return LedgerEvent(kind, event_id, fields, {**scope, "refs": refs})
 
 
 def _parsed(kind: str, event_id: str, content: dict[str, Any],

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from memcli.derived.writer import encode_ahead, supersede, write_memory
 from memcli.errors import UsageError
+from memcli.ledger import commands
 from memcli.policy.redaction import kinds, redact_record
 from memcli.store import lifecycle_sql as lsql
 from memcli.store import owner as own
@@ -27,6 +28,7 @@ if TYPE_CHECKING:
     from memcli.store.handle import MemoryHandle
     from memcli.store.owner import Owner
 
+SCOPE = ("tenant_id", "user_id", "agent_id", "session_id", "app_id", "run_id")
 CORRECTABLE = ("fact", "summary", "insight", "reflection", "procedural")
 MAX_FACT = 280
 ACTOR = "correct"  # who the history rows name, unless the caller says (the web pages: `ui`)
@@ -44,21 +46,27 @@ def correct_fact(memory: MemoryHandle, memory_id: int, text: str, *, reason: str
     if old["kind"] == "fact" and len(clean) > MAX_FACT:
         raise UsageError(f"a fact is at most {MAX_FACT} characters ({len(clean)} given)")
     vector, terms = encode_ahead(memory, [clean])[clean]  # before the write lock
+    attributes = {"method": "explicit", "corrects": memory_id,
+                  **({"reason": reason} if reason else {})}
+    row = {"content": clean, "kind": old["kind"], "category": old["category"],
+           "importance": old["importance"], "pinned": bool(old["pinned"]),
+           "decay_rate": old["decay_rate"], "attributes": attributes}
+    scope = {k: old[k] for k in SCOPE}
     with memory.db.transaction():
         if not lsql.is_active(memory.db, memory_id):  # changed since it was read
             raise UsageError(f"memory {memory_id} is no longer active", "read it again")
-        new_id = write_memory(
-            memory, content=clean, kind=old["kind"], category=old["category"], source_ids=[],
-            tenant_id=old["tenant_id"], user_id=old["user_id"], agent_id=old["agent_id"],
-            session_id=old["session_id"], app_id=old["app_id"], run_id=old["run_id"],
-            channel=old["channel"], sensitivity=old["sensitivity"],
-            importance=old["importance"], pinned=bool(old["pinned"]),
-            decay_rate=old["decay_rate"],
-            attributes={"method": "explicit", "corrects": memory_id,
-                        **({"reason": reason} if reason else {})},
-            actor=actor, vector=vector, sparse_terms=terms,
-        )
-        supersede(memory, memory_id, new_id, actor=actor, reason=reason or "corrected")
+        # The event first, holding every field of the new memory; the rows derive from it.
+        fields = {"memory_id": memory_id, **commands.memory_fields(row), "reason": reason}
+        with commands.recording(memory.db, "correct", fields, channel=old["channel"],
+                                sensitivity=old["sensitivity"], actor=actor,
+                                **scope) as event_id:
+            new_id = write_memory(
+                memory, content=clean, kind=old["kind"], category=old["category"],
+                source_ids=[], channel=old["channel"], sensitivity=old["sensitivity"],
+                importance=old["importance"], pinned=bool(old["pinned"]),
+                decay_rate=old["decay_rate"], attributes=attributes, actor=actor,
+                vector=vector, sparse_terms=terms, origin_event=event_id, **scope)
+            supersede(memory, memory_id, new_id, actor=actor, reason=reason or "corrected")
     return {"id": new_id, "supersedes": memory_id, "kind": old["kind"], "text": clean,
             "redacted": kinds(found)}
 

@@ -20,6 +20,7 @@ from memcli.core.records import format_ts, utcnow
 from memcli.derived.textrules import normalise
 from memcli.derived.writer import supersede, write_memory
 from memcli.errors import UsageError
+from memcli.ledger import commands
 from memcli.lifecycle.profile_fields import field_text, field_value
 from memcli.policy.redaction import redact_record, redact_text
 from memcli.store import lifecycle_sql as lsql
@@ -168,45 +169,21 @@ def accept(memory: MemoryHandle, proposal_id: int, *, owner: Owner | None = None
     with db.transaction():
         row = _pending(db, proposal_id, owner or memory.owner())
         holders = field_holders(db, row["tenant_id"], row["user_id"], row["field"])
-        new_id = write_memory(
-            memory,
-            content=field_text(row["field"], row["value"], row["text"]),
-            kind="fact",
-            category="profile",
-            source_ids=row["source_ids"],
-            tenant_id=row["tenant_id"],
-            user_id=row["user_id"],
-            session_id=row["session_id"],
-            importance=0.8,
-            decay_rate=0.0,
-            # True since the person said it: the old value ends there (derive.supersede).
-            event_time=_said_at(memory, row["source_ids"]),
-            attributes={
-                "profile_field": row["field"],
-                "value": row["value"],
-                "proposal_id": proposal_id,
-                "consent": by,
-            },
-            actor=by,
-        )
-        for old in holders:
-            supersede(
-                memory,
-                old["id"],
-                new_id,
-                actor=by,
-                reason=f"consent: proposal {proposal_id} accepted",
-            )
-        mem.add_history(
-            db,
-            new_id,
-            "UPDATE",
-            new_ref=str(new_id),
-            actor=by,
-            scope=row,
-            meta={"proposal_id": proposal_id, "decision": "accepted", "field": row["field"]},
-        )
-        sql.decide(db, proposal_id, "accepted", utcnow(), by, memory_id=new_id)
+        fact = {
+            # "City: Madrid", never a bare "Madrid"
+            "content": field_text(row["field"], row["value"], row["text"]),
+            "kind": "fact", "category": "profile", "importance": 0.8,
+            "pinned": False, "decay_rate": 0.0,
+            "attributes": {"profile_field": row["field"], "value": row["value"],
+                           "proposal_id": proposal_id, "consent": by}}
+        # True since the person said it: the old value ends there (derive.supersede).
+        said_at = _said_at(memory, row["source_ids"])
+        fields = {"proposal_id": proposal_id, **commands.memory_fields(fact),
+                  "source_ids": row["source_ids"], "event_time": said_at}
+        with commands.recording(db, "proposal.accept", fields, actor=by,
+                                **{k: row[k] for k in ("tenant_id", "user_id", "session_id")}
+                                ) as event_id:
+            new_id = _accepted(memory, row, fact, said_at, by, holders, event_id)
     return {
         "id": proposal_id,
         "status": "accepted",
@@ -214,6 +191,39 @@ def accept(memory: MemoryHandle, proposal_id: int, *, owner: Owner | None = None
         "superseded": holders[0]["id"] if holders else None,
         "superseded_ids": [h["id"] for h in holders],
     }
+
+
+def _accepted(memory: MemoryHandle, row: dict[str, Any], fact: dict[str, Any],
+              said_at: str | None, by: str, holders: list[dict[str, Any]],
+              event_id: str) -> int:
+    """The accepted proposal's fact, derived from its event; the field's old holders
+    superseded."""
+    db, proposal_id = memory.db, row["id"]
+    new_id = write_memory(
+        memory, content=fact["content"], kind="fact", category="profile",
+        source_ids=row["source_ids"], tenant_id=row["tenant_id"], user_id=row["user_id"],
+        session_id=row["session_id"], importance=fact["importance"],
+        decay_rate=fact["decay_rate"], event_time=said_at,
+        attributes=fact["attributes"], actor=by, origin_event=event_id)
+    for old in holders:
+        supersede(
+            memory,
+            old["id"],
+            new_id,
+            actor=by,
+            reason=f"consent: proposal {proposal_id} accepted",
+        )
+    mem.add_history(
+        db,
+        new_id,
+        "UPDATE",
+        new_ref=str(new_id),
+        actor=by,
+        scope=row,
+        meta={"proposal_id": proposal_id, "decision": "accepted", "field": row["field"]},
+    )
+    sql.decide(db, proposal_id, "accepted", utcnow(), by, memory_id=new_id)
+    return new_id
 
 
 def _said_at(memory: MemoryHandle, source_ids: list[Any]) -> str | None:
@@ -230,19 +240,27 @@ def reject(
         reason, _ = redact_text(reason)
     with db.transaction():
         row = _pending(db, proposal_id, owner)
-        sql.decide(db, proposal_id, "rejected", utcnow(), by, reason=reason)
-        # The refusal goes in the audit trail too (no memory id: nothing was written).
-        mem.add_history(
-            db,
-            row["old_memory_id"],
-            "UPDATE",
-            actor=by,
-            scope=row,
-            meta={
-                "proposal_id": proposal_id,
-                "decision": "rejected",
-                "field": row["field"],
-                "reason": reason,
-            },
-        )
+        with commands.recording(db, "proposal.reject",
+                                {"proposal_id": proposal_id, "reason": reason}, actor=by,
+                                **{k: row[k] for k in ("tenant_id", "user_id", "session_id")}):
+            _rejected(db, row, by, reason)
     return {"id": proposal_id, "status": "rejected"}
+
+
+def _rejected(db: Database, row: dict[str, Any], by: str, reason: str | None) -> None:
+    proposal_id = row["id"]
+    sql.decide(db, proposal_id, "rejected", utcnow(), by, reason=reason)
+    # The refusal goes in the audit trail too (no memory id: nothing was written).
+    mem.add_history(
+        db,
+        row["old_memory_id"],
+        "UPDATE",
+        actor=by,
+        scope=row,
+        meta={
+            "proposal_id": proposal_id,
+            "decision": "rejected",
+            "field": row["field"],
+            "reason": reason,
+        },
+    )

@@ -7,6 +7,8 @@ from typing import TYPE_CHECKING, Any
 
 from memcli.core.records import format_ts, utcnow
 from memcli.errors import UsageError
+from memcli.ledger import commands
+from memcli.policy.redaction import redact_text
 from memcli.store import memories as mem
 from memcli.store import owner as own
 from memcli.store import purge_sql as sql
@@ -77,8 +79,10 @@ def forget(db: Database, memory_id: int, *, owner: Owner, actor: str = "cli",
     """Soft-delete a memory of `owner`'s; `reason` goes into its history row (e.g. the view
     line)."""
     row = own.memory(db, memory_id, owner)
+    reason, _ = redact_text(reason)  # kept in history and in the forget event
     purge_at = format_ts(datetime.now(UTC) + timedelta(days=SOFT_DELETE_GRACE_DAYS))
-    with db.transaction():
+    with db.transaction(), commands.changed(db, "forget", row, actor, purge_at=purge_at,
+                                           **({"reason": reason} if reason else {})):
         mem.set_state(db, memory_id, "soft_deleted", purge_at)
         mem.add_history(db, memory_id, "DELETE", old_ref=row["state"], new_ref="soft_deleted",
                         actor=actor, scope=row,
@@ -94,7 +98,7 @@ def restore(db: Database, memory_id: int, *, owner: Owner, actor: str = "cli"
     row = own.memory(db, memory_id, owner)
     if row["state"] != "soft_deleted":
         raise UsageError(f"memory {memory_id} is {row['state']}, not soft-deleted")
-    with db.transaction():
+    with db.transaction(), commands.changed(db, "restore", row, actor):
         mem.set_state(db, memory_id, "active", None)
         mem.add_history(db, memory_id, "RESTORE", old_ref="soft_deleted", new_ref="active",
                         actor=actor, scope=row)

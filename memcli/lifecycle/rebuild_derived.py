@@ -19,10 +19,14 @@ rebuilt from events (and from history, for ids and state)
     purged is never brought back. Only a row with no ADD row (history deleted by hand) gets a
     new id, listed in the report.
   sessions: first/last event time, event count, user (consolidated_at and summary are kept).
-  decisions and tasks recorded as events (kinds `decision`, `task_update`), with the memory of
-    each decision and of each task version: replayed in log order (fields, refs, supersession,
+  decisions and tasks recorded as events (kinds `decision`, `task_update`, and the `command`
+    events of `decision add` / `supersede`, `task add` / `update`), with the memory of each
+    decision and of each task version: replayed in log order (fields, refs, supersession,
     task status and text), brought back with the ids their history rows recorded; rows that
     exist are kept, purged ones stay gone (memcli/lifecycle/rebuild_ledger.py).
+  memories and checkpoints memcli's own writes derived from their `command` events (remember,
+    correct, proposals accept; checkpoint save): each row as the event describes it, at the
+    event's time, with its recorded id and replayed state (memcli/lifecycle/rebuild_commands.py).
 
 rebuilt from memories (their text, so from events for episodes)
   memories_fts, memories_trigram (dropped and created again), memory_sparse (+ sparse_postings
@@ -31,17 +35,16 @@ rebuilt from memories (their text, so from events for episodes)
   relations: edges are kept; an edge history recorded (LINK -> related, UPDATE superseded_by
   -> supersedes) that is missing is added back.
 
-kept: exists only as derived data (a model or a person wrote it; no event holds it)
-  memories not cut from events (fact, summary, insight, reflection, procedural, and the
-  decisions and tasks no event wrote) and their history; decisions and tasks written by
-  `decision add` / `task add` / POST /decisions (no event holds them), checkpoints, proposals,
-  session_consolidation,
+kept: exists only as derived data (a model wrote it, or a write made before writes were
+events; no event holds it)
+  memories no event wrote (summary, insight, reflection, consolidation's facts, decisions and
+  tasks) and their history; checkpoints no event saved, proposals, session_consolidation,
   pair_checks (consolidation decisions), threads, change_log, acb_seen (what agents saw),
   request_metrics, llm_usage, lifecycle_runs, run_locks, meta (models, key id).
 
 cannot rebuild (said in the report and on stderr)
-  - a memory not cut from events whose row is gone without a purge: its text existed only in
-    that row (history keeps its id and kind, listed as `lost`);
+  - a memory no event wrote whose row is gone without a purge: its text existed only in that
+    row (history keeps its id and kind, listed as `lost`);
   - of an episode row that was lost: its category and importance (given by the ingested
     record, not stored in the event), its confidence after decay, its access counts: they
     come back as ingest's defaults ('event', 0.5, 1.0, 0);
@@ -49,8 +52,8 @@ cannot rebuild (said in the report and on stderr)
 
 Stages, each its own transaction (so a busy database exits 75 with that stage undone, and a
 rebuild run again after a crash finishes the job): tables (schema.sql's IF NOT EXISTS brings
-back dropped tables), episodes + sessions + ledger, relations, lexical, entities, sparse,
-vectors. The
+back dropped tables), episodes + sessions + ledger + commands, relations, lexical,
+entities, sparse, vectors. The
 models run before each slice's write lock is taken, as ingest does. While the sparse stage
 runs, the sparse leg sees only the memories done so far (the index is emptied first, then
 filled in slices of 256); vectors are replaced in place, so the dense leg never has a gap.
@@ -70,6 +73,7 @@ from memcli.core.records import utcnow
 from memcli.entities.extraction import extract_entities
 from memcli.errors import UsageError
 from memcli.ingest.prepare import CHUNK_TOKENS, ENCODE_SLICE, event_text
+from memcli.lifecycle import rebuild_commands as commands_stage
 from memcli.lifecycle import rebuild_ledger as ledger_stage
 from memcli.lifecycle.rebuild_ledger import replay_state
 from memcli.store import doctor_sql
@@ -83,9 +87,10 @@ if TYPE_CHECKING:
     from memcli.store.connection import Database
     from memcli.store.handle import MemoryHandle
 
-KEPT = ["memories not cut from events (fact, summary, insight, reflection, procedural; "
-        "decisions and tasks no event wrote)", "history", "decisions and tasks no event wrote "
-        "(decision add, task add, POST /decisions, /tasks)", "checkpoints", "proposals",
+KEPT = ["memories no event wrote (summaries, insights, reflections and facts of "
+        "consolidation; rows written before writes were recorded as events)", "history",
+        "decisions and tasks no event wrote (consolidation's; rows written before writes "
+        "were recorded as events)", "checkpoints no event saved", "proposals",
         "session_consolidation", "pair_checks", "threads", "change_log", "acb_seen",
         "request_metrics", "llm_usage", "lifecycle_runs", "meta"]
 LOST_ROW_DEFAULTS = ("an episode row brought back from its event gets ingest's defaults for "
@@ -220,15 +225,17 @@ def plan_rebuild(memory: MemoryHandle) -> dict[str, Any]:
                 sql.create_missing(db)
             episodes = plan_episodes(db)
             ledger = ledger_stage.plan_ledger(db)
+            commands = commands_stage.plan_commands(db)
             out.update({
                 **sql.memory_counts(db),
                 "episodes": _episodes_summary(episodes),
                 "ledger": ledger_stage.summary(ledger),
+                "commands": commands_stage.summary(commands),
                 "tables_to_recreate": missing,
                 "stages": _stages(memory),
                 "skipped": _skipped(memory),
                 "kept": KEPT,
-                "cannot_rebuild": _cannot(db, episodes, ledger),
+                "cannot_rebuild": _cannot(db, episodes, ledger, commands),
             })
             if missing:
                 raise _DryRun
@@ -255,13 +262,14 @@ def _stages(memory: MemoryHandle) -> list[str]:
     return stages
 
 
-def _cannot(db: Database, episodes: dict[str, Any],
-            ledger: dict[str, Any]) -> list[dict[str, Any]]:
+def _cannot(db: Database, episodes: dict[str, Any], ledger: dict[str, Any],
+            commands: dict[str, Any]) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
-    coming = {m["id"] for m in ledger["memories"]}  # a dry run's: the ledger stage's to write
+    # A dry run's: what the ledger and commands stages are to write.
+    coming = {m["id"] for m in (*ledger["memories"], *commands["memories"])}
     lost = [m for m in sql.lost_derived(db) if m["id"] not in coming]
     if lost:
-        out.append({"what": "memories not cut from events whose row is gone",
+        out.append({"what": "memories no event wrote whose row is gone",
                     "ids": lost[:100], "count": len(lost),
                     "why": "their text was written by a model or a person and existed only "
                            "in that row; history keeps their id and kind"})
@@ -278,7 +286,7 @@ def _cannot(db: Database, episodes: dict[str, Any],
                     episodes["unmatched"][:100],
                     "why": "the event cuts into fewer chunks than when it was ingested "
                            "(chunking changed): kept as they are"})
-    return out + ledger_stage.cannot(ledger)
+    return out + ledger_stage.cannot(ledger) + commands_stage.cannot(commands)
 
 
 def rebuild(memory: MemoryHandle, *, dry_run: bool = False,
@@ -302,8 +310,11 @@ def rebuild(memory: MemoryHandle, *, dry_run: bool = False,
         out["sessions_refreshed"] = sql.refresh_sessions(db)
         ledger = ledger_stage.plan_ledger(db)
         ledger_stage.apply_ledger(db, ledger)
+        commands = commands_stage.plan_commands(db)
+        commands_stage.apply_commands(db, commands)
     out["episodes"] = _episodes_summary(plan) | {"new_ids": applied["new"][:100]}
     out["ledger"] = ledger_stage.summary(ledger)
+    out["commands"] = commands_stage.summary(commands)
     report(progress, "rebuild", 3, steps)
     with db.transaction():
         out["relations_restored"] = sql.restore_edges(db, sql.edges_in_history(db))
@@ -322,7 +333,7 @@ def rebuild(memory: MemoryHandle, *, dry_run: bool = False,
     out.update(sql.memory_counts(db))
     out["derived_rows"] = sql.count_rows(db)
     out["kept"] = KEPT
-    out["cannot_rebuild"] = _cannot(db, plan, ledger)
+    out["cannot_rebuild"] = _cannot(db, plan, ledger, commands)
     return out
 
 

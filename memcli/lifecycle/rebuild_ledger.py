@@ -10,10 +10,13 @@ replays (forget, restore, pin, confirm, supersede), and supersession links betwe
 are set again. A row that exists is kept as it is; a memory a purge removed is never brought
 back, nor the row over it.
 
-What this stage cannot bring back (the report says so): rows `decision add` / `task add` /
-`decision supersede` / `task update` wrote (no event holds them: they stay, see KEPT in
-rebuild.py, or are reported lost), the changes such commands made to a row an event created,
-and rows of events written before their ADD history row named the row (no id to give back).
+`decision add` / `supersede` and `task add` / `update` record a `command` event first
+(memcli.ledger.commands); its op says which of the two it reads as (`from_events.from_row`),
+and its refs are the row's own (no event id first). What this stage cannot bring back (the
+report says so): rows consolidation wrote (no event holds them: they stay, see KEPT in
+rebuild_derived.py, or are reported lost), rows such commands wrote before they recorded
+events, and rows of events written before their ADD history row named the row (no id to give
+back).
 """
 
 from __future__ import annotations
@@ -31,7 +34,7 @@ if TYPE_CHECKING:
 
 
 def replay_state(row: dict[str, Any], history: list[dict[str, Any]]) -> None:
-    """A lost row's state from its history: forget, restore, pin, confirm, supersede."""
+    """A lost row's state from its history: forget, restore, pin, confirm, supersede, merge."""
     for h in history:
         meta = h["meta"] if isinstance(h["meta"], dict) else {}
         if h["op"] in ("DELETE", "TTL") and h["new_ref"] == "soft_deleted":
@@ -45,7 +48,12 @@ def replay_state(row: dict[str, Any], history: list[dict[str, Any]]) -> None:
                 row["pinned"] = int(bool(meta["pinned"]))
             if meta.get("confirmed"):
                 row["decay_rate"], row["confidence"] = 0.0, 1.0
-        row["updated_at"] = h["ts"]
+        elif h["op"] == "MERGE":  # a near-duplicate joined it: its confidence renewed
+            row["confidence"] = 1.0
+        # An edge to a neighbour, and a consent decision's audit row, leave the row as it was.
+        if h["op"] != "LINK" and not (h["op"] == "UPDATE" and "decision" in meta
+                                      and "proposal_id" in meta):
+            row["updated_at"] = h["ts"]
 
 
 def plan_ledger(db: Database) -> dict[str, Any]:
@@ -109,9 +117,10 @@ def _replay_event(plan: dict[str, Any], event: LedgerEvent,
         return
     else:
         try:
+            # (a command's update names only the refs it added, maybe none)
             changes, _ = ledger.task_changes(task, status=fields["status"],
                                              title=fields["title"], details=fields["details"],
-                                             refs=scope["refs"])
+                                             refs=scope["refs"] or None)
         except UsageError:
             plan["unreadable"].append(event.event_id)
             return
@@ -141,7 +150,7 @@ def _memory(row: dict[str, Any], kind: str, content: str, memory_id: int, ts: st
     """The memory row `ledger` wrote for this event (as `derive.write_memory` writes it)."""
     if kind == "decision":
         attributes = {"event_id": event_id, "decision_id": row["id"], "scope": row["scope"]}
-        importance, category = ledger.DECISION_IMPORTANCE, "decisions"
+        importance, category = row.get("importance", ledger.DECISION_IMPORTANCE), "decisions"
     else:
         attributes = {"event_id": event_id, "task_id": row["id"], "status": row["status"]}
         importance, category = ledger.TASK_IMPORTANCE, "tasks"

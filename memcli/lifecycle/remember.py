@@ -18,13 +18,15 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from memcli.core.records import utcnow
 from memcli.derived.applimit import enforce_app_limit
 from memcli.derived.textrules import tokens
-from memcli.derived.writer import encode_ahead, supersede, write_memory
+from memcli.derived.writer import DEFAULT_DECAY, encode_ahead, supersede, write_memory
 from memcli.errors import UsageError
+from memcli.ledger import commands
 from memcli.lifecycle import dedup
 from memcli.lifecycle.profile_fields import field_value
 from memcli.lifecycle.proposals import SENSITIVE_FIELDS, held_fields, propose
@@ -114,19 +116,14 @@ def _remember(
         numbered = procedure_steps(text if steps is None else None, steps)
         body = "\n".join(f"{i}. {s}" for i, s in enumerate(numbered, start=1))
         content = f"{title.strip()}\n{body}" if title and title.strip() else body
-        new_id = write_memory(
-            memory,
-            content=content,
-            kind="procedural",
-            category="procedural",
-            source_ids=[],
-            importance=0.6 if importance is None else importance,
-            pinned=pinned,
-            decay_rate=0.0,
-            actor="remember",
-            attributes={"steps": numbered, "title": title, "method": "explicit"},
-            **scope,
-        )
+        vector, terms = encode_ahead(memory, [content])[content]  # before the write lock
+        with memory.db.transaction():
+            new_id = _write_recorded(
+                memory, scope, content=content, kind="procedural", category="procedural",
+                importance=0.6 if importance is None else importance, pinned=pinned,
+                decay_rate=0.0,
+                attributes={"steps": numbered, "title": title, "method": "explicit"},
+                vector=vector, sparse_terms=terms)
         return {"id": new_id, "kind": "procedural", "steps": len(numbered), "status": "created"}
     clean = " ".join((text or "").split())
     if not clean:
@@ -139,7 +136,11 @@ def _remember(
     if field is not None:
         if field not in SENSITIVE_FIELDS:
             raise UsageError(f"--field must be one of {', '.join(SENSITIVE_FIELDS)}")
-        with memory.db.transaction():
+        # The event records what was said; the proposal (consent state, kept by a rebuild)
+        # is what it asks for.
+        with memory.db.transaction(), commands.recording(
+                memory.db, "remember", {"text": clean, "field": field},
+                **_event_scope(scope), actor="remember"):
             return propose(
                 memory.db,
                 tenant_id=tenant_id,
@@ -160,7 +161,9 @@ def _remember(
             if verdict[1] in dedup.SURE_CUES:
                 contradicted.append((stored, verdict[1]))
         elif verdict is not None:
-            with memory.db.transaction():
+            with memory.db.transaction(), commands.recording(
+                    memory.db, "remember", {"text": clean, "merged_into": stored.id},
+                    **_event_scope(scope), actor="remember"):
                 lsql.merge_into(
                     memory.db, stored.id, clean, [], utcnow(), "remember", {"reason": verdict[1]}
                 )
@@ -172,29 +175,22 @@ def _remember(
         field, cue = held[0]
         # "Priya no longer lives in Madrid" names the old value: the sentence is the change.
         value = (None if cue in dedup.SURE_CUES else field_value(field, clean)) or clean
-        with memory.db.transaction():
+        # The event records what was said; the proposal is what it asks for (as --field).
+        with memory.db.transaction(), commands.recording(
+                memory.db, "remember", {"text": clean, "field": field},
+                **_event_scope(scope), actor="remember"):
             return propose(memory.db, tenant_id=tenant_id, user_id=user_id, field=field,
                            value=value, text=clean, session_id=session_id, origin="remember",
                            days=cfg.proposal_days)
     old_ids = [s.id for s, _ in contradicted]
     vector, terms = encode_ahead(memory, [clean])[clean]  # before the write lock
     with memory.db.transaction():
-        new_id = write_memory(
-            memory,
-            content=clean,
-            kind="fact",
-            category=category or "knowledge",
-            source_ids=[],
-            importance=0.7 if importance is None else importance,
-            pinned=pinned,
-            actor="remember",
+        new_id = _write_recorded(
+            memory, scope, content=clean, kind="fact", category=category or "knowledge",
+            importance=0.7 if importance is None else importance, pinned=pinned,
+            decay_rate=DEFAULT_DECAY,
             attributes={"method": "explicit", **({"supersedes": old_ids} if old_ids else {})},
-            vector=vector,
-            sparse_terms=terms,
-            **scope,
-        )
-        for old, cue in contradicted:  # both stay in the history, the old one superseded
-            supersede(memory, old.id, new_id, actor="remember", reason=f"contradicts ({cue})")
+            vector=vector, sparse_terms=terms, superseding=contradicted)
         # The app-memory design's app limit holds after every app write, not only after
         # consolidation.
         compaction = enforce_app_limit(memory, tenant_id, user_id, app_id, cfg) if app_id else []
@@ -202,6 +198,31 @@ def _remember(
     if old_ids:
         out["supersedes"] = old_ids
     return {**out, "compaction": compaction} if compaction else out
+
+
+def _event_scope(scope: dict[str, Any]) -> dict[str, Any]:
+    return {k: scope[k] for k in ("tenant_id", "user_id", "agent_id", "session_id", "app_id")}
+
+
+def _write_recorded(memory: MemoryHandle, scope: dict[str, Any], *, vector: Any,
+                    sparse_terms: Any, superseding: Sequence[tuple[dedup.Stored, str]] = (),
+                    **row: Any) -> int:
+    """The `remember` event first, then the memory derived from it (inside the caller's
+    transaction; memcli.ledger.commands): the event holds every field of the row. The facts it
+    contradicts (`superseding`) are superseded at the event's time; both stay in the history,
+    which a rebuild replays."""
+    fields = commands.memory_fields(row)
+    with commands.recording(memory.db, "remember", fields, **_event_scope(scope),
+                            actor="remember") as event_id:
+        new_id = write_memory(memory, content=row["content"], kind=row["kind"],
+                              category=row["category"], source_ids=[],
+                              importance=row["importance"], pinned=row["pinned"],
+                              decay_rate=row["decay_rate"], actor="remember",
+                              attributes=row["attributes"], vector=vector,
+                              sparse_terms=sparse_terms, origin_event=event_id, **scope)
+        for old, cue in superseding:
+            supersede(memory, old.id, new_id, actor="remember", reason=f"contradicts ({cue})")
+        return new_id
 
 
 def _field_value(text: str) -> str:
@@ -221,12 +242,13 @@ def confirm(memory: MemoryHandle, memory_id: int, *, owner: Owner | None = None,
                 f"memory {memory_id} is {row['state']}",
                 "restore it first" if row["state"] == "soft_deleted" else None,
             )
-        lsql.protect(db, memory_id, utcnow())
-        _changed_in_place(db, row, actor, {
-            "confirmed": True,
-            "decay_rate": [row["decay_rate"], 0.0],
-            "confidence": [row["confidence"], 1.0],
-        })
+        with commands.changed(db, "confirm", row, actor):
+            lsql.protect(db, memory_id, utcnow())
+            _changed_in_place(db, row, actor, {
+                "confirmed": True,
+                "decay_rate": [row["decay_rate"], 0.0],
+                "confidence": [row["confidence"], 1.0],
+            })
     return {"id": memory_id, "protected": True, "decay_rate": 0.0, "confidence": 1.0}
 
 
@@ -236,8 +258,9 @@ def set_pin(memory: MemoryHandle, memory_id: int, pinned: bool, *, owner: Owner 
     with db.transaction():
         row = own.memory(db, memory_id, owner or memory.owner())
         if bool(row["pinned"]) != pinned:
-            lsql.set_pinned(db, memory_id, pinned, utcnow())
-            _changed_in_place(db, row, actor, {"pinned": pinned})
+            with commands.changed(db, "pin" if pinned else "unpin", row, actor):
+                lsql.set_pinned(db, memory_id, pinned, utcnow())
+                _changed_in_place(db, row, actor, {"pinned": pinned})
     return {"id": memory_id, "pinned": pinned, "changed": bool(row["pinned"]) != pinned}
 
 

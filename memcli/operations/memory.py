@@ -301,7 +301,7 @@ class Memory:
         """A validated query request (memcli.operations.requests.QueryRequest) answered: its
         conditions as filters (the asking agent's allowlist enforced), then `query`."""
         filters = self.filters(
-            agent=request.agent, all_tenants=all_tenants, categories=request.categories,
+            agent=request.agent_id, all_tenants=all_tenants, categories=request.categories,
             **({"sensitivities": tuple(sensitivities)} if sensitivities else {}),
             as_of=request.as_of, **request.conditions())
         return self.query(request.query, filters=filters, top_k=request.top_k,

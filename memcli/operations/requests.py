@@ -8,18 +8,21 @@ The shared scope (`Scope`: tenant, user, session, app) is one base class.
 The query request is the memory system spec's `memory.query`, read by `memcli query -`, `POST
 /api/v1/query` and the MCP `memory_query` tool:
 
-    {"agent": "planner", "query": "deployment plan context", "categories": ["tasks"],
+    {"agent_id": "planner", "query": "deployment plan context", "categories": ["tasks"],
      "filters": {"user_id": "priya", "role": "assistant", "pinned": false,
                  "importance_min": 0.5, "updated_after": "2025-07-01"},
      "top_k": 3, "return": "bullets", "budget_tokens": 512, "threshold": 0.65,
      "as_of": "2026-03-01"}
 
-`filters` takes the spec's section 6.1 keys (user_id, agent_id, run_id, actor_id, role,
-category, pinned, importance_min/max, updated_after/before) plus memcli's own scope keys
+`filters` takes the spec's section 6.1 keys (user_id, run_id, actor_id, role, category,
+pinned, importance_min/max, updated_after/before) plus memcli's own scope keys
 (tenant_id, session_id, app_id, kinds, channels); each may also be given at the top level, as
 the CLI's flags give them (the top level wins). Unknown keys are refused: a misspelt filter
-must not silently widen a read. The agent's category allowlist is enforced by
-`Memory.filters`, the same check as `--agent`. Importance is memcli's 0-1 scale. `as_of` (an
+must not silently widen a read. `agent_id` (or the spec's `agent`) names the asking agent, on
+every read as in `acb build`: its category allowlist is enforced by `Memory.filters`. The
+spec's `filters.agent_id` (the writing agent) is `written_by` here: one name, one meaning, so
+`filters.agent_id` is refused. Importance is memcli's 0-1 scale: a bound outside it is
+refused (the spec's 1-5 is not mapped). `as_of` (an
 ISO date or time) reads the memory as it was then: facts valid at that time (valid_from <= t <
 valid_to), events up to it.
 
@@ -51,6 +54,20 @@ def _time(value: str | None) -> str | None:
 
 # An ISO 8601 date or time, kept in memcli's stored form.
 Time = Annotated[str | None, AfterValidator(_time)]
+
+
+def _importance(value: float | None) -> float | None:
+    # The memory system spec rates importance 1-5; memcli stores 0-1. A 1-5 bound is refused,
+    # not mapped: `importance_min: 3` read as 0.6 would silently change what a caller meant,
+    # and `1` would then match everything (or, unmapped, nothing).
+    if value is not None and not 0.0 <= value <= 1.0:
+        raise ValueError(f"importance is on memcli's 0-1 scale, not {value:g} (the memory "
+                         "system spec's 1-5 scale is not used: 5 is 1.0, 3 is 0.5)")
+    return value
+
+
+# An importance bound, 0-1.
+Importance = Annotated[float | None, AfterValidator(_importance)]
 
 
 class Request(BaseModel):
@@ -89,16 +106,17 @@ class Scope(AppScope, SessionScope, UserScope, TenantScope):
 class QueryConditions(Scope):
     """The conditions of a read, named as `memcli.store.filters.Filters` names them."""
 
-    agent_id: str | None = Field(default=None,
-                                 description="Only memories written by this agent id.")
+    written_by: str | None = Field(
+        default=None, description="Only memories written by this agent (the agent id their "
+                                  "event or write carried).")
     run_id: str | None = Field(default=None, description="Only memories of this run.")
     actor_id: str | None = Field(default=None, description="Actor id.")
     role: str | None = Field(default=None, description="Actor type, e.g. human.")
     kinds: list[str] | None = Field(default=None, description="Only these event kinds.")
     channels: list[str] | None = Field(default=None, description="Only these channels.")
     pinned: bool | None = Field(default=None, description="Only pinned (or unpinned) memories.")
-    importance_min: float | None = Field(default=None, description="Least importance (0-1).")
-    importance_max: float | None = Field(default=None, description="Most importance (0-1).")
+    importance_min: Importance = Field(default=None, description="Least importance (0-1).")
+    importance_max: Importance = Field(default=None, description="Most importance (0-1).")
     updated_after: Time = Field(default=None, description="Updated after this ISO time.")
     updated_before: Time = Field(default=None, description="Updated before this ISO time.")
 
@@ -116,8 +134,9 @@ class QueryRequest(QueryConditions):
     """`memcli query`, `POST /api/v1/query`, the MCP `memory_query` tool."""
 
     query: str = Field(min_length=1, description="What to look for.")
-    agent: str | None = Field(
-        default=None, description="The asking agent: its category allowlist applies.")
+    agent_id: str | None = Field(
+        default=None, description="The asking agent: its category allowlist applies "
+                                  "(`agent`, the memory system spec's name, is read as it).")
     categories: list[str] | None = Field(default=None, description="Only these categories.")
     filters: QueryFilters | None = Field(  # type: ignore[valid-type]
         default=None, description="The spec's filters object (each key also at the top level).")
@@ -139,6 +158,29 @@ class QueryRequest(QueryConditions):
         if not value.strip():
             raise ValueError("the query is empty")
         return value
+
+    @model_validator(mode="before")
+    @classmethod
+    def _asking_agent(cls, data: Any) -> Any:
+        # `agent` (the memory system spec's top-level key) is the asking agent, as `agent_id`
+        # is. A filter's `agent_id` meant the writing agent in earlier builds: refused, not
+        # reread as the asker, so an old request never silently reads something else.
+        if not isinstance(data, dict):
+            return data
+        data = dict(data)
+        if "agent" in data:
+            agent = data.pop("agent")
+            if data.get("agent_id") not in (None, agent):
+                raise UsageError("bad query request: agent and agent_id differ",
+                                 "both name the asking agent: give agent_id once")
+            data["agent_id"] = agent
+        filters = data.get("filters")
+        if isinstance(filters, dict) and "agent_id" in filters:
+            raise UsageError("bad query request: filters.agent_id: agent_id names the asking "
+                             "agent, not a filter",
+                             "filter by the writing agent with written_by; the asking "
+                             "agent is the top-level agent_id")
+        return data
 
     @model_validator(mode="after")
     def _checked(self) -> QueryRequest:

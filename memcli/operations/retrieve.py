@@ -48,6 +48,15 @@ def run_query(memory: Memory, request: QueryRequest, *, all_tenants: bool = Fals
     return result, note
 
 
+def scale_note(request: QueryRequest, result: QueryResult) -> str | None:
+    """When an importance bound of exactly 1 found nothing, the note that it means the top of
+    memcli's 0-1 scale (the memory system spec's `importance_min: 1` means its lowest)."""
+    if result.hits or 1.0 not in (request.importance_min, request.importance_max):
+        return None
+    return ("nothing matched importance 1: importance is on memcli's 0-1 scale, where 1 is "
+            "the highest (the memory system spec's 1-5 scale is not used; its 1 is 0.0)")
+
+
 def hits_payload(result: QueryResult, return_format: str) -> list[dict[str, Any]]:
     """The JSON contract of a query: an array of hits (each explains itself, its scope
     included), or the memory system spec's bullets `{id, category, text}` plus the scope that

@@ -28,8 +28,9 @@ class Categories:
     free: bool = False
 
     def _allowlist(self, agent: str) -> tuple[str, ...]:
-        """The agent's allowlist, else the `default` entry's. An agent with neither is refused:
-        a policy that does not name an agent grants it nothing (the memory system spec)."""
+        """The agent's allowlist, else the `default` entry's (as shipped: `"*"`, what a person
+        reads). With neither (a file that removed `default:`) the agent is refused: that
+        policy grants an agent it does not name nothing (the memory system spec)."""
         allow = self.allowlists.get(agent, self.allowlists.get("default"))
         if allow is None:
             raise NotAllowedError(

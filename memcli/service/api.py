@@ -208,7 +208,7 @@ def query(ctx: Context, scope: Scope, req: QueryRequest) -> list[dict[str, Any]]
     req = req.model_copy(update={
         "tenant_id": _tenant(ctx, scope, req.tenant_id),
         "user_id": _bind("user_id", scope.user_id, req.user_id),
-        "agent": _bind("agent", scope.agent, req.agent),
+        "agent_id": _bind("agent", scope.agent, req.agent_id),
         "app_id": _bind("app_id", scope.app_id, req.app_id),
         "categories": _categories(scope, req.categories)})
     result, _note = run_query(ctx.memory, req)

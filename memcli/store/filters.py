@@ -29,7 +29,7 @@ class Filters:
     tenant_id: str | None = None
     all_tenants: bool = False
     user_id: str | None = None
-    agent_id: str | None = None
+    written_by: str | None = None  # the writing agent (column agent_id), not the asker
     session_id: str | None = None
     app_id: str | None = None
     run_id: str | None = None
@@ -67,10 +67,12 @@ class Filters:
         """WHERE clause text (without the keyword) and its parameters."""
         clauses: list[str] = []
         params: list = []
-        for column in (
-            "tenant_id", "user_id", "agent_id", "session_id", "app_id", "run_id", "actor_id",
+        for field_name, column in (
+            ("tenant_id", "tenant_id"), ("user_id", "user_id"), ("written_by", "agent_id"),
+            ("session_id", "session_id"), ("app_id", "app_id"), ("run_id", "run_id"),
+            ("actor_id", "actor_id"),
         ):
-            value = getattr(self, column)
+            value = getattr(self, field_name)
             if value is not None:
                 clauses.append(f"{alias}.{column} = ?")
                 params.append(value)

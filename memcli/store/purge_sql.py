@@ -56,6 +56,12 @@ def select_scope(db: Database, scope: dict[str, Any]) -> tuple[list[str], list[i
         rows = list(db.execute(f"SELECT id, event_id FROM memories WHERE {where}", params))
         event_ids = [e for _, e in rows if e is not None]
         memory_ids = {i for i, _ in rows}
+        # The command event a memory was derived from (remember, correct, decision add ...)
+        # holds its text: it goes with it (a decision's or task's: with its current version).
+        event_ids += [e for (e,) in db.execute(
+            "SELECT h.event_id FROM history h JOIN events e ON e.event_id = h.event_id"
+            " WHERE h.memory_id = ? AND h.op = 'ADD' AND e.kind = 'command'",
+            (int(scope["memory_id"]),))] if memory_ids else []
     else:
         clauses = " AND ".join(f"{k} = ?" for k in scope)
         params = list(scope.values())
@@ -178,7 +184,8 @@ def _fix_sessions(db: Database, touched: list[tuple[str, str]]) -> None:
     (it was written from events that no longer exist)."""
     for tenant_id, session_id in touched:
         row = db.execute(
-            "SELECT count(*), min(ts), max(ts) FROM events WHERE tenant_id = ? AND session_id = ?",
+            "SELECT count(*), min(ts), max(ts) FROM events WHERE tenant_id = ? AND session_id = ?"
+            " AND kind != 'command'",  # memcli's own writes are not the session's turns
             (tenant_id, session_id)).fetchone()
         if not row[0]:
             db.execute("DELETE FROM sessions WHERE tenant_id = ? AND session_id = ?",

@@ -15,11 +15,13 @@ if TYPE_CHECKING:
 
 
 def ledger_events(db: Database) -> list[dict[str, Any]]:
-    """The decision and task events, oldest first (a secret one wrote no row: left out)."""
+    """The decision and task events, and memcli's own `command` events (their op says
+    whether they wrote a decision or a task: memcli.ledger.from_events.from_row), oldest first
+    (a secret one wrote no row: left out)."""
     return db.query(
         "SELECT seq, event_id, ts, tenant_id, user_id, agent_id, session_id, app_id, channel,"
-        " kind, sensitivity, content, refs FROM events WHERE kind IN ('decision', 'task_update')"
-        " AND sensitivity != 'secret' ORDER BY seq")
+        " kind, sensitivity, content, refs FROM events WHERE kind IN ('decision', 'task_update',"
+        " 'command') AND sensitivity != 'secret' ORDER BY seq")
 
 
 def written_by_events(db: Database) -> dict[str, tuple[str, int, int, str, bool]]:

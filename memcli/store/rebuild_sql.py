@@ -62,11 +62,12 @@ def memory_counts(db: Database) -> dict[str, int]:
 
 # -- episodes --------------------------------------------------------------------------------
 def events_in_order(db: Database) -> Iterator[dict[str, Any]]:
-    """Every event, oldest first (the row tracer opens `high` ones; rebuild checks the key)."""
+    """Every event an episode is cut from, oldest first (not memcli's own `command` events;
+    the row tracer opens `high` ones; rebuild checks the key)."""
     yield from db.stream(
         "SELECT seq, event_id, ts, recorded_at, tenant_id, user_id, agent_id, session_id,"
         " app_id, run_id, channel, actor_type, actor_id, kind, sensitivity, tags, content,"
-        " redactions FROM events ORDER BY seq")
+        " redactions FROM events WHERE kind != 'command' ORDER BY seq")  # no episode
 
 
 def episodes_by_event(db: Database) -> dict[str, dict[int, tuple[int, str]]]:
@@ -149,12 +150,14 @@ def rewrite_content(db: Database, memory_id: int, content: str, token_count: int
 
 def refresh_sessions(db: Database) -> int:
     """Each session's event-derived columns again from its events (first and last event time,
-    count, user); its consolidation state (consolidated_at, summary) is kept."""
+    count, user; memcli's own `command` events are not the session's turns); its
+    consolidation state (consolidated_at, summary) is kept."""
     return db.change_count("""
         INSERT INTO sessions (tenant_id, session_id, user_id, started_at, last_event_at,
                               event_count)
         SELECT tenant_id, session_id, max(user_id), min(ts), max(ts), count(*)
-        FROM events WHERE session_id IS NOT NULL GROUP BY tenant_id, session_id
+        FROM events WHERE session_id IS NOT NULL AND kind != 'command'
+        GROUP BY tenant_id, session_id
         ON CONFLICT (tenant_id, session_id) DO UPDATE SET
             started_at = excluded.started_at, last_event_at = excluded.last_event_at,
             event_count = excluded.event_count,
@@ -252,8 +255,9 @@ def delete_orphan_vectors(db: Database) -> list[int]:
 # -- what only exists as derived data --------------------------------------------------------
 def lost_derived(db: Database) -> list[dict[str, Any]]:
     """Memories not cut from events (facts, summaries ...) that history says were written and
-    that are gone without a purge: their text existed only in their memories row. A purge
-    empties the meta of the rows it covers, so a purged memory is not listed."""
+    that are gone without a purge: their text existed only in their memories row, unless a
+    command event holds it (the commands stage brings those back; the caller leaves them out).
+    A purge empties the meta of the rows it covers, so a purged memory is not listed."""
     rows = db.query(
         "SELECT h.memory_id AS id, h.meta FROM history h WHERE h.op = 'ADD'"
         " AND (h.event_id IS NULL OR h.old_ref IS NOT NULL) AND h.memory_id IS NOT NULL"

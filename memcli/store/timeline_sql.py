@@ -83,7 +83,7 @@ def session_events(db: Database, owner: Owner, session_id: str, limit: int
     event has no category of its own); `secret` content is never returned."""
     import json
 
-    clauses = ["e.tenant_id = ?", "e.session_id = ?"]
+    clauses = ["e.tenant_id = ?", "e.session_id = ?", "e.kind != 'command'"]  # turns only
     params: list[Any] = [owner.tenant_id, session_id]
     found, values = _equal_clauses(owner, "e", {})
     clauses += found

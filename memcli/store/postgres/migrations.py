@@ -50,6 +50,8 @@ STEPS: list[Callable[[PgDatabase], None]] = [
     # 6: memory_sparse gets its memory's tenant (backfilled, then kept by a trigger), and the
     # term index becomes (tenant_id, term ids): a tenant-wide sparse leg reads only its tenant's.
     _script("v6_sparse_tenant.sql"),
+    # 7: events gain the kind `command` (memcli's own writes, recorded before their rows).
+    _script("v7_command_events.sql"),
 ]
 LATEST = BASE + len(STEPS)
 VERSION_KEY = "schema_version"

@@ -45,7 +45,7 @@ CREATE TABLE events (
     actor_id     text,
     kind         text NOT NULL DEFAULT 'message'
                  CHECK (kind IN ('message', 'tool_call', 'tool_result', 'decision',
-                                 'task_update', 'artifact')),
+                                 'task_update', 'artifact', 'command')),
     sensitivity  text NOT NULL DEFAULT 'none'
                  CHECK (sensitivity IN ('none', 'low', 'high', 'secret')),
     tags         text NOT NULL DEFAULT '[]',

@@ -138,8 +138,37 @@ def _v6(db: Database) -> None:
     del db
 
 
+# Schema 6's CHECK on events.kind, and schema 7's (the same text with `command` added).
+_V6_KINDS = "'task_update', 'artifact'))"
+_V7_KINDS = "'task_update', 'artifact', 'command'))"
+
+
+def _v7(db: Database) -> None:
+    # Events gain the kind `command`: memcli's own writes record one before deriving their rows
+    # (memcli/ledger/commands.py). SQLite cannot alter a CHECK, and copying `events` into a new
+    # table would fire its append-only triggers and the cascade to `artifacts`; a CHECK that
+    # only widens is one of the changes SQLite documents as safe to make in the stored schema
+    # text (https://sqlite.org/lang_altertable.html#otheralter: no row is reread or rewritten,
+    # every stored row satisfies the wider check). The schema cookie is bumped so every open
+    # connection reloads the schema.
+    text = db.scalar("SELECT sql FROM sqlite_schema WHERE type = 'table' AND name = 'events'")
+    if _V7_KINDS in text:
+        return
+    if text.count(_V6_KINDS) != 1:
+        raise SchemaError(f"database {db.path}: the events table is not schema 6's",
+                          "restore it from a backup, or export and import it into a new file")
+    cookie = int(db.scalar("PRAGMA schema_version"))
+    db.conn.execute("PRAGMA writable_schema = ON")
+    try:
+        db.execute("UPDATE sqlite_schema SET sql = ? WHERE type = 'table' AND name = 'events'",
+                   (text.replace(_V6_KINDS, _V7_KINDS),))
+        db.conn.execute(f"PRAGMA schema_version = {cookie + 1}")
+    finally:
+        db.conn.execute("PRAGMA writable_schema = OFF")
+
+
 # Append only. Never edit a released migration: add a new one and update schema.sql to match.
-MIGRATIONS: list[Callable[[Database], None]] = [_v1, _v2, _v3, _v4, _v5, _v6]
+MIGRATIONS: list[Callable[[Database], None]] = [_v1, _v2, _v3, _v4, _v5, _v6, _v7]
 LATEST = len(MIGRATIONS)
 
 

@@ -30,7 +30,7 @@ def search(ctx: Any, scope: Any, params: dict[str, str]) -> dict[str, Any]:
     req = req.model_copy(update={
         "tenant_id": rules.tenant(memory, scope, req.tenant_id),
         "user_id": rules.bind("user_id", scope.user_id, req.user_id),
-        "agent": rules.bind("agent", scope.agent, req.agent),
+        "agent_id": rules.bind("agent", scope.agent, req.agent_id),
         "app_id": rules.bind("app_id", scope.app_id, req.app_id),
         "categories": rules.categories(scope, req.categories)})
     result, note = run_query(memory, req)
