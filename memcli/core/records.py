@@ -14,9 +14,12 @@ from pydantic import (
     model_validator,
 )
 
+from memcli.core.roles import canonical_role
+
 Channel = Literal["private", "public", "team", "agent"]
 EventKind = Literal["message", "tool_call", "tool_result", "decision", "task_update", "artifact"]
 Sensitivity = Literal["none", "low", "high", "secret"]
+
 
 
 def utcnow() -> str:
@@ -53,6 +56,11 @@ class Actor(BaseModel):
     model_config = ConfigDict(extra="forbid", defer_build=True)
     type: str = "human"
     id: str | None = None
+
+    @field_validator("type")
+    @classmethod
+    def _one_vocabulary(cls, value: str) -> str:
+        return canonical_role(value)
 
 
 class EventIn(BaseModel):

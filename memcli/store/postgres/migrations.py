@@ -50,6 +50,8 @@ STEPS: list[Callable[[PgDatabase], None]] = [
     # 6: memory_sparse gets its memory's tenant (backfilled, then kept by a trigger), and the
     # term index becomes (tenant_id, term ids): a tenant-wide sparse leg reads only its tenant's.
     _script("v6_sparse_tenant.sql"),
+    # 7: one role vocabulary (SQLite's migration 7): user -> human, assistant -> agent.
+    _script("v7_roles.sql"),
 ]
 LATEST = BASE + len(STEPS)
 VERSION_KEY = "schema_version"
