@@ -21,6 +21,7 @@ from memcli.importers.turns import Notes, Turn, agent_event_id, bad, loose_ts
 FMT = "claude-code"
 PROJECTS = True  # turns name their project: --project selects, and it is their app
 DEFAULT_PATH = "~/.claude/projects"
+LINE_KEYS = {"uuid", "sessionId", "message", "summary", "leafUuid", "messageId"}
 NOISE = ("<command-name>", "<command-message>", "<local-command-", "<command-args>")
 
 
@@ -50,8 +51,7 @@ def _file_turns(file: Path, notes: Notes, seen: set[str], counts: dict[str, int]
     tools: dict[str, str] = {}  # tool_use id -> tool name, for the results
     for _, entry in json_lines(file, FMT, notes):
         kind = entry.get("type")
-        if not isinstance(kind, str) or not ({"uuid", "sessionId", "message", "summary"}
-                                             & entry.keys()):
+        if not isinstance(kind, str) or not (LINE_KEYS & entry.keys()):
             continue  # not a transcript line: counted for the file as a whole
         counts["lines"] += 1
         if kind == "summary" and isinstance(entry.get("summary"), str):

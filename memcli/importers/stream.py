@@ -42,11 +42,11 @@ class Limited(io.RawIOBase):
     """A binary file read through byte limits: the whole input, and since `mark()` (one
     item). A leading UTF-8 byte order mark is dropped (Windows tools write one)."""
 
-    def __init__(self, raw: IO[bytes], what: str, item_limit: int = MAX_ITEM_BYTES,
-                 input_limit: int = MAX_INPUT_BYTES) -> None:
+    def __init__(self, raw: IO[bytes], what: str, item_limit: int | None = None) -> None:
         super().__init__()
         self.raw, self.what = raw, what
-        self.item_limit, self.input_limit = item_limit, input_limit
+        self.item_limit = MAX_ITEM_BYTES if item_limit is None else item_limit
+        self.input_limit = MAX_INPUT_BYTES
         self.total = self.since_mark = 0
         self._first = True
 
@@ -94,7 +94,7 @@ def spooled(read_stdin: Any) -> Iterator[Path]:
         os.unlink(handle.name)
 
 
-def open_limited(path: Path, what: str, item_limit: int = MAX_ITEM_BYTES) -> Limited:
+def open_limited(path: Path, what: str, item_limit: int | None = None) -> Limited:
     """PATH opened for reading through the limits; a one-line error when it cannot be."""
     try:
         raw = open(path, "rb")  # noqa: SIM115 - Limited.close closes it
