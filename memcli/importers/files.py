@@ -94,7 +94,7 @@ def json_lines(path: Path, fmt: str, notes: Notes) -> Iterator[tuple[int, dict[s
                      "were replaced by U+FFFD")
     if skipped:
         notes.append(f"{path.name}: {skipped} line(s) not a JSON object were left out")
-        notes.skip("line not JSON", skipped)
+        notes.skip("line not a JSON object", skipped)
     if long:
         notes.append(f"{path.name}: {long} line(s) longer than {limits.MAX_ITEM_BYTES >> 20} MiB "
                      "were left out")

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib
+import json
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -23,6 +24,8 @@ from memcli.errors import UsageError
 from memcli.importers import FORMATS
 from memcli.importers.stream import json_items, spooled
 from memcli.importers.turns import HINTS, Notes, Turn
+from memcli.policy.redaction import redact_text
+from memcli.store.events import contents_by_id
 
 BATCH = 1000  # turns per ingest call: one short write transaction each
 
@@ -156,32 +159,54 @@ def event_id(fmt: str, turn: Turn, variant: str | None = None) -> str:
 
 class Keys:
     """The event ids of one import. Two conversations sharing an id (exports merged by hand,
-    files of a session copied or forked) may reuse a message id for a different turn: that
-    turn gets an id of its own (the first keeps the usual one, so importing again, or an
-    import made before, still finds it)."""
+    exporters' files that all say `fixture`, a session's rollout copied) may reuse a message
+    id for a different turn: that turn gets an id of its own, from a digest of its redacted
+    text (kept in its source as `digest`), whether the other turn came earlier in this import
+    or in one before. The first keeps the usual id, so importing again finds it."""
 
     def __init__(self) -> None:
-        self.seen: dict[str, str] = {}  # event id -> digest of its text and kind
+        self.seen: dict[str, str] = {}  # event id -> digest of its turn
 
-    def of(self, fmt: str, turn: Turn) -> str:
-        digest = hashlib.sha256(f"{turn.kind}\0{turn.text}".encode()).hexdigest()[:16]
+    def of(self, fmt: str, turn: Turn) -> tuple[str, str]:
+        """The turn's event id and digest."""
+        said, _ = redact_text(f"{turn.kind}\0{turn.text}")  # no secret in a digest
+        digest = hashlib.sha256(said.encode()).hexdigest()[:16]
         key = event_id(fmt, turn)
         if self.seen.setdefault(key, digest) != digest:
             key = event_id(fmt, turn, digest)
             self.seen.setdefault(key, digest)
-        return key
+        return key, digest
+
+    def settle(self, db: Any, fmt: str, batch: list[tuple[int, dict[str, Any]]],
+               turns: list[Turn]) -> None:
+        """Give a new id to each record whose id the database holds for a different turn (its
+        stored digest differs; an event stored without one, by the hooks or an older import,
+        is taken for the same turn)."""
+        stored = contents_by_id(db, [r["event_id"] for _, r in batch])
+        for (_, rec), turn in zip(batch, turns, strict=True):
+            content = stored.get(rec["event_id"])
+            if content is None:
+                continue
+            try:
+                theirs = json.loads(content).get("source", {}).get("digest")
+            except (ValueError, AttributeError):
+                theirs = None
+            mine = rec["content"]["source"]["digest"]
+            if theirs is not None and theirs != mine:
+                rec["event_id"] = event_id(fmt, turn, mine)
 
 
-def record(fmt: str, turn: Turn, key: str, scope: dict[str, Any]) -> dict[str, Any]:
+def record(fmt: str, turn: Turn, key: tuple[str, str], scope: dict[str, Any],
+           ) -> dict[str, Any]:
     """The ingest record of a turn: its id, time, role, conversation as the session; the
     user, agent and app the source names where `scope` gives none (a project: the app)."""
     source = {"format": fmt, "conversation_id": turn.conversation_id,
-              "message_id": turn.message_id, "title": turn.title}
+              "message_id": turn.message_id, "title": turn.title, "digest": key[1]}
     content: dict[str, Any] = {k: v for k, v in turn.extra.items() if v is not None}
     if turn.kind == "message":
         content["text"] = turn.text
     out: dict[str, Any] = {
-        "event_id": key, "kind": turn.kind, "role": turn.role,
+        "event_id": key[0], "kind": turn.kind, "role": turn.role,
         "session_id": turn.session_id or f"{fmt}:{turn.conversation_id}",
         "tags": list(dict.fromkeys((f"import:{fmt}", *turn.tags))),
         "content": {**content, "source": source},
@@ -210,9 +235,11 @@ def load(memory: Any, source: Source, scope: dict[str, Any], *, defer_embed: boo
     added = skipped = done = 0
     redacted: list[Any] = []
     batch: list[tuple[int, dict[str, Any]]] = []
+    turns: list[Turn] = []
 
     def write() -> None:
         nonlocal added, skipped
+        keys.settle(memory.db, fmt, batch, turns)
         report = memory.ingest(batch, defaults=scope, strict=True, defer_embed=defer_embed)
         if report.rejected:
             first = report.rejected[0]
@@ -223,10 +250,12 @@ def load(memory: Any, source: Source, scope: dict[str, Any], *, defer_embed: boo
         redacted.extend(report.redacted)
         report_progress(progress, "writing", done, source.turns)
         batch.clear()
+        turns.clear()
 
     for turn in source.read():
         done += 1
         batch.append((done, record(fmt, turn, keys.of(fmt, turn), scope)))
+        turns.append(turn)
         if len(batch) >= BATCH:
             write()
     if batch:
