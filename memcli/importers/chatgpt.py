@@ -103,8 +103,9 @@ def _turn(node: dict[str, Any], conv_id: str, title: str | None, n: int, notes: 
     metadata = given if isinstance(given, dict) else {}
     content = as_dict(message.get("content") or {}, FMT, f"{where} content")
     kind = content.get("content_type")
-    recipient = message.get("recipient")
-    to_tool = isinstance(recipient, str) and recipient not in ("all", "")
+    given_to = message.get("recipient")
+    recipient = given_to if isinstance(given_to, str) and given_to not in ("all", "") else None
+    to_tool = recipient is not None
     hidden = metadata.get("is_visually_hidden_from_conversation") and not to_tool
     if role == "system" or (hidden and role != TOOL):
         return _skip(notes, "system or hidden")
@@ -116,7 +117,7 @@ def _turn(node: dict[str, Any], conv_id: str, title: str | None, n: int, notes: 
     base: dict[str, Any] = {"conversation_id": conv_id, "message_id": msg_id, "title": title,
                             "ts": epoch_ts(message.get("create_time"), FMT, where)}
     text = _text(content, metadata)
-    if role == "assistant" and to_tool:
+    if role == "assistant" and recipient is not None:
         return _call(recipient, text, content, msg_id, base, notes, calls)
     if role == TOOL:
         return _result(author, text, content, base, notes, calls)
@@ -157,7 +158,8 @@ def _result(author: dict[str, Any], text: str, content: dict[str, Any], base: di
     return Turn(role=TOOL, kind="tool_result", text=text, extra=extra, **base)
 
 
-def _skip(notes: Notes, reason: str) -> None:
+def _skip(notes: Notes, reason: str) -> Turn | None:
+    """Nothing, counted under `reason` in the report's `left_out`."""
     notes.skip(reason)
     return None
 
