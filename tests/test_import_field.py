@@ -146,6 +146,12 @@ def test_an_endless_input_is_a_one_line_error(cli, db_path):
     assert not Path(db_path).exists()
 
 
+def test_an_endless_input_to_a_memcli_import_is_a_one_line_error(cli, db_path):
+    result = cli("import", "/dev/zero")
+    assert result.exit_code == 2 and "not a memcli export header" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1 and not Path(db_path).exists()
+
+
 def test_input_past_the_stated_limits_is_a_one_line_error(cli, db_path, tmp_path,
                                                           monkeypatch):
     conversation = tool_conversation()

@@ -78,6 +78,24 @@ def _chat_import(req: Any, path: str | None, db: str | None, settings: Any) -> d
     return report
 
 
+def _check_header(path: Path) -> None:
+    """The file's first line, read alone (at most 1 MiB), is a memcli export header; else a
+    one-line FormatError (exit 2) before the rest is read."""
+    from memcli.portable.file_format import parse_header
+
+    with open(path, "rb") as handle:
+        first = handle.readline(HEADER_BYTES + 1)
+    if len(first) > HEADER_BYTES:
+        from memcli.portable.file_format import FormatError
+
+        raise FormatError(1, "not a memcli export header (the first line is longer than 1 MiB)")
+    if first.strip():  # an empty file: parse() says so
+        parse_header(first.decode("utf-8-sig", errors="replace"))
+
+
+HEADER_BYTES = 1 << 20
+
+
 @request_options(f"{MODELS}:ImportRequest", short={"from_format": "--from"})
 def import_cmd(
     path: Annotated[str | None, typer.Argument(
@@ -114,6 +132,7 @@ def import_cmd(
             text = read_stdin()
         else:
             try:
+                _check_header(Path(path))  # junk or an endless input: refused at once
                 text = Path(path).read_bytes().decode("utf-8", errors="surrogateescape")
             except OSError as exc:
                 raise UsageError(f"cannot read {path}: {exc.strerror}",
