@@ -220,13 +220,6 @@ def record(fmt: str, turn: Turn, key: tuple[str, str], scope: dict[str, Any],
     return out
 
 
-def records(fmt: str, turns: list[Turn], scope: dict[str, Any] | None = None,
-            ) -> list[dict[str, Any]]:
-    """The ingest records of these turns (one import's ids)."""
-    keys = Keys()
-    return [record(fmt, t, keys.of(fmt, t), scope or {}) for t in turns]
-
-
 def load(memory: Any, source: Source, scope: dict[str, Any], *, defer_embed: bool = False,
          progress: Any = None) -> dict[str, Any]:
     """Write the source's turns in `scope` (tenant, user, app: None is the default), BATCH at
