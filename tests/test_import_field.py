@@ -144,6 +144,8 @@ def test_an_endless_input_is_a_one_line_error(cli, db_path):
     assert result.exit_code == 2
     assert result.stderr.startswith("memcli: error: not a chatgpt export: not JSON")
     assert not Path(db_path).exists()
+    result = cli("import", "--from", "mem0", "-", input="\0" * 200_000)  # not copied first
+    assert result.exit_code == 2 and "not a mem0 export: not JSON" in result.stderr
 
 
 def test_an_endless_input_to_a_memcli_import_is_a_one_line_error(cli, db_path):

@@ -74,7 +74,7 @@ def open_source(fmt: str, path: str | None, read_stdin: Any, project: str | None
     if path == "-" and not hasattr(module, "item_turns"):
         raise UsageError(f"--from {fmt} reads files, not stdin", HINTS[fmt])
     if path == "-":
-        with spooled(read_stdin) as copy:
+        with spooled(read_stdin, fmt) as copy:
             yield _checked(fmt, module, copy, project)
         return
     if hasattr(module, "item_turns") and not Path(path).is_file() \

@@ -77,14 +77,22 @@ class Limited(io.RawIOBase):
 
 
 @contextmanager
-def spooled(read_stdin: Any) -> Iterator[Path]:
+def spooled(read_stdin: Any, fmt: str) -> Iterator[Path]:
     """Standard input copied to a private temporary file (removed on leaving), within
-    MAX_INPUT_BYTES; `read_stdin` is a binary stream's `read`."""
+    MAX_INPUT_BYTES; `read_stdin` is a binary stream's `read`. Input that does not open as
+    JSON does (`[` or `{`) is refused at its first bytes, not copied."""
     handle = tempfile.NamedTemporaryFile(prefix="memcli-import-", delete=False)
     try:
         with handle:
-            copied = 0
+            copied, opened = 0, False
             while chunk := read_stdin(CHUNK):
+                if not opened:
+                    start = chunk.removeprefix(b"\xef\xbb\xbf").lstrip(b" \t\r\n")
+                    if start and start[:1] not in (b"[", b"{"):
+                        from memcli.importers.turns import bad
+
+                        raise bad(fmt, "not JSON (it does not open with [ or {)")
+                    opened = bool(start)
                 copied += len(chunk)
                 if copied > MAX_INPUT_BYTES:
                     raise too_large("standard input", MAX_INPUT_BYTES)
