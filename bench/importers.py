@@ -25,7 +25,7 @@ shape: conversations of 8-40 turns, each a `mapping` tree whose kept branch ends
 
 Each import's peak resident memory (its process's own, from wait4) is reported; with
 `--max-rss-mb`, a run above it fails the bench. An import reads its export as a stream and
-writes a thousand turns at a time (memcli/importers/load.py), so memory does not grow with the
+writes 250 turns at a time (memcli/importers/load.py), so memory does not grow with the
 export.
 
 Writes bench/results/importers.json and .md."""
