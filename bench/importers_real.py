@@ -57,9 +57,25 @@ def import_one(fmt: str, path: Path) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as scratch:
         db = Path(scratch) / "memory.db"
         env = {**os.environ, "MEMCLI_EMBEDDER": "hash", "MEMCLI_NO_DAEMON": "1"}
-        done = subprocess.run([sys.executable, "-m", "memcli", "--db", str(db), "import",
-                               "--from", fmt, str(path), "--defer-embed", "--json"],
-                              capture_output=True, text=True, env=env, check=False)
+        done = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "memcli",
+                "--db",
+                str(db),
+                "import",
+                "--from",
+                fmt,
+                str(path),
+                "--defer-embed",
+                "--json",
+            ],
+            capture_output=True,
+            text=True,
+            env=env,
+            check=False,
+        )
         if done.returncode != 0:
             raise SystemExit(f"{path.name}: exit {done.returncode}: {done.stderr.strip()}")
         report = json.loads(done.stdout)
@@ -79,13 +95,18 @@ def measure() -> list[dict[str, Any]]:
             if path.suffix not in (".json", ".jsonl"):
                 continue
             got = import_one(fmt, path)
-            rows.append({"file": f"{folder}/{path.name}", "format": fmt,
-                         "source": _source(readme, path.name),
-                         "messages_in": messages_in(fmt, path),
-                         "chat": got["kinds"].get("message", 0),
-                         "tool_call": got["kinds"].get("tool_call", 0),
-                         "tool_result": got["kinds"].get("tool_result", 0),
-                         "left_out": got["report"]["left_out"]})
+            rows.append(
+                {
+                    "file": f"{folder}/{path.name}",
+                    "format": fmt,
+                    "source": _source(readme, path.name),
+                    "messages_in": messages_in(fmt, path),
+                    "chat": got["kinds"].get("message", 0),
+                    "tool_call": got["kinds"].get("tool_call", 0),
+                    "tool_result": got["kinds"].get("tool_result", 0),
+                    "left_out": got["report"]["left_out"],
+                }
+            )
     return rows
 
 
@@ -100,28 +121,38 @@ def _source(readme: str, name: str) -> str:
 
 
 def markdown(rows: list[dict[str, Any]], command: str) -> str:
-    lines = ["# Importers on real files", "",
-             "Each file of tests/fixtures/real/ (written by the real tools; its README names the "
-             "source repository, path, commit and licence of each) imported into a fresh "
-             "database. Messages in: a ChatGPT conversation's messages on its kept branch, a "
-             "transcript's JSON lines. Events out by kind; left out by the reason the import "
-             "report gives (`left_out`). A transcript line may give several events (a text and "
-             "its tool calls; a Codex `session_meta` or header line is read for the session's id "
-             "and folder).", "",
-             "| file | source | messages in | chat | tool_call | tool_result | left out |",
-             "|---|---|---:|---:|---:|---:|---|"]
+    lines = [
+        "# Importers on real files",
+        "",
+        "Each file of tests/fixtures/real/ (written by the real tools; its README names the "
+        "source repository, path, commit and licence of each) imported into a fresh "
+        "database. Messages in: a ChatGPT conversation's messages on its kept branch, a "
+        "transcript's JSON lines. Events out by kind; left out by the reason the import "
+        "report gives (`left_out`). A transcript line may give several events (a text and "
+        "its tool calls; a Codex `session_meta` or header line is read for the session's id "
+        "and folder).",
+        "",
+        "| file | source | messages in | chat | tool_call | tool_result | left out |",
+        "|---|---|---:|---:|---:|---:|---|",
+    ]
     for r in rows:
-        left = ", ".join(f"{n} {why}" for why, n in sorted(r["left_out"].items(),
-                                                             key=lambda kv: (-kv[1], kv[0])))
-        lines.append(f"| `{r['file']}` | {r['source']} | {r['messages_in']} | {r['chat']} | "
-                     f"{r['tool_call']} | {r['tool_result']} | {left or '-'} |")
+        left = ", ".join(
+            f"{n} {why}" for why, n in sorted(r["left_out"].items(), key=lambda kv: (-kv[1], kv[0]))
+        )
+        lines.append(
+            f"| `{r['file']}` | {r['source']} | {r['messages_in']} | {r['chat']} | "
+            f"{r['tool_call']} | {r['tool_result']} | {left or '-'} |"
+        )
     total = Counter()
     for r in rows:
         total.update({k: r[k] for k in ("messages_in", "chat", "tool_call", "tool_result")})
-    lines += [f"| **all {len(rows)} files** | | {total['messages_in']} | {total['chat']} | "
-              f"{total['tool_call']} | {total['tool_result']} | "
-              f"{sum(sum(r['left_out'].values()) for r in rows)} |", "",
-              f"Regenerate: `{command}`."]
+    lines += [
+        f"| **all {len(rows)} files** | | {total['messages_in']} | {total['chat']} | "
+        f"{total['tool_call']} | {total['tool_result']} | "
+        f"{sum(sum(r['left_out'].values()) for r in rows)} |",
+        "",
+        f"Regenerate: `{command}`.",
+    ]
     return "\n".join(lines) + "\n"
 
 

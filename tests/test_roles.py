@@ -21,31 +21,43 @@ pytestmark = [pytest.mark.usefixtures("fast_cli")]
 
 def _chatgpt(tmp_path):
     mapping = {"root": {"id": "root", "parent": None, "children": ["u"], "message": None}}
-    for node_id, parent, role, text in (("u", "root", "user", "imported oolong question"),
-                                        ("a", "u", "assistant", "imported oolong answer")):
-        mapping[node_id] = {"id": node_id, "parent": parent, "children": [], "message": {
-            "id": node_id, "author": {"role": role}, "create_time": 1.7e9,
-            "content": {"content_type": "text", "parts": [text]}}}
+    for node_id, parent, role, text in (
+        ("u", "root", "user", "imported oolong question"),
+        ("a", "u", "assistant", "imported oolong answer"),
+    ):
+        mapping[node_id] = {
+            "id": node_id,
+            "parent": parent,
+            "children": [],
+            "message": {
+                "id": node_id,
+                "author": {"role": role},
+                "create_time": 1.7e9,
+                "content": {"content_type": "text", "parts": [text]},
+            },
+        }
     path = tmp_path / "conversations.json"
-    path.write_text(json.dumps([{"id": "c", "title": "t", "mapping": mapping,
-                                 "current_node": "a"}]))
+    path.write_text(
+        json.dumps([{"id": "c", "title": "t", "mapping": mapping, "current_node": "a"}])
+    )
     return path
 
 
 @pytest.mark.backends
 def test_every_path_stores_one_vocabulary_and_both_spellings_filter(cli, db_path, tmp_path):
     assert cli("ingest", "--text", "typed oolong note").exit_code == 0  # no role: human
-    records = [{"text": "recorded oolong reply", "role": "agent"},
-               {"text": "hooked oolong prompt", "role": "user"},  # as the hooks write
-               {"text": "hooked oolong reply", "role": "assistant"}]
+    records = [
+        {"text": "recorded oolong reply", "role": "agent"},
+        {"text": "hooked oolong prompt", "role": "user"},  # as the hooks write
+        {"text": "hooked oolong reply", "role": "assistant"},
+    ]
     assert cli("ingest", "-", input="\n".join(map(json.dumps, records))).exit_code == 0
     assert cli("import", "--from", "chatgpt", str(_chatgpt(tmp_path))).exit_code == 0
     stored = dict(rows(db_path, "SELECT content, actor_type FROM events"))
     assert sorted(stored.values()) == ["agent", "agent", "agent", "human", "human", "human"]
 
     def found(role):
-        hits = json.loads(cli("query", "oolong", "--role", role, "--top-k", "20",
-                              "--json").stdout)
+        hits = json.loads(cli("query", "oolong", "--role", role, "--top-k", "20", "--json").stdout)
         return sorted(h["text"] for h in hits)
 
     people = ["hooked oolong prompt", "imported oolong question", "typed oolong note"]
@@ -58,26 +70,35 @@ def test_schema_7_rewrites_the_chat_spelling_of_older_rows(tmp_path, cli, db_pat
     for role in ("user", "assistant", "tool"):
         cli("ingest", "-", input=json.dumps({"text": f"said by {role}", "role": role}))
     conn = apsw.Connection(str(db_path))  # back to schema 6, as an older memcli left it
-    trigger = conn.execute("SELECT sql FROM sqlite_schema WHERE name = 'events_no_update'"
-                           ).fetchall()[0][0]
+    trigger = conn.execute(
+        "SELECT sql FROM sqlite_schema WHERE name = 'events_no_update'"
+    ).fetchall()[0][0]
     conn.execute("DROP TRIGGER events_no_update")
     for table in ("events", "memories"):
-        conn.execute(f"UPDATE {table} SET actor_type = CASE content WHEN 'said by user' "
-                     "THEN 'user' WHEN 'said by assistant' THEN 'assistant' ELSE 'tool' END"
-                     if table == "memories" else
-                     f"UPDATE {table} SET actor_type = CASE json_extract(content, '$.text') "
-                     "WHEN 'said by user' THEN 'user' WHEN 'said by assistant' THEN "
-                     "'assistant' ELSE 'tool' END")
+        conn.execute(
+            f"UPDATE {table} SET actor_type = CASE content WHEN 'said by user' "
+            "THEN 'user' WHEN 'said by assistant' THEN 'assistant' ELSE 'tool' END"
+            if table == "memories"
+            else f"UPDATE {table} SET actor_type = CASE json_extract(content, '$.text') "
+            "WHEN 'said by user' THEN 'user' WHEN 'said by assistant' THEN "
+            "'assistant' ELSE 'tool' END"
+        )
     conn.execute(trigger)
     conn.execute("PRAGMA user_version = 6")
     conn.close()
     assert sorted(r[0] for r in rows(db_path, "SELECT actor_type FROM memories")) == [
-        "assistant", "tool", "user"]
+        "assistant",
+        "tool",
+        "user",
+    ]
     Database(db_path).close()  # migrates
     assert rows(db_path, "PRAGMA user_version") == [(LATEST,)]
     for table in ("events", "memories"):
         assert sorted(r[0] for r in rows(db_path, f"SELECT actor_type FROM {table}")) == [
-            "agent", "human", "tool"]
+            "agent",
+            "human",
+            "tool",
+        ]
     conn = apsw.Connection(str(db_path))
     with pytest.raises(apsw.ConstraintError, match="append-only"):  # the guard is back
         conn.execute("UPDATE events SET actor_type = 'x'")
@@ -92,16 +113,22 @@ def test_postgresql_schema_7_rewrites_the_chat_spelling(pg_db):
     with psycopg.connect(pg_db, autocommit=True) as conn:  # back to schema 6
         conn.execute("ALTER TABLE events DISABLE TRIGGER events_append_only")
         for table in ("events", "memories"):
-            conn.execute(f"UPDATE {table} SET actor_type = CASE actor_type WHEN 'human' "
-                         "THEN 'user' ELSE 'assistant' END")
+            conn.execute(
+                f"UPDATE {table} SET actor_type = CASE actor_type WHEN 'human' "
+                "THEN 'user' ELSE 'assistant' END"
+            )
         conn.execute("ALTER TABLE events ENABLE TRIGGER events_append_only")
         conn.execute("UPDATE meta SET value = '6' WHERE key = 'schema_version'")
     with Memory.open(pg_db, embedder=HashEmbedder(64)):
         pass  # migrates
     for table in ("events", "memories"):
         assert sorted(r[0] for r in rows(pg_db, f"SELECT actor_type FROM {table}")) == [
-            "agent", "human"]
-    with psycopg.connect(pg_db, autocommit=True) as conn, pytest.raises(
-            psycopg.errors.RaiseException, match="append-only"):
+            "agent",
+            "human",
+        ]
+    with (
+        psycopg.connect(pg_db, autocommit=True) as conn,
+        pytest.raises(psycopg.errors.RaiseException, match="append-only"),
+    ):
         conn.execute("UPDATE events SET actor_type = 'x'")
     assert "'user' THEN 'human'" in ROLE_REWRITE

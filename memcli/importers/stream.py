@@ -34,8 +34,10 @@ def _size(n: int) -> str:
 
 
 def too_large(what: str, limit: int) -> UsageError:
-    return UsageError(f"{what} is larger than {_size(limit)}, the most an import reads",
-                      "split the export, or check that PATH is the export file")
+    return UsageError(
+        f"{what} is larger than {_size(limit)}, the most an import reads",
+        "split the export, or check that PATH is the export file",
+    )
 
 
 class Limited(io.RawIOBase):
@@ -72,7 +74,7 @@ class Limited(io.RawIOBase):
             raise too_large(self.what, self.input_limit)
         if self.since_mark > self.item_limit:
             raise too_large(f"one item of {self.what}", self.item_limit)
-        buffer[:len(data)] = data
+        buffer[: len(data)] = data
         return len(data)
 
 
@@ -107,8 +109,9 @@ def open_limited(path: Path, what: str, item_limit: int | None = None) -> Limite
     try:
         raw = open(path, "rb")  # noqa: SIM115 - Limited.close closes it
     except OSError as exc:
-        raise UsageError(f"cannot read {path}: {exc.strerror}",
-                         "give an export file or `-`") from None
+        raise UsageError(
+            f"cannot read {path}: {exc.strerror}", "give an export file or `-`"
+        ) from None
     return Limited(raw, what, item_limit)
 
 
@@ -116,8 +119,10 @@ def lines(path: Path, what: str) -> Iterator[tuple[int, bytes | None]]:
     """(line number from 1, its bytes) of a text file, read a line at a time; a line longer
     than MAX_ITEM_BYTES comes as None (skipped unread to its end)."""
     # the line limit is kept here (a long line is skipped), the input's by the stream
-    with open_limited(path, what, MAX_INPUT_BYTES) as stream, \
-            io.BufferedReader(stream, CHUNK) as buffered:
+    with (
+        open_limited(path, what, MAX_INPUT_BYTES) as stream,
+        io.BufferedReader(stream, CHUNK) as buffered,
+    ):
         number = 0
         while True:
             line = buffered.readline(MAX_ITEM_BYTES + 1)
