@@ -20,6 +20,13 @@ shape: conversations of 8-40 turns, each a `mapping` tree whose kept branch ends
     python -m bench.importers          # 10,000 messages: 3 runs of the fast modes, 1 of the rest
     python -m bench.importers --messages 2000 --modes defer,hash-nosparse --runs 1
     python -m bench.importers --quick  # CI: 1,000 messages, the fast modes once, no file written
+    python -m bench.importers --messages 100000 --modes defer,hash-nosparse --runs 1 \
+        --out importers-100k --max-rss-mb 400   # the memory target: a 100,000-message export
+
+Each import's peak resident memory (its process's own, from wait4) is reported; with
+`--max-rss-mb`, a run above it fails the bench. An import reads its export as a stream and
+writes 250 turns at a time (memcli/importers/load.py), so memory does not grow with the
+export.
 
 Writes bench/results/importers.json and .md."""
 
@@ -92,17 +99,24 @@ def _env(embedder: str, config: str = "/nonexistent/memcli.yaml") -> dict[str, s
 def _run(argv: list[str], env: dict[str, str]) -> tuple[float, str, float]:
     """(wall seconds, stdout, CPU seconds of the child: the machine is shared, so wall time
     includes waiting for a core)."""
-    import resource
+    seconds, out, cpu, _ = _run_rss(argv, env)
+    return seconds, out, cpu
 
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    started = time.perf_counter()
-    proc = subprocess.run(argv, env=env, cwd=REPO_ROOT, capture_output=True, text=True)
-    seconds = time.perf_counter() - started
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+
+def _run_rss(argv: list[str], env: dict[str, str]) -> tuple[float, str, float, float]:
+    """`_run`, and the child's peak resident memory in MB (its own rusage, from wait4)."""
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        started = time.perf_counter()
+        proc = subprocess.Popen(argv, env=env, cwd=REPO_ROOT, stdout=out, stderr=err)
+        _, status, usage = os.wait4(proc.pid, 0)
+        seconds = time.perf_counter() - started
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        out.seek(0)
+        err.seek(0)
+        stdout, stderr = out.read().decode(), err.read().decode()
     if proc.returncode != 0:
-        raise SystemExit(f"{' '.join(argv[:4])} failed ({proc.returncode}): {proc.stderr[-600:]}")
-    cpu = after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime
-    return seconds, proc.stdout, cpu
+        raise SystemExit(f"{' '.join(argv[:4])} failed ({proc.returncode}): {stderr[-600:]}")
+    return seconds, stdout, usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024
 
 
 def measure(export: Path, mode: str, runs: int, work: Path) -> dict[str, Any]:
@@ -112,13 +126,15 @@ def measure(export: Path, mode: str, runs: int, work: Path) -> dict[str, Any]:
     config = work / "no-sparse.yaml"
     config.write_text(NO_SPARSE)
     env = _env(embedder, str(config)) if mode == "hash-nosparse" else _env(embedder)
-    times, cpus, report, found = [], [], {}, False
+    times, cpus, peaks, report, found = [], [], [], {}, False
     for run in range(1 if mode in SLOW else runs):
         db = work / f"{mode}-{run}.db"
-        seconds, out, cpu = _run([sys.executable, "-m", "memcli", "--db", str(db), "import",
-                                  "--from", "chatgpt", str(export), "--json", *flags], env)
+        seconds, out, cpu, peak = _run_rss([sys.executable, "-m", "memcli", "--db", str(db),
+                                            "import", "--from", "chatgpt", str(export),
+                                            "--json", *flags], env)
         times.append(seconds)
         cpus.append(cpu)
+        peaks.append(peak)
         report = json.loads(out)
         if run == 0:
             _, hits, _ = _run([sys.executable, "-m", "memcli", "--db", str(db), "query",
@@ -126,7 +142,7 @@ def measure(export: Path, mode: str, runs: int, work: Path) -> dict[str, Any]:
             found = any("zanzibar" in h["text"] for h in json.loads(hits))
     return {"mode": mode, "embedder": embedder, "flags": flags, "runs": times, "cpu": cpus,
             "median_s": statistics.median(times), "cpu_median_s": statistics.median(cpus),
-            "added": report.get("added"),
+            "peak_rss_mb": max(peaks), "added": report.get("added"),
             "conversations": report.get("conversations"), "query_finds_planted": found}
 
 
@@ -176,19 +192,37 @@ def write(results: dict[str, Any], name: str) -> None:
         "includes waiting for a core, the CPU time (user + system of the process) does not.",
         "",
         "| mode | embedder | runs | median wall | CPU | messages/s (wall) | x `python -c pass` "
-        "| query finds it |",
-        "|---|---|---|---|---|---|---|---|",
+        "| peak memory (RSS) | query finds it |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for row in results["modes"]:
         rate = (row["added"] or 0) / row["median_s"]
         lines.append(f"| {row['mode']} {' '.join(row['flags'])} | {row['embedder']} | "
                      f"{len(row['runs'])} | {row['median_s']:.2f} s | "
                      f"{row['cpu_median_s']:.2f} s | {rate:,.0f} | "
-                     f"{row['median_s'] / base:.0f}x | "
+                     f"{row['median_s'] / base:.0f}x | {_peak(row)} | "
                      f"{'yes' if row['query_finds_planted'] else 'no'} |")
     lines += ["", f"Regenerate: `{results['command']}` (bench/importers.py's docstring says "
                   "what each mode measures).", ""]
     (RESULTS / f"{name}.md").write_text("\n".join(lines))
+
+
+def _write_export(messages: int, path: Path) -> int:
+    """The export written by a process of its own, which returns its number of conversations.
+    This process stays small: a child's peak memory as the kernel reports it (ru_maxrss)
+    counts the pages it shared with its parent before exec, so a parent holding a 100,000-
+    message export would set every import's figure."""
+    code = ("import json, sys; from bench.importers import chatgpt_export; "
+            f"data = chatgpt_export({messages}); open(sys.argv[1], 'w').write(json.dumps(data)); "
+            "print(len(data))")
+    done = subprocess.run([sys.executable, "-c", code, str(path)], cwd=REPO_ROOT, check=True,
+                          capture_output=True, text=True, env=_env("hash"))
+    return int(done.stdout)
+
+
+def _peak(row: dict[str, Any]) -> str:
+    peak = row.get("peak_rss_mb")
+    return "-" if peak is None else f"{peak:.0f} MB"
 
 
 def main() -> None:
@@ -197,6 +231,8 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--modes", default="defer,hash-nosparse,hash,default")
     parser.add_argument("--out", default="importers", help="bench/results/OUT.json and .md")
+    parser.add_argument("--max-rss-mb", type=float, default=None,
+                        help="fail when an import's peak resident memory is above this")
     parser.add_argument("--quick", action="store_true",
                         help="1,000 messages, defer and hash-nosparse once; checks, writes nothing")
     args = parser.parse_args()
@@ -204,11 +240,10 @@ def main() -> None:
         args.messages, args.modes, args.runs = 1_000, "defer,hash-nosparse", 1
     with tempfile.TemporaryDirectory(prefix="memcli-import-bench-") as tmp:
         work = Path(tmp)
-        data = chatgpt_export(args.messages)
         export = work / "conversations.json"
-        export.write_text(json.dumps(data))
+        conversations = _write_export(args.messages, export)
         results: dict[str, Any] = {
-            "messages": args.messages, "conversations": len(data), "runs": args.runs,
+            "messages": args.messages, "conversations": conversations, "runs": args.runs,
             "export_bytes": export.stat().st_size, "python_pass_s": baseline(args.runs),
             "machine": f"{platform.machine()}, {os.cpu_count()} cores, "
                        f"Python {platform.python_version()}", "modes": [],
@@ -217,6 +252,9 @@ def main() -> None:
             row = measure(export, mode, args.runs, work)
             print(json.dumps(row), file=sys.stderr)
             results["modes"].append(row)
+            if args.max_rss_mb is not None and row.get("peak_rss_mb", 0) > args.max_rss_mb:
+                raise SystemExit(f"{mode}: peak memory {row['peak_rss_mb']:.0f} MB, above "
+                                 f"{args.max_rss_mb:.0f} MB")
             if row["added"] != args.messages or not row["query_finds_planted"]:
                 raise SystemExit(f"{mode}: added {row['added']} of {args.messages} messages, "
                                  f"planted message found: {row['query_finds_planted']}")

@@ -45,8 +45,8 @@ def test_claude_code_turns_tool_calls_and_results(cli, db_path):
     teashop = [e for e in events if e[5] == "teashop"]
     assert {e[4] for e in teashop} == {"5d2a9c1e-0b7f-4c2e-9a41-3f8e2d6b7c10"}
     assert [(e[2], e[3]) for e in teashop[:5]] == [
-        ("message", "user"), ("message", "assistant"), ("tool_call", "assistant"),
-        ("tool_result", "tool"), ("tool_call", "assistant")]
+        ("message", "human"), ("message", "agent"), ("tool_call", "agent"),
+        ("tool_result", "tool"), ("tool_call", "agent")]
     assert teashop[0][1] == "2025-09-01T10:00:05.000000Z"
     call, result = teashop[2][6], teashop[3][6]
     assert (call["name"], call["args"]) == ("Read", {
@@ -93,8 +93,8 @@ def test_codex_rollouts_new_and_old(cli, db_path):
     events = _events(db_path)
     new = [e for e in events if e[4] == CODEX_NEW]
     assert [(e[2], e[3]) for e in new] == [
-        ("message", "user"), ("tool_call", "assistant"), ("tool_result", "tool"),
-        ("tool_call", "assistant"), ("tool_result", "tool"), ("message", "assistant")]
+        ("message", "human"), ("tool_call", "agent"), ("tool_result", "tool"),
+        ("tool_call", "agent"), ("tool_result", "tool"), ("message", "agent")]
     assert new[0][6]["text"] == "why does the matcha checkout round prices wrong?"
     assert new[1][6]["args"] == {"command": ["rg", "round(", "src/checkout"]}
     assert new[2][6]["tool"] == "shell"

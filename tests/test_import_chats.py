@@ -86,7 +86,7 @@ def test_chatgpt_keeps_the_branch_chosen_and_its_text_turns(cli, db_path, tmp_pa
                          "and for puerh tea, which kettle?"]
     assert texts[3] == "[attachment: kettle.png]"  # the image part left out, its name kept
     assert texts[4].startswith("a gooseneck kettle") and len(texts) == 5
-    assert [e[2] for e in events] == ["user", "assistant", "user", "user", "assistant"]
+    assert [e[2] for e in events] == ["human", "agent", "human", "human", "agent"]
     assert [e[1] for e in events][:2] == ["2023-11-14T22:13:20.000000Z",
                                           "2023-11-14T22:13:30.500000Z"]
     assert {e[3:6] for e in events} == {("chatgpt:conv-gpt-1", "ann", "tea")}
@@ -107,8 +107,8 @@ def test_claude_turns_with_roles_times_and_session(cli, db_path, tmp_path):
     assert result.exit_code == 0, result.stderr
     events = _events(db_path)
     assert [(e[1], e[2], json.loads(e[6])["text"]) for e in events] == [
-        ("2024-03-01T09:00:01.000000Z", "user", "when do I plant tomatoes?"),
-        ("2024-03-01T09:00:03.000000Z", "assistant", "after the last frost, in may"),
+        ("2024-03-01T09:00:01.000000Z", "human", "when do I plant tomatoes?"),
+        ("2024-03-01T09:00:03.000000Z", "agent", "after the last frost, in may"),
     ]
     assert {e[3] for e in events} == {"claude:conv-claude-1"}
 
@@ -139,7 +139,7 @@ def test_a_query_finds_imported_turns_and_a_secret_is_redacted(cli, db_path, tmp
 
 @pytest.mark.parametrize("body, says", [
     (b"not json at all", "not JSON"),
-    (b'{"title": "x"}', "the file is not a list"),
+    (b'{"title": "x"}', "mapping is not an object"),  # one conversation, as exporters save it
     (b'[{"title": "x", "mapping": []}]', "mapping is not an object"),
     (b'[{"id": "c", "mapping": {}, "current_node": "gone"}]', "lacks"),
     (b'["\xff\xfe tea"]', "not UTF-8"),

@@ -115,7 +115,7 @@ def test_importing_twice_adds_nothing_and_a_query_finds_it(cli, db_path, fmt, pa
 
 @pytest.mark.parametrize("body, says", [
     (b'{"memories": "none"}', "the memories is not a list"),
-    (b'{"count": 0}', "neither a list nor `results`"),
+    (b'{"count": 0}', "neither a list nor 'results'"),
     (b'[{"memory": "no id"}]', "memory 1 has no id"),
 ])
 def test_a_bad_mem0_file_is_one_line_exit_2(cli, tmp_path, body, says):

@@ -108,7 +108,8 @@ def test_shorthand_text_and_role(cli, db_path):
     result = ingest(cli, [{"text": "short form", "role": "assistant", "session_id": "s1"}])
     assert result.exit_code == 0, result.stderr
     content, actor = rows(db_path, "SELECT content, actor_type FROM events")[0]
-    assert json.loads(content) == {"text": "short form"} and actor == "assistant"
+    # one role vocabulary (memcli.core.roles): the chat spelling is stored as the PRD's word
+    assert json.loads(content) == {"text": "short form"} and actor == "agent"
 
 
 def test_scope_flags_fill_missing_fields_only(cli, db_path):

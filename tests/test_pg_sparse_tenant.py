@@ -78,7 +78,7 @@ def test_schema_5_comes_over_with_each_vectors_tenant(pg_db):
     df_before = sorted(_raw(pg_db, "SELECT term_id, df FROM sparse_df"))
     db = connect(pg_db)  # migrates
     try:
-        assert db.get_meta("schema_version") == str(LATEST) == "6"
+        assert db.get_meta("schema_version") == str(LATEST) == "8"
         assert dict(db.execute("SELECT memory_id, tenant_id FROM memory_sparse")) == tenant
         assert db.scalar("SELECT to_regclass('memory_sparse_terms') IS NULL")  # replaced
         assert db.scalar("SELECT pg_get_indexdef(?::regclass)", (INDEX,)).endswith(

@@ -63,21 +63,38 @@ def export_cmd(given: Given, db: DbOpt = None, fmt: FormatOpt = None,
 def _chat_import(req: Any, path: str | None, db: str | None, settings: Any) -> dict:
     """`--from FORMAT`: another tool's history, its turns written as events."""
     from memcli.errors import UsageError
-    from memcli.importers.load import load, read_source
+    from memcli.importers.load import load, open_source
 
     if req.all_tenants:
         raise UsageError("--all-tenants does not apply to --from", "give --tenant-id or none")
-    # a bad file: refused before the database opens
-    turns, notes = read_source(req.from_format, path, sys.stdin.buffer.read, req.project)
     scope = {"tenant_id": req.tenant_id or settings.tenant, "user_id": req.user_id,
              "app_id": req.app_id}
-    with (open_memory(db, with_embedder=not req.defer_embed, settings=settings) as memory,
-          progress_bar() as progress):
-        report = load(memory, req.from_format, turns, scope, defer_embed=req.defer_embed,
-                      progress=progress, notes=notes)
+    # the whole input is checked first: a bad file is refused before the database opens
+    with open_source(req.from_format, path, sys.stdin.buffer.read, req.project) as source, \
+            open_memory(db, with_embedder=not req.defer_embed, settings=settings) as memory, \
+            progress_bar() as progress:
+        report = load(memory, source, scope, defer_embed=req.defer_embed, progress=progress)
     for note in report["notes"]:
         warn(note)
     return report
+
+
+def _check_header(path: Path) -> None:
+    """The file's first line, read alone (at most 1 MiB), is a memcli export header; else a
+    one-line FormatError (exit 2) before the rest is read."""
+    from memcli.portable.file_format import parse_header
+
+    with open(path, "rb") as handle:
+        first = handle.readline(HEADER_BYTES + 1)
+    if len(first) > HEADER_BYTES:
+        from memcli.portable.file_format import FormatError
+
+        raise FormatError(1, "not a memcli export header (the first line is longer than 1 MiB)")
+    if first.strip():  # an empty file: parse() says so
+        parse_header(first.decode("utf-8-sig", errors="replace"))
+
+
+HEADER_BYTES = 1 << 20
 
 
 @request_options(f"{MODELS}:ImportRequest", short={"from_format": "--from"})
@@ -116,6 +133,7 @@ def import_cmd(
             text = read_stdin()
         else:
             try:
+                _check_header(Path(path))  # junk or an endless input: refused at once
                 text = Path(path).read_bytes().decode("utf-8", errors="surrogateescape")
             except OSError as exc:
                 raise UsageError(f"cannot read {path}: {exc.strerror}",

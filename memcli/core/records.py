@@ -19,6 +19,8 @@ from pydantic import (
 )
 from typing_extensions import TypedDict
 
+from memcli.core.roles import canonical_role
+
 Channel = Literal["private", "public", "team", "agent"]
 EventKind = Literal["message", "tool_call", "tool_result", "decision", "task_update", "artifact"]
 # The kind of the events memcli's own writes record (remember, correct, decision add, task
@@ -83,6 +85,11 @@ class Actor(BaseModel):
     model_config = ConfigDict(extra="forbid", defer_build=True)
     type: str = Field(default="human", description="human, agent, tool or system (default human).")
     id: str | None = Field(default=None, description="The actor's own id, e.g. a user name.")
+
+    @field_validator("type")
+    @classmethod
+    def _one_vocabulary(cls, value: str) -> str:
+        return canonical_role(value)
 
 
 # A positive ledger id: strict, so `true` is not the decision 1.

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from memcli.importers.files import find, text
-from memcli.importers.turns import Turn
+from memcli.importers.turns import HUMAN, Notes, Turn, bad
 
 FMT = "basic-memory"
 OBSERVATION = re.compile(r"^\s*[-*]\s+\[([^\]\[]+)\]\s+(.+?)\s*$")
@@ -28,23 +28,28 @@ HASHTAG = re.compile(r"(?:^|\s)#([\w/-]+)")
 HEADINGS = re.compile(r"^#{1,6}\s+(observations|relations)\s*$", re.IGNORECASE)
 
 
-def read(path: Path, notes: list[str]) -> Iterator[Turn]:
+def read(path: Path, notes: Notes) -> Iterator[Turn]:
+    if path.is_file() and path.suffix.lower() not in (".md", ".markdown"):
+        raise bad(FMT, f"{path.name} is not a Markdown note")
     root = path if path.is_dir() else path.parent
-    for file in find(path, "*.md", FMT):
+    for file in find(path, "*.md", FMT, notes):
         if any(part.startswith(".") for part in file.relative_to(root).parts):
             continue  # .obsidian, .git and the like
         yield from _note(file, root, notes)
 
 
-def _note(file: Path, root: Path, notes: list[str]) -> Iterator[Turn]:
-    front, body = _frontmatter(text(file, FMT, notes), file, notes)
+def _note(file: Path, root: Path, notes: Notes) -> Iterator[Turn]:
+    whole = text(file, FMT, notes)
+    if whole is None:
+        return
+    front, body = _frontmatter(whole, file, notes)
     title = _string(front.get("title")) or _heading(body) or file.stem
     permalink = _string(front.get("permalink")) or _permalink(file.relative_to(root))
     given = front.get("tags")
     tags = given if isinstance(given, list) else []
     ts = datetime.fromtimestamp(file.stat().st_mtime, UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
     base: dict[str, Any] = {"conversation_id": permalink, "ts": ts, "title": title,
-                            "role": "user"}
+                            "role": HUMAN}
     note_tags = tuple(f"tag:{t}" for t in tags if isinstance(t, str | int))
     prose: list[str] = []
     for line in body.split("\n"):
@@ -71,7 +76,7 @@ def _note(file: Path, root: Path, notes: list[str]) -> Iterator[Turn]:
                    extra={"note_type": _string(front.get("type")) or "note"}, **base)
 
 
-def _frontmatter(whole: str, file: Path, notes: list[str]) -> tuple[dict[str, Any], str]:
+def _frontmatter(whole: str, file: Path, notes: Notes) -> tuple[dict[str, Any], str]:
     if not whole.startswith("---"):
         return {}, whole
     end = re.search(r"^---\s*$", whole[3:], re.MULTILINE)

@@ -1,8 +1,15 @@
-"""A ChatGPT data export's conversations.json: a list of conversations, each a tree of
-messages (`mapping`) whose kept branch ends at `current_node`. Edited or regenerated
-messages are siblings on other branches: only the kept one is imported. A conversation
-without `current_node` (older exports, some shared ones) keeps its newest leaf's branch, and
-a note says so."""
+"""A ChatGPT data export's conversations.json: a list of conversations (or one conversation,
+as browser exporters save it), each a tree of messages (`mapping`) whose kept branch ends at
+`current_node`. Edited or regenerated messages are siblings on other branches: only the kept
+one is imported. A conversation without `current_node` (older exports, some shared ones)
+keeps its newest leaf's branch, and a note says so.
+
+On that branch, a message's `recipient` says whom it was for. To `all`: a chat turn. To a tool
+(`python`, `canmore.create_textdoc`, `file_search.msearch`, `web.run`, ...): a `tool_call`
+event, the tool's name and its input (a code cell's code, a canvas's JSON); an `author.role`
+`tool` message is a `tool_result` (a code cell's output, a search's answer), tied to the call
+before it. Reasoning (`thoughts`, `reasoning_recap`), system and hidden context messages and
+empty turns are left out, each counted in the report by kind."""
 
 from __future__ import annotations
 
@@ -11,27 +18,31 @@ import json
 from collections.abc import Iterator
 from typing import Any
 
-from memcli.importers.turns import Turn, as_dict, as_list, bad, epoch_ts, ident
+from memcli.importers.turns import AGENT, HUMAN, TOOL, Notes, Turn, as_dict, bad, epoch_ts, ident
 
 FMT = "chatgpt"
-ROLES = {"user": "user", "assistant": "assistant"}  # system and tool turns are left out
+ITEM = "conversation"
+TEXT_TYPES = ("text", "multimodal_text", None)
+CODE_TYPES = ("code", "execution_output", "system_error", "tether_quote",
+              "tether_browsing_display", "computer_output")
+REASONING = ("thoughts", "reasoning_recap")
 
 
-def turns(data: Any, notes: list[str]) -> Iterator[Turn]:
-    for n, conv in enumerate(as_list(data, FMT, "the file"), 1):
-        conv = as_dict(conv, FMT, f"conversation {n}")
-        conv_id = _conversation_id(conv, n)
-        title = conv.get("title") if isinstance(conv.get("title"), str) else None
-        mapping = as_dict(conv.get("mapping"), FMT, f"conversation {n}'s mapping")
-        current = conv.get("current_node")
-        if current is None and mapping:
-            current = _newest_leaf(mapping)
-            notes.append(f"conversation {n} ({title or conv_id}) names no current_node: "
-                         "imported the branch of its newest message")
-        for node in _kept_branch(mapping, current, n):
-            turn = _turn(node, conv_id, title, n)
-            if turn is not None:
-                yield turn
+def item_turns(conv: Any, n: int, notes: Notes) -> Iterator[Turn]:
+    conv = as_dict(conv, FMT, f"conversation {n}")
+    conv_id = _conversation_id(conv, n)
+    title = conv.get("title") if isinstance(conv.get("title"), str) else None
+    mapping = as_dict(conv.get("mapping"), FMT, f"conversation {n}'s mapping")
+    current = conv.get("current_node")
+    if current is None and mapping:
+        current = _newest_leaf(mapping)
+        notes.append(f"conversation {n} ({title or conv_id}) names no current_node: "
+                     "imported the branch of its newest message")
+    calls: dict[str, str] = {}  # tool name -> the id of its latest call, for its result
+    for node in _kept_branch(mapping, current, n):
+        turn = _turn(node, conv_id, title, n, notes, calls)
+        if turn is not None:
+            yield turn
 
 
 def _conversation_id(conv: dict[str, Any], n: int) -> str:
@@ -79,30 +90,86 @@ def _kept_branch(mapping: dict[str, Any], current: Any, n: int) -> list[dict[str
     return branch[::-1]
 
 
-def _turn(node: dict[str, Any], conv_id: str, title: str | None, n: int) -> Turn | None:
+def _turn(node: dict[str, Any], conv_id: str, title: str | None, n: int, notes: Notes,
+          calls: dict[str, str]) -> Turn | None:
     message = node.get("message")
     if message is None:
-        return None
+        return None  # the tree's root: no message at all
     where = f"conversation {n}'s message"
     message = as_dict(message, FMT, where)
-    role = as_dict(message.get("author") or {}, FMT, f"{where} author").get("role")
+    author = as_dict(message.get("author") or {}, FMT, f"{where} author")
+    role = author.get("role")
     given = message.get("metadata")
     metadata = given if isinstance(given, dict) else {}
-    if role not in ROLES or metadata.get("is_visually_hidden_from_conversation"):
-        return None
-    text = _text(as_dict(message.get("content") or {}, FMT, f"{where} content"), metadata)
-    if not text.strip():
-        return None
+    content = as_dict(message.get("content") or {}, FMT, f"{where} content")
+    kind = content.get("content_type")
+    given_to = message.get("recipient")
+    recipient = given_to if isinstance(given_to, str) and given_to not in ("all", "") else None
+    to_tool = recipient is not None
+    hidden = metadata.get("is_visually_hidden_from_conversation") and not to_tool
+    if role == "system" or (hidden and role != TOOL):
+        return _skip(notes, "system or hidden")
+    if kind in REASONING:
+        return _skip(notes, "reasoning")
+    if kind in ("user_editable_context", "model_editable_context"):
+        return _skip(notes, "custom instructions or memory context")
     msg_id = ident(message.get("id") or node.get("id"), FMT, where)
-    return Turn(conv_id, msg_id, ROLES[role], text, epoch_ts(message.get("create_time"), FMT,
-                                                             where), title)
+    base: dict[str, Any] = {"conversation_id": conv_id, "message_id": msg_id, "title": title,
+                            "ts": epoch_ts(message.get("create_time"), FMT, where)}
+    text = _text(content, metadata)
+    if role == "assistant" and recipient is not None:
+        return _call(recipient, text, content, msg_id, base, notes, calls)
+    if role == TOOL:
+        return _result(author, text, content, base, notes, calls)
+    if role not in ("user", "assistant"):
+        return _skip(notes, f"{role or 'no'} author")
+    if not text.strip():
+        return _skip(notes, "empty")
+    return Turn(role=HUMAN if role == "user" else AGENT, text=text, **base)
+
+
+def _call(recipient: str, text: str, content: dict[str, Any], msg_id: str,
+          base: dict[str, Any], notes: Notes, calls: dict[str, str]) -> Turn | None:
+    """A message to a tool: its input as the call's arguments (JSON when it is JSON)."""
+    if not text.strip():
+        return _skip(notes, "empty tool call")
+    try:
+        args: Any = json.loads(text)
+    except ValueError:
+        args = text
+    calls[recipient] = msg_id
+    extra: dict[str, Any] = {"name": recipient, "args": args, "call_id": msg_id}
+    if isinstance(content.get("language"), str):
+        extra["language"] = content["language"]
+    return Turn(role=AGENT, kind="tool_call", extra=extra,
+                text=f"{recipient}({json.dumps(args, ensure_ascii=False)})", **base)
+
+
+def _result(author: dict[str, Any], text: str, content: dict[str, Any], base: dict[str, Any],
+            notes: Notes, calls: dict[str, str]) -> Turn | None:
+    """A tool's message: its output, tied to the latest call of that tool."""
+    name = author.get("name") if isinstance(author.get("name"), str) else None
+    if not text.strip():
+        return _skip(notes, "empty tool result")
+    call_id = calls.get(name or "") or next(reversed(calls.values()), None)
+    extra: dict[str, Any] = {"output": text, "tool": name, "call_id": call_id}
+    if content.get("content_type") == "system_error":
+        extra["is_error"] = True
+    return Turn(role=TOOL, kind="tool_result", text=text, extra=extra, **base)
+
+
+def _skip(notes: Notes, reason: str) -> Turn | None:
+    """Nothing, counted under `reason` in the report's `left_out`."""
+    notes.skip(reason)
+    return None
 
 
 def _text(content: dict[str, Any], metadata: dict[str, Any]) -> str:
-    """The text parts, joined; other parts (images, files) are named when the export gives a
-    name, else left out."""
+    """The text parts, joined (a code cell: its code; an output: its text); other parts
+    (images, files) are named when the export gives a name, else left out."""
     pieces: list[str] = []
-    if content.get("content_type") in ("text", "multimodal_text", None):
+    kind = content.get("content_type")
+    if kind in TEXT_TYPES:
         for part in content.get("parts") or []:
             if isinstance(part, str):
                 pieces.append(part)
@@ -110,6 +177,11 @@ def _text(content: dict[str, Any], metadata: dict[str, Any]) -> str:
                 pieces.append(part["text"])
             elif isinstance(part, dict) and isinstance(part.get("name"), str):
                 pieces.append(f"[attachment: {part['name']}]")
+    elif kind in CODE_TYPES or isinstance(content.get("text"), str):
+        for key in ("text", "result", "name"):
+            if isinstance(content.get(key), str):
+                pieces.append(content[key])
+                break
     for item in metadata.get("attachments") or []:
         if isinstance(item, dict) and isinstance(item.get("name"), str):
             pieces.append(f"[attachment: {item['name']}]")

@@ -6,27 +6,28 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from memcli.importers.turns import Turn, as_dict, as_list, ident, iso_ts
+from memcli.importers.turns import AGENT, HUMAN, Notes, Turn, as_dict, as_list, ident, iso_ts
 
 FMT = "claude"
-ROLES = {"human": "user", "assistant": "assistant"}
+ITEM = "conversation"
+ROLES = {"human": HUMAN, "assistant": AGENT}
 
 
-def turns(data: Any, notes: list[str]) -> Iterator[Turn]:
-    for n, conv in enumerate(as_list(data, FMT, "the file"), 1):
-        conv = as_dict(conv, FMT, f"conversation {n}")
-        conv_id = ident(conv.get("uuid"), FMT, f"conversation {n}")
-        title = conv.get("name") if isinstance(conv.get("name"), str) else None
-        messages = as_list(conv.get("chat_messages") or [], FMT, f"conversation {n}'s messages")
-        for m, message in enumerate(messages, 1):
-            where = f"conversation {n}'s message {m}"
-            message = as_dict(message, FMT, where)
-            role = ROLES.get(str(message.get("sender")))
-            text = _text(message)
-            if role is None or not text.strip():
-                continue
-            yield Turn(conv_id, ident(message.get("uuid"), FMT, where), role, text,
-                       iso_ts(message.get("created_at"), FMT, where), title)
+def item_turns(conv: Any, n: int, notes: Notes) -> Iterator[Turn]:
+    conv = as_dict(conv, FMT, f"conversation {n}")
+    conv_id = ident(conv.get("uuid"), FMT, f"conversation {n}")
+    title = conv.get("name") if isinstance(conv.get("name"), str) else None
+    messages = as_list(conv.get("chat_messages") or [], FMT, f"conversation {n}'s messages")
+    for m, message in enumerate(messages, 1):
+        where = f"conversation {n}'s message {m}"
+        message = as_dict(message, FMT, where)
+        role = ROLES.get(str(message.get("sender")))
+        text = _text(message)
+        if role is None or not text.strip():
+            notes.skip("empty" if role else f"{message.get('sender')} sender")
+            continue
+        yield Turn(conv_id, ident(message.get("uuid"), FMT, where), role, text,
+                   iso_ts(message.get("created_at"), FMT, where), title)
 
 
 def _text(message: dict[str, Any]) -> str:

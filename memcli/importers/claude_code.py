@@ -16,51 +16,100 @@ from pathlib import Path
 from typing import Any
 
 from memcli.importers.files import find, json_lines, text_of
-from memcli.importers.turns import Turn, agent_event_id, loose_ts
+from memcli.importers.turns import Notes, Turn, agent_event_id, bad, loose_ts
 
 FMT = "claude-code"
 PROJECTS = True  # turns name their project: --project selects, and it is their app
 DEFAULT_PATH = "~/.claude/projects"
+LINE_KEYS = {"uuid", "sessionId", "message", "summary", "leafUuid", "messageId"}
 NOISE = ("<command-name>", "<command-message>", "<local-command-", "<command-args>")
 
 
-def read(path: Path, notes: list[str]) -> Iterator[Turn]:
+def read(path: Path, notes: Notes) -> Iterator[Turn]:
     seen: set[str] = set()  # a resumed session's file starts with copies of the earlier lines
-    for file in find(path, "*.jsonl", FMT):
-        yield from _file_turns(file, notes, seen)
+    files = find(path, "*.jsonl", FMT, notes)
+    if not files:
+        raise bad(FMT, f"no .jsonl transcripts under {path}")
+    known = 0
+    for file in files:
+        counts = {"lines": 0}
+        yield from _file_turns(file, notes, seen, counts)
+        known += counts["lines"]
+        if not counts["lines"]:
+            notes.append(f"{file.name}: no Claude Code transcript line: left out")
+            notes.skip("file of another format")
+    if not known:
+        raise bad(FMT, f"{path} holds no line of a Claude Code transcript "
+                       "(objects with type, uuid, sessionId and message)")
 
 
-def _file_turns(file: Path, notes: list[str], seen: set[str]) -> Iterator[Turn]:
-    lines = [entry for _, entry in json_lines(file, FMT, notes)]
-    title = next((e["summary"] for e in lines if e.get("type") == "summary"
-                  and isinstance(e.get("summary"), str)), None)
+def _file_turns(file: Path, notes: Notes, seen: set[str], counts: dict[str, int],
+                ) -> Iterator[Turn]:
+    title: str | None = None
+    session = file.stem  # Claude Code names a transcript after its session
+    joined = 0  # lines without a sessionId, given the file's
     tools: dict[str, str] = {}  # tool_use id -> tool name, for the results
-    for entry in lines:
-        if entry.get("type") not in ("user", "assistant") or entry.get("isMeta") \
-                or entry.get("isSidechain") or not isinstance(entry.get("message"), dict):
+    for _, entry in json_lines(file, FMT, notes):
+        kind = entry.get("type")
+        if not isinstance(kind, str) or not (LINE_KEYS & entry.keys()):
+            continue  # not a transcript line: counted for the file as a whole
+        counts["lines"] += 1
+        if kind == "summary" and isinstance(entry.get("summary"), str):
+            title = title or entry["summary"]
+            notes.skip("summary (the title)")
             continue
-        uuid = entry.get("uuid")
-        if not isinstance(uuid, str) or not uuid or uuid in seen:
+        if kind not in ("user", "assistant"):
+            notes.skip(f"{kind} line")  # file-history-snapshot, system, progress, ...
             continue
+        reason = _left_out(entry)
+        if reason is not None:
+            notes.skip(reason)
+            continue
+        uuid = entry["uuid"]
+        if uuid in seen:
+            continue  # a copy of a line already read (a resumed session)
         seen.add(uuid)
         given, where = entry.get("sessionId"), entry.get("cwd")
-        session = given if isinstance(given, str) and given else file.stem
+        if isinstance(given, str) and given:
+            session = given
+        else:
+            joined += 1
         cwd = where if isinstance(where, str) else ""
         base: dict[str, Any] = {"conversation_id": session, "ts": loose_ts(entry.get("timestamp")),
                 "title": title, "session_id": session,
                 "project": tuple(p for p in (Path(cwd).name, cwd, file.parent.name) if p)}
         message = entry["message"]
-        role = message.get("role") or entry["type"]
+        role = message.get("role") or kind
         text = text_of(message.get("content")).strip()
-        if role in ("user", "assistant") and text and not text.startswith(NOISE):
+        blocks = message.get("content") if isinstance(message.get("content"), list) else []
+        if text.startswith(NOISE):
+            notes.skip("slash-command echo")
+        elif role in ("user", "assistant") and text:
             yield Turn(message_id=uuid, role=role, text=text,
                        event_id=agent_event_id(session, uuid), **base)
-        blocks = message.get("content") if isinstance(message.get("content"), list) else []
         for block in blocks:
             if isinstance(block, dict):
                 turn = _tool_turn(block, uuid, tools, base)
                 if turn is not None:
                     yield turn
+                elif block.get("type") in ("thinking", "redacted_thinking"):
+                    notes.skip("thinking")
+    if joined:
+        notes.append(f"{file.name}: {joined} line(s) without a sessionId joined the file's "
+                     f"session ({session})")
+
+
+def _left_out(entry: dict[str, Any]) -> str | None:
+    """Why a user or assistant line is not imported, or None."""
+    if entry.get("isMeta"):
+        return "notice Claude Code wrote (isMeta)"
+    if entry.get("isSidechain"):
+        return "subagent (sidechain) line"
+    if not isinstance(entry.get("message"), dict):
+        return "line without a message"
+    if not isinstance(entry.get("uuid"), str) or not entry["uuid"]:
+        return "line without a uuid"
+    return None
 
 
 def _tool_turn(block: dict[str, Any], uuid: str, tools: dict[str, str],

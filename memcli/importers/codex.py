@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from memcli.importers.files import find, json_lines, text_of
-from memcli.importers.turns import Turn, agent_event_id, loose_ts
+from memcli.importers.turns import Notes, Turn, agent_event_id, bad, loose_ts
 
 FMT = "codex"
 PROJECTS = True  # turns name their project: --project selects, and it is their app
@@ -32,12 +32,24 @@ OUTPUTS = {"function_call_output", "custom_tool_call_output", "local_shell_call_
 FILE_ID = re.compile(r"([0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})\.jsonl$")
 
 
-def read(path: Path, notes: list[str]) -> Iterator[Turn]:
-    for file in find(path, "rollout-*.jsonl", FMT):
-        yield from _file_turns(file, notes)
+def read(path: Path, notes: Notes) -> Iterator[Turn]:
+    files = find(path, "rollout-*.jsonl", FMT, notes)
+    if not files:
+        raise bad(FMT, f"no rollout-*.jsonl sessions under {path}")
+    known = 0
+    for file in files:
+        counts = {"lines": 0}
+        yield from _file_turns(file, notes, counts)
+        known += counts["lines"]
+        if not counts["lines"]:
+            notes.append(f"{file.name}: no Codex rollout line: left out")
+            notes.skip("file of another format")
+    if not known:
+        raise bad(FMT, f"{path} holds no line of a Codex rollout "
+                       "(session_meta, response_item, or an older rollout's items)")
 
 
-def _file_turns(file: Path, notes: list[str]) -> Iterator[Turn]:
+def _file_turns(file: Path, notes: Notes, counts: dict[str, int]) -> Iterator[Turn]:
     found = FILE_ID.search(file.name)
     session, cwd, started = (found.group(1) if found else file.stem), "", None
     tools: dict[str, str] = {}  # call_id -> tool name, for the outputs
@@ -45,29 +57,43 @@ def _file_turns(file: Path, notes: list[str]) -> Iterator[Turn]:
         kind, item = entry.get("type"), entry.get("payload")
         if kind == "session_meta" and isinstance(item, dict) or (number == 1 and "id" in entry
                                                                  and "payload" not in entry):
+            counts["lines"] += 1
             meta = item if isinstance(item, dict) else entry
             session = str(meta.get("id") or session)
             where = meta.get("cwd")
             cwd = where if isinstance(where, str) else cwd
             started = loose_ts(meta.get("timestamp")) or started
             continue
+        if "record_type" in entry and "type" not in entry:
+            counts["lines"] += 1  # an older rollout's state marker
+            continue
+        if kind in ("event_msg", "turn_context", "compacted"):
+            counts["lines"] += 1
+            notes.skip(f"{kind} line")  # the turns again for the screen, or settings
+            continue
         if kind != "response_item":
             item = entry if "payload" not in entry else None  # an older rollout's bare item
-        if not isinstance(item, dict):
+        if not isinstance(item, dict) or not isinstance(item.get("type"), str):
             continue
+        counts["lines"] += 1
         base: dict[str, Any] = {"conversation_id": session, "message_id": str(number - 1),
                 "ts": loose_ts(entry.get("timestamp")) or started, "session_id": session,
                 "project": tuple(p for p in (Path(cwd).name, cwd) if p)}
-        turn = _turn(item, tools, base)
+        turn = _turn(item, tools, base, notes)
         if turn is not None:
             yield turn
 
 
-def _turn(item: dict[str, Any], tools: dict[str, str], base: dict[str, Any]) -> Turn | None:
+def _turn(item: dict[str, Any], tools: dict[str, str], base: dict[str, Any],
+          notes: Notes) -> Turn | None:
     kind = item.get("type")
     if kind == "message":
         role, text = item.get("role"), text_of(item.get("content")).strip()
-        if role not in ("user", "assistant") or not text or text.startswith(CONTEXT):
+        if role not in ("user", "assistant"):
+            notes.skip(f"{role} message")
+            return None
+        if not text or text.startswith(CONTEXT):
+            notes.skip("empty" if not text else "context Codex sends")
             return None
         # as the hooks key a Codex turn: its line's position (from 0) and its text
         key = f"{base['message_id']}:{text_of(item.get('content'), images=False).strip()}"
@@ -90,6 +116,7 @@ def _turn(item: dict[str, Any], tools: dict[str, str], base: dict[str, Any]) -> 
             extra["tool"] = tools[call_id]
         return Turn(role="tool", kind="tool_result", text=output or "(no output)",
                     extra=extra, **base)
+    notes.skip(str(kind))  # reasoning, ghost_snapshot, ...
     return None
 
 

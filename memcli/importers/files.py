@@ -5,30 +5,56 @@ so its last line may be cut, and a note may hold bytes of another encoding."""
 
 from __future__ import annotations
 
+import fnmatch
 import json
+import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from memcli.importers.turns import bad
+from memcli.importers import stream as limits
+from memcli.importers.turns import Notes, bad
 
 
-def find(path: Path, pattern: str, fmt: str) -> list[Path]:
+def find(path: Path, pattern: str, fmt: str, notes: Notes) -> list[Path]:
     """PATH itself when it is a file, else the files under it matching `pattern`, in name
-    order (the order of their conversations does not matter: events carry their times)."""
+    order (the order of their conversations does not matter: events carry their times).
+    Links are not followed out of PATH: a linked folder is not entered, a linked file whose
+    target lies outside PATH is left out, and a note counts them."""
     if path.is_file():
         return [path]
     if not path.is_dir():
         raise bad(fmt, f"{path} is neither a file nor a folder")
-    return sorted(p for p in path.rglob(pattern) if p.is_file())
+    root, found, outside = path.resolve(), [], 0
+    for folder, dirs, files in os.walk(path, followlinks=False):
+        outside += sum(1 for d in dirs if (Path(folder) / d).is_symlink()
+                       and not (Path(folder) / d).resolve().is_relative_to(root))
+        for name in files:
+            file = Path(folder) / name
+            if not fnmatch.fnmatchcase(name, pattern):
+                continue
+            if file.is_symlink() and not file.resolve().is_relative_to(root):
+                outside += 1
+            elif file.is_file():
+                found.append(file)
+    if outside:
+        notes.append(f"{outside} link(s) out of {path} not followed")
+        notes.skip("link out of the folder", outside)
+    return sorted(found)
 
 
-def text(path: Path, fmt: str, notes: list[str]) -> str:
-    """A file's text; bytes that are not UTF-8 become U+FFFD, and a note says where."""
+def text(path: Path, fmt: str, notes: Notes) -> str | None:
+    """A file's text; bytes that are not UTF-8 become U+FFFD, and a note says where. A file
+    past MAX_ITEM_BYTES is left out (None), with a note."""
     try:
-        raw = path.read_bytes()
+        size = path.stat().st_size
+        raw = path.read_bytes() if size <= limits.MAX_ITEM_BYTES else None
     except OSError as exc:
         raise bad(fmt, f"cannot read {path}: {exc.strerror}") from None
+    if raw is None:
+        notes.append(f"{path.name}: larger than {limits.MAX_ITEM_BYTES >> 20} MiB: left out")
+        notes.skip("file too large")
+        return None
     try:
         return raw.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
@@ -37,14 +63,24 @@ def text(path: Path, fmt: str, notes: list[str]) -> str:
         return raw.decode("utf-8-sig", errors="replace")
 
 
-def json_lines(path: Path, fmt: str, notes: list[str]) -> Iterator[tuple[int, dict[str, Any]]]:
-    """(line number from 1, object) for each line that holds a JSON object; the others are
-    counted in one note per file."""
-    skipped = 0
-    # split on newlines only: a JSON string may hold U+2028 unescaped, which splitlines cuts
-    for number, line in enumerate(text(path, fmt, notes).split("\n"), 1):
-        if not line.strip():
+def json_lines(path: Path, fmt: str, notes: Notes) -> Iterator[tuple[int, dict[str, Any]]]:
+    """(line number from 1, object) for each line that holds a JSON object, read a line at a
+    time; the others are counted in one note per file (a transcript is written while its
+    agent runs: its last line may be cut)."""
+    skipped = long = 0
+    not_utf8: int | None = None  # the first line holding bytes that are not UTF-8
+    # lines end at "\n" only: a JSON string may hold U+2028 unescaped
+    for number, raw in limits.lines(path, f"{path.name}"):
+        if raw is None:
+            long += 1
             continue
+        if not raw.strip():
+            continue
+        try:
+            line = raw.decode("utf-8-sig")
+        except UnicodeDecodeError:
+            not_utf8 = not_utf8 or number
+            line = raw.decode("utf-8-sig", errors="replace")
         try:
             value = json.loads(line)
         except (ValueError, RecursionError):
@@ -53,8 +89,16 @@ def json_lines(path: Path, fmt: str, notes: list[str]) -> Iterator[tuple[int, di
             yield number, value
         else:
             skipped += 1
+    if not_utf8:
+        notes.append(f"{path.name}: bytes that are not UTF-8 (first on line {not_utf8}) "
+                     "were replaced by U+FFFD")
     if skipped:
         notes.append(f"{path.name}: {skipped} line(s) not a JSON object were left out")
+        notes.skip("line not a JSON object", skipped)
+    if long:
+        notes.append(f"{path.name}: {long} line(s) longer than {limits.MAX_ITEM_BYTES >> 20} MiB "
+                     "were left out")
+        notes.skip("line too long", long)
 
 
 def text_of(content: Any, images: bool = True) -> str:

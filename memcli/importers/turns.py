@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from memcli.core.roles import canonical_role
 from memcli.errors import UsageError
+
+# The roles a turn is written with (memcli.core.roles): the PRD's words on every write path.
+HUMAN, AGENT, TOOL = "human", "agent", "tool"
 
 
 @dataclass(frozen=True)
@@ -22,7 +27,7 @@ class Turn:
 
     conversation_id: str
     message_id: str
-    role: str  # user | assistant (a memory of mem0, a note of basic-memory: user)
+    role: str  # human | agent | tool (a memory of mem0, a note of basic-memory: human)
     text: str
     ts: str | None
     title: str | None = None
@@ -33,6 +38,30 @@ class Turn:
     project: tuple[str, ...] = ()
     event_id: str | None = None
     session_id: str | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "role", canonical_role(self.role))
+
+
+class Notes(list[str]):
+    """What the user should hear of (printed on stderr, and the report's `notes`), and what
+    was left out, counted by reason (the report's `left_out`): no kind of turn is dropped
+    without a count."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.left_out: Counter[str] = Counter()
+
+    def skip(self, reason: str, n: int = 1) -> None:
+        self.left_out[reason] += n
+
+    def summary(self, fmt: str) -> str | None:
+        """One line naming what was left out, most first (None: nothing was)."""
+        if not self.left_out:
+            return None
+        parts = [f"{n} {reason}" for reason, n in sorted(self.left_out.items(),
+                                                         key=lambda kv: (-kv[1], kv[0]))]
+        return f"{fmt}: left out {sum(self.left_out.values())}: {', '.join(parts)}"
 
 
 HINTS = {"chatgpt": "give the export's conversations.json",

@@ -111,7 +111,9 @@ class QueryConditions(Scope):
                                   "event or write carried).")
     run_id: str | None = Field(default=None, description="Only memories of this run.")
     actor_id: str | None = Field(default=None, description="Actor id.")
-    role: str | None = Field(default=None, description="Actor type, e.g. human.")
+    role: str | None = Field(default=None, description=(
+        "Who said it: human, agent, tool or system (user and assistant are accepted for "
+        "human and agent)."))
     kinds: list[str] | None = Field(default=None, description="Only these event kinds.")
     channels: list[str] | None = Field(default=None, description="Only these channels.")
     pinned: bool | None = Field(default=None, description="Only pinned (or unpinned) memories.")

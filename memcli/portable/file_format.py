@@ -21,6 +21,7 @@ from typing import Any
 
 from memcli.core import inputs
 from memcli.core.progress import Progress, report
+from memcli.core.roles import canonical_role
 from memcli.errors import UsageError
 from memcli.policy.encryption import PREFIX, envelope_key_id, is_encrypted
 
@@ -133,7 +134,10 @@ def from_column(kind: str, value: Any) -> Any:
 
 
 def to_column(owner: str, field: str, kind: str, value: Any) -> Any:
-    """A file value as it is stored (JSON values back to JSON text; ciphertext kept)."""
+    """A file value as it is stored (JSON values back to JSON text; ciphertext kept; an
+    actor type in one vocabulary, as schema 8 stores it: an older export's `user` is `human`)."""
+    if field == "actor_type" and isinstance(value, str):
+        return canonical_role(value)
     if kind in (J, J0) and not (value is None and kind == J0) and not is_encrypted(value):
         return json.dumps(value, ensure_ascii=(owner, field) in ASCII_JSON)
     return value

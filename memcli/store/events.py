@@ -25,6 +25,16 @@ def existing_event(db: Database, event_id: str | None, content_hash: str) -> str
 _KEYS_PER_LOOKUP = 400
 
 
+def contents_by_id(db: Database, event_ids: list[str]) -> dict[str, str]:
+    """The stored content (JSON text) of each of these events that exists (an import tells a
+    message id reused by another conversation from the message it already holds)."""
+    out: dict[str, str] = {}
+    for part in chunks(event_ids, _KEYS_PER_LOOKUP * 2):
+        out.update(db.execute(f"SELECT event_id, content FROM events WHERE event_id IN"
+                              f" ({marks(part)})", list(part)))
+    return out
+
+
 def existing_events(db: Database, keys: list[tuple[str, str]]) -> list[str | None]:
     """For each (event id, content hash): the id of the stored event with that event id, else
     of the one with that content hash, else None (`existing_event` for a whole batch, in one

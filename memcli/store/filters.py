@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
+from memcli.core.roles import canonical_role
 from memcli.store.batching import marks
 
 # The tenant of a record or a read that names none (section 9.3 of the Agent Memory System PRD:
@@ -34,7 +35,7 @@ class Filters:
     app_id: str | None = None
     run_id: str | None = None
     actor_id: str | None = None
-    role: str | None = None  # actor type: human, assistant, tool ...
+    role: str | None = None  # actor type: human, agent, tool (user, assistant: their aliases)
     categories: tuple[str, ...] = ()
     allowed_categories: tuple[str, ...] | None = None  # agent allowlist; None = all
     excluded_categories: tuple[str, ...] = ()  # restricted ones this asker may not see
@@ -59,6 +60,8 @@ class Filters:
             raise ValueError("a tenant and all_tenants exclude each other")
         if self.tenant_id is None and not self.all_tenants:
             object.__setattr__(self, "tenant_id", DEFAULT_TENANT)
+        if self.role is not None:  # `user` finds the turns stored as `human`, as on every path
+            object.__setattr__(self, "role", canonical_role(self.role))
 
     def widen_to_user(self) -> Filters:
         return replace(self, session_id=None)

@@ -52,6 +52,8 @@ STEPS: list[Callable[[PgDatabase], None]] = [
     _script("v6_sparse_tenant.sql"),
     # 7: events gain the kind `command` (memcli's own writes, recorded before their rows).
     _script("v7_command_events.sql"),
+    # 8: one role vocabulary (SQLite's migration 8): user -> human, assistant -> agent.
+    _script("v8_roles.sql"),
 ]
 LATEST = BASE + len(STEPS)
 VERSION_KEY = "schema_version"

@@ -167,8 +167,30 @@ def _v7(db: Database) -> None:
         db.conn.execute("PRAGMA writable_schema = OFF")
 
 
+# The append-only guard on events, as schema.sql spells it (schema 8 lifts it for one statement).
+_EVENTS_NO_UPDATE = """CREATE TRIGGER IF NOT EXISTS events_no_update BEFORE UPDATE ON events
+BEGIN
+    SELECT RAISE(ABORT, 'events are append-only');
+END"""
+ROLE_REWRITE = ("SET actor_type = CASE actor_type WHEN 'user' THEN 'human'"
+                " WHEN 'assistant' THEN 'agent' END WHERE actor_type IN ('user', 'assistant')")
+
+
+def _v8(db: Database) -> None:
+    # One role vocabulary (memcli.core.roles): imports, the agent hooks and MCP stored the chat
+    # spelling (user, assistant), the CLI and HTTP the PRD's (human, agent), so a `role`
+    # filter missed one or the other. The rows take the PRD's words. Events are append-only:
+    # their guard is dropped for this one statement, inside this migration's transaction, and
+    # made again (an event's content_hash keeps the spelling it was written with: it only
+    # tells a repeated record, and an imported turn is known by its event id).
+    db.conn.execute("DROP TRIGGER IF EXISTS events_no_update")
+    db.conn.execute(f"UPDATE events {ROLE_REWRITE}")
+    db.conn.execute(_EVENTS_NO_UPDATE)
+    db.conn.execute(f"UPDATE memories {ROLE_REWRITE}")
+
+
 # Append only. Never edit a released migration: add a new one and update schema.sql to match.
-MIGRATIONS: list[Callable[[Database], None]] = [_v1, _v2, _v3, _v4, _v5, _v6, _v7]
+MIGRATIONS: list[Callable[[Database], None]] = [_v1, _v2, _v3, _v4, _v5, _v6, _v7, _v8]
 LATEST = len(MIGRATIONS)
 
 
