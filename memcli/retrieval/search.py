@@ -30,6 +30,7 @@ from memcli.retrieval.stages import (
     Candidate,
     RankContext,
 )
+from memcli.store import backlog
 from memcli.store import search_sql as sql
 from memcli.store import sparse as sparse_sql
 from memcli.store.memories import get_memories
@@ -213,20 +214,69 @@ def run_legs(db: Database, embedder: Embedder | None, text: str, filters: Filter
     return legs
 
 
-def fuse(legs: dict[str, list[tuple[int, float]]], settings: RetrievalSettings
-         ) -> dict[int, Candidate]:
+# The legs that read rows an indexer writes after the memory itself (memcli.ingest.background):
+# a memory written a moment ago has its full-text and entity rows but not these yet.
+INDEXED_LEGS = ("dense", "sparse")
+
+
+def not_indexed(db: Database, legs: dict[str, list[tuple[int, float]]]
+                ) -> dict[int, frozenset[str]]:
+    """The candidates the dense or sparse leg could not have found because their vector or
+    sparse terms are not written yet: id -> those legs. One lookup of the candidates each
+    such leg did not return (only the ones it missed can be waiting)."""
+    ran = [leg for leg in INDEXED_LEGS if legs.get(leg)]
+    if not ran:
+        return {}
+    found = {leg: {mid for mid, _ in legs[leg]} for leg in ran}
+    absent = sorted({mid for hits in legs.values() for mid, _ in hits
+                     if any(mid not in found[leg] for leg in ran)})
+    if not absent:
+        return {}
+    waiting = backlog.still_waiting(db, absent, dense="dense" in found,
+                                    sparse="sparse" in found)
+    out: dict[int, frozenset[str]] = {}
+    for mid, (lacks_vector, lacks_terms) in waiting.items():
+        legs_lacking = frozenset(leg for leg, lacks in (("dense", lacks_vector),
+                                                        ("sparse", lacks_terms))
+                                 if lacks and leg in found and mid not in found[leg])
+        if legs_lacking:
+            out[mid] = legs_lacking
+    return out
+
+
+def fuse(legs: dict[str, list[tuple[int, float]]], settings: RetrievalSettings,
+         waiting: dict[int, frozenset[str]] | None = None) -> dict[int, Candidate]:
+    """Each candidate's fused score: the weighted sum of its z-scores (or RRF terms) over
+    the legs that returned hits, a leg that missed it counting as its last rank.
+
+    `waiting` (`not_indexed`): legs that could not find a candidate yet (its vector or
+    sparse terms are not written). Such a leg counts the candidate at the best rank the
+    other legs gave it, not as its last: a memory written a moment ago ranks as its
+    full-text match says until the indexer catches up (docs/design/read-your-writes.md)."""
+    waiting = waiting or {}
     candidates: dict[int, Candidate] = {}
     for leg, hits in legs.items():
         for rank, (mid, score) in enumerate(hits, start=1):
             candidates.setdefault(mid, Candidate(mid)).legs[leg] = (rank, score)
+
+    def rank_in(cand: Candidate, leg: str) -> int | None:
+        """The candidate's rank in `leg`: its own, else (a leg that cannot see it yet) its
+        best rank elsewhere, else None (missed: counted as last)."""
+        if leg in cand.legs:
+            return cand.legs[leg][0]
+        if leg in waiting.get(cand.id, ()):
+            return min(r for r, _ in cand.legs.values())
+        return None
+
     for leg, hits in legs.items():
         if not hits:
             continue
         weight = settings.leg_weights.get(leg, 1.0)
         if settings.fusion == "rrf":
             for cand in candidates.values():
-                if leg in cand.legs:
-                    cand.fused += weight / (settings.rrf_k + cand.legs[leg][0])
+                at = rank_in(cand, leg)
+                if at is not None:
+                    cand.fused += weight / (settings.rrf_k + at)
             continue
         scores = [s for _, s in hits]
         mean = sum(scores) / len(scores)
@@ -234,10 +284,11 @@ def fuse(legs: dict[str, list[tuple[int, float]]], settings: RetrievalSettings
         # A candidate missing from this leg gets the leg's minimum, as if ranked last.
         floor = (min(scores) - mean) / std if std > 0 else 0.0
         for cand in candidates.values():
-            if leg in cand.legs:
-                z = (cand.legs[leg][1] - mean) / std if std > 0 else 1.0
-            else:
+            at = rank_in(cand, leg)
+            if at is None or at > len(hits):
                 z = floor
+            else:
+                z = (scores[at - 1] - mean) / std if std > 0 else 1.0
             cand.fused += weight * z
     return candidates
 
@@ -248,7 +299,7 @@ def rank(ctx: RankContext, legs: dict[str, list[tuple[int, float]]]) -> list[Can
     Each candidate's `row` holds only the columns the stages read (RANK_COLUMNS): a pool is
     hundreds of memories, of which a caller shows a few. `load_rows` fills in whole rows for
     the candidates a caller keeps."""
-    cands = list(fuse(legs, ctx.settings).values())
+    cands = list(fuse(legs, ctx.settings, not_indexed(ctx.db, legs)).values())
     for stage in POOL_STAGES:
         cands = stage(cands, ctx)
     rows = get_memories(ctx.db, [c.id for c in cands], RANK_COLUMNS)
