@@ -13,7 +13,9 @@ import pytest
 
 from memcli.config import RetrievalSettings
 from memcli.ingest.background import index_next
+from memcli.retrieval import search
 from memcli.retrieval.search import fuse, not_indexed
+from memcli.retrieval.stages import RankContext
 
 pytestmark = pytest.mark.backends
 
@@ -38,6 +40,21 @@ def test_a_write_waiting_for_its_vector_is_the_next_querys_first_hit(memory):
     assert done == 10
     hit = memory.query("zebra39quokka", top_k=1).hits[0]
     assert hit.event_id == "e39" and {"lexical", "dense"} <= set(hit.scores)
+
+
+def test_a_write_indexed_between_the_legs_and_the_ranking_is_still_first(memory):
+    """The indexer may commit the write's vector after the dense leg ran and before the
+    ranking looks: the leg could not see it, and the ranking knows (`Legs.indexed`)."""
+    for i in range(30):
+        _note(memory, i, defer=False)
+    new = _note(memory, 30, defer=True)
+    filters = memory.filters()
+    legs = search.run_legs(memory.db, memory.embedder, "zebra30quokka", filters,
+                           memory.retrieval)
+    assert index_next(memory.db, memory.embedder, memory.sparse, after=0, limit=10)[0] == 1
+    ranked = search.rank(RankContext(memory.db, filters, "zebra30quokka", memory.retrieval),
+                         legs)
+    assert ranked[0].id == new
 
 
 def test_only_a_memory_without_its_vector_is_spared_the_dense_legs_floor(memory):

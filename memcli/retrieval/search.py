@@ -128,10 +128,22 @@ def preload_models(embedder: Embedder | None, sparse: SpladeEncoder | None) -> N
         _model_worker(model).submit(quiet)
 
 
+# The legs that read rows an indexer writes after the memory itself (memcli.ingest.background):
+# a memory written a moment ago has its full-text and entity rows but not these yet.
+INDEXED_LEGS = ("dense", "sparse")
+
+
+class Legs(dict[str, list[tuple[int, float]]]):
+    """Each leg's (memory id, score) hits, and `indexed`: the highest memory id with a vector
+    ("dense") and with sparse terms ("sparse") just before those legs ran."""
+
+    indexed: dict[str, int] | None = None
+
+
 def run_legs(db: Database, embedder: Embedder | None, text: str, filters: Filters,
              settings: RetrievalSettings, timings: dict[str, float] | None = None,
              sparse: SpladeEncoder | None = None, reader: Database | None = None,
-             ) -> dict[str, list[tuple[int, float]]]:
+             ) -> Legs:
     """Each leg's (memory id, score) list, best first.
 
     `reader`: a second connection to the same database. The lexical leg, the most expensive
@@ -141,7 +153,7 @@ def run_legs(db: Database, embedder: Embedder | None, text: str, filters: Filter
     text = qtext.bound_query(text)  # the CLI warns when this cuts
     n = settings.candidates_per_leg
     weights = settings.leg_weights
-    legs: dict[str, list[tuple[int, float]]] = {}
+    legs = Legs()
     use_sparse = sparse is not None and weights.get("sparse", 0) > 0
     use_dense = embedder is not None and db.vec_enabled and weights.get("dense", 0) > 0
 
@@ -170,6 +182,8 @@ def run_legs(db: Database, embedder: Embedder | None, text: str, filters: Filter
 
     lexical_on_reader: Future[list[tuple[int, float]]] | None = None
     try:
+        # Before the dense and sparse legs: what they can see (read your writes, `fuse`).
+        indexed = backlog.indexed_up_to(db, dense=use_dense, sparse=use_sparse)
         query = qtext.lexical_query(text)
         if query.terms and reader is not None and weights.get("lexical", 0) > 0:
             lexical_on_reader = _worker("sql", "sql").submit(measured, "lexical", lambda: (
@@ -204,7 +218,8 @@ def run_legs(db: Database, embedder: Embedder | None, text: str, filters: Filter
                                  scope_rows=scope_rows)
             timed("dense", dense)
         if lexical_on_reader is not None:
-            legs = {"lexical": lexical_on_reader.result(), **legs}
+            legs = Legs({"lexical": lexical_on_reader.result(), **legs})
+        legs.indexed = indexed
     finally:
         # On an error in a SQL leg, never leave a model call or the reader's leg running
         # into the next query.
@@ -214,34 +229,36 @@ def run_legs(db: Database, embedder: Embedder | None, text: str, filters: Filter
     return legs
 
 
-# The legs that read rows an indexer writes after the memory itself (memcli.ingest.background):
-# a memory written a moment ago has its full-text and entity rows but not these yet.
-INDEXED_LEGS = ("dense", "sparse")
-
-
 def not_indexed(db: Database, legs: dict[str, list[tuple[int, float]]]
                 ) -> dict[int, frozenset[str]]:
     """The candidates the dense or sparse leg could not have found because their vector or
-    sparse terms are not written yet: id -> those legs. One lookup of the candidates each
-    such leg did not return (only the ones it missed can be waiting)."""
+    sparse terms were not written when it ran: id -> those legs. A candidate above the leg's
+    `Legs.indexed` mark had none then (no lookup); the others a leg missed are looked up, in
+    one statement (a memory indexed out of id order)."""
     ran = [leg for leg in INDEXED_LEGS if legs.get(leg)]
     if not ran:
         return {}
     found = {leg: {mid for mid, _ in legs[leg]} for leg in ran}
-    absent = sorted({mid for hits in legs.values() for mid, _ in hits
-                     if any(mid not in found[leg] for leg in ran)})
-    if not absent:
-        return {}
-    waiting = backlog.still_waiting(db, absent, dense="dense" in found,
-                                    sparse="sparse" in found)
-    out: dict[int, frozenset[str]] = {}
-    for mid, (lacks_vector, lacks_terms) in waiting.items():
-        legs_lacking = frozenset(leg for leg, lacks in (("dense", lacks_vector),
-                                                        ("sparse", lacks_terms))
-                                 if lacks and leg in found and mid not in found[leg])
-        if legs_lacking:
-            out[mid] = legs_lacking
-    return out
+    marks = getattr(legs, "indexed", None) or {}
+    lacking: dict[int, set[str]] = {}
+    looked_up: set[int] = set()
+    for hits in legs.values():
+        for mid, _ in hits:
+            for leg in ran:
+                if mid in found[leg]:
+                    continue
+                if leg in marks and mid > marks[leg]:
+                    lacking.setdefault(mid, set()).add(leg)
+                else:
+                    looked_up.add(mid)
+    if looked_up:
+        waiting = backlog.still_waiting(db, sorted(looked_up), dense="dense" in found,
+                                        sparse="sparse" in found)
+        for mid, (lacks_vector, lacks_terms) in waiting.items():
+            for leg, lacks in (("dense", lacks_vector), ("sparse", lacks_terms)):
+                if lacks and leg in found and mid not in found[leg]:
+                    lacking.setdefault(mid, set()).add(leg)
+    return {mid: frozenset(legs_) for mid, legs_ in lacking.items()}
 
 
 def fuse(legs: dict[str, list[tuple[int, float]]], settings: RetrievalSettings,
