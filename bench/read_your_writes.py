@@ -198,10 +198,11 @@ def pct(values: list[float], q: int) -> float:
     return ordered[min(len(ordered) - 1, int(len(ordered) * q / 100))] if ordered else 0.0
 
 
-def render(rows: list[dict[str, Any]], quick: bool) -> str:
+def render(rows: list[dict[str, Any]], quick: bool, argv: list[str]) -> str:
+    command = " ".join(["python -m bench.read_your_writes", *argv])
     lines = ["# Read your own writes through memcli serve", "",
              f"Measured {time.strftime('%Y-%m-%d')}{' (quick smoke)' if quick else ''} with "
-             "`python -m bench.read_your_writes" + (" --quick" if quick else "") + "`: each pair "
+             f"`{command}`: each pair "
              "writes a note with a word of its own and at once runs the default query (top 10) "
              "for that word; a miss is a pair whose note is not among the hits. Target 0.", "",
              "| path | load | pairs | misses | events written by the agents meanwhile "
@@ -249,7 +250,7 @@ def main(argv: list[str] | None = None) -> int:
                                  "seconds": round(time.monotonic() - t0, 1)})
                     print(f"{path} {rows[-1]['load']}: {tally.misses}/{tally.pairs} missed "
                           f"({rows[-1]['seconds']} s)", file=sys.stderr, flush=True)
-    text = render(rows, args.quick)
+    text = render(rows, args.quick, sys.argv[1:] if argv is None else argv)
     print(text)
     if not args.quick:
         RESULTS.write_text(text + "\n")
