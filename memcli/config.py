@@ -79,6 +79,9 @@ class LifecycleSettings(BaseModel):
     insight_min_hours: float = 24.0
     proposal_days: int = Field(default=7, ge=1)
     lock_minutes: float = Field(default=30.0, gt=0)
+    # Seconds a cron command (consolidate, decay, reflect) waits for another run of it (the
+    # daemon's indexer consolidating a session, say) before exiting 75 (MEMCLI_LOCK_WAIT).
+    lock_wait: float = Field(default=300.0, ge=0)
 
 
 class RetrievalSettings(BaseModel):
@@ -284,6 +287,7 @@ _ENV = {
     "MEMCLI_LLM_API_KEY": ("llm", "api_key"),
     "MEMCLI_LLM_TIMEOUT": ("llm", "timeout"),
     "MEMCLI_LLM_DAILY_TOKEN_CAP": ("llm", "daily_token_cap"),
+    "MEMCLI_LOCK_WAIT": ("lifecycle", "lock_wait"),
 }
 
 

@@ -40,7 +40,7 @@ def isolated_env(tmp_path_factory, monkeypatch):
     monkeypatch.setenv("MEMCLI_AUTOSTART", "0")
     for var in ("MEMCLI_DB", "MEMCLI_CONFIG", "MEMCLI_EMBEDDER", "MEMCLI_LLM_BASE_URL",
                 "MEMCLI_LLM_API_KEY", "MEMCLI_CATEGORIES", "MEMCLI_TENANT",
-                "MEMCLI_SOCKET", "MEMCLI_NO_DAEMON"):
+                "MEMCLI_SOCKET", "MEMCLI_NO_DAEMON", "MEMCLI_LOCK_WAIT"):
         monkeypatch.delenv(var, raising=False)
     # Credentials, and the parent shell's terminal: rich wraps text output at COLUMNS (the
     # scope line of `--format text` split at COLUMNS=40) and colours it with FORCE_COLOR.

@@ -6,6 +6,7 @@ Every model reply comes from the scripted HTTP stub through the real `openai` cl
 from __future__ import annotations
 
 import json
+import threading
 
 import pytest
 
@@ -485,8 +486,9 @@ def test_a_slow_model_times_out_and_leaves_the_session_pending(
 
 
 @backends
-def test_a_held_lock_exits_75_and_a_dead_holder_is_taken_over(lcli, db_path):
+def test_a_held_lock_exits_75_and_a_dead_holder_is_taken_over(lcli, db_path, monkeypatch):
     two_sessions(lcli)
+    monkeypatch.setenv("MEMCLI_LOCK_WAIT", "0")  # no wait: busy at once
     with run_lock_held(db_path, "consolidate"):
         out = lcli("consolidate", "--json")
         assert out.exit_code == 75 and out.stdout == ""
@@ -494,6 +496,32 @@ def test_a_held_lock_exits_75_and_a_dead_holder_is_taken_over(lcli, db_path):
     out = lcli("consolidate", "--no-llm", "--json")  # its holder died without letting go
     assert out.exit_code == 0, out.stderr
     assert rows(db_path, "SELECT count(*) FROM run_locks") == [(0,)]
+    assert rows(db_path, "SELECT command, status FROM lifecycle_runs") == [("consolidate", "ok")]
+
+
+@backends
+def test_a_run_waits_for_the_holder_to_finish_then_runs(lcli, db_path, monkeypatch):
+    """Cron beside a daemon whose indexer consolidates a session: the second run waits its
+    turn (`lifecycle.lock_wait`) instead of exiting 75."""
+    two_sessions(lcli)
+    monkeypatch.setenv("MEMCLI_LOCK_WAIT", "120")
+    holding, finish = threading.Event(), threading.Event()
+
+    def holder() -> None:
+        with run_lock_held(db_path, "consolidate"):
+            holding.set()
+            finish.wait(120)
+
+    other = threading.Thread(target=holder)
+    other.start()
+    try:
+        assert holding.wait(60)
+        threading.Timer(0.3, finish.set).start()  # the other run ends while this one waits
+        out = lcli("consolidate", "--no-llm", "--json")
+    finally:
+        finish.set()
+        other.join()
+    assert out.exit_code == 0, out.stderr
     assert rows(db_path, "SELECT command, status FROM lifecycle_runs") == [("consolidate", "ok")]
 
 

@@ -87,7 +87,8 @@ def test_a_second_consolidate_refuses_and_a_killed_holder_frees_the_lock(
     assert _memcli(env, "ingest", "-", stdin=records("default", 3)).returncode == 0
     holder = _holder(pg_db, env)
     try:
-        refused = _memcli(env, "consolidate", "--no-llm", "--json")
+        # No wait for the holder's end (lifecycle.lock_wait): busy at once.
+        refused = _memcli({**env, "MEMCLI_LOCK_WAIT": "0"}, "consolidate", "--no-llm", "--json")
         assert refused.returncode == 75, refused.stderr
         assert refused.stdout == ""
         error = [line for line in refused.stderr.splitlines() if "error" in line]

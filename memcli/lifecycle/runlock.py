@@ -5,14 +5,17 @@ SQLite a holder that crashed cannot release it, so a lock is also free once it e
 holder refreshes it while working), or at once when its pid no longer exists on this host. On
 PostgreSQL the lock is a session advisory lock (`Backend.take_run_lock`), freed by the server
 when the holder's connection ends, whatever host it ran on; the row then only names the
-holder. A lock held by a live run raises `RunLockedError`: exit 75, so cron (or a retry
-wrapper) simply tries again later.
+holder. A run that finds the lock held waits its turn, up to `wait` seconds (cron's commands:
+`lifecycle.lock_wait`, so a nightly run beside a daemon whose indexer is consolidating a
+session finishes after it); a lock still held then raises `RunLockedError`: exit 75, so cron
+(or a retry wrapper) simply tries again later.
 """
 
 from __future__ import annotations
 
 import os
 import socket
+import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -31,6 +34,9 @@ class RunLockedError(DatabaseBusyError):
     """Another run of the same lifecycle command holds the lock (exit 75, retry later)."""
 
 
+POLL = (0.1, 1.0)  # seconds between two looks at a held lock: first, and at most
+
+
 class RunLock:
     def __init__(self, db: Database, name: str, minutes: float) -> None:
         self.db = db
@@ -44,7 +50,26 @@ class RunLock:
     def _expiry(self) -> str:
         return format_ts(datetime.now(UTC) + self.ttl)
 
-    def acquire(self) -> None:
+    def acquire(self, wait: float = 0.0) -> None:
+        """Take the lock, waiting up to `wait` seconds while another live run holds it."""
+        deadline = time.monotonic() + wait
+        pause = POLL[0]
+        while True:
+            try:
+                self._try_acquire()
+                return
+            except RunLockedError as exc:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    if wait > 0:
+                        raise RunLockedError(f"{exc.message}; waited {wait:g} s",
+                                             f"{exc.hint or 'retry later'}; wait longer with "
+                                             "MEMCLI_LOCK_WAIT=<seconds>") from None
+                    raise
+            time.sleep(min(pause, left))
+            pause = min(pause * 2, POLL[1])
+
+    def _try_acquire(self) -> None:
         now = format_ts(datetime.now(UTC))
         # A server engine's session lock (PostgreSQL: an advisory lock) decides when it has
         # one: it dies with a killed holder's connection on any host, so the row below is then
@@ -109,9 +134,11 @@ def _pid_alive(pid: int) -> bool:
 
 
 @contextmanager
-def run_lock(db: Database, name: str, minutes: float = 30.0) -> Iterator[RunLock]:
+def run_lock(db: Database, name: str, minutes: float = 30.0, wait: float = 0.0
+             ) -> Iterator[RunLock]:
+    """Hold the lock `name` for the block (`wait`: seconds to wait for another run's end)."""
     lock = RunLock(db, name, minutes)
-    lock.acquire()
+    lock.acquire(wait)
     try:
         yield lock
     finally:

@@ -28,10 +28,11 @@ _COUNTED = ("sessions", "created", "decayed", "purged", "errors")
 
 
 @contextmanager
-def locked_run(memory: Memory, settings: Settings, command: str, dry_run: bool
-               ) -> Iterator[tuple[Any, dict[str, Any]]]:
-    """A cron command's lock (a second run is busy: exit 75) and its `lifecycle_runs` row,
-    neither for a dry run. The caller puts its report in the yielded dict as `report`."""
+def locked_run(memory: Memory, settings: Settings, command: str, dry_run: bool,
+               wait: float | None = None) -> Iterator[tuple[Any, dict[str, Any]]]:
+    """A cron command's lock and its `lifecycle_runs` row, neither for a dry run. Another run
+    holding the lock is waited for, `wait` seconds at most (default `lifecycle.lock_wait`),
+    then busy: exit 75. The caller puts its report in the yielded dict as `report`."""
     from memcli.core.records import utcnow
     from memcli.lifecycle.runlock import run_lock
     from memcli.store import lifecycle_sql as lsql
@@ -40,7 +41,8 @@ def locked_run(memory: Memory, settings: Settings, command: str, dry_run: bool
     if dry_run:
         yield None, result
         return
-    with run_lock(memory.db, command, settings.lifecycle.lock_minutes) as lock:
+    wait = settings.lifecycle.lock_wait if wait is None else wait
+    with run_lock(memory.db, command, settings.lifecycle.lock_minutes, wait) as lock:
         with memory.db.transaction():
             run_id = lsql.start_run(memory.db, command, None, None, utcnow())
         status = "failed"
@@ -60,11 +62,13 @@ def locked_run(memory: Memory, settings: Settings, command: str, dry_run: bool
 
 
 def consolidate(memory: Memory, settings: Settings, req: ConsolidateRequest,
-                model: Model | None, progress: Any = None) -> dict[str, Any]:
-    """Finished sessions turned into deduplicated facts and summaries, under the lock."""
+                model: Model | None, progress: Any = None, lock_wait: float | None = None
+                ) -> dict[str, Any]:
+    """Finished sessions turned into deduplicated facts and summaries, under the lock
+    (`lock_wait`: seconds to wait for another run; default `lifecycle.lock_wait`)."""
     from memcli.lifecycle.consolidate import consolidate as run
 
-    with locked_run(memory, settings, "consolidate", req.dry_run) as (lock, result):
+    with locked_run(memory, settings, "consolidate", req.dry_run, lock_wait) as (lock, result):
         result["report"] = run(
             memory, model, settings.lifecycle, tenant_id=req.tenant_id, user_id=req.user_id,
             session_id=req.session_id, idle_hours=req.idle_hours, dry_run=req.dry_run,

@@ -30,6 +30,7 @@ from memcli.retrieval.stages import (
     Candidate,
     RankContext,
 )
+from memcli.store import backlog
 from memcli.store import search_sql as sql
 from memcli.store import sparse as sparse_sql
 from memcli.store.memories import get_memories
@@ -127,10 +128,22 @@ def preload_models(embedder: Embedder | None, sparse: SpladeEncoder | None) -> N
         _model_worker(model).submit(quiet)
 
 
+# The legs that read rows an indexer writes after the memory itself (memcli.ingest.background):
+# a memory written a moment ago has its full-text and entity rows but not these yet.
+INDEXED_LEGS = ("dense", "sparse")
+
+
+class Legs(dict[str, list[tuple[int, float]]]):
+    """Each leg's (memory id, score) hits, and `indexed`: the highest memory id with a vector
+    ("dense") and with sparse terms ("sparse") just before those legs ran."""
+
+    indexed: dict[str, int] | None = None
+
+
 def run_legs(db: Database, embedder: Embedder | None, text: str, filters: Filters,
              settings: RetrievalSettings, timings: dict[str, float] | None = None,
              sparse: SpladeEncoder | None = None, reader: Database | None = None,
-             ) -> dict[str, list[tuple[int, float]]]:
+             ) -> Legs:
     """Each leg's (memory id, score) list, best first.
 
     `reader`: a second connection to the same database. The lexical leg, the most expensive
@@ -140,7 +153,7 @@ def run_legs(db: Database, embedder: Embedder | None, text: str, filters: Filter
     text = qtext.bound_query(text)  # the CLI warns when this cuts
     n = settings.candidates_per_leg
     weights = settings.leg_weights
-    legs: dict[str, list[tuple[int, float]]] = {}
+    legs = Legs()
     use_sparse = sparse is not None and weights.get("sparse", 0) > 0
     use_dense = embedder is not None and db.vec_enabled and weights.get("dense", 0) > 0
 
@@ -169,6 +182,8 @@ def run_legs(db: Database, embedder: Embedder | None, text: str, filters: Filter
 
     lexical_on_reader: Future[list[tuple[int, float]]] | None = None
     try:
+        # Before the dense and sparse legs: what they can see (read your writes, `fuse`).
+        indexed = backlog.indexed_up_to(db, dense=use_dense, sparse=use_sparse)
         query = qtext.lexical_query(text)
         if query.terms and reader is not None and weights.get("lexical", 0) > 0:
             lexical_on_reader = _worker("sql", "sql").submit(measured, "lexical", lambda: (
@@ -203,7 +218,8 @@ def run_legs(db: Database, embedder: Embedder | None, text: str, filters: Filter
                                  scope_rows=scope_rows)
             timed("dense", dense)
         if lexical_on_reader is not None:
-            legs = {"lexical": lexical_on_reader.result(), **legs}
+            legs = Legs({"lexical": lexical_on_reader.result(), **legs})
+        legs.indexed = indexed
     finally:
         # On an error in a SQL leg, never leave a model call or the reader's leg running
         # into the next query.
@@ -213,20 +229,71 @@ def run_legs(db: Database, embedder: Embedder | None, text: str, filters: Filter
     return legs
 
 
-def fuse(legs: dict[str, list[tuple[int, float]]], settings: RetrievalSettings
-         ) -> dict[int, Candidate]:
+def not_indexed(db: Database, legs: dict[str, list[tuple[int, float]]]
+                ) -> dict[int, frozenset[str]]:
+    """The candidates the dense or sparse leg could not have found because their vector or
+    sparse terms were not written when it ran: id -> those legs. A candidate above the leg's
+    `Legs.indexed` mark had none then (no lookup); the others a leg missed are looked up, in
+    one statement (a memory indexed out of id order)."""
+    ran = [leg for leg in INDEXED_LEGS if legs.get(leg)]
+    if not ran:
+        return {}
+    found = {leg: {mid for mid, _ in legs[leg]} for leg in ran}
+    marks = getattr(legs, "indexed", None) or {}
+    lacking: dict[int, set[str]] = {}
+    looked_up: set[int] = set()
+    for hits in legs.values():
+        for mid, _ in hits:
+            for leg in ran:
+                if mid in found[leg]:
+                    continue
+                if leg in marks and mid > marks[leg]:
+                    lacking.setdefault(mid, set()).add(leg)
+                else:
+                    looked_up.add(mid)
+    if looked_up:
+        waiting = backlog.still_waiting(db, sorted(looked_up), dense="dense" in found,
+                                        sparse="sparse" in found)
+        for mid, (lacks_vector, lacks_terms) in waiting.items():
+            for leg, lacks in (("dense", lacks_vector), ("sparse", lacks_terms)):
+                if lacks and leg in found and mid not in found[leg]:
+                    lacking.setdefault(mid, set()).add(leg)
+    return {mid: frozenset(legs_) for mid, legs_ in lacking.items()}
+
+
+def fuse(legs: dict[str, list[tuple[int, float]]], settings: RetrievalSettings,
+         waiting: dict[int, frozenset[str]] | None = None) -> dict[int, Candidate]:
+    """Each candidate's fused score: the weighted sum of its z-scores (or RRF terms) over
+    the legs that returned hits, a leg that missed it counting as its last rank.
+
+    `waiting` (`not_indexed`): legs that could not find a candidate yet (its vector or
+    sparse terms are not written). Such a leg counts the candidate at the best rank the
+    other legs gave it, not as its last: a memory written a moment ago ranks as its
+    full-text match says until the indexer catches up (docs/design/read-your-writes.md)."""
+    waiting = waiting or {}
     candidates: dict[int, Candidate] = {}
     for leg, hits in legs.items():
         for rank, (mid, score) in enumerate(hits, start=1):
             candidates.setdefault(mid, Candidate(mid)).legs[leg] = (rank, score)
+
+    def rank_in(cand: Candidate, leg: str) -> int | None:
+        """The candidate's rank in `leg`: its own, else (a leg that cannot see it yet) its
+        best rank elsewhere, else None (missed: counted as last)."""
+        if leg in cand.legs:
+            return cand.legs[leg][0]
+        if leg in waiting.get(cand.id, ()):
+            return min(r for r, _ in cand.legs.values())
+        return None
+
     for leg, hits in legs.items():
         if not hits:
             continue
         weight = settings.leg_weights.get(leg, 1.0)
         if settings.fusion == "rrf":
             for cand in candidates.values():
-                if leg in cand.legs:
-                    cand.fused += weight / (settings.rrf_k + cand.legs[leg][0])
+                at = rank_in(cand, leg)
+                if at is not None:
+                    cand.fused += weight / (settings.rrf_k + at)
             continue
         scores = [s for _, s in hits]
         mean = sum(scores) / len(scores)
@@ -234,10 +301,11 @@ def fuse(legs: dict[str, list[tuple[int, float]]], settings: RetrievalSettings
         # A candidate missing from this leg gets the leg's minimum, as if ranked last.
         floor = (min(scores) - mean) / std if std > 0 else 0.0
         for cand in candidates.values():
-            if leg in cand.legs:
-                z = (cand.legs[leg][1] - mean) / std if std > 0 else 1.0
-            else:
+            at = rank_in(cand, leg)
+            if at is None or at > len(hits):
                 z = floor
+            else:
+                z = (scores[at - 1] - mean) / std if std > 0 else 1.0
             cand.fused += weight * z
     return candidates
 
@@ -248,7 +316,7 @@ def rank(ctx: RankContext, legs: dict[str, list[tuple[int, float]]]) -> list[Can
     Each candidate's `row` holds only the columns the stages read (RANK_COLUMNS): a pool is
     hundreds of memories, of which a caller shows a few. `load_rows` fills in whole rows for
     the candidates a caller keeps."""
-    cands = list(fuse(legs, ctx.settings).values())
+    cands = list(fuse(legs, ctx.settings, not_indexed(ctx.db, legs)).values())
     for stage in POOL_STAGES:
         cands = stage(cands, ctx)
     rows = get_memories(ctx.db, [c.id for c in cands], RANK_COLUMNS)

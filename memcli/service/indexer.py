@@ -239,6 +239,7 @@ class _Loop:
     def _consolidate(self, tenant: str, user: str) -> None:
         """The user's pending sessions, consolidated (the ones before the new one)."""
         from memcli.derived.llm_usage import make_model
+        from memcli.lifecycle.runlock import RunLockedError
         from memcli.operations.lifecycle_ops import consolidate
         from memcli.operations.lifecycle_requests import ConsolidateRequest
 
@@ -250,10 +251,13 @@ class _Loop:
             if self.settings.consolidate == "auto":
                 model = make_model(self.memory.db, self.settings.llm, "consolidate")
             request = ConsolidateRequest(tenant_id=tenant, user_id=user)
-            report = consolidate(self.memory, self.settings, request, model)
+            # Never waits: a cron run holding the lock consolidates these sessions itself.
+            report = consolidate(self.memory, self.settings, request, model, lock_wait=0)
             self.figures["consolidated"] += len(report.get("sessions", []))
             for error in report.get("errors", []):
                 self.figures["last_error"] = f"consolidate: {error.get('reason')}"
+        except RunLockedError:
+            pass  # the sessions stay pending for the run that holds the lock
         except Exception as exc:  # noqa: BLE001 - the sessions stay pending (cron takes them)
             self.figures["last_error"] = f"consolidate: {exc}".splitlines()[0]
             self.log(f"memcli: warning: {self.figures['last_error']}")

@@ -63,6 +63,18 @@ def still_waiting(db: Database, ids: list[int], *, dense: bool, sparse: bool
     return out
 
 
+def indexed_up_to(db: Database, *, dense: bool, sparse: bool) -> dict[str, int]:
+    """The highest memory id with a vector ("dense") and with sparse terms ("sparse"), 0 when
+    none has: a memory above it has none yet. Read before a query's dense and sparse legs run,
+    it says which memories they could not see (primary-key ends, no scan)."""
+    out: dict[str, int] = {}
+    for leg, table, wanted in (("dense", "memory_vectors", dense),
+                               ("sparse", "memory_sparse", sparse)):
+        if wanted:
+            out[leg] = int(db.scalar(f"SELECT coalesce(max(memory_id), 0) FROM {table}") or 0)
+    return out
+
+
 def summary(db: Database, *, dense: bool, sparse: bool) -> dict[str, Any]:
     """How many memories wait, and when the oldest of them was written (None: none waits)."""
     if not (dense or sparse):
