@@ -9,6 +9,7 @@ from __future__ import annotations
 import base64
 import contextlib
 import json
+import os
 import shutil
 
 import pytest
@@ -113,6 +114,7 @@ def _copy(source, target) -> None:
     """Make `target` a copy of the database at `source` (nothing connected to either)."""
     if not is_pg(source):
         shutil.copyfile(source, target)  # memcli closed it: the WAL is folded in, and gone
+        os.chmod(target, 0o600)  # as memcli made it (copyfile takes the umask's mode)
         return
     import psycopg
 
