@@ -18,6 +18,7 @@ from tests.support.scenarios import (
     items,
     rows,
     run_json,
+    section,
     texts,
 )
 
@@ -209,11 +210,6 @@ def test_a12_dedupe_prevention_keeps_tokens_stable(cli):
     assert texts(first).count("Ledgerly bills in EUR") == 1
 
 
-@pytest.mark.xfail(
-    reason="a decision recorded as an event shows in decision_ledger and again "
-    "as its episode in the evidence (one decision, once)",
-    strict=False,
-)
 def test_a12_one_decision_appears_once_per_bundle(cli):
     run_json(cli, "ingest", "-", input=ndjson(ONBOARDING))
     acb = bundle(
@@ -226,3 +222,9 @@ def test_a12_one_decision_appears_once_per_bundle(cli):
         "project purpose hypothesis billing service",
     )
     assert texts(acb).count("Project purpose hypothesis v0.1") == 1
+    [decision] = items(acb, "decision_ledger")
+    assert "event:a1-9" in decision["refs"]  # its episode folded in, cited
+    # The files it rests on are data, not a saying of the decision: they stay as evidence.
+    evidence = texts({"sections": [section(acb, "retrieved_evidence")]})
+    assert "A billing service that issues invoices." in evidence
+    assert "src/index.js" in evidence

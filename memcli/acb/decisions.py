@@ -17,7 +17,10 @@ the ledger; retrieval finds all three. So, in `retrieved_evidence`:
   evidence 6) does. A summary of more turns than the decision's stays: it says more.
 
 A memory that is evidence of an active decision is never marked superseded, even when a
-superseded one cited it too.
+superseded one cited it too. A decision's refs name events (`event:E`, or a bare `E`: an
+ingested `kind: decision` record cites its own event first, then the events it rests on) or
+memories (`mem:N`); of an event, only what someone said counts, not a tool's output (the file
+a decision rests on is still true when the decision is replaced).
 """
 
 from __future__ import annotations
@@ -37,21 +40,30 @@ LIMIT = 200  # superseded decisions read per bundle
 def cited_memories(
     memory: MemoryHandle, tenant_id: str | None, refs: dict[int, list[str]]
 ) -> dict[int, set[int]]:
-    """key -> the memory ids its refs name: `mem:N`, and the memories of each `event:E`."""
-    events = sorted(
-        {r.removeprefix("event:") for rs in refs.values() for r in rs if r.startswith("event:")}
-    )
+    """key -> the memory ids its refs name: `mem:N`, and the memories of each event
+    (`event:E` or a bare `E`)."""
+    events = sorted({_event_id(r) for rs in refs.values() for r in rs if not _is_memory(r)})
     by_event = acb_sql.memories_of_events(memory.db, tenant_id, events)
     out: dict[int, set[int]] = {}
     for key, rs in refs.items():
         ids: set[int] = set()
         for ref in rs:
-            if ref.startswith("mem:") and ref[4:].isdigit():
+            if _is_memory(ref):
                 ids.add(int(ref[4:]))
-            elif ref.startswith("event:"):
-                ids.update(by_event.get(ref[6:], ()))
+            else:
+                ids.update(by_event.get(_event_id(ref), ()))
         out[key] = ids
     return out
+
+
+def _is_memory(ref: str) -> bool:
+    return ref.startswith("mem:") and ref[4:].isdigit()
+
+
+def _event_id(ref: str) -> str:
+    """A ledger ref that names no memory names an event: `event:E`, or `E` as given (an
+    ingested decision's refs are its own event id and the event ids its record cites)."""
+    return ref.removeprefix("event:")
 
 
 def superseded_evidence(

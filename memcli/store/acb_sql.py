@@ -105,13 +105,14 @@ def source_events(db: Database, ids: list[int]) -> dict[int, str | None]:
 
 def memories_of_events(db: Database, tenant_id: str | None, events: list[str]
                        ) -> dict[str, list[int]]:
-    """event id -> the memories made from it (a long tool output is several chunks)."""
+    """event id -> the memories made from it that someone said: a tool's output (one memory,
+    or several chunks) is the data a decision rests on, never a saying of the decision."""
     if not events:
         return {}
     tenant = "" if tenant_id is None else " AND tenant_id = ?"
     rows = db.execute(
         f"SELECT event_id, id FROM memories WHERE event_id IN ({marks(events)}){tenant}"
-        " ORDER BY id",
+        " AND actor_type <> 'tool' ORDER BY id",
         [*events, *([] if tenant_id is None else [tenant_id])],
     )
     out: dict[str, list[int]] = {}
