@@ -50,6 +50,7 @@ def test_the_commands_own_db_wins(cli, two_dbs):
     assert json.loads(out.stdout)["events"] == 2
 
 
+@pytest.mark.daemon  # starts `memcli serve` (seconds): the daemon tier
 def test_db_before_the_command_through_the_daemon(tmp_path):
     db, other = tmp_path / "m.db", tmp_path / "other.db"
     env = daemon_env(tmp_path / "home", db)
