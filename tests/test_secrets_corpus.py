@@ -3,11 +3,17 @@ not one raw byte of a planted value in the database, its WAL, an export, a log o
 
 The entries: the CLI in-process (`ingest`, `remember`) and forwarded through a running daemon,
 the importers (`import --from claude`, `chatgpt`, `mem0`), HTTP (`POST /api/v1/events`,
-`/api/v1/memories`) and MCP (`memcli mcp`'s `memory_record_event` and `memory_remember`,
-bridged to the daemon). Each entry gets its own home folder and database, and afterwards every
-file under that home (database, -wal, -shm, `export -o` file, logs) and every output is searched
-for each value's random parts. The fast tier runs one representative kind of each family
-through the in-process entries; the `trust` tier runs the whole corpus through all of them.
+`/api/v1/memories`, `/api/v1/decisions`, `/api/v1/tasks`) and MCP (`memcli mcp`'s
+`memory_record_event`, `memory_remember`, `memory_record_decision`, `memory_record_task`,
+`memory_update_task`, bridged to the daemon); in-process also `decision add`, `task add` and
+`task update`, `checkpoint save` (and the `checkpoint load` and `acb build` that print it),
+`correct` with its `--reason`, consent proposals (`remember --field`) and events whose text is
+in fields other than `text` (a decision's rationale, a task update's title, a tool call's
+arguments, a tool result's output). Each entry gets its own home folder and database, and
+afterwards every file under that home (database, -wal, -shm, `export -o` file, logs) and every
+output is searched for each value's random parts. The fast tier runs one representative kind
+of each family through `ingest`, `remember` and the importers in-process; the `trust` tier runs
+the whole corpus through all of them.
 """
 
 from __future__ import annotations
@@ -138,6 +144,82 @@ def test_a_sample_of_every_family_through_the_in_process_entries(cli, db_path, t
     assert "[REDACTED:" in stored
 
 
+# -- trust tier: the whole corpus through the other in-process writes -------------------------
+def _decisions(cli, items: list[Planted]) -> list:
+    return [cli("decision", "add", f"Use {fact}", "--rationale", fact, "--constraint", fact,
+                "--alternative", fact, "--consequence", fact, "--ref", fact, "--json")
+            for fact in facts(items)]
+
+
+def _tasks(cli, items: list[Planted]) -> list:
+    out = [cli("task", "add", f"Rotate {fact}", "--details", fact, "--ref", fact, "--json")
+           for fact in facts(items)]
+    task = json.loads(out[0].stdout)["id"]
+    out += [cli("task", "update", str(task), "--title", f"Rotate again {fact}", "--details", fact,
+                "--ref", fact, "--json") for fact in facts(items)]
+    return out
+
+
+def _checkpoint(cli, items: list[Planted]) -> list:
+    # Every carrier as a value, a key, and deep in a list of objects.
+    state = {"notes": [p.text for p in items], **{p.text: "kept under it" for p in items},
+             "env": [{"DEPLOY": p.text} for p in items], "step": 3}
+    return [cli("checkpoint", "save", "--user", "u1", "--thread", "t1",
+                "--data", json.dumps(state), "--json"),
+            cli("checkpoint", "load", "--user", "u1", "--thread", "t1", "--json"),
+            cli("acb", "build", "--user", "u1", "--session", "t1", "--checkpoint", "--json")]
+
+
+def _corrections(cli, items: list[Planted]) -> list:
+    out = [cli("remember", "the deploy credential is in the vault", "--user", "u1", "--json")]
+    for fact in facts(items):  # each correction replaces the one before
+        previous = json.loads(out[-1].stdout)["id"]
+        out.append(cli("correct", str(previous), fact, "--reason", f"rotated {fact}", "--json"))
+    return out
+
+
+def _proposals(cli, items: list[Planted]) -> list:
+    out = [cli("remember", "city: Lisbon", "--user", "u1", "--field", "city", "--json")]
+    return out + [cli("remember", f"city: {fact}", "--user", "u1", "--field", "city", "--json")
+                  for fact in facts(items)]
+
+
+def _event_kinds(cli, items: list[Planted]) -> list:
+    """Events whose text is in fields other than `text`: a decision's, a task update's, a tool
+    call's arguments, a tool result's output."""
+    shapes = [("decision", lambda t: {"decision": f"Use {t}", "rationale": t}),
+              ("task_update", lambda t: {"title": t, "status": "open", "details": t}),
+              ("tool_call", lambda t: {"tool": "shell", "args": {"cmd": t, "env": [t]}}),
+              ("tool_result", lambda t: {"tool": "shell", "output": t})]
+    lines = [json.dumps({"session_id": "s-kinds", "user_id": "u1", "kind": kind,
+                         "event_id": f"{kind}-{n}", "content": make(p.text)})
+             for kind, make in shapes for n, p in enumerate(items)]
+    return [cli("ingest", "-", "--json", input="\n".join(lines))]
+
+
+IN_PROCESS = {"decision add": _decisions, "task add + update": _tasks,
+              "checkpoint save": _checkpoint, "correct + reason": _corrections,
+              "remember --field": _proposals, "ingest of other kinds": _event_kinds}
+
+
+@pytest.mark.trust
+@pytest.mark.usefixtures("fast_cli")
+@pytest.mark.parametrize("entry", sorted(IN_PROCESS))
+def test_the_corpus_through_the_other_in_process_writes(cli, db_path, tmp_path, entry):
+    if not isinstance(db_path, Path):
+        pytest.skip("reads the SQLite files")
+    items = planted()
+    results = IN_PROCESS[entry](cli, items)
+    for result in results:
+        assert result.exit_code == 0, result.stderr
+    export = cli("export", "-o", str(tmp_path / "export.jsonl"))
+    assert export.exit_code == 0, export.stderr
+    found = leaks(tmp_path, items, *(r.stdout + r.stderr for r in results), export.stdout)
+    assert not found, found
+    stored = b"".join(f.read_bytes() for f in tmp_path.rglob("*") if f.is_file())
+    assert stored.count(b"[REDACTED:") >= len(items), entry  # the carriers were written
+
+
 # -- trust tier: the whole corpus through every entry ------------------------------------------
 @pytest.fixture
 def home(tmp_path) -> Iterator[tuple[Path, dict[str, str]]]:
@@ -213,6 +295,7 @@ def test_the_corpus_through_the_daemon_cli_http_and_mcp(home):
                 answer = client.post("/api/v1/memories", json={"text": fact, "user_id": "u3"})
                 assert answer.status_code < 300, answer.text
                 outputs.append(answer.content)
+            outputs += _ledger_over_http(client, items)
         outputs += anyio.run(_through_mcp, env, db, items)
         _code, out, log = stop(served.proc)  # the daemon's own output and log
     _finish(home, env, items, *outputs, out, log)
@@ -221,7 +304,8 @@ def test_the_corpus_through_the_daemon_cli_http_and_mcp(home):
 async def _through_mcp(env: dict[str, str], db: Path, items: list[Planted]) -> list[str]:
     """`memcli mcp` (the official client over stdio), which bridges to the running daemon."""
     texts: list[str] = []
-    client = Client(stdio_params(env, "--db", str(db), "--user", "u4"), mode="legacy",
+    client = Client(stdio_params(env, "--db", str(db), "--user", "u4", "--tools", "all"),
+                    mode="legacy",
                     read_timeout_seconds=120)
     async with client:
         for n, p in enumerate(items):
@@ -231,4 +315,44 @@ async def _through_mcp(env: dict[str, str], db: Path, items: list[Planted]) -> l
         for fact in facts(items):
             result = await client.call_tool("memory_remember", {"text": fact})
             texts.append(payload(result) and result.content[0].text)
+        task = None
+        for fact in facts(items):
+            calls = [("memory_record_decision", {"decision": f"Use {fact}", **_lists(fact)}),
+                     ("memory_record_task", {"title": f"Rotate {fact}", "details": fact,
+                                             "refs": [fact]})]
+            if task is not None:
+                calls.append(("memory_update_task", {"task_id": task, "title": f"Again {fact}",
+                                                     "details": fact, "refs": [fact]}))
+            for tool, args in calls:
+                result = await client.call_tool(tool, args)
+                answer = payload(result)
+                texts.append(result.content[0].text)
+                if tool == "memory_record_task":
+                    task = answer["result"]["id"]
     return texts
+
+
+def _lists(fact: str) -> dict[str, list[str]]:
+    """A decision's lists, each carrying the fact."""
+    return {k: [fact] for k in ("rationale", "constraints", "alternatives", "consequences",
+                                "refs")}
+
+
+def _ledger_over_http(client: httpx.Client, items: list[Planted]) -> list[bytes]:
+    """`POST /api/v1/decisions` and `/api/v1/tasks` (new and, with task_id, updated)."""
+    out: list[bytes] = []
+    task = None
+    for fact in facts(items):
+        bodies = [("/api/v1/decisions", {"decision": f"Use {fact}", "user_id": "u3",
+                                         **_lists(fact)}),
+                  ("/api/v1/tasks", {"title": f"Rotate {fact}", "details": fact,
+                                     "refs": [fact], "user_id": "u3"})]
+        if task is not None:
+            bodies.append(("/api/v1/tasks", {"task_id": task, "title": f"Again {fact}",
+                                             "details": fact, "refs": [fact], "user_id": "u3"}))
+        for route, body in bodies:
+            answer = client.post(route, json=body)
+            assert answer.status_code < 300, answer.text
+            out.append(answer.content)
+        task = task if task is not None else answer.json()["id"]
+    return out
