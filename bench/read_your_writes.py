@@ -50,6 +50,14 @@ def note(tag: str, i: int) -> tuple[str, str]:
     return f"note {i}: the {WORDS[i % len(WORDS)]} item {word} is due soon", word
 
 
+def chatter(n: int, i: int) -> str:
+    """Agent `n`'s `i`th event: nothing like the probes' notes. Agents writing the probes'
+    template (the same number, word and pieces of the probe's word) made thousands of
+    near-copies that the dense and sparse legs rank above an older probe note: a ranking
+    contest, not visibility (docs/design/read-your-writes.md, "Misses that were not")."""
+    return f"agent {n} heartbeat {i}: queue length {i % 17}, all workers alive"
+
+
 def tool_name(names: list[str], short: str) -> str:
     """The MCP tool `short`, whichever separator the server's names use."""
     return next(n for n in names if n.replace(".", "_") in (f"memory_{short}", short))
@@ -222,7 +230,7 @@ async def writer(n: int, url: str, stop: asyncio.Event, written: list[int]) -> N
 
         async with httpx.AsyncClient(base_url=url, timeout=120) as client:
             while not stop.is_set():
-                text, _ = note(f"w{n}-", i)
+                text = chatter(n, i)
                 r = await client.post(
                     "/api/v1/events",
                     json={
@@ -239,7 +247,7 @@ async def writer(n: int, url: str, stop: asyncio.Event, written: list[int]) -> N
         tools = {t.name: t for t in (await client.list_tools()).tools}
         record = tool_name(list(tools), "record_event")
         while not stop.is_set():
-            text, _ = note(f"w{n}-", i)
+            text = chatter(n, i)
             result = await client.call_tool(record, record_args(tools[record].input_schema, text))
             written[0] += not result.is_error
             i += 1
