@@ -3,6 +3,7 @@
     python -m bench.read_your_writes            # 1,000 pairs per path, idle then 10 agents
     python -m bench.read_your_writes --quick    # CI smoke: 10 pairs per path, 2 agents, no file
     python -m bench.read_your_writes --cli-pairs 200    # fewer CLI pairs (two processes each)
+    python -m bench.read_your_writes --paths cli --pairs 300    # one path: its own file
 
 One daemon (`--port` on 127.0.0.1, the hash embedder and sparse model, so the indexer keeps up
 on 2 shared cores and what is measured is visibility, not a model) over a database seeded with
@@ -14,6 +15,13 @@ MCP over streamable HTTP with the official client (its record-event tool, then i
 Each path runs idle, then while `--agents` agents (half HTTP, half MCP) write events back to
 back. For every hit found, which legs found it is counted: the full-text leg at once, the
 dense and sparse legs once the indexer wrote the note's vector and terms. Target: 0 misses.
+
+Each phase writes notes of its own (the word carries the path and the load), so no pair
+re-writes a text an earlier phase wrote: that would be a duplicate (skipped, the old memory
+found), not a fresh write. Every miss is recorded with the write's answer (created or
+skipped, busy retries), the query's first hits with each leg's rank, and (forwarded CLI) whether
+the same query found the note a second later. A run of some paths or `--loaded-only` writes
+bench/results/read-your-writes-<paths>.md beside the full run's file.
 """
 
 from __future__ import annotations
@@ -42,6 +50,14 @@ def note(tag: str, i: int) -> tuple[str, str]:
     return f"note {i}: the {WORDS[i % len(WORDS)]} item {word} is due soon", word
 
 
+def chatter(n: int, i: int) -> str:
+    """Agent `n`'s `i`th event: nothing like the probes' notes. Agents writing the probes'
+    template (the same number, word and pieces of the probe's word) made thousands of
+    near-copies that the dense and sparse legs rank above an older probe note: a ranking
+    contest, not visibility (docs/design/read-your-writes.md, "Misses that were not")."""
+    return f"agent {n} heartbeat {i}: queue length {i % 17}, all workers alive"
+
+
 def tool_name(names: list[str], short: str) -> str:
     """The MCP tool `short`, whichever separator the server's names use."""
     return next(n for n in names if n.replace(".", "_") in (f"memory_{short}", short))
@@ -53,6 +69,19 @@ def record_args(schema: dict[str, Any], text: str, **extra: Any) -> dict[str, An
     return {**({"text": text} if "text" in props else {"content": {"text": text}}), **extra}
 
 
+def brief(hits: list[dict[str, Any]] | None, top: int = 5) -> list[dict[str, Any]]:
+    """The first `top` hits as a miss record keeps them: text, fused score, each leg's rank."""
+    return [
+        {
+            "id": h.get("id"),
+            "text": h.get("text"),
+            "score": h.get("score"),
+            "legs": {leg: (v or {}).get("rank") for leg, v in (h.get("scores") or {}).items()},
+        }
+        for h in (hits or [])[:top]
+    ]
+
+
 class Tally:
     def __init__(self) -> None:
         self.pairs = 0
@@ -60,48 +89,100 @@ class Tally:
         self.legs: Counter[str] = Counter()  # found hits by the legs that found them
         self.ms: list[float] = []
         self.sample: str | None = None
+        self.missed: list[dict[str, Any]] = []  # each miss: the write's answer and the hits
 
-    def add(self, found: list[dict[str, Any]] | None, text: str, ms: float) -> None:
+    def add(
+        self, found: list[dict[str, Any]] | None, text: str, ms: float, wrote: Any = None
+    ) -> None:
         self.pairs += 1
         self.ms.append(ms)
         hit = next((h for h in found or [] if h.get("text") == text), None)
         if hit is None:
             self.misses += 1
             self.sample = self.sample or text
+            self.missed.append(
+                {"text": text, "write": wrote, "hits": len(found or []), "top": brief(found)}
+            )
         else:
             self.legs["+".join(sorted(hit.get("scores") or {})) or "?"] += 1
 
 
-async def cli_pairs(env: dict[str, str], db: Path, n: int, tally: Tally) -> None:
-    base = [sys.executable, "-m", "memcli"]
+async def memcli(env: dict[str, str], argv: list[str]) -> tuple[int, Any, int]:
+    """(exit code, parsed stdout, tries) of one forwarded command; a busy answer (75) is
+    retried as a script would, up to 5 times."""
+    for tries in range(1, 6):
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "memcli",
+            *argv,
+            env=env,
+            cwd=REPO_ROOT,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+        )
+        out, err = await proc.communicate()
+        if proc.returncode == 75 and tries < 5:
+            await asyncio.sleep(0.2)
+            continue
+        if proc.returncode != 0:
+            raise SystemExit(f"memcli {argv[0]} exit {proc.returncode}: {err.decode()[-400:]}")
+        return proc.returncode, json.loads(out), tries
+    raise AssertionError("unreachable")
+
+
+async def cli_pairs(env: dict[str, str], db: Path, n: int, tally: Tally, tag: str) -> None:
     for i in range(n):
-        text, word = note("c", i)
+        text, word = note(tag, i)
         t0 = time.perf_counter()
-        for argv in (["ingest", "--text", text, "--user-id", "probe", "--db", str(db)],
-                     ["query", word, "--db", str(db), "--json"]):
-            proc = await asyncio.create_subprocess_exec(
-                *base, *argv, env=env, cwd=REPO_ROOT, stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.PIPE)
-            out, err = await proc.communicate()
-            if proc.returncode != 0:
-                raise SystemExit(f"memcli {argv[0]} exit {proc.returncode}: {err.decode()[-400:]}")
-        tally.add(json.loads(out), text, (time.perf_counter() - t0) * 1000)
+        _, wrote, tries = await memcli(
+            env, ["ingest", "--text", text, "--user-id", "probe", "--db", str(db)]
+        )
+        _, found, _ = await memcli(env, ["query", word, "--db", str(db), "--json"])
+        ms = (time.perf_counter() - t0) * 1000
+        write = {
+            "tries": tries,
+            **{
+                k: wrote.get(k)
+                for k in ("created", "memory_ids", "skipped", "rejected", "deferred_embedding")
+            },
+        }
+        tally.add(found, text, ms, write)
+        if tally.missed and tally.missed[-1]["text"] == text and "later" not in tally.missed[-1]:
+            # The same query a second later: a gap closes, a lost or hidden write does not.
+            await asyncio.sleep(1.0)
+            _, again, _ = await memcli(env, ["query", word, "--db", str(db), "--json"])
+            tally.missed[-1]["later"] = {
+                "found": any(h.get("text") == text for h in again),
+                "top": brief(again, 3),
+            }
 
 
-async def http_pairs(url: str, n: int, tally: Tally) -> None:
+async def http_pairs(url: str, n: int, tally: Tally, tag: str) -> None:
     import httpx
 
     async with httpx.AsyncClient(base_url=url, timeout=120) as client:
         for i in range(n):
-            text, word = note("h", i)
+            text, word = note(tag, i)
             t0 = time.perf_counter()
-            wrote = await client.post("/api/v1/events", json={
-                "user_id": "probe", "kind": "message",
-                "actor": {"type": "human", "id": "probe"}, "content": {"text": text}})
+            wrote = await client.post(
+                "/api/v1/events",
+                json={
+                    "user_id": "probe",
+                    "kind": "message",
+                    "actor": {"type": "human", "id": "probe"},
+                    "content": {"text": text},
+                },
+            )
             wrote.raise_for_status()
             found = await client.post("/api/v1/query", json={"query": word})
             found.raise_for_status()
-            tally.add(found.json(), text, (time.perf_counter() - t0) * 1000)
+            tally.add(
+                found.json(),
+                text,
+                (time.perf_counter() - t0) * 1000,
+                {"status": wrote.status_code, "answer": wrote.json()},
+            )
 
 
 def mcp_client(url: str, user: str) -> Any:
@@ -109,16 +190,21 @@ def mcp_client(url: str, user: str) -> Any:
     from mcp import Client
     from mcp.client.streamable_http import streamable_http_client
 
-    return Client(streamable_http_client(f"{url}/mcp", http_client=httpx2.AsyncClient(
-        headers={"X-Memcli-User": user}, timeout=120)), mode="legacy")
+    return Client(
+        streamable_http_client(
+            f"{url}/mcp",
+            http_client=httpx2.AsyncClient(headers={"X-Memcli-User": user}, timeout=120),
+        ),
+        mode="legacy",
+    )
 
 
-async def mcp_pairs(url: str, n: int, tally: Tally) -> None:
+async def mcp_pairs(url: str, n: int, tally: Tally, tag: str) -> None:
     async with mcp_client(url, "probe") as client:
         tools = {t.name: t for t in (await client.list_tools()).tools}
         record, query = tool_name(list(tools), "record_event"), tool_name(list(tools), "query")
         for i in range(n):
-            text, word = note("m", i)
+            text, word = note(tag, i)
             t0 = time.perf_counter()
             wrote = await client.call_tool(record, record_args(tools[record].input_schema, text))
             if wrote.is_error:
@@ -128,8 +214,12 @@ async def mcp_pairs(url: str, n: int, tally: Tally) -> None:
                 raise SystemExit(f"MCP query: {found.content[0].text}")
             answer = json.loads(found.content[0].text)
             hits = answer.get("result", answer) if isinstance(answer, dict) else answer
-            tally.add(hits if isinstance(hits, list) else [], text,
-                      (time.perf_counter() - t0) * 1000)
+            tally.add(
+                hits if isinstance(hits, list) else [],
+                text,
+                (time.perf_counter() - t0) * 1000,
+                {"answer": wrote.content[0].text},
+            )
 
 
 async def writer(n: int, url: str, stop: asyncio.Event, written: list[int]) -> None:
@@ -140,10 +230,16 @@ async def writer(n: int, url: str, stop: asyncio.Event, written: list[int]) -> N
 
         async with httpx.AsyncClient(base_url=url, timeout=120) as client:
             while not stop.is_set():
-                text, _ = note(f"w{n}-", i)
-                r = await client.post("/api/v1/events", json={
-                    "user_id": f"agent{n}", "kind": "message",
-                    "actor": {"type": "human", "id": f"agent{n}"}, "content": {"text": text}})
+                text = chatter(n, i)
+                r = await client.post(
+                    "/api/v1/events",
+                    json={
+                        "user_id": f"agent{n}",
+                        "kind": "message",
+                        "actor": {"type": "human", "id": f"agent{n}"},
+                        "content": {"text": text},
+                    },
+                )
                 written[0] += r.status_code == 200
                 i += 1
         return
@@ -151,23 +247,27 @@ async def writer(n: int, url: str, stop: asyncio.Event, written: list[int]) -> N
         tools = {t.name: t for t in (await client.list_tools()).tools}
         record = tool_name(list(tools), "record_event")
         while not stop.is_set():
-            text, _ = note(f"w{n}-", i)
+            text = chatter(n, i)
             result = await client.call_tool(record, record_args(tools[record].input_schema, text))
             written[0] += not result.is_error
             i += 1
 
 
-async def run_path(path: str, agents: int, pairs: int, url: str, env: dict[str, str],
-                   db: Path) -> tuple[Tally, int]:
+async def run_path(
+    path: str, agents: int, pairs: int, url: str, env: dict[str, str], db: Path
+) -> tuple[Tally, int]:
     tally, stop, written = Tally(), asyncio.Event(), [0]
     load = [asyncio.create_task(writer(n, url, stop, written)) for n in range(agents)]
+    # Each phase writes notes of its own: a loaded phase re-writing the idle phase's texts
+    # would measure duplicates (found because they were there before), not fresh writes.
+    tag = f"{path[0]}{agents}a"
     try:
         if path == "cli":
-            await cli_pairs(env, db, pairs, tally)
+            await cli_pairs(env, db, pairs, tally, tag)
         elif path == "http":
-            await http_pairs(url, pairs, tally)
+            await http_pairs(url, pairs, tally, tag)
         else:
-            await mcp_pairs(url, pairs, tally)
+            await mcp_pairs(url, pairs, tally, tag)
     finally:
         stop.set()
         await asyncio.gather(*load)
@@ -177,8 +277,13 @@ async def run_path(path: str, agents: int, pairs: int, url: str, env: dict[str, 
 def http_url(env: dict[str, str], db: Path) -> str:
     import subprocess
 
-    done = subprocess.run([sys.executable, "-m", "memcli", "serve", "status", "--db", str(db)],
-                          env=env, capture_output=True, text=True, check=True)
+    done = subprocess.run(
+        [sys.executable, "-m", "memcli", "serve", "status", "--db", str(db)],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     return str(json.loads(done.stdout)["http_url"])
 
 
@@ -187,10 +292,18 @@ def seed(env: dict[str, str], db: Path, count: int) -> None:
     them), written before the daemon starts, with their vectors."""
     import subprocess
 
-    lines = "".join(json.dumps({"text": note("s", i)[0], "user_id": "seed"}) + "\n"
-                    for i in range(count))
-    subprocess.run([sys.executable, "-m", "memcli", "ingest", "-", "--db", str(db)], env=env,
-                   input=lines, capture_output=True, text=True, check=True, cwd=REPO_ROOT)
+    lines = "".join(
+        json.dumps({"text": note("s", i)[0], "user_id": "seed"}) + "\n" for i in range(count)
+    )
+    subprocess.run(
+        [sys.executable, "-m", "memcli", "ingest", "-", "--db", str(db)],
+        env=env,
+        input=lines,
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=REPO_ROOT,
+    )
 
 
 def pct(values: list[float], q: int) -> float:
@@ -200,21 +313,33 @@ def pct(values: list[float], q: int) -> float:
 
 def render(rows: list[dict[str, Any]], quick: bool, argv: list[str]) -> str:
     command = " ".join(["python -m bench.read_your_writes", *argv])
-    lines = ["# Read your own writes through memcli serve", "",
-             f"Measured {time.strftime('%Y-%m-%d')}{' (quick smoke)' if quick else ''} with "
-             f"`{command}`: each pair "
-             "writes a note with a word of its own and at once runs the default query (top 10) "
-             "for that word; a miss is a pair whose note is not among the hits. Target 0.", "",
-             "| path | load | pairs | misses | events written by the agents meanwhile "
-             "| pair p50 ms | pair p95 ms | legs that found the note |",
-             "|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "# Read your own writes through memcli serve",
+        "",
+        f"Measured {time.strftime('%Y-%m-%d')}{' (quick smoke)' if quick else ''} with "
+        f"`{command}`: each pair "
+        "writes a note with a word of its own and at once runs the default query (top 10) "
+        "for that word; a miss is a pair whose note is not among the hits. Target 0.",
+        "",
+        "| path | load | pairs | misses | events written by the agents meanwhile "
+        "| pair p50 ms | pair p95 ms | legs that found the note |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for r in rows:
         legs = ", ".join(f"{k} {v}" for k, v in sorted(r["legs"].items()))
-        lines.append(f"| {r['path']} | {r['load']} | {r['pairs']} | {r['misses']} | "
-                     f"{r['written']} | {r['p50']:.0f} | {r['p95']:.0f} | {legs} |")
+        lines.append(
+            f"| {r['path']} | {r['load']} | {r['pairs']} | {r['misses']} | "
+            f"{r['written']} | {r['p50']:.0f} | {r['p95']:.0f} | {legs} |"
+        )
     for r in rows:
-        if r["sample"]:
-            lines.append(f"- first miss ({r['path']}, {r['load']}): `{r['sample']}`")
+        for m in r["missed"]:
+            top = "; ".join(f"`{h['text']}` {h['score']} {h['legs']}" for h in m["top"][:3])
+            later = m.get("later")
+            lines.append(
+                f"- miss ({r['path']}, {r['load']}): `{m['text']}`; the write: "
+                f"{json.dumps(m['write'])}; {m['hits']} hits, first: {top}"
+                + (f"; a second later found: {later['found']}" if later else "")
+            )
     return "\n".join(lines)
 
 
@@ -223,10 +348,22 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quick", action="store_true", help="10 pairs a path, 2 agents, no file")
     ap.add_argument("--pairs", type=int, default=None, help="pairs per path and load")
     ap.add_argument("--agents", type=int, default=None, help="agents writing under load")
-    ap.add_argument("--cli-pairs", type=int, default=None,
-                    help="pairs for the CLI path (two processes each: the slow one)")
+    ap.add_argument(
+        "--cli-pairs",
+        type=int,
+        default=None,
+        help="pairs for the CLI path (two processes each: the slow one)",
+    )
     ap.add_argument("--paths", default=",".join(PATHS), help="comma-separated: cli,http,mcp")
+    ap.add_argument("--loaded-only", action="store_true", help="skip the idle phase")
     args = ap.parse_args(argv)
+    # A run of some paths or one load writes beside the full run's file, never over it.
+    part = (
+        ""
+        if args.paths == ",".join(PATHS) and not args.loaded_only
+        else ("-" + args.paths.replace(",", "-") + ("-loaded" if args.loaded_only else ""))
+    )
+    results = RESULTS.with_name(f"read-your-writes{part}.md")
     pairs = args.pairs or (10 if args.quick else 1000)
     agents = args.agents or (2 if args.quick else 10)
     rows: list[dict[str, Any]] = []
@@ -238,23 +375,36 @@ def main(argv: list[str] | None = None) -> int:
             daemon.wait_ready()
             url = http_url(env, db)
             for path in args.paths.split(","):
-                for load in (0, agents):
+                for load in (agents,) if args.loaded_only else (0, agents):
                     t0 = time.monotonic()
                     count = args.cli_pairs or pairs if path == "cli" else pairs
                     tally, written = asyncio.run(run_path(path, load, count, url, env, db))
-                    rows.append({"path": path, "load": f"{load} agents writing" if load
-                                 else "idle", "pairs": tally.pairs, "misses": tally.misses,
-                                 "written": written, "p50": pct(tally.ms, 50),
-                                 "p95": pct(tally.ms, 95), "legs": dict(tally.legs),
-                                 "sample": tally.sample,
-                                 "seconds": round(time.monotonic() - t0, 1)})
-                    print(f"{path} {rows[-1]['load']}: {tally.misses}/{tally.pairs} missed "
-                          f"({rows[-1]['seconds']} s)", file=sys.stderr, flush=True)
+                    rows.append(
+                        {
+                            "path": path,
+                            "load": f"{load} agents writing" if load else "idle",
+                            "pairs": tally.pairs,
+                            "misses": tally.misses,
+                            "written": written,
+                            "p50": pct(tally.ms, 50),
+                            "p95": pct(tally.ms, 95),
+                            "legs": dict(tally.legs),
+                            "sample": tally.sample,
+                            "missed": tally.missed,
+                            "seconds": round(time.monotonic() - t0, 1),
+                        }
+                    )
+                    print(
+                        f"{path} {rows[-1]['load']}: {tally.misses}/{tally.pairs} missed "
+                        f"({rows[-1]['seconds']} s)",
+                        file=sys.stderr,
+                        flush=True,
+                    )
     text = render(rows, args.quick, sys.argv[1:] if argv is None else argv)
     print(text)
     if not args.quick:
-        RESULTS.write_text(text + "\n")
-        RESULTS.with_suffix(".json").write_text(json.dumps(rows, indent=1) + "\n")
+        results.write_text(text + "\n")
+        results.with_suffix(".json").write_text(json.dumps(rows, indent=1) + "\n")
     return 1 if any(r["misses"] for r in rows) else 0
 
 
