@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from memcli.importers.files import find, json_lines, text_of
+from memcli.importers.files import each_file, find, json_lines, text_of
 from memcli.importers.turns import Notes, Turn, agent_event_id, bad, loose_ts
 
 FMT = "claude-code"
@@ -30,14 +30,9 @@ def read(path: Path, notes: Notes) -> Iterator[Turn]:
     files = find(path, "*.jsonl", FMT, notes)
     if not files:
         raise bad(FMT, f"no .jsonl transcripts under {path}")
-    known = 0
-    for file in files:
-        counts = {"lines": 0}
-        yield from _file_turns(file, notes, seen, counts)
-        known += counts["lines"]
-        if not counts["lines"]:
-            notes.append(f"{file.name}: no Claude Code transcript line: left out")
-            notes.skip("file of another format")
+    known = yield from each_file(
+        files, lambda file, counts: _file_turns(file, notes, seen, counts), notes,
+        "Claude Code transcript")
     if not known:
         raise bad(FMT, f"{path} holds no line of a Claude Code transcript "
                        "(objects with type, uuid, sessionId and message)")

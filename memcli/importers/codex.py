@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from memcli.importers.files import find, json_lines, text_of
+from memcli.importers.files import each_file, find, json_lines, text_of
 from memcli.importers.turns import Notes, Turn, agent_event_id, bad, loose_ts
 
 FMT = "codex"
@@ -36,14 +36,8 @@ def read(path: Path, notes: Notes) -> Iterator[Turn]:
     files = find(path, "rollout-*.jsonl", FMT, notes)
     if not files:
         raise bad(FMT, f"no rollout-*.jsonl sessions under {path}")
-    known = 0
-    for file in files:
-        counts = {"lines": 0}
-        yield from _file_turns(file, notes, counts)
-        known += counts["lines"]
-        if not counts["lines"]:
-            notes.append(f"{file.name}: no Codex rollout line: left out")
-            notes.skip("file of another format")
+    known = yield from each_file(
+        files, lambda file, counts: _file_turns(file, notes, counts), notes, "Codex rollout")
     if not known:
         raise bad(FMT, f"{path} holds no line of a Codex rollout "
                        "(session_meta, response_item, or an older rollout's items)")

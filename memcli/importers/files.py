@@ -8,12 +8,28 @@ from __future__ import annotations
 import fnmatch
 import json
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Generator, Iterator
 from pathlib import Path
 from typing import Any
 
 from memcli.importers import stream as limits
-from memcli.importers.turns import Notes, bad
+from memcli.importers.turns import Notes, Turn, bad
+
+
+def each_file(files: list[Path], turns_of: Callable[[Path, dict[str, int]], Iterator[Turn]],
+              notes: Notes, what: str) -> Generator[Turn, None, int]:
+    """The turns of each file (`turns_of(file, counts)` counts the lines of the format it
+    knows in `counts["lines"]`); a file holding none of `what` is noted and counted as left
+    out. Returns how many lines of the format all files held."""
+    known = 0
+    for file in files:
+        counts = {"lines": 0}
+        yield from turns_of(file, counts)
+        known += counts["lines"]
+        if not counts["lines"]:
+            notes.append(f"{file.name}: no {what} line: left out")
+            notes.skip("file of another format")
+    return known
 
 
 def find(path: Path, pattern: str, fmt: str, notes: Notes) -> list[Path]:
