@@ -1,0 +1,1 @@
+"""PostgreSQL: the engine on a real server (skipped without the `pg` extra)."""
