@@ -257,7 +257,7 @@ def run_locomo(memory: Any, pg: PgAdapter, qs: list[dict[str, Any]],
 
 # --------------------------------------------------------------------------- CJK check
 
-CJK_TEXTS = [  # from tests/test_query.py, test_cli.py, test_purge.py, test_embedders.py
+CJK_TEXTS = [  # from tests/retrieval/test_query.py, test_cli.py, test_purge.py, test_embedders.py
     "我们上周在市场买了很多水果其中有芒果干和别的东西",
     "芒果干芒果干",
     "我们在成都吃了火锅 🥘",

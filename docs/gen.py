@@ -10,7 +10,7 @@
   answers.
 
 `python -m docs.gen --check` writes nothing and exits 1 naming the stale pages;
-tests/test_docs_reference.py runs the same comparison, so a new flag or route without
+tests/project/test_docs_reference.py runs the same comparison, so a new flag or route without
 regenerated pages fails the tests.
 """
 

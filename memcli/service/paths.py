@@ -44,7 +44,7 @@ except ImportError:  # pragma: no cover - an interpreter without it
     from hashlib import sha256
 
 APP = "memcli"
-# The shapes of memcli.store.location's _URL, _DSN and _DSN_KEY (tests/test_seam.py checks
+# The shapes of memcli.store.location's _URL, _DSN and _DSN_KEY (tests/store/test_seam.py checks
 # they agree), compiled only for a location with a ':' or '=' (`re` costs the client's start).
 _URL = r"^(?:[A-Za-z][A-Za-z0-9+.-]+:/|file:)"
 _DSN = r"^\s*(?:[A-Za-z_]+\s*=\s*(?:'(?:[^'\\]|\\.)*'|[^\s']+)\s*)+$"
