@@ -5,7 +5,8 @@ refused (413) on its `Content-Length` before one byte of it is read, and a chunk
 length given) is counted as its `http.request` messages arrive and refused once the count
 passes the limit, before any route runs (the API's or the MCP SDK's): the server never holds
 more than the limit of one request. Checked after reading, three concurrent 100 MB posts took
-the daemon from 512 to 921 MB resident (bench/body_limit.py measures it).
+the daemon from 512 to 921 MB resident (bench/results/experiments.md; bench/trust_attacks.py
+measures it).
 """
 
 from __future__ import annotations
