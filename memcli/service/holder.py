@@ -10,9 +10,12 @@
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from memcli.core.locations import is_postgres
+from memcli.store.location import open_database, server_location
+from memcli.store.sqlite.writers import KeepOpen, checkpoint_wal
 
 CHECKPOINT_WAIT = 5.0  # seconds the exit's WAL checkpoint may wait for other connections
 
@@ -23,8 +26,6 @@ def is_server(location: str) -> bool:
 
 class FileHolder:
     def __init__(self, path: str) -> None:
-        from memcli.store.sqlite.writers import KeepOpen
-
         self.path = path
         self.keeper = KeepOpen(path)
         self.keeper.ensure()
@@ -37,10 +38,6 @@ class FileHolder:
         return None
 
     def close(self) -> None:
-        import os
-
-        from memcli.store.sqlite.writers import checkpoint_wal
-
         if self.closed:
             return
         self.closed = True
@@ -51,7 +48,6 @@ class FileHolder:
 
 class PoolHolder:
     def __init__(self, settings: Any, pool_size: int) -> None:
-        from memcli.store.location import open_database, server_location
         from memcli.store.postgres.pool import PgPool, install
 
         # One plain connection first: it creates or migrates memcli's tables and says plainly
