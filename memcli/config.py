@@ -265,7 +265,7 @@ def serve_token_path() -> Path:
 def _read_config_file(path: Path) -> dict[str, Any]:
     if not path.exists():
         return {}
-    import yaml  # only when a config file exists
+    import yaml  # noqa: PLC0415 - only when a config file exists
 
     try:
         data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}

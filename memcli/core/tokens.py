@@ -88,7 +88,7 @@ def _constructor_kwargs(name: str) -> dict[str, Any]:
     `tiktoken_ext.openai_public`, so concurrent callers and plain `tiktoken.get_encoding` (which
     would still try to download) are not affected.
     """
-    from tiktoken_ext import openai_public
+    from tiktoken_ext import openai_public  # noqa: PLC0415 - tiktoken loads on the first count
 
     ctor = openai_public.ENCODING_CONSTRUCTORS[name]
     scoped_globals = dict(ctor.__globals__)
@@ -110,7 +110,7 @@ def get_encoding(name: str = DEFAULT_ENCODING) -> tiktoken.Encoding:
         raise ValueError(
             f"unknown token encoding {name!r} (available offline: {', '.join(SUPPORTED_ENCODINGS)})"
         )
-    import tiktoken
+    import tiktoken  # noqa: PLC0415 - on the first count, not at start-up
 
     return tiktoken.Encoding(**_constructor_kwargs(name))
 

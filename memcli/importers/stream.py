@@ -140,7 +140,7 @@ def json_items(path: Path, fmt: str, keys: tuple[str, ...] = ()) -> Iterator[Any
     """The items of a JSON export, each parsed alone: a top-level array's items; of a top-level
     object, the items of the array under the first of `keys` it holds, else (no `keys`) the
     object itself as the one item. A file that is not JSON is a one-line error."""
-    import ijson
+    import ijson  # noqa: PLC0415 - its C parser, only when importing
 
     top = _first_byte(path, fmt)
     prefix = "item" if top == b"[" else ""
@@ -173,7 +173,7 @@ def _first_byte(path: Path, fmt: str) -> bytes | None:
 def _top_key(path: Path, fmt: str, keys: tuple[str, ...]) -> str | None:
     """The first of `keys` that a top-level object holds (its values are skipped, not
     built)."""
-    import ijson
+    import ijson  # noqa: PLC0415 - its C parser, only when importing
 
     with open_limited(path, f"the {fmt} export", MAX_INPUT_BYTES) as stream:
         try:

@@ -435,6 +435,6 @@ def _shown_db(location: str) -> str:
 
     if not is_server(location):
         return location
-    from memcli.store.postgres.connection import masked
+    from memcli.store.postgres.connection import masked  # noqa: PLC0415 - psycopg, if used
 
     return masked(location)

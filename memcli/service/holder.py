@@ -48,7 +48,7 @@ class FileHolder:
 
 class PoolHolder:
     def __init__(self, settings: Any, pool_size: int) -> None:
-        from memcli.store.postgres.pool import PgPool, install
+        from memcli.store.postgres.pool import PgPool, install  # noqa: PLC0415 - psycopg
 
         # One plain connection first: it creates or migrates memcli's tables and says plainly
         # why the server cannot be used (the pool would only time out), before anything binds.
@@ -67,7 +67,7 @@ class PoolHolder:
         return self.pool.stats()
 
     def close(self) -> None:
-        from memcli.store.postgres.pool import uninstall
+        from memcli.store.postgres.pool import uninstall  # noqa: PLC0415 - psycopg
 
         if self.closed:
             return

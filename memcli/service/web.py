@@ -84,9 +84,9 @@ class HttpPlan:
     def prepare(cls, settings: Any, ep: paths.Endpoint, opts: HttpOptions, grace: float,
                 log: Callable[[str], None]) -> HttpPlan | None:
         try:
-            import uvicorn  # noqa: F401 - imported here so that its absence is known now
+            import uvicorn  # noqa: F401, PLC0415 - imported here so that its absence is known now
 
-            from memcli.service.http import build_app  # noqa: F401 - the same
+            from memcli.service.http import build_app  # noqa: F401, PLC0415 - the same
         except ImportError as exc:
             if opts.port is not None:
                 raise UsageError(f"the HTTP API is not available ({exc})",
@@ -201,9 +201,10 @@ def run(settings: Any, plan: HttpPlan | None, pool_size: int | None, control: in
 
 
 def _uvicorn(settings: Any, plan: HttpPlan, report: Reporter) -> Any:
-    import uvicorn
+    # uvicorn and FastAPI: only a daemon that serves HTTP imports them
+    import uvicorn  # noqa: PLC0415
 
-    from memcli.service.http import build_app
+    from memcli.service.http import build_app  # noqa: PLC0415
 
     app = build_app(settings, plan.auth, ui_url=plan.tcp_address)
     config = uvicorn.Config(_tracked(app, report),
