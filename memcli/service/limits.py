@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from starlette.responses import JSONResponse
+
 MAX_BODY_BYTES = 32 * 1024 * 1024  # a batch of events; anything bigger is refused (413)
 
 
@@ -66,7 +68,6 @@ class BodyLimit:
 
 async def _refuse(scope: dict[str, Any], receive: Any, send: Any, limit: int) -> None:
     """413 with the API's error body; the connection is closed after it (the body unread)."""
-    from starlette.responses import JSONResponse
 
     error = f"the request body is over {limit} bytes (send fewer events per request)"
     response = JSONResponse({"error": error, "exit_code": 2}, status_code=413,
