@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 from pydantic import AfterValidator, Field
 
 from memcli.core.ids import Id
-from memcli.operations.requests import AppScope, Scope, TenantScope, UserScope
+from memcli.core.request_base import AppScope, Scope, TenantScope, UserScope
 
 if TYPE_CHECKING:
     from memcli.operations.memory import Memory

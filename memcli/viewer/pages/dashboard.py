@@ -20,8 +20,8 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import Field
 
+from memcli.core.request_base import Request as RequestModel
 from memcli.errors import NotAllowedError
-from memcli.operations.requests import Request as RequestModel
 from memcli.operations.requests import validated
 
 if TYPE_CHECKING:
