@@ -13,7 +13,7 @@ What it measures (the issue's targets in brackets), per database size:
      session's recent turns, delta header) [p95 <= 15 ms];
    - retrieval path: a query, so the same hybrid retrieval as `memcli query` runs on top
      (candidate pool <= 2,000, scored <= 200, relations boost, related bullets) [p95 <= 50 ms].
-   Each request is a random (tenant, user, session) of the data with `max_tokens` 65,000 and
+   Each request is a random (tenant, user, session) of the data with `budget_tokens` 65,000 and
    `track` on, as an agent calls it; a second pass times the stages (retrieval, packing, final
    count and the metrics write) to show where the time goes.
 2. Whole-process `python -m memcli acb build` p50, a fresh interpreter per run (two warm-up runs
@@ -209,10 +209,10 @@ def requests_for(path: Path, n: int, seed: int) -> tuple[list[dict], list[dict]]
             "tenant_id": q["tenant_id"],
             "user_id": q["user_id"],
             "session_id": session,
-            "max_tokens": BUDGET,
+            "budget_tokens": BUDGET,
         }
         fast.append(base)
-        slow.append({**base, "query_text": q["text"]})
+        slow.append({**base, "query": q["text"]})
     return fast, slow
 
 
@@ -228,14 +228,15 @@ def summary(ms: list[float]) -> dict[str, float]:
 
 def library_latency(path: Path, requests: list[dict], warmup: int) -> dict[str, Any]:
     from memcli.acb.build import build_acb
+    from memcli.operations.requests import AcbRequest
 
     times, cpu, tokens, items = [], [], [], []
     with open_memory(path) as memory:
         for req in requests[:warmup]:
-            build_acb(memory, req)
+            build_acb(memory, AcbRequest.model_validate(req))
         for req in requests[warmup:]:
             c0, t0 = time.process_time(), time.perf_counter()
-            bundle = build_acb(memory, req)
+            bundle = build_acb(memory, AcbRequest.model_validate(req))
             times.append((time.perf_counter() - t0) * 1000)
             cpu.append((time.process_time() - c0) * 1000)
             if bundle["token_used"] > BUDGET:
@@ -255,6 +256,7 @@ def stage_breakdown(path: Path, requests: list[dict]) -> dict[str, float]:
     import memcli.acb.build as acb
     from memcli.acb import pack as acb_pack
     from memcli.acb import sections as acb_sections
+    from memcli.operations.requests import AcbRequest
 
     sink: dict[str, float] = {}
 
@@ -283,11 +285,11 @@ def stage_breakdown(path: Path, requests: list[dict]) -> dict[str, float]:
             setattr(mod, name, timed(getattr(mod, name), label))
         with open_memory(path) as memory:
             for req in requests[:5]:
-                acb.build_acb(memory, req)
+                acb.build_acb(memory, AcbRequest.model_validate(req))
             sink.clear()
             t0 = time.perf_counter()
             for req in requests:
-                acb.build_acb(memory, req)
+                acb.build_acb(memory, AcbRequest.model_validate(req))
             sink["total"] = (time.perf_counter() - t0) * 1000
     finally:
         for mod, name, fn in originals:

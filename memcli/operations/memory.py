@@ -36,7 +36,6 @@ from memcli.retrieval import fallback as recency
 from memcli.retrieval import scope as widening
 from memcli.retrieval import search
 from memcli.retrieval.stages import Candidate, RankContext
-from memcli.retrieval.text import bound_query
 from memcli.store import memories as mem
 from memcli.store import sparse as sparse_sql
 from memcli.store import vectors as vec
@@ -302,45 +301,52 @@ class Memory:
         return Filters(categories=categories, allowed_categories=allowed,
                        excluded_categories=hidden, all_tenants=all_tenants, **kwargs)
 
-    def ask(self, request: QueryRequest, *, all_tenants: bool = False,
-            sensitivities: list[str] | None = None, widen: bool = True,
-            fallback: bool = False) -> QueryResult:
+    def ask(self, request: QueryRequest, *, fallback: bool = False) -> QueryResult:
         """A validated query request (memcli.operations.requests.QueryRequest) answered: its
-        conditions as filters (the asking agent's allowlist enforced), then `query`."""
+        conditions as filters (the asking agent's allowlist enforced), on the legs it names
+        (default: every configured one), then `query`."""
         filters = self.filters(
-            agent=request.agent_id, all_tenants=all_tenants, categories=request.categories,
-            **({"sensitivities": tuple(sensitivities)} if sensitivities else {}),
+            agent=request.agent_id, all_tenants=request.all_tenants,
+            categories=request.categories,
+            **({"sensitivities": tuple(request.sensitivity)} if request.sensitivity else {}),
             as_of=request.as_of, **request.conditions())
+        retrieval = self.retrieval
+        if request.legs is not None:
+            retrieval = retrieval.model_copy(update={"leg_weights": {
+                k: w for k, w in retrieval.leg_weights.items() if k in request.legs}})
         return self.query(request.query, filters=filters, top_k=request.top_k,
                           threshold=request.threshold, budget_tokens=request.budget_tokens,
-                          return_format=request.return_format, widen=widen, fallback=fallback)
+                          return_format=request.return_format, widen=request.widen,
+                          fallback=fallback, retrieval=retrieval)
 
     def query(self, text: str, *, filters: Filters | None = None, top_k: int = 10,
               threshold: float | None = None, budget_tokens: int | None = None,
               return_format: str = "full", widen: bool = True, record_access: bool = True,
-              fallback: bool = False) -> QueryResult:
+              fallback: bool = False, retrieval: RetrievalSettings | None = None
+              ) -> QueryResult:
         """`fallback`: when every leg finds nothing, answer with the newest memories in scope
         (memcli.retrieval.fallback), as `memcli query` and the service do for their default
-        legs; off by default: a library search stays strict."""
+        legs; off by default: a library search stays strict. `retrieval`: this query's
+        settings (default the memory's; a request naming its legs keeps only those)."""
         t0 = time.perf_counter()
-        text = bound_query(text)  # ranking reads the text too: the same bound as the legs
+        settings = retrieval or self.retrieval
         filters = filters or self.filters()
         scope = "session" if filters.session_id else ("user" if filters.user_id else "all")
         path = scope
         clock = {"now": parse_clock(filters.as_of)} if filters.as_of else {}
-        legs = search.run_legs(self.db, self.embedder, text, filters, self.retrieval,
+        legs = search.run_legs(self.db, self.embedder, text, filters, settings,
                                sparse=self.sparse, reader=self.reader())
-        ranked = search.rank(RankContext(self.db, filters, text, self.retrieval, **clock), legs)
+        ranked = search.rank(RankContext(self.db, filters, text, settings, **clock), legs)
         # The evolution plan: widen on a recall cue or when the session has too little full-text
         # evidence (memcli.retrieval.scope, the rule `acb build` uses too).
         wider = None
         if widen and filters.session_id and widening.should_widen(
-                text, legs, [c.id for c in ranked], self.retrieval.min_session_hits):
+                text, legs, [c.id for c in ranked], settings.min_session_hits):
             wider = widening.wider_scope(self.db, filters)
         if wider is not None:
-            legs = search.run_legs(self.db, self.embedder, text, wider, self.retrieval,
+            legs = search.run_legs(self.db, self.embedder, text, wider, settings,
                                    sparse=self.sparse, reader=self.reader())
-            ranked = search.rank(RankContext(self.db, wider, text, self.retrieval, **clock),
+            ranked = search.rank(RankContext(self.db, wider, text, settings, **clock),
                                  legs)
             scope = "user"
             path = f"{path}>{scope}"
@@ -348,8 +354,8 @@ class Memory:
         if fallback and recency.found_nothing(legs):
             searched = wider or filters
             legs = {**legs, **recency.recent_leg(self.db, searched,
-                                                 self.retrieval.candidates_per_leg)}
-            ranked = search.rank(RankContext(self.db, searched, text, self.retrieval, **clock),
+                                                 settings.candidates_per_leg)}
+            ranked = search.rank(RankContext(self.db, searched, text, settings, **clock),
                                  legs)
             path = f"{path}>{recency.RECENT_LEG}"
         if threshold is not None:
@@ -370,7 +376,7 @@ class Memory:
         result = QueryResult(
             query=text, scope=scope, path=path, hits=hits,
             legs={k: len(v) for k, v in legs.items()},
-            fusion=self.retrieval.fusion, budget_tokens=budget_tokens, tokens_used=used,
+            fusion=settings.fusion, budget_tokens=budget_tokens, tokens_used=used,
             latency_ms=round((time.perf_counter() - t0) * 1000, 3),
         )
         if record_access:
