@@ -262,6 +262,17 @@ def test_either_answer_shape_is_read_in_the_order_sent():
     assert parse_scores(cohere, 2) == parse_scores(tei, 2) == [0.1, 0.9]
 
 
+def test_a_top_larger_than_teis_batch_limit_goes_in_requests_of_32(rerank_stub):
+    rerank_stub.scores = {"#39": 1.0, "#3 ": 0.5}
+    client = HttpReranker(rerank_stub.url, wire="tei")
+    try:
+        scores = client.score("q", [f"#{i} text" for i in range(40)])
+    finally:
+        client.close()
+    assert [len(body["texts"]) for body in rerank_stub.requests] == [32, 8]
+    assert scores == [0.5 if i == 3 else 1.0 if i == 39 else 0.0 for i in range(40)]
+
+
 def test_a_slow_server_costs_the_timeout_not_more(rerank_stub):
     rerank_stub.fail(delay=5.0)
     client = HttpReranker(rerank_stub.url, timeout=0.3)

@@ -4,7 +4,8 @@ It speaks both wire formats of the common `/rerank` endpoint, as the real server
 text-embeddings-inference's (`{"query", "texts"}` answered by `[{"index", "score"}]`) and the
 Cohere/Jina body of vLLM, Infinity, llama.cpp's server, Cohere and Jina (`{"model", "query",
 "documents", "top_n"}` answered by `{"results": [{"index", "relevance_score"}]}`, best first,
-at most `top_n`). A body of neither shape is refused with 422, as a real server refuses it.
+at most `top_n`). A body of neither shape is refused with 422, as a real server refuses it, and
+so is a TEI body of more than 32 texts (TEI's default `--max-client-batch-size`).
 
     with RerankStub(scores={"green tea": 0.9}) as stub:   # a text holding a key scores its value
         ...  # point memcli at stub.url ("http://127.0.0.1:<port>/rerank")
@@ -25,6 +26,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 __all__ = ["RerankStub"]
+
+TEI_MAX_BATCH = 32
 
 
 class RerankStub:
@@ -80,6 +83,12 @@ class RerankStub:
         """The status and JSON answer to one body, in the wire format it was sent in."""
         query = body.get("query")
         if isinstance(body.get("texts"), list) and isinstance(query, str):  # TEI
+            if len(body["texts"]) > TEI_MAX_BATCH:  # its --max-client-batch-size default
+                return 422, {
+                    "error": f"batch size {len(body['texts'])} > maximum allowed "
+                    f"batch size {TEI_MAX_BATCH}",
+                    "error_type": "Validation",
+                }
             return 200, [
                 {"index": i, "score": self.score(query, t)} for i, t in enumerate(body["texts"])
             ]
