@@ -236,6 +236,21 @@ def test_a_bundle_with_the_reranker_down_keeps_the_fused_order(tea, monkeypatch)
     assert "Traceback" not in result.stderr
 
 
+# -- the dense leg on the user's model server -------------------------------------------------
+def test_a_query_whose_embeddings_server_is_down_says_so_in_one_line(cli, monkeypatch, stub):
+    monkeypatch.setenv("MEMCLI_EMBEDDER", "openai")
+    monkeypatch.setenv("MEMCLI_EMBED_BASE_URL", stub.base_url)
+    monkeypatch.setenv("MEMCLI_EMBED_MODEL", "bge-large")
+    monkeypatch.setenv("MEMCLI_EMBED_DIMENSION", str(stub.embedding_dim))
+    assert cli("ingest", "-", input=ndjson(turns("s1", TEA, user="alice"))).exit_code == 0
+    assert hits(ask(cli))
+    stub.close()
+    result = ask(cli)
+    assert result.exit_code == 1 and result.stdout == ""
+    assert result.stderr.startswith("memcli: error: embedding request to ")
+    assert "bug" not in result.stderr and len(result.stderr.strip().splitlines()) == 1
+
+
 # -- the client on its own -------------------------------------------------------------------
 @pytest.mark.parametrize(
     "answer",
