@@ -84,7 +84,7 @@ class HttpReranker:
 
                 headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
                 # A plain-http endpoint (a local server) has no TLS to verify: skipping the CA
-                # bundle saves its load, 0.3-0.6 s of a new process on a busy 2-core machine
+                # bundle saves its load, 0.08-0.18 s of a new process on a busy 2-core machine
                 # (bench/results/rerank-latency.md). Redirects are not followed, so the client
                 # never reaches an https URL with it.
                 self._client = httpx.Client(
