@@ -129,6 +129,11 @@ def test_explain_says_what_the_reranker_did(tea, monkeypatch, rerank_stub):
     assert shown.exit_code == 0, shown.stderr
     assert "reranked top 6 by bge" in " ".join(shown.stdout.split())
     assert "rerank_score=2" in shown.stdout
+    rerank_stub.fail(status=500)
+    shown = tea("query", QUESTION, "--user-id", "alice", "--format", "text", "--explain")
+    assert shown.exit_code == 0, shown.stderr
+    assert "rerank skipped: " in " ".join(shown.stdout.split())
+    assert "rerank_score" not in shown.stdout
 
 
 # -- failures keep the fused order -----------------------------------------------------------
