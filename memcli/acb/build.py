@@ -419,6 +419,8 @@ def _provenance(
         "candidate_pool_size": found.pool_size,
         "scored": len(found.ranked),
         "deduped": deduped,
+        # What the configured reranker did (docs/guides/reranking.md); null: none configured.
+        "rerank": None if found.rerank is None else found.rerank.model_dump(),
         "as_of": now,
         "filters": {
             "tenant_id": req.tenant_id,

@@ -108,6 +108,9 @@ def build_cmd(
                          preload=bool(req.query), settings=settings,
                          must_exist=True) as memory:
             bundle = acb_payload(memory, req, settings=settings)
+        rerank = (bundle.get("provenance") or {}).get("rerank") or {}
+        if rerank.get("skipped"):
+            warn(f"rerank skipped: {rerank['skipped']} (the fused order stands)")
         chosen = "json" if as_json else (str(fmt) if fmt is not None else None)
         if chosen is None:
             chosen = "markdown" if sys.stdout.isatty() else "json"

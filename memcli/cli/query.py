@@ -27,6 +27,11 @@ def _render_hits(payload: dict, explain: bool) -> None:
         scope = f"{scope}, no match: newest memories"
     if len(steps) > 1:  # a session query that widened: say so
         scope = f"{scope}, widened from {steps[0]}"
+    rerank = payload.get("rerank")
+    if explain and rerank:  # what the configured reranker did (docs/guides/reranking.md)
+        scope += (f", reranked top {rerank['candidates']} by {rerank['model']} in "
+                  f"{rerank['latency_ms']:.0f} ms" if rerank["reranked"]
+                  else f", rerank skipped: {rerank['skipped']}")
     # Text, not markup: a query or a hit holding "[...]" (every bullet does) is shown as is.
     table = Table(title=Text(f"{payload['query']}  [scope: {scope}]"), show_lines=False)
     for col in ("#", "id", "score", "session", "text"):
@@ -39,6 +44,8 @@ def _render_hits(payload: dict, explain: bool) -> None:
         if explain:
             legs = " ".join(f"{k}#{v['rank']}={v['score']:.3g}" for k, v in hit["scores"].items())
             boosts = " ".join(f"{k}={v:.3g}" for k, v in hit["boosts"].items())
+            if hit.get("rerank_score") is not None:
+                boosts = f"rerank_score={hit['rerank_score']:.3g} {boosts}"
             row.append(f"{legs}\n{boosts}")
         table.add_row(*(Text(cell) for cell in row))
     Console().print(table)
@@ -97,6 +104,8 @@ def _query(request: QueryRequest, *, db: str | None, fmt: Format) -> None:
     scale = scale_note(request, result)
     if scale:
         warn(scale)
+    if result.rerank is not None and result.rerank.skipped:
+        warn(f"rerank skipped: {result.rerank.skipped} (the fused order stands)")
     if fmt is Format.text:
         payload = result.model_dump()
         note = request.truncation()

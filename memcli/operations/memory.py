@@ -31,10 +31,12 @@ from memcli.lifecycle import purge as purge_mod
 from memcli.policy.categories import Categories, load_categories
 from memcli.providers.embedders import get_embedder
 from memcli.providers.passes import encode_both
+from memcli.providers.reranker import make_reranker
 from memcli.providers.splade import default_encoder
 from memcli.retrieval import fallback as recency
 from memcli.retrieval import scope as widening
 from memcli.retrieval import search
+from memcli.retrieval.rerank import annotate, rerank
 from memcli.retrieval.stages import Candidate, RankContext
 from memcli.store import memories as mem
 from memcli.store import sparse as sparse_sql
@@ -51,6 +53,7 @@ if TYPE_CHECKING:
     from memcli.core.progress import Progress
     from memcli.operations.requests import QueryRequest
     from memcli.providers.embedders import Embedder
+    from memcli.providers.reranker import Reranker
     from memcli.providers.splade import SpladeEncoder
     from memcli.store.connection import Database
 
@@ -104,8 +107,10 @@ class Memory:
                  sparse: SpladeEncoder | None = None, retrieval: RetrievalSettings | None = None,
                  categories: Categories | None = None, encoding: str = "cl100k_base",
                  check_embedder: bool = True, tenant: str = DEFAULT_TENANT,
-                 lifecycle: LifecycleSettings | None = None) -> None:
+                 lifecycle: LifecycleSettings | None = None,
+                 reranker: Reranker | None = None) -> None:
         self.db = db
+        self.reranker = reranker  # reorders a query's fused top N (docs/guides/reranking.md)
         # The app limit every app write enforces (memcli.derived.applimit).
         self.lifecycle = lifecycle or LifecycleSettings()
         # The tenant of every read and write that names none (never "all tenants").
@@ -140,7 +145,8 @@ class Memory:
             return cls(db, embedder=embedder, sparse=sparse, retrieval=settings.retrieval,
                        categories=load_categories(settings.categories_file),
                        encoding=settings.encoding, check_embedder=check_embedder,
-                       tenant=_tenant(settings, db.bound_tenant), lifecycle=settings.lifecycle)
+                       tenant=_tenant(settings, db.bound_tenant), lifecycle=settings.lifecycle,
+                       reranker=make_reranker(settings.rerank))
         except BaseException as exc:
             db.close()  # never leave the file open behind an error
             failure = db.backend.environment_error(db, exc)
@@ -170,6 +176,8 @@ class Memory:
             raise failure from exc
 
     def close(self) -> None:
+        if self.reranker is not None:
+            self.reranker.close()
         if self._reader is not None:
             self._reader.close()
             self._reader = None
@@ -358,10 +366,12 @@ class Memory:
             ranked = search.rank(RankContext(self.db, searched, text, settings, **clock),
                                  legs)
             path = f"{path}>{recency.RECENT_LEG}"
+        reranked = rerank(ranked, text, self.reranker)
         if threshold is not None:
             ranked = [c for c in ranked if c.score >= threshold]
         ranked = search.load_rows(self.db, ranked[:top_k])
         hits = [self._hit(c, return_format, scope) for c in ranked]
+        annotate(hits, reranked)
         used = 0
         if budget_tokens is not None:
             kept = []
@@ -377,7 +387,7 @@ class Memory:
             query=text, scope=scope, path=path, hits=hits,
             legs={k: len(v) for k, v in legs.items()},
             fusion=settings.fusion, budget_tokens=budget_tokens, tokens_used=used,
-            latency_ms=round((time.perf_counter() - t0) * 1000, 3),
+            latency_ms=round((time.perf_counter() - t0) * 1000, 3), rerank=reranked,
         )
         if record_access:
             self._after_read([h.id for h in hits], {
