@@ -101,8 +101,8 @@ def build_cmd(
                 raise UsageError("bad acb request: caps must be an object of SECTION: TOKENS")
             data["caps"] = {**caps, **parse_caps(cap)}
         req = parse_acb_request(data)
-        if req.truncation():
-            warn(req.truncation())
+        if note := req.truncation():
+            warn(note)
         settings = load_settings(db)
         with open_memory(db, with_embedder=bool(req.query),
                          preload=bool(req.query), settings=settings,

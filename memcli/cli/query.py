@@ -69,8 +69,8 @@ def _request(text: str, given: dict[str, Any]) -> QueryRequest:
         else:
             data = {"query": raw}
     request = parse_query_request(data | given)
-    if request.truncation():
-        warn(request.truncation())
+    if note := request.truncation():
+        warn(note)
     return request
 
 

@@ -53,7 +53,7 @@ def old_spellings(old: dict[str, str]) -> AliasGenerator:
     def choices(name: str) -> AliasChoices | None:
         return AliasChoices(name, old[name]) if name in old else None
 
-    return AliasGenerator(validation_alias=choices)
+    return AliasGenerator(validation_alias=choices)  # type: ignore[arg-type]  # None: no alias
 
 
 class Request(BaseModel):
@@ -112,7 +112,8 @@ class QueryText(Request):
             check_text(text, "the query")
             if len(text) > MAX_QUERY_CHARS:
                 self._chars = len(text)
-                self.query = bound_query(text)
+                # The `query` field of the model using it (declared there, as it needs it).
+                setattr(self, "query", bound_query(text))  # noqa: B010
         return self
 
     def truncation(self) -> str | None:

@@ -48,7 +48,7 @@ def bundle(ctx: Any, scope: Any, params: dict[str, str]) -> dict[str, Any]:
         return {"bundle": None}
     req = bound(ctx.memory, scope, req)
     payload = acb_payload(ctx.memory, req, settings=ctx.settings, allowed=scope.categories)
-    return {"bundle": bundle_view(payload, req.tenant_id)}
+    return {"bundle": bundle_view(payload, req.tenant_id or ctx.memory.tenant)}
 
 
 def ref_link(ref: str, tenant: str) -> dict[str, str | None]:
