@@ -3,7 +3,6 @@
     python -m bench.perf                 # full: 10k (e5-small) + 100k databases, the real numbers
     python -m bench.perf --quick         # 1k memories, hash embedder, < 60 s: a CI smoke test
     python -m bench.perf --rebuild       # ignore cached databases under bench/.cache/
-    python -m bench.perf --profile       # also cProfile ingest and query (see --help)
 
 What it measures (the issue's targets in brackets):
 
@@ -48,7 +47,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from bench.perf_cli import cli_benches, db_size, profile_paths, time_process
+from bench.perf_cli import cli_benches, db_size, time_process
 from bench.perf_data import (
     CACHE_DIR,
     NAMES,
@@ -99,8 +98,6 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--model-sample", type=int, default=None,
                     help="texts for each model's own speed")
     ap.add_argument("--rebuild", action="store_true", help="ignore cached databases")
-    ap.add_argument("--profile", action="store_true",
-                    help="also cProfile ingest and query (bench/.cache/perf-profile.txt)")
     ap.add_argument("--out", type=Path, default=None,
                     help=f"markdown results (default {RESULTS.relative_to(REPO_ROOT)}; "
                     "quick mode writes a file only when given)")
@@ -199,9 +196,6 @@ def main(argv: list[str] | None = None) -> int:
     res["cli"] = cli_benches(small_db, embedder_name, queries, cli_runs,
                              warm=1 if quick else 2, import_runs=3 if quick else 5)
 
-    if args.profile:
-        profile_paths(dbs[sizes[-1]], queries, embedder_name, use_sparse,
-                      CACHE_DIR / "perf-profile.txt")
 
     res["load_after"] = loadavg()
     res["seconds"] = time.perf_counter() - started
