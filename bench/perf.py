@@ -50,9 +50,6 @@ from typing import Any
 from bench.perf_cli import cli_benches, db_size, time_process
 from bench.perf_data import (
     CACHE_DIR,
-    NAMES,
-    PLACES,
-    PROJECTS,
     REPO_ROOT,
     RESULTS,
     generate_events,
@@ -80,7 +77,7 @@ from bench.perf_query import page_cache_warm, query_benches_in_child, run_query_
 from bench.perf_report import render
 
 # What the other bench scripts take from `perf` (pg_scale*, acb, service*).
-__all__ = ["CACHE_DIR", "NAMES", "PLACES", "PROJECTS", "batches", "build_embedded_db",
+__all__ = ["CACHE_DIR", "batches", "build_embedded_db",
            "checkpoint", "generate_events", "generate_queries", "loadavg", "main",
            "page_cache_warm", "pct", "python_pass_ms", "summary", "time_process", "users"]
 
