@@ -58,13 +58,13 @@ from bench.perf import (
 )
 from bench.service_support import (
     Daemon,
-    answers,
     auto_env,
     cli_env,
     process_ms,
     stop_auto_started,
 )
 from memcli.service import paths
+from tests.support.sockets import answers
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
