@@ -54,6 +54,16 @@ class RankContext:
     now: datetime = field(default_factory=lambda: datetime.now(UTC))
 
 
+# Questions after several things ("What books has John read?", "How many times ...", "What do
+# they both like?"): their evidence is spread over sessions, one item a turn.
+_AGGREGATE = re.compile(
+    r"^\s*(what|which)\s+(\w+\s+){0,3}?\w+s\s+(has|have|does|do|did)\b"
+    r"|\b(how many|both|in common|kinds? of|types? of|what are some|all the)\b"
+    r"|\b(has|have)\s+\w+(\s+\w+)?\s+\w+ed\b",
+    re.I,
+)
+
+
 def _shift(cands: list[Candidate]) -> None:
     """Make fused scores positive so that propagation only ever adds.
 
@@ -67,8 +77,14 @@ def _shift(cands: list[Candidate]) -> None:
                 cand.fused -= lo - 1.0
 
 
+def _propagation(ctx: RankContext) -> float:
+    """How much of the neighbour and session weights a question gets: aggregate questions
+    want evidence from many sessions, which propagation inside one session works against."""
+    return ctx.settings.aggregate_propagation if _AGGREGATE.search(ctx.text) else 1.0
+
+
 def neighbours(cands: list[Candidate], ctx: RankContext) -> list[Candidate]:
-    weight = ctx.settings.neighbour_weight
+    weight = ctx.settings.neighbour_weight * _propagation(ctx)
     if weight <= 0 or not cands:
         return cands
     _shift(cands)
@@ -94,7 +110,7 @@ def neighbours(cands: list[Candidate], ctx: RankContext) -> list[Candidate]:
 
 
 def session(cands: list[Candidate], ctx: RankContext) -> list[Candidate]:
-    weight = ctx.settings.session_weight
+    weight = ctx.settings.session_weight * _propagation(ctx)
     if weight <= 0:
         return cands
     _shift(cands)
@@ -186,6 +202,8 @@ def recency_importance(cands: list[Candidate], ctx: RankContext) -> list[Candida
         cand.boosts["importance"] = s.gamma * importance / total
         cand.score = (s.alpha * relevance + s.beta * recency + s.gamma * importance) / total
     return cands
+
+
 
 
 # Stages that need memory rows run after rows are loaded; `neighbours` may add candidates.
