@@ -66,12 +66,8 @@ LEG_SETTINGS = {
 Variant = tuple[str, dict[str, dict[str, Any]]]
 VARIANTS: list[Variant] = [
     ("default", {"-": {}}),
-    ("neighbour links from the top 50 only", {"-": {"neighbour_pool": 50}}),
     ("no date match", {"-": {"date_boost": 1.0}}),
-    ("date match x w", {f"{w}": {"date_boost": w} for w in (1.2, 1.5, 2.0, 3.0)}),
-    ("speaker x w", {f"{w}": {"speaker_boost": w} for w in (1.0, 1.1, 1.2, 1.3)}),
-    ("neighbour w", {f"{w}": {"neighbour_weight": w} for w in (0.3, 0.4, 0.5, 0.6)}),
-    ("session w", {f"{w}": {"session_weight": w} for w in (0.1, 0.25, 0.4)}),
+    ("date match x w", {f"{w}": {"date_boost": w} for w in (1.5, 1.2, 2.0, 3.0)}),
 ]
 
 
