@@ -196,7 +196,7 @@ def run_variants(
         results[name] = {
             "cv": summary(rows, qs),
             "picked": picked,
-            "per_value": {v: summary(r, qs)["all"] for v, r in per_value.items()},
+            "per_value": {v: summary(r, qs) for v, r in per_value.items()},
         }
     return results
 
@@ -228,7 +228,7 @@ def render(meta: dict[str, Any], results: dict[str, Any]) -> str:
     for name, res in results.items():
         if len(res["per_value"]) > 1:
             picks = ", ".join(f"{c} {v}" for c, v in res["picked"].items())
-            each = ", ".join(f"{v}: {s['r@10']}" for v, s in res["per_value"].items())
+            each = ", ".join(f"{v}: {s['all']['r@10']}" for v, s in res["per_value"].items())
             lines.append(f"- {name}: {picks} ({each})")
     return "\n".join(lines) + "\n"
 

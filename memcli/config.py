@@ -111,7 +111,6 @@ class RetrievalSettings(BaseModel):
     time_boost: float = 1.3  # "when" questions: turns holding a time expression
     date_boost: float = 1.5  # a question naming a date: turns from that day to a week after
     speaker_boost: float = 1.1  # turns by a speaker the question names
-    aggregate_propagation: float = 1.0
 
 
 class SectionSettings(BaseModel):

@@ -3,7 +3,8 @@
 Each stage records what it added in `Candidate.boosts`, so `--explain` can show it. Defaults and
 the measurements behind them are in README.md ("Retrieval").
   neighbours  conversation evidence clusters: a turn next to a strong match is often the answer,
-              so f(i) += w * max(f(i-1), f(i+1)) within a session (neighbours join the pool)
+              so f(i) += w * max(f(i-1), f(i+1)) within a session, for every candidate (the
+              neighbours of the top `neighbour_pool` join the pool)
   session     questions tend to concern one session: f(i) += w * best f in the turn's session
   when        "when ..." questions: turns that hold a date or time expression get x w
   date        a question naming a date (day or month): turns from that date to a week after get
@@ -54,16 +55,6 @@ class RankContext:
     now: datetime = field(default_factory=lambda: datetime.now(UTC))
 
 
-# Questions after several things ("What books has John read?", "How many times ...", "What do
-# they both like?"): their evidence is spread over sessions, one item a turn.
-_AGGREGATE = re.compile(
-    r"^\s*(what|which)\s+(\w+\s+){0,3}?\w+s\s+(has|have|does|do|did)\b"
-    r"|\b(how many|both|in common|kinds? of|types? of|what are some|all the)\b"
-    r"|\b(has|have)\s+\w+(\s+\w+)?\s+\w+ed\b",
-    re.I,
-)
-
-
 def _shift(cands: list[Candidate]) -> None:
     """Make fused scores positive so that propagation only ever adds.
 
@@ -77,14 +68,8 @@ def _shift(cands: list[Candidate]) -> None:
                 cand.fused -= lo - 1.0
 
 
-def _propagation(ctx: RankContext) -> float:
-    """How much of the neighbour and session weights a question gets: aggregate questions
-    want evidence from many sessions, which propagation inside one session works against."""
-    return ctx.settings.aggregate_propagation if _AGGREGATE.search(ctx.text) else 1.0
-
-
 def neighbours(cands: list[Candidate], ctx: RankContext) -> list[Candidate]:
-    weight = ctx.settings.neighbour_weight * _propagation(ctx)
+    weight = ctx.settings.neighbour_weight
     if weight <= 0 or not cands:
         return cands
     _shift(cands)
@@ -110,7 +95,7 @@ def neighbours(cands: list[Candidate], ctx: RankContext) -> list[Candidate]:
 
 
 def session(cands: list[Candidate], ctx: RankContext) -> list[Candidate]:
-    weight = ctx.settings.session_weight * _propagation(ctx)
+    weight = ctx.settings.session_weight
     if weight <= 0:
         return cands
     _shift(cands)
@@ -202,8 +187,6 @@ def recency_importance(cands: list[Candidate], ctx: RankContext) -> list[Candida
         cand.boosts["importance"] = s.gamma * importance / total
         cand.score = (s.alpha * relevance + s.beta * recency + s.gamma * importance) / total
     return cands
-
-
 
 
 # Stages that need memory rows run after rows are loaded; `neighbours` may add candidates.
