@@ -80,6 +80,7 @@ def test_speaker_named_in_the_question_is_preferred(memory):
 
 
 
+@pytest.mark.backends
 def test_a_speaker_is_named_by_any_word_of_a_two_word_name(memory):
     records = turns("s1", ["Maria asked if I love hiking: I love hiking, Maria!",
                            "I love hiking too, mostly hills"])
@@ -94,6 +95,7 @@ def test_a_speaker_is_named_by_any_word_of_a_two_word_name(memory):
     assert "speaker" not in hits["Maria asked if I love hiking: I love hiking, Maria!"].boosts
 
 
+@pytest.mark.backends
 def test_a_question_naming_a_date_prefers_turns_told_that_week(memory):
     records = (turns("s1", ["I baked bread with my sister in May"])
                + turns("s2", ["I baked bread this morning"]))
@@ -113,6 +115,7 @@ def test_a_question_naming_a_date_prefers_turns_told_that_week(memory):
     assert "date" not in hits[off[0]].boosts
 
 
+@pytest.mark.backends
 def test_every_candidate_gains_from_a_neighbour_in_the_pool_not_only_the_top_ones(memory):
     memory.ingest(turns("s1", ["zebra zebra zebra stripes", "a quiet afternoon"])
                   + turns("s2", ["zebra crossing", "stripes on the road"]))
@@ -207,6 +210,7 @@ def test_entity_leg_query_plans_agree(memory):
             assert small == large, (scope, limit)
 
 
+@pytest.mark.backends
 def test_a_unique_exact_full_text_match_outranks_near_copies_the_other_legs_prefer(memory):
     # The dense leg's 200 candidates are all near-copies (the hash embedder sees the shared
     # word pieces), so it does not return the one memory holding the exact word; the
