@@ -268,7 +268,8 @@ def not_indexed(db: Database, legs: dict[str, list[tuple[int, float]]]
 def fuse(legs: dict[str, list[tuple[int, float]]], settings: RetrievalSettings,
          waiting: dict[int, frozenset[str]] | None = None) -> dict[int, Candidate]:
     """Each candidate's fused score: the weighted sum of its z-scores (or RRF terms) over
-    the legs that returned hits, a leg that missed it counting as its last rank.
+    the legs that returned hits, a leg that missed it counting as its last rank (a matching
+    leg that returned every match: as no match, on the scale of the whole pool).
 
     `waiting` (`not_indexed`): legs that could not find a candidate yet (its vector or
     sparse terms are not written). Such a leg counts the candidate at the best rank the
