@@ -9,6 +9,7 @@ from typing import Annotated, Any
 
 import typer
 
+from memcli.acb.build import AcbRequest
 from memcli.cli.common import open_memory
 from memcli.cli.options import (
     DbOpt,
@@ -28,6 +29,7 @@ from memcli.cli.output import (
     warn,
 )
 from memcli.core import private
+from memcli.operations.curation import RelatedRequest
 
 
 class BundleFormat(StrEnum):
@@ -57,7 +59,7 @@ FormatOpt = Annotated[
 ]
 
 
-@request_options("memcli.acb.build:AcbRequest", skip=("caps", "since"), short={"query_text": "-q"},
+@request_options(AcbRequest, skip=("caps", "since"), short={"query_text": "-q"},
                  legacy={"query_text": "--query", "agent_id": "--agent",
                          "include_checkpoint": "--checkpoint"})
 def build_cmd(
@@ -144,7 +146,7 @@ def read_request(source: str | None) -> dict[str, Any]:
     return json_object(text, "the acb request")
 
 
-@request_options("memcli.operations.curation:RelatedRequest")
+@request_options(RelatedRequest)
 def related_cmd(
     memory_id: MemoryIdArg,
     given: Given,

@@ -10,6 +10,7 @@ import typer
 
 from memcli.cli.options import DbOpt, FormatOpt, Given, JsonOpt, request_options
 from memcli.cli.output import emit, errors, resolve_format
+from memcli.operations.curation import DoctorRequest
 
 _MARK = {"ok": ("ok", "green"), "info": ("info", "cyan"), "problem": ("PROBLEM", "bold red")}
 
@@ -34,7 +35,7 @@ def _text(report: dict[str, Any]) -> None:
     console.print(f"verdict: {verdict}")
 
 
-@request_options("memcli.operations.curation:DoctorRequest")
+@request_options(DoctorRequest)
 def doctor_cmd(given: Given, db: DbOpt = None, fmt: FormatOpt = None,
                as_json: JsonOpt = False) -> None:
     """Check integrity, schema, models, indexes vs memories, WAL (PostgreSQL: long open

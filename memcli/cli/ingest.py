@@ -18,6 +18,7 @@ from memcli.cli.output import (
     warn_redacted,
 )
 from memcli.cli.progress_bar import progress_bar
+from memcli.operations.requests import IngestRequest
 
 
 def _ingest_text(report: dict) -> None:
@@ -27,7 +28,7 @@ def _ingest_text(report: dict) -> None:
         print(f"  redacted {', '.join(item['kinds'])} in {item['event_id']}")
 
 
-@request_options("memcli.operations.requests:IngestRequest", legacy={"agent_id": "--agent"},
+@request_options(IngestRequest, legacy={"agent_id": "--agent"},
                  help={"tenant_id": "Default tenant id.", "user_id": "Default user id.",
                        "session_id": "Default session id.", "app_id": "Default app id."})
 def ingest_cmd(

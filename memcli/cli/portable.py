@@ -14,8 +14,7 @@ from memcli.cli.options import DbOpt, FormatOpt, Given, JsonOpt, request_options
 from memcli.cli.output import emit, errors, read_stdin, resolve_format, warn
 from memcli.cli.progress_bar import progress_bar
 from memcli.core import private
-
-MODELS = "memcli.operations.curation"
+from memcli.operations.curation import ExportRequest, ImportRequest
 
 
 def _import_text(report: dict) -> None:
@@ -25,7 +24,7 @@ def _import_text(report: dict) -> None:
             print(f"  {kind:<14} added {counts['added']:>6}  skipped {counts['skipped']:>6}")
 
 
-@request_options(f"{MODELS}:ExportRequest", short={"out": "-o"})
+@request_options(ExportRequest, short={"out": "-o"})
 def export_cmd(given: Given, db: DbOpt = None, fmt: FormatOpt = None,
                as_json: JsonOpt = False) -> None:
     """Write a memory as JSONL: a header line, then events, memories with their history,
@@ -97,7 +96,7 @@ def _check_header(path: Path) -> None:
 HEADER_BYTES = 1 << 20
 
 
-@request_options(f"{MODELS}:ImportRequest", short={"from_format": "--from"})
+@request_options(ImportRequest, short={"from_format": "--from"})
 def import_cmd(
     path: Annotated[str | None, typer.Argument(
         help="An export file or folder; `-` reads stdin. With --from claude-code or codex, "

@@ -21,6 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from memcli.acb.build import AcbRequest
 from memcli.core.inputs import check_value
 from memcli.core.locations import is_postgres
 from memcli.errors import (
@@ -38,23 +39,21 @@ from memcli.operations import binding as scope_rules
 from memcli.operations import ledger_ops
 from memcli.operations.binding import Scope
 from memcli.operations.bundle import acb_payload, prepare_acb
+from memcli.operations.ledger_ops import DecisionRequest, DecisionsQuery, TaskRequest
 from memcli.operations.lifecycle_ops import app_memories as listed
 from memcli.operations.lifecycle_ops import delete_app_memories as purged
 from memcli.operations.lifecycle_ops import remember as remember_fact
 from memcli.operations.lifecycle_requests import AppMemoriesRequest, MemoryRequest, RememberRequest
 from memcli.operations.memory import Memory, make_embedder, make_sparse
 from memcli.operations.record import record_events_payload
-from memcli.operations.requests import HistoryRequest, validated
+from memcli.operations.requests import HistoryRequest, QueryRequest, validated
 from memcli.operations.retrieve import hits_payload, run_query
 from memcli.service.typed_ops import request_for, takes
 
 if TYPE_CHECKING:
     from pydantic import BaseModel
 
-    from memcli.acb.build import AcbRequest
     from memcli.config import Settings
-    from memcli.operations.ledger_ops import DecisionRequest, DecisionsQuery, TaskRequest
-    from memcli.operations.requests import QueryRequest
     from memcli.store.owner import Owner
 
 
@@ -127,7 +126,7 @@ def rejected(out: Any) -> bool:
     return any(isinstance(row, dict) and row.get("rejected") for row in rows)
 
 
-@takes("memcli.acb.build:AcbRequest", "acb request")
+@takes(AcbRequest, "acb request")
 def build_acb(ctx: Context, scope: Scope, req: AcbRequest) -> dict[str, Any]:
     """The Agent Memory System PRD's `build_acb`: the bundle `memcli acb build --json` prints for
     this request."""
@@ -149,7 +148,7 @@ def get_artifact(ctx: Context, scope: Scope, request: dict[str, Any]) -> dict[st
     return ledger_ops.get_artifact(ctx.memory, req, _owner(ctx, scope, req.tenant_id))
 
 
-@takes("memcli.operations.ledger_ops:DecisionRequest", "decision")
+@takes(DecisionRequest, "decision")
 def record_decision(ctx: Context, scope: Scope, req: DecisionRequest) -> dict[str, Any]:
     """`memcli decision add` (or `decision supersede` with `supersedes`): the decision's row;
     the decision it replaces must be the caller's, of the scope named."""
@@ -158,7 +157,7 @@ def record_decision(ctx: Context, scope: Scope, req: DecisionRequest) -> dict[st
     return ledger_ops.record_decision(ctx.memory, req, _write_owner(ctx, scope, req))
 
 
-@takes("memcli.operations.ledger_ops:DecisionsQuery", "decisions query")
+@takes(DecisionsQuery, "decisions query")
 def query_decisions(ctx: Context, scope: Scope, req: DecisionsQuery) -> list[dict[str, Any]]:
     """`memcli decision list`: the caller's tenant's decisions, newest first."""
 
@@ -168,7 +167,7 @@ def query_decisions(ctx: Context, scope: Scope, req: DecisionsQuery) -> list[dic
     return ledger_ops.query_decisions(ctx.memory, req)
 
 
-@takes("memcli.operations.ledger_ops:TaskRequest", "task")
+@takes(TaskRequest, "task")
 def record_task(ctx: Context, scope: Scope, req: TaskRequest) -> dict[str, Any]:
     """`memcli task add`, or `memcli task update` when `task_id` names a task: the task's row;
     the task it changes must be the caller's, of the scope named."""
@@ -200,7 +199,7 @@ def _owner(ctx: Context, scope: Scope, tenant: str | None = None, user_id: str |
 
 
 # -- the memory system spec: query and history ------------------------------------------------
-@takes("memcli.operations.requests:QueryRequest", "query request",
+@takes(QueryRequest, "query request",
        hint="see `memcli query --help` and the README's JSON request")
 def query(ctx: Context, scope: Scope, req: QueryRequest) -> list[dict[str, Any]]:
     """The memory system spec's `memory.query`: the request shape `memcli query -` reads, answered

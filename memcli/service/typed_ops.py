@@ -12,24 +12,25 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from memcli.core.inputs import check_value
 from memcli.operations import requests
-from memcli.operations.requests import model_named
+
+if TYPE_CHECKING:
+    from pydantic import BaseModel
 
 
-def takes(model: str, what: str, hint: str | None = None
+def takes(model: type[BaseModel], what: str, hint: str | None = None
           ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    """Mark `op(ctx, scope, request)` as taking a validated `model` ("module:Name"; `what`
-    names the request in errors, as the CLI says it). Anything else reaching it is a bug of
+    """Mark `op(ctx, scope, request)` as taking a validated `model` (`what` names the
+    request in errors, as the CLI says it). Anything else reaching it is a bug of
     the caller's: the request would otherwise go unvalidated, or be validated twice."""
     def mark(op: Callable[..., Any]) -> Callable[..., Any]:
         @functools.wraps(op)
         def checked(ctx: Any, scope: Any, request: Any) -> Any:
-            kind = model_named(model)
-            if not isinstance(request, kind):
-                raise TypeError(f"{op.__name__} takes a {kind.__name__}, not "
+            if not isinstance(request, model):
+                raise TypeError(f"{op.__name__} takes a {model.__name__}, not "
                                 f"{type(request).__name__}: build it with request_for")
             # Text a JSON string escape can carry but no store can hold (a lone surrogate, a
             # NUL): a check of the values, not a second validation.
@@ -51,5 +52,4 @@ def request_for(op: Callable[..., Any], data: Any) -> Any:
         return data
 
     model, what, hint = spec
-    kind = requests.model_named(model)
-    return data if isinstance(data, kind) else requests.validated(kind, data, what, hint)
+    return data if isinstance(data, model) else requests.validated(model, data, what, hint)
