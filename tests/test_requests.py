@@ -10,14 +10,16 @@ import json
 import anyio
 import pytest
 import typer.main
+from pydantic import BaseModel
 
 from memcli.acb.build import AcbRequest, parse_request
 from memcli.cli.app import app
-from memcli.cli.options import LEGACY_FLAGS, flag_name
+from memcli.cli.options import LEGACY_FLAGS, ModelCommand, flag_name
 from memcli.config import load_settings
 from memcli.errors import UsageError
 from memcli.operations import curation
 from memcli.operations.requests import IngestRequest, QueryRequest, parse_query_request
+from memcli.service import api as service_api
 from memcli.service.api import Scope
 from memcli.service.mcp_server import build_mcp
 from tests.support.http_api import running_api
@@ -183,3 +185,19 @@ def test_all_tenants_with_a_tenant_names_the_field_flag(cli) -> None:
         out = cli(*args)
         assert out.exit_code == 2, (args, out.stderr)
         assert "--all-tenants and --tenant-id exclude each other" in out.stderr, out.stderr
+
+
+def test_every_request_model_is_named_as_a_class() -> None:
+    """The commands built from a request model, and the service operations that take one, hold
+    the model class itself (never a "module:Name" string import-linter and editors cannot see)."""
+    def callbacks(typer_app):
+        for info in typer_app.registered_commands:
+            yield info.callback
+        for group in typer_app.registered_groups:
+            yield from callbacks(group.typer_instance)
+
+    built = [c for c in callbacks(app) if isinstance(c, ModelCommand)]
+    marked = [op for op in vars(service_api).values() if hasattr(op, "request_model")]
+    assert len(built) >= 30 and len(marked) >= 5
+    for holder in [c.model for c in built] + [op.request_model[0] for op in marked]:
+        assert isinstance(holder, type) and issubclass(holder, BaseModel), holder
