@@ -29,6 +29,7 @@ from memcli.cli.output import (
     warn,
 )
 from memcli.core import private
+from memcli.errors import MemcliError, UsageError
 from memcli.operations.curation import RelatedRequest
 
 
@@ -86,7 +87,6 @@ def build_cmd(
 ) -> None:
     """Build a context bundle for the next model call (JSON, or a markdown prompt block)."""
     from memcli.config import load_settings
-    from memcli.errors import UsageError
     from memcli.operations.bundle import acb_payload, prepare_acb
 
     with errors():
@@ -121,7 +121,6 @@ def build_cmd(
 
 def parse_caps(values: list[str]) -> dict[str, int]:
     """`--cap SECTION=TOKENS` values as a dict."""
-    from memcli.errors import UsageError
 
     caps: dict[str, int] = {}
     for value in values:
@@ -134,7 +133,6 @@ def parse_caps(values: list[str]) -> dict[str, int]:
 
 def read_request(source: str | None) -> dict[str, Any]:
     """The JSON request object from stdin (`-`) or a file, or {}."""
-    from memcli.errors import UsageError
 
     if source is None:
         return {}
@@ -204,7 +202,6 @@ def edit_cmd(
 
     from memcli.acb.sections import bundled_view, view_path
     from memcli.config import editor_command, load_settings
-    from memcli.errors import MemcliError
 
     with errors():
         settings = load_settings(db)

@@ -21,6 +21,7 @@ from memcli.cli.options import (
     request_options,
 )
 from memcli.cli.output import Format, emit, errors, resolve_format, warn
+from memcli.errors import UsageError
 from memcli.operations.lifecycle_requests import ArtifactRequest, MemoryRequest, StatsRequest
 from memcli.operations.requests import HistoryRequest, PurgeRequest
 
@@ -127,8 +128,6 @@ def stats_cmd(
                 emit(request_stats(memory.db, window), resolve_format(fmt, as_json))
             return
         if req.since is not None:
-            from memcli.errors import UsageError
-
             raise UsageError("--since needs --requests")
         settings = load_settings(db)
         with open_memory(db, with_embedder=False, settings=settings, must_exist=True) as memory:

@@ -18,6 +18,7 @@ from memcli.cli.output import (
     warn_redacted,
 )
 from memcli.cli.progress_bar import progress_bar
+from memcli.errors import UsageError
 from memcli.operations.requests import IngestRequest
 
 
@@ -49,8 +50,6 @@ def ingest_cmd(
         request = given.request("ingest request")
         sources = read_inputs(paths or [], text)
         if not sources:
-            from memcli.errors import UsageError
-
             raise UsageError("nothing to ingest", "give a file, `-` for stdin, or --text")
         with open_memory(db) as memory, progress_bar() as progress:
             payload = ingest_payload(memory, sources, request, progress=progress)

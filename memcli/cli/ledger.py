@@ -12,6 +12,7 @@ import typer
 from memcli.cli.common import open_memory
 from memcli.cli.options import DbOpt, FormatOpt, JsonOpt, check_flags, id_argument, request_options
 from memcli.cli.output import emit, errors, read_stdin, resolve_format, warn_redacted
+from memcli.errors import UsageError
 from memcli.operations.ledger_ops import (
     CheckpointLoad,
     CheckpointSave,
@@ -160,7 +161,6 @@ def checkpoint_save(
     import json
 
     from memcli.core.inputs import check_text
-    from memcli.errors import UsageError
     from memcli.operations.ledger_ops import save_checkpoint
 
     with errors():

@@ -11,6 +11,7 @@ import typer
 from memcli.cli.common import open_memory
 from memcli.cli.options import DbOpt, FormatOpt, JsonOpt, check_flags, request_options
 from memcli.cli.output import Format, emit, errors, json_object, read_stdin, resolve_format, warn
+from memcli.errors import UsageError
 from memcli.operations.requests import QueryRequest
 
 if TYPE_CHECKING:
@@ -97,8 +98,6 @@ def query_cmd(
         request = _request(text, given)
         wanted = {p.strip() for p in legs.split(",")} if legs else None
         if wanted and not wanted <= set(LEGS):
-            from memcli.errors import UsageError
-
             raise UsageError(f"unknown leg in --legs: {legs}", "use " + ", ".join(LEGS))
         _query(request, wanted, all_tenants=all_tenants, sensitivity=sensitivity,
                no_widen=no_widen, explain=explain, db=db,

@@ -11,6 +11,7 @@ from memcli.cli.common import open_memory
 from memcli.cli.options import DbOpt, FormatOpt, Given, JsonOpt, request_options
 from memcli.cli.output import emit, errors, resolve_format, warn
 from memcli.cli.progress_bar import progress_bar
+from memcli.errors import StorageError
 from memcli.operations.curation import RebuildRequest
 
 
@@ -35,8 +36,6 @@ def rebuild_cmd(given: Given, db: DbOpt = None, fmt: FormatOpt = None,
         # table, and a dry run writes nothing.
         with open_memory(db, must_exist=True, check_embedder=not req.dry_run) as memory:
             if memory.db.read_only:
-                from memcli.errors import StorageError
-
                 raise StorageError(f"database is read-only: {memory.db.path}",
                                    "a rebuild writes: check the file's permissions")
             with progress_bar() as progress:
