@@ -28,6 +28,8 @@ from memcli.cli.output import (
     warn,
 )
 from memcli.core import private
+from memcli.operations.curation import RelatedRequest
+from memcli.operations.requests import AcbRequest
 
 
 class BundleFormat(StrEnum):
@@ -57,7 +59,7 @@ FormatOpt = Annotated[
 ]
 
 
-@request_options("memcli.operations.requests:AcbRequest", skip=("caps", "since"),
+@request_options(AcbRequest, skip=("caps", "since"),
                  short={"query": "-q"},
                  legacy={"query": "--query-text", "budget_tokens": "--max-tokens",
                          "agent_id": "--agent", "include_checkpoint": "--checkpoint"})
@@ -149,7 +151,7 @@ def read_request(source: str | None) -> dict[str, Any]:
     return json_object(text, "the acb request")
 
 
-@request_options("memcli.operations.curation:RelatedRequest")
+@request_options(RelatedRequest)
 def related_cmd(
     memory_id: MemoryIdArg,
     given: Given,

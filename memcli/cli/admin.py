@@ -21,6 +21,9 @@ from memcli.cli.options import (
     request_options,
 )
 from memcli.cli.output import Format, emit, errors, resolve_format, warn
+from memcli.operations.ledger_ops import ArtifactRequest
+from memcli.operations.lifecycle_requests import MemoryRequest, StatsRequest
+from memcli.operations.requests import HistoryRequest, PurgeRequest
 
 
 def _history_text(rows: list[dict]) -> None:
@@ -29,7 +32,7 @@ def _history_text(rows: list[dict]) -> None:
         print(f"{r['ts']}  {r['op']:<7} memory={r['memory_id']} {ref} by {r['actor']}")
 
 
-@request_options("memcli.operations.requests:HistoryRequest")
+@request_options(HistoryRequest)
 def history_cmd(
     memory_id: Annotated[int | None, id_argument("A memory id.")] = None,
     *,
@@ -48,7 +51,7 @@ def history_cmd(
         emit(rows, resolve_format(fmt, as_json), _history_text)
 
 
-@request_options("memcli.operations.requests:PurgeRequest", legacy={"memory_id": "--memory"})
+@request_options(PurgeRequest, legacy={"memory_id": "--memory"})
 def purge_cmd(
     *,
     given: Given,
@@ -75,10 +78,7 @@ def purge_cmd(
             warn(f"{VACUUM_NOTICE} ({VACUUM_HINT})")
 
 
-LIFE = "memcli.operations.lifecycle_requests"
-
-
-@request_options(f"{LIFE}:MemoryRequest")
+@request_options(MemoryRequest)
 def forget_cmd(
     memory_id: MemoryIdArg, *, given: Given,
     db: DbOpt = None, fmt: FormatOpt = None, as_json: JsonOpt = False,
@@ -92,7 +92,7 @@ def forget_cmd(
              lambda p: print(f"forgot {p['id']} (purge after {p['purge_at']})"))
 
 
-@request_options(f"{LIFE}:MemoryRequest")
+@request_options(MemoryRequest)
 def restore_cmd(
     memory_id: MemoryIdArg, *, given: Given,
     db: DbOpt = None, fmt: FormatOpt = None, as_json: JsonOpt = False,
@@ -105,7 +105,7 @@ def restore_cmd(
         emit(out, resolve_format(fmt, as_json), lambda p: print(f"restored {p['id']}"))
 
 
-@request_options(f"{LIFE}:StatsRequest")
+@request_options(StatsRequest)
 def stats_cmd(
     *, given: Given, db: DbOpt = None, fmt: FormatOpt = None, as_json: JsonOpt = False,
 ) -> None:
@@ -143,7 +143,7 @@ def stats_cmd(
         emit(out, resolve_format(fmt, as_json))
 
 
-@request_options("memcli.operations.ledger_ops:ArtifactRequest")
+@request_options(ArtifactRequest)
 def artifact_cmd(
     artifact_id: Annotated[str, typer.Argument(
         help="An artifact id from a tool result, or the event id of an `artifact` event.")],

@@ -10,6 +10,8 @@ import typer
 
 from memcli.cli.options import DbOpt, FormatOpt, Given, JsonOpt, request_options
 from memcli.cli.output import emit, errors, resolve_format
+from memcli.errors import MemcliError, SchemaError
+from memcli.operations.curation import DoctorRequest
 
 _MARK = {"ok": ("ok", "green"), "info": ("info", "cyan"), "problem": ("PROBLEM", "bold red")}
 
@@ -34,14 +36,13 @@ def _text(report: dict[str, Any]) -> None:
     console.print(f"verdict: {verdict}")
 
 
-@request_options("memcli.operations.curation:DoctorRequest")
+@request_options(DoctorRequest)
 def doctor_cmd(given: Given, db: DbOpt = None, fmt: FormatOpt = None,
                as_json: JsonOpt = False) -> None:
     """Check integrity, schema, models, indexes vs memories, WAL (PostgreSQL: long open
     transactions) and the request metrics' upgrade triggers; say what to run for each
     problem (exit 1 when there is one)."""
     from memcli.config import load_settings
-    from memcli.errors import MemcliError, SchemaError
     from memcli.health import checks as doctor
     from memcli.operations.memory import make_embedder, make_sparse
     from memcli.store.location import open_database

@@ -20,11 +20,10 @@ from memcli.cli.options import (
 )
 from memcli.cli.output import emit, errors, read_stdin, resolve_format, warn_redacted
 from memcli.core.inputs import check_text
+from memcli.operations.curation import CorrectRequest, EntityRequest
 
-MODELS = "memcli.operations.curation"
 
-
-@request_options(f"{MODELS}:CorrectRequest")
+@request_options(CorrectRequest)
 def correct_cmd(
     memory_id: Annotated[int, id_argument("The memory to correct.")],
     text: Annotated[str, typer.Argument(help="The corrected text; `-` reads stdin.")],
@@ -48,7 +47,7 @@ def correct_cmd(
              lambda p: print(f"corrected {p['supersedes']} -> {p['id']}"))
 
 
-@request_options(f"{MODELS}:EntityRequest")
+@request_options(EntityRequest)
 def entity_cmd(
     name: Annotated[str, typer.Argument(help="A name, @handle, #tag, email or URL.")],
     given: Given,

@@ -18,6 +18,8 @@ from memcli.cli.output import (
     warn_redacted,
 )
 from memcli.cli.progress_bar import progress_bar
+from memcli.errors import UsageError
+from memcli.operations.requests import IngestRequest
 
 
 def _ingest_text(report: dict) -> None:
@@ -27,7 +29,7 @@ def _ingest_text(report: dict) -> None:
         print(f"  redacted {', '.join(item['kinds'])} in {item['event_id']}")
 
 
-@request_options("memcli.operations.requests:IngestRequest", legacy={"agent_id": "--agent"},
+@request_options(IngestRequest, legacy={"agent_id": "--agent"},
                  help={"tenant_id": "Default tenant id.", "user_id": "Default user id.",
                        "session_id": "Default session id.", "app_id": "Default app id."})
 def ingest_cmd(
@@ -48,8 +50,6 @@ def ingest_cmd(
         request = given.request("ingest request")
         sources = read_inputs(paths or [], text)
         if not sources:
-            from memcli.errors import UsageError
-
             raise UsageError("nothing to ingest", "give a file, `-` for stdin, or --text")
         with open_memory(db) as memory, progress_bar() as progress:
             payload = ingest_payload(memory, sources, request, progress=progress)

@@ -12,8 +12,16 @@ import typer
 from memcli.cli.common import open_memory
 from memcli.cli.options import DbOpt, FormatOpt, JsonOpt, check_flags, id_argument, request_options
 from memcli.cli.output import emit, errors, read_stdin, resolve_format, warn_redacted
+from memcli.errors import UsageError
+from memcli.operations.ledger_ops import (
+    CheckpointLoad,
+    CheckpointSave,
+    DecisionRequest,
+    DecisionsQuery,
+    TaskRequest,
+    TasksQuery,
+)
 
-MODELS = "memcli.operations.ledger_ops"
 # The flags of before: singular where the field is a list, `--agent` for agent_id.
 OLD = {"constraints": "--constraint", "alternatives": "--alternative",
        "consequences": "--consequence", "refs": "--ref", "agent_id": "--agent",
@@ -42,15 +50,15 @@ def _one(row: dict[str, Any], fmt: Any, as_json: bool, render: Any) -> None:
     emit(row, resolve_format(fmt, as_json), lambda r: render([r]))
 
 
-def _request(name: str, given: dict[str, Any], what: str, **fixed: Any) -> Any:
-    """The command's flags (and arguments, `fixed`) as the validated request `name`."""
-    from memcli.operations.requests import model_named, validated
+def _request(model: Any, given: dict[str, Any], what: str, **fixed: Any) -> Any:
+    """The command's flags (and arguments, `fixed`) as the validated request `model`."""
+    from memcli.operations.requests import validated
 
     check_flags(given)
-    return validated(model_named(f"{MODELS}:{name}"), {**given, **fixed}, what)
+    return validated(model, {**given, **fixed}, what)
 
 
-@request_options(f"{MODELS}:DecisionRequest", skip=("decision", "supersedes", "reason"),
+@request_options(DecisionRequest, skip=("decision", "supersedes", "reason"),
                  legacy=OLD, short={"rationale": "-r"})
 def decision_add(
     text: Annotated[str, typer.Argument(help="What was decided.")],
@@ -60,11 +68,11 @@ def decision_add(
     from memcli.operations.ledger_ops import record_decision
 
     with errors(), open_memory(db) as memory:  # opened first, as a write always did
-        req = _request("DecisionRequest", given, "decision", decision=text)
+        req = _request(DecisionRequest, given, "decision", decision=text)
         _one(record_decision(memory, req), fmt, as_json, _decision_text)
 
 
-@request_options(f"{MODELS}:DecisionRequest", skip=("decision", "supersedes", *ADD_ONLY),
+@request_options(DecisionRequest, skip=("decision", "supersedes", *ADD_ONLY),
                  legacy=OLD, short={"rationale": "-r"})
 def decision_supersede(
     decision_id: Annotated[int, id_argument("The decision it replaces.")],
@@ -75,14 +83,14 @@ def decision_supersede(
     from memcli.operations.ledger_ops import record_decision
 
     with errors():
-        req = _request("DecisionRequest", given, "decision", decision=text,
+        req = _request(DecisionRequest, given, "decision", decision=text,
                        supersedes=decision_id)
         with open_memory(db, exists=True) as memory:
             row = record_decision(memory, req, owner=memory.owner(req.tenant_id))
             _one(row, fmt, as_json, _decision_text)
 
 
-@request_options(f"{MODELS}:DecisionsQuery")
+@request_options(DecisionsQuery)
 def decision_list(
     *, given: dict[str, Any], all_tenants: AllTenants = False, db: DbOpt = None,
     fmt: FormatOpt = None, as_json: JsonOpt = False,
@@ -91,13 +99,13 @@ def decision_list(
     from memcli.operations.ledger_ops import query_decisions
 
     with errors():
-        req = _request("DecisionsQuery", given, "decisions query")
+        req = _request(DecisionsQuery, given, "decisions query")
         with open_memory(db, with_embedder=False, must_exist=True) as memory:
             rows = query_decisions(memory, req, all_tenants=all_tenants)
         emit(rows, resolve_format(fmt, as_json), _decision_text)
 
 
-@request_options(f"{MODELS}:TaskRequest", skip=("task_id", "title"), legacy=OLD)
+@request_options(TaskRequest, skip=("task_id", "title"), legacy=OLD)
 def task_add(
     title: Annotated[str, typer.Argument(help="What to do.")],
     *, given: dict[str, Any], db: DbOpt = None, fmt: FormatOpt = None, as_json: JsonOpt = False,
@@ -106,11 +114,11 @@ def task_add(
     from memcli.operations.ledger_ops import record_task
 
     with errors(), open_memory(db) as memory:  # opened first, as a write always did
-        req = _request("TaskRequest", given, "task", title=title)
+        req = _request(TaskRequest, given, "task", title=title)
         _one(record_task(memory, req), fmt, as_json, _task_text)
 
 
-@request_options(f"{MODELS}:TaskRequest", skip=("task_id", *ADD_ONLY), legacy=OLD)
+@request_options(TaskRequest, skip=("task_id", *ADD_ONLY), legacy=OLD)
 def task_update(
     task_id: Annotated[int, id_argument("A task id.")],
     *, given: dict[str, Any], db: DbOpt = None, fmt: FormatOpt = None, as_json: JsonOpt = False,
@@ -119,13 +127,13 @@ def task_update(
     from memcli.operations.ledger_ops import record_task
 
     with errors():
-        req = _request("TaskRequest", given, "task", task_id=task_id)
+        req = _request(TaskRequest, given, "task", task_id=task_id)
         with open_memory(db, exists=True) as memory:
             row = record_task(memory, req, owner=memory.owner(req.tenant_id))
             _one(row, fmt, as_json, _task_text)
 
 
-@request_options(f"{MODELS}:TasksQuery")
+@request_options(TasksQuery)
 def task_list(
     *, given: dict[str, Any], all_tenants: AllTenants = False, db: DbOpt = None,
     fmt: FormatOpt = None, as_json: JsonOpt = False,
@@ -134,13 +142,13 @@ def task_list(
     from memcli.operations.ledger_ops import query_tasks
 
     with errors():
-        req = _request("TasksQuery", given, "tasks query")
+        req = _request(TasksQuery, given, "tasks query")
         with open_memory(db, with_embedder=False, must_exist=True) as memory:
             rows = query_tasks(memory, req, all_tenants=all_tenants)
         emit(rows, resolve_format(fmt, as_json), _task_text)
 
 
-@request_options(f"{MODELS}:CheckpointSave", legacy=OLD)
+@request_options(CheckpointSave, legacy=OLD)
 def checkpoint_save(
     source: Annotated[
         str | None, typer.Argument(help="A JSON file, or `-` for stdin.", show_default=False)
@@ -153,11 +161,10 @@ def checkpoint_save(
     import json
 
     from memcli.core.inputs import check_text
-    from memcli.errors import UsageError
     from memcli.operations.ledger_ops import save_checkpoint
 
     with errors():
-        req = _request("CheckpointSave", given, "checkpoint")
+        req = _request(CheckpointSave, given, "checkpoint")
         if (source is None) == (data is None):
             raise UsageError("give the state once", "a file, `-` for stdin, or --data")
         if data is None:
@@ -174,7 +181,7 @@ def checkpoint_save(
             f"saved checkpoint v{r['version']} for {r['user_id']}/{r['thread_id']}"))
 
 
-@request_options(f"{MODELS}:CheckpointLoad", legacy=OLD)
+@request_options(CheckpointLoad, legacy=OLD)
 def checkpoint_load(
     *, given: dict[str, Any], db: DbOpt = None, fmt: FormatOpt = None, as_json: JsonOpt = False,
 ) -> None:
@@ -182,7 +189,7 @@ def checkpoint_load(
     from memcli.operations.ledger_ops import load_checkpoint
 
     with errors():
-        req = _request("CheckpointLoad", given, "checkpoint")
+        req = _request(CheckpointLoad, given, "checkpoint")
         with open_memory(db, with_embedder=False, must_exist=True) as memory:
             emit(load_checkpoint(memory, req), resolve_format(fmt, as_json))
 

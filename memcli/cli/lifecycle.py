@@ -30,13 +30,22 @@ from memcli.cli.options import (
 )
 from memcli.cli.output import emit, errors, read_stdin, resolve_format, warn, warn_redacted
 from memcli.core.inputs import check_text
+from memcli.operations.lifecycle_requests import (
+    ConsolidateRequest,
+    DecayRequest,
+    MemoryRequest,
+    ProposalRequest,
+    ProposalsRequest,
+    ReflectRequest,
+    RejectRequest,
+    RememberRequest,
+)
 
 if TYPE_CHECKING:
     from memcli.config import Settings
     from memcli.derived.llm_usage import Model
     from memcli.operations.memory import Memory
 
-REQUESTS = "memcli.operations.lifecycle_requests"
 ProposalIdArg = Annotated[int, id_argument("A proposal id.")]
 
 
@@ -122,7 +131,7 @@ def _created_text(r: dict[str, Any]) -> None:
         print(f"skipped {item['user_id']}: {item['reason']}")
 
 
-@request_options(f"{REQUESTS}:ConsolidateRequest")
+@request_options(ConsolidateRequest)
 def consolidate_cmd(
     *, given: Given, db: DbOpt = None, fmt: FormatOpt = None, as_json: JsonOpt = False,
 ) -> None:
@@ -149,7 +158,7 @@ def _decay_text(r: dict[str, Any]) -> None:
           f" purged {r['purged']}")
 
 
-@request_options(f"{REQUESTS}:DecayRequest")
+@request_options(DecayRequest)
 def decay_cmd(
     *, given: Given, db: DbOpt = None, fmt: FormatOpt = None, as_json: JsonOpt = False,
 ) -> None:
@@ -180,7 +189,7 @@ def _reflection(name: str, given: Given, db: str | None, fmt: Any,
         _finish(report, fmt, as_json, _created_text)
 
 
-@request_options(f"{REQUESTS}:ReflectRequest")
+@request_options(ReflectRequest)
 def reflect_cmd(
     *, given: Given, db: DbOpt = None, fmt: FormatOpt = None, as_json: JsonOpt = False,
 ) -> None:
@@ -188,7 +197,7 @@ def reflect_cmd(
     _reflection("reflect", given, db, fmt, as_json)
 
 
-@request_options(f"{REQUESTS}:ReflectRequest")
+@request_options(ReflectRequest)
 def insights_cmd(
     *, given: Given, db: DbOpt = None, fmt: FormatOpt = None, as_json: JsonOpt = False,
 ) -> None:
@@ -196,7 +205,7 @@ def insights_cmd(
     _reflection("insights", given, db, fmt, as_json)
 
 
-@request_options(f"{REQUESTS}:RememberRequest", legacy={"steps": "--step", "pinned": "--pin"})
+@request_options(RememberRequest, legacy={"steps": "--step", "pinned": "--pin"})
 def remember_cmd(
     text: Annotated[str | None, typer.Argument(
         help="The fact (or steps); `-` reads stdin.", show_default=False)] = None,
@@ -217,7 +226,7 @@ def remember_cmd(
              lambda p: print(f"{p['status']}: {p.get('id', p.get('proposal_id'))}"))
 
 
-@request_options(f"{REQUESTS}:MemoryRequest")
+@request_options(MemoryRequest)
 def confirm_cmd(
     memory_id: MemoryIdArg, *, given: Given,
     db: DbOpt = None, fmt: FormatOpt = None, as_json: JsonOpt = False,
@@ -244,7 +253,7 @@ def _set_pin(flag: bool, memory_id: int, given: Given, db: str | None, fmt: Any,
              lambda p: print(f"{'pinned' if p['pinned'] else 'unpinned'} {p['id']}"))
 
 
-@request_options(f"{REQUESTS}:MemoryRequest")
+@request_options(MemoryRequest)
 def pin_cmd(
     memory_id: MemoryIdArg, *, given: Given,
     db: DbOpt = None, fmt: FormatOpt = None, as_json: JsonOpt = False,
@@ -253,7 +262,7 @@ def pin_cmd(
     _set_pin(True, memory_id, given, db, fmt, as_json)
 
 
-@request_options(f"{REQUESTS}:MemoryRequest")
+@request_options(MemoryRequest)
 def unpin_cmd(
     memory_id: MemoryIdArg, *, given: Given,
     db: DbOpt = None, fmt: FormatOpt = None, as_json: JsonOpt = False,
@@ -268,7 +277,7 @@ def _proposal_text(rows: list[dict[str, Any]]) -> None:
               f"{r['old_text'] or '(none)'} -> {r['text']}")
 
 
-@request_options(f"{REQUESTS}:ProposalsRequest")
+@request_options(ProposalsRequest)
 def proposals_list_cmd(
     *, given: Given, db: DbOpt = None, fmt: FormatOpt = None, as_json: JsonOpt = False,
 ) -> None:
@@ -283,7 +292,7 @@ def proposals_list_cmd(
         emit(rows, resolve_format(fmt, as_json), _proposal_text)
 
 
-@request_options(f"{REQUESTS}:ProposalRequest")
+@request_options(ProposalRequest)
 def proposals_accept_cmd(
     proposal_id: ProposalIdArg, *, given: Given,
     db: DbOpt = None, fmt: FormatOpt = None, as_json: JsonOpt = False,
@@ -299,7 +308,7 @@ def proposals_accept_cmd(
              lambda p: print(f"accepted {p['id']}: memory {p['memory_id']}"))
 
 
-@request_options(f"{REQUESTS}:RejectRequest")
+@request_options(RejectRequest)
 def proposals_reject_cmd(
     proposal_id: ProposalIdArg, *, given: Given,
     db: DbOpt = None, fmt: FormatOpt = None, as_json: JsonOpt = False,

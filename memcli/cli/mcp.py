@@ -16,6 +16,7 @@ from typing import Annotated
 import typer
 
 from memcli.cli.options import DbOpt
+from memcli.errors import UsageError
 
 TenantOpt = Annotated[str | None, typer.Option(
     "--tenant", envvar="MEMCLI_TENANT", show_envvar=True,
@@ -103,7 +104,6 @@ def install_cmd(
     on the database this shell uses (`--db`, else $MEMCLI_DB, ...: pinned in the snippet)."""
     from memcli.cli import mcp_install
     from memcli.cli.output import errors
-    from memcli.errors import UsageError
 
     with errors():
         from memcli.config import load_settings
@@ -169,7 +169,6 @@ def _refuse_a_password(location: str) -> None:
     import shlex
 
     from memcli.core.locations import without_password
-    from memcli.errors import UsageError
 
     bare = without_password(location)
     if bare is None:

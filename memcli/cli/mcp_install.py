@@ -26,6 +26,8 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+from memcli.errors import UsageError
+
 CLIENTS = ("claude-code", "claude-desktop", "cursor", "vscode", "codex")
 
 
@@ -83,7 +85,6 @@ def write(client: str, path: Path, name: str, command: str, args: list[str],
           env: dict[str, str] | None = None) -> dict[str, Any]:
     """Merge the server into the client's config file at `path` (created if missing; the
     previous file kept as `<path>.bak`). Returns what was done."""
-    from memcli.errors import UsageError
 
     old = path.read_text(encoding="utf-8") if path.exists() else None
     if client == "codex":
@@ -118,8 +119,6 @@ def _merge_toml(old: str, name: str, table: str, path: Path) -> str:
     """`old` with the `[mcp_servers.NAME]` table (and its sub-tables) replaced by `table`, or
     `table` appended. Parsed before and after, so a broken file is refused, never made worse."""
     import tomllib
-
-    from memcli.errors import UsageError
 
     try:
         tomllib.loads(old)

@@ -4,11 +4,14 @@ Typer import)."""
 from __future__ import annotations
 
 import functools
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from memcli.cli.output import Format
+
+if TYPE_CHECKING:
+    from pydantic import BaseModel
 
 
 def _root_db(ctx: typer.Context, value: str | None) -> str | None:
@@ -133,11 +136,11 @@ def _bounds(info: Any) -> dict[str, Any]:
     return out
 
 
-def request_options(model: str, *, skip: tuple[str, ...] = (), legacy: dict[str, str] | None
-                    = None, short: dict[str, str] | None = None, off: dict[str, str] | None
-                    = None, help: dict[str, str] | None = None) -> Any:
+def request_options(model: type[BaseModel], *, skip: tuple[str, ...] = (),
+                    legacy: dict[str, str] | None = None, short: dict[str, str] | None = None,
+                    off: dict[str, str] | None = None, help: dict[str, str] | None = None) -> Any:
     """A decorator in the style of sqlite-utils' shared options: the command gets one option
-    per field of the request model (`"module:Name"`, but `skip`), named by `flag_name`, typed
+    per field of the request model (but `skip`), named by `flag_name`, typed
     and helped by the field, and receives the values given on the command line as `given`
     (field name -> value; a field left out is absent, so a JSON request's value or the model's
     default holds). The options go where the command lists `given`. `legacy`: old spellings
@@ -153,11 +156,11 @@ def request_options(model: str, *, skip: tuple[str, ...] = (), legacy: dict[str,
 
 
 class ModelCommand:
-    """A Typer command whose options come from a request model. The model is imported (and
-    the signature built) only when Typer reads the signature, which it does for the command
-    being run: a command that does not use the model does not pay for pydantic at start."""
+    """A Typer command whose options come from a request model. The signature is built only
+    when Typer reads it, which it does for the command being run: the other commands' options
+    are not built at start."""
 
-    def __init__(self, func: Any, model: str, spec: dict[str, Any]) -> None:
+    def __init__(self, func: Any, model: type[BaseModel], spec: dict[str, Any]) -> None:
         self.func, self.model, self.spec = func, model, spec
         for name in ("__module__", "__name__", "__qualname__", "__doc__"):
             setattr(self, name, getattr(func, name))
@@ -166,9 +169,7 @@ class ModelCommand:
     def _built(self) -> tuple[Any, dict[str, list[str]], set[str]]:
         import inspect
 
-        from memcli.operations.requests import model_named
-
-        model = model_named(self.model)
+        model = self.model
         listed = list(inspect.signature(self.func, eval_str=True).parameters.values())
         at = [p.name for p in listed].index("given")  # the model's options go where it is
         own = listed[:at] + listed[at + 1:]
@@ -237,10 +238,10 @@ class ModelCommand:
 
 class Given(dict[str, Any]):
     """The values a command was given on its command line (field name -> value), and the
-    request model (`"module:Name"`) whose fields its options are: `request` validates them as
+    request model whose fields its options are: `request` validates them as
     that model, so a command names its model once, in `request_options`."""
 
-    def __init__(self, values: dict[str, Any], model: str) -> None:
+    def __init__(self, values: dict[str, Any], model: type[BaseModel]) -> None:
         super().__init__(values)
         self.model = model
 
@@ -248,11 +249,11 @@ class Given(dict[str, Any]):
         """The command's request: its flags and `arguments` (its positional arguments, or
         what it read from stdin) checked and validated as the model; a problem is one usage
         error line naming `what`."""
-        from memcli.operations.requests import model_named, validated
+        from memcli.operations.requests import validated
 
         values = {**self, **arguments}
         check_flags(values)
-        return validated(model_named(self.model), values, what)
+        return validated(self.model, values, what)
 
 
 def _plain(value: Any) -> Any:

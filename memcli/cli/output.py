@@ -15,7 +15,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-from memcli.errors import MemcliError
+from memcli.errors import MemcliError, UsageError
 
 
 class Format(StrEnum):
@@ -150,7 +150,6 @@ def json_object(text: str, what: str) -> dict[str, Any]:
     """One JSON object parsed from `text` (a request on stdin or in a file), or a one-line
     UsageError (exit 2)."""
     from memcli.core.inputs import check_value
-    from memcli.errors import UsageError
 
     try:
         data = json.loads(text) if text.strip() else {}

@@ -14,8 +14,8 @@ from memcli.cli.options import DbOpt, FormatOpt, Given, JsonOpt, request_options
 from memcli.cli.output import emit, errors, read_stdin, resolve_format, warn
 from memcli.cli.progress_bar import progress_bar
 from memcli.core import private
-
-MODELS = "memcli.operations.curation"
+from memcli.errors import UsageError
+from memcli.operations.curation import ExportRequest, ImportRequest
 
 
 def _import_text(report: dict) -> None:
@@ -25,13 +25,12 @@ def _import_text(report: dict) -> None:
             print(f"  {kind:<14} added {counts['added']:>6}  skipped {counts['skipped']:>6}")
 
 
-@request_options(f"{MODELS}:ExportRequest", short={"out": "-o"})
+@request_options(ExportRequest, short={"out": "-o"})
 def export_cmd(given: Given, db: DbOpt = None, fmt: FormatOpt = None,
                as_json: JsonOpt = False) -> None:
     """Write a memory as JSONL: a header line, then events, memories with their history,
     decisions, tasks, checkpoints, relations, proposals, artifacts, sessions. Derived
     indexes (vectors, full-text, entities) are left out: `memcli import` recomputes them."""
-    from memcli.errors import UsageError
     from memcli.portable.exporter import Scope, export
 
     with errors():
@@ -62,7 +61,6 @@ def export_cmd(given: Given, db: DbOpt = None, fmt: FormatOpt = None,
 
 def _chat_import(req: Any, path: str | None, db: str | None, settings: Any) -> dict:
     """`--from FORMAT`: another tool's history, its turns written as events."""
-    from memcli.errors import UsageError
     from memcli.importers.load import load, open_source
 
     if req.all_tenants:
@@ -97,7 +95,7 @@ def _check_header(path: Path) -> None:
 HEADER_BYTES = 1 << 20
 
 
-@request_options(f"{MODELS}:ImportRequest", short={"from_format": "--from"})
+@request_options(ImportRequest, short={"from_format": "--from"})
 def import_cmd(
     path: Annotated[str | None, typer.Argument(
         help="An export file or folder; `-` reads stdin. With --from claude-code or codex, "
@@ -122,7 +120,6 @@ def import_cmd(
             emit(_chat_import(req, path, db, settings), resolve_format(fmt, as_json),
                  _import_text)
             return
-        from memcli.errors import UsageError
 
         if req.user_id is not None or req.app_id is not None or req.project is not None:
             raise UsageError("--user-id, --app-id and --project apply only with --from",

@@ -11,6 +11,7 @@ import typer
 from memcli.cli.common import open_memory
 from memcli.cli.options import DbOpt, FormatOpt, JsonOpt, check_flags, request_options
 from memcli.cli.output import Format, emit, errors, json_object, read_stdin, resolve_format, warn
+from memcli.operations.requests import QueryRequest
 
 if TYPE_CHECKING:
     from memcli.operations.requests import QueryRequest
@@ -74,7 +75,7 @@ def _request(text: str, given: dict[str, Any]) -> QueryRequest:
     return request
 
 
-@request_options("memcli.operations.requests:QueryRequest", skip=("query", "filters"),
+@request_options(QueryRequest, skip=("query", "filters"),
                  short={"top_k": "-k"}, legacy={"agent_id": "--agent"},
                  off={"pinned": "--unpinned"})
 def query_cmd(

@@ -11,6 +11,8 @@ from memcli.cli.common import open_memory
 from memcli.cli.options import DbOpt, FormatOpt, Given, JsonOpt, request_options
 from memcli.cli.output import emit, errors, resolve_format, warn
 from memcli.cli.progress_bar import progress_bar
+from memcli.errors import StorageError
+from memcli.operations.curation import RebuildRequest
 
 
 def _text(r: dict[str, Any]) -> None:
@@ -21,7 +23,7 @@ def _text(r: dict[str, Any]) -> None:
           f"{ep['new']} new); stages: {', '.join(r['stages'])}")
 
 
-@request_options("memcli.operations.curation:RebuildRequest")
+@request_options(RebuildRequest)
 def rebuild_cmd(given: Given, db: DbOpt = None, fmt: FormatOpt = None,
                 as_json: JsonOpt = False) -> None:
     """Regenerate every derived table (episodes, full-text, trigram, sparse, vectors,
@@ -34,8 +36,6 @@ def rebuild_cmd(given: Given, db: DbOpt = None, fmt: FormatOpt = None,
         # table, and a dry run writes nothing.
         with open_memory(db, must_exist=True, check_embedder=not req.dry_run) as memory:
             if memory.db.read_only:
-                from memcli.errors import StorageError
-
                 raise StorageError(f"database is read-only: {memory.db.path}",
                                    "a rebuild writes: check the file's permissions")
             with progress_bar() as progress:

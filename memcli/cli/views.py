@@ -12,6 +12,7 @@ import typer
 from memcli.cli.common import open_memory
 from memcli.cli.options import DbOpt, Given, request_options
 from memcli.cli.output import emit, errors, resolve_format, warn
+from memcli.operations.curation import ViewApplyRequest, ViewExportRequest
 
 Dir = Annotated[Path, typer.Argument(help="The view's folder.", metavar="DIR",
                                      show_default=False)]
@@ -20,10 +21,7 @@ JsonOpt = Annotated[bool, typer.Option(
     "--json", help="The summary as JSON (the default when stdout is not a terminal).")]
 
 
-MODELS = "memcli.operations.curation"
-
-
-@request_options(f"{MODELS}:ViewExportRequest", short={"file_format": "-f"},
+@request_options(ViewExportRequest, short={"file_format": "-f"},
                  legacy={"file_format": "--format"},
                  help={"user_id": "Whose view (none: the items of no user).",
                        "app_id": "The app's items (none: the items of no app)."})
@@ -48,7 +46,7 @@ def export_cmd(directory: Dir, given: Given, db: DbOpt = None,
         emit(out, resolve_format(None, as_json), _export_text)
 
 
-@request_options(f"{MODELS}:ViewApplyRequest")
+@request_options(ViewApplyRequest)
 def apply_cmd(directory: Dir, given: Given, db: DbOpt = None,
               as_json: JsonOpt = False) -> None:
     """Apply the edits made to DIR (written by `memcli view export`) as ordinary writes:

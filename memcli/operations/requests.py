@@ -36,7 +36,6 @@ Nothing here imports Typer, HTTP or the store: a model is data and its rules.
 
 from __future__ import annotations
 
-import importlib
 from typing import Annotated, Any, Literal
 
 import pydantic
@@ -272,15 +271,6 @@ class PurgeRequest(Scope):
     def where(self) -> dict[str, Any]:
         """The scope as the purge plan takes it."""
         return self.model_dump(exclude={"dry_run"})
-
-
-def model_named(path: str) -> Any:
-    """The request model named `"module:Name"`, as the CLI decorators, the MCP tools and the
-    service's typed operations name it (imported on first use: a command that never runs the
-    operation does not import its model's module)."""
-
-    module, _, name = path.partition(":")
-    return getattr(importlib.import_module(module), name)
 
 
 def validated(model: type[BaseModel], data: Any, what: str, hint: str | None = None) -> Any:

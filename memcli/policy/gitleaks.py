@@ -62,7 +62,7 @@ def entropy(value: str) -> float:
 def _compile(source: str) -> Any:
     # `regex` costs ~10 ms to import: only a process that redacts something pays it, not every
     # command that imports the write path.
-    import regex  # noqa: PLC0415 - with the rules, on the first redaction
+    import regex  # noqa: PLC0415
 
     return regex.compile(source)
 
