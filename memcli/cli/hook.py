@@ -74,9 +74,9 @@ def _call(db: str | None, operation: Any, scope: Any, request: Any) -> Any:
 
 
 def _scope(tenant: str | None, user: str | None, agent: str | None, app_id: str | None) -> Any:
-    from memcli.service.api import Scope
+    from memcli.service.api import Binding
 
-    return Scope(tenant=tenant, user_id=user, agent=agent, app_id=app_id)
+    return Binding(tenant=tenant, user_id=user, agent=agent, app_id=app_id)
 
 
 def session_start_cmd(
@@ -97,12 +97,12 @@ def session_start_cmd(
         from memcli.service.hooks import session_context, session_topic
 
         payload = _read_payload()
-        request: dict[str, Any] = {"max_tokens": max_tokens}
+        request: dict[str, Any] = {"budget_tokens": max_tokens}
         # Not the session's id: a bundle for a session narrows its evidence to that
         # session, and a new one has none yet.
         topic = query or session_topic(payload)
         if topic:
-            request["query_text"] = topic
+            request["query"] = topic
         bundle = _call(db, api.build_acb, _scope(tenant, user, agent, app_id), request)
         print(json.dumps(session_context(bundle), ensure_ascii=False))
 

@@ -10,40 +10,57 @@
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from memcli.config import LifecycleSettings, RetrievalSettings, Settings
+from memcli.config import (
+    LifecycleSettings,
+    RetrievalSettings,
+    Settings,
+    load_settings,
+    thread_defaults,
+)
+from memcli.core.progress import report
 from memcli.core.records import Hit, IngestReport, QueryResult, parse_clock
+from memcli.core.tokens import count_tokens
 from memcli.errors import DatabaseBusyError, UsageError
+from memcli.ingest.background import queue_for, wait_for
+from memcli.lifecycle import purge as purge_mod
 from memcli.policy.categories import Categories, load_categories
+from memcli.providers.embedders import get_embedder
+from memcli.providers.passes import encode_both
+from memcli.providers.reranker import make_reranker
+from memcli.providers.splade import default_encoder
 from memcli.retrieval import fallback as recency
 from memcli.retrieval import scope as widening
 from memcli.retrieval import search
+from memcli.retrieval.rerank import annotate, rerank
 from memcli.retrieval.stages import Candidate, RankContext
-from memcli.retrieval.text import bound_query
 from memcli.store import memories as mem
 from memcli.store import sparse as sparse_sql
 from memcli.store import vectors as vec
+from memcli.store.connection import HINT_WAIT
 from memcli.store.filters import DEFAULT_TENANT, Filters, one_tenant_or_all
 from memcli.store.history import list_history
 from memcli.store.location import open_database
+from memcli.store.metrics import record_request
+from memcli.store.owner import Owner, check_trail
+from memcli.store.postgres.tenant_roles import refuse_bound
 
 if TYPE_CHECKING:
     from memcli.core.progress import Progress
     from memcli.operations.requests import QueryRequest
     from memcli.providers.embedders import Embedder
+    from memcli.providers.reranker import Reranker
     from memcli.providers.splade import SpladeEncoder
     from memcli.store.connection import Database
-    from memcli.store.owner import Owner
 
 BULLET_CHARS = 280
 
 
 def make_embedder(settings: Settings) -> Embedder | None:
-    from memcli.providers.embedders import get_embedder
-
     cfg = settings.embedder
     if cfg.provider == "none":
         return None
@@ -63,7 +80,6 @@ def make_embedder(settings: Settings) -> Embedder | None:
 def make_sparse(settings: Settings) -> SpladeEncoder | None:
     if settings.retrieval.leg_weights.get("sparse", 0) <= 0:
         return None
-    from memcli.providers.splade import default_encoder
 
     return default_encoder()
 
@@ -91,8 +107,10 @@ class Memory:
                  sparse: SpladeEncoder | None = None, retrieval: RetrievalSettings | None = None,
                  categories: Categories | None = None, encoding: str = "cl100k_base",
                  check_embedder: bool = True, tenant: str = DEFAULT_TENANT,
-                 lifecycle: LifecycleSettings | None = None) -> None:
+                 lifecycle: LifecycleSettings | None = None,
+                 reranker: Reranker | None = None) -> None:
         self.db = db
+        self.reranker = reranker  # reorders a query's fused top N (docs/guides/reranking.md)
         # The app limit every app write enforces (memcli.derived.applimit).
         self.lifecycle = lifecycle or LifecycleSettings()
         # The tenant of every read and write that names none (never "all tenants").
@@ -127,7 +145,8 @@ class Memory:
             return cls(db, embedder=embedder, sparse=sparse, retrieval=settings.retrieval,
                        categories=load_categories(settings.categories_file),
                        encoding=settings.encoding, check_embedder=check_embedder,
-                       tenant=_tenant(settings, db.bound_tenant), lifecycle=settings.lifecycle)
+                       tenant=_tenant(settings, db.bound_tenant), lifecycle=settings.lifecycle,
+                       reranker=make_reranker(settings.rerank))
         except BaseException as exc:
             db.close()  # never leave the file open behind an error
             failure = db.backend.environment_error(db, exc)
@@ -140,7 +159,6 @@ class Memory:
         """Open with everything the CLI would use: settings from the environment and config
         file (`overrides` win, e.g. embedder=...), the configured embedder and the SPLADE leg.
         Models load on first use."""
-        from memcli.config import load_settings, thread_defaults
 
         thread_defaults()  # as the CLI: passive OpenMP waiting, one OpenBLAS thread
         settings = load_settings(path, **overrides)
@@ -158,6 +176,8 @@ class Memory:
             raise failure from exc
 
     def close(self) -> None:
+        if self.reranker is not None:
+            self.reranker.close()
         if self._reader is not None:
             self._reader.close()
             self._reader = None
@@ -187,12 +207,12 @@ class Memory:
         numbered = [
             r if isinstance(r, tuple) else (i, r) for i, r in enumerate(records, start=1)
         ]
-        from memcli.ingest import prepare as ingest_mod  # not on the query path's start-up
+        # Imported here: redaction rules and extraction stay off the start-up of the reads.
+        from memcli.ingest import prepare as ingest_mod  # noqa: PLC0415
 
         defaults = dict(defaults or {})
         if defaults.get("tenant_id") is None:
             defaults["tenant_id"] = self.tenant  # a record naming no tenant: the configured one
-        from memcli.ingest.background import queue_for
 
         return ingest_mod.ingest(self.db, numbered, embedder=self.embedder, sparse=self.sparse,
                                  defaults=defaults, strict=strict, defer_embed=defer_embed,
@@ -203,7 +223,6 @@ class Memory:
     def wait_indexed(self, memory_ids: list[int]) -> None:
         """Inside a daemon that indexes in the background, return once these memories have
         their vectors and sparse terms (`ingest --wait`); elsewhere ingest wrote them already."""
-        from memcli.ingest.background import queue_for, wait_for
 
         queue = queue_for(self.db)
         if queue is not None and (self.embedder is not None or self.sparse is not None):
@@ -213,8 +232,6 @@ class Memory:
     def embed_pending(self, batch_size: int = 256, progress: Progress | None = None) -> int:
         """Embed memories stored without vectors or sparse terms (after --defer-embed); each
         batch's sparse pass runs beside its dense pass (memcli/providers/passes.py)."""
-        from memcli.core.progress import report
-        from memcli.providers.passes import encode_both
 
         if self.embedder is None and self.sparse is None:
             raise UsageError("no embedder configured", "set MEMCLI_EMBEDDER")
@@ -244,8 +261,6 @@ class Memory:
             done += len(rows)
 
     def _sparse_pending(self, batch_size: int, progress: Progress | None = None) -> int:
-        from memcli.core.progress import report
-
         assert self.sparse is not None
         done = 0
         total = sparse_sql.count_without_sparse(self.db) if progress else None
@@ -263,7 +278,6 @@ class Memory:
 
     def reindex(self, progress: Progress | None = None) -> int:
         """Drop every vector, record the configured embedder, and embed everything again."""
-        from memcli.store.postgres.tenant_roles import refuse_bound
 
         refuse_bound(self.db, "reindex")
         if self.embedder is None:
@@ -295,45 +309,52 @@ class Memory:
         return Filters(categories=categories, allowed_categories=allowed,
                        excluded_categories=hidden, all_tenants=all_tenants, **kwargs)
 
-    def ask(self, request: QueryRequest, *, all_tenants: bool = False,
-            sensitivities: list[str] | None = None, widen: bool = True,
-            fallback: bool = False) -> QueryResult:
+    def ask(self, request: QueryRequest, *, fallback: bool = False) -> QueryResult:
         """A validated query request (memcli.operations.requests.QueryRequest) answered: its
-        conditions as filters (the asking agent's allowlist enforced), then `query`."""
+        conditions as filters (the asking agent's allowlist enforced), on the legs it names
+        (default: every configured one), then `query`."""
         filters = self.filters(
-            agent=request.agent_id, all_tenants=all_tenants, categories=request.categories,
-            **({"sensitivities": tuple(sensitivities)} if sensitivities else {}),
+            agent=request.agent_id, all_tenants=request.all_tenants,
+            categories=request.categories,
+            **({"sensitivities": tuple(request.sensitivity)} if request.sensitivity else {}),
             as_of=request.as_of, **request.conditions())
+        retrieval = self.retrieval
+        if request.legs is not None:
+            retrieval = retrieval.model_copy(update={"leg_weights": {
+                k: w for k, w in retrieval.leg_weights.items() if k in request.legs}})
         return self.query(request.query, filters=filters, top_k=request.top_k,
                           threshold=request.threshold, budget_tokens=request.budget_tokens,
-                          return_format=request.return_format, widen=widen, fallback=fallback)
+                          return_format=request.return_format, widen=request.widen,
+                          fallback=fallback, retrieval=retrieval)
 
     def query(self, text: str, *, filters: Filters | None = None, top_k: int = 10,
               threshold: float | None = None, budget_tokens: int | None = None,
               return_format: str = "full", widen: bool = True, record_access: bool = True,
-              fallback: bool = False) -> QueryResult:
+              fallback: bool = False, retrieval: RetrievalSettings | None = None
+              ) -> QueryResult:
         """`fallback`: when every leg finds nothing, answer with the newest memories in scope
         (memcli.retrieval.fallback), as `memcli query` and the service do for their default
-        legs; off by default: a library search stays strict."""
+        legs; off by default: a library search stays strict. `retrieval`: this query's
+        settings (default the memory's; a request naming its legs keeps only those)."""
         t0 = time.perf_counter()
-        text = bound_query(text)  # ranking reads the text too: the same bound as the legs
+        settings = retrieval or self.retrieval
         filters = filters or self.filters()
         scope = "session" if filters.session_id else ("user" if filters.user_id else "all")
         path = scope
         clock = {"now": parse_clock(filters.as_of)} if filters.as_of else {}
-        legs = search.run_legs(self.db, self.embedder, text, filters, self.retrieval,
+        legs = search.run_legs(self.db, self.embedder, text, filters, settings,
                                sparse=self.sparse, reader=self.reader())
-        ranked = search.rank(RankContext(self.db, filters, text, self.retrieval, **clock), legs)
+        ranked = search.rank(RankContext(self.db, filters, text, settings, **clock), legs)
         # The evolution plan: widen on a recall cue or when the session has too little full-text
         # evidence (memcli.retrieval.scope, the rule `acb build` uses too).
         wider = None
         if widen and filters.session_id and widening.should_widen(
-                text, legs, [c.id for c in ranked], self.retrieval.min_session_hits):
+                text, legs, [c.id for c in ranked], settings.min_session_hits):
             wider = widening.wider_scope(self.db, filters)
         if wider is not None:
-            legs = search.run_legs(self.db, self.embedder, text, wider, self.retrieval,
+            legs = search.run_legs(self.db, self.embedder, text, wider, settings,
                                    sparse=self.sparse, reader=self.reader())
-            ranked = search.rank(RankContext(self.db, wider, text, self.retrieval, **clock),
+            ranked = search.rank(RankContext(self.db, wider, text, settings, **clock),
                                  legs)
             scope = "user"
             path = f"{path}>{scope}"
@@ -341,18 +362,18 @@ class Memory:
         if fallback and recency.found_nothing(legs):
             searched = wider or filters
             legs = {**legs, **recency.recent_leg(self.db, searched,
-                                                 self.retrieval.candidates_per_leg)}
-            ranked = search.rank(RankContext(self.db, searched, text, self.retrieval, **clock),
+                                                 settings.candidates_per_leg)}
+            ranked = search.rank(RankContext(self.db, searched, text, settings, **clock),
                                  legs)
             path = f"{path}>{recency.RECENT_LEG}"
+        reranked = rerank(ranked, text, self.reranker)
         if threshold is not None:
             ranked = [c for c in ranked if c.score >= threshold]
         ranked = search.load_rows(self.db, ranked[:top_k])
         hits = [self._hit(c, return_format, scope) for c in ranked]
+        annotate(hits, reranked)
         used = 0
         if budget_tokens is not None:
-            from memcli.core.tokens import count_tokens
-
             kept = []
             for hit in hits:
                 cost = count_tokens(hit.text, self.encoding)
@@ -365,8 +386,8 @@ class Memory:
         result = QueryResult(
             query=text, scope=scope, path=path, hits=hits,
             legs={k: len(v) for k, v in legs.items()},
-            fusion=self.retrieval.fusion, budget_tokens=budget_tokens, tokens_used=used,
-            latency_ms=round((time.perf_counter() - t0) * 1000, 3),
+            fusion=settings.fusion, budget_tokens=budget_tokens, tokens_used=used,
+            latency_ms=round((time.perf_counter() - t0) * 1000, 3), rerank=reranked,
         )
         if record_access:
             self._after_read([h.id for h in hits], {
@@ -384,9 +405,6 @@ class Memory:
 
     def _after_read(self, ids: list[int], metrics: dict[str, Any]) -> None:
         """Access counts and the request-metrics row, in one short write."""
-        from memcli.errors import DatabaseBusyError
-        from memcli.store.connection import HINT_WAIT
-        from memcli.store.metrics import record_request
 
         if self.db.read_only:
             return  # a write-protected file still answers; these hints are skipped
@@ -403,8 +421,6 @@ class Memory:
 
     @staticmethod
     def _hit(cand: Candidate, return_format: str, scope: str) -> Hit:
-        import json
-
         row = cand.row
         text = row["content"]
         if return_format == "bullets":
@@ -430,7 +446,6 @@ class Memory:
                 owner: Owner | None = None, **scope: Any) -> list[dict[str, Any]]:
         """The audit trail of a memory or a scope, in this memory's tenant unless another one is
         named (or `all_tenants`). A memory id outside the tenant (or `owner`) is not found."""
-        from memcli.store.owner import check_trail
 
         one_tenant_or_all(scope.get("tenant_id"), all_tenants)
         if not all_tenants and scope.get("tenant_id") is None:
@@ -440,31 +455,23 @@ class Memory:
         return list_history(self.db, memory_id=memory_id, **scope)
 
     def plan_purge(self, **scope: Any) -> dict[str, Any]:
-        from memcli.lifecycle import purge as purge_mod
-
         return purge_mod.plan_purge(self.db, **scope)
 
     def purge(self, **scope: Any) -> dict[str, Any]:
-        from memcli.lifecycle import purge as purge_mod
-
         return purge_mod.apply_purge(self.db, purge_mod.plan_purge(self.db, **scope))
 
     def owner(self, tenant_id: str | None = None) -> Owner:
         """Whose rows a command on one id may touch: this memory's tenant (or `tenant_id`); a
         server narrows it further for a bound caller (memcli.service.api)."""
-        from memcli.store.owner import Owner
 
         return Owner(tenant_id or self.tenant)
 
     def forget(self, memory_id: int, owner: Owner | None = None) -> dict[str, Any]:
         """Soft-delete a memory of `owner`'s (default: this memory's tenant)."""
-        from memcli.lifecycle import purge as purge_mod
 
         return purge_mod.forget(self.db, memory_id, owner=owner or self.owner())
 
     def restore(self, memory_id: int, owner: Owner | None = None) -> dict[str, Any]:
-        from memcli.lifecycle import purge as purge_mod
-
         return purge_mod.restore(self.db, memory_id, owner=owner or self.owner())
 
     def stats(self) -> dict[str, Any]:

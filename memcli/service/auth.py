@@ -8,7 +8,7 @@ optionally followed by its binding:
     b7a2...44  tenant=acme agent=planner categories=tasks,notes  <- only acme, as planner
 
 A bound token can never read or write outside its binding, whatever the request or its headers
-say (memcli.service.api.Scope only narrows). Without --token-file, serve generates one token,
+say (memcli.service.api.Binding only narrows). Without --token-file, serve generates one token,
 stores it 0600 in the config dir (`Auth.notice` says where: serve prints it on stderr) and
 reuses it next time; a --token-file that does not exist is created the same way.
 
@@ -31,10 +31,12 @@ import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
+from urllib.parse import urlsplit
 
+from memcli.config import serve_token_path
 from memcli.core import private
 from memcli.errors import NotAllowedError, UsageError
-from memcli.service.api import BadRequest, Scope
+from memcli.service.api import BadRequest, Binding
 
 if TYPE_CHECKING:
     from starlette.requests import Request
@@ -58,9 +60,9 @@ class Token:
     app_id: str | None = None
     categories: tuple[str, ...] | None = None
 
-    def scope(self) -> Scope:
+    def scope(self) -> Binding:
         """The scope this token binds its caller to."""
-        return Scope(tenant=self.tenant, agent=self.agent, user_id=self.user_id,
+        return Binding(tenant=self.tenant, agent=self.agent, user_id=self.user_id,
                      app_id=self.app_id, categories=self.categories)
 
 
@@ -96,7 +98,7 @@ class Auth:
         return found
 
 
-def caller_scope(request: Request, auth: Auth) -> Scope | None:
+def caller_scope(request: Request, auth: Auth) -> Binding | None:
     """The caller's scope: its token's binding narrowed by the scope headers (None: no token,
     answered 401). A browser page of another site is refused even with a valid token (CSRF):
     NotAllowedError, 403; an empty scope header is bad input (400)."""
@@ -118,8 +120,6 @@ def caller_scope(request: Request, auth: Auth) -> Scope | None:
 
 
 def _origin_host(origin: str) -> str:
-    from urllib.parse import urlsplit
-
     try:
         return (urlsplit(origin).hostname or "").lower()
     except ValueError:
@@ -214,7 +214,6 @@ def _generated_token(path: Path | None = None) -> tuple[Path, bool]:
     """`path` (default: the config dir's serve token), created 0600 with one new token if it
     does not exist (never readable by others, not even for a moment: the file is created with
     its mode); whether it was created."""
-    from memcli.config import serve_token_path
 
     path = path or serve_token_path()
     if path.exists():

@@ -193,7 +193,7 @@ def _is_server_location(db: str) -> bool:
     The shapes of memcli.store.location (which imports more than the client may)."""
     if ":" not in db and "=" not in db:
         return False
-    import re
+    import re  # noqa: PLC0415 - off the forwarded command's start-up (a path has no ":")
 
     return bool(re.match(_URL, db, re.IGNORECASE) or (
         re.match(_DSN, db) and re.search(_DSN_KEY, db, re.IGNORECASE)))

@@ -2,7 +2,7 @@
 Code and Codex, from the test data of public projects (tests/fixtures/real/README.md names each
 file's source, commit and licence). Each is imported into a fresh database: its events by kind
 and what was left out, by reason, are what the file holds; importing again adds nothing.
-bench/results/importers-real.md lists the same numbers (`python -m bench.importers_real`)."""
+bench/results/importers-real.md lists the same numbers."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """Contradictions are never merged: `remember` and consolidation tell a paraphrase ("does not"
 / "doesn't") from a contradiction ("will attend" / "will not attend", "lives" / "lived"), on
 the real CLI and a real database, with the scripted model over real HTTP where one is asked.
-The labelled pairs are tests/fixtures/dedup/pairs.jsonl (bench/dedup_pairs.py measures them)."""
+The labelled pairs are tests/fixtures/dedup/pairs.jsonl (figures: bench/results/dedup-pairs.md)."""
 
 from __future__ import annotations
 
@@ -78,7 +78,7 @@ def test_the_labelled_pairs_never_merge_a_contradiction():
     assert [p["new"] for p in contra if verdict(p) != "contradicts"] == []
     assert [p["new"] for p in para if verdict(p) == "contradicts"] == []
     merged = sum(verdict(p) == "same" for p in para)
-    assert merged >= 38  # measured: 38 of 62 (the rest use other words: bench/dedup_pairs.py)
+    assert merged >= 38  # measured: 38 of 62 (the rest use other words: dedup-pairs.md)
 
 
 def test_consolidation_supersedes_a_negated_fact_without_asking(memory, stub, db_path):

@@ -187,7 +187,7 @@ print(json.dumps({"copy": str(outer.bin_dir), "shared": both, "kept_while_one_ru
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="only a root run copies the server")
 def test_a_server_copy_goes_when_its_last_server_stops(tmp_path):
-    """As bench/pg_writers.py does outside pytest: two servers from an install the server's
+    """As a benchmark does outside pytest: two servers from an install the server's
     user cannot enter (a `mktemp -d` CI clone) share one copy under /tmp, which stays while one
     of them runs and is gone, lock file too, once the last has stopped."""
     from tests.support.pg import bin_dir

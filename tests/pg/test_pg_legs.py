@@ -300,7 +300,7 @@ CATALOG = """
 
 
 def test_apply_schema_is_the_schema_memcli_creates(pg_server):  # noqa: F811
-    """The legs' tests and bench/pg_legs.py run on memcli's own schema (not a hand copy of
+    """The legs' tests run on memcli's own schema (not a hand copy of
     its DDL that drifts): the same tables, columns, types, indexes and triggers as a database
     memcli itself made and stored a vector in."""
     import psycopg

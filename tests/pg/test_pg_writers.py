@@ -2,7 +2,7 @@
 `memcli` processes on a real server: idempotent concurrent ingest, exact counts for many
 writers on many tenants or one, and the lifecycle run lock as a session advisory lock (a second
 `memcli consolidate` refuses with 75; a killed holder's lock is free at once, on any host).
-Longer runs with timings: bench/pg_writers.py."""
+Longer runs with timings: bench/results/pg-writers.md."""
 
 from __future__ import annotations
 

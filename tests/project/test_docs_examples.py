@@ -1,4 +1,5 @@
-"""Every `memcli` command line in the README and the docs names a command and options that exist.
+"""Every `memcli` command line in the README and the docs names a command and options that exist,
+spelled as `--help` shows them (not a hidden older spelling).
 
 The examples themselves run in tests/service/test_daemon.py (a long test: every `sh` block, through
 a daemon and in-process); this is the fast check beside it, over every fenced shell block (`sh`,
@@ -71,6 +72,12 @@ def _options(command) -> dict[str, bool]:
             if opt.startswith("-")}
 
 
+def _hidden(command) -> set[str]:
+    """The option names `command` keeps out of `--help`: old spellings the docs do not teach."""
+    return {opt for param in command.params if getattr(param, "hidden", False)
+            for opt in (*param.opts, *param.secondary_opts)}
+
+
 def problems(words: list[str]) -> list[str]:
     """What in `memcli WORDS` the app does not know (an unknown command or option)."""
     root = tests.support.cli.command(app)  # built once per process, not once a line
@@ -85,6 +92,8 @@ def problems(words: list[str]) -> list[str]:
             options = {**known, **_options(command)}
             if name not in options:
                 return [f"{' '.join(path)}: no option {name}"]
+            if name in _hidden(command):
+                return [f"{' '.join(path)}: {name} is a hidden old spelling"]
             if options[name] and not value and rest:
                 rest.pop(0)  # the option's value
             continue
@@ -117,3 +126,10 @@ def test_an_unknown_flag_or_command_is_found() -> None:
     assert problems(["query", "tea", "--topk", "3"]) == ["memcli query: no option --topk"]
     assert problems(["acb", "biuld"]) == ["memcli acb: no command biuld"]
     assert problems(["--db", "x.db", "doctor", "--fix"]) == []
+
+
+def test_a_hidden_old_spelling_is_found() -> None:
+    """The docs teach the flag `--help` shows (`--user-id`), not its hidden older spelling."""
+    assert problems(["query", "tea", "--user-id", "priya"]) == []
+    assert problems(["query", "tea", "--user", "priya"]) == [
+        "memcli query: --user is a hidden old spelling"]

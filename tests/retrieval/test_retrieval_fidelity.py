@@ -140,7 +140,7 @@ def test_as_of_reads_what_was_valid_then(cli, db_path):
 def test_as_of_through_the_service_and_the_mcp_tools(cli, db_path, tmp_path, monkeypatch):
     _history(cli, db_path)
     service = api.Service(load_settings(db_path))
-    scope = api.Scope(user_id="priya")
+    scope = api.Binding(user_id="priya")
     try:
         found = service.run(api.query, scope, {"query": "where does Priya live",
                                                "as_of": "2026-03-01", "top_k": 50})
