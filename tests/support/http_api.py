@@ -75,8 +75,9 @@ class Api:
         if token is not None:
             headers["Authorization"] = f"Bearer {token}"
         transport = httpx.HTTPTransport(uds=str(self.uds), verify=_TLS) if self.uds else None
-        return httpx.Client(base_url=self.url, headers=headers, timeout=60,
-                            transport=transport, verify=_TLS)
+        return httpx.Client(
+            base_url=self.url, headers=headers, timeout=60, transport=transport, verify=_TLS
+        )
 
 
 # httpx's TLS context, made once: a client makes its own by default, reading the CA bundle
