@@ -44,11 +44,11 @@ from bench.locomo_report import git_revision
 from bench.locomo_score import dia_id_of
 from memcli import Memory
 from memcli.config import RetrievalSettings
+from memcli.core.request_base import bound_query
 from memcli.core.tokens import count_tokens
 from memcli.providers.embedders import get_embedder
 from memcli.retrieval import search
 from memcli.retrieval.stages import RankContext
-from memcli.retrieval.text import bound_query
 
 KS = (5, 10, 25, 50)
 BUDGET = 1000

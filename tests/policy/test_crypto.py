@@ -21,7 +21,9 @@ import pytest
 from tests.support.backend import is_pg, stored_bytes
 from tests.support.records import ndjson
 
-pytestmark = pytest.mark.backends  # SQLite and PostgreSQL (tests/support/backend.py)
+# SQLite and PostgreSQL (tests/support/backend.py); about encryption, not ranking: no SPLADE
+# leg (a real model) in its commands (conftest.py: fast_cli)
+pytestmark = [pytest.mark.backends, pytest.mark.usefixtures("fast_cli")]
 
 SECRET = "zqxplutonium"  # the `high` marker: a word no other text in the suite uses
 PLAIN = "zqxmarmalade"  # a `none` control marker: proves the byte scan can find text
