@@ -200,6 +200,9 @@ class Retrieval:
     fallbacks: int = 0
     pool_size: int = 0
     fulltext: int = 0  # distinct memories the full-text legs found (the metrics' fts hits)
+    # A query found nothing relevant enough: every candidate was under the bundle's
+    # `min_relevance`, so the evidence section is empty rather than the least bad.
+    no_relevant: bool = False
 
 
 def retrieve(
@@ -210,6 +213,7 @@ def retrieve(
     now: datetime,
     recent: set[int] | frozenset[int] = frozenset(),
     session_covered: bool = False,
+    min_relevance: float | None = None,
 ) -> Retrieval:
     """The same legs and ranking stages as `query`, bounded (pool <= pool_max, scored <=
     scored_max), on a clock taken from the data, then the relations boost.
@@ -220,7 +224,12 @@ def retrieve(
     session (`session_covered`) or the text has a recall cue, the session pass could only be
     thrown away, so it is skipped (the user pass finds the session's other memories too).
     When no leg finds anything, the newest memories of the scope searched last stand in
-    (memcli.retrieval.fallback), leaving out the recent window's."""
+    (memcli.retrieval.fallback), leaving out the recent window's.
+
+    Relevance (memcli.retrieval.relevance; a summary held to its turns'): with
+    `min_relevance`, candidates under it are left out; without, all are kept unless none
+    reaches `retrieval.min_relevance`. Either way, when none is left the evidence is empty and
+    `no_relevant` says so, rather than fill the budget with the least bad."""
     legs_on = [k for k, w in memory.retrieval.leg_weights.items() if w > 0]
     per_leg = max(
         1, min(memory.retrieval.candidates_per_leg, settings.pool_max // max(1, len(legs_on)))
@@ -257,6 +266,16 @@ def retrieve(
         path = f"{path}>{recency.RECENT_LEG}"
     pool = len(ranked)
     ranked = search.load_rows(memory.db, ranked[: settings.pool_max][: settings.scored_max])
+    searched = wider if widen and wider is not None else filters
+    search.assess(memory.db, memory.embedder, memory.sparse, text, searched, retrieval, legs,
+                  ranked)
+    search.cap_summaries(memory.db, memory.embedder, memory.sparse, text, searched, retrieval,
+                         legs, ranked)
+    if min_relevance is not None:
+        ranked = [c for c in ranked if (c.relevance or 0.0) >= min_relevance]
+    elif not any((c.relevance or 0.0) >= memory.retrieval.min_relevance for c in ranked):
+        ranked = []
+    no_relevant = not ranked
     if settings.w_rel:
         strongest = sql.max_related_strength(memory.db, [c.id for c in ranked])
         for cand in ranked:
@@ -266,7 +285,7 @@ def retrieve(
         ranked.sort(key=lambda c: (-c.score, c.id))
     return Retrieval(
         ranked, {k: len(v) for k, v in sorted(legs.items())}, path, path.count(">"), pool,
-        fulltext,
+        fulltext, no_relevant,
     )
 
 
@@ -288,6 +307,7 @@ def evidence_items(
         extra = [r for r in related.get(cand.id, []) if r["id"] not in in_pool]
         item = _memory_item("memory", cand.row, render.evidence_text(cand.row, extra))
         item["score"] = round(cand.score, 6)
+        item["relevance"] = cand.relevance
         item["boosts"] = dict(sorted(cand.shown_boosts().items()))  # what each ranking stage added
         item["_dup"] = cand.row["content"]  # the packer collapses repeated sentences
         if cand.id in sources:  # a summary cites the turns it summarises, not itself

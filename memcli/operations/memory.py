@@ -345,10 +345,16 @@ class Memory:
             ranked = search.rank(RankContext(self.db, searched, text, self.retrieval, **clock),
                                  legs)
             path = f"{path}>{recency.RECENT_LEG}"
-        if threshold is not None:
-            ranked = [c for c in ranked if c.score >= threshold]
-        ranked = search.load_rows(self.db, ranked[:top_k])
-        hits = [self._hit(c, return_format, scope) for c in ranked]
+        searched = wider or filters
+        ranked = search.load_rows(self.db, self._judged(text, searched, legs, ranked, top_k,
+                                                        threshold))
+        search.cap_summaries(self.db, self.embedder, self.sparse, text, searched,
+                             self.retrieval, legs, ranked)
+        if threshold is not None:  # a summary held to its turns may fall under it
+            ranked = [c for c in ranked if (c.relevance or 0.0) >= threshold]
+        no_relevant = not any((c.relevance or 0.0) >= self.retrieval.min_relevance
+                              for c in ranked)
+        hits = [self._hit(c, return_format, scope, no_relevant) for c in ranked]
         used = 0
         if budget_tokens is not None:
             from memcli.core.tokens import count_tokens
@@ -366,6 +372,7 @@ class Memory:
             query=text, scope=scope, path=path, hits=hits,
             legs={k: len(v) for k, v in legs.items()},
             fusion=self.retrieval.fusion, budget_tokens=budget_tokens, tokens_used=used,
+            no_relevant=no_relevant,
             latency_ms=round((time.perf_counter() - t0) * 1000, 3),
         )
         if record_access:
@@ -381,6 +388,26 @@ class Memory:
                 "latency_ms": result.latency_ms,
             })
         return result
+
+    def _judged(self, text: str, filters: Filters, legs: dict[str, list[tuple[int, float]]],
+                ranked: list[Candidate], top_k: int, threshold: float | None
+                ) -> list[Candidate]:
+        """The first `top_k` candidates with their relevance; with `threshold`, the first
+        `top_k` whose relevance reaches it (judged a window at a time, down the ranking)."""
+        def judge(cands: list[Candidate]) -> list[Candidate]:
+            return search.assess(self.db, self.embedder, self.sparse, text, filters,
+                                 self.retrieval, legs, cands)
+
+        if threshold is None:
+            return judge(ranked[:top_k])
+        kept: list[Candidate] = []
+        window = max(top_k, 50)
+        for start in range(0, len(ranked), window):
+            kept += [c for c in judge(ranked[start:start + window])
+                     if (c.relevance or 0.0) >= threshold]
+            if len(kept) >= top_k:
+                break
+        return kept[:top_k]
 
     def _after_read(self, ids: list[int], metrics: dict[str, Any]) -> None:
         """Access counts and the request-metrics row, in one short write."""
@@ -402,7 +429,7 @@ class Memory:
             # A full disk (or a file made read-only since it was opened): nor must that.
 
     @staticmethod
-    def _hit(cand: Candidate, return_format: str, scope: str) -> Hit:
+    def _hit(cand: Candidate, return_format: str, scope: str, no_relevant: bool) -> Hit:
         import json
 
         row = cand.row
@@ -414,7 +441,7 @@ class Memory:
             text = f"[{row['category']}] {first}" if row["category"] else first
         return Hit(
             id=row["id"], kind=row["kind"], category=row["category"], text=text,
-            score=round(cand.score, 6),
+            score=round(cand.score, 6), relevance=cand.relevance or 0.0, no_relevant=no_relevant,
             scores={leg: {"rank": r, "score": round(s, 6)} for leg, (r, s) in cand.legs.items()},
             boosts=cand.shown_boosts(), event_id=row["event_id"], tenant_id=row["tenant_id"],
             user_id=row["user_id"], agent_id=row["agent_id"], session_id=row["session_id"],

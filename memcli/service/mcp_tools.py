@@ -187,7 +187,8 @@ TOOLS: dict[str, ToolSpec] = {
         "said, decided or learned earlier; returns ranked memories, best first.",
         {"query": "deployment plan for the billing service", "top_k": 5}, QueryRequest,
         ("query", "top_k", "categories", "session_id", "return_format", "budget_tokens",
-         "as_of"), list[Hit] | list[schemas.Bullet], "the hits, best first", read_only=True,
+         "threshold", "as_of"), list[Hit] | list[schemas.Bullet], "the hits, best first",
+        read_only=True,
         aliases=(("text", "query"), ("q", "query"), ("k", "top_k"), ("limit", "top_k"),
                  ("n", "top_k"), ("category", "categories")), lists=("categories",)),
     "memory_build_acb": _tool(
@@ -196,7 +197,7 @@ TOOLS: dict[str, ToolSpec] = {
         "token budget. Call it at the start of a task, with what the task is about.",
         {"query": "add retries to the upload client", "max_tokens": 4000}, AcbRequest,
         ("query_text", "intent", "max_tokens", "session_id", "categories",
-         "include_checkpoint", "as_of"), schemas.Bundle, "the context bundle",
+         "include_checkpoint", "as_of", "min_relevance"), schemas.Bundle, "the context bundle",
         names={"query_text": "query"}, read_only=True,
         aliases=(("query_text", "query"), ("text", "query"), ("task", "query"),
                  ("budget", "max_tokens"), ("token_budget", "max_tokens"),

@@ -35,7 +35,8 @@ def search(ctx: Any, scope: Any, params: dict[str, str]) -> dict[str, Any]:
         "categories": rules.categories(scope, req.categories)})
     result, note = run_query(memory, req)
     out = result.model_dump()
-    return {"result": out, "note": note, "tenant_id": req.tenant_id}
+    return {"result": out, "note": note, "tenant_id": req.tenant_id,
+            "min_relevance": memory.retrieval.min_relevance}
 
 
 def register(site: Pages) -> None:
