@@ -10,6 +10,9 @@ import pytest
 from mcp import Client
 
 from memcli.config import load_settings
+from memcli.retrieval import relevance as judge
+from memcli.retrieval import search
+from memcli.retrieval.stages import RankContext
 from memcli.service.api import Scope
 from memcli.service.mcp_server import build_mcp, select_tools
 from tests.support.http_api import T1_TOKEN, running_api
@@ -116,3 +119,25 @@ def test_relevance_and_no_relevant_over_mcp(tmp_path, monkeypatch):
     assert nonsense and all(h["no_relevant"] and h["relevance"] < 0.02 for h in nonsense)
     assert [h["text"] for h in exact] == [NOTES[0]] and exact[0]["relevance"] > 0.3
     assert acb["no_relevant"] is True
+
+
+@pytest.mark.backends  # pgvector's `<=>` and sqlite-vec's cosine: the same signal
+def test_each_hit_is_judged_by_its_own_cosine_where_the_leg_stopped_before_it(memory):
+    """The dense leg keeps its best `candidates_per_leg`; a shown hit below that line gets its
+    own cosine (the leg run again over it), never a stand-in from where the list was cut."""
+    memory.ingest([{"text": t, "user_id": "u1", "session_id": "s1"} for t in NOTES])
+    text = "green tea in the morning"
+    scope = memory.filters(user_id="u1")
+    calibration = judge.Calibration(
+        models=judge.shipped().models, embedder=memory.embedder.model_id, sparse=None
+    )
+    whole = memory.retrieval.model_copy(update={"candidates_per_leg": 100})
+    cosines = dict(search.run_legs(memory.db, memory.embedder, text, scope, whole)["dense"])
+    short = memory.retrieval.model_copy(update={"candidates_per_leg": 2})
+    legs = search.run_legs(memory.db, memory.embedder, text, scope, short)
+    ranked = search.rank(RankContext(memory.db, scope, text, short), legs)
+    assert len(ranked) > 2  # some hits came from other legs or neighbours
+    search.assess(memory.db, memory.embedder, None, text, scope, short, legs, ranked, calibration)
+    for cand in ranked:
+        assert cand.signals.dense == pytest.approx(cosines[cand.id], abs=1e-5)
+        assert cand.relevance == judge.relevance(cand.signals, calibration)
