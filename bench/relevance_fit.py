@@ -219,6 +219,9 @@ def measure(rows: list[dict[str, Any]], t: dict[str, np.ndarray], variant: str) 
         },
         "nonsense_top_under_0.2": round(100 * float((top["nonsense"] < 0.2).mean()), 1),
         "nonsense_best_of_10_under_0.2": round(100 * float((best["nonsense"] < 0.2).mean()), 1),
+        "best_of_10_under_0.01": {
+            k: round(100 * float((v < 0.01).mean()), 1) for k, v in best.items()
+        },
         "top_hit_mean": {k: round(float(v.mean()), 4) for k, v in top.items()},
         "recall_within_1000_tokens": {str(c): budget_recall(rows, probs, c) for c in CUTS},
     }
@@ -276,6 +279,10 @@ def render(report: dict[str, Any]) -> str:
     lines += [
         "",
         f"Mean top-hit relevance ({FULL}): {full['top_hit_mean']}.",
+        "",
+        "Queries whose best of 10 hits is under 0.01 (retrieval.min_relevance), %: "
+        + "; ".join(f"{v} {m['best_of_10_under_0.01']}" for v, m in report["variants"].items())
+        + ".",
         "",
         f"Recall within {BUDGET} tokens ({FULL}) when hits under a relevance cut are left "
         "out, and the questions left with no hit (own conversation; another's):",

@@ -112,10 +112,10 @@ class RetrievalSettings(BaseModel):
     speaker_boost: float = 1.1  # turns by a speaker the question names
     # The relevance (memcli.retrieval.relevance) the best hit needs for a search to have found
     # something: below it, a query's hits say `no_relevant` and a bundle shows no retrieved
-    # evidence. On LoCoMo (docs/design/relevance.md) 0.02 leaves 94 % of questions asked of
-    # another conversation with no evidence, 3 % of answerable ones, and costs 2.1 points of
-    # recall within 1,000 tokens (leaving out every hit under 0.02 would cost 19.1).
-    min_relevance: float = Field(default=0.02, ge=0, le=1)
+    # evidence. On LoCoMo (docs/design/relevance.md) 0.01 leaves every nonsense query, 79 % of
+    # questions asked of another conversation and 0.9 % of answerable ones with no evidence,
+    # for 0.3 points of recall within 1,000 tokens (0.02: 94 %, 3.1 %, 2.1 points).
+    min_relevance: float = Field(default=0.01, ge=0, le=1)
 
 
 class SectionSettings(BaseModel):

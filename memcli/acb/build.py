@@ -109,7 +109,7 @@ class AcbRequest(BaseModel):
     min_relevance: float | None = Field(
         default=None, ge=0, le=1,
         description="Leave out retrieved evidence whose relevance (0-1) is under this. "
-                    "Default: keep it all, unless none reaches retrieval.min_relevance (0.02): "
+                    "Default: keep it all, unless none reaches retrieval.min_relevance (0.01): "
                     "then no evidence, and `no_relevant: true`.")
 
     @field_validator("max_tokens")

@@ -200,8 +200,9 @@ class Retrieval:
     fallbacks: int = 0
     pool_size: int = 0
     fulltext: int = 0  # distinct memories the full-text legs found (the metrics' fts hits)
-    # A query found nothing relevant enough: every candidate was under the bundle's
-    # `min_relevance`, so the evidence section is empty rather than the least bad.
+    # No candidate reached the relevance asked for (`min_relevance`, else
+    # retrieval.min_relevance): the evidence is empty rather than the least bad, but for the
+    # newest memories that stand in when no leg matched at all (a path ending in `>recent`).
     no_relevant: bool = False
 
 
@@ -228,8 +229,9 @@ def retrieve(
 
     Relevance (memcli.retrieval.relevance; a summary held to its turns'): with
     `min_relevance`, candidates under it are left out; without, all are kept unless none
-    reaches `retrieval.min_relevance`. Either way, when none is left the evidence is empty and
-    `no_relevant` says so, rather than fill the budget with the least bad."""
+    reaches `retrieval.min_relevance`, when none are (but for the recency fallback's). Either
+    way `no_relevant` says that nothing reached the cut, rather than fill the budget with the
+    least bad as if it were found."""
     legs_on = [k for k, w in memory.retrieval.leg_weights.items() if w > 0]
     per_leg = max(
         1, min(memory.retrieval.candidates_per_leg, settings.pool_max // max(1, len(legs_on)))
@@ -271,11 +273,14 @@ def retrieve(
                   ranked)
     search.cap_summaries(memory.db, memory.embedder, memory.sparse, text, searched, retrieval,
                          legs, ranked)
+    cut = memory.retrieval.min_relevance if min_relevance is None else min_relevance
+    no_relevant = not any((c.relevance or 0.0) >= cut for c in ranked)
     if min_relevance is not None:
         ranked = [c for c in ranked if (c.relevance or 0.0) >= min_relevance]
-    elif not any((c.relevance or 0.0) >= memory.retrieval.min_relevance for c in ranked):
+    elif no_relevant and not path.endswith(recency.RECENT_LEG):
+        # The newest memories that stand in when no leg matched at all stay (the path says
+        # so): the evolution plan's last step. Anything else under the cut is the least bad.
         ranked = []
-    no_relevant = not ranked
     if settings.w_rel:
         strongest = sql.max_related_strength(memory.db, [c.id for c in ranked])
         for cand in ranked:

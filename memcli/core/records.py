@@ -207,7 +207,7 @@ class Hit(BaseModel):
                                  "hits of one query only).")
     # On every hit, as `scope` is: the answer is a JSON array.
     no_relevant: bool = Field(
-        default=False, description="No hit of this answer reaches retrieval.min_relevance (0.02): "
+        default=False, description="No hit of this answer reaches retrieval.min_relevance (0.01): "
                                    "these are the least bad hits, not a match.")
     scores: dict[str, ChannelScore] = Field(default_factory=dict)
     boosts: dict[str, float] = Field(default_factory=dict)

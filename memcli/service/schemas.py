@@ -158,8 +158,10 @@ class Bundle(_Open):
     omissions: list[Omission]
     provenance: Provenance
     no_relevant: bool = Field(
-        False, description="The query found nothing relevant (no candidate reached "
-        "`min_relevance`, by default retrieval.min_relevance), so no retrieved evidence is shown.")
+        False, description="The query found nothing relevant: no candidate reached "
+        "`min_relevance` (by default retrieval.min_relevance), so no retrieved evidence is "
+        "shown, but for the newest memories that stand in when no leg matched at all "
+        "(`provenance.retrieval_path` ending in `>recent`).")
 
 
 # -- query -------------------------------------------------------------------------------------
