@@ -15,6 +15,7 @@ from sklearn.linear_model import LogisticRegression
 from sklearn.metrics import roc_auc_score
 from sklearn.preprocessing import StandardScaler
 
+from bench.locomo_data import CATEGORIES
 from memcli.retrieval import relevance as judge
 
 VARIANTS = ("lexical", "lexical+sparse", "lexical+dense", "lexical+sparse+dense")
@@ -150,7 +151,14 @@ def budget_recall(rows: list[dict[str, Any]], probs: np.ndarray, cut: float) -> 
         if r["rank"] <= 10:
             best[(r["q"], r["kind"])] = max(best[(r["q"], r["kind"])], float(p))
     whole = recall_all(rows)
+    category = {(r["q"], r["kind"]): r["category"] for r in rows}
+    by_category: dict[str, list[float]] = defaultdict(list)
+    for k in own:
+        by_category[CATEGORIES[category[k]]].append(whole[k] if best[k] >= cut else 0.0)
     return {
+        "all_or_nothing_by_category": {
+            c: round(100 * sum(v) / len(v), 1) for c, v in sorted(by_category.items())
+        },
         "recall": round(100 * sum(len(found[k]) / evidence[k] for k in own) / len(own), 1),
         "own_no_hit": round(100 * sum(kept[k] == 0 for k in own) / len(own), 1),
         "other_no_hit": round(100 * sum(kept[k] == 0 for k in other) / len(other), 1),
@@ -297,6 +305,18 @@ def render(report: dict[str, Any]) -> str:
             f"{m['all_or_nothing_recall']} | {m['all_or_nothing_own_none']} | "
             f"{m['all_or_nothing_other_none']} |"
         )
+    cats = list(full["recall_within_1000_tokens"]["0.0"]["all_or_nothing_by_category"])
+    lines += [
+        "",
+        f"Recall within {BUDGET} tokens by category ({FULL}; the default rule: no evidence "
+        "when the best of 10 is under the cut):",
+        "",
+        "| cut | " + " | ".join(cats) + " |",
+        "|---" * (len(cats) + 1) + "|",
+    ]
+    for cut in ("0.0", "0.01", "0.02"):
+        per = full["recall_within_1000_tokens"][cut]["all_or_nothing_by_category"]
+        lines.append(f"| {cut} | " + " | ".join(str(per[c]) for c in cats) + " |")
     lines += [
         "",
         f"Reliability ({FULL}, own questions, top 10):",
