@@ -9,7 +9,10 @@ import anyio
 import pytest
 from mcp import Client
 
+from memcli import Memory
 from memcli.config import load_settings
+from memcli.providers.embedders import HashEmbedder
+from memcli.providers.splade import default_encoder
 from memcli.retrieval import relevance as judge
 from memcli.retrieval import search
 from memcli.retrieval.stages import RankContext
@@ -141,3 +144,42 @@ def test_each_hit_is_judged_by_its_own_cosine_where_the_leg_stopped_before_it(me
     for cand in ranked:
         assert cand.signals.dense == pytest.approx(cosines[cand.id], abs=1e-5)
         assert cand.relevance == judge.relevance(cand.signals, calibration)
+
+
+@pytest.mark.slow  # the real SPLADE model; and the session's PostgreSQL server
+def test_sparse_and_dense_signals_give_the_same_relevance_on_both_engines(tmp_path, pg_memcli_db):
+    """SQLite's postings and pgvector's sparsevec compute one SPLADE dot product, sqlite-vec and
+    pgvector one cosine: a hit's relevance is the same number on either engine."""
+    splade, embedder = default_encoder(), HashEmbedder(64)
+    calibration = judge.Calibration(
+        models=judge.shipped().models, embedder=embedder.model_id, sparse=splade.model_id
+    )
+    judged = []
+    for location in (tmp_path / "memory.db", pg_memcli_db):
+        with Memory.open(location, embedder=embedder, sparse=splade) as memory:
+            memory.ingest([{"text": t, "user_id": "u1", "session_id": "s1"} for t in NOTES])
+            scope = memory.filters(user_id="u1")
+            legs = search.run_legs(
+                memory.db, embedder, EXACT, scope, memory.retrieval, sparse=splade
+            )
+            ranked = search.rank(RankContext(memory.db, scope, EXACT, memory.retrieval), legs)
+            search.assess(
+                memory.db,
+                embedder,
+                splade,
+                EXACT,
+                scope,
+                memory.retrieval,
+                legs,
+                ranked,
+                calibration,
+            )
+            judged.append({c.id: c for c in ranked})
+    on_sqlite, on_pg = judged
+    assert on_sqlite.keys() == on_pg.keys()
+    for mid, cand in on_sqlite.items():
+        assert cand.signals.sparse is not None and cand.signals.dense is not None
+        assert on_pg[mid].signals.sparse == pytest.approx(cand.signals.sparse, abs=1e-3)
+        assert on_pg[mid].signals.dense == pytest.approx(cand.signals.dense, abs=1e-5)
+        assert on_pg[mid].relevance == pytest.approx(cand.relevance, abs=1e-3)
+    assert max(c.relevance for c in on_sqlite.values()) > 0.3
