@@ -346,8 +346,9 @@ class Memory:
                                  legs)
             path = f"{path}>{recency.RECENT_LEG}"
         searched = wider or filters
-        ranked = search.load_rows(self.db, self._judged(text, searched, legs, ranked, top_k,
-                                                        threshold))
+        ranked = search.load_rows(self.db, search.judged_top(
+            self.db, self.embedder, self.sparse, text, searched, self.retrieval, legs, ranked,
+            top_k, threshold))
         search.cap_summaries(self.db, self.embedder, self.sparse, text, searched,
                              self.retrieval, legs, ranked)
         if threshold is not None:  # a summary held to its turns may fall under it
@@ -388,26 +389,6 @@ class Memory:
                 "latency_ms": result.latency_ms,
             })
         return result
-
-    def _judged(self, text: str, filters: Filters, legs: dict[str, list[tuple[int, float]]],
-                ranked: list[Candidate], top_k: int, threshold: float | None
-                ) -> list[Candidate]:
-        """The first `top_k` candidates with their relevance; with `threshold`, the first
-        `top_k` whose relevance reaches it (judged a window at a time, down the ranking)."""
-        def judge(cands: list[Candidate]) -> list[Candidate]:
-            return search.assess(self.db, self.embedder, self.sparse, text, filters,
-                                 self.retrieval, legs, cands)
-
-        if threshold is None:
-            return judge(ranked[:top_k])
-        kept: list[Candidate] = []
-        window = max(top_k, 50)
-        for start in range(0, len(ranked), window):
-            kept += [c for c in judge(ranked[start:start + window])
-                     if (c.relevance or 0.0) >= threshold]
-            if len(kept) >= top_k:
-                break
-        return kept[:top_k]
 
     def _after_read(self, ids: list[int], metrics: dict[str, Any]) -> None:
         """Access counts and the request-metrics row, in one short write."""

@@ -396,6 +396,27 @@ def assess(db: Database, embedder: Embedder | None, sparse: SpladeEncoder | None
     return cands
 
 
+def judged_top(db: Database, embedder: Embedder | None, sparse: SpladeEncoder | None,
+               text: str, filters: Filters, settings: RetrievalSettings,
+               legs: dict[str, list[tuple[int, float]]], ranked: list[Candidate], top_k: int,
+               threshold: float | None) -> list[Candidate]:
+    """The first `top_k` candidates with their relevance; with `threshold`, the first `top_k`
+    whose relevance reaches it (judged a window at a time, down the ranking)."""
+    def judge(cands: list[Candidate]) -> list[Candidate]:
+        return assess(db, embedder, sparse, text, filters, settings, legs, cands)
+
+    if threshold is None:
+        return judge(ranked[:top_k])
+    kept: list[Candidate] = []
+    window = max(top_k, 50)
+    for start in range(0, len(ranked), window):
+        kept += [c for c in judge(ranked[start:start + window])
+                 if (c.relevance or 0.0) >= threshold]
+        if len(kept) >= top_k:
+            break
+    return kept[:top_k]
+
+
 def source_ids(row: dict[str, Any]) -> list[int]:
     """The memory ids a derived memory (a summary) was made from: `source_ids` holds ids or
     `mem:<id>` refs."""
