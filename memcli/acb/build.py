@@ -105,6 +105,11 @@ class AcbRequest(QueryText, Scope):
     as_of: Time = Field(
         default=None, description="Read the memory as it was then: facts valid at that time, "
                                   "events up to it (ISO date or time, e.g. 2026-03-01).")
+    min_relevance: float | None = Field(
+        default=None, ge=0, le=1,
+        description="Leave out retrieved evidence whose relevance (0-1) is under this. "
+                    "Default: keep it all, unless none reaches retrieval.min_relevance (0.01): "
+                    "then no evidence, and `no_relevant: true`.")
 
     @field_validator("budget_tokens")
     @classmethod
@@ -225,6 +230,7 @@ def build_acb(
         )
         stage = "render"
         bundle["revision"] = revisions
+        bundle["no_relevant"] = found.no_relevant
         bundle["provenance"] = _provenance(
             memory, req, base, found, now, views, settings, bundle.pop("_deduped")
         )
@@ -355,7 +361,8 @@ def _retrieval(
     filters = replace(
         base, user_id=req.user_id, session_id=req.session_id, categories=tuple(req.categories)
     )
-    found = gather.retrieve(memory, req.query, filters, settings, clock, recent, covered)
+    found = gather.retrieve(memory, req.query, filters, settings, clock, recent, covered,
+                            min_relevance=req.min_relevance)
     return found, now
 
 

@@ -203,6 +203,10 @@ class Retrieval:
     pool_size: int = 0
     fulltext: int = 0  # distinct memories the full-text legs found (the metrics' fts hits)
     rerank: RerankReport | None = None  # what the configured reranker did (None: none is)
+    # No candidate reached the relevance asked for (`min_relevance`, else
+    # retrieval.min_relevance): the evidence is empty rather than the least bad, but for the
+    # newest memories that stand in when no leg matched at all (a path ending in `>recent`).
+    no_relevant: bool = False
 
 
 def retrieve(
@@ -213,6 +217,7 @@ def retrieve(
     now: datetime,
     recent: set[int] | frozenset[int] = frozenset(),
     session_covered: bool = False,
+    min_relevance: float | None = None,
 ) -> Retrieval:
     """The same legs and ranking stages as `query`, bounded (pool <= pool_max, scored <=
     scored_max), on a clock taken from the data, then the relations boost.
@@ -223,7 +228,13 @@ def retrieve(
     session (`session_covered`) or the text has a recall cue, the session pass could only be
     thrown away, so it is skipped (the user pass finds the session's other memories too).
     When no leg finds anything, the newest memories of the scope searched last stand in
-    (memcli.retrieval.fallback), leaving out the recent window's."""
+    (memcli.retrieval.fallback), leaving out the recent window's.
+
+    Relevance (memcli.retrieval.relevance; a summary held to its turns'): with
+    `min_relevance`, candidates under it are left out; without, all are kept unless none
+    reaches `retrieval.min_relevance`, when none are (but for the recency fallback's). Either
+    way `no_relevant` says that nothing reached the cut, rather than fill the budget with the
+    least bad as if it were found."""
     legs_on = [k for k, w in memory.retrieval.leg_weights.items() if w > 0]
     per_leg = max(
         1, min(memory.retrieval.candidates_per_leg, settings.pool_max // max(1, len(legs_on)))
@@ -260,6 +271,19 @@ def retrieve(
         path = f"{path}>{recency.RECENT_LEG}"
     pool = len(ranked)
     ranked = search.load_rows(memory.db, ranked[: settings.pool_max][: settings.scored_max])
+    searched = wider if widen and wider is not None else filters
+    search.assess(memory.db, memory.embedder, memory.sparse, text, searched, retrieval, legs,
+                  ranked)
+    search.cap_summaries(memory.db, memory.embedder, memory.sparse, text, searched, retrieval,
+                         legs, ranked)
+    cut = memory.retrieval.min_relevance if min_relevance is None else min_relevance
+    no_relevant = not any((c.relevance or 0.0) >= cut for c in ranked)
+    if min_relevance is not None:
+        ranked = [c for c in ranked if (c.relevance or 0.0) >= min_relevance]
+    elif no_relevant and not path.endswith(recency.RECENT_LEG):
+        # The newest memories that stand in when no leg matched at all stay (the path says
+        # so): the evolution plan's last step. Anything else under the cut is the least bad.
+        ranked = []
     if settings.w_rel:
         strongest = sql.max_related_strength(memory.db, [c.id for c in ranked])
         for cand in ranked:
@@ -270,7 +294,7 @@ def retrieve(
     reranked = rerank(ranked, text, memory.reranker)  # last: the order the bundle packs
     return Retrieval(
         ranked, {k: len(v) for k, v in sorted(legs.items())}, path, path.count(">"), pool,
-        fulltext, reranked,
+        fulltext, reranked, no_relevant,
     )
 
 
@@ -292,6 +316,7 @@ def evidence_items(
         extra = [r for r in related.get(cand.id, []) if r["id"] not in in_pool]
         item = _memory_item("memory", cand.row, render.evidence_text(cand.row, extra))
         item["score"] = round(cand.score, 6)
+        item["relevance"] = cand.relevance
         item["boosts"] = dict(sorted(cand.shown_boosts().items()))  # what each ranking stage added
         if found.rerank is not None and cand.id in found.rerank.scores:
             item["rerank_score"] = found.rerank.scores[cand.id]  # the reranker's own score

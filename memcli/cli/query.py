@@ -35,12 +35,15 @@ def _render_hits(payload: dict, explain: bool) -> None:
                   else f", rerank skipped: {rerank['skipped']}")
     # Text, not markup: a query or a hit holding "[...]" (every bullet does) is shown as is.
     table = Table(title=Text(f"{payload['query']}  [scope: {scope}]"), show_lines=False)
-    for col in ("#", "id", "score", "session", "text"):
+    if payload.get("no_relevant") and payload["hits"]:
+        scope = f"{scope}, nothing relevant: the least bad hits"
+    for col in ("#", "id", "relevance", "score", "session", "text"):
         table.add_column(col, overflow="fold")
     if explain:
         table.add_column("legs / boosts", overflow="fold")
     for i, hit in enumerate(payload["hits"], start=1):
-        row = [str(i), str(hit["id"]), f"{hit['score']:.3f}", hit["session_id"] or "",
+        row = [str(i), str(hit["id"]), f"{hit['relevance']:.3f}", f"{hit['score']:.3f}",
+               hit["session_id"] or "",
                hit["text"]]
         if explain:
             legs = " ".join(f"{k}#{v['rank']}={v['score']:.3g}" for k, v in hit["scores"].items())

@@ -199,7 +199,16 @@ class Hit(BaseModel):
     kind: str
     category: str | None
     text: str
-    score: float
+    score: float  # orders the hits of one query (fused within it): not comparable across queries
+    # From the hit's own signals (memcli.retrieval.relevance); `threshold` reads it.
+    relevance: float = Field(
+        default=0.0, description="The calibrated probability (0-1) that this memory is evidence "
+                                 "for the query, comparable across queries (`score` orders the "
+                                 "hits of one query only).")
+    # On every hit, as `scope` is: the answer is a JSON array.
+    no_relevant: bool = Field(
+        default=False, description="No hit of this answer reaches retrieval.min_relevance (0.01): "
+                                   "these are the least bad hits, not a match.")
     scores: dict[str, ChannelScore] = Field(default_factory=dict)
     boosts: dict[str, float] = Field(default_factory=dict)
     event_id: str | None
@@ -312,6 +321,7 @@ class QueryResult(BaseModel):
     hits: list[Hit]
     legs: dict[str, int] = Field(default_factory=dict)  # candidates per leg
     fusion: str
+    no_relevant: bool = False  # no hit reaches `retrieval.min_relevance` (see Hit)
     budget_tokens: int | None = None
     tokens_used: int = 0
     latency_ms: float = 0.0

@@ -366,11 +366,18 @@ class Memory:
             ranked = search.rank(RankContext(self.db, searched, text, settings, **clock),
                                  legs)
             path = f"{path}>{recency.RECENT_LEG}"
+        searched = wider or filters
         reranked = rerank(ranked, text, self.reranker)
-        if threshold is not None:
-            ranked = [c for c in ranked if c.score >= threshold]
-        ranked = search.load_rows(self.db, ranked[:top_k])
-        hits = [self._hit(c, return_format, scope) for c in ranked]
+        ranked = search.load_rows(self.db, search.judged_top(
+            self.db, self.embedder, self.sparse, text, searched, settings, legs, ranked,
+            top_k, threshold))
+        search.cap_summaries(self.db, self.embedder, self.sparse, text, searched,
+                             settings, legs, ranked)
+        if threshold is not None:  # a summary held to its turns may fall under it
+            ranked = [c for c in ranked if (c.relevance or 0.0) >= threshold]
+        no_relevant = not any((c.relevance or 0.0) >= settings.min_relevance
+                              for c in ranked)
+        hits = [self._hit(c, return_format, scope, no_relevant) for c in ranked]
         annotate(hits, reranked)
         used = 0
         if budget_tokens is not None:
@@ -387,6 +394,7 @@ class Memory:
             query=text, scope=scope, path=path, hits=hits,
             legs={k: len(v) for k, v in legs.items()},
             fusion=settings.fusion, budget_tokens=budget_tokens, tokens_used=used,
+            no_relevant=no_relevant,
             latency_ms=round((time.perf_counter() - t0) * 1000, 3), rerank=reranked,
         )
         if record_access:
@@ -420,7 +428,7 @@ class Memory:
             # A full disk (or a file made read-only since it was opened): nor must that.
 
     @staticmethod
-    def _hit(cand: Candidate, return_format: str, scope: str) -> Hit:
+    def _hit(cand: Candidate, return_format: str, scope: str, no_relevant: bool) -> Hit:
         row = cand.row
         text = row["content"]
         if return_format == "bullets":
@@ -430,7 +438,7 @@ class Memory:
             text = f"[{row['category']}] {first}" if row["category"] else first
         return Hit(
             id=row["id"], kind=row["kind"], category=row["category"], text=text,
-            score=round(cand.score, 6),
+            score=round(cand.score, 6), relevance=cand.relevance or 0.0, no_relevant=no_relevant,
             scores={leg: {"rank": r, "score": round(s, 6)} for leg, (r, s) in cand.legs.items()},
             boosts=cand.shown_boosts(), event_id=row["event_id"], tenant_id=row["tenant_id"],
             user_id=row["user_id"], agent_id=row["agent_id"], session_id=row["session_id"],

@@ -145,7 +145,9 @@ class QueryRequest(QueryConditions, QueryText):
     budget_tokens: int | None = Field(
         default=None, ge=1, description="Stop adding hits before this many tokens.")
     threshold: float | None = Field(
-        default=None, description="Drop hits whose final score (0-1) is below this.")
+        default=None, ge=0, le=1,
+        description="Drop hits whose relevance (0-1, the calibrated probability that a hit "
+                    "is evidence, comparable across queries) is below this.")
     as_of: Time = Field(
         default=None, description="Read the memory as it was then: facts valid at that time, "
                                   "events up to it (ISO date or time, e.g. 2026-03-01).")

@@ -9,20 +9,25 @@ Legs (each returns ranked (memory id, score) lists, filtered in SQL):
 Fusion: z-score (default, measured better than RRF on LoCoMo; see README) or weighted RRF.
 Stages (memcli.retrieval.stages): small functions over the candidate list, each recording
 its boost for --explain.
+Relevance (`assess`, memcli.retrieval.relevance): each shown hit's calibrated probability of
+being evidence, from its own leg scores, never from the other hits'.
 """
 
 from __future__ import annotations
 
+import json
 import math
 import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor, wait
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from memcli.core.request_base import bound_query
 from memcli.entities.extraction import query_entity_keys
 from memcli.providers.query_batches import Batcher
+from memcli.retrieval import relevance as judge
 from memcli.retrieval import text as qtext
 from memcli.retrieval.stages import (
     POOL_STAGES,
@@ -34,6 +39,7 @@ from memcli.retrieval.stages import (
 from memcli.store import backlog
 from memcli.store import search_sql as sql
 from memcli.store import sparse as sparse_sql
+from memcli.store.filters import Filters
 from memcli.store.memories import get_memories
 
 if TYPE_CHECKING:
@@ -41,7 +47,6 @@ if TYPE_CHECKING:
     from memcli.providers.embedders import Embedder
     from memcli.providers.splade import SpladeEncoder
     from memcli.store.connection import Database
-    from memcli.store.filters import Filters
 
 
 _WORKERS: dict[object, ThreadPoolExecutor] = {}
@@ -347,3 +352,113 @@ def load_rows(db: Database, cands: list[Candidate]) -> list[Candidate]:
     for cand in cands:
         cand.row = rows.get(cand.id, cand.row)
     return cands
+
+
+# The legs whose raw scores a hit's relevance reads (memcli.retrieval.relevance).
+SIGNAL_LEGS = ("sparse", "dense")
+
+
+def assess(db: Database, embedder: Embedder | None, sparse: SpladeEncoder | None, text: str,
+           filters: Filters, settings: RetrievalSettings, legs: dict[str, list[tuple[int, float]]],
+           cands: list[Candidate], calibration: judge.Calibration | None = None
+           ) -> list[Candidate]:
+    """Set each candidate's `relevance` (memcli.retrieval.relevance) and return them.
+
+    A leg that stopped at its limit (`candidates_per_leg`) before reaching a candidate is run
+    again over the candidates it missed alone: each hit is judged by its own score, never by
+    where other memories cut a list. The sparse and dense scores count only from the models
+    the calibration was fitted with, and only for a memory that leg could see (indexed)."""
+    if not cands:
+        return cands
+    calibration = calibration or judge.shipped()
+    use_dense = ("dense" in legs and embedder is not None
+                 and embedder.model_id == calibration.embedder)
+    use_sparse = ("sparse" in legs and sparse is not None
+                  and sparse.model_id == calibration.sparse)
+    used = {"dense": use_dense, "sparse": use_sparse}
+    scores = {leg: dict(legs.get(leg, ())) for leg in SIGNAL_LEGS}
+    again = [leg for leg in SIGNAL_LEGS
+             if used[leg] and len(legs[leg]) >= settings.candidates_per_leg]
+    missing = sorted({c.id for c in cands for leg in again if c.id not in scores[leg]})
+    if missing:
+        more = run_legs(db, embedder if "dense" in again else None, text,
+                        replace(filters, ids=tuple(missing)),
+                        settings.model_copy(update={"leg_weights": dict.fromkeys(again, 1.0),
+                                                    "candidates_per_leg": len(missing)}),
+                        sparse=sparse if "sparse" in again else None)
+        for leg in again:
+            scores[leg].update(more.get(leg, ()))
+    unseen: set[int] = set()
+    if use_sparse:  # no sparse score: no shared term, or no sparse terms written yet
+        lacking = [c.id for c in cands if c.id not in scores["sparse"]]
+        if lacking:
+            waiting = backlog.still_waiting(db, lacking, dense=False, sparse=True)
+            unseen = {mid for mid, (_, no_terms) in waiting.items() if no_terms}
+    terms = judge.query_terms(text)
+    for cand in cands:
+        signals = judge.Signals(
+            coverage=judge.coverage(terms, cand.row.get("content") or ""),
+            terms=terms.count,
+            sparse=(scores["sparse"].get(cand.id, 0.0)
+                    if use_sparse and cand.id not in unseen else None),
+            # No cosine after the whole leg: the memory has no vector (yet).
+            dense=scores["dense"].get(cand.id) if use_dense else None)
+        cand.signals = signals
+        cand.relevance = judge.relevance(signals, calibration)
+    return cands
+
+
+def judged_top(db: Database, embedder: Embedder | None, sparse: SpladeEncoder | None,
+               text: str, filters: Filters, settings: RetrievalSettings,
+               legs: dict[str, list[tuple[int, float]]], ranked: list[Candidate], top_k: int,
+               threshold: float | None) -> list[Candidate]:
+    """The first `top_k` candidates with their relevance; with `threshold`, the first `top_k`
+    whose relevance reaches it (judged a window at a time, down the ranking)."""
+    def judge(cands: list[Candidate]) -> list[Candidate]:
+        return assess(db, embedder, sparse, text, filters, settings, legs, cands)
+
+    if threshold is None:
+        return judge(ranked[:top_k])
+    kept: list[Candidate] = []
+    window = max(top_k, 50)
+    for start in range(0, len(ranked), window):
+        kept += [c for c in judge(ranked[start:start + window])
+                 if (c.relevance or 0.0) >= threshold]
+        if len(kept) >= top_k:
+            break
+    return kept[:top_k]
+
+
+def source_ids(row: dict[str, Any]) -> list[int]:
+    """The memory ids a derived memory (a summary) was made from: `source_ids` holds ids or
+    `mem:<id>` refs."""
+    raw = row.get("source_ids") or "[]"
+    values = json.loads(raw) if isinstance(raw, str) else raw
+    found = (str(value).removeprefix("mem:") for value in values)
+    return [int(text) for text in found if text.isdigit()]
+
+
+def cap_summaries(db: Database, embedder: Embedder | None, sparse: SpladeEncoder | None,
+                  text: str, filters: Filters, settings: RetrievalSettings,
+                  legs: dict[str, list[tuple[int, float]]], cands: list[Candidate]) -> None:
+    """A summary is no more relevant than the best of the turns it summarises (ground truth
+    first: a model's summary may have drifted from what was said). The turns are judged on
+    their own signals, shown or not, wherever they sit in the tenant's memory; whole rows
+    (`load_rows`) are needed to know a summary."""
+    wanted = {c.id: source_ids(c.row) for c in cands if c.row.get("kind") == "summary"}
+    sources = sorted({i for ids in wanted.values() for i in ids})
+    if not sources:
+        return
+    rows = get_memories(db, sources, RANK_COLUMNS)
+    turns = [Candidate(mid, row=row) for mid, row in rows.items()]
+    # Every leg that ran is run again over the turns alone (a limit of 0 marks each leg as
+    # stopped before reaching them), in the tenant, whatever the query's narrower scope.
+    scope = Filters(tenant_id=filters.tenant_id, all_tenants=filters.all_tenants,
+                    states=("active", "superseded"))
+    assess(db, embedder, sparse, text, scope, settings.model_copy(update={"candidates_per_leg": 0}),
+           {leg: [] for leg in legs if leg in SIGNAL_LEGS}, turns)
+    judged = {c.id: c.relevance or 0.0 for c in turns}
+    for cand in cands:
+        own = [judged[i] for i in wanted.get(cand.id, ()) if i in judged]
+        if own and cand.relevance is not None:
+            cand.relevance = min(cand.relevance, max(own))

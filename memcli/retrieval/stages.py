@@ -40,6 +40,10 @@ class Candidate:
     boosts: dict[str, float] = field(default_factory=dict)
     score: float = 0.0
     row: dict[str, Any] = field(default_factory=dict)
+    # The calibrated probability that it is evidence (memcli.retrieval.relevance), set for the
+    # candidates a caller shows (memcli.retrieval.search.assess).
+    relevance: float | None = None
+    signals: Any = None  # what it was judged on (memcli.retrieval.relevance.Signals)
 
     def shown_boosts(self) -> dict[str, float]:
         """The boosts as output shows them (6 decimals)."""

@@ -75,6 +75,11 @@ class BundleItem(_Open):
         description="Retrieved evidence: its ranking score after every stage. A "
         "summary never shows more than the best of its own turns.",
     )
+    relevance: float | None = Field(
+        None,
+        description="Retrieved evidence: the calibrated probability (0-1) that it is "
+        "evidence for the query, comparable across queries (a summary: at most its turns').",
+    )
     boosts: dict[str, float] | None = Field(
         None, description="Retrieved evidence: what each ranking stage added to the score."
     )
@@ -172,6 +177,11 @@ class Bundle(_Open):
     sections: list[BundleSection]
     omissions: list[Omission]
     provenance: Provenance
+    no_relevant: bool = Field(
+        False, description="The query found nothing relevant: no candidate reached "
+        "`min_relevance` (by default retrieval.min_relevance), so no retrieved evidence is "
+        "shown, but for the newest memories that stand in when no leg matched at all "
+        "(`provenance.retrieval_path` ending in `>recent`).")
 
 
 # -- query -------------------------------------------------------------------------------------

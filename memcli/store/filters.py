@@ -53,6 +53,9 @@ class Filters:
     states: tuple[str, ...] = field(default=("active",))
     # Decisions recorded on a private channel stay out (a bundle for a public or agent channel).
     hide_private_decisions: bool = False
+    # Only these memories: a leg run again over the hits it stopped before reaching, so each
+    # hit's relevance reads its own score (memcli.retrieval.search.assess).
+    ids: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         if self.all_tenants and self.tenant_id is not None:
@@ -91,6 +94,9 @@ class Filters:
             if values:
                 clauses.append(f"{alias}.{column} IN ({marks(values)})")
                 params.extend(values)
+        if self.ids:
+            clauses.append(f"{alias}.id IN ({marks(self.ids)})")
+            params.extend(self.ids)
         if self.allowed_categories is not None:
             allowed = self.allowed_categories
             if allowed:

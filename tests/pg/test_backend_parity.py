@@ -54,11 +54,11 @@ def _scenario(cli) -> dict:
     out["decision"] = _ok(cli("decision", "add", "Meet in Lisbon", "--user", "alice"))["id"]
     for user, text in QUERIES:
         hits = _ok(cli("query", text, "--user", user, "--top-k", "6"))
-        out[f"q:{user}:{text}"] = [(h["id"], h["score"]) for h in hits]
+        out[f"q:{user}:{text}"] = [(h["id"], h["score"], h["relevance"]) for h in hits]
     bundle = _ok(cli("acb", "build", "--user", "alice", "--session", "s2", "-q", "Lisbon",
                      "--no-track"))
     out["acb"] = [(section["name"], [_ids_and_text(item) for item in section["items"]])
-                  for section in bundle["sections"]]
+                  for section in bundle["sections"]] + [("no_relevant", bundle["no_relevant"])]
     history = _ok(cli("history", "--user", "alice", "--limit", "100"))
     # A command event's id is random (memcli.ledger.commands): the same on neither engine.
     out["history"] = [(h["memory_id"], h["op"], _command_or(h["event_id"]), h["old_ref"],
@@ -79,9 +79,10 @@ def test_one_scenario_gives_the_same_answers_on_both_engines(cli, tmp_path, pg_m
     assert on_pg.keys() == on_sqlite.keys()
     for key, expected in on_sqlite.items():
         if key.startswith("q:"):
-            assert [i for i, _ in on_pg[key]] == [i for i, _ in expected], key
-            for (_, got), (_, want) in zip(on_pg[key], expected, strict=True):
+            assert [i for i, _, _ in on_pg[key]] == [i for i, _, _ in expected], key
+            for (_, got, relevance), (_, want, wanted) in zip(on_pg[key], expected, strict=True):
                 assert got == pytest.approx(want, abs=0.02), key
+                assert relevance == pytest.approx(wanted, abs=1e-3), key  # the same meaning
         else:
             assert on_pg[key] == expected, key
     assert any(on_sqlite[f"q:{u}:{t}"] for u, t in QUERIES)

@@ -160,17 +160,16 @@ def test_a4_a_drifted_summary_is_flagged_and_scores_no_higher_than_its_turn(cli,
     assert evidence[summary]["conflicts_with"] == ["event:s1-0"]  # the turn saying 12 May
 
 
-@pytest.mark.xfail(
-    reason="`query` shows a summary's own score, above its source turn's (the bundle caps it)",
-    strict=False,
-)
 def test_a4_a_drifted_summary_scores_no_higher_than_its_turn_in_a_query(cli, memory_with_drift):
+    # `score` orders one query's hits; `relevance` says how relevant a hit is (what
+    # `--threshold` and the pages read): a summary is never more relevant than what was said.
     turn, summary = memory_with_drift
     hits = {
         h["id"]: h
         for h in run_json(cli, "query", "when is the launch", "--user-id", "u1", "-k", "10")
     }
-    assert hits[summary]["score"] <= hits[turn]["score"]
+    assert hits[turn]["relevance"] > 0.1 and not hits[turn]["no_relevant"]  # found
+    assert hits[summary]["relevance"] <= hits[turn]["relevance"]
 
 
 @pytest.fixture

@@ -146,7 +146,7 @@ REQUEST = {
     "top_k": 2,
     "return": "bullets",
     "budget_tokens": 512,
-    "threshold": 0.1,
+    "threshold": 0.005,  # a relevance: the second hit shares one of the question's two terms
 }
 
 

@@ -66,6 +66,7 @@ def test_no_match_falls_back_to_the_newest_memories_and_says_so(cli, monkeypatch
     assert bundle["provenance"]["retrieval_path"] == "user>recent"
     evidence = next(s for s in bundle["sections"] if s["name"] == "retrieved_evidence")
     assert evidence["items"] and "Porto" in evidence["items"][0]["text"]
+    assert bundle["no_relevant"] is True  # the newest stand in; nothing was found
     # A query that matches does not fall back.
     assert "recent" not in hits_of(cli("query", "kiwi harvest", "--user", "u1"))[0]["scores"]
     stats = json.loads(cli("stats", "--requests", "--json").stdout)

@@ -121,7 +121,7 @@ def _bundle(viewer: Viewer, By) -> None:
     viewer.open("/ui/bundle")
     driver = viewer.driver
     for name, value in (("tenant_id", "demo"), ("user_id", "priya"), ("session_id", "s1"),
-                        ("query", "where does Priya live")):
+                        ("query", "when does Anika visit")):  # evidence beyond the window
         field = driver.find_element(By.NAME, name)
         field.clear()
         field.send_keys(value)
@@ -132,6 +132,7 @@ def _bundle(viewer: Viewer, By) -> None:
     evidence = driver.find_element(By.ID, "section-retrieved_evidence")
     items = evidence.find_elements(By.CSS_SELECTOR, "li.item")
     assert items and all("score" in i.text and "refs mem:" in i.text for i in items)
+    assert "relevance" in items[0].text and "Anika" in items[0].text
     assert "Lisbon" in driver.find_element(By.ID, "section-recent_window").text
     assert "/ 25200 tokens" in evidence.find_element(By.CLASS_NAME, "section-tokens").text
     ledger = driver.find_element(By.ID, "section-decision_ledger")

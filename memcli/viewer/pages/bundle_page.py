@@ -82,7 +82,8 @@ def bundle_view(payload: dict[str, Any], tenant: str) -> dict[str, Any]:
             "sections": sections, "omissions": payload.get("omissions") or [],
             "retrieval_path": provenance.get("retrieval_path"),
             "legs": provenance.get("legs") or {},
-            "query_truncated": provenance.get("query_truncated")}
+            "query_truncated": provenance.get("query_truncated"),
+            "no_relevant": payload.get("no_relevant", False)}
 
 
 def register(site: Pages) -> None:

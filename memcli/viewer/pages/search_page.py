@@ -26,7 +26,8 @@ def search(ctx: Any, scope: Any, params: dict[str, str]) -> dict[str, Any]:
     given = {k: v for k, v in filled(params).items() if k in FIELDS or k == "agent"}
     req = bound(ctx.memory, scope, validated(QueryRequest, given, "query request"))
     out = run_query(ctx.memory, req).model_dump()
-    return {"result": out, "note": req.truncation(), "tenant_id": req.tenant_id}
+    return {"result": out, "note": req.truncation(), "tenant_id": req.tenant_id,
+            "min_relevance": ctx.memory.retrieval.min_relevance}
 
 
 def register(site: Pages) -> None:
