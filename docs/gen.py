@@ -57,8 +57,10 @@ def cli_reference() -> str:
            "# CLI reference\n\n",
            "Every command, its arguments and options, as `memcli COMMAND --help` prints them. "
            "Options given before the command (`memcli --db x.db doctor`) are listed under "
-           "`memcli`; a command's own `--db` wins. Shorter spellings of earlier versions "
-           "(`--user`, `--tenant`, ...) keep working and are left out here, as in `--help`.\n\n"]
+           "`memcli`; a command's own `--db` wins. Spellings of earlier versions (`--user`, "
+           "`--tenant`, ...) keep working until their removal, with a notice on stderr; they "
+           "are left out here, as in `--help`, and listed under "
+           "[Old spellings](#old-spellings).\n\n"]
     out.append(_command_section(ctx, root, "memcli", level=2))
     order = [name for names in PANELS.values() for name in names]
     names = sorted(root.commands, key=lambda n: (order.index(n) if n in order else len(order), n))
@@ -72,7 +74,59 @@ def cli_reference() -> str:
         command = root.commands[name]
         if not command.hidden:
             out.extend(_walk(ctx, command, f"memcli {name}", level=2))
+    out.append(_old_spellings(ctx, root))
     return "".join(out).rstrip("\n") + "\n"
+
+
+def old_spellings(ctx: Any, command: Any, path: str = "memcli"
+                  ) -> dict[tuple[str, str], list[str]]:
+    """(old flag, its spelling today) -> the commands that accept it: every hidden option
+    whose parameter is another option's with memcli.cli.options.OLD after its name."""
+    from memcli.cli.options import OLD
+
+    found: dict[tuple[str, str], list[str]] = {}
+    for (old, today), paths in _each_flag(ctx, command, path).items():
+        if old.endswith(OLD):
+            found[(old.removesuffix(OLD), today)] = paths
+    return found
+
+
+def _each_flag(ctx: Any, command: Any, path: str) -> dict[tuple[str, str], list[str]]:
+    """(flag, "") -> the commands with that visible flag, and (old flag + OLD, flag) -> the
+    commands accepting an old spelling of it."""
+    from memcli.cli.options import OLD
+
+    found: dict[tuple[str, str], list[str]] = {}
+    params = {param.name: param for param in command.get_params(ctx)}
+    for name, param in params.items():
+        if not getattr(param, "hidden", False):
+            found.setdefault((param.opts[0], ""), []).append(path)
+        elif name.endswith(OLD):
+            today = params[name.removesuffix(OLD)].opts[0]
+            found.setdefault((param.opts[0] + OLD, today), []).append(path)
+    for name, sub in sorted(getattr(command, "commands", {}).items()):
+        sub_ctx = sub.make_context(name, [], parent=ctx, resilient_parsing=True)
+        for pair, paths in _each_flag(sub_ctx, sub, f"{path} {name}").items():
+            found.setdefault(pair, []).extend(paths)
+    return found
+
+
+def _old_spellings(ctx: Any, root: Any) -> str:
+    from memcli.cli.output import OLD_SPELLINGS_UNTIL
+
+    out = ["## Old spellings\n\n",
+           "Flags spelled as in earlier versions, still accepted: each use prints one line on "
+           "stderr (`memcli: warning: --user is deprecated, use --user-id (removed in "
+           f"{OLD_SPELLINGS_UNTIL})`), never on stdout. They are removed in "
+           f"{OLD_SPELLINGS_UNTIL}.\n\n",
+           "| old spelling | use | removed in | accepted by |\n|---|---|---|---|\n"]
+    flags = _each_flag(ctx, root, "memcli")
+    for (old, today), paths in sorted(old_spellings(ctx, root).items()):
+        commands = ", ".join(f"`{p.removeprefix('memcli ')}`" for p in paths)
+        if len(paths) > 3 and paths == flags[(today, "")]:
+            commands = f"every command with `{today}`"
+        out.append(f"| `{old}` | `{today}` | {OLD_SPELLINGS_UNTIL} | {commands} |\n")
+    return "".join(out) + "\n"
 
 
 def _anchor(title: str) -> str:

@@ -55,7 +55,7 @@ def test_agent_id_on_query_is_the_asking_agent_and_written_by_the_writer(cli):
     # before, --agent-id kept the planner's own writings and ignored its allowlist.
     assert _ids(cli, "--agent-id", "planner") == ["p1"]
     assert _ids(cli, "--agent-id", "stylist") == ["s1"]
-    line = _usage_error(cli("query", "kiwi", "--agent-id", "planner", "--category", "tone"))
+    line = _usage_error(cli("query", "kiwi", "--agent-id", "planner", "--categories", "tone"))
     assert "agent 'planner' may not read category tone" in line
     # The writing agent is a filter of its own.
     assert _ids(cli, "--written-by", "stylist") == ["s1"]

@@ -315,7 +315,7 @@ def test_soft_deleted_memories_are_never_returned(cli, corpus, db_path):
 
 
 def test_agent_may_not_ask_for_a_category_outside_its_allowlist(cli, corpus):
-    result = cli("query", "kiwi", "--agent", "planner", "--category", "preferences")
+    result = cli("query", "kiwi", "--agent-id", "planner", "--categories", "preferences")
     assert result.exit_code == 2
     assert result.stdout == ""
     line = result.stderr.strip()

@@ -53,7 +53,8 @@ def purge_cmd(
     *,
     given: Given,
     all_tenants: Annotated[bool, typer.Option(
-        "--all-tenants", help="A --user/--session/--app/--memory scope in every tenant.")
+        "--all-tenants",
+        help="A --user-id/--session-id/--app-id/--memory-id scope in every tenant.")
     ] = False,
     db: DbOpt = None, fmt: FormatOpt = None, as_json: JsonOpt = False,
 ) -> None:

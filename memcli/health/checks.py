@@ -130,7 +130,7 @@ def _derived(db: Database, *, vectors: bool, sparse: bool) -> list[dict[str, Any
     if lost:
         out.append(check("orphans:memories", "problem",
                          f"{len(lost)} memories were cut from events that no longer exist",
-                         " && ".join(f"memcli purge --memory {i}" for i in lost[:5]),
+                         " && ".join(f"memcli purge --memory-id {i}" for i in lost[:5]),
                          ids=lost[:20]))
     if not out:
         out.append(check("derived", "ok", f"indexes, vectors and links match "

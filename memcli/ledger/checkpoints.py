@@ -42,7 +42,7 @@ def _save_checkpoint(
 ) -> dict[str, Any]:
     """Store an agent's state for (user, thread), replacing the previous one."""
     if not user_id or not thread_id:
-        raise UsageError("a checkpoint needs a user and a thread", "give --user and --thread")
+        raise UsageError("a checkpoint needs a user and a thread", "give --user-id and --thread-id")
     check_sensitivity(sensitivity)
     try:
         blob = json.dumps(data, ensure_ascii=False, sort_keys=True)

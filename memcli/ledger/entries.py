@@ -388,7 +388,7 @@ def update_task(memory: MemoryHandle, task_id: int, *, status: str | None = None
     changes, redacted = task_changes(task, status=status, title=title, details=details, refs=refs)
     if not changes:
         raise UsageError(
-            f"task {task_id} already looks like that", "give --status, --title, --details or --ref"
+            f"task {task_id} already looks like that", "give --status, --title, --details or --refs"
         )
     encoded = _encode(memory, task_text({**task, **changes}))  # models run before the lock
     channel, sensitivity = _channel_of(memory, task["memory_id"])

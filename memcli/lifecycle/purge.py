@@ -25,7 +25,8 @@ def plan_purge(db: Database, **scope: Any) -> dict[str, Any]:
     given = {k: v for k, v in scope.items() if k in SCOPES and v is not None}
     if not given:
         raise UsageError(
-            "purge needs a scope", "give --memory, --session, --user, --tenant or --app"
+            "purge needs a scope",
+            "give --memory-id, --session-id, --user-id, --tenant-id or --app-id",
         )
     event_ids, memory_ids = sql.select_scope(db, given)
     return {

@@ -47,7 +47,7 @@ _NUMBERED = re.compile(r"^\s*(?:\d+[.)]|[-*•])\s*")
 
 
 def procedure_steps(text: str | None, steps: list[str] | None) -> list[str]:
-    """Steps from repeated --step options, or from the lines of TEXT (numbers/bullets dropped)."""
+    """Steps from repeated --steps options, or from the lines of TEXT (numbers/bullets dropped)."""
     if steps:
         raw = list(steps)
     else:
@@ -58,7 +58,7 @@ def procedure_steps(text: str | None, steps: list[str] | None) -> list[str]:
     if not out:
         raise UsageError(
             "a procedure needs at least one step",
-            "give numbered lines, `;`-separated steps, or --step ... --step ...",
+            "give numbered lines, `;`-separated steps, or --steps ... --steps ...",
         )
     if len(out) > MAX_STEPS:
         raise UsageError(f"{len(out)} steps, at most {MAX_STEPS}")

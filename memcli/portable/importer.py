@@ -24,7 +24,7 @@ header's `key_id` must be the target's key id, and a configured key must be that
 import is refused: the rows would be unreadable there.
 
 Writes stay in one tenant, as every write does: the file's rows must all be of the configured
-tenant (or `--tenant`); a file of several tenants takes an explicit `--all-tenants`. Tenant ids
+tenant (or `--tenant-id`); a file of several tenants takes an explicit `--all-tenants`. Tenant ids
 are never rewritten (that would merge two scopes).
 """
 
@@ -387,7 +387,7 @@ def check_tenants(records: list[tuple[int, Record]], tenant_id: str) -> None:
     for number, rec in records:
         if rec.get("tenant_id", tenant_id) != tenant_id:
             raise UsageError(f"line {number}: a row of tenant {rec['tenant_id']!r}, not "
-                             f"{tenant_id!r}", "give --tenant, or --all-tenants to load every "
+                             f"{tenant_id!r}", "give --tenant-id, or --all-tenants to load every "
                              "tenant of the file")
 
 

@@ -134,7 +134,7 @@ def _scope(manifest: dict[str, Any], tenant: str) -> Scope:
         raise UsageError(f"{MANIFEST}: no scope", "export the view again") from None
     if scope.tenant_id != tenant:
         raise UsageError(f"the view is of tenant {scope.tenant_id!r}, not {tenant!r}",
-                         f"give --tenant {scope.tenant_id}")
+                         f"give --tenant-id {scope.tenant_id}")
     return scope
 
 
