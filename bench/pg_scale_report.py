@@ -90,40 +90,13 @@ def fmt(x: float, digits: int = 1) -> str:
     return f"{x:,.{digits}f}"
 
 
-def bulk_lines(res: dict[str, Any], engines: list[str], head: str) -> list[str]:
-    """The bulk copy (bench/pg_scale_bulk.py): its time and its check."""
-    lines = ["", "## Bulk copy of the base's rows (bench/pg_scale_bulk.py), then its check", "",
-             head]
-    rows = {
-        "copies of the base": lambda b: f"{b['copies'] - 1} (base {b['base_memories']:,} "
-                                        f"memories -> {b['memories']:,})",
-        "copy time (rows, postings, vectors)": lambda b: f"{fmt(b['copy_seconds'] / 60)} min",
-        "indexes after the load": lambda b: f"{fmt(b['index_seconds'] / 60)} min",
-        "rows checked against their ingest-written originals": lambda b: (
-            f"{b['verify']['sampled']} memories; `memcli query` found "
-            f"{b['verify']['query_found']['copies']} of 5 copies, "
-            f"{b['verify']['query_found']['originals']} of their 5 originals"),
-        "`memcli doctor` after / before the copies": lambda b: (
-            f"{len(b['verify']['doctor']['after'])} / {len(b['verify']['doctor']['before'])} "
-            f"problems ({fmt(b['verify']['doctor']['seconds'], 0)} s)"),
-        "check problems": lambda b: "; ".join(b["verify"]["problems"]) or "none",
-    }
-    for label, cell in rows.items():
-        lines.append(f"| {label} | " + " | ".join(
-            cell(res[e]["bulk"]) if "bulk" in res[e] else "n/a" for e in engines) + " |")
-    return lines
-
-
 def render(res: dict[str, Any]) -> str:
     engines = [e for e in ("sqlite", "postgresql") if e in res]
     measured = [e for e in engines if "query" in res[e] and "size" in res[e]]
     head = "| | " + " | ".join(engines) + " |\n|---|" + "---:|" * len(engines)
-    base = res.get("bulk_base")
-    size = (f"{res['events']:,} memories: {base:,} events ingested, their rows copied"
-            if base else f"{res['events']:,} events")
-    command = f"--events {res['events']}" + (f" --bulk-base {base}" if base else "")
+    command = f"--events {res['events']}"
     lines = [
-        f"# PostgreSQL beside SQLite at scale ({size})",
+        f"# PostgreSQL beside SQLite at scale ({res['events']:,} events)",
         "",
         f"`python -m bench.pg_scale {command}` at {res['revision']}, "
         f"{res['started']}; {res['users']:,} users in {res['tenants']} tenants; "
@@ -148,11 +121,8 @@ def render(res: dict[str, Any]) -> str:
             busy = f"; {n} busy {'retry' if n == 1 else 'retries'}" if n else ""
             cells.append(f"{fmt(r['events_per_s'], 0)} events/s ({r['events']:,} in "
                          f"{fmt(r['seconds'])} s; call p50 {fmt(r['batch_ms_p50'], 0)} ms{busy})")
-        label = {"load": "load (each writer one tenant)" if not base else
-                 "load of the base (each writer one tenant)"}.get(run, run)
+        label = {"load": "load (each writer one tenant)"}.get(run, run)
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
-    if base:
-        lines += bulk_lines(res, engines, head)
     if not measured:  # a partial save: queries and size are not measured yet
         return "\n".join(lines) + "\n"
     if measured != engines:
@@ -187,7 +157,7 @@ def render(res: dict[str, Any]) -> str:
             idx = ", ".join(f"{n} {b / 2**20:,.0f}" for n, b in
                             res[e]["size"]["largest_indexes"])
             lines.append(f"; indexes: {idx}")
-    if res["events"] < 1_000_000 and not res.get("quick") and not base:
+    if res["events"] < 1_000_000 and not res.get("quick"):
         lines += ["", "## What the 1M run needs (extrapolated linearly from this run)", ""]
         for e in engines:
             rate = res[e]["load"]["events_per_s"]

@@ -10,7 +10,7 @@
   answers.
 
 `python -m docs.gen --check` writes nothing and exits 1 naming the stale pages;
-tests/test_docs_reference.py runs the same comparison, so a new flag or route without
+tests/project/test_docs_reference.py runs the same comparison, so a new flag or route without
 regenerated pages fails the tests.
 """
 
@@ -24,6 +24,9 @@ import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+from memcli.cli.options import OLD
+from memcli.cli.output import OLD_SPELLINGS_UNTIL
 
 ROOT = Path(__file__).resolve().parent.parent
 REFERENCE = ROOT / "docs" / "reference"
@@ -82,8 +85,6 @@ def old_spellings(ctx: Any, command: Any, path: str = "memcli"
                   ) -> dict[tuple[str, str], list[str]]:
     """(old flag, its spelling today) -> the commands that accept it: every hidden option
     whose parameter is another option's with memcli.cli.options.OLD after its name."""
-    from memcli.cli.options import OLD
-
     found: dict[tuple[str, str], list[str]] = {}
     for (old, today), paths in _each_flag(ctx, command, path).items():
         if old.endswith(OLD):
@@ -94,8 +95,6 @@ def old_spellings(ctx: Any, command: Any, path: str = "memcli"
 def _each_flag(ctx: Any, command: Any, path: str) -> dict[tuple[str, str], list[str]]:
     """(flag, "") -> the commands with that visible flag, and (old flag + OLD, flag) -> the
     commands accepting an old spelling of it."""
-    from memcli.cli.options import OLD
-
     found: dict[tuple[str, str], list[str]] = {}
     params = {param.name: param for param in command.get_params(ctx)}
     for name, param in params.items():
@@ -112,8 +111,6 @@ def _each_flag(ctx: Any, command: Any, path: str) -> dict[tuple[str, str], list[
 
 
 def _old_spellings(ctx: Any, root: Any) -> str:
-    from memcli.cli.output import OLD_SPELLINGS_UNTIL
-
     out = ["## Old spellings\n\n",
            "Flags spelled as in earlier versions, still accepted: each use prints one line on "
            "stderr (`memcli: warning: --user is deprecated, use --user-id (removed in "

@@ -23,9 +23,8 @@ __all__ = ["Memory", "MemcliError", "__version__"]
 
 def __getattr__(name: str) -> Any:
     if name == "Memory":
-        from memcli.operations.memory import (
-            Memory,  # start-up cost: the whole library, on first use
-        )
+        # start-up cost: the whole library, on first use
+        from memcli.operations.memory import Memory  # noqa: PLC0415
 
         return Memory
     raise AttributeError(f"module 'memcli' has no attribute {name!r}")

@@ -8,6 +8,7 @@ The library receives a finished `Settings` object and never looks at the environ
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 from typing import Any, Literal
 
@@ -264,7 +265,7 @@ def serve_token_path() -> Path:
 def _read_config_file(path: Path) -> dict[str, Any]:
     if not path.exists():
         return {}
-    import yaml  # only when a config file exists
+    import yaml  # noqa: PLC0415 - only when a config file exists
 
     try:
         data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
@@ -305,7 +306,6 @@ def thread_defaults() -> None:
       up a Microsoft host every ~5 s: memcli works offline and sends nothing, and `memcli
       serve` forks commands from a process that must have no other thread. Read at import.
     """
-    import sys
 
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     os.environ.setdefault("ORT_DISABLE_TELEMETRY", "1")
@@ -382,7 +382,6 @@ def mcp_client_config_paths() -> dict[str, Path]:
     documented locations; `--config-path` overrides): Claude Desktop's per platform, Cursor's
     global one, VS Code's and Claude Code's in the project (the working directory), Codex's
     under `$CODEX_HOME` (default ~/.codex)."""
-    import sys
 
     home = Path.home()
     if sys.platform == "darwin":

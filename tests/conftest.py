@@ -36,7 +36,7 @@ def isolated_env(tmp_path_factory, monkeypatch):
     monkeypatch.setenv("XDG_CONFIG_HOME", str(home / "config"))
     # memcli's daemon sockets: never a developer's running `memcli serve`.
     monkeypatch.setenv("XDG_RUNTIME_DIR", str(home / "run"))
-    # No command starts a daemon by itself (tests/test_autostart.py turns it back on).
+    # No command starts a daemon by itself (tests/service/test_autostart.py turns it back on).
     monkeypatch.setenv("MEMCLI_AUTOSTART", "0")
     for var in ("MEMCLI_DB", "MEMCLI_CONFIG", "MEMCLI_EMBEDDER", "MEMCLI_LLM_BASE_URL",
                 "MEMCLI_LLM_API_KEY", "MEMCLI_CATEGORIES", "MEMCLI_TENANT",
@@ -85,15 +85,16 @@ def pytest_configure(config):
     (/tmp/pytest-of-<user>/pytest-<n>/) plus xdist's `popen-gw0/` and a long test name
     exceed. Set before pytest builds its tmp_path factory; with xdist the workers get
     `<base>/popen-gw<n>`. A TMPDIR too long for that (a CI runner's deep work folder) gives
-    way to /tmp: memcli itself copes with a long runtime folder (tests/test_daemon_identity.py),
-    but tests that bind sockets at paths of their own under tmp_path need the room."""
+    way to /tmp: memcli itself copes with a long runtime folder
+    (tests/service/test_daemon_identity.py), but tests that bind sockets at paths of their own
+    under tmp_path need the room."""
     # libpq reads PG* from the environment (a developer's PGHOST, PGOPTIONS): the session's
     # servers and every test give their connections in full.
     for var in [v for v in os.environ if v.startswith("PG")]:
         del os.environ[var]
     # No `memcli` process a test starts starts a daemon by itself (warm by default): set
     # before xdist's workers start, so every process of the run inherits it. The tests of the
-    # feature (tests/test_autostart.py) remove it from their processes' environment.
+    # feature (tests/service/test_autostart.py) remove it from their processes' environment.
     os.environ["MEMCLI_AUTOSTART"] = "0"
     if config.option.basetemp is None and not hasattr(config, "workerinput"):
         config.option.basetemp = tempfile.mkdtemp(prefix="mt-", dir=short_tempdir())

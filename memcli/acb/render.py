@@ -4,8 +4,8 @@ The block is a sequence of parts (title, delta header, section headings, items),
 one newline and none starting with whitespace. tiktoken's pre-tokenizer (cl100k and o200k alike)
 then never joins text across two parts, so the block's token count is exactly the sum of the
 parts' counts: the packer counts each part once and never re-encodes the whole
-(tests/test_acb.py checks the equality over random text). No blank lines between sections for
-the same reason: two newlines from two parts would merge into one token.
+(tests/retrieval/test_acb.py checks the equality over random text). No blank lines between
+sections for the same reason: two newlines from two parts would merge into one token.
 """
 
 from __future__ import annotations

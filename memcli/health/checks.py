@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 from memcli.acb.stats import FULLTEXT_HIT_MIN, fulltext_hit_rate, percentile, since_timestamp
 from memcli.core.locations import shown
 from memcli.core.private import open_to_others
+from memcli.ingest.background import queue_for
 from memcli.store import doctor_sql as sql
 from memcli.store import purge_sql
 from memcli.store.acb_sql import requests_since
@@ -110,7 +111,6 @@ def _derived(db: Database, *, vectors: bool, sparse: bool) -> list[dict[str, Any
             out.append(check(f"orphans:{table}", "problem",
                              f"{len(ids)} {table} row(s) belong to no memory", FIX,
                              ids=ids[:20]))
-    from memcli.ingest.background import queue_for
 
     queue = queue_for(db)  # inside a `memcli serve` whose indexer writes them
     indexing = queue is not None and queue.alive()

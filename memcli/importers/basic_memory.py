@@ -82,7 +82,7 @@ def _frontmatter(whole: str, file: Path, notes: Notes) -> tuple[dict[str, Any], 
     end = re.search(r"^---\s*$", whole[3:], re.MULTILINE)
     if end is None:
         return {}, whole
-    import yaml
+    import yaml  # noqa: PLC0415 - front matter: only when importing notes
 
     try:
         front = yaml.safe_load(whole[3:3 + end.start()])

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from memcli.errors import UsageError
+from memcli.importers.turns import bad
 
 MAX_INPUT_BYTES = 8 << 30  # 8 GiB: a heavy user's ChatGPT export is around 1 GiB
 MAX_ITEM_BYTES = 256 << 20  # 256 MiB of JSON for one conversation, memory or line
@@ -91,8 +92,6 @@ def spooled(read_stdin: Any, fmt: str) -> Iterator[Path]:
                 if not opened:
                     start = chunk.removeprefix(b"\xef\xbb\xbf").lstrip(b" \t\r\n")
                     if start and start[:1] not in (b"[", b"{"):
-                        from memcli.importers.turns import bad
-
                         raise bad(fmt, "not JSON (it does not open with [ or {)")
                     opened = bool(start)
                 copied += len(chunk)
@@ -141,9 +140,7 @@ def json_items(path: Path, fmt: str, keys: tuple[str, ...] = ()) -> Iterator[Any
     """The items of a JSON export, each parsed alone: a top-level array's items; of a top-level
     object, the items of the array under the first of `keys` it holds, else (no `keys`) the
     object itself as the one item. A file that is not JSON is a one-line error."""
-    import ijson
-
-    from memcli.importers.turns import bad
+    import ijson  # noqa: PLC0415 - its C parser, only when importing
 
     top = _first_byte(path, fmt)
     prefix = "item" if top == b"[" else ""
@@ -169,7 +166,6 @@ def _first_byte(path: Path, fmt: str) -> bytes | None:
             stripped = chunk.lstrip(b" \t\r\n")
             if stripped:
                 return stripped[:1]
-    from memcli.importers.turns import bad
 
     raise bad(fmt, "the file is empty")
 
@@ -177,9 +173,7 @@ def _first_byte(path: Path, fmt: str) -> bytes | None:
 def _top_key(path: Path, fmt: str, keys: tuple[str, ...]) -> str | None:
     """The first of `keys` that a top-level object holds (its values are skipped, not
     built)."""
-    import ijson
-
-    from memcli.importers.turns import bad
+    import ijson  # noqa: PLC0415 - its C parser, only when importing
 
     with open_limited(path, f"the {fmt} export", MAX_INPUT_BYTES) as stream:
         try:

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import hashlib
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from memcli.core.records import parse_ts
 from memcli.core.roles import canonical_role
 from memcli.errors import UsageError
 
@@ -109,7 +111,6 @@ def epoch_ts(value: Any, fmt: str, what: str) -> str | None:
 
 def iso_ts(value: Any, fmt: str, what: str) -> str | None:
     """An ISO 8601 time (as Claude writes them), checked; None kept."""
-    from memcli.core.records import parse_ts
 
     if value is None:
         return None
@@ -124,7 +125,6 @@ def iso_ts(value: Any, fmt: str, what: str) -> str | None:
 def agent_event_id(session: str, key: str) -> str:
     """The event id of an agent transcript's text turn, as the agent hooks name it (memcli
     hook record): importing a transcript a hook recorded adds nothing."""
-    import hashlib
 
     return "hook-" + hashlib.sha256(f"{session}\0{key}".encode()).hexdigest()[:24]
 
@@ -132,7 +132,6 @@ def agent_event_id(session: str, key: str) -> str:
 def loose_ts(value: Any) -> str | None:
     """An ISO 8601 time, or None when there is none or it is not one (a transcript line's
     time is a nicety: a line without one still says what was said)."""
-    from memcli.core.records import parse_ts
 
     if not isinstance(value, str) or not value:
         return None

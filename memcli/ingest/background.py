@@ -19,6 +19,8 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from memcli.core.locations import is_postgres
+from memcli.providers.passes import encode_both
 from memcli.store import backlog
 from memcli.store import sparse as sparse_sql
 from memcli.store import vectors as vec
@@ -71,7 +73,6 @@ _QUEUE: Queue | None = None
 
 def _where(location: str) -> str:
     """A database as two processes can compare it: a file's real path, a server's URL."""
-    from memcli.core.locations import is_postgres
 
     text = os.fspath(location)
     return text if is_postgres(text) or text == ":memory:" else os.path.realpath(text)
@@ -117,7 +118,6 @@ def index_next(db: Database, embedder: Embedder | None, sparse: SpladeEncoder | 
     """Index the next `limit` waiting memories above id `after`: encode outside any
     transaction, then write in one short one. (memories indexed, the last id read; `after`
     when none waits)."""
-    from memcli.providers.passes import encode_both
 
     dense, terms = embedder is not None, sparse is not None
     rows = backlog.waiting(db, after=after, limit=limit, dense=dense, sparse=terms)

@@ -32,6 +32,7 @@ from memcli.ledger.from_events import episode_text
 from memcli.ledger.from_events import parse as parse_ledger
 from memcli.ledger.from_events import prepare as prepare_ledger
 from memcli.policy.redaction import redact_event
+from memcli.providers.passes import encode_both
 from memcli.store import events as ev
 
 if TYPE_CHECKING:
@@ -349,7 +350,6 @@ def _encode(fresh: list[Prepared], embedder: Embedder | None,
     """Dense vectors and sparse terms for every chunk, outside any transaction: embedding
     takes seconds under load, and other writers must not wait for it. Each slice's sparse pass
     runs beside its dense pass (memcli/providers/passes.py)."""
-    from memcli.providers.passes import encode_both
 
     texts = [c.text for p in fresh for c in p.chunks]
     if not texts:

@@ -7,7 +7,7 @@ every writer's throughput. Everything a record needs that does not depend on the
 the lock a batch makes a fixed number of statements, not a number per record: one multi-row
 INSERT each for its events, memories, new entities, aliases, entity links, history rows,
 session spans, vectors and sparse terms, and one lookup each for repeats, session owners and
-previous turns (bench/ingest_profile.py counts them; tests/test_ingest_statements.py holds
+previous turns (bench/results/ingest-profile.md; tests/pg/test_ingest_statements.py holds
 the count). Ids come out as writing the records one by one would give them, on both engines.
 A decision or task event adds its ledger row's writes (memcli.ledger.from_events), record by record.
 

@@ -160,7 +160,7 @@ def dedup_batch(facts: list[NewFact], jaccard_merge: float) -> tuple[list[NewFac
 
 
 def _cosines(new_vector: Any, stored: list[Stored]) -> list[float]:
-    import numpy as np
+    import numpy as np  # noqa: PLC0415 - only when vectors are compared
 
     if new_vector is None:
         return [0.0] * len(stored)

@@ -12,10 +12,10 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from memcli.errors import NotAllowedError
+from memcli.store.owner import Owner
 
 if TYPE_CHECKING:
     from memcli.operations.memory import Memory
-    from memcli.store.owner import Owner
 
 
 @dataclass(frozen=True)
@@ -75,7 +75,6 @@ def owner(memory: Memory, scope: Scope, tenant_id: str | None = None,
     """Whose rows this caller may touch by id (memcli.store.owner): the tenant (and user and
     app) the request names inside its binding, in the categories its token and its agent's
     allowlist both allow; any other row is "not found" (404), as an id that does not exist."""
-    from memcli.store.owner import Owner
 
     known = memory.categories
     allowed = known.allowed(scope.agent)  # None: every category

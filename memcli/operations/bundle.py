@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from memcli.acb.build import build_acb, parse_request
 from memcli.operations.retrieve import bounded
 
 if TYPE_CHECKING:
@@ -15,7 +16,6 @@ if TYPE_CHECKING:
 
 def prepare_acb(data: dict[str, Any]) -> tuple[AcbRequest, str | None]:
     """The validated acb request with its query bounded, and the note if it was cut."""
-    from memcli.acb.build import parse_request
 
     req = parse_request(data)
     note = None
@@ -27,7 +27,6 @@ def prepare_acb(data: dict[str, Any]) -> tuple[AcbRequest, str | None]:
 def acb_payload(memory: Memory, req: AcbRequest, note: str | None, *, settings: Settings,
                 allowed: tuple[str, ...] | None = None) -> dict[str, Any]:
     """The bundle `acb build --json` prints (`allowed`: the only categories it may hold)."""
-    from memcli.acb.build import build_acb
 
     bundle = build_acb(memory, req, settings=settings.acb, context_dir=settings.context_dir,
                        allowed=allowed)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from memcli.errors import DatabaseBusyError
+from memcli.errors import DatabaseBusyError, UsageError
 
 if TYPE_CHECKING:
     from memcli.operations.memory import Memory
@@ -15,7 +15,6 @@ if TYPE_CHECKING:
 def purge_payload(memory: Memory, request: PurgeRequest, *,
                   all_tenants: bool = False) -> dict[str, Any]:
     """`memcli purge`: the plan (dry run) or what was deleted (then `check_purged`)."""
-    from memcli.errors import UsageError
 
     if all_tenants and request.tenant_id is not None:
         raise UsageError("--all-tenants and --tenant-id exclude each other")

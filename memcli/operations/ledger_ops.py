@@ -13,6 +13,9 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 from pydantic import AfterValidator, Field
 
 from memcli.core.ids import Id
+from memcli.errors import UsageError
+from memcli.ledger import entries as ledger
+from memcli.operations.record import artifact_body
 from memcli.operations.requests import AppScope, Scope, TenantScope, UserScope
 
 if TYPE_CHECKING:
@@ -149,7 +152,6 @@ def _scope(req: LedgerWrite) -> dict[str, Any]:
 def record_decision(memory: Memory, req: DecisionRequest, owner: Owner | None = None
                     ) -> dict[str, Any]:
     """A new decision, or (`supersedes`) the one replacing an `owner`'s decision: its row."""
-    from memcli.ledger import entries as ledger
 
     lists = {"rationale": req.rationale, "constraints": req.constraints,
              "alternatives": req.alternatives, "consequences": req.consequences,
@@ -164,7 +166,6 @@ def record_decision(memory: Memory, req: DecisionRequest, owner: Owner | None = 
 def query_decisions(memory: Memory, req: DecisionsQuery, *, all_tenants: bool = False
                     ) -> list[dict[str, Any]]:
     """Decisions, newest first (`all` includes the superseded ones and their links)."""
-    from memcli.ledger import entries as ledger
 
     return ledger.list_decisions(
         memory, status=None if req.status == "all" else req.status, tenant_id=req.tenant_id,
@@ -173,8 +174,6 @@ def query_decisions(memory: Memory, req: DecisionsQuery, *, all_tenants: bool = 
 
 def record_task(memory: Memory, req: TaskRequest, owner: Owner | None = None) -> dict[str, Any]:
     """A new task, or (`task_id`) an `owner`'s task changed: its row."""
-    from memcli.errors import UsageError
-    from memcli.ledger import entries as ledger
 
     if req.task_id is not None:
         return ledger.update_task(memory, req.task_id, status=req.status, title=req.title,
@@ -189,7 +188,6 @@ def record_task(memory: Memory, req: TaskRequest, owner: Owner | None = None) ->
 def query_tasks(memory: Memory, req: TasksQuery, *, all_tenants: bool = False
                 ) -> list[dict[str, Any]]:
     """Tasks, newest first."""
-    from memcli.ledger import entries as ledger
 
     return ledger.list_tasks(memory, statuses=tuple(req.status or ()), tenant_id=req.tenant_id,
                              all_tenants=all_tenants, user_id=req.user_id, app_id=req.app_id,
@@ -198,7 +196,6 @@ def query_tasks(memory: Memory, req: TasksQuery, *, all_tenants: bool = False
 
 def save_checkpoint(memory: Memory, state: Any, req: CheckpointSave) -> dict[str, Any]:
     """`state` saved for (user, thread), replacing the previous save: its row, without the state."""
-    from memcli.ledger import entries as ledger
 
     row = ledger.save_checkpoint(memory, state, user_id=req.user_id, thread_id=req.thread_id,
                                  tenant_id=req.tenant_id, sensitivity=req.sensitivity)
@@ -207,7 +204,6 @@ def save_checkpoint(memory: Memory, state: Any, req: CheckpointSave) -> dict[str
 
 def load_checkpoint(memory: Memory, req: CheckpointLoad) -> dict[str, Any]:
     """The saved state of (user, thread), with its version and time."""
-    from memcli.ledger import entries as ledger
 
     return ledger.load_checkpoint(memory, user_id=req.user_id, thread_id=req.thread_id,
                                   tenant_id=req.tenant_id, version=req.version)
@@ -216,7 +212,6 @@ def load_checkpoint(memory: Memory, req: CheckpointLoad) -> dict[str, Any]:
 def get_artifact(memory: Memory, req: ArtifactRequest, owner: Owner) -> dict[str, Any]:
     """The full output kept for a truncated tool result, `owner`'s only: `{artifact_id,
     tenant_id, bytes, text}` (text decoded as UTF-8, bad bytes replaced)."""
-    from memcli.operations.record import artifact_body
 
     body = artifact_body(memory, req.artifact_id, owner)
     return {"artifact_id": req.artifact_id, "tenant_id": owner.tenant_id, "bytes": len(body),

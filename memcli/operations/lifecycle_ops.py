@@ -8,7 +8,19 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
-from memcli.errors import MemcliError, UsageError
+from memcli.core.inputs import check_text
+from memcli.core.records import utcnow
+from memcli.errors import MemcliError, NotAllowedError, UsageError
+from memcli.lifecycle import reflect as jobs
+from memcli.lifecycle.consolidate import consolidate as run
+from memcli.lifecycle.decay import apply_decay, plan_decay
+from memcli.lifecycle.remember import remember as remember_fact
+from memcli.lifecycle.runlock import run_lock
+from memcli.operations.erase import check_purged, purge_payload
+from memcli.operations.requests import PurgeRequest
+from memcli.store import lifecycle_sql as lsql
+from memcli.store.apps import list_app_memories
+from memcli.store.owner import memory as owned
 
 if TYPE_CHECKING:
     from memcli.config import LifecycleSettings, Settings
@@ -33,9 +45,6 @@ def locked_run(memory: Memory, settings: Settings, command: str, dry_run: bool,
     """A cron command's lock and its `lifecycle_runs` row, neither for a dry run. Another run
     holding the lock is waited for, `wait` seconds at most (default `lifecycle.lock_wait`),
     then busy: exit 75. The caller puts its report in the yielded dict as `report`."""
-    from memcli.core.records import utcnow
-    from memcli.lifecycle.runlock import run_lock
-    from memcli.store import lifecycle_sql as lsql
 
     result: dict[str, Any] = {}
     if dry_run:
@@ -66,7 +75,6 @@ def consolidate(memory: Memory, settings: Settings, req: ConsolidateRequest,
                 ) -> dict[str, Any]:
     """Finished sessions turned into deduplicated facts and summaries, under the lock
     (`lock_wait`: seconds to wait for another run; default `lifecycle.lock_wait`)."""
-    from memcli.lifecycle.consolidate import consolidate as run
 
     with locked_run(memory, settings, "consolidate", req.dry_run, lock_wait) as (lock, result):
         result["report"] = run(
@@ -78,7 +86,6 @@ def consolidate(memory: Memory, settings: Settings, req: ConsolidateRequest,
 
 def decay(memory: Memory, settings: Settings, req: DecayRequest) -> dict[str, Any]:
     """Ebbinghaus decay and the TTL rule (the plan only, for a dry run), under the lock."""
-    from memcli.lifecycle.decay import apply_decay, plan_decay
 
     with locked_run(memory, settings, "decay", req.dry_run) as (_lock, result):
         run = plan_decay if req.dry_run else apply_decay
@@ -90,7 +97,6 @@ def decay(memory: Memory, settings: Settings, req: DecayRequest) -> dict[str, An
 def reflection(name: str, memory: Memory, settings: Settings, req: ReflectRequest,
                model: Model | None) -> dict[str, Any]:
     """`reflect` or `insights` (memcli.lifecycle.reflect), under the lock."""
-    from memcli.lifecycle import reflect as jobs
 
     with locked_run(memory, settings, name, req.dry_run) as (_lock, result):
         result["report"] = getattr(jobs, name)(
@@ -101,8 +107,6 @@ def reflection(name: str, memory: Memory, settings: Settings, req: ReflectReques
 
 def remember(memory: Memory, cfg: LifecycleSettings, req: RememberRequest) -> dict[str, Any]:
     """Store a fact or a procedure (near-duplicates merged), or queue a consent proposal."""
-    from memcli.core.inputs import check_text
-    from memcli.lifecycle.remember import remember as remember_fact
 
     if req.text is None and not req.steps:
         raise UsageError("nothing to remember", "give text, `-` for stdin, or steps")
@@ -117,7 +121,6 @@ def remember(memory: Memory, cfg: LifecycleSettings, req: RememberRequest) -> di
 
 def app_memories(memory: Memory, req: AppMemoriesRequest, owner: Owner) -> dict[str, Any]:
     """An app's active memories, newest first, of those `owner` may see."""
-    from memcli.store.apps import list_app_memories
 
     rows = list_app_memories(memory.db, tenant_id=owner.tenant_id, app_id=req.app_id,
                              user_id=owner.user_id, limit=req.limit,
@@ -130,12 +133,8 @@ def delete_app_memories(memory: Memory, req: AppMemoriesRequest, owner: Owner
     """`memcli purge --app APP` (one memory with `memory_id`: `purge --memory ID --app APP`,
     which takes the event it was cut from with it), as `owner` may: one of its memories, or
     the whole app when it sees every category. Deleted for good."""
-    from memcli.errors import NotAllowedError
-    from memcli.operations.erase import check_purged, purge_payload
-    from memcli.operations.requests import PurgeRequest
 
     if req.memory_id is not None:  # the owner's, of this app (and user), or not found
-        from memcli.store.owner import memory as owned
 
         owned(memory.db, req.memory_id, owner)
     elif owner.categories is not None or owner.hidden:

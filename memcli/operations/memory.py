@@ -10,14 +10,28 @@
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from memcli.config import LifecycleSettings, RetrievalSettings, Settings
+from memcli.config import (
+    LifecycleSettings,
+    RetrievalSettings,
+    Settings,
+    load_settings,
+    thread_defaults,
+)
+from memcli.core.progress import report
 from memcli.core.records import Hit, IngestReport, QueryResult, parse_clock
+from memcli.core.tokens import count_tokens
 from memcli.errors import DatabaseBusyError, UsageError
+from memcli.ingest.background import queue_for, wait_for
+from memcli.lifecycle import purge as purge_mod
 from memcli.policy.categories import Categories, load_categories
+from memcli.providers.embedders import get_embedder
+from memcli.providers.passes import encode_both
+from memcli.providers.splade import default_encoder
 from memcli.retrieval import fallback as recency
 from memcli.retrieval import scope as widening
 from memcli.retrieval import search
@@ -26,9 +40,13 @@ from memcli.retrieval.text import bound_query
 from memcli.store import memories as mem
 from memcli.store import sparse as sparse_sql
 from memcli.store import vectors as vec
+from memcli.store.connection import HINT_WAIT
 from memcli.store.filters import DEFAULT_TENANT, Filters, one_tenant_or_all
 from memcli.store.history import list_history
 from memcli.store.location import open_database
+from memcli.store.metrics import record_request
+from memcli.store.owner import Owner, check_trail
+from memcli.store.postgres.tenant_roles import refuse_bound
 
 if TYPE_CHECKING:
     from memcli.core.progress import Progress
@@ -36,14 +54,11 @@ if TYPE_CHECKING:
     from memcli.providers.embedders import Embedder
     from memcli.providers.splade import SpladeEncoder
     from memcli.store.connection import Database
-    from memcli.store.owner import Owner
 
 BULLET_CHARS = 280
 
 
 def make_embedder(settings: Settings) -> Embedder | None:
-    from memcli.providers.embedders import get_embedder
-
     cfg = settings.embedder
     if cfg.provider == "none":
         return None
@@ -63,7 +78,6 @@ def make_embedder(settings: Settings) -> Embedder | None:
 def make_sparse(settings: Settings) -> SpladeEncoder | None:
     if settings.retrieval.leg_weights.get("sparse", 0) <= 0:
         return None
-    from memcli.providers.splade import default_encoder
 
     return default_encoder()
 
@@ -140,7 +154,6 @@ class Memory:
         """Open with everything the CLI would use: settings from the environment and config
         file (`overrides` win, e.g. embedder=...), the configured embedder and the SPLADE leg.
         Models load on first use."""
-        from memcli.config import load_settings, thread_defaults
 
         thread_defaults()  # as the CLI: passive OpenMP waiting, one OpenBLAS thread
         settings = load_settings(path, **overrides)
@@ -187,12 +200,12 @@ class Memory:
         numbered = [
             r if isinstance(r, tuple) else (i, r) for i, r in enumerate(records, start=1)
         ]
-        from memcli.ingest import prepare as ingest_mod  # not on the query path's start-up
+        # Imported here: redaction rules and extraction stay off the start-up of the reads.
+        from memcli.ingest import prepare as ingest_mod  # noqa: PLC0415
 
         defaults = dict(defaults or {})
         if defaults.get("tenant_id") is None:
             defaults["tenant_id"] = self.tenant  # a record naming no tenant: the configured one
-        from memcli.ingest.background import queue_for
 
         return ingest_mod.ingest(self.db, numbered, embedder=self.embedder, sparse=self.sparse,
                                  defaults=defaults, strict=strict, defer_embed=defer_embed,
@@ -203,7 +216,6 @@ class Memory:
     def wait_indexed(self, memory_ids: list[int]) -> None:
         """Inside a daemon that indexes in the background, return once these memories have
         their vectors and sparse terms (`ingest --wait`); elsewhere ingest wrote them already."""
-        from memcli.ingest.background import queue_for, wait_for
 
         queue = queue_for(self.db)
         if queue is not None and (self.embedder is not None or self.sparse is not None):
@@ -213,8 +225,6 @@ class Memory:
     def embed_pending(self, batch_size: int = 256, progress: Progress | None = None) -> int:
         """Embed memories stored without vectors or sparse terms (after --defer-embed); each
         batch's sparse pass runs beside its dense pass (memcli/providers/passes.py)."""
-        from memcli.core.progress import report
-        from memcli.providers.passes import encode_both
 
         if self.embedder is None and self.sparse is None:
             raise UsageError("no embedder configured", "set MEMCLI_EMBEDDER")
@@ -244,8 +254,6 @@ class Memory:
             done += len(rows)
 
     def _sparse_pending(self, batch_size: int, progress: Progress | None = None) -> int:
-        from memcli.core.progress import report
-
         assert self.sparse is not None
         done = 0
         total = sparse_sql.count_without_sparse(self.db) if progress else None
@@ -263,7 +271,6 @@ class Memory:
 
     def reindex(self, progress: Progress | None = None) -> int:
         """Drop every vector, record the configured embedder, and embed everything again."""
-        from memcli.store.postgres.tenant_roles import refuse_bound
 
         refuse_bound(self.db, "reindex")
         if self.embedder is None:
@@ -351,8 +358,6 @@ class Memory:
         hits = [self._hit(c, return_format, scope) for c in ranked]
         used = 0
         if budget_tokens is not None:
-            from memcli.core.tokens import count_tokens
-
             kept = []
             for hit in hits:
                 cost = count_tokens(hit.text, self.encoding)
@@ -384,9 +389,6 @@ class Memory:
 
     def _after_read(self, ids: list[int], metrics: dict[str, Any]) -> None:
         """Access counts and the request-metrics row, in one short write."""
-        from memcli.errors import DatabaseBusyError
-        from memcli.store.connection import HINT_WAIT
-        from memcli.store.metrics import record_request
 
         if self.db.read_only:
             return  # a write-protected file still answers; these hints are skipped
@@ -403,8 +405,6 @@ class Memory:
 
     @staticmethod
     def _hit(cand: Candidate, return_format: str, scope: str) -> Hit:
-        import json
-
         row = cand.row
         text = row["content"]
         if return_format == "bullets":
@@ -430,7 +430,6 @@ class Memory:
                 owner: Owner | None = None, **scope: Any) -> list[dict[str, Any]]:
         """The audit trail of a memory or a scope, in this memory's tenant unless another one is
         named (or `all_tenants`). A memory id outside the tenant (or `owner`) is not found."""
-        from memcli.store.owner import check_trail
 
         one_tenant_or_all(scope.get("tenant_id"), all_tenants)
         if not all_tenants and scope.get("tenant_id") is None:
@@ -440,31 +439,23 @@ class Memory:
         return list_history(self.db, memory_id=memory_id, **scope)
 
     def plan_purge(self, **scope: Any) -> dict[str, Any]:
-        from memcli.lifecycle import purge as purge_mod
-
         return purge_mod.plan_purge(self.db, **scope)
 
     def purge(self, **scope: Any) -> dict[str, Any]:
-        from memcli.lifecycle import purge as purge_mod
-
         return purge_mod.apply_purge(self.db, purge_mod.plan_purge(self.db, **scope))
 
     def owner(self, tenant_id: str | None = None) -> Owner:
         """Whose rows a command on one id may touch: this memory's tenant (or `tenant_id`); a
         server narrows it further for a bound caller (memcli.service.api)."""
-        from memcli.store.owner import Owner
 
         return Owner(tenant_id or self.tenant)
 
     def forget(self, memory_id: int, owner: Owner | None = None) -> dict[str, Any]:
         """Soft-delete a memory of `owner`'s (default: this memory's tenant)."""
-        from memcli.lifecycle import purge as purge_mod
 
         return purge_mod.forget(self.db, memory_id, owner=owner or self.owner())
 
     def restore(self, memory_id: int, owner: Owner | None = None) -> dict[str, Any]:
-        from memcli.lifecycle import purge as purge_mod
-
         return purge_mod.restore(self.db, memory_id, owner=owner or self.owner())
 
     def stats(self) -> dict[str, Any]:

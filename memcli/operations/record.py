@@ -3,7 +3,13 @@ artifact`. Each returns what the CLI prints as JSON and the service answers."""
 
 from __future__ import annotations
 
+import json
 from typing import TYPE_CHECKING, Any
+
+from memcli.core.records import EventReceipt
+from memcli.ingest.prepare import parse_records
+from memcli.store.events import event_receipts
+from memcli.store.owner import artifact
 
 if TYPE_CHECKING:
     from memcli.operations.memory import Memory
@@ -16,7 +22,6 @@ def ingest_payload(memory: Memory, sources: list[tuple[str, str]], request: Inge
     """Record the records of each (source name, text) (one JSON object, an array, or NDJSON):
     the ingest report, per-record problems in `rejected`, duplicates in `skipped`. `progress`:
     the optional callback of memcli/core/progress.py (the CLI's bar on a terminal)."""
-    from memcli.ingest.prepare import parse_records
 
     # (line, value, source name): the source names each rejected record's origin.
     records: list[Any] = [(line, value, name) for name, body in sources
@@ -34,11 +39,6 @@ def record_events_payload(memory: Memory, records: list[Any], *, defaults: dict[
     PRD's `{event_id, chunk_ids, created_at}` beside that record's ingest report
     (memcli.core.records.EventReceipt). `tenant`: a caller bound to one tenant learns nothing of
     another tenant's event an id repeats (its `skipped` says only that the id is taken)."""
-    import json
-
-    from memcli.core.records import EventReceipt
-    from memcli.ingest.prepare import parse_records
-    from memcli.store.events import event_receipts
 
     body = json.dumps(records, ensure_ascii=False)
     report = memory.ingest([(line, value, "request") for line, value in parse_records(body)],
@@ -57,9 +57,6 @@ def artifact_body(memory: Memory, artifact_id: str, owner: Owner | None = None) 
     """The full output kept for a truncated tool result (`art_...`), or the content of an event
     of kind `artifact` by its event id (its text, else its content as JSON): `owner`'s only
     (default: this memory's tenant); another's is "not found", never shown."""
-    import json
-
-    from memcli.store.owner import artifact
 
     kept, event = artifact(memory.db, artifact_id, owner or memory.owner())
     if kept is not None:

@@ -31,8 +31,10 @@ Nothing here imports Typer, HTTP or the store: a model is data and its rules.
 
 from __future__ import annotations
 
+import importlib
 from typing import Annotated, Any, Literal
 
+import pydantic
 from pydantic import (
     AfterValidator,
     BaseModel,
@@ -255,7 +257,6 @@ def model_named(path: str) -> Any:
     """The request model named `"module:Name"`, as the CLI decorators, the MCP tools and the
     service's typed operations name it (imported on first use: a command that never runs the
     operation does not import its model's module)."""
-    import importlib
 
     module, _, name = path.partition(":")
     return getattr(importlib.import_module(module), name)
@@ -264,7 +265,6 @@ def model_named(path: str) -> Any:
 def validated(model: type[Request], data: Any, what: str, hint: str | None = None) -> Any:
     """`data` (one JSON object) as a `model`, or a one-line UsageError naming the first
     problem (exit 2, HTTP 422)."""
-    import pydantic
 
     if not isinstance(data, dict):
         raise UsageError(f"the {what} must be one JSON object")

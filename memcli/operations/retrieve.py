@@ -8,6 +8,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from memcli.core.inputs import check_text
+from memcli.errors import UsageError
+from memcli.retrieval.text import MAX_QUERY_CHARS, bound_query
+
 if TYPE_CHECKING:
     from memcli.core.records import QueryResult
     from memcli.operations.memory import Memory
@@ -16,7 +20,6 @@ if TYPE_CHECKING:
 
 def bounded(text: str) -> tuple[str, str | None]:
     """The query cut to what the legs use, and the note saying so (None when not cut)."""
-    from memcli.retrieval.text import MAX_QUERY_CHARS, bound_query
 
     kept = bound_query(text)
     if kept == text:
@@ -27,8 +30,6 @@ def bounded(text: str) -> tuple[str, str | None]:
 
 def check_query(text: str) -> tuple[str, str | None]:
     """The query text checked (valid UTF-8, not blank) and bounded, with the note if cut."""
-    from memcli.core.inputs import check_text
-    from memcli.errors import UsageError
 
     check_text(text, "the query")
     if not text.strip():

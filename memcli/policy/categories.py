@@ -95,7 +95,7 @@ DEFAULT_JSON = Path(__file__).with_name("categories_default.json")
 
 def parse_categories(text: str, source: str) -> dict[str, Any]:
     """The mapping in a categories YAML text."""
-    import yaml
+    import yaml  # noqa: PLC0415 - only when a categories file is read
 
     try:
         # libyaml's loader when PyYAML has it: the same result, several times faster.

@@ -22,7 +22,7 @@ functions on its input before it writes):
   plan is applied (`consolidate_apply._redact_plan`).
 
 The store layer stays free of it (imports flow library -> store): it writes what it is given.
-`tests/test_secrets.py` plants secrets through every write command and reads the raw bytes of
+`tests/policy/test_secrets.py` plants secrets through every write command and reads the raw bytes of
 the database, its WAL and the artifacts.
 
 Redaction is idempotent (markers are never re-redacted), so a value that crosses two choke points

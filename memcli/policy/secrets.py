@@ -386,7 +386,8 @@ def _detectors() -> tuple[
         for needle in needles:
             wakes.setdefault(needle, []).append(order)
     pseudo = tuple((test, tuple(wakes.pop(needle, ()))) for needle, test in _PSEUDO.items())
-    import ahocorasick_rs  # with the rules, on the first redaction: off every command's start-up
+    # with the rules, on the first redaction: off every command's start-up
+    import ahocorasick_rs  # noqa: PLC0415
 
     automaton = ahocorasick_rs.AhoCorasick(list(wakes))
     return found, (automaton, tuple(tuple(orders) for orders in wakes.values())), pseudo

@@ -16,6 +16,8 @@ in place of the text or JSON value it seals.
 
 from __future__ import annotations
 
+import base64
+import binascii
 import json
 from typing import Any
 
@@ -220,9 +222,6 @@ def _check_body(obj: dict[str, Any], line: int) -> None:
     if encoding not in ("utf-8", "base64", "text"):
         raise FormatError(line, f"artifact.body_encoding {encoding!r} is not utf-8, base64 or text")
     if encoding == "base64":
-        import base64
-        import binascii
-
         try:
             base64.b64decode(obj["body"], validate=True)
         except (binascii.Error, ValueError):

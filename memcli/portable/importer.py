@@ -38,6 +38,7 @@ from memcli.core.progress import Progress, report
 from memcli.core.records import utcnow
 from memcli.entities.extraction import extract_entities
 from memcli.errors import UsageError
+from memcli.ingest.background import queue_for
 from memcli.policy.redaction import redact_fields
 from memcli.portable import file_format as fmt
 from memcli.store import events as ev
@@ -397,7 +398,6 @@ def load_parsed(memory: MemoryHandle, head: dict[str, Any], records: list[tuple[
                 ) -> dict[str, Any]:
     """Load what `parse` read (the CLI parses before it opens, or creates, the database).
     Every row must be of `tenant_id` (default: the memory's tenant) unless `all_tenants`."""
-    from memcli.ingest.background import queue_for
 
     one_tenant_or_all(tenant_id, all_tenants)
     if not all_tenants:

@@ -34,7 +34,7 @@ QUERY_MAX_TOKENS = 64
 # Weights under this are dropped: such a term adds at most ~0.15 to a dot product where relevant
 # matches score 5-30, yet the tail makes up ~7% of the postings. On LoCoMo 0.05 left recall@5-50
 # unchanged (0.1 cut 13% of postings for -0.1 R@50; keeping only the top 64 terms per document
-# lost 1.2 R@10, so there is no top-N cap by default). Check with bench/splade_check.py.
+# lost 1.2 R@10, so there is no top-N cap by default). bench/results/experiments.md.
 MIN_WEIGHT = 0.05
 
 # Where the weights live inside the package: one place to change if they move.

@@ -21,18 +21,31 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from memcli.core.inputs import check_value
+from memcli.core.locations import is_postgres
 from memcli.errors import (
     DatabaseBusyError,
     DiskFullError,
     MemcliError,
     NotAllowedError,
     NotFoundError,
+    StorageError,
     UsageError,
     ValidationError,
     validation_line,
 )
 from memcli.operations import binding as scope_rules
+from memcli.operations import ledger_ops
 from memcli.operations.binding import Scope
+from memcli.operations.bundle import acb_payload, prepare_acb
+from memcli.operations.lifecycle_ops import app_memories as listed
+from memcli.operations.lifecycle_ops import delete_app_memories as purged
+from memcli.operations.lifecycle_ops import remember as remember_fact
+from memcli.operations.lifecycle_requests import AppMemoriesRequest, MemoryRequest, RememberRequest
+from memcli.operations.memory import Memory, make_embedder, make_sparse
+from memcli.operations.record import record_events_payload
+from memcli.operations.requests import HistoryRequest, validated
+from memcli.operations.retrieve import hits_payload, run_query
 from memcli.service.typed_ops import request_for, takes
 
 if TYPE_CHECKING:
@@ -41,7 +54,6 @@ if TYPE_CHECKING:
     from memcli.acb.build import AcbRequest
     from memcli.config import Settings
     from memcli.operations.ledger_ops import DecisionRequest, DecisionsQuery, TaskRequest
-    from memcli.operations.memory import Memory
     from memcli.operations.requests import QueryRequest
     from memcli.store.owner import Owner
 
@@ -68,9 +80,6 @@ def _categories(scope: Scope, requested: list[str] | None) -> list[str] | None:
 
 def validate(model: type[BaseModel], data: Any, what: str) -> Any:
     """`data` as a `model`, or a one-line UsageError naming the first problem (HTTP 422)."""
-
-    from memcli.core.inputs import check_value
-    from memcli.operations.requests import validated
 
     if not isinstance(data, dict):
         raise UsageError(f"the {what} must be one JSON object")
@@ -107,7 +116,6 @@ def record_events(ctx: Context, scope: Scope, request: Any
                     records[i] = record = {**record, key: bound}
     defaults = {"tenant_id": scope.tenant, "user_id": scope.user_id, "agent_id": scope.agent,
                 "app_id": scope.app_id}
-    from memcli.operations.record import record_events_payload
 
     out = record_events_payload(ctx.memory, records, defaults=defaults, tenant=scope.tenant)
     return out if isinstance(request, list) else out[0]
@@ -123,7 +131,6 @@ def rejected(out: Any) -> bool:
 def build_acb(ctx: Context, scope: Scope, req: AcbRequest) -> dict[str, Any]:
     """The Agent Memory System PRD's `build_acb`: the bundle `memcli acb build --json` prints for
     this request."""
-    from memcli.operations.bundle import acb_payload, prepare_acb
 
     req, note = prepare_acb(req)
     req.tenant_id = _tenant(ctx, scope, req.tenant_id)
@@ -137,7 +144,6 @@ def build_acb(ctx: Context, scope: Scope, req: AcbRequest) -> dict[str, Any]:
 def get_artifact(ctx: Context, scope: Scope, request: dict[str, Any]) -> dict[str, Any]:
     """The full output kept for a truncated tool result (`memcli artifact ID`), in the caller's
     tenant only. An event of kind `artifact` is found by its event id too."""
-    from memcli.operations import ledger_ops
 
     req = validate(ledger_ops.ArtifactRequest, request, "artifact request")
     return ledger_ops.get_artifact(ctx.memory, req, _owner(ctx, scope, req.tenant_id))
@@ -147,7 +153,6 @@ def get_artifact(ctx: Context, scope: Scope, request: dict[str, Any]) -> dict[st
 def record_decision(ctx: Context, scope: Scope, req: DecisionRequest) -> dict[str, Any]:
     """`memcli decision add` (or `decision supersede` with `supersedes`): the decision's row;
     the decision it replaces must be the caller's, of the scope named."""
-    from memcli.operations import ledger_ops
 
     req = req.model_copy(update=_write_scope(ctx, scope, req, "decisions"))
     return ledger_ops.record_decision(ctx.memory, req, _write_owner(ctx, scope, req))
@@ -156,7 +161,6 @@ def record_decision(ctx: Context, scope: Scope, req: DecisionRequest) -> dict[st
 @takes("memcli.operations.ledger_ops:DecisionsQuery", "decisions query")
 def query_decisions(ctx: Context, scope: Scope, req: DecisionsQuery) -> list[dict[str, Any]]:
     """`memcli decision list`: the caller's tenant's decisions, newest first."""
-    from memcli.operations import ledger_ops
 
     req = req.model_copy(update={"tenant_id": _tenant(ctx, scope, req.tenant_id),
                                  "user_id": _bind("user_id", scope.user_id, req.user_id),
@@ -168,7 +172,6 @@ def query_decisions(ctx: Context, scope: Scope, req: DecisionsQuery) -> list[dic
 def record_task(ctx: Context, scope: Scope, req: TaskRequest) -> dict[str, Any]:
     """`memcli task add`, or `memcli task update` when `task_id` names a task: the task's row;
     the task it changes must be the caller's, of the scope named."""
-    from memcli.operations import ledger_ops
 
     req = req.model_copy(update=_write_scope(ctx, scope, req, "tasks"))
     return ledger_ops.record_task(ctx.memory, req, _write_owner(ctx, scope, req))
@@ -203,7 +206,6 @@ def query(ctx: Context, scope: Scope, req: QueryRequest) -> list[dict[str, Any]]
     """The memory system spec's `memory.query`: the request shape `memcli query -` reads, answered
     with what `memcli query --json` prints (hits, or bullets with `"return": "bullets"`; each hit
     names the scope that answered)."""
-    from memcli.operations.retrieve import hits_payload, run_query
 
     req = req.model_copy(update={
         "tenant_id": _tenant(ctx, scope, req.tenant_id),
@@ -217,7 +219,6 @@ def query(ctx: Context, scope: Scope, req: QueryRequest) -> list[dict[str, Any]]
 
 def memory_history(ctx: Context, scope: Scope, request: dict[str, Any]) -> list[dict[str, Any]]:
     """`memcli history ID`: what happened to a memory, newest first, in the caller's tenant."""
-    from memcli.operations.requests import HistoryRequest
 
     req = validate(HistoryRequest, request, "history request")
     if req.memory_id is None:
@@ -230,8 +231,6 @@ def memory_history(ctx: Context, scope: Scope, request: dict[str, Any]) -> list[
 # -- remember / forget -------------------------------------------------------------------------
 def remember(ctx: Context, scope: Scope, request: dict[str, Any]) -> dict[str, Any]:
     """`memcli remember`: store a fact or a procedure (near-duplicates merged)."""
-    from memcli.operations.lifecycle_ops import remember as remember_fact
-    from memcli.operations.lifecycle_requests import RememberRequest
 
     req = validate(RememberRequest, request, "remember request")
     where = _write_scope(ctx, scope, req, req.target())
@@ -240,7 +239,6 @@ def remember(ctx: Context, scope: Scope, request: dict[str, Any]) -> dict[str, A
 
 def forget(ctx: Context, scope: Scope, request: dict[str, Any]) -> dict[str, Any]:
     """`memcli forget ID`: soft-delete one of the caller's memories."""
-    from memcli.operations.lifecycle_requests import MemoryRequest
 
     req = validate(MemoryRequest, request, "forget request")
     return ctx.memory.forget(req.memory_id, _owner(ctx, scope, req.tenant_id))
@@ -249,7 +247,6 @@ def forget(ctx: Context, scope: Scope, request: dict[str, Any]) -> dict[str, Any
 # -- the app-memory design: an app's memories -------------------------------------------------
 def _app_request(ctx: Context, scope: Scope, request: dict[str, Any]) -> tuple[Any, Owner]:
     """An app memories request inside the bound scope, and whose rows it may touch."""
-    from memcli.operations.lifecycle_requests import AppMemoriesRequest
 
     req = validate(AppMemoriesRequest, request, "app memories request")
     req.app_id = _bind("app_id", scope.app_id, req.app_id) or req.app_id
@@ -259,14 +256,12 @@ def _app_request(ctx: Context, scope: Scope, request: dict[str, Any]) -> tuple[A
 def app_memories(ctx: Context, scope: Scope, request: dict[str, Any]) -> dict[str, Any]:
     """The app-memory design's `GET /apps/{app_id}/memories`: the app's active memories, newest
     first."""
-    from memcli.operations.lifecycle_ops import app_memories as listed
 
     return listed(ctx.memory, *_app_request(ctx, scope, request))
 
 
 def delete_app_memories(ctx: Context, scope: Scope, request: dict[str, Any]) -> dict[str, Any]:
     """The app-memory design's admin purge (one memory with `memory_id`). Deleted for good."""
-    from memcli.operations.lifecycle_ops import delete_app_memories as purged
 
     return purged(ctx.memory, *_app_request(ctx, scope, request))
 
@@ -292,8 +287,6 @@ class Service:
         """The embedder and SPLADE encoder, constructed once (they load lazily, thread-safe)."""
         with self._guard:
             if self._models is None:
-                from memcli.operations.memory import make_embedder, make_sparse
-
                 self._models = (make_embedder(self.settings), make_sparse(self.settings))
             return self._models
 
@@ -316,8 +309,6 @@ class Service:
         """The database for reading and writing; a write-protected one (the file, or its
         folder, which must hold the -wal and -shm files) for reading only, as a CLI read
         command opens it: reads answer, and a write says the file is read-only."""
-        from memcli.errors import StorageError
-        from memcli.operations.memory import Memory
 
         try:
             return Memory.open(self.settings.db, embedder=embedder, sparse=sparse,
@@ -348,7 +339,6 @@ class Service:
                 if failure is not None:
                     raise failure from exc
                 raise
-        from memcli.operations.memory import Memory
 
         embedder, sparse = self.models()
         with Memory.open(self.settings.db, embedder=embedder, sparse=sparse,
@@ -356,8 +346,6 @@ class Service:
             return operation(Context(memory, self.settings), scope, request)
 
     def _server(self) -> bool:
-        from memcli.core.locations import is_postgres
-
         return is_postgres(self.settings.db)
 
     def close(self) -> None:

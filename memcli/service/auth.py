@@ -31,7 +31,9 @@ import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
+from urllib.parse import urlsplit
 
+from memcli.config import serve_token_path
 from memcli.core import private
 from memcli.errors import NotAllowedError, UsageError
 from memcli.service.api import BadRequest, Scope
@@ -118,8 +120,6 @@ def caller_scope(request: Request, auth: Auth) -> Scope | None:
 
 
 def _origin_host(origin: str) -> str:
-    from urllib.parse import urlsplit
-
     try:
         return (urlsplit(origin).hostname or "").lower()
     except ValueError:
@@ -214,7 +214,6 @@ def _generated_token(path: Path | None = None) -> tuple[Path, bool]:
     """`path` (default: the config dir's serve token), created 0600 with one new token if it
     does not exist (never readable by others, not even for a moment: the file is created with
     its mode); whether it was created."""
-    from memcli.config import serve_token_path
 
     path = path or serve_token_path()
     if path.exists():

@@ -147,7 +147,7 @@ def wants_daemon(argv: Sequence[str]) -> bool:
 def _take_lock(ep: paths.Endpoint) -> int | None:
     """The daemon lock of `ep`, held (an fd), or None when a process holds it: a daemon is
     starting, serving or stopping."""
-    import fcntl  # only on this route: a forwarded command never needs it
+    import fcntl  # noqa: PLC0415 - only on this route: a forwarded command never needs it
 
     try:
         fd = os.open(ep.lock, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
@@ -235,7 +235,7 @@ def _become_daemon(ep: paths.Endpoint, log_fd: int, lock: int, caller_gone: int)
     (at most CALLER_WAIT s): the command runs in-process at full speed, never beside the
     daemon's warm-up (on two busy cores that cost a first `acb build` 1.6x its in-process
     time); then close every fd but 0-2 (the lock too: `memcli serve` takes it again)."""
-    import select
+    import select  # noqa: PLC0415 - the forwarded command's start-up
 
     with open(ep.pid + ".tmp", "w", encoding="ascii") as f:
         f.write(f"{os.getpid()}\n")

@@ -37,9 +37,11 @@ from typing import Any
 
 from memcli.errors import MemcliError
 from memcli.service import indexer, paths, web, worker
+from memcli.service.holder import is_server
 from memcli.service.server import CliServer
 from memcli.service.warm import status_models, warm_up
 from memcli.service.web import HttpOptions, HttpPlan
+from memcli.store.location import open_database
 
 __all__ = ["AlreadyServing", "HttpOptions", "serve", "status", "stop"]
 
@@ -119,7 +121,6 @@ def _iso(epoch: float) -> str:
 def _backlog(state: State) -> dict[str, Any]:
     """The indexing backlog (memcli.service.indexer), read from the database by the command
     that asks (its counts are None when the database cannot be read yet)."""
-    from memcli.store.location import open_database
 
     try:
         db = open_database(state.settings.db, readonly=True)
@@ -203,8 +204,6 @@ def _check_database(settings: Any) -> None:
     as in-process (a daemon started by a read creates no empty database), once its folder is
     there and a file can be made in it. Closed again: the main process forks and must hold no
     connection."""
-    from memcli.service.holder import is_server
-    from memcli.store.location import open_database
 
     if is_server(settings.db) or os.path.exists(settings.db):
         open_database(settings.db, busy_timeout=settings.busy_timeout).close()
@@ -433,10 +432,9 @@ def _shutdown(cli: CliServer, web_proc: _WebProcess, grace: float,
 
 def _shown_db(location: str) -> str:
     """The database as logs and `serve status` show it (a server URL's password masked)."""
-    from memcli.service.holder import is_server
 
     if not is_server(location):
         return location
-    from memcli.store.postgres.connection import masked
+    from memcli.store.postgres.connection import masked  # noqa: PLC0415 - psycopg, if used
 
     return masked(location)

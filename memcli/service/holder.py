@@ -10,9 +10,12 @@
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from memcli.core.locations import is_postgres
+from memcli.store.location import open_database, server_location
+from memcli.store.sqlite.writers import KeepOpen, checkpoint_wal
 
 CHECKPOINT_WAIT = 5.0  # seconds the exit's WAL checkpoint may wait for other connections
 
@@ -23,8 +26,6 @@ def is_server(location: str) -> bool:
 
 class FileHolder:
     def __init__(self, path: str) -> None:
-        from memcli.store.sqlite.writers import KeepOpen
-
         self.path = path
         self.keeper = KeepOpen(path)
         self.keeper.ensure()
@@ -37,10 +38,6 @@ class FileHolder:
         return None
 
     def close(self) -> None:
-        import os
-
-        from memcli.store.sqlite.writers import checkpoint_wal
-
         if self.closed:
             return
         self.closed = True
@@ -51,8 +48,7 @@ class FileHolder:
 
 class PoolHolder:
     def __init__(self, settings: Any, pool_size: int) -> None:
-        from memcli.store.location import open_database, server_location
-        from memcli.store.postgres.pool import PgPool, install
+        from memcli.store.postgres.pool import PgPool, install  # noqa: PLC0415 - psycopg
 
         # One plain connection first: it creates or migrates memcli's tables and says plainly
         # why the server cannot be used (the pool would only time out), before anything binds.
@@ -71,7 +67,7 @@ class PoolHolder:
         return self.pool.stats()
 
     def close(self) -> None:
-        from memcli.store.postgres.pool import uninstall
+        from memcli.store.postgres.pool import uninstall  # noqa: PLC0415 - psycopg
 
         if self.closed:
             return

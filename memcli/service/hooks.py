@@ -23,6 +23,9 @@ import json
 from pathlib import Path
 from typing import Any
 
+from memcli.acb.render import render_markdown
+from memcli.importers.turns import agent_event_id
+
 # A transcript line longer than this is a tool dump, not a turn (and would blow up a record).
 MAX_TURN_CHARS = 20_000
 
@@ -50,8 +53,6 @@ def _text_of(content: Any) -> str:
 
 
 def _event_id(session: str, key: str) -> str:
-    from memcli.importers.turns import agent_event_id  # `import --from` names them alike
-
     return agent_event_id(session, key)
 
 
@@ -126,7 +127,6 @@ def session_topic(payload: dict[str, Any]) -> str | None:
 
 def session_context(bundle: dict[str, Any]) -> dict[str, Any]:
     """The SessionStart hook output for a bundle."""
-    from memcli.acb.render import render_markdown
 
     return {"hookSpecificOutput": {"hookEventName": "SessionStart",
                                    "additionalContext": render_markdown(bundle)}}

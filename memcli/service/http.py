@@ -33,6 +33,7 @@ from memcli.service import api
 from memcli.service import routes as api_routes
 from memcli.service.auth import Auth, caller_scope
 from memcli.service.limits import MAX_BODY_BYTES, BodyLimit
+from memcli.service.mcp_server import http_routes
 from memcli.service.routing import error_response, invalid
 from memcli.viewer.mount import viewer_routes
 
@@ -50,7 +51,6 @@ def build_app(settings: Settings, auth: Auth, *, service: api.Service | None = N
     closes it on shutdown. `routes`: more routes behind the same Host check; `lifespans`:
     their start-up/shutdown contexts, entered in order. `ui_url`: the daemon's TCP address
     (`http://host:port`), where the login links of the pages (/ui, memcli.viewer) point."""
-    from memcli.service.mcp_server import http_routes
 
     own = service is None
     svc = service or api.Service(settings)

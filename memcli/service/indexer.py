@@ -29,9 +29,16 @@ import select
 import signal
 import time
 from collections.abc import Callable
+from datetime import UTC, datetime
 from typing import Any
 
+from memcli.derived.llm_usage import make_model
 from memcli.ingest import background
+from memcli.lifecycle.runlock import RunLockedError
+from memcli.operations.lifecycle_ops import consolidate
+from memcli.operations.lifecycle_requests import ConsolidateRequest
+from memcli.operations.memory import Memory, make_embedder, make_sparse
+from memcli.store import backlog
 
 BATCH = 64  # memories per write: a short transaction, so ingest and queries never wait long
 RESCAN = 30.0  # idle seconds before reading the backlog from id 0 again (see _Loop.idle)
@@ -140,7 +147,6 @@ def run(settings: Any, wake: int, reports: int, life: int, log: Callable[[str], 
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     with contextlib.suppress(OSError):
         os.nice(NICE)
-    from memcli.operations.memory import Memory, make_embedder, make_sparse
 
     embedder, sparse = make_embedder(settings), make_sparse(settings)
     with Memory.open(settings.db, embedder=embedder, sparse=sparse, settings=settings) as memory:
@@ -238,10 +244,6 @@ class _Loop:
 
     def _consolidate(self, tenant: str, user: str) -> None:
         """The user's pending sessions, consolidated (the ones before the new one)."""
-        from memcli.derived.llm_usage import make_model
-        from memcli.lifecycle.runlock import RunLockedError
-        from memcli.operations.lifecycle_ops import consolidate
-        from memcli.operations.lifecycle_requests import ConsolidateRequest
 
         del self.sessions[(tenant, user)]
         if self.settings.consolidate == "off":
@@ -281,10 +283,6 @@ def backlog_status(db: Any, settings: Any, *, served: bool = False) -> dict[str,
     their vector or sparse terms (None: no database yet), the age of the oldest, and, inside
     a daemon (`served`, or `db` is the daemon's), the indexer's pid, drain rate (memories per
     second while it drains), memories indexed and sessions consolidated since it started."""
-    from datetime import UTC, datetime
-
-    from memcli.operations.memory import make_sparse
-    from memcli.store import backlog
 
     out: dict[str, Any] = {"waiting": None, "oldest_age_s": None, "indexer": None}
     if db is not None:

@@ -5,12 +5,15 @@ refused (413) on its `Content-Length` before one byte of it is read, and a chunk
 length given) is counted as its `http.request` messages arrive and refused once the count
 passes the limit, before any route runs (the API's or the MCP SDK's): the server never holds
 more than the limit of one request. Checked after reading, three concurrent 100 MB posts took
-the daemon from 512 to 921 MB resident (bench/body_limit.py measures it).
+the daemon from 512 to 921 MB resident (bench/results/experiments.md; bench/trust_attacks.py
+measures it).
 """
 
 from __future__ import annotations
 
 from typing import Any
+
+from starlette.responses import JSONResponse
 
 MAX_BODY_BYTES = 32 * 1024 * 1024  # a batch of events; anything bigger is refused (413)
 
@@ -65,7 +68,6 @@ class BodyLimit:
 
 async def _refuse(scope: dict[str, Any], receive: Any, send: Any, limit: int) -> None:
     """413 with the API's error body; the connection is closed after it (the body unread)."""
-    from starlette.responses import JSONResponse
 
     error = f"the request body is over {limit} bytes (send fewer events per request)"
     response = JSONResponse({"error": error, "exit_code": 2}, status_code=413,

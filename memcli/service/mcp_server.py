@@ -25,8 +25,25 @@ from __future__ import annotations
 import json
 import threading
 from collections.abc import Callable
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
+import anyio.to_thread
+from mcp.server import MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
+from mcp.server.mcpserver.tools import Tool
+from mcp.server.mcpserver.utilities.func_metadata import FuncMetadata
+from mcp.server.transport_security import TransportSecuritySettings
+from mcp_types import CallToolResult, TextContent, ToolAnnotations
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.routing import Route
+
+from memcli import __version__
+from memcli.retrieval.search import preload_models
+from memcli.service import api
+from memcli.service.api import Scope, Service
+from memcli.service.holder import PoolHolder, is_server
 from memcli.service.mcp_tools import (
     DEFAULT_TOOLS,
     TOOLS,
@@ -36,13 +53,10 @@ from memcli.service.mcp_tools import (
     normalise,
     select_tools,
 )
+from memcli.service.typed_ops import request_for
 
 if TYPE_CHECKING:
-    from mcp.server import MCPServer
-    from mcp_types import CallToolResult
-
     from memcli.config import Settings
-    from memcli.service.api import Scope, Service
 
 
 # Scope keys a tool argument may name; each must agree with the server's binding.
@@ -84,10 +98,6 @@ def build_mcp(settings: Settings, scope: Scope, tools: tuple[str, ...] | None = 
     `selectable`: every tool is registered and a request's `X-Memcli-Tools` header (as
     `--tools`) picks the ones it sees, `tools` when it has none (one daemon serves agents
     configured with different tool sets)."""
-    from mcp.server import MCPServer
-
-    from memcli import __version__
-    from memcli.service.api import Service
 
     if service is None:
         service = Service(settings)
@@ -116,7 +126,6 @@ def run_stdio(settings: Settings, scope: Scope, tools: tuple[str, ...] | None = 
     rather than connecting, authenticating and checking the schema again (one idle
     connection is kept; at most `pool_size`). A SQLite file's Memory is already kept open per
     thread by the Service."""
-    from memcli.service.holder import PoolHolder, is_server
 
     holder = PoolHolder(settings, settings.pool_size) if is_server(settings.db) else None
     try:
@@ -138,9 +147,6 @@ def http_routes(settings: Settings, service: Service, tools: tuple[str, ...] | N
     Scope, None for "no token" (answered 401), or a MemcliError (answered with its status);
     by default the `X-Memcli-*` headers narrow an unbound scope. `allowed_hosts`: Host names
     accepted besides loopback's (DNS-rebinding protection, as the app's)."""
-    from mcp.server.transport_security import TransportSecuritySettings
-
-    from memcli.service.api import Scope
 
     server = build_mcp(settings, Scope(), tools or select_tools(settings.mcp_tools),
                        service=service, request_scope=_bound_scope, selectable=True)
@@ -160,7 +166,6 @@ def http_routes(settings: Settings, service: Service, tools: tuple[str, ...] | N
 def _guarded(route: Any, caller: Callable[[Any], Scope | None]) -> Any:
     """The SDK's /mcp route behind the HTTP app's caller check: the caller's scope is kept in
     the request state, where the tools read it (`_bound_scope`)."""
-    from starlette.routing import Route
 
     return Route(route.path, endpoint=_Guard(route.endpoint, caller), methods=route.methods,
                  name="mcp")
@@ -174,11 +179,6 @@ class _Guard:
         self.app, self.caller = app, caller
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        from starlette.requests import Request
-        from starlette.responses import JSONResponse
-
-        from memcli.service import api
-
         try:
             bound = self.caller(Request(scope))
         except Exception as exc:  # noqa: BLE001 - refused: the same answer as the API's
@@ -218,9 +218,6 @@ def _tool(name: str, spec: ToolSpec, service: Service, scope: Scope,
     """The SDK's tool for `spec`: its input model (arguments the tool does not take refused)
     and its output model (the result's `structuredContent` checked against it), run by
     `_call`."""
-    from mcp.server.mcpserver.tools import Tool
-    from mcp.server.mcpserver.utilities.func_metadata import FuncMetadata
-    from mcp_types import ToolAnnotations
 
     async def call(context: Any, **arguments: Any) -> CallToolResult:
         return await _call(spec, service, scope, narrow, context, spec.request(arguments))
@@ -242,12 +239,6 @@ async def _call(spec: ToolSpec, service: Service, scope: Scope,
     """Run one tool call on a worker thread: `{"scope", "result"}` as structuredContent and,
     for clients before MCP 2025-06-18, as the text block. Any error becomes a tool error
     (isError) with the CLI's one-line message."""
-    import anyio.to_thread
-    from mcp.server.mcpserver.exceptions import ToolError
-    from mcp_types import CallToolResult, TextContent
-
-    from memcli.service import api
-    from memcli.service.typed_ops import request_for
 
     try:
         bound = narrow(ctx.request_context.request, scope)
@@ -323,14 +314,12 @@ class _Forgiving:
         problem = argument_problem(name, rest) if name in TOOLS else None
         if problem:  # one line naming it, as the CLI says it (the SDK's is pydantic's report)
             return _refusal(problem)
-        from dataclasses import replace
 
         return await call_next(replace(ctx, params={**params, "arguments": rest}))
 
 
 def _refusal(text: str) -> Any:
     """A tool error result (isError), as the SDK returns for a failing tool."""
-    from mcp_types import CallToolResult, TextContent
 
     return CallToolResult(content=[TextContent(type="text", text=text)], is_error=True)
 
@@ -343,8 +332,6 @@ def _warm(service: Service) -> None:
     through onnxruntime (`warm_queries`). A failure here is reported by the first call
     instead."""
     try:
-        from memcli.retrieval.search import preload_models
-
         embedder, sparse = service.models()
         preload_models(embedder, sparse)
         warm_queries = getattr(embedder, "warm_queries", None)

@@ -24,7 +24,7 @@ from typing import Any
 
 from fastapi.exceptions import RequestValidationError
 from fastapi.routing import APIRoute
-from pydantic import BaseModel, TypeAdapter
+from pydantic import BaseModel, TypeAdapter, create_model
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -194,7 +194,6 @@ def query_params(model: type[BaseModel], *path: str) -> type[BaseModel]:
     """A request model's query parameters on a route whose path holds the `path` fields: the
     same fields (declared once, in the request model) but those. The operation validates the
     whole request, path and parameters, as `model`."""
-    from pydantic import create_model
 
     fields = {name: (info.annotation, info) for name, info in model.model_fields.items()
               if name not in path}

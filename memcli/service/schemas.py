@@ -8,7 +8,7 @@ carry more than is listed (a bundle's items, an ingest report's ledger rows), so
 to an answer is documented by adding it here, never lost on the way out.
 
 The bundle models follow the Agent Memory System PRD's fields (its section 7) and memcli's own
-beside them; tests/test_prd_contract.py validates real answers against them.
+beside them; tests/service/test_prd_contract.py validates real answers against them.
 """
 
 from __future__ import annotations

@@ -14,6 +14,10 @@ import functools
 from collections.abc import Callable
 from typing import Any
 
+from memcli.core.inputs import check_value
+from memcli.operations import requests
+from memcli.operations.requests import model_named
+
 
 def takes(model: str, what: str, hint: str | None = None
           ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
@@ -23,9 +27,6 @@ def takes(model: str, what: str, hint: str | None = None
     def mark(op: Callable[..., Any]) -> Callable[..., Any]:
         @functools.wraps(op)
         def checked(ctx: Any, scope: Any, request: Any) -> Any:
-            from memcli.core.inputs import check_value
-            from memcli.operations.requests import model_named
-
             kind = model_named(model)
             if not isinstance(request, kind):
                 raise TypeError(f"{op.__name__} takes a {kind.__name__}, not "
@@ -48,7 +49,6 @@ def request_for(op: Callable[..., Any], data: Any) -> Any:
     spec = getattr(op, "request_model", None)
     if spec is None:
         return data
-    from memcli.operations import requests
 
     model, what, hint = spec
     kind = requests.model_named(model)

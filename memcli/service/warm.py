@@ -11,9 +11,15 @@ fork). docs/design/daemon.md has the measurements behind the split.
 
 from __future__ import annotations
 
+import importlib
 import os
+import pkgutil
 from collections.abc import Callable
 from typing import Any
+
+import memcli
+from memcli.core.tokens import get_encoding
+from memcli.operations.memory import make_embedder, make_sparse
 
 __all__ = ["LOADED_AFTER_FORK", "status_models", "warm_http_queries", "warm_up"]
 
@@ -29,7 +35,6 @@ def warm_up(settings: Any, warm: Callable[[], None], log: Callable[[str], None])
     try:
         warm()
         _import_everything()
-        from memcli.core.tokens import get_encoding
 
         for _role, model in _configured(settings, skip_errors=False):
             if type(model).__name__ in LOADED_AFTER_FORK:
@@ -80,7 +85,6 @@ def status_models(settings: Any, http: dict[str, str | None] | None) -> list[dic
 def _configured(settings: Any, *, skip_errors: bool = True) -> list[tuple[str, Any]]:
     """(role, model) of each configured model. A misconfigured one raises, or with
     `skip_errors` is left out (the command that needs it reports it)."""
-    from memcli.operations.memory import make_embedder, make_sparse
 
     out = []
     for role, make in (("dense", make_embedder), ("sparse", make_sparse)):
@@ -108,10 +112,6 @@ def _import_everything() -> None:
     (start-up cost of a one-shot command), and a forked command would otherwise pay them again
     each time (~130 ms for a query's and a bundle's). Modules whose optional dependencies are
     not installed are left out."""
-    import importlib
-    import pkgutil
-
-    import memcli
 
     for info in pkgutil.walk_packages(memcli.__path__, "memcli.", onerror=lambda _name: None):
         if info.name.endswith(".__main__"):

@@ -22,6 +22,7 @@ that encodes its queries (memcli/service/warm.py).
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import signal
@@ -35,8 +36,10 @@ from typing import Any, NoReturn
 
 from memcli.errors import MemcliError, UsageError
 from memcli.service import paths
+from memcli.service.auth import load_auth
 from memcli.service.holder import hold
 from memcli.service.server import bind_unix
+from memcli.service.warm import warm_http_queries
 
 
 @dataclass
@@ -81,10 +84,9 @@ class HttpPlan:
     def prepare(cls, settings: Any, ep: paths.Endpoint, opts: HttpOptions, grace: float,
                 log: Callable[[str], None]) -> HttpPlan | None:
         try:
-            import uvicorn  # noqa: F401 - imported here so that its absence is known now
+            import uvicorn  # noqa: F401, PLC0415 - imported here so that its absence is known now
 
-            from memcli.service.auth import load_auth
-            from memcli.service.http import build_app  # noqa: F401 - the same
+            from memcli.service.http import build_app  # noqa: F401, PLC0415 - the same
         except ImportError as exc:
             if opts.port is not None:
                 raise UsageError(f"the HTTP API is not available ({exc})",
@@ -143,7 +145,6 @@ def _warm_queries(settings: Any, report: Reporter) -> None:
     """Build e5-small's onnxruntime session for this process's queries (HTTP and MCP), after
     the fork: the forked commands keep the engine (memcli/service/warm.py says why). A request
     that comes meanwhile waits for the model's lock, at most the ~0.4 s of the build."""
-    from memcli.service.warm import warm_http_queries
 
     report.send(b"Q" + json.dumps(warm_http_queries(settings)).encode())
 
@@ -186,8 +187,6 @@ def run(settings: Any, plan: HttpPlan | None, pool_size: int | None, control: in
         threading.Thread(target=_listen, args=(control, holder, server, stopping, closing),
                          name="memcli-control", daemon=True).start()
         if server is not None:
-            import asyncio
-
             asyncio.run(server.serve(sockets=plan.sockets))  # type: ignore[union-attr]
         closing.wait()
         holder.close()
@@ -202,9 +201,10 @@ def run(settings: Any, plan: HttpPlan | None, pool_size: int | None, control: in
 
 
 def _uvicorn(settings: Any, plan: HttpPlan, report: Reporter) -> Any:
-    import uvicorn
+    # uvicorn and FastAPI: only a daemon that serves HTTP imports them
+    import uvicorn  # noqa: PLC0415
 
-    from memcli.service.http import build_app
+    from memcli.service.http import build_app  # noqa: PLC0415
 
     app = build_app(settings, plan.auth, ui_url=plan.tcp_address)
     config = uvicorn.Config(_tracked(app, report),

@@ -3,7 +3,7 @@
 One pass over `memories` computes, per active unpinned unprotected row, its new confidence and
 what happens to it (`decay`: fell below the floor; `ttl`: unused too long and unimportant).
 It runs in SQL (SQLite has exp() and julianday()), never in a Python loop: 100k rows take well
-under two seconds this way (bench/lifecycle.py).
+under two seconds this way (bench/results/lifecycle-decay.md).
 
 Confidence decays over the days since the later of its last access and the previous decay run,
 so running nightly, weekly or twice in a row gives the same curve (the literal "days since last

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 
 from memcli.core.roles import canonical_role
+from memcli.errors import UsageError
 from memcli.store.batching import marks
 
 # The tenant of a record or a read that names none (section 9.3 of the Agent Memory System PRD:
@@ -16,8 +17,6 @@ DEFAULT_TENANT = "default"
 def one_tenant_or_all(tenant_id: str | None, all_tenants: bool) -> None:
     """A caller names one tenant or reads all of them, never both (a usage error, exit 2)."""
     if all_tenants and tenant_id is not None:
-        from memcli.errors import UsageError
-
         raise UsageError("a tenant and all tenants exclude each other",
                          "give --tenant-id or --all-tenants, not both")
 

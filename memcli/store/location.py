@@ -36,11 +36,11 @@ def open_database(location: str | os.PathLike[str], *, readonly: bool = False,
     location = os.fspath(location)
     refuse_url(location, "database")
     if is_postgres(location):
-        from memcli.store.postgres import connect  # start-up cost: each engine on first use
+        from memcli.store.postgres import connect  # noqa: PLC0415 - each engine on first use
 
         return connect(server_location(location), readonly=readonly,
                        must_exist=must_exist, busy_timeout=busy_timeout)
-    from memcli.store.sqlite.connection import Database  # start-up cost: apsw, sqlite-vec
+    from memcli.store.sqlite.connection import Database  # noqa: PLC0415 - apsw, sqlite-vec
 
     return Database(location, readonly=readonly, must_exist=must_exist,
                     busy_timeout=busy_timeout)

@@ -10,6 +10,7 @@ app, categories, hidden ones) applies in SQL, as every read by id does (memcli.s
 
 from __future__ import annotations
 
+import json
 from typing import TYPE_CHECKING, Any
 
 from memcli.store.batching import marks
@@ -81,7 +82,6 @@ def session_events(db: Database, owner: Owner, session_id: str, limit: int
     """The first `limit` events of one session of `owner`'s, in the order they were recorded.
     A caller bound to categories sees only events with a memory of those categories (an
     event has no category of its own); `secret` content is never returned."""
-    import json
 
     clauses = ["e.tenant_id = ?", "e.session_id = ?", "e.kind != 'command'"]  # turns only
     params: list[Any] = [owner.tenant_id, session_id]

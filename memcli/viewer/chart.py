@@ -7,7 +7,7 @@ gap in the line, not a zero.
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import UTC, datetime
 from html import escape
 from typing import Any
 
@@ -41,8 +41,6 @@ def p95_series(rows: list[dict[str, Any]], buckets: int = 24) -> list[dict[str, 
 
 
 def _iso(seconds: float) -> str:
-    from datetime import UTC
-
     return datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%d %H:%M")
 
 

@@ -1,4 +1,4 @@
-"""Helpers for tests/test_fuzz.py: generated inputs turned into bytes, the CLI run in-process
+"""Helpers for tests/trust/test_fuzz.py: generated inputs turned into bytes, the CLI run in-process
 or as a real process, and the checks every run must pass (no traceback, known exit codes,
 one-line errors, no partial write)."""
 

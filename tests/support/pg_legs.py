@@ -1,11 +1,10 @@
 """PostgreSQL tables for the retrieval legs, filled from a SQLite memcli file.
 
-Used by tests/test_pg_legs.py and bench/pg_legs.py. The schema is memcli's own
+Used by tests/pg/test_pg_legs.py. The schema is memcli's own
 (`apply_schema`: memcli/store/postgres's migrations, then the embedder's dimension and HNSW
-index as the first ingest sets them); bench/pg_legs_variants.py adds its variants' columns and
-indexes on top. `copy_from_sqlite` copies memories (with the context column FTS5 keeps only
-inside its index, recomputed as `doctor --fix` does), float vectors and the SPLADE weights (SQLite's
-postings, as one sparsevec per memory) with the same ids.
+index as the first ingest sets them). `copy_from_sqlite` copies memories (with the context
+column FTS5 keeps only inside its index, recomputed as `doctor --fix` does), float vectors
+and the SPLADE weights (SQLite's postings, as one sparsevec per memory) with the same ids.
 
 `PgAdapter` is the smallest part of memcli's Database surface the legs use (`execute`, `scalar`)
 over a psycopg connection: `?` placeholders become `%s` (the leg SQL has no `?` or `%` inside

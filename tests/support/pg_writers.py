@@ -1,5 +1,5 @@
 """Many `memcli` writer processes on one PostgreSQL database at once (tests and
-bench/pg_writers.py): the records they write and a runner that starts them together.
+bench/results/pg-writers.md): the records they write and a runner that starts them together.
 
 Each writer is a real `python -m memcli ingest -` process with MEMCLI_DB set to the server URL
 (no daemon: its runtime folder is its own), the hash embedder and no SPLADE leg, so what is

@@ -1,4 +1,4 @@
-"""Helpers for tests/test_portable.py (export / import); not a test module.
+"""Helpers for tests/importers/test_portable.py (export / import); not a test module.
 
 `apply_ops` writes a history through the library's ordinary write paths (ingest, remember,
 forget, correct, decisions and supersede, tasks, checkpoints, proposals) into a real database,

@@ -1,6 +1,6 @@
 """Shared by the tests of the Agent Memory System PRD's acceptance scenarios
-(tests/test_prd_scenarios.py, tests/test_prd_scenarios_guards.py): the CLI's JSON, a bundle's
-sections and items, the onboarding records of scenario A1."""
+(tests/retrieval/test_prd_scenarios.py, tests/retrieval/test_prd_scenarios_guards.py): the
+CLI's JSON, a bundle's sections and items, the onboarding records of scenario A1."""
 
 from __future__ import annotations
 

@@ -1,10 +1,10 @@
 """A corpus of credential kinds, real-shaped but fake, each in the sentence or line that carries it.
 
-Used by the corpus test (tests/test_secrets_corpus.py: every kind through every write entry) and
-by the redaction bench (bench/secrets.py: kinds caught, cost). The values are made when the
+Used by the corpus test (tests/policy/test_secrets_corpus.py: every kind through every write entry)
+and by the redaction bench (bench/secrets.py: kinds caught, cost). The values are made when the
 corpus is built, from a seeded generator, so this file holds no secret-shaped literal (a secret
-scanner run over the repository finds nothing here) and two corpora of different seeds share
-no value.
+scanner run over the repository finds nothing here) and two corpora of different seeds share no
+value.
 
 Each entry is a template: `«...»` marks the secret; inside it `{x:N}` is N random characters of
 alphabet `x` (see `ALPHABETS`). Shapes follow gitleaks' rules (their regexes and their test

@@ -1,6 +1,6 @@
 """A listener planted at a daemon socket's path, recording every byte it receives.
 
-Shared by tests/test_socket_trust.py and bench/trust_attacks.py (standard library only): the
+Shared by tests/policy/test_socket_trust.py and bench/trust_attacks.py (standard library only): the
 listener runs as a real second user (`nobody`, which needs root) or as this process's own, in a
 folder of the mode it is given, and reports each connection's bytes when it is stopped.
 """

@@ -23,8 +23,8 @@ def connect(location: str, *, readonly: bool = False, must_exist: bool = False,
     In a process that installed a pool for `location` (the daemon), the connection is
     borrowed from it and `close()` gives it back."""
     # start-up cost: psycopg, imported by these, only when a PostgreSQL database is opened
-    from memcli.store.postgres.connection import PgDatabase
-    from memcli.store.postgres.pool import installed
+    from memcli.store.postgres.connection import PgDatabase  # noqa: PLC0415
+    from memcli.store.postgres.pool import installed  # noqa: PLC0415
 
     # Inside `memcli serve`: a connection borrowed from the daemon's pool (pool.py).
     return PgDatabase(location, readonly=readonly, must_exist=must_exist,

@@ -17,13 +17,15 @@ int or float instead of Decimal: SQLite has no decimal type, and json.dumps refu
 
 from __future__ import annotations
 
+import struct
 from typing import Any
+
+from psycopg.adapt import Dumper, Loader
+from psycopg.types.string import StrBinaryDumper, StrDumper
 
 
 def configure(conn: Any) -> None:
     """Install the dumpers and loaders above on `conn` (a psycopg Connection)."""
-    from psycopg.adapt import Dumper, Loader
-    from psycopg.types.string import StrBinaryDumper, StrDumper
 
     adapters = conn.adapters
     adapters.register_dumper(str, StrDumper)
@@ -51,9 +53,6 @@ def configure(conn: Any) -> None:
 def register_vector_loader(conn: Any, oid: int) -> None:
     """pgvector's `vector` (text form `[1,2.5,...]`) loaded as a float32 little-endian blob:
     the bytes SQLite's memory_vectors holds, so store code reading embeddings runs unchanged."""
-    import struct
-
-    from psycopg.adapt import Loader
 
     class VectorBlobLoader(Loader):
         def load(self, data) -> bytes:

@@ -23,6 +23,8 @@ import re
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+import psycopg
+
 from memcli.errors import DatabaseBusyError, StorageError
 from memcli.policy.encryption import PREFIX
 from memcli.store.backend import LogHealth
@@ -390,8 +392,6 @@ class PgBackend:
         db.release_run_lock(name)
 
     def is_constraint_error(self, exc: BaseException) -> bool:
-        import psycopg
-
         return isinstance(exc, psycopg.errors.IntegrityError)
 
 

@@ -1,7 +1,7 @@
 """PostgreSQL spellings of the SQL fragments of memcli/store/dialect.py (same names, same
 arguments: SQL expressions such as column names or `:name` parameters, never user values).
 
-Where the result still differs from SQLite's (tests/test_pg_dialect.py evaluates every fragment
+Where the result still differs from SQLite's (tests/pg/test_pg_dialect.py evaluates every fragment
 on both engines):
 - greatest/least skip NULL arguments (SQLite's scalar max/min return NULL); every use in the
   store has non-NULL arguments, and mimicking SQLite would repeat each expression, which breaks

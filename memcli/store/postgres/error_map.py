@@ -16,6 +16,8 @@ memcli's own waits never cancel a statement: they end with lock_timeout (55P03).
 
 from __future__ import annotations
 
+import psycopg
+
 from memcli.errors import (
     DatabaseBusyError,
     DiskFullError,
@@ -116,8 +118,6 @@ def mapped(exc: BaseException, shown: str, waited: float) -> MemcliError | None:
 
 
 def _is_operational(exc: BaseException) -> bool:
-    import psycopg
-
     return isinstance(exc, psycopg.OperationalError)
 
 

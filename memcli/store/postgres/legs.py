@@ -8,7 +8,7 @@ the turn at weight A and its context at weight B; the `(tenant_id, fts)` GIN; th
 trigram GIN; `memory_vectors` with tenant/user columns and HNSW indexes). `db` is memcli's
 Database surface with `?` placeholders (the PostgreSQL connection rewrites them).
 
-What each choice measured (bench/pg_legs.py, LoCoMo, 1,982 questions, the same rows on both
+What each choice measured (bench/results/pg-legs.md, LoCoMo, 1,982 questions, the same rows on both
 engines; bench/results/pg-legs.md). End to end, memcli's fusion and stages over these legs give
 R@1/5/10/25 within 0.1 point of SQLite's (the issue's bound is 1 point).
 - lexical: BM25 in SQL with FTS5's formula (k1 1.2, b 0.75, idf floor 1e-6, term frequency =
@@ -158,9 +158,10 @@ def bm25_sql(count: int, where: str, config: str = TEXT_CONFIG, column: str = "f
     configuration, lengths in tokens) the writers' df table, memory count and token total,
     and each memory's stored length (`fts_tokens`): a few key lookups, no scan. Any other
     column, configuration or `doc_length` ("lexemes": `length(fts)`, distinct lexemes) has no
-    kept statistics: they are counted per query (see _COUNTED), for bench/pg_legs.py's
-    variants. The terms' tf still comes from each match's tsvector (the positions of the
-    query's lexemes at weight A, plus `context_weight` times those at weight B)."""
+    kept statistics: they are counted per query (see _COUNTED), for the variants measured in
+    bench/results/pg-legs.md. The terms' tf still comes from each match's tsvector (the
+    positions of the query's lexemes at weight A, plus `context_weight` times those at
+    weight B)."""
     tsq = tsquery_sql(count, config)
     kept = column == "fts" and config == TEXT_CONFIG and doc_length == "tokens"
     if kept:
@@ -340,7 +341,7 @@ def walk_best(keep: str, where: str, ties: str = "ASC") -> str:
     shape, a nested loop over the sorted scores, one primary key lookup per row, stopped by the
     LIMIT: left to itself it joined every scored row (a hash join over the tenant's memories,
     or a lookup per row) before sorting. Measured on 250k memories in 8 tenants
-    (bench/pg_tenant_profile.py), tenant-wide: the sparse leg 13 -> 7 ms p50, the entity leg
+    (bench/results/pg-tenant-1m.md), tenant-wide: the sparse leg 13 -> 7 ms p50, the entity leg
     49 -> 5 ms (its plan had read every memory of the tenant to keep a few dozen)."""
     return f"""SELECT best.id, best.score
             FROM (SELECT id, score FROM scored WHERE {keep}

@@ -25,7 +25,7 @@ out that can still reach the top (`search`), and the two results merge into the 
 The statistics (df, the memory count, the mean length) are the leg's own (schema.sql's kept
 ones); the idf of each lexeme is computed by the same SQL expression as in the leg.
 
-Measured on the same database, both statements alternating (bench/pg_lexical_maxscore.py,
+Measured on the same database, both statements alternating (bench/results/pg-lexical-maxscore-1m.md,
 193 queries, identical results): at 1M memories the leg 264 / 788 -> 147 / 617 ms p50 / p95,
 matches scored 4.43M -> 3.02M; at 250k 49 / 131 -> 35 / 101 ms. One user's scope keeps the
 full statement (a few ms: a statistics statement first would only add to it).
@@ -154,7 +154,7 @@ def match_counts(db: Any, terms: list[str], filters: Filters,
                  essential: list[str] | None = None, exclude: list[str] | None = None) -> int:
     """The matches a statement scores in the filters' scope: every match of the OR of the
     terms (`essential` None: the full statement), or those holding an `essential` lexeme
-    and no `exclude` one (bench/pg_lexical_maxscore.py, the tests)."""
+    and no `exclude` one (bench/results/pg-lexical-maxscore-1m.md, the tests)."""
     where, params = filters.sql()
     sql_text = f"SELECT count(*) FROM memories m WHERE m.fts @@ {legs.tsquery_sql(len(terms))}"
     lexemes_q = legs.LEXEMES_OR

@@ -11,7 +11,7 @@ first committed and finds nothing to do.
 
 The first PostgreSQL schema is SQLite's version 2 (`BASE`): no PostgreSQL database exists at
 version 1. Each later SQLite migration (memcli/store/migrations.py) gets its twin in `STEPS`
-in the same commit; tests/test_pg_schema.py fails until it does (LATEST and the columns).
+in the same commit; tests/pg/test_pg_schema.py fails until it does (LATEST and the columns).
 """
 
 from __future__ import annotations

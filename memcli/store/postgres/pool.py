@@ -20,6 +20,10 @@ from __future__ import annotations
 import threading
 from typing import Any
 
+import psycopg
+from psycopg.pq import TransactionStatus
+from psycopg_pool import ConnectionPool, PoolTimeout
+
 from memcli.errors import DatabaseBusyError
 from memcli.store.postgres import adapt
 from memcli.store.postgres.connection import CONNECT_OPTIONS
@@ -58,9 +62,6 @@ class PgPool:
 
     def __init__(self, location: str, *, max_size: int = DEFAULT_MAX,
                  min_size: int = DEFAULT_MIN, timeout: float = 30.0) -> None:
-        from psycopg_pool import ConnectionPool
-
-
         self.location = location
         self.max_size = max_size
         self.timeout = timeout
@@ -75,7 +76,6 @@ class PgPool:
     def borrow(self, wait: float | None = None) -> Any:
         """A connection for one request; DatabaseBusyError (exit 75, HTTP 503) when all
         `max_size` stay in use for `wait` seconds (default: the busy timeout)."""
-        from psycopg_pool import PoolTimeout
 
         wait = self.timeout if wait is None else wait
         try:
@@ -87,9 +87,6 @@ class PgPool:
                 "--pool-size)") from None
 
     def give_back(self, conn: Any) -> None:
-        import psycopg
-        from psycopg.pq import TransactionStatus
-
         if conn.info.transaction_status != TransactionStatus.IDLE:
             # Given back inside `transaction()` (its request died midway). psycopg refuses a
             # rollback inside its transaction block, so the pool's worker would discard the

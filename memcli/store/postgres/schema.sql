@@ -2,7 +2,7 @@
 -- memcli/schema.sql, applied whole to an empty schema by memcli/store/postgres/migrations.py in
 -- one transaction, which then records meta.schema_version (PostgreSQL has no user_version).
 -- Design: docs/design/postgresql.md (c). A SQLite migration gets its PostgreSQL twin in
--- migrations.py in the same commit; tests/test_pg_schema.py compares the two schemas.
+-- migrations.py in the same commit; tests/pg/test_pg_schema.py compares the two schemas.
 --
 -- Conventions kept from SQLite on purpose (parity of JSON output and of sealed values):
 -- timestamps stay ISO-8601 UTC `text` (they sort as text; the code compares strings), JSON

@@ -30,12 +30,12 @@ scope (`small_scope` false, the caller's estimate as on SQLite) the statement as
 `memory_sparse_tenant_terms` over (tenant_id, term ids) answers (schema 6, v6_sparse_tenant.sql;
 schema 5's index had the term ids alone): only the tenant's memories holding a query term are
 scored, the only ones that can score above 0, so the result is the same. A leg across all
-tenants asks the terms alone (the same index). bench/pg_sparse_gin.py, 100k memories in 8
+tenants asks the terms alone (the same index). bench/results/pg-sparse-tenant.md, 100k memories in 8
 tenants: the same top 10 on every query; tenant-wide p50 45 ms scanning, 35 ms with schema 5's
 index, 10 ms with schema 6's. These are scored from `memory_sparse` alone and then checked
 against the filters best first, until `limit` pass (legs.walk_best): at 250k memories a
 tenant's query shares a term with 2-6k of its memories, and checking each one's row before
-the sort took half the leg (13 -> 7 ms p50, bench/pg_tenant_profile.py). A small scope keeps
+the sort took half the leg (13 -> 7 ms p50, bench/results/pg-tenant-1m.md). A small scope keeps
 the plain plan: calling the function on its few rows costs more than it saves. Exact, unlike
 pgvector's HNSW on sparsevec.
 

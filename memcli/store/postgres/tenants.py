@@ -86,7 +86,7 @@ def grant(db: PgDatabase, role: str, tenant: str) -> dict[str, Any]:
                else "the owner of memcli's tables")
         raise UsageError(f"role {role!r} is {why}: row-level security does not bind it",
                          "bind a plain login role (CREATE ROLE ... LOGIN)")
-    from psycopg import sql
+    from psycopg import sql  # noqa: PLC0415 - tenant_roles reaches here without psycopg
 
     ident = sql.Identifier(role)
     with db.transaction():
@@ -121,7 +121,7 @@ def revoke(db: PgDatabase, role: str) -> dict[str, Any]:
     """Unbind `role` and take memcli's rights back (the role itself stays: DROP ROLE is the
     DBA's)."""
     _check_binder(db)
-    from psycopg import sql
+    from psycopg import sql  # noqa: PLC0415 - tenant_roles reaches here without psycopg
 
     with db.transaction():
         tenant = db.scalar("DELETE FROM tenant_roles WHERE role = ? RETURNING tenant_id",

@@ -10,6 +10,7 @@ keeps indexed terms in plain text), deleted on purge, and rebuilt from `memories
 from __future__ import annotations
 
 import hashlib
+import re
 from typing import TYPE_CHECKING
 
 from memcli.config import bundled_text
@@ -228,8 +229,6 @@ def _fill_lexical(db: Database, ids_table: str | None) -> None:
 
 
 def _create_statement(name: str) -> str:
-    import re
-
     match = re.search(rf"CREATE VIRTUAL TABLE IF NOT EXISTS {name} USING fts5 \(.*?\);",
                       bundled_text("schema.sql"), re.S)
     assert match is not None, name  # schema.sql defines both lexical tables

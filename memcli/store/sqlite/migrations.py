@@ -2,7 +2,7 @@
 
 A fresh database gets `schema.sql` (the whole current schema) in one transaction. An older
 database gets each missing migration, each in its own transaction with its version bump.
-A database newer than this code is refused. tests/test_store.py checks that a fresh database
+A database newer than this code is refused. tests/store/test_store.py checks that a fresh database
 and an upgraded one end up with the same schema.
 """
 

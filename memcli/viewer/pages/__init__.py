@@ -4,19 +4,19 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from memcli.viewer.pages import (
+    bundle_page,
+    dashboard,
+    ledger_page,
+    memory_page,
+    search_page,
+    timeline,
+)
+
 if TYPE_CHECKING:
     from memcli.viewer.site import Pages
 
 
 def register(site: Pages) -> None:
-    from memcli.viewer.pages import (
-        bundle_page,
-        dashboard,
-        ledger_page,
-        memory_page,
-        search_page,
-        timeline,
-    )
-
     for page in (timeline, search_page, memory_page, bundle_page, ledger_page, dashboard):
         page.register(site)

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlencode
 
 from memcli.operations import binding as rules
+from memcli.operations.bundle import acb_payload, prepare_acb
 
 if TYPE_CHECKING:
     from starlette.requests import Request
@@ -41,7 +42,6 @@ def acb_request(params: dict[str, str]) -> dict[str, Any] | None:
 def bundle(ctx: Any, scope: Any, params: dict[str, str]) -> dict[str, Any]:
     """`{"bundle": ...}`: the bundle for the form, read for the page (None for the empty
     form)."""
-    from memcli.operations.bundle import acb_payload, prepare_acb
 
     data = acb_request(params)
     if data is None:

@@ -20,9 +20,13 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import Field
 
+from memcli.acb.stats import since_timestamp, summarise_requests
 from memcli.errors import NotAllowedError
+from memcli.health.checks import diagnose
 from memcli.operations.requests import Request as RequestModel
 from memcli.operations.requests import validated
+from memcli.store.acb_sql import requests_since
+from memcli.viewer.chart import latency_svg, p95_series
 
 if TYPE_CHECKING:
     from starlette.requests import Request
@@ -45,9 +49,6 @@ class DashboardRequest(RequestModel):
 
 def dashboard(ctx: Any, scope: Any, params: dict[str, str]) -> dict[str, Any]:
     """`{since, doctor, stats, series, svg}` for the window (`doctor` with `checked_at`)."""
-    from memcli.acb.stats import since_timestamp, summarise_requests
-    from memcli.store.acb_sql import requests_since
-    from memcli.viewer.chart import latency_svg, p95_series
 
     if any(v is not None for v in (scope.tenant, scope.user_id, scope.agent, scope.app_id,
                                    scope.categories)):
@@ -66,7 +67,6 @@ def dashboard(ctx: Any, scope: Any, params: dict[str, str]) -> dict[str, Any]:
 def _doctor(ctx: Any, fresh: bool) -> dict[str, Any]:
     """doctor's report for this database: the kept one while it is young enough, else a new
     one (one run at a time: a page waiting for another's run gets its report)."""
-    from memcli.health.checks import diagnose
 
     key = str(ctx.settings.db)
     with _kept_lock:

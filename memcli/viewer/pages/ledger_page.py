@@ -14,9 +14,12 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import Field
 
+from memcli.lifecycle.proposals import accept, list_proposals, reject
 from memcli.operations import binding as rules
+from memcli.operations import ledger_ops
 from memcli.operations.requests import Request as RequestModel
 from memcli.operations.requests import validated
+from memcli.viewer.site import see_other
 
 if TYPE_CHECKING:
     from starlette.requests import Request
@@ -52,8 +55,6 @@ def _given(params: dict[str, str], model: type[RequestModel]) -> dict[str, str]:
 
 def ledger(ctx: Any, scope: Any, params: dict[str, str]) -> dict[str, Any]:
     """Decisions with their links, tasks by status, proposals (pending; then decided)."""
-    from memcli.lifecycle.proposals import list_proposals
-    from memcli.operations import ledger_ops
 
     req = validated(LedgerRequest, _given(params, LedgerRequest), "ledger request")
     tenant = rules.tenant(ctx.memory, scope, req.tenant_id)
@@ -77,7 +78,6 @@ def ledger(ctx: Any, scope: Any, params: dict[str, str]) -> dict[str, Any]:
 
 def decide(ctx: Any, scope: Any, params: dict[str, str]) -> dict[str, Any]:
     """`memcli proposals accept|reject ID` for this caller: what it answers."""
-    from memcli.lifecycle.proposals import accept, reject
 
     req = validated(ProposalDecision, _given(params, ProposalDecision), "proposal decision")
     owner = rules.owner(ctx.memory, scope, req.tenant_id)
@@ -88,8 +88,6 @@ def decide(ctx: Any, scope: Any, params: dict[str, str]) -> dict[str, Any]:
 
 
 def register(site: Pages) -> None:
-    from memcli.viewer.site import see_other
-
     async def show(request: Request, scope: Any) -> Response:
         params = dict(request.query_params)
         data = await site.run(ledger, scope, params)

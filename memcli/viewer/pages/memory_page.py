@@ -10,7 +10,16 @@ import json
 from typing import TYPE_CHECKING, Any
 
 from memcli.errors import UsageError
+from memcli.lifecycle.correct import correct_fact
+from memcli.lifecycle.purge import forget as soft_delete
+from memcli.lifecycle.purge import restore as undelete
+from memcli.lifecycle.remember import confirm as protect
+from memcli.lifecycle.remember import set_pin
 from memcli.operations import binding as rules
+from memcli.store import owner as own
+from memcli.store.acb_sql import edges_with_memories
+from memcli.store.events import get_events
+from memcli.store.memories import get_memories
 from memcli.viewer.site import see_other
 
 if TYPE_CHECKING:
@@ -40,9 +49,6 @@ def _owner(ctx: Any, scope: Any, params: dict[str, str]) -> Owner:
 
 def memory_page(ctx: Any, scope: Any, params: dict[str, str]) -> dict[str, Any]:
     """The memory (the caller's, else not found), its history, edges and source events."""
-    from memcli.store import owner as own
-    from memcli.store.acb_sql import edges_with_memories
-    from memcli.store.memories import get_memories
 
     db = ctx.memory.db
     memory_id = _id(params)
@@ -62,7 +68,6 @@ def memory_page(ctx: Any, scope: Any, params: dict[str, str]) -> dict[str, Any]:
 def _events(db: Any, row: dict[str, Any], owner: Owner) -> list[dict[str, Any]]:
     """The events the memory cites (its own event, then the event ids among its sources), in
     the caller's tenant, user and app; a `secret` event's content is never shown."""
-    from memcli.store.events import get_events
 
     ids = [row["event_id"]] if row.get("event_id") else []
     ids += [s for s in _json(row.get("source_ids")) or [] if isinstance(s, str) and s not in ids]
@@ -87,42 +92,30 @@ def _json(value: Any) -> Any:
 
 # -- the actions: each the CLI's call, on the caller's scope ---------------------------------
 def correct(ctx: Any, scope: Any, params: dict[str, str]) -> dict[str, Any]:
-    from memcli.lifecycle.correct import correct_fact
-
     return correct_fact(ctx.memory, _id(params), params.get("text", ""),
                         reason=params.get("reason", ""), owner=_owner(ctx, scope, params),
                         actor=ACTOR)
 
 
 def forget(ctx: Any, scope: Any, params: dict[str, str]) -> dict[str, Any]:
-    from memcli.lifecycle.purge import forget as soft_delete
-
     return soft_delete(ctx.memory.db, _id(params), owner=_owner(ctx, scope, params),
                        actor=ACTOR)
 
 
 def restore(ctx: Any, scope: Any, params: dict[str, str]) -> dict[str, Any]:
-    from memcli.lifecycle.purge import restore as undelete
-
     return undelete(ctx.memory.db, _id(params), owner=_owner(ctx, scope, params), actor=ACTOR)
 
 
 def pin(ctx: Any, scope: Any, params: dict[str, str]) -> dict[str, Any]:
-    from memcli.lifecycle.remember import set_pin
-
     return set_pin(ctx.memory, _id(params), True, owner=_owner(ctx, scope, params), actor=ACTOR)
 
 
 def unpin(ctx: Any, scope: Any, params: dict[str, str]) -> dict[str, Any]:
-    from memcli.lifecycle.remember import set_pin
-
     return set_pin(ctx.memory, _id(params), False, owner=_owner(ctx, scope, params),
                    actor=ACTOR)
 
 
 def confirm(ctx: Any, scope: Any, params: dict[str, str]) -> dict[str, Any]:
-    from memcli.lifecycle.remember import confirm as protect
-
     return protect(ctx.memory, _id(params), owner=_owner(ctx, scope, params), actor=ACTOR)
 
 

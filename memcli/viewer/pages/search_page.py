@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from memcli.operations import binding as rules
 from memcli.operations.requests import QueryRequest, validated
+from memcli.operations.retrieve import run_query
 from memcli.viewer.pages.timeline import filled
 
 if TYPE_CHECKING:
@@ -22,7 +23,6 @@ FIELDS = ("query", "tenant_id", "user_id", "session_id", "app_id", "agent", "top
 
 def search(ctx: Any, scope: Any, params: dict[str, str]) -> dict[str, Any]:
     """The query's answer as `memcli query --explain` has it: scope, path and hits."""
-    from memcli.operations.retrieve import run_query
 
     given = {k: v for k, v in filled(params).items() if k in FIELDS}
     req = validated(QueryRequest, given, "query request")

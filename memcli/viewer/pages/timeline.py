@@ -10,6 +10,7 @@ from pydantic import Field
 from memcli.operations import binding as rules
 from memcli.operations.requests import Request as RequestModel
 from memcli.operations.requests import validated
+from memcli.store.timeline_sql import memories_page, session_events
 
 if TYPE_CHECKING:
     from starlette.requests import Request
@@ -48,7 +49,6 @@ def filled(params: dict[str, str]) -> dict[str, str]:
 
 def timeline(ctx: Any, scope: Any, params: dict[str, str]) -> dict[str, Any]:
     """One page of the caller's memories, the filters as given, and the next page's cursor."""
-    from memcli.store.timeline_sql import memories_page, session_events
 
     req = validated(TimelineRequest, filled(params), "timeline request")
     owner = rules.owner(ctx.memory, scope, req.tenant_id, req.user_id, req.app_id)

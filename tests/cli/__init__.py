@@ -1,0 +1,1 @@
+"""The command line's contract: output formats, exit codes, one-line errors, flags, help."""

@@ -1,0 +1,1 @@
+"""Other tools' exports and memcli's own export/import."""

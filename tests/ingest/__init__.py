@@ -1,0 +1,1 @@
+"""Ingest: input shapes, batches, chunking, entities, roles, the dense and sparse passes."""

@@ -1,0 +1,1 @@
+"""A memory's life: consolidation, decay, reflection, proposals, purge, the ledger."""

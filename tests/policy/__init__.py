@@ -1,0 +1,1 @@
+"""Privacy and tenancy: categories, tenants, secrets and redaction, encryption, file modes."""

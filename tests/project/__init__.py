@@ -1,0 +1,1 @@
+"""The repository itself: layers, docs, completions, the tests' shared code."""

@@ -1,0 +1,1 @@
+"""Models and clients: embedders, SPLADE, tokens, the LLM client, query batching."""

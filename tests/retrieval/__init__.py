@@ -1,0 +1,1 @@
+"""Queries and context bundles: legs, scopes, stages, the PRD's acceptance scenarios."""

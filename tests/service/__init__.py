@@ -1,0 +1,1 @@
+"""`memcli serve` and what it speaks: the daemon and forwarding, HTTP, MCP, OpenAPI."""

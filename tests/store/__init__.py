@@ -1,0 +1,1 @@
+"""The store: both engines' shared surface, SQLite's file, locations, locks, rebuild."""

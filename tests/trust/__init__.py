@@ -1,0 +1,1 @@
+"""The trust suites: stress, crash (`kill -9`) and fuzz."""

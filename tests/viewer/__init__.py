@@ -1,0 +1,1 @@
+"""The web pages of `memcli serve` (/ui), through a test client, HTTP and Chromium."""
