@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from memcli.store import search_sql as sql
+from memcli.store import search_sql
 
 if TYPE_CHECKING:
     from memcli.config import RetrievalSettings
@@ -70,13 +70,13 @@ def neighbours(cands: list[Candidate], ctx: RankContext) -> list[Candidate]:
         return cands
     _shift(cands)
     top = sorted(cands, key=lambda c: -c.fused)[: ctx.settings.neighbour_pool]
-    links = sql.session_neighbours(ctx.db, [c.id for c in top], ctx.filters)
+    links = search_sql.session_neighbours(ctx.db, [c.id for c in top], ctx.filters)
     pool = {c.id: c for c in cands}
     new_ids = {n for pair in links.values() for n in pair if n is not None and n not in pool}
     for mid in new_ids:
         pool[mid] = Candidate(mid)
     if new_ids:
-        links.update(sql.session_neighbours(ctx.db, list(new_ids), ctx.filters))
+        links.update(search_sql.session_neighbours(ctx.db, list(new_ids), ctx.filters))
     base = {mid: c.fused for mid, c in pool.items()}
     for mid, cand in pool.items():
         prev_id, next_id = links.get(mid, (None, None))

@@ -34,8 +34,7 @@ from memcli.errors import (
     ValidationError,
     validation_line,
 )
-from memcli.operations import binding as scope_rules
-from memcli.operations import ledger_ops
+from memcli.operations import binding, ledger_ops
 from memcli.operations.binding import Scope
 from memcli.operations.bundle import acb_payload, prepare_acb
 from memcli.operations.lifecycle_ops import app_memories as listed
@@ -67,15 +66,15 @@ class Context:
 
 
 def _bind(key: str, bound: str | None, requested: str | None) -> str | None:
-    return scope_rules.bind(key, bound, requested)
+    return binding.bind(key, bound, requested)
 
 
 def _tenant(ctx: Context, scope: Scope, requested: str | None) -> str:
-    return scope_rules.tenant(ctx.memory, scope, requested)
+    return binding.tenant(ctx.memory, scope, requested)
 
 
 def _categories(scope: Scope, requested: list[str] | None) -> list[str] | None:
-    return scope_rules.categories(scope, requested)
+    return binding.categories(scope, requested)
 
 
 def validate(model: type[BaseModel], data: Any, what: str) -> Any:
@@ -196,7 +195,7 @@ def _write_scope(ctx: Context, scope: Scope, req: Any, category: str | None) -> 
 def _owner(ctx: Context, scope: Scope, tenant: str | None = None, user_id: str | None = None,
            app_id: str | None = None) -> Owner:
     """Whose rows this caller may touch by id (memcli.operations.binding.owner)."""
-    return scope_rules.owner(ctx.memory, scope, tenant, user_id, app_id)
+    return binding.owner(ctx.memory, scope, tenant, user_id, app_id)
 
 
 # -- the memory system spec: query and history ------------------------------------------------

@@ -610,13 +610,13 @@ def test_lexical_leg_on_the_reader_connection_gives_the_same_hits(memory, monkey
     from tests.support.records import turns
 
     seen: list[tuple[str, bool]] = []
-    real = search.sql.lexical
+    real = search.search_sql.lexical
 
     def spy(db, *args, **kwargs):
         seen.append((threading.current_thread().name, db is memory._reader))
         return real(db, *args, **kwargs)
 
-    monkeypatch.setattr(search.sql, "lexical", spy)
+    monkeypatch.setattr(search.search_sql, "lexical", spy)
 
     texts = [f"the zephyr review number {i} with Ines and the budget" for i in range(30)]
     memory.ingest(turns("s1", texts) + turns("s2", ["zephyr budget again", "other"]))

@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlencode
 
-from memcli.operations import binding as rules
+from memcli.operations import binding
 from memcli.operations.bundle import acb_payload, prepare_acb
 
 if TYPE_CHECKING:
@@ -47,11 +47,11 @@ def bundle(ctx: Any, scope: Any, params: dict[str, str]) -> dict[str, Any]:
     if data is None:
         return {"bundle": None}
     req, note = prepare_acb(data)
-    req.tenant_id = rules.tenant(ctx.memory, scope, req.tenant_id)
-    req.user_id = rules.bind("user_id", scope.user_id, req.user_id)
-    req.agent_id = rules.bind("agent", scope.agent, req.agent_id)
-    req.app_id = rules.bind("app_id", scope.app_id, req.app_id)
-    req.categories = rules.categories(scope, req.categories or None) or []
+    req.tenant_id = binding.tenant(ctx.memory, scope, req.tenant_id)
+    req.user_id = binding.bind("user_id", scope.user_id, req.user_id)
+    req.agent_id = binding.bind("agent", scope.agent, req.agent_id)
+    req.app_id = binding.bind("app_id", scope.app_id, req.app_id)
+    req.categories = binding.categories(scope, req.categories or None) or []
     payload = acb_payload(ctx.memory, req, note, settings=ctx.settings, allowed=scope.categories)
     return {"bundle": bundle_view(payload, req.tenant_id)}
 

@@ -15,8 +15,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import Field
 
 from memcli.lifecycle.proposals import accept, list_proposals, reject
-from memcli.operations import binding as rules
-from memcli.operations import ledger_ops
+from memcli.operations import binding, ledger_ops
 from memcli.operations.requests import Request as RequestModel
 from memcli.operations.requests import validated
 from memcli.viewer.site import see_other
@@ -57,8 +56,8 @@ def ledger(ctx: Any, scope: Any, params: dict[str, str]) -> dict[str, Any]:
     """Decisions with their links, tasks by status, proposals (pending; then decided)."""
 
     req = validated(LedgerRequest, _given(params, LedgerRequest), "ledger request")
-    tenant = rules.tenant(ctx.memory, scope, req.tenant_id)
-    user = rules.bind("user_id", scope.user_id, req.user_id)
+    tenant = binding.tenant(ctx.memory, scope, req.tenant_id)
+    user = binding.bind("user_id", scope.user_id, req.user_id)
     where = {"tenant_id": tenant, "user_id": user, "app_id": scope.app_id, "limit": req.limit}
     decisions = ledger_ops.query_decisions(
         ctx.memory, ledger_ops.DecisionsQuery(status="all", **where))
@@ -80,7 +79,7 @@ def decide(ctx: Any, scope: Any, params: dict[str, str]) -> dict[str, Any]:
     """`memcli proposals accept|reject ID` for this caller: what it answers."""
 
     req = validated(ProposalDecision, _given(params, ProposalDecision), "proposal decision")
-    owner = rules.owner(ctx.memory, scope, req.tenant_id)
+    owner = binding.owner(ctx.memory, scope, req.tenant_id)
     if req.action == "accept":
         return accept(ctx.memory, req.proposal_id, owner=owner, by=ACTOR)
     return reject(ctx.memory.db, req.proposal_id, owner=owner, by=ACTOR,

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from memcli.operations import binding as rules
+from memcli.operations import binding
 from memcli.operations.requests import QueryRequest, validated
 from memcli.operations.retrieve import run_query
 from memcli.viewer.pages.timeline import filled
@@ -28,11 +28,11 @@ def search(ctx: Any, scope: Any, params: dict[str, str]) -> dict[str, Any]:
     req = validated(QueryRequest, given, "query request")
     memory = ctx.memory
     req = req.model_copy(update={
-        "tenant_id": rules.tenant(memory, scope, req.tenant_id),
-        "user_id": rules.bind("user_id", scope.user_id, req.user_id),
-        "agent_id": rules.bind("agent", scope.agent, req.agent_id),
-        "app_id": rules.bind("app_id", scope.app_id, req.app_id),
-        "categories": rules.categories(scope, req.categories)})
+        "tenant_id": binding.tenant(memory, scope, req.tenant_id),
+        "user_id": binding.bind("user_id", scope.user_id, req.user_id),
+        "agent_id": binding.bind("agent", scope.agent, req.agent_id),
+        "app_id": binding.bind("app_id", scope.app_id, req.app_id),
+        "categories": binding.categories(scope, req.categories)})
     result, note = run_query(memory, req)
     out = result.model_dump()
     return {"result": out, "note": note, "tenant_id": req.tenant_id}
