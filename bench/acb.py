@@ -13,9 +13,8 @@ What it measures (the issue's targets in brackets), per database size:
      session's recent turns, delta header) [p95 <= 15 ms];
    - retrieval path: a query, so the same hybrid retrieval as `memcli query` runs on top
      (candidate pool <= 2,000, scored <= 200, relations boost, related bullets) [p95 <= 50 ms].
-   Each request is a random (tenant, user, session) of the data with `max_tokens` 65,000 and
-   `track` on, as an agent calls it; a second pass times the stages (retrieval, packing, final
-   count and the metrics write) to show where the time goes.
+   Each request is a random (tenant, user, session) of the data with `budget_tokens` 65,000 and
+   `track` on, as an agent calls it.
 2. Whole-process `python -m memcli acb build` p50, a fresh interpreter per run (two warm-up runs
    first, for the OS page cache), fast and retrieval path.
 
@@ -44,7 +43,6 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -209,7 +207,7 @@ def requests_for(path: Path, n: int, seed: int) -> tuple[list[dict], list[dict]]
             "tenant_id": q["tenant_id"],
             "user_id": q["user_id"],
             "session_id": session,
-            "max_tokens": BUDGET,
+            "budget_tokens": BUDGET,
         }
         fast.append(base)
         slow.append({**base, "query_text": q["text"]})
@@ -248,51 +246,6 @@ def library_latency(path: Path, requests: list[dict], warmup: int) -> dict[str, 
         "tokens_mean": round(statistics.fmean(tokens)),
         "items_mean": round(statistics.fmean(items), 1),
     }
-
-
-def stage_breakdown(path: Path, requests: list[dict]) -> dict[str, float]:
-    """Mean ms per stage, by wrapping the module functions build_acb calls."""
-    import memcli.acb.build as acb
-    from memcli.acb import pack as acb_pack
-    from memcli.acb import sections as acb_sections
-
-    sink: dict[str, float] = {}
-
-    def timed(fn: Callable[..., Any], label: str) -> Callable[..., Any]:
-        def wrapper(*args: Any, **kwargs: Any) -> Any:
-            t0 = time.perf_counter()
-            try:
-                return fn(*args, **kwargs)
-            finally:
-                sink[label] = sink.get(label, 0.0) + (time.perf_counter() - t0) * 1000
-
-        return wrapper
-
-    patches = [
-        (acb_sections, "retrieve", "retrieval"),
-        (acb_sections, "evidence_items", "evidence + related"),
-        (acb, "_static_sections", "views, ledger, recent turns"),
-        (acb, "_delta", "delta header"),
-        (acb_pack, "pack", "token counts + packing"),
-        (acb_pack, "finish", "render + final count"),
-        (acb, "_record", "metrics/access/seen write"),
-    ]
-    originals = [(mod, name, getattr(mod, name)) for mod, name, _ in patches]
-    try:
-        for mod, name, label in patches:
-            setattr(mod, name, timed(getattr(mod, name), label))
-        with open_memory(path) as memory:
-            for req in requests[:5]:
-                acb.build_acb(memory, req)
-            sink.clear()
-            t0 = time.perf_counter()
-            for req in requests:
-                acb.build_acb(memory, req)
-            sink["total"] = (time.perf_counter() - t0) * 1000
-    finally:
-        for mod, name, fn in originals:
-            setattr(mod, name, fn)
-    return {k: round(v / len(requests), 2) for k, v in sink.items()}
 
 
 def process_latency(path: Path, requests: list[dict], runs: int) -> dict[str, Any]:
@@ -336,9 +289,6 @@ def measure(path: Path, meta: dict[str, Any], runs: int, process_runs: int) -> d
     out["library_fast"] = library_latency(path, fast, 20)
     log(f"{path.name}: library retrieval path ({runs} builds)")
     out["library_retrieval"] = library_latency(path, slow, 20)
-    log(f"{path.name}: stage breakdown")
-    out["stages_fast"] = stage_breakdown(path, fast[: max(20, runs // 4)])
-    out["stages_retrieval"] = stage_breakdown(path, slow[: max(20, runs // 4)])
     log(f"{path.name}: whole process ({process_runs} runs each)")
     out["process_fast"] = process_latency(path, fast, process_runs)
     out["process_retrieval"] = process_latency(path, slow, process_runs)
@@ -372,11 +322,6 @@ def report(results: dict[str, Any], quick: bool) -> str:
                 f"{proc['p50']} | "
                 f"{lib['tokens_mean']:,} | {lib['items_mean']} |"
             )
-    lines += ["", "Mean ms per stage (a separate pass, so totals differ a little):", ""]
-    for size, r in results.items():
-        for path_name in ("fast", "retrieval"):
-            stages = ", ".join(f"{k} {v}" for k, v in r[f"stages_{path_name}"].items())
-            lines.append(f"- {size} {path_name}: {stages}")
     lines += ["", "Databases (built once, cached):", ""]
     for size, r in results.items():
         b = r["build"]

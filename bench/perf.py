@@ -3,7 +3,6 @@
     python -m bench.perf                 # full: 10k (e5-small) + 100k databases, the real numbers
     python -m bench.perf --quick         # 1k memories, hash embedder, < 60 s: a CI smoke test
     python -m bench.perf --rebuild       # ignore cached databases under bench/.cache/
-    python -m bench.perf --profile       # also cProfile ingest and query (see --help)
 
 What it measures (the issue's targets in brackets):
 
@@ -48,12 +47,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from bench.perf_cli import cli_benches, db_size, profile_paths, time_process
+from bench.perf_cli import cli_benches, db_size, time_process
 from bench.perf_data import (
     CACHE_DIR,
-    NAMES,
-    PLACES,
-    PROJECTS,
     REPO_ROOT,
     RESULTS,
     generate_events,
@@ -81,7 +77,7 @@ from bench.perf_query import page_cache_warm, query_benches_in_child, run_query_
 from bench.perf_report import render
 
 # What the other bench scripts take from `perf` (pg_scale*, acb, service*).
-__all__ = ["CACHE_DIR", "NAMES", "PLACES", "PROJECTS", "batches", "build_embedded_db",
+__all__ = ["CACHE_DIR", "batches", "build_embedded_db",
            "checkpoint", "generate_events", "generate_queries", "loadavg", "main",
            "page_cache_warm", "pct", "python_pass_ms", "summary", "time_process", "users"]
 
@@ -99,8 +95,6 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--model-sample", type=int, default=None,
                     help="texts for each model's own speed")
     ap.add_argument("--rebuild", action="store_true", help="ignore cached databases")
-    ap.add_argument("--profile", action="store_true",
-                    help="also cProfile ingest and query (bench/.cache/perf-profile.txt)")
     ap.add_argument("--out", type=Path, default=None,
                     help=f"markdown results (default {RESULTS.relative_to(REPO_ROOT)}; "
                     "quick mode writes a file only when given)")
@@ -199,9 +193,6 @@ def main(argv: list[str] | None = None) -> int:
     res["cli"] = cli_benches(small_db, embedder_name, queries, cli_runs,
                              warm=1 if quick else 2, import_runs=3 if quick else 5)
 
-    if args.profile:
-        profile_paths(dbs[sizes[-1]], queries, embedder_name, use_sparse,
-                      CACHE_DIR / "perf-profile.txt")
 
     res["load_after"] = loadavg()
     res["seconds"] = time.perf_counter() - started

@@ -1,5 +1,5 @@
 """bench/perf.py, parts 3 and 4: whole-process `python -m memcli query` timings, the slowest
-imports, database size per memory, and the optional cProfile of ingest and query."""
+imports and the database size per memory."""
 
 from __future__ import annotations
 
@@ -7,24 +7,17 @@ import os
 import re
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 from bench.perf_data import (
-    BATCH,
-    CACHE_DIR,
     CLI_FTS_LEGS,
-    FTS_ONLY,
     REPO_ROOT,
-    generate_events,
-    log,
     pct,
     summary,
 )
-from bench.perf_ingest import batches, checkpoint, make_models, open_memory, warm_models
-from bench.perf_query import default_legs
+from bench.perf_ingest import checkpoint
 
 # ----------------------------------------------------------------------------- 3. CLI
 
@@ -150,59 +143,3 @@ def db_size(path: Path) -> dict[str, Any]:
 
 
 # ----------------------------------------------------------------------------- profiling
-
-
-def profile_paths(db: Path, queries: list[dict], embedder_name: str,
-                  use_sparse: bool, out_path: Path) -> None:
-    """cProfile (CPU time, so other jobs on the machine do not count) the defer-embed ingest
-    of 2,000 events, 300 single-event ingests and 100 queries of each kind."""
-    import cProfile
-    import io
-    import pstats
-
-    buf = io.StringIO()
-    events = generate_events(BATCH * 5 + 300, seed=11)
-
-    def dump(title: str, prof: cProfile.Profile) -> None:
-        buf.write(f"\n===== {title} =====\n")
-        stats = pstats.Stats(prof, stream=buf).strip_dirs()
-        stats.sort_stats("cumulative").print_stats(35)
-        stats.sort_stats("tottime").print_stats(20)
-
-    with tempfile.TemporaryDirectory(dir=CACHE_DIR) as tmp:
-        path = Path(tmp) / "profile.db"
-        with open_memory(path, *make_models(embedder_name, use_sparse)) as memory:
-            memory.ingest(events[:BATCH], defer_embed=True)
-            prof = cProfile.Profile(time.process_time)
-            prof.enable()
-            for chunk in batches(events[BATCH : BATCH * 5], BATCH):
-                memory.ingest(list(chunk), defer_embed=True)
-            prof.disable()
-            dump("ingest, defer_embed, 2,000 events in batches of 500", prof)
-            prof = cProfile.Profile(time.process_time)
-            prof.enable()
-            for rec in events[BATCH * 5 : BATCH * 5 + 300]:
-                memory.ingest([rec], defer_embed=True)
-            prof.disable()
-            dump("ingest, defer_embed, 300 single-event calls", prof)
-    embedder, sparse = make_models(embedder_name, use_sparse)
-    warm_models(embedder, sparse)
-    with open_memory(db, embedder, sparse) as memory:
-        for legs_name, legs in (("all legs", default_legs()), ("FTS-only", FTS_ONLY)):
-            for user_scope in (True, False):
-                memory.retrieval.leg_weights = legs
-                for q in queries[:10]:
-                    memory.query(q["text"])
-                prof = cProfile.Profile(time.process_time)
-                prof.enable()
-                for q in queries[:100]:
-                    f = memory.filters(tenant_id=q["tenant_id"],
-                                       user_id=q["user_id"] if user_scope else None)
-                    memory.query(q["text"], filters=f)
-                prof.disable()
-                scope = "tenant+user" if user_scope else "tenant only"
-                dump(f"query {db.name}, {legs_name}, {scope}, 100 queries", prof)
-    out_path.write_text(buf.getvalue())
-    log(f"profile written to {out_path}")
-
-

@@ -1,5 +1,5 @@
 """bench/perf.py, part 2: library `Memory.query` latency per database size, legs and scope,
-the per-step breakdown, run in a child process with the CLI's thread settings."""
+run in a child process with the CLI's thread settings."""
 
 from __future__ import annotations
 
@@ -8,7 +8,6 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -38,137 +37,6 @@ def query_latency(memory: Any, queries: list[dict], *, legs: dict[str, float],
             cpus.append((time.process_time() - c0) * 1000)
     out = summary(times)
     out["cpu_p50"], out["cpu_p95"] = pct(cpus, 50), pct(cpus, 95)
-    return out
-
-
-class _Proxy:
-    """Delegates to `inner`, timing the named methods into `sink`."""
-
-    def __init__(self, inner: Any, methods: dict[str, str], sink: dict[str, list[float]]
-                 ) -> None:
-        self._inner, self._methods, self._sink = inner, methods, sink
-
-    def __getattr__(self, name: str) -> Any:
-        attr = getattr(self._inner, name)
-        label = self._methods.get(name)
-        if label is None:
-            return attr
-        return _timed(attr, label, self._sink)
-
-
-def _timed(fn: Callable[..., Any], label: str, sink: dict[str, list[float]]
-           ) -> Callable[..., Any]:
-    """Wrap fn so each call adds its [wall ms, CPU ms] to sink[label]."""
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        t0, c0 = time.perf_counter(), time.process_time()
-        try:
-            return fn(*args, **kwargs)
-        finally:
-            acc = sink.setdefault(label, [0.0, 0.0])
-            acc[0] += (time.perf_counter() - t0) * 1000
-            acc[1] += (time.process_time() - c0) * 1000
-    wrapper.__name__ = getattr(fn, "__name__", label)
-    return wrapper
-
-
-# Steps of Memory.query, timed by wrapping the functions it calls through module attributes.
-# (module, attribute, label, nested): nested steps run inside another step and are shown for
-# detail only; the others add up, with "other" the rest of the call.
-_STEPS = (
-    ("memcli.retrieval.search", "query_entity_keys", "query parsing: entity keys", False),
-    ("memcli.retrieval.text", "lexical_query", "query parsing: lexical terms", False),
-    ("memcli.store.search_sql", "lexical", "leg lexical (SQL)", False),
-    ("memcli.store.search_sql", "trigram", "leg trigram (SQL)", False),
-    ("memcli.store.search_sql", "entity", "leg entity (SQL)", False),
-    ("memcli.store.search_sql", "count_candidates", "scope count (picks the legs' plans)", False),
-    ("memcli.store.sparse", "search", "leg sparse (SQL)", False),
-    ("memcli.store.search_sql", "dense", "leg dense (SQL)", False),
-    ("", "encode_query", "  worker thread: SPLADE encode_query", True),
-    ("", "embed_query", "  worker thread: embed_query (dense model)", True),
-    ("memcli.retrieval.search", "rank", "rank (fusion + stages)", False),
-    ("memcli.retrieval.search", "fuse", "  rank: fuse", True),
-    ("memcli.store.memories", "get_memories", "  rank: get_memories", True),
-    ("memcli.store.search_sql", "session_neighbours",
-     "  rank: session_neighbours SQL (in neighbours)", True),
-)
-
-
-OTHER = "other (Memory.query itself, incl. waiting for the models)"
-
-
-def query_breakdown(memory: Any, queries: list[dict], *, legs: dict[str, float],
-                    user_scope: bool, warmup: int) -> dict[str, dict[str, float]]:
-    """Run the real Memory.query with its steps wrapped in timers: per step, wall ms
-    summary plus CPU p50 (this process's CPU time)."""
-    import importlib
-
-    from memcli.retrieval import stages
-
-    memory.retrieval.leg_weights = dict(legs)
-    sink: dict[str, list[float]] = {}
-    nested = {label for *_, label, is_nested in _STEPS if is_nested}
-    saved: list[tuple[Any, str, Any]] = []
-    write_name = "_after_read" if hasattr(memory, "_after_read") else "_record_access"
-    parts: dict[str, list[tuple[float, float]]] = {}
-    models = (memory.embedder, memory.sparse)
-    pool, row = list(stages.POOL_STAGES), list(stages.ROW_STAGES)
-    try:
-        for module_name, attr, label, _ in _STEPS:
-            if not module_name:
-                continue  # a model method: wrapped through a proxy below
-            module = importlib.import_module(module_name)
-            if hasattr(module, attr):
-                saved.append((module, attr, getattr(module, attr)))
-                setattr(module, attr, _timed(getattr(module, attr), label, sink))
-        stages.POOL_STAGES[:] = [_timed(f, f"  rank: stage {f.__name__}", sink) for f in pool]
-        stages.ROW_STAGES[:] = [_timed(f, f"  rank: stage {f.__name__}", sink) for f in row]
-        nested.update(f"  rank: stage {f.__name__}" for f in pool + row)
-        if memory.embedder is not None:
-            memory.embedder = _Proxy(
-                memory.embedder, {"embed_query": "  worker thread: embed_query (dense model)"},
-                sink)
-        if memory.sparse is not None:
-            memory.sparse = _Proxy(memory.sparse,
-                                   {"encode_query": "  worker thread: SPLADE encode_query"},
-                                   sink)
-        memory._hit = _timed(type(memory)._hit, "build hits", sink)
-        setattr(memory, write_name, _timed(getattr(memory, write_name),
-                                           "after-read write (access counts, metrics)", sink))
-        for i, q in enumerate(queries):
-            f = memory.filters(tenant_id=q["tenant_id"],
-                               user_id=q["user_id"] if user_scope else None)
-            sink.clear()
-            t0, c0 = time.perf_counter(), time.process_time()
-            memory.query(q["text"], filters=f)
-            total = ((time.perf_counter() - t0) * 1000, (time.process_time() - c0) * 1000)
-            if i < warmup:
-                continue
-            step = {k: (v[0], v[1]) for k, v in sink.items()}
-            top = [v for k, v in step.items() if k not in nested]
-            step[OTHER] = (total[0] - sum(v[0] for v in top), total[1] - sum(v[1] for v in top))
-            step["total"] = total
-            for k, v in step.items():
-                parts.setdefault(k, []).append(v)
-    finally:
-        for module, attr, fn in saved:
-            setattr(module, attr, fn)
-        stages.POOL_STAGES[:] = pool
-        stages.ROW_STAGES[:] = row
-        memory.embedder, memory.sparse = models
-        del memory._hit
-        delattr(memory, write_name)
-    order = [label for *_, label, _ in _STEPS]
-    at = order.index("  rank: session_neighbours SQL (in neighbours)")
-    order[at:at] = [f"  rank: stage {f.__name__}" for f in pool + row]
-    order += ["build hits", "after-read write (access counts, metrics)",
-              OTHER, "total"]
-    out: dict[str, dict[str, float]] = {}
-    n = len(queries) - warmup
-    for label in [x for x in order if x in parts] + [x for x in parts if x not in order]:
-        walls = [w for w, _ in parts[label]] + [0.0] * (n - len(parts[label]))
-        cpus = [c for _, c in parts[label]] + [0.0] * (n - len(parts[label]))
-        out[label] = {**summary(walls), "cpu_p50": pct(cpus, 50), "cpu_p95": pct(cpus, 95),
-                      "calls": len(parts[label])}
     return out
 
 
@@ -233,11 +101,6 @@ def run_query_benches(path: Path, embedder_name: str, use_sparse: bool, queries:
             for scope_name, user_scope in (("tenant+user", True), ("tenant only", False)):
                 log(f"  {path.name}: {legs_name}, {scope_name}")
                 out[f"{legs_name} | {scope_name}"] = query_latency(
-                    memory, queries, legs=legs, user_scope=user_scope, warmup=warmup)
-        for legs_name, legs in (("all legs", default_legs()), ("FTS-only", FTS_ONLY)):
-            for scope_name, user_scope in (("tenant+user", True), ("tenant only", False)):
-                log(f"  {path.name}: breakdown, {legs_name}, {scope_name}")
-                out[f"breakdown | {legs_name} | {scope_name}"] = query_breakdown(
                     memory, queries, legs=legs, user_scope=user_scope, warmup=warmup)
         memories = int(memory.db.scalar("SELECT count(*) FROM memories"))
         out["fts_matches"] = fts_matches(memory, queries)

@@ -160,7 +160,7 @@ def render(res: dict[str, Any]) -> str:
               "|---|---|---|---|---|---|---|---|"]
     for size in sizes:
         for key, val in res["query"][str(size)].items():
-            if " | " not in key or key.startswith("breakdown"):
+            if " | " not in key:
                 continue
             legs, scope = key.split(" | ")
             lines.append(f"| {k(size)} | {legs} | {scope} | {fmt(val['p50'], 2)} | "
@@ -180,28 +180,6 @@ def render(res: dict[str, Any]) -> str:
         sc = res["query"][str(size)]["scope_sizes"]
         lines.append(f"{k(size)}: memories per tenant+user scope, min / median / max: "
                      f"{sc['min']:,} / {sc['median']:,} / {sc['max']:,}. ")
-    for legs_name in ("all legs", "FTS-only"):
-        lines += ["", f"Where the time goes, {legs_name}: the real `Memory.query` with each "
-                  "step wrapped in a timer. Cells: wall p50 / p95 (CPU p50), ms over all "
-                  "measured queries (0 when a step did not run); indented rows are part of "
-                  "the row above them, except the worker-thread rows: the query-side models "
-                  "run on a worker thread while the SQL legs run, and the time the main "
-                  "thread still waits for them is inside \"other\".", "",
-                  "| step | " + " | ".join(f"{k(size)}, {scope}" for size in sizes
-                                         for scope in ("tenant+user", "tenant only"))
-                  + " |", "|---|" + "---|" * (2 * len(sizes))]
-        tables = [res["query"][str(size)][f"breakdown | {legs_name} | {scope}"]
-                  for size in sizes for scope in ("tenant+user", "tenant only")]
-        steps: list[str] = []
-        for table in tables:
-            steps += [step for step in table if step not in steps]
-        for step in steps:
-            cells = [f"{fmt(t[step]['p50'], 2)} / {fmt(t[step]['p95'], 2)} "
-                     f"({fmt(t[step]['cpu_p50'], 2)})" if step in t else "-" for t in tables]
-            name = step.strip().replace("|", "/")
-            name = f"**{name}**" if step == "total" else (
-                f"&nbsp;&nbsp;{name}" if step.startswith("  ") else name)
-            lines.append(f"| {name} | " + " | ".join(cells) + " |")
     lines.append("")
     for size in sizes:
         fts = res["query"][str(size)]["fts_matches"]

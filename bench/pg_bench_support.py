@@ -3,11 +3,8 @@
 A bench starts a throw-away cluster with the tests' `running_server()` (tests/support/pg.py)
 and makes its databases here: copied from template0 (so nothing left in template1 comes along,
 and the locale is the cluster's), named with quotes, addressed by a URL on the same server.
-bench/pg_scale*.py keep their own copy on purpose: a 1M-row run of them was in progress when
-this module was written, and their code is left as that run measured it.
-
-The tests make theirs with tests/pg_db_support.scratch_database (a pytest helper that skips
-without psycopg; bench scripts fail instead).
+The tests make theirs with tests/support/pg_db.py (a pytest helper that skips without
+psycopg; bench scripts fail instead).
 """
 
 from __future__ import annotations

@@ -44,6 +44,7 @@ from typing import Any
 from bench import perf
 from bench import pg_scale_report as report
 from bench import pg_scale_support as sup
+from bench.pg_bench_support import create_database
 
 BENCH = Path(__file__).resolve().parent
 
@@ -285,12 +286,11 @@ def measure_run(name: str, location: str, append: int, batch: int, queries: list
     return out
 
 
-def create_database(dsn: str, name: str) -> dict[str, str]:
-    """The benchmark's database on the throw-away server; the server's settings."""
+def server_settings(dsn: str) -> dict[str, str]:
+    """The throw-away server's settings that bear on the figures."""
     import psycopg
 
     with psycopg.connect(dsn, autocommit=True) as admin:
-        admin.execute(f"CREATE DATABASE {name} TEMPLATE template0")
         return dict(admin.execute(
             "SELECT name, setting FROM pg_settings WHERE name IN ('shared_buffers',"
             " 'work_mem', 'fsync', 'synchronous_commit', 'server_version')").fetchall())
@@ -351,8 +351,8 @@ def main(argv: list[str] | None = None) -> int:
                 locations["sqlite"] = str(work / "scale.db")
             if "postgresql" in engines:
                 server = stack.enter_context(running_server())
-                res["postgres_settings"] = create_database(server.dsn, "memcli_scale")
-                locations["postgresql"] = server.dsn.rsplit("/", 1)[0] + "/memcli_scale"
+                res["postgres_settings"] = server_settings(server.dsn)
+                locations["postgresql"] = create_database(server.dsn, "memcli_scale")
             for name, loc in locations.items():
                 res[name] = load_run(name, loc, events, args.batch, models, docs, work,
                                      args.writers)

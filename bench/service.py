@@ -58,13 +58,13 @@ from bench.perf import (
 )
 from bench.service_support import (
     Daemon,
-    answers,
     auto_env,
     cli_env,
     process_ms,
     stop_auto_started,
 )
 from memcli.service import paths
+from tests.support.sockets import answers
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
@@ -105,7 +105,7 @@ def commands(path: Path, queries: list[dict]) -> list[tuple[str, list[str], str 
     for q in queries:
         scope = ["--db", str(path), "--tenant", q["tenant_id"], "--user", q["user_id"]]
         request = {"tenant_id": q["tenant_id"], "user_id": q["user_id"],
-                   "session_id": f"bench-{q['user_id']}", "query_text": q["text"]}
+                   "session_id": f"bench-{q['user_id']}", "query": q["text"]}
         out.append(("query", ["query", q["text"], *scope, "--json"], None))
         out.append(("acb build", ["acb", "build", "-", "--db", str(path), "--json"],
                     json.dumps(request)))

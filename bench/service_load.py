@@ -87,7 +87,7 @@ async def http_agent(n: int, base: str, deadline: float, stats: Stats, think: fl
                 ("record_event", "/api/v1/events", ev),
                 ("build_acb", "/api/v1/acb/build",
                  {"tenant_id": TENANT, "user_id": ev["user_id"], "session_id": ev["session_id"],
-                  "query_text": f"what about the {word} item?"}),
+                  "query": f"what about the {word} item?"}),
                 ("query", "/api/v1/query",
                  {"query": f"{word} item", "filters": {"user_id": ev["user_id"]}, "top_k": 5}),
             )

@@ -12,6 +12,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from tests.support.procs import stop
+
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -93,13 +95,7 @@ class Daemon:
 
     def __exit__(self, *exc: object) -> None:
         assert self.proc is not None
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        stop(self.proc, timeout=30)
         self._log.close()
 
 
@@ -111,19 +107,6 @@ def auto_env(env: dict[str, str], run_dir: Path) -> dict[str, str]:
     out = {**env, "XDG_RUNTIME_DIR": str(run_dir), "MEMCLI_DAEMON_IDLE_EXIT": "2"}
     out.pop("MEMCLI_AUTOSTART", None)
     return out
-
-
-def answers(socket_path: str) -> bool:
-    import socket
-
-    probe = socket.socket(socket.AF_UNIX)
-    try:
-        probe.connect(socket_path)
-        return True
-    except OSError:
-        return False
-    finally:
-        probe.close()
 
 
 def alive(pid: int) -> bool:

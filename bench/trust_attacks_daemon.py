@@ -25,15 +25,14 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
-from tests.support.procs import processes
-from tests.support.sockets import second_user
+from tests.support.procs import processes, stop
+from tests.support.sockets import answers, second_user
 from tests.support.trust import memcli_env
 
 STARTER = {"MEMCLI_TENANT": "acme", "GITHUB_TOKEN": "ghp_starter0123456789",
@@ -59,17 +58,6 @@ def scratch_env(scratch: Path, name: str, *, auto: bool) -> dict[str, str]:
     if auto:
         env.pop("MEMCLI_AUTOSTART", None)
     return env
-
-
-def answers(path: str) -> bool:
-    probe = socket.socket(socket.AF_UNIX)
-    try:
-        probe.connect(path)
-        return True
-    except OSError:
-        return False
-    finally:
-        probe.close()
 
 
 def wait_for(predicate: Any, timeout: float) -> bool:
@@ -202,12 +190,7 @@ def repointed_link(scratch: Path) -> dict[str, Any]:
         return {"writes_in_other_db": int("after: a note for a" in tenants(b)), "of": 1,
                 "in_own_db": int("after: a note for a" in tenants(a))}
     finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop(proc)
         log.close()
 
 
@@ -245,12 +228,7 @@ def unopenable_db(scratch: Path) -> dict[str, Any]:
         code = proc.wait(timeout=30)
     except subprocess.TimeoutExpired:
         code = None
-        proc.send_signal(signal.SIGTERM)
-    try:
-        _out, err = proc.communicate(timeout=60)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        _out, err = proc.communicate()
+    _out, err = stop(proc)
     return {"exit": code, "stderr_lines": len(err.splitlines()),
             "first_line": (err.splitlines() or [""])[0][:160]}
 
@@ -286,9 +264,7 @@ def _serve_up(env: dict[str, str], home: Path, sock: str) -> tuple[bool, list[st
                             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
     up = wait_for(lambda: answers(sock) or proc.poll() is not None, 90) and proc.poll() is None
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-    _out, err = proc.communicate(timeout=60)
+    _out, err = stop(proc)
     return up, ([] if up else err.strip().splitlines()[-1:])
 
 

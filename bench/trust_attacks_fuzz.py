@@ -19,7 +19,7 @@ from bench.trust_attacks_serve import MCP_HEADERS, Serve
 ROUTES: tuple[tuple[str, str, dict], ...] = (
     ("POST", "/api/v1/events", {"text": "hello there", "session_id": "s1", "kind": "message",
                                 "ts": "2025-01-01T00:00:00Z", "tags": ["a"]}),
-    ("POST", "/api/v1/acb/build", {"query_text": "plan", "max_tokens": 500, "session_id": "s1"}),
+    ("POST", "/api/v1/acb/build", {"query": "plan", "budget_tokens": 500, "session_id": "s1"}),
     ("GET", "/api/v1/artifacts/{artifact}", {}),
     ("POST", "/api/v1/decisions", {"decision": "Use SQLite", "rationale": ["small"],
                                    "supersedes": 1}),
@@ -36,7 +36,7 @@ ROUTES: tuple[tuple[str, str, dict], ...] = (
 )
 TOOLS: tuple[tuple[str, dict], ...] = (
     ("memory_query", {"query": "plan", "top_k": 5}),
-    ("memory_build_acb", {"query": "plan", "max_tokens": 500}),
+    ("memory_build_acb", {"query": "plan", "budget_tokens": 500}),
     ("memory_record_event", {"text": "hello", "session_id": "s1"}),
     ("memory_get_artifact", {"artifact_id": "doc-1"}),
     ("memory_query_decisions", {"limit": 5}),

@@ -17,7 +17,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import signal
 import stat
 import subprocess
 import sys
@@ -26,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.trust_attacks_serve import OPERATOR, Serve, free_port
+from tests.support.procs import stop
 from tests.support.trust import memcli_env
 
 FLOOD = 10_000
@@ -102,12 +102,7 @@ def _serve_once(env: dict[str, str], home: Path) -> None:
             except httpx.HTTPError:
                 time.sleep(0.2)
     finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop(proc)
 
 
 def _login(client: Any, token: str) -> int:

@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from tests.support.procs import processes
+from tests.support.procs import processes, stop
 
 OPERATOR = "operator-token-0123456789abcdef"
 INSIDE = {"tenant_id": "t1", "user_id": "alice", "app_id": "a1", "category": "projects"}
@@ -115,13 +115,7 @@ class Serve:
         if self.proc is None:
             return
         kids = descendants(self.proc.pid)
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-        try:
-            self.proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
+        stop(self.proc)
         for pid in kids:  # a forked worker the daemon did not reap
             try:
                 os.kill(pid, signal.SIGKILL)

@@ -283,12 +283,12 @@ def mcp_tools() -> list[Any]:
     import anyio
 
     from memcli.config import load_settings
-    from memcli.service.api import Scope
+    from memcli.service.api import Binding
     from memcli.service.mcp_server import TOOLS, build_mcp
 
     with tempfile.TemporaryDirectory() as folder, warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        server = build_mcp(load_settings(Path(folder) / "memory.db"), Scope(), tuple(TOOLS))
+        server = build_mcp(load_settings(Path(folder) / "memory.db"), Binding(), tuple(TOOLS))
         return list(anyio.run(server.list_tools))
 
 

@@ -11,6 +11,7 @@ import os
 import sys
 from pathlib import Path
 from typing import Any, Literal
+from urllib.parse import urlsplit
 
 from pydantic import BaseModel, Field, ValidationError, field_validator
 
@@ -113,6 +114,43 @@ class RetrievalSettings(BaseModel):
     speaker_boost: float = 1.1  # turns by a speaker the question names
 
 
+class RerankSettings(BaseModel):
+    """An optional reranker behind a model server's `/rerank` endpoint (`rerank:` in
+    config.yaml, docs/guides/reranking.md). Off until `url` is set: memcli stays offline."""
+
+    url: str | None = None  # the endpoint itself, e.g. http://127.0.0.1:8080/rerank
+    model: str | None = None
+    api_key: str | None = None  # sent as `Authorization: Bearer` (MEMCLI_RERANK_API_KEY)
+    # The wire format (docs/guides/reranking.md says which server speaks which): "tei" for
+    # text-embeddings-inference, "cohere" for the body of Cohere and Jina that vLLM, Infinity
+    # and llama.cpp's server share. "auto": "cohere" when a model is named (those servers ask
+    # for one), else "tei" (one model per server, no model field).
+    format: Literal["auto", "tei", "cohere"] = "auto"
+    timeout: float = Field(default=5.0, gt=0)  # seconds; then the fused order stands
+    top_n: int = Field(default=20, ge=1, le=1000)  # the fused top N the reranker reorders
+
+    @field_validator("url")
+    @classmethod
+    def _endpoint(cls, value: str | None) -> str | None:
+        if value is None or not value.strip():
+            return None
+        parts = urlsplit(value.strip())
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError(f"not an http(s) URL: {value!r} (e.g. http://127.0.0.1:8080/rerank)")
+        try:
+            parts.port  # noqa: B018 - raises on a port that is not a number
+        except ValueError as exc:
+            raise ValueError(f"bad port in {value!r}") from exc
+        return value.strip()
+
+    @property
+    def wire(self) -> str:
+        """The wire format in use: `format`, with "auto" decided by `model`."""
+        if self.format != "auto":
+            return self.format
+        return "cohere" if self.model else "tei"
+
+
 class SectionSettings(BaseModel):
     cap: int = Field(ge=0)
     priority: int = 0
@@ -188,6 +226,7 @@ class Settings(BaseModel):
     embedder: EmbedderSettings = Field(default_factory=EmbedderSettings)
     llm: LLMSettings = Field(default_factory=LLMSettings)
     retrieval: RetrievalSettings = Field(default_factory=RetrievalSettings)
+    rerank: RerankSettings = Field(default_factory=RerankSettings)
     lifecycle: LifecycleSettings = Field(default_factory=LifecycleSettings)
     acb: AcbSettings = Field(default_factory=AcbSettings)
     categories_file: Path | None = None
@@ -289,6 +328,12 @@ _ENV = {
     "MEMCLI_LLM_TIMEOUT": ("llm", "timeout"),
     "MEMCLI_LLM_DAILY_TOKEN_CAP": ("llm", "daily_token_cap"),
     "MEMCLI_LOCK_WAIT": ("lifecycle", "lock_wait"),
+    "MEMCLI_RERANK_URL": ("rerank", "url"),
+    "MEMCLI_RERANK_MODEL": ("rerank", "model"),
+    "MEMCLI_RERANK_API_KEY": ("rerank", "api_key"),
+    "MEMCLI_RERANK_FORMAT": ("rerank", "format"),
+    "MEMCLI_RERANK_TIMEOUT": ("rerank", "timeout"),
+    "MEMCLI_RERANK_TOP_N": ("rerank", "top_n"),
 }
 
 

@@ -23,6 +23,7 @@ from tests.support.daemon import no_stray_daemons  # noqa: F401 - autouse: no te
 from tests.support.llmstub import make_stub
 from tests.support.pg import pg_cluster, pg_server  # noqa: F401
 from tests.support.pg_db import pg_db  # noqa: F401
+from tests.support.rerankstub import RerankStub
 from tests.support.sockets import short_tempdir
 from tests.support.trust import UNSET
 
@@ -40,7 +41,9 @@ def isolated_env(tmp_path_factory, monkeypatch):
     monkeypatch.setenv("MEMCLI_AUTOSTART", "0")
     for var in ("MEMCLI_DB", "MEMCLI_CONFIG", "MEMCLI_EMBEDDER", "MEMCLI_LLM_BASE_URL",
                 "MEMCLI_LLM_API_KEY", "MEMCLI_CATEGORIES", "MEMCLI_TENANT",
-                "MEMCLI_SOCKET", "MEMCLI_NO_DAEMON", "MEMCLI_LOCK_WAIT"):
+                "MEMCLI_SOCKET", "MEMCLI_NO_DAEMON", "MEMCLI_LOCK_WAIT", "MEMCLI_RERANK_URL",
+                "MEMCLI_RERANK_MODEL", "MEMCLI_RERANK_API_KEY", "MEMCLI_RERANK_FORMAT",
+                "MEMCLI_RERANK_TIMEOUT", "MEMCLI_RERANK_TOP_N"):
         monkeypatch.delenv(var, raising=False)
     # Credentials, and the parent shell's terminal: rich wraps text output at COLUMNS (the
     # scope line of `--format text` split at COLUMNS=40) and colours it with FORCE_COLOR.
@@ -54,6 +57,14 @@ def stub():
     """The scripted OpenAI-compatible server on 127.0.0.1 (tests/support/llmstub.py), stopped after
     the test."""
     with make_stub() as server:
+        yield server
+
+
+@pytest.fixture
+def rerank_stub():
+    """The scripted reranking server on 127.0.0.1 (tests/support/rerankstub.py), both wire
+    formats, stopped after the test."""
+    with RerankStub() as server:
         yield server
 
 

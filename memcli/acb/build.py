@@ -1,6 +1,6 @@
 """Active context bundles: what an agent puts in front of its model, budgeted to the token.
 
-    bundle = build_acb(memory, {"user_id": "u1", "session_id": "s1", "query_text": "..."})
+    bundle = build_acb(memory, AcbRequest(user_id="u1", session_id="s1", query="..."))
 
 Sections (cap, priority; config `acb.sections`): identity, rules, profile (`context: all`
 categories), reflection (the latest), app_memories (`app_id` only), task_state, decision_ledger,
@@ -8,7 +8,7 @@ handoff_packet, retrieved_evidence (duplicates collapsed), recent_window. The se
 turn is packed first (a floor, at every budget, within the recent window's cap); then sections
 fill by priority; inside one, items are taken best first while they fit the section's cap and
 what is left of the budget (an item that does not fit is skipped, the next, smaller one may). The
-budget is `max_tokens` minus a reserve for the caller; every count is tiktoken's, on exactly the
+budget is `budget_tokens` minus a reserve for the caller; every count is tiktoken's, on exactly the
 text the markdown rendering prints, and the rendered block is counted once more at the end.
 
 Privacy runs in SQL through one `Filters`: the channel picks the sensitivities (public and agent:
@@ -31,14 +31,14 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import pydantic
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import ConfigDict, Field, field_validator
 
 from memcli.acb import decisions, pack, render, sections
 from memcli.acb.names import add_document_names
 from memcli.config import AcbSettings, check_bundle_budget
-from memcli.core.records import Channel, parse_ts
-from memcli.errors import DatabaseBusyError, UsageError, validation_line
+from memcli.core.records import Channel
+from memcli.core.request_base import QueryText, Scope, Time, old_spellings
+from memcli.errors import DatabaseBusyError, UsageError
 from memcli.retrieval.text import terms
 from memcli.store import acb_sql, memories
 from memcli.store.connection import HINT_WAIT
@@ -63,33 +63,32 @@ CHANNEL_HIDES_PRIVATE_DECISIONS = frozenset({"public", "agent"})
 DELTA_BULLETS = 3
 
 
-class AcbRequest(BaseModel):
-    """One `acb build` request (flags or a JSON object on stdin)."""
+class AcbRequest(QueryText, Scope):
+    """One `acb build` request: `memcli acb build` (flags or a JSON object on stdin), `POST
+    /api/v1/acb/build`, the MCP `memory_build_acb` tool. Built on the shared scope; it spells
+    what it shares with a query as a query does (`query`, `agent_id`, `budget_tokens`)."""
 
-    model_config = ConfigDict(extra="forbid")
+    # Old spellings, read until 0.2.0: the PRD's `query_text` and `max_tokens`, `agent`, and
+    # the short scope names of the first command line.
+    OLD = {"query": "query_text", "budget_tokens": "max_tokens", "agent_id": "agent",
+           "tenant_id": "tenant", "user_id": "user", "session_id": "session", "app_id": "app"}
+    model_config = ConfigDict(alias_generator=old_spellings(OLD))
 
-    tenant_id: str | None = Field(
-        default=None, min_length=1,
-        description="Tenant to read (default: the configured one, else `default`).")
-    user_id: str | None = Field(default=None, description="Whose bundle: this user's memories.")
-    session_id: str | None = Field(default=None, description="The session the turn is in.")
     agent_id: str | None = Field(  # the asking agent: its allowlist applies; the delta caller
         default=None, description="The asking agent: its category allowlist applies.")
     channel: Channel = Field(
         default="private",
         description="private (default), team, public or agent: decides which sensitivities load.")
     intent: str | None = Field(default=None, description="What the turn means to do (a label).")
-    query_text: str | None = Field(
+    query: str | None = Field(
         default=None, description="What the next turn is about (retrieval runs only with it).")
-    max_tokens: int | None = Field(
+    budget_tokens: int | None = Field(
         default=None, ge=1,
         description="Token budget of the whole bundle (default and most: 65000).")
     caps: dict[str, int] = Field(default_factory=dict,
                                  description="Per-section cap overrides: SECTION: TOKENS.")
     categories: list[str] = Field(default_factory=list,
                                   description="Only these categories as retrieved evidence.")
-    app_id: str | None = Field(  # app mode: the app's block, and nothing of other apps
-        default=None, description="App mode: the app's memories in a fixed block, no other app's.")
     since: int | dict[str, int] | None = Field(  # a revision, or {thread: revision}
         default=None, description="Delta header base revision (default: the last one you saw).")
     track: bool = Field(default=True, description="Remember this revision as seen (the base of "
@@ -100,50 +99,19 @@ class AcbRequest(BaseModel):
         default=False, description="Add the saved checkpoint of (user, session) to the handoff.")
     # Time travel: the bundle as it would have been then (facts valid at that time, events up
     # to it, ranked on that clock). Default: now, ranked on the newest memory update.
-    as_of: str | None = Field(
+    as_of: Time = Field(
         default=None, description="Read the memory as it was then: facts valid at that time, "
                                   "events up to it (ISO date or time, e.g. 2026-03-01).")
 
-    @field_validator("max_tokens")
+    @field_validator("budget_tokens")
     @classmethod
     def _budget(cls, value: int | None) -> int | None:
         return check_bundle_budget(value)
 
-    @field_validator("as_of")
+    @field_validator("handoff", mode="before")
     @classmethod
-    def _as_of(cls, value: str | None) -> str | None:
-        return None if value is None else parse_ts(value)
-
-    @model_validator(mode="before")
-    @classmethod
-    def _aliases(cls, data: Any) -> Any:
-        # Short names as on the command line: query, agent, tenant, user, session, app.
-        if isinstance(data, dict):
-            data = dict(data)
-            for short, full in (
-                ("query", "query_text"),
-                ("agent", "agent_id"),
-                ("tenant", "tenant_id"),
-                ("user", "user_id"),
-                ("session", "session_id"),
-                ("app", "app_id"),
-            ):
-                if short in data and full not in data:
-                    data[full] = data.pop(short)
-            if isinstance(data.get("handoff"), str):
-                data["handoff"] = [data["handoff"]]
-        return data
-
-
-def parse_request(data: Any) -> AcbRequest:
-    if isinstance(data, AcbRequest):
-        return data
-    if not isinstance(data, dict):
-        raise UsageError("an acb request must be a JSON object")
-    try:
-        return AcbRequest.model_validate(data)
-    except pydantic.ValidationError as exc:
-        raise UsageError(validation_line(exc, "acb request")) from exc
+    def _one_handoff(cls, value: Any) -> Any:
+        return [value] if isinstance(value, str) else value
 
 
 def channel_rules(base: Filters, channel: str) -> Filters:
@@ -171,7 +139,7 @@ def thread_keys(req: AcbRequest) -> list[str]:
 
 def build_acb(
     memory: MemoryHandle,
-    request: AcbRequest | dict[str, Any],
+    req: AcbRequest,
     *,
     settings: AcbSettings | None = None,
     context_dir: Path | None = None,
@@ -185,7 +153,6 @@ def build_acb(
     metrics: dict[str, Any] = {"command": "acb", "retrieval_path": "none"}
     stage = "request"
     try:
-        req = parse_request(request)
         if req.tenant_id is None:  # a bundle always reads one tenant: the configured one
             req = req.model_copy(update={"tenant_id": memory.tenant})
         if req.user_id is None and req.session_id:
@@ -242,7 +209,7 @@ def build_acb(
             entity_hits=found.legs.get("entity", 0),
         )
         stage = "pack"
-        max_tokens = req.max_tokens or settings.max_tokens
+        max_tokens = req.budget_tokens or settings.max_tokens
         bundle = pack.pack(
             plan,
             candidates,
@@ -374,7 +341,7 @@ def _retrieval(
 ) -> tuple[sections.Retrieval, str | None]:
     """Retrieval runs only for a query (no query: the fast path)."""
     now = req.as_of or acb_sql.data_now(memory.db)
-    if not (req.query_text and req.query_text.strip()):
+    if not (req.query and req.query.strip()):
         return sections.Retrieval(), now
     try:
         clock = (
@@ -387,7 +354,7 @@ def _retrieval(
     filters = replace(
         base, user_id=req.user_id, session_id=req.session_id, categories=tuple(req.categories)
     )
-    found = sections.retrieve(memory, req.query_text, filters, settings, clock, recent, covered)
+    found = sections.retrieve(memory, req.query, filters, settings, clock, recent, covered)
     return found, now
 
 
@@ -445,12 +412,14 @@ def _provenance(
     r = memory.retrieval
     return {
         "intent": req.intent,
-        "query_terms": terms(req.query_text or ""),
+        "query_terms": terms(req.query or ""),
         "retrieval_path": found.path,
         "legs": found.legs,
         "candidate_pool_size": found.pool_size,
         "scored": len(found.ranked),
         "deduped": deduped,
+        # What the configured reranker did (docs/guides/reranking.md); null: none configured.
+        "rerank": None if found.rerank is None else found.rerank.model_dump(),
         "as_of": now,
         "filters": {
             "tenant_id": req.tenant_id,
@@ -458,7 +427,7 @@ def _provenance(
             "session_id": req.session_id,
             "app_id": req.app_id,
             "channel": req.channel,
-            "agent": req.agent_id,
+            "agent_id": req.agent_id,
             "sensitivity_allowed": list(base.sensitivities),
             "categories_allowed": (
                 None if base.allowed_categories is None else list(base.allowed_categories)

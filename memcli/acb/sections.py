@@ -16,8 +16,10 @@ from typing import TYPE_CHECKING, Any
 
 from memcli.acb import decisions, render
 from memcli.config import bundled_text
+from memcli.core.records import RerankReport
 from memcli.derived.contradiction import content_words
 from memcli.retrieval import fallback, scope, search
+from memcli.retrieval.rerank import rerank
 from memcli.retrieval.stages import Candidate, RankContext
 from memcli.store import acb_sql, ledger_sql, memories
 
@@ -197,6 +199,7 @@ class Retrieval:
     fallbacks: int = 0
     pool_size: int = 0
     fulltext: int = 0  # distinct memories the full-text legs found (the metrics' fts hits)
+    rerank: RerankReport | None = None  # what the configured reranker did (None: none is)
 
 
 def retrieve(
@@ -261,9 +264,10 @@ def retrieve(
                 cand.boosts["related"] = settings.w_rel * strongest[cand.id]
                 cand.score += settings.w_rel * strongest[cand.id]
         ranked.sort(key=lambda c: (-c.score, c.id))
+    reranked = rerank(ranked, text, memory.reranker)  # last: the order the bundle packs
     return Retrieval(
         ranked, {k: len(v) for k, v in sorted(legs.items())}, path, path.count(">"), pool,
-        fulltext,
+        fulltext, reranked,
     )
 
 
@@ -286,6 +290,8 @@ def evidence_items(
         item = _memory_item("memory", cand.row, render.evidence_text(cand.row, extra))
         item["score"] = round(cand.score, 6)
         item["boosts"] = dict(sorted(cand.shown_boosts().items()))  # what each ranking stage added
+        if found.rerank is not None and cand.id in found.rerank.scores:
+            item["rerank_score"] = found.rerank.scores[cand.id]  # the reranker's own score
         item["_dup"] = cand.row["content"]  # the packer collapses repeated sentences
         if cand.id in sources:  # a summary cites the turns it summarises, not itself
             item["refs"] = sources[cand.id] or item["refs"]

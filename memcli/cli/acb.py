@@ -57,9 +57,10 @@ FormatOpt = Annotated[
 ]
 
 
-@request_options("memcli.acb.build:AcbRequest", skip=("caps", "since"), short={"query_text": "-q"},
-                 legacy={"query_text": "--query", "agent_id": "--agent",
-                         "include_checkpoint": "--checkpoint"})
+@request_options("memcli.operations.requests:AcbRequest", skip=("caps", "since"),
+                 short={"query": "-q"},
+                 legacy={"query": "--query-text", "budget_tokens": "--max-tokens",
+                         "agent_id": "--agent", "include_checkpoint": "--checkpoint"})
 def build_cmd(
     request: Annotated[
         str | None,
@@ -85,11 +86,12 @@ def build_cmd(
     """Build a context bundle for the next model call (JSON, or a markdown prompt block)."""
     from memcli.config import load_settings
     from memcli.errors import UsageError
-    from memcli.operations.bundle import acb_payload, prepare_acb
+    from memcli.operations.bundle import acb_payload
+    from memcli.operations.requests import AcbRequest, parse_acb_request
 
     with errors():
         check_flags({**given, "cap": cap})
-        data = read_request(request)
+        data = AcbRequest.spelled(read_request(request))
         data.update(given)
         if since is not None:
             data["since"] = since
@@ -98,14 +100,17 @@ def build_cmd(
             if not isinstance(caps, dict):
                 raise UsageError("bad acb request: caps must be an object of SECTION: TOKENS")
             data["caps"] = {**caps, **parse_caps(cap)}
-        req, note = prepare_acb(data)
-        if note:
+        req = parse_acb_request(data)
+        if note := req.truncation():
             warn(note)
         settings = load_settings(db)
-        with open_memory(db, with_embedder=bool(req.query_text),
-                         preload=bool(req.query_text), settings=settings,
+        with open_memory(db, with_embedder=bool(req.query),
+                         preload=bool(req.query), settings=settings,
                          must_exist=True) as memory:
-            bundle = acb_payload(memory, req, note, settings=settings)
+            bundle = acb_payload(memory, req, settings=settings)
+        rerank = (bundle.get("provenance") or {}).get("rerank") or {}
+        if rerank.get("skipped"):
+            warn(f"rerank skipped: {rerank['skipped']} (the fused order stands)")
         chosen = "json" if as_json else (str(fmt) if fmt is not None else None)
         if chosen is None:
             chosen = "markdown" if sys.stdout.isatty() else "json"

@@ -144,9 +144,10 @@ def stats_cmd(
         emit(out, resolve_format(fmt, as_json))
 
 
-@request_options(f"{LIFE}:ArtifactRequest")
+@request_options("memcli.operations.ledger_ops:ArtifactRequest")
 def artifact_cmd(
-    artifact_id: Annotated[str, typer.Argument(help="An artifact id from a tool result.")],
+    artifact_id: Annotated[str, typer.Argument(
+        help="An artifact id from a tool result, or the event id of an `artifact` event.")],
     *, given: Given, db: DbOpt = None,
 ) -> None:
     """Print the full output kept for a truncated tool result."""

@@ -74,17 +74,17 @@ def _call(db: str | None, operation: Any, scope: Any, request: Any) -> Any:
 
 
 def _scope(tenant: str | None, user: str | None, agent: str | None, app_id: str | None) -> Any:
-    from memcli.service.api import Scope
+    from memcli.service.api import Binding
 
-    return Scope(tenant=tenant, user_id=user, agent=agent, app_id=app_id)
+    return Binding(tenant=tenant, user_id=user, agent=agent, app_id=app_id)
 
 
-@old_spellings(OLD_IDENTITY)
+@old_spellings({**OLD_IDENTITY, "budget_tokens": "--max-tokens"})
 def session_start_cmd(
     db: DbOpt = None, tenant_id: TenantOpt = None, user_id: UserOpt = None,
     agent_id: AgentOpt = None, app_id: AppOpt = None,
-    max_tokens: Annotated[int, typer.Option(
-        "--max-tokens", min=1, help="Budget of the injected bundle.")] = 4000,
+    budget_tokens: Annotated[int, typer.Option(
+        "--budget-tokens", min=1, help="Budget of the injected bundle.")] = 4000,
     query: Annotated[str | None, typer.Option(
         "--query", help="What to retrieve evidence for (default: the project folder's "
                         "name, from the hook's cwd).")] = None,
@@ -98,12 +98,12 @@ def session_start_cmd(
         from memcli.service.hooks import session_context, session_topic
 
         payload = _read_payload()
-        request: dict[str, Any] = {"max_tokens": max_tokens}
+        request: dict[str, Any] = {"budget_tokens": budget_tokens}
         # Not the session's id: a bundle for a session narrows its evidence to that
         # session, and a new one has none yet.
         topic = query or session_topic(payload)
         if topic:
-            request["query_text"] = topic
+            request["query"] = topic
         bundle = _call(db, api.build_acb, _scope(tenant_id, user_id, agent_id, app_id), request)
         print(json.dumps(session_context(bundle), ensure_ascii=False))
 

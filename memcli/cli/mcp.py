@@ -61,12 +61,12 @@ def serve_stdio(db: str | None, tenant: str | None, user: str | None, agent: str
 
     with errors():
         from memcli.config import load_settings
-        from memcli.service.api import Scope
+        from memcli.service.api import Binding
         from memcli.service.mcp_server import run_stdio, select_tools
 
         settings = load_settings(db)
         selected = select_tools(tools or settings.mcp_tools)
-        run_stdio(settings, Scope(tenant=tenant, user_id=user, agent=agent, app_id=app),
+        run_stdio(settings, Binding(tenant=tenant, user_id=user, agent=agent, app_id=app),
                   selected)
     return 0
 

@@ -100,7 +100,8 @@ def old_spellings(aliases: dict[str, str]) -> Any:
         new = {name: _first_flag(signature.parameters[name].annotation) for name in aliases}
         hidden = [inspect.Parameter(
             name + OLD, inspect.Parameter.KEYWORD_ONLY, default=None,
-            annotation=Annotated[str | None, typer.Option(old, hidden=True, show_default=False)])
+            annotation=Annotated[_value_type(signature.parameters[name].annotation) | None,
+                                 typer.Option(old, hidden=True, show_default=False)])
             for name, old in aliases.items()]
 
         @functools.wraps(func)
@@ -117,6 +118,15 @@ def old_spellings(aliases: dict[str, str]) -> Any:
         return command
 
     return decorate
+
+
+def _value_type(annotation: Any) -> Any:
+    """`int` of `Annotated[int, typer.Option(...)]`, `str` of `Annotated[str | None, ...]`."""
+    import typing
+
+    kind = typing.get_args(annotation)[0]
+    args = [a for a in typing.get_args(kind) if a is not type(None)]
+    return args[0] if args else kind
 
 
 def _first_flag(annotation: Any) -> str:

@@ -15,9 +15,6 @@ from memcli.cli.output import Format, emit, errors, json_object, read_stdin, res
 if TYPE_CHECKING:
     from memcli.operations.requests import QueryRequest
 
-LEGS = ("lexical", "sparse", "dense", "entity", "trigram")
-
-
 def _render_hits(payload: dict, explain: bool) -> None:
     from rich.console import Console
     from rich.table import Table
@@ -30,6 +27,11 @@ def _render_hits(payload: dict, explain: bool) -> None:
         scope = f"{scope}, no match: newest memories"
     if len(steps) > 1:  # a session query that widened: say so
         scope = f"{scope}, widened from {steps[0]}"
+    rerank = payload.get("rerank")
+    if explain and rerank:  # what the configured reranker did (docs/guides/reranking.md)
+        scope += (f", reranked top {rerank['candidates']} by {rerank['model']} in "
+                  f"{rerank['latency_ms']:.0f} ms" if rerank["reranked"]
+                  else f", rerank skipped: {rerank['skipped']}")
     # Text, not markup: a query or a hit holding "[...]" (every bullet does) is shown as is.
     table = Table(title=Text(f"{payload['query']}  [scope: {scope}]"), show_lines=False)
     for col in ("#", "id", "score", "session", "text"):
@@ -42,6 +44,8 @@ def _render_hits(payload: dict, explain: bool) -> None:
         if explain:
             legs = " ".join(f"{k}#{v['rank']}={v['score']:.3g}" for k, v in hit["scores"].items())
             boosts = " ".join(f"{k}={v:.3g}" for k, v in hit["boosts"].items())
+            if hit.get("rerank_score") is not None:
+                boosts = f"rerank_score={hit['rerank_score']:.3g} {boosts}"
             row.append(f"{legs}\n{boosts}")
         table.add_row(*(Text(cell) for cell in row))
     Console().print(table)
@@ -51,20 +55,23 @@ def _request(text: str, given: dict[str, Any]) -> QueryRequest:
     """The request: the text (`-`: stdin, which starting with `{` is one memory-spec
     `memory.query` JSON request) and the flags, a flag winning over the same field."""
     from memcli.operations.requests import parse_query_request
-    from memcli.operations.retrieve import check_query
 
     data: dict[str, Any] = {"query": text}
     if text == "-":
         raw = read_stdin()
         if raw.lstrip().startswith("{"):
-            stdin = parse_query_request(json_object(raw, "the query request"))
-            data = stdin.model_dump(exclude_unset=True, exclude={"filters"})
+            sent = json_object(raw, "the query request")
+            # Its filters lifted to the top level, where a flag then replaces them; its text
+            # as sent (the request below cuts it, and says so).
+            stdin = parse_query_request(sent)
+            data = {**stdin.model_dump(exclude_unset=True, exclude={"filters"}),
+                    "query": sent["query"]}
         else:
             data = {"query": raw}
-    _, note = check_query(data["query"])  # "empty query", bad UTF-8: before the model's rules
-    if note:
+    request = parse_query_request(data | given)
+    if note := request.truncation():
         warn(note)
-    return parse_query_request(data | given)
+    return request
 
 
 @request_options("memcli.operations.requests:QueryRequest", skip=("query", "filters"),
@@ -75,62 +82,40 @@ def query_cmd(
         help="What to look for; `-` reads stdin: a memory.query JSON request "
              "when it starts with `{`, else the query text.")],
     given: dict[str, Any],
-    all_tenants: Annotated[bool, typer.Option(
-        "--all-tenants", help="Read every tenant (an operator's search; not with --tenant-id).")
-    ] = False,
-    sensitivity: Annotated[list[str] | None, typer.Option("--sensitivity")] = None,
-    legs: Annotated[str | None, typer.Option(
-        "--legs",
-        help="Comma-separated legs to use (lexical,sparse,dense,entity,trigram).")] = None,
-    no_widen: Annotated[bool, typer.Option(
-        "--no-widen", help="Never widen a session query to the user.")] = False,
-    explain: Annotated[bool, typer.Option(
-        "--explain", help="Show each leg's rank and score and each boost.")] = False,
     db: DbOpt = None,
     fmt: FormatOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Find memories: full-text, vector and entity search fused, then reranked."""
     with errors():
-        check_flags({**given, "sensitivity": sensitivity, "legs": legs})
-        request = _request(text, given)
-        wanted = {p.strip() for p in legs.split(",")} if legs else None
-        if wanted and not wanted <= set(LEGS):
-            from memcli.errors import UsageError
-
-            raise UsageError(f"unknown leg in --legs: {legs}", "use " + ", ".join(LEGS))
-        _query(request, wanted, all_tenants=all_tenants, sensitivity=sensitivity,
-               no_widen=no_widen, explain=explain, db=db,
-               fmt=resolve_format(fmt, as_json))
+        check_flags(given)
+        _query(_request(text, given), db=db, fmt=resolve_format(fmt, as_json))
 
 
-def _query(request: QueryRequest, wanted: set[str] | None, *, all_tenants: bool,
-           sensitivity: list[str] | None, no_widen: bool, explain: bool, db: str | None,
-           fmt: Format) -> None:
-    """The query run on the database and printed."""
+def _query(request: QueryRequest, *, db: str | None, fmt: Format) -> None:
+    """The query run on the database and printed (named legs: only their models load)."""
     from memcli.operations.retrieve import hits_payload, run_query, scale_note
 
-    with open_memory(db, with_embedder=wanted is None or "dense" in wanted,
-                     with_sparse=wanted is None or "sparse" in wanted,
+    legs = request.legs
+    with open_memory(db, with_embedder=legs is None or "dense" in legs,
+                     with_sparse=legs is None or "sparse" in legs,
                      preload=True, must_exist=True) as memory:
-        if wanted is not None:
-            memory.retrieval.leg_weights = {
-                k: w for k, w in memory.retrieval.leg_weights.items() if k in wanted}
-        # Named legs are a strict search: no recency fallback, `[]` when nothing matches.
-        result, note = run_query(memory, request, all_tenants=all_tenants,
-                                 sensitivity=sensitivity, no_widen=no_widen,
-                                 fallback=wanted is None)
+        result = run_query(memory, request)
     scale = scale_note(request, result)
     if scale:
         warn(scale)
+    if result.rerank is not None and result.rerank.skipped:
+        warn(f"rerank skipped: {result.rerank.skipped} (the fused order stands)")
     if fmt is Format.text:
         payload = result.model_dump()
-        if note and explain:
+        note = request.truncation()
+        if note and request.explain:
             payload["query"] = f"{payload['query'][:60]}... [{note}]"
-        emit(payload, fmt, lambda p: _render_hits(p, explain))
+        emit(payload, fmt, lambda p: _render_hits(p, request.explain))
     else:
-        # The JSON contract (memcli.operations.retrieve.hits_payload): hits, or the bullets.
-        emit(hits_payload(result, request.return_format), fmt)
+        # The JSON contract (memcli.operations.retrieve.hits_payload): hits, or the bullets,
+        # or with --explain the whole account.
+        emit(hits_payload(result, request), fmt)
 
 
 def register(app: typer.Typer) -> None:

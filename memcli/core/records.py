@@ -221,6 +221,14 @@ class Hit(BaseModel):
     # The scope of the search that answered (session | user | all), on every hit, so a JSON
     # array says whether a session query widened to its user.
     scope: str | None = None
+    # Per query, on every hit as `scope` is (a JSON array has nowhere else to say it).
+    rerank_score: float | None = Field(
+        default=None, description="The configured reranker's own score for this hit "
+        "(docs/guides/reranking.md); null when none is configured, the hit was beyond its "
+        "top N, or it was skipped.")
+    rerank_skipped: str | None = Field(
+        default=None, description="Why the configured reranker was skipped for this query (down, "
+        "timeout, a bad answer): the order is then the fused one. Null otherwise.")
 
     def bullet(self) -> dict[str, Any]:
         """The memory system spec's bullet: `{id, category, text}`, plus the scope every hit
@@ -286,6 +294,17 @@ class EventReceipt(IngestReport):
         return {k: out.pop(k) for k in ("event_id", "chunk_ids", "created_at")} | out
 
 
+class RerankReport(BaseModel):
+    """What the configured reranker did for one query or bundle (memcli.retrieval.rerank)."""
+
+    model: str  # the model named in the settings, else the endpoint
+    candidates: int = 0  # how many of the fused top were sent
+    reranked: bool = False
+    skipped: str | None = None  # why not, in one line: the fused order stands
+    latency_ms: float = 0.0  # the round trip, the server's own time included
+    scores: dict[int, float] = Field(default_factory=dict, exclude=True)  # memory id -> score
+
+
 class QueryResult(BaseModel):
     query: str
     scope: str  # session | user | all: the scope that answered
@@ -296,3 +315,4 @@ class QueryResult(BaseModel):
     budget_tokens: int | None = None
     tokens_used: int = 0
     latency_ms: float = 0.0
+    rerank: RerankReport | None = None  # None: no reranker configured

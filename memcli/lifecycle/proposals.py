@@ -176,7 +176,7 @@ def accept(memory: MemoryHandle, proposal_id: int, *, owner: Owner | None = None
             "pinned": False, "decay_rate": 0.0,
             "attributes": {"profile_field": row["field"], "value": row["value"],
                            "proposal_id": proposal_id, "consent": by}}
-        # True since the person said it: the old value ends there (derive.supersede).
+        # True since the person said it: the old value ends there (writer.supersede).
         said_at = _said_at(memory, row["source_ids"])
         fields = {"proposal_id": proposal_id, **commands.memory_fields(fact),
                   "source_ids": row["source_ids"], "event_time": said_at}

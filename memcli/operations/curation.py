@@ -14,7 +14,7 @@ from typing import Literal
 from pydantic import Field
 
 from memcli.core.ids import MAX_ID
-from memcli.operations.requests import AppScope, Request, SessionScope, TenantScope, UserScope
+from memcli.core.request_base import AppScope, Request, SessionScope, TenantScope, UserScope
 
 
 class AllTenants(Request):

@@ -13,10 +13,10 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 from pydantic import AfterValidator, Field
 
 from memcli.core.ids import Id
+from memcli.core.request_base import AppScope, Scope, TenantScope, UserScope
 from memcli.errors import UsageError
 from memcli.ledger import entries
 from memcli.operations.record import artifact_body
-from memcli.operations.requests import AppScope, Scope, TenantScope, UserScope
 
 if TYPE_CHECKING:
     from memcli.operations.memory import Memory

@@ -11,7 +11,7 @@ from __future__ import annotations
 from pydantic import Field
 
 from memcli.core.ids import Id
-from memcli.operations.requests import Request, Scope, TenantScope, UserScope
+from memcli.core.request_base import Request, Scope, TenantScope, UserScope
 
 DRY_RUN = "Print the plan; write nothing."
 
@@ -109,12 +109,6 @@ class StatsRequest(Request):
                                   "time (default: all).")
     usage: bool = Field(default=False,
                         description="LLM calls, tokens and cost per command and per day.")
-
-
-class ArtifactRequest(TenantScope):
-    """`memcli artifact ID`: the full output kept for a truncated tool result."""
-
-    artifact_id: str = Field(min_length=1, description="An artifact id from a tool result.")
 
 
 class AppMemoriesRequest(UserScope, TenantScope):

@@ -31,12 +31,13 @@ from memcli.lifecycle import purge as purge_mod
 from memcli.policy.categories import Categories, load_categories
 from memcli.providers.embedders import get_embedder
 from memcli.providers.passes import encode_both
+from memcli.providers.reranker import make_reranker
 from memcli.providers.splade import default_encoder
 from memcli.retrieval import fallback as recency
 from memcli.retrieval import scope as widening
 from memcli.retrieval import search
+from memcli.retrieval.rerank import annotate, rerank
 from memcli.retrieval.stages import Candidate, RankContext
-from memcli.retrieval.text import bound_query
 from memcli.store import memories, vectors
 from memcli.store import sparse as sparse_sql
 from memcli.store.connection import HINT_WAIT
@@ -51,6 +52,7 @@ if TYPE_CHECKING:
     from memcli.core.progress import Progress
     from memcli.operations.requests import QueryRequest
     from memcli.providers.embedders import Embedder
+    from memcli.providers.reranker import Reranker
     from memcli.providers.splade import SpladeEncoder
     from memcli.store.connection import Database
 
@@ -95,7 +97,7 @@ def _check_bound(bound: str | None, tenant: str | None) -> None:
     if bound is not None and tenant is not None and tenant != bound:
         raise UsageError(f"tenant {tenant!r} asked for, but this login role is bound to tenant "
                          f"{bound!r} (row-level security)",
-                         "leave the tenant unset (MEMCLI_TENANT, --tenant-id) or set it to "
+                         "leave the tenant unset (MEMCLI_TENANT, --tenant) or set it to "
                          f"{bound!r}")
 
 
@@ -104,8 +106,10 @@ class Memory:
                  sparse: SpladeEncoder | None = None, retrieval: RetrievalSettings | None = None,
                  categories: Categories | None = None, encoding: str = "cl100k_base",
                  check_embedder: bool = True, tenant: str = DEFAULT_TENANT,
-                 lifecycle: LifecycleSettings | None = None) -> None:
+                 lifecycle: LifecycleSettings | None = None,
+                 reranker: Reranker | None = None) -> None:
         self.db = db
+        self.reranker = reranker  # reorders a query's fused top N (docs/guides/reranking.md)
         # The app limit every app write enforces (memcli.derived.applimit).
         self.lifecycle = lifecycle or LifecycleSettings()
         # The tenant of every read and write that names none (never "all tenants").
@@ -140,7 +144,8 @@ class Memory:
             return cls(db, embedder=embedder, sparse=sparse, retrieval=settings.retrieval,
                        categories=load_categories(settings.categories_file),
                        encoding=settings.encoding, check_embedder=check_embedder,
-                       tenant=_tenant(settings, db.bound_tenant), lifecycle=settings.lifecycle)
+                       tenant=_tenant(settings, db.bound_tenant), lifecycle=settings.lifecycle,
+                       reranker=make_reranker(settings.rerank))
         except BaseException as exc:
             db.close()  # never leave the file open behind an error
             failure = db.backend.environment_error(db, exc)
@@ -170,6 +175,8 @@ class Memory:
             raise failure from exc
 
     def close(self) -> None:
+        if self.reranker is not None:
+            self.reranker.close()
         if self._reader is not None:
             self._reader.close()
             self._reader = None
@@ -301,45 +308,52 @@ class Memory:
         return Filters(categories=categories, allowed_categories=allowed,
                        excluded_categories=hidden, all_tenants=all_tenants, **kwargs)
 
-    def ask(self, request: QueryRequest, *, all_tenants: bool = False,
-            sensitivities: list[str] | None = None, widen: bool = True,
-            fallback: bool = False) -> QueryResult:
+    def ask(self, request: QueryRequest, *, fallback: bool = False) -> QueryResult:
         """A validated query request (memcli.operations.requests.QueryRequest) answered: its
-        conditions as filters (the asking agent's allowlist enforced), then `query`."""
+        conditions as filters (the asking agent's allowlist enforced), on the legs it names
+        (default: every configured one), then `query`."""
         filters = self.filters(
-            agent=request.agent_id, all_tenants=all_tenants, categories=request.categories,
-            **({"sensitivities": tuple(sensitivities)} if sensitivities else {}),
+            agent=request.agent_id, all_tenants=request.all_tenants,
+            categories=request.categories,
+            **({"sensitivities": tuple(request.sensitivity)} if request.sensitivity else {}),
             as_of=request.as_of, **request.conditions())
+        retrieval = self.retrieval
+        if request.legs is not None:
+            retrieval = retrieval.model_copy(update={"leg_weights": {
+                k: w for k, w in retrieval.leg_weights.items() if k in request.legs}})
         return self.query(request.query, filters=filters, top_k=request.top_k,
                           threshold=request.threshold, budget_tokens=request.budget_tokens,
-                          return_format=request.return_format, widen=widen, fallback=fallback)
+                          return_format=request.return_format, widen=request.widen,
+                          fallback=fallback, retrieval=retrieval)
 
     def query(self, text: str, *, filters: Filters | None = None, top_k: int = 10,
               threshold: float | None = None, budget_tokens: int | None = None,
               return_format: str = "full", widen: bool = True, record_access: bool = True,
-              fallback: bool = False) -> QueryResult:
+              fallback: bool = False, retrieval: RetrievalSettings | None = None
+              ) -> QueryResult:
         """`fallback`: when every leg finds nothing, answer with the newest memories in scope
         (memcli.retrieval.fallback), as `memcli query` and the service do for their default
-        legs; off by default: a library search stays strict."""
+        legs; off by default: a library search stays strict. `retrieval`: this query's
+        settings (default the memory's; a request naming its legs keeps only those)."""
         t0 = time.perf_counter()
-        text = bound_query(text)  # ranking reads the text too: the same bound as the legs
+        settings = retrieval or self.retrieval
         filters = filters or self.filters()
         scope = "session" if filters.session_id else ("user" if filters.user_id else "all")
         path = scope
         clock = {"now": parse_clock(filters.as_of)} if filters.as_of else {}
-        legs = search.run_legs(self.db, self.embedder, text, filters, self.retrieval,
+        legs = search.run_legs(self.db, self.embedder, text, filters, settings,
                                sparse=self.sparse, reader=self.reader())
-        ranked = search.rank(RankContext(self.db, filters, text, self.retrieval, **clock), legs)
+        ranked = search.rank(RankContext(self.db, filters, text, settings, **clock), legs)
         # The evolution plan: widen on a recall cue or when the session has too little full-text
         # evidence (memcli.retrieval.scope, the rule `acb build` uses too).
         wider = None
         if widen and filters.session_id and widening.should_widen(
-                text, legs, [c.id for c in ranked], self.retrieval.min_session_hits):
+                text, legs, [c.id for c in ranked], settings.min_session_hits):
             wider = widening.wider_scope(self.db, filters)
         if wider is not None:
-            legs = search.run_legs(self.db, self.embedder, text, wider, self.retrieval,
+            legs = search.run_legs(self.db, self.embedder, text, wider, settings,
                                    sparse=self.sparse, reader=self.reader())
-            ranked = search.rank(RankContext(self.db, wider, text, self.retrieval, **clock),
+            ranked = search.rank(RankContext(self.db, wider, text, settings, **clock),
                                  legs)
             scope = "user"
             path = f"{path}>{scope}"
@@ -347,14 +361,16 @@ class Memory:
         if fallback and recency.found_nothing(legs):
             searched = wider or filters
             legs = {**legs, **recency.recent_leg(self.db, searched,
-                                                 self.retrieval.candidates_per_leg)}
-            ranked = search.rank(RankContext(self.db, searched, text, self.retrieval, **clock),
+                                                 settings.candidates_per_leg)}
+            ranked = search.rank(RankContext(self.db, searched, text, settings, **clock),
                                  legs)
             path = f"{path}>{recency.RECENT_LEG}"
+        reranked = rerank(ranked, text, self.reranker)
         if threshold is not None:
             ranked = [c for c in ranked if c.score >= threshold]
         ranked = search.load_rows(self.db, ranked[:top_k])
         hits = [self._hit(c, return_format, scope) for c in ranked]
+        annotate(hits, reranked)
         used = 0
         if budget_tokens is not None:
             kept = []
@@ -369,8 +385,8 @@ class Memory:
         result = QueryResult(
             query=text, scope=scope, path=path, hits=hits,
             legs={k: len(v) for k, v in legs.items()},
-            fusion=self.retrieval.fusion, budget_tokens=budget_tokens, tokens_used=used,
-            latency_ms=round((time.perf_counter() - t0) * 1000, 3),
+            fusion=settings.fusion, budget_tokens=budget_tokens, tokens_used=used,
+            latency_ms=round((time.perf_counter() - t0) * 1000, 3), rerank=reranked,
         )
         if record_access:
             self._after_read([h.id for h in hits], {

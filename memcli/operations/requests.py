@@ -2,8 +2,9 @@
 
 A field is declared here once and keeps its name everywhere: the CLI's flag is the field's name
 in kebab case (`user_id` -> `--user-id`, built by memcli.cli.options), the HTTP body and the
-MCP tool's input schema are generated from the model, and `Memory` takes the validated model.
-The shared scope (`Scope`: tenant, user, session, app) is one base class.
+MCP tool's input schema are generated from the model, and the operations take the validated
+model. The shared scope (`Scope`: tenant, user, session, app) is one base class; a query and a
+bundle spell what they share alike (`query`, `agent_id`, `budget_tokens`).
 
 The query request is the memory system spec's `memory.query`, read by `memcli query -`, `POST
 /api/v1/query` and the MCP `memory_query` tool:
@@ -18,13 +19,17 @@ The query request is the memory system spec's `memory.query`, read by `memcli qu
 pinned, importance_min/max, updated_after/before) plus memcli's own scope keys
 (tenant_id, session_id, app_id, kinds, channels); each may also be given at the top level, as
 the CLI's flags give them (the top level wins). Unknown keys are refused: a misspelt filter
-must not silently widen a read. `agent_id` (or the spec's `agent`) names the asking agent, on
-every read as in `acb build`: its category allowlist is enforced by `Memory.filters`. The
-spec's `filters.agent_id` (the writing agent) is `written_by` here: one name, one meaning, so
-`filters.agent_id` is refused. Importance is memcli's 0-1 scale: a bound outside it is
-refused (the spec's 1-5 is not mapped). `as_of` (an
-ISO date or time) reads the memory as it was then: facts valid at that time (valid_from <= t <
-valid_to), events up to it.
+must not silently widen a read. `agent_id` names the asking agent, on every read as in `acb
+build`: its category allowlist is enforced by `Memory.filters`. The spec's `filters.agent_id`
+(the writing agent) is `written_by` here: one name, one meaning, so `filters.agent_id` is
+refused. Importance is memcli's 0-1 scale: a bound outside it is refused (the spec's 1-5 is
+not mapped). `as_of` (an ISO date or time) reads the memory as it was then: facts valid at
+that time (valid_from <= t < valid_to), events up to it.
+
+Old spellings (a model's `OLD`: the spec's `agent` here, the bundle's `query_text`,
+`max_tokens` and short scope names in memcli.acb.build) are still read, as pydantic
+validation aliases, until 0.2.0 (memcli.core.request_base); the schemas and the JSON answers
+use the one spelling.
 
 Nothing here imports Typer, HTTP or the store: a model is data and its rules.
 """
@@ -38,24 +43,31 @@ import pydantic
 from pydantic import (
     AfterValidator,
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Field,
+    RootModel,
     create_model,
     field_validator,
     model_validator,
 )
 
+from memcli.acb.build import AcbRequest
 from memcli.core.ids import Id
-from memcli.core.records import parse_ts
+from memcli.core.request_base import (
+    QueryText,
+    Request,
+    Scope,
+    SessionScope,
+    TenantScope,
+    Time,
+    UserScope,
+    old_spellings,
+)
 from memcli.errors import UsageError, validation_line
 
-
-def _time(value: str | None) -> str | None:
-    return None if value is None else parse_ts(value)
-
-
-# An ISO 8601 date or time, kept in memcli's stored form.
-Time = Annotated[str | None, AfterValidator(_time)]
+LEGS = ("lexical", "sparse", "dense", "entity", "trigram")
+SENSITIVITIES = ("none", "low", "high")
 
 
 def _importance(value: float | None) -> float | None:
@@ -70,39 +82,6 @@ def _importance(value: float | None) -> float | None:
 
 # An importance bound, 0-1.
 Importance = Annotated[float | None, AfterValidator(_importance)]
-
-
-class Request(BaseModel):
-    """Every request model: a misspelt field is refused, never ignored."""
-
-    model_config = ConfigDict(extra="forbid", defer_build=True, populate_by_name=True)
-
-
-class TenantScope(Request):
-    tenant_id: str | None = Field(
-        default=None, min_length=1,
-        description="Tenant (default: the configured one, else `default`).")
-
-
-class UserScope(Request):
-    user_id: str | None = Field(default=None, description="User id.")
-
-
-class SessionScope(Request):
-    session_id: str | None = Field(
-        default=None, description="Session id (a query searches it first, widening to its "
-                                  "user when it holds too little).")
-
-
-class AppScope(Request):
-    app_id: str | None = Field(default=None, description="App id.")
-
-
-# Bases in reverse: pydantic lists a model's fields from its last base to its first.
-class Scope(AppScope, SessionScope, UserScope, TenantScope):
-    """Whose memory a request reads or writes; every key left out is not narrowed (a read that
-    names no tenant reads the configured one). Each key is declared once, above, and an
-    operation that takes only some of them inherits only those."""
 
 
 class QueryConditions(Scope):
@@ -134,13 +113,29 @@ QueryFilters = create_model(  # type: ignore[call-overload]
 )
 
 
-class QueryRequest(QueryConditions):
+def _legs(value: Any) -> Any:
+    """`lexical,dense` (the CLI's comma form) as two legs; an unknown leg named."""
+    if isinstance(value, str):
+        value = [value]
+    if not isinstance(value, list):
+        return value
+    legs = [p.strip() for item in value for p in (item.split(",") if isinstance(item, str)
+                                                  else [item]) if p != ""]
+    unknown = [leg for leg in legs if leg not in LEGS]
+    if unknown:
+        raise ValueError(f"unknown leg {unknown[0]!r} (use {', '.join(LEGS)})")
+    return list(dict.fromkeys(legs)) or None
+
+
+class QueryRequest(QueryConditions, QueryText):
     """`memcli query`, `POST /api/v1/query`, the MCP `memory_query` tool."""
+
+    OLD = {"agent_id": "agent"}  # the memory system spec's name, read until 0.2.0
+    model_config = ConfigDict(alias_generator=old_spellings(OLD))
 
     query: str = Field(min_length=1, description="What to look for.")
     agent_id: str | None = Field(
-        default=None, description="The asking agent: its category allowlist applies "
-                                  "(`agent`, the memory system spec's name, is read as it).")
+        default=None, description="The asking agent: its category allowlist applies.")
     categories: list[str] | None = Field(default=None, description="Only these categories.")
     filters: QueryFilters | None = Field(  # type: ignore[valid-type]
         default=None, description="The spec's filters object (each key also at the top level).")
@@ -155,29 +150,37 @@ class QueryRequest(QueryConditions):
     as_of: Time = Field(
         default=None, description="Read the memory as it was then: facts valid at that time, "
                                   "events up to it (ISO date or time, e.g. 2026-03-01).")
+    all_tenants: bool = Field(
+        default=False, description="Read every tenant (an operator's search; not with "
+                                   "tenant_id; refused to a caller bound to a tenant).")
+    sensitivity: list[Literal[SENSITIVITIES]] | None = Field(  # type: ignore[valid-type]
+        default=None, description="Only memories of these sensitivities: none, low or high "
+                                  "(repeatable; default all).")
+    legs: Annotated[list[str] | None, BeforeValidator(_legs)] = Field(
+        default=None, description="Only these search legs: lexical, sparse, dense, entity, "
+                                  "trigram (comma-separated or repeated); no recency fallback.")
+    widen: bool = Field(
+        default=True, description="Widen a session query to its user when the session holds "
+                                  "too little (--no-widen: never).")
+    explain: bool = Field(
+        default=False, description="Answer with the whole account: the scope and path that "
+                                   "answered, each leg's count, the hits with their legs' ranks "
+                                   "and scores and their boosts.")
 
-    @field_validator("query")
+    @field_validator("query", mode="before")
     @classmethod
-    def _not_blank(cls, value: str) -> str:
-        if not value.strip():
-            raise ValueError("the query is empty")
+    def _not_blank(cls, value: Any) -> Any:
+        if isinstance(value, str) and not value.strip():
+            raise ValueError("the query is empty (an empty query finds nothing)")
         return value
 
     @model_validator(mode="before")
     @classmethod
     def _asking_agent(cls, data: Any) -> Any:
-        # `agent` (the memory system spec's top-level key) is the asking agent, as `agent_id`
-        # is. A filter's `agent_id` meant the writing agent in earlier builds: refused, not
-        # reread as the asker, so an old request never silently reads something else.
+        # A filter's `agent_id` meant the writing agent in earlier builds: refused, not reread
+        # as the asker, so an old request never silently reads something else.
         if not isinstance(data, dict):
             return data
-        data = dict(data)
-        if "agent" in data:
-            agent = data.pop("agent")
-            if data.get("agent_id") not in (None, agent):
-                raise UsageError("bad query request: agent and agent_id differ",
-                                 "both name the asking agent: give agent_id once")
-            data["agent_id"] = agent
         filters = data.get("filters")
         if isinstance(filters, dict) and "agent_id" in filters:
             raise UsageError("bad query request: filters.agent_id: agent_id names the asking "
@@ -190,6 +193,9 @@ class QueryRequest(QueryConditions):
     def _checked(self) -> QueryRequest:
         if self.filters is not None:
             self._lift(self.filters)
+        if self.all_tenants and self.tenant_id is not None:
+            raise UsageError("a tenant and all tenants exclude each other",
+                             "give --tenant-id or --all-tenants, not both")
         return self
 
     def _lift(self, filters: Any) -> None:
@@ -211,6 +217,21 @@ class QueryRequest(QueryConditions):
     def conditions(self) -> dict[str, Any]:
         """The read's conditions as `Memory.filters` takes them (Filters' names)."""
         return {name: getattr(self, name) for name in QueryConditions.model_fields}
+
+
+class EventBatch(RootModel[list[Any] | dict[str, Any]]):
+    """`POST /api/v1/events`, the MCP `memory_record_event` tool: one record or a list of
+    them, each read as `memcli ingest` reads it (memcli.core.records.EventIn, validated record
+    by record there: a rejected record is reported, and does not refuse the others)."""
+
+    model_config = ConfigDict(defer_build=True)
+
+    @property
+    def many(self) -> bool:
+        return isinstance(self.root, list)
+
+    def records(self) -> list[Any]:
+        return list(self.root) if isinstance(self.root, list) else [self.root]
 
 
 class IngestRequest(Scope):
@@ -262,11 +283,10 @@ def model_named(path: str) -> Any:
     return getattr(importlib.import_module(module), name)
 
 
-def validated(model: type[Request], data: Any, what: str, hint: str | None = None) -> Any:
-    """`data` (one JSON object) as a `model`, or a one-line UsageError naming the first
-    problem (exit 2, HTTP 422)."""
-
-    if not isinstance(data, dict):
+def validated(model: type[BaseModel], data: Any, what: str, hint: str | None = None) -> Any:
+    """`data` (one JSON object; a root model's value) as a `model`, or a one-line UsageError
+    naming the first problem (exit 2, HTTP 422)."""
+    if not isinstance(data, dict) and not issubclass(model, RootModel):
         raise UsageError(f"the {what} must be one JSON object")
     try:
         return model.model_validate(data)
@@ -274,7 +294,14 @@ def validated(model: type[Request], data: Any, what: str, hint: str | None = Non
         raise UsageError(validation_line(exc, what), hint) from None
 
 
+QUERY_HINT = "see `memcli query --help` and the README's JSON request"
+
+
 def parse_query_request(data: Any) -> QueryRequest:
     """A validated query request, or a one-line UsageError naming the first problem."""
-    return validated(QueryRequest, data, "query request",
-                     "see `memcli query --help` and the README's JSON request")
+    return validated(QueryRequest, data, "query request", QUERY_HINT)
+
+
+def parse_acb_request(data: Any) -> AcbRequest:
+    """A validated acb request, or a one-line UsageError naming the first problem."""
+    return validated(AcbRequest, data, "acb request")

@@ -41,7 +41,7 @@ RULES_FILE = Path(__file__).with_name("rules") / "gitleaks.toml"
 SKIPPED = {
     # Any `key|token|secret|auth|access ... = <10+ characters>` above 3.5 bits of entropy: of the
     # corpus it adds only labelled values, which memcli's own rule finds already, for about 15 %
-    # more time (python -m bench.secrets).
+    # more time (bench/results/secrets.md).
     "generic-api-key": "covered by memcli's labelled values",
     "pkcs12-file": "matches file paths only",
 }

@@ -8,6 +8,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
+from memcli.errors import MemcliError
+
 if TYPE_CHECKING:
     import numpy as np
     from numpy.typing import NDArray
@@ -15,8 +17,9 @@ if TYPE_CHECKING:
     Vector = NDArray[np.float32]
 
 
-class EmbedderError(Exception):
-    """An embedder cannot be built, loaded or gave an unusable answer."""
+class EmbedderError(MemcliError):
+    """An embedder cannot be built, loaded or gave an unusable answer (exit 1, one line: an
+    embeddings server that is down is said as such, never as a bug)."""
 
 
 @runtime_checkable

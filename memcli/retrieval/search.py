@@ -20,6 +20,7 @@ from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from typing import TYPE_CHECKING, Any
 
+from memcli.core.request_base import bound_query
 from memcli.entities.extraction import query_entity_keys
 from memcli.providers.query_batches import Batcher
 from memcli.retrieval import text as qtext
@@ -149,7 +150,7 @@ def run_legs(db: Database, embedder: Embedder | None, text: str, filters: Filter
     SQL leg, then runs on it on another thread, beside the other legs on `db` (apsw releases
     the GIL while SQLite works): at 100k memories that took a one-user FTS-only query's legs
     from p50 7.7 / p95 14.5 to 5.7 / 10.7 ms."""
-    text = qtext.bound_query(text)  # the CLI warns when this cuts
+    text = bound_query(text)  # a request model cut it already, and said so
     n = settings.candidates_per_leg
     weights = settings.leg_weights
     legs = Legs()

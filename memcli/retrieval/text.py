@@ -18,19 +18,10 @@ STOPWORDS = frozenset(
     who whom why will with would you your yours yourself""".split()
 )
 _WORD = re.compile(r"\w+", re.UNICODE)
-# Bounds on a query (a 100,000-character query ran past 60 s, in e5's window averaging and
-# an OR of thousands of terms). What each leg can use: e5 reads 512 tokens per window
-# (~2,000 characters of English; longer text is averaged over windows, blurring the vector),
-# SPLADE keeps 64 query tokens, and BM25 scores an OR of terms, where the first 64 distinct
-# terms carry a question. Longer queries are cut there, and the CLI says so.
-MAX_QUERY_CHARS = 2000
+# Bounds on a query (memcli.core.request_base.MAX_QUERY_CHARS says why): BM25 scores an OR
+# of terms, where the first 64 distinct terms carry a question.
 MAX_QUERY_TERMS = 64
 _CJK = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff]+")
-
-
-def bound_query(text: str) -> str:
-    """The query as the legs search it: its first MAX_QUERY_CHARS characters."""
-    return text if len(text) <= MAX_QUERY_CHARS else text[:MAX_QUERY_CHARS]
 
 
 def terms(text: str, *, drop_stopwords: bool = True) -> list[str]:

@@ -8,7 +8,7 @@ optionally followed by its binding:
     b7a2...44  tenant=acme agent=planner categories=tasks,notes  <- only acme, as planner
 
 A bound token can never read or write outside its binding, whatever the request or its headers
-say (memcli.service.api.Scope only narrows). Without --token-file, serve generates one token,
+say (memcli.service.api.Binding only narrows). Without --token-file, serve generates one token,
 stores it 0600 in the config dir (`Auth.notice` says where: serve prints it on stderr) and
 reuses it next time; a --token-file that does not exist is created the same way.
 
@@ -36,7 +36,7 @@ from urllib.parse import urlsplit
 from memcli.config import serve_token_path
 from memcli.core import private
 from memcli.errors import NotAllowedError, UsageError
-from memcli.service.api import BadRequest, Scope
+from memcli.service.api import BadRequest, Binding
 
 if TYPE_CHECKING:
     from starlette.requests import Request
@@ -60,9 +60,9 @@ class Token:
     app_id: str | None = None
     categories: tuple[str, ...] | None = None
 
-    def scope(self) -> Scope:
+    def scope(self) -> Binding:
         """The scope this token binds its caller to."""
-        return Scope(tenant=self.tenant, agent=self.agent, user_id=self.user_id,
+        return Binding(tenant=self.tenant, agent=self.agent, user_id=self.user_id,
                      app_id=self.app_id, categories=self.categories)
 
 
@@ -98,7 +98,7 @@ class Auth:
         return found
 
 
-def caller_scope(request: Request, auth: Auth) -> Scope | None:
+def caller_scope(request: Request, auth: Auth) -> Binding | None:
     """The caller's scope: its token's binding narrowed by the scope headers (None: no token,
     answered 401). A browser page of another site is refused even with a valid token (CSRF):
     NotAllowedError, 403; an empty scope header is bad input (400)."""

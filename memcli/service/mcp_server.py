@@ -42,7 +42,7 @@ from starlette.routing import Route
 from memcli import __version__
 from memcli.retrieval.search import preload_models
 from memcli.service import api
-from memcli.service.api import Scope, Service
+from memcli.service.api import Binding, Service
 from memcli.service.holder import PoolHolder, is_server
 from memcli.service.mcp_tools import (
     DEFAULT_TOOLS,
@@ -56,7 +56,11 @@ from memcli.service.mcp_tools import (
 from memcli.service.typed_ops import request_for
 
 if TYPE_CHECKING:
+    from mcp.server import MCPServer
+    from mcp_types import CallToolResult
+
     from memcli.config import Settings
+    from memcli.service.api import Binding, Service
 
 
 # Scope keys a tool argument may name; each must agree with the server's binding.
@@ -79,15 +83,15 @@ def split_identity(tool: str, arguments: dict[str, Any]) -> tuple[dict[str, Any]
     return rest, named
 
 
-def scope_payload(scope: Scope, tenant: str) -> dict[str, Any]:
+def scope_payload(scope: Binding, tenant: str) -> dict[str, Any]:
     """The scope that answered, as every tool result states it."""
     return {"tenant": scope.tenant or tenant, "user": scope.user_id, "agent": scope.agent,
             "app": scope.app_id}
 
 
-def build_mcp(settings: Settings, scope: Scope, tools: tuple[str, ...] | None = None, *,
+def build_mcp(settings: Settings, scope: Binding, tools: tuple[str, ...] | None = None, *,
               service: Service | None = None,
-              request_scope: Callable[[Any, Scope], Scope] | None = None,
+              request_scope: Callable[[Any, Binding], Binding] | None = None,
               selectable: bool = False) -> MCPServer:
     """The MCP server over `settings.db`, answering for `scope` with the tools `tools`
     (default: DEFAULT_TOOLS).
@@ -98,6 +102,7 @@ def build_mcp(settings: Settings, scope: Scope, tools: tuple[str, ...] | None = 
     `selectable`: every tool is registered and a request's `X-Memcli-Tools` header (as
     `--tools`) picks the ones it sees, `tools` when it has none (one daemon serves agents
     configured with different tool sets)."""
+
 
     if service is None:
         service = Service(settings)
@@ -119,7 +124,7 @@ INSTRUCTIONS = (
     "memory_record_event. Identity (tenant, user, agent, app) is the server's: never pass it.")
 
 
-def run_stdio(settings: Settings, scope: Scope, tools: tuple[str, ...] | None = None) -> None:
+def run_stdio(settings: Settings, scope: Binding, tools: tuple[str, ...] | None = None) -> None:
     """`memcli mcp` without a daemon: the MCP server on stdin/stdout until the client leaves.
     On a PostgreSQL server the process holds a connection pool for its life, as `memcli serve`
     does (memcli/service/holder.py): each tool call borrows a connection that stays open
@@ -136,7 +141,7 @@ def run_stdio(settings: Settings, scope: Scope, tools: tuple[str, ...] | None = 
 
 
 def http_routes(settings: Settings, service: Service, tools: tuple[str, ...] | None = None, *,
-                caller: Callable[[Any], Scope | None] | None = None,
+                caller: Callable[[Any], Binding | None] | None = None,
                 path: str = "/mcp", allowed_hosts: tuple[str, ...] = ()) -> tuple[list[Any], Any]:
     """The MCP endpoint of an HTTP app (memcli.service.http): `(routes, lifespan)`. Add the
     routes to the app and enter `lifespan()` in the app's lifespan (it runs the SDK's session
@@ -144,11 +149,12 @@ def http_routes(settings: Settings, service: Service, tools: tuple[str, ...] | N
     stdio bridge (`memcli mcp` forwarding to a daemon) maps one line to one request.
 
     `caller(request)`: the HTTP app's own check (bearer token, scope headers): the caller's
-    Scope, None for "no token" (answered 401), or a MemcliError (answered with its status);
+    Binding, None for "no token" (answered 401), or a MemcliError (answered with its status);
     by default the `X-Memcli-*` headers narrow an unbound scope. `allowed_hosts`: Host names
     accepted besides loopback's (DNS-rebinding protection, as the app's)."""
 
-    server = build_mcp(settings, Scope(), tools or select_tools(settings.mcp_tools),
+
+    server = build_mcp(settings, Binding(), tools or select_tools(settings.mcp_tools),
                        service=service, request_scope=_bound_scope, selectable=True)
     hosts = ("127.0.0.1", "localhost", "[::1]", *allowed_hosts)
     security = TransportSecuritySettings(
@@ -158,12 +164,12 @@ def http_routes(settings: Settings, service: Service, tools: tuple[str, ...] | N
                          for port in ("", ":*")])
     app = server.streamable_http_app(streamable_http_path=path, stateless_http=True,
                                      json_response=True, transport_security=security)
-    guard = caller or (lambda request: headers_scope(request, Scope()))
+    guard = caller or (lambda request: headers_scope(request, Binding()))
     routes = [_guarded(route, guard) for route in app.routes]
     return routes, server.session_manager.run
 
 
-def _guarded(route: Any, caller: Callable[[Any], Scope | None]) -> Any:
+def _guarded(route: Any, caller: Callable[[Any], Binding | None]) -> Any:
     """The SDK's /mcp route behind the HTTP app's caller check: the caller's scope is kept in
     the request state, where the tools read it (`_bound_scope`)."""
 
@@ -175,10 +181,12 @@ class _Guard:
     """ASGI: refuse a caller the HTTP app refuses (401/403, as its API routes answer), else
     bind its scope in the request state and hand over to the SDK."""
 
-    def __init__(self, app: Any, caller: Callable[[Any], Scope | None]) -> None:
+    def __init__(self, app: Any, caller: Callable[[Any], Binding | None]) -> None:
         self.app, self.caller = app, caller
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+
+
         try:
             bound = self.caller(Request(scope))
         except Exception as exc:  # noqa: BLE001 - refused: the same answer as the API's
@@ -194,14 +202,14 @@ class _Guard:
         await self.app(scope, receive, send)
 
 
-def _bound_scope(request: Any, scope: Scope) -> Scope:
+def _bound_scope(request: Any, scope: Binding) -> Binding:
     """For HTTP: the scope the guard bound for this request."""
     state = getattr(request, "scope", {}).get("state", {}) if request is not None else {}
     bound = state.get("memcli_scope")
     return bound if bound is not None else scope
 
 
-def headers_scope(request: Any, scope: Scope) -> Scope:
+def headers_scope(request: Any, scope: Binding) -> Binding:
     """The bound scope narrowed by an HTTP request's `X-Memcli-Tenant/User/Agent/App` headers (a
     header naming another value than one already bound is refused). stdio: no request."""
     headers = getattr(request, "headers", None)
@@ -213,8 +221,8 @@ def headers_scope(request: Any, scope: Scope) -> Scope:
     return scope.narrowed(**{k: v for k, v in bound.items() if v})
 
 
-def _tool(name: str, spec: ToolSpec, service: Service, scope: Scope,
-          narrow: Callable[[Any, Scope], Scope]) -> Any:
+def _tool(name: str, spec: ToolSpec, service: Service, scope: Binding,
+          narrow: Callable[[Any, Binding], Binding]) -> Any:
     """The SDK's tool for `spec`: its input model (arguments the tool does not take refused)
     and its output model (the result's `structuredContent` checked against it), run by
     `_call`."""
@@ -233,12 +241,13 @@ def _tool(name: str, spec: ToolSpec, service: Service, scope: Scope,
                                     idempotent_hint=spec.read_only, open_world_hint=False))
 
 
-async def _call(spec: ToolSpec, service: Service, scope: Scope,
-                narrow: Callable[[Any, Scope], Scope], ctx: Any,
+async def _call(spec: ToolSpec, service: Service, scope: Binding,
+                narrow: Callable[[Any, Binding], Binding], ctx: Any,
                 request: dict[str, Any]) -> CallToolResult:
     """Run one tool call on a worker thread: `{"scope", "result"}` as structuredContent and,
     for clients before MCP 2025-06-18, as the text block. Any error becomes a tool error
     (isError) with the CLI's one-line message."""
+
 
     try:
         bound = narrow(ctx.request_context.request, scope)
@@ -264,7 +273,7 @@ class _Forgiving:
     checked against the binding and dropped, and the models warmed once the client has
     initialized (so `initialize` never waits for them)."""
 
-    def __init__(self, service: Service, scope: Scope, narrow: Callable[[Any, Scope], Scope],
+    def __init__(self, service: Service, scope: Binding, narrow: Callable[[Any, Binding], Binding],
                  enabled: tuple[str, ...]) -> None:
         self.service, self.scope, self.narrow, self.enabled = service, scope, narrow, enabled
         self.warmed = False
@@ -332,6 +341,7 @@ def _warm(service: Service) -> None:
     through onnxruntime (`warm_queries`). A failure here is reported by the first call
     instead."""
     try:
+
         embedder, sparse = service.models()
         preload_models(embedder, sparse)
         warm_queries = getattr(embedder, "warm_queries", None)

@@ -23,14 +23,13 @@ import json
 import types
 import typing
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Annotated, Any
 
 from mcp.server.mcpserver.utilities.func_metadata import ArgModelBase, FuncMetadata
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 
-from memcli.acb.build import AcbRequest
-from memcli.core.records import EventIn, EventReceipt, Hit
+from memcli.core.records import EventIn, EventReceipt, Hit, QueryResult
 from memcli.errors import UsageError, validation_line
 from memcli.operations.ledger_ops import (
     ArtifactRequest,
@@ -43,7 +42,7 @@ from memcli.operations.lifecycle_requests import (
     MemoryRequest,
     RememberRequest,
 )
-from memcli.operations.requests import HistoryRequest, QueryRequest
+from memcli.operations.requests import AcbRequest, HistoryRequest, QueryRequest
 from memcli.service import api, schemas
 
 # `--tools` names before 0.2.0 may be the dotted ones; they go then.
@@ -74,12 +73,11 @@ def _not_none(kind: Any) -> Any:
 
 
 def arguments(name: str, model: type[BaseModel], fields: tuple[str, ...], *,
-              names: dict[str, str] | None = None, defaults: dict[str, Any] | None = None,
+              defaults: dict[str, Any] | None = None,
               required: tuple[str, ...] = ()) -> type[ToolArguments]:
     """A tool's input model: the fields of `model` listed in `fields`, typed, bounded and
-    described by the model (`names`: a tool's shorter name for one, which the model accepts
-    too; `defaults`: the tool's own default of a field; `required`: a field the tool asks for
-    though the model does not)."""
+    described by the model (`defaults`: the tool's own default of a field; `required`: a
+    field the tool asks for though the model does not)."""
     found = model.model_fields
     specs: dict[str, Any] = {}
     for field_name in fields:
@@ -96,7 +94,7 @@ def arguments(name: str, model: type[BaseModel], fields: tuple[str, ...], *,
             default = info.default
             kind = kind | None if default is None else kind
         described = Annotated[kind, *info.metadata, Field(description=info.description)]
-        specs[(names or {}).get(field_name, field_name)] = (described, default)
+        specs[field_name] = (described, default)
     title = "".join(part.title() for part in name.split("_")) + "Arguments"
     # No description of its own: the tool's says what it is for (each word costs context).
     return create_model(title, __base__=ToolArguments, **specs)
@@ -146,7 +144,6 @@ class ToolSpec:
     default: bool = True
     aliases: tuple[tuple[str, str], ...] = ()  # (alias, canonical argument name)
     lists: tuple[str, ...] = ()  # arguments that are lists: a bare string becomes [string]
-    names: dict[str, str] = field(default_factory=dict)  # tool argument -> request field
     finish: Callable[[dict[str, Any]], dict[str, Any]] | None = None  # the request, completed
     shorthand: str = ""  # forgiven forms `aliases` cannot say, for the docs
 
@@ -156,8 +153,8 @@ class ToolSpec:
 
     def request(self, given: dict[str, Any]) -> dict[str, Any]:
         """The operation's request (a JSON object) for the validated arguments `given`."""
-        out = {self.names.get(k, k): v.model_dump(exclude_none=True)
-               if isinstance(v, BaseModel) else v for k, v in given.items() if v is not None}
+        out = {k: v.model_dump(exclude_none=True) if isinstance(v, BaseModel) else v
+               for k, v in given.items() if v is not None}
         return self.finish(out) if self.finish else out
 
 
@@ -168,13 +165,11 @@ def _procedure(request: dict[str, Any]) -> dict[str, Any]:
 
 def _tool(op: Callable[..., Any], name: str, summary: str, example: dict[str, Any],
           model: type[BaseModel], fields: tuple[str, ...], result: Any, what: str, *,
-          names: dict[str, str] | None = None, defaults: dict[str, Any] | None = None,
-          required: tuple[str, ...] = (), **flags: Any) -> ToolSpec:
+          defaults: dict[str, Any] | None = None, required: tuple[str, ...] = (),
+          **flags: Any) -> ToolSpec:
     return ToolSpec(op, summary, example,
-                    arguments(name, model, fields, names=names, defaults=defaults,
-                              required=required),
-                    answer(name, result, what), names={v: k for k, v in (names or {}).items()},
-                    **flags)
+                    arguments(name, model, fields, defaults=defaults, required=required),
+                    answer(name, result, what), **flags)
 
 
 _EVENT = ("kind", "content", "refs", "session_id", "run_id", "event_id", "ts", "channel",
@@ -187,20 +182,24 @@ TOOLS: dict[str, ToolSpec] = {
         "said, decided or learned earlier; returns ranked memories, best first.",
         {"query": "deployment plan for the billing service", "top_k": 5}, QueryRequest,
         ("query", "top_k", "categories", "session_id", "return_format", "budget_tokens",
-         "as_of"), list[Hit] | list[schemas.Bullet], "the hits, best first", read_only=True,
+         "as_of", "sensitivity", "legs", "widen", "explain", "all_tenants"),
+        list[Hit] | list[schemas.Bullet] | QueryResult, "the hits, best first",
+        read_only=True,
         aliases=(("text", "query"), ("q", "query"), ("k", "top_k"), ("limit", "top_k"),
-                 ("n", "top_k"), ("category", "categories")), lists=("categories",)),
+                 ("n", "top_k"), ("category", "categories")),
+        lists=("categories", "sensitivity", "legs")),
     "memory_build_acb": _tool(
         api.build_acb, "memory_build_acb",
         "Build a context bundle (rules, decisions, open tasks, relevant memories) under a "
         "token budget. Call it at the start of a task, with what the task is about.",
-        {"query": "add retries to the upload client", "max_tokens": 4000}, AcbRequest,
-        ("query_text", "intent", "max_tokens", "session_id", "categories",
+        {"query": "add retries to the upload client", "budget_tokens": 4000}, AcbRequest,
+        ("query", "intent", "budget_tokens", "session_id", "categories",
          "include_checkpoint", "as_of"), schemas.Bundle, "the context bundle",
-        names={"query_text": "query"}, read_only=True,
+        read_only=True,
         aliases=(("query_text", "query"), ("text", "query"), ("task", "query"),
-                 ("budget", "max_tokens"), ("token_budget", "max_tokens"),
-                 ("category", "categories")), lists=("categories",)),
+                 ("max_tokens", "budget_tokens"), ("budget", "budget_tokens"),
+                 ("token_budget", "budget_tokens"), ("category", "categories")),
+        lists=("categories",)),
     "memory_record_event": _tool(
         api.record_events, "memory_record_event",
         "Record what happened in the append-only event log: a message, a tool call or "

@@ -6,7 +6,9 @@ and its path's ids) and its decorator the model of its answer (memcli.service.sc
 validates the one and builds /openapi.json from both, and the route class
 (memcli.service.routing.ApiRoute) checks the answer against its model before it is sent. An
 operation that takes its model (memcli.service.typed_ops) gets the body FastAPI validated,
-never validating it again; the MCP tools build the same model from their arguments. The bound
+never validating it again (a route with ids in its path puts them and its query
+parameters together as the model: `whole`); the MCP tools build the same model from their
+arguments. The bound
 scope comes from the caller's token and headers, never from the body (memcli.service.auth).
 """
 
@@ -20,9 +22,8 @@ from pydantic import SkipValidation
 from starlette.requests import Request
 
 from memcli import __version__
-from memcli.acb.build import AcbRequest
 from memcli.core.ids import Id
-from memcli.core.records import EventIn, EventReceipt, Hit
+from memcli.core.records import EventIn, EventReceipt, Hit, QueryResult
 from memcli.operations.ledger_ops import (
     ArtifactRequest,
     DecisionRequest,
@@ -34,9 +35,9 @@ from memcli.operations.lifecycle_requests import (
     MemoryRequest,
     RememberRequest,
 )
-from memcli.operations.requests import HistoryRequest, QueryRequest
+from memcli.operations.requests import QUERY_HINT, AcbRequest, HistoryRequest, QueryRequest
 from memcli.service import api, schemas
-from memcli.service.routing import Answer, ApiRoute, Call, built, operation, query_params
+from memcli.service.routing import Answer, ApiRoute, Call, built, operation, query_params, whole
 
 # The request models defer their build to their first use (the CLI's start-up pays nothing
 # for them). FastAPI makes a TypeAdapter of `Annotated[Model, Body(alias=<parameter>)]` for each
@@ -118,7 +119,7 @@ def build_acb(body: AcbRequest, call: Caller) -> Answer:
 @operation("artifact request")
 def get_artifact(artifact_id: ArtifactId, params: Annotated[ArtifactParams, Query()],
                  call: Caller) -> Answer:
-    return call.run(api.get_artifact)
+    return call.run(api.get_artifact, whole(ArtifactRequest, params, artifact_id=artifact_id))
 
 
 @router.post("/api/v1/decisions", response_model=schemas.Decision,
@@ -143,9 +144,9 @@ def record_task(body: TaskRequest, call: Caller) -> Answer:
 
 
 # -- the memory system spec: query and history -------------------------------------------------
-@router.post("/api/v1/query", response_model=list[Hit] | list[schemas.Bullet],
+@router.post("/api/v1/query", response_model=list[Hit] | list[schemas.Bullet] | QueryResult,
              summary="memory.query of the memory system spec (as `memcli query - --json`)")
-@operation("query request", hint="see `memcli query --help` and the README's JSON request")
+@operation("query request", hint=QUERY_HINT)
 def query(body: QueryRequest, call: Caller) -> Answer:
     return call.run(api.query, body)
 
@@ -155,7 +156,7 @@ def query(body: QueryRequest, call: Caller) -> Answer:
 @operation("history request")
 def memory_history(memory_id: MemoryId, params: Annotated[HistoryParams, Query()],
                    call: Caller) -> Answer:
-    return call.run(api.memory_history)
+    return call.run(api.memory_history, whole(HistoryRequest, params, memory_id=memory_id))
 
 
 # -- remember / forget -------------------------------------------------------------------------
@@ -163,7 +164,7 @@ def memory_history(memory_id: MemoryId, params: Annotated[HistoryParams, Query()
              summary="Remember a fact or a procedure (as `memcli remember`)")
 @operation("remember request")
 def remember(body: RememberRequest, call: Caller) -> Answer:
-    return call.run(api.remember)
+    return call.run(api.remember, body)
 
 
 @router.delete("/api/v1/memories/{memory_id:int}", response_model=schemas.Forgotten,
@@ -171,7 +172,7 @@ def remember(body: RememberRequest, call: Caller) -> Answer:
 @operation("forget request")
 def forget(memory_id: MemoryId, params: Annotated[MemoryParams, Query()],
            call: Caller) -> Answer:
-    return call.run(api.forget)
+    return call.run(api.forget, whole(MemoryRequest, params, memory_id=memory_id))
 
 
 # -- the app-memory design: an app's memories --------------------------------------------------
@@ -180,7 +181,7 @@ def forget(memory_id: MemoryId, params: Annotated[MemoryParams, Query()],
 @operation("app memories request")
 def app_memories(app_id: AppId, params: Annotated[AppMemoriesParams, Query()],
                  call: Caller) -> Answer:
-    return call.run(api.app_memories)
+    return call.run(api.app_memories, whole(AppMemoriesRequest, params, app_id=app_id))
 
 
 @router.delete("/apps/{app_id}/memories", response_model=schemas.Purged,
@@ -188,7 +189,7 @@ def app_memories(app_id: AppId, params: Annotated[AppMemoriesParams, Query()],
 @operation("app memories request")
 def purge_app_memories(app_id: AppId, params: Annotated[AppMemoriesParams, Query()],
                        call: Caller) -> Answer:
-    return call.run(api.delete_app_memories)
+    return call.run(api.delete_app_memories, whole(AppMemoriesRequest, params, app_id=app_id))
 
 
 @router.delete("/apps/{app_id}/memories/{memory_id:int}", response_model=schemas.Purged,
@@ -196,4 +197,5 @@ def purge_app_memories(app_id: AppId, params: Annotated[AppMemoriesParams, Query
 @operation("app memories request")
 def purge_app_memory(app_id: AppId, memory_id: MemoryId,
                      params: Annotated[AppMemoryParams, Query()], call: Caller) -> Answer:
-    return call.run(api.delete_app_memories)
+    return call.run(api.delete_app_memories,
+                    whole(AppMemoriesRequest, params, app_id=app_id, memory_id=memory_id))

@@ -55,17 +55,18 @@ class Call:
     model."""
 
     service: api.Service
-    scope: api.Scope
+    scope: api.Binding
     request: Any
     answer: TypeAdapter[Any] | None
 
-    def run(self, op: Callable[[api.Context, api.Scope, Any], Any], request: Any = None
+    def run(self, op: Callable[[api.Context, api.Binding, Any], Any], request: Any = None
             ) -> Answer:
         """The operation's answer, checked against the route's model (on the calling thread:
         FastAPI runs a plain `def` endpoint on its thread pool, so a slow bundle never blocks
-        other requests). `request`: the body as FastAPI validated it, for an operation that
-        takes its model (memcli.service.typed_ops); else the operation gets the JSON as sent.
-        An answer its model refuses is a bug of memcli's: 500."""
+        other requests). `request`: the model as FastAPI validated it (memcli.service.
+        typed_ops); None: the JSON as sent, validated once by the operation's model (a batch
+        of events, each record by ingest's rules). An answer its model refuses is a bug of
+        memcli's: 500."""
         payload = self.service.run(op, self.scope, self.request if request is None else request)
         if self.answer is not None:
             self.answer.validate_python(payload)
@@ -188,6 +189,14 @@ def built(*models: type[BaseModel]) -> None:
     inside FastAPI's own guard, not on the route's first request (memcli.service.routes)."""
     for model in models:
         model.model_config["defer_build"] = False
+
+
+def whole(model: type[BaseModel], params: BaseModel, **path: Any) -> Any:
+    """The request of a route with ids in its path, as `model`: the path's values and the
+    query parameters, both validated by FastAPI (the parameters as `query_params(model)`, the
+    same fields and rules), put together, not validated again."""
+    values = {**dict(params), **path}
+    return model.model_construct(_fields_set=params.model_fields_set | set(path), **values)
 
 
 def query_params(model: type[BaseModel], *path: str) -> type[BaseModel]:

@@ -78,6 +78,11 @@ class BundleItem(_Open):
     boosts: dict[str, float] | None = Field(
         None, description="Retrieved evidence: what each ranking stage added to the score."
     )
+    rerank_score: float | None = Field(
+        None,
+        description="Retrieved evidence in the configured reranker's top N: the reranker's "
+        "own score (docs/guides/reranking.md); the order follows it.",
+    )
     derived: bool | None = Field(
         None, description="Retrieved evidence: a summary (its `refs` are its source turns)."
     )
@@ -132,6 +137,18 @@ class Scoring(BaseModel):
     gamma: float  # importance
 
 
+class RerankSummary(BaseModel):
+    """What the configured reranker did for a bundle's retrieval."""
+
+    model: str = Field(description="The model named in the settings, else the endpoint.")
+    candidates: int = Field(description="How many of the fused top were sent.")
+    reranked: bool = Field(description="The top was put in the reranker's order.")
+    skipped: str | None = Field(
+        description="Why it was not (down, timeout, a bad answer): the fused order stands."
+    )
+    latency_ms: float = Field(description="The round trip, the server's own time included.")
+
+
 class Provenance(_Open):
     intent: str | None
     query_terms: list[str]
@@ -139,6 +156,9 @@ class Provenance(_Open):
     filters: dict[str, Any]  # sensitivity_allowed, and the scope the bundle read
     scoring: Scoring
     weights: dict[str, Any]  # alpha, beta, gamma, fusion, legs, half_life_days, w_rel
+    rerank: RerankSummary | None = Field(
+        None, description="What the configured reranker did; null: none is configured."
+    )
 
 
 class Bundle(_Open):

@@ -43,6 +43,13 @@ def warm_up(settings: Any, warm: Callable[[], None], log: Callable[[str], None])
             if callable(load):
                 load()
         get_encoding(settings.encoding)
+        if settings.rerank.url:
+            # The reranker's client: httpx and what its first client imports (httpcore, h11,
+            # anyio), 0.6-2.0 s on a busy 2-core machine, paid here once rather than by each
+            # command (bench/results/rerank-latency.md). No thread is started.
+            import httpx  # noqa: PLC0415 - only with a reranker configured
+
+            httpx.Client(verify=False).close()
     except Exception as exc:  # noqa: BLE001 - a warm-up only
         log(f"memcli: warning: warm-up incomplete: {exc}".splitlines()[0])
     threads = _native_threads()

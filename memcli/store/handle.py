@@ -14,6 +14,7 @@ if TYPE_CHECKING:
     from memcli.core.progress import Progress
     from memcli.policy.categories import Categories
     from memcli.providers.embedding import Embedder
+    from memcli.providers.reranker import Reranker
     from memcli.providers.splade import SpladeEncoder
     from memcli.store.connection import Database
     from memcli.store.filters import Filters
@@ -24,6 +25,7 @@ class MemoryHandle(Protocol):
     db: Database
     embedder: Embedder | None
     sparse: SpladeEncoder | None
+    reranker: Reranker | None  # reorders a query's fused top N (memcli.retrieval.rerank)
     tenant: str  # the tenant of every read and write that names none
     encoding: str  # the tokenizer that counts a bundle's tokens
     lifecycle: LifecycleSettings

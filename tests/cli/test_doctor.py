@@ -191,7 +191,7 @@ def test_a_dropped_table_is_named_as_damage_with_the_fix(cli, filled):
     names doctor and rebuild (it said "unexpected error ... a bug in memcli")."""
     sql(filled, "DROP TABLE memories_fts")
     for args in (("query", "garden", "--user-id", "priya"),
-                 ("acb", "build", "--user-id", "priya", "--query-text", "garden")):
+                 ("acb", "build", "--user-id", "priya", "--query", "garden")):
         result = cli(*args)
         assert result.exit_code == 1, result.stderr
         assert result.stderr.startswith("memcli: error: database is damaged: "), result.stderr

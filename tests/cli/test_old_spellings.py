@@ -70,11 +70,12 @@ def test_a_command_specific_old_spelling_says_so_too(cli):
     stored = cli("remember", "deploy on Tuesdays", "--user-id", "priya", "--pin", "--json")
     assert stored.exit_code == 0, stored.stderr
     assert stored.stderr == _notice("--pin", "--pinned")
-    built = cli("acb", "build", "--user-id", "priya", "--query", "when do we deploy", "--json")
+    built = cli("acb", "build", "--user-id", "priya", "--query-text", "when do we deploy",
+                "--json")
     assert built.exit_code == 0, built.stderr
     evidence = [i["text"] for s in json.loads(built.stdout)["sections"] for i in s["items"]]
     assert any(text.endswith("deploy on Tuesdays") for text in evidence)
-    assert built.stderr == _notice("--query", "--query-text")
+    assert built.stderr == _notice("--query-text", "--query")
 
 
 def test_mcp_install_writes_the_one_spelling_and_takes_the_old(cli, db_path):
@@ -144,3 +145,17 @@ def test_the_mcp_bridge_says_an_old_spelling_once(tmp_path):
     assert done.returncode == 0, done.stderr
     assert done.stdout == ""
     assert done.stderr == _notice("--user", "--user-id")
+
+
+def test_hook_session_start_spells_the_budget_as_acb_build_does(cli):
+    """`--budget-tokens`, as `acb build` spells it; `--max-tokens` still read, with the notice."""
+    assert "--budget-tokens" in cli("hook", "session-start", "--help").stdout
+    cli("remember", "the plants need water on Mondays", "--user-id", "alice")
+    hook = json.dumps({"session_id": "S", "cwd": "/tmp/plants", "hook_event_name": "SessionStart"})
+    new = cli("hook", "session-start", "--user-id", "alice", "--budget-tokens", "3000", "--strict",
+              input=hook)
+    old = cli("hook", "session-start", "--user-id", "alice", "--max-tokens", "3000", "--strict",
+              input=hook)
+    assert new.exit_code == old.exit_code == 0, old.stderr
+    assert json.loads(old.stdout)["hookSpecificOutput"]["additionalContext"]
+    assert new.stderr == "" and old.stderr == _notice("--max-tokens", "--budget-tokens")

@@ -11,14 +11,19 @@ import anyio
 import pytest
 import typer.main
 
-from memcli.acb.build import AcbRequest, parse_request
 from memcli.cli.app import app
 from memcli.cli.options import LEGACY_FLAGS, flag_name
 from memcli.config import load_settings
 from memcli.errors import UsageError
 from memcli.operations import curation
-from memcli.operations.requests import IngestRequest, QueryRequest, parse_query_request
-from memcli.service.api import Scope
+from memcli.operations.requests import (
+    AcbRequest,
+    IngestRequest,
+    QueryRequest,
+    parse_query_request,
+)
+from memcli.operations.requests import parse_acb_request as parse_request
+from memcli.service.api import Binding
 from memcli.service.mcp_server import build_mcp
 from tests.support.http_api import running_api
 from tests.support.records import ndjson, turns
@@ -68,7 +73,7 @@ def test_old_spellings_are_hidden_aliases_of_the_field_flags() -> None:
         assert options[old].hidden and options[old].name == f"{field}__legacy", old
         assert not options[flag_name(field)].hidden
     build = _options("acb", "build")
-    assert build["--query"].hidden and build["-q"] is build["--query-text"]
+    assert build["--query-text"].hidden and build["-q"] is build["--query"]
     assert build["--agent"].hidden and build["--checkpoint"].hidden
     for path in (("correct",), ("entity",), ("related",), ("export",), ("import",),
                  ("view", "export"), ("view", "apply")):
@@ -86,7 +91,7 @@ def test_one_declaration_drives_the_http_body_and_the_mcp_schema(tmp_path, monke
     for field, info in QueryRequest.model_fields.items():
         assert served[info.alias or field].get("description") == info.description, field
 
-    server = build_mcp(load_settings(tmp_path / "m.db"), Scope(),
+    server = build_mcp(load_settings(tmp_path / "m.db"), Binding(),
                        ("memory_query", "memory_build_acb"))
     tools = {t.name: t.input_schema["properties"] for t in anyio.run(server.list_tools)}
     for name in ("query", "top_k", "session_id", "return_format", "budget_tokens", "as_of"):
@@ -94,8 +99,8 @@ def test_one_declaration_drives_the_http_body_and_the_mcp_schema(tmp_path, monke
         assert tools["memory_query"][name]["description"] == described, name
         assert served[QueryRequest.model_fields[name].alias or name]["description"] == described
     assert tools["memory_query"]["top_k"]["maximum"] == 1000  # the field's rule, too
-    assert tools["memory_build_acb"]["max_tokens"]["description"] == (
-        AcbRequest.model_fields["max_tokens"].description)
+    assert tools["memory_build_acb"]["budget_tokens"]["description"] == (
+        AcbRequest.model_fields["budget_tokens"].description)
 
 
 @pytest.mark.parametrize("flag", ["--user-id", "--user"])
@@ -160,7 +165,7 @@ def test_a_request_is_validated_once_on_its_way_to_the_operation(tmp_path, monke
     async def tools() -> tuple[object, object]:
         from mcp import Client
 
-        server = build_mcp(load_settings(served.db), Scope(), ("memory_query",))
+        server = build_mcp(load_settings(served.db), Binding(), ("memory_query",))
         async with Client(server) as mcp:
             good = await mcp.call_tool("memory_query", {"query": "green tea", "top_k": 3})
             assert seen == ["QueryRequest"]  # built once, by the tool
@@ -172,7 +177,7 @@ def test_a_request_is_validated_once_on_its_way_to_the_operation(tmp_path, monke
     assert wrong.is_error and wrong.content[0].text.count("\n") == 0
     assert "query" in wrong.content[0].text
     with pytest.raises(TypeError, match="takes a QueryRequest"):
-        api.query(None, Scope(), {"query": "green tea"})
+        api.query(None, Binding(), {"query": "green tea"})
 
 
 def test_all_tenants_with_a_tenant_names_the_field_flag(cli) -> None:

@@ -145,7 +145,7 @@ def test_task_state_orders_doing_first(memory):
     a = ledger.add_task(memory, "first", user_id="u1")
     ledger.add_task(memory, "second", user_id="u1")
     ledger.update_task(memory, a["id"], status="doing")
-    from memcli.acb.build import build_acb
+    from tests.support.bundles import build_acb
 
     bundle = build_acb(memory, {"user_id": "u1", "track": False})
     state = next(s for s in bundle["sections"] if s["name"] == "task_state")["items"]

@@ -15,9 +15,10 @@ import typer.main
 from memcli.cli.app import app
 from memcli.cli.options import flag_name
 from memcli.config import load_settings
+from memcli.operations import ledger_ops
 from memcli.operations import lifecycle_requests as life
 from memcli.operations.requests import HistoryRequest
-from memcli.service.api import Scope
+from memcli.service.api import Binding
 from memcli.service.mcp_server import build_mcp
 from tests.support.http_api import running_api
 
@@ -36,7 +37,7 @@ COMMANDS = {
     ("forget",): (life.MemoryRequest, ("memory_id",)),
     ("restore",): (life.MemoryRequest, ("memory_id",)),
     ("stats",): (life.StatsRequest, ()),
-    ("artifact",): (life.ArtifactRequest, ("artifact_id",)),
+    ("artifact",): (ledger_ops.ArtifactRequest, ("artifact_id",)),
     ("proposals", "list"): (life.ProposalsRequest, ()),
     ("proposals", "accept"): (life.ProposalRequest, ("proposal_id",)),
     ("proposals", "reject"): (life.RejectRequest, ("proposal_id",)),
@@ -105,7 +106,7 @@ TOOLS = {"remember": "memory_remember", "forget": "memory_forget",
 def test_the_route_and_the_tool_carry_the_models_fields(tmp_path, monkeypatch) -> None:
     with running_api(tmp_path, monkeypatch) as api, api.client(None) as client:
         doc = client.get("/openapi.json").json()
-    server = build_mcp(load_settings(tmp_path / "m.db"), Scope(), tuple(TOOLS.values()))
+    server = build_mcp(load_settings(tmp_path / "m.db"), Binding(), tuple(TOOLS.values()))
     tools = {t.name: t.input_schema["properties"] for t in anyio.run(server.list_tools)}
     for name, (method, path, model, in_path) in ROUTES.items():
         route = doc["paths"][path][method]

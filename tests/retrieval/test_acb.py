@@ -13,7 +13,6 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 from memcli import Memory
-from memcli.acb.build import build_acb
 from memcli.acb.render import render_markdown
 from memcli.config import AcbSettings
 from memcli.core.tokens import count_tokens
@@ -21,6 +20,7 @@ from memcli.derived import writer as derive
 from memcli.errors import NotAllowedError, UsageError
 from memcli.ledger import entries as ledger
 from memcli.providers.embedders import HashEmbedder
+from tests.support.bundles import build_acb
 from tests.support.records import ndjson, turns
 
 pytestmark = pytest.mark.backends  # SQLite and PostgreSQL (tests/support/backend.py)
@@ -685,8 +685,8 @@ def test_a_failing_stage_is_recorded(memory):
     broken = Memory(memory.db, embedder=BrokenEmbedder(64))
     with pytest.raises(RuntimeError, match="model server is down"):
         build_acb(broken, {"user_id": "u1", "session_id": "s1", "query_text": "Lisbon"})
-    with pytest.raises(UsageError):
-        build_acb(memory, {"max_tokens": 0})
+    with pytest.raises(UsageError):  # a valid model the build refuses: no such section
+        build_acb(memory, {"caps": {"nosuch": 5}})
     stages = [(r["command"], r["error_stage"]) for r in metric_rows(memory)]
     assert stages == [("acb", "retrieval"), ("acb", "request")]
 

@@ -12,10 +12,10 @@ import json
 import pytest
 
 from memcli import Memory
-from memcli.acb.build import build_acb
 from memcli.derived import writer as derive
 from memcli.ledger import entries as ledger
 from memcli.providers.embedders import HashEmbedder
+from tests.support.bundles import build_acb
 from tests.support.records import turns
 
 pytestmark = [pytest.mark.usefixtures("fast_cli"), pytest.mark.backends]

@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 
 from memcli import Memory
-from memcli.acb.build import build_acb
 from memcli.derived import writer as derive
 from memcli.ledger import entries as ledger
 from memcli.providers.embedders import HashEmbedder
+from tests.support.bundles import build_acb
 from tests.support.records import ndjson, turns
 
 pytestmark = [pytest.mark.usefixtures("fast_cli"), pytest.mark.backends]  # SQLite and PostgreSQL

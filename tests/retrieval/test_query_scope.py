@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from memcli import Memory
-from memcli.acb.build import build_acb
 from memcli.config import AcbSettings
 from memcli.providers.embedders import HashEmbedder
+from tests.support.bundles import build_acb
 from tests.support.cli import run_entry_point
 from tests.support.records import ndjson, turns
 

@@ -126,11 +126,11 @@ def test_as_of_reads_what_was_valid_then(cli, db_path):
     now = texts(cli(*ask, "--as-of", after))
     assert "Priya's editor is helix" in now and "Priya's editor is vim" not in now
     assert "Priya's editor is vim" not in texts(cli(*ask))  # no as_of: what is current
-    bundle = cli("acb", "build", "--query-text", "where does Priya live", "--user-id", "priya",
+    bundle = cli("acb", "build", "--query", "where does Priya live", "--user-id", "priya",
                  "--as-of", "2026-03-01T12:00:00+01:00", "--json").stdout
     assert "Lisbon" in bundle and "Madrid" not in bundle and "vim" not in bundle
     assert json.loads(bundle)["provenance"]["as_of"] == "2026-03-01T11:00:00.000000Z"
-    for command in (("query", "x"), ("acb", "build", "--query-text", "x")):
+    for command in (("query", "x"), ("acb", "build", "--query", "x")):
         bad = cli(*command, "--as-of", "last spring")
         assert bad.exit_code == 2 and bad.stdout == ""
         assert bad.stderr.startswith("memcli: error: ") and bad.stderr.count("\n") == 1
@@ -140,7 +140,7 @@ def test_as_of_reads_what_was_valid_then(cli, db_path):
 def test_as_of_through_the_service_and_the_mcp_tools(cli, db_path, tmp_path, monkeypatch):
     _history(cli, db_path)
     service = api.Service(load_settings(db_path))
-    scope = api.Scope(user_id="priya")
+    scope = api.Binding(user_id="priya")
     try:
         found = service.run(api.query, scope, {"query": "where does Priya live",
                                                "as_of": "2026-03-01", "top_k": 50})

@@ -69,7 +69,7 @@ def _rows(svc: api.Service, where: dict[str, str], tag: str) -> Rows:
     """A memory, an artifact event, a decision and a task of scope `where`, made by the
     operator."""
     scope = {k: v for k, v in where.items() if k != "category"}
-    op = api.Scope()
+    op = api.Binding()
     memory = svc.run(api.remember, op, {**scope, "text": f"Quokka plan {tag}",
                                         "category": where["category"]})["id"]
     svc.run(api.record_events, op, {**scope, "kind": "artifact", "event_id": f"doc-{tag}",
@@ -305,7 +305,7 @@ def test_a_bundle_holds_only_the_bound_categories(tmp_path, monkeypatch) -> None
     settings = _settings(tmp_path, monkeypatch)
     svc = api.Service(settings)
     try:
-        op = api.Scope()
+        op = api.Binding()
         svc.run(api.record_decision, op, {"tenant_id": "t1", "decision": f"Use {OUT} db"})
         svc.run(api.record_task, op, {"tenant_id": "t1", "title": f"Ship {OUT} db"})
         svc.run(api.record_events, op, {"tenant_id": "t1", "session_id": "s1",

@@ -40,7 +40,7 @@ from tests.support.daemon import (
     stop_started,
     wait_until,
 )
-from tests.support.sockets import second_user
+from tests.support.sockets import answers, second_user
 from tests.support.trust import NO_SPARSE
 
 pytestmark = pytest.mark.daemon  # real `memcli serve` processes
@@ -48,19 +48,6 @@ pytestmark = pytest.mark.daemon  # real `memcli serve` processes
 MCP_HEADERS = {"Accept": "application/json, text/event-stream", "X-Memcli-Tools": "all"}
 STARTER = {"MEMCLI_TENANT": "acme", "MEMCLI_USER": "mallory", "GITHUB_TOKEN": "ghp_starter",
            "AWS_SECRET_ACCESS_KEY": "aws-starter-secret"}
-
-
-def answers(path: str) -> bool:
-    import socket
-
-    probe = socket.socket(socket.AF_UNIX)
-    try:
-        probe.connect(path)
-        return True
-    except OSError:
-        return False
-    finally:
-        probe.close()
 
 
 def environ_of(pid: int) -> dict[str, str]:

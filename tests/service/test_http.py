@@ -313,7 +313,7 @@ def test_openapi_lists_every_route_with_its_models(server) -> None:
     body = doc["paths"]["/api/v1/query"]["post"]["requestBody"]["content"]["application/json"]
     assert body["schema"]["$ref"] == "#/components/schemas/QueryRequest"
     assert "filters" in doc["components"]["schemas"]["QueryRequest"]["properties"]
-    assert "query_text" in doc["components"]["schemas"]["AcbRequest"]["properties"]
+    assert "query" in doc["components"]["schemas"]["AcbRequest"]["properties"]
     assert "EventIn" in doc["components"]["schemas"]
     params = {p["name"] for p in doc["paths"]["/api/v1/decisions/query"]["get"]["parameters"]}
     assert {"status", "limit", "tenant_id"} <= params

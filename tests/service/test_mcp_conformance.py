@@ -19,7 +19,7 @@ from mcp.client.streamable_http import streamable_http_client
 
 from memcli.config import load_settings
 from memcli.core.records import EventIn
-from memcli.service.api import Scope
+from memcli.service.api import Binding
 from memcli.service.mcp_server import TOOLS, build_mcp, select_tools
 from tests.support.mcp import CONFIG, child_env, daemon, error_text, payload, stdio_params
 from tests.support.mcp_conformance import check_server
@@ -32,7 +32,7 @@ def server(tmp_path, monkeypatch):
     config.write_text(CONFIG, encoding="utf-8")  # no SPLADE leg: a real model, slow
     monkeypatch.setenv("MEMCLI_CONFIG", str(config))
     return build_mcp(
-        load_settings(tmp_path / "memory.db"), Scope(user_id="alice"), select_tools("all")
+        load_settings(tmp_path / "memory.db"), Binding(user_id="alice"), select_tools("all")
     )
 
 

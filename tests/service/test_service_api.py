@@ -31,8 +31,8 @@ def service(tmp_path, monkeypatch, db_path):
         svc.close()
 
 
-T1 = api.Scope(tenant="t1")
-T2 = api.Scope(tenant="t2")
+T1 = api.Binding(tenant="t1")
+T2 = api.Binding(tenant="t2")
 
 
 def _event(text: str, **extra) -> dict:
@@ -80,7 +80,7 @@ def test_record_events_refuses_a_record_of_another_tenant(service) -> None:
     with pytest.raises(NotAllowedError):
         service.run(api.record_events, T1, _event("x", tenant_id="t2"))
     # A bound user cannot be escaped by an explicit null (a tenant-wide write).
-    bound_user = api.Scope(tenant="t1", user_id="u1")
+    bound_user = api.Binding(tenant="t1", user_id="u1")
     service.run(api.record_events, bound_user, {"user_id": None, "text": "null user note"})
     rows = service.run(api.query, T1, {"query": "null user note"})
     assert rows[0]["user_id"] == "u1"
@@ -92,7 +92,7 @@ def test_record_events_refuses_a_record_of_another_tenant(service) -> None:
 def test_query_matches_the_cli_payload(service, cli) -> None:
     service.run(api.record_events, T1, _event("the staging database lives on port 5433"))
     request = {"query": "staging database port", "filters": {"tenant_id": "t1"}, "top_k": 3}
-    ours = service.run(api.query, api.Scope(), request)
+    ours = service.run(api.query, api.Binding(), request)
     theirs = json.loads(cli("query", "-", "--json", input=json.dumps(request)).stdout)
     for hit in (*ours, *theirs):
         hit.pop("score"), hit.pop("scores"), hit.pop("boosts")  # access counts move ranks
@@ -109,7 +109,7 @@ def test_query_never_widens_the_bound_scope(service) -> None:
     hits = service.run(api.query, T2, {"query": "secret plan"})
     assert hits and {h["tenant_id"] for h in hits} == {"t2"}
     # A category allowlist bound by the server narrows; asking outside it is refused.
-    narrow = api.Scope(tenant="t1", categories=("tasks",))
+    narrow = api.Binding(tenant="t1", categories=("tasks",))
     assert service.run(api.query, narrow, {"query": "secret plan"}) == []
     with pytest.raises(NotAllowedError):
         service.run(api.query, narrow, {"query": "secret plan", "categories": ["event"]})
@@ -173,7 +173,7 @@ def test_decisions_tasks_remember_forget_history(service) -> None:
         service.run(api.memory_history, T2, {"memory_id": fact["id"]})
     # A caller bound to a user or an app sees and forgets only that user's or app's memories.
     note = service.run(api.remember, T1, {"text": "Ravi's note on the roadmap", "user_id": "ravi"})
-    for bound in (api.Scope(tenant="t1", user_id="priya"), api.Scope(tenant="t1", app_id="a1")):
+    for bound in (api.Binding(tenant="t1", user_id="priya"), api.Binding(tenant="t1", app_id="a1")):
         with pytest.raises(NotFoundError):
             service.run(api.memory_history, bound, {"memory_id": note["id"]})
         with pytest.raises(NotFoundError):

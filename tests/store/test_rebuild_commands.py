@@ -13,7 +13,7 @@ import json
 import pytest
 
 from memcli.config import load_settings
-from memcli.operations.binding import Scope
+from memcli.operations.binding import Binding
 from memcli.service.api import Context
 from memcli.store.location import open_database
 from memcli.viewer.pages import memory_page
@@ -252,11 +252,11 @@ def test_http_routes_and_page_actions_write_events_a_rebuild_derives_again(tmp_p
     with Memory.open(db, embedder=HashEmbedder(64)) as memory:
         ctx = Context(memory, load_settings(db))
         fixed = memory_page.correct(
-            ctx, Scope(), {"memory_id": str(fact["id"]), "text": "Priya drinks black tea"}
+            ctx, Binding(), {"memory_id": str(fact["id"]), "text": "Priya drinks black tea"}
         )
-        memory_page.pin(ctx, Scope(), {"memory_id": str(fixed["id"])})
-        memory_page.forget(ctx, Scope(), {"memory_id": str(fixed["id"])})
-        memory_page.restore(ctx, Scope(), {"memory_id": str(fixed["id"])})
+        memory_page.pin(ctx, Binding(), {"memory_id": str(fixed["id"])})
+        memory_page.forget(ctx, Binding(), {"memory_id": str(fixed["id"])})
+        memory_page.restore(ctx, Binding(), {"memory_id": str(fixed["id"])})
 
     def cli(*args: str, input: str | None = None):
         from typer.testing import CliRunner

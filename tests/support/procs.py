@@ -12,6 +12,8 @@ processes.
 from __future__ import annotations
 
 import os
+import signal
+import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import cached_property
@@ -72,3 +74,15 @@ def _read(path: str) -> bytes | None:
             return f.read()
     except OSError:
         return None
+
+
+def stop(proc: subprocess.Popen, timeout: float = 60.0) -> tuple[str | None, str | None]:
+    """SIGTERM, then SIGKILL if it is still running after `timeout` s; the output it had left
+    (None for a stream not piped)."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+    try:
+        return proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        return proc.communicate()

@@ -3,6 +3,7 @@
 Shared by tests/policy/test_socket_trust.py and bench/trust_attacks.py (standard library only): the
 listener runs as a real second user (`nobody`, which needs root) or as this process's own, in a
 folder of the mode it is given, and reports each connection's bytes when it is stopped.
+`answers(path)` says whether anything listens at a socket path.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import os
 import pwd
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
@@ -115,3 +117,15 @@ def python_of(user: tuple[int, int], folder: Path) -> str | None:
         if done.returncode == 0:
             return candidate
     return None
+
+
+def answers(path: str) -> bool:
+    """Something listens on the unix socket at `path` (a connect succeeds)."""
+    probe = socket.socket(socket.AF_UNIX)
+    try:
+        probe.connect(path)
+        return True
+    except OSError:
+        return False
+    finally:
+        probe.close()

@@ -11,7 +11,7 @@ from memcli.config import load_settings
 from memcli.errors import NotAllowedError, NotFoundError
 from memcli.ledger import entries as ledger
 from memcli.lifecycle.proposals import propose
-from memcli.operations.binding import Scope
+from memcli.operations.binding import Binding
 from memcli.operations.requests import QueryRequest
 from memcli.service.api import Context, query
 from memcli.store.memories import get_memories
@@ -41,7 +41,7 @@ def test_the_ledger_links_superseded_decisions_and_groups_tasks(ctx, memory):
     ledger.add_task(memory, "Write the viewer", tenant_id="acme", user_id="priya")
     done = ledger.add_task(memory, "Ship it", tenant_id="acme", user_id="priya", status="done")
     ledger.add_task(memory, "Another tenant's", tenant_id="other", user_id="priya")
-    page = ledger_page(ctx, Scope(), {"tenant_id": "acme"})
+    page = ledger_page(ctx, Binding(), {"tenant_id": "acme"})
     assert [d["id"] for d in page["active"]] == [new["id"]]
     assert page["active"][0]["supersedes"] == old["id"]
     assert [(d["id"], d["superseded_by"]) for d in page["superseded"]] == [(old["id"], new["id"])]
@@ -53,14 +53,14 @@ def test_the_ledger_links_superseded_decisions_and_groups_tasks(ctx, memory):
 @pytest.mark.backends
 def test_accepting_a_proposal_writes_the_fact_and_its_history_row(ctx, memory):
     pid = _proposal(memory)
-    page = ledger_page(ctx, Scope(), {"tenant_id": "acme"})
+    page = ledger_page(ctx, Binding(), {"tenant_id": "acme"})
     assert [p["id"] for p in page["pending"]] == [pid]
-    out = decide(ctx, Scope(), {"proposal_id": str(pid), "action": "accept", "tenant_id": "acme"})
+    out = decide(ctx, Binding(), {"proposal_id": str(pid), "action": "accept", "tenant_id": "acme"})
     fact = get_memories(memory.db, [out["memory_id"]])[out["memory_id"]]
     assert (fact["content"], fact["category"]) == ("Priya lives in Porto", "profile")
     rows = memory.history(out["memory_id"], tenant_id="acme")
     assert {(r["op"], r["actor"]) for r in rows} == {("ADD", "ui"), ("UPDATE", "ui")}
-    page = ledger_page(ctx, Scope(), {"tenant_id": "acme"})
+    page = ledger_page(ctx, Binding(), {"tenant_id": "acme"})
     assert page["pending"] == []
     assert [(p["id"], p["status"], p["decided_by"]) for p in page["decided"]] == [
         (pid, "accepted", "ui")]
@@ -69,17 +69,17 @@ def test_accepting_a_proposal_writes_the_fact_and_its_history_row(ctx, memory):
 @pytest.mark.backends
 def test_a_rejected_proposal_is_recorded_and_changes_nothing(ctx, memory):
     pid = _proposal(memory)
-    out = decide(ctx, Scope(), {"proposal_id": str(pid), "action": "reject",
+    out = decide(ctx, Binding(), {"proposal_id": str(pid), "action": "reject",
                                   "tenant_id": "acme", "reason": "I moved back"})
     assert out == {"id": pid, "status": "rejected"}
-    page = ledger_page(ctx, Scope(), {"tenant_id": "acme"})
+    page = ledger_page(ctx, Binding(), {"tenant_id": "acme"})
     assert [(p["status"], p["reason"]) for p in page["decided"]] == [("rejected", "I moved back")]
     assert memory.history(None, tenant_id="acme")[-1]["meta"]["decision"] == "rejected"
 
 
 def test_a_bound_caller_reaches_no_other_tenants_proposal(ctx, memory):
     pid = _proposal(memory, tenant="other")
-    bound = Scope(tenant="acme")
+    bound = Binding(tenant="acme")
     assert ledger_page(ctx, bound, {})["pending"] == []
     with pytest.raises(NotFoundError):
         decide(ctx, bound, {"proposal_id": str(pid), "action": "accept"})
@@ -92,14 +92,14 @@ def test_the_dashboard_holds_doctor_stats_and_a_p95_chart(ctx, memory):
     memory.ingest([{"tenant_id": "acme", "user_id": "priya", "kind": "message",
                     "content": {"text": "Priya lives in Lisbon"}}])
     for _ in range(3):
-        query(ctx, Scope(), QueryRequest(query="Lisbon", tenant_id="acme"))
-    data = dashboard(ctx, Scope(), {"since": "1h"})
+        query(ctx, Binding(), QueryRequest(query="Lisbon", tenant_id="acme"))
+    data = dashboard(ctx, Binding(), {"since": "1h"})
     assert data["stats"]["requests"] == 3
     assert {c["check"] for c in data["doctor"]["checks"]} >= {"integrity", "schema"}
     assert sum(s["requests"] for s in data["series"]) == 3
     assert data["svg"].startswith("<svg") and 'class="point"' in data["svg"]
     with pytest.raises(NotAllowedError):
-        dashboard(ctx, Scope(tenant="acme"), {})
+        dashboard(ctx, Binding(tenant="acme"), {})
 
 
 def test_the_chart_breaks_its_line_at_an_empty_span_and_escapes_its_labels():
@@ -117,14 +117,14 @@ def test_the_chart_breaks_its_line_at_an_empty_span_and_escapes_its_labels():
 
 
 def test_the_dashboard_keeps_doctors_report_until_asked_for_a_fresh_one(ctx, memory):
-    first = dashboard(ctx, Scope(), {})["doctor"]
+    first = dashboard(ctx, Binding(), {})["doctor"]
     memory.ingest([{"tenant_id": "acme", "user_id": "priya", "kind": "message",
                     "content": {"text": "Priya lives in Lisbon"}}])
     with memory.db.transaction():  # a derived row without its memory: a problem doctor sees
         memory.db.execute("DELETE FROM memories_fts")
-    kept = dashboard(ctx, Scope(), {})["doctor"]
+    kept = dashboard(ctx, Binding(), {})["doctor"]
     assert kept["checked_at"] == first["checked_at"] and kept["healthy"] == first["healthy"]
-    fresh = dashboard(ctx, Scope(), {"fresh": "true"})["doctor"]
+    fresh = dashboard(ctx, Binding(), {"fresh": "true"})["doctor"]
     assert fresh["healthy"] is False and fresh["problems"] >= 1
 
 
@@ -135,10 +135,10 @@ def test_the_bundle_page_reads_the_acb_build_result_in_the_callers_scope(ctx, me
     memory.ingest([{"tenant_id": "acme", "user_id": "priya", "session_id": "s1",
                     "kind": "message", "content": {"text": text}}
                    for text in ("Priya moved to Lisbon", "She works on robots", "Tea, no sugar")])
-    assert bundle(ctx, Scope(), {"tenant_id": "acme"}) == {"bundle": None}  # nothing asked
+    assert bundle(ctx, Binding(), {"tenant_id": "acme"}) == {"bundle": None}  # nothing asked
     asked = {"tenant_id": "acme", "user_id": "priya", "session_id": "s1", "query": "Lisbon",
              "max_tokens": "300"}
-    shown = bundle(ctx, Scope(), asked)["bundle"]
+    shown = bundle(ctx, Binding(), asked)["bundle"]
     sections = {s["name"]: s for s in shown["sections"]}
     recent = sections["recent_window"]
     assert recent["share"] == pytest.approx(100 * recent["tokens"] / recent["cap"], abs=0.1)
@@ -148,7 +148,7 @@ def test_the_bundle_page_reads_the_acb_build_result_in_the_callers_scope(ctx, me
     assert shown["used"] <= shown["budget"] == 300
     assert {o["section"] for o in shown["omissions"]} <= set(sections)
     with pytest.raises(NotAllowedError):
-        bundle(ctx, Scope(tenant="other"), asked)
+        bundle(ctx, Binding(tenant="other"), asked)
 
 
 @pytest.mark.backends

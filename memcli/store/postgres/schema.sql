@@ -487,7 +487,7 @@ CREATE TABLE run_locks (
 -- each insert the column's sequence is moved past an explicit id larger than its last value.
 -- The WHEN clause makes that test before any function is called: a generated id (every
 -- ingest row) is never above its sequence's last value, and a PL/pgSQL call with a dynamic
--- statement per inserted row was ~0.3 ms of every ingest row (bench/ingest_profile.py).
+-- statement per inserted row was ~0.3 ms of every ingest row (bench/results/ingest-profile.md).
 CREATE FUNCTION memcli_follow_identity() RETURNS trigger LANGUAGE plpgsql AS $$
 DECLARE
     seq regclass := pg_get_serial_sequence(quote_ident(TG_TABLE_NAME), TG_ARGV[0])::regclass;

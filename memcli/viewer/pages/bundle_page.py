@@ -13,8 +13,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlencode
 
-from memcli.operations import binding
-from memcli.operations.bundle import acb_payload, prepare_acb
+from memcli.operations.binding import bound
+from memcli.operations.bundle import acb_payload
+from memcli.operations.requests import AcbRequest, parse_acb_request
 
 if TYPE_CHECKING:
     from starlette.requests import Request
@@ -22,38 +23,32 @@ if TYPE_CHECKING:
 
     from memcli.viewer.site import Pages
 
-# The form's fields (the request's own names, as the other pages name theirs; `query` is the
-# acb request's `query_text`), and the request's names for them.
-FIELDS = {"tenant_id": "tenant_id", "user_id": "user_id", "session_id": "session_id",
-          "query": "query_text", "channel": "channel", "agent_id": "agent_id",
-          "app_id": "app_id", "max_tokens": "max_tokens"}
+# The form's fields: the request's own names (as the other pages name theirs); the old
+# spellings of a link made before 0.2.0 (`max_tokens`) are read too.
+FIELDS = ("tenant_id", "user_id", "session_id", "query", "channel", "agent_id", "app_id",
+          "budget_tokens")
+_READ = frozenset(FIELDS) | frozenset(AcbRequest.OLD.values())
 CHANNELS = ("private", "team", "public", "agent")
 
 
-def acb_request(params: dict[str, str]) -> dict[str, Any] | None:
+def acb_request(params: dict[str, str]) -> AcbRequest | None:
     """The acb request for the form's values; None while no user, session or question is
     given (the empty form)."""
-    given = {k: v.strip() for k, v in params.items() if k in FIELDS and v.strip()}
-    if not any(k in given for k in ("user_id", "session_id", "query")):
+    given = {k: v.strip() for k, v in params.items() if k in _READ and v.strip()}
+    if not given.keys() & {"user_id", "session_id", "query", "user", "session", "query_text"}:
         return None
-    return {"track": False, **{FIELDS[k]: v for k, v in given.items()}}
+    return parse_acb_request({"track": False, **given})
 
 
 def bundle(ctx: Any, scope: Any, params: dict[str, str]) -> dict[str, Any]:
     """`{"bundle": ...}`: the bundle for the form, read for the page (None for the empty
     form)."""
-
-    data = acb_request(params)
-    if data is None:
+    req = acb_request(params)
+    if req is None:
         return {"bundle": None}
-    req, note = prepare_acb(data)
-    req.tenant_id = binding.tenant(ctx.memory, scope, req.tenant_id)
-    req.user_id = binding.bind("user_id", scope.user_id, req.user_id)
-    req.agent_id = binding.bind("agent", scope.agent, req.agent_id)
-    req.app_id = binding.bind("app_id", scope.app_id, req.app_id)
-    req.categories = binding.categories(scope, req.categories or None) or []
-    payload = acb_payload(ctx.memory, req, note, settings=ctx.settings, allowed=scope.categories)
-    return {"bundle": bundle_view(payload, req.tenant_id)}
+    req = bound(ctx.memory, scope, req)
+    payload = acb_payload(ctx.memory, req, settings=ctx.settings, allowed=scope.categories)
+    return {"bundle": bundle_view(payload, req.tenant_id or ctx.memory.tenant)}
 
 
 def ref_link(ref: str, tenant: str) -> dict[str, str | None]:

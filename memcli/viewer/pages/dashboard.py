@@ -21,9 +21,9 @@ from typing import TYPE_CHECKING, Any
 from pydantic import Field
 
 from memcli.acb.stats import since_timestamp, summarise_requests
+from memcli.core.request_base import Request as RequestModel
 from memcli.errors import NotAllowedError
 from memcli.health.checks import diagnose
-from memcli.operations.requests import Request as RequestModel
 from memcli.operations.requests import validated
 from memcli.store.acb_sql import requests_since
 from memcli.viewer.chart import latency_svg, p95_series

@@ -14,9 +14,10 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import Field
 
+from memcli.core.request_base import Request as RequestModel
 from memcli.lifecycle.proposals import accept, list_proposals, reject
 from memcli.operations import binding, ledger_ops
-from memcli.operations.requests import Request as RequestModel
+from memcli.operations.binding import bound
 from memcli.operations.requests import validated
 from memcli.viewer.site import see_other
 
@@ -56,8 +57,8 @@ def ledger(ctx: Any, scope: Any, params: dict[str, str]) -> dict[str, Any]:
     """Decisions with their links, tasks by status, proposals (pending; then decided)."""
 
     req = validated(LedgerRequest, _given(params, LedgerRequest), "ledger request")
-    tenant = binding.tenant(ctx.memory, scope, req.tenant_id)
-    user = binding.bind("user_id", scope.user_id, req.user_id)
+    req = bound(ctx.memory, scope, req)
+    tenant, user = req.tenant_id, req.user_id
     where = {"tenant_id": tenant, "user_id": user, "app_id": scope.app_id, "limit": req.limit}
     decisions = ledger_ops.query_decisions(
         ctx.memory, ledger_ops.DecisionsQuery(status="all", **where))
@@ -87,6 +88,7 @@ def decide(ctx: Any, scope: Any, params: dict[str, str]) -> dict[str, Any]:
 
 
 def register(site: Pages) -> None:
+
     async def show(request: Request, scope: Any) -> Response:
         params = dict(request.query_params)
         data = await site.run(ledger, scope, params)

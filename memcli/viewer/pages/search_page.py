@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from memcli.operations import binding
+from memcli.operations.binding import bound
 from memcli.operations.requests import QueryRequest, validated
 from memcli.operations.retrieve import run_query
 from memcli.viewer.pages.timeline import filled
@@ -18,24 +18,15 @@ if TYPE_CHECKING:
     from memcli.viewer.site import Pages
 
 # The form's fields: the request's own names (a field left empty is not sent).
-FIELDS = ("query", "tenant_id", "user_id", "session_id", "app_id", "agent", "top_k", "as_of")
+FIELDS = ("query", "tenant_id", "user_id", "session_id", "app_id", "agent_id", "top_k", "as_of")
 
 
 def search(ctx: Any, scope: Any, params: dict[str, str]) -> dict[str, Any]:
     """The query's answer as `memcli query --explain` has it: scope, path and hits."""
-
-    given = {k: v for k, v in filled(params).items() if k in FIELDS}
-    req = validated(QueryRequest, given, "query request")
-    memory = ctx.memory
-    req = req.model_copy(update={
-        "tenant_id": binding.tenant(memory, scope, req.tenant_id),
-        "user_id": binding.bind("user_id", scope.user_id, req.user_id),
-        "agent_id": binding.bind("agent", scope.agent, req.agent_id),
-        "app_id": binding.bind("app_id", scope.app_id, req.app_id),
-        "categories": binding.categories(scope, req.categories)})
-    result, note = run_query(memory, req)
-    out = result.model_dump()
-    return {"result": out, "note": note, "tenant_id": req.tenant_id}
+    given = {k: v for k, v in filled(params).items() if k in FIELDS or k == "agent"}
+    req = bound(ctx.memory, scope, validated(QueryRequest, given, "query request"))
+    out = run_query(ctx.memory, req).model_dump()
+    return {"result": out, "note": req.truncation(), "tenant_id": req.tenant_id}
 
 
 def register(site: Pages) -> None:

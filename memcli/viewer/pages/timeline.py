@@ -7,8 +7,8 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import Field
 
+from memcli.core.request_base import Request as RequestModel
 from memcli.operations import binding
-from memcli.operations.requests import Request as RequestModel
 from memcli.operations.requests import validated
 from memcli.store.timeline_sql import memories_page, session_events
 
