@@ -44,7 +44,7 @@ def doctor_cmd(given: Given, db: DbOpt = None, fmt: FormatOpt = None,
     from memcli.errors import MemcliError, SchemaError
     from memcli.health import checks
     from memcli.operations.memory import make_embedder, make_sparse
-    from memcli.store.location import open_database
+    from memcli.store.opener import open_database
 
     with errors():
         settings = load_settings(db)

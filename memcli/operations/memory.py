@@ -43,8 +43,8 @@ from memcli.store import sparse as sparse_sql
 from memcli.store.connection import HINT_WAIT
 from memcli.store.filters import DEFAULT_TENANT, Filters, one_tenant_or_all
 from memcli.store.history import list_history
-from memcli.store.location import open_database
 from memcli.store.metrics import record_request
+from memcli.store.opener import open_database
 from memcli.store.owner import Owner, check_trail
 from memcli.store.postgres.tenant_roles import refuse_bound
 

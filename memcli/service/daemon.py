@@ -41,7 +41,7 @@ from memcli.service.holder import is_server
 from memcli.service.server import CliServer
 from memcli.service.warm import status_models, warm_up
 from memcli.service.web import HttpOptions, HttpPlan
-from memcli.store.location import open_database
+from memcli.store.opener import open_database
 
 __all__ = ["AlreadyServing", "HttpOptions", "serve", "status", "stop"]
 

@@ -15,7 +15,7 @@ from memcli.core.tokens import count_tokens
 from memcli.providers.embedders import HashEmbedder
 from memcli.store import memories as mem
 from memcli.store.filters import Filters
-from memcli.store.location import open_database
+from memcli.store.opener import open_database
 from tests.support.backend import is_pg
 from tests.support.records import ndjson, turns
 
