@@ -200,8 +200,8 @@ def assigned_categories() -> set[str]:
     """Every category memcli's code files a memory under by itself: `category=` arguments,
     `"category":` keys and `category = ...` assignments with a literal, plus the defaults of
     consolidation's lists and of the facts view."""
+    from memcli.editable_views.format import DEFAULT_CATEGORY
     from memcli.lifecycle.extract import KINDS
-    from memcli.views.format import DEFAULT_CATEGORY
 
     found = {category for _, category in KINDS.values()} | {DEFAULT_CATEGORY}
     for path in Path(memcli.__file__).parent.rglob("*.py"):

@@ -20,9 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from memcli.acb.sections import load_view
 from memcli.core import private
-from memcli.errors import UsageError
-from memcli.store import views_sql
-from memcli.views.format import (
+from memcli.editable_views.format import (
     DECISION_LISTS,
     KINDS,
     TEXT_VIEWS,
@@ -35,7 +33,9 @@ from memcli.views.format import (
     procedure_value,
     render_markdown,
 )
-from memcli.views.yamlview import parse_yaml, render_yaml
+from memcli.editable_views.yamlview import parse_yaml, render_yaml
+from memcli.errors import UsageError
+from memcli.store import views_sql
 
 if TYPE_CHECKING:
     from memcli.store.handle import MemoryHandle

@@ -31,14 +31,30 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 from memcli.acb.sections import view_path
 from memcli.core import private
+from memcli.editable_views.export import (
+    MANIFEST,
+    VERSION,
+    Scope,
+    collect,
+    file_name,
+    load_texts,
+    parse,
+)
+from memcli.editable_views.format import (
+    KINDS,
+    PREFIX,
+    TEXT_VIEWS,
+    Item,
+    bad,
+    digest,
+    render_procedure_text,
+)
 from memcli.errors import MemcliError, UsageError
 from memcli.ledger import entries
 from memcli.lifecycle.correct import correct_fact
 from memcli.lifecycle.purge import forget
 from memcli.lifecycle.remember import MAX_FACT, procedure_steps, remember
 from memcli.policy.redaction import redact_text
-from memcli.views.export import MANIFEST, VERSION, Scope, collect, file_name, load_texts, parse
-from memcli.views.format import KINDS, PREFIX, TEXT_VIEWS, Item, bad, digest, render_procedure_text
 
 if TYPE_CHECKING:
     from memcli.store.handle import MemoryHandle
