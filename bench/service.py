@@ -63,7 +63,7 @@ from bench.service_support import (
     process_ms,
     stop_auto_started,
 )
-from memcli.service import paths
+from memcli.service.daemon import paths
 from tests.support.sockets import answers
 
 REPO_ROOT = Path(__file__).resolve().parents[1]

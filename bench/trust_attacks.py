@@ -92,7 +92,7 @@ def memcli(env: dict[str, str], cwd: Path, *args: str, stdin: str = "",
 
 
 def planted_socket(scratch: Path) -> dict[str, Any]:
-    from memcli.service import paths
+    from memcli.service.daemon import paths
 
     user = second_user()
     if user is None:

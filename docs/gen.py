@@ -171,8 +171,8 @@ def _command_section(ctx: Any, command: Any, path: str, level: int) -> str:
 def openapi_document() -> dict[str, Any]:
     """/openapi.json of `memcli serve`'s HTTP API, as its FastAPI app generates it."""
     from memcli.config import load_settings
-    from memcli.service.auth import Auth
-    from memcli.service.http import build_app
+    from memcli.service.http.auth import Auth
+    from memcli.service.http.fastapi_app import build_app
 
     with tempfile.TemporaryDirectory() as folder, warnings.catch_warnings():
         warnings.simplefilter("ignore")  # pydantic's notes on the models, not the document's
@@ -226,7 +226,7 @@ def http_reference(doc: dict[str, Any] | None = None) -> str:
     """The routes of /openapi.json (method, path, what it does, parameters, body, answers),
     then every schema they name."""
     doc = doc or openapi_document()
-    out = [_HEADER.format(command=REGENERATE, source="/openapi.json (memcli/service/http.py)"),
+    out = [_HEADER.format(command=REGENERATE, source="/openapi.json (memcli/service/http/fastapi_app.py)"),
            "# HTTP reference\n\n",
            f"{doc['info'].get('description', '')} Every route under `/api` and `/apps` takes "
            "`Authorization: Bearer <token>` (see [Tokens](../guides/service.md#tokens)); the "

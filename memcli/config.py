@@ -241,7 +241,7 @@ class Settings(BaseModel):
     mcp_tools: str | None = None
     # `memcli serve` for the CLI (docs/guides/daemon.md): "auto" starts one when none answers,
     # "manual" uses one started by hand, "off" runs every command in-process. The client reads
-    # both keys as text before this module loads (memcli/service/autostart.py).
+    # both keys as text before this module loads (memcli/service/daemon/autostart.py).
     daemon: Literal["auto", "manual", "off"] = "auto"
     daemon_idle_exit: float = Field(default=15.0, gt=0)  # minutes, for an auto-started daemon
 

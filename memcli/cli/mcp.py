@@ -46,7 +46,7 @@ def serve_stdio(db: str | None, tenant: str | None, user: str | None, agent: str
 
     from memcli.cli import mcp_bridge
 
-    # The entry point removes `--no-daemon` from the argv Typer sees (memcli.service.client):
+    # The entry point removes `--no-daemon` from the argv Typer sees (memcli.service.daemon.client):
     # the original command line and MEMCLI_NO_DAEMON still say it.
     no_daemon = (no_daemon or "--no-daemon" in sys.argv[1:]
                  or os.environ.get("MEMCLI_NO_DAEMON", "") not in ("", "0"))

@@ -27,7 +27,7 @@ from collections.abc import Mapping
 from typing import BinaryIO
 
 from memcli.cli.output import said_old
-from memcli.service import autostart, paths
+from memcli.service.daemon import autostart, paths
 
 MCP_PATH = "/mcp"
 

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from memcli.cli.app import app
-from memcli.service import paths
+from memcli.service.daemon import paths
 from memcli.store.opener import open_database
 from tests.support.cli import CliRunner
 

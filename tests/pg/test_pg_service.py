@@ -12,7 +12,7 @@ import anyio
 import psycopg
 import pytest
 
-from memcli.service import paths
+from memcli.service.daemon import paths
 from tests.support.daemon import Daemon, daemon_env, last_route, run_client, stop, wait_until
 
 EVENTS = "".join(json.dumps(r) + "\n" for r in [

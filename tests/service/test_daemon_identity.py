@@ -28,7 +28,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from memcli.service import autostart, paths
+from memcli.service.daemon import autostart, paths
 from tests.support.daemon import (
     ROOT,
     Daemon,

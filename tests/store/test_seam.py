@@ -12,7 +12,7 @@ import pytest
 from memcli.cli.app import app
 from memcli.config import Settings
 from memcli.retrieval.text import MAX_QUERY_TERMS, lexical_query
-from memcli.service import paths
+from memcli.service.daemon import paths
 from memcli.store.backend import LexicalQuery
 from memcli.store.sqlite.fts import fts_match, trigram_match
 from tests.support.cli import CliRunner

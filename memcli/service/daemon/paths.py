@@ -13,7 +13,7 @@ computes the folder from the same environment finds the same short one.
     <key>.http.sock  the HTTP API (and MCP) on a unix socket
     <key>.lock       held (flock) by the running daemon: a second `serve` refuses
     <key>.pid        the running daemon's pid, for the messages and `kill`
-    <key>.log        the output of a daemon the CLI started itself (memcli/service/autostart.py)
+    <key>.log        the output of a daemon the CLI started itself (autostart.py, beside this file)
 
 `--socket PATH` (and `MEMCLI_SOCKET` for the client) names the CLI socket instead; the other
 files then sit beside it, named after it. The client runs before `memcli.config` may be
