@@ -1,7 +1,7 @@
 """LoCoMo evidence recall for memcli's retrieval, through the public library API.
 
     python -m bench.locomo [--embedder e5-small|minilm|hash] [--configs fts,vector,...]
-                           [--data PATH] [--rebuild] [--smoke]
+                           [--data PATH] [--rebuild] [--smoke] [--out NAME]
 
 Protocol (the paper's turn-level retrieval, Table 3): every turn of the 10 LoCoMo conversations
 is ingested with `Memory.ingest`, one event per turn (`<speaker>: <text>` plus the image
@@ -83,6 +83,10 @@ def command_line(args: argparse.Namespace, embedder_name: str) -> str:
     """The command that reproduces the measurement (a --db URL is not repeated: it may hold a
     password)."""
     line = f"python -m bench.locomo --embedder {embedder_name}"
+    if set(args.configs.split(",")) != set(CONFIGS):
+        line += f" --configs {args.configs}"
+    if args.out:
+        line += f" --out {args.out}"
     if args.backend != "sqlite":
         line += f" --backend {args.backend}"
     if args.db:
@@ -199,11 +203,11 @@ def run(args: argparse.Namespace) -> int:
     for engine, (meta, results, markdown, session_results, session_markdown) in (
         reports.items() if len(reports) == 1 else ()
     ):
-        out = RESULTS_DIR / f"locomo-{embedder_name}{ENGINE_SUFFIX[engine]}"
+        out = RESULTS_DIR / (args.out or f"locomo-{embedder_name}{ENGINE_SUFFIX[engine]}")
         if session_results:
             session_out = out.with_name(f"{out.name}-session")
             write_result(session_out, session_markdown, meta, session_results)
-        if complete:
+        if complete or args.out:
             write_result(out, markdown, meta, results)
         else:
             # A partial run must not overwrite the committed full measurement.
@@ -242,6 +246,12 @@ def main(argv: list[str] | None = None) -> int:
         help=f"comma-separated subset of {', '.join(CONFIGS)}",
     )
     parser.add_argument("--rebuild", action="store_true", help="ignore the cached database")
+    parser.add_argument(
+        "--out",
+        metavar="NAME",
+        help="write the results to bench/results/NAME.{md,json}, also for a subset of --configs"
+        " (a before/after pair of one configuration); default locomo-<embedder>, full runs only",
+    )
     parser.add_argument(
         "--backend",
         default="sqlite",

@@ -108,9 +108,10 @@ class RetrievalSettings(BaseModel):
     min_session_hits: int = 3
     context_weight: float = 0.5  # BM25 weight of the previous-turn column (contextual key)
     neighbour_weight: float = 0.5
-    neighbour_pool: int = 50  # how many top candidates pull their neighbours into the pool
+    neighbour_pool: int = 50  # how many top candidates pull new neighbours into the pool
     session_weight: float = 0.25
     time_boost: float = 1.3  # "when" questions: turns holding a time expression
+    date_boost: float = 1.5  # a question naming a date: turns from that day to a week after
     speaker_boost: float = 1.1  # turns by a speaker the question names
 
 

@@ -128,6 +128,10 @@ def preload_models(embedder: Embedder | None, sparse: SpladeEncoder | None) -> N
         _model_worker(model).submit(quiet)
 
 
+# The legs whose score is 0 for a memory that matches nothing of the query (full text,
+# trigrams, entities, sparse terms): what such a leg does not return does not match.
+MATCH_LEGS = ("lexical", "trigram", "entity", "sparse")
+
 # The legs that read rows an indexer writes after the memory itself (memcli.ingest.background):
 # a memory written a moment ago has its full-text and entity rows but not these yet.
 INDEXED_LEGS = ("dense", "sparse")
@@ -269,7 +273,8 @@ def not_indexed(db: Database, legs: dict[str, list[tuple[int, float]]]
 def fuse(legs: dict[str, list[tuple[int, float]]], settings: RetrievalSettings,
          waiting: dict[int, frozenset[str]] | None = None) -> dict[int, Candidate]:
     """Each candidate's fused score: the weighted sum of its z-scores (or RRF terms) over
-    the legs that returned hits, a leg that missed it counting as its last rank.
+    the legs that returned hits, a leg that missed it counting as its last rank (a matching
+    leg that returned every match: as no match, on the scale of the whole pool).
 
     `waiting` (`not_indexed`): legs that could not find a candidate yet (its vector or
     sparse terms are not written). Such a leg counts the candidate at the best rank the
@@ -301,10 +306,16 @@ def fuse(legs: dict[str, list[tuple[int, float]]], settings: RetrievalSettings,
                     cand.fused += weight / (settings.rrf_k + at)
             continue
         scores = [s for _, s in hits]
-        mean = sum(scores) / len(scores)
-        std = math.sqrt(sum((s - mean) ** 2 for s in scores) / len(scores))
-        # A candidate missing from this leg gets the leg's minimum, as if ranked last.
-        floor = (min(scores) - mean) / std if std > 0 else 0.0
+        # A candidate missing from this leg gets the leg's minimum, as if ranked last. But a
+        # matching leg that returned fewer hits than asked returned every match: the others
+        # match nothing (score 0), and the scale is taken over the whole pool, so one exact
+        # unique match stands out as far as it is rare instead of scoring z = 1.
+        population = scores
+        if leg in MATCH_LEGS and len(hits) < settings.candidates_per_leg:
+            population = scores + [0.0] * (len(candidates) - len(hits))
+        mean = sum(population) / len(population)
+        std = math.sqrt(sum((s - mean) ** 2 for s in population) / len(population))
+        floor = (min(population) - mean) / std if std > 0 else 0.0
         for cand in candidates.values():
             at = rank_in(cand, leg)
             if at is None or at > len(hits):

@@ -3,10 +3,13 @@
 Each stage records what it added in `Candidate.boosts`, so `--explain` can show it. Defaults and
 the measurements behind them are in README.md ("Retrieval").
   neighbours  conversation evidence clusters: a turn next to a strong match is often the answer,
-              so f(i) += w * max(f(i-1), f(i+1)) within a session (neighbours join the pool)
+              so f(i) += w * max(f(i-1), f(i+1)) within a session, for every candidate (the
+              neighbours of the top `neighbour_pool` join the pool)
   session     questions tend to concern one session: f(i) += w * best f in the turn's session
   when        "when ..." questions: turns that hold a date or time expression get x w
-  speaker     turns by a speaker the question names get x w
+  date        a question naming a date (day or month): turns from that date to a week after get
+              x w (people tell of a day in the sessions that follow it)
+  speaker     turns by a speaker the question names (any word of a "First Last" name) get x w
   recency / importance  final = alpha*relevance + beta*recency + gamma*importance
 """
 
@@ -17,6 +20,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
+from memcli.retrieval import dates
 from memcli.store import search_sql
 
 if TYPE_CHECKING:
@@ -69,10 +73,12 @@ def neighbours(cands: list[Candidate], ctx: RankContext) -> list[Candidate]:
     if weight <= 0 or not cands:
         return cands
     _shift(cands)
+    # Every candidate is linked to its neighbours (a weak match next to a strong one gains),
+    # but only the top ones bring neighbours that matched nothing into the pool.
+    links = search_sql.session_neighbours(ctx.db, [c.id for c in cands], ctx.filters)
     top = sorted(cands, key=lambda c: -c.fused)[: ctx.settings.neighbour_pool]
-    links = search_sql.session_neighbours(ctx.db, [c.id for c in top], ctx.filters)
     pool = {c.id: c for c in cands}
-    new_ids = {n for pair in links.values() for n in pair if n is not None and n not in pool}
+    new_ids = {n for c in top for n in links.get(c.id, ()) if n is not None and n not in pool}
     for mid in new_ids:
         pool[mid] = Candidate(mid)
     if new_ids:
@@ -126,6 +132,20 @@ def when_question(cands: list[Candidate], ctx: RankContext) -> list[Candidate]:
     return cands
 
 
+def date_match(cands: list[Candidate], ctx: RankContext) -> list[Candidate]:
+    factor = ctx.settings.date_boost
+    spans = dates.named_spans(ctx.text) if factor != 1.0 else []
+    if not spans:
+        return cands
+    _shift(cands)
+    for cand in cands:
+        day = dates.day_of(cand.row.get("event_time") or "")
+        if day is not None and any(first <= day <= last for first, last in spans):
+            cand.boosts["date"] = factor
+            cand.fused *= factor
+    return cands
+
+
 def speaker(cands: list[Candidate], ctx: RankContext) -> list[Candidate]:
     factor = ctx.settings.speaker_boost
     if factor == 1.0:
@@ -133,8 +153,9 @@ def speaker(cands: list[Candidate], ctx: RankContext) -> list[Candidate]:
     words = {w.lower() for w in re.findall(r"\w+", ctx.text)}
     _shift(cands)
     for cand in cands:
-        actor = (cand.row.get("actor_id") or "").lower()
-        if actor and actor in words:
+        # Any word of the speaker's name: "Jane Doe" is named by "what did Jane say".
+        actor = re.findall(r"\w+", (cand.row.get("actor_id") or "").lower())
+        if any(len(word) > 1 and word in words for word in actor):
             cand.boosts["speaker"] = factor
             cand.fused *= factor
     return cands
@@ -170,6 +191,6 @@ def recency_importance(cands: list[Candidate], ctx: RankContext) -> list[Candida
 
 # Stages that need memory rows run after rows are loaded; `neighbours` may add candidates.
 POOL_STAGES = [neighbours]
-ROW_STAGES = [session, when_question, speaker, recency_importance]
+ROW_STAGES = [session, when_question, date_match, speaker, recency_importance]
 # The memory columns ROW_STAGES read (a stage reading another one must add it here).
 RANK_COLUMNS = ("id", "session_id", "content", "actor_id", "event_time", "importance")

@@ -13,17 +13,23 @@ from tests.support.records import ndjson, turns
 pytestmark = pytest.mark.usefixtures("fast_cli")
 
 QUERIES = [("alice", "green tea"), ("alice", "Lisbon budget"), ("bob", "Paris trip"),
-           ("alice", "who joins the trip"), ("bob", "hiking in June")]
+           ("alice", "who joins the trip"), ("bob", "hiking in June"),
+           # The date stage (s2 is two months later) and a speaker named by one word.
+           ("alice", "what did Bob Stone plan on 1 March, 2025"), ("bob", "what did Bob plan")]
 
 
 def _records() -> list[dict]:
     alice = turns("s1", ["I like green tea in the morning", "Alice met Bob in Paris",
                          "The Paris trip is in May", "Budget for Lisbon is 3000 EUR"],
                   user="alice")
-    alice += turns("s2", ["Bob prefers hiking plans on weekends", "@carol joins the trip"],
-                   user="alice")
+    later = turns("s2", ["Bob prefers hiking plans on weekends", "@carol joins the trip"],
+                  user="alice")
+    for record in later:
+        record["ts"] = record["ts"].replace("2025-01-01", "2025-03-01")
+    alice += later
     bob = turns("s3", ["Bob is planning a Paris trip with Alice", "Hiking plans for June",
                        "Green tea or coffee?"], user="bob")
+    bob[1]["actor"] = {"type": "human", "id": "Bob Stone"}
     return alice + bob
 
 

@@ -14,8 +14,8 @@ import shlex
 from pathlib import Path
 
 import pytest
-import typer.main
 
+import tests.support.cli
 from memcli.cli.app import app
 from memcli.service.daemon.client import NO_DAEMON_FLAG
 
@@ -80,7 +80,7 @@ def _hidden(command) -> set[str]:
 
 def problems(words: list[str]) -> list[str]:
     """What in `memcli WORDS` the app does not know (an unknown command or option)."""
-    root = typer.main.get_command(app)
+    root = tests.support.cli.command(app)  # built once per process, not once a line
     command, path, rest = root, ["memcli"], list(words)
     known = {**_options(root), NO_DAEMON_FLAG: False}
     while rest:

@@ -7,7 +7,7 @@ import os
 import subprocess
 import sys
 
-from tests.support.procs import processes
+from tests.support.procs import children, processes, with_argument
 
 
 def test_a_child_is_found_by_parent_session_argv_and_environment() -> None:
@@ -27,3 +27,21 @@ def test_a_child_is_found_by_parent_session_argv_and_environment() -> None:
     finally:
         child.communicate(b"")
     assert child.pid not in {p.pid for p in processes()}
+
+
+def test_children_and_a_command_line_argument_find_a_child_without_a_full_walk() -> None:
+    """The autouse daemon check's two cheap walks (run after every test): this process's
+    children from the kernel's lists, and processes by one argument of their command line."""
+    child = subprocess.Popen([sys.executable, "-c",
+                              "import sys; print('up', flush=True); sys.stdin.read()",
+                              "marker-children"],
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    try:
+        assert child.stdout.readline() == b"up\n"
+        assert child.pid in {p.pid for p in children(os.getpid())}
+        (found,) = [p for p in with_argument(b"marker-children") if p.pid == child.pid]
+        assert found.ppid == os.getpid() and found.argv[-1] == b"marker-children"
+        assert not [p for p in with_argument(b"marker-children") if p.pid != child.pid]
+    finally:
+        child.communicate(b"")
+    assert child.pid not in {p.pid for p in children(os.getpid())}

@@ -67,7 +67,9 @@ def test_only_a_memory_without_its_vector_is_spared_the_dense_legs_floor(memory)
 def test_fusion_counts_a_leg_that_cannot_see_a_candidate_at_its_best_rank():
     legs = {"lexical": [(1, 5.0), (2, 1.0)], "dense": [(3, 0.9), (2, 0.5), (4, 0.1)]}
     for fusion in ("zscore", "rrf"):
-        settings = RetrievalSettings(fusion=fusion)
+        # Two hits asked for: the lexical list is a cut, not every match, so its scale does
+        # not depend on the pool (the rule for a leg that returned every match, in `fuse`).
+        settings = RetrievalSettings(fusion=fusion, candidates_per_leg=2)
         before = fuse(legs, settings)
         after = fuse(legs, settings, {1: frozenset({"dense"})})
         # Counted as the dense leg's first hit: its own lexical rank.

@@ -79,6 +79,55 @@ def test_speaker_named_in_the_question_is_preferred(memory):
     assert on[0] == "I love hiking too, mostly hills"  # said by the speaker the question names
 
 
+
+@pytest.mark.backends
+def test_a_speaker_is_named_by_any_word_of_a_two_word_name(memory):
+    records = turns("s1", ["Maria asked if I love hiking: I love hiking, Maria!",
+                           "I love hiking too, mostly hills"])
+    records[0]["actor"] = {"type": "human", "id": "Bob Stone"}
+    records[1]["actor"] = {"type": "human", "id": "Maria Lopez"}
+    memory.ingest(records)
+    base = {"leg_weights": LEXICAL, "neighbour_weight": 0, "session_weight": 0, "beta": 0,
+            "gamma": 0}
+    memory.retrieval = RetrievalSettings(speaker_boost=5.0, **base)
+    hits = {h.text: h for h in memory.query("does maria love hiking", top_k=5).hits}
+    assert "speaker" in hits["I love hiking too, mostly hills"].boosts
+    assert "speaker" not in hits["Maria asked if I love hiking: I love hiking, Maria!"].boosts
+
+
+@pytest.mark.backends
+def test_a_question_naming_a_date_prefers_turns_told_that_week(memory):
+    records = (turns("s1", ["I baked bread with my sister in May"])
+               + turns("s2", ["I baked bread this morning"]))
+    records[0]["ts"] = "2023-03-02T10:00:00Z"  # months before the date the question names
+    records[1]["ts"] = "2023-05-09T18:00:00Z"  # the day after it
+    memory.ingest(records)
+    question = "What did she bake on 8 May, 2023?"
+    base = {"leg_weights": LEXICAL, "neighbour_weight": 0, "session_weight": 0, "beta": 0,
+            "gamma": 0}
+    off = ranked(memory, question, date_boost=1.0, **base)
+    on = ranked(memory, question, date_boost=4.0, **base)
+    assert off[0] == "I baked bread with my sister in May"  # more matching words
+    assert on[0] == "I baked bread this morning"
+    memory.retrieval = RetrievalSettings(**base)  # on by default
+    hits = {h.text: h for h in memory.query(question, top_k=5, record_access=False).hits}
+    assert hits["I baked bread this morning"].boosts["date"] > 1.0
+    assert "date" not in hits[off[0]].boosts
+
+
+@pytest.mark.backends
+def test_every_candidate_gains_from_a_neighbour_in_the_pool_not_only_the_top_ones(memory):
+    memory.ingest(turns("s1", ["zebra zebra zebra stripes", "a quiet afternoon"])
+                  + turns("s2", ["zebra crossing", "stripes on the road"]))
+    # neighbour_pool=1: only the best match brings neighbours into the pool, but the second
+    # match still lifts its own neighbour that the legs found.
+    memory.retrieval = RetrievalSettings(leg_weights=LEXICAL, neighbour_pool=1,
+                                         session_weight=0)
+    hits = {h.text: h for h in memory.query("zebra stripes", top_k=10,
+                                             record_access=False).hits}
+    assert "neighbours" in hits["stripes on the road"].boosts  # linked to "zebra crossing"
+    assert "neighbours" in hits["a quiet afternoon"].boosts  # pulled in by the best match
+
 def test_contextual_key_finds_a_turn_by_its_previous_turn(memory):
     memory.ingest(turns("s1", ["What is your favourite board game?", "Definitely Catan."]))
     question = "favourite board game"
@@ -159,3 +208,19 @@ def test_entity_leg_query_plans_agree(memory):
             large = search.entity(memory.db, keys, filters, limit, small_scope=False)
             assert small and (limit > 2 or len(small) == 2)
             assert small == large, (scope, limit)
+
+
+@pytest.mark.backends
+def test_a_unique_exact_full_text_match_outranks_near_copies_the_other_legs_prefer(memory):
+    # The dense leg's 200 candidates are all near-copies (the hash embedder sees the shared
+    # word pieces), so it does not return the one memory holding the exact word; the
+    # full-text leg returns that memory alone. Counted as the dense leg's last, with z = 1 for
+    # a leg's only hit, it used to fall out of the top 20.
+    copies = [f"agent {i % 7} heartbeat {i}: w16xdeploy queue" for i in range(260)]
+    exact = ("Remember for the release checklist that the rollout of c16xdeploy needs the"
+             " staging sign-off from the platform team before Friday")
+    records = [r for n in range(0, 260, 52) for r in turns(f"copies-{n}", copies[n:n + 52])]
+    memory.ingest(records + turns("notes", [exact]))
+    result = memory.query("c16xdeploy", top_k=10, record_access=False)
+    assert result.legs["lexical"] == 1 and result.legs["dense"] == 200
+    assert exact in [h.text for h in result.hits[:3]]

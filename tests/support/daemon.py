@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from memcli.service.daemon import paths
-from tests.support.procs import processes
+from tests.support.procs import children, processes, with_argument
 from tests.support.trust import memcli_env
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -182,9 +182,8 @@ def open_files(pid: int) -> set[str]:
 def serve_processes() -> list[int]:
     """Pids of running `memcli serve` processes that are children of this test process
     (however they were started)."""
-    me = os.getpid()
-    return [p.pid for p in processes()
-            if p.ppid == me and b"memcli" in p.argv and b"serve" in p.argv]
+    return [p.pid for p in children(os.getpid())
+            if b"memcli" in p.argv and b"serve" in p.argv]
 
 
 def auto_started_under(folder: Path) -> list[int]:
@@ -192,9 +191,8 @@ def auto_started_under(folder: Path) -> list[int]:
     database lies under `folder`, read from their environment (memcli/service/daemon/autostart.py
     hands the database over in MEMCLI_DB)."""
     prefix = b"MEMCLI_DB=" + str(folder).encode()
-    return [p.pid for p in processes()
-            if b"--auto-started" in p.argv and any(v.startswith(prefix)
-                                                   for v in p.environ or ())]
+    return [p.pid for p in with_argument(b"--auto-started")
+            if any(v.startswith(prefix) for v in p.environ or ())]
 
 
 @pytest.fixture(autouse=True)

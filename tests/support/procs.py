@@ -35,8 +35,7 @@ class Process:
     @cached_property
     def argv(self) -> list[bytes]:
         """Its command line's arguments (empty for a kernel thread or a process gone)."""
-        raw = _read(f"/proc/{self.pid}/cmdline") or b""
-        return raw.split(b"\0")[:-1] if raw.endswith(b"\0") else raw.split(b"\0")
+        return _argv(self.pid)
 
     @cached_property
     def exe(self) -> str | None:
@@ -56,16 +55,51 @@ class Process:
 def processes() -> Iterator[Process]:
     """Every process running now (zombies included: `Process.zombie` says which)."""
     for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        stat = _read(f"/proc/{entry}/stat")
-        try:
-            # The command name in parentheses may hold spaces and ")": the fields after the
-            # last ")" are state, ppid, pgrp, session, ...
-            fields = stat.rsplit(b")", 1)[1].split()  # type: ignore[union-attr]
-            yield Process(int(entry), int(fields[1]), int(fields[3]), fields[0].decode())
-        except (AttributeError, IndexError, ValueError):
-            continue
+        if entry.isdigit() and (process := _process(int(entry))) is not None:
+            yield process
+
+
+def children(parent: int) -> list[Process]:
+    """The running processes `parent` started (zombies included), from the kernel's list of
+    each of its threads' children: a few files, not a walk of every process (autouse checks
+    run this after every test)."""
+    pids: list[int] = []
+    try:
+        tasks = os.listdir(f"/proc/{parent}/task")
+    except OSError:  # the parent is gone
+        return []
+    for task in tasks:
+        listed = _read(f"/proc/{parent}/task/{task}/children") or b""
+        pids.extend(int(pid) for pid in listed.split())
+    return [p for p in map(_process, pids) if p is not None]
+
+
+def with_argument(argument: bytes) -> list[Process]:
+    """The running processes with `argument` among their command line's arguments, reading
+    one file per process (a process's stat only when its command line matches)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit() and argument in _argv(int(entry)):
+            if (process := _process(int(entry))) is not None:
+                found.append(process)
+    return found
+
+
+def _process(pid: int) -> Process | None:
+    """`pid` as a Process, its stat read now; None when it is gone."""
+    stat = _read(f"/proc/{pid}/stat")
+    try:
+        # The command name in parentheses may hold spaces and ")": the fields after the
+        # last ")" are state, ppid, pgrp, session, ...
+        fields = stat.rsplit(b")", 1)[1].split()  # type: ignore[union-attr]
+        return Process(pid, int(fields[1]), int(fields[3]), fields[0].decode())
+    except (AttributeError, IndexError, ValueError):
+        return None
+
+
+def _argv(pid: int) -> list[bytes]:
+    raw = _read(f"/proc/{pid}/cmdline") or b""
+    return raw.split(b"\0")[:-1] if raw.endswith(b"\0") else raw.split(b"\0")
 
 
 def _read(path: str) -> bytes | None:
