@@ -211,7 +211,7 @@ class Tenants:
         return done.stdout.strip()
 
     def checkpoint(self, t: str) -> str:
-        self.made(t, "checkpoint", "save", "--user", "priya", "--thread", f"t-{t}",
+        self.made(t, "checkpoint", "save", "--user-id", "priya", "--thread-id", f"t-{t}",
                   "--data", '{"step": 3}')
         return f"t-{t}"
 
@@ -233,7 +233,7 @@ ID_COMMANDS = (
     ("history", "fact", ("history", "{id}"), False),
     ("artifact (tool output)", "artifact", ("artifact", "{id}"), False),
     ("artifact (event)", "artifact_event", ("artifact", "{id}"), False),
-    ("checkpoint load", "checkpoint", ("checkpoint", "load", "--user", "priya", "--thread",
+    ("checkpoint load", "checkpoint", ("checkpoint", "load", "--user-id", "priya", "--thread-id",
                                        "{id}"), False),
 )
 
