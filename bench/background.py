@@ -131,7 +131,7 @@ def query_round(db: Path, queries: list[dict], env: dict[str, str]) -> list[floa
     out = []
     for q in queries:
         argv = [sys.executable, "-m", "memcli", "query", q["text"], "--db", str(db),
-                "--tenant", q["tenant_id"], "--user", q["user_id"], "--json"]
+                "--tenant-id", q["tenant_id"], "--user-id", q["user_id"], "--json"]
         wall, _cpu, stdout = process_ms(argv, env, None)
         if not isinstance(json.loads(stdout), list):
             raise SystemExit(f"query: not its JSON output: {stdout[:300]}")

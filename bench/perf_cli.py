@@ -72,8 +72,8 @@ def cli_benches(path: Path, embedder_name: str, queries: list[dict], runs: int,
     out: dict[str, Any] = {}
 
     def query_argv(q: dict, legs: str | None) -> list[str]:
-        argv = [py, "-m", "memcli", "query", q["text"], "--db", str(path), "--tenant",
-                q["tenant_id"], "--user", q["user_id"], "--json"]
+        argv = [py, "-m", "memcli", "query", q["text"], "--db", str(path), "--tenant-id",
+                q["tenant_id"], "--user-id", q["user_id"], "--json"]
         return argv + (["--legs", legs] if legs else [])
 
     for label, legs in (("with embedder", None), ("FTS-only", CLI_FTS_LEGS)):

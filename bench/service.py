@@ -63,7 +63,7 @@ from bench.service_support import (
     process_ms,
     stop_auto_started,
 )
-from memcli.service import paths
+from memcli.service.daemon import paths
 from tests.support.sockets import answers
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -103,7 +103,7 @@ def commands(path: Path, queries: list[dict]) -> list[tuple[str, list[str], str 
     """(label, argv after `memcli`, stdin) for one round, cycling through the queries."""
     out = []
     for q in queries:
-        scope = ["--db", str(path), "--tenant", q["tenant_id"], "--user", q["user_id"]]
+        scope = ["--db", str(path), "--tenant-id", q["tenant_id"], "--user-id", q["user_id"]]
         request = {"tenant_id": q["tenant_id"], "user_id": q["user_id"],
                    "session_id": f"bench-{q['user_id']}", "query": q["text"]}
         out.append(("query", ["query", q["text"], *scope, "--json"], None))

@@ -92,7 +92,7 @@ def memcli(env: dict[str, str], cwd: Path, *args: str, stdin: str = "",
 
 
 def planted_socket(scratch: Path) -> dict[str, Any]:
-    from memcli.service import paths
+    from memcli.service.daemon import paths
 
     user = second_user()
     if user is None:
@@ -211,7 +211,7 @@ class Tenants:
         return done.stdout.strip()
 
     def checkpoint(self, t: str) -> str:
-        self.made(t, "checkpoint", "save", "--user", "priya", "--thread", f"t-{t}",
+        self.made(t, "checkpoint", "save", "--user-id", "priya", "--thread-id", f"t-{t}",
                   "--data", '{"step": 3}')
         return f"t-{t}"
 
@@ -233,7 +233,7 @@ ID_COMMANDS = (
     ("history", "fact", ("history", "{id}"), False),
     ("artifact (tool output)", "artifact", ("artifact", "{id}"), False),
     ("artifact (event)", "artifact_event", ("artifact", "{id}"), False),
-    ("checkpoint load", "checkpoint", ("checkpoint", "load", "--user", "priya", "--thread",
+    ("checkpoint load", "checkpoint", ("checkpoint", "load", "--user-id", "priya", "--thread-id",
                                        "{id}"), False),
 )
 

@@ -130,7 +130,7 @@ def mcp_remember(client: Any, text: str) -> bool:
 
 # -- 1 -------------------------------------------------------------------------------------
 def starter_identity(scratch: Path) -> dict[str, Any]:
-    from memcli.service import paths
+    from memcli.service.daemon import paths
 
     env = scratch_env(scratch, "identity", auto=True)
     config = Path(env["MEMCLI_CONFIG"])
@@ -166,7 +166,7 @@ def starter_identity(scratch: Path) -> dict[str, Any]:
 
 # -- 2 -------------------------------------------------------------------------------------
 def repointed_link(scratch: Path) -> dict[str, Any]:
-    from memcli.service import paths
+    from memcli.service.daemon import paths
 
     env = scratch_env(scratch, "link", auto=False)
     home = Path(env["HOME"])
@@ -196,7 +196,7 @@ def repointed_link(scratch: Path) -> dict[str, Any]:
 
 # -- 3 -------------------------------------------------------------------------------------
 def config_db(scratch: Path) -> dict[str, Any]:
-    from memcli.service import paths
+    from memcli.service.daemon import paths
 
     env = scratch_env(scratch, "configdb", auto=True)
     home = Path(env["HOME"])
@@ -235,7 +235,7 @@ def unopenable_db(scratch: Path) -> dict[str, Any]:
 
 # -- 5 -------------------------------------------------------------------------------------
 def foreign_runtime_folder(scratch: Path) -> dict[str, Any]:
-    from memcli.service import paths
+    from memcli.service.daemon import paths
 
     user = second_user()
     if user is None:
@@ -279,7 +279,7 @@ def _auto_forwarded(env: dict[str, str], home: Path, sock: str) -> bool:
 
 
 def long_runtime_folder(scratch: Path) -> dict[str, Any]:
-    from memcli.service import paths
+    from memcli.service.daemon import paths
 
     out: dict[str, Any] = {}
     for how in ("serve", "auto-start"):

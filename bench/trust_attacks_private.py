@@ -53,7 +53,7 @@ def file_modes(scratch: Path) -> dict[str, Any]:
                             for i in range(3))
         _run(env, home, "ingest", "-", stdin=records)
         _run(env, home, "remember", "Priya keeps her passport in the blue folder",
-             "--user", "priya")
+             "--user-id", "priya")
         _run(env, home, "export", "-o", str(home / "export.jsonl"))
         _run(env, home, "view", "export", str(home / "views" / "priya"), "--user-id", "priya")
         _run(env, home, "hook", "record", "--db", str(home), stdin='{"prompt": "hi"}')

@@ -25,6 +25,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from memcli.cli.options import OLD
+from memcli.cli.output import OLD_SPELLINGS_UNTIL
+
 ROOT = Path(__file__).resolve().parent.parent
 REFERENCE = ROOT / "docs" / "reference"
 REGENERATE = "python -m docs.gen"
@@ -57,8 +60,10 @@ def cli_reference() -> str:
            "# CLI reference\n\n",
            "Every command, its arguments and options, as `memcli COMMAND --help` prints them. "
            "Options given before the command (`memcli --db x.db doctor`) are listed under "
-           "`memcli`; a command's own `--db` wins. Shorter spellings of earlier versions "
-           "(`--user`, `--tenant`, ...) keep working and are left out here, as in `--help`.\n\n"]
+           "`memcli`; a command's own `--db` wins. Spellings of earlier versions (`--user`, "
+           "`--tenant`, ...) keep working until their removal, with a notice on stderr; they "
+           "are left out here, as in `--help`, and listed under "
+           "[Old spellings](#old-spellings).\n\n"]
     out.append(_command_section(ctx, root, "memcli", level=2))
     order = [name for names in PANELS.values() for name in names]
     names = sorted(root.commands, key=lambda n: (order.index(n) if n in order else len(order), n))
@@ -72,7 +77,53 @@ def cli_reference() -> str:
         command = root.commands[name]
         if not command.hidden:
             out.extend(_walk(ctx, command, f"memcli {name}", level=2))
+    out.append(_old_spellings(ctx, root))
     return "".join(out).rstrip("\n") + "\n"
+
+
+def old_spellings(ctx: Any, command: Any, path: str = "memcli"
+                  ) -> dict[tuple[str, str], list[str]]:
+    """(old flag, its spelling today) -> the commands that accept it: every hidden option
+    whose parameter is another option's with memcli.cli.options.OLD after its name."""
+    found: dict[tuple[str, str], list[str]] = {}
+    for (old, today), paths in _each_flag(ctx, command, path).items():
+        if old.endswith(OLD):
+            found[(old.removesuffix(OLD), today)] = paths
+    return found
+
+
+def _each_flag(ctx: Any, command: Any, path: str) -> dict[tuple[str, str], list[str]]:
+    """(flag, "") -> the commands with that visible flag, and (old flag + OLD, flag) -> the
+    commands accepting an old spelling of it."""
+    found: dict[tuple[str, str], list[str]] = {}
+    params = {param.name: param for param in command.get_params(ctx)}
+    for name, param in params.items():
+        if not getattr(param, "hidden", False):
+            found.setdefault((param.opts[0], ""), []).append(path)
+        elif name.endswith(OLD):
+            today = params[name.removesuffix(OLD)].opts[0]
+            found.setdefault((param.opts[0] + OLD, today), []).append(path)
+    for name, sub in sorted(getattr(command, "commands", {}).items()):
+        sub_ctx = sub.make_context(name, [], parent=ctx, resilient_parsing=True)
+        for pair, paths in _each_flag(sub_ctx, sub, f"{path} {name}").items():
+            found.setdefault(pair, []).extend(paths)
+    return found
+
+
+def _old_spellings(ctx: Any, root: Any) -> str:
+    out = ["## Old spellings\n\n",
+           "Flags spelled as in earlier versions, still accepted: each use prints one line on "
+           "stderr (`memcli: warning: --user is deprecated, use --user-id (removed in "
+           f"{OLD_SPELLINGS_UNTIL})`), never on stdout. They are removed in "
+           f"{OLD_SPELLINGS_UNTIL}.\n\n",
+           "| old spelling | use | removed in | accepted by |\n|---|---|---|---|\n"]
+    flags = _each_flag(ctx, root, "memcli")
+    for (old, today), paths in sorted(old_spellings(ctx, root).items()):
+        commands = ", ".join(f"`{p.removeprefix('memcli ')}`" for p in paths)
+        if len(paths) > 3 and paths == flags[(today, "")]:
+            commands = f"every command with `{today}`"
+        out.append(f"| `{old}` | `{today}` | {OLD_SPELLINGS_UNTIL} | {commands} |\n")
+    return "".join(out) + "\n"
 
 
 def _anchor(title: str) -> str:
@@ -120,8 +171,8 @@ def _command_section(ctx: Any, command: Any, path: str, level: int) -> str:
 def openapi_document() -> dict[str, Any]:
     """/openapi.json of `memcli serve`'s HTTP API, as its FastAPI app generates it."""
     from memcli.config import load_settings
-    from memcli.service.auth import Auth
-    from memcli.service.http import build_app
+    from memcli.service.http.auth import Auth
+    from memcli.service.http.fastapi_app import build_app
 
     with tempfile.TemporaryDirectory() as folder, warnings.catch_warnings():
         warnings.simplefilter("ignore")  # pydantic's notes on the models, not the document's
@@ -175,7 +226,7 @@ def http_reference(doc: dict[str, Any] | None = None) -> str:
     """The routes of /openapi.json (method, path, what it does, parameters, body, answers),
     then every schema they name."""
     doc = doc or openapi_document()
-    out = [_HEADER.format(command=REGENERATE, source="/openapi.json (memcli/service/http.py)"),
+    out = [_HEADER.format(command=REGENERATE, source="/openapi.json (memcli/service/http/fastapi_app.py)"),
            "# HTTP reference\n\n",
            f"{doc['info'].get('description', '')} Every route under `/api` and `/apps` takes "
            "`Authorization: Bearer <token>` (see [Tokens](../guides/service.md#tokens)); the "

@@ -226,7 +226,7 @@ class AcbSettings(BaseModel):
 
 class Settings(BaseModel):
     # Where the database lives: a file path, as given (a str: a Path would fold the `//` of a
-    # URL, which memcli.store.location must see as typed to refuse or, later, dispatch it).
+    # URL, which memcli.store.opener must see as typed to refuse or, later, dispatch it).
     db: str
     # The tenant every command reads and writes when it is given no --tenant (README "Tenants").
     tenant: str = Field(default="default", min_length=1)
@@ -248,7 +248,7 @@ class Settings(BaseModel):
     mcp_tools: str | None = None
     # `memcli serve` for the CLI (docs/guides/daemon.md): "auto" starts one when none answers,
     # "manual" uses one started by hand, "off" runs every command in-process. The client reads
-    # both keys as text before this module loads (memcli/service/autostart.py).
+    # both keys as text before this module loads (memcli/service/daemon/autostart.py).
     daemon: Literal["auto", "manual", "off"] = "auto"
     daemon_idle_exit: float = Field(default=15.0, gt=0)  # minutes, for an auto-started daemon
 
@@ -399,7 +399,7 @@ def load_settings(db: str | Path | None = None, **overrides: Any) -> Settings:
 
 def _refuse_db_url(flag: str | Path | None, db: Any) -> None:
     """A URL as the database location is refused, naming where it came from (see
-    memcli/store/location.py): nothing may be created at a path made from it."""
+    memcli/store/opener.py): nothing may be created at a path made from it."""
     source = ("--db" if flag else "MEMCLI_DB" if os.environ.get("MEMCLI_DB")
               else f"db in {config_file_path()}")
     refuse_url(db, source)

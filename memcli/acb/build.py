@@ -33,17 +33,14 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import ConfigDict, Field, field_validator
 
-from memcli.acb import decisions, render
-from memcli.acb import pack as acb_pack
-from memcli.acb import sections as gather
+from memcli.acb import decisions, pack, render, sections
 from memcli.acb.names import add_document_names
 from memcli.config import AcbSettings, check_bundle_budget
 from memcli.core.records import Channel
 from memcli.core.request_base import QueryText, Scope, Time, old_spellings
 from memcli.errors import DatabaseBusyError, UsageError
 from memcli.retrieval.text import terms
-from memcli.store import acb_sql as sql
-from memcli.store import memories as mem
+from memcli.store import acb_sql, memories
 from memcli.store.connection import HINT_WAIT
 from memcli.store.metrics import record_request
 
@@ -138,10 +135,10 @@ def thread_keys(req: AcbRequest) -> list[str]:
     """The threads whose changes a bundle reports: the session, its user, the tenant."""
     keys = []
     if req.session_id:
-        keys.append(mem.thread_key(req.tenant_id, req.user_id, req.session_id))
+        keys.append(memories.thread_key(req.tenant_id, req.user_id, req.session_id))
     if req.user_id:
-        keys.append(mem.thread_key(req.tenant_id, req.user_id, None))
-    keys.append(mem.thread_key(req.tenant_id, None, None))
+        keys.append(memories.thread_key(req.tenant_id, req.user_id, None))
+    keys.append(memories.thread_key(req.tenant_id, None, None))
     return list(dict.fromkeys(keys))
 
 
@@ -166,7 +163,7 @@ def build_acb(
         if req.user_id is None and req.session_id:
             # A session's bundle is its user's: their tasks, decisions and app notes, not the
             # whole tenant's (a session never mixes users).
-            owner = sql.session_user(memory.db, req.tenant_id or memory.tenant, req.session_id)
+            owner = acb_sql.session_user(memory.db, req.tenant_id or memory.tenant, req.session_id)
             if owner is not None:
                 req = req.model_copy(update={"user_id": owner})
         metrics.update(tenant_id=req.tenant_id, user_id=req.user_id, session_id=req.session_id)
@@ -187,7 +184,7 @@ def build_acb(
                 c for c in allowed if kept is None or c in kept))
         stage = "delta"
         keys = thread_keys(req)
-        revisions = sql.thread_revisions(memory.db, keys)
+        revisions = acb_sql.thread_revisions(memory.db, keys)
         delta = _delta(memory, req, keys, revisions, replace(base, states=()))
         stage = "sections"
         candidates, views = _static_sections(memory, req, base, settings, context_dir)
@@ -195,7 +192,7 @@ def build_acb(
         recent = {i["memory_id"] for i in candidates["recent_window"]}
         covered = len(recent) < settings.recent_turns  # the window holds the whole session
         found, now = _retrieval(memory, req, base, settings, recent, covered)
-        candidates["decision_ledger"] = gather.decision_items(
+        candidates["decision_ledger"] = sections.decision_items(
             memory, base, req.user_id, {c.id: c.score for c in found.ranked}
         )
         evidence_filters = replace(
@@ -205,7 +202,7 @@ def build_acb(
             decisions.Ledger(memory, base, req.user_id, candidates["decision_ledger"])
             if found.ranked else None
         )
-        candidates["retrieved_evidence"] = gather.evidence_items(
+        candidates["retrieved_evidence"] = sections.evidence_items(
             memory, found, evidence_filters, settings, ledger
         )
         metrics.update(
@@ -218,7 +215,7 @@ def build_acb(
         )
         stage = "pack"
         max_tokens = req.budget_tokens or settings.max_tokens
-        bundle = acb_pack.pack(
+        bundle = pack.pack(
             plan,
             candidates,
             delta,
@@ -234,7 +231,7 @@ def build_acb(
         bundle["provenance"] = _provenance(
             memory, req, base, found, now, views, settings, bundle.pop("_deduped")
         )
-        acb_pack.finish(bundle, plan, memory.encoding, req.model_dump(exclude={"track"}))
+        pack.finish(bundle, plan, memory.encoding, req.model_dump(exclude={"track"}))
         bundle = add_document_names(bundle)
     except Exception:
         metrics.update(error_stage=stage, latency_ms=_ms(t0))
@@ -274,10 +271,10 @@ def _record(
         return  # a write-protected file still gets its bundle; these hints are skipped
     try:
         with memory.db.transaction(wait=HINT_WAIT):
-            mem.record_access(memory.db, ids)
+            memories.record_access(memory.db, ids)
             record_request(memory.db, metrics)
             if seen is not None:
-                sql.mark_seen(memory.db, *seen)
+                acb_sql.mark_seen(memory.db, *seen)
     except DatabaseBusyError:
         pass  # hints only: a busy writer must not fail a read
 
@@ -288,14 +285,14 @@ def _plan(req: AcbRequest, settings: AcbSettings) -> list[dict[str, Any]]:
     if unknown:
         raise UsageError(
             f"unknown section in caps: {', '.join(unknown)}",
-            f"sections are: {', '.join(acb_pack.ORDER)}",
+            f"sections are: {', '.join(pack.ORDER)}",
         )
     if any(v < 0 for v in req.caps.values()):
         raise UsageError("a section cap cannot be negative")
     names = [
-        n for n in acb_pack.ORDER if n in settings.sections and (n != "app_memories" or req.app_id)
+        n for n in pack.ORDER if n in settings.sections and (n != "app_memories" or req.app_id)
     ]
-    names += sorted(n for n in settings.sections if n not in acb_pack.ORDER)  # configured extras
+    names += sorted(n for n in settings.sections if n not in pack.ORDER)  # configured extras
     plan = [
         {
             "name": n,
@@ -314,12 +311,14 @@ def _static_sections(
 ) -> tuple[dict[str, list], dict[str, str]]:
     candidates: dict[str, list[dict[str, Any]]] = {}
     views: dict[str, str] = {}
-    for name in gather.VIEW_NAMES:
-        candidates[name], views[name] = gather.view_items(name, context_dir)
-    candidates["profile"] = gather.profile_items(memory, base, req.user_id, settings.profile_limit)
-    candidates["reflection"] = gather.reflection_items(memory, base, req.user_id)
-    candidates["task_state"] = gather.task_items(memory, base, req.user_id)
-    candidates["handoff_packet"] = gather.handoff_items(
+    for name in sections.VIEW_NAMES:
+        candidates[name], views[name] = sections.view_items(name, context_dir)
+    candidates["profile"] = sections.profile_items(
+        memory, base, req.user_id, settings.profile_limit
+    )
+    candidates["reflection"] = sections.reflection_items(memory, base, req.user_id)
+    candidates["task_state"] = sections.task_items(memory, base, req.user_id)
+    candidates["handoff_packet"] = sections.handoff_items(
         memory,
         req.handoff,
         req.include_checkpoint,
@@ -328,11 +327,11 @@ def _static_sections(
         req.session_id,
         base.sensitivities,
     )
-    candidates["recent_window"] = gather.recent_items(
+    candidates["recent_window"] = sections.recent_items(
         memory, replace(base, session_id=req.session_id), req.user_id, settings.recent_turns
     )
     if req.app_id:
-        candidates["app_memories"] = gather.app_items(
+        candidates["app_memories"] = sections.app_items(
             memory, base, req.user_id, settings.app_memory_limit
         )
     return candidates, views
@@ -345,11 +344,11 @@ def _retrieval(
     settings: AcbSettings,
     recent: set[int],
     covered: bool,
-) -> tuple[gather.Retrieval, str | None]:
+) -> tuple[sections.Retrieval, str | None]:
     """Retrieval runs only for a query (no query: the fast path)."""
-    now = req.as_of or sql.data_now(memory.db)
+    now = req.as_of or acb_sql.data_now(memory.db)
     if not (req.query and req.query.strip()):
-        return gather.Retrieval(), now
+        return sections.Retrieval(), now
     try:
         clock = (
             datetime.fromisoformat(now.replace("Z", "+00:00"))
@@ -361,8 +360,8 @@ def _retrieval(
     filters = replace(
         base, user_id=req.user_id, session_id=req.session_id, categories=tuple(req.categories)
     )
-    found = gather.retrieve(memory, req.query, filters, settings, clock, recent, covered,
-                            min_relevance=req.min_relevance)
+    found = sections.retrieve(memory, req.query, filters, settings, clock, recent, covered,
+                              min_relevance=req.min_relevance)
     return found, now
 
 
@@ -374,7 +373,7 @@ def _delta(
 
     No base (first bundle for this caller and no `since`): no header, the bundle is the
     full picture. More than 3 changes: the 2 newest and one "and N more" bullet."""
-    stored = sql.seen_revisions(memory.db, req.agent_id or "default", keys)
+    stored = acb_sql.seen_revisions(memory.db, req.agent_id or "default", keys)
     if isinstance(req.since, int):
         stored[keys[0]] = req.since
     elif isinstance(req.since, dict):
@@ -383,9 +382,9 @@ def _delta(
     counts: dict[str, int] = {}
     for key in keys:
         if key in stored and revisions[key] > stored[key]:
-            found = sql.changes_since(memory.db, key, stored[key], filters, DELTA_BULLETS)
+            found = acb_sql.changes_since(memory.db, key, stored[key], filters, DELTA_BULLETS)
             rows.extend({**r, "thread": key} for r in found)
-            for op, n in sql.count_changes_since(memory.db, key, stored[key], filters).items():
+            for op, n in acb_sql.count_changes_since(memory.db, key, stored[key], filters).items():
                 counts[op] = counts.get(op, 0) + n
     total = sum(counts.values())
     if total == 0:
@@ -411,7 +410,7 @@ def _provenance(
     memory: MemoryHandle,
     req: AcbRequest,
     base: Filters,
-    found: gather.Retrieval,
+    found: sections.Retrieval,
     now: str | None,
     views: dict[str, str],
     settings: AcbSettings,

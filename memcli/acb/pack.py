@@ -15,8 +15,7 @@ import hashlib
 import json
 from typing import Any
 
-from memcli.acb import duplicates as dedup
-from memcli.acb import render
+from memcli.acb import duplicates, render
 from memcli.core.tokens import count_tokens, get_encoding, truncate_to_tokens
 
 # Render order (fill order is by priority); recent turns last, next to the model's next turn.
@@ -104,7 +103,7 @@ def pack(
             break
         reserved.add(item["memory_id"])
     deduped = 0
-    collapser = dedup.Collapser()  # evidence taken so far, by (near-)duplicate text
+    collapser = duplicates.Collapser()  # evidence taken so far, by (near-)duplicate text
     sections: dict[str, dict[str, Any]] = {}
     for p in plan:
         name = p["name"]
@@ -126,7 +125,7 @@ def pack(
                 deduped += 1
                 continue
             if owner is not None and owner.get("memory_id") in packed_ids and not empty:
-                dedup.absorb(owner, item)  # one decision, once: its ledger row cites the turn
+                duplicates.absorb(owner, item)  # one decision, once: its ledger row cites the turn
                 deduped += 1
                 if mid is not None:
                     packed_ids.add(mid)
@@ -138,10 +137,10 @@ def pack(
             room = min(cap_left, total_left)
             sig = None
             if content is not None and not empty and item["tokens"] <= room:
-                sig = dedup.signature(content)
+                sig = duplicates.signature(content)
                 kept = collapser.find(sig)
                 if kept is not None:  # the same sentence again: one item citing every ref
-                    dedup.absorb(kept, item)
+                    duplicates.absorb(kept, item)
                     deduped += 1
                     if mid is not None:
                         packed_ids.add(mid)

@@ -18,13 +18,10 @@ from memcli.acb import decisions, render
 from memcli.config import bundled_text
 from memcli.core.records import RerankReport
 from memcli.derived.contradiction import content_words
-from memcli.retrieval import fallback as recency
-from memcli.retrieval import scope, search
+from memcli.retrieval import fallback, scope, search
 from memcli.retrieval.rerank import rerank
 from memcli.retrieval.stages import Candidate, RankContext
-from memcli.store import acb_sql as sql
-from memcli.store import ledger_sql
-from memcli.store import memories as mem
+from memcli.store import acb_sql, ledger_sql, memories
 
 if TYPE_CHECKING:
     from memcli.config import AcbSettings
@@ -137,7 +134,7 @@ def profile_items(
     bounded by its `rag_length` (else `limit`); no query needed. No user: no profile."""
     if user_id is None:
         return []
-    rows = sql.profile_memories(memory.db, filters, user_id, memory.categories.always, limit)
+    rows = acb_sql.profile_memories(memory.db, filters, user_id, memory.categories.always, limit)
     return [_memory_item("profile", r, render.profile_text(r)) for r in rows]
 
 
@@ -145,7 +142,7 @@ def reflection_items(memory: MemoryHandle, filters: Filters,
                      user_id: str | None) -> list[dict[str, Any]]:
     """The user's latest reflection (the SQLite memory extension design appends it before every
     call)."""
-    row = None if user_id is None else sql.latest_reflection(memory.db, filters, user_id)
+    row = None if user_id is None else acb_sql.latest_reflection(memory.db, filters, user_id)
     return [] if row is None else [_memory_item("reflection", row, render.reflection_text(row))]
 
 
@@ -160,15 +157,15 @@ def recent_items(
         return []
     owner = user_id
     if owner is None and filters.tenant_id is not None:
-        owner = sql.session_user(memory.db, filters.tenant_id, filters.session_id)
-    rows = sql.recent_turns(memory.db, filters, owner, limit)
+        owner = acb_sql.session_user(memory.db, filters.tenant_id, filters.session_id)
+    rows = acb_sql.recent_turns(memory.db, filters, owner, limit)
     return [_memory_item("turn", r, render.turn_text(r)) for r in rows]
 
 
 def app_items(
     memory: MemoryHandle, filters: Filters, user_id: str | None, limit: int
 ) -> list[dict[str, Any]]:
-    rows = sql.app_memories(memory.db, filters, user_id, limit)
+    rows = acb_sql.app_memories(memory.db, filters, user_id, limit)
     return [
         {
             "type": "app_memory",
@@ -264,11 +261,11 @@ def retrieve(
         ranked = search.rank(RankContext(memory.db, wider, text, retrieval, now=now), legs)
         path = f"{path}>user"
     fulltext = scope.fulltext_hits(legs) or 0
-    if recency.found_nothing(legs):
+    if fallback.found_nothing(legs):
         searched = wider if widen and wider is not None else filters
-        legs = {**legs, **recency.recent_leg(memory.db, searched, per_leg, exclude=recent)}
+        legs = {**legs, **fallback.recent_leg(memory.db, searched, per_leg, exclude=recent)}
         ranked = search.rank(RankContext(memory.db, searched, text, retrieval, now=now), legs)
-        path = f"{path}>{recency.RECENT_LEG}"
+        path = f"{path}>{fallback.RECENT_LEG}"
     pool = len(ranked)
     ranked = search.load_rows(memory.db, ranked[: settings.pool_max][: settings.scored_max])
     searched = wider if widen and wider is not None else filters
@@ -280,12 +277,12 @@ def retrieve(
     no_relevant = not any((c.relevance or 0.0) >= cut for c in ranked)
     if min_relevance is not None:
         ranked = [c for c in ranked if (c.relevance or 0.0) >= min_relevance]
-    elif no_relevant and not path.endswith(recency.RECENT_LEG):
+    elif no_relevant and not path.endswith(fallback.RECENT_LEG):
         # The newest memories that stand in when no leg matched at all stay (the path says
         # so): the evolution plan's last step. Anything else under the cut is the least bad.
         ranked = []
     if settings.w_rel:
-        strongest = sql.max_related_strength(memory.db, [c.id for c in ranked])
+        strongest = acb_sql.max_related_strength(memory.db, [c.id for c in ranked])
         for cand in ranked:
             if cand.id in strongest:
                 cand.boosts["related"] = settings.w_rel * strongest[cand.id]
@@ -306,7 +303,7 @@ def evidence_items(
     with the bundle's `ledger`, a decision's evidence is folded into it or marked superseded
     (memcli.acb.decisions)."""
     ids = [c.id for c in found.ranked]
-    related = sql.related_bullets(
+    related = acb_sql.related_bullets(
         memory.db, ids, replace(filters, session_id=None, categories=()), settings.related_bullets
     )
     in_pool = set(ids)
@@ -350,10 +347,10 @@ def _flag_conflicts(memory: MemoryHandle, items: list[dict[str, Any]],
     "12 May"). An extractive summary quotes its turns, so it is not checked."""
     wanted = {c.id: _source_memory_ids(c.row) for c in ranked if c.id in sources
               and _method(c.row) != "extractive"}
-    texts = {i: r["content"] for i, r in mem.get_memories(
+    texts = {i: r["content"] for i, r in memories.get_memories(
         memory.db, sorted({i for ids in wanted.values() for i in ids}),
         ("id", "content", "event_id")).items()}
-    events = sql.source_events(memory.db, sorted(texts))
+    events = acb_sql.source_events(memory.db, sorted(texts))
     for cand, item in zip(ranked, items, strict=True):
         if cand.id not in wanted:
             continue
@@ -380,7 +377,7 @@ def _summary_sources(memory: MemoryHandle, ranked: list[Candidate]) -> dict[int,
     """Each summary among the candidates -> the refs of what it summarises: `event:` ids of
     its source turns (`mem:` for a source that has no event, nothing for a purged one)."""
     wanted = {c.id: _source_memory_ids(c.row) for c in ranked if c.row.get("kind") == "summary"}
-    events = sql.source_events(memory.db, sorted({i for ids in wanted.values() for i in ids}))
+    events = acb_sql.source_events(memory.db, sorted({i for ids in wanted.values() for i in ids}))
     return {
         mid: [f"event:{events[i]}" if events[i] else f"mem:{i}" for i in ids if i in events]
         for mid, ids in wanted.items()

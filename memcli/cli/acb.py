@@ -160,14 +160,14 @@ def related_cmd(
     as_json: JsonOpt = False,
 ) -> None:
     """List a memory's edges (related memories, supersessions), strongest first."""
-    from memcli.store import owner as own
+    from memcli.store import owner
     from memcli.store.acb_sql import edges_with_memories
 
     with errors():
         req = given.request("related request")
         with open_memory(db, with_embedder=False, must_exist=True) as memory:
             tenant = req.tenant_id or memory.tenant
-            own.memory(memory.db, memory_id, memory.owner(tenant))  # another tenant's: not found
+            owner.memory(memory.db, memory_id, memory.owner(tenant))  # another tenant's: not found
             rows = [r for r in edges_with_memories(memory.db, memory_id, tenant)
                     if req.kind is None or r["kind"] == req.kind]
         emit(rows, resolve_format(fmt, as_json), _related_text)

@@ -56,7 +56,8 @@ def purge_cmd(
     *,
     given: Given,
     all_tenants: Annotated[bool, typer.Option(
-        "--all-tenants", help="A --user/--session/--app/--memory scope in every tenant.")
+        "--all-tenants",
+        help="A --user-id/--session-id/--app-id/--memory-id scope in every tenant.")
     ] = False,
     db: DbOpt = None, fmt: FormatOpt = None, as_json: JsonOpt = False,
 ) -> None:
@@ -134,7 +135,7 @@ def stats_cmd(
         settings = load_settings(db)
         with open_memory(db, with_embedder=False, settings=settings, must_exist=True) as memory:
             out = memory.stats()
-            from memcli.service.indexer import backlog_status
+            from memcli.service.daemon.indexer import backlog_status
 
             out["backlog"] = backlog_status(memory.db, settings)
         out["embedder"]["configured"] = settings.embedder.provider
@@ -202,9 +203,9 @@ def register(app: typer.Typer) -> None:
 
 def _daemon_summary(db: str) -> dict[str, Any]:
     """Whether a `memcli serve` answers for the database (this command runs in it, then) and
-    since when: memcli.service.daemon.summary."""
-    from memcli.service import daemon, paths
+    since when: memcli.service.daemon.main_process.summary."""
+    from memcli.service.daemon import main_process, paths
 
     socket = os.environ.get("MEMCLI_SOCKET")
     ep = paths.endpoint_for_socket(socket) if socket else paths.endpoint(db)
-    return daemon.summary(ep)
+    return main_process.summary(ep)

@@ -33,7 +33,7 @@ from memcli.cli import (
     views,
 )
 from memcli.cli.output import fail
-from memcli.service.paths import root_db
+from memcli.service.daemon.paths import root_db
 
 
 def _version(value: bool) -> None:

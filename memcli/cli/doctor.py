@@ -43,9 +43,9 @@ def doctor_cmd(given: Given, db: DbOpt = None, fmt: FormatOpt = None,
     transactions) and the request metrics' upgrade triggers; say what to run for each
     problem (exit 1 when there is one)."""
     from memcli.config import load_settings
-    from memcli.health import checks as doctor
+    from memcli.health import checks
     from memcli.operations.memory import make_embedder, make_sparse
-    from memcli.store.location import open_database
+    from memcli.store.opener import open_database
 
     with errors():
         settings = load_settings(db)
@@ -55,7 +55,7 @@ def doctor_cmd(given: Given, db: DbOpt = None, fmt: FormatOpt = None,
         try:
             embedder = make_embedder(settings)
         except MemcliError as exc:
-            model_problem = doctor.check("embedder", "problem",
+            model_problem = checks.check("embedder", "problem",
                                          f"the configured embedder is unusable: {exc}",
                                          "fix the embedder settings (MEMCLI_EMBEDDER ...)")
         sparse = make_sparse(settings)
@@ -64,11 +64,11 @@ def doctor_cmd(given: Given, db: DbOpt = None, fmt: FormatOpt = None,
             # A read command: never creates a database (a missing one is NoDatabaseError).
             database = open_database(settings.db, readonly=not fix, must_exist=True)
         except SchemaError as exc:  # another program's file, left untouched: one problem
-            report = doctor.unusable(settings.db, exc)
+            report = checks.unusable(settings.db, exc)
         else:
             try:
-                fixed = doctor.repair(database) if fix else None
-                report = doctor.diagnose(database, embedder=embedder, full=full,
+                fixed = checks.repair(database) if fix else None
+                report = checks.diagnose(database, embedder=embedder, full=full,
                                          sparse_model=sparse.model_id if sparse else None)
             finally:
                 database.close()

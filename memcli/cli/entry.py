@@ -1,6 +1,6 @@
 """The `memcli` entry point: a running `memcli serve` answers the command, else the Typer app.
 
-Only the standard library is imported until the daemon client (`memcli.service.client`) knows
+Only the standard library is imported until the daemon client (`memcli.service.daemon.client`) knows
 whether a daemon answered: forwarding must not pay for pydantic, numpy or Typer.
 """
 
@@ -17,7 +17,7 @@ def main() -> None:
         code = mcp_hook(sys.argv[1:])
         if code is not None:
             _exit_now(code)
-    from memcli.service.client import main_hook
+    from memcli.service.daemon.client import main_hook
 
     code, argv = main_hook(sys.argv[1:])
     if code is not None:

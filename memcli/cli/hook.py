@@ -14,8 +14,8 @@ from typing import Annotated, Any
 
 import typer
 
-from memcli.cli.mcp import AgentOpt, AppOpt, TenantOpt, UserOpt
-from memcli.cli.options import DbOpt
+from memcli.cli.mcp import OLD_IDENTITY, AgentOpt, AppOpt, TenantOpt, UserOpt
+from memcli.cli.options import DbOpt, old_spellings
 from memcli.core import private
 
 StrictOpt = Annotated[bool, typer.Option(
@@ -79,11 +79,12 @@ def _scope(tenant: str | None, user: str | None, agent: str | None, app_id: str 
     return Binding(tenant=tenant, user_id=user, agent=agent, app_id=app_id)
 
 
+@old_spellings({**OLD_IDENTITY, "budget_tokens": "--max-tokens"})
 def session_start_cmd(
-    db: DbOpt = None, tenant: TenantOpt = None, user: UserOpt = None,
-    agent: AgentOpt = None, app_id: AppOpt = None,
-    max_tokens: Annotated[int, typer.Option(
-        "--max-tokens", min=1, help="Budget of the injected bundle.")] = 4000,
+    db: DbOpt = None, tenant_id: TenantOpt = None, user_id: UserOpt = None,
+    agent_id: AgentOpt = None, app_id: AppOpt = None,
+    budget_tokens: Annotated[int, typer.Option(
+        "--budget-tokens", min=1, help="Budget of the injected bundle.")] = 4000,
     query: Annotated[str | None, typer.Option(
         "--query", help="What to retrieve evidence for (default: the project folder's "
                         "name, from the hook's cwd).")] = None,
@@ -97,21 +98,22 @@ def session_start_cmd(
         from memcli.service.hooks import session_context, session_topic
 
         payload = _read_payload()
-        request: dict[str, Any] = {"budget_tokens": max_tokens}
+        request: dict[str, Any] = {"budget_tokens": budget_tokens}
         # Not the session's id: a bundle for a session narrows its evidence to that
         # session, and a new one has none yet.
         topic = query or session_topic(payload)
         if topic:
             request["query"] = topic
-        bundle = _call(db, api.build_acb, _scope(tenant, user, agent, app_id), request)
+        bundle = _call(db, api.build_acb, _scope(tenant_id, user_id, agent_id, app_id), request)
         print(json.dumps(session_context(bundle), ensure_ascii=False))
 
     _run("session-start", strict, body)
 
 
+@old_spellings(OLD_IDENTITY)
 def record_cmd(
-    db: DbOpt = None, tenant: TenantOpt = None, user: UserOpt = None,
-    agent: AgentOpt = None, app_id: AppOpt = None, strict: StrictOpt = False,
+    db: DbOpt = None, tenant_id: TenantOpt = None, user_id: UserOpt = None,
+    agent_id: AgentOpt = None, app_id: AppOpt = None, strict: StrictOpt = False,
 ) -> None:
     """UserPromptSubmit / Stop / SessionEnd: record the conversation's turns as events
     (idempotent: a turn already recorded is skipped). Prints nothing."""
@@ -122,7 +124,8 @@ def record_cmd(
         turns = turns_from(_read_payload())
         if not turns:
             return
-        receipts = _call(db, api.record_events, _scope(tenant, user, agent, app_id), turns)
+        receipts = _call(db, api.record_events, _scope(tenant_id, user_id, agent_id, app_id),
+                         turns)
         problems = [p for r in receipts for p in r["rejected"]]
         if problems:
             raise ValueError(f"{len(problems)} turn(s) rejected: {problems[0]}")

@@ -15,20 +15,24 @@ from typing import Annotated
 
 import typer
 
-from memcli.cli.options import DbOpt
+from memcli.cli.options import DbOpt, old_spellings
 from memcli.errors import UsageError
 
 TenantOpt = Annotated[str | None, typer.Option(
-    "--tenant", envvar="MEMCLI_TENANT", show_envvar=True,
+    "--tenant-id", envvar="MEMCLI_TENANT", show_envvar=True,
     help="Tenant this server answers for (default: the configured tenant).")]
 UserOpt = Annotated[str | None, typer.Option(
-    "--user", envvar="MEMCLI_USER", show_envvar=True,
+    "--user-id", envvar="MEMCLI_USER", show_envvar=True,
     help="User the tools read and write as (default: not bound: the tenant's memories).")]
 AgentOpt = Annotated[str | None, typer.Option(
-    "--agent", envvar="MEMCLI_AGENT", show_envvar=True,
+    "--agent-id", envvar="MEMCLI_AGENT", show_envvar=True,
     help="Agent id: its category allowlist applies, its events are tagged with it.")]
 AppOpt = Annotated[str | None, typer.Option(
-    "--app", envvar="MEMCLI_APP", show_envvar=True, help="App id (app-scoped memory).")]
+    "--app-id", envvar="MEMCLI_APP", show_envvar=True, help="App id (app-scoped memory).")]
+# The spellings of the identity options before they matched every other command's (`mcp`,
+# `mcp install`, `hook`).
+OLD_IDENTITY = {"tenant_id": "--tenant", "user_id": "--user", "agent_id": "--agent",
+                "app_id": "--app"}
 ToolsOpt = Annotated[str | None, typer.Option(
     "--tools", help="Tools to offer: 'default', 'all', or a comma-separated list of names, "
                     "with or without `memory_` (query,build_acb,record_event,get_artifact,"
@@ -43,7 +47,7 @@ def serve_stdio(db: str | None, tenant: str | None, user: str | None, agent: str
 
     from memcli.cli import mcp_bridge
 
-    # The entry point removes `--no-daemon` from the argv Typer sees (memcli.service.client):
+    # The entry point removes `--no-daemon` from the argv Typer sees (memcli.service.daemon.client):
     # the original command line and MEMCLI_NO_DAEMON still say it.
     no_daemon = (no_daemon or "--no-daemon" in sys.argv[1:]
                  or os.environ.get("MEMCLI_NO_DAEMON", "") not in ("", "0"))
@@ -68,10 +72,11 @@ def serve_stdio(db: str | None, tenant: str | None, user: str | None, agent: str
     return 0
 
 
+@old_spellings(OLD_IDENTITY)
 def mcp_cmd(
     ctx: typer.Context,
-    db: DbOpt = None, tenant: TenantOpt = None, user: UserOpt = None,
-    agent: AgentOpt = None, app_id: AppOpt = None, tools: ToolsOpt = None,
+    db: DbOpt = None, tenant_id: TenantOpt = None, user_id: UserOpt = None,
+    agent_id: AgentOpt = None, app_id: AppOpt = None, tools: ToolsOpt = None,
     no_daemon: Annotated[bool, typer.Option(
         "--no-daemon", help="Serve in-process even when `memcli serve` runs.")] = False,
 ) -> None:
@@ -81,9 +86,10 @@ def mcp_cmd(
     every session); else serves in-process. Identity is bound here, never by the model."""
     if ctx.invoked_subcommand is not None:
         return
-    raise typer.Exit(serve_stdio(db, tenant, user, agent, app_id, tools, no_daemon))
+    raise typer.Exit(serve_stdio(db, tenant_id, user_id, agent_id, app_id, tools, no_daemon))
 
 
+@old_spellings(OLD_IDENTITY)
 def install_cmd(
     client: Annotated[str, typer.Option(
         "--client", help="claude-code, claude-desktop, cursor, vscode or codex.")],
@@ -97,8 +103,8 @@ def install_cmd(
     command: Annotated[str | None, typer.Option(
         "--command", help="Command the client starts (default: this memcli, by its "
                           "absolute path).")] = None,
-    db: DbOpt = None, tenant: TenantOpt = None, user: UserOpt = None,
-    agent: AgentOpt = None, app_id: AppOpt = None, tools: ToolsOpt = None,
+    db: DbOpt = None, tenant_id: TenantOpt = None, user_id: UserOpt = None,
+    agent_id: AgentOpt = None, app_id: AppOpt = None, tools: ToolsOpt = None,
 ) -> None:
     """Print (or --write) the config snippet that makes a coding agent start `memcli mcp`
     on the database this shell uses (`--db`, else $MEMCLI_DB, ...: pinned in the snippet)."""
@@ -126,8 +132,8 @@ def install_cmd(
         _refuse_a_password(location)
         args = ["mcp"]
         for flag, value in (("--db", location),
-                            ("--tenant", tenant), ("--user", user), ("--agent", agent),
-                            ("--app", app_id), ("--tools", tools)):
+                            ("--tenant-id", tenant_id), ("--user-id", user_id),
+                            ("--agent-id", agent_id), ("--app-id", app_id), ("--tools", tools)):
             if value:
                 args += [flag, value]
         program = command or _this_program()

@@ -26,7 +26,8 @@ import threading
 from collections.abc import Mapping
 from typing import BinaryIO
 
-from memcli.service import autostart, paths
+from memcli.cli.output import said_old
+from memcli.service.daemon import autostart, paths
 
 MCP_PATH = "/mcp"
 
@@ -191,9 +192,13 @@ def forward(socket_path: str, headers: dict[str, str]) -> int:
 
 
 # `memcli mcp`'s options, as (flag, header); the header carries it to the daemon.
-_FLAGS = {"--tenant": "X-Memcli-Tenant", "--user": "X-Memcli-User",
-          "--agent": "X-Memcli-Agent", "--app": "X-Memcli-App", "--tools": "X-Memcli-Tools",
+_FLAGS = {"--tenant-id": "X-Memcli-Tenant", "--user-id": "X-Memcli-User",
+          "--agent-id": "X-Memcli-Agent", "--app-id": "X-Memcli-App", "--tools": "X-Memcli-Tools",
           "--db": None}
+# Their spellings before 0.1.0 (memcli.cli.mcp.OLD_IDENTITY): a client config written then
+# still starts the bridge, which says once on stderr what to write instead.
+_OLD_FLAGS = {"--tenant": "--tenant-id", "--user": "--user-id", "--agent": "--agent-id",
+              "--app": "--app-id"}
 _ENV = {"MEMCLI_TENANT": "X-Memcli-Tenant", "MEMCLI_USER": "X-Memcli-User",
         "MEMCLI_AGENT": "X-Memcli-Agent", "MEMCLI_APP": "X-Memcli-App"}
 
@@ -205,7 +210,7 @@ def parse_argv(argv: list[str], env: Mapping[str, str]) -> tuple[str | None, dic
         return None
     headers = {header: env[var] for var, header in _ENV.items() if env.get(var)}
     db = None
-    rest = argv[1:]
+    rest = _new_spellings(argv[1:])
     i = 0
     while i < len(rest):
         flag, value = rest[i], None
@@ -222,6 +227,26 @@ def parse_argv(argv: list[str], env: Mapping[str, str]) -> tuple[str | None, dic
         else:
             headers[_FLAGS[flag]] = value  # type: ignore[index]
     return db, headers
+
+
+def _new_spellings(args: list[str]) -> list[str]:
+    """`args` with an old flag (`--user`, `--user=x`) in its new spelling, where a flag stands
+    (every other word, as `parse_argv` reads them)."""
+    out = list(args)
+    i = 0
+    while i < len(out):
+        name, eq, value = out[i].partition("=")
+        if name in _OLD_FLAGS:
+            out[i] = _OLD_FLAGS[name] + eq + value
+        i += 1 if eq else 2
+    return out
+
+
+def old_flags(argv: list[str]) -> list[str]:
+    """The old spellings a `memcli mcp` line uses (as `parse_argv` reads it)."""
+    args = argv[1:]
+    return [old.partition("=")[0] for old, new in zip(args, _new_spellings(args), strict=True)
+            if old != new]
 
 
 def daemon_http_socket(db: str | None, env: Mapping[str, str]) -> str | None:
@@ -258,4 +283,7 @@ def main_hook(argv: list[str], env: Mapping[str, str] | None = None) -> int | No
     socket_path = daemon_http_socket(db, env)
     if socket_path is None:
         return None
+    # Said here only when forwarding: otherwise the Typer command says it.
+    for old in old_flags(argv):
+        said_old(old, _OLD_FLAGS[old])
     return forward(socket_path, headers)

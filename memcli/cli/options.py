@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from memcli.cli.output import Format
+from memcli.cli.output import Format, said_old
 
 if TYPE_CHECKING:
     from pydantic import BaseModel
@@ -57,7 +57,7 @@ def id_argument(help: str) -> Any:
 
 
 def id_option(*decls: str, help: str) -> Any:
-    """An optional id option (`purge --memory ID`), parsed by the one id rule."""
+    """An optional id option (`purge --memory-id ID`), parsed by the one id rule."""
     return typer.Option(*decls, help=help, parser=_id, metavar="ID", show_default=False)
 
 
@@ -82,9 +82,66 @@ def limit_option(help: str | None = None) -> Any:
     return typer.Option("--limit", help=help, parser=_count, metavar="N")
 
 
+# -- old spellings ---------------------------------------------------------------------------
+# Flag spellings from before the flags were named for their fields are kept working until
+# OLD_SPELLINGS_UNTIL (hidden from --help, listed in docs/reference/cli.md): a script that says
+# `--user alice` goes on working, and is told on stderr what to say instead (`said_old`).
+# The parameter of an old spelling is its option's parameter with this suffix (the docs
+# generator and the tests find them by it).
+OLD = "__legacy"
+
+
+def old_spellings(aliases: dict[str, str]) -> Any:
+    """A decorator for a command whose own options had other spellings (`mcp`, `hook`):
+    `aliases` maps a parameter to its old flag, accepted as a hidden option that gives the
+    parameter its value, with the notice. Given, it wins over the parameter's environment
+    variable, as the old flag did."""
+    import inspect
+
+    def decorate(func: Any) -> Any:
+        signature = inspect.signature(func, eval_str=True)
+        new = {name: _first_flag(signature.parameters[name].annotation) for name in aliases}
+        hidden = [inspect.Parameter(
+            name + OLD, inspect.Parameter.KEYWORD_ONLY, default=None,
+            annotation=Annotated[_value_type(signature.parameters[name].annotation) | None,
+                                 typer.Option(old, hidden=True, show_default=False)])
+            for name, old in aliases.items()]
+
+        @functools.wraps(func)
+        def command(**kwargs: Any) -> Any:
+            for name, old in aliases.items():
+                value = kwargs.pop(name + OLD)
+                if value is not None:
+                    said_old(old, new[name])
+                    kwargs[name] = value
+            return func(**kwargs)
+
+        command.__signature__ = signature.replace(  # type: ignore[attr-defined]
+            parameters=[*signature.parameters.values(), *hidden])
+        return command
+
+    return decorate
+
+
+def _value_type(annotation: Any) -> Any:
+    """`int` of `Annotated[int, typer.Option(...)]`, `str` of `Annotated[str | None, ...]`."""
+    import typing
+
+    kind = typing.get_args(annotation)[0]
+    args = [a for a in typing.get_args(kind) if a is not type(None)]
+    return args[0] if args else kind
+
+
+def _first_flag(annotation: Any) -> str:
+    """`--user-id` of `Annotated[str | None, typer.Option("--user-id", ...)]`."""
+    import typing
+
+    option = typing.get_args(annotation)[1]
+    return str(option.param_decls[0] if option.param_decls else option.default)
+
+
 # -- options built from a request model ------------------------------------------------------
-# Flag spellings from before the flags were named for their fields, kept working (hidden from
-# --help): a script that says `--user alice` goes on working.
+# The old spellings of request fields, on every command whose model has the field.
 LEGACY_FLAGS = {
     "tenant_id": "--tenant", "user_id": "--user", "session_id": "--session", "app_id": "--app",
     "run_id": "--run", "actor_id": "--actor", "categories": "--category", "kinds": "--kind",
@@ -188,9 +245,9 @@ class ModelCommand:
             names[field] = [field]
             old = self.spec["aliases"].get(field)
             if old and old not in (flag_name(field), self.spec["short"].get(field)):
-                params.append(self._param(f"{field}__legacy", kind, info, [old], None,
+                params.append(self._param(field + OLD, kind, info, [old], None,
                                           switch, hidden=True))
-                names[field].append(f"{field}__legacy")
+                names[field].append(field + OLD)
         after = [p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in own[at:]]
         return inspect.Signature([*own[:at], *params, *after]), names, switches
 
@@ -226,11 +283,13 @@ class ModelCommand:
         given: dict[str, Any] = {}
         _, names, switches = self._built
         for field, spellings in names.items():
-            values = [kwargs.pop(s) for s in spellings]
             # Not given: None, a switch's False, an empty list (never a 0, 0.0 or the False of
             # a `--pinned/--unpinned` pair given).
-            value = next((v for v in values if v is not None and v != []
-                          and not (field in switches and v is False)), None)
+            values = [v if v is not None and v != [] and not (field in switches and v is False)
+                      else None for v in (kwargs.pop(s) for s in spellings)]
+            if values[1:] and values[1] is not None:
+                said_old(self.spec["aliases"][field], flag_name(field))
+            value = next((v for v in values if v is not None), None)
             if value is not None:
                 given[field] = _plain(value)
         return self.func(given=Given(given, self.model), **kwargs)

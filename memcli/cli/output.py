@@ -48,6 +48,15 @@ def warn(message: str) -> None:
     print(f"memcli: warning: {one_line(message)}", file=sys.stderr)
 
 
+# The version that drops the old spellings of flags (memcli.cli.options.OLD; the MCP bridge's).
+OLD_SPELLINGS_UNTIL = "0.2.0"
+
+
+def said_old(old: str, new: str) -> None:
+    """The one-line notice of an old flag spelling, on stderr (stdout keeps only the payload)."""
+    warn(f"{old} is deprecated, use {new} (removed in {OLD_SPELLINGS_UNTIL})")
+
+
 def warn_redacted(row: dict[str, Any]) -> None:
     """Say on stderr what a write redacted (its `redacted` kinds), so a text-format user sees it
     too; the JSON on stdout keeps the list, always present."""

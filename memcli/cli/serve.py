@@ -1,5 +1,5 @@
-"""`memcli serve` (the daemon, memcli.service.daemon), `memcli serve status` and `memcli serve
-stop`."""
+"""`memcli serve` (the daemon, memcli.service.daemon.main_process), `memcli serve status` and
+`memcli serve stop`."""
 
 from __future__ import annotations
 
@@ -58,8 +58,8 @@ def serve_cmd(
     serves the HTTP API (and MCP). Stop it with `memcli serve stop`, SIGTERM or Ctrl-C."""
     if ctx.invoked_subcommand is not None:
         return
-    from memcli.service.daemon import HttpOptions
-    from memcli.service.daemon import serve as run
+    from memcli.service.daemon.main_process import HttpOptions
+    from memcli.service.daemon.main_process import serve as run
 
     code = 1
     with errors():
@@ -80,11 +80,11 @@ def status_cmd(db: DbOpt = None, socket: SocketOpt = None, fmt: JsonFormatOpt = 
     """Whether a daemon serves the database: pid, since when, sockets, models loaded,
     requests answered, started by hand or by the CLI, idle exit (JSON unless `--format
     text`). Exit 0 when one runs, 1 when none does."""
-    from memcli.service import daemon
+    from memcli.service.daemon import main_process
 
     with errors():
         settings, ep = _endpoint(db, socket, create=False)
-        state = daemon.status(ep)
+        state = main_process.status(ep)
         emit(state, resolve_format(fmt or Format.json, as_json), _status_line)
         if not state["running"]:
             raise SystemExit(1)
@@ -95,11 +95,11 @@ def stop_cmd(db: DbOpt = None, socket: SocketOpt = None, wait: StopWaitOpt = 60.
     """Stop the daemon of the database (SIGTERM: requests in flight finish first) and wait
     until it has exited. Exit 0 when it stopped or none ran, 1 when it is still running after
     `--wait` seconds."""
-    from memcli.service import daemon
+    from memcli.service.daemon import main_process
 
     with errors():
         _settings, ep = _endpoint(db, socket, create=False)
-        result = daemon.stop(ep, wait)
+        result = main_process.stop(ep, wait)
         emit(result, resolve_format(fmt or Format.json, as_json), _stop_line)
         if result["running"]:
             raise fail(f"the daemon (pid {result['pid']}) is still running after {wait:g} s "
@@ -136,7 +136,7 @@ def _endpoint(db: str | None, socket: Path | None, *, create: bool):
     """The settings (a database file by its real path) and the daemon files for `--db` /
     `--socket`."""
     from memcli.config import load_settings
-    from memcli.service import paths
+    from memcli.service.daemon import paths
 
     settings = load_settings(db)
     if not paths._is_server_location(settings.db):

@@ -54,7 +54,7 @@ def login_link(db: str | None, socket: Path | None = None) -> dict[str, object]:
     from memcli.cli.mcp_bridge import UnixHTTPConnection
     from memcli.config import load_settings
     from memcli.core.locations import shown
-    from memcli.service import paths
+    from memcli.service.daemon import paths
 
     settings = load_settings(db)
     ep = (paths.endpoint_for_socket(socket.absolute()) if socket is not None
@@ -89,9 +89,9 @@ def login_link(db: str | None, socket: Path | None = None) -> dict[str, object]:
 def _no_answer(ep, what: str) -> MemcliError:
     """Nothing answered on the HTTP socket: no daemon, or one still starting (it holds the
     lock before it binds): never "start one" while one runs."""
-    from memcli.service import daemon
+    from memcli.service.daemon import main_process
 
-    state = daemon.status(ep)
+    state = main_process.status(ep)
     if state["running"]:
         return MemcliError(f"the daemon serving {what} (pid {state['pid']}) is not answering "
                            "yet", "it is starting or stopping; run `memcli ui` again in a moment")

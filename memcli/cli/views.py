@@ -1,5 +1,5 @@
 """`memcli view export DIR` / `memcli view apply DIR`: what memcli believes, as files a person
-edits (principle P6 of the Agent Memory System PRD). The library is memcli.views; `acb
+edits (principle P6 of the Agent Memory System PRD). The library is memcli.editable_views; `acb
 show|edit` remain the way to read or edit identity and rules alone."""
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ def export_cmd(directory: Dir, given: Given, db: DbOpt = None,
     """Write a user's facts, preferences, decisions, open tasks, procedures, identity and
     rules into DIR as files to edit (then `memcli view apply DIR`)."""
     from memcli.config import load_settings
-    from memcli.views.export import Scope, export_view
+    from memcli.editable_views.export import Scope, export_view
 
     with errors():
         settings = load_settings(db)
@@ -52,8 +52,8 @@ def apply_cmd(directory: Dir, given: Given, db: DbOpt = None,
     """Apply the edits made to DIR (written by `memcli view export`) as ordinary writes:
     edited items supersede the old ones, deleted ones are soft-deleted, new ones added."""
     from memcli.config import load_settings
-    from memcli.views.apply import apply_plan, plan_apply
-    from memcli.views.export import export_view
+    from memcli.editable_views.apply import apply_plan, plan_apply
+    from memcli.editable_views.export import export_view
 
     with errors():
         settings = load_settings(db)

@@ -1,5 +1,5 @@
 """Where a database lives: a file path (SQLite), a `postgresql://` / `postgres://` URL or a libpq
-keyword connection string (PostgreSQL); any other URL is refused (see memcli/store/location.py,
+keyword connection string (PostgreSQL); any other URL is refused (see memcli/store/opener.py,
 which opens them). Here, apart from the store, because config.py checks a location it resolves
 and config imports nothing of the store."""
 
@@ -87,7 +87,7 @@ def refuse_url(location: str | Path, source: str = "--db", *, postgres: bool = T
     if is_dsn(location):
         shown = _DSN_PASSWORD.sub(r"\1***", str(location).strip())
         raise UsageError(f"{source} {shown!r} is a PostgreSQL connection string, not a file",
-                         "open it through memcli.store.location.open_database")
+                         "open it through memcli.store.opener.open_database")
 
 
 # `password=...` as one word of a libpq keyword string, with the space before it.

@@ -21,8 +21,7 @@ from memcli.core.records import format_ts, utcnow
 from memcli.derived.textrules import FactText
 from memcli.derived.writer import encode_ahead, supersede, write_memory
 from memcli.providers.llm import LLMError
-from memcli.store import lifecycle_sql as lsql
-from memcli.store import memories as mem
+from memcli.store import lifecycle_sql, memories
 
 if TYPE_CHECKING:
     from memcli.config import LifecycleSettings
@@ -89,7 +88,7 @@ def compact_apps(
     for key in sorted(set(scopes), key=lambda k: (k[0], k[1] or "", k[1] is not None, k[2])):
         tenant_id, user_id, app_id = key
         limit = cfg.app_memory_limits.get(app_id, cfg.app_memory_limit)
-        count = lsql.app_count(db, key, APP_KINDS)
+        count = lifecycle_sql.app_count(db, key, APP_KINDS)
         if count <= limit:
             continue
         report: dict[str, Any] = {"tenant_id": tenant_id, "user_id": user_id, "app_id": app_id,
@@ -99,14 +98,14 @@ def compact_apps(
             report["over"] = count - limit
             continue
         while count > limit:
-            rows = lsql.app_memories(db, key, APP_KINDS)
+            rows = lifecycle_sql.app_memories(db, key, APP_KINDS)
             choosable = [r for r in rows if not r["pinned"]]
             if not choosable:
                 report["note"] = "every remaining memory is pinned: the limit cannot be met"
                 break
             decision, method, failure = _decide(model, rows, choosable, limit)
             report["actions"].append(_apply(memory, decision, method, failure, rows, cfg))
-            count = lsql.app_count(db, key, APP_KINDS)
+            count = lifecycle_sql.app_count(db, key, APP_KINDS)
         report["after"] = count
     return out
 
@@ -160,8 +159,8 @@ def _apply(
     with db.transaction():
         if decision.action == "delete":
             purge_at = format_ts(datetime.now(UTC) + timedelta(days=cfg.soft_delete_days))
-            mem.set_state(db, target["id"], "soft_deleted", purge_at)
-            mem.add_history(
+            memories.set_state(db, target["id"], "soft_deleted", purge_at)
+            memories.add_history(
                 db,
                 target["id"],
                 "DELETE",
@@ -176,9 +175,9 @@ def _apply(
                     "purge_at": purge_at,
                 },
             )
-            mem.bump_revision(
+            memories.bump_revision(
                 db,
-                mem.thread_key(target["tenant_id"], target["user_id"], target["session_id"]),
+                memories.thread_key(target["tenant_id"], target["user_id"], target["session_id"]),
                 [("soft_deleted", target["id"], target["content"])],
             )
         else:
@@ -211,4 +210,4 @@ def _apply(
 
 
 def _app(db: Any, memory_id: int) -> str | None:
-    return mem.get_memories(db, [memory_id])[memory_id]["app_id"]
+    return memories.get_memories(db, [memory_id])[memory_id]["app_id"]

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from memcli.core.records import utcnow
 from memcli.providers.llm import LLMClient, LLMConfig, TokenBudget, Usage
-from memcli.store import llm_usage_sql as sql
+from memcli.store import llm_usage_sql
 
 if TYPE_CHECKING:
     import pydantic
@@ -94,7 +94,7 @@ class Model:
         return self.settings.tenant_token_caps.get(tenant_id, self.settings.daily_token_cap)
 
     def used_today(self, tenant_id: str) -> int:
-        return sql.tokens_on_day(self.db, tenant_id, _today())
+        return llm_usage_sql.tokens_on_day(self.db, tenant_id, _today())
 
     def check_budget(self, tenant_id: str) -> None:
         TokenBudget().check(tenant_id, self.used_today(tenant_id), self.cap(tenant_id))
@@ -109,7 +109,7 @@ class Model:
         self.spend.add(task, usage)
         now = utcnow()
         with self.db.transaction():
-            sql.record_usage(
+            llm_usage_sql.record_usage(
                 self.db,
                 {
                     "ts": now,
@@ -145,4 +145,4 @@ def usage_report(
     since = None
     if days is not None:
         since = (datetime.now(UTC) - timedelta(days=days - 1)).strftime("%Y-%m-%d")
-    return sql.usage_report(db, since, tenant_id)
+    return llm_usage_sql.usage_report(db, since, tenant_id)

@@ -14,9 +14,7 @@ from typing import TYPE_CHECKING, Any
 from memcli.core.records import utcnow
 from memcli.entities.extraction import extract_entities
 from memcli.policy.redaction import redact_record, redact_text
-from memcli.store import memories as mem
-from memcli.store import relations as rel
-from memcli.store import sparse as sparse_sql
+from memcli.store import memories, relations, sparse
 from memcli.store import vectors as vec
 
 if TYPE_CHECKING:
@@ -61,7 +59,7 @@ def write_memory(memory: MemoryHandle, *, content: str, kind: str, source_ids: l
     elif vector is None:
         vector = memory.embedder.embed_documents([content])[0]
     with db.transaction():
-        memory_id = mem.insert_memory(db, memory_row(
+        memory_id = memories.insert_memory(db, memory_row(
             content=content, kind=kind, category=category, source_ids=source_ids,
             scope={"tenant_id": tenant_id, "user_id": user_id, "agent_id": agent_id,
                    "session_id": session_id, "app_id": app_id, "run_id": run_id},
@@ -69,9 +67,9 @@ def write_memory(memory: MemoryHandle, *, content: str, kind: str, source_ids: l
             confidence=confidence, decay_rate=decay_rate, event_time=event_time,
             attributes=attributes, actor=actor, now=now))
         if sensitivity != "high":  # entity names are stored in plain text
-            mem.link_entities(db, memory_id, extract_entities(content), now)
+            memories.link_entities(db, memory_id, extract_entities(content), now)
         if sparse_terms is not None:
-            sparse_sql.insert_postings(db, [(memory_id, sparse_terms)])
+            sparse.insert_postings(db, [(memory_id, sparse_terms)])
         if vector is not None:
             vector = vector.astype("float32")
             vec.insert_vectors(db, [(memory_id, vector.tobytes())])
@@ -79,10 +77,10 @@ def write_memory(memory: MemoryHandle, *, content: str, kind: str, source_ids: l
         event_id, row_ref = ledger_origin(kind, attributes or {})
         if origin_event is not None:
             event_id, row_ref = origin_event, "command"  # memcli.ledger.commands.ORIGIN
-        mem.add_history(db, memory_id, "ADD", event_id=event_id, old_ref=row_ref,
+        memories.add_history(db, memory_id, "ADD", event_id=event_id, old_ref=row_ref,
                         new_ref=str(memory_id), actor=actor, scope=scope,
                         meta={"kind": kind, "sources": source_ids[:20]})
-        mem.bump_revision(db, mem.thread_key(tenant_id, user_id, session_id),
+        memories.bump_revision(db, memories.thread_key(tenant_id, user_id, session_id),
                           [("created", memory_id, content)])
         if link and vector is not None and kind in SEMANTIC_KINDS:
             link_related(memory, memory_id, vector.tobytes(), tenant_id, user_id, session_id)
@@ -144,13 +142,13 @@ def link_related(memory: MemoryHandle, memory_id: int, vector_blob: bytes, tenan
     """Edges to the top-K semantic neighbours with similarity >= LINK_MIN (one per pair). The
     LINK history rows carry the new memory's scope, so `history --user` lists them."""
     db = memory.db
-    near = rel.semantic_neighbours(db, memory_id, vector_blob, tenant_id, user_id,
+    near = relations.semantic_neighbours(db, memory_id, vector_blob, tenant_id, user_id,
                                    SEMANTIC_KINDS, LINK_TOP_K)
     edges = [(other, score) for other, score in near if score >= LINK_MIN]
     scope = {"tenant_id": tenant_id, "user_id": user_id, "session_id": session_id}
     for other, score in edges:
-        rel.add_edge(db, memory_id, other, "related", score)
-        mem.add_history(db, memory_id, "LINK", new_ref=str(other), meta={"strength": score},
+        relations.add_edge(db, memory_id, other, "related", score)
+        memories.add_history(db, memory_id, "LINK", new_ref=str(other), meta={"strength": score},
                         scope=scope)
     return edges
 
@@ -168,14 +166,14 @@ def supersede(memory: MemoryHandle, old_id: int, new_id: int, *, actor: str = "m
     now = utcnow()
     reason, _ = redact_text(reason)
     with db.transaction():
-        rows = mem.get_memories(db, [old_id, new_id])
+        rows = memories.get_memories(db, [old_id, new_id])
         old = rows[old_id]
         valid_to = max(rows[new_id]["valid_from"] or now, old["valid_from"] or "")
-        mem.mark_superseded(db, old_id, valid_to, now)
-        rel.add_edge(db, new_id, old_id, "supersedes", 1.0)
-        mem.add_history(db, old_id, "UPDATE", old_ref=str(old_id), new_ref=str(new_id),
+        memories.mark_superseded(db, old_id, valid_to, now)
+        relations.add_edge(db, new_id, old_id, "supersedes", 1.0)
+        memories.add_history(db, old_id, "UPDATE", old_ref=str(old_id), new_ref=str(new_id),
                         actor=actor, scope=old,
                         meta={"superseded_by": new_id, "reason": reason, "valid_to": valid_to})
-        mem.bump_revision(db, mem.thread_key(old["tenant_id"], old["user_id"],
+        memories.bump_revision(db, memories.thread_key(old["tenant_id"], old["user_id"],
                                              old["session_id"]),
                           [("updated", new_id, f"superseded #{old_id}")])

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from memcli.entities.extraction import extract_entities
 from memcli.entities.types import entity_type, mention_types
 from memcli.errors import NotFoundError, UsageError
-from memcli.store import entities as sql
+from memcli.store import entities
 
 if TYPE_CHECKING:
     from memcli.store.handle import MemoryHandle
@@ -36,15 +36,15 @@ def get_entity_info(memory: MemoryHandle, name: str, *, tenant_id: str | None = 
     if not norm:
         raise UsageError("empty entity name", "give a name, @handle, #tag, email or URL")
     tenant = tenant_id or memory.tenant
-    rows = sql.entities_named(memory.db, norm, name.strip().lower(), tenant)
+    rows = entities.entities_named(memory.db, norm, name.strip().lower(), tenant)
     ids = [r["id"] for r in rows]
-    summary = sql.mention_summary(memory.db, ids, tenant, user_id) if ids else {}
+    summary = entities.mention_summary(memory.db, ids, tenant, user_id) if ids else {}
     if not summary.get("mentions"):
         raise NotFoundError(f"no entity {name!r} in tenant {tenant!r}"
                             + (f" for user {user_id!r}" if user_id else ""),
                             "entities come from ingested text; try another spelling")
     norms = {r["norm"] for r in rows}
-    recent = sql.linked_memories(memory.db, ids, tenant, user_id, max(limit, CONTEXTS))
+    recent = entities.linked_memories(memory.db, ids, tenant, user_id, max(limit, CONTEXTS))
     spellings: Counter[str] = Counter()
     for row in recent:
         if row["sensitivity"] == "high":

@@ -30,8 +30,7 @@ from memcli.acb.stats import FULLTEXT_HIT_MIN, fulltext_hit_rate, percentile, si
 from memcli.core.locations import shown
 from memcli.core.private import open_to_others
 from memcli.ingest.background import queue_for
-from memcli.store import doctor_sql as sql
-from memcli.store import purge_sql
+from memcli.store import doctor_sql, purge_sql
 from memcli.store.acb_sql import requests_since
 from memcli.store.postgres.tenant_roles import refuse_bound
 from memcli.store.purge_sql import VACUUM_PENDING, checkpoint
@@ -55,7 +54,7 @@ def check(name: str, status: str, detail: str, fix: str | None = None,
 
 
 def _integrity(db: Database, full: bool) -> dict[str, Any]:
-    lines = sql.integrity(db, full=full)
+    lines = doctor_sql.integrity(db, full=full)
     name = db.backend.integrity_label(db, full)
     if lines == ["ok"]:
         return check("integrity", "ok", f"{name}: ok")
@@ -64,7 +63,7 @@ def _integrity(db: Database, full: bool) -> dict[str, Any]:
 
 
 def _schema(db: Database) -> dict[str, Any]:
-    version = sql.schema_version(db)
+    version = doctor_sql.schema_version(db)
     latest = db.backend.schema_latest
     if version == latest:
         return check("schema", "ok", f"schema version {version} (current)")
@@ -76,7 +75,7 @@ def _schema(db: Database) -> dict[str, Any]:
 
 
 def _models(db: Database, embedder: Any, sparse_model: str | None) -> list[dict[str, Any]]:
-    stored = sql.stored_models(db)
+    stored = doctor_sql.stored_models(db)
     out = []
     if embedder is None:
         out.append(check("embedder", "info", "no embedder configured: vector search is off"))
@@ -106,7 +105,7 @@ def _models(db: Database, embedder: Any, sparse_model: str | None) -> list[dict[
 
 def _derived(db: Database, *, vectors: bool, sparse: bool) -> list[dict[str, Any]]:
     out = []
-    for table, ids in sql.orphans(db).items():
+    for table, ids in doctor_sql.orphans(db).items():
         if ids:
             out.append(check(f"orphans:{table}", "problem",
                              f"{len(ids)} {table} row(s) belong to no memory", FIX,
@@ -114,7 +113,7 @@ def _derived(db: Database, *, vectors: bool, sparse: bool) -> list[dict[str, Any
 
     queue = queue_for(db)  # inside a `memcli serve` whose indexer writes them
     indexing = queue is not None and queue.alive()
-    for table, ids in sql.missing(db, vectors=vectors, sparse=sparse).items():
+    for table, ids in doctor_sql.missing(db, vectors=vectors, sparse=sparse).items():
         if not ids:
             continue
         fix = "memcli embed" if table in ("memory_vectors", "memory_sparse") else FIX
@@ -126,32 +125,32 @@ def _derived(db: Database, *, vectors: bool, sparse: bool) -> list[dict[str, Any
             continue
         out.append(check(f"missing:{table}", "problem", f"{len(ids)} memories {what}", fix,
                          ids=ids[:20]))
-    lost = sql.memories_without_event(db)
+    lost = doctor_sql.memories_without_event(db)
     if lost:
         out.append(check("orphans:memories", "problem",
                          f"{len(lost)} memories were cut from events that no longer exist",
-                         " && ".join(f"memcli purge --memory {i}" for i in lost[:5]),
+                         " && ".join(f"memcli purge --memory-id {i}" for i in lost[:5]),
                          ids=lost[:20]))
     if not out:
         out.append(check("derived", "ok", f"indexes, vectors and links match "
-                         f"{sql.count_memories(db)} memories"))
+                         f"{doctor_sql.count_memories(db)} memories"))
     return out
 
 
 def _rebuild_needed(db: Database) -> list[dict[str, Any]]:
     """Damage beyond `--fix`: derived tables or indexes dropped, memories cut from events
     gone."""
-    tables = sql.missing_tables(db)
+    tables = doctor_sql.missing_tables(db)
     if tables:
         return [check("missing:tables", "problem", f"derived tables are missing: "
                       f"{', '.join(tables)}", REBUILD, tables=tables)]
     # PostgreSQL's lexical and HNSW indexes are indexes, not tables: dropped, every query
     # still answers, scanning.
-    indexes = sql.missing_indexes(db)
+    indexes = doctor_sql.missing_indexes(db)
     if indexes:
         return [check("missing:indexes", "problem", f"indexes are missing: {', '.join(indexes)}",
                       REBUILD, indexes=indexes)]
-    lost = sql.lost_episodes(db)
+    lost = doctor_sql.lost_episodes(db)
     if lost:
         return [check("missing:episodes", "problem", f"{len(lost)} memories cut from events "
                       "are gone (history recorded them, no purge did)", REBUILD, ids=lost[:20])]
@@ -256,7 +255,7 @@ def diagnose(db: Database, *, embedder: Any = None, sparse_model: str | None = N
     seconds an open transaction may last before it is a problem (where the engine shows it)."""
     refuse_bound(db, "doctor")
     checks = [_integrity(db, full), _schema(db)]
-    if sql.schema_version(db) == 0:
+    if doctor_sql.schema_version(db) == 0:
         # Not (yet) a memcli database: none of the other checks has tables to read.
         checks[1] = check("schema", "problem", "no memcli schema in this file (version 0)",
                           "give the path of a memcli database with --db")
@@ -284,10 +283,10 @@ def repair(db: Database) -> dict[str, Any]:
     purge that could not VACUUM is finished here (`vacuumed`, only when one was pending)."""
     refuse_bound(db, "doctor --fix")
 
-    found = sql.orphans(db)
+    found = doctor_sql.orphans(db)
     with db.transaction():
-        sql.delete_orphans(db, found)
-        sql.rebuild_lexical(db)
+        doctor_sql.delete_orphans(db, found)
+        doctor_sql.rebuild_lexical(db)
     return {"rebuilt": list(db.backend.lexical_tables),
             "orphans_deleted": {k: len(v) for k, v in found.items() if v},
             "wal_reset": checkpoint(db) if db.backend.log_health(db).wal_bytes is not None

@@ -12,7 +12,7 @@ from collections.abc import Callable, Generator, Iterator
 from pathlib import Path
 from typing import Any
 
-from memcli.importers import stream as limits
+from memcli.importers import stream
 from memcli.importers.turns import Notes, Turn, bad
 
 
@@ -64,11 +64,11 @@ def text(path: Path, fmt: str, notes: Notes) -> str | None:
     past MAX_ITEM_BYTES is left out (None), with a note."""
     try:
         size = path.stat().st_size
-        raw = path.read_bytes() if size <= limits.MAX_ITEM_BYTES else None
+        raw = path.read_bytes() if size <= stream.MAX_ITEM_BYTES else None
     except OSError as exc:
         raise bad(fmt, f"cannot read {path}: {exc.strerror}") from None
     if raw is None:
-        notes.append(f"{path.name}: larger than {limits.MAX_ITEM_BYTES >> 20} MiB: left out")
+        notes.append(f"{path.name}: larger than {stream.MAX_ITEM_BYTES >> 20} MiB: left out")
         notes.skip("file too large")
         return None
     try:
@@ -86,7 +86,7 @@ def json_lines(path: Path, fmt: str, notes: Notes) -> Iterator[tuple[int, dict[s
     skipped = long = 0
     not_utf8: int | None = None  # the first line holding bytes that are not UTF-8
     # lines end at "\n" only: a JSON string may hold U+2028 unescaped
-    for number, raw in limits.lines(path, f"{path.name}"):
+    for number, raw in stream.lines(path, f"{path.name}"):
         if raw is None:
             long += 1
             continue
@@ -112,7 +112,7 @@ def json_lines(path: Path, fmt: str, notes: Notes) -> Iterator[tuple[int, dict[s
         notes.append(f"{path.name}: {skipped} line(s) not a JSON object were left out")
         notes.skip("line not a JSON object", skipped)
     if long:
-        notes.append(f"{path.name}: {long} line(s) longer than {limits.MAX_ITEM_BYTES >> 20} MiB "
+        notes.append(f"{path.name}: {long} line(s) longer than {stream.MAX_ITEM_BYTES >> 20} MiB "
                      "were left out")
         notes.skip("line too long", long)
 

@@ -1,9 +1,9 @@
 """Vectors later: what ingest does when a `memcli serve` indexes in the background.
 
 Inside the daemon (the commands it runs, its HTTP and MCP routes) ingest commits the events,
-memories and full-text rows, wakes the daemon's indexer (memcli/service/indexer.py) and answers;
-the indexer then writes the dense vectors and sparse terms, oldest memory first. The queue is
-the database itself (memcli/store/backlog.py: the memories without a vector), so a daemon killed
+memories and full-text rows, wakes the daemon's indexer (memcli/service/daemon/indexer.py) and
+answers; the indexer then writes the dense vectors and sparse terms, oldest memory first. The queue
+is the database itself (memcli/store/backlog.py: the memories without a vector), so a daemon killed
 with a backlog loses nothing: the next one finds the rows again, as `memcli embed` does.
 Meanwhile the lexical, trigram and entity legs already find the new memories.
 

@@ -33,7 +33,7 @@ from memcli.ledger.from_events import parse as parse_ledger
 from memcli.ledger.from_events import prepare as prepare_ledger
 from memcli.policy.redaction import redact_event
 from memcli.providers.passes import encode_both
-from memcli.store import events as ev
+from memcli.store import events
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -333,7 +333,7 @@ def _unseen(db: Database, prepared: list[Prepared], report: IngestReport) -> lis
     may store the same event meanwhile, and `write_batch` decides again under the lock."""
     fresh: list[Prepared] = []
     seen: dict[str, str] = {}  # event id or content hash -> the event id kept for it
-    stored = ev.existing_events(db, [(p.event_id, p.content_hash) for p in prepared])
+    stored = events.existing_events(db, [(p.event_id, p.content_hash) for p in prepared])
     for prep, known in zip(prepared, stored, strict=True):
         dup = known or seen.get(prep.event_id) or seen.get(prep.content_hash)
         if dup:

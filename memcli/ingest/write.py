@@ -25,8 +25,7 @@ from memcli.core.progress import report as report_progress
 from memcli.core.records import RecordProblem, write_time
 from memcli.errors import DatabaseBusyError
 from memcli.ledger.from_events import store as store_ledger
-from memcli.store import events as ev
-from memcli.store import memories as mem
+from memcli.store import events, memories
 from memcli.store import sparse as sparse_sql
 from memcli.store import vectors as vec
 from memcli.store.sessions import check_session_user, load_owners
@@ -76,7 +75,7 @@ def write_batch(db: Database, fresh: list[Prepared], now: str, report: IngestRep
         if vocab_hash is not None and any(p.sparse for p in fresh):
             sparse_sql.record_vocab(db, vocab_hash)
         todo = []
-        stored = ev.existing_events(db, [(p.event_id, p.content_hash) for p in fresh])
+        stored = events.existing_events(db, [(p.event_id, p.content_hash) for p in fresh])
         for prep, dup in zip(fresh, stored, strict=True):
             if dup:
                 report.skipped.append(dup)
@@ -103,7 +102,7 @@ def write_batch(db: Database, fresh: list[Prepared], now: str, report: IngestRep
             high.clear()  # (SQLite gives a rolled-back row's id to the next row)
             _one_by_one(db, todo, now, report, threads, high, progress)
         if threads:
-            mem.bump_revisions(db, threads, high)
+            memories.bump_revisions(db, threads, high)
 
 
 def _one_by_one(db: Database, todo: list[Prepared], now: str, report: IngestReport,
@@ -169,12 +168,12 @@ def _write_batch(db: Database, preps: list[Prepared], now: str, report: IngestRe
     for prep in preps:  # never mix users (a record after the first of its session included)
         check_session_user(db, prep.record.tenant_id, prep.record.session_id,
                            prep.record.user_id, cache.owners)
-    seqs = ev.insert_events(db, [_event_row(prep, now) for prep in preps])
+    seqs = events.insert_events(db, [_event_row(prep, now) for prep in preps])
     for prep in preps:
         if prep.artifact:
-            ev.insert_artifact(db, prep.artifact)
+            events.insert_artifact(db, prep.artifact)
             report.artifacts.append(prep.artifact["artifact_id"])
-    cache.previous.update(mem.previous_turns(db, [
+    cache.previous.update(memories.previous_turns(db, [
         (p.record.tenant_id, p.record.session_id, p.record.user_id) for p in preps
         if p.record.session_id is not None and p.chunks
         and (p.record.tenant_id, p.record.session_id) not in cache.previous]))
@@ -182,7 +181,7 @@ def _write_batch(db: Database, preps: list[Prepared], now: str, report: IngestRe
     items: list[tuple[dict[str, Any], str]] = []
     for prep, seq in zip(preps, seqs, strict=True):
         items.extend(_memory_rows(prep, seq, now, cache))
-    ids = iter(mem.insert_memories(db, items))
+    ids = iter(memories.insert_memories(db, items))
     links: list[tuple[int, str, list]] = []
     history: list[tuple] = []
     vectors: list[tuple[int, bytes]] = []
@@ -199,14 +198,14 @@ def _write_batch(db: Database, preps: list[Prepared], now: str, report: IngestRe
                 span[1], span[2], span[3] = min(span[1], ts), max(span[2], ts), span[3] + 1
         scope = {"tenant_id": rec.tenant_id, "user_id": rec.user_id,
                  "session_id": rec.session_id}
-        key = mem.thread_key(rec.tenant_id, rec.user_id, rec.session_id)
+        key = memories.thread_key(rec.tenant_id, rec.user_id, rec.session_id)
         for index, chunk in enumerate(prep.chunks):
             memory_id = next(ids)
             if rec.sensitivity == "high":  # kept out of plain-text indexes (store/sealing.py)
                 high.add(memory_id)
             else:
                 links.append((memory_id, rec.tenant_id, prep.entities[index]))
-            history.append(mem.history_row(memory_id, "ADD", event_id=prep.event_id,
+            history.append(memories.history_row(memory_id, "ADD", event_id=prep.event_id,
                                            new_ref=str(memory_id), scope=scope))
             threads.setdefault(key, []).append(("created", memory_id, chunk.text))
             report.memory_ids.append(memory_id)
@@ -218,11 +217,11 @@ def _write_batch(db: Database, preps: list[Prepared], now: str, report: IngestRe
         report.created.append(prep.event_id)
         if prep.redactions:
             report.redacted.append({"event_id": prep.event_id, "kinds": prep.redactions})
-    mem.link_entities_many(db, [link for link in links if link[2]], now,
+    memories.link_entities_many(db, [link for link in links if link[2]], now,
                            ids=cache.entities, aliases=cache.aliases)
     if spans:
-        ev.touch_sessions(db, [(*key, *span) for key, span in spans.items()])
-    mem.add_history_rows(db, history)
+        events.touch_sessions(db, [(*key, *span) for key, span in spans.items()])
+    memories.add_history_rows(db, history)
     if vectors:
         vec.insert_vectors(db, vectors)
     if postings:

@@ -16,8 +16,7 @@ from typing import TYPE_CHECKING, Any
 from memcli.errors import NotFoundError, UsageError
 from memcli.ledger import commands
 from memcli.policy.redaction import check_sensitivity, kinds, redact_record
-from memcli.store import ledger_sql as sql
-from memcli.store import memories as mem
+from memcli.store import ledger_sql, memories
 
 if TYPE_CHECKING:
     from memcli.store.handle import MemoryHandle
@@ -42,7 +41,7 @@ def _save_checkpoint(
 ) -> dict[str, Any]:
     """Store an agent's state for (user, thread), replacing the previous one."""
     if not user_id or not thread_id:
-        raise UsageError("a checkpoint needs a user and a thread", "give --user and --thread")
+        raise UsageError("a checkpoint needs a user and a thread", "give --user-id and --thread-id")
     check_sensitivity(sensitivity)
     try:
         blob = json.dumps(data, ensure_ascii=False, sort_keys=True)
@@ -54,9 +53,11 @@ def _save_checkpoint(
     with memory.db.transaction(), commands.recording(
             memory.db, "checkpoint.save", {"thread_id": thread_id, "data": data},
             tenant_id=tenant_id, user_id=user_id, sensitivity=sensitivity, actor="checkpoint"):
-        row = sql.save_checkpoint(memory.db, tenant_id, user_id, thread_id, blob, sensitivity)
+        row = ledger_sql.save_checkpoint(
+            memory.db, tenant_id, user_id, thread_id, blob, sensitivity
+        )
         version = int(row["version"])
-        mem.add_history(
+        memories.add_history(
             memory.db, None, "ADD" if version == 1 else "UPDATE",
             old_ref=_ref(version - 1) if version > 1 else None, new_ref=_ref(version),
             actor="checkpoint",
@@ -78,7 +79,7 @@ def load_checkpoint(
 ) -> dict[str, Any]:
     """The saved state of (user, thread): the latest, or the `version`-th save (from history)."""
     tenant = tenant_id or memory.tenant
-    row = sql.get_checkpoint(memory.db, tenant, user_id, thread_id)
+    row = ledger_sql.get_checkpoint(memory.db, tenant, user_id, thread_id)
     if row is None:
         raise NotFoundError(
             f"no checkpoint for user {user_id!r} thread {thread_id!r}",
@@ -89,7 +90,7 @@ def load_checkpoint(
     if not 1 <= version < row["version"]:
         raise UsageError(f"no version {version} of this checkpoint",
                          f"versions run from 1 to {row['version']}")
-    saved = sql.checkpoint_version(memory.db, tenant, user_id, thread_id, _ref(version))
+    saved = ledger_sql.checkpoint_version(memory.db, tenant, user_id, thread_id, _ref(version))
     if saved is None or "data" not in saved["meta"]:
         raise NotFoundError(
             f"version {version} of checkpoint {user_id!r}/{thread_id!r} is not kept",

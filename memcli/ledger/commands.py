@@ -27,7 +27,7 @@ from contextlib import AbstractContextManager, contextmanager
 from typing import TYPE_CHECKING, Any
 
 from memcli.core.records import COMMAND_KIND, utcnow, write_time
-from memcli.store import events as events_sql
+from memcli.store import events
 
 if TYPE_CHECKING:
     from memcli.store.connection import Database
@@ -88,7 +88,7 @@ def record(
     now = utcnow()
     event_id = f"cmd_{uuid.uuid4().hex}"
     content = {"op": op, **fields}
-    events_sql.insert_events(
+    events.insert_events(
         db,
         [
             {

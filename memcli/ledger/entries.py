@@ -18,12 +18,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, cast
 
-from memcli.derived import writer as derive
+from memcli.derived import writer
 from memcli.derived.applimit import enforce_app_limit
 from memcli.errors import NotFoundError, UsageError
 from memcli.ledger import checkpoints, commands
 from memcli.policy.redaction import check_sensitivity, redact_fields, redact_text
-from memcli.store import ledger_sql as sql
+from memcli.store import ledger_sql
 from memcli.store import owner as own
 from memcli.store.filters import one_tenant_or_all
 
@@ -134,8 +134,8 @@ def app_limit(memory: MemoryHandle, row: dict[str, Any]) -> dict[str, Any]:
 
 def _encode(memory: MemoryHandle, text: str) -> tuple[Any, Any]:
     """(vector, sparse terms) of a ledger memory's text, computed before its transaction, so
-    no other writer waits for a model (`derive.encode_ahead`)."""
-    return derive.encode_ahead(memory, [text])[text]
+    no other writer waits for a model (`writer.encode_ahead`)."""
+    return writer.encode_ahead(memory, [text])[text]
 
 
 def _decision_row(memory: MemoryHandle, decision: str, *, rationale: list[str] | None,
@@ -175,8 +175,8 @@ def _store_decision(memory: MemoryHandle, row: dict[str, Any], encoded: tuple[An
                     channel: str, importance: float, *, actor: str | None = None,
                     extra: dict[str, Any] | None = None) -> int:
     """Insert the decision and its memory (inside the caller's transaction); its id."""
-    decision_id = sql.insert_decision(memory.db, row)
-    memory_id = derive.write_memory(
+    decision_id = ledger_sql.insert_decision(memory.db, row)
+    memory_id = writer.write_memory(
         memory,
         content=decision_text(row),
         kind="decision",
@@ -195,7 +195,7 @@ def _store_decision(memory: MemoryHandle, row: dict[str, Any], encoded: tuple[An
         vector=encoded[0],
         sparse_terms=encoded[1],
     )
-    sql.set_decision_memory(memory.db, decision_id, memory_id)
+    ledger_sql.set_decision_memory(memory.db, decision_id, memory_id)
     return decision_id
 
 
@@ -243,9 +243,9 @@ def store_superseding(memory: MemoryHandle, pending: PendingWrite, old: dict[str
     transaction): the old row is marked superseded, its memory superseded by the new one."""
     new_id = store_decision(memory, pending)
     new = get_decision(memory, new_id)
-    sql.mark_decision_superseded(memory.db, old["id"], new_id)
+    ledger_sql.mark_decision_superseded(memory.db, old["id"], new_id)
     if old["memory_id"] is not None:
-        derive.supersede(
+        writer.supersede(
             memory,
             old["memory_id"],
             new["memory_id"],
@@ -261,7 +261,7 @@ _ROW_ARGS = ("rationale", "constraints", "alternatives", "consequences", "refs",
 
 
 def get_decision(memory: MemoryHandle, decision_id: int) -> dict[str, Any]:
-    row = sql.get_decision(memory.db, decision_id)
+    row = ledger_sql.get_decision(memory.db, decision_id)
     if row is None:
         raise NotFoundError(f"no decision with id {decision_id}")
     return row
@@ -280,7 +280,7 @@ def list_decisions(
     one_tenant_or_all(tenant_id, all_tenants)
     if status not in (None, "active", "superseded"):
         raise UsageError(f"unknown decision status {status!r}", "use active, superseded or all")
-    return sql.list_decisions(
+    return ledger_sql.list_decisions(
         memory.db, status=status, tenant_id=None if all_tenants else tenant_id or memory.tenant,
         user_id=user_id, app_id=app_id, limit=limit
     )
@@ -346,18 +346,18 @@ def prepare_task(memory: MemoryHandle, title: str, *, details: str = "", status:
 def store_task(memory: MemoryHandle, pending: PendingWrite) -> int:
     """Write a prepared task (inside the caller's transaction); its id."""
     row = pending.row
-    task_id = sql.insert_task(memory.db, row)
+    task_id = ledger_sql.insert_task(memory.db, row)
     memory_id = _write_task_memory(memory, {**row, "id": task_id}, pending.channel,
                                    row["sensitivity"], pending.encoded, actor=pending.actor,
                                    extra=pending.attributes)
-    sql.update_task(memory.db, task_id, {"memory_id": memory_id})
+    ledger_sql.update_task(memory.db, task_id, {"memory_id": memory_id})
     return task_id
 
 
 def _write_task_memory(memory: MemoryHandle, row: dict[str, Any], channel: str, sensitivity: str,
                        encoded: tuple[Any, Any], *, actor: str | None = None,
                        extra: dict[str, Any] | None = None) -> int:
-    return derive.write_memory(
+    return writer.write_memory(
         memory,
         content=task_text(row),
         kind="task",
@@ -388,7 +388,7 @@ def update_task(memory: MemoryHandle, task_id: int, *, status: str | None = None
     changes, redacted = task_changes(task, status=status, title=title, details=details, refs=refs)
     if not changes:
         raise UsageError(
-            f"task {task_id} already looks like that", "give --status, --title, --details or --ref"
+            f"task {task_id} already looks like that", "give --status, --title, --details or --refs"
         )
     encoded = _encode(memory, task_text({**task, **changes}))  # models run before the lock
     channel, sensitivity = _channel_of(memory, task["memory_id"])
@@ -435,9 +435,9 @@ def store_task_update(memory: MemoryHandle, task: dict[str, Any], changes: dict[
     channel, sensitivity = _channel_of(memory, task["memory_id"])
     new_memory = _write_task_memory(memory, {**task, **changes}, channel, sensitivity, encoded,
                                     actor=actor, extra=extra)
-    sql.update_task(memory.db, task["id"], {**changes, "memory_id": new_memory})
+    ledger_sql.update_task(memory.db, task["id"], {**changes, "memory_id": new_memory})
     if task["memory_id"] is not None:
-        derive.supersede(memory, task["memory_id"], new_memory, actor=actor or "memcli",
+        writer.supersede(memory, task["memory_id"], new_memory, actor=actor or "memcli",
                          reason=reason or f"task {task['id']}: " + ", ".join(sorted(changes)))
 
 
@@ -448,7 +448,7 @@ def _channel_of(memory: MemoryHandle, memory_id: int | None) -> tuple[str, str]:
 
 
 def get_task(memory: MemoryHandle, task_id: int) -> dict[str, Any]:
-    row = sql.get_task(memory.db, task_id)
+    row = ledger_sql.get_task(memory.db, task_id)
     if row is None:
         raise NotFoundError(f"no task with id {task_id}")
     return row
@@ -467,7 +467,7 @@ def list_tasks(
     one_tenant_or_all(tenant_id, all_tenants)
     for status in statuses:
         _check_status(status)
-    return sql.list_tasks(
+    return ledger_sql.list_tasks(
         memory.db,
         statuses=tuple(statuses),
         tenant_id=None if all_tenants else tenant_id or memory.tenant,

@@ -26,10 +26,10 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from memcli.core.records import COMMAND_KIND
-from memcli.derived import writer as derive
+from memcli.derived import writer
 from memcli.errors import UsageError, ValidationError
-from memcli.ledger import entries as ledger
-from memcli.store import owner as own
+from memcli.ledger import entries
+from memcli.store import owner
 
 if TYPE_CHECKING:
     from memcli.core.records import EventIn
@@ -49,7 +49,7 @@ class LedgerEvent:
     fields: dict[str, Any]
     scope: dict[str, Any]
     memory: MemoryHandle | None = None
-    pending: ledger.PendingWrite | None = None
+    pending: entries.PendingWrite | None = None
     task: dict[str, Any] | None = None  # the task a `task_update` changes
     text: str = ""  # the task text `pending` / `encoded` were computed for
     encoded: tuple[Any, Any] = (None, None)
@@ -60,7 +60,7 @@ def episode_text(kind: str, content: dict[str, Any]) -> str | None:
     """What the episode of a decision or task event says, when the event has no `text`."""
     if kind == "decision" and isinstance(content.get("decision"), str):
         row = {k: _strings(content.get(k)) for k in _DECISION_LISTS}
-        return ledger.decision_text({**row, "decision": content["decision"].strip()})
+        return entries.decision_text({**row, "decision": content["decision"].strip()})
     if kind == "task_update" and isinstance(content.get("title"), str):
         return f"Task [{content.get('status') or 'open'}]: {content['title'].strip()}"
     if kind == "task_update" and content.get("task_id") is not None:
@@ -105,7 +105,7 @@ def _from_command(event_id: str, content: dict[str, Any],
     if kind == "task_update":
         return LedgerEvent(kind, event_id, _task_fields(content), {**scope, "refs": refs})
     fields = _decision_fields(content)
-    fields["importance"] = content.get("importance", ledger.DECISION_IMPORTANCE)
+    fields["importance"] = content.get("importance", entries.DECISION_IMPORTANCE)
     return LedgerEvent(kind, event_id, fields, {**scope, "refs": refs})
 
 
@@ -125,7 +125,7 @@ def _decision_fields(content: dict[str, Any]) -> dict[str, Any]:
     if not decision:
         raise ValidationError("a decision event needs content.decision (or content.text)")
     scope = content.get("scope", "project")
-    if scope not in ledger.DECISION_SCOPES:
+    if scope not in entries.DECISION_SCOPES:
         raise ValidationError(f"content.scope: use project, user or global, not {scope!r}")
     fields: dict[str, Any] = {"decision": decision, "scope": scope,
                               "supersedes": _id(content, "supersedes")}
@@ -141,7 +141,7 @@ def _task_fields(content: dict[str, Any]) -> dict[str, Any]:
     if task_id is None and not title:
         raise ValidationError("a task_update event needs content.task_id or content.title")
     status = content.get("status")
-    if status is not None and status not in ledger.TASK_STATUSES:
+    if status is not None and status not in entries.TASK_STATUSES:
         raise ValidationError(f"content.status: use open, doing or done, not {status!r}")
     details = content.get("details")
     if details is not None and not isinstance(details, str):
@@ -184,21 +184,21 @@ def prepare(memory: MemoryHandle, event: LedgerEvent) -> None:
         old = event.fields["supersedes"]
         if old is not None:
             _active_decision(memory, old, event.scope["tenant_id"])
-        event.pending = ledger.prepare_decision(
+        event.pending = entries.prepare_decision(
             memory, channel=event.scope["channel"], actor=actor,
             attributes={"event_id": event.event_id}, **event.fields, **scope)
         return
     fields = event.fields
     if fields["task_id"] is None:
-        event.pending = ledger.prepare_task(
+        event.pending = entries.prepare_task(
             memory, fields["title"], details=fields["details"] or "",
             status=fields["status"] or "open", channel=event.scope["channel"], actor=actor,
             attributes={"event_id": event.event_id}, **scope)
         return
     event.task = _task(memory, fields["task_id"], event.scope["tenant_id"])
     changes, _ = _changes(event, event.task)
-    event.text = ledger.task_text({**event.task, **changes})
-    event.encoded = derive.encode_ahead(memory, [event.text])[event.text]
+    event.text = entries.task_text({**event.task, **changes})
+    event.encoded = writer.encode_ahead(memory, [event.text])[event.text]
 
 
 def store(event: LedgerEvent) -> None:
@@ -211,19 +211,19 @@ def store(event: LedgerEvent) -> None:
     if event.kind == "decision" and event.pending is not None:
         old = event.fields["supersedes"]
         if old is None:
-            written["decision_id"] = ledger.store_decision(memory, event.pending)
+            written["decision_id"] = entries.store_decision(memory, event.pending)
         else:
             row = _active_decision(memory, old, event.scope["tenant_id"])
-            written["decision_id"] = ledger.store_superseding(
+            written["decision_id"] = entries.store_superseding(
                 memory, event.pending, row, f"event {event.event_id}")
     elif event.pending is not None:
-        written["task_id"] = ledger.store_task(memory, event.pending)
+        written["task_id"] = entries.store_task(memory, event.pending)
     else:
         task = _task(memory, event.fields["task_id"], event.scope["tenant_id"])  # under lock
         changes, _ = _changes(event, task)
-        text = ledger.task_text({**task, **changes})
+        text = entries.task_text({**task, **changes})
         encoded = event.encoded if text == event.text else (None, None)  # changed meanwhile
-        ledger.store_task_update(memory, task, changes, encoded,
+        entries.store_task_update(memory, task, changes, encoded,
                                  reason=f"event {event.event_id}",
                                  actor=event.scope["agent_id"] or "memcli",
                                  extra={"event_id": event.event_id})
@@ -231,19 +231,19 @@ def store(event: LedgerEvent) -> None:
     # The app memory limit holds after an event's write as after `decision add --app` (a
     # task update's new version is in the task's scope).
     scope_row = event.pending.row if event.pending is not None else task
-    event.written = {**written, **ledger.app_limit(memory, scope_row)}
+    event.written = {**written, **entries.app_limit(memory, scope_row)}
 
 
 def _changes(event: LedgerEvent, task: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
     """The task's changes; the event's refs always join (an update with nothing else new
     still cites the event that confirmed it)."""
     fields = event.fields
-    return ledger.task_changes(task, status=fields["status"], title=fields["title"],
+    return entries.task_changes(task, status=fields["status"], title=fields["title"],
                                details=fields["details"], refs=event.scope["refs"])
 
 
 def _active_decision(memory: MemoryHandle, decision_id: int, tenant_id: str) -> dict[str, Any]:
-    row = own.decision(memory.db, decision_id, memory.owner(tenant_id))
+    row = owner.decision(memory.db, decision_id, memory.owner(tenant_id))
     if row["status"] != "active":
         raise UsageError(
             f"decision {decision_id} is already superseded by {row['superseded_by']}",
@@ -252,4 +252,4 @@ def _active_decision(memory: MemoryHandle, decision_id: int, tenant_id: str) -> 
 
 
 def _task(memory: MemoryHandle, task_id: int, tenant_id: str) -> dict[str, Any]:
-    return own.task(memory.db, task_id, memory.owner(tenant_id))
+    return owner.task(memory.db, task_id, memory.owner(tenant_id))

@@ -46,7 +46,7 @@ from memcli.lifecycle.session_plan import SessionPlan
 from memcli.lifecycle.write_caps import DailyCaps, cap_plan
 from memcli.policy.redaction import redact_text
 from memcli.providers.llm import LLMBadReply, LLMBudgetExceeded, LLMError
-from memcli.store import lifecycle_sql as lsql
+from memcli.store import lifecycle_sql
 
 if TYPE_CHECKING:
     from memcli.config import LifecycleSettings
@@ -224,7 +224,7 @@ def consolidate(
     idle_before = None
     if idle_hours is not None:
         idle_before = format_ts(datetime.now(UTC) - timedelta(hours=idle_hours))
-    rows = lsql.pending_sessions(
+    rows = lifecycle_sql.pending_sessions(
         db,
         tenant_id=tenant_id,
         user_id=user_id,
@@ -232,7 +232,11 @@ def consolidate(
         idle_before=idle_before,
         upgrade_extractive=model is not None,
     )
-    if session_id is not None and not rows and not lsql.session_exists(db, session_id, tenant_id):
+    if (
+        session_id is not None
+        and not rows
+        and not lifecycle_sql.session_exists(db, session_id, tenant_id)
+    ):
         raise NotFoundError(f"no session {session_id!r}", "check the id with `memcli history`")
     report: dict[str, Any] = {
         "dry_run": dry_run,
@@ -256,7 +260,7 @@ def consolidate(
         if lock is not None:
             lock.refresh()
         upgrade = model is not None and row["method"] == "extractive"
-        episodes = lsql.session_episodes(
+        episodes = lifecycle_sql.session_episodes(
             db, row["tenant_id"], row["session_id"], 0 if upgrade else int(row["last_seq"])
         )
         if not episodes:
@@ -300,7 +304,9 @@ def consolidate(
             with db.transaction():
                 # The reason may quote the model's reply: stored text, so redacted.
                 reason, _ = redact_text(f"{exc.task}: {exc.reason}")
-                failures = lsql.record_failure(db, row["tenant_id"], row["session_id"], reason)
+                failures = lifecycle_sql.record_failure(
+                    db, row["tenant_id"], row["session_id"], reason
+                )
             error["failures"] = failures
             if failures < cfg.max_llm_failures:
                 continue  # stays pending; nothing of it was written
@@ -315,7 +321,7 @@ def consolidate(
             report["stopped"] = str(exc)
             break
         if upgrade:
-            plan.replaces_summaries = lsql.session_summaries(
+            plan.replaces_summaries = lifecycle_sql.session_summaries(
                 db, row["tenant_id"], row["session_id"]
             )
         users.add(scope)

@@ -15,7 +15,7 @@ from memcli.derived.writer import encode_ahead, supersede, write_memory
 from memcli.lifecycle import consolidate_ledger, dedup
 from memcli.lifecycle.proposals import propose
 from memcli.policy.redaction import redact_record
-from memcli.store import lifecycle_sql as lsql
+from memcli.store import lifecycle_sql
 
 if TYPE_CHECKING:
     from memcli.config import LifecycleSettings
@@ -76,7 +76,7 @@ def apply_plan(memory: MemoryHandle, plan: SessionPlan) -> dict[str, Any]:
         )
         out["summary_id"] = summary_id
         for old in plan.replaces_summaries:
-            if lsql.is_active(db, old):
+            if lifecycle_sql.is_active(db, old):
                 supersede(
                     memory,
                     old,
@@ -103,7 +103,7 @@ def apply_plan(memory: MemoryHandle, plan: SessionPlan) -> dict[str, Any]:
             )
             out["proposals"].append(res)
         summary = {"summary_id": summary_id, **plan.structured}
-        lsql.mark_consolidated(
+        lifecycle_sql.mark_consolidated(
             db, plan.tenant_id, plan.session_id, plan.last_seq, plan.method, now, summary
         )
     return out
@@ -130,8 +130,12 @@ def _apply_fact(
     encoded: tuple[Any, Any],
 ) -> None:
     db = memory.db
-    if fact.action == "merge" and fact.target is not None and lsql.is_active(db, fact.target):
-        lsql.merge_into(
+    if (
+        fact.action == "merge"
+        and fact.target is not None
+        and lifecycle_sql.is_active(db, fact.target)
+    ):
+        lifecycle_sql.merge_into(
             db,
             fact.target,
             fact.text,
@@ -156,7 +160,7 @@ def _apply_fact(
         )
         out["proposals"].append(res)
         return
-    old_ids = [i for i in fact.supersedes if lsql.is_active(db, i)]
+    old_ids = [i for i in fact.supersedes if lifecycle_sql.is_active(db, i)]
     attributes: dict[str, Any] = {
         "method": "llm",
         "model": model_name,
@@ -208,7 +212,7 @@ def dedup_store(
             now = utcnow()
             with db.transaction():
                 for keep, dup in pairs:
-                    lsql.merge_into(
+                    lifecycle_sql.merge_into(
                         db,
                         keep,
                         by_id[dup].text,

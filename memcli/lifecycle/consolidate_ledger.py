@@ -20,9 +20,8 @@ from typing import TYPE_CHECKING, Any
 
 from memcli.derived.textrules import jaccard, normalise, safe_merge, tokens
 from memcli.derived.writer import supersede
-from memcli.ledger import entries as ledger
-from memcli.store import ledger_sql
-from memcli.store import lifecycle_sql as lsql
+from memcli.ledger import entries
+from memcli.store import ledger_sql, lifecycle_sql
 
 if TYPE_CHECKING:
     from memcli.lifecycle.dedup import NewFact
@@ -36,7 +35,7 @@ _LIMIT = 1000  # active decisions / open tasks of one user compared against
 
 @dataclass
 class LedgerWrite:
-    pending: ledger.PendingWrite
+    pending: entries.PendingWrite
     old: dict[str, Any] | None = None  # the active decision this one supersedes
 
 
@@ -44,9 +43,9 @@ def match_ledger(memory: MemoryHandle, facts: list[NewFact], tenant_id: str, use
                  jaccard_merge: float) -> None:
     """Decisions and todos that repeat the user's active ledger rows become merges into them."""
     rows = {
-        "decision": [(r["decision"], r) for r in ledger.list_decisions(
+        "decision": [(r["decision"], r) for r in entries.list_decisions(
             memory, tenant_id=tenant_id, user_id=user_id, limit=_LIMIT)],
-        "task": [(r["title"], r) for r in ledger.list_tasks(
+        "task": [(r["title"], r) for r in entries.list_tasks(
             memory, statuses=("open", "doing"), tenant_id=tenant_id, user_id=user_id,
             limit=_LIMIT)],
     }
@@ -85,11 +84,11 @@ def prepare(memory: MemoryHandle, plan: SessionPlan) -> dict[int, LedgerWrite]:
             "actor": ACTOR, "attributes": attributes,
         }
         if fact.kind == "task":
-            out[id(fact)] = LedgerWrite(ledger.prepare_task(memory, fact.text, **common))
+            out[id(fact)] = LedgerWrite(entries.prepare_task(memory, fact.text, **common))
             continue
         found = (ledger_sql.active_decision_of_memory(memory.db, i) for i in fact.supersedes)
         old = next((d for d in found if d is not None), None)
-        pending = ledger.prepare_decision(
+        pending = entries.prepare_decision(
             memory, fact.text, scope="user", supersedes=old["id"] if old else None, **common)
         out[id(fact)] = LedgerWrite(pending, old)
     return out
@@ -99,27 +98,27 @@ def store(memory: MemoryHandle, fact: NewFact, write: LedgerWrite, out: dict[str
     """Write one prepared decision or task inside the session's transaction; report it."""
     db = memory.db
     old = write.old
-    if old is not None and not lsql.is_active(db, old["memory_id"]):
+    if old is not None and not lifecycle_sql.is_active(db, old["memory_id"]):
         old = None  # changed meanwhile: add the decision, supersede nothing through it
         write.pending.row["supersedes"] = None
     if fact.kind == "task":
-        task_id = ledger.store_task(memory, write.pending)
-        memory_id = ledger.get_task(memory, task_id)["memory_id"]
+        task_id = entries.store_task(memory, write.pending)
+        memory_id = entries.get_task(memory, task_id)["memory_id"]
         added: dict[str, Any] = {"task_id": task_id}
     else:
         if old is not None:
-            decision_id = ledger.store_superseding(memory, write.pending, old,
+            decision_id = entries.store_superseding(memory, write.pending, old,
                                                    fact.reason or "contradicts")
             out["superseded"].append({"old_id": old["memory_id"],
-                                      "new_id": ledger.get_decision(memory, decision_id)[
+                                      "new_id": entries.get_decision(memory, decision_id)[
                                           "memory_id"], "decision_id": decision_id})
         else:
-            decision_id = ledger.store_decision(memory, write.pending)
-        memory_id = ledger.get_decision(memory, decision_id)["memory_id"]
+            decision_id = entries.store_decision(memory, write.pending)
+        memory_id = entries.get_decision(memory, decision_id)["memory_id"]
         added = {"decision_id": decision_id}
     out["added"].append({"id": memory_id, "kind": fact.kind, "text": fact.text, **added})
     done = {old["memory_id"]} if old is not None else set()
     for other in fact.supersedes:
-        if other not in done and lsql.is_active(db, other):
+        if other not in done and lifecycle_sql.is_active(db, other):
             supersede(memory, other, memory_id, actor=ACTOR, reason=fact.reason or "contradicts")
             out["superseded"].append({"old_id": other, "new_id": memory_id})

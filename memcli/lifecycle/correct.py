@@ -3,7 +3,7 @@ wrong memory with a linked fix.
 
 The correction is a new memory of the same kind, category and scope (tenant, user, session,
 app, channel, sensitivity, importance, pin) that supersedes the old one exactly as
-consolidation's supersession does (`derive.supersede`): the old memory gets `valid_to` and state
+consolidation's supersession does (`writer.supersede`): the old memory gets `valid_to` and state
 `superseded`, a `supersedes` relation links new -> old, and history records both (ADD for the
 new one, UPDATE on the old one naming its replacement). Nothing is deleted, so the wrong value
 stays auditable. The SQLite memory extension design soft-deletes the old fact; superseding
@@ -21,7 +21,7 @@ from memcli.derived.writer import encode_ahead, supersede, write_memory
 from memcli.errors import UsageError
 from memcli.ledger import commands
 from memcli.policy.redaction import kinds, redact_record
-from memcli.store import lifecycle_sql as lsql
+from memcli.store import lifecycle_sql
 from memcli.store import owner as own
 
 if TYPE_CHECKING:
@@ -53,7 +53,7 @@ def correct_fact(memory: MemoryHandle, memory_id: int, text: str, *, reason: str
            "decay_rate": old["decay_rate"], "attributes": attributes}
     scope = {k: old[k] for k in SCOPE}
     with memory.db.transaction():
-        if not lsql.is_active(memory.db, memory_id):  # changed since it was read
+        if not lifecycle_sql.is_active(memory.db, memory_id):  # changed since it was read
             raise UsageError(f"memory {memory_id} is no longer active", "read it again")
         # The event first, holding every field of the new memory; the rows derive from it.
         fields = {"memory_id": memory_id, **commands.memory_fields(row), "reason": reason}

@@ -20,8 +20,7 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from memcli.core.records import format_ts
-from memcli.store import decay_sql as sql
-from memcli.store import purge_sql
+from memcli.store import decay_sql, purge_sql
 
 if TYPE_CHECKING:
     from memcli.config import LifecycleSettings
@@ -35,7 +34,7 @@ def _params(
 ) -> dict[str, Any]:
     return {
         "now": format_ts(now),
-        "last_run": db.get_meta(sql.LAST_RUN_KEY) or "",
+        "last_run": db.get_meta(decay_sql.LAST_RUN_KEY) or "",
         "threshold": cfg.decay_threshold if threshold is None else threshold,
         "ttl_before": format_ts(now - timedelta(days=cfg.ttl_days)),
         "ttl_importance": cfg.ttl_importance,
@@ -54,15 +53,15 @@ def plan_decay(
     now = now or datetime.now(UTC)
     params = _params(db, cfg, now, threshold)
     kinds = tuple(cfg.decay_kinds)
-    summary = sql.summarise_plan(db, kinds, params, SAMPLE_IDS)
+    summary = decay_sql.summarise_plan(db, kinds, params, SAMPLE_IDS)
     counts = summary["counts"]
-    restored = sql.restored_to_reset(db, kinds, params)
+    restored = decay_sql.restored_to_reset(db, kinds, params)
     for memory_id, action in restored:  # applying resets these before it decays anything
         counts[action] -= 1
         counts["decayed"] = counts.get("decayed", 0) + 1
         if memory_id in summary["ids"][action]:
             summary["ids"][action].remove(memory_id)
-    expired = sql.expired_ids(db, params["now"]) if purge_expired else []
+    expired = decay_sql.expired_ids(db, params["now"]) if purge_expired else []
     return {
         "dry_run": True,
         "now": params["now"],
@@ -95,13 +94,13 @@ def apply_decay(
     previous = purge_sql.secure_delete(db, 1) if purge_expired else None
     try:
         with db.transaction():
-            restored = [i for i, _ in sql.restored_to_reset(db, kinds, params)]
+            restored = [i for i, _ in decay_sql.restored_to_reset(db, kinds, params)]
             if restored:
-                sql.reset_restored(db, restored, params["now"])
-            done = sql.apply_plan(db, kinds, params, purge_at)
-            expired = sql.expired_ids(db, params["now"]) if purge_expired else []
+                decay_sql.reset_restored(db, restored, params["now"])
+            done = decay_sql.apply_plan(db, kinds, params, purge_at)
+            expired = decay_sql.expired_ids(db, params["now"]) if purge_expired else []
             if expired:
-                sql.purge_memories(db, expired, params["now"])
+                decay_sql.purge_memories(db, expired, params["now"])
     finally:
         if previous is not None:
             purge_sql.secure_delete(db, previous)

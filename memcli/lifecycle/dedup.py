@@ -37,7 +37,7 @@ from memcli.derived.textrules import (
     tokens,
 )
 from memcli.lifecycle.profile_fields import field_value
-from memcli.store import lifecycle_sql as lsql
+from memcli.store import lifecycle_sql
 
 if TYPE_CHECKING:
     from memcli.config import LifecycleSettings
@@ -84,8 +84,10 @@ class NewFact:
 def load_store(
     db: Database, tenant_id: str, user_id: str | None, with_vectors: bool
 ) -> list[Stored]:
-    rows = lsql.active_semantic(db, tenant_id, user_id)
-    vectors = lsql.vectors_for(db, [r["id"] for r in rows]) if with_vectors and rows else {}
+    rows = lifecycle_sql.active_semantic(db, tenant_id, user_id)
+    vectors = (
+        lifecycle_sql.vectors_for(db, [r["id"] for r in rows]) if with_vectors and rows else {}
+    )
     out = []
     for r in rows:
         blob = vectors.get(r["id"])
@@ -280,7 +282,7 @@ def check_pairs(
         for s, score in fact.checks:
             pending.append((fact, s, score, fingerprint(fact.text, s.text, score)))
     since = format_ts(now - timedelta(days=cfg.pair_recheck_days))
-    known = lsql.pair_verdicts(db, [p[3] for p in pending], since)
+    known = lifecycle_sql.pair_verdicts(db, [p[3] for p in pending], since)
     verdicts: dict[tuple[int, int], str] = {}
     to_ask: list[tuple[NewFact, Stored, float, str]] = []
     for item in pending:
@@ -316,7 +318,7 @@ def check_pairs(
             rows.append((fp, answers[n], s.id, score))
         if cache:
             with db.transaction():
-                lsql.save_pair_verdicts(db, rows, format_ts(now))
+                lifecycle_sql.save_pair_verdicts(db, rows, format_ts(now))
     for fact in facts:
         same = [s for s, _ in fact.checks if verdicts.get((id(fact), s.id)) == "same"]
         contra = [s for s, _ in fact.checks if verdicts.get((id(fact), s.id)) == "contradicts"]

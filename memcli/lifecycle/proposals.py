@@ -23,10 +23,8 @@ from memcli.errors import UsageError
 from memcli.ledger import commands
 from memcli.lifecycle.profile_fields import field_text, field_value
 from memcli.policy.redaction import redact_record, redact_text
-from memcli.store import lifecycle_sql as lsql
-from memcli.store import memories as mem
+from memcli.store import lifecycle_sql, memories, proposals_sql
 from memcli.store import owner as own
-from memcli.store import proposals_sql as sql
 
 if TYPE_CHECKING:
     from memcli.store.connection import Database
@@ -72,12 +70,12 @@ def propose(
     current = holders[0] if holders else None
     if current is not None and normalise(_held_value(current, field)) == normalise(value):
         return {"status": "unchanged", "memory_id": current["id"], "field": field}
-    same = next((i for i, v in sql.pending_values(db, tenant_id, user_id, field)
+    same = next((i for i, v in proposals_sql.pending_values(db, tenant_id, user_id, field)
                  if v.casefold() == value.casefold()), None)  # case-insensitive, any letter
     if same is not None:
         return {"status": "already_pending", "proposal_id": same, "field": field}
     expires = format_ts(datetime.fromisoformat(now.replace("Z", "+00:00")) + timedelta(days=days))
-    proposal_id = sql.insert_proposal(
+    proposal_id = proposals_sql.insert_proposal(
         db,
         {
             "tenant_id": tenant_id,
@@ -108,9 +106,9 @@ def field_holders(
 ) -> list[dict[str, Any]]:
     """The user's active facts holding `field`: the one an accepted proposal wrote first,
     then the other `profile` facts whose text states the field (newest first)."""
-    main = lsql.profile_fact(db, tenant_id, user_id, field)
+    main = lifecycle_sql.profile_fact(db, tenant_id, user_id, field)
     stated = [
-        r for r in sql.profile_facts(db, tenant_id, user_id)
+        r for r in proposals_sql.profile_facts(db, tenant_id, user_id)
         if (main is None or r["id"] != main["id"])
         and r["attributes"].get("profile_field") in (None, field)
         and field_value(field, r["content"]) is not None
@@ -147,12 +145,14 @@ def list_proposals(
     if status is not None and status not in STATUSES:
         raise UsageError(f"unknown status {status!r}", f"use {', '.join(STATUSES)} or all")
     with db.transaction():
-        sql.expire(db, utcnow())
-    return sql.list_proposals(db, status=status, tenant_id=tenant_id, user_id=user_id, limit=limit)
+        proposals_sql.expire(db, utcnow())
+    return proposals_sql.list_proposals(
+        db, status=status, tenant_id=tenant_id, user_id=user_id, limit=limit
+    )
 
 
 def _pending(db: Database, proposal_id: int, owner: Owner) -> dict[str, Any]:
-    sql.expire(db, utcnow())
+    proposals_sql.expire(db, utcnow())
     row = own.proposal(db, proposal_id, owner)
     if row["status"] != "pending":
         raise UsageError(
@@ -176,7 +176,7 @@ def accept(memory: MemoryHandle, proposal_id: int, *, owner: Owner | None = None
             "pinned": False, "decay_rate": 0.0,
             "attributes": {"profile_field": row["field"], "value": row["value"],
                            "proposal_id": proposal_id, "consent": by}}
-        # True since the person said it: the old value ends there (derive.supersede).
+        # True since the person said it: the old value ends there (writer.supersede).
         said_at = _said_at(memory, row["source_ids"])
         fields = {"proposal_id": proposal_id, **commands.memory_fields(fact),
                   "source_ids": row["source_ids"], "event_time": said_at}
@@ -213,7 +213,7 @@ def _accepted(memory: MemoryHandle, row: dict[str, Any], fact: dict[str, Any],
             actor=by,
             reason=f"consent: proposal {proposal_id} accepted",
         )
-    mem.add_history(
+    memories.add_history(
         db,
         new_id,
         "UPDATE",
@@ -222,14 +222,14 @@ def _accepted(memory: MemoryHandle, row: dict[str, Any], fact: dict[str, Any],
         scope=row,
         meta={"proposal_id": proposal_id, "decision": "accepted", "field": row["field"]},
     )
-    sql.decide(db, proposal_id, "accepted", utcnow(), by, memory_id=new_id)
+    proposals_sql.decide(db, proposal_id, "accepted", utcnow(), by, memory_id=new_id)
     return new_id
 
 
 def _said_at(memory: MemoryHandle, source_ids: list[Any]) -> str | None:
     """When the newest turn a proposal cites was said (None: no turn, e.g. `remember`)."""
     ids = [i for i in source_ids if isinstance(i, int)]
-    times = [r["event_time"] for r in mem.get_memories(memory.db, ids).values()]
+    times = [r["event_time"] for r in memories.get_memories(memory.db, ids).values()]
     return max(times) if times else None
 
 
@@ -249,9 +249,9 @@ def reject(
 
 def _rejected(db: Database, row: dict[str, Any], by: str, reason: str | None) -> None:
     proposal_id = row["id"]
-    sql.decide(db, proposal_id, "rejected", utcnow(), by, reason=reason)
+    proposals_sql.decide(db, proposal_id, "rejected", utcnow(), by, reason=reason)
     # The refusal goes in the audit trail too (no memory id: nothing was written).
-    mem.add_history(
+    memories.add_history(
         db,
         row["old_memory_id"],
         "UPDATE",

@@ -18,8 +18,7 @@ from typing import TYPE_CHECKING, Any
 from memcli.derived.writer import memory_row
 from memcli.ledger.commands import MEMORY_OPS
 from memcli.lifecycle.rebuild_ledger import replay_state
-from memcli.store import rebuild_commands_sql as sql
-from memcli.store import rebuild_sql as rsql
+from memcli.store import rebuild_commands_sql, rebuild_sql
 
 if TYPE_CHECKING:
     from memcli.store.connection import Database
@@ -29,11 +28,11 @@ _SCOPE = ("tenant_id", "user_id", "agent_id", "session_id", "app_id", "run_id")
 
 def plan_commands(db: Database) -> dict[str, Any]:
     """The memories and checkpoints the command events describe that are missing."""
-    created = sql.created_by_commands(db)
-    purged = rsql.purged_ids(db)
+    created = rebuild_commands_sql.created_by_commands(db)
+    purged = rebuild_sql.purged_ids(db)
     plan: dict[str, Any] = {"memories": [], "checkpoints": [], "unrecorded": []}
     saves: dict[tuple[str, str, str], dict[str, Any]] = {}
-    for event in sql.command_events(db, (*MEMORY_OPS, "checkpoint.save")):
+    for event in rebuild_commands_sql.command_events(db, (*MEMORY_OPS, "checkpoint.save")):
         content = event["content"]
         if content["op"] == "checkpoint.save":
             _save(saves, event, content)
@@ -44,9 +43,9 @@ def plan_commands(db: Database) -> dict[str, Any]:
                 plan["unrecorded"].append(event["event_id"])
             elif memory_id not in purged:
                 plan["memories"].append(_memory(event, content, memory_id))
-    present = rsql.existing_ids(db, [m["id"] for m in plan["memories"]])
+    present = rebuild_sql.existing_ids(db, [m["id"] for m in plan["memories"]])
     plan["memories"] = [m for m in plan["memories"] if m["id"] not in present]
-    have = sql.checkpoint_keys(db)
+    have = rebuild_commands_sql.checkpoint_keys(db)
     plan["checkpoints"] = [row for key, row in saves.items() if key not in have]
     return plan
 
@@ -94,12 +93,12 @@ def _save(
 
 def apply_commands(db: Database, plan: dict[str, Any]) -> None:
     """Write what the plan brings back (inside the stage's transaction)."""
-    history = rsql.history_of(db, [m["id"] for m in plan["memories"]])
+    history = rebuild_sql.history_of(db, [m["id"] for m in plan["memories"]])
     for row in plan["memories"]:
         replay_state(row, history.get(row["id"], []))
-        rsql.insert_episode(db, row)
+        rebuild_sql.insert_episode(db, row)
     for row in plan["checkpoints"]:
-        sql.restore_checkpoint(db, row)
+        rebuild_commands_sql.restore_checkpoint(db, row)
 
 
 def summary(plan: dict[str, Any]) -> dict[str, Any]:

@@ -73,13 +73,9 @@ from memcli.core.records import utcnow
 from memcli.entities.extraction import extract_entities
 from memcli.errors import UsageError
 from memcli.ingest.prepare import CHUNK_TOKENS, ENCODE_SLICE, event_text
-from memcli.lifecycle import rebuild_commands as commands_stage
-from memcli.lifecycle import rebuild_ledger as ledger_stage
+from memcli.lifecycle import rebuild_commands, rebuild_ledger
 from memcli.lifecycle.rebuild_ledger import replay_state
-from memcli.store import doctor_sql
-from memcli.store import memories as mem
-from memcli.store import rebuild_sql as sql
-from memcli.store import sparse as sparse_sql
+from memcli.store import doctor_sql, memories, rebuild_sql, sparse
 from memcli.store.postgres.tenant_roles import refuse_bound
 
 if TYPE_CHECKING:
@@ -119,12 +115,12 @@ def _attributes(event: dict[str, Any], content: dict[str, Any]) -> dict[str, Any
 
 def plan_episodes(db: Database) -> dict[str, Any]:
     """What the episodes stage would do: rows to rewrite, to bring back, to create."""
-    present = sql.episodes_by_event(db)
-    added = sql.added_ids(db)
-    purged = sql.purged_ids(db)
+    present = rebuild_sql.episodes_by_event(db)
+    added = rebuild_sql.added_ids(db)
+    purged = rebuild_sql.purged_ids(db)
     plan: dict[str, Any] = {"expected": 0, "present": 0, "rewrite": [], "restore": [],
                             "new": [], "not_restored_purged": [], "unmatched": []}
-    for event in list(sql.events_in_order(db)):  # read whole: the stage writes after
+    for event in list(rebuild_sql.events_in_order(db)):  # read whole: the stage writes after
         event_id = event["event_id"]
         content = json.loads(event["content"])
         chunks = ([] if event["sensitivity"] == "secret"
@@ -149,7 +145,7 @@ def plan_episodes(db: Database) -> dict[str, Any]:
             (plan["restore"] if old_id is not None else plan["new"]).append(row)
         plan["unmatched"] += [mid for index, (mid, _) in rows.items() if index >= len(chunks)]
     # Rows of events that are gone are purge leftovers (doctor names them): left alone.
-    taken = sql.existing_ids(db, [r["id"] for r in plan["restore"]])
+    taken = rebuild_sql.existing_ids(db, [r["id"] for r in plan["restore"]])
     for row in [r for r in plan["restore"] if r["id"] in taken]:
         # The id was given to another memory since (SQLite reuses the highest free id).
         plan["restore"].remove(row)
@@ -176,20 +172,20 @@ def _episode_row(event: dict[str, Any], content: dict[str, Any], index: int,
 
 def _apply_episodes(db: Database, plan: dict[str, Any]) -> dict[str, Any]:
     for memory_id, chunk, high in plan["rewrite"]:
-        sql.rewrite_content(db, memory_id, chunk.text, chunk.token_estimate, high)
-    history = sql.history_of(db, [r["id"] for r in plan["restore"]])
+        rebuild_sql.rewrite_content(db, memory_id, chunk.text, chunk.token_estimate, high)
+    history = rebuild_sql.history_of(db, [r["id"] for r in plan["restore"]])
     for row in plan["restore"]:
         replay_state(row, history.get(row["id"], []))
-        sql.insert_episode(db, row)
+        rebuild_sql.insert_episode(db, row)
     new_ids = []
     for row in plan["new"]:
-        memory_id = sql.insert_episode(db, row)
+        memory_id = rebuild_sql.insert_episode(db, row)
         new_ids.append({"id": memory_id, "event_id": row["event_id"],
                         "chunk_index": row["chunk_index"],
                         "why": (f"id {row['reused_id']} now belongs to another memory"
                                 if row.get("reused_id") else
                                 "no ADD history row recorded this chunk's id")})
-        mem.add_history(db, memory_id, "ADD", event_id=row["event_id"], new_ref=str(memory_id),
+        memories.add_history(db, memory_id, "ADD", event_id=row["event_id"], new_ref=str(memory_id),
                         actor="rebuild", scope=row, meta={"rebuilt": True})
     return {"new": new_ids}
 
@@ -217,20 +213,20 @@ def plan_rebuild(memory: MemoryHandle) -> dict[str, Any]:
     and is rolled back."""
     db = memory.db
     _require_key(db)
-    out: dict[str, Any] = {"dry_run": True, "derived_rows_now": sql.count_rows(db)}
+    out: dict[str, Any] = {"dry_run": True, "derived_rows_now": rebuild_sql.count_rows(db)}
     missing = doctor_sql.missing_tables(db)
     try:
         with db.transaction() if missing else nullcontext():
             if missing:
-                sql.create_missing(db)
+                rebuild_sql.create_missing(db)
             episodes = plan_episodes(db)
-            ledger = ledger_stage.plan_ledger(db)
-            commands = commands_stage.plan_commands(db)
+            ledger = rebuild_ledger.plan_ledger(db)
+            commands = rebuild_commands.plan_commands(db)
             out.update({
-                **sql.memory_counts(db),
+                **rebuild_sql.memory_counts(db),
                 "episodes": _episodes_summary(episodes),
-                "ledger": ledger_stage.summary(ledger),
-                "commands": commands_stage.summary(commands),
+                "ledger": rebuild_ledger.summary(ledger),
+                "commands": rebuild_commands.summary(commands),
                 "tables_to_recreate": missing,
                 "stages": _stages(memory),
                 "skipped": _skipped(memory),
@@ -267,7 +263,7 @@ def _cannot(db: Database, episodes: dict[str, Any], ledger: dict[str, Any],
     out: list[dict[str, Any]] = []
     # A dry run's: what the ledger and commands stages are to write.
     coming = {m["id"] for m in (*ledger["memories"], *commands["memories"])}
-    lost = [m for m in sql.lost_derived(db) if m["id"] not in coming]
+    lost = [m for m in rebuild_sql.lost_derived(db) if m["id"] not in coming]
     if lost:
         out.append({"what": "memories no event wrote whose row is gone",
                     "ids": lost[:100], "count": len(lost),
@@ -286,7 +282,7 @@ def _cannot(db: Database, episodes: dict[str, Any], ledger: dict[str, Any],
                     episodes["unmatched"][:100],
                     "why": "the event cuts into fewer chunks than when it was ingested "
                            "(chunking changed): kept as they are"})
-    return out + ledger_stage.cannot(ledger) + commands_stage.cannot(commands)
+    return out + rebuild_ledger.cannot(ledger) + rebuild_commands.cannot(commands)
 
 
 def rebuild(memory: MemoryHandle, *, dry_run: bool = False,
@@ -302,25 +298,25 @@ def rebuild(memory: MemoryHandle, *, dry_run: bool = False,
     steps = len(out["stages"])
     report(progress, "rebuild", 0, steps)
     with db.transaction():
-        out["tables_recreated"] = sql.create_missing(db)
+        out["tables_recreated"] = rebuild_sql.create_missing(db)
     report(progress, "rebuild", 1, steps)
     with db.transaction():
         plan = plan_episodes(db)  # again under the lock: an ingest may have run meanwhile
         applied = _apply_episodes(db, plan)
-        out["sessions_refreshed"] = sql.refresh_sessions(db)
-        ledger = ledger_stage.plan_ledger(db)
-        ledger_stage.apply_ledger(db, ledger)
-        commands = commands_stage.plan_commands(db)
-        commands_stage.apply_commands(db, commands)
+        out["sessions_refreshed"] = rebuild_sql.refresh_sessions(db)
+        ledger = rebuild_ledger.plan_ledger(db)
+        rebuild_ledger.apply_ledger(db, ledger)
+        commands = rebuild_commands.plan_commands(db)
+        rebuild_commands.apply_commands(db, commands)
     out["episodes"] = _episodes_summary(plan) | {"new_ids": applied["new"][:100]}
-    out["ledger"] = ledger_stage.summary(ledger)
-    out["commands"] = commands_stage.summary(commands)
+    out["ledger"] = rebuild_ledger.summary(ledger)
+    out["commands"] = rebuild_commands.summary(commands)
     report(progress, "rebuild", 3, steps)
     with db.transaction():
-        out["relations_restored"] = sql.restore_edges(db, sql.edges_in_history(db))
+        out["relations_restored"] = rebuild_sql.restore_edges(db, rebuild_sql.edges_in_history(db))
     report(progress, "rebuild", 4, steps)
     with db.transaction():
-        sql.drop_lexical(db)
+        rebuild_sql.drop_lexical(db)
         doctor_sql.rebuild_lexical(db)
     report(progress, "rebuild", 5, steps)
     out["entities"] = _entities(db, progress)
@@ -330,8 +326,8 @@ def rebuild(memory: MemoryHandle, *, dry_run: bool = False,
     if memory.embedder is not None:
         out["vectors"] = _vectors(memory, progress)
     report(progress, "rebuild", steps, steps)
-    out.update(sql.memory_counts(db))
-    out["derived_rows"] = sql.count_rows(db)
+    out.update(rebuild_sql.memory_counts(db))
+    out["derived_rows"] = rebuild_sql.count_rows(db)
     out["kept"] = KEPT
     out["cannot_rebuild"] = _cannot(db, plan, ledger, commands)
     return out
@@ -339,20 +335,20 @@ def rebuild(memory: MemoryHandle, *, dry_run: bool = False,
 
 def _entities(db: Database, progress: Progress | None) -> dict[str, int]:
     """Extract outside the lock; inside it, also the memories written meanwhile."""
-    texts = sql.memory_texts(db)
+    texts = rebuild_sql.memory_texts(db)
     found = {}
     for part in slices(texts, 1024, progress, "entities"):
         found.update((mid, extract_entities(text)) for mid, text, s in part if s != "high")
     with db.transaction():
-        newer = sql.memory_texts(db, texts[-1][0] if texts else 0)
+        newer = rebuild_sql.memory_texts(db, texts[-1][0] if texts else 0)
         found.update((mid, extract_entities(t)) for mid, t, s in newer if s != "high")
-        sql.reset_entity_links(db)
+        rebuild_sql.reset_entity_links(db)
         now = utcnow()
         ids: dict[tuple[str, str, str], int] = {}
         aliases: set[tuple[str, int]] = set()
         for mid in sorted(found):
-            mem.link_entities(db, mid, found[mid], now, ids=ids, aliases=aliases)
-        dropped = sql.drop_unused_entities(db)
+            memories.link_entities(db, mid, found[mid], now, ids=ids, aliases=aliases)
+        dropped = rebuild_sql.drop_unused_entities(db)
     return {"memories": len(found), "entities": len(ids), "dropped": dropped}
 
 
@@ -360,17 +356,17 @@ def _sparse(memory: MemoryHandle, progress: Progress | None) -> dict[str, Any]:
     db, encoder = memory.db, memory.sparse
     assert encoder is not None
     with db.transaction():
-        sql.reset_sparse(db)
-    texts = sql.memory_texts(db)
+        rebuild_sql.reset_sparse(db)
+    texts = rebuild_sql.memory_texts(db)
     for part in slices(texts, ENCODE_SLICE, progress, "sparse terms"):
         encoded = encoder.encode_documents([t for _, t, _ in part])  # before the lock
         with db.transaction():
-            sparse_sql.record_vocab(db, encoder.vocab_hash)
-            live = sql.existing_ids(db, [mid for mid, _, _ in part])  # purged meanwhile?
-            sparse_sql.insert_postings(db, [(mid, terms) for (mid, _, _), terms
+            sparse.record_vocab(db, encoder.vocab_hash)
+            live = rebuild_sql.existing_ids(db, [mid for mid, _, _ in part])  # purged meanwhile?
+            sparse.insert_postings(db, [(mid, terms) for (mid, _, _), terms
                                             in zip(part, encoded, strict=True) if mid in live])
     with db.transaction():
-        sql.recount_df(db)
+        rebuild_sql.recount_df(db)
     return {"memories": len(texts), "model": encoder.model_id}
 
 
@@ -379,19 +375,19 @@ def _vectors(memory: MemoryHandle, progress: Progress | None) -> dict[str, Any]:
     rebuild of an intact file rewrites nothing), then make the bit index again."""
     db, embedder = memory.db, memory.embedder
     assert embedder is not None
-    texts = sql.memory_texts(db)
+    texts = rebuild_sql.memory_texts(db)
     written = 0
     for part in slices(texts, ENCODE_SLICE, progress, "embedding"):
         matrix = embedder.embed_documents([t for _, t, _ in part]).astype("float32")
         blobs = [(mid, v.tobytes()) for (mid, _, _), v in zip(part, matrix, strict=True)]
         with db.transaction():
-            stored = sql.stored_vectors(db, [mid for mid, _ in blobs])
-            live = sql.existing_ids(db, [mid for mid, _ in blobs])  # purged meanwhile?
+            stored = rebuild_sql.stored_vectors(db, [mid for mid, _ in blobs])
+            live = rebuild_sql.existing_ids(db, [mid for mid, _ in blobs])  # purged meanwhile?
             changed = [(mid, b) for mid, b in blobs if mid in live and stored.get(mid) != b]
-            sql.write_vectors(db, changed)
+            rebuild_sql.write_vectors(db, changed)
             written += len(changed)
     with db.transaction():
-        orphans = sql.delete_orphan_vectors(db)
-        sql.remake_vec_index(db, embedder.dimension)
+        orphans = rebuild_sql.delete_orphan_vectors(db)
+        rebuild_sql.remake_vec_index(db, embedder.dimension)
     return {"memories": len(texts), "written": written, "model": embedder.model_id,
             "orphans_deleted": len(orphans)}

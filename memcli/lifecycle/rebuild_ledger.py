@@ -4,7 +4,7 @@ A `decision` or `task_update` event (memcli.ledger.from_events) wrote a ledger r
 the memory's ADD history row names the event and the row (`decision:ID` / `task:ID`). The
 events are replayed in log order: a decision with its fields, refs and the decision it
 supersedes; a task created, then each update's status, title, details and refs applied to it
-(`ledger.task_changes`, as ingest does). A row that is missing comes back with its id, its
+(`entries.task_changes`, as ingest does). A row that is missing comes back with its id, its
 memory (and each task version's memory) with the id history recorded and the state history
 replays (forget, restore, pin, confirm, supersede), and supersession links between decisions
 are set again. A row that exists is kept as it is; a memory a purge removed is never brought
@@ -24,10 +24,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from memcli.errors import UsageError, ValidationError
-from memcli.ledger import entries as ledger
+from memcli.ledger import entries
 from memcli.ledger.from_events import LedgerEvent, from_row
-from memcli.store import rebuild_ledger_sql as sql
-from memcli.store import rebuild_sql as rsql
+from memcli.store import rebuild_ledger_sql, rebuild_sql
 
 if TYPE_CHECKING:
     from memcli.store.connection import Database
@@ -59,10 +58,13 @@ def replay_state(row: dict[str, Any], history: list[dict[str, Any]]) -> None:
 def plan_ledger(db: Database) -> dict[str, Any]:
     """Replay the decision and task events: every row they describe, with its memories."""
     # A row written before its memory's ADD history row named it: its memory still says.
-    written = {**sql.written_by_memories(db), **sql.written_by_events(db)}
+    written = {
+        **rebuild_ledger_sql.written_by_memories(db),
+        **rebuild_ledger_sql.written_by_events(db),
+    }
     plan: dict[str, Any] = {"decisions": {}, "tasks": {}, "links": [], "unrecorded": [],
                             "not_created_by_events": [], "unreadable": []}
-    for event in sql.ledger_events(db):
+    for event in rebuild_ledger_sql.ledger_events(db):
         try:
             parsed = from_row(event)
         except ValidationError:
@@ -76,12 +78,15 @@ def plan_ledger(db: Database) -> dict[str, Any]:
             plan["unrecorded"].append(event["event_id"])
             continue
         _replay_event(plan, parsed, recorded, event["ts"])
-    plan["present"] = {"decisions": sql.ids_of(db, "decisions"), "tasks": sql.ids_of(db, "tasks")}
+    plan["present"] = {
+        "decisions": rebuild_ledger_sql.ids_of(db, "decisions"),
+        "tasks": rebuild_ledger_sql.ids_of(db, "tasks"),
+    }
     plan["not_created_by_events"] = [e for e, task_id in plan["not_created_by_events"]
                                      if task_id not in plan["present"]["tasks"]]
     versions = [v for d in plan["decisions"].values() for v in d["versions"]]
     versions += [v for t in plan["tasks"].values() for v in t["versions"]]
-    present = rsql.existing_ids(db, [v["id"] for v in versions])
+    present = rebuild_sql.existing_ids(db, [v["id"] for v in versions])
     plan["memories"] = [v for v in versions if v["id"] not in present and not v["purged"]]
     alive = present | {v["id"] for v in plan["memories"]}
     for table in ("decisions", "tasks"):
@@ -118,7 +123,7 @@ def _replay_event(plan: dict[str, Any], event: LedgerEvent,
     else:
         try:
             # (a command's update names only the refs it added, maybe none)
-            changes, _ = ledger.task_changes(task, status=fields["status"],
+            changes, _ = entries.task_changes(task, status=fields["status"],
                                              title=fields["title"], details=fields["details"],
                                              refs=scope["refs"] or None)
         except UsageError:
@@ -127,7 +132,7 @@ def _replay_event(plan: dict[str, Any], event: LedgerEvent,
         task.update(changes)
     task["updated_at"] = ts
     if memory_id is not None:
-        task["versions"].append(_memory(task, "task", ledger.task_text(task), memory_id, ts,
+        task["versions"].append(_memory(task, "task", entries.task_text(task), memory_id, ts,
                                         purged, task["channel"], event.event_id))
 
 
@@ -138,7 +143,7 @@ def _replay_decision(plan: dict[str, Any], event: LedgerEvent, row_id: int, memo
            **{k: scope[k] for k in ("tenant_id", "user_id", "session_id", "agent_id",
                                     "app_id", "sensitivity", "refs")},
            "created_at": ts, "updated_at": ts, "versions": []}
-    row["versions"].append(_memory(row, "decision", ledger.decision_text(row), memory_id,
+    row["versions"].append(_memory(row, "decision", entries.decision_text(row), memory_id,
                                    ts, purged, scope["channel"], event.event_id))
     plan["decisions"][row_id] = row
     if fields["supersedes"] is not None:
@@ -147,13 +152,13 @@ def _replay_decision(plan: dict[str, Any], event: LedgerEvent, row_id: int, memo
 
 def _memory(row: dict[str, Any], kind: str, content: str, memory_id: int, ts: str,
             purged: bool, channel: str, event_id: str) -> dict[str, Any]:
-    """The memory row `ledger` wrote for this event (as `derive.write_memory` writes it)."""
+    """The memory row `ledger` wrote for this event (as `writer.write_memory` writes it)."""
     if kind == "decision":
         attributes = {"event_id": event_id, "decision_id": row["id"], "scope": row["scope"]}
-        importance, category = row.get("importance", ledger.DECISION_IMPORTANCE), "decisions"
+        importance, category = row.get("importance", entries.DECISION_IMPORTANCE), "decisions"
     else:
         attributes = {"event_id": event_id, "task_id": row["id"], "status": row["status"]}
-        importance, category = ledger.TASK_IMPORTANCE, "tasks"
+        importance, category = entries.TASK_IMPORTANCE, "tasks"
     return {
         "id": memory_id, "kind": kind, "category": category, "content": content,
         **{k: row[k] for k in ("tenant_id", "user_id", "agent_id", "session_id", "app_id",
@@ -170,19 +175,19 @@ def _memory(row: dict[str, Any], kind: str, content: str, memory_id: int, ts: st
 
 def apply_ledger(db: Database, plan: dict[str, Any]) -> None:
     """Write what the plan brings back (inside the stage's transaction)."""
-    history = rsql.history_of(db, [m["id"] for m in plan["memories"]])
+    history = rebuild_sql.history_of(db, [m["id"] for m in plan["memories"]])
     for row in plan["memories"]:
         replay_state(row, history.get(row["id"], []))
-        rsql.insert_episode(db, {k: v for k, v in row.items() if k != "purged"})
+        rebuild_sql.insert_episode(db, {k: v for k, v in row.items() if k != "purged"})
     for row in plan["restore_decisions"]:
-        sql.restore_decision(db, {**row, "memory_id": row["versions"][-1]["id"]})
+        rebuild_ledger_sql.restore_decision(db, {**row, "memory_id": row["versions"][-1]["id"]})
     for row in plan["restore_tasks"]:
-        sql.restore_task(db, {**row, "memory_id": row["versions"][-1]["id"]})
+        rebuild_ledger_sql.restore_task(db, {**row, "memory_id": row["versions"][-1]["id"]})
     restored = {r["id"] for r in plan["restore_decisions"]}
     exists = plan["present"]["decisions"] | restored
     for old, new, ts in plan["links"]:
         if (old in restored or new in restored) and old in exists and new in exists:
-            sql.link_decisions(db, old, new, ts)
+            rebuild_ledger_sql.link_decisions(db, old, new, ts)
 
 
 def summary(plan: dict[str, Any]) -> dict[str, Any]:

@@ -27,7 +27,7 @@ from memcli.derived.textrules import FactText, check_memory_text, clip, jaccard,
 from memcli.derived.writer import write_memory
 from memcli.lifecycle.extract import Dropped, keep_valid
 from memcli.providers.llm import LLMBadReply, LLMBudgetExceeded, LLMError
-from memcli.store import lifecycle_sql as lsql
+from memcli.store import lifecycle_sql
 
 if TYPE_CHECKING:
     from memcli.config import LifecycleSettings
@@ -134,21 +134,23 @@ def reflect(
     recent_cut = format_ts(now - timedelta(days=cfg.reflection_min_days))
     counts = {
         (r["tenant_id"], r["user_id"]): r["facts"]
-        for r in lsql.semantic_counts_since(db, since, tenant_id, user_id)
+        for r in lifecycle_sql.semantic_counts_since(db, since, tenant_id, user_id)
     }
     if user_id is not None:
         counts.setdefault((tenant_id or "default", user_id), 0)
     report = _new_report(model, dry_run)
     for (tenant, user), facts in sorted(counts.items(), key=lambda t: (t[0][0], t[0][1] or "")):
         scope = _scope_label(tenant, user)
-        last = lsql.latest_of_kind(db, tenant, user, "reflection")
+        last = lifecycle_sql.latest_of_kind(db, tenant, user, "reflection")
         if _held_back(report, scope, last, recent_cut, force, model,
                       force or facts >= cfg.reflection_min_facts,
                       {"reason": "too_few_facts", "facts": facts}):
             continue
         assert model is not None
         rows = list(
-            reversed(lsql.recent_memories(db, tenant, user, SEMANTIC, since, REFLECTION_FACTS))
+            reversed(
+                lifecycle_sql.recent_memories(db, tenant, user, SEMANTIC, since, REFLECTION_FACTS)
+            )
         )
         if not rows:
             report["skipped"].append({**scope, "reason": "too_few_facts", "facts": 0})
@@ -217,13 +219,13 @@ def insights(
     now = now or datetime.now(UTC)
     cut = format_ts(now - timedelta(hours=cfg.insight_min_hours))
     window = format_ts(now - timedelta(days=cfg.reflection_window_days))
-    scopes = lsql.active_users(db, window, tenant_id, user_id)
+    scopes = lifecycle_sql.active_users(db, window, tenant_id, user_id)
     if user_id is not None and not scopes:
         scopes = [(tenant_id or "default", user_id)]
     report = _new_report(model, dry_run)
     for tenant, user in scopes:
         scope = _scope_label(tenant, user)
-        last = lsql.last_run(db, "insights", tenant, user)
+        last = lifecycle_sql.last_run(db, "insights", tenant, user)
         recent = not force and last is not None and last > cut
         material = None if recent else _insight_material(db, tenant, user, window)
         if _held_back(report, scope, last, cut, force, model, material is not None,
@@ -233,13 +235,15 @@ def insights(
         run_id = None
         if not dry_run:
             with db.transaction():
-                run_id = lsql.start_run(db, "insights", tenant, user, utcnow())
+                run_id = lifecycle_sql.start_run(db, "insights", tenant, user, utcnow())
         try:
             reply = model.ask("insights", INSIGHT_SYSTEM, material, Insights, tenant_id=tenant)
         except LLMError as exc:
             if run_id is not None:
                 with db.transaction():
-                    lsql.finish_run(db, run_id, "failed", {"error": type(exc).__name__}, utcnow())
+                    lifecycle_sql.finish_run(
+                        db, run_id, "failed", {"error": type(exc).__name__}, utcnow()
+                    )
             if isinstance(exc, LLMBadReply):
                 report["errors"].append({**scope, "task": exc.task, "reason": exc.reason})
                 continue
@@ -249,7 +253,7 @@ def insights(
             break
         existing = [
             tokens(r["content"])
-            for r in lsql.recent_memories(db, tenant, user, ("insight",), None, 200)
+            for r in lifecycle_sql.recent_memories(db, tenant, user, ("insight",), None, 200)
         ]
         report["dropped"].extend({**scope, **d.model_dump()} for d in reply.dropped)
         created = []
@@ -279,15 +283,15 @@ def insights(
         report["created"].extend(created)
         if run_id is not None:
             with db.transaction():
-                lsql.finish_run(db, run_id, "ok", {"insights": len(created)}, utcnow())
+                lifecycle_sql.finish_run(db, run_id, "ok", {"insights": len(created)}, utcnow())
     return _with_usage(report, model)
 
 
 def _insight_material(db: Any, tenant: str, user: str | None, since: str) -> str | None:
     """Latest activity (<= 5 summaries), new semantic items (<= 3), a <= 1000-char snippet."""
-    summaries = lsql.recent_memories(db, tenant, user, ("summary",), since, 5)
-    facts = lsql.recent_memories(db, tenant, user, SEMANTIC, since, 3)
-    turns = list(reversed(lsql.recent_memories(db, tenant, user, ("episode",), since, 12)))
+    summaries = lifecycle_sql.recent_memories(db, tenant, user, ("summary",), since, 5)
+    facts = lifecycle_sql.recent_memories(db, tenant, user, SEMANTIC, since, 3)
+    turns = list(reversed(lifecycle_sql.recent_memories(db, tenant, user, ("episode",), since, 12)))
     if not (summaries or facts or turns):
         return None
     parts = []

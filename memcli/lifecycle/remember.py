@@ -31,8 +31,7 @@ from memcli.lifecycle import dedup
 from memcli.lifecycle.profile_fields import field_value
 from memcli.lifecycle.proposals import SENSITIVE_FIELDS, held_fields, propose
 from memcli.policy.redaction import kinds, redact_record
-from memcli.store import lifecycle_sql as lsql
-from memcli.store import memories as mem
+from memcli.store import lifecycle_sql, memories
 from memcli.store import owner as own
 
 if TYPE_CHECKING:
@@ -47,7 +46,7 @@ _NUMBERED = re.compile(r"^\s*(?:\d+[.)]|[-*•])\s*")
 
 
 def procedure_steps(text: str | None, steps: list[str] | None) -> list[str]:
-    """Steps from repeated --step options, or from the lines of TEXT (numbers/bullets dropped)."""
+    """Steps from repeated --steps options, or from the lines of TEXT (numbers/bullets dropped)."""
     if steps:
         raw = list(steps)
     else:
@@ -58,7 +57,7 @@ def procedure_steps(text: str | None, steps: list[str] | None) -> list[str]:
     if not out:
         raise UsageError(
             "a procedure needs at least one step",
-            "give numbered lines, `;`-separated steps, or --step ... --step ...",
+            "give numbered lines, `;`-separated steps, or --steps ... --steps ...",
         )
     if len(out) > MAX_STEPS:
         raise UsageError(f"{len(out)} steps, at most {MAX_STEPS}")
@@ -164,7 +163,7 @@ def _remember(
             with memory.db.transaction(), commands.recording(
                     memory.db, "remember", {"text": clean, "merged_into": stored.id},
                     **_event_scope(scope), actor="remember"):
-                lsql.merge_into(
+                lifecycle_sql.merge_into(
                     memory.db, stored.id, clean, [], utcnow(), "remember", {"reason": verdict[1]}
                 )
             return {"id": stored.id, "kind": stored.kind, "status": "merged"}
@@ -243,7 +242,7 @@ def confirm(memory: MemoryHandle, memory_id: int, *, owner: Owner | None = None,
                 "restore it first" if row["state"] == "soft_deleted" else None,
             )
         with commands.changed(db, "confirm", row, actor):
-            lsql.protect(db, memory_id, utcnow())
+            lifecycle_sql.protect(db, memory_id, utcnow())
             _changed_in_place(db, row, actor, {
                 "confirmed": True,
                 "decay_rate": [row["decay_rate"], 0.0],
@@ -259,7 +258,7 @@ def set_pin(memory: MemoryHandle, memory_id: int, pinned: bool, *, owner: Owner 
         row = own.memory(db, memory_id, owner or memory.owner())
         if bool(row["pinned"]) != pinned:
             with commands.changed(db, "pin" if pinned else "unpin", row, actor):
-                lsql.set_pinned(db, memory_id, pinned, utcnow())
+                lifecycle_sql.set_pinned(db, memory_id, pinned, utcnow())
                 _changed_in_place(db, row, actor, {"pinned": pinned})
     return {"id": memory_id, "pinned": pinned, "changed": bool(row["pinned"]) != pinned}
 
@@ -267,5 +266,5 @@ def set_pin(memory: MemoryHandle, memory_id: int, pinned: bool, *, owner: Owner 
 def _changed_in_place(db: Any, row: dict[str, Any], actor: str, meta: dict[str, Any]) -> None:
     """The audit row of a change that keeps the memory's id (its old and new ref)."""
     ref = str(row["id"])
-    mem.add_history(db, row["id"], "UPDATE", old_ref=ref, new_ref=ref, actor=actor, scope=row,
+    memories.add_history(db, row["id"], "UPDATE", old_ref=ref, new_ref=ref, actor=actor, scope=row,
                     meta=meta)

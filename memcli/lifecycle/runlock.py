@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 
 from memcli.core.records import format_ts
 from memcli.errors import DatabaseBusyError
-from memcli.store import lifecycle_sql as sql
+from memcli.store import lifecycle_sql
 
 if TYPE_CHECKING:
     from memcli.store.connection import Database
@@ -78,11 +78,11 @@ class RunLock:
         self.engine_lock = engine is True
         try:
             with self.db.transaction():
-                held = sql.get_lock(self.db, self.name)
+                held = lifecycle_sql.get_lock(self.db, self.name)
                 if engine is False or (engine is None and held is not None
                                        and not self._stale(held, now)):
                     raise self._locked(held, expires=engine is None)
-                sql.put_lock(self.db, self.name, self.holder, self.host, self.pid, now,
+                lifecycle_sql.put_lock(self.db, self.name, self.holder, self.host, self.pid, now,
                              self._expiry())
         except BaseException:
             self._drop_engine_lock()
@@ -106,12 +106,12 @@ class RunLock:
     def refresh(self) -> None:
         """Push the expiry out again; long runs call this between units of work."""
         with self.db.transaction():
-            sql.refresh_lock(self.db, self.name, self.holder, self._expiry())
+            lifecycle_sql.refresh_lock(self.db, self.name, self.holder, self._expiry())
 
     def release(self) -> None:
         try:
             with self.db.transaction():
-                sql.release_lock(self.db, self.name, self.holder)
+                lifecycle_sql.release_lock(self.db, self.name, self.holder)
         finally:
             self._drop_engine_lock()
 

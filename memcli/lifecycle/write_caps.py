@@ -20,7 +20,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from memcli.core.records import format_ts
-from memcli.store import write_caps_sql as sql
+from memcli.store import write_caps_sql
 
 if TYPE_CHECKING:
     from memcli.config import LifecycleSettings
@@ -48,11 +48,11 @@ class DailyCaps:
         cap = self.cfg.max_writes_per_user_day
         if cap is None:
             return None
-        used = sql.writes_since(self.db, scope[0], scope[1], self.since)
+        used = write_caps_sql.writes_since(self.db, scope[0], scope[1], self.since)
         return max(cap - used - (self.planned_writes[scope] if self.dry_run else 0), 0)
 
     def pairs_left(self, scope: Scope) -> int:
-        used = sql.pair_checks_since(self.db, scope[0], scope[1], self.since)
+        used = write_caps_sql.pair_checks_since(self.db, scope[0], scope[1], self.since)
         used += self.planned_pairs[scope] if self.dry_run else 0
         return max(self.cfg.max_pair_checks_per_user - used, 0)
 

@@ -15,7 +15,7 @@ from pydantic import AfterValidator, Field
 from memcli.core.ids import Id
 from memcli.core.request_base import AppScope, Scope, TenantScope, UserScope
 from memcli.errors import UsageError
-from memcli.ledger import entries as ledger
+from memcli.ledger import entries
 from memcli.operations.record import artifact_body
 
 if TYPE_CHECKING:
@@ -157,9 +157,9 @@ def record_decision(memory: Memory, req: DecisionRequest, owner: Owner | None = 
              "alternatives": req.alternatives, "consequences": req.consequences,
              "refs": req.refs}
     if req.supersedes is not None:
-        return ledger.supersede_decision(memory, req.supersedes, req.decision, owner=owner,
+        return entries.supersede_decision(memory, req.supersedes, req.decision, owner=owner,
                                          reason=req.reason, **lists)
-    return ledger.add_decision(memory, req.decision, scope=req.scope, channel=req.channel,
+    return entries.add_decision(memory, req.decision, scope=req.scope, channel=req.channel,
                                sensitivity=req.sensitivity, **_scope(req), **lists)
 
 
@@ -167,7 +167,7 @@ def query_decisions(memory: Memory, req: DecisionsQuery, *, all_tenants: bool = 
                     ) -> list[dict[str, Any]]:
     """Decisions, newest first (`all` includes the superseded ones and their links)."""
 
-    return ledger.list_decisions(
+    return entries.list_decisions(
         memory, status=None if req.status == "all" else req.status, tenant_id=req.tenant_id,
         all_tenants=all_tenants, user_id=req.user_id, app_id=req.app_id, limit=req.limit)
 
@@ -176,11 +176,11 @@ def record_task(memory: Memory, req: TaskRequest, owner: Owner | None = None) ->
     """A new task, or (`task_id`) an `owner`'s task changed: its row."""
 
     if req.task_id is not None:
-        return ledger.update_task(memory, req.task_id, status=req.status, title=req.title,
+        return entries.update_task(memory, req.task_id, status=req.status, title=req.title,
                                   details=req.details, refs=req.refs or None, owner=owner)
     if req.title is None:
         raise UsageError("bad task: title: a new task needs a title", "give task_id to update one")
-    return ledger.add_task(memory, req.title, details=req.details or "",
+    return entries.add_task(memory, req.title, details=req.details or "",
                            status=req.status or "open", refs=req.refs, channel=req.channel,
                            sensitivity=req.sensitivity, **_scope(req))
 
@@ -189,7 +189,7 @@ def query_tasks(memory: Memory, req: TasksQuery, *, all_tenants: bool = False
                 ) -> list[dict[str, Any]]:
     """Tasks, newest first."""
 
-    return ledger.list_tasks(memory, statuses=tuple(req.status or ()), tenant_id=req.tenant_id,
+    return entries.list_tasks(memory, statuses=tuple(req.status or ()), tenant_id=req.tenant_id,
                              all_tenants=all_tenants, user_id=req.user_id, app_id=req.app_id,
                              limit=req.limit)
 
@@ -197,7 +197,7 @@ def query_tasks(memory: Memory, req: TasksQuery, *, all_tenants: bool = False
 def save_checkpoint(memory: Memory, state: Any, req: CheckpointSave) -> dict[str, Any]:
     """`state` saved for (user, thread), replacing the previous save: its row, without the state."""
 
-    row = ledger.save_checkpoint(memory, state, user_id=req.user_id, thread_id=req.thread_id,
+    row = entries.save_checkpoint(memory, state, user_id=req.user_id, thread_id=req.thread_id,
                                  tenant_id=req.tenant_id, sensitivity=req.sensitivity)
     return {k: v for k, v in row.items() if k != "data"}
 
@@ -205,7 +205,7 @@ def save_checkpoint(memory: Memory, state: Any, req: CheckpointSave) -> dict[str
 def load_checkpoint(memory: Memory, req: CheckpointLoad) -> dict[str, Any]:
     """The saved state of (user, thread), with its version and time."""
 
-    return ledger.load_checkpoint(memory, user_id=req.user_id, thread_id=req.thread_id,
+    return entries.load_checkpoint(memory, user_id=req.user_id, thread_id=req.thread_id,
                                   tenant_id=req.tenant_id, version=req.version)
 
 

@@ -11,14 +11,14 @@ from typing import TYPE_CHECKING, Any
 from memcli.core.inputs import check_text
 from memcli.core.records import utcnow
 from memcli.errors import MemcliError, NotAllowedError, UsageError
-from memcli.lifecycle import reflect as jobs
+from memcli.lifecycle import reflect
 from memcli.lifecycle.consolidate import consolidate as run
 from memcli.lifecycle.decay import apply_decay, plan_decay
 from memcli.lifecycle.remember import remember as remember_fact
 from memcli.lifecycle.runlock import run_lock
 from memcli.operations.erase import check_purged, purge_payload
 from memcli.operations.requests import PurgeRequest
-from memcli.store import lifecycle_sql as lsql
+from memcli.store import lifecycle_sql
 from memcli.store.apps import list_app_memories
 from memcli.store.owner import memory as owned
 
@@ -53,7 +53,7 @@ def locked_run(memory: Memory, settings: Settings, command: str, dry_run: bool,
     wait = settings.lifecycle.lock_wait if wait is None else wait
     with run_lock(memory.db, command, settings.lifecycle.lock_minutes, wait) as lock:
         with memory.db.transaction():
-            run_id = lsql.start_run(memory.db, command, None, None, utcnow())
+            run_id = lifecycle_sql.start_run(memory.db, command, None, None, utcnow())
         status = "failed"
         try:
             yield lock, result
@@ -65,7 +65,7 @@ def locked_run(memory: Memory, settings: Settings, command: str, dry_run: bool,
                       for k, v in result.get("report", {}).items() if k in _COUNTED}
             try:
                 with memory.db.transaction():
-                    lsql.finish_run(memory.db, run_id, status, counts, utcnow())
+                    lifecycle_sql.finish_run(memory.db, run_id, status, counts, utcnow())
             except MemcliError:
                 pass  # bookkeeping only: never mask the run's own outcome
 
@@ -99,7 +99,7 @@ def reflection(name: str, memory: Memory, settings: Settings, req: ReflectReques
     """`reflect` or `insights` (memcli.lifecycle.reflect), under the lock."""
 
     with locked_run(memory, settings, name, req.dry_run) as (_lock, result):
-        result["report"] = getattr(jobs, name)(
+        result["report"] = getattr(reflect, name)(
             memory, model, settings.lifecycle, tenant_id=req.tenant_id, user_id=req.user_id,
             force=req.force, dry_run=req.dry_run)
     return result["report"]

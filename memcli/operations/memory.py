@@ -38,14 +38,13 @@ from memcli.retrieval import scope as widening
 from memcli.retrieval import search
 from memcli.retrieval.rerank import annotate, rerank
 from memcli.retrieval.stages import Candidate, RankContext
-from memcli.store import memories as mem
+from memcli.store import memories, vectors
 from memcli.store import sparse as sparse_sql
-from memcli.store import vectors as vec
 from memcli.store.connection import HINT_WAIT
 from memcli.store.filters import DEFAULT_TENANT, Filters, one_tenant_or_all
 from memcli.store.history import list_history
-from memcli.store.location import open_database
 from memcli.store.metrics import record_request
+from memcli.store.opener import open_database
 from memcli.store.owner import Owner, check_trail
 from memcli.store.postgres.tenant_roles import refuse_bound
 
@@ -129,7 +128,7 @@ class Memory:
             if db.get_meta("sparse_model") is None:
                 self.sparse = sparse = None
         if embedder is not None and check_embedder:
-            vec.check_embedder(db, embedder.model_id, embedder.dimension)
+            vectors.check_embedder(db, embedder.model_id, embedder.dimension)
         if sparse is not None and check_embedder:
             sparse_sql.check_model(db, sparse.model_id)
 
@@ -208,13 +207,13 @@ class Memory:
             r if isinstance(r, tuple) else (i, r) for i, r in enumerate(records, start=1)
         ]
         # Imported here: redaction rules and extraction stay off the start-up of the reads.
-        from memcli.ingest import prepare as ingest_mod  # noqa: PLC0415
+        from memcli.ingest import prepare  # noqa: PLC0415
 
         defaults = dict(defaults or {})
         if defaults.get("tenant_id") is None:
             defaults["tenant_id"] = self.tenant  # a record naming no tenant: the configured one
 
-        return ingest_mod.ingest(self.db, numbered, embedder=self.embedder, sparse=self.sparse,
+        return prepare.ingest(self.db, numbered, embedder=self.embedder, sparse=self.sparse,
                                  defaults=defaults, strict=strict, defer_embed=defer_embed,
                                  progress=progress, memory=self,
                                  check_category=self.categories.check_write,
@@ -239,10 +238,10 @@ class Memory:
         if embedder is None:
             return self._sparse_pending(batch_size, progress)
         done = 0
-        total = mem.count_without_vectors(self.db, active_only=True) if progress else None
+        total = memories.count_without_vectors(self.db, active_only=True) if progress else None
         while True:
             report(progress, "embedding", done, total)
-            rows = mem.memories_without_vectors(self.db, batch_size)
+            rows = memories.memories_without_vectors(self.db, batch_size)
             terms_rows = ([] if sparse is None
                           else sparse_sql.memories_without_sparse(self.db, batch_size))
             if not rows and not terms_rows:
@@ -256,7 +255,7 @@ class Memory:
                     sparse_sql.insert_postings(self.db, [
                         (mid, v) for (mid, _), v in zip(terms_rows, encoded, strict=True)])
                 if rows:
-                    vec.insert_vectors(self.db, [(mid, v.tobytes()) for (mid, _), v
+                    vectors.insert_vectors(self.db, [(mid, v.tobytes()) for (mid, _), v
                                                  in zip(rows, matrix, strict=True)])
             done += len(rows)
 
@@ -283,7 +282,7 @@ class Memory:
         if self.embedder is None:
             raise UsageError("no embedder configured", "set MEMCLI_EMBEDDER")
         with self.db.transaction():
-            vec.reset_vectors(self.db, self.embedder.model_id, self.embedder.dimension)
+            vectors.reset_vectors(self.db, self.embedder.model_id, self.embedder.dimension)
             if self.sparse is not None:
                 sparse_sql.reset(self.db, self.sparse.model_id)
         return self.embed_pending(progress=progress)
@@ -418,7 +417,7 @@ class Memory:
             return  # a write-protected file still answers; these hints are skipped
         try:
             with self.db.transaction(wait=HINT_WAIT):
-                mem.record_access(self.db, ids)
+                memories.record_access(self.db, ids)
                 record_request(self.db, metrics)
         except DatabaseBusyError:
             pass  # both are hints; a busy writer must not fail a read
@@ -483,14 +482,14 @@ class Memory:
         return purge_mod.restore(self.db, memory_id, owner=owner or self.owner())
 
     def stats(self) -> dict[str, Any]:
-        out = mem.stats(self.db)
+        out = memories.stats(self.db)
         out["db_bytes"] = self.db.size_bytes()
         out["schema_version"] = self.db.backend.schema_version(self.db)
         out["embedder"] = {
             "configured": self.embedder.model_id if self.embedder else None,
             "stored": self.db.get_meta("embedder_model"),
             "dimension": self.db.get_meta("embedder_dimension"),
-            "pending": mem.count_without_vectors(self.db),
+            "pending": memories.count_without_vectors(self.db),
         }
         out["vector_search"] = self.db.vec_enabled
         return out

@@ -14,8 +14,8 @@ functions on its input before it writes):
   chunks, entities, embeddings, memory text, history): `ingest.prepare` (`redact_event`),
   `ledger.add_decision` / `supersede_decision` / `add_task` / `update_task` / `save_checkpoint`,
   `lifecycle.remember.remember`, and `lifecycle.proposals.propose` / `reject`.
-- In the derived-memory writer `derive.write_memory` (content, attributes, sources) and
-  `derive.supersede` (reason): every memory a model produced (consolidation facts and summaries,
+- In the derived-memory writer `writer.write_memory` (content, attributes, sources) and
+  `writer.supersede` (reason): every memory a model produced (consolidation facts and summaries,
   reflections, insights, compaction summaries) is written there, so model text is redacted even
   if a model reconstructs a secret. The model text of a consolidation plan that lands elsewhere
   (merge history, the session summary, proposals, the failure reason) is redacted once when the

@@ -42,34 +42,34 @@ from typing import IO, TYPE_CHECKING, Any
 
 from memcli.core.progress import Progress, report
 from memcli.core.version import __version__
-from memcli.portable import file_format as fmt
-from memcli.store import portable_sql as sql
+from memcli.portable import file_format
+from memcli.store import portable_sql
 from memcli.store.sealing import META_KEY_ID
 
 if TYPE_CHECKING:
     from memcli.store.connection import Database
 
-Scope = sql.Scope
+Scope = portable_sql.Scope
 
 
 def _fields(kind: str) -> list[str]:
-    return [f for f, k in fmt.SPECS[kind].items() if k != "history"]
+    return [f for f, k in file_format.SPECS[kind].items() if k != "history"]
 
 
 def _convert(spec: dict[str, str], row: dict[str, Any]) -> dict[str, Any]:
-    return {f: fmt.from_column(spec[f], row[f]) for f in spec if f in row}
+    return {f: file_format.from_column(spec[f], row[f]) for f in spec if f in row}
 
 
 def _memories(db: Database, scope: Scope) -> Iterator[dict[str, Any]]:
     """Each memory with its history rows (two ordered reads merged, not a query per memory)."""
-    hist = sql.history(db, scope, list(fmt.HISTORY))
+    hist = portable_sql.history(db, scope, list(file_format.HISTORY))
     pending = next(hist, None)
-    for row in sql.memories(db, scope, _fields("memory")):
-        out = _convert(fmt.SPECS["memory"], row)
+    for row in portable_sql.memories(db, scope, _fields("memory")):
+        out = _convert(file_format.SPECS["memory"], row)
         items = []
         while pending is not None and pending["memory_id_"] <= row["id"]:
             if pending["memory_id_"] == row["id"]:
-                items.append(_convert(fmt.HISTORY, pending))
+                items.append(_convert(file_format.HISTORY, pending))
             pending = next(hist, None)
         out["history"] = items
         yield out
@@ -90,27 +90,27 @@ def _artifact(row: dict[str, Any]) -> dict[str, Any]:
 def records(db: Database, scope: Scope) -> Iterator[tuple[str, dict[str, Any]]]:
     """(kind, record) in file order."""
     plain: dict[str, Callable[[], Iterator[dict[str, Any]]]] = {
-        "event": lambda: sql.events(db, scope, _fields("event")),
-        "decision": lambda: sql.ledger(db, "decisions", scope, _fields("decision")),
-        "task": lambda: sql.ledger(db, "tasks", scope, _fields("task")),
-        "checkpoint": lambda: sql.checkpoints(db, scope, _fields("checkpoint")),
-        "relation": lambda: sql.relations(db, scope, _fields("relation")),
-        "proposal": lambda: sql.proposals(db, scope, _fields("proposal")),
-        "artifact": lambda: (_artifact(r) for r in sql.artifacts(
+        "event": lambda: portable_sql.events(db, scope, _fields("event")),
+        "decision": lambda: portable_sql.ledger(db, "decisions", scope, _fields("decision")),
+        "task": lambda: portable_sql.ledger(db, "tasks", scope, _fields("task")),
+        "checkpoint": lambda: portable_sql.checkpoints(db, scope, _fields("checkpoint")),
+        "relation": lambda: portable_sql.relations(db, scope, _fields("relation")),
+        "proposal": lambda: portable_sql.proposals(db, scope, _fields("proposal")),
+        "artifact": lambda: (_artifact(r) for r in portable_sql.artifacts(
             db, scope, [f for f in _fields("artifact") if f != "body_encoding"])),
-        "session": lambda: sql.sessions(db, scope, _fields("session")),
-        "consolidation": lambda: sql.consolidations(db, scope, _fields("consolidation")),
+        "session": lambda: portable_sql.sessions(db, scope, _fields("session")),
+        "consolidation": lambda: portable_sql.consolidations(db, scope, _fields("consolidation")),
     }
-    for kind in fmt.KINDS:
+    for kind in file_format.KINDS:
         rows = _memories(db, scope) if kind == "memory" else (
-            _convert(fmt.SPECS[kind], r) for r in plain[kind]())
+            _convert(file_format.SPECS[kind], r) for r in plain[kind]())
         for row in rows:
             yield kind, row
 
 
 def header(db: Database, scope: Scope) -> dict[str, Any]:
-    key_id = db.get_meta(META_KEY_ID) if sql.has_high(db, scope) else None
-    return fmt.header(
+    key_id = db.get_meta(META_KEY_ID) if portable_sql.has_high(db, scope) else None
+    return file_format.header(
         memcli_version=__version__, schema=db.backend.schema_version(db),
         embedder=db.get_meta("embedder_model"), sparse=db.get_meta("sparse_model"),
         key_id=key_id,
@@ -127,12 +127,12 @@ def export(db: Database, scope: Scope, out: IO[str],
            progress: Progress | None = None) -> dict[str, int]:
     """Write the header and every record of `scope` to `out`; returns the count per kind.
     `progress`: memcli.core.progress's callback (the total is not known ahead: None)."""
-    counts = dict.fromkeys(fmt.KINDS, 0)
+    counts = dict.fromkeys(file_format.KINDS, 0)
     done = 0
-    with sql.snapshot(db):
-        out.write(fmt.dumps(header(db, scope)) + "\n")
+    with portable_sql.snapshot(db):
+        out.write(file_format.dumps(header(db, scope)) + "\n")
         for kind, row in records(db, scope):
-            out.write(fmt.dumps({fmt.RECORD: kind, **row}) + "\n")
+            out.write(file_format.dumps({file_format.RECORD: kind, **row}) + "\n")
             counts[kind] += 1
             done += 1
             if done % REPORT_EVERY == 0:

@@ -24,7 +24,7 @@ header's `key_id` must be the target's key id, and a configured key must be that
 import is refused: the rows would be unreadable there.
 
 Writes stay in one tenant, as every write does: the file's rows must all be of the configured
-tenant (or `--tenant`); a file of several tenants takes an explicit `--all-tenants`. Tenant ids
+tenant (or `--tenant-id`); a file of several tenants takes an explicit `--all-tenants`. Tenant ids
 are never rewritten (that would merge two scopes).
 """
 
@@ -40,12 +40,8 @@ from memcli.entities.extraction import extract_entities
 from memcli.errors import UsageError
 from memcli.ingest.background import queue_for
 from memcli.policy.redaction import redact_fields
-from memcli.portable import file_format as fmt
-from memcli.store import events as ev
-from memcli.store import memories as mem
-from memcli.store import portable_sql as sql
-from memcli.store import sparse as sparse_sql
-from memcli.store import vectors as vec
+from memcli.portable import file_format
+from memcli.store import events, memories, portable_sql, sparse, vectors
 from memcli.store.filters import one_tenant_or_all
 from memcli.store.sealing import META_KEY_ID
 from memcli.store.sessions import check_session_user
@@ -65,15 +61,15 @@ _PLAIN = re.compile(r"\d{4}-\d\d-\d\dT[0-9:.]+Z?|[a-z_]{1,24}")
 
 
 def _text_fields(spec: dict[str, str], rec: Record) -> list[str]:
-    return [f for f in spec if f not in fmt.KEY_FIELDS and spec[f] != "history"
+    return [f for f in spec if f not in file_format.KEY_FIELDS and spec[f] != "history"
             and not (isinstance(rec[f], str) and _PLAIN.fullmatch(rec[f]))]
 
 
 def scrub(rec: Record) -> bool:
     """Redact every text field in place (ids and hashes are keys, left alone); True when
     anything was redacted (a secret in a hand-made or edited file)."""
-    kind = rec[fmt.RECORD]
-    fields = _text_fields(fmt.SPECS[kind], rec)
+    kind = rec[file_format.RECORD]
+    fields = _text_fields(file_format.SPECS[kind], rec)
     clean, found = redact_fields(rec, fields)
     changed = bool(found)
     rec.update({f: clean[f] for f in fields})
@@ -81,7 +77,7 @@ def scrub(rec: Record) -> bool:
         rec["redactions"] = sorted({*map(str, rec["redactions"]), *found})
     if kind == "memory":
         for item in rec["history"]:
-            cleaned, hits = redact_fields(item, _text_fields(fmt.HISTORY, item))
+            cleaned, hits = redact_fields(item, _text_fields(file_format.HISTORY, item))
             item.update(cleaned)
             changed = changed or bool(hits)
     return changed
@@ -115,13 +111,13 @@ class _Loader:
                  progress: Progress | None) -> None:
         self.memory = memory
         self.db = memory.db
-        self.by_kind: dict[str, list[Record]] = {k: [] for k in fmt.KINDS}
+        self.by_kind: dict[str, list[Record]] = {k: [] for k in file_format.KINDS}
         self.lines: dict[int, int] = {}  # id(record) -> its line, for a row SQLite refuses
         self.line = 0
         for number, rec in records:
-            self.by_kind[rec[fmt.RECORD]].append(rec)
+            self.by_kind[rec[file_format.RECORD]].append(rec)
             self.lines[id(rec)] = number
-        self.counts = {k: {"added": 0, "skipped": 0} for k in fmt.KINDS}
+        self.counts = {k: {"added": 0, "skipped": 0} for k in file_format.KINDS}
         self.history_added = 0
         self.progress = progress
         self.done, self.total = 0, len(records)
@@ -142,8 +138,8 @@ class _Loader:
 
     @staticmethod
     def _row(kind: str, rec: Record, skip: tuple[str, ...] = ()) -> dict[str, Any]:
-        spec = fmt.SPECS[kind]
-        return {f: fmt.to_column(kind, f, spec[f], rec[f]) for f in spec
+        spec = file_format.SPECS[kind]
+        return {f: file_format.to_column(kind, f, spec[f], rec[f]) for f in spec
                 if f not in skip and spec[f] != "history"}
 
     def run(self) -> None:
@@ -154,10 +150,10 @@ class _Loader:
                 raise
             # e.g. a value outside a column's CHECK list
             reason = str(exc).split(": ", 1)[-1]
-            raise fmt.FormatError(self.line, f"cannot be stored ({reason})") from None
+            raise file_format.FormatError(self.line, f"cannot be stored ({reason})") from None
 
     def _run(self) -> None:
-        sql.defer_foreign_keys(self.db)
+        portable_sql.defer_foreign_keys(self.db)
         fresh = self._sessions()
         self._events(fresh)
         self._artifacts()
@@ -173,61 +169,64 @@ class _Loader:
         fresh = set()
         for rec in map(self._at, self.by_kind["session"]):
             key = {"tenant_id": rec["tenant_id"], "session_id": rec["session_id"]}
-            added = not sql.exists(self.db, "sessions", key)
+            added = not portable_sql.exists(self.db, "sessions", key)
             if added:
-                sql.insert_row(self.db, "sessions", self._row("session", rec))
+                portable_sql.insert_row(self.db, "sessions", self._row("session", rec))
                 fresh.add((rec["tenant_id"], rec["session_id"]))
             self._count("session", added)
         return fresh
 
     def _events(self, fresh: set[tuple[str, str]]) -> None:
         for rec in map(self._at, self.by_kind["event"]):
-            found = ev.existing_event(self.db, rec["event_id"], rec["content_hash"])
+            found = events.existing_event(self.db, rec["event_id"], rec["content_hash"])
             if found:
                 self.events[rec["event_id"]] = found
                 self._count("event", False)
                 continue
             check_session_user(self.db, rec["tenant_id"], rec["session_id"], rec["user_id"])
-            sql.insert_row(self.db, "events", self._row("event", rec))
+            portable_sql.insert_row(self.db, "events", self._row("event", rec))
             self.events[rec["event_id"]] = rec["event_id"]
             if rec["session_id"] is not None and (rec["tenant_id"], rec["session_id"]) not in fresh:
                 # A session this import did not bring whole: counted as ingest counts it.
-                ev.touch_session(self.db, rec["tenant_id"], rec["session_id"], rec["user_id"],
+                events.touch_session(self.db, rec["tenant_id"], rec["session_id"], rec["user_id"],
                                  rec["ts"])
             self._count("event", True)
 
     def _artifacts(self) -> None:
         for rec in map(self._at, self.by_kind["artifact"]):
-            added = not sql.exists(self.db, "artifacts", {"artifact_id": rec["artifact_id"]})
+            added = not portable_sql.exists(
+                self.db, "artifacts", {"artifact_id": rec["artifact_id"]}
+            )
             if added:
                 row = self._row("artifact", rec, skip=("body_encoding",))
                 row["event_id"] = self.events.get(rec["event_id"])
                 if row["event_id"] is None:
-                    raise fmt.FormatError(self.line, "an artifact of an event the file does not "
-                                                     "hold")
+                    raise file_format.FormatError(
+                        self.line, "an artifact of an event the file does not hold"
+                    )
                 if rec["body_encoding"] == "base64":
                     row["body"] = base64.b64decode(rec["body"])
                 elif rec["body_encoding"] == "utf-8":
                     row["body"] = rec["body"].encode("utf-8")
-                sql.insert_row(self.db, "artifacts", row)
+                portable_sql.insert_row(self.db, "artifacts", row)
             self._count("artifact", added)
 
     def _consolidations(self) -> None:
         for rec in map(self._at, self.by_kind["consolidation"]):
             key = {"tenant_id": rec["tenant_id"], "session_id": rec["session_id"]}
-            added = not sql.exists(self.db, "session_consolidation", key)
+            added = not portable_sql.exists(self.db, "session_consolidation", key)
             if added:
                 row = self._row("consolidation", rec, skip=("last_event_id",))
                 last = rec["last_event_id"]
-                row["last_seq"] = sql.event_seq(self.db, self.events.get(last, last)) or 0
-                sql.insert_row(self.db, "session_consolidation", row)
+                row["last_seq"] = portable_sql.event_seq(self.db, self.events.get(last, last)) or 0
+                portable_sql.insert_row(self.db, "session_consolidation", row)
             self._count("consolidation", added)
 
     def _allocate(self, kind: str, table: str, todo: list[Record]) -> None:
         """Keep each file id free in the target; give the others ids above both sides'."""
         wanted = [r["id"] for r in todo]
-        taken = sql.taken_ids(self.db, table, wanted)
-        following = max([sql.max_id(self.db, table), *wanted]) + 1
+        taken = portable_sql.taken_ids(self.db, table, wanted)
+        following = max([portable_sql.max_id(self.db, table), *wanted]) + 1
         used: set[int] = set()
         for rec in map(self._at, todo):
             new = rec["id"]
@@ -255,7 +254,7 @@ class _Loader:
     def _memories(self) -> None:
         todo = []
         # Memories not cut from an event, by natural key: one read, not a scan per memory.
-        derived = sql.derived_memory_keys(self.db) if any(
+        derived = portable_sql.derived_memory_keys(self.db) if any(
             r["event_id"] is None for r in self.by_kind["memory"]) else {}
         for rec in map(self._at, self.by_kind["memory"]):
             rec["event_id"] = self.events.get(rec["event_id"], rec["event_id"])
@@ -263,7 +262,9 @@ class _Loader:
                 found = derived.get((rec["tenant_id"], rec["kind"], rec["created_at"],
                                      rec["content"]))
             else:
-                found = sql.episode_id(self.db, rec["event_id"], rec["chunk_index"], rec["kind"])
+                found = portable_sql.episode_id(
+                    self.db, rec["event_id"], rec["chunk_index"], rec["kind"]
+                )
             if found is not None:
                 self.ids["memory"][rec["id"]] = found
                 self._count("memory", False)
@@ -274,20 +275,20 @@ class _Loader:
             rec["source_ids"] = self._sources(rec["source_ids"])
             row = self._row("memory", rec)
             row["id"] = self.ids["memory"][rec["id"]]
-            row["event_seq"] = sql.event_seq(self.db, rec["event_id"])
-            sql.insert_row(self.db, "memories", row)
+            row["event_seq"] = portable_sql.event_seq(self.db, rec["event_id"])
+            portable_sql.insert_row(self.db, "memories", row)
             for item in rec["history"]:
-                hist = {f: fmt.to_column("history", f, fmt.HISTORY[f], item[f])
-                        for f in fmt.HISTORY}
+                hist = {f: file_format.to_column("history", f, file_format.HISTORY[f], item[f])
+                        for f in file_format.HISTORY}
                 hist.update(memory_id=row["id"], old_ref=self._ref(item["old_ref"]),
                             new_ref=self._ref(item["new_ref"]),
                             event_id=self.events.get(item["event_id"], item["event_id"]))
-                sql.insert_row(self.db, "history", hist)
+                portable_sql.insert_row(self.db, "history", hist)
                 self.history_added += 1
             self.added_memories.append((row["id"], rec))
             self._count("memory", True)
         ids = [mid for mid, _ in self.added_memories]
-        sql.index_lexical(self.db, ids)
+        portable_sql.index_lexical(self.db, ids)
         now = utcnow()
         cache: dict[tuple[str, str, str], int] = {}
         aliases: set[tuple[str, int]] = set()
@@ -295,12 +296,12 @@ class _Loader:
         for mid, rec in self.added_memories:
             if rec["sensitivity"] == "high":
                 continue  # entity names and change-log lines are plain text: never a `high` one's
-            mem.link_entities(self.db, mid, extract_entities(rec["content"]), now,
+            memories.link_entities(self.db, mid, extract_entities(rec["content"]), now,
                               ids=cache, aliases=aliases, tenant_id=rec["tenant_id"])
-            key = mem.thread_key(rec["tenant_id"], rec["user_id"], rec["session_id"])
+            key = memories.thread_key(rec["tenant_id"], rec["user_id"], rec["session_id"])
             threads.setdefault(key, []).append(("created", mid, rec["content"]))
         for key, changes in threads.items():  # an agent's next delta bundle sees them
-            mem.bump_revision(self.db, key, changes)
+            memories.bump_revision(self.db, key, changes)
 
     def _relations(self) -> None:
         for rec in map(self._at, self.by_kind["relation"]):
@@ -308,18 +309,20 @@ class _Loader:
             row["src_id"], row["dst_id"] = (self._map_memory(rec["src_id"], keep=False),
                                             self._map_memory(rec["dst_id"], keep=False))
             if row["src_id"] is None or row["dst_id"] is None:
-                raise fmt.FormatError(self.line, "a relation to a memory the file does not hold")
+                raise file_format.FormatError(
+                    self.line, "a relation to a memory the file does not hold"
+                )
             key = {k: row[k] for k in ("src_id", "dst_id", "kind")}
-            added = not sql.exists(self.db, "relations", key)
+            added = not portable_sql.exists(self.db, "relations", key)
             if added:
-                sql.insert_row(self.db, "relations", row)
+                portable_sql.insert_row(self.db, "relations", row)
             self._count("relation", added)
 
     def _ledger(self, kind: str, table: str, text_field: str) -> None:
         todo = []
         for rec in map(self._at, self.by_kind[kind]):
             rec["memory_id"] = self._map_memory(rec["memory_id"], keep=False)
-            found = sql.ledger_by_key(self.db, table, rec, text_field)
+            found = portable_sql.ledger_by_key(self.db, table, rec, text_field)
             if found is not None:
                 self.ids[kind][rec["id"]] = found
                 self._count(kind, False)
@@ -332,13 +335,13 @@ class _Loader:
             for field in ("supersedes", "superseded_by"):  # foreign keys: mapped or none
                 if field in row and row[field] is not None:
                     row[field] = self.ids[kind].get(row[field])
-            sql.insert_row(self.db, table, row)
+            portable_sql.insert_row(self.db, table, row)
             self._count(kind, True)
 
     def _proposals(self) -> None:
         todo = []
         for rec in map(self._at, self.by_kind["proposal"]):
-            found = sql.proposal_by_key(self.db, rec)
+            found = portable_sql.proposal_by_key(self.db, rec)
             if found is not None:
                 self.ids["proposal"][rec["id"]] = found
                 self._count("proposal", False)
@@ -351,15 +354,15 @@ class _Loader:
             row["id"] = self.ids["proposal"][rec["id"]]
             row["memory_id"] = self._map_memory(rec["memory_id"])
             row["old_memory_id"] = self._map_memory(rec["old_memory_id"])
-            sql.insert_row(self.db, "proposals", row)
+            portable_sql.insert_row(self.db, "proposals", row)
             self._count("proposal", True)
 
     def _checkpoints(self) -> None:
         for rec in map(self._at, self.by_kind["checkpoint"]):
             key = {k: rec[k] for k in ("tenant_id", "user_id", "thread_id")}
-            added = not sql.exists(self.db, "checkpoints", key)
+            added = not portable_sql.exists(self.db, "checkpoints", key)
             if added:
-                sql.insert_row(self.db, "checkpoints", self._row("checkpoint", rec))
+                portable_sql.insert_row(self.db, "checkpoints", self._row("checkpoint", rec))
             self._count("checkpoint", added)
 
 
@@ -367,18 +370,18 @@ def _embed_forgotten(memory: MemoryHandle, ids: list[int]) -> int:
     """Vectors (and sparse terms) for imported soft-deleted memories too, as the source had
     them: `memcli restore` does not embed, so without these a restored one would miss the
     dense leg."""
-    rows = sql.unembedded_forgotten(memory.db, ids)
+    rows = portable_sql.unembedded_forgotten(memory.db, ids)
     if not rows or memory.embedder is None:
         return 0
     texts = [text for _, text in rows]
     matrix = memory.embedder.embed_documents(texts).astype("float32")
     encoded = memory.sparse.encode_documents(texts) if memory.sparse is not None else None
     with memory.db.transaction():
-        vec.insert_vectors(memory.db, [(mid, v.tobytes()) for (mid, _), v
+        vectors.insert_vectors(memory.db, [(mid, v.tobytes()) for (mid, _), v
                                        in zip(rows, matrix, strict=True)])
         if encoded is not None and memory.sparse is not None:
-            sparse_sql.record_vocab(memory.db, memory.sparse.vocab_hash)
-            sparse_sql.insert_postings(memory.db, [(mid, terms) for (mid, _), terms
+            sparse.record_vocab(memory.db, memory.sparse.vocab_hash)
+            sparse.insert_postings(memory.db, [(mid, terms) for (mid, _), terms
                                                    in zip(rows, encoded, strict=True)])
     return len(rows)
 
@@ -388,7 +391,7 @@ def check_tenants(records: list[tuple[int, Record]], tenant_id: str) -> None:
     for number, rec in records:
         if rec.get("tenant_id", tenant_id) != tenant_id:
             raise UsageError(f"line {number}: a row of tenant {rec['tenant_id']!r}, not "
-                             f"{tenant_id!r}", "give --tenant, or --all-tenants to load every "
+                             f"{tenant_id!r}", "give --tenant-id, or --all-tenants to load every "
                              "tenant of the file")
 
 
@@ -441,7 +444,7 @@ def load_parsed(memory: MemoryHandle, head: dict[str, Any], records: list[tuple[
     if defer_embed and loader.added_memories:
         notes.append("embeddings deferred: run `memcli embed` to compute them")
     return {
-        "format": fmt.FORMAT, "version": head["version"],
+        "format": file_format.FORMAT, "version": head["version"],
         "tenants": sorted({rec["tenant_id"] for _, rec in records if "tenant_id" in rec}),
         "counts": loader.counts,
         "added": sum(c["added"] for c in loader.counts.values()),

@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Collection
 from typing import TYPE_CHECKING
 
-from memcli.store import search_sql as sql
+from memcli.store import search_sql
 
 if TYPE_CHECKING:
     from memcli.store.connection import Database
@@ -37,5 +37,7 @@ def recent_leg(db: Database, filters: Filters, limit: int, exclude: Collection[i
                ) -> dict[str, list[tuple[int, float]]]:
     """The `recent` leg: the newest `limit` memories in scope, scored 1/rank; `exclude`d ones
     (a bundle's recent window, already shown) left out."""
-    ids = [i for i in sql.recent(db, filters, limit + len(exclude)) if i not in exclude][:limit]
+    ids = [i for i in search_sql.recent(db, filters, limit + len(exclude)) if i not in exclude][
+        :limit
+    ]
     return {RECENT_LEG: [(mid, 1.0 / rank) for rank, mid in enumerate(ids, start=1)]}

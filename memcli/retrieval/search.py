@@ -36,8 +36,7 @@ from memcli.retrieval.stages import (
     Candidate,
     RankContext,
 )
-from memcli.store import backlog
-from memcli.store import search_sql as sql
+from memcli.store import backlog, search_sql
 from memcli.store import sparse as sparse_sql
 from memcli.store.filters import Filters
 from memcli.store.memories import get_memories
@@ -197,21 +196,26 @@ def run_legs(db: Database, embedder: Embedder | None, text: str, filters: Filter
         query = qtext.lexical_query(text)
         if query.terms and reader is not None and weights.get("lexical", 0) > 0:
             lexical_on_reader = _worker("sql", "sql").submit(measured, "lexical", lambda: (
-                sql.lexical(reader, query, filters, n, settings.context_weight)))
+                search_sql.lexical(reader, query, filters, n, settings.context_weight)))
         elif query.terms:
-            timed("lexical", lambda: sql.lexical(db, query, filters, n, settings.context_weight))
+            timed(
+                "lexical",
+                lambda: search_sql.lexical(db, query, filters, n, settings.context_weight),
+            )
         if query.grams:
-            timed("trigram", lambda: sql.trigram(db, query, filters, n))
+            timed("trigram", lambda: search_sql.trigram(db, query, filters, n))
         keys = query_entity_keys(text)
         # How many memories the scope holds (an upper bound from the scope index, counting
         # stops at the cap): the entity, sparse and dense legs pick their query plan by it.
         # Counted once, only if one of them runs.
         scope_rows = 0
         if (keys and weights.get("entity", 0) > 0) or use_sparse or use_dense:
-            scope_rows = sql.estimate_scope(db, filters, cap=sql.SCOPE_COUNT_CAP)
-        small_scope = scope_rows <= sql.SMALL_SCOPE
+            scope_rows = search_sql.estimate_scope(db, filters, cap=search_sql.SCOPE_COUNT_CAP)
+        small_scope = scope_rows <= search_sql.SMALL_SCOPE
         if keys:
-            timed("entity", lambda: sql.entity(db, keys, filters, n, small_scope=small_scope))
+            timed(
+                "entity", lambda: search_sql.entity(db, keys, filters, n, small_scope=small_scope)
+            )
         if sparse_vec is not None:
             def sparse_leg() -> list[tuple[int, float]]:
                 # The highest memory id bounds the memory count from above and costs one b-tree
@@ -224,7 +228,7 @@ def run_legs(db: Database, embedder: Embedder | None, text: str, filters: Filter
         if dense_vec is not None:
             def dense() -> list[tuple[int, float]]:
                 vector = dense_vec.result()
-                return sql.dense(db, vector.astype("float32").tobytes(), filters, n,
+                return search_sql.dense(db, vector.astype("float32").tobytes(), filters, n,
                                  scope_rows=scope_rows)
             timed("dense", dense)
         if lexical_on_reader is not None:

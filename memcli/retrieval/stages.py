@@ -21,7 +21,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from memcli.retrieval import dates
-from memcli.store import search_sql as sql
+from memcli.store import search_sql
 
 if TYPE_CHECKING:
     from memcli.config import RetrievalSettings
@@ -79,14 +79,14 @@ def neighbours(cands: list[Candidate], ctx: RankContext) -> list[Candidate]:
     _shift(cands)
     # Every candidate is linked to its neighbours (a weak match next to a strong one gains),
     # but only the top ones bring neighbours that matched nothing into the pool.
-    links = sql.session_neighbours(ctx.db, [c.id for c in cands], ctx.filters)
+    links = search_sql.session_neighbours(ctx.db, [c.id for c in cands], ctx.filters)
     top = sorted(cands, key=lambda c: -c.fused)[: ctx.settings.neighbour_pool]
     pool = {c.id: c for c in cands}
     new_ids = {n for c in top for n in links.get(c.id, ()) if n is not None and n not in pool}
     for mid in new_ids:
         pool[mid] = Candidate(mid)
     if new_ids:
-        links.update(sql.session_neighbours(ctx.db, list(new_ids), ctx.filters))
+        links.update(search_sql.session_neighbours(ctx.db, list(new_ids), ctx.filters))
     base = {mid: c.fused for mid, c in pool.items()}
     for mid, cand in pool.items():
         prev_id, next_id = links.get(mid, (None, None))

@@ -1,14 +1,15 @@
 """The service layer: `memcli serve`, one warm process per database, and its clients.
 
-- `paths`   where a daemon's sockets, lock and pidfile live (standard library only)
-- `client`  the CLI's client: forwards a command line and fds 0-2 to a running daemon
-            (standard library only: it runs before anything heavy is imported)
-- `daemon`  `memcli serve`'s main process: lock/pidfile, model warm-up, signals, idle exit,
-            shutdown; one select loop on one thread, so that it can fork
-- `server`  the daemon's CLI socket: one forked process per forwarded command
-- `worker`  that process: becomes the caller's (environment, folder, stdio), runs the command
-            through the runner the CLI gave the daemon
-- `web`     the daemon's HTTP process (uvicorn on a unix socket, and TCP with `--port`) and
-            what it holds open for the database (`holder`)
-- `http`, `auth`, `api`   the HTTP API and its tokens (`mcp`: the MCP server)
+- `daemon/`   the daemon apart from HTTP: where it listens (`paths`), the CLI's client that
+              forwards a command to it and starts one when none answers (`client`,
+              `autostart`; standard library only), its main process (`main_process`), the CLI
+              socket and the forked process of each command (`server`, `worker`), what it loads
+              before forking (`warm`), the background indexer (`indexer`), and the process that
+              serves HTTP (`http_process`)
+- `http/`     the HTTP API: the FastAPI app (`fastapi_app`), its routes (`routes`) and what every
+              route does around its operation (`api_route`), tokens (`auth`), the body limit
+              (`limits`)
+- `api`, `typed_ops`   the operations HTTP, MCP and the hooks share; `schemas` their answers
+- `mcp_server`, `mcp_tools`   the MCP server (stdio, or over HTTP under /mcp) and its tools
+- `holder`    what a long-lived server holds open for its database; `hooks` the agent hooks
 """

@@ -14,7 +14,7 @@ import os
 from typing import Any
 
 from memcli.core.locations import is_postgres
-from memcli.store.location import open_database, server_location
+from memcli.store.opener import open_database, server_location
 from memcli.store.sqlite.writers import KeepOpen, checkpoint_wal
 
 CHECKPOINT_WAIT = 5.0  # seconds the exit's WAL checkpoint may wait for other connections

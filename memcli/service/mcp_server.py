@@ -10,9 +10,9 @@ report:
   `--tools all` or a list. The tools themselves, their input and output models, are
   memcli.service.mcp_tools.
 - Identity is the server's: the scope (tenant, user, agent, app) comes from flags, env, or for
-  HTTP a token/header bound by memcli.service.http, never from tool arguments. An argument
-  naming another scope is refused (isError), never answered from the other scope; every result
-  carries `scope`, the scope that answered.
+  HTTP a token/header bound by memcli.service.http.fastapi_app, never from tool arguments. An
+  argument naming another scope is refused (isError), never answered from the other scope; every
+  result carries `scope`, the scope that answered.
 - Errors are tool errors (`isError: true` with the CLI's one-line message), never a success
   holding an error text. An argument a tool does not take is such an error, naming it.
 - Forgiving arguments (`normalise`): common aliases (`text`/`q` for `query`, `k`/`limit` for
@@ -143,8 +143,8 @@ def run_stdio(settings: Settings, scope: Binding, tools: tuple[str, ...] | None 
 def http_routes(settings: Settings, service: Service, tools: tuple[str, ...] | None = None, *,
                 caller: Callable[[Any], Binding | None] | None = None,
                 path: str = "/mcp", allowed_hosts: tuple[str, ...] = ()) -> tuple[list[Any], Any]:
-    """The MCP endpoint of an HTTP app (memcli.service.http): `(routes, lifespan)`. Add the
-    routes to the app and enter `lifespan()` in the app's lifespan (it runs the SDK's session
+    """The MCP endpoint of an HTTP app (memcli.service.http.fastapi_app): `(routes, lifespan)`. Add
+    the routes to the app and enter `lifespan()` in the app's lifespan (it runs the SDK's session
     manager). Stateless, JSON responses: every POST is answered in its own response, so a
     stdio bridge (`memcli mcp` forwarding to a daemon) maps one line to one request.
 

@@ -2,8 +2,8 @@
 
 The answers are built by the same functions as the CLI's JSON (memcli.operations, memcli.ledger,
 memcli.lifecycle, memcli.acb) as dicts; the HTTP app checks each answer against its route's
-model before sending it, unchanged (memcli.service.http), so the published schema is what a
-client gets. Models list the fields every answer carries; `extra="allow"` where an answer may
+model before sending it, unchanged (memcli.service.http.fastapi_app), so the published schema is
+what a client gets. Models list the fields every answer carries; `extra="allow"` where an answer may
 carry more than is listed (a bundle's items, an ingest report's ledger rows), so a field added
 to an answer is documented by adding it here, never lost on the way out.
 

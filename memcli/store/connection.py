@@ -5,7 +5,7 @@ Two classes provide it: SQLite's (memcli.store.sqlite.connection.Database, over 
 PostgreSQL's (memcli.store.postgres.connection.PgDatabase, over psycopg). Neither names this
 Protocol: it describes the surface they share, so that a store module annotated with it uses
 nothing one engine lacks (an engine's own connection, `conn`, stays inside its package and
-its Backend). Both are opened by memcli.store.location.open_database.
+its Backend). Both are opened by memcli.store.opener.open_database.
 
 SQL passed to these methods is portable (`?` and `:name` placeholders; the engine's spelling of
 what differs comes from `dialect` and `backend`). Rows come back as tuples, `query`/`stream`

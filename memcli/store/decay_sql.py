@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from memcli.store import memories as mem
+from memcli.store import memories
 from memcli.store.batching import chunks, marks
 from memcli.store.purge_sql import delete_everything
 
@@ -155,10 +155,10 @@ def apply_plan(
         db.execute("DROP TABLE IF EXISTS decay_plan")
     threads: dict[str, list[tuple[str, int | None, str]]] = {}
     for row in changed:
-        key = mem.thread_key(row["tenant_id"], row["user_id"], row["session_id"])
+        key = memories.thread_key(row["tenant_id"], row["user_id"], row["session_id"])
         threads.setdefault(key, []).append(("soft_deleted", row["id"], row["content"]))
     for key, changes in threads.items():
-        mem.bump_revision(db, key, changes)
+        memories.bump_revision(db, key, changes)
     db.set_meta(LAST_RUN_KEY, params["now"])
     return {"touched": decayed, "changed": [(r["id"], r["action"]) for r in changed]}
 
@@ -178,7 +178,7 @@ def purge_memories(db: Database, ids: list[int], now: str) -> None:
     """Hard-delete memories (their events stay: they are the ground truth); history keeps ids."""
     scopes: dict[int, dict[str, Any]] = {}
     for part in chunks(ids, 500):
-        scopes.update(mem.get_memories(db, part))
+        scopes.update(memories.get_memories(db, part))
     delete_everything(db, [], ids, {})
     db.executemany(
         "INSERT INTO history (memory_id, op, old_ref, actor, tenant_id, user_id, session_id,"

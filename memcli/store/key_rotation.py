@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from memcli.errors import UsageError
 from memcli.policy.encryption import Key, new_key, write_key_file
-from memcli.store import sealing as crypto_sql
+from memcli.store import sealing
 from memcli.store.postgres.tenant_roles import refuse_bound
 
 if TYPE_CHECKING:
@@ -25,15 +25,15 @@ if TYPE_CHECKING:
 def status(db: Database) -> dict[str, Any]:
     """Where the key comes from, its id, how many values are encrypted and whether they all
     decrypt with it."""
-    path = crypto_sql.key_file_path()
-    key = crypto_sql.load_key(create=False)
+    path = sealing.key_file_path()
+    key = sealing.load_key(create=False)
     out: dict[str, Any] = {
         "source": key.source if key is not None else None,
         "key_file": str(path),
         "key_file_exists": path.exists(),
         "key_id": key.id if key is not None else None,
     }
-    out.update(crypto_sql.status(db, key))
+    out.update(sealing.status(db, key))
     out["key_matches"] = (None if key is None or out["database_key_id"] is None
                           else key.id == out["database_key_id"])
     pending = path.with_name(path.name + ".new")
@@ -44,7 +44,7 @@ def status(db: Database) -> dict[str, Any]:
 
 def rotate(db: Database) -> dict[str, Any]:
     refuse_bound(db, "key rotate")
-    old = crypto_sql.load_key(create=False)
+    old = sealing.load_key(create=False)
     if old is None:
         raise UsageError("there is no encryption key to rotate",
                          "a key is created when the first `high` item is stored")
@@ -52,16 +52,16 @@ def rotate(db: Database) -> dict[str, Any]:
         raise UsageError("the key comes from MEMCLI_KEY: rotation replaces a key file",
                          "put the key in a file and point MEMCLI_KEY_FILE at it, or unset "
                          "MEMCLI_KEY")
-    stored = db.get_meta(crypto_sql.META_KEY_ID)
+    stored = db.get_meta(sealing.META_KEY_ID)
     if stored is not None and stored != old.id:
         db.crypto.check(old)  # the one-line wrong-key error
-    path = crypto_sql.key_file_path()
+    path = sealing.key_file_path()
     pending = path.with_name(path.name + ".new")
     new = Key(new_key(), str(path))
     write_key_file(pending, new.raw, replace=True)
     try:
         with db.transaction():
-            count = crypto_sql.reseal_all(db, old, new)
+            count = sealing.reseal_all(db, old, new)
     except BaseException:
         pending.unlink(missing_ok=True)
         raise

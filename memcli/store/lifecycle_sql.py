@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
-from memcli.store import memories as mem
+from memcli.store import memories
 from memcli.store.batching import chunks, marks
 from memcli.store.sealing import high_memory_ids, seal_json_if, session_has_high
 
@@ -228,14 +228,14 @@ def merge_into(
     meta: dict[str, Any],
 ) -> None:
     """A near-duplicate joins an existing memory: its sources are cited, confidence renewed."""
-    row = mem.get_memories(db, [target_id])[target_id]
+    row = memories.get_memories(db, [target_id])[target_id]
     cited = json.loads(row["source_ids"] or "[]")
     cited += [s for s in sources if s not in cited]
     db.execute(
         "UPDATE memories SET source_ids = ?, confidence = 1.0, updated_at = ? WHERE id = ?",
         (json.dumps(cited, ensure_ascii=False), now, target_id),
     )
-    mem.add_history(
+    memories.add_history(
         db,
         target_id,
         "MERGE",

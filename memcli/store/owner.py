@@ -15,10 +15,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from memcli.errors import NotFoundError
-from memcli.store import events as ev
-from memcli.store import ledger_sql as lsql
-from memcli.store import memories as mem
-from memcli.store import proposals_sql as psql
+from memcli.store import events, ledger_sql, memories, proposals_sql
 from memcli.store.history import list_history
 
 if TYPE_CHECKING:
@@ -60,7 +57,7 @@ class Owner:
 
 def memory(db: Database, memory_id: int, owner: Owner) -> dict[str, Any]:
     """The memory `memory_id` (every column), or NotFoundError."""
-    row = mem.get_memories(db, [memory_id]).get(memory_id)
+    row = memories.get_memories(db, [memory_id]).get(memory_id)
     if row is None or not owner.holds(row, (row["category"],)):
         raise NotFoundError(f"no memory with id {memory_id}")
     return row
@@ -70,7 +67,7 @@ def check_trail(db: Database, memory_id: int, owner: Owner) -> None:
     """NotFoundError unless memory `memory_id` is the owner's, or (a memory purged since) has
     history rows in the owner's tenant and user: its audit trail is the owner's to read. An
     owner bound to an app or categories sees only trails of memories it can still see."""
-    row = mem.get_memories(db, [memory_id]).get(memory_id)
+    row = memories.get_memories(db, [memory_id]).get(memory_id)
     if row is not None and owner.holds(row, (row["category"],)):
         return
     narrower = owner.app_id is not None or owner.categories is not None or owner.hidden
@@ -81,16 +78,18 @@ def check_trail(db: Database, memory_id: int, owner: Owner) -> None:
 
 
 def decision(db: Database, decision_id: int, owner: Owner) -> dict[str, Any]:
-    return _held(lsql.get_decision(db, decision_id), owner, DECISION_CATEGORY,
+    return _held(ledger_sql.get_decision(db, decision_id), owner, DECISION_CATEGORY,
                  f"no decision with id {decision_id}")
 
 
 def task(db: Database, task_id: int, owner: Owner) -> dict[str, Any]:
-    return _held(lsql.get_task(db, task_id), owner, TASK_CATEGORY, f"no task with id {task_id}")
+    return _held(
+        ledger_sql.get_task(db, task_id), owner, TASK_CATEGORY, f"no task with id {task_id}"
+    )
 
 
 def proposal(db: Database, proposal_id: int, owner: Owner) -> dict[str, Any]:
-    return _held(psql.get_proposal(db, proposal_id), owner, PROPOSAL_CATEGORY,
+    return _held(proposals_sql.get_proposal(db, proposal_id), owner, PROPOSAL_CATEGORY,
                  f"no proposal with id {proposal_id}")
 
 
@@ -108,8 +107,8 @@ def artifact(db: Database, artifact_id: str, owner: Owner) -> tuple[dict[str, An
     """(the kept output of a truncated tool result, its event), or (None, the event) for an
     event of kind `artifact` named by its event id; NotFoundError otherwise. Its categories
     are those of the memories cut from its event."""
-    kept = ev.get_artifact(db, artifact_id)
-    found = ev.get_events(db, [kept["event_id"] if kept is not None else artifact_id])
+    kept = events.get_artifact(db, artifact_id)
+    found = events.get_events(db, [kept["event_id"] if kept is not None else artifact_id])
     event = found[0] if found else None
     if event is not None and (kept is not None or event["kind"] == "artifact"):
         cut = db.query("SELECT DISTINCT category FROM memories WHERE event_id = ?",

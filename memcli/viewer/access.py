@@ -1,6 +1,6 @@
 """Who calls a page, and whether a form post is theirs.
 
-The pages follow the HTTP API's token rules (memcli.service.auth, handed in as `check`): on the
+The pages follow the HTTP API's token rules (memcli.service.http.auth, handed in as `check`): on the
 daemon's 0600 Unix socket, or on a loopback port served with `--no-token`, the caller is the
 unbound operator; on `--port` a token is required. A browser cannot send an `Authorization`
 header by itself, so a token gets in once, through a login:
@@ -74,7 +74,7 @@ class TooManyLogins(NotAllowedError):
 
 @dataclass
 class Session:
-    binding: Any  # the token (memcli.service.auth.Token) it logged in with
+    binding: Any  # the token (memcli.service.http.auth.Token) it logged in with
     expires: float = 0.0
 
 

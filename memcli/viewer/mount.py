@@ -1,5 +1,5 @@
-"""The pages' routes for `memcli serve`'s app: memcli.service.http.build_app mounts them under
-/ui behind the app's Host check (they are not part of /openapi.json)."""
+"""The pages' routes for `memcli serve`'s app: memcli.service.http.fastapi_app.build_app mounts
+them under /ui behind the app's Host check (they are not part of /openapi.json)."""
 
 from __future__ import annotations
 

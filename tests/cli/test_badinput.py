@@ -93,7 +93,7 @@ def test_file_with_invalid_utf8_keeps_its_good_records(env, tmp_path):
 @pytest.mark.parametrize("args,stdin", [
     (["query", "-"], b"kiwi \xff"),
     (["query", "kiwi \udcff"], None),  # argv bytes that are not UTF-8 arrive as surrogates
-    (["query", "kiwi", "--session", "s\udcff"], None),
+    (["query", "kiwi", "--session-id", "s\udcff"], None),
     (["query", "kiwi", "--updated-after", "0001-01-01T00:00:00+01:00"], None),
     (["acb", "build", "-"], b'{"query": "kiwi \xff"}'),
     (["acb", "build", "-"], b'{"query": ' + b"[" * 1000 + b"]" * 1000 + b"}"),
@@ -112,7 +112,7 @@ def test_query_and_acb_bad_input_is_a_usage_error(env, args, stdin):
 
 @pytest.mark.parametrize("args", [
     ["remember", "-"],
-    ["checkpoint", "save", "-", "--user", "u1", "--thread", "t1"],
+    ["checkpoint", "save", "-", "--user-id", "u1", "--thread-id", "t1"],
 ])
 def test_write_commands_reading_stdin_refuse_invalid_utf8(env, args):
     """Text read from stdin goes through the same decoding and check as `query -`."""
@@ -146,7 +146,7 @@ READ_COMMANDS = [
     ["query", "x"], ["acb", "build", "-q", "x"], ["acb", "build"], ["history", "1"],
     ["stats"], ["stats", "--requests"], ["stats", "--usage"], ["artifact", "art_x"],
     ["related", "1"], ["decision", "list"], ["task", "list"],
-    ["checkpoint", "load", "--thread", "t", "--user", "u"], ["proposals", "list"],
+    ["checkpoint", "load", "--thread-id", "t", "--user-id", "u"], ["proposals", "list"],
 ]
 
 

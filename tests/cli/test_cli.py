@@ -145,7 +145,7 @@ def test_runtime_errors_exit_1(cli, stored):
 
 
 def test_error_hint_is_in_parentheses(cli, stored):
-    line = _one_error_line(cli("query", "kiwi", "--agent", "planner", "--category", "tone"), 2)
+    line = _one_error_line(cli("query", "kiwi", "--agent-id", "planner", "--categories", "tone"), 2)
     assert re.fullmatch(r"memcli: error: .+ \(.+\)", line), line
 
 

@@ -143,7 +143,7 @@ def test_a_memory_whose_event_is_gone(cli, filled):
     code, report = doctor(cli)
     fixes = problems(report)
     assert code == 1 and list(fixes) == ["orphans:memories"]
-    assert fixes["orphans:memories"].startswith("memcli purge --memory ")
+    assert fixes["orphans:memories"].startswith("memcli purge --memory-id ")
     for command in fixes["orphans:memories"].split(" && "):
         assert cli(*command.split()[1:]).exit_code == 0
     assert doctor(cli)[0] == 0
@@ -190,8 +190,8 @@ def test_a_dropped_table_is_named_as_damage_with_the_fix(cli, filled):
     """A query on a file whose full-text table was dropped says the database is damaged and
     names doctor and rebuild (it said "unexpected error ... a bug in memcli")."""
     sql(filled, "DROP TABLE memories_fts")
-    for args in (("query", "garden", "--user", "priya"),
-                 ("acb", "build", "--user", "priya", "--query", "garden")):
+    for args in (("query", "garden", "--user-id", "priya"),
+                 ("acb", "build", "--user-id", "priya", "--query", "garden")):
         result = cli(*args)
         assert result.exit_code == 1, result.stderr
         assert result.stderr.startswith("memcli: error: database is damaged: "), result.stderr

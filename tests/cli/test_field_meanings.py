@@ -55,7 +55,7 @@ def test_agent_id_on_query_is_the_asking_agent_and_written_by_the_writer(cli):
     # before, --agent-id kept the planner's own writings and ignored its allowlist.
     assert _ids(cli, "--agent-id", "planner") == ["p1"]
     assert _ids(cli, "--agent-id", "stylist") == ["s1"]
-    line = _usage_error(cli("query", "kiwi", "--agent-id", "planner", "--category", "tone"))
+    line = _usage_error(cli("query", "kiwi", "--agent-id", "planner", "--categories", "tone"))
     assert "agent 'planner' may not read category tone" in line
     # The writing agent is a filter of its own.
     assert _ids(cli, "--written-by", "stylist") == ["s1"]
@@ -107,11 +107,11 @@ def test_importance_outside_zero_to_one_is_refused_naming_the_scale(cli):
 
 def test_a_bundle_budget_above_65000_tokens_is_refused(cli, tmp_path, monkeypatch):
     _seed(cli)
-    line = _usage_error(cli("acb", "build", "-q", "kiwi", "--max-tokens", "1000000"))
+    line = _usage_error(cli("acb", "build", "-q", "kiwi", "--budget-tokens", "1000000"))
     assert "at most 65,000 tokens" in line
     body = {"query_text": "kiwi", "max_tokens": 65001}
     assert "65,000" in _usage_error(cli("acb", "build", "-", input=json.dumps(body)))
-    ok = cli("acb", "build", "-q", "kiwi", "--max-tokens", "65000", "--json")
+    ok = cli("acb", "build", "-q", "kiwi", "--budget-tokens", "65000", "--json")
     assert ok.exit_code == 0 and json.loads(ok.stdout)["budget_tokens"] == 65000
     config = tmp_path / "config.yaml"
     config.write_text("acb:\n  max_tokens: 100000\n", encoding="utf-8")

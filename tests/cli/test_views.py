@@ -12,8 +12,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from memcli.views.export import Scope, parse, render
-from memcli.views.format import KINDS, PREFIX, Item
+from memcli.editable_views.export import Scope, parse, render
+from memcli.editable_views.format import KINDS, PREFIX, Item
 from tests.support.backend import connect, is_pg, rows, stored_bytes
 
 pytestmark = [pytest.mark.usefixtures("fast_cli"), pytest.mark.backends]

@@ -439,7 +439,7 @@ def test_purge_removes_soft_deleted_memories_too(cli, db_path, populated, monkey
 
 
 def test_user_purge_takes_checkpoints_and_thread_state(cli, db_path):
-    from memcli.store.location import open_database
+    from memcli.store.opener import open_database
 
     assert cli("ingest", "--text", "my plan is secret-ish", "--user", "zed",
                "--session", "z1").exit_code == 0

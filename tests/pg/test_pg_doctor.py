@@ -17,7 +17,7 @@ import pytest
 
 from memcli.cli.app import app
 from memcli.health import checks as doctor
-from memcli.store.location import open_database
+from memcli.store.opener import open_database
 from tests.support.cli import CliRunner
 
 pytestmark = pytest.mark.usefixtures("fast_cli")

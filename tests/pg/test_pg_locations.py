@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 
 from memcli.cli.app import app
-from memcli.service import paths
-from memcli.store.location import open_database
+from memcli.service.daemon import paths
+from memcli.store.opener import open_database
 from tests.support.cli import CliRunner
 
 pytestmark = pytest.mark.usefixtures("fast_cli")

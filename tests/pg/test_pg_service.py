@@ -12,7 +12,7 @@ import anyio
 import psycopg
 import pytest
 
-from memcli.service import paths
+from memcli.service.daemon import paths
 from tests.support.daemon import Daemon, daemon_env, last_route, run_client, stop, wait_until
 
 EVENTS = "".join(json.dumps(r) + "\n" for r in [
@@ -53,13 +53,13 @@ def test_cli_routes_to_the_daemon_for_a_url(served, tmp_path: Path) -> None:
     assert json.loads(wrote.stdout)["created"] == ["ev-1", "ev-2"]
     again = run_client(["ingest", "-"], env, routes=routes, stdin=EVENTS)
     assert json.loads(again.stdout)["skipped"] == ["ev-1", "ev-2"]  # idempotent, pooled too
-    found = run_client(["query", "billing deploy", "--user", "priya", "--json"], env,
+    found = run_client(["query", "billing deploy", "--user-id", "priya", "--json"], env,
                        routes=routes)
     assert found.returncode == 0, found.stderr
     assert last_route(routes).startswith("daemon")
     hits = json.loads(found.stdout)
     assert hits and "billing" in hits[0]["text"]
-    bundle = run_client(["acb", "build", "--user", "priya", "--session", "s1", "-q",
+    bundle = run_client(["acb", "build", "--user-id", "priya", "--session-id", "s1", "-q",
                          "when do we deploy?"], env, routes=routes)
     assert bundle.returncode == 0, bundle.stderr
     assert last_route(routes).startswith("daemon")

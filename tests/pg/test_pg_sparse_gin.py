@@ -14,7 +14,7 @@ psycopg = pytest.importorskip("psycopg", reason="PostgreSQL tests: psycopg is no
 
 from memcli.store import sparse as sparse_sql  # noqa: E402
 from memcli.store.filters import Filters  # noqa: E402
-from memcli.store.location import open_database  # noqa: E402
+from memcli.store.opener import open_database  # noqa: E402
 from memcli.store.postgres import sparse as pg_sparse  # noqa: E402
 
 MEMORIES = 12000

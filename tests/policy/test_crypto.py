@@ -143,7 +143,7 @@ def test_without_the_key_high_items_are_left_out(cli, stored, monkeypatch, tmp_p
 
 def test_a_wrong_key_is_a_one_line_error(cli, stored, monkeypatch):
     monkeypatch.setenv("MEMCLI_KEY", base64.b64encode(b"k" * 32).decode())
-    for args in (("query", f"{SECRET} syndrome", "--user", "u1"),
+    for args in (("query", f"{SECRET} syndrome", "--user-id", "u1"),
                  ("ingest", "-")):
         record = ndjson([{"event_id": "h9", "sensitivity": "high", "content": {"text": "x"}}])
         result = cli(*args, input=record if args[0] == "ingest" else None)
@@ -151,7 +151,7 @@ def test_a_wrong_key_is_a_one_line_error(cli, stored, monkeypatch):
         lines = result.stderr.strip().splitlines()
         assert len(lines) == 1 and "not this database's key" in lines[0]
     monkeypatch.setenv("MEMCLI_KEY", "not base64!")
-    result = cli("query", SECRET, "--user", "u1")
+    result = cli("query", SECRET, "--user-id", "u1")
     assert result.exit_code == 2 and "base64 of 32 bytes" in result.stderr
 
 

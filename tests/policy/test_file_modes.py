@@ -105,7 +105,7 @@ def test_the_hooks_log_is_private(cli, tmp_path) -> None:
 
 
 def test_a_token_file_and_every_folder_made_for_it_are_private(tmp_path) -> None:
-    from memcli.service.auth import _generated_token
+    from memcli.service.http.auth import _generated_token
 
     path, created = _generated_token(tmp_path / "config" / "memcli" / "serve.token")
     assert created and mode(path) == 0o600

@@ -58,15 +58,16 @@ def test_an_unlisted_agent_reads_what_a_person_reads_but_restricted_categories(c
     `coder` gets its bundles): every category but the restricted ones, on query and acb build
     alike."""
     _seed(cli)
-    assert cli("remember", "Deploy: build; push", "--procedural", "--user", "priya").exit_code == 0
-    person = json.loads(cli("query", "Priya", "--user", "priya", "--json").stdout)
-    agent = json.loads(cli("query", "Priya", "--user", "priya", "--agent-id", UNLISTED,
+    stored = cli("remember", "Deploy: build; push", "--procedural", "--user-id", "priya")
+    assert stored.exit_code == 0
+    person = json.loads(cli("query", "Priya", "--user-id", "priya", "--json").stdout)
+    agent = json.loads(cli("query", "Priya", "--user-id", "priya", "--agent-id", UNLISTED,
                            "--json").stdout)
     assert {h["category"] for h in agent} == {h["category"] for h in person} == {
         "preferences", "tasks"}
-    line = _one_line(cli("query", "deploy", "--agent-id", UNLISTED, "--category", "procedural"))
+    line = _one_line(cli("query", "deploy", "--agent-id", UNLISTED, "--categories", "procedural"))
     assert f"agent {UNLISTED!r} may not read category procedural" in line
-    bundle = cli("acb", "build", "--user", "priya", "--agent-id", "coder", "-q", "Priya",
+    bundle = cli("acb", "build", "--user-id", "priya", "--agent-id", "coder", "-q", "Priya",
                  "--json")
     assert bundle.exit_code == 0, bundle.stderr
     assert "green tea" in bundle.stdout
@@ -76,7 +77,7 @@ def test_without_a_default_entry_an_unlisted_agent_is_refused(cli, tmp_path, mon
     _seed(cli)
     _categories_file(tmp_path, monkeypatch, '  default: ["*"]\n', "")
     for args in (("query", "Priya", "--agent-id", UNLISTED),
-                 ("acb", "build", "--user", "priya", "--agent-id", UNLISTED, "-q", "Priya")):
+                 ("acb", "build", "--user-id", "priya", "--agent-id", UNLISTED, "-q", "Priya")):
         line = _one_line(cli(*args))
         assert f"agent {UNLISTED!r} has no category allowlist" in line
         assert "default:" in line  # the hint says how to grant one
@@ -90,7 +91,7 @@ def test_a_default_entry_grants_unlisted_agents_its_categories(cli, tmp_path, mo
     _categories_file(tmp_path, monkeypatch, 'default: ["*"]', "default: [preferences]")
     hits = json.loads(cli("query", "Priya", "--agent-id", UNLISTED, "--json").stdout)
     assert [h["category"] for h in hits] == ["preferences"]
-    line = _one_line(cli("query", "Priya", "--agent-id", UNLISTED, "--category", "tasks"))
+    line = _one_line(cli("query", "Priya", "--agent-id", UNLISTED, "--categories", "tasks"))
     assert f"agent {UNLISTED!r} may not read category tasks" in line
 
 
@@ -199,8 +200,8 @@ def assigned_categories() -> set[str]:
     """Every category memcli's code files a memory under by itself: `category=` arguments,
     `"category":` keys and `category = ...` assignments with a literal, plus the defaults of
     consolidation's lists and of the facts view."""
+    from memcli.editable_views.format import DEFAULT_CATEGORY
     from memcli.lifecycle.extract import KINDS
-    from memcli.views.format import DEFAULT_CATEGORY
 
     found = {category for _, category in KINDS.values()} | {DEFAULT_CATEGORY}
     for path in Path(memcli.__file__).parent.rglob("*.py"):

@@ -282,7 +282,7 @@ def test_the_corpus_through_the_daemon_cli_http_and_mcp(home):
             assert done.returncode == 0, done.stderr
             assert last_route(routes).startswith("daemon")
             outputs += [done.stdout, done.stderr]
-        from memcli.service import paths
+        from memcli.service.daemon import paths
 
         http_sock = paths.endpoint(str(db), env).http_socket
         wait_for_socket(Path(http_sock), served.proc)

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from memcli.service import client, paths
+from memcli.service.daemon import client, paths
 from tests.support.daemon import start_serve, stop
 from tests.support.sockets import Listener, python_of, second_user, short_tempdir
 from tests.support.trust import memcli_env
@@ -94,7 +94,7 @@ def assert_one_warning(stderr: str, folder: Path, why: str, fix: str) -> None:
 @pytest.fixture
 def fallbacks() -> Iterator[list[Path]]:
     """Runtime folders a test made outside its temporary folders (a long TMPDIR sends them to
-    /tmp: memcli.service.paths.runtime_dir), removed at its end."""
+    /tmp: memcli.service.daemon.paths.runtime_dir), removed at its end."""
     made: list[Path] = []
     yield made
     for folder in made:

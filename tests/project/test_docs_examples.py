@@ -17,7 +17,7 @@ import pytest
 
 import tests.support.cli
 from memcli.cli.app import app
-from memcli.service.client import NO_DAEMON_FLAG
+from memcli.service.daemon.client import NO_DAEMON_FLAG
 
 ROOT = Path(__file__).resolve().parents[2]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]

@@ -347,7 +347,7 @@ def test_the_allowlist_applies_to_every_section(memory):
 
 def test_cli_disallowed_category_exits_2(cli, db_path):
     Memory.open(db_path).close()  # a database to read (a missing one is exit 1)
-    result = cli("acb", "build", "--agent", "planner", "--category", "event", "-q", "x")
+    result = cli("acb", "build", "--agent-id", "planner", "--categories", "event", "-q", "x")
     assert result.exit_code == 2
     assert result.stdout == ""
     assert result.stderr.startswith("memcli: error: agent 'planner' may not read category event")

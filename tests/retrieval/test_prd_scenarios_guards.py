@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from memcli.store.location import open_database
+from memcli.store.opener import open_database
 from tests.support.records import ndjson, turns
 from tests.support.scenarios import (
     API_KEY,

@@ -15,7 +15,7 @@ from memcli.core.tokens import count_tokens
 from memcli.providers.embedders import HashEmbedder
 from memcli.store import memories as mem
 from memcli.store.filters import Filters
-from memcli.store.location import open_database
+from memcli.store.opener import open_database
 from tests.support.backend import is_pg
 from tests.support.records import ndjson, turns
 
@@ -315,7 +315,7 @@ def test_soft_deleted_memories_are_never_returned(cli, corpus, db_path):
 
 
 def test_agent_may_not_ask_for_a_category_outside_its_allowlist(cli, corpus):
-    result = cli("query", "kiwi", "--agent", "planner", "--category", "preferences")
+    result = cli("query", "kiwi", "--agent-id", "planner", "--categories", "preferences")
     assert result.exit_code == 2
     assert result.stdout == ""
     line = result.stderr.strip()
@@ -612,13 +612,13 @@ def test_lexical_leg_on_the_reader_connection_gives_the_same_hits(memory, monkey
     from tests.support.records import turns
 
     seen: list[tuple[str, bool]] = []
-    real = search.sql.lexical
+    real = search.search_sql.lexical
 
     def spy(db, *args, **kwargs):
         seen.append((threading.current_thread().name, db is memory._reader))
         return real(db, *args, **kwargs)
 
-    monkeypatch.setattr(search.sql, "lexical", spy)
+    monkeypatch.setattr(search.search_sql, "lexical", spy)
 
     texts = [f"the zephyr review number {i} with Ines and the budget" for i in range(30)]
     memory.ingest(turns("s1", texts) + turns("s2", ["zephyr budget again", "other"]))

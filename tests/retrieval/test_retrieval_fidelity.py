@@ -118,7 +118,7 @@ def _history(cli, db_path) -> tuple[str, str]:
 
 def test_as_of_reads_what_was_valid_then(cli, db_path):
     before, after = _history(cli, db_path)
-    ask = ("query", "where does Priya live, which editor", "--user", "priya", "--top-k", "50")
+    ask = ("query", "where does Priya live, which editor", "--user-id", "priya", "--top-k", "50")
     march = texts(cli(*ask, "--as-of", "2026-03-01"))
     assert march == ["Priya lives in Lisbon."]  # Madrid came later; both facts even later
     then = texts(cli(*ask, "--as-of", before))
@@ -127,7 +127,7 @@ def test_as_of_reads_what_was_valid_then(cli, db_path):
     now = texts(cli(*ask, "--as-of", after))
     assert "Priya's editor is helix" in now and "Priya's editor is vim" not in now
     assert "Priya's editor is vim" not in texts(cli(*ask))  # no as_of: what is current
-    bundle = cli("acb", "build", "--query", "where does Priya live", "--user", "priya",
+    bundle = cli("acb", "build", "--query", "where does Priya live", "--user-id", "priya",
                  "--as-of", "2026-03-01T12:00:00+01:00", "--json").stdout
     assert "Lisbon" in bundle and "Madrid" not in bundle and "vim" not in bundle
     assert json.loads(bundle)["provenance"]["as_of"] == "2026-03-01T11:00:00.000000Z"

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from memcli.config import load_settings
-from memcli.service import autostart, paths
+from memcli.service.daemon import autostart, paths
 from tests.support.daemon import (
     _CLIENT,
     ROOT,

@@ -1,4 +1,4 @@
-"""Indexing in the background (memcli.ingest.background, memcli.service.indexer), in-process.
+"""Indexing in the background (memcli.ingest.background, memcli.service.daemon.indexer), in-process.
 
 The queue a daemon installs before it forks is installed here on a real pipe: ingest then
 commits events, memories and full-text rows without vectors and writes a wake line; the
@@ -18,7 +18,7 @@ from memcli.config import load_settings
 from memcli.ingest import background
 from memcli.operations.memory import Memory
 from memcli.providers.embedders import HashEmbedder
-from memcli.service import indexer
+from memcli.service.daemon import indexer
 from tests.support.backend import rows
 from tests.support.lifecycle import conversation, extraction, memory_rows
 

@@ -23,8 +23,8 @@ from starlette.testclient import TestClient
 
 from memcli.config import bundled_text, load_settings
 from memcli.service import api
-from memcli.service.auth import load_auth
-from memcli.service.http import build_app
+from memcli.service.http.auth import load_auth
+from memcli.service.http.fastapi_app import build_app
 from tests.support.http_api import NO_SPARSE, OPERATOR, write_token_file
 
 INSIDE = {"tenant_id": "t1", "user_id": "alice", "app_id": "a1", "category": "projects"}

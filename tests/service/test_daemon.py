@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pytest
 
-from memcli.service import paths
+from memcli.service.daemon import paths
 from tests.support.daemon import (
     _CLIENT,
     HEAVY,
@@ -217,7 +217,7 @@ def test_readme_examples_same_through_the_daemon(tmp_path):
     a_routes = routes_a.read_text().splitlines()
     # Every command aimed at the daemon's database went to it; only examples naming another
     # file with --db (export/import between two files) ran in-process, and `memcli mcp ...`,
-    # which is never forwarded (memcli.service.client.NEVER_ROUTED), and what an example runs
+    # which is never forwarded (memcli.service.daemon.client.NEVER_ROUTED), and what an example runs
     # in-process on purpose (`--no-daemon`, `MEMCLI_NO_DAEMON=1`).
     assert set(a_routes) <= {"daemon ", "inprocess other-db", "inprocess"}, a_routes
     in_process = r"\bmemcli mcp\b|\bmemcli --no-daemon\b|MEMCLI_NO_DAEMON=1 memcli\b"
@@ -578,7 +578,7 @@ def test_daemon_with_the_default_models_answers_like_in_process(tmp_path):
     fork (a warning in the log otherwise)."""
     import httpx
 
-    from memcli.service import paths
+    from memcli.service.daemon import paths
 
     db = tmp_path / "d.db"
     env = daemon_env(tmp_path / "home", db, models="default")

@@ -28,7 +28,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from memcli.service import autostart, paths
+from memcli.service.daemon import autostart, paths
 from tests.support.daemon import (
     ROOT,
     Daemon,
@@ -95,7 +95,7 @@ def auto(tmp_path) -> Iterator[tuple[Path, dict[str, str], paths.Endpoint]]:
     env.pop("MEMCLI_AUTOSTART", None)
     Path(env["MEMCLI_CONFIG"]).write_text(NO_SPARSE + "tenant: home-team\n")
     made = subprocess.run([sys.executable, "-m", "memcli", "--no-daemon", "remember",
-                           "seed: the office has a plant", "--user", "ann"], env=env, cwd=ROOT,
+                           "seed: the office has a plant", "--user-id", "ann"], env=env, cwd=ROOT,
                           capture_output=True)
     assert made.returncode == 0, made.stderr
     try:
@@ -128,7 +128,7 @@ def test_an_auto_started_daemon_serves_requests_not_its_starter(auto, tmp_path):
         assert wrote.status_code in (200, 201), wrote.text
         mcp_remember(client, "mcp: the plant sits by the window")
     # A forwarded command still runs with its caller's environment (its own tenant).
-    cli = run_client(["remember", "cli: acme waters the plant on Mondays", "--user", "ann"],
+    cli = run_client(["remember", "cli: acme waters the plant on Mondays", "--user-id", "ann"],
                      {**env, "MEMCLI_TENANT": "acme"}, routes=routes)
     assert cli.returncode == 0, cli.stderr
     assert last_route(routes).startswith("daemon")
@@ -182,12 +182,12 @@ def test_a_config_files_db_is_the_database_of_client_and_daemon(tmp_path):
     default = Path(paths.default_db(env))
     routes = tmp_path / "routes.log"
     try:
-        first = run_client(["remember", "the team meets on Tuesdays", "--user", "ann"], env,
+        first = run_client(["remember", "the team meets on Tuesdays", "--user-id", "ann"], env,
                            routes=routes)
         assert first.returncode == 0, first.stderr
         ep = paths.endpoint(str(team), env)
         assert wait_until(lambda: answers(ep.socket), timeout=90), Path(ep.log).read_text()
-        second = run_client(["query", "when does the team meet", "--user", "ann", "--json"],
+        second = run_client(["query", "when does the team meet", "--user-id", "ann", "--json"],
                             env, routes=routes)
         assert second.returncode == 0, second.stderr
         assert last_route(routes).startswith("daemon")
@@ -237,7 +237,7 @@ def test_a_runtime_folder_not_the_users_is_named_with_its_fix(tmp_path, how, mod
             os.chmod(folder, 0o755)
             why = f"owned by uid {os.getuid()}, mode 0755"
             fix = f"run `chmod 700 {folder}`"
-        done = run_client(["remember", "the folder is checked", "--user", "ann"], env,
+        done = run_client(["remember", "the folder is checked", "--user-id", "ann"], env,
                           routes=tmp_path / "routes.log")
         assert done.returncode == 0, done.stderr
         assert done.stderr.decode().splitlines() == [
@@ -262,12 +262,12 @@ def test_a_runtime_folder_too_long_for_a_socket_still_gets_its_daemon(tmp_path):
     assert not folder.is_relative_to(run) and len(os.fsencode(ep.http_socket)) < paths.SUN_PATH
     routes = tmp_path / "routes.log"
     try:
-        first = run_client(["remember", "the long folder works", "--user", "ann"], env,
+        first = run_client(["remember", "the long folder works", "--user-id", "ann"], env,
                            routes=routes)
         assert first.returncode == 0 and first.stderr == b"", first.stderr
         assert wait_until(lambda: answers(ep.socket), timeout=90), Path(ep.log).read_text()
         assert folder.stat().st_mode & 0o777 == 0o700 and folder.stat().st_uid == os.getuid()
-        second = run_client(["query", "long folder", "--user", "ann", "--json"], env,
+        second = run_client(["query", "long folder", "--user-id", "ann", "--json"], env,
                             routes=routes)
         assert second.returncode == 0 and last_route(routes).startswith("daemon")
         assert "long folder works" in second.stdout.decode()

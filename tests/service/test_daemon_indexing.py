@@ -1,4 +1,5 @@
-"""A real `memcli serve` indexing in the background (memcli/service/indexer.py), on both engines.
+"""A real `memcli serve` indexing in the background (memcli.service.daemon.indexer), on both
+engines.
 
 The indexer is held with SIGSTOP where a test needs a backlog to stay put (then SIGCONT), so
 no assertion depends on how fast it drains. Real daemons and client processes

@@ -1,5 +1,5 @@
 """Cron beside a daemon: `memcli consolidate` and `memcli purge` while the daemon's indexer
-consolidates a session (memcli/service/indexer.py) wait their turn and finish; exit 75 stays
+consolidates a session (memcli/service/daemon/indexer.py) wait their turn and finish; exit 75 stays
 for a lock still held after the wait (`lifecycle.lock_wait`, MEMCLI_LOCK_WAIT).
 
 The indexer's consolidation is made slow by the scripted model (tests/support/llmstub.py): its

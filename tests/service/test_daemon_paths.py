@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from memcli.config import load_settings
-from memcli.service import autostart, paths
+from memcli.service.daemon import autostart, paths
 from tests.support.http_api import serving
 from tests.support.viewer import build_viewer_app
 

@@ -14,8 +14,8 @@ import time
 import pytest
 
 from memcli.errors import UsageError
-from memcli.service.auth import is_loopback, load_auth
-from memcli.service.routes import router
+from memcli.service.http.auth import is_loopback, load_auth
+from memcli.service.http.routes import router
 from tests.support.backend import write_lock_held
 from tests.support.http_api import OPERATOR, T1_TOKEN, T2_TOKEN, running_api, write_token_file
 
@@ -448,8 +448,8 @@ _FIRST_REQUESTS = """
 import sys
 from starlette.testclient import TestClient
 from memcli.config import load_settings
-from memcli.service.auth import load_auth
-from memcli.service.http import build_app
+from memcli.service.http.auth import load_auth
+from memcli.service.http.fastapi_app import build_app
 settings = load_settings(sys.argv[1])
 auth = load_auth(token_file=None, no_token=True, settings=settings, host="127.0.0.1", port=None)
 with TestClient(build_app(settings, auth), base_url="http://localhost") as client:

@@ -16,7 +16,7 @@ from pathlib import Path
 import anyio
 import pytest
 
-from memcli.service.limits import MAX_BODY_BYTES
+from memcli.service.http.limits import MAX_BODY_BYTES
 from tests.cli.test_badinput import _mount, protected  # noqa: F401 - a fixture
 from tests.support.http_api import OPERATOR, Api, running_api
 from tests.support.mcp import error_text, http_client, payload
@@ -125,8 +125,8 @@ def test_a_full_disk_is_507_with_the_clis_message(tmp_path, monkeypatch, caplog)
 def _api_over(db: Path, tmp_path: Path, monkeypatch):
     """The HTTP API (tests.support.http_api's tokens and config) over the database file `db`."""
     from memcli.config import load_settings
-    from memcli.service.auth import load_auth
-    from memcli.service.http import build_app
+    from memcli.service.http.auth import load_auth
+    from memcli.service.http.fastapi_app import build_app
     from tests.support.http_api import NO_SPARSE, serving, write_token_file
 
     config = tmp_path / "config.yaml"

@@ -228,7 +228,7 @@ def test_install_snippets_parse(env, db, tmp_path):
         document = json.loads(out.stdout)
         servers = document["servers" if client == "vscode" else "mcpServers"]
         assert servers["memcli"]["command"] == "memcli"
-        assert servers["memcli"]["args"] == ["mcp", *pinned, "--user", "alice"]
+        assert servers["memcli"]["args"] == ["mcp", *pinned, "--user-id", "alice"]
     codex = _memcli(env, "mcp", "install", "--client", "codex", "--command", "memcli",
                     "--tools", "all")
     table = tomllib.loads(codex.stdout)["mcp_servers"]["memcli"]
@@ -269,7 +269,7 @@ def test_install_write_merges_and_keeps_a_backup(env, tmp_path):
     assert merged["model"] == "o3" and merged["profiles"]["fast"]["model"] == "o4"
     assert merged["mcp_servers"]["files"] == {"command": "npx"}
     assert merged["mcp_servers"]["memcli"] == {
-        "command": "memcli", "args": ["mcp", "--db", env["MEMCLI_DB"], "--user", "alice"]}
+        "command": "memcli", "args": ["mcp", "--db", env["MEMCLI_DB"], "--user-id", "alice"]}
 
     broken = tmp_path / "broken.json"
     broken.write_text("{not json", encoding="utf-8")

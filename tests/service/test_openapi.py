@@ -200,8 +200,8 @@ def test_an_answer_its_model_refuses_is_never_sent() -> None:
     from fastapi import APIRouter, FastAPI
     from starlette.testclient import TestClient
 
-    from memcli.service.auth import LOOPBACK_NAMES, Auth
-    from memcli.service.routing import ApiRoute, Call, operation
+    from memcli.service.http.api_route import ApiRoute, Call, operation
+    from memcli.service.http.auth import LOOPBACK_NAMES, Auth
     from memcli.service.schemas import Health
 
     class Service:  # runs the operation as it is, without a database
@@ -239,8 +239,8 @@ _FIRST_REQUESTS = r"""
 import json, sys, warnings
 from starlette.testclient import TestClient
 from memcli.config import load_settings
-from memcli.service.auth import load_auth
-from memcli.service.http import build_app
+from memcli.service.http.auth import load_auth
+from memcli.service.http.fastapi_app import build_app
 
 settings = load_settings(sys.argv[1])
 auth = load_auth(host="127.0.0.1", port=0, token_file=None, no_token=True, settings=settings)

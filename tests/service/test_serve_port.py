@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from memcli.service import paths
+from memcli.service.daemon import paths
 from tests.support.daemon import daemon_env, start_serve, stop
 from tests.support.net import refused_port
 

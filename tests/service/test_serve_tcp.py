@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import socket
 
-from memcli.service.web import _tcp_socket
+from memcli.service.daemon.http_process import _tcp_socket
 
 
 def test_accepted_connections_have_nagle_off():

@@ -7,7 +7,7 @@ from __future__ import annotations
 import inspect
 
 from memcli.store import connection
-from memcli.store.location import open_database
+from memcli.store.opener import open_database
 
 
 def _members() -> set[str]:

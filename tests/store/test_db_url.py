@@ -43,7 +43,7 @@ def closed_port():
 ARGS = {
     ("ingest",): ["--text", "hello"],
     ("remember",): ["hello"],
-    ("checkpoint", "save"): ["--data", "{}", "--user", "u", "--thread", "t"],
+    ("checkpoint", "save"): ["--data", "{}", "--user-id", "u", "--thread-id", "t"],
     ("acb", "show"): ["rules"],
     ("acb", "edit"): ["rules"],
     ("mcp", "install"): ["--client", "cursor"],
@@ -133,7 +133,7 @@ def test_entry_point_refuses_a_url(tmp_path):
     env = {**os.environ, "MEMCLI_DB": URL, "HOME": str(tmp_path), "MEMCLI_EMBEDDER": "hash"}
     cwd = tmp_path / "cwd"
     cwd.mkdir()
-    for args in (["query", "hello"], ["acb", "build", "--user", "u"], ["ingest", "--text", "x"]):
+    for args in (["query", "hello"], ["acb", "build", "--user-id", "u"], ["ingest", "--text", "x"]):
         old = os.getcwd()
         os.chdir(cwd)
         try:

@@ -14,7 +14,7 @@ import shutil
 
 import pytest
 
-from memcli.store.location import open_database
+from memcli.store.opener import open_database
 from tests.support.backend import index_names, is_pg, writer_lock_held
 from tests.support.pg_db import scratch_database, with_database
 from tests.support.records import ndjson, turns

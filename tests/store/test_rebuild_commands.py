@@ -15,7 +15,7 @@ import pytest
 from memcli.config import load_settings
 from memcli.operations.binding import Binding
 from memcli.service.api import Context
-from memcli.store.location import open_database
+from memcli.store.opener import open_database
 from memcli.viewer.pages import memory_page
 from tests.support.backend import is_pg
 from tests.support.http_api import running_api

@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from memcli.store.location import open_database
+from memcli.store.opener import open_database
 from tests.support.backend import is_pg
 from tests.support.records import ndjson
 

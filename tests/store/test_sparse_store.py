@@ -12,7 +12,7 @@ import pytest
 
 from memcli.store import sparse as sparse_sql
 from memcli.store.filters import Filters
-from memcli.store.location import open_database
+from memcli.store.opener import open_database
 
 pytestmark = pytest.mark.backends
 

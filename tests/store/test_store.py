@@ -20,7 +20,7 @@ import pytest
 from memcli import Memory
 from memcli.errors import EmbedderMismatchError, SchemaError
 from memcli.providers.embedders import HashEmbedder
-from memcli.store.location import open_database
+from memcli.store.opener import open_database
 from memcli.store.sqlite import migrations
 from memcli.store.sqlite.connection import Database
 from tests.support.backend import connect, index_names, is_pg, rows

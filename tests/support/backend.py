@@ -235,7 +235,7 @@ def index_names(location: Path | str) -> set[str]:
 def writer_lock_held(location: Path | str) -> Iterator[None]:
     """Another connection holds memcli's write lock for the duration of the block (SQLite's
     file lock, PostgreSQL's writer advisory lock): a write transaction of memcli's own."""
-    from memcli.store.location import open_database
+    from memcli.store.opener import open_database
 
     db = open_database(location)
     try:

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from memcli.service import paths
+from memcli.service.daemon import paths
 from tests.support.procs import children, processes, with_argument
 from tests.support.trust import memcli_env
 
@@ -188,7 +188,7 @@ def serve_processes() -> list[int]:
 
 def auto_started_under(folder: Path) -> list[int]:
     """Pids of auto-started `memcli serve` processes (detached: no test's children) whose
-    database lies under `folder`, read from their environment (memcli/service/autostart.py
+    database lies under `folder`, read from their environment (memcli/service/daemon/autostart.py
     hands the database over in MEMCLI_DB)."""
     prefix = b"MEMCLI_DB=" + str(folder).encode()
     return [p.pid for p in with_argument(b"--auto-started")

@@ -18,8 +18,8 @@ import httpx
 import uvicorn
 
 from memcli.config import load_settings
-from memcli.service.auth import load_auth
-from memcli.service.http import build_app
+from memcli.service.http.auth import load_auth
+from memcli.service.http.fastapi_app import build_app
 
 NO_SPARSE = "retrieval:\n  leg_weights: {lexical: 1.0, dense: 1.0, entity: 0.5, trigram: 0.5}\n"
 # Tokens of the test token file: an operator (unbound) and one bound to each tenant.

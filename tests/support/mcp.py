@@ -126,7 +126,7 @@ def http_client(url: str, headers: dict[str, str] | None = None) -> Any:
 def daemon(env: dict[str, str], db: Path) -> Iterator[Path]:
     """A real `memcli serve --db DB` child process (tests/support/daemon.py's, so the guard
     against leftover daemons sees it); yields its HTTP socket once it accepts connections."""
-    from memcli.service import paths
+    from memcli.service.daemon import paths
     from tests.support.daemon import Daemon, wait_for_socket
 
     http_sock = Path(paths.endpoint(str(db), env).http_socket)

@@ -43,7 +43,7 @@ def scratch_database(server: str, template: str = "template0",
 def loaded_database(server: str, load: Callable[[Any], None]) -> Iterator[Any]:
     """memcli's store on a scratch database of `server`, filled by `load(db)`; closed and
     dropped afterwards (a module's fixture: `with loaded_database(pg_server, _load) as db`)."""
-    from memcli.store.location import open_database
+    from memcli.store.opener import open_database
 
     with scratch_database(server) as name:
         database = open_database(with_database(server, name))

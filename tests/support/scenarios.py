@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 
-from memcli.store.location import open_database
+from memcli.store.opener import open_database
 
 API_KEY = "sk-proj-" + "A1b2C3d4E5f6G7h8I9j0K1l2M3n4O5p6Q7r8"  # the shape of an OpenAI key
 

@@ -13,8 +13,8 @@ from typing import Any
 from starlette.testclient import TestClient
 
 from memcli.config import load_settings
-from memcli.service.auth import load_auth
-from memcli.service.http import build_app
+from memcli.service.http.auth import load_auth
+from memcli.service.http.fastapi_app import build_app
 from tests.support.http_api import NO_SPARSE, OPERATOR, T1_TOKEN, T2_TOKEN, write_token_file
 
 # A token bound to one category (goals): it may not see the others.

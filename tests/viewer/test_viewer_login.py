@@ -13,7 +13,7 @@ import pytest
 from starlette.testclient import TestClient
 
 from memcli.config import load_settings
-from memcli.service import paths
+from memcli.service.daemon import paths
 from memcli.viewer.access import MAX_SESSIONS
 from tests.support.http_api import OPERATOR, serving
 from tests.support.viewer import ORIGIN, Browser, build_viewer_app, csrf_of, viewer_app
@@ -96,8 +96,8 @@ def test_high_content_shows_only_with_the_key(db_path, tmp_path, monkeypatch) ->
 def test_a_loopback_daemon_without_token_asks_no_login(tmp_path, monkeypatch) -> None:
     from starlette.testclient import TestClient
 
-    from memcli.service.auth import load_auth
-    from memcli.service.http import build_app
+    from memcli.service.http.auth import load_auth
+    from memcli.service.http.fastapi_app import build_app
 
     monkeypatch.setenv("MEMCLI_EMBEDDER", "hash")
     settings = load_settings(tmp_path / "memory.db")

@@ -1,4 +1,4 @@
-"""The bundle, ledger and dashboard pages over real HTTP (memcli.service.http's app on
+"""The bundle, ledger and dashboard pages over real HTTP (memcli.service.http.fastapi_app's app on
 127.0.0.1): what they show, that looking at a bundle never moves the agent's delta base, that a
 proposal is decided only by a CSRF-checked form post of its own scope, and that bad input is a
 4xx page, never a 500."""

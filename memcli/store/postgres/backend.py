@@ -29,9 +29,7 @@ from memcli.errors import DatabaseBusyError, StorageError
 from memcli.policy.encryption import PREFIX
 from memcli.store.backend import LogHealth
 from memcli.store.batching import chunks, marks
-from memcli.store.postgres import error_map as errors
-from memcli.store.postgres import legs, lexical, migrations, sparse
-from memcli.store.postgres import sealing as crypto
+from memcli.store.postgres import error_map, legs, lexical, migrations, sealing, sparse
 from memcli.store.sealing import META_KEY_ID
 
 if TYPE_CHECKING:
@@ -371,17 +369,17 @@ class PgBackend:
         other connections' commits; one indexed read)."""
         return db.get_meta(META_KEY_ID) or ""  # (None would read as "not tracked")
 
-    raw_rows = staticmethod(crypto.raw_rows)
-    sealed_values = staticmethod(crypto.sealed_values)
+    raw_rows = staticmethod(sealing.raw_rows)
+    sealed_values = staticmethod(sealing.sealed_values)
 
     def reseal(self, db: PgDatabase, convert: Callable[[Any], Any], prefix: str) -> None:
-        crypto.reseal(db, convert, prefix)
+        sealing.reseal(db, convert, prefix)
 
     # -- errors -------------------------------------------------------------------------------
     def environment_error(self, db: PgDatabase, exc: BaseException) -> StorageError | None:
         if isinstance(exc, StorageError):
             return exc
-        found = errors.mapped(exc, db.path, db.busy_timeout)
+        found = error_map.mapped(exc, db.path, db.busy_timeout)
         return found if isinstance(found, StorageError) else None
 
     def take_run_lock(self, db: PgDatabase, name: str) -> bool | None:

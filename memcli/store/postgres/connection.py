@@ -29,8 +29,7 @@ from psycopg.pq import TransactionStatus
 from memcli.core.locations import shown
 from memcli.errors import NoDatabaseError, SchemaError
 from memcli.store.meta import MetaRows
-from memcli.store.postgres import adapt, migrations, tenants
-from memcli.store.postgres import error_map as errors
+from memcli.store.postgres import adapt, error_map, migrations, tenants
 from memcli.store.postgres.backend import BACKEND
 from memcli.store.postgres.dialect import DIALECT
 from memcli.store.postgres.placeholders import rewrite
@@ -126,7 +125,7 @@ class PgDatabase(MetaRows):
             try:
                 self.conn = psycopg.connect(location, **CONNECT_OPTIONS)
             except psycopg.Error as exc:
-                raise errors.connect_error(exc, self.path, must_exist=must_exist) from None
+                raise error_map.connect_error(exc, self.path, must_exist=must_exist) from None
         try:
             if pool is None:
                 adapt.configure(self.conn)
@@ -178,7 +177,7 @@ class PgDatabase(MetaRows):
         return self.row_trace
 
     def _fail(self, exc: psycopg.Error, waited: float | None = None) -> Exception:
-        mapped = errors.mapped(exc, self.path,
+        mapped = error_map.mapped(exc, self.path,
                                self.busy_timeout if waited is None else waited)
         return mapped if mapped is not None else exc
 
@@ -283,7 +282,7 @@ class PgDatabase(MetaRows):
     def _lock_writer(self, wait: float) -> None:
         if wait <= 0:  # lock_timeout 0 means "no limit" to PostgreSQL: try once instead
             if not self.scalar("SELECT pg_try_advisory_xact_lock(?)", (WRITER_KEY,)):
-                raise errors.busy(0)
+                raise error_map.busy(0)
             return
         self.execute("SELECT set_config('lock_timeout', ?, true)",
                      (f"{max(int(wait * 1000), 1)}ms",))

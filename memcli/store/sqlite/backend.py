@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 import apsw
 
 from memcli.errors import DatabaseBusyError, MemcliError
-from memcli.store import search_sql as search
+from memcli.store import search_sql
 from memcli.store.backend import LogHealth
 from memcli.store.sparse import SCALE
 from memcli.store.sqlite import fts, migrations, sparse, vec
@@ -41,7 +41,7 @@ class SqliteBackend:
     dense = staticmethod(vec.dense)
 
     # CROSS JOIN keeps the sorted scores as the outer loop: portable SQL otherwise.
-    best_in_scope = staticmethod(search.joined_best_in_scope)
+    best_in_scope = staticmethod(search_sql.joined_best_in_scope)
     semantic_neighbours = staticmethod(vec.semantic_neighbours)
 
     # -- lexical index ------------------------------------------------------------------------

@@ -16,8 +16,7 @@ from pydantic import Field
 
 from memcli.core.request_base import Request as RequestModel
 from memcli.lifecycle.proposals import accept, list_proposals, reject
-from memcli.operations import binding as rules
-from memcli.operations import ledger_ops
+from memcli.operations import binding, ledger_ops
 from memcli.operations.binding import bound
 from memcli.operations.requests import validated
 from memcli.viewer.site import see_other
@@ -81,7 +80,7 @@ def decide(ctx: Any, scope: Any, params: dict[str, str]) -> dict[str, Any]:
     """`memcli proposals accept|reject ID` for this caller: what it answers."""
 
     req = validated(ProposalDecision, _given(params, ProposalDecision), "proposal decision")
-    owner = rules.owner(ctx.memory, scope, req.tenant_id)
+    owner = binding.owner(ctx.memory, scope, req.tenant_id)
     if req.action == "accept":
         return accept(ctx.memory, req.proposal_id, owner=owner, by=ACTOR)
     return reject(ctx.memory.db, req.proposal_id, owner=owner, by=ACTOR,

@@ -15,7 +15,7 @@ from memcli.lifecycle.purge import forget as soft_delete
 from memcli.lifecycle.purge import restore as undelete
 from memcli.lifecycle.remember import confirm as protect
 from memcli.lifecycle.remember import set_pin
-from memcli.operations import binding as rules
+from memcli.operations import binding
 from memcli.store import owner as own
 from memcli.store.acb_sql import edges_with_memories
 from memcli.store.events import get_events
@@ -44,7 +44,7 @@ def _id(params: dict[str, str]) -> int:
 
 
 def _owner(ctx: Any, scope: Any, params: dict[str, str]) -> Owner:
-    return rules.owner(ctx.memory, scope, params.get("tenant_id") or None)
+    return binding.owner(ctx.memory, scope, params.get("tenant_id") or None)
 
 
 def memory_page(ctx: Any, scope: Any, params: dict[str, str]) -> dict[str, Any]:

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import Field
 
 from memcli.core.request_base import Request as RequestModel
-from memcli.operations import binding as rules
+from memcli.operations import binding
 from memcli.operations.requests import validated
 from memcli.store.timeline_sql import memories_page, session_events
 
@@ -51,7 +51,7 @@ def timeline(ctx: Any, scope: Any, params: dict[str, str]) -> dict[str, Any]:
     """One page of the caller's memories, the filters as given, and the next page's cursor."""
 
     req = validated(TimelineRequest, filled(params), "timeline request")
-    owner = rules.owner(ctx.memory, scope, req.tenant_id, req.user_id, req.app_id)
+    owner = binding.owner(ctx.memory, scope, req.tenant_id, req.user_id, req.app_id)
     rows = memories_page(ctx.memory.db, owner, before=req.before, limit=req.limit + 1,
                          equal={"kind": req.kind, "category": req.category,
                                 "channel": req.channel, "sensitivity": req.sensitivity,

@@ -1,7 +1,7 @@
 """`memcli view export DIR`: one owner's items as files a person edits, and the manifest.
 
 The folder holds `facts`, `preferences`, `decisions`, `tasks` and `procedures` (`.md`, or `.yaml`
-with `--format yaml`), `identity.md` and `rules.md` (the texts bundles start with, verbatim:
+with `--file-format yaml`), `identity.md` and `rules.md` (the texts bundles start with, verbatim:
 `memcli.acb.sections.load_view`), and `view.json`, the manifest: the scope, the format, and for
 each exported item its line and a digest of its value. `view apply` diffs the files against that
 manifest (what the person changed) and the database against it (what changed meanwhile), so a
@@ -20,9 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from memcli.acb.sections import load_view
 from memcli.core import private
-from memcli.errors import UsageError
-from memcli.store import views_sql as sql
-from memcli.views.format import (
+from memcli.editable_views.format import (
     DECISION_LISTS,
     KINDS,
     TEXT_VIEWS,
@@ -35,7 +33,9 @@ from memcli.views.format import (
     procedure_value,
     render_markdown,
 )
-from memcli.views.yamlview import parse_yaml, render_yaml
+from memcli.editable_views.yamlview import parse_yaml, render_yaml
+from memcli.errors import UsageError
+from memcli.store import views_sql
 
 if TYPE_CHECKING:
     from memcli.store.handle import MemoryHandle
@@ -79,10 +79,10 @@ def collect(memory: MemoryHandle, scope: Scope) -> dict[str, list[Item]]:
     owner: dict[str, Any] = {"tenant_id": scope.tenant_id, "user_id": scope.user_id,
                              "app_id": scope.app_id, "sensitivities": scope.sensitivities()}
     out: dict[str, list[Item]] = {}
-    facts = sql.view_memories(db, kind="fact", not_category="preferences", **owner)
+    facts = views_sql.view_memories(db, kind="fact", not_category="preferences", **owner)
     out["facts"] = [_memory_item("facts", r, {"category": r["category"],
                                               "text": norm(r["content"])}) for r in facts]
-    prefs = sql.view_memories(db, kind="fact", category="preferences", **owner)
+    prefs = views_sql.view_memories(db, kind="fact", category="preferences", **owner)
     out["preferences"] = [_memory_item("preferences", r, {"text": norm(r["content"])})
                           for r in prefs]
     out["decisions"] = [
@@ -90,16 +90,16 @@ def collect(memory: MemoryHandle, scope: Scope) -> dict[str, list[Item]]:
              {"decision": norm(d["decision"]),
               **{k: [norm(e) for e in d[k] if norm(e)] for k in DECISION_LISTS}},
              extra={"id": d["id"], "memory_id": d["memory_id"], "refs": d["refs"]})
-        for d in sql.view_decisions(db, **owner)
+        for d in views_sql.view_decisions(db, **owner)
     ]
     out["tasks"] = [
         Item("tasks", f"t:{t['id']}",
              {"status": t["status"], "title": norm(t["title"]),
               "details": norm_details(t["details"])},
              extra={"id": t["id"], "memory_id": t["memory_id"]})
-        for t in sql.view_tasks(db, **owner)
+        for t in views_sql.view_tasks(db, **owner)
     ]
-    procedures = sql.view_memories(db, kind="procedural", **owner)
+    procedures = views_sql.view_memories(db, kind="procedural", **owner)
     out["procedures"] = [
         _memory_item("procedures", r, procedure_value(r["content"], json.loads(r["attributes"])))
         for r in procedures

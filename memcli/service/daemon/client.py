@@ -4,7 +4,7 @@
 command targets (`paths.guess_db`), the command line, the environment a command can read
 (`forwarded_env`), the working folder and the caller's file descriptors 0, 1 and 2 (passed
 with SCM_RIGHTS, as Mercurial's chg does) go over its unix socket; the daemon runs the same
-Typer app on them, in a process forked for the command (memcli/service/worker.py), and sends
+Typer app on them, in a process forked for the command (memcli/service/daemon/worker.py), and sends
 the exit code back. Output is byte-identical by construction: same code, same streams, same
 settings. Only a socket `paths.connect` trusts (this user's folder and listener) gets any of
 it; another is named in one warning line and the command runs in-process.
@@ -12,7 +12,7 @@ it; another is named in one warning line and the command runs in-process.
 Never forwarded: `serve`, `mcp`, shell completion, `acb edit` on a terminal (its editor must
 be in the terminal's foreground process group), `--no-daemon` (removed from the command line),
 `MEMCLI_NO_DAEMON=1` and config `daemon: off`. No socket or a refused connection: a daemon is
-started in the background (memcli/service/autostart.py says when not) and the command runs
+started in the background (memcli/service/daemon/autostart.py says when not) and the command runs
 in-process at once, as it does when a daemon closes before it starts the command. Ctrl-C is
 passed on: the command's process gets SIGINT, as it would in-process.
 
@@ -32,7 +32,7 @@ import sys
 from array import array
 from collections.abc import Mapping
 
-from memcli.service import autostart, paths
+from memcli.service.daemon import autostart, paths
 
 NO_DAEMON_FLAG = "--no-daemon"
 NEVER_ROUTED = {"serve", "mcp", "ui"}  # `ui` asks the daemon itself, starting none
@@ -172,7 +172,7 @@ def _talk(sock: _socket.socket, argv: list[str]) -> int | None:
 
 
 def _start_daemon(argv: list[str], path: str) -> None:
-    """Warm by default (memcli/service/autostart.py); a daemon that cannot be started (no
+    """Warm by default (memcli/service/daemon/autostart.py); a daemon that cannot be started (no
     process left to fork, say) changes nothing: the command runs in-process all the same."""
     db = paths.guess_db(argv, os.environ)
     try:

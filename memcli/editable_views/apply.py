@@ -31,14 +31,30 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 from memcli.acb.sections import view_path
 from memcli.core import private
+from memcli.editable_views.export import (
+    MANIFEST,
+    VERSION,
+    Scope,
+    collect,
+    file_name,
+    load_texts,
+    parse,
+)
+from memcli.editable_views.format import (
+    KINDS,
+    PREFIX,
+    TEXT_VIEWS,
+    Item,
+    bad,
+    digest,
+    render_procedure_text,
+)
 from memcli.errors import MemcliError, UsageError
-from memcli.ledger import entries as ledger
+from memcli.ledger import entries
 from memcli.lifecycle.correct import correct_fact
 from memcli.lifecycle.purge import forget
 from memcli.lifecycle.remember import MAX_FACT, procedure_steps, remember
 from memcli.policy.redaction import redact_text
-from memcli.views.export import MANIFEST, VERSION, Scope, collect, file_name, load_texts, parse
-from memcli.views.format import KINDS, PREFIX, TEXT_VIEWS, Item, bad, digest, render_procedure_text
 
 if TYPE_CHECKING:
     from memcli.store.handle import MemoryHandle
@@ -134,7 +150,7 @@ def _scope(manifest: dict[str, Any], tenant: str) -> Scope:
         raise UsageError(f"{MANIFEST}: no scope", "export the view again") from None
     if scope.tenant_id != tenant:
         raise UsageError(f"the view is of tenant {scope.tenant_id!r}, not {tenant!r}",
-                         f"give --tenant {scope.tenant_id}")
+                         f"give --tenant-id {scope.tenant_id}")
     return scope
 
 
@@ -292,11 +308,11 @@ def _apply(memory: MemoryHandle, scope: Scope, change: Change) -> dict[str, Any]
     if change.action == "edit":
         assert old is not None
         if kind == "decisions":
-            out = ledger.supersede_decision(memory, old.extra["id"], v["decision"], owner=mine,
+            out = entries.supersede_decision(memory, old.extra["id"], v["decision"], owner=mine,
                                             refs=old.extra["refs"], reason=reason, **lists)
             return {"new_id": f"d:{out['id']}", "redacted": out["redacted"]}
         if kind == "tasks":
-            out = ledger.update_task(memory, old.extra["id"], status=v["status"], owner=mine,
+            out = entries.update_task(memory, old.extra["id"], status=v["status"], owner=mine,
                                      title=v["title"], details=v["details"], reason=reason)
             return {"new_id": f"t:{out['id']}", "redacted": out["redacted"]}
         text = (render_procedure_text(v["title"], v["steps"]) if kind == "procedures"
@@ -304,10 +320,10 @@ def _apply(memory: MemoryHandle, scope: Scope, change: Change) -> dict[str, Any]
         out = correct_fact(memory, old.extra["id"], text, reason=reason, owner=mine)
         return {"new_id": f"m:{out['id']}", "redacted": out["redacted"]}
     if kind == "decisions":
-        out = ledger.add_decision(memory, v["decision"], **lists, **owner)
+        out = entries.add_decision(memory, v["decision"], **lists, **owner)
         return {"new_id": f"d:{out['id']}", "redacted": out["redacted"]}
     if kind == "tasks":
-        out = ledger.add_task(memory, v["title"], details=v["details"], status=v["status"],
+        out = entries.add_task(memory, v["title"], details=v["details"], status=v["status"],
                               **owner)
         return {"new_id": f"t:{out['id']}", "redacted": out["redacted"]}
     if kind == "procedures":

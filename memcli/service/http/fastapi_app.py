@@ -1,13 +1,13 @@
-"""`memcli serve`'s HTTP API: a FastAPI app of memcli.service.routes, with the MCP server.
+"""`memcli serve`'s HTTP API: a FastAPI app of memcli.service.http.routes, with the MCP server.
 
 The routes, their request and answer models, and so /openapi.json, come from
-memcli.service.routes; what every API route does around its operation (the caller's check, the
-body's rules, the one-line errors, the answer's check) from memcli.service.routing. Here: the
-app around them. A body over the limit is refused before it is read (memcli.service.limits), a
+memcli.service.http.routes; what every API route does around its operation (the caller's check, the
+body's rules, the one-line errors, the answer's check) from memcli.service.http.api_route. Here: the
+app around them. A body over the limit is refused before it is read (memcli.service.http.limits), a
 Host header naming another host is refused (DNS rebinding), and what routing refuses (no such
 route, wrong method) answers with the same JSON error as every other refusal.
 
-Every request is scoped: the bearer token's binding (memcli.service.auth), then the
+Every request is scoped: the bearer token's binding (memcli.service.http.auth), then the
 `X-Memcli-Tenant` / `-Agent` / `-User` / `-App` headers, which may only narrow it; the path's
 app id likewise.
 """
@@ -30,11 +30,11 @@ from starlette.routing import BaseRoute
 
 from memcli import __version__
 from memcli.service import api
-from memcli.service import routes as api_routes
-from memcli.service.auth import Auth, caller_scope
-from memcli.service.limits import MAX_BODY_BYTES, BodyLimit
+from memcli.service.http import routes as api_routes
+from memcli.service.http.api_route import error_response, invalid
+from memcli.service.http.auth import Auth, caller_scope
+from memcli.service.http.limits import MAX_BODY_BYTES, BodyLimit
 from memcli.service.mcp_server import http_routes
-from memcli.service.routing import error_response, invalid
 from memcli.viewer.mount import viewer_routes
 
 if TYPE_CHECKING:

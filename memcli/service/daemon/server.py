@@ -1,16 +1,16 @@
 """The daemon's CLI socket: one forked process per forwarded `memcli` command line.
 
 Each connection carries one command (see `client.py` for the wire format). The daemon's main
-process accepts it and forks; the child (memcli/service/worker.py) receives the request and the
-caller's fds, becomes the caller's process (environment, folder, umask, stdio) and runs the
+process accepts it and forks; the child (memcli/service/daemon/worker.py) receives the request and
+the caller's fds, becomes the caller's process (environment, folder, umask, stdio) and runs the
 command through the runner the CLI gave the daemon (the same Typer app as the in-process path).
 The parent only keeps the children's pids: how many run (for the idle exit and shutdown), and
 how many were started (for `memcli serve status`).
 
 Forking is safe because the process that forks is single-threaded: the main process runs one
 select loop, loads the models but never runs them (no OpenMP or BLAS thread pool is started
-before a fork), and holds no database connection (memcli/service/web.py's process does).
-Each child gets a process group of its own, so a Ctrl-C typed at the daemon's terminal stops
+before a fork), and holds no database connection (memcli/service/daemon/http_process.py's process
+does). Each child gets a process group of its own, so a Ctrl-C typed at the daemon's terminal stops
 the daemon (which lets commands in flight finish), not the commands.
 """
 
@@ -24,7 +24,7 @@ import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
-from memcli.service import worker
+from memcli.service.daemon import worker
 
 
 def bind_unix(path: Path) -> socket.socket:

@@ -32,7 +32,7 @@ import traceback
 from collections.abc import Callable
 from typing import Any, NoReturn, TextIO
 
-from memcli.service.client import decode_request
+from memcli.service.daemon.client import decode_request
 
 MAX_HEADER = 16 * 1024 * 1024  # a whole environment and argv; anything larger is not a client
 Runner = Callable[[list[str]], None]

@@ -13,7 +13,7 @@ computes the folder from the same environment finds the same short one.
     <key>.http.sock  the HTTP API (and MCP) on a unix socket
     <key>.lock       held (flock) by the running daemon: a second `serve` refuses
     <key>.pid        the running daemon's pid, for the messages and `kill`
-    <key>.log        the output of a daemon the CLI started itself (memcli/service/autostart.py)
+    <key>.log        the output of a daemon the CLI started itself (autostart.py, beside this file)
 
 `--socket PATH` (and `MEMCLI_SOCKET` for the client) names the CLI socket instead; the other
 files then sit beside it, named after it. The client runs before `memcli.config` may be
@@ -44,7 +44,7 @@ except ImportError:  # pragma: no cover - an interpreter without it
     from hashlib import sha256
 
 APP = "memcli"
-# The shapes of memcli.store.location's _URL, _DSN and _DSN_KEY (tests/store/test_seam.py checks
+# The shapes of memcli.store.opener's _URL, _DSN and _DSN_KEY (tests/store/test_seam.py checks
 # they agree), compiled only for a location with a ':' or '=' (`re` costs the client's start).
 _URL = r"^(?:[A-Za-z][A-Za-z0-9+.-]+:/|file:)"
 _DSN = r"^\s*(?:[A-Za-z_]+\s*=\s*(?:'(?:[^'\\]|\\.)*'|[^\s']+)\s*)+$"
@@ -190,7 +190,7 @@ def warn_untrusted(exc: UntrustedSocket) -> None:
 
 def _is_server_location(db: str) -> bool:
     """A URL (`postgresql://...`) or a libpq keyword string (`host=... dbname=...`): no file.
-    The shapes of memcli.store.location (which imports more than the client may)."""
+    The shapes of memcli.store.opener (which imports more than the client may)."""
     if ":" not in db and "=" not in db:
         return False
     import re  # noqa: PLC0415 - off the forwarded command's start-up (a path has no ":")

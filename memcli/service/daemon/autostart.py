@@ -1,6 +1,6 @@
 """Warm by default: the CLI starts `memcli serve` for a database when no daemon answers.
 
-Standard library only, on the client's route (memcli/service/client.py), as Mercurial's chg
+Standard library only, on the client's route (memcli/service/daemon/client.py), as Mercurial's chg
 starts its command server. When a command finds no daemon for its database (no socket, or a
 refused one), `maybe_start` starts one in the background and the command itself runs
 in-process at once: waiting for the daemon would cost more than the in-process run, since the
@@ -39,7 +39,7 @@ import os
 import sys
 from collections.abc import Mapping, Sequence
 
-from memcli.service import paths
+from memcli.service.daemon import paths
 
 DEFAULT_IDLE_EXIT = 15.0  # minutes: Gradle's daemon waits 3 h, chg's server 1 h; memory is
 # cheap to get back (~1 s of warm-up), so an idle daemon gives its ~300 MB back sooner.

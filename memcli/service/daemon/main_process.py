@@ -5,10 +5,10 @@ naming the pid; a lock left by a killed daemon is free again, so its stale socke
 replaced), write the pidfile, open the database once (migrated; one that cannot be opened, or
 made, ends the start with exit 1 and one line), bind the HTTP sockets (when the HTTP app is
 available: its unix socket, and TCP with `--port`) and the CLI socket (0600), import every
-command and load the configured models, then fork the indexer (memcli/service/indexer.py:
+command and load the configured models, then fork the indexer (memcli/service/daemon/indexer.py:
 vectors and sparse terms written in the background, sessions consolidated on a switch) and the
-HTTP process (memcli/service/web.py) and serve the CLI socket, one forked process per command
-(memcli/service/server.py, memcli/service/worker.py).
+HTTP process (memcli/service/daemon/http_process.py) and serve the CLI socket, one forked process
+per command (memcli/service/daemon/server.py, memcli/service/daemon/worker.py).
 Stop (SIGTERM, as `memcli serve stop` sends it, SIGINT or `--idle-exit`): stop accepting and
 serving HTTP, let commands in flight finish (at most `grace` seconds; then they are killed and
 their transactions roll back), then the HTTP process checkpoints the WAL (TRUNCATE, bounded; a
@@ -36,12 +36,12 @@ from pathlib import Path
 from typing import Any
 
 from memcli.errors import MemcliError
-from memcli.service import indexer, paths, web, worker
+from memcli.service.daemon import http_process, indexer, paths, worker
+from memcli.service.daemon.http_process import HttpOptions, HttpPlan
+from memcli.service.daemon.server import CliServer
+from memcli.service.daemon.warm import status_models, warm_up
 from memcli.service.holder import is_server
-from memcli.service.server import CliServer
-from memcli.service.warm import status_models, warm_up
-from memcli.service.web import HttpOptions, HttpPlan
-from memcli.store.location import open_database
+from memcli.store.opener import open_database
 
 __all__ = ["AlreadyServing", "HttpOptions", "serve", "status", "stop"]
 
@@ -67,7 +67,7 @@ class State:
     last: float = field(default_factory=time.monotonic)
     pool: dict[str, Any] | None = None
     http_models: dict[str, str | None] | None = None  # role: query runtime, HTTP process's
-    auto_started: bool = False  # by the CLI (memcli/service/autostart.py), not by hand
+    auto_started: bool = False  # by the CLI (memcli/service/daemon/autostart.py), not by hand
     idle_exit: float | None = None  # minutes
     settings: Any = None
     indexer: indexer.Indexer | None = None
@@ -92,7 +92,7 @@ def status(ep: paths.Endpoint) -> dict[str, Any]:
                 "http_socket": ep.http_socket if state.http is not None else None,
                 "http_url": state.http or None,
                 # Warm in every process: loaded by the main one, and the HTTP process's query
-                # session built (memcli/service/warm.py), which costs CPU while it is built.
+                # session built (memcli/service/daemon/warm.py), which costs CPU while it is built.
                 "models_ready": state.models_ready and (state.http is None
                                                         or state.http_models is not None),
                 "requests": served, "started_at": _iso(state.started),
@@ -119,7 +119,7 @@ def _iso(epoch: float) -> str:
 
 
 def _backlog(state: State) -> dict[str, Any]:
-    """The indexing backlog (memcli.service.indexer), read from the database by the command
+    """The indexing backlog (memcli.service.daemon.indexer), read from the database by the command
     that asks (its counts are None when the database cannot be read yet)."""
 
     try:
@@ -246,7 +246,7 @@ class _Signals:
 
 
 class _WebProcess:
-    """The HTTP process (memcli/service/web.py) seen from the main process."""
+    """The HTTP process (memcli/service/daemon/http_process.py) seen from the main process."""
 
     def __init__(self, pid: int, control: int, reports: int) -> None:
         self.pid, self.control, self.reports = pid, control, reports
@@ -323,7 +323,7 @@ def _fork_web(settings: Any, plan: HttpPlan | None, pool_size: int | None, cli: 
                 with contextlib.suppress(OSError):
                     os.close(fd)
         finally:
-            web.run(settings, plan, pool_size, control_r, reports_w, log)
+            http_process.run(settings, plan, pool_size, control_r, reports_w, log)
     os.close(control_r)
     os.close(reports_w)
     if plan is not None:

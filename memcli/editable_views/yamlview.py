@@ -15,7 +15,7 @@ from typing import Any
 
 import yaml
 
-from memcli.views.format import (
+from memcli.editable_views.format import (
     DECISION_LISTS,
     DEFAULT_CATEGORY,
     TASK_STATUSES,

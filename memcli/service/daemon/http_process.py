@@ -1,12 +1,12 @@
 """The daemon's second process: the HTTP API (and MCP) and what it holds open for its database.
 
-`memcli serve`'s main process forks commands (memcli/service/server.py), so it must stay
+`memcli serve`'s main process forks commands (memcli/service/daemon/server.py), so it must stay
 single-threaded and hold no database connection. Everything that has threads or connections
 lives here instead, in one process forked once at start (after the models are loaded, so it
 shares them):
 
-- uvicorn serving memcli.service.http's app on the daemon's HTTP unix socket (and TCP with
-  `--port`). The sockets are bound and the access rules decided by the main process before it
+- uvicorn serving memcli.service.http.fastapi_app's app on the daemon's HTTP unix socket (and TCP
+  with `--port`). The sockets are bound and the access rules decided by the main process before it
   forks (`HttpPlan.prepare`), so a taken port or a missing dependency fails `serve` itself.
 - the holder of memcli/service/holder.py: the idle SQLite connection that keeps the WAL, or
   the PostgreSQL pool the HTTP requests borrow from (a forwarded command, a process of its
@@ -17,7 +17,7 @@ kept connection if the database exists by now) and b"s" (stop serving HTTP); clo
 means "close the holder (WAL checkpoint) and exit", which it does once the commands in flight
 are done. This process reports b"+\\n" / b"-\\n" around each HTTP request, b"P<json>\\n"
 (the pool's figures) for the idle exit and `serve status`, and b"Q<json>\\n" once, the runtime
-that encodes its queries (memcli/service/warm.py).
+that encodes its queries (memcli/service/daemon/warm.py).
 """
 
 from __future__ import annotations
@@ -35,11 +35,11 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from memcli.errors import MemcliError, UsageError
-from memcli.service import paths
-from memcli.service.auth import load_auth
+from memcli.service.daemon import paths
+from memcli.service.daemon.server import bind_unix
+from memcli.service.daemon.warm import warm_http_queries
 from memcli.service.holder import hold
-from memcli.service.server import bind_unix
-from memcli.service.warm import warm_http_queries
+from memcli.service.http.auth import load_auth
 
 
 @dataclass
@@ -86,7 +86,7 @@ class HttpPlan:
         try:
             import uvicorn  # noqa: F401, PLC0415 - imported here so that its absence is known now
 
-            from memcli.service.http import build_app  # noqa: F401, PLC0415 - the same
+            from memcli.service.http.fastapi_app import build_app  # noqa: F401, PLC0415 - the same
         except ImportError as exc:
             if opts.port is not None:
                 raise UsageError(f"the HTTP API is not available ({exc})",
@@ -143,8 +143,8 @@ class Reporter:
 
 def _warm_queries(settings: Any, report: Reporter) -> None:
     """Build e5-small's onnxruntime session for this process's queries (HTTP and MCP), after
-    the fork: the forked commands keep the engine (memcli/service/warm.py says why). A request
-    that comes meanwhile waits for the model's lock, at most the ~0.4 s of the build."""
+    the fork: the forked commands keep the engine (memcli/service/daemon/warm.py says why). A
+    request that comes meanwhile waits for the model's lock, at most the ~0.4 s of the build."""
 
     report.send(b"Q" + json.dumps(warm_http_queries(settings)).encode())
 
@@ -204,7 +204,7 @@ def _uvicorn(settings: Any, plan: HttpPlan, report: Reporter) -> Any:
     # uvicorn and FastAPI: only a daemon that serves HTTP imports them
     import uvicorn  # noqa: PLC0415
 
-    from memcli.service.http import build_app  # noqa: PLC0415
+    from memcli.service.http.fastapi_app import build_app  # noqa: PLC0415
 
     app = build_app(settings, plan.auth, ui_url=plan.tcp_address)
     config = uvicorn.Config(_tracked(app, report),

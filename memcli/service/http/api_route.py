@@ -1,7 +1,7 @@
 """The edge of `memcli serve`'s HTTP API: what every API route does before and after its
-operation, as a FastAPI route class (memcli.service.routes declares the routes with it).
+operation, as a FastAPI route class (memcli.service.http.routes declares the routes with it).
 
-Before: the caller is checked (Origin, bearer token, scope headers: memcli.service.auth)
+Before: the caller is checked (Origin, bearer token, scope headers: memcli.service.http.auth)
 before a byte of the body is read, so a caller without a token learns nothing from its body;
 then the body must be JSON (which also keeps a browser's cross-site form post out: it needs a
 preflight then) of the route's shape, and FastAPI validates it against the route's request
@@ -31,7 +31,7 @@ from starlette.responses import JSONResponse, Response
 
 from memcli.errors import MemcliError, UsageError
 from memcli.service import api
-from memcli.service.auth import caller_scope
+from memcli.service.http.auth import caller_scope
 
 _UNREAD = object()
 
@@ -186,7 +186,7 @@ def unauthorized() -> Response:
 def built(*models: type[BaseModel]) -> None:
     """`models`, and the models query_params makes of them afterwards, no longer defer their
     build: the adapter FastAPI makes of each for a route is built when the route is declared,
-    inside FastAPI's own guard, not on the route's first request (memcli.service.routes)."""
+    inside FastAPI's own guard, not on the route's first request (memcli.service.http.routes)."""
     for model in models:
         model.model_config["defer_build"] = False
 

@@ -4,12 +4,12 @@ with the JSON the CLI prints for the same request.
 A route's signature declares its request (the body's model, or its query parameters' model,
 and its path's ids) and its decorator the model of its answer (memcli.service.schemas): FastAPI
 validates the one and builds /openapi.json from both, and the route class
-(memcli.service.routing.ApiRoute) checks the answer against its model before it is sent. An
+(memcli.service.http.api_route.ApiRoute) checks the answer against its model before it is sent. An
 operation that takes its model (memcli.service.typed_ops) gets the body FastAPI validated,
 never validating it again (a route with ids in its path puts them and its query
 parameters together as the model: `whole`); the MCP tools build the same model from their
 arguments. The bound
-scope comes from the caller's token and headers, never from the body (memcli.service.auth).
+scope comes from the caller's token and headers, never from the body (memcli.service.http.auth).
 """
 
 from __future__ import annotations
@@ -37,7 +37,15 @@ from memcli.operations.lifecycle_requests import (
 )
 from memcli.operations.requests import QUERY_HINT, AcbRequest, HistoryRequest, QueryRequest
 from memcli.service import api, schemas
-from memcli.service.routing import Answer, ApiRoute, Call, built, operation, query_params, whole
+from memcli.service.http.api_route import (
+    Answer,
+    ApiRoute,
+    Call,
+    built,
+    operation,
+    query_params,
+    whole,
+)
 
 # The request models defer their build to their first use (the CLI's start-up pays nothing
 # for them). FastAPI makes a TypeAdapter of `Annotated[Model, Body(alias=<parameter>)]` for each
