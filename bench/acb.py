@@ -225,15 +225,15 @@ def summary(ms: list[float]) -> dict[str, float]:
 
 
 def library_latency(path: Path, requests: list[dict], warmup: int) -> dict[str, Any]:
-    from memcli.acb.build import build_acb
+    from memcli.acb.build import AcbRequest, build_acb
 
     times, cpu, tokens, items = [], [], [], []
     with open_memory(path) as memory:
         for req in requests[:warmup]:
-            build_acb(memory, req)
+            build_acb(memory, AcbRequest.model_validate(req))
         for req in requests[warmup:]:
             c0, t0 = time.process_time(), time.perf_counter()
-            bundle = build_acb(memory, req)
+            bundle = build_acb(memory, AcbRequest.model_validate(req))
             times.append((time.perf_counter() - t0) * 1000)
             cpu.append((time.process_time() - c0) * 1000)
             if bundle["token_used"] > BUDGET:

@@ -97,7 +97,7 @@ def _check_bound(bound: str | None, tenant: str | None) -> None:
     if bound is not None and tenant is not None and tenant != bound:
         raise UsageError(f"tenant {tenant!r} asked for, but this login role is bound to tenant "
                          f"{bound!r} (row-level security)",
-                         "leave the tenant unset (MEMCLI_TENANT, --tenant) or set it to "
+                         "leave the tenant unset (MEMCLI_TENANT, --tenant-id) or set it to "
                          f"{bound!r}")
 
 

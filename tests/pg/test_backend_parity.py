@@ -49,17 +49,17 @@ def _scenario(cli) -> dict:
     out: dict = {"ingest": _ok(cli("ingest", "-", input=ndjson(_records())))["memory_ids"]}
     forgot = _ok(cli("forget", "3"))
     out["forget"] = {k: v for k, v in forgot.items() if k != "purge_at"}  # the clock's
-    fact = _ok(cli("remember", "Alice prefers jasmine tea", "--user", "alice"))["id"]
+    fact = _ok(cli("remember", "Alice prefers jasmine tea", "--user-id", "alice"))["id"]
     out["correct"] = _ok(cli("correct", str(fact), "Alice prefers green jasmine tea"))["id"]
-    out["decision"] = _ok(cli("decision", "add", "Meet in Lisbon", "--user", "alice"))["id"]
+    out["decision"] = _ok(cli("decision", "add", "Meet in Lisbon", "--user-id", "alice"))["id"]
     for user, text in QUERIES:
-        hits = _ok(cli("query", text, "--user", user, "--top-k", "6"))
+        hits = _ok(cli("query", text, "--user-id", user, "--top-k", "6"))
         out[f"q:{user}:{text}"] = [(h["id"], h["score"], h["relevance"]) for h in hits]
-    bundle = _ok(cli("acb", "build", "--user", "alice", "--session", "s2", "-q", "Lisbon",
+    bundle = _ok(cli("acb", "build", "--user-id", "alice", "--session-id", "s2", "-q", "Lisbon",
                      "--no-track"))
     out["acb"] = [(section["name"], [_ids_and_text(item) for item in section["items"]])
                   for section in bundle["sections"]] + [("no_relevant", bundle["no_relevant"])]
-    history = _ok(cli("history", "--user", "alice", "--limit", "100"))
+    history = _ok(cli("history", "--user-id", "alice", "--limit", "100"))
     # A command event's id is random (memcli.ledger.commands): the same on neither engine.
     out["history"] = [(h["memory_id"], h["op"], _command_or(h["event_id"]), h["old_ref"],
                        h["new_ref"]) for h in history]

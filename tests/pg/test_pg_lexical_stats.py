@@ -95,7 +95,7 @@ def test_kept_statistics_equal_counted_ones_after_every_write(cli, db_path):
     _ok(cli("forget", str(ids[1])))
     _check(db_path, "forget")
 
-    fact = _ok(cli("remember", "Alice prefers jasmine tea over quokka tea", "--user", "alice"))
+    fact = _ok(cli("remember", "Alice prefers jasmine tea over quokka tea", "--user-id", "alice"))
     _ok(cli("correct", str(fact["id"]), "Alice prefers green jasmine tea"))
     _check(db_path, "correct")
 
@@ -114,7 +114,7 @@ def test_kept_statistics_equal_counted_ones_after_every_write(cli, db_path):
         assert db.scalar("SELECT df FROM lexeme_df WHERE lexeme = 'photo'") == 1
     finally:
         db.close()
-    _ok(cli("purge", "--user", "bob", "--tenant", "default"))
+    _ok(cli("purge", "--user-id", "bob", "--tenant-id", "default"))
     _check(db_path, "purge")
     db = connect(db_path)
     try:  # bob's own word is gone from the df table too, not left at df 0

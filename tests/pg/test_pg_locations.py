@@ -87,12 +87,12 @@ def test_every_form_reaches_the_database(located, tmp_path: Path) -> None:
             record = {"event_id": f"e-{source}", "user_id": "u1",
                       "content": {"text": f"the lighthouse keeper {source}"}}
             _run("ingest", "-", *args, input=json.dumps(record))
-            hits = json.loads(_run("query", "lighthouse keeper", "--user", "u1", "--json",
+            hits = json.loads(_run("query", "lighthouse keeper", "--user-id", "u1", "--json",
                                    *args).stdout)
             assert f"the lighthouse keeper {source}" in {h["text"] for h in hits}
         finally:
             os.environ.pop("MEMCLI_DB", None)
-    hits = json.loads(_run("query", "lighthouse", "--user", "u1", "--json", "--db",
+    hits = json.loads(_run("query", "lighthouse", "--user-id", "u1", "--json", "--db",
                            url).stdout)
     assert len(hits) == 3  # all three writes reached the one database
     memory_id = str(hits[0]["id"])
@@ -102,7 +102,7 @@ def test_every_form_reaches_the_database(located, tmp_path: Path) -> None:
     assert json.loads(_run("key", "status", "--db", location, "--json").stdout)[
         "encrypted_values"] == 0
     view = tmp_path / "view"
-    _run("view", "export", str(view), "--user", "u1", "--db", location, "--json")
+    _run("view", "export", str(view), "--user-id", "u1", "--db", location, "--json")
     _run("view", "apply", str(view), "--db", location, "--json")
     exported = tmp_path / "m.jsonl"
     _run("export", "--db", location, "--all-tenants", "--out", str(exported))
@@ -117,12 +117,12 @@ def test_import_into_each_form(located, tmp_path: Path, pg_server: str) -> None:
 
     location, url = located
     exported = tmp_path / "m.jsonl"
-    _run("ingest", "--db", url, "--text", "a harbour at dawn", "--user", "u1")
+    _run("ingest", "--db", url, "--text", "a harbour at dawn", "--user-id", "u1")
     _run("export", "--db", url, "--all-tenants", "--out", str(exported))
     with scratch_database(pg_server) as other:
         target = location.replace(url.rsplit("/", 1)[1], other)
         _run("import", "--db", target, "--all-tenants", str(exported))
-        hits = json.loads(_run("query", "harbour", "--user", "u1", "--json", "--db",
+        hits = json.loads(_run("query", "harbour", "--user-id", "u1", "--json", "--db",
                                with_database(pg_server, other)).stdout)
         assert [h["text"] for h in hits] == ["a harbour at dawn"]
 

@@ -32,7 +32,7 @@ def test_stdio_keeps_its_connections_across_calls(tmp_path: Path, pg_db: str) ->
     seen: list[set[int]] = []
 
     async def main() -> None:
-        async with Client(stdio_params(env, "--user", "ann", "--no-daemon"), mode="legacy",
+        async with Client(stdio_params(env, "--user-id", "ann", "--no-daemon"), mode="legacy",
                           read_timeout_seconds=120) as client:
             for i in range(4):
                 payload(await client.call_tool(

@@ -31,7 +31,7 @@ def test_a_reindex_elsewhere_does_not_break_the_daemons_connections(tmp_path: Pa
     env = daemon_env(tmp_path / "home", pg_db)  # type: ignore[arg-type]
     routes = tmp_path / "routes.log"
     with Daemon(pg_db, env, "--pool-size", "1"):  # type: ignore[arg-type]
-        assert _daemon(["remember", FACT, "--user", "u1"], env, routes)["status"] == "created"
+        assert _daemon(["remember", FACT, "--user-id", "u1"], env, routes)["status"] == "created"
         # Each rebuild reads the one stored vector with the same statement on the daemon's
         # one connection (psycopg prepares it from the 5th time).
         for _ in range(6):
@@ -42,8 +42,8 @@ def test_a_reindex_elsewhere_does_not_break_the_daemons_connections(tmp_path: Pa
         assert json.loads(reindexed.stdout)["model"] == "test/hash-32"
         after = {**env, "MEMCLI_EMBED_DIMENSION": "32"}
         assert _daemon(["rebuild"], after, routes)
-        assert _daemon(["remember", FACT, "--user", "u1"], after, routes)["status"] == "merged"
-        found = run_client(["query", "green tea", "--user", "u1", "--json"], after,
+        assert _daemon(["remember", FACT, "--user-id", "u1"], after, routes)["status"] == "merged"
+        found = run_client(["query", "green tea", "--user-id", "u1", "--json"], after,
                            routes=routes)
         assert found.returncode == 0, found.stderr
         assert [h["text"] for h in json.loads(found.stdout)] == [FACT]

@@ -85,7 +85,7 @@ def bound(pg_memcli_db: str, no_sparse) -> Iterator[Bound]:
         for tenant, words in (("a", "apricot"), ("b", "blueberry")):
             records = turns(f"s{tenant}", [f"Alice likes {words} jam",
                                            f"I met Alice about {words}"])
-            ok(url, "ingest", "--tenant", tenant, "-", input=ndjson(records))
+            ok(url, "ingest", "--tenant-id", tenant, "-", input=ndjson(records))
         ok(url, "pg", "grant-tenant", role_a, "a")
         ok(url, "pg", "grant-tenant", role_b, "b")
         yield Bound(url, as_role(url, role_a), as_role(url, role_b), role_a, role_b)
@@ -160,13 +160,13 @@ def test_the_binding_cannot_be_lifted_with_set(bound):
 def test_memcli_as_a_tenant_role_works_within_its_tenant(bound):
     # No tenant configured: the role's own. Ingest, query, bundle, remember, forget.
     ok(bound.a, "ingest", "-", input=ndjson(turns("s2", ["I saw Alice plant quince trees"])))
-    hits = ok(bound.a, "query", "Alice jam quince blueberry", "--user", "u1")
+    hits = ok(bound.a, "query", "Alice jam quince blueberry", "--user-id", "u1")
     texts = " ".join(h["text"] for h in hits)
     assert "quince" in texts and "apricot" in texts and "blueberry" not in texts
     assert {h["tenant_id"] for h in hits} == {"a"}
-    bundle = ok(bound.a, "acb", "build", "--user", "u1", "--query", "what does Alice like")
+    bundle = ok(bound.a, "acb", "build", "--user-id", "u1", "--query", "what does Alice like")
     assert "blueberry" not in json.dumps(bundle)
-    fact = ok(bound.a, "remember", "Alice prefers tea", "--user", "u1")
+    fact = ok(bound.a, "remember", "Alice prefers tea", "--user-id", "u1")
     ok(bound.a, "forget", str(fact["id"]))
     tenants = {r[0] for r in raw(bound.url, "SELECT tenant_id FROM memories WHERE content"
                                             " LIKE '%%quince%%' OR content LIKE '%%tea%%'")}
@@ -181,7 +181,7 @@ def test_memcli_as_a_tenant_role_works_within_its_tenant(bound):
 def test_a_tenant_that_disagrees_with_the_role_is_a_clear_error(bound):
     one_line_error(run(bound.a, "query", "Alice", env={"MEMCLI_TENANT": "b"}), 2,
                    "bound to tenant 'a'")
-    one_line_error(run(bound.a, "query", "Alice", "--tenant", "b"), 2, "bound to tenant 'a'")
+    one_line_error(run(bound.a, "query", "Alice", "--tenant-id", "b"), 2, "bound to tenant 'a'")
     record = {**turns("s9", ["Alice visits"])[0], "tenant_id": "b"}
     one_line_error(run(bound.a, "ingest", "-", input=ndjson([record])), 2, "own tenant")
     assert ok(bound.a, "query", "Alice", env={"MEMCLI_TENANT": "a"})  # agreeing is fine
@@ -259,7 +259,7 @@ def test_a_tenant_roles_writes_keep_the_shared_statistics_right(bound):
                                                          "Bob grows medlar too"])))
     kept, counted = recount(bound.url)
     assert kept == counted and ("medlar", 2) in kept[0]
-    ok(bound.a, "purge", "--session", "s3")
+    ok(bound.a, "purge", "--session-id", "s3")
     kept, counted = recount(bound.url)
     assert kept == counted and not any(lexeme == "medlar" for lexeme, _ in kept[0])
     # New rows of the role still get ids from the sequences, past every tenant's.
@@ -270,7 +270,7 @@ def test_a_tenant_roles_purge_says_the_owner_must_vacuum(bound):
     """VACUUM needs the tables' owner: the role's purge deletes for good (nothing reaches the
     rows) but says the text is still on disk, and doctor as the owner shows it until
     `doctor --fix` VACUUMs."""
-    result = run(bound.a, "purge", "--session", "sa", "--json")
+    result = run(bound.a, "purge", "--session-id", "sa", "--json")
     assert result.exit_code == 0, result.stderr
     out = json.loads(result.stdout)
     assert out["memories"] == 2 and out["complete"] is False and out["vacuum"] == "owner"
@@ -285,7 +285,7 @@ def test_a_tenant_roles_purge_says_the_owner_must_vacuum(bound):
     doctor = json.loads(run(bound.url, "doctor", "--json").stdout)
     assert not [c for c in doctor["checks"] if c["check"] == "purge_vacuum"]
     # The owner's own purge VACUUMs and is complete, as before.
-    out = ok(bound.url, "purge", "--tenant", "b", "--session", "sb")
+    out = ok(bound.url, "purge", "--tenant-id", "b", "--session-id", "sb")
     assert out["complete"] is True and "vacuum" not in out
 
 

