@@ -3,23 +3,7 @@
     python -m bench.background            # 10k-memory database, the default models, 10k events
     python -m bench.background --quick    # CI smoke: 1k hash database, 2k events, few queries
 
-One run measures, on copies of one database, whole `memcli` processes as an agent starts them:
-
-- `python -c pass`: the interpreter alone, the floor of any command;
-- in-process ingest (`memcli --no-daemon ingest FILE`): vectors and sparse terms computed
-  before the write, as without a daemon;
-- acknowledged ingest through `memcli serve` (`memcli ingest FILE`): the command returns once
-  events, memories and full-text rows are committed; the daemon's indexer writes the vectors;
-- `memcli query` through the daemon while the indexer drains that backlog, then once it is
-  drained (the same queries, for comparison); the backlog (`memcli serve status`) sampled
-  between queries gives the drain rate.
-
-Targets (the issue's): acknowledged ingest >= 2,000 events/s through the daemon; queries while
-the queue drains within the query targets of bench/service.py (p50 <= 100 ms, p95 <= 150 ms).
-
-Data: the full run copies bench/perf.py's `perf-10000-e5-small-splade.db` (run `python -m
-bench.perf` first, or pass `--source`); `--quick` builds a 1k database with the hash embedder
-and no SPLADE. Ingested events are new ones (another seed), in files of BATCH events.
+What it measures, how, and the results: bench/README.md, "Background indexing".
 """
 
 from __future__ import annotations

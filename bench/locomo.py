@@ -3,30 +3,7 @@
     python -m bench.locomo [--embedder e5-small|minilm|hash] [--configs fts,vector,...]
                            [--data PATH] [--rebuild] [--smoke] [--out NAME]
 
-Protocol (the paper's turn-level retrieval, Table 3): every turn of the 10 LoCoMo conversations
-is ingested with `Memory.ingest`, one event per turn (`<speaker>: <text>` plus the image
-caption), in conversation order with its session's date as the event time. Each question with
-evidence is asked with `Memory.query` inside its own conversation (`tenant_id` = sample id);
-recall@k is the share of the question's evidence turns among the top k hits, averaged over
-questions. Recall within a token budget takes hits in rank order while their texts (counted with
-`memcli.core.tokens.count_tokens`) still fit, and scores those.
-
-The database is opened with the SPLADE encoder the CLI builds for default settings (the library
-runs the sparse leg only when handed one). Configurations change only `memory.retrieval` (leg
-weights and fusion); ranking stages, recency and importance weights stay at memcli's defaults.
-Built databases are cached per embedder under `bench/.cache/` and rebuilt when the data or the
-code that decides what is stored changes. Results go to stdout and to
-`bench/results/locomo-<embedder>.{md,json}`.
-
-`--smoke` (for CI) ingests one conversation's first three sessions with the hash embedder into
-a temporary directory and checks that every number is a recall in [0, 100] %.
-
-LoCoMo is CC BY-NC 4.0: it is read from `../shared/data/locomo10.json` (or `--data`) and never
-copied into this repository.
-
-The parts: locomo_data (settings, data), locomo_db (databases), locomo_score (asking,
-recall), locomo_run (one engine's measurement), locomo_report (markdown); locomo_pg
-(PostgreSQL).
+What it measures, how, and the results: bench/README.md, "LoCoMo evidence recall".
 """
 
 from __future__ import annotations

@@ -4,35 +4,7 @@
     python -m bench.perf --quick         # 1k memories, hash embedder, < 60 s: a CI smoke test
     python -m bench.perf --rebuild       # ignore cached databases under bench/.cache/
 
-What it measures (the issue's targets in brackets):
-
-1. Ingest throughput on synthetic chat events (varied 20-40 word turns, 40 users in 2 tenants,
-   sessions of 8-40 turns, names / dates / @mentions / #tags, ~3 % Chinese turns), through the
-   library `Memory.ingest` in batches of 500: with the embedder [>= 100 events/s] next to the
-   embedder's own `embed_documents` speed on the same texts; with `defer_embed=True`
-   [>= 2,000 events/s]; and one event per call with `defer_embed=True`, p50/p95 [<= 50 ms].
-2. Library `Memory.query` latency p50/p95 at each database size, all legs (with the embedder) and
-   FTS-only (lexical + entity + trigram), scoped to tenant+user and unscoped [p95 <= 20 ms at
-   100k]. The query embedding (`embed_query`) is timed on its own too, since it sits inside the
-   library call, and one more pass times each leg, `rank` and `record_access` separately.
-3. Whole-process `python -m memcli query` p50 (a fresh interpreter per run; the first two runs
-   are warm-up for the OS page cache) with the embedder [<= 400 ms] and with
-   `--legs lexical,entity,trigram` [<= 200 ms]; reference processes (`python -c pass`, pydantic's
-   BaseModel, the Typer app); and the top 10 cumulative imports from `python -X importtime` on
-   the FTS-only command.
-4. Database bytes per memory (after a WAL checkpoint), with the largest tables and indexes.
-
-The 100k database: embedding 100k texts with e5-small would take most of an hour here, so it is
-ingested with `defer_embed=True` and its vectors are copied from the 10k database (whose first
-10k events are the same events, really embedded), with small Gaussian noise and renormalised for
-the other 90k, written through `memcli.store.vectors.insert_vectors`. KNN cost depends on the
-number and size of the vectors, not on what they mean.
-
-Databases are cached in bench/.cache/ (with the ingest numbers measured when they were built);
-`--rebuild` measures everything again. Latency numbers depend on what else runs on the machine:
-the load average is printed with the results.
-
-The parts: perf_data (corpus, helpers), perf_ingest, perf_query, perf_cli, perf_report.
+What it measures, how, and the results: bench/README.md, "Speed of the foundation".
 """
 
 from __future__ import annotations

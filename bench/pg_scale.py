@@ -4,25 +4,7 @@
     python -m bench.pg_scale --events 100000      # ~1 h on 2 busy cores (50k took 33 min)
     python -m bench.pg_scale --quick              # 400 events, 2 writers, hash embedder
 
-Both engines, one after the other, through memcli's own write path (`Memory.ingest`, the store
-SQL, the backend's vector and posting writes), so the stored rows, indexes, vectors and postings
-are what memcli writes (corpus and models: bench/pg_scale_support.py). The 1M figures were made
-faster, by copying the rows of 10k ingested events at the SQL level: bench/results/experiments.md
-names the commit of that bulk path.
-
-1. Ingest throughput with 8 concurrent writer processes (`--writers`), batches of `--batch`
-   events: the whole load (each writer one of the 8 tenants), then `--append` more events into
-   the loaded database twice: spread over the 8 tenants, and all in 1 tenant.
-2. `Memory.query` p50/p95 with the default legs in a warm process (a child: the model encodings
-   are replayed, so the numbers are memcli + engine, without `embed_query`), scoped to one user
-   and tenant-wide (the large-scope plans); its peak RSS.
-3. Size per memory: SQLite's file after a WAL checkpoint; PostgreSQL's `pg_database_size` and
-   memcli's relations (tables, indexes, TOAST).
-4. PostgreSQL's plans at scale: auto_explain logs every statement of two queries (one user, one
-   tenant) and the report lists the indexes each leg's statement used.
-
-PostgreSQL is a throw-away server from tests/support/pg.py (data under /tmp, fsync off, stopped
-and removed at the end). Results: bench/results/pg-scale.{md,json} (not for --quick).
+What it measures, how, and the results: bench/README.md, "PostgreSQL beside SQLite at scale".
 """
 
 from __future__ import annotations

@@ -4,33 +4,7 @@
     python -m bench.service --quick       # CI smoke: 1k memories, hash embedder, few runs
     python -m bench.service --sizes 10000 --runs 40
 
-What an agent feels: a fresh `memcli` process per call, as a shell, a hook or a cron job runs
-it. Three ways, measured in the same run and interleaved (one of each per round, so a busy
-machine slows all three alike):
-
-- `python -c pass`: the interpreter alone, the floor of any command;
-- `memcli ... ` with `memcli serve` running for the database: the client forwards the command
-  line, its environment and its stdio to the warm process;
-- `memcli --no-daemon ...`: the in-process path (imports, settings, models, the database);
-- warm by default: the first command when no daemon runs (it starts one in the background and
-  answers in-process), how long until that daemon answers, and the next commands through it;
-  each round in a runtime folder of its own, its daemon stopped before the next round;
-- with `--against DIR` (another checkout of memcli, e.g. `git worktree add DIR main`), the same
-  commands through that checkout's daemon, on a copy of the database: a before/after measured
-  in one run, so a busy machine weighs on both alike.
-
-Targets (the issue's): through the daemon, query p50 <= 100 ms and p95 <= 150 ms at 100k, `acb
-build` p50 <= 150 ms; at 10k, p50 <= 4x `python -c pass` for query and <= 5x for `acb build`;
-the first command (auto-start) p50 <= 1.3x the in-process p50. Every run's stdout is checked
-(JSON with hits / a bundle).
-
-Data: copies of bench/perf.py's databases (`perf-<size>-e5-small-splade.db`: the 10k one is
-embedded for real with e5-small and SPLADE, the 100k one holds noisy copies of those vectors):
-run `python -m bench.perf` first. `--quick` builds a 1k database with the hash embedder and no
-SPLADE instead. The copies (`bench/.cache/service-<size>.db`) take the daemon's writes (access
-counts, request metrics), so perf.py's cache stays as it was.
-
-The load half (10 concurrent agents over HTTP and MCP) is `bench/service_load.py`.
+What it measures, how, and the results: bench/README.md, "The service".
 """
 
 from __future__ import annotations

@@ -5,42 +5,7 @@ tenant, a narrowly bound token and a hostile client get.
     python -m bench.trust_attacks --quick    # 200 fuzzed calls
     python -m bench.trust_attacks --json     # the figures (and every leak found) as JSON
 
-It attacks the memcli installed in the Python that runs it (run it with another checkout's
-virtualenv to measure that version) through real processes only: `python -m memcli` commands
-and `memcli serve` daemons on a scratch database in a temporary folder, over 127.0.0.1 and unix
-sockets; every process it starts is stopped before it exits. Offline.
-
-1. Planted socket (root only: the listener runs as `nobody`): another user makes the caller's
-   runtime folder first (mode 777, under an XDG_RUNTIME_DIR that is a fresh sticky folder) with a
-   recording listener at the socket the client computes; the CLI, the agent hook and `memcli
-   mcp`'s bridge then run with two secrets in their environment. Counted: secret values the
-   listener received (of 2 per route).
-2. Cross-tenant id commands: for each command that takes an id, the row is made in tenant
-   `acme` (a database per command) and the command run as tenant `other`. Counted: writes that
-   exited 0 or changed a table, reads that exited 0 showing something (`[]` shows nothing).
-3. Binding leaks: a daemon with tokens bound to tenant, tenant+user, tenant+agent, tenant+app
-   and tenant+categories; each token calls every HTTP route and MCP tool acting on one row, on
-   rows just outside its binding, and the listings. Counted: 2xx answers that read or changed
-   such a row or listed one; separately, 2xx answers to requests naming a scope outside the
-   binding.
-4. Fuzz: seeded malformed HTTP requests and MCP tool calls (bench/trust_attacks_fuzz.py).
-   Counted: 5xx answers and MCP internal errors; tracebacks in the daemon's log.
-5. Oversized bodies: 3 concurrent 100 MB POSTs to a fresh daemon, with Content-Length declared,
-   then chunked. Measured: the daemon's peak resident memory minus before (MB).
-6. File modes (bench/trust_attacks_private.py): under umask 022, a new database in a new folder,
-   an export, a view, the hooks log and the serve token file. Counted: files another local
-   user can read, folders memcli made that others can enter; whether `doctor` names a
-   database left 0644.
-7. Pages' login (bench/trust_attacks_private.py): the operator logs in, then 10,000 anonymous
-   `GET /ui/login`; is the operator still in? Then 30 wrong tokens from one address: how many
-   were checked before a 429, and does the right token get in meanwhile?
-8. Who a daemon is and which database it serves (bench/trust_attacks_daemon.py): the
-   environment of the command that auto-started it, a re-pointed link, a config file's `db:`, a
-   database `serve` cannot open, a runtime folder of another user, one too long for a socket.
-9. Planted secrets (bench/trust_attacks_secrets.py): 79 kinds of credentials and identity
-   numbers, real-shaped and fake, through 10 write entries (CLI in-process and forwarded to a
-   daemon, three importers, HTTP, MCP). Counted: planted values found raw in the database, its
-   WAL, the export, the daemon's log or an answer.
+What it measures, how, and the results: bench/README.md, "Attacks on trust".
 """
 
 from __future__ import annotations

@@ -1,22 +1,6 @@
 """bench/trust_attacks.py's attacks on who a daemon is and which database it serves.
 
-Each runs real `python -m memcli` processes of this Python on scratch databases (a daemon the
-CLI starts by itself included) and stops every daemon it caused before it returns:
-
-1. Starter identity: `MEMCLI_TENANT=acme GITHUB_TOKEN=... AWS_SECRET_ACCESS_KEY=... memcli
-   stats` starts the daemon (the config file says `tenant: home-team`); then an unscoped HTTP
-   write and an unscoped MCP write. Counted: the starter's values in the daemon's
-   /proc/PID/environ, and the unscoped writes that landed in the starter's tenant.
-2. Re-pointed link: `memcli serve --db link.db` (link -> a.db), the link re-pointed to b.db,
-   then one HTTP write to the daemon. Counted: writes that landed in b.db.
-3. Config file's `db:` (no MEMCLI_DB): a command starts the daemon. Counted: a daemon for the
-   default path, a database created at the default path, the configured database's daemon
-   answering.
-4. `memcli serve --db /proc/nope/x.db`: its exit code (null: still up after 30 s) and lines.
-5. A runtime folder of another user (root only: given to `nobody`, 0700), with auto-start on
-   and off. Counted: commands that said nothing about it, and warnings that give no fix.
-6. A 100-character XDG_RUNTIME_DIR: does `memcli serve` come up, and does a command start a
-   daemon the next one is forwarded to?
+What it measures, how, and the results: bench/README.md, "Attacks on trust".
 """
 
 from __future__ import annotations

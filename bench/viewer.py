@@ -4,22 +4,7 @@
     python -m bench.viewer --sizes 10000,100000
     python -m bench.viewer --quick          # CI smoke: 1k memories, 5 rounds, no file written
 
-What a person waits for: one whole page over HTTP from `memcli serve --port` on 127.0.0.1
-(request sent, every byte of the HTML received, status 200 checked), the server rendering it
-from the database through the same operations as the CLI. One round loads every page once,
-interleaved, beside a `python -c pass` process as a reference for how busy the machine is
-(its p50 and p95 are in the table: a slow machine shows there first). The first two rounds
-warm the page cache and the daemon and are not counted.
-
-Data: bench/perf.py's synthetic conversations (40 users in two tenants, sessions of 8-40
-turns), ingested with the hash embedder (no SPLADE): page rendering, paging and the queries
-behind each page are what is measured, not a model's encoding. A few decisions, tasks and a
-pending consent proposal are added so the ledger page has rows; the query pages (search and
-bundle) run their question through every leg. Databases are cached in bench/.cache/
-(`viewer-<size>.db`); the daemon's writes (request metrics, access counts) go to a copy.
-
-The target (the web viewer's issue): p95 under 200 ms per page at 10k memories. Results go
-to bench/results/viewer.md.
+What it measures, how, and the results: bench/README.md, "The web pages".
 """
 
 from __future__ import annotations
