@@ -11,11 +11,22 @@ their effect: +5 R@10 for lexical alone). Writes bench/results/ablation-<embedde
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import time
 from pathlib import Path
 
-from bench import locomo
+from bench.locomo_data import (
+    BUDGETS,
+    CACHE_DIR,
+    DEFAULT_DATA,
+    KS,
+    RESULTS_DIR,
+    questions,
+    sessions,
+)
+from bench.locomo_db import cached_database, default_sparse, open_memory
+from bench.locomo_score import evaluate, summarise
 from memcli.config import RetrievalSettings
 from memcli.core.tokens import count_tokens
 from memcli.providers.embedders import get_embedder
@@ -44,37 +55,35 @@ STEPS: list[tuple[str, dict]] = [
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--embedder", default="e5-small")
-    ap.add_argument("--data", default=str(locomo.DEFAULT_DATA))
+    ap.add_argument("--data", default=str(DEFAULT_DATA))
     args = ap.parse_args()
     data_path = Path(args.data)
-    data = locomo.json.loads(data_path.read_text(encoding="utf-8"))
+    data = json.loads(data_path.read_text(encoding="utf-8"))
     embedder = get_embedder(args.embedder)
-    sparse = locomo.default_sparse()
+    sparse = default_sparse()
     # Reuse bench/locomo.py's cached database as it is: the ablation changes only ranking
     # settings, never what was stored (build it first with bench/locomo.py).
-    db_path = locomo.CACHE_DIR / f"locomo-{args.embedder}.db"
+    db_path = CACHE_DIR / f"locomo-{args.embedder}.db"
     if not db_path.exists():
-        db_path, _ = locomo.cached_database(data_path, embedder, sparse, args.embedder, data,
-                                            False)
-    ingested = {s["sample_id"]: {t["dia_id"] for _, turns in locomo.sessions(s["conversation"])
+        db_path, _ = cached_database(data_path, embedder, sparse, args.embedder, data, False)
+    ingested = {s["sample_id"]: {t["dia_id"] for _, turns in sessions(s["conversation"])
                                  for t in turns} for s in data}
-    qs, _ = locomo.questions(data, ingested)
+    qs, _ = questions(data, ingested)
     settings = {label: RetrievalSettings(**update) for label, update in STEPS}
-    locomo.config_settings = settings.__getitem__  # evaluate() looks configs up by name
     lines = ["| stage (cumulative) | R@5 | R@10 | R@25 | R@50 | 500 tok | 1000 tok | 2000 tok |",
              "|---|---|---|---|---|---|---|---|"]
-    with locomo.open_memory(db_path, embedder, sparse) as memory:
+    with open_memory(db_path, embedder, sparse) as memory:
         count_tokens("warm up", memory.encoding)
         for label, _ in STEPS:
             t = time.perf_counter()
-            s = locomo.summarise(locomo.evaluate(memory, qs, label))["overall"]
-            cells = [s[f"r@{k}"] for k in locomo.KS] + [s[f"b{b}"] for b in locomo.BUDGETS]
+            s = summarise(evaluate(memory, qs, label, settings=settings[label]))["overall"]
+            cells = [s[f"r@{k}"] for k in KS] + [s[f"b{b}"] for b in BUDGETS]
             lines.append(f"| {label} | " + " | ".join(f"{c:.1f}" for c in cells) + " |")
             print(lines[-1], f"({time.perf_counter() - t:.0f} s)", file=sys.stderr)
     lines.append("| DRAGON (paper, Table 3) | 56.7 | 66.2 | 76.7 | 82.7 | | | |")
     table = (f"# LoCoMo ablation, embedder `{embedder.model_id}`\n\n"
              f"{len(qs)} questions; protocol as bench/locomo.py.\n\n" + "\n".join(lines) + "\n")
-    out = locomo.RESULTS_DIR / f"ablation-{args.embedder}.md"
+    out = RESULTS_DIR / f"ablation-{args.embedder}.md"
     out.write_text(table, encoding="utf-8")
     print(table)
     return 0

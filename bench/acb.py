@@ -29,13 +29,8 @@ from memcli.config import thread_defaults
 
 thread_defaults()
 
-from bench.perf import (  # noqa: E402 - after the thread settings
-    generate_events,
-    generate_queries,
-    loadavg,
-    page_cache_warm,
-    pct,
-)
+from bench.perf_data import generate_events, generate_queries, loadavg, pct  # noqa: E402
+from bench.perf_query import page_cache_warm  # noqa: E402 - after the thread settings
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
@@ -187,7 +182,7 @@ def requests_for(path: Path, n: int, seed: int) -> tuple[list[dict], list[dict]]
             "budget_tokens": BUDGET,
         }
         fast.append(base)
-        slow.append({**base, "query_text": q["text"]})
+        slow.append({**base, "query": q["text"]})
     return fast, slow
 
 
@@ -202,15 +197,16 @@ def summary(ms: list[float]) -> dict[str, float]:
 
 
 def library_latency(path: Path, requests: list[dict], warmup: int) -> dict[str, Any]:
-    from memcli.acb.build import build_acb
+    from memcli.acb.build import AcbRequest, build_acb
 
     times, cpu, tokens, items = [], [], [], []
     with open_memory(path) as memory:
         for req in requests[:warmup]:
-            build_acb(memory, req)
+            build_acb(memory, AcbRequest.model_validate(req))
         for req in requests[warmup:]:
             c0, t0 = time.process_time(), time.perf_counter()
-            bundle = build_acb(memory, req)
+            # validated in the timed call, as `memcli acb build` does
+            bundle = build_acb(memory, AcbRequest.model_validate(req))
             times.append((time.perf_counter() - t0) * 1000)
             cpu.append((time.process_time() - c0) * 1000)
             if bundle["token_used"] > BUDGET:

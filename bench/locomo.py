@@ -19,13 +19,10 @@ from typing import Any
 
 from bench.locomo_data import (
     BACKENDS,
-    BUDGETS,
-    CACHE_DIR,
     CONFIGS,
     DEFAULT_DATA,
     DRAGON,
     ENGINE_SUFFIX,
-    KS,
     REPO_ROOT,
     RESULTS_DIR,
     TOP_K,
@@ -34,26 +31,16 @@ from bench.locomo_data import (
     questions,
     sessions,
 )
-from bench.locomo_db import cached_database, default_sparse, open_memory
+from bench.locomo_db import default_sparse
 from bench.locomo_report import (
-    _metric_heads,
     git_revision,
     render_markdown,
     render_session_markdown,
     write_result,
 )
-from bench.locomo_run import measure, measure_engine
-from bench.locomo_score import dia_id_of, evaluate, last_sessions, summarise
+from bench.locomo_run import measure_engine
+from bench.locomo_score import last_sessions, summarise
 from memcli.providers.embedders import get_embedder
-
-if __name__ == "__main__":  # bench/locomo_pg.py imports `locomo`: this module, not a copy
-    sys.modules.setdefault("locomo", sys.modules[__name__])
-
-# What bench/locomo_pg.py, pg_legs.py and ablation.py use as `locomo.<name>`.
-__all__ = ["BUDGETS", "CACHE_DIR", "DEFAULT_DATA", "KS", "REPO_ROOT", "RESULTS_DIR",
-           "_metric_heads", "cached_database", "config_settings", "default_sparse", "dia_id_of",
-           "evaluate", "git_revision", "main", "measure", "open_memory", "questions", "sessions",
-           "summarise"]
 
 
 def command_line(args: argparse.Namespace, embedder_name: str) -> str:

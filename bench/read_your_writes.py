@@ -258,19 +258,6 @@ async def run_path(
     return tally, written[0]
 
 
-def http_url(env: dict[str, str], db: Path) -> str:
-    import subprocess
-
-    done = subprocess.run(
-        [sys.executable, "-m", "memcli", "serve", "status", "--db", str(db)],
-        env=env,
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    return str(json.loads(done.stdout)["http_url"])
-
-
 def seed(env: dict[str, str], db: Path, count: int) -> None:
     """`count` notes the probes' queries share words with (their dense and sparse legs match
     them), written before the daemon starts, with their vectors."""
@@ -357,7 +344,7 @@ def main(argv: list[str] | None = None) -> int:
         seed(env, db, 200)
         with Daemon(db, env, "--port", "0", "--no-token") as daemon:
             daemon.wait_ready()
-            url = http_url(env, db)
+            url = str(daemon.status()["http_url"])
             for path in args.paths.split(","):
                 for load in (agents,) if args.loaded_only else (0, agents):
                     t0 = time.monotonic()

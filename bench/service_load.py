@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.perf import loadavg, pct
+from bench.perf_data import loadavg, pct
 from bench.service import database
 from bench.service_support import Daemon, cli_env
 

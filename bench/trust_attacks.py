@@ -22,11 +22,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench import trust_attacks_daemon
-from bench.trust_attacks_fuzz import fuzz
-from bench.trust_attacks_private import file_modes, login_flood
-from bench.trust_attacks_secrets import planted_secrets
-from bench.trust_attacks_serve import Serve, bindings, oversized
+from bench import trust_attacks_local
+from bench.trust_attacks_inputs import fuzz, planted_secrets
+from bench.trust_attacks_local import file_modes, login_flood
+from bench.trust_attacks_serve import Serve, bindings, memcli, oversized, scratch_env
 from tests.support.sockets import Listener, python_of, second_user
 from tests.support.trust import memcli_env
 
@@ -44,16 +43,6 @@ PLANTED_ROUTES = {
              "socket"),
     "mcp": (["mcp"], INITIALIZE, "http_socket"),
 }
-
-
-def memcli(env: dict[str, str], cwd: Path, *args: str, stdin: str = "",
-           timeout: float = 120) -> subprocess.CompletedProcess:
-    """`python -m memcli ARGS` of this Python (cwd: a scratch folder, never a checkout)."""
-    try:
-        return subprocess.run([sys.executable, "-m", "memcli", *args], input=stdin, env=env,
-                              cwd=cwd, capture_output=True, text=True, timeout=timeout)
-    except subprocess.TimeoutExpired as exc:
-        return subprocess.CompletedProcess(exc.cmd, 124, "", "timed out")
 
 
 def planted_socket(scratch: Path) -> dict[str, Any]:
@@ -245,14 +234,6 @@ def version() -> dict[str, str]:
             "commit": commit or "?"}
 
 
-def daemon_env(scratch: Path, name: str) -> dict[str, str]:
-    home = scratch / name
-    env = memcli_env(home, home / "m.db")
-    (home / "run").mkdir(mode=0o700, parents=True, exist_ok=True)
-    env["XDG_RUNTIME_DIR"] = str(home / "run")
-    return env
-
-
 def run(quick: bool, calls: int | None, seed: int, only: set[str]) -> dict[str, Any]:
     calls = calls or (200 if quick else 1000)
     out: dict[str, Any] = {**version(), "seed": seed}
@@ -270,8 +251,8 @@ def run(quick: bool, calls: int | None, seed: int, only: set[str]) -> dict[str, 
             "file_modes": lambda: file_modes(scratch),
             "login_flood": lambda: _served(scratch, "login-flood", login_flood),
             **{name: (lambda attack=attack: attack(scratch))
-               for name, attack in trust_attacks_daemon.STEPS.items()},
-            "planted_secrets": lambda: planted_secrets(scratch, memcli, daemon_env),
+               for name, attack in trust_attacks_local.STEPS.items()},
+            "planted_secrets": lambda: planted_secrets(scratch),
         }
         for name, step in steps.items():
             if only and name not in only:
@@ -286,7 +267,7 @@ def run(quick: bool, calls: int | None, seed: int, only: set[str]) -> dict[str, 
 
 
 def _served(scratch: Path, name: str, attack: Any) -> dict[str, Any]:
-    with Serve(daemon_env(scratch, name), scratch) as serve:
+    with Serve(scratch_env(scratch, name), scratch) as serve:
         return attack(serve)
 
 
@@ -326,7 +307,7 @@ def table(out: dict[str, Any]) -> str:
             "login_flood", lambda r: "yes" if r["logged_out"] else "no")),
         ("wrong tokens checked of 30 posted from one address", cell(
             "login_flood", lambda r: f"{r['guesses_checked']} of {r['guesses']}")),
-        *trust_attacks_daemon.rows(cell),
+        *trust_attacks_local.rows(cell),
         ("planted secrets found raw (10 write entries)", cell(
             "planted_secrets", lambda r: f"{r['raw']} of {r['of']} "
                                          f"({len(r['raw_kinds'])} kinds; "
@@ -346,7 +327,7 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=23, help="the fuzz's seed")
     parser.add_argument("--only", default="", help="comma-separated attacks: planted_socket,"
                         "cross_tenant,bindings,fuzz,oversized_length,oversized_chunked,file_modes,"
-                        "login_flood,planted_secrets," + ",".join(trust_attacks_daemon.STEPS))
+                        "login_flood,planted_secrets," + ",".join(trust_attacks_local.STEPS))
     args = parser.parse_args()
     only = {o.strip() for o in args.only.split(",") if o.strip()}
     out = run(args.quick, args.calls, args.seed, only)

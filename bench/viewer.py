@@ -11,10 +11,8 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -87,12 +85,6 @@ def pages(memory_id: int) -> dict[str, str]:
     }
 
 
-def http_url(db: Path, env: dict[str, str]) -> str:
-    argv = [sys.executable, "-m", "memcli", "serve", "status", "--db", str(db)]
-    done = subprocess.run(argv, env=env, capture_output=True, text=True, check=True)
-    return json.loads(done.stdout)["http_url"]
-
-
 def a_memory(db: Path) -> int:
     from memcli import Memory
 
@@ -108,7 +100,8 @@ def measure(db: Path, runs: int, env: dict[str, str], only: list[str] | None = N
     with contextlib.ExitStack() as stack:
         daemon = stack.enter_context(Daemon(db, env, "--port", "0", "--no-token"))
         daemon.wait_ready()
-        client = stack.enter_context(httpx.Client(base_url=http_url(db, env), timeout=60))
+        url = daemon.status()["http_url"]
+        client = stack.enter_context(httpx.Client(base_url=url, timeout=60))
         for i in range(runs + 2):
             for name, path in paths.items():
                 t0 = time.perf_counter()
