@@ -271,48 +271,49 @@ def _served(scratch: Path, name: str, attack: Any) -> dict[str, Any]:
         return attack(serve)
 
 
+def _yes(key: str) -> Any:
+    return lambda r: "yes" if r[key] else "no"
+
+
+# The summary's rows: (what, the attack, its figure: a format of the attack's result or a
+# function of it); the local machine's attacks and the planted secrets come last.
+ROWS: tuple[tuple[str, str, Any], ...] = (
+    ("planted socket: secret values received", "planted_socket", "{received} of {of}"),
+    ("cross-tenant id writes accepted or changed", "cross_tenant",
+     "{writes_accepted} of {writes_of}"),
+    ("cross-tenant id reads that showed the row", "cross_tenant", "{reads_answered} of {reads_of}"),
+    ("binding leaks (outside rows read, changed or listed)", "bindings", "{leaks}"),
+    ("requests naming a scope outside the binding: 2xx", "bindings", "{named_scope_accepted}"),
+    ("fuzz: HTTP 5xx", "fuzz", "{http_5xx} of {http}"),
+    ("fuzz: MCP internal errors", "fuzz", "{mcp_internal} of {mcp}"),
+    ("fuzz: tracebacks in the daemon log", "fuzz", "{daemon_tracebacks}"),
+    ("RSS growth, 3 x 100 MB POST, Content-Length", "oversized_length", "{growth_mb} MB"),
+    ("RSS growth, 3 x 100 MB POST, chunked", "oversized_chunked", "{growth_mb} MB"),
+    ("files other local users can read (umask 022)", "file_modes",
+     lambda r: f"{len(r['readable_by_others'])} of {r['files']}"),
+    ("folders memcli made that others can enter", "file_modes",
+     lambda r: f"{len(r['open_folders'])} of {r['folders']}"),
+    ("doctor names a database others can read", "file_modes", _yes("doctor_names_open_db")),
+    ("10,000 anonymous GET /ui/login: operator logged out", "login_flood", _yes("logged_out")),
+    ("wrong tokens checked of 30 posted from one address", "login_flood",
+     "{guesses_checked} of {guesses}"),
+    *trust_attacks_local.ROWS,
+    ("planted secrets found raw (10 write entries)", "planted_secrets",
+     lambda r: f"{r['raw']} of {r['of']} ({len(r['raw_kinds'])} kinds; "
+               f"{r['failed_writes']} writes failed)"),
+)
+
+
 def table(out: dict[str, Any]) -> str:
-    def cell(step: str, text: Any) -> str:
+    def cell(step: str, figure: Any) -> str:
         if step not in out:
             return "not run"
-        return out[step]["skipped"] if "skipped" in out[step] else text(out[step])
+        result = out[step]
+        if "skipped" in result:
+            return result["skipped"]
+        return figure(result) if callable(figure) else figure.format_map(result)
 
-    rows = [
-        ("planted socket: secret values received", cell(
-            "planted_socket", lambda r: f"{r['received']} of {r['of']}")),
-        ("cross-tenant id writes accepted or changed", cell(
-            "cross_tenant", lambda r: f"{r['writes_accepted']} of {r['writes_of']}")),
-        ("cross-tenant id reads that showed the row", cell(
-            "cross_tenant", lambda r: f"{r['reads_answered']} of {r['reads_of']}")),
-        ("binding leaks (outside rows read, changed or listed)", cell(
-            "bindings", lambda r: str(r["leaks"]))),
-        ("requests naming a scope outside the binding: 2xx", cell(
-            "bindings", lambda r: str(r["named_scope_accepted"]))),
-        ("fuzz: HTTP 5xx", cell("fuzz", lambda r: f"{r['http_5xx']} of {r['http']}")),
-        ("fuzz: MCP internal errors", cell("fuzz", lambda r: f"{r['mcp_internal']} of "
-                                                             f"{r['mcp']}")),
-        ("fuzz: tracebacks in the daemon log", cell("fuzz", lambda r: str(
-            r["daemon_tracebacks"]))),
-        ("RSS growth, 3 x 100 MB POST, Content-Length", cell(
-            "oversized_length", lambda r: f"{r['growth_mb']} MB")),
-        ("RSS growth, 3 x 100 MB POST, chunked", cell(
-            "oversized_chunked", lambda r: f"{r['growth_mb']} MB")),
-        ("files other local users can read (umask 022)", cell(
-            "file_modes", lambda r: f"{len(r['readable_by_others'])} of {r['files']}")),
-        ("folders memcli made that others can enter", cell(
-            "file_modes", lambda r: f"{len(r['open_folders'])} of {r['folders']}")),
-        ("doctor names a database others can read", cell(
-            "file_modes", lambda r: "yes" if r["doctor_names_open_db"] else "no")),
-        ("10,000 anonymous GET /ui/login: operator logged out", cell(
-            "login_flood", lambda r: "yes" if r["logged_out"] else "no")),
-        ("wrong tokens checked of 30 posted from one address", cell(
-            "login_flood", lambda r: f"{r['guesses_checked']} of {r['guesses']}")),
-        *trust_attacks_local.rows(cell),
-        ("planted secrets found raw (10 write entries)", cell(
-            "planted_secrets", lambda r: f"{r['raw']} of {r['of']} "
-                                         f"({len(r['raw_kinds'])} kinds; "
-                                         f"{r['failed_writes']} writes failed)")),
-    ]
+    rows = [(what, cell(step, figure)) for what, step, figure in ROWS]
     width = max(len(r[0]) for r in rows)
     lines = [f"memcli {out['version']} ({out['commit']}) at {out['memcli']}", ""]
     lines += [f"{what:<{width}}  {value}" for what, value in rows]

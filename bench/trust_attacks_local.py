@@ -273,26 +273,23 @@ STEPS = {
 }
 
 
-def rows(cell: Any) -> list[tuple[str, str]]:
-    """The table rows of these attacks; `cell(step, text)` renders one (trust_attacks.table)."""
-    return [
-        ("auto-start: starter's values in the daemon's environ", cell(
-            "starter_identity", lambda r: f"{r['starter_values_kept']} of {r['of']}")),
-        ("auto-start: unscoped HTTP/MCP writes in the starter's tenant", cell(
-            "starter_identity", lambda r: f"{r['unscoped_in_starter_tenant']} of "
-                                          f"{r['unscoped_of']}")),
-        ("re-pointed link: daemon writes into the other database", cell(
-            "repointed_link", lambda r: f"{r['writes_in_other_db']} of {r['of']}")),
-        ("config db: stray daemon / database at the default path", cell(
-            "config_db", lambda r: f"{r['stray_daemon']} / {r['default_db_created']}")),
-        ("serve --db /proc/nope/x.db: exit code (null: stays up)", cell(
-            "unopenable_db", lambda r: f"{r['exit']} ({r['stderr_lines']} stderr lines)")),
-        ("runtime folder of another user: silent runs / no fix named", cell(
-            "foreign_runtime_folder", lambda r: f"{r['silent']} / {r['no_fix']} of {r['of']}")),
-        ("100-char runtime folder: serve up / auto-start forwarded", cell(
-            "long_runtime_folder", lambda r: f"{r.get('serve_up')} / "
-                                             f"{r.get('auto_start_forwarded')}")),
-    ]
+# Their rows in bench/trust_attacks.py's summary: (what, the attack, its figure).
+ROWS: tuple[tuple[str, str, Any], ...] = (
+    ("auto-start: starter's values in the daemon's environ", "starter_identity",
+     "{starter_values_kept} of {of}"),
+    ("auto-start: unscoped HTTP/MCP writes in the starter's tenant", "starter_identity",
+     "{unscoped_in_starter_tenant} of {unscoped_of}"),
+    ("re-pointed link: daemon writes into the other database", "repointed_link",
+     "{writes_in_other_db} of {of}"),
+    ("config db: stray daemon / database at the default path", "config_db",
+     "{stray_daemon} / {default_db_created}"),
+    ("serve --db /proc/nope/x.db: exit code (null: stays up)", "unopenable_db",
+     "{exit} ({stderr_lines} stderr lines)"),
+    ("runtime folder of another user: silent runs / no fix named", "foreign_runtime_folder",
+     "{silent} / {no_fix} of {of}"),
+    ("100-char runtime folder: serve up / auto-start forwarded", "long_runtime_folder",
+     lambda r: f"{r.get('serve_up')} / {r.get('auto_start_forwarded')}"),
+)
 
 
 FLOOD = 10_000
