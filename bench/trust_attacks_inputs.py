@@ -238,6 +238,7 @@ def _seed_rows(client: Any) -> None:
 
 FACT = 160  # carriers packed into facts this long (a fact holds 280 characters once redacted)
 
+
 def _records(items: list[Planted], tag: str) -> list[dict[str, Any]]:
     return [{"session_id": f"s-{tag}", "user_id": "u1", "event_id": f"{tag}-{n}",
              "content": {"text": p.text}} for n, p in enumerate(items)]
