@@ -13,7 +13,6 @@ from typing import Any
 
 from bench.locomo_data import BUDGETS, CATEGORIES, KS, TOP_K, config_settings, sessions
 from memcli import Memory
-from memcli.config import RetrievalSettings
 from memcli.core.tokens import count_tokens
 from memcli.retrieval.text import has_recall_cue
 
@@ -43,11 +42,9 @@ def evaluate(
     qs: list[dict[str, Any]],
     config: str,
     ask: Callable[[Memory, dict[str, Any]], tuple[list[Any], bool]] = ask_conversation,
-    settings: RetrievalSettings | None = None,
 ) -> dict[str, Any]:
-    """Ask every question under one configuration (`settings`, or the named one's);
-    per-question recalls and latencies."""
-    memory.retrieval = settings or config_settings(config)
+    """Ask every question under one configuration; per-question recalls and latencies."""
+    memory.retrieval = config_settings(config)
     rows = []
     latencies = []
     for n, q in enumerate(qs, start=1):
