@@ -6,30 +6,7 @@
     python -m bench.acb --models     # the default models (e5-small + SPLADE-tiny) on copies of
                                      # bench/perf.py's databases (run that first)
 
-What it measures (the issue's targets in brackets), per database size:
-
-1. Library `memcli.acb.build_acb` p50/p95, warm process, one `Memory` open:
-   - fast path: no query text, so no retrieval (identity, rules, tasks, decisions, the
-     session's recent turns, delta header) [p95 <= 15 ms];
-   - retrieval path: a query, so the same hybrid retrieval as `memcli query` runs on top
-     (candidate pool <= 2,000, scored <= 200, relations boost, related bullets) [p95 <= 50 ms].
-   Each request is a random (tenant, user, session) of the data with `budget_tokens` 65,000 and
-   `track` on, as an agent calls it.
-2. Whole-process `python -m memcli acb build` p50, a fresh interpreter per run (two warm-up runs
-   first, for the OS page cache), fast and retrieval path.
-
-The databases: synthetic chat events from bench/perf.py's generator (varied 20-40 word turns,
-40 users in 2 tenants, sessions of 8-40 turns), ingested through `Memory.ingest` with
-`defer_embed=True` (the fast hot path), then vectors added by `Memory.embed_pending` with the
-deterministic 64-d hash embedder: embedding 100k texts with e5-small would take most of an hour on
-two cores, and the vector leg's cost depends on the number and size of vectors, not on what they
-mean. The SPLADE sparse leg is off (no encoder): encoding 100k documents is the same hour, and
-its query cost is measured by bench/perf.py. Each of 20 users also gets 3 decisions and 2 tasks
-(through the ledger, so with linked memories). Databases are cached in bench/.cache/.
-
-`--models` measures the same with the default models: copies of bench/perf.py's 10k and 100k
-databases (real e5-small vectors and SPLADE postings for 10k memories, noisy copies of them for
-the rest; see bench/perf.py), plus the same ledger items; results in bench/results/acb-models.md.
+What it measures, how, and the results: bench/README.md, "Context bundle latency".
 """
 
 from __future__ import annotations
@@ -52,13 +29,8 @@ from memcli.config import thread_defaults
 
 thread_defaults()
 
-from bench.perf import (  # noqa: E402 - after the thread settings
-    generate_events,
-    generate_queries,
-    loadavg,
-    page_cache_warm,
-    pct,
-)
+from bench.perf_data import generate_events, generate_queries, loadavg, pct  # noqa: E402
+from bench.perf_query import page_cache_warm  # noqa: E402 - after the thread settings
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
@@ -210,7 +182,7 @@ def requests_for(path: Path, n: int, seed: int) -> tuple[list[dict], list[dict]]
             "budget_tokens": BUDGET,
         }
         fast.append(base)
-        slow.append({**base, "query_text": q["text"]})
+        slow.append({**base, "query": q["text"]})
     return fast, slow
 
 
@@ -233,6 +205,7 @@ def library_latency(path: Path, requests: list[dict], warmup: int) -> dict[str, 
             build_acb(memory, AcbRequest.model_validate(req))
         for req in requests[warmup:]:
             c0, t0 = time.process_time(), time.perf_counter()
+            # validated in the timed call, as `memcli acb build` does
             bundle = build_acb(memory, AcbRequest.model_validate(req))
             times.append((time.perf_counter() - t0) * 1000)
             cpu.append((time.process_time() - c0) * 1000)

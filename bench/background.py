@@ -3,23 +3,7 @@
     python -m bench.background            # 10k-memory database, the default models, 10k events
     python -m bench.background --quick    # CI smoke: 1k hash database, 2k events, few queries
 
-One run measures, on copies of one database, whole `memcli` processes as an agent starts them:
-
-- `python -c pass`: the interpreter alone, the floor of any command;
-- in-process ingest (`memcli --no-daemon ingest FILE`): vectors and sparse terms computed
-  before the write, as without a daemon;
-- acknowledged ingest through `memcli serve` (`memcli ingest FILE`): the command returns once
-  events, memories and full-text rows are committed; the daemon's indexer writes the vectors;
-- `memcli query` through the daemon while the indexer drains that backlog, then once it is
-  drained (the same queries, for comparison); the backlog (`memcli serve status`) sampled
-  between queries gives the drain rate.
-
-Targets (the issue's): acknowledged ingest >= 2,000 events/s through the daemon; queries while
-the queue drains within the query targets of bench/service.py (p50 <= 100 ms, p95 <= 150 ms).
-
-Data: the full run copies bench/perf.py's `perf-10000-e5-small-splade.db` (run `python -m
-bench.perf` first, or pass `--source`); `--quick` builds a 1k database with the hash embedder
-and no SPLADE. Ingested events are new ones (another seed), in files of BATCH events.
+What it measures, how, and the results: bench/README.md, "Background indexing".
 """
 
 from __future__ import annotations
@@ -28,22 +12,14 @@ import argparse
 import json
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-from bench.perf import (
-    CACHE_DIR,
-    build_embedded_db,
-    generate_events,
-    generate_queries,
-    loadavg,
-    pct,
-    users,
-)
+from bench.perf_data import CACHE_DIR, generate_events, generate_queries, loadavg, pct, users
+from bench.perf_ingest import build_embedded_db
 from bench.service_support import Daemon, cli_env, process_ms
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -121,12 +97,6 @@ def ingest_rate(db: Path, files: list[Path], env: dict[str, str], daemon: int | 
             "cpu_seconds": cpu_s}
 
 
-def backlog(db: Path, env: dict[str, str]) -> dict[str, Any]:
-    argv = [sys.executable, "-m", "memcli", "serve", "status", "--db", str(db)]
-    done = subprocess.run(argv, env=env, capture_output=True, text=True, check=True)
-    return json.loads(done.stdout)["backlog"]
-
-
 def query_round(db: Path, queries: list[dict], env: dict[str, str]) -> list[float]:
     out = []
     for q in queries:
@@ -155,19 +125,19 @@ def measure(source: Path, events: int, queries: int, env: dict[str, str], folder
         log(f"acknowledged ingest of {events:,} events through the daemon")
         ack = ingest_rate(served_db, files, env, daemon.proc.pid)
         after_ack = time.monotonic()
-        start = backlog(served_db, env)
+        start = daemon.status()["backlog"]
         during: list[float] = []
         samples = [(0.0, start["waiting"])]
         while True:  # queries while the queue drains, the backlog sampled between rounds
             during += query_round(served_db, asked[:5], env)
-            state = backlog(served_db, env)
+            state = daemon.status()["backlog"]
             samples.append((round(time.monotonic() - after_ack, 1), state["waiting"]))
             if not state["waiting"] or len(during) >= queries * 4:
                 break
         drained = state["waiting"] == 0
         while state["waiting"]:  # let it finish, for the drain time and the idle queries
             time.sleep(0.5)
-            state = backlog(served_db, env)
+            state = daemon.status()["backlog"]
         drain_s = time.monotonic() - after_ack
         idle = query_round(served_db, asked, env)
         indexer = state["indexer"]

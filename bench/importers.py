@@ -1,34 +1,8 @@
 """`memcli import --from chatgpt` of a synthetic 10,000-message export, timed as whole
 processes against `python -c pass` in the same run, then a query for a planted message.
 
-The export is generated (bench/perf_data.py's synthetic chat, no real data) in ChatGPT's
-shape: conversations of 8-40 turns, each a `mapping` tree whose kept branch ends at
-`current_node`, one edited message in ten on a branch not kept. Modes:
-- `defer`: `--defer-embed`, the events, memories and full-text rows committed, no vectors
-  and no sparse terms (what a daemon indexing in the background acknowledges; `memcli
-  embed` adds them later);
-- `hash-nosparse`: vectors from the hashing embedder, the SPLADE leg off (the write path
-  with a vector per memory, at almost no model cost);
-- `hash`: the same with the default SPLADE leg on (its encoder is a real model);
-- `default`: the default configuration and embedder (e5-small), what a user without a
-  daemon pays;
-- `daemon`: the default configuration through a running `memcli serve` (warm, its models
-  loaded): the command returns once events, memories and full-text rows are committed, and
-  the daemon's indexer adds vectors and sparse terms afterwards (the query that follows finds
-  the planted message by its words; `memcli serve status` gives the backlog left).
-
-    python -m bench.importers          # 10,000 messages: 3 runs of the fast modes, 1 of the rest
-    python -m bench.importers --messages 2000 --modes defer,hash-nosparse --runs 1
-    python -m bench.importers --quick  # CI: 1,000 messages, the fast modes once, no file written
-    python -m bench.importers --messages 100000 --modes defer,hash-nosparse --runs 1 \
-        --out importers-100k --max-rss-mb 400   # the memory target: a 100,000-message export
-
-Each import's peak resident memory (its process's own, from wait4) is reported; with
-`--max-rss-mb`, a run above it fails the bench. An import reads its export as a stream and
-writes 250 turns at a time (memcli/importers/load.py), so memory does not grow with the
-export.
-
-Writes bench/results/importers.json and .md."""
+What it measures, how, and the results: bench/README.md, "Importing".
+"""
 
 from __future__ import annotations
 

@@ -3,30 +3,7 @@
     python -m bench.locomo [--embedder e5-small|minilm|hash] [--configs fts,vector,...]
                            [--data PATH] [--rebuild] [--smoke] [--out NAME]
 
-Protocol (the paper's turn-level retrieval, Table 3): every turn of the 10 LoCoMo conversations
-is ingested with `Memory.ingest`, one event per turn (`<speaker>: <text>` plus the image
-caption), in conversation order with its session's date as the event time. Each question with
-evidence is asked with `Memory.query` inside its own conversation (`tenant_id` = sample id);
-recall@k is the share of the question's evidence turns among the top k hits, averaged over
-questions. Recall within a token budget takes hits in rank order while their texts (counted with
-`memcli.core.tokens.count_tokens`) still fit, and scores those.
-
-The database is opened with the SPLADE encoder the CLI builds for default settings (the library
-runs the sparse leg only when handed one). Configurations change only `memory.retrieval` (leg
-weights and fusion); ranking stages, recency and importance weights stay at memcli's defaults.
-Built databases are cached per embedder under `bench/.cache/` and rebuilt when the data or the
-code that decides what is stored changes. Results go to stdout and to
-`bench/results/locomo-<embedder>.{md,json}`.
-
-`--smoke` (for CI) ingests one conversation's first three sessions with the hash embedder into
-a temporary directory and checks that every number is a recall in [0, 100] %.
-
-LoCoMo is CC BY-NC 4.0: it is read from `../shared/data/locomo10.json` (or `--data`) and never
-copied into this repository.
-
-The parts: locomo_data (settings, data), locomo_db (databases), locomo_score (asking,
-recall), locomo_run (one engine's measurement), locomo_report (markdown); locomo_pg
-(PostgreSQL).
+What it measures, how, and the results: bench/README.md, "LoCoMo evidence recall".
 """
 
 from __future__ import annotations
@@ -42,13 +19,10 @@ from typing import Any
 
 from bench.locomo_data import (
     BACKENDS,
-    BUDGETS,
-    CACHE_DIR,
     CONFIGS,
     DEFAULT_DATA,
     DRAGON,
     ENGINE_SUFFIX,
-    KS,
     REPO_ROOT,
     RESULTS_DIR,
     TOP_K,
@@ -57,26 +31,16 @@ from bench.locomo_data import (
     questions,
     sessions,
 )
-from bench.locomo_db import cached_database, default_sparse, open_memory
+from bench.locomo_db import default_sparse
 from bench.locomo_report import (
-    _metric_heads,
     git_revision,
     render_markdown,
     render_session_markdown,
     write_result,
 )
-from bench.locomo_run import measure, measure_engine
-from bench.locomo_score import dia_id_of, evaluate, last_sessions, summarise
+from bench.locomo_run import measure_engine
+from bench.locomo_score import last_sessions, summarise
 from memcli.providers.embedders import get_embedder
-
-if __name__ == "__main__":  # bench/locomo_pg.py imports `locomo`: this module, not a copy
-    sys.modules.setdefault("locomo", sys.modules[__name__])
-
-# What bench/locomo_pg.py, pg_legs.py and ablation.py use as `locomo.<name>`.
-__all__ = ["BUDGETS", "CACHE_DIR", "DEFAULT_DATA", "KS", "REPO_ROOT", "RESULTS_DIR",
-           "_metric_heads", "cached_database", "config_settings", "default_sparse", "dia_id_of",
-           "evaluate", "git_revision", "main", "measure", "open_memory", "questions", "sessions",
-           "summarise"]
 
 
 def command_line(args: argparse.Namespace, embedder_name: str) -> str:

@@ -2,19 +2,8 @@
 
     python -m bench.locomo_cv [--embedder e5-small] [--data PATH] [--out NAME]
 
-A ranking change is judged here before the full `python -m bench.locomo` run confirms it. The
-legs of every question (what the models and the indexes return) are computed once, through
-`memcli.retrieval.search.run_legs` on bench/locomo.py's cached database, and kept under
-`bench/.cache/`; each variant then replays `memcli.retrieval.search.rank` (fusion and every
-stage, on the same database) over those legs, so a variant costs seconds, not minutes. The
-replayed default gives the same recall as `python -m bench.locomo` (the report checks it).
-
-Each variant with a parameter is scored by leave-one-conversation-out cross-validation: its
-value is picked on 9 conversations (best R@10 over all their questions) and scored on the 10th,
-so a number never comes from a value chosen on the questions it scores. The report gives R@5 /
-10 / 25 / 50 and recall within 1,000 tokens per LoCoMo category (1 multi-hop, 2 temporal,
-3 open-domain, 4 single-hop, 5 adversarial) and the values each fold picked. Results go to
-stdout and `bench/results/<out>.{md,json}` (default `locomo-cv-<embedder>`).
+What it measures, how, and the results: bench/README.md, "A ranking change, per category and
+cross-validated".
 """
 
 from __future__ import annotations

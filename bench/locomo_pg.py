@@ -16,7 +16,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from bench import locomo
+from bench.locomo_data import BUDGETS, KS
+from bench.locomo_report import _metric_heads
+from bench.locomo_score import summarise
 
 DATABASE = "memcli_locomo"
 TARGET = 1.0  # the bound: PostgreSQL within 1 point of SQLite at every k
@@ -112,14 +114,14 @@ def overlap(a: list[Any], b: list[Any], k: int) -> float:
 def compare_runs(lite: dict[str, Any], pg: dict[str, Any]) -> dict[str, Any]:
     """One configuration on both engines: their summaries, PostgreSQL minus SQLite, and how
     alike the rankings are question by question."""
-    a, b = locomo.summarise(lite), locomo.summarise(pg)
+    a, b = summarise(lite), summarise(pg)
     pairs = list(zip(lite["rows"], pg["rows"], strict=True))
     diff = {m: round(b["overall"][m] - a["overall"][m], 1) for m in a["overall"]}
     by_category = {
         cat: {m: round(b["by_category"][cat][m] - v, 1) for m, v in entry.items() if m != "n"}
         for cat, entry in a["by_category"].items()
     }
-    rks = [f"r@{k}" for k in locomo.KS]
+    rks = [f"r@{k}" for k in KS]
     return {
         "sqlite": a,
         "postgresql": b,
@@ -136,7 +138,7 @@ def compare_runs(lite: dict[str, Any], pg: dict[str, Any]) -> dict[str, Any]:
 
 
 def compare(lite: dict[str, Any], pg: dict[str, Any]) -> dict[str, Any]:
-    """Both engines' measurements (`locomo.measure` + ingest), configuration by configuration."""
+    """Both engines' measurements (locomo_run's `measure` + ingest), config by config."""
     configs = {name: compare_runs(run, pg["runs"][name]) for name, run in lite["runs"].items()}
     session = {name: compare_runs(run, pg["session"][name])
                for name, run in lite["session"].items()}
@@ -167,15 +169,15 @@ def check_smoke(comparison: dict[str, Any]) -> None:
 
 
 def _cells(res: dict[str, Any], diff: dict[str, float] | None) -> list[str]:
-    metrics = [f"r@{k}" for k in locomo.KS] + [f"b{b}" for b in locomo.BUDGETS]
+    metrics = [f"r@{k}" for k in KS] + [f"b{b}" for b in BUDGETS]
     return [f"{res[m]:.1f}" + (f" ({diff[m]:+.1f})" if diff is not None else "") for m in metrics]
 
 
 def _table(rows: dict[str, Any], label: str) -> list[str]:
     lines = [
-        f"| {label} | engine | {locomo._metric_heads()} | same top 10 | overlap@10 | query ms"
+        f"| {label} | engine | {_metric_heads()} | same top 10 | overlap@10 | query ms"
         " p50 / p95 |",
-        "|---" * (len(locomo.KS) + len(locomo.BUDGETS) + 6) + "|",
+        "|---" * (len(KS) + len(BUDGETS) + 6) + "|",
     ]
     for name, c in rows.items():
         for engine, diff in (("SQLite", None), ("PostgreSQL", c["diff"])):
@@ -217,7 +219,7 @@ def render_comparison(meta: dict[str, Any], comparison: dict[str, Any]) -> str:
         "",
         *_table(comparison["configs"], "config"),
         "",
-        f"## By category ({' / '.join(f'R@{k}' for k in locomo.KS)}, PostgreSQL minus SQLite)",
+        f"## By category ({' / '.join(f'R@{k}' for k in KS)}, PostgreSQL minus SQLite)",
         "",
     ]
     first = next(iter(comparison["configs"].values()))
@@ -226,7 +228,7 @@ def render_comparison(meta: dict[str, Any], comparison: dict[str, Any]) -> str:
                  + " | largest |")
     lines.append("|---" * (len(cats) + 2) + "|")
     for name, c in comparison["configs"].items():
-        cells = [" / ".join(f"{d[f'r@{k}']:+.1f}" for k in locomo.KS)
+        cells = [" / ".join(f"{d[f'r@{k}']:+.1f}" for k in KS)
                  for d in c["diff_by_category"].values()]
         lines.append(f"| {name} | " + " | ".join(cells)
                      + f" | {c['max_abs_diff_rk_by_category']:.1f} |")

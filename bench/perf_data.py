@@ -220,18 +220,6 @@ def log(msg: str) -> None:
     print(f"[perf {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
 
 
-def python_pass_ms(runs: int = 15) -> float:
-    """The median wall ms of `python -c pass`: the machine's yardstick beside a measurement."""
-    import subprocess
-
-    ms = []
-    for _ in range(runs):
-        t0 = time.perf_counter()
-        subprocess.run([sys.executable, "-c", "pass"], check=True)
-        ms.append((time.perf_counter() - t0) * 1000)
-    return statistics.median(ms)
-
-
 def loadavg() -> str:
     try:
         return " ".join(f"{x:.1f}" for x in os.getloadavg())

@@ -4,25 +4,7 @@
     python -m bench.pg_scale --events 100000      # ~1 h on 2 busy cores (50k took 33 min)
     python -m bench.pg_scale --quick              # 400 events, 2 writers, hash embedder
 
-Both engines, one after the other, through memcli's own write path (`Memory.ingest`, the store
-SQL, the backend's vector and posting writes), so the stored rows, indexes, vectors and postings
-are what memcli writes (corpus and models: bench/pg_scale_support.py). The 1M figures were made
-faster, by copying the rows of 10k ingested events at the SQL level: bench/results/experiments.md
-names the commit of that bulk path.
-
-1. Ingest throughput with 8 concurrent writer processes (`--writers`), batches of `--batch`
-   events: the whole load (each writer one of the 8 tenants), then `--append` more events into
-   the loaded database twice: spread over the 8 tenants, and all in 1 tenant.
-2. `Memory.query` p50/p95 with the default legs in a warm process (a child: the model encodings
-   are replayed, so the numbers are memcli + engine, without `embed_query`), scoped to one user
-   and tenant-wide (the large-scope plans); its peak RSS.
-3. Size per memory: SQLite's file after a WAL checkpoint; PostgreSQL's `pg_database_size` and
-   memcli's relations (tables, indexes, TOAST).
-4. PostgreSQL's plans at scale: auto_explain logs every statement of two queries (one user, one
-   tenant) and the report lists the indexes each leg's statement used.
-
-PostgreSQL is a throw-away server from tests/support/pg.py (data under /tmp, fsync off, stopped
-and removed at the end). Results: bench/results/pg-scale.{md,json} (not for --quick).
+What it measures, how, and the results: bench/README.md, "PostgreSQL beside SQLite at scale".
 """
 
 from __future__ import annotations
@@ -41,9 +23,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from bench import perf
+from bench import perf_data as perf
 from bench import pg_scale_report as report
 from bench import pg_scale_support as sup
+from bench.perf_query import db_size, page_cache_warm, time_process
 from bench.pg_bench_support import create_database
 
 BENCH = Path(__file__).resolve().parent
@@ -185,23 +168,6 @@ def round_robin(events: list[dict], n: int) -> list[list[dict]]:
     return parts
 
 
-def sqlite_size(path: Path) -> dict[str, Any]:
-    import apsw
-
-    wal = Path(f"{path}-wal")
-    wal_before = wal.stat().st_size if wal.exists() else 0  # 8 writers rarely let it reset
-    perf.checkpoint(path)
-    conn = apsw.Connection(str(path), flags=apsw.SQLITE_OPEN_READONLY)
-    memories = int(conn.execute("SELECT count(*) FROM memories").fetchone()[0])
-    largest = [(n, int(b)) for n, b in conn.execute(
-        "SELECT name, sum(pgsize) FROM dbstat GROUP BY name ORDER BY 2 DESC LIMIT 8")]
-    conn.close()
-    total = path.stat().st_size + sum(Path(f"{path}{s}").stat().st_size for s in ("-wal",)
-                                      if Path(f"{path}{s}").exists())
-    return {"memories": memories, "bytes": total, "bytes_per_memory": total / memories,
-            "largest": largest, "wal_bytes_before_checkpoint": wal_before}
-
-
 def pg_size(dsn: str) -> dict[str, Any]:
     import psycopg
 
@@ -249,7 +215,7 @@ def explain(dsn: str, server_log: Path, queries: list[dict], models: Path | None
 
 
 def reference_process() -> float:
-    runs = [perf.time_process([sys.executable, "-c", "pass"], dict(os.environ))[0]
+    runs = [time_process([sys.executable, "-c", "pass"], dict(os.environ))[0]
             for _ in range(7)]
     return perf.pct(runs[2:], 50)
 
@@ -273,9 +239,9 @@ def measure_run(name: str, location: str, append: int, batch: int, queries: list
     one = sup.extra_events(append, copy=2, tenant="t0")
     out["append 1 tenant"] = writers(location, round_robin(one, count), models, docs, batch,
                                      work, f"{name}-1t")
-    out["size"] = sqlite_size(Path(location)) if name == "sqlite" else pg_size(location)
+    out["size"] = db_size(Path(location)) if name == "sqlite" else pg_size(location)
     if name == "sqlite":
-        perf.page_cache_warm(Path(location))
+        page_cache_warm(Path(location))
     log(f"{name}: {out['size']['bytes_per_memory']:.0f} bytes/memory; queries")
     spec = {"location": location, "models": str(models) if models else None,
             "warmup": warmup, "queries": queries}

@@ -1,18 +1,6 @@
 """The corpus, the replayed models and the child processes of bench/pg_scale.py.
 
-Corpus: bench/perf.py's synthetic chat events (its generator, same seed), with the scope
-re-drawn: 1,000 users in 8 tenants (user u lives in tenant t{u % 8}); each session of perf's
-corpus goes to one user drawn from a seeded RNG. Past perf's 100k events the same 100k texts
-come again as copy 1, 2, ... (new session ids, users drawn again, timestamps shifted): every
-event is distinct to memcli (the content hash covers scope and time), the texts repeat.
-
-Models: `ReplayEmbedder` / `ReplaySparse` return stored encodings instead of running a model,
-with the real model ids (the stored rows are what memcli writes with e5-small + SPLADE):
-document vectors and SPLADE weights come from perf's cached 100k database (its first 10k
-vectors are e5-small's own, the other 90k perf's noisy copies of them; SPLADE postings as stored
-there), query encodings from the real models, computed once per run. Encoding 1M texts with
-e5-small would take hours on two cores; the engines' cost depends on the number and size of
-vectors and postings, not on what they mean. `--quick` uses the hash embedder and no SPLADE.
+What it counts and how: bench/README.md, "PostgreSQL beside SQLite at scale".
 """
 
 from __future__ import annotations
@@ -29,7 +17,8 @@ from typing import Any
 
 import numpy as np
 
-from bench import perf  # its generator, query set and percentiles
+from bench import perf_data as perf  # its generator, query set and percentiles
+from bench.perf_ingest import batches
 
 BENCH = Path(__file__).resolve().parent
 
@@ -177,7 +166,7 @@ def writer_child(spec: dict[str, Any]) -> dict[str, Any]:
     t0 = time.perf_counter()
     per_batch = []
     busy = 0
-    for chunk in perf.batches(events, spec["batch"]):
+    for chunk in batches(events, spec["batch"]):
         b0 = time.perf_counter()
         while True:
             try:

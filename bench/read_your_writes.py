@@ -5,23 +5,7 @@
     python -m bench.read_your_writes --cli-pairs 200    # fewer CLI pairs (two processes each)
     python -m bench.read_your_writes --paths cli --pairs 300    # one path: its own file
 
-One daemon (`--port` on 127.0.0.1, the hash embedder and sparse model, so the indexer keeps up
-on 2 shared cores and what is measured is visibility, not a model) over a database seeded with
-200 notes the dense and sparse legs match. Each pair writes one note with a word of its own and
-at once asks the default query (top 10) for that word; a miss is a pair whose note is not among
-the hits. The paths: the forwarded CLI (`memcli ingest --text` then `memcli query`, two
-processes through the daemon's socket), HTTP (`POST /api/v1/events` then `/api/v1/query`) and
-MCP over streamable HTTP with the official client (its record-event tool, then its query tool).
-Each path runs idle, then while `--agents` agents (half HTTP, half MCP) write events back to
-back. For every hit found, which legs found it is counted: the full-text leg at once, the
-dense and sparse legs once the indexer wrote the note's vector and terms. Target: 0 misses.
-
-Each phase writes notes of its own (the word carries the path and the load), so no pair
-re-writes a text an earlier phase wrote: that would be a duplicate (skipped, the old memory
-found), not a fresh write. Every miss is recorded with the write's answer (created or
-skipped, busy retries), the query's first hits with each leg's rank, and (forwarded CLI) whether
-the same query found the note a second later. A run of some paths or `--loaded-only` writes
-bench/results/read-your-writes-<paths>.md beside the full run's file.
+What it measures, how, and the results: bench/README.md, "The service".
 """
 
 from __future__ import annotations
@@ -274,19 +258,6 @@ async def run_path(
     return tally, written[0]
 
 
-def http_url(env: dict[str, str], db: Path) -> str:
-    import subprocess
-
-    done = subprocess.run(
-        [sys.executable, "-m", "memcli", "serve", "status", "--db", str(db)],
-        env=env,
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    return str(json.loads(done.stdout)["http_url"])
-
-
 def seed(env: dict[str, str], db: Path, count: int) -> None:
     """`count` notes the probes' queries share words with (their dense and sparse legs match
     them), written before the daemon starts, with their vectors."""
@@ -373,7 +344,7 @@ def main(argv: list[str] | None = None) -> int:
         seed(env, db, 200)
         with Daemon(db, env, "--port", "0", "--no-token") as daemon:
             daemon.wait_ready()
-            url = http_url(env, db)
+            url = str(daemon.status()["http_url"])
             for path in args.paths.split(","):
                 for load in (agents,) if args.loaded_only else (0, agents):
                     t0 = time.monotonic()

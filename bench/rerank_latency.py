@@ -2,21 +2,7 @@
 
     python -m bench.rerank_latency [--rounds 200]
 
-A scripted reranking server (tests/support/rerankstub.py, its scoring a few substring tests)
-runs in a process of its own on 127.0.0.1, so what is measured is memcli's side and the HTTP
-round trip: the body built and sent, the JSON answer read and checked, the top reordered. A
-real server adds its model's time on top (a cross-encoder's forward pass over N pairs), which
-depends on the server, its hardware and the model, and is not measured here.
-
-Measured, for N = 20 and 50 candidates of two lengths (130 characters, a LoCoMo turn's mean;
-2,000 characters, a full 512-token chunk), in both wire formats:
-- warm: `HttpReranker.score` on a kept-alive connection, as in `memcli serve`, `memcli mcp` or
-  a library process (median and 95th percentile over rounds, interleaved);
-- cold: the first call of a new process, as a `memcli query` that runs in its own process
-  (`import httpx`, then the connection and the round trip; median of 5 processes);
-- end to end: `Memory.query` (hash embedder, 2,000 memories, top_k 10) with the reranker on
-  against off, the median difference.
-Writes bench/results/rerank-latency.md.
+What it measures, how, and the results: bench/README.md, "The reranker's round trip".
 """
 
 from __future__ import annotations

@@ -4,40 +4,13 @@
     python -m bench.service --quick       # CI smoke: 1k memories, hash embedder, few runs
     python -m bench.service --sizes 10000 --runs 40
 
-What an agent feels: a fresh `memcli` process per call, as a shell, a hook or a cron job runs
-it. Three ways, measured in the same run and interleaved (one of each per round, so a busy
-machine slows all three alike):
-
-- `python -c pass`: the interpreter alone, the floor of any command;
-- `memcli ... ` with `memcli serve` running for the database: the client forwards the command
-  line, its environment and its stdio to the warm process;
-- `memcli --no-daemon ...`: the in-process path (imports, settings, models, the database);
-- warm by default: the first command when no daemon runs (it starts one in the background and
-  answers in-process), how long until that daemon answers, and the next commands through it;
-  each round in a runtime folder of its own, its daemon stopped before the next round;
-- with `--against DIR` (another checkout of memcli, e.g. `git worktree add DIR main`), the same
-  commands through that checkout's daemon, on a copy of the database: a before/after measured
-  in one run, so a busy machine weighs on both alike.
-
-Targets (the issue's): through the daemon, query p50 <= 100 ms and p95 <= 150 ms at 100k, `acb
-build` p50 <= 150 ms; at 10k, p50 <= 4x `python -c pass` for query and <= 5x for `acb build`;
-the first command (auto-start) p50 <= 1.3x the in-process p50. Every run's stdout is checked
-(JSON with hits / a bundle).
-
-Data: copies of bench/perf.py's databases (`perf-<size>-e5-small-splade.db`: the 10k one is
-embedded for real with e5-small and SPLADE, the 100k one holds noisy copies of those vectors):
-run `python -m bench.perf` first. `--quick` builds a 1k database with the hash embedder and no
-SPLADE instead. The copies (`bench/.cache/service-<size>.db`) take the daemon's writes (access
-counts, request metrics), so perf.py's cache stays as it was.
-
-The load half (10 concurrent agents over HTTP and MCP) is `bench/service_load.py`.
+What it measures, how, and the results: bench/README.md, "The service".
 """
 
 from __future__ import annotations
 
 import argparse
 import compileall
-import contextlib
 import json
 import os
 import shutil
@@ -47,15 +20,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.perf import (
-    CACHE_DIR,
-    build_embedded_db,
-    generate_events,
-    generate_queries,
-    loadavg,
-    pct,
-    users,
-)
+from bench.perf_data import CACHE_DIR, generate_events, generate_queries, loadavg, pct, users
+from bench.perf_ingest import build_embedded_db
 from bench.service_support import (
     Daemon,
     auto_env,
@@ -120,23 +86,17 @@ def check(label: str, stdout: str) -> None:
 
 
 def measure(path: Path, queries: list[dict], runs: int, env: dict[str, str],
-            against: Path | None = None, first_runs: int = 0) -> dict[str, Any]:
+            first_runs: int = 0) -> dict[str, Any]:
     py = sys.executable
     rows: dict[str, list[float]] = {}
     cpu: dict[str, list[float]] = {}
     work = commands(path, queries)
-    with contextlib.ExitStack() as stack:
-        daemon = stack.enter_context(Daemon(path, env))
+    with Daemon(path, env) as daemon:
         daemon.wait_ready()
-        other = _other_tree(stack, path, env, against) if against is not None else None
         for i in range(runs + 2):  # two warm-up rounds (page cache, the daemon's first calls)
             for label, args, stdin in work[2 * (i % len(queries)): 2 * (i % len(queries)) + 2]:
                 ways = [("daemon", [py, "-m", "memcli", *args], env),
                         ("in-process", [py, "-m", "memcli", "--no-daemon", *args], env)]
-                if other is not None:  # the same command, through the other tree's daemon
-                    other_args = [str(other[0]) if a == str(path) else a for a in args]
-                    ways.append((f"daemon of {against}", [py, "-m", "memcli", *other_args],
-                                 other[1]))
                 for way, argv, way_env in ways:
                     wall, cpu_ms, out = process_ms(argv, way_env, stdin)
                     check(label, out)
@@ -147,7 +107,7 @@ def measure(path: Path, queries: list[dict], runs: int, env: dict[str, str],
             if i >= 2:
                 rows.setdefault("python -c pass", []).append(wall)
                 cpu.setdefault("python -c pass", []).append(cpu_ms)
-        served = daemon.requests_served()
+        served = daemon.status()["requests"]
     if first_runs:
         first_commands(path, work, first_runs, env, rows, cpu)
     out = {k: {"n": len(v), "p50": pct(v, 50), "p95": pct(v, 95),
@@ -205,19 +165,6 @@ def first_commands(path: Path, work: list[tuple[str, list[str], str | None]], ru
         cpu.setdefault("python -c pass", []).append(cpu_ms)
 
 
-def _other_tree(stack: contextlib.ExitStack, path: Path, env: dict[str, str], tree: Path
-                ) -> tuple[Path, dict[str, str]]:
-    """A daemon of the memcli in another checkout (`--against`), on a copy of the database,
-    with a runtime folder of its own: (its database, its environment)."""
-    folder = Path(env["XDG_RUNTIME_DIR"]).parent / "against"
-    (folder / "run").mkdir(parents=True, mode=0o700, exist_ok=True)
-    copy = folder / path.name
-    shutil.copyfile(path, copy)
-    other_env = {**env, "PYTHONPATH": str(tree.resolve()), "XDG_RUNTIME_DIR": str(folder / "run")}
-    stack.enter_context(Daemon(copy, other_env)).wait_ready()
-    return copy, other_env
-
-
 def render(results: dict[str, Any], quick: bool) -> str:
     lines = ["# memcli through `memcli serve`: whole-process latency", "",
              f"Measured {time.strftime('%Y-%m-%d')} on {os.cpu_count()} cores"
@@ -259,9 +206,6 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--runs", type=int, default=None, help="measured rounds per size (30)")
     ap.add_argument("--first-runs", type=int, default=None, help="rounds of the first "
                     "command with no daemon running (warm by default; 10, quick: 1)")
-    ap.add_argument("--against", type=Path, default=None, help="another memcli checkout: its "
-                    "daemon answers the same commands, interleaved (a before/after on a busy "
-                    "machine)")
     args = ap.parse_args(argv)
     # What an installed memcli has: current bytecode (a shell with PYTHONDONTWRITEBYTECODE set
     # would otherwise have every process compile the modules changed since the last write).
@@ -278,8 +222,7 @@ def main(argv: list[str] | None = None) -> int:
             log(f"{size:,} memories: {runs} rounds")
             first = args.first_runs if args.first_runs is not None else (1 if args.quick
                                                                           else 10)
-            results["sizes"][str(size)] = measure(path, queries, runs, env, args.against,
-                                                  first)
+            results["sizes"][str(size)] = measure(path, queries, runs, env, first)
     results["load_after"] = loadavg()
     text = render(results, args.quick)
     print(text)

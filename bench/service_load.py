@@ -5,21 +5,7 @@
     python -m bench.service_load --agents 10 --seconds 60 --size 10000
     python -m bench.service_load --think 1    # each agent pauses 1 s between rounds (its LLM call)
 
-Half the agents speak HTTP (`httpx`, the `/api/v1` routes), half MCP (the SDK's own client over
-streamable HTTP at `/mcp`), all to one daemon started with `--port` on 127.0.0.1. Each agent has
-its own user and session and loops until time is up: record an event (a unique `event_id`),
-then build a bundle with a query about what it has said (the retrieval path), then run a query.
-By default agents never pause: 10 clients back to back on 2 cores is a saturation test, and
-latency there is mostly queueing for the CPU. `--think S` pauses S seconds between rounds, as an
-agent does while its model answers. Reported per transport and operation: count, p50 and p95
-wall ms as the client saw them, and failures (any non-2xx status, MCP error result or
-exception; the issue's bar is zero), and the cores each of the daemon's processes, this
-load generator and the whole machine kept busy during the run (from /proc). Targets
-(the Agent Memory System PRD, the issue's): the retrieval path p95 <= 500 ms, target <= 150 ms.
-
-After the run the daemon is stopped (SIGTERM: in-flight requests finish, WAL checkpointed) and
-the database is read directly: every event an agent saw acknowledged must be there exactly once,
-with its memory; nothing unacknowledged may be counted as lost.
+What it measures, how, and the results: bench/README.md, "The service".
 """
 
 from __future__ import annotations
@@ -35,7 +21,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.perf import loadavg, pct
+from bench.perf_data import loadavg, pct
 from bench.service import database
 from bench.service_support import Daemon, cli_env
 

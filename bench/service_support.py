@@ -86,12 +86,13 @@ class Daemon:
             time.sleep(0.25)
         raise SystemExit(f"memcli serve not ready after {timeout:.0f} s")
 
-    def requests_served(self) -> Any:
+    def status(self) -> dict[str, Any]:
+        """`memcli serve status` of this database, parsed (its URL, backlog, requests...)."""
         argv = [sys.executable, "-m", "memcli", "serve", "status", "--db", str(self.db)]
         done = subprocess.run(argv, env=self.env, capture_output=True, text=True, check=False)
         if done.returncode != 0:
             raise SystemExit(f"memcli serve status failed: {done.stderr.strip()}")
-        return json.loads(done.stdout)["requests"]
+        return json.loads(done.stdout)
 
     def __exit__(self, *exc: object) -> None:
         assert self.proc is not None

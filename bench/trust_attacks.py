@@ -5,42 +5,7 @@ tenant, a narrowly bound token and a hostile client get.
     python -m bench.trust_attacks --quick    # 200 fuzzed calls
     python -m bench.trust_attacks --json     # the figures (and every leak found) as JSON
 
-It attacks the memcli installed in the Python that runs it (run it with another checkout's
-virtualenv to measure that version) through real processes only: `python -m memcli` commands
-and `memcli serve` daemons on a scratch database in a temporary folder, over 127.0.0.1 and unix
-sockets; every process it starts is stopped before it exits. Offline.
-
-1. Planted socket (root only: the listener runs as `nobody`): another user makes the caller's
-   runtime folder first (mode 777, under an XDG_RUNTIME_DIR that is a fresh sticky folder) with a
-   recording listener at the socket the client computes; the CLI, the agent hook and `memcli
-   mcp`'s bridge then run with two secrets in their environment. Counted: secret values the
-   listener received (of 2 per route).
-2. Cross-tenant id commands: for each command that takes an id, the row is made in tenant
-   `acme` (a database per command) and the command run as tenant `other`. Counted: writes that
-   exited 0 or changed a table, reads that exited 0 showing something (`[]` shows nothing).
-3. Binding leaks: a daemon with tokens bound to tenant, tenant+user, tenant+agent, tenant+app
-   and tenant+categories; each token calls every HTTP route and MCP tool acting on one row, on
-   rows just outside its binding, and the listings. Counted: 2xx answers that read or changed
-   such a row or listed one; separately, 2xx answers to requests naming a scope outside the
-   binding.
-4. Fuzz: seeded malformed HTTP requests and MCP tool calls (bench/trust_attacks_fuzz.py).
-   Counted: 5xx answers and MCP internal errors; tracebacks in the daemon's log.
-5. Oversized bodies: 3 concurrent 100 MB POSTs to a fresh daemon, with Content-Length declared,
-   then chunked. Measured: the daemon's peak resident memory minus before (MB).
-6. File modes (bench/trust_attacks_private.py): under umask 022, a new database in a new folder,
-   an export, a view, the hooks log and the serve token file. Counted: files another local
-   user can read, folders memcli made that others can enter; whether `doctor` names a
-   database left 0644.
-7. Pages' login (bench/trust_attacks_private.py): the operator logs in, then 10,000 anonymous
-   `GET /ui/login`; is the operator still in? Then 30 wrong tokens from one address: how many
-   were checked before a 429, and does the right token get in meanwhile?
-8. Who a daemon is and which database it serves (bench/trust_attacks_daemon.py): the
-   environment of the command that auto-started it, a re-pointed link, a config file's `db:`, a
-   database `serve` cannot open, a runtime folder of another user, one too long for a socket.
-9. Planted secrets (bench/trust_attacks_secrets.py): 79 kinds of credentials and identity
-   numbers, real-shaped and fake, through 10 write entries (CLI in-process and forwarded to a
-   daemon, three importers, HTTP, MCP). Counted: planted values found raw in the database, its
-   WAL, the export, the daemon's log or an answer.
+What it measures, how, and the results: bench/README.md, "Attacks on trust".
 """
 
 from __future__ import annotations
@@ -57,11 +22,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench import trust_attacks_daemon
-from bench.trust_attacks_fuzz import fuzz
-from bench.trust_attacks_private import file_modes, login_flood
-from bench.trust_attacks_secrets import planted_secrets
-from bench.trust_attacks_serve import Serve, bindings, oversized
+from bench import trust_attacks_local
+from bench.trust_attacks_inputs import fuzz, planted_secrets
+from bench.trust_attacks_local import file_modes, login_flood
+from bench.trust_attacks_serve import Serve, bindings, memcli, oversized, scratch_env
 from tests.support.sockets import Listener, python_of, second_user
 from tests.support.trust import memcli_env
 
@@ -79,16 +43,6 @@ PLANTED_ROUTES = {
              "socket"),
     "mcp": (["mcp"], INITIALIZE, "http_socket"),
 }
-
-
-def memcli(env: dict[str, str], cwd: Path, *args: str, stdin: str = "",
-           timeout: float = 120) -> subprocess.CompletedProcess:
-    """`python -m memcli ARGS` of this Python (cwd: a scratch folder, never a checkout)."""
-    try:
-        return subprocess.run([sys.executable, "-m", "memcli", *args], input=stdin, env=env,
-                              cwd=cwd, capture_output=True, text=True, timeout=timeout)
-    except subprocess.TimeoutExpired as exc:
-        return subprocess.CompletedProcess(exc.cmd, 124, "", "timed out")
 
 
 def planted_socket(scratch: Path) -> dict[str, Any]:
@@ -280,14 +234,6 @@ def version() -> dict[str, str]:
             "commit": commit or "?"}
 
 
-def daemon_env(scratch: Path, name: str) -> dict[str, str]:
-    home = scratch / name
-    env = memcli_env(home, home / "m.db")
-    (home / "run").mkdir(mode=0o700, parents=True, exist_ok=True)
-    env["XDG_RUNTIME_DIR"] = str(home / "run")
-    return env
-
-
 def run(quick: bool, calls: int | None, seed: int, only: set[str]) -> dict[str, Any]:
     calls = calls or (200 if quick else 1000)
     out: dict[str, Any] = {**version(), "seed": seed}
@@ -305,8 +251,8 @@ def run(quick: bool, calls: int | None, seed: int, only: set[str]) -> dict[str, 
             "file_modes": lambda: file_modes(scratch),
             "login_flood": lambda: _served(scratch, "login-flood", login_flood),
             **{name: (lambda attack=attack: attack(scratch))
-               for name, attack in trust_attacks_daemon.STEPS.items()},
-            "planted_secrets": lambda: planted_secrets(scratch, memcli, daemon_env),
+               for name, attack in trust_attacks_local.STEPS.items()},
+            "planted_secrets": lambda: planted_secrets(scratch),
         }
         for name, step in steps.items():
             if only and name not in only:
@@ -321,52 +267,53 @@ def run(quick: bool, calls: int | None, seed: int, only: set[str]) -> dict[str, 
 
 
 def _served(scratch: Path, name: str, attack: Any) -> dict[str, Any]:
-    with Serve(daemon_env(scratch, name), scratch) as serve:
+    with Serve(scratch_env(scratch, name), scratch) as serve:
         return attack(serve)
 
 
+def _yes(key: str) -> Any:
+    return lambda r: "yes" if r[key] else "no"
+
+
+# The summary's rows: (what, the attack, its figure: a format of the attack's result or a
+# function of it); the local machine's attacks and the planted secrets come last.
+ROWS: tuple[tuple[str, str, Any], ...] = (
+    ("planted socket: secret values received", "planted_socket", "{received} of {of}"),
+    ("cross-tenant id writes accepted or changed", "cross_tenant",
+     "{writes_accepted} of {writes_of}"),
+    ("cross-tenant id reads that showed the row", "cross_tenant", "{reads_answered} of {reads_of}"),
+    ("binding leaks (outside rows read, changed or listed)", "bindings", "{leaks}"),
+    ("requests naming a scope outside the binding: 2xx", "bindings", "{named_scope_accepted}"),
+    ("fuzz: HTTP 5xx", "fuzz", "{http_5xx} of {http}"),
+    ("fuzz: MCP internal errors", "fuzz", "{mcp_internal} of {mcp}"),
+    ("fuzz: tracebacks in the daemon log", "fuzz", "{daemon_tracebacks}"),
+    ("RSS growth, 3 x 100 MB POST, Content-Length", "oversized_length", "{growth_mb} MB"),
+    ("RSS growth, 3 x 100 MB POST, chunked", "oversized_chunked", "{growth_mb} MB"),
+    ("files other local users can read (umask 022)", "file_modes",
+     lambda r: f"{len(r['readable_by_others'])} of {r['files']}"),
+    ("folders memcli made that others can enter", "file_modes",
+     lambda r: f"{len(r['open_folders'])} of {r['folders']}"),
+    ("doctor names a database others can read", "file_modes", _yes("doctor_names_open_db")),
+    ("10,000 anonymous GET /ui/login: operator logged out", "login_flood", _yes("logged_out")),
+    ("wrong tokens checked of 30 posted from one address", "login_flood",
+     "{guesses_checked} of {guesses}"),
+    *trust_attacks_local.ROWS,
+    ("planted secrets found raw (10 write entries)", "planted_secrets",
+     lambda r: f"{r['raw']} of {r['of']} ({len(r['raw_kinds'])} kinds; "
+               f"{r['failed_writes']} writes failed)"),
+)
+
+
 def table(out: dict[str, Any]) -> str:
-    def cell(step: str, text: Any) -> str:
+    def cell(step: str, figure: Any) -> str:
         if step not in out:
             return "not run"
-        return out[step]["skipped"] if "skipped" in out[step] else text(out[step])
+        result = out[step]
+        if "skipped" in result:
+            return result["skipped"]
+        return figure(result) if callable(figure) else figure.format_map(result)
 
-    rows = [
-        ("planted socket: secret values received", cell(
-            "planted_socket", lambda r: f"{r['received']} of {r['of']}")),
-        ("cross-tenant id writes accepted or changed", cell(
-            "cross_tenant", lambda r: f"{r['writes_accepted']} of {r['writes_of']}")),
-        ("cross-tenant id reads that showed the row", cell(
-            "cross_tenant", lambda r: f"{r['reads_answered']} of {r['reads_of']}")),
-        ("binding leaks (outside rows read, changed or listed)", cell(
-            "bindings", lambda r: str(r["leaks"]))),
-        ("requests naming a scope outside the binding: 2xx", cell(
-            "bindings", lambda r: str(r["named_scope_accepted"]))),
-        ("fuzz: HTTP 5xx", cell("fuzz", lambda r: f"{r['http_5xx']} of {r['http']}")),
-        ("fuzz: MCP internal errors", cell("fuzz", lambda r: f"{r['mcp_internal']} of "
-                                                             f"{r['mcp']}")),
-        ("fuzz: tracebacks in the daemon log", cell("fuzz", lambda r: str(
-            r["daemon_tracebacks"]))),
-        ("RSS growth, 3 x 100 MB POST, Content-Length", cell(
-            "oversized_length", lambda r: f"{r['growth_mb']} MB")),
-        ("RSS growth, 3 x 100 MB POST, chunked", cell(
-            "oversized_chunked", lambda r: f"{r['growth_mb']} MB")),
-        ("files other local users can read (umask 022)", cell(
-            "file_modes", lambda r: f"{len(r['readable_by_others'])} of {r['files']}")),
-        ("folders memcli made that others can enter", cell(
-            "file_modes", lambda r: f"{len(r['open_folders'])} of {r['folders']}")),
-        ("doctor names a database others can read", cell(
-            "file_modes", lambda r: "yes" if r["doctor_names_open_db"] else "no")),
-        ("10,000 anonymous GET /ui/login: operator logged out", cell(
-            "login_flood", lambda r: "yes" if r["logged_out"] else "no")),
-        ("wrong tokens checked of 30 posted from one address", cell(
-            "login_flood", lambda r: f"{r['guesses_checked']} of {r['guesses']}")),
-        *trust_attacks_daemon.rows(cell),
-        ("planted secrets found raw (10 write entries)", cell(
-            "planted_secrets", lambda r: f"{r['raw']} of {r['of']} "
-                                         f"({len(r['raw_kinds'])} kinds; "
-                                         f"{r['failed_writes']} writes failed)")),
-    ]
+    rows = [(what, cell(step, figure)) for what, step, figure in ROWS]
     width = max(len(r[0]) for r in rows)
     lines = [f"memcli {out['version']} ({out['commit']}) at {out['memcli']}", ""]
     lines += [f"{what:<{width}}  {value}" for what, value in rows]
@@ -381,7 +328,7 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=23, help="the fuzz's seed")
     parser.add_argument("--only", default="", help="comma-separated attacks: planted_socket,"
                         "cross_tenant,bindings,fuzz,oversized_length,oversized_chunked,file_modes,"
-                        "login_flood,planted_secrets," + ",".join(trust_attacks_daemon.STEPS))
+                        "login_flood,planted_secrets," + ",".join(trust_attacks_local.STEPS))
     args = parser.parse_args()
     only = {o.strip() for o in args.only.split(",") if o.strip()}
     out = run(args.quick, args.calls, args.seed, only)

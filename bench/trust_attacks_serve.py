@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.support.procs import processes, stop
+from tests.support.trust import memcli_env
 
 OPERATOR = "operator-token-0123456789abcdef"
 INSIDE = {"tenant_id": "t1", "user_id": "alice", "app_id": "a1", "category": "projects"}
@@ -34,6 +35,28 @@ BINDINGS = {
                    "decisions", {"category": "knowledge"}),
 }
 MCP_HEADERS = {"Accept": "application/json, text/event-stream", "X-Memcli-Tools": "all"}
+
+
+def memcli(env: dict[str, str], cwd: Path, *args: str, stdin: str = "",
+           timeout: float = 120) -> subprocess.CompletedProcess:
+    """`python -m memcli ARGS` of this Python (cwd: a scratch folder, never a checkout)."""
+    try:
+        return subprocess.run([sys.executable, "-m", "memcli", *args], input=stdin, env=env,
+                              cwd=cwd, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired as exc:
+        return subprocess.CompletedProcess(exc.cmd, 124, "", "timed out")
+
+
+def scratch_env(scratch: Path, name: str, *, auto: bool = False) -> dict[str, str]:
+    """A home of its own under `scratch` with a private runtime folder; `auto`: a command
+    may start a daemon by itself (warm by default)."""
+    home = scratch / name
+    env = memcli_env(home, home / "m.db")
+    (home / "run").mkdir(mode=0o700, parents=True, exist_ok=True)
+    env["XDG_RUNTIME_DIR"] = str(home / "run")
+    if auto:
+        env.pop("MEMCLI_AUTOSTART", None)
+    return env
 
 
 def free_port() -> int:

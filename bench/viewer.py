@@ -4,32 +4,15 @@
     python -m bench.viewer --sizes 10000,100000
     python -m bench.viewer --quick          # CI smoke: 1k memories, 5 rounds, no file written
 
-What a person waits for: one whole page over HTTP from `memcli serve --port` on 127.0.0.1
-(request sent, every byte of the HTML received, status 200 checked), the server rendering it
-from the database through the same operations as the CLI. One round loads every page once,
-interleaved, beside a `python -c pass` process as a reference for how busy the machine is
-(its p50 and p95 are in the table: a slow machine shows there first). The first two rounds
-warm the page cache and the daemon and are not counted.
-
-Data: bench/perf.py's synthetic conversations (40 users in two tenants, sessions of 8-40
-turns), ingested with the hash embedder (no SPLADE): page rendering, paging and the queries
-behind each page are what is measured, not a model's encoding. A few decisions, tasks and a
-pending consent proposal are added so the ledger page has rows; the query pages (search and
-bundle) run their question through every leg. Databases are cached in bench/.cache/
-(`viewer-<size>.db`); the daemon's writes (request metrics, access counts) go to a copy.
-
-The target (the web viewer's issue): p95 under 200 ms per page at 10k memories. Results go
-to bench/results/viewer.md.
+What it measures, how, and the results: bench/README.md, "The web pages".
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -102,12 +85,6 @@ def pages(memory_id: int) -> dict[str, str]:
     }
 
 
-def http_url(db: Path, env: dict[str, str]) -> str:
-    argv = [sys.executable, "-m", "memcli", "serve", "status", "--db", str(db)]
-    done = subprocess.run(argv, env=env, capture_output=True, text=True, check=True)
-    return json.loads(done.stdout)["http_url"]
-
-
 def a_memory(db: Path) -> int:
     from memcli import Memory
 
@@ -123,7 +100,8 @@ def measure(db: Path, runs: int, env: dict[str, str], only: list[str] | None = N
     with contextlib.ExitStack() as stack:
         daemon = stack.enter_context(Daemon(db, env, "--port", "0", "--no-token"))
         daemon.wait_ready()
-        client = stack.enter_context(httpx.Client(base_url=http_url(db, env), timeout=60))
+        url = daemon.status()["http_url"]
+        client = stack.enter_context(httpx.Client(base_url=url, timeout=60))
         for i in range(runs + 2):
             for name, path in paths.items():
                 t0 = time.perf_counter()

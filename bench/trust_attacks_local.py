@@ -1,72 +1,31 @@
-"""bench/trust_attacks.py's attacks on who a daemon is and which database it serves.
+"""bench/trust_attacks.py's attacks from the local machine: who a daemon is and which database
+it serves, the files other local users can read, and the pages' login.
 
-Each runs real `python -m memcli` processes of this Python on scratch databases (a daemon the
-CLI starts by itself included) and stops every daemon it caused before it returns:
-
-1. Starter identity: `MEMCLI_TENANT=acme GITHUB_TOKEN=... AWS_SECRET_ACCESS_KEY=... memcli
-   stats` starts the daemon (the config file says `tenant: home-team`); then an unscoped HTTP
-   write and an unscoped MCP write. Counted: the starter's values in the daemon's
-   /proc/PID/environ, and the unscoped writes that landed in the starter's tenant.
-2. Re-pointed link: `memcli serve --db link.db` (link -> a.db), the link re-pointed to b.db,
-   then one HTTP write to the daemon. Counted: writes that landed in b.db.
-3. Config file's `db:` (no MEMCLI_DB): a command starts the daemon. Counted: a daemon for the
-   default path, a database created at the default path, the configured database's daemon
-   answering.
-4. `memcli serve --db /proc/nope/x.db`: its exit code (null: still up after 30 s) and lines.
-5. A runtime folder of another user (root only: given to `nobody`, 0700), with auto-start on
-   and off. Counted: commands that said nothing about it, and warnings that give no fix.
-6. A 100-character XDG_RUNTIME_DIR: does `memcli serve` come up, and does a command start a
-   daemon the next one is forwarded to?
+What it counts and how: bench/README.md, "Attacks on trust".
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
+from bench.trust_attacks_serve import MCP_HEADERS, OPERATOR, Serve, free_port, memcli, scratch_env
+from tests.support.daemon import wait_until
 from tests.support.procs import processes, stop
 from tests.support.sockets import answers, second_user
 from tests.support.trust import memcli_env
 
 STARTER = {"MEMCLI_TENANT": "acme", "GITHUB_TOKEN": "ghp_starter0123456789",
            "AWS_SECRET_ACCESS_KEY": "aws-starter-secret-0123456789"}
-MCP_HEADERS = {"Accept": "application/json, text/event-stream", "X-Memcli-Tools": "all"}
-
-
-def memcli(env: dict[str, str], cwd: Path, *args: str,
-           timeout: float = 120) -> subprocess.CompletedProcess:
-    try:
-        return subprocess.run([sys.executable, "-m", "memcli", *args], env=env, cwd=cwd,
-                              capture_output=True, text=True, timeout=timeout,
-                              stdin=subprocess.DEVNULL)
-    except subprocess.TimeoutExpired as exc:
-        return subprocess.CompletedProcess(exc.cmd, 124, "", "timed out")
-
-
-def scratch_env(scratch: Path, name: str, *, auto: bool) -> dict[str, str]:
-    home = scratch / name
-    env = memcli_env(home, home / "m.db")
-    (home / "run").mkdir(mode=0o700, parents=True, exist_ok=True)
-    env["XDG_RUNTIME_DIR"] = str(home / "run")
-    if auto:
-        env.pop("MEMCLI_AUTOSTART", None)
-    return env
-
-
-def wait_for(predicate: Any, timeout: float) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.2)
-    return bool(predicate())
 
 
 def serving(text: str) -> list[int]:
@@ -88,7 +47,7 @@ def stop_all(text: str) -> None:
                 os.kill(pid, sig)
             except ProcessLookupError:
                 pass
-        if wait_for(lambda: not serving(text), 30):
+        if wait_until(lambda: not serving(text), 30):
             return
 
 
@@ -141,7 +100,7 @@ def starter_identity(scratch: Path) -> dict[str, Any]:
     ep = paths.endpoint(str(db), env)
     try:
         memcli({**env, **STARTER}, home, "stats")
-        if not wait_for(lambda: answers(ep.http_socket), 120):
+        if not wait_until(lambda: answers(ep.http_socket), 120):
             return {"skipped": "no daemon was started"}
         environ = environ_of(int(Path(ep.pid).read_text()))
         kept = [k for k, v in STARTER.items() if v.encode() in environ]
@@ -180,7 +139,7 @@ def repointed_link(scratch: Path) -> dict[str, Any]:
                             env=env, cwd=home, stdin=subprocess.DEVNULL, stdout=log,
                             stderr=log)
     try:
-        if not wait_for(lambda: answers(ep.http_socket), 120):
+        if not wait_until(lambda: answers(ep.http_socket), 120):
             return {"skipped": "the daemon did not come up"}
         tmp = home / "link.tmp"
         tmp.symlink_to(b)
@@ -208,7 +167,7 @@ def config_db(scratch: Path) -> dict[str, Any]:
     own, stray = paths.endpoint(str(team), env), paths.endpoint(str(default), env)
     try:
         memcli(env, home, "remember", "the team meets on Tuesdays")
-        wait_for(lambda: answers(own.socket) or answers(stray.socket), 90)
+        wait_until(lambda: answers(own.socket) or answers(stray.socket), 90)
         time.sleep(2)  # a daemon of the default path creates its database as it starts
         return {"stray_daemon": int(os.path.exists(stray.lock)),
                 "default_db_created": int(default.exists()),
@@ -263,14 +222,14 @@ def _serve_up(env: dict[str, str], home: Path, sock: str) -> tuple[bool, list[st
     proc = subprocess.Popen([sys.executable, "-m", "memcli", "serve"], env=env, cwd=home,
                             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
-    up = wait_for(lambda: answers(sock) or proc.poll() is not None, 90) and proc.poll() is None
+    up = wait_until(lambda: answers(sock) or proc.poll() is not None, 90) and proc.poll() is None
     _out, err = stop(proc)
     return up, ([] if up else err.strip().splitlines()[-1:])
 
 
 def _auto_forwarded(env: dict[str, str], home: Path, sock: str) -> bool:
     memcli(env, home, "stats")
-    wait_for(lambda: answers(sock), 60)
+    wait_until(lambda: answers(sock), 60)
     status = memcli(env, home, "serve", "status")
     try:
         return bool(json.loads(status.stdout).get("answered"))
@@ -314,23 +273,123 @@ STEPS = {
 }
 
 
-def rows(cell: Any) -> list[tuple[str, str]]:
-    """The table rows of these attacks; `cell(step, text)` renders one (trust_attacks.table)."""
-    return [
-        ("auto-start: starter's values in the daemon's environ", cell(
-            "starter_identity", lambda r: f"{r['starter_values_kept']} of {r['of']}")),
-        ("auto-start: unscoped HTTP/MCP writes in the starter's tenant", cell(
-            "starter_identity", lambda r: f"{r['unscoped_in_starter_tenant']} of "
-                                          f"{r['unscoped_of']}")),
-        ("re-pointed link: daemon writes into the other database", cell(
-            "repointed_link", lambda r: f"{r['writes_in_other_db']} of {r['of']}")),
-        ("config db: stray daemon / database at the default path", cell(
-            "config_db", lambda r: f"{r['stray_daemon']} / {r['default_db_created']}")),
-        ("serve --db /proc/nope/x.db: exit code (null: stays up)", cell(
-            "unopenable_db", lambda r: f"{r['exit']} ({r['stderr_lines']} stderr lines)")),
-        ("runtime folder of another user: silent runs / no fix named", cell(
-            "foreign_runtime_folder", lambda r: f"{r['silent']} / {r['no_fix']} of {r['of']}")),
-        ("100-char runtime folder: serve up / auto-start forwarded", cell(
-            "long_runtime_folder", lambda r: f"{r.get('serve_up')} / "
-                                             f"{r.get('auto_start_forwarded')}")),
-    ]
+# Their rows in bench/trust_attacks.py's summary: (what, the attack, its figure).
+ROWS: tuple[tuple[str, str, Any], ...] = (
+    ("auto-start: starter's values in the daemon's environ", "starter_identity",
+     "{starter_values_kept} of {of}"),
+    ("auto-start: unscoped HTTP/MCP writes in the starter's tenant", "starter_identity",
+     "{unscoped_in_starter_tenant} of {unscoped_of}"),
+    ("re-pointed link: daemon writes into the other database", "repointed_link",
+     "{writes_in_other_db} of {of}"),
+    ("config db: stray daemon / database at the default path", "config_db",
+     "{stray_daemon} / {default_db_created}"),
+    ("serve --db /proc/nope/x.db: exit code (null: stays up)", "unopenable_db",
+     "{exit} ({stderr_lines} stderr lines)"),
+    ("runtime folder of another user: silent runs / no fix named", "foreign_runtime_folder",
+     "{silent} / {no_fix} of {of}"),
+    ("100-char runtime folder: serve up / auto-start forwarded", "long_runtime_folder",
+     lambda r: f"{r.get('serve_up')} / {r.get('auto_start_forwarded')}"),
+)
+
+
+FLOOD = 10_000
+GUESSES = 30
+_CSRF = re.compile(r'name="csrf" value="([^"]+)"')
+
+
+def _open(path: Path) -> bool:
+    return bool(stat.S_IMODE(path.stat().st_mode) & 0o077)
+
+
+def file_modes(scratch: Path) -> dict[str, Any]:
+    home = scratch / "modes"
+    db = home / "fresh" / "folder" / "memory.db"
+    env = memcli_env(home, db)
+    old = os.umask(0o022)  # the children inherit it
+    try:
+        records = "\n".join(json.dumps({"user_id": "priya", "session_id": "s1",
+                                        "text": f"Priya's passport is in the blue folder {i}"})
+                            for i in range(3))
+        memcli(env, home, "ingest", "-", stdin=records)
+        memcli(env, home, "remember", "Priya keeps her passport in the blue folder",
+             "--user-id", "priya")
+        memcli(env, home, "export", "-o", str(home / "export.jsonl"))
+        memcli(env, home, "view", "export", str(home / "views" / "priya"), "--user-id", "priya")
+        memcli(env, home, "hook", "record", "--db", str(home), stdin='{"prompt": "hi"}')
+        _serve_once(env, home)  # `serve --port` makes the token file before it answers
+        memcli(env, home, "stats")  # opened again: SQLite makes its WAL and SHM from the file
+        files = sorted(p for p in home.rglob("*") if p.is_file()
+                       and p.name not in ("memcli.yaml",))
+        folders = [db.parent, db.parent.parent, home / "views", home / "views" / "priya"]
+        readable = [str(p.relative_to(home)) for p in files if _open(p)]
+        entered = [str(p.relative_to(home)) for p in folders if p.exists() and _open(p)]
+        # An existing database others can read: named by doctor?
+        os.chmod(db, 0o644)
+        doctor = memcli(env, home, "doctor", "--json")
+        try:
+            checks = json.loads(doctor.stdout)["checks"]
+        except (ValueError, KeyError):
+            checks = []
+        named = [c for c in checks if c.get("check") == "permissions"
+                 and c.get("status") == "problem"]
+    finally:
+        os.umask(old)
+    return {"files": len(files), "checked": [str(p.relative_to(home)) for p in files],
+            "readable_by_others": readable,
+            "folders": sum(p.exists() for p in folders), "open_folders": entered,
+            "doctor_names_open_db": bool(named),
+            "doctor_fix": named[0]["fix"] if named else None}
+
+
+def _serve_once(env: dict[str, str], home: Path) -> None:
+    """`memcli serve --port` without a token file until it answers, then stopped."""
+    import httpx
+
+    port = free_port()
+    run = home / "run"
+    run.mkdir(mode=0o700, exist_ok=True)
+    proc = subprocess.Popen([sys.executable, "-m", "memcli", "serve", "--port", str(port)],
+                            env={**env, "XDG_RUNTIME_DIR": str(run)}, cwd=home,
+                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and proc.poll() is None:
+            try:
+                if httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=2).status_code < 500:
+                    break
+            except httpx.HTTPError:
+                time.sleep(0.2)
+    finally:
+        stop(proc)
+
+
+def _login(client: Any, token: str) -> int:
+    page = client.get("/ui/login")
+    found = _CSRF.search(page.text)
+    data = {"token": token, "csrf": found.group(1) if found else ""}
+    r = client.post("/ui/login", data=data, headers={"Origin": str(client.base_url)})
+    return r.status_code
+
+
+def login_flood(serve: Serve) -> dict[str, Any]:
+    import httpx
+
+    with httpx.Client(base_url=serve.url, timeout=60, follow_redirects=False) as operator:
+        logged = _login(operator, OPERATOR)
+        before = operator.get("/ui/").status_code
+        t0 = time.monotonic()
+        with httpx.Client(base_url=serve.url, timeout=60) as anon:
+            for _ in range(FLOOD):
+                anon.cookies.clear()
+                anon.get("/ui/login")
+        flood_s = time.monotonic() - t0
+        after = operator.get("/ui/").status_code
+    with httpx.Client(base_url=serve.url, timeout=60, follow_redirects=False) as guesser:
+        answers = [_login(guesser, f"guess-{i:04d}-0123456789abcdef") for i in range(GUESSES)]
+        right = _login(guesser, OPERATOR)
+    return {"login": logged, "operator_before": before, "flood": FLOOD,
+            "flood_seconds": round(flood_s, 1), "operator_after": after,
+            "logged_out": after != 200,
+            "guesses": GUESSES, "guesses_checked": sum(a == 401 for a in answers),
+            "guesses_refused": sum(a == 429 for a in answers), "right_token_then": right}
