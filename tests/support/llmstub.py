@@ -29,15 +29,16 @@ import json
 import math
 import re
 import struct
-import threading
 import time
 from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 
 import pytest
+
+from tests.support.stubserver import StubServer
 
 __all__ = ["LLMStub", "ScriptedReply", "llm_stub", "make_stub", "stub_embedding"]
 
@@ -67,50 +68,21 @@ def stub_embedding(text: str, dim: int) -> list[float]:
     return [v / norm for v in vec]
 
 
-class LLMStub:
+class LLMStub(StubServer):
     """The server. `start()` (or `with`) binds a free port; `close()` stops it."""
 
     def __init__(self, *, embedding_dim: int = 64, model: str = "stub-model") -> None:
+        super().__init__()
         self.embedding_dim = embedding_dim
         self.model = model
         self.requests: list[dict[str, Any]] = []  # every parsed request body, in arrival order
         self.paths: list[str] = []  # the path of each entry in `requests`
         self._queue: deque[ScriptedReply] = deque()
-        self._lock = threading.Lock()
-        # Set on close so handlers sleeping out a `delay` wake up instead of outliving the test.
-        self._closing = threading.Event()
-        self._server: ThreadingHTTPServer | None = None
-        self._thread: threading.Thread | None = None
 
     # --- lifecycle ---------------------------------------------------------------------------
 
-    def start(self) -> LLMStub:
-        if self._server is None:
-            self._server = ThreadingHTTPServer(("127.0.0.1", 0), _handler_for(self))
-            self._server.daemon_threads = True
-            self._thread = threading.Thread(
-                target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
-            )
-            self._thread.start()
-        return self
-
-    def close(self) -> None:
-        self._closing.set()
-        if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
-            self._server = None
-
-    def __enter__(self) -> LLMStub:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    @property
-    def port(self) -> int:
-        assert self._server is not None, "stub not started"
-        return self._server.server_address[1]
+    def handler(self) -> type[BaseHTTPRequestHandler]:
+        return _handler_for(self)
 
     @property
     def base_url(self) -> str:

@@ -1,0 +1,51 @@
+"""The HTTP server on 127.0.0.1 under the scripted stubs (llmstub, rerankstub): a free port,
+a thread serving it, and a clean stop (not a test module)."""
+
+from __future__ import annotations
+
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Self
+
+__all__ = ["StubServer"]
+
+
+class StubServer:
+    """`start()` (or `with`) binds a free port; `close()` stops it. A stub gives its request
+    handler class in `handler()`."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        # Set on close so handlers sleeping out a `delay` wake up instead of outliving the test.
+        self._closing = threading.Event()
+        self._server: ThreadingHTTPServer | None = None
+
+    def handler(self) -> type[BaseHTTPRequestHandler]:
+        raise NotImplementedError
+
+    def start(self) -> Self:
+        if self._server is None:
+            self._server = ThreadingHTTPServer(("127.0.0.1", 0), self.handler())
+            self._server.daemon_threads = True
+            threading.Thread(
+                target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+            ).start()
+        return self
+
+    def close(self) -> None:
+        self._closing.set()
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @property
+    def port(self) -> int:
+        assert self._server is not None, "stub not started"
+        return self._server.server_address[1]
