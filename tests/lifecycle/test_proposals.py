@@ -10,10 +10,12 @@ from memcli.lifecycle.consolidate import consolidate
 from memcli.lifecycle.profile_fields import field_value
 from memcli.lifecycle.proposals import accept, list_proposals, propose, reject
 from tests.support.lifecycle import (
+    accept_city,
     conversation,
     extraction,
     memory_rows,
     model_for,
+    propose_city,
     rows,
     settings,
     verdicts,
@@ -87,18 +89,7 @@ def test_a_contradicting_fact_about_a_sensitive_field_becomes_a_proposal(
     db_path,
 ):
     memory.ingest(conversation("s1", ["x"]) + conversation("s2", ["y"], day=2))
-    with memory.db.transaction():
-        (prop,) = [
-            propose(
-                memory.db,
-                tenant_id="default",
-                user_id="priya",
-                field="city",
-                value="Lisbon",
-                text="Priya lives in Lisbon.",
-            )
-        ]
-    accept(memory, prop["proposal_id"])
+    accept_city(memory, "Lisbon")
     stub.enqueue_json(extraction(facts=["Priya lives in Porto."]))
     stub.enqueue_json(verdicts("contradicts"))
     report = consolidate(memory, model_for(memory, stub), settings())
@@ -185,25 +176,8 @@ def test_pending_proposals_expire_after_seven_days(memory, db_path):
 
 
 def test_an_unchanged_value_is_not_proposed(memory, db_path):
-    with memory.db.transaction():
-        first = propose(
-            memory.db,
-            tenant_id="default",
-            user_id="priya",
-            field="city",
-            value="Lisbon",
-            text="Priya lives in Lisbon.",
-        )
-    accept(memory, first["proposal_id"])
-    with memory.db.transaction():
-        same = propose(
-            memory.db,
-            tenant_id="default",
-            user_id="priya",
-            field="city",
-            value=" lisbon ",
-            text="Priya lives in Lisbon.",
-        )
+    accept_city(memory, "Lisbon")
+    same = propose_city(memory, " lisbon ", "Priya lives in Lisbon.")
     assert same["status"] == "unchanged"
     assert rows(db_path, "SELECT count(*) FROM proposals") == [(1,)]
 
@@ -211,15 +185,10 @@ def test_an_unchanged_value_is_not_proposed(memory, db_path):
 def test_a_pending_value_matches_in_any_case_on_both_engines(memory):
     """'ZÜRICH' is the pending 'Zürich' again: SQLite's lower() folds ASCII letters only,
     so it queued a second proposal there and not on PostgreSQL."""
-    def ask(value: str) -> dict:
-        with memory.db.transaction():
-            return propose(memory.db, tenant_id="default", user_id="priya", field="city",
-                           value=value, text=f"Priya lives in {value}.")
-
-    first = ask("Zürich")
-    assert ask("ZÜRICH") == {"status": "already_pending", "proposal_id": first["proposal_id"],
-                             "field": "city"}
-    assert ask("Bern")["status"] == "pending"
+    first = propose_city(memory, "Zürich")
+    assert propose_city(memory, "ZÜRICH") == {
+        "status": "already_pending", "proposal_id": first["proposal_id"], "field": "city"}
+    assert propose_city(memory, "Bern")["status"] == "pending"
 
 
 def test_accepting_supersedes_the_profile_fact_the_field_had(pcli, stub, db_path):

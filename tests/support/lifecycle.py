@@ -18,6 +18,7 @@ from typing import Any
 
 from memcli.config import LifecycleSettings, LLMSettings
 from memcli.derived.llm_usage import Model
+from memcli.lifecycle.proposals import accept, propose
 from tests.support import backend
 
 # Tables a lifecycle step may change; `snapshot` compares them before and after.
@@ -55,6 +56,20 @@ def conversation(
         }
         for i, text in enumerate(texts)
     ]
+
+
+def propose_city(memory: Any, value: str, text: str | None = None) -> dict[str, Any]:
+    """Priya's city `value` proposed in a transaction of its own; the proposal's answer."""
+    with memory.db.transaction():
+        return propose(memory.db, tenant_id="default", user_id="priya", field="city",
+                       value=value, text=text or f"Priya lives in {value}.")
+
+
+def accept_city(memory: Any, value: str) -> dict[str, Any]:
+    """Priya's city `value` proposed and accepted: her profile holds it (a fact)."""
+    prop = propose_city(memory, value)
+    accept(memory, prop["proposal_id"])
+    return prop
 
 
 def extraction(

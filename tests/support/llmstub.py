@@ -38,7 +38,7 @@ from typing import Any
 
 import pytest
 
-from tests.support.stubserver import StubServer
+from tests.support.stubserver import StubHandler, StubServer
 
 __all__ = ["LLMStub", "ScriptedReply", "llm_stub", "make_stub", "stub_embedding"]
 
@@ -197,10 +197,7 @@ def _error(message: str, kind: str = "invalid_request_error") -> dict[str, Any]:
 
 
 def _handler_for(stub: LLMStub) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        def log_message(self, format: str, *args: Any) -> None:
-            pass  # keep pytest output clean
-
+    class Handler(StubHandler):
         def _send(
             self,
             status: int,
@@ -212,16 +209,7 @@ def _handler_for(stub: LLMStub) -> type[BaseHTTPRequestHandler]:
                 data = body.encode() if isinstance(body, str) else body
             else:
                 data = json.dumps(body).encode()
-            try:
-                self.send_response(status)
-                self.send_header("Content-Type", content_type)
-                self.send_header("Content-Length", str(len(data)))
-                for key, value in (headers or {}).items():
-                    self.send_header(key, value)
-                self.end_headers()
-                self.wfile.write(data)
-            except (BrokenPipeError, ConnectionResetError):
-                pass  # the client gave up (timeout test): nothing to tell it
+            self.send_body(status, data, content_type, headers)
 
         def do_GET(self) -> None:
             if self.path.rstrip("/").endswith("/models"):
@@ -231,12 +219,7 @@ def _handler_for(stub: LLMStub) -> type[BaseHTTPRequestHandler]:
                 self._send(404, _error(f"llmstub: no route GET {self.path}"))
 
         def do_POST(self) -> None:
-            length = int(self.headers.get("Content-Length") or 0)
-            text = self.rfile.read(length).decode("utf-8", "replace")
-            try:
-                body = json.loads(text) if text else {}
-            except json.JSONDecodeError:
-                body = {"_raw": text}
+            body = self.read_body()
             path = self.path.split("?")[0].rstrip("/")
             if path.endswith("/embeddings"):
                 stub._record(path, body)

@@ -24,7 +24,7 @@ import json
 from http.server import BaseHTTPRequestHandler
 from typing import Any
 
-from tests.support.stubserver import StubServer
+from tests.support.stubserver import StubHandler, StubServer
 
 __all__ = ["RerankStub"]
 
@@ -91,38 +91,20 @@ class RerankStub(StubServer):
 
 
 def _handler_for(stub: RerankStub) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        def log_message(self, format: str, *args: Any) -> None:
-            pass  # keep pytest output clean
-
-        def _send(self, status: int, data: bytes) -> None:
-            try:
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-            except (BrokenPipeError, ConnectionResetError):
-                pass  # the client gave up (a timeout test): nothing to tell it
-
+    class Handler(StubHandler):
         def do_POST(self) -> None:
-            length = int(self.headers.get("Content-Length") or 0)
-            text = self.rfile.read(length).decode("utf-8", "replace")
-            try:
-                body = json.loads(text) if text else {}
-            except json.JSONDecodeError:
-                body = {"_raw": text}
+            body = self.read_body()
             stub._record(self.path, {k.lower(): v for k, v in self.headers.items()}, body)
             if stub.delay and stub._closing.wait(stub.delay):
                 return  # stub closed while sleeping
             if stub.raw_body is not None:
-                self._send(stub.status, stub.raw_body.encode())
+                self.send_body(stub.status, stub.raw_body.encode())
                 return
             status, answer = (
                 stub.answer(body)
                 if stub.status == 200
                 else (stub.status, {"error": "scripted failure"})
             )
-            self._send(status, json.dumps(answer).encode())
+            self.send_body(status, json.dumps(answer).encode())
 
     return Handler

@@ -3,11 +3,46 @@ a thread serving it, and a clean stop (not a test module)."""
 
 from __future__ import annotations
 
+import json
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Self
+from typing import Any, Self
 
-__all__ = ["StubServer"]
+__all__ = ["StubHandler", "StubServer"]
+
+
+class StubHandler(BaseHTTPRequestHandler):
+    """A stub's request handler: reads a JSON body, sends bytes, logs nothing."""
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass  # keep pytest output clean
+
+    def read_body(self) -> Any:
+        """The request's JSON body; {} when empty, {"_raw": text} when not JSON."""
+        length = int(self.headers.get("Content-Length") or 0)
+        text = self.rfile.read(length).decode("utf-8", "replace")
+        try:
+            return json.loads(text) if text else {}
+        except json.JSONDecodeError:
+            return {"_raw": text}
+
+    def send_body(
+        self,
+        status: int,
+        data: bytes,
+        content_type: str = "application/json",
+        headers: dict[str, str] | None = None,
+    ) -> None:
+        try:
+            self.send_response(status)
+            self.send_header("Content-Type", content_type)
+            self.send_header("Content-Length", str(len(data)))
+            for key, value in (headers or {}).items():
+                self.send_header(key, value)
+            self.end_headers()
+            self.wfile.write(data)
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # the client gave up (a timeout test): nothing to tell it
 
 
 class StubServer:
