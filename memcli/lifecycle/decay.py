@@ -55,17 +55,26 @@ def _purged(expired: list[int]) -> dict[str, Any]:
     return {"purged": len(expired), "purge_ids": expired[:SAMPLE_IDS]}
 
 
-def plan_decay(
+def run_decay(
     db: Database,
     cfg: LifecycleSettings,
     *,
     now: datetime | None = None,
     threshold: float | None = None,
     purge_expired: bool = False,
+    dry_run: bool = False,
 ) -> dict[str, Any]:
-    """What a run would do, without writing (the `--dry-run` output)."""
+    """Run decay (and purge) in one transaction, or with `dry_run` say what a run would do
+    without writing (the `--dry-run` output); counts and the first ids per action."""
     now = now or datetime.now(UTC)
     params, kinds = _params(db, cfg, now, threshold), tuple(cfg.decay_kinds)
+    if dry_run:
+        return _plan(db, params, kinds, purge_expired)
+    return _apply(db, cfg, now, params, kinds, purge_expired)
+
+
+def _plan(db: Database, params: dict[str, Any], kinds: tuple[str, ...],
+          purge_expired: bool) -> dict[str, Any]:
     summary = decay_sql.summarise_plan(db, kinds, params, SAMPLE_IDS)
     counts = summary["counts"]
     restored = decay_sql.restored_to_reset(db, kinds, params)
@@ -85,17 +94,8 @@ def plan_decay(
     }
 
 
-def apply_decay(
-    db: Database,
-    cfg: LifecycleSettings,
-    *,
-    now: datetime | None = None,
-    threshold: float | None = None,
-    purge_expired: bool = False,
-) -> dict[str, Any]:
-    """Run decay (and purge) in one transaction; returns counts and the first ids per action."""
-    now = now or datetime.now(UTC)
-    params, kinds = _params(db, cfg, now, threshold), tuple(cfg.decay_kinds)
+def _apply(db: Database, cfg: LifecycleSettings, now: datetime, params: dict[str, Any],
+           kinds: tuple[str, ...], purge_expired: bool) -> dict[str, Any]:
     purge_at = format_ts(now + timedelta(days=cfg.soft_delete_days))
     # Purged text must not stay readable in the file: zero freed pages, then empty the WAL
     # (the same care as `memcli purge`).
