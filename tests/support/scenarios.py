@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 
 from memcli.store.opener import open_database
+from tests.support.records import ndjson
 
 API_KEY = "sk-proj-" + "A1b2C3d4E5f6G7h8I9j0K1l2M3n4O5p6Q7r8"  # the shape of an OpenAI key
 
@@ -15,6 +16,26 @@ def run_json(cli, *args, input=None):
     result = cli(*args, "--json", input=input)
     assert result.exit_code == 0, result.stderr
     return json.loads(result.stdout)
+
+
+def ingest(cli, records: list[dict]) -> dict:
+    """`memcli ingest -` of these records; its report."""
+    return run_json(cli, "ingest", "-", input=ndjson(records))
+
+
+def save_checkpoint(cli, state: dict, thread: str = "s1") -> dict:
+    """`memcli checkpoint save -` of this state for user u1 and `thread`."""
+    return run_json(
+        cli,
+        "checkpoint",
+        "save",
+        "-",
+        "--user-id",
+        "u1",
+        "--thread-id",
+        thread,
+        input=json.dumps(state),
+    )
 
 
 def bundle(cli, *args: str) -> dict:
