@@ -198,51 +198,38 @@ def _error(message: str, kind: str = "invalid_request_error") -> dict[str, Any]:
 
 def _handler_for(stub: LLMStub) -> type[BaseHTTPRequestHandler]:
     class Handler(StubHandler):
-        def _send(
-            self,
-            status: int,
-            body: Any,
-            content_type: str = "application/json",
-            headers: dict[str, str] | None = None,
-        ) -> None:
-            if isinstance(body, str | bytes):
-                data = body.encode() if isinstance(body, str) else body
-            else:
-                data = json.dumps(body).encode()
-            self.send_body(status, data, content_type, headers)
-
         def do_GET(self) -> None:
             if self.path.rstrip("/").endswith("/models"):
                 data = [{"id": stub.model, "object": "model", "owned_by": "llmstub"}]
-                self._send(200, {"object": "list", "data": data})
+                self.send_body(200, {"object": "list", "data": data})
             else:
-                self._send(404, _error(f"llmstub: no route GET {self.path}"))
+                self.send_body(404, _error(f"llmstub: no route GET {self.path}"))
 
         def do_POST(self) -> None:
             body = self.read_body()
             path = self.path.split("?")[0].rstrip("/")
             if path.endswith("/embeddings"):
                 stub._record(path, body)
-                self._send(200, stub._embeddings_body(body))
+                self.send_body(200, stub._embeddings_body(body))
                 return
             if not path.endswith("/chat/completions"):
-                self._send(404, _error(f"llmstub: no route POST {self.path}"))
+                self.send_body(404, _error(f"llmstub: no route POST {self.path}"))
                 return
             n, reply = stub._record(path, body)
             if reply is None:
                 message = f"llmstub: no scripted reply left for chat request #{n} (call enqueue)"
-                self._send(500, _error(message, "server_error"))
+                self.send_body(500, _error(message, "server_error"))
                 return
             if reply.delay and stub._closing.wait(reply.delay):
                 return  # stub closed while sleeping
             if reply.raw_body is not None:
-                self._send(reply.status, reply.raw_body, reply.content_type, reply.headers)
+                self.send_body(reply.status, reply.raw_body, reply.content_type, reply.headers)
             elif reply.status != 200:
                 kind = "server_error" if reply.status >= 500 else "invalid_request_error"
-                self._send(reply.status, _error(reply.content, kind), headers=reply.headers)
+                self.send_body(reply.status, _error(reply.content, kind), headers=reply.headers)
             else:
                 out = stub._chat_body(n, body, reply)
-                self._send(200, out, reply.content_type, reply.headers)
+                self.send_body(200, out, reply.content_type, reply.headers)
 
     return Handler
 

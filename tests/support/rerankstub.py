@@ -20,7 +20,6 @@ from the `rerank_stub` fixture (tests/conftest.py).
 
 from __future__ import annotations
 
-import json
 from http.server import BaseHTTPRequestHandler
 from typing import Any
 
@@ -98,13 +97,13 @@ def _handler_for(stub: RerankStub) -> type[BaseHTTPRequestHandler]:
             if stub.delay and stub._closing.wait(stub.delay):
                 return  # stub closed while sleeping
             if stub.raw_body is not None:
-                self.send_body(stub.status, stub.raw_body.encode())
+                self.send_body(stub.status, stub.raw_body)
                 return
             status, answer = (
                 stub.answer(body)
                 if stub.status == 200
                 else (stub.status, {"error": "scripted failure"})
             )
-            self.send_body(status, json.dumps(answer).encode())
+            self.send_body(status, answer)
 
     return Handler

@@ -26,13 +26,13 @@ class StubHandler(BaseHTTPRequestHandler):
         except json.JSONDecodeError:
             return {"_raw": text}
 
-    def send_body(
-        self,
-        status: int,
-        data: bytes,
-        content_type: str = "application/json",
-        headers: dict[str, str] | None = None,
-    ) -> None:
+    def send_body(self, status: int, body: Any, content_type: str = "application/json",
+                  headers: dict[str, str] | None = None) -> None:
+        """`body` as it is (text or bytes), or as JSON."""
+        if isinstance(body, str | bytes):
+            data = body.encode() if isinstance(body, str) else body
+        else:
+            data = json.dumps(body).encode()
         try:
             self.send_response(status)
             self.send_header("Content-Type", content_type)
