@@ -260,11 +260,20 @@ _ROW_ARGS = ("rationale", "constraints", "alternatives", "consequences", "refs",
              "user_id", "session_id", "agent_id", "app_id")
 
 
-def get_decision(memory: MemoryHandle, decision_id: int) -> dict[str, Any]:
-    row = ledger_sql.get_decision(memory.db, decision_id)
+def _found(row: dict[str, Any] | None, what: str, entry_id: int) -> dict[str, Any]:
     if row is None:
-        raise NotFoundError(f"no decision with id {decision_id}")
+        raise NotFoundError(f"no {what} with id {entry_id}")
     return row
+
+
+def _listed_tenant(memory: MemoryHandle, tenant_id: str | None, all_tenants: bool) -> str | None:
+    """The tenant a listing reads: the one named, else the memory's; None for every tenant."""
+    one_tenant_or_all(tenant_id, all_tenants)
+    return None if all_tenants else tenant_id or memory.tenant
+
+
+def get_decision(memory: MemoryHandle, decision_id: int) -> dict[str, Any]:
+    return _found(ledger_sql.get_decision(memory.db, decision_id), "decision", decision_id)
 
 
 def list_decisions(
@@ -277,13 +286,11 @@ def list_decisions(
     app_id: str | None = None,
     limit: int = 100,
 ) -> list[dict[str, Any]]:
-    one_tenant_or_all(tenant_id, all_tenants)
+    tenant = _listed_tenant(memory, tenant_id, all_tenants)
     if status not in (None, "active", "superseded"):
         raise UsageError(f"unknown decision status {status!r}", "use active, superseded or all")
-    return ledger_sql.list_decisions(
-        memory.db, status=status, tenant_id=None if all_tenants else tenant_id or memory.tenant,
-        user_id=user_id, app_id=app_id, limit=limit
-    )
+    return ledger_sql.list_decisions(memory.db, status=status, tenant_id=tenant, user_id=user_id,
+                                     app_id=app_id, limit=limit)
 
 
 # -- tasks -----------------------------------------------------------------------------------
@@ -448,10 +455,7 @@ def _channel_of(memory: MemoryHandle, memory_id: int | None) -> tuple[str, str]:
 
 
 def get_task(memory: MemoryHandle, task_id: int) -> dict[str, Any]:
-    row = ledger_sql.get_task(memory.db, task_id)
-    if row is None:
-        raise NotFoundError(f"no task with id {task_id}")
-    return row
+    return _found(ledger_sql.get_task(memory.db, task_id), "task", task_id)
 
 
 def list_tasks(
@@ -464,17 +468,11 @@ def list_tasks(
     app_id: str | None = None,
     limit: int = 100,
 ) -> list[dict[str, Any]]:
-    one_tenant_or_all(tenant_id, all_tenants)
+    tenant = _listed_tenant(memory, tenant_id, all_tenants)
     for status in statuses:
         _check_status(status)
-    return ledger_sql.list_tasks(
-        memory.db,
-        statuses=tuple(statuses),
-        tenant_id=None if all_tenants else tenant_id or memory.tenant,
-        user_id=user_id,
-        app_id=app_id,
-        limit=limit,
-    )
+    return ledger_sql.list_tasks(memory.db, statuses=tuple(statuses), tenant_id=tenant,
+                                 user_id=user_id, app_id=app_id, limit=limit)
 
 
 # -- checkpoints (memcli.ledger.checkpoints; here too, as part of the ledger's API) -------------
