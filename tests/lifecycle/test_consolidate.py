@@ -188,27 +188,16 @@ def test_the_model_decides_uncertain_pairs_and_verdicts_are_cached(memory, stub)
     dedup.classify(fact, stored, settings())
     assert fact.action == "add" and len(fact.checks) == 1  # uncertain: ask
     stub.enqueue_json(verdicts("same"))
-    stats = dedup.check_pairs(
-        model_for(memory, stub),
-        memory.db,
-        [fact],
-        settings(),
-        tenant_id="default",
-        budget_left=10,
-        cache=True,
-    )
+
+    def check(new: dedup.NewFact) -> dedup.PairStats:
+        return dedup.check_pairs(model_for(memory, stub), memory.db, [new], settings(),
+                                 tenant_id="default", budget_left=10, cache=True)
+
+    stats = check(fact)
     assert (stats.asked, stats.cached, fact.action) == (1, 0, "merge")
     again = dedup.NewFact("fact", "knowledge", fact.text, 0.5, [1])
     dedup.classify(again, stored, settings())
-    stats = dedup.check_pairs(
-        model_for(memory, stub),
-        memory.db,
-        [again],
-        settings(),
-        tenant_id="default",
-        budget_left=10,
-        cache=True,
-    )
+    stats = check(again)
     assert (stats.asked, stats.cached, again.action) == (0, 1, "merge")
     assert len(stub.chat_requests) == 2  # extraction + one pair prompt, no recheck
 
