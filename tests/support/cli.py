@@ -4,6 +4,7 @@ builds it) and the installed entry point's code in a child process."""
 from __future__ import annotations
 
 import functools
+import json
 import shlex
 import subprocess
 import sys
@@ -13,6 +14,8 @@ from typing import Any
 import typer
 import typer.main
 import typer.testing
+
+from memcli.cli.options import flag_name
 
 # A config file's retrieval line for tests that need no SPLADE leg (a real model, slow).
 NO_SPARSE_CONFIG = (
@@ -100,8 +103,6 @@ def check_flags(app: typer.Typer, model: Any, path: Sequence[str], skip: set[str
                 ) -> dict[str, Any]:
     """Each field of `model` but `skip` is a visible flag of the command named for it (kebab
     case) with the field's description as its help; the command's options."""
-    from memcli.cli.options import flag_name
-
     options = command_options(app, *path)
     for field, info in model.model_fields.items():
         if field in skip:
@@ -110,3 +111,10 @@ def check_flags(app: typer.Typer, model: Any, path: Sequence[str], skip: set[str
         assert option is not None, f"{' '.join(path)}: no {flag_name(field)}"
         assert option.help == info.description and not option.hidden, field
     return options
+
+
+def imported(cli: Any, fmt: str, *args: str) -> tuple[Any, str]:
+    """`memcli import --from FMT ARGS --json`, which must succeed: its report and its stderr."""
+    result = cli("import", "--from", fmt, *args, "--json")
+    assert result.exit_code == 0, result.stderr
+    return json.loads(result.stdout), result.stderr
