@@ -19,6 +19,7 @@ from tests.support.lifecycle import (
     extraction,
     memory_rows,
     model_for,
+    one_a_day,
     settings,
 )
 
@@ -88,11 +89,8 @@ def test_the_labelled_pairs_never_merge_a_contradiction():
 
 
 def test_consolidation_supersedes_a_negated_fact_without_asking(memory, stub, db_path):
-    memory.ingest(
-        conversation("s1", ["I'm going to the Berlin meetup."])
-        + conversation("s2", ["Actually I'm not going to Berlin."], day=2)
-        + conversation("s3", ["bye"], day=3)
-    )
+    memory.ingest(one_a_day("I'm going to the Berlin meetup.", "Actually I'm not going to Berlin.",
+                            "bye"))
     stub.enqueue_json(extraction(facts=["Priya will attend the Berlin meetup."]))
     stub.enqueue_json(extraction(facts=["Priya will not attend the Berlin meetup."]))
     report = consolidate(memory, model_for(memory, stub), settings())

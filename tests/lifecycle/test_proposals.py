@@ -15,6 +15,7 @@ from tests.support.lifecycle import (
     extraction,
     memory_rows,
     model_for,
+    one_a_day,
     propose_city,
     rows,
     settings,
@@ -40,11 +41,7 @@ def pcli(cli, monkeypatch, tmp_path, stub):
 
 
 def test_a_sensitive_change_waits_for_consent(pcli, stub, db_path):
-    records = (
-        conversation("s1", ["I live in Lisbon now."])
-        + conversation("s2", ["I just moved to Porto!"], day=2)
-        + conversation("s3", ["hi"], day=3)
-    )
+    records = one_a_day("I live in Lisbon now.", "I just moved to Porto!", "hi")
     pcli("ingest", "-", input=ndjson(records))
     stub.enqueue_json(extraction(profile=[LISBON]))
     stub.enqueue_json(
@@ -104,9 +101,7 @@ def test_a_profile_fact_a_model_filed_is_not_replaced_without_consent(memory, st
     """"Priya lives in Lisbon." filed under `profile` by a model (no proposal wrote it) holds
     the city as much as an accepted proposal's fact: a later contradicting fact becomes a
     proposal of the new value, and the Lisbon fact stays active until a person accepts."""
-    memory.ingest(conversation("s1", ["I live in Lisbon."])
-                  + conversation("s2", ["I moved to Porto."], day=2)
-                  + conversation("s3", ["hi"], day=3))
+    memory.ingest(one_a_day("I live in Lisbon.", "I moved to Porto.", "hi"))
     stub.enqueue_json(extraction(facts=[
         {"text": "Priya lives in Lisbon.", "turns": [1], "category": "profile"}]))
     stub.enqueue_json(extraction(facts=["Priya lives in Porto."]))

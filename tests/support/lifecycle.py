@@ -58,6 +58,13 @@ def conversation(
     ]
 
 
+def one_a_day(*texts: str) -> list[dict[str, Any]]:
+    """Sessions s1, s2, ..., one a day from 2025-01-01, one turn of Priya's each: all but the
+    last are finished (a later session began), so consolidate runs on them."""
+    return [record for day, text in enumerate(texts, 1)
+            for record in conversation(f"s{day}", [text], day=day)]
+
+
 def propose_city(memory: Any, value: str, text: str | None = None) -> dict[str, Any]:
     """Priya's city `value` proposed in a transaction of its own; the proposal's answer."""
     with memory.db.transaction():
