@@ -8,7 +8,7 @@ import pytest
 
 from memcli.lifecycle.consolidate import consolidate
 from memcli.lifecycle.profile_fields import field_value
-from memcli.lifecycle.proposals import accept, list_proposals, propose, reject
+from memcli.lifecycle.proposals import accept, list_proposals, reject
 from tests.support.lifecycle import (
     accept_city,
     conversation,
@@ -17,6 +17,7 @@ from tests.support.lifecycle import (
     model_for,
     one_a_day,
     propose_city,
+    propose_field,
     rows,
     settings,
     verdicts,
@@ -142,24 +143,9 @@ def test_reject_changes_nothing_and_is_recorded(pcli, db_path):
 
 
 def test_pending_proposals_expire_after_seven_days(memory, db_path):
-    with memory.db.transaction():
-        old = propose(
-            memory.db,
-            tenant_id="default",
-            user_id="priya",
-            field="language",
-            value="Portuguese",
-            text="Priya speaks Portuguese.",
-            now="2020-01-01T00:00:00.000000Z",
-        )
-        fresh = propose(
-            memory.db,
-            tenant_id="default",
-            user_id="priya",
-            field="pronouns",
-            value="she/her",
-            text="Priya uses she/her pronouns.",
-        )
+    old = propose_field(memory, "language", "Portuguese", "Priya speaks Portuguese.",
+                        now="2020-01-01T00:00:00.000000Z")
+    fresh = propose_field(memory, "pronouns", "she/her", "Priya uses she/her pronouns.")
     assert old["expires_at"] == "2020-01-08T00:00:00.000000Z"
     assert [p["id"] for p in list_proposals(memory.db)] == [fresh["proposal_id"]]
     (expired,) = list_proposals(memory.db, status="expired")

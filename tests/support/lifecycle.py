@@ -65,11 +65,18 @@ def one_a_day(*texts: str) -> list[dict[str, Any]]:
             for record in conversation(f"s{day}", [text], day=day)]
 
 
-def propose_city(memory: Any, value: str, text: str | None = None) -> dict[str, Any]:
-    """Priya's city `value` proposed in a transaction of its own; the proposal's answer."""
+def propose_field(memory: Any, field: str, value: str, text: str, **options: Any
+                  ) -> dict[str, Any]:
+    """A change of Priya's profile `field` proposed in a transaction of its own; the
+    proposal's answer."""
     with memory.db.transaction():
-        return propose(memory.db, tenant_id="default", user_id="priya", field="city",
-                       value=value, text=text or f"Priya lives in {value}.")
+        return propose(memory.db, tenant_id="default", user_id="priya", field=field,
+                       value=value, text=text, **options)
+
+
+def propose_city(memory: Any, value: str, text: str | None = None) -> dict[str, Any]:
+    """Priya's city `value` proposed; the proposal's answer."""
+    return propose_field(memory, "city", value, text or f"Priya lives in {value}.")
 
 
 def accept_city(memory: Any, value: str) -> dict[str, Any]:
