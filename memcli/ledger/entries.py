@@ -171,6 +171,11 @@ def _decision_row(memory: MemoryHandle, decision: str, *, rationale: list[str] |
     return redact_fields(row, _DECISION_TEXT)
 
 
+def _scope_of(row: dict[str, Any]) -> dict[str, Any]:
+    """The scope of a ledger entry's row, as its memory is written with."""
+    return {k: row[k] for k in ("tenant_id", "user_id", "agent_id", "session_id", "app_id")}
+
+
 def _store_decision(memory: MemoryHandle, row: dict[str, Any], encoded: tuple[Any, Any],
                     channel: str, importance: float, *, actor: str | None = None,
                     extra: dict[str, Any] | None = None) -> int:
@@ -181,11 +186,7 @@ def _store_decision(memory: MemoryHandle, row: dict[str, Any], encoded: tuple[An
         content=decision_text(row),
         kind="decision",
         source_ids=cast("list[str]", row["refs"]),
-        tenant_id=row["tenant_id"],
-        user_id=row["user_id"],
-        agent_id=row["agent_id"],
-        session_id=row["session_id"],
-        app_id=row["app_id"],
+        **_scope_of(row),
         category="decisions",
         channel=channel,
         sensitivity=row["sensitivity"],
@@ -369,11 +370,7 @@ def _write_task_memory(memory: MemoryHandle, row: dict[str, Any], channel: str, 
         content=task_text(row),
         kind="task",
         source_ids=list(row.get("refs") or []),
-        tenant_id=row["tenant_id"],
-        user_id=row["user_id"],
-        agent_id=row["agent_id"],
-        session_id=row["session_id"],
-        app_id=row["app_id"],
+        **_scope_of(row),
         category="tasks",
         channel=channel,
         sensitivity=sensitivity,
