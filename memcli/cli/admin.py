@@ -9,7 +9,7 @@ from typing import Annotated, Any
 
 import typer
 
-from memcli.cli.common import open_memory
+from memcli.cli.common import on_one, open_memory
 from memcli.cli.options import (
     DbOpt,
     FormatOpt,
@@ -85,12 +85,10 @@ def forget_cmd(
     db: DbOpt = None, fmt: FormatOpt = None, as_json: JsonOpt = False,
 ) -> None:
     """Soft-delete a memory (hidden from queries; `restore` brings it back for 30 days)."""
-    with errors():
-        req = given.request("forget request", memory_id=memory_id)
-        with open_memory(db, with_embedder=False, exists=True) as memory:
-            out = memory.forget(req.memory_id, memory.owner(req.tenant_id))
-        emit(out, resolve_format(fmt, as_json),
-             lambda p: print(f"forgot {p['id']} (purge after {p['purge_at']})"))
+    on_one(given, "forget request",
+           lambda memory, req: memory.forget(req.memory_id, memory.owner(req.tenant_id)),
+           lambda p: print(f"forgot {p['id']} (purge after {p['purge_at']})"),
+           db, fmt, as_json, memory_id=memory_id)
 
 
 @request_options(MemoryRequest)
@@ -99,11 +97,9 @@ def restore_cmd(
     db: DbOpt = None, fmt: FormatOpt = None, as_json: JsonOpt = False,
 ) -> None:
     """Bring back a soft-deleted memory."""
-    with errors():
-        req = given.request("restore request", memory_id=memory_id)
-        with open_memory(db, with_embedder=False, exists=True) as memory:
-            out = memory.restore(req.memory_id, memory.owner(req.tenant_id))
-        emit(out, resolve_format(fmt, as_json), lambda p: print(f"restored {p['id']}"))
+    on_one(given, "restore request",
+           lambda memory, req: memory.restore(req.memory_id, memory.owner(req.tenant_id)),
+           lambda p: print(f"restored {p['id']}"), db, fmt, as_json, memory_id=memory_id)
 
 
 @request_options(StatsRequest)

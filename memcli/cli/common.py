@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
-from memcli.cli.output import warn
+from memcli.cli.output import Format, emit, errors, resolve_format, warn
 
 if TYPE_CHECKING:
+    from memcli.cli.options import Given
     from memcli.config import Settings
     from memcli.operations.memory import Memory
 
@@ -43,3 +45,16 @@ def open_memory(db: str | None, *, with_embedder: bool = True, with_sparse: bool
         warn(memory.db.vec_warning)
     memory.db.crypto.notice = warn  # once, if `high` rows are skipped for want of a key
     return memory
+
+
+def on_one(given: Given, what: str, act: Callable[[Memory, Any], Any],
+           text: Callable[[Any], None], db: str | None, fmt: Format | None, as_json: bool,
+           **ids: Any) -> None:
+    """A command on one thing already stored (forget, restore, confirm, pin, reject): its
+    request `what` with the `ids` of its arguments, the database (it must exist; no model is
+    loaded), `act`'s answer printed (`text` in the terminal's format)."""
+    with errors():
+        req = given.request(what, **ids)
+        with open_memory(db, with_embedder=False, exists=True) as memory:
+            out = act(memory, req)
+        emit(out, resolve_format(fmt, as_json), text)

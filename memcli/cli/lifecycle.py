@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from memcli.cli.common import open_memory
+from memcli.cli.common import on_one, open_memory
 from memcli.cli.options import (
     DbOpt,
     FormatOpt,
@@ -234,23 +234,20 @@ def confirm_cmd(
     """Protect a memory: confidence 1, decay_rate 0 (decay never touches it again)."""
     from memcli.lifecycle.remember import confirm
 
-    with errors():
-        req = given.request("confirm request", memory_id=memory_id)
-        with open_memory(db, with_embedder=False, exists=True) as memory:
-            out = confirm(memory, req.memory_id, owner=memory.owner(req.tenant_id))
-        emit(out, resolve_format(fmt, as_json), lambda p: print(f"protected {p['id']}"))
+    on_one(given, "confirm request",
+           lambda memory, req: confirm(memory, req.memory_id, owner=memory.owner(req.tenant_id)),
+           lambda p: print(f"protected {p['id']}"), db, fmt, as_json, memory_id=memory_id)
 
 
 def _set_pin(flag: bool, memory_id: int, given: Given, db: str | None, fmt: Any,
              as_json: bool) -> None:
     from memcli.lifecycle.remember import set_pin
 
-    with errors():
-        req = given.request("pin request", memory_id=memory_id)
-        with open_memory(db, with_embedder=False, exists=True) as memory:
-            out = set_pin(memory, req.memory_id, flag, owner=memory.owner(req.tenant_id))
-        emit(out, resolve_format(fmt, as_json),
-             lambda p: print(f"{'pinned' if p['pinned'] else 'unpinned'} {p['id']}"))
+    on_one(given, "pin request",
+           lambda memory, req: set_pin(memory, req.memory_id, flag,
+                                       owner=memory.owner(req.tenant_id)),
+           lambda p: print(f"{'pinned' if p['pinned'] else 'unpinned'} {p['id']}"),
+           db, fmt, as_json, memory_id=memory_id)
 
 
 @request_options(MemoryRequest)
@@ -316,11 +313,10 @@ def proposals_reject_cmd(
     """Refuse a proposal (recorded in history; nothing changes)."""
     from memcli.lifecycle.proposals import reject
 
-    with errors():
-        req = given.request("reject request", proposal_id=proposal_id)
-        with open_memory(db, with_embedder=False, exists=True) as memory:
-            out = reject(memory.db, req.proposal_id, owner=memory.owner(), reason=req.reason)
-        emit(out, resolve_format(fmt, as_json), lambda p: print(f"rejected {p['id']}"))
+    on_one(given, "reject request",
+           lambda memory, req: reject(memory.db, req.proposal_id, owner=memory.owner(),
+                                      reason=req.reason),
+           lambda p: print(f"rejected {p['id']}"), db, fmt, as_json, proposal_id=proposal_id)
 
 
 def register(app: typer.Typer) -> None:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -246,50 +247,60 @@ def _tasks(kind: str, name: str, lines: list[tuple[int, str]]) -> list[Item]:
     return items
 
 
-def _decisions(kind: str, name: str, lines: list[tuple[int, str]]) -> list[Item]:
+def _blocks(kind: str, name: str, lines: list[tuple[int, str]], head: Callable[[str, str], dict],
+            entry: Callable[[str], tuple[str, str] | None], shape: str, heading_of: str
+            ) -> list[Item]:
+    """Items of a file of blocks: a '## ' heading opens one (`head` makes its value from the
+    heading's text), each line under it adds to one of its lists (`entry`: which list, what
+    text; None: not such a line). `shape` is the hint for an unreadable line."""
     items: list[Item] = []
     for n, line in lines:
         where = f"{name}:{n}"
         heading = _heading(line)
         if heading is not None:
             body, ref = split_marker(heading, where)
-            if not norm(body):
-                raise bad(where, "a decision without its text", "delete the block to forget it")
-            value: dict[str, Any] = {"decision": norm(body), **{k: [] for k in DECISION_LISTS}}
-            items.append(Item(kind, ref, value, n))
+            items.append(Item(kind, ref, head(norm(body), where), n))
             continue
-        m = _FIELD.match(line)
-        label = _LABELS.get(m.group("label").lower()) if m else None
-        if m is None or label is None or not items:
-            raise bad(where, "cannot read this line", "a decision is '## text', then lines "
-                      "'- rationale: ...' (or constraint, alternative, consequence)")
+        found = entry(line)
+        if found is None or not items:
+            raise bad(where, "cannot read this line", shape)
         if "<!--" in line:
-            raise bad(where, "a marker belongs on the '## decision' line")
-        if norm(m.group("text")):
-            items[-1].value[label].append(norm(m.group("text")))
+            raise bad(where, f"a marker belongs on the '## {heading_of}' line")
+        if norm(found[1]):
+            items[-1].value[found[0]].append(norm(found[1]))
     return items
 
 
+def _decision_head(text: str, where: str) -> dict[str, Any]:
+    if not text:
+        raise bad(where, "a decision without its text", "delete the block to forget it")
+    return {"decision": text, **{k: [] for k in DECISION_LISTS}}
+
+
+def _decision_entry(line: str) -> tuple[str, str] | None:
+    m = _FIELD.match(line)
+    label = _LABELS.get(m.group("label").lower()) if m else None
+    return None if m is None or label is None else (label, m.group("text"))
+
+
+def _decisions(kind: str, name: str, lines: list[tuple[int, str]]) -> list[Item]:
+    return _blocks(kind, name, lines, _decision_head, _decision_entry,
+                   "a decision is '## text', then lines "
+                   "'- rationale: ...' (or constraint, alternative, consequence)", "decision")
+
+
+def _procedure_head(title: str, where: str) -> dict[str, Any]:
+    return {"title": None if title in ("", UNTITLED) else title, "steps": []}
+
+
+def _procedure_entry(line: str) -> tuple[str, str] | None:
+    m = _STEP.match(line)
+    return None if m is None else ("steps", m.group("text"))
+
+
 def _procedures(kind: str, name: str, lines: list[tuple[int, str]]) -> list[Item]:
-    items: list[Item] = []
-    for n, line in lines:
-        where = f"{name}:{n}"
-        heading = _heading(line)
-        if heading is not None:
-            body, ref = split_marker(heading, where)
-            title = norm(body)
-            value: dict[str, Any] = {"title": None if title in ("", UNTITLED) else title,
-                                     "steps": []}
-            items.append(Item(kind, ref, value, n))
-            continue
-        m = _STEP.match(line)
-        if m is None or not items:
-            raise bad(where, "cannot read this line",
-                      "a procedure is '## title', then numbered steps '1. ...'")
-        if "<!--" in line:
-            raise bad(where, "a marker belongs on the '## title' line")
-        if norm(m.group("text")):
-            items[-1].value["steps"].append(norm(m.group("text")))
+    items = _blocks(kind, name, lines, _procedure_head, _procedure_entry,
+                    "a procedure is '## title', then numbered steps '1. ...'", "title")
     for item in items:
         if not item.value["steps"]:
             raise bad(f"{name}:{item.line}", "a procedure without steps",

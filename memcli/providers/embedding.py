@@ -42,10 +42,10 @@ class Embedder(Protocol):
         ...
 
 
-# --------------------------------------------------------------------------- helpers
+# ------------------------------------------------ helpers shared by the embedders
 
 
-def _as_text_list(texts: Sequence[str]) -> list[str]:
+def as_text_list(texts: Sequence[str]) -> list[str]:
     # A bare str is a Sequence[str] too; embedding it character by character is never meant.
     if isinstance(texts, str):
         raise TypeError("embed_documents() takes a sequence of strings, not a single str")
@@ -56,13 +56,13 @@ def _as_text_list(texts: Sequence[str]) -> list[str]:
     return items
 
 
-def _empty(dimension: int) -> Vector:
+def empty(dimension: int) -> Vector:
     import numpy as np
 
     return np.empty((0, dimension), dtype=np.float32)
 
 
-def _normalise_rows(matrix: Any, source: str) -> Vector:
+def normalise_rows(matrix: Any, source: str) -> Vector:
     """Return `matrix` as float32 with unit rows; refuse rows that cannot be normalised."""
     import numpy as np
 
@@ -76,12 +76,12 @@ def _normalise_rows(matrix: Any, source: str) -> Vector:
     return unit
 
 
-def _first_row(matrix: Vector) -> Vector:
+def first_row(matrix: Vector) -> Vector:
     row: Vector = matrix[0]
     return row
 
 
-def _check_batch_size(batch_size: int) -> int:
+def check_batch_size(batch_size: int) -> int:
     if batch_size < 1:
         raise EmbedderError(f"batch_size must be at least 1, got {batch_size}")
     return batch_size

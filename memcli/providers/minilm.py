@@ -4,20 +4,10 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from memcli.providers.embedding import Vector
-
-from memcli.providers.embedding import (
-    EmbedderError,
-    _as_text_list,
-    _check_batch_size,
-    _empty,
-    _first_row,
-    _normalise_rows,
-    _package_dir,
-)
+from memcli.providers import embedding
+from memcli.providers.embedding import EmbedderError, _package_dir
 
 
 class MiniLMEmbedder:
@@ -47,7 +37,7 @@ class MiniLMEmbedder:
         self.model_path = model_path
         self.tokenizer_path = tokenizer_path
         self.max_length = max_length
-        self.batch_size = _check_batch_size(batch_size)
+        self.batch_size = embedding.check_batch_size(batch_size)
         self.threads = threads
         self._session: Any = None
         self._tokenizer: Any = None
@@ -112,7 +102,7 @@ class MiniLMEmbedder:
             self._tokenizer = tokenizer
             self._session = session
 
-    def _encode_batch(self, texts: list[str]) -> Vector:
+    def _encode_batch(self, texts: list[str]) -> embedding.Vector:
         import numpy as np
 
         encodings = self._tokenizer.encode_batch(texts)
@@ -124,14 +114,14 @@ class MiniLMEmbedder:
         hidden = self._session.run(None, feeds)[0]
         weights = mask[..., None].astype(np.float32)
         pooled = (hidden * weights).sum(axis=1) / np.clip(weights.sum(axis=1), 1e-9, None)
-        return _normalise_rows(pooled, "minilm")
+        return embedding.normalise_rows(pooled, "minilm")
 
-    def embed_documents(self, texts: Sequence[str]) -> Vector:
+    def embed_documents(self, texts: Sequence[str]) -> embedding.Vector:
         import numpy as np
 
-        items = _as_text_list(texts)
+        items = embedding.as_text_list(texts)
         if not items:
-            return _empty(self.dimension)
+            return embedding.empty(self.dimension)
         self._load()
         # Batch texts of similar length together so little compute goes to padding, then put
         # the rows back in input order. Padding is masked out, so results do not depend on
@@ -143,9 +133,9 @@ class MiniLMEmbedder:
             out[idx] = self._encode_batch([items[i] for i in idx])
         return out
 
-    def embed_query(self, text: str) -> Vector:
+    def embed_query(self, text: str) -> embedding.Vector:
         self._load()
-        return _first_row(self._encode_batch([text]))
+        return embedding.first_row(self._encode_batch([text]))
 
 
 # --------------------------------------------------------------------------- OpenAI-compatible

@@ -4,19 +4,10 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from memcli.providers.embedding import Vector
-
-from memcli.providers.embedding import (
-    EmbedderError,
-    _as_text_list,
-    _check_batch_size,
-    _empty,
-    _first_row,
-    _normalise_rows,
-)
+from memcli.providers import embedding
+from memcli.providers.embedding import EmbedderError
 
 
 class OpenAIEmbedder:
@@ -51,7 +42,7 @@ class OpenAIEmbedder:
         self.model_id = f"openai/{model}"
         self.api_key = api_key
         self.timeout = timeout
-        self.batch_size = min(_check_batch_size(batch_size), self.max_batch)
+        self.batch_size = min(embedding.check_batch_size(batch_size), self.max_batch)
         self.max_retries = max_retries
         # Only models such as text-embedding-3-* accept `dimensions`; others reject it.
         self.request_dimensions = request_dimensions
@@ -106,17 +97,17 @@ class OpenAIEmbedder:
             vectors.append(vector)
         return vectors
 
-    def embed_documents(self, texts: Sequence[str]) -> Vector:
-        items = _as_text_list(texts)
+    def embed_documents(self, texts: Sequence[str]) -> embedding.Vector:
+        items = embedding.as_text_list(texts)
         if not items:
-            return _empty(self.dimension)
+            return embedding.empty(self.dimension)
         rows: list[list[float]] = []
         for start in range(0, len(items), self.batch_size):
             rows.extend(self._request(items[start : start + self.batch_size]))
-        return _normalise_rows(rows, f"model {self.model!r}")
+        return embedding.normalise_rows(rows, f"model {self.model!r}")
 
-    def embed_query(self, text: str) -> Vector:
-        return _first_row(self.embed_documents([text]))
+    def embed_query(self, text: str) -> embedding.Vector:
+        return embedding.first_row(self.embed_documents([text]))
 
 
 # --------------------------------------------------------------------------- hashing (tests)

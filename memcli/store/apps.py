@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from memcli.store.batching import marks
+
 if TYPE_CHECKING:
     from memcli.store.connection import Database
 
@@ -25,10 +27,10 @@ def list_app_memories(db: Database, *, tenant_id: str, app_id: str, user_id: str
         clauses.append("user_id = ?")
         params.append(user_id)
     if categories is not None:
-        clauses.append(f"category IN ({', '.join('?' * len(categories)) or 'NULL'})")
+        clauses.append(f"category IN ({marks(categories) or 'NULL'})")
         params.extend(categories)
     if hidden:
-        clauses.append(f"(category IS NULL OR category NOT IN ({', '.join('?' * len(hidden))}))")
+        clauses.append(f"(category IS NULL OR category NOT IN ({marks(hidden)}))")
         params.extend(hidden)
     rows = db.query(
         f"SELECT {', '.join(APP_MEMORY_COLUMNS)} FROM memories WHERE {' AND '.join(clauses)} "

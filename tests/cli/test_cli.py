@@ -236,24 +236,12 @@ def test_the_readme_is_a_short_tour():
 def test_python_dash_m(tmp_path):
     env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "MEMCLI_DB": str(tmp_path / "m.db"),
            "MEMCLI_AUTOSTART": "0"}
-    result = subprocess.run(
-        [sys.executable, "-m", "memcli", "--help"],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    result, version = (
+        subprocess.run([sys.executable, "-m", "memcli", flag], cwd=ROOT, env=env,
+                       capture_output=True, text=True, timeout=60)
+        for flag in ("--help", "--version"))
     assert result.returncode == 0, result.stderr
     assert "Usage:" in result.stdout and "query" in result.stdout
-    version = subprocess.run(
-        [sys.executable, "-m", "memcli", "--version"],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
     assert version.stdout.strip() == f"memcli {memcli.__version__}"
 
 

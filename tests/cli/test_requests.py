@@ -9,7 +9,6 @@ import json
 
 import anyio
 import pytest
-import typer.main
 
 from memcli.cli.app import app
 from memcli.cli.options import LEGACY_FLAGS, flag_name
@@ -25,34 +24,17 @@ from memcli.operations.requests import (
 from memcli.operations.requests import parse_acb_request as parse_request
 from memcli.service.api import Binding
 from memcli.service.mcp_server import build_mcp
+from tests.support.cli import check_flags, command_options
 from tests.support.http_api import running_api
 from tests.support.records import ndjson, turns
 
 pytestmark = pytest.mark.usefixtures("fast_cli")
 
 
-def _options(*path: str) -> dict[str, object]:
-    """The click options of one command, by each of their flags."""
-    command = typer.main.get_command(app)
-    for word in path:
-        command = command.commands[word]  # type: ignore[attr-defined]
-    return {flag: p for p in command.params for flag in (*p.opts, *p.secondary_opts)}
-
-
-def _flags_of(model, path: tuple[str, ...], skip: set[str]) -> None:
-    options = _options(*path)
-    for field, info in model.model_fields.items():
-        if field in skip:
-            continue
-        option = options.get(flag_name(field))
-        assert option is not None, f"{' '.join(path)}: no {flag_name(field)}"
-        assert option.help == info.description and not option.hidden, field
-
-
 def test_every_request_field_is_a_flag_named_for_it_with_its_help() -> None:
-    _flags_of(QueryRequest, ("query",), {"query", "filters"})
-    _flags_of(AcbRequest, ("acb", "build"), {"caps", "since"})
-    _flags_of(IngestRequest, ("ingest",),
+    check_flags(app, QueryRequest, ("query",), {"query", "filters"})
+    check_flags(app, AcbRequest, ("acb", "build"), {"caps", "since"})
+    check_flags(app, IngestRequest, ("ingest",),
               {"tenant_id", "user_id", "session_id", "app_id"})  # worded as defaults there
     for model, path in ((curation.CorrectRequest, ("correct",)),
                         (curation.EntityRequest, ("entity",)),
@@ -62,25 +44,25 @@ def test_every_request_field_is_a_flag_named_for_it_with_its_help() -> None:
                         (curation.ViewApplyRequest, ("view", "apply")),
                         (curation.RebuildRequest, ("rebuild",)),
                         (curation.DoctorRequest, ("doctor",))):
-        _flags_of(model, path, set())
+        check_flags(app, model, path, set())
     # The view's own wording of whose items it holds.
-    _flags_of(curation.ViewExportRequest, ("view", "export"), {"user_id", "app_id"})
+    check_flags(app, curation.ViewExportRequest, ("view", "export"), {"user_id", "app_id"})
 
 
 def test_old_spellings_are_hidden_aliases_of_the_field_flags() -> None:
-    options = _options("query")
+    options = command_options(app, "query")
     for field, old in LEGACY_FLAGS.items():
         assert options[old].hidden and options[old].name == f"{field}__legacy", old
         assert not options[flag_name(field)].hidden
-    build = _options("acb", "build")
+    build = command_options(app, "acb", "build")
     assert build["--query-text"].hidden and build["-q"] is build["--query"]
     assert build["--agent"].hidden and build["--checkpoint"].hidden
     for path in (("correct",), ("entity",), ("related",), ("export",), ("import",),
                  ("view", "export"), ("view", "apply")):
-        assert _options(*path)["--tenant"].hidden, path
-    export = _options("export")
+        assert command_options(app, *path)["--tenant"].hidden, path
+    export = command_options(app, "export")
     assert export["-o"] is export["--out"] and export["--user"].hidden
-    view = _options("view", "export")
+    view = command_options(app, "view", "export")
     assert view["--format"].hidden and view["-f"] is view["--file-format"]
 
 

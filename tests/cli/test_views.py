@@ -13,7 +13,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from memcli.editable_views.export import Scope, parse, render
-from memcli.editable_views.format import KINDS, PREFIX, Item
+from memcli.editable_views.format import KINDS, PREFIX, Item, parse_markdown
+from memcli.errors import UsageError
 from tests.support.backend import connect, is_pg, rows, stored_bytes
 
 pytestmark = [pytest.mark.usefixtures("fast_cli"), pytest.mark.backends]
@@ -454,3 +455,33 @@ def test_a_failure_half_way_leaves_nothing_applied(cli, seeded, tmp_path, db_pat
     assert history_count(db_path) == trail
     assert state(db_path, seeded["phoenix"]) == "active"
     assert state(db_path, seeded["porto"]) == "active"
+
+
+def test_decision_and_procedure_blocks_read_and_refuse_as_documented():
+    decisions = parse_markdown("decisions", "d.md", "# Decisions\n## Use SQLite\n"
+                               "- reason: one file\n- constraint: no server\n- alternative: \n")
+    assert [(i.ref, i.value, i.line) for i in decisions] == [(None, {
+        "decision": "Use SQLite", "rationale": ["one file"], "constraints": ["no server"],
+        "alternatives": [], "consequences": []}, 2)]
+    procedures = parse_markdown("procedures", "p.md", "## (untitled)\n1. build\n2. ship\n")
+    assert [(i.value, i.line) for i in procedures] == [({"title": None,
+                                                          "steps": ["build", "ship"]}, 1)]
+    refused = {
+        ("decisions", "## <!-- d:3 -->\n- reason: x\n"): "d.md:1: a decision without its text",
+        ("decisions", "- reason: x\n"): "d.md:1: cannot read this line",
+        ("decisions", "## A\n- mood: calm\n"): "d.md:2: cannot read this line",
+        ("decisions", "## A <!-- d:3 -->\n- reason: x <!-- d:3 -->\n"):
+            "d.md:2: a marker belongs on the '## decision' line",
+        ("procedures", "1. step\n"): "d.md:1: cannot read this line",
+        ("procedures", "## T\n1. a <!-- m:3 -->\n"):
+            "d.md:2: a marker belongs on the '## title' line",
+        ("procedures", "## T\n## U\n1. a\n"): "d.md:1: a procedure without steps",
+    }
+    for (kind, text), message in refused.items():
+        with pytest.raises(UsageError) as caught:
+            parse_markdown(kind, "d.md", text)
+        assert str(caught.value).split(" (")[0] == message, kind
+    with pytest.raises(UsageError) as caught:
+        parse_markdown("decisions", "d.md", "## A\nnot a field\n")
+    assert str(caught.value).endswith("(a decision is '## text', then lines '- rationale: ...' "
+                                      "(or constraint, alternative, consequence))")

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.backend import rows
+from tests.support.cli import imported
 
 pytestmark = [pytest.mark.usefixtures("fast_cli"), pytest.mark.backends]
 
@@ -30,14 +31,8 @@ def _events(db_path):
     return [(*e[:6], json.loads(e[6])) for e in found]
 
 
-def _import(cli, fmt, *args):
-    result = cli("import", "--from", fmt, *args, "--json")
-    assert result.exit_code == 0, result.stderr
-    return json.loads(result.stdout), result.stderr
-
-
 def test_claude_code_turns_tool_calls_and_results(cli, db_path):
-    report, stderr = _import(cli, "claude-code", str(CLAUDE))
+    report, stderr = imported(cli, "claude-code", str(CLAUDE))
     assert (report["added"], report["conversations"]) == (11, 2)
     events = _events(db_path)
     assert Counter(e[2] for e in events) == {"message": 7, "tool_call": 2, "tool_result": 2}
@@ -63,9 +58,9 @@ def test_claude_code_turns_tool_calls_and_results(cli, db_path):
 
 
 def test_a_project_folder_one_file_project_and_app_flags(cli, db_path):
-    report, _ = _import(cli, "claude-code", str(CLAUDE), "--project", "garden")
+    report, _ = imported(cli, "claude-code", str(CLAUDE), "--project", "garden")
     assert report["added"] == 2 and {e[5] for e in _events(db_path)} == {"garden"}
-    report, _ = _import(cli, "claude-code", str(TEASHOP), "--app-id", "shop")
+    report, _ = imported(cli, "claude-code", str(TEASHOP), "--app-id", "shop")
     assert report["added"] == 9
     assert {e[5] for e in _events(db_path)} == {"garden", "shop"}
     result = cli("import", "--from", "claude-code", str(CLAUDE), "--project", "nowhere")
@@ -77,18 +72,18 @@ def test_transcript_turns_the_hooks_recorded_are_not_added_again(cli, db_path):
                           "transcript_path": str(TEASHOP)})
     assert cli("hook", "record", input=payload).exit_code == 0
     assert len(_events(db_path)) == 6  # the text turns (and a slash command import leaves out)
-    report, _ = _import(cli, "claude-code", str(TEASHOP))
+    report, _ = imported(cli, "claude-code", str(TEASHOP))
     assert (report["added"], report["skipped"]) == (4, 5)  # only the tool calls and results
 
     codex = next(CODEX.rglob(f"*{CODEX_NEW}.jsonl"))
     payload = json.dumps({"session_id": CODEX_NEW, "transcript_path": str(codex)})
     assert cli("hook", "record", input=payload).exit_code == 0
-    report, _ = _import(cli, "codex", str(codex))
+    report, _ = imported(cli, "codex", str(codex))
     assert (report["added"], report["skipped"]) == (4, 2)
 
 
 def test_codex_rollouts_new_and_old(cli, db_path):
-    report, _ = _import(cli, "codex", str(CODEX))
+    report, _ = imported(cli, "codex", str(CODEX))
     assert (report["added"], report["conversations"]) == (8, 2)
     events = _events(db_path)
     new = [e for e in events if e[4] == CODEX_NEW]
@@ -113,8 +108,8 @@ def test_codex_rollouts_new_and_old(cli, db_path):
                                               ("codex", CODEX, 8)])
 def test_importing_twice_adds_nothing_and_a_query_finds_the_turns(cli, db_path, fmt, path,
                                                                   count):
-    first, _ = _import(cli, fmt, str(path))
-    again, _ = _import(cli, fmt, str(path))
+    first, _ = imported(cli, fmt, str(path))
+    again, _ = imported(cli, fmt, str(path))
     assert (first["added"], again["added"], again["skipped"]) == (count, 0, count)
     assert len(_events(db_path)) == count
     words = {"claude-code": "steeping timer oolong", "codex": "matcha checkout rounds"}[fmt]
@@ -129,7 +124,7 @@ def test_path_left_out_reads_where_the_tool_keeps_its_files(cli, db_path, tmp_pa
     assert result.exit_code == 2 and f"no codex files at {tmp_path}/.codex/sessions" \
         in result.stderr
     shutil.copytree(CLAUDE, tmp_path / ".claude" / "projects")
-    report, _ = _import(cli, "claude-code")
+    report, _ = imported(cli, "claude-code")
     assert report["added"] == 11
 
 
@@ -154,5 +149,5 @@ def test_a_resumed_session_copying_earlier_lines_adds_them_once(cli, db_path, tm
     resumed = [line.replace(b"5d2a9c1e-0b7f-4c2e-9a41-3f8e2d6b7c10", b"b-resumed")
                for line in lines]
     (project / "b-resumed.jsonl").write_bytes(b"\n".join(resumed) + b"\n")
-    report, _ = _import(cli, "claude-code", str(tmp_path / "projects"))
+    report, _ = imported(cli, "claude-code", str(tmp_path / "projects"))
     assert report["added"] == 2 and report["conversations"] == 1

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.backend import rows
+from tests.support.cli import imported
 
 pytestmark = [pytest.mark.usefixtures("fast_cli"), pytest.mark.backends]
 
@@ -28,14 +29,8 @@ def _events(db_path):
     return [(*e[:4], json.loads(e[4]), json.loads(e[5])) for e in found]
 
 
-def _import(cli, fmt, *args):
-    result = cli("import", "--from", fmt, *args, "--json")
-    assert result.exit_code == 0, result.stderr
-    return json.loads(result.stdout), result.stderr
-
-
 def test_mem0_memories_become_events_with_their_scope_and_times(cli, db_path):
-    report, stderr = _import(cli, "mem0", str(MEM0))
+    report, stderr = imported(cli, "mem0", str(MEM0))
     assert (report["added"], report["conversations"]) == (3, 2)
     assert "memory 4 has no text" in stderr
     events = _events(db_path)
@@ -57,19 +52,19 @@ def test_mem0_memories_become_events_with_their_scope_and_times(cli, db_path):
 
 
 def test_mem0_user_flag_wins_and_a_rewritten_memory_is_a_new_event(cli, db_path, tmp_path):
-    _import(cli, "mem0", str(MEM0), "--user-id", "carol")
+    imported(cli, "mem0", str(MEM0), "--user-id", "carol")
     assert {e[2] for e in _events(db_path)} == {"carol"}
     export = json.loads(MEM0.read_text())
     export["results"][0].update(memory="Is travelling to Porto in June", hash="ffff",
                                 updated_at="2025-05-01T00:00:00Z")
     changed = tmp_path / "memories.json"
     changed.write_text(json.dumps(export["results"]))  # get_all's older shape: a bare list
-    report, _ = _import(cli, "mem0", str(changed), "--user-id", "carol")
+    report, _ = imported(cli, "mem0", str(changed), "--user-id", "carol")
     assert (report["added"], report["skipped"]) == (1, 2)
 
 
 def test_basic_memory_notes_observations_and_relations(cli, db_path):
-    report, stderr = _import(cli, "basic-memory", str(NOTES))
+    report, stderr = imported(cli, "basic-memory", str(NOTES))
     assert (report["added"], report["conversations"]) == (9, 4)
     events = _events(db_path)
     assert Counter(e[1] for e in events) == {
@@ -92,11 +87,11 @@ def test_basic_memory_notes_observations_and_relations(cli, db_path):
 def test_an_edited_note_adds_its_new_parts_only(cli, db_path, tmp_path):
     folder = tmp_path / "notes"
     shutil.copytree(NOTES, folder)
-    _import(cli, "basic-memory", str(folder))
+    imported(cli, "basic-memory", str(folder))
     note = folder / "coffee" / "brewing-methods.md"
     note.write_text(note.read_text().replace(
         "## Relations", "- [tip] Rinse the paper filter first\n\n## Relations"))
-    report, _ = _import(cli, "basic-memory", str(note))
+    report, _ = imported(cli, "basic-memory", str(note))
     assert (report["added"], report["skipped"]) == (1, 5)  # prose, 2 observations, 2 relations
 
 
@@ -106,8 +101,8 @@ def test_an_edited_note_adds_its_new_parts_only(cli, db_path, tmp_path):
 ])
 def test_importing_twice_adds_nothing_and_a_query_finds_it(cli, db_path, fmt, path, count,
                                                            words):
-    first, _ = _import(cli, fmt, str(path))
-    again, _ = _import(cli, fmt, str(path))
+    first, _ = imported(cli, fmt, str(path))
+    again, _ = imported(cli, fmt, str(path))
     assert (first["added"], again["added"], again["skipped"]) == (count, 0, count)
     hits = json.loads(cli("query", words, "--json").stdout)
     assert hits and words.split()[-1][:6].lower() in hits[0]["text"].lower()

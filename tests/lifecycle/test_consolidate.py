@@ -20,6 +20,7 @@ from tests.support.lifecycle import (
     extraction,
     memory_rows,
     model_for,
+    one_a_day,
     rows,
     run_lock_held,
     settings,
@@ -120,11 +121,8 @@ def test_a_named_session_is_consolidated_even_if_open(lcli, stub):
 
 @backends
 def test_contradiction_supersedes_without_deleting(lcli, stub, db_path):
-    records = (
-        conversation("s1", ["I'm a nurse at Santa Maria."])
-        + conversation("s2", ["I quit and now teach at a school in Porto."], day=2)
-        + conversation("s3", ["Hi"], day=3)
-    )
+    records = one_a_day("I'm a nurse at Santa Maria.",
+                        "I quit and now teach at a school in Porto.", "Hi")
     lcli("ingest", "-", input=ndjson(records))
     stub.enqueue_json(extraction("Priya talked about her job.", facts=[NURSE]))
     stub.enqueue_json(
@@ -157,11 +155,7 @@ def test_contradiction_supersedes_without_deleting(lcli, stub, db_path):
 
 @backends
 def test_near_duplicates_merge_without_asking_the_model(memory, stub, db_path):
-    memory.ingest(
-        conversation("s1", ["I love green tea."])
-        + conversation("s2", ["Green tea, really!"], day=2)
-        + conversation("s3", ["Bye"], day=3)
-    )
+    memory.ingest(one_a_day("I love green tea.", "Green tea, really!", "Bye"))
     stub.enqueue_json(extraction(preferences=[TEA]))
     stub.enqueue_json(extraction(preferences=["Priya really loves green tea.", TEA]))
     report = consolidate(memory, model_for(memory, stub), settings())
@@ -188,37 +182,22 @@ def test_the_model_decides_uncertain_pairs_and_verdicts_are_cached(memory, stub)
     dedup.classify(fact, stored, settings())
     assert fact.action == "add" and len(fact.checks) == 1  # uncertain: ask
     stub.enqueue_json(verdicts("same"))
-    stats = dedup.check_pairs(
-        model_for(memory, stub),
-        memory.db,
-        [fact],
-        settings(),
-        tenant_id="default",
-        budget_left=10,
-        cache=True,
-    )
+
+    def check(new: dedup.NewFact) -> dedup.PairStats:
+        return dedup.check_pairs(model_for(memory, stub), memory.db, [new], settings(),
+                                 tenant_id="default", budget_left=10, cache=True)
+
+    stats = check(fact)
     assert (stats.asked, stats.cached, fact.action) == (1, 0, "merge")
     again = dedup.NewFact("fact", "knowledge", fact.text, 0.5, [1])
     dedup.classify(again, stored, settings())
-    stats = dedup.check_pairs(
-        model_for(memory, stub),
-        memory.db,
-        [again],
-        settings(),
-        tenant_id="default",
-        budget_left=10,
-        cache=True,
-    )
+    stats = check(again)
     assert (stats.asked, stats.cached, again.action) == (0, 1, "merge")
     assert len(stub.chat_requests) == 2  # extraction + one pair prompt, no recheck
 
 
 def test_pair_checks_are_capped_per_user(memory, stub):
-    memory.ingest(
-        conversation("s1", ["x"])
-        + conversation("s2", ["y"], day=2)
-        + conversation("s3", ["z"], day=3)
-    )
+    memory.ingest(one_a_day("x", "y", "z"))
     stub.enqueue_json(extraction(facts=[NURSE, "Priya lives with her sister Anika."]))
     model = model_for(memory, stub)
     consolidate(memory, model, settings())
@@ -261,11 +240,7 @@ def test_malformed_reply_changes_nothing_and_is_reported(lcli, stub, db_path):
 
 @backends
 def test_a_bad_pair_check_leaves_the_whole_session_unapplied(memory, stub, db_path):
-    memory.ingest(
-        conversation("s1", ["x"])
-        + conversation("s2", ["y"], day=2)
-        + conversation("s3", ["z"], day=3)
-    )
+    memory.ingest(one_a_day("x", "y", "z"))
     model = model_for(memory, stub)
     stub.enqueue_json(extraction(facts=[NURSE]))
     consolidate(memory, model, settings())
@@ -354,11 +329,7 @@ def test_without_a_model_only_the_model_free_parts_run(lcli, stub, db_path, monk
 
 @backends
 def test_dry_run_prints_the_plan_and_writes_nothing(lcli, stub, db_path):
-    records = (
-        conversation("s1", ["x"])
-        + conversation("s2", ["y"], day=2)
-        + conversation("s3", ["z"], day=3)
-    )
+    records = one_a_day("x", "y", "z")
     lcli("ingest", "-", input=ndjson(records))
     stub.enqueue_json(extraction(facts=[NURSE], preferences=[TEA]))
     assert lcli("consolidate", "--session", "s1").exit_code == 0
@@ -443,11 +414,7 @@ def test_app_memory_limit_holds_with_model_and_fifo_fallback(lcli, stub, db_path
 @backends
 def test_daily_token_cap_stops_cleanly(lcli, stub, db_path, monkeypatch):
     monkeypatch.setenv("MEMCLI_LLM_DAILY_TOKEN_CAP", "15")  # one stub reply is 10 + 5 tokens
-    records = (
-        conversation("s1", ["x"])
-        + conversation("s2", ["y"], day=2)
-        + conversation("s3", ["z"], day=3)
-    )
+    records = one_a_day("x", "y", "z")
     lcli("ingest", "-", input=ndjson(records))
     stub.enqueue_json(extraction(facts=[NURSE]))
     out = lcli("consolidate", "--json")

@@ -13,8 +13,15 @@ import pytest
 from memcli.derived.textrules import tokens
 from memcli.lifecycle import dedup
 from memcli.lifecycle.consolidate import consolidate
-from memcli.lifecycle.proposals import accept, propose
-from tests.support.lifecycle import conversation, extraction, memory_rows, model_for, settings
+from tests.support.lifecycle import (
+    accept_city,
+    conversation,
+    extraction,
+    memory_rows,
+    model_for,
+    one_a_day,
+    settings,
+)
 
 PAIRS = Path(__file__).parents[1] / "fixtures" / "dedup" / "pairs.jsonl"
 
@@ -82,11 +89,8 @@ def test_the_labelled_pairs_never_merge_a_contradiction():
 
 
 def test_consolidation_supersedes_a_negated_fact_without_asking(memory, stub, db_path):
-    memory.ingest(
-        conversation("s1", ["I'm going to the Berlin meetup."])
-        + conversation("s2", ["Actually I'm not going to Berlin."], day=2)
-        + conversation("s3", ["bye"], day=3)
-    )
+    memory.ingest(one_a_day("I'm going to the Berlin meetup.", "Actually I'm not going to Berlin.",
+                            "bye"))
     stub.enqueue_json(extraction(facts=["Priya will attend the Berlin meetup."]))
     stub.enqueue_json(extraction(facts=["Priya will not attend the Berlin meetup."]))
     report = consolidate(memory, model_for(memory, stub), settings())
@@ -99,16 +103,7 @@ def test_consolidation_supersedes_a_negated_fact_without_asking(memory, stub, db
 
 
 def test_a_contradicted_profile_field_waits_for_consent(memory, cli, db_path):
-    with memory.db.transaction():
-        prop = propose(
-            memory.db,
-            tenant_id="default",
-            user_id="priya",
-            field="city",
-            value="Madrid",
-            text="Priya lives in Madrid.",
-        )
-    accept(memory, prop["proposal_id"])
+    accept_city(memory, "Madrid")
     out = js(cli("remember", "Priya no longer lives in Madrid.", "--user", "priya", "--json"))
     assert out["status"] == "pending" and out["field"] == "city"
     (city,) = memory_rows(db_path, "kind = 'fact'")
@@ -137,16 +132,7 @@ def test_consolidation_asks_consent_to_negate_a_profile_field(memory, stub, db_p
     memory.ingest(
         conversation("s1", ["I moved away from Madrid."]) + conversation("s2", ["hi"], day=2)
     )
-    with memory.db.transaction():
-        prop = propose(
-            memory.db,
-            tenant_id="default",
-            user_id="priya",
-            field="city",
-            value="Madrid",
-            text="Priya lives in Madrid.",
-        )
-    accept(memory, prop["proposal_id"])
+    accept_city(memory, "Madrid")
     stub.enqueue_json(extraction(facts=["Priya no longer lives in Madrid."]))
     report = consolidate(memory, model_for(memory, stub), settings())
     (s1,) = report["sessions"]

@@ -11,7 +11,7 @@ import pytest
 from memcli.core.records import format_ts
 from memcli.derived.writer import write_memory
 from memcli.errors import NotFoundError
-from memcli.lifecycle.decay import apply_decay, plan_decay
+from memcli.lifecycle.decay import run_decay
 from memcli.lifecycle.remember import confirm
 from tests.support.backend import lexical_hits
 from tests.support.lifecycle import memory_rows, rows, settings, snapshot
@@ -52,14 +52,14 @@ def conf(db_path, memory_id: int) -> tuple[float, str]:
 def test_confidence_decays_exponentially_without_compounding(memory, db_path):
     a = fact(memory, "Priya likes jazz.")
     slow = fact(memory, "Priya owns a bike.", decay_rate=0.01)
-    report = apply_decay(memory.db, settings(), now=later(10))
+    report = run_decay(memory.db, settings(), now=later(10))
     assert report["decayed"] == 2 and report["soft_deleted"] == {"decay": 0, "ttl": 0}
     assert conf(db_path, a)[0] == pytest.approx(math.exp(-1.0), rel=1e-4)
     assert conf(db_path, slow)[0] == pytest.approx(math.exp(-0.1), rel=1e-4)
     # Nightly runs follow the same curve as one run: the clock starts at the previous run.
-    apply_decay(memory.db, settings(), now=later(15))
+    run_decay(memory.db, settings(), now=later(15))
     assert conf(db_path, a)[0] == pytest.approx(math.exp(-1.5), rel=1e-4)
-    apply_decay(memory.db, settings(), now=later(15))
+    run_decay(memory.db, settings(), now=later(15))
     assert conf(db_path, a)[0] == pytest.approx(math.exp(-1.5), rel=1e-4)
 
 
@@ -68,7 +68,7 @@ def test_an_access_restarts_the_clock(memory, db_path):
     memory.db.execute(
         "UPDATE memories SET last_accessed = ? WHERE id = ?", (format_ts(later(8)), a)
     )
-    apply_decay(memory.db, settings(), now=later(10))
+    run_decay(memory.db, settings(), now=later(10))
     assert conf(db_path, a)[0] == pytest.approx(math.exp(-0.2), rel=1e-4)
 
 
@@ -78,7 +78,7 @@ def test_pinned_and_protected_memories_never_change(memory, db_path):
     protected = fact(memory, "Priya's passport number ends in 42.", importance=0.1)
     plain = fact(memory, "Priya tried sushi once.", importance=0.1)
     confirm(memory, protected)
-    report = apply_decay(memory.db, settings(), now=later(400))
+    report = run_decay(memory.db, settings(), now=later(400))
     assert conf(db_path, pinned) == (1.0, "active")
     assert conf(db_path, protected) == (1.0, "active")
     assert conf(db_path, plain)[1] == "soft_deleted"
@@ -91,7 +91,7 @@ def test_below_the_threshold_a_fact_is_soft_deleted_with_a_grace_period(memory, 
     a = fact(memory, "Priya tried sushi once.")
     b = fact(memory, "Priya likes jazz.", decay_rate=0.01)
     when = later(31)  # exp(-3.1) = 0.045 < 0.05
-    report = apply_decay(memory.db, settings(), now=when)
+    report = run_decay(memory.db, settings(), now=when)
     assert report["soft_deleted"] == {"decay": 1, "ttl": 0} and report["ids"]["decay"] == [a]
     (row,) = memory_rows(db_path, "id = ?", (a,))
     assert row["state"] == "soft_deleted"
@@ -117,8 +117,8 @@ def test_ttl_rule_applies_to_unused_unimportant_memories(memory, db_path):
     )
     small, big = (r["id"] for r in memory_rows(db_path, "kind = 'episode'"))
     unused = fact(memory, "Priya tried sushi once.", decay_rate=0.0001, importance=0.1)
-    assert apply_decay(memory.db, settings(), now=later(59))["soft_deleted"]["ttl"] == 0
-    report = apply_decay(memory.db, settings(), now=later(61))
+    assert run_decay(memory.db, settings(), now=later(59))["soft_deleted"]["ttl"] == 0
+    report = run_decay(memory.db, settings(), now=later(61))
     assert sorted(report["ids"]["ttl"]) == sorted([small, unused])
     assert conf(db_path, small)[1] == "soft_deleted" and conf(db_path, big)[1] == "active"
     assert memory.history(small)[0]["op"] == "TTL"
@@ -130,17 +130,17 @@ def test_ttl_rule_applies_to_unused_unimportant_memories(memory, db_path):
 def test_restore_works_until_purge_and_restarts_the_clock(memory, db_path):
     a = fact(memory, "Priya tried sushi once.")
     b = fact(memory, "Priya visited Kyoto.")
-    apply_decay(memory.db, settings(), now=later(40))
+    run_decay(memory.db, settings(), now=later(40))
     assert conf(db_path, a)[1] == conf(db_path, b)[1] == "soft_deleted"
     memory.restore(a)
-    dry = plan_decay(memory.db, settings(), now=later(41))
+    dry = run_decay(memory.db, settings(), now=later(41), dry_run=True)
     assert dry["restored_reset"] == [a] and dry["soft_deleted"]["decay"] == 0
-    apply_decay(memory.db, settings(), now=later(41))
+    run_decay(memory.db, settings(), now=later(41))
     assert conf(db_path, a) == (1.0, "active")  # a person brought it back: start again
     assert memory.history(a)[0]["meta"]["reason"].startswith("restored by a person")
     # b's purge_at (day 70) has not passed on day 60; it has on day 71.
-    assert apply_decay(memory.db, settings(), now=later(60), purge_expired=True)["purged"] == 0
-    report = apply_decay(memory.db, settings(), now=later(71), purge_expired=True)
+    assert run_decay(memory.db, settings(), now=later(60), purge_expired=True)["purged"] == 0
+    report = run_decay(memory.db, settings(), now=later(71), purge_expired=True)
     assert report["purge_ids"] == [b]
     assert memory_rows(db_path, "id = ?", (b,)) == []
     assert lexical_hits(db_path, "memories_fts", "Kyoto") == 0
@@ -154,7 +154,7 @@ def test_dry_run_plans_without_writing(memory, db_path):
     a = fact(memory, "Priya tried sushi once.")
     fact(memory, "Priya likes jazz.", decay_rate=0.001)
     before = snapshot(db_path)
-    plan = plan_decay(memory.db, settings(), now=later(40))
+    plan = run_decay(memory.db, settings(), now=later(40), dry_run=True)
     assert plan["dry_run"] is True and plan["ids"]["decay"] == [a]
     assert plan["decayed"] == 2 and plan["soft_deleted"] == {"decay": 1, "ttl": 0}
     assert snapshot(db_path) == before
@@ -209,7 +209,7 @@ def test_history_spells_a_whole_confidence_as_a_float_on_both_engines(memory, db
     memory.ingest([{"text": "ok", "user_id": "priya", "session_id": "s1", "importance": 0.1}])
     (episode,) = (r["id"] for r in memory_rows(db_path, "kind = 'episode'"))
     gone = fact(memory, "Priya tried sushi once.")
-    report = apply_decay(memory.db, settings(), now=later(400))
+    report = run_decay(memory.db, settings(), now=later(400))
     assert report["ids"] == {"decay": [gone], "ttl": [episode]}
     metas = dict(rows(db_path, "SELECT memory_id, meta FROM history"
                                " WHERE op IN ('DELETE', 'TTL')"))

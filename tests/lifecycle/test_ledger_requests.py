@@ -9,15 +9,14 @@ import json
 
 import anyio
 import pytest
-import typer.main
 
 from memcli.cli.app import app
-from memcli.cli.options import flag_name
 from memcli.config import load_settings
 from memcli.operations import ledger_ops
 from memcli.service import api as service_api
 from memcli.service.api import Binding
 from memcli.service.mcp_server import build_mcp, select_tools
+from tests.support.cli import check_flags
 from tests.support.http_api import OPERATOR, running_api
 
 pytestmark = pytest.mark.usefixtures("fast_cli")
@@ -44,24 +43,12 @@ OLD_FLAGS = {
 }
 
 
-def _options(*path: str) -> dict[str, object]:
-    command = typer.main.get_command(app)
-    for word in path:
-        command = command.commands[word]  # type: ignore[attr-defined]
-    return {flag: p for p in command.params for flag in (*p.opts, *p.secondary_opts)}
-
-
 @pytest.mark.parametrize("path", list(COMMANDS), ids=" ".join)
 def test_every_ledger_request_field_is_a_flag_with_its_help(path) -> None:
     model, elsewhere = COMMANDS[path]
-    options = _options(*path)
-    for field, info in model.model_fields.items():
-        if field in elsewhere:
-            continue
-        option = options.get(flag_name(field))
-        assert option is not None, f"{' '.join(path)}: no {flag_name(field)}"
-        assert info.description and option.help == info.description, field
-        assert not option.hidden, field
+    options = check_flags(app, model, path, elsewhere)
+    assert all(info.description for field, info in model.model_fields.items()
+               if field not in elsewhere)
     for old in OLD_FLAGS.get(path, []):
         assert options[old].hidden, old
 

@@ -17,6 +17,7 @@ from tests.support.lifecycle import (
     extraction,
     memory_rows,
     model_for,
+    one_a_day,
     settings,
     verdicts,
 )
@@ -60,11 +61,8 @@ TEACHER = "Priya works as a teacher at a school in Porto."
 def test_a_superseded_fact_ends_when_its_replacement_became_true(lcli, stub, db_path):
     """Back-filled history (ingest with `ts`): the old fact's `valid_to` is the new fact's
     `valid_from`, the time of the turn it came from, not the time consolidation ran."""
-    records = (
-        conversation("s1", ["I'm a nurse at Santa Maria."])
-        + conversation("s2", ["I quit and now teach at a school in Porto."], day=2)
-        + conversation("s3", ["Hi"], day=3)
-    )
+    records = one_a_day("I'm a nurse at Santa Maria.",
+                        "I quit and now teach at a school in Porto.", "Hi")
     assert lcli("ingest", "-", input=ndjson(records)).exit_code == 0
     stub.enqueue_json(extraction("Priya talked about her job.", facts=[NURSE]))
     stub.enqueue_json(extraction("Priya changed jobs.", facts=[TEACHER]))

@@ -8,12 +8,16 @@ import pytest
 
 from memcli.lifecycle.consolidate import consolidate
 from memcli.lifecycle.profile_fields import field_value
-from memcli.lifecycle.proposals import accept, list_proposals, propose, reject
+from memcli.lifecycle.proposals import accept, list_proposals, reject
 from tests.support.lifecycle import (
+    accept_city,
     conversation,
     extraction,
     memory_rows,
     model_for,
+    one_a_day,
+    propose_city,
+    propose_field,
     rows,
     settings,
     verdicts,
@@ -38,11 +42,7 @@ def pcli(cli, monkeypatch, tmp_path, stub):
 
 
 def test_a_sensitive_change_waits_for_consent(pcli, stub, db_path):
-    records = (
-        conversation("s1", ["I live in Lisbon now."])
-        + conversation("s2", ["I just moved to Porto!"], day=2)
-        + conversation("s3", ["hi"], day=3)
-    )
+    records = one_a_day("I live in Lisbon now.", "I just moved to Porto!", "hi")
     pcli("ingest", "-", input=ndjson(records))
     stub.enqueue_json(extraction(profile=[LISBON]))
     stub.enqueue_json(
@@ -87,18 +87,7 @@ def test_a_contradicting_fact_about_a_sensitive_field_becomes_a_proposal(
     db_path,
 ):
     memory.ingest(conversation("s1", ["x"]) + conversation("s2", ["y"], day=2))
-    with memory.db.transaction():
-        (prop,) = [
-            propose(
-                memory.db,
-                tenant_id="default",
-                user_id="priya",
-                field="city",
-                value="Lisbon",
-                text="Priya lives in Lisbon.",
-            )
-        ]
-    accept(memory, prop["proposal_id"])
+    accept_city(memory, "Lisbon")
     stub.enqueue_json(extraction(facts=["Priya lives in Porto."]))
     stub.enqueue_json(verdicts("contradicts"))
     report = consolidate(memory, model_for(memory, stub), settings())
@@ -113,9 +102,7 @@ def test_a_profile_fact_a_model_filed_is_not_replaced_without_consent(memory, st
     """"Priya lives in Lisbon." filed under `profile` by a model (no proposal wrote it) holds
     the city as much as an accepted proposal's fact: a later contradicting fact becomes a
     proposal of the new value, and the Lisbon fact stays active until a person accepts."""
-    memory.ingest(conversation("s1", ["I live in Lisbon."])
-                  + conversation("s2", ["I moved to Porto."], day=2)
-                  + conversation("s3", ["hi"], day=3))
+    memory.ingest(one_a_day("I live in Lisbon.", "I moved to Porto.", "hi"))
     stub.enqueue_json(extraction(facts=[
         {"text": "Priya lives in Lisbon.", "turns": [1], "category": "profile"}]))
     stub.enqueue_json(extraction(facts=["Priya lives in Porto."]))
@@ -156,24 +143,9 @@ def test_reject_changes_nothing_and_is_recorded(pcli, db_path):
 
 
 def test_pending_proposals_expire_after_seven_days(memory, db_path):
-    with memory.db.transaction():
-        old = propose(
-            memory.db,
-            tenant_id="default",
-            user_id="priya",
-            field="language",
-            value="Portuguese",
-            text="Priya speaks Portuguese.",
-            now="2020-01-01T00:00:00.000000Z",
-        )
-        fresh = propose(
-            memory.db,
-            tenant_id="default",
-            user_id="priya",
-            field="pronouns",
-            value="she/her",
-            text="Priya uses she/her pronouns.",
-        )
+    old = propose_field(memory, "language", "Portuguese", "Priya speaks Portuguese.",
+                        now="2020-01-01T00:00:00.000000Z")
+    fresh = propose_field(memory, "pronouns", "she/her", "Priya uses she/her pronouns.")
     assert old["expires_at"] == "2020-01-08T00:00:00.000000Z"
     assert [p["id"] for p in list_proposals(memory.db)] == [fresh["proposal_id"]]
     (expired,) = list_proposals(memory.db, status="expired")
@@ -185,25 +157,8 @@ def test_pending_proposals_expire_after_seven_days(memory, db_path):
 
 
 def test_an_unchanged_value_is_not_proposed(memory, db_path):
-    with memory.db.transaction():
-        first = propose(
-            memory.db,
-            tenant_id="default",
-            user_id="priya",
-            field="city",
-            value="Lisbon",
-            text="Priya lives in Lisbon.",
-        )
-    accept(memory, first["proposal_id"])
-    with memory.db.transaction():
-        same = propose(
-            memory.db,
-            tenant_id="default",
-            user_id="priya",
-            field="city",
-            value=" lisbon ",
-            text="Priya lives in Lisbon.",
-        )
+    accept_city(memory, "Lisbon")
+    same = propose_city(memory, " lisbon ", "Priya lives in Lisbon.")
     assert same["status"] == "unchanged"
     assert rows(db_path, "SELECT count(*) FROM proposals") == [(1,)]
 
@@ -211,15 +166,10 @@ def test_an_unchanged_value_is_not_proposed(memory, db_path):
 def test_a_pending_value_matches_in_any_case_on_both_engines(memory):
     """'ZÜRICH' is the pending 'Zürich' again: SQLite's lower() folds ASCII letters only,
     so it queued a second proposal there and not on PostgreSQL."""
-    def ask(value: str) -> dict:
-        with memory.db.transaction():
-            return propose(memory.db, tenant_id="default", user_id="priya", field="city",
-                           value=value, text=f"Priya lives in {value}.")
-
-    first = ask("Zürich")
-    assert ask("ZÜRICH") == {"status": "already_pending", "proposal_id": first["proposal_id"],
-                             "field": "city"}
-    assert ask("Bern")["status"] == "pending"
+    first = propose_city(memory, "Zürich")
+    assert propose_city(memory, "ZÜRICH") == {
+        "status": "already_pending", "proposal_id": first["proposal_id"], "field": "city"}
+    assert propose_city(memory, "Bern")["status"] == "pending"
 
 
 def test_accepting_supersedes_the_profile_fact_the_field_had(pcli, stub, db_path):

@@ -16,14 +16,25 @@ import json
 import pytest
 
 from memcli.store.opener import open_database
-from tests.support.records import ndjson, turns
-from tests.support.scenarios import ONBOARDING, bundle, ev, items, rows, run_json, section, texts
+from tests.support.records import turns
+from tests.support.scenarios import (
+    ONBOARDING,
+    bundle,
+    ev,
+    ingest,
+    items,
+    rows,
+    run_json,
+    save_checkpoint,
+    section,
+    texts,
+)
 
 pytestmark = pytest.mark.usefixtures("fast_cli")  # no SPLADE model: not about ranking
 
 
 def test_a1_legacy_project_onboarding(cli, db_path):
-    report = run_json(cli, "ingest", "-", input=ndjson(ONBOARDING))
+    report = ingest(cli, ONBOARDING)
     assert report["created"] == [r["event_id"] for r in ONBOARDING]
     # All events stored: message, tool calls, tool results, the decision.
     kinds = {k for (k,) in rows(db_path, "SELECT kind FROM events")}
@@ -71,7 +82,7 @@ def test_a2_old_decision_recall(cli):
         )
         for i in range(120)
     ]
-    run_json(cli, "ingest", "-", input=ndjson([old, *chatter]))
+    ingest(cli, [old, *chatter])
     acb = bundle(
         cli,
         "--user-id",
@@ -87,20 +98,16 @@ def test_a2_old_decision_recall(cli):
 
 
 def _superseded(cli) -> dict:
-    run_json(
+    ingest(
         cli,
-        "ingest",
-        "-",
-        input=ndjson(
-            [
-                ev(
-                    "a3-1",
-                    "decision",
-                    {"decision": "Use SQLite for the billing store", "rationale": "one file"},
-                ),
-                ev("a3-2", "message", {"text": "Teams need concurrent writers for billing."}),
-            ]
-        ),
+        [
+            ev(
+                "a3-1",
+                "decision",
+                {"decision": "Use SQLite for the billing store", "rationale": "one file"},
+            ),
+            ev("a3-2", "message", {"text": "Teams need concurrent writers for billing."}),
+        ],
     )
     new = run_json(
         cli,
@@ -179,12 +186,7 @@ def memory_with_drift(cli, db_path):
     from memcli.operations.memory import Memory
     from memcli.providers.embedders import HashEmbedder
 
-    run_json(
-        cli,
-        "ingest",
-        "-",
-        input=ndjson(turns("s1", ["The launch is on 12 May, confirmed by the team."], user="u1")),
-    )
+    ingest(cli, turns("s1", ["The launch is on 12 May, confirmed by the team."], user="u1"))
     with Memory.open(db_path, embedder=HashEmbedder(64)) as memory, memory.db.transaction():
         summary = derive.write_memory(
             memory,
@@ -199,12 +201,7 @@ def memory_with_drift(cli, db_path):
 
 
 def test_a5_task_continuity_across_sessions_and_a_lost_ledger(cli, db_path):
-    run_json(
-        cli,
-        "ingest",
-        "-",
-        input=ndjson([ev("a5-1", "task_update", {"title": "Migrate invoices to PostgreSQL"})]),
-    )
+    ingest(cli, [ev("a5-1", "task_update", {"title": "Migrate invoices to PostgreSQL"})])
     run_json(cli, "task", "update", "1", "--status", "doing", "--details", "half the tables")
     acb = bundle(cli, "--user-id", "u1", "--session-id", "s9")
     [task] = items(acb, "task_state")
@@ -232,25 +229,10 @@ def test_a6_multi_agent_handoff(cli):
         "--category",
         "preferences",
     )
-    run_json(
-        cli,
-        "ingest",
-        "-",
-        input=ndjson(
-            [ev("a6-1", "task_update", {"title": "Send the March invoices", "status": "doing"})]
-        ),
+    ingest(
+        cli, [ev("a6-1", "task_update", {"title": "Send the March invoices", "status": "doing"})]
     )
-    run_json(
-        cli,
-        "checkpoint",
-        "save",
-        "-",
-        "--user-id",
-        "u1",
-        "--thread-id",
-        "s1",
-        input=json.dumps({"step": "3 of 5", "invoice": "INV-0042"}),
-    )
+    save_checkpoint(cli, {"step": "3 of 5", "invoice": "INV-0042"})
     acb = bundle(
         cli,
         "--user-id",

@@ -15,9 +15,11 @@ from tests.support.scenarios import (
     ONBOARDING,
     bundle,
     ev,
+    ingest,
     items,
     rows,
     run_json,
+    save_checkpoint,
     section,
     texts,
 )
@@ -30,27 +32,23 @@ def test_a7_public_channel_suppression(cli):
         cli, "remember", "Priya prefers green tea", "--user-id", "u1", "--category", "preferences"
     )
     run_json(cli, "decision", "add", "Price the plan at 20 EUR", "--user-id", "u1")
-    run_json(
+    ingest(
         cli,
-        "ingest",
-        "-",
-        input=ndjson(
-            [
-                ev(
-                    "a7-1",
-                    "message",
-                    {"text": "Priya's salary review is in March"},
-                    sensitivity="high",
-                ),
-                ev(
-                    "a7-2",
-                    "message",
-                    {"text": "Priya's phone plan ends in June"},
-                    sensitivity="low",
-                ),
-                ev("a7-3", "message", {"text": "The plan launches publicly in June"}),
-            ]
-        ),
+        [
+            ev(
+                "a7-1",
+                "message",
+                {"text": "Priya's salary review is in March"},
+                sensitivity="high",
+            ),
+            ev(
+                "a7-2",
+                "message",
+                {"text": "Priya's phone plan ends in June"},
+                sensitivity="low",
+            ),
+            ev("a7-3", "message", {"text": "The plan launches publicly in June"}),
+        ],
     )
     public = bundle(
         cli,
@@ -76,37 +74,23 @@ def test_a7_public_channel_suppression(cli):
 
 def test_a8_secret_handling_on_every_write_path(cli, db_path):
     secret = f"the deploy key is {API_KEY}"
-    run_json(
+    ingest(
         cli,
-        "ingest",
-        "-",
-        input=ndjson(
-            [
-                ev(
-                    "a8-1",
-                    "message",
-                    {"text": "my password is hunter2-never"},
-                    sensitivity="secret",
-                ),
-                ev("a8-2", "message", {"text": secret}),
-                ev("a8-3", "decision", {"decision": f"Rotate {API_KEY} monthly"}),
-            ]
-        ),
+        [
+            ev(
+                "a8-1",
+                "message",
+                {"text": "my password is hunter2-never"},
+                sensitivity="secret",
+            ),
+            ev("a8-2", "message", {"text": secret}),
+            ev("a8-3", "decision", {"decision": f"Rotate {API_KEY} monthly"}),
+        ],
     )
     run_json(cli, "remember", secret, "--user-id", "u1")
     run_json(cli, "decision", "add", f"Store {API_KEY} in the vault", "--user-id", "u1")
     run_json(cli, "task", "add", f"Revoke {API_KEY}", "--user-id", "u1")
-    run_json(
-        cli,
-        "checkpoint",
-        "save",
-        "-",
-        "--user-id",
-        "u1",
-        "--thread-id",
-        "s1",
-        input=json.dumps({"key": API_KEY}),
-    )
+    save_checkpoint(cli, {"key": API_KEY})
     exported = cli("export").stdout
     assert API_KEY not in exported and "hunter2-never" not in exported  # events included
     assert "[REDACTED" in exported
@@ -130,12 +114,7 @@ def test_a8_secret_handling_on_every_write_path(cli, db_path):
 
 
 def test_a9_fast_path_assembly_runs_no_retrieval(cli):
-    run_json(
-        cli,
-        "ingest",
-        "-",
-        input=ndjson(turns("s1", [f"turn {i} about invoices" for i in range(30)], user="u1")),
-    )
+    ingest(cli, turns("s1", [f"turn {i} about invoices" for i in range(30)], user="u1"))
     run_json(cli, "decision", "add", "Invoices are numbered per year", "--user-id", "u1")
     acb = bundle(cli, "--user-id", "u1", "--session-id", "s1")  # no query: the hot set only
     assert acb["provenance"]["retrieval_path"] == "none"
@@ -153,16 +132,12 @@ def test_a10_retrieval_path_is_bounded(cli, tmp_path, monkeypatch):
     )
     monkeypatch.setenv("MEMCLI_CONFIG", str(config))
     for day in range(3):  # (one turn a minute: 40 a session)
-        run_json(
+        ingest(
             cli,
-            "ingest",
-            "-",
-            input=ndjson(
-                turns(
-                    f"s1-{day}",
-                    [f"invoice {day}-{i} for the billing audit was sent" for i in range(40)],
-                    user="u1",
-                )
+            turns(
+                f"s1-{day}",
+                [f"invoice {day}-{i} for the billing audit was sent" for i in range(40)],
+                user="u1",
             ),
         )
     acb = bundle(cli, "--user-id", "u1", "--session-id", "s2", "-q", "billing audit invoice")
@@ -174,7 +149,7 @@ def test_a10_retrieval_path_is_bounded(cli, tmp_path, monkeypatch):
 
 
 def test_a11_cold_cache_recovery(cli, db_path):
-    run_json(cli, "ingest", "-", input=ndjson(ONBOARDING))
+    ingest(cli, ONBOARDING)
     run_json(cli, "remember", "Ledgerly bills in EUR", "--user-id", "u1")
     run_json(cli, "task", "add", "Map the invoice tables", "--user-id", "u1")
     args = ("--user-id", "u1", "--session-id", "s1", "-q", "what is Ledgerly for")
@@ -195,7 +170,7 @@ def test_a11_cold_cache_recovery(cli, db_path):
 
 
 def test_a12_dedupe_prevention_keeps_tokens_stable(cli):
-    run_json(cli, "ingest", "-", input=ndjson(ONBOARDING))
+    ingest(cli, ONBOARDING)
     again = run_json(cli, "ingest", "-", input=ndjson(ONBOARDING))  # a client retrying
     assert again["created"] == [] and len(again["skipped"]) == len(ONBOARDING)
     assert (
@@ -211,7 +186,7 @@ def test_a12_dedupe_prevention_keeps_tokens_stable(cli):
 
 
 def test_a12_one_decision_appears_once_per_bundle(cli):
-    run_json(cli, "ingest", "-", input=ndjson(ONBOARDING))
+    ingest(cli, ONBOARDING)
     acb = bundle(
         cli,
         "--user-id",

@@ -64,17 +64,25 @@ def test_when_questions_prefer_turns_with_a_time_expression(memory):
     assert on[0] == "We went to the concert on 12 March 2024"
 
 
-def test_speaker_named_in_the_question_is_preferred(memory):
+# Ranking by what the words match only: no neighbours, session, recency or importance.
+WORDS_ONLY = {"leg_weights": LEXICAL, "neighbour_weight": 0, "session_weight": 0, "beta": 0,
+              "gamma": 0}
+
+
+def _hiking_said_by(memory, first: str, second: str) -> None:
+    """Two turns on hiking: the first (more matching words) by `first`, then one by `second`."""
     records = turns("s1", ["Maria asked if I love hiking: I love hiking, Maria!",
                            "I love hiking too, mostly hills"])
-    records[0]["actor"] = {"type": "human", "id": "bob"}
-    records[1]["actor"] = {"type": "human", "id": "maria"}
+    records[0]["actor"] = {"type": "human", "id": first}
+    records[1]["actor"] = {"type": "human", "id": second}
     memory.ingest(records)
+
+
+def test_speaker_named_in_the_question_is_preferred(memory):
+    _hiking_said_by(memory, "bob", "maria")
     question = "does maria love hiking"
-    base = {"leg_weights": LEXICAL, "neighbour_weight": 0, "session_weight": 0, "beta": 0,
-            "gamma": 0}
-    off = ranked(memory, question, speaker_boost=1.0, **base)
-    on = ranked(memory, question, speaker_boost=5.0, **base)
+    off = ranked(memory, question, speaker_boost=1.0, **WORDS_ONLY)
+    on = ranked(memory, question, speaker_boost=5.0, **WORDS_ONLY)
     assert off[0].startswith("Maria asked")  # more matching words
     assert on[0] == "I love hiking too, mostly hills"  # said by the speaker the question names
 
@@ -82,14 +90,8 @@ def test_speaker_named_in_the_question_is_preferred(memory):
 
 @pytest.mark.backends
 def test_a_speaker_is_named_by_any_word_of_a_two_word_name(memory):
-    records = turns("s1", ["Maria asked if I love hiking: I love hiking, Maria!",
-                           "I love hiking too, mostly hills"])
-    records[0]["actor"] = {"type": "human", "id": "Bob Stone"}
-    records[1]["actor"] = {"type": "human", "id": "Maria Lopez"}
-    memory.ingest(records)
-    base = {"leg_weights": LEXICAL, "neighbour_weight": 0, "session_weight": 0, "beta": 0,
-            "gamma": 0}
-    memory.retrieval = RetrievalSettings(speaker_boost=5.0, **base)
+    _hiking_said_by(memory, "Bob Stone", "Maria Lopez")
+    memory.retrieval = RetrievalSettings(speaker_boost=5.0, **WORDS_ONLY)
     hits = {h.text: h for h in memory.query("does maria love hiking", top_k=5).hits}
     assert "speaker" in hits["I love hiking too, mostly hills"].boosts
     assert "speaker" not in hits["Maria asked if I love hiking: I love hiking, Maria!"].boosts
@@ -103,13 +105,11 @@ def test_a_question_naming_a_date_prefers_turns_told_that_week(memory):
     records[1]["ts"] = "2023-05-09T18:00:00Z"  # the day after it
     memory.ingest(records)
     question = "What did she bake on 8 May, 2023?"
-    base = {"leg_weights": LEXICAL, "neighbour_weight": 0, "session_weight": 0, "beta": 0,
-            "gamma": 0}
-    off = ranked(memory, question, date_boost=1.0, **base)
-    on = ranked(memory, question, date_boost=4.0, **base)
+    off = ranked(memory, question, date_boost=1.0, **WORDS_ONLY)
+    on = ranked(memory, question, date_boost=4.0, **WORDS_ONLY)
     assert off[0] == "I baked bread with my sister in May"  # more matching words
     assert on[0] == "I baked bread this morning"
-    memory.retrieval = RetrievalSettings(**base)  # on by default
+    memory.retrieval = RetrievalSettings(**WORDS_ONLY)  # on by default
     hits = {h.text: h for h in memory.query(question, top_k=5, record_access=False).hits}
     assert hits["I baked bread this morning"].boosts["date"] > 1.0
     assert "date" not in hits[off[0]].boosts

@@ -36,6 +36,7 @@ from tests.support.daemon import (
     daemon_env,
     last_route,
     open_files,
+    piped_client,
     run_client,
     socket_of,
     start_serve,
@@ -405,11 +406,7 @@ def test_sigkill_mid_ingest_leaves_a_clean_database(tmp_path):
     big = "".join(json.dumps({"text": f"memory number {i} about tea"}) + "\n"
                   for i in range(3000))
     with Daemon(db, env) as daemon:
-        client = subprocess.Popen([sys.executable, "-c", _CLIENT, "ingest", "-"],
-                                  env={**env, "MEMCLI_TEST_ROUTE_LOG": str(routes)},
-                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                  stderr=subprocess.PIPE)
-        try:
+        with piped_client(["ingest", "-"], env, routes=routes) as client:
             client.stdin.write(big.encode())
             client.stdin.close()
             # Kill once the ingest has committed something (mid-ingest whatever the load; a
@@ -418,10 +415,6 @@ def test_sigkill_mid_ingest_leaves_a_clean_database(tmp_path):
             os.kill(daemon.pid, signal.SIGKILL)
             daemon.proc.wait(timeout=30)
             client.wait(timeout=60)
-        finally:
-            if client.poll() is None:
-                client.kill()
-            client.wait()
     assert client.returncode != 0  # the client says the daemon went away
     doctor = subprocess.run([sys.executable, "-m", "memcli", "doctor", "--json"], env=env,
                             capture_output=True, text=True, timeout=120)
@@ -448,11 +441,7 @@ def test_sigterm_lets_a_request_in_flight_finish(tmp_path):
     routes = tmp_path / "routes.log"
     with Daemon(db, env) as daemon:
         # `ingest -` waits for its stdin: the request is in flight until we close it.
-        client = subprocess.Popen([sys.executable, "-c", _CLIENT, "ingest", "-"],
-                                  env={**env, "MEMCLI_TEST_ROUTE_LOG": str(routes)},
-                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                  stderr=subprocess.PIPE)
-        try:
+        with piped_client(["ingest", "-"], env, routes=routes) as client:
             # In flight = the command's process (a child of the daemon) holds the client's
             # stdin (passed with the request). Not a count of the daemon's sockets: its HTTP
             # server opens three more, seconds after the CLI socket answers on a loaded
@@ -465,10 +454,6 @@ def test_sigterm_lets_a_request_in_flight_finish(tmp_path):
             assert daemon.proc.poll() is None  # waiting for the request
             out, err = client.communicate(json.dumps({"text": "finished late"}).encode(),
                                           timeout=60)
-        finally:
-            if client.poll() is None:
-                client.kill()
-            client.wait()
         assert client.returncode == 0, err
         assert json.loads(out)["created"]
         assert last_route(routes).startswith("daemon")

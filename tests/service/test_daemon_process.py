@@ -11,19 +11,18 @@ import json
 import os
 import platform
 import signal
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
 from tests.support.daemon import (
-    _CLIENT,
     Daemon,
     children_of,
     daemon_env,
     last_route,
     open_files,
+    piped_client,
     run_client,
     wait_until,
 )
@@ -81,11 +80,7 @@ def test_ctrl_c_stops_the_command_not_the_daemon(tmp_path):
     routes = tmp_path / "routes.log"
     with Daemon(db, env) as daemon:
         # `ingest -` blocks reading its stdin: only a real signal interrupts that read.
-        client = subprocess.Popen([sys.executable, "-c", _CLIENT, "ingest", "-"],
-                                  env={**env, "MEMCLI_TEST_ROUTE_LOG": str(routes)},
-                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                  stderr=subprocess.PIPE)
-        try:
+        with piped_client(["ingest", "-"], env, routes=routes) as client:
             stdin = os.readlink(f"/proc/{client.pid}/fd/0")
             # Ctrl-C once the command is blocked reading that stdin (a signal during start-up
             # is what the in-process command does then: another message).
@@ -94,11 +89,6 @@ def test_ctrl_c_stops_the_command_not_the_daemon(tmp_path):
             # The client's stdin stays open: nothing but the signal can end that read.
             client.wait(timeout=60)
             out, err = client.stdout.read(), client.stderr.read()
-        finally:
-            if client.poll() is None:
-                client.kill()
-            client.wait()
-            client.stdin.close()
         assert last_route(routes).startswith("daemon")
         assert (client.returncode, out, err) == (130, b"", b"memcli: error: interrupted\n")
         assert daemon.proc.poll() is None  # the daemon serves on

@@ -19,18 +19,13 @@ from memcli.store.opener import open_database
 from memcli.viewer.pages import memory_page
 from tests.support.backend import is_pg
 from tests.support.http_api import running_api
-from tests.support.records import ndjson, turns
+from tests.support.records import turns
+from tests.support.scenarios import ingest, run_json, save_checkpoint
 
 pytestmark = pytest.mark.usefixtures("fast_cli")  # no SPLADE model: not about ranking
 
 # PostgreSQL's lexical and vector indexes are indexes of memories and memory_vectors.
 PG_INDEXES = ("memories_fts", "memories_trgm", "memory_vectors_hnsw")
-
-
-def run_json(cli, *args, input=None):
-    result = cli(*args, "--json", input=input)
-    assert result.exit_code == 0, result.stderr
-    return json.loads(result.stdout)
 
 
 def wipe(location) -> None:
@@ -88,7 +83,7 @@ def build_through_the_cli(cli) -> None:
             "content": {"title": "Plan the offsite"},
         },
     ]
-    run_json(cli, "ingest", "-", input=ndjson(records))
+    ingest(cli, records)
     fact = run_json(cli, "remember", "Sam likes green tea", "--user-id", "u1", "--session-id", "s1")
     assert run_json(cli, "remember", "Sam likes green tea", "--user-id", "u1")["status"] == "merged"
     steps = run_json(cli, "remember", "1. build; 2. push", "--procedural", "--user-id", "u1")
@@ -116,17 +111,7 @@ def build_through_the_cli(cli) -> None:
     task = run_json(cli, "task", "add", "Write the docs", "--ref", "r1", "--user-id", "u1")
     run_json(cli, "task", "update", str(task["id"]), "--status", "doing", "--ref", "r2")
     for step in (1, 2):
-        run_json(
-            cli,
-            "checkpoint",
-            "save",
-            "-",
-            "--user-id",
-            "u1",
-            "--thread-id",
-            "t1",
-            input=json.dumps({"step": step, "note": "café"}),
-        )
+        save_checkpoint(cli, {"step": step, "note": "café"}, thread="t1")
     run_json(cli, "pin", str(fixed["id"]))
     run_json(cli, "pin", str(steps["id"]))
     run_json(cli, "unpin", str(steps["id"]))

@@ -4,6 +4,7 @@ builds it) and the installed entry point's code in a child process."""
 from __future__ import annotations
 
 import functools
+import json
 import shlex
 import subprocess
 import sys
@@ -13,6 +14,8 @@ from typing import Any
 import typer
 import typer.main
 import typer.testing
+
+from memcli.cli.options import flag_name
 
 # A config file's retrieval line for tests that need no SPLADE leg (a real model, slow).
 NO_SPARSE_CONFIG = (
@@ -85,3 +88,33 @@ def run_entry_point(args: list[str], env: dict, stdin: str | None = None
     a test started a daemon for the database: tests/support/daemon.py)."""
     return subprocess.run([sys.executable, "-c", _ENTRY_POINT, *args], input=stdin, env=env,
                           capture_output=True, text=True, timeout=120)
+
+
+def command_options(app: typer.Typer, *path: str) -> dict[str, Any]:
+    """The click options of one command of `app` (its words in `path`), by each of their
+    flags."""
+    found = typer.main.get_command(app)
+    for word in path:
+        found = found.commands[word]  # type: ignore[attr-defined]
+    return {flag: p for p in found.params for flag in (*p.opts, *p.secondary_opts)}
+
+
+def check_flags(app: typer.Typer, model: Any, path: Sequence[str], skip: set[str]
+                ) -> dict[str, Any]:
+    """Each field of `model` but `skip` is a visible flag of the command named for it (kebab
+    case) with the field's description as its help; the command's options."""
+    options = command_options(app, *path)
+    for field, info in model.model_fields.items():
+        if field in skip:
+            continue
+        option = options.get(flag_name(field))
+        assert option is not None, f"{' '.join(path)}: no {flag_name(field)}"
+        assert option.help == info.description and not option.hidden, field
+    return options
+
+
+def imported(cli: Any, fmt: str, *args: str) -> tuple[Any, str]:
+    """`memcli import --from FMT ARGS --json`, which must succeed: its report and its stderr."""
+    result = cli("import", "--from", fmt, *args, "--json")
+    assert result.exit_code == 0, result.stderr
+    return json.loads(result.stdout), result.stderr

@@ -11,12 +11,14 @@ the command took (and which heavy modules the client had imported when a daemon 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -150,6 +152,24 @@ def run_client(args: list[str], env: dict[str, str], *, routes: Path, stdin: str
     return subprocess.run([sys.executable, "-c", _CLIENT, *args], **feed,
                           env={**env, "MEMCLI_TEST_ROUTE_LOG": str(routes)}, cwd=cwd or ROOT,
                           capture_output=True, timeout=timeout)
+
+
+@contextlib.contextmanager
+def piped_client(args: list[str], env: dict[str, str], *, routes: Path
+                 ) -> Iterator[subprocess.Popen]:
+    """The `memcli` entry point running in a child process, its stdin, stdout and stderr on
+    pipes (a test feeds, reads or signals it); killed if it still runs when the block ends."""
+    client = subprocess.Popen([sys.executable, "-c", _CLIENT, *args],
+                              env={**env, "MEMCLI_TEST_ROUTE_LOG": str(routes)},
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE)
+    try:
+        yield client
+    finally:
+        if client.poll() is None:
+            client.kill()
+        client.wait()
+        client.stdin.close()
 
 
 def last_route(routes: Path) -> str:

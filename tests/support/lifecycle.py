@@ -18,6 +18,7 @@ from typing import Any
 
 from memcli.config import LifecycleSettings, LLMSettings
 from memcli.derived.llm_usage import Model
+from memcli.lifecycle.proposals import accept, propose
 from tests.support import backend
 
 # Tables a lifecycle step may change; `snapshot` compares them before and after.
@@ -55,6 +56,34 @@ def conversation(
         }
         for i, text in enumerate(texts)
     ]
+
+
+def one_a_day(*texts: str) -> list[dict[str, Any]]:
+    """Sessions s1, s2, ..., one a day from 2025-01-01, one turn of Priya's each: all but the
+    last are finished (a later session began), so consolidate runs on them."""
+    return [record for day, text in enumerate(texts, 1)
+            for record in conversation(f"s{day}", [text], day=day)]
+
+
+def propose_field(memory: Any, field: str, value: str, text: str, **options: Any
+                  ) -> dict[str, Any]:
+    """A change of Priya's profile `field` proposed in a transaction of its own; the
+    proposal's answer."""
+    with memory.db.transaction():
+        return propose(memory.db, tenant_id="default", user_id="priya", field=field,
+                       value=value, text=text, **options)
+
+
+def propose_city(memory: Any, value: str, text: str | None = None) -> dict[str, Any]:
+    """Priya's city `value` proposed; the proposal's answer."""
+    return propose_field(memory, "city", value, text or f"Priya lives in {value}.")
+
+
+def accept_city(memory: Any, value: str) -> dict[str, Any]:
+    """Priya's city `value` proposed and accepted: her profile holds it (a fact)."""
+    prop = propose_city(memory, value)
+    accept(memory, prop["proposal_id"])
+    return prop
 
 
 def extraction(

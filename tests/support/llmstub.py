@@ -29,15 +29,16 @@ import json
 import math
 import re
 import struct
-import threading
 import time
 from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 
 import pytest
+
+from tests.support.stubserver import StubHandler, StubServer
 
 __all__ = ["LLMStub", "ScriptedReply", "llm_stub", "make_stub", "stub_embedding"]
 
@@ -67,50 +68,21 @@ def stub_embedding(text: str, dim: int) -> list[float]:
     return [v / norm for v in vec]
 
 
-class LLMStub:
+class LLMStub(StubServer):
     """The server. `start()` (or `with`) binds a free port; `close()` stops it."""
 
     def __init__(self, *, embedding_dim: int = 64, model: str = "stub-model") -> None:
+        super().__init__()
         self.embedding_dim = embedding_dim
         self.model = model
         self.requests: list[dict[str, Any]] = []  # every parsed request body, in arrival order
         self.paths: list[str] = []  # the path of each entry in `requests`
         self._queue: deque[ScriptedReply] = deque()
-        self._lock = threading.Lock()
-        # Set on close so handlers sleeping out a `delay` wake up instead of outliving the test.
-        self._closing = threading.Event()
-        self._server: ThreadingHTTPServer | None = None
-        self._thread: threading.Thread | None = None
 
     # --- lifecycle ---------------------------------------------------------------------------
 
-    def start(self) -> LLMStub:
-        if self._server is None:
-            self._server = ThreadingHTTPServer(("127.0.0.1", 0), _handler_for(self))
-            self._server.daemon_threads = True
-            self._thread = threading.Thread(
-                target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
-            )
-            self._thread.start()
-        return self
-
-    def close(self) -> None:
-        self._closing.set()
-        if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
-            self._server = None
-
-    def __enter__(self) -> LLMStub:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    @property
-    def port(self) -> int:
-        assert self._server is not None, "stub not started"
-        return self._server.server_address[1]
+    def handler(self) -> type[BaseHTTPRequestHandler]:
+        return _handler_for(self)
 
     @property
     def base_url(self) -> str:
@@ -225,69 +197,39 @@ def _error(message: str, kind: str = "invalid_request_error") -> dict[str, Any]:
 
 
 def _handler_for(stub: LLMStub) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        def log_message(self, format: str, *args: Any) -> None:
-            pass  # keep pytest output clean
-
-        def _send(
-            self,
-            status: int,
-            body: Any,
-            content_type: str = "application/json",
-            headers: dict[str, str] | None = None,
-        ) -> None:
-            if isinstance(body, str | bytes):
-                data = body.encode() if isinstance(body, str) else body
-            else:
-                data = json.dumps(body).encode()
-            try:
-                self.send_response(status)
-                self.send_header("Content-Type", content_type)
-                self.send_header("Content-Length", str(len(data)))
-                for key, value in (headers or {}).items():
-                    self.send_header(key, value)
-                self.end_headers()
-                self.wfile.write(data)
-            except (BrokenPipeError, ConnectionResetError):
-                pass  # the client gave up (timeout test): nothing to tell it
-
+    class Handler(StubHandler):
         def do_GET(self) -> None:
             if self.path.rstrip("/").endswith("/models"):
                 data = [{"id": stub.model, "object": "model", "owned_by": "llmstub"}]
-                self._send(200, {"object": "list", "data": data})
+                self.send_body(200, {"object": "list", "data": data})
             else:
-                self._send(404, _error(f"llmstub: no route GET {self.path}"))
+                self.send_body(404, _error(f"llmstub: no route GET {self.path}"))
 
         def do_POST(self) -> None:
-            length = int(self.headers.get("Content-Length") or 0)
-            text = self.rfile.read(length).decode("utf-8", "replace")
-            try:
-                body = json.loads(text) if text else {}
-            except json.JSONDecodeError:
-                body = {"_raw": text}
+            body = self.read_body()
             path = self.path.split("?")[0].rstrip("/")
             if path.endswith("/embeddings"):
                 stub._record(path, body)
-                self._send(200, stub._embeddings_body(body))
+                self.send_body(200, stub._embeddings_body(body))
                 return
             if not path.endswith("/chat/completions"):
-                self._send(404, _error(f"llmstub: no route POST {self.path}"))
+                self.send_body(404, _error(f"llmstub: no route POST {self.path}"))
                 return
             n, reply = stub._record(path, body)
             if reply is None:
                 message = f"llmstub: no scripted reply left for chat request #{n} (call enqueue)"
-                self._send(500, _error(message, "server_error"))
+                self.send_body(500, _error(message, "server_error"))
                 return
             if reply.delay and stub._closing.wait(reply.delay):
                 return  # stub closed while sleeping
             if reply.raw_body is not None:
-                self._send(reply.status, reply.raw_body, reply.content_type, reply.headers)
+                self.send_body(reply.status, reply.raw_body, reply.content_type, reply.headers)
             elif reply.status != 200:
                 kind = "server_error" if reply.status >= 500 else "invalid_request_error"
-                self._send(reply.status, _error(reply.content, kind), headers=reply.headers)
+                self.send_body(reply.status, _error(reply.content, kind), headers=reply.headers)
             else:
                 out = stub._chat_body(n, body, reply)
-                self._send(200, out, reply.content_type, reply.headers)
+                self.send_body(200, out, reply.content_type, reply.headers)
 
     return Handler
 

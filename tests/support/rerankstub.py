@@ -20,20 +20,21 @@ from the `rerank_stub` fixture (tests/conftest.py).
 
 from __future__ import annotations
 
-import json
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
+
+from tests.support.stubserver import StubHandler, StubServer
 
 __all__ = ["RerankStub"]
 
 TEI_MAX_BATCH = 32
 
 
-class RerankStub:
+class RerankStub(StubServer):
     """The server. `start()` (or `with`) binds a free port; `close()` stops it."""
 
     def __init__(self, scores: dict[str, float] | None = None) -> None:
+        super().__init__()
         self.scores = dict(scores or {})
         self.requests: list[dict[str, Any]] = []  # every parsed body, in arrival order
         self.headers: list[dict[str, str]] = []  # the headers of each, names lowercased
@@ -41,36 +42,13 @@ class RerankStub:
         self.status = 200
         self.raw_body: str | None = None  # answered verbatim instead of the scores
         self.delay = 0.0
-        self._lock = threading.Lock()
-        self._closing = threading.Event()  # wakes a handler sleeping out `delay`
-        self._server: ThreadingHTTPServer | None = None
 
-    def start(self) -> RerankStub:
-        if self._server is None:
-            self._server = ThreadingHTTPServer(("127.0.0.1", 0), _handler_for(self))
-            self._server.daemon_threads = True
-            threading.Thread(
-                target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
-            ).start()
-        return self
-
-    def close(self) -> None:
-        self._closing.set()
-        if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
-            self._server = None
-
-    def __enter__(self) -> RerankStub:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+    def handler(self) -> type[BaseHTTPRequestHandler]:
+        return _handler_for(self)
 
     @property
     def url(self) -> str:
-        assert self._server is not None, "stub not started"
-        return f"http://127.0.0.1:{self._server.server_address[1]}/rerank"
+        return f"http://127.0.0.1:{self.port}/rerank"
 
     def fail(self, *, status: int = 200, raw_body: str | None = None, delay: float = 0.0) -> None:
         """Answer every later request with `status`, `raw_body` verbatim, after `delay` s."""
@@ -112,38 +90,20 @@ class RerankStub:
 
 
 def _handler_for(stub: RerankStub) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        def log_message(self, format: str, *args: Any) -> None:
-            pass  # keep pytest output clean
-
-        def _send(self, status: int, data: bytes) -> None:
-            try:
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-            except (BrokenPipeError, ConnectionResetError):
-                pass  # the client gave up (a timeout test): nothing to tell it
-
+    class Handler(StubHandler):
         def do_POST(self) -> None:
-            length = int(self.headers.get("Content-Length") or 0)
-            text = self.rfile.read(length).decode("utf-8", "replace")
-            try:
-                body = json.loads(text) if text else {}
-            except json.JSONDecodeError:
-                body = {"_raw": text}
+            body = self.read_body()
             stub._record(self.path, {k.lower(): v for k, v in self.headers.items()}, body)
             if stub.delay and stub._closing.wait(stub.delay):
                 return  # stub closed while sleeping
             if stub.raw_body is not None:
-                self._send(stub.status, stub.raw_body.encode())
+                self.send_body(stub.status, stub.raw_body)
                 return
             status, answer = (
                 stub.answer(body)
                 if stub.status == 200
                 else (stub.status, {"error": "scripted failure"})
             )
-            self._send(status, json.dumps(answer).encode())
+            self.send_body(status, answer)
 
     return Handler

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 
 from memcli.store.opener import open_database
+from tests.support.records import ndjson
 
 API_KEY = "sk-proj-" + "A1b2C3d4E5f6G7h8I9j0K1l2M3n4O5p6Q7r8"  # the shape of an OpenAI key
 
@@ -15,6 +16,26 @@ def run_json(cli, *args, input=None):
     result = cli(*args, "--json", input=input)
     assert result.exit_code == 0, result.stderr
     return json.loads(result.stdout)
+
+
+def ingest(cli, records: list[dict]) -> dict:
+    """`memcli ingest -` of these records; its report."""
+    return run_json(cli, "ingest", "-", input=ndjson(records))
+
+
+def save_checkpoint(cli, state: dict, thread: str = "s1") -> dict:
+    """`memcli checkpoint save -` of this state for user u1 and `thread`."""
+    return run_json(
+        cli,
+        "checkpoint",
+        "save",
+        "-",
+        "--user-id",
+        "u1",
+        "--thread-id",
+        thread,
+        input=json.dumps(state),
+    )
 
 
 def bundle(cli, *args: str) -> dict:
@@ -52,6 +73,24 @@ def ev(event_id: str, kind: str, content: dict, session: str = "s1", **extra) ->
     }
 
 
+def _file_read(call_id: str, result_id: str, path: str, text: str) -> list[dict]:
+    """An agent's read_file call and the tool's result."""
+    return [
+        ev(
+            call_id,
+            "tool_call",
+            {"name": "read_file", "args": {"path": path}},
+            actor={"type": "agent", "id": "coder"},
+        ),
+        ev(
+            result_id,
+            "tool_result",
+            {"tool": "fs.read_file", "path": path, "text": text},
+            actor={"type": "tool"},
+        ),
+    ]
+
+
 ONBOARDING = [
     ev("a1-1", "message", {"text": "what this project for?"}),
     ev(
@@ -66,38 +105,10 @@ ONBOARDING = [
         {"tool": "list_root", "text": "README.md\npackage.json\nsrc/"},
         actor={"type": "tool"},
     ),
-    ev(
-        "a1-4",
-        "tool_call",
-        {"name": "read_file", "args": {"path": "README.md"}},
-        actor={"type": "agent", "id": "coder"},
+    *_file_read(
+        "a1-4", "a1-5", "README.md", "# Ledgerly\nA billing service that issues invoices.\n"
     ),
-    ev(
-        "a1-5",
-        "tool_result",
-        {
-            "tool": "fs.read_file",
-            "path": "README.md",
-            "text": "# Ledgerly\nA billing service that issues invoices.\n",
-        },
-        actor={"type": "tool"},
-    ),
-    ev(
-        "a1-6",
-        "tool_call",
-        {"name": "read_file", "args": {"path": "package.json"}},
-        actor={"type": "agent", "id": "coder"},
-    ),
-    ev(
-        "a1-7",
-        "tool_result",
-        {
-            "tool": "fs.read_file",
-            "path": "package.json",
-            "text": '{"name": "ledgerly", "main": "src/index.js"}',
-        },
-        actor={"type": "tool"},
-    ),
+    *_file_read("a1-6", "a1-7", "package.json", '{"name": "ledgerly", "main": "src/index.js"}'),
     ev(
         "a1-8",
         "message",
