@@ -10,7 +10,7 @@ the measurements behind them are in README.md ("Retrieval").
   date        a question naming a date (day or month): turns from that date to a week after get
               x w (people tell of a day in the sessions that follow it)
   speaker     turns by a speaker the question names (any word of a "First Last" name) get x w
-  recency / importance  final = alpha*relevance + beta*recency + gamma*importance
+  recency / importance  final = alpha*fused + beta*recency + gamma*importance
 """
 
 from __future__ import annotations
@@ -174,7 +174,7 @@ def _age_days(ts: str, now: datetime) -> float:
 
 
 def recency_importance(cands: list[Candidate], ctx: RankContext) -> list[Candidate]:
-    """final = (alpha*relevance + beta*recency + gamma*importance) / (alpha+beta+gamma)."""
+    """final = (alpha*fused + beta*recency + gamma*importance) / (alpha+beta+gamma)."""
     s = ctx.settings
     if not cands:
         return cands
