@@ -358,14 +358,13 @@ class Memory:
             scope = "user"
             path = f"{path}>{scope}"
         fulltext = widening.fulltext_hits(legs) or 0
+        searched = wider or filters
         if fallback and recency.found_nothing(legs):
-            searched = wider or filters
             legs = {**legs, **recency.recent_leg(self.db, searched,
                                                  settings.candidates_per_leg)}
             ranked = search.rank(RankContext(self.db, searched, text, settings, **clock),
                                  legs)
             path = f"{path}>{recency.RECENT_LEG}"
-        searched = wider or filters
         reranked = rerank(ranked, text, self.reranker)
         ranked = search.load_rows(self.db, search.judged_top(
             self.db, self.embedder, self.sparse, text, searched, settings, legs, ranked,
