@@ -14,6 +14,7 @@ import os
 from typing import Any
 
 from memcli.core.locations import is_postgres
+from memcli.errors import MemcliError
 from memcli.store.opener import open_database, server_location
 from memcli.store.sqlite.writers import KeepOpen, checkpoint_wal
 
@@ -74,6 +75,24 @@ class PoolHolder:
         self.closed = True
         uninstall(self.pool)
         self.pool.close()
+
+
+def check_openable(settings: Any) -> None:
+    """Before holding a database an HTTP request named (memcli/service/daemon/databases.py):
+    say why it cannot be used (MemcliError, one line). An existing file is opened (and
+    migrated, as a daemon's start does); a file not made yet is left to the first write, as
+    in-process, but only in a folder that exists: a header never creates folders. A PostgreSQL
+    server is checked by its holder's first connection."""
+
+    db = os.fspath(settings.db)
+    if is_server(db):
+        return
+    if os.path.exists(db):
+        open_database(db, busy_timeout=settings.busy_timeout).close()
+        return
+    folder = os.path.dirname(db)
+    if not os.path.isdir(folder):
+        raise MemcliError(f"no folder {folder}", "create it, or name an existing database")
 
 
 def hold(settings: Any, pool_size: int | None = None) -> FileHolder | PoolHolder:

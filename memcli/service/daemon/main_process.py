@@ -309,7 +309,7 @@ class _WebProcess:
 
 
 def _fork_web(settings: Any, plan: HttpPlan | None, pool_size: int | None, cli: CliServer,
-              log: Callable[[str], None]) -> _WebProcess:
+              log: Callable[[str], None], *, all_databases: bool = False) -> _WebProcess:
     control_r, control_w = os.pipe()
     reports_r, reports_w = os.pipe()
     for stream in (sys.stdout, sys.stderr):
@@ -323,7 +323,8 @@ def _fork_web(settings: Any, plan: HttpPlan | None, pool_size: int | None, cli: 
                 with contextlib.suppress(OSError):
                     os.close(fd)
         finally:
-            http_process.run(settings, plan, pool_size, control_r, reports_w, log)
+            http_process.run(settings, plan, pool_size, control_r, reports_w, log,
+                             all_databases=all_databases)
     os.close(control_r)
     os.close(reports_w)
     if plan is not None:
@@ -358,7 +359,7 @@ def serve(settings: Any, ep: paths.Endpoint, runner: worker.Runner, warm: Callab
         def on_request() -> None:
             state.last = time.monotonic()
             if web_proc is not None:
-                web_proc.order(b"e")
+                web_proc.order(b"e\n")
 
         cli = state.cli = CliServer(Path(ep.socket), runner, on_request=on_request)
         cli.parent_fds = [lock_fd, signals.read_fd, signals.write_fd]
@@ -410,7 +411,7 @@ def _loop(state: State, cli: CliServer, web_proc: _WebProcess, signals: _Signals
             indexer.background.uninstall()
         if cli.reap():
             state.last = time.monotonic()
-            web_proc.order(b"e")
+            web_proc.order(b"e\n")
         if cli in ready and not signals.stop:
             cli.accept()
         if idle_minutes and state.idle_for() >= idle_minutes * 60:
@@ -420,7 +421,7 @@ def _loop(state: State, cli: CliServer, web_proc: _WebProcess, signals: _Signals
 def _shutdown(cli: CliServer, web_proc: _WebProcess, grace: float,
               log: Callable[[str], None]) -> int:
     cli.close()
-    web_proc.order(b"s")  # stop serving HTTP; requests in flight there finish
+    web_proc.order(b"s\n")  # stop serving HTTP; requests in flight there finish
     if not cli.wait_idle(grace):
         log(f"memcli: warning: {cli.active} request(s) still running after {grace:g} s; "
             "exiting anyway (their transactions roll back)")
