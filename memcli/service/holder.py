@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import os
+import threading
 from typing import Any
 
 from memcli.core.locations import is_postgres
@@ -31,18 +32,22 @@ class FileHolder:
         self.keeper = KeepOpen(path)
         self.keeper.ensure()
         self.closed = False
+        self._lock = threading.Lock()  # a late `ensure` never reopens a closed holder
 
     def ensure(self) -> None:
-        self.keeper.ensure()
+        with self._lock:
+            if not self.closed:
+                self.keeper.ensure()
 
     def stats(self) -> dict[str, Any] | None:
         return None
 
     def close(self) -> None:
-        if self.closed:
-            return
-        self.closed = True
-        self.keeper.close()
+        with self._lock:
+            if self.closed:
+                return
+            self.closed = True
+            self.keeper.close()
         if os.path.exists(self.path):
             checkpoint_wal(self.path, CHECKPOINT_WAIT)
 

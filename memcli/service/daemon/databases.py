@@ -115,6 +115,7 @@ class Served:
     app: Any = None
     running: int = 0  # HTTP requests in flight
     last: float = field(default_factory=time.monotonic)  # last use: a command or a request
+    ready: bool = False  # its app's lifespan has started
     closing: bool = False
     finishing: bool = False
     stop: anyio.Event | None = None  # set: the app's lifespan ends
@@ -170,7 +171,8 @@ class Databases:
         try:
             served = self.held(where) if where else self._default()
         except Refused as exc:
-            self.log(f"memcli: warning: not holding {where}: {exc.error}")
+            if exc.status != 421:  # another database's command: not this daemon's to hold
+                self.log(f"memcli: warning: not holding {where}: {exc.error}")
             return
         served.holder.ensure()
         served.last = time.monotonic()
@@ -208,6 +210,29 @@ class Databases:
     def held(self, where: str) -> Served:
         """The database `where` (a header's or a control line's location), held open; made
         now when it is not (blocking: call it off the event loop)."""
+        found, key, served = self._lookup(where)
+        if served is not None:
+            return served
+        with self._lock:
+            making = self._making.setdefault(key, threading.Lock())
+        try:
+            with making:
+                with self._lock:
+                    served, closing = self._served.get(key), self._closing.get(key)
+                if served is not None:
+                    return served
+                if closing is not None:  # its checkpoint first: one holder at a time
+                    closing.closed.wait()
+                served = self._add(Served(key, found, *self._open(where, found)))
+        finally:
+            with self._lock:
+                if self._making.get(key) is making:
+                    del self._making[key]
+        self.report(b"O" + os.fsencode(found))
+        return served
+
+    def _lookup(self, where: str) -> tuple[str, str, Served | None]:
+        """(location, key, the database when it is held): quick, for the event loop too."""
         found = location(where)
         key = paths.db_key(found)
         if not self.all_databases and key != self.default.key:
@@ -217,28 +242,18 @@ class Databases:
                 f"{where} (a per-database `memcli serve`)",
             )
         with self._lock:
-            served = self._served.get(key)
-            if served is not None:
-                return served
-            making = self._making.setdefault(key, threading.Lock())
-        with making:
-            with self._lock:
-                served, closing = self._served.get(key), self._closing.get(key)
-            if served is not None:
-                return served
-            if closing is not None:  # its checkpoint first: one holder per database at a time
-                closing.closed.wait()
-            try:
-                settings = load_settings(found)
-                check_openable(settings)
-                holder = hold(settings, self.pool_size)
-            except DatabaseBusyError as exc:
-                raise Refused(503, f"cannot open {where}: {exc}") from None
-            except (MemcliError, OSError) as exc:
-                raise Refused(404, f"cannot open {where}: {str(exc).splitlines()[0]}") from None
-            served = self._add(Served(key, found, settings, holder))
-        self.report(b"O" + os.fsencode(found))
-        return served
+            return found, key, self._served.get(key)
+
+    def _open(self, where: str, found: str) -> tuple[Any, FileHolder | PoolHolder]:
+        """A database's settings and holder, or why it cannot be opened (404; busy 503)."""
+        try:
+            settings = load_settings(found)
+            check_openable(settings)
+            return settings, hold(settings, self.pool_size)
+        except DatabaseBusyError as exc:
+            raise Refused(503, f"cannot open {where}: {exc}") from None
+        except (MemcliError, OSError) as exc:
+            raise Refused(404, f"cannot open {where}: {str(exc).splitlines()[0]}") from None
 
     def _default(self) -> Served:
         with self._lock:
@@ -287,9 +302,10 @@ class Databases:
             await anyio.to_thread.run_sync(self._close_holder, served)
 
     async def _finish(self, served: Served) -> None:
-        if served.stop is not None and served.ended is not None:
-            served.stop.set()
-            await served.ended.wait()
+        async with served.starting:  # an app being started is stopped once it runs
+            if served.stop is not None and served.ended is not None:
+                served.stop.set()
+                await served.ended.wait()
         await anyio.to_thread.run_sync(self._close_holder, served)
 
     def _close_holder(self, served: Served) -> None:
@@ -338,8 +354,11 @@ class Databases:
         else:
             where = named
         while True:
-            served = await anyio.to_thread.run_sync(self.held, where)
-            await self._start(served)
+            served = self._lookup(where)[2]
+            if served is None:
+                served = await anyio.to_thread.run_sync(self.held, where)
+            if not served.ready:
+                await self._start(served)
             with self._lock:
                 if not served.closing:
                     served.running += 1
@@ -358,29 +377,36 @@ class Databases:
     async def _start(self, served: Served) -> None:
         """Make the database's app and run its lifespan in this process's task group."""
         async with served.starting:
-            if served.stop is not None or served.closing:
+            if served.ready or served.closing:
                 return
             if self._tasks is None:
                 raise Refused(503, "the HTTP server is not running (starting or stopping)")
-            if served.app is None and self.make_app is not None:
-                try:
+            try:
+                if served.app is None and self.make_app is not None:
                     served.app = await anyio.to_thread.run_sync(
                         self.make_app, served.settings, served.key == self.default.key
                     )
-                except MemcliError as exc:
-                    raise Refused(404, f"cannot serve {served.location}: {exc}") from None
-            await self._tasks.start(self._life, served)
+                await self._tasks.start(self._life, served)
+            except Exception as exc:  # noqa: BLE001 - this database's; one line, not a 500
+                raise Refused(
+                    503, f"cannot serve {served.location}: {exc}".splitlines()[0]
+                ) from None
+            served.ready = True
 
     async def _life(
         self, served: Served, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
     ) -> None:
         served.stop, served.ended = anyio.Event(), anyio.Event()
+        started = False
         try:
             async with served.app.router.lifespan_context(served.app):
                 task_status.started()
+                started = True
                 await served.stop.wait()
-        except Exception as exc:  # noqa: BLE001 - its database closes; the others serve on
-            self.log(
+        except Exception as exc:
+            if not started:  # its start failed: the request that started it says so
+                raise
+            self.log(  # its database closes; the others serve on
                 f"memcli: warning: the app of {served.location} stopped: {exc}".splitlines()[0]
             )
         finally:
