@@ -28,6 +28,7 @@ from memcli.service.http.fastapi_app import build_app
 from tests.support.backend import write_lock_held
 from tests.support.http_api import NO_SPARSE, serving
 from tests.support.mcp import payload
+from tests.support.pg_db import scratch_database, with_database
 from tests.support.sockets import short_tempdir
 
 
@@ -231,6 +232,18 @@ def test_a_tcp_port_of_the_users_daemon_serves_its_default_database_only(folder)
     assert not (folder / "other.db").exists()
 
 
+def _server_connections(url: str) -> int:
+    """Connections to the database of `url`, but for the one asking."""
+    import psycopg
+
+    with psycopg.connect(url, autocommit=True) as admin:
+        sql = (
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+            " AND pid <> pg_backend_pid()"
+        )
+        return admin.execute(sql).fetchone()[0]
+
+
 def _wal(db: Path) -> int:
     wal = Path(f"{db}-wal")
     return wal.stat().st_size if wal.exists() else 0
@@ -307,3 +320,29 @@ def test_a_database_nothing_used_for_a_while_is_closed(folder) -> None:
             assert time.monotonic() < deadline, "the unused default database stayed open"
             time.sleep(0.05)
         assert _texts(client, a, "idle") == ["soon idle"]
+
+
+def test_postgresql_databases_each_get_their_own_pool(folder, pg_server) -> None:
+    with scratch_database(pg_server) as one, scratch_database(pg_server) as two:
+        first, second = with_database(pg_server, one), with_database(pg_server, two)
+        databases = _databases(folder / "default.db")
+        with _served(databases, folder / "http.sock") as client:
+            for url, text in ((first, "Pia sails to Malta"), (second, "Raul sails to Crete")):
+                made = client.post(
+                    "/api/v1/memories", json={"text": text}, headers={"X-Memcli-Db": url}
+                )
+                assert made.status_code == 200, made.text
+            for url, text in ((first, "Pia sails to Malta"), (second, "Raul sails to Crete")):
+                found = client.post(
+                    "/api/v1/query", json={"query": "sails"}, headers={"X-Memcli-Db": url}
+                )
+                assert [hit["text"] for hit in found.json()] == [text]
+            assert _texts(client, None, "sails") == []
+            assert databases.stats()["open"] >= 2  # a pool per server database
+            # `postgres://` is the same database as `postgresql://`: no third pool.
+            same = "postgres://" + first.split("://", 1)[1]
+            assert databases.held(same) is databases.held(first)
+            served = databases.held(first)
+            databases.close(first)
+            _wait(served.closed, "the pool was not closed")
+            assert _server_connections(first) == 0

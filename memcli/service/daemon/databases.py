@@ -46,7 +46,7 @@ from starlette.responses import JSONResponse
 from starlette.routing import Router
 
 from memcli.config import load_settings
-from memcli.core.locations import is_postgres, is_url
+from memcli.core.locations import is_postgres, is_url, shown
 from memcli.errors import DatabaseBusyError, MemcliError
 from memcli.service.daemon import paths
 from memcli.service.holder import FileHolder, PoolHolder, check_openable, hold
@@ -82,7 +82,7 @@ def location(value: str) -> str:
     if is_url(value):
         raise Refused(
             400,
-            f"X-Memcli-Db names a URL memcli cannot open: {value} (a file's "
+            f"X-Memcli-Db names a URL memcli cannot open: {shown(value)} (a file's "
             "absolute path or a postgresql:// location)",
         )
     if not os.path.isabs(value):
@@ -155,15 +155,24 @@ class Databases:
         self._sweeper: anyio.CancelScope | None = None
         self._router = Router(lifespan=lambda _app: self.running())
         # The default database as today: held from the start (a PostgreSQL server that cannot
-        # be reached ends the HTTP process now, not at the first request).
+        # be reached ends a per-database daemon's HTTP process now, not at the first request;
+        # the user's daemon serves the other databases on, and tries it again when named).
         default = os.fspath(settings.db)
         if not is_postgres(default):
             default = os.path.realpath(default)
-        self.default = self._add(
-            Served(paths.db_key(default), default, settings, hold(settings, pool_size))
-        )
-        if make_app is not None:
-            self.default.app = make_app(settings, True)
+        self.default_location, self.default_key = default, paths.db_key(default)
+        self.default_settings = settings
+        try:
+            served = self._add(
+                Served(self.default_key, default, settings, hold(settings, pool_size))
+            )
+        except MemcliError as exc:
+            if not all_databases:
+                raise
+            log(f"memcli: warning: not holding {shown(default)}: {exc}".splitlines()[0])
+        else:
+            if make_app is not None:
+                served.app = make_app(settings, True)
 
     # -- what the main process says (any thread) ---------------------------------------------
     def touch(self, where: str | None) -> None:
@@ -172,7 +181,7 @@ class Databases:
             served = self.held(where) if where else self._default()
         except Refused as exc:
             if exc.status != 421:  # another database's command: not this daemon's to hold
-                self.log(f"memcli: warning: not holding {where}: {exc.error}")
+                self.log(f"memcli: warning: not holding {shown(where)}: {exc.error}")
             return
         served.holder.ensure()
         served.last = time.monotonic()
@@ -235,11 +244,11 @@ class Databases:
         """(location, key, the database when it is held): quick, for the event loop too."""
         found = location(where)
         key = paths.db_key(found)
-        if not self.all_databases and key != self.default.key:
+        if not self.all_databases and key != self.default_key:
             raise Refused(
                 421,
-                f"this daemon serves {self.default.settings.db} only, not "
-                f"{where} (a per-database `memcli serve`)",
+                f"this daemon serves {shown(self.default_settings.db)} only, not "
+                f"{shown(where)} (a per-database `memcli serve`)",
             )
         with self._lock:
             return found, key, self._served.get(key)
@@ -251,14 +260,14 @@ class Databases:
             check_openable(settings)
             return settings, hold(settings, self.pool_size)
         except DatabaseBusyError as exc:
-            raise Refused(503, f"cannot open {where}: {exc}") from None
+            raise Refused(503, f"cannot open {shown(where)}: {exc}") from None
         except (MemcliError, OSError) as exc:
-            raise Refused(404, f"cannot open {where}: {str(exc).splitlines()[0]}") from None
+            raise Refused(404, f"cannot open {shown(where)}: {str(exc).splitlines()[0]}") from None
 
     def _default(self) -> Served:
         with self._lock:
-            served = self._served.get(self.default.key)
-        return served if served is not None else self.held(self.default.location)
+            served = self._served.get(self.default_key)
+        return served if served is not None else self.held(self.default_location)
 
     def _add(self, served: Served) -> Served:
         with self._lock:
@@ -312,7 +321,7 @@ class Databases:
         try:
             served.holder.close()
         except Exception as exc:  # noqa: BLE001 - one database's failure ends no other's
-            self.log(f"memcli: warning: closing {served.location}: {exc}".splitlines()[0])
+            self.log(f"memcli: warning: closing {shown(served.location)}: {exc}".splitlines()[0])
         with self._lock:
             if self._closing.get(served.key) is served:
                 del self._closing[served.key]
@@ -342,10 +351,10 @@ class Databases:
         """The database of a request, its app running, counted in flight."""
         named = _named(scope)
         if named is None:
-            where = self.default.location
+            where = self.default_location
         elif self.all_databases and not _on_unix_socket(scope):
             where = location(named)
-            if paths.db_key(where) != self.default.key:
+            if paths.db_key(where) != self.default_key:
                 raise Refused(
                     421,
                     "a TCP port serves its own database only (send the request "
@@ -384,12 +393,12 @@ class Databases:
             try:
                 if served.app is None and self.make_app is not None:
                     served.app = await anyio.to_thread.run_sync(
-                        self.make_app, served.settings, served.key == self.default.key
+                        self.make_app, served.settings, served.key == self.default_key
                     )
                 await self._tasks.start(self._life, served)
             except Exception as exc:  # noqa: BLE001 - this database's; one line, not a 500
                 raise Refused(
-                    503, f"cannot serve {served.location}: {exc}".splitlines()[0]
+                    503, f"cannot serve {shown(served.location)}: {exc}".splitlines()[0]
                 ) from None
             served.ready = True
 
@@ -407,7 +416,9 @@ class Databases:
             if not started:  # its start failed: the request that started it says so
                 raise
             self.log(  # its database closes; the others serve on
-                f"memcli: warning: the app of {served.location} stopped: {exc}".splitlines()[0]
+                f"memcli: warning: the app of {shown(served.location)} stopped: {exc}".splitlines()[
+                    0
+                ]
             )
         finally:
             served.ended.set()
@@ -422,7 +433,9 @@ class Databases:
             if self.idle_close:
                 tasks.start_soon(self._sweep, sweeper)
             try:
-                await self._start(self.default)
+                default = self._served.get(self.default_key)
+                if default is not None:
+                    await self._start(default)
                 yield
             finally:
                 sweeper.cancel()
