@@ -180,7 +180,9 @@ class Databases:
         try:
             served = self.held(where) if where else self._default()
         except Refused as exc:
-            if exc.status != 421:  # another database's command: not this daemon's to hold
+            # Another database's command (421), or one the command itself reports (400, 404):
+            # only what the command cannot have said goes to the daemon's log.
+            if exc.status >= 500:
                 self.log(f"memcli: warning: not holding {shown(where)}: {exc.error}")
             return
         served.holder.ensure()
