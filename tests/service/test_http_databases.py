@@ -22,9 +22,12 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
 from memcli.config import load_settings
+from memcli.service.api import Binding
 from memcli.service.daemon.databases import Databases
 from memcli.service.http.auth import load_auth
 from memcli.service.http.fastapi_app import build_app
+from memcli.service.mcp_server import build_mcp, tool_schemas
+from memcli.service.mcp_tools import TOOLS
 from tests.support.backend import write_lock_held
 from tests.support.http_api import NO_SPARSE, serving
 from tests.support.mcp import payload
@@ -346,3 +349,15 @@ def test_postgresql_databases_each_get_their_own_pool(folder, pg_server) -> None
             databases.close(first)
             _wait(served.closed, "the pool was not closed")
             assert _server_connections(first) == 0
+
+
+def test_every_databases_mcp_server_shares_the_tool_schemas_made_once(folder) -> None:
+    # 26 JSON schemas, most of an app's build: made once per process, not once per database.
+    built = [
+        build_mcp(load_settings(folder / f"{name}.db"), Binding(), selectable=True)
+        for name in ("a", "b")
+    ]
+    made = tool_schemas.cache_info().misses
+    build_mcp(load_settings(folder / "c.db"), Binding(), selectable=True)
+    assert tool_schemas.cache_info().misses == made
+    assert made >= len(TOOLS) and len(built) == 2
