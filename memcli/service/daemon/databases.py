@@ -365,7 +365,11 @@ class Databases:
         else:
             where = named
         while True:
-            served = self._lookup(where)[2]
+            if named is None:  # the common case of a per-database daemon: no path to resolve
+                with self._lock:
+                    served = self._served.get(self.default_key)
+            else:
+                served = self._lookup(where)[2]
             if served is None:
                 served = await anyio.to_thread.run_sync(self.held, where)
             if not served.ready:
