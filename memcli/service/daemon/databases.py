@@ -152,7 +152,6 @@ class Databases:
         self._making: dict[str, threading.Lock] = {}
         self._tasks: anyio.abc.TaskGroup | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._sweeper: anyio.CancelScope | None = None
         self._router = Router(lifespan=lambda _app: self.running())
         # The default database as today: held from the start (a PostgreSQL server that cannot
         # be reached ends a per-database daemon's HTTP process now, not at the first request;
@@ -183,7 +182,8 @@ class Databases:
             # Another database's command (421), or one the command itself reports (400, 404):
             # only what the command cannot have said goes to the daemon's log.
             if exc.status >= 500:
-                self.log(f"memcli: warning: not holding {shown(where)}: {exc.error}")
+                named = shown(where or self.default_location)
+                self.log(f"memcli: warning: not holding {named}: {exc.error}")
             return
         served.holder.ensure()
         served.last = time.monotonic()
@@ -435,7 +435,7 @@ class Databases:
         use; on the way out every app stopped (their holders close in `close_all`)."""
         async with anyio.create_task_group() as tasks:
             self._tasks, self._loop = tasks, asyncio.get_running_loop()
-            sweeper = self._sweeper = anyio.CancelScope()
+            sweeper = anyio.CancelScope()
             if self.idle_close:
                 tasks.start_soon(self._sweep, sweeper)
             try:
@@ -445,7 +445,6 @@ class Databases:
                 yield
             finally:
                 sweeper.cancel()
-                self._sweeper = None
                 with self._lock:
                     served = [*self._served.values()]
                 for entry in served:
