@@ -82,6 +82,7 @@ class Supervisor:
         os.set_blocking(self.wake_fd, False)  # a full pipe never blocks an ingest
         background.install(self.wake_fd, only=only)
         self.pid = 0  # the indexer running, 0: none
+        self.starting = False  # forked, nothing reported yet: it may be at work on any database
         self.reports = -1
         self.buffer = b""
         self.latest: dict[str, dict[str, Any]] = {}  # per database, the running indexer's
@@ -112,7 +113,9 @@ class Supervisor:
 
     def busy(self) -> bool:
         """Whether memories wait or sessions are queued (the daemon does not idle-exit then)."""
-        return bool(self.pid) and any(f.get("busy") for f in self.latest.values())
+        return bool(self.pid) and (
+            self.starting or any(f.get("busy") for f in self.latest.values())
+        )
 
     def status(self, location: str) -> dict[str, Any]:
         """The indexer as `serve status` shows it for one database: its pid (None: none runs
@@ -120,7 +123,8 @@ class Supervisor:
         drain rate (memories per second while it drains) and the last error."""
         where = background.where(location)
         now, past = self.latest.get(where, {}), self.past.get(where, {})
-        out = {"pid": self.pid or None, "busy": bool(self.pid and now.get("busy"))}
+        busy = bool(self.pid) and (self.starting or bool(now.get("busy")))
+        out = {"pid": self.pid or None, "busy": busy}
         for key in _SUMMED:
             out[key] = (now.get(key) or 0) + (past.get(key) or 0)
         for key in ("drain_per_s", "last_error"):
@@ -191,7 +195,7 @@ class Supervisor:
                 os._exit(code)
         os.close(reports_w)
         os.set_blocking(reports_r, False)
-        self.pid, self.reports, self.buffer = pid, reports_r, b""
+        self.pid, self.reports, self.buffer, self.starting = pid, reports_r, b"", True
 
     def _read_reports(self) -> bool:
         """Read what the indexer reported; False once it is gone."""
@@ -211,6 +215,7 @@ class Supervisor:
                     with contextlib.suppress(ValueError, TypeError, AttributeError):
                         figures = json.loads(line[1:])
                         self.latest[str(figures.pop("db"))] = figures
+                        self.starting = False
 
     def _ended(self) -> None:
         """The indexer is gone: after its idle exit, wait for the next wake line; after any
@@ -228,8 +233,9 @@ class Supervisor:
                     past[key] = figures[key]
         self.latest.clear()
         clean = status is not None and os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
-        if clean and not unfinished:
-            self.failures = 0
+        if not unfinished:  # its idle exit (or nothing lost): the next wake line forks one
+            if clean:
+                self.failures = 0
             return
         self.failures += 1
         if self.failures == 1:
