@@ -4,8 +4,9 @@ in-process.
 The queue a daemon installs before it forks is installed here on a real pipe: ingest then
 commits events, memories and full-text rows without vectors and writes a wake line naming the
 database; the indexer's loop (the code its process runs) drains each database's backlog, in
-turns, and consolidates a user's sessions once a new one starts. Both engines (tests/support/backend.py). The processes
-themselves (a real `memcli serve`, kill -9) are in tests/service/test_daemon_indexing.py.
+turns, and consolidates a user's sessions once a new one starts. Both engines
+(tests/support/backend.py). The processes themselves (a real `memcli serve`, kill -9) are in
+tests/service/test_daemon_indexing.py and test_daemon_indexer_lifecycle.py.
 """
 
 from __future__ import annotations
