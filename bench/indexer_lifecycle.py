@@ -132,6 +132,9 @@ def main() -> None:
             drained = time.monotonic() - began
             peak = max(peak, pss_kb(pid) if pid else 0)
             with_idle = total_mb(root)
+            idle_pid = indexer_pid(daemon)
+            by_process = {("main" if p == root else "indexer" if p == idle_pid else "http"):
+                          round(pss_kb(p) / 1024, 1) for p in tree(root)}
             until(lambda: indexer_pid(daemon) is None, args.idle + 60, 0.2)
             after_exit = total_mb(root)
             cold, warm = [], []
@@ -146,7 +149,7 @@ def main() -> None:
         "drain_s": round(drained, 1), "load": round(load, 1),
         "indexer_pss_mb_draining": round(peak / 1024, 1),
         "daemon_pss_mb": {"no_indexer_before": round(no_indexer, 1),
-                          "indexer_idle": round(with_idle, 1),
+                          "indexer_idle": round(with_idle, 1), "by_process": by_process,
                           "after_indexer_exit": round(after_exit, 1)},
         "first_vector_s_new_indexer": {"p50": round(pct(cold, 50), 3),
                                        "max": round(max(cold), 3)},
