@@ -64,8 +64,14 @@ def total_mb(root: int) -> float:
 
 
 def memcli(env: dict[str, str], *args: str, stdin: str | None = None) -> str:
-    done = subprocess.run([sys.executable, "-m", "memcli", *args], env=env, input=stdin,
-                          capture_output=True, text=True, check=False)
+    done = subprocess.run(
+        [sys.executable, "-m", "memcli", *args],
+        env=env,
+        input=stdin,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     if done.returncode != 0:
         raise SystemExit(f"memcli {' '.join(args)}: {done.stderr.strip()}")
     return done.stdout
@@ -87,14 +93,18 @@ def until(predicate, timeout: float, step: float = 0.01) -> float:
 
 def has_vector(db: Path, memory_id: int) -> bool:
     with sqlite3.connect(db) as conn:
-        return bool(conn.execute("SELECT count(*) FROM memory_vectors WHERE memory_id = ?",
-                                 (memory_id,)).fetchone()[0])
+        return bool(
+            conn.execute(
+                "SELECT count(*) FROM memory_vectors WHERE memory_id = ?", (memory_id,)
+            ).fetchone()[0]
+        )
 
 
 def vector_wait(env: dict[str, str], db: Path, n: int) -> float:
     """Ingest one memory through the daemon; seconds until its vector is written."""
-    out = json.loads(memcli(env, "ingest", "--text", f"a new note number {n} about herons",
-                            "--user-id", "u"))
+    out = json.loads(
+        memcli(env, "ingest", "--text", f"a new note number {n} about herons", "--user-id", "u")
+    )
     (memory_id,) = out["memory_ids"]
     return until(lambda: has_vector(db, memory_id), 300)
 
@@ -118,10 +128,17 @@ def main() -> None:
             root = daemon.proc.pid
             until(lambda: indexer_pid(daemon) is None, 120, 0.2)  # the start's check is done
             no_indexer = total_mb(root)
-            events = "".join(json.dumps({"text": f"note {i}: the otters of pond {i % 17} "
-                                                 "were seen again near the reeds",
-                                         "user_id": "u"}) + "\n"
-                             for i in range(args.memories))
+            events = "".join(
+                json.dumps(
+                    {
+                        "text": f"note {i}: the otters of pond {i % 17} "
+                        "were seen again near the reeds",
+                        "user_id": "u",
+                    }
+                )
+                + "\n"
+                for i in range(args.memories)
+            )
             memcli(env, "ingest", "-", stdin=events)
             pid = indexer_pid(daemon)
             peak, began = 0, time.monotonic()
@@ -133,8 +150,12 @@ def main() -> None:
             peak = max(peak, pss_kb(pid) if pid else 0)
             with_idle = total_mb(root)
             idle_pid = indexer_pid(daemon)
-            by_process = {("main" if p == root else "indexer" if p == idle_pid else "http"):
-                          round(pss_kb(p) / 1024, 1) for p in tree(root)}
+            by_process = {
+                ("main" if p == root else "indexer" if p == idle_pid else "http"): round(
+                    pss_kb(p) / 1024, 1
+                )
+                for p in tree(root)
+            }
             until(lambda: indexer_pid(daemon) is None, args.idle + 60, 0.2)
             after_exit = total_mb(root)
             cold, warm = [], []
@@ -144,18 +165,32 @@ def main() -> None:
             for n in range(args.runs):  # the last one's indexer still runs, idle
                 warm.append(vector_wait(env, db, 100 + n))
         load = os.getloadavg()[0]
-    print(json.dumps({
-        "models": "hash" if args.quick else "default", "memories": args.memories,
-        "drain_s": round(drained, 1), "load": round(load, 1),
-        "indexer_pss_mb_draining": round(peak / 1024, 1),
-        "daemon_pss_mb": {"no_indexer_before": round(no_indexer, 1),
-                          "indexer_idle": round(with_idle, 1), "by_process": by_process,
-                          "after_indexer_exit": round(after_exit, 1)},
-        "first_vector_s_new_indexer": {"p50": round(pct(cold, 50), 3),
-                                       "max": round(max(cold), 3)},
-        "first_vector_s_running_indexer": {"p50": round(pct(warm, 50), 3),
-                                           "max": round(max(warm), 3)},
-    }, indent=2))
+    print(
+        json.dumps(
+            {
+                "models": "hash" if args.quick else "default",
+                "memories": args.memories,
+                "drain_s": round(drained, 1),
+                "load": round(load, 1),
+                "indexer_pss_mb_draining": round(peak / 1024, 1),
+                "daemon_pss_mb": {
+                    "no_indexer_before": round(no_indexer, 1),
+                    "indexer_idle": round(with_idle, 1),
+                    "by_process": by_process,
+                    "after_indexer_exit": round(after_exit, 1),
+                },
+                "first_vector_s_new_indexer": {
+                    "p50": round(pct(cold, 50), 3),
+                    "max": round(max(cold), 3),
+                },
+                "first_vector_s_running_indexer": {
+                    "p50": round(pct(warm, 50), 3),
+                    "max": round(max(warm), 3),
+                },
+            },
+            indent=2,
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -73,13 +73,19 @@ print(json.dumps(rounds))
 
 
 def _vector_texts(db) -> set[str]:
-    return {text for (text,) in rows(db, "SELECT m.content FROM memories m JOIN "
-                                         "memory_vectors v ON v.memory_id = m.id")}
+    return {
+        text
+        for (text,) in rows(
+            db, "SELECT m.content FROM memories m JOIN memory_vectors v ON v.memory_id = m.id"
+        )
+    }
 
 
 def _counts(db) -> tuple[int, int]:
-    return (rows(db, "SELECT count(*) FROM memories")[0][0],
-            rows(db, "SELECT count(*) FROM memory_vectors")[0][0])
+    return (
+        rows(db, "SELECT count(*) FROM memories")[0][0],
+        rows(db, "SELECT count(*) FROM memory_vectors")[0][0],
+    )
 
 
 def test_one_indexer_indexes_two_databases_and_comes_back_after_its_idle_exit(tmp_path):
@@ -87,10 +93,17 @@ def test_one_indexer_indexes_two_databases_and_comes_back_after_its_idle_exit(tm
     first, second = str(tmp_path / "one" / "first.db"), str(tmp_path / "two" / "second.db")
     for db in (first, second):
         os.makedirs(os.path.dirname(db))
-    plan = [[(first, [f"otter note {i}" for i in range(70)]), (second, ["heron note"])],
-            [(second, ["heron again"])]]  # after the first indexer's idle exit
-    done = subprocess.run([sys.executable, "-c", _DRIVER, "1", json.dumps(plan)], env=env,
-                          capture_output=True, text=True, timeout=300)
+    plan = [
+        [(first, [f"otter note {i}" for i in range(70)]), (second, ["heron note"])],
+        [(second, ["heron again"])],
+    ]  # after the first indexer's idle exit
+    done = subprocess.run(
+        [sys.executable, "-c", _DRIVER, "1", json.dumps(plan)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr
     one, two = json.loads(done.stdout)
     assert len(one["pids"]) == 1  # one indexer for both databases
@@ -116,8 +129,10 @@ def _status(env, routes) -> dict:
 
 
 def _records(n: int, word: str) -> str:
-    return "".join(json.dumps({"text": f"note {i} mentions the {word}", "user_id": "u"}) + "\n"
-                   for i in range(n))
+    return "".join(
+        json.dumps({"text": f"note {i} mentions the {word}", "user_id": "u"}) + "\n"
+        for i in range(n)
+    )
 
 
 def test_the_served_databases_indexer_exits_when_idle_and_ingest_brings_one_back(tmp_path):
@@ -126,14 +141,16 @@ def test_the_served_databases_indexer_exits_when_idle_and_ingest_brings_one_back
     routes = tmp_path / "routes.log"
     with Daemon(db, env):
         # The indexer forked at start (to find a killed daemon's backlog) has exited.
-        assert wait_until(lambda: _status(env, routes)["backlog"]["indexer"]["pid"] is None,
-                          timeout=120)
+        assert wait_until(
+            lambda: _status(env, routes)["backlog"]["indexer"]["pid"] is None, timeout=120
+        )
         done = run_client(["ingest", "-"], env, routes=routes, stdin=_records(5, "otter"))
         assert done.returncode == 0, done.stderr
         assert json.loads(done.stdout)["deferred_embedding"] == 5
         assert wait_until(lambda: _counts(db) == (5, 5), timeout=120)  # a new indexer's work
-        assert wait_until(lambda: _status(env, routes)["backlog"]["indexer"]["pid"] is None,
-                          timeout=120)  # and it is gone again
+        assert wait_until(
+            lambda: _status(env, routes)["backlog"]["indexer"]["pid"] is None, timeout=120
+        )  # and it is gone again
         backlog = _status(env, routes)["backlog"]
         assert backlog["waiting"] == 0
         assert backlog["indexer"]["indexed"] == 5 and backlog["indexer"]["busy"] is False
@@ -167,9 +184,13 @@ def test_an_indexer_killed_mid_backlog_is_followed_by_one_that_finishes_it(tmp_p
     routes = tmp_path / "routes.log"
     with _GatedStub() as stub:
         env = _idle_env(tmp_path, db, "3600")
-        env.update(MEMCLI_EMBEDDER="openai", MEMCLI_EMBED_BASE_URL=stub.base_url,
-                   MEMCLI_EMBED_MODEL="stub-model", MEMCLI_EMBED_DIMENSION="64",
-                   MEMCLI_EMBED_API_KEY="k")
+        env.update(
+            MEMCLI_EMBEDDER="openai",
+            MEMCLI_EMBED_BASE_URL=stub.base_url,
+            MEMCLI_EMBED_MODEL="stub-model",
+            MEMCLI_EMBED_DIMENSION="64",
+            MEMCLI_EMBED_API_KEY="k",
+        )
         with Daemon(db, env):
             done = run_client(["ingest", "-"], env, routes=routes, stdin=_records(150, "heron"))
             assert done.returncode == 0, done.stderr
@@ -177,8 +198,12 @@ def test_an_indexer_killed_mid_backlog_is_followed_by_one_that_finishes_it(tmp_p
             held = _status(env, routes)["backlog"]["indexer"]
             assert held["busy"] is True and held["pid"]
             os.kill(held["pid"], signal.SIGKILL)
-            assert wait_until(lambda: _status(env, routes)["backlog"]["indexer"]["pid"]
-                              not in (None, held["pid"]), timeout=60)
+            assert wait_until(
+                lambda: (
+                    _status(env, routes)["backlog"]["indexer"]["pid"] not in (None, held["pid"])
+                ),
+                timeout=60,
+            )
             stub.gate.set()
             assert wait_until(lambda: _counts(db) == (150, 150), timeout=300)
             assert not pid_alive(held["pid"])

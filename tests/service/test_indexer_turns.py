@@ -62,8 +62,12 @@ def _vectors(path) -> int:
 
 
 def _vector_texts(path) -> set[str]:
-    return {text for (text,) in rows(path, "SELECT m.content FROM memories m JOIN "
-                                           "memory_vectors v ON v.memory_id = m.id")}
+    return {
+        text
+        for (text,) in rows(
+            path, "SELECT m.content FROM memories m JOIN memory_vectors v ON v.memory_id = m.id"
+        )
+    }
 
 
 def _reports(fd: int) -> list[dict]:
@@ -76,8 +80,9 @@ def _reports(fd: int) -> list[dict]:
 
 def _loop(pipes, settings_for, idle_exit: float = 3600.0) -> indexing.Loop:
     wake_r, _w, _r, reports_w, life_r = pipes
-    return indexing.Loop(settings_for, wake_r, reports_w, (life_r,), lambda _line: None,
-                         idle_exit=idle_exit)
+    return indexing.Loop(
+        settings_for, wake_r, reports_w, (life_r,), lambda _line: None, idle_exit=idle_exit
+    )
 
 
 def test_two_databases_each_get_their_own_vectors(tmp_path, pipes, settings_for):
@@ -103,7 +108,8 @@ def test_two_databases_each_get_their_own_vectors(tmp_path, pipes, settings_for)
 
 
 def test_a_big_backlog_does_not_keep_another_databases_first_memory_waiting(
-        tmp_path, pipes, settings_for):
+    tmp_path, pipes, settings_for
+):
     big, small = tmp_path / "big.db", tmp_path / "small.db"
     _ingest(big, [f"note {i} in the big one" for i in range(3 * indexing.BATCH)])
     _ingest(small, ["the one memory of the small one"])
@@ -117,7 +123,8 @@ def test_a_big_backlog_does_not_keep_another_databases_first_memory_waiting(
 
 
 def test_the_loop_ends_once_idle_and_a_later_wake_opens_the_database_again(
-        tmp_path, pipes, settings_for):
+    tmp_path, pipes, settings_for
+):
     path = tmp_path / "m.db"
     _ingest(path, ["first"])
     loop = _loop(pipes, settings_for, idle_exit=0.0)
@@ -147,7 +154,8 @@ def test_a_database_removed_before_its_turn_is_not_made_again(tmp_path, pipes, s
 
 
 def test_a_database_that_fails_waits_for_its_retry_while_the_others_go_on(
-        tmp_path, pipes, settings_for):
+    tmp_path, pipes, settings_for
+):
     broken, fine = tmp_path / "broken.db", tmp_path / "fine.db"
     _ingest(broken, ["unreadable settings"])
     _ingest(fine, ["readable"])
@@ -158,8 +166,7 @@ def test_a_database_that_fails_waits_for_its_retry_while_the_others_go_on(
         return settings_for(location)
 
     wake_r, _w, reports_r, reports_w, life_r = pipes
-    loop = indexing.Loop(settings, wake_r, reports_w, (life_r,), lambda _line: None,
-                         idle_exit=0.0)
+    loop = indexing.Loop(settings, wake_r, reports_w, (life_r,), lambda _line: None, idle_exit=0.0)
     assert loop.step() and loop.step() and loop.step()  # each a turn; then `fine` is done
     assert _vectors(fine) == 1 and _vectors(broken) == 0
     drain = loop.drains[background.where(str(broken))]
