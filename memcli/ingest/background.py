@@ -67,9 +67,14 @@ class Queue:
                 os.write(self.wake, line)
 
     def alive(self) -> bool:
-        """Whether the daemon that indexes is there (it forks an indexer when woken)."""
+        """Whether the daemon that indexes is there and still reads the wake pipe (it forks an
+        indexer when woken): not once it is stopping (its supervisor closed the read end)."""
         if self.daemon <= 0:
             return False
+        poll = select.poll()
+        poll.register(self.wake, select.POLLOUT)
+        if any(events & select.POLLERR for _fd, events in poll.poll(0)):
+            return False  # no reader left: the daemon is stopping or gone
         try:
             os.kill(self.daemon, 0)
         except ProcessLookupError:

@@ -246,3 +246,25 @@ def test_the_consolidate_setting(tmp_path, monkeypatch, written, read):
     config.write_text(f"consolidate: {written}\n" if written else "", encoding="utf-8")
     monkeypatch.setenv("MEMCLI_CONFIG", str(config))
     assert load_settings(str(tmp_path / "m.db")).consolidate == read
+
+
+def test_the_queue_is_alive_while_the_wake_pipe_is_read(db_path):
+    """`ingest --wait` waits for the daemon while its supervisor reads the wake pipe; once the
+    daemon is stopping (the read end closed everywhere) it writes the vectors itself."""
+    read, write = os.pipe()
+    try:
+        background.install(write)
+        with Memory.open(db_path, embedder=HashEmbedder(64)) as memory:
+            queue = background.queue_for(memory.db)
+            assert queue is not None and queue.alive()
+            os.close(read)
+            read = -1
+            assert not queue.alive()
+            (memory_id,) = memory.ingest([{"text": "waits for its vector"}]).memory_ids
+            memory.wait_indexed([memory_id])  # no daemon to wait for: written here
+        assert _vectors(db_path) == 1
+    finally:
+        background.uninstall()
+        for fd in (read, write):
+            if fd >= 0:
+                os.close(fd)
