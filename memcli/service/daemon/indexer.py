@@ -108,8 +108,10 @@ class Supervisor:
 
     def check(self, location: str) -> None:
         """A database the daemon opened: index what waits there (a killed daemon's backlog)."""
-        with contextlib.suppress(OSError):
-            os.write(self.wake_fd, b"W" + background.where(location).encode() + b"\n")
+        place = background.queued(location)  # None: not one this daemon indexes
+        if place is not None:
+            with contextlib.suppress(OSError):
+                os.write(self.wake_fd, b"W" + place.encode() + b"\n")
 
     def busy(self) -> bool:
         """Whether memories wait or sessions are queued (the daemon does not idle-exit then)."""
@@ -167,7 +169,14 @@ class Supervisor:
         for stream in (sys.stdout, sys.stderr):  # nothing buffered is written twice
             with contextlib.suppress(OSError, ValueError):
                 stream.flush()
-        pid = os.fork()
+        try:
+            pid = os.fork()
+        except OSError as exc:  # no memory or processes left: the wake line waits, tried again
+            os.close(reports_r)
+            os.close(reports_w)
+            self.log(f"memcli: warning: cannot start the indexer: {exc}")
+            time.sleep(0.5)  # the main loop's next select finds the line at once: not a spin
+            return
         if pid == 0:
             code = 1
             try:
