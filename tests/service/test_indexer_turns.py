@@ -174,3 +174,28 @@ def test_a_database_that_fails_waits_for_its_retry_while_the_others_go_on(
     assert loop.turns == [drain.location]  # retried later: the loop does not end meanwhile
     failed = [r for r in _reports(reports_r) if r["db"] == drain.location]
     assert failed[-1]["busy"] is True and failed[-1]["last_error"]
+
+
+def test_a_memory_the_cursor_passed_is_found_once_the_cursor_goes_back_to_0(
+    tmp_path, pipes, settings_for, monkeypatch
+):
+    """RESCAN: after a database's idle seconds the cursor starts from id 0 again (here at
+    once), so a memory below it that lacks its vector (another process's write, an id
+    committed out of order on PostgreSQL) is indexed too."""
+    from memcli.store.vectors import delete_vectors
+
+    monkeypatch.setattr(indexing, "RESCAN", 0.0)
+    path = tmp_path / "m.db"
+    _ingest(path, ["first", "second"])
+    loop = _loop(pipes, settings_for)
+    while not loop.drains or loop.turns:
+        assert loop.step()
+    (drain,) = loop.drains.values()
+    assert _vectors(path) == 2 and drain.cursor > 0 and drain.rescan_at is not None
+    with Memory.open(path, embedder=HashEmbedder()) as memory, memory.db.transaction():
+        first_id = memory.db.execute("SELECT min(id) FROM memories").fetchone()[0]
+        delete_vectors(memory.db, [first_id])
+    assert _vectors(path) == 1
+    for _ in range(4):  # the rescan, then its batch
+        assert loop.step()
+    assert _vectors(path) == 2
