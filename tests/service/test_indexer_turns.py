@@ -199,3 +199,25 @@ def test_a_memory_the_cursor_passed_is_found_once_the_cursor_goes_back_to_0(
     for _ in range(4):  # the rescan, then its batch
         assert loop.step()
     assert _vectors(path) == 2
+
+
+def test_a_database_that_keeps_failing_is_left_to_its_next_wake_line(
+    tmp_path, pipes, settings_for, monkeypatch
+):
+    """Its failures must not keep the indexer (and its models' memory) alive for good."""
+    monkeypatch.setattr(indexing, "RETRY", (0.0, 0.0))
+    broken = tmp_path / "broken.db"
+    _ingest(broken, ["unreadable settings"])
+
+    def settings(location: str):
+        raise ValueError("this database's settings cannot be read")
+
+    wake_r, _w, reports_r, reports_w, life_r = pipes
+    loop = indexing.Loop(settings, wake_r, reports_w, (life_r,), lambda _line: None, idle_exit=0.0)
+    steps = 0
+    while loop.step():
+        steps += 1
+        assert steps < 2 * indexing.GIVE_UP
+    assert steps == indexing.GIVE_UP and _vectors(broken) == 0
+    last = _reports(reports_r)[-1]
+    assert last["busy"] is False and last["last_error"].startswith("this database")

@@ -47,6 +47,9 @@ from memcli.service.holder import is_server
 BATCH = 64  # memories per write: a short transaction, so ingest and queries never wait long
 RESCAN = 30.0  # idle seconds before a database's backlog is read from id 0 again (_Drain.empty)
 RETRY = (1.0, 30.0)  # seconds before retrying after a failed batch, first and at most
+# Failures in a row (about 3 minutes of retries) after which a database waits for its next
+# wake line: one that keeps failing must not keep the indexer, and its models, alive for good.
+GIVE_UP = 10
 NICE = 19  # the indexer yields the CPU to the commands (queries): measured in bench/background.py
 # Seconds with every queue empty before the indexer exits (docs/guides/indexing.md: what it
 # gives back, and what the next backlog's first memory waits for a new one).
@@ -168,7 +171,7 @@ class Loop:
         if drain is None:
             drain = self.drains[location] = _Drain(location)
         if location not in self.turns:
-            drain.figures["busy"] = True
+            drain.figures["busy"], drain.failures, drain.retry_at = True, 0, 0.0
             self.turns.append(location)
             self._report(drain, True)  # the supervisor learns which databases this drains
         return drain
@@ -209,8 +212,7 @@ class Loop:
                 limit=BATCH,
             )
         except Exception as exc:  # noqa: BLE001 - said, then retried: nothing is lost
-            self._failed(drain, exc)
-            return True
+            return self._failed(drain, exc)
         drain.failures = 0
         if done:
             now = self.last_work = time.monotonic()
@@ -292,7 +294,9 @@ class Loop:
                     self.last_work = time.monotonic()
 
     # -- failures, consolidation, reports ------------------------------------------------------
-    def _failed(self, drain: _Drain, exc: Exception) -> None:
+    def _failed(self, drain: _Drain, exc: Exception) -> bool:
+        """Say it, and retry later (True); after GIVE_UP failures in a row, leave the
+        database to its next wake line (False): its memories wait in it, nothing is lost."""
         drain.close()  # a connection that failed is opened again for the retry
         drain.failures += 1
         drain.figures["last_error"] = str(exc).splitlines()[0] if str(exc) else repr(exc)
@@ -301,8 +305,16 @@ class Loop:
                 f"memcli: warning: indexing {_shown(drain.location)} failed, retrying: "
                 f"{drain.figures['last_error']}"
             )
+        if drain.failures >= GIVE_UP:
+            self.log(
+                f"memcli: warning: indexing {_shown(drain.location)} failed {drain.failures} "
+                "times in a row; its memories wait for its next ingest (or `memcli embed`)"
+            )
+            drain.figures["busy"] = False
+            drain.sessions.clear()  # pending sessions are consolidated by the next run
         self._report(drain, True)
         drain.retry_at = time.monotonic() + min(RETRY[0] * 2 ** (drain.failures - 1), RETRY[1])
+        return drain.failures < GIVE_UP
 
     def _consolidate(self, drain: _Drain, tenant: str, user: str) -> None:
         """The user's pending sessions, consolidated (the ones before the new one)."""
