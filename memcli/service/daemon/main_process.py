@@ -5,8 +5,9 @@ naming the pid; a lock left by a killed daemon is free again, so its stale socke
 replaced), write the pidfile, open the database once (migrated; one that cannot be opened, or
 made, ends the start with exit 1 and one line), bind the HTTP sockets (when the HTTP app is
 available: its unix socket, and TCP with `--port`) and the CLI socket (0600), import every
-command and load the configured models, then fork the indexer (memcli/service/daemon/indexer.py:
-vectors and sparse terms written in the background, sessions consolidated on a switch) and the
+command and load the configured models, then start the indexer's supervisor
+(memcli/service/daemon/indexer.py: an indexer process, forked while a backlog exists, writes
+vectors and sparse terms in the background and consolidates sessions on a switch), fork the
 HTTP process (memcli/service/daemon/http_process.py) and serve the CLI socket, one forked process
 per command (memcli/service/daemon/server.py, memcli/service/daemon/worker.py).
 Stop (SIGTERM, as `memcli serve stop` sends it, SIGINT or `--idle-exit`): stop accepting and
@@ -70,7 +71,7 @@ class State:
     auto_started: bool = False  # by the CLI (memcli/service/daemon/autostart.py), not by hand
     idle_exit: float | None = None  # minutes
     settings: Any = None
-    indexer: indexer.Indexer | None = None
+    indexer: indexer.Supervisor | None = None
 
     def idle_for(self) -> float:
         busy = (self.http_running or (self.cli is not None and self.cli.active)
@@ -125,9 +126,9 @@ def _backlog(state: State) -> dict[str, Any]:
     try:
         db = open_database(state.settings.db, readonly=True)
     except Exception:  # noqa: BLE001 - status answers anyway
-        return indexer.backlog_status(None, state.settings, served=True)
+        return indexer.backlog_status(None, state.settings, location=state.settings.db)
     try:
-        return indexer.backlog_status(db, state.settings, served=True)
+        return indexer.backlog_status(db, state.settings)
     finally:
         db.close()
 
@@ -365,9 +366,11 @@ def serve(settings: Any, ep: paths.Endpoint, runner: worker.Runner, warm: Callab
         cli.parent_fds = [lock_fd, signals.read_fd, signals.write_fd]
         warm_up(settings, warm, log)
         state.models_ready = True
-        state.indexer = indexer.start(settings, [*cli.parent_fds, cli.sock.fileno(), cli.life_w],
-                                      cli.life_r, log)
-        cli.parent_fds.append(state.indexer.reports)
+        state.indexer = indexer.Supervisor(
+            lambda _location: settings, lambda: [*cli.parent_fds, cli.sock.fileno(), cli.life_w],
+            cli.life_r, log, only=settings.db)
+        cli.parent_fds.append(state.indexer.wake_read)
+        state.indexer.check(settings.db)  # a backlog a killed daemon left is indexed now
         web_proc = _fork_web(settings, plan, pool_size, cli, log)
         cli.parent_fds += [web_proc.control, web_proc.reports]
         where = f"{ep.socket}" + (f" and {state.http}" if state.http else "")
@@ -398,17 +401,17 @@ def _loop(state: State, cli: CliServer, web_proc: _WebProcess, signals: _Signals
     index = state.indexer
     while not signals.stop:
         waiting = [cli, signals.read_fd] + ([web_proc.reports] if web_proc.reports >= 0 else [])
-        if index is not None and index.reports >= 0:
-            waiting.append(index.reports)
+        index_fds = index.fds() if index is not None else []
+        waiting += index_fds
         timeout = min(1.0, idle_minutes * 60 / 4) if idle_minutes else None
         ready, _, _ = select.select(waiting, [], [], timeout)
         if signals.read_fd in ready:
             signals.drain()
         if web_proc.reports in ready:
             web_proc.read_reports(state)
-        if index is not None and index.reports in ready and not index.read_reports():
-            index.stop(0, lambda _line: None)  # it ended: later ingests write vectors inline
-            indexer.background.uninstall()
+        for fd in index_fds:
+            if index is not None and fd in ready:
+                index.on_ready(fd)
         if cli.reap():
             state.last = time.monotonic()
             web_proc.order(b"e\n")
