@@ -167,6 +167,8 @@ def measure(path: Path, queries: list[dict], runs: int, env: dict[str, str],
             timed = process_ms([PY, "-c", "pass"], env, None)
             if i >= 2:
                 add(rows, cpu, PASS, timed)
+            if i % 10 == 1:
+                log(f"round {i + 1} of {runs + 2}, load {loadavg()}")
         answered = {name: status(dbs[name], served[name], trees[name]).get("requests")
                     for name in trees}
     if first_runs:
@@ -199,6 +201,7 @@ def first_commands(path: Path, dbs: dict[str, Path],
     pass` processes of the same minutes are measured beside them (the ratios' denominators)."""
     base = Path(env["XDG_RUNTIME_DIR"]).parent
     for i in range(runs):
+        log(f"first commands, round {i + 1} of {runs}, load {loadavg()}")
         for label, args, stdin in work[2 * (i % (len(work) // 2)):][:2]:
             for name in list(trees) if i % 2 == 0 else list(trees)[::-1]:
                 tree, argv = trees[name], [PY, "-m", "memcli", *retarget(args, path, dbs[name])]
@@ -263,7 +266,7 @@ def footprint(run_dir: Path, projects: list[Path], env: dict[str, str], settle: 
     for project in projects:
         deadline = time.monotonic() + 300
         while json.loads(process_ms([PY, "-m", "memcli", "--no-daemon", "stats", "--json"],
-                                    env, None, project)[2])["backlog"]["waiting"]:
+                                    env, None, project)[2]).get("backlog", {}).get("waiting"):
             if time.monotonic() > deadline:
                 raise SystemExit(f"the backlog of {project} did not drain in 300 s")
             time.sleep(0.5)
