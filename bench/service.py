@@ -271,6 +271,8 @@ def footprint(run_dir: Path, projects: list[Path], env: dict[str, str], settle: 
                 raise SystemExit(f"the backlog of {project} did not drain in 300 s")
             time.sleep(0.5)
     out = {"drained": pss_by_daemon(run_dir), "load_drained": loadavg()}
+    if not out["drained"]:
+        raise SystemExit(f"no `memcli serve` process has {run_dir} as its runtime folder")
     count = sum(len(v) for v in out["drained"].values())
     t0 = changed = time.monotonic()
     seen = daemon_processes(run_dir)
