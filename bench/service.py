@@ -262,8 +262,7 @@ def memory(tree: Path, name: str, env: dict[str, str], base: Path, n_dbs: int,
 def footprint(run_dir: Path, projects: list[Path], env: dict[str, str], settle: float
               ) -> dict[str, Any]:
     """PSS of the daemons' processes once every database's backlog is drained (read from the
-    database: `stats --no-daemon`), then again once the process set has shrunk (an indexer's
-    idle exit) and stayed unchanged 5 s, or after `settle` s."""
+    database: `stats --no-daemon`), then again `settle` s later (an idle indexer has exited)."""
     for project in projects:
         deadline = time.monotonic() + 300
         while json.loads(process_ms([PY, "-m", "memcli", "--no-daemon", "stats", "--json"],
@@ -274,18 +273,8 @@ def footprint(run_dir: Path, projects: list[Path], env: dict[str, str], settle: 
     out = {"drained": pss_by_daemon(run_dir), "load_drained": loadavg()}
     if not out["drained"]:
         raise SystemExit(f"no `memcli serve` process has {run_dir} as its runtime folder")
-    count = sum(len(v) for v in out["drained"].values())
-    t0 = changed = time.monotonic()
-    seen = daemon_processes(run_dir)
-    while time.monotonic() - t0 < settle:
-        time.sleep(1)
-        now = daemon_processes(run_dir)
-        if now != seen:
-            seen, changed = now, time.monotonic()
-        if sum(len(v) for v in now.values()) < count and time.monotonic() - changed >= 5:
-            break
-    out.update(settled=pss_by_daemon(run_dir), waited_s=round(time.monotonic() - t0, 1),
-               load_settled=loadavg())
+    time.sleep(settle)
+    out.update(settled=pss_by_daemon(run_dir), waited_s=settle, load_settled=loadavg())
     return out
 
 
