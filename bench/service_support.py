@@ -122,16 +122,6 @@ def alive(pid: int) -> bool:
         return False
 
 
-def stop_auto_started(pid_file: Path, timeout: float = 60.0) -> None:
-    """SIGTERM the daemon a command started (its pid in `pid_file`), wait until it is gone
-    (SIGKILL after `timeout` s)."""
-    try:
-        pid = int(pid_file.read_text())
-    except (OSError, ValueError):
-        return
-    stop_pid(pid, timeout)
-
-
 def stop_pid(pid: int, timeout: float = 60.0) -> None:
     """SIGTERM `pid`, wait until it is gone (SIGKILL after `timeout` s)."""
     for sig, wait in ((signal.SIGTERM, timeout), (signal.SIGKILL, 10.0)):
