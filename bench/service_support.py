@@ -1,7 +1,9 @@
-"""What bench/service.py and bench/service_load.py share: a `memcli serve` process and timing."""
+"""What bench/service.py and bench/service_load.py share: a `memcli serve` process and timing,
+and the processes of the daemons a run started, found in /proc (with their memory)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import resource
@@ -39,13 +41,14 @@ def cli_env(tmp: Path, *, hash_embedder: bool) -> dict[str, str]:
     return env
 
 
-def process_ms(argv: list[str], env: dict[str, str], stdin: str | None
-               ) -> tuple[float, float, str]:
-    """(wall ms, the child's CPU ms from its rusage, stdout) of one process; exits on failure."""
+def process_ms(argv: list[str], env: dict[str, str], stdin: str | None,
+               cwd: Path = REPO_ROOT) -> tuple[float, float, str]:
+    """(wall ms, the child's CPU ms from its rusage, stdout) of one process; exits on failure.
+    `python -m memcli` imports the memcli of `cwd` first (`-m` puts it on sys.path)."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
     done = subprocess.run(argv, env=env, input=stdin, capture_output=True, text=True,
-                          cwd=REPO_ROOT, check=False)
+                          cwd=cwd, check=False)
     wall = (time.perf_counter() - t0) * 1000
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if done.returncode != 0:
@@ -119,20 +122,91 @@ def alive(pid: int) -> bool:
         return False
 
 
-def stop_auto_started(pid_file: Path, timeout: float = 60.0) -> None:
-    """SIGTERM the daemon a command started (its pid in `pid_file`), wait until it is gone
-    (SIGKILL after `timeout` s)."""
-    try:
-        pid = int(pid_file.read_text())
-    except (OSError, ValueError):
-        return
+def stop_pid(pid: int, timeout: float = 60.0) -> None:
+    """SIGTERM `pid`, wait until it is gone (SIGKILL after `timeout` s)."""
     for sig, wait in ((signal.SIGTERM, timeout), (signal.SIGKILL, 10.0)):
         try:
             os.kill(pid, sig)
         except ProcessLookupError:
             return
-        deadline = time.monotonic() + wait
-        while time.monotonic() < deadline:
-            if not alive(pid):
-                return
-            time.sleep(0.05)
+        if gone(pid, wait):
+            return
+
+
+def gone(pid: int, wait: float) -> bool:
+    """Whether `pid` has exited within `wait` s."""
+    deadline = time.monotonic() + wait
+    while alive(pid):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
+def _read(path: str) -> bytes:
+    try:
+        with open(path, "rb") as f:
+            return f.read()
+    except OSError:  # gone meanwhile, or another user's
+        return b""
+
+
+def _serves(pid: int, marker: bytes) -> bool:
+    """`pid` is a `memcli serve` (not `serve status` or `stop`) with `marker` as the value of
+    a variable of its environment: a daemon of this run, started by hand or by the CLI (it
+    keeps the runtime folder of the command that started it)."""
+    argv = _read(f"/proc/{pid}/cmdline").split(b"\0")
+    if b"serve" not in argv or not any(a.rsplit(b"/", 1)[-1] == b"memcli" for a in argv):
+        return False
+    rest = argv[argv.index(b"serve") + 1:]
+    return (rest[:1] not in ([b"status"], [b"stop"])
+            and b"=" + marker + b"\0" in _read(f"/proc/{pid}/environ"))
+
+
+def daemon_processes(marker: str | Path) -> dict[int, list[int]]:
+    """Every daemon whose environment names `marker` (a folder of this run, its
+    XDG_RUNTIME_DIR) and its processes, from /proc: {its main
+    process: [it, then every live descendant (HTTP, indexer, commands, spares)]}."""
+    parents: dict[int, int] = {}
+    for name in os.listdir("/proc"):
+        fields = _read(f"/proc/{name}/stat").rsplit(b")", 1)[-1].split() if name.isdigit() else []
+        if len(fields) > 1 and fields[0] != b"Z":
+            parents[int(name)] = int(fields[1])
+    children: dict[int, list[int]] = {}
+    for pid, ppid in parents.items():
+        children.setdefault(ppid, []).append(pid)
+    key = os.fsencode(str(marker))
+    serving = {pid for pid in parents if _serves(pid, key)}
+    out = {}
+    for root in sorted(pid for pid in serving if parents[pid] not in serving):
+        tree, todo = [], [root]
+        while todo:
+            pid = todo.pop(0)
+            tree.append(pid)
+            todo += sorted(children.get(pid, []))
+        out[root] = tree
+    return out
+
+
+def pss_mb(pid: int) -> float:
+    """The proportional set size of `pid` (/proc/PID/smaps_rollup, Linux 4.14+) in MB: its
+    private pages plus its share of the pages it shares (0 when it is gone)."""
+    for line in _read(f"/proc/{pid}/smaps_rollup").splitlines():
+        if line.startswith(b"Pss:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def stop_daemons(marker: str | Path, timeout: float = 60.0) -> None:
+    """Stop every daemon of this run (`daemon_processes`) and whatever of theirs outlives
+    them."""
+    trees = daemon_processes(marker)
+    for root in trees:  # all at once: each stops its own processes, in its own order
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(root, signal.SIGTERM)
+    for root in trees:
+        if not gone(root, timeout):
+            stop_pid(root, 0)
+    for pid in [pid for tree in trees.values() for pid in tree[1:]]:
+        if alive(pid):
+            stop_pid(pid, 10.0)
