@@ -133,6 +133,21 @@ def preload_models(embedder: Embedder | None, sparse: SpladeEncoder | None) -> N
         _model_worker(model).submit(quiet)
 
 
+def warm_query_models(embedder: Embedder | None, sparse: SpladeEncoder | None) -> None:
+    """Encode one query with each query-side model the way `run_legs` does (on their worker
+    threads) and wait. For a process about to serve a query it has not seen yet (a spare
+    command process of `memcli serve`): the first encode of a process pays for its threads,
+    the engines' first allocations and the BLAS controller (10-20 ms a model,
+    docs/design/daemon.md); this pays it before the query comes."""
+    calls = [_query_model_call(model, method, "warm")
+             for model, method in ((sparse, "encode_query"), (embedder, "embed_query"))
+             if model is not None]
+    calls.append(_worker("sql", "sql").submit(lambda: None))  # the lexical leg's thread
+    preload_models(embedder, sparse)  # and the loaders' (loaded already: only the threads)
+    for call in calls:
+        call.exception()  # waits; an error is the query's own to report
+
+
 # The legs whose score is 0 for a memory that matches nothing of the query (full text,
 # trigrams, entities, sparse terms): what such a leg does not return does not match.
 MATCH_LEGS = ("lexical", "trigram", "entity", "sparse")

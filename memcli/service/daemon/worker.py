@@ -144,6 +144,55 @@ def _watch(conn: socket.socket, life: int, done: threading.Event, guard: threadi
             return
 
 
+def wait_as_spare(listener: socket.socket, channel: socket.socket, runner: Runner, life: int,
+                  warm: Callable[[], None]) -> NoReturn:
+    """A spare command process: wait for a connection on the daemon's CLI socket, tell the
+    main process (b"A" on `channel`, so it forks the next spare), then serve it (`serve_one`).
+    Never returns.
+
+    Warmed once the main process says so (b"W": no command is running, whose cores the
+    warm-up would take): `warm` pays what a forked process's first command pays (the query
+    models' first run, their threads) before any request, docs/design/daemon.md. It leaves
+    without a connection on b"Q" (the daemon stops) or when the daemon is gone (the life
+    pipe). The listening socket is non-blocking and shared with the main process, so it
+    waits in select and a connection taken by another process is no error."""
+    try:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        warmed = False
+        while True:
+            ready, _, _ = select.select([channel, life, listener], [], [])
+            if life in ready:
+                os._exit(0)
+            if channel in ready:
+                order = channel.recv(64)
+                if not order or b"Q" in order:
+                    os._exit(0)
+                if b"W" in order and not warmed:
+                    warmed = True
+                    _quietly(warm)
+                continue  # look at the socket again: the order came first
+            try:
+                conn, _ = listener.accept()
+            except (BlockingIOError, InterruptedError):
+                continue
+            break
+        channel.sendall(b"A")
+        listener.close()
+        channel.close()
+        conn.setblocking(True)
+    except BaseException:  # noqa: BLE001 - a spare that cannot go on leaves; another is forked
+        os._exit(1)
+    serve_one(conn, runner, life)
+
+
+def _quietly(warm: Callable[[], None]) -> None:
+    try:
+        warm()
+    except Exception:  # noqa: BLE001 - a warm-up only: the command reports its own errors
+        pass
+
+
 def serve_one(conn: socket.socket, runner: Runner, life: int) -> NoReturn:
     """The whole life of a command's process: receive, answer b"R", become the caller, run,
     answer b"E<code>\\n", exit. Never returns."""
