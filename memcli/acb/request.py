@@ -1,7 +1,8 @@
 """The `acb build` request model, apart from the bundle's code: the CLI builds its flags from
 it and the HTTP and MCP schemas come from it, so every command's start imports it, and this
-module imports nothing but pydantic and the shared request base (memcli.acb.build, which
-builds the bundle, costs ~100 ms of imports a command that builds no bundle must not pay).
+module imports nothing but pydantic and the shared request base. memcli.acb.build, which
+builds the bundle, imports retrieval and the store: a command that builds no bundle must not
+pay for them (docs/design/daemon.md, "Where a forwarded query's time goes").
 """
 
 from __future__ import annotations

@@ -4,8 +4,8 @@ One pydantic model per operation, read by the CLI (`memcli decision|task|checkpo
 options built from the model), the HTTP routes (the body or query parameters) and the MCP tools
 (their arguments); the operations taking them are in memcli.operations.ledger_ops. Apart from
 them because every command's start imports the models (the CLI builds its flags from them),
-and the operations import the ledger, ingest and the store (~150 ms a command that writes no
-ledger row must not pay). Nothing here imports more than pydantic and the request base.
+and the operations import the ledger, ingest and the store, which a command that writes no
+ledger row must not pay for. Nothing here imports more than pydantic and the request base.
 """
 
 from __future__ import annotations

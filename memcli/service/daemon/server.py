@@ -1,17 +1,22 @@
-"""The daemon's CLI socket: one forked process per forwarded `memcli` command line.
+"""The daemon's CLI socket: a process of its own for each forwarded `memcli` command line.
 
-Each connection carries one command (see `client.py` for the wire format). The daemon's main
-process accepts it and forks; the child (memcli/service/daemon/worker.py) receives the request and
+Each connection carries one command (see `client.py` for the wire format). The main process
+keeps one spare command process forked and warmed before the request comes
+(memcli/service/daemon/worker.py `wait_as_spare`): it accepts the connection itself, tells the
+main process on its channel (b"A"), which forks the next spare, then receives the request and
 the caller's fds, becomes the caller's process (environment, folder, umask, stdio) and runs the
-command through the runner the CLI gave the daemon (the same Typer app as the in-process path).
-The parent only keeps the children's pids: how many run (for the idle exit and shutdown), and
-how many were started (for `memcli serve status`).
+command through the runner the CLI gave the daemon (the same Typer app as the in-process
+path). While no spare waits (one ended without a command), the main process accepts and forks
+per command itself. The parent keeps the children's pids: how many commands run (for the idle
+exit and shutdown; a waiting spare is none), and how many were started (for `memcli serve
+status`).
 
 Forking is safe because the process that forks is single-threaded: the main process runs one
 select loop, loads the models but never runs them (no OpenMP or BLAS thread pool is started
 before a fork), and holds no database connection (memcli/service/daemon/http_process.py's process
-does). Each child gets a process group of its own, so a Ctrl-C typed at the daemon's terminal stops
-the daemon (which lets commands in flight finish), not the commands.
+does); a spare starts its pools after its fork and never forks again. Each child gets a process
+group of its own, so a Ctrl-C typed at the daemon's terminal stops the daemon (which lets
+commands in flight finish), not the commands.
 """
 
 from __future__ import annotations

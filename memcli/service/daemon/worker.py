@@ -1,8 +1,9 @@
 """One forwarded command in a process of its own: what a child of `memcli serve` does.
 
-The daemon forks once per command (Mercurial's chg model): the fork starts warm (imports, models
-and the Typer commands built), then becomes the caller's process for real before the command
-runs, so nothing has to be faked:
+The daemon forks a process per command (Mercurial's chg model), before the command comes: a
+spare (`wait_as_spare`) starts warm (imports, models and the Typer commands built in the main
+process; the query models' first run in its own warm-up), takes the next connection, then
+becomes the caller's process for real before the command runs, so nothing has to be faked:
 
 - `os.environ` is cleared and filled with the caller's forwarded environment. It is the real
   one (putenv), so C code (libpq's PG* variables) and programs the command starts (an editor)
