@@ -162,10 +162,10 @@ def wait_as_spare(listener: socket.socket, channel: socket.socket, runner: Runne
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
         warmed = False
         while True:
-            ready, _, _ = select.select([channel, life, listener], [], [])
+            ready, _, _ = select.select([channel.fileno(), life, listener.fileno()], [], [])
             if life in ready:
                 os._exit(0)
-            if channel in ready:
+            if channel.fileno() in ready:
                 order = channel.recv(64)
                 if not order or b"Q" in order:
                     os._exit(0)
