@@ -1,6 +1,7 @@
 """The active context bundle (`memcli acb build`), one module per step.
 
-- `build`: the request model, the section plan and `build_acb`, the entry point;
+- `request`: the request model (light: every command's start imports it);
+- `build`: the section plan and `build_acb`, the entry point;
 - `sections`: gathering each section's items through the bundle's `Filters`;
 - `dedup`: collapsing (near-)duplicate evidence;
 - `pack`: fitting items to the section caps and the token budget;

@@ -21,7 +21,7 @@ from memcli.cli.options import (
     request_options,
 )
 from memcli.cli.output import Format, emit, errors, resolve_format, warn
-from memcli.operations.ledger_ops import ArtifactRequest
+from memcli.operations.ledger_requests import ArtifactRequest
 from memcli.operations.lifecycle_requests import MemoryRequest, StatsRequest
 from memcli.operations.requests import HistoryRequest, PurgeRequest
 

@@ -214,7 +214,10 @@ def warm_commands() -> None:
 
 
 def _prepare_params(command: Any) -> None:
-    for param in getattr(command, "params", ()):
+    # `--help` too: click makes that option on a command's first parse, and Typer then builds
+    # its converter (~5 ms for the two of a `memcli query`).
+    context = command.context_class(command, **(command.context_settings or {}))
+    for param in (*getattr(command, "params", ()), command.get_help_option(context)):
         prepare = getattr(param, "get_runtime_param", None)
         if callable(prepare):
             try:

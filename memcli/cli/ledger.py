@@ -13,7 +13,7 @@ from memcli.cli.common import open_memory
 from memcli.cli.options import DbOpt, FormatOpt, JsonOpt, check_flags, id_argument, request_options
 from memcli.cli.output import emit, errors, read_stdin, resolve_format, warn_redacted
 from memcli.errors import UsageError
-from memcli.operations.ledger_ops import (
+from memcli.operations.ledger_requests import (
     CheckpointLoad,
     CheckpointSave,
     DecisionRequest,

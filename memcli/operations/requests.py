@@ -51,7 +51,7 @@ from pydantic import (
     model_validator,
 )
 
-from memcli.acb.build import AcbRequest
+from memcli.acb.request import AcbRequest
 from memcli.core.ids import Id
 from memcli.core.request_base import (
     QueryText,

@@ -133,6 +133,24 @@ def preload_models(embedder: Embedder | None, sparse: SpladeEncoder | None) -> N
         _model_worker(model).submit(quiet)
 
 
+def warm_query_models(embedder: Embedder | None, sparse: SpladeEncoder | None) -> None:
+    """Encode one query with each query-side model the way `run_legs` does (on their worker
+    threads) and wait. For a process about to serve a query it has not seen yet (a spare
+    command process of `memcli serve`): the first encode of a process pays for its threads,
+    the engines' first allocations and the BLAS controller (docs/design/daemon.md, "Where a
+    forwarded query's time goes"); this pays it before the query comes (a model loaded after
+    the fork, MiniLM, is loaded now), and starts the lexical leg's thread and the loaders'."""
+    # Local models only (those with a `load()`): a remote embedder's first call is a request
+    # to its provider, never made for a warm-up.
+    calls = [_query_model_call(model, method, "warm")
+             for model, method in ((sparse, "encode_query"), (embedder, "embed_query"))
+             if callable(getattr(model, "load", None))]
+    calls.append(_worker("sql", "sql").submit(lambda: None))  # the lexical leg's thread
+    preload_models(embedder, sparse)  # loaded already: only their threads start
+    for call in calls:
+        call.exception()  # waits; an error is the query's own to report
+
+
 # The legs whose score is 0 for a memory that matches nothing of the query (full text,
 # trigrams, entities, sparse terms): what such a leg does not return does not match.
 MATCH_LEGS = ("lexical", "trigram", "entity", "sparse")

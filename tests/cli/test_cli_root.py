@@ -106,6 +106,24 @@ def test_help_does_not_import_rich(tmp_path):
     assert out.stderr.strip().splitlines()[-1] == "False"
 
 
+# What building the flags needs: the request models, not the code behind them (a command that
+# runs in-process imports what it runs when it runs).
+NOT_AT_START = ("memcli.acb.build", "memcli.ledger", "memcli.ingest", "memcli.store",
+                "memcli.retrieval", "memcli.derived", "memcli.policy", "memcli.providers",
+                "memcli.entities", "memcli.operations.ledger_ops", "memcli.operations.memory")
+
+
+def test_the_command_line_starts_on_the_request_models_alone(tmp_path):
+    code = ("import sys\nfrom memcli.cli.app import run_typer\n"
+            "try:\n    run_typer(['--help'])\nexcept SystemExit:\n    pass\n"
+            "print(' '.join(sorted(sys.modules)), file=sys.stderr)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=120, env=daemon_env(tmp_path, tmp_path / "m.db"))
+    loaded = out.stderr.strip().splitlines()[-1].split()
+    assert "memcli.acb.request" in loaded and "memcli.operations.ledger_requests" in loaded
+    assert [name for name in loaded if name.startswith(NOT_AT_START)] == []
+
+
 # -- the OpenAI SDK's environment ------------------------------------------------------------
 
 

@@ -278,3 +278,24 @@ def test_concurrent_queries_through_the_query_path_get_their_own_vectors() -> No
         assert sparse.keys() == sparse1.keys()
         np.testing.assert_allclose([sparse[t] for t in sparse1], list(sparse1.values()),
                                    atol=1e-4)
+
+
+@pytest.mark.slow
+def test_after_the_warm_up_the_side_by_side_encodes_equal_plain_calls() -> None:
+    """What a spare command process of `memcli serve` does before its query (encode "warm"
+    with both query models, search.warm_query_models) changes no vector: the dense and sparse
+    encodes then run side by side on their threads and equal one plain call each."""
+    from memcli.providers.embedders import get_embedder
+    from memcli.providers.splade import default_encoder
+    from memcli.retrieval import search
+
+    e5, splade = get_embedder("e5-small"), default_encoder()
+    search.warm_query_models(e5, splade)
+    for text in [q for q in QUERIES if q and q != "warm"]:
+        dense = search._query_model_call(e5, "embed_query", text)
+        sparse = search._query_model_call(splade, "encode_query", text)
+        alone = e5.embed_query(text), splade.encode_query(text)
+        np.testing.assert_allclose(dense.result(timeout=60), alone[0], atol=2e-5)
+        assert sparse.result(timeout=60).keys() == alone[1].keys()
+        np.testing.assert_allclose([sparse.result()[t] for t in alone[1]],
+                                   list(alone[1].values()), atol=1e-4)

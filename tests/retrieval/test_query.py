@@ -589,6 +589,33 @@ def test_preload_loads_models_on_the_query_worker_thread():
     assert search._model_worker(model) is not search._model_worker(broken)
 
 
+def test_warming_the_query_models_runs_the_local_ones_and_calls_no_remote_one():
+    """A spare command process of `memcli serve` warms the query models before its request:
+    each local model (it has a `load()`) encodes once on its query thread; a remote embedder
+    (no `load()`: its first call would be a request to its provider) is not called."""
+    import threading
+
+    from memcli.retrieval import search
+
+    calls: list[tuple[str, str, str]] = []
+
+    class LocalSparse:
+        def load(self) -> None:
+            pass
+
+        def encode_query(self, text: str) -> dict[int, float]:
+            calls.append(("sparse", text, threading.current_thread().name))
+            return {1: 1.0}
+
+    class Remote:
+        def embed_query(self, text: str) -> list[float]:
+            calls.append(("remote", text, threading.current_thread().name))
+            return [1.0]
+
+    search.warm_query_models(Remote(), LocalSparse())
+    assert calls == [("sparse", "warm", "memcli-LocalSparse_0")]
+
+
 def test_a_widened_query_embeds_its_text_once(memory):
     """A session search that widens to the user runs the legs twice, on one query vector."""
     from tests.support.records import record_calls, turns

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import platform
 import signal
 import sys
 from pathlib import Path
@@ -23,6 +22,7 @@ from tests.support.daemon import (
     last_route,
     open_files,
     piped_client,
+    reading,
     run_client,
     wait_until,
 )
@@ -84,7 +84,7 @@ def test_ctrl_c_stops_the_command_not_the_daemon(tmp_path):
             stdin = os.readlink(f"/proc/{client.pid}/fd/0")
             # Ctrl-C once the command is blocked reading that stdin (a signal during start-up
             # is what the in-process command does then: another message).
-            assert wait_until(lambda: _reading(daemon.pid, stdin), timeout=60)
+            assert wait_until(lambda: reading(daemon.pid, stdin), timeout=60)
             client.send_signal(signal.SIGINT)
             # The client's stdin stays open: nothing but the signal can end that read.
             client.wait(timeout=60)
@@ -98,25 +98,3 @@ def test_ctrl_c_stops_the_command_not_the_daemon(tmp_path):
         assert json.loads(status.stdout)["pid"] == daemon.pid
 
 
-READ = {"x86_64": 0, "aarch64": 63}.get(platform.machine())
-
-
-def _reading(daemon: int, target: str) -> bool:
-    """True when a thread of the daemon or of a process it started is in read() on `target`."""
-    if READ is None:
-        pytest.skip("the read system call's number is known for x86_64 and aarch64 only")
-    for pid in (daemon, *children_of(daemon)):
-        try:
-            tasks = os.listdir(f"/proc/{pid}/task")
-        except OSError:
-            continue
-        for tid in tasks:
-            try:
-                with open(f"/proc/{pid}/task/{tid}/syscall") as f:
-                    fields = f.read().split()
-                if len(fields) > 1 and fields[0] == str(READ):
-                    if os.readlink(f"/proc/{pid}/fd/{int(fields[1], 16)}") == target:
-                        return True
-            except (OSError, ValueError):
-                continue
-    return False

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import platform
 import signal
 import socket
 import subprocess
@@ -253,6 +254,31 @@ def wait_until(predicate, timeout: float = 30.0, step: float = 0.05) -> bool:
             return True
         time.sleep(step)
     return predicate()
+
+
+READ = {"x86_64": 0, "aarch64": 63}.get(platform.machine())
+
+
+def reading(daemon: int, target: str) -> bool:
+    """True when a thread of the daemon or of a process it started is in read() on `target`
+    (an `open_files` name); skips the test where the read system call's number is unknown."""
+    if READ is None:
+        pytest.skip("the read system call's number is known for x86_64 and aarch64 only")
+    for pid in (daemon, *children_of(daemon)):
+        try:
+            tasks = os.listdir(f"/proc/{pid}/task")
+        except OSError:
+            continue
+        for tid in tasks:
+            try:
+                with open(f"/proc/{pid}/task/{tid}/syscall") as f:
+                    fields = f.read().split()
+                if len(fields) > 1 and fields[0] == str(READ):
+                    if os.readlink(f"/proc/{pid}/fd/{int(fields[1], 16)}") == target:
+                        return True
+            except (OSError, ValueError):
+                continue
+    return False
 
 
 def pid_alive(pid: int) -> bool:

@@ -40,7 +40,7 @@ from memcli.errors import MemcliError
 from memcli.service.daemon import http_process, indexer, paths, worker
 from memcli.service.daemon.http_process import HttpOptions, HttpPlan
 from memcli.service.daemon.server import CliServer
-from memcli.service.daemon.warm import status_models, warm_up
+from memcli.service.daemon.warm import status_models, warm_command, warm_up
 from memcli.service.holder import is_server
 from memcli.store.opener import open_database
 
@@ -362,7 +362,8 @@ def serve(settings: Any, ep: paths.Endpoint, runner: worker.Runner, warm: Callab
             if web_proc is not None:
                 web_proc.order(b"e\n")
 
-        cli = state.cli = CliServer(Path(ep.socket), runner, on_request=on_request)
+        cli = state.cli = CliServer(Path(ep.socket), runner, on_request=on_request,
+                                    warm=lambda: warm_command(settings))
         cli.parent_fds = [lock_fd, signals.read_fd, signals.write_fd]
         warm_up(settings, warm, log)
         state.models_ready = True
@@ -400,10 +401,13 @@ def _loop(state: State, cli: CliServer, web_proc: _WebProcess, signals: _Signals
     timeout."""
     index = state.indexer
     while not signals.stop:
-        waiting = [cli, signals.read_fd] + ([web_proc.reports] if web_proc.reports >= 0 else [])
+        waiting = [*cli.waiting(), signals.read_fd]
+        if web_proc.reports >= 0:
+            waiting.append(web_proc.reports)
         index_fds = index.fds() if index is not None else []
         waiting += index_fds
-        timeout = min(1.0, idle_minutes * 60 / 4) if idle_minutes else None
+        timeouts = [min(1.0, idle_minutes * 60 / 4) if idle_minutes else None, cli.timeout()]
+        timeout = min((t for t in timeouts if t is not None), default=None)
         ready, _, _ = select.select(waiting, [], [], timeout)
         if signals.read_fd in ready:
             signals.drain()
@@ -415,8 +419,8 @@ def _loop(state: State, cli: CliServer, web_proc: _WebProcess, signals: _Signals
         if cli.reap():
             state.last = time.monotonic()
             web_proc.order(b"e\n")
-        if cli in ready and not signals.stop:
-            cli.accept()
+        if not signals.stop:
+            cli.serve(ready)  # a command's process: a spare took it, or forked for it
         if idle_minutes and state.idle_for() >= idle_minutes * 60:
             return
 

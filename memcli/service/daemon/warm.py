@@ -17,11 +17,14 @@ import pkgutil
 from collections.abc import Callable
 from typing import Any
 
+import pydantic
+
 import memcli
 from memcli.core.tokens import get_encoding
 from memcli.operations.memory import make_embedder, make_sparse
+from memcli.retrieval.search import warm_query_models
 
-__all__ = ["LOADED_AFTER_FORK", "status_models", "warm_http_queries", "warm_up"]
+__all__ = ["LOADED_AFTER_FORK", "status_models", "warm_command", "warm_http_queries", "warm_up"]
 
 # Models whose loading starts a thread pool, which a fork cannot carry: each command's process
 # loads them itself. onnxruntime creates its intra-op pool with the session (MiniLM: 3 threads
@@ -35,6 +38,7 @@ def warm_up(settings: Any, warm: Callable[[], None], log: Callable[[str], None])
     try:
         warm()
         _import_everything()
+        _build_models()
 
         for _role, model in _configured(settings, skip_errors=False):
             if type(model).__name__ in LOADED_AFTER_FORK:
@@ -56,6 +60,14 @@ def warm_up(settings: Any, warm: Callable[[], None], log: Callable[[str], None])
     if threads > 1:  # a library started threads: the forks cannot have them
         log(f"memcli: warning: {threads} threads before the first fork (a model's thread pool "
             "started at load); commands may hang in it")
+
+
+def warm_command(settings: Any) -> None:
+    """In a spare command process (memcli/service/daemon/server.py), before its request: run
+    the configured query models once, as a query would, so that the command does not pay
+    their first run (docs/design/daemon.md, "Where a forwarded query's time goes")."""
+    models = dict(_configured(settings))
+    warm_query_models(models.get("dense"), models.get("sparse"))
 
 
 def warm_http_queries(settings: Any) -> dict[str, str | None]:
@@ -112,6 +124,19 @@ def _native_threads() -> int:
         return len(os.listdir("/proc/self/task"))
     except OSError:
         return 1
+
+
+def _build_models() -> None:
+    """Build every memcli pydantic model's validator and serializer now. memcli's request
+    models defer it (`defer_build`: a one-shot command builds only the one it uses), so each
+    forked command would otherwise build its own on its first validation (`QueryRequest`:
+    ~15 ms of a forwarded query's CPU, docs/design/daemon.md)."""
+    todo = [pydantic.BaseModel]
+    while todo:
+        for model in todo.pop().__subclasses__():
+            todo.append(model)
+            if model.__module__.startswith("memcli.") and not model.__pydantic_complete__:
+                model.model_rebuild(raise_errors=False)
 
 
 def _import_everything() -> None:

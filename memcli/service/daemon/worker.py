@@ -1,8 +1,9 @@
 """One forwarded command in a process of its own: what a child of `memcli serve` does.
 
-The daemon forks once per command (Mercurial's chg model): the fork starts warm (imports, models
-and the Typer commands built), then becomes the caller's process for real before the command
-runs, so nothing has to be faked:
+The daemon forks a process per command (Mercurial's chg model), before the command comes: a
+spare (`wait_as_spare`) starts warm (imports, models and the Typer commands built in the main
+process; the query models' first run in its own warm-up), takes the next connection, then
+becomes the caller's process for real before the command runs, so nothing has to be faked:
 
 - `os.environ` is cleared and filled with the caller's forwarded environment. It is the real
   one (putenv), so C code (libpq's PG* variables) and programs the command starts (an editor)
@@ -142,6 +143,55 @@ def _watch(conn: socket.socket, life: int, done: threading.Event, guard: threadi
                     signal.pthread_kill(threading.main_thread().ident or 0, signal.SIGINT)
         if not data:
             return
+
+
+def wait_as_spare(listener: socket.socket, channel: socket.socket, runner: Runner, life: int,
+                  warm: Callable[[], None]) -> NoReturn:
+    """A spare command process: wait for a connection on the daemon's CLI socket, tell the
+    main process (b"A" on `channel`, so it forks the next spare), then serve it (`serve_one`).
+    Never returns.
+
+    Warmed once the main process says so (b"W": no command is running, whose cores the
+    warm-up would take): `warm` pays what a forked process's first command pays (the query
+    models' first run, their threads) before any request, docs/design/daemon.md. It leaves
+    without a connection on b"Q" (the daemon stops) or when the daemon is gone (the life
+    pipe). The listening socket is non-blocking and shared with the main process, so it
+    waits in select and a connection taken by another process is no error."""
+    try:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        warmed = False
+        while True:
+            ready, _, _ = select.select([channel.fileno(), life, listener.fileno()], [], [])
+            if life in ready:
+                os._exit(0)
+            if channel.fileno() in ready:
+                order = channel.recv(64)
+                if not order or b"Q" in order:
+                    os._exit(0)
+                if b"W" in order and not warmed:
+                    warmed = True
+                    _quietly(warm)
+                continue  # look at the socket again: the order came first
+            try:
+                conn, _ = listener.accept()
+            except (BlockingIOError, InterruptedError):
+                continue
+            break
+        channel.sendall(b"A")
+        listener.close()
+        channel.close()
+        conn.setblocking(True)
+    except BaseException:  # noqa: BLE001 - a spare that cannot go on leaves; another is forked
+        os._exit(1)
+    serve_one(conn, runner, life)
+
+
+def _quietly(warm: Callable[[], None]) -> None:
+    try:
+        warm()
+    except Exception:  # noqa: BLE001 - a warm-up only: the command reports its own errors
+        pass
 
 
 def serve_one(conn: socket.socket, runner: Runner, life: int) -> NoReturn:
