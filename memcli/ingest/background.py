@@ -7,6 +7,9 @@ is the database itself (memcli/store/backlog.py: the memories without a vector),
 with a backlog loses nothing: the next one finds the rows again, as `memcli embed` does.
 Meanwhile the lexical, trigram and entity legs already find the new memories.
 
+In the user's daemon, which serves every database, the queue is installed for any database
+(`install(None, ...)`) and each wake line names the database it is about.
+
 Outside a daemon nothing changes: ingest computes the vectors before it writes.
 """
 
@@ -39,20 +42,24 @@ WAIT_STEP = 0.05  # seconds between two looks of `ingest --wait` at its memories
 
 @dataclass
 class Queue:
-    """The daemon's indexer as its forks see it: the database it indexes, the pipe that wakes
-    it (one line per ingest: empty, or a user whose new session started), its pid."""
+    """The daemon's indexer as its forks see it: the database it indexes (None in the user's
+    daemon: any database), the pipe that wakes it, its pid. The wake lines name the database:
+    `W<location>` (memories wait), `C<location>\t<json [tenant, user]>` (that user started a
+    new session)."""
 
-    location: str
+    location: str | None
     wake: int
     indexer: int = 0
 
     def serves(self, db: Database) -> bool:
-        return _where(getattr(db, "location", None) or db.path) == self.location
+        return self.location is None or _where(_location(db)) == self.location
 
     def notify(self, starts: Iterable[tuple[str, str]] = ()) -> None:
         """Wake the indexer (never blocks: a full pipe means it is awake already; a dropped
         session start is consolidated by the next run that finds it pending)."""
-        lines = [b"\n"] + [b"C" + json.dumps(list(s)).encode() + b"\n" for s in starts]
+        where = os.fsencode(self.location or "")
+        lines = [b"W" + where + b"\n"] + [
+            b"C" + where + b"\t" + json.dumps(list(s)).encode() + b"\n" for s in starts]
         with contextlib.suppress(OSError):  # BlockingIOError: full; BrokenPipeError: gone
             os.write(self.wake, b"".join(lines))
 
@@ -78,11 +85,16 @@ def _where(location: str) -> str:
     return text if is_postgres(text) or text == ":memory:" else os.path.realpath(text)
 
 
-def install(location: str, wake: int) -> Queue:
-    """Ingest into `location` leaves vectors to the indexer woken through `wake` (the daemon
-    calls this before it forks, so its commands and its HTTP process inherit it)."""
+def _location(db: Database) -> str:
+    return getattr(db, "location", None) or db.path
+
+
+def install(location: str | None, wake: int) -> Queue:
+    """Ingest into `location` (None: into any database, the user's daemon) leaves vectors to
+    the indexer woken through `wake` (the daemon calls this before it forks, so its commands
+    and its HTTP process inherit it)."""
     global _QUEUE
-    _QUEUE = Queue(_where(location), wake)
+    _QUEUE = Queue(None if location is None else _where(location), wake)
     return _QUEUE
 
 
@@ -96,9 +108,14 @@ def installed() -> Queue | None:
 
 
 def queue_for(db: Database) -> Queue | None:
-    """The daemon's queue when ingest into `db` runs inside the daemon that indexes it."""
+    """The daemon's queue when ingest into `db` runs inside the daemon that indexes it, its
+    wake lines naming `db`."""
     queue = _QUEUE
-    return queue if queue is not None and queue.serves(db) else None
+    if queue is None or not queue.serves(db):
+        return None
+    if queue.location is None:
+        return Queue(_where(_location(db)), queue.wake, queue.indexer)
+    return queue
 
 
 def session_starts(db: Database, fresh: list[Prepared]) -> list[tuple[str, str]]:

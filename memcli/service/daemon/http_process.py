@@ -12,8 +12,9 @@ shares them):
   the PostgreSQL pool the HTTP requests borrow from (a forwarded command, a process of its
   own, opens its own connection, as the in-process command does).
 
-Control, over two pipes: the main process writes b"e" (a command started or ended: open the
-kept connection if the database exists by now) and b"s" (stop serving HTTP); closing its end
+Control, over two pipes: the main process writes lines, b"e<location>" (a command used the
+database: open the kept connection if it exists by now), b"c<location>" (the user's daemon
+closed a database unused a while) and b"s" (stop serving HTTP); closing its end
 means "close the holder (WAL checkpoint) and exit", which it does once the commands in flight
 are done. This process reports b"+\\n" / b"-\\n" around each HTTP request, b"P<json>\\n"
 (the pool's figures) for the idle exit and `serve status`, and b"Q<json>\\n" once, the runtime
@@ -215,15 +216,19 @@ def _uvicorn(settings: Any, plan: HttpPlan, report: Reporter) -> Any:
 
 def _listen(control: int, holder: Any, server: Any, stopping: threading.Event,
             closing: threading.Event) -> None:
-    """Follow the main process's orders until it closes the pipe (or dies)."""
+    """Follow the main process's orders, one a line, until it closes the pipe (or dies):
+    `e<location>` a command used the database, `c<location>` it was closed (unused a while),
+    `s` stop serving."""
+    buffer = b""
     while True:
         try:
-            data = os.read(control, 64)
+            data = os.read(control, 65536)
         except OSError:
             data = b""
-        if b"e" in data:
+        *orders, buffer = (buffer + data).split(b"\n")
+        if any(order.startswith(b"e") for order in orders):
             holder.ensure()
-        if (b"s" in data or not data) and not stopping.is_set():
+        if (b"s" in orders or not data) and not stopping.is_set():
             stopping.set()
             if server is not None:
                 server.should_exit = True

@@ -224,9 +224,9 @@ class _Loop:
             if not data:
                 return False
             for line in data.split(b"\n"):
-                if line.startswith(b"C"):
+                if line.startswith(b"C"):  # C<location>\t<json [tenant, user]>
                     with contextlib.suppress(ValueError, TypeError):
-                        tenant, user = json.loads(line[1:])
+                        tenant, user = json.loads(line[1:].rpartition(b"\t")[2])
                         self.sessions[(str(tenant), str(user))] = None
         return True
 

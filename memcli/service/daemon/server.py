@@ -60,6 +60,7 @@ class CliServer:
         self.parent_fds: list[int] = []  # the daemon's own fds a child closes at once
         # The children's end of the life pipe: it reads EOF once the daemon is gone.
         self.life_r, self.life_w = os.pipe()
+        self.reports = -1  # where a command's process names its database (worker.py)
 
     def fileno(self) -> int:
         return self.sock.fileno()
@@ -89,7 +90,7 @@ class CliServer:
             try:
                 self._child_setup()
             finally:
-                worker.serve_one(conn, self.runner, self.life_r)
+                worker.serve_one(conn, self.runner, self.life_r, self.reports)
         conn.close()
         self.children.add(pid)
         self.served += 1
