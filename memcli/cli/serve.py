@@ -63,6 +63,9 @@ def serve_cmd(
     db_idle_close: Annotated[float | None, typer.Option(
         "--db-idle-close", hidden=True, min=0, metavar="SECONDS",
         help="With --all-databases: seconds a database stays open unused (600).")] = None,
+    lock_fd: Annotated[int | None, typer.Option(
+        "--lock-fd", hidden=True, min=0,
+        help="The daemon lock, held already by the CLI that started this daemon.")] = None,
 ) -> None:
     """Run one warm process for the database (or, with `--all-databases`, for every
     database): the CLI forwards commands to it, and it serves the HTTP API (and MCP). Stop
@@ -82,7 +85,8 @@ def serve_cmd(
         commands = ctx.obj  # memcli.cli.app.Commands: the app this command is part of
         code = run(settings, ep, commands.run, commands.warm, idle_exit=idle_exit,
                    grace=grace, http=http, pool_size=pool_size, auto_started=auto_started,
-                   all_databases=all_databases, db_idle_close=db_idle_close)
+                   all_databases=all_databases, db_idle_close=db_idle_close,
+                   lock_fd=lock_fd)
     # Nothing of the daemon's is left to tear down (its commands ran in processes of
     # their own); the pipes its forks watch close with this process.
     sys.stdout.flush()

@@ -34,10 +34,9 @@ Nothing is started when:
 - the socket's folder fails the trust rule (`paths.ensure_private_dir`: another user's, or
   open to others) or a socket there was refused as untrusted (the client decides that);
 - a process holds the daemon lock: a daemon is starting, serving or stopping. The lock is
-  taken before anything starts, so of two commands racing, one starts a daemon. In the moment
-  between the daemon-to-be releasing it and `memcli serve` taking it again, a third command
-  may start another: the later `memcli serve` finds the lock taken and exits 75 (a line in
-  the log), so one daemon remains.
+  taken before anything starts and handed on, never released, from the daemon-to-be to
+  `memcli serve` (`--lock-fd`), so of commands racing, one starts a daemon; a second `memcli
+  serve` on the same socket finds the lock taken and exits 75 (a line in the log).
 """
 
 from __future__ import annotations
@@ -53,6 +52,7 @@ DEFAULT_IDLE_EXIT = 15.0  # minutes: Gradle's daemon waits 3 h, chg's server 1 h
 NEVER_STARTED = frozenset({"serve", "mcp", "demo", "completion"})
 HELP_WORDS = frozenset({"--help", "-h", "--version", "--install-completion",
                         "--show-completion"})
+LOCK_FD = 3  # the daemon lock's fd number in the daemon-to-be and in `memcli serve` after it
 CALLER_WAIT = 30.0  # seconds the daemon-to-be waits for the command that started it
 LOG_LIMIT = 1 << 20  # bytes: a longer log is emptied when a daemon starts
 MODES = ("auto", "manual", "off")
@@ -181,11 +181,11 @@ def start(ep: paths.Endpoint, env: Mapping[str, str], idle_minutes: float,
           lock: int) -> int | None:
     """`memcli serve --all-databases` on `ep`, detached (see the module docstring); its pid, or None
     when it could not be started (the command runs in-process all the same). `lock`: the
-    daemon lock, taken; the daemon-to-be holds it until it starts `memcli serve`, which takes
-    it again (so a command that arrives meanwhile starts no second one)."""
+    daemon lock, taken; the daemon-to-be holds it, and `memcli serve` after it (so a command
+    that arrives meanwhile starts no second daemon)."""
     child_env = daemon_env(env)
     argv = [sys.executable, "-m", "memcli", "serve", "--all-databases", "--socket", ep.socket,
-            "--idle-exit", f"{idle_minutes:g}", "--auto-started"]
+            "--idle-exit", f"{idle_minutes:g}", "--auto-started", "--lock-fd", str(LOCK_FD)]
     try:
         log_fd = _open_log(ep.log)
         read_pid, write_pid = os.pipe()
@@ -227,7 +227,9 @@ def _become_daemon(ep: paths.Endpoint, log_fd: int, lock: int, caller_gone: int)
     from the caller's folder and stdio, and wait until the command that started it has ended
     (at most CALLER_WAIT s): the command runs in-process at full speed, never beside the
     daemon's warm-up (on two busy cores that cost a first `acb build` 1.6x its in-process
-    time); then close every fd but 0-2 (the lock too: `memcli serve` takes it again)."""
+    time); then close every fd but 0-2 and the lock, which `memcli serve` keeps as fd
+    `LOCK_FD` (`--lock-fd`): the lock is never free between the two, so a command that comes
+    meanwhile starts no second daemon."""
     import select  # noqa: PLC0415 - the forwarded command's start-up
 
     with open(ep.pid + ".tmp", "w", encoding="ascii") as f:
@@ -239,9 +241,13 @@ def _become_daemon(ep: paths.Endpoint, log_fd: int, lock: int, caller_gone: int)
     os.dup2(log_fd, 1)
     os.dup2(log_fd, 2)
     select.select([caller_gone], [], [], CALLER_WAIT)
-    # Every other fd the caller had (a pipe its own caller reads to the end, the lock): the
-    # daemon must not keep them open.
-    os.closerange(3, os.sysconf("SC_OPEN_MAX") if hasattr(os, "sysconf") else 1024)
+    if lock != LOCK_FD:
+        os.dup2(lock, LOCK_FD)  # inheritable: `memcli serve` holds it on
+    else:
+        os.set_inheritable(LOCK_FD, True)
+    # Every other fd the caller had (a pipe its own caller reads to the end): the daemon must
+    # not keep them open.
+    os.closerange(LOCK_FD + 1, os.sysconf("SC_OPEN_MAX") if hasattr(os, "sysconf") else 1024)
 
 
 def _open_log(path: str) -> int:

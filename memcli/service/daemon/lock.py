@@ -80,9 +80,18 @@ def stop(ep: paths.Endpoint, wait: float) -> dict[str, Any]:
     }
 
 
-def take_lock(ep: paths.Endpoint) -> int:
-    """Hold the daemon lock of `ep` (an open fd, kept until exit) and write the pidfile."""
-    fd = os.open(ep.lock, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+def take_lock(ep: paths.Endpoint, held: int | None = None) -> int:
+    """Hold the daemon lock of `ep` (an open fd, kept until exit) and write the pidfile.
+    `held`: the lock's fd handed on by the process that started this one (autostart.py),
+    taken already; it must be `ep`'s lock file."""
+    if held is not None:
+        same = os.fstat(held)
+        mine = os.stat(ep.lock)
+        if (same.st_dev, same.st_ino) != (mine.st_dev, mine.st_ino):
+            raise MemcliError(f"--lock-fd {held} is not the lock file {ep.lock}")
+        os.set_inheritable(held, False)
+    fd = held if held is not None else os.open(ep.lock, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC,
+                                               0o600)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:

@@ -295,12 +295,14 @@ def serve(settings: Any, ep: paths.Endpoint, runner: worker.Runner, warm: Callab
           http: HttpOptions | None = None,
           log: Callable[[str], None] = lambda line: print(line, file=sys.stderr, flush=True),
           pool_size: int | None = None, auto_started: bool = False,
-          all_databases: bool = False, db_idle_close: float | None = None) -> int:
+          all_databases: bool = False, db_idle_close: float | None = None,
+          lock_fd: int | None = None) -> int:
     """Run the daemon until a signal or the idle timeout; the exit code (0). `runner` runs one
     command line (the CLI's in-process path), `warm` imports what it needs. `all_databases`:
     the user's daemon (`settings` gives its models; its database is not opened), each
-    database closed after `db_idle_close` seconds unused (registry.DB_IDLE_CLOSE)."""
-    lock_fd = take_lock(ep)
+    database closed after `db_idle_close` seconds unused (registry.DB_IDLE_CLOSE). `lock_fd`:
+    the daemon lock handed on by the process that started this one (autostart.py)."""
+    lock_fd = take_lock(ep, lock_fd)
     # Before anything listens: a SIGTERM during start-up is a clean stop, never the default
     # abrupt exit (a client may already be connected once the socket exists).
     signals = _Signals()

@@ -310,28 +310,28 @@ def config_file(env: Mapping[str, str]) -> str:
 
 CONFIG_KEYS = ("daemon", "daemon_idle_exit", "db")
 _YAML_NULL = ("", "~", "null", "Null", "NULL")
-_READ: dict[str, bytes] = {}  # the config file's first 64 KiB, read once per process and path
+_READ: dict[str, tuple[tuple[int, int, int], bytes]] = {}  # path: (its stat, its bytes)
 
 
 def _config_bytes(path: str) -> bytes:
-    """The config file's first 64 KiB (b"" when there is none), read once per process: the
-    client reads its keys (`config_values`) and hashes it (`user_key`) from one read. A
-    daemon's command process reads it afresh (`forget_config`)."""
-    text = _READ.get(path)
-    if text is None:
-        try:
-            with open(path, "rb") as f:
-                text = f.read(1 << 16)
-        except OSError:
-            text = b""
-        _READ[path] = text
+    """The config file's first 64 KiB (b"" when there is none), read once per process while
+    it is unchanged (same inode, size and mtime): the client reads its keys (`config_values`)
+    and hashes it (`user_key`) from one read."""
+    try:
+        info = os.stat(path)
+    except OSError:
+        return b""
+    seen = (info.st_ino, info.st_size, info.st_mtime_ns)
+    kept = _READ.get(path)
+    if kept is not None and kept[0] == seen:
+        return kept[1]
+    try:
+        with open(path, "rb") as f:
+            text = f.read(1 << 16)
+    except OSError:
+        return b""
+    _READ[path] = (seen, text)
     return text
-
-
-def forget_config() -> None:
-    """Read the config file afresh next time (a long-lived process: the daemon's forks)."""
-    _READ.clear()
-
 
 
 def config_values(env: Mapping[str, str]) -> dict[str, str | None]:

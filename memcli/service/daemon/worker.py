@@ -77,7 +77,6 @@ def report_database(header: dict[str, Any], reports: int) -> None:
     if reports < 0:
         return
     try:
-        paths.forget_config()  # the caller's config file as it is now, not at the fork
         db = paths.guess_db([str(a) for a in header["argv"]], header["env"])
         if db is None:
             return
