@@ -43,6 +43,17 @@ def _lines(fd: int) -> list[bytes]:
         return []
 
 
+def _woken(db_path) -> bytes:
+    """The wake line of an ingest into `db_path`: `W<location>`."""
+    return b"W" + os.fsencode(os.path.realpath(db_path))
+
+
+def _started(db_path, tenant: str, user: str) -> bytes:
+    """The wake line of a user's new session: `C<location>\t<json [tenant, user]>`."""
+    return b"C" + os.fsencode(os.path.realpath(db_path)) + b"\t" + json.dumps(
+        [tenant, user]).encode()
+
+
 def _vectors(db_path) -> int:
     return rows(db_path, "SELECT count(*) FROM memory_vectors")[0][0]
 
@@ -55,7 +66,7 @@ def test_ingest_in_the_daemon_answers_before_the_vectors(db_path, wake):
         assert report.created and report.embedded == 0
         assert report.deferred_embedding == 3
         assert _vectors(db_path) == 0  # acknowledged with events, memories, full text only
-        assert _lines(read) == [b""]  # the indexer is woken
+        assert _lines(read) == [_woken(db_path)]  # the indexer is woken, the database named
         done, last = background.index_next(memory.db, memory.embedder, None, after=0, limit=2)
         assert (done, last) == (2, report.memory_ids[1])  # oldest first
         done, last = background.index_next(memory.db, memory.embedder, None, after=last,
@@ -64,6 +75,20 @@ def test_ingest_in_the_daemon_answers_before_the_vectors(db_path, wake):
         assert background.index_next(memory.db, memory.embedder, None, after=last,
                                      limit=2) == (0, last)
     assert _vectors(db_path) == 3
+
+
+def test_the_users_daemon_queues_every_database_naming_each(tmp_path, wake):
+    """The user's daemon installs its queue for any database: ingest into each leaves the
+    vectors to the indexer, the wake lines naming the database they are about."""
+    read, write = wake
+    background.install(None, write)
+    for name in ("a.db", "b.db"):
+        with Memory.open(tmp_path / name, embedder=HashEmbedder(64)) as memory:
+            report = memory.ingest([{"text": f"{name}: otters", "user_id": "u",
+                                     "session_id": "s1"}])
+            assert report.deferred_embedding == 1 and report.embedded == 0
+    assert _lines(read) == [_woken(tmp_path / "a.db"), _started(tmp_path / "a.db", "default", "u"),
+                            _woken(tmp_path / "b.db"), _started(tmp_path / "b.db", "default", "u")]
 
 
 def test_without_a_daemon_ingest_writes_vectors_inline(db_path, wake):
@@ -127,7 +152,7 @@ def test_importing_an_export_in_the_daemon_counts_the_vectors_left_to_it(db_path
         report = load_parsed(memory, head, records)
     assert report["counts"]["memory"]["added"] == 3
     assert report["embedded"] == 1 and report["deferred_embedding"] == 2
-    assert _vectors(db_path) == 1 and _lines(read) == [b""]
+    assert _vectors(db_path) == 1 and _lines(read) == [_woken(db_path)]
 
 
 def test_a_users_new_session_is_announced_once(db_path, wake):
@@ -138,13 +163,13 @@ def test_a_users_new_session_is_announced_once(db_path, wake):
             memory.ingest([{"text": text, "session_id": session, "user_id": user}])
 
         said("s1", "hello")
-        assert _lines(read) == [b"", b'C["default", "priya"]']
+        assert _lines(read) == [_woken(db_path), _started(db_path, "default", "priya")]
         said("s1", "and more")  # the same session
-        assert _lines(read) == [b""]
+        assert _lines(read) == [_woken(db_path)]
         said("x", "no user, no session switch", user=None)
-        assert _lines(read) == [b""]
+        assert _lines(read) == [_woken(db_path)]
         said("s2", "hello again")
-        assert _lines(read) == [b"", b'C["default", "priya"]']
+        assert _lines(read) == [_woken(db_path), _started(db_path, "default", "priya")]
 
 
 def _drain(db_path, config: str, tmp_path, monkeypatch) -> indexer._Loop:

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from memcli.cli import mcp_bridge
 from memcli.config import load_settings
 from memcli.service.daemon import autostart, paths
 from tests.support.http_api import serving
@@ -227,3 +228,31 @@ def test_serve_refuses_a_socket_path_too_long_in_one_line(cli, tmp_path) -> None
     (line,) = r.stderr.splitlines()
     assert line.startswith(f"memcli: error: the socket path {folder}/d.http.sock is too long")
     assert line.endswith("(pass a shorter --socket)")
+
+
+def test_memcli_mcp_finds_the_databases_daemon_else_the_users(tmp_path, monkeypatch):
+    """`memcli mcp`'s bridge: the HTTP socket of the daemon started for the database when one
+    listens, else the user's daemon's; the database named as the daemon's processes name it
+    (the header X-Memcli-Db), a file by its real path."""
+    run = tmp_path / "run"
+    run.mkdir(mode=0o700)
+    real = tmp_path / "real.db"
+    (tmp_path / "link.db").symlink_to(real)
+    monkeypatch.chdir(tmp_path)
+    env = {"HOME": str(tmp_path), "XDG_RUNTIME_DIR": str(run), "MEMCLI_DB": "link.db"}
+    assert mcp_bridge.database(None, env) == str(real)
+    assert mcp_bridge.database("other.db", env) == str(tmp_path / "other.db")
+    assert mcp_bridge.daemon_http_socket(None, env) is None  # none listens
+    folder = paths.runtime_dir(env)
+    paths.ensure_private_dir(folder)
+    listening = []
+    try:
+        for ep in (paths.user_endpoint(env), paths.endpoint("link.db", env)):
+            sock = socket.socket(socket.AF_UNIX)
+            sock.bind(ep.http_socket)
+            sock.listen(4)
+            listening.append(sock)
+            assert mcp_bridge.daemon_http_socket(None, env) == ep.http_socket
+    finally:
+        for sock in listening:
+            sock.close()
