@@ -59,10 +59,11 @@ def serve_cmd(
     all_databases: Annotated[bool, typer.Option(
         "--all-databases", help="Serve every database the user's commands name (the daemon "
         "the CLI starts by itself), not one: each opened by the command that needs it and "
-        "closed after 10 minutes unused.")] = False,
+        "closed after 10 minutes unused (--db-idle-close).")] = False,
     db_idle_close: Annotated[float | None, typer.Option(
-        "--db-idle-close", hidden=True, min=0, metavar="SECONDS",
-        help="With --all-databases: seconds a database stays open unused (600).")] = None,
+        "--db-idle-close", min=0, metavar="SECONDS",
+        help="With --all-databases: seconds a database stays open unused (default 600).",
+        show_default=False)] = None,
     lock_fd: Annotated[int | None, typer.Option(
         "--lock-fd", hidden=True, min=0,
         help="The daemon lock, held already by the CLI that started this daemon.")] = None,
