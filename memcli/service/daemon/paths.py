@@ -340,10 +340,10 @@ def config_values(env: Mapping[str, str]) -> dict[str, str | None]:
     cannot be sure of (a YAML feature beyond a plain or simply quoted scalar) is None: the
     caller then knows it does not know. memcli.config reads the same keys with yaml (the
     tests check they agree)."""
-    text = _config_bytes(os.path.abspath(config_file(env)))
-    if not text:
+    data = _config_bytes(os.path.abspath(config_file(env)))
+    if not data:
         return {}
-    text = text.decode("utf-8", errors="replace")
+    text = data.decode("utf-8", errors="replace")
     found: dict[str, str | None] = {}
     lines = text.splitlines()
     for i, line in enumerate(lines):
