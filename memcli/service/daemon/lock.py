@@ -85,8 +85,10 @@ def take_lock(ep: paths.Endpoint, held: int | None = None) -> int:
     `held`: the lock's fd handed on by the process that started this one (autostart.py),
     taken already; it must be `ep`'s lock file."""
     if held is not None:
-        same = os.fstat(held)
-        mine = os.stat(ep.lock)
+        try:
+            same, mine = os.fstat(held), os.stat(ep.lock)
+        except OSError as exc:
+            raise MemcliError(f"--lock-fd {held}: {exc.strerror}") from None
         if (same.st_dev, same.st_ino) != (mine.st_dev, mine.st_ino):
             raise MemcliError(f"--lock-fd {held} is not the lock file {ep.lock}")
         os.set_inheritable(held, False)
