@@ -7,9 +7,6 @@ is the database itself (memcli/store/backlog.py: the memories without a vector),
 with a backlog loses nothing: the next one finds the rows again, as `memcli embed` does.
 Meanwhile the lexical, trigram and entity legs already find the new memories.
 
-In the user's daemon, which serves every database, the queue is installed for any database
-(`install(None, ...)`) and each wake line names the database it is about.
-
 Outside a daemon nothing changes: ingest computes the vectors before it writes.
 """
 
@@ -18,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import select
 import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -42,32 +40,43 @@ WAIT_STEP = 0.05  # seconds between two looks of `ingest --wait` at its memories
 
 @dataclass
 class Queue:
-    """The daemon's indexer as its forks see it: the database it indexes (None in the user's
-    daemon: any database), the pipe that wakes it, its pid. The wake lines name the database:
-    `W<location>` (memories wait), `C<location>\t<json [tenant, user]>` (that user started a
-    new session)."""
+    """The daemon's indexer as its forks see it, for one database: where the database is, the
+    pipe that wakes the indexer (its supervisor forks one when none runs), the daemon's pid."""
 
-    location: str | None
+    location: str
     wake: int
-    indexer: int = 0
+    daemon: int = 0
 
     def serves(self, db: Database) -> bool:
-        return self.location is None or _where(_location(db)) == self.location
+        return where(getattr(db, "location", None) or db.path) == self.location
 
     def notify(self, starts: Iterable[tuple[str, str]] = ()) -> None:
-        """Wake the indexer (never blocks: a full pipe means it is awake already; a dropped
-        session start is consolidated by the next run that finds it pending)."""
-        where = os.fsencode(self.location or "")
-        lines = [b"W" + where + b"\n"] + [
-            b"C" + where + b"\t" + json.dumps(list(s)).encode() + b"\n" for s in starts]
-        with contextlib.suppress(OSError):  # BlockingIOError: full; BrokenPipeError: gone
-            os.write(self.wake, b"".join(lines))
+        """Wake the indexer for this database: `W<location>`, and `C<location>\t[tenant, user]`
+        per user whose new session started. Never blocks: each line is written whole or not at
+        all (at most PIPE_BUF bytes); a line dropped on a full pipe (over a thousand unread)
+        is found again by the next ingest into the database, or when the daemon opens it again
+        (`Supervisor.check`); a dropped session start is consolidated by the next run that
+        finds it pending."""
+        place = self.location.encode()
+        lines = [b"W" + place + b"\n"] + [
+            b"C" + place + b"\t" + json.dumps(list(s)).encode() + b"\n" for s in starts]
+        for line in lines:
+            if len(line) > select.PIPE_BUF:
+                continue
+            with contextlib.suppress(OSError):  # BlockingIOError: full; BrokenPipeError: gone
+                os.write(self.wake, line)
 
     def alive(self) -> bool:
-        if self.indexer <= 0:
+        """Whether the daemon that indexes is there and still reads the wake pipe (it forks an
+        indexer when woken): not once it is stopping (its supervisor closed the read end)."""
+        if self.daemon <= 0:
             return False
+        poll = select.poll()
+        poll.register(self.wake, select.POLLOUT)
+        if any(events & select.POLLERR for _fd, events in poll.poll(0)):
+            return False  # no reader left: the daemon is stopping or gone
         try:
-            os.kill(self.indexer, 0)
+            os.kill(self.daemon, 0)
         except ProcessLookupError:
             return False
         except PermissionError:
@@ -75,47 +84,59 @@ class Queue:
         return True
 
 
-_QUEUE: Queue | None = None
+@dataclass
+class _Installed:
+    wake: int
+    daemon: int
+    only: str | None  # the one database a per-database daemon indexes; None: any
 
 
-def _where(location: str) -> str:
+_INSTALLED: _Installed | None = None
+
+
+def where(location: str) -> str:
     """A database as two processes can compare it: a file's real path, a server's URL."""
 
     text = os.fspath(location)
     return text if is_postgres(text) or text == ":memory:" else os.path.realpath(text)
 
 
-def _location(db: Database) -> str:
-    return getattr(db, "location", None) or db.path
-
-
-def install(location: str | None, wake: int) -> Queue:
-    """Ingest into `location` (None: into any database, the user's daemon) leaves vectors to
-    the indexer woken through `wake` (the daemon calls this before it forks, so its commands
-    and its HTTP process inherit it)."""
-    global _QUEUE
-    _QUEUE = Queue(None if location is None else _where(location), wake)
-    return _QUEUE
+def install(wake: int, *, only: str | None = None) -> None:
+    """Ingest into a database (`only`: that one, else any file or server) leaves vectors to
+    the indexer woken through `wake`. The daemon calls this before it forks, so its commands
+    and its HTTP process inherit it."""
+    global _INSTALLED
+    _INSTALLED = _Installed(wake, os.getpid(), None if only is None else where(only))
 
 
 def uninstall() -> None:
-    global _QUEUE
-    _QUEUE = None
+    global _INSTALLED
+    _INSTALLED = None
 
 
-def installed() -> Queue | None:
-    return _QUEUE
+def installed() -> bool:
+    return _INSTALLED is not None
+
+
+def queued(location: str) -> str | None:
+    """The database as the wake lines name it when ingest into it, in this process, leaves
+    its vectors to a daemon's indexer; else None."""
+    found = _INSTALLED
+    if found is None:
+        return None
+    place = where(location)
+    if place == ":memory:" or "\n" in place or "\t" in place:
+        return None  # no other process can open it, or no wake line can name it
+    if found.only is not None and place != found.only:
+        return None
+    return place
 
 
 def queue_for(db: Database) -> Queue | None:
-    """The daemon's queue when ingest into `db` runs inside the daemon that indexes it, its
-    wake lines naming `db`."""
-    queue = _QUEUE
-    if queue is None or not queue.serves(db):
-        return None
-    if queue.location is None:
-        return Queue(_where(_location(db)), queue.wake, queue.indexer)
-    return queue
+    """The daemon's queue when ingest into `db` runs inside a daemon that indexes it."""
+    found = _INSTALLED
+    place = queued(getattr(db, "location", None) or db.path)
+    return None if found is None or place is None else Queue(place, found.wake, found.daemon)
 
 
 def session_starts(db: Database, fresh: list[Prepared]) -> list[tuple[str, str]]:
@@ -163,7 +184,7 @@ def index_next(db: Database, embedder: Embedder | None, sparse: SpladeEncoder | 
 def wait_for(db: Database, memory_ids: list[int], queue: Queue, *, dense: bool, sparse: bool,
              catch_up: Any = None) -> None:
     """Return once each of `memory_ids` has its vector and sparse terms (`ingest --wait`).
-    Should the indexer be gone, `catch_up()` indexes what is left in this process."""
+    Should the daemon be gone, `catch_up()` indexes what is left in this process."""
     todo = list(memory_ids)
     while todo:
         todo = list(backlog.still_waiting(db, todo, dense=dense, sparse=sparse))

@@ -11,9 +11,11 @@
 from __future__ import annotations
 
 import os
+import threading
 from typing import Any
 
 from memcli.core.locations import is_postgres
+from memcli.errors import MemcliError
 from memcli.store.opener import open_database, server_location
 from memcli.store.sqlite.writers import KeepOpen, checkpoint_wal
 
@@ -30,18 +32,22 @@ class FileHolder:
         self.keeper = KeepOpen(path)
         self.keeper.ensure()
         self.closed = False
+        self._lock = threading.Lock()  # a late `ensure` never reopens a closed holder
 
     def ensure(self) -> None:
-        self.keeper.ensure()
+        with self._lock:
+            if not self.closed:
+                self.keeper.ensure()
 
     def stats(self) -> dict[str, Any] | None:
         return None
 
     def close(self) -> None:
-        if self.closed:
-            return
-        self.closed = True
-        self.keeper.close()
+        with self._lock:
+            if self.closed:
+                return
+            self.closed = True
+            self.keeper.close()
         if os.path.exists(self.path):
             checkpoint_wal(self.path, CHECKPOINT_WAIT)
 
@@ -74,6 +80,24 @@ class PoolHolder:
         self.closed = True
         uninstall(self.pool)
         self.pool.close()
+
+
+def check_openable(settings: Any) -> None:
+    """Before holding a database an HTTP request named (memcli/service/daemon/databases.py):
+    say why it cannot be used (MemcliError, one line). An existing file is opened (and
+    migrated, as a daemon's start does); a file not made yet is left to the first write, as
+    in-process, but only in a folder that exists: a header never creates folders. A PostgreSQL
+    server is checked by its holder's first connection."""
+
+    db = os.fspath(settings.db)
+    if is_server(db):
+        return
+    if os.path.exists(db):
+        open_database(db, busy_timeout=settings.busy_timeout).close()
+        return
+    folder = os.path.dirname(db)
+    if not os.path.isdir(folder):
+        raise MemcliError(f"no folder {folder}", "create it, or name an existing database")
 
 
 def hold(settings: Any, pool_size: int | None = None) -> FileHolder | PoolHolder:

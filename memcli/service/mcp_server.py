@@ -22,6 +22,7 @@ report:
 
 from __future__ import annotations
 
+import functools
 import json
 import threading
 from collections.abc import Callable
@@ -221,6 +222,18 @@ def headers_scope(request: Any, scope: Binding) -> Binding:
     return scope.narrowed(**{k: v for k, v in bound.items() if v})
 
 
+@functools.cache
+def tool_schemas(name: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A tool's input and output JSON schemas, made once per process: they depend on the tool
+    only, never on the database or the caller, and pydantic takes ~2 ms for each; the user's
+    daemon builds an MCP server per database it serves (docs/design/daemon.md, "HTTP for every
+    database"). Shared by every server: read, never changed."""
+
+    spec = TOOLS[name]
+    return (inlined(spec.input.model_json_schema(by_alias=True)),
+            inlined(spec.output.model_json_schema()))
+
+
 def _tool(name: str, spec: ToolSpec, service: Service, scope: Binding,
           narrow: Callable[[Any, Binding], Binding]) -> Any:
     """The SDK's tool for `spec`: its input model (arguments the tool does not take refused)
@@ -230,11 +243,12 @@ def _tool(name: str, spec: ToolSpec, service: Service, scope: Binding,
     async def call(context: Any, **arguments: Any) -> CallToolResult:
         return await _call(spec, service, scope, narrow, context, spec.request(arguments))
 
+    parameters, output_schema = tool_schemas(name)
     return Tool(
         fn=call, name=name, title=None, description=spec.description,
-        parameters=inlined(spec.input.model_json_schema(by_alias=True)),
+        parameters=parameters,
         fn_metadata=FuncMetadata(arg_model=spec.input, output_model=spec.output,
-                                 output_schema=inlined(spec.output.model_json_schema())),
+                                 output_schema=output_schema),
         is_async=True, context_kwarg="context",
         annotations=ToolAnnotations(read_only_hint=spec.read_only,
                                     destructive_hint=spec.destructive,

@@ -1,10 +1,12 @@
-"""Indexing in the background (memcli.ingest.background, memcli.service.daemon.indexer), in-process.
+"""Indexing in the background (memcli.ingest.background, memcli.service.daemon.indexing),
+in-process.
 
 The queue a daemon installs before it forks is installed here on a real pipe: ingest then
-commits events, memories and full-text rows without vectors and writes a wake line; the
-indexer's loop (the code its process runs) drains the backlog and consolidates a user's
-sessions once a new one starts. Both engines (tests/support/backend.py). The processes
-themselves (a real `memcli serve`, kill -9) are in tests/service/test_daemon_indexing.py.
+commits events, memories and full-text rows without vectors and writes a wake line naming the
+database; the indexer's loop (the code its process runs) drains each database's backlog, in
+turns, and consolidates a user's sessions once a new one starts. Both engines
+(tests/support/backend.py). The processes themselves (a real `memcli serve`, kill -9) are in
+tests/service/test_daemon_indexing.py and test_daemon_indexer_lifecycle.py.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from memcli.config import load_settings
 from memcli.ingest import background
 from memcli.operations.memory import Memory
 from memcli.providers.embedders import HashEmbedder
-from memcli.service.daemon import indexer
+from memcli.service.daemon import indexing
 from tests.support.backend import rows
 from tests.support.lifecycle import conversation, extraction, memory_rows
 
@@ -43,30 +45,26 @@ def _lines(fd: int) -> list[bytes]:
         return []
 
 
-def _woken(db_path) -> bytes:
-    """The wake line of an ingest into `db_path`: `W<location>`."""
-    return b"W" + os.fsencode(os.path.realpath(db_path))
-
-
-def _started(db_path, tenant: str, user: str) -> bytes:
-    """The wake line of a user's new session: `C<location>\t<json [tenant, user]>`."""
-    return b"C" + os.fsencode(os.path.realpath(db_path)) + b"\t" + json.dumps(
-        [tenant, user]).encode()
-
-
 def _vectors(db_path) -> int:
     return rows(db_path, "SELECT count(*) FROM memory_vectors")[0][0]
 
 
+def _woken(db_path, *users: str) -> list[bytes]:
+    """The wake lines an ingest into `db_path` writes (users: whose new session started)."""
+    place = background.where(str(db_path)).encode()
+    return [b"W" + place] + [b"C" + place + b'\t["default", "' + u.encode() + b'"]'
+                             for u in users]
+
+
 def test_ingest_in_the_daemon_answers_before_the_vectors(db_path, wake):
     read, write = wake
-    background.install(str(db_path), write)
+    background.install(write)
     with Memory.open(db_path, embedder=HashEmbedder(64)) as memory:
         report = memory.ingest([{"text": f"note {i} about otters"} for i in range(3)])
         assert report.created and report.embedded == 0
         assert report.deferred_embedding == 3
         assert _vectors(db_path) == 0  # acknowledged with events, memories, full text only
-        assert _lines(read) == [_woken(db_path)]  # the indexer is woken, the database named
+        assert _lines(read) == _woken(db_path)  # the indexer is woken for this database
         done, last = background.index_next(memory.db, memory.embedder, None, after=0, limit=2)
         assert (done, last) == (2, report.memory_ids[1])  # oldest first
         done, last = background.index_next(memory.db, memory.embedder, None, after=last,
@@ -77,23 +75,9 @@ def test_ingest_in_the_daemon_answers_before_the_vectors(db_path, wake):
     assert _vectors(db_path) == 3
 
 
-def test_the_users_daemon_queues_every_database_naming_each(tmp_path, wake):
-    """The user's daemon installs its queue for any database: ingest into each leaves the
-    vectors to the indexer, the wake lines naming the database they are about."""
-    read, write = wake
-    background.install(None, write)
-    for name in ("a.db", "b.db"):
-        with Memory.open(tmp_path / name, embedder=HashEmbedder(64)) as memory:
-            report = memory.ingest([{"text": f"{name}: otters", "user_id": "u",
-                                     "session_id": "s1"}])
-            assert report.deferred_embedding == 1 and report.embedded == 0
-    assert _lines(read) == [_woken(tmp_path / "a.db"), _started(tmp_path / "a.db", "default", "u"),
-                            _woken(tmp_path / "b.db"), _started(tmp_path / "b.db", "default", "u")]
-
-
 def test_without_a_daemon_ingest_writes_vectors_inline(db_path, wake):
     _read, write = wake
-    background.install(str(db_path) + "-another", write)  # a daemon of another database
+    background.install(write, only=str(db_path) + "-another")  # another database's daemon
     with Memory.open(db_path, embedder=HashEmbedder(64)) as memory:
         report = memory.ingest([{"text": "inline vectors"}])
     assert report.embedded == 1 and report.deferred_embedding == 0
@@ -103,7 +87,7 @@ def test_without_a_daemon_ingest_writes_vectors_inline(db_path, wake):
 def test_a_fresh_memory_is_found_before_its_vector(db_path, wake):
     """The lexical, trigram and entity legs answer for a memory that has no vector yet; the
     dense leg simply has nothing for it."""
-    background.install(str(db_path), wake[1])
+    background.install(wake[1])
     with Memory.open(db_path, embedder=HashEmbedder(64)) as memory:
         memory.ingest([{"text": "Anika adopted a quokka named Biscuit", "user_id": "u"},
                        {"text": "我们今天去动物园看熊猫", "user_id": "u"},
@@ -119,7 +103,7 @@ def test_a_fresh_memory_is_found_before_its_vector(db_path, wake):
 
 
 def test_a_memory_purged_before_the_indexer_reaches_it_is_skipped(db_path, wake):
-    background.install(str(db_path), wake[1])
+    background.install(wake[1])
     with Memory.open(db_path, embedder=HashEmbedder(64)) as memory:
         first = memory.ingest([{"text": "keep me", "session_id": "a"}]).memory_ids
         memory.ingest([{"text": "purge me", "session_id": "b"}])
@@ -147,32 +131,32 @@ def test_importing_an_export_in_the_daemon_counts_the_vectors_left_to_it(db_path
         forget(source.db, ids[0], owner=source.owner())
         head, records = parse(dump(source))
     read, write = wake
-    background.install(str(db_path), write)
+    background.install(write)
     with Memory.open(db_path, embedder=HashEmbedder(64)) as memory:
         report = load_parsed(memory, head, records)
     assert report["counts"]["memory"]["added"] == 3
     assert report["embedded"] == 1 and report["deferred_embedding"] == 2
-    assert _vectors(db_path) == 1 and _lines(read) == [_woken(db_path)]
+    assert _vectors(db_path) == 1 and _lines(read) == _woken(db_path)
 
 
 def test_a_users_new_session_is_announced_once(db_path, wake):
     read, write = wake
-    background.install(str(db_path), write)
+    background.install(write)
     with Memory.open(db_path, embedder=HashEmbedder(64)) as memory:
         def said(session: str | None, text: str, user: str | None = "priya") -> None:
             memory.ingest([{"text": text, "session_id": session, "user_id": user}])
 
         said("s1", "hello")
-        assert _lines(read) == [_woken(db_path), _started(db_path, "default", "priya")]
+        assert _lines(read) == _woken(db_path, "priya")
         said("s1", "and more")  # the same session
-        assert _lines(read) == [_woken(db_path)]
+        assert _lines(read) == _woken(db_path)
         said("x", "no user, no session switch", user=None)
-        assert _lines(read) == [_woken(db_path)]
+        assert _lines(read) == _woken(db_path)
         said("s2", "hello again")
-        assert _lines(read) == [_woken(db_path), _started(db_path, "default", "priya")]
+        assert _lines(read) == _woken(db_path, "priya")
 
 
-def _drain(db_path, config: str, tmp_path, monkeypatch) -> indexer._Loop:
+def _drain(db_path, config: str, tmp_path, monkeypatch) -> indexing._Drain:
     """Run the indexer's loop in this process until the backlog and the sessions are done."""
     path = tmp_path / "config.yaml"
     path.write_text(config, encoding="utf-8")
@@ -182,7 +166,7 @@ def _drain(db_path, config: str, tmp_path, monkeypatch) -> indexer._Loop:
     wake_r, wake_w = os.pipe()
     reports_r, reports_w = os.pipe()
     life_r, life_w = os.pipe()
-    background.install(str(db_path), wake_w)
+    background.install(wake_w)
     try:
         with Memory.configured(db_path) as memory:
             memory.ingest(conversation("s1", ["I work as a nurse at Santa Maria.",
@@ -190,19 +174,21 @@ def _drain(db_path, config: str, tmp_path, monkeypatch) -> indexer._Loop:
             memory.ingest(conversation("s2", ["Hello again!"], day=2))
             assert _vectors(db_path) == 0
         background.uninstall()
-        with Memory.configured(db_path) as memory:
-            loop = indexer._Loop(memory, settings, wake_r, reports_w, (life_r,), lambda _l: None)
-            for _ in range(20):  # index, consolidate, index what consolidating wrote
-                if not loop.sessions and not background.backlog.waiting(
-                        memory.db, after=loop.cursor, limit=1, dense=True, sparse=False):
-                    break
-                assert loop.step()
+        loop = indexing.Loop(lambda _location: settings, wake_r, reports_w, (life_r,),
+                             lambda _l: None)
+        for _ in range(20):  # index, consolidate, index what consolidating wrote
+            assert loop.step()
+            if loop.drains and not loop.turns:
+                break
+        (drain,) = loop.drains.values()
+        assert drain.memory is None  # closed once its queue was empty
         os.set_blocking(reports_r, False)
         last = json.loads(_lines(reports_r)[-1][1:])
-        assert last["indexed"] == loop.figures["indexed"]
+        assert last["indexed"] == drain.figures["indexed"] and last["busy"] is False
+        assert last["db"] == background.where(str(db_path))
         everything = rows(db_path, "SELECT count(*) FROM memories WHERE state != 'soft_deleted'")
         assert _vectors(db_path) == everything[0][0]
-        return loop
+        return drain
     finally:
         for fd in (wake_r, wake_w, reports_r, reports_w, life_r, life_w):
             os.close(fd)
@@ -241,10 +227,9 @@ def test_with_consolidate_auto_the_model_extracts_facts(db_path, tmp_path, monke
 def test_doctor_says_the_daemons_indexer_is_writing_the_missing_vectors(db_path, wake):
     from memcli.health.checks import diagnose
 
-    queue = background.install(str(db_path), wake[1])
+    background.install(wake[1])  # by this process: the daemon that indexes is alive
     with Memory.open(db_path, embedder=HashEmbedder(64)) as memory:
         memory.ingest([{"text": "waits for its vector"}])
-        queue.indexer = os.getpid()  # a live indexer
         report = diagnose(memory.db, embedder=memory.embedder)
         assert report["healthy"], report
         (missing,) = [c for c in report["checks"] if c["check"] == "missing:memory_vectors"]
@@ -261,3 +246,25 @@ def test_the_consolidate_setting(tmp_path, monkeypatch, written, read):
     config.write_text(f"consolidate: {written}\n" if written else "", encoding="utf-8")
     monkeypatch.setenv("MEMCLI_CONFIG", str(config))
     assert load_settings(str(tmp_path / "m.db")).consolidate == read
+
+
+def test_the_queue_is_alive_while_the_wake_pipe_is_read(db_path):
+    """`ingest --wait` waits for the daemon while its supervisor reads the wake pipe; once the
+    daemon is stopping (the read end closed everywhere) it writes the vectors itself."""
+    read, write = os.pipe()
+    try:
+        background.install(write)
+        with Memory.open(db_path, embedder=HashEmbedder(64)) as memory:
+            queue = background.queue_for(memory.db)
+            assert queue is not None and queue.alive()
+            os.close(read)
+            read = -1
+            assert not queue.alive()
+            (memory_id,) = memory.ingest([{"text": "waits for its vector"}]).memory_ids
+            memory.wait_indexed([memory_id])  # no daemon to wait for: written here
+        assert _vectors(db_path) == 1
+    finally:
+        background.uninstall()
+        for fd in (read, write):
+            if fd >= 0:
+                os.close(fd)

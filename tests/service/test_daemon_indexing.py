@@ -20,13 +20,19 @@ from tests.support.backend import rows
 from tests.support.daemon import (
     _CLIENT,
     Daemon,
-    daemon_env,
     last_route,
     run_client,
     wait_until,
 )
+from tests.support.daemon import daemon_env as support_env
 
 pytestmark = [pytest.mark.daemon, pytest.mark.backends]
+
+
+def daemon_env(home, db) -> dict[str, str]:
+    """The test daemon's environment; its indexer does not exit when idle (the tests hold it
+    with SIGSTOP once idle: tests/service/test_daemon_indexer_lifecycle.py has the idle exit)."""
+    return {**support_env(home, db), "MEMCLI_INDEXER_IDLE_EXIT": "3600"}
 
 
 def _records(n: int, word: str) -> str:

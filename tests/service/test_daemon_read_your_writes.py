@@ -95,6 +95,7 @@ async def _mcp_pairs(url: str, numbers: range) -> list[str]:
 def test_a_write_is_the_next_querys_hit_on_every_path(tmp_path):
     db = tmp_path / "ryw.db"
     env = daemon_env(tmp_path / "home", db)
+    env["MEMCLI_INDEXER_IDLE_EXIT"] = "3600"  # held below once idle: it must not exit first
     routes = tmp_path / "routes.log"
     neighbours = "".join(json.dumps({"text": _text(n), "user_id": "u"}) + "\n"
                          for n in range(30))

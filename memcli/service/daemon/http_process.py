@@ -1,24 +1,29 @@
-"""The daemon's second process: the HTTP API (and MCP) and what it holds open for its database.
+"""The daemon's second process: the HTTP API (and MCP, and the pages) and what it holds open.
 
 `memcli serve`'s main process forks commands (memcli/service/daemon/server.py), so it must stay
 single-threaded and hold no database connection. Everything that has threads or connections
 lives here instead, in one process forked once at start (after the models are loaded, so it
 shares them):
 
-- uvicorn serving memcli.service.http.fastapi_app's app on the daemon's HTTP unix socket (and TCP
-  with `--port`). The sockets are bound and the access rules decided by the main process before it
-  forks (`HttpPlan.prepare`), so a taken port or a missing dependency fails `serve` itself.
-- the holder of memcli/service/holder.py: the idle SQLite connection that keeps the WAL, or
-  the PostgreSQL pool the HTTP requests borrow from (a forwarded command, a process of its
-  own, opens its own connection, as the in-process command does).
+- uvicorn serving the daemon's HTTP unix socket (and TCP with `--port`). The sockets are bound
+  and the access rules decided by the main process before it forks (`HttpPlan.prepare`), so a
+  taken port or a missing dependency fails `serve` itself.
+- per database, its holder (memcli/service/holder.py: the idle SQLite connection that keeps the
+  WAL, or the PostgreSQL pool the HTTP requests borrow from; a forwarded command, a process of
+  its own, opens its own connection, as the in-process command does) and its app
+  (memcli.service.http.fastapi_app). A per-database daemon holds its one database; the user's
+  daemon (`all_databases`) every database a command or a request names, each request by its
+  `X-Memcli-Db` header (memcli/service/daemon/databases.py: which database, when one closes).
 
-Control, over two pipes: the main process writes lines, b"e<location>" (a command used the
-database: open the kept connection if it exists by now), b"c<location>" (the user's daemon
-closed a database unused a while) and b"s" (stop serving HTTP); closing its end
-means "close the holder (WAL checkpoint) and exit", which it does once the commands in flight
-are done. This process reports b"+\\n" / b"-\\n" around each HTTP request, b"P<json>\\n"
-(the pool's figures) for the idle exit and `serve status`, and b"Q<json>\\n" once, the runtime
-that encodes its queries (memcli/service/daemon/warm.py).
+Control, lines on a pipe from the main process: `e<location>` (a command used that database:
+hold it open; `e` alone: the default database), `c<location>` (close that database once its
+requests in flight are done: app stopped, WAL checkpointed) and `s` (stop serving HTTP);
+closing its end means "close every holder (WAL checkpoint) and exit", which it does once the
+commands in flight are done. This process reports `+` / `-` around each HTTP request,
+`P<json>` (the PostgreSQL pools' figures, summed) for the idle exit and `serve status`,
+`Q<json>` once (the runtime that encodes its queries, memcli/service/daemon/warm.py), and
+`O<location>` / `C<location>` when it opens or closes a database of its own accord (a
+request named it; unused for a while).
 """
 
 from __future__ import annotations
@@ -39,7 +44,6 @@ from memcli.errors import MemcliError, UsageError
 from memcli.service.daemon import paths
 from memcli.service.daemon.server import bind_unix
 from memcli.service.daemon.warm import warm_http_queries
-from memcli.service.holder import hold
 from memcli.service.http.auth import load_auth
 
 
@@ -126,9 +130,9 @@ class HttpPlan:
 class Reporter:
     """Writes this process's reports to the main process (whole lines: atomic on a pipe)."""
 
-    def __init__(self, fd: int, holder: Any) -> None:
+    def __init__(self, fd: int) -> None:
         self.fd = fd
-        self.holder = holder
+        self.databases: Any = None
 
     def send(self, line: bytes) -> None:
         try:
@@ -137,7 +141,7 @@ class Reporter:
             pass
 
     def pool(self) -> None:
-        stats = self.holder.stats()
+        stats = self.databases.stats() if self.databases is not None else None
         if stats:
             self.send(b"P" + json.dumps(stats).encode())
 
@@ -167,30 +171,42 @@ def _tracked(app: Any, report: Reporter) -> Any:
 
 
 def run(settings: Any, plan: HttpPlan | None, pool_size: int | None, control: int,
-        report_fd: int, log: Callable[[str], None]) -> NoReturn:
-    """The whole life of the HTTP process (forked by the daemon); never returns."""
+        report_fd: int, log: Callable[[str], None], *, all_databases: bool = False,
+        idle_close: float | None = None) -> NoReturn:
+    """The whole life of the HTTP process (forked by the daemon); never returns.
+
+    `all_databases`: serve every database a request names (the user's daemon), else only
+    `settings.db`; `idle_close`: seconds after which the user's daemon closes a database
+    nothing used (None: memcli/service/daemon/databases.py's IDLE_CLOSE; 0: only on the main
+    process's `c` line)."""
     code = 0
     signal.set_wakeup_fd(-1)
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGCHLD):
         signal.signal(sig, signal.SIG_DFL)
     os.setpgid(0, 0)  # a Ctrl-C at the daemon's terminal is the main process's to handle
     try:
-        holder = hold(settings, pool_size)
-        report = Reporter(report_fd, holder)
+        # Starlette and anyio: only this process needs them (`memcli stats` imports this module)
+        from memcli.service.daemon.databases import Databases  # noqa: PLC0415
+
+        report = Reporter(report_fd)
+        databases = report.databases = Databases(
+            settings, _app_maker(plan) if plan is not None else None,
+            all_databases=all_databases, pool_size=pool_size, report=report.send, log=log,
+            **({} if idle_close is None else {"idle_close": idle_close}))
         report.pool()
         server = None
         if plan is not None:
             threading.Thread(target=_warm_queries, args=(settings, report),
                              name="memcli-warm-queries", daemon=True).start()
-            server = _uvicorn(settings, plan, report)
+            server = _uvicorn(databases, plan, report)
         stopping = threading.Event()
         closing = threading.Event()
-        threading.Thread(target=_listen, args=(control, holder, server, stopping, closing),
+        threading.Thread(target=_listen, args=(control, databases, server, stopping, closing),
                          name="memcli-control", daemon=True).start()
         if server is not None:
             asyncio.run(server.serve(sockets=plan.sockets))  # type: ignore[union-attr]
         closing.wait()
-        holder.close()
+        databases.close_all()
     except BaseException as exc:  # noqa: BLE001 - reported in the daemon's log, one line
         log(f"memcli: warning: the HTTP process stopped: {exc}".splitlines()[0])
         code = 1
@@ -201,37 +217,53 @@ def run(settings: Any, plan: HttpPlan | None, pool_size: int | None, control: in
     os._exit(code)
 
 
-def _uvicorn(settings: Any, plan: HttpPlan, report: Reporter) -> Any:
-    # uvicorn and FastAPI: only a daemon that serves HTTP imports them
-    import uvicorn  # noqa: PLC0415
-
+def _app_maker(plan: HttpPlan) -> Callable[[Any, bool], Any]:
+    """The app of one database: the daemon's access rules; the pages' login links point at
+    the TCP address, which serves the default database only."""
+    # FastAPI: only a daemon that serves HTTP imports it
     from memcli.service.http.fastapi_app import build_app  # noqa: PLC0415
 
-    app = build_app(settings, plan.auth, ui_url=plan.tcp_address)
+    def make(settings: Any, default: bool) -> Any:
+        return build_app(settings, plan.auth, ui_url=plan.tcp_address if default else None)
+
+    return make
+
+
+def _uvicorn(app: Any, plan: HttpPlan, report: Reporter) -> Any:
+    import uvicorn  # noqa: PLC0415 - only a daemon that serves HTTP imports it
+
     config = uvicorn.Config(_tracked(app, report),
-                            log_level="warning", lifespan="auto",
+                            log_level="warning", lifespan="on",
                             timeout_graceful_shutdown=int(plan.grace) or 1)
     return uvicorn.Server(config)
 
 
-def _listen(control: int, holder: Any, server: Any, stopping: threading.Event,
+def _listen(control: int, databases: Any, server: Any, stopping: threading.Event,
             closing: threading.Event) -> None:
-    """Follow the main process's orders, one a line, until it closes the pipe (or dies):
-    `e<location>` a command used the database, `c<location>` it was closed (unused a while),
-    `s` stop serving."""
+    """Follow the main process's orders until it closes the pipe (or dies)."""
     buffer = b""
     while True:
         try:
             data = os.read(control, 65536)
         except OSError:
             data = b""
-        *orders, buffer = (buffer + data).split(b"\n")
-        if any(order.startswith(b"e") for order in orders):
-            holder.ensure()
-        if (b"s" in orders or not data) and not stopping.is_set():
-            stopping.set()
-            if server is not None:
-                server.should_exit = True
+        *lines, buffer = (buffer + data).split(b"\n")
+        for line in lines:
+            order, where = line[:1], os.fsdecode(line[1:])
+            if order == b"e":
+                databases.touch(where or None)
+            elif order == b"c" and where:
+                databases.close(where)
+            elif order == b"s":
+                _stop_serving(server, stopping)
         if not data:
+            _stop_serving(server, stopping)
             closing.set()
             return
+
+
+def _stop_serving(server: Any, stopping: threading.Event) -> None:
+    if not stopping.is_set():
+        stopping.set()
+        if server is not None:
+            server.should_exit = True

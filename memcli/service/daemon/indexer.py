@@ -1,23 +1,29 @@
-"""The daemon's indexer: vectors and sparse terms written in the background, and each user's
-finished sessions consolidated when a new one starts.
+"""The daemon's indexer seen from its main process: one indexer process at a time, for every
+database, forked when a backlog appears and gone when there has been none for a while.
 
-A process of its own, forked by `memcli serve` after the warm-up, beside the HTTP process: it
-runs the models (their thread pools start here, never in the main process that forks) and holds
-one database connection. Ingest inside the daemon (memcli.ingest.background) commits events,
-memories and full-text rows, then writes a line to the indexer's wake pipe; the indexer reads
-the memories without a vector in id order (memcli/store/backlog.py), BATCH at a time, each batch
-encoded outside any transaction and written in one short one. Its queue is the database, so a
-kill loses nothing: on start the cursor is 0 and every waiting memory is found again. It runs at
-a lower priority (nice) than the commands, so queries keep their latency while it drains.
+Ingest inside the daemon (memcli.ingest.background) commits events, memories and full-text
+rows, then writes a wake line naming the database on a pipe the supervisor made before any
+fork (every command process and the HTTP process inherit its write end). While no indexer
+runs, the main process watches the read end; when a line waits it forks one
+(memcli/service/daemon/indexing.py), which inherits the read end and reads the lines itself,
+so nothing is lost between the two. The indexer exits once every queue has been empty for
+`IDLE_EXIT` seconds, giving back the memory its models took (docs/guides/indexing.md has the
+figures); the next wake line forks a new one. An indexer that dies otherwise (killed, crashed)
+is followed at once by a new one for the databases it had not finished (after a pause that
+grows while they keep dying); what it had in hand is in the database still, so nothing is lost.
 
-A wake line `C[tenant, user]` says that user started a new session: once the backlog is
-drained, the user's pending sessions (the ones before it) are consolidated, as the SQLite
-memory extension design triggers it on a session switch: the model-free part always, the model
-part when a model is configured and `consolidate: auto` (memcli.config.Settings.consolidate).
+The main process's side, for the loop that owns it (memcli/service/daemon/main_process.py):
 
-The indexer reports to the main process on a pipe, one line per change (`B{json}`): memories
-indexed, drain rate, sessions consolidated, the last error. `memcli serve status` and `memcli
-stats` read them (`backlog_status`).
+    sup = Supervisor(settings_for, close_in_child, life, log)  # before any fork
+    sup.wake_read      # a fork of the main process (not the indexer) closes it
+    sup.check(loc)     # a database opened: index what it may have waiting (a killed daemon's)
+    select(... sup.fds() ...); sup.on_ready(fd) for each of them ready
+    sup.busy()         # memories wait or sessions are queued: no idle exit of the daemon
+    sup.status(loc)    # the indexer's figures for `serve status` / `stats`
+    sup.forget(loc)    # a database closed: its figures go
+    sup.stop(grace, log)
+
+`memcli serve status` and `memcli stats` read the figures through `backlog_status`.
 """
 
 from __future__ import annotations
@@ -25,264 +31,268 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import select
 import signal
+import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
 from typing import Any
 
-from memcli.derived.llm_usage import make_model
 from memcli.ingest import background
-from memcli.lifecycle.runlock import RunLockedError
-from memcli.operations.lifecycle_ops import consolidate
-from memcli.operations.lifecycle_requests import ConsolidateRequest
-from memcli.operations.memory import Memory, make_embedder, make_sparse
+from memcli.operations.memory import make_sparse
+from memcli.service.daemon import indexing
 from memcli.store import backlog
 
-BATCH = 64  # memories per write: a short transaction, so ingest and queries never wait long
-RESCAN = 30.0  # idle seconds before reading the backlog from id 0 again (see _Loop.idle)
-RETRY = (1.0, 30.0)  # seconds before retrying after a failed batch, first and at most
-NICE = 19  # the indexer yields the CPU to the commands (queries): measured in bench/background.py
+IDLE_EXIT_ENV = "MEMCLI_INDEXER_IDLE_EXIT"  # seconds; for tests and measurements
+_SUMMED = ("indexed", "consolidated")  # figures added up over the indexers a daemon forked
 
-_LATEST: dict[str, Any] = {}  # the indexer's last report, as the main process saw it
+_CURRENT: Supervisor | None = None  # this process's supervisor (a fork reads its copy)
 
 
-class Indexer:
-    """The indexer process seen from the main process."""
+class Supervisor:
+    """Forks the indexer when a wake line waits and none runs, reads its reports, stops it.
 
-    def __init__(self, pid: int, reports: int) -> None:
-        self.pid, self.reports = pid, reports
+    `settings_for(location)`: a database's settings, called in the indexer (the daemon's
+    `load_settings(location)`); `close_in_child()`: the main process's fds an indexer must not
+    keep, asked at each fork; `life`: a pipe that reads EOF once the daemon is gone (the
+    indexer then exits); `only`: the database of a per-database daemon (ingest into another
+    one writes its vectors itself); `idle_exit`: seconds (default: `MEMCLI_INDEXER_IDLE_EXIT`,
+    else indexing.IDLE_EXIT)."""
+
+    def __init__(
+        self,
+        settings_for: indexing.SettingsFor,
+        close_in_child: Callable[[], Iterable[int]],
+        life: int,
+        log: Callable[[str], None],
+        *,
+        only: str | None = None,
+        idle_exit: float | None = None,
+    ) -> None:
+        global _CURRENT
+        self.settings_for, self.close_in_child, self.life, self.log = (
+            settings_for,
+            close_in_child,
+            life,
+            log,
+        )
+        self.idle_exit = idle_exit if idle_exit is not None else _idle_exit_setting()
+        self.wake_read, self.wake_fd = os.pipe()
+        os.set_blocking(self.wake_read, False)
+        os.set_blocking(self.wake_fd, False)  # a full pipe never blocks an ingest
+        background.install(self.wake_fd, only=only)
+        self.pid = 0  # the indexer running, 0: none
+        self.starting = False  # forked, nothing reported yet: it may be at work on any database
+        self.reports = -1
         self.buffer = b""
+        self.latest: dict[str, dict[str, Any]] = {}  # per database, the running indexer's
+        self.past: dict[str, dict[str, Any]] = {}  # per database, the indexers before it
+        self.failures = 0  # indexers that died in a row
+        self.stopped = False
+        _CURRENT = self
 
-    def read_reports(self) -> bool:
-        """Read what the indexer reported; False once it is gone."""
-        try:
-            data = os.read(self.reports, 65536)
-        except (BlockingIOError, InterruptedError):
-            return True
-        except OSError:
-            data = b""
-        if not data:
-            os.close(self.reports)
-            self.reports = -1
-            return False
-        self.buffer += data
-        *lines, self.buffer = self.buffer.split(b"\n")
-        for line in lines:
-            if line.startswith(b"B"):
-                with contextlib.suppress(ValueError):
-                    _LATEST.clear()
-                    _LATEST.update(json.loads(line[1:]))
-        return True
+    def fds(self) -> list[int]:
+        """The fds to select on now: the wake pipe while no indexer runs, else its reports."""
+        if self.stopped:
+            return []
+        return [self.reports] if self.pid else [self.wake_read]
+
+    def on_ready(self, fd: int) -> None:
+        """One of `fds()` is readable: fork the indexer, or read its reports (and its end)."""
+        if self.stopped:
+            return
+        if fd == self.wake_read and not self.pid:
+            self._fork((), 0.0)
+        elif fd == self.reports and self.pid and not self._read_reports():
+            self._ended()
+
+    def check(self, location: str) -> None:
+        """A database the daemon opened: index what waits there (a killed daemon's backlog)."""
+        place = background.queued(location)  # None: not one this daemon indexes
+        if place is not None:
+            with contextlib.suppress(OSError):
+                os.write(self.wake_fd, b"W" + place.encode() + b"\n")
 
     def busy(self) -> bool:
         """Whether memories wait or sessions are queued (the daemon does not idle-exit then)."""
-        return self.reports >= 0 and bool(_LATEST.get("busy"))
+        return bool(self.pid) and (
+            self.starting or any(f.get("busy") for f in self.latest.values())
+        )
 
-    def stop(self, wait: float, log: Callable[[str], None]) -> None:
-        """SIGTERM (the batch in hand is finished or rolled back: nothing is lost), then wait."""
-        if self.pid <= 0:
-            return
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(self.pid, signal.SIGTERM)
-        deadline = time.monotonic() + wait
-        while time.monotonic() < deadline:
-            try:
-                if os.waitpid(self.pid, os.WNOHANG)[0]:
-                    break
-            except ChildProcessError:
-                break
-            time.sleep(0.05)
-        else:
-            log("memcli: warning: the indexer did not stop in time; killed (its batch rolls back)")
-            with contextlib.suppress(ProcessLookupError, ChildProcessError):
-                os.kill(self.pid, signal.SIGKILL)
-                os.waitpid(self.pid, 0)
-        self.pid = 0
-        if self.reports >= 0:
-            os.close(self.reports)
-            self.reports = -1
+    def status(self, location: str) -> dict[str, Any]:
+        """The indexer as `serve status` shows it for one database: its pid (None: none runs
+        now), busy, memories indexed and sessions consolidated since the daemon started, the
+        drain rate (memories per second while it drains) and the last error."""
+        where = background.where(location)
+        now, past = self.latest.get(where, {}), self.past.get(where, {})
+        busy = bool(self.pid) and (self.starting or bool(now.get("busy")))
+        out = {"pid": self.pid or None, "busy": busy}
+        for key in _SUMMED:
+            out[key] = (now.get(key) or 0) + (past.get(key) or 0)
+        for key in ("drain_per_s", "last_error"):
+            out[key] = now.get(key, past.get(key))
+        return out
 
+    def forget(self, location: str) -> None:
+        """A database the daemon closed: its figures go (an indexer still draining it goes on)."""
+        where = background.where(location)
+        self.past.pop(where, None)
+        if not self.latest.get(where, {}).get("busy"):
+            self.latest.pop(where, None)
 
-def start(settings: Any, close_in_child: list[int], life: int,
-          log: Callable[[str], None]) -> Indexer:
-    """Install the queue (ingest in this process's later forks leaves vectors to it) and fork
-    the indexer. `close_in_child`: the daemon's fds the indexer must not hold; `life`: a pipe
-    that reads EOF once the daemon is gone (the indexer then exits)."""
-    wake_r, wake_w = os.pipe()
-    reports_r, reports_w = os.pipe()
-    os.set_blocking(wake_w, False)
-    queue = background.install(str(settings.db), wake_w)
-    pid = os.fork()
-    if pid == 0:
-        code = 1
-        try:
-            signal.set_wakeup_fd(-1)
-            signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-            background.uninstall()  # the indexer's own writes (consolidation) are not queued
-            for fd in (*close_in_child, wake_w, reports_r):
+    def stop(self, grace: float, log: Callable[[str], None]) -> None:
+        """SIGTERM the indexer (the batch in hand is finished or rolled back: nothing is lost),
+        wait at most `grace` seconds, then SIGKILL."""
+        self.stopped = True
+        background.uninstall()
+        if self.pid > 0:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.pid, signal.SIGTERM)
+            if _wait(self.pid, grace) is None:
+                log(
+                    "memcli: warning: the indexer did not stop in time; killed "
+                    "(its batch rolls back)"
+                )
+                with contextlib.suppress(ProcessLookupError, ChildProcessError):
+                    os.kill(self.pid, signal.SIGKILL)
+                    os.waitpid(self.pid, 0)
+            self.pid = 0
+        for fd in (self.reports, self.wake_read, self.wake_fd):
+            if fd >= 0:
                 with contextlib.suppress(OSError):
                     os.close(fd)
-            code = run(settings, wake_r, reports_w, life, log)
-        except BaseException as exc:  # noqa: BLE001 - said in the daemon's log, then exit
-            with contextlib.suppress(Exception):
-                log(f"memcli: warning: the indexer stopped: {exc}".splitlines()[0])
-        finally:
-            os._exit(code)
-    os.close(wake_r)
-    os.close(reports_w)
-    os.set_blocking(reports_r, False)
-    queue.indexer = pid
-    return Indexer(pid, reports_r)
+        self.reports = self.wake_read = self.wake_fd = -1
 
-
-def run(settings: Any, wake: int, reports: int, life: int, log: Callable[[str], None]) -> int:
-    """The indexer's whole life: index, consolidate, report; until SIGTERM or the daemon's end."""
-    os.setpgid(0, 0)  # a Ctrl-C at the daemon's terminal stops the daemon, which stops this
-    stop_r, stop_w = os.pipe()  # SIGTERM wakes the loop's select (a handler alone would not)
-    os.set_blocking(stop_w, False)
-    signal.set_wakeup_fd(stop_w)
-    signal.signal(signal.SIGTERM, lambda *_: None)
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    with contextlib.suppress(OSError):
-        os.nice(NICE)
-
-    embedder, sparse = make_embedder(settings), make_sparse(settings)
-    with Memory.open(settings.db, embedder=embedder, sparse=sparse, settings=settings) as memory:
-        loop = _Loop(memory, settings, wake, reports, (life, stop_r), log)
-        while loop.step():
-            pass
-    return 0
-
-
-class _Loop:
-    def __init__(self, memory: Any, settings: Any, wake: int, reports: int,
-                 ends: tuple[int, ...], log: Callable[[str], None]) -> None:
-        self.memory, self.settings, self.log = memory, settings, log
-        self.wake, self.reports = wake, reports
-        self.ends = ends  # readable once the indexer must stop (the daemon gone, SIGTERM)
-        self.cursor = 0  # the last memory id read; 0: from the start
-        self.scanned = time.monotonic()  # when the cursor last started from 0
-        self.sessions: dict[tuple[str, str], None] = {}  # users whose new session started
-        self.figures: dict[str, Any] = {"indexed": 0, "drain_per_s": None,
-                                        "consolidated": 0, "last_error": None, "busy": True}
-        self.run_started: float | None = None  # when the current drain began
-        self.run_done = 0
-        self.failures = 0
-        self.reported = 0.0
-
-    def step(self) -> bool:
-        """One batch, or one consolidation, or one wait; False when the daemon is gone."""
-        if not self._read_wake(0):
-            return False
-        began = time.monotonic()
+    # -- the indexer process -------------------------------------------------------------------
+    def _fork(self, check: tuple[str, ...], delay: float) -> None:
+        reports_r, reports_w = os.pipe()
+        for stream in (sys.stdout, sys.stderr):  # nothing buffered is written twice
+            with contextlib.suppress(OSError, ValueError):
+                stream.flush()
         try:
-            done, self.cursor = background.index_next(
-                self.memory.db, self.memory.embedder, self.memory.sparse,
-                after=self.cursor, limit=BATCH)
-        except Exception as exc:  # noqa: BLE001 - said, then retried: nothing is lost
-            return self._failed(exc)
-        self.failures = 0
-        if done:
-            now = time.monotonic()
-            if self.run_started is None:
-                self.run_started, self.run_done = began, 0
-            self.run_done += done
-            self.figures["indexed"] += done
-            elapsed = now - self.run_started
-            if elapsed > 0:
-                self.figures["drain_per_s"] = round(self.run_done / elapsed, 1)
-            self.figures["busy"] = True
-            self._report(now - self.reported >= 0.5)
-            return self._alive()
-        self.run_started = None
-        if self.sessions:
-            self._consolidate(*next(iter(self.sessions)))
-            return self._alive()
-        return self._idle()
+            pid = os.fork()
+        except OSError as exc:  # no memory or processes left: the wake line waits, tried again
+            os.close(reports_r)
+            os.close(reports_w)
+            self.log(f"memcli: warning: cannot start the indexer: {exc}")
+            time.sleep(0.5)  # the main loop's next select finds the line at once: not a spin
+            return
+        if pid == 0:
+            code = 1
+            try:
+                signal.set_wakeup_fd(-1)
+                signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+                background.uninstall()  # the indexer's own writes (consolidation) are not queued
+                for fd in (*self.close_in_child(), self.wake_fd, reports_r):
+                    if fd != self.wake_read:  # the one fd of the main process's it reads
+                        with contextlib.suppress(OSError):
+                            os.close(fd)
+                code = indexing.run(
+                    self.settings_for,
+                    self.wake_read,
+                    reports_w,
+                    (self.life,),
+                    self.log,
+                    idle_exit=self.idle_exit,
+                    check=check,
+                    delay=delay,
+                )
+            except BaseException as exc:  # noqa: BLE001 - said in the daemon's log, then exit
+                with contextlib.suppress(Exception):
+                    self.log(f"memcli: warning: the indexer stopped: {exc}".splitlines()[0])
+            finally:
+                os._exit(code)
+        os.close(reports_w)
+        os.set_blocking(reports_r, False)
+        self.pid, self.reports, self.buffer, self.starting = pid, reports_r, b"", True
 
-    def _idle(self) -> bool:
-        """Nothing waits above the cursor: report, then sleep until woken. After RESCAN idle
-        seconds the cursor goes back to 0: memories a cursor can pass (ids committed out of
-        order on PostgreSQL, or written by another process without vectors) are found then."""
-        self.figures["busy"] = False
-        self._report(True)
-        if self.cursor and time.monotonic() - self.scanned >= RESCAN:
-            self.cursor, self.scanned = 0, time.monotonic()
-            return True
-        return self._read_wake(RESCAN)
-
-    def _read_wake(self, timeout: float) -> bool:
-        """Take the wake lines (sessions started) waiting, up to `timeout` seconds for the
-        first; False when the indexer must stop."""
-        ready, _, _ = select.select([self.wake, *self.ends], [], [], timeout)
-        if any(fd in ready for fd in self.ends):
-            return False
-        if self.wake in ready:
-            data = os.read(self.wake, 65536)
+    def _read_reports(self) -> bool:
+        """Read what the indexer reported; False once it is gone."""
+        while True:
+            try:
+                data = os.read(self.reports, 65536)
+            except (BlockingIOError, InterruptedError):
+                return True
+            except OSError:
+                data = b""
             if not data:
                 return False
-            for line in data.split(b"\n"):
-                if line.startswith(b"C"):  # C<location>\t<json [tenant, user]>
-                    with contextlib.suppress(ValueError, TypeError):
-                        tenant, user = json.loads(line[1:].rpartition(b"\t")[2])
-                        self.sessions[(str(tenant), str(user))] = None
-        return True
+            self.buffer += data
+            *lines, self.buffer = self.buffer.split(b"\n")
+            for line in lines:
+                if line.startswith(b"B"):
+                    with contextlib.suppress(ValueError, TypeError, AttributeError):
+                        figures = json.loads(line[1:])
+                        self.latest[str(figures.pop("db"))] = figures
+                        self.starting = False
 
-    def _alive(self) -> bool:
-        return self._read_wake(0)
-
-    def _failed(self, exc: Exception) -> bool:
+    def _ended(self) -> None:
+        """The indexer is gone: after its idle exit, wait for the next wake line; after any
+        other end, fork a new one at once for the databases it had not finished."""
+        status = _wait(self.pid, 5.0)
+        os.close(self.reports)
+        self.reports, self.pid, self.buffer = -1, 0, b""
+        unfinished = tuple(loc for loc, f in self.latest.items() if f.get("busy"))
+        for location, figures in self.latest.items():
+            past = self.past.setdefault(location, {})
+            for key in _SUMMED:
+                past[key] = (past.get(key) or 0) + (figures.get(key) or 0)
+            for key in ("drain_per_s", "last_error"):
+                if figures.get(key) is not None:
+                    past[key] = figures[key]
+        self.latest.clear()
+        clean = status is not None and os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
+        if not unfinished:  # its idle exit (or nothing lost): the next wake line forks one
+            if clean:
+                self.failures = 0
+            return
         self.failures += 1
-        self.figures["last_error"] = str(exc).splitlines()[0] if str(exc) else repr(exc)
         if self.failures == 1:
-            self.log(f"memcli: warning: indexing failed, retrying: {self.figures['last_error']}")
-        self._report(True)
-        pause = min(RETRY[0] * 2 ** (self.failures - 1), RETRY[1])
-        return self._read_wake(pause)
+            self.log(
+                "memcli: warning: the indexer ended with memories waiting; a new one takes them"
+            )
+        delay = (
+            0.0
+            if self.failures == 1
+            else min(indexing.RETRY[0] * 2 ** (self.failures - 2), indexing.RETRY[1])
+        )
+        self._fork(unfinished, delay)
 
-    def _consolidate(self, tenant: str, user: str) -> None:
-        """The user's pending sessions, consolidated (the ones before the new one)."""
 
-        del self.sessions[(tenant, user)]
-        if self.settings.consolidate == "off":
-            return
-        model = None
+def _wait(pid: int, timeout: float) -> int | None:
+    """The exit status of child `pid` within `timeout` seconds; None if it still runs (-1
+    when another part of the process reaped it)."""
+    deadline = time.monotonic() + timeout
+    while True:
         try:
-            if self.settings.consolidate == "auto":
-                model = make_model(self.memory.db, self.settings.llm, "consolidate")
-            request = ConsolidateRequest(tenant_id=tenant, user_id=user)
-            # Never waits: a cron run holding the lock consolidates these sessions itself.
-            report = consolidate(self.memory, self.settings, request, model, lock_wait=0)
-            self.figures["consolidated"] += len(report.get("sessions", []))
-            for error in report.get("errors", []):
-                self.figures["last_error"] = f"consolidate: {error.get('reason')}"
-        except RunLockedError:
-            pass  # the sessions stay pending for the run that holds the lock
-        except Exception as exc:  # noqa: BLE001 - the sessions stay pending (cron takes them)
-            self.figures["last_error"] = f"consolidate: {exc}".splitlines()[0]
-            self.log(f"memcli: warning: {self.figures['last_error']}")
-        finally:
-            if model is not None:
-                model.close()
-        self._report(True)
-
-    def _report(self, now: bool) -> None:
-        if not now:
-            return
-        self.reported = time.monotonic()
-        line = b"B" + json.dumps({**self.figures, "busy": self.figures["busy"]
-                                  or bool(self.sessions)}).encode() + b"\n"
-        with contextlib.suppress(OSError):
-            os.write(self.reports, line)
+            done, status = os.waitpid(pid, os.WNOHANG)
+        except ChildProcessError:
+            return -1
+        if done:
+            return status
+        if time.monotonic() >= deadline:
+            return None
+        time.sleep(0.02)
 
 
-def backlog_status(db: Any, settings: Any, *, served: bool = False) -> dict[str, Any]:
+def _idle_exit_setting() -> float:
+    with contextlib.suppress(ValueError):
+        value = float(os.environ.get(IDLE_EXIT_ENV, ""))
+        if value >= 0:
+            return value
+    return indexing.IDLE_EXIT
+
+
+def current() -> Supervisor | None:
+    """The supervisor of the daemon this process belongs to (its main process or a fork)."""
+    return _CURRENT
+
+
+def backlog_status(db: Any, settings: Any, *, location: str | None = None) -> dict[str, Any]:
     """The backlog as `memcli serve status` and `memcli stats` show it: memories waiting for
     their vector or sparse terms (None: no database yet), the age of the oldest, and, inside
-    a daemon (`served`, or `db` is the daemon's), the indexer's pid, drain rate (memories per
-    second while it drains), memories indexed and sessions consolidated since it started."""
+    a daemon that indexes this database, its indexer's figures (`Supervisor.status`).
+    `location`: the database's, when `db` is None (it cannot be read now)."""
 
     out: dict[str, Any] = {"waiting": None, "oldest_age_s": None, "indexer": None}
     if db is not None:
@@ -292,10 +302,10 @@ def backlog_status(db: Any, settings: Any, *, served: bool = False) -> dict[str,
         if summary["oldest_at"]:
             with contextlib.suppress(ValueError):
                 then = datetime.fromisoformat(str(summary["oldest_at"]).replace("Z", "+00:00"))
-                out["oldest_age_s"] = round(
-                    max(0.0, (datetime.now(UTC) - then).total_seconds()), 1)
-    queue = background.installed() if served else background.queue_for(db)
-    if queue is not None:
-        out["indexer"] = {"pid": queue.indexer or None, **{k: _LATEST.get(k) for k in (
-            "busy", "indexed", "drain_per_s", "consolidated", "last_error")}}
+                out["oldest_age_s"] = round(max(0.0, (datetime.now(UTC) - then).total_seconds()), 1)
+        location = getattr(db, "location", None) or db.path
+    supervisor = _CURRENT
+    place = background.queued(str(location)) if location is not None else None
+    if supervisor is not None and place is not None:
+        out["indexer"] = supervisor.status(place)
     return out

@@ -2,19 +2,20 @@
 
 Two kinds, one code path: per database (`memcli serve [--db X]`, by hand or systemd) and per
 user (`--all-databases`, what the CLI starts by itself, memcli/service/daemon/autostart.py). The
-user's daemon has no database of its own: it does not open one at start, runs no indexer of its
-own yet (ingest through it writes vectors inline, as in-process), and keeps the registry of the
-databases its commands named (memcli/service/daemon/registry.py), each closed after
-`registry.DB_IDLE_CLOSE` seconds unused. What `serve status` shows is published on a shared
-mmap (`registry.Board`), so a fork reads it current.
+user's daemon has no database of its own: it does not open one at start, its indexer
+supervisor serves whichever database a wake line names, and it keeps the registry of the
+databases its commands (and HTTP requests) named (memcli/service/daemon/registry.py), each
+closed after `registry.DB_IDLE_CLOSE` seconds unused. What `serve status` shows is published
+on a shared mmap (`registry.Board`), so a fork reads it current.
 
 Start: take the lock beside the socket (flock; a second `serve` on the same database exits 75
 naming the pid; a lock left by a killed daemon is free again, so its stale socket is simply
 replaced), write the pidfile, open the database once (migrated; one that cannot be opened, or
 made, ends the start with exit 1 and one line), bind the HTTP sockets (when the HTTP app is
 available: its unix socket, and TCP with `--port`) and the CLI socket (0600), import every
-command and load the configured models, then fork the indexer (memcli/service/daemon/indexer.py:
-vectors and sparse terms written in the background, sessions consolidated on a switch) and the
+command and load the configured models, then start the indexer's supervisor
+(memcli/service/daemon/indexer.py: an indexer process, forked while a backlog exists, writes
+vectors and sparse terms in the background and consolidates sessions on a switch), fork the
 HTTP process (memcli/service/daemon/http_process.py) and serve the CLI socket, one forked process
 per command (memcli/service/daemon/server.py, memcli/service/daemon/worker.py).
 Stop (SIGTERM, as `memcli serve stop` sends it, SIGINT or `--idle-exit`): stop accepting and
@@ -81,15 +82,21 @@ class State:
     auto_started: bool = False  # by the CLI (memcli/service/daemon/autostart.py), not by hand
     idle_exit: float | None = None  # minutes
     settings: Any = None
-    indexer: indexer.Indexer | None = None
+    indexer: indexer.Supervisor | None = None
     registry: Registry | None = None  # the user's daemon: the databases open
     board: Board | None = None  # what `serve status` reads, current in every fork
 
     def live(self) -> dict[str, Any]:
         """The changing part of the status, as the main process knows it now."""
+        databases = self.registry.snapshot() if self.registry else None
+        for entry in databases or []:
+            if self.indexer is not None:  # its figures live here, in the main process
+                entry["indexer"] = self.indexer.status(entry["db"])
+        own = (self.indexer.status(str(self.settings.db))
+               if self.indexer is not None and self.registry is None else None)
         return {"requests": (self.cli.served if self.cli else 0) + self.http_requests,
-                "http_models": self.http_models, "pool": self.pool,
-                "databases": self.registry.snapshot() if self.registry else None}
+                "http_models": self.http_models, "pool": self.pool, "databases": databases,
+                "indexer": own}
 
     def publish(self) -> None:
         if self.board is not None:
@@ -127,7 +134,8 @@ def status(ep: paths.Endpoint) -> dict[str, Any]:
                "models": status_models(state.settings, None if state.http is None
                                        else http_models or {}),
                **({"pool": live["pool"]} if live.get("pool") else {}),
-               **({"backlog": _backlog(state)} if state.indexer is not None else {})}
+               **({"backlog": _backlog(state, live)} if state.registry is None
+                  and state.indexer is not None else {})}
         if state.registry is not None:
             out["all_databases"] = True
             out["databases"] = [_database(state, entry) for entry in live.get("databases") or []]
@@ -150,33 +158,33 @@ def _iso(epoch: float) -> str:
 def _database(state: State, entry: dict[str, Any]) -> dict[str, Any]:
     """One open database of the user's daemon as `serve status` lists it, its backlog read
     from the database itself (with the daemon's model settings: one configuration per
-    daemon)."""
+    daemon), its indexer's figures as the main process published them."""
     location = str(entry["db"])
-    settings = state.settings.model_copy(update={"db": location})
-    try:
-        db = open_database(location, readonly=True)
-    except Exception:  # noqa: BLE001 - status answers anyway
-        backlog = indexer.backlog_status(None, settings)
-    else:
-        try:
-            backlog = indexer.backlog_status(db, settings)
-        finally:
-            db.close()
+    backlog = _read_backlog(state.settings.model_copy(update={"db": location}))
+    if entry.get("indexer") is not None:
+        backlog["indexer"] = entry["indexer"]
     return {"db": _shown_db(location),
             "last_used_s": round(max(0.0, time.time() - float(entry["last_used"])), 1),
             "requests": entry["requests"], "backlog": backlog}
 
 
-def _backlog(state: State) -> dict[str, Any]:
+def _backlog(state: State, live: dict[str, Any]) -> dict[str, Any]:
     """The indexing backlog (memcli.service.daemon.indexer), read from the database by the command
-    that asks (its counts are None when the database cannot be read yet)."""
+    that asks (its counts are None when the database cannot be read yet), its indexer's
+    figures as the main process published them."""
+    backlog = _read_backlog(state.settings)
+    if live.get("indexer") is not None:
+        backlog["indexer"] = live["indexer"]
+    return backlog
 
+
+def _read_backlog(settings: Any) -> dict[str, Any]:
     try:
-        db = open_database(state.settings.db, readonly=True)
+        db = open_database(settings.db, readonly=True)
     except Exception:  # noqa: BLE001 - status answers anyway
-        return indexer.backlog_status(None, state.settings, served=True)
+        return indexer.backlog_status(None, settings, location=settings.db)
     try:
-        return indexer.backlog_status(db, state.settings, served=True)
+        return indexer.backlog_status(db, settings)
     finally:
         db.close()
 
@@ -241,6 +249,10 @@ class _WebProcess:
             elif line.startswith(b"Q"):
                 with contextlib.suppress(ValueError):
                     state.http_models = json.loads(line[1:])
+            elif line.startswith(b"O") and len(line) > 1 and state.registry is not None:
+                # An HTTP request named a database: open in the registry too (and its
+                # indexer told), closed with the others once unused.
+                _opened(state, [os.fsdecode(line[1:])])
 
     def finish(self, wait: float, log: Callable[[str], None]) -> None:
         """Close the control pipe (the holder closes, the process exits) and wait for it."""
@@ -267,7 +279,7 @@ class _WebProcess:
 
 
 def _fork_web(settings: Any, plan: HttpPlan | None, pool_size: int | None, cli: CliServer,
-              log: Callable[[str], None]) -> _WebProcess:
+              log: Callable[[str], None], *, all_databases: bool = False) -> _WebProcess:
     control_r, control_w = os.pipe()
     reports_r, reports_w = os.pipe()
     for stream in (sys.stdout, sys.stderr):
@@ -281,7 +293,8 @@ def _fork_web(settings: Any, plan: HttpPlan | None, pool_size: int | None, cli: 
                 with contextlib.suppress(OSError):
                     os.close(fd)
         finally:
-            http_process.run(settings, plan, pool_size, control_r, reports_w, log)
+            http_process.run(settings, plan, pool_size, control_r, reports_w, log,
+                             all_databases=all_databases)
     os.close(control_r)
     os.close(reports_w)
     if plan is not None:
@@ -336,11 +349,17 @@ def serve(settings: Any, ep: paths.Endpoint, runner: worker.Runner, warm: Callab
             cli.parent_fds.append(state.registry.read_fd)
         warm_up(settings, warm, log)
         state.models_ready = True
-        if not all_databases:  # the user's daemon: vectors inline until its indexer runs
-            state.indexer = indexer.start(
-                settings, [*cli.parent_fds, cli.sock.fileno(), cli.life_w], cli.life_r, log)
-            cli.parent_fds.append(state.indexer.reports)
-        web_proc = _fork_web(settings, plan, pool_size, cli, log)
+        # Per database: the daemon's; per user: any database, each read with the daemon's
+        # model settings (one configuration per daemon, paths.user_key).
+        state.indexer = indexer.Supervisor(
+            (lambda location: settings.model_copy(update={"db": location})) if all_databases
+            else (lambda _location: settings),
+            lambda: [*cli.parent_fds, cli.sock.fileno(), cli.life_w],
+            cli.life_r, log, only=None if all_databases else settings.db)
+        cli.parent_fds.append(state.indexer.wake_read)
+        if not all_databases:
+            state.indexer.check(settings.db)  # a backlog a killed daemon left is indexed now
+        web_proc = _fork_web(settings, plan, pool_size, cli, log, all_databases=all_databases)
         cli.parent_fds += [web_proc.control, web_proc.reports]
         state.publish()
         where = f"{ep.socket}" + (f" and {state.http}" if state.http else "")
@@ -376,8 +395,8 @@ def _loop(state: State, cli: CliServer, web_proc: _WebProcess, signals: _Signals
     used = b"" if opened is not None else _used_order(state.settings, False)
     while not signals.stop:
         waiting = [cli, signals.read_fd] + ([web_proc.reports] if web_proc.reports >= 0 else [])
-        if index is not None and index.reports >= 0:
-            waiting.append(index.reports)
+        index_fds = index.fds() if index is not None else []
+        waiting += index_fds
         if opened is not None:
             waiting.append(opened.read_fd)
         ready, _, _ = select.select(waiting, [], [], _timeout(idle_minutes, opened))
@@ -385,9 +404,9 @@ def _loop(state: State, cli: CliServer, web_proc: _WebProcess, signals: _Signals
             signals.drain()
         if web_proc.reports in ready:
             web_proc.read_reports(state)
-        if index is not None and index.reports in ready and not index.read_reports():
-            index.stop(0, lambda _line: None)  # it ended: later ingests write vectors inline
-            indexer.background.uninstall()
+        for fd in index_fds:
+            if index is not None and fd in ready:
+                index.on_ready(fd)
         if opened is not None:
             _databases(state, opened, web_proc, opened.read_fd in ready)
         if cli.reap():
@@ -402,14 +421,9 @@ def _loop(state: State, cli: CliServer, web_proc: _WebProcess, signals: _Signals
 
 
 def _used_order(settings: Any, all_databases: bool) -> bytes:
-    """The order that tells the HTTP process a command used the daemon's own database
-    (`e<location>\n`); none for the user's daemon, whose commands' reports name theirs."""
-    if all_databases:
-        return b""
-    location = str(settings.db)
-    if not is_server(location):
-        location = os.path.realpath(location)
-    return b"e" + os.fsencode(location) + b"\n"
+    """The order that tells the HTTP process a command used the daemon's own database (`e`:
+    its default one); none for the user's daemon, whose commands' reports name theirs."""
+    return b"" if all_databases else b"e\n"
 
 
 def _timeout(idle_minutes: float | None, opened: Registry | None) -> float | None:
@@ -426,11 +440,29 @@ def _databases(state: State, opened: Registry, web_proc: _WebProcess, readable: 
     """The user's daemon: databases the commands named are marked used (the HTTP process told
     `e<location>`), those unused for the registry's figure closed (`c<location>`)."""
     if readable:
-        for location in opened.read_reports():
+        before = set(opened.open)
+        used = opened.read_reports()
+        if used:
             state.last = time.monotonic()
+        for location in dict.fromkeys(used):
             web_proc.order(b"e" + os.fsencode(location) + b"\n")
+            if location not in before and state.indexer is not None:
+                state.indexer.check(location)  # what waits there (a killed daemon's backlog)
     for location in opened.close_idle():
         web_proc.order(b"c" + os.fsencode(location) + b"\n")
+        if state.indexer is not None:
+            state.indexer.forget(location)
+
+
+def _opened(state: State, locations: list[str]) -> None:
+    """Databases the HTTP process opened for a request: in the registry, their backlog
+    checked once when new."""
+    assert state.registry is not None
+    for location in locations:
+        new = location not in state.registry.open
+        state.registry.use(location)
+        if new and state.indexer is not None:
+            state.indexer.check(location)
 
 
 def _shutdown(cli: CliServer, web_proc: _WebProcess, grace: float,
