@@ -61,16 +61,18 @@ def _sealed_record(text: str) -> str:
 
 def test_two_databases_through_one_daemon_never_see_each_other(tmp_path):
     """Writes then reads through one user's daemon for two databases, each caller with its
-    own categories file and content key: each command sees only its own database's rows,
-    categories, sealing key and backlog."""
+    own categories file and tenant: each command sees only its own database's rows,
+    categories, sealed values (meta: the key id they were sealed with) and backlog. (The
+    content key is the daemon's configuration, the same for both: its indexer reads the
+    sealed values to embed them.)"""
     home = tmp_path / "home"
-    env = daemon_env(home, tmp_path / "unused.db")
+    env = {**daemon_env(home, tmp_path / "unused.db"), "MEMCLI_KEY": _key(1)}
     sock = tmp_path / "run" / "u.sock"
     sock.parent.mkdir(mode=0o700)
     callers = {}
-    for name, seed in (("a", 1), ("b", 2)):
+    for name, tenant in (("a", "acme"), ("b", "globex")):
         callers[name] = {**env, "MEMCLI_DB": str(tmp_path / f"{name}.db"),
-                         "MEMCLI_SOCKET": str(sock), "MEMCLI_KEY": _key(seed),
+                         "MEMCLI_SOCKET": str(sock), "MEMCLI_TENANT": tenant,
                          "MEMCLI_CATEGORIES": str(_categories(tmp_path, f"only_{name}"))}
     routes = tmp_path / "routes.log"
     proc = start_serve(env, "--all-databases", "--socket", str(sock))
@@ -80,28 +82,46 @@ def test_two_databases_through_one_daemon_never_see_each_other(tmp_path):
             _ok(run_client(["remember", f"{name}-note about green tea", "--user-id", "ann",
                             "--category", f"only_{name}"], caller, routes=routes))
             assert last_route(routes).startswith("daemon")
-            _ok(run_client(["ingest", "-"], caller, routes=routes,
-                           stdin=_sealed_record(f"{name}-secret about green tea")))
+            secrets = [f"{name}-secret about green tea"] * (2 if name == "a" else 1)
+            _ok(run_client(["ingest", "-", "--wait"], caller, routes=routes,
+                           stdin="\n".join(_sealed_record(f"{text} {i}")
+                                           for i, text in enumerate(secrets))))
         # A category only the other caller's file declares is refused (exit 2).
         wrong = run_client(["remember", "x", "--user-id", "ann", "--category", "only_b"],
                            callers["a"], routes=routes)
         assert wrong.returncode == 2 and b"only_b" in wrong.stderr
         assert last_route(routes).startswith("daemon")
+        sealed = {}
         for name, other in (("a", "b"), ("b", "a")):
-            found = _ok(run_client(["query", "green tea", "--user-id", "ann", "--json"],
-                                   callers[name], routes=routes))
-            assert f"{name}-note" in found and f"{name}-secret" in found
-            assert f"{other}-note" not in found and f"{other}-secret" not in found
+            found = json.loads(_ok(run_client(
+                ["query", "green tea", "--user-id", "ann", "--json"], callers[name],
+                routes=routes)))
+            texts = " ".join(hit["text"] for hit in found)
+            assert f"{name}-note" in texts and f"{name}-secret" in texts
+            assert f"{other}-note" not in texts and f"{other}-secret" not in texts
             key = json.loads(_ok(run_client(["key", "status", "--json"], callers[name],
                                             routes=routes)))
-            # The key each database's values were sealed with is that database's caller's.
-            assert key["database_key_id"] == key["key_id"] and key["key_matches"] is True
-            assert key["encrypted_values"] > 0 and key["all_decrypt"]
-        ids = {name: json.loads(_ok(run_client(["key", "status", "--json"], caller,
-                                               routes=routes)))["database_key_id"]
-               for name, caller in callers.items()}
-        assert ids["a"] != ids["b"]
-        # One memory of a waits for its vector again; b's backlog stays its own.
+            assert key["database_key_id"] == key["key_id"] and key["all_decrypt"]
+            # Each database's own sealed values (a: two turns, b: one), not the other's.
+            sealed[name] = key["encrypted_values"]
+        assert sealed["a"] > sealed["b"] > 0
+        for name, tenant in (("a", "acme"), ("b", "globex")):
+            db = open_database(str(tmp_path / f"{name}.db"), readonly=True)
+            try:
+                tenants = {row[0] for row in db.execute("SELECT DISTINCT tenant_id FROM memories")}
+            finally:
+                db.close()
+            assert tenants == {tenant}
+
+        def backlogs() -> dict[str, int | None]:
+            state = json.loads(_ok(run_client(["serve", "status"], callers["b"],
+                                              routes=routes)))
+            return {os.path.basename(entry["db"]): entry["backlog"]["waiting"]
+                    for entry in state["databases"]}
+
+        # Once the daemon's indexer has drained both, one memory of a waits for its vector
+        # again: b's backlog stays its own.
+        assert wait_until(lambda: backlogs() == {"a.db": 0, "b.db": 0}, timeout=60)
         db = open_database(str(tmp_path / "a.db"))
         try:
             db.execute("DELETE FROM memory_vectors WHERE memory_id = "
@@ -113,7 +133,7 @@ def test_two_databases_through_one_daemon_never_see_each_other(tmp_path):
         assert state["all_databases"] and state["db"] is None and state["pid"] == proc.pid
         listed = {entry["db"]: entry for entry in state["databases"]}
         a, b = (listed[os.path.realpath(tmp_path / f"{n}.db")] for n in ("a", "b"))
-        assert a["backlog"]["waiting"] == b["backlog"]["waiting"] + 1
+        assert (a["backlog"]["waiting"], b["backlog"]["waiting"]) == (1, 0)
         assert a["requests"] >= 5 and b["requests"] >= 4
         assert a["last_used_s"] >= 0 and b["last_used_s"] >= 0
     finally:
