@@ -59,7 +59,9 @@ def planted_socket(scratch: Path) -> dict[str, Any]:
             home = scratch / f"planted-{route}"
             env = memcli_env(home, home / "m.db")
             env.update(XDG_RUNTIME_DIR=str(shared), MEMCLI_KEY=KEY, SECRET_API_TOKEN=SECRET)
-            name = os.path.basename(getattr(paths.endpoint(env["MEMCLI_DB"], env), which))
+            # The user's daemon's name: the socket every command looks for when no daemon
+            # was started for its database by hand (and the one the CLI starts).
+            name = os.path.basename(getattr(paths.user_endpoint(env), which))
             python = python_of(user, shared)
             if python is None:
                 return {"skipped": "no python3 the user `nobody` can run"}

@@ -69,11 +69,13 @@ def tenants(db: Path) -> dict[str, str]:
         conn.close()
 
 
-def http(path: str) -> Any:
+def http(path: str, db: Path | None = None) -> Any:
+    """A client of a daemon's HTTP socket; `db`: the database named to the user's daemon."""
     import httpx
 
+    headers = {"X-Memcli-Db": str(db)} if db is not None else {}
     return httpx.Client(transport=httpx.HTTPTransport(uds=path), base_url="http://localhost",
-                        timeout=120)
+                        timeout=120, headers=headers)
 
 
 def mcp_remember(client: Any, text: str) -> bool:
@@ -93,18 +95,20 @@ def starter_identity(scratch: Path) -> dict[str, Any]:
 
     env = scratch_env(scratch, "identity", auto=True)
     config = Path(env["MEMCLI_CONFIG"])
-    config.write_text(config.read_text() + "tenant: home-team\n")
     home = Path(env["HOME"])
     db = Path(env["MEMCLI_DB"])
+    # The user's daemon (what the CLI starts) serves an HTTP request naming no database from
+    # the config file's: this one.
+    config.write_text(config.read_text() + f"tenant: home-team\ndb: '{db}'\n")
     memcli(env, home, "--no-daemon", "remember", "seed: the office has a plant")
-    ep = paths.endpoint(str(db), env)
+    ep = paths.user_endpoint(env)
     try:
         memcli({**env, **STARTER}, home, "stats")
         if not wait_until(lambda: answers(ep.http_socket), 120):
             return {"skipped": "no daemon was started"}
         environ = environ_of(int(Path(ep.pid).read_text()))
         kept = [k for k, v in STARTER.items() if v.encode() in environ]
-        with http(ep.http_socket) as client:
+        with http(ep.http_socket, db) as client:
             r = client.post("/api/v1/memories", json={"text": "http: water the plant"})
             wrote_http = r.status_code in (200, 201)
             wrote_mcp = mcp_remember(client, "mcp: the plant sits by the window")
@@ -164,7 +168,8 @@ def config_db(scratch: Path) -> dict[str, Any]:
     config = Path(env["MEMCLI_CONFIG"])
     config.write_text(config.read_text() + f"db: '{team}'\n")
     default = Path(paths.default_db(env))
-    own, stray = paths.endpoint(str(team), env), paths.endpoint(str(default), env)
+    # The user's daemon serves the configured database; none is started for the default path.
+    own, stray = paths.user_endpoint(env), paths.endpoint(str(default), env)
     try:
         memcli(env, home, "remember", "the team meets on Tuesdays")
         wait_until(lambda: answers(own.socket) or answers(stray.socket), 90)
@@ -247,8 +252,10 @@ def long_runtime_folder(scratch: Path) -> dict[str, Any]:
         run = home / ("r" * (100 - len(str(home)) - 1))
         run.mkdir(mode=0o700, parents=True)
         env["XDG_RUNTIME_DIR"] = str(run)
-        folder = os.path.dirname(paths.endpoint(env["MEMCLI_DB"], env).socket)
-        sock = paths.endpoint(env["MEMCLI_DB"], env).socket
+        # `serve` by hand: the database's daemon; auto-start: the user's.
+        ep = (paths.endpoint(env["MEMCLI_DB"], env) if how == "serve"
+              else paths.user_endpoint(env))
+        folder, sock = os.path.dirname(ep.socket), ep.socket
         memcli(env, home, "--no-daemon", "remember", "the long folder works")
         try:
             if how == "serve":

@@ -198,10 +198,11 @@ def register(app: typer.Typer) -> None:
 
 
 def _daemon_summary(db: str) -> dict[str, Any]:
-    """Whether a `memcli serve` answers for the database (this command runs in it, then) and
-    since when: memcli.service.daemon.main_process.summary."""
+    """Whether a `memcli serve` answers for the database (the one started for it, else the
+    user's; this command runs in it, then) and since when:
+    memcli.service.daemon.main_process.summary."""
     from memcli.service.daemon import main_process, paths
 
     socket = os.environ.get("MEMCLI_SOCKET")
-    ep = paths.endpoint_for_socket(socket) if socket else paths.endpoint(db)
+    ep = paths.endpoint_for_socket(socket) if socket else main_process.answering(db)
     return main_process.summary(ep)

@@ -4,7 +4,10 @@ A coding agent starts one stdio MCP server per session. Importing the MCP SDK ta
 second here, and ten sessions each opening the database would fight over its write lock. So
 when `memcli serve` runs for the database, `memcli mcp` only moves bytes: each JSON-RPC line
 read on stdin is POSTed to the daemon's `/mcp` (streamable HTTP, stateless, JSON responses)
-over its unix socket, and the answer is written back as one line on stdout. The daemon does
+over its unix socket, and the answer is written back as one line on stdout: the daemon started
+for the database when one runs, else the user's daemon, which serves every database and is
+told which one by the header `X-Memcli-Db` (the database's location: a file by its real path,
+sent to either). The daemon does
 the protocol (the SDK), the scope binding (the identity flags travel as `X-Memcli-*`
 headers, which the daemon's MCP server binds) and the single writer.
 
@@ -249,25 +252,38 @@ def old_flags(argv: list[str]) -> list[str]:
             if old != new]
 
 
+DB_HEADER = "X-Memcli-Db"  # the database a request is for, in the user's daemon's HTTP
+
+
 def daemon_http_socket(db: str | None, env: Mapping[str, str]) -> str | None:
-    """The HTTP socket of the daemon serving `db` (None: the default database), if one
-    answers there (`MEMCLI_SOCKET` names the daemon's CLI socket instead, as for the CLI)."""
+    """The HTTP socket of the daemon that answers for `db` (None: the default database), if
+    one answers there: the one started for that database, else the user's daemon
+    (`MEMCLI_SOCKET` names the daemon's CLI socket instead, as for the CLI)."""
     if autostart.mode(env) == "off":  # MEMCLI_NO_DAEMON=1 or config `daemon: off`
         return None
     override = env.get("MEMCLI_SOCKET")
     try:
         if override:
-            endpoint = paths.endpoint_for_socket(override)
+            endpoints = [paths.endpoint_for_socket(override)]
         else:
             # The database as the CLI finds it: --db, MEMCLI_DB, the config file's `db:`.
-            target = paths.guess_db(["--db", db] if db else [], env)
+            target = database(db, env)
             if target is None:
                 return None
-            endpoint = paths.endpoint(target, env)
+            endpoints = [paths.endpoint(target, env), paths.user_endpoint(env)]
     except OSError:
         return None
-    path = str(endpoint.http_socket)
-    return path if daemon_answers(path) else None
+    for endpoint in endpoints:
+        if daemon_answers(str(endpoint.http_socket)):
+            return str(endpoint.http_socket)
+    return None
+
+
+def database(db: str | None, env: Mapping[str, str]) -> str | None:
+    """The database `memcli mcp` serves, as the CLI finds it, named as the daemon's processes
+    name it (`paths.location`: a file by its real path); None when it needs yaml to know."""
+    target = paths.guess_db(["--db", db] if db else [], env)
+    return None if target is None else paths.location(target)
 
 
 def main_hook(argv: list[str], env: Mapping[str, str] | None = None) -> int | None:
@@ -280,6 +296,11 @@ def main_hook(argv: list[str], env: Mapping[str, str] | None = None) -> int | No
     db, headers = parsed
     if not all(value.isascii() for value in headers.values()):
         return None  # HTTP headers carry ASCII: the in-process server binds such a scope
+    target = database(db, env)
+    if target is not None:
+        if not target.isascii():
+            return None  # an HTTP header carries ASCII: the in-process server serves it
+        headers[DB_HEADER] = target
     socket_path = daemon_http_socket(db, env)
     if socket_path is None:
         return None

@@ -1,5 +1,7 @@
 """`memcli serve` (the daemon, memcli.service.daemon.main_process), `memcli serve status` and
-`memcli serve stop`."""
+`memcli serve stop`. `serve` alone serves one database; `serve --all-databases` is the user's
+daemon, the one the CLI starts by itself. `status` and `stop` act on the daemon that would
+answer a command for `--db`: the one started for that database when it runs, else the user's."""
 
 from __future__ import annotations
 
@@ -16,7 +18,8 @@ from memcli.cli.output import emit, errors, fail, resolve_format
 SocketOpt = Annotated[Path | None, typer.Option(
     "--socket", envvar="MEMCLI_SOCKET", show_envvar=True,
     help="The daemon's CLI socket (default: in $XDG_RUNTIME_DIR/memcli/, named after the "
-    "database). Its folder must be yours and closed to others (created 0700 when missing).",
+    "database, or `u-<key>.sock` for the user's daemon). Its folder must be yours and closed "
+    "to others (created 0700 when missing).",
     show_default=False)]
 JsonFormatOpt = Annotated[Format | None, typer.Option(
     "--format", "-f", help="Output format (default: json).", show_default=False)]
@@ -53,9 +56,21 @@ def serve_cmd(
     auto_started: Annotated[bool, typer.Option(
         "--auto-started", hidden=True,
         help="Started by the CLI when no daemon answered (`serve status` says so).")] = False,
+    all_databases: Annotated[bool, typer.Option(
+        "--all-databases", help="Serve every database the user's commands name (the daemon "
+        "the CLI starts by itself), not one: each opened by the command that needs it and "
+        "closed after 10 minutes unused (--db-idle-close).")] = False,
+    db_idle_close: Annotated[float | None, typer.Option(
+        "--db-idle-close", min=0, metavar="SECONDS",
+        help="With --all-databases: seconds a database stays open unused (default 600).",
+        show_default=False)] = None,
+    lock_fd: Annotated[int | None, typer.Option(
+        "--lock-fd", hidden=True, min=0,
+        help="The daemon lock, held already by the CLI that started this daemon.")] = None,
 ) -> None:
-    """Run one warm process for the database: the CLI forwards commands to it, and it
-    serves the HTTP API (and MCP). Stop it with `memcli serve stop`, SIGTERM or Ctrl-C."""
+    """Run one warm process for the database (or, with `--all-databases`, for every
+    database): the CLI forwards commands to it, and it serves the HTTP API (and MCP). Stop
+    it with `memcli serve stop`, SIGTERM or Ctrl-C."""
     if ctx.invoked_subcommand is not None:
         return
     from memcli.service.daemon.main_process import HttpOptions
@@ -63,11 +78,16 @@ def serve_cmd(
 
     code = 1
     with errors():
-        settings, ep = _endpoint(db, socket, create=True)
+        if all_databases and db is not None:
+            raise fail("--db and --all-databases cannot be given together (the user's "
+                       "daemon serves the database each command names)", 2)
+        settings, ep = _endpoint(db, socket, create=True, all_databases=all_databases)
         http = HttpOptions(port=port, host=host, token_file=token_file, no_token=no_token)
         commands = ctx.obj  # memcli.cli.app.Commands: the app this command is part of
         code = run(settings, ep, commands.run, commands.warm, idle_exit=idle_exit,
-                   grace=grace, http=http, pool_size=pool_size, auto_started=auto_started)
+                   grace=grace, http=http, pool_size=pool_size, auto_started=auto_started,
+                   all_databases=all_databases, db_idle_close=db_idle_close,
+                   lock_fd=lock_fd)
     # Nothing of the daemon's is left to tear down (its commands ran in processes of
     # their own); the pipes its forks watch close with this process.
     sys.stdout.flush()
@@ -77,9 +97,10 @@ def serve_cmd(
 
 def status_cmd(db: DbOpt = None, socket: SocketOpt = None, fmt: JsonFormatOpt = None,
                as_json: JsonOpt = False) -> None:
-    """Whether a daemon serves the database: pid, since when, sockets, models loaded,
-    requests answered, started by hand or by the CLI, idle exit (JSON unless `--format
-    text`). Exit 0 when one runs, 1 when none does."""
+    """Whether a daemon serves the database (the one started for it, else the user's): pid,
+    since when, sockets, models loaded, requests answered, started by hand or by the CLI,
+    idle exit; the user's daemon lists the databases open, each with its backlog (JSON unless
+    `--format text`). Exit 0 when one runs, 1 when none does."""
     from memcli.service.daemon import main_process
 
     with errors():
@@ -92,9 +113,9 @@ def status_cmd(db: DbOpt = None, socket: SocketOpt = None, fmt: JsonFormatOpt = 
 
 def stop_cmd(db: DbOpt = None, socket: SocketOpt = None, wait: StopWaitOpt = 60.0,
              fmt: JsonFormatOpt = None, as_json: JsonOpt = False) -> None:
-    """Stop the daemon of the database (SIGTERM: requests in flight finish first) and wait
-    until it has exited. Exit 0 when it stopped or none ran, 1 when it is still running after
-    `--wait` seconds."""
+    """Stop the daemon that answers for the database (the one started for it, else the
+    user's; SIGTERM: requests in flight finish first) and wait until it has exited. Exit 0
+    when it stopped or none ran, 1 when it is still running after `--wait` seconds."""
     from memcli.service.daemon import main_process
 
     with errors():
@@ -132,19 +153,27 @@ def register(app: typer.Typer) -> None:
     serve.command("stop")(stop_cmd)
 
 
-def _endpoint(db: str | None, socket: Path | None, *, create: bool):
+def _endpoint(db: str | None, socket: Path | None, *, create: bool,
+              all_databases: bool = False):
     """The settings (a database file by its real path) and the daemon files for `--db` /
-    `--socket`."""
+    `--socket`: to serve (`create`), the database's own (the user's with `all_databases`);
+    for status and stop, the daemon that would answer a command for the database."""
     from memcli.config import load_settings
-    from memcli.service.daemon import paths
+    from memcli.service.daemon import main_process, paths
 
     settings = load_settings(db)
     if not paths._is_server_location(settings.db):
         # One database, one daemon: the file itself, never a link someone may re-point.
         settings = settings.model_copy(update={"db": os.path.realpath(settings.db)})
     given = socket is not None
-    ep = (paths.endpoint_for_socket(socket.absolute()) if socket is not None
-          else paths.endpoint(settings.db))
+    if socket is not None:
+        ep = paths.endpoint_for_socket(socket.absolute())
+    elif all_databases:
+        ep = paths.user_endpoint()
+    elif create:
+        ep = paths.endpoint(settings.db)
+    else:
+        ep = main_process.answering(settings.db)
     if create:
         if not paths.fits(ep.http_socket):
             raise fail(f"the socket path {ep.http_socket} is too long for a unix socket "

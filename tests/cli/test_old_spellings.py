@@ -17,8 +17,8 @@ from memcli.cli.output import OLD_SPELLINGS_UNTIL
 
 pytestmark = pytest.mark.usefixtures("fast_cli")
 
-# Hidden options that are not old spellings: what `memcli serve` passes the daemon it starts.
-INTERNAL = {"--auto-started"}
+# Hidden options that are not old spellings: what the CLI passes the daemon it starts.
+INTERNAL = {"--auto-started", "--lock-fd"}
 
 
 def _notice(old: str, new: str) -> str:

@@ -122,16 +122,24 @@ ROUTES = {
 }
 
 
+def daemon_files(env: dict[str, str], kind: str) -> paths.Endpoint:
+    """The files of the daemon a client looks for: the database's own, or the user's (the
+    one it looks for next, and starts)."""
+    return paths.endpoint(env["MEMCLI_DB"], env) if kind == "database" \
+        else paths.user_endpoint(env)
+
+
+@pytest.mark.parametrize("kind", ["database", "user"])
 @pytest.mark.parametrize("route", sorted(ROUTES))
 def test_a_folder_planted_by_another_user_gets_nothing(tmp_path, shared_tmp, fallbacks,
-                                                       route):
+                                                       route, kind):
     """The attack: another user made the caller's runtime folder first (mode 777) with a
-    listening socket of the right name."""
+    listening socket of the right name (the database's daemon's, or the user's)."""
     user = other_user()
     args, stdin, which, answered = ROUTES[route]
     env = caller_env(tmp_path / "home", shared_tmp)
     folder = runtime_folder(env, fallbacks)
-    name = os.path.basename(getattr(paths.endpoint(env["MEMCLI_DB"], env), which))
+    name = os.path.basename(getattr(daemon_files(env, kind), which))
     with Listener(python_for(user, shared_tmp), folder, 0o777, name, user) as listener:
         done = memcli(env, *args, stdin=stdin)
     assert_nothing_sent(listener)
@@ -153,16 +161,16 @@ def test_own_folder_open_to_others_is_refused(tmp_path, fallbacks):
 
 
 @pytest.mark.skipif(not hasattr(socket, "SO_PEERCRED"), reason="SO_PEERCRED is Linux's")
-@pytest.mark.parametrize("how", ["runtime folder", "MEMCLI_SOCKET"])
+@pytest.mark.parametrize("how", ["runtime folder", "user's daemon", "MEMCLI_SOCKET"])
 def test_a_listener_of_another_user_is_refused(tmp_path, shared_tmp, fallbacks, how):
     """The folder looks right (the caller's, 0700) but the process listening in it runs as
     another user: found by the connection's peer credentials, before anything is sent."""
     user = other_user()
     env = caller_env(tmp_path / "home", shared_tmp)
-    folder = (runtime_folder(env, fallbacks) if how == "runtime folder"
-              else shared_tmp / "elsewhere")
-    name = (os.path.basename(paths.endpoint(env["MEMCLI_DB"], env).socket)
-            if how == "runtime folder" else "d.sock")
+    folder = (shared_tmp / "elsewhere" if how == "MEMCLI_SOCKET"
+              else runtime_folder(env, fallbacks))
+    name = ("d.sock" if how == "MEMCLI_SOCKET" else os.path.basename(
+        daemon_files(env, "database" if how == "runtime folder" else "user").socket))
     if how == "MEMCLI_SOCKET":
         env.update(MEMCLI_SOCKET=str(folder / name), XDG_RUNTIME_DIR=str(tmp_path / "run"))
     with Listener(python_for(user, shared_tmp), folder, 0o700, name, user) as listener:
@@ -191,12 +199,14 @@ def test_only_the_environment_a_command_reads_is_forwarded(monkeypatch):
         assert env[key] == os.environ[key], key
 
 
-def test_the_users_own_socket_receives_the_forwarded_environment_only(tmp_path, fallbacks):
+@pytest.mark.parametrize("kind", ["database", "user"])
+def test_the_users_own_socket_receives_the_forwarded_environment_only(tmp_path, fallbacks,
+                                                                      kind):
     """Through the real client process: a listener of the caller's own, in a private folder,
     gets the request, with MEMCLI_* and without another tool's secret."""
     env = caller_env(tmp_path / "home", tmp_path / "run")
     folder = runtime_folder(env, fallbacks)
-    name = os.path.basename(paths.endpoint(env["MEMCLI_DB"], env).socket)
+    name = os.path.basename(daemon_files(env, kind).socket)
     with Listener(sys.executable, folder, 0o700, name) as listener:
         done = memcli(env, "remember", "Alice likes green tea")
     assert done.returncode == 0 and done.stderr == "", done.stderr  # in-process after it

@@ -42,7 +42,7 @@ def warm(tmp_path) -> Iterator[tuple[Path, dict[str, str], paths.Endpoint]]:
     db = tmp_path / "m.db"
     env = daemon_env(tmp_path / "home", db)
     env.pop("MEMCLI_AUTOSTART", None)
-    ep = paths.endpoint(str(db), env)
+    ep = paths.user_endpoint(env)  # the user's daemon: what the CLI starts
     made = subprocess.run([sys.executable, "-m", "memcli", "--no-daemon", "remember",
                            "I drink green tea", "--user", "ann"], env=env, cwd=ROOT,
                           capture_output=True)
@@ -89,7 +89,8 @@ def test_first_command_starts_a_daemon_that_answers_the_next(warm, tmp_path):
     state = json.loads(status.stdout)
     assert state["answered"] and state["auto_started"]
     assert state["idle_exit_min"] == pytest.approx(autostart.DEFAULT_IDLE_EXIT)
-    assert state["log"] == ep.log and f"serving {db}" in Path(ep.log).read_text()
+    assert state["log"] == ep.log and "serving every database" in Path(ep.log).read_text()
+    assert [entry["db"] for entry in state["databases"]] == [str(db.resolve())]
     assert state["pid"] == int(Path(ep.pid).read_text())
     stats = json.loads(run_client(["stats"], env, routes=routes).stdout)
     assert stats["daemon"]["answered"] and stats["daemon"]["pid"] == state["pid"]
@@ -225,7 +226,7 @@ def test_config_off_leaves_a_running_daemon_alone_and_manual_uses_it(warm, tmp_p
 def test_a_postgresql_database_gets_its_daemon_too(tmp_path, pg_db):
     env = daemon_env(tmp_path / "home", pg_db)  # type: ignore[arg-type]
     env.pop("MEMCLI_AUTOSTART", None)
-    ep = paths.endpoint(pg_db, env)
+    ep = paths.user_endpoint(env)
     routes = tmp_path / "routes.log"
     try:
         first = run_client(["remember", "I drink green tea", "--user", "ann"], env,
@@ -236,10 +237,11 @@ def test_a_postgresql_database_gets_its_daemon_too(tmp_path, pg_db):
         found = run_client(["query", "tea", "--user", "ann", "--json"], env, routes=routes)
         assert found.returncode == 0, found.stderr
         assert last_route(routes).startswith("daemon") and "green tea" in found.stdout.decode()
-        # The location (a password in it, often) is in the daemon's environment, never on
-        # its command line, which every user can read.
+        # The location (a password in it, often) is never on the daemon's command line,
+        # which every user can read, nor in its environment: each command brings its own.
         pid = int(Path(ep.pid).read_text())
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            assert pg_db.encode() not in f.read()
+        for what in ("cmdline", "environ"):
+            with open(f"/proc/{pid}/{what}", "rb") as f:
+                assert pg_db.encode() not in f.read()
     finally:
         stop_started(Path(paths.runtime_dir(env)))

@@ -1,4 +1,4 @@
-"""A daemon serves requests, not its starter; one database, one daemon, by its real path.
+"""A daemon serves requests, not its starter; a database's own daemon is found by its real path.
 
 Real `memcli serve` processes, started by hand or by the CLI itself (auto-start: these tests
 remove `MEMCLI_AUTOSTART=0`, and stop whatever their runtime folder holds in a finally):
@@ -68,9 +68,11 @@ def tenants_of(db: Path) -> dict[str, str]:
         conn.close()
 
 
-def http_client(ep: paths.Endpoint) -> httpx.Client:
+def http_client(ep: paths.Endpoint, db: Path | None = None) -> httpx.Client:
+    """A client of the daemon's HTTP socket; `db`: the database named to the user's daemon."""
+    headers = {"X-Memcli-Db": str(db)} if db is not None else {}
     return httpx.Client(transport=httpx.HTTPTransport(uds=ep.http_socket),
-                        base_url="http://localhost", timeout=120)
+                        base_url="http://localhost", timeout=120, headers=headers)
 
 
 def mcp_remember(client: httpx.Client, text: str) -> None:
@@ -89,17 +91,19 @@ def mcp_remember(client: httpx.Client, text: str) -> None:
 @pytest.fixture
 def auto(tmp_path) -> Iterator[tuple[Path, dict[str, str], paths.Endpoint]]:
     """(database, environment with auto-start on and `tenant: home-team` in its config file,
-    the daemon's files); every daemon started from its runtime folder is stopped at the end."""
+    the user's daemon's files); every daemon started from its runtime folder is stopped at
+    the end. The config file names the database too: the user's daemon's HTTP requests that
+    name none go there."""
     db = tmp_path / "m.db"
     env = daemon_env(tmp_path / "home", db)
     env.pop("MEMCLI_AUTOSTART", None)
-    Path(env["MEMCLI_CONFIG"]).write_text(NO_SPARSE + "tenant: home-team\n")
+    Path(env["MEMCLI_CONFIG"]).write_text(NO_SPARSE + f"tenant: home-team\ndb: '{db}'\n")
     made = subprocess.run([sys.executable, "-m", "memcli", "--no-daemon", "remember",
                            "seed: the office has a plant", "--user-id", "ann"], env=env, cwd=ROOT,
                           capture_output=True)
     assert made.returncode == 0, made.stderr
     try:
-        yield db, env, paths.endpoint(str(db), env)
+        yield db, env, paths.user_endpoint(env)
     finally:
         stop_started(Path(paths.runtime_dir(env)))
 
@@ -112,17 +116,17 @@ def test_an_auto_started_daemon_serves_requests_not_its_starter(auto, tmp_path):
     assert wait_until(lambda: answers(ep.http_socket), timeout=90), Path(ep.log).read_text()
     pid = int(Path(ep.pid).read_text())
     daemon = environ_of(pid)
-    # Nothing of the starter's scope or tokens; only the allowlist, the database by its real
-    # path and the config file.
+    # Nothing of the starter's scope or tokens, nor its database; only the allowlist and the
+    # config file.
     for key, value in STARTER.items():
         assert key not in daemon and all(value not in v for v in daemon.values()), key
-    assert daemon["MEMCLI_DB"] == os.path.realpath(db)
+    assert "MEMCLI_DB" not in daemon
     assert daemon["MEMCLI_CONFIG"] == env["MEMCLI_CONFIG"]
     assert {key for key in daemon
-            if not (key in autostart.DAEMON_NAMES or key.startswith(("LC_", "PG"))
-                    or key.lower().endswith("_proxy"))} <= {"MEMCLI_DB", "MEMCLI_CONFIG"}
+            if not (key in autostart.DAEMON_NAMES or key.startswith("LC_")
+                    or key.lower().endswith("_proxy"))} <= {"MEMCLI_CONFIG"}
     # Unscoped HTTP and MCP writes: the config file's tenant.
-    with http_client(ep) as client:
+    with http_client(ep, db) as client:
         wrote = client.post("/api/v1/memories", json={"text": "http: the plant needs water",
                                                       "user_id": "ann"})
         assert wrote.status_code in (200, 201), wrote.text
@@ -185,14 +189,16 @@ def test_a_config_files_db_is_the_database_of_client_and_daemon(tmp_path):
         first = run_client(["remember", "the team meets on Tuesdays", "--user-id", "ann"], env,
                            routes=routes)
         assert first.returncode == 0, first.stderr
-        ep = paths.endpoint(str(team), env)
+        ep = paths.user_endpoint(env)
         assert wait_until(lambda: answers(ep.socket), timeout=90), Path(ep.log).read_text()
         second = run_client(["query", "when does the team meet", "--user-id", "ann", "--json"],
                             env, routes=routes)
         assert second.returncode == 0, second.stderr
         assert last_route(routes).startswith("daemon")
         assert "Tuesdays" in second.stdout.decode()
-        assert environ_of(int(Path(ep.pid).read_text()))["MEMCLI_DB"] == str(team)
+        assert "MEMCLI_DB" not in environ_of(int(Path(ep.pid).read_text()))
+        state = json.loads(run_client(["serve", "status"], env, routes=routes).stdout)
+        assert [entry["db"] for entry in state["databases"]] == [str(team)]
         stray = paths.endpoint(str(default), env)
         assert not default.exists() and not os.path.exists(stray.lock)
     finally:
@@ -257,7 +263,7 @@ def test_a_runtime_folder_too_long_for_a_socket_still_gets_its_daemon(tmp_path):
     run = tmp_path / ("r" * (100 - len(str(tmp_path)) - 1))
     run.mkdir(mode=0o700)
     env["XDG_RUNTIME_DIR"] = str(run)
-    ep = paths.endpoint(str(tmp_path / "m.db"), env)
+    ep = paths.user_endpoint(env)
     folder = Path(ep.socket).parent
     assert not folder.is_relative_to(run) and len(os.fsencode(ep.http_socket)) < paths.SUN_PATH
     routes = tmp_path / "routes.log"

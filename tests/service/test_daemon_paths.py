@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from memcli.cli import mcp_bridge
 from memcli.config import load_settings
 from memcli.service.daemon import autostart, paths
 from tests.support.http_api import serving
@@ -104,13 +105,9 @@ def test_a_db_value_the_client_cannot_read_for_sure_routes_nowhere(tmp_path, mon
 
 
 def test_the_daemons_environment_is_the_allowlist(tmp_path):
-    """What an auto-started daemon is given: the database by its real path, the config file's
-    path, memcli's settings of the memory and what Python needs; never a scope or another
-    tool's token."""
-    real = tmp_path / "real.db"
-    real.touch()
-    link = tmp_path / "link.db"
-    link.symlink_to(real)
+    """What an auto-started daemon is given: the config file's path, memcli's settings of the
+    memory and what Python needs; never a database (each command names its own), a scope or
+    another tool's token."""
     starter = {"PATH": "/usr/bin", "HOME": str(tmp_path), "LANG": "C.UTF-8",
                "LC_ALL": "C.UTF-8", "PYTHONPATH": "/src", "TMPDIR": "/var/tmp",
                "XDG_RUNTIME_DIR": "/run/user/1", "MEMCLI_EMBEDDER": "hash",
@@ -121,8 +118,7 @@ def test_the_daemons_environment_is_the_allowlist(tmp_path):
                "MEMCLI_APP": "app", "MEMCLI_SOCKET": "/s.sock", "MEMCLI_NO_DAEMON": "0",
                "MEMCLI_AUTOSTART": "1", "GITHUB_TOKEN": "ghp_x", "AWS_SECRET_ACCESS_KEY": "y",
                "SSH_AUTH_SOCK": "/agent", "MEMCLI_DB": "other.db"}
-    got = autostart.daemon_env(starter, str(link))
-    assert got["MEMCLI_DB"] == str(real)
+    got = autostart.daemon_env(starter)
     assert got["MEMCLI_CONFIG"] == str(tmp_path / ".config" / "memcli" / "config.yaml")
     assert got["MEMCLI_CATEGORIES"] == os.path.abspath("cats.yaml")
     for key in ("PATH", "HOME", "LANG", "LC_ALL", "PYTHONPATH", "TMPDIR", "XDG_RUNTIME_DIR",
@@ -130,13 +126,38 @@ def test_the_daemons_environment_is_the_allowlist(tmp_path):
         assert got[key] == starter[key], key
     for key in ("MEMCLI_TENANT", "MEMCLI_USER", "MEMCLI_AGENT", "MEMCLI_APP", "MEMCLI_SOCKET",
                 "MEMCLI_NO_DAEMON", "MEMCLI_AUTOSTART", "GITHUB_TOKEN",
-                "AWS_SECRET_ACCESS_KEY", "SSH_AUTH_SOCK", "PGPASSFILE"):
+                "AWS_SECRET_ACCESS_KEY", "SSH_AUTH_SOCK", "PGPASSFILE", "MEMCLI_DB"):
         assert key not in got, key
-    # A server location is passed as given (no file to resolve), with libpq's variables.
-    url = "postgresql://u@h/db"
-    served = autostart.daemon_env(starter, url)
-    assert served["MEMCLI_DB"] == url and served["PGPASSFILE"] == "/p"
-    assert "MEMCLI_TENANT" not in served and "GITHUB_TOKEN" not in served
+
+
+def test_the_users_daemon_is_one_per_configuration(tmp_path, monkeypatch):
+    """The user's daemon's key: the same for every database, scope and routing setting of a
+    command; another for another config file's bytes or path, or another model or key
+    setting (a relative path counted as the absolute one it names)."""
+    config = tmp_path / "config.yaml"
+    config.write_text("tenant: t\n")
+    base = {"HOME": str(tmp_path), "XDG_RUNTIME_DIR": str(tmp_path), "MEMCLI_CONFIG": str(config),
+            "MEMCLI_EMBEDDER": "hash"}
+    key = paths.user_key(base)
+    assert len(key) == 16 and int(key, 16) >= 0
+    same = [{**base, "MEMCLI_DB": str(tmp_path / "a.db")}, {**base, "MEMCLI_TENANT": "acme",
+            "MEMCLI_USER": "ann", "MEMCLI_AUTOSTART": "1", "GITHUB_TOKEN": "x"}]
+    for env in same:
+        assert paths.user_key(env) == key
+    other_config = tmp_path / "other.yaml"
+    other_config.write_text("tenant: t\n")
+    monkeypatch.chdir(tmp_path)
+    differ = [{**base, "MEMCLI_EMBEDDER": "e5-small"}, {**base, "MEMCLI_KEY": "k"},
+              {**base, "MEMCLI_CONFIG": str(other_config)}, {**base, "OPENAI_BASE_URL": "u"}]
+    keys = {paths.user_key(env) for env in differ}
+    assert key not in keys and len(keys) == len(differ)
+    relative = paths.user_key({**base, "MEMCLI_CATEGORIES": "cats.yaml"})
+    assert relative == paths.user_key({**base, "MEMCLI_CATEGORIES": str(tmp_path / "cats.yaml")})
+    config.write_text("tenant: t\nembedder:\n  provider: e5-small\n")  # the bytes changed
+    assert paths.user_key(base) != key
+    ep = paths.user_endpoint(base)
+    assert os.path.basename(ep.socket) == f"u-{paths.user_key(base)}.sock"
+    assert ep.http_socket.endswith(".http.sock") and paths.fits(ep.http_socket)
 
 
 # -- `memcli ui`, `serve status`, `serve stop` as clients ------------------------------------
@@ -207,3 +228,31 @@ def test_serve_refuses_a_socket_path_too_long_in_one_line(cli, tmp_path) -> None
     (line,) = r.stderr.splitlines()
     assert line.startswith(f"memcli: error: the socket path {folder}/d.http.sock is too long")
     assert line.endswith("(pass a shorter --socket)")
+
+
+def test_memcli_mcp_finds_the_databases_daemon_else_the_users(tmp_path, monkeypatch):
+    """`memcli mcp`'s bridge: the HTTP socket of the daemon started for the database when one
+    listens, else the user's daemon's; the database named as the daemon's processes name it
+    (the header X-Memcli-Db), a file by its real path."""
+    run = tmp_path / "run"
+    run.mkdir(mode=0o700)
+    real = tmp_path / "real.db"
+    (tmp_path / "link.db").symlink_to(real)
+    monkeypatch.chdir(tmp_path)
+    env = {"HOME": str(tmp_path), "XDG_RUNTIME_DIR": str(run), "MEMCLI_DB": "link.db"}
+    assert mcp_bridge.database(None, env) == str(real)
+    assert mcp_bridge.database("other.db", env) == str(tmp_path / "other.db")
+    assert mcp_bridge.daemon_http_socket(None, env) is None  # none listens
+    folder = paths.runtime_dir(env)
+    paths.ensure_private_dir(folder)
+    listening = []
+    try:
+        for ep in (paths.user_endpoint(env), paths.endpoint("link.db", env)):
+            sock = socket.socket(socket.AF_UNIX)
+            sock.bind(ep.http_socket)
+            sock.listen(4)
+            listening.append(sock)
+            assert mcp_bridge.daemon_http_socket(None, env) == ep.http_socket
+    finally:
+        for sock in listening:
+            sock.close()

@@ -67,6 +67,11 @@ def socket_of(db: Path, env: dict[str, str]) -> Path:
     return Path(paths.endpoint(str(db), env).socket)
 
 
+def user_socket(env: dict[str, str]) -> Path:
+    """The CLI socket of the user's daemon for the environment `env` (paths.user_endpoint)."""
+    return Path(paths.user_endpoint(env).socket)
+
+
 class Daemon:
     """`memcli serve` for `db`, stopped on leaving the block (SIGTERM, then SIGKILL)."""
 
@@ -208,12 +213,14 @@ def serve_processes() -> list[int]:
 
 
 def auto_started_under(folder: Path) -> list[int]:
-    """Pids of auto-started `memcli serve` processes (detached: no test's children) whose
-    database lies under `folder`, read from their environment (memcli/service/daemon/autostart.py
-    hands the database over in MEMCLI_DB)."""
-    prefix = b"MEMCLI_DB=" + str(folder).encode()
+    """Pids of auto-started `memcli serve` processes (detached: no test's children) of a
+    test under `folder`: their socket (`--socket`, in the test's runtime folder) or their
+    config file (MEMCLI_CONFIG, in the test's home) lies there (memcli/service/daemon/
+    autostart.py gives the user's daemon no database)."""
+    where = str(folder).encode()
     return [p.pid for p in with_argument(b"--auto-started")
-            if any(v.startswith(prefix) for v in p.environ or ())]
+            if any(where in a for a in p.argv)
+            or any(v.startswith(b"MEMCLI_CONFIG=" + where) for v in p.environ or ())]
 
 
 @pytest.fixture(autouse=True)

@@ -1,22 +1,29 @@
-"""Warm by default: the CLI starts `memcli serve` for a database when no daemon answers.
+"""Warm by default: the CLI starts the user's `memcli serve --all-databases` when no daemon
+answers.
 
 Standard library only, on the client's route (memcli/service/daemon/client.py), as Mercurial's chg
-starts its command server. When a command finds no daemon for its database (no socket, or a
-refused one), `maybe_start` starts one in the background and the command itself runs
-in-process at once: waiting for the daemon would cost more than the in-process run, since the
-daemon imports every command and loads every model before it answers. The next commands are
-forwarded to it.
+starts its command server. When a command finds no daemon for its database (neither a daemon
+started by hand for it nor the user's daemon answers), `maybe_start` starts the user's daemon
+in the background and the command itself runs in-process at once: waiting for the daemon would
+cost more than the in-process run, since the daemon imports every command and loads every model
+before it answers. The next commands, for this database or any other, are forwarded to it.
+
+One daemon per user and configuration (`paths.user_key`: memcli's version and folder, the
+interpreter, the config file, memcli's model and key settings in the environment), as chg keeps
+one server per configuration and Gradle one daemon per user and version: five projects with a
+memory each share one daemon and one copy of the models. The daemon has no database of its own;
+each command opens the database it names, as in-process.
 
 The daemon is detached: a session of its own (double fork and `setsid`: no terminal, no
 process group a Ctrl-C reaches, not a child of the command), working folder `/`, stdin
-`/dev/null`, stdout and stderr appended to `<key>.log` beside its socket (`paths.Endpoint.log`,
-in the runtime folder, 0700). Its environment is its own (`daemon_env`): the database by its
-real path, the config file's path and an allowlist of what Python and memcli's settings need,
-never the scope or the tokens of the command that started it (docs/guides/daemon.md, "What the
-daemon is given"). It holds the daemon lock from the start, waits for the command that started
-it to end, then runs `memcli serve --auto-started --idle-exit MINUTES`, which
-exits after `DEFAULT_IDLE_EXIT` minutes without a request (`daemon_idle_exit:` in the config
-file, `MEMCLI_DAEMON_IDLE_EXIT`).
+`/dev/null`, stdout and stderr appended to `u-<key>.log` beside its socket (`paths.Endpoint.log`,
+in the runtime folder, 0700). Its environment is its own (`daemon_env`): the config file's path
+and an allowlist of what Python and memcli's settings need, never a database, the scope or the
+tokens of the command that started it (docs/guides/daemon.md, "What the daemon is given"). It
+holds the daemon lock from the start, waits for the command that started it to end, then runs
+`memcli serve --all-databases --auto-started --idle-exit MINUTES`, which exits after
+`DEFAULT_IDLE_EXIT` minutes without a request (`daemon_idle_exit:` in the config file,
+`MEMCLI_DAEMON_IDLE_EXIT`).
 
 Nothing is started when:
 - the mode is not "auto": `MEMCLI_NO_DAEMON=1` or config `daemon: off` (no daemon at all,
@@ -27,10 +34,9 @@ Nothing is started when:
 - the socket's folder fails the trust rule (`paths.ensure_private_dir`: another user's, or
   open to others) or a socket there was refused as untrusted (the client decides that);
 - a process holds the daemon lock: a daemon is starting, serving or stopping. The lock is
-  taken before anything starts, so of two commands racing, one starts a daemon. In the moment
-  between the daemon-to-be releasing it and `memcli serve` taking it again, a third command
-  may start another: the later `memcli serve` finds the lock taken and exits 75 (a line in
-  the log), so one daemon remains.
+  taken before anything starts and handed on, never released, from the daemon-to-be to
+  `memcli serve` (`--lock-fd`), so of commands racing, one starts a daemon; a second `memcli
+  serve` on the same socket finds the lock taken and exits 75 (a line in the log).
 """
 
 from __future__ import annotations
@@ -46,6 +52,7 @@ DEFAULT_IDLE_EXIT = 15.0  # minutes: Gradle's daemon waits 3 h, chg's server 1 h
 NEVER_STARTED = frozenset({"serve", "mcp", "demo", "completion"})
 HELP_WORDS = frozenset({"--help", "-h", "--version", "--install-completion",
                         "--show-completion"})
+LOCK_FD = 3  # the daemon lock's fd number in the daemon-to-be and in `memcli serve` after it
 CALLER_WAIT = 30.0  # seconds the daemon-to-be waits for the command that started it
 LOG_LIMIT = 1 << 20  # bytes: a longer log is emptied when a daemon starts
 MODES = ("auto", "manual", "off")
@@ -91,9 +98,9 @@ def idle_exit(env: Mapping[str, str], config: Mapping[str, str]) -> float:
 # What an auto-started daemon gets of the environment of the command that started it
 # (docs/guides/daemon.md): what Python needs to find and run memcli (its search path, the
 # user's folders, locale, the temporary folder, the native libraries' thread settings), what
-# reaches a model API or a PostgreSQL server (CA files, proxies, libpq's PG* for a server
-# location), and memcli's
-# settings of the memory as a whole (models, LLM, categories, the key of `high` content). Not
+# reaches a model API (CA files, proxies), and memcli's settings of the memory as a whole
+# (paths.SETTING_NAMES: models, LLM, categories, the key of `high` content, which also make the
+# daemon's key). Not a database (each command brings its own, and its libpq PG* variables), not
 # the scope the command ran with (MEMCLI_TENANT, _USER, _AGENT, _APP: a request brings its own,
 # else the config file's), not the client's routing (MEMCLI_SOCKET, _NO_DAEMON, _AUTOSTART),
 # and nothing of other tools (their tokens): the daemon serves requests, not its starter.
@@ -104,33 +111,19 @@ DAEMON_NAMES = frozenset({
     "XDG_CONFIG_HOME", "XDG_DATA_HOME", "XDG_CACHE_HOME", "XDG_STATE_HOME", "XDG_RUNTIME_DIR",
     "OMP_NUM_THREADS", "OMP_WAIT_POLICY", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS",
     "ORT_DISABLE_TELEMETRY", "HF_HOME", "HF_HUB_CACHE", "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE",
-    "SSL_CERT_FILE", "SSL_CERT_DIR",
-    "MEMCLI_EMBEDDER", "MEMCLI_EMBED_BASE_URL", "MEMCLI_EMBED_MODEL", "MEMCLI_EMBED_DIMENSION",
-    "MEMCLI_EMBED_API_KEY", "MEMCLI_LLM_BASE_URL", "MEMCLI_LLM_MODEL", "MEMCLI_LLM_API_KEY",
-    "MEMCLI_LLM_TIMEOUT", "MEMCLI_LLM_DAILY_TOKEN_CAP", "MEMCLI_BUSY_TIMEOUT", "MEMCLI_KEY",
-    "MEMCLI_CATEGORIES", "MEMCLI_CONTEXT_DIR", "MEMCLI_KEY_FILE",
-    "OPENAI_API_KEY", "OPENAI_BASE_URL",
+    "SSL_CERT_FILE", "SSL_CERT_DIR", *paths.SETTING_NAMES,
 })
-# Paths among them, made absolute: the daemon works from `/`.
-DAEMON_PATHS = ("MEMCLI_CATEGORIES", "MEMCLI_CONTEXT_DIR", "MEMCLI_KEY_FILE")
 
 
-def daemon_env(env: Mapping[str, str], db: str) -> dict[str, str]:
-    """The whole environment of a daemon started for `db` from a command whose environment
-    is `env`: the allowlist above, the database (by its real path) and the config file's
-    path. The database goes in the environment, not on the command line: a PostgreSQL URL
-    may hold a password, and every user can read a process's arguments."""
-    server = paths._is_server_location(db)
+def daemon_env(env: Mapping[str, str]) -> dict[str, str]:
+    """The whole environment of the user's daemon started from a command whose environment
+    is `env`: the allowlist above (memcli's settings as `paths.user_key` counted them, paths
+    made absolute: the daemon works from `/`) and the config file's path. No database: each
+    command names its own."""
     given = {key: value for key, value in env.items()
-             if key in DAEMON_NAMES or key.startswith("LC_") or key.lower().endswith("_proxy")
-             or (server and key.startswith("PG"))}  # libpq's, for a server only
-    for key in DAEMON_PATHS:
-        if given.get(key):
-            given[key] = os.path.abspath(given[key])
-    if not server:
-        db = os.path.realpath(db)
-    return {**given, "MEMCLI_DB": db,
-            "MEMCLI_CONFIG": os.path.abspath(paths.config_file(env))}
+             if key in DAEMON_NAMES or key.startswith("LC_") or key.lower().endswith("_proxy")}
+    given.update(paths.settings_in(env))
+    return {**given, "MEMCLI_CONFIG": os.path.abspath(paths.config_file(env))}
 
 
 def wants_daemon(argv: Sequence[str]) -> bool:
@@ -161,9 +154,9 @@ def _take_lock(ep: paths.Endpoint) -> int | None:
     return fd
 
 
-def maybe_start(argv: Sequence[str], db: str, socket_path: str,
+def maybe_start(argv: Sequence[str], socket_path: str,
                 env: Mapping[str, str] | None = None) -> int | None:
-    """Start a daemon for `db` listening on `socket_path` when this command line and the
+    """Start the user's daemon listening on `socket_path` when this command line and the
     settings allow it; its pid, or None when none was started."""
     env = os.environ if env is None else env
     config = config_values(env)
@@ -179,20 +172,20 @@ def maybe_start(argv: Sequence[str], db: str, socket_path: str,
     if lock is None:
         return None
     try:
-        return start(db, ep, env, idle_exit(env, config), lock)
+        return start(ep, env, idle_exit(env, config), lock)
     finally:
         os.close(lock)  # the daemon-to-be holds it now (the same open file)
 
 
-def start(db: str, ep: paths.Endpoint, env: Mapping[str, str], idle_minutes: float,
+def start(ep: paths.Endpoint, env: Mapping[str, str], idle_minutes: float,
           lock: int) -> int | None:
-    """`memcli serve` for `db` on `ep`, detached (see the module docstring); its pid, or None
+    """`memcli serve --all-databases` on `ep`, detached (see the module docstring); its pid, or None
     when it could not be started (the command runs in-process all the same). `lock`: the
-    daemon lock, taken; the daemon-to-be holds it until it starts `memcli serve`, which takes
-    it again (so a command that arrives meanwhile starts no second one)."""
-    child_env = daemon_env(env, db)
-    argv = [sys.executable, "-m", "memcli", "serve", "--socket", ep.socket,
-            "--idle-exit", f"{idle_minutes:g}", "--auto-started"]
+    daemon lock, taken; the daemon-to-be holds it, and `memcli serve` after it (so a command
+    that arrives meanwhile starts no second daemon)."""
+    child_env = daemon_env(env)
+    argv = [sys.executable, "-m", "memcli", "serve", "--all-databases", "--socket", ep.socket,
+            "--idle-exit", f"{idle_minutes:g}", "--auto-started", "--lock-fd", str(LOCK_FD)]
     try:
         log_fd = _open_log(ep.log)
         read_pid, write_pid = os.pipe()
@@ -234,7 +227,9 @@ def _become_daemon(ep: paths.Endpoint, log_fd: int, lock: int, caller_gone: int)
     from the caller's folder and stdio, and wait until the command that started it has ended
     (at most CALLER_WAIT s): the command runs in-process at full speed, never beside the
     daemon's warm-up (on two busy cores that cost a first `acb build` 1.6x its in-process
-    time); then close every fd but 0-2 (the lock too: `memcli serve` takes it again)."""
+    time); then close every fd but 0-2 and the lock, which `memcli serve` keeps as fd
+    `LOCK_FD` (`--lock-fd`): the lock is never free between the two, so a command that comes
+    meanwhile starts no second daemon."""
     import select  # noqa: PLC0415 - the forwarded command's start-up
 
     with open(ep.pid + ".tmp", "w", encoding="ascii") as f:
@@ -246,9 +241,13 @@ def _become_daemon(ep: paths.Endpoint, log_fd: int, lock: int, caller_gone: int)
     os.dup2(log_fd, 1)
     os.dup2(log_fd, 2)
     select.select([caller_gone], [], [], CALLER_WAIT)
-    # Every other fd the caller had (a pipe its own caller reads to the end, the lock): the
-    # daemon must not keep them open.
-    os.closerange(3, os.sysconf("SC_OPEN_MAX") if hasattr(os, "sysconf") else 1024)
+    if lock != LOCK_FD:
+        os.dup2(lock, LOCK_FD)  # inheritable: `memcli serve` holds it on
+    else:
+        os.set_inheritable(LOCK_FD, True)
+    # Every other fd the caller had (a pipe its own caller reads to the end): the daemon must
+    # not keep them open.
+    os.closerange(LOCK_FD + 1, os.sysconf("SC_OPEN_MAX") if hasattr(os, "sysconf") else 1024)
 
 
 def _open_log(path: str) -> int:

@@ -1,7 +1,9 @@
 """The CLI's client of `memcli serve` (standard library only: it runs before anything heavy).
 
-`memcli.cli.entry.main()` calls `main_hook(argv)` first. When a daemon serves the database the
-command targets (`paths.guess_db`), the command line, the environment a command can read
+`memcli.cli.entry.main()` calls `main_hook(argv)` first. When a daemon answers for the database
+the command targets (`paths.guess_db`): one started by hand for that database (its socket named
+after it, `paths.endpoint`) first, else the user's daemon that serves every database
+(`paths.user_endpoint`), the command line, the environment a command can read
 (`forwarded_env`), the working folder and the caller's file descriptors 0, 1 and 2 (passed
 with SCM_RIGHTS, as Mercurial's chg does) go over its unix socket; the daemon runs the same
 Typer app on them, in a process forked for the command (memcli/service/daemon/worker.py), and sends
@@ -76,15 +78,17 @@ def strip_no_daemon(argv: list[str]) -> tuple[list[str], bool]:
     return [a for i, a in enumerate(argv) if not (i < end and a == NO_DAEMON_FLAG)], True
 
 
-def socket_path(argv: list[str]) -> str:
-    """The CLI socket of the daemon for `argv`'s database; ValueError when the database is not
-    known without the app's settings (the command runs in-process)."""
+def socket_paths(argv: list[str]) -> list[str]:
+    """The CLI sockets that may answer for `argv`'s database, in order: `MEMCLI_SOCKET` alone
+    when set, else the database's own daemon's (started by hand: it wins), then the user's
+    daemon's. ValueError when the database is not known without the app's settings (the
+    command runs in-process)."""
     if os.environ.get("MEMCLI_SOCKET"):
-        return os.environ["MEMCLI_SOCKET"]
+        return [os.environ["MEMCLI_SOCKET"]]
     db = paths.guess_db(argv, os.environ)
     if db is None:
         raise ValueError("the config file's db: needs yaml")
-    return paths.endpoint(db, os.environ).socket
+    return [paths.endpoint(db, os.environ).socket, paths.user_endpoint(os.environ).socket]
 
 
 def forwarded_env(env: Mapping[str, str] | None = None) -> dict[str, str]:
@@ -140,22 +144,46 @@ def forward(argv: list[str]) -> int | None:
         sock.close()
 
 
-def _talk(sock: _socket.socket, argv: list[str]) -> int | None:
+def _connect(sock: _socket.socket, argv: list[str]) -> _socket.socket | None:
+    """`sock` connected to the first daemon that answers for `argv` (`socket_paths`), or
+    None: the command runs in-process (and the user's daemon is started when none answered)."""
     try:
-        path = socket_path(argv)
+        candidates = socket_paths(argv)
     except (OSError, ValueError):  # the working folder deleted, say
         return None
-    try:
-        sock.settimeout(CONNECT_TIMEOUT)
-        paths.connect(sock, path)
-    except paths.UntrustedSocket as exc:
-        paths.warn_untrusted(exc)
+    for path in candidates:
+        try:
+            sock.settimeout(CONNECT_TIMEOUT)
+            paths.connect(sock, path)
+            return sock
+        except paths.UntrustedSocket as exc:
+            paths.warn_untrusted(exc)
+            return None
+        except (FileNotFoundError, ConnectionRefusedError):  # none runs, or a stale socket
+            if path == candidates[-1]:
+                _start_daemon(argv, path)
+                return None
+            sock.close()  # a refused connect leaves the socket unusable: a fresh one
+            sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
+        except (OSError, ValueError):  # a path too long, say
+            return None
+    return None
+
+
+def _talk(sock: _socket.socket, argv: list[str]) -> int | None:
+    connected = _connect(sock, argv)
+    if connected is None:
         return None
-    except (FileNotFoundError, ConnectionRefusedError):  # none runs, or a stale socket
-        _start_daemon(argv, path)
-        return None
-    except (OSError, ValueError):  # a path too long, say
-        return None
+    if connected is not sock:
+        try:
+            return _send(connected, argv)
+        finally:
+            connected.close()
+    return _send(sock, argv)
+
+
+def _send(sock: _socket.socket, argv: list[str]) -> int | None:
+    """Send the request on the connected `sock`; the exit code, or None (in-process)."""
     try:
         request = encode_request(argv)
         fds = array("i", [0, 1, 2])
@@ -172,12 +200,11 @@ def _talk(sock: _socket.socket, argv: list[str]) -> int | None:
 
 
 def _start_daemon(argv: list[str], path: str) -> None:
-    """Warm by default (memcli/service/daemon/autostart.py); a daemon that cannot be started (no
-    process left to fork, say) changes nothing: the command runs in-process all the same."""
-    db = paths.guess_db(argv, os.environ)
+    """Warm by default (memcli/service/daemon/autostart.py): the user's daemon on `path`; one
+    that cannot be started (no process left to fork, say) changes nothing: the command runs
+    in-process all the same."""
     try:
-        if db is not None:
-            autostart.maybe_start(argv, db, path)
+        autostart.maybe_start(argv, path)
     except (OSError, ValueError):
         pass
 

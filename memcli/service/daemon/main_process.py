@@ -1,4 +1,12 @@
-"""`memcli serve`: one long-running process per database, keeping models warm.
+"""`memcli serve`: one long-running process keeping models warm, for one database or for all.
+
+Two kinds, one code path: per database (`memcli serve [--db X]`, by hand or systemd) and per
+user (`--all-databases`, what the CLI starts by itself, memcli/service/daemon/autostart.py). The
+user's daemon has no database of its own: it does not open one at start, its indexer
+supervisor serves whichever database a wake line names, and it keeps the registry of the
+databases its commands (and HTTP requests) named (memcli/service/daemon/registry.py), each
+closed after `registry.DB_IDLE_CLOSE` seconds unused. What `serve status` shows is published
+on a shared mmap (`registry.Board`), so a fork reads it current.
 
 Start: take the lock beside the socket (flock; a second `serve` on the same database exits 75
 naming the pid; a lock left by a killed daemon is free again, so its stale socket is simply
@@ -24,7 +32,6 @@ why a fork per command, and what it costs.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
 import os
 import select
@@ -36,19 +43,23 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from memcli.errors import MemcliError
-from memcli.service.daemon import http_process, indexer, paths, worker
+from memcli.service.daemon import http_process, indexer, paths, registry, worker
 from memcli.service.daemon.http_process import HttpOptions, HttpPlan
+from memcli.service.daemon.lock import (
+    AlreadyServing,
+    answering,
+    check_database,
+    lock_holder,
+    stop,
+    take_lock,
+)
+from memcli.service.daemon.registry import Board, Registry
 from memcli.service.daemon.server import CliServer
 from memcli.service.daemon.warm import status_models, warm_command, warm_up
 from memcli.service.holder import is_server
 from memcli.store.opener import open_database
 
-__all__ = ["AlreadyServing", "HttpOptions", "serve", "status", "stop"]
-
-
-class AlreadyServing(MemcliError):
-    exit_code = 75
+__all__ = ["AlreadyServing", "HttpOptions", "answering", "serve", "status", "stop"]
 
 
 @dataclass
@@ -72,6 +83,24 @@ class State:
     idle_exit: float | None = None  # minutes
     settings: Any = None
     indexer: indexer.Supervisor | None = None
+    registry: Registry | None = None  # the user's daemon: the databases open
+    board: Board | None = None  # what `serve status` reads, current in every fork
+
+    def live(self) -> dict[str, Any]:
+        """The changing part of the status, as the main process knows it now."""
+        databases = self.registry.snapshot() if self.registry else None
+        for entry in databases or []:
+            if self.indexer is not None:  # its figures live here, in the main process
+                entry["indexer"] = self.indexer.status(entry["db"])
+        own = (self.indexer.status(str(self.settings.db))
+               if self.indexer is not None and self.registry is None else None)
+        return {"requests": (self.cli.served if self.cli else 0) + self.http_requests,
+                "http_models": self.http_models, "pool": self.pool, "databases": databases,
+                "indexer": own}
+
+    def publish(self) -> None:
+        if self.board is not None:
+            self.board.publish(self.live())
 
     def idle_for(self) -> float:
         busy = (self.http_running or (self.cli is not None and self.cli.active)
@@ -87,24 +116,31 @@ def status(ep: paths.Endpoint) -> dict[str, Any]:
     runs (`serve status` is forwarded to it), else whether another process holds its lock."""
     state = _STATE
     if state is not None and state.ep.socket == ep.socket:
-        served = (state.cli.served if state.cli else 0) + state.http_requests
-        return {"running": True, "answered": True, "pid": state.pid, "db": state.db,
-                "socket": ep.socket,
-                "http_socket": ep.http_socket if state.http is not None else None,
-                "http_url": state.http or None,
-                # Warm in every process: loaded by the main one, and the HTTP process's query
-                # session built (memcli/service/daemon/warm.py), which costs CPU while it is built.
-                "models_ready": state.models_ready and (state.http is None
-                                                        or state.http_models is not None),
-                "requests": served, "started_at": _iso(state.started),
-                "uptime_s": round(time.time() - state.started, 1),
-                "auto_started": state.auto_started, "idle_exit_min": state.idle_exit,
-                "log": ep.log if state.auto_started else None,
-                "models": status_models(state.settings, None if state.http is None
-                                                else state.http_models or {}),
-                **({"pool": state.pool} if state.pool else {}),
-                **({"backlog": _backlog(state)} if state.indexer is not None else {})}
-    pid = _lock_holder(ep)
+        live = (state.board.read() if state.board is not None else None) or state.live()
+        http_models = live.get("http_models")
+        out = {"running": True, "answered": True, "pid": state.pid,
+               "db": None if state.registry is not None else state.db,
+               "socket": ep.socket,
+               "http_socket": ep.http_socket if state.http is not None else None,
+               "http_url": state.http or None,
+               # Warm in every process: loaded by the main one, and the HTTP process's query
+               # session built (memcli/service/daemon/warm.py), which costs CPU while it is built.
+               "models_ready": state.models_ready and (state.http is None
+                                                       or http_models is not None),
+               "requests": live.get("requests", 0), "started_at": _iso(state.started),
+               "uptime_s": round(time.time() - state.started, 1),
+               "auto_started": state.auto_started, "idle_exit_min": state.idle_exit,
+               "log": ep.log if state.auto_started else None,
+               "models": status_models(state.settings, None if state.http is None
+                                       else http_models or {}),
+               **({"pool": live["pool"]} if live.get("pool") else {}),
+               **({"backlog": _backlog(state, live)} if state.registry is None
+                  and state.indexer is not None else {})}
+        if state.registry is not None:
+            out["all_databases"] = True
+            out["databases"] = [_database(state, entry) for entry in live.get("databases") or []]
+        return out
+    pid = lock_holder(ep)
     return {"running": pid is not None, "pid": pid, "socket": ep.socket, "answered": False}
 
 
@@ -119,109 +155,38 @@ def _iso(epoch: float) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(epoch))
 
 
-def _backlog(state: State) -> dict[str, Any]:
-    """The indexing backlog (memcli.service.daemon.indexer), read from the database by the command
-    that asks (its counts are None when the database cannot be read yet)."""
+def _database(state: State, entry: dict[str, Any]) -> dict[str, Any]:
+    """One open database of the user's daemon as `serve status` lists it, its backlog read
+    from the database itself (with the daemon's model settings: one configuration per
+    daemon), its indexer's figures as the main process published them."""
+    location = str(entry["db"])
+    backlog = _read_backlog(state.settings.model_copy(update={"db": location}))
+    if entry.get("indexer") is not None:
+        backlog["indexer"] = entry["indexer"]
+    return {"db": _shown_db(location),
+            "last_used_s": round(max(0.0, time.time() - float(entry["last_used"])), 1),
+            "requests": entry["requests"], "backlog": backlog}
 
+
+def _backlog(state: State, live: dict[str, Any]) -> dict[str, Any]:
+    """The indexing backlog (memcli.service.daemon.indexer), read from the database by the command
+    that asks (its counts are None when the database cannot be read yet), its indexer's
+    figures as the main process published them."""
+    backlog = _read_backlog(state.settings)
+    if live.get("indexer") is not None:
+        backlog["indexer"] = live["indexer"]
+    return backlog
+
+
+def _read_backlog(settings: Any) -> dict[str, Any]:
     try:
-        db = open_database(state.settings.db, readonly=True)
+        db = open_database(settings.db, readonly=True)
     except Exception:  # noqa: BLE001 - status answers anyway
-        return indexer.backlog_status(None, state.settings, location=state.settings.db)
+        return indexer.backlog_status(None, settings, location=settings.db)
     try:
-        return indexer.backlog_status(db, state.settings)
+        return indexer.backlog_status(db, settings)
     finally:
         db.close()
-
-
-def _lock_holder(ep: paths.Endpoint) -> int | None:
-    """The pid in the pidfile when a process holds the daemon lock, else None."""
-    try:
-        fd = os.open(ep.lock, os.O_RDONLY | os.O_CLOEXEC)
-    except OSError:
-        return None
-    try:
-        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-    except BlockingIOError:
-        try:
-            return int(Path(ep.pid).read_text(encoding="ascii").strip())
-        except (OSError, ValueError):
-            return -1
-    finally:
-        os.close(fd)
-    return None
-
-
-def stop(ep: paths.Endpoint, wait: float) -> dict[str, Any]:
-    """`memcli serve stop`: SIGTERM to the daemon of `ep` (its requests in flight finish, as
-    on any stop), then wait at most `wait` seconds until it has released its lock. The pid
-    comes from the pidfile, so only from a folder the trust rule accepts (another user's
-    folder could name any process of this user's)."""
-    folder = os.path.dirname(ep.pid)
-    try:
-        why = paths.folder_problem(folder)
-    except OSError:
-        why = None  # no folder: no daemon
-    if why is not None:
-        raise MemcliError(f"not using the daemon files in {folder} ({why})",
-                          paths.remedy(folder))
-    pid = _lock_holder(ep)
-    if pid is not None and pid > 0:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGTERM)
-    deadline = time.monotonic() + wait
-    while pid is not None and _lock_holder(ep) is not None and time.monotonic() < deadline:
-        time.sleep(0.05)
-    running = pid is not None and _lock_holder(ep) is not None
-    return {"stopped": pid is not None and not running, "running": running, "pid": pid,
-            "socket": ep.socket}
-
-
-def take_lock(ep: paths.Endpoint) -> int:
-    """Hold the daemon lock of `ep` (an open fd, kept until exit) and write the pidfile."""
-    fd = os.open(ep.lock, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        os.close(fd)
-        try:
-            pid = Path(ep.pid).read_text(encoding="ascii").strip() or "?"
-        except OSError:
-            pid = "?"
-        raise AlreadyServing(f"memcli serve is already running for this database (pid {pid})",
-                             f"socket {ep.socket}; stop it with `memcli serve stop` or "
-                             f"`kill {pid}`") from None
-    tmp = Path(ep.pid + ".tmp")
-    tmp.write_text(f"{os.getpid()}\n", encoding="ascii")
-    os.replace(tmp, ep.pid)
-    return fd
-
-
-
-
-def _check_database(settings: Any) -> None:
-    """Before anything binds, say plainly why the database cannot be used (exit 1), rather
-    than serve nothing: a PostgreSQL server gets memcli's tables (one plain connection), an
-    existing file is opened (and migrated); a file not made yet is left to the first write,
-    as in-process (a daemon started by a read creates no empty database), once its folder is
-    there and a file can be made in it. Closed again: the main process forks and must hold no
-    connection."""
-
-    if is_server(settings.db) or os.path.exists(settings.db):
-        open_database(settings.db, busy_timeout=settings.busy_timeout).close()
-        return
-    folder = os.path.dirname(os.path.abspath(settings.db))
-    try:
-        os.makedirs(folder, exist_ok=True)  # as the first write would
-    except OSError as exc:
-        raise MemcliError(f"cannot open {settings.db}: cannot create its folder "
-                          f"({exc.strerror})", "check --db and the folder's permissions") from None
-    probe = os.path.join(folder, f".{os.path.basename(settings.db)}.{os.getpid()}.probe")
-    try:  # a file can be made there (root passes every permission check, not /proc's)
-        os.close(os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600))
-        os.unlink(probe)
-    except OSError as exc:
-        raise MemcliError(f"cannot open {settings.db}: cannot create a file in its folder "
-                          f"({exc.strerror})", "check --db and the folder's permissions") from None
 
 
 class _Signals:
@@ -284,6 +249,10 @@ class _WebProcess:
             elif line.startswith(b"Q"):
                 with contextlib.suppress(ValueError):
                     state.http_models = json.loads(line[1:])
+            elif line.startswith(b"O") and len(line) > 1 and state.registry is not None:
+                # An HTTP request named a database: open in the registry too (and its
+                # indexer told), closed with the others once unused.
+                _opened(state, [os.fsdecode(line[1:])])
 
     def finish(self, wait: float, log: Callable[[str], None]) -> None:
         """Close the control pipe (the holder closes, the process exits) and wait for it."""
@@ -338,10 +307,15 @@ def serve(settings: Any, ep: paths.Endpoint, runner: worker.Runner, warm: Callab
           *, idle_exit: float | None = None, grace: float = 30.0,
           http: HttpOptions | None = None,
           log: Callable[[str], None] = lambda line: print(line, file=sys.stderr, flush=True),
-          pool_size: int | None = None, auto_started: bool = False) -> int:
+          pool_size: int | None = None, auto_started: bool = False,
+          all_databases: bool = False, db_idle_close: float | None = None,
+          lock_fd: int | None = None) -> int:
     """Run the daemon until a signal or the idle timeout; the exit code (0). `runner` runs one
-    command line (the CLI's in-process path), `warm` imports what it needs."""
-    lock_fd = take_lock(ep)
+    command line (the CLI's in-process path), `warm` imports what it needs. `all_databases`:
+    the user's daemon (`settings` gives its models; its database is not opened), each
+    database closed after `db_idle_close` seconds unused (registry.DB_IDLE_CLOSE). `lock_fd`:
+    the daemon lock handed on by the process that started this one (autostart.py)."""
+    lock_fd = take_lock(ep, lock_fd)
     # Before anything listens: a SIGTERM during start-up is a clean stop, never the default
     # abrupt exit (a client may already be connected once the socket exists).
     signals = _Signals()
@@ -350,34 +324,51 @@ def serve(settings: Any, ep: paths.Endpoint, runner: worker.Runner, warm: Callab
     web_proc: _WebProcess | None = None
     state: State | None = None
     try:
-        _check_database(settings)
+        if not all_databases:
+            check_database(settings)
         plan = HttpPlan.prepare(settings, ep, http or HttpOptions(), grace, log)
         global _STATE
         state = _STATE = State(db=_shown_db(settings.db), ep=ep, settings=settings,
                                http=(plan.tcp_address or "") if plan is not None else None,
                                auto_started=auto_started, idle_exit=idle_exit or None)
+        if all_databases:
+            state.registry = Registry(db_idle_close if db_idle_close is not None
+                                      else registry.DB_IDLE_CLOSE)
+        state.board = Board()  # before any fork: every process shares it
+        used = _used_order(settings, all_databases)
 
         def on_request() -> None:
             state.last = time.monotonic()
-            if web_proc is not None:
-                web_proc.order(b"e\n")
+            if web_proc is not None and used:
+                web_proc.order(used)
 
         cli = state.cli = CliServer(Path(ep.socket), runner, on_request=on_request,
                                     warm=lambda: warm_command(settings))
         cli.parent_fds = [lock_fd, signals.read_fd, signals.write_fd]
+        if state.registry is not None:
+            cli.reports = state.registry.write_fd
+            cli.parent_fds.append(state.registry.read_fd)
         warm_up(settings, warm, log)
         state.models_ready = True
+        # Per database: the daemon's; per user: any database, each read with the daemon's
+        # model settings (one configuration per daemon, paths.user_key).
         state.indexer = indexer.Supervisor(
-            lambda _location: settings, lambda: [*cli.parent_fds, cli.sock.fileno(), cli.life_w],
-            cli.life_r, log, only=settings.db)
+            (lambda location: settings.model_copy(update={"db": location})) if all_databases
+            else (lambda _location: settings),
+            lambda: [*cli.parent_fds, cli.sock.fileno(), cli.life_w],
+            cli.life_r, log, only=None if all_databases else settings.db)
         cli.parent_fds.append(state.indexer.wake_read)
-        state.indexer.check(settings.db)  # a backlog a killed daemon left is indexed now
-        web_proc = _fork_web(settings, plan, pool_size, cli, log)
+        if not all_databases:
+            state.indexer.check(settings.db)  # a backlog a killed daemon left is indexed now
+        web_proc = _fork_web(settings, plan, pool_size, cli, log, all_databases=all_databases)
         cli.parent_fds += [web_proc.control, web_proc.reports]
+        state.publish()
         where = f"{ep.socket}" + (f" and {state.http}" if state.http else "")
-        log(f"memcli: serving {_shown_db(settings.db)} on {where} (pid {os.getpid()})")
+        what = "every database" if all_databases else _shown_db(settings.db)
+        log(f"memcli: serving {what} on {where} (pid {os.getpid()})")
         _loop(state, cli, web_proc, signals, idle_exit)
-        state.indexer.stop(grace, log)  # its connection closed before the WAL checkpoint
+        if state.indexer is not None:
+            state.indexer.stop(grace, log)  # its connection closed before the WAL checkpoint
         return _shutdown(cli, web_proc, grace, log)
     finally:
         if state is not None and state.indexer is not None:
@@ -392,6 +383,8 @@ def serve(settings: Any, ep: paths.Endpoint, runner: worker.Runner, warm: Callab
         for path in (ep.socket, ep.http_socket, ep.pid):
             with contextlib.suppress(OSError):
                 os.unlink(path)
+        if state is not None and state.registry is not None:
+            state.registry.close()
         os.close(lock_fd)
 
 
@@ -399,14 +392,17 @@ def _loop(state: State, cli: CliServer, web_proc: _WebProcess, signals: _Signals
           idle_minutes: float | None) -> None:
     """Accept commands, read the HTTP process's reports, reap; until a stop or the idle
     timeout."""
-    index = state.indexer
+    index, opened = state.indexer, state.registry
+    used = b"" if opened is not None else _used_order(state.settings, False)
     while not signals.stop:
         waiting = [*cli.waiting(), signals.read_fd]
         if web_proc.reports >= 0:
             waiting.append(web_proc.reports)
         index_fds = index.fds() if index is not None else []
         waiting += index_fds
-        timeouts = [min(1.0, idle_minutes * 60 / 4) if idle_minutes else None, cli.timeout()]
+        if opened is not None:
+            waiting.append(opened.read_fd)
+        timeouts = [_timeout(idle_minutes, opened), cli.timeout()]
         timeout = min((t for t in timeouts if t is not None), default=None)
         ready, _, _ = select.select(waiting, [], [], timeout)
         if signals.read_fd in ready:
@@ -416,13 +412,62 @@ def _loop(state: State, cli: CliServer, web_proc: _WebProcess, signals: _Signals
         for fd in index_fds:
             if index is not None and fd in ready:
                 index.on_ready(fd)
+        if opened is not None:
+            _databases(state, opened, web_proc, opened.read_fd in ready)
         if cli.reap():
             state.last = time.monotonic()
-            web_proc.order(b"e\n")
+            if used:
+                web_proc.order(used)
         if not signals.stop:
             cli.serve(ready)  # a command's process: a spare took it, or forked for it
+        state.publish()
         if idle_minutes and state.idle_for() >= idle_minutes * 60:
             return
+
+
+def _used_order(settings: Any, all_databases: bool) -> bytes:
+    """The order that tells the HTTP process a command used the daemon's own database (`e`:
+    its default one); none for the user's daemon, whose commands' reports name theirs."""
+    return b"" if all_databases else b"e\n"
+
+
+def _timeout(idle_minutes: float | None, opened: Registry | None) -> float | None:
+    """How long the loop may sleep: a quarter of the idle exit (at most 1 s), and no longer
+    than until the next database is to be closed."""
+    timeout = min(1.0, idle_minutes * 60 / 4) if idle_minutes else None
+    due = opened.next_close() if opened is not None else None
+    if due is not None:
+        timeout = due + 0.01 if timeout is None else min(timeout, due + 0.01)
+    return timeout
+
+
+def _databases(state: State, opened: Registry, web_proc: _WebProcess, readable: bool) -> None:
+    """The user's daemon: databases the commands named are marked used (the HTTP process told
+    `e<location>`), those unused for the registry's figure closed (`c<location>`)."""
+    if readable:
+        before = set(opened.open)
+        used = opened.read_reports()
+        if used:
+            state.last = time.monotonic()
+        for location in dict.fromkeys(used):
+            web_proc.order(b"e" + os.fsencode(location) + b"\n")
+            if location not in before and state.indexer is not None:
+                state.indexer.check(location)  # what waits there (a killed daemon's backlog)
+    for location in opened.close_idle():
+        web_proc.order(b"c" + os.fsencode(location) + b"\n")
+        if state.indexer is not None:
+            state.indexer.forget(location)
+
+
+def _opened(state: State, locations: list[str]) -> None:
+    """Databases the HTTP process opened for a request: in the registry, their backlog
+    checked once when new."""
+    assert state.registry is not None
+    for location in locations:
+        new = location not in state.registry.open
+        state.registry.use(location)
+        if new and state.indexer is not None:
+            state.indexer.check(location)
 
 
 def _shutdown(cli: CliServer, web_proc: _WebProcess, grace: float,

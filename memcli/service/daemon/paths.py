@@ -1,8 +1,15 @@
 """Where a daemon listens, shared by `memcli serve` and the CLI client (standard library only).
 
-One daemon per database: its files live in the user's runtime dir (`$XDG_RUNTIME_DIR/memcli/`,
-else `/tmp/memcli-$UID/`, a 0700 folder the user must own), named by a hash of the database's
-real path, so every client that targets the same file finds the same socket. A unix socket's
+Two kinds of daemon, their files in the user's runtime dir (`$XDG_RUNTIME_DIR/memcli/`, else
+`/tmp/memcli-$UID/`, a 0700 folder the user must own):
+
+- per user (`memcli serve --all-databases`, what the CLI starts by itself): `u-<key>` files,
+  the key a hash of what decides what the daemon loads (`user_key`: memcli's version and
+  folder, the interpreter, the config file's path and bytes, memcli's model and key settings
+  in the environment), so a configuration that changes models or keys gets its own daemon,
+  as Mercurial's chg keeps one server per configuration;
+- per database (`memcli serve [--db X]`, started by hand): named by a hash of the database's
+  real path, so every client that targets the same file finds the same socket. A unix socket's
 path has a limit (`sun_path`: 108 bytes on Linux, 104 on macOS and the BSDs); when the runtime
 folder is too long for it, the files go to `/tmp/memcli-$UID-<hash of that folder>/` instead,
 under the same trust rule (as GnuPG moves its sockets to a hashed folder). Every process that
@@ -37,6 +44,8 @@ import stat
 import struct
 import sys
 from collections.abc import Mapping, Sequence
+
+from memcli.core.version import __version__
 
 try:  # the builtin module: hashlib loads OpenSSL (~7 ms of the client's start)
     from _sha256 import sha256
@@ -81,8 +90,8 @@ class Endpoint:
 
 # The size of `sun_path`, the NUL included (Linux 108; macOS and the BSDs 104).
 SUN_PATH = 108 if sys.platform.startswith("linux") else 104
-# The longest name a daemon file takes in its folder: `<16 hex>.http.sock`.
-LONGEST_NAME = 16 + len(".http.sock")
+# The longest name a daemon file takes in its folder: `u-<16 hex>.http.sock`.
+LONGEST_NAME = len("u-") + 16 + len(".http.sock")
 
 
 def fits(path: str) -> bool:
@@ -232,6 +241,58 @@ def endpoint(db: str | os.PathLike[str], env: Mapping[str, str] | None = None,
     return endpoint_for_socket(os.path.join(runtime_dir(env), f"{db_key(db, cwd)}.sock"))
 
 
+# memcli's settings in the environment that change what a daemon loads or holds (its models,
+# their endpoints and keys, the content key): part of the per-user daemon's key, and given to
+# the daemon the CLI starts (autostart.DAEMON_NAMES). Paths among them count as absolute paths.
+SETTING_NAMES = (
+    "MEMCLI_EMBEDDER", "MEMCLI_EMBED_BASE_URL", "MEMCLI_EMBED_MODEL", "MEMCLI_EMBED_DIMENSION",
+    "MEMCLI_EMBED_API_KEY", "MEMCLI_LLM_BASE_URL", "MEMCLI_LLM_MODEL", "MEMCLI_LLM_API_KEY",
+    "MEMCLI_LLM_TIMEOUT", "MEMCLI_LLM_DAILY_TOKEN_CAP", "MEMCLI_BUSY_TIMEOUT", "MEMCLI_KEY",
+    "MEMCLI_CATEGORIES", "MEMCLI_CONTEXT_DIR", "MEMCLI_KEY_FILE",
+    "OPENAI_API_KEY", "OPENAI_BASE_URL",
+)
+_PACKAGE = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+SETTING_PATHS = ("MEMCLI_CATEGORIES", "MEMCLI_CONTEXT_DIR", "MEMCLI_KEY_FILE")
+
+
+def settings_in(env: Mapping[str, str]) -> dict[str, str]:
+    """The SETTING_NAMES set in `env`, paths made absolute (a daemon works from `/`)."""
+    found = {name: env[name] for name in SETTING_NAMES if env.get(name)}
+    for name in SETTING_PATHS:
+        if name in found:
+            found[name] = os.path.abspath(found[name])
+    return found
+
+
+def user_key(env: Mapping[str, str] | None = None) -> str:
+    """The per-user daemon's key: 16 hex of sha256 over memcli's version and package folder,
+    the interpreter, the config file's absolute path and bytes, and the sorted memcli
+    settings of the environment (`settings_in`). Two commands whose models, keys or memcli
+    differ meet different daemons; the database never counts (one daemon serves them all)."""
+    env = os.environ if env is None else env
+    path = os.path.abspath(config_file(env))
+    digest = sha256()
+    for part in (__version__, _PACKAGE, sys.executable, path):
+        digest.update(os.fsencode(part) + b"\0")
+    digest.update(_config_bytes(path) + b"\0")
+    for name, value in sorted(settings_in(env).items()):
+        digest.update(os.fsencode(name) + b"=" + os.fsencode(value) + b"\0")
+    return digest.hexdigest()[:16]
+
+
+def user_endpoint(env: Mapping[str, str] | None = None) -> Endpoint:
+    """The per-user daemon's files in the runtime folder (`u-<user_key>.sock`, ...)."""
+    return endpoint_for_socket(os.path.join(runtime_dir(env), f"u-{user_key(env)}.sock"))
+
+
+def location(db: str, cwd: str | None = None) -> str:
+    """A database as the daemon's processes name it to each other (`D<location>` lines,
+    `X-Memcli-Db`): a server location as given, a file by its real path (relative to `cwd`)."""
+    if _is_server_location(db):
+        return db
+    return os.path.realpath(os.path.join(cwd or os.getcwd(), db))
+
+
 def default_db(env: Mapping[str, str] | None = None) -> str:
     """`config.default_db_path()`, without importing config (pydantic)."""
     env = os.environ if env is None else env
@@ -249,6 +310,28 @@ def config_file(env: Mapping[str, str]) -> str:
 
 CONFIG_KEYS = ("daemon", "daemon_idle_exit", "db")
 _YAML_NULL = ("", "~", "null", "Null", "NULL")
+_READ: dict[str, tuple[tuple[int, int, int], bytes]] = {}  # path: (its stat, its bytes)
+
+
+def _config_bytes(path: str) -> bytes:
+    """The config file's first 64 KiB (b"" when there is none), read once per process while
+    it is unchanged (same inode, size and mtime): the client reads its keys (`config_values`)
+    and hashes it (`user_key`) from one read."""
+    try:
+        info = os.stat(path)
+    except OSError:
+        return b""
+    seen = (info.st_ino, info.st_size, info.st_mtime_ns)
+    kept = _READ.get(path)
+    if kept is not None and kept[0] == seen:
+        return kept[1]
+    try:
+        with open(path, "rb") as f:
+            text = f.read(1 << 16)
+    except OSError:
+        return b""
+    _READ[path] = (seen, text)
+    return text
 
 
 def config_values(env: Mapping[str, str]) -> dict[str, str | None]:
@@ -257,11 +340,10 @@ def config_values(env: Mapping[str, str]) -> dict[str, str | None]:
     cannot be sure of (a YAML feature beyond a plain or simply quoted scalar) is None: the
     caller then knows it does not know. memcli.config reads the same keys with yaml (the
     tests check they agree)."""
-    try:
-        with open(config_file(env), encoding="utf-8", errors="replace") as f:
-            text = f.read(1 << 16)
-    except OSError:
+    data = _config_bytes(os.path.abspath(config_file(env)))
+    if not data:
         return {}
+    text = data.decode("utf-8", errors="replace")
     found: dict[str, str | None] = {}
     lines = text.splitlines()
     for i, line in enumerate(lines):

@@ -82,6 +82,7 @@ class CliServer:
         self._spare_failed = -SPARE_RETRY  # when a spare last ended without a command
         self._gone: set[int] = set()  # spares that ended without a command, to be reaped
         self._closed = False
+        self.reports = -1  # where a command's process names its database (worker.py)
 
     def fileno(self) -> int:
         return self.sock.fileno()
@@ -137,7 +138,7 @@ class CliServer:
                 self._child_setup()
                 self.sock.close()
             finally:
-                worker.serve_one(conn, self.runner, self.life_r)
+                worker.serve_one(conn, self.runner, self.life_r, self.reports)
         conn.close()
         self.children.add(pid)
         self.served += 1
@@ -163,7 +164,8 @@ class CliServer:
                 ours.close()
                 self._child_setup()
             finally:
-                worker.wait_as_spare(self.sock, theirs, self.runner, self.life_r, self.warm)
+                worker.wait_as_spare(self.sock, theirs, self.runner, self.life_r, self.warm,
+                                     self.reports)
         theirs.close()
         ours.setblocking(False)
         self.spare = Spare(pid, ours)

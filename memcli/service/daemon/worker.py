@@ -16,6 +16,11 @@ becomes the caller's process for real before the command runs, so nothing has to
   KeyboardInterrupt, as in-process, even in a blocking read. The daemon dying (kill -9) ends
   the command too (the life pipe closes), as it would a thread of the daemon.
 
+Right after the request is received, the process names the command's database to the main
+process (`report_database`: `D<location>\n` on the report pipe every fork inherits), found as
+the client found it (`paths.guess_db` over the caller's command line, environment and folder),
+so that the user's daemon knows which databases are open and when each was last used.
+
 The exit code goes back to the client as b"E<code>\\n"; the process ends with `os._exit` (its
 streams flushed), skipping a teardown the daemon's own objects must not run twice.
 """
@@ -33,6 +38,7 @@ import traceback
 from collections.abc import Callable
 from typing import Any, NoReturn, TextIO
 
+from memcli.service.daemon import paths
 from memcli.service.daemon.client import decode_request
 
 MAX_HEADER = 16 * 1024 * 1024  # a whole environment and argv; anything larger is not a client
@@ -63,6 +69,23 @@ def receive(conn: socket.socket) -> tuple[dict[str, Any], list[int]]:
             os.close(fd)
         raise
     return header, fds
+
+
+def report_database(header: dict[str, Any], reports: int) -> None:
+    """Tell the main process which database this command works on (`D<location>\n` on
+    `reports`; nothing when it is -1, or when the database is not known without the app's
+    settings). One write of a line under PIPE_BUF: lines of two commands never interleave."""
+    if reports < 0:
+        return
+    try:
+        db = paths.guess_db([str(a) for a in header["argv"]], header["env"])
+        if db is None:
+            return
+        line = b"D" + os.fsencode(paths.location(db, str(header["cwd"]))) + b"\n"
+        if b"\n" not in line[:-1] and len(line) <= select.PIPE_BUF:
+            os.write(reports, line)
+    except (OSError, ValueError, KeyError):  # the main process gone, a folder deleted...
+        pass
 
 
 def _open_streams(stdio: list[tuple[str | None, str | None]]) -> tuple[TextIO, TextIO, TextIO]:
@@ -146,7 +169,7 @@ def _watch(conn: socket.socket, life: int, done: threading.Event, guard: threadi
 
 
 def wait_as_spare(listener: socket.socket, channel: socket.socket, runner: Runner, life: int,
-                  warm: Callable[[], None]) -> NoReturn:
+                  warm: Callable[[], None], reports: int = -1) -> NoReturn:
     """A spare command process: wait for a connection on the daemon's CLI socket, tell the
     main process (b"A" on `channel`, so it forks the next spare), then serve it (`serve_one`).
     Never returns.
@@ -184,7 +207,7 @@ def wait_as_spare(listener: socket.socket, channel: socket.socket, runner: Runne
         conn.setblocking(True)
     except BaseException:  # noqa: BLE001 - a spare that cannot go on leaves; another is forked
         os._exit(1)
-    serve_one(conn, runner, life)
+    serve_one(conn, runner, life, reports)
 
 
 def _quietly(warm: Callable[[], None]) -> None:
@@ -194,7 +217,7 @@ def _quietly(warm: Callable[[], None]) -> None:
         pass
 
 
-def serve_one(conn: socket.socket, runner: Runner, life: int) -> NoReturn:
+def serve_one(conn: socket.socket, runner: Runner, life: int, reports: int = -1) -> NoReturn:
     """The whole life of a command's process: receive, answer b"R", become the caller, run,
     answer b"E<code>\\n", exit. Never returns."""
     code = 1
@@ -209,6 +232,7 @@ def serve_one(conn: socket.socket, runner: Runner, life: int) -> NoReturn:
             conn.sendall(b"R")
         except (OSError, ValueError, ConnectionError):
             os._exit(1)  # not a client, or gone: nothing started, nothing to tell
+        report_database(header, reports)
         become_caller(header, fds)
         done, guard = threading.Event(), threading.Lock()
         threading.Thread(target=_watch, args=(conn, life, done, guard), name="memcli-watch",
