@@ -26,41 +26,11 @@ import time
 from pathlib import Path
 
 from bench.perf_data import pct
-from bench.service_support import Daemon, cli_env
-
-
-def pss_kb(pid: int) -> int:
-    try:
-        with open(f"/proc/{pid}/smaps_rollup", encoding="ascii") as f:
-            for line in f:
-                if line.startswith("Pss:"):
-                    return int(line.split()[1])
-    except OSError:
-        pass
-    return 0
-
-
-def tree(root: int) -> list[int]:
-    """`root` and every process below it."""
-    parents: dict[int, list[int]] = {}
-    for name in os.listdir("/proc"):
-        if name.isdigit():
-            try:
-                with open(f"/proc/{name}/stat", "rb") as f:
-                    ppid = int(f.read().rsplit(b")", 1)[1].split()[1])
-            except (OSError, ValueError, IndexError):
-                continue
-            parents.setdefault(ppid, []).append(int(name))
-    out, todo = [], [root]
-    while todo:
-        pid = todo.pop()
-        out.append(pid)
-        todo.extend(parents.get(pid, []))
-    return out
+from bench.service_support import Daemon, cli_env, process_tree, pss_mb
 
 
 def total_mb(root: int) -> float:
-    return sum(pss_kb(p) for p in tree(root)) / 1024
+    return sum(pss_mb(p) for p in process_tree(root))
 
 
 def memcli(env: dict[str, str], *args: str, stdin: str | None = None) -> str:
@@ -144,18 +114,16 @@ def main() -> None:
             peak, began = 0, time.monotonic()
             while daemon.status()["backlog"]["waiting"]:
                 if pid:
-                    peak = max(peak, pss_kb(pid))
+                    peak = max(peak, pss_mb(pid))
                 time.sleep(0.2)
             drained = time.monotonic() - began
-            peak = max(peak, pss_kb(pid) if pid else 0)
+            peak = max(peak, pss_mb(pid) if pid else 0)
             with_idle = total_mb(root)
             idle_pid = indexer_pid(daemon)
-            by_process = {
-                ("main" if p == root else "indexer" if p == idle_pid else "http"): round(
-                    pss_kb(p) / 1024, 1
-                )
-                for p in tree(root)
-            }
+            by_process: dict[str, float] = {}
+            for p in process_tree(root):  # the HTTP process and the spare are "others"
+                name = "main" if p == root else "indexer" if p == idle_pid else "others"
+                by_process[name] = round(by_process.get(name, 0.0) + pss_mb(p), 1)
             until(lambda: indexer_pid(daemon) is None, args.idle + 60, 0.2)
             after_exit = total_mb(root)
             cold, warm = [], []
@@ -172,7 +140,7 @@ def main() -> None:
                 "memories": args.memories,
                 "drain_s": round(drained, 1),
                 "load": round(load, 1),
-                "indexer_pss_mb_draining": round(peak / 1024, 1),
+                "indexer_pss_mb_draining": round(peak, 1),
                 "daemon_pss_mb": {
                     "no_indexer_before": round(no_indexer, 1),
                     "indexer_idle": round(with_idle, 1),

@@ -177,15 +177,31 @@ def daemon_processes(marker: str | Path) -> dict[int, list[int]]:
         children.setdefault(ppid, []).append(pid)
     key = os.fsencode(str(marker))
     serving = {pid for pid in parents if _serves(pid, key)}
-    out = {}
-    for root in sorted(pid for pid in serving if parents[pid] not in serving):
-        tree, todo = [], [root]
-        while todo:
-            pid = todo.pop(0)
-            tree.append(pid)
-            todo += sorted(children.get(pid, []))
-        out[root] = tree
-    return out
+    return {root: _tree(root, children)
+            for root in sorted(pid for pid in serving if parents[pid] not in serving)}
+
+
+def _children() -> dict[int, list[int]]:
+    children: dict[int, list[int]] = {}
+    for name in os.listdir("/proc"):
+        fields = _read(f"/proc/{name}/stat").rsplit(b")", 1)[-1].split() if name.isdigit() else []
+        if len(fields) > 1 and fields[0] != b"Z":
+            children.setdefault(int(fields[1]), []).append(int(name))
+    return children
+
+
+def _tree(root: int, children: dict[int, list[int]]) -> list[int]:
+    tree, todo = [], [root]
+    while todo:
+        pid = todo.pop(0)
+        tree.append(pid)
+        todo += sorted(children.get(pid, []))
+    return tree
+
+
+def process_tree(root: int) -> list[int]:
+    """`root`, then every live process below it (from /proc)."""
+    return _tree(root, _children())
 
 
 def pss_mb(pid: int) -> float:
