@@ -41,6 +41,7 @@ from typing import Any
 from memcli.ingest import background
 from memcli.operations.memory import make_sparse
 from memcli.service.daemon import indexing
+from memcli.service.daemon.lines import Lines
 from memcli.store import backlog
 
 IDLE_EXIT_ENV = "MEMCLI_INDEXER_IDLE_EXIT"  # seconds; for tests and measurements
@@ -84,7 +85,7 @@ class Supervisor:
         self.pid = 0  # the indexer running, 0: none
         self.starting = False  # forked, nothing reported yet: it may be at work on any database
         self.reports = -1
-        self.buffer = b""
+        self.lines = Lines(-1)  # its reports
         self.latest: dict[str, dict[str, Any]] = {}  # per database, the running indexer's
         self.past: dict[str, dict[str, Any]] = {}  # per database, the indexers before it
         self.failures = 0  # indexers that died in a row
@@ -204,21 +205,16 @@ class Supervisor:
                 os._exit(code)
         os.close(reports_w)
         os.set_blocking(reports_r, False)
-        self.pid, self.reports, self.buffer, self.starting = pid, reports_r, b"", True
+        self.pid, self.reports, self.lines, self.starting = pid, reports_r, Lines(reports_r), True
 
     def _read_reports(self) -> bool:
         """Read what the indexer reported; False once it is gone."""
         while True:
-            try:
-                data = os.read(self.reports, 65536)
-            except (BlockingIOError, InterruptedError):
-                return True
-            except OSError:
-                data = b""
-            if not data:
+            lines = self.lines.read()
+            if lines is None:
                 return False
-            self.buffer += data
-            *lines, self.buffer = self.buffer.split(b"\n")
+            if not lines:
+                return True
             for line in lines:
                 if line.startswith(b"B"):
                     with contextlib.suppress(ValueError, TypeError, AttributeError):
@@ -231,7 +227,7 @@ class Supervisor:
         other end, fork a new one at once for the databases it had not finished."""
         status = _wait(self.pid, 5.0)
         os.close(self.reports)
-        self.reports, self.pid, self.buffer = -1, 0, b""
+        self.reports, self.pid, self.lines = -1, 0, Lines(-1)
         unfinished = tuple(loc for loc, f in self.latest.items() if f.get("busy"))
         for location, figures in self.latest.items():
             past = self.past.setdefault(location, {})

@@ -42,6 +42,7 @@ from memcli.lifecycle.runlock import RunLockedError
 from memcli.operations.lifecycle_ops import consolidate
 from memcli.operations.lifecycle_requests import ConsolidateRequest
 from memcli.operations.memory import Memory, make_embedder, make_sparse
+from memcli.service.daemon.lines import Lines
 from memcli.service.holder import is_server
 
 BATCH = 64  # memories per write: a short transaction, so ingest and queries never wait long
@@ -147,7 +148,7 @@ class Loop:
         self.drains: dict[str, _Drain] = {}
         self.turns: list[str] = []  # databases with work, in the order of their next turn
         self.last_work = time.monotonic()
-        self.buffer = b""
+        self.wake_lines = Lines(wake)
 
     # -- the loop ------------------------------------------------------------------------------
     def step(self) -> bool:
@@ -269,13 +270,9 @@ class Loop:
             return False
         if self.wake not in ready:
             return True
-        try:
-            data = os.read(self.wake, 65536)
-        except (BlockingIOError, InterruptedError):
-            return True
-        if not data:
+        lines = self.wake_lines.read()
+        if lines is None:
             return False
-        *lines, self.buffer = (self.buffer + data).split(b"\n")
         for line in lines:
             self._line(line)
         return True

@@ -45,6 +45,7 @@ from typing import Any
 
 from memcli.service.daemon import http_process, indexer, paths, registry, worker
 from memcli.service.daemon.http_process import HttpOptions, HttpPlan
+from memcli.service.daemon.lines import Lines
 from memcli.service.daemon.lock import (
     AlreadyServing,
     answering,
@@ -216,7 +217,7 @@ class _WebProcess:
 
     def __init__(self, pid: int, control: int, reports: int) -> None:
         self.pid, self.control, self.reports = pid, control, reports
-        self.buffer = b""
+        self.lines = Lines(reports)
 
     def order(self, what: bytes) -> None:
         if self.control >= 0:
@@ -224,18 +225,11 @@ class _WebProcess:
                 os.write(self.control, what)
 
     def read_reports(self, state: State) -> None:
-        try:
-            data = os.read(self.reports, 65536)
-        except (BlockingIOError, InterruptedError):
-            return
-        except OSError:
-            data = b""
-        if not data:
+        lines = self.lines.read()
+        if lines is None:
             os.close(self.reports)
             self.reports = -1
             return
-        self.buffer += data
-        *lines, self.buffer = self.buffer.split(b"\n")
         for line in lines:
             if line == b"+":
                 state.http_requests += 1

@@ -26,6 +26,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from memcli.service.daemon.lines import Lines
+
 DB_IDLE_CLOSE = 600.0  # seconds a database stays open unused: a coding session's pauses pass
 # (a command a minute keeps it), a scratch database of a test run goes within minutes.
 BOARD_SIZE = 1 << 20  # bytes: ~5,000 open databases' entries
@@ -84,22 +86,12 @@ class Registry:
         self.open: dict[str, Opened] = {}
         self.read_fd, self.write_fd = os.pipe()
         os.set_blocking(self.read_fd, False)
-        self.buffer = b""
+        self.lines = Lines(self.read_fd)
 
     def read_reports(self) -> list[str]:
         """The databases the commands started since the last call named, in order."""
-        try:
-            data = os.read(self.read_fd, 65536)
-        except (BlockingIOError, InterruptedError):
-            return []
-        except OSError:
-            data = b""
-        if not data:
-            return []
-        self.buffer += data
-        *lines, self.buffer = self.buffer.split(b"\n")
         used = []
-        for line in lines:
+        for line in self.lines.read() or []:
             if line.startswith(b"D") and len(line) > 1:
                 location = os.fsdecode(line[1:])
                 self.use(location)
