@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-from pathlib import Path
 
 import pytest
 
@@ -26,6 +25,7 @@ from tests.support.daemon import (
     run_client,
     wait_until,
 )
+from tests.support.procs import running
 
 pytestmark = pytest.mark.daemon  # real `memcli serve` processes
 
@@ -49,15 +49,6 @@ def steady_spare(daemon: int) -> int:
 
     assert wait_until(steady, timeout=60, step=0.1)
     return next(iter(seen[-1]))
-
-
-def running(pid: int) -> bool:
-    """Whether `pid` is a process that has not ended (a zombie has)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat.rsplit(")", 1)[1].split()[0] != "Z"
 
 
 def command_process(daemon: int, stdin: str) -> int:

@@ -85,6 +85,12 @@ def with_argument(argument: bytes) -> list[Process]:
     return found
 
 
+def running(pid: int) -> bool:
+    """Whether `pid` is a process that has not ended (a zombie has)."""
+    process = _process(pid)
+    return process is not None and not process.zombie
+
+
 def _process(pid: int) -> Process | None:
     """`pid` as a Process, its stat read now; None when it is gone."""
     stat = _read(f"/proc/{pid}/stat")
